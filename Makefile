@@ -1,0 +1,172 @@
+# psd and libpsclient. `make run` and `make test` install what is missing
+# from Debian's packages (apt-get, through sudo when not root) and say so.
+
+PREFIX  ?= /usr/local
+LIBDIR  ?= $(PREFIX)/lib
+DESTDIR ?=
+BUILD   ?= build
+CC      ?= cc
+
+VERSION   := 0.1.0
+SOVERSION := 0
+
+# msgpack-c 4.x ships `msgpack`; 6.x renamed it `msgpack-c`.
+MSGPACK_PC = $(shell pkg-config --exists msgpack-c 2>/dev/null && echo msgpack-c || echo msgpack)
+
+OPT   ?= -O2 -g
+# sqrtf without errno lets the updater loops vectorise.
+MATH  := -fno-math-errno
+CSTD  := -std=c11 -D_POSIX_C_SOURCE=200809L
+WARN  := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+         -Wpointer-arith -Wwrite-strings -Wformat=2 -Wundef -Wcast-align=strict
+CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(MATH) $(SAN) -Iclient $(CFLAGS) \
+             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih 2>/dev/null)
+LDFLAGS_ALL = $(SAN) $(LDFLAGS)
+
+LIBS_UV  = $(shell pkg-config --libs libuv)
+LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC))
+LIBS_INI = $(shell pkg-config --libs inih)
+LIBS_CM  = $(shell pkg-config --libs cmocka)
+
+PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c
+DAEMON_SRC := daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
+              daemon/conn.c daemon/server.c
+CLIENT_SRC := client/customer.c client/client.c client/nodes.c client/map.c
+
+PROTO_OBJ  := $(PROTO_SRC:%.c=$(BUILD)/%.o)
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+PIC_OBJ    := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(PROTO_SRC:%.c=$(BUILD)/pic/%.o)
+
+PSD      := $(BUILD)/psd
+SOLIB    := $(BUILD)/libpsclient.so.$(VERSION)
+ALIB     := $(BUILD)/libpsclient.a
+PCFILE   := $(BUILD)/psclient.pc
+EXAMPLES := $(BUILD)/fashion_softmax
+UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
+              $(BUILD)/test_table $(BUILD)/test_slice
+E2E_TESTS  := $(BUILD)/test_e2e
+TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
+
+DEPS_STAMP := $(BUILD)/.deps-ok
+
+.PHONY: all test run bench sanitize install uninstall clean deps
+all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES)
+
+# ---- dependencies ---------------------------------------------------------
+# pkg-config name -> Debian package. Checked once per build tree.
+DEB_PKGS := libuv:libuv1-dev msgpack:libmsgpack-dev inih:libinih-dev cmocka:libcmocka-dev
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP):
+	@mkdir -p $(BUILD)
+	@missing=""; \
+	command -v pkg-config >/dev/null 2>&1 || missing="pkg-config"; \
+	for p in $(DEB_PKGS); do \
+	  pc=$${p%%:*}; deb=$${p#*:}; \
+	  command -v pkg-config >/dev/null 2>&1 && pkg-config --exists $$pc || missing="$$missing $$deb"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing missing Debian packages:$$missing"; \
+	  $(APT_INSTALL) $$missing || { echo "make: could not install:$$missing" >&2; exit 1; }; \
+	fi
+	@touch $@
+
+SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL = $(SUDO) apt-get update -qq && \
+              $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
+
+FASHION_DIR := /usr/share/datasets/fashion-mnist
+$(FASHION_DIR)/train-images-idx3-ubyte.gz:
+	@echo "make: installing missing Debian package: dataset-fashion-mnist"
+	@$(APT_INSTALL) dataset-fashion-mnist
+
+# ---- objects ---------------------------------------------------------------
+$(BUILD)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+# libpsclient objects: position independent, only ps_* visible.
+$(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- products --------------------------------------------------------------
+$(PSD): $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) -lm
+
+$(SOLIB): $(PIC_OBJ)
+	$(CC) -shared -Wl,-soname,libpsclient.so.$(SOVERSION) -Wl,-z,defs $(LDFLAGS_ALL) \
+	    -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) -lpthread
+	ln -sf libpsclient.so.$(VERSION) $(BUILD)/libpsclient.so.$(SOVERSION)
+	ln -sf libpsclient.so.$(VERSION) $(BUILD)/libpsclient.so
+
+$(ALIB): $(PIC_OBJ)
+	rm -f $@; ar rcs $@ $^
+
+$(PCFILE): client/psclient.pc.in Makefile
+	@mkdir -p $(@D)
+	sed -e 's#@PREFIX@#$(PREFIX)#' -e 's#@LIBDIR@#$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))#' \
+	    -e 's#@VERSION@#$(VERSION)#' -e 's#@MSGPACK_PC@#$(MSGPACK_PC)#' $< > $@
+
+# Examples and tests link the shared library from the build tree.
+CLIENT_LINK = -L$(BUILD) -Wl,-rpath,'$$ORIGIN' -lpsclient
+
+$(BUILD)/fashion_softmax: $(BUILD)/examples/fashion_softmax.o $(BUILD)/examples/idx.o \
+                          $(BUILD)/examples/softmax.o $(SOLIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lm
+
+# ---- tests -----------------------------------------------------------------
+$(BUILD)/test_frame: $(BUILD)/tests/test_frame.o $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_CM)
+$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(DAEMON_OBJ) $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) $(LIBS_CM) -lm
+$(BUILD)/test_updater: $(BUILD)/tests/test_updater.o $(DAEMON_OBJ) $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) $(LIBS_CM) -lm
+$(BUILD)/test_table: $(BUILD)/tests/test_table.o $(DAEMON_OBJ) $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) $(LIBS_CM) -lm
+$(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/customer.o $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
+$(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
+
+test: all $(TEST_BINS)
+	@SAN='$(SAN)' sh tests/run.sh $(BUILD)
+
+# Benchmarks against real psd processes, with baselines measured in the
+# same run (see tests/bench/). Not part of `make test`.
+$(BUILD)/psbench: $(BUILD)/tests/bench/psbench.o $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread -lm
+
+bench: all $(BUILD)/psbench
+	@sh tests/bench/run_bench.sh $(BUILD)
+
+# ASan + UBSan build of everything, in its own tree, running the whole suite.
+sanitize:
+	$(MAKE) BUILD=build-san OPT="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
+
+run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
+	@sh examples/run_fashion.sh $(BUILD) conf/cluster-2.ini
+
+# ---- install ---------------------------------------------------------------
+install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 755 $(PSD) $(DESTDIR)$(PREFIX)/bin/psd
+	install -m 644 client/psclient.h $(DESTDIR)$(PREFIX)/include/psclient.h
+	install -m 755 $(SOLIB) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION)
+	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION)
+	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so
+	install -m 644 $(ALIB) $(DESTDIR)$(LIBDIR)/libpsclient.a
+	install -m 644 $(PCFILE) $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/psd $(DESTDIR)$(PREFIX)/include/psclient.h \
+	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION) \
+	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION) \
+	      $(DESTDIR)$(LIBDIR)/libpsclient.so $(DESTDIR)$(LIBDIR)/libpsclient.a \
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+
+clean:
+	rm -rf build build-san

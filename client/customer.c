@@ -1,0 +1,320 @@
+/* The Customer's bookkeeping: slicing requests into parts, placing
+ * answered rows, completion counting. See customer.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "customer.h"
+#include "../proto/layout.h"
+#include "../proto/status.h"
+
+/* Room for a message's fields around its payloads. */
+#define MSG_OVERHEAD 64
+
+static uint32_t shard_of(const ps_shape *sh, uint64_t key)
+{
+    return sh->table->dense
+               ? psw_dense_shard_of(sh->table->rows, sh->shards, key)
+               : psw_sparse_shard_of(sh->shards, key);
+}
+
+static int node_of(const ps_shape *sh, uint64_t key)
+{
+    return psw_node_of_shard(shard_of(sh, key), sh->nnodes);
+}
+
+static int is_push(int op)
+{
+    return op == PSW_OP_PUSH || op == PSW_OP_PUSHPULL ||
+           op == PSW_OP_PUSH_RANGE;
+}
+
+static int is_pull(int op)
+{
+    return op == PSW_OP_PULL || op == PSW_OP_PUSHPULL ||
+           op == PSW_OP_PULL_RANGE;
+}
+
+/* One allocation for the request, its parts and `extra` bytes after
+ * them (8-byte aligned). */
+static ps_req *req_alloc(int nparts, size_t extra, void **tail)
+{
+    size_t head = sizeof(ps_req) + (size_t)nparts * sizeof(ps_part);
+    head = (head + 7) & ~(size_t)7;
+    ps_req *r = calloc(1, head + extra);
+    if (!r)
+        return NULL;
+    r->nparts = nparts;
+    r->pending = nparts;
+    r->parts = (ps_part *)(r + 1);
+    for (int i = 0; i < nparts; i++)
+        r->parts[i].req = r;
+    if (tail)
+        *tail = (char *)r + head;
+    return r;
+}
+
+static void part_init(ps_part *p, const ps_shape *sh, int op, int node,
+                      uint32_t index)
+{
+    p->node = node;
+    p->msg.op = op;
+    p->msg.part = index;
+    p->msg.table = sh->table_id;
+}
+
+/* Payload limits: one message must fit the server's max_frame both ways. */
+static int check_size(const ps_shape *sh, uint64_t rows, uint64_t keybytes,
+                      char *err, size_t errlen)
+{
+    uint64_t rowb = (uint64_t)sh->table->dim * sizeof(float);
+    if (rows > sh->max_payload / rowb ||
+        rows * rowb + keybytes > sh->max_payload) {
+        snprintf(err, errlen, "a piece of %llu rows of table '%s' exceeds "
+                 "the server's max_frame; split the request",
+                 (unsigned long long)rows, sh->table->name);
+        return PS_ETOOBIG;
+    }
+    return 0;
+}
+
+int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
+                const float *vals, float *out, ps_req **reqp, char *err,
+                size_t errlen)
+{
+    const psw_table_desc *t = sh->table;
+    size_t dim = t->dim, rowb = dim * sizeof(float);
+    if (n > UINT32_MAX) {
+        snprintf(err, errlen, "%zu keys in one request; at most %u", n,
+                 UINT32_MAX);
+        return PS_ETOOBIG;
+    }
+    int *count = calloc((size_t)sh->nnodes, sizeof *count);
+    if (!count)
+        return PS_ENOMEM;
+    int nparts = 0, one = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (t->dense && keys[i] >= t->rows) {
+            snprintf(err, errlen, "table '%s' has no row %llu (rows = %llu)",
+                     t->name, (unsigned long long)keys[i],
+                     (unsigned long long)t->rows);
+            free(count);
+            return PS_EKEY;
+        }
+        int nd = node_of(sh, keys[i]);
+        if (count[nd]++ == 0) {
+            nparts++;
+            one = nd;
+        }
+    }
+    for (int nd = 0; nd < sh->nnodes; nd++) {
+        int rc = count[nd] ? check_size(sh, (uint64_t)count[nd],
+                                        8 * (uint64_t)count[nd], err, errlen)
+                           : 0;
+        if (rc) {
+            free(count);
+            return rc;
+        }
+    }
+
+    ps_req *r;
+    if (nparts == 1) {
+        /* The common case for small requests: nothing to copy. */
+        r = req_alloc(1, 0, NULL);
+        if (!r)
+            goto oom;
+        ps_part *p = &r->parts[0];
+        part_init(p, sh, op, one, 0);
+        p->msg.keys = (const char *)keys;
+        p->msg.nkeys = n;
+        if (is_push(op)) {
+            p->msg.vals = (const char *)vals;
+            p->msg.vals_len = n * rowb;
+        }
+        p->out = is_pull(op) ? out : NULL;
+    } else {
+        /* Group keys (and values) by node with a counting sort; pos maps
+         * each grouped key back to the caller's index for the pull. */
+        size_t extra = n * 8 + (is_pull(op) ? n * 4 : 0) +
+                       (is_push(op) ? n * rowb : 0);
+        void *tail;
+        r = req_alloc(nparts, extra, &tail);
+        if (!r)
+            goto oom;
+        uint64_t *gk = tail;
+        uint32_t *pos = is_pull(op) ? (uint32_t *)(gk + n) : NULL;
+        char *gv = is_push(op) ? (char *)(gk + n) + (pos ? n * 4 : 0) : NULL;
+        size_t *start = calloc((size_t)sh->nnodes + 1, sizeof *start);
+        if (!start) {
+            free(r);
+            goto oom;
+        }
+        int k = 0;
+        for (int nd = 0; nd < sh->nnodes; nd++) {
+            start[nd + 1] = start[nd] + (size_t)count[nd];
+            if (!count[nd])
+                continue;
+            ps_part *p = &r->parts[k];
+            part_init(p, sh, op, nd, (uint32_t)k);
+            p->msg.keys = (const char *)(gk + start[nd]);
+            p->msg.nkeys = (size_t)count[nd];
+            if (is_push(op)) {
+                p->msg.vals = gv + start[nd] * rowb;
+                p->msg.vals_len = (size_t)count[nd] * rowb;
+            }
+            if (pos) {
+                p->out = out;
+                p->pos = pos + start[nd];
+            }
+            k++;
+        }
+        for (size_t i = 0; i < n; i++) {
+            size_t at = start[node_of(sh, keys[i])]++;
+            gk[at] = keys[i];
+            if (pos)
+                pos[at] = (uint32_t)i;
+            if (gv)
+                memcpy(gv + at * rowb, vals + i * dim, rowb);
+        }
+        free(start);
+    }
+    free(count);
+    r->op = op;
+    r->dim = t->dim;
+    r->bytes = n * 8 + (is_push(op) ? n * rowb : 0) + (is_pull(op) ? n * rowb : 0);
+    for (int i = 0; i < r->nparts; i++)
+        r->parts[i].wire_bytes = MSG_OVERHEAD + r->parts[i].msg.nkeys * 8 +
+                                 r->parts[i].msg.vals_len;
+    *reqp = r;
+    return 0;
+oom:
+    free(count);
+    return PS_ENOMEM;
+}
+
+/* The row after the run of rows that starts at `row` and lives on one
+ * node (bounded by end). */
+static uint64_t run_end(const ps_shape *sh, uint64_t row, uint64_t end)
+{
+    int nd = node_of(sh, row);
+    uint64_t stop = row;
+    while (stop < end && node_of(sh, stop) == nd)
+        stop = psw_dense_shard_start(sh->table->rows, sh->shards,
+                                     shard_of(sh, stop) + 1);
+    return stop < end ? stop : end;
+}
+
+int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
+                 const float *vals, float *out, ps_req **reqp, char *err,
+                 size_t errlen)
+{
+    const psw_table_desc *t = sh->table;
+    if (!t->dense) {
+        snprintf(err, errlen, "table '%s' is sparse: range requests need a "
+                 "dense table", t->name);
+        return PS_EINVAL;
+    }
+    if (count == 0 || first >= t->rows || count > t->rows - first) {
+        snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
+                 "(rows = %llu)", (unsigned long long)first,
+                 (unsigned long long)(first + count - 1), t->name,
+                 (unsigned long long)t->rows);
+        return PS_EKEY;
+    }
+    /* A run is a stretch of consecutive non-empty shards on one node;
+     * with more than one node every shard is its own run. */
+    int nparts = 0;
+    for (uint64_t row = first; row < first + count; nparts++)
+        row = run_end(sh, row, first + count);
+    ps_req *r = req_alloc(nparts, 0, NULL);
+    if (!r)
+        return PS_ENOMEM;
+    size_t dim = t->dim;
+    uint64_t row = first, end = first + count;
+    for (int k = 0; k < nparts; k++) {
+        int nd = node_of(sh, row);
+        uint64_t stop = run_end(sh, row, end);
+        int rc = check_size(sh, stop - row, 0, err, errlen);
+        if (rc) {
+            free(r);
+            return rc;
+        }
+        ps_part *p = &r->parts[k];
+        part_init(p, sh, op, nd, (uint32_t)k);
+        p->msg.first = row;
+        p->msg.count = stop - row;
+        size_t off = (size_t)(row - first) * dim;
+        if (is_push(op)) {
+            p->msg.vals = (const char *)(vals + off);
+            p->msg.vals_len = (size_t)(stop - row) * dim * sizeof(float);
+        }
+        p->out = is_pull(op) ? out + off : NULL;
+        p->wire_bytes = MSG_OVERHEAD + p->msg.vals_len;
+        row = stop;
+    }
+    r->op = op;
+    r->dim = t->dim;
+    r->bytes = (size_t)count * dim * sizeof(float);
+    *reqp = r;
+    return 0;
+}
+
+void ps_req_set_ts(ps_req *r, ps_ts ts)
+{
+    r->ts = ts;
+    for (int i = 0; i < r->nparts; i++)
+        r->parts[i].msg.ts = (uint64_t)ts;
+}
+
+void ps_req_free(ps_req *r)
+{
+    if (!r)
+        return;
+    free(r->error);
+    free(r);
+}
+
+static int settle(ps_part *p, int status, const char *why, size_t whylen)
+{
+    ps_req *r = p->req;
+    if (status != PS_OK && r->status == PS_OK) {
+        r->status = status;
+        free(r->error);
+        r->error = malloc(whylen + 1);
+        if (r->error) {
+            memcpy(r->error, why, whylen);
+            r->error[whylen] = '\0';
+        }
+    }
+    return --r->pending == 0;
+}
+
+int ps_part_fail(ps_part *p, int status, const char *why)
+{
+    return settle(p, status, why, strlen(why));
+}
+
+int ps_part_reply(ps_part *p, const psw_msg *m)
+{
+    if (m->status != PSW_OK)
+        return settle(p, m->status, m->text ? m->text : "",
+                      m->text ? m->text_len : 0);
+    if (!p->out)
+        return settle(p, PS_OK, NULL, 0);
+    size_t rowb = (size_t)p->req->dim * sizeof(float);
+    size_t rows = p->msg.op == PSW_OP_PULL_RANGE ? (size_t)p->msg.count
+                                                 : p->msg.nkeys;
+    if (m->vals_len != rows * rowb) {
+        char why[128];
+        int l = snprintf(why, sizeof why, "server sent %zu bytes of rows, "
+                         "expected %zu", m->vals_len, rows * rowb);
+        return settle(p, PS_EPROTO, why, (size_t)l);
+    }
+    if (!p->pos)
+        memcpy(p->out, m->vals, m->vals_len);
+    else
+        for (size_t i = 0; i < rows; i++)
+            memcpy(p->out + (size_t)p->pos[i] * p->req->dim,
+                   m->vals + i * rowb, rowb);
+    return settle(p, PS_OK, NULL, 0);
+}

@@ -1,0 +1,134 @@
+/* libpsclient: the client library trainers link to push gradients to and
+ * pull weights from psd parameter servers.
+ *
+ * Every call is thread-safe. A background I/O thread owns the sockets, so
+ * communication overlaps the caller's compute. Several clients may live in
+ * one process. Link with `pkg-config --cflags --libs psclient`. */
+#ifndef PSCLIENT_H
+#define PSCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PS_API __attribute__((visibility("default")))
+#else
+#define PS_API
+#endif
+
+#define PS_VERSION_MAJOR 0
+#define PS_VERSION_MINOR 1
+
+typedef struct ps_client ps_client;  /* opaque */
+typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E* code */
+
+/* Completion callback: runs exactly once for every accepted request, on the
+ * I/O thread, with the request's status (PS_OK or a PS_E* code). It must
+ * not block and must not call ps_wait/ps_wait_all/ps_close. When it runs,
+ * the request's buffers are no longer used by the library. */
+typedef void (*ps_done_fn)(ps_ts ts, int status, void *arg);
+
+/* Status codes. All errors are negative. The values also travel on the wire. */
+enum {
+    PS_OK = 0,
+    PS_EINVAL = -1,     /* bad argument */
+    PS_ENOMEM = -2,     /* out of memory */
+    PS_ECONN = -3,      /* could not connect, or the connection was lost */
+    PS_ETIMEDOUT = -4,  /* no answer within request_timeout_ms x (max_retries + 1) */
+    PS_EPROTO = -5,     /* the peer broke the protocol */
+    PS_EAUTH = -6,      /* authentication failed */
+    PS_ENOTABLE = -7,   /* no such table */
+    PS_EKEY = -8,       /* key or row out of the table's range */
+    PS_ETOOBIG = -9,    /* a request piece exceeds the server's max_frame */
+    PS_ECLOSED = -10,   /* the client is closing */
+    PS_ESERVER = -11,   /* the server failed to carry out the request */
+    PS_ENOTOWNER = -12  /* the server does not own that shard (layout mismatch) */
+};
+
+typedef struct ps_options {          /* ps_options_init() sets worker = -1 and defaults;
+                                        keep room to grow without breaking the ABI */
+    int worker;                      /* 0..workers-1 for bsp/ssp tables, -1: not a worker */
+    int connect_timeout_ms;          /* default 5000 */
+    int request_timeout_ms;          /* per attempt; default 10000 */
+    int max_retries;                 /* default 2; then the request fails with PS_ETIMEDOUT */
+    int batch_delay_us;              /* how long a small request may wait for company;
+                                        default 0: send as soon as the I/O thread runs */
+    size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB */
+    const char *auth_token;          /* NULL: none. Copied by ps_open. */
+    char reserved[64];               /* room to grow; ps_options_init zeroes it */
+} ps_options;
+
+/* Fills *o with the defaults above. */
+PS_API void ps_options_init(ps_options *o);
+
+/* Connects to a psd cluster. `servers` is "host:port[,host:port...]" naming
+ * any psd nodes (the full layout is fetched from them), or the path of the
+ * cluster's ini file (its [cluster] nodes are used). `o` may be NULL for
+ * defaults; it is copied. Returns 0 and sets *c, or a negative PS_E* code
+ * with *c = NULL (ps_strerror() explains the code; details go to stderr). */
+PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
+
+/* Waits for every outstanding request to complete, then closes the
+ * connections, stops the I/O thread and frees the client. NULL is a no-op.
+ * No other call on `c` may be running or made afterwards. */
+PS_API void ps_close(ps_client *c);
+
+/* Static text for a status code. */
+PS_API const char *ps_strerror(int code);
+
+/* Detail of the last failure seen by the calling thread on this client
+ * (for example "table 'emb' has no row 1000 (rows = 1000)"), or "" if none.
+ * Valid until the thread's next call on this client. */
+PS_API const char *ps_last_error(ps_client *c);
+
+typedef struct ps_table_info { int id; int dense; uint32_t dim; uint64_t rows; } ps_table_info;
+
+/* Looks up a table by name. Returns its id (>= 0) and fills *info when
+ * info is not NULL, or PS_ENOTABLE. */
+PS_API int ps_table(ps_client *c, const char *name, ps_table_info *info);
+
+/* Requests. keys: n keys in any order (duplicates allowed); vals, grads and
+ * out: n * dim floats, row-major. Every buffer is borrowed until the
+ * request completes (its callback ran, or ps_wait for it returned); pulled
+ * rows are written straight into out. cb may be NULL. Returns the request's
+ * timestamp (> 0), or a negative PS_E* code, in which case cb never runs.
+ * A call blocks while more than max_inflight_bytes are in flight. */
+PS_API ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
+                     const float *vals, ps_done_fn cb, void *arg);
+PS_API ps_ts ps_pull(ps_client *c, int table, const uint64_t *keys, size_t n,
+                     float *out, ps_done_fn cb, void *arg);
+/* Pushes grads, then pulls the rows as they are after that push, in one
+ * round trip. */
+PS_API ps_ts ps_pushpull(ps_client *c, int table, const uint64_t *keys, size_t n,
+                         const float *grads, float *out, ps_done_fn cb, void *arg);
+/* Dense tables: rows first..first+count-1, no key lists on the wire. */
+PS_API ps_ts ps_push_range(ps_client *c, int table, uint64_t first, uint64_t count,
+                           const float *vals, ps_done_fn cb, void *arg);
+PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t count,
+                           float *out, ps_done_fn cb, void *arg);
+
+/* Blocks until request ts completes and returns its status: PS_OK or a
+ * PS_E* code. Never hangs forever: every request fails with PS_ETIMEDOUT
+ * or PS_ECONN once its bounded time is up. The status of a completed
+ * request that failed is remembered for the last 4096 failures; an older
+ * or successful one reads PS_OK. ts that was never issued: PS_EINVAL. */
+PS_API int ps_wait(ps_client *c, ps_ts ts);
+
+/* Blocks until every request issued so far has completed. Returns the
+ * first error among the requests that completed since the previous
+ * ps_wait_all (then forgets it), or PS_OK. */
+PS_API int ps_wait_all(ps_client *c);
+
+/* Training modes (bsp/ssp tables): this worker finished its current
+ * iteration; and a barrier across all workers. */
+PS_API int ps_clock(ps_client *c);
+PS_API int ps_barrier(ps_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,103 @@
+/* The daemon's configuration: the ini schema of DESIGN.md section 5 parsed
+ * into plain structs. One table of settings in config.c drives parsing,
+ * defaults, --check and reload; errors come back as "FILE:LINE: reason". */
+#ifndef PSD_CONFIG_H
+#define PSD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    PSD_UPD_SUM, PSD_UPD_ASSIGN, PSD_UPD_SGD,
+    PSD_UPD_ADAGRAD, PSD_UPD_ADAM, PSD_UPD_FTRL
+} psd_updater_kind;
+
+typedef enum {
+    PSD_INIT_ZEROS, PSD_INIT_CONSTANT, PSD_INIT_UNIFORM, PSD_INIT_NORMAL
+} psd_init_kind;
+
+typedef enum { PSD_CONS_ASYNC, PSD_CONS_BSP, PSD_CONS_SSP } psd_consistency;
+typedef enum { PSD_DUR_SNAPSHOT, PSD_DUR_LOG } psd_durability;
+typedef enum { PSD_FSYNC_ALWAYS, PSD_FSYNC_EVERYSEC, PSD_FSYNC_NO } psd_fsync;
+typedef enum {
+    PSD_LOG_DEBUG, PSD_LOG_INFO, PSD_LOG_WARN, PSD_LOG_ERROR
+} psd_log_level;
+
+/* Hyper-parameters of a table's updater. Keys in the ini: lr, beta1,
+ * beta2, epsilon, l1, l2, lr_power is not supported; ftrl uses lr as
+ * alpha and `beta` as its beta. Defaults: lr 0.01, beta1 0.9,
+ * beta2 0.999, epsilon 1e-8, l1 0, l2 0, beta 1. */
+typedef struct psd_updater_params {
+    psd_updater_kind kind;
+    float lr;
+    float beta1, beta2;
+    float epsilon;
+    float l1, l2;
+    float beta;          /* ftrl's beta */
+} psd_updater_params;
+
+/* `init = zeros | constant V | uniform LO HI | normal MEAN STD`, `seed`.
+ * constant: a = V; uniform: a = LO, b = HI; normal: a = MEAN, b = STD. */
+typedef struct psd_init_params {
+    psd_init_kind kind;
+    float a, b;
+    uint64_t seed;       /* default 0 */
+} psd_init_params;
+
+#define PSD_NAME_MAX 64
+
+typedef struct psd_table_conf {
+    char name[PSD_NAME_MAX];     /* from the section name [table.NAME] */
+    int line;                    /* line of the section header */
+    int dense;                   /* kind = dense | sparse (default sparse) */
+    uint32_t dim;                /* floats per key, 1..65536, required */
+    uint64_t rows;               /* dense only, required there, >= 1 */
+    psd_updater_params upd;      /* updater default: sum */
+    psd_init_params init;        /* default: zeros */
+    psd_consistency consistency; /* default: async */
+    int staleness;               /* ssp only; default 0 */
+    int aggregate_mean;          /* aggregate = sum | mean; default sum */
+} psd_table_conf;
+
+typedef struct psd_node_addr {
+    char host[64];               /* numeric IPv4 or IPv6 address */
+    int port;                    /* 1..65535 */
+} psd_node_addr;
+
+typedef struct psd_config {
+    /* [cluster] */
+    psd_node_addr *nodes;        /* nnodes entries, owned */
+    int nnodes;                  /* required, >= 1 */
+    uint32_t shards;             /* default 16, 1..65535 */
+    int workers;                 /* default 1 */
+    int worker_grace;            /* seconds a worker whose connection was
+                                    lost is still waited for; default 30 */
+    /* [server] */
+    char data_dir[256];          /* default "/var/lib/psd" */
+    int snapshot_interval;       /* seconds, default 300 */
+    psd_durability durability;   /* default snapshot */
+    psd_fsync fsync;             /* default everysec */
+    char auth_token[256];        /* default "" */
+    uint64_t max_frame;          /* bytes; accepts K/M/G suffixes; default
+                                    64M; refused below 1K or above 1G */
+    psd_log_level log_level;     /* debug | info | warn | error */
+    uint64_t max_output;         /* per-connection queued output before the
+                                    connection stops being read; default 16M */
+    int max_connections;         /* default 1024 */
+    /* [table.NAME] sections in file order; owned */
+    psd_table_conf *tables;
+    int ntables;
+} psd_config;
+
+/* Parses the ini file at `path` into `c` (which the call initialises).
+ * Returns 0, or -1 with "PATH:LINE: reason" (or "PATH: reason" when no
+ * line applies) written to err. On failure `c` holds nothing to free. */
+int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen);
+
+/* Frees what psd_config_load allocated; safe on a zeroed struct. */
+void psd_config_destroy(psd_config *c);
+
+/* Index of the table named `name`, or -1. */
+int psd_config_find_table(const psd_config *c, const char *name);
+
+#endif

@@ -1,0 +1,438 @@
+/* Table storage: dense shards are contiguous arrays; sparse shards are an
+ * open-addressing hash from key to row number plus rows kept in fixed-size
+ * chunks, so growing never moves existing rows or copies the whole shard. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "table.h"
+#include "updater.h"
+#include "../proto/layout.h"
+#include "../proto/msg.h"
+#include "../proto/status.h"
+
+#define CHUNK_BITS 12                 /* 4096 rows per sparse chunk */
+#define CHUNK_ROWS (1u << CHUNK_BITS)
+#define EMPTY UINT32_MAX
+
+typedef struct shard {
+    int owned;
+    uint64_t nrows;          /* rows held */
+    /* dense: rows first..first+nrows-1, contiguous */
+    uint64_t first;
+    float *w, *st;
+    uint32_t *steps;
+    /* sparse: key -> row number; rows live in chunks */
+    uint64_t *hkeys;
+    uint32_t *hrow;          /* EMPTY marks a free slot */
+    size_t hcap;             /* power of two */
+    float **wc, **stc;
+    uint32_t **stepc;
+    size_t nchunks;
+} shard;
+
+struct psd_table {
+    psd_table_conf conf;
+    uint32_t nshards;
+    int nnodes, node;
+    unsigned nstate;         /* state floats per weight float */
+    int has_step;
+    shard *shards;
+    float *g;                /* aligned scratch for one pushed row */
+};
+
+static size_t row_bytes(const psd_table *t)
+{
+    return (size_t)t->conf.dim * sizeof(float);
+}
+
+/* ---- shard helpers -------------------------------------------------- */
+
+static int dense_alloc(psd_table *t, shard *s)
+{
+    size_t n = (size_t)s->nrows * t->conf.dim;
+    s->w = malloc(n ? n * sizeof(float) : 1);
+    if (!s->w)
+        return -1;
+    if (t->nstate) {
+        s->st = calloc(n ? n * t->nstate : 1, sizeof(float));
+        if (!s->st)
+            return -1;
+    }
+    if (t->has_step) {
+        s->steps = calloc(s->nrows ? s->nrows : 1, sizeof(uint32_t));
+        if (!s->steps)
+            return -1;
+    }
+    for (uint64_t r = 0; r < s->nrows; r++)
+        psd_init_row(&t->conf.init, s->first + r,
+                     s->w + (size_t)r * t->conf.dim, t->conf.dim);
+    return 0;
+}
+
+static void shard_free(shard *s)
+{
+    free(s->w);
+    free(s->st);
+    free(s->steps);
+    free(s->hkeys);
+    free(s->hrow);
+    for (size_t i = 0; i < s->nchunks; i++) {
+        free(s->wc[i]);
+        if (s->stc)
+            free(s->stc[i]);
+        if (s->stepc)
+            free(s->stepc[i]);
+    }
+    free(s->wc);
+    free(s->stc);
+    free(s->stepc);
+}
+
+/* The slot hash must not reuse the bits that picked the shard, or every
+ * key of a shard would land in the same few slots. */
+static size_t slot_of(uint64_t key, size_t cap)
+{
+    return (size_t)(psw_mix64(key ^ 0x9e3779b97f4a7c15ULL) & (cap - 1));
+}
+
+static int hash_grow(shard *s)
+{
+    size_t cap = s->hcap ? 2 * s->hcap : 64;
+    uint64_t *k = malloc(cap * sizeof *k);
+    uint32_t *r = malloc(cap * sizeof *r);
+    if (!k || !r) {
+        free(k);
+        free(r);
+        return -1;
+    }
+    memset(r, 0xff, cap * sizeof *r);
+    for (size_t i = 0; i < s->hcap; i++) {
+        if (s->hrow[i] == EMPTY)
+            continue;
+        size_t j = slot_of(s->hkeys[i], cap);
+        while (r[j] != EMPTY)
+            j = (j + 1) & (cap - 1);
+        k[j] = s->hkeys[i];
+        r[j] = s->hrow[i];
+    }
+    free(s->hkeys);
+    free(s->hrow);
+    s->hkeys = k;
+    s->hrow = r;
+    s->hcap = cap;
+    return 0;
+}
+
+static int chunk_add(psd_table *t, shard *s)
+{
+    size_t n = s->nchunks + 1, rows = CHUNK_ROWS * (size_t)t->conf.dim;
+    float *w = malloc(rows * sizeof(float));
+    float *st = t->nstate ? calloc(rows * t->nstate, sizeof(float)) : NULL;
+    uint32_t *sp = t->has_step ? calloc(CHUNK_ROWS, sizeof(uint32_t)) : NULL;
+    if (!w || (t->nstate && !st) || (t->has_step && !sp))
+        goto fail;
+    /* A pointer array that grew stays valid even if a later one fails. */
+    float **wc = realloc(s->wc, n * sizeof *wc);
+    if (!wc)
+        goto fail;
+    s->wc = wc;
+    if (t->nstate) {
+        float **stc = realloc(s->stc, n * sizeof *stc);
+        if (!stc)
+            goto fail;
+        s->stc = stc;
+        stc[s->nchunks] = st;
+    }
+    if (t->has_step) {
+        uint32_t **sc = realloc(s->stepc, n * sizeof *sc);
+        if (!sc)
+            goto fail;
+        s->stepc = sc;
+        sc[s->nchunks] = sp;
+    }
+    wc[s->nchunks] = w;
+    s->nchunks = n;
+    return 0;
+fail:
+    free(w);
+    free(st);
+    free(sp);
+    return -1;
+}
+
+/* Row number of `key`, creating and initialising the row when absent.
+ * Returns EMPTY when memory runs out. */
+static uint32_t sparse_row(psd_table *t, shard *s, uint64_t key)
+{
+    if (s->hcap) {
+        size_t j = slot_of(key, s->hcap);
+        while (s->hrow[j] != EMPTY) {
+            if (s->hkeys[j] == key)
+                return s->hrow[j];
+            j = (j + 1) & (s->hcap - 1);
+        }
+    }
+    if (s->nrows >= EMPTY - 1)
+        return EMPTY;
+    /* Keep the load factor at or below 1/2: probes stay short. */
+    if ((s->nrows + 1) * 2 > s->hcap && hash_grow(s))
+        return EMPTY;
+    if (s->nrows == (uint64_t)s->nchunks * CHUNK_ROWS && chunk_add(t, s))
+        return EMPTY;
+    uint32_t row = (uint32_t)s->nrows++;
+    size_t j = slot_of(key, s->hcap);
+    while (s->hrow[j] != EMPTY)
+        j = (j + 1) & (s->hcap - 1);
+    s->hkeys[j] = key;
+    s->hrow[j] = row;
+    psd_init_row(&t->conf.init, key,
+                 s->wc[row >> CHUNK_BITS] +
+                     (size_t)(row & (CHUNK_ROWS - 1)) * t->conf.dim,
+                 t->conf.dim);
+    return row;
+}
+
+/* Pointers to a row's weights, state and step counter. */
+typedef struct rowref {
+    float *w, *st;
+    uint32_t *step;
+} rowref;
+
+static rowref dense_ref(const psd_table *t, const shard *s, uint64_t r)
+{
+    size_t i = (size_t)(r - s->first), d = t->conf.dim;
+    rowref x = { s->w + i * d, NULL, NULL };
+    if (s->st)
+        x.st = s->st + i * d * t->nstate;
+    if (s->steps)
+        x.step = s->steps + i;
+    return x;
+}
+
+static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
+{
+    size_t c = row >> CHUNK_BITS, i = row & (CHUNK_ROWS - 1),
+           d = t->conf.dim;
+    rowref x = { s->wc[c] + i * d, NULL, NULL };
+    if (s->stc)
+        x.st = s->stc[c] + i * d * t->nstate;
+    if (s->stepc)
+        x.step = s->stepc[c] + i;
+    return x;
+}
+
+/* Applies one pushed row (unaligned bytes) through the updater. */
+static void apply(psd_table *t, rowref r, const char *v)
+{
+    memcpy(t->g, v, row_bytes(t));
+    psd_update_row(&t->conf.upd, r.w, r.st, r.step, t->g, t->conf.dim);
+}
+
+/* ---- public --------------------------------------------------------- */
+
+psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
+                         int nnodes, int node, char *err, size_t errlen)
+{
+    psd_table *t = calloc(1, sizeof *t);
+    if (!t)
+        goto oom;
+    t->conf = *conf;
+    t->nshards = shards;
+    t->nnodes = nnodes;
+    t->node = node;
+    t->nstate = psd_updater_state_per_float(conf->upd.kind);
+    t->has_step = psd_updater_has_step(conf->upd.kind);
+    t->shards = calloc(shards, sizeof *t->shards);
+    t->g = malloc(row_bytes(t));
+    if (!t->shards || !t->g)
+        goto oom;
+    for (uint32_t i = 0; i < shards; i++) {
+        shard *s = &t->shards[i];
+        s->owned = psw_node_of_shard(i, nnodes) == node;
+        if (!s->owned || !conf->dense)
+            continue;
+        s->first = psw_dense_shard_start(conf->rows, shards, i);
+        s->nrows = psw_dense_shard_start(conf->rows, shards, i + 1) - s->first;
+        if (dense_alloc(t, s))
+            goto oom;
+    }
+    return t;
+oom:
+    snprintf(err, errlen, "table '%s': out of memory", conf->name);
+    psd_table_free(t);
+    return NULL;
+}
+
+void psd_table_free(psd_table *t)
+{
+    if (!t)
+        return;
+    if (t->shards)
+        for (uint32_t i = 0; i < t->nshards; i++)
+            shard_free(&t->shards[i]);
+    free(t->shards);
+    free(t->g);
+    free(t);
+}
+
+const psd_table_conf *psd_table_conf_get(const psd_table *t)
+{
+    return &t->conf;
+}
+
+void psd_table_set_params(psd_table *t, const psd_updater_params *p)
+{
+    if (p->kind == t->conf.upd.kind)
+        t->conf.upd = *p;
+}
+
+static uint32_t shard_of(const psd_table *t, uint64_t key)
+{
+    return t->conf.dense ? psw_dense_shard_of(t->conf.rows, t->nshards, key)
+                         : psw_sparse_shard_of(t->nshards, key);
+}
+
+static int not_owned(const psd_table *t, uint32_t s, int *owner, char *err,
+                     size_t errlen)
+{
+    *owner = psw_node_of_shard(s, t->nnodes);
+    snprintf(err, errlen, "shard %u of table '%s' is owned by node %d", s,
+             t->conf.name, *owner);
+    return PSW_ENOTOWNER;
+}
+
+int psd_table_check_keys(const psd_table *t, const char *keys, size_t n,
+                         int *owner, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = psw_key_at(keys, i);
+        if (t->conf.dense && k >= t->conf.rows) {
+            snprintf(err, errlen, "table '%s' has no row %llu (rows = %llu)",
+                     t->conf.name, (unsigned long long)k,
+                     (unsigned long long)t->conf.rows);
+            return PSW_EKEY;
+        }
+        uint32_t s = shard_of(t, k);
+        if (!t->shards[s].owned)
+            return not_owned(t, s, owner, err, errlen);
+    }
+    return 0;
+}
+
+int psd_table_check_range(const psd_table *t, uint64_t first, uint64_t count,
+                          int *owner, char *err, size_t errlen)
+{
+    if (!t->conf.dense) {
+        snprintf(err, errlen, "table '%s' is sparse: range requests need a "
+                 "dense table", t->conf.name);
+        return PSW_EINVAL;
+    }
+    if (count == 0 || first >= t->conf.rows || count > t->conf.rows - first) {
+        snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
+                 "(rows = %llu)", (unsigned long long)first,
+                 (unsigned long long)(first + count - 1), t->conf.name,
+                 (unsigned long long)t->conf.rows);
+        return PSW_EKEY;
+    }
+    /* Walk the shards that hold rows of the range; when a table has
+     * fewer rows than shards, the empty shards between them hold none. */
+    for (uint64_t r = first; r < first + count;) {
+        uint32_t s = shard_of(t, r);
+        if (!t->shards[s].owned)
+            return not_owned(t, s, owner, err, errlen);
+        r = psw_dense_shard_start(t->conf.rows, t->nshards, s + 1);
+    }
+    return 0;
+}
+
+/* Finds (or, for sparse tables, creates) the row of an owned key. */
+static int locate(psd_table *t, uint64_t k, rowref *r)
+{
+    shard *s = &t->shards[shard_of(t, k)];
+    if (t->conf.dense) {
+        *r = dense_ref(t, s, k);
+        return 0;
+    }
+    uint32_t row = sparse_row(t, s, k);
+    if (row == EMPTY)
+        return PSW_ENOMEM;
+    *r = sparse_ref(t, s, row);
+    return 0;
+}
+
+int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
+{
+    size_t rb = row_bytes(t);
+    for (size_t i = 0; i < n; i++) {
+        rowref r;
+        if (locate(t, psw_key_at(keys, i), &r))
+            return PSW_ENOMEM;
+        apply(t, r, vals + i * rb);
+    }
+    return 0;
+}
+
+int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out)
+{
+    size_t rb = row_bytes(t);
+    for (size_t i = 0; i < n; i++) {
+        rowref r;
+        if (locate(t, psw_key_at(keys, i), &r))
+            return PSW_ENOMEM;
+        memcpy(out + i * rb, r.w, rb);
+    }
+    return 0;
+}
+
+void psd_table_push_range(psd_table *t, uint64_t first, uint64_t count,
+                          const char *vals)
+{
+    size_t rb = row_bytes(t);
+    for (uint64_t i = 0; i < count;) {
+        shard *s = &t->shards[shard_of(t, first + i)];
+        uint64_t end = s->first + s->nrows;
+        for (; i < count && first + i < end; i++)
+            apply(t, dense_ref(t, s, first + i), vals + i * rb);
+    }
+}
+
+void psd_table_pull_range(const psd_table *t, uint64_t first, uint64_t count,
+                          char *out)
+{
+    size_t rb = row_bytes(t);
+    for (uint64_t i = 0; i < count;) {
+        const shard *s = &t->shards[shard_of(t, first + i)];
+        uint64_t end = s->first + s->nrows, m = end - (first + i);
+        if (m > count - i)
+            m = count - i;
+        /* Rows of one shard are contiguous: one copy per shard. */
+        memcpy(out + i * rb, dense_ref(t, s, first + i).w, (size_t)m * rb);
+        i += m;
+    }
+}
+
+uint64_t psd_table_rows(const psd_table *t)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < t->nshards; i++)
+        n += t->shards[i].nrows;
+    return n;
+}
+
+size_t psd_table_bytes(const psd_table *t)
+{
+    size_t b = sizeof *t + t->nshards * sizeof(shard);
+    size_t per_row = row_bytes(t) * (1 + t->nstate) +
+                     (t->has_step ? sizeof(uint32_t) : 0);
+    for (uint32_t i = 0; i < t->nshards; i++) {
+        const shard *s = &t->shards[i];
+        if (t->conf.dense)
+            b += (size_t)s->nrows * per_row;
+        else
+            b += s->nchunks * CHUNK_ROWS * per_row +
+                 s->hcap * (sizeof(uint64_t) + sizeof(uint32_t)) +
+                 s->nchunks * 3 * sizeof(void *);
+    }
+    return b;
+}

@@ -1,0 +1,54 @@
+/* A table's storage on one node: the shards this node owns, each a dense
+ * row range or a sparse hash of uint64 keys, with per-row optimizer state.
+ * Requests are checked whole (ownership, ranges) before anything changes,
+ * so a rejected request leaves no partial update behind. */
+#ifndef PSD_TABLE_H
+#define PSD_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+typedef struct psd_table psd_table;
+
+/* Creates table `conf` (copied) as node `node` of `nnodes` would hold it:
+ * only shards s with s % nnodes == node get storage. Dense rows are
+ * initialised now; sparse rows on first touch. Returns NULL with a reason
+ * in err when memory runs out. */
+psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
+                         int nnodes, int node, char *err, size_t errlen);
+void psd_table_free(psd_table *t);
+
+const psd_table_conf *psd_table_conf_get(const psd_table *t);
+
+/* Replaces the updater's hyper-parameters (a reload); the updater kind
+ * must stay the same, since optimizer state depends on it. */
+void psd_table_set_params(psd_table *t, const psd_updater_params *p);
+
+/* Checks that every key (n little-endian uint64 at `keys`, unaligned) is
+ * valid for the table and owned by this node. Returns 0, PSW_EKEY or
+ * PSW_ENOTOWNER (*owner set to the owning node) with a reason in err. */
+int psd_table_check_keys(const psd_table *t, const char *keys, size_t n,
+                         int *owner, char *err, size_t errlen);
+/* The same for dense rows first..first+count-1. */
+int psd_table_check_range(const psd_table *t, uint64_t first, uint64_t count,
+                          int *owner, char *err, size_t errlen);
+
+/* Apply a push / copy out rows, after the checks above passed. vals and
+ * out hold n * dim floats, unaligned. Sparse rows are created on first
+ * touch; that is the only failure (PSW_ENOMEM), after which rows of the
+ * keys before the failing one have been updated. */
+int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals);
+int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out);
+void psd_table_push_range(psd_table *t, uint64_t first, uint64_t count,
+                          const char *vals);
+void psd_table_pull_range(const psd_table *t, uint64_t first, uint64_t count,
+                          char *out);
+
+/* Rows held on this node, and bytes of memory they use (weights, state,
+ * index) — for stats and the memory benchmark. */
+uint64_t psd_table_rows(const psd_table *t);
+size_t psd_table_bytes(const psd_table *t);
+
+#endif

@@ -1,0 +1,39 @@
+/* Server-side updaters (how a pushed row changes a stored row) and seeded
+ * initialisers (what a row holds before its first push). Pure functions
+ * over caller-owned float arrays; no allocation. */
+#ifndef PSD_UPDATER_H
+#define PSD_UPDATER_H
+
+#include <stdint.h>
+#include "config.h"
+
+/* Floats of optimizer state kept per float of weight: sum, assign, sgd: 0;
+ * adagrad: 1 (sum of squared gradients); adam: 2 (m, v); ftrl: 2 (z, n). */
+unsigned psd_updater_state_per_float(psd_updater_kind kind);
+
+/* Whether the updater keeps a per-row step counter (adam's t). */
+int psd_updater_has_step(psd_updater_kind kind);
+
+/* Applies the pushed row g (dim floats) to weights w (dim floats).
+ * state points at dim * psd_updater_state_per_float() floats laid out as
+ * consecutive blocks of dim (adam: m then v; ftrl: z then n), zero at
+ * first; step points at the row's counter (adam only, else may be NULL).
+ * Formulas:
+ *   sum: w += g            assign: w = g            sgd: w -= lr g
+ *   adagrad: h += g^2; w -= lr g / (sqrt(h) + epsilon)
+ *   adam: t += 1; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *         w -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + epsilon)
+ *   ftrl (McMahan et al. 2013, alpha = lr):
+ *         sigma = (sqrt(n + g^2) - sqrt(n)) / alpha; z += g - sigma w;
+ *         n += g^2; w = |z| <= l1 ? 0
+ *                       : -(z - sgn(z) l1) / ((beta + sqrt(n)) / alpha + l2) */
+void psd_update_row(const psd_updater_params *p, float *w, float *state,
+                    uint32_t *step, const float *g, uint32_t dim);
+
+/* Fills w (dim floats) with the initial row of `key`: a pure function of
+ * (params, key, column), so every run and every server computes the same
+ * row. Normal values use Box-Muller over two hashed uniforms. */
+void psd_init_row(const psd_init_params *p, uint64_t key, float *w,
+                  uint32_t dim);
+
+#endif

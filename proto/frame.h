@@ -1,0 +1,129 @@
+/* Framing: a 4-byte big-endian length followed by one msgpack value.
+ * psw_reader cuts frames out of a byte stream with the length checked
+ * before anything is buffered; psw_guard bounds every msgpack count
+ * before msgpack-c sees it; psw_out builds outgoing frames as iovecs so
+ * large payloads are referenced, not copied. No sockets here. */
+#ifndef PSW_FRAME_H
+#define PSW_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <msgpack.h>
+
+#define PSW_FRAME_HDR 4
+
+/* ---- reading -------------------------------------------------------- */
+
+/* A growable receive buffer. Bytes [off, len) are received but not yet
+ * consumed; a frame returned by psw_reader_next stays valid until the
+ * next psw_reader_space call (which may move or compact the buffer). */
+typedef struct psw_reader {
+    char *buf;
+    size_t off, len, cap;
+    size_t max_frame;    /* largest accepted frame body */
+} psw_reader;
+
+void psw_reader_init(psw_reader *r, size_t max_frame);
+void psw_reader_destroy(psw_reader *r);
+
+/* Gives the free space to receive into (at least 64 KiB, or the rest of
+ * the frame being received when that is larger). Returns 0, or -1 when
+ * memory runs out. */
+int psw_reader_space(psw_reader *r, char **p, size_t *n);
+
+/* Records that n bytes were written into the space. */
+void psw_reader_commit(psw_reader *r, size_t n);
+
+/* Takes the next complete frame: returns 1 and sets *body and *len to a view
+ * into the buffer; 0 when more bytes are needed; PSW_ETOOBIG or
+ * PSW_EPROTO (empty frame) when the stream must be closed. */
+int psw_reader_next(psw_reader *r, const char **body, size_t *len);
+
+/* Bytes received and not yet consumed. */
+static inline size_t psw_reader_pending(const psw_reader *r)
+{
+    return r->len - r->off;
+}
+
+/* Bounds a msgpack value without allocating: returns the bytes the value
+ * spans in [p, p+n), 0 if incomplete, -1 if malformed, nested deeper
+ * than max_depth (at most 32), or declaring a container count larger
+ * than the bytes left (so msgpack-c's up-front allocation stays within
+ * 24x the frame size). */
+long psw_guard(const uint8_t *p, size_t n, unsigned max_depth);
+
+/* Decodes one frame body into *obj, allocating containers from zone.
+ * The body must be exactly one msgpack value that passes psw_guard.
+ * BIN payloads in *obj point into body. Returns 0 or PSW_EPROTO with a
+ * reason in err. */
+int psw_frame_decode(const char *body, size_t len, msgpack_zone *zone,
+                     msgpack_object *obj, char *err, size_t errlen);
+
+/* ---- writing -------------------------------------------------------- */
+
+/* Payloads at least this large are referenced (an iovec to the caller's
+ * memory) instead of copied into the frame buffer. */
+#define PSW_REF_MIN 4096
+
+typedef struct psw_seg {
+    size_t at;           /* offset in sb where the reference goes */
+    const void *ptr;     /* referenced bytes (not owned) */
+    size_t len;
+} psw_seg;
+
+/* Frames under construction: msgpack bytes in sb, interleaved at recorded
+ * offsets with referenced payloads. Several frames may be appended one
+ * after the other. Referenced memory must stay valid and unchanged until
+ * the bytes are written. */
+typedef struct psw_out {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    psw_seg *segs;
+    size_t nsegs, segcap;
+    size_t frame_start;  /* offset of the open frame's length, or SIZE_MAX */
+    size_t frame_ref;    /* referenced bytes inside the open frame */
+    uint32_t frame_msgs; /* messages packed into the open frame */
+    size_t total;        /* all bytes: sb plus references */
+    int oom;             /* set when an allocation failed */
+} psw_out;
+
+void psw_out_init(psw_out *o);
+void psw_out_destroy(psw_out *o);
+void psw_out_reset(psw_out *o);
+
+/* Opens a frame whose body is an array of the messages packed next (the
+ * psw_pack_* functions count them). */
+void psw_out_frame_begin(psw_out *o);
+/* Bytes of the open frame's body so far (0 when none is open). */
+size_t psw_out_frame_body(const psw_out *o);
+/* Closes the open frame, writing its length and message count. Returns
+ * its body size. */
+size_t psw_out_frame_end(psw_out *o);
+
+/* Packs a BIN of len bytes: copied when small, referenced when large. */
+void psw_out_bin(psw_out *o, const void *p, size_t len);
+
+/* Packs a BIN header of len bytes and returns where its len bytes go
+ * (inside sb, to be filled by the caller), or NULL when out of memory. */
+char *psw_out_bin_reserve(psw_out *o, size_t len);
+
+/* A position in the frame buffer, and a return to it: drops everything
+ * packed since the mark. Valid only when no payload was referenced (with
+ * psw_out_bin) after the mark. */
+static inline size_t psw_out_mark(const psw_out *o)
+{
+    return o->sb.size;
+}
+
+static inline void psw_out_rewind(psw_out *o, size_t mark)
+{
+    o->sb.size = mark;
+}
+
+/* Number of iovecs psw_out_iov needs. */
+size_t psw_out_iovcnt(const psw_out *o);
+/* Fills iov (psw_out_iovcnt entries) with the bytes to write, in order. */
+void psw_out_iov(const psw_out *o, struct iovec *iov);
+
+#endif

@@ -1,0 +1,371 @@
+/* Encoding and decoding of psd protocol messages (see msg.h and
+ * PROTOCOL.md). Decoders check every type and size they read; they never
+ * allocate except for the layout in HELLO_OK, whose counts are capped. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "msg.h"
+#include "status.h"
+
+/* ---- encoding ------------------------------------------------------- */
+
+static void pk_check(psw_out *o, int rc)
+{
+    if (rc != 0)
+        o->oom = 1;
+}
+
+static void pack_str(psw_out *o, const char *s)
+{
+    size_t n = strlen(s);
+    pk_check(o, msgpack_pack_str_with_body(&o->pk, s, n));
+}
+
+void psw_pack_hello(psw_out *o, const psw_hello *h)
+{
+    o->frame_msgs++;
+    msgpack_packer *pk = &o->pk;
+    pk_check(o, msgpack_pack_array(pk, 6));
+    pk_check(o, msgpack_pack_uint8(pk, PSW_OP_HELLO));
+    pk_check(o, msgpack_pack_uint32(pk, h->version));
+    pk_check(o, msgpack_pack_uint64(pk, h->client_id));
+    pk_check(o, msgpack_pack_uint64(pk, h->incarnation));
+    pk_check(o, msgpack_pack_int32(pk, h->worker));
+    if (h->token)
+        psw_out_bin(o, h->token, h->token_len);
+    else
+        pk_check(o, msgpack_pack_nil(pk));
+}
+
+void psw_pack_hello_ok(psw_out *o, const psw_layout *l)
+{
+    o->frame_msgs++;
+    msgpack_packer *pk = &o->pk;
+    pk_check(o, msgpack_pack_array(pk, 10));
+    pk_check(o, msgpack_pack_uint8(pk, PSW_OP_HELLO_OK));
+    pk_check(o, msgpack_pack_int32(pk, l->status));
+    pack_str(o, l->text);
+    pk_check(o, msgpack_pack_uint32(pk, l->version));
+    pk_check(o, msgpack_pack_int32(pk, l->node_index));
+    pk_check(o, msgpack_pack_uint64(pk, l->epoch));
+    pk_check(o, msgpack_pack_uint64(pk, l->max_frame));
+    pk_check(o, msgpack_pack_uint32(pk, l->shards));
+    pk_check(o, msgpack_pack_array(pk, (size_t)l->nnodes));
+    for (int i = 0; i < l->nnodes; i++)
+        pack_str(o, l->nodes[i]);
+    pk_check(o, msgpack_pack_array(pk, (size_t)l->ntables));
+    for (int i = 0; i < l->ntables; i++) {
+        const psw_table_desc *t = &l->tables[i];
+        pk_check(o, msgpack_pack_array(pk, 6));
+        pk_check(o, msgpack_pack_uint32(pk, t->id));
+        pack_str(o, t->name);
+        pk_check(o, msgpack_pack_uint8(pk, (uint8_t)(t->dense != 0)));
+        pk_check(o, msgpack_pack_uint32(pk, t->dim));
+        pk_check(o, msgpack_pack_uint64(pk, t->rows));
+        pk_check(o, msgpack_pack_uint8(pk, (uint8_t)t->consistency));
+    }
+}
+
+void psw_pack_request(psw_out *o, const psw_msg *m)
+{
+    msgpack_packer *pk = &o->pk;
+    size_t n;
+    switch (m->op) {
+    case PSW_OP_PUSH: case PSW_OP_PUSHPULL: n = 6; break;
+    case PSW_OP_PULL: n = 5; break;
+    case PSW_OP_PUSH_RANGE: n = 7; break;
+    case PSW_OP_PULL_RANGE: n = 6; break;
+    default: o->oom = 1; return;       /* a caller bug; fail the build */
+    }
+    o->frame_msgs++;
+    pk_check(o, msgpack_pack_array(pk, n));
+    pk_check(o, msgpack_pack_uint8(pk, (uint8_t)m->op));
+    pk_check(o, msgpack_pack_uint64(pk, m->ts));
+    pk_check(o, msgpack_pack_uint32(pk, m->part));
+    pk_check(o, msgpack_pack_uint32(pk, m->table));
+    switch (m->op) {
+    case PSW_OP_PUSH: case PSW_OP_PUSHPULL:
+        psw_out_bin(o, m->keys, 8 * m->nkeys);
+        psw_out_bin(o, m->vals, m->vals_len);
+        break;
+    case PSW_OP_PULL:
+        psw_out_bin(o, m->keys, 8 * m->nkeys);
+        break;
+    case PSW_OP_PUSH_RANGE:
+        pk_check(o, msgpack_pack_uint64(pk, m->first));
+        pk_check(o, msgpack_pack_uint64(pk, m->count));
+        psw_out_bin(o, m->vals, m->vals_len);
+        break;
+    case PSW_OP_PULL_RANGE:
+        pk_check(o, msgpack_pack_uint64(pk, m->first));
+        pk_check(o, msgpack_pack_uint64(pk, m->count));
+        break;
+    }
+}
+
+char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
+                     const char *text, size_t nbytes)
+{
+    msgpack_packer *pk = &o->pk;
+    char *payload = NULL;
+    o->frame_msgs++;
+    pk_check(o, msgpack_pack_array(pk, 6));
+    pk_check(o, msgpack_pack_uint8(pk, PSW_OP_REPLY));
+    pk_check(o, msgpack_pack_uint64(pk, ts));
+    pk_check(o, msgpack_pack_uint32(pk, part));
+    pk_check(o, msgpack_pack_int32(pk, status));
+    if (nbytes)
+        payload = psw_out_bin_reserve(o, nbytes);
+    else
+        pk_check(o, msgpack_pack_nil(pk));
+    /* The payload pointer stays valid: the text is packed after it is
+     * reserved only when there is no payload (errors carry no rows). */
+    if (text && !nbytes)
+        pack_str(o, text);
+    else
+        pk_check(o, msgpack_pack_nil(pk));
+    return payload;
+}
+
+/* ---- decoding ------------------------------------------------------- */
+
+#define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); \
+                       return PSW_EPROTO; } while (0)
+
+static int get_u64(const msgpack_object *o, uint64_t *v)
+{
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return -1;
+    *v = o->via.u64;
+    return 0;
+}
+
+static int get_u32(const msgpack_object *o, uint32_t *v)
+{
+    uint64_t x;
+    if (get_u64(o, &x) || x > UINT32_MAX)
+        return -1;
+    *v = (uint32_t)x;
+    return 0;
+}
+
+static int get_i32(const msgpack_object *o, int32_t *v)
+{
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT32_MAX)
+        *v = (int32_t)o->via.u64;
+    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER &&
+             o->via.i64 >= INT32_MIN)
+        *v = (int32_t)o->via.i64;
+    else
+        return -1;
+    return 0;
+}
+
+static int get_bin(const msgpack_object *o, const char **p, size_t *n)
+{
+    if (o->type != MSGPACK_OBJECT_BIN)
+        return -1;
+    *p = o->via.bin.ptr;
+    *n = o->via.bin.size;
+    return 0;
+}
+
+/* Copies a STR into a fixed buffer; refuses empty or overlong strings. */
+static int get_name(const msgpack_object *o, char *dst, size_t cap)
+{
+    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 ||
+        o->via.str.size >= cap)
+        return -1;
+    memcpy(dst, o->via.str.ptr, o->via.str.size);
+    dst[o->via.str.size] = '\0';
+    return 0;
+}
+
+int psw_frame_messages(const msgpack_object *frame, uint32_t max,
+                       const msgpack_object **msgs, char *err, size_t errlen)
+{
+    if (frame->type != MSGPACK_OBJECT_ARRAY)
+        FAIL("frame is not an array of messages");
+    uint32_t n = frame->via.array.size;
+    if (n == 0 || n > max)
+        FAIL("frame holds %u messages (1..%u allowed)", n, max);
+    *msgs = frame->via.array.ptr;
+    return (int)n;
+}
+
+/* The first element of a message array: its op. */
+static int msg_op(const msgpack_object *o, uint32_t min_len, char *err,
+                  size_t errlen, uint32_t *op)
+{
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size < 1)
+        FAIL("message is not an array");
+    if (get_u32(&o->via.array.ptr[0], op))
+        FAIL("message op is not an unsigned integer");
+    if (o->via.array.size < min_len)
+        FAIL("message op %u has %u fields", *op, o->via.array.size);
+    return 0;
+}
+
+int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
+                   size_t errlen)
+{
+    uint32_t op;
+    if (msg_op(o, 1, err, errlen, &op))
+        return PSW_EPROTO;
+    memset(m, 0, sizeof *m);
+    m->op = (int)op;
+    const msgpack_object *f = o->via.array.ptr;
+    uint32_t nf = o->via.array.size, want;
+    switch (op) {
+    case PSW_OP_PUSH: case PSW_OP_PUSHPULL: want = 6; break;
+    case PSW_OP_PULL: case PSW_OP_PULL_RANGE: want = op == PSW_OP_PULL ? 5 : 6;
+        break;
+    case PSW_OP_PUSH_RANGE: want = 7; break;
+    case PSW_OP_REPLY: want = 6; break;
+    default: FAIL("unknown op %u", op);
+    }
+    if (nf != want)
+        FAIL("op %u needs %u fields, got %u", op, want, nf);
+    if (get_u64(&f[1], &m->ts) || get_u32(&f[2], &m->part))
+        FAIL("op %u: bad timestamp or part", op);
+    if (op == PSW_OP_REPLY) {
+        int32_t st;
+        if (get_i32(&f[3], &st) || st > 0)
+            FAIL("reply: bad status");
+        m->status = st;
+        if (f[4].type != MSGPACK_OBJECT_NIL &&
+            get_bin(&f[4], &m->vals, &m->vals_len))
+            FAIL("reply: payload is not BIN");
+        if (f[5].type == MSGPACK_OBJECT_STR) {
+            m->text = f[5].via.str.ptr;
+            m->text_len = f[5].via.str.size;
+        } else if (f[5].type != MSGPACK_OBJECT_NIL)
+            FAIL("reply: text is not STR");
+        return 0;
+    }
+    if (get_u32(&f[3], &m->table))
+        FAIL("op %u: bad table id", op);
+    if (op == PSW_OP_PUSH_RANGE || op == PSW_OP_PULL_RANGE) {
+        if (get_u64(&f[4], &m->first) || get_u64(&f[5], &m->count))
+            FAIL("op %u: bad range", op);
+        if (op == PSW_OP_PUSH_RANGE && get_bin(&f[6], &m->vals, &m->vals_len))
+            FAIL("op %u: values are not BIN", op);
+    } else {
+        size_t klen;
+        if (get_bin(&f[4], &m->keys, &klen) || klen % 8)
+            FAIL("op %u: keys are not a BIN of uint64", op);
+        m->nkeys = klen / 8;
+        if (op != PSW_OP_PULL && get_bin(&f[5], &m->vals, &m->vals_len))
+            FAIL("op %u: values are not BIN", op);
+    }
+    if (m->vals_len % 4)
+        FAIL("op %u: values are not a BIN of float32", op);
+    return 0;
+}
+
+int psw_hello_decode(const msgpack_object *o, psw_hello *h, char *err,
+                     size_t errlen)
+{
+    uint32_t op;
+    if (msg_op(o, 1, err, errlen, &op))
+        return PSW_EPROTO;
+    if (op != PSW_OP_HELLO)
+        FAIL("expected HELLO, got op %u", op);
+    if (o->via.array.size != 6)
+        FAIL("HELLO needs 6 fields, got %u", o->via.array.size);
+    const msgpack_object *f = o->via.array.ptr;
+    memset(h, 0, sizeof *h);
+    if (get_u32(&f[1], &h->version) || get_u64(&f[2], &h->client_id) ||
+        get_u64(&f[3], &h->incarnation) || get_i32(&f[4], &h->worker))
+        FAIL("HELLO: bad field");
+    if (f[5].type != MSGPACK_OBJECT_NIL) {
+        if (get_bin(&f[5], &h->token, &h->token_len) ||
+            h->token_len > PSW_TOKEN_MAX)
+            FAIL("HELLO: bad token");
+    }
+    return 0;
+}
+
+void psw_layout_free(psw_layout *l)
+{
+    free(l->nodes);
+    free(l->tables);
+    l->nodes = NULL;
+    l->tables = NULL;
+    l->nnodes = l->ntables = 0;
+}
+
+int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
+                        size_t errlen)
+{
+    uint32_t op, u;
+    int32_t st, idx;
+    memset(l, 0, sizeof *l);
+    if (msg_op(o, 1, err, errlen, &op))
+        return PSW_EPROTO;
+    if (op != PSW_OP_HELLO_OK || o->via.array.size != 10)
+        FAIL("expected HELLO_OK with 10 fields");
+    const msgpack_object *f = o->via.array.ptr;
+    if (get_i32(&f[1], &st) || st > 0 || f[2].type != MSGPACK_OBJECT_STR)
+        FAIL("HELLO_OK: bad status");
+    l->status = st;
+    size_t tl = f[2].via.str.size < PSW_TEXT_MAX ? f[2].via.str.size
+                                                 : PSW_TEXT_MAX - 1;
+    if (tl)                              /* an empty STR has no pointer */
+        memcpy(l->text, f[2].via.str.ptr, tl);
+    l->text[tl] = '\0';
+    if (get_u32(&f[3], &l->version) || get_i32(&f[4], &idx) ||
+        get_u64(&f[5], &l->epoch) || get_u64(&f[6], &l->max_frame) ||
+        get_u32(&f[7], &l->shards))
+        FAIL("HELLO_OK: bad header field");
+    l->node_index = idx;
+    if (st != PSW_OK)
+        return 0;                        /* refused: no layout follows */
+    if (f[8].type != MSGPACK_OBJECT_ARRAY || f[9].type != MSGPACK_OBJECT_ARRAY)
+        FAIL("HELLO_OK: nodes or tables is not an array");
+    u = f[8].via.array.size;
+    if (u == 0 || u > PSW_MAX_NODES || l->shards == 0 || l->shards > 65535)
+        FAIL("HELLO_OK: %u nodes, %u shards", u, l->shards);
+    if (idx < 0 || (uint32_t)idx >= u)
+        FAIL("HELLO_OK: node index %d of %u", idx, u);
+    l->nodes = calloc(u, sizeof *l->nodes);
+    if (!l->nodes)
+        FAIL("out of memory");
+    l->nnodes = (int)u;
+    for (uint32_t i = 0; i < u; i++)
+        if (get_name(&f[8].via.array.ptr[i], l->nodes[i], PSW_ADDR_MAX)) {
+            psw_layout_free(l);
+            FAIL("HELLO_OK: bad node address %u", i);
+        }
+    u = f[9].via.array.size;
+    if (u > PSW_MAX_TABLES) {
+        psw_layout_free(l);
+        FAIL("HELLO_OK: %u tables", u);
+    }
+    l->tables = calloc(u ? u : 1, sizeof *l->tables);
+    if (!l->tables) {
+        psw_layout_free(l);
+        FAIL("out of memory");
+    }
+    l->ntables = (int)u;
+    for (uint32_t i = 0; i < u; i++) {
+        const msgpack_object *t = &f[9].via.array.ptr[i];
+        psw_table_desc *d = &l->tables[i];
+        uint32_t dense, cons;
+        if (t->type != MSGPACK_OBJECT_ARRAY || t->via.array.size != 6 ||
+            get_u32(&t->via.array.ptr[0], &d->id) ||
+            get_name(&t->via.array.ptr[1], d->name, sizeof d->name) ||
+            get_u32(&t->via.array.ptr[2], &dense) ||
+            get_u32(&t->via.array.ptr[3], &d->dim) ||
+            get_u64(&t->via.array.ptr[4], &d->rows) ||
+            get_u32(&t->via.array.ptr[5], &cons) || d->dim == 0 ||
+            cons > 2 || (dense && d->rows == 0)) {
+            psw_layout_free(l);
+            FAIL("HELLO_OK: bad table %u", i);
+        }
+        d->dense = dense != 0;
+        d->consistency = (int)cons;
+    }
+    return 0;
+}

@@ -1,0 +1,126 @@
+/* Messages of the psd wire protocol (see PROTOCOL.md): encoding into a
+ * psw_out and decoding from a msgpack object into views. Decoding never
+ * copies key or float payloads: psw_msg points into the frame. */
+#ifndef PSW_MSG_H
+#define PSW_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <msgpack.h>
+
+#include "frame.h"
+
+#define PSW_VERSION 1
+
+enum psw_op {
+    PSW_OP_HELLO = 1,
+    PSW_OP_HELLO_OK = 2,
+    PSW_OP_PUSH = 10,
+    PSW_OP_PULL = 11,
+    PSW_OP_PUSHPULL = 12,
+    PSW_OP_PUSH_RANGE = 13,
+    PSW_OP_PULL_RANGE = 14,
+    PSW_OP_REPLY = 20
+};
+
+/* Limits that keep a hostile or buggy peer from making us allocate. */
+#define PSW_MAX_NODES 4096
+#define PSW_MAX_TABLES 4096
+#define PSW_NAME_MAX 64
+#define PSW_ADDR_MAX 72
+#define PSW_TOKEN_MAX 256
+#define PSW_TEXT_MAX 512
+
+/* One request or reply. Which fields are set depends on op. keys and
+ * vals are views into the frame: unaligned, little-endian. */
+typedef struct psw_msg {
+    int op;
+    uint64_t ts;           /* the client's request timestamp */
+    uint32_t part;         /* piece of the request on this node */
+    uint32_t table;
+    const char *keys;      /* nkeys little-endian uint64 */
+    size_t nkeys;
+    const char *vals;      /* vals_len bytes of little-endian float32 */
+    size_t vals_len;
+    uint64_t first, count; /* range ops */
+    int status;            /* replies: PSW_OK or a PSW_E* code */
+    const char *text;      /* replies: error detail, text_len bytes */
+    size_t text_len;
+} psw_msg;
+
+typedef struct psw_hello {
+    uint32_t version;
+    uint64_t client_id;
+    uint64_t incarnation;
+    int32_t worker;        /* -1: not a worker */
+    const char *token;     /* view, token_len bytes; NULL: none */
+    size_t token_len;
+} psw_hello;
+
+typedef struct psw_table_desc {
+    uint32_t id;
+    char name[PSW_NAME_MAX];
+    int dense;
+    uint32_t dim;
+    uint64_t rows;         /* dense only */
+    int consistency;       /* 0 async, 1 bsp, 2 ssp */
+} psw_table_desc;
+
+/* The cluster layout a server sends in HELLO_OK. */
+typedef struct psw_layout {
+    int status;            /* PSW_OK, or why the HELLO was refused */
+    char text[PSW_TEXT_MAX];
+    uint32_t version;
+    int node_index;        /* which node answered */
+    uint64_t epoch;        /* layout epoch */
+    uint64_t max_frame;
+    uint32_t shards;
+    int nnodes;
+    char (*nodes)[PSW_ADDR_MAX];   /* "host:port", owned */
+    int ntables;
+    psw_table_desc *tables;        /* owned */
+} psw_layout;
+
+void psw_layout_free(psw_layout *l);
+
+/* ---- encoding (each packs one message into the open frame) ----------- */
+void psw_pack_hello(psw_out *o, const psw_hello *h);
+void psw_pack_hello_ok(psw_out *o, const psw_layout *l);
+/* Requests: keys and vals are referenced or copied per psw_out_bin. */
+void psw_pack_request(psw_out *o, const psw_msg *m);
+/* A reply with `nbytes` of payload: returns where to write the payload
+ * (NULL when nbytes is 0 or memory ran out; check o->oom). The pointer is
+ * valid until the next call on o; text may be NULL. */
+char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
+                     const char *text, size_t nbytes);
+
+/* ---- decoding ------------------------------------------------------- */
+
+/* Checks that a frame body is an array of 1..max messages and returns
+ * their count, or PSW_EPROTO with a reason. */
+int psw_frame_messages(const msgpack_object *frame, uint32_t max,
+                       const msgpack_object **msgs, char *err, size_t errlen);
+
+/* Decodes a request or reply message. Returns 0 or PSW_EPROTO. */
+int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
+                   size_t errlen);
+int psw_hello_decode(const msgpack_object *o, psw_hello *h, char *err,
+                     size_t errlen);
+/* Allocates l->nodes and l->tables; free with psw_layout_free. */
+int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
+                        size_t errlen);
+
+/* Little-endian loads from unaligned wire bytes. */
+static inline uint64_t psw_key_at(const char *keys, size_t i)
+{
+    uint64_t k;
+    memcpy(&k, keys + 8 * i, 8);
+    return k;
+}
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "psd assumes a little-endian host (keys and floats travel little-endian)"
+#endif
+
+#endif

@@ -1,0 +1,27 @@
+/* Status codes shared by the wire protocol, the daemon and the client.
+ * The numeric values travel on the wire in every reply and are the same
+ * values libpsclient exposes as PS_E* (client.c checks that at compile time). */
+#ifndef PSW_STATUS_H
+#define PSW_STATUS_H
+
+enum {
+    PSW_OK = 0,
+    PSW_EINVAL = -1,     /* bad argument or request shape */
+    PSW_ENOMEM = -2,     /* out of memory */
+    PSW_ECONN = -3,      /* connection failed or lost */
+    PSW_ETIMEDOUT = -4,  /* no answer within the bounded time */
+    PSW_EPROTO = -5,     /* malformed frame or message */
+    PSW_EAUTH = -6,      /* authentication failed or required */
+    PSW_ENOTABLE = -7,   /* unknown table */
+    PSW_EKEY = -8,       /* key or row out of range */
+    PSW_ETOOBIG = -9,    /* frame or request above a limit */
+    PSW_ECLOSED = -10,   /* client or server is shutting down */
+    PSW_ESERVER = -11,   /* server-side failure */
+    PSW_ENOTOWNER = -12, /* the shard lives on another node */
+    PSW_ESTATUS_MIN = -12
+};
+
+/* Returns a static English description of a status code. */
+const char *psw_strerror(int code);
+
+#endif

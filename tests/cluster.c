@@ -1,0 +1,227 @@
+/* Starting and stopping real psd processes for end-to-end tests. */
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster.h"
+
+/* A port the kernel just handed out: free now, and unlikely to be handed
+ * out again within the second it takes psd to bind it. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    socklen_t len = sizeof a;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(fd, (struct sockaddr *)&a, &len)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int port_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static pid_t start_node(const test_cluster *c, int i)
+{
+    const char *psd = getenv("PSD_BIN");
+    char log[400], node[16];
+    snprintf(log, sizeof log, "%s/node%d.log", c->dir, i);
+    snprintf(node, sizeof node, "%d", i);
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, 2);
+        dup2(fd, 1);
+        close(fd);
+    }
+    execl(psd ? psd : "build/psd", "psd", "-c", c->ini, "-n", node,
+          (char *)NULL);
+    fprintf(stderr, "exec psd: %s\n", strerror(errno));
+    _exit(127);
+}
+
+int cluster_start(test_cluster *c, int nodes, int shards, const char *extra)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->dir, sizeof c->dir, "/tmp/psd-test-XXXXXX");
+    if (!mkdtemp(c->dir)) {
+        perror("mkdtemp");
+        return -1;
+    }
+    snprintf(c->ini, sizeof c->ini, "%s/cluster.ini", c->dir);
+    FILE *f = fopen(c->ini, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "[cluster]\nnodes = ");
+    size_t at = 0;
+    for (int i = 0; i < nodes; i++) {
+        c->port[i] = free_port();
+        fprintf(f, "%s127.0.0.1:%d", i ? ", " : "", c->port[i]);
+        at += (size_t)snprintf(c->spec + at, sizeof c->spec - at, "%s127.0.0.1:%d",
+                               i ? "," : "", c->port[i]);
+    }
+    fprintf(f, "\nshards = %d\nworkers = 4\n\n%s\n", shards, extra);
+    fclose(f);
+    c->n = nodes;
+    for (int i = 0; i < nodes; i++)
+        c->pid[i] = start_node(c, i);
+    for (int i = 0; i < nodes; i++) {
+        int up = 0;
+        for (int t = 0; t < 500 && !up; t++) {
+            if (!cluster_alive(c, i))
+                break;
+            up = port_open(c->port[i]);
+            if (!up)
+                sleep_ms(10);
+        }
+        if (!up) {
+            char *log = cluster_log(c, i);
+            fprintf(stderr, "psd node %d did not come up; its log:\n%s\n", i,
+                    log ? log : "");
+            free(log);
+            cluster_stop(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int cluster_alive(test_cluster *c, int i)
+{
+    if (c->pid[i] <= 0)
+        return 0;
+    int st;
+    pid_t r = waitpid(c->pid[i], &st, WNOHANG);
+    if (r == c->pid[i]) {
+        c->pid[i] = -1;
+        return 0;
+    }
+    return 1;
+}
+
+void cluster_kill(test_cluster *c, int i, int sig)
+{
+    if (c->pid[i] > 0) {
+        kill(c->pid[i], sig);
+        waitpid(c->pid[i], NULL, 0);
+        c->pid[i] = -1;
+    }
+}
+
+int cluster_stop(test_cluster *c)
+{
+    int bad = 0;
+    for (int i = 0; i < c->n; i++)
+        if (c->pid[i] > 0)
+            kill(c->pid[i], SIGTERM);
+    for (int i = 0; i < c->n; i++) {
+        if (c->pid[i] <= 0)
+            continue;
+        int st = 0, t;
+        for (t = 0; t < 1000; t++) {
+            if (waitpid(c->pid[i], &st, WNOHANG) == c->pid[i])
+                break;
+            sleep_ms(10);
+        }
+        if (t == 1000) {
+            fprintf(stderr, "psd node %d ignored SIGTERM for 10 s\n", i);
+            kill(c->pid[i], SIGKILL);
+            waitpid(c->pid[i], &st, 0);
+            bad = 1;
+        } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            char *log = cluster_log(c, i);
+            fprintf(stderr, "psd node %d exited badly (status %d); its log:\n"
+                    "%s\n", i, st, log ? log : "");
+            free(log);
+            bad = 1;
+        }
+        c->pid[i] = -1;
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->dir);
+    if (c->dir[0] && system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", c->dir);
+    return bad ? -1 : 0;
+}
+
+char *cluster_log(const test_cluster *c, int i)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/node%d.log", c->dir, i);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    size_t k;
+    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n == cap) {
+            char *nb = realloc(buf, 2 * cap + 1);
+            if (!nb)
+                break;
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+pid_t spawn(int (*fn)(void *), void *arg)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        _exit(fn(arg));
+    }
+    return pid;
+}
+
+int reap(pid_t pid)
+{
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        return -1;
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    return 128 + WTERMSIG(st);
+}

@@ -1,0 +1,46 @@
+/* Test helper: starts real psd processes on free loopback ports from a
+ * generated ini file, and stops them. Every process started is killed
+ * when the test process dies (PR_SET_PDEATHSIG), so a failing or crashing
+ * test leaves nothing running. */
+#ifndef TEST_CLUSTER_H
+#define TEST_CLUSTER_H
+
+#include <sys/types.h>
+
+#define CLUSTER_MAX 8
+
+typedef struct test_cluster {
+    int n;
+    pid_t pid[CLUSTER_MAX];
+    int port[CLUSTER_MAX];
+    char dir[256];               /* temp dir: ini file and logs */
+    char ini[300];
+    char spec[256];              /* "127.0.0.1:p0,127.0.0.1:p1" */
+} test_cluster;
+
+/* Writes an ini with `nodes` nodes on free ports, `shards` shards and
+ * the given extra text (tables, [server] settings), starts every node and
+ * waits until each accepts connections. Returns 0, or -1 after printing
+ * why (and stopping whatever started). */
+int cluster_start(test_cluster *c, int nodes, int shards, const char *extra);
+
+/* Sends SIGTERM to every node and waits (up to 10 s, then SIGKILL).
+ * Returns 0 if every node exited with status 0. Removes the temp dir. */
+int cluster_stop(test_cluster *c);
+
+/* Kills node i with the given signal and reaps it. */
+void cluster_kill(test_cluster *c, int i, int sig);
+
+/* Whether node i is still running. */
+int cluster_alive(test_cluster *c, int i);
+
+/* Returns the contents of node i's log (malloc'd, caller frees). */
+char *cluster_log(const test_cluster *c, int i);
+
+/* Forks a child that runs fn(arg) and exits with its return value; the
+ * child dies with the test process. Returns its pid. */
+pid_t spawn(int (*fn)(void *), void *arg);
+/* Waits for pid; returns its exit status, or 128+signal. */
+int reap(pid_t pid);
+
+#endif

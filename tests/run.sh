@@ -1,0 +1,38 @@
+#!/bin/sh
+# Runs every test program of the suite and prints one grand total, since
+# cmocka prints a summary per group only. Each program reports in TAP
+# (CMOCKA_MESSAGE_OUTPUT=TAP); a program that exits non-zero without a
+# failing test line (a crash, a sanitizer report) counts as one failure.
+# Usage: tests/run.sh BUILD_DIR
+BUILD=${1:?usage: tests/run.sh BUILD_DIR}
+PSD_BIN=$(cd "$BUILD" && pwd)/psd
+PSD_SRC_DIR=$(cd "$(dirname "$0")/.." && pwd)
+export PSD_BIN PSD_SRC_DIR
+export CMOCKA_MESSAGE_OUTPUT=TAP
+# A hostile-input test makes msgpack-c ask for huge blocks on purpose in
+# the sanitizer build; let malloc fail instead of aborting.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-allocator_may_return_null=1:detect_leaks=1}
+
+passed=0
+failed=0
+here=$(dirname "$0")
+for t in test_frame test_config test_updater test_table test_slice test_e2e \
+         test_install.sh; do
+    echo "# ---- $t"
+    case $t in
+    *.sh) out=$(sh "$here/$t" "$BUILD" 2>&1) ;;
+    *) out=$("$BUILD/$t" 2>&1) ;;
+    esac
+    rc=$?
+    printf '%s\n' "$out"
+    p=$(printf '%s\n' "$out" | grep -c '^ok ')
+    f=$(printf '%s\n' "$out" | grep -c '^not ok ')
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "not ok - $t exited with status $rc"
+        f=1
+    fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,965 @@
+/* Unit tests of daemon/config.c: valid files give the right values and
+ * defaults; every class of error gives "PATH:LINE: reason" with the right
+ * line; the files in conf/ parse. Runs with cmocka; no network. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../daemon/config.h"
+
+#define ERRLEN 512
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Writes n bytes of text to a new file under /tmp; its name goes to path
+ * (PATH_LEN bytes). The caller unlinks it. */
+#define PATH_LEN 64
+static void write_temp(char *path, const char *text, size_t n)
+{
+    snprintf(path, PATH_LEN, "/tmp/psd-test-config-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        fail_msg("mkstemp(%s) failed", path);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Loads text (n bytes) through a temporary file, removed before return.
+ * The file's name stays in path for checking error prefixes. */
+static int load_bytes(const char *text, size_t n, psd_config *c, char *path,
+                      char *err)
+{
+    write_temp(path, text, n);
+    int rc = psd_config_load(c, path, err, ERRLEN);
+    unlink(path);
+    return rc;
+}
+
+static int load_text(const char *text, psd_config *c, char *path, char *err)
+{
+    return load_bytes(text, strlen(text), c, path, err);
+}
+
+/* Loads text that must be valid; fails the test with the error if not. */
+static void load_ok(const char *text, psd_config *c)
+{
+    char path[PATH_LEN], err[ERRLEN];
+    if (load_text(text, c, path, err) != 0)
+        fail_msg("got error \"%s\", want success for:\n%s", err, text);
+}
+
+/* Path of a file of the source tree: $PSD_SRC_DIR/rel, else ./rel. */
+static void src_path(char *buf, size_t len, const char *rel)
+{
+    const char *dir = getenv("PSD_SRC_DIR");
+    snprintf(buf, len, "%s/%s", dir && *dir ? dir : ".", rel);
+}
+
+static void assert_float_eq(float got, float want, const char *what)
+{
+    if (got != want)
+        fail_msg("%s: got %.9g, want %.9g", what, (double)got, (double)want);
+}
+
+/* An error case: the text, the line the error must name (0: none) and a
+ * phrase the message must contain after "PATH:LINE: " (or the whole rest
+ * of the message when exact). */
+typedef struct error_case {
+    const char *name;
+    const char *text;
+    size_t len;                 /* 0: strlen(text) */
+    int line;
+    const char *phrase;
+    int exact;
+} error_case;
+
+/* Checks that loading c->text fails with c's line and phrase, and that the
+ * config is left empty. */
+static void run_error_case(void **state)
+{
+    const error_case *ec = *state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN], want[PATH_LEN + 16];
+    size_t n = ec->len ? ec->len : strlen(ec->text);
+    int rc = load_bytes(ec->text, n, &c, path, err);
+    if (rc != -1)
+        fail_msg("got rc %d, want -1 (\"%s\") for:\n%s", rc, ec->phrase,
+                 ec->text);
+    if (ec->line > 0)
+        snprintf(want, sizeof want, "%s:%d: ", path, ec->line);
+    else
+        snprintf(want, sizeof want, "%s: ", path);
+    size_t wl = strlen(want);
+    if (strncmp(err, want, wl) != 0)
+        fail_msg("got \"%s\", want prefix \"%s\" for:\n%s", err, want,
+                 ec->text);
+    const char *rest = err + wl;
+    if (ec->exact ? strcmp(rest, ec->phrase) != 0
+                  : strstr(rest, ec->phrase) == NULL)
+        fail_msg("got \"%s\", want %s \"%s\" for:\n%s", rest,
+                 ec->exact ? "exactly" : "a message containing",
+                 ec->phrase, ec->text);
+    assert_null(c.nodes);
+    assert_null(c.tables);
+    assert_int_equal(c.nnodes, 0);
+    assert_int_equal(c.ntables, 0);
+    psd_config_destroy(&c);
+}
+
+/* Lines 1-2 of most cases. */
+#define CLUSTER "[cluster]\nnodes = 127.0.0.1:7070\n"
+/* Lines 1-2, then [table.emb] on line 3 and dim on line 4. */
+#define EMB CLUSTER "[table.emb]\ndim = 4\n"
+
+/* DESIGN.md section 5, verbatim (hence the long lines) up to its
+ * consistency line (line 22). */
+#define DESIGN_HEAD \
+    "[cluster]\n" \
+    "nodes   = 127.0.0.1:7070, 127.0.0.1:7071   ; node i listens on the i-th address\n" \
+    "shards  = 16                               ; shards per table\n" \
+    "workers = 4                                ; workers that bsp/ssp tables wait for\n" \
+    "\n" \
+    "[server]\n" \
+    "data_dir          = /var/lib/psd           ; snapshots (and logs) of this node\n" \
+    "snapshot_interval = 300                    ; seconds; 0 = only on SIGTERM or on request\n" \
+    "durability        = snapshot               ; snapshot | log (append log of applied pushes)\n" \
+    "fsync             = everysec               ; log only: always | everysec | no\n" \
+    "auth_token        =                        ; empty: no auth, only loopback addresses allowed\n" \
+    "max_frame         = 64M\n" \
+    "log_level         = info\n" \
+    "\n" \
+    "[table.emb]\n" \
+    "kind        = sparse                       ; dense needs rows = N\n" \
+    "dim         = 16\n" \
+    "updater     = adagrad                      ; sum | assign | sgd | adagrad | adam | ftrl\n" \
+    "lr          = 0.05\n" \
+    "init        = uniform -0.01 0.01           ; zeros | constant V | uniform LO HI | normal MEAN STD\n" \
+    "seed        = 7\n"
+#define DESIGN_STALENESS \
+    "staleness   = 2                            ; ssp only\n"
+
+/* 250 bytes of 'x'. */
+#define X50 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+#define X250 X50 X50 X50 X50 X50
+/* 63 and 64 characters. */
+#define NAME63 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+#define NAME64 NAME63 "-"
+/* 130 bytes. */
+#define A65 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define A130 A65 A65
+
+#define NUL_TEXT CLUSTER "[server]\nlog_level = in\0fo\n"
+
+static const error_case error_cases[] = {
+    /* structure */
+    { "unknown_section_is_refused_at_its_header",
+      CLUSTER "[clutser]\nshards = 4\n", 0, 3,
+      "unknown section [clutser]", 0 },
+    { "unknown_key_in_server_names_section_and_key",
+      CLUSTER "[server]\nmax_frames = 1M\n", 0, 4,
+      "[server] max_frames: unknown key", 1 },
+    { "unknown_key_in_a_table_names_the_table",
+      EMB "learning_rate = 0.1\n", 0, 5,
+      "[table.emb] learning_rate: unknown key", 1 },
+    { "unknown_key_is_case_sensitive",
+      EMB "LR = 0.1\n", 0, 5, "[table.emb] LR: unknown key", 1 },
+    { "duplicate_key_is_refused_at_its_second_line",
+      EMB "lr = 0.1\ndim = 8\n", 0, 6,
+      "[table.emb] dim: duplicate key (first at line 4)", 1 },
+    { "duplicate_key_in_cluster_is_refused",
+      CLUSTER "nodes = 127.0.0.1:7071\n", 0, 3,
+      "[cluster] nodes: duplicate key (first at line 2)", 1 },
+    { "duplicate_table_section_is_refused",
+      EMB "[table.emb]\ndim = 8\n", 0, 5,
+      "duplicate section [table.emb] (first at line 3)", 1 },
+    { "duplicate_cluster_section_is_refused",
+      CLUSTER "[server]\n[cluster]\nshards = 4\n", 0, 4,
+      "duplicate section [cluster] (first at line 1)", 1 },
+    { "key_outside_any_section_is_refused",
+      "nodes = 127.0.0.1:7070\n[cluster]\n", 0, 1,
+      "key \"nodes\" outside any section", 1 },
+    { "line_without_equals_is_refused",
+      CLUSTER "[server]\nlog_level\n", 0, 4,
+      "expected \"key = value\" or \"[section]\", got \"log_level\"", 1 },
+    { "section_header_without_bracket_is_refused",
+      CLUSTER "[server\n", 0, 3, "expected \"]\"", 0 },
+    { "text_after_section_header_is_refused",
+      CLUSTER "[server] # comment\n", 0, 3,
+      "unexpected text after the section header: \"# comment\"", 1 },
+    { "nul_byte_is_refused_with_its_line",
+      NUL_TEXT, sizeof NUL_TEXT - 1, 4,
+      "unexpected NUL byte", 1 },
+    /* line length */
+    { "overlong_comment_line_is_refused_with_its_line_number",
+      CLUSTER "[server]\n; " X250 "\nlog_level = info\n", 0, 4,
+      "line too long (max ", 0 },
+    { "overlong_line_is_not_split_into_a_second_key",
+      EMB "lr = 0.1" X250 "seed=5\n", 0, 5, "line too long (max ", 0 },
+    /* comments and continuation lines */
+    { "hash_after_a_value_is_not_a_comment",
+      CLUSTER "[table.emb]\ndim = 16 # not a comment\n", 0, 4,
+      "[table.emb] dim: expected an integer 1..65536, "
+      "got \"16 # not a comment\"", 1 },
+    { "semicolon_without_space_before_it_is_part_of_the_value",
+      CLUSTER "[table.emb]\ndim = 16;x\n", 0, 4, "got \"16;x\"", 0 },
+    { "continued_scalar_is_refused_naming_both_lines",
+      EMB "lr = 0.1\n  0.2\n", 0, 5,
+      "[table.emb] lr: expected a number > 0, got \"0.1 0.2\" "
+      "(continued on line 6)", 1 },
+    { "indented_key_continues_the_value_above_and_is_refused",
+      EMB "  lr = 0.1\n", 0, 4,
+      "[table.emb] dim: expected an integer 1..65536, got \"4 lr = 0.1\" "
+      "(continued on line 5)", 1 },
+    /* [cluster] */
+    { "missing_nodes_is_reported_at_the_cluster_header",
+      "[server]\nlog_level = info\n[cluster]\nshards = 4\n", 0, 3,
+      "[cluster] nodes: required key missing", 1 },
+    { "missing_cluster_section_is_reported_without_a_line",
+      "[server]\nlog_level = info\n", 0, 0,
+      "[cluster] nodes: required key missing", 0 },
+    { "empty_file_is_refused_for_missing_nodes",
+      "", 0, 0, "[cluster] nodes: required key missing", 0 },
+    { "duplicate_node_is_refused",
+      "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071, 127.0.0.1:7070\n",
+      0, 2, "[cluster] nodes: duplicate node \"127.0.0.1:7070\" "
+      "(entries 1 and 3)", 1 },
+    { "duplicate_ipv6_node_spelled_differently_is_refused",
+      "[cluster]\nnodes = [::1]:7070, [0:0::1]:7070\n", 0, 2,
+      "duplicate node \"[0:0::1]:7070\" (entries 1 and 2)", 0 },
+    { "host_name_node_is_refused",
+      "[cluster]\nnodes = localhost:7070\n", 0, 2,
+      "[cluster] nodes: expected a numeric IPv4 address", 0 },
+    { "node_port_zero_is_refused",
+      "[cluster]\nnodes = 127.0.0.1:0\n", 0, 2,
+      "expected a port 1..65535, got \"127.0.0.1:0\"", 0 },
+    { "node_port_above_65535_is_refused",
+      "[cluster]\nnodes = 127.0.0.1:65536\n", 0, 2,
+      "expected a port 1..65535", 0 },
+    { "node_without_port_is_refused",
+      "[cluster]\nnodes = 127.0.0.1\n", 0, 2,
+      "expected IPv4:port or [IPv6]:port", 0 },
+    { "bare_ipv6_node_needs_brackets",
+      "[cluster]\nnodes = ::1:7070\n", 0, 2,
+      "expected IPv4:port or [IPv6]:port, got \"::1:7070\"", 0 },
+    { "bad_ipv6_address_is_refused",
+      "[cluster]\nnodes = [::g]:7070\n", 0, 2,
+      "expected a numeric IPv6 address", 0 },
+    { "empty_node_entry_is_refused",
+      "[cluster]\nnodes = 127.0.0.1:7070,\n", 0, 2,
+      "[cluster] nodes: entry 2 is empty, in \"127.0.0.1:7070,\"", 1 },
+    { "missing_key_before_equals_is_refused",
+      EMB "= 5\n", 0, 5, "missing key before \"=\"", 1 },
+    { "indented_section_header_continues_the_value_above",
+      CLUSTER "  [table.t]\n", 0, 2,
+      "(continued on line 3)", 0 },
+    { "empty_nodes_is_refused",
+      "[cluster]\nnodes =\n", 0, 2,
+      "[cluster] nodes: expected a comma-separated list", 0 },
+    { "zero_shards_is_refused",
+      CLUSTER "shards = 0\n", 0, 3,
+      "[cluster] shards: expected an integer 1..65535, got \"0\"", 1 },
+    { "shards_above_65535_is_refused",
+      CLUSTER "shards = 65536\n", 0, 3, "expected an integer 1..65535", 0 },
+    { "zero_workers_is_refused",
+      CLUSTER "workers = 0\n", 0, 3, "[cluster] workers: expected", 0 },
+    /* [server] */
+    { "max_frame_below_1K_is_refused",
+      CLUSTER "[server]\nmax_frame = 1023\n", 0, 4,
+      "[server] max_frame: expected a size 1K..1G (bytes, or with a K, M "
+      "or G suffix), got \"1023\"", 1 },
+    { "max_frame_above_1G_is_refused",
+      CLUSTER "[server]\nmax_frame = 1025M\n", 0, 4,
+      "expected a size 1K..1G", 0 },
+    { "max_frame_of_2G_is_refused",
+      CLUSTER "[server]\nmax_frame = 2G\n", 0, 4, "got \"2G\"", 0 },
+    { "size_with_lowercase_suffix_is_refused",
+      CLUSTER "[server]\nmax_frame = 64m\n", 0, 4, "got \"64m\"", 0 },
+    { "size_with_two_letter_suffix_is_refused",
+      CLUSTER "[server]\nmax_frame = 64MB\n", 0, 4, "got \"64MB\"", 0 },
+    { "size_overflowing_64_bits_is_refused",
+      CLUSTER "[server]\nmax_output = 18014398509481984K\n", 0, 4,
+      "[server] max_output: expected a size", 0 },
+    { "max_output_below_1K_is_refused",
+      CLUSTER "[server]\nmax_output = 512\n", 0, 4,
+      "[server] max_output: expected a size 1K..1T", 0 },
+    { "negative_snapshot_interval_is_refused",
+      CLUSTER "[server]\nsnapshot_interval = -1\n", 0, 4,
+      "[server] snapshot_interval: expected an integer 0..31536000, "
+      "got \"-1\"", 1 },
+    { "zero_max_connections_is_refused",
+      CLUSTER "[server]\nmax_connections = 0\n", 0, 4,
+      "[server] max_connections: expected an integer 1..", 0 },
+    { "unknown_durability_is_refused",
+      CLUSTER "[server]\ndurability = wal\n", 0, 4,
+      "[server] durability: expected snapshot | log, got \"wal\"", 1 },
+    { "unknown_fsync_is_refused",
+      CLUSTER "[server]\nfsync = yes\n", 0, 4,
+      "expected always | everysec | no", 0 },
+    { "uppercase_log_level_is_refused",
+      CLUSTER "[server]\nlog_level = INFO\n", 0, 4,
+      "expected debug | info | warn | error, got \"INFO\"", 0 },
+    { "empty_data_dir_is_refused",
+      CLUSTER "[server]\ndata_dir =\n", 0, 4,
+      "[server] data_dir: expected 1..255 bytes, got \"\"", 1 },
+    { "data_dir_over_255_bytes_is_refused",
+      CLUSTER "[server]\ndata_dir = /" A130 "\n  " A130 "\n", 0, 4,
+      "[server] data_dir: expected 1..255 bytes", 0 },
+    /* tables: names, required keys, cross-checks */
+    { "empty_table_name_is_refused",
+      CLUSTER "[table.]\ndim = 4\n", 0, 3, "invalid table name \"\"", 0 },
+    { "table_name_with_space_is_refused",
+      CLUSTER "[table.a b]\ndim = 4\n", 0, 3, "invalid table name \"a b\"",
+      0 },
+    { "table_name_with_dot_is_refused",
+      CLUSTER "[table.a.b]\ndim = 4\n", 0, 3, "invalid table name \"a.b\"",
+      0 },
+    { "table_name_of_64_characters_is_refused",
+      CLUSTER "[table." NAME64 "]\ndim = 4\n", 0, 3,
+      "invalid table name \"" NAME64 "\" (allowed: A-Z a-z 0-9 _ -, "
+      "1..63 characters)", 1 },
+    { "missing_dim_is_reported_at_the_table_header",
+      CLUSTER "[table.emb]\nlr = 0.1\n", 0, 3,
+      "[table.emb] dim: required key missing", 1 },
+    { "table_without_keys_still_needs_dim",
+      CLUSTER "[table.emb]\n[server]\n", 0, 3,
+      "[table.emb] dim: required key missing", 1 },
+    { "dense_table_without_rows_is_reported_at_its_header",
+      CLUSTER "[table.w]\nkind = dense\ndim = 4\n", 0, 3,
+      "[table.w] rows: required key missing (kind = dense)", 1 },
+    { "rows_on_a_sparse_table_is_refused",
+      EMB "rows = 10\n", 0, 5,
+      "[table.emb] rows: only a dense table has rows", 0 },
+    { "zero_rows_is_refused",
+      CLUSTER "[table.w]\nkind = dense\ndim = 4\nrows = 0\n", 0, 6,
+      "[table.w] rows: expected an integer 1..", 0 },
+    { "rows_times_shards_overflowing_64_bits_is_refused",
+      CLUSTER "[table.w]\nkind = dense\ndim = 1\n"
+      "rows = 1152921504606846976\n", 0, 6,
+      "[table.w] rows: rows * shards (16) overflows 64 bits", 0 },
+    { "rows_times_shards_is_checked_when_cluster_comes_last",
+      "[table.w]\nkind = dense\ndim = 1\nrows = 2305843009213693952\n"
+      "[cluster]\nnodes = 127.0.0.1:7070\nshards = 8\n", 0, 4,
+      "rows * shards (8) overflows 64 bits", 0 },
+    { "rows_times_dim_bytes_overflowing_64_bits_is_refused",
+      CLUSTER "[table.w]\nkind = dense\ndim = 65536\n"
+      "rows = 281474976710656\n", 0, 6,
+      "rows * dim * 4 bytes overflows 64 bits", 0 },
+    /* tables: integers and enums */
+    { "negative_dim_gives_the_documented_message",
+      CLUSTER "[table.emb]\ndim = -5\n", 0, 4,
+      "[table.emb] dim: expected an integer 1..65536, got \"-5\"", 1 },
+    { "zero_dim_is_refused",
+      CLUSTER "[table.emb]\ndim = 0\n", 0, 4, "got \"0\"", 0 },
+    { "dim_above_65536_is_refused",
+      CLUSTER "[table.emb]\ndim = 65537\n", 0, 4, "got \"65537\"", 0 },
+    { "dim_with_trailing_text_is_refused",
+      CLUSTER "[table.emb]\ndim = 16x\n", 0, 4, "got \"16x\"", 0 },
+    { "dim_in_hex_is_refused",
+      CLUSTER "[table.emb]\ndim = 0x10\n", 0, 4, "got \"0x10\"", 0 },
+    { "dim_with_plus_sign_is_refused",
+      CLUSTER "[table.emb]\ndim = +16\n", 0, 4, "got \"+16\"", 0 },
+    { "empty_dim_is_refused",
+      CLUSTER "[table.emb]\ndim =\n", 0, 4, "got \"\"", 0 },
+    { "seed_above_2_to_the_64_is_refused",
+      EMB "seed = 18446744073709551616\n", 0, 5,
+      "[table.emb] seed: expected an integer 0..18446744073709551615", 0 },
+    { "staleness_above_65535_is_refused",
+      EMB "consistency = ssp\nstaleness = 65536\n", 0, 6,
+      "[table.emb] staleness: expected an integer 0..65535", 0 },
+    { "capitalised_updater_is_refused_listing_the_choices",
+      EMB "updater = Adam\n", 0, 5,
+      "[table.emb] updater: expected sum | assign | sgd | adagrad | adam | "
+      "ftrl, got \"Adam\"", 1 },
+    { "unknown_kind_is_refused",
+      EMB "kind = Dense\n", 0, 5, "expected sparse | dense", 0 },
+    { "unknown_consistency_is_refused",
+      EMB "consistency = ssp2\n", 0, 5, "expected async | bsp | ssp", 0 },
+    { "unknown_aggregate_is_refused",
+      EMB "aggregate = avg\n", 0, 5, "expected sum | mean", 0 },
+    /* tables: hyper-parameters */
+    { "zero_lr_is_refused",
+      EMB "lr = 0\n", 0, 5,
+      "[table.emb] lr: expected a number > 0, got \"0\"", 1 },
+    { "negative_lr_is_refused",
+      EMB "lr = -0.1\n", 0, 5, "got \"-0.1\"", 0 },
+    { "nan_lr_is_refused",
+      EMB "lr = nan\n", 0, 5, "got \"nan\"", 0 },
+    { "infinite_lr_is_refused",
+      EMB "lr = inf\n", 0, 5, "got \"inf\"", 0 },
+    { "lr_beyond_float_range_is_refused",
+      EMB "lr = 1e39\n", 0, 5, "got \"1e39\"", 0 },
+    { "lr_with_two_points_is_refused",
+      EMB "lr = 0.1.2\n", 0, 5, "got \"0.1.2\"", 0 },
+    { "beta1_of_1_is_refused",
+      EMB "beta1 = 1\n", 0, 5,
+      "[table.emb] beta1: expected a number in [0, 1), got \"1\"", 1 },
+    { "negative_beta2_is_refused",
+      EMB "beta2 = -0.1\n", 0, 5, "[table.emb] beta2: expected", 0 },
+    { "beta2_of_1_is_refused",
+      EMB "beta2 = 1.0\n", 0, 5, "got \"1.0\"", 0 },
+    { "zero_epsilon_is_refused",
+      EMB "epsilon = 0\n", 0, 5, "[table.emb] epsilon: expected a number > 0",
+      0 },
+    { "epsilon_that_rounds_to_zero_as_a_float_is_refused",
+      EMB "epsilon = 1e-50\n", 0, 5, "got \"1e-50\"", 0 },
+    { "negative_l1_is_refused",
+      EMB "l1 = -1\n", 0, 5, "[table.emb] l1: expected a number >= 0", 0 },
+    { "negative_l2_is_refused",
+      EMB "l2 = -0.5\n", 0, 5, "[table.emb] l2: expected a number >= 0", 0 },
+    { "negative_ftrl_beta_is_refused",
+      EMB "updater = ftrl\nbeta = -1\n", 0, 6,
+      "[table.emb] beta: expected a number >= 0", 0 },
+    { "out_of_range_hyper_parameter_is_refused_for_any_updater",
+      EMB "updater = sum\nbeta1 = 2\n", 0, 6, "[table.emb] beta1:", 0 },
+    /* tables: init */
+    { "uniform_with_lo_above_hi_is_refused",
+      EMB "init = uniform 1 0\n", 0, 5,
+      "[table.emb] init: uniform needs LO < HI, got \"uniform 1 0\"", 1 },
+    { "uniform_with_lo_equal_hi_is_refused",
+      EMB "init = uniform 1 1\n", 0, 5, "uniform needs LO < HI", 0 },
+    { "normal_with_negative_std_is_refused",
+      EMB "init = normal 0 -1\n", 0, 5,
+      "[table.emb] init: normal needs STD >= 0, got \"normal 0 -1\"", 1 },
+    { "constant_without_value_is_refused",
+      EMB "init = constant\n", 0, 5,
+      "[table.emb] init: expected zeros | constant V | uniform LO HI | "
+      "normal MEAN STD, got \"constant\"", 1 },
+    { "constant_with_two_values_is_refused",
+      EMB "init = constant 1 2\n", 0, 5, "got \"constant 1 2\"", 0 },
+    { "zeros_with_a_value_is_refused",
+      EMB "init = zeros 0\n", 0, 5, "got \"zeros 0\"", 0 },
+    { "unknown_init_is_refused",
+      EMB "init = gaussian 0 1\n", 0, 5, "got \"gaussian 0 1\"", 0 },
+    { "uniform_with_nan_bound_is_refused",
+      EMB "init = uniform 0 nan\n", 0, 5, "got \"uniform 0 nan\"", 0 },
+};
+
+#define NERROR_CASES (sizeof error_cases / sizeof error_cases[0])
+
+/* ---- valid files -------------------------------------------------------- */
+
+/* DESIGN.md section 5 with `consistency = ssp`. */
+static void test_design_example_with_ssp_parses_with_its_values(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(DESIGN_HEAD "consistency = ssp\n" DESIGN_STALENESS, &c);
+    assert_int_equal(c.nnodes, 2);
+    assert_string_equal(c.nodes[0].host, "127.0.0.1");
+    assert_int_equal(c.nodes[0].port, 7070);
+    assert_string_equal(c.nodes[1].host, "127.0.0.1");
+    assert_int_equal(c.nodes[1].port, 7071);
+    assert_int_equal(c.shards, 16);
+    assert_int_equal(c.workers, 4);
+    assert_string_equal(c.data_dir, "/var/lib/psd");
+    assert_int_equal(c.snapshot_interval, 300);
+    assert_int_equal(c.durability, PSD_DUR_SNAPSHOT);
+    assert_int_equal(c.fsync, PSD_FSYNC_EVERYSEC);
+    assert_string_equal(c.auth_token, "");
+    assert_int_equal(c.max_frame, 64 << 20);
+    assert_int_equal(c.log_level, PSD_LOG_INFO);
+    assert_int_equal(c.ntables, 1);
+    const psd_table_conf *t = &c.tables[0];
+    assert_string_equal(t->name, "emb");
+    assert_int_equal(t->line, 15);
+    assert_int_equal(t->dense, 0);
+    assert_int_equal(t->dim, 16);
+    assert_int_equal(t->rows, 0);
+    assert_int_equal(t->upd.kind, PSD_UPD_ADAGRAD);
+    assert_float_eq(t->upd.lr, 0.05f, "lr");
+    assert_int_equal(t->init.kind, PSD_INIT_UNIFORM);
+    assert_float_eq(t->init.a, -0.01f, "init LO");
+    assert_float_eq(t->init.b, 0.01f, "init HI");
+    assert_int_equal(t->init.seed, 7);
+    assert_int_equal(t->consistency, PSD_CONS_SSP);
+    assert_int_equal(t->staleness, 2);
+    psd_config_destroy(&c);
+}
+
+/* Checks that c holds every default of config.h (nodes aside). */
+static void assert_server_defaults(const psd_config *c)
+{
+    assert_int_equal(c->shards, 16);
+    assert_int_equal(c->workers, 1);
+    assert_string_equal(c->data_dir, "/var/lib/psd");
+    assert_int_equal(c->snapshot_interval, 300);
+    assert_int_equal(c->durability, PSD_DUR_SNAPSHOT);
+    assert_int_equal(c->fsync, PSD_FSYNC_EVERYSEC);
+    assert_string_equal(c->auth_token, "");
+    assert_int_equal(c->max_frame, 64ULL << 20);
+    assert_int_equal(c->log_level, PSD_LOG_INFO);
+    assert_int_equal(c->max_output, 16ULL << 20);
+    assert_int_equal(c->max_connections, 1024);
+}
+
+/* Checks that t holds every table default (dim aside). */
+static void assert_table_defaults(const psd_table_conf *t)
+{
+    assert_int_equal(t->dense, 0);
+    assert_int_equal(t->rows, 0);
+    assert_int_equal(t->upd.kind, PSD_UPD_SUM);
+    assert_float_eq(t->upd.lr, 0.01f, "lr");
+    assert_float_eq(t->upd.beta1, 0.9f, "beta1");
+    assert_float_eq(t->upd.beta2, 0.999f, "beta2");
+    assert_float_eq(t->upd.epsilon, 1e-8f, "epsilon");
+    assert_float_eq(t->upd.l1, 0, "l1");
+    assert_float_eq(t->upd.l2, 0, "l2");
+    assert_float_eq(t->upd.beta, 1, "beta");
+    assert_int_equal(t->init.kind, PSD_INIT_ZEROS);
+    assert_float_eq(t->init.a, 0, "init a");
+    assert_float_eq(t->init.b, 0, "init b");
+    assert_int_equal(t->init.seed, 0);
+    assert_int_equal(t->consistency, PSD_CONS_ASYNC);
+    assert_int_equal(t->staleness, 0);
+    assert_int_equal(t->aggregate_mean, 0);
+}
+
+static void test_defaults_fill_every_absent_key(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(CLUSTER "[table.t]\ndim = 4\n", &c);
+    assert_int_equal(c.nnodes, 1);
+    assert_server_defaults(&c);
+    assert_int_equal(c.ntables, 1);
+    assert_string_equal(c.tables[0].name, "t");
+    assert_int_equal(c.tables[0].line, 3);
+    assert_int_equal(c.tables[0].dim, 4);
+    assert_table_defaults(&c.tables[0]);
+    psd_config_destroy(&c);
+}
+
+static void test_file_without_tables_is_valid(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(CLUSTER, &c);
+    assert_int_equal(c.ntables, 0);
+    assert_null(c.tables);
+    assert_int_equal(psd_config_find_table(&c, "emb"), -1);
+    psd_config_destroy(&c);
+}
+
+/* Checks every field of two table configs. */
+static void assert_tables_equal(const psd_table_conf *a,
+                                const psd_table_conf *b)
+{
+    assert_string_equal(a->name, b->name);
+    assert_int_equal(a->dense, b->dense);
+    assert_int_equal(a->dim, b->dim);
+    assert_int_equal(a->rows, b->rows);
+    assert_int_equal(a->upd.kind, b->upd.kind);
+    assert_float_eq(a->upd.lr, b->upd.lr, "lr");
+    assert_float_eq(a->upd.beta1, b->upd.beta1, "beta1");
+    assert_float_eq(a->upd.beta2, b->upd.beta2, "beta2");
+    assert_float_eq(a->upd.epsilon, b->upd.epsilon, "epsilon");
+    assert_float_eq(a->upd.l1, b->upd.l1, "l1");
+    assert_float_eq(a->upd.l2, b->upd.l2, "l2");
+    assert_float_eq(a->upd.beta, b->upd.beta, "beta");
+    assert_int_equal(a->init.kind, b->init.kind);
+    assert_float_eq(a->init.a, b->init.a, "init a");
+    assert_float_eq(a->init.b, b->init.b, "init b");
+    assert_int_equal(a->init.seed, b->init.seed);
+    assert_int_equal(a->consistency, b->consistency);
+    assert_int_equal(a->staleness, b->staleness);
+    assert_int_equal(a->aggregate_mean, b->aggregate_mean);
+}
+
+/* The same settings in two orders, with [cluster] last in the second and
+ * every key that others depend on (kind, updater, consistency) last. */
+static void test_key_and_section_order_does_not_matter(void **state)
+{
+    (void)state;
+    psd_config a, b;
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070\nshards = 4\n"
+            "[table.w]\nkind = dense\nrows = 100\ndim = 8\nupdater = adam\n"
+            "lr = 0.5\nbeta1 = 0.8\nconsistency = ssp\nstaleness = 3\n"
+            "init = normal 0 0.1\nseed = 9\naggregate = mean\n", &a);
+    load_ok("[table.w]\nstaleness = 3\naggregate = mean\nseed = 9\n"
+            "init = normal 0 0.1\nbeta1 = 0.8\nlr = 0.5\nrows = 100\n"
+            "dim = 8\nconsistency = ssp\nupdater = adam\nkind = dense\n"
+            "[cluster]\nshards = 4\nnodes = 127.0.0.1:7070\n", &b);
+    assert_int_equal(a.shards, 4);
+    assert_int_equal(b.shards, 4);
+    assert_int_equal(a.ntables, 1);
+    assert_int_equal(b.ntables, 1);
+    assert_int_equal(a.tables[0].dense, 1);
+    assert_int_equal(a.tables[0].upd.kind, PSD_UPD_ADAM);
+    assert_int_equal(a.tables[0].aggregate_mean, 1);
+    assert_tables_equal(&a.tables[0], &b.tables[0]);
+    psd_config_destroy(&a);
+    psd_config_destroy(&b);
+}
+
+static void test_sizes_take_1024_based_suffixes(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(CLUSTER "[server]\nmax_frame = 1K\nmax_output = 3G\n", &c);
+    assert_int_equal(c.max_frame, 1024);
+    assert_int_equal(c.max_output, 3ULL << 30);
+    psd_config_destroy(&c);
+    load_ok(CLUSTER "[server]\nmax_frame = 1G\nmax_output = 4096\n", &c);
+    assert_int_equal(c.max_frame, 1ULL << 30);
+    assert_int_equal(c.max_output, 4096);
+    psd_config_destroy(&c);
+    load_ok(CLUSTER "[server]\nmax_frame = 2M\n", &c);
+    assert_int_equal(c.max_frame, 2ULL << 20);
+    psd_config_destroy(&c);
+}
+
+static void test_range_boundaries_are_accepted(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = 127.0.0.1:1, 127.0.0.1:65535\n"
+            "shards = 65535\nworkers = 65535\n"
+            "[server]\nsnapshot_interval = 0\nmax_connections = 1\n"
+            "[table.t]\ndim = 65536\nbeta1 = 0\nbeta2 = 0.999999\nl1 = 0\n"
+            "beta = 0\nseed = 18446744073709551615\n"
+            "[table.u]\ndim = 1\nkind = dense\nrows = 1\n", &c);
+    assert_int_equal(c.nodes[1].port, 65535);
+    assert_int_equal(c.shards, 65535);
+    assert_int_equal(c.snapshot_interval, 0);
+    assert_int_equal(c.tables[0].dim, 65536);
+    assert_int_equal(c.tables[0].init.seed, UINT64_MAX);
+    assert_float_eq(c.tables[0].upd.beta1, 0, "beta1");
+    assert_int_equal(c.tables[1].rows, 1);
+    psd_config_destroy(&c);
+}
+
+static void test_init_forms_parse(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(CLUSTER "[table.a]\ndim = 1\ninit = constant 0.5\n"
+            "[table.b]\ndim = 1\ninit = normal 0 0.01\n"
+            "[table.c]\ndim = 1\ninit = normal 1 0\n"
+            "[table.d]\ndim = 1\ninit = uniform  -1\t1\n", &c);
+    assert_int_equal(c.tables[0].init.kind, PSD_INIT_CONSTANT);
+    assert_float_eq(c.tables[0].init.a, 0.5f, "constant");
+    assert_int_equal(c.tables[1].init.kind, PSD_INIT_NORMAL);
+    assert_float_eq(c.tables[1].init.b, 0.01f, "normal std");
+    assert_float_eq(c.tables[2].init.a, 1, "normal mean");
+    assert_int_equal(c.tables[3].init.kind, PSD_INIT_UNIFORM);
+    assert_float_eq(c.tables[3].init.a, -1, "uniform lo");
+    assert_float_eq(c.tables[3].init.b, 1, "uniform hi");
+    psd_config_destroy(&c);
+}
+
+static void test_hyper_parameters_of_other_updaters_are_accepted(
+    void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(CLUSTER "[table.t]\ndim = 2\nupdater = sgd\nbeta1 = 0.5\n"
+            "l1 = 0.25\nbeta = 2\n", &c);
+    assert_int_equal(c.tables[0].upd.kind, PSD_UPD_SGD);
+    assert_float_eq(c.tables[0].upd.beta1, 0.5f, "beta1");
+    assert_float_eq(c.tables[0].upd.l1, 0.25f, "l1");
+    psd_config_destroy(&c);
+}
+
+/* DESIGN.md section 5 verbatim: staleness on an async table is accepted
+ * (it documents itself as "ssp only") and has no effect. */
+static void test_design_example_verbatim_parses(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(DESIGN_HEAD "consistency = async                        ; async | "
+            "bsp | ssp\n" DESIGN_STALENESS, &c);
+    assert_int_equal(c.tables[0].consistency, PSD_CONS_ASYNC);
+    assert_int_equal(c.tables[0].staleness, 2);
+    psd_config_destroy(&c);
+}
+
+static void test_staleness_on_an_ssp_table_is_accepted(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(EMB "consistency = ssp\nstaleness = 5\n", &c);
+    assert_int_equal(c.tables[0].consistency, PSD_CONS_SSP);
+    assert_int_equal(c.tables[0].staleness, 5);
+    psd_config_destroy(&c);
+}
+
+static void test_nodes_continue_on_indented_lines(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\n"
+            "nodes = 127.0.0.1:7070,\n"
+            "        127.0.0.1:7071,      ; a comment here is dropped\n"
+            "\t127.0.0.1:7072\n"
+            "shards = 4\n", &c);
+    assert_int_equal(c.nnodes, 3);
+    assert_int_equal(c.nodes[2].port, 7072);
+    assert_int_equal(c.shards, 4);
+    psd_config_destroy(&c);
+}
+
+static void test_ipv6_nodes_are_parsed_and_normalised(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = [::1]:7070,[2001:DB8:0::0001]:7071 , "
+            "10.0.0.1:80\n", &c);
+    assert_int_equal(c.nnodes, 3);
+    assert_string_equal(c.nodes[0].host, "::1");
+    assert_int_equal(c.nodes[0].port, 7070);
+    assert_string_equal(c.nodes[1].host, "2001:db8::1");
+    assert_int_equal(c.nodes[1].port, 7071);
+    assert_string_equal(c.nodes[2].host, "10.0.0.1");
+    assert_int_equal(c.nodes[2].port, 80);
+    psd_config_destroy(&c);
+}
+
+/* inih cuts section names at 49 characters; the config must not. */
+static void test_table_name_of_63_characters_is_kept_whole(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(CLUSTER "[table." NAME63 "]\ndim = 4\n"
+            "[table.x-y_1]\ndim = 2\n", &c);
+    assert_int_equal(c.ntables, 2);
+    assert_string_equal(c.tables[0].name, NAME63);
+    assert_int_equal(psd_config_find_table(&c, NAME63), 0);
+    assert_int_equal(psd_config_find_table(&c, "x-y_1"), 1);
+    assert_int_equal(psd_config_find_table(&c, "x-y"), -1);
+    assert_int_equal(psd_config_find_table(&c, ""), -1);
+    psd_config_destroy(&c);
+}
+
+static void test_comments_crlf_and_bom_are_accepted(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("\xEF\xBB\xBF; leading comment\r\n"
+            "# hash comment at line start\r\n"
+            "[cluster] ; comment after a header\r\n"
+            "nodes = 127.0.0.1:7070   ; comment\r\n"
+            "shards: 8\r\n"
+            "\r\n"
+            "[table.emb]\r\n"
+            "dim = 16 ; sixteen\r\n", &c);
+    assert_int_equal(c.shards, 8);
+    assert_int_equal(c.tables[0].dim, 16);
+    assert_int_equal(c.tables[0].line, 7);
+    psd_config_destroy(&c);
+}
+
+/* Finds the line limit from the error of an overlong line, then checks
+ * that a line of exactly that length is accepted and one more byte is
+ * refused with its line number. */
+static void test_line_limit_is_exact(void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    assert_int_equal(load_text(CLUSTER "; " X250 "\n", &c, path, err), -1);
+    const char *m = strstr(err, "line too long (max ");
+    if (!m)
+        fail_msg("got \"%s\", want \"line too long (max N bytes)\"", err);
+    int max = atoi(m + strlen("line too long (max "));
+    assert_true(max > 10 && max < 250);
+
+    char *text = malloc(128 + (size_t)max);
+    assert_non_null(text);
+    int head = snprintf(text, 64, "%s", CLUSTER "[server]\n");
+    memset(text + head, 'x', (size_t)max);
+    text[head] = ';';
+    strcpy(text + head + max, "\nlog_level = warn\n");
+    if (load_text(text, &c, path, err) != 0)
+        fail_msg("a line of %d bytes: got \"%s\", want success", max, err);
+    assert_int_equal(c.log_level, PSD_LOG_WARN);
+    psd_config_destroy(&c);
+
+    memset(text + head, 'x', (size_t)max + 1);
+    text[head] = ';';
+    strcpy(text + head + max + 1, "\nlog_level = warn\n");
+    assert_int_equal(load_text(text, &c, path, err), -1);
+    char want[128];
+    snprintf(want, sizeof want, "%s:4: line too long (max %d bytes)", path,
+             max);
+    assert_string_equal(err, want);
+    free(text);
+}
+
+static void test_missing_file_is_reported_without_a_line(void **state)
+{
+    (void)state;
+    psd_config c;
+    char err[ERRLEN];
+    const char *path = "/tmp/psd-test-config-does-not-exist.ini";
+    assert_int_equal(psd_config_load(&c, path, err, sizeof err), -1);
+    const char *want = "/tmp/psd-test-config-does-not-exist.ini: cannot open";
+    if (strncmp(err, want, strlen(want)) != 0)
+        fail_msg("got \"%s\", want prefix \"%s\"", err, want);
+    assert_null(c.nodes);
+    psd_config_destroy(&c);
+}
+
+static void test_short_error_buffer_is_truncated_safely(void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[8];
+    write_temp(path, "[nope]\n", 7);
+    assert_int_equal(psd_config_load(&c, path, err, sizeof err), -1);
+    assert_int_equal(strlen(err), sizeof err - 1);
+    assert_int_equal(psd_config_load(&c, path, NULL, 0), -1);
+    unlink(path);
+}
+
+static void test_destroy_is_safe_on_a_zeroed_config(void **state)
+{
+    (void)state;
+    psd_config c;
+    memset(&c, 0, sizeof c);
+    psd_config_destroy(&c);
+    psd_config_destroy(&c);
+    assert_null(c.nodes);
+}
+
+/* ---- the files in conf/ ------------------------------------------------- */
+
+static void load_repo_file(const char *rel, psd_config *c)
+{
+    char path[512], err[ERRLEN];
+    src_path(path, sizeof path, rel);
+    if (psd_config_load(c, path, err, sizeof err) != 0)
+        fail_msg("got \"%s\", want %s to parse (set PSD_SRC_DIR to the "
+                 "source tree)", err, path);
+}
+
+static void test_repo_psd_ini_sets_every_setting_to_its_default(
+    void **state)
+{
+    (void)state;
+    psd_config c;
+    load_repo_file("conf/psd.ini", &c);
+    assert_int_equal(c.nnodes, 1);
+    assert_string_equal(c.nodes[0].host, "127.0.0.1");
+    assert_server_defaults(&c);
+    assert_int_equal(c.ntables, 1);
+    assert_string_equal(c.tables[0].name, "emb");
+    assert_int_equal(c.tables[0].dim, 16);
+    assert_table_defaults(&c.tables[0]);
+    psd_config_destroy(&c);
+}
+
+/* Every key of config.h must appear at the start of a line of psd.ini,
+ * set or (rows, staleness: not allowed on the example table) commented. */
+static void test_repo_psd_ini_mentions_every_setting(void **state)
+{
+    (void)state;
+    static const char *const keys[] = {
+        "nodes", "shards", "workers", "data_dir", "snapshot_interval",
+        "durability", "fsync", "auth_token", "max_frame", "log_level",
+        "max_output", "max_connections", "kind", "dim", "rows", "updater",
+        "lr", "beta1", "beta2", "epsilon", "l1", "l2", "beta", "init", "seed",
+        "consistency", "staleness", "aggregate",
+    };
+    char path[512], line[512];
+    int found[sizeof keys / sizeof keys[0]] = { 0 };
+    src_path(path, sizeof path, "conf/psd.ini");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s (set PSD_SRC_DIR)", path);
+    while (fgets(line, sizeof line, f)) {
+        const char *p = line[0] == ';' ? line + 1 : line;
+        size_t n = strcspn(p, " =");
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            if (strlen(keys[i]) == n && strncmp(p, keys[i], n) == 0 &&
+                strchr(p, '='))
+                found[i] = 1;
+    }
+    fclose(f);
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!found[i])
+            fail_msg("conf/psd.ini: got no line for \"%s\", want one",
+                     keys[i]);
+}
+
+static void test_repo_cluster_2_ini_parses_with_its_tables(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_repo_file("conf/cluster-2.ini", &c);
+    assert_int_equal(c.nnodes, 2);
+    assert_int_equal(c.nodes[0].port, 7070);
+    assert_int_equal(c.nodes[1].port, 7071);
+    assert_int_equal(c.shards, 16);
+    assert_int_equal(c.workers, 2);
+    assert_string_equal(c.data_dir, "/tmp/psd-data");
+    int f = psd_config_find_table(&c, "fashion");
+    int e = psd_config_find_table(&c, "emb");
+    assert_true(f >= 0 && e >= 0);
+    const psd_table_conf *t = &c.tables[f];
+    assert_int_equal(t->dense, 1);
+    assert_int_equal(t->rows, 785);
+    assert_int_equal(t->dim, 10);
+    assert_int_equal(t->upd.kind, PSD_UPD_SGD);
+    assert_float_eq(t->upd.lr, 0.1f, "fashion lr");
+    assert_int_equal(t->init.kind, PSD_INIT_ZEROS);
+    t = &c.tables[e];
+    assert_int_equal(t->dense, 0);
+    assert_int_equal(t->dim, 16);
+    assert_int_equal(t->upd.kind, PSD_UPD_ADAGRAD);
+    assert_float_eq(t->upd.lr, 0.05f, "emb lr");
+    assert_int_equal(t->init.kind, PSD_INIT_UNIFORM);
+    assert_float_eq(t->init.a, -0.01f, "emb LO");
+    assert_float_eq(t->init.b, 0.01f, "emb HI");
+    assert_int_equal(t->init.seed, 7);
+    psd_config_destroy(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest valid[] = {
+        cmocka_unit_test(test_design_example_with_ssp_parses_with_its_values),
+        cmocka_unit_test(test_defaults_fill_every_absent_key),
+        cmocka_unit_test(test_file_without_tables_is_valid),
+        cmocka_unit_test(test_key_and_section_order_does_not_matter),
+        cmocka_unit_test(test_sizes_take_1024_based_suffixes),
+        cmocka_unit_test(test_range_boundaries_are_accepted),
+        cmocka_unit_test(test_init_forms_parse),
+        cmocka_unit_test(test_hyper_parameters_of_other_updaters_are_accepted),
+        cmocka_unit_test(test_design_example_verbatim_parses),
+        cmocka_unit_test(test_staleness_on_an_ssp_table_is_accepted),
+        cmocka_unit_test(test_nodes_continue_on_indented_lines),
+        cmocka_unit_test(test_ipv6_nodes_are_parsed_and_normalised),
+        cmocka_unit_test(test_table_name_of_63_characters_is_kept_whole),
+        cmocka_unit_test(test_comments_crlf_and_bom_are_accepted),
+        cmocka_unit_test(test_line_limit_is_exact),
+        cmocka_unit_test(test_missing_file_is_reported_without_a_line),
+        cmocka_unit_test(test_short_error_buffer_is_truncated_safely),
+        cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
+        cmocka_unit_test(test_repo_psd_ini_sets_every_setting_to_its_default),
+        cmocka_unit_test(test_repo_psd_ini_mentions_every_setting),
+        cmocka_unit_test(test_repo_cluster_2_ini_parses_with_its_tables),
+    };
+    struct CMUnitTest errors[NERROR_CASES];
+    for (size_t i = 0; i < NERROR_CASES; i++) {
+        memset(&errors[i], 0, sizeof errors[i]);
+        errors[i].name = error_cases[i].name;
+        errors[i].test_func = run_error_case;
+        errors[i].initial_state = (void *)&error_cases[i];
+    }
+    int failed = cmocka_run_group_tests_name("config: valid files", valid,
+                                             NULL, NULL);
+    failed += cmocka_run_group_tests_name("config: errors", errors, NULL,
+                                          NULL);
+    int total = (int)(sizeof valid / sizeof valid[0] + NERROR_CASES);
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed;
+}

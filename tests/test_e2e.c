@@ -1,0 +1,901 @@
+/* End-to-end tests: real psd processes on free loopback ports, real
+ * clients (libpsclient) in this process and in forked worker processes,
+ * and a raw socket speaking the protocol by hand for hostile input. */
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "psclient.h"
+#include "../proto/frame.h"
+#include "../proto/msg.h"
+#include "../proto/status.h"
+#include "../proto/layout.h"
+
+#define TABLES                                                             \
+    "[table.dense]\nkind = dense\nrows = 1000\ndim = 4\nupdater = sum\n"   \
+    "[table.range]\nkind = dense\nrows = 1000\ndim = 3\nupdater = sum\n"   \
+    "[table.emb]\nkind = sparse\ndim = 8\nupdater = sum\n"                 \
+    "init = uniform -1 1\nseed = 3\n"                                      \
+    "[table.counts]\nkind = sparse\ndim = 1\nupdater = sum\n"              \
+    "[table.sgd]\nkind = dense\nrows = 100\ndim = 2\nupdater = sgd\n"      \
+    "lr = 0.5\ninit = constant 1\n"
+
+static test_cluster shared;           /* the 2-node cluster of the group */
+
+static ps_client *open_or_fail(const char *spec)
+{
+    ps_client *c = NULL;
+    int rc = ps_open(&c, spec, NULL);
+    if (rc)
+        fail_msg("ps_open(%s): %s", spec, ps_strerror(rc));
+    return c;
+}
+
+static int table_id(ps_client *c, const char *name)
+{
+    int id = ps_table(c, name, NULL);
+    if (id < 0)
+        fail_msg("ps_table(%s): %s", name, ps_strerror(id));
+    return id;
+}
+
+static void wait_ok(ps_client *c, ps_ts ts)
+{
+    if (ts < 0)
+        fail_msg("request refused: %s (%s)", ps_strerror((int)ts),
+                 ps_last_error(c));
+    int st = ps_wait(c, ts);
+    if (st)
+        fail_msg("request %lld failed: %s (%s)", (long long)ts,
+                 ps_strerror(st), ps_last_error(c));
+}
+
+static void expect_float(float got, float want, const char *what, size_t i)
+{
+    if (got != want)
+        fail_msg("%s[%zu]: got %.9g, want %.9g", what, i, (double)got,
+                 (double)want);
+}
+
+/* ---- raw protocol over a plain socket ------------------------------- */
+
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static void raw_send(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return;              /* the server may already have closed */
+        b += k;
+        n -= (size_t)k;
+    }
+}
+
+static void raw_send_out(int fd, const psw_out *o)
+{
+    size_t cnt = psw_out_iovcnt(o);
+    struct iovec iov[64];
+    assert_true(cnt <= 64);
+    psw_out_iov(o, iov);
+    for (size_t i = 0; i < cnt; i++)
+        raw_send(fd, iov[i].iov_base, iov[i].iov_len);
+}
+
+/* Reads one frame body into a malloc'd buffer; NULL on EOF or timeout. */
+static char *raw_read_frame(int fd, size_t *len)
+{
+    unsigned char h[4];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t k = recv(fd, h + got, 4 - got, 0);
+        if (k <= 0)
+            return NULL;
+        got += (size_t)k;
+    }
+    *len = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
+    char *b = malloc(*len);
+    for (got = 0; got < *len;) {
+        ssize_t k = recv(fd, b + got, *len - got, 0);
+        if (k <= 0) {
+            free(b);
+            return NULL;
+        }
+        got += (size_t)k;
+    }
+    return b;
+}
+
+/* True when the server closed the connection (EOF or reset). */
+static int raw_closed(int fd)
+{
+    char b[256];
+    for (;;) {
+        ssize_t k = recv(fd, b, sizeof b, 0);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            return 1;
+        if (k < 0)
+            return 0;            /* timed out: still open */
+    }
+}
+
+static void raw_hello(int fd)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { PSW_VERSION, 1, 1, -1, NULL, 0 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    size_t len;
+    char *f = raw_read_frame(fd, &len);
+    assert_non_null(f);
+    free(f);
+}
+
+/* A client on the shared cluster still pushes and pulls correctly. */
+static void others_still_served(void)
+{
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "dense");
+    uint64_t key = 999;
+    float out[4];
+    wait_ok(c, ps_pull(c, t, &key, 1, out, NULL, NULL));
+    ps_close(c);
+}
+
+/* ---- tests ------------------------------------------------------------ */
+
+static void open_by_ini_path_finds_tables_and_their_shapes(void **state)
+{
+    (void)state;
+    ps_client *c = open_or_fail(shared.ini);
+    ps_table_info info;
+    assert_int_equal(ps_table(c, "range", &info), table_id(c, "range"));
+    assert_int_equal(info.dense, 1);
+    assert_int_equal(info.dim, 3);
+    assert_int_equal(info.rows, 1000);
+    assert_true(ps_table(c, "emb", &info) >= 0);
+    assert_int_equal(info.dense, 0);
+    assert_int_equal(info.dim, 8);
+    assert_int_equal(ps_table(c, "nope", NULL), PS_ENOTABLE);
+    assert_non_null(strstr(ps_last_error(c), "nope"));
+    ps_close(c);
+}
+
+static void dense_pushes_from_two_nodes_sum_exactly(void **state)
+{
+    (void)state;
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "dense");
+    enum { N = 200 };
+    uint64_t keys[N];
+    float vals[N * 4], out[N * 4];
+    for (size_t i = 0; i < N; i++)
+        keys[i] = (i * 37) % 1000;       /* scattered over every shard */
+    for (size_t i = 0; i < N * 4; i++)
+        vals[i] = (float)(i % 17);
+    ps_ts a = ps_push(c, t, keys, N, vals, NULL, NULL);
+    ps_ts b = ps_push(c, t, keys, N, vals, NULL, NULL);
+    assert_int_equal(b, a + 1);
+    wait_ok(c, a);
+    wait_ok(c, b);
+    wait_ok(c, ps_pull(c, t, keys, N, out, NULL, NULL));
+    for (size_t i = 0; i < N * 4; i++)
+        expect_float(out[i], 2 * vals[i], "row", i);
+    ps_close(c);
+}
+
+static void range_push_and_pull_cross_shard_boundaries(void **state)
+{
+    (void)state;
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "range");
+    static float all[1000 * 3], out[1000 * 3];
+    for (size_t i = 0; i < 1000 * 3; i++)
+        all[i] = (float)i;
+    wait_ok(c, ps_push_range(c, t, 0, 1000, all, NULL, NULL));
+    /* 55..700 crosses many of the 16 shards (62 or 63 rows each). */
+    wait_ok(c, ps_pull_range(c, t, 55, 646, out, NULL, NULL));
+    for (size_t i = 0; i < 646 * 3; i++)
+        expect_float(out[i], (float)(55 * 3 + i), "range row", i);
+    /* The last row of the table alone, and one row at a shard start. */
+    wait_ok(c, ps_pull_range(c, t, 999, 1, out, NULL, NULL));
+    expect_float(out[2], 999 * 3 + 2, "last row", 2);
+    uint64_t s5 = psw_dense_shard_start(1000, 16, 5);
+    wait_ok(c, ps_pull_range(c, t, s5, 1, out, NULL, NULL));
+    expect_float(out[0], (float)(s5 * 3), "shard 5 start", 0);
+    /* Out of range: refused at once, callback never runs. */
+    assert_int_equal(ps_pull_range(c, t, 990, 11, out, NULL, NULL), PS_EKEY);
+    assert_non_null(strstr(ps_last_error(c), "outside"));
+    ps_close(c);
+}
+
+static void pushpull_returns_the_rows_after_the_push(void **state)
+{
+    (void)state;
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "counts");
+    uint64_t keys[64];
+    float one[64], out[64];
+    for (int i = 0; i < 64; i++) {
+        keys[i] = 5000000 + (uint64_t)i * 1000003;
+        one[i] = 1;
+    }
+    wait_ok(c, ps_pushpull(c, t, keys, 64, one, out, NULL, NULL));
+    for (int i = 0; i < 64; i++)
+        expect_float(out[i], 1, "after first pushpull", (size_t)i);
+    wait_ok(c, ps_pushpull(c, t, keys, 64, one, out, NULL, NULL));
+    for (int i = 0; i < 64; i++)
+        expect_float(out[i], 2, "after second pushpull", (size_t)i);
+    ps_close(c);
+}
+
+static void untouched_sparse_key_has_same_initial_row_for_two_clients(void **state)
+{
+    (void)state;
+    ps_client *a = open_or_fail(shared.spec);
+    ps_client *b = open_or_fail(shared.ini);
+    int t = table_id(a, "emb");
+    uint64_t keys[2] = { 0xfeedface12345ull, 77 };
+    float ra[16], rb[16];
+    wait_ok(a, ps_pull(a, t, keys, 2, ra, NULL, NULL));
+    wait_ok(b, ps_pull(b, t, keys, 2, rb, NULL, NULL));
+    int nonzero = 0;
+    for (int i = 0; i < 16; i++) {
+        expect_float(rb[i], ra[i], "second client's row", (size_t)i);
+        assert_true(ra[i] >= -1.0f && ra[i] < 1.0f);
+        nonzero += ra[i] != 0;
+    }
+    assert_true(nonzero > 8);            /* uniform init, not zeros */
+    ps_close(a);
+    ps_close(b);
+}
+
+typedef struct thread_job {
+    const char *spec;
+    int value;                    /* what this thread adds */
+    int rounds;
+    uint64_t first_key;
+    int nkeys;
+    int failed;
+} thread_job;
+
+static void *push_thread(void *arg)
+{
+    thread_job *j = arg;
+    ps_client *c = NULL;
+    if (ps_open(&c, j->spec, NULL)) {
+        j->failed = 1;
+        return NULL;
+    }
+    int t = ps_table(c, "counts", NULL);
+    uint64_t *keys = malloc((size_t)j->nkeys * sizeof *keys);
+    float *vals = malloc((size_t)j->nkeys * sizeof *vals);
+    for (int i = 0; i < j->nkeys; i++) {
+        keys[i] = j->first_key + (uint64_t)i;
+        vals[i] = (float)j->value;
+    }
+    for (int r = 0; r < j->rounds; r++)
+        if (ps_push(c, t, keys, (size_t)j->nkeys, vals, NULL, NULL) < 0)
+            j->failed = 1;
+    if (ps_wait_all(c))
+        j->failed = 1;
+    ps_close(c);
+    free(keys);
+    free(vals);
+    return NULL;
+}
+
+typedef struct proc_job {
+    int worker;
+    int threads;
+    int rounds;
+    uint64_t first_key;
+    int nkeys;
+    int per_thread_value;         /* 1: each thread adds 1; 0: distinct */
+} proc_job;
+
+/* A worker process: `threads` threads, each with its own client. */
+static int worker_proc(void *arg)
+{
+    proc_job *p = arg;
+    pthread_t th[8];
+    thread_job j[8];
+    for (int i = 0; i < p->threads; i++) {
+        j[i] = (thread_job){ shared.spec,
+                             p->per_thread_value
+                                 ? 1
+                                 : p->worker * p->threads + i + 1,
+                             p->rounds, p->first_key, p->nkeys, 0 };
+        pthread_create(&th[i], NULL, push_thread, &j[i]);
+    }
+    int bad = 0;
+    for (int i = 0; i < p->threads; i++) {
+        pthread_join(th[i], NULL);
+        bad |= j[i].failed;
+    }
+    return bad;
+}
+
+static void check_counts(uint64_t first, int n, float want)
+{
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "counts");
+    uint64_t *keys = malloc((size_t)n * sizeof *keys);
+    float *out = malloc((size_t)n * sizeof *out);
+    for (int i = 0; i < n; i++)
+        keys[i] = first + (uint64_t)i;
+    wait_ok(c, ps_pull(c, t, keys, (size_t)n, out, NULL, NULL));
+    for (int i = 0; i < n; i++)
+        expect_float(out[i], want, "count", (size_t)i);
+    free(keys);
+    free(out);
+    ps_close(c);
+}
+
+static void four_processes_of_two_threads_push_exact_sums(void **state)
+{
+    (void)state;
+    proc_job p[4];
+    pid_t pid[4];
+    for (int w = 0; w < 4; w++) {
+        p[w] = (proc_job){ w, 2, 50, 1000000, 500, 0 };
+        pid[w] = spawn(worker_proc, &p[w]);
+    }
+    for (int w = 0; w < 4; w++)
+        assert_int_equal(reap(pid[w]), 0);
+    /* Thread values are 1..8, each pushed 50 times: 50 * 36. */
+    check_counts(1000000, 500, 1800.0f);
+}
+
+static void eight_processes_pushing_one_200_times_read_1600(void **state)
+{
+    (void)state;
+    proc_job p[8];
+    pid_t pid[8];
+    for (int w = 0; w < 8; w++) {
+        p[w] = (proc_job){ w, 1, 200, 0, 1000, 1 };
+        pid[w] = spawn(worker_proc, &p[w]);
+    }
+    for (int w = 0; w < 8; w++)
+        assert_int_equal(reap(pid[w]), 0);
+    check_counts(0, 1000, 1600.0f);
+}
+
+static int cb_calls[2001];
+static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void count_cb(ps_ts ts, int status, void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&cb_mu);
+    if (ts > 0 && ts <= 2000 && status == PS_OK)
+        cb_calls[ts]++;
+    pthread_mutex_unlock(&cb_mu);
+}
+
+static void every_callback_runs_exactly_once(void **state)
+{
+    (void)state;
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "counts");
+    uint64_t key = 424242;
+    float one = 1;
+    memset(cb_calls, 0, sizeof cb_calls);
+    for (int i = 0; i < 2000; i++) {
+        ps_ts ts = ps_push(c, t, &key, 1, &one, count_cb, NULL);
+        assert_int_equal(ts, i + 1);     /* timestamps count from 1 */
+    }
+    assert_int_equal(ps_wait_all(c), PS_OK);
+    for (int i = 1; i <= 2000; i++)
+        if (cb_calls[i] != 1)
+            fail_msg("callback of request %d ran %d times, want 1", i,
+                     cb_calls[i]);
+    /* A failed call never runs its callback and issues no timestamp. */
+    uint64_t bad = 1000;
+    assert_int_equal(ps_push(c, table_id(c, "dense"), &bad, 1, &one, count_cb,
+                             NULL), PS_EKEY);
+    assert_non_null(strstr(ps_last_error(c), "no row 1000"));
+    assert_int_equal(ps_wait(c, 2001), PS_EINVAL);
+    ps_close(c);
+    check_counts(424242, 1, 2000.0f);
+}
+
+static void malformed_frame_closes_only_that_connection(void **state)
+{
+    (void)state;
+    int fd = raw_connect(shared.port[0]);
+    raw_hello(fd);
+    /* A frame holding the byte msgpack never uses. */
+    const unsigned char bad[] = { 0, 0, 0, 1, 0xc1 };
+    raw_send(fd, bad, sizeof bad);
+    assert_true(raw_closed(fd));
+    close(fd);
+    others_still_served();
+    char *log = cluster_log(&shared, 0);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "closing connection from 127.0.0.1"));
+    assert_non_null(strstr(log, "malformed"));
+    free(log);
+}
+
+static void hostile_frames_are_refused_and_the_server_survives(void **state)
+{
+    (void)state;
+    /* Each input is sent on its own connection; every one must be closed
+     * and psd must keep serving. */
+    static const unsigned char huge_len[] = { 0xff, 0xff, 0xff, 0xff };
+    static const unsigned char http[] = "GET / HTTP/1.0\r\n\r\n";
+    /* [[dd 7fffffff]]: an array count no frame can hold. */
+    static const unsigned char bomb[] = { 0, 0, 0, 6, 0x91, 0xdd, 0x7f, 0xff,
+                                          0xff, 0xff };
+    static const unsigned char deep[] = { 0, 0, 0, 12, 0x91, 0x91, 0x91, 0x91,
+                                          0x91, 0x91, 0x91, 0x91, 0x91, 0x91,
+                                          0x91, 0xc0 };
+    struct { const unsigned char *b; size_t n; int hello; } in[] = {
+        { huge_len, sizeof huge_len, 0 },
+        { http, sizeof http - 1, 0 },
+        { bomb, sizeof bomb, 0 },
+        { bomb, sizeof bomb, 1 },
+        { deep, sizeof deep, 1 },
+        { huge_len, sizeof huge_len, 1 },
+    };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        int fd = raw_connect(shared.port[1]);
+        if (in[i].hello)
+            raw_hello(fd);
+        raw_send(fd, in[i].b, in[i].n);
+        if (!raw_closed(fd))
+            fail_msg("hostile input %zu: connection left open", i);
+        close(fd);
+    }
+    /* A pre-HELLO frame above the small pre-HELLO limit. */
+    int fd = raw_connect(shared.port[1]);
+    unsigned char big[4 + 5000] = { 0, 0, 0x13, 0x88 };
+    raw_send(fd, big, sizeof big);
+    assert_true(raw_closed(fd));
+    close(fd);
+    assert_true(cluster_alive(&shared, 1));
+    others_still_served();
+}
+
+static void request_for_another_nodes_shard_names_the_owner(void **state)
+{
+    (void)state;
+    /* A sparse key whose shard lives on node 1, asked of node 0. */
+    uint64_t key = 0;
+    while (psw_node_of_shard(psw_sparse_shard_of(4, key), 2) != 1)
+        key++;
+    int fd = raw_connect(shared.port[0]);
+    raw_hello(fd);
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_msg m = { .op = PSW_OP_PULL, .ts = 7, .part = 0, .table = 3,
+                  .keys = (const char *)&key, .nkeys = 1 };
+    psw_pack_request(&o, &m);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    size_t len;
+    char *f = raw_read_frame(fd, &len);
+    assert_non_null(f);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    assert_int_equal(psw_frame_decode(f, len, &z, &obj, err, sizeof err), 0);
+    assert_int_equal(psw_frame_messages(&obj, 4, &msgs, err, sizeof err), 1);
+    psw_msg r;
+    assert_int_equal(psw_msg_decode(&msgs[0], &r, err, sizeof err), 0);
+    assert_int_equal(r.ts, 7);
+    assert_int_equal(r.status, PSW_ENOTOWNER);
+    char text[256], want[64];
+    snprintf(text, sizeof text, "%.*s", (int)r.text_len, r.text);
+    snprintf(want, sizeof want, "node 1 (127.0.0.1:%d)", shared.port[1]);
+    if (!strstr(text, want))
+        fail_msg("error text \"%s\" does not name \"%s\"", text, want);
+    msgpack_zone_destroy(&z);
+    free(f);
+    close(fd);
+}
+
+static void killed_server_fails_requests_instead_of_hanging(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES), 0);
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 300;
+    o.max_retries = 1;
+    o.connect_timeout_ms = 300;
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, one.spec, &o), 0);
+    int t = table_id(c, "counts");
+    uint64_t key = 1;
+    float v;
+    wait_ok(c, ps_pull(c, t, &key, 1, &v, NULL, NULL));
+    cluster_kill(&one, 0, SIGKILL);
+    ps_ts ts = ps_pull(c, t, &key, 1, &v, NULL, NULL);
+    assert_true(ts > 0);
+    int st = ps_wait(c, ts);
+    if (st != PS_ECONN && st != PS_ETIMEDOUT)
+        fail_msg("got %s, want PS_ECONN or PS_ETIMEDOUT", ps_strerror(st));
+    assert_true(strlen(ps_last_error(c)) > 0);
+    ps_close(c);
+    cluster_stop(&one);
+}
+
+static void stopped_server_hangs_requests_no_longer_than_the_timeout(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES), 0);
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 200;
+    o.max_retries = 1;
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, one.spec, &o), 0);
+    int t = table_id(c, "counts");
+    uint64_t key = 1;
+    float v;
+    kill(one.pid[0], SIGSTOP);
+    ps_ts ts = ps_pull(c, t, &key, 1, &v, NULL, NULL);
+    assert_int_equal(ps_wait(c, ts), PS_ETIMEDOUT);
+    kill(one.pid[0], SIGCONT);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
+static void sigterm_stops_the_daemon_with_status_zero(void **state)
+{
+    (void)state;
+    test_cluster two;
+    assert_int_equal(cluster_start(&two, 2, 8, TABLES), 0);
+    ps_client *c = open_or_fail(two.spec);
+    int t = table_id(c, "counts");
+    uint64_t keys[100];
+    float one[100];
+    for (int i = 0; i < 100; i++) {
+        keys[i] = (uint64_t)i;
+        one[i] = 1;
+    }
+    for (int i = 0; i < 50; i++)
+        assert_true(ps_push(c, t, keys, 100, one, NULL, NULL) > 0);
+    assert_int_equal(ps_wait_all(c), PS_OK);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&two), 0);
+}
+
+static void sighup_applies_a_new_learning_rate(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES), 0);
+    ps_client *c = open_or_fail(one.spec);
+    int t = table_id(c, "sgd");
+    uint64_t key = 3;
+    float g[2] = { 1, 1 }, w[2];
+    wait_ok(c, ps_push(c, t, &key, 1, g, NULL, NULL));
+    wait_ok(c, ps_pull(c, t, &key, 1, w, NULL, NULL));
+    expect_float(w[0], 0.5f, "w after lr 0.5", 0);     /* 1 - 0.5 * 1 */
+    /* Rewrite the file with lr = 0.25 and reload. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^lr = 0.5$/lr = 0.25/' '%s'", one.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(one.pid[0], SIGHUP);
+    for (int i = 0; i < 200; i++) {
+        char *log = cluster_log(&one, 0);
+        int done = log && strstr(log, "reloaded");
+        free(log);
+        if (done)
+            break;
+        usleep(10000);
+    }
+    wait_ok(c, ps_push(c, t, &key, 1, g, NULL, NULL));
+    wait_ok(c, ps_pull(c, t, &key, 1, w, NULL, NULL));
+    expect_float(w[0], 0.25f, "w after lr 0.25", 0);   /* 0.5 - 0.25 */
+    /* A broken file is refused and the old settings stay. */
+    snprintf(cmd, sizeof cmd, "echo 'bogus line' >> '%s'", one.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(one.pid[0], SIGHUP);
+    usleep(200000);
+    assert_true(cluster_alive(&one, 0));
+    wait_ok(c, ps_push(c, t, &key, 1, g, NULL, NULL));
+    ps_close(c);
+    char *log = cluster_log(&one, 0);
+    assert_non_null(strstr(log, "reload failed"));
+    free(log);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
+static void check_flag_reports_file_and_line(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/psd-check-XXXXXX", path[64], cmd[256], out[512] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/bad.ini", dir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:7070\n\n[table.t]\ndim = -5\n");
+    fclose(f);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    snprintf(cmd, sizeof cmd, "'%s' --check -c '%s' 2>&1", psd,
+             path);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    assert_int_equal(WEXITSTATUS(st), 1);
+    char want[128];
+    snprintf(want, sizeof want, "%s:5:", path);
+    if (!strstr(out, want))
+        fail_msg("psd --check said \"%s\", want it to start with \"%s\"", out,
+                 want);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Reads the "stopping:" line of a stopped node's log. */
+static void stop_counts(const char *log, unsigned long long *requests,
+                        unsigned long long *frames)
+{
+    const char *p = log ? strstr(log, "stopping: ") : NULL;
+    assert_non_null(p);
+    unsigned long long conns;
+    assert_int_equal(sscanf(p, "stopping: %llu connections served, %llu "
+                            "requests in %llu frames", &conns, requests,
+                            frames), 3);
+}
+
+static void small_requests_share_frames(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES), 0);
+    ps_options o;
+    ps_options_init(&o);
+    o.batch_delay_us = 2000;
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, one.spec, &o), 0);
+    int t = table_id(c, "counts");
+    uint64_t key = 9;
+    float one_f = 1, v;
+    for (int i = 0; i < 1000; i++)
+        assert_true(ps_push(c, t, &key, 1, &one_f, NULL, NULL) > 0);
+    assert_int_equal(ps_wait_all(c), PS_OK);
+    wait_ok(c, ps_pull(c, t, &key, 1, &v, NULL, NULL));
+    expect_float(v, 1000, "sum of batched pushes", 0);
+    ps_close(c);
+    /* Stop the node before reading its log: the counts come at the end. */
+    cluster_kill(&one, 0, SIGTERM);
+    char *log = cluster_log(&one, 0);
+    unsigned long long requests, frames;
+    stop_counts(log, &requests, &frames);
+    free(log);
+    assert_int_equal(requests, 1001);
+    if (frames * 4 > requests)
+        fail_msg("%llu requests came in %llu frames: not batched", requests,
+                 frames);
+    cluster_stop(&one);
+}
+
+static _Atomic long in_flight_bytes, max_in_flight_bytes;
+
+static void release_bytes(ps_ts ts, int status, void *arg)
+{
+    (void)ts;
+    (void)status;
+    in_flight_bytes -= (long)(intptr_t)arg;
+}
+
+static void inflight_bytes_never_exceed_the_limit(void **state)
+{
+    (void)state;
+    ps_options o;
+    ps_options_init(&o);
+    o.max_inflight_bytes = 64 * 1024;
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, shared.spec, &o), 0);
+    int t = table_id(c, "dense");
+    static uint64_t keys[400];
+    static float vals[400 * 4];
+    for (int i = 0; i < 400; i++)
+        keys[i] = (uint64_t)i;
+    /* keys + values of one push: 400 * (8 + 16) bytes. */
+    long bytes = 400 * (8 + 16);
+    in_flight_bytes = max_in_flight_bytes = 0;
+    for (int i = 0; i < 300; i++) {
+        long now = in_flight_bytes += bytes;
+        if (now > max_in_flight_bytes)
+            max_in_flight_bytes = now;
+        ps_ts ts = ps_push(c, t, keys, 400, vals, release_bytes,
+                           (void *)(intptr_t)bytes);
+        assert_true(ts > 0);
+    }
+    assert_int_equal(ps_wait_all(c), PS_OK);
+    /* The count here runs one request ahead of the library's (it is
+     * added before the call that may block). */
+    if (max_in_flight_bytes > 64 * 1024 + bytes)
+        fail_msg("%ld bytes were in flight; the limit is %d", 
+                 (long)max_in_flight_bytes, 64 * 1024);
+    ps_close(c);
+}
+
+static void reader_that_stops_reading_loses_nothing(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES
+                                   "[server]\nmax_output = 64K\n"), 0);
+    /* 300 pulls of 1000 rows x 4 floats (16 KB each) sent without reading:
+     * psd must stop reading this socket rather than queue 4.8 MB. */
+    int fd = raw_connect(one.port[0]);
+    raw_hello(fd);
+    psw_out o;
+    psw_out_init(&o);
+    for (int i = 0; i < 300; i++) {
+        psw_out_frame_begin(&o);
+        psw_msg m = { .op = PSW_OP_PULL_RANGE, .ts = (uint64_t)i + 1,
+                      .table = 0, .first = 0, .count = 1000 };
+        psw_pack_request(&o, &m);
+        psw_out_frame_end(&o);
+    }
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    /* Meanwhile another client is served. */
+    ps_client *c = open_or_fail(one.spec);
+    uint64_t key = 5;
+    float v[4];
+    wait_ok(c, ps_pull(c, table_id(c, "dense"), &key, 1, v, NULL, NULL));
+    ps_close(c);
+    /* Now every reply arrives, in order, none lost. */
+    for (int i = 0; i < 300; i++) {
+        size_t len;
+        char *f = raw_read_frame(fd, &len);
+        if (!f)
+            fail_msg("reply %d of 300 never came", i + 1);
+        msgpack_zone z;
+        msgpack_zone_init(&z, 1024);
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        psw_msg r;
+        assert_int_equal(psw_frame_decode(f, len, &z, &obj, err, sizeof err), 0);
+        assert_int_equal(psw_frame_messages(&obj, 4, &msgs, err, sizeof err), 1);
+        assert_int_equal(psw_msg_decode(&msgs[0], &r, err, sizeof err), 0);
+        assert_int_equal(r.ts, (uint64_t)i + 1);
+        assert_int_equal(r.vals_len, 16000);
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+    close(fd);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
+static void replies_of_a_batch_larger_than_max_frame_all_arrive(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 2, 16,
+                                   "[server]\nmax_frame = 64K\n"
+                                   "[table.wide]\nkind = sparse\ndim = 64\n"
+                                   "updater = sum\ninit = constant 2\n"), 0);
+    ps_options o;
+    ps_options_init(&o);
+    o.batch_delay_us = 5000;      /* let all 40 pulls share frames */
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, one.spec, &o), 0);
+    int t = table_id(c, "wide");
+    static uint64_t keys[100];
+    static float out[40][100 * 64];
+    for (int i = 0; i < 100; i++)
+        keys[i] = (uint64_t)i;
+    /* 40 x 25.6 KB of rows: far more than one 64 KB reply frame. */
+    for (int r = 0; r < 40; r++)
+        assert_true(ps_pull(c, t, keys, 100, out[r], NULL, NULL) > 0);
+    assert_int_equal(ps_wait_all(c), PS_OK);
+    for (int r = 0; r < 40; r++)
+        for (int i = 0; i < 100 * 64; i++)
+            expect_float(out[r][i], 2.0f, "wide row", (size_t)i);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
+static void ranges_of_a_table_with_fewer_rows_than_shards_work(void **state)
+{
+    (void)state;
+    test_cluster two;
+    assert_int_equal(cluster_start(&two, 2, 16,
+                                   "[table.tiny]\nkind = dense\nrows = 10\n"
+                                   "dim = 1\nupdater = sum\n"), 0);
+    ps_client *c = open_or_fail(two.spec);
+    int t = table_id(c, "tiny");
+    float v[10], out[10];
+    for (int i = 0; i < 10; i++)
+        v[i] = (float)i;
+    wait_ok(c, ps_push_range(c, t, 0, 10, v, NULL, NULL));
+    wait_ok(c, ps_pull_range(c, t, 0, 2, out, NULL, NULL));
+    expect_float(out[1], 1, "row", 1);
+    wait_ok(c, ps_pull_range(c, t, 0, 10, out, NULL, NULL));
+    for (int i = 0; i < 10; i++)
+        expect_float(out[i], (float)i, "row", (size_t)i);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&two), 0);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return cluster_start(&shared, 2, 4, TABLES);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return cluster_stop(&shared);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(open_by_ini_path_finds_tables_and_their_shapes),
+        cmocka_unit_test(dense_pushes_from_two_nodes_sum_exactly),
+        cmocka_unit_test(range_push_and_pull_cross_shard_boundaries),
+        cmocka_unit_test(pushpull_returns_the_rows_after_the_push),
+        cmocka_unit_test(untouched_sparse_key_has_same_initial_row_for_two_clients),
+        cmocka_unit_test(four_processes_of_two_threads_push_exact_sums),
+        cmocka_unit_test(eight_processes_pushing_one_200_times_read_1600),
+        cmocka_unit_test(every_callback_runs_exactly_once),
+        cmocka_unit_test(malformed_frame_closes_only_that_connection),
+        cmocka_unit_test(hostile_frames_are_refused_and_the_server_survives),
+        cmocka_unit_test(request_for_another_nodes_shard_names_the_owner),
+        cmocka_unit_test(killed_server_fails_requests_instead_of_hanging),
+        cmocka_unit_test(stopped_server_hangs_requests_no_longer_than_the_timeout),
+        cmocka_unit_test(sigterm_stops_the_daemon_with_status_zero),
+        cmocka_unit_test(sighup_applies_a_new_learning_rate),
+        cmocka_unit_test(check_flag_reports_file_and_line),
+        cmocka_unit_test(small_requests_share_frames),
+        cmocka_unit_test(inflight_bytes_never_exceed_the_limit),
+        cmocka_unit_test(reader_that_stops_reading_loses_nothing),
+        cmocka_unit_test(replies_of_a_batch_larger_than_max_frame_all_arrive),
+        cmocka_unit_test(ranges_of_a_table_with_fewer_rows_than_shards_work),
+    };
+    return cmocka_run_group_tests_name("e2e", tests, group_setup,
+                                       group_teardown);
+}

@@ -1,0 +1,492 @@
+/* Unit tests of the wire layer: frame cutting under every split of the
+ * stream, the msgpack guard against hostile counts, message round trips
+ * and decoding errors. No sockets. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../proto/frame.h"
+#include "../proto/msg.h"
+#include "../proto/status.h"
+
+/* Flattens a psw_out into one buffer, as writev would send it. */
+static char *flatten(const psw_out *o, size_t *len)
+{
+    size_t cnt = psw_out_iovcnt(o);
+    struct iovec *iov = calloc(cnt, sizeof *iov);
+    psw_out_iov(o, iov);
+    size_t total = 0;
+    for (size_t i = 0; i < cnt; i++)
+        total += iov[i].iov_len;
+    char *buf = malloc(total ? total : 1), *p = buf;
+    for (size_t i = 0; i < cnt; i++) {
+        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+    free(iov);
+    assert_int_equal(total, o->total);
+    *len = total;
+    return buf;
+}
+
+/* A stream of frames: pushes with growing payloads (some referenced). */
+static char *sample_stream(size_t *len, int nframes, float *vals, size_t nvals,
+                           uint64_t *keys)
+{
+    psw_out o;
+    psw_out_init(&o);
+    for (int f = 0; f < nframes; f++) {
+        psw_out_frame_begin(&o);
+        for (int m = 0; m < 2; m++) {
+            size_t n = (size_t)(f * 400 + m + 1) % nvals;
+            if (n == 0)
+                n = 1;
+            psw_msg msg = { .op = PSW_OP_PUSH, .ts = (uint64_t)f + 1,
+                            .part = (uint32_t)m, .table = 3,
+                            .keys = (const char *)keys, .nkeys = n,
+                            .vals = (const char *)vals,
+                            .vals_len = n * sizeof(float) };
+            psw_pack_request(&o, &msg);
+        }
+        psw_out_frame_end(&o);
+    }
+    assert_false(o.oom);
+    char *s = flatten(&o, len);
+    psw_out_destroy(&o);
+    return s;
+}
+
+/* Feeds `data` to a reader in pieces cut at the given split points and
+ * checks that the frames come out whole and in order. */
+static int feed_and_count(const char *data, size_t len, const size_t *cuts,
+                          int ncuts, const char *whole_first, size_t first_len)
+{
+    psw_reader r;
+    psw_reader_init(&r, 1 << 20);
+    size_t at = 0;
+    int frames = 0;
+    for (int i = 0; i <= ncuts; i++) {
+        size_t end = i < ncuts ? cuts[i] : len;
+        while (at < end) {
+            char *p;
+            size_t n;
+            assert_int_equal(psw_reader_space(&r, &p, &n), 0);
+            size_t k = end - at < n ? end - at : n;
+            memcpy(p, data + at, k);
+            psw_reader_commit(&r, k);
+            at += k;
+            const char *body;
+            size_t blen;
+            int rc;
+            while ((rc = psw_reader_next(&r, &body, &blen)) == 1) {
+                if (frames == 0) {
+                    assert_int_equal(blen, first_len);
+                    assert_memory_equal(body, whole_first, blen);
+                }
+                frames++;
+            }
+            assert_int_equal(rc, 0);
+        }
+    }
+    assert_int_equal(psw_reader_pending(&r), 0);
+    psw_reader_destroy(&r);
+    return frames;
+}
+
+static void reader_yields_same_frames_for_every_split_point(void **state)
+{
+    (void)state;
+    uint64_t keys[2048];
+    float vals[2048];
+    for (int i = 0; i < 2048; i++) {
+        keys[i] = (uint64_t)i * 7919;
+        vals[i] = (float)i * 0.5f;
+    }
+    size_t len;
+    char *s = sample_stream(&len, 4, vals, 2048, keys);
+    size_t first = ((size_t)(unsigned char)s[0] << 24 |
+                    (size_t)(unsigned char)s[1] << 16 |
+                    (size_t)(unsigned char)s[2] << 8 | (unsigned char)s[3]);
+    for (size_t cut = 0; cut <= len; cut++) {
+        int frames = feed_and_count(s, len, &cut, 1, s + 4, first);
+        if (frames != 4)
+            fail_msg("split at %zu: got %d frames, want 4", cut, frames);
+    }
+    free(s);
+}
+
+static void reader_yields_same_frames_byte_by_byte(void **state)
+{
+    (void)state;
+    uint64_t keys[64];
+    float vals[64];
+    for (int i = 0; i < 64; i++) {
+        keys[i] = (uint64_t)i;
+        vals[i] = (float)i;
+    }
+    size_t len;
+    char *s = sample_stream(&len, 5, vals, 64, keys);
+    size_t *cuts = malloc(len * sizeof *cuts);
+    for (size_t i = 0; i < len; i++)
+        cuts[i] = i;
+    size_t first = ((size_t)(unsigned char)s[2] << 8 | (unsigned char)s[3]);
+    assert_int_equal(feed_and_count(s, len, cuts, (int)len, s + 4, first), 5);
+    free(cuts);
+    free(s);
+}
+
+static int reader_verdict(const unsigned char *bytes, size_t n, size_t max)
+{
+    psw_reader r;
+    psw_reader_init(&r, max);
+    char *p;
+    size_t cap;
+    assert_int_equal(psw_reader_space(&r, &p, &cap), 0);
+    memcpy(p, bytes, n);
+    psw_reader_commit(&r, n);
+    const char *body;
+    size_t blen;
+    int rc = psw_reader_next(&r, &body, &blen);
+    psw_reader_destroy(&r);
+    return rc;
+}
+
+static void reader_refuses_oversized_length_before_buffering(void **state)
+{
+    (void)state;
+    const unsigned char huge[] = { 0xff, 0xff, 0xff, 0xff };
+    assert_int_equal(reader_verdict(huge, 4, 64 << 20), PSW_ETOOBIG);
+    const unsigned char over[] = { 0x00, 0x00, 0x10, 0x01 };   /* 4097 */
+    assert_int_equal(reader_verdict(over, 4, 4096), PSW_ETOOBIG);
+    const unsigned char exact[] = { 0x00, 0x00, 0x10, 0x00 };  /* 4096 */
+    assert_int_equal(reader_verdict(exact, 4, 4096), 0);       /* waits */
+}
+
+static void reader_refuses_empty_frame(void **state)
+{
+    (void)state;
+    const unsigned char zero[] = { 0, 0, 0, 0 };
+    assert_int_equal(reader_verdict(zero, 4, 4096), PSW_EPROTO);
+}
+
+static void guard_rejects_counts_larger_than_the_bytes_left(void **state)
+{
+    (void)state;
+    /* The 5-byte inputs that make msgpack-c reserve 512 MiB .. 128 GiB. */
+    const unsigned char a[] = { 0xdd, 0x00, 0xff, 0xff, 0xff };
+    const unsigned char b[] = { 0xdd, 0xff, 0xff, 0xff, 0xff };
+    const unsigned char m[] = { 0xdf, 0xff, 0xff, 0xff, 0xff };
+    const unsigned char fuzz[] = { 0x04, 0xdd, 0xd0, 0xfe, 0x2f, 0x01 };
+    const unsigned char a16[] = { 0xdc, 0xff, 0xff, 0xc0 };
+    assert_int_equal(psw_guard(a, sizeof a, 8), -1);
+    assert_int_equal(psw_guard(b, sizeof b, 8), -1);
+    assert_int_equal(psw_guard(m, sizeof m, 8), -1);
+    assert_int_equal(psw_guard(fuzz + 1, sizeof fuzz - 1, 8), -1);
+    assert_int_equal(psw_guard(a16, sizeof a16, 8), -1);
+}
+
+static void guard_rejects_deep_nesting_and_the_unused_byte(void **state)
+{
+    (void)state;
+    unsigned char deep[100];
+    memset(deep, 0x91, sizeof deep);      /* [[[[...]]]] */
+    deep[99] = 0xc0;
+    assert_int_equal(psw_guard(deep, sizeof deep, 8), -1);
+    deep[0] = 0xc1;
+    assert_int_equal(psw_guard(deep, 1, 8), -1);
+    const unsigned char nested[] = { 0x92, 0x91, 0x01, 0x02 };  /* [[1],2] */
+    assert_int_equal(psw_guard(nested, sizeof nested, 8), 4);
+}
+
+static void guard_reports_truncated_values_as_incomplete(void **state)
+{
+    (void)state;
+    const unsigned char bin[] = { 0xc6, 0x00, 0x00, 0x10, 0x00, 1, 2, 3 };
+    assert_int_equal(psw_guard(bin, sizeof bin, 8), 0);
+    const unsigned char u32[] = { 0xce, 0x00, 0x01 };
+    assert_int_equal(psw_guard(u32, sizeof u32, 8), 0);
+}
+
+static void decode_rejects_trailing_bytes_and_wrong_shapes(void **state)
+{
+    (void)state;
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    const char two[] = { (char)0x91, 0x01, 0x02 };     /* [1] then 2 */
+    assert_int_equal(psw_frame_decode(two, 3, &z, &obj, err, sizeof err),
+                     PSW_EPROTO);
+    assert_non_null(strstr(err, "after the msgpack value"));
+    const char num[] = { 0x05 };
+    assert_int_equal(psw_frame_decode(num, 1, &z, &obj, err, sizeof err), 0);
+    assert_true(psw_frame_messages(&obj, 10, &msgs, err, sizeof err) < 0);
+    const char empty[] = { (char)0x90 };
+    assert_int_equal(psw_frame_decode(empty, 1, &z, &obj, err, sizeof err), 0);
+    assert_true(psw_frame_messages(&obj, 10, &msgs, err, sizeof err) < 0);
+    msgpack_zone_destroy(&z);
+}
+
+/* Decodes the single message of a one-frame psw_out. */
+static void decode_one(psw_out *o, msgpack_zone *z, char **buf,
+                       const msgpack_object **msg)
+{
+    size_t len;
+    msgpack_object obj;
+    char err[128];
+    *buf = flatten(o, &len);
+    int rc = psw_frame_decode(*buf + 4, len - 4, z, &obj, err, sizeof err);
+    if (rc)
+        fail_msg("decode: %s", err);
+    assert_int_equal(psw_frame_messages(&obj, 10, msg, err, sizeof err), 1);
+}
+
+static void push_message_round_trips_with_referenced_payload(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    static uint64_t keys[N];
+    static float vals[N * 4];
+    for (size_t i = 0; i < N; i++)
+        keys[i] = UINT64_MAX - i;
+    for (size_t i = 0; i < N * 4; i++)
+        vals[i] = (float)i / 3.0f;
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_msg m = { .op = PSW_OP_PUSHPULL, .ts = 1ull << 40, .part = 7,
+                  .table = 2, .keys = (const char *)keys, .nkeys = N,
+                  .vals = (const char *)vals, .vals_len = sizeof vals };
+    psw_pack_request(&o, &m);
+    psw_out_frame_end(&o);
+    assert_int_equal(o.nsegs, 2);            /* both payloads referenced */
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    char *buf, err[128];
+    const msgpack_object *msg;
+    decode_one(&o, &z, &buf, &msg);
+    psw_msg d;
+    assert_int_equal(psw_msg_decode(msg, &d, err, sizeof err), 0);
+    assert_int_equal(d.op, PSW_OP_PUSHPULL);
+    assert_int_equal(d.ts, 1ull << 40);
+    assert_int_equal(d.part, 7);
+    assert_int_equal(d.table, 2);
+    assert_int_equal(d.nkeys, N);
+    assert_int_equal(d.vals_len, sizeof vals);
+    assert_int_equal(psw_key_at(d.keys, N - 1), UINT64_MAX - (N - 1));
+    assert_memory_equal(d.vals, vals, sizeof vals);
+    /* The payload is a view into the frame, not a copy. */
+    assert_true(d.vals > buf && d.vals < buf + o.total);
+    free(buf);
+    msgpack_zone_destroy(&z);
+    psw_out_destroy(&o);
+}
+
+static void range_and_reply_messages_round_trip(void **state)
+{
+    (void)state;
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    char *p = psw_pack_reply(&o, 99, 3, PSW_OK, NULL, 8);
+    memcpy(p, "\1\2\3\4\5\6\7\10", 8);
+    psw_out_frame_end(&o);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    char *buf, err[128];
+    const msgpack_object *msg;
+    decode_one(&o, &z, &buf, &msg);
+    psw_msg d;
+    assert_int_equal(psw_msg_decode(msg, &d, err, sizeof err), 0);
+    assert_int_equal(d.op, PSW_OP_REPLY);
+    assert_int_equal(d.ts, 99);
+    assert_int_equal(d.part, 3);
+    assert_int_equal(d.vals_len, 8);
+    assert_memory_equal(d.vals, "\1\2\3\4\5\6\7\10", 8);
+    free(buf);
+
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_reply(&o, 5, 0, PSW_ENOTOWNER, "owned by node 1", 0);
+    psw_out_frame_end(&o);
+    decode_one(&o, &z, &buf, &msg);
+    assert_int_equal(psw_msg_decode(msg, &d, err, sizeof err), 0);
+    assert_int_equal(d.status, PSW_ENOTOWNER);
+    assert_int_equal(d.text_len, strlen("owned by node 1"));
+    assert_memory_equal(d.text, "owned by node 1", d.text_len);
+    free(buf);
+
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_msg r = { .op = PSW_OP_PULL_RANGE, .ts = 1, .table = 0,
+                  .first = 123456789012ull, .count = 77 };
+    psw_pack_request(&o, &r);
+    psw_out_frame_end(&o);
+    decode_one(&o, &z, &buf, &msg);
+    assert_int_equal(psw_msg_decode(msg, &d, err, sizeof err), 0);
+    assert_int_equal(d.first, 123456789012ull);
+    assert_int_equal(d.count, 77);
+    free(buf);
+    msgpack_zone_destroy(&z);
+    psw_out_destroy(&o);
+}
+
+static void hello_and_layout_round_trip(void **state)
+{
+    (void)state;
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { PSW_VERSION, 0xabcdef, 42, -1, NULL, 0 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    char *buf, err[128];
+    const msgpack_object *msg;
+    decode_one(&o, &z, &buf, &msg);
+    psw_hello hd;
+    assert_int_equal(psw_hello_decode(msg, &hd, err, sizeof err), 0);
+    assert_int_equal(hd.client_id, 0xabcdef);
+    assert_int_equal(hd.worker, -1);
+    assert_null(hd.token);
+    free(buf);
+
+    char nodes[2][PSW_ADDR_MAX] = { "127.0.0.1:7070", "[::1]:7071" };
+    psw_table_desc t[1] = { { 0, "emb", 0, 16, 0, 0 } };
+    psw_layout l = { .status = PSW_OK, .version = 1, .node_index = 1,
+                     .epoch = 77, .max_frame = 1 << 20, .shards = 16,
+                     .nnodes = 2, .nodes = nodes, .ntables = 1, .tables = t };
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_hello_ok(&o, &l);
+    psw_out_frame_end(&o);
+    decode_one(&o, &z, &buf, &msg);
+    psw_layout ld;
+    assert_int_equal(psw_hello_ok_decode(msg, &ld, err, sizeof err), 0);
+    assert_int_equal(ld.nnodes, 2);
+    assert_string_equal(ld.nodes[1], "[::1]:7071");
+    assert_int_equal(ld.ntables, 1);
+    assert_string_equal(ld.tables[0].name, "emb");
+    assert_int_equal(ld.tables[0].dim, 16);
+    assert_int_equal(ld.epoch, 77);
+    psw_layout_free(&ld);
+    free(buf);
+    msgpack_zone_destroy(&z);
+    psw_out_destroy(&o);
+}
+
+/* Decodes raw msgpack bytes as one message; returns psw_msg_decode's rc. */
+static int decode_raw(const unsigned char *b, size_t n, char *err)
+{
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    msgpack_object obj;
+    psw_msg m;
+    int rc = psw_frame_decode((const char *)b, n, &z, &obj, err, 128);
+    if (rc == 0)
+        rc = psw_msg_decode(&obj, &m, err, 128);
+    msgpack_zone_destroy(&z);
+    return rc;
+}
+
+static void message_decoder_rejects_bad_fields(void **state)
+{
+    (void)state;
+    char err[128];
+    /* [10, 1, 0, 0, bin(7), bin(4)]: keys not a multiple of 8 bytes */
+    const unsigned char k7[] = { 0x96, 10, 1, 0, 0, 0xc4, 7, 0, 0, 0, 0, 0, 0,
+                                 0, 0xc4, 4, 0, 0, 0, 0 };
+    assert_int_equal(decode_raw(k7, sizeof k7, err), PSW_EPROTO);
+    assert_non_null(strstr(err, "uint64"));
+    /* [99, 1, 0, 0]: unknown op */
+    const unsigned char op[] = { 0x94, 99, 1, 0, 0 };
+    assert_int_equal(decode_raw(op, sizeof op, err), PSW_EPROTO);
+    assert_non_null(strstr(err, "unknown op"));
+    /* [11, -1, 0, 0, bin(0)]: negative timestamp */
+    const unsigned char ts[] = { 0x95, 11, 0xff, 0, 0, 0xc4, 0 };
+    assert_int_equal(decode_raw(ts, sizeof ts, err), PSW_EPROTO);
+    /* [11, 1, 0, 0]: a pull without keys */
+    const unsigned char few[] = { 0x94, 11, 1, 0, 0 };
+    assert_int_equal(decode_raw(few, sizeof few, err), PSW_EPROTO);
+    /* [11, 1, 0, "x", bin(0)]: table id is a string */
+    const unsigned char tab[] = { 0x95, 11, 1, 0, 0xa1, 'x', 0xc4, 0 };
+    assert_int_equal(decode_raw(tab, sizeof tab, err), PSW_EPROTO);
+    /* [13, 1, 0, 0, 0, 1, bin(3)]: values not float32 */
+    const unsigned char v3[] = { 0x97, 13, 1, 0, 0, 0, 1, 0xc4, 3, 1, 2, 3 };
+    assert_int_equal(decode_raw(v3, sizeof v3, err), PSW_EPROTO);
+}
+
+/* Random byte flips of a valid frame never crash the decoder and never
+ * yield a message that breaks its own size invariants. */
+static void mutated_frames_never_crash_the_decoder(void **state)
+{
+    (void)state;
+    uint64_t keys[40];
+    float vals[40];
+    for (int i = 0; i < 40; i++) {
+        keys[i] = (uint64_t)i;
+        vals[i] = (float)i;
+    }
+    size_t len;
+    char *s = sample_stream(&len, 1, vals, 40, keys);
+    char *m = malloc(len);
+    uint64_t seed = 12345;
+    int accepted = 0, rejected = 0;
+    for (int it = 0; it < 20000; it++) {
+        memcpy(m, s, len);
+        int flips = 1 + it % 4;
+        for (int f = 0; f < flips; f++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            m[4 + (seed >> 33) % (len - 4)] = (char)(seed >> 20);
+        }
+        msgpack_zone z;
+        msgpack_zone_init(&z, 1024);
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        int ok = psw_frame_decode(m + 4, len - 4, &z, &obj, err, sizeof err) == 0;
+        int n = ok ? psw_frame_messages(&obj, 100, &msgs, err, sizeof err) : -1;
+        for (int i = 0; i < n; i++) {
+            psw_msg d;
+            if (psw_msg_decode(&msgs[i], &d, err, sizeof err) == 0) {
+                accepted++;
+                assert_int_equal(d.vals_len % 4, 0);
+                assert_true(d.nkeys * 8 <= len);
+            } else
+                rejected++;
+        }
+        if (n < 0)
+            rejected++;
+        msgpack_zone_destroy(&z);
+    }
+    assert_true(accepted > 0 && rejected > 0);
+    free(m);
+    free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reader_yields_same_frames_for_every_split_point),
+        cmocka_unit_test(reader_yields_same_frames_byte_by_byte),
+        cmocka_unit_test(reader_refuses_oversized_length_before_buffering),
+        cmocka_unit_test(reader_refuses_empty_frame),
+        cmocka_unit_test(guard_rejects_counts_larger_than_the_bytes_left),
+        cmocka_unit_test(guard_rejects_deep_nesting_and_the_unused_byte),
+        cmocka_unit_test(guard_reports_truncated_values_as_incomplete),
+        cmocka_unit_test(decode_rejects_trailing_bytes_and_wrong_shapes),
+        cmocka_unit_test(push_message_round_trips_with_referenced_payload),
+        cmocka_unit_test(range_and_reply_messages_round_trip),
+        cmocka_unit_test(hello_and_layout_round_trip),
+        cmocka_unit_test(message_decoder_rejects_bad_fields),
+        cmocka_unit_test(mutated_frames_never_crash_the_decoder),
+    };
+    return cmocka_run_group_tests_name("frame", tests, NULL, NULL);
+}

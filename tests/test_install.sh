@@ -1,0 +1,64 @@
+#!/bin/sh
+# Installs into a staging directory (make install DESTDIR=...), builds a
+# trainer with nothing but `pkg-config --cflags --libs psclient`, and runs
+# it against the installed psd. Reports in TAP like the C tests.
+# Usage: tests/test_install.sh BUILD_DIR   (SAN: sanitizer flags, if any)
+BUILD=${1:?usage: tests/test_install.sh BUILD_DIR}
+top=$(cd "$(dirname "$0")/.." && pwd)
+stage=$(mktemp -d /tmp/psd-install-XXXXXX)
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$stage"
+}
+trap cleanup EXIT INT TERM
+
+echo "1..4"
+n=0
+check() {       # check DESCRIPTION COMMAND...
+    n=$((n + 1)); d=$1; shift
+    if "$@" >"$stage/out" 2>&1; then echo "ok $n - $d"
+    else echo "not ok $n - $d"; sed 's/^/# /' "$stage/out"; fi
+}
+
+prefix=/usr/local
+check "make install into DESTDIR puts psd, the header, the libraries and psclient.pc in place" \
+    sh -c "make -s -C '$top' BUILD='$BUILD' DESTDIR='$stage/root' PREFIX=$prefix install >/dev/null &&
+           test -x '$stage/root$prefix/bin/psd' && test -f '$stage/root$prefix/include/psclient.h' &&
+           test -f '$stage/root$prefix/lib/libpsclient.a' &&
+           test -f '$stage/root$prefix/lib/pkgconfig/psclient.pc' &&
+           readelf -d '$stage/root$prefix/lib/libpsclient.so' | grep -q 'SONAME.*libpsclient.so.0]'"
+
+pc="pkg-config --define-variable=prefix=$stage/root$prefix"
+export PKG_CONFIG_PATH="$stage/root$prefix/lib/pkgconfig"
+check "a trainer compiles and links with only pkg-config --cflags --libs psclient" \
+    sh -c "${CC:-cc} ${SAN:-} -o '$stage/trainer' '$top/tests/install/trainer.c' \$($pc --cflags --libs psclient)"
+
+check "the shared library exports only ps_* symbols" \
+    sh -c "! nm -D --defined-only '$stage/root$prefix/lib/libpsclient.so' | awk '{print \$3}' | grep -v '^ps_' | grep ."
+
+# A one-node cluster on a port that is free now.
+port=$((20000 + $$ % 20000))
+ok=0
+for try in 1 2 3 4 5; do
+    cat >"$stage/c.ini" <<INI
+[cluster]
+nodes = 127.0.0.1:$port
+shards = 4
+[table.w]
+kind = sparse
+dim = 1
+updater = sum
+INI
+    "$stage/root$prefix/bin/psd" -c "$stage/c.ini" 2>"$stage/psd.log" &
+    pid=$!
+    for i in $(seq 1 100); do
+        grep -q listening "$stage/psd.log" && { ok=1; break; }
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    [ $ok = 1 ] && break
+    wait "$pid" 2>/dev/null; pid=; port=$((port + 1))
+done
+check "the installed trainer pushes to and pulls from the installed psd" \
+    env LD_LIBRARY_PATH="$stage/root$prefix/lib" "$stage/trainer" "127.0.0.1:$port"

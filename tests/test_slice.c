@@ -1,0 +1,999 @@
+/* Unit tests of the Customer's slicing and completion (client/customer.c):
+ * keyed and ranged requests cut into per-node parts against the shared
+ * layout, and replies placed into the caller's buffer. Pure: no sockets. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../client/customer.h"
+#include "../proto/layout.h"
+#include "../proto/status.h"
+
+/* ---- checks that print both sides ----------------------------------- */
+
+#define EXPECT_INT(got, want, ...)                                         \
+    do {                                                                   \
+        long long g_ = (long long)(got), w_ = (long long)(want);           \
+        if (g_ != w_) {                                                    \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got %lld, want %lld\n", g_, w_);                \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define EXPECT_U64(got, want, ...)                                         \
+    do {                                                                   \
+        unsigned long long g_ = (got), w_ = (want);                        \
+        if (g_ != w_) {                                                    \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got %llu, want %llu\n", g_, w_);                \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define EXPECT_PTR(got, want, ...)                                         \
+    do {                                                                   \
+        const void *g_ = (got), *w_ = (want);                              \
+        if (g_ != w_) {                                                    \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got %p, want %p\n", g_, w_);                    \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define EXPECT_FLOAT(got, want, ...)                                       \
+    do {                                                                   \
+        float g_ = (got), w_ = (want);                                     \
+        if (!(g_ == w_)) {                                                 \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got %.9g, want %.9g\n", (double)g_,             \
+                        (double)w_);                                       \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define EXPECT_STR(got, want, ...)                                         \
+    do {                                                                   \
+        const char *g_ = (got), *w_ = (want);                              \
+        if (!g_ || strcmp(g_, w_) != 0) {                                  \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got \"%s\", want \"%s\"\n",                     \
+                        g_ ? g_ : "(null)", w_);                           \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define EXPECT_SUBSTR(text, part, ...)                                     \
+    do {                                                                   \
+        const char *t_ = (text);                                           \
+        if (!t_ || !strstr(t_, (part))) {                                  \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got \"%s\", want it to contain \"%s\"\n",       \
+                        t_ ? t_ : "(null)", (part));                       \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) {
+        fail_msg("calloc(%zu, %zu): got NULL", n, size);
+    }
+    return p;
+}
+
+/* ---- shapes and layout ---------------------------------------------- */
+
+#define TABLE_ID 7
+
+static psw_table_desc desc_make(int dense, uint32_t dim, uint64_t rows)
+{
+    psw_table_desc t;
+    memset(&t, 0, sizeof t);
+    t.id = TABLE_ID;
+    snprintf(t.name, sizeof t.name, "%s", dense ? "emb_dense" : "emb_sparse");
+    t.dense = dense;
+    t.dim = dim;
+    t.rows = dense ? rows : 0;
+    return t;
+}
+
+static ps_shape shape_make(const psw_table_desc *t, int nnodes,
+                           uint32_t shards)
+{
+    ps_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.nnodes = nnodes;
+    sh.shards = shards;
+    sh.table = t;
+    sh.table_id = TABLE_ID;
+    sh.max_payload = (uint64_t)1 << 26;
+    return sh;
+}
+
+/* The layout's answer, computed from proto/layout.h directly. */
+static uint32_t shard_of(const ps_shape *sh, uint64_t key)
+{
+    return sh->table->dense
+               ? psw_dense_shard_of(sh->table->rows, sh->shards, key)
+               : psw_sparse_shard_of(sh->shards, key);
+}
+
+static int node_of(const ps_shape *sh, uint64_t key)
+{
+    return psw_node_of_shard(shard_of(sh, key), sh->nnodes);
+}
+
+static int has_push(int op)
+{
+    return op == PSW_OP_PUSH || op == PSW_OP_PUSHPULL ||
+           op == PSW_OP_PUSH_RANGE;
+}
+
+static int has_pull(int op)
+{
+    return op == PSW_OP_PULL || op == PSW_OP_PUSHPULL ||
+           op == PSW_OP_PULL_RANGE;
+}
+
+static float float_at(const char *b, size_t i)
+{
+    float f;
+    memcpy(&f, b + i * sizeof(float), sizeof f);
+    return f;
+}
+
+/* Sparse keys spread over a wide range; distinct. */
+static uint64_t spread_key(size_t i)
+{
+    return (uint64_t)i * 0x9e3779b97f4a7c15ULL + 3;
+}
+
+/* The value a pushed row carries, or a server answers, for key k. */
+static float row_val(uint64_t k, uint32_t j)
+{
+    return (float)(k % 65536) * 4.0f + (float)j;
+}
+
+/* ---- keyed requests ------------------------------------------------- */
+
+/* Checks a keyed request against the caller's arrays: one part per node
+ * touched, numbered in order, each key exactly once on its own node, pos
+ * leading back to the caller's index, values carried with their key. For
+ * push-only requests (no pos) keys must be distinct. */
+static void check_keyed_parts(const ps_shape *sh, int op,
+                              const uint64_t *keys, size_t n,
+                              const float *vals, const float *out,
+                              const ps_req *r)
+{
+    const uint32_t dim = sh->table->dim;
+    int *touched = xcalloc((size_t)sh->nnodes, sizeof *touched);
+    int nodes = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!touched[node_of(sh, keys[i])]++)
+            nodes++;
+    EXPECT_INT(r->nparts, nodes, "parts of a request touching %d nodes",
+               nodes);
+    EXPECT_INT(r->pending, r->nparts, "pending parts of a new request");
+    EXPECT_INT(r->status, PS_OK, "status of a new request");
+    EXPECT_PTR(r->error, NULL, "error of a new request");
+    EXPECT_INT(r->op, op, "request op");
+    EXPECT_INT(r->dim, dim, "request dim");
+
+    char *seen = xcalloc(n, 1);
+    int *part_of_node = xcalloc((size_t)sh->nnodes, sizeof *part_of_node);
+    size_t total = 0;
+    for (int k = 0; k < r->nparts; k++) {
+        const ps_part *p = &r->parts[k];
+        EXPECT_PTR(p->req, r, "part %d: req", k);
+        EXPECT_INT(p->msg.part, k, "part %d: msg.part", k);
+        EXPECT_INT(p->msg.op, op, "part %d: msg.op", k);
+        EXPECT_INT(p->msg.table, TABLE_ID, "part %d: msg.table", k);
+        EXPECT_INT(p->node >= 0 && p->node < sh->nnodes, 1,
+                   "part %d: node %d within 0..%d", k, p->node,
+                   sh->nnodes - 1);
+        EXPECT_INT(part_of_node[p->node]++, 0,
+                   "part %d: earlier parts for node %d", k, p->node);
+        EXPECT_INT(p->msg.nkeys > 0, 1, "part %d: has keys", k);
+        if (has_push(op))
+            EXPECT_U64(p->msg.vals_len, p->msg.nkeys * dim * sizeof(float),
+                       "part %d: vals_len", k);
+        else
+            EXPECT_PTR(p->msg.vals, NULL, "part %d: vals of a pull", k);
+        EXPECT_PTR(p->out, has_pull(op) ? out : NULL, "part %d: out", k);
+        if (has_pull(op) && r->nparts > 1)
+            EXPECT_INT(p->pos != NULL, 1, "part %d: has pos", k);
+        for (size_t i = 0; i < p->msg.nkeys; i++) {
+            uint64_t key = psw_key_at(p->msg.keys, i);
+            EXPECT_INT(node_of(sh, key), p->node, "part %d key %zu (%llu): "
+                       "node", k, i, (unsigned long long)key);
+            size_t idx = n;
+            if (p->pos) {
+                idx = p->pos[i];
+            } else if (r->nparts == 1) {
+                idx = i;
+            } else {
+                for (size_t x = 0; x < n; x++)
+                    if (keys[x] == key)
+                        idx = x;
+            }
+            EXPECT_INT(idx < n, 1, "part %d key %zu: caller index %zu "
+                       "below %zu", k, i, idx, n);
+            EXPECT_U64(keys[idx], key, "part %d key %zu: caller's key at "
+                       "index %zu", k, i, idx);
+            EXPECT_INT(seen[idx]++, 0, "part %d key %zu: earlier sightings "
+                       "of caller index %zu", k, i, idx);
+            if (has_push(op))
+                for (uint32_t j = 0; j < dim; j++)
+                    EXPECT_FLOAT(float_at(p->msg.vals, i * dim + j),
+                                 vals[idx * dim + j], "part %d key %zu "
+                                 "(index %zu) col %u: value", k, i, idx, j);
+        }
+        total += p->msg.nkeys;
+    }
+    EXPECT_U64(total, n, "keys over all parts");
+    free(seen);
+    free(part_of_node);
+    free(touched);
+}
+
+static void fill_keys_vals(uint64_t *keys, float *vals, size_t n,
+                           uint32_t dim)
+{
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = spread_key(i);
+        for (uint32_t j = 0; j < dim; j++)
+            vals[i * dim + j] = (float)i + (float)j * 0.25f;
+    }
+}
+
+static void test_keyed_push_over_2_nodes_puts_each_key_once_on_its_node(
+    void **state)
+{
+    (void)state;
+    enum { N = 200, DIM = 3 };
+    psw_table_desc t = desc_make(0, DIM, 0);
+    ps_shape sh = shape_make(&t, 2, 16);
+    uint64_t keys[N];
+    float vals[N * DIM];
+    fill_keys_vals(keys, vals, N, DIM);
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, N, vals, NULL, &r, err,
+                           sizeof err), 0, "ps_req_keys push (%s)", err);
+    EXPECT_INT(r->nparts, 2, "parts of 200 spread keys on 2 nodes");
+    check_keyed_parts(&sh, PSW_OP_PUSH, keys, N, vals, NULL, r);
+    ps_req_free(r);
+}
+
+static void test_keyed_pushpull_over_2_nodes_maps_pos_back_and_carries_vals(
+    void **state)
+{
+    (void)state;
+    enum { N = 150, DIM = 2 };
+    psw_table_desc t = desc_make(0, DIM, 0);
+    ps_shape sh = shape_make(&t, 2, 16);
+    uint64_t keys[N];
+    float vals[N * DIM], out[N * DIM];
+    fill_keys_vals(keys, vals, N, DIM);
+    /* Repeated keys are separate entries with their own values. */
+    keys[10] = keys[3];
+    keys[11] = keys[3];
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
+                           sizeof err), 0, "ps_req_keys pushpull (%s)", err);
+    check_keyed_parts(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, r);
+    ps_req_free(r);
+}
+
+static void test_keyed_dense_over_4_nodes_puts_each_row_on_its_node(
+    void **state)
+{
+    (void)state;
+    enum { N = 300, DIM = 4 };
+    psw_table_desc t = desc_make(1, DIM, 1000);
+    ps_shape sh = shape_make(&t, 4, 16);
+    uint64_t keys[N];
+    float vals[N * DIM], out[N * DIM];
+    fill_keys_vals(keys, vals, N, DIM);
+    for (size_t i = 0; i < N; i++)
+        keys[i] = (i * 337) % 1000;
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
+                           sizeof err), 0, "ps_req_keys pushpull (%s)", err);
+    EXPECT_INT(r->nparts, 4, "parts over 4 nodes");
+    check_keyed_parts(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, r);
+    ps_req_free(r);
+}
+
+/* A plain pull over two nodes: ps_pull passes vals == NULL. */
+static void test_keyed_pull_over_2_nodes_maps_pos_back_to_caller_index(
+    void **state)
+{
+    (void)state;
+    enum { N = 200, DIM = 3 };
+    psw_table_desc t = desc_make(0, DIM, 0);
+    ps_shape sh = shape_make(&t, 2, 16);
+    uint64_t keys[N];
+    float vals[N * DIM], out[N * DIM];
+    fill_keys_vals(keys, vals, N, DIM);
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                           sizeof err), 0, "ps_req_keys pull (%s)", err);
+    EXPECT_INT(r->nparts, 2, "parts of 200 spread keys on 2 nodes");
+    check_keyed_parts(&sh, PSW_OP_PULL, keys, N, NULL, out, r);
+    ps_req_free(r);
+}
+
+/* The first n keys k = 0, 1, ... that live on `node`. */
+static void keys_on_node(const ps_shape *sh, int node, uint64_t *keys,
+                         size_t n)
+{
+    size_t got = 0;
+    for (uint64_t k = 0; got < n; k++)
+        if (node_of(sh, k) == node)
+            keys[got++] = k;
+}
+
+static void check_borrowed(const ps_shape *sh, int op, const uint64_t *keys,
+                           size_t n, const float *vals, float *out, int node)
+{
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_keys(sh, op, keys, n, vals, out, &r, err, sizeof err),
+               0, "op %d: ps_req_keys (%s)", op, err);
+    EXPECT_INT(r->nparts, 1, "op %d: parts", op);
+    EXPECT_INT(r->pending, 1, "op %d: pending", op);
+    const ps_part *p = &r->parts[0];
+    EXPECT_INT(p->node, node, "op %d: node", op);
+    EXPECT_INT(p->msg.part, 0, "op %d: msg.part", op);
+    EXPECT_PTR(p->msg.keys, keys, "op %d: keys borrowed", op);
+    EXPECT_U64(p->msg.nkeys, n, "op %d: nkeys", op);
+    EXPECT_PTR(p->msg.vals, has_push(op) ? vals : NULL,
+               "op %d: vals borrowed", op);
+    EXPECT_PTR(p->out, has_pull(op) ? out : NULL, "op %d: out borrowed", op);
+    EXPECT_PTR(p->pos, NULL, "op %d: pos", op);
+    ps_req_free(r);
+}
+
+static void test_keys_all_on_one_node_make_one_part_borrowing_buffers(
+    void **state)
+{
+    (void)state;
+    enum { N = 40, DIM = 3 };
+    psw_table_desc t = desc_make(0, DIM, 0);
+    uint64_t keys[N];
+    float vals[N * DIM] = { 0 }, out[N * DIM];
+    const int ops[] = { PSW_OP_PUSH, PSW_OP_PULL, PSW_OP_PUSHPULL };
+
+    ps_shape two = shape_make(&t, 2, 16);
+    keys_on_node(&two, 1, keys, N);
+    for (size_t i = 0; i < 3; i++)
+        check_borrowed(&two, ops[i], keys, N, ops[i] == PSW_OP_PULL ? NULL
+                       : vals, out, 1);
+
+    ps_shape one = shape_make(&t, 1, 16);
+    for (size_t i = 0; i < N; i++)
+        keys[i] = spread_key(i);
+    for (size_t i = 0; i < 3; i++)
+        check_borrowed(&one, ops[i], keys, N, ops[i] == PSW_OP_PULL ? NULL
+                       : vals, out, 0);
+}
+
+static void test_dense_key_past_last_row_returns_ekey_with_message(
+    void **state)
+{
+    (void)state;
+    psw_table_desc t = desc_make(1, 2, 1000);
+    ps_shape sh = shape_make(&t, 2, 16);
+    const uint64_t keys[3] = { 0, 999, 1000 };
+    float vals[6] = { 0 };
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 3, vals, NULL, &r, err,
+                           sizeof err), PS_EKEY, "push of rows {0, 999, 1000}");
+    EXPECT_PTR(r, NULL, "request after a refusal");
+    EXPECT_SUBSTR(err, "no row 1000", "message");
+    EXPECT_SUBSTR(err, "emb_dense", "message");
+    const uint64_t huge = UINT64_MAX;
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, &huge, 1, NULL, vals, &r, err,
+                           sizeof err), PS_EKEY, "pull of row UINT64_MAX");
+    EXPECT_PTR(r, NULL, "request after a refusal");
+}
+
+static void test_keyed_piece_over_max_payload_returns_etoobig(void **state)
+{
+    (void)state;
+    enum { DIM = 4 };                 /* 16 bytes a row + 8 a key */
+    psw_table_desc t = desc_make(0, DIM, 0);
+    ps_shape sh = shape_make(&t, 1, 16);
+    sh.max_payload = 96;              /* exactly 4 keyed rows */
+    uint64_t keys[8];
+    float vals[8 * DIM] = { 0 }, out[8 * DIM];
+    for (size_t i = 0; i < 8; i++)
+        keys[i] = spread_key(i);
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 4, vals, NULL, &r, err,
+                           sizeof err), 0, "4 rows in 96 bytes (%s)", err);
+    ps_req_free(r);
+    r = NULL;
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 5, vals, NULL, &r, err,
+                           sizeof err), PS_ETOOBIG, "5 rows in 96 bytes");
+    EXPECT_PTR(r, NULL, "request after a refusal");
+    EXPECT_SUBSTR(err, "max_frame", "message");
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, 5, NULL, out, &r, err,
+                           sizeof err), PS_ETOOBIG, "pull of 5 rows");
+
+    /* The limit is per message: 4 keys on each of two nodes fit. */
+    ps_shape two = shape_make(&t, 2, 16);
+    two.max_payload = 96;
+    keys_on_node(&two, 0, keys, 4);
+    keys_on_node(&two, 1, keys + 4, 4);
+    EXPECT_INT(ps_req_keys(&two, PSW_OP_PUSH, keys, 8, vals, NULL, &r, err,
+                           sizeof err), 0, "4 + 4 rows on 2 nodes (%s)", err);
+    EXPECT_INT(r->nparts, 2, "parts");
+    ps_req_free(r);
+    r = NULL;
+    keys_on_node(&two, 0, keys, 5);
+    EXPECT_INT(ps_req_keys(&two, PSW_OP_PUSH, keys, 8, vals, NULL, &r, err,
+                           sizeof err), PS_ETOOBIG, "5 + 3 rows on 2 nodes");
+    EXPECT_PTR(r, NULL, "request after a refusal");
+}
+
+/* ---- range requests ------------------------------------------------- */
+
+/* Checks a range request: parts in order cover first..first+count-1
+ * exactly once, each inside one shard when `per_shard`, every row on the
+ * part's node, each borrowing its slice of the caller's buffer. */
+static void check_range_parts(const ps_shape *sh, int op, uint64_t first,
+                              uint64_t count, const float *vals,
+                              const float *out, const ps_req *r,
+                              int per_shard)
+{
+    const uint32_t dim = sh->table->dim;
+    const uint64_t rows = sh->table->rows;
+    EXPECT_INT(r->pending, r->nparts, "pending parts of a new request");
+    EXPECT_INT(r->op, op, "request op");
+    uint64_t next = first;
+    for (int k = 0; k < r->nparts; k++) {
+        const ps_part *p = &r->parts[k];
+        uint64_t a = p->msg.first, c = p->msg.count;
+        EXPECT_PTR(p->req, r, "part %d: req", k);
+        EXPECT_INT(p->msg.part, k, "part %d: msg.part", k);
+        EXPECT_INT(p->msg.op, op, "part %d: msg.op", k);
+        EXPECT_INT(p->msg.table, TABLE_ID, "part %d: msg.table", k);
+        EXPECT_U64(a, next, "part %d: first row", k);
+        EXPECT_INT(c >= 1 && c <= first + count - a, 1, "part %d: count "
+                   "%llu within 1..%llu", k, (unsigned long long)c,
+                   (unsigned long long)(first + count - a));
+        uint32_t sa = psw_dense_shard_of(rows, sh->shards, a);
+        uint32_t sb = psw_dense_shard_of(rows, sh->shards, a + c - 1);
+        if (per_shard)
+            EXPECT_INT(sb, sa, "part %d (rows %llu..%llu): shard of its "
+                       "last row vs its first", k, (unsigned long long)a,
+                       (unsigned long long)(a + c - 1));
+        for (uint64_t row = a; row < a + c; row++)
+            EXPECT_INT(node_of(sh, row), p->node, "part %d: node of row "
+                       "%llu", k, (unsigned long long)row);
+        size_t off = (size_t)(a - first) * dim;
+        EXPECT_PTR(p->msg.vals, has_push(op) ? (const void *)(vals + off)
+                                             : NULL, "part %d: vals", k);
+        EXPECT_U64(p->msg.vals_len, has_push(op) ? c * dim * sizeof(float)
+                                                 : 0, "part %d: vals_len", k);
+        EXPECT_PTR(p->out, has_pull(op) ? out + off : NULL, "part %d: out",
+                   k);
+        EXPECT_PTR(p->pos, NULL, "part %d: pos", k);
+        EXPECT_U64(p->msg.nkeys, 0, "part %d: nkeys", k);
+        next = a + c;
+    }
+    EXPECT_U64(next, first + count, "row after the last part");
+}
+
+/* Distinct shards holding rows first..first+count-1. */
+static int shards_touched(const ps_shape *sh, uint64_t first, uint64_t count)
+{
+    int n = 0;
+    uint32_t last = UINT32_MAX;
+    for (uint64_t row = first; row < first + count; row++) {
+        uint32_t s = psw_dense_shard_of(sh->table->rows, sh->shards, row);
+        if (s != last)
+            n++;
+        last = s;
+    }
+    return n;
+}
+
+static void test_range_over_2_nodes_covers_rows_once_one_shard_per_part(
+    void **state)
+{
+    (void)state;
+    enum { DIM = 3 };
+    psw_table_desc t = desc_make(1, DIM, 1000);
+    ps_shape sh = shape_make(&t, 2, 16);
+    float *buf = xcalloc(1000 * DIM, sizeof(float));
+    const int ops[] = { PSW_OP_PUSH_RANGE, PSW_OP_PULL_RANGE };
+    for (size_t i = 0; i < 2; i++) {
+        ps_req *r = NULL;
+        char err[256] = "";
+        int push = ops[i] == PSW_OP_PUSH_RANGE;
+        EXPECT_INT(ps_req_range(&sh, ops[i], 10, 980, push ? buf : NULL,
+                                push ? NULL : buf, &r, err, sizeof err),
+                   0, "op %d rows 10..989 (%s)", ops[i], err);
+        EXPECT_INT(r->nparts, 16, "op %d: parts of rows 10..989 over 16 "
+                   "shards", ops[i]);
+        check_range_parts(&sh, ops[i], 10, 980, buf, buf, r, 1);
+        ps_req_free(r);
+    }
+    free(buf);
+}
+
+static void test_range_on_1_node_is_one_part_for_the_whole_range(
+    void **state)
+{
+    (void)state;
+    enum { DIM = 2 };
+    float *buf = xcalloc(1000 * DIM, sizeof(float));
+    psw_table_desc t = desc_make(1, DIM, 1000);
+    psw_table_desc tiny = desc_make(1, DIM, 3);
+    const psw_table_desc *descs[2] = { &t, &tiny };
+    for (int d = 0; d < 2; d++) {
+        ps_shape sh = shape_make(descs[d], 1, 16);
+        uint64_t first = d ? 0 : 10, count = d ? 3 : 980;
+        ps_req *r = NULL;
+        char err[256] = "";
+        EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, first, count, NULL,
+                                buf, &r, err, sizeof err), 0,
+                   "rows %d: pull_range (%s)", (int)descs[d]->rows, err);
+        EXPECT_INT(r->nparts, 1, "rows %d: parts", (int)descs[d]->rows);
+        check_range_parts(&sh, PSW_OP_PULL_RANGE, first, count, NULL, buf, r,
+                          0);
+        EXPECT_INT(r->parts[0].node, 0, "node");
+        ps_req_free(r);
+    }
+    free(buf);
+}
+
+static void test_range_with_fewer_rows_than_shards_covers_each_row_once(
+    void **state)
+{
+    (void)state;
+    enum { DIM = 2 };
+    psw_table_desc t = desc_make(1, DIM, 3);
+    ps_shape sh = shape_make(&t, 2, 16);
+    float vals[3 * DIM] = { 0 };
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 3, vals, NULL, &r, err,
+                            sizeof err), 0, "push_range 0..2 (%s)", err);
+    /* Rows 0, 1, 2 live in shards 5, 10, 15: three parts. */
+    EXPECT_INT(r->nparts, 3, "parts");
+    EXPECT_INT(r->nparts, shards_touched(&sh, 0, 3), "parts vs shards");
+    check_range_parts(&sh, PSW_OP_PUSH_RANGE, 0, 3, vals, NULL, r, 1);
+    ps_req_free(r);
+}
+
+/* Small tables have empty shards between their rows. A part may step
+ * over empty shards (the server checks only shards that hold rows of the
+ * range), but every row of a part must live on the part's node and every
+ * row must be covered exactly once. */
+static void test_range_parts_cover_small_tables_with_empty_shards(void **state)
+{
+    (void)state;
+    enum { DIM = 1 };
+    float out[40 * DIM];
+    for (int nnodes = 2; nnodes <= 3; nnodes++) {
+        for (uint64_t rows = 1; rows <= 40; rows++) {
+            psw_table_desc t = desc_make(1, DIM, rows);
+            ps_shape sh = shape_make(&t, nnodes, 16);
+            ps_req *r = NULL;
+            char err[256] = "";
+            EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, 0, rows, NULL,
+                                    out, &r, err, sizeof err), 0,
+                       "%d nodes, rows %llu: pull_range (%s)", nnodes,
+                       (unsigned long long)rows, err);
+            check_range_parts(&sh, PSW_OP_PULL_RANGE, 0, rows, NULL, out, r,
+                              0);
+            ps_req_free(r);
+        }
+    }
+}
+
+static void test_range_on_sparse_table_returns_einval(void **state)
+{
+    (void)state;
+    psw_table_desc t = desc_make(0, 2, 0);
+    ps_shape sh = shape_make(&t, 2, 16);
+    float out[20];
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, 0, 10, NULL, out, &r, err,
+                            sizeof err), PS_EINVAL, "pull_range on sparse");
+    EXPECT_PTR(r, NULL, "request after a refusal");
+    EXPECT_SUBSTR(err, "sparse", "message");
+}
+
+static void test_range_empty_or_past_end_returns_ekey(void **state)
+{
+    (void)state;
+    psw_table_desc t = desc_make(1, 2, 1000);
+    ps_shape sh = shape_make(&t, 2, 16);
+    float buf[2 * 2];
+    const struct { uint64_t first, count; } bad[] = {
+        { 0, 0 }, { 999, 2 }, { 1000, 1 }, { 0, 1001 }, { UINT64_MAX, 2 },
+        { 500, UINT64_MAX },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ps_req *r = NULL;
+        char err[256] = "";
+        EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, bad[i].first,
+                                bad[i].count, NULL, buf, &r, err, sizeof err),
+                   PS_EKEY, "first %llu count %llu",
+                   (unsigned long long)bad[i].first,
+                   (unsigned long long)bad[i].count);
+        EXPECT_PTR(r, NULL, "request after a refusal");
+        EXPECT_SUBSTR(err, "rows = 1000", "message");
+    }
+    /* The last row alone is fine. */
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, 999, 1, NULL, buf, &r,
+                            err, sizeof err), 0, "row 999 (%s)", err);
+    EXPECT_INT(r->nparts, 1, "parts of row 999");
+    EXPECT_INT(r->parts[0].node, 1, "node of row 999 (shard 15)");
+    ps_req_free(r);
+}
+
+static void test_range_piece_over_max_payload_returns_etoobig(void **state)
+{
+    (void)state;
+    enum { DIM = 4 };                 /* 16 bytes a row */
+    psw_table_desc t = desc_make(1, DIM, 1000);
+    ps_shape sh = shape_make(&t, 1, 16);
+    sh.max_payload = 96;              /* 6 rows */
+    float buf[7 * DIM] = { 0 };
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 6, buf, NULL, &r, err,
+                            sizeof err), 0, "6 rows in 96 bytes (%s)", err);
+    ps_req_free(r);
+    r = NULL;
+    EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 7, buf, NULL, &r, err,
+                            sizeof err), PS_ETOOBIG, "7 rows in 96 bytes");
+    EXPECT_PTR(r, NULL, "request after a refusal");
+    EXPECT_SUBSTR(err, "max_frame", "message");
+}
+
+/* ---- replies -------------------------------------------------------- */
+
+/* Answers every part of a pulling request, last part first, as a server
+ * would: rows row_val(key) at an odd address. Checks that only the last
+ * answer completes the request, then that out holds every caller row. */
+static void answer_and_check_scatter(ps_req *r, const uint64_t *keys,
+                                     size_t n, const float *out, int ranged,
+                                     uint64_t first)
+{
+    const uint32_t dim = r->dim;
+    for (int k = r->nparts - 1; k >= 0; k--) {
+        ps_part *p = &r->parts[k];
+        size_t rows = ranged ? (size_t)p->msg.count : p->msg.nkeys;
+        char *mem = xcalloc(rows * dim * sizeof(float) + 1, 1);
+        char *v = mem + 1;
+        for (size_t i = 0; i < rows; i++) {
+            uint64_t key = ranged ? p->msg.first + i
+                                  : psw_key_at(p->msg.keys, i);
+            for (uint32_t j = 0; j < dim; j++) {
+                float f = row_val(key, j);
+                memcpy(v + (i * dim + j) * sizeof f, &f, sizeof f);
+            }
+        }
+        psw_msg m;
+        memset(&m, 0, sizeof m);
+        m.op = PSW_OP_REPLY;
+        m.ts = p->msg.ts;
+        m.part = p->msg.part;
+        m.status = PSW_OK;
+        m.vals = v;
+        m.vals_len = rows * dim * sizeof(float);
+        EXPECT_INT(ps_part_reply(p, &m), k == 0, "reply to part %d of %d: "
+                   "completed", k, r->nparts);
+        EXPECT_INT(r->pending, k, "pending after the reply to part %d", k);
+        free(mem);
+    }
+    EXPECT_INT(r->status, PS_OK, "status after all OK replies");
+    EXPECT_PTR(r->error, NULL, "error after all OK replies");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t key = ranged ? first + i : keys[i];
+        for (uint32_t j = 0; j < dim; j++)
+            EXPECT_FLOAT(out[i * dim + j], row_val(key, j), "out row %zu "
+                         "(key %llu) col %u", i, (unsigned long long)key, j);
+    }
+}
+
+static void test_pull_reply_scatters_rows_and_completes_on_last_part(
+    void **state)
+{
+    (void)state;
+    enum { N = 120, DIM = 3 };
+    uint64_t keys[N];
+    float vals[N * DIM], out[N * DIM];
+    char err[256] = "";
+    ps_req *r = NULL;
+
+    /* Keyed, 2 nodes, repeated keys: through pos. */
+    psw_table_desc t = desc_make(0, DIM, 0);
+    ps_shape sh = shape_make(&t, 2, 16);
+    fill_keys_vals(keys, vals, N, DIM);
+    keys[7] = keys[0];
+    for (size_t i = 0; i < N * DIM; i++)
+        out[i] = -12345.0f;
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
+                           sizeof err), 0, "pushpull (%s)", err);
+    EXPECT_INT(r->nparts, 2, "parts");
+    answer_and_check_scatter(r, keys, N, out, 0, 0);
+    ps_req_free(r);
+
+    /* Keyed, one node: rows land in order. */
+    ps_shape one = shape_make(&t, 1, 16);
+    for (size_t i = 0; i < N * DIM; i++)
+        out[i] = -12345.0f;
+    EXPECT_INT(ps_req_keys(&one, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                           sizeof err), 0, "pull on 1 node (%s)", err);
+    answer_and_check_scatter(r, keys, N, out, 0, 0);
+    ps_req_free(r);
+
+    /* Range over 2 nodes: each part's slice. */
+    psw_table_desc d = desc_make(1, DIM, 1000);
+    ps_shape dsh = shape_make(&d, 2, 16);
+    float *rout = xcalloc(980 * DIM, sizeof(float));
+    EXPECT_INT(ps_req_range(&dsh, PSW_OP_PULL_RANGE, 10, 980, NULL, rout, &r,
+                            err, sizeof err), 0, "pull_range (%s)", err);
+    answer_and_check_scatter(r, NULL, 980, rout, 1, 10);
+    ps_req_free(r);
+    free(rout);
+}
+
+static void test_pull_reply_over_2_nodes_scatters_through_pos(void **state)
+{
+    (void)state;
+    enum { N = 120, DIM = 3 };
+    uint64_t keys[N];
+    float vals[N * DIM], out[N * DIM];
+    char err[256] = "";
+    ps_req *r = NULL;
+    psw_table_desc t = desc_make(0, DIM, 0);
+    ps_shape sh = shape_make(&t, 2, 16);
+    fill_keys_vals(keys, vals, N, DIM);
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                           sizeof err), 0, "pull (%s)", err);
+    answer_and_check_scatter(r, keys, N, out, 0, 0);
+    ps_req_free(r);
+}
+
+/* A keyed push of spread keys over `nnodes` nodes, one part per node. */
+static ps_req *push_request(int nnodes, uint64_t *keys, float *vals,
+                            size_t n, uint32_t dim)
+{
+    psw_table_desc t = desc_make(0, dim, 0);
+    ps_shape sh = shape_make(&t, nnodes, 16);
+    fill_keys_vals(keys, vals, n, dim);
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, n, vals, NULL, &r, err,
+                           sizeof err), 0, "push (%s)", err);
+    EXPECT_INT(r->nparts, nnodes, "parts of a push over %d nodes", nnodes);
+    return r;
+}
+
+static psw_msg reply_msg(const ps_part *p, int status, const char *text,
+                         size_t text_len)
+{
+    psw_msg m;
+    memset(&m, 0, sizeof m);
+    m.op = PSW_OP_REPLY;
+    m.ts = p->msg.ts;
+    m.part = p->msg.part;
+    m.status = status;
+    m.text = text;
+    m.text_len = text_len;
+    return m;
+}
+
+static void test_push_ok_replies_complete_request_without_error(
+    void **state)
+{
+    (void)state;
+    uint64_t keys[100];
+    float vals[100 * 2];
+    ps_req *r = push_request(2, keys, vals, 100, 2);
+    psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
+    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 0, "first of 2 replies");
+    m = reply_msg(&r->parts[1], PSW_OK, NULL, 0);
+    EXPECT_INT(ps_part_reply(&r->parts[1], &m), 1, "second of 2 replies");
+    EXPECT_INT(r->status, PS_OK, "status");
+    EXPECT_PTR(r->error, NULL, "error");
+    ps_req_free(r);
+}
+
+static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
+    void **state)
+{
+    (void)state;
+    uint64_t keys[200];
+    float vals[200 * 2];
+    ps_req *r = push_request(3, keys, vals, 200, 2);
+    /* The text is a view of text_len bytes, not NUL-terminated. */
+    const char *wire = "shard 3 is owned by node 1#garbage";
+    psw_msg m = reply_msg(&r->parts[1], PSW_ENOTOWNER, wire, 26);
+    EXPECT_INT(ps_part_reply(&r->parts[1], &m), 0, "error reply, 1 of 3");
+    EXPECT_INT(r->status, PS_ENOTOWNER, "status after the error reply");
+    EXPECT_STR(r->error, "shard 3 is owned by node 1", "error text");
+
+    m = reply_msg(&r->parts[2], PSW_EKEY, "another", 7);
+    EXPECT_INT(ps_part_reply(&r->parts[2], &m), 0, "error reply, 2 of 3");
+    EXPECT_INT(r->status, PS_ENOTOWNER, "status after a second error");
+    EXPECT_STR(r->error, "shard 3 is owned by node 1",
+               "error text after a second error");
+
+    m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
+    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 1, "OK reply, 3 of 3");
+    EXPECT_INT(r->status, PS_ENOTOWNER, "status after a later OK");
+    EXPECT_STR(r->error, "shard 3 is owned by node 1",
+               "error text after a later OK");
+    ps_req_free(r);
+
+    /* An error reply without text still sets the status. */
+    r = push_request(2, keys, vals, 200, 2);
+    m = reply_msg(&r->parts[0], PSW_ESERVER, NULL, 0);
+    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 0, "textless error reply");
+    EXPECT_INT(r->status, PS_ESERVER, "status");
+    m = reply_msg(&r->parts[1], PSW_OK, NULL, 0);
+    EXPECT_INT(ps_part_reply(&r->parts[1], &m), 1, "OK reply, 2 of 2");
+    EXPECT_INT(r->status, PS_ESERVER, "status after a later OK");
+    ps_req_free(r);
+}
+
+static void test_reply_with_wrong_payload_size_is_eproto(void **state)
+{
+    (void)state;
+    enum { N = 10, DIM = 3 };
+    psw_table_desc t = desc_make(0, DIM, 0);
+    ps_shape sh = shape_make(&t, 1, 16);
+    uint64_t keys[N];
+    float vals[N * DIM], out[N * DIM];
+    fill_keys_vals(keys, vals, N, DIM);
+    for (size_t i = 0; i < N * DIM; i++)
+        out[i] = -12345.0f;
+    float rows[(N + 1) * DIM] = { 0 };
+    const size_t sizes[3] = { (N - 1) * DIM * sizeof(float),
+                              (N + 1) * DIM * sizeof(float), 0 };
+    for (size_t s = 0; s < 3; s++) {
+        ps_req *r = NULL;
+        char err[256] = "";
+        EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                               sizeof err), 0, "pull (%s)", err);
+        psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
+        m.vals = (const char *)rows;
+        m.vals_len = sizes[s];
+        EXPECT_INT(ps_part_reply(&r->parts[0], &m), 1, "reply of %zu bytes "
+                   "for %d rows: completed", sizes[s], N);
+        EXPECT_INT(r->status, PS_EPROTO, "status after %zu bytes", sizes[s]);
+        EXPECT_SUBSTR(r->error, "expected", "error text");
+        for (size_t i = 0; i < N * DIM; i++)
+            EXPECT_FLOAT(out[i], -12345.0f, "out[%zu] after a bad reply", i);
+        ps_req_free(r);
+    }
+
+    /* The same for a range part. */
+    psw_table_desc d = desc_make(1, DIM, 1000);
+    ps_shape dsh = shape_make(&d, 1, 16);
+    ps_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(ps_req_range(&dsh, PSW_OP_PULL_RANGE, 0, N, NULL, out, &r, err,
+                            sizeof err), 0, "pull_range (%s)", err);
+    psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
+    m.vals = (const char *)rows;
+    m.vals_len = (N + 1) * DIM * sizeof(float);
+    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 1, "oversized range reply");
+    EXPECT_INT(r->status, PS_EPROTO, "status");
+    ps_req_free(r);
+}
+
+static void test_part_fail_completes_request_and_keeps_first_error(
+    void **state)
+{
+    (void)state;
+    uint64_t keys[100];
+    float vals[100 * 2];
+    ps_req *r = push_request(2, keys, vals, 100, 2);
+    EXPECT_INT(ps_part_fail(&r->parts[1], PS_ETIMEDOUT, "no answer from "
+                            "node 1"), 0, "first failure of 2 parts");
+    EXPECT_INT(r->status, PS_ETIMEDOUT, "status");
+    EXPECT_STR(r->error, "no answer from node 1", "error text");
+    EXPECT_INT(ps_part_fail(&r->parts[0], PS_ECONN, "connection lost"), 1,
+               "second failure of 2 parts");
+    EXPECT_INT(r->status, PS_ETIMEDOUT, "status after a second failure");
+    EXPECT_STR(r->error, "no answer from node 1",
+               "error text after a second failure");
+    ps_req_free(r);
+
+    /* An OK reply, then a failure: the failure completes it. */
+    r = push_request(2, keys, vals, 100, 2);
+    psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
+    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 0, "OK reply, 1 of 2");
+    EXPECT_INT(ps_part_fail(&r->parts[1], PS_ECONN, "connection lost"), 1,
+               "failure, 2 of 2");
+    EXPECT_INT(r->status, PS_ECONN, "status");
+    EXPECT_STR(r->error, "connection lost", "error text");
+    ps_req_free(r);
+}
+
+static void test_req_set_ts_stamps_every_part(void **state)
+{
+    (void)state;
+    uint64_t keys[100];
+    float vals[100 * 2];
+    ps_req *r = push_request(2, keys, vals, 100, 2);
+    ps_req_set_ts(r, 4242);
+    EXPECT_INT(r->ts, 4242, "request ts");
+    for (int k = 0; k < r->nparts; k++)
+        EXPECT_U64(r->parts[k].msg.ts, 4242, "part %d ts", k);
+    ps_req_free(r);
+    ps_req_free(NULL);
+}
+
+int main(void)
+{
+    /* Line-buffered, so failure details (stderr) stay next to their test
+     * line when both streams go to one pipe. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            test_keyed_push_over_2_nodes_puts_each_key_once_on_its_node),
+        cmocka_unit_test(
+            test_keyed_pushpull_over_2_nodes_maps_pos_back_and_carries_vals),
+        cmocka_unit_test(
+            test_keyed_dense_over_4_nodes_puts_each_row_on_its_node),
+        cmocka_unit_test(
+            test_keyed_pull_over_2_nodes_maps_pos_back_to_caller_index),
+        cmocka_unit_test(
+            test_keys_all_on_one_node_make_one_part_borrowing_buffers),
+        cmocka_unit_test(
+            test_dense_key_past_last_row_returns_ekey_with_message),
+        cmocka_unit_test(test_keyed_piece_over_max_payload_returns_etoobig),
+        cmocka_unit_test(
+            test_range_over_2_nodes_covers_rows_once_one_shard_per_part),
+        cmocka_unit_test(
+            test_range_on_1_node_is_one_part_for_the_whole_range),
+        cmocka_unit_test(
+            test_range_with_fewer_rows_than_shards_covers_each_row_once),
+        cmocka_unit_test(test_range_parts_cover_small_tables_with_empty_shards),
+        cmocka_unit_test(test_range_on_sparse_table_returns_einval),
+        cmocka_unit_test(test_range_empty_or_past_end_returns_ekey),
+        cmocka_unit_test(test_range_piece_over_max_payload_returns_etoobig),
+        cmocka_unit_test(
+            test_pull_reply_scatters_rows_and_completes_on_last_part),
+        cmocka_unit_test(test_pull_reply_over_2_nodes_scatters_through_pos),
+        cmocka_unit_test(test_push_ok_replies_complete_request_without_error),
+        cmocka_unit_test(
+            test_error_reply_sets_status_and_text_and_later_ok_keeps_it),
+        cmocka_unit_test(test_reply_with_wrong_payload_size_is_eproto),
+        cmocka_unit_test(
+            test_part_fail_completes_request_and_keeps_first_error),
+        cmocka_unit_test(test_req_set_ts_stamps_every_part),
+    };
+    const int total = (int)(sizeof tests / sizeof tests[0]);
+    int failed = cmocka_run_group_tests_name("slice", tests, NULL, NULL);
+
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed;
+}

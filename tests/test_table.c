@@ -1,0 +1,915 @@
+/* Unit tests of daemon/table.c: shard ownership and request checks, exact
+ * push/pull through every storage path (keyed, ranged, dense, sparse),
+ * updaters against psd_update_row by hand, initial rows and memory use.
+ * Keys and values always travel at odd addresses, as they do in a frame. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../daemon/table.h"
+#include "../daemon/updater.h"
+#include "../proto/layout.h"
+#include "../proto/status.h"
+
+/* ---- checks that print both sides ----------------------------------- */
+
+#define EXPECT_INT(got, want, ...)                                         \
+    do {                                                                   \
+        long long g_ = (long long)(got), w_ = (long long)(want);           \
+        if (g_ != w_) {                                                    \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got %lld, want %lld\n", g_, w_);                \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define EXPECT_U64(got, want, ...)                                         \
+    do {                                                                   \
+        unsigned long long g_ = (got), w_ = (want);                        \
+        if (g_ != w_) {                                                    \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got %llu, want %llu\n", g_, w_);                \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+/* Exact float equality: every expected value here is computed by the
+ * same float operations or is exactly representable. */
+#define EXPECT_FLOAT(got, want, ...)                                       \
+    do {                                                                   \
+        float g_ = (got), w_ = (want);                                     \
+        if (!(g_ == w_)) {                                                 \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got %.9g, want %.9g\n", (double)g_,             \
+                        (double)w_);                                       \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+#define EXPECT_SUBSTR(text, part, ...)                                     \
+    do {                                                                   \
+        if (!strstr((text), (part))) {                                     \
+            print_error(__VA_ARGS__);                                      \
+            print_error(": got \"%s\", want it to contain \"%s\"\n",       \
+                        (text), (part));                                   \
+            fail();                                                        \
+        }                                                                  \
+    } while (0)
+
+/* ---- unaligned buffers ---------------------------------------------- */
+
+/* n bytes starting at an odd address; free with odd_free. */
+static char *odd_alloc(size_t n)
+{
+    char *m = malloc(n + 1);
+    assert_non_null(m);
+    return m + 1;
+}
+
+static void odd_free(char *p)
+{
+    if (p)
+        free(p - 1);
+}
+
+static char *odd_keys(const uint64_t *k, size_t n)
+{
+    char *p = odd_alloc(n * 8);
+    memcpy(p, k, n * 8);
+    return p;
+}
+
+static char *odd_floats(const float *f, size_t n)
+{
+    char *p = odd_alloc(n * sizeof(float));
+    memcpy(p, f, n * sizeof(float));
+    return p;
+}
+
+static float float_at(const char *b, size_t i)
+{
+    float f;
+    memcpy(&f, b + i * sizeof(float), sizeof f);
+    return f;
+}
+
+/* ---- tables --------------------------------------------------------- */
+
+static psd_table_conf conf_make(int dense, uint32_t dim, uint64_t rows,
+                                psd_updater_kind kind)
+{
+    psd_table_conf c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", dense ? "emb_dense" : "emb_sparse");
+    c.dense = dense;
+    c.dim = dim;
+    c.rows = dense ? rows : 0;
+    c.upd.kind = kind;
+    c.upd.lr = 0.05f;
+    c.upd.beta1 = 0.9f;
+    c.upd.beta2 = 0.999f;
+    c.upd.epsilon = 1e-6f;
+    c.upd.beta = 1.0f;
+    c.upd.l1 = 0.01f;
+    c.upd.l2 = 0.001f;
+    c.init.kind = PSD_INIT_ZEROS;
+    return c;
+}
+
+static psd_table *table_make(const psd_table_conf *c, uint32_t shards,
+                             int nnodes, int node)
+{
+    char err[256] = "";
+    psd_table *t = psd_table_new(c, shards, nnodes, node, err, sizeof err);
+    if (!t)
+        fail_msg("psd_table_new: got NULL (%s), want a table", err);
+    return t;
+}
+
+/* check_keys for one key. */
+static int check_one(const psd_table *t, uint64_t key, int *owner, char *err,
+                     size_t errlen)
+{
+    char *k = odd_keys(&key, 1);
+    int rc = psd_table_check_keys(t, k, 1, owner, err, errlen);
+    odd_free(k);
+    return rc;
+}
+
+/* Keyed push of n rows; vals holds n * dim floats. */
+static void push_keys(psd_table *t, const uint64_t *keys, size_t n,
+                      const float *vals, uint32_t dim)
+{
+    char *k = odd_keys(keys, n), *v = odd_floats(vals, n * dim);
+    int owner = -1;
+    char err[256] = "";
+    EXPECT_INT(psd_table_check_keys(t, k, n, &owner, err, sizeof err), 0,
+               "check_keys before push (%s)", err);
+    EXPECT_INT(psd_table_push(t, k, n, v), 0, "psd_table_push");
+    odd_free(k);
+    odd_free(v);
+}
+
+/* Keyed pull of n rows into out (n * dim floats, aligned). */
+static void pull_keys(psd_table *t, const uint64_t *keys, size_t n,
+                      float *out, uint32_t dim)
+{
+    char *k = odd_keys(keys, n), *o = odd_alloc(n * dim * sizeof(float));
+    EXPECT_INT(psd_table_pull(t, k, n, o), 0, "psd_table_pull");
+    memcpy(out, o, n * dim * sizeof(float));
+    odd_free(k);
+    odd_free(o);
+}
+
+/* ---- ownership and checks ------------------------------------------- */
+
+static void test_dense_2_nodes_each_node_owns_exactly_shards_of_its_parity(
+    void **state)
+{
+    (void)state;
+    const uint64_t rows = 1000;
+    const uint32_t shards = 16;
+    psd_table_conf c = conf_make(1, 4, rows, PSD_UPD_SUM);
+
+    for (int node = 0; node < 2; node++) {
+        psd_table *t = table_make(&c, shards, 2, node);
+        uint64_t held = 0;
+        for (uint32_t s = 0; s < shards; s++) {
+            uint64_t a = psw_dense_shard_start(rows, shards, s);
+            uint64_t b = psw_dense_shard_start(rows, shards, s + 1);
+            int mine = (int)(s % 2) == node;
+            if (mine)
+                held += b - a;
+            for (uint64_t r = a; r < b; r++) {
+                int owner = -7;
+                char err[256] = "";
+                int rc = check_one(t, r, &owner, err, sizeof err);
+                if (mine) {
+                    EXPECT_INT(rc, 0, "node %d, row %llu of shard %u: "
+                               "check_keys (%s)", node,
+                               (unsigned long long)r, s, err);
+                } else {
+                    EXPECT_INT(rc, PSW_ENOTOWNER, "node %d, row %llu of "
+                               "shard %u: check_keys", node,
+                               (unsigned long long)r, s);
+                    EXPECT_INT(owner, 1 - node, "node %d, row %llu: owner",
+                               node, (unsigned long long)r);
+                }
+            }
+        }
+        EXPECT_U64(psd_table_rows(t), held, "node %d: rows held", node);
+        psd_table_free(t);
+    }
+}
+
+static void test_check_keys_on_foreign_shard_names_shard_and_owner(
+    void **state)
+{
+    (void)state;
+    psd_table_conf c = conf_make(1, 4, 1000, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 2, 0);
+    /* Row 3 of shard 3; first a key of node 0, to prove the whole request
+     * is checked and not only its first key. */
+    uint64_t keys[2] = { psw_dense_shard_start(1000, 16, 2) + 1,
+                         psw_dense_shard_start(1000, 16, 3) + 3 };
+    char *k = odd_keys(keys, 2);
+    int owner = -7;
+    char err[256] = "";
+    EXPECT_INT(psd_table_check_keys(t, k, 2, &owner, err, sizeof err),
+               PSW_ENOTOWNER, "check_keys on a key of shard 3");
+    EXPECT_INT(owner, 1, "owner of shard 3");
+    EXPECT_SUBSTR(err, "shard 3 ", "message");
+    EXPECT_SUBSTR(err, "node 1", "message");
+    EXPECT_SUBSTR(err, "emb_dense", "message");
+    odd_free(k);
+    psd_table_free(t);
+}
+
+static void test_check_range_into_other_nodes_shard_is_refused(void **state)
+{
+    (void)state;
+    const uint64_t rows = 1000;
+    psd_table_conf c = conf_make(1, 4, rows, PSD_UPD_SUM);
+    psd_table *t0 = table_make(&c, 16, 2, 0);
+    psd_table *t1 = table_make(&c, 16, 2, 1);
+    uint64_t s1 = psw_dense_shard_start(rows, 16, 1);
+    uint64_t s2 = psw_dense_shard_start(rows, 16, 2);
+    uint64_t s3 = psw_dense_shard_start(rows, 16, 3);
+    uint64_t s5 = psw_dense_shard_start(rows, 16, 5);
+    int owner;
+    char err[256];
+
+    /* Whole owned shards are accepted. */
+    owner = -7;
+    EXPECT_INT(psd_table_check_range(t0, 0, s1, &owner, err, sizeof err), 0,
+               "node 0, shard 0 whole (%s)", err);
+    EXPECT_INT(psd_table_check_range(t0, s2, s3 - s2, &owner, err,
+                                     sizeof err), 0,
+               "node 0, shard 2 whole (%s)", err);
+    EXPECT_INT(psd_table_check_range(t1, s1, s2 - s1, &owner, err,
+                                     sizeof err), 0,
+               "node 1, shard 1 whole (%s)", err);
+
+    /* One row over the edge of shard 0 into shard 1. */
+    owner = -7;
+    err[0] = '\0';
+    EXPECT_INT(psd_table_check_range(t0, 10, s1 - 10 + 1, &owner, err,
+                                     sizeof err),
+               PSW_ENOTOWNER, "node 0, rows 10..%llu", (unsigned long long)s1);
+    EXPECT_INT(owner, 1, "owner");
+    EXPECT_SUBSTR(err, "shard 1 ", "message");
+    EXPECT_SUBSTR(err, "node 1", "message");
+
+    /* Shards 2..4: both ends owned, the middle is not. */
+    owner = -7;
+    err[0] = '\0';
+    EXPECT_INT(psd_table_check_range(t0, s2 + 1, s5 - s2 - 2, &owner, err,
+                                     sizeof err),
+               PSW_ENOTOWNER, "node 0, shards 2..4");
+    EXPECT_INT(owner, 1, "owner");
+    EXPECT_SUBSTR(err, "shard 3 ", "message");
+
+    /* Entirely inside shard 1. */
+    owner = -7;
+    EXPECT_INT(psd_table_check_range(t0, s1 + 2, 5, &owner, err, sizeof err),
+               PSW_ENOTOWNER, "node 0, inside shard 1");
+    EXPECT_INT(owner, 1, "owner");
+    owner = -7;
+    EXPECT_INT(psd_table_check_range(t1, s2, 1, &owner, err, sizeof err),
+               PSW_ENOTOWNER, "node 1, first row of shard 2");
+    EXPECT_INT(owner, 0, "owner");
+
+    psd_table_free(t0);
+    psd_table_free(t1);
+}
+
+static void test_dense_rows_out_of_range_return_ekey(void **state)
+{
+    (void)state;
+    psd_table_conf c = conf_make(1, 4, 1000, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 1, 0);
+    int owner = -7;
+    char err[256] = "";
+
+    const uint64_t bad[] = { 1000, 1001, UINT64_MAX };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        EXPECT_INT(check_one(t, bad[i], &owner, err, sizeof err), PSW_EKEY,
+                   "check_keys row %llu", (unsigned long long)bad[i]);
+        EXPECT_SUBSTR(err, "rows = 1000", "message");
+    }
+    EXPECT_INT(check_one(t, 999, &owner, err, sizeof err), 0,
+               "check_keys row 999 (%s)", err);
+
+    /* A bad key after good ones refuses the whole request. */
+    uint64_t keys[3] = { 0, 999, 1000 };
+    char *k = odd_keys(keys, 3);
+    EXPECT_INT(psd_table_check_keys(t, k, 3, &owner, err, sizeof err),
+               PSW_EKEY, "check_keys {0, 999, 1000}");
+    odd_free(k);
+
+    const struct { uint64_t first, count; } ranges[] = {
+        { 0, 0 }, { 999, 2 }, { 1000, 1 }, { 0, 1001 }, { 1, 1000 },
+        { UINT64_MAX, 2 }, { 500, UINT64_MAX },
+    };
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
+        EXPECT_INT(psd_table_check_range(t, ranges[i].first, ranges[i].count,
+                                         &owner, err, sizeof err),
+                   PSW_EKEY, "check_range first %llu count %llu",
+                   (unsigned long long)ranges[i].first,
+                   (unsigned long long)ranges[i].count);
+    EXPECT_INT(psd_table_check_range(t, 0, 1000, &owner, err, sizeof err), 0,
+               "check_range of the whole table (%s)", err);
+    psd_table_free(t);
+}
+
+static void test_range_on_sparse_table_returns_einval(void **state)
+{
+    (void)state;
+    psd_table_conf c = conf_make(0, 4, 0, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 1, 0);
+    int owner = -7;
+    char err[256] = "";
+    EXPECT_INT(psd_table_check_range(t, 0, 10, &owner, err, sizeof err),
+               PSW_EINVAL, "check_range on a sparse table");
+    EXPECT_SUBSTR(err, "sparse", "message");
+    psd_table_free(t);
+}
+
+/* With rows < shards some shards are empty. Rows 0 and 1 of a 2-row,
+ * 16-shard table live in shards 7 and 15, both node 1's; the shards in
+ * between hold no rows, so no row of 0..1 lives elsewhere and the range
+ * must be accepted (the client sends exactly this range to node 1). */
+static void test_check_range_ignores_empty_foreign_shards_between_rows(
+    void **state)
+{
+    (void)state;
+    psd_table_conf c = conf_make(1, 2, 2, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 2, 1);
+    EXPECT_INT(psw_dense_shard_of(2, 16, 0), 7, "shard of row 0");
+    EXPECT_INT(psw_dense_shard_of(2, 16, 1), 15, "shard of row 1");
+    int owner = -7;
+    char err[256] = "";
+    EXPECT_INT(check_one(t, 0, &owner, err, sizeof err), 0,
+               "check_keys row 0 (%s)", err);
+    EXPECT_INT(check_one(t, 1, &owner, err, sizeof err), 0,
+               "check_keys row 1 (%s)", err);
+    err[0] = '\0';
+    EXPECT_INT(psd_table_check_range(t, 0, 2, &owner, err, sizeof err), 0,
+               "node 1, check_range rows 0..1 (%s)", err);
+    psd_table_free(t);
+}
+
+/* ---- push and pull with sum ----------------------------------------- */
+
+static void sum_push_pull_exact(int dense)
+{
+    const uint32_t dim = 3;
+    psd_table_conf c = conf_make(dense, dim, 100, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 1, 0);
+    const uint64_t keys[4] = { 5, 17, 99, 0 };
+    float a[4 * 3], b[4 * 3], out[4 * 3];
+    for (size_t i = 0; i < 4 * dim; i++) {
+        a[i] = (float)i * 0.5f - 2.0f;
+        b[i] = 1000.0f + (float)i * 0.25f;
+    }
+    push_keys(t, keys, 4, a, dim);
+    pull_keys(t, keys, 4, out, dim);
+    for (size_t i = 0; i < 4 * dim; i++)
+        EXPECT_FLOAT(out[i], a[i], "%s, after one push: key %llu col %zu",
+                     dense ? "dense" : "sparse",
+                     (unsigned long long)keys[i / dim], i % dim);
+    push_keys(t, keys, 4, b, dim);
+    pull_keys(t, keys, 4, out, dim);
+    for (size_t i = 0; i < 4 * dim; i++)
+        EXPECT_FLOAT(out[i], a[i] + b[i], "%s, after two pushes: key %llu "
+                     "col %zu", dense ? "dense" : "sparse",
+                     (unsigned long long)keys[i / dim], i % dim);
+    /* A row nobody pushed is untouched. */
+    uint64_t other = 6;
+    pull_keys(t, &other, 1, out, dim);
+    for (uint32_t j = 0; j < dim; j++)
+        EXPECT_FLOAT(out[j], 0.0f, "%s, untouched row 6 col %u",
+                     dense ? "dense" : "sparse", j);
+    psd_table_free(t);
+}
+
+static void test_sum_push_then_pull_gives_exact_sums(void **state)
+{
+    (void)state;
+    sum_push_pull_exact(1);
+    sum_push_pull_exact(0);
+}
+
+static void duplicates_apply_twice(int dense)
+{
+    const uint32_t dim = 2;
+    psd_table_conf c = conf_make(dense, dim, 100, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 1, 0);
+    const uint64_t keys[5] = { 7, 3, 7, 7, 3 };
+    const float v[5 * 2] = { 1, 10, 2, 20, 4, 40, 8, 80, 16, 160 };
+    push_keys(t, keys, 5, v, dim);
+    float out[5 * 2];
+    pull_keys(t, keys, 5, out, dim);
+    /* Row 7 got pushes 0, 2, 3; row 3 pushes 1, 4. Every position of a
+     * repeated key in the pull reads the same row. */
+    const float want7[2] = { 1 + 4 + 8, 10 + 40 + 80 };
+    const float want3[2] = { 2 + 16, 20 + 160 };
+    for (size_t i = 0; i < 5; i++)
+        for (uint32_t j = 0; j < dim; j++)
+            EXPECT_FLOAT(out[i * dim + j],
+                         keys[i] == 7 ? want7[j] : want3[j],
+                         "%s: pull position %zu (key %llu) col %u",
+                         dense ? "dense" : "sparse", i,
+                         (unsigned long long)keys[i], j);
+    if (!dense)
+        EXPECT_U64(psd_table_rows(t), 2, "sparse rows after pushing keys "
+                   "{7, 3} with repeats");
+    psd_table_free(t);
+}
+
+static void test_duplicate_keys_in_one_push_are_applied_each_time(
+    void **state)
+{
+    (void)state;
+    duplicates_apply_twice(1);
+    duplicates_apply_twice(0);
+}
+
+/* The value pushed to column j of row r by the range tests: exact. */
+static float range_val(uint64_t r, uint32_t j)
+{
+    return (float)(r * 4 + j + 1);
+}
+
+/* Pushes first..first+count-1 on t (whose rows start at zero), then checks
+ * that a pull of the whole span `lo..hi-1` shows exactly those rows moved,
+ * and a pull of the pushed range alone returns them. */
+static void range_round_trip(psd_table *t, uint32_t dim, uint64_t first,
+                             uint64_t count, uint64_t lo, uint64_t hi)
+{
+    int owner = -7;
+    char err[256] = "";
+    EXPECT_INT(psd_table_check_range(t, first, count, &owner, err, sizeof err),
+               0, "check_range first %llu count %llu (%s)",
+               (unsigned long long)first, (unsigned long long)count, err);
+    float *v = malloc(count * dim * sizeof(float));
+    assert_non_null(v);
+    for (uint64_t i = 0; i < count; i++)
+        for (uint32_t j = 0; j < dim; j++)
+            v[i * dim + j] = range_val(first + i, j);
+    char *ov = odd_floats(v, count * dim);
+    psd_table_push_range(t, first, count, ov);
+    odd_free(ov);
+    free(v);
+
+    /* Exactly-sized odd buffers: ASan catches a write past the end. */
+    char *o = odd_alloc(count * dim * sizeof(float));
+    psd_table_pull_range(t, first, count, o);
+    for (uint64_t i = 0; i < count; i++)
+        for (uint32_t j = 0; j < dim; j++)
+            EXPECT_FLOAT(float_at(o, i * dim + j), range_val(first + i, j),
+                         "range %llu+%llu pulled alone: row %llu col %u",
+                         (unsigned long long)first, (unsigned long long)count,
+                         (unsigned long long)(first + i), j);
+    odd_free(o);
+
+    o = odd_alloc((hi - lo) * dim * sizeof(float));
+    psd_table_pull_range(t, lo, hi - lo, o);
+    for (uint64_t r = lo; r < hi; r++) {
+        int in = r >= first && r < first + count;
+        for (uint32_t j = 0; j < dim; j++)
+            EXPECT_FLOAT(float_at(o, (r - lo) * dim + j),
+                         in ? range_val(r, j) : 0.0f,
+                         "after pushing %llu+%llu: row %llu col %u",
+                         (unsigned long long)first, (unsigned long long)count,
+                         (unsigned long long)r, j);
+    }
+    odd_free(o);
+}
+
+static void test_range_push_pull_across_shards_moves_exactly_those_rows(
+    void **state)
+{
+    (void)state;
+    const uint64_t rows = 1000;
+    const uint32_t dim = 3, shards = 16;
+#define START(s) psw_dense_shard_start(rows, shards, (s))
+    const struct { uint64_t first, count; } cases[] = {
+        { 10, 980 },                            /* 16 shards, ragged ends */
+        { START(3), START(7) - START(3) },      /* whole shards 3..6 */
+        { START(5) - 1, 2 },                    /* one row each side */
+        { START(9), 1 },                        /* first row of a shard */
+        { START(9) - 1, 1 },                    /* last row of a shard */
+        { 0, rows },                            /* everything */
+    };
+#undef START
+    psd_table_conf c = conf_make(1, dim, rows, PSD_UPD_SUM);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        psd_table *t = table_make(&c, shards, 1, 0);
+        range_round_trip(t, dim, cases[i].first, cases[i].count, 0, rows);
+        psd_table_free(t);
+    }
+}
+
+static void test_range_at_the_very_end_of_the_table(void **state)
+{
+    (void)state;
+    const uint64_t rows = 1000;
+    const uint32_t dim = 2;
+    psd_table_conf c = conf_make(1, dim, rows, PSD_UPD_SUM);
+
+    psd_table *t = table_make(&c, 16, 1, 0);
+    range_round_trip(t, dim, 999, 1, 900, rows);
+    psd_table_free(t);
+    t = table_make(&c, 16, 1, 0);
+    range_round_trip(t, dim, 990, 10, 900, rows);
+    psd_table_free(t);
+
+    /* The last shard (15) is node 1's on two nodes. */
+    uint64_t s15 = psw_dense_shard_start(rows, 16, 15);
+    psd_table *t0 = table_make(&c, 16, 2, 0);
+    psd_table *t1 = table_make(&c, 16, 2, 1);
+    int owner = -7;
+    char err[256] = "";
+    EXPECT_INT(psd_table_check_range(t0, 990, 10, &owner, err, sizeof err),
+               PSW_ENOTOWNER, "node 0, rows 990..999");
+    EXPECT_INT(owner, 1, "owner of rows 990..999");
+    range_round_trip(t1, dim, 990, 10, s15, rows);
+    psd_table_free(t0);
+    psd_table_free(t1);
+}
+
+static void test_range_within_owned_shard_on_two_nodes_round_trips(
+    void **state)
+{
+    (void)state;
+    const uint64_t rows = 1000;
+    const uint32_t dim = 4;
+    psd_table_conf c = conf_make(1, dim, rows, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 2, 0);
+    uint64_t a = psw_dense_shard_start(rows, 16, 2);
+    uint64_t b = psw_dense_shard_start(rows, 16, 3);
+    range_round_trip(t, dim, a + 3, b - a - 5, a, b);
+    /* Another owned shard kept its rows. */
+    uint64_t r = psw_dense_shard_start(rows, 16, 4);
+    float out[4];
+    pull_keys(t, &r, 1, out, dim);
+    for (uint32_t j = 0; j < dim; j++)
+        EXPECT_FLOAT(out[j], 0.0f, "row %llu (shard 4) col %u",
+                     (unsigned long long)r, j);
+    psd_table_free(t);
+}
+
+/* ---- updaters through the table ------------------------------------- */
+
+#define UDIM 5
+#define UKEYS 4
+#define UROUNDS 8
+
+/* The gradient for round r, key slot k, column j: mixed signs, zeros. */
+static float grad_of(int r, int k, uint32_t j)
+{
+    return (float)((r * 7 + k * 3 + (int)j * 5) % 11 - 5) * 0.3f;
+}
+
+/* Pushes through a table and through psd_update_row on copies, several
+ * rounds in which keys are pushed different numbers of times (sometimes
+ * twice in one push), and compares every row after every round. */
+static void updater_matches_by_hand(psd_updater_kind kind, int dense)
+{
+    psd_table_conf c = conf_make(dense, UDIM, 1000, kind);
+    c.init.kind = PSD_INIT_UNIFORM;
+    c.init.a = -1.0f;
+    c.init.b = 1.0f;
+    c.init.seed = 42;
+    psd_table *t = table_make(&c, 16, 1, 0);
+    const uint64_t dense_keys[UKEYS] = { 3, 500, 999, 64 };
+    const uint64_t sparse_keys[UKEYS] = { 0, 123456789, UINT64_MAX, 42 };
+    const uint64_t *keys = dense ? dense_keys : sparse_keys;
+    const char *what = dense ? "dense" : "sparse";
+
+    unsigned ns = psd_updater_state_per_float(kind);
+    float w[UKEYS][UDIM], st[UKEYS][2 * UDIM];
+    uint32_t step[UKEYS];
+    memset(st, 0, sizeof st);
+    memset(step, 0, sizeof step);
+    for (int k = 0; k < UKEYS; k++)
+        psd_init_row(&c.init, keys[k], w[k], UDIM);
+    assert_true(ns <= 2);
+
+    for (int r = 0; r < UROUNDS; r++) {
+        /* Round r pushes slots 0..r%UKEYS, and slot 0 a second time on
+         * even rounds: slot 0 gets the most updates, slot 3 the fewest. */
+        uint64_t pk[UKEYS + 1];
+        float pv[(UKEYS + 1) * UDIM];
+        int slot[UKEYS + 1], n = 0;
+        for (int k = 0; k <= r % UKEYS; k++)
+            slot[n++] = k;
+        if (r % 2 == 0)
+            slot[n++] = 0;
+        for (int i = 0; i < n; i++) {
+            pk[i] = keys[slot[i]];
+            for (uint32_t j = 0; j < UDIM; j++)
+                pv[i * UDIM + j] = grad_of(r + i, slot[i], j);
+        }
+        push_keys(t, pk, (size_t)n, pv, UDIM);
+        for (int i = 0; i < n; i++)
+            psd_update_row(&c.upd, w[slot[i]], ns ? st[slot[i]] : NULL,
+                           &step[slot[i]], &pv[i * UDIM], UDIM);
+
+        float out[UKEYS * UDIM];
+        pull_keys(t, keys, UKEYS, out, UDIM);
+        for (int k = 0; k < UKEYS; k++)
+            for (uint32_t j = 0; j < UDIM; j++)
+                EXPECT_FLOAT(out[k * UDIM + j], w[k][j],
+                             "%s, round %d: key %llu col %u", what, r,
+                             (unsigned long long)keys[k], j);
+    }
+    psd_table_free(t);
+}
+
+static void test_sgd_through_table_equals_update_row_by_hand(void **state)
+{
+    (void)state;
+    updater_matches_by_hand(PSD_UPD_SGD, 1);
+    updater_matches_by_hand(PSD_UPD_SGD, 0);
+}
+
+static void test_adagrad_through_table_equals_update_row_by_hand(
+    void **state)
+{
+    (void)state;
+    updater_matches_by_hand(PSD_UPD_ADAGRAD, 1);
+    updater_matches_by_hand(PSD_UPD_ADAGRAD, 0);
+}
+
+static void test_adam_through_table_equals_update_row_by_hand(void **state)
+{
+    (void)state;
+    updater_matches_by_hand(PSD_UPD_ADAM, 1);
+    updater_matches_by_hand(PSD_UPD_ADAM, 0);
+}
+
+static void test_ftrl_through_table_equals_update_row_by_hand(void **state)
+{
+    (void)state;
+    updater_matches_by_hand(PSD_UPD_FTRL, 1);
+    updater_matches_by_hand(PSD_UPD_FTRL, 0);
+}
+
+/* ---- sparse rows ----------------------------------------------------- */
+
+static void untouched_rows_match_init(psd_init_kind kind, float a, float b)
+{
+    const uint32_t dim = 6;
+    psd_table_conf c = conf_make(0, dim, 0, PSD_UPD_SUM);
+    c.init.kind = kind;
+    c.init.a = a;
+    c.init.b = b;
+    c.init.seed = 9;
+    /* Two servers built from the same configuration. */
+    psd_table *s1 = table_make(&c, 16, 1, 0);
+    psd_table *s2 = table_make(&c, 16, 1, 0);
+    const uint64_t keys[3] = { 77, 0, UINT64_MAX };
+    float want[3 * 6], first[3 * 6], again[3 * 6], other[3 * 6];
+    for (int k = 0; k < 3; k++)
+        psd_init_row(&c.init, keys[k], want + k * dim, dim);
+    pull_keys(s1, keys, 3, first, dim);
+    pull_keys(s1, keys, 3, again, dim);
+    pull_keys(s2, keys, 3, other, dim);
+    for (size_t i = 0; i < 3 * dim; i++) {
+        unsigned long long k = (unsigned long long)keys[i / dim];
+        EXPECT_FLOAT(first[i], want[i], "init %d, first pull: key %llu "
+                     "col %zu", (int)kind, k, i % dim);
+        EXPECT_FLOAT(again[i], want[i], "init %d, second pull: key %llu "
+                     "col %zu", (int)kind, k, i % dim);
+        EXPECT_FLOAT(other[i], want[i], "init %d, other server: key %llu "
+                     "col %zu", (int)kind, k, i % dim);
+    }
+    /* Not all one value: the rows really are seeded per key. */
+    assert_true(want[0] != want[dim] || want[1] != want[dim + 1]);
+    psd_table_free(s1);
+    psd_table_free(s2);
+}
+
+static void test_sparse_untouched_key_pulls_its_init_row_everywhere(
+    void **state)
+{
+    (void)state;
+    untouched_rows_match_init(PSD_INIT_UNIFORM, -0.5f, 0.5f);
+    untouched_rows_match_init(PSD_INIT_NORMAL, 0.0f, 0.1f);
+}
+
+static void test_sparse_200k_sequential_keys_grow_and_keep_their_sums(
+    void **state)
+{
+    (void)state;
+    const uint32_t dim = 2;
+    const size_t nkeys = 200000, batch = 1000;
+    psd_table_conf c = conf_make(0, dim, 0, PSD_UPD_SUM);
+    c.init.kind = PSD_INIT_CONSTANT;
+    c.init.a = 0.25f;
+    psd_table *t = table_make(&c, 16, 1, 0);
+    uint64_t *keys = malloc(batch * sizeof *keys);
+    float *v = malloc(batch * dim * sizeof *v);
+    float *out = malloc(batch * dim * sizeof *out);
+    assert_true(keys && v && out);
+
+    for (size_t b = 0; b < nkeys; b += batch) {
+        for (size_t i = 0; i < batch; i++) {
+            keys[i] = b + i;
+            v[i * dim] = (float)(b + i);
+            v[i * dim + 1] = -2.0f;
+        }
+        push_keys(t, keys, batch, v, dim);
+        EXPECT_U64(psd_table_rows(t), b + batch, "rows after keys 0..%zu",
+                   b + batch - 1);
+        pull_keys(t, keys, batch, out, dim);
+        for (size_t i = 0; i < batch; i++) {
+            EXPECT_FLOAT(out[i * dim], 0.25f + (float)(b + i),
+                         "key %zu col 0 right after its push", b + i);
+            EXPECT_FLOAT(out[i * dim + 1], -1.75f,
+                         "key %zu col 1 right after its push", b + i);
+        }
+    }
+    /* A second push to every odd key, then check every key again: rows
+     * created long ago (before many hash growths) kept their values. */
+    for (size_t b = 0; b < nkeys; b += batch) {
+        size_t n = 0;
+        for (size_t i = 1; i < batch; i += 2) {
+            keys[n] = b + i;
+            v[n * dim] = 1.0f;
+            v[n * dim + 1] = 0.5f;
+            n++;
+        }
+        push_keys(t, keys, n, v, dim);
+    }
+    EXPECT_U64(psd_table_rows(t), nkeys, "rows after the second pass");
+    for (size_t b = 0; b < nkeys; b += batch) {
+        for (size_t i = 0; i < batch; i++)
+            keys[i] = b + i;
+        pull_keys(t, keys, batch, out, dim);
+        for (size_t i = 0; i < batch; i++) {
+            int odd = (b + i) % 2;
+            EXPECT_FLOAT(out[i * dim], 0.25f + (float)(b + i) + (odd ? 1 : 0),
+                         "key %zu col 0 at the end", b + i);
+            EXPECT_FLOAT(out[i * dim + 1], odd ? -1.25f : -1.75f,
+                         "key %zu col 1 at the end", b + i);
+        }
+    }
+    EXPECT_U64(psd_table_rows(t), nkeys, "rows after pulling them all");
+    free(keys);
+    free(v);
+    free(out);
+    psd_table_free(t);
+}
+
+static void test_sparse_keys_zero_and_uint64_max_work(void **state)
+{
+    (void)state;
+    const uint32_t dim = 3;
+    psd_table_conf c = conf_make(0, dim, 0, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 1, 0);
+    const uint64_t keys[2] = { 0, UINT64_MAX };
+    const float v[6] = { 1, 2, 3, -4, -5, -6 };
+    float out[6];
+    push_keys(t, keys, 2, v, dim);
+    pull_keys(t, keys, 2, out, dim);
+    for (int i = 0; i < 6; i++)
+        EXPECT_FLOAT(out[i], v[i], "key %s col %d",
+                     i < 3 ? "0" : "UINT64_MAX", i % 3);
+    EXPECT_U64(psd_table_rows(t), 2, "rows");
+    psd_table_free(t);
+
+    /* On two nodes each key is accepted by exactly the node the layout
+     * names, and the other points at it. */
+    psd_table *n[2] = { table_make(&c, 16, 2, 0), table_make(&c, 16, 2, 1) };
+    for (int k = 0; k < 2; k++) {
+        int home = psw_node_of_shard(psw_sparse_shard_of(16, keys[k]), 2);
+        for (int node = 0; node < 2; node++) {
+            int owner = -7;
+            char err[256] = "";
+            int rc = check_one(n[node], keys[k], &owner, err, sizeof err);
+            if (node == home) {
+                EXPECT_INT(rc, 0, "key %llu on its node %d (%s)",
+                           (unsigned long long)keys[k], node, err);
+            } else {
+                EXPECT_INT(rc, PSW_ENOTOWNER, "key %llu on node %d",
+                           (unsigned long long)keys[k], node);
+                EXPECT_INT(owner, home, "owner of key %llu",
+                           (unsigned long long)keys[k]);
+            }
+        }
+    }
+    psd_table_free(n[0]);
+    psd_table_free(n[1]);
+}
+
+/* ---- dense memory and init ------------------------------------------ */
+
+static void test_dense_1m_by_16_sum_table_uses_within_5pct_of_raw_floats(
+    void **state)
+{
+    (void)state;
+    const uint64_t rows = 1000000;
+    const uint32_t dim = 16;
+    psd_table_conf c = conf_make(1, dim, rows, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 16, 1, 0);
+    double raw = (double)rows * dim * sizeof(float);
+    size_t bytes = psd_table_bytes(t);
+    double ratio = (double)bytes / raw;
+    print_message("# dense %llu x %u sum: %zu bytes, %.4f x rows*dim*4\n",
+                  (unsigned long long)rows, dim, bytes, ratio);
+    if (ratio < 0.95 || ratio > 1.05)
+        fail_msg("bytes / (rows*dim*4): got %.4f, want within 0.95..1.05",
+                 ratio);
+    EXPECT_U64(psd_table_rows(t), rows, "rows held");
+    psd_table_free(t);
+}
+
+static void test_dense_uniform_init_rows_equal_init_row_of_row_number(
+    void **state)
+{
+    (void)state;
+    const uint64_t rows = 1000;
+    const uint32_t dim = 7, shards = 16;
+    psd_table_conf c = conf_make(1, dim, rows, PSD_UPD_SUM);
+    c.init.kind = PSD_INIT_UNIFORM;
+    c.init.a = -2.0f;
+    c.init.b = 3.0f;
+    c.init.seed = 5;
+    float want[7], got[7];
+    for (int node = 0; node < 2; node++) {
+        psd_table *t = table_make(&c, shards, 2, node);
+        for (uint32_t s = (uint32_t)node; s < shards; s += 2) {
+            uint64_t a = psw_dense_shard_start(rows, shards, s);
+            uint64_t b = psw_dense_shard_start(rows, shards, s + 1);
+            char *o = odd_alloc((b - a) * dim * sizeof(float));
+            psd_table_pull_range(t, a, b - a, o);
+            for (uint64_t r = a; r < b; r++) {
+                psd_init_row(&c.init, r, want, dim);
+                pull_keys(t, &r, 1, got, dim);
+                for (uint32_t j = 0; j < dim; j++) {
+                    EXPECT_FLOAT(got[j], want[j], "node %d, row %llu col %u "
+                                 "(keyed)", node, (unsigned long long)r, j);
+                    EXPECT_FLOAT(float_at(o, (r - a) * dim + j), want[j],
+                                 "node %d, row %llu col %u (range)", node,
+                                 (unsigned long long)r, j);
+                }
+            }
+            odd_free(o);
+        }
+        psd_table_free(t);
+    }
+}
+
+int main(void)
+{
+    /* Line-buffered, so failure details (stderr) stay next to their test
+     * line when both streams go to one pipe. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            test_dense_2_nodes_each_node_owns_exactly_shards_of_its_parity),
+        cmocka_unit_test(
+            test_check_keys_on_foreign_shard_names_shard_and_owner),
+        cmocka_unit_test(test_check_range_into_other_nodes_shard_is_refused),
+        cmocka_unit_test(test_dense_rows_out_of_range_return_ekey),
+        cmocka_unit_test(test_range_on_sparse_table_returns_einval),
+        cmocka_unit_test(
+            test_check_range_ignores_empty_foreign_shards_between_rows),
+        cmocka_unit_test(test_sum_push_then_pull_gives_exact_sums),
+        cmocka_unit_test(
+            test_duplicate_keys_in_one_push_are_applied_each_time),
+        cmocka_unit_test(
+            test_range_push_pull_across_shards_moves_exactly_those_rows),
+        cmocka_unit_test(test_range_at_the_very_end_of_the_table),
+        cmocka_unit_test(
+            test_range_within_owned_shard_on_two_nodes_round_trips),
+        cmocka_unit_test(test_sgd_through_table_equals_update_row_by_hand),
+        cmocka_unit_test(
+            test_adagrad_through_table_equals_update_row_by_hand),
+        cmocka_unit_test(test_adam_through_table_equals_update_row_by_hand),
+        cmocka_unit_test(test_ftrl_through_table_equals_update_row_by_hand),
+        cmocka_unit_test(
+            test_sparse_untouched_key_pulls_its_init_row_everywhere),
+        cmocka_unit_test(
+            test_sparse_200k_sequential_keys_grow_and_keep_their_sums),
+        cmocka_unit_test(test_sparse_keys_zero_and_uint64_max_work),
+        cmocka_unit_test(
+            test_dense_1m_by_16_sum_table_uses_within_5pct_of_raw_floats),
+        cmocka_unit_test(
+            test_dense_uniform_init_rows_equal_init_row_of_row_number),
+    };
+    const int total = (int)(sizeof tests / sizeof tests[0]);
+    int failed = cmocka_run_group_tests_name("table", tests, NULL, NULL);
+
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed;
+}
