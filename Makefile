@@ -30,7 +30,7 @@ LIBS_CM  = $(shell pkg-config --libs cmocka)
 
 PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c
 DAEMON_SRC := daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
-              daemon/conn.c daemon/server.c
+              daemon/conn.c daemon/server.c daemon/sync.c
 CLIENT_SRC := client/customer.c client/client.c client/nodes.c client/map.c
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(BUILD)/%.o)
@@ -44,7 +44,7 @@ PCFILE   := $(BUILD)/psclient.pc
 EXAMPLES := $(BUILD)/fashion_softmax
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_slice
-E2E_TESTS  := $(BUILD)/test_e2e
+E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -130,6 +130,9 @@ $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/customer.o $(PR
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
 $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
+
+$(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread
 
 test: all $(TEST_BINS)
 	@SAN='$(SAN)' sh tests/run.sh $(BUILD)

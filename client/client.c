@@ -42,6 +42,10 @@ _Static_assert((int)PS_ENOTOWNER == (int)PSW_ENOTOWNER, "PS_ENOTOWNER");
 
 typedef enum { NC_IDLE, NC_CONNECTING, NC_HELLO, NC_READY, NC_CLOSING } nstate;
 
+typedef struct plist {
+    ps_part *head, *tail;
+} plist;
+
 typedef struct nconn {
     uv_tcp_t tcp;                 /* first: handle pointers cast to nconn */
     uv_connect_t creq;
@@ -54,8 +58,10 @@ typedef struct nconn {
     uint64_t deadline_ns;         /* for connect + HELLO */
     psw_reader rd;
     msgpack_zone zone;
-    ps_map fly;                   /* (ts << 16 | part) -> part in flight */
-    ps_part *fly_head, *fly_tail; /* in flight, oldest first */
+    ps_map fly_map;               /* (ts << 16 | part) -> part in flight */
+    plist fly[2];                 /* in flight, oldest first: [0] requests,
+                                     [1] parts that may wait for other
+                                     workers (a longer timeout) */
     ps_part *q_head, *q_tail;     /* waiting to be sent */
     size_t q_bytes;
     int drop_status;              /* what in-flight parts fail with */
@@ -104,6 +110,7 @@ struct ps_client {
     nconn **nodes;
     int nnodes;
     int handles_open;
+    uint64_t clock, barrier;      /* ps_clock / ps_barrier calls made */
 };
 
 /* ---- errors --------------------------------------------------------- */
@@ -145,6 +152,7 @@ void ps_options_init(ps_options *o)
     o->batch_delay_us = 0;
     o->max_inflight_bytes = (size_t)256 << 20;
     o->auth_token = NULL;
+    o->sync_timeout_ms = 600000;
 }
 
 static uint64_t now_ns(void)
@@ -207,7 +215,7 @@ static nconn *nc_new(ps_client *c, int node)
     nc->cl = c;
     nc->node = node;
     nc->state = NC_IDLE;
-    ps_map_init(&nc->fly);
+    ps_map_init(&nc->fly_map);
     msgpack_zone_init(&nc->zone, 8192);
     psw_reader_init(&nc->rd, HELLO_MAX_REPLY);
     return nc;
@@ -217,7 +225,7 @@ static void nc_free(nconn *nc)
 {
     if (!nc)
         return;
-    ps_map_destroy(&nc->fly);
+    ps_map_destroy(&nc->fly_map);
     msgpack_zone_destroy(&nc->zone);
     psw_reader_destroy(&nc->rd);
     free(nc);
@@ -257,15 +265,28 @@ static int nc_write(nconn *nc, wreq *w)
 
 static void fly_unlink(nconn *nc, ps_part *p)
 {
+    plist *l = &nc->fly[p->slow];
     if (p->prev)
         p->prev->next = p->next;
     else
-        nc->fly_head = p->next;
+        l->head = p->next;
     if (p->next)
         p->next->prev = p->prev;
     else
-        nc->fly_tail = p->prev;
+        l->tail = p->prev;
     p->next = p->prev = NULL;
+}
+
+static void fly_append(nconn *nc, ps_part *p)
+{
+    plist *l = &nc->fly[p->slow];
+    p->next = NULL;
+    p->prev = l->tail;
+    if (l->tail)
+        l->tail->next = p;
+    else
+        l->head = p;
+    l->tail = p;
 }
 
 static uint64_t fly_key(uint64_t ts, uint32_t part)
@@ -278,15 +299,18 @@ static uint64_t fly_key(uint64_t ts, uint32_t part)
 static void nc_fail_all(nconn *nc, int status, const char *why, int queued)
 {
     ps_client *c = nc->cl;
-    ps_part *p = nc->fly_head;
-    nc->fly_head = nc->fly_tail = NULL;
-    ps_map_destroy(&nc->fly);
-    while (p) {
-        ps_part *n = p->next;
-        p->next = p->prev = NULL;
-        settle_fail(c, p, status, why);
-        p = n;
+    ps_map_destroy(&nc->fly_map);
+    for (int k = 0; k < 2; k++) {
+        ps_part *p = nc->fly[k].head;
+        nc->fly[k].head = nc->fly[k].tail = NULL;
+        while (p) {
+            ps_part *n = p->next;
+            p->next = p->prev = NULL;
+            settle_fail(c, p, status, why);
+            p = n;
+        }
     }
+    ps_part *p;
     if (!queued)
         return;
     p = nc->q_head;
@@ -367,9 +391,12 @@ static void nc_send(nconn *nc)
         return;
     }
     psw_out_init(&w->out);
-    uint64_t deadline = now_ns() + (uint64_t)c->opt.request_timeout_ms *
-                                       (uint64_t)(c->opt.max_retries + 1) *
-                                       1000000ULL;
+    uint64_t now = now_ns();
+    uint64_t deadline[2] = {
+        now + (uint64_t)c->opt.request_timeout_ms *
+                  (uint64_t)(c->opt.max_retries + 1) * 1000000ULL,
+        now + (uint64_t)c->opt.sync_timeout_ms * 1000000ULL
+    };
     while (nc->q_head) {
         size_t n = frame_parts(nc, c->layout.max_frame);
         psw_out_frame_begin(&w->out);
@@ -378,15 +405,9 @@ static void nc_send(nconn *nc)
             nc->q_head = p->next;
             nc->q_bytes -= p->wire_bytes;
             psw_pack_request(&w->out, &p->msg);
-            p->deadline_ns = deadline;
-            p->next = NULL;
-            p->prev = nc->fly_tail;
-            if (nc->fly_tail)
-                nc->fly_tail->next = p;
-            else
-                nc->fly_head = p;
-            nc->fly_tail = p;
-            if (ps_map_put(&nc->fly, fly_key(p->msg.ts, p->msg.part), p))
+            p->deadline_ns = deadline[p->slow];
+            fly_append(nc, p);
+            if (ps_map_put(&nc->fly_map, fly_key(p->msg.ts, p->msg.part), p))
                 w->out.oom = 1;
         }
         psw_out_frame_end(&w->out);
@@ -614,7 +635,7 @@ static void handle_frame(nconn *nc, const char *body, size_t len)
                     m.op != PSW_OP_REPLY ? "not a reply" : err);
             return;
         }
-        ps_part *p = ps_map_del(&nc->fly, fly_key(m.ts, m.part));
+        ps_part *p = ps_map_del(&nc->fly_map, fly_key(m.ts, m.part));
         if (!p) {
             nc_drop(nc, PS_EPROTO, "%s answered request %llu part %u, which "
                     "is not in flight", nc->name, (unsigned long long)m.ts,
@@ -767,12 +788,19 @@ static void on_tick(uv_timer_t *t)
             now > nc->deadline_ns)
             nc_drop(nc, PS_ETIMEDOUT, "no answer from %s within %d ms",
                     nc->name, c->opt.connect_timeout_ms);
-        else if (nc->state == NC_READY && nc->fly_head &&
-                 now > nc->fly_head->deadline_ns)
-            nc_drop(nc, PS_ETIMEDOUT, "no reply from %s within %d ms "
-                    "(request %llu)", nc->name,
-                    c->opt.request_timeout_ms * (c->opt.max_retries + 1),
-                    (unsigned long long)nc->fly_head->msg.ts);
+        else if (nc->state == NC_READY)
+            for (int k = 0; k < 2; k++) {
+                ps_part *p = nc->fly[k].head;
+                if (p && now > p->deadline_ns) {
+                    nc_drop(nc, PS_ETIMEDOUT, "no reply from %s within %d ms "
+                            "(request %llu)", nc->name,
+                            k ? c->opt.sync_timeout_ms
+                              : c->opt.request_timeout_ms *
+                                    (c->opt.max_retries + 1),
+                            (unsigned long long)p->msg.ts);
+                    break;
+                }
+            }
     }
 }
 
@@ -846,6 +874,8 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         c->opt = *o;
     else
         ps_options_init(&c->opt);
+    if (c->opt.sync_timeout_ms <= 0)
+        c->opt.sync_timeout_ms = 600000;     /* options from before it existed */
     if (c->opt.connect_timeout_ms <= 0 || c->opt.request_timeout_ms <= 0 ||
         c->opt.max_retries < 0 || c->opt.batch_delay_us < 0 ||
         c->opt.worker < -1) {
@@ -923,11 +953,17 @@ int ps_wait_all(ps_client *c)
     return st;
 }
 
+static int control(ps_client *c, int op, int node, uint64_t value);
+
 void ps_close(ps_client *c)
 {
     if (!c)
         return;
     ps_wait_all(c);
+    /* A worker says goodbye, so bsp/ssp tables stop waiting for it at
+     * once instead of after worker_grace. */
+    if (c->opt.worker >= 0)
+        control(c, PSW_OP_LEAVE, -1, 0);
     client_stop(c);
 }
 
@@ -1115,19 +1151,62 @@ int ps_wait(ps_client *c, ps_ts ts)
     return st;
 }
 
+/* Sends a control message and waits for every node's answer. */
+static int control(ps_client *c, int op, int node, uint64_t value)
+{
+    ps_req *r;
+    int rc = ps_req_control(c->layout.nnodes, node, op, value, &r);
+    if (rc) {
+        set_error(c, "out of memory");
+        return rc;
+    }
+    ps_ts ts = submit(c, r, NULL, NULL);
+    return ts < 0 ? (int)ts : ps_wait(c, ts);
+}
+
+/* Whether the cluster has a table whose consistency is not async. */
+static int has_sync_tables(const ps_client *c)
+{
+    for (int i = 0; i < c->layout.ntables; i++)
+        if (c->layout.tables[i].consistency != 0)
+            return 1;
+    return 0;
+}
+
+static int sync_allowed(ps_client *c, const char *what)
+{
+    if (c->opt.worker < 0) {
+        set_error(c, "%s: this client is not a worker (open it with "
+                  "ps_options.worker = 0..workers-1)", what);
+        return 0;
+    }
+    if (!has_sync_tables(c)) {
+        set_error(c, "%s: the cluster has no bsp or ssp table; async tables "
+                  "have no clocks", what);
+        return 0;
+    }
+    return 1;
+}
+
 int ps_clock(ps_client *c)
 {
     if (!c)
         return PS_EINVAL;
-    set_error(c, "ps_clock: bsp/ssp training is not implemented in this "
-              "release");
-    return PS_EINVAL;
+    if (!sync_allowed(c, "ps_clock"))
+        return PS_EINVAL;
+    uint64_t next = __atomic_add_fetch(&c->clock, 1, __ATOMIC_RELAXED);
+    return control(c, PSW_OP_CLOCK, -1, next);
 }
 
 int ps_barrier(ps_client *c)
 {
     if (!c)
         return PS_EINVAL;
-    set_error(c, "ps_barrier: not implemented in this release");
-    return PS_EINVAL;
+    if (c->opt.worker < 0) {
+        set_error(c, "ps_barrier: this client is not a worker (open it with "
+                  "ps_options.worker = 0..workers-1)");
+        return PS_EINVAL;
+    }
+    uint64_t next = __atomic_add_fetch(&c->barrier, 1, __ATOMIC_RELAXED);
+    return control(c, PSW_OP_BARRIER, 0, next);   /* node 0 keeps barriers */
 }

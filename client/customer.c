@@ -185,6 +185,9 @@ int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
     for (int i = 0; i < r->nparts; i++)
         r->parts[i].wire_bytes = MSG_OVERHEAD + r->parts[i].msg.nkeys * 8 +
                                  r->parts[i].msg.vals_len;
+    if (sh->table->consistency == 2 && is_pull(op))
+        for (int i = 0; i < r->nparts; i++)
+            r->parts[i].slow = 1;    /* an ssp pull may be held */
     *reqp = r;
     return 0;
 oom:
@@ -255,6 +258,30 @@ int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
     r->op = op;
     r->dim = t->dim;
     r->bytes = (size_t)count * dim * sizeof(float);
+    if (t->consistency == 2 && is_pull(op))
+        for (int i = 0; i < r->nparts; i++)
+            r->parts[i].slow = 1;
+    *reqp = r;
+    return 0;
+}
+
+int ps_req_control(int nnodes, int node, int op, uint64_t value,
+                   ps_req **reqp)
+{
+    int n = node < 0 ? nnodes : 1;
+    ps_req *r = req_alloc(n, 0, NULL);
+    if (!r)
+        return PS_ENOMEM;
+    for (int k = 0; k < n; k++) {
+        ps_part *p = &r->parts[k];
+        p->node = node < 0 ? k : node;
+        p->msg.op = op;
+        p->msg.part = (uint32_t)k;
+        p->msg.first = value;
+        p->wire_bytes = MSG_OVERHEAD;
+        p->slow = op != PSW_OP_LEAVE;
+    }
+    r->op = op;
     *reqp = r;
     return 0;
 }

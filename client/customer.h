@@ -26,6 +26,8 @@ typedef struct ps_part {
     struct ps_part *next;        /* send queue or in-flight list */
     struct ps_part *prev;
     uint64_t deadline_ns;        /* when the part times out */
+    int slow;                    /* may wait for other workers (clock,
+                                    barrier, ssp pull): longer timeout */
     size_t wire_bytes;           /* upper bound of its encoded size */
 } ps_part;
 
@@ -68,6 +70,11 @@ int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
 int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
                  const float *vals, float *out, ps_req **req, char *err,
                  size_t errlen);
+
+/* A control request (PSW_OP_CLOCK, BARRIER or LEAVE) carrying `value`:
+ * one part for node `node`, or for every node when node is -1. */
+int ps_req_control(int nnodes, int node, int op, uint64_t value,
+                   ps_req **req);
 
 void ps_req_set_ts(ps_req *r, ps_ts ts);
 void ps_req_free(ps_req *r);

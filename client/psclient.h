@@ -59,7 +59,10 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         default 0: send as soon as the I/O thread runs */
     size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB */
     const char *auth_token;          /* NULL: none. Copied by ps_open. */
-    char reserved[64];               /* room to grow; ps_options_init zeroes it */
+    int sync_timeout_ms;             /* how long ps_clock, ps_barrier and a pull
+                                        held by an ssp table may wait for slower
+                                        workers; default 600000 (10 min) */
+    char reserved[60];               /* room to grow; ps_options_init zeroes it */
 } ps_options;
 
 /* Fills *o with the defaults above. */
@@ -72,7 +75,8 @@ PS_API void ps_options_init(ps_options *o);
  * with *c = NULL (ps_strerror() explains the code; details go to stderr). */
 PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
 
-/* Waits for every outstanding request to complete, then closes the
+/* Waits for every outstanding request to complete, leaves the training
+ * (a worker is no longer waited for by bsp/ssp tables), then closes the
  * connections, stops the I/O thread and frees the client. NULL is a no-op.
  * No other call on `c` may be running or made afterwards. */
 PS_API void ps_close(ps_client *c);
@@ -123,8 +127,21 @@ PS_API int ps_wait(ps_client *c, ps_ts ts);
  * ps_wait_all (then forgets it), or PS_OK. */
 PS_API int ps_wait_all(ps_client *c);
 
-/* Training modes (bsp/ssp tables): this worker finished its current
- * iteration; and a barrier across all workers. */
+/* Training modes, for clients opened with ps_options.worker = 0..workers-1
+ * (the cluster's [cluster] workers):
+ * ps_clock: this worker finished its current iteration (all its pushes
+ *   before the call belong to it). It returns once every node has taken
+ *   the clock; on a cluster with bsp tables that is when every live worker
+ *   has finished the iteration and its summed pushes were applied, so a
+ *   pull issued after ps_clock sees the new weights. ssp tables do not
+ *   wait here: a worker's pull waits instead, until the slowest live
+ *   worker is at most `staleness` clocks behind it.
+ * ps_barrier: returns once every live worker has called it as often.
+ * A worker that called ps_close, or whose connection stayed lost for
+ * worker_grace seconds, is no longer waited for. Both return PS_OK,
+ * PS_EINVAL (not a worker, or no bsp/ssp table: see ps_last_error), or the
+ * error of a node that failed. They block: never call them from a
+ * callback. */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
 

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "server.h"
+#include "sync.h"
 #include "../proto/status.h"
 
 /* Before HELLO a peer may send only a small frame (redis does the same
@@ -56,6 +57,21 @@ psd_conn *psd_conn_next(psd_conn *c)
     return c->next;
 }
 
+int32_t psd_conn_worker(const psd_conn *c)
+{
+    return c->worker;
+}
+
+void psd_conn_set_worker(psd_conn *c, int32_t worker)
+{
+    c->worker = worker;
+}
+
+const char *psd_conn_peer(const psd_conn *c)
+{
+    return c->peer;
+}
+
 static void conn_close(psd_conn *c)
 {
     if (c->closing)
@@ -76,6 +92,7 @@ static void on_close(uv_handle_t *h)
 {
     psd_conn *c = (psd_conn *)h;
     psd_server *s = c->srv;
+    psd_sync_conn_closed(s, c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -196,7 +213,7 @@ static void reply_error(psd_conn *c, const psw_msg *m, int status,
     c->srv->stats.request_errors++;
     psd_debug("request %llu from %s: %s", (unsigned long long)m->ts, c->peer,
               text);
-    psw_pack_reply(&c->out, m->ts, m->part, status, text, 0);
+    psw_pack_reply(&c->out, m->ts, m->part, status, text, 0, 0);
 }
 
 /* Packs a reply carrying `nbytes` of rows produced by fill(), or an error
@@ -205,7 +222,10 @@ static void reply_rows(psd_conn *c, const psw_msg *m, psd_table *t,
                        size_t nbytes)
 {
     size_t mark = psw_out_mark(&c->out);
-    char *p = psw_pack_reply(&c->out, m->ts, m->part, PSW_OK, NULL, nbytes);
+    uint64_t clock = psd_table_conf_get(t)->consistency == PSD_CONS_ASYNC
+                         ? 0 : c->srv->global;
+    char *p = psw_pack_reply(&c->out, m->ts, m->part, PSW_OK, NULL, nbytes,
+                             clock);
     if (!p)
         return;                  /* oom is flagged on c->out */
     int rc = 0;
@@ -226,6 +246,11 @@ static void dispatch(psd_conn *c, const psw_msg *m)
     int owner = -1, rc;
 
     s->stats.requests++;
+    if (m->op == PSW_OP_CLOCK || m->op == PSW_OP_BARRIER ||
+        m->op == PSW_OP_LEAVE) {
+        psd_sync_message(s, c, m);
+        return;
+    }
     if (m->table >= (uint32_t)s->ntables) {
         snprintf(err, sizeof err, "no table with id %u (%d tables)", m->table,
                  s->ntables);
@@ -271,17 +296,29 @@ static void dispatch(psd_conn *c, const psw_msg *m)
         return;
     }
     if (pushes) {
-        if (ranged)
+        if (tc->consistency == PSD_CONS_BSP)
+            /* Summed now, applied once when the clock ends. */
+            rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
+                                                     m->vals)
+                        : psd_table_accumulate(t, m->keys, m->nkeys, m->vals);
+        else if (ranged)
             psd_table_push_range(t, m->first, m->count, m->vals);
-        else if (psd_table_push(t, m->keys, m->nkeys, m->vals)) {
+        else
+            rc = psd_table_push(t, m->keys, m->nkeys, m->vals);
+        if (rc) {
             reply_error(c, m, PSW_ENOMEM, "out of memory creating rows");
             return;
         }
     }
+    if (pulls && nrows && !psd_sync_pull_ready(s, c, tc)) {
+        if (psd_sync_hold(s, c, m))
+            reply_error(c, m, PSW_ENOMEM, "out of memory holding a pull");
+        return;                  /* answered when the slow worker catches up */
+    }
     if (pulls && nrows)
         reply_rows(c, m, t, (size_t)nrows * rowb);
     else
-        psw_pack_reply(&c->out, m->ts, m->part, PSW_OK, NULL, 0);
+        psw_pack_reply(&c->out, m->ts, m->part, PSW_OK, NULL, 0, 0);
 }
 
 /* Bytes the reply to m can take at most: its rows (when it pulls valid
@@ -325,9 +362,23 @@ static void handle_hello(psd_conn *c, const msgpack_object *msg)
         maybe_finish(c);
         return;
     }
+    char why[200];
+    if (h.worker >= 0 &&
+        psd_sync_join(s, c, h.worker, h.client_id, why, sizeof why)) {
+        refused.status = PSW_EINVAL;
+        snprintf(refused.text, sizeof refused.text, "%s", why);
+        psw_out_frame_begin(&c->out);
+        psw_pack_hello_ok(&c->out, &refused);
+        psw_out_frame_end(&c->out);
+        psd_warn("refusing %s: %s", c->peer, why);
+        c->shutting = 1;
+        pause_reading(c);
+        flush(c);
+        maybe_finish(c);
+        return;
+    }
     c->hello_done = 1;
     c->client_id = h.client_id;
-    c->worker = h.worker;
     c->rd.max_frame = (size_t)s->cfg.max_frame;
     psw_out_frame_begin(&c->out);
     psw_pack_hello_ok(&c->out, &s->layout);
@@ -513,6 +564,32 @@ void psd_conn_accept(psd_server *s)
     uv_tcp_nodelay(&c->tcp, 1);
     psd_debug("connection from %s", c->peer);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+void psd_conn_release(psd_conn *c, const psw_msg *m, int status,
+                      const char *text)
+{
+    if (c->closing)
+        return;
+    /* Inside handle_frame a frame is open: the reply joins it. Otherwise
+     * it goes out in a frame of its own right away. */
+    int own = c->out.frame_start == SIZE_MAX;
+    if (own)
+        psw_out_frame_begin(&c->out);
+    if (status != PSW_OK)
+        reply_error(c, m, status, text);
+    else if (m->op == PSW_OP_PULL || m->op == PSW_OP_PULL_RANGE) {
+        psd_table *t = c->srv->tables[m->table];
+        uint64_t rows = m->op == PSW_OP_PULL_RANGE ? m->count : m->nkeys;
+        reply_rows(c, m, t, (size_t)rows * psd_table_conf_get(t)->dim *
+                                sizeof(float));
+    } else
+        psw_pack_reply(&c->out, m->ts, m->part, PSW_OK, NULL, 0,
+                       c->srv->global);
+    if (own) {
+        psw_out_frame_end(&c->out);
+        flush(c);
+    }
 }
 
 void psd_conn_shutdown(psd_conn *c)

@@ -8,6 +8,7 @@
 
 #include "log.h"
 #include "server.h"
+#include "sync.h"
 #include "../proto/status.h"
 
 static void build_layout(psd_server *s)
@@ -112,6 +113,10 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         return -1;
     }
     build_layout(s);
+    if (psd_sync_init(s)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     for (int i = 0; i < s->cfg.ntables; i++) {
         s->tables[i] = psd_table_new(&s->cfg.tables[i], s->cfg.shards,
                                      s->cfg.nnodes, node, err, errlen);
@@ -228,6 +233,7 @@ void psd_server_stop(psd_server *s)
         return;
     s->stopping = 1;
     uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    psd_sync_stop(s);
     for (psd_conn *c = s->conns, *n; c; c = n) {
         n = psd_conn_next(c);
         psd_conn_shutdown(c);
@@ -246,6 +252,7 @@ void psd_server_destroy(psd_server *s)
     for (int i = 0; i < s->ntables; i++)
         psd_table_free(s->tables[i]);
     free(s->tables);
+    psd_sync_destroy(s);
     psw_layout_free(&s->layout);
     psd_config_destroy(&s->cfg);
 }

@@ -34,6 +34,15 @@ typedef struct psd_server {
     int nconns;
     int stopping;
     psd_stats stats;
+    /* training modes (sync.c) */
+    struct psd_worker *workers;  /* cfg.workers entries */
+    int nworkers;
+    uint64_t global;             /* clocks finished by every worker that is
+                                    waited for */
+    uint64_t barrier;            /* barriers every such worker passed */
+    struct psd_waiter *waiters;
+    uv_timer_t sync_timer;
+    uint64_t moved_ms;           /* when the clock last moved */
 } psd_server;
 
 /* Takes ownership of *cfg (left zeroed) and builds node `node`'s tables.

@@ -39,6 +39,7 @@ struct psd_table {
     int has_step;
     shard *shards;
     float *g;                /* aligned scratch for one pushed row */
+    struct psd_table *acc;   /* bsp: this clock's summed pushes, or NULL */
 };
 
 static size_t row_bytes(const psd_table *t)
@@ -273,6 +274,7 @@ void psd_table_free(psd_table *t)
             shard_free(&t->shards[i]);
     free(t->shards);
     free(t->g);
+    psd_table_free(t->acc);
     free(t);
 }
 
@@ -410,6 +412,74 @@ void psd_table_pull_range(const psd_table *t, uint64_t first, uint64_t count,
         memcpy(out + i * rb, dense_ref(t, s, first + i).w, (size_t)m * rb);
         i += m;
     }
+}
+
+/* The side table of a bsp table: sparse (only touched keys take room),
+ * summing, zero-initialised, every shard local. */
+static psd_table *acc_get(psd_table *t)
+{
+    if (!t->acc) {
+        psd_table_conf c = t->conf;
+        char err[64];
+        c.dense = 0;
+        c.rows = 0;
+        c.upd.kind = PSD_UPD_SUM;
+        c.init.kind = PSD_INIT_ZEROS;
+        t->acc = psd_table_new(&c, t->nshards, 1, 0, err, sizeof err);
+    }
+    return t->acc;
+}
+
+int psd_table_accumulate(psd_table *t, const char *keys, size_t n,
+                         const char *vals)
+{
+    psd_table *a = acc_get(t);
+    return a ? psd_table_push(a, keys, n, vals) : PSW_ENOMEM;
+}
+
+int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
+                               const char *vals)
+{
+    psd_table *a = acc_get(t);
+    if (!a)
+        return PSW_ENOMEM;
+    size_t rb = row_bytes(t);
+    for (uint64_t i = 0; i < count; i++) {
+        char key[8];
+        uint64_t k = first + i;
+        memcpy(key, &k, 8);
+        if (psd_table_push(a, key, 1, vals + i * rb))
+            return PSW_ENOMEM;
+    }
+    return 0;
+}
+
+int psd_table_apply_accumulated(psd_table *t, float scale)
+{
+    psd_table *a = t->acc;
+    if (!a)
+        return 0;
+    uint32_t d = t->conf.dim;
+    for (uint32_t i = 0; i < a->nshards; i++) {
+        shard *s = &a->shards[i];
+        for (size_t j = 0; j < s->hcap; j++) {
+            if (s->hrow[j] == EMPTY)
+                continue;
+            float *g = sparse_ref(a, s, s->hrow[j]).w;
+            rowref r;
+            if (locate(t, s->hkeys[j], &r))
+                return PSW_ENOMEM;
+            if (scale != 1.0f)
+                for (uint32_t k = 0; k < d; k++)
+                    g[k] *= scale;
+            psd_update_row(&t->conf.upd, r.w, r.st, r.step, g, d);
+        }
+        /* Keep the chunks and the index for the next clock. */
+        if (s->hcap)
+            memset(s->hrow, 0xff, s->hcap * sizeof *s->hrow);
+        s->nrows = 0;
+    }
+    return 0;
 }
 
 uint64_t psd_table_rows(const psd_table *t)

@@ -46,6 +46,18 @@ void psd_table_push_range(psd_table *t, uint64_t first, uint64_t count,
 void psd_table_pull_range(const psd_table *t, uint64_t first, uint64_t count,
                           char *out);
 
+/* Bulk-synchronous tables: pushes of the current clock are summed per
+ * key into a side table instead of being applied; at the end of the
+ * clock every touched key gets the updater once, with the sum times
+ * `scale` (1, or 1/workers for aggregate = mean), and the side table is
+ * emptied. Memory is proportional to the keys touched in one clock. The
+ * same checks as psd_table_push come first. Returns 0 or PSW_ENOMEM. */
+int psd_table_accumulate(psd_table *t, const char *keys, size_t n,
+                         const char *vals);
+int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
+                               const char *vals);
+int psd_table_apply_accumulated(psd_table *t, float scale);
+
 /* Rows held on this node, and bytes of memory they use (weights, state,
  * index) — for stats and the memory benchmark. */
 uint64_t psd_table_rows(const psd_table *t);

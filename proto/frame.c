@@ -261,6 +261,12 @@ size_t psw_out_frame_end(psw_out *o)
 {
     if (o->oom || o->frame_start == SIZE_MAX)
         return 0;
+    if (o->frame_msgs == 0) {
+        /* Nothing was packed (every request was held): no empty frame. */
+        o->sb.size = o->frame_start;
+        o->frame_start = SIZE_MAX;
+        return 0;
+    }
     size_t body = psw_out_frame_body(o);
     unsigned char *h = (unsigned char *)o->sb.data + o->frame_start;
     put_be32(h, body);
@@ -303,9 +309,12 @@ char *psw_out_bin_reserve(psw_out *o, size_t len)
         o->oom = 1;
         return NULL;
     }
-    if (o->sb.alloc - o->sb.size < len) {
+    /* Room for the payload plus the few small fields packed after it, so
+     * packing those does not move the buffer under the caller's pointer. */
+    size_t need = len + PSW_RESERVE_SLACK;
+    if (o->sb.alloc - o->sb.size < need) {
         size_t cap = o->sb.alloc ? o->sb.alloc : 8192;
-        while (cap - o->sb.size < len)
+        while (cap - o->sb.size < need)
             cap *= 2;
         char *nd = realloc(o->sb.data, cap);
         if (!nd) {

@@ -98,14 +98,17 @@ void psw_out_frame_begin(psw_out *o);
 /* Bytes of the open frame's body so far (0 when none is open). */
 size_t psw_out_frame_body(const psw_out *o);
 /* Closes the open frame, writing its length and message count. Returns
- * its body size. */
+ * its body size. A frame that got no message is dropped (returns 0). */
 size_t psw_out_frame_end(psw_out *o);
 
 /* Packs a BIN of len bytes: copied when small, referenced when large. */
 void psw_out_bin(psw_out *o, const void *p, size_t len);
 
 /* Packs a BIN header of len bytes and returns where its len bytes go
- * (inside sb, to be filled by the caller), or NULL when out of memory. */
+ * (inside sb, to be filled by the caller), or NULL when out of memory.
+ * The pointer stays valid while at most PSW_RESERVE_SLACK more bytes are
+ * packed. */
+#define PSW_RESERVE_SLACK 64
 char *psw_out_bin_reserve(psw_out *o, size_t len);
 
 /* A position in the frame buffer, and a return to it: drops everything

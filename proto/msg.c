@@ -76,6 +76,8 @@ void psw_pack_request(psw_out *o, const psw_msg *m)
     case PSW_OP_PULL: n = 5; break;
     case PSW_OP_PUSH_RANGE: n = 7; break;
     case PSW_OP_PULL_RANGE: n = 6; break;
+    case PSW_OP_CLOCK: case PSW_OP_BARRIER: n = 4; break;
+    case PSW_OP_LEAVE: n = 3; break;
     default: o->oom = 1; return;       /* a caller bug; fail the build */
     }
     o->frame_msgs++;
@@ -83,6 +85,12 @@ void psw_pack_request(psw_out *o, const psw_msg *m)
     pk_check(o, msgpack_pack_uint8(pk, (uint8_t)m->op));
     pk_check(o, msgpack_pack_uint64(pk, m->ts));
     pk_check(o, msgpack_pack_uint32(pk, m->part));
+    if (m->op == PSW_OP_CLOCK || m->op == PSW_OP_BARRIER) {
+        pk_check(o, msgpack_pack_uint64(pk, m->first));
+        return;
+    }
+    if (m->op == PSW_OP_LEAVE)
+        return;
     pk_check(o, msgpack_pack_uint32(pk, m->table));
     switch (m->op) {
     case PSW_OP_PUSH: case PSW_OP_PUSHPULL:
@@ -105,12 +113,12 @@ void psw_pack_request(psw_out *o, const psw_msg *m)
 }
 
 char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
-                     const char *text, size_t nbytes)
+                     const char *text, size_t nbytes, uint64_t clock)
 {
     msgpack_packer *pk = &o->pk;
     char *payload = NULL;
     o->frame_msgs++;
-    pk_check(o, msgpack_pack_array(pk, 6));
+    pk_check(o, msgpack_pack_array(pk, 7));
     pk_check(o, msgpack_pack_uint8(pk, PSW_OP_REPLY));
     pk_check(o, msgpack_pack_uint64(pk, ts));
     pk_check(o, msgpack_pack_uint32(pk, part));
@@ -125,6 +133,7 @@ char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
         pack_str(o, text);
     else
         pk_check(o, msgpack_pack_nil(pk));
+    pk_check(o, msgpack_pack_uint64(pk, clock));
     return payload;
 }
 
@@ -222,7 +231,9 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
     case PSW_OP_PULL: case PSW_OP_PULL_RANGE: want = op == PSW_OP_PULL ? 5 : 6;
         break;
     case PSW_OP_PUSH_RANGE: want = 7; break;
-    case PSW_OP_REPLY: want = 6; break;
+    case PSW_OP_CLOCK: case PSW_OP_BARRIER: want = 4; break;
+    case PSW_OP_LEAVE: want = 3; break;
+    case PSW_OP_REPLY: want = 7; break;
     default: FAIL("unknown op %u", op);
     }
     if (nf != want)
@@ -242,8 +253,17 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
             m->text_len = f[5].via.str.size;
         } else if (f[5].type != MSGPACK_OBJECT_NIL)
             FAIL("reply: text is not STR");
+        if (get_u64(&f[6], &m->clock))
+            FAIL("reply: bad clock");
         return 0;
     }
+    if (op == PSW_OP_CLOCK || op == PSW_OP_BARRIER) {
+        if (get_u64(&f[3], &m->first))
+            FAIL("op %u: bad clock or barrier number", op);
+        return 0;
+    }
+    if (op == PSW_OP_LEAVE)
+        return 0;
     if (get_u32(&f[3], &m->table))
         FAIL("op %u: bad table id", op);
     if (op == PSW_OP_PUSH_RANGE || op == PSW_OP_PULL_RANGE) {

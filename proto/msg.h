@@ -21,6 +21,9 @@ enum psw_op {
     PSW_OP_PUSHPULL = 12,
     PSW_OP_PUSH_RANGE = 13,
     PSW_OP_PULL_RANGE = 14,
+    PSW_OP_CLOCK = 15,
+    PSW_OP_BARRIER = 16,
+    PSW_OP_LEAVE = 17,
     PSW_OP_REPLY = 20
 };
 
@@ -43,7 +46,9 @@ typedef struct psw_msg {
     size_t nkeys;
     const char *vals;      /* vals_len bytes of little-endian float32 */
     size_t vals_len;
-    uint64_t first, count; /* range ops */
+    uint64_t first, count; /* range ops; CLOCK and BARRIER: first = the
+                              worker's new clock / barrier number */
+    uint64_t clock;        /* replies: the table clock the rows reflect */
     int status;            /* replies: PSW_OK or a PSW_E* code */
     const char *text;      /* replies: error detail, text_len bytes */
     size_t text_len;
@@ -91,9 +96,10 @@ void psw_pack_hello_ok(psw_out *o, const psw_layout *l);
 void psw_pack_request(psw_out *o, const psw_msg *m);
 /* A reply with `nbytes` of payload: returns where to write the payload
  * (NULL when nbytes is 0 or memory ran out; check o->oom). The pointer is
- * valid until the next call on o; text may be NULL. */
+ * valid until the next call on o; text may be NULL. clock: for pulls of
+ * bsp/ssp tables, the clock the rows reflect; else 0. */
 char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
-                     const char *text, size_t nbytes);
+                     const char *text, size_t nbytes, uint64_t clock);
 
 /* ---- decoding ------------------------------------------------------- */
 

@@ -76,6 +76,12 @@ static pid_t start_node(const test_cluster *c, int i)
 
 int cluster_start(test_cluster *c, int nodes, int shards, const char *extra)
 {
+    return cluster_start_ex(c, nodes, shards, "workers = 4\n", extra);
+}
+
+int cluster_start_ex(test_cluster *c, int nodes, int shards,
+                     const char *cluster_lines, const char *extra)
+{
     memset(c, 0, sizeof *c);
     snprintf(c->dir, sizeof c->dir, "/tmp/psd-test-XXXXXX");
     if (!mkdtemp(c->dir)) {
@@ -94,7 +100,7 @@ int cluster_start(test_cluster *c, int nodes, int shards, const char *extra)
         at += (size_t)snprintf(c->spec + at, sizeof c->spec - at, "%s127.0.0.1:%d",
                                i ? "," : "", c->port[i]);
     }
-    fprintf(f, "\nshards = %d\nworkers = 4\n\n%s\n", shards, extra);
+    fprintf(f, "\nshards = %d\n%s\n%s\n", shards, cluster_lines, extra);
     fclose(f);
     c->n = nodes;
     for (int i = 0; i < nodes; i++)

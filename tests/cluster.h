@@ -23,6 +23,10 @@ typedef struct test_cluster {
  * waits until each accepts connections. Returns 0, or -1 after printing
  * why (and stopping whatever started). */
 int cluster_start(test_cluster *c, int nodes, int shards, const char *extra);
+/* The same with extra lines for the [cluster] section (for example
+ * "workers = 3\nworker_grace = 1\n"). */
+int cluster_start_ex(test_cluster *c, int nodes, int shards,
+                     const char *cluster_lines, const char *extra);
 
 /* Sends SIGTERM to every node and waits (up to 10 s, then SIGKILL).
  * Returns 0 if every node exited with status 0. Removes the temp dir. */

@@ -294,7 +294,7 @@ static void range_and_reply_messages_round_trip(void **state)
     psw_out o;
     psw_out_init(&o);
     psw_out_frame_begin(&o);
-    char *p = psw_pack_reply(&o, 99, 3, PSW_OK, NULL, 8);
+    char *p = psw_pack_reply(&o, 99, 3, PSW_OK, NULL, 8, 0);
     memcpy(p, "\1\2\3\4\5\6\7\10", 8);
     psw_out_frame_end(&o);
     msgpack_zone z;
@@ -313,7 +313,7 @@ static void range_and_reply_messages_round_trip(void **state)
 
     psw_out_reset(&o);
     psw_out_frame_begin(&o);
-    psw_pack_reply(&o, 5, 0, PSW_ENOTOWNER, "owned by node 1", 0);
+    psw_pack_reply(&o, 5, 0, PSW_ENOTOWNER, "owned by node 1", 0, 0);
     psw_out_frame_end(&o);
     decode_one(&o, &z, &buf, &msg);
     assert_int_equal(psw_msg_decode(msg, &d, err, sizeof err), 0);

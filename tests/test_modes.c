@@ -1,0 +1,397 @@
+/* End-to-end tests of the training modes: bulk-synchronous (bsp) and
+ * bounded-staleness (ssp) tables, clocks, barriers and workers leaving,
+ * with real psd processes and one process per worker. */
+#define _DEFAULT_SOURCE
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "psclient.h"
+
+#define CLOCKS 10
+#define ROWS 64
+
+#define BSP_TABLES                                                         \
+    "[table.assign]\nkind = dense\nrows = 64\ndim = 2\nupdater = assign\n" \
+    "consistency = bsp\n"                                                  \
+    "[table.sgd]\nkind = dense\nrows = 64\ndim = 2\nupdater = sgd\n"       \
+    "lr = 1\nconsistency = bsp\n"                                          \
+    "[table.mean]\nkind = sparse\ndim = 1\nupdater = sum\n"                \
+    "consistency = bsp\naggregate = mean\n"
+
+static test_cluster cl;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* Opens a client as worker `w` (or a reader for -1); NULL on failure. */
+static ps_client *open_worker(const char *spec, int w)
+{
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = w;
+    o.sync_timeout_ms = 60000;
+    ps_client *c = NULL;
+    return ps_open(&c, spec, &o) == 0 ? c : NULL;
+}
+
+#define CHILD_CHECK(cond, ...)                                             \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "worker: " __VA_ARGS__);                       \
+            fprintf(stderr, "\n");                                         \
+            return 1;                                                      \
+        }                                                                  \
+    } while (0)
+
+/* The gradient worker w pushes to row r of `sgd` at clock t (1-based). */
+static float grad(int w, int t, int r)
+{
+    return (float)((w + 1) * t + r % 3);
+}
+
+typedef struct bsp_job {
+    int worker, workers, clocks;  /* clocks this worker takes part in */
+    int leave_early;              /* ps_close after `clocks` clocks */
+} bsp_job;
+
+/* Expected weights of `sgd` row r after `clock` clocks when workers
+ * 0..n-1 pushed until their last clock last[w]. */
+static float sgd_expect(int r, int clock, const int *last, int n)
+{
+    float w = 0;
+    for (int t = 1; t <= clock; t++)
+        for (int k = 0; k < n; k++)
+            if (t <= last[k])
+                w -= grad(k, t, r);
+    return w;
+}
+
+static int bsp_worker(void *arg)
+{
+    bsp_job *j = arg;
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open as worker %d failed", j->worker);
+    int ta = ps_table(c, "assign", NULL), ts = ps_table(c, "sgd", NULL);
+    int tm = ps_table(c, "mean", NULL);
+    int last[8];
+    for (int k = 0; k < j->workers; k++)
+        last[k] = k == j->workers - 1 && j->leave_early ? CLOCKS / 2 : CLOCKS;
+    float v[ROWS * 2], g[ROWS * 2], out[ROWS * 2];
+    uint64_t mkey = 77;
+    for (int t = 1; t <= j->clocks; t++) {
+        for (int r = 0; r < ROWS; r++) {
+            v[2 * r] = v[2 * r + 1] = (float)((j->worker + 1) * t);
+            g[2 * r] = g[2 * r + 1] = grad(j->worker, t, r);
+        }
+        float m = (float)(4 * (j->worker + 1));
+        /* Some workers are slower, so clocks really have to wait. */
+        sleep_ms(j->worker * 3);
+        ps_ts a = ps_push_range(c, ta, 0, ROWS, v, NULL, NULL);
+        ps_ts b = ps_push_range(c, ts, 0, ROWS, g, NULL, NULL);
+        ps_ts d = ps_push(c, tm, &mkey, 1, &m, NULL, NULL);
+        CHILD_CHECK(ps_wait(c, a) == 0 && ps_wait(c, b) == 0 &&
+                    ps_wait(c, d) == 0, "push failed: %s", ps_last_error(c));
+        int rc = ps_clock(c);
+        CHILD_CHECK(rc == 0, "ps_clock %d: %s (%s)", t, ps_strerror(rc),
+                    ps_last_error(c));
+        /* assign applied once to the sum: sum of (k+1)*t over workers. */
+        float want_a = 0;
+        for (int k = 0; k < j->workers; k++)
+            if (t <= last[k])
+                want_a += (float)((k + 1) * t);
+        CHILD_CHECK(ps_wait(c, ps_pull_range(c, ta, 0, ROWS, out, NULL,
+                                             NULL)) == 0, "pull assign");
+        for (int r = 0; r < ROWS * 2; r++)
+            CHILD_CHECK(out[r] == want_a, "worker %d clock %d: assign row %d "
+                        "got %g, want %g", j->worker, t, r / 2,
+                        (double)out[r], (double)want_a);
+        CHILD_CHECK(ps_wait(c, ps_pull_range(c, ts, 0, ROWS, out, NULL,
+                                             NULL)) == 0, "pull sgd");
+        for (int r = 0; r < ROWS; r++) {
+            float want = sgd_expect(r, t, last, j->workers);
+            CHILD_CHECK(out[2 * r] == want, "worker %d clock %d: sgd row %d "
+                        "got %g, want %g", j->worker, t, r, (double)out[2 * r],
+                        (double)want);
+        }
+    }
+    ps_close(c);
+    return 0;
+}
+
+static int run_bsp(int workers, int leave_early)
+{
+    bsp_job j[8];
+    pid_t pid[8];
+    for (int w = 0; w < workers; w++) {
+        j[w] = (bsp_job){ w, workers,
+                          leave_early && w == workers - 1 ? CLOCKS / 2 : CLOCKS,
+                          leave_early };
+        pid[w] = spawn(bsp_worker, &j[w]);
+    }
+    int bad = 0;
+    for (int w = 0; w < workers; w++)
+        bad |= reap(pid[w]) != 0;
+    return bad;
+}
+
+static void bsp_pulls_after_each_clock_see_exactly_that_clock(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start(&cl, 2, 16, BSP_TABLES), 0);
+    int bad = run_bsp(4, 0);
+    /* aggregate = mean: each clock adds mean(4, 8, 12, 16) = 10. */
+    ps_client *c = open_worker(cl.spec, -1);
+    assert_non_null(c);
+    uint64_t key = 77;
+    float v = 0;
+    assert_int_equal(ps_wait(c, ps_pull(c, ps_table(c, "mean", NULL), &key, 1,
+                                        &v, NULL, NULL)), 0);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+    if (v != 10.0f * CLOCKS)
+        fail_msg("mean-aggregated key: got %g, want %g", (double)v,
+                 10.0 * CLOCKS);
+}
+
+static void worker_that_leaves_early_is_not_waited_for(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start(&cl, 2, 16, BSP_TABLES), 0);
+    time_t t0 = time(NULL);
+    int bad = run_bsp(4, 1);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+    assert_true(time(NULL) - t0 < 30);
+}
+
+typedef struct kill_job {
+    int worker;
+} kill_job;
+
+/* Joins as a worker and then hangs (the test kills it): everyone else's
+ * clocks wait for it until its grace runs out. */
+static int join_and_hang(void *arg)
+{
+    kill_job *j = arg;
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open");
+    for (;;)
+        pause();
+}
+
+static int clock_n(void *arg)
+{
+    kill_job *j = arg;
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open");
+    for (int i = 0; i < 20; i++) {
+        int rc = ps_clock(c);
+        CHILD_CHECK(rc == 0, "clock %d: %s", i, ps_last_error(c));
+    }
+    ps_close(c);
+    return 0;
+}
+
+static void killed_worker_stops_being_waited_for_after_the_grace(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 8,
+                                      "workers = 4\nworker_grace = 1\n",
+                                      "[table.t]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    kill_job j[4] = { { 0 }, { 1 }, { 2 }, { 3 } };
+    pid_t victim = spawn(join_and_hang, &j[3]);
+    pid_t pid[3];
+    for (int w = 0; w < 3; w++)
+        pid[w] = spawn(clock_n, &j[w]);
+    sleep_ms(200);
+    kill(victim, SIGKILL);
+    reap(victim);
+    int bad = 0;
+    for (int w = 0; w < 3; w++)
+        bad |= reap(pid[w]) != 0;
+    char *log = cluster_log(&cl, 0);
+    int said = log && strstr(log, "worker 3 did not come back");
+    if (!said)
+        fprintf(stderr, "node 0 log:\n%s\n", log ? log : "");
+    free(log);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+    assert_true(said);
+}
+
+#define SSP_WORKERS 4
+#define SSP_S 1
+
+typedef struct ssp_job {
+    int worker;
+} ssp_job;
+
+/* Each clock a worker adds 1 to a shared counter, then clocks, then
+ * pulls it. At its clock c, every worker has finished at least c - s
+ * clocks, so the counter must read at least workers * (c - s). */
+static int ssp_worker(void *arg)
+{
+    ssp_job *j = arg;
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open");
+    int t = ps_table(c, "ctr", NULL);
+    uint64_t key = 5;
+    float one = 1, v;
+    for (int clock = 1; clock <= 20; clock++) {
+        if (j->worker == 0)
+            sleep_ms(15);                /* the straggler */
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        CHILD_CHECK(ps_clock(c) == 0, "clock: %s", ps_last_error(c));
+        int rc = ps_wait(c, ps_pull(c, t, &key, 1, &v, NULL, NULL));
+        CHILD_CHECK(rc == 0, "pull: %s", ps_last_error(c));
+        float least = (float)(SSP_WORKERS * (clock - SSP_S));
+        CHILD_CHECK(v >= least, "worker %d at clock %d read %g: older than "
+                    "staleness %d allows (at least %g)", j->worker, clock,
+                    (double)v, SSP_S, (double)least);
+    }
+    ps_close(c);
+    return 0;
+}
+
+static void ssp_pulls_never_see_a_state_older_than_the_bound(void **state)
+{
+    (void)state;
+    char tables[200];
+    snprintf(tables, sizeof tables, "[table.ctr]\ndim = 1\nconsistency = ssp\n"
+             "staleness = %d\n", SSP_S);
+    assert_int_equal(cluster_start(&cl, 2, 8, tables), 0);
+    ssp_job j[SSP_WORKERS];
+    pid_t pid[SSP_WORKERS];
+    for (int w = 0; w < SSP_WORKERS; w++) {
+        j[w].worker = w;
+        pid[w] = spawn(ssp_worker, &j[w]);
+    }
+    int bad = 0;
+    for (int w = 0; w < SSP_WORKERS; w++)
+        bad |= reap(pid[w]) != 0;
+    /* A reader is never held, even with every worker gone. */
+    ps_client *c = open_worker(cl.spec, -1);
+    assert_non_null(c);
+    uint64_t key = 5;
+    float v;
+    assert_int_equal(ps_wait(c, ps_pull(c, ps_table(c, "ctr", NULL), &key, 1,
+                                        &v, NULL, NULL)), 0);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+    if (v != 20.0f * SSP_WORKERS)
+        fail_msg("counter: got %g, want %d", (double)v, 20 * SSP_WORKERS);
+}
+
+static int barrier_worker(void *arg)
+{
+    kill_job *j = arg;
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open");
+    int t = ps_table(c, "seen", NULL);
+    uint64_t key = 1;
+    float one = 1, v;
+    for (int round = 1; round <= 3; round++) {
+        sleep_ms(20 * j->worker);
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        CHILD_CHECK(ps_barrier(c) == 0, "barrier: %s", ps_last_error(c));
+        CHILD_CHECK(ps_wait(c, ps_pull(c, t, &key, 1, &v, NULL, NULL)) == 0,
+                    "pull");
+        /* Everyone pushed before entering: all 3 pushes of this round. */
+        CHILD_CHECK(v >= 3.0f * (float)round, "worker %d round %d read %g "
+                    "after the barrier", j->worker, round, (double)v);
+        CHILD_CHECK(ps_barrier(c) == 0, "second barrier");
+    }
+    ps_close(c);
+    return 0;
+}
+
+static void barrier_returns_only_when_every_worker_arrived(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 8, "workers = 3\n",
+                                      "[table.seen]\ndim = 1\n"
+                                      "consistency = ssp\n"), 0);
+    kill_job j[3] = { { 0 }, { 1 }, { 2 } };
+    pid_t pid[3];
+    for (int w = 0; w < 3; w++)
+        pid[w] = spawn(barrier_worker, &j[w]);
+    int bad = 0;
+    for (int w = 0; w < 3; w++)
+        bad |= reap(pid[w]) != 0;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
+static void misuse_gets_clear_errors(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start(&cl, 1, 4,
+                                   "[table.a]\ndim = 1\n"), 0);
+    /* A clock on a cluster with only async tables. */
+    ps_client *w0 = open_worker(cl.spec, 0);
+    assert_non_null(w0);
+    assert_int_equal(ps_clock(w0), PS_EINVAL);
+    assert_non_null(strstr(ps_last_error(w0), "no bsp or ssp table"));
+    /* A second client claiming worker 0. */
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    ps_client *dup = NULL;
+    assert_int_equal(ps_open(&dup, cl.spec, &o), PS_EINVAL);
+    assert_null(dup);
+    /* A worker id the cluster does not have (workers = 4). */
+    o.worker = 4;
+    assert_int_equal(ps_open(&dup, cl.spec, &o), PS_EINVAL);
+    ps_close(w0);
+    /* Once worker 0 left, its id is free again. */
+    o.worker = 0;
+    assert_int_equal(ps_open(&dup, cl.spec, &o), 0);
+    ps_close(dup);
+    char *log = cluster_log(&cl, 0);
+    assert_non_null(strstr(log, "worker 0 is already connected from"));
+    assert_non_null(strstr(log, "worker 4 is out of range"));
+    free(log);
+    assert_int_equal(cluster_stop(&cl), 0);
+
+    assert_int_equal(cluster_start(&cl, 1, 4, BSP_TABLES), 0);
+    ps_client *r = open_worker(cl.spec, -1);
+    assert_non_null(r);
+    assert_int_equal(ps_clock(r), PS_EINVAL);
+    assert_non_null(strstr(ps_last_error(r), "not a worker"));
+    assert_int_equal(ps_barrier(r), PS_EINVAL);
+    ps_close(r);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bsp_pulls_after_each_clock_see_exactly_that_clock),
+        cmocka_unit_test(worker_that_leaves_early_is_not_waited_for),
+        cmocka_unit_test(killed_worker_stops_being_waited_for_after_the_grace),
+        cmocka_unit_test(ssp_pulls_never_see_a_state_older_than_the_bound),
+        cmocka_unit_test(barrier_returns_only_when_every_worker_arrived),
+        cmocka_unit_test(misuse_gets_clear_errors),
+    };
+    return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
+}
