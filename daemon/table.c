@@ -11,8 +11,11 @@
 #include "../proto/msg.h"
 #include "../proto/status.h"
 
-#define CHUNK_BITS 12                 /* 4096 rows per sparse chunk */
-#define CHUNK_ROWS (1u << CHUNK_BITS)
+/* Sparse rows live in chunks of about CHUNK_BYTES of weights (at most
+ * 4096 rows): small enough that a shard holding a few wide rows does not
+ * reserve much, large enough that allocations are rare. */
+#define CHUNK_BYTES (256 * 1024)
+#define CHUNK_BITS_MAX 12
 #define EMPTY UINT32_MAX
 
 typedef struct shard {
@@ -36,6 +39,7 @@ struct psd_table {
     uint32_t nshards;
     int nnodes, node;
     unsigned nstate;         /* state floats per weight float */
+    unsigned chunk_bits;     /* sparse: log2 of rows per chunk */
     int has_step;
     shard *shards;
     float *g;                /* aligned scratch for one pushed row */
@@ -127,10 +131,11 @@ static int hash_grow(shard *s)
 
 static int chunk_add(psd_table *t, shard *s)
 {
-    size_t n = s->nchunks + 1, rows = CHUNK_ROWS * (size_t)t->conf.dim;
+    size_t crows = (size_t)1 << t->chunk_bits;
+    size_t n = s->nchunks + 1, rows = crows * t->conf.dim;
     float *w = malloc(rows * sizeof(float));
     float *st = t->nstate ? calloc(rows * t->nstate, sizeof(float)) : NULL;
-    uint32_t *sp = t->has_step ? calloc(CHUNK_ROWS, sizeof(uint32_t)) : NULL;
+    uint32_t *sp = t->has_step ? calloc(crows, sizeof(uint32_t)) : NULL;
     if (!w || (t->nstate && !st) || (t->has_step && !sp))
         goto fail;
     /* A pointer array that grew stays valid even if a later one fails. */
@@ -179,7 +184,7 @@ static uint32_t sparse_row(psd_table *t, shard *s, uint64_t key)
     /* Keep the load factor at or below 1/2: probes stay short. */
     if ((s->nrows + 1) * 2 > s->hcap && hash_grow(s))
         return EMPTY;
-    if (s->nrows == (uint64_t)s->nchunks * CHUNK_ROWS && chunk_add(t, s))
+    if (s->nrows == (uint64_t)s->nchunks << t->chunk_bits && chunk_add(t, s))
         return EMPTY;
     uint32_t row = (uint32_t)s->nrows++;
     size_t j = slot_of(key, s->hcap);
@@ -188,8 +193,8 @@ static uint32_t sparse_row(psd_table *t, shard *s, uint64_t key)
     s->hkeys[j] = key;
     s->hrow[j] = row;
     psd_init_row(&t->conf.init, key,
-                 s->wc[row >> CHUNK_BITS] +
-                     (size_t)(row & (CHUNK_ROWS - 1)) * t->conf.dim,
+                 s->wc[row >> t->chunk_bits] +
+                     (size_t)(row & ((1u << t->chunk_bits) - 1)) * t->conf.dim,
                  t->conf.dim);
     return row;
 }
@@ -213,7 +218,7 @@ static rowref dense_ref(const psd_table *t, const shard *s, uint64_t r)
 
 static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
 {
-    size_t c = row >> CHUNK_BITS, i = row & (CHUNK_ROWS - 1),
+    size_t c = row >> t->chunk_bits, i = row & ((1u << t->chunk_bits) - 1),
            d = t->conf.dim;
     rowref x = { s->wc[c] + i * d, NULL, NULL };
     if (s->stc)
@@ -244,6 +249,10 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
     t->node = node;
     t->nstate = psd_updater_state_per_float(conf->upd.kind);
     t->has_step = psd_updater_has_step(conf->upd.kind);
+    t->chunk_bits = CHUNK_BITS_MAX;
+    while (t->chunk_bits > 0 &&
+           ((size_t)1 << t->chunk_bits) * row_bytes(t) > CHUNK_BYTES)
+        t->chunk_bits--;
     t->shards = calloc(shards, sizeof *t->shards);
     t->g = malloc(row_bytes(t));
     if (!t->shards || !t->g)
@@ -500,7 +509,7 @@ size_t psd_table_bytes(const psd_table *t)
         if (t->conf.dense)
             b += (size_t)s->nrows * per_row;
         else
-            b += s->nchunks * CHUNK_ROWS * per_row +
+            b += (s->nchunks << t->chunk_bits) * per_row +
                  s->hcap * (sizeof(uint64_t) + sizeof(uint32_t)) +
                  s->nchunks * 3 * sizeof(void *);
     }
