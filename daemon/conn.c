@@ -50,6 +50,7 @@ typedef struct wreq {
 
 static void on_close(uv_handle_t *h);
 static void process(psd_conn *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 
 psd_conn *psd_conn_next(psd_conn *c)
@@ -157,8 +158,15 @@ static void on_write(uv_write_t *req, int status)
     if (c->paused && !c->shutting && c->queued <= c->srv->cfg.max_output / 4) {
         c->paused = 0;
         process(c);
-        if (!c->paused && !c->closing)
-            uv_read_start((uv_stream_t *)&c->tcp, NULL, on_read);
+        if (!c->paused && !c->closing) {
+            int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+            if (rc) {
+                psd_warn("connection from %s: cannot resume reading: %s",
+                         c->peer, uv_strerror(rc));
+                conn_close(c);
+                return;
+            }
+        }
     }
     maybe_finish(c);
 }

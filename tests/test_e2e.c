@@ -803,6 +803,20 @@ static void reader_that_stops_reading_loses_nothing(void **state)
         msgpack_zone_destroy(&z);
         free(f);
     }
+    /* And the connection is read again once its replies drained. */
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_msg again = { .op = PSW_OP_PULL_RANGE, .ts = 301, .table = 0,
+                      .first = 0, .count = 1 };
+    psw_pack_request(&o, &again);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    size_t len;
+    char *f = raw_read_frame(fd, &len);
+    if (!f)
+        fail_msg("no reply to a request sent after the backlog drained");
+    free(f);
     close(fd);
     assert_int_equal(cluster_stop(&one), 0);
 }

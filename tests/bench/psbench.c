@@ -31,10 +31,14 @@
 
 static const char *opt_psd = "build/psd";
 static const char *opt_out = "build";
-static int opt_ms = 350;          /* measured time per cell */
+static const char *opt_server_conf = "";  /* extra [server] lines */
+static int opt_ms = 300;          /* measured time per cell */
 static int opt_warm_ms = 80;      /* warm-up per cell, not measured */
-static int opt_matrix = 1, opt_memory = 1;
+static int opt_timeout_ms = 3000; /* per request in the matrix */
+static int opt_matrix = 1, opt_memory = 1, opt_baselines = 1;
 static int opt_mem_sparse_dim_big = 16;   /* sparse dim at 10^7 rows */
+static const char *opt_f_op, *opt_f_payload;
+static int opt_f_inflight, opt_f_workers, opt_f_nodes;   /* 0: any */
 static int ncpu = 1;
 static int failures;              /* crashes, request errors: exit 1 */
 
@@ -246,12 +250,26 @@ static int write_full(int fd, const char *p, size_t n)
 
 /* ---- baselines ------------------------------------------------------ */
 
-/* Index 0: unpinned; 1: every process involved pinned to CPU 0. */
+/* Placements, the index of every baseline array: 0 unpinned, 1 every
+ * process of the measurement pinned to CPU 0, 2 (TCP only) the two ends
+ * pinned to different CPUs, for reference. */
+enum { UNPINNED, PINNED, SPLIT, NPLACE };
+static const char *const place_name[NPLACE] = { "unpinned", "pinned",
+                                                "split" };
 typedef struct baselines {
     double memcpy_gbps[2];
-    double stream_gbps[2];
-    double rtt_p50_us[2], rtt_p99_us[2];
+    double stream_gbps[NPLACE];
+    double rtt_p50_us[NPLACE], rtt_p99_us[NPLACE];
 } baselines;
+
+#define BASE_RUNS 3      /* TCP baselines: the median of 3 fresh pairs */
+
+/* CPU for one end of a TCP baseline: end 0 sends or asks, end 1 receives
+ * or echoes; -1 means leave it to the scheduler. */
+static int end_cpu(int place, int end)
+{
+    return place == PINNED ? 0 : place == SPLIT ? (end && ncpu > 1) : -1;
+}
 
 static baselines base;
 
@@ -281,16 +299,16 @@ static void memcpy_child(int pinned, base_shm *out)
     _exit(b[12345] == 7 ? 2 : 0);
 }
 
-/* One connection, 4 MiB writes for 2 x opt_ms; the receiver times from
- * its first byte to EOF. */
-static double tcp_stream(int pinned, base_shm *out)
+/* One connection, 4 MiB writes for opt_ms; the receiver times from its
+ * first byte to EOF. */
+static double tcp_stream(int place, base_shm *out)
 {
     int port, lfd = listen_loopback(&port);
     size_t chunk = 4u << 20;
     pid_t rx = fork_child();
     if (rx == 0) {
-        if (pinned)
-            pin_tid(0, 0);
+        if (end_cpu(place, 1) >= 0)
+            pin_tid(0, end_cpu(place, 1));
         int fd = accept(lfd, NULL, NULL);
         char *buf = malloc(chunk);
         uint64_t bytes = 0, t0 = 0;
@@ -305,15 +323,15 @@ static double tcp_stream(int pinned, base_shm *out)
     }
     pid_t tx = fork_child();
     if (tx == 0) {
-        if (pinned)
-            pin_tid(0, 0);
+        if (end_cpu(place, 0) >= 0)
+            pin_tid(0, end_cpu(place, 0));
         int fd = connect_loopback(port);
         char *buf = malloc(chunk);
         if (fd < 0 || !buf)
             _exit(1);
         memset(buf, 'x', chunk);
         uint64_t t0 = now_ns();
-        while (now_ns() - t0 < (uint64_t)opt_ms * 2000000u)
+        while (now_ns() - t0 < (uint64_t)opt_ms * 1000000u)
             if (write_full(fd, buf, chunk))
                 _exit(1);
         close(fd);
@@ -328,14 +346,14 @@ static double tcp_stream(int pinned, base_shm *out)
     return out->value;
 }
 
-/* 64-byte TCP ping-pong (TCP_NODELAY both ends) for 2 x opt_ms. */
-static void tcp_pingpong(int pinned, base_shm *out)
+/* 64-byte TCP ping-pong (TCP_NODELAY both ends) for opt_ms. */
+static void tcp_pingpong(int place, base_shm *out)
 {
     int port, lfd = listen_loopback(&port);
     pid_t echo = fork_child();
     if (echo == 0) {
-        if (pinned)
-            pin_tid(0, 0);
+        if (end_cpu(place, 1) >= 0)
+            pin_tid(0, end_cpu(place, 1));
         int fd = accept(lfd, NULL, NULL);
         char m[64];
         nodelay(fd);
@@ -346,8 +364,8 @@ static void tcp_pingpong(int pinned, base_shm *out)
     }
     pid_t cl = fork_child();
     if (cl == 0) {
-        if (pinned)
-            pin_tid(0, 0);
+        if (end_cpu(place, 0) >= 0)
+            pin_tid(0, end_cpu(place, 0));
         int fd = connect_loopback(port);
         char m[64];
         size_t cap = 1u << 20, n = 0;
@@ -360,7 +378,7 @@ static void tcp_pingpong(int pinned, base_shm *out)
             if (write_full(fd, m, 64) || read_full(fd, m, 64))
                 _exit(1);
         uint64_t t0 = now_ns(), t = t0;
-        while (t - t0 < (uint64_t)opt_ms * 2000000u && n < cap) {
+        while (t - t0 < (uint64_t)opt_ms * 1000000u && n < cap) {
             uint64_t a = now_ns();
             if (write_full(fd, m, 64) || read_full(fd, m, 64))
                 _exit(1);
@@ -381,10 +399,23 @@ static void tcp_pingpong(int pinned, base_shm *out)
     }
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median3(double *v)
+{
+    qsort(v, BASE_RUNS, sizeof *v, cmp_double);
+    return v[BASE_RUNS / 2];
+}
+
 static void measure_baselines(void)
 {
     base_shm *sh = shared_alloc(sizeof *sh);
-    printf("== baselines (measured now; GB = 1e9 bytes) ==\n");
+    printf("== baselines (measured now; GB = 1e9 bytes; TCP figures are the "
+           "median of %d runs) ==\n", BASE_RUNS);
     for (int p = 0; p < 2; p++) {
         memset(sh, 0, sizeof *sh);
         pid_t pid = fork_child();
@@ -395,19 +426,29 @@ static void measure_baselines(void)
             failures++;
         }
         base.memcpy_gbps[p] = sh->value;
-        memset(sh, 0, sizeof *sh);
-        base.stream_gbps[p] = tcp_stream(p, sh);
-        memset(sh, 0, sizeof *sh);
-        tcp_pingpong(p, sh);
-        base.rtt_p50_us[p] = sh->p50;
-        base.rtt_p99_us[p] = sh->p99;
     }
-    for (int p = 0; p < 2; p++)
-        printf("%-9s memcpy %6.2f GB/s   TCP stream %5.2f GB/s   "
-               "64 B ping-pong RTT p50 %6.1f us  p99 %6.1f us\n",
-               p ? "pinned" : "unpinned", base.memcpy_gbps[p],
-               base.stream_gbps[p], base.rtt_p50_us[p], base.rtt_p99_us[p]);
-    printf("(pinned: every process of the measurement on CPU 0)\n\n");
+    for (int p = 0; p < NPLACE; p++) {
+        double gb[BASE_RUNS], p50[BASE_RUNS], p99[BASE_RUNS];
+        for (int r = 0; r < BASE_RUNS; r++) {
+            memset(sh, 0, sizeof *sh);
+            gb[r] = tcp_stream(p, sh);
+            memset(sh, 0, sizeof *sh);
+            tcp_pingpong(p, sh);
+            p50[r] = sh->p50;
+            p99[r] = sh->p99;
+        }
+        base.stream_gbps[p] = median3(gb);
+        base.rtt_p50_us[p] = median3(p50);
+        base.rtt_p99_us[p] = median3(p99);
+    }
+    printf("memcpy %.2f GB/s unpinned, %.2f GB/s pinned\n",
+           base.memcpy_gbps[0], base.memcpy_gbps[1]);
+    for (int p = 0; p < NPLACE; p++)
+        printf("%-9s TCP stream %5.2f GB/s   64 B ping-pong RTT p50 %6.1f us"
+               "  p99 %6.1f us\n", place_name[p], base.stream_gbps[p],
+               base.rtt_p50_us[p], base.rtt_p99_us[p]);
+    printf("(pinned: both ends on CPU 0; split: one end on each of CPU 0 and "
+           "1, for reference only)\n\n");
     munmap(sh, sizeof *sh);
 }
 
@@ -420,16 +461,35 @@ typedef struct cluster {
     char dir[64];
     char ini[128];
     char spec[128];      /* "127.0.0.1:p0,127.0.0.1:p1" */
+    char log[2][160];
 } cluster;
+
+/* The cluster running now, so that SIGINT/SIGTERM can remove its files
+ * (its processes die with psbench through PR_SET_PDEATHSIG). */
+static cluster *volatile live;
+
+static void on_signal(int sig)
+{
+    cluster *c = live;
+    if (c) {
+        for (int i = 0; i < c->n; i++) {
+            if (c->pid[i] > 0)
+                kill(c->pid[i], SIGKILL);
+            unlink(c->log[i]);
+        }
+        unlink(c->ini);
+        rmdir(c->dir);
+    }
+    _exit(128 + sig);
+}
 
 static void print_log(const cluster *c, int i)
 {
-    char path[160], line[512];
-    snprintf(path, sizeof path, "%s/node%d.log", c->dir, i);
-    FILE *f = fopen(path, "r");
+    char line[512];
+    FILE *f = fopen(c->log[i], "r");
     if (!f)
         return;
-    fprintf(stderr, "--- %s ---\n", path);
+    fprintf(stderr, "--- %s ---\n", c->log[i]);
     while (fgets(line, sizeof line, f))
         fputs(line, stderr);
     fclose(f);
@@ -455,11 +515,9 @@ static int cluster_stop(cluster *c)
         }
         c->pid[i] = -1;
     }
-    char path[160];
-    for (int i = 0; i < c->n; i++) {
-        snprintf(path, sizeof path, "%s/node%d.log", c->dir, i);
-        unlink(path);
-    }
+    live = NULL;
+    for (int i = 0; i < c->n; i++)
+        unlink(c->log[i]);
     unlink(c->ini);
     rmdir(c->dir);
     return bad ? -1 : 0;
@@ -476,6 +534,9 @@ static int cluster_start(cluster *c, int nodes, const char *tables)
         return -1;
     }
     snprintf(c->ini, sizeof c->ini, "%s/cluster.ini", c->dir);
+    for (int i = 0; i < 2; i++)
+        snprintf(c->log[i], sizeof c->log[i], "%s/node%d.log", c->dir, i);
+    live = c;
     FILE *f = fopen(c->ini, "w");
     if (!f)
         return -1;
@@ -488,17 +549,16 @@ static int cluster_start(cluster *c, int nodes, const char *tables)
                                "%s127.0.0.1:%d", i ? "," : "", c->port[i]);
     }
     fprintf(f, "\nshards = 16\nworkers = %d\n\n[server]\ndata_dir = %s\n"
-            "log_level = warn\nmax_frame = 64M\n\n%s\n",
-            MAX_WORKERS, c->dir, tables);
+            "log_level = warn\n%s\n\n%s\n",
+            MAX_WORKERS, c->dir, opt_server_conf, tables);
     fclose(f);
     c->n = nodes;
     for (int i = 0; i < nodes; i++) {
         pid_t pid = fork_child();
         if (pid == 0) {
-            char log[160], node[16];
-            snprintf(log, sizeof log, "%s/node%d.log", c->dir, i);
+            char node[16];
             snprintf(node, sizeof node, "%d", i);
-            int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            int fd = open(c->log[i], O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) {
                 dup2(fd, 1);
                 dup2(fd, 2);
@@ -674,8 +734,8 @@ static long run_phase(wctx *x, uint64_t end, long min_reqs, wres *res,
     long issued = 0, inflight = 0, counted = 0;
     for (;;) {
         int more = issued < min_reqs || now_ns() < end;
-        if (x->errors > 100)
-            more = 0;
+        if (x->errors)
+            more = 0;         /* a broken cell: drain and report */
         if (more && inflight < W) {
             int slot = (int)(issued % W);
             x->t_issue[slot] = now_ns();
@@ -703,7 +763,7 @@ static long run_phase(wctx *x, uint64_t end, long min_reqs, wres *res,
             t = d;
         }
         if (rc) {
-            if (x->errors++ < 3)
+            if (x->errors++ < 1)
                 fprintf(stderr, "psbench: %s: %s\n", ps_strerror(rc),
                         ps_last_error(x->cl));
             continue;
@@ -727,7 +787,8 @@ static int worker_main(const cell *c, int w, const char *spec)
         pin_tid(0, 0);
     ps_options o;
     ps_options_init(&o);
-    o.request_timeout_ms = 10000;
+    /* No request here legitimately takes seconds: fail a stuck cell fast. */
+    o.request_timeout_ms = opt_timeout_ms;
     o.max_retries = 0;
     wctx x = { .c = c };
     if (ps_open(&x.cl, spec, &o))
@@ -865,8 +926,8 @@ static void print_cell(const cell *c)
            "%6.2f %7.1f %7.2f%s\n",
            op_name[c->op], loads[c->load].label, c->window, c->workers,
            c->nodes, c->pinned ? "yes" : "no", c->reqs, c->gbps, c->mkeys,
-           c->p50, c->p99, x_stream(c), c->p50 / base.rtt_p50_us[1],
-           c->p50 / base.rtt_p50_us[0],
+           c->p50, c->p99, x_stream(c), c->p50 / base.rtt_p50_us[PINNED],
+           c->p50 / base.rtt_p50_us[UNPINNED],
            c->failed ? "  FAILED" : c->errors ? "  ERRORS" : "");
     fflush(stdout);
 }
@@ -874,7 +935,11 @@ static void print_cell(const cell *c)
 static void add_cell(int l, op_kind op, int window, int workers, int nodes,
                      int pinned)
 {
-    if (ncells == MAX_CELLS)
+    if (ncells == MAX_CELLS || (opt_f_op && strcmp(opt_f_op, op_name[op])) ||
+        (opt_f_payload && strcmp(opt_f_payload, loads[l].label)) ||
+        (opt_f_inflight && opt_f_inflight != window) ||
+        (opt_f_workers && opt_f_workers != workers) ||
+        (opt_f_nodes && opt_f_nodes != nodes))
         return;
     cell *c = &cells[ncells++];
     memset(c, 0, sizeof *c);
@@ -890,7 +955,8 @@ static const char *const skipped_text[] = {
     "16 MiB x 64 in flight (1 GiB in flight, over the client's 256 MiB "
     "max_inflight_bytes; 1 in flight already streams)",
     "4 and 8 workers: range ops (same server path as keyed contiguous rows; "
-    "measured with 1 worker), 16 MiB, and 1 MiB x 64 in flight",
+    "measured with 1 worker), 16 MiB, and 1 MiB or 65536 keys x 64 in "
+    "flight (hundreds of MiB queued)",
     "pinned placement: only 1 node, 1 worker, 1 in flight, 4 B and 4 KiB, "
     "push/pull/push_range/pull_range",
     "extra 8-in-flight cells (1 node, 1 worker, 4 KiB and 64 KiB) to match "
@@ -922,7 +988,7 @@ static void build_matrix(void)
                         if (l == L_16M && win > 1)
                             continue;
                         if (wk > 1 && (op >= OP_PUSH_RANGE || l == L_16M ||
-                                       (l == L_1M && win > 1)))
+                                       ((l == L_1M || l == L_S1) && win > 1)))
                             continue;
                         add_cell(l, (op_kind)op, win, wk, nodes, 0);
                     }
@@ -976,6 +1042,14 @@ static void run_matrix(void)
                 }
             run_cell(&cells[i], &cl);
             print_cell(&cells[i]);
+            /* A failed cell can leave psd holding stuck connections: give
+             * the cells after it a fresh cluster. */
+            if (cells[i].failed || cells[i].errors) {
+                if (cluster_stop(&cl) || cluster_start(&cl, nodes, bench_tables)) {
+                    failures++;
+                    return;
+                }
+            }
         }
         if (cluster_stop(&cl))
             failures++;
@@ -1078,7 +1152,16 @@ static void mem_one(memrow *m, long rss_empty)
     if (pid == 0)
         _exit(mem_fill(cl.spec, m));
     int st = reap_within(pid, 600000);
-    m->rss_after = rss_kib(cl.pid[0]);
+    /* Let psd close the filler's connection and free its buffers, so the
+     * figure is what the table keeps: wait for two equal readings. */
+    long prev = -2;
+    for (int i = 0; i < 20; i++) {
+        sleep_us(50000);
+        m->rss_after = rss_kib(cl.pid[0]);
+        if (m->rss_after == prev)
+            break;
+        prev = m->rss_after;
+    }
     if (st) {
         fprintf(stderr, "psbench: memory fill of %s %s failed (%d)\n",
                 m->dense ? "dense" : "sparse", m->updater, st);
@@ -1200,8 +1283,13 @@ static void targets_build(void)
                                    lim, 0,
                                    pin ? "~7x" : pl4k[op == OP_PULL ||
                                                       op == OP_PULL_RANGE]);
-            snprintf(t->figure, sizeof t->figure, "p50 %.1f us = %.1fx RTT",
-                     c ? c->p50 : NAN, t->value);
+            if (pin)
+                snprintf(t->figure, sizeof t->figure, "p50 %.1f us = %.1fx RTT",
+                         c ? c->p50 : NAN, t->value);
+            else
+                snprintf(t->figure, sizeof t->figure, "p50 %.1f us = %.1fx "
+                         "(%.1fx split)", c ? c->p50 : NAN, t->value,
+                         c ? c->p50 / base.rtt_p50_us[SPLIT] : NAN);
             snprintf(t->goal, sizeof t->goal, "<= %.1fx RTT %s", lim,
                      pin ? "pinned" : "unpinned");
         }
@@ -1289,10 +1377,11 @@ static void print_summary(void)
 {
     printf("\n== SUMMARY ==\n");
     printf("baselines: memcpy %.2f GB/s (pinned %.2f); TCP stream %.2f GB/s "
-           "(pinned %.2f);\n           64 B ping-pong RTT p50 %.1f us "
-           "unpinned, %.1f us pinned to one core\n",
+           "(pinned %.2f, split %.2f);\n           64 B ping-pong RTT p50 "
+           "%.1f us unpinned, %.1f us pinned to one core, %.1f us split\n",
            base.memcpy_gbps[0], base.memcpy_gbps[1], base.stream_gbps[0],
-           base.stream_gbps[1], base.rtt_p50_us[0], base.rtt_p50_us[1]);
+           base.stream_gbps[1], base.stream_gbps[2], base.rtt_p50_us[0],
+           base.rtt_p50_us[1], base.rtt_p50_us[2]);
     if (opt_matrix)
         print_pslite();
     printf("\n== issue 3 targets (informational: a miss never fails the "
@@ -1302,7 +1391,7 @@ static void print_summary(void)
         target *t = &targets[i];
         have += t->have;
         met += pass(t);
-        printf("%-46s %-28s %-22s %-4s%s%s\n", t->what, t->figure, t->goal,
+        printf("%-45s %-31s %-21s %-4s%s%s\n", t->what, t->figure, t->goal,
                !t->have ? "n/a" : pass(t) ? "PASS" : "MISS",
                t->pslite[0] ? "  ps-lite " : "", t->pslite);
     }
@@ -1313,6 +1402,15 @@ static void print_summary(void)
 }
 
 /* ---- CSV and JSON --------------------------------------------------- */
+
+/* A CSV number: empty when there is no figure. */
+static void cnum(FILE *f, double v, int prec)
+{
+    if (isnan(v) || isinf(v))
+        fputc(',', f);
+    else
+        fprintf(f, ",%.*f", prec, v);
+}
 
 static void write_csv(const char *path)
 {
@@ -1328,35 +1426,44 @@ static void write_csv(const char *path)
             "mem_rows,mem_dim,updater,rss_empty_kib,rss_before_kib,"
             "rss_after_kib,bytes_per_row,x_floats,x_needed\n");
     static const char *const bn[] = { "memcpy", "tcp_stream", "pingpong" };
-    for (int p = 0; p < 2; p++)
-        for (int b = 0; b < 3; b++)
-            fprintf(f, "baseline,%s,,,,,,,,%d,,,%.4f,,%.2f,%.2f,,,,,,,,,,,,,\n",
-                    bn[b], p,
-                    b == 0 ? base.memcpy_gbps[p]
-                           : b == 1 ? base.stream_gbps[p] : NAN,
-                    b == 2 ? base.rtt_p50_us[p] : NAN,
-                    b == 2 ? base.rtt_p99_us[p] : NAN);
+    for (int p = 0; p < NPLACE; p++)
+        for (int b = p == SPLIT; b < 3; b++) {
+            fprintf(f, "baseline,%s,,,,,,,,%d,,", bn[b], p);
+            cnum(f, b == 0 ? base.memcpy_gbps[p]
+                    : b == 1 ? base.stream_gbps[p] : NAN, 4);
+            fputc(',', f);
+            cnum(f, b == 2 ? base.rtt_p50_us[p] : NAN, 2);
+            cnum(f, b == 2 ? base.rtt_p99_us[p] : NAN, 2);
+            fprintf(f, ",,,,,,,,,,,,,\n");
+        }
     for (int i = 0; i < ncells; i++) {
         const cell *c = &cells[i];
         if (!c->ran)
             continue;
-        fprintf(f, "cell,%s,%s,%s,%zu,%zu,%d,%d,%d,%d,%ld,%.1f,%.4f,%.0f,"
-                "%.2f,%.2f,%.4f,%.3f,%.3f,%ld,,,,,,,,,\n",
+        fprintf(f, "cell,%s,%s,%s,%zu,%zu,%d,%d,%d,%d,%ld",
                 loads[c->load].label, op_name[c->op],
                 tables[loads[c->load].tab].name, payload_bytes(c),
                 loads[c->load].nkeys, c->window, c->workers, c->nodes,
-                c->pinned, c->count, c->reqs, c->gbps, c->mkeys * 1e6, c->p50,
-                c->p99, x_stream(c), c->p50 / base.rtt_p50_us[1],
-                c->p50 / base.rtt_p50_us[0], c->errors);
+                c->pinned, c->count);
+        cnum(f, c->reqs, 1);
+        cnum(f, c->gbps, 4);
+        cnum(f, c->mkeys * 1e6, 0);
+        cnum(f, c->p50, 2);
+        cnum(f, c->p99, 2);
+        cnum(f, x_stream(c), 4);
+        cnum(f, c->p50 / base.rtt_p50_us[PINNED], 3);
+        cnum(f, c->p50 / base.rtt_p50_us[UNPINNED], 3);
+        fprintf(f, ",%ld,,,,,,,,,\n", c->errors);
     }
     for (int i = 0; i < nmems; i++) {
         const memrow *m = &mems[i];
-        fprintf(f, "memory,%s,,,,,,,,,,,,,,,,,,,%llu,%u,%s,%ld,%ld,%ld,%.2f,"
-                "%.4f,%.4f\n",
+        fprintf(f, "memory,%s,,,,,,,,,,,,,,,,,,,%llu,%u,%s,%ld,%ld,%ld",
                 m->dense ? "dense" : "sparse", (unsigned long long)m->rows,
-                m->dim, m->updater, m->rss_empty, m->rss_before, m->rss_after,
-                mem_bytes(m) / (double)m->rows, mem_bytes(m) / mem_raw(m),
-                mem_bytes(m) / mem_need(m));
+                m->dim, m->updater, m->rss_empty, m->rss_before, m->rss_after);
+        cnum(f, mem_bytes(m) / (double)m->rows, 2);
+        cnum(f, mem_bytes(m) / mem_raw(m), 4);
+        cnum(f, mem_bytes(m) / mem_need(m), 4);
+        fputc('\n', f);
     }
     fclose(f);
 }
@@ -1381,13 +1488,14 @@ static void write_json(const char *path)
     fprintf(f, "{\n  \"cpus\": %d, \"cell_ms\": %d, \"warmup_ms\": %d,\n",
             ncpu, opt_ms, opt_warm_ms);
     fprintf(f, "  \"baselines\": {");
-    for (int p = 0; p < 2; p++) {
-        fprintf(f, "\"%s\": {", p ? "pinned" : "unpinned");
-        jnum(f, "memcpy_gb_per_s", base.memcpy_gbps[p], ", ");
+    for (int p = 0; p < NPLACE; p++) {
+        fprintf(f, "\"%s\": {", place_name[p]);
+        if (p != SPLIT)
+            jnum(f, "memcpy_gb_per_s", base.memcpy_gbps[p], ", ");
         jnum(f, "tcp_stream_gb_per_s", base.stream_gbps[p], ", ");
         jnum(f, "pingpong_p50_us", base.rtt_p50_us[p], ", ");
         jnum(f, "pingpong_p99_us", base.rtt_p99_us[p], "");
-        fprintf(f, "}%s", p ? "" : ", ");
+        fprintf(f, "}%s", p == NPLACE - 1 ? "" : ", ");
     }
     fprintf(f, "},\n  \"skipped\": [");
     for (size_t i = 0; i < sizeof skipped_text / sizeof *skipped_text; i++)
@@ -1412,8 +1520,8 @@ static void write_json(const char *path)
         jnum(f, "p50_us", c->p50, ", ");
         jnum(f, "p99_us", c->p99, ", ");
         jnum(f, "x_tcp_stream", x_stream(c), ", ");
-        jnum(f, "x_rtt_pinned", c->p50 / base.rtt_p50_us[1], ", ");
-        jnum(f, "x_rtt_unpinned", c->p50 / base.rtt_p50_us[0], "");
+        jnum(f, "x_rtt_pinned", c->p50 / base.rtt_p50_us[PINNED], ", ");
+        jnum(f, "x_rtt_unpinned", c->p50 / base.rtt_p50_us[UNPINNED], "");
         fprintf(f, "}");
         first = 0;
     }
@@ -1451,7 +1559,13 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: psbench [--psd PATH] [--out DIR] [--ms N] [--warm-ms N]\n"
-            "               [--no-matrix] [--no-memory] [--sparse-dim-1e7 D]\n"
+            "               [--timeout-ms N]\n"
+            "               [--no-baselines] [--no-matrix] [--no-memory]\n"
+            "               [--sparse-dim-1e7 D] [--op OP] [--payload LABEL]\n"
+            "               [--inflight N] [--workers N] [--nodes N]\n"
+            "The filters (--op ... --nodes) keep only the matching cells.\n"
+            "--server-conf TEXT adds lines to the [server] section of every\n"
+            "generated ini (for example \"max_output = 1G\").\n"
             "Starts psd processes itself; writes DIR/bench.csv and "
             "DIR/bench.json.\n");
 }
@@ -1468,8 +1582,24 @@ int main(int argc, char **argv)
             opt_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--warm-ms") && i + 1 < argc)
             opt_warm_ms = atoi(argv[++i]);
+        else if (!strcmp(a, "--timeout-ms") && i + 1 < argc)
+            opt_timeout_ms = atoi(argv[++i]);
         else if (!strcmp(a, "--sparse-dim-1e7") && i + 1 < argc)
             opt_mem_sparse_dim_big = atoi(argv[++i]);
+        else if (!strcmp(a, "--op") && i + 1 < argc)
+            opt_f_op = argv[++i];
+        else if (!strcmp(a, "--payload") && i + 1 < argc)
+            opt_f_payload = argv[++i];
+        else if (!strcmp(a, "--inflight") && i + 1 < argc)
+            opt_f_inflight = atoi(argv[++i]);
+        else if (!strcmp(a, "--workers") && i + 1 < argc)
+            opt_f_workers = atoi(argv[++i]);
+        else if (!strcmp(a, "--nodes") && i + 1 < argc)
+            opt_f_nodes = atoi(argv[++i]);
+        else if (!strcmp(a, "--no-baselines"))
+            opt_baselines = 0;
+        else if (!strcmp(a, "--server-conf") && i + 1 < argc)
+            opt_server_conf = argv[++i];
         else if (!strcmp(a, "--no-matrix"))
             opt_matrix = 0;
         else if (!strcmp(a, "--no-memory"))
@@ -1484,6 +1614,8 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ncpu < 1 || ncpu > CPU_SETSIZE)
         ncpu = 1;
@@ -1494,7 +1626,8 @@ int main(int argc, char **argv)
     }
     uint64_t t0 = now_ns();
     printf("psbench: %d CPUs, psd %s\n\n", ncpu, opt_psd);
-    measure_baselines();
+    if (opt_baselines)
+        measure_baselines();
     if (opt_matrix)
         run_matrix();
     if (opt_memory)
