@@ -101,7 +101,8 @@ int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
             free(count);
             return PS_EKEY;
         }
-        int nd = node_of(sh, keys[i]);
+        /* One node holds everything: no key needs hashing. */
+        int nd = sh->nnodes == 1 ? 0 : node_of(sh, keys[i]);
         if (count[nd]++ == 0) {
             nparts++;
             one = nd;

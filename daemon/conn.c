@@ -33,6 +33,10 @@ struct psd_conn {
     psw_reader rd;
     msgpack_zone zone;           /* containers of the frame being decoded */
     psw_out out;                 /* replies not yet written */
+    psw_out spare;               /* a written buffer kept for reuse, so a
+                                    stream of large replies does not map
+                                    and fault in fresh memory each time */
+    int has_spare;
     size_t queued;               /* bytes handed to uv_write, not done */
     int hello_done;
     uint64_t client_id;
@@ -104,6 +108,8 @@ static void on_close(uv_handle_t *h)
     psw_reader_destroy(&c->rd);
     msgpack_zone_destroy(&c->zone);
     psw_out_destroy(&c->out);
+    if (c->has_spare)
+        psw_out_destroy(&c->spare);
     psd_debug("connection from %s closed", c->peer);
     free(c);
 }
@@ -144,7 +150,12 @@ static void on_write(uv_write_t *req, int status)
     wreq *w = (wreq *)req;
     psd_conn *c = w->c;
     c->queued -= w->out.total;
-    psw_out_destroy(&w->out);
+    if (!c->has_spare && !c->closing) {
+        psw_out_reset(&w->out);
+        c->spare = w->out;
+        c->has_spare = 1;
+    } else
+        psw_out_destroy(&w->out);
     free(w);
     if (status < 0) {
         if (!c->closing)
@@ -193,7 +204,11 @@ static void flush(psd_conn *c)
     }
     w->c = c;
     w->out = c->out;             /* ownership moves to the write request */
-    psw_out_init(&c->out);
+    if (c->has_spare) {
+        c->out = c->spare;
+        c->has_spare = 0;
+    } else
+        psw_out_init(&c->out);
     psw_out_iov(&w->out, iov);
     /* libuv copies the buffer array; the bytes live in w->out. */
     int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, (const uv_buf_t *)iov,

@@ -18,6 +18,12 @@
 #define CHUNK_BITS_MAX 12
 #define EMPTY UINT32_MAX
 
+/* Key and row side by side: a lookup costs one cache miss, not two. */
+typedef struct hslot {
+    uint64_t key;
+    uint32_t row;
+} hslot;
+
 typedef struct shard {
     int owned;
     uint64_t nrows;          /* rows held */
@@ -26,8 +32,7 @@ typedef struct shard {
     float *w, *st;
     uint32_t *steps;
     /* sparse: key -> row number; rows live in chunks */
-    uint64_t *hkeys;
-    uint32_t *hrow;          /* EMPTY marks a free slot */
+    hslot *slots;            /* row EMPTY marks a free slot */
     size_t hcap;             /* power of two */
     float **wc, **stc;
     uint32_t **stepc;
@@ -42,7 +47,6 @@ struct psd_table {
     unsigned chunk_bits;     /* sparse: log2 of rows per chunk */
     int has_step;
     shard *shards;
-    float *g;                /* aligned scratch for one pushed row */
     struct psd_table *acc;   /* bsp: this clock's summed pushes, or NULL */
 };
 
@@ -80,8 +84,7 @@ static void shard_free(shard *s)
     free(s->w);
     free(s->st);
     free(s->steps);
-    free(s->hkeys);
-    free(s->hrow);
+    free(s->slots);
     for (size_t i = 0; i < s->nchunks; i++) {
         free(s->wc[i]);
         if (s->stc)
@@ -104,27 +107,21 @@ static size_t slot_of(uint64_t key, size_t cap)
 static int hash_grow(shard *s)
 {
     size_t cap = s->hcap ? 2 * s->hcap : 64;
-    uint64_t *k = malloc(cap * sizeof *k);
-    uint32_t *r = malloc(cap * sizeof *r);
-    if (!k || !r) {
-        free(k);
-        free(r);
+    hslot *n = malloc(cap * sizeof *n);
+    if (!n)
         return -1;
-    }
-    memset(r, 0xff, cap * sizeof *r);
+    for (size_t i = 0; i < cap; i++)
+        n[i].row = EMPTY;
     for (size_t i = 0; i < s->hcap; i++) {
-        if (s->hrow[i] == EMPTY)
+        if (s->slots[i].row == EMPTY)
             continue;
-        size_t j = slot_of(s->hkeys[i], cap);
-        while (r[j] != EMPTY)
+        size_t j = slot_of(s->slots[i].key, cap);
+        while (n[j].row != EMPTY)
             j = (j + 1) & (cap - 1);
-        k[j] = s->hkeys[i];
-        r[j] = s->hrow[i];
+        n[j] = s->slots[i];
     }
-    free(s->hkeys);
-    free(s->hrow);
-    s->hkeys = k;
-    s->hrow = r;
+    free(s->slots);
+    s->slots = n;
     s->hcap = cap;
     return 0;
 }
@@ -173,9 +170,9 @@ static uint32_t sparse_row(psd_table *t, shard *s, uint64_t key)
 {
     if (s->hcap) {
         size_t j = slot_of(key, s->hcap);
-        while (s->hrow[j] != EMPTY) {
-            if (s->hkeys[j] == key)
-                return s->hrow[j];
+        while (s->slots[j].row != EMPTY) {
+            if (s->slots[j].key == key)
+                return s->slots[j].row;
             j = (j + 1) & (s->hcap - 1);
         }
     }
@@ -188,10 +185,10 @@ static uint32_t sparse_row(psd_table *t, shard *s, uint64_t key)
         return EMPTY;
     uint32_t row = (uint32_t)s->nrows++;
     size_t j = slot_of(key, s->hcap);
-    while (s->hrow[j] != EMPTY)
+    while (s->slots[j].row != EMPTY)
         j = (j + 1) & (s->hcap - 1);
-    s->hkeys[j] = key;
-    s->hrow[j] = row;
+    s->slots[j].key = key;
+    s->slots[j].row = row;
     psd_init_row(&t->conf.init, key,
                  s->wc[row >> t->chunk_bits] +
                      (size_t)(row & ((1u << t->chunk_bits) - 1)) * t->conf.dim,
@@ -228,11 +225,11 @@ static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
     return x;
 }
 
-/* Applies one pushed row (unaligned bytes) through the updater. */
+/* Applies one pushed row, read in place from the request (unaligned). */
 static void apply(psd_table *t, rowref r, const char *v)
 {
-    memcpy(t->g, v, row_bytes(t));
-    psd_update_row(&t->conf.upd, r.w, r.st, r.step, t->g, t->conf.dim);
+    psd_update_row(&t->conf.upd, r.w, r.st, r.step, (const psd_ufloat *)v,
+                   t->conf.dim);
 }
 
 /* ---- public --------------------------------------------------------- */
@@ -254,8 +251,7 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
            ((size_t)1 << t->chunk_bits) * row_bytes(t) > CHUNK_BYTES)
         t->chunk_bits--;
     t->shards = calloc(shards, sizeof *t->shards);
-    t->g = malloc(row_bytes(t));
-    if (!t->shards || !t->g)
+    if (!t->shards)
         goto oom;
     for (uint32_t i = 0; i < shards; i++) {
         shard *s = &t->shards[i];
@@ -282,7 +278,6 @@ void psd_table_free(psd_table *t)
         for (uint32_t i = 0; i < t->nshards; i++)
             shard_free(&t->shards[i]);
     free(t->shards);
-    free(t->g);
     psd_table_free(t->acc);
     free(t);
 }
@@ -316,6 +311,8 @@ static int not_owned(const psd_table *t, uint32_t s, int *owner, char *err,
 int psd_table_check_keys(const psd_table *t, const char *keys, size_t n,
                          int *owner, char *err, size_t errlen)
 {
+    if (t->nnodes == 1 && !t->conf.dense)
+        return 0;                /* every key is valid and ours */
     for (size_t i = 0; i < n; i++) {
         uint64_t k = psw_key_at(keys, i);
         if (t->conf.dense && k >= t->conf.rows) {
@@ -372,11 +369,27 @@ static int locate(psd_table *t, uint64_t k, rowref *r)
     return 0;
 }
 
+/* Sparse lookups are cache misses; asking for the slot of the key a few
+ * places ahead overlaps them with the work on the current key. */
+#define AHEAD 8
+
+static void prefetch_key(const psd_table *t, const char *keys, size_t i,
+                         size_t n)
+{
+    if (t->conf.dense || i + AHEAD >= n)
+        return;
+    uint64_t k = psw_key_at(keys, i + AHEAD);
+    const shard *s = &t->shards[psw_sparse_shard_of(t->nshards, k)];
+    if (s->hcap)
+        __builtin_prefetch(&s->slots[slot_of(k, s->hcap)]);
+}
+
 int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
 {
     size_t rb = row_bytes(t);
     for (size_t i = 0; i < n; i++) {
         rowref r;
+        prefetch_key(t, keys, i, n);
         if (locate(t, psw_key_at(keys, i), &r))
             return PSW_ENOMEM;
         apply(t, r, vals + i * rb);
@@ -389,6 +402,7 @@ int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out)
     size_t rb = row_bytes(t);
     for (size_t i = 0; i < n; i++) {
         rowref r;
+        prefetch_key(t, keys, i, n);
         if (locate(t, psw_key_at(keys, i), &r))
             return PSW_ENOMEM;
         memcpy(out + i * rb, r.w, rb);
@@ -472,11 +486,11 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
     for (uint32_t i = 0; i < a->nshards; i++) {
         shard *s = &a->shards[i];
         for (size_t j = 0; j < s->hcap; j++) {
-            if (s->hrow[j] == EMPTY)
+            if (s->slots[j].row == EMPTY)
                 continue;
-            float *g = sparse_ref(a, s, s->hrow[j]).w;
+            float *g = sparse_ref(a, s, s->slots[j].row).w;
             rowref r;
-            if (locate(t, s->hkeys[j], &r))
+            if (locate(t, s->slots[j].key, &r))
                 return PSW_ENOMEM;
             if (scale != 1.0f)
                 for (uint32_t k = 0; k < d; k++)
@@ -484,8 +498,8 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
             psd_update_row(&t->conf.upd, r.w, r.st, r.step, g, d);
         }
         /* Keep the chunks and the index for the next clock. */
-        if (s->hcap)
-            memset(s->hrow, 0xff, s->hcap * sizeof *s->hrow);
+        for (size_t j = 0; j < s->hcap; j++)
+            s->slots[j].row = EMPTY;
         s->nrows = 0;
     }
     return 0;
@@ -510,7 +524,7 @@ size_t psd_table_bytes(const psd_table *t)
             b += (size_t)s->nrows * per_row;
         else
             b += (s->nchunks << t->chunk_bits) * per_row +
-                 s->hcap * (sizeof(uint64_t) + sizeof(uint32_t)) +
+                 s->hcap * sizeof(hslot) +
                  s->nchunks * 3 * sizeof(void *);
     }
     return b;

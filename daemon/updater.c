@@ -25,13 +25,13 @@ int psd_updater_has_step(psd_updater_kind kind)
     return kind == PSD_UPD_ADAM;
 }
 
-static void update_sum(float *w, const float *g, uint32_t dim)
+static void update_sum(float *w, const psd_ufloat *g, uint32_t dim)
 {
     for (uint32_t i = 0; i < dim; i++)
         w[i] += g[i];
 }
 
-static void update_sgd(float lr, float *w, const float *g, uint32_t dim)
+static void update_sgd(float lr, float *w, const psd_ufloat *g, uint32_t dim)
 {
     for (uint32_t i = 0; i < dim; i++)
         w[i] -= lr * g[i];
@@ -39,7 +39,7 @@ static void update_sgd(float lr, float *w, const float *g, uint32_t dim)
 
 /* h += g^2; w -= lr g / (sqrt(h) + epsilon). h is state[0..dim). */
 static void update_adagrad(const psd_updater_params *p, float *w, float *h,
-                           const float *g, uint32_t dim)
+                           const psd_ufloat *g, uint32_t dim)
 {
     const float lr = p->lr, eps = p->epsilon;
 
@@ -62,7 +62,7 @@ static float one_minus_pow(float b, uint32_t t)
 /* Adam with bias correction. The step counter saturates rather than wrap
  * to 0, where 1 - beta^t would be 0 and the update would divide by it. */
 static void update_adam(const psd_updater_params *p, float *w, float *state,
-                        uint32_t *step, const float *g, uint32_t dim)
+                        uint32_t *step, const psd_ufloat *g, uint32_t dim)
 {
     float *m = state, *v = state + dim;
     const float b1 = p->beta1, b2 = p->beta2;
@@ -93,7 +93,7 @@ static void update_adam(const psd_updater_params *p, float *w, float *state,
  * state[0..dim), n is state[dim..2 dim). The weight is recomputed from z
  * and n, so it is exactly 0 while |z| <= l1. */
 static void update_ftrl(const psd_updater_params *p, float *w, float *state,
-                        const float *g, uint32_t dim)
+                        const psd_ufloat *g, uint32_t dim)
 {
     float *z = state, *n = state + dim;
     const float inv_alpha = 1.0f / p->lr;
@@ -117,7 +117,7 @@ static void update_ftrl(const psd_updater_params *p, float *w, float *state,
 
 /* Switches on the kind once and runs that updater's loop over the row. */
 void psd_update_row(const psd_updater_params *p, float *w, float *state,
-                    uint32_t *step, const float *g, uint32_t dim)
+                    uint32_t *step, const psd_ufloat *g, uint32_t dim)
 {
     if (dim == 0)   /* w may be NULL, which memmove must not see */
         return;
@@ -127,7 +127,7 @@ void psd_update_row(const psd_updater_params *p, float *w, float *state,
         break;
     case PSD_UPD_ASSIGN:
         /* memmove: pushing a row onto itself is harmless. */
-        memmove(w, g, (size_t)dim * sizeof *w);
+        memmove(w, (const void *)g, (size_t)dim * sizeof *w);
         break;
     case PSD_UPD_SGD:
         update_sgd(p->lr, w, g, dim);

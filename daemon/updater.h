@@ -7,6 +7,11 @@
 #include <stdint.h>
 #include "config.h"
 
+/* A float that may sit at any address: pushed rows are read straight
+ * from the receive buffer, where msgpack leaves them unaligned (a GCC and
+ * Clang extension; the loads compile to plain unaligned moves). */
+typedef float psd_ufloat __attribute__((aligned(1)));
+
 /* Floats of optimizer state kept per float of weight: sum, assign, sgd: 0;
  * adagrad: 1 (sum of squared gradients); adam: 2 (m, v); ftrl: 2 (z, n). */
 unsigned psd_updater_state_per_float(psd_updater_kind kind);
@@ -14,7 +19,8 @@ unsigned psd_updater_state_per_float(psd_updater_kind kind);
 /* Whether the updater keeps a per-row step counter (adam's t). */
 int psd_updater_has_step(psd_updater_kind kind);
 
-/* Applies the pushed row g (dim floats) to weights w (dim floats).
+/* Applies the pushed row g (dim floats, any alignment, not overlapping w
+ * or state) to weights w (dim floats).
  * state points at dim * psd_updater_state_per_float() floats laid out as
  * consecutive blocks of dim (adam: m then v; ftrl: z then n), zero at
  * first; step points at the row's counter (adam only, else may be NULL).
@@ -28,7 +34,7 @@ int psd_updater_has_step(psd_updater_kind kind);
  *         n += g^2; w = |z| <= l1 ? 0
  *                       : -(z - sgn(z) l1) / ((beta + sqrt(n)) / alpha + l2) */
 void psd_update_row(const psd_updater_params *p, float *w, float *state,
-                    uint32_t *step, const float *g, uint32_t dim);
+                    uint32_t *step, const psd_ufloat *g, uint32_t dim);
 
 /* Fills w (dim floats) with the initial row of `key`: a pure function of
  * (params, key, column), so every run and every server computes the same
