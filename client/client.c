@@ -68,6 +68,14 @@ typedef struct nconn {
     char drop_why[200];
 } nconn;
 
+/* A thread inside ps_wait: woken only when its own request completes, so
+ * a caller with many requests in flight is not woken by every reply. */
+typedef struct ts_waiter {
+    struct ts_waiter *next;
+    ps_ts ts;
+    pthread_cond_t cv;
+} ts_waiter;
+
 typedef struct failure {
     ps_ts ts;
     int status;
@@ -81,7 +89,9 @@ struct ps_client {
 
     /* Shared between callers and the I/O thread, under mu. */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;            /* open, ps_wait_all, backpressure */
+    int cv_waiters;               /* threads waiting on cv */
+    ts_waiter *ts_waiters;        /* threads in ps_wait */
     ps_part *sq_head, *sq_tail;   /* submitted parts, all nodes */
     ps_map reqs;                  /* ts -> request not yet complete */
     ps_ts last_ts;
@@ -187,7 +197,11 @@ static void complete(ps_client *c, ps_req *r)
                      "request %lld: %s", (long long)r->ts, why);
         }
     }
-    pthread_cond_broadcast(&c->cv);
+    for (ts_waiter *w = c->ts_waiters; w; w = w->next)
+        if (w->ts == r->ts)
+            pthread_cond_signal(&w->cv);
+    if (c->cv_waiters)
+        pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     ps_req_free(r);
 }
@@ -943,8 +957,10 @@ int ps_wait_all(ps_client *c)
     if (!c)
         return PS_EINVAL;
     pthread_mutex_lock(&c->mu);
+    c->cv_waiters++;
     while (c->reqs.n > 0)
         pthread_cond_wait(&c->cv, &c->mu);
+    c->cv_waiters--;
     int st = c->first_error;
     if (st != PS_OK)
         set_error(c, "%s", c->first_error_text);
@@ -996,10 +1012,13 @@ static ps_ts submit(ps_client *c, ps_req *r, ps_done_fn cb, void *arg)
     /* Backpressure: wait while the bytes in flight exceed the limit. A
      * lone request always goes, and the I/O thread (callbacks) never
      * waits, since it is the one that would have to wake it. */
-    if (!pthread_equal(pthread_self(), c->thread))
+    if (!pthread_equal(pthread_self(), c->thread)) {
+        c->cv_waiters++;
         while (c->inflight_bytes > 0 && !c->closing &&
                c->inflight_bytes + r->bytes > c->opt.max_inflight_bytes)
             pthread_cond_wait(&c->cv, &c->mu);
+        c->cv_waiters--;
+    }
     if (c->closing) {
         pthread_mutex_unlock(&c->mu);
         ps_req_free(r);
@@ -1133,8 +1152,17 @@ int ps_wait(ps_client *c, ps_ts ts)
         set_error(c, "request %lld was never issued", (long long)ts);
         return PS_EINVAL;
     }
-    while (ps_map_get(&c->reqs, (uint64_t)ts))
-        pthread_cond_wait(&c->cv, &c->mu);
+    if (ps_map_get(&c->reqs, (uint64_t)ts)) {
+        ts_waiter w = { c->ts_waiters, ts, PTHREAD_COND_INITIALIZER };
+        c->ts_waiters = &w;
+        while (ps_map_get(&c->reqs, (uint64_t)ts))
+            pthread_cond_wait(&w.cv, &c->mu);
+        ts_waiter **pp = &c->ts_waiters;
+        while (*pp != &w)
+            pp = &(*pp)->next;
+        *pp = w.next;
+        pthread_cond_destroy(&w.cv);
+    }
     int st = PS_OK;
     if (c->nfails) {
         uint64_t n = c->nfails < FAIL_RING ? c->nfails : FAIL_RING;
