@@ -41,7 +41,7 @@ PSD      := $(BUILD)/psd
 SOLIB    := $(BUILD)/libpsclient.so.$(VERSION)
 ALIB     := $(BUILD)/libpsclient.a
 PCFILE   := $(BUILD)/psclient.pc
-EXAMPLES := $(BUILD)/fashion_softmax
+EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_slice
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes
@@ -49,7 +49,7 @@ TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test run bench sanitize install uninstall clean deps
+.PHONY: all test run run-modes bench sanitize install uninstall clean deps
 all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES)
 
 # ---- dependencies ---------------------------------------------------------
@@ -117,6 +117,10 @@ $(BUILD)/fashion_softmax: $(BUILD)/examples/fashion_softmax.o $(BUILD)/examples/
                           $(BUILD)/examples/softmax.o $(SOLIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lm
 
+$(BUILD)/fashion_mlp: $(BUILD)/examples/fashion_mlp.o $(BUILD)/examples/idx.o \
+                      $(BUILD)/examples/mlp.o $(SOLIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lm
+
 # ---- tests -----------------------------------------------------------------
 $(BUILD)/test_frame: $(BUILD)/tests/test_frame.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_CM)
@@ -152,6 +156,11 @@ sanitize:
 
 run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 	@sh examples/run_fashion.sh $(BUILD) conf/cluster-2.ini
+
+# The training modes demonstration: async, bsp and ssp with 4 workers, bsp
+# against a single process, and stragglers (about 2 minutes).
+run-modes: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
+	@sh examples/run_modes.sh $(BUILD)
 
 # ---- install ---------------------------------------------------------------
 install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)

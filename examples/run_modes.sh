@@ -1,0 +1,416 @@
+#!/bin/sh
+# The training-mode demonstrations of examples/fashion_mlp: (a) async, bsp
+# and ssp with 4 workers each, (b) bsp against one process doing the work
+# of all 4 (same examples per step), (c) bsp and ssp with stragglers:
+# (c1) worker 3 sleeps on random steps, twice each in the order bsp ssp
+# ssp bsp, so that a change in the machine's load weighs on both modes
+# alike; (c2) every worker sleeps the same way, each on its own steps.
+# Every run gets fresh psd nodes, started from a copy of the cluster's ini
+# that keeps only the run's two tables and sets its worker count: clocks
+# are per cluster, and each run must start from the seeded initial weights.
+# Prints a summary and exits non-zero when a target is missed.
+# Usage: run_modes.sh BUILD_DIR [INI]   (INI: default conf/fashion-mlp.ini)
+set -u
+
+USAGE="usage: run_modes.sh BUILD_DIR [INI]"
+BUILD=${1:?$USAGE}
+INI=${2:-$(dirname "$0")/../conf/fashion-mlp.ini}
+WORKERS=4
+EPOCHS=5
+BATCH=32            # per worker and step; the single process uses 4 x 32
+STRAGGLER=$((WORKERS - 1))     # the slow worker of (c1)
+STRAGGLE_MS=6       # a straggler sleeps this long on a random 1 step in 4
+MIN_ACC=0.85
+MAX_DIFF=0.5        # points of accuracy between bsp and single, per epoch
+UP_TIMEOUT=10       # seconds for every node to accept connections
+STOP_TIMEOUT=5      # seconds between SIGTERM and SIGKILL
+
+OUT="$BUILD/mlp-runs"   # per-run ini files and logs
+DAEMONS=""          # pids of the psd nodes of the current run
+WORKER_PIDS=""      # pids of the current run's fashion_mlp processes
+
+say() { printf 'run_modes: %s\n' "$*"; }
+fail() { printf 'run_modes: FAIL: %s\n' "$*" >&2; exit 1; }
+
+# A short sleep; `sleep 0.1` is not POSIX, so fall back to a whole second.
+nap() { sleep 0.1 2>/dev/null || sleep 1; }
+
+now() { date +%s; }
+
+# alive PID: true while PID runs. A child that exited stays a zombie until
+# the shell reaps it and kill -0 still succeeds on a zombie, so ask /proc
+# for its state where there is one.
+alive() {
+    kill -0 "$1" 2>/dev/null || return 1
+    [ -r "/proc/$1/stat" ] || return 0
+    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+    [ "$state" != Z ]
+}
+
+# stop PID...: SIGTERM, then SIGKILL whatever is still alive after
+# STOP_TIMEOUT seconds. Returns 1 if something had to be killed.
+stop() {
+    [ $# -gt 0 ] || return 0
+    for p in "$@"; do kill -TERM "$p" 2>/dev/null; done
+    end=$(($(now) + STOP_TIMEOUT))
+    for p in "$@"; do
+        while alive "$p" && [ "$(now)" -lt "$end" ]; do nap; done
+    done
+    killed=0
+    for p in "$@"; do
+        if alive "$p"; then
+            kill -KILL "$p" 2>/dev/null
+            killed=1
+        fi
+    done
+    return $killed
+}
+
+# Runs on every exit, including failures and Ctrl-C: whatever is still
+# running gets stopped, so no psd is left holding the ports.
+cleanup() {
+    rc=$?
+    trap - EXIT
+    if [ -n "$WORKER_PIDS$DAEMONS" ]; then
+        say "stopping what is still running"
+        # shellcheck disable=SC2086  # word splitting of pid lists wanted
+        stop $WORKER_PIDS $DAEMONS ||
+            say "some processes ignored SIGTERM for ${STOP_TIMEOUT}s; killed"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# Prints "host port" for each node of the [cluster] nodes line, e.g.
+# `nodes = 127.0.0.1:7080, 127.0.0.1:7081 ; comment`. Wildcard addresses
+# become loopback, which is where this script connects.
+ini_nodes() {
+    awk '
+        /^[ \t]*\[/ {
+            sect = $0; sub(/[;#].*/, "", sect); gsub(/[][ \t\r]/, "", sect)
+            next
+        }
+        sect == "cluster" && /^[ \t]*nodes[ \t]*=/ {
+            sub(/^[^=]*=/, ""); sub(/[;#].*/, "")
+            n = split($0, a, ",")
+            for (i = 1; i <= n; i++) {
+                e = a[i]; gsub(/[ \t\r]/, "", e)
+                if (e == "") continue
+                port = e; sub(/.*:/, "", port)
+                host = e; sub(/:[^:]*$/, "", host); gsub(/[][]/, "", host)
+                if (host == "0.0.0.0") host = "127.0.0.1"
+                if (host == "::") host = "::1"
+                print host, port
+            }
+        }' "$1"
+}
+
+# run_ini MODE WORKERS: prints INI with only the tables W1_MODE and W2_MODE
+# and `workers = WORKERS` in [cluster]. Comments and the rest are kept.
+run_ini() {
+    awk -v mode="$1" -v workers="$2" '
+        /^[ \t]*\[/ {
+            sect = $0; sub(/[;#].*/, "", sect); gsub(/[][ \t\r]/, "", sect)
+            keep = sect !~ /^table\./ || sect == "table.W1_" mode ||
+                   sect == "table.W2_" mode
+        }
+        keep && sect == "cluster" && /^[ \t]*workers[ \t]*=/ {
+            print "workers = " workers; next
+        }
+        keep' "$INI"
+}
+
+# How to test a port: bash's /dev/tcp, else python3, else nothing.
+if command -v bash >/dev/null 2>&1; then
+    PROBE=bash
+elif command -v python3 >/dev/null 2>&1; then
+    PROBE=python3
+else
+    PROBE=none
+fi
+
+# port_open HOST PORT: true if something accepts connections there.
+port_open() {
+    case $PROBE in
+    bash)
+        bash -c 'exec 3<>"/dev/tcp/$1/$2"' probe "$1" "$2" 2>/dev/null ;;
+    python3)
+        python3 -c 'import socket, sys
+socket.create_connection((sys.argv[1], int(sys.argv[2])), 1).close()' \
+            "$1" "$2" 2>/dev/null ;;
+    *)
+        return 1 ;;
+    esac
+}
+
+# wait_up HOST PORT ...: waits until every node accepts connections, at
+# most UP_TIMEOUT seconds in all. Fails early if a node exits.
+wait_up() {
+    if [ "$PROBE" = none ]; then
+        say "neither bash nor python3 to probe the ports; waiting 3 s"
+        sleep 3
+        return 0
+    fi
+    end=$(($(now) + UP_TIMEOUT))
+    n=0
+    while [ $# -ge 2 ]; do
+        until port_open "$1" "$2"; do
+            i=0
+            for p in $DAEMONS; do
+                alive "$p" || { say "psd node $i exited at startup"; return 1; }
+                i=$((i + 1))
+            done
+            if [ "$(now)" -ge "$end" ]; then
+                say "node $n ($1:$2) refuses connections after ${UP_TIMEOUT} s"
+                return 1
+            fi
+            nap
+        done
+        shift 2
+        n=$((n + 1))
+    done
+}
+
+# ports_free: fails if a node's port already answers (a psd from an
+# earlier run would answer in place of ours).
+ports_free() {
+    # shellcheck disable=SC2086
+    set -- $NODES
+    while [ $# -ge 2 ]; do
+        if port_open "$1" "$2"; then
+            say "$1:$2 is already in use (a psd from an earlier run?)"
+            return 1
+        fi
+        shift 2
+    done
+}
+
+# Stops the nodes with SIGTERM and checks that each exits 0 in time.
+# $1 names the run, for the log paths.
+stop_daemons() {
+    ok=0
+    # shellcheck disable=SC2086
+    stop $DAEMONS || { say "a psd node ignored SIGTERM; killed it"; ok=1; }
+    n=0
+    for p in $DAEMONS; do
+        wait "$p"
+        st=$?
+        if [ "$st" -ne 0 ]; then
+            say "psd node $n exited with status $st (see $OUT/$1-node$n.log)"
+            ok=1
+        fi
+        n=$((n + 1))
+    done
+    DAEMONS=""
+    return $ok
+}
+
+# run NAME MODE CLUSTER_WORKERS PROCS: one training job on fresh nodes
+# whose cluster has CLUSTER_WORKERS workers. PROCS is WORKERS (one process
+# per worker; those listed in $SLOW also get $STRAGGLE_ARGS) or 1 (one
+# --single process doing the work of all WORKERS). Logs go to
+# $OUT/NAME-*.log. Prints worker 0's report; returns 1 if anything failed.
+run() {
+    name=$1 mode=$2 cw=$3 procs=$4
+    ini="$OUT/$name.ini"
+    run_ini "$mode" "$cw" >"$ini" || return 1
+    ports_free || return 1
+
+    n=0
+    while [ "$n" -lt "$NNODES" ]; do
+        "$BUILD/psd" -c "$ini" -n "$n" >"$OUT/$name-node$n.log" 2>&1 &
+        DAEMONS="$DAEMONS $!"
+        n=$((n + 1))
+    done
+    # shellcheck disable=SC2086
+    if ! wait_up $NODES; then
+        stop_daemons "$name"
+        return 1
+    fi
+
+    w=0
+    while [ "$w" -lt "$procs" ]; do
+        if [ "$procs" -eq 1 ]; then
+            who="--single"
+        else
+            who="--worker $w"
+        fi
+        case " $SLOW " in
+        *" $w "*) who="$who $STRAGGLE_ARGS" ;;
+        esac
+        # shellcheck disable=SC2086  # $who is whole words
+        "$BUILD/fashion_mlp" --servers "$ini" --mode "$mode" \
+            --workers "$WORKERS" --epochs "$EPOCHS" --batch "$BATCH" $who \
+            >"$OUT/$name-worker$w.log" 2>&1 &
+        WORKER_PIDS="$WORKER_PIDS $!"
+        w=$((w + 1))
+    done
+
+    ok=0
+    w=0
+    for p in $WORKER_PIDS; do
+        wait "$p"
+        st=$?
+        if [ "$st" -ne 0 ]; then
+            say "$name: worker $w failed with status $st:"
+            tail -n 5 "$OUT/$name-worker$w.log" | sed 's/^/    /'
+            ok=1
+        fi
+        w=$((w + 1))
+    done
+    WORKER_PIDS=""
+    stop_daemons "$name" || ok=1
+    sed 's/^/    /' "$OUT/$name-worker0.log"
+    return $ok
+}
+
+# Figures from a run's worker 0 log.
+accs() {            # the accuracy after each epoch, space-separated
+    sed -n 's/^epoch [0-9]*: test accuracy \([0-9.]*\),.*/\1/p' \
+        "$OUT/$1-worker0.log" | tr '\n' ' '
+}
+final_acc() { sed -n 's/^final test accuracy: //p' "$OUT/$1-worker0.log"; }
+wall() {            # seconds from the first step to the final evaluation
+    sed -n 's/^total wall time: \([0-9.]*\) s/\1/p' "$OUT/$1-worker0.log"
+}
+
+# at_least A MIN: true if the number A is >= MIN.
+at_least() {
+    awk -v a="$1" -v m="$2" 'BEGIN { exit !(a != "" && a + 0 >= m + 0) }'
+}
+
+# ---- setup -------------------------------------------------------------------
+
+[ -x "$BUILD/psd" ] || fail "$BUILD/psd not found; run make first"
+[ -x "$BUILD/fashion_mlp" ] ||
+    fail "$BUILD/fashion_mlp not found; run make first"
+[ -r "$INI" ] || fail "cannot read $INI"
+mkdir -p "$OUT" || fail "cannot create $OUT"
+rm -f "$OUT"/*.ini "$OUT"/*.log     # figures of an earlier run would mislead
+
+NODES=$(ini_nodes "$INI")
+[ -n "$NODES" ] || fail "no [cluster] nodes line in $INI"
+NNODES=$(printf '%s\n' "$NODES" | wc -l | tr -d ' ')
+
+say "Fashion-MNIST MLP over psd: $NNODES nodes from $INI, $WORKERS workers," \
+    "$EPOCHS epochs, batch $BATCH per worker"
+say "targets: test accuracy >= $MIN_ACC in every mode; bsp within" \
+    "$MAX_DIFF points of a single process per epoch; with stragglers" \
+    "ssp finishes before bsp"
+say "logs and per-run ini files: $OUT"
+
+failed=0
+RUNS=""             # every run, in order, for the summary
+SLOW=""             # the workers that straggle in the current run
+STRAGGLE_ARGS=""
+for m in async bsp ssp; do
+    say "(a) $m, $WORKERS workers"
+    run "$m" "$m" "$WORKERS" "$WORKERS" || failed=1
+    RUNS="$RUNS $m"
+done
+say "(b) one process doing the work of $WORKERS bsp workers" \
+    "(batch $((WORKERS * BATCH)), a 1-worker cluster)"
+run single bsp 1 1 || failed=1
+RUNS="$RUNS single"
+STRAGGLE_ARGS="--straggle $STRAGGLE_MS"
+SLOW=$STRAGGLER
+for r in bsp-slow3-1 ssp-slow3-1 ssp-slow3-2 bsp-slow3-2; do
+    m=${r%%-*}
+    say "(c1) $r: $m, $WORKERS workers; worker $STRAGGLER sleeps" \
+        "${STRAGGLE_MS} ms on a random 1 step in 4 (the same steps every run)"
+    run "$r" "$m" "$WORKERS" "$WORKERS" || failed=1
+    RUNS="$RUNS $r"
+done
+SLOW=$(seq 0 $((WORKERS - 1)) | tr '\n' ' ')
+for r in bsp-slowall ssp-slowall; do
+    m=${r%%-*}
+    say "(c2) $r: $m, $WORKERS workers; each sleeps ${STRAGGLE_MS} ms on" \
+        "its own random 1 step in 4"
+    run "$r" "$m" "$WORKERS" "$WORKERS" || failed=1
+    RUNS="$RUNS $r"
+done
+
+# ---- summary -----------------------------------------------------------------
+
+echo
+say "summary (accuracy on the 10,000 test images; wall: first step to the" \
+    "final evaluation, seconds)"
+printf '  %-16s %-40s %7s %7s\n' run "accuracy after each epoch" final wall
+for r in $RUNS; do
+    printf '  %-16s %-40s %7s %7s\n' "$r" "$(accs "$r")" \
+        "$(final_acc "$r")" "$(wall "$r")"
+done
+
+# (a) the accuracy target, in every run.
+for r in $RUNS; do
+    a=$(final_acc "$r")
+    if ! at_least "$a" "$MIN_ACC"; then
+        say "MISSED: $r reached test accuracy ${a:-none} < $MIN_ACC"
+        failed=1
+    fi
+done
+
+# (b) bsp against the single process, epoch by epoch.
+diffs=$(printf '%s\n%s\n' "$(accs bsp)" "$(accs single)" | awk '
+    NR == 1 { n = split($0, a, " ") }
+    NR == 2 { m = split($0, b, " ") }
+    END {
+        if (n == 0 || n != m) { print "none"; exit }
+        max = 0; line = ""
+        for (i = 1; i <= n; i++) {
+            d = (a[i] - b[i]) * 100; if (d < 0) d = -d
+            if (d > max) max = d
+            line = line sprintf(" %.2f", d)
+        }
+        printf "%s max %.2f\n", line, max
+    }')
+say "(b) |bsp - single| per epoch, points:$diffs"
+case $diffs in
+*"max "*)
+    if ! at_least "$MAX_DIFF" "${diffs##*max }"; then
+        say "MISSED: bsp differs from the single process by more than" \
+            "$MAX_DIFF points"
+        failed=1
+    fi ;;
+*)
+    say "MISSED: no per-epoch accuracies to compare"
+    failed=1 ;;
+esac
+
+# faster_ssp WHAT BSP_S SSP_S: reports whether ssp took less time than bsp
+# and fails the run if not.
+faster_ssp() {
+    if [ -n "$2" ] && [ -n "$3" ] &&
+       awk -v b="$2" -v s="$3" 'BEGIN { exit !(s < b) }'; then
+        pct=$(awk -v b="$2" -v s="$3" 'BEGIN { printf "%.0f%%", 100 * s / b }')
+        say "$1: ssp finished the same $EPOCHS epochs in $pct of bsp's time"
+    else
+        say "MISSED: $1: ssp did not finish before bsp"
+        failed=1
+    fi
+}
+
+# (c1) one slow worker: the sums of both runs of each mode.
+tb=$(awk -v a="$(wall bsp-slow3-1)" -v b="$(wall bsp-slow3-2)" \
+    'BEGIN { if (a != "" && b != "") printf "%.1f", a + b }')
+ts=$(awk -v a="$(wall ssp-slow3-1)" -v b="$(wall ssp-slow3-2)" \
+    'BEGIN { if (a != "" && b != "") printf "%.1f", a + b }')
+slept=$(sed -n 's/^worker [0-9]* slept \([0-9.]*\) s.*/\1/p' \
+    "$OUT/ssp-slow3-1-worker$STRAGGLER.log")
+say "(c) without stragglers: bsp $(wall bsp) s, ssp $(wall ssp) s"
+say "(c1) worker $STRAGGLER slow (it sleeps ${slept:-?} s per run), two runs" \
+    "each: bsp ${tb:-?} s, ssp ${ts:-?} s in all; per run that is bsp" \
+    "$(awk -v t="$tb" -v t0="$(wall bsp)" \
+        'BEGIN { printf "%+.1f", t / 2 - t0 }') s, ssp" \
+    "$(awk -v t="$ts" -v t0="$(wall ssp)" \
+        'BEGIN { printf "%+.1f", t / 2 - t0 }') s against no straggler"
+faster_ssp "(c1)" "$tb" "$ts"
+say "(c2) every worker slow on its own steps: bsp $(wall bsp-slowall) s," \
+    "ssp $(wall ssp-slowall) s"
+faster_ssp "(c2)" "$(wall bsp-slowall)" "$(wall ssp-slowall)"
+
+[ "$failed" -eq 0 ] || fail "see the messages above"
+say "PASS"
