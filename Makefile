@@ -113,12 +113,14 @@ $(PCFILE): client/psclient.pc.in Makefile
 # Examples and tests link the shared library from the build tree.
 CLIENT_LINK = -L$(BUILD) -Wl,-rpath,'$$ORIGIN' -lpsclient
 
-$(BUILD)/fashion_softmax: $(BUILD)/examples/fashion_softmax.o $(BUILD)/examples/idx.o \
+$(BUILD)/fashion_softmax: $(BUILD)/examples/fashion_softmax.o \
+                          $(BUILD)/examples/common.o $(BUILD)/examples/idx.o \
                           $(BUILD)/examples/softmax.o $(SOLIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lm
 
-$(BUILD)/fashion_mlp: $(BUILD)/examples/fashion_mlp.o $(BUILD)/examples/idx.o \
-                      $(BUILD)/examples/mlp.o $(SOLIB)
+$(BUILD)/fashion_mlp: $(BUILD)/examples/fashion_mlp.o \
+                      $(BUILD)/examples/common.o $(BUILD)/examples/idx.o \
+                      $(BUILD)/examples/mlp.o $(BUILD)/examples/softmax.o $(SOLIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lm
 
 # ---- tests -----------------------------------------------------------------

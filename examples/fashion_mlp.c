@@ -5,18 +5,16 @@
  * tables with the sgd updater, initialised by the servers from a seed). */
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "common.h"
 #include "idx.h"
 #include "mlp.h"
 #include "psclient.h"
 
-#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define SHUFFLE_SEED 0x5eedf00dULL
 #define STRAGGLE_SEED 0x51077ULL
 #define STRAGGLE_ODDS 4         /* a straggler sleeps on 1 step in 4 */
@@ -66,41 +64,6 @@ typedef struct trainer {
     ps_ts push1, push2;     /* the last step's pushes in flight, or 0 */
 } trainer;
 
-/* "fashion_mlp[I]" once the worker is known, for every message. */
-static char me[64] = "fashion_mlp";
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 1, 2)))
-#endif
-static void complain(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s: ", me);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-/* Reports a failed psd call: what we were doing, the code's text and the
- * library's detail. Returns -1 so callers can `return report_failure(...)`. */
-static int report_failure(ps_client *c, const char *what, int rc)
-{
-    const char *detail = c ? ps_last_error(c) : "";
-    if (detail && *detail)
-        complain("%s: %s (%s)", what, ps_strerror(rc), detail);
-    else
-        complain("%s: %s", what, ps_strerror(rc));
-    return -1;
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000L };
@@ -134,21 +97,6 @@ static void usage(FILE *f)
         "          from 1 to 1 - F at the end (default 0.9; 0: constant)\n"
         "  --single  one process does what N workers do, with batch N * B,\n"
         "          as worker 0 of a 1-worker cluster\n", STRAGGLE_ODDS);
-}
-
-/* Parses a decimal int in lo..hi. Returns 0, or -1 after a message. */
-static int parse_int(const char *name, const char *s, int lo, int hi,
-                     int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        complain("%s: '%s' is not a number in %d..%d", name, s, lo, hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
 }
 
 /* Parses a number in 0..1. Returns 0, or -1 after a message. */
@@ -243,7 +191,7 @@ static int parse_args(int argc, char **argv, options *o)
             return -1;
         }
         o->worker = 0;
-        snprintf(me, sizeof me, "fashion_mlp[single]");
+        complain_as("fashion_mlp[single]");
         return 0;
     }
     if (o->worker < 0) {
@@ -254,74 +202,11 @@ static int parse_args(int argc, char **argv, options *o)
         complain("--worker %d is not in 0..%d", o->worker, o->workers - 1);
         return -1;
     }
-    snprintf(me, sizeof me, "fashion_mlp[%d]", o->worker);
-    return 0;
-}
-
-/* ---- data --------------------------------------------------------------- */
-
-/* Writes DIR/SPLIT-KIND-ubyteEXT into buf. Returns 0, or -1 if it does not
- * fit. */
-static int data_path(char *buf, size_t size, const char *dir,
-                     const char *split, const char *kind, const char *ext)
-{
-    int n = snprintf(buf, size, "%s/%s-%s-ubyte%s", dir, split, kind, ext);
-    return n >= 0 && (size_t)n < size ? 0 : -1;
-}
-
-/* Loads DIR/SPLIT-images-idx3-ubyte.gz and the matching labels (SPLIT is
- * "train" or "t10k"). Falls back to uncompressed files when those are all
- * there is. Returns 0, or -1 after a message. */
-static int load_split(const char *dir, const char *split, idx_set *out)
-{
-    char images[4096], labels[4096], err[1024];
-    const char *ext = ".gz";
-
-    if (data_path(images, sizeof images, dir, split, "images-idx3", ext) == 0
-        && access(images, F_OK) != 0
-        && data_path(images, sizeof images, dir, split, "images-idx3", "") == 0
-        && access(images, F_OK) == 0)
-        ext = "";
-    if (data_path(images, sizeof images, dir, split, "images-idx3", ext) < 0 ||
-        data_path(labels, sizeof labels, dir, split, "labels-idx1", ext) < 0) {
-        complain("--data: path too long");
-        return -1;
-    }
-    if (idx_load(images, labels, out, err, sizeof err) < 0) {
-        complain("%s", err);
-        return -1;
-    }
+    complain_as("fashion_mlp[%d]", o->worker);
     return 0;
 }
 
 /* ---- psd ---------------------------------------------------------------- */
-
-/* Looks up table `name` and checks that it is dense with `rows` rows and
- * `want_dim` floats per row (0: any dim up to MLP_MAX_HIDDEN). Returns its
- * id and sets *dim, or returns -1 after a message. */
-static int find_table(ps_client *c, const char *name, uint64_t rows,
-                      uint32_t want_dim, uint32_t *dim)
-{
-    ps_table_info info;
-    int rc = ps_table(c, name, &info);
-    if (rc < 0) {
-        char what[128];
-        snprintf(what, sizeof what, "table '%s'", name);
-        return report_failure(c, what, rc);
-    }
-    int dim_ok = want_dim ? info.dim == want_dim
-                          : info.dim <= MLP_MAX_HIDDEN;
-    if (!info.dense || info.rows != rows || !dim_ok) {
-        complain("table '%s' is %s with rows %llu, dim %u; want dense, "
-                 "rows %llu, dim %u", name, info.dense ? "dense" : "sparse",
-                 (unsigned long long)info.rows, (unsigned)info.dim,
-                 (unsigned long long)rows,
-                 want_dim ? (unsigned)want_dim : MLP_MAX_HIDDEN);
-        return -1;
-    }
-    *dim = info.dim;
-    return rc;
-}
 
 /* Connects as worker o->worker and looks up W1_MODE and W2_MODE, whose
  * shapes give the hidden size. Returns 0 with tr->c, t1, t2 and hidden
@@ -345,9 +230,10 @@ static int open_tables(const options *o, trainer *tr)
     snprintf(n1, sizeof n1, "W1_%s", mode_names[o->mode]);
     snprintf(n2, sizeof n2, "W2_%s", mode_names[o->mode]);
     uint32_t hidden, classes;
-    if ((tr->t1 = find_table(tr->c, n1, MLP_W1_ROWS, 0, &hidden)) < 0 ||
+    if ((tr->t1 = find_table(tr->c, n1, MLP_W1_ROWS, 1, MLP_MAX_HIDDEN,
+                             &hidden)) < 0 ||
         (tr->t2 = find_table(tr->c, n2, (uint64_t)hidden + 1, MLP_CLASSES,
-                             &classes)) < 0)
+                             MLP_CLASSES, &classes)) < 0)
         return -1;
     tr->hidden = hidden;
     return 0;
@@ -409,28 +295,6 @@ static int evaluate(trainer *tr, const idx_set *test, double *acc)
 }
 
 /* ---- training ----------------------------------------------------------- */
-
-/* splitmix64: a tiny generator, so that every process (and every run)
- * shuffles the same way on every platform. */
-static uint64_t next_random(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Fisher-Yates. The bound is far below 2^32, so scaling the top 32 random
- * bits by it is unbiased enough and avoids a division. */
-static void shuffle(size_t *a, size_t n, uint64_t *rng)
-{
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(((next_random(rng) >> 32) * (uint64_t)i) >> 32);
-        size_t t = a[i - 1];
-        a[i - 1] = a[j];
-        a[j] = t;
-    }
-}
 
 /* One step on the n examples idx: get the weights, compute, push both
  * gradients and, in bsp and ssp, close the step with ps_clock, which
@@ -622,6 +486,7 @@ int main(int argc, char **argv)
     int rc = 1;
 
     memset(&tr, 0, sizeof tr);
+    complain_as("fashion_mlp");
     /* Line-buffered even into a file or a pipe: each epoch shows up as
      * soon as it ends. */
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -2,20 +2,16 @@
  * Each worker pulls the 785 x 10 weights, computes the gradient of a
  * minibatch from its own slice of the training set and pushes it; the
  * servers apply w -= lr * g (a dense table with the sgd updater). */
-#include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "common.h"
 #include "idx.h"
 #include "psclient.h"
 #include "softmax.h"
 
-#define DEFAULT_DATA "/usr/share/datasets/fashion-mnist"
 #define SHUFFLE_SEED 0x5eedf00dULL
 
 typedef struct options {
@@ -45,41 +41,6 @@ typedef struct trainer {
     float grad[2][SOFTMAX_PARAMS];
 } trainer;
 
-/* "fashion_softmax[I]" once the worker is known, for every message. */
-static char me[64] = "fashion_softmax";
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 1, 2)))
-#endif
-static void complain(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s: ", me);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
-/* Reports a failed psd call: what we were doing, the code's text and the
- * library's detail. Returns -1 so callers can `return report_failure(...)`. */
-static int report_failure(ps_client *c, const char *what, int rc)
-{
-    const char *detail = c ? ps_last_error(c) : "";
-    if (detail && *detail)
-        complain("%s: %s (%s)", what, ps_strerror(rc), detail);
-    else
-        complain("%s: %s", what, ps_strerror(rc));
-    return -1;
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* ---- command line ------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -96,21 +57,6 @@ static void usage(FILE *f)
         "  DIR     Fashion-MNIST IDX files (default " DEFAULT_DATA ")\n"
         "  NAME    dense table, rows 785, dim 10 (default fashion)\n"
         "  --eval  only print the test accuracy of the current weights\n");
-}
-
-/* Parses a decimal int in lo..hi. Returns 0, or -1 after a message. */
-static int parse_int(const char *name, const char *s, int lo, int hi,
-                     int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        complain("%s: '%s' is not a number in %d..%d", name, s, lo, hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
 }
 
 /* Fills *o from argv. Returns 0, or -1 after a message. */
@@ -177,43 +123,7 @@ static int parse_args(int argc, char **argv, options *o)
         complain("--worker %d is not in 0..%d", o->worker, o->workers - 1);
         return -1;
     }
-    snprintf(me, sizeof me, "fashion_softmax[%d]", o->worker);
-    return 0;
-}
-
-/* ---- data --------------------------------------------------------------- */
-
-/* Writes DIR/SPLIT-KIND-ubyteEXT into buf. Returns 0, or -1 if it does not
- * fit. */
-static int data_path(char *buf, size_t size, const char *dir,
-                     const char *split, const char *kind, const char *ext)
-{
-    int n = snprintf(buf, size, "%s/%s-%s-ubyte%s", dir, split, kind, ext);
-    return n >= 0 && (size_t)n < size ? 0 : -1;
-}
-
-/* Loads DIR/SPLIT-images-idx3-ubyte.gz and the matching labels (SPLIT is
- * "train" or "t10k"). Falls back to uncompressed files when those are all
- * there is. Returns 0, or -1 after a message. */
-static int load_split(const char *dir, const char *split, idx_set *out)
-{
-    char images[4096], labels[4096], err[1024];
-    const char *ext = ".gz";
-
-    if (data_path(images, sizeof images, dir, split, "images-idx3", ext) == 0
-        && access(images, F_OK) != 0
-        && data_path(images, sizeof images, dir, split, "images-idx3", "") == 0
-        && access(images, F_OK) == 0)
-        ext = "";
-    if (data_path(images, sizeof images, dir, split, "images-idx3", ext) < 0 ||
-        data_path(labels, sizeof labels, dir, split, "labels-idx1", ext) < 0) {
-        complain("--data: path too long");
-        return -1;
-    }
-    if (idx_load(images, labels, out, err, sizeof err) < 0) {
-        complain("%s", err);
-        return -1;
-    }
+    complain_as("fashion_softmax[%d]", o->worker);
     return 0;
 }
 
@@ -235,23 +145,10 @@ static int open_table(const options *o, ps_client **c, int *table)
         complain("cannot connect to %s: %s", o->servers, ps_strerror(rc));
         return -1;
     }
-    ps_table_info info;
-    rc = ps_table(*c, o->table, &info);
-    if (rc < 0) {
-        char what[128];
-        snprintf(what, sizeof what, "table '%s'", o->table);
-        return report_failure(*c, what, rc);
-    }
-    if (!info.dense || info.dim != SOFTMAX_CLASSES ||
-        info.rows != SOFTMAX_ROWS) {
-        complain("table '%s' is %s with rows %llu, dim %u; want dense, "
-                 "rows %d, dim %d", o->table, info.dense ? "dense" : "sparse",
-                 (unsigned long long)info.rows, (unsigned)info.dim,
-                 SOFTMAX_ROWS, SOFTMAX_CLASSES);
-        return -1;
-    }
-    *table = rc;
-    return 0;
+    uint32_t dim;
+    *table = find_table(*c, o->table, SOFTMAX_ROWS, SOFTMAX_CLASSES,
+                        SOFTMAX_CLASSES, &dim);
+    return *table < 0 ? -1 : 0;
 }
 
 /* Pulls the whole weight matrix into w and waits for it. Returns 0, or -1
@@ -291,28 +188,6 @@ static int evaluate(ps_client *c, int table, float *w, const idx_set *test,
 }
 
 /* ---- training ----------------------------------------------------------- */
-
-/* splitmix64: a tiny generator, so that every run shuffles the same way on
- * every platform. */
-static uint64_t next_random(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Fisher-Yates. The bound is far below 2^32, so scaling the top 32 random
- * bits by it is unbiased enough and avoids a division. */
-static void shuffle(size_t *a, size_t n, uint64_t *rng)
-{
-    for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(((next_random(rng) >> 32) * (uint64_t)i) >> 32);
-        size_t t = a[i - 1];
-        a[i - 1] = a[j];
-        a[j] = t;
-    }
-}
 
 /* One asynchronous SGD step on the n examples idx: pull the weights, compute
  * the gradient, then push it. The previous step's push may still be in
@@ -422,6 +297,7 @@ int main(int argc, char **argv)
     trainer *tr = NULL;
     int table = -1, rc = 1;
 
+    complain_as("fashion_softmax");
     /* Line-buffered even into a pipe: run_fashion.sh shows progress live. */
     setvbuf(stdout, NULL, _IOLBF, 0);
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define IMAGES_MAGIC 0x00000803u  /* uint8 data, 3 dimensions */
 #define LABELS_MAGIC 0x00000801u  /* uint8 data, 1 dimension */
@@ -288,6 +289,36 @@ done:
     else
         idx_destroy(&set);
     return rc;
+}
+
+/* Writes DIR/SPLIT-KIND-ubyteEXT into buf. Returns 0, or -1 if it does not
+ * fit. */
+static int split_path(char *buf, size_t size, const char *dir,
+                      const char *split, const char *kind, const char *ext)
+{
+    int n = snprintf(buf, size, "%s/%s-%s-ubyte%s", dir, split, kind, ext);
+    return n >= 0 && (size_t)n < size ? 0 : -1;
+}
+
+int idx_load_split(const char *dir, const char *split, idx_set *out,
+                   char *err, size_t errlen)
+{
+    char images[4096], labels[4096];
+    const char *ext = ".gz";
+
+    memset(out, 0, sizeof *out);
+    if (split_path(images, sizeof images, dir, split, "images-idx3", ext) == 0
+        && access(images, F_OK) != 0
+        && split_path(images, sizeof images, dir, split, "images-idx3", "") == 0
+        && access(images, F_OK) == 0)
+        ext = "";
+    if (split_path(images, sizeof images, dir, split, "images-idx3", ext) < 0 ||
+        split_path(labels, sizeof labels, dir, split, "labels-idx1", ext) < 0) {
+        /* The trainers take DIR as --data. */
+        snprintf(err, errlen, "--data: path too long");
+        return -1;
+    }
+    return idx_load(images, labels, out, err, errlen);
 }
 
 void idx_destroy(idx_set *s)

@@ -27,6 +27,13 @@ typedef struct idx_set {
 int idx_load(const char *images, const char *labels, idx_set *out,
              char *err, size_t errlen);
 
+/* Loads split SPLIT ("train" or "t10k") from folder DIR:
+ * DIR/SPLIT-images-idx3-ubyte.gz and DIR/SPLIT-labels-idx1-ubyte.gz, or the
+ * same names without ".gz" when the compressed images are missing and the
+ * plain ones are there. Returns and owns like idx_load. */
+int idx_load_split(const char *dir, const char *split, idx_set *out,
+                   char *err, size_t errlen);
+
 /* Frees what idx_load allocated and zeroes *s. Safe on a zeroed set. */
 void idx_destroy(idx_set *s);
 

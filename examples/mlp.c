@@ -1,12 +1,16 @@
 /* One-hidden-layer perceptron math for the examples: ReLU hidden layer,
- * a numerically stable softmax, backpropagation and accuracy. */
+ * backpropagation and accuracy; the output softmax is softmax.c's. */
 #include "mlp.h"
 
-#include <math.h>
 #include <string.h>
+
+#include "softmax.h"
 
 #define F MLP_FEATURES
 #define C MLP_CLASSES
+
+_Static_assert(MLP_CLASSES == SOFTMAX_CLASSES,
+               "the output layer uses softmax.c's functions");
 
 size_t mlp_w1_size(size_t hidden)
 {
@@ -57,39 +61,13 @@ static void output_layer(const mlp_weights *m, const float *r, float *z)
             axpy(z, r[h], m->w2 + h * C, C);
 }
 
-static int argmax(const float *z)
-{
-    int best = 0;
-    for (int k = 1; k < C; k++)
-        if (z[k] > z[best])
-            best = k;
-    return best;
-}
-
-/* Turns logits z into probabilities p and returns -log p[y], the sample's
- * loss. Subtracting the largest logit keeps expf from overflowing, and the
- * loss comes from the shifted logits rather than from logf(p[y]), which
- * would be infinite once p[y] underflows to 0. */
-static float softmax_of(const float *z, int y, float *p)
-{
-    float max = z[argmax(z)];
-    float sum = 0.0f;
-    for (int k = 0; k < C; k++) {
-        p[k] = expf(z[k] - max);
-        sum += p[k];
-    }
-    for (int k = 0; k < C; k++)
-        p[k] /= sum;
-    return logf(sum) - (z[y] - max);
-}
-
 int mlp_forward(const mlp_weights *m, const float *x, float *p)
 {
     float a[MLP_MAX_HIDDEN], r[MLP_MAX_HIDDEN], z[C];
     hidden_layer(m, x, a, r);
     output_layer(m, r, z);
-    softmax_of(z, 0, p);
-    return argmax(z);
+    softmax_cross_entropy(z, 0, p);
+    return softmax_argmax(z);
 }
 
 double mlp_grad(const mlp_weights *m, const float *x, const uint8_t *y,
@@ -108,7 +86,7 @@ double mlp_grad(const mlp_weights *m, const float *x, const uint8_t *y,
 
         hidden_layer(m, xi, a, r);
         output_layer(m, r, z);
-        loss += softmax_of(z, yi, dz);
+        loss += softmax_cross_entropy(z, yi, dz);
         dz[yi] -= 1.0f;             /* dL/dz = p - onehot(y) */
 
         /* Output layer: dL/dw2[h] = r[h] dz, and the error sent back to

@@ -22,91 +22,11 @@ STRAGGLER=$((WORKERS - 1))     # the slow worker of (c1)
 STRAGGLE_MS=6       # a straggler sleeps this long on a random 1 step in 4
 MIN_ACC=0.85
 MAX_DIFF=0.5        # points of accuracy between bsp and single, per epoch
-UP_TIMEOUT=10       # seconds for every node to accept connections
-STOP_TIMEOUT=5      # seconds between SIGTERM and SIGKILL
 
 OUT="$BUILD/mlp-runs"   # per-run ini files and logs
-DAEMONS=""          # pids of the psd nodes of the current run
-WORKER_PIDS=""      # pids of the current run's fashion_mlp processes
-
-say() { printf 'run_modes: %s\n' "$*"; }
-fail() { printf 'run_modes: FAIL: %s\n' "$*" >&2; exit 1; }
-
-# A short sleep; `sleep 0.1` is not POSIX, so fall back to a whole second.
-nap() { sleep 0.1 2>/dev/null || sleep 1; }
-
-now() { date +%s; }
-
-# alive PID: true while PID runs. A child that exited stays a zombie until
-# the shell reaps it and kill -0 still succeeds on a zombie, so ask /proc
-# for its state where there is one.
-alive() {
-    kill -0 "$1" 2>/dev/null || return 1
-    [ -r "/proc/$1/stat" ] || return 0
-    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
-    [ "$state" != Z ]
-}
-
-# stop PID...: SIGTERM, then SIGKILL whatever is still alive after
-# STOP_TIMEOUT seconds. Returns 1 if something had to be killed.
-stop() {
-    [ $# -gt 0 ] || return 0
-    for p in "$@"; do kill -TERM "$p" 2>/dev/null; done
-    end=$(($(now) + STOP_TIMEOUT))
-    for p in "$@"; do
-        while alive "$p" && [ "$(now)" -lt "$end" ]; do nap; done
-    done
-    killed=0
-    for p in "$@"; do
-        if alive "$p"; then
-            kill -KILL "$p" 2>/dev/null
-            killed=1
-        fi
-    done
-    return $killed
-}
-
-# Runs on every exit, including failures and Ctrl-C: whatever is still
-# running gets stopped, so no psd is left holding the ports.
-cleanup() {
-    rc=$?
-    trap - EXIT
-    if [ -n "$WORKER_PIDS$DAEMONS" ]; then
-        say "stopping what is still running"
-        # shellcheck disable=SC2086  # word splitting of pid lists wanted
-        stop $WORKER_PIDS $DAEMONS ||
-            say "some processes ignored SIGTERM for ${STOP_TIMEOUT}s; killed"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-
-# Prints "host port" for each node of the [cluster] nodes line, e.g.
-# `nodes = 127.0.0.1:7080, 127.0.0.1:7081 ; comment`. Wildcard addresses
-# become loopback, which is where this script connects.
-ini_nodes() {
-    awk '
-        /^[ \t]*\[/ {
-            sect = $0; sub(/[;#].*/, "", sect); gsub(/[][ \t\r]/, "", sect)
-            next
-        }
-        sect == "cluster" && /^[ \t]*nodes[ \t]*=/ {
-            sub(/^[^=]*=/, ""); sub(/[;#].*/, "")
-            n = split($0, a, ",")
-            for (i = 1; i <= n; i++) {
-                e = a[i]; gsub(/[ \t\r]/, "", e)
-                if (e == "") continue
-                port = e; sub(/.*:/, "", port)
-                host = e; sub(/:[^:]*$/, "", host); gsub(/[][]/, "", host)
-                if (host == "0.0.0.0") host = "127.0.0.1"
-                if (host == "::") host = "::1"
-                print host, port
-            }
-        }' "$1"
-}
+PROG=run_modes
+# shellcheck source=examples/cluster.sh
+. "$(dirname "$0")/cluster.sh"
 
 # run_ini MODE WORKERS: prints INI with only the tables W1_MODE and W2_MODE
 # and `workers = WORKERS` in [cluster]. Comments and the rest are kept.
@@ -123,89 +43,11 @@ run_ini() {
         keep' "$INI"
 }
 
-# How to test a port: bash's /dev/tcp, else python3, else nothing.
-if command -v bash >/dev/null 2>&1; then
-    PROBE=bash
-elif command -v python3 >/dev/null 2>&1; then
-    PROBE=python3
-else
-    PROBE=none
-fi
-
-# port_open HOST PORT: true if something accepts connections there.
-port_open() {
-    case $PROBE in
-    bash)
-        bash -c 'exec 3<>"/dev/tcp/$1/$2"' probe "$1" "$2" 2>/dev/null ;;
-    python3)
-        python3 -c 'import socket, sys
-socket.create_connection((sys.argv[1], int(sys.argv[2])), 1).close()' \
-            "$1" "$2" 2>/dev/null ;;
-    *)
-        return 1 ;;
-    esac
-}
-
-# wait_up HOST PORT ...: waits until every node accepts connections, at
-# most UP_TIMEOUT seconds in all. Fails early if a node exits.
-wait_up() {
-    if [ "$PROBE" = none ]; then
-        say "neither bash nor python3 to probe the ports; waiting 3 s"
-        sleep 3
-        return 0
-    fi
-    end=$(($(now) + UP_TIMEOUT))
-    n=0
-    while [ $# -ge 2 ]; do
-        until port_open "$1" "$2"; do
-            i=0
-            for p in $DAEMONS; do
-                alive "$p" || { say "psd node $i exited at startup"; return 1; }
-                i=$((i + 1))
-            done
-            if [ "$(now)" -ge "$end" ]; then
-                say "node $n ($1:$2) refuses connections after ${UP_TIMEOUT} s"
-                return 1
-            fi
-            nap
-        done
-        shift 2
-        n=$((n + 1))
-    done
-}
-
-# ports_free: fails if a node's port already answers (a psd from an
-# earlier run would answer in place of ours).
-ports_free() {
-    # shellcheck disable=SC2086
-    set -- $NODES
-    while [ $# -ge 2 ]; do
-        if port_open "$1" "$2"; then
-            say "$1:$2 is already in use (a psd from an earlier run?)"
-            return 1
-        fi
-        shift 2
-    done
-}
-
-# Stops the nodes with SIGTERM and checks that each exits 0 in time.
-# $1 names the run, for the log paths.
-stop_daemons() {
-    ok=0
-    # shellcheck disable=SC2086
-    stop $DAEMONS || { say "a psd node ignored SIGTERM; killed it"; ok=1; }
-    n=0
-    for p in $DAEMONS; do
-        wait "$p"
-        st=$?
-        if [ "$st" -ne 0 ]; then
-            say "psd node $n exited with status $st (see $OUT/$1-node$n.log)"
-            ok=1
-        fi
-        n=$((n + 1))
-    done
-    DAEMONS=""
-    return $ok
+# worker_exited I STATUS: wait_each's report for the current run's workers.
+worker_exited() {
+    [ "$2" -eq 0 ] && return 0
+    say "$name: worker $1 failed with status $2:"
+    tail -n 5 "$OUT/$name-worker$1.log" | sed 's/^/    /'
 }
 
 # run NAME MODE CLUSTER_WORKERS PROCS: one training job on fresh nodes
@@ -217,19 +59,9 @@ run() {
     name=$1 mode=$2 cw=$3 procs=$4
     ini="$OUT/$name.ini"
     run_ini "$mode" "$cw" >"$ini" || return 1
-    ports_free || return 1
-
-    n=0
-    while [ "$n" -lt "$NNODES" ]; do
-        "$BUILD/psd" -c "$ini" -n "$n" >"$OUT/$name-node$n.log" 2>&1 &
-        DAEMONS="$DAEMONS $!"
-        n=$((n + 1))
-    done
-    # shellcheck disable=SC2086
-    if ! wait_up $NODES; then
-        stop_daemons "$name"
-        return 1
-    fi
+    ports_free say || return 1
+    NODE_LOGS="$OUT/$name-"
+    start_nodes "$ini" || { stop_nodes; return 1; }
 
     w=0
     while [ "$w" -lt "$procs" ]; do
@@ -250,21 +82,26 @@ run() {
     done
 
     ok=0
-    w=0
-    for p in $WORKER_PIDS; do
-        wait "$p"
-        st=$?
-        if [ "$st" -ne 0 ]; then
-            say "$name: worker $w failed with status $st:"
-            tail -n 5 "$OUT/$name-worker$w.log" | sed 's/^/    /'
-            ok=1
-        fi
-        w=$((w + 1))
-    done
+    # shellcheck disable=SC2086
+    wait_each worker_exited $WORKER_PIDS || ok=1
     WORKER_PIDS=""
-    stop_daemons "$name" || ok=1
+    stop_nodes || ok=1
     sed 's/^/    /' "$OUT/$name-worker0.log"
     return $ok
+}
+
+# run_each PART NOTE NAME...: runs each NAME (its mode, a dash, the rest)
+# with WORKERS workers after saying "(PART) NAME: MODE, N workers; NOTE".
+# Adds the names to RUNS and sets failed=1 if a run fails.
+run_each() {
+    part=$1 note=$2
+    shift 2
+    for r in "$@"; do
+        m=${r%%-*}
+        say "($part) $r: $m, $WORKERS workers; $note"
+        run "$r" "$m" "$WORKERS" "$WORKERS" || failed=1
+        RUNS="$RUNS $r"
+    done
 }
 
 # Figures from a run's worker 0 log.
@@ -275,11 +112,6 @@ accs() {            # the accuracy after each epoch, space-separated
 final_acc() { sed -n 's/^final test accuracy: //p' "$OUT/$1-worker0.log"; }
 wall() {            # seconds from the first step to the final evaluation
     sed -n 's/^total wall time: \([0-9.]*\) s/\1/p' "$OUT/$1-worker0.log"
-}
-
-# at_least A MIN: true if the number A is >= MIN.
-at_least() {
-    awk -v a="$1" -v m="$2" 'BEGIN { exit !(a != "" && a + 0 >= m + 0) }'
 }
 
 # ---- setup -------------------------------------------------------------------
@@ -317,21 +149,11 @@ run single bsp 1 1 || failed=1
 RUNS="$RUNS single"
 STRAGGLE_ARGS="--straggle $STRAGGLE_MS"
 SLOW=$STRAGGLER
-for r in bsp-slow3-1 ssp-slow3-1 ssp-slow3-2 bsp-slow3-2; do
-    m=${r%%-*}
-    say "(c1) $r: $m, $WORKERS workers; worker $STRAGGLER sleeps" \
-        "${STRAGGLE_MS} ms on a random 1 step in 4 (the same steps every run)"
-    run "$r" "$m" "$WORKERS" "$WORKERS" || failed=1
-    RUNS="$RUNS $r"
-done
+run_each c1 "worker $STRAGGLER sleeps ${STRAGGLE_MS} ms on a random 1 step in 4\
+ (the same steps every run)" bsp-slow3-1 ssp-slow3-1 ssp-slow3-2 bsp-slow3-2
 SLOW=$(seq 0 $((WORKERS - 1)) | tr '\n' ' ')
-for r in bsp-slowall ssp-slowall; do
-    m=${r%%-*}
-    say "(c2) $r: $m, $WORKERS workers; each sleeps ${STRAGGLE_MS} ms on" \
-        "its own random 1 step in 4"
-    run "$r" "$m" "$WORKERS" "$WORKERS" || failed=1
-    RUNS="$RUNS $r"
-done
+run_each c2 "each sleeps ${STRAGGLE_MS} ms on its own random 1 step in 4" \
+    bsp-slowall ssp-slowall
 
 # ---- summary -----------------------------------------------------------------
 

@@ -23,7 +23,7 @@ static void logits(const float *w, const float *x, float *z)
     }
 }
 
-static int argmax(const float *z)
+int softmax_argmax(const float *z)
 {
     int best = 0;
     for (int k = 1; k < C; k++)
@@ -32,13 +32,12 @@ static int argmax(const float *z)
     return best;
 }
 
-/* Turns logits z into probabilities p and returns -log p[y], the sample's
- * loss. Subtracting the largest logit keeps expf from overflowing, and the
- * loss comes from the shifted logits rather than from logf(p[y]), which
- * would be infinite once p[y] underflows to 0. */
-static float softmax_of(const float *z, int y, float *p)
+/* Subtracting the largest logit keeps expf from overflowing, and the loss
+ * comes from the shifted logits rather than from logf(p[y]), which would be
+ * infinite once p[y] underflows to 0. */
+float softmax_cross_entropy(const float *z, int y, float *p)
 {
-    float max = z[argmax(z)];
+    float max = z[softmax_argmax(z)];
     float sum = 0.0f;
     for (int k = 0; k < C; k++) {
         p[k] = expf(z[k] - max);
@@ -53,8 +52,8 @@ int softmax_forward(const float *w, const float *x, float *p)
 {
     float z[C];
     logits(w, x, z);
-    softmax_of(z, 0, p);
-    return argmax(z);
+    softmax_cross_entropy(z, 0, p);
+    return softmax_argmax(z);
 }
 
 double softmax_grad(const float *w, const float *x, const uint8_t *y,
@@ -69,7 +68,7 @@ double softmax_grad(const float *w, const float *x, const uint8_t *y,
         int yi = y[idx[i]];
 
         logits(w, xi, z);
-        loss += softmax_of(z, yi, d);
+        loss += softmax_cross_entropy(z, yi, d);
         d[yi] -= 1.0f;          /* dL/dz = p - onehot(y) */
 
         for (size_t j = 0; j < F; j++) {
@@ -99,7 +98,7 @@ double softmax_accuracy(const float *w, const float *x, const uint8_t *y,
 
     for (size_t i = 0; i < n; i++) {
         logits(w, x + i * F, z);
-        if (argmax(z) == y[i])
+        if (softmax_argmax(z) == y[i])
             right++;
     }
     return n ? (double)right / (double)n : 0.0;

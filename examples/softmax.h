@@ -17,6 +17,15 @@
  * holds the class biases. This is the layout of a dense psd table with
  * rows = 785 and dim = 10. Images are SOFTMAX_FEATURES floats each. */
 
+/* The index of the largest of the SOFTMAX_CLASSES logits z (the first on a
+ * tie). */
+int softmax_argmax(const float *z);
+
+/* Turns the SOFTMAX_CLASSES logits z into probabilities p and returns
+ * -log p[y], the cross-entropy loss of a sample of class y. z and p may
+ * not overlap. Shared with the output layer of mlp.c. */
+float softmax_cross_entropy(const float *z, int y, float *p);
+
 /* Writes the class probabilities of image x into p (SOFTMAX_CLASSES floats)
  * and returns the most likely class. */
 int softmax_forward(const float *w, const float *x, float *p);
