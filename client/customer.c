@@ -10,6 +10,8 @@
 
 /* Room for a message's fields around its payloads. */
 #define MSG_OVERHEAD 64
+/* Payload a part aims at; see rows_per_part. */
+#define PART_BYTES (1024 * 1024)
 
 static uint32_t shard_of(const ps_shape *sh, uint64_t key)
 {
@@ -78,21 +80,58 @@ static int check_size(const ps_shape *sh, uint64_t rows, uint64_t keybytes,
     return 0;
 }
 
+/* Rows per part when each row costs rowb bytes of payload: a large
+ * request travels as several messages of about PART_BYTES, so the server
+ * starts on the first while the rest is still on the wire and its replies
+ * stream back meanwhile, instead of one long store-and-forward. */
+static size_t rows_per_part(size_t rowb)
+{
+    size_t r = PART_BYTES / rowb;
+    return r ? r : 1;
+}
+
+/* Fills the parts of one node's keys, chunk by chunk. keys, vals (when
+ * pushing) and pos (NULL: rows land in order at out) describe the node's
+ * rows; k is the index of its first part. Returns the next index. */
+static int fill_parts(ps_req *r, const ps_shape *sh, int op, int nd, int k,
+                      const uint64_t *keys, size_t n, const char *vals,
+                      float *out, const uint32_t *pos, size_t rpp)
+{
+    size_t rowb = (size_t)sh->table->dim * sizeof(float);
+    for (size_t a = 0; a < n; a += rpp, k++) {
+        size_t m = n - a < rpp ? n - a : rpp;
+        ps_part *p = &r->parts[k];
+        part_init(p, sh, op, nd, (uint32_t)k);
+        p->msg.keys = (const char *)(keys + a);
+        p->msg.nkeys = m;
+        if (is_push(op)) {
+            p->msg.vals = vals + a * rowb;
+            p->msg.vals_len = m * rowb;
+        }
+        if (is_pull(op)) {
+            p->out = pos ? out : out + a * sh->table->dim;
+            p->pos = pos ? pos + a : NULL;
+        }
+    }
+    return k;
+}
+
 int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
                 const float *vals, float *out, ps_req **reqp, char *err,
                 size_t errlen)
 {
     const psw_table_desc *t = sh->table;
     size_t dim = t->dim, rowb = dim * sizeof(float);
+    size_t rpp = rows_per_part(rowb + 8);
     if (n > UINT32_MAX) {
         snprintf(err, errlen, "%zu keys in one request; at most %u", n,
                  UINT32_MAX);
         return PS_ETOOBIG;
     }
-    int *count = calloc((size_t)sh->nnodes, sizeof *count);
+    size_t *count = calloc((size_t)sh->nnodes, sizeof *count);
     if (!count)
         return PS_ENOMEM;
-    int nparts = 0, one = -1;
+    int used = 0, one = -1;
     for (size_t i = 0; i < n; i++) {
         if (t->dense && keys[i] >= t->rows) {
             snprintf(err, errlen, "table '%s' has no row %llu (rows = %llu)",
@@ -104,42 +143,42 @@ int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
         /* One node holds everything: no key needs hashing. */
         int nd = sh->nnodes == 1 ? 0 : node_of(sh, keys[i]);
         if (count[nd]++ == 0) {
-            nparts++;
+            used++;
             one = nd;
         }
     }
+    size_t nparts = 0;
     for (int nd = 0; nd < sh->nnodes; nd++) {
-        int rc = count[nd] ? check_size(sh, (uint64_t)count[nd],
-                                        8 * (uint64_t)count[nd], err, errlen)
-                           : 0;
+        nparts += (count[nd] + rpp - 1) / rpp;
+        uint64_t m = count[nd] < rpp ? count[nd] : rpp;
+        int rc = m ? check_size(sh, m, 8 * m, err, errlen) : 0;
         if (rc) {
             free(count);
             return rc;
         }
     }
+    if (nparts > 65535) {
+        snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
+                 "%zu messages; at most 65535", n, t->name, nparts);
+        free(count);
+        return PS_ETOOBIG;
+    }
 
     ps_req *r;
-    if (nparts == 1) {
-        /* The common case for small requests: nothing to copy. */
-        r = req_alloc(1, 0, NULL);
+    if (used == 1) {
+        /* The common case: every key on one node, nothing to copy. */
+        r = req_alloc((int)nparts, 0, NULL);
         if (!r)
             goto oom;
-        ps_part *p = &r->parts[0];
-        part_init(p, sh, op, one, 0);
-        p->msg.keys = (const char *)keys;
-        p->msg.nkeys = n;
-        if (is_push(op)) {
-            p->msg.vals = (const char *)vals;
-            p->msg.vals_len = n * rowb;
-        }
-        p->out = is_pull(op) ? out : NULL;
+        fill_parts(r, sh, op, one, 0, keys, n, (const char *)vals, out, NULL,
+                   rpp);
     } else {
         /* Group keys (and values) by node with a counting sort; pos maps
          * each grouped key back to the caller's index for the pull. */
         size_t extra = n * 8 + (is_pull(op) ? n * 4 : 0) +
                        (is_push(op) ? n * rowb : 0);
         void *tail;
-        r = req_alloc(nparts, extra, &tail);
+        r = req_alloc((int)nparts, extra, &tail);
         if (!r)
             goto oom;
         uint64_t *gk = tail;
@@ -150,25 +189,14 @@ int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
             free(r);
             goto oom;
         }
+        for (int nd = 0; nd < sh->nnodes; nd++)
+            start[nd + 1] = start[nd] + count[nd];
         int k = 0;
-        for (int nd = 0; nd < sh->nnodes; nd++) {
-            start[nd + 1] = start[nd] + (size_t)count[nd];
-            if (!count[nd])
-                continue;
-            ps_part *p = &r->parts[k];
-            part_init(p, sh, op, nd, (uint32_t)k);
-            p->msg.keys = (const char *)(gk + start[nd]);
-            p->msg.nkeys = (size_t)count[nd];
-            if (is_push(op)) {
-                p->msg.vals = gv + start[nd] * rowb;
-                p->msg.vals_len = (size_t)count[nd] * rowb;
-            }
-            if (pos) {
-                p->out = out;
-                p->pos = pos + start[nd];
-            }
-            k++;
-        }
+        for (int nd = 0; nd < sh->nnodes; nd++)
+            if (count[nd])
+                k = fill_parts(r, sh, op, nd, k, gk + start[nd], count[nd],
+                               gv ? gv + start[nd] * rowb : NULL, out,
+                               pos ? pos + start[nd] : NULL, rpp);
         for (size_t i = 0; i < n; i++) {
             size_t at = start[node_of(sh, keys[i])]++;
             gk[at] = keys[i];
@@ -196,12 +224,15 @@ oom:
     return PS_ENOMEM;
 }
 
-/* The row after the run of rows that starts at `row` and lives on one
- * node (bounded by end). */
-static uint64_t run_end(const ps_shape *sh, uint64_t row, uint64_t end)
+/* The row after the run of rows that starts at `row`, lives on one node
+ * and is at most rpp rows long (bounded by end). */
+static uint64_t run_end(const ps_shape *sh, uint64_t row, uint64_t end,
+                        uint64_t rpp)
 {
     int nd = node_of(sh, row);
     uint64_t stop = row;
+    if (end - row > rpp)
+        end = row + rpp;
     while (stop < end && node_of(sh, stop) == nd)
         stop = psw_dense_shard_start(sh->table->rows, sh->shards,
                                      shard_of(sh, stop) + 1);
@@ -227,9 +258,17 @@ int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
     }
     /* A run is a stretch of consecutive non-empty shards on one node;
      * with more than one node every shard is its own run. */
+    uint64_t rpp = rows_per_part((size_t)t->dim * sizeof(float));
     int nparts = 0;
-    for (uint64_t row = first; row < first + count; nparts++)
-        row = run_end(sh, row, first + count);
+    for (uint64_t row = first; row < first + count && nparts <= 65535;
+         nparts++)
+        row = run_end(sh, row, first + count, rpp);
+    if (nparts > 65535) {
+        snprintf(err, errlen, "rows %llu..%llu of table '%s' need more than "
+                 "65535 messages; split the range", (unsigned long long)first,
+                 (unsigned long long)(first + count - 1), t->name);
+        return PS_ETOOBIG;
+    }
     ps_req *r = req_alloc(nparts, 0, NULL);
     if (!r)
         return PS_ENOMEM;
@@ -237,7 +276,7 @@ int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
     uint64_t row = first, end = first + count;
     for (int k = 0; k < nparts; k++) {
         int nd = node_of(sh, row);
-        uint64_t stop = run_end(sh, row, end);
+        uint64_t stop = run_end(sh, row, end, rpp);
         int rc = check_size(sh, stop - row, 0, err, errlen);
         if (rc) {
             free(r);

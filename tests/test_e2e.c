@@ -872,6 +872,42 @@ static void ranges_of_a_table_with_fewer_rows_than_shards_work(void **state)
     assert_int_equal(cluster_stop(&two), 0);
 }
 
+static void large_requests_travel_in_parts_and_arrive_whole(void **state)
+{
+    (void)state;
+    test_cluster two;
+    assert_int_equal(cluster_start(&two, 2, 4,
+                                   "[table.big]\nkind = dense\nrows = 8192\n"
+                                   "dim = 1024\nupdater = sum\n"), 0);
+    ps_client *c = open_or_fail(two.spec);
+    int t = table_id(c, "big");
+    enum { ROWS = 4096, DIM = 1024 };        /* 16 MiB of rows */
+    float *v = malloc((size_t)ROWS * DIM * sizeof *v);
+    float *out = malloc((size_t)ROWS * DIM * sizeof *out);
+    uint64_t *keys = malloc(ROWS * sizeof *keys);
+    for (size_t i = 0; i < (size_t)ROWS * DIM; i++)
+        v[i] = (float)(i % 65521);
+    for (int i = 0; i < ROWS; i++)
+        keys[i] = (uint64_t)(ROWS - 1 - i) * 2;   /* every other row, reversed */
+    wait_ok(c, ps_push_range(c, t, 1000, ROWS, v, NULL, NULL));
+    wait_ok(c, ps_pull_range(c, t, 1000, ROWS, out, NULL, NULL));
+    assert_memory_equal(out, v, (size_t)ROWS * DIM * sizeof *v);
+    wait_ok(c, ps_push(c, t, keys, ROWS, v, NULL, NULL));
+    wait_ok(c, ps_pushpull(c, t, keys, ROWS, v, out, NULL, NULL));
+    for (int i = 0; i < ROWS; i++) {
+        uint64_t row = keys[i];
+        float before = row >= 1000 && row < 1000 + ROWS
+                           ? v[(row - 1000) * DIM] : 0.0f;
+        expect_float(out[(size_t)i * DIM], before + 2 * v[(size_t)i * DIM],
+                     "first float of pulled row", (size_t)i);
+    }
+    free(v);
+    free(out);
+    free(keys);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&two), 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -909,6 +945,7 @@ int main(void)
         cmocka_unit_test(reader_that_stops_reading_loses_nothing),
         cmocka_unit_test(replies_of_a_batch_larger_than_max_frame_all_arrive),
         cmocka_unit_test(ranges_of_a_table_with_fewer_rows_than_shards_work),
+        cmocka_unit_test(large_requests_travel_in_parts_and_arrive_whole),
     };
     return cmocka_run_group_tests_name("e2e", tests, group_setup,
                                        group_teardown);
