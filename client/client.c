@@ -384,7 +384,7 @@ static size_t frame_parts(const nconn *nc, uint64_t max_frame)
 {
     size_t n = 0, bytes = 16;
     for (ps_part *p = nc->q_head; p; p = p->next) {
-        if (n && bytes + p->wire_bytes > max_frame)
+        if (n && (bytes + p->wire_bytes > max_frame || n == PSW_MAX_MSGS))
             break;
         bytes += p->wire_bytes;
         n++;
@@ -633,7 +633,7 @@ static void handle_frame(nconn *nc, const char *body, size_t len)
     int n;
     msgpack_zone_clear(&nc->zone);
     if (psw_frame_decode(body, len, &nc->zone, &obj, err, sizeof err) ||
-        (n = psw_frame_messages(&obj, 1u << 20, &msgs, err, sizeof err)) < 0) {
+        (n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err, sizeof err)) < 0) {
         nc_drop(nc, PS_EPROTO, "bad frame from %s: %s", nc->name, err);
         return;
     }
@@ -643,10 +643,13 @@ static void handle_frame(nconn *nc, const char *body, size_t len)
     }
     for (int i = 0; i < n && nc->state == NC_READY; i++) {
         psw_msg m;
-        if (psw_msg_decode(&msgs[i], &m, err, sizeof err) ||
-            m.op != PSW_OP_REPLY) {
-            nc_drop(nc, PS_EPROTO, "bad reply from %s: %s", nc->name,
-                    m.op != PSW_OP_REPLY ? "not a reply" : err);
+        if (psw_msg_decode(&msgs[i], &m, err, sizeof err)) {
+            nc_drop(nc, PS_EPROTO, "bad reply from %s: %s", nc->name, err);
+            return;
+        }
+        if (m.op != PSW_OP_REPLY) {
+            nc_drop(nc, PS_EPROTO, "bad reply from %s: op %d is not a reply",
+                    nc->name, m.op);
             return;
         }
         ps_part *p = ps_map_del(&nc->fly_map, fly_key(m.ts, m.part));

@@ -211,9 +211,13 @@ int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
     r->op = op;
     r->dim = t->dim;
     r->bytes = n * 8 + (is_push(op) ? n * rowb : 0) + (is_pull(op) ? n * rowb : 0);
+    /* A frame's size budget covers its replies too: the server refuses
+     * frames whose replies would exceed max_frame. */
     for (int i = 0; i < r->nparts; i++)
         r->parts[i].wire_bytes = MSG_OVERHEAD + r->parts[i].msg.nkeys * 8 +
-                                 r->parts[i].msg.vals_len;
+                                 r->parts[i].msg.vals_len +
+                                 (is_pull(op) ? r->parts[i].msg.nkeys * rowb
+                                              : 0);
     if (sh->table->consistency == 2 && is_pull(op))
         for (int i = 0; i < r->nparts; i++)
             r->parts[i].slow = 1;    /* an ssp pull may be held */
@@ -292,7 +296,10 @@ int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
             p->msg.vals_len = (size_t)(stop - row) * dim * sizeof(float);
         }
         p->out = is_pull(op) ? out + off : NULL;
-        p->wire_bytes = MSG_OVERHEAD + p->msg.vals_len;
+        p->wire_bytes = MSG_OVERHEAD + p->msg.vals_len +
+                        (is_pull(op) ? (size_t)(stop - row) * dim *
+                                           sizeof(float)
+                                     : 0);
         row = stop;
     }
     r->op = op;

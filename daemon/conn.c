@@ -15,8 +15,8 @@
 /* Before HELLO a peer may send only a small frame (redis does the same
  * before AUTH): nothing large is buffered for an unknown peer. */
 #define PRE_HELLO_MAX_FRAME 4096
-/* Messages in one frame. */
-#define MAX_MSGS 65536
+/* Room for a reply's fields and error text, besides its rows. */
+#define REPLY_FIELDS 512
 /* Replies are handed to the socket once this many bytes are batched. */
 #define FLUSH_BYTES (256 * 1024)
 
@@ -244,7 +244,7 @@ static void reply_error(psd_conn *c, const psw_msg *m, int status,
 static void reply_rows(psd_conn *c, const psw_msg *m, psd_table *t,
                        size_t nbytes)
 {
-    size_t mark = psw_out_mark(&c->out);
+    psw_mark mark = psw_out_mark(&c->out);
     uint64_t clock = psd_table_conf_get(t)->consistency == PSD_CONS_ASYNC
                          ? 0 : c->srv->global;
     char *p = psw_pack_reply(&c->out, m->ts, m->part, PSW_OK, NULL, nbytes,
@@ -349,7 +349,7 @@ static void dispatch(psd_conn *c, const psw_msg *m)
 static size_t reply_bound(const psd_conn *c, const psw_msg *m)
 {
     const psd_server *s = c->srv;
-    size_t bound = 512;
+    size_t bound = REPLY_FIELDS;
     if (m->table >= (uint32_t)s->ntables || m->op == PSW_OP_PUSH ||
         m->op == PSW_OP_PUSH_RANGE)
         return bound;
@@ -420,7 +420,7 @@ static void handle_frame(psd_conn *c, const char *body, size_t len)
     c->srv->stats.frames++;
     msgpack_zone_clear(&c->zone);
     if (psw_frame_decode(body, len, &c->zone, &obj, err, sizeof err) ||
-        (n = psw_frame_messages(&obj, MAX_MSGS, &msgs, err, sizeof err)) < 0) {
+        (n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err, sizeof err)) < 0) {
         reject(c, err);
         return;
     }
@@ -453,6 +453,24 @@ static void handle_frame(psd_conn *c, const char *body, size_t len)
             reject(c, why);
             return;
         }
+    }
+    /* The rows one frame asks for may not exceed max_frame: otherwise a
+     * single small frame of range pulls could make psd build gigabytes of
+     * replies before backpressure gets a say. Clients budget their frames
+     * the same way. */
+    uint64_t rows_bytes = 0;
+    for (int i = 0; i < n; i++)
+        rows_bytes += reply_bound(c, &m[i]) - REPLY_FIELDS;
+    if (rows_bytes > c->srv->cfg.max_frame) {
+        char why[200];
+        snprintf(why, sizeof why, "the replies to one frame would carry %llu "
+                 "bytes of rows; max_frame is %llu",
+                 (unsigned long long)rows_bytes,
+                 (unsigned long long)c->srv->cfg.max_frame);
+        if (m != &one)
+            free(m);
+        reject(c, why);
+        return;
     }
     /* Replies go out in frames of at most max_frame, the limit clients
      * read with: a frame of many pulls may need several reply frames. */
@@ -622,10 +640,4 @@ void psd_conn_shutdown(psd_conn *c)
     c->shutting = 1;
     pause_reading(c);
     maybe_finish(c);
-}
-
-void psd_conn_set_max_frame(psd_conn *c, uint64_t max_frame)
-{
-    if (c->hello_done)
-        c->rd.max_frame = (size_t)max_frame;
 }

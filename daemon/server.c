@@ -187,6 +187,9 @@ static const char *layout_change(const psd_config *a, const psd_config *b)
     }
     if (strcmp(a->auth_token, b->auth_token))
         return "auth_token changed";
+    /* Connected clients size their frames by the value they were told. */
+    if (a->max_frame != b->max_frame)
+        return "max_frame changed";
     return NULL;
 }
 
@@ -210,14 +213,10 @@ void psd_server_reload(psd_server *s)
         s->cfg.tables[i].upd = nc.tables[i].upd;
     }
     s->cfg.log_level = nc.log_level;
-    s->cfg.max_frame = nc.max_frame;
     s->cfg.max_output = nc.max_output;
     s->cfg.max_connections = nc.max_connections;
     s->cfg.snapshot_interval = nc.snapshot_interval;
-    s->layout.max_frame = nc.max_frame;
     psd_log_set_level(nc.log_level);
-    for (psd_conn *c = s->conns; c; c = psd_conn_next(c))
-        psd_conn_set_max_frame(c, nc.max_frame);
     psd_config_destroy(&nc);
     psd_info("reloaded %s", s->cfg_path);
 }

@@ -54,7 +54,7 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
 int psd_server_listen(psd_server *s, char *err, size_t errlen);
 
 /* Re-reads the config file and applies what can change live: updater
- * hyper-parameters, log level, max_frame, max_output, max_connections.
+ * hyper-parameters, log level, max_output, max_connections.
  * A file that does not parse, or that changes the layout, is logged and
  * the running configuration kept. */
 void psd_server_reload(psd_server *s);
@@ -70,8 +70,6 @@ void psd_server_destroy(psd_server *s);
 void psd_conn_accept(psd_server *s);
 /* conn.c: stop reading, flush, close (shutdown path). */
 void psd_conn_shutdown(psd_conn *c);
-/* conn.c: apply a new max_frame to an open connection (reload). */
-void psd_conn_set_max_frame(psd_conn *c, uint64_t max_frame);
 psd_conn *psd_conn_next(psd_conn *c);
 
 #endif

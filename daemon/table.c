@@ -490,8 +490,15 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
                 continue;
             float *g = sparse_ref(a, s, s->slots[j].row).w;
             rowref r;
-            if (locate(t, s->slots[j].key, &r))
+            /* Cleared as it is applied, so a failure part way through
+             * never applies a row twice at the next clock. */
+            s->slots[j].row = EMPTY;
+            if (locate(t, s->slots[j].key, &r)) {
+                s->nrows = 0;
+                for (size_t k = 0; k < s->hcap; k++)
+                    s->slots[k].row = EMPTY;
                 return PSW_ENOMEM;
+            }
             if (scale != 1.0f)
                 for (uint32_t k = 0; k < d; k++)
                     g[k] *= scale;

@@ -114,14 +114,21 @@ char *psw_out_bin_reserve(psw_out *o, size_t len);
 /* A position in the frame buffer, and a return to it: drops everything
  * packed since the mark. Valid only when no payload was referenced (with
  * psw_out_bin) after the mark. */
-static inline size_t psw_out_mark(const psw_out *o)
+typedef struct psw_mark {
+    size_t size;
+    uint32_t msgs;
+} psw_mark;
+
+static inline psw_mark psw_out_mark(const psw_out *o)
 {
-    return o->sb.size;
+    psw_mark m = { o->sb.size, o->frame_msgs };
+    return m;
 }
 
-static inline void psw_out_rewind(psw_out *o, size_t mark)
+static inline void psw_out_rewind(psw_out *o, psw_mark mark)
 {
-    o->sb.size = mark;
+    o->sb.size = mark.size;
+    o->frame_msgs = mark.msgs;
 }
 
 /* Number of iovecs psw_out_iov needs. */

@@ -28,6 +28,7 @@ enum psw_op {
 };
 
 /* Limits that keep a hostile or buggy peer from making us allocate. */
+#define PSW_MAX_MSGS 65536       /* messages in one frame */
 #define PSW_MAX_NODES 4096
 #define PSW_MAX_TABLES 4096
 #define PSW_NAME_MAX 64
