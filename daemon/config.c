@@ -123,6 +123,8 @@ static const setting settings[] = {
       KIB, TIB, 0, NULL, 0 },
     { SC_SERVER, "max_connections", T_INT, "1024", CL(max_connections),
       1, 1048576, 0, NULL, 0 },
+    { SC_SERVER, "hello_timeout", T_INT, "10", CL(hello_timeout),
+      1, 3600, 0, NULL, 0 },
     /* [table.NAME] */
     { SC_TABLE, "kind", T_WORD, "sparse", TB(dense), 0, 0, 0, kind_words, 0 },
     { SC_TABLE, "dim", T_U32, NULL, TB(dim), 1, 65536, 0, NULL, REQUIRED },

@@ -84,6 +84,8 @@ typedef struct psd_config {
     uint64_t max_output;         /* per-connection queued output before the
                                     connection stops being read; default 16M */
     int max_connections;         /* default 1024 */
+    int hello_timeout;           /* seconds a new connection has to send
+                                    HELLO before it is closed; default 10 */
     /* [table.NAME] sections in file order; owned */
     psd_table_conf *tables;
     int ntables;

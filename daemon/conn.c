@@ -39,6 +39,7 @@ struct psd_conn {
     int has_spare;
     size_t queued;               /* bytes handed to uv_write, not done */
     int hello_done;
+    uint64_t accepted_ms;        /* loop time of accept, for hello_timeout */
     uint64_t client_id;
     int32_t worker;
     int paused;                  /* reads and parsing stopped */
@@ -602,6 +603,7 @@ void psd_conn_accept(psd_server *s)
         return;
     }
     s->stats.conns_accepted++;
+    c->accepted_ms = uv_now(s->loop);
     uv_tcp_nodelay(&c->tcp, 1);
     psd_debug("connection from %s", c->peer);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -630,6 +632,20 @@ void psd_conn_release(psd_conn *c, const psw_msg *m, int status,
     if (own) {
         psw_out_frame_end(&c->out);
         flush(c);
+    }
+}
+
+void psd_conn_sweep(psd_server *s)
+{
+    uint64_t now = uv_now(s->loop), limit = (uint64_t)s->cfg.hello_timeout * 1000;
+    for (psd_conn *c = s->conns, *n; c; c = n) {
+        n = c->next;
+        if (!c->hello_done && !c->closing && now - c->accepted_ms >= limit) {
+            char why[64];
+            snprintf(why, sizeof why, "no HELLO within %d s",
+                     s->cfg.hello_timeout);
+            reject(c, why);
+        }
     }
 }
 

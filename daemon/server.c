@@ -127,6 +127,11 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
     return 0;
 }
 
+static void on_sweep(uv_timer_t *t)
+{
+    psd_conn_sweep(t->data);
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
     psd_server *s = l->data;
@@ -158,6 +163,9 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
         return -1;
     }
     uv_tcp_nodelay(&s->listener, 1);
+    uv_timer_init(s->loop, &s->sweep_timer);
+    s->sweep_timer.data = s;
+    uv_timer_start(&s->sweep_timer, on_sweep, 1000, 1000);
     uint64_t rows = 0, bytes = 0;
     for (int i = 0; i < s->ntables; i++) {
         rows += psd_table_rows(s->tables[i]);
@@ -215,6 +223,7 @@ void psd_server_reload(psd_server *s)
     s->cfg.log_level = nc.log_level;
     s->cfg.max_output = nc.max_output;
     s->cfg.max_connections = nc.max_connections;
+    s->cfg.hello_timeout = nc.hello_timeout;
     s->cfg.snapshot_interval = nc.snapshot_interval;
     psd_log_set_level(nc.log_level);
     psd_config_destroy(&nc);
@@ -232,6 +241,7 @@ void psd_server_stop(psd_server *s)
         return;
     s->stopping = 1;
     uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    uv_close((uv_handle_t *)&s->sweep_timer, NULL);
     psd_sync_stop(s);
     for (psd_conn *c = s->conns, *n; c; c = n) {
         n = psd_conn_next(c);

@@ -42,6 +42,7 @@ typedef struct psd_server {
     uint64_t barrier;            /* barriers every such worker passed */
     struct psd_waiter *waiters;
     uv_timer_t sync_timer;
+    uv_timer_t sweep_timer;      /* connections that never said HELLO */
     uint64_t moved_ms;           /* when the clock last moved */
 } psd_server;
 
@@ -68,6 +69,8 @@ void psd_server_destroy(psd_server *s);
 
 /* conn.c: accepts one pending connection from the listener. */
 void psd_conn_accept(psd_server *s);
+/* conn.c: closes connections that sent no HELLO within hello_timeout. */
+void psd_conn_sweep(psd_server *s);
 /* conn.c: stop reading, flush, close (shutdown path). */
 void psd_conn_shutdown(psd_conn *c);
 psd_conn *psd_conn_next(psd_conn *c);

@@ -908,6 +908,22 @@ static void large_requests_travel_in_parts_and_arrive_whole(void **state)
     assert_int_equal(cluster_stop(&two), 0);
 }
 
+static void connection_without_hello_is_closed_after_hello_timeout(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES
+                                   "[server]\nhello_timeout = 1\n"), 0);
+    int fd = raw_connect(one.port[0]);
+    /* raw_closed waits up to its 5 s receive timeout. */
+    assert_true(raw_closed(fd));
+    close(fd);
+    char *log = cluster_log(&one, 0);
+    assert_non_null(strstr(log, "no HELLO within 1 s"));
+    free(log);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -946,6 +962,7 @@ int main(void)
         cmocka_unit_test(replies_of_a_batch_larger_than_max_frame_all_arrive),
         cmocka_unit_test(ranges_of_a_table_with_fewer_rows_than_shards_work),
         cmocka_unit_test(large_requests_travel_in_parts_and_arrive_whole),
+        cmocka_unit_test(connection_without_hello_is_closed_after_hello_timeout),
     };
     return cmocka_run_group_tests_name("e2e", tests, group_setup,
                                        group_teardown);
