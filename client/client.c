@@ -100,6 +100,7 @@ struct ps_client {
     char first_error_text[200];
     failure *fails;               /* ring of FAIL_RING, lazily allocated */
     uint64_t nfails;
+    ps_ts fails_forgotten;        /* newest failure pushed out of the ring */
     int closing;
     int open_state;               /* 0 connecting, 1 open, < 0 failed */
     char open_err[256];
@@ -187,6 +188,8 @@ static void complete(ps_client *c, ps_req *r)
             c->fails = calloc(FAIL_RING, sizeof *c->fails);
         if (c->fails) {
             failure *f = &c->fails[c->nfails++ % FAIL_RING];
+            if (f->ts > c->fails_forgotten)
+                c->fails_forgotten = f->ts;   /* overwritten: forgotten */
             f->ts = r->ts;
             f->status = r->status;
             snprintf(f->text, sizeof f->text, "%s", why);
@@ -350,8 +353,11 @@ static void on_nc_closed(uv_handle_t *h)
     psw_reader_init(&nc->rd, HELLO_MAX_REPLY);
     /* A connection that never came up takes its queue down with it, so a
      * dead server fails requests instead of retrying forever. */
-    nc_fail_all(nc, nc->drop_status, nc->drop_why, !was_ready || c->closing);
-    if (c->closing)
+    pthread_mutex_lock(&c->mu);
+    int closing = c->closing;
+    pthread_mutex_unlock(&c->mu);
+    nc_fail_all(nc, nc->drop_status, nc->drop_why, !was_ready || closing);
+    if (closing)
         return;
     if (c->open_state == 0) {
         if (nc == c->seed && c->seed_i + 1 < c->nseeds) {
@@ -1176,6 +1182,12 @@ int ps_wait(ps_client *c, ps_ts ts)
                 set_error(c, "%s", f->text);
                 break;
             }
+        }
+        if (st == PS_OK && ts <= c->fails_forgotten) {
+            st = PS_EINVAL;
+            set_error(c, "the status of request %lld is no longer known: more "
+                      "than %d requests failed after it (use callbacks or "
+                      "ps_wait_all)", (long long)ts, FAIL_RING);
         }
     }
     pthread_mutex_unlock(&c->mu);

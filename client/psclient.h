@@ -118,8 +118,10 @@ PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t cou
 /* Blocks until request ts completes and returns its status: PS_OK or a
  * PS_E* code. Never hangs forever: every request fails with PS_ETIMEDOUT
  * or PS_ECONN once its bounded time is up. The status of a completed
- * request that failed is remembered for the last 4096 failures; an older
- * or successful one reads PS_OK. ts that was never issued: PS_EINVAL. */
+ * request that failed is remembered for the last 1024 failures. A
+ * completed request whose failure may have been forgotten since (more
+ * than 1024 failures came after it) reads PS_EINVAL with a note in
+ * ps_last_error, never a false PS_OK. ts never issued: PS_EINVAL. */
 PS_API int ps_wait(ps_client *c, ps_ts ts);
 
 /* Blocks until every request issued so far has completed. Returns the

@@ -556,6 +556,13 @@ static void killed_server_fails_requests_instead_of_hanging(void **state)
     if (st != PS_ECONN && st != PS_ETIMEDOUT)
         fail_msg("got %s, want PS_ECONN or PS_ETIMEDOUT", ps_strerror(st));
     assert_true(strlen(ps_last_error(c)) > 0);
+    /* After more failures than the client remembers, the first one reads
+     * "unknown" (PS_EINVAL), never a false PS_OK. */
+    for (int i = 0; i < 1100; i++)
+        assert_true(ps_pull(c, t, &key, 1, &v, NULL, NULL) > 0);
+    assert_true(ps_wait_all(c) != PS_OK);
+    assert_int_equal(ps_wait(c, ts), PS_EINVAL);
+    assert_non_null(strstr(ps_last_error(c), "no longer known"));
     ps_close(c);
     cluster_stop(&one);
 }
