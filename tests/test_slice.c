@@ -14,70 +14,7 @@
 #include "../proto/layout.h"
 #include "../proto/status.h"
 
-/* ---- checks that print both sides ----------------------------------- */
-
-#define EXPECT_INT(got, want, ...)                                         \
-    do {                                                                   \
-        long long g_ = (long long)(got), w_ = (long long)(want);           \
-        if (g_ != w_) {                                                    \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got %lld, want %lld\n", g_, w_);                \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
-
-#define EXPECT_U64(got, want, ...)                                         \
-    do {                                                                   \
-        unsigned long long g_ = (got), w_ = (want);                        \
-        if (g_ != w_) {                                                    \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got %llu, want %llu\n", g_, w_);                \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
-
-#define EXPECT_PTR(got, want, ...)                                         \
-    do {                                                                   \
-        const void *g_ = (got), *w_ = (want);                              \
-        if (g_ != w_) {                                                    \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got %p, want %p\n", g_, w_);                    \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
-
-#define EXPECT_FLOAT(got, want, ...)                                       \
-    do {                                                                   \
-        float g_ = (got), w_ = (want);                                     \
-        if (!(g_ == w_)) {                                                 \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got %.9g, want %.9g\n", (double)g_,             \
-                        (double)w_);                                       \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
-
-#define EXPECT_STR(got, want, ...)                                         \
-    do {                                                                   \
-        const char *g_ = (got), *w_ = (want);                              \
-        if (!g_ || strcmp(g_, w_) != 0) {                                  \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got \"%s\", want \"%s\"\n",                     \
-                        g_ ? g_ : "(null)", w_);                           \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
-
-#define EXPECT_SUBSTR(text, part, ...)                                     \
-    do {                                                                   \
-        const char *t_ = (text);                                           \
-        if (!t_ || !strstr(t_, (part))) {                                  \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got \"%s\", want it to contain \"%s\"\n",       \
-                        t_ ? t_ : "(null)", (part));                       \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
+#include "expect.h"
 
 static void *xcalloc(size_t n, size_t size)
 {

@@ -16,50 +16,7 @@
 #include "../proto/layout.h"
 #include "../proto/status.h"
 
-/* ---- checks that print both sides ----------------------------------- */
-
-#define EXPECT_INT(got, want, ...)                                         \
-    do {                                                                   \
-        long long g_ = (long long)(got), w_ = (long long)(want);           \
-        if (g_ != w_) {                                                    \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got %lld, want %lld\n", g_, w_);                \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
-
-#define EXPECT_U64(got, want, ...)                                         \
-    do {                                                                   \
-        unsigned long long g_ = (got), w_ = (want);                        \
-        if (g_ != w_) {                                                    \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got %llu, want %llu\n", g_, w_);                \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
-
-/* Exact float equality: every expected value here is computed by the
- * same float operations or is exactly representable. */
-#define EXPECT_FLOAT(got, want, ...)                                       \
-    do {                                                                   \
-        float g_ = (got), w_ = (want);                                     \
-        if (!(g_ == w_)) {                                                 \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got %.9g, want %.9g\n", (double)g_,             \
-                        (double)w_);                                       \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
-
-#define EXPECT_SUBSTR(text, part, ...)                                     \
-    do {                                                                   \
-        if (!strstr((text), (part))) {                                     \
-            print_error(__VA_ARGS__);                                      \
-            print_error(": got \"%s\", want it to contain \"%s\"\n",       \
-                        (text), (part));                                   \
-            fail();                                                        \
-        }                                                                  \
-    } while (0)
+#include "expect.h"
 
 /* ---- unaligned buffers ---------------------------------------------- */
 
