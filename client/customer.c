@@ -84,9 +84,12 @@ static int check_size(const ps_shape *sh, uint64_t rows, uint64_t keybytes,
  * request travels as several messages of about PART_BYTES, so the server
  * starts on the first while the rest is still on the wire and its replies
  * stream back meanwhile, instead of one long store-and-forward. */
-static size_t rows_per_part(size_t rowb)
+static size_t rows_per_part(const ps_shape *sh, size_t rowb)
 {
-    size_t r = PART_BYTES / rowb;
+    /* A smaller max_frame makes smaller parts, never a refusal. */
+    uint64_t budget = sh->max_payload < PART_BYTES ? sh->max_payload
+                                                   : PART_BYTES;
+    size_t r = (size_t)(budget / rowb);
     return r ? r : 1;
 }
 
@@ -122,7 +125,7 @@ int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
 {
     const psw_table_desc *t = sh->table;
     size_t dim = t->dim, rowb = dim * sizeof(float);
-    size_t rpp = rows_per_part(rowb + 8);
+    size_t rpp = rows_per_part(sh, rowb + 8);
     if (n > UINT32_MAX) {
         snprintf(err, errlen, "%zu keys in one request; at most %u", n,
                  UINT32_MAX);
@@ -262,7 +265,7 @@ int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
     }
     /* A run is a stretch of consecutive non-empty shards on one node;
      * with more than one node every shard is its own run. */
-    uint64_t rpp = rows_per_part((size_t)t->dim * sizeof(float));
+    uint64_t rpp = rows_per_part(sh, (size_t)t->dim * sizeof(float));
     int nparts = 0;
     for (uint64_t row = first; row < first + count && nparts <= 65535;
          nparts++)

@@ -853,6 +853,14 @@ static void replies_of_a_batch_larger_than_max_frame_all_arrive(void **state)
     for (int r = 0; r < 40; r++)
         for (int i = 0; i < 100 * 64; i++)
             expect_float(out[r][i], 2.0f, "wide row", (size_t)i);
+    /* One request of 1 MB of rows travels as parts within max_frame. */
+    static uint64_t many[4000];
+    static float big[4000 * 64];
+    for (int i = 0; i < 4000; i++)
+        many[i] = 1000000 + (uint64_t)i;
+    wait_ok(c, ps_pull(c, t, many, 4000, big, NULL, NULL));
+    for (int i = 0; i < 4000 * 64; i++)
+        expect_float(big[i], 2.0f, "row of a 1 MB pull", (size_t)i);
     ps_close(c);
     assert_int_equal(cluster_stop(&one), 0);
 }

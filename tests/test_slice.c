@@ -347,7 +347,9 @@ static void test_dense_key_past_last_row_returns_ekey_with_message(
     EXPECT_PTR(r, NULL, "request after a refusal");
 }
 
-static void test_keyed_piece_over_max_payload_returns_etoobig(void **state)
+/* A request larger than one message may carry is cut into parts that
+ * each fit; only a single row too large for any message is refused. */
+static void test_keyed_request_over_max_payload_is_cut_into_parts(void **state)
 {
     (void)state;
     enum { DIM = 4 };                 /* 16 bytes a row + 8 a key */
@@ -362,29 +364,38 @@ static void test_keyed_piece_over_max_payload_returns_etoobig(void **state)
     char err[256] = "";
     EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 4, vals, NULL, &r, err,
                            sizeof err), 0, "4 rows in 96 bytes (%s)", err);
+    EXPECT_INT(r->nparts, 1, "parts of 4 rows");
     ps_req_free(r);
     r = NULL;
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 5, vals, NULL, &r, err,
-                           sizeof err), PS_ETOOBIG, "5 rows in 96 bytes");
-    EXPECT_PTR(r, NULL, "request after a refusal");
-    EXPECT_SUBSTR(err, "max_frame", "message");
     EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, 5, NULL, out, &r, err,
-                           sizeof err), PS_ETOOBIG, "pull of 5 rows");
+                           sizeof err), 0, "5 rows in 96 bytes (%s)", err);
+    EXPECT_INT(r->nparts, 2, "parts of 5 rows");
+    EXPECT_INT(r->parts[0].msg.nkeys, 4, "rows of part 0");
+    EXPECT_INT(r->parts[1].msg.nkeys, 1, "rows of part 1");
+    EXPECT_PTR(r->parts[1].msg.keys, (const char *)(keys + 4), "keys of part 1");
+    EXPECT_PTR(r->parts[1].out, out + 4 * DIM, "out of part 1");
+    ps_req_free(r);
+    r = NULL;
 
-    /* The limit is per message: 4 keys on each of two nodes fit. */
+    /* Split per node too: 5 + 3 keys on two nodes make 2 + 1 parts. */
     ps_shape two = shape_make(&t, 2, 16);
     two.max_payload = 96;
-    keys_on_node(&two, 0, keys, 4);
-    keys_on_node(&two, 1, keys + 4, 4);
+    keys_on_node(&two, 0, keys, 5);
+    keys_on_node(&two, 1, keys + 5, 3);
     EXPECT_INT(ps_req_keys(&two, PSW_OP_PUSH, keys, 8, vals, NULL, &r, err,
-                           sizeof err), 0, "4 + 4 rows on 2 nodes (%s)", err);
-    EXPECT_INT(r->nparts, 2, "parts");
+                           sizeof err), 0, "5 + 3 rows on 2 nodes (%s)", err);
+    EXPECT_INT(r->nparts, 3, "parts");
+    for (int k = 0; k < r->nparts; k++)
+        EXPECT_INT(r->parts[k].msg.nkeys * 8 + r->parts[k].msg.vals_len <= 96,
+                   1, "part %d within max_payload", k);
     ps_req_free(r);
     r = NULL;
-    keys_on_node(&two, 0, keys, 5);
-    EXPECT_INT(ps_req_keys(&two, PSW_OP_PUSH, keys, 8, vals, NULL, &r, err,
-                           sizeof err), PS_ETOOBIG, "5 + 3 rows on 2 nodes");
+
+    sh.max_payload = 16;              /* less than one keyed row */
+    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 1, vals, NULL, &r, err,
+                           sizeof err), PS_ETOOBIG, "a row larger than a message");
     EXPECT_PTR(r, NULL, "request after a refusal");
+    EXPECT_SUBSTR(err, "max_frame", "message");
 }
 
 /* ---- range requests ------------------------------------------------- */
@@ -590,7 +601,7 @@ static void test_range_empty_or_past_end_returns_ekey(void **state)
     ps_req_free(r);
 }
 
-static void test_range_piece_over_max_payload_returns_etoobig(void **state)
+static void test_range_over_max_payload_is_cut_into_parts(void **state)
 {
     (void)state;
     enum { DIM = 4 };                 /* 16 bytes a row */
@@ -602,10 +613,18 @@ static void test_range_piece_over_max_payload_returns_etoobig(void **state)
     char err[256] = "";
     EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 6, buf, NULL, &r, err,
                             sizeof err), 0, "6 rows in 96 bytes (%s)", err);
+    EXPECT_INT(r->nparts, 1, "parts of 6 rows");
     ps_req_free(r);
     r = NULL;
     EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 7, buf, NULL, &r, err,
-                            sizeof err), PS_ETOOBIG, "7 rows in 96 bytes");
+                            sizeof err), 0, "7 rows in 96 bytes (%s)", err);
+    EXPECT_INT(r->nparts, 2, "parts of 7 rows");
+    check_range_parts(&sh, PSW_OP_PUSH_RANGE, 0, 7, buf, NULL, r, 0);
+    ps_req_free(r);
+    r = NULL;
+    sh.max_payload = 8;               /* less than one row */
+    EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 1, buf, NULL, &r, err,
+                            sizeof err), PS_ETOOBIG, "a row larger than a message");
     EXPECT_PTR(r, NULL, "request after a refusal");
     EXPECT_SUBSTR(err, "max_frame", "message");
 }
@@ -906,7 +925,7 @@ int main(void)
             test_keys_all_on_one_node_make_one_part_borrowing_buffers),
         cmocka_unit_test(
             test_dense_key_past_last_row_returns_ekey_with_message),
-        cmocka_unit_test(test_keyed_piece_over_max_payload_returns_etoobig),
+        cmocka_unit_test(test_keyed_request_over_max_payload_is_cut_into_parts),
         cmocka_unit_test(
             test_range_over_2_nodes_covers_rows_once_one_shard_per_part),
         cmocka_unit_test(
@@ -916,7 +935,7 @@ int main(void)
         cmocka_unit_test(test_range_parts_cover_small_tables_with_empty_shards),
         cmocka_unit_test(test_range_on_sparse_table_returns_einval),
         cmocka_unit_test(test_range_empty_or_past_end_returns_ekey),
-        cmocka_unit_test(test_range_piece_over_max_payload_returns_etoobig),
+        cmocka_unit_test(test_range_over_max_payload_is_cut_into_parts),
         cmocka_unit_test(
             test_pull_reply_scatters_rows_and_completes_on_last_part),
         cmocka_unit_test(test_pull_reply_over_2_nodes_scatters_through_pos),
