@@ -361,44 +361,41 @@ static size_t reply_bound(const psd_conn *c, const psw_msg *m)
     return bound + (size_t)(rows * rowb);
 }
 
+/* Answers a HELLO with a refusal (status and reason, no layout), then
+ * closes the connection once the answer is out. */
+static void refuse_hello(psd_conn *c, int status, const char *why)
+{
+    psw_layout refused = c->srv->layout;
+    refused.status = status;
+    snprintf(refused.text, sizeof refused.text, "%s", why);
+    psw_out_frame_begin(&c->out);
+    psw_pack_hello_ok(&c->out, &refused);
+    psw_out_frame_end(&c->out);
+    psd_warn("refusing %s: %s", c->peer, why);
+    c->shutting = 1;
+    pause_reading(c);
+    flush(c);
+    maybe_finish(c);
+}
+
 static void handle_hello(psd_conn *c, const msgpack_object *msg)
 {
     psd_server *s = c->srv;
     psw_hello h;
-    char err[160];
-    if (psw_hello_decode(msg, &h, err, sizeof err)) {
-        reject(c, err);
-        return;
-    }
-    psw_layout refused = s->layout;
-    if (h.version != PSW_VERSION) {
-        refused.status = PSW_EPROTO;
-        snprintf(refused.text, sizeof refused.text,
-                 "protocol version %u is not supported (this server speaks "
-                 "%d)", h.version, PSW_VERSION);
-        psw_out_frame_begin(&c->out);
-        psw_pack_hello_ok(&c->out, &refused);
-        psw_out_frame_end(&c->out);
-        psd_warn("refusing %s: %s", c->peer, refused.text);
-        c->shutting = 1;         /* answer, then close */
-        pause_reading(c);
-        flush(c);
-        maybe_finish(c);
-        return;
-    }
     char why[200];
+    if (psw_hello_decode(msg, &h, why, sizeof why)) {
+        reject(c, why);
+        return;
+    }
+    if (h.version != PSW_VERSION) {
+        snprintf(why, sizeof why, "protocol version %u is not supported "
+                 "(this server speaks %d)", h.version, PSW_VERSION);
+        refuse_hello(c, PSW_EPROTO, why);
+        return;
+    }
     if (h.worker >= 0 &&
         psd_sync_join(s, c, h.worker, h.client_id, why, sizeof why)) {
-        refused.status = PSW_EINVAL;
-        snprintf(refused.text, sizeof refused.text, "%s", why);
-        psw_out_frame_begin(&c->out);
-        psw_pack_hello_ok(&c->out, &refused);
-        psw_out_frame_end(&c->out);
-        psd_warn("refusing %s: %s", c->peer, why);
-        c->shutting = 1;
-        pause_reading(c);
-        flush(c);
-        maybe_finish(c);
+        refuse_hello(c, PSW_EINVAL, why);
         return;
     }
     c->hello_done = 1;

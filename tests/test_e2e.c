@@ -939,6 +939,40 @@ static void connection_without_hello_is_closed_after_hello_timeout(void **state)
     assert_int_equal(cluster_stop(&one), 0);
 }
 
+static void hello_with_another_protocol_version_is_refused_clearly(void **state)
+{
+    (void)state;
+    int fd = raw_connect(shared.port[0]);
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { 99, 1, 1, -1, NULL, 0 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    size_t len;
+    char *f = raw_read_frame(fd, &len);
+    assert_non_null(f);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    psw_layout l;
+    assert_int_equal(psw_frame_decode(f, len, &z, &obj, err, sizeof err), 0);
+    assert_int_equal(psw_frame_messages(&obj, 4, &msgs, err, sizeof err), 1);
+    assert_int_equal(psw_hello_ok_decode(&msgs[0], &l, err, sizeof err), 0);
+    assert_int_equal(l.status, PSW_EPROTO);
+    assert_non_null(strstr(l.text, "protocol version 99"));
+    psw_layout_free(&l);
+    msgpack_zone_destroy(&z);
+    free(f);
+    assert_true(raw_closed(fd));
+    close(fd);
+    others_still_served();
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -966,6 +1000,7 @@ int main(void)
         cmocka_unit_test(malformed_frame_closes_only_that_connection),
         cmocka_unit_test(hostile_frames_are_refused_and_the_server_survives),
         cmocka_unit_test(request_for_another_nodes_shard_names_the_owner),
+        cmocka_unit_test(hello_with_another_protocol_version_is_refused_clearly),
         cmocka_unit_test(killed_server_fails_requests_instead_of_hanging),
         cmocka_unit_test(stopped_server_hangs_requests_no_longer_than_the_timeout),
         cmocka_unit_test(sigterm_stops_the_daemon_with_status_zero),
