@@ -589,6 +589,15 @@ static void check_open(ps_client *c)
     open_done(c, 1, "%s", "");
 }
 
+static void atomic_max(uint64_t *v, uint64_t x)
+{
+    uint64_t cur = __atomic_load_n(v, __ATOMIC_RELAXED);
+    while (cur < x && !__atomic_compare_exchange_n(v, &cur, x, 0,
+                                                   __ATOMIC_RELAXED,
+                                                   __ATOMIC_RELAXED))
+        ;
+}
+
 static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
 {
     ps_client *c = nc->cl;
@@ -598,6 +607,7 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         nc_drop(nc, PS_EPROTO, "%s: %s", nc->name, err);
         return;
     }
+    uint64_t l_clock = l.worker_clock, l_barrier = l.worker_barrier;
     if (l.status != PSW_OK) {
         nc_drop(nc, l.status, "%s refused the connection: %s", nc->name,
                 l.text);
@@ -621,6 +631,12 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         psw_layout_free(&l);
         nc_drop(nc, PS_ENOMEM, "out of memory");
         return;
+    }
+    /* Resume counting where the node has this worker (a rejoin starts at
+     * the cluster's clock; a node may be ahead after a lost reply). */
+    if (c->opt.worker >= 0) {
+        atomic_max(&c->clock, l_clock);
+        atomic_max(&c->barrier, l_barrier);
     }
     nc->state = NC_READY;
     nc->was_ready = 1;

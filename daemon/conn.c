@@ -401,8 +401,12 @@ static void handle_hello(psd_conn *c, const msgpack_object *msg)
     c->hello_done = 1;
     c->client_id = h.client_id;
     c->rd.max_frame = (size_t)s->cfg.max_frame;
+    /* A worker learns where this node has it, so its next ps_clock names
+     * the right clock after a rejoin or a lost connection. */
+    psw_layout l = s->layout;
+    psd_sync_position(s, h.worker, &l.worker_clock, &l.worker_barrier);
     psw_out_frame_begin(&c->out);
-    psw_pack_hello_ok(&c->out, &s->layout);
+    psw_pack_hello_ok(&c->out, &l);
     psw_out_frame_end(&c->out);
     psd_debug("hello from %s: client %016llx worker %d", c->peer,
               (unsigned long long)h.client_id, (int)h.worker);

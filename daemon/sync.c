@@ -275,12 +275,19 @@ void psd_sync_message(psd_server *s, psd_conn *c, const psw_msg *m)
                            "(ps_options.worker = -1)");
         return;
     }
+    /* The message names the clock (or barrier) the worker reaches, not
+     * a step: a ps_clock repeated after a lost connection counts once,
+     * and a node that missed one catches up instead of lagging forever. */
     psd_worker *w = &s->workers[id];
-    uint64_t need;
-    if (m->op == PSW_OP_CLOCK)
-        need = ++w->clock;
-    else
-        need = ++w->barrier;
+    uint64_t *mine = m->op == PSW_OP_CLOCK ? &w->clock : &w->barrier;
+    uint64_t need = m->first;
+    if (need == 0 || need > *mine + 1000000) {
+        psd_conn_release(c, m, PSW_EINVAL, "clock or barrier number out of "
+                         "range");
+        return;
+    }
+    if (need > *mine)
+        *mine = need;
     advance(s);
     uint64_t reached = m->op == PSW_OP_CLOCK ? s->global : s->barrier;
     /* Only bsp tables make ps_clock wait; ssp tables hold pulls instead. */
@@ -288,6 +295,16 @@ void psd_sync_message(psd_server *s, psd_conn *c, const psw_msg *m)
         psd_conn_release(c, m, PSW_OK, NULL);
     else if (hold(s, c, m, need))
         psd_conn_release(c, m, PSW_ENOMEM, "out of memory");
+}
+
+void psd_sync_position(const psd_server *s, int32_t worker, uint64_t *clock,
+                       uint64_t *barrier)
+{
+    *clock = *barrier = 0;
+    if (worker >= 0 && worker < s->nworkers) {
+        *clock = s->workers[worker].clock;
+        *barrier = s->workers[worker].barrier;
+    }
 }
 
 int psd_sync_pull_ready(const psd_server *s, const psd_conn *c,

@@ -39,6 +39,10 @@ void psd_sync_destroy(psd_server *s);
  * (out of range, or the id is held by another live client). */
 int psd_sync_join(psd_server *s, psd_conn *c, int32_t worker,
                   uint64_t client_id, char *err, size_t errlen);
+/* The clock and barrier count node has for `worker` (0 and 0 for -1). */
+void psd_sync_position(const psd_server *s, int32_t worker, uint64_t *clock,
+                       uint64_t *barrier);
+
 /* A connection closed: its held replies are dropped and its worker, if
  * any, is waited for worker_grace more seconds. */
 void psd_sync_conn_closed(psd_server *s, psd_conn *c);

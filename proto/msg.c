@@ -42,7 +42,7 @@ void psw_pack_hello_ok(psw_out *o, const psw_layout *l)
 {
     o->frame_msgs++;
     msgpack_packer *pk = &o->pk;
-    pk_check(o, msgpack_pack_array(pk, 10));
+    pk_check(o, msgpack_pack_array(pk, 12));
     pk_check(o, msgpack_pack_uint8(pk, PSW_OP_HELLO_OK));
     pk_check(o, msgpack_pack_int32(pk, l->status));
     pack_str(o, l->text);
@@ -65,6 +65,8 @@ void psw_pack_hello_ok(psw_out *o, const psw_layout *l)
         pk_check(o, msgpack_pack_uint64(pk, t->rows));
         pk_check(o, msgpack_pack_uint8(pk, (uint8_t)t->consistency));
     }
+    pk_check(o, msgpack_pack_uint64(pk, l->worker_clock));
+    pk_check(o, msgpack_pack_uint64(pk, l->worker_barrier));
 }
 
 void psw_pack_request(psw_out *o, const psw_msg *m)
@@ -324,8 +326,8 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
     memset(l, 0, sizeof *l);
     if (msg_op(o, 1, err, errlen, &op))
         return PSW_EPROTO;
-    if (op != PSW_OP_HELLO_OK || o->via.array.size != 10)
-        FAIL("expected HELLO_OK with 10 fields");
+    if (op != PSW_OP_HELLO_OK || o->via.array.size != 12)
+        FAIL("expected HELLO_OK with 12 fields");
     const msgpack_object *f = o->via.array.ptr;
     if (get_i32(&f[1], &st) || st > 0 || f[2].type != MSGPACK_OBJECT_STR)
         FAIL("HELLO_OK: bad status");
@@ -337,7 +339,8 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
     l->text[tl] = '\0';
     if (get_u32(&f[3], &l->version) || get_i32(&f[4], &idx) ||
         get_u64(&f[5], &l->epoch) || get_u64(&f[6], &l->max_frame) ||
-        get_u32(&f[7], &l->shards))
+        get_u32(&f[7], &l->shards) || get_u64(&f[10], &l->worker_clock) ||
+        get_u64(&f[11], &l->worker_barrier))
         FAIL("HELLO_OK: bad header field");
     l->node_index = idx;
     if (st != PSW_OK)

@@ -48,7 +48,7 @@ typedef struct psw_msg {
     const char *vals;      /* vals_len bytes of little-endian float32 */
     size_t vals_len;
     uint64_t first, count; /* range ops; CLOCK and BARRIER: first = the
-                              worker's new clock / barrier number */
+                              clock / barrier number the worker reaches */
     uint64_t clock;        /* replies: the table clock the rows reflect */
     int status;            /* replies: PSW_OK or a PSW_E* code */
     const char *text;      /* replies: error detail, text_len bytes */
@@ -86,6 +86,8 @@ typedef struct psw_layout {
     char (*nodes)[PSW_ADDR_MAX];   /* "host:port", owned */
     int ntables;
     psw_table_desc *tables;        /* owned */
+    uint64_t worker_clock;         /* the connecting worker's clock and */
+    uint64_t worker_barrier;       /* barrier count on this node (else 0) */
 } psw_layout;
 
 void psw_layout_free(psw_layout *l);

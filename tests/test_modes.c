@@ -382,6 +382,60 @@ static void misuse_gets_clear_errors(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+typedef struct rejoin_job {
+    int worker;
+    int clocks;
+    int rejoin_after;             /* close and reopen after this many; 0: no */
+} rejoin_job;
+
+static int rejoin_worker(void *arg)
+{
+    rejoin_job *j = arg;
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open");
+    int t = ps_table(c, "sum", NULL);
+    uint64_t key = 3;
+    float one = 1;
+    for (int i = 1; i <= j->clocks; i++) {
+        if (i == j->rejoin_after + 1 && j->rejoin_after) {
+            ps_close(c);
+            sleep_ms(50);
+            c = open_worker(cl.spec, j->worker);
+            CHILD_CHECK(c, "reopen as worker %d", j->worker);
+        }
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        int rc = ps_clock(c);
+        CHILD_CHECK(rc == 0, "worker %d clock %d: %s", j->worker, i,
+                    ps_last_error(c));
+    }
+    ps_close(c);
+    return 0;
+}
+
+static void worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n",
+                                      "[table.sum]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    rejoin_job a = { 0, 8, 0 }, b = { 1, 6, 3 };
+    pid_t pa = spawn(rejoin_worker, &a), pb = spawn(rejoin_worker, &b);
+    int bad = reap(pa) | reap(pb);
+    ps_client *c = open_worker(cl.spec, -1);
+    assert_non_null(c);
+    uint64_t key = 3;
+    float v = 0;
+    assert_int_equal(ps_wait(c, ps_pull(c, ps_table(c, "sum", NULL), &key, 1,
+                                        &v, NULL, NULL)), 0);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+    /* Every push was applied once: 8 from worker 0, 6 from worker 1. */
+    if (v != 14.0f)
+        fail_msg("sum: got %g, want 14", (double)v);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -391,6 +445,7 @@ int main(void)
         cmocka_unit_test(killed_worker_stops_being_waited_for_after_the_grace),
         cmocka_unit_test(ssp_pulls_never_see_a_state_older_than_the_bound),
         cmocka_unit_test(barrier_returns_only_when_every_worker_arrived),
+        cmocka_unit_test(worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock),
         cmocka_unit_test(misuse_gets_clear_errors),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
