@@ -120,7 +120,6 @@ struct ps_client {
     nconn *seed;
     nconn **nodes;
     int nnodes;
-    int handles_open;
     uint64_t clock, barrier;      /* ps_clock / ps_barrier calls made */
 };
 
@@ -346,7 +345,6 @@ static void on_nc_closed(uv_handle_t *h)
     nconn *nc = (nconn *)h;
     ps_client *c = nc->cl;
     int was_ready = nc->was_ready;
-    c->handles_open--;
     nc->state = NC_IDLE;
     nc->was_ready = 0;
     psw_reader_destroy(&nc->rd);
@@ -509,7 +507,6 @@ static void nc_connect(nconn *nc)
         if (g || !res) {
             nc->state = NC_CONNECTING;       /* so nc_drop closes it */
             uv_tcp_init(&c->loop, &nc->tcp);
-            c->handles_open++;
             nc_drop(nc, PS_ECONN, "cannot resolve %s: %s", nc->name,
                     gai_strerror(g));
             return;
@@ -518,7 +515,6 @@ static void nc_connect(nconn *nc)
         freeaddrinfo(res);
     }
     uv_tcp_init(&c->loop, &nc->tcp);
-    c->handles_open++;
     nc->state = NC_CONNECTING;
     nc->deadline_ns = now_ns() + (uint64_t)c->opt.connect_timeout_ms * 1000000ULL;
     nc->creq.data = nc;
@@ -731,21 +727,13 @@ static void open_done(ps_client *c, int state, const char *fmt, ...)
     pthread_mutex_unlock(&c->mu);
 }
 
-static void on_handle_closed(uv_handle_t *h)
-{
-    ps_client *c = h->data;
-    c->handles_open--;
-}
-
 static void shutdown_io(ps_client *c)
 {
-    uv_close((uv_handle_t *)&c->wake, on_handle_closed);
-    uv_close((uv_handle_t *)&c->tick, on_handle_closed);
-    uv_close((uv_handle_t *)&c->batch, on_handle_closed);
-    nconn *all[1] = { c->seed };
-    for (int i = 0; i < 1; i++)
-        if (all[i])
-            nc_drop(all[i], PS_ECLOSED, "client closed");
+    uv_close((uv_handle_t *)&c->wake, NULL);
+    uv_close((uv_handle_t *)&c->tick, NULL);
+    uv_close((uv_handle_t *)&c->batch, NULL);
+    if (c->seed)                 /* still opening: no layout yet */
+        nc_drop(c->seed, PS_ECLOSED, "client closed");
     for (int i = 0; i < c->nnodes; i++)
         if (c->nodes[i])
             nc_drop(c->nodes[i], PS_ECLOSED, "client closed");
@@ -948,7 +936,6 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     uv_timer_init(&c->loop, &c->tick);
     uv_timer_init(&c->loop, &c->batch);
     c->wake.data = c->tick.data = c->batch.data = c;
-    c->handles_open = 3;
     int period = c->opt.request_timeout_ms / 4;
     if (c->opt.connect_timeout_ms / 4 < period)
         period = c->opt.connect_timeout_ms / 4;
