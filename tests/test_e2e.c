@@ -164,6 +164,45 @@ static void raw_hello(int fd)
     free(f);
 }
 
+/* Sends one request in a frame of its own. */
+static void raw_send_msg(int fd, const psw_msg *m)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_request(&o, m);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+}
+
+/* Reads a frame holding exactly one message and returns it, decoded into
+ * z; *frame (free it after z) holds the bytes it points into. */
+static const msgpack_object *raw_read_one(int fd, msgpack_zone *z,
+                                          char **frame)
+{
+    size_t len;
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    *frame = raw_read_frame(fd, &len);
+    if (!*frame)
+        fail_msg("no reply frame");
+    msgpack_zone_init(z, 1024);
+    if (psw_frame_decode(*frame, len, z, &obj, err, sizeof err) ||
+        psw_frame_messages(&obj, 4, &msgs, err, sizeof err) != 1)
+        fail_msg("reply frame: %s", err);
+    return &msgs[0];
+}
+
+/* Reads a one-message reply frame into *r (views into *frame). */
+static void raw_read_reply(int fd, psw_msg *r, msgpack_zone *z, char **frame)
+{
+    char err[128];
+    if (psw_msg_decode(raw_read_one(fd, z, frame), r, err, sizeof err))
+        fail_msg("reply: %s", err);
+}
+
 /* A client on the shared cluster still pushes and pulls correctly. */
 static void others_still_served(void)
 {
@@ -500,27 +539,13 @@ static void request_for_another_nodes_shard_names_the_owner(void **state)
         key++;
     int fd = raw_connect(shared.port[0]);
     raw_hello(fd);
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
     psw_msg m = { .op = PSW_OP_PULL, .ts = 7, .part = 0, .table = 3,
                   .keys = (const char *)&key, .nkeys = 1 };
-    psw_pack_request(&o, &m);
-    psw_out_frame_end(&o);
-    raw_send_out(fd, &o);
-    psw_out_destroy(&o);
-    size_t len;
-    char *f = raw_read_frame(fd, &len);
-    assert_non_null(f);
+    raw_send_msg(fd, &m);
     msgpack_zone z;
-    msgpack_zone_init(&z, 1024);
-    msgpack_object obj;
-    const msgpack_object *msgs;
-    char err[128];
-    assert_int_equal(psw_frame_decode(f, len, &z, &obj, err, sizeof err), 0);
-    assert_int_equal(psw_frame_messages(&obj, 4, &msgs, err, sizeof err), 1);
+    char *f;
     psw_msg r;
-    assert_int_equal(psw_msg_decode(&msgs[0], &r, err, sizeof err), 0);
+    raw_read_reply(fd, &r, &z, &f);
     assert_int_equal(r.ts, 7);
     assert_int_equal(r.status, PSW_ENOTOWNER);
     char text[256], want[64];
@@ -792,33 +817,19 @@ static void reader_that_stops_reading_loses_nothing(void **state)
     ps_close(c);
     /* Now every reply arrives, in order, none lost. */
     for (int i = 0; i < 300; i++) {
-        size_t len;
-        char *f = raw_read_frame(fd, &len);
-        if (!f)
-            fail_msg("reply %d of 300 never came", i + 1);
         msgpack_zone z;
-        msgpack_zone_init(&z, 1024);
-        msgpack_object obj;
-        const msgpack_object *msgs;
-        char err[128];
+        char *f;
         psw_msg r;
-        assert_int_equal(psw_frame_decode(f, len, &z, &obj, err, sizeof err), 0);
-        assert_int_equal(psw_frame_messages(&obj, 4, &msgs, err, sizeof err), 1);
-        assert_int_equal(psw_msg_decode(&msgs[0], &r, err, sizeof err), 0);
+        raw_read_reply(fd, &r, &z, &f);
         assert_int_equal(r.ts, (uint64_t)i + 1);
         assert_int_equal(r.vals_len, 16000);
         msgpack_zone_destroy(&z);
         free(f);
     }
     /* And the connection is read again once its replies drained. */
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
     psw_msg again = { .op = PSW_OP_PULL_RANGE, .ts = 301, .table = 0,
                       .first = 0, .count = 1 };
-    psw_pack_request(&o, &again);
-    psw_out_frame_end(&o);
-    raw_send_out(fd, &o);
-    psw_out_destroy(&o);
+    raw_send_msg(fd, &again);
     size_t len;
     char *f = raw_read_frame(fd, &len);
     if (!f)
@@ -951,18 +962,11 @@ static void hello_with_another_protocol_version_is_refused_clearly(void **state)
     psw_out_frame_end(&o);
     raw_send_out(fd, &o);
     psw_out_destroy(&o);
-    size_t len;
-    char *f = raw_read_frame(fd, &len);
-    assert_non_null(f);
     msgpack_zone z;
-    msgpack_zone_init(&z, 1024);
-    msgpack_object obj;
-    const msgpack_object *msgs;
-    char err[128];
+    char *f, err[128];
     psw_layout l;
-    assert_int_equal(psw_frame_decode(f, len, &z, &obj, err, sizeof err), 0);
-    assert_int_equal(psw_frame_messages(&obj, 4, &msgs, err, sizeof err), 1);
-    assert_int_equal(psw_hello_ok_decode(&msgs[0], &l, err, sizeof err), 0);
+    assert_int_equal(psw_hello_ok_decode(raw_read_one(fd, &z, &f), &l, err,
+                                         sizeof err), 0);
     assert_int_equal(l.status, PSW_EPROTO);
     assert_non_null(strstr(l.text, "protocol version 99"));
     psw_layout_free(&l);
