@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "psclient.h"
+#include "../../proto/layout.h"
 
 /* ---- settings ------------------------------------------------------- */
 
@@ -60,17 +61,6 @@ static void sleep_us(long us)
     nanosleep(&ts, NULL);
 }
 
-/* splitmix64's finaliser: a bijection, so distinct inputs give distinct
- * sparse keys spread over all shards. */
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
 
 /* Pins thread/process `tid` (0: the caller) to `cpu`, or to every CPU when
  * cpu < 0. */
@@ -823,8 +813,10 @@ static int worker_main(const cell *c, int w, const char *spec)
             for (size_t i = 0; i < x.n; i++)
                 k[i] = x.firsts[j] + i;
         } else {
+            /* psw_mix64 is a bijection: distinct inputs, distinct keys,
+             * spread over every shard. */
             for (size_t i = 0; i < x.n; i++)
-                k[i] = mix64(((uint64_t)l->tab << 56) | ((uint64_t)w << 48) |
+                k[i] = psw_mix64(((uint64_t)l->tab << 56) | ((uint64_t)w << 48) |
                              ((uint64_t)j * x.n + i));
         }
     }
@@ -1115,7 +1107,7 @@ static int mem_fill(const char *spec, const memrow *m)
             ts[s] = ps_push_range(c, t, first, n, vals, NULL, NULL);
         } else {
             for (uint64_t i = 0; i < n; i++)
-                keys[s * chunk + i] = mix64(first + i);
+                keys[s * chunk + i] = psw_mix64(first + i);
             ts[s] = ps_push(c, t, keys + s * chunk, n, vals, NULL, NULL);
         }
         if (ts[s] < 0)
