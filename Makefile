@@ -145,7 +145,8 @@ test: all $(TEST_BINS)
 
 # Benchmarks against real psd processes, with baselines measured in the
 # same run (see tests/bench/). Not part of `make test`.
-$(BUILD)/psbench: $(BUILD)/tests/bench/psbench.o $(SOLIB) $(PSD)
+$(BUILD)/psbench: $(BUILD)/tests/bench/psbench.o $(BUILD)/tests/cluster.o \
+                  $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread -lm
 
 bench: all $(BUILD)/psbench

@@ -58,10 +58,13 @@ static pid_t start_node(const test_cluster *c, int i)
     char log[400], node[16];
     snprintf(log, sizeof log, "%s/node%d.log", c->dir, i);
     snprintf(node, sizeof node, "%d", i);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0)
         return pid;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)    /* the parent died before prctl */
+        _exit(1);
     int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
         dup2(fd, 2);
@@ -182,6 +185,25 @@ int cluster_stop(test_cluster *c)
     if (c->dir[0] && system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", c->dir);
     return bad ? -1 : 0;
+}
+
+void cluster_discard(const test_cluster *c)
+{
+    static const char name[] = "/node0.log";   /* as start_node names it */
+    char path[sizeof c->dir + sizeof name];
+    size_t n = strlen(c->dir);
+    if (!n)
+        return;
+    memcpy(path, c->dir, n);
+    memcpy(path + n, name, sizeof name);
+    for (int i = 0; i < c->n; i++) {
+        if (c->pid[i] > 0)
+            kill(c->pid[i], SIGKILL);
+        path[n + 5] = (char)('0' + i % 10);   /* CLUSTER_MAX <= 10 */
+        unlink(path);
+    }
+    unlink(c->ini);
+    rmdir(c->dir);
 }
 
 char *cluster_log(const test_cluster *c, int i)

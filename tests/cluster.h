@@ -32,6 +32,12 @@ int cluster_start_ex(test_cluster *c, int nodes, int shards,
  * Returns 0 if every node exited with status 0. Removes the temp dir. */
 int cluster_stop(test_cluster *c);
 
+/* For a signal handler, when the process is about to _exit: SIGKILLs
+ * every node without reaping it and removes the ini, the logs and the
+ * temp dir. Uses only async-signal-safe calls; does nothing for a zeroed
+ * test_cluster. */
+void cluster_discard(const test_cluster *c);
+
 /* Kills node i with the given signal and reaps it. */
 void cluster_kill(test_cluster *c, int i, int sig);
 

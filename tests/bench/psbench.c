@@ -6,7 +6,6 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,6 +26,7 @@
 
 #include "psclient.h"
 #include "../../proto/layout.h"
+#include "../cluster.h"
 
 /* ---- settings ------------------------------------------------------- */
 
@@ -197,15 +197,6 @@ static int connect_loopback(int port)
         return -1;
     }
     return fd;
-}
-
-/* A port the kernel just handed out: free now, and unlikely to be handed
- * out again within the moment it takes psd to bind it. */
-static int free_port(void)
-{
-    int port, fd = listen_loopback(&port);
-    close(fd);
-    return port;
 }
 
 static void nodelay(int fd)
@@ -444,144 +435,42 @@ static void measure_baselines(void)
 
 /* ---- psd processes -------------------------------------------------- */
 
-typedef struct cluster {
-    int n;
-    pid_t pid[2];
-    int port[2];
-    char dir[64];
-    char ini[128];
-    char spec[128];      /* "127.0.0.1:p0,127.0.0.1:p1" */
-    char log[2][160];
-} cluster;
-
 /* The cluster running now, so that SIGINT/SIGTERM can remove its files
  * (its processes die with psbench through PR_SET_PDEATHSIG). */
-static cluster *volatile live;
+static test_cluster *volatile live;
 
 static void on_signal(int sig)
 {
-    cluster *c = live;
-    if (c) {
-        for (int i = 0; i < c->n; i++) {
-            if (c->pid[i] > 0)
-                kill(c->pid[i], SIGKILL);
-            unlink(c->log[i]);
-        }
-        unlink(c->ini);
-        rmdir(c->dir);
-    }
+    test_cluster *c = live;
+    if (c)
+        cluster_discard(c);
     _exit(128 + sig);
 }
 
-static void print_log(const cluster *c, int i)
+/* Starts `nodes` psd nodes (16 shards, MAX_WORKERS workers, warnings only,
+ * the --server-conf lines) with the given tables, through tests/cluster.c,
+ * which runs $PSD_BIN (main sets it from --psd). Returns 0 or -1. */
+static int bench_start(test_cluster *c, int nodes, const char *tables)
 {
-    char line[512];
-    FILE *f = fopen(c->log[i], "r");
-    if (!f)
-        return;
-    fprintf(stderr, "--- %s ---\n", c->log[i]);
-    while (fgets(line, sizeof line, f))
-        fputs(line, stderr);
-    fclose(f);
-}
-
-/* Sends SIGTERM to every node and waits up to 10 s each. Returns 0 if all
- * exited with status 0; otherwise prints their logs. */
-static int cluster_stop(cluster *c)
-{
-    int bad = 0;
-    for (int i = 0; i < c->n; i++)
-        if (c->pid[i] > 0)
-            kill(c->pid[i], SIGTERM);
-    for (int i = 0; i < c->n; i++) {
-        if (c->pid[i] <= 0)
-            continue;
-        int st = reap_within(c->pid[i], 10000);
-        if (st) {
-            fprintf(stderr, "psbench: psd node %d %s (status %d)\n", i,
-                    st < 0 ? "ignored SIGTERM" : "exited badly", st);
-            print_log(c, i);
-            bad = 1;
-        }
-        c->pid[i] = -1;
-    }
-    live = NULL;
-    for (int i = 0; i < c->n; i++)
-        unlink(c->log[i]);
-    unlink(c->ini);
-    rmdir(c->dir);
-    return bad ? -1 : 0;
-}
-
-/* Writes an ini with `nodes` nodes on free loopback ports and the given
- * tables, starts the nodes and waits until each accepts connections. */
-static int cluster_start(cluster *c, int nodes, const char *tables)
-{
-    memset(c, 0, sizeof *c);
-    snprintf(c->dir, sizeof c->dir, "/tmp/psbench-XXXXXX");
-    if (!mkdtemp(c->dir)) {
-        perror("psbench: mkdtemp");
+    char workers[32], *extra;
+    snprintf(workers, sizeof workers, "workers = %d\n", MAX_WORKERS);
+    if (asprintf(&extra, "[server]\nlog_level = warn\n%s\n\n%s",
+                 opt_server_conf, tables) < 0)
         return -1;
-    }
-    snprintf(c->ini, sizeof c->ini, "%s/cluster.ini", c->dir);
-    for (int i = 0; i < 2; i++)
-        snprintf(c->log[i], sizeof c->log[i], "%s/node%d.log", c->dir, i);
+    memset(c, 0, sizeof *c);   /* on_signal may look at it from now on */
     live = c;
-    FILE *f = fopen(c->ini, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "[cluster]\nnodes = ");
-    size_t at = 0;
-    for (int i = 0; i < nodes; i++) {
-        c->port[i] = free_port();
-        fprintf(f, "%s127.0.0.1:%d", i ? ", " : "", c->port[i]);
-        at += (size_t)snprintf(c->spec + at, sizeof c->spec - at,
-                               "%s127.0.0.1:%d", i ? "," : "", c->port[i]);
-    }
-    fprintf(f, "\nshards = 16\nworkers = %d\n\n[server]\ndata_dir = %s\n"
-            "log_level = warn\n%s\n\n%s\n",
-            MAX_WORKERS, c->dir, opt_server_conf, tables);
-    fclose(f);
-    c->n = nodes;
-    for (int i = 0; i < nodes; i++) {
-        pid_t pid = fork_child();
-        if (pid == 0) {
-            char node[16];
-            snprintf(node, sizeof node, "%d", i);
-            int fd = open(c->log[i], O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-                close(fd);
-            }
-            execl(opt_psd, "psd", "-c", c->ini, "-n", node, (char *)NULL);
-            fprintf(stderr, "exec %s: %s\n", opt_psd, strerror(errno));
-            _exit(127);
-        }
-        c->pid[i] = pid;
-    }
-    for (int i = 0; i < nodes; i++) {
-        int up = 0;
-        for (int t = 0; t < 1000 && !up; t++) {
-            if (waitpid(c->pid[i], NULL, WNOHANG) == c->pid[i]) {
-                c->pid[i] = -1;
-                break;
-            }
-            int fd = connect_loopback(c->port[i]);
-            up = fd >= 0;
-            if (up)
-                close(fd);
-            else
-                sleep_us(10000);
-        }
-        if (!up) {
-            fprintf(stderr, "psbench: psd node %d did not come up\n", i);
-            print_log(c, i);
-            cluster_stop(c);
-            return -1;
-        }
-    }
-    return 0;
+    int r = cluster_start_ex(c, nodes, 16, workers, extra);
+    free(extra);
+    if (r)
+        live = NULL;
+    return r;
+}
+
+static int bench_stop(test_cluster *c)
+{
+    int r = cluster_stop(c);
+    live = NULL;
+    return r;
 }
 
 /* ---- the matrix ----------------------------------------------------- */
@@ -835,7 +724,7 @@ static int worker_main(const cell *c, int w, const char *spec)
 static uint32_t *merged;
 
 /* Runs one cell: forks its workers, starts them together, collects. */
-static void run_cell(cell *c, const cluster *cl)
+static void run_cell(cell *c, const test_cluster *cl)
 {
     pid_t pid[MAX_WORKERS];
     memset(shm, 0, offsetof(bench_shm, samples));
@@ -1013,8 +902,8 @@ static void run_matrix(void)
     if (!merged)
         exit(1);
     for (int nodes = 1; nodes <= 2; nodes++) {
-        cluster cl;
-        if (cluster_start(&cl, nodes, bench_tables)) {
+        test_cluster cl;
+        if (bench_start(&cl, nodes, bench_tables)) {
             failures++;
             continue;
         }
@@ -1024,12 +913,13 @@ static void run_matrix(void)
             if (cells[i].nodes != nodes)
                 continue;
             for (int k = 0; k < cl.n; k++)
-                if (waitpid(cl.pid[k], NULL, WNOHANG) == cl.pid[k]) {
-                    fprintf(stderr, "psbench: psd node %d died\n", k);
-                    print_log(&cl, k);
-                    cl.pid[k] = -1;
+                if (!cluster_alive(&cl, k)) {
+                    char *log = cluster_log(&cl, k);
+                    fprintf(stderr, "psbench: psd node %d died; its log:\n%s\n",
+                            k, log ? log : "");
+                    free(log);
                     failures++;
-                    cluster_stop(&cl);
+                    bench_stop(&cl);
                     return;
                 }
             run_cell(&cells[i], &cl);
@@ -1037,13 +927,13 @@ static void run_matrix(void)
             /* A failed cell can leave psd holding stuck connections: give
              * the cells after it a fresh cluster. */
             if (cells[i].failed || cells[i].errors) {
-                if (cluster_stop(&cl) || cluster_start(&cl, nodes, bench_tables)) {
+                if (bench_stop(&cl) || bench_start(&cl, nodes, bench_tables)) {
                     failures++;
                     return;
                 }
             }
         }
-        if (cluster_stop(&cl))
+        if (bench_stop(&cl))
             failures++;
     }
 }
@@ -1131,10 +1021,10 @@ static void mem_one(memrow *m, long rss_empty)
     else
         snprintf(tab, sizeof tab, "[table.m]\nkind = sparse\ndim = %u\n"
                  "updater = %s\n", m->dim, m->updater);
-    cluster cl;
+    test_cluster cl;
     uint64_t t0 = now_ns();
     m->rss_empty = rss_empty;
-    if (cluster_start(&cl, 1, tab)) {
+    if (bench_start(&cl, 1, tab)) {
         m->failed = 1;
         failures++;
         return;
@@ -1160,7 +1050,7 @@ static void mem_one(memrow *m, long rss_empty)
         m->failed = 1;
         failures++;
     }
-    if (cluster_stop(&cl))
+    if (bench_stop(&cl))
         failures++;
     m->secs = (double)(now_ns() - t0) / 1e9;
 }
@@ -1169,12 +1059,12 @@ static void run_memory(void)
 {
     static const struct { const char *name; unsigned state, step; } upd[] = {
         { "sum", 0, 0 }, { "adagrad", 1, 0 }, { "adam", 2, 4 } };
-    cluster cl;
+    test_cluster cl;
     long empty = -1;
-    if (!cluster_start(&cl, 1, "[table.m]\nkind = dense\nrows = 1\ndim = 16\n")) {
+    if (!bench_start(&cl, 1, "[table.m]\nkind = dense\nrows = 1\ndim = 16\n")) {
         sleep_us(50000);
         empty = rss_kib(cl.pid[0]);
-        cluster_stop(&cl);
+        bench_stop(&cl);
     }
     printf("\n== memory: psd RSS (VmRSS) after filling every row with pushes"
            " ==\n");
@@ -1616,6 +1506,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "psbench: %s: %s\n", opt_psd, strerror(errno));
         return 1;
     }
+    setenv("PSD_BIN", opt_psd, 1);   /* the psd tests/cluster.c starts */
     uint64_t t0 = now_ns();
     printf("psbench: %d CPUs, psd %s\n\n", ncpu, opt_psd);
     if (opt_baselines)
