@@ -1214,7 +1214,7 @@ static int control(ps_client *c, int op, int node, uint64_t value)
 static int has_sync_tables(const ps_client *c)
 {
     for (int i = 0; i < c->layout.ntables; i++)
-        if (c->layout.tables[i].consistency != 0)
+        if (c->layout.tables[i].consistency != PSW_CONS_ASYNC)
             return 1;
     return 0;
 }

@@ -221,7 +221,7 @@ int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
                                  r->parts[i].msg.vals_len +
                                  (is_pull(op) ? r->parts[i].msg.nkeys * rowb
                                               : 0);
-    if (sh->table->consistency == 2 && is_pull(op))
+    if (sh->table->consistency == PSW_CONS_SSP && is_pull(op))
         for (int i = 0; i < r->nparts; i++)
             r->parts[i].slow = 1;    /* an ssp pull may be held */
     *reqp = r;
@@ -308,7 +308,7 @@ int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
     r->op = op;
     r->dim = t->dim;
     r->bytes = (size_t)count * dim * sizeof(float);
-    if (t->consistency == 2 && is_pull(op))
+    if (t->consistency == PSW_CONS_SSP && is_pull(op))
         for (int i = 0; i < r->nparts; i++)
             r->parts[i].slow = 1;
     *reqp = r;

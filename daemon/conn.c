@@ -617,7 +617,7 @@ void psd_conn_release(psd_conn *c, const psw_msg *m, int status,
         return;
     /* Inside handle_frame a frame is open: the reply joins it. Otherwise
      * it goes out in a frame of its own right away. */
-    int own = c->out.frame_start == SIZE_MAX;
+    int own = !psw_out_frame_open(&c->out);
     if (own)
         psw_out_frame_begin(&c->out);
     if (status != PSW_OK)

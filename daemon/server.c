@@ -34,7 +34,9 @@ static void build_layout(psd_server *s)
         d->dense = tc->dense;
         d->dim = tc->dim;
         d->rows = tc->dense ? tc->rows : 0;
-        d->consistency = (int)tc->consistency;
+        d->consistency = tc->consistency == PSD_CONS_BSP   ? PSW_CONS_BSP
+                         : tc->consistency == PSD_CONS_SSP ? PSW_CONS_SSP
+                                                           : PSW_CONS_ASYNC;
     }
 }
 
@@ -249,11 +251,13 @@ void psd_server_stop(psd_server *s)
     }
     psd_info("stopping: %llu connections served, %llu requests in %llu "
              "frames (%llu answered with an error), %llu connections closed "
-             "for protocol errors", (unsigned long long)s->stats.conns_accepted,
+             "for protocol errors, %llu refused at max_connections",
+             (unsigned long long)s->stats.conns_accepted,
              (unsigned long long)s->stats.requests,
              (unsigned long long)s->stats.frames,
              (unsigned long long)s->stats.request_errors,
-             (unsigned long long)s->stats.proto_errors);
+             (unsigned long long)s->stats.proto_errors,
+             (unsigned long long)s->stats.conns_refused);
 }
 
 void psd_server_destroy(psd_server *s)

@@ -95,6 +95,12 @@ void psw_out_reset(psw_out *o);
 /* Opens a frame whose body is an array of the messages packed next (the
  * psw_pack_* functions count them). */
 void psw_out_frame_begin(psw_out *o);
+/* Whether a frame is open (begun and not yet ended). */
+static inline int psw_out_frame_open(const psw_out *o)
+{
+    return o->frame_start != SIZE_MAX;
+}
+
 /* Bytes of the open frame's body so far (0 when none is open). */
 size_t psw_out_frame_body(const psw_out *o);
 /* Closes the open frame, writing its length and message count. Returns

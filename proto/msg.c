@@ -383,7 +383,7 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
             get_u32(&t->via.array.ptr[3], &d->dim) ||
             get_u64(&t->via.array.ptr[4], &d->rows) ||
             get_u32(&t->via.array.ptr[5], &cons) || d->dim == 0 ||
-            cons > 2 || (dense && d->rows == 0)) {
+            cons > PSW_CONS_SSP || (dense && d->rows == 0)) {
             psw_layout_free(l);
             FAIL("HELLO_OK: bad table %u", i);
         }

@@ -64,13 +64,16 @@ typedef struct psw_hello {
     size_t token_len;
 } psw_hello;
 
+/* A table's consistency mode on the wire (HELLO_OK table entries). */
+enum { PSW_CONS_ASYNC = 0, PSW_CONS_BSP = 1, PSW_CONS_SSP = 2 };
+
 typedef struct psw_table_desc {
     uint32_t id;
     char name[PSW_NAME_MAX];
     int dense;
     uint32_t dim;
     uint64_t rows;         /* dense only */
-    int consistency;       /* 0 async, 1 bsp, 2 ssp */
+    int consistency;       /* PSW_CONS_* */
 } psw_table_desc;
 
 /* The cluster layout a server sends in HELLO_OK. */

@@ -206,6 +206,19 @@ void cluster_discard(const test_cluster *c)
     rmdir(c->dir);
 }
 
+int cluster_log_wait(const test_cluster *c, int i, const char *text, int ms)
+{
+    for (int t = 0; t <= ms; t += 10) {
+        char *log = cluster_log(c, i);
+        int found = log && strstr(log, text);
+        free(log);
+        if (found)
+            return 1;
+        sleep_ms(10);
+    }
+    return 0;
+}
+
 char *cluster_log(const test_cluster *c, int i)
 {
     char path[400];

@@ -44,6 +44,10 @@ void cluster_kill(test_cluster *c, int i, int sig);
 /* Whether node i is still running. */
 int cluster_alive(test_cluster *c, int i);
 
+/* Waits up to ms milliseconds for `text` to appear in node i's log.
+ * Returns 1 when it did. */
+int cluster_log_wait(const test_cluster *c, int i, const char *text, int ms);
+
 /* Returns the contents of node i's log (malloc'd, caller frees). */
 char *cluster_log(const test_cluster *c, int i);
 

@@ -651,14 +651,7 @@ static void sighup_applies_a_new_learning_rate(void **state)
     snprintf(cmd, sizeof cmd, "sed -i 's/^lr = 0.5$/lr = 0.25/' '%s'", one.ini);
     assert_int_equal(system(cmd), 0);
     kill(one.pid[0], SIGHUP);
-    for (int i = 0; i < 200; i++) {
-        char *log = cluster_log(&one, 0);
-        int done = log && strstr(log, "reloaded");
-        free(log);
-        if (done)
-            break;
-        usleep(10000);
-    }
+    assert_true(cluster_log_wait(&one, 0, "reloaded", 10000));
     wait_ok(c, ps_push(c, t, &key, 1, g, NULL, NULL));
     wait_ok(c, ps_pull(c, t, &key, 1, w, NULL, NULL));
     expect_float(w[0], 0.25f, "w after lr 0.25", 0);   /* 0.5 - 0.25 */
@@ -666,13 +659,10 @@ static void sighup_applies_a_new_learning_rate(void **state)
     snprintf(cmd, sizeof cmd, "echo 'bogus line' >> '%s'", one.ini);
     assert_int_equal(system(cmd), 0);
     kill(one.pid[0], SIGHUP);
-    usleep(200000);
+    assert_true(cluster_log_wait(&one, 0, "reload failed", 10000));
     assert_true(cluster_alive(&one, 0));
     wait_ok(c, ps_push(c, t, &key, 1, g, NULL, NULL));
     ps_close(c);
-    char *log = cluster_log(&one, 0);
-    assert_non_null(strstr(log, "reload failed"));
-    free(log);
     assert_int_equal(cluster_stop(&one), 0);
 }
 

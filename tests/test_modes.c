@@ -171,12 +171,12 @@ static void bsp_pulls_after_each_clock_see_exactly_that_clock(void **state)
 static void worker_that_leaves_early_is_not_waited_for(void **state)
 {
     (void)state;
+    /* Were the leaver still waited for, the others' ps_clock would fail
+     * with PS_ETIMEDOUT after sync_timeout_ms and the workers report it. */
     assert_int_equal(cluster_start(&cl, 2, 16, BSP_TABLES), 0);
-    time_t t0 = time(NULL);
     int bad = run_bsp(4, 1);
     assert_int_equal(cluster_stop(&cl), 0);
     assert_int_equal(bad, 0);
-    assert_true(time(NULL) - t0 < 30);
 }
 
 typedef struct kill_job {
@@ -225,11 +225,12 @@ static void killed_worker_stops_being_waited_for_after_the_grace(void **state)
     int bad = 0;
     for (int w = 0; w < 3; w++)
         bad |= reap(pid[w]) != 0;
-    char *log = cluster_log(&cl, 0);
-    int said = log && strstr(log, "worker 3 did not come back");
-    if (!said)
+    int said = cluster_log_wait(&cl, 0, "worker 3 did not come back", 5000);
+    if (!said) {
+        char *log = cluster_log(&cl, 0);
         fprintf(stderr, "node 0 log:\n%s\n", log ? log : "");
-    free(log);
+        free(log);
+    }
     assert_int_equal(cluster_stop(&cl), 0);
     assert_int_equal(bad, 0);
     assert_true(said);
