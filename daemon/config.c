@@ -1029,11 +1029,3 @@ void psd_config_destroy(psd_config *c)
     free(c->tables);
     memset(c, 0, sizeof *c);
 }
-
-int psd_config_find_table(const psd_config *c, const char *name)
-{
-    for (int i = 0; i < c->ntables; i++)
-        if (strcmp(c->tables[i].name, name) == 0)
-            return i;
-    return -1;
-}

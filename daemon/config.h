@@ -99,7 +99,4 @@ int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen);
 /* Frees what psd_config_load allocated; safe on a zeroed struct. */
 void psd_config_destroy(psd_config *c);
 
-/* Index of the table named `name`, or -1. */
-int psd_config_find_table(const psd_config *c, const char *name);
-
 #endif

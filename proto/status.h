@@ -17,8 +17,7 @@ enum {
     PSW_ETOOBIG = -9,    /* frame or request above a limit */
     PSW_ECLOSED = -10,   /* client or server is shutting down */
     PSW_ESERVER = -11,   /* server-side failure */
-    PSW_ENOTOWNER = -12, /* the shard lives on another node */
-    PSW_ESTATUS_MIN = -12
+    PSW_ENOTOWNER = -12  /* the shard lives on another node */
 };
 
 /* Returns a static English description of a status code. */
