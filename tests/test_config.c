@@ -731,10 +731,7 @@ static void test_table_name_of_63_characters_is_kept_whole(void **state)
             "[table.x-y_1]\ndim = 2\n", &c);
     assert_int_equal(c.ntables, 2);
     assert_string_equal(c.tables[0].name, NAME63);
-    assert_int_equal(psd_config_find_table(&c, NAME63), 0);
-    assert_int_equal(psd_config_find_table(&c, "x-y_1"), 1);
-    assert_int_equal(psd_config_find_table(&c, "x-y"), -1);
-    assert_int_equal(psd_config_find_table(&c, ""), -1);
+    assert_string_equal(c.tables[1].name, "x-y_1");
     psd_config_destroy(&c);
 }
 
@@ -900,17 +897,18 @@ static void test_repo_cluster_2_ini_parses_with_its_tables(void **state)
     assert_int_equal(c.shards, 16);
     assert_int_equal(c.workers, 2);
     assert_string_equal(c.data_dir, "/tmp/psd-data");
-    int f = psd_config_find_table(&c, "fashion");
-    int e = psd_config_find_table(&c, "emb");
-    assert_true(f >= 0 && e >= 0);
-    const psd_table_conf *t = &c.tables[f];
+    /* Tables keep the file's order: fashion, then emb. */
+    assert_int_equal(c.ntables, 2);
+    assert_string_equal(c.tables[0].name, "fashion");
+    assert_string_equal(c.tables[1].name, "emb");
+    const psd_table_conf *t = &c.tables[0];
     assert_int_equal(t->dense, 1);
     assert_int_equal(t->rows, 785);
     assert_int_equal(t->dim, 10);
     assert_int_equal(t->upd.kind, PSD_UPD_SGD);
     assert_float_eq(t->upd.lr, 0.1f, "fashion lr");
     assert_int_equal(t->init.kind, PSD_INIT_ZEROS);
-    t = &c.tables[e];
+    t = &c.tables[1];
     assert_int_equal(t->dense, 0);
     assert_int_equal(t->dim, 16);
     assert_int_equal(t->upd.kind, PSD_UPD_ADAGRAD);
