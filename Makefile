@@ -29,9 +29,10 @@ LIBS_INI = $(shell pkg-config --libs inih)
 LIBS_CM  = $(shell pkg-config --libs cmocka)
 
 PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c
-DAEMON_SRC := daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
-              daemon/conn.c daemon/server.c daemon/sync.c
-CLIENT_SRC := client/customer.c client/client.c client/nodes.c client/map.c
+DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
+              daemon/sync.c daemon/node.c daemon/request.c daemon/conn.c daemon/server.c
+CLIENT_SRC := client/slice.c client/customer.c client/io.c client/client.c \
+              client/nodes.c client/map.c
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(BUILD)/%.o)
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
@@ -43,7 +44,7 @@ ALIB     := $(BUILD)/libpsclient.a
 PCFILE   := $(BUILD)/psclient.pc
 EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
-              $(BUILD)/test_table $(BUILD)/test_slice
+              $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_slice
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
@@ -126,14 +127,20 @@ $(BUILD)/fashion_mlp: $(BUILD)/examples/fashion_mlp.o \
 # ---- tests -----------------------------------------------------------------
 $(BUILD)/test_frame: $(BUILD)/tests/test_frame.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_CM)
-$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(DAEMON_OBJ) $(PROTO_OBJ)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) $(LIBS_CM) -lm
-$(BUILD)/test_updater: $(BUILD)/tests/test_updater.o $(DAEMON_OBJ) $(PROTO_OBJ)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) $(LIBS_CM) -lm
-$(BUILD)/test_table: $(BUILD)/tests/test_table.o $(DAEMON_OBJ) $(PROTO_OBJ)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) $(LIBS_CM) -lm
-$(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/customer.o $(PROTO_OBJ)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
+# Unit tests link only the objects they test (and what those call), so
+# the linker keeps the layering honest.
+D := $(BUILD)/daemon
+$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_CM)
+$(BUILD)/test_updater: $(BUILD)/tests/test_updater.o $(D)/updater.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
+$(BUILD)/test_table: $(BUILD)/tests/test_table.o $(D)/table.o $(D)/updater.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
+$(BUILD)/test_sync: $(BUILD)/tests/test_sync.o $(D)/sync.o $(D)/log.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
+$(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o \
+                     $(BUILD)/client/customer.o $(BUILD)/client/map.o $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_CM) -lpthread
 $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
 

@@ -1,349 +1,30 @@
-/* The Customer's bookkeeping: slicing requests into parts, placing
- * answered rows, completion counting. See customer.h. */
+/* The Customer: request lifecycle from timestamp to completion; see
+ * customer.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "customer.h"
-#include "../proto/layout.h"
 #include "../proto/status.h"
 
-/* Room for a message's fields around its payloads. */
-#define MSG_OVERHEAD 64
-/* Payload a part aims at; see rows_per_part. */
-#define PART_BYTES (1024 * 1024)
-
-static uint32_t shard_of(const ps_shape *sh, uint64_t key)
+void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes)
 {
-    return sh->table->dense
-               ? psw_dense_shard_of(sh->table->rows, sh->shards, key)
-               : psw_sparse_shard_of(sh->shards, key);
+    memset(cu, 0, sizeof *cu);
+    pthread_mutex_init(&cu->mu, NULL);
+    pthread_cond_init(&cu->cv, NULL);
+    psc_map_init(&cu->reqs);
+    cu->max_inflight_bytes = max_inflight_bytes;
 }
 
-static int node_of(const ps_shape *sh, uint64_t key)
+void psc_customer_destroy(psc_customer *cu)
 {
-    return psw_node_of_shard(shard_of(sh, key), sh->nnodes);
+    free(cu->fails);
+    psc_map_destroy(&cu->reqs);
+    pthread_mutex_destroy(&cu->mu);
+    pthread_cond_destroy(&cu->cv);
 }
 
-static int is_push(int op)
-{
-    return op == PSW_OP_PUSH || op == PSW_OP_PUSHPULL ||
-           op == PSW_OP_PUSH_RANGE;
-}
-
-static int is_pull(int op)
-{
-    return op == PSW_OP_PULL || op == PSW_OP_PUSHPULL ||
-           op == PSW_OP_PULL_RANGE;
-}
-
-/* One allocation for the request, its parts and `extra` bytes after
- * them (8-byte aligned). */
-static ps_req *req_alloc(int nparts, size_t extra, void **tail)
-{
-    size_t head = sizeof(ps_req) + (size_t)nparts * sizeof(ps_part);
-    head = (head + 7) & ~(size_t)7;
-    ps_req *r = calloc(1, head + extra);
-    if (!r)
-        return NULL;
-    r->nparts = nparts;
-    r->pending = nparts;
-    r->parts = (ps_part *)(r + 1);
-    for (int i = 0; i < nparts; i++)
-        r->parts[i].req = r;
-    if (tail)
-        *tail = (char *)r + head;
-    return r;
-}
-
-static void part_init(ps_part *p, const ps_shape *sh, int op, int node,
-                      uint32_t index)
-{
-    p->node = node;
-    p->msg.op = op;
-    p->msg.part = index;
-    p->msg.table = sh->table_id;
-}
-
-/* Payload limits: one message must fit the server's max_frame both ways. */
-static int check_size(const ps_shape *sh, uint64_t rows, uint64_t keybytes,
-                      char *err, size_t errlen)
-{
-    uint64_t rowb = (uint64_t)sh->table->dim * sizeof(float);
-    if (rows > sh->max_payload / rowb ||
-        rows * rowb + keybytes > sh->max_payload) {
-        snprintf(err, errlen, "a piece of %llu rows of table '%s' exceeds "
-                 "the server's max_frame; split the request",
-                 (unsigned long long)rows, sh->table->name);
-        return PS_ETOOBIG;
-    }
-    return 0;
-}
-
-/* Rows per part when each row costs rowb bytes of payload: a large
- * request travels as several messages of about PART_BYTES, so the server
- * starts on the first while the rest is still on the wire and its replies
- * stream back meanwhile, instead of one long store-and-forward. */
-static size_t rows_per_part(const ps_shape *sh, size_t rowb)
-{
-    /* A smaller max_frame makes smaller parts, never a refusal. */
-    uint64_t budget = sh->max_payload < PART_BYTES ? sh->max_payload
-                                                   : PART_BYTES;
-    size_t r = (size_t)(budget / rowb);
-    return r ? r : 1;
-}
-
-/* Fills the parts of one node's keys, chunk by chunk. keys, vals (when
- * pushing) and pos (NULL: rows land in order at out) describe the node's
- * rows; k is the index of its first part. Returns the next index. */
-static int fill_parts(ps_req *r, const ps_shape *sh, int op, int nd, int k,
-                      const uint64_t *keys, size_t n, const char *vals,
-                      float *out, const uint32_t *pos, size_t rpp)
-{
-    size_t rowb = (size_t)sh->table->dim * sizeof(float);
-    for (size_t a = 0; a < n; a += rpp, k++) {
-        size_t m = n - a < rpp ? n - a : rpp;
-        ps_part *p = &r->parts[k];
-        part_init(p, sh, op, nd, (uint32_t)k);
-        p->msg.keys = (const char *)(keys + a);
-        p->msg.nkeys = m;
-        if (is_push(op)) {
-            p->msg.vals = vals + a * rowb;
-            p->msg.vals_len = m * rowb;
-        }
-        if (is_pull(op)) {
-            p->out = pos ? out : out + a * sh->table->dim;
-            p->pos = pos ? pos + a : NULL;
-        }
-    }
-    return k;
-}
-
-int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
-                const float *vals, float *out, ps_req **reqp, char *err,
-                size_t errlen)
-{
-    const psw_table_desc *t = sh->table;
-    size_t dim = t->dim, rowb = dim * sizeof(float);
-    size_t rpp = rows_per_part(sh, rowb + 8);
-    if (n > UINT32_MAX) {
-        snprintf(err, errlen, "%zu keys in one request; at most %u", n,
-                 UINT32_MAX);
-        return PS_ETOOBIG;
-    }
-    size_t *count = calloc((size_t)sh->nnodes, sizeof *count);
-    if (!count)
-        return PS_ENOMEM;
-    int used = 0, one = -1;
-    for (size_t i = 0; i < n; i++) {
-        if (t->dense && keys[i] >= t->rows) {
-            snprintf(err, errlen, "table '%s' has no row %llu (rows = %llu)",
-                     t->name, (unsigned long long)keys[i],
-                     (unsigned long long)t->rows);
-            free(count);
-            return PS_EKEY;
-        }
-        /* One node holds everything: no key needs hashing. */
-        int nd = sh->nnodes == 1 ? 0 : node_of(sh, keys[i]);
-        if (count[nd]++ == 0) {
-            used++;
-            one = nd;
-        }
-    }
-    size_t nparts = 0;
-    for (int nd = 0; nd < sh->nnodes; nd++) {
-        nparts += (count[nd] + rpp - 1) / rpp;
-        uint64_t m = count[nd] < rpp ? count[nd] : rpp;
-        int rc = m ? check_size(sh, m, 8 * m, err, errlen) : 0;
-        if (rc) {
-            free(count);
-            return rc;
-        }
-    }
-    if (nparts > 65535) {
-        snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
-                 "%zu messages; at most 65535", n, t->name, nparts);
-        free(count);
-        return PS_ETOOBIG;
-    }
-
-    ps_req *r;
-    if (used == 1) {
-        /* The common case: every key on one node, nothing to copy. */
-        r = req_alloc((int)nparts, 0, NULL);
-        if (!r)
-            goto oom;
-        fill_parts(r, sh, op, one, 0, keys, n, (const char *)vals, out, NULL,
-                   rpp);
-    } else {
-        /* Group keys (and values) by node with a counting sort; pos maps
-         * each grouped key back to the caller's index for the pull. */
-        size_t extra = n * 8 + (is_pull(op) ? n * 4 : 0) +
-                       (is_push(op) ? n * rowb : 0);
-        void *tail;
-        r = req_alloc((int)nparts, extra, &tail);
-        if (!r)
-            goto oom;
-        uint64_t *gk = tail;
-        uint32_t *pos = is_pull(op) ? (uint32_t *)(gk + n) : NULL;
-        char *gv = is_push(op) ? (char *)(gk + n) + (pos ? n * 4 : 0) : NULL;
-        size_t *start = calloc((size_t)sh->nnodes + 1, sizeof *start);
-        if (!start) {
-            free(r);
-            goto oom;
-        }
-        for (int nd = 0; nd < sh->nnodes; nd++)
-            start[nd + 1] = start[nd] + count[nd];
-        int k = 0;
-        for (int nd = 0; nd < sh->nnodes; nd++)
-            if (count[nd])
-                k = fill_parts(r, sh, op, nd, k, gk + start[nd], count[nd],
-                               gv ? gv + start[nd] * rowb : NULL, out,
-                               pos ? pos + start[nd] : NULL, rpp);
-        for (size_t i = 0; i < n; i++) {
-            size_t at = start[node_of(sh, keys[i])]++;
-            gk[at] = keys[i];
-            if (pos)
-                pos[at] = (uint32_t)i;
-            if (gv)
-                memcpy(gv + at * rowb, vals + i * dim, rowb);
-        }
-        free(start);
-    }
-    free(count);
-    r->op = op;
-    r->dim = t->dim;
-    r->bytes = n * 8 + (is_push(op) ? n * rowb : 0) + (is_pull(op) ? n * rowb : 0);
-    /* A frame's size budget covers its replies too: the server refuses
-     * frames whose replies would exceed max_frame. */
-    for (int i = 0; i < r->nparts; i++)
-        r->parts[i].wire_bytes = MSG_OVERHEAD + r->parts[i].msg.nkeys * 8 +
-                                 r->parts[i].msg.vals_len +
-                                 (is_pull(op) ? r->parts[i].msg.nkeys * rowb
-                                              : 0);
-    if (sh->table->consistency == PSW_CONS_SSP && is_pull(op))
-        for (int i = 0; i < r->nparts; i++)
-            r->parts[i].slow = 1;    /* an ssp pull may be held */
-    *reqp = r;
-    return 0;
-oom:
-    free(count);
-    return PS_ENOMEM;
-}
-
-/* The row after the run of rows that starts at `row`, lives on one node
- * and is at most rpp rows long (bounded by end). */
-static uint64_t run_end(const ps_shape *sh, uint64_t row, uint64_t end,
-                        uint64_t rpp)
-{
-    int nd = node_of(sh, row);
-    uint64_t stop = row;
-    if (end - row > rpp)
-        end = row + rpp;
-    while (stop < end && node_of(sh, stop) == nd)
-        stop = psw_dense_shard_start(sh->table->rows, sh->shards,
-                                     shard_of(sh, stop) + 1);
-    return stop < end ? stop : end;
-}
-
-int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
-                 const float *vals, float *out, ps_req **reqp, char *err,
-                 size_t errlen)
-{
-    const psw_table_desc *t = sh->table;
-    if (!t->dense) {
-        snprintf(err, errlen, "table '%s' is sparse: range requests need a "
-                 "dense table", t->name);
-        return PS_EINVAL;
-    }
-    if (count == 0 || first >= t->rows || count > t->rows - first) {
-        snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
-                 "(rows = %llu)", (unsigned long long)first,
-                 (unsigned long long)(first + count - 1), t->name,
-                 (unsigned long long)t->rows);
-        return PS_EKEY;
-    }
-    /* A run is a stretch of consecutive non-empty shards on one node;
-     * with more than one node every shard is its own run. */
-    uint64_t rpp = rows_per_part(sh, (size_t)t->dim * sizeof(float));
-    int nparts = 0;
-    for (uint64_t row = first; row < first + count && nparts <= 65535;
-         nparts++)
-        row = run_end(sh, row, first + count, rpp);
-    if (nparts > 65535) {
-        snprintf(err, errlen, "rows %llu..%llu of table '%s' need more than "
-                 "65535 messages; split the range", (unsigned long long)first,
-                 (unsigned long long)(first + count - 1), t->name);
-        return PS_ETOOBIG;
-    }
-    ps_req *r = req_alloc(nparts, 0, NULL);
-    if (!r)
-        return PS_ENOMEM;
-    size_t dim = t->dim;
-    uint64_t row = first, end = first + count;
-    for (int k = 0; k < nparts; k++) {
-        int nd = node_of(sh, row);
-        uint64_t stop = run_end(sh, row, end, rpp);
-        int rc = check_size(sh, stop - row, 0, err, errlen);
-        if (rc) {
-            free(r);
-            return rc;
-        }
-        ps_part *p = &r->parts[k];
-        part_init(p, sh, op, nd, (uint32_t)k);
-        p->msg.first = row;
-        p->msg.count = stop - row;
-        size_t off = (size_t)(row - first) * dim;
-        if (is_push(op)) {
-            p->msg.vals = (const char *)(vals + off);
-            p->msg.vals_len = (size_t)(stop - row) * dim * sizeof(float);
-        }
-        p->out = is_pull(op) ? out + off : NULL;
-        p->wire_bytes = MSG_OVERHEAD + p->msg.vals_len +
-                        (is_pull(op) ? (size_t)(stop - row) * dim *
-                                           sizeof(float)
-                                     : 0);
-        row = stop;
-    }
-    r->op = op;
-    r->dim = t->dim;
-    r->bytes = (size_t)count * dim * sizeof(float);
-    if (t->consistency == PSW_CONS_SSP && is_pull(op))
-        for (int i = 0; i < r->nparts; i++)
-            r->parts[i].slow = 1;
-    *reqp = r;
-    return 0;
-}
-
-int ps_req_control(int nnodes, int node, int op, uint64_t value,
-                   ps_req **reqp)
-{
-    int n = node < 0 ? nnodes : 1;
-    ps_req *r = req_alloc(n, 0, NULL);
-    if (!r)
-        return PS_ENOMEM;
-    for (int k = 0; k < n; k++) {
-        ps_part *p = &r->parts[k];
-        p->node = node < 0 ? k : node;
-        p->msg.op = op;
-        p->msg.part = (uint32_t)k;
-        p->msg.first = value;
-        p->wire_bytes = MSG_OVERHEAD;
-        p->slow = op != PSW_OP_LEAVE;
-    }
-    r->op = op;
-    *reqp = r;
-    return 0;
-}
-
-void ps_req_set_ts(ps_req *r, ps_ts ts)
-{
-    r->ts = ts;
-    for (int i = 0; i < r->nparts; i++)
-        r->parts[i].msg.ts = (uint64_t)ts;
-}
-
-void ps_req_free(ps_req *r)
+void psc_req_free(psc_req *r)
 {
     if (!r)
         return;
@@ -351,9 +32,173 @@ void ps_req_free(ps_req *r)
     free(r);
 }
 
-static int settle(ps_part *p, int status, const char *why, size_t whylen)
+static void set_ts(psc_req *r, ps_ts ts)
 {
-    ps_req *r = p->req;
+    r->ts = ts;
+    for (int i = 0; i < r->nparts; i++)
+        r->parts[i].msg.ts = (uint64_t)ts;
+}
+
+ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
+                          void *arg, int may_wait, char *err, size_t errlen)
+{
+    r->cb = cb;
+    r->arg = arg;
+    pthread_mutex_lock(&cu->mu);
+    /* Backpressure: wait while the bytes in flight exceed the limit. A
+     * lone request always goes, and the I/O thread (callbacks) never
+     * waits, since it is the one that would have to wake it. */
+    if (may_wait) {
+        cu->cv_waiters++;
+        while (cu->inflight_bytes > 0 && !cu->closing &&
+               cu->inflight_bytes + r->bytes > cu->max_inflight_bytes)
+            pthread_cond_wait(&cu->cv, &cu->mu);
+        cu->cv_waiters--;
+    }
+    if (cu->closing) {
+        pthread_mutex_unlock(&cu->mu);
+        psc_req_free(r);
+        snprintf(err, errlen, "the client is closing");
+        return PS_ECLOSED;
+    }
+    ps_ts ts = cu->last_ts + 1;
+    set_ts(r, ts);
+    if (psc_map_put(&cu->reqs, (uint64_t)ts, r)) {
+        pthread_mutex_unlock(&cu->mu);
+        psc_req_free(r);
+        snprintf(err, errlen, "out of memory");
+        return PS_ENOMEM;
+    }
+    cu->last_ts = ts;
+    cu->inflight_bytes += r->bytes;
+    for (int i = 0; i < r->nparts; i++) {
+        psc_part *p = &r->parts[i];
+        if (cu->sq_tail)
+            cu->sq_tail->next = p;
+        else
+            cu->sq_head = p;
+        cu->sq_tail = p;
+    }
+    pthread_mutex_unlock(&cu->mu);
+    return ts;
+}
+
+psc_part *psc_customer_take(psc_customer *cu, int *closing)
+{
+    pthread_mutex_lock(&cu->mu);
+    psc_part *p = cu->sq_head;
+    cu->sq_head = cu->sq_tail = NULL;
+    *closing = cu->closing;
+    pthread_mutex_unlock(&cu->mu);
+    return p;
+}
+
+void psc_customer_complete(psc_customer *cu, psc_req *r)
+{
+    /* Callback first, so that when ps_wait returns the callback has run. */
+    if (r->cb)
+        r->cb(r->ts, r->status, r->arg);
+    pthread_mutex_lock(&cu->mu);
+    psc_map_del(&cu->reqs, (uint64_t)r->ts);
+    cu->inflight_bytes -= r->bytes;
+    if (r->status != PS_OK) {
+        const char *why = r->error ? r->error : "";
+        if (!cu->fails)
+            cu->fails = calloc(PSC_FAIL_RING, sizeof *cu->fails);
+        if (cu->fails) {
+            psc_failure *f = &cu->fails[cu->nfails++ % PSC_FAIL_RING];
+            if (f->ts > cu->fails_forgotten)
+                cu->fails_forgotten = f->ts;  /* overwritten: forgotten */
+            f->ts = r->ts;
+            f->status = r->status;
+            snprintf(f->text, sizeof f->text, "%s", why);
+        }
+        if (cu->first_error == PS_OK) {
+            cu->first_error = r->status;
+            snprintf(cu->first_error_text, sizeof cu->first_error_text,
+                     "request %lld: %s", (long long)r->ts, why);
+        }
+    }
+    for (psc_waiter *w = cu->waiters; w; w = w->next)
+        if (w->ts == r->ts)
+            pthread_cond_signal(&w->cv);
+    if (cu->cv_waiters)
+        pthread_cond_broadcast(&cu->cv);
+    pthread_mutex_unlock(&cu->mu);
+    psc_req_free(r);
+}
+
+int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&cu->mu);
+    if (ts <= 0 || ts > cu->last_ts) {
+        pthread_mutex_unlock(&cu->mu);
+        snprintf(err, errlen, "request %lld was never issued", (long long)ts);
+        return PS_EINVAL;
+    }
+    if (psc_map_get(&cu->reqs, (uint64_t)ts)) {
+        psc_waiter w = { cu->waiters, ts, PTHREAD_COND_INITIALIZER };
+        cu->waiters = &w;
+        while (psc_map_get(&cu->reqs, (uint64_t)ts))
+            pthread_cond_wait(&w.cv, &cu->mu);
+        psc_waiter **pp = &cu->waiters;
+        while (*pp != &w)
+            pp = &(*pp)->next;
+        *pp = w.next;
+        pthread_cond_destroy(&w.cv);
+    }
+    int st = PS_OK;
+    if (cu->nfails) {
+        uint64_t n = cu->nfails < PSC_FAIL_RING ? cu->nfails : PSC_FAIL_RING;
+        for (uint64_t i = 0; i < n; i++) {
+            const psc_failure *f =
+                &cu->fails[(cu->nfails - 1 - i) % PSC_FAIL_RING];
+            if (f->ts == ts) {
+                st = f->status;
+                snprintf(err, errlen, "%s", f->text);
+                break;
+            }
+        }
+        if (st == PS_OK && ts <= cu->fails_forgotten) {
+            st = PS_EINVAL;
+            snprintf(err, errlen, "the status of request %lld is no longer "
+                     "known: more than %d requests failed after it (use "
+                     "callbacks or ps_wait_all)", (long long)ts,
+                     PSC_FAIL_RING);
+        }
+    }
+    pthread_mutex_unlock(&cu->mu);
+    return st;
+}
+
+int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&cu->mu);
+    cu->cv_waiters++;
+    while (cu->reqs.n > 0)
+        pthread_cond_wait(&cu->cv, &cu->mu);
+    cu->cv_waiters--;
+    int st = cu->first_error;
+    if (st != PS_OK)
+        snprintf(err, errlen, "%s", cu->first_error_text);
+    cu->first_error = PS_OK;
+    pthread_mutex_unlock(&cu->mu);
+    return st;
+}
+
+void psc_customer_close(psc_customer *cu)
+{
+    pthread_mutex_lock(&cu->mu);
+    cu->closing = 1;
+    pthread_cond_broadcast(&cu->cv);
+    pthread_mutex_unlock(&cu->mu);
+}
+
+/* ---- settling parts -------------------------------------------------- */
+
+static int settle(psc_part *p, int status, const char *why, size_t whylen)
+{
+    psc_req *r = p->req;
     if (status != PS_OK && r->status == PS_OK) {
         r->status = status;
         free(r->error);
@@ -366,12 +211,12 @@ static int settle(ps_part *p, int status, const char *why, size_t whylen)
     return --r->pending == 0;
 }
 
-int ps_part_fail(ps_part *p, int status, const char *why)
+int psc_part_fail(psc_part *p, int status, const char *why)
 {
     return settle(p, status, why, strlen(why));
 }
 
-int ps_part_reply(ps_part *p, const psw_msg *m)
+int psc_part_reply(psc_part *p, const psw_msg *m)
 {
     if (m->status != PSW_OK)
         return settle(p, m->status, m->text ? m->text : "",

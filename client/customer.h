@@ -1,90 +1,99 @@
-/* The Customer: the trainer's agent inside libpsclient. It turns one
- * push/pull into a request with a timestamp, slices it by the shard layout
- * into parts (one wire message each, grouped per server), writes answered
- * rows straight into the caller's buffer and counts parts until the
- * request is complete. Pure bookkeeping: sockets live in client.c. */
-#ifndef PS_CUSTOMER_H
-#define PS_CUSTOMER_H
+/* The Customer: the trainer's agent inside libpsclient, in ps-lite's
+ * sense. It gives every accepted request its timestamp, keeps the table
+ * of requests in flight and the bytes they hold (blocking callers beyond
+ * max_inflight_bytes), settles each part's reply or failure into its
+ * request, completes a request when its last part settled (callback
+ * first, then wake-ups), remembers recent failures, and answers waits.
+ * It touches no socket: the I/O thread (io.c) takes the parts it hands
+ * out and reports back what happened to each. */
+#ifndef PSC_CUSTOMER_H
+#define PSC_CUSTOMER_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "psclient.h"
-#include "../proto/msg.h"
+#include "map.h"
+#include "req.h"
 
-typedef struct ps_req ps_req;
+#define PSC_FAIL_RING 1024       /* failed requests whose status is kept */
 
-/* One wire message of a request, bound for one node. */
-typedef struct ps_part {
-    ps_req *req;
-    int node;
-    psw_msg msg;                 /* op, ts, part, table, keys/vals views */
-    float *out;                  /* where pulled rows go (NULL: no pull) */
-    const uint32_t *pos;         /* keyed pulls split over nodes: the
-                                    caller's index of each key; NULL when
-                                    rows land in order at out */
-    struct ps_part *next;        /* send queue or in-flight list */
-    struct ps_part *prev;
-    uint64_t deadline_ns;        /* when the part times out */
-    int slow;                    /* may wait for other workers (clock,
-                                    barrier, ssp pull): longer timeout */
-    size_t wire_bytes;           /* upper bound of its encoded size */
-} ps_part;
-
-struct ps_req {
+typedef struct psc_failure {
     ps_ts ts;
-    int op;
-    uint32_t dim;
-    int pending;                 /* parts not answered yet */
-    int status;                  /* first error, or PS_OK */
-    char *error;                 /* detail of that error, owned, or NULL */
-    ps_done_fn cb;
-    void *arg;
-    size_t bytes;                /* counted against max_inflight_bytes */
-    int nparts;
-    ps_part *parts;              /* nparts, in the same allocation */
-};
+    int status;
+    char text[200];
+} psc_failure;
 
-/* What slicing needs to know about the cluster and the table. */
-typedef struct ps_shape {
-    int nnodes;
-    uint32_t shards;
-    const psw_table_desc *table;
-    uint32_t table_id;
-    uint64_t max_payload;        /* largest payload one message may carry */
-} ps_shape;
+/* A thread inside psc_customer_wait: woken only when its own request
+ * completes, so a caller with many requests in flight is not woken by
+ * every reply. */
+typedef struct psc_waiter {
+    struct psc_waiter *next;
+    ps_ts ts;
+    pthread_cond_t cv;
+} psc_waiter;
 
-/* Builds the request for a keyed op (PSW_OP_PUSH, PULL or PUSHPULL):
- * one part per node touched. When every key lives on one node the part
- * borrows keys, vals and out as they are; otherwise keys (and values) are
- * copied, grouped by node, in the same allocation as the request. Returns
- * 0 and *out, or PS_EKEY / PS_ETOOBIG / PS_ENOMEM with a reason in err.
- * ts is filled in later by ps_req_set_ts. */
-int ps_req_keys(const ps_shape *sh, int op, const uint64_t *keys, size_t n,
-                const float *vals, float *out, ps_req **req, char *err,
-                size_t errlen);
+/* Everything here is shared between callers and the I/O thread, under mu. */
+typedef struct psc_customer {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* ps_wait_all and backpressure */
+    int cv_waiters;              /* threads waiting on cv */
+    psc_waiter *waiters;         /* threads waiting for one request */
+    psc_part *sq_head, *sq_tail; /* accepted parts the I/O thread has not
+                                    taken yet, all nodes */
+    psc_map reqs;                /* ts -> request not yet complete */
+    ps_ts last_ts;
+    size_t inflight_bytes;
+    size_t max_inflight_bytes;
+    int first_error;             /* since the last psc_customer_wait_all */
+    char first_error_text[200];
+    psc_failure *fails;          /* ring of PSC_FAIL_RING, made on demand */
+    uint64_t nfails;
+    ps_ts fails_forgotten;       /* newest failure pushed out of the ring */
+    int closing;
+} psc_customer;
 
-/* The same for a dense range op (PSW_OP_PUSH_RANGE or PULL_RANGE): one
- * part per run of consecutive shards on one node, each borrowing its
- * slice of vals or out; nothing is copied. */
-int ps_req_range(const ps_shape *sh, int op, uint64_t first, uint64_t count,
-                 const float *vals, float *out, ps_req **req, char *err,
-                 size_t errlen);
+void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes);
+void psc_customer_destroy(psc_customer *cu);
 
-/* A control request (PSW_OP_CLOCK, BARRIER or LEAVE) carrying `value`:
- * one part for node `node`, or for every node when node is -1. */
-int ps_req_control(int nnodes, int node, int op, uint64_t value,
-                   ps_req **req);
+/* Accepts request r (ownership passes to the Customer until it completes):
+ * waits while the bytes in flight exceed the limit (unless may_wait is 0:
+ * the I/O thread, which must never wait on itself), gives r the next
+ * timestamp and queues its parts for the I/O thread. Returns the
+ * timestamp, or PS_ECLOSED / PS_ENOMEM with the reason in err (r is freed
+ * then and its callback never runs). The caller then wakes the I/O
+ * thread. */
+ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
+                          void *arg, int may_wait, char *err, size_t errlen);
 
-void ps_req_set_ts(ps_req *r, ps_ts ts);
-void ps_req_free(ps_req *r);
+/* The I/O thread takes every queued part (a list linked by next, in
+ * submission order); *closing says whether the client is closing. */
+psc_part *psc_customer_take(psc_customer *cu, int *closing);
 
-/* Applies a reply to its part: copies pulled rows into place or records
- * the error. Returns 1 when this completed the request. */
-int ps_part_reply(ps_part *p, const psw_msg *reply);
+/* Settles one part with its reply: copies pulled rows into place, or
+ * records the error. Returns 1 when this was the request's last part:
+ * call psc_customer_complete. */
+int psc_part_reply(psc_part *p, const psw_msg *reply);
 
-/* Fails a part that will get no reply (timeout, lost connection).
- * Returns 1 when this completed the request. */
-int ps_part_fail(ps_part *p, int status, const char *why);
+/* Settles a part that will get no reply (timeout, lost connection).
+ * Returns 1 when this was the request's last part. */
+int psc_part_fail(psc_part *p, int status, const char *why);
+
+/* Completes a request whose parts all settled (on the I/O thread): runs
+ * its callback, then forgets it, remembers a failure, wakes its waiters
+ * and any caller blocked on backpressure, and frees it. */
+void psc_customer_complete(psc_customer *cu, psc_req *r);
+
+/* Blocks until request ts completes; returns its status, with the detail
+ * of a failure in err. A failure pushed out of the ring since reads
+ * PS_EINVAL, never a false PS_OK; so does a ts never issued. */
+int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen);
+
+/* Blocks until no request is in flight; returns the first error since
+ * the last call (then forgets it), with its detail in err, or PS_OK. */
+int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen);
+
+/* From now on submits fail with PS_ECLOSED and blocked submitters wake. */
+void psc_customer_close(psc_customer *cu);
 
 #endif

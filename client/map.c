@@ -5,18 +5,18 @@
 #include "map.h"
 #include "../proto/layout.h"
 
-void ps_map_init(ps_map *m)
+void psc_map_init(psc_map *m)
 {
     m->keys = NULL;
     m->vals = NULL;
     m->cap = m->n = 0;
 }
 
-void ps_map_destroy(ps_map *m)
+void psc_map_destroy(psc_map *m)
 {
     free(m->keys);
     free(m->vals);
-    ps_map_init(m);
+    psc_map_init(m);
 }
 
 static size_t slot(uint64_t key, size_t cap)
@@ -24,7 +24,7 @@ static size_t slot(uint64_t key, size_t cap)
     return (size_t)psw_mix64(key) & (cap - 1);
 }
 
-static int grow(ps_map *m)
+static int grow(psc_map *m)
 {
     size_t cap = m->cap ? 2 * m->cap : 64;
     uint64_t *k = malloc(cap * sizeof *k);
@@ -51,7 +51,7 @@ static int grow(ps_map *m)
     return 0;
 }
 
-int ps_map_put(ps_map *m, uint64_t key, void *val)
+int psc_map_put(psc_map *m, uint64_t key, void *val)
 {
     if ((m->n + 1) * 2 > m->cap && grow(m))
         return -1;
@@ -65,7 +65,7 @@ int ps_map_put(ps_map *m, uint64_t key, void *val)
     return 0;
 }
 
-void *ps_map_get(const ps_map *m, uint64_t key)
+void *psc_map_get(const psc_map *m, uint64_t key)
 {
     if (!m->cap)
         return NULL;
@@ -78,7 +78,7 @@ void *ps_map_get(const ps_map *m, uint64_t key)
     return NULL;
 }
 
-void *ps_map_del(ps_map *m, uint64_t key)
+void *psc_map_del(psc_map *m, uint64_t key)
 {
     if (!m->cap)
         return NULL;

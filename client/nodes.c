@@ -13,7 +13,7 @@
 #define MAX_SEEDS 4096
 
 /* Parses one "host:port" item of len bytes. */
-static int parse_one(const char *s, size_t len, ps_addr *a)
+static int parse_one(const char *s, size_t len, psc_addr *a)
 {
     while (len && (*s == ' ' || *s == '\t'))
         s++, len--;
@@ -55,7 +55,7 @@ static int parse_one(const char *s, size_t len, ps_addr *a)
     return 0;
 }
 
-static int parse_list(const char *list, ps_addr **out, int *n, char *err,
+static int parse_list(const char *list, psc_addr **out, int *n, char *err,
                       size_t errlen)
 {
     int cap = 1;
@@ -65,7 +65,7 @@ static int parse_list(const char *list, ps_addr **out, int *n, char *err,
         snprintf(err, errlen, "more than %d servers listed", MAX_SEEDS);
         return PS_EINVAL;
     }
-    ps_addr *a = calloc((size_t)cap, sizeof *a);
+    psc_addr *a = calloc((size_t)cap, sizeof *a);
     if (!a)
         return PS_ENOMEM;
     int k = 0;
@@ -104,7 +104,7 @@ static int on_ini(void *user, const char *section, const char *name,
     return 1;
 }
 
-int ps_nodes_parse(const char *servers, ps_addr **out, int *n, char *err,
+int psc_nodes_parse(const char *servers, psc_addr **out, int *n, char *err,
                    size_t errlen)
 {
     struct stat st;

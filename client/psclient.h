@@ -140,10 +140,11 @@ PS_API int ps_wait_all(ps_client *c);
  *   worker is at most `staleness` clocks behind it.
  * ps_barrier: returns once every live worker has called it as often.
  * A worker that called ps_close, or whose connection stayed lost for
- * worker_grace seconds, is no longer waited for. Both return PS_OK,
- * PS_EINVAL (not a worker, or no bsp/ssp table: see ps_last_error), or the
- * error of a node that failed. They block: never call them from a
- * callback. */
+ * worker_grace seconds, is no longer waited for. Both return PS_OK, or
+ * the error of a node that failed, or PS_EINVAL (see ps_last_error): from
+ * a client that is not a worker, and for ps_clock also on a cluster
+ * without bsp or ssp tables (async tables have no clocks; a barrier works
+ * with any tables). They block: never call them from a callback. */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
 

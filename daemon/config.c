@@ -1,13 +1,7 @@
-/* The ini schema of DESIGN.md section 5. inih splits lines into keys and
- * values; a strict line reader of ours finds section headers and refuses
- * overlong lines; one table of settings then parses, defaults and checks. */
-
-/* Debian's libinih always passes the line number as a fifth argument, so
- * the handler must take it. We count lines ourselves, in the reader. */
-#define INI_HANDLER_LINENO 1
-#include <ini.h>
-
+/* psd's ini schema (conf/psd.ini documents every setting): one table of
+ * settings parses, defaults and checks what inifile.c read. */
 #include "config.h"
+#include "inifile.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -25,10 +19,8 @@
 #define GIB (1024ULL * MIB)
 #define TIB (1024ULL * GIB)
 
-#define MAX_NODES 4096
 #define TABLE_PREFIX "table."
 #define TABLE_PREFIX_LEN 6
-#define SECTION_MAX (TABLE_PREFIX_LEN + PSD_NAME_MAX)
 
 /* ---- the settings table ------------------------------------------------ */
 
@@ -48,7 +40,11 @@ typedef enum {
 
 typedef enum { F_POS = 1, F_NONNEG, F_UNIT } frange;
 
-enum { REQUIRED = 1 };
+enum {
+    REQUIRED = 1,
+    NOT_YET = 2     /* parsed and checked, but nothing uses it yet: setting
+                       it in a file earns a note (psd --check, start-up) */
+};
 
 typedef struct setting {
     scope scope;
@@ -98,7 +94,7 @@ _Static_assert(sizeof(psd_durability) == sizeof(int) &&
  * and conf/psd.ini all follow this table; change them together. */
 static const setting settings[] = {
     /* [cluster] */
-    { SC_CLUSTER, "nodes", T_NODES, NULL, 0, 1, MAX_NODES, 0, NULL,
+    { SC_CLUSTER, "nodes", T_NODES, NULL, 0, 1, PSW_MAX_NODES, 0, NULL,
       REQUIRED },
     { SC_CLUSTER, "shards", T_U32, "16", CL(shards), 1, 65535, 0, NULL, 0 },
     { SC_CLUSTER, "workers", T_INT, "1", CL(workers), 1, 65535, 0, NULL, 0 },
@@ -106,13 +102,13 @@ static const setting settings[] = {
       0, NULL, 0 },
     /* [server] */
     { SC_SERVER, "data_dir", T_STR, "/var/lib/psd", CL(data_dir),
-      1, STRMAX(data_dir), 0, NULL, 0 },
+      1, STRMAX(data_dir), 0, NULL, NOT_YET },
     { SC_SERVER, "snapshot_interval", T_INT, "300", CL(snapshot_interval),
-      0, 31536000, 0, NULL, 0 },
+      0, 31536000, 0, NULL, NOT_YET },
     { SC_SERVER, "durability", T_WORD, "snapshot", CL(durability),
-      0, 0, 0, durability_words, 0 },
+      0, 0, 0, durability_words, NOT_YET },
     { SC_SERVER, "fsync", T_WORD, "everysec", CL(fsync),
-      0, 0, 0, fsync_words, 0 },
+      0, 0, 0, fsync_words, NOT_YET },
     { SC_SERVER, "auth_token", T_STR, "", CL(auth_token),
       0, STRMAX(auth_token), 0, NULL, 0 },
     { SC_SERVER, "max_frame", T_SIZE, "64M", CL(max_frame),
@@ -155,72 +151,15 @@ static const setting settings[] = {
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 
-/* ---- what the first pass collects --------------------------------------- */
+/* ---- sections ----------------------------------------------------------- */
 
-/* One `key = value` line, with any continuation lines joined to it. */
-typedef struct entry {
-    char *key;
-    char *value;
-    int line;           /* line of the key */
-    int cont_line;      /* first continuation line, or 0 */
-} entry;
-
+/* What the schema needs to know of a section read by inifile.c. */
 typedef struct section {
-    char name[SECTION_MAX];     /* "cluster", "server" or "table.NAME" */
+    const char *name;               /* "cluster", "server", "table.NAME" */
+    int line;                       /* of the header; 0 for defaults */
     scope scope;
-    int line;                   /* line of the header */
-    entry *entries;
-    int nentries, cap;
+    const psd_ini_section *ini;     /* its entries; NULL for defaults */
 } section;
-
-typedef struct parser {
-    FILE *f;
-    const char *path;
-    int line;           /* physical lines read so far */
-    int key_seen;       /* a key since the last header: inih's prev_name */
-    int cont;           /* the current line continues the previous value */
-    section *secs;
-    int nsecs, cap;
-    int failed;
-    char *err;
-    size_t errlen;
-} parser;
-
-/* Records the first error as "PATH:LINE: reason" ("PATH: reason" when
- * line is 0); later errors are dropped. */
-__attribute__((format(printf, 3, 4)))
-static void fail(parser *p, int line, const char *fmt, ...)
-{
-    if (p->failed)
-        return;
-    p->failed = 1;
-    if (!p->err || p->errlen == 0)
-        return;
-    int n = line > 0 ? snprintf(p->err, p->errlen, "%s:%d: ", p->path, line)
-                     : snprintf(p->err, p->errlen, "%s: ", p->path);
-    if (n < 0 || (size_t)n >= p->errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-}
-
-/* The same scan inih uses: the first char of `chars` in [s, end), or the
- * start of an inline comment (a ';' after whitespace), or end. */
-static const char *find_chars_or_comment(const char *s, const char *end,
-                                         const char *chars)
-{
-    int was_space = 0;
-    for (; s < end; s++) {
-        if (chars && strchr(chars, *s))
-            break;
-        if (was_space && *s == ';')
-            break;
-        was_space = isspace((unsigned char)*s);
-    }
-    return s;
-}
 
 static int valid_table_name(const char *s, size_t n)
 {
@@ -232,236 +171,38 @@ static int valid_table_name(const char *s, size_t n)
     return 1;
 }
 
-/* Handles a "[name]" line; t is the '[' and end is one past the last
- * non-space byte. inih would silently cut long names and ignore text after
- * ']', so the header is parsed here. Returns 0, or -1 with the error set. */
-static int on_header(parser *p, const char *t, const char *end)
+/* The scope of a section name (n bytes), or -1 when psd has no such
+ * section; why says what is wrong then. */
+static int scope_of(const char *name, size_t n, char *why, size_t whylen)
 {
-    const char *close = memchr(t, ']', (size_t)(end - t));
-    if (!close) {
-        fail(p, p->line, "expected \"]\" at the end of the section header");
-        return -1;
-    }
-    const char *rest = close + 1;
-    while (rest < end && isspace((unsigned char)*rest))
-        rest++;
-    if (rest < end && *rest != ';') {
-        fail(p, p->line, "unexpected text after the section header: \"%.*s\"",
-             (int)(end - rest), rest);
-        return -1;
-    }
-    const char *name = t + 1;
-    size_t n = (size_t)(close - name);
-    scope sc;
-    if (n == 7 && memcmp(name, "cluster", 7) == 0) {
-        sc = SC_CLUSTER;
-    } else if (n == 6 && memcmp(name, "server", 6) == 0) {
-        sc = SC_SERVER;
-    } else if (n >= TABLE_PREFIX_LEN &&
-               memcmp(name, TABLE_PREFIX, TABLE_PREFIX_LEN) == 0) {
-        if (!valid_table_name(name + TABLE_PREFIX_LEN,
-                              n - TABLE_PREFIX_LEN)) {
-            fail(p, p->line, "invalid table name \"%.*s\" (allowed: "
+    if (n == 7 && memcmp(name, "cluster", 7) == 0)
+        return SC_CLUSTER;
+    if (n == 6 && memcmp(name, "server", 6) == 0)
+        return SC_SERVER;
+    if (n >= TABLE_PREFIX_LEN &&
+        memcmp(name, TABLE_PREFIX, TABLE_PREFIX_LEN) == 0) {
+        if (valid_table_name(name + TABLE_PREFIX_LEN, n - TABLE_PREFIX_LEN))
+            return SC_TABLE;
+        snprintf(why, whylen, "invalid table name \"%.*s\" (allowed: "
                  "A-Z a-z 0-9 _ -, 1..%d characters)",
                  (int)(n - TABLE_PREFIX_LEN), name + TABLE_PREFIX_LEN,
                  PSD_NAME_MAX - 1);
-            return -1;
-        }
-        sc = SC_TABLE;
-    } else {
-        fail(p, p->line, "unknown section [%.*s] (expected [cluster], "
+        return -1;
+    }
+    snprintf(why, whylen, "unknown section [%.*s] (expected [cluster], "
              "[server] or [table.NAME])", (int)n, name);
-        return -1;
-    }
-    for (int i = 0; i < p->nsecs; i++) {
-        if (strlen(p->secs[i].name) == n &&
-            memcmp(p->secs[i].name, name, n) == 0) {
-            fail(p, p->line, "duplicate section [%.*s] (first at line %d)",
-                 (int)n, name, p->secs[i].line);
-            return -1;
-        }
-    }
-    if (p->nsecs == p->cap) {
-        int cap = p->cap ? 2 * p->cap : 4;
-        section *s = realloc(p->secs, (size_t)cap * sizeof *s);
-        if (!s) {
-            fail(p, 0, "out of memory");
-            return -1;
-        }
-        p->secs = s;
-        p->cap = cap;
-    }
-    section *s = &p->secs[p->nsecs++];
-    memset(s, 0, sizeof *s);
-    memcpy(s->name, name, n);
-    s->scope = sc;
-    s->line = p->line;
-    return 0;
+    return -1;
 }
 
-/* Sorts the line in buf[0..n) the way inih will, so that we know about
- * section headers and continuation lines. Returns 0 or -1 (error set). */
-static int classify(parser *p, const char *buf, size_t n)
+static int check_section_name(const char *name, size_t n, char *why,
+                              size_t whylen)
 {
-    const char *start = buf, *end = buf + n;
-    if (p->line == 1 && n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0)
-        start += 3;                     /* inih skips a UTF-8 BOM */
-    while (end > start && isspace((unsigned char)end[-1]))
-        end--;
-    const char *t = start;
-    while (t < end && isspace((unsigned char)*t))
-        t++;
-    p->cont = 0;
-    if (t == end || *t == ';' || *t == '#')
-        return 0;                       /* blank or comment */
-    if (p->key_seen && t > buf) {
-        p->cont = 1;                    /* indented: continues the value */
-        return 0;
-    }
-    if (*t == '[') {
-        p->key_seen = 0;
-        return on_header(p, t, end);
-    }
-    const char *sep = find_chars_or_comment(t, end, "=:");
-    if (sep == end || (*sep != '=' && *sep != ':')) {
-        fail(p, p->line, "expected \"key = value\" or \"[section]\", "
-             "got \"%.*s\"", (int)(end - t), t);
-        return -1;
-    }
-    p->key_seen = 1;
-    return 0;
+    return scope_of(name, n, why, whylen) < 0 ? -1 : 0;
 }
 
-/* inih's reader callback: reads one physical line into buf (size bytes).
- * A line that does not fit with room for "\r\n" is refused, never split;
- * so is a NUL byte. Returns buf, or NULL to stop at EOF or after an error. */
-static char *read_line(char *buf, int size, void *stream)
-{
-    parser *p = stream;
-    if (p->failed || size < 4)
-        return NULL;
-    size_t max = (size_t)size - 3, n = 0;
-    int ch = EOF, too_long = 0, nul = 0;
-    while ((ch = getc(p->f)) != EOF) {
-        if (n < (size_t)size - 1)
-            buf[n++] = (char)ch;
-        else
-            too_long = 1;
-        if (ch == '\n')
-            break;
-        if (ch == '\0')
-            nul = 1;
-    }
-    if (ch == EOF && ferror(p->f)) {
-        fail(p, 0, "read error: %s", strerror(errno));
-        return NULL;
-    }
-    if (n == 0)
-        return NULL;
-    buf[n] = '\0';
-    p->line++;
-    size_t len = n;
-    if (len > 0 && buf[len - 1] == '\n')
-        len--;
-    if (len > 0 && buf[len - 1] == '\r')
-        len--;
-    if (too_long || len > max) {
-        fail(p, p->line, "line too long (max %zu bytes)", max);
-        return NULL;
-    }
-    if (nul) {
-        fail(p, p->line, "unexpected NUL byte");
-        return NULL;
-    }
-    return classify(p, buf, n) == 0 ? buf : NULL;
-}
-
-/* Joins a continuation line to the last value, separated by one space.
- * inih r55 keeps inline comments on continuation lines; we drop them so
- * that `; comment` means the same on every line. */
-static int append_piece(parser *p, const char *piece)
-{
-    section *s = &p->secs[p->nsecs - 1];
-    entry *e = &s->entries[s->nentries - 1];
-    const char *end = find_chars_or_comment(piece, piece + strlen(piece),
-                                            NULL);
-    while (end > piece && isspace((unsigned char)end[-1]))
-        end--;
-    size_t old = strlen(e->value), add = (size_t)(end - piece);
-    char *v = realloc(e->value, old + add + 2);
-    if (!v) {
-        fail(p, 0, "out of memory");
-        return -1;
-    }
-    v[old] = ' ';
-    memcpy(v + old + 1, piece, add);
-    v[old + 1 + add] = '\0';
-    e->value = v;
-    if (!e->cont_line)
-        e->cont_line = p->line;
-    return 0;
-}
-
-/* inih's handler: records the key and value under the current section.
- * The section and line number inih passes are not used: the reader knows
- * both, without inih's 49-character cut of section names. */
-static int on_value(void *user, const char *section_name, const char *name,
-                    const char *value, int lineno)
-{
-    parser *p = user;
-    (void)section_name;
-    (void)lineno;
-    if (p->failed)
-        return 1;
-    if (p->cont) {
-        append_piece(p, value);
-        return 1;
-    }
-    if (!*name) {
-        fail(p, p->line, "missing key before \"=\"");
-        return 1;
-    }
-    if (p->nsecs == 0) {
-        fail(p, p->line, "key \"%s\" outside any section", name);
-        return 1;
-    }
-    section *s = &p->secs[p->nsecs - 1];
-    if (s->nentries == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 8;
-        entry *es = realloc(s->entries, (size_t)cap * sizeof *es);
-        if (!es) {
-            fail(p, 0, "out of memory");
-            return 1;
-        }
-        s->entries = es;
-        s->cap = cap;
-    }
-    entry *e = &s->entries[s->nentries];
-    e->key = strdup(name);
-    e->value = strdup(value);
-    e->line = p->line;
-    e->cont_line = 0;
-    if (!e->key || !e->value) {
-        free(e->key);
-        free(e->value);
-        fail(p, 0, "out of memory");
-        return 1;
-    }
-    s->nentries++;
-    return 1;
-}
-
-static void parser_free(parser *p)
-{
-    for (int i = 0; i < p->nsecs; i++) {
-        for (int j = 0; j < p->secs[i].nentries; j++) {
-            free(p->secs[i].entries[j].key);
-            free(p->secs[i].entries[j].value);
-        }
-        free(p->secs[i].entries);
-    }
-    free(p->secs);
-}
+typedef psd_ini_entry entry;
+typedef psd_ini parser;
+#define fail psd_ini_fail
 
 /* ---- values ------------------------------------------------------------- */
 
@@ -858,18 +599,14 @@ static const setting *find_setting(scope sc, const char *key)
 
 static const entry *find_entry(const section *s, const char *key)
 {
-    for (int i = 0; i < s->nentries; i++)
-        if (strcmp(s->entries[i].key, key) == 0)
-            return &s->entries[i];
-    return NULL;
+    return s->ini ? psd_ini_find(s->ini, key) : NULL;
 }
 
 /* Sets every setting of scope sc that has a default. */
 static int apply_defaults(parser *p, scope sc, const char *name, char *base,
                           psd_config *c)
 {
-    section s = { .scope = sc };
-    snprintf(s.name, sizeof s.name, "%s", name);
+    section s = { .name = name, .scope = sc };
     for (size_t i = 0; i < NSETTINGS; i++) {
         if (settings[i].scope != sc || !settings[i].def)
             continue;
@@ -880,13 +617,34 @@ static int apply_defaults(parser *p, scope sc, const char *name, char *base,
     return 0;
 }
 
+/* Adds "PATH:LINE: text" to the config's notes. Returns 0 or -1 (out of
+ * memory, error set). */
+__attribute__((format(printf, 4, 5)))
+static int note(parser *p, psd_config *c, int line, const char *fmt, ...)
+{
+    char (*notes)[PSD_NOTE_MAX] =
+        realloc(c->notes, ((size_t)c->nnotes + 1) * sizeof *notes);
+    if (!notes) {
+        fail(p, 0, "out of memory");
+        return -1;
+    }
+    c->notes = notes;
+    char *at = notes[c->nnotes++];
+    int n = snprintf(at, PSD_NOTE_MAX, "%s:%d: ", p->path, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(at + n, PSD_NOTE_MAX - (size_t)n, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
 /* Applies the entries of one section in file order: unknown and duplicate
  * keys are errors; then required keys must be there. */
 static int apply_section(parser *p, const section *s, char *base,
                          psd_config *c)
 {
-    for (int i = 0; i < s->nentries; i++) {
-        const entry *e = &s->entries[i];
+    for (int i = 0; i < s->ini->nentries; i++) {
+        const entry *e = &s->ini->entries[i];
         const setting *st = find_setting(s->scope, e->key);
         if (!st) {
             fail(p, e->line, "[%s] %s: unknown key", s->name, e->key);
@@ -899,6 +657,11 @@ static int apply_section(parser *p, const section *s, char *base,
             return -1;
         }
         if (apply(p, s, e, st, base, c) < 0)
+            return -1;
+        if ((st->flags & NOT_YET) && note(p, c, e->line, "[%s] %s is not "
+                                          "implemented in this release: "
+                                          "checked, but it has no effect",
+                                          s->name, e->key) < 0)
             return -1;
     }
     for (size_t i = 0; i < NSETTINGS; i++) {
@@ -926,8 +689,8 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t)
              "(kind = sparse), got \"%s\"", s->name, rows->value);
         return -1;
     }
-    /* staleness on a non-ssp table is kept but has no effect: DESIGN.md's
-     * own example sets it on an async table ("ssp only"). */
+    /* staleness on a non-ssp table is kept but has no effect: the schema's
+     * own example (docs/design.md) sets it on an async table. */
     if (t->dense && t->rows > UINT64_MAX / t->dim / sizeof(float)) {
         fail(p, rows->line, "[%s] rows: rows * dim * 4 bytes overflows "
              "64 bits, got \"%s\"", s->name, rows->value);
@@ -936,18 +699,18 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t)
     return 0;
 }
 
-/* The second pass: builds c from the collected sections. */
-static int build(parser *p, psd_config *c)
+/* Builds c from the sections read (secs, n of them). */
+static int build(parser *p, const section *secs, int n, psd_config *c)
 {
     if (apply_defaults(p, SC_CLUSTER, "cluster", (char *)c, c) < 0 ||
         apply_defaults(p, SC_SERVER, "server", (char *)c, c) < 0)
         return -1;
     int ntables = 0;
     const section *cluster = NULL;
-    for (int i = 0; i < p->nsecs; i++) {
-        ntables += p->secs[i].scope == SC_TABLE;
-        if (p->secs[i].scope == SC_CLUSTER)
-            cluster = &p->secs[i];
+    for (int i = 0; i < n; i++) {
+        ntables += secs[i].scope == SC_TABLE;
+        if (secs[i].scope == SC_CLUSTER)
+            cluster = &secs[i];
     }
     if (ntables > 0) {
         c->tables = calloc((size_t)ntables, sizeof *c->tables);
@@ -956,8 +719,8 @@ static int build(parser *p, psd_config *c)
             return -1;
         }
     }
-    for (int i = 0; i < p->nsecs; i++) {
-        const section *s = &p->secs[i];
+    for (int i = 0; i < n; i++) {
+        const section *s = &secs[i];
         char *base = (char *)c;
         psd_table_conf *t = NULL;
         if (s->scope == SC_TABLE) {
@@ -980,8 +743,8 @@ static int build(parser *p, psd_config *c)
         return -1;
     }
     /* Dense shard ranges compute rows * shards (proto/layout.h). */
-    for (int i = 0, k = 0; i < p->nsecs; i++) {
-        const section *s = &p->secs[i];
+    for (int i = 0, k = 0; i < n; i++) {
+        const section *s = &secs[i];
         if (s->scope != SC_TABLE)
             continue;
         const psd_table_conf *t = &c->tables[k++];
@@ -998,25 +761,29 @@ static int build(parser *p, psd_config *c)
 
 int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen)
 {
-    parser p = { .path = path, .err = err, .errlen = errlen };
+    psd_ini ini;
     memset(c, 0, sizeof *c);
-    if (err && errlen)
-        err[0] = '\0';
-    p.f = fopen(path, "r");
-    if (!p.f) {
-        fail(&p, 0, "cannot open: %s", strerror(errno));
-        return -1;
+    int rc = psd_ini_read(&ini, path, check_section_name, err, errlen);
+    section *secs = NULL;
+    if (rc == 0) {
+        secs = calloc((size_t)ini.nsecs + 1, sizeof *secs);
+        if (!secs)
+            fail(&ini, 0, "out of memory");
     }
-    int rc = ini_parse_stream(read_line, &p, on_value, &p);
-    fclose(p.f);
-    if (!p.failed && rc > 0)
-        fail(&p, rc, "syntax error");       /* the reader catches these */
-    else if (!p.failed && rc < 0)
-        fail(&p, 0, "out of memory");
-    if (!p.failed)
-        build(&p, c);
-    parser_free(&p);
-    if (p.failed) {
+    if (secs) {
+        char why[8];
+        for (int i = 0; i < ini.nsecs; i++) {
+            const psd_ini_section *is = &ini.secs[i];
+            secs[i] = (section){ is->name, is->line,
+                                 scope_of(is->name, strlen(is->name), why,
+                                          sizeof why), is };
+        }
+        build(&ini, secs, ini.nsecs, c);
+    }
+    free(secs);
+    int failed = ini.failed;
+    psd_ini_free(&ini);
+    if (failed) {
         psd_config_destroy(c);
         return -1;
     }
@@ -1027,5 +794,6 @@ void psd_config_destroy(psd_config *c)
 {
     free(c->nodes);
     free(c->tables);
+    free(c->notes);
     memset(c, 0, sizeof *c);
 }

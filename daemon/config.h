@@ -1,11 +1,14 @@
-/* The daemon's configuration: the ini schema of DESIGN.md section 5 parsed
- * into plain structs. One table of settings in config.c drives parsing,
- * defaults, --check and reload; errors come back as "FILE:LINE: reason". */
+/* The daemon's configuration: the ini schema (docs/design.md section 5,
+ * every setting annotated in conf/psd.ini) parsed into plain structs. One
+ * table of settings in config.c drives parsing, defaults, --check and
+ * reload; errors come back as "FILE:LINE: reason". */
 #ifndef PSD_CONFIG_H
 #define PSD_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "../proto/msg.h"
 
 typedef enum {
     PSD_UPD_SUM, PSD_UPD_ASSIGN, PSD_UPD_SGD,
@@ -44,7 +47,8 @@ typedef struct psd_init_params {
     uint64_t seed;       /* default 0 */
 } psd_init_params;
 
-#define PSD_NAME_MAX 64
+/* Table names travel in HELLO_OK, so the wire limit is the limit. */
+#define PSD_NAME_MAX PSW_NAME_MAX
 
 typedef struct psd_table_conf {
     char name[PSD_NAME_MAX];     /* from the section name [table.NAME] */
@@ -58,6 +62,8 @@ typedef struct psd_table_conf {
     int staleness;               /* ssp only; default 0 */
     int aggregate_mean;          /* aggregate = sum | mean; default sum */
 } psd_table_conf;
+
+#define PSD_NOTE_MAX 256
 
 typedef struct psd_node_addr {
     char host[64];               /* numeric IPv4 or IPv6 address */
@@ -89,6 +95,10 @@ typedef struct psd_config {
     /* [table.NAME] sections in file order; owned */
     psd_table_conf *tables;
     int ntables;
+    /* Things worth saying that do not stop psd, as "PATH:LINE: text"
+     * (settings that are not implemented yet); owned */
+    char (*notes)[PSD_NOTE_MAX];
+    int nnotes;
 } psd_config;
 
 /* Parses the ini file at `path` into `c` (which the call initialises).

@@ -89,6 +89,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
+        for (int i = 0; i < cfg.nnotes; i++)
+            printf("%s\n", cfg.notes[i]);
         printf("%s: OK (%d nodes, %u shards, %d tables)\n", path, cfg.nnodes,
                cfg.shards, cfg.ntables);
         psd_config_destroy(&cfg);
@@ -98,6 +100,8 @@ int main(int argc, char **argv)
     /* A peer that vanishes must cost a write error, not the process. */
     signal(SIGPIPE, SIG_IGN);
     psd_log_init(node, cfg.log_level);
+    for (int i = 0; i < cfg.nnotes; i++)
+        psd_warn("%s", cfg.notes[i]);
 
     uv_loop_t loop;
     uv_loop_init(&loop);

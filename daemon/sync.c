@@ -7,26 +7,129 @@
 #include "sync.h"
 #include "../proto/status.h"
 
-#define TICK_MS 100
-#define WAIT_LOG_MS 10000        /* how often to say who is waited for */
-
-static uint64_t now_ms(const psd_server *s)
-{
-    return uv_now(s->loop);
-}
+/* A worker may name a clock at most this far ahead of its last one: more
+ * is a client bug, and would make the node wait for ever. */
+#define MAX_JUMP 1000000
 
 static int waited_for(const psd_worker *w)
 {
-    return w->state != W_LEFT;
+    return w->state != PSD_W_LEFT;
+}
+
+int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms)
+{
+    memset(y, 0, sizeof *y);
+    y->workers = calloc(nworkers > 0 ? (size_t)nworkers : 1,
+                        sizeof *y->workers);
+    if (!y->workers)
+        return -1;
+    y->nworkers = nworkers;
+    y->moved_ms = now_ms;
+    return 0;
+}
+
+void psd_sync_destroy(psd_sync *y)
+{
+    free(y->workers);
+    memset(y, 0, sizeof *y);
+}
+
+int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
+                  const void *owner, const char *peer, char *err,
+                  size_t errlen)
+{
+    if (worker < 0 || worker >= y->nworkers) {
+        snprintf(err, errlen, "worker %d is out of range: the cluster has "
+                 "workers = %d (ids 0..%d)", (int)worker, y->nworkers,
+                 y->nworkers - 1);
+        return PSW_EINVAL;
+    }
+    psd_worker *w = &y->workers[worker];
+    if (w->state == PSD_W_LIVE && w->client_id != client_id) {
+        snprintf(err, errlen, "worker %d is already connected from %s",
+                 (int)worker, w->peer);
+        return PSW_EINVAL;
+    }
+    if (w->state == PSD_W_LEFT) {
+        /* Rejoining: it starts at the node's clock, not at its old one. */
+        w->clock = y->clock;
+        w->barrier = y->barrier;
+    }
+    if (w->state == PSD_W_GONE || w->state == PSD_W_LEFT)
+        psd_info("worker %d %s", (int)worker,
+                 w->state == PSD_W_GONE ? "is back" : "rejoined");
+    w->state = PSD_W_LIVE;
+    w->owner = owner;
+    w->client_id = client_id;
+    snprintf(w->peer, sizeof w->peer, "%s", peer);
+    return 0;
+}
+
+int psd_sync_holds(const psd_sync *y, int32_t worker, const void *owner)
+{
+    return worker >= 0 && worker < y->nworkers &&
+           y->workers[worker].state == PSD_W_LIVE &&
+           y->workers[worker].owner == owner;
+}
+
+void psd_sync_position(const psd_sync *y, int32_t worker, uint64_t *clock,
+                       uint64_t *barrier)
+{
+    *clock = *barrier = 0;
+    if (worker >= 0 && worker < y->nworkers) {
+        *clock = y->workers[worker].clock;
+        *barrier = y->workers[worker].barrier;
+    }
+}
+
+int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
+                  uint64_t now_ms, int grace_s)
+{
+    if (!psd_sync_holds(y, worker, owner))
+        return 0;
+    psd_worker *w = &y->workers[worker];
+    w->owner = NULL;
+    w->state = PSD_W_GONE;
+    w->gone_ms = now_ms;
+    psd_warn("worker %d lost its connection; waiting up to %d s for it",
+             (int)worker, grace_s);
+    if (grace_s > 0)
+        return 0;
+    w->state = PSD_W_LEFT;
+    return 1;
+}
+
+int psd_sync_leave(psd_sync *y, int32_t worker, const void *owner)
+{
+    if (!psd_sync_holds(y, worker, owner))
+        return 0;
+    y->workers[worker].state = PSD_W_LEFT;
+    y->workers[worker].owner = NULL;
+    psd_info("worker %d left", (int)worker);
+    return 1;
+}
+
+int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
+                   char *err, size_t errlen)
+{
+    psd_worker *w = &y->workers[worker];
+    uint64_t *mine = barrier ? &w->barrier : &w->clock;
+    if (value == 0 || value > *mine + MAX_JUMP) {
+        snprintf(err, errlen, "clock or barrier number out of range");
+        return PSW_EINVAL;
+    }
+    if (value > *mine)
+        *mine = value;
+    return 0;
 }
 
 /* The smallest clock (or barrier count) among workers still waited for;
  * when nobody is, the largest seen, so nothing waits on an empty set. */
-static uint64_t slowest(const psd_server *s, int barrier)
+static uint64_t slowest(const psd_sync *y, int barrier)
 {
     uint64_t lo = UINT64_MAX, hi = 0;
-    for (int i = 0; i < s->nworkers; i++) {
-        const psd_worker *w = &s->workers[i];
+    for (int i = 0; i < y->nworkers; i++) {
+        const psd_worker *w = &y->workers[i];
         uint64_t v = barrier ? w->barrier : w->clock;
         if (v > hi)
             hi = v;
@@ -36,291 +139,76 @@ static uint64_t slowest(const psd_server *s, int barrier)
     return lo == UINT64_MAX ? hi : lo;
 }
 
-static int waiters_of_kind(int op, int kind)
+int psd_sync_advance(psd_sync *y, uint64_t now_ms)
 {
-    int pull = op == PSW_OP_PULL || op == PSW_OP_PULL_RANGE;
-    return kind == PSW_OP_CLOCK ? op == PSW_OP_CLOCK || pull : op == kind;
-}
-
-/* Answers every held request whose condition now holds. */
-static void release(psd_server *s, int kind, uint64_t reached)
-{
-    psd_waiter **pp = &s->waiters;
-    while (*pp) {
-        psd_waiter *w = *pp;
-        if (waiters_of_kind(w->msg.op, kind) && w->need <= reached) {
-            *pp = w->next;
-            psd_conn_release(w->conn, &w->msg, PSW_OK, NULL);
-            free(w->keys);
-            free(w);
-        } else
-            pp = &w->next;
-    }
-}
-
-/* Moves the node's clock to the slowest waited-for worker's, applying
- * each finished clock's summed pushes to the bsp tables once. */
-static void advance(psd_server *s)
-{
-    uint64_t target = slowest(s, 0);
-    if (target > s->global) {
-        for (int i = 0; i < s->ntables; i++) {
-            const psd_table_conf *tc = psd_table_conf_get(s->tables[i]);
-            if (tc->consistency != PSD_CONS_BSP)
-                continue;
-            int n = 0;
-            for (int k = 0; k < s->nworkers; k++)
-                n += waited_for(&s->workers[k]);
-            float scale = tc->aggregate_mean && n > 0 ? 1.0f / (float)n : 1.0f;
-            if (psd_table_apply_accumulated(s->tables[i], scale))
-                psd_error("table '%s': out of memory applying clock %llu",
-                          tc->name, (unsigned long long)s->global);
-        }
-        psd_debug("clock %llu -> %llu", (unsigned long long)s->global,
+    int moved = 0;
+    uint64_t target = slowest(y, 0);
+    if (target > y->clock) {
+        psd_debug("clock %llu -> %llu", (unsigned long long)y->clock,
                   (unsigned long long)target);
-        s->global = target;
-        s->moved_ms = now_ms(s);
+        y->clock = target;
+        y->moved_ms = now_ms;
+        moved = 1;
     }
-    release(s, PSW_OP_CLOCK, s->global);
-    uint64_t b = slowest(s, 1);
-    if (b > s->barrier)
-        s->barrier = b;
-    release(s, PSW_OP_BARRIER, s->barrier);
+    uint64_t b = slowest(y, 1);
+    if (b > y->barrier)
+        y->barrier = b;
+    return moved;
 }
 
-static void on_tick(uv_timer_t *t)
+int psd_sync_waited(const psd_sync *y)
 {
-    psd_server *s = t->data;
-    uint64_t now = now_ms(s), grace = (uint64_t)s->cfg.worker_grace * 1000;
+    int n = 0;
+    for (int i = 0; i < y->nworkers; i++)
+        n += waited_for(&y->workers[i]);
+    return n;
+}
+
+int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
+                        uint64_t *need)
+{
+    if (worker < 0 || worker >= y->nworkers)
+        return 1;                    /* readers never wait */
+    uint64_t mine = y->workers[worker].clock, s = (uint64_t)staleness;
+    if (mine <= s || y->clock >= mine - s)
+        return 1;
+    *need = mine - s;
+    return 0;
+}
+
+int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
+                  uint64_t wait_log_ms)
+{
+    uint64_t grace = (uint64_t)grace_s * 1000;
     int changed = 0;
-    for (int i = 0; i < s->nworkers; i++) {
-        psd_worker *w = &s->workers[i];
-        if (w->state == W_GONE && now - w->gone_ms >= grace) {
-            w->state = W_LEFT;
+    for (int i = 0; i < y->nworkers; i++) {
+        psd_worker *w = &y->workers[i];
+        if (w->state == PSD_W_GONE && now_ms - w->gone_ms >= grace) {
+            w->state = PSD_W_LEFT;
             changed = 1;
             psd_warn("worker %d did not come back within %d s: no longer "
-                     "waited for", i, s->cfg.worker_grace);
+                     "waited for", i, grace_s);
         }
     }
-    if (changed)
-        advance(s);
     /* A held request with nobody moving: say whom we wait for, so a job
      * never hangs silently. */
-    if (s->waiters && now - s->moved_ms >= WAIT_LOG_MS) {
+    if (holding && now_ms - y->moved_ms >= wait_log_ms) {
         char who[256] = "";
         size_t at = 0;
-        for (int i = 0; i < s->nworkers && at < sizeof who - 48; i++) {
-            const psd_worker *w = &s->workers[i];
-            if (!waited_for(w) || w->clock > s->global)
+        for (int i = 0; i < y->nworkers && at < sizeof who - 48; i++) {
+            const psd_worker *w = &y->workers[i];
+            if (!waited_for(w) || w->clock > y->clock)
                 continue;
             at += (size_t)snprintf(who + at, sizeof who - at, "%s%d (%s)",
                                    at ? ", " : "", i,
-                                   w->state == W_ABSENT ? "never connected"
-                                   : w->state == W_GONE ? "connection lost"
-                                                        : "at this clock");
+                                   w->state == PSD_W_ABSENT ? "never connected"
+                                   : w->state == PSD_W_GONE ? "connection lost"
+                                                            : "at this clock");
         }
         psd_warn("clock %llu: waiting %llu s for workers %s",
-                 (unsigned long long)s->global,
-                 (unsigned long long)(now - s->moved_ms) / 1000, who);
-        s->moved_ms = now;
+                 (unsigned long long)y->clock,
+                 (unsigned long long)(now_ms - y->moved_ms) / 1000, who);
+        y->moved_ms = now_ms;
     }
-}
-
-int psd_sync_init(psd_server *s)
-{
-    s->nworkers = s->cfg.workers;
-    s->workers = calloc((size_t)s->nworkers, sizeof *s->workers);
-    if (!s->workers)
-        return -1;
-    uv_timer_init(s->loop, &s->sync_timer);
-    s->sync_timer.data = s;
-    uv_timer_start(&s->sync_timer, on_tick, TICK_MS, TICK_MS);
-    s->moved_ms = now_ms(s);
-    return 0;
-}
-
-void psd_sync_stop(psd_server *s)
-{
-    if (s->workers)
-        uv_close((uv_handle_t *)&s->sync_timer, NULL);
-}
-
-void psd_sync_destroy(psd_server *s)
-{
-    while (s->waiters) {
-        psd_waiter *w = s->waiters;
-        s->waiters = w->next;
-        free(w->keys);
-        free(w);
-    }
-    free(s->workers);
-    s->workers = NULL;
-}
-
-int psd_sync_join(psd_server *s, psd_conn *c, int32_t worker,
-                  uint64_t client_id, char *err, size_t errlen)
-{
-    if (worker >= s->nworkers) {
-        snprintf(err, errlen, "worker %d is out of range: the cluster has "
-                 "workers = %d (ids 0..%d)", (int)worker, s->nworkers,
-                 s->nworkers - 1);
-        return PSW_EINVAL;
-    }
-    psd_worker *w = &s->workers[worker];
-    if (w->state == W_LIVE && w->client_id != client_id) {
-        snprintf(err, errlen, "worker %d is already connected from %s",
-                 (int)worker, psd_conn_peer(w->conn));
-        return PSW_EINVAL;
-    }
-    if (w->state == W_LIVE)              /* the same client reconnected */
-        psd_conn_set_worker(w->conn, -1);
-    if (w->state == W_LEFT) {
-        /* Rejoining: it starts at the node's clock, not at its old one. */
-        w->clock = s->global;
-        w->barrier = s->barrier;
-    }
-    if (w->state != W_ABSENT && w->state != W_LIVE)
-        psd_info("worker %d %s", (int)worker,
-                 w->state == W_GONE ? "is back" : "rejoined");
-    w->state = W_LIVE;
-    w->conn = c;
-    w->client_id = client_id;
-    psd_conn_set_worker(c, worker);
-    return 0;
-}
-
-void psd_sync_conn_closed(psd_server *s, psd_conn *c)
-{
-    psd_waiter **pp = &s->waiters;
-    while (*pp) {
-        psd_waiter *w = *pp;
-        if (w->conn == c) {
-            *pp = w->next;
-            free(w->keys);
-            free(w);
-        } else
-            pp = &w->next;
-    }
-    int32_t id = psd_conn_worker(c);
-    if (id < 0 || s->workers[id].conn != c)
-        return;
-    psd_worker *w = &s->workers[id];
-    w->conn = NULL;
-    w->state = W_GONE;
-    w->gone_ms = now_ms(s);
-    psd_warn("worker %d lost its connection; waiting up to %d s for it",
-             (int)id, s->cfg.worker_grace);
-    if (s->cfg.worker_grace == 0) {
-        w->state = W_LEFT;
-        advance(s);
-    }
-}
-
-static int has_bsp(const psd_server *s)
-{
-    for (int i = 0; i < s->ntables; i++)
-        if (psd_table_conf_get(s->tables[i])->consistency == PSD_CONS_BSP)
-            return 1;
-    return 0;
-}
-
-static int hold(psd_server *s, psd_conn *c, const psw_msg *m, uint64_t need)
-{
-    psd_waiter *w = calloc(1, sizeof *w);
-    if (!w)
-        return PSW_ENOMEM;
-    w->conn = c;
-    w->need = need;
-    w->msg = *m;
-    w->msg.vals = NULL;              /* pushes were applied already */
-    w->msg.vals_len = 0;
-    if (m->op == PSW_OP_PUSHPULL)
-        w->msg.op = PSW_OP_PULL;
-    if (m->nkeys) {
-        w->keys = malloc(m->nkeys * 8);
-        if (!w->keys) {
-            free(w);
-            return PSW_ENOMEM;
-        }
-        memcpy(w->keys, m->keys, m->nkeys * 8);
-        w->msg.keys = w->keys;
-    }
-    /* Appended at the end, so held replies go out in arrival order. */
-    psd_waiter **pp = &s->waiters;
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = w;
-    return 0;
-}
-
-void psd_sync_message(psd_server *s, psd_conn *c, const psw_msg *m)
-{
-    int32_t id = psd_conn_worker(c);
-    if (m->op == PSW_OP_LEAVE) {
-        if (id >= 0) {
-            s->workers[id].state = W_LEFT;
-            s->workers[id].conn = NULL;
-            psd_conn_set_worker(c, -1);
-            psd_info("worker %d left", (int)id);
-            advance(s);
-        }
-        psd_conn_release(c, m, PSW_OK, NULL);
-        return;
-    }
-    if (id < 0) {
-        psd_conn_release(c, m, PSW_EINVAL, m->op == PSW_OP_CLOCK
-                         ? "ps_clock from a client that is not a worker "
-                           "(ps_options.worker = -1)"
-                         : "ps_barrier from a client that is not a worker "
-                           "(ps_options.worker = -1)");
-        return;
-    }
-    /* The message names the clock (or barrier) the worker reaches, not
-     * a step: a ps_clock repeated after a lost connection counts once,
-     * and a node that missed one catches up instead of lagging forever. */
-    psd_worker *w = &s->workers[id];
-    uint64_t *mine = m->op == PSW_OP_CLOCK ? &w->clock : &w->barrier;
-    uint64_t need = m->first;
-    if (need == 0 || need > *mine + 1000000) {
-        psd_conn_release(c, m, PSW_EINVAL, "clock or barrier number out of "
-                         "range");
-        return;
-    }
-    if (need > *mine)
-        *mine = need;
-    advance(s);
-    uint64_t reached = m->op == PSW_OP_CLOCK ? s->global : s->barrier;
-    /* Only bsp tables make ps_clock wait; ssp tables hold pulls instead. */
-    if (need <= reached || (m->op == PSW_OP_CLOCK && !has_bsp(s)))
-        psd_conn_release(c, m, PSW_OK, NULL);
-    else if (hold(s, c, m, need))
-        psd_conn_release(c, m, PSW_ENOMEM, "out of memory");
-}
-
-void psd_sync_position(const psd_server *s, int32_t worker, uint64_t *clock,
-                       uint64_t *barrier)
-{
-    *clock = *barrier = 0;
-    if (worker >= 0 && worker < s->nworkers) {
-        *clock = s->workers[worker].clock;
-        *barrier = s->workers[worker].barrier;
-    }
-}
-
-int psd_sync_pull_ready(const psd_server *s, const psd_conn *c,
-                        const psd_table_conf *tc)
-{
-    int32_t id = psd_conn_worker(c);
-    if (tc->consistency != PSD_CONS_SSP || id < 0)
-        return 1;                    /* readers never wait */
-    uint64_t mine = s->workers[id].clock;
-    return mine <= (uint64_t)tc->staleness ||
-           s->global >= mine - (uint64_t)tc->staleness;
-}
-
-int psd_sync_hold(psd_server *s, psd_conn *c, const psw_msg *m)
-{
-    const psd_table_conf *tc = psd_table_conf_get(s->tables[m->table]);
-    uint64_t mine = s->workers[psd_conn_worker(c)].clock;
-    return hold(s, c, m, mine - (uint64_t)tc->staleness);
+    return changed;
 }

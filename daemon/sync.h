@@ -1,66 +1,98 @@
-/* Training modes on one node: worker membership, clocks and barriers.
- * bsp tables sum a clock's pushes and apply them once every waited-for
- * worker has finished that clock (ps_clock is answered then); ssp tables
- * apply pushes at once but hold a worker's pull until the slowest worker
- * is at most `staleness` clocks behind it. State is per worker, never per
- * key: memory is proportional to workers (plus held requests). */
+/* Training modes on one node, as a pure state machine: which workers are
+ * waited for, the clock and barrier each reached, and the node's clock
+ * and barrier (the slowest waited-for worker's). No connections, replies
+ * or timers: callers pass the time in and act on what the calls return
+ * (request.c applies bsp sums and answers held requests; server.c runs
+ * the tick). State is per worker, never per key. */
 #ifndef PSD_SYNC_H
 #define PSD_SYNC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "server.h"
-
-typedef enum { W_ABSENT, W_LIVE, W_GONE, W_LEFT } psd_wstate;
+typedef enum {
+    PSD_W_ABSENT,            /* never joined */
+    PSD_W_LIVE,              /* joined; its connection is up */
+    PSD_W_GONE,              /* connection lost, waited for worker_grace */
+    PSD_W_LEFT               /* left, or its grace ran out: not waited for */
+} psd_wstate;
 
 typedef struct psd_worker {
     psd_wstate state;
     uint64_t clock;          /* ps_clock calls this worker finished */
     uint64_t barrier;        /* barriers it entered */
-    psd_conn *conn;          /* while LIVE */
+    const void *owner;       /* the session holding it while LIVE; compared,
+                                never dereferenced */
     uint64_t client_id;
+    char peer[64];           /* where it is connected from, for errors */
     uint64_t gone_ms;        /* when its connection was lost (GONE) */
 } psd_worker;
 
-/* A reply held until clocks or barriers move on. */
-typedef struct psd_waiter {
-    struct psd_waiter *next;
-    psd_conn *conn;
-    uint64_t need;           /* the clock (or barrier) it waits for */
-    psw_msg msg;             /* held pulls: keys point at `keys` */
-    char *keys;              /* owned copy of the pulled keys */
-} psd_waiter;
+typedef struct psd_sync {
+    psd_worker *workers;     /* nworkers entries, owned */
+    int nworkers;
+    uint64_t clock;          /* clocks finished by every waited-for worker */
+    uint64_t barrier;        /* barriers every such worker passed */
+    uint64_t moved_ms;       /* when the clock last moved (or was reported
+                                stuck), for the "waiting for" log */
+} psd_sync;
 
-int psd_sync_init(psd_server *s);
-void psd_sync_stop(psd_server *s);
-void psd_sync_destroy(psd_server *s);
+/* 0, or -1 when memory runs out. */
+int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms);
+void psd_sync_destroy(psd_sync *y);
 
-/* HELLO from a worker (worker >= 0): 0, or PSW_EINVAL with the reason
- * (out of range, or the id is held by another live client). */
-int psd_sync_join(psd_server *s, psd_conn *c, int32_t worker,
-                  uint64_t client_id, char *err, size_t errlen);
-/* The clock and barrier count node has for `worker` (0 and 0 for -1). */
-void psd_sync_position(const psd_server *s, int32_t worker, uint64_t *clock,
+/* A HELLO from worker id `worker` (>= 0), held by `owner` from then on.
+ * Returns 0, or PSW_EINVAL with the reason (out of range, or the id is
+ * held by another live client). The same client_id reconnecting takes the
+ * worker over from its old session. */
+int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
+                  const void *owner, const char *peer, char *err,
+                  size_t errlen);
+
+/* Whether `owner` holds `worker` now (a session whose worker was taken
+ * over by a reconnection of the same client does not). */
+int psd_sync_holds(const psd_sync *y, int32_t worker, const void *owner);
+
+/* The clock and barrier count the node has for `worker` (0, 0 for -1). */
+void psd_sync_position(const psd_sync *y, int32_t worker, uint64_t *clock,
                        uint64_t *barrier);
 
-/* A connection closed: its held replies are dropped and its worker, if
- * any, is waited for worker_grace more seconds. */
-void psd_sync_conn_closed(psd_server *s, psd_conn *c);
+/* owner's connection was lost: its worker is waited for grace_s more
+ * seconds (GONE), or not at all when grace_s is 0. Returns 1 when that
+ * changed who is waited for (then call psd_sync_advance). */
+int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
+                  uint64_t now_ms, int grace_s);
 
-/* CLOCK, BARRIER and LEAVE messages: answered now or held. */
-void psd_sync_message(psd_server *s, psd_conn *c, const psw_msg *m);
+/* LEAVE: the worker is no longer waited for. Returns 1 when owner held
+ * it (then call psd_sync_advance). */
+int psd_sync_leave(psd_sync *y, int32_t worker, const void *owner);
 
-/* For a pull of an ssp table: whether it may be answered now. When not,
- * psd_sync_hold keeps it (copying its keys) and answers it later. */
-int psd_sync_pull_ready(const psd_server *s, const psd_conn *c,
-                        const psd_table_conf *tc);
-int psd_sync_hold(psd_server *s, psd_conn *c, const psw_msg *m);
+/* A CLOCK (barrier 0) or BARRIER (barrier 1) naming the value the worker
+ * reaches: a repeat after a lost connection counts once. Returns 0, or
+ * PSW_EINVAL with the reason (0, or more than a million ahead). */
+int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
+                   char *err, size_t errlen);
 
-/* conn.c: sends a held reply (a pull is carried out now). */
-void psd_conn_release(psd_conn *c, const psw_msg *m, int status,
-                      const char *text);
-int32_t psd_conn_worker(const psd_conn *c);
-void psd_conn_set_worker(psd_conn *c, int32_t worker);
-const char *psd_conn_peer(const psd_conn *c);
+/* Moves the node's clock and barrier up to the slowest waited-for
+ * worker's (when nobody is waited for, the largest seen). Returns 1 when
+ * the clock moved: the bsp sums of the clocks just finished must be
+ * applied, once. */
+int psd_sync_advance(psd_sync *y, uint64_t now_ms);
+
+/* Workers waited for now: the divisor of `aggregate = mean`. */
+int psd_sync_waited(const psd_sync *y);
+
+/* For a pull of an ssp table with this staleness from `worker`: 1 when
+ * it may be answered now; else 0 and *need is the node clock it waits
+ * for. Readers (worker < 0) never wait. */
+int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
+                        uint64_t *need);
+
+/* Periodic work: workers whose grace ran out stop being waited for
+ * (returns 1 then: call psd_sync_advance); and while `holding` (someone
+ * waits on the clock) and the clock has not moved for wait_log_ms, logs
+ * whom the node waits for. */
+int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
+                  uint64_t wait_log_ms);
 
 #endif

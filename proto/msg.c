@@ -8,6 +8,30 @@
 #include "msg.h"
 #include "status.h"
 
+/* ---- the op table ---------------------------------------------------- */
+
+#define T PSW_OPF_TABLE
+static const psw_op_info ops[] = {
+    [PSW_OP_PUSH] = { 6, T | PSW_OPF_PUSHES },
+    [PSW_OP_PULL] = { 5, T | PSW_OPF_PULLS },
+    [PSW_OP_PUSHPULL] = { 6, T | PSW_OPF_PUSHES | PSW_OPF_PULLS },
+    [PSW_OP_PUSH_RANGE] = { 7, T | PSW_OPF_PUSHES | PSW_OPF_RANGED },
+    [PSW_OP_PULL_RANGE] = { 6, T | PSW_OPF_PULLS | PSW_OPF_RANGED },
+    [PSW_OP_CLOCK] = { 4, PSW_OPF_CONTROL },
+    [PSW_OP_BARRIER] = { 4, PSW_OPF_CONTROL },
+    [PSW_OP_LEAVE] = { 3, PSW_OPF_CONTROL },
+    [PSW_OP_REPLY] = { 7, 0 },
+};
+#undef T
+
+const psw_op_info *psw_op_get(int op)
+{
+    if (op < 0 || (size_t)op >= sizeof ops / sizeof ops[0] ||
+        ops[op].fields == 0)
+        return NULL;
+    return &ops[op];
+}
+
 /* ---- encoding ------------------------------------------------------- */
 
 static void pk_check(psw_out *o, int rc)
@@ -38,7 +62,7 @@ void psw_pack_hello(psw_out *o, const psw_hello *h)
         pk_check(o, msgpack_pack_nil(pk));
 }
 
-void psw_pack_hello_ok(psw_out *o, const psw_layout *l)
+void psw_pack_hello_ok(psw_out *o, const psw_cluster *l)
 {
     o->frame_msgs++;
     msgpack_packer *pk = &o->pk;
@@ -72,46 +96,29 @@ void psw_pack_hello_ok(psw_out *o, const psw_layout *l)
 void psw_pack_request(psw_out *o, const psw_msg *m)
 {
     msgpack_packer *pk = &o->pk;
-    size_t n;
-    switch (m->op) {
-    case PSW_OP_PUSH: case PSW_OP_PUSHPULL: n = 6; break;
-    case PSW_OP_PULL: n = 5; break;
-    case PSW_OP_PUSH_RANGE: n = 7; break;
-    case PSW_OP_PULL_RANGE: n = 6; break;
-    case PSW_OP_CLOCK: case PSW_OP_BARRIER: n = 4; break;
-    case PSW_OP_LEAVE: n = 3; break;
-    default: o->oom = 1; return;       /* a caller bug; fail the build */
+    const psw_op_info *info = psw_op_get(m->op);
+    if (!info || m->op == PSW_OP_REPLY) {
+        o->oom = 1;                    /* a caller bug: fail this frame */
+        return;
     }
     o->frame_msgs++;
-    pk_check(o, msgpack_pack_array(pk, n));
+    pk_check(o, msgpack_pack_array(pk, info->fields));
     pk_check(o, msgpack_pack_uint8(pk, (uint8_t)m->op));
     pk_check(o, msgpack_pack_uint64(pk, m->ts));
     pk_check(o, msgpack_pack_uint32(pk, m->part));
-    if (m->op == PSW_OP_CLOCK || m->op == PSW_OP_BARRIER) {
-        pk_check(o, msgpack_pack_uint64(pk, m->first));
+    if (info->flags & PSW_OPF_CONTROL) {
+        if (m->op != PSW_OP_LEAVE)
+            pk_check(o, msgpack_pack_uint64(pk, m->first));
         return;
     }
-    if (m->op == PSW_OP_LEAVE)
-        return;
     pk_check(o, msgpack_pack_uint32(pk, m->table));
-    switch (m->op) {
-    case PSW_OP_PUSH: case PSW_OP_PUSHPULL:
-        psw_out_bin(o, m->keys, 8 * m->nkeys);
-        psw_out_bin(o, m->vals, m->vals_len);
-        break;
-    case PSW_OP_PULL:
-        psw_out_bin(o, m->keys, 8 * m->nkeys);
-        break;
-    case PSW_OP_PUSH_RANGE:
+    if (info->flags & PSW_OPF_RANGED) {
         pk_check(o, msgpack_pack_uint64(pk, m->first));
         pk_check(o, msgpack_pack_uint64(pk, m->count));
+    } else
+        psw_out_bin(o, m->keys, 8 * m->nkeys);
+    if (info->flags & PSW_OPF_PUSHES)
         psw_out_bin(o, m->vals, m->vals_len);
-        break;
-    case PSW_OP_PULL_RANGE:
-        pk_check(o, msgpack_pack_uint64(pk, m->first));
-        pk_check(o, msgpack_pack_uint64(pk, m->count));
-        break;
-    }
 }
 
 char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
@@ -120,7 +127,7 @@ char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
     msgpack_packer *pk = &o->pk;
     char *payload = NULL;
     o->frame_msgs++;
-    pk_check(o, msgpack_pack_array(pk, 7));
+    pk_check(o, msgpack_pack_array(pk, ops[PSW_OP_REPLY].fields));
     pk_check(o, msgpack_pack_uint8(pk, PSW_OP_REPLY));
     pk_check(o, msgpack_pack_uint64(pk, ts));
     pk_check(o, msgpack_pack_uint32(pk, part));
@@ -131,8 +138,11 @@ char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
         pk_check(o, msgpack_pack_nil(pk));
     /* The payload pointer stays valid: the text is packed after it is
      * reserved only when there is no payload (errors carry no rows). */
-    if (text && !nbytes)
-        pack_str(o, text);
+    if (text && !nbytes) {
+        /* Cut long texts so a reply stays within psw_reply_max. */
+        size_t n = strnlen(text, PSW_TEXT_MAX - 1);
+        pk_check(o, msgpack_pack_str_with_body(pk, text, n));
+    }
     else
         pk_check(o, msgpack_pack_nil(pk));
     pk_check(o, msgpack_pack_uint64(pk, clock));
@@ -228,16 +238,10 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
     m->op = (int)op;
     const msgpack_object *f = o->via.array.ptr;
     uint32_t nf = o->via.array.size, want;
-    switch (op) {
-    case PSW_OP_PUSH: case PSW_OP_PUSHPULL: want = 6; break;
-    case PSW_OP_PULL: case PSW_OP_PULL_RANGE: want = op == PSW_OP_PULL ? 5 : 6;
-        break;
-    case PSW_OP_PUSH_RANGE: want = 7; break;
-    case PSW_OP_CLOCK: case PSW_OP_BARRIER: want = 4; break;
-    case PSW_OP_LEAVE: want = 3; break;
-    case PSW_OP_REPLY: want = 7; break;
-    default: FAIL("unknown op %u", op);
-    }
+    const psw_op_info *info = psw_op_get((int)op);
+    if (!info)
+        FAIL("unknown op %u", op);
+    want = info->fields;
     if (nf != want)
         FAIL("op %u needs %u fields, got %u", op, want, nf);
     if (get_u64(&f[1], &m->ts) || get_u32(&f[2], &m->part))
@@ -259,26 +263,25 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
             FAIL("reply: bad clock");
         return 0;
     }
-    if (op == PSW_OP_CLOCK || op == PSW_OP_BARRIER) {
-        if (get_u64(&f[3], &m->first))
+    if (info->flags & PSW_OPF_CONTROL) {
+        if (op != PSW_OP_LEAVE && get_u64(&f[3], &m->first))
             FAIL("op %u: bad clock or barrier number", op);
         return 0;
     }
-    if (op == PSW_OP_LEAVE)
-        return 0;
     if (get_u32(&f[3], &m->table))
         FAIL("op %u: bad table id", op);
-    if (op == PSW_OP_PUSH_RANGE || op == PSW_OP_PULL_RANGE) {
+    int pushes = info->flags & PSW_OPF_PUSHES;
+    if (info->flags & PSW_OPF_RANGED) {
         if (get_u64(&f[4], &m->first) || get_u64(&f[5], &m->count))
             FAIL("op %u: bad range", op);
-        if (op == PSW_OP_PUSH_RANGE && get_bin(&f[6], &m->vals, &m->vals_len))
+        if (pushes && get_bin(&f[6], &m->vals, &m->vals_len))
             FAIL("op %u: values are not BIN", op);
     } else {
         size_t klen;
         if (get_bin(&f[4], &m->keys, &klen) || klen % 8)
             FAIL("op %u: keys are not a BIN of uint64", op);
         m->nkeys = klen / 8;
-        if (op != PSW_OP_PULL && get_bin(&f[5], &m->vals, &m->vals_len))
+        if (pushes && get_bin(&f[5], &m->vals, &m->vals_len))
             FAIL("op %u: values are not BIN", op);
     }
     if (m->vals_len % 4)
@@ -309,7 +312,7 @@ int psw_hello_decode(const msgpack_object *o, psw_hello *h, char *err,
     return 0;
 }
 
-void psw_layout_free(psw_layout *l)
+void psw_cluster_free(psw_cluster *l)
 {
     free(l->nodes);
     free(l->tables);
@@ -318,7 +321,7 @@ void psw_layout_free(psw_layout *l)
     l->nnodes = l->ntables = 0;
 }
 
-int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
+int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
                         size_t errlen)
 {
     uint32_t op, u;
@@ -358,17 +361,17 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
     l->nnodes = (int)u;
     for (uint32_t i = 0; i < u; i++)
         if (get_name(&f[8].via.array.ptr[i], l->nodes[i], PSW_ADDR_MAX)) {
-            psw_layout_free(l);
+            psw_cluster_free(l);
             FAIL("HELLO_OK: bad node address %u", i);
         }
     u = f[9].via.array.size;
     if (u > PSW_MAX_TABLES) {
-        psw_layout_free(l);
+        psw_cluster_free(l);
         FAIL("HELLO_OK: %u tables", u);
     }
     l->tables = calloc(u ? u : 1, sizeof *l->tables);
     if (!l->tables) {
-        psw_layout_free(l);
+        psw_cluster_free(l);
         FAIL("out of memory");
     }
     l->ntables = (int)u;
@@ -384,7 +387,7 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
             get_u64(&t->via.array.ptr[4], &d->rows) ||
             get_u32(&t->via.array.ptr[5], &cons) || d->dim == 0 ||
             cons > PSW_CONS_SSP || (dense && d->rows == 0)) {
-            psw_layout_free(l);
+            psw_cluster_free(l);
             FAIL("HELLO_OK: bad table %u", i);
         }
         d->dense = dense != 0;

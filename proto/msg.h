@@ -13,6 +13,10 @@
 
 #define PSW_VERSION 1
 
+/* Op codes. A new op needs: a row in psw_ops (msg.c: its fields and
+ * properties), its fields in psw_pack_request / psw_msg_decode, a section
+ * in PROTOCOL.md, its handling in daemon/request.c, and its slicing in
+ * client/slice.c with a public call in client/client.c. */
 enum psw_op {
     PSW_OP_HELLO = 1,
     PSW_OP_HELLO_OK = 2,
@@ -27,6 +31,31 @@ enum psw_op {
     PSW_OP_REPLY = 20
 };
 
+/* What an op does, for every module that must treat ops alike: the
+ * client's slicer, the server's dispatcher and budget, the decoder. */
+enum {
+    PSW_OPF_PUSHES = 1,    /* carries rows to apply */
+    PSW_OPF_PULLS = 2,     /* its reply carries rows */
+    PSW_OPF_RANGED = 4,    /* first + count instead of a key list */
+    PSW_OPF_TABLE = 8,     /* names a table */
+    PSW_OPF_CONTROL = 16   /* CLOCK, BARRIER, LEAVE: training-mode control */
+};
+
+typedef struct psw_op_info {
+    uint8_t fields;        /* exact field count of the message, op included */
+    uint8_t flags;         /* PSW_OPF_* */
+} psw_op_info;
+
+/* The row of op in the op table, or NULL for an op that is not a request
+ * or a reply (HELLO and HELLO_OK have their own functions). */
+const psw_op_info *psw_op_get(int op);
+
+static inline int psw_op_has(int op, int flag)
+{
+    const psw_op_info *i = psw_op_get(op);
+    return i && (i->flags & flag);
+}
+
 /* Limits that keep a hostile or buggy peer from making us allocate. */
 #define PSW_MAX_MSGS 65536       /* messages in one frame */
 #define PSW_MAX_NODES 4096
@@ -34,7 +63,31 @@ enum psw_op {
 #define PSW_NAME_MAX 64
 #define PSW_ADDR_MAX 72
 #define PSW_TOKEN_MAX 256
-#define PSW_TEXT_MAX 512
+#define PSW_TEXT_MAX 512        /* error texts in replies, NUL excluded, are
+                                   cut to PSW_TEXT_MAX - 1 bytes */
+
+/* The size rule both sides budget frames with. A frame body is at most
+ * max_frame bytes: an array header of PSW_BODY_OVERHEAD bytes, then the
+ * messages. A message's fields other than its BIN payloads and its error
+ * text take at most PSW_MSG_OVERHEAD bytes (the widest, PUSH_RANGE, takes
+ * 48). So one message whose payloads total psw_payload_max(max_frame)
+ * bytes fits a frame of max_frame. */
+#define PSW_MSG_OVERHEAD 64
+#define PSW_BODY_OVERHEAD 5
+
+static inline uint64_t psw_payload_max(uint64_t max_frame)
+{
+    uint64_t fixed = PSW_BODY_OVERHEAD + PSW_MSG_OVERHEAD;
+    return max_frame > fixed ? max_frame - fixed : 0;
+}
+
+/* The most bytes a reply carrying rows_bytes of rows adds to a frame:
+ * either its rows or an error text, never both. */
+static inline uint64_t psw_reply_max(uint64_t rows_bytes)
+{
+    return PSW_MSG_OVERHEAD +
+           (rows_bytes > PSW_TEXT_MAX ? rows_bytes : PSW_TEXT_MAX);
+}
 
 /* One request or reply. Which fields are set depends on op. keys and
  * vals are views into the frame: unaligned, little-endian. */
@@ -77,7 +130,7 @@ typedef struct psw_table_desc {
 } psw_table_desc;
 
 /* The cluster layout a server sends in HELLO_OK. */
-typedef struct psw_layout {
+typedef struct psw_cluster {
     int status;            /* PSW_OK, or why the HELLO was refused */
     char text[PSW_TEXT_MAX];
     uint32_t version;
@@ -91,13 +144,13 @@ typedef struct psw_layout {
     psw_table_desc *tables;        /* owned */
     uint64_t worker_clock;         /* the connecting worker's clock and */
     uint64_t worker_barrier;       /* barrier count on this node (else 0) */
-} psw_layout;
+} psw_cluster;
 
-void psw_layout_free(psw_layout *l);
+void psw_cluster_free(psw_cluster *l);
 
 /* ---- encoding (each packs one message into the open frame) ----------- */
 void psw_pack_hello(psw_out *o, const psw_hello *h);
-void psw_pack_hello_ok(psw_out *o, const psw_layout *l);
+void psw_pack_hello_ok(psw_out *o, const psw_cluster *l);
 /* Requests: keys and vals are referenced or copied per psw_out_bin. */
 void psw_pack_request(psw_out *o, const psw_msg *m);
 /* A reply with `nbytes` of payload: returns where to write the payload
@@ -119,8 +172,8 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
                    size_t errlen);
 int psw_hello_decode(const msgpack_object *o, psw_hello *h, char *err,
                      size_t errlen);
-/* Allocates l->nodes and l->tables; free with psw_layout_free. */
-int psw_hello_ok_decode(const msgpack_object *o, psw_layout *l, char *err,
+/* Allocates l->nodes and l->tables; free with psw_cluster_free. */
+int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
                         size_t errlen);
 
 /* Little-endian loads from unaligned wire bytes. */

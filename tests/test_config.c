@@ -14,6 +14,8 @@
 
 #include "../daemon/config.h"
 
+#include "expect.h"
+
 #define ERRLEN 512
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -120,8 +122,8 @@ static void run_error_case(void **state)
 /* Lines 1-2, then [table.emb] on line 3 and dim on line 4. */
 #define EMB CLUSTER "[table.emb]\ndim = 4\n"
 
-/* DESIGN.md section 5, verbatim (hence the long lines) up to its
- * consistency line (line 22). */
+/* The schema example of docs/design.md section 5, verbatim (hence the
+ * long lines) up to its consistency line (line 22). */
 #define DESIGN_HEAD \
     "[cluster]\n" \
     "nodes   = 127.0.0.1:7070, 127.0.0.1:7071   ; node i listens on the i-th address\n" \
@@ -447,7 +449,7 @@ static const error_case error_cases[] = {
 
 /* ---- valid files -------------------------------------------------------- */
 
-/* DESIGN.md section 5 with `consistency = ssp`. */
+/* The docs/design.md example with `consistency = ssp`. */
 static void test_design_example_with_ssp_parses_with_its_values(void **state)
 {
     (void)state;
@@ -668,7 +670,7 @@ static void test_hyper_parameters_of_other_updaters_are_accepted(
     psd_config_destroy(&c);
 }
 
-/* DESIGN.md section 5 verbatim: staleness on an async table is accepted
+/* The docs/design.md example verbatim: staleness on an async table is accepted
  * (it documents itself as "ssp only") and has no effect. */
 static void test_design_example_verbatim_parses(void **state)
 {
@@ -826,6 +828,25 @@ static void test_destroy_is_safe_on_a_zeroed_config(void **state)
     assert_null(c.nodes);
 }
 
+static void test_settings_not_implemented_yet_earn_a_note_with_their_line(
+    void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    assert_int_equal(load_text(EMB "[server]\nlog_level = warn\n"
+                               "durability = log\n", &c, path, err), 0);
+    EXPECT_INT(c.nnotes, 1, "notes");
+    char want[PATH_LEN + 64];
+    snprintf(want, sizeof want, "%s:7: [server] durability is not "
+             "implemented", path);
+    EXPECT_SUBSTR(c.notes[0], want, "the note");
+    psd_config_destroy(&c);
+    load_ok(EMB, &c);
+    EXPECT_INT(c.nnotes, 0, "notes when only defaults apply");
+    psd_config_destroy(&c);
+}
+
 /* ---- the files in conf/ ------------------------------------------------- */
 
 static void load_repo_file(const char *rel, psd_config *c)
@@ -941,6 +962,8 @@ int main(void)
         cmocka_unit_test(test_missing_file_is_reported_without_a_line),
         cmocka_unit_test(test_short_error_buffer_is_truncated_safely),
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
+        cmocka_unit_test(
+            test_settings_not_implemented_yet_earn_a_note_with_their_line),
         cmocka_unit_test(test_repo_psd_ini_sets_every_setting_to_its_default),
         cmocka_unit_test(test_repo_psd_ini_mentions_every_setting),
         cmocka_unit_test(test_repo_cluster_2_ini_parses_with_its_tables),

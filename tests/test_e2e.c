@@ -954,12 +954,12 @@ static void hello_with_another_protocol_version_is_refused_clearly(void **state)
     psw_out_destroy(&o);
     msgpack_zone z;
     char *f, err[128];
-    psw_layout l;
+    psw_cluster l;
     assert_int_equal(psw_hello_ok_decode(raw_read_one(fd, &z, &f), &l, err,
                                          sizeof err), 0);
     assert_int_equal(l.status, PSW_EPROTO);
     assert_non_null(strstr(l.text, "protocol version 99"));
-    psw_layout_free(&l);
+    psw_cluster_free(&l);
     msgpack_zone_destroy(&z);
     free(f);
     assert_true(raw_closed(fd));

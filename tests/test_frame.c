@@ -360,7 +360,7 @@ static void hello_and_layout_round_trip(void **state)
 
     char nodes[2][PSW_ADDR_MAX] = { "127.0.0.1:7070", "[::1]:7071" };
     psw_table_desc t[1] = { { 0, "emb", 0, 16, 0, 0 } };
-    psw_layout l = { .status = PSW_OK, .version = 1, .node_index = 1,
+    psw_cluster l = { .status = PSW_OK, .version = 1, .node_index = 1,
                      .epoch = 77, .max_frame = 1 << 20, .shards = 16,
                      .nnodes = 2, .nodes = nodes, .ntables = 1, .tables = t };
     psw_out_reset(&o);
@@ -368,7 +368,7 @@ static void hello_and_layout_round_trip(void **state)
     psw_pack_hello_ok(&o, &l);
     psw_out_frame_end(&o);
     decode_one(&o, &z, &buf, &msg);
-    psw_layout ld;
+    psw_cluster ld;
     assert_int_equal(psw_hello_ok_decode(msg, &ld, err, sizeof err), 0);
     assert_int_equal(ld.nnodes, 2);
     assert_string_equal(ld.nodes[1], "[::1]:7071");
@@ -376,7 +376,7 @@ static void hello_and_layout_round_trip(void **state)
     assert_string_equal(ld.tables[0].name, "emb");
     assert_int_equal(ld.tables[0].dim, 16);
     assert_int_equal(ld.epoch, 77);
-    psw_layout_free(&ld);
+    psw_cluster_free(&ld);
     free(buf);
     msgpack_zone_destroy(&z);
     psw_out_destroy(&o);

@@ -1,6 +1,8 @@
-/* Unit tests of the Customer's slicing and completion (client/customer.c):
- * keyed and ranged requests cut into per-node parts against the shared
- * layout, and replies placed into the caller's buffer. Pure: no sockets. */
+/* Unit tests of slicing (client/slice.c) and of the Customer
+ * (client/customer.c): keyed and ranged requests cut into per-node parts
+ * against the shared layout, replies placed into the caller's buffer, and
+ * the request lifecycle (timestamps, completion, waits, the failure
+ * memory). Pure: no sockets, no I/O thread. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 #include <cmocka.h>
 
 #include "../client/customer.h"
+#include "../client/slice.h"
 #include "../proto/layout.h"
 #include "../proto/status.h"
 
@@ -41,10 +44,10 @@ static psw_table_desc desc_make(int dense, uint32_t dim, uint64_t rows)
     return t;
 }
 
-static ps_shape shape_make(const psw_table_desc *t, int nnodes,
+static psc_shape shape_make(const psw_table_desc *t, int nnodes,
                            uint32_t shards)
 {
-    ps_shape sh;
+    psc_shape sh;
     memset(&sh, 0, sizeof sh);
     sh.nnodes = nnodes;
     sh.shards = shards;
@@ -55,28 +58,26 @@ static ps_shape shape_make(const psw_table_desc *t, int nnodes,
 }
 
 /* The layout's answer, computed from proto/layout.h directly. */
-static uint32_t shard_of(const ps_shape *sh, uint64_t key)
+static uint32_t shard_of(const psc_shape *sh, uint64_t key)
 {
     return sh->table->dense
                ? psw_dense_shard_of(sh->table->rows, sh->shards, key)
                : psw_sparse_shard_of(sh->shards, key);
 }
 
-static int node_of(const ps_shape *sh, uint64_t key)
+static int node_of(const psc_shape *sh, uint64_t key)
 {
     return psw_node_of_shard(shard_of(sh, key), sh->nnodes);
 }
 
 static int has_push(int op)
 {
-    return op == PSW_OP_PUSH || op == PSW_OP_PUSHPULL ||
-           op == PSW_OP_PUSH_RANGE;
+    return psw_op_has(op, PSW_OPF_PUSHES);
 }
 
 static int has_pull(int op)
 {
-    return op == PSW_OP_PULL || op == PSW_OP_PUSHPULL ||
-           op == PSW_OP_PULL_RANGE;
+    return psw_op_has(op, PSW_OPF_PULLS);
 }
 
 static float float_at(const char *b, size_t i)
@@ -104,10 +105,10 @@ static float row_val(uint64_t k, uint32_t j)
  * touched, numbered in order, each key exactly once on its own node, pos
  * leading back to the caller's index, values carried with their key. For
  * push-only requests (no pos) keys must be distinct. */
-static void check_keyed_parts(const ps_shape *sh, int op,
+static void check_keyed_parts(const psc_shape *sh, int op,
                               const uint64_t *keys, size_t n,
                               const float *vals, const float *out,
-                              const ps_req *r)
+                              const psc_req *r)
 {
     const uint32_t dim = sh->table->dim;
     int *touched = xcalloc((size_t)sh->nnodes, sizeof *touched);
@@ -127,7 +128,7 @@ static void check_keyed_parts(const ps_shape *sh, int op,
     int *part_of_node = xcalloc((size_t)sh->nnodes, sizeof *part_of_node);
     size_t total = 0;
     for (int k = 0; k < r->nparts; k++) {
-        const ps_part *p = &r->parts[k];
+        const psc_part *p = &r->parts[k];
         EXPECT_PTR(p->req, r, "part %d: req", k);
         EXPECT_INT(p->msg.part, k, "part %d: msg.part", k);
         EXPECT_INT(p->msg.op, op, "part %d: msg.op", k);
@@ -196,17 +197,17 @@ static void test_keyed_push_over_2_nodes_puts_each_key_once_on_its_node(
     (void)state;
     enum { N = 200, DIM = 3 };
     psw_table_desc t = desc_make(0, DIM, 0);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     uint64_t keys[N];
     float vals[N * DIM];
     fill_keys_vals(keys, vals, N, DIM);
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, N, vals, NULL, &r, err,
-                           sizeof err), 0, "ps_req_keys push (%s)", err);
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSH, keys, N, vals, NULL, &r, err,
+                           sizeof err), 0, "psc_req_keys push (%s)", err);
     EXPECT_INT(r->nparts, 2, "parts of 200 spread keys on 2 nodes");
     check_keyed_parts(&sh, PSW_OP_PUSH, keys, N, vals, NULL, r);
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 static void test_keyed_pushpull_over_2_nodes_maps_pos_back_and_carries_vals(
@@ -215,19 +216,19 @@ static void test_keyed_pushpull_over_2_nodes_maps_pos_back_and_carries_vals(
     (void)state;
     enum { N = 150, DIM = 2 };
     psw_table_desc t = desc_make(0, DIM, 0);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     uint64_t keys[N];
     float vals[N * DIM], out[N * DIM];
     fill_keys_vals(keys, vals, N, DIM);
     /* Repeated keys are separate entries with their own values. */
     keys[10] = keys[3];
     keys[11] = keys[3];
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
-                           sizeof err), 0, "ps_req_keys pushpull (%s)", err);
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
+                           sizeof err), 0, "psc_req_keys pushpull (%s)", err);
     check_keyed_parts(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, r);
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 static void test_keyed_dense_over_4_nodes_puts_each_row_on_its_node(
@@ -236,19 +237,19 @@ static void test_keyed_dense_over_4_nodes_puts_each_row_on_its_node(
     (void)state;
     enum { N = 300, DIM = 4 };
     psw_table_desc t = desc_make(1, DIM, 1000);
-    ps_shape sh = shape_make(&t, 4, 16);
+    psc_shape sh = shape_make(&t, 4, 16);
     uint64_t keys[N];
     float vals[N * DIM], out[N * DIM];
     fill_keys_vals(keys, vals, N, DIM);
     for (size_t i = 0; i < N; i++)
         keys[i] = (i * 337) % 1000;
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
-                           sizeof err), 0, "ps_req_keys pushpull (%s)", err);
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
+                           sizeof err), 0, "psc_req_keys pushpull (%s)", err);
     EXPECT_INT(r->nparts, 4, "parts over 4 nodes");
     check_keyed_parts(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, r);
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 /* A plain pull over two nodes: ps_pull passes vals == NULL. */
@@ -258,21 +259,21 @@ static void test_keyed_pull_over_2_nodes_maps_pos_back_to_caller_index(
     (void)state;
     enum { N = 200, DIM = 3 };
     psw_table_desc t = desc_make(0, DIM, 0);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     uint64_t keys[N];
     float vals[N * DIM], out[N * DIM];
     fill_keys_vals(keys, vals, N, DIM);
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
-                           sizeof err), 0, "ps_req_keys pull (%s)", err);
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                           sizeof err), 0, "psc_req_keys pull (%s)", err);
     EXPECT_INT(r->nparts, 2, "parts of 200 spread keys on 2 nodes");
     check_keyed_parts(&sh, PSW_OP_PULL, keys, N, NULL, out, r);
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 /* The first n keys k = 0, 1, ... that live on `node`. */
-static void keys_on_node(const ps_shape *sh, int node, uint64_t *keys,
+static void keys_on_node(const psc_shape *sh, int node, uint64_t *keys,
                          size_t n)
 {
     size_t got = 0;
@@ -281,16 +282,16 @@ static void keys_on_node(const ps_shape *sh, int node, uint64_t *keys,
             keys[got++] = k;
 }
 
-static void check_borrowed(const ps_shape *sh, int op, const uint64_t *keys,
+static void check_borrowed(const psc_shape *sh, int op, const uint64_t *keys,
                            size_t n, const float *vals, float *out, int node)
 {
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_keys(sh, op, keys, n, vals, out, &r, err, sizeof err),
-               0, "op %d: ps_req_keys (%s)", op, err);
+    EXPECT_INT(psc_req_keys(sh, op, keys, n, vals, out, &r, err, sizeof err),
+               0, "op %d: psc_req_keys (%s)", op, err);
     EXPECT_INT(r->nparts, 1, "op %d: parts", op);
     EXPECT_INT(r->pending, 1, "op %d: pending", op);
-    const ps_part *p = &r->parts[0];
+    const psc_part *p = &r->parts[0];
     EXPECT_INT(p->node, node, "op %d: node", op);
     EXPECT_INT(p->msg.part, 0, "op %d: msg.part", op);
     EXPECT_PTR(p->msg.keys, keys, "op %d: keys borrowed", op);
@@ -299,7 +300,7 @@ static void check_borrowed(const ps_shape *sh, int op, const uint64_t *keys,
                "op %d: vals borrowed", op);
     EXPECT_PTR(p->out, has_pull(op) ? out : NULL, "op %d: out borrowed", op);
     EXPECT_PTR(p->pos, NULL, "op %d: pos", op);
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 static void test_keys_all_on_one_node_make_one_part_borrowing_buffers(
@@ -312,13 +313,13 @@ static void test_keys_all_on_one_node_make_one_part_borrowing_buffers(
     float vals[N * DIM] = { 0 }, out[N * DIM];
     const int ops[] = { PSW_OP_PUSH, PSW_OP_PULL, PSW_OP_PUSHPULL };
 
-    ps_shape two = shape_make(&t, 2, 16);
+    psc_shape two = shape_make(&t, 2, 16);
     keys_on_node(&two, 1, keys, N);
     for (size_t i = 0; i < 3; i++)
         check_borrowed(&two, ops[i], keys, N, ops[i] == PSW_OP_PULL ? NULL
                        : vals, out, 1);
 
-    ps_shape one = shape_make(&t, 1, 16);
+    psc_shape one = shape_make(&t, 1, 16);
     for (size_t i = 0; i < N; i++)
         keys[i] = spread_key(i);
     for (size_t i = 0; i < 3; i++)
@@ -331,18 +332,18 @@ static void test_dense_key_past_last_row_returns_ekey_with_message(
 {
     (void)state;
     psw_table_desc t = desc_make(1, 2, 1000);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     const uint64_t keys[3] = { 0, 999, 1000 };
     float vals[6] = { 0 };
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 3, vals, NULL, &r, err,
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSH, keys, 3, vals, NULL, &r, err,
                            sizeof err), PS_EKEY, "push of rows {0, 999, 1000}");
     EXPECT_PTR(r, NULL, "request after a refusal");
     EXPECT_SUBSTR(err, "no row 1000", "message");
     EXPECT_SUBSTR(err, "emb_dense", "message");
     const uint64_t huge = UINT64_MAX;
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, &huge, 1, NULL, vals, &r, err,
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, &huge, 1, NULL, vals, &r, err,
                            sizeof err), PS_EKEY, "pull of row UINT64_MAX");
     EXPECT_PTR(r, NULL, "request after a refusal");
 }
@@ -354,45 +355,45 @@ static void test_keyed_request_over_max_payload_is_cut_into_parts(void **state)
     (void)state;
     enum { DIM = 4 };                 /* 16 bytes a row + 8 a key */
     psw_table_desc t = desc_make(0, DIM, 0);
-    ps_shape sh = shape_make(&t, 1, 16);
+    psc_shape sh = shape_make(&t, 1, 16);
     sh.max_payload = 96;              /* exactly 4 keyed rows */
     uint64_t keys[8];
     float vals[8 * DIM] = { 0 }, out[8 * DIM];
     for (size_t i = 0; i < 8; i++)
         keys[i] = spread_key(i);
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 4, vals, NULL, &r, err,
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSH, keys, 4, vals, NULL, &r, err,
                            sizeof err), 0, "4 rows in 96 bytes (%s)", err);
     EXPECT_INT(r->nparts, 1, "parts of 4 rows");
-    ps_req_free(r);
+    psc_req_free(r);
     r = NULL;
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, 5, NULL, out, &r, err,
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, 5, NULL, out, &r, err,
                            sizeof err), 0, "5 rows in 96 bytes (%s)", err);
     EXPECT_INT(r->nparts, 2, "parts of 5 rows");
     EXPECT_INT(r->parts[0].msg.nkeys, 4, "rows of part 0");
     EXPECT_INT(r->parts[1].msg.nkeys, 1, "rows of part 1");
     EXPECT_PTR(r->parts[1].msg.keys, (const char *)(keys + 4), "keys of part 1");
     EXPECT_PTR(r->parts[1].out, out + 4 * DIM, "out of part 1");
-    ps_req_free(r);
+    psc_req_free(r);
     r = NULL;
 
     /* Split per node too: 5 + 3 keys on two nodes make 2 + 1 parts. */
-    ps_shape two = shape_make(&t, 2, 16);
+    psc_shape two = shape_make(&t, 2, 16);
     two.max_payload = 96;
     keys_on_node(&two, 0, keys, 5);
     keys_on_node(&two, 1, keys + 5, 3);
-    EXPECT_INT(ps_req_keys(&two, PSW_OP_PUSH, keys, 8, vals, NULL, &r, err,
+    EXPECT_INT(psc_req_keys(&two, PSW_OP_PUSH, keys, 8, vals, NULL, &r, err,
                            sizeof err), 0, "5 + 3 rows on 2 nodes (%s)", err);
     EXPECT_INT(r->nparts, 3, "parts");
     for (int k = 0; k < r->nparts; k++)
         EXPECT_INT(r->parts[k].msg.nkeys * 8 + r->parts[k].msg.vals_len <= 96,
                    1, "part %d within max_payload", k);
-    ps_req_free(r);
+    psc_req_free(r);
     r = NULL;
 
     sh.max_payload = 16;              /* less than one keyed row */
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, 1, vals, NULL, &r, err,
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSH, keys, 1, vals, NULL, &r, err,
                            sizeof err), PS_ETOOBIG, "a row larger than a message");
     EXPECT_PTR(r, NULL, "request after a refusal");
     EXPECT_SUBSTR(err, "max_frame", "message");
@@ -403,9 +404,9 @@ static void test_keyed_request_over_max_payload_is_cut_into_parts(void **state)
 /* Checks a range request: parts in order cover first..first+count-1
  * exactly once, each inside one shard when `per_shard`, every row on the
  * part's node, each borrowing its slice of the caller's buffer. */
-static void check_range_parts(const ps_shape *sh, int op, uint64_t first,
+static void check_range_parts(const psc_shape *sh, int op, uint64_t first,
                               uint64_t count, const float *vals,
-                              const float *out, const ps_req *r,
+                              const float *out, const psc_req *r,
                               int per_shard)
 {
     const uint32_t dim = sh->table->dim;
@@ -414,7 +415,7 @@ static void check_range_parts(const ps_shape *sh, int op, uint64_t first,
     EXPECT_INT(r->op, op, "request op");
     uint64_t next = first;
     for (int k = 0; k < r->nparts; k++) {
-        const ps_part *p = &r->parts[k];
+        const psc_part *p = &r->parts[k];
         uint64_t a = p->msg.first, c = p->msg.count;
         EXPECT_PTR(p->req, r, "part %d: req", k);
         EXPECT_INT(p->msg.part, k, "part %d: msg.part", k);
@@ -448,7 +449,7 @@ static void check_range_parts(const ps_shape *sh, int op, uint64_t first,
 }
 
 /* Distinct shards holding rows first..first+count-1. */
-static int shards_touched(const ps_shape *sh, uint64_t first, uint64_t count)
+static int shards_touched(const psc_shape *sh, uint64_t first, uint64_t count)
 {
     int n = 0;
     uint32_t last = UINT32_MAX;
@@ -467,20 +468,20 @@ static void test_range_over_2_nodes_covers_rows_once_one_shard_per_part(
     (void)state;
     enum { DIM = 3 };
     psw_table_desc t = desc_make(1, DIM, 1000);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     float *buf = xcalloc(1000 * DIM, sizeof(float));
     const int ops[] = { PSW_OP_PUSH_RANGE, PSW_OP_PULL_RANGE };
     for (size_t i = 0; i < 2; i++) {
-        ps_req *r = NULL;
+        psc_req *r = NULL;
         char err[256] = "";
         int push = ops[i] == PSW_OP_PUSH_RANGE;
-        EXPECT_INT(ps_req_range(&sh, ops[i], 10, 980, push ? buf : NULL,
+        EXPECT_INT(psc_req_range(&sh, ops[i], 10, 980, push ? buf : NULL,
                                 push ? NULL : buf, &r, err, sizeof err),
                    0, "op %d rows 10..989 (%s)", ops[i], err);
         EXPECT_INT(r->nparts, 16, "op %d: parts of rows 10..989 over 16 "
                    "shards", ops[i]);
         check_range_parts(&sh, ops[i], 10, 980, buf, buf, r, 1);
-        ps_req_free(r);
+        psc_req_free(r);
     }
     free(buf);
 }
@@ -495,18 +496,18 @@ static void test_range_on_1_node_is_one_part_for_the_whole_range(
     psw_table_desc tiny = desc_make(1, DIM, 3);
     const psw_table_desc *descs[2] = { &t, &tiny };
     for (int d = 0; d < 2; d++) {
-        ps_shape sh = shape_make(descs[d], 1, 16);
+        psc_shape sh = shape_make(descs[d], 1, 16);
         uint64_t first = d ? 0 : 10, count = d ? 3 : 980;
-        ps_req *r = NULL;
+        psc_req *r = NULL;
         char err[256] = "";
-        EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, first, count, NULL,
+        EXPECT_INT(psc_req_range(&sh, PSW_OP_PULL_RANGE, first, count, NULL,
                                 buf, &r, err, sizeof err), 0,
                    "rows %d: pull_range (%s)", (int)descs[d]->rows, err);
         EXPECT_INT(r->nparts, 1, "rows %d: parts", (int)descs[d]->rows);
         check_range_parts(&sh, PSW_OP_PULL_RANGE, first, count, NULL, buf, r,
                           0);
         EXPECT_INT(r->parts[0].node, 0, "node");
-        ps_req_free(r);
+        psc_req_free(r);
     }
     free(buf);
 }
@@ -517,17 +518,17 @@ static void test_range_with_fewer_rows_than_shards_covers_each_row_once(
     (void)state;
     enum { DIM = 2 };
     psw_table_desc t = desc_make(1, DIM, 3);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     float vals[3 * DIM] = { 0 };
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 3, vals, NULL, &r, err,
+    EXPECT_INT(psc_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 3, vals, NULL, &r, err,
                             sizeof err), 0, "push_range 0..2 (%s)", err);
     /* Rows 0, 1, 2 live in shards 5, 10, 15: three parts. */
     EXPECT_INT(r->nparts, 3, "parts");
     EXPECT_INT(r->nparts, shards_touched(&sh, 0, 3), "parts vs shards");
     check_range_parts(&sh, PSW_OP_PUSH_RANGE, 0, 3, vals, NULL, r, 1);
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 /* Small tables have empty shards between their rows. A part may step
@@ -542,16 +543,16 @@ static void test_range_parts_cover_small_tables_with_empty_shards(void **state)
     for (int nnodes = 2; nnodes <= 3; nnodes++) {
         for (uint64_t rows = 1; rows <= 40; rows++) {
             psw_table_desc t = desc_make(1, DIM, rows);
-            ps_shape sh = shape_make(&t, nnodes, 16);
-            ps_req *r = NULL;
+            psc_shape sh = shape_make(&t, nnodes, 16);
+            psc_req *r = NULL;
             char err[256] = "";
-            EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, 0, rows, NULL,
+            EXPECT_INT(psc_req_range(&sh, PSW_OP_PULL_RANGE, 0, rows, NULL,
                                     out, &r, err, sizeof err), 0,
                        "%d nodes, rows %llu: pull_range (%s)", nnodes,
                        (unsigned long long)rows, err);
             check_range_parts(&sh, PSW_OP_PULL_RANGE, 0, rows, NULL, out, r,
                               0);
-            ps_req_free(r);
+            psc_req_free(r);
         }
     }
 }
@@ -560,11 +561,11 @@ static void test_range_on_sparse_table_returns_einval(void **state)
 {
     (void)state;
     psw_table_desc t = desc_make(0, 2, 0);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     float out[20];
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, 0, 10, NULL, out, &r, err,
+    EXPECT_INT(psc_req_range(&sh, PSW_OP_PULL_RANGE, 0, 10, NULL, out, &r, err,
                             sizeof err), PS_EINVAL, "pull_range on sparse");
     EXPECT_PTR(r, NULL, "request after a refusal");
     EXPECT_SUBSTR(err, "sparse", "message");
@@ -574,16 +575,16 @@ static void test_range_empty_or_past_end_returns_ekey(void **state)
 {
     (void)state;
     psw_table_desc t = desc_make(1, 2, 1000);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     float buf[2 * 2];
     const struct { uint64_t first, count; } bad[] = {
         { 0, 0 }, { 999, 2 }, { 1000, 1 }, { 0, 1001 }, { UINT64_MAX, 2 },
         { 500, UINT64_MAX },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ps_req *r = NULL;
+        psc_req *r = NULL;
         char err[256] = "";
-        EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, bad[i].first,
+        EXPECT_INT(psc_req_range(&sh, PSW_OP_PULL_RANGE, bad[i].first,
                                 bad[i].count, NULL, buf, &r, err, sizeof err),
                    PS_EKEY, "first %llu count %llu",
                    (unsigned long long)bad[i].first,
@@ -592,13 +593,13 @@ static void test_range_empty_or_past_end_returns_ekey(void **state)
         EXPECT_SUBSTR(err, "rows = 1000", "message");
     }
     /* The last row alone is fine. */
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_range(&sh, PSW_OP_PULL_RANGE, 999, 1, NULL, buf, &r,
+    EXPECT_INT(psc_req_range(&sh, PSW_OP_PULL_RANGE, 999, 1, NULL, buf, &r,
                             err, sizeof err), 0, "row 999 (%s)", err);
     EXPECT_INT(r->nparts, 1, "parts of row 999");
     EXPECT_INT(r->parts[0].node, 1, "node of row 999 (shard 15)");
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 static void test_range_over_max_payload_is_cut_into_parts(void **state)
@@ -606,24 +607,24 @@ static void test_range_over_max_payload_is_cut_into_parts(void **state)
     (void)state;
     enum { DIM = 4 };                 /* 16 bytes a row */
     psw_table_desc t = desc_make(1, DIM, 1000);
-    ps_shape sh = shape_make(&t, 1, 16);
+    psc_shape sh = shape_make(&t, 1, 16);
     sh.max_payload = 96;              /* 6 rows */
     float buf[7 * DIM] = { 0 };
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 6, buf, NULL, &r, err,
+    EXPECT_INT(psc_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 6, buf, NULL, &r, err,
                             sizeof err), 0, "6 rows in 96 bytes (%s)", err);
     EXPECT_INT(r->nparts, 1, "parts of 6 rows");
-    ps_req_free(r);
+    psc_req_free(r);
     r = NULL;
-    EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 7, buf, NULL, &r, err,
+    EXPECT_INT(psc_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 7, buf, NULL, &r, err,
                             sizeof err), 0, "7 rows in 96 bytes (%s)", err);
     EXPECT_INT(r->nparts, 2, "parts of 7 rows");
     check_range_parts(&sh, PSW_OP_PUSH_RANGE, 0, 7, buf, NULL, r, 0);
-    ps_req_free(r);
+    psc_req_free(r);
     r = NULL;
     sh.max_payload = 8;               /* less than one row */
-    EXPECT_INT(ps_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 1, buf, NULL, &r, err,
+    EXPECT_INT(psc_req_range(&sh, PSW_OP_PUSH_RANGE, 0, 1, buf, NULL, &r, err,
                             sizeof err), PS_ETOOBIG, "a row larger than a message");
     EXPECT_PTR(r, NULL, "request after a refusal");
     EXPECT_SUBSTR(err, "max_frame", "message");
@@ -634,13 +635,13 @@ static void test_range_over_max_payload_is_cut_into_parts(void **state)
 /* Answers every part of a pulling request, last part first, as a server
  * would: rows row_val(key) at an odd address. Checks that only the last
  * answer completes the request, then that out holds every caller row. */
-static void answer_and_check_scatter(ps_req *r, const uint64_t *keys,
+static void answer_and_check_scatter(psc_req *r, const uint64_t *keys,
                                      size_t n, const float *out, int ranged,
                                      uint64_t first)
 {
     const uint32_t dim = r->dim;
     for (int k = r->nparts - 1; k >= 0; k--) {
-        ps_part *p = &r->parts[k];
+        psc_part *p = &r->parts[k];
         size_t rows = ranged ? (size_t)p->msg.count : p->msg.nkeys;
         char *mem = xcalloc(rows * dim * sizeof(float) + 1, 1);
         char *v = mem + 1;
@@ -660,7 +661,7 @@ static void answer_and_check_scatter(ps_req *r, const uint64_t *keys,
         m.status = PSW_OK;
         m.vals = v;
         m.vals_len = rows * dim * sizeof(float);
-        EXPECT_INT(ps_part_reply(p, &m), k == 0, "reply to part %d of %d: "
+        EXPECT_INT(psc_part_reply(p, &m), k == 0, "reply to part %d of %d: "
                    "completed", k, r->nparts);
         EXPECT_INT(r->pending, k, "pending after the reply to part %d", k);
         free(mem);
@@ -683,38 +684,38 @@ static void test_pull_reply_scatters_rows_and_completes_on_last_part(
     uint64_t keys[N];
     float vals[N * DIM], out[N * DIM];
     char err[256] = "";
-    ps_req *r = NULL;
+    psc_req *r = NULL;
 
     /* Keyed, 2 nodes, repeated keys: through pos. */
     psw_table_desc t = desc_make(0, DIM, 0);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     fill_keys_vals(keys, vals, N, DIM);
     keys[7] = keys[0];
     for (size_t i = 0; i < N * DIM; i++)
         out[i] = -12345.0f;
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
                            sizeof err), 0, "pushpull (%s)", err);
     EXPECT_INT(r->nparts, 2, "parts");
     answer_and_check_scatter(r, keys, N, out, 0, 0);
-    ps_req_free(r);
+    psc_req_free(r);
 
     /* Keyed, one node: rows land in order. */
-    ps_shape one = shape_make(&t, 1, 16);
+    psc_shape one = shape_make(&t, 1, 16);
     for (size_t i = 0; i < N * DIM; i++)
         out[i] = -12345.0f;
-    EXPECT_INT(ps_req_keys(&one, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+    EXPECT_INT(psc_req_keys(&one, PSW_OP_PULL, keys, N, NULL, out, &r, err,
                            sizeof err), 0, "pull on 1 node (%s)", err);
     answer_and_check_scatter(r, keys, N, out, 0, 0);
-    ps_req_free(r);
+    psc_req_free(r);
 
     /* Range over 2 nodes: each part's slice. */
     psw_table_desc d = desc_make(1, DIM, 1000);
-    ps_shape dsh = shape_make(&d, 2, 16);
+    psc_shape dsh = shape_make(&d, 2, 16);
     float *rout = xcalloc(980 * DIM, sizeof(float));
-    EXPECT_INT(ps_req_range(&dsh, PSW_OP_PULL_RANGE, 10, 980, NULL, rout, &r,
+    EXPECT_INT(psc_req_range(&dsh, PSW_OP_PULL_RANGE, 10, 980, NULL, rout, &r,
                             err, sizeof err), 0, "pull_range (%s)", err);
     answer_and_check_scatter(r, NULL, 980, rout, 1, 10);
-    ps_req_free(r);
+    psc_req_free(r);
     free(rout);
 }
 
@@ -725,32 +726,32 @@ static void test_pull_reply_over_2_nodes_scatters_through_pos(void **state)
     uint64_t keys[N];
     float vals[N * DIM], out[N * DIM];
     char err[256] = "";
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     psw_table_desc t = desc_make(0, DIM, 0);
-    ps_shape sh = shape_make(&t, 2, 16);
+    psc_shape sh = shape_make(&t, 2, 16);
     fill_keys_vals(keys, vals, N, DIM);
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
                            sizeof err), 0, "pull (%s)", err);
     answer_and_check_scatter(r, keys, N, out, 0, 0);
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 /* A keyed push of spread keys over `nnodes` nodes, one part per node. */
-static ps_req *push_request(int nnodes, uint64_t *keys, float *vals,
+static psc_req *push_request(int nnodes, uint64_t *keys, float *vals,
                             size_t n, uint32_t dim)
 {
     psw_table_desc t = desc_make(0, dim, 0);
-    ps_shape sh = shape_make(&t, nnodes, 16);
+    psc_shape sh = shape_make(&t, nnodes, 16);
     fill_keys_vals(keys, vals, n, dim);
-    ps_req *r = NULL;
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_keys(&sh, PSW_OP_PUSH, keys, n, vals, NULL, &r, err,
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSH, keys, n, vals, NULL, &r, err,
                            sizeof err), 0, "push (%s)", err);
     EXPECT_INT(r->nparts, nnodes, "parts of a push over %d nodes", nnodes);
     return r;
 }
 
-static psw_msg reply_msg(const ps_part *p, int status, const char *text,
+static psw_msg reply_msg(const psc_part *p, int status, const char *text,
                          size_t text_len)
 {
     psw_msg m;
@@ -770,14 +771,14 @@ static void test_push_ok_replies_complete_request_without_error(
     (void)state;
     uint64_t keys[100];
     float vals[100 * 2];
-    ps_req *r = push_request(2, keys, vals, 100, 2);
+    psc_req *r = push_request(2, keys, vals, 100, 2);
     psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
-    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 0, "first of 2 replies");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "first of 2 replies");
     m = reply_msg(&r->parts[1], PSW_OK, NULL, 0);
-    EXPECT_INT(ps_part_reply(&r->parts[1], &m), 1, "second of 2 replies");
+    EXPECT_INT(psc_part_reply(&r->parts[1], &m), 1, "second of 2 replies");
     EXPECT_INT(r->status, PS_OK, "status");
     EXPECT_PTR(r->error, NULL, "error");
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
@@ -786,36 +787,36 @@ static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
     (void)state;
     uint64_t keys[200];
     float vals[200 * 2];
-    ps_req *r = push_request(3, keys, vals, 200, 2);
+    psc_req *r = push_request(3, keys, vals, 200, 2);
     /* The text is a view of text_len bytes, not NUL-terminated. */
     const char *wire = "shard 3 is owned by node 1#garbage";
     psw_msg m = reply_msg(&r->parts[1], PSW_ENOTOWNER, wire, 26);
-    EXPECT_INT(ps_part_reply(&r->parts[1], &m), 0, "error reply, 1 of 3");
+    EXPECT_INT(psc_part_reply(&r->parts[1], &m), 0, "error reply, 1 of 3");
     EXPECT_INT(r->status, PS_ENOTOWNER, "status after the error reply");
     EXPECT_STR(r->error, "shard 3 is owned by node 1", "error text");
 
     m = reply_msg(&r->parts[2], PSW_EKEY, "another", 7);
-    EXPECT_INT(ps_part_reply(&r->parts[2], &m), 0, "error reply, 2 of 3");
+    EXPECT_INT(psc_part_reply(&r->parts[2], &m), 0, "error reply, 2 of 3");
     EXPECT_INT(r->status, PS_ENOTOWNER, "status after a second error");
     EXPECT_STR(r->error, "shard 3 is owned by node 1",
                "error text after a second error");
 
     m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
-    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 1, "OK reply, 3 of 3");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 1, "OK reply, 3 of 3");
     EXPECT_INT(r->status, PS_ENOTOWNER, "status after a later OK");
     EXPECT_STR(r->error, "shard 3 is owned by node 1",
                "error text after a later OK");
-    ps_req_free(r);
+    psc_req_free(r);
 
     /* An error reply without text still sets the status. */
     r = push_request(2, keys, vals, 200, 2);
     m = reply_msg(&r->parts[0], PSW_ESERVER, NULL, 0);
-    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 0, "textless error reply");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "textless error reply");
     EXPECT_INT(r->status, PS_ESERVER, "status");
     m = reply_msg(&r->parts[1], PSW_OK, NULL, 0);
-    EXPECT_INT(ps_part_reply(&r->parts[1], &m), 1, "OK reply, 2 of 2");
+    EXPECT_INT(psc_part_reply(&r->parts[1], &m), 1, "OK reply, 2 of 2");
     EXPECT_INT(r->status, PS_ESERVER, "status after a later OK");
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 static void test_reply_with_wrong_payload_size_is_eproto(void **state)
@@ -823,7 +824,7 @@ static void test_reply_with_wrong_payload_size_is_eproto(void **state)
     (void)state;
     enum { N = 10, DIM = 3 };
     psw_table_desc t = desc_make(0, DIM, 0);
-    ps_shape sh = shape_make(&t, 1, 16);
+    psc_shape sh = shape_make(&t, 1, 16);
     uint64_t keys[N];
     float vals[N * DIM], out[N * DIM];
     fill_keys_vals(keys, vals, N, DIM);
@@ -833,35 +834,35 @@ static void test_reply_with_wrong_payload_size_is_eproto(void **state)
     const size_t sizes[3] = { (N - 1) * DIM * sizeof(float),
                               (N + 1) * DIM * sizeof(float), 0 };
     for (size_t s = 0; s < 3; s++) {
-        ps_req *r = NULL;
+        psc_req *r = NULL;
         char err[256] = "";
-        EXPECT_INT(ps_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+        EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
                                sizeof err), 0, "pull (%s)", err);
         psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
         m.vals = (const char *)rows;
         m.vals_len = sizes[s];
-        EXPECT_INT(ps_part_reply(&r->parts[0], &m), 1, "reply of %zu bytes "
+        EXPECT_INT(psc_part_reply(&r->parts[0], &m), 1, "reply of %zu bytes "
                    "for %d rows: completed", sizes[s], N);
         EXPECT_INT(r->status, PS_EPROTO, "status after %zu bytes", sizes[s]);
         EXPECT_SUBSTR(r->error, "expected", "error text");
         for (size_t i = 0; i < N * DIM; i++)
             EXPECT_FLOAT(out[i], -12345.0f, "out[%zu] after a bad reply", i);
-        ps_req_free(r);
+        psc_req_free(r);
     }
 
     /* The same for a range part. */
     psw_table_desc d = desc_make(1, DIM, 1000);
-    ps_shape dsh = shape_make(&d, 1, 16);
-    ps_req *r = NULL;
+    psc_shape dsh = shape_make(&d, 1, 16);
+    psc_req *r = NULL;
     char err[256] = "";
-    EXPECT_INT(ps_req_range(&dsh, PSW_OP_PULL_RANGE, 0, N, NULL, out, &r, err,
+    EXPECT_INT(psc_req_range(&dsh, PSW_OP_PULL_RANGE, 0, N, NULL, out, &r, err,
                             sizeof err), 0, "pull_range (%s)", err);
     psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
     m.vals = (const char *)rows;
     m.vals_len = (N + 1) * DIM * sizeof(float);
-    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 1, "oversized range reply");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 1, "oversized range reply");
     EXPECT_INT(r->status, PS_EPROTO, "status");
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
 static void test_part_fail_completes_request_and_keeps_first_error(
@@ -870,41 +871,117 @@ static void test_part_fail_completes_request_and_keeps_first_error(
     (void)state;
     uint64_t keys[100];
     float vals[100 * 2];
-    ps_req *r = push_request(2, keys, vals, 100, 2);
-    EXPECT_INT(ps_part_fail(&r->parts[1], PS_ETIMEDOUT, "no answer from "
+    psc_req *r = push_request(2, keys, vals, 100, 2);
+    EXPECT_INT(psc_part_fail(&r->parts[1], PS_ETIMEDOUT, "no answer from "
                             "node 1"), 0, "first failure of 2 parts");
     EXPECT_INT(r->status, PS_ETIMEDOUT, "status");
     EXPECT_STR(r->error, "no answer from node 1", "error text");
-    EXPECT_INT(ps_part_fail(&r->parts[0], PS_ECONN, "connection lost"), 1,
+    EXPECT_INT(psc_part_fail(&r->parts[0], PS_ECONN, "connection lost"), 1,
                "second failure of 2 parts");
     EXPECT_INT(r->status, PS_ETIMEDOUT, "status after a second failure");
     EXPECT_STR(r->error, "no answer from node 1",
                "error text after a second failure");
-    ps_req_free(r);
+    psc_req_free(r);
 
     /* An OK reply, then a failure: the failure completes it. */
     r = push_request(2, keys, vals, 100, 2);
     psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
-    EXPECT_INT(ps_part_reply(&r->parts[0], &m), 0, "OK reply, 1 of 2");
-    EXPECT_INT(ps_part_fail(&r->parts[1], PS_ECONN, "connection lost"), 1,
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "OK reply, 1 of 2");
+    EXPECT_INT(psc_part_fail(&r->parts[1], PS_ECONN, "connection lost"), 1,
                "failure, 2 of 2");
     EXPECT_INT(r->status, PS_ECONN, "status");
     EXPECT_STR(r->error, "connection lost", "error text");
-    ps_req_free(r);
+    psc_req_free(r);
 }
 
-static void test_req_set_ts_stamps_every_part(void **state)
+static int callbacks;
+static int last_cb_status;
+
+static void count_cb(ps_ts ts, int status, void *arg)
+{
+    (void)ts;
+    (void)arg;
+    callbacks++;
+    last_cb_status = status;
+}
+
+static void test_customer_stamps_timestamps_in_order_and_queues_every_part(
+    void **state)
 {
     (void)state;
+    psc_customer cu;
+    char err[128];
     uint64_t keys[100];
     float vals[100 * 2];
-    ps_req *r = push_request(2, keys, vals, 100, 2);
-    ps_req_set_ts(r, 4242);
-    EXPECT_INT(r->ts, 4242, "request ts");
-    for (int k = 0; k < r->nparts; k++)
-        EXPECT_U64(r->parts[k].msg.ts, 4242, "part %d ts", k);
-    ps_req_free(r);
-    ps_req_free(NULL);
+    psc_customer_init(&cu, 1 << 20);
+    psc_req *a = push_request(2, keys, vals, 100, 2);
+    psc_req *b = push_request(2, keys, vals, 100, 2);
+    int na = a->nparts, nb = b->nparts;
+    EXPECT_INT(psc_customer_submit(&cu, a, NULL, NULL, 1, err, sizeof err),
+               1, "first timestamp");
+    EXPECT_INT(psc_customer_submit(&cu, b, NULL, NULL, 1, err, sizeof err),
+               2, "second timestamp");
+    int closing = -1, k = 0;
+    for (psc_part *p = psc_customer_take(&cu, &closing); p; p = p->next, k++)
+        EXPECT_U64(p->msg.ts, k < na ? 1 : 2, "queued part %d: ts", k);
+    EXPECT_INT(k, na + nb, "queued parts");
+    EXPECT_INT(closing, 0, "closing");
+    EXPECT_PTR(psc_customer_take(&cu, &closing), NULL, "a second take");
+    for (int i = 0; i < na; i++)
+        if (psc_part_fail(&a->parts[i], PS_ECONN, "gone"))
+            psc_customer_complete(&cu, a);
+    for (int i = 0; i < nb; i++)
+        if (psc_part_fail(&b->parts[i], PS_ECONN, "gone"))
+            psc_customer_complete(&cu, b);
+    EXPECT_INT((int)cu.reqs.n, 0, "requests still tracked");
+    psc_customer_destroy(&cu);
+}
+
+static void test_customer_remembers_failures_for_wait_and_wait_all(
+    void **state)
+{
+    (void)state;
+    psc_customer cu;
+    char err[256] = "";
+    uint64_t keys[10];
+    float vals[10];
+    psc_customer_init(&cu, 1 << 20);
+    callbacks = 0;
+    psc_req *ok = push_request(1, keys, vals, 10, 1);
+    psc_req *bad = push_request(1, keys, vals, 10, 1);
+    ps_ts t1 = psc_customer_submit(&cu, ok, count_cb, NULL, 1, err,
+                                   sizeof err);
+    ps_ts t2 = psc_customer_submit(&cu, bad, count_cb, NULL, 1, err,
+                                   sizeof err);
+    int closing;
+    psc_customer_take(&cu, &closing);
+    psw_msg reply = { .op = PSW_OP_REPLY, .status = PS_OK };
+    EXPECT_INT(psc_part_reply(&ok->parts[0], &reply), 1, "ok completes");
+    psc_customer_complete(&cu, ok);
+    EXPECT_INT(psc_part_fail(&bad->parts[0], PS_ETIMEDOUT, "no reply"), 1,
+               "failure completes");
+    psc_customer_complete(&cu, bad);
+    EXPECT_INT(callbacks, 2, "callbacks run");
+    EXPECT_INT(last_cb_status, PS_ETIMEDOUT, "status the callback saw");
+    EXPECT_INT(psc_customer_wait(&cu, t1, err, sizeof err), PS_OK,
+               "wait for the good one");
+    EXPECT_INT(psc_customer_wait(&cu, t2, err, sizeof err), PS_ETIMEDOUT,
+               "wait for the failed one");
+    EXPECT_STR(err, "no reply", "its detail");
+    EXPECT_INT(psc_customer_wait(&cu, 3, err, sizeof err), PS_EINVAL,
+               "wait for a timestamp never issued");
+    EXPECT_INT(psc_customer_wait_all(&cu, err, sizeof err), PS_ETIMEDOUT,
+               "first wait_all");
+    EXPECT_SUBSTR(err, "request 2: no reply", "its detail");
+    EXPECT_INT(psc_customer_wait_all(&cu, err, sizeof err), PS_OK,
+               "second wait_all");
+    psc_customer_close(&cu);
+    psc_req *late = push_request(1, keys, vals, 10, 1);
+    EXPECT_INT(psc_customer_submit(&cu, late, count_cb, NULL, 1, err,
+                                   sizeof err), PS_ECLOSED,
+               "a submit after close");
+    EXPECT_INT(callbacks, 2, "callbacks run (none for a refused request)");
+    psc_customer_destroy(&cu);
 }
 
 int main(void)
@@ -945,7 +1022,10 @@ int main(void)
         cmocka_unit_test(test_reply_with_wrong_payload_size_is_eproto),
         cmocka_unit_test(
             test_part_fail_completes_request_and_keeps_first_error),
-        cmocka_unit_test(test_req_set_ts_stamps_every_part),
+        cmocka_unit_test(
+            test_customer_stamps_timestamps_in_order_and_queues_every_part),
+        cmocka_unit_test(
+            test_customer_remembers_failures_for_wait_and_wait_all),
     };
     const int total = (int)(sizeof tests / sizeof tests[0]);
     int failed = cmocka_run_group_tests_name("slice", tests, NULL, NULL);

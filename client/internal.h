@@ -1,0 +1,48 @@
+/* struct ps_client and what the files of libpsclient share about it.
+ * Not installed: psclient.h is the only public header. */
+#ifndef PSC_INTERNAL_H
+#define PSC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "customer.h"
+#include "psclient.h"
+#include "../proto/msg.h"
+
+struct psc_io;                   /* io.c: the I/O thread and connections */
+
+typedef enum {
+    PSC_OPENING,                 /* ps_open waits for every node's HELLO_OK */
+    PSC_OPEN,
+    PSC_OPEN_FAILED              /* open_status says why */
+} psc_open_state;
+
+struct ps_client {
+    ps_options opt;              /* copied at ps_open; auth_token not kept */
+    uint64_t client_id;          /* random per client */
+    uint64_t incarnation;        /* when it was opened, in ns */
+
+    psc_customer cu;             /* requests, under its own lock */
+
+    /* ps_open's hand-shake with the I/O thread. */
+    pthread_mutex_t open_mu;
+    pthread_cond_t open_cv;
+    psc_open_state open_state;
+    int open_status;             /* PS_E* when PSC_OPEN_FAILED */
+    char open_err[256];
+
+    /* The cluster as HELLO_OK described it: written by the I/O thread
+     * before the open completes, read-only afterwards. */
+    psw_cluster cluster;
+
+    struct psc_io *io;           /* the I/O thread's own state */
+    uint64_t clock, barrier;     /* ps_clock / ps_barrier calls made
+                                    (atomics) */
+};
+
+/* Records the detail of a failure for ps_last_error on this thread. */
+void psc_set_error(const ps_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,30 @@
+/* The I/O thread of a client: its libuv loop owns one connection per psd
+ * node, sends the parts the Customer hands it (batching small ones into
+ * shared frames and one write), reads replies, enforces deadlines and
+ * reports each part's outcome back to the Customer. Callbacks of
+ * completed requests run on this thread. */
+#ifndef PSC_IO_H
+#define PSC_IO_H
+
+#include "internal.h"
+#include "nodes.h"
+
+typedef struct psc_io psc_io;
+
+/* Starts the I/O thread of c, which connects to the seeds (tried in
+ * order) until one answers HELLO_OK, adopts its layout and connects to
+ * every node; it then ends the open with c->open_state. Takes ownership
+ * of seeds. Returns 0 or PS_ENOMEM. */
+int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds);
+
+/* Wakes the I/O thread: parts were submitted to the Customer. */
+void psc_io_wake(ps_client *c);
+
+/* Whether the calling thread is c's I/O thread (where callbacks run). */
+int psc_io_on_thread(const ps_client *c);
+
+/* Closes the Customer, stops the thread (every connection closes; what is
+ * still queued or in flight fails with PS_ECLOSED) and frees its state. */
+void psc_io_stop(ps_client *c);
+
+#endif

@@ -1,0 +1,333 @@
+/* Slicing requests into per-node parts; see slice.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "slice.h"
+#include "../proto/layout.h"
+#include "../proto/status.h"
+
+/* Payload a part aims at; see rows_per_part. */
+#define PART_BYTES (1024 * 1024)
+
+static uint32_t shard_of(const psc_shape *sh, uint64_t key)
+{
+    return sh->table->dense
+               ? psw_dense_shard_of(sh->table->rows, sh->shards, key)
+               : psw_sparse_shard_of(sh->shards, key);
+}
+
+static int node_of(const psc_shape *sh, uint64_t key)
+{
+    return psw_node_of_shard(shard_of(sh, key), sh->nnodes);
+}
+
+static int is_push(int op)
+{
+    return psw_op_has(op, PSW_OPF_PUSHES);
+}
+
+static int is_pull(int op)
+{
+    return psw_op_has(op, PSW_OPF_PULLS);
+}
+
+/* One allocation for the request, its parts and `extra` bytes after
+ * them (8-byte aligned). */
+static psc_req *req_alloc(int nparts, size_t extra, void **tail)
+{
+    size_t head = sizeof(psc_req) + (size_t)nparts * sizeof(psc_part);
+    head = (head + 7) & ~(size_t)7;
+    psc_req *r = calloc(1, head + extra);
+    if (!r)
+        return NULL;
+    r->nparts = nparts;
+    r->pending = nparts;
+    r->parts = (psc_part *)(r + 1);
+    for (int i = 0; i < nparts; i++)
+        r->parts[i].req = r;
+    if (tail)
+        *tail = (char *)r + head;
+    return r;
+}
+
+static void part_init(psc_part *p, const psc_shape *sh, int op, int node,
+                      uint32_t index)
+{
+    p->node = node;
+    p->msg.op = op;
+    p->msg.part = index;
+    p->msg.table = sh->table_id;
+}
+
+/* Payload limits: one message must fit the server's max_frame both ways. */
+static int check_size(const psc_shape *sh, uint64_t rows, uint64_t keybytes,
+                      char *err, size_t errlen)
+{
+    uint64_t rowb = (uint64_t)sh->table->dim * sizeof(float);
+    if (rows > sh->max_payload / rowb ||
+        rows * rowb + keybytes > sh->max_payload) {
+        snprintf(err, errlen, "a piece of %llu rows of table '%s' exceeds "
+                 "the server's max_frame; split the request",
+                 (unsigned long long)rows, sh->table->name);
+        return PS_ETOOBIG;
+    }
+    return 0;
+}
+
+/* Rows per part when each row costs rowb bytes of payload: a large
+ * request travels as several messages of about PART_BYTES, so the server
+ * starts on the first while the rest is still on the wire and its replies
+ * stream back meanwhile, instead of one long store-and-forward. */
+static size_t rows_per_part(const psc_shape *sh, size_t rowb)
+{
+    /* A smaller max_frame makes smaller parts, never a refusal. */
+    uint64_t budget = sh->max_payload < PART_BYTES ? sh->max_payload
+                                                   : PART_BYTES;
+    size_t r = (size_t)(budget / rowb);
+    return r ? r : 1;
+}
+
+/* Fills the parts of one node's keys, chunk by chunk. keys, vals (when
+ * pushing) and pos (NULL: rows land in order at out) describe the node's
+ * rows; k is the index of its first part. Returns the next index. */
+static int fill_parts(psc_req *r, const psc_shape *sh, int op, int nd, int k,
+                      const uint64_t *keys, size_t n, const char *vals,
+                      float *out, const uint32_t *pos, size_t rpp)
+{
+    size_t rowb = (size_t)sh->table->dim * sizeof(float);
+    for (size_t a = 0; a < n; a += rpp, k++) {
+        size_t m = n - a < rpp ? n - a : rpp;
+        psc_part *p = &r->parts[k];
+        part_init(p, sh, op, nd, (uint32_t)k);
+        p->msg.keys = (const char *)(keys + a);
+        p->msg.nkeys = m;
+        if (is_push(op)) {
+            p->msg.vals = vals + a * rowb;
+            p->msg.vals_len = m * rowb;
+        }
+        if (is_pull(op)) {
+            p->out = pos ? out : out + a * sh->table->dim;
+            p->pos = pos ? pos + a : NULL;
+        }
+    }
+    return k;
+}
+
+int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
+                const float *vals, float *out, psc_req **reqp, char *err,
+                size_t errlen)
+{
+    const psw_table_desc *t = sh->table;
+    size_t dim = t->dim, rowb = dim * sizeof(float);
+    size_t rpp = rows_per_part(sh, rowb + 8);
+    if (n > UINT32_MAX) {
+        snprintf(err, errlen, "%zu keys in one request; at most %u", n,
+                 UINT32_MAX);
+        return PS_ETOOBIG;
+    }
+    size_t *count = calloc((size_t)sh->nnodes, sizeof *count);
+    if (!count)
+        return PS_ENOMEM;
+    int used = 0, one = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (t->dense && keys[i] >= t->rows) {
+            snprintf(err, errlen, "table '%s' has no row %llu (rows = %llu)",
+                     t->name, (unsigned long long)keys[i],
+                     (unsigned long long)t->rows);
+            free(count);
+            return PS_EKEY;
+        }
+        /* One node holds everything: no key needs hashing. */
+        int nd = sh->nnodes == 1 ? 0 : node_of(sh, keys[i]);
+        if (count[nd]++ == 0) {
+            used++;
+            one = nd;
+        }
+    }
+    size_t nparts = 0;
+    for (int nd = 0; nd < sh->nnodes; nd++) {
+        nparts += (count[nd] + rpp - 1) / rpp;
+        uint64_t m = count[nd] < rpp ? count[nd] : rpp;
+        int rc = m ? check_size(sh, m, 8 * m, err, errlen) : 0;
+        if (rc) {
+            free(count);
+            return rc;
+        }
+    }
+    if (nparts > 65535) {
+        snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
+                 "%zu messages; at most 65535", n, t->name, nparts);
+        free(count);
+        return PS_ETOOBIG;
+    }
+
+    psc_req *r;
+    if (used == 1) {
+        /* The common case: every key on one node, nothing to copy. */
+        r = req_alloc((int)nparts, 0, NULL);
+        if (!r)
+            goto oom;
+        fill_parts(r, sh, op, one, 0, keys, n, (const char *)vals, out, NULL,
+                   rpp);
+    } else {
+        /* Group keys (and values) by node with a counting sort; pos maps
+         * each grouped key back to the caller's index for the pull. */
+        size_t extra = n * 8 + (is_pull(op) ? n * 4 : 0) +
+                       (is_push(op) ? n * rowb : 0);
+        void *tail;
+        r = req_alloc((int)nparts, extra, &tail);
+        if (!r)
+            goto oom;
+        uint64_t *gk = tail;
+        uint32_t *pos = is_pull(op) ? (uint32_t *)(gk + n) : NULL;
+        char *gv = is_push(op) ? (char *)(gk + n) + (pos ? n * 4 : 0) : NULL;
+        size_t *start = calloc((size_t)sh->nnodes + 1, sizeof *start);
+        if (!start) {
+            free(r);
+            goto oom;
+        }
+        for (int nd = 0; nd < sh->nnodes; nd++)
+            start[nd + 1] = start[nd] + count[nd];
+        int k = 0;
+        for (int nd = 0; nd < sh->nnodes; nd++)
+            if (count[nd])
+                k = fill_parts(r, sh, op, nd, k, gk + start[nd], count[nd],
+                               gv ? gv + start[nd] * rowb : NULL, out,
+                               pos ? pos + start[nd] : NULL, rpp);
+        for (size_t i = 0; i < n; i++) {
+            size_t at = start[node_of(sh, keys[i])]++;
+            gk[at] = keys[i];
+            if (pos)
+                pos[at] = (uint32_t)i;
+            if (gv)
+                memcpy(gv + at * rowb, vals + i * dim, rowb);
+        }
+        free(start);
+    }
+    free(count);
+    r->op = op;
+    r->dim = t->dim;
+    r->bytes = n * 8 + (is_push(op) ? n * rowb : 0) + (is_pull(op) ? n * rowb : 0);
+    /* A frame's size budget covers its replies too: the server refuses
+     * frames whose replies would exceed max_frame. */
+    for (int i = 0; i < r->nparts; i++)
+        r->parts[i].wire_bytes = PSW_MSG_OVERHEAD + r->parts[i].msg.nkeys * 8 +
+                                 r->parts[i].msg.vals_len +
+                                 (is_pull(op) ? r->parts[i].msg.nkeys * rowb
+                                              : 0);
+    if (sh->table->consistency == PSW_CONS_SSP && is_pull(op))
+        for (int i = 0; i < r->nparts; i++)
+            r->parts[i].slow = 1;    /* an ssp pull may be held */
+    *reqp = r;
+    return 0;
+oom:
+    free(count);
+    return PS_ENOMEM;
+}
+
+/* The row after the run of rows that starts at `row`, lives on one node
+ * and is at most rpp rows long (bounded by end). */
+static uint64_t run_end(const psc_shape *sh, uint64_t row, uint64_t end,
+                        uint64_t rpp)
+{
+    int nd = node_of(sh, row);
+    uint64_t stop = row;
+    if (end - row > rpp)
+        end = row + rpp;
+    while (stop < end && node_of(sh, stop) == nd)
+        stop = psw_dense_shard_start(sh->table->rows, sh->shards,
+                                     shard_of(sh, stop) + 1);
+    return stop < end ? stop : end;
+}
+
+int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
+                 const float *vals, float *out, psc_req **reqp, char *err,
+                 size_t errlen)
+{
+    const psw_table_desc *t = sh->table;
+    if (!t->dense) {
+        snprintf(err, errlen, "table '%s' is sparse: range requests need a "
+                 "dense table", t->name);
+        return PS_EINVAL;
+    }
+    if (count == 0 || first >= t->rows || count > t->rows - first) {
+        snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
+                 "(rows = %llu)", (unsigned long long)first,
+                 (unsigned long long)(first + count - 1), t->name,
+                 (unsigned long long)t->rows);
+        return PS_EKEY;
+    }
+    /* A run is a stretch of consecutive non-empty shards on one node;
+     * with more than one node every shard is its own run. */
+    uint64_t rpp = rows_per_part(sh, (size_t)t->dim * sizeof(float));
+    int nparts = 0;
+    for (uint64_t row = first; row < first + count && nparts <= 65535;
+         nparts++)
+        row = run_end(sh, row, first + count, rpp);
+    if (nparts > 65535) {
+        snprintf(err, errlen, "rows %llu..%llu of table '%s' need more than "
+                 "65535 messages; split the range", (unsigned long long)first,
+                 (unsigned long long)(first + count - 1), t->name);
+        return PS_ETOOBIG;
+    }
+    psc_req *r = req_alloc(nparts, 0, NULL);
+    if (!r)
+        return PS_ENOMEM;
+    size_t dim = t->dim;
+    uint64_t row = first, end = first + count;
+    for (int k = 0; k < nparts; k++) {
+        int nd = node_of(sh, row);
+        uint64_t stop = run_end(sh, row, end, rpp);
+        int rc = check_size(sh, stop - row, 0, err, errlen);
+        if (rc) {
+            free(r);
+            return rc;
+        }
+        psc_part *p = &r->parts[k];
+        part_init(p, sh, op, nd, (uint32_t)k);
+        p->msg.first = row;
+        p->msg.count = stop - row;
+        size_t off = (size_t)(row - first) * dim;
+        if (is_push(op)) {
+            p->msg.vals = (const char *)(vals + off);
+            p->msg.vals_len = (size_t)(stop - row) * dim * sizeof(float);
+        }
+        p->out = is_pull(op) ? out + off : NULL;
+        p->wire_bytes = PSW_MSG_OVERHEAD + p->msg.vals_len +
+                        (is_pull(op) ? (size_t)(stop - row) * dim *
+                                           sizeof(float)
+                                     : 0);
+        row = stop;
+    }
+    r->op = op;
+    r->dim = t->dim;
+    r->bytes = (size_t)count * dim * sizeof(float);
+    if (t->consistency == PSW_CONS_SSP && is_pull(op))
+        for (int i = 0; i < r->nparts; i++)
+            r->parts[i].slow = 1;
+    *reqp = r;
+    return 0;
+}
+
+int psc_req_control(int nnodes, int node, int op, uint64_t value,
+                   psc_req **reqp)
+{
+    int n = node < 0 ? nnodes : 1;
+    psc_req *r = req_alloc(n, 0, NULL);
+    if (!r)
+        return PS_ENOMEM;
+    for (int k = 0; k < n; k++) {
+        psc_part *p = &r->parts[k];
+        p->node = node < 0 ? k : node;
+        p->msg.op = op;
+        p->msg.part = (uint32_t)k;
+        p->msg.first = value;
+        p->wire_bytes = PSW_MSG_OVERHEAD;
+        p->slow = op != PSW_OP_LEAVE;
+    }
+    r->op = op;
+    *reqp = r;
+    return 0;
+}
+

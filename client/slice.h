@@ -1,0 +1,44 @@
+/* Slicing: cuts one push or pull into parts, one wire message each,
+ * grouped by the node that holds their keys (proto/layout.h decides), each
+ * small enough for the server's max_frame. Pure: no sockets, no locks. */
+#ifndef PSC_SLICE_H
+#define PSC_SLICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "req.h"
+#include "../proto/msg.h"
+
+/* What slicing needs to know about the cluster and the table. */
+typedef struct psc_shape {
+    int nnodes;
+    uint32_t shards;
+    const psw_table_desc *table;
+    uint32_t table_id;
+    uint64_t max_payload;        /* largest payload one message may carry */
+} psc_shape;
+
+/* Builds the request for a keyed op (PSW_OP_PUSH, PULL or PUSHPULL):
+ * one part per node touched. When every key lives on one node the part
+ * borrows keys, vals and out as they are; otherwise keys (and values) are
+ * copied, grouped by node, in the same allocation as the request. Returns
+ * 0 and *out, or PS_EKEY / PS_ETOOBIG / PS_ENOMEM with a reason in err.
+ * The timestamp is given when the Customer accepts the request. */
+int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
+                const float *vals, float *out, psc_req **req, char *err,
+                size_t errlen);
+
+/* The same for a dense range op (PSW_OP_PUSH_RANGE or PULL_RANGE): one
+ * part per run of consecutive shards on one node, each borrowing its
+ * slice of vals or out; nothing is copied. */
+int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
+                 const float *vals, float *out, psc_req **req, char *err,
+                 size_t errlen);
+
+/* A control request (PSW_OP_CLOCK, BARRIER or LEAVE) carrying `value`:
+ * one part for node `node`, or for every node when node is -1. */
+int psc_req_control(int nnodes, int node, int op, uint64_t value,
+                   psc_req **req);
+
+#endif

@@ -1,0 +1,38 @@
+/* Client connections of one node: read bytes, cut frames, decode them,
+ * hand the requests to the command layer (request.c), batch the replies
+ * of everything read together into one write, and enforce the transport
+ * limits (frame sizes, the pre-HELLO limit, the HELLO timeout, queued
+ * output, max_connections). A bad frame closes only its connection, with
+ * one log line. */
+#ifndef PSD_CONN_H
+#define PSD_CONN_H
+
+#include <uv.h>
+
+#include "node.h"
+
+typedef struct psd_conn psd_conn;
+
+/* Every connection of one listener. The owner (server.c) embeds it and
+ * must keep loop and node alive while any connection is open. */
+typedef struct psd_conns {
+    uv_loop_t *loop;
+    psd_node *node;
+    psd_conn *head;              /* doubly linked list */
+    int n;
+} psd_conns;
+
+void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node);
+
+/* Accepts one pending connection from listener (refusing it when
+ * max_connections are open). */
+void psd_conn_accept(psd_conns *set, uv_stream_t *listener);
+
+/* Closes connections that sent no accepted HELLO within hello_timeout. */
+void psd_conns_sweep(psd_conns *set);
+
+/* Shutdown: every connection stops reading, writes what it owes, then
+ * closes. The loop ends once all are closed. */
+void psd_conns_shutdown(psd_conns *set);
+
+#endif

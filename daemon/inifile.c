@@ -1,0 +1,326 @@
+/* The strict ini reader: see inifile.h. inih splits lines into keys and
+ * values; our line callback sees every physical line first, to refuse
+ * what inih would silently split or cut and to parse section headers. */
+
+/* Debian's libinih always passes the line number as a fifth argument, so
+ * the handler must take it. We count lines ourselves, in the reader. */
+#define INI_HANDLER_LINENO 1
+#include <ini.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inifile.h"
+
+/* State of one read: the file, where we are, and what inih is about to
+ * hand to on_value. */
+typedef struct reader {
+    psd_ini *ini;
+    FILE *f;
+    psd_ini_name_check check;
+    int line;           /* physical lines read so far */
+    int key_seen;       /* a key since the last header: inih's prev_name */
+    int cont;           /* the current line continues the previous value */
+} reader;
+
+__attribute__((format(printf, 3, 0)))
+static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
+{
+    if (ini->failed)
+        return;
+    ini->failed = 1;
+    if (!ini->err || ini->errlen == 0)
+        return;
+    int n = line > 0
+                ? snprintf(ini->err, ini->errlen, "%s:%d: ", ini->path, line)
+                : snprintf(ini->err, ini->errlen, "%s: ", ini->path);
+    if (n < 0 || (size_t)n >= ini->errlen)
+        return;
+    vsnprintf(ini->err + n, ini->errlen - (size_t)n, fmt, ap);
+}
+
+void psd_ini_fail(psd_ini *ini, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(ini, line, fmt, ap);
+    va_end(ap);
+}
+
+#define fail psd_ini_fail
+
+/* The same scan inih uses: the first char of `chars` in [s, end), or the
+ * start of an inline comment (a ';' after whitespace), or end. */
+static const char *find_chars_or_comment(const char *s, const char *end,
+                                         const char *chars)
+{
+    int was_space = 0;
+    for (; s < end; s++) {
+        if (chars && strchr(chars, *s))
+            break;
+        if (was_space && *s == ';')
+            break;
+        was_space = isspace((unsigned char)*s);
+    }
+    return s;
+}
+
+/* Handles a "[name]" line; t is the '[' and end is one past the last
+ * non-space byte. inih would silently cut long names and ignore text after
+ * ']', so the header is parsed here. Returns 0, or -1 with the error set. */
+static int on_header(reader *p, const char *t, const char *end)
+{
+    const char *close = memchr(t, ']', (size_t)(end - t));
+    if (!close) {
+        fail(p->ini, p->line,
+             "expected \"]\" at the end of the section header");
+        return -1;
+    }
+    const char *rest = close + 1;
+    while (rest < end && isspace((unsigned char)*rest))
+        rest++;
+    if (rest < end && *rest != ';') {
+        fail(p->ini, p->line,
+             "unexpected text after the section header: \"%.*s\"",
+             (int)(end - rest), rest);
+        return -1;
+    }
+    const char *name = t + 1;
+    size_t n = (size_t)(close - name);
+    char why[200];
+    if (p->check && p->check(name, n, why, sizeof why)) {
+        fail(p->ini, p->line, "%s", why);
+        return -1;
+    }
+    if (n >= PSD_INI_SECTION_MAX) {
+        fail(p->ini, p->line, "section name \"%.*s\" is too long", (int)n,
+             name);
+        return -1;
+    }
+    for (int i = 0; i < p->ini->nsecs; i++) {
+        if (strlen(p->ini->secs[i].name) == n &&
+            memcmp(p->ini->secs[i].name, name, n) == 0) {
+            fail(p->ini, p->line,
+                 "duplicate section [%.*s] (first at line %d)", (int)n, name,
+                 p->ini->secs[i].line);
+            return -1;
+        }
+    }
+    if (p->ini->nsecs == p->ini->cap) {
+        int cap = p->ini->cap ? 2 * p->ini->cap : 4;
+        psd_ini_section *s = realloc(p->ini->secs, (size_t)cap * sizeof *s);
+        if (!s) {
+            fail(p->ini, 0, "out of memory");
+            return -1;
+        }
+        p->ini->secs = s;
+        p->ini->cap = cap;
+    }
+    psd_ini_section *s = &p->ini->secs[p->ini->nsecs++];
+    memset(s, 0, sizeof *s);
+    memcpy(s->name, name, n);
+    s->line = p->line;
+    return 0;
+}
+
+/* Sorts the line in buf[0..n) the way inih will, so that we know about
+ * section headers and continuation lines. Returns 0 or -1 (error set). */
+static int classify(reader *p, const char *buf, size_t n)
+{
+    const char *start = buf, *end = buf + n;
+    if (p->line == 1 && n >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0)
+        start += 3;                     /* inih skips a UTF-8 BOM */
+    while (end > start && isspace((unsigned char)end[-1]))
+        end--;
+    const char *t = start;
+    while (t < end && isspace((unsigned char)*t))
+        t++;
+    p->cont = 0;
+    if (t == end || *t == ';' || *t == '#')
+        return 0;                       /* blank or comment */
+    if (p->key_seen && t > buf) {
+        p->cont = 1;                    /* indented: continues the value */
+        return 0;
+    }
+    if (*t == '[') {
+        p->key_seen = 0;
+        return on_header(p, t, end);
+    }
+    const char *sep = find_chars_or_comment(t, end, "=:");
+    if (sep == end || (*sep != '=' && *sep != ':')) {
+        fail(p->ini, p->line, "expected \"key = value\" or \"[section]\", "
+             "got \"%.*s\"", (int)(end - t), t);
+        return -1;
+    }
+    p->key_seen = 1;
+    return 0;
+}
+
+/* inih's reader callback: reads one physical line into buf (size bytes).
+ * A line that does not fit with room for "\r\n" is refused, never split;
+ * so is a NUL byte. Returns buf, or NULL to stop at EOF or after an error. */
+static char *read_line(char *buf, int size, void *stream)
+{
+    reader *p = stream;
+    if (p->ini->failed || size < 4)
+        return NULL;
+    size_t max = (size_t)size - 3, n = 0;
+    int ch = EOF, too_long = 0, nul = 0;
+    while ((ch = getc(p->f)) != EOF) {
+        if (n < (size_t)size - 1)
+            buf[n++] = (char)ch;
+        else
+            too_long = 1;
+        if (ch == '\n')
+            break;
+        if (ch == '\0')
+            nul = 1;
+    }
+    if (ch == EOF && ferror(p->f)) {
+        fail(p->ini, 0, "read error: %s", strerror(errno));
+        return NULL;
+    }
+    if (n == 0)
+        return NULL;
+    buf[n] = '\0';
+    p->line++;
+    size_t len = n;
+    if (len > 0 && buf[len - 1] == '\n')
+        len--;
+    if (len > 0 && buf[len - 1] == '\r')
+        len--;
+    if (too_long || len > max) {
+        fail(p->ini, p->line, "line too long (max %zu bytes)", max);
+        return NULL;
+    }
+    if (nul) {
+        fail(p->ini, p->line, "unexpected NUL byte");
+        return NULL;
+    }
+    return classify(p, buf, n) == 0 ? buf : NULL;
+}
+
+/* Joins a continuation line to the last value, separated by one space.
+ * inih r55 keeps inline comments on continuation lines; we drop them so
+ * that `; comment` means the same on every line. */
+static int append_piece(reader *p, const char *piece)
+{
+    psd_ini_section *s = &p->ini->secs[p->ini->nsecs - 1];
+    psd_ini_entry *e = &s->entries[s->nentries - 1];
+    const char *end = find_chars_or_comment(piece, piece + strlen(piece),
+                                            NULL);
+    while (end > piece && isspace((unsigned char)end[-1]))
+        end--;
+    size_t old = strlen(e->value), add = (size_t)(end - piece);
+    char *v = realloc(e->value, old + add + 2);
+    if (!v) {
+        fail(p->ini, 0, "out of memory");
+        return -1;
+    }
+    v[old] = ' ';
+    memcpy(v + old + 1, piece, add);
+    v[old + 1 + add] = '\0';
+    e->value = v;
+    if (!e->cont_line)
+        e->cont_line = p->line;
+    return 0;
+}
+
+/* inih's handler: records the key and value under the current section.
+ * The section and line number inih passes are not used: the reader knows
+ * both, without inih's 49-character cut of section names. */
+static int on_value(void *user, const char *section_name, const char *name,
+                    const char *value, int lineno)
+{
+    reader *p = user;
+    (void)section_name;
+    (void)lineno;
+    if (p->ini->failed)
+        return 1;
+    if (p->cont) {
+        append_piece(p, value);
+        return 1;
+    }
+    if (!*name) {
+        fail(p->ini, p->line, "missing key before \"=\"");
+        return 1;
+    }
+    if (p->ini->nsecs == 0) {
+        fail(p->ini, p->line, "key \"%s\" outside any section", name);
+        return 1;
+    }
+    psd_ini_section *s = &p->ini->secs[p->ini->nsecs - 1];
+    if (s->nentries == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 8;
+        psd_ini_entry *es = realloc(s->entries, (size_t)cap * sizeof *es);
+        if (!es) {
+            fail(p->ini, 0, "out of memory");
+            return 1;
+        }
+        s->entries = es;
+        s->cap = cap;
+    }
+    psd_ini_entry *e = &s->entries[s->nentries];
+    e->key = strdup(name);
+    e->value = strdup(value);
+    e->line = p->line;
+    e->cont_line = 0;
+    if (!e->key || !e->value) {
+        free(e->key);
+        free(e->value);
+        fail(p->ini, 0, "out of memory");
+        return 1;
+    }
+    s->nentries++;
+    return 1;
+}
+
+void psd_ini_free(psd_ini *ini)
+{
+    for (int i = 0; i < ini->nsecs; i++) {
+        for (int j = 0; j < ini->secs[i].nentries; j++) {
+            free(ini->secs[i].entries[j].key);
+            free(ini->secs[i].entries[j].value);
+        }
+        free(ini->secs[i].entries);
+    }
+    free(ini->secs);
+    ini->secs = NULL;
+    ini->nsecs = ini->cap = 0;
+}
+
+const psd_ini_entry *psd_ini_find(const psd_ini_section *s, const char *key)
+{
+    for (int i = 0; i < s->nentries; i++)
+        if (strcmp(s->entries[i].key, key) == 0)
+            return &s->entries[i];
+    return NULL;
+}
+
+int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
+                 char *err, size_t errlen)
+{
+    memset(ini, 0, sizeof *ini);
+    ini->path = path;
+    ini->err = err;
+    ini->errlen = errlen;
+    if (err && errlen)
+        err[0] = '\0';
+    reader r = { .ini = ini, .check = check };
+    r.f = fopen(path, "r");
+    if (!r.f) {
+        fail(ini, 0, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    int rc = ini_parse_stream(read_line, &r, on_value, &r);
+    fclose(r.f);
+    if (!ini->failed && rc > 0)
+        fail(ini, rc, "syntax error");       /* the reader catches these */
+    else if (!ini->failed && rc < 0)
+        fail(ini, 0, "out of memory");
+    return ini->failed ? -1 : 0;
+}

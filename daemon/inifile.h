@@ -1,0 +1,64 @@
+/* A strict reader of ini files around inih: sections, `key = value`
+ * lines, indented continuation lines and comments, with every problem
+ * reported as "PATH:LINE: reason". Unlike inih alone it refuses overlong
+ * lines and NUL bytes instead of splitting or cutting them, and parses
+ * section headers itself (no silent cut of long names). It knows nothing
+ * of psd's settings: config.c gives meaning to what it collects.
+ * (Named inifile, not ini, so it never shadows inih's <ini.h>.) */
+#ifndef PSD_INIFILE_H
+#define PSD_INIFILE_H
+
+#include <stddef.h>
+
+#define PSD_INI_SECTION_MAX 80   /* longest section name + 1 */
+
+/* One `key = value` line, with any continuation lines joined to it by a
+ * single space. */
+typedef struct psd_ini_entry {
+    char *key;
+    char *value;
+    int line;            /* line of the key */
+    int cont_line;       /* first continuation line, or 0 */
+} psd_ini_entry;
+
+typedef struct psd_ini_section {
+    char name[PSD_INI_SECTION_MAX];
+    int line;            /* line of the header */
+    psd_ini_entry *entries;
+    int nentries, cap;
+} psd_ini_section;
+
+/* Decides whether a section name is allowed: returns 0, or -1 after
+ * writing the reason (for example "unknown section [x] (expected ...)")
+ * to why. name is not NUL-terminated: n bytes. */
+typedef int (*psd_ini_name_check)(const char *name, size_t n, char *why,
+                                  size_t whylen);
+
+/* A file read whole. After an error, later errors are dropped: the first
+ * one is what the user sees. */
+typedef struct psd_ini {
+    const char *path;    /* borrowed from the caller of psd_ini_read */
+    psd_ini_section *secs;
+    int nsecs, cap;
+    int failed;
+    char *err;           /* the caller's error buffer */
+    size_t errlen;
+} psd_ini;
+
+/* Reads the file at path into ini (which the call initialises; path and
+ * err must outlive ini). Duplicate sections are errors. Returns 0, or -1
+ * with "PATH:LINE: reason" (or "PATH: reason") in err; free ini with
+ * psd_ini_free either way. */
+int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
+                 char *err, size_t errlen);
+void psd_ini_free(psd_ini *ini);
+
+/* The first entry of section s with this key, or NULL. */
+const psd_ini_entry *psd_ini_find(const psd_ini_section *s, const char *key);
+
+/* Records an error found by the caller while interpreting ini, in the
+ * same form and with the same first-error-wins rule. line 0: no line. */
+void psd_ini_fail(psd_ini *ini, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

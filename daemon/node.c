@@ -1,0 +1,154 @@
+/* A node's tables, cluster description and reload rules; see node.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node.h"
+#include "../proto/status.h"
+
+static void build_cluster(psd_node *n)
+{
+    psw_cluster *l = &n->cluster;
+    l->status = PSW_OK;
+    l->version = PSW_VERSION;
+    l->node_index = n->index;
+    l->max_frame = n->cfg.max_frame;
+    l->shards = n->cfg.shards;
+    for (int i = 0; i < l->nnodes; i++) {
+        const psd_node_addr *a = &n->cfg.nodes[i];
+        if (strchr(a->host, ':'))
+            snprintf(l->nodes[i], PSW_ADDR_MAX, "[%s]:%d", a->host, a->port);
+        else
+            snprintf(l->nodes[i], PSW_ADDR_MAX, "%s:%d", a->host, a->port);
+    }
+    for (int i = 0; i < l->ntables; i++) {
+        const psd_table_conf *tc = &n->cfg.tables[i];
+        psw_table_desc *d = &l->tables[i];
+        d->id = (uint32_t)i;
+        snprintf(d->name, sizeof d->name, "%s", tc->name);
+        d->dense = tc->dense;
+        d->dim = tc->dim;
+        d->rows = tc->dense ? tc->rows : 0;
+        /* The config's modes and the wire's are separate enums: the wire
+         * values are fixed by the protocol, the config's by its words. */
+        d->consistency = tc->consistency == PSD_CONS_BSP   ? PSW_CONS_BSP
+                         : tc->consistency == PSD_CONS_SSP ? PSW_CONS_SSP
+                                                           : PSW_CONS_ASYNC;
+    }
+}
+
+/* The layout epoch identifies this shape of the cluster: clients compare
+ * it across nodes so they never mix two layouts. */
+static uint64_t layout_epoch(const psd_config *c)
+{
+    uint64_t h = 1469598103934665603ULL;
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ULL)
+    MIX(c->nnodes);
+    MIX(c->shards);
+    for (int i = 0; i < c->nnodes; i++) {
+        for (const char *p = c->nodes[i].host; *p; p++)
+            MIX((unsigned char)*p);
+        MIX(c->nodes[i].port);
+    }
+    for (int i = 0; i < c->ntables; i++) {
+        for (const char *p = c->tables[i].name; *p; p++)
+            MIX((unsigned char)*p);
+        MIX(c->tables[i].dense);
+        MIX(c->tables[i].dim);
+        MIX(c->tables[i].rows);
+    }
+#undef MIX
+    return h;
+}
+
+int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
+                  char *err, size_t errlen)
+{
+    memset(n, 0, sizeof *n);
+    n->cfg = *cfg;
+    memset(cfg, 0, sizeof *cfg);
+    n->index = index;
+    n->cluster.nnodes = n->cfg.nnodes;
+    n->cluster.ntables = n->cfg.ntables;
+    n->cluster.epoch = layout_epoch(&n->cfg);
+    n->cluster.nodes = calloc((size_t)n->cfg.nnodes,
+                              sizeof *n->cluster.nodes);
+    n->cluster.tables = calloc((size_t)n->cfg.ntables + 1,
+                               sizeof *n->cluster.tables);
+    n->tables = calloc((size_t)n->cfg.ntables + 1, sizeof *n->tables);
+    if (!n->cluster.nodes || !n->cluster.tables || !n->tables ||
+        psd_sync_init(&n->sync, n->cfg.workers, now_ms)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    build_cluster(n);
+    for (int i = 0; i < n->cfg.ntables; i++) {
+        n->tables[i] = psd_table_new(&n->cfg.tables[i], n->cfg.shards,
+                                     n->cfg.nnodes, index, err, errlen);
+        if (!n->tables[i])
+            return -1;
+        n->ntables = i + 1;
+    }
+    return 0;
+}
+
+void psd_node_destroy(psd_node *n)
+{
+    for (int i = 0; i < n->ntables; i++)
+        psd_table_free(n->tables[i]);
+    free(n->tables);
+    n->tables = NULL;
+    n->ntables = 0;
+    psd_sync_destroy(&n->sync);
+    psw_cluster_free(&n->cluster);
+    psd_config_destroy(&n->cfg);
+}
+
+/* What a reload may not change: anything clients or stored rows depend on. */
+static const char *layout_change(const psd_config *a, const psd_config *b)
+{
+    if (layout_epoch(a) != layout_epoch(b) || a->ntables != b->ntables)
+        return "nodes, shards or tables changed";
+    for (int i = 0; i < a->ntables; i++) {
+        const psd_table_conf *x = &a->tables[i], *y = &b->tables[i];
+        if (x->upd.kind != y->upd.kind)
+            return "an updater kind changed (its state would not fit)";
+        if (x->init.kind != y->init.kind || x->init.a != y->init.a ||
+            x->init.b != y->init.b || x->init.seed != y->init.seed)
+            return "an initializer changed";
+        if (x->consistency != y->consistency || x->staleness != y->staleness)
+            return "a consistency mode changed";
+    }
+    if (strcmp(a->auth_token, b->auth_token))
+        return "auth_token changed";
+    /* Connected clients size their frames by the value they were told. */
+    if (a->max_frame != b->max_frame)
+        return "max_frame changed";
+    return NULL;
+}
+
+const char *psd_node_reload(psd_node *n, const psd_config *nc)
+{
+    const char *why = layout_change(&n->cfg, nc);
+    if (why)
+        return why;
+    for (int i = 0; i < n->ntables; i++) {
+        psd_table_set_params(n->tables[i], &nc->tables[i].upd);
+        n->cfg.tables[i].upd = nc->tables[i].upd;
+    }
+    n->cfg.log_level = nc->log_level;
+    n->cfg.max_output = nc->max_output;
+    n->cfg.max_connections = nc->max_connections;
+    n->cfg.hello_timeout = nc->hello_timeout;
+    n->cfg.snapshot_interval = nc->snapshot_interval;
+    return NULL;
+}
+
+void psd_node_size(const psd_node *n, uint64_t *rows, uint64_t *bytes)
+{
+    *rows = *bytes = 0;
+    for (int i = 0; i < n->ntables; i++) {
+        *rows += psd_table_rows(n->tables[i]);
+        *bytes += psd_table_bytes(n->tables[i]);
+    }
+}

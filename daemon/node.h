@@ -1,0 +1,53 @@
+/* What one psd node serves: its configuration, the tables (only the shards
+ * this node owns), the cluster description HELLO_OK hands to clients, the
+ * training-mode state and the counters. Plain data with its set-up, reload
+ * and tear-down; request.c gives it its meaning. No sockets here. */
+#ifndef PSD_NODE_H
+#define PSD_NODE_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "sync.h"
+#include "table.h"
+#include "../proto/msg.h"
+
+typedef struct psd_stats {
+    uint64_t conns_accepted;
+    uint64_t conns_refused;      /* over max_connections */
+    uint64_t proto_errors;       /* connections closed for a bad frame */
+    uint64_t frames;
+    uint64_t requests;
+    uint64_t request_errors;     /* requests answered with an error */
+} psd_stats;
+
+struct psd_held;                 /* request.c: a reply waiting for a clock */
+
+typedef struct psd_node {
+    psd_config cfg;              /* owned; a reload updates live fields */
+    int index;                   /* which node of cfg.nodes this is */
+    psd_table **tables;          /* cfg.ntables entries, owned */
+    int ntables;
+    psw_cluster cluster;         /* what HELLO_OK tells clients; owned */
+    psd_sync sync;               /* workers, clocks, barriers */
+    struct psd_held *held;       /* held replies, oldest first (request.c) */
+    psd_stats stats;
+} psd_node;
+
+/* Takes ownership of *cfg (left zeroed) and builds node `index`'s tables.
+ * Returns 0, or -1 with a reason in err; psd_node_destroy either way. */
+int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
+                  char *err, size_t errlen);
+void psd_node_destroy(psd_node *n);
+
+/* Applies what may change while clients are connected from nc (a freshly
+ * loaded file, still owned by the caller): updater hyper-parameters, log
+ * level, max_output, max_connections, hello_timeout. Returns NULL, or why
+ * the file cannot be applied live (layout, updater kinds, initializers,
+ * modes, max_frame or the token changed), in which case nothing changed. */
+const char *psd_node_reload(psd_node *n, const psd_config *nc);
+
+/* Rows and bytes of every table on this node. */
+void psd_node_size(const psd_node *n, uint64_t *rows, uint64_t *bytes);
+
+#endif

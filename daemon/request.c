@@ -1,0 +1,410 @@
+/* The command layer: checks and executes requests, packs replies, holds
+ * the ones that wait for a clock or a barrier. See request.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "request.h"
+#include "../proto/status.h"
+
+#define WAIT_LOG_MS 10000        /* how often to say who is waited for */
+
+/* A reply held until the node's clock (kind PSW_OP_CLOCK: ps_clock on a
+ * bsp cluster, and ssp pulls) or barrier (PSW_OP_BARRIER) reaches need. */
+typedef struct psd_held {
+    struct psd_held *next;
+    psd_session *ss;
+    int kind;
+    uint64_t need;
+    psw_msg msg;                 /* a held pull's keys point at `keys` */
+    char *keys;                  /* owned copy of the pulled keys */
+} psd_held;
+
+static void advance(psd_node *n, uint64_t now_ms);
+
+/* ---- replies -------------------------------------------------------- */
+
+/* The rows a message's reply carries, in bytes; 0 for one that pulls
+ * nothing or names no table. Saturates instead of overflowing. */
+static uint64_t rows_bytes(const psd_node *n, const psw_msg *m)
+{
+    if (!psw_op_has(m->op, PSW_OPF_PULLS) || m->table >= (uint32_t)n->ntables)
+        return 0;
+    uint64_t rows = psw_op_has(m->op, PSW_OPF_RANGED) ? m->count : m->nkeys;
+    uint64_t rowb = (uint64_t)psd_table_conf_get(n->tables[m->table])->dim * 4;
+    return rows > UINT64_MAX / rowb ? UINT64_MAX : rows * rowb;
+}
+
+/* The most bytes m's reply adds to a frame. A pull larger than a frame is
+ * answered with an error, so it counts as an error reply. */
+static uint64_t reply_bound(const psd_node *n, const psw_msg *m)
+{
+    uint64_t rb = rows_bytes(n, m);
+    return psw_reply_max(rb > psw_payload_max(n->cfg.max_frame) ? 0 : rb);
+}
+
+/* Makes room in ss->out for a reply of at most `bound` bytes: replies go
+ * out in frames of at most max_frame, the limit clients read with. Opens
+ * a frame when none is open; returns whether it did. */
+static int reply_room(const psd_node *n, psd_session *ss, uint64_t bound)
+{
+    psw_out *o = ss->out;
+    if (!psw_out_frame_open(o)) {
+        psw_out_frame_begin(o);
+        return 1;
+    }
+    if (o->frame_msgs > 0 && psw_out_frame_body(o) + bound > n->cfg.max_frame) {
+        psw_out_frame_end(o);
+        psw_out_frame_begin(o);
+    }
+    return 0;
+}
+
+/* Packs an error reply and counts it. */
+static void reply_error(psd_node *n, psd_session *ss, const psw_msg *m,
+                        int status, const char *text)
+{
+    n->stats.request_errors++;
+    psd_debug("request %llu from %s: %s", (unsigned long long)m->ts, ss->peer,
+              text);
+    psw_pack_reply(ss->out, m->ts, m->part, status, text, 0, 0);
+}
+
+/* Packs a reply carrying the rows m pulls, copied from the table straight
+ * into the output buffer, or an error if the rows cannot be produced. */
+static void reply_rows(psd_node *n, psd_session *ss, const psw_msg *m)
+{
+    psd_table *t = n->tables[m->table];
+    const psd_table_conf *tc = psd_table_conf_get(t);
+    size_t nbytes = (size_t)rows_bytes(n, m);
+    psw_mark mark = psw_out_mark(ss->out);
+    uint64_t clock = tc->consistency == PSD_CONS_ASYNC ? 0 : n->sync.clock;
+    char *p = psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, nbytes,
+                             clock);
+    if (!p)
+        return;                  /* oom is flagged on ss->out */
+    int rc = 0;
+    if (m->op == PSW_OP_PULL_RANGE)
+        psd_table_pull_range(t, m->first, m->count, p);
+    else
+        rc = psd_table_pull(t, m->keys, m->nkeys, p);
+    if (rc) {
+        psw_out_rewind(ss->out, mark);
+        reply_error(n, ss, m, rc, "out of memory creating rows");
+    }
+}
+
+/* Answers a request that was held, now that what it waited for happened
+ * (status PSW_OK: a pull is carried out now) or failed. Inside
+ * psd_request_frame for this session the reply joins the open frame;
+ * otherwise it goes out in a frame of its own at once. */
+static void answer(psd_node *n, psd_session *ss, const psw_msg *m, int status,
+                   const char *text)
+{
+    int own = reply_room(n, ss, status == PSW_OK ? reply_bound(n, m)
+                                                 : psw_reply_max(0));
+    if (status != PSW_OK)
+        reply_error(n, ss, m, status, text);
+    else if (psw_op_has(m->op, PSW_OPF_PULLS))
+        reply_rows(n, ss, m);
+    else
+        psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, 0,
+                       n->sync.clock);
+    if (own) {
+        psw_out_frame_end(ss->out);
+        ss->answered(ss);
+    }
+}
+
+/* ---- held replies --------------------------------------------------- */
+
+/* Keeps m until the node's clock (or barrier, by kind) reaches need. A
+ * held pull keeps a copy of its keys; its pushes were applied already.
+ * Returns 0 or PSW_ENOMEM. */
+static int hold(psd_node *n, psd_session *ss, const psw_msg *m, int kind,
+                uint64_t need)
+{
+    psd_held *h = calloc(1, sizeof *h);
+    if (!h)
+        return PSW_ENOMEM;
+    h->ss = ss;
+    h->kind = kind;
+    h->need = need;
+    h->msg = *m;
+    h->msg.vals = NULL;
+    h->msg.vals_len = 0;
+    if (m->op == PSW_OP_PUSHPULL)
+        h->msg.op = PSW_OP_PULL;
+    if (m->nkeys) {
+        h->keys = malloc(m->nkeys * 8);
+        if (!h->keys) {
+            free(h);
+            return PSW_ENOMEM;
+        }
+        memcpy(h->keys, m->keys, m->nkeys * 8);
+        h->msg.keys = h->keys;
+    }
+    /* Appended at the end, so held replies go out in arrival order. */
+    psd_held **pp = &n->held;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = h;
+    return 0;
+}
+
+static void held_free(psd_held *h)
+{
+    free(h->keys);
+    free(h);
+}
+
+/* Answers every held reply of `kind` whose condition now holds. */
+static void release(psd_node *n, int kind, uint64_t reached)
+{
+    psd_held **pp = &n->held;
+    while (*pp) {
+        psd_held *h = *pp;
+        if (h->kind == kind && h->need <= reached) {
+            *pp = h->next;
+            answer(n, h->ss, &h->msg, PSW_OK, NULL);
+            held_free(h);
+        } else
+            pp = &h->next;
+    }
+}
+
+/* Moves the node's clock and barrier; a clock that moved applies each bsp
+ * table's summed pushes once. Then answers what waited for them. */
+static void advance(psd_node *n, uint64_t now_ms)
+{
+    uint64_t before = n->sync.clock;
+    if (psd_sync_advance(&n->sync, now_ms)) {
+        int waited = psd_sync_waited(&n->sync);
+        for (int i = 0; i < n->ntables; i++) {
+            const psd_table_conf *tc = psd_table_conf_get(n->tables[i]);
+            if (tc->consistency != PSD_CONS_BSP)
+                continue;
+            float scale = tc->aggregate_mean && waited > 0
+                              ? 1.0f / (float)waited : 1.0f;
+            if (psd_table_apply_accumulated(n->tables[i], scale))
+                psd_error("table '%s': out of memory applying clock %llu",
+                          tc->name, (unsigned long long)before);
+        }
+    }
+    release(n, PSW_OP_CLOCK, n->sync.clock);
+    release(n, PSW_OP_BARRIER, n->sync.barrier);
+}
+
+/* ---- control messages ----------------------------------------------- */
+
+static int has_bsp(const psd_node *n)
+{
+    for (int i = 0; i < n->ntables; i++)
+        if (psd_table_conf_get(n->tables[i])->consistency == PSD_CONS_BSP)
+            return 1;
+    return 0;
+}
+
+/* CLOCK, BARRIER and LEAVE: answered now or held. */
+static void control(psd_node *n, psd_session *ss, const psw_msg *m,
+                    uint64_t now_ms)
+{
+    /* A session whose worker was taken over by a reconnection of the same
+     * client speaks as a reader from then on. */
+    int32_t id = psd_sync_holds(&n->sync, ss->worker, ss) ? ss->worker : -1;
+    char err[160];
+    if (m->op == PSW_OP_LEAVE) {
+        if (id >= 0 && psd_sync_leave(&n->sync, id, ss)) {
+            ss->worker = -1;
+            advance(n, now_ms);
+        }
+        answer(n, ss, m, PSW_OK, NULL);
+        return;
+    }
+    if (id < 0) {
+        answer(n, ss, m, PSW_EINVAL, m->op == PSW_OP_CLOCK
+               ? "ps_clock from a client that is not a worker "
+                 "(ps_options.worker = -1)"
+               : "ps_barrier from a client that is not a worker "
+                 "(ps_options.worker = -1)");
+        return;
+    }
+    int barrier = m->op == PSW_OP_BARRIER;
+    if (psd_sync_reach(&n->sync, id, barrier, m->first, err, sizeof err)) {
+        answer(n, ss, m, PSW_EINVAL, err);
+        return;
+    }
+    advance(n, now_ms);
+    uint64_t reached = barrier ? n->sync.barrier : n->sync.clock;
+    /* Only bsp tables make ps_clock wait; ssp tables hold pulls instead. */
+    if (m->first <= reached || (!barrier && !has_bsp(n)))
+        answer(n, ss, m, PSW_OK, NULL);
+    else if (hold(n, ss, m, m->op, m->first))
+        answer(n, ss, m, PSW_ENOMEM, "out of memory");
+}
+
+/* ---- data requests -------------------------------------------------- */
+
+static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
+                     uint64_t now_ms)
+{
+    char err[256];
+    int owner = -1, rc;
+
+    n->stats.requests++;
+    if (psw_op_has(m->op, PSW_OPF_CONTROL)) {
+        control(n, ss, m, now_ms);
+        return;
+    }
+    if (m->table >= (uint32_t)n->ntables) {
+        snprintf(err, sizeof err, "no table with id %u (%d tables)", m->table,
+                 n->ntables);
+        reply_error(n, ss, m, PSW_ENOTABLE, err);
+        return;
+    }
+    psd_table *t = n->tables[m->table];
+    const psd_table_conf *tc = psd_table_conf_get(t);
+    size_t rowb = (size_t)tc->dim * sizeof(float);
+    int ranged = psw_op_has(m->op, PSW_OPF_RANGED);
+    int pushes = psw_op_has(m->op, PSW_OPF_PUSHES);
+    int pulls = psw_op_has(m->op, PSW_OPF_PULLS);
+    uint64_t nrows = ranged ? m->count : m->nkeys;
+
+    if (pushes && (nrows > SIZE_MAX / rowb || m->vals_len != nrows * rowb)) {
+        snprintf(err, sizeof err, "%llu rows of table '%s' need %llu bytes of "
+                 "values, got %zu", (unsigned long long)nrows, tc->name,
+                 (unsigned long long)(nrows * rowb), m->vals_len);
+        reply_error(n, ss, m, PSW_EINVAL, err);
+        return;
+    }
+    /* A reply frame must fit the limit the client reads with. */
+    if (pulls && rows_bytes(n, m) > psw_payload_max(n->cfg.max_frame)) {
+        snprintf(err, sizeof err, "pulling %llu rows of table '%s' exceeds "
+                 "max_frame (%llu bytes)", (unsigned long long)nrows, tc->name,
+                 (unsigned long long)n->cfg.max_frame);
+        reply_error(n, ss, m, PSW_ETOOBIG, err);
+        return;
+    }
+    rc = ranged ? psd_table_check_range(t, m->first, m->count, &owner, err,
+                                        sizeof err)
+                : psd_table_check_keys(t, m->keys, m->nkeys, &owner, err,
+                                       sizeof err);
+    if (rc == PSW_ENOTOWNER) {
+        size_t l = strlen(err);
+        snprintf(err + l, sizeof err - l, " (%s), not by this node %d",
+                 n->cluster.nodes[owner], n->index);
+    }
+    if (rc) {
+        reply_error(n, ss, m, rc, err);
+        return;
+    }
+    if (pushes) {
+        if (tc->consistency == PSD_CONS_BSP)
+            /* Summed now, applied once when the clock ends. */
+            rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
+                                                     m->vals)
+                        : psd_table_accumulate(t, m->keys, m->nkeys, m->vals);
+        else if (ranged)
+            psd_table_push_range(t, m->first, m->count, m->vals);
+        else
+            rc = psd_table_push(t, m->keys, m->nkeys, m->vals);
+        if (rc) {
+            reply_error(n, ss, m, PSW_ENOMEM, "out of memory creating rows");
+            return;
+        }
+    }
+    if (!pulls || nrows == 0) {
+        psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, 0, 0);
+        return;
+    }
+    uint64_t need;
+    int32_t id = psd_sync_holds(&n->sync, ss->worker, ss) ? ss->worker : -1;
+    if (tc->consistency == PSD_CONS_SSP &&
+        !psd_sync_pull_ready(&n->sync, id, tc->staleness, &need)) {
+        if (hold(n, ss, m, PSW_OP_CLOCK, need))
+            reply_error(n, ss, m, PSW_ENOMEM, "out of memory holding a pull");
+        return;                  /* answered when the slow worker catches up */
+    }
+    reply_rows(n, ss, m);
+}
+
+/* ---- entry points --------------------------------------------------- */
+
+int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
+                      psw_cluster *reply, char *why, size_t whylen)
+{
+    if (h->worker >= 0) {
+        int rc = psd_sync_join(&n->sync, h->worker, h->client_id, ss,
+                               ss->peer, why, whylen);
+        if (rc)
+            return rc;
+        ss->worker = h->worker;
+    }
+    ss->client_id = h->client_id;
+    *reply = n->cluster;
+    /* A worker learns where this node has it, so its next ps_clock names
+     * the right clock after a rejoin or a lost connection. */
+    psd_sync_position(&n->sync, h->worker, &reply->worker_clock,
+                      &reply->worker_barrier);
+    return 0;
+}
+
+int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
+                      int count, uint64_t now_ms, char *why, size_t whylen)
+{
+    /* The rows one frame asks for may not exceed max_frame: otherwise a
+     * single small frame of range pulls could make psd build gigabytes of
+     * replies before backpressure gets a say. Clients budget their frames
+     * the same way. */
+    uint64_t total = 0, one_max = psw_payload_max(n->cfg.max_frame);
+    for (int i = 0; i < count; i++) {
+        uint64_t rb = rows_bytes(n, &m[i]);
+        if (rb <= one_max)       /* larger: answered with PSW_ETOOBIG */
+            total += rb;
+    }
+    if (total > n->cfg.max_frame) {
+        snprintf(why, whylen, "the replies to one frame would carry %llu "
+                 "bytes of rows; max_frame is %llu", (unsigned long long)total,
+                 (unsigned long long)n->cfg.max_frame);
+        return PSW_ETOOBIG;
+    }
+    psw_out_frame_begin(ss->out);
+    for (int i = 0; i < count; i++) {
+        reply_room(n, ss, reply_bound(n, &m[i]));
+        dispatch(n, ss, &m[i], now_ms);
+    }
+    psw_out_frame_end(ss->out);
+    return 0;
+}
+
+void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
+{
+    psd_held **pp = &n->held;
+    while (*pp) {
+        psd_held *h = *pp;
+        if (h->ss == ss) {
+            *pp = h->next;
+            held_free(h);
+        } else
+            pp = &h->next;
+    }
+    if (psd_sync_lost(&n->sync, ss->worker, ss, now_ms, n->cfg.worker_grace))
+        advance(n, now_ms);
+}
+
+void psd_request_tick(psd_node *n, uint64_t now_ms)
+{
+    if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, n->held != NULL,
+                      WAIT_LOG_MS))
+        advance(n, now_ms);
+}
+
+void psd_request_drop_all(psd_node *n)
+{
+    while (n->held) {
+        psd_held *h = n->held;
+        n->held = h->next;
+        held_free(h);
+    }
+}

@@ -1,0 +1,59 @@
+/* What each request does: the command layer between a connection
+ * (conn.c, which reads and writes bytes) and the node's tables and
+ * training-mode state. It checks and executes decoded messages, packs
+ * their replies into the session's output, and keeps the replies that
+ * must wait for a clock or a barrier (held replies), answering them when
+ * the clock moves. It never touches a socket: a late reply is packed into
+ * the session's output and announced through session->answered. */
+#ifndef PSD_REQUEST_H
+#define PSD_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "node.h"
+#include "../proto/frame.h"
+#include "../proto/msg.h"
+
+/* What the command layer knows of one connection. Owned by the
+ * connection, which must call psd_request_closed before it goes away. */
+typedef struct psd_session {
+    uint64_t client_id;
+    int32_t worker;              /* the worker id it joined as, or -1 */
+    const char *peer;            /* "host:port", for logs and errors */
+    psw_out *out;                /* where replies are packed */
+    /* Called after a held reply was packed into out outside of
+     * psd_request_frame (the clock moved for another connection, or on
+     * a tick): the connection should send it. */
+    void (*answered)(struct psd_session *ss);
+} psd_session;
+
+/* A HELLO that decoded and speaks our version: a worker joins (0, or
+ * PSW_EINVAL with the reason in why: out of range, or the id is taken).
+ * On success *reply is the cluster description to send, telling a worker
+ * where this node has it; it shares the node's arrays (do not free). */
+int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
+                      psw_cluster *reply, char *why, size_t whylen);
+
+/* Executes the `count` decoded requests of one frame in order, packing
+ * their replies into ss->out as frames of at most max_frame bytes (a
+ * request that must wait is held and answered later). Refuses the whole
+ * frame, executing nothing, when its replies would carry more than
+ * max_frame bytes of rows: returns PSW_ETOOBIG with the reason in why
+ * (the connection must be closed). Otherwise returns 0. */
+int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
+                      int count, uint64_t now_ms, char *why, size_t whylen);
+
+/* The session's connection is gone: its held replies are dropped and its
+ * worker, if any, is waited for worker_grace more seconds. */
+void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms);
+
+/* Periodic work (about every 100 ms): workers whose grace ran out stop
+ * being waited for, which may answer held replies; a node that waits long
+ * says for whom. */
+void psd_request_tick(psd_node *n, uint64_t now_ms);
+
+/* Frees every held reply (at exit). */
+void psd_request_drop_all(psd_node *n);
+
+#endif

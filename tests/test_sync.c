@@ -1,0 +1,249 @@
+/* Unit tests of daemon/sync.c, the training-mode state machine: joins and
+ * refusals, when the node's clock and barrier move, what a lost, leaving
+ * or rejoining worker does to them, and when an ssp pull may go. No
+ * sockets, no loop: time is passed in. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../daemon/log.h"
+#include "../daemon/sync.h"
+#include "../proto/status.h"
+
+#include "expect.h"
+
+/* Owners are compared, never dereferenced: any distinct addresses do. */
+static const char owner_a, owner_b, owner_c;
+
+static void make(psd_sync *y, int workers)
+{
+    assert_int_equal(psd_sync_init(y, workers, 0), 0);
+}
+
+static void join(psd_sync *y, int32_t w, uint64_t client, const void *owner)
+{
+    char err[160];
+    int rc = psd_sync_join(y, w, client, owner, "127.0.0.1:9", err,
+                           sizeof err);
+    if (rc)
+        print_error("join of worker %d: %s\n", (int)w, err);
+    EXPECT_INT(rc, 0, "psd_sync_join of worker %d", (int)w);
+}
+
+static void reach(psd_sync *y, int32_t w, int barrier, uint64_t v)
+{
+    char err[160];
+    EXPECT_INT(psd_sync_reach(y, w, barrier, v, err, sizeof err), 0,
+               "worker %d reaching %s %llu", (int)w,
+               barrier ? "barrier" : "clock", (unsigned long long)v);
+}
+
+static void test_join_refuses_ids_out_of_range_and_a_second_client(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    char err[160];
+    make(&y, 2);
+    EXPECT_INT(psd_sync_join(&y, 2, 1, &owner_a, "h:1", err, sizeof err),
+               PSW_EINVAL, "worker 2 of 2");
+    EXPECT_SUBSTR(err, "worker 2 is out of range", "the reason");
+    join(&y, 0, 1, &owner_a);
+    EXPECT_INT(psd_sync_join(&y, 0, 2, &owner_b, "h:2", err, sizeof err),
+               PSW_EINVAL, "a second client claiming worker 0");
+    EXPECT_SUBSTR(err, "already connected from 127.0.0.1:9", "the reason");
+    EXPECT_INT(psd_sync_holds(&y, 0, &owner_a), 1, "the first still holds");
+    psd_sync_destroy(&y);
+}
+
+static void test_same_client_reconnecting_takes_its_worker_over(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 1);
+    join(&y, 0, 7, &owner_a);
+    join(&y, 0, 7, &owner_b);
+    EXPECT_INT(psd_sync_holds(&y, 0, &owner_a), 0, "old session holds");
+    EXPECT_INT(psd_sync_holds(&y, 0, &owner_b), 1, "new session holds");
+    /* The old connection closing later must not mark the worker lost. */
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0), 0, "old session lost");
+    EXPECT_INT(psd_sync_waited(&y), 1, "workers waited for");
+    EXPECT_INT(psd_sync_holds(&y, 0, &owner_b), 1, "new session holds");
+    psd_sync_destroy(&y);
+}
+
+static void test_clock_moves_when_the_slowest_worker_arrives(void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 3);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    join(&y, 2, 3, &owner_c);
+    reach(&y, 0, 0, 1);
+    reach(&y, 1, 0, 1);
+    EXPECT_INT(psd_sync_advance(&y, 10), 0, "two of three at clock 1");
+    EXPECT_U64(y.clock, 0, "node clock");
+    reach(&y, 2, 0, 1);
+    EXPECT_INT(psd_sync_advance(&y, 20), 1, "all three at clock 1");
+    EXPECT_U64(y.clock, 1, "node clock");
+    EXPECT_U64(y.moved_ms, 20, "when it moved");
+    EXPECT_INT(psd_sync_advance(&y, 30), 0, "advancing again");
+    /* A repeated clock counts once. */
+    reach(&y, 0, 0, 1);
+    uint64_t c, b;
+    psd_sync_position(&y, 0, &c, &b);
+    EXPECT_U64(c, 1, "worker 0's clock after a repeat");
+    psd_sync_destroy(&y);
+}
+
+static void test_clock_numbers_out_of_range_are_refused(void **state)
+{
+    (void)state;
+    psd_sync y;
+    char err[160];
+    make(&y, 1);
+    join(&y, 0, 1, &owner_a);
+    EXPECT_INT(psd_sync_reach(&y, 0, 0, 0, err, sizeof err), PSW_EINVAL,
+               "clock 0");
+    EXPECT_INT(psd_sync_reach(&y, 0, 1, 1000001, err, sizeof err),
+               PSW_EINVAL, "barrier a million and one ahead");
+    EXPECT_SUBSTR(err, "out of range", "the reason");
+    reach(&y, 0, 1, 1000000);
+    psd_sync_destroy(&y);
+}
+
+static void test_barrier_and_clock_move_independently(void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    reach(&y, 0, 1, 1);
+    reach(&y, 1, 1, 1);
+    EXPECT_INT(psd_sync_advance(&y, 1), 0, "a barrier is not a clock");
+    EXPECT_U64(y.barrier, 1, "node barrier");
+    EXPECT_U64(y.clock, 0, "node clock");
+    psd_sync_destroy(&y);
+}
+
+static void test_lost_worker_is_waited_for_until_its_grace_runs_out(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    reach(&y, 0, 0, 1);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2), 0, "lost, grace 2 s");
+    EXPECT_INT(psd_sync_tick(&y, 2999, 2, 0, 10000), 0, "tick before 2 s");
+    EXPECT_INT(psd_sync_waited(&y), 2, "still waited for");
+    EXPECT_INT(psd_sync_tick(&y, 3000, 2, 0, 10000), 1, "tick at 2 s");
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for after the grace");
+    EXPECT_INT(psd_sync_advance(&y, 3000), 1, "clock moves without it");
+    EXPECT_U64(y.clock, 1, "node clock");
+    psd_sync_destroy(&y);
+}
+
+static void test_lost_worker_with_no_grace_stops_being_waited_for_at_once(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0), 1, "lost, grace 0");
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for");
+    psd_sync_destroy(&y);
+}
+
+static void test_worker_that_left_and_rejoins_starts_at_the_nodes_clock(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    EXPECT_INT(psd_sync_leave(&y, 1, &owner_b), 1, "worker 1 leaves");
+    EXPECT_INT(psd_sync_leave(&y, 1, &owner_b), 0, "leaving twice");
+    for (uint64_t k = 1; k <= 5; k++)
+        reach(&y, 0, 0, k);
+    EXPECT_INT(psd_sync_advance(&y, 1), 1, "worker 0 alone moves the clock");
+    EXPECT_U64(y.clock, 5, "node clock");
+    join(&y, 1, 2, &owner_c);
+    uint64_t c, b;
+    psd_sync_position(&y, 1, &c, &b);
+    EXPECT_U64(c, 5, "the rejoined worker's clock");
+    psd_sync_destroy(&y);
+}
+
+static void test_nobody_waited_for_means_the_largest_clock_seen(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    reach(&y, 0, 0, 3);
+    reach(&y, 1, 0, 2);
+    psd_sync_leave(&y, 0, &owner_a);
+    psd_sync_leave(&y, 1, &owner_b);
+    psd_sync_advance(&y, 1);
+    EXPECT_U64(y.clock, 3, "node clock with nobody left");
+    psd_sync_destroy(&y);
+}
+
+static void test_ssp_pull_waits_only_beyond_the_staleness(void **state)
+{
+    (void)state;
+    psd_sync y;
+    uint64_t need = 0;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    for (uint64_t k = 1; k <= 3; k++)
+        reach(&y, 0, 0, k);
+    psd_sync_advance(&y, 1);
+    EXPECT_INT(psd_sync_pull_ready(&y, 0, 3, &need), 1, "3 ahead, s = 3");
+    EXPECT_INT(psd_sync_pull_ready(&y, 0, 2, &need), 0, "3 ahead, s = 2");
+    EXPECT_U64(need, 1, "the node clock it waits for");
+    EXPECT_INT(psd_sync_pull_ready(&y, -1, 0, &need), 1, "a reader");
+    reach(&y, 1, 0, 1);
+    psd_sync_advance(&y, 2);
+    EXPECT_INT(psd_sync_pull_ready(&y, 0, 2, &need), 1, "after the slow one");
+    psd_sync_destroy(&y);
+}
+
+int main(void)
+{
+    /* The state machine logs joins and losses; keep the output to TAP. */
+    psd_log_init(0, PSD_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            test_join_refuses_ids_out_of_range_and_a_second_client),
+        cmocka_unit_test(test_same_client_reconnecting_takes_its_worker_over),
+        cmocka_unit_test(test_clock_moves_when_the_slowest_worker_arrives),
+        cmocka_unit_test(test_clock_numbers_out_of_range_are_refused),
+        cmocka_unit_test(test_barrier_and_clock_move_independently),
+        cmocka_unit_test(
+            test_lost_worker_is_waited_for_until_its_grace_runs_out),
+        cmocka_unit_test(
+            test_lost_worker_with_no_grace_stops_being_waited_for_at_once),
+        cmocka_unit_test(
+            test_worker_that_left_and_rejoins_starts_at_the_nodes_clock),
+        cmocka_unit_test(test_nobody_waited_for_means_the_largest_clock_seen),
+        cmocka_unit_test(test_ssp_pull_waits_only_beyond_the_staleness),
+    };
+    return cmocka_run_group_tests_name("sync", tests, NULL, NULL);
+}
