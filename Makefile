@@ -42,9 +42,10 @@ PSD      := $(BUILD)/psd
 SOLIB    := $(BUILD)/libpsclient.so.$(VERSION)
 ALIB     := $(BUILD)/libpsclient.a
 PCFILE   := $(BUILD)/psclient.pc
-EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp
+EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp $(BUILD)/reuters_lr
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
-              $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_slice
+              $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_slice \
+              $(BUILD)/test_arff
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
@@ -171,6 +172,37 @@ run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 # against a single process, and stragglers (about 2 minutes).
 run-modes: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 	@sh examples/run_modes.sh $(BUILD)
+
+# ---- sparse logistic regression on Reuters (make run-sparse) ---------------
+# Not part of `make test` or CI: it downloads data. examples/fetch_reuters.sh
+# fetches Debian's weka package with `apt-get download` (no root; nothing is
+# installed), unpacks only the two ARFF files into REUTERS_DIR and deletes
+# the package; only if the download fails does it run `apt-get update`
+# (through sudo when not root) and try again. The data may be used for
+# research only, so it lives in the build tree, never in the repository.
+REUTERS_DIR ?= $(BUILD)/reuters
+SPARSE_EPOCHS ?= 10
+REUTERS_ARFF := $(REUTERS_DIR)/ReutersGrain-train.arff \
+                $(REUTERS_DIR)/ReutersGrain-test.arff
+
+$(REUTERS_ARFF) &:
+	@echo "make: fetching Reuters-21578 Grain from Debian's weka package" \
+	    "into $(REUTERS_DIR) (downloaded, not installed)"
+	@sh examples/fetch_reuters.sh $(REUTERS_DIR)
+
+$(BUILD)/reuters_lr: $(BUILD)/examples/reuters_lr.o $(BUILD)/examples/arff.o \
+                     $(BUILD)/examples/common.o $(BUILD)/examples/idx.o $(SOLIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lm
+
+$(BUILD)/test_arff: $(BUILD)/tests/test_arff.o $(BUILD)/examples/arff.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
+
+# Sparse logistic regression with 4 workers on a 2-node cluster
+# (conf/reuters.ini); SPARSE_EPOCHS=N sets the epochs.
+.PHONY: run-sparse
+run-sparse: all $(REUTERS_ARFF)
+	@sh examples/run_sparse.sh $(BUILD) conf/reuters.ini $(REUTERS_DIR) \
+	    $(SPARSE_EPOCHS)
 
 # ---- install ---------------------------------------------------------------
 install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)

@@ -16,8 +16,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-allocator_may_return_null=1:detect_leaks=1}
 passed=0
 failed=0
 here=$(dirname "$0")
-for t in test_frame test_config test_updater test_table test_sync test_slice test_e2e \
-         test_modes          test_install.sh; do
+for t in test_frame test_config test_updater test_table test_sync test_slice \
+         test_arff test_e2e test_modes test_install.sh; do
     echo "# ---- $t"
     case $t in
     *.sh) out=$(sh "$here/$t" "$BUILD" 2>&1) ;;
