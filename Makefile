@@ -73,6 +73,28 @@ $(DEPS_STAMP):
 	fi
 	@touch $@
 
+# The Python binding's tests run with Debian's /usr/bin/python3 and its
+# numpy and pytest: Python module -> Debian package, checked once per build
+# tree and only for `make test`; after the step above, so that two apt-get
+# never run at once under make -j.
+PYTHON      := /usr/bin/python3
+PY_DEB_PKGS := numpy:python3-numpy pytest:python3-pytest
+PYDEPS_STAMP := $(BUILD)/.pydeps-ok
+
+deps: $(PYDEPS_STAMP)
+$(PYDEPS_STAMP): | $(DEPS_STAMP)
+	@mkdir -p $(BUILD)
+	@missing=""; \
+	for p in $(PY_DEB_PKGS); do \
+	  mod=$${p%%:*}; deb=$${p#*:}; \
+	  $(PYTHON) -c "import $$mod" >/dev/null 2>&1 || missing="$$missing $$deb"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing missing Debian packages for $(PYTHON):$$missing"; \
+	  $(APT_INSTALL) $$missing || { echo "make: could not install:$$missing" >&2; exit 1; }; \
+	fi
+	@touch $@
+
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_INSTALL = $(SUDO) apt-get update -qq && \
               $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
@@ -148,7 +170,7 @@ $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OB
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread
 
-test: all $(TEST_BINS)
+test: all $(TEST_BINS) $(PYDEPS_STAMP)
 	@SAN='$(SAN)' sh tests/run.sh $(BUILD)
 
 # Benchmarks against real psd processes, with baselines measured in the
@@ -205,6 +227,14 @@ run-sparse: all $(REUTERS_ARFF)
 	    $(SPARSE_EPOCHS)
 
 # ---- install ---------------------------------------------------------------
+# The Python binding (python/psclient, ctypes over the shared library) goes
+# to a folder that Debian's python3 searches when PREFIX is /usr and that
+# fits every python3 version; with another PREFIX, add it to PYTHONPATH.
+# Its _config.py names LIBDIR relative to the package, so a DESTDIR tree or
+# a moved prefix finds its own library.
+PYDIR  ?= $(PREFIX)/lib/python3/dist-packages
+PY_SRC := python/psclient/__init__.py python/psclient/_lib.py
+
 install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -m 755 $(PSD) $(DESTDIR)$(PREFIX)/bin/psd
@@ -214,6 +244,11 @@ install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so
 	install -m 644 $(ALIB) $(DESTDIR)$(LIBDIR)/libpsclient.a
 	install -m 644 $(PCFILE) $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+	install -d $(DESTDIR)$(PYDIR)/psclient
+	install -m 644 $(PY_SRC) $(DESTDIR)$(PYDIR)/psclient/
+	printf '# Written by make install: libpsclient.so.0 is in this folder,\n# relative to the package.\nLIBDIR = "%s"\n' \
+	    "$$(realpath -ms --relative-to='$(PYDIR)/psclient' '$(LIBDIR)')" \
+	    > $(DESTDIR)$(PYDIR)/psclient/_config.py
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/psd $(DESTDIR)$(PREFIX)/include/psclient.h \
@@ -221,6 +256,7 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so $(DESTDIR)$(LIBDIR)/libpsclient.a \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+	rm -rf $(DESTDIR)$(PYDIR)/psclient
 
 clean:
 	rm -rf build build-san

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs into a staging directory (make install DESTDIR=...), builds a
 # trainer with nothing but `pkg-config --cflags --libs psclient`, and runs
-# it against the installed psd. Reports in TAP like the C tests.
+# it against the installed psd; then imports the installed Python package
+# with nothing but PYTHONPATH and uses it. Reports in TAP like the C tests.
 # Usage: tests/test_install.sh BUILD_DIR   (SAN: sanitizer flags, if any)
 BUILD=${1:?usage: tests/test_install.sh BUILD_DIR}
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,7 +14,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo "1..4"
+echo "1..7"
 n=0
 check() {       # check DESCRIPTION COMMAND...
     n=$((n + 1)); d=$1; shift
@@ -62,3 +63,31 @@ INI
 done
 check "the installed trainer pushes to and pulls from the installed psd" \
     env LD_LIBRARY_PATH="$stage/root$prefix/lib" "$stage/trainer" "127.0.0.1:$port"
+
+# The Python package finds the library installed with it through its
+# _config.py (a path relative to the package), so the staged copy is found
+# without PSCLIENT_LIB or LD_LIBRARY_PATH; both are unset to prove it.
+pydir="$stage/root$prefix/lib/python3/dist-packages"
+check "make install puts the Python package in lib/python3/dist-packages" \
+    test -f "$pydir/psclient/__init__.py" -a -f "$pydir/psclient/_lib.py" -a \
+         -f "$pydir/psclient/_config.py"
+pyrun() {       # pyrun PYTHON-CODE: /usr/bin/python3 on the staged package
+    (cd "$stage" && case ${SAN:-} in
+     *address*) export LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so)" \
+                       ASAN_OPTIONS=detect_leaks=0 ;;
+     esac
+     env -u PSCLIENT_LIB -u LD_LIBRARY_PATH PYTHONPATH="$pydir" \
+         PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -c "$1")
+}
+check "python3 imports the installed psclient with PYTHONPATH alone, loading the installed library" \
+    pyrun "import psclient, os
+assert os.path.samefile(psclient.library_path,
+                        '$stage/root$prefix/lib/libpsclient.so.0'), psclient.library_path"
+check "the installed Python binding pushes to and pulls from the installed psd" \
+    pyrun "import numpy as np, psclient
+with psclient.connect('127.0.0.1:$port') as c:
+    t = c.table('w')
+    k = np.array([1, 2, 3], np.uint64)
+    t.push(k, np.ones(3, np.float32))
+    got = t.pull(k)
+    assert (got == 1).all(), got"

@@ -1,0 +1,759 @@
+"""psclient: numpy arrays to and from psd parameter servers.
+
+A Python binding of libpsclient, the C client library of psd (its header,
+client/psclient.h, is the reference for every semantic below). It is built
+on ctypes from the standard library: no compiler and no package beyond numpy
+are needed, and every call into the library releases the GIL, so other
+Python threads run while a pull or a clock waits for the servers.
+
+The training loop::
+
+    import numpy as np
+    import psclient
+
+    with psclient.connect("conf/cluster-2.ini") as c:   # or "host:port,..."
+        t = c.table("fashion")                    # dense, 785 rows x 10
+        w = np.empty((t.rows, t.dim), np.float32)
+        g = np.empty_like(w)
+        for step in range(steps):
+            t.pull_range(0, t.rows, out=w)        # rows land in w, no copy
+            compute_gradient(w, g)                # your model
+            t.push_range(0, g)
+
+Arrays, never copied
+    Keys are numpy arrays of dtype uint64, one dimension, C-contiguous. Rows
+    (``grads``, ``vals``, ``out``) are float32, C-contiguous, of shape
+    ``(n, dim)`` or ``(n * dim,)``. The library reads and writes these very
+    buffers: a pull returns the ``out`` array it was given (or a new
+    ``(n, dim)`` array when ``out`` is None). Any other array (float64,
+    a strided view, a list) raises TypeError, a wrong shape or a read-only
+    ``out`` raises ValueError, before anything is sent; convert explicitly,
+    e.g. with ``numpy.ascontiguousarray(a, numpy.float32)``.
+
+Blocking and asynchronous calls
+    ``Table.pull``, ``push``, ``pushpull``, ``pull_range`` and ``push_range``
+    block until the servers have answered. Their ``*_async`` forms return a
+    ``Request`` at once; ``Request.wait()`` blocks, raises the request's
+    error if it failed, and returns the ``out`` array of a pull. A request
+    keeps every array it was given alive until it completed, even when its
+    handle is dropped; the client reads the status of dropped requests
+    when more than 1024 of them are unread, at ``Client.wait_all()`` and at
+    ``Client.close()``, so wait for your requests or call ``wait_all()``.
+    Requests are numbered from 1 (``Request.ts``), one per call.
+
+Threads and processes
+    A Client may be shared by threads. ``close()`` waits for calls running
+    in other threads, then for every outstanding request. A Client does not
+    survive ``fork()``: open one per process (``multiprocessing`` with the
+    "spawn" or "forkserver" start method, or connect in the child).
+
+Errors
+    A failed call raises ``psclient.Error`` (``.code``: the PS_E* code,
+    ``.message``: the library's ps_last_error text), or rather the subclass
+    for its code. Several also derive from the matching builtin, so that
+    ``except TimeoutError`` catches a psd timeout as well:
+
+        code          class            also a subclass of
+        PS_EINVAL     InvalidError     ValueError
+        PS_ENOMEM     NoMemoryError    MemoryError
+        PS_ECONN      ConnectionError  builtins.ConnectionError
+        PS_ETIMEDOUT  TimeoutError     builtins.TimeoutError
+        PS_EPROTO     ProtocolError
+        PS_EAUTH      AuthError        PermissionError
+        PS_ENOTABLE   TableError       LookupError
+        PS_EKEY       KeyError         builtins.KeyError
+        PS_ETOOBIG    TooBigError
+        PS_ECLOSED    ClosedError      (also: any call on a closed Client)
+        PS_ESERVER    ServerError
+        PS_ENOTOWNER  LayoutError
+
+    ``TimeoutError``, ``ConnectionError`` and ``KeyError`` share their names
+    with builtins, so ``from psclient import *`` leaves them out: write
+    ``psclient.TimeoutError``.
+
+Finding libpsclient
+    ``make install`` puts this package in
+    ``$(PREFIX)/lib/python3/dist-packages`` with a ``_config.py`` that
+    locates the library installed with it (relative to the package, so a
+    DESTDIR tree works too). The environment variable ``PSCLIENT_LIB`` (the
+    path of libpsclient.so.0) overrides it; without either, the dynamic
+    linker's search path is used.
+    ``psclient.library_path`` tells which file was loaded.
+"""
+
+import builtins
+import ctypes
+import operator
+import os
+import threading
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _lib
+
+__all__ = [
+    "connect", "Client", "Table", "Request", "default_options", "strerror",
+    "library_path", "Error", "InvalidError", "NoMemoryError", "ProtocolError",
+    "AuthError", "TableError", "TooBigError", "ClosedError", "ServerError",
+    "LayoutError",
+    "PS_OK", "PS_EINVAL", "PS_ENOMEM", "PS_ECONN", "PS_ETIMEDOUT",
+    "PS_EPROTO", "PS_EAUTH", "PS_ENOTABLE", "PS_EKEY", "PS_ETOOBIG",
+    "PS_ECLOSED", "PS_ESERVER", "PS_ENOTOWNER",
+]
+
+# The libpsclient file (or soname) this package loaded.
+_LIB, library_path = _lib.load()
+
+# Status codes, as in client/psclient.h.
+PS_OK = 0
+PS_EINVAL = -1
+PS_ENOMEM = -2
+PS_ECONN = -3
+PS_ETIMEDOUT = -4
+PS_EPROTO = -5
+PS_EAUTH = -6
+PS_ENOTABLE = -7
+PS_EKEY = -8
+PS_ETOOBIG = -9
+PS_ECLOSED = -10
+PS_ESERVER = -11
+PS_ENOTOWNER = -12
+
+_CODE_NAMES = {v: k for k, v in globals().items()
+               if k.startswith("PS_E") and isinstance(v, int)}
+
+# How many requests whose status nobody read a client keeps before it reads
+# the oldest ones itself (see Client._submit).
+_MAX_UNREAD = 1024
+
+def strerror(code: int) -> str:
+    """The library's text for a status code (ps_strerror)."""
+    return _LIB.ps_strerror(code).decode("utf-8", "replace")
+
+
+# ---- errors -----------------------------------------------------------------
+
+class Error(Exception):
+    """A failed libpsclient call.
+
+    ``code`` is the negative PS_E* status, ``message`` the detail the library
+    gave (ps_last_error), possibly empty. The subclass tells the code.
+    """
+
+    code: int
+    message: str
+
+    def __init__(self, code: int, message: str = "") -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        name = _CODE_NAMES.get(self.code, f"status {self.code}")
+        head = f"{name} ({strerror(self.code)})"
+        return f"{head}: {self.message}" if self.message else head
+
+    def __repr__(self) -> str:
+        return f"psclient.{type(self).__name__}({self.code}, {self.message!r})"
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
+
+
+class InvalidError(Error, ValueError):
+    """PS_EINVAL: a bad argument, or a call this client may not make (for
+    example ``clock()`` from a client that is not a worker)."""
+
+
+class NoMemoryError(Error, MemoryError):
+    """PS_ENOMEM: the library ran out of memory."""
+
+
+class ConnectionError(Error, builtins.ConnectionError):
+    """PS_ECONN: could not connect, or the connection was lost."""
+
+
+class TimeoutError(Error, builtins.TimeoutError):
+    """PS_ETIMEDOUT: no answer within request_timeout_ms x (max_retries + 1),
+    or a clock, barrier or held pull waited longer than sync_timeout_ms."""
+
+
+class ProtocolError(Error):
+    """PS_EPROTO: the peer broke the protocol."""
+
+
+class AuthError(Error, PermissionError):
+    """PS_EAUTH: authentication failed."""
+
+
+class TableError(Error, LookupError):
+    """PS_ENOTABLE: no such table."""
+
+
+class KeyError(Error, builtins.KeyError):
+    """PS_EKEY: a key or row out of the table's range."""
+
+
+class TooBigError(Error):
+    """PS_ETOOBIG: a request piece exceeds the server's max_frame."""
+
+
+class ClosedError(Error):
+    """PS_ECLOSED: the client is closing or closed."""
+
+
+class ServerError(Error):
+    """PS_ESERVER: the server failed to carry out the request."""
+
+
+class LayoutError(Error):
+    """PS_ENOTOWNER: a server does not own the shard (layout mismatch)."""
+
+
+_ERRORS = {
+    PS_EINVAL: InvalidError, PS_ENOMEM: NoMemoryError,
+    PS_ECONN: ConnectionError, PS_ETIMEDOUT: TimeoutError,
+    PS_EPROTO: ProtocolError, PS_EAUTH: AuthError, PS_ENOTABLE: TableError,
+    PS_EKEY: KeyError, PS_ETOOBIG: TooBigError, PS_ECLOSED: ClosedError,
+    PS_ESERVER: ServerError, PS_ENOTOWNER: LayoutError,
+}
+
+
+def _error(code: int, message: str) -> Error:
+    return _ERRORS.get(code, Error)(code, message)
+
+
+# ---- argument checks --------------------------------------------------------
+# They run before any call into the library, so a bad argument never sends
+# anything or takes a request number.
+
+def _describe(a: object) -> str:
+    if isinstance(a, np.ndarray):
+        return f"an array of dtype {a.dtype} and shape {a.shape}"
+    return f"a {type(a).__module__}.{type(a).__qualname__}".replace(
+        "a builtins.", "a ")
+
+
+def _check_array(name: str, a: object, dtype: type) -> np.ndarray:
+    """Checks that a is a C-contiguous, aligned numpy array of dtype."""
+    want = np.dtype(dtype)
+    if not isinstance(a, np.ndarray) or a.dtype != want:
+        raise TypeError(f"{name}: expected a numpy array of dtype {want}, "
+                        f"got {_describe(a)} (psclient never converts or "
+                        f"copies arrays)")
+    if not a.flags.c_contiguous or not a.flags.aligned:
+        raise TypeError(f"{name}: expected a C-contiguous, aligned {want} "
+                        f"array, got a strided or unaligned view of shape "
+                        f"{a.shape} (numpy.ascontiguousarray copies it)")
+    return a
+
+
+def _check_keys(keys: object) -> int:
+    """Returns the number of keys."""
+    k = _check_array("keys", keys, np.uint64)
+    if k.ndim != 1:
+        raise ValueError(f"keys: expected one dimension, got shape {k.shape}")
+    return k.shape[0]
+
+
+def _check_rows(name: str, a: object, n: int, dim: int,
+                writable: bool = False) -> np.ndarray:
+    """Checks a float32 array of n rows of dim: shape (n, dim) or (n*dim,)."""
+    a = _check_array(name, a, np.float32)
+    if a.shape != (n, dim) and a.shape != (n * dim,):
+        raise ValueError(f"{name}: expected shape ({n}, {dim}) or "
+                         f"({n * dim},), got {a.shape}")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{name}: the array is read-only")
+    return a
+
+
+def _out_rows(out: Optional[np.ndarray], n: int, dim: int) -> np.ndarray:
+    if out is None:
+        return np.empty((n, dim), np.float32)
+    return _check_rows("out", out, n, dim, writable=True)
+
+
+def _count_rows(name: str, a: object, dim: int) -> int:
+    """Rows in a float32 array of shape (count, dim) or (count*dim,)."""
+    a = _check_array(name, a, np.float32)
+    if a.ndim == 2 and a.shape[1] == dim:
+        return a.shape[0]
+    if a.ndim == 1 and a.shape[0] % dim == 0:
+        return a.shape[0] // dim
+    raise ValueError(f"{name}: expected shape (count, {dim}) or "
+                     f"(count * {dim},), got {a.shape}")
+
+
+def _uint64(name: str, v: object) -> int:
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {_describe(v)}") \
+            from None
+    if not 0 <= i < 1 << 64:
+        raise ValueError(f"{name}: {i} is not in 0..2**64-1")
+    return i
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+# ---- requests ---------------------------------------------------------------
+
+class Request:
+    """An asynchronous request in flight, returned by the ``*_async`` calls.
+
+    ``ts`` is its timestamp; ``wait()`` blocks until it completed. The
+    request holds a reference to every array it was given until then, so
+    they cannot be freed in flight.
+    """
+
+    __slots__ = ("_ts", "_client", "_bufs", "_out", "_status", "_message",
+                 "__weakref__")
+
+    def __init__(self, client: "Client", ts: int, bufs: Tuple[np.ndarray, ...],
+                 out: Optional[np.ndarray]) -> None:
+        self._ts = ts
+        self._client = client
+        self._bufs: Optional[Tuple[np.ndarray, ...]] = bufs
+        self._out = out
+        self._status: Optional[int] = None
+        self._message = ""
+
+    @property
+    def ts(self) -> int:
+        """The request's timestamp: the client numbers its requests from 1,
+        one per call."""
+        return self._ts
+
+    def wait(self) -> Optional[np.ndarray]:
+        """Blocks until the request completed (GIL released).
+
+        Returns the ``out`` array of a pull or pushpull, None for a push.
+        Raises the request's Error if it failed; waiting again gives the
+        same result.
+        """
+        if self._status is None:
+            self._client._settle(self)
+        if self._status:
+            raise _error(self._status, self._message)
+        return self._out
+
+    @property
+    def done(self) -> bool:
+        """Whether the status was read already (by wait(), wait_all(),
+        close()). False says nothing: the request may have completed."""
+        return self._status is not None
+
+    def __repr__(self) -> str:
+        state = ("pending" if self._status is None else
+                 "ok" if self._status == 0 else
+                 _CODE_NAMES.get(self._status, str(self._status)))
+        return f"<psclient.Request ts={self.ts} {state}>"
+
+
+# ---- tables -----------------------------------------------------------------
+
+class Table:
+    """A table of the cluster, from ``Client.table(name)``.
+
+    Attributes: ``id``, ``name``, ``dim`` (floats per row), ``rows`` (dense
+    tables: the row count; sparse: 0) and ``dense``. Keys are uint64 row
+    numbers (dense) or any uint64 (sparse); see the package docstring for
+    the arrays. Every blocking call releases the GIL while it waits.
+    """
+
+    id: int
+    name: str
+    dim: int
+    rows: int
+    dense: bool
+
+    def __init__(self, client: "Client", name: str,
+                 info: _lib.PsTableInfo) -> None:
+        self._client = client
+        self.id = info.id
+        self.name = name
+        self.dim = info.dim
+        self.rows = info.rows
+        self.dense = bool(info.dense)
+
+    def __repr__(self) -> str:
+        kind = f"dense, {self.rows} rows" if self.dense else "sparse"
+        return (f"<psclient.Table {self.name!r} id={self.id} {kind}, "
+                f"dim {self.dim}>")
+
+    # Each public call checks its arrays, then hands (function, arguments,
+    # arrays to keep alive, out) to the client.
+
+    def _pull(self, keys: np.ndarray, out: Optional[np.ndarray]):
+        n = _check_keys(keys)
+        out = _out_rows(out, n, self.dim)
+        return (_LIB.ps_pull, (self.id, _addr(keys), n, _addr(out), None,
+                               None), (keys, out), out)
+
+    def _push(self, keys: np.ndarray, grads: np.ndarray):
+        n = _check_keys(keys)
+        _check_rows("grads", grads, n, self.dim)
+        return (_LIB.ps_push, (self.id, _addr(keys), n, _addr(grads), None,
+                               None), (keys, grads), None)
+
+    def _pushpull(self, keys: np.ndarray, grads: np.ndarray,
+                  out: Optional[np.ndarray]):
+        n = _check_keys(keys)
+        _check_rows("grads", grads, n, self.dim)
+        out = _out_rows(out, n, self.dim)
+        return (_LIB.ps_pushpull, (self.id, _addr(keys), n, _addr(grads),
+                                   _addr(out), None, None),
+                (keys, grads, out), out)
+
+    def _pull_range(self, first: int, count: int, out: Optional[np.ndarray]):
+        first = _uint64("first", first)
+        count = _uint64("count", count)
+        out = _out_rows(out, count, self.dim)
+        return (_LIB.ps_pull_range, (self.id, first, count, _addr(out), None,
+                                     None), (out,), out)
+
+    def _push_range(self, first: int, vals: np.ndarray):
+        first = _uint64("first", first)
+        count = _count_rows("vals", vals, self.dim)
+        return (_LIB.ps_push_range, (self.id, first, count, _addr(vals), None,
+                                     None), (vals,), None)
+
+    def pull(self, keys: np.ndarray, out: Optional[np.ndarray] = None
+             ) -> np.ndarray:
+        """Pulls the rows of ``keys`` into ``out`` and returns ``out``.
+
+        ``out``: float32 of shape (n, dim) or (n*dim,); None allocates an
+        (n, dim) array. A sparse key never pushed reads its seeded initial
+        row.
+        """
+        return self._client._call(*self._pull(keys, out))
+
+    def push(self, keys: np.ndarray, grads: np.ndarray) -> None:
+        """Pushes ``grads`` (float32, (n, dim) or (n*dim,)) to the rows of
+        ``keys``; the table's updater applies them on the servers."""
+        self._client._call(*self._push(keys, grads))
+
+    def pushpull(self, keys: np.ndarray, grads: np.ndarray,
+                 out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Pushes ``grads``, then pulls the rows as they are after that push,
+        in one round trip. Returns ``out`` (allocated when None)."""
+        return self._client._call(*self._pushpull(keys, grads, out))
+
+    def pull_range(self, first: int, count: int,
+                   out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Dense tables: pulls rows first..first+count-1 into ``out`` (float32,
+        (count, dim) or (count*dim,); None allocates) and returns it."""
+        return self._client._call(*self._pull_range(first, count, out))
+
+    def push_range(self, first: int, vals: np.ndarray) -> None:
+        """Dense tables: pushes ``vals`` (float32, (count, dim) or
+        (count*dim,)) to rows first..first+count-1."""
+        self._client._call(*self._push_range(first, vals))
+
+    def pull_async(self, keys: np.ndarray, out: Optional[np.ndarray] = None
+                   ) -> Request:
+        """``pull`` without waiting; ``Request.wait()`` returns ``out``."""
+        return self._client._submit(*self._pull(keys, out))
+
+    def push_async(self, keys: np.ndarray, grads: np.ndarray) -> Request:
+        """``push`` without waiting. ``grads`` must not change until the
+        request completed."""
+        return self._client._submit(*self._push(keys, grads))
+
+    def pushpull_async(self, keys: np.ndarray, grads: np.ndarray,
+                       out: Optional[np.ndarray] = None) -> Request:
+        """``pushpull`` without waiting; ``Request.wait()`` returns ``out``."""
+        return self._client._submit(*self._pushpull(keys, grads, out))
+
+    def pull_range_async(self, first: int, count: int,
+                         out: Optional[np.ndarray] = None) -> Request:
+        """``pull_range`` without waiting; ``Request.wait()`` returns
+        ``out``."""
+        return self._client._submit(*self._pull_range(first, count, out))
+
+    def push_range_async(self, first: int, vals: np.ndarray) -> Request:
+        """``push_range`` without waiting. ``vals`` must not change until the
+        request completed."""
+        return self._client._submit(*self._push_range(first, vals))
+
+
+# ---- the client -------------------------------------------------------------
+
+def default_options() -> Dict[str, int]:
+    """The library's defaults (ps_options_init) for connect()'s options."""
+    o = _lib.default_options(_LIB)
+    return {name: getattr(o, name) for name in _lib.OPTION_NAMES}
+
+
+_INT_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_int) - 1)) - 1
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+
+
+class Client:
+    """A connection to a psd cluster; made by ``psclient.connect``.
+
+    Use it as a context manager, or call ``close()``. Its methods may be
+    called from several threads; each blocking one releases the GIL.
+    """
+
+    def __init__(self, servers_or_ini: Union[str, os.PathLike],
+                 worker: int = -1, auth_token: Union[str, bytes, None] = None,
+                 **options: Optional[int]) -> None:
+        """Same arguments as ``psclient.connect``."""
+        self.servers = os.fspath(servers_or_ini)
+        self._h: Optional[int] = None
+        self._cv = threading.Condition()
+        self._busy = 0             # calls into the library now running
+        self._closing = False
+        self._pending: Dict[int, Request] = {}   # ts -> status still unread
+        self._tables: Dict[str, Table] = {}
+
+        fields: Dict[str, Optional[int]] = {"worker": worker}
+        for name, value in options.items():
+            if name not in _lib.OPTION_NAMES or name == "worker":
+                raise TypeError(f"connect() got an unexpected keyword "
+                                f"argument {name!r}")
+            fields[name] = value
+        for name, value in fields.items():
+            if value is None:
+                continue
+            try:
+                value = operator.index(value)
+            except TypeError:
+                raise TypeError(f"{name}: expected an int, got "
+                                f"{_describe(value)}") from None
+            top = (_SIZE_MAX if name == "max_inflight_bytes" else _INT_MAX)
+            low = 0 if name == "max_inflight_bytes" else -_INT_MAX - 1
+            if not low <= value <= top:
+                raise ValueError(f"{name}: {value} is out of range")
+            fields[name] = value
+        if isinstance(auth_token, str):
+            auth_token = auth_token.encode()
+        opts = _lib.make_options(_LIB, auth_token, **fields)
+        self.worker: int = opts.worker
+
+        h = ctypes.c_void_p()
+        rc = _LIB.ps_open(ctypes.byref(h), self.servers.encode(),
+                          ctypes.byref(opts))
+        if rc != PS_OK:
+            raise _error(rc, f"cannot connect to {self.servers} (libpsclient "
+                             f"printed the reason on stderr)")
+        self._h = h.value
+
+    # -- lifetime --
+
+    def close(self) -> None:
+        """Waits for calls running in other threads and for every
+        outstanding request (reading their statuses, so ``Request.wait()``
+        still answers afterwards), leaves the training if this client is a
+        worker, and disconnects. Closing twice is a no-op."""
+        with self._cv:
+            if self._h is None:
+                return
+            self._closing = True
+            while self._busy:
+                self._cv.wait()
+            # Nothing else runs on the handle from here on: new calls see
+            # _closing and fail, status reads wait for _h to go away.
+            h = self._h
+            _LIB.ps_wait_all(h)
+            for req in list(self._pending.values()):
+                self._read_status(h, req)
+            self._pending.clear()
+            _LIB.ps_close(h)
+            self._h = None
+            self._cv.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""
+        return self._h is None or self._closing
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        who = f"worker {self.worker}" if self.worker >= 0 else "reader"
+        return f"<psclient.Client {self.servers!r} {who}, {state}>"
+
+    # -- calls --
+
+    def _acquire(self, status_read: bool = False) -> Optional[int]:
+        """Returns the handle and counts a running call, or raises
+        ClosedError. A status read during close() waits for it to finish
+        and returns None: close() read that status meanwhile."""
+        with self._cv:
+            if status_read:
+                while self._closing and self._h is not None:
+                    self._cv.wait()
+                if self._h is None:
+                    return None
+            elif self._h is None or self._closing:
+                raise ClosedError(PS_ECLOSED, "the client was closed")
+            self._busy += 1
+            return self._h
+
+    def _release(self) -> None:
+        with self._cv:
+            self._busy -= 1
+            if self._busy == 0 and self._closing:
+                self._cv.notify_all()
+
+    def _fail(self, h: int, code: int) -> Error:
+        """The exception for code, with this thread's ps_last_error text."""
+        return _error(code, _LIB.ps_last_error(h).decode("utf-8", "replace"))
+
+    def _call(self, fn, args: Sequence[object], bufs: Tuple[np.ndarray, ...],
+              out: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        """Issues a request and waits for it. bufs stay referenced by the
+        caller's frame until then."""
+        h = self._acquire()
+        try:
+            ts = fn(h, *args)
+            if ts < 0:
+                raise self._fail(h, ts)
+            st = _LIB.ps_wait(h, ts)
+            if st != PS_OK:
+                raise self._fail(h, st)
+        finally:
+            self._release()
+        return out
+
+    def _submit(self, fn, args: Sequence[object],
+                bufs: Tuple[np.ndarray, ...],
+                out: Optional[np.ndarray]) -> Request:
+        """Issues a request and returns its handle, registered as unread
+        so that its arrays stay alive until its status is read."""
+        h = self._acquire()
+        try:
+            ts = fn(h, *args)
+            if ts < 0:
+                raise self._fail(h, ts)
+            req = Request(self, ts, bufs, out)
+            with self._cv:
+                self._pending[ts] = req
+                oldest = (next(iter(self._pending.values()))
+                          if len(self._pending) > _MAX_UNREAD else None)
+        finally:
+            self._release()
+        if oldest is not None:
+            # Memory stays bounded however many handles are dropped
+            # unread: read the oldest status (usually complete already).
+            self._settle(oldest)
+        return req
+
+    def _read_status(self, h: int, req: Request) -> None:
+        """ps_wait for req on handle h; records the status and lets go of
+        its arrays. Called with h in use (counted busy, or by close)."""
+        st = _LIB.ps_wait(h, req.ts)
+        msg = _LIB.ps_last_error(h).decode("utf-8", "replace") if st else ""
+        with self._cv:
+            if req._status is None:
+                req._status, req._message = st, msg
+            req._bufs = None
+            self._pending.pop(req.ts, None)
+
+    def _settle(self, req: Request) -> None:
+        h = self._acquire(status_read=True)
+        if h is None:                    # close() read it
+            return
+        try:
+            self._read_status(h, req)
+        finally:
+            self._release()
+
+    def _simple(self, fn) -> None:
+        h = self._acquire()
+        try:
+            st = fn(h)
+            if st != PS_OK:
+                raise self._fail(h, st)
+        finally:
+            self._release()
+
+    def table(self, name: str) -> Table:
+        """The table called ``name``; raises TableError if the cluster has
+        none."""
+        t = self._tables.get(name)
+        if t is not None:
+            return t
+        info = _lib.PsTableInfo()
+        h = self._acquire()
+        try:
+            rc = _LIB.ps_table(h, name.encode(), ctypes.byref(info))
+            if rc < 0:
+                raise self._fail(h, rc)
+        finally:
+            self._release()
+        t = self._tables[name] = Table(self, name, info)
+        return t
+
+    def wait_all(self) -> None:
+        """Blocks until every request issued so far completed. Raises the
+        first error among the requests that completed since the previous
+        wait_all (ps_wait_all), after reading the status of each."""
+        with self._cv:
+            issued = list(self._pending.values())
+        h = self._acquire()
+        try:
+            st = _LIB.ps_wait_all(h)
+            err = self._fail(h, st) if st != PS_OK else None
+            for req in issued:           # complete: ps_wait returns at once
+                self._read_status(h, req)
+        finally:
+            self._release()
+        if err is not None:
+            raise err
+
+    def clock(self) -> None:
+        """This worker finished its current iteration (ps_clock). On a
+        cluster with bsp tables it returns once every live worker has, and
+        the iteration's pushes were applied. Workers only."""
+        self._simple(_LIB.ps_clock)
+
+    def barrier(self) -> None:
+        """Returns once every live worker has called barrier() as often
+        (ps_barrier). Workers only."""
+        self._simple(_LIB.ps_barrier)
+
+
+def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
+            auth_token: Union[str, bytes, None] = None, *,
+            connect_timeout_ms: Optional[int] = None,
+            request_timeout_ms: Optional[int] = None,
+            max_retries: Optional[int] = None,
+            batch_delay_us: Optional[int] = None,
+            max_inflight_bytes: Optional[int] = None,
+            sync_timeout_ms: Optional[int] = None) -> Client:
+    """Connects to a psd cluster and returns a Client (ps_open).
+
+    ``servers_or_ini``: "host:port[,host:port...]" of any psd nodes (the
+    layout is fetched from them), or the path of the cluster's ini file.
+    ``worker``: 0..workers-1 for clients that train bsp/ssp tables, -1 for
+    a reader that nobody waits for. The other options are those of
+    ``struct ps_options``; None keeps the library's default (see
+    ``default_options()``). ``auth_token`` is passed to the library as is.
+    Raises an Error subclass (ConnectionError, TimeoutError, AuthError,
+    InvalidError...) when the connection cannot be made.
+    """
+    return Client(servers_or_ini, worker, auth_token,
+                  connect_timeout_ms=connect_timeout_ms,
+                  request_timeout_ms=request_timeout_ms,
+                  max_retries=max_retries, batch_delay_us=batch_delay_us,
+                  max_inflight_bytes=max_inflight_bytes,
+                  sync_timeout_ms=sync_timeout_ms)

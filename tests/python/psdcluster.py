@@ -1,0 +1,142 @@
+"""Real psd processes on free loopback ports for the Python binding's tests.
+
+The same approach as tests/cluster.c: an ini file with free ports in a
+temporary folder, one ``$PSD_BIN -c INI -n I`` per node, each waited for
+until it accepts connections and killed when the test process dies
+(PR_SET_PDEATHSIG), so a failing or crashing test leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from typing import List, Optional
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A port the kernel just handed out: free now, and unlikely to be
+    handed out again within the second it takes psd to bind it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _psd_bin() -> str:
+    psd = os.environ.get("PSD_BIN")
+    if not psd:
+        raise RuntimeError("PSD_BIN is not set: run tests/test_python.sh, "
+                           "or set it to the psd to test")
+    return psd
+
+
+class Cluster:
+    """A psd cluster of ``nodes`` nodes on loopback.
+
+    ``tables`` is ini text for the tables (and any [server] settings),
+    ``cluster_lines`` extra lines of the [cluster] section. ``spec`` is the
+    "host:port,..." string, ``ini`` the file's path. ``close()`` stops every
+    node and reports the ones that did not exit cleanly.
+    """
+
+    def __init__(self, tables: str, nodes: int = 2, shards: int = 4,
+                 cluster_lines: str = "workers = 2\n") -> None:
+        self.dir = tempfile.mkdtemp(prefix="psd-pytest-")
+        self.ini = os.path.join(self.dir, "cluster.ini")
+        self.ports = [free_port() for _ in range(nodes)]
+        self.spec = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        with open(self.ini, "w") as f:
+            f.write("[cluster]\nnodes = " +
+                    ", ".join(f"127.0.0.1:{p}" for p in self.ports) +
+                    f"\nshards = {shards}\n{cluster_lines}\n{tables}\n")
+        self.procs: List[Optional[subprocess.Popen]] = []
+        try:
+            for i in range(nodes):
+                self.procs.append(self._start(i))
+            for i in range(nodes):
+                self._wait_up(i)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, i: int) -> subprocess.Popen:
+        parent = os.getpid()
+
+        def die_with_parent() -> None:
+            libc = ctypes.CDLL(None)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:       # the parent died before prctl
+                os._exit(1)
+
+        log = open(self.log_path(i), "ab")
+        try:
+            return subprocess.Popen(
+                [_psd_bin(), "-c", self.ini, "-n", str(i)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                preexec_fn=die_with_parent)
+        finally:
+            log.close()
+
+    def _wait_up(self, i: int) -> None:
+        for _ in range(500):
+            if self.procs[i].poll() is not None:
+                break
+            if port_open(self.ports[i]):
+                return
+            time.sleep(0.01)
+        raise RuntimeError(f"psd node {i} did not come up; its log:\n"
+                           f"{self.log(i)}")
+
+    def log_path(self, i: int) -> str:
+        return os.path.join(self.dir, f"node{i}.log")
+
+    def log(self, i: int) -> str:
+        try:
+            with open(self.log_path(i), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def signal(self, i: int, sig: int) -> None:
+        """Sends sig to node i (SIGSTOP freezes it, SIGCONT thaws it)."""
+        self.procs[i].send_signal(sig)
+
+    def close(self) -> List[str]:
+        """Thaws and SIGTERMs every node, waits up to 10 s each (then
+        SIGKILL), removes the folder. Returns a line per node that did not
+        exit with status 0, with its log."""
+        problems = []
+        for p in self.procs:
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.terminate()
+        for i, p in enumerate(self.procs):
+            if p is None:
+                continue
+            try:
+                rc = p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+                rc = "none: it ignored SIGTERM for 10 s"
+            if rc != 0:
+                problems.append(f"psd node {i} exit status {rc}; its log:\n"
+                                f"{self.log(i)}")
+        self.procs = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return problems

@@ -1,0 +1,608 @@
+"""End-to-end tests of the Python binding (python/psclient) against real
+psd processes: every call, exact sums from several processes, zero-copy
+pulls, argument checks that send nothing, timeouts, and the GIL released
+while a call blocks. Run by tests/test_python.sh."""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import gc
+import multiprocessing
+import os
+import pydoc
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import psclient
+from psclient import _lib
+
+SRC = Path(os.environ.get("PSD_SRC_DIR", Path(__file__).resolve().parents[2]))
+F32 = np.float32
+U64 = np.uint64
+
+
+def keys_of(*ks: int) -> np.ndarray:
+    return np.array(ks, dtype=U64)
+
+
+def addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+# ---- the binding itself -----------------------------------------------------
+
+def test_ps_options_mirrors_the_c_struct_field_by_field(tmp_path):
+    """The ctypes struct has the C struct's size and every field's offset
+    and size, as a C compiler sees client/psclient.h."""
+    fields = [f for f, _ in _lib.PsOptions._fields_]
+    prog = tmp_path / "layout.c"
+    prog.write_text(
+        "#include <stddef.h>\n#include <stdio.h>\n#include \"psclient.h\"\n"
+        "int main(void)\n{\n"
+        "    printf(\"size %zu 0\\n\", sizeof(ps_options));\n" +
+        "".join(f"    printf(\"{f} %zu %zu\\n\", offsetof(ps_options, {f}),"
+                f" sizeof(((ps_options *)0)->{f}));\n" for f in fields) +
+        "    printf(\"info %zu 0\\n\", sizeof(ps_table_info));\n"
+        "    return 0;\n}\n")
+    exe = tmp_path / "layout"
+    subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Werror",
+                    "-I", str(SRC / "client"), "-o", str(exe), str(prog)],
+                   check=True)
+    c_side = {}
+    for line in subprocess.run([str(exe)], check=True, capture_output=True,
+                               text=True).stdout.splitlines():
+        name, a, b = line.split()
+        c_side[name] = (int(a), int(b))
+    py_side = {f: (getattr(_lib.PsOptions, f).offset,
+                   getattr(_lib.PsOptions, f).size) for f in fields}
+    py_side["size"] = (ctypes.sizeof(_lib.PsOptions), 0)
+    py_side["info"] = (ctypes.sizeof(_lib.PsTableInfo), 0)
+    assert py_side == c_side
+
+
+def test_defaults_come_from_ps_options_init():
+    d = psclient.default_options()
+    assert d["worker"] == -1
+    assert set(d) == set(_lib.OPTION_NAMES)
+    assert all(v > 0 for k, v in d.items() if k not in ("worker",
+                                                          "batch_delay_us"))
+    o = _lib.make_options(psclient._LIB, None, request_timeout_ms=123,
+                          max_retries=None)
+    assert (o.request_timeout_ms, o.max_retries) == (123, d["max_retries"])
+    assert o.auth_token is None and not any(o.reserved)
+
+
+def test_auth_token_and_options_reach_ps_open(monkeypatch):
+    """connect() hands the token and every option to ps_open (this
+    release's ps_open refuses tokens; the binding must not)."""
+    seen = {}
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def ps_open(self, handle, servers, opts):
+            o = opts._obj
+            seen.update(servers=servers, token=o.auth_token, worker=o.worker,
+                        sync=o.sync_timeout_ms, inflight=o.max_inflight_bytes)
+            return psclient.PS_EAUTH
+
+    real = psclient._LIB
+    monkeypatch.setattr(psclient, "_LIB", Spy())
+    with pytest.raises(psclient.AuthError) as e:
+        psclient.connect("127.0.0.1:9", worker=3, auth_token="s3cret",
+                         sync_timeout_ms=777, max_inflight_bytes=1 << 40)
+    assert seen == dict(servers=b"127.0.0.1:9", token=b"s3cret", worker=3,
+                        sync=777, inflight=1 << 40)
+    assert isinstance(e.value, PermissionError)
+    assert e.value.code == psclient.PS_EAUTH
+
+
+def test_bad_options_raise_before_connecting():
+    with pytest.raises(TypeError, match="request_timeout_ms: expected an int"):
+        psclient.connect("127.0.0.1:9", request_timeout_ms=1.5)
+    with pytest.raises(ValueError, match="max_retries: .* out of range"):
+        psclient.connect("127.0.0.1:9", max_retries=1 << 40)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        psclient.Client("127.0.0.1:9", color=3)
+
+
+def test_errors_carry_code_and_message_and_match_builtins():
+    e = psclient.TimeoutError(psclient.PS_ETIMEDOUT, "no answer from node 1")
+    assert isinstance(e, psclient.Error)
+    assert isinstance(e, builtins.TimeoutError)
+    assert e.code == psclient.PS_ETIMEDOUT
+    assert e.message == "no answer from node 1"
+    assert str(e).startswith("PS_ETIMEDOUT (")
+    assert str(e).endswith("): no answer from node 1")
+    assert issubclass(psclient.ConnectionError, builtins.ConnectionError)
+    assert issubclass(psclient.KeyError, builtins.KeyError)
+    assert issubclass(psclient.TableError, LookupError)
+    assert issubclass(psclient.InvalidError, ValueError)
+    for name in ("TimeoutError", "ConnectionError", "KeyError"):
+        assert name not in psclient.__all__      # import * shadows nothing
+    import pickle
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is psclient.TimeoutError and back.code == e.code
+
+
+def test_help_documents_every_public_name():
+    text = pydoc.render_doc(psclient, renderer=pydoc.plaintext)
+    for word in ("ctypes", "GIL", "connect(", "PSCLIENT_LIB", "pull_async",
+                 "class Table", "class Request", "PS_ETIMEDOUT"):
+        assert word in text
+    for name in psclient.__all__:
+        obj = getattr(psclient, name)
+        if callable(obj):
+            assert obj.__doc__, name
+        if isinstance(obj, type) and not issubclass(obj, Exception):
+            for attr, member in vars(obj).items():
+                if not attr.startswith("_"):
+                    assert member.__doc__, f"{name}.{attr}"
+
+
+def test_connect_to_nothing_raises_connection_error():
+    port = __import__("psdcluster").free_port()
+    with pytest.raises(psclient.Error) as e:
+        psclient.connect(f"127.0.0.1:{port}", connect_timeout_ms=500)
+    assert e.value.code in (psclient.PS_ECONN, psclient.PS_ETIMEDOUT)
+    assert f"127.0.0.1:{port}" in e.value.message
+
+
+# ---- every call -------------------------------------------------------------
+
+def test_table_reports_its_shape_and_unknown_tables_raise(cluster):
+    with psclient.connect(cluster.spec) as c:
+        d = c.table("dense")
+        assert (d.id, d.name, d.dense, d.rows, d.dim) == (1, "dense", True,
+                                                          100, 3)
+        e = c.table("emb")
+        assert (e.dense, e.dim) == (False, 4)
+        assert c.table("emb") is e
+        with pytest.raises(psclient.TableError, match="nope") as err:
+            c.table("nope")
+        assert err.value.code == psclient.PS_ENOTABLE
+        assert isinstance(err.value, LookupError)
+
+
+def test_connect_takes_the_ini_path_too(cluster):
+    with psclient.connect(Path(cluster.ini)) as c:
+        assert c.table("dense").rows == 100
+
+
+def test_push_then_pull_returns_the_sums(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("emb")
+        k = keys_of(1, 2, 1 << 63, 5)
+        g = np.arange(16, dtype=F32).reshape(4, 4)
+        t.push(k, g)
+        t.push(k, g.ravel())                    # (n*dim,) works too
+        got = t.pull(k)
+        assert got.shape == (4, 4) and got.dtype == F32
+        np.testing.assert_array_equal(got, 2 * g)
+        # Duplicates are allowed, in any order.
+        np.testing.assert_array_equal(t.pull(keys_of(5, 1, 5)),
+                                      2 * g[[3, 0, 3]])
+
+
+def test_pull_of_a_never_pushed_key_reads_its_seeded_row(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("seeded")
+        a = t.pull(keys_of(11, 12))
+        assert ((a >= 1) & (a <= 2)).all()
+        np.testing.assert_array_equal(t.pull(keys_of(12, 11)), a[::-1])
+
+
+def test_pushpull_returns_the_rows_after_the_push(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("emb")
+        k = keys_of(7, 8, 9)
+        one = np.ones((3, 4), F32)
+        np.testing.assert_array_equal(t.pushpull(k, one), one)
+        np.testing.assert_array_equal(t.pushpull(k, one), 2 * one)
+
+
+def test_ranges_cover_rows_on_both_nodes(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("dense")
+        v = np.arange(100 * 3, dtype=F32).reshape(100, 3)
+        t.push_range(0, v)
+        t.push_range(10, v[10:20].ravel())
+        got = t.pull_range(0, 100)
+        want = v.copy()
+        want[10:20] *= 2
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(t.pull_range(95, 5), want[95:])
+        # Keyed pulls read the same rows of a dense table.
+        np.testing.assert_array_equal(t.pull(keys_of(99, 0, 15)),
+                                      want[[99, 0, 15]])
+
+
+def test_rows_outside_a_dense_table_raise_key_error(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("dense")
+        with pytest.raises(psclient.KeyError, match="outside table 'dense'"):
+            t.pull_range(99, 2)
+        with pytest.raises(psclient.KeyError, match="no row 100"):
+            t.push(keys_of(100), np.zeros(3, F32))
+        with pytest.raises(psclient.InvalidError, match="sparse"):
+            c.table("emb").pull_range(0, 1)
+
+
+def test_async_calls_return_requests_numbered_by_one(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t, d = c.table("emb"), c.table("dense")
+        k = keys_of(3, 4)
+        g = np.full((2, 4), 2, F32)
+        r1 = t.push_async(k, g)
+        r2 = t.pushpull_async(k, g)
+        r3 = t.pull_async(k)
+        r4 = d.push_range_async(0, np.ones((2, 3), F32))
+        r5 = d.pull_range_async(0, 2)
+        assert [r.ts for r in (r2, r3, r4, r5)] == [r1.ts + i
+                                                     for i in range(1, 5)]
+        assert r1.wait() is None and r4.wait() is None
+        assert r2.wait().shape == (2, 4)
+        np.testing.assert_array_equal(r3.wait(), 4 * np.ones((2, 4)))
+        np.testing.assert_array_equal(r5.wait(), np.ones((2, 3)))
+        assert r3.done and r3.wait() is r3.wait()       # waiting again is fine
+        assert "ok" in repr(r3)
+
+
+def test_wait_all_completes_every_request(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("emb")
+        k = keys_of(21, 22, 23)
+        outs = []
+        for _ in range(10):
+            t.push_async(k, np.ones((3, 4), F32))
+        for _ in range(3):
+            outs.append(np.zeros((3, 4), F32))
+            t.pull_async(k, out=outs[-1])
+        c.wait_all()
+        np.testing.assert_array_equal(t.pull(k), 10 * np.ones((3, 4)))
+
+
+# ---- arrays: no copies, kept alive, checked ---------------------------------
+
+def test_pulls_write_into_the_given_out_without_a_copy(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t, d = c.table("emb"), c.table("dense")
+        k = keys_of(31, 32)
+        t.push(k, np.ones((2, 4), F32))
+        cases = [
+            lambda o: t.pull(k, out=o),
+            lambda o: t.pushpull(k, np.zeros((2, 4), F32), out=o),
+            lambda o: t.pull_async(k, out=o).wait(),
+        ]
+        for shape in ((2, 4), (8,)):
+            for call in cases:
+                out = np.full(shape, -1, F32)
+                where = addr(out)
+                got = call(out)
+                assert got is out
+                assert addr(got) == where and np.shares_memory(got, out)
+                np.testing.assert_array_equal(got, np.ones(shape))
+        out = np.full((5, 3), -1, F32)
+        got = d.pull_range(0, 5, out=out)
+        assert got is out and addr(got) == addr(out)
+        assert (out == 0).all()
+        # A view into a bigger array is written in place as well.
+        big = np.full((10, 4), -1, F32)
+        t.pull(k, out=big[3:5])
+        np.testing.assert_array_equal(big[3:5], np.ones((2, 4)))
+        assert (big[:3] == -1).all() and (big[5:] == -1).all()
+
+
+def test_a_request_keeps_its_arrays_alive_until_it_completed(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("emb")
+        k = keys_of(41)
+        grads = np.full(4, 3, F32)
+        alive = weakref.ref(grads)
+        req = t.push_async(k, grads)
+        del grads
+        gc.collect()
+        assert alive() is not None
+        req.wait()
+        gc.collect()
+        assert alive() is None
+        # A dropped handle: its arrays stay alive until the client reads its
+        # status, and the client does not keep more than 1024 unread.
+        refs = []
+        for _ in range(1500):
+            g = np.ones(4, F32)
+            refs.append(weakref.ref(g))
+            t.push_async(k, g)
+        del g
+        gc.collect()
+        assert sum(r() is not None for r in refs) <= 1025
+        c.wait_all()
+        gc.collect()
+        assert sum(r() is not None for r in refs) == 0
+        np.testing.assert_array_equal(t.pull(k), np.full((1, 4), 1503))
+
+
+BAD_CALLS = [
+    # (what, call(t, d, k, g), exception, text)
+    ("keys as a list", lambda t, d, k, g: t.pull([1, 2]),
+     TypeError, "keys: expected a numpy array of dtype uint64, got a list"),
+    ("int64 keys", lambda t, d, k, g: t.pull(k.astype(np.int64)),
+     TypeError, "dtype uint64, got an array of dtype int64"),
+    ("big-endian keys", lambda t, d, k, g: t.pull(k.astype(">u8")),
+     TypeError, "dtype uint64"),
+    ("strided keys", lambda t, d, k, g: t.pull(np.repeat(k, 2)[::2]),
+     TypeError, "C-contiguous"),
+    ("2-D keys", lambda t, d, k, g: t.pull(k.reshape(2, 1)),
+     ValueError, "one dimension"),
+    ("float64 grads", lambda t, d, k, g: t.push(k, g.astype(np.float64)),
+     TypeError, "grads: expected a numpy array of dtype float32"),
+    ("Fortran-order grads", lambda t, d, k, g: t.push(k, np.asfortranarray(g)),
+     TypeError, "C-contiguous"),
+    ("unaligned grads", lambda t, d, k, g: t.push(
+        k, np.frombuffer(bytearray(33), F32, count=8, offset=1)),
+     TypeError, "aligned"),
+    ("grads of the wrong shape", lambda t, d, k, g: t.push(k, g[:, :3].copy()),
+     ValueError, "grads: expected shape (2, 4) or (8,), got (2, 3)"),
+    ("out of the wrong shape", lambda t, d, k, g: t.pull(k, out=g[:1].copy()),
+     ValueError, "out: expected shape (2, 4)"),
+    ("float64 out", lambda t, d, k, g: t.pull(k, out=np.zeros((2, 4))),
+     TypeError, "out: expected a numpy array of dtype float32"),
+    ("broadcast out", lambda t, d, k, g: t.pull(
+        k, out=np.broadcast_to(F32(0), (2, 4))), TypeError, "C-contiguous"),
+    ("read-only out", lambda t, d, k, g: t.pull(
+        k, out=np.frombuffer(bytes(32), F32).reshape(2, 4)),
+     ValueError, "out: the array is read-only"),
+    ("pushpull out of the wrong shape", lambda t, d, k, g: t.pushpull_async(
+        k, g, out=np.zeros(9, F32)), ValueError, "out: expected shape"),
+    ("range vals not whole rows", lambda t, d, k, g: d.push_range(
+        0, np.zeros(7, F32)), ValueError, "vals: expected shape (count, 3)"),
+    ("negative count", lambda t, d, k, g: d.pull_range(0, -1),
+     ValueError, "count: -1 is not in"),
+    ("first as a string", lambda t, d, k, g: d.pull_range_async("0", 1),
+     TypeError, "first: expected an int, got a str"),
+]
+
+
+@pytest.mark.parametrize("what,call,exc,text", BAD_CALLS,
+                         ids=[b[0] for b in BAD_CALLS])
+def test_bad_arrays_raise_before_anything_is_sent(cluster, what, call, exc,
+                                                  text):
+    """The check fails before the library is called: the next request
+    takes the very next timestamp, and the table is untouched."""
+    with psclient.connect(cluster.spec) as c:
+        t, d = c.table("emb"), c.table("dense")
+        k = keys_of(51, 52)
+        g = np.ones((2, 4), F32)
+        before = t.pull_async(k)
+        before.wait()
+        with pytest.raises(exc) as e:
+            call(t, d, k, g)
+        assert text in str(e.value)
+        assert not isinstance(e.value, psclient.Error)
+        after = t.pull_async(k)
+        assert after.ts == before.ts + 1
+        assert (after.wait() == 0).all()
+        assert (d.pull_range(0, 100) == 0).all()
+
+
+# ---- several processes and threads ------------------------------------------
+
+def push_ones(spec: str, rounds: int) -> int:
+    """One worker process: pushes +1 to every key of `emb` and every row of
+    `dense` `rounds` times, through each kind of call."""
+    import numpy as np
+    import psclient
+    keys = np.arange(64, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    with psclient.connect(spec) as c:
+        t, d = c.table("emb"), c.table("dense")
+        ones = np.ones((64, t.dim), np.float32)
+        rows = np.ones((d.rows, d.dim), np.float32)
+        pending = []
+        for r in range(rounds):
+            if r % 3 == 0:
+                t.push(keys, ones)
+            elif r % 3 == 1:
+                pending.append(t.push_async(keys, ones))
+            else:
+                t.pushpull(keys, ones)
+            pending.append(d.push_range_async(0, rows))
+        for req in pending:
+            req.wait()
+    return rounds
+
+
+def test_four_processes_pushing_one_give_exact_sums(cluster):
+    rounds = 30
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        done = pool.starmap_async(push_ones, [(cluster.spec, rounds)] * 4)
+        assert done.get(timeout=120) == [rounds] * 4
+    keys = np.arange(64, dtype=U64) * U64(0x9E3779B97F4A7C15)
+    with psclient.connect(cluster.spec) as c:
+        got = c.table("emb").pull(keys)
+        np.testing.assert_array_equal(got, np.full((64, 4), 4 * rounds))
+        dense = c.table("dense").pull_range(0, 100)
+        np.testing.assert_array_equal(dense, np.full((100, 3), 4 * rounds))
+
+
+def test_threads_share_one_client(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("emb")
+        k = keys_of(61, 62, 63)
+
+        def work(i):
+            for _ in range(50):
+                t.push(k, np.ones((3, 4), F32))
+                t.pull(k)
+            return i
+
+        with ThreadPoolExecutor(4) as ex:
+            assert sorted(ex.map(work, range(4))) == [0, 1, 2, 3]
+        np.testing.assert_array_equal(t.pull(k), np.full((3, 4), 200))
+
+
+BSP = """
+[table.bsp]
+kind = sparse
+dim = 2
+updater = sum
+consistency = bsp
+"""
+
+
+def test_bsp_clock_applies_each_iteration_once_and_barrier_joins(make_cluster):
+    cl = make_cluster(BSP, cluster_lines="workers = 2\n")
+    k = keys_of(1, 2, 3)
+    with psclient.connect(cl.spec) as reader:
+        with pytest.raises(psclient.InvalidError, match="not a worker"):
+            reader.clock()
+        t = reader.table("bsp")
+
+        def worker(i):
+            seen = []
+            with psclient.connect(cl.spec, worker=i,
+                                  sync_timeout_ms=60000) as c:
+                assert c.worker == i
+                tw = c.table("bsp")
+                for step in range(1, 4):
+                    tw.push(k, np.full((3, 2), i + 1, F32))
+                    c.clock()
+                    seen.append(tw.pull(k))
+                c.barrier()
+            return seen
+
+        with ThreadPoolExecutor(2) as ex:
+            f0 = ex.submit(worker, 0)
+            # Nothing is applied before both workers clocked.
+            np.testing.assert_array_equal(t.pull(k), np.zeros((3, 2)))
+            f1 = ex.submit(worker, 1)
+            seen = [f0.result(timeout=120), f1.result(timeout=120)]
+        for s in seen:
+            for step, got in enumerate(s, 1):
+                np.testing.assert_array_equal(got, np.full((3, 2), 3 * step))
+        np.testing.assert_array_equal(t.pull(k), np.full((3, 2), 9))
+
+
+def test_clock_on_an_async_cluster_is_invalid(cluster):
+    with psclient.connect(cluster.spec, worker=0) as c:
+        with pytest.raises(psclient.InvalidError, match="no bsp or ssp"):
+            c.clock()
+
+
+SSP = """
+[table.ssp]
+kind = sparse
+dim = 1
+updater = sum
+consistency = ssp
+staleness = 0
+"""
+
+
+def test_gil_is_released_while_a_pull_is_held(make_cluster):
+    """Worker 0 is a clock ahead, so with staleness 0 its pull is held on
+    the servers until worker 1 clocks. That clock comes from this Python
+    thread while the pull blocks in another: it could never be made if the
+    pull held the GIL (the pull would end only at sync_timeout_ms)."""
+    cl = make_cluster(SSP, cluster_lines="workers = 2\n")
+    k = keys_of(5)
+    with psclient.connect(cl.spec, worker=0, sync_timeout_ms=20000) as w0, \
+            psclient.connect(cl.spec, worker=1, sync_timeout_ms=20000) as w1:
+        t0 = w0.table("ssp")
+        t0.push(k, np.ones(1, F32))
+        w0.clock()                               # worker 0 at clock 1
+        started = threading.Event()
+        result = {}
+
+        def held_pull():
+            started.set()
+            try:
+                result["rows"] = t0.pull(k)
+            except BaseException as e:           # reported below
+                result["error"] = e
+
+        counter = [0]
+        stop = threading.Event()
+
+        def count():
+            while not stop.is_set():
+                counter[0] += 1
+
+        puller = threading.Thread(target=held_pull)
+        counting = threading.Thread(target=count)
+        puller.start()
+        counting.start()
+        try:
+            assert started.wait(10)
+            time.sleep(0.5)                      # let the pull reach psd
+            before = counter[0]
+            time.sleep(0.2)
+            assert puller.is_alive(), f"the pull was not held: {result}"
+            assert counter[0] > before           # Python ran meanwhile
+            w1.clock()                           # releases the pull
+            puller.join(30)
+        finally:
+            stop.set()
+            counting.join()
+        assert not puller.is_alive()
+        assert "error" not in result, result.get("error")
+        np.testing.assert_array_equal(result["rows"], [[1]])
+
+
+# ---- failures ---------------------------------------------------------------
+
+def test_a_frozen_server_surfaces_as_timeout_error(make_cluster):
+    cl = make_cluster()
+    with psclient.connect(cl.spec, request_timeout_ms=300, max_retries=0,
+                          connect_timeout_ms=300) as c:
+        d = c.table("dense")
+        d.push_range(0, np.ones((100, 3), F32))
+        cl.signal(1, signal.SIGSTOP)
+        try:
+            with pytest.raises(psclient.TimeoutError) as e:
+                d.pull_range(0, 100)             # rows on both nodes
+            assert isinstance(e.value, builtins.TimeoutError)
+            assert e.value.code == psclient.PS_ETIMEDOUT
+            assert "PS_ETIMEDOUT" in str(e.value) and e.value.message
+            req = d.pull_range_async(0, 100)
+            with pytest.raises(psclient.TimeoutError):
+                req.wait()
+            with pytest.raises(psclient.TimeoutError):
+                c.wait_all()                     # the errors since connect
+            unread = d.pull_range_async(0, 100)
+            with pytest.raises(psclient.TimeoutError):
+                c.wait_all()                     # this one's
+            assert unread.done
+            with pytest.raises(psclient.TimeoutError):
+                unread.wait()
+        finally:
+            cl.signal(1, signal.SIGCONT)
+        # The node is back: the client talks to it again.
+        np.testing.assert_array_equal(d.pull_range(0, 100),
+                                      np.ones((100, 3)))
+
+
+def test_closed_client_refuses_calls_and_still_answers_requests(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("emb")
+        out = np.zeros((1, 4), F32)
+        t.push(keys_of(71), np.ones((1, 4), F32))
+        req = t.pull_async(keys_of(71), out=out)
+        assert not c.closed
+    assert c.closed
+    assert req.wait() is out and (out == 1).all()      # read at close
+    with pytest.raises(psclient.ClosedError):
+        t.pull(keys_of(71))
+    with pytest.raises(psclient.ClosedError):
+        c.table("dense")
+    c.close()                                           # twice: no-op
