@@ -20,18 +20,20 @@ CSTD  := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN  := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
          -Wpointer-arith -Wwrite-strings -Wformat=2 -Wundef -Wcast-align=strict
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(MATH) $(SAN) -Iclient $(CFLAGS) \
-             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih 2>/dev/null)
+             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih libisal 2>/dev/null)
 LDFLAGS_ALL = $(SAN) $(LDFLAGS)
 
 LIBS_UV  = $(shell pkg-config --libs libuv)
-LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC))
+# proto/ needs msgpack-c and ISA-L (CRC32C of every frame, ~40 GB/s).
+LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal)
 LIBS_INI = $(shell pkg-config --libs inih)
 LIBS_CM  = $(shell pkg-config --libs cmocka)
 
 PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c
 DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
-              daemon/sync.c daemon/node.c daemon/request.c daemon/conn.c daemon/server.c
-CLIENT_SRC := client/slice.c client/customer.c client/io.c client/client.c \
+              daemon/sync.c daemon/dedup.c daemon/node.c daemon/request.c \
+              daemon/conn.c daemon/server.c
+CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/map.c
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(BUILD)/%.o)
@@ -44,8 +46,8 @@ ALIB     := $(BUILD)/libpsclient.a
 PCFILE   := $(BUILD)/psclient.pc
 EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp $(BUILD)/reuters_lr
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
-              $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_slice \
-              $(BUILD)/test_arff
+              $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_dedup \
+              $(BUILD)/test_slice $(BUILD)/test_arff
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
@@ -56,7 +58,8 @@ all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES)
 
 # ---- dependencies ---------------------------------------------------------
 # pkg-config name -> Debian package. Checked once per build tree.
-DEB_PKGS := libuv:libuv1-dev msgpack:libmsgpack-dev inih:libinih-dev cmocka:libcmocka-dev
+DEB_PKGS := libuv:libuv1-dev msgpack:libmsgpack-dev inih:libinih-dev \
+            libisal:libisal-dev cmocka:libcmocka-dev
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
@@ -161,9 +164,11 @@ $(BUILD)/test_table: $(BUILD)/tests/test_table.o $(D)/table.o $(D)/updater.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
 $(BUILD)/test_sync: $(BUILD)/tests/test_sync.o $(D)/sync.o $(D)/log.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
-$(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o \
+$(BUILD)/test_dedup: $(BUILD)/tests/test_dedup.o $(D)/dedup.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
+$(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD)/client/stats.o \
                      $(BUILD)/client/customer.o $(BUILD)/client/map.o $(PROTO_OBJ)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_CM) -lpthread
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
 $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
 

@@ -31,6 +31,7 @@ _Static_assert((int)PS_ETOOBIG == (int)PSW_ETOOBIG, "PS_ETOOBIG");
 _Static_assert((int)PS_ECLOSED == (int)PSW_ECLOSED, "PS_ECLOSED");
 _Static_assert((int)PS_ESERVER == (int)PSW_ESERVER, "PS_ESERVER");
 _Static_assert((int)PS_ENOTOWNER == (int)PSW_ENOTOWNER, "PS_ENOTOWNER");
+_Static_assert((int)PS_EBUSY == (int)PSW_EBUSY, "PS_EBUSY");
 
 /* ---- errors --------------------------------------------------------- */
 
@@ -129,7 +130,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     }
     pthread_mutex_init(&c->open_mu, NULL);
     pthread_cond_init(&c->open_cv, NULL);
-    psc_customer_init(&c->cu, c->opt.max_inflight_bytes);
+    psc_customer_init(&c->cu, c->opt.max_inflight_bytes, &c->stats);
     psc_addr *seeds;
     int nseeds;
     int rc = psc_nodes_parse(servers, &seeds, &nseeds, err, sizeof err);
@@ -332,8 +333,12 @@ static int control(ps_client *c, int op, int node, uint64_t value)
         psc_set_error(c, "out of memory");
         return rc;
     }
+    uint64_t t0 = uv_hrtime();
     ps_ts ts = submit(c, r, NULL, NULL);
-    return ts < 0 ? (int)ts : ps_wait(c, ts);
+    rc = ts < 0 ? (int)ts : ps_wait(c, ts);
+    if (op != PSW_OP_LEAVE)
+        psc_add_shared(&c->stats.sync_wait_ns, uv_hrtime() - t0);
+    return rc;
 }
 
 /* Whether the cluster has a table whose consistency is not async. */
@@ -367,6 +372,96 @@ int ps_clock(ps_client *c)
     }
     uint64_t next = __atomic_add_fetch(&c->clock, 1, __ATOMIC_RELAXED);
     return control(c, PSW_OP_CLOCK, -1, next);
+}
+
+/* ---- statistics ------------------------------------------------------ */
+
+/* Requests as the Customer counted them, with the wire counters of the
+ * node(s) added. */
+static int collect(ps_client *c, int node, ps_stats_t *out)
+{
+    if (!c || !out)
+        return PS_EINVAL;
+    psc_stats wire, all;
+    if (psc_io_stats(c, node, &wire))
+        return PS_EINVAL;
+    if (node < 0) {
+        psc_stats_since(&c->stats, &c->stats_base, &all);
+        for (int k = 0; k < PS_STAT_KINDS; k++)
+            all.op[k].parts = wire.op[k].parts;
+        all.frames_sent = wire.frames_sent;
+        all.frames_received = wire.frames_received;
+        all.bytes_sent = wire.bytes_sent;
+        all.bytes_received = wire.bytes_received;
+        all.payload_sent = wire.payload_sent;
+        all.payload_received = wire.payload_received;
+        all.timeouts = wire.timeouts;
+        all.resends = wire.resends;
+        all.duplicates = wire.duplicates;
+        all.reconnects = wire.reconnects;
+    } else
+        all = wire;
+    psc_stats_export(&all, out);
+    return 0;
+}
+
+int ps_stats(ps_client *c, ps_stats_t *out)
+{
+    return collect(c, -1, out);
+}
+
+int ps_stats_node(ps_client *c, int node, ps_stats_t *out)
+{
+    return node < 0 ? PS_EINVAL : collect(c, node, out);
+}
+
+void ps_stats_reset(ps_client *c)
+{
+    static const psc_stats zero;
+    if (!c)
+        return;
+    psc_stats_since(&c->stats, &zero, &c->stats_base);
+    psc_io_stats_reset(c);
+}
+
+static const char *const kind_names[PS_STAT_KINDS] = {
+    "push", "pull", "pushpull", "push_range", "pull_range", "clock", "barrier"
+};
+
+int ps_stats_format(const ps_stats_t *s, char *buf, size_t len)
+{
+    size_t at = 0;
+    int n;
+#define PUT(...)                                                            \
+    do {                                                                    \
+        n = snprintf(buf + (at < len ? at : len), at < len ? len - at : 0, \
+                     __VA_ARGS__);                                          \
+        if (n > 0)                                                          \
+            at += (size_t)n;                                                \
+    } while (0)
+    if (len)
+        buf[0] = '\0';
+    for (int k = 0; k < PS_STAT_KINDS; k++) {
+        const ps_op_stats *o = &s->op[k];
+        if (!o->requests)
+            continue;
+        PUT("%s%s %llu p50 %.0f us p99 %.0f us", at ? ", " : "", kind_names[k],
+            (unsigned long long)o->requests, o->p50_us, o->p99_us);
+        if (o->errors)
+            PUT(" (%llu failed)", (unsigned long long)o->errors);
+    }
+    uint64_t wire = s->bytes_sent + s->bytes_received;
+    uint64_t payload = s->payload_sent + s->payload_received;
+    PUT("%soverhead %.1f%%, resends %llu, timeouts %llu", at ? ", " : "",
+        wire && wire >= payload ? 100.0 * (double)(wire - payload) /
+                                      (double)wire : 0.0,
+        (unsigned long long)s->resends, (unsigned long long)s->timeouts);
+    if (s->reconnects)
+        PUT(", reconnects %llu", (unsigned long long)s->reconnects);
+    if (s->backpressure_us)
+        PUT(", blocked %.1f ms", (double)s->backpressure_us / 1000.0);
+#undef PUT
+    return (int)at;
 }
 
 int ps_barrier(ps_client *c)

@@ -4,16 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <uv.h>
+
 #include "customer.h"
 #include "../proto/status.h"
 
-void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes)
+void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes,
+                       psc_stats *stats)
 {
     memset(cu, 0, sizeof *cu);
     pthread_mutex_init(&cu->mu, NULL);
     pthread_cond_init(&cu->cv, NULL);
     psc_map_init(&cu->reqs);
     cu->max_inflight_bytes = max_inflight_bytes;
+    cu->low = 1;
+    cu->stats = stats;
 }
 
 void psc_customer_destroy(psc_customer *cu)
@@ -48,12 +53,15 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
     /* Backpressure: wait while the bytes in flight exceed the limit. A
      * lone request always goes, and the I/O thread (callbacks) never
      * waits, since it is the one that would have to wake it. */
-    if (may_wait) {
+    if (may_wait && cu->inflight_bytes > 0 && !cu->closing &&
+        cu->inflight_bytes + r->bytes > cu->max_inflight_bytes) {
+        uint64_t t0 = uv_hrtime();
         cu->cv_waiters++;
         while (cu->inflight_bytes > 0 && !cu->closing &&
                cu->inflight_bytes + r->bytes > cu->max_inflight_bytes)
             pthread_cond_wait(&cu->cv, &cu->mu);
         cu->cv_waiters--;
+        psc_add_shared(&cu->stats->backpressure_ns, uv_hrtime() - t0);
     }
     if (cu->closing) {
         pthread_mutex_unlock(&cu->mu);
@@ -63,6 +71,7 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
     }
     ps_ts ts = cu->last_ts + 1;
     set_ts(r, ts);
+    r->submit_ns = uv_hrtime();
     if (psc_map_put(&cu->reqs, (uint64_t)ts, r)) {
         pthread_mutex_unlock(&cu->mu);
         psc_req_free(r);
@@ -93,13 +102,53 @@ psc_part *psc_customer_take(psc_customer *cu, int *closing)
     return p;
 }
 
+/* Counts a completed request: the only writer is the I/O thread. */
+static void count(psc_customer *cu, const psc_req *r)
+{
+    int k = psc_stat_kind(r->op);
+    if (k < 0)
+        return;
+    psc_opstat *o = &cu->stats->op[k];
+    psc_add(&o->requests, 1);
+    if (r->status != PS_OK)
+        psc_add(&o->errors, 1);
+    psc_add(&o->payload_sent, r->payload_out);
+    psc_add(&o->payload_received, r->status == PS_OK ? r->payload_in : 0);
+    psc_hist_add(o->hist, uv_hrtime() - r->submit_ns);
+}
+
+/* A push that failed on one node after another applied its part was
+ * applied in part: the caller must know. */
+static void note_partial(psc_req *r)
+{
+    if (r->status == PS_OK || r->nok == 0 ||
+        !psw_op_has(r->op, PSW_OPF_PUSHES))
+        return;
+    const char *note = " (the parts of this push on other nodes were "
+                       "applied: it was applied in part)";
+    size_t old = r->error ? strlen(r->error) : 0;
+    char *e = realloc(r->error, old + strlen(note) + 1);
+    if (!e)
+        return;
+    memcpy(e + old, note, strlen(note) + 1);
+    r->error = e;
+}
+
 void psc_customer_complete(psc_customer *cu, psc_req *r)
 {
+    note_partial(r);
     /* Callback first, so that when ps_wait returns the callback has run. */
     if (r->cb)
         r->cb(r->ts, r->status, r->arg);
+    count(cu, r);
     pthread_mutex_lock(&cu->mu);
     psc_map_del(&cu->reqs, (uint64_t)r->ts);
+    /* Requests complete out of order; the mark moves past every complete
+     * one, each step one map lookup (amortized O(1) per request). */
+    ps_ts low = cu->low;
+    while (low <= cu->last_ts && !psc_map_get(&cu->reqs, (uint64_t)low))
+        low++;
+    __atomic_store_n(&cu->low, low, __ATOMIC_RELAXED);
     cu->inflight_bytes -= r->bytes;
     if (r->status != PS_OK) {
         const char *why = r->error ? r->error : "";
@@ -199,6 +248,8 @@ void psc_customer_close(psc_customer *cu)
 static int settle(psc_part *p, int status, const char *why, size_t whylen)
 {
     psc_req *r = p->req;
+    if (status == PS_OK)
+        r->nok++;
     if (status != PS_OK && r->status == PS_OK) {
         r->status = status;
         free(r->error);

@@ -15,6 +15,7 @@
 
 #include "map.h"
 #include "req.h"
+#include "stats.h"
 
 #define PSC_FAIL_RING 1024       /* failed requests whose status is kept */
 
@@ -43,6 +44,8 @@ typedef struct psc_customer {
                                     taken yet, all nodes */
     psc_map reqs;                /* ts -> request not yet complete */
     ps_ts last_ts;
+    ps_ts low;                   /* every request below it is complete
+                                    (atomic: the I/O thread acks it) */
     size_t inflight_bytes;
     size_t max_inflight_bytes;
     int first_error;             /* since the last psc_customer_wait_all */
@@ -51,9 +54,13 @@ typedef struct psc_customer {
     uint64_t nfails;
     ps_ts fails_forgotten;       /* newest failure pushed out of the ring */
     int closing;
+    psc_stats *stats;            /* where completions are counted */
 } psc_customer;
 
-void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes);
+/* stats (owned by the caller, outliving cu) receives the per-request
+ * counts and latencies. */
+void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes,
+                       psc_stats *stats);
 void psc_customer_destroy(psc_customer *cu);
 
 /* Accepts request r (ownership passes to the Customer until it completes):
@@ -80,9 +87,17 @@ int psc_part_reply(psc_part *p, const psw_msg *reply);
 int psc_part_fail(psc_part *p, int status, const char *why);
 
 /* Completes a request whose parts all settled (on the I/O thread): runs
- * its callback, then forgets it, remembers a failure, wakes its waiters
- * and any caller blocked on backpressure, and frees it. */
+ * its callback, then forgets it, remembers a failure, counts it, moves
+ * the low-water mark, wakes its waiters and any caller blocked on
+ * backpressure, and frees it. */
 void psc_customer_complete(psc_customer *cu, psc_req *r);
+
+/* The timestamp below which every request is complete: what the client
+ * may tell servers to forget (ACK). Any thread. */
+static inline ps_ts psc_customer_low(const psc_customer *cu)
+{
+    return __atomic_load_n(&cu->low, __ATOMIC_RELAXED);
+}
 
 /* Blocks until request ts completes; returns its status, with the detail
  * of a failure in err. A failure pushed out of the ring since reads

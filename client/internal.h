@@ -8,6 +8,7 @@
 
 #include "customer.h"
 #include "psclient.h"
+#include "stats.h"
 #include "../proto/msg.h"
 
 struct psc_io;                   /* io.c: the I/O thread and connections */
@@ -24,13 +25,15 @@ struct ps_client {
     uint64_t incarnation;        /* when it was opened, in ns */
 
     psc_customer cu;             /* requests, under its own lock */
+    psc_stats stats;             /* per request (the Customer counts) */
+    psc_stats stats_base;        /* their values at the last reset */
 
     /* ps_open's hand-shake with the I/O thread. */
     pthread_mutex_t open_mu;
     pthread_cond_t open_cv;
     psc_open_state open_state;
     int open_status;             /* PS_E* when PSC_OPEN_FAILED */
-    char open_err[256];
+    char open_err[512];
 
     /* The cluster as HELLO_OK described it: written by the I/O thread
      * before the open completes, read-only afterwards. */

@@ -1,7 +1,12 @@
 /* The I/O thread of libpsclient: one libuv loop owning one connection
- * per psd node (connect, HELLO, read, write, in-flight lists, deadlines),
- * fed with parts by the Customer (customer.c) through a uv_async wake-up,
- * reporting every reply or failure of a part back to it. See io.h. */
+ * per psd node, fed with parts by the Customer (customer.c) through a
+ * uv_async wake-up, reporting every reply or failure of a part back to
+ * it. It keeps the Customer's promises on the wire: a connection that
+ * breaks, stays silent past peer_timeout_ms or leaves a part unanswered
+ * past request_timeout_ms is closed, re-made with exponential backoff and
+ * jitter, and every unanswered part is sent again (the server applies a
+ * push once, whatever the copies); a part fails only when its bounded
+ * time is up. Idle connections carry PINGs both ways. See io.h. */
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -15,12 +20,17 @@
 #include "internal.h"
 #include "io.h"
 #include "map.h"
+#include "stats.h"
 #include "../proto/frame.h"
+#include "../proto/layout.h"
 #include "../proto/msg.h"
 #include "../proto/status.h"
 
 #define BATCH_BYTES (64 * 1024)   /* a queue this full is sent at once */
 #define HELLO_MAX_REPLY (1 << 20) /* layout frames are small */
+#define BACKOFF_MIN_MS 50         /* reconnect delays double from here */
+#define BACKOFF_MAX_MS 2000       /* up to here, with jitter */
+#define MS 1000000ULL             /* ns per ms */
 
 typedef enum { NC_IDLE, NC_CONNECTING, NC_HELLO, NC_READY, NC_CLOSING } nstate;
 
@@ -34,23 +44,35 @@ typedef struct nconn {
     psc_io *io;
     int node;                     /* index in the layout; -1: a seed */
     nstate state;
-    int was_ready;                /* the connection got past HELLO */
     char name[280];
     struct sockaddr_storage sa;
-    uint64_t deadline_ns;         /* for connect + HELLO */
+    uint64_t connect_ns;          /* when this attempt started */
+    uint64_t hello_ns;            /* connect + HELLO must end by then */
+    uint64_t retry_ns;            /* IDLE: no new attempt before then */
+    uint64_t backoff_ms;          /* the last delay; 0 after a success */
+    int ever_ready;               /* a later HELLO_OK is a reconnection */
+    int fatal;                    /* refused for good: PS_E*, else 0 */
+    int last_status;              /* why the last connection or attempt
+                                     ended: what expiring parts fail with */
+    char last_why[200];
+    int drop_status;              /* why the current one is closing */
+    char drop_why[200];
+    uint64_t recv_ns, send_ns;    /* last bytes in, last write out */
+    ps_ts acked;                  /* the ACK this connection carried */
     psw_reader rd;
     msgpack_zone zone;
-    psc_map fly_map;               /* (ts << 16 | part) -> part in flight */
+    psc_map fly_map;              /* (ts << 16 | part) -> part in flight */
     plist fly[2];                 /* in flight, oldest first: [0] requests,
                                      [1] parts that may wait for other
-                                     workers (a longer timeout) */
-    psc_part *q_head, *q_tail;     /* waiting to be sent */
+                                     workers (bounded by sync_timeout_ms) */
+    psc_part *q_head, *q_tail;    /* waiting to be sent */
     size_t q_bytes;
-    int drop_status;              /* what in-flight parts fail with */
-    char drop_why[200];
+    psc_stats st;                 /* this node's counters */
+    psc_stats base;               /* their values at the last reset */
 } nconn;
 
-/* The I/O thread's own state: touched only on that thread once it runs. */
+/* The I/O thread's own state: touched only on that thread once it runs
+ * (the stats, read by ps_stats, excepted). */
 struct psc_io {
     ps_client *c;
     pthread_t thread;
@@ -58,7 +80,10 @@ struct psc_io {
     uv_async_t wake;
     uv_timer_t tick;
     uv_timer_t batch;
+    uv_timer_t retry;             /* the next reconnection attempt */
     int batch_armed;
+    uint64_t open_ns;             /* ps_open gives up then */
+    uint64_t rng;                 /* jitter */
     psc_addr *seeds;              /* ps_open's addresses, tried in order */
     int nseeds, seed_i;
     nconn *seed;                  /* connection to a seed, until the layout
@@ -71,8 +96,14 @@ static void nc_drop(nconn *nc, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void nc_send(nconn *nc);
 static void nc_connect(nconn *nc);
+static void arm_retry(psc_io *io);
 static void open_done(psc_io *io, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+static uint64_t now_ns(void)
+{
+    return uv_hrtime();
+}
 
 static nconn *nc_new(psc_io *io, int node)
 {
@@ -109,20 +140,6 @@ static void io_free(psc_io *io)
     free(io);
 }
 
-
-/* ---- connections ---------------------------------------------------- */
-
-static uint64_t now_ns(void)
-{
-    return uv_hrtime();
-}
-
-static void settle_fail(ps_client *c, psc_part *p, int status, const char *why)
-{
-    if (psc_part_fail(p, status, why))
-        psc_customer_complete(&c->cu, p->req);
-}
-
 static int client_closing(ps_client *c)
 {
     pthread_mutex_lock(&c->cu.mu);
@@ -131,6 +148,67 @@ static int client_closing(ps_client *c)
     return closing;
 }
 
+/* ---- failing parts --------------------------------------------------- */
+
+/* Fails a part for good. why says what went wrong; the note says whether
+ * a push may have been applied, which only the sends tell. */
+static void part_fail(ps_client *c, psc_part *p, int status, const char *why)
+{
+    char text[400];
+    const char *note = "";
+    if (psw_op_has(p->msg.op, PSW_OPF_PUSHES))
+        note = p->sends == 0 ? " (never sent: this part was not applied)"
+                             : " (sent but not answered: it may have been "
+                               "applied)";
+    snprintf(text, sizeof text, "%s%s", why, note);
+    if (psc_part_fail(p, status, text))
+        psc_customer_complete(&c->cu, p->req);
+}
+
+static void fail_list(ps_client *c, psc_part *p, int status, const char *why)
+{
+    while (p) {
+        psc_part *n = p->next;
+        p->next = p->prev = NULL;
+        part_fail(c, p, status, why);
+        p = n;
+    }
+}
+
+static void fail_queue(nconn *nc, int status, const char *why)
+{
+    psc_part *p = nc->q_head;
+    nc->q_head = nc->q_tail = NULL;
+    nc->q_bytes = 0;
+    fail_list(nc->io->c, p, status, why);
+}
+
+/* Fails the queued parts whose bounded time is up. */
+static void expire_queue(nconn *nc, uint64_t now)
+{
+    psc_part **pp = &nc->q_head, *last = NULL;
+    while (*pp) {
+        psc_part *p = *pp;
+        if (now >= p->expire_ns) {
+            *pp = p->next;
+            nc->q_bytes -= p->wire_bytes;
+            p->next = NULL;
+            char why[600];
+            snprintf(why, sizeof why, "request %llu: node %d (%s) did not "
+                     "answer within its bounded time: %s",
+                     (unsigned long long)p->msg.ts, nc->node, nc->name,
+                     nc->last_why[0] ? nc->last_why : "not connected");
+            part_fail(nc->io->c, p, nc->last_status ? nc->last_status
+                                                    : PS_ETIMEDOUT, why);
+        } else {
+            last = p;
+            pp = &p->next;
+        }
+    }
+    nc->q_tail = last;
+}
+
+/* ---- writing --------------------------------------------------------- */
 
 typedef struct wreq {
     uv_write_t req;
@@ -161,6 +239,10 @@ static int nc_write(nconn *nc, wreq *w)
                       (unsigned)cnt, on_write);
     if (iov != small)
         free(iov);
+    if (rc == 0) {
+        nc->send_ns = now_ns();
+        psc_add(&nc->st.bytes_sent, w->out.total);
+    }
     return rc;
 }
 
@@ -195,85 +277,24 @@ static uint64_t fly_key(uint64_t ts, uint32_t part)
     return ts << 16 | part;
 }
 
-/* Fails everything in flight (and, when the connection never came up,
- * everything queued for it). */
-static void nc_fail_all(nconn *nc, int status, const char *why, int queued)
+/* Tells the server which requests it may forget, in the open frame, when
+ * the Customer's mark moved since this connection last said. */
+static void pack_ack(nconn *nc, psw_out *o)
 {
-    psc_io *io = nc->io;
-    ps_client *c = io->c;
-    psc_map_destroy(&nc->fly_map);
-    for (int k = 0; k < 2; k++) {
-        psc_part *p = nc->fly[k].head;
-        nc->fly[k].head = nc->fly[k].tail = NULL;
-        while (p) {
-            psc_part *n = p->next;
-            p->next = p->prev = NULL;
-            settle_fail(c, p, status, why);
-            p = n;
-        }
-    }
-    psc_part *p;
-    if (!queued)
+    ps_ts low = psc_customer_low(&nc->io->c->cu);
+    if (low <= nc->acked)
         return;
-    p = nc->q_head;
-    nc->q_head = nc->q_tail = NULL;
-    nc->q_bytes = 0;
-    while (p) {
-        psc_part *n = p->next;
-        p->next = NULL;
-        settle_fail(c, p, status, why);
-        p = n;
-    }
-}
-
-static void on_nc_closed(uv_handle_t *h)
-{
-    nconn *nc = (nconn *)h;
-    psc_io *io = nc->io;
-    ps_client *c = io->c;
-    int was_ready = nc->was_ready;
-    nc->state = NC_IDLE;
-    nc->was_ready = 0;
-    psw_reader_destroy(&nc->rd);
-    psw_reader_init(&nc->rd, HELLO_MAX_REPLY);
-    /* A connection that never came up takes its queue down with it, so a
-     * dead server fails requests instead of retrying forever. */
-    int closing = client_closing(c);
-    nc_fail_all(nc, nc->drop_status, nc->drop_why, !was_ready || closing);
-    if (closing)
-        return;
-    if (c->open_state == PSC_OPENING) {
-        if (nc == io->seed && io->seed_i + 1 < io->nseeds) {
-            io->seed_i++;         /* try the next address we were given */
-            nc_connect(nc);
-            return;
-        }
-        open_done(io, nc->drop_status, "%s", nc->drop_why);
-        return;
-    }
-    if (nc->q_head)
-        nc_connect(nc);          /* parts wait: try once more */
-}
-
-static void nc_drop(nconn *nc, int status, const char *fmt, ...)
-{
-    if (nc->state == NC_CLOSING || nc->state == NC_IDLE)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(nc->drop_why, sizeof nc->drop_why, fmt, ap);
-    va_end(ap);
-    nc->drop_status = status;
-    nc->state = NC_CLOSING;
-    uv_close((uv_handle_t *)&nc->tcp, on_nc_closed);
+    psw_msg ack = { .op = PSW_OP_ACK, .value = (uint64_t)low };
+    psw_pack_request(o, &ack);
+    nc->acked = low;
 }
 
 /* Moves as many queued parts as fit into one frame. */
 static size_t frame_parts(const nconn *nc, uint64_t max_frame)
 {
-    size_t n = 0, bytes = PSW_BODY_OVERHEAD;
+    size_t n = 0, bytes = PSW_BODY_OVERHEAD + PSW_MSG_OVERHEAD;
     for (psc_part *p = nc->q_head; p; p = p->next) {
-        if (n && (bytes + p->wire_bytes > max_frame || n == PSW_MAX_MSGS))
+        if (n && (bytes + p->wire_bytes > max_frame || n + 1 == PSW_MAX_MSGS))
             break;
         bytes += p->wire_bytes;
         n++;
@@ -282,7 +303,8 @@ static size_t frame_parts(const nconn *nc, uint64_t max_frame)
 }
 
 /* Sends everything queued: small parts share frames, all frames go out in
- * one write. Parts move to the in-flight list with their deadline. */
+ * one write. Parts move to the in-flight list with this attempt's
+ * deadline. */
 static void nc_send(nconn *nc)
 {
     psc_io *io = nc->io;
@@ -295,28 +317,58 @@ static void nc_send(nconn *nc)
         return;
     }
     psw_out_init(&w->out);
-    uint64_t now = now_ns();
-    uint64_t deadline[2] = {
-        now + (uint64_t)c->opt.request_timeout_ms *
-                  (uint64_t)(c->opt.max_retries + 1) * 1000000ULL,
-        now + (uint64_t)c->opt.sync_timeout_ms * 1000000ULL
-    };
+    uint64_t now = now_ns(), frames = 0;
+    uint64_t attempt = (uint64_t)c->opt.request_timeout_ms * MS;
     while (nc->q_head) {
         size_t n = frame_parts(nc, c->cluster.max_frame);
         psw_out_frame_begin(&w->out);
+        if (frames == 0)
+            pack_ack(nc, &w->out);
         for (size_t i = 0; i < n; i++) {
             psc_part *p = nc->q_head;
             nc->q_head = p->next;
             nc->q_bytes -= p->wire_bytes;
             psw_pack_request(&w->out, &p->msg);
-            p->deadline_ns = deadline[p->slow];
+            if (p->sends++ > 0)
+                psc_add(&nc->st.resends, 1);
+            p->sent_ns = now;
+            p->attempt_ns = p->slow ? p->expire_ns : now + attempt;
+            int k = psc_stat_kind(p->msg.op);
+            if (k >= 0) {
+                psc_add(&nc->st.op[k].parts, 1);
+                psc_add(&nc->st.op[k].payload_sent,
+                        8 * p->msg.nkeys + p->msg.vals_len);
+            }
+            psc_add(&nc->st.payload_sent, 8 * p->msg.nkeys + p->msg.vals_len);
             fly_append(nc, p);
             if (psc_map_put(&nc->fly_map, fly_key(p->msg.ts, p->msg.part), p))
                 w->out.oom = 1;
         }
         psw_out_frame_end(&w->out);
+        frames++;
     }
     nc->q_tail = NULL;
+    psc_add(&nc->st.frames_sent, frames);
+    if (w->out.oom || nc_write(nc, w)) {
+        psw_out_destroy(&w->out);
+        free(w);
+        nc_drop(nc, PS_ENOMEM, "cannot send to %s", nc->name);
+    }
+}
+
+/* A frame with a PING (and an ACK when due): the server learns we live. */
+static void nc_ping(nconn *nc)
+{
+    wreq *w = malloc(sizeof *w);
+    if (!w)
+        return;                   /* the next tick tries again */
+    psw_out_init(&w->out);
+    psw_msg ping = { .op = PSW_OP_PING };
+    psw_out_frame_begin(&w->out);
+    pack_ack(nc, &w->out);
+    psw_pack_request(&w->out, &ping);
+    psw_out_frame_end(&w->out);
+    psc_add(&nc->st.frames_sent, 1);
     if (w->out.oom || nc_write(nc, w)) {
         psw_out_destroy(&w->out);
         free(w);
@@ -339,12 +391,141 @@ static void nc_send_hello(nconn *nc)
     psw_out_frame_begin(&w->out);
     psw_pack_hello(&w->out, &h);
     psw_out_frame_end(&w->out);
+    psc_add(&nc->st.frames_sent, 1);
     if (w->out.oom || nc_write(nc, w)) {
         psw_out_destroy(&w->out);
         free(w);
         nc_drop(nc, PS_ECONN, "cannot send HELLO to %s", nc->name);
     }
 }
+
+/* ---- closing and reconnecting ---------------------------------------- */
+
+/* Jittered exponential backoff: the next attempt waits between half and
+ * all of a delay that doubles from BACKOFF_MIN_MS to BACKOFF_MAX_MS, so
+ * clients that lost the same server do not come back in lock step. */
+static void schedule_retry(nconn *nc)
+{
+    psc_io *io = nc->io;
+    uint64_t b = nc->backoff_ms ? 2 * nc->backoff_ms : BACKOFF_MIN_MS;
+    if (b > BACKOFF_MAX_MS)
+        b = BACKOFF_MAX_MS;
+    nc->backoff_ms = b;
+    io->rng = psw_mix64(io->rng + 0x9e3779b97f4a7c15ULL);
+    uint64_t delay = b / 2 + io->rng % (b / 2 + 1);
+    nc->retry_ns = now_ns() + delay * MS;
+    arm_retry(io);
+}
+
+/* Puts the parts that were in flight back at the head of the queue, in
+ * the order they were sent, to go out again on the next connection; a
+ * part that has had all its attempts, or whose time is up, fails. */
+static void requeue_in_flight(nconn *nc, uint64_t now)
+{
+    ps_client *c = nc->io->c;
+    psc_part *head = NULL, *tail = NULL;
+    psc_map_destroy(&nc->fly_map);
+    psc_map_init(&nc->fly_map);
+    for (int k = 0; k < 2; k++) {
+        psc_part *p = nc->fly[k].head;
+        nc->fly[k].head = nc->fly[k].tail = NULL;
+        while (p) {
+            psc_part *n = p->next;
+            p->next = p->prev = NULL;
+            int spent = !p->slow && p->sends > c->opt.max_retries;
+            if (spent || now >= p->expire_ns) {
+                char why[400];
+                snprintf(why, sizeof why, "request %llu: %s%s",
+                         (unsigned long long)p->msg.ts, nc->drop_why,
+                         spent ? " (no attempts left)" : "");
+                part_fail(c, p, nc->drop_status, why);
+            } else {
+                if (tail)
+                    tail->next = p;
+                else
+                    head = p;
+                tail = p;
+                nc->q_bytes += p->wire_bytes;
+            }
+            p = n;
+        }
+    }
+    if (!head)
+        return;
+    tail->next = nc->q_head;
+    if (!nc->q_head)
+        nc->q_tail = tail;
+    nc->q_head = head;
+}
+
+/* Whether a refusal can never succeed on a retry. */
+static int refusal_is_final(int status)
+{
+    return status != PS_EBUSY && status != PS_ECONN && status != PS_ETIMEDOUT &&
+           status != PS_ENOMEM;
+}
+
+static void on_nc_closed(uv_handle_t *h)
+{
+    nconn *nc = (nconn *)h;
+    psc_io *io = nc->io;
+    ps_client *c = io->c;
+    uint64_t now = now_ns();
+    nc->state = NC_IDLE;
+    psw_reader_destroy(&nc->rd);
+    psw_reader_init(&nc->rd, HELLO_MAX_REPLY);
+    nc->last_status = nc->drop_status;
+    snprintf(nc->last_why, sizeof nc->last_why, "%s", nc->drop_why);
+    if (client_closing(c)) {
+        nc->drop_status = PS_ECLOSED;
+        requeue_in_flight(nc, UINT64_MAX);
+        fail_queue(nc, PS_ECLOSED, "the client closed");
+        return;
+    }
+    if (nc->fatal) {
+        /* Refused for a reason a retry cannot fix: everything for this
+         * node fails now, and so will what comes later. */
+        requeue_in_flight(nc, UINT64_MAX);
+        fail_queue(nc, nc->fatal, nc->drop_why);
+        if (c->open_state == PSC_OPENING)
+            open_done(io, nc->fatal, "%s", nc->drop_why);
+        return;
+    }
+    requeue_in_flight(nc, now);
+    if (c->open_state == PSC_OPENING) {
+        if (now >= io->open_ns) {
+            open_done(io, nc->drop_status, "%s (gave up after %d ms)",
+                      nc->drop_why, c->opt.connect_timeout_ms);
+            return;
+        }
+        if (nc == io->seed && io->seed_i + 1 < io->nseeds) {
+            io->seed_i++;         /* try the next address we were given */
+            nc_connect(nc);
+            return;
+        }
+        if (nc == io->seed)
+            io->seed_i = 0;       /* all tried: again from the first */
+        schedule_retry(nc);
+        return;
+    }
+    if (nc->q_head)
+        schedule_retry(nc);
+}
+
+static void nc_drop(nconn *nc, int status, const char *fmt, ...)
+{
+    if (nc->state == NC_CLOSING || nc->state == NC_IDLE)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(nc->drop_why, sizeof nc->drop_why, fmt, ap);
+    va_end(ap);
+    nc->drop_status = status;
+    nc->state = NC_CLOSING;
+    uv_close((uv_handle_t *)&nc->tcp, on_nc_closed);
+}
+
+/* ---- connecting ------------------------------------------------------- */
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 
@@ -375,6 +556,7 @@ static void on_connect(uv_connect_t *req, int status)
     }
     uv_tcp_nodelay(&nc->tcp, 1);
     nc->state = NC_HELLO;
+    nc->recv_ns = now_ns();
     uv_read_start((uv_stream_t *)&nc->tcp, on_alloc, on_read);
     nc_send_hello(nc);
 }
@@ -383,9 +565,20 @@ static void nc_connect(nconn *nc)
 {
     psc_io *io = nc->io;
     ps_client *c = io->c;
-    if (nc->state != NC_IDLE)
+    if (nc->state != NC_IDLE || nc->fatal)
         return;
-    if (nc == io->seed && c->open_state == PSC_OPENING) {
+    uint64_t now = now_ns();
+    /* An attempt gets connect_timeout_ms, but no longer than a request
+     * attempt once the client is open, nor past the open's own limit. */
+    uint64_t limit = (uint64_t)c->opt.connect_timeout_ms * MS;
+    if (c->open_state != PSC_OPENING &&
+        (uint64_t)c->opt.request_timeout_ms * MS < limit)
+        limit = (uint64_t)c->opt.request_timeout_ms * MS;
+    nc->connect_ns = now;
+    nc->hello_ns = now + limit;
+    if (c->open_state == PSC_OPENING && io->open_ns < nc->hello_ns)
+        nc->hello_ns = io->open_ns;
+    if (nc == io->seed) {
         const psc_addr *a = &io->seeds[io->seed_i];
         struct addrinfo hints = { 0 }, *res = NULL;
         hints.ai_socktype = SOCK_STREAM;
@@ -404,13 +597,55 @@ static void nc_connect(nconn *nc)
     }
     uv_tcp_init(&io->loop, &nc->tcp);
     nc->state = NC_CONNECTING;
-    nc->deadline_ns = now_ns() + (uint64_t)c->opt.connect_timeout_ms * 1000000ULL;
     nc->creq.data = nc;
     int rc = uv_tcp_connect(&nc->creq, &nc->tcp, (struct sockaddr *)&nc->sa,
                             on_connect);
     if (rc)
         nc_drop(nc, PS_ECONN, "cannot connect to %s: %s", nc->name,
                 uv_strerror(rc));
+}
+
+/* Whether a connection should be (re)made now: idle, past its backoff,
+ * and with a reason to exist. */
+static int wants_connect(const nconn *nc, uint64_t now, int opening)
+{
+    return nc && nc->state == NC_IDLE && !nc->fatal && now >= nc->retry_ns &&
+           (nc->q_head || opening);
+}
+
+static void on_retry(uv_timer_t *t)
+{
+    psc_io *io = t->data;
+    uint64_t now = now_ns();
+    int opening = io->c->open_state == PSC_OPENING;
+    if (wants_connect(io->seed, now, opening))
+        nc_connect(io->seed);
+    for (int i = 0; i < io->nnodes; i++)
+        if (wants_connect(io->nodes[i], now, opening))
+            nc_connect(io->nodes[i]);
+    arm_retry(io);
+}
+
+/* Arms the retry timer for the earliest pending reconnection. */
+static void arm_retry(psc_io *io)
+{
+    uint64_t next = UINT64_MAX, now = now_ns();
+    int opening = io->c->open_state == PSC_OPENING;
+    nconn *seed = io->seed;
+    if (seed && seed->state == NC_IDLE && !seed->fatal)
+        next = seed->retry_ns;
+    for (int i = 0; i < io->nnodes; i++) {
+        const nconn *nc = io->nodes[i];
+        if (nc->state == NC_IDLE && !nc->fatal && (nc->q_head || opening) &&
+            nc->retry_ns < next)
+            next = nc->retry_ns;
+    }
+    if (next == UINT64_MAX) {
+        uv_timer_stop(&io->retry);
+        return;
+    }
+    uint64_t ms = next > now ? (next - now + MS - 1) / MS : 0;
+    uv_timer_start(&io->retry, on_retry, ms, 0);
 }
 
 /* Parses a numeric "host:port" / "[v6]:port" from the layout. */
@@ -431,6 +666,8 @@ static int numeric_addr(const char *s, struct sockaddr_storage *sa)
     return uv_ip4_addr(host, atoi(colon + 1), (struct sockaddr_in *)sa);
 }
 
+static void start_tick(psc_io *io);
+
 /* The first HELLO_OK gives the layout: every node gets a connection. */
 static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
 {
@@ -446,6 +683,7 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
     seed->node = c->cluster.node_index;
     io->nodes[seed->node] = seed;
     io->seed = NULL;
+    start_tick(io);              /* the heartbeat sets the pace now */
     for (int i = 0; i < io->nnodes; i++) {
         if (io->nodes[i])
             continue;
@@ -483,6 +721,8 @@ static void atomic_max(uint64_t *v, uint64_t x)
         ;
 }
 
+/* ---- reading --------------------------------------------------------- */
+
 static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
 {
     psc_io *io = nc->io;
@@ -495,6 +735,8 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     }
     uint64_t l_clock = l.worker_clock, l_barrier = l.worker_barrier;
     if (l.status != PSW_OK) {
+        if (refusal_is_final(l.status))
+            nc->fatal = l.status;
         nc_drop(nc, l.status, "%s refused the connection: %s", nc->name,
                 l.text);
         psw_cluster_free(&l);
@@ -504,6 +746,7 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         /* Every node must describe the same cluster, and be the node we
          * meant to reach. */
         if (l.epoch != c->cluster.epoch || l.node_index != nc->node) {
+            nc->fatal = PS_EPROTO;
             nc_drop(nc, PS_EPROTO, "%s describes a different cluster layout "
                     "(node %d, epoch %016llx; expected node %d, epoch "
                     "%016llx): are all nodes running the same ini file?",
@@ -525,21 +768,52 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         atomic_max(&c->barrier, l_barrier);
     }
     nc->state = NC_READY;
-    nc->was_ready = 1;
+    nc->backoff_ms = 0;
+    nc->acked = 0;
+    nc->last_status = 0;
+    nc->last_why[0] = '\0';
+    if (nc->ever_ready)
+        psc_add(&nc->st.reconnects, 1);
+    nc->ever_ready = 1;
     /* Reply frames are at most max_frame: the size rule of proto/msg.h. */
     nc->rd.max_frame = (size_t)c->cluster.max_frame;
     check_open(io);
     nc_send(nc);
 }
 
+/* A reply for a part in flight settles it; one for a part that is not
+ * (late after a resend, or a duplicate) is counted and dropped: it can
+ * never complete another request, since (ts, part) are never reused. */
+static void handle_reply(nconn *nc, const psw_msg *m)
+{
+    ps_client *c = nc->io->c;
+    psc_part *p = psc_map_del(&nc->fly_map, fly_key(m->ts, m->part));
+    if (!p) {
+        psc_add(&nc->st.duplicates, 1);
+        return;
+    }
+    fly_unlink(nc, p);
+    int k = psc_stat_kind(p->msg.op);
+    if (k >= 0) {
+        psc_opstat *o = &nc->st.op[k];
+        psc_add(&o->requests, 1);
+        if (m->status != PSW_OK)
+            psc_add(&o->errors, 1);
+        psc_add(&o->payload_received, m->vals_len);
+        psc_hist_add(o->hist, now_ns() - p->sent_ns);
+    }
+    psc_add(&nc->st.payload_received, m->vals_len);
+    if (psc_part_reply(p, m))
+        psc_customer_complete(&c->cu, p->req);
+}
+
 static void handle_frame(nconn *nc, const char *body, size_t len)
 {
-    psc_io *io = nc->io;
-    ps_client *c = io->c;
     msgpack_object obj;
     const msgpack_object *msgs;
     char err[160];
     int n;
+    psc_add(&nc->st.frames_received, 1);
     msgpack_zone_clear(&nc->zone);
     if (psw_frame_decode(body, len, &nc->zone, &obj, err, sizeof err) ||
         (n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err, sizeof err)) < 0) {
@@ -556,21 +830,14 @@ static void handle_frame(nconn *nc, const char *body, size_t len)
             nc_drop(nc, PS_EPROTO, "bad reply from %s: %s", nc->name, err);
             return;
         }
+        if (m.op == PSW_OP_PING)
+            continue;            /* liveness: the bytes were noted */
         if (m.op != PSW_OP_REPLY) {
             nc_drop(nc, PS_EPROTO, "bad reply from %s: op %d is not a reply",
                     nc->name, m.op);
             return;
         }
-        psc_part *p = psc_map_del(&nc->fly_map, fly_key(m.ts, m.part));
-        if (!p) {
-            nc_drop(nc, PS_EPROTO, "%s answered request %llu part %u, which "
-                    "is not in flight", nc->name, (unsigned long long)m.ts,
-                    m.part);
-            return;
-        }
-        fly_unlink(nc, p);
-        if (psc_part_reply(p, &m))
-            psc_customer_complete(&c->cu, p->req);
+        handle_reply(nc, &m);
     }
 }
 
@@ -585,6 +852,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
                 n == UV_EOF ? "closed by the server" : uv_strerror((int)n));
         return;
     }
+    nc->recv_ns = now_ns();
+    psc_add(&nc->st.bytes_received, (uint64_t)n);
     psw_reader_commit(&nc->rd, (size_t)n);
     const char *body;
     size_t len;
@@ -595,7 +864,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
             break;
         if (rc < 0) {
             nc_drop(nc, PS_EPROTO, "bad frame from %s: %s", nc->name,
-                    rc == PSW_ETOOBIG ? "larger than max_frame" : "empty");
+                    nc->rd.why);
             return;
         }
         handle_frame(nc, body, len);
@@ -626,22 +895,29 @@ static void shutdown_io(psc_io *io)
     uv_close((uv_handle_t *)&io->wake, NULL);
     uv_close((uv_handle_t *)&io->tick, NULL);
     uv_close((uv_handle_t *)&io->batch, NULL);
-    if (io->seed)                 /* still opening: no layout yet */
+    uv_close((uv_handle_t *)&io->retry, NULL);
+    if (io->seed)                /* still opening: no layout yet */
         nc_drop(io->seed, PS_ECLOSED, "client closed");
-    for (int i = 0; i < io->nnodes; i++)
-        if (io->nodes[i])
-            nc_drop(io->nodes[i], PS_ECLOSED, "client closed");
+    for (int i = 0; i < io->nnodes; i++) {
+        nconn *nc = io->nodes[i];
+        if (nc->state == NC_IDLE)
+            fail_queue(nc, PS_ECLOSED, "the client closed");
+        else
+            nc_drop(nc, PS_ECLOSED, "client closed");
+    }
 }
 
 static void send_all(psc_io *io)
 {
+    uint64_t now = now_ns();
     for (int i = 0; i < io->nnodes; i++) {
         nconn *nc = io->nodes[i];
-        if (nc->state == NC_IDLE && nc->q_head)
+        if (wants_connect(nc, now, 0))
             nc_connect(nc);
         else
             nc_send(nc);
     }
+    arm_retry(io);
 }
 
 static void on_batch(uv_timer_t *t)
@@ -657,12 +933,21 @@ static void on_wake(uv_async_t *a)
     ps_client *c = io->c;
     int closing;
     psc_part *p = psc_customer_take(&c->cu, &closing);
+    uint64_t bound = (uint64_t)c->opt.request_timeout_ms *
+                     (uint64_t)(c->opt.max_retries + 1) * MS;
+    uint64_t slow_bound = (uint64_t)c->opt.sync_timeout_ms * MS;
 
     size_t queued = 0;
     while (p) {
         psc_part *n = p->next;
         nconn *nc = io->nodes[p->node];
         p->next = NULL;
+        p->expire_ns = p->req->submit_ns + (p->slow ? slow_bound : bound);
+        if (nc->fatal) {
+            part_fail(c, p, nc->fatal, nc->last_why);
+            p = n;
+            continue;
+        }
         if (nc->q_tail)
             nc->q_tail->next = p;
         else
@@ -690,38 +975,89 @@ static void on_wake(uv_async_t *a)
     send_all(io);
 }
 
-/* Periodic check of connect and request deadlines. Parts are in flight
- * oldest first, so only the head of each list needs a look. */
+/* Deadlines and heartbeats of one node's connection. */
+static void tick_node(psc_io *io, nconn *nc, uint64_t now)
+{
+    ps_client *c = io->c;
+    if ((nc->state == NC_CONNECTING || nc->state == NC_HELLO) &&
+        now > nc->hello_ns) {
+        nc_drop(nc, PS_ETIMEDOUT, "no answer from %s within %llu ms of "
+                "connecting", nc->name,
+                (unsigned long long)((nc->hello_ns - nc->connect_ns) / MS));
+        return;
+    }
+    if (nc->state != NC_READY) {
+        expire_queue(nc, now);
+        return;
+    }
+    /* Parts that may wait for other workers: only their own bound. */
+    while (nc->fly[1].head && now >= nc->fly[1].head->expire_ns) {
+        psc_part *p = nc->fly[1].head;
+        fly_unlink(nc, p);
+        psc_map_del(&nc->fly_map, fly_key(p->msg.ts, p->msg.part));
+        char why[400];
+        snprintf(why, sizeof why, "request %llu: no answer from %s within "
+                 "sync_timeout_ms (%d ms): waiting for other workers",
+                 (unsigned long long)p->msg.ts, nc->name,
+                 c->opt.sync_timeout_ms);
+        part_fail(c, p, PS_ETIMEDOUT, why);
+    }
+    psc_part *p = nc->fly[0].head;
+    if (p && now >= p->attempt_ns) {
+        psc_add(&nc->st.timeouts, 1);
+        nc_drop(nc, PS_ETIMEDOUT, "no reply from %s within %d ms to request "
+                "%llu (attempt %d of %d)", nc->name,
+                c->opt.request_timeout_ms, (unsigned long long)p->msg.ts,
+                p->sends, c->opt.max_retries + 1);
+        return;
+    }
+    uint64_t dead = (uint64_t)c->cluster.peer_timeout_ms * MS;
+    if (dead && now - nc->recv_ns >= dead) {
+        nc_drop(nc, PS_ECONN, "nothing heard from %s for %llu ms: presumed "
+                "dead (peer_timeout_ms %u)", nc->name,
+                (unsigned long long)((now - nc->recv_ns) / MS),
+                c->cluster.peer_timeout_ms);
+        return;
+    }
+    uint64_t beat = (uint64_t)c->cluster.heartbeat_ms * MS;
+    if (beat && now - nc->send_ns >= beat)
+        nc_ping(nc);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     psc_io *io = t->data;
     ps_client *c = io->c;
     uint64_t now = now_ns();
-    nconn *seed = io->seed;
-    if (seed && (seed->state == NC_CONNECTING || seed->state == NC_HELLO) &&
-        now > seed->deadline_ns)
-        nc_drop(seed, PS_ETIMEDOUT, "no answer from %s within %d ms",
-                seed->name, c->opt.connect_timeout_ms);
-    for (int i = 0; i < io->nnodes; i++) {
-        nconn *nc = io->nodes[i];
-        if ((nc->state == NC_CONNECTING || nc->state == NC_HELLO) &&
-            now > nc->deadline_ns)
-            nc_drop(nc, PS_ETIMEDOUT, "no answer from %s within %d ms",
-                    nc->name, c->opt.connect_timeout_ms);
-        else if (nc->state == NC_READY)
-            for (int k = 0; k < 2; k++) {
-                psc_part *p = nc->fly[k].head;
-                if (p && now > p->deadline_ns) {
-                    nc_drop(nc, PS_ETIMEDOUT, "no reply from %s within %d ms "
-                            "(request %llu)", nc->name,
-                            k ? c->opt.sync_timeout_ms
-                              : c->opt.request_timeout_ms *
-                                    (c->opt.max_retries + 1),
-                            (unsigned long long)p->msg.ts);
-                    break;
-                }
-            }
+    if (io->seed)
+        tick_node(io, io->seed, now);
+    for (int i = 0; i < io->nnodes; i++)
+        tick_node(io, io->nodes[i], now);
+    if (c->open_state == PSC_OPENING && now >= io->open_ns) {
+        nconn *nc = io->seed;
+        for (int i = 0; !nc && i < io->nnodes; i++)
+            if (io->nodes[i]->state != NC_READY)
+                nc = io->nodes[i];
+        open_done(io, nc && nc->last_status ? nc->last_status : PS_ETIMEDOUT,
+                  "no connection to %s within connect_timeout_ms (%d ms)%s%s",
+                  nc ? nc->name : "the cluster", c->opt.connect_timeout_ms,
+                  nc && nc->last_why[0] ? ": " : "",
+                  nc ? nc->last_why : "");
     }
+}
+
+/* The tick looks often enough for every deadline it checks: a quarter of
+ * the smallest of them, between 5 and 100 ms. */
+static void start_tick(psc_io *io)
+{
+    const ps_client *c = io->c;
+    int period = c->opt.request_timeout_ms / 4;
+    if (c->opt.connect_timeout_ms / 4 < period)
+        period = c->opt.connect_timeout_ms / 4;
+    if (c->cluster.heartbeat_ms && (int)c->cluster.heartbeat_ms / 4 < period)
+        period = (int)c->cluster.heartbeat_ms / 4;
+    period = period < 5 ? 5 : period > 100 ? 100 : period;
+    uv_timer_start(&io->tick, on_tick, (uint64_t)period, (uint64_t)period);
 }
 
 static void *io_main(void *arg)
@@ -739,8 +1075,7 @@ static void *io_main(void *arg)
     return NULL;
 }
 
-
-/* ---- start and stop --------------------------------------------------- */
+/* ---- start, stop, stats ----------------------------------------------- */
 
 int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds)
 {
@@ -752,6 +1087,8 @@ int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds)
     io->c = c;
     io->seeds = seeds;
     io->nseeds = nseeds;
+    io->rng = c->client_id;
+    io->open_ns = now_ns() + (uint64_t)c->opt.connect_timeout_ms * MS;
     io->seed = nc_new(io, -1);
     if (!io->seed || uv_loop_init(&io->loop)) {
         nc_free(io->seed);
@@ -762,17 +1099,15 @@ int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds)
     uv_async_init(&io->loop, &io->wake, on_wake);
     uv_timer_init(&io->loop, &io->tick);
     uv_timer_init(&io->loop, &io->batch);
-    io->wake.data = io->tick.data = io->batch.data = io;
-    int period = c->opt.request_timeout_ms / 4;
-    if (c->opt.connect_timeout_ms / 4 < period)
-        period = c->opt.connect_timeout_ms / 4;
-    period = period < 5 ? 5 : period > 100 ? 100 : period;
-    uv_timer_start(&io->tick, on_tick, (uint64_t)period, (uint64_t)period);
+    uv_timer_init(&io->loop, &io->retry);
+    io->wake.data = io->tick.data = io->batch.data = io->retry.data = io;
+    start_tick(io);
     c->io = io;
     if (pthread_create(&io->thread, NULL, io_main, io)) {
         uv_close((uv_handle_t *)&io->wake, NULL);
         uv_close((uv_handle_t *)&io->tick, NULL);
         uv_close((uv_handle_t *)&io->batch, NULL);
+        uv_close((uv_handle_t *)&io->retry, NULL);
         uv_run(&io->loop, UV_RUN_DEFAULT);
         uv_loop_close(&io->loop);
         io_free(io);
@@ -804,4 +1139,27 @@ void psc_io_stop(ps_client *c)
         fprintf(stderr, "libpsclient: event loop closed with open handles\n");
     io_free(io);
     c->io = NULL;
+}
+
+int psc_io_stats(const ps_client *c, int node, psc_stats *out)
+{
+    const psc_io *io = c->io;
+    if (node < -1 || node >= io->nnodes)
+        return PS_EINVAL;
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < io->nnodes; i++)
+        if (node < 0 || node == i) {
+            psc_stats d;
+            psc_stats_since(&io->nodes[i]->st, &io->nodes[i]->base, &d);
+            psc_stats_sum(out, &d);
+        }
+    return 0;
+}
+
+void psc_io_stats_reset(ps_client *c)
+{
+    static const psc_stats zero;
+    psc_io *io = c->io;
+    for (int i = 0; i < io->nnodes; i++)
+        psc_stats_since(&io->nodes[i]->st, &zero, &io->nodes[i]->base);
 }

@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "nodes.h"
+#include "stats.h"
 
 typedef struct psc_io psc_io;
 
@@ -22,6 +23,11 @@ void psc_io_wake(ps_client *c);
 
 /* Whether the calling thread is c's I/O thread (where callbacks run). */
 int psc_io_on_thread(const ps_client *c);
+
+/* The counters of node (0..nodes-1), or of all nodes summed (-1), since
+ * the last psc_io_stats_reset. 0 or PS_EINVAL. Any thread. */
+int psc_io_stats(const ps_client *c, int node, psc_stats *out);
+void psc_io_stats_reset(ps_client *c);
 
 /* Closes the Customer, stops the thread (every connection closes; what is
  * still queued or in flight fails with PS_ECLOSED) and frees its state. */

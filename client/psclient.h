@@ -38,7 +38,7 @@ enum {
     PS_EINVAL = -1,     /* bad argument */
     PS_ENOMEM = -2,     /* out of memory */
     PS_ECONN = -3,      /* could not connect, or the connection was lost */
-    PS_ETIMEDOUT = -4,  /* no answer within request_timeout_ms x (max_retries + 1) */
+    PS_ETIMEDOUT = -4,  /* no answer within the request's bounded time */
     PS_EPROTO = -5,     /* the peer broke the protocol */
     PS_EAUTH = -6,      /* authentication failed */
     PS_ENOTABLE = -7,   /* no such table */
@@ -46,15 +46,22 @@ enum {
     PS_ETOOBIG = -9,    /* a request piece exceeds the server's max_frame */
     PS_ECLOSED = -10,   /* the client is closing */
     PS_ESERVER = -11,   /* the server failed to carry out the request */
-    PS_ENOTOWNER = -12  /* the server does not own that shard (layout mismatch) */
+    PS_ENOTOWNER = -12, /* the server does not own that shard (layout mismatch) */
+    PS_EBUSY = -13      /* the server is at a limit (max_connections): later */
 };
 
 typedef struct ps_options {          /* ps_options_init() sets worker = -1 and defaults;
                                         keep room to grow without breaking the ABI */
     int worker;                      /* 0..workers-1 for bsp/ssp tables, -1: not a worker */
-    int connect_timeout_ms;          /* default 5000 */
-    int request_timeout_ms;          /* per attempt; default 10000 */
-    int max_retries;                 /* default 2; then the request fails with PS_ETIMEDOUT */
+    int connect_timeout_ms;          /* ps_open keeps trying (with backoff) this long;
+                                        default 5000 */
+    int request_timeout_ms;          /* per attempt: a part unanswered this long makes
+                                        the client reconnect and send it again;
+                                        default 10000 */
+    int max_retries;                 /* default 2: a request is sent at most 1 + max_retries
+                                        times and fails with PS_ETIMEDOUT (or PS_ECONN)
+                                        once request_timeout_ms x (max_retries + 1)
+                                        have passed since the call */
     int batch_delay_us;              /* how long a small request may wait for company;
                                         default 0: send as soon as the I/O thread runs */
     size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB */
@@ -116,14 +123,18 @@ PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t cou
                            float *out, ps_done_fn cb, void *arg);
 
 /* Blocks until request ts completes and returns its status: PS_OK or a
- * PS_E* code. Never hangs forever: every request fails with PS_ETIMEDOUT
- * or PS_ECONN once its bounded time is up. The status of a completed
- * request that failed is remembered for the last 1024 failures. A
- * completed request whose failure may have been forgotten since (more
- * than 1024 failures came after it) reads PS_EINVAL with a note in
- * ps_last_error, never a false PS_OK. ts never issued: PS_EINVAL. */
+ * PS_E* code. Never hangs forever: a part that gets no answer is sent
+ * again on a new connection (reconnecting with backoff, 50 ms doubling to
+ * 2 s, with jitter) until its bounded time (see ps_options.max_retries)
+ * is up; then the request fails with PS_ETIMEDOUT or PS_ECONN, and
+ * ps_last_error says whether it may have been applied (in part). A push
+ * sent again is applied once: the server remembers what it applied. The
+ * status of a completed request that failed is remembered for the last
+ * 1024 failures. A completed request whose failure may have been
+ * forgotten since (more than 1024 failures came after it) reads
+ * PS_EINVAL with a note in ps_last_error, never a false PS_OK. ts never
+ * issued: PS_EINVAL. */
 PS_API int ps_wait(ps_client *c, ps_ts ts);
-
 /* Blocks until every request issued so far has completed. Returns the
  * first error among the requests that completed since the previous
  * ps_wait_all (then forgets it), or PS_OK. */
@@ -147,6 +158,53 @@ PS_API int ps_wait_all(ps_client *c);
  * with any tables). They block: never call them from a callback. */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
+
+/* What the client measures of itself. Kinds of request: */
+enum {
+    PS_STAT_PUSH, PS_STAT_PULL, PS_STAT_PUSHPULL, PS_STAT_PUSH_RANGE,
+    PS_STAT_PULL_RANGE, PS_STAT_CLOCK, PS_STAT_BARRIER, PS_STAT_KINDS
+};
+
+typedef struct ps_op_stats {
+    uint64_t requests;           /* completed (per node: parts answered) */
+    uint64_t errors;             /* of those, completed with an error */
+    uint64_t parts;              /* wire messages sent, resends included */
+    uint64_t payload_sent;       /* bytes of keys and rows sent */
+    uint64_t payload_received;   /* bytes of rows received */
+    double p50_us, p90_us, p99_us, max_us;  /* latency from the call to
+                                    completion (per node: from sending a
+                                    part to its reply), as the middle of a
+                                    histogram bucket (about 9% wide) */
+} ps_op_stats;
+
+typedef struct ps_stats_t {
+    ps_op_stats op[PS_STAT_KINDS];
+    uint64_t frames_sent, frames_received;
+    uint64_t bytes_sent, bytes_received;      /* on the wire, all of it */
+    uint64_t payload_sent, payload_received;  /* keys and rows among them:
+                                                 the rest is the protocol's
+                                                 overhead */
+    uint64_t backpressure_us;    /* callers blocked on max_inflight_bytes */
+    uint64_t sync_wait_us;       /* callers inside ps_clock / ps_barrier */
+    uint64_t timeouts;           /* attempts that got no reply in time */
+    uint64_t resends;            /* parts sent again */
+    uint64_t duplicates;         /* late or duplicate replies dropped */
+    uint64_t reconnects;         /* connections made again after a loss */
+    uint64_t reserved[16];
+} ps_stats_t;
+
+/* Fills *out with everything since ps_open or the last ps_stats_reset:
+ * ps_stats for the whole client, ps_stats_node for one node (0..nodes-1)
+ * of the cluster. 0, or PS_EINVAL. Counting costs a few stores per
+ * request on the I/O thread; reading is safe from any thread. */
+PS_API int ps_stats(ps_client *c, ps_stats_t *out);
+PS_API int ps_stats_node(ps_client *c, int node, ps_stats_t *out);
+PS_API void ps_stats_reset(ps_client *c);
+
+/* One line for people, e.g. "push 100 p50 120 us p99 540 us, pull ...,
+ * overhead 1.8%, resends 0, timeouts 0": written to buf (len bytes, NUL
+ * terminated, cut if short); returns the length it needed. */
+PS_API int ps_stats_format(const ps_stats_t *s, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

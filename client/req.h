@@ -24,9 +24,14 @@ typedef struct psc_part {
                                     rows land in order at out */
     struct psc_part *next;       /* send queue or in-flight list */
     struct psc_part *prev;
-    uint64_t deadline_ns;        /* when the part times out */
+    uint64_t expire_ns;          /* when the part fails for good */
+    uint64_t attempt_ns;         /* while in flight: when this attempt
+                                    times out */
+    uint64_t sent_ns;            /* when this attempt was sent */
+    int sends;                   /* attempts so far */
     int slow;                    /* may wait for other workers (clock,
-                                    barrier, ssp pull): longer timeout */
+                                    barrier, ssp pull): sync_timeout_ms
+                                    bounds it, not attempts */
     size_t wire_bytes;           /* what it adds to a frame's budget: its
                                     message and the rows of its reply */
 } psc_part;
@@ -35,12 +40,16 @@ struct psc_req {
     ps_ts ts;
     int op;
     uint32_t dim;
+    uint64_t submit_ns;          /* when the Customer accepted it */
     int pending;                 /* parts not answered yet */
+    int nok;                     /* parts answered with PS_OK */
     int status;                  /* first error, or PS_OK */
     char *error;                 /* detail of that error, owned, or NULL */
     ps_done_fn cb;
     void *arg;
     size_t bytes;                /* counted against max_inflight_bytes */
+    uint64_t payload_out;        /* bytes of keys and rows it sends */
+    uint64_t payload_in;         /* bytes of rows it receives */
     int nparts;
     psc_part *parts;             /* nparts, in the same allocation */
 };

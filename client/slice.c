@@ -208,7 +208,9 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
     free(count);
     r->op = op;
     r->dim = t->dim;
-    r->bytes = n * 8 + (is_push(op) ? n * rowb : 0) + (is_pull(op) ? n * rowb : 0);
+    r->payload_out = n * 8 + (is_push(op) ? n * rowb : 0);
+    r->payload_in = is_pull(op) ? n * rowb : 0;
+    r->bytes = r->payload_out + r->payload_in;
     /* A frame's size budget covers its replies too: the server refuses
      * frames whose replies would exceed max_frame. */
     for (int i = 0; i < r->nparts; i++)
@@ -303,6 +305,8 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
     r->op = op;
     r->dim = t->dim;
     r->bytes = (size_t)count * dim * sizeof(float);
+    r->payload_out = is_push(op) ? r->bytes : 0;
+    r->payload_in = is_pull(op) ? r->bytes : 0;
     if (t->consistency == PSW_CONS_SSP && is_pull(op))
         for (int i = 0; i < r->nparts; i++)
             r->parts[i].slow = 1;
@@ -322,7 +326,7 @@ int psc_req_control(int nnodes, int node, int op, uint64_t value,
         p->node = node < 0 ? k : node;
         p->msg.op = op;
         p->msg.part = (uint32_t)k;
-        p->msg.first = value;
+        p->msg.value = value;
         p->wire_bytes = PSW_MSG_OVERHEAD;
         p->slow = op != PSW_OP_LEAVE;
     }

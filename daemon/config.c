@@ -121,6 +121,12 @@ static const setting settings[] = {
       1, 1048576, 0, NULL, 0 },
     { SC_SERVER, "hello_timeout", T_INT, "10", CL(hello_timeout),
       1, 3600, 0, NULL, 0 },
+    { SC_SERVER, "heartbeat_ms", T_INT, "1000", CL(heartbeat_ms),
+      10, 600000, 0, NULL, 0 },
+    { SC_SERVER, "peer_timeout_ms", T_INT, "4000", CL(peer_timeout_ms),
+      50, 3600000, 0, NULL, 0 },
+    { SC_SERVER, "client_ttl", T_INT, "600", CL(client_ttl),
+      1, 604800, 0, NULL, 0 },
     /* [table.NAME] */
     { SC_TABLE, "kind", T_WORD, "sparse", TB(dense), 0, 0, 0, kind_words, 0 },
     { SC_TABLE, "dim", T_U32, NULL, TB(dim), 1, 65536, 0, NULL, REQUIRED },
@@ -706,11 +712,13 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         apply_defaults(p, SC_SERVER, "server", (char *)c, c) < 0)
         return -1;
     int ntables = 0;
-    const section *cluster = NULL;
+    const section *cluster = NULL, *server = NULL;
     for (int i = 0; i < n; i++) {
         ntables += secs[i].scope == SC_TABLE;
         if (secs[i].scope == SC_CLUSTER)
             cluster = &secs[i];
+        if (secs[i].scope == SC_SERVER)
+            server = &secs[i];
     }
     if (ntables > 0) {
         c->tables = calloc((size_t)ntables, sizeof *c->tables);
@@ -740,6 +748,17 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
     if (!cluster) {
         fail(p, 0, "[cluster] nodes: required key missing (no [cluster] "
              "section)");
+        return -1;
+    }
+    /* A live peer sends something every heartbeat: a timeout shorter than
+     * two of them would close healthy connections. */
+    if (c->peer_timeout_ms < 2 * c->heartbeat_ms) {
+        const entry *e = server ? find_entry(server, "peer_timeout_ms") : NULL;
+        if (!e && server)
+            e = find_entry(server, "heartbeat_ms");
+        fail(p, e ? e->line : 0, "[server] peer_timeout_ms (%d) must be at "
+             "least twice heartbeat_ms (%d)", c->peer_timeout_ms,
+             c->heartbeat_ms);
         return -1;
     }
     /* Dense shard ranges compute rows * shards (proto/layout.h). */

@@ -92,6 +92,13 @@ typedef struct psd_config {
     int max_connections;         /* default 1024 */
     int hello_timeout;           /* seconds a new connection has to send
                                     HELLO before it is closed; default 10 */
+    int heartbeat_ms;            /* a PING goes out on a connection idle
+                                    this long, both ways; default 1000 */
+    int peer_timeout_ms;         /* a peer silent this long is dead and its
+                                    connection closed; default 4000 */
+    int client_ttl;              /* seconds a client with no connection is
+                                    remembered for exactly-once retries;
+                                    default 600 */
     /* [table.NAME] sections in file order; owned */
     psd_table_conf *tables;
     int ntables;

@@ -38,6 +38,9 @@ struct psd_conn {
     size_t queued;               /* bytes handed to uv_write, not done */
     int hello_done;
     uint64_t accepted_ms;        /* loop time of accept, for hello_timeout */
+    uint64_t alive_ms;           /* last sign of life: bytes read, or a
+                                    write the peer took */
+    uint64_t sent_ms;            /* last write handed to libuv */
     int paused;                  /* reads and parsing stopped */
     int closing;
     int shutting;                /* psd_conn_shutdown was called */
@@ -128,6 +131,8 @@ static void on_write(uv_write_t *req, int status)
     wreq *w = (wreq *)req;
     psd_conn *c = w->c;
     c->queued -= w->out.total;
+    if (status >= 0)
+        c->alive_ms = uv_now(c->set->loop);
     if (!c->has_spare && !c->closing) {
         psw_out_reset(&w->out);
         c->spare = w->out;
@@ -201,6 +206,7 @@ static void flush(psd_conn *c)
         return;
     }
     c->queued += w->out.total;
+    c->sent_ms = uv_now(c->set->loop);
     if (c->queued > c->node->cfg.max_output)
         pause_reading(c);
 }
@@ -322,13 +328,9 @@ static void process(psd_conn *c)
         if (rc == 0)
             break;
         if (rc < 0) {
-            char why[128];
-            if (rc == PSW_ETOOBIG)
-                snprintf(why, sizeof why, "frame larger than max_frame "
-                         "(%zu bytes%s)", c->rd.max_frame,
-                         c->hello_done ? "" : " before HELLO");
-            else
-                snprintf(why, sizeof why, "empty frame");
+            char why[160];
+            snprintf(why, sizeof why, "%s%s", c->rd.why,
+                     c->hello_done ? "" : " (before HELLO)");
             reject(c, why);
             return;
         }
@@ -371,6 +373,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         return;
     }
     psw_reader_commit(&c->rd, (size_t)n);
+    c->alive_ms = uv_now(c->set->loop);
     process(c);
 }
 
@@ -420,38 +423,71 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
     psw_reader_init(&c->rd, PRE_HELLO_MAX_FRAME);
     msgpack_zone_init(&c->zone, 8192);
     psw_out_init(&c->out);
-    c->ss = (psd_session){ 0, -1, c->peer, &c->out, on_answered };
+    c->ss = (psd_session){ .worker = -1, .peer = c->peer, .out = &c->out,
+                           .answered = on_answered };
     if (uv_accept(listener, (uv_stream_t *)&c->tcp)) {
         conn_close(c);
         return;
     }
     peer_name(&c->tcp, c->peer, sizeof c->peer);
+    c->accepted_ms = c->alive_ms = c->sent_ms = uv_now(set->loop);
     if (set->n > node->cfg.max_connections) {
+        char why[96];
         node->stats.conns_refused++;
-        psd_warn("refusing connection from %s: max_connections (%d) reached",
-                 c->peer, node->cfg.max_connections);
-        conn_close(c);
+        snprintf(why, sizeof why, "max_connections (%d) reached",
+                 node->cfg.max_connections);
+        /* A typed refusal, so the client knows to come back later rather
+         * than seeing a reset. */
+        refuse_hello(c, PSW_EBUSY, why);
         return;
     }
     node->stats.conns_accepted++;
-    c->accepted_ms = uv_now(set->loop);
     uv_tcp_nodelay(&c->tcp, 1);
     psd_debug("connection from %s", c->peer);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
-void psd_conns_sweep(psd_conns *set)
+/* Sends a frame holding one PING: the peer learns we are alive. */
+static void send_ping(psd_conn *c)
+{
+    psw_msg ping = { .op = PSW_OP_PING };
+    psw_out_frame_begin(&c->out);
+    psw_pack_request(&c->out, &ping);
+    psw_out_frame_end(&c->out);
+    flush(c);
+}
+
+void psd_conns_tick(psd_conns *set)
 {
     const psd_config *cfg = &set->node->cfg;
-    uint64_t now = uv_now(set->loop), limit = (uint64_t)cfg->hello_timeout * 1000;
+    uint64_t now = uv_now(set->loop);
+    uint64_t hello = (uint64_t)cfg->hello_timeout * 1000;
+    uint64_t dead = (uint64_t)cfg->peer_timeout_ms;
+    uint64_t beat = (uint64_t)cfg->heartbeat_ms;
     for (psd_conn *c = set->head, *n; c; c = n) {
         n = c->next;
-        if (!c->hello_done && !c->closing && now - c->accepted_ms >= limit) {
-            char why[64];
-            snprintf(why, sizeof why, "no HELLO within %d s",
-                     cfg->hello_timeout);
-            reject(c, why);
+        if (c->closing)
+            continue;
+        char why[96];
+        if (!c->hello_done) {
+            if (now - c->accepted_ms >= hello) {
+                snprintf(why, sizeof why, "no HELLO within %d s",
+                         cfg->hello_timeout);
+                reject(c, why);
+            }
+            continue;
         }
+        if (now - c->alive_ms >= dead) {
+            set->node->stats.peers_lost++;
+            psd_warn("closing connection from %s: nothing heard for %llu ms "
+                     "(peer_timeout_ms %d): presumed dead", c->peer,
+                     (unsigned long long)(now - c->alive_ms),
+                     cfg->peer_timeout_ms);
+            conn_close(c);
+            continue;
+        }
+        if (now - c->sent_ms >= beat && !c->shutting)
+            send_ping(c);
     }
 }
 

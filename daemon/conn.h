@@ -2,8 +2,8 @@
  * hand the requests to the command layer (request.c), batch the replies
  * of everything read together into one write, and enforce the transport
  * limits (frame sizes, the pre-HELLO limit, the HELLO timeout, queued
- * output, max_connections). A bad frame closes only its connection, with
- * one log line. */
+ * output, max_connections) and liveness (heartbeats both ways). A bad
+ * frame closes only its connection, with one log line. */
 #ifndef PSD_CONN_H
 #define PSD_CONN_H
 
@@ -28,8 +28,13 @@ void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node);
  * max_connections are open). */
 void psd_conn_accept(psd_conns *set, uv_stream_t *listener);
 
-/* Closes connections that sent no accepted HELLO within hello_timeout. */
-void psd_conns_sweep(psd_conns *set);
+/* Periodic work (several times per heartbeat): closes connections that
+ * sent no accepted HELLO within hello_timeout, and connections whose peer
+ * has been silent for peer_timeout_ms (a dead or unreachable host: the
+ * worker it served, if any, starts its grace); sends a PING on every
+ * connection idle for heartbeat_ms, so that live clients never look
+ * dead. */
+void psd_conns_tick(psd_conns *set);
 
 /* Shutdown: every connection stops reading, writes what it owes, then
  * closes. The loop ends once all are closed. */

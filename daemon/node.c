@@ -14,6 +14,8 @@ static void build_cluster(psd_node *n)
     l->node_index = n->index;
     l->max_frame = n->cfg.max_frame;
     l->shards = n->cfg.shards;
+    l->heartbeat_ms = (uint32_t)n->cfg.heartbeat_ms;
+    l->peer_timeout_ms = (uint32_t)n->cfg.peer_timeout_ms;
     for (int i = 0; i < l->nnodes; i++) {
         const psd_node_addr *a = &n->cfg.nodes[i];
         if (strchr(a->host, ':'))
@@ -76,7 +78,8 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
     n->cluster.tables = calloc((size_t)n->cfg.ntables + 1,
                                sizeof *n->cluster.tables);
     n->tables = calloc((size_t)n->cfg.ntables + 1, sizeof *n->tables);
-    if (!n->cluster.nodes || !n->cluster.tables || !n->tables ||
+    n->dedup = psd_dedup_new();
+    if (!n->cluster.nodes || !n->cluster.tables || !n->tables || !n->dedup ||
         psd_sync_init(&n->sync, n->cfg.workers, now_ms)) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -100,6 +103,8 @@ void psd_node_destroy(psd_node *n)
     n->tables = NULL;
     n->ntables = 0;
     psd_sync_destroy(&n->sync);
+    psd_dedup_free(n->dedup);
+    n->dedup = NULL;
     psw_cluster_free(&n->cluster);
     psd_config_destroy(&n->cfg);
 }
@@ -121,9 +126,13 @@ static const char *layout_change(const psd_config *a, const psd_config *b)
     }
     if (strcmp(a->auth_token, b->auth_token))
         return "auth_token changed";
-    /* Connected clients size their frames by the value they were told. */
+    /* Connected clients size their frames by the value they were told, and
+     * pace their heartbeats by the interval. */
     if (a->max_frame != b->max_frame)
         return "max_frame changed";
+    if (a->heartbeat_ms != b->heartbeat_ms ||
+        a->peer_timeout_ms != b->peer_timeout_ms)
+        return "heartbeat_ms or peer_timeout_ms changed";
     return NULL;
 }
 
@@ -141,6 +150,7 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
     n->cfg.max_connections = nc->max_connections;
     n->cfg.hello_timeout = nc->hello_timeout;
     n->cfg.snapshot_interval = nc->snapshot_interval;
+    n->cfg.client_ttl = nc->client_ttl;
     return NULL;
 }
 

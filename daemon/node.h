@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "dedup.h"
 #include "sync.h"
 #include "table.h"
 #include "../proto/msg.h"
@@ -16,9 +17,11 @@ typedef struct psd_stats {
     uint64_t conns_accepted;
     uint64_t conns_refused;      /* over max_connections */
     uint64_t proto_errors;       /* connections closed for a bad frame */
+    uint64_t peers_lost;         /* connections closed: peer silent */
     uint64_t frames;
     uint64_t requests;
     uint64_t request_errors;     /* requests answered with an error */
+    uint64_t duplicates;         /* retransmitted pushes not applied again */
 } psd_stats;
 
 struct psd_held;                 /* request.c: a reply waiting for a clock */
@@ -30,6 +33,7 @@ typedef struct psd_node {
     int ntables;
     psw_cluster cluster;         /* what HELLO_OK tells clients; owned */
     psd_sync sync;               /* workers, clocks, barriers */
+    psd_dedup *dedup;            /* applied pushes per client */
     struct psd_held *held;       /* held replies, oldest first (request.c) */
     psd_stats stats;
 } psd_node;

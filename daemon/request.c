@@ -231,17 +231,40 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
         return;
     }
     int barrier = m->op == PSW_OP_BARRIER;
-    if (psd_sync_reach(&n->sync, id, barrier, m->first, err, sizeof err)) {
+    if (psd_sync_reach(&n->sync, id, barrier, m->value, err, sizeof err)) {
         answer(n, ss, m, PSW_EINVAL, err);
         return;
     }
     advance(n, now_ms);
     uint64_t reached = barrier ? n->sync.barrier : n->sync.clock;
     /* Only bsp tables make ps_clock wait; ssp tables hold pulls instead. */
-    if (m->first <= reached || (!barrier && !has_bsp(n)))
+    if (m->value <= reached || (!barrier && !has_bsp(n)))
         answer(n, ss, m, PSW_OK, NULL);
-    else if (hold(n, ss, m, m->op, m->first))
+    else if (hold(n, ss, m, m->op, m->value))
         answer(n, ss, m, PSW_ENOMEM, "out of memory");
+}
+
+/* ---- exactly-once --------------------------------------------------- */
+
+/* The session's entry in the node's memory of applied pushes, attached on
+ * first use; NULL when memory runs out. */
+static psd_dclient *dedup_of(psd_node *n, psd_session *ss, uint64_t now_ms)
+{
+    if (!ss->dedup)
+        ss->dedup = psd_dedup_attach(n->dedup, ss->client_id,
+                                     ss->incarnation, now_ms);
+    return ss->dedup;
+}
+
+/* PING (liveness only: the connection noted the bytes) and ACK. */
+static void session(psd_node *n, psd_session *ss, const psw_msg *m,
+                    uint64_t now_ms)
+{
+    if (m->op == PSW_OP_ACK) {
+        psd_dclient *dc = dedup_of(n, ss, now_ms);
+        if (dc)
+            psd_dedup_ack(dc, m->value);
+    }
 }
 
 /* ---- data requests -------------------------------------------------- */
@@ -252,6 +275,10 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     char err[256];
     int owner = -1, rc;
 
+    if (psw_op_has(m->op, PSW_OPF_SESSION)) {
+        session(n, ss, m, now_ms);
+        return;
+    }
     n->stats.requests++;
     if (psw_op_has(m->op, PSW_OPF_CONTROL)) {
         control(n, ss, m, now_ms);
@@ -299,6 +326,19 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         reply_error(n, ss, m, rc, err);
         return;
     }
+    /* A push seen before (a retransmission) is answered as it was the
+     * first time, without applying it again; a pushpull still pulls. */
+    psd_dclient *dc = pushes ? dedup_of(n, ss, now_ms) : NULL;
+    int seen_status;
+    if (dc && psd_dedup_seen(dc, m->ts, m->part, &seen_status)) {
+        n->stats.duplicates++;
+        if (seen_status != PSW_OK) {
+            reply_error(n, ss, m, seen_status, "out of memory creating rows "
+                        "(this retransmission was not applied again)");
+            return;
+        }
+        pushes = 0;
+    }
     if (pushes) {
         if (tc->consistency == PSD_CONS_BSP)
             /* Summed now, applied once when the clock ends. */
@@ -309,6 +349,10 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
             psd_table_push_range(t, m->first, m->count, m->vals);
         else
             rc = psd_table_push(t, m->keys, m->nkeys, m->vals);
+        if (dc && psd_dedup_record(dc, m->ts, m->part, rc ? PSW_ENOMEM : 0))
+            psd_warn("out of memory remembering push %llu.%u of %s: a "
+                     "retransmission of it would be applied again",
+                     (unsigned long long)m->ts, m->part, ss->peer);
         if (rc) {
             reply_error(n, ss, m, PSW_ENOMEM, "out of memory creating rows");
             return;
@@ -342,6 +386,7 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
         ss->worker = h->worker;
     }
     ss->client_id = h->client_id;
+    ss->incarnation = h->incarnation;
     *reply = n->cluster;
     /* A worker learns where this node has it, so its next ps_clock names
      * the right clock after a rejoin or a lost connection. */
@@ -371,7 +416,8 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
     }
     psw_out_frame_begin(ss->out);
     for (int i = 0; i < count; i++) {
-        reply_room(n, ss, reply_bound(n, &m[i]));
+        if (!psw_op_has(m[i].op, PSW_OPF_SESSION))
+            reply_room(n, ss, reply_bound(n, &m[i]));
         dispatch(n, ss, &m[i], now_ms);
     }
     psw_out_frame_end(ss->out);
@@ -389,6 +435,9 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
         } else
             pp = &h->next;
     }
+    if (ss->dedup)
+        psd_dedup_detach(n->dedup, ss->dedup, now_ms);
+    ss->dedup = NULL;
     if (psd_sync_lost(&n->sync, ss->worker, ss, now_ms, n->cfg.worker_grace))
         advance(n, now_ms);
 }
@@ -398,6 +447,7 @@ void psd_request_tick(psd_node *n, uint64_t now_ms)
     if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, n->held != NULL,
                       WAIT_LOG_MS))
         advance(n, now_ms);
+    psd_dedup_expire(n->dedup, now_ms, (uint64_t)n->cfg.client_ttl * 1000);
 }
 
 void psd_request_drop_all(psd_node *n)

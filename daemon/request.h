@@ -19,6 +19,9 @@
  * connection, which must call psd_request_closed before it goes away. */
 typedef struct psd_session {
     uint64_t client_id;
+    uint64_t incarnation;
+    struct psd_dclient *dedup;   /* this client's applied pushes, attached
+                                    at its first push or ACK */
     int32_t worker;              /* the worker id it joined as, or -1 */
     const char *peer;            /* "host:port", for logs and errors */
     psw_out *out;                /* where replies are packed */
@@ -50,7 +53,7 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms);
 
 /* Periodic work (about every 100 ms): workers whose grace ran out stop
  * being waited for, which may answer held replies; a node that waits long
- * says for whom. */
+ * says for whom; clients gone for client_ttl are forgotten. */
 void psd_request_tick(psd_node *n, uint64_t now_ms);
 
 /* Frees every held reply (at exit). */

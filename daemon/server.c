@@ -23,10 +23,10 @@ static int is_loopback(const char *host)
     return 0;
 }
 
-static void on_sweep(uv_timer_t *t)
+static void on_conn_tick(uv_timer_t *t)
 {
     psd_server *s = t->data;
-    psd_conns_sweep(&s->conns);
+    psd_conns_tick(&s->conns);
 }
 
 static void on_mode_tick(uv_timer_t *t)
@@ -101,9 +101,16 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
         return -1;
     }
     uv_tcp_nodelay(&s->listener, 1);
-    uv_timer_init(s->loop, &s->sweep_timer);
-    s->sweep_timer.data = s;
-    uv_timer_start(&s->sweep_timer, on_sweep, 1000, 1000);
+    /* Four looks per heartbeat keep PINGs close to on time; the HELLO
+     * timeout and the dead-peer bound are checked as often. */
+    uint64_t period = (uint64_t)n->cfg.heartbeat_ms / 4;
+    if (period < 5)
+        period = 5;
+    if (period > 250)
+        period = 250;
+    uv_timer_init(s->loop, &s->conn_timer);
+    s->conn_timer.data = s;
+    uv_timer_start(&s->conn_timer, on_conn_tick, period, period);
     uv_timer_init(s->loop, &s->mode_timer);
     s->mode_timer.data = s;
     uv_timer_start(&s->mode_timer, on_mode_tick, MODE_TICK_MS, MODE_TICK_MS);
@@ -141,7 +148,7 @@ void psd_server_stop(psd_server *s)
         return;
     s->stopping = 1;
     uv_close((uv_handle_t *)&s->listener, NULL);
-    uv_close((uv_handle_t *)&s->sweep_timer, NULL);
+    uv_close((uv_handle_t *)&s->conn_timer, NULL);
     uv_close((uv_handle_t *)&s->mode_timer, NULL);
     psd_conns_shutdown(&s->conns);
     const psd_stats *st = &s->node.stats;

@@ -17,7 +17,7 @@ typedef struct psd_server {
     uv_tcp_t listener;
     psd_conns conns;
     int stopping;
-    uv_timer_t sweep_timer;      /* connections that never said HELLO */
+    uv_timer_t conn_timer;       /* HELLO timeout, heartbeats, dead peers */
     uv_timer_t mode_timer;       /* training modes: grace, wait logs */
 } psd_server;
 

@@ -4,8 +4,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <isa-l/crc.h>
+
 #include "frame.h"
 #include "status.h"
+
+uint32_t psw_crc32c(uint32_t crc, const void *p, size_t n)
+{
+    /* ISA-L keeps the register inverted between calls: invert around it
+     * so that psw_crc32c(0, ...) is the standard CRC32C and calls chain. */
+    return ~crc32_iscsi((unsigned char *)(uintptr_t)p, (int)n, ~crc);
+}
+
+/* Large inputs go through ISA-L in pieces its int length can hold. */
+static uint32_t crc_update(uint32_t crc, const char *p, size_t n)
+{
+    while (n > 0) {
+        size_t k = n > (1u << 30) ? (1u << 30) : n;
+        crc = psw_crc32c(crc, p, k);
+        p += k;
+        n -= k;
+    }
+    return crc;
+}
 
 #define READ_CHUNK (64 * 1024)
 
@@ -60,9 +81,29 @@ int psw_reader_space(psw_reader *r, char **p, size_t *n)
     return 0;
 }
 
+/* Feeds the CRC with the body bytes of the frame at off that have
+ * arrived, up to the end of its body. */
+static void reader_crc(psw_reader *r)
+{
+    size_t have = r->len - r->off;
+    if (have <= PSW_FRAME_HDR)
+        return;
+    uint32_t flen = be32(r->buf + r->off);
+    if (flen < PSW_FRAME_CRC + 1 || flen - PSW_FRAME_CRC > r->max_frame)
+        return;                      /* psw_reader_next refuses it */
+    size_t body = flen - PSW_FRAME_CRC, avail = have - PSW_FRAME_HDR;
+    size_t upto = avail < body ? avail : body;
+    if (upto > r->crc_done) {
+        r->crc = crc_update(r->crc, r->buf + r->off + PSW_FRAME_HDR +
+                                        r->crc_done, upto - r->crc_done);
+        r->crc_done = upto;
+    }
+}
+
 void psw_reader_commit(psw_reader *r, size_t n)
 {
     r->len += n;
+    reader_crc(r);
 }
 
 int psw_reader_next(psw_reader *r, const char **body, size_t *len)
@@ -71,15 +112,33 @@ int psw_reader_next(psw_reader *r, const char **body, size_t *len)
     if (have < PSW_FRAME_HDR)
         return 0;
     uint32_t flen = be32(r->buf + r->off);
-    if (flen == 0)
+    if (flen < PSW_FRAME_CRC + 1) {
+        snprintf(r->why, sizeof r->why, "frame of %u bytes: too short for "
+                 "a body and its CRC", flen);
         return PSW_EPROTO;
-    if (flen > r->max_frame)
+    }
+    if (flen - PSW_FRAME_CRC > r->max_frame) {
+        snprintf(r->why, sizeof r->why, "frame body of %u bytes is larger "
+                 "than max_frame (%zu bytes)", flen - PSW_FRAME_CRC,
+                 r->max_frame);
         return PSW_ETOOBIG;
+    }
     if (have - PSW_FRAME_HDR < flen)
         return 0;
-    *body = r->buf + r->off + PSW_FRAME_HDR;
-    *len = flen;
+    reader_crc(r);
+    const char *b = r->buf + r->off + PSW_FRAME_HDR;
+    size_t blen = flen - PSW_FRAME_CRC;
+    uint32_t want = be32(b + blen);
+    if (r->crc != want) {
+        snprintf(r->why, sizeof r->why, "CRC32C mismatch on a frame of %zu "
+                 "bytes (got %08x, computed %08x)", blen, want, r->crc);
+        return PSW_EPROTO;
+    }
+    *body = b;
+    *len = blen;
     r->off += PSW_FRAME_HDR + flen;
+    r->crc = 0;
+    r->crc_done = 0;
     return 1;
 }
 
@@ -220,6 +279,7 @@ void psw_out_reset(psw_out *o)
     o->nsegs = 0;
     o->frame_start = SIZE_MAX;
     o->frame_ref = 0;
+    o->frame_seg = 0;
     o->total = 0;
     o->oom = 0;
 }
@@ -238,6 +298,7 @@ void psw_out_frame_begin(psw_out *o)
     static const char hdr[PSW_FRAME_HDR + 5] = { 0, 0, 0, 0, (char)0xdd };
     o->frame_start = o->sb.size;
     o->frame_ref = 0;
+    o->frame_seg = o->nsegs;
     o->frame_msgs = 0;
     out_raw(o, hdr, sizeof hdr);
 }
@@ -264,13 +325,26 @@ size_t psw_out_frame_end(psw_out *o)
     if (o->frame_msgs == 0) {
         /* Nothing was packed (every request was held): no empty frame. */
         o->sb.size = o->frame_start;
+        o->nsegs = o->frame_seg;
         o->frame_start = SIZE_MAX;
         return 0;
     }
     size_t body = psw_out_frame_body(o);
     unsigned char *h = (unsigned char *)o->sb.data + o->frame_start;
-    put_be32(h, body);
+    put_be32(h, body + PSW_FRAME_CRC);
     put_be32(h + PSW_FRAME_HDR + 1, o->frame_msgs);
+    /* The body in order: packed bytes interleaved with the references. */
+    uint32_t crc = 0;
+    size_t at = o->frame_start + PSW_FRAME_HDR;
+    for (size_t i = o->frame_seg; i < o->nsegs; i++) {
+        crc = crc_update(crc, o->sb.data + at, o->segs[i].at - at);
+        crc = crc_update(crc, o->segs[i].ptr, o->segs[i].len);
+        at = o->segs[i].at;
+    }
+    crc = crc_update(crc, o->sb.data + at, o->sb.size - at);
+    unsigned char tail[PSW_FRAME_CRC];
+    put_be32(tail, crc);
+    out_raw(o, tail, sizeof tail);
     o->frame_start = SIZE_MAX;
     o->total = o->sb.size;
     for (size_t i = 0; i < o->nsegs; i++)

@@ -1,8 +1,10 @@
-/* Framing: a 4-byte big-endian length followed by one msgpack value.
+/* Framing: a 4-byte big-endian length, a body holding one msgpack value,
+ * and a 4-byte CRC32C of the body (the length counts body and CRC).
  * psw_reader cuts frames out of a byte stream with the length checked
- * before anything is buffered; psw_guard bounds every msgpack count
- * before msgpack-c sees it; psw_out builds outgoing frames as iovecs so
- * large payloads are referenced, not copied. No sockets here. */
+ * before anything is buffered and the CRC checked before the body is
+ * handed out; psw_guard bounds every msgpack count before msgpack-c sees
+ * it; psw_out builds outgoing frames as iovecs so large payloads are
+ * referenced, not copied. No sockets here. */
 #ifndef PSW_FRAME_H
 #define PSW_FRAME_H
 
@@ -12,16 +14,25 @@
 #include <msgpack.h>
 
 #define PSW_FRAME_HDR 4
+#define PSW_FRAME_CRC 4
+
+/* CRC32C (Castagnoli) of n bytes, continuing from crc (0 to start). */
+uint32_t psw_crc32c(uint32_t crc, const void *p, size_t n);
 
 /* ---- reading -------------------------------------------------------- */
 
 /* A growable receive buffer. Bytes [off, len) are received but not yet
  * consumed; a frame returned by psw_reader_next stays valid until the
- * next psw_reader_space call (which may move or compact the buffer). */
+ * next psw_reader_space call (which may move or compact the buffer). The
+ * CRC of the frame being received is computed as its bytes arrive, while
+ * they are still in cache. */
 typedef struct psw_reader {
     char *buf;
     size_t off, len, cap;
     size_t max_frame;    /* largest accepted frame body */
+    size_t crc_done;     /* body bytes of the frame at off in crc */
+    uint32_t crc;
+    char why[128];       /* after an error: what was wrong */
 } psw_reader;
 
 void psw_reader_init(psw_reader *r, size_t max_frame);
@@ -36,8 +47,10 @@ int psw_reader_space(psw_reader *r, char **p, size_t *n);
 void psw_reader_commit(psw_reader *r, size_t n);
 
 /* Takes the next complete frame: returns 1 and sets *body and *len to a view
- * into the buffer; 0 when more bytes are needed; PSW_ETOOBIG or
- * PSW_EPROTO (empty frame) when the stream must be closed. */
+ * into the buffer (the body, without its CRC); 0 when more bytes are
+ * needed; PSW_ETOOBIG (body above max_frame) or PSW_EPROTO (a frame too
+ * short to hold a body and its CRC, or a CRC that does not match) when
+ * the stream must be closed, with the reason in r->why. */
 int psw_reader_next(psw_reader *r, const char **body, size_t *len);
 
 /* Bytes received and not yet consumed. */
@@ -83,6 +96,7 @@ typedef struct psw_out {
     size_t nsegs, segcap;
     size_t frame_start;  /* offset of the open frame's length, or SIZE_MAX */
     size_t frame_ref;    /* referenced bytes inside the open frame */
+    size_t frame_seg;    /* first of segs inside the open frame */
     uint32_t frame_msgs; /* messages packed into the open frame */
     size_t total;        /* all bytes: sb plus references */
     int oom;             /* set when an allocation failed */
@@ -103,8 +117,10 @@ static inline int psw_out_frame_open(const psw_out *o)
 
 /* Bytes of the open frame's body so far (0 when none is open). */
 size_t psw_out_frame_body(const psw_out *o);
-/* Closes the open frame, writing its length and message count. Returns
- * its body size. A frame that got no message is dropped (returns 0). */
+/* Closes the open frame, writing its length and message count and
+ * appending the CRC of its body (referenced payloads included: they must
+ * hold their final bytes by now). Returns its body size. A frame that got
+ * no message is dropped (returns 0). */
 size_t psw_out_frame_end(psw_out *o);
 
 /* Packs a BIN of len bytes: copied when small, referenced when large. */

@@ -21,6 +21,8 @@ static const psw_op_info ops[] = {
     [PSW_OP_BARRIER] = { 4, PSW_OPF_CONTROL },
     [PSW_OP_LEAVE] = { 3, PSW_OPF_CONTROL },
     [PSW_OP_REPLY] = { 7, 0 },
+    [PSW_OP_PING] = { 1, PSW_OPF_SESSION },
+    [PSW_OP_ACK] = { 2, PSW_OPF_SESSION },
 };
 #undef T
 
@@ -66,7 +68,7 @@ void psw_pack_hello_ok(psw_out *o, const psw_cluster *l)
 {
     o->frame_msgs++;
     msgpack_packer *pk = &o->pk;
-    pk_check(o, msgpack_pack_array(pk, 12));
+    pk_check(o, msgpack_pack_array(pk, 14));
     pk_check(o, msgpack_pack_uint8(pk, PSW_OP_HELLO_OK));
     pk_check(o, msgpack_pack_int32(pk, l->status));
     pack_str(o, l->text);
@@ -91,6 +93,8 @@ void psw_pack_hello_ok(psw_out *o, const psw_cluster *l)
     }
     pk_check(o, msgpack_pack_uint64(pk, l->worker_clock));
     pk_check(o, msgpack_pack_uint64(pk, l->worker_barrier));
+    pk_check(o, msgpack_pack_uint32(pk, l->heartbeat_ms));
+    pk_check(o, msgpack_pack_uint32(pk, l->peer_timeout_ms));
 }
 
 void psw_pack_request(psw_out *o, const psw_msg *m)
@@ -104,11 +108,16 @@ void psw_pack_request(psw_out *o, const psw_msg *m)
     o->frame_msgs++;
     pk_check(o, msgpack_pack_array(pk, info->fields));
     pk_check(o, msgpack_pack_uint8(pk, (uint8_t)m->op));
+    if (info->flags & PSW_OPF_SESSION) {
+        if (m->op == PSW_OP_ACK)
+            pk_check(o, msgpack_pack_uint64(pk, m->value));
+        return;
+    }
     pk_check(o, msgpack_pack_uint64(pk, m->ts));
     pk_check(o, msgpack_pack_uint32(pk, m->part));
     if (info->flags & PSW_OPF_CONTROL) {
         if (m->op != PSW_OP_LEAVE)
-            pk_check(o, msgpack_pack_uint64(pk, m->first));
+            pk_check(o, msgpack_pack_uint64(pk, m->value));
         return;
     }
     pk_check(o, msgpack_pack_uint32(pk, m->table));
@@ -244,6 +253,11 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
     want = info->fields;
     if (nf != want)
         FAIL("op %u needs %u fields, got %u", op, want, nf);
+    if (info->flags & PSW_OPF_SESSION) {
+        if (op == PSW_OP_ACK && get_u64(&f[1], &m->value))
+            FAIL("ACK: bad value");
+        return 0;
+    }
     if (get_u64(&f[1], &m->ts) || get_u32(&f[2], &m->part))
         FAIL("op %u: bad timestamp or part", op);
     if (op == PSW_OP_REPLY) {
@@ -264,7 +278,7 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
         return 0;
     }
     if (info->flags & PSW_OPF_CONTROL) {
-        if (op != PSW_OP_LEAVE && get_u64(&f[3], &m->first))
+        if (op != PSW_OP_LEAVE && get_u64(&f[3], &m->value))
             FAIL("op %u: bad clock or barrier number", op);
         return 0;
     }
@@ -329,8 +343,8 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
     memset(l, 0, sizeof *l);
     if (msg_op(o, 1, err, errlen, &op))
         return PSW_EPROTO;
-    if (op != PSW_OP_HELLO_OK || o->via.array.size != 12)
-        FAIL("expected HELLO_OK with 12 fields");
+    if (op != PSW_OP_HELLO_OK || o->via.array.size != 14)
+        FAIL("expected HELLO_OK with 14 fields");
     const msgpack_object *f = o->via.array.ptr;
     if (get_i32(&f[1], &st) || st > 0 || f[2].type != MSGPACK_OBJECT_STR)
         FAIL("HELLO_OK: bad status");
@@ -343,7 +357,9 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
     if (get_u32(&f[3], &l->version) || get_i32(&f[4], &idx) ||
         get_u64(&f[5], &l->epoch) || get_u64(&f[6], &l->max_frame) ||
         get_u32(&f[7], &l->shards) || get_u64(&f[10], &l->worker_clock) ||
-        get_u64(&f[11], &l->worker_barrier))
+        get_u64(&f[11], &l->worker_barrier) ||
+        get_u32(&f[12], &l->heartbeat_ms) ||
+        get_u32(&f[13], &l->peer_timeout_ms))
         FAIL("HELLO_OK: bad header field");
     l->node_index = idx;
     if (st != PSW_OK)

@@ -11,7 +11,7 @@
 
 #include "frame.h"
 
-#define PSW_VERSION 1
+#define PSW_VERSION 2
 
 /* Op codes. A new op needs: a row in psw_ops (msg.c: its fields and
  * properties), its fields in psw_pack_request / psw_msg_decode, a section
@@ -20,6 +20,8 @@
 enum psw_op {
     PSW_OP_HELLO = 1,
     PSW_OP_HELLO_OK = 2,
+    PSW_OP_PING = 3,       /* either way, on an idle connection; no reply */
+    PSW_OP_ACK = 4,        /* client: requests below `value` are complete */
     PSW_OP_PUSH = 10,
     PSW_OP_PULL = 11,
     PSW_OP_PUSHPULL = 12,
@@ -38,7 +40,9 @@ enum {
     PSW_OPF_PULLS = 2,     /* its reply carries rows */
     PSW_OPF_RANGED = 4,    /* first + count instead of a key list */
     PSW_OPF_TABLE = 8,     /* names a table */
-    PSW_OPF_CONTROL = 16   /* CLOCK, BARRIER, LEAVE: training-mode control */
+    PSW_OPF_CONTROL = 16,  /* CLOCK, BARRIER, LEAVE: training-mode control */
+    PSW_OPF_SESSION = 32   /* PING, ACK: about the connection, no ts, no
+                              part, no reply */
 };
 
 typedef struct psw_op_info {
@@ -100,8 +104,10 @@ typedef struct psw_msg {
     size_t nkeys;
     const char *vals;      /* vals_len bytes of little-endian float32 */
     size_t vals_len;
-    uint64_t first, count; /* range ops; CLOCK and BARRIER: first = the
-                              clock / barrier number the worker reaches */
+    uint64_t first, count; /* range ops */
+    uint64_t value;        /* CLOCK, BARRIER: the clock or barrier number
+                              the worker reaches; ACK: every request of
+                              the client with ts < value is complete */
     uint64_t clock;        /* replies: the table clock the rows reflect */
     int status;            /* replies: PSW_OK or a PSW_E* code */
     const char *text;      /* replies: error detail, text_len bytes */
@@ -144,6 +150,8 @@ typedef struct psw_cluster {
     psw_table_desc *tables;        /* owned */
     uint64_t worker_clock;         /* the connecting worker's clock and */
     uint64_t worker_barrier;       /* barrier count on this node (else 0) */
+    uint32_t heartbeat_ms;         /* send a PING after this long idle */
+    uint32_t peer_timeout_ms;      /* a peer silent this long is dead */
 } psw_cluster;
 
 void psw_cluster_free(psw_cluster *l);

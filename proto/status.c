@@ -18,6 +18,7 @@ const char *psw_strerror(int code)
     case PSW_ECLOSED: return "closed";
     case PSW_ESERVER: return "server error";
     case PSW_ENOTOWNER: return "shard is owned by another node";
+    case PSW_EBUSY: return "server busy";
     default: return "unknown error";
     }
 }

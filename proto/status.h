@@ -17,7 +17,8 @@ enum {
     PSW_ETOOBIG = -9,    /* frame or request above a limit */
     PSW_ECLOSED = -10,   /* client or server is shutting down */
     PSW_ESERVER = -11,   /* server-side failure */
-    PSW_ENOTOWNER = -12  /* the shard lives on another node */
+    PSW_ENOTOWNER = -12, /* the shard lives on another node */
+    PSW_EBUSY = -13      /* the server is at a limit: try again later */
 };
 
 /* Returns a static English description of a status code. */

@@ -162,6 +162,15 @@ static void run_error_case(void **state)
 #define NUL_TEXT CLUSTER "[server]\nlog_level = in\0fo\n"
 
 static const error_case error_cases[] = {
+    /* cross-checks */
+    { "peer_timeout_below_two_heartbeats_is_refused_at_its_line",
+      CLUSTER "[server]\nheartbeat_ms = 500\npeer_timeout_ms = 999\n", 0, 5,
+      "[server] peer_timeout_ms (999) must be at least twice heartbeat_ms "
+      "(500)", 1 },
+    { "a_long_heartbeat_needs_a_longer_peer_timeout",
+      CLUSTER "[server]\nheartbeat_ms = 3000\n", 0, 4,
+      "[server] peer_timeout_ms (4000) must be at least twice heartbeat_ms "
+      "(3000)", 1 },
     /* structure */
     { "unknown_section_is_refused_at_its_header",
       CLUSTER "[clutser]\nshards = 4\n", 0, 3,
@@ -501,6 +510,9 @@ static void assert_server_defaults(const psd_config *c)
     assert_int_equal(c->log_level, PSD_LOG_INFO);
     assert_int_equal(c->max_output, 16ULL << 20);
     assert_int_equal(c->max_connections, 1024);
+    assert_int_equal(c->heartbeat_ms, 1000);
+    assert_int_equal(c->peer_timeout_ms, 4000);
+    assert_int_equal(c->client_ttl, 600);
 }
 
 /* Checks that t holds every table default (dim aside). */

@@ -28,6 +28,8 @@
 #include "../proto/status.h"
 #include "../proto/layout.h"
 
+#include "expect.h"
+
 #define TABLES                                                             \
     "[table.dense]\nkind = dense\nrows = 1000\ndim = 4\nupdater = sum\n"   \
     "[table.range]\nkind = dense\nrows = 1000\ndim = 3\nupdater = sum\n"   \
@@ -111,7 +113,27 @@ static void raw_send_out(int fd, const psw_out *o)
         raw_send(fd, iov[i].iov_base, iov[i].iov_len);
 }
 
-/* Reads one frame body into a malloc'd buffer; NULL on EOF or timeout. */
+static void put_be32(unsigned char *h, uint32_t v)
+{
+    h[0] = (unsigned char)(v >> 24);
+    h[1] = (unsigned char)(v >> 16);
+    h[2] = (unsigned char)(v >> 8);
+    h[3] = (unsigned char)v;
+}
+
+/* Sends body (n bytes) as one well-formed frame: length, body, CRC. */
+static void raw_send_body(int fd, const void *body, size_t n)
+{
+    unsigned char h[4], t[4];
+    put_be32(h, (uint32_t)(n + PSW_FRAME_CRC));
+    put_be32(t, psw_crc32c(0, body, n));
+    raw_send(fd, h, 4);
+    raw_send(fd, body, n);
+    raw_send(fd, t, 4);
+}
+
+/* Reads one frame body into a malloc'd buffer, checking its CRC; NULL on
+ * EOF or timeout. */
 static char *raw_read_frame(int fd, size_t *len)
 {
     unsigned char h[4];
@@ -122,16 +144,23 @@ static char *raw_read_frame(int fd, size_t *len)
             return NULL;
         got += (size_t)k;
     }
-    *len = (size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3];
-    char *b = malloc(*len);
-    for (got = 0; got < *len;) {
-        ssize_t k = recv(fd, b + got, *len - got, 0);
+    size_t flen = (size_t)h[0] << 24 | (size_t)h[1] << 16 |
+                  (size_t)h[2] << 8 | h[3];
+    assert_true(flen > PSW_FRAME_CRC);
+    char *b = malloc(flen);
+    for (got = 0; got < flen;) {
+        ssize_t k = recv(fd, b + got, flen - got, 0);
         if (k <= 0) {
             free(b);
             return NULL;
         }
         got += (size_t)k;
     }
+    *len = flen - PSW_FRAME_CRC;
+    const unsigned char *t = (const unsigned char *)b + *len;
+    uint32_t want = (uint32_t)t[0] << 24 | (uint32_t)t[1] << 16 |
+                    (uint32_t)t[2] << 8 | t[3];
+    EXPECT_U64(psw_crc32c(0, b, *len), want, "CRC of a frame from psd");
     return b;
 }
 
@@ -478,8 +507,8 @@ static void malformed_frame_closes_only_that_connection(void **state)
     int fd = raw_connect(shared.port[0]);
     raw_hello(fd);
     /* A frame holding the byte msgpack never uses. */
-    const unsigned char bad[] = { 0, 0, 0, 1, 0xc1 };
-    raw_send(fd, bad, sizeof bad);
+    const unsigned char bad[] = { 0xc1 };
+    raw_send_body(fd, bad, sizeof bad);
     assert_true(raw_closed(fd));
     close(fd);
     others_still_served();
@@ -497,25 +526,31 @@ static void hostile_frames_are_refused_and_the_server_survives(void **state)
      * and psd must keep serving. */
     static const unsigned char huge_len[] = { 0xff, 0xff, 0xff, 0xff };
     static const unsigned char http[] = "GET / HTTP/1.0\r\n\r\n";
-    /* [[dd 7fffffff]]: an array count no frame can hold. */
-    static const unsigned char bomb[] = { 0, 0, 0, 6, 0x91, 0xdd, 0x7f, 0xff,
-                                          0xff, 0xff };
-    static const unsigned char deep[] = { 0, 0, 0, 12, 0x91, 0x91, 0x91, 0x91,
-                                          0x91, 0x91, 0x91, 0x91, 0x91, 0x91,
-                                          0x91, 0xc0 };
-    struct { const unsigned char *b; size_t n; int hello; } in[] = {
-        { huge_len, sizeof huge_len, 0 },
-        { http, sizeof http - 1, 0 },
-        { bomb, sizeof bomb, 0 },
-        { bomb, sizeof bomb, 1 },
-        { deep, sizeof deep, 1 },
-        { huge_len, sizeof huge_len, 1 },
+    /* [[dd 7fffffff]]: an array count no frame can hold (framed whole,
+     * with its CRC, so the guard is what refuses it). */
+    static const unsigned char bomb[] = { 0x91, 0xdd, 0x7f, 0xff, 0xff, 0xff };
+    static const unsigned char deep[] = { 0x91, 0x91, 0x91, 0x91, 0x91, 0x91,
+                                          0x91, 0x91, 0x91, 0x91, 0x91, 0xc0 };
+    /* A good body under a wrong CRC. */
+    static const unsigned char bad_crc[] = { 0, 0, 0, 6, 0x91, 0x91, 0x03,
+                                             0, 0, 0, 0 };
+    struct { const unsigned char *b; size_t n; int hello, framed; } in[] = {
+        { huge_len, sizeof huge_len, 0, 0 },
+        { http, sizeof http - 1, 0, 0 },
+        { bomb, sizeof bomb, 0, 1 },
+        { bomb, sizeof bomb, 1, 1 },
+        { deep, sizeof deep, 1, 1 },
+        { huge_len, sizeof huge_len, 1, 0 },
+        { bad_crc, sizeof bad_crc, 1, 0 },
     };
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
         int fd = raw_connect(shared.port[1]);
         if (in[i].hello)
             raw_hello(fd);
-        raw_send(fd, in[i].b, in[i].n);
+        if (in[i].framed)
+            raw_send_body(fd, in[i].b, in[i].n);
+        else
+            raw_send(fd, in[i].b, in[i].n);
         if (!raw_closed(fd))
             fail_msg("hostile input %zu: connection left open", i);
         close(fd);

@@ -14,6 +14,8 @@
 #include "../proto/msg.h"
 #include "../proto/status.h"
 
+#include "expect.h"
+
 /* Flattens a psw_out into one buffer, as writev would send it. */
 static char *flatten(const psw_out *o, size_t *len)
 {
@@ -109,9 +111,11 @@ static void reader_yields_same_frames_for_every_split_point(void **state)
     }
     size_t len;
     char *s = sample_stream(&len, 4, vals, 2048, keys);
+    /* The length counts the body and its 4-byte CRC. */
     size_t first = ((size_t)(unsigned char)s[0] << 24 |
                     (size_t)(unsigned char)s[1] << 16 |
-                    (size_t)(unsigned char)s[2] << 8 | (unsigned char)s[3]);
+                    (size_t)(unsigned char)s[2] << 8 | (unsigned char)s[3]) -
+                   PSW_FRAME_CRC;
     for (size_t cut = 0; cut <= len; cut++) {
         int frames = feed_and_count(s, len, &cut, 1, s + 4, first);
         if (frames != 4)
@@ -134,7 +138,8 @@ static void reader_yields_same_frames_byte_by_byte(void **state)
     size_t *cuts = malloc(len * sizeof *cuts);
     for (size_t i = 0; i < len; i++)
         cuts[i] = i;
-    size_t first = ((size_t)(unsigned char)s[2] << 8 | (unsigned char)s[3]);
+    size_t first = ((size_t)(unsigned char)s[2] << 8 |
+                    (unsigned char)s[3]) - PSW_FRAME_CRC;
     assert_int_equal(feed_and_count(s, len, cuts, (int)len, s + 4, first), 5);
     free(cuts);
     free(s);
@@ -161,9 +166,10 @@ static void reader_refuses_oversized_length_before_buffering(void **state)
     (void)state;
     const unsigned char huge[] = { 0xff, 0xff, 0xff, 0xff };
     assert_int_equal(reader_verdict(huge, 4, 64 << 20), PSW_ETOOBIG);
-    const unsigned char over[] = { 0x00, 0x00, 0x10, 0x01 };   /* 4097 */
+    /* Lengths count the body and the CRC: a 4097-byte body is 4101. */
+    const unsigned char over[] = { 0x00, 0x00, 0x10, 0x05 };
     assert_int_equal(reader_verdict(over, 4, 4096), PSW_ETOOBIG);
-    const unsigned char exact[] = { 0x00, 0x00, 0x10, 0x00 };  /* 4096 */
+    const unsigned char exact[] = { 0x00, 0x00, 0x10, 0x04 }; /* 4096 */
     assert_int_equal(reader_verdict(exact, 4, 4096), 0);       /* waits */
 }
 
@@ -172,6 +178,54 @@ static void reader_refuses_empty_frame(void **state)
     (void)state;
     const unsigned char zero[] = { 0, 0, 0, 0 };
     assert_int_equal(reader_verdict(zero, 4, 4096), PSW_EPROTO);
+    /* A CRC with no body before it. */
+    const unsigned char crc_only[] = { 0, 0, 0, 4, 0, 0, 0, 0 };
+    assert_int_equal(reader_verdict(crc_only, 8, 4096), PSW_EPROTO);
+}
+
+static void crc32c_is_the_castagnoli_crc_and_chains(void **state)
+{
+    (void)state;
+    /* The check value of CRC-32C (RFC 3720, appendix B.4). */
+    EXPECT_U64(psw_crc32c(0, "123456789", 9), 0xe3069283u, "crc of 1..9");
+    uint32_t part = psw_crc32c(0, "1234", 4);
+    EXPECT_U64(psw_crc32c(part, "56789", 5), 0xe3069283u, "chained");
+    EXPECT_U64(psw_crc32c(0, "", 0), 0, "crc of nothing");
+}
+
+/* Every single-bit flip in a frame's body or CRC is caught before the
+ * body is handed out. */
+static void reader_refuses_a_frame_whose_bits_were_flipped(void **state)
+{
+    (void)state;
+    uint64_t keys[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    float vals[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    size_t len;
+    char *s = sample_stream(&len, 1, vals, 8, keys);
+    assert_int_equal(reader_verdict((const unsigned char *)s, len, 4096), 1);
+    for (size_t byte = 4; byte < len; byte++)
+        for (int bit = 0; bit < 8; bit++) {
+            s[byte] ^= (char)(1 << bit);
+            int rc = reader_verdict((const unsigned char *)s, len, 4096);
+            if (rc != PSW_EPROTO)
+                fail_msg("bit %d of byte %zu flipped: got %d, want %d", bit,
+                         byte, rc, PSW_EPROTO);
+            s[byte] ^= (char)(1 << bit);
+        }
+    psw_reader r;
+    psw_reader_init(&r, 4096);
+    char *p;
+    size_t cap;
+    assert_int_equal(psw_reader_space(&r, &p, &cap), 0);
+    memcpy(p, s, len);
+    p[len - 1] ^= 1;
+    psw_reader_commit(&r, len);
+    const char *body;
+    size_t blen;
+    assert_int_equal(psw_reader_next(&r, &body, &blen), PSW_EPROTO);
+    EXPECT_SUBSTR(r.why, "CRC32C mismatch", "the reason");
+    psw_reader_destroy(&r);
+    free(s);
 }
 
 static void guard_rejects_counts_larger_than_the_bytes_left(void **state)
@@ -241,7 +295,9 @@ static void decode_one(psw_out *o, msgpack_zone *z, char **buf,
     msgpack_object obj;
     char err[128];
     *buf = flatten(o, &len);
-    int rc = psw_frame_decode(*buf + 4, len - 4, z, &obj, err, sizeof err);
+    int rc = psw_frame_decode(*buf + PSW_FRAME_HDR,
+                              len - PSW_FRAME_HDR - PSW_FRAME_CRC, z, &obj, err,
+                              sizeof err);
     if (rc)
         fail_msg("decode: %s", err);
     assert_int_equal(psw_frame_messages(&obj, 10, msg, err, sizeof err), 1);
@@ -362,7 +418,8 @@ static void hello_and_layout_round_trip(void **state)
     psw_table_desc t[1] = { { 0, "emb", 0, 16, 0, 0 } };
     psw_cluster l = { .status = PSW_OK, .version = 1, .node_index = 1,
                      .epoch = 77, .max_frame = 1 << 20, .shards = 16,
-                     .nnodes = 2, .nodes = nodes, .ntables = 1, .tables = t };
+                     .nnodes = 2, .nodes = nodes, .ntables = 1, .tables = t,
+                     .heartbeat_ms = 1000, .peer_timeout_ms = 4000 };
     psw_out_reset(&o);
     psw_out_frame_begin(&o);
     psw_pack_hello_ok(&o, &l);
@@ -376,7 +433,31 @@ static void hello_and_layout_round_trip(void **state)
     assert_string_equal(ld.tables[0].name, "emb");
     assert_int_equal(ld.tables[0].dim, 16);
     assert_int_equal(ld.epoch, 77);
+    EXPECT_INT(ld.heartbeat_ms, 1000, "heartbeat_ms");
+    EXPECT_INT(ld.peer_timeout_ms, 4000, "peer_timeout_ms");
     psw_cluster_free(&ld);
+    free(buf);
+
+    /* The session messages: a PING has only its op, an ACK its mark. */
+    psw_msg ping = { .op = PSW_OP_PING }, ack = { .op = PSW_OP_ACK,
+                                                  .value = 123456789 };
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_request(&o, &ack);
+    psw_out_frame_end(&o);
+    decode_one(&o, &z, &buf, &msg);
+    psw_msg md;
+    assert_int_equal(psw_msg_decode(msg, &md, err, sizeof err), 0);
+    EXPECT_INT(md.op, PSW_OP_ACK, "op");
+    EXPECT_U64(md.value, 123456789, "ack value");
+    free(buf);
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_request(&o, &ping);
+    psw_out_frame_end(&o);
+    decode_one(&o, &z, &buf, &msg);
+    assert_int_equal(psw_msg_decode(msg, &md, err, sizeof err), 0);
+    EXPECT_INT(md.op, PSW_OP_PING, "op");
     free(buf);
     msgpack_zone_destroy(&z);
     psw_out_destroy(&o);
@@ -478,6 +559,8 @@ int main(void)
         cmocka_unit_test(reader_yields_same_frames_byte_by_byte),
         cmocka_unit_test(reader_refuses_oversized_length_before_buffering),
         cmocka_unit_test(reader_refuses_empty_frame),
+        cmocka_unit_test(crc32c_is_the_castagnoli_crc_and_chains),
+        cmocka_unit_test(reader_refuses_a_frame_whose_bits_were_flipped),
         cmocka_unit_test(guard_rejects_counts_larger_than_the_bytes_left),
         cmocka_unit_test(guard_rejects_deep_nesting_and_the_unused_byte),
         cmocka_unit_test(guard_reports_truncated_values_as_incomplete),

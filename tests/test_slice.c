@@ -913,7 +913,8 @@ static void test_customer_stamps_timestamps_in_order_and_queues_every_part(
     char err[128];
     uint64_t keys[100];
     float vals[100 * 2];
-    psc_customer_init(&cu, 1 << 20);
+    static psc_stats stats;
+    psc_customer_init(&cu, 1 << 20, &stats);
     psc_req *a = push_request(2, keys, vals, 100, 2);
     psc_req *b = push_request(2, keys, vals, 100, 2);
     int na = a->nparts, nb = b->nparts;
@@ -945,7 +946,8 @@ static void test_customer_remembers_failures_for_wait_and_wait_all(
     char err[256] = "";
     uint64_t keys[10];
     float vals[10];
-    psc_customer_init(&cu, 1 << 20);
+    static psc_stats stats;
+    psc_customer_init(&cu, 1 << 20, &stats);
     callbacks = 0;
     psc_req *ok = push_request(1, keys, vals, 10, 1);
     psc_req *bad = push_request(1, keys, vals, 10, 1);

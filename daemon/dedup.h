@@ -1,0 +1,49 @@
+/* Exactly-once pushes: what each client's pushes did on this node, so a
+ * push retransmitted after a timeout or a reconnection is answered
+ * without being applied again. A client is (client_id, incarnation) from
+ * its HELLO; a push is (ts, part). Each client tells the node, with ACK,
+ * that every request below some ts is complete and will never be sent
+ * again; what lies below that mark is forgotten, and a push below it is
+ * known to be a stale duplicate. So a client's state is proportional to
+ * what it has in flight, however many requests it ever made. A client
+ * with no connection left is forgotten after a time to live. */
+#ifndef PSD_DEDUP_H
+#define PSD_DEDUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct psd_dedup psd_dedup;      /* every client of this node */
+typedef struct psd_dclient psd_dclient;  /* one client */
+
+psd_dedup *psd_dedup_new(void);
+void psd_dedup_free(psd_dedup *d);
+
+/* The state of a client, created when absent (NULL only when memory runs
+ * out). Each connection that uses it attaches once and detaches when it
+ * closes: a client with no connection attached starts to age. */
+psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
+                              uint64_t incarnation, uint64_t now_ms);
+void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms);
+
+/* Whether push (ts, part) was applied already: 1 with its status in
+ * *status (PSW_OK for a push below the client's mark), 0 when it is new. */
+int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
+                   int *status);
+
+/* Records that push (ts, part) was applied, with its status (a push that
+ * failed part-way still changed rows, so it counts). 0, or -1 when memory
+ * runs out (the push is then not protected against a retry). */
+int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status);
+
+/* ACK: every request of the client below ts `upto` is complete. */
+void psd_dedup_ack(psd_dclient *c, uint64_t upto);
+
+/* Forgets clients that have had no connection for ttl_ms. */
+void psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms);
+
+/* For stats and tests: clients known, pushes remembered, bytes used. */
+void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,
+                    size_t *bytes);
+
+#endif

@@ -1,0 +1,158 @@
+/* Unit tests of daemon/dedup.c, the node's memory of applied pushes:
+ * duplicates are recognised with their status, an ACK lets old ones go
+ * (and marks anything below it as a stale copy), memory stays flat over
+ * a million pushes, and clients without connections expire. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "../daemon/dedup.h"
+#include "../proto/status.h"
+
+#include "expect.h"
+
+static void test_a_recorded_push_is_seen_with_its_status_and_others_not(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 7, 1, 0);
+    int st = 99;
+    EXPECT_INT(psd_dedup_seen(c, 5, 0, &st), 0, "a new push");
+    EXPECT_INT(psd_dedup_record(c, 5, 0, PSW_OK), 0, "record 5.0");
+    EXPECT_INT(psd_dedup_record(c, 5, 2, PSW_ENOMEM), 0, "record 5.2");
+    EXPECT_INT(psd_dedup_seen(c, 5, 0, &st), 1, "5.0 again");
+    EXPECT_INT(st, PSW_OK, "its status");
+    EXPECT_INT(psd_dedup_seen(c, 5, 2, &st), 1, "5.2 again");
+    EXPECT_INT(st, PSW_ENOMEM, "its status");
+    EXPECT_INT(psd_dedup_seen(c, 5, 1, &st), 0, "another part of 5");
+    EXPECT_INT(psd_dedup_seen(c, 6, 0, &st), 0, "another request");
+    /* Another incarnation of the same id is another client. */
+    psd_dclient *c2 = psd_dedup_attach(d, 7, 2, 0);
+    EXPECT_INT(c2 != c, 1, "a second incarnation has its own state");
+    EXPECT_INT(psd_dedup_seen(c2, 5, 0, &st), 0, "5.0 of the new one");
+    psd_dedup_free(d);
+}
+
+static void test_ack_forgets_below_the_mark_and_refuses_stale_copies(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 1, 1, 0);
+    int st;
+    for (uint64_t ts = 1; ts <= 10; ts++)
+        psd_dedup_record(c, ts, 0, PSW_OK);
+    psd_dedup_ack(c, 8);
+    /* A copy of 3 arriving late (reordered behind the ACK) must not be
+     * applied: the client finished 3 long ago. */
+    EXPECT_INT(psd_dedup_seen(c, 3, 0, &st), 1, "stale 3.0");
+    EXPECT_INT(st, PSW_OK, "its status");
+    EXPECT_INT(psd_dedup_seen(c, 3, 5, &st), 1, "a part 3.5 never seen");
+    EXPECT_INT(psd_dedup_seen(c, 9, 0, &st), 1, "9.0, above the mark");
+    EXPECT_INT(psd_dedup_seen(c, 11, 0, &st), 0, "11.0, new");
+    psd_dedup_ack(c, 5);
+    EXPECT_INT(psd_dedup_seen(c, 6, 0, &st), 1, "an ACK never moves back");
+    psd_dedup_free(d);
+}
+
+/* A client with 64 pushes in flight over a million: what is remembered
+ * stays within four times what is in flight. */
+static void test_memory_stays_flat_with_a_sliding_window(void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 3, 3, 0);
+    size_t clients, entries, bytes, bytes_early = 0, most = 0;
+    const uint64_t total = 1000000, window = 64;
+    for (uint64_t ts = 1; ts <= total; ts++) {
+        int st;
+        if (psd_dedup_seen(c, ts, 0, &st))
+            fail_msg("push %llu seen before it was made",
+                     (unsigned long long)ts);
+        psd_dedup_record(c, ts, 0, PSW_OK);
+        if (ts > window)
+            psd_dedup_ack(c, ts - window);
+        psd_dedup_size(d, &clients, &entries, &bytes);
+        if (entries > most)
+            most = entries;
+        if (ts == 10000)
+            bytes_early = bytes;
+    }
+    EXPECT_INT(clients, 1, "clients");
+    if (most > 4 * window)
+        fail_msg("remembered up to %zu pushes with %llu in flight", most,
+                 (unsigned long long)window);
+    EXPECT_U64(bytes, bytes_early, "bytes after 10^6 pushes vs after 10^4");
+    psd_dedup_free(d);
+}
+
+static void test_clients_without_connections_expire_after_the_ttl(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *a = psd_dedup_attach(d, 1, 1, 1000);
+    psd_dclient *b = psd_dedup_attach(d, 2, 1, 1000);
+    psd_dedup_record(a, 1, 0, PSW_OK);
+    psd_dedup_record(b, 1, 0, PSW_OK);
+    psd_dedup_detach(d, a, 2000);
+    size_t clients, entries, bytes;
+    psd_dedup_expire(d, 2999, 1000);
+    psd_dedup_size(d, &clients, &entries, &bytes);
+    EXPECT_INT(clients, 2, "clients before the ttl");
+    psd_dedup_expire(d, 3000, 1000);
+    psd_dedup_size(d, &clients, &entries, &bytes);
+    EXPECT_INT(clients, 1, "clients after the ttl (b is attached)");
+    /* Coming back before the ttl keeps the memory. */
+    psd_dedup_detach(d, b, 3000);
+    psd_dclient *b2 = psd_dedup_attach(d, 2, 1, 3500);
+    int st;
+    EXPECT_INT(psd_dedup_seen(b2, 1, 0, &st), 1, "b's push after a "
+               "reconnection");
+    psd_dedup_expire(d, 10000, 1000);
+    psd_dedup_size(d, &clients, &entries, &bytes);
+    EXPECT_INT(clients, 1, "clients while b is attached");
+    psd_dedup_free(d);
+}
+
+static void test_many_clients_each_keep_their_own_pushes(void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    enum { N = 1000 };
+    psd_dclient *c[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = psd_dedup_attach(d, (uint64_t)i, 42, 0);
+        psd_dedup_record(c[i], (uint64_t)i + 1, 0, PSW_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        int st;
+        EXPECT_PTR(psd_dedup_attach(d, (uint64_t)i, 42, 0), c[i],
+                   "client %d found again", i);
+        EXPECT_INT(psd_dedup_seen(c[i], (uint64_t)i + 1, 0, &st), 1,
+                   "client %d's push", i);
+        EXPECT_INT(psd_dedup_seen(c[i], (uint64_t)i + 2, 0, &st), 0,
+                   "client %d: another's timestamp", i);
+    }
+    psd_dedup_free(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            test_a_recorded_push_is_seen_with_its_status_and_others_not),
+        cmocka_unit_test(
+            test_ack_forgets_below_the_mark_and_refuses_stale_copies),
+        cmocka_unit_test(test_memory_stays_flat_with_a_sliding_window),
+        cmocka_unit_test(
+            test_clients_without_connections_expire_after_the_ttl),
+        cmocka_unit_test(test_many_clients_each_keep_their_own_pushes),
+    };
+    return cmocka_run_group_tests_name("dedup", tests, NULL, NULL);
+}
