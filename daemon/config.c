@@ -34,7 +34,7 @@ typedef enum {
     T_FLOAT,    /* float field, finite, in the range `frange` */
     T_WORD,     /* enum or int field: index of the value in `words` */
     T_STR,      /* char array: length min..max, max + 1 is the array size */
-    T_NODES,    /* psd_config.nodes and nnodes */
+    T_NODES,    /* psd_config.nodes and nnodes, or listen and nlisten */
     T_INIT      /* psd_init_params kind, a and b */
 } type;
 
@@ -96,6 +96,7 @@ static const setting settings[] = {
     /* [cluster] */
     { SC_CLUSTER, "nodes", T_NODES, NULL, 0, 1, PSW_MAX_NODES, 0, NULL,
       REQUIRED },
+    { SC_CLUSTER, "listen", T_NODES, NULL, 0, 1, PSW_MAX_NODES, 0, NULL, 0 },
     { SC_CLUSTER, "shards", T_U32, "16", CL(shards), 1, 65535, 0, NULL, 0 },
     { SC_CLUSTER, "workers", T_INT, "1", CL(workers), 1, 65535, 0, NULL, 0 },
     { SC_CLUSTER, "worker_grace", T_INT, "30", CL(worker_grace), 0, 86400,
@@ -410,17 +411,17 @@ static int parse_init(parser *p, const section *s, const entry *e,
 
 /* Reports a problem with entry i (1-based) of a nodes list. */
 static void bad_node(parser *p, const section *s, const entry *e,
-                     const char *why, const char *item, int i)
+                     const char *key, const char *why, const char *item, int i)
 {
     char note[48] = "";
     if (e->cont_line)
         snprintf(note, sizeof note, " (continued on line %d)", e->cont_line);
     if (!*item)
-        fail(p, e->line, "[%s] nodes: entry %d is empty, in \"%s\"%s",
-             s->name, i, e->value, note);
+        fail(p, e->line, "[%s] %s: entry %d is empty, in \"%s\"%s",
+             s->name, key, i, e->value, note);
     else
-        fail(p, e->line, "[%s] nodes: %s, got \"%s\" (entry %d of \"%s\")%s",
-             s->name, why, item, i, e->value, note);
+        fail(p, e->line, "[%s] %s: %s, got \"%s\" (entry %d of \"%s\")%s",
+             s->name, key, why, item, i, e->value, note);
 }
 
 /* Parses one "a.b.c.d:port" or "[v6]:port" into nd, the host in canonical
@@ -434,7 +435,7 @@ static int parse_node(parser *p, const section *s, const entry *e,
     if (*item == '[') {
         char *close = strchr(item, ']');
         if (!close || close[1] != ':') {
-            bad_node(p, s, e, form, item, i);
+            bad_node(p, s, e, e->key, form, item, i);
             return -1;
         }
         host = item + 1;
@@ -444,7 +445,7 @@ static int parse_node(parser *p, const section *s, const entry *e,
     } else {
         colon = strchr(item, ':');
         if (!colon || strchr(colon + 1, ':')) {
-            bad_node(p, s, e, form, item, i);
+            bad_node(p, s, e, e->key, form, item, i);
             return -1;
         }
         *colon = '\0';
@@ -456,17 +457,18 @@ static int parse_node(parser *p, const section *s, const entry *e,
         colon[-1] = ']';
     *colon = ':';
     if (!ok) {
-        bad_node(p, s, e, af == AF_INET6 ? "expected a numeric IPv6 address"
+        bad_node(p, s, e, e->key,
+                 af == AF_INET6 ? "expected a numeric IPv6 address"
                  : "expected a numeric IPv4 address (or [IPv6]:port)",
                  item, i);
         return -1;
     }
     if (parse_u64(colon + 1, &port) < 0 || port < 1 || port > 65535) {
-        bad_node(p, s, e, "expected a port 1..65535", item, i);
+        bad_node(p, s, e, e->key, "expected a port 1..65535", item, i);
         return -1;
     }
     if (!inet_ntop(af, addr, nd->host, sizeof nd->host)) {
-        bad_node(p, s, e, form, item, i);
+        bad_node(p, s, e, e->key, form, item, i);
         return -1;
     }
     nd->port = (int)port;
@@ -510,7 +512,7 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         while (end > item && isspace((unsigned char)end[-1]))
             *--end = '\0';
         if (!*item) {
-            bad_node(p, s, e, NULL, item, n + 1);
+            bad_node(p, s, e, st->key, NULL, item, n + 1);
             rc = -1;
         } else if (parse_node(p, s, e, item, n + 1, &nodes[n]) < 0) {
             rc = -1;
@@ -518,8 +520,10 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         for (int j = 0; rc == 0 && j < n; j++) {
             if (nodes[j].port == nodes[n].port &&
                 strcmp(nodes[j].host, nodes[n].host) == 0) {
-                fail(p, e->line, "[%s] nodes: duplicate node \"%s\" "
-                     "(entries %d and %d)", s->name, item, j + 1, n + 1);
+                fail(p, e->line, "[%s] %s: duplicate %s \"%s\" "
+                     "(entries %d and %d)", s->name, st->key,
+                     strcmp(st->key, "nodes") ? "address" : "node", item,
+                     j + 1, n + 1);
                 rc = -1;
             }
         }
@@ -530,9 +534,15 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         free(nodes);
         return -1;
     }
-    free(c->nodes);
-    c->nodes = nodes;
-    c->nnodes = n;
+    if (strcmp(st->key, "listen") == 0) {
+        free(c->listen);
+        c->listen = nodes;
+        c->nlisten = n;
+    } else {
+        free(c->nodes);
+        c->nodes = nodes;
+        c->nnodes = n;
+    }
     return 0;
 }
 
@@ -750,6 +760,12 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
              "section)");
         return -1;
     }
+    if (c->nlisten && c->nlisten != c->nnodes) {
+        const entry *e = find_entry(cluster, "listen");
+        fail(p, e->line, "[cluster] listen: %d addresses for %d nodes (one "
+             "per node, in the order of nodes)", c->nlisten, c->nnodes);
+        return -1;
+    }
     /* A live peer sends something every heartbeat: a timeout shorter than
      * two of them would close healthy connections. */
     if (c->peer_timeout_ms < 2 * c->heartbeat_ms) {
@@ -812,6 +828,7 @@ int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen)
 void psd_config_destroy(psd_config *c)
 {
     free(c->nodes);
+    free(c->listen);
     free(c->tables);
     free(c->notes);
     memset(c, 0, sizeof *c);

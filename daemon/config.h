@@ -72,8 +72,12 @@ typedef struct psd_node_addr {
 
 typedef struct psd_config {
     /* [cluster] */
-    psd_node_addr *nodes;        /* nnodes entries, owned */
+    psd_node_addr *nodes;        /* nnodes entries, owned: where clients
+                                    reach each node */
     int nnodes;                  /* required, >= 1 */
+    psd_node_addr *listen;       /* nlisten entries, owned: where each node
+                                    binds, when that differs from nodes */
+    int nlisten;                 /* 0 (bind the nodes addresses) or nnodes */
     uint32_t shards;             /* default 16, 1..65535 */
     int workers;                 /* default 1 */
     int worker_grace;            /* seconds a worker whose connection was

@@ -114,6 +114,10 @@ static const char *layout_change(const psd_config *a, const psd_config *b)
 {
     if (layout_epoch(a) != layout_epoch(b) || a->ntables != b->ntables)
         return "nodes, shards or tables changed";
+    if (a->nlisten != b->nlisten ||
+        (a->nlisten && memcmp(a->listen, b->listen,
+                              (size_t)a->nlisten * sizeof *a->listen)))
+        return "listen changed";
     for (int i = 0; i < a->ntables; i++) {
         const psd_table_conf *x = &a->tables[i], *y = &b->tables[i];
         if (x->upd.kind != y->upd.kind)

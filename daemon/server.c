@@ -54,12 +54,14 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         psd_config_destroy(cfg);
         return -1;
     }
+    /* What is exposed is the address bound: listen when set. */
+    const psd_node_addr *bind = cfg->nlisten ? cfg->listen : cfg->nodes;
     for (int i = 0; i < cfg->nnodes; i++)
-        if (!is_loopback(cfg->nodes[i].host)) {
-            snprintf(err, errlen, "%s: node %d address %s is not loopback and "
-                     "auth_token is empty: refusing to serve unauthenticated "
-                     "clients on a network address", cfg_path, i,
-                     cfg->nodes[i].host);
+        if (!is_loopback(bind[i].host)) {
+            snprintf(err, errlen, "%s: node %d%s address %s is not loopback "
+                     "and auth_token is empty: refusing to serve "
+                     "unauthenticated clients on a network address", cfg_path,
+                     i, cfg->nlisten ? " listen" : "", bind[i].host);
             psd_config_destroy(cfg);
             return -1;
         }
@@ -82,7 +84,8 @@ static void on_connection(uv_stream_t *l, int status)
 int psd_server_listen(psd_server *s, char *err, size_t errlen)
 {
     const psd_node *n = &s->node;
-    const psd_node_addr *a = &n->cfg.nodes[n->index];
+    const psd_node_addr *a = n->cfg.nlisten ? &n->cfg.listen[n->index]
+                                            : &n->cfg.nodes[n->index];
     struct sockaddr_storage sa;
     int rc = strchr(a->host, ':')
                  ? uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&sa)
@@ -96,8 +99,9 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
     if (rc) {
-        snprintf(err, errlen, "cannot listen on %s: %s",
-                 n->cluster.nodes[n->index], uv_strerror(rc));
+        snprintf(err, errlen, "cannot listen on %s%s:%d: %s",
+                 strchr(a->host, ':') ? "[" : "", a->host, a->port,
+                 uv_strerror(rc));
         return -1;
     }
     uv_tcp_nodelay(&s->listener, 1);
@@ -116,10 +120,11 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     uv_timer_start(&s->mode_timer, on_mode_tick, MODE_TICK_MS, MODE_TICK_MS);
     uint64_t rows, bytes;
     psd_node_size(n, &rows, &bytes);
-    psd_info("node %d of %d listening on %s: %d tables, %u shards, %llu dense "
-             "rows here (%.1f MiB)", n->index, n->cfg.nnodes,
-             n->cluster.nodes[n->index], n->ntables, n->cfg.shards,
-             (unsigned long long)rows, (double)bytes / (1 << 20));
+    psd_info("node %d of %d listening on %s:%d (clients are told %s): %d "
+             "tables, %u shards, %llu dense rows here (%.1f MiB)", n->index,
+             n->cfg.nnodes, a->host, a->port, n->cluster.nodes[n->index],
+             n->ntables, n->cfg.shards, (unsigned long long)rows,
+             (double)bytes / (1 << 20));
     return 0;
 }
 

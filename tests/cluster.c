@@ -82,8 +82,32 @@ int cluster_start(test_cluster *c, int nodes, int shards, const char *extra)
     return cluster_start_ex(c, nodes, shards, "workers = 4\n", extra);
 }
 
+/* Waits up to 5 s for node i to accept connections; 0 or -1 (after
+ * printing its log). */
+static int wait_up(test_cluster *c, int i)
+{
+    for (int t = 0; t < 500; t++) {
+        if (!cluster_alive(c, i))
+            break;
+        if (port_open(c->port[i]))
+            return 0;
+        sleep_ms(10);
+    }
+    char *log = cluster_log(c, i);
+    fprintf(stderr, "psd node %d did not come up; its log:\n%s\n", i,
+            log ? log : "");
+    free(log);
+    return -1;
+}
+
 int cluster_start_ex(test_cluster *c, int nodes, int shards,
                      const char *cluster_lines, const char *extra)
+{
+    return cluster_start_opts(c, nodes, shards, 0, cluster_lines, extra);
+}
+
+int cluster_start_opts(test_cluster *c, int nodes, int shards, int proxied,
+                       const char *cluster_lines, const char *extra)
 {
     memset(c, 0, sizeof *c);
     snprintf(c->dir, sizeof c->dir, "/tmp/psd-test-XXXXXX");
@@ -99,34 +123,35 @@ int cluster_start_ex(test_cluster *c, int nodes, int shards,
     size_t at = 0;
     for (int i = 0; i < nodes; i++) {
         c->port[i] = free_port();
-        fprintf(f, "%s127.0.0.1:%d", i ? ", " : "", c->port[i]);
+        c->pub[i] = proxied ? free_port() : c->port[i];
+        fprintf(f, "%s127.0.0.1:%d", i ? ", " : "", c->pub[i]);
         at += (size_t)snprintf(c->spec + at, sizeof c->spec - at, "%s127.0.0.1:%d",
-                               i ? "," : "", c->port[i]);
+                               i ? "," : "", c->pub[i]);
+    }
+    if (proxied) {
+        fprintf(f, "\nlisten = ");
+        for (int i = 0; i < nodes; i++)
+            fprintf(f, "%s127.0.0.1:%d", i ? ", " : "", c->port[i]);
     }
     fprintf(f, "\nshards = %d\n%s\n%s\n", shards, cluster_lines, extra);
     fclose(f);
     c->n = nodes;
     for (int i = 0; i < nodes; i++)
         c->pid[i] = start_node(c, i);
-    for (int i = 0; i < nodes; i++) {
-        int up = 0;
-        for (int t = 0; t < 500 && !up; t++) {
-            if (!cluster_alive(c, i))
-                break;
-            up = port_open(c->port[i]);
-            if (!up)
-                sleep_ms(10);
-        }
-        if (!up) {
-            char *log = cluster_log(c, i);
-            fprintf(stderr, "psd node %d did not come up; its log:\n%s\n", i,
-                    log ? log : "");
-            free(log);
+    for (int i = 0; i < nodes; i++)
+        if (wait_up(c, i)) {
             cluster_stop(c);
             return -1;
         }
-    }
     return 0;
+}
+
+int cluster_restart(test_cluster *c, int i)
+{
+    if (cluster_alive(c, i))
+        cluster_kill(c, i, SIGKILL);
+    c->pid[i] = start_node(c, i);
+    return wait_up(c, i);
 }
 
 int cluster_alive(test_cluster *c, int i)

@@ -12,10 +12,12 @@
 typedef struct test_cluster {
     int n;
     pid_t pid[CLUSTER_MAX];
-    int port[CLUSTER_MAX];
+    int port[CLUSTER_MAX];       /* where node i listens */
+    int pub[CLUSTER_MAX];        /* where clients are told node i is: port,
+                                    or a proxy's port (cluster_start_opts) */
     char dir[256];               /* temp dir: ini file and logs */
     char ini[300];
-    char spec[256];              /* "127.0.0.1:p0,127.0.0.1:p1" */
+    char spec[256];              /* "127.0.0.1:pub0,127.0.0.1:pub1" */
 } test_cluster;
 
 /* Writes an ini with `nodes` nodes on free ports, `shards` shards and
@@ -27,6 +29,16 @@ int cluster_start(test_cluster *c, int nodes, int shards, const char *extra);
  * "workers = 3\nworker_grace = 1\n"). */
 int cluster_start_ex(test_cluster *c, int nodes, int shards,
                      const char *cluster_lines, const char *extra);
+
+/* The same, with proxied = 1: node i listens on port[i] while the ini
+ * (and so every client) names pub[i], a free port on which the test
+ * starts a fault proxy (tests/faultproxy.h) that forwards to port[i]. */
+int cluster_start_opts(test_cluster *c, int nodes, int shards, int proxied,
+                       const char *cluster_lines, const char *extra);
+
+/* Starts node i again (killing it first if it runs), from the same ini,
+ * and waits until it accepts connections. 0 or -1. */
+int cluster_restart(test_cluster *c, int i);
 
 /* Sends SIGTERM to every node and waits (up to 10 s, then SIGKILL).
  * Returns 0 if every node exited with status 0. Removes the temp dir. */

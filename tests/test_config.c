@@ -163,6 +163,16 @@ static void run_error_case(void **state)
 
 static const error_case error_cases[] = {
     /* cross-checks */
+    { "listen_needs_one_address_per_node",
+      "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+      "listen = 127.0.0.1:8070\n", 0, 3,
+      "[cluster] listen: 1 addresses for 2 nodes (one per node, in the "
+      "order of nodes)", 1 },
+    { "listen_refuses_a_duplicate_address",
+      "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+      "listen = 127.0.0.1:8070, 127.0.0.1:8070\n", 0, 3,
+      "[cluster] listen: duplicate address \"127.0.0.1:8070\" (entries 1 "
+      "and 2)", 1 },
     { "peer_timeout_below_two_heartbeats_is_refused_at_its_line",
       CLUSTER "[server]\nheartbeat_ms = 500\npeer_timeout_ms = 999\n", 0, 5,
       "[server] peer_timeout_ms (999) must be at least twice heartbeat_ms "
@@ -840,6 +850,24 @@ static void test_destroy_is_safe_on_a_zeroed_config(void **state)
     assert_null(c.nodes);
 }
 
+static void test_listen_gives_each_node_its_bind_address(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070, [::1]:7071\n"
+            "listen = 127.0.0.2:8070, [::1]:8071\n", &c);
+    EXPECT_INT(c.nlisten, 2, "listen addresses");
+    EXPECT_STR(c.listen[0].host, "127.0.0.2", "listen 0 host");
+    EXPECT_INT(c.listen[0].port, 8070, "listen 0 port");
+    EXPECT_STR(c.listen[1].host, "::1", "listen 1 host");
+    EXPECT_STR(c.nodes[1].host, "::1", "node 1 host");
+    EXPECT_INT(c.nodes[1].port, 7071, "node 1 port");
+    psd_config_destroy(&c);
+    load_ok(CLUSTER, &c);
+    EXPECT_INT(c.nlisten, 0, "listen addresses when absent");
+    psd_config_destroy(&c);
+}
+
 static void test_settings_not_implemented_yet_earn_a_note_with_their_line(
     void **state)
 {
@@ -976,6 +1004,7 @@ int main(void)
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
         cmocka_unit_test(
             test_settings_not_implemented_yet_earn_a_note_with_their_line),
+        cmocka_unit_test(test_listen_gives_each_node_its_bind_address),
         cmocka_unit_test(test_repo_psd_ini_sets_every_setting_to_its_default),
         cmocka_unit_test(test_repo_psd_ini_mentions_every_setting),
         cmocka_unit_test(test_repo_cluster_2_ini_parses_with_its_tables),
