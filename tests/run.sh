@@ -17,7 +17,7 @@ passed=0
 failed=0
 here=$(dirname "$0")
 for t in test_frame test_config test_updater test_table test_slice test_e2e \
-         test_modes          test_install.sh; do
+         test_modes test_proxy test_install.sh; do
     echo "# ---- $t"
     case $t in
     *.sh) out=$(sh "$here/$t" "$BUILD" 2>&1) ;;
