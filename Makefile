@@ -48,13 +48,13 @@ EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp $(BUILD)/reuters_lr
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_dedup \
               $(BUILD)/test_slice $(BUILD)/test_arff
-E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes
+E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all test run run-modes bench sanitize install uninstall clean deps
-all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES)
+all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
 # ---- dependencies ---------------------------------------------------------
 # pkg-config name -> Debian package. Checked once per build tree.
@@ -174,6 +174,13 @@ $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OB
 
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread
+
+# The fault-injection proxy (tests/faultproxy.h): a command for scripts
+# and a test of its own, with no psd or client code in either.
+$(BUILD)/faultproxy: $(BUILD)/tests/faultproxy_main.o $(BUILD)/tests/faultproxy.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) -lpthread
+$(BUILD)/test_proxy: $(BUILD)/tests/test_proxy.o $(BUILD)/tests/faultproxy.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_CM) -lpthread
 
 test: all $(TEST_BINS) $(PYDEPS_STAMP)
 	@SAN='$(SAN)' sh tests/run.sh $(BUILD)
