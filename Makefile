@@ -48,12 +48,13 @@ EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp $(BUILD)/reuters_lr
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_dedup \
               $(BUILD)/test_slice $(BUILD)/test_arff
-E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy
+E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy \
+              $(BUILD)/test_faults $(BUILD)/test_stats
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test run run-modes bench sanitize install uninstall clean deps
+.PHONY: all test run run-modes run-faults soak bench sanitize install uninstall clean deps
 all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
 # ---- dependencies ---------------------------------------------------------
@@ -181,6 +182,14 @@ $(BUILD)/faultproxy: $(BUILD)/tests/faultproxy_main.o $(BUILD)/tests/faultproxy.
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) -lpthread
 $(BUILD)/test_proxy: $(BUILD)/tests/test_proxy.o $(BUILD)/tests/faultproxy.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_CM) -lpthread
+$(BUILD)/test_stats: $(BUILD)/tests/test_stats.o $(BUILD)/client/stats.o \
+                     $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lm
+$(BUILD)/test_faults: $(BUILD)/tests/test_faults.o $(BUILD)/tests/faultproxy.o \
+                      $(BUILD)/tests/oracle.o $(BUILD)/tests/cluster.o \
+                      $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_UV) \
+	    $(LIBS_CM) -lpthread
 
 test: all $(TEST_BINS) $(PYDEPS_STAMP)
 	@SAN='$(SAN)' sh tests/run.sh $(BUILD)
@@ -206,6 +215,25 @@ run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 # against a single process, and stragglers (about 2 minutes).
 run-modes: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 	@sh examples/run_modes.sh $(BUILD)
+
+# Rounds of random faults under ASan + UBSan, each checked with the counter
+# oracle (tests/soak.c). SOAK_ROUNDS=N, SOAK_SEED=S. Not part of make test.
+SOAK_ROUNDS ?= 20
+$(BUILD)/soak: $(BUILD)/tests/soak.o $(BUILD)/tests/faultproxy.o \
+               $(BUILD)/tests/oracle.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_UV) \
+	    -lpthread
+soak:
+	$(MAKE) BUILD=build-san OPT="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	    build-san/soak build-san/psd
+	PSD_BIN=$$(pwd)/build-san/psd build-san/soak --rounds $(SOAK_ROUNDS) \
+	    $(if $(SOAK_SEED),--seed $(SOAK_SEED))
+
+# The demo under faults: 20% frame drop both ways through fault proxies and
+# a node killed and restarted, against a clean run (about 30 s).
+run-faults: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
+	@sh examples/run_faults.sh $(BUILD)
 
 # ---- sparse logistic regression on Reuters (make run-sparse) ---------------
 # Not part of `make test` or CI: it downloads data. examples/fetch_reuters.sh

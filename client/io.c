@@ -58,6 +58,7 @@ typedef struct nconn {
     int drop_status;              /* why the current one is closing */
     char drop_why[200];
     uint64_t recv_ns, send_ns;    /* last bytes in, last write out */
+    uint64_t ready_ns;            /* when this connection passed HELLO */
     ps_ts acked;                  /* the ACK this connection carried */
     psw_reader rd;
     msgpack_zone zone;
@@ -403,10 +404,19 @@ static void nc_send_hello(nconn *nc)
 
 /* Jittered exponential backoff: the next attempt waits between half and
  * all of a delay that doubles from BACKOFF_MIN_MS to BACKOFF_MAX_MS, so
- * clients that lost the same server do not come back in lock step. */
+ * clients that lost the same server do not come back in lock step. A
+ * connection that had passed HELLO is made again at once: the server was
+ * answering, so the connection failed (a lost frame, a reset), not
+ * necessarily the server; if the new one fails too, the delays start. */
 static void schedule_retry(nconn *nc)
 {
     psc_io *io = nc->io;
+    if (nc->ready_ns) {
+        nc->ready_ns = 0;
+        nc->retry_ns = 0;
+        arm_retry(io);
+        return;
+    }
     uint64_t b = nc->backoff_ms ? 2 * nc->backoff_ms : BACKOFF_MIN_MS;
     if (b > BACKOFF_MAX_MS)
         b = BACKOFF_MAX_MS;
@@ -768,6 +778,7 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         atomic_max(&c->barrier, l_barrier);
     }
     nc->state = NC_READY;
+    nc->ready_ns = now_ns();
     nc->backoff_ms = 0;
     nc->acked = 0;
     nc->last_status = 0;

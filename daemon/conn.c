@@ -38,8 +38,8 @@ struct psd_conn {
     size_t queued;               /* bytes handed to uv_write, not done */
     int hello_done;
     uint64_t accepted_ms;        /* loop time of accept, for hello_timeout */
-    uint64_t alive_ms;           /* last sign of life: bytes read, or a
-                                    write the peer took */
+    uint64_t alive_ms;           /* last sign of life: bytes read (or,
+                                    while paused, a write drained) */
     uint64_t sent_ms;            /* last write handed to libuv */
     int paused;                  /* reads and parsing stopped */
     int closing;
@@ -131,7 +131,10 @@ static void on_write(uv_write_t *req, int status)
     wreq *w = (wreq *)req;
     psd_conn *c = w->c;
     c->queued -= w->out.total;
-    if (status >= 0)
+    /* A write completing only means the kernel took it: not a sign of
+     * life, except while reading is paused for backpressure, when the
+     * queue drains only as fast as the peer reads. */
+    if (status >= 0 && c->paused)
         c->alive_ms = uv_now(c->set->loop);
     if (!c->has_spare && !c->closing) {
         psw_out_reset(&w->out);

@@ -40,6 +40,34 @@ int report_failure(ps_client *c, const char *what, int rc)
     return -1;
 }
 
+int transient_failure(int rc)
+{
+    return rc == PS_ETIMEDOUT || rc == PS_ECONN || rc == PS_EBUSY;
+}
+
+int wait_or_pause(ps_client *c, ps_ts ts, const char *what)
+{
+    int rc = ts < 0 ? (int)ts : ps_wait(c, ts);
+    if (rc == PS_OK)
+        return 0;
+    report_failure(c, what, rc);
+    if (!transient_failure(rc))
+        return -1;
+    complain("%s: the cluster did not answer in time; carrying on", what);
+    return 1;
+}
+
+void print_stats(ps_client *c, const char *label)
+{
+    ps_stats_t s;
+    char line[1024];
+    if (ps_stats(c, &s) != PS_OK)
+        return;
+    ps_stats_format(&s, line, sizeof line);
+    printf("%s%s\n", label, line);
+    ps_stats_reset(c);
+}
+
 double now(void)
 {
     struct timespec t;

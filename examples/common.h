@@ -30,6 +30,20 @@ void complain(const char *fmt, ...) PRINTF_LIKE(1, 2);
  * `return report_failure(...)`. */
 int report_failure(ps_client *c, const char *what, int rc);
 
+/* A failed request whose cause may pass: a node unreachable or silent for
+ * longer than the request's bounded time (a restart, a partition). The
+ * trainers treat it as a pause, not the end: they say so and go on. */
+int transient_failure(int rc);
+
+/* Waits for request ts. Returns 0 when it succeeded; 1 after a message
+ * when it failed for a transient reason (the caller may try again, or
+ * carry on); -1 after a message when it failed for good. */
+int wait_or_pause(ps_client *c, ps_ts ts, const char *what);
+
+/* Prints "<label>" and the client's statistics line (ps_stats_format) to
+ * stdout, then resets them: one line per epoch. */
+void print_stats(ps_client *c, const char *label);
+
 /* Seconds on the monotonic clock. */
 double now(void);
 

@@ -239,12 +239,12 @@ static int open_tables(const options *o, trainer *tr)
     return 0;
 }
 
-/* Waits for request ts, if it was issued. Returns 0, or -1 after a
- * message. */
+/* Waits for request ts, if it was issued. Returns 0; 1 after a message
+ * when it failed for a transient reason (see wait_or_pause); -1 after a
+ * message when it failed for good. */
 static int finish(ps_client *c, const char *what, ps_ts ts)
 {
-    int rc = ts < 0 ? (int)ts : ps_wait(c, ts);
-    return rc == PS_OK ? 0 : report_failure(c, what, rc);
+    return wait_or_pause(c, ts, what);
 }
 
 /* Starts pulling both weight matrices into tr->w1 and tr->w2. Returns 0,
@@ -261,14 +261,27 @@ static int start_pull(trainer *tr)
     return 0;
 }
 
-/* Waits for the pull started by start_pull. Returns 0, or -1 after a
- * message. */
+/* Waits for the pull started by start_pull. A node that did not answer
+ * within the bounded time is a pause: the pull starts again, for up to
+ * five minutes. Returns 0, or -1 after a message. */
 static int finish_pull(trainer *tr)
 {
-    int rc = finish(tr->c, "pull W1", tr->pull1);
-    rc |= finish(tr->c, "pull W2", tr->pull2);
-    tr->pull1 = tr->pull2 = 0;
-    return rc;
+    double t0 = now();
+    for (;;) {
+        int a = finish(tr->c, "pull W1", tr->pull1);
+        int b = finish(tr->c, "pull W2", tr->pull2);
+        tr->pull1 = tr->pull2 = 0;
+        if (a < 0 || b < 0)
+            return -1;
+        if (a == 0 && b == 0)
+            return 0;
+        if (now() - t0 > 300.0) {
+            complain("the cluster has not answered for 300 s: giving up");
+            return -1;
+        }
+        if (start_pull(tr) < 0)
+            return -1;
+    }
 }
 
 /* Waits for the last step's pushes, if any. Returns 0, or -1 after a
@@ -277,10 +290,12 @@ static int finish_push(trainer *tr)
 {
     if (tr->push1 == 0)
         return 0;
-    int rc = finish(tr->c, "push W1", tr->push1);
-    rc |= finish(tr->c, "push W2", tr->push2);
+    /* A push lost to a transient failure is given up: the next ones
+     * carry on (a gradient step fewer). */
+    int a = finish(tr->c, "push W1", tr->push1);
+    int b = finish(tr->c, "push W2", tr->push2);
     tr->push1 = tr->push2 = 0;
-    return rc;
+    return a < 0 || b < 0 ? -1 : 0;
 }
 
 /* Pulls the current weights and sets *acc to their accuracy on the test
@@ -457,6 +472,9 @@ static int run_training(const options *o, trainer *tr, const idx_set *test)
             return -1;
         if (e == o->epochs && (rc = ps_barrier(tr->c)) != PS_OK)
             return report_failure(tr->c, "ps_barrier (end)", rc);
+        char label[64];
+        snprintf(label, sizeof label, "worker %d epoch %d: ", o->worker, e);
+        print_stats(tr->c, label);
         if (o->worker != 0) {
             printf("worker %d epoch %d: train loss %.4f, wall %.1f s\n",
                    o->worker, e, loss, now() - t0);

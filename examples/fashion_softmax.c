@@ -23,6 +23,7 @@ typedef struct options {
     int epochs;
     int batch;
     int eval;               /* only report the accuracy of the current model */
+    int timeout_ms;         /* request_timeout_ms, 0: the library's */
 } options;
 
 /* One worker's training state. */
@@ -48,7 +49,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: fashion_softmax --servers SPEC --worker I --workers N\n"
         "                       [--epochs E] [--batch B] [--data DIR]\n"
-        "                       [--table NAME]\n"
+        "                       [--table NAME] [--timeout-ms T]\n"
         "       fashion_softmax --servers SPEC --eval [--data DIR]"
         " [--table NAME]\n"
         "  SPEC    host:port[,host:port...] or the cluster's ini file\n"
@@ -56,6 +57,8 @@ static void usage(FILE *f)
         "  E, B    epochs (default 3) and minibatch size (default 32)\n"
         "  DIR     Fashion-MNIST IDX files (default " DEFAULT_DATA ")\n"
         "  NAME    dense table, rows 785, dim 10 (default fashion)\n"
+        "  T       per-attempt request timeout in ms; requests are sent\n"
+        "          again for 30 s at least (default: the library's 10 s)\n"
         "  --eval  only print the test accuracy of the current weights\n");
 }
 
@@ -70,6 +73,7 @@ static int parse_args(int argc, char **argv, options *o)
     o->epochs = 3;
     o->batch = 32;
     o->eval = 0;
+    o->timeout_ms = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -101,6 +105,8 @@ static int parse_args(int argc, char **argv, options *o)
             rc = parse_int(a, v, 1, 1000000, &o->epochs);
         else if (strcmp(a, "--batch") == 0)
             rc = parse_int(a, v, 1, IDX_MAX_ITEMS, &o->batch);
+        else if (strcmp(a, "--timeout-ms") == 0)
+            rc = parse_int(a, v, 10, 600000, &o->timeout_ms);
         else {
             complain("unknown option '%s' (see --help)", a);
             return -1;
@@ -139,6 +145,12 @@ static int open_table(const options *o, ps_client **c, int *table)
     /* Async tables need no worker id, and a non-worker is never waited
      * for, should the table be switched to bsp or ssp. */
     po.worker = -1;
+    if (o->timeout_ms > 0) {
+        /* Short attempts (over a lossy network), resent for 30 s at least. */
+        po.request_timeout_ms = o->timeout_ms;
+        po.max_retries = (30000 + o->timeout_ms - 1) / o->timeout_ms;
+        po.connect_timeout_ms = 30000;
+    }
 
     int rc = ps_open(c, o->servers, &po);
     if (rc < 0) {
@@ -151,29 +163,36 @@ static int open_table(const options *o, ps_client **c, int *table)
     return *table < 0 ? -1 : 0;
 }
 
-/* Pulls the whole weight matrix into w and waits for it. Returns 0, or -1
- * after a message. */
+/* Pulls the whole weight matrix into w and waits for it. A node that does
+ * not answer within the request's bounded time is a pause: the pull is
+ * tried again, for up to PATIENCE_S. Returns 0, or -1 after a message. */
+#define PATIENCE_S 300.0
 static int pull_weights(ps_client *c, int table, float *w)
 {
-    ps_ts ts = ps_pull_range(c, table, 0, SOFTMAX_ROWS, w, NULL, NULL);
-    if (ts < 0)
-        return report_failure(c, "pull", (int)ts);
-    int rc = ps_wait(c, ts);
-    if (rc != PS_OK)
-        return report_failure(c, "pull", rc);
-    return 0;
+    double t0 = now();
+    for (;;) {
+        ps_ts ts = ps_pull_range(c, table, 0, SOFTMAX_ROWS, w, NULL, NULL);
+        int rc = wait_or_pause(c, ts, "pull");
+        if (rc <= 0)
+            return rc;
+        if (now() - t0 > PATIENCE_S) {
+            complain("the cluster has not answered for %.0f s: giving up",
+                     PATIENCE_S);
+            return -1;
+        }
+    }
 }
 
-/* Waits for the push in flight, if any. Returns 0, or -1 after a message. */
+/* Waits for the push in flight, if any. A push that failed for a
+ * transient reason is given up (it may have been applied in part; the
+ * next ones carry on). Returns 0, or -1 after a message. */
 static int finish_push(trainer *tr)
 {
     if (tr->inflight == 0)
         return 0;
-    int rc = ps_wait(tr->c, tr->inflight);
+    int rc = wait_or_pause(tr->c, tr->inflight, "push");
     tr->inflight = 0;
-    if (rc != PS_OK)
-        return report_failure(tr->c, "push", rc);
-    return 0;
+    return rc < 0 ? -1 : 0;
 }
 
 /* Pulls the current weights into w and sets *acc to their accuracy on the
@@ -274,11 +293,15 @@ static int run_training(const options *o, trainer *tr, const idx_set *test)
         double t0 = now(), loss;
         if (train_epoch(tr, (size_t)o->batch, &loss) < 0)
             return -1;
+        char label[64];
+        snprintf(label, sizeof label, "worker %d epoch %d: ", o->worker, e);
         if (o->worker != 0) {
             printf("worker %d epoch %d: train loss %.4f (%.1f s)\n",
                    o->worker, e, loss, now() - t0);
+            print_stats(tr->c, label);
             continue;
         }
+        print_stats(tr->c, label);
         if (evaluate(tr->c, tr->table, tr->w, test, &acc) < 0)
             return -1;
         printf("epoch %d: train loss %.4f, test accuracy %.4f (%.1f s)\n",

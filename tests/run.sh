@@ -17,7 +17,9 @@ passed=0
 failed=0
 here=$(dirname "$0")
 for t in test_frame test_config test_updater test_table test_sync test_dedup test_slice \
-         test_arff test_proxy test_e2e test_modes test_install.sh test_python.sh; do
+         test_arff test_proxy test_e2e test_modes test_faults test_stats \
+         test_install.sh \
+         test_python.sh; do
     echo "# ---- $t"
     case $t in
     *.sh) out=$(sh "$here/$t" "$BUILD" 2>&1) ;;

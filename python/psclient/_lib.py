@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import (POINTER, c_char, c_char_p, c_int, c_int64, c_size_t,
-                    c_uint32, c_uint64, c_void_p)
+from ctypes import (POINTER, c_char, c_char_p, c_double, c_int, c_int64,
+                    c_size_t, c_uint32, c_uint64, c_void_p)
 from typing import List, Optional, Tuple
 
 SONAME = "libpsclient.so.0"
@@ -53,6 +53,48 @@ class PsTableInfo(ctypes.Structure):
 
     _fields_ = [("id", c_int), ("dense", c_int), ("dim", c_uint32),
                 ("rows", c_uint64)]
+
+
+STAT_KINDS = ("push", "pull", "pushpull", "push_range", "pull_range",
+              "clock", "barrier")
+"""The kinds of request ps_stats counts, in the order of PS_STAT_*."""
+
+
+class PsOpStats(ctypes.Structure):
+    """``struct ps_op_stats`` of client/psclient.h."""
+
+    _fields_ = [("requests", c_uint64), ("errors", c_uint64),
+                ("parts", c_uint64), ("payload_sent", c_uint64),
+                ("payload_received", c_uint64), ("p50_us", c_double),
+                ("p90_us", c_double), ("p99_us", c_double),
+                ("max_us", c_double)]
+
+
+class PsStats(ctypes.Structure):
+    """``struct ps_stats_t`` of client/psclient.h."""
+
+    _fields_ = [("op", PsOpStats * len(STAT_KINDS)),
+                ("frames_sent", c_uint64), ("frames_received", c_uint64),
+                ("bytes_sent", c_uint64), ("bytes_received", c_uint64),
+                ("payload_sent", c_uint64), ("payload_received", c_uint64),
+                ("backpressure_us", c_uint64), ("sync_wait_us", c_uint64),
+                ("timeouts", c_uint64), ("resends", c_uint64),
+                ("duplicates", c_uint64), ("reconnects", c_uint64),
+                ("reserved", c_uint64 * 16)]
+
+
+def stats_dict(s: PsStats) -> dict:
+    """A PsStats as a plain dict: one sub-dict per kind of request (only
+    the kinds that were used), then the connection-wide counters."""
+    out = {}
+    for i, kind in enumerate(STAT_KINDS):
+        o = s.op[i]
+        if o.requests or o.parts:
+            out[kind] = {name: getattr(o, name) for name, _ in o._fields_}
+    for name, _ in PsStats._fields_:
+        if name not in ("op", "reserved"):
+            out[name] = getattr(s, name)
+    return out
 
 
 def _candidates() -> List[str]:
@@ -131,6 +173,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ps_wait_all": (c_int, [h]),
         "ps_clock": (c_int, [h]),
         "ps_barrier": (c_int, [h]),
+        "ps_stats": (c_int, [h, POINTER(PsStats)]),
+        "ps_stats_node": (c_int, [h, c_int, POINTER(PsStats)]),
+        "ps_stats_reset": (None, [h]),
+        "ps_stats_format": (c_int, [POINTER(PsStats), c_char_p, c_size_t]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

@@ -194,6 +194,31 @@ def test_push_then_pull_returns_the_sums(cluster):
                                       2 * g[[3, 0, 3]])
 
 
+def test_stats_count_what_was_done_as_a_dict(cluster):
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("emb")
+        c.reset_stats()
+        k = keys_of(1, 2, 3)
+        t.push(k, np.ones((3, 4), dtype=F32))
+        t.pull(k)
+        t.pull(k)
+        s = c.stats()
+        assert s["push"]["requests"] == 1
+        assert s["pull"]["requests"] == 2
+        assert s["pull"]["payload_received"] == 2 * 3 * 4 * 4
+        assert s["push"]["p50_us"] > 0
+        assert "pushpull" not in s
+        assert s["resends"] == 0 and s["timeouts"] == 0
+        assert s["bytes_sent"] > s["payload_sent"] > 0
+        assert sum(c.stats(node=i)["frames_sent"] for i in (0, 1)) == \
+            s["frames_sent"]
+        assert c.stats_line().startswith("push 1 p50 ")
+        with pytest.raises(psclient.InvalidError):
+            c.stats(node=7)
+        c.reset_stats()
+        assert "push" not in c.stats()
+
+
 def test_pull_of_a_never_pushed_key_reads_its_seeded_row(cluster):
     with psclient.connect(cluster.spec) as c:
         t = c.table("seeded")

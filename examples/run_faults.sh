@@ -1,0 +1,151 @@
+#!/bin/sh
+# `make run-faults`: the Fashion-MNIST softmax demo twice, once on a clean
+# loopback cluster and once with every node behind a fault proxy that drops
+# 20% of the frames both ways, and with node 1 killed (SIGKILL) and
+# restarted during training. Prints both accuracies; passes when the faulty
+# run ends within 2 points of the clean one.
+# Usage: run_faults.sh BUILD_DIR
+set -u
+
+BUILD=${1:?usage: run_faults.sh BUILD_DIR}
+WORKERS=2
+EPOCHS=${FAULT_EPOCHS:-3}
+DROP=${FAULT_DROP:-0.2}
+MAX_LOSS=0.02               # accuracy points the faults may cost
+TIMEOUT_MS=50               # per attempt: a dropped frame costs this much
+
+PROG=run_faults
+# shellcheck source=examples/cluster.sh
+. "$(dirname "$0")/cluster.sh"
+NODE_LOGS=""
+
+for f in psd fashion_softmax faultproxy; do
+    [ -x "$BUILD/$f" ] || fail "$BUILD/$f not found; run make first"
+done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/run_faults.XXXXXX") ||
+    fail "cannot create a temporary folder"
+
+# free_port: a port nothing listens on now (asked of the kernel).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+# write_ini FILE NODES [LISTEN]: a 2-node cluster with the demo's table.
+write_ini() {
+    {
+        echo "[cluster]"
+        echo "nodes = $2"
+        [ -n "${3:-}" ] && echo "listen = $3"
+        echo "shards = 16"
+        echo "workers = $WORKERS"
+        echo "[table.fashion]"
+        echo "kind = dense"
+        echo "rows = 785"
+        echo "dim = 10"
+        echo "updater = sgd"
+        echo "lr = 0.1"
+    } >"$1"
+}
+
+# train INI TAG: runs the workers against INI; worker 0's output goes to
+# $TMP/TAG.worker0.log. Echoes worker 0's final accuracy.
+start_workers() {
+    w=0
+    while [ "$w" -lt "$WORKERS" ]; do
+        "$BUILD/fashion_softmax" --servers "$1" --worker "$w" \
+            --workers "$WORKERS" --epochs "$EPOCHS" \
+            --timeout-ms "$TIMEOUT_MS" >"$TMP/$2.worker$w.log" 2>&1 &
+        WORKER_PIDS="$WORKER_PIDS $!"
+        w=$((w + 1))
+    done
+}
+
+worker_exited() {
+    [ "$2" -eq 0 ] || say "worker $1 failed with status $2"
+}
+
+finish_workers() {
+    # shellcheck disable=SC2086
+    wait_each worker_exited $WORKER_PIDS || return 1
+    WORKER_PIDS=""
+}
+
+accuracy() {
+    sed -n 's/^final test accuracy: //p' "$TMP/$1.worker0.log" | tail -n 1
+}
+
+# ---- the clean run ------------------------------------------------------------
+
+p0=$(free_port); p1=$(free_port)
+write_ini "$TMP/clean.ini" "127.0.0.1:$p0, 127.0.0.1:$p1"
+NODES="127.0.0.1 $p0
+127.0.0.1 $p1"
+NNODES=2
+NODE_LOGS="$TMP/clean-"
+say "clean run: 2 nodes, $WORKERS workers, $EPOCHS epochs"
+start_nodes "$TMP/clean.ini" || { show_node_logs; fail "nodes did not start"; }
+t0=$(date +%s.%N)
+start_workers "$TMP/clean.ini" clean
+finish_workers || fail "the clean run failed (see $TMP)"
+t1=$(date +%s.%N)
+stop_nodes || fail "a node did not stop cleanly"
+clean=$(accuracy clean)
+say "clean run: test accuracy $clean"
+
+# ---- the faulty run -----------------------------------------------------------
+
+# Clients are told the proxies' ports; the nodes listen behind them.
+q0=$(free_port); q1=$(free_port); l0=$(free_port); l1=$(free_port)
+write_ini "$TMP/faulty.ini" "127.0.0.1:$q0, 127.0.0.1:$q1" \
+    "127.0.0.1:$l0, 127.0.0.1:$l1"
+NODES="127.0.0.1 $l0
+127.0.0.1 $l1"
+NODE_LOGS="$TMP/faulty-"
+say "faulty run: every node behind a proxy dropping $DROP of the frames" \
+    "both ways; node 1 killed and restarted during training"
+start_nodes "$TMP/faulty.ini" || { show_node_logs; fail "nodes did not start"; }
+for i in 0 1; do
+    eval "pub=\$q$i; priv=\$l$i"
+    "$BUILD/faultproxy" --listen "$pub" --to "127.0.0.1:$priv" \
+        --drop "$DROP" --skip-frames 1 --dir both --seed "$((i + 1))" \
+        >"$TMP/proxy$i.out" 2>"$TMP/proxy$i.err" &
+    HELPER_PIDS="$HELPER_PIDS $!"
+done
+wait_up 127.0.0.1 "$q0" 127.0.0.1 "$q1" || fail "the proxies did not start"
+t2=$(date +%s.%N)
+start_workers "$TMP/faulty.ini" faulty
+sleep 1
+say "killing node 1 (SIGKILL)"
+node1=$(echo $DAEMONS | cut -d' ' -f2)
+kill -KILL "$node1"
+wait "$node1" 2>/dev/null
+sleep 1
+say "restarting node 1"
+"$BUILD/psd" -c "$TMP/faulty.ini" -n 1 >>"${NODE_LOGS}node1.log" 2>&1 &
+DAEMONS="$(echo $DAEMONS | cut -d' ' -f1) $!"
+finish_workers || fail "the faulty run failed (see $TMP)"
+t3=$(date +%s.%N)
+# shellcheck disable=SC2086
+stop $HELPER_PIDS
+HELPER_PIDS=""
+stop_nodes || say "a node did not stop cleanly"
+faulty=$(accuracy faulty)
+for i in 0 1; do
+    say "proxy $i: $(tail -n 2 "$TMP/proxy$i.out" | tr '\n' ' ')"
+done
+grep -h 'epoch .*resends' "$TMP"/faulty.worker*.log | sed "s/^/$PROG: /"
+
+wall() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f s", b - a }'; }
+say "clean run:  test accuracy $clean, wall $(wall "$t0" "$t1")"
+say "faulty run: test accuracy $faulty, wall $(wall "$t2" "$t3")"
+if [ -z "$clean" ] || [ -z "$faulty" ]; then
+    fail "an accuracy is missing (see $TMP)"
+fi
+if awk -v c="$clean" -v f="$faulty" -v m="$MAX_LOSS" \
+        'BEGIN { exit !(f + 0 >= c - m) }'; then
+    say "PASS: the faults cost $(awk -v c="$clean" -v f="$faulty" \
+        'BEGIN { printf "%.4f", c - f }') points (allowed: $MAX_LOSS)"
+else
+    fail "the faults cost more than $MAX_LOSS points"
+fi

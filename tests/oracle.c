@@ -1,0 +1,113 @@
+/* The counter oracle; see oracle.h. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle.h"
+
+uint64_t oracle_key(int i)
+{
+    return (uint64_t)i * 1000003u + 1;
+}
+
+void *oracle_run(void *arg)
+{
+    oracle_job *j = arg;
+    ps_client *c;
+    int rc = ps_open(&c, j->spec, &j->opt);
+    if (rc) {
+        snprintf(j->last_error, sizeof j->last_error, "ps_open: %s",
+                 ps_strerror(rc));
+        j->failed = j->pushes;
+        return NULL;
+    }
+    int t = ps_table(c, ORACLE_TABLE, NULL);
+    uint64_t keys[ORACLE_KEYS];
+    float ones[ORACLE_KEYS];
+    for (int k = 0; k < ORACLE_KEYS; k++) {
+        keys[k] = oracle_key(k);
+        ones[k] = 1.0f;
+    }
+    ps_ts *win = calloc((size_t)j->inflight, sizeof *win);
+    for (int i = 0; win && i < j->pushes + j->inflight; i++) {
+        int slot = i % j->inflight;
+        if (win[slot] > 0) {
+            rc = ps_wait(c, win[slot]);
+            if (rc == PS_OK)
+                j->acked++;
+            else {
+                j->failed++;
+                snprintf(j->last_error, sizeof j->last_error, "%s: %s",
+                         ps_strerror(rc), ps_last_error(c));
+            }
+            win[slot] = 0;
+        }
+        if (i < j->pushes) {
+            win[slot] = ps_push(c, t, keys, ORACLE_KEYS, ones, NULL, NULL);
+            if (win[slot] < 0) {
+                j->failed++;
+                snprintf(j->last_error, sizeof j->last_error, "ps_push: %s",
+                         ps_strerror((int)win[slot]));
+                win[slot] = 0;
+            }
+        }
+    }
+    free(win);
+    ps_close(c);
+    return NULL;
+}
+
+void oracle_run_many(const char *spec, const ps_options *opt, int jobs,
+                     int pushes, int inflight, int *acked, int *failed)
+{
+    pthread_t th[8];
+    oracle_job j[8];
+    *acked = *failed = 0;
+    if (jobs > 8)
+        jobs = 8;
+    for (int i = 0; i < jobs; i++) {
+        j[i] = (oracle_job){ .spec = spec, .opt = *opt, .pushes = pushes,
+                             .inflight = inflight };
+        pthread_create(&th[i], NULL, oracle_run, &j[i]);
+    }
+    for (int i = 0; i < jobs; i++) {
+        pthread_join(th[i], NULL);
+        *acked += j[i].acked;
+        *failed += j[i].failed;
+        if (j[i].failed)
+            fprintf(stderr, "# client %d: %d failed, last: %s\n", i,
+                    j[i].failed, j[i].last_error);
+    }
+}
+
+int oracle_check(const char *spec, int lo, int hi, char *why, size_t len)
+{
+    ps_client *c;
+    ps_options o;
+    ps_options_init(&o);
+    int rc = ps_open(&c, spec, &o);
+    if (rc) {
+        snprintf(why, len, "ps_open: %s", ps_strerror(rc));
+        return -1;
+    }
+    int t = ps_table(c, ORACLE_TABLE, NULL);
+    uint64_t keys[ORACLE_KEYS];
+    float out[ORACLE_KEYS];
+    for (int k = 0; k < ORACLE_KEYS; k++)
+        keys[k] = oracle_key(k);
+    rc = ps_wait(c, ps_pull(c, t, keys, ORACLE_KEYS, out, NULL, NULL));
+    if (rc) {
+        snprintf(why, len, "pull: %s: %s", ps_strerror(rc), ps_last_error(c));
+        ps_close(c);
+        return -1;
+    }
+    ps_close(c);
+    for (int k = 0; k < ORACLE_KEYS; k++)
+        if (out[k] < (float)lo || out[k] > (float)hi) {
+            snprintf(why, len, "key %llu: got %.0f, want %d..%d",
+                     (unsigned long long)keys[k], (double)out[k], lo, hi);
+            return -1;
+        }
+    return 0;
+}

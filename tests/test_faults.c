@@ -1,0 +1,390 @@
+/* Fault tests: real psd nodes behind fault proxies (tests/faultproxy.h),
+ * clients pushing +1.0 to known keys, and the counter oracle: every key
+ * must end at exactly the number of pushes acknowledged (nothing lost,
+ * nothing applied twice), whatever the network or the server did in
+ * between. Timeouts are short so each test is bounded in time; each
+ * prints the proxy seed it used (PSD_TEST_SEED replays one). */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "faultproxy.h"
+#include "oracle.h"
+#include "psclient.h"
+#include "../proto/layout.h"
+
+#include "expect.h"
+
+#define TABLES "[table." ORACLE_TABLE "]\ndim = 1\n"
+/* Fast heartbeats, so dead peers are noticed in well under a second. */
+#define SERVER "[server]\nheartbeat_ms = 100\npeer_timeout_ms = 400\n"
+
+static uint64_t seed;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&t, NULL);
+}
+
+/* Client options for fault tests: attempts of 200 ms, and a bound of
+ * 8 s, long enough to ride out every fault here. */
+static ps_options fault_options(void)
+{
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 3000;
+    o.request_timeout_ms = 200;
+    o.max_retries = 40;
+    return o;
+}
+
+/* A cluster of n nodes, each behind its own proxy. */
+typedef struct rig {
+    test_cluster c;
+    fp_proxy *p[CLUSTER_MAX];
+} rig;
+
+static void rig_start(rig *r, int n, const char *cluster_lines,
+                      const char *extra)
+{
+    memset(r, 0, sizeof *r);
+    if (cluster_start_opts(&r->c, n, 4, 1, cluster_lines, extra))
+        fail_msg("cluster did not start");
+    for (int i = 0; i < n; i++) {
+        char err[128];
+        r->p[i] = fp_start_at(r->c.pub[i], "127.0.0.1", r->c.port[i],
+                              seed + (uint64_t)i, err, sizeof err);
+        if (!r->p[i])
+            fail_msg("proxy %d: %s", i, err);
+    }
+}
+
+static void rig_faults(rig *r, int dir, const fp_faults *f)
+{
+    for (int i = 0; i < r->c.n; i++)
+        fp_set(r->p[i], dir, f);
+}
+
+static void rig_stop(rig *r)
+{
+    for (int i = 0; i < r->c.n; i++)
+        fp_stop(r->p[i]);
+    EXPECT_INT(cluster_stop(&r->c), 0, "the nodes stop cleanly");
+}
+
+/* ---- the counter oracle (tests/oracle.c) -------------------------------- */
+
+static void run_counters(const char *spec, int jobs, int pushes,
+                         int *acked, int *failed)
+{
+    ps_options o = fault_options();
+    oracle_run_many(spec, &o, jobs, pushes, 8, acked, failed);
+}
+
+static void check_counters(const char *spec, int lo, int hi)
+{
+    char why[200];
+    if (oracle_check(spec, lo, hi, why, sizeof why))
+        fail_msg("%s (acknowledged %d)", why, lo);
+}
+
+/* The nodes' own addresses, bypassing the proxies. */
+static void direct_spec(const rig *r, char *buf, size_t len)
+{
+    size_t at = 0;
+    for (int i = 0; i < r->c.n; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s127.0.0.1:%d",
+                               i ? "," : "", r->c.port[i]);
+}
+
+/* Clients through the proxies under faults f (both ways), then the oracle:
+ * every push acknowledged, every key exactly at the count. */
+static void counters_survive(const fp_faults *f, int jobs, int pushes,
+                             fp_counts *seen)
+{
+    rig r;
+    char direct[128];
+    rig_start(&r, 2, "workers = 1\n", SERVER TABLES);
+    direct_spec(&r, direct, sizeof direct);
+    rig_faults(&r, FP_BOTH, f);
+    int acked, failed;
+    run_counters(r.c.spec, jobs, pushes, &acked, &failed);
+    rig_faults(&r, FP_BOTH, &(fp_faults){ 0 });
+    EXPECT_INT(failed, 0, "pushes that failed");
+    EXPECT_INT(acked, jobs * pushes, "pushes acknowledged");
+    check_counters(direct, acked, acked);
+    memset(seen, 0, sizeof *seen);
+    for (int i = 0; i < r.c.n; i++) {
+        fp_counts k;
+        fp_stats(r.p[i], &k);
+        for (int d = 0; d < 2; d++) {
+            seen->dir[d].dropped += k.dir[d].dropped;
+            seen->dir[d].duplicated += k.dir[d].duplicated;
+            seen->dir[d].reordered += k.dir[d].reordered;
+            seen->dir[d].corrupted += k.dir[d].corrupted;
+        }
+        seen->accepted += k.accepted;
+    }
+    rig_stop(&r);
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+static void twenty_percent_frame_drop_both_ways_loses_and_doubles_nothing(
+    void **state)
+{
+    (void)state;
+    fp_faults f = { .drop = 0.2, .skip_frames = 1 };
+    fp_counts k;
+    counters_survive(&f, 4, 100, &k);
+    print_message("# frames dropped: %llu up, %llu down; connections %llu\n",
+                  (unsigned long long)k.dir[FP_UP].dropped,
+                  (unsigned long long)k.dir[FP_DOWN].dropped,
+                  (unsigned long long)k.accepted);
+    EXPECT_INT(k.dir[FP_UP].dropped > 0 && k.dir[FP_DOWN].dropped > 0, 1,
+               "frames dropped both ways");
+}
+
+static void duplicated_and_reordered_frames_are_applied_once(void **state)
+{
+    (void)state;
+    fp_faults f = { .dup = 0.3, .reorder = 0.3, .skip_frames = 1 };
+    fp_counts k;
+    counters_survive(&f, 4, 100, &k);
+    EXPECT_INT(k.dir[FP_UP].duplicated > 0, 1, "requests duplicated");
+    EXPECT_INT(k.dir[FP_DOWN].duplicated > 0, 1, "replies duplicated");
+    EXPECT_INT(k.dir[FP_UP].reordered > 0, 1, "requests reordered");
+}
+
+static void flipped_bits_are_caught_and_never_applied(void **state)
+{
+    (void)state;
+    fp_faults f = { .corrupt = 0.1, .skip_frames = 1 };
+    fp_counts k;
+    counters_survive(&f, 2, 100, &k);
+    EXPECT_INT(k.dir[FP_UP].corrupted > 0, 1, "requests corrupted");
+    EXPECT_INT(k.dir[FP_DOWN].corrupted > 0, 1, "replies corrupted");
+}
+
+/* psd stopped (SIGSTOP) for twice the attempt timeout, then resumed: the
+ * pushes it had buffered are applied when it resumes, and the copies the
+ * client sent meanwhile on a new connection are not applied again. */
+static void stopped_server_resumed_applies_every_push_once(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 2, 4, "workers = 1\n", SERVER TABLES))
+        fail_msg("cluster did not start");
+    oracle_job j = { .spec = c.spec, .opt = fault_options(), .pushes = 300,
+                      .inflight = 8 };
+    pthread_t th;
+    pthread_create(&th, NULL, oracle_run, &j);
+    sleep_ms(100);
+    kill(c.pid[1], SIGSTOP);
+    sleep_ms(2 * j.opt.request_timeout_ms);
+    kill(c.pid[1], SIGCONT);
+    pthread_join(th, NULL);
+    if (j.failed)
+        print_error("last failure: %s\n", j.last_error);
+    EXPECT_INT(j.failed, 0, "pushes that failed");
+    check_counters(c.spec, j.acked, j.acked);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+/* A node that stays stopped makes its requests fail with PS_ETIMEDOUT once
+ * their bounded time is up, not later, with a message saying so. */
+static void stopped_server_fails_requests_within_their_bound(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 1\n", SERVER TABLES))
+        fail_msg("cluster did not start");
+    ps_options o = fault_options();
+    o.max_retries = 4;           /* bound: 200 ms x 5 = 1 s */
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, "count", NULL);
+    uint64_t key = 1;
+    float one = 1.0f;
+    kill(c.pid[0], SIGSTOP);
+    double t0 = now_s();
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    double took = now_s() - t0;
+    EXPECT_INT(rc, PS_ETIMEDOUT, "status of a push to a stopped node");
+    EXPECT_SUBSTR(ps_last_error(cl), "may have been applied",
+                  "what the caller is told");
+    if (took > 1.0 + 1.0)
+        fail_msg("the push failed after %.2f s; its bound is 1 s", took);
+    kill(c.pid[0], SIGCONT);
+    ps_close(cl);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+/* kill -9 of one node of two, restarted 300 ms later: the clients ride it
+ * out (every push acknowledged), and the surviving node's keys count every
+ * acknowledged push exactly. */
+static void killed_and_restarted_node_is_a_pause_for_the_clients(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 2, 4, "workers = 1\n", SERVER TABLES))
+        fail_msg("cluster did not start");
+    oracle_job j[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        j[i] = (oracle_job){ .spec = c.spec, .opt = fault_options(),
+                              .pushes = 300, .inflight = 8 };
+        pthread_create(&th[i], NULL, oracle_run, &j[i]);
+    }
+    sleep_ms(100);
+    cluster_kill(&c, 1, SIGKILL);
+    sleep_ms(300);
+    if (cluster_restart(&c, 1))
+        fail_msg("node 1 did not restart");
+    int acked = 0;
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        acked += j[i].acked;
+        if (j[i].failed)
+            print_error("client %d: %s\n", i, j[i].last_error);
+        EXPECT_INT(j[i].failed, 0, "client %d: pushes that failed", i);
+    }
+    /* Node 1 lost its rows with its process (no snapshots yet); node 0's
+     * keys must hold every acknowledged push. */
+    ps_client *cl;
+    ps_options o;
+    ps_options_init(&o);
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, "count", NULL);
+    int on_node0 = 0;
+    for (int k = 0; k < ORACLE_KEYS; k++) {
+        uint64_t key = oracle_key(k);
+        if (psw_node_of_shard(psw_sparse_shard_of(4, key), 2) != 0)
+            continue;
+        float v;
+        assert_int_equal(ps_wait(cl, ps_pull(cl, t, &key, 1, &v, NULL, NULL)),
+                         PS_OK);
+        EXPECT_FLOAT(v, (float)acked, "key %llu on node 0",
+                     (unsigned long long)key);
+        on_node0++;
+    }
+    EXPECT_INT(on_node0 > 0, 1, "keys on node 0");
+    ps_close(cl);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+/* A silent partition (the proxy swallows everything, no FIN, no reset):
+ * psd notices within peer_timeout_ms and lets the bsp worker go after its
+ * grace, so the other worker's ps_clock returns; the partitioned client
+ * comes back when the link does. */
+static void silent_partition_is_noticed_within_the_heartbeat_bound(
+    void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "workers = 2\nworker_grace = 1\n",
+              SERVER "[table.w]\ndim = 1\nconsistency = bsp\n");
+    char direct[64];
+    direct_spec(&r, direct, sizeof direct);
+    ps_client *w0, *w1;
+    ps_options o = fault_options();
+    o.worker = 0;
+    assert_int_equal(ps_open(&w0, direct, &o), PS_OK);
+    o.worker = 1;
+    assert_int_equal(ps_open(&w1, r.c.spec, &o), PS_OK);
+    fp_faults hole = { .blackhole = 1 };
+    fp_set(r.p[0], FP_BOTH, &hole);
+    double t0 = now_s();
+    /* Worker 0's clock waits for worker 1 until psd gives up on it. */
+    int rc = ps_clock(w0);
+    double took = now_s() - t0;
+    EXPECT_INT(rc, PS_OK, "worker 0's ps_clock");
+    assert_true(cluster_log_wait(&r.c, 0, "presumed dead", 100));
+    print_message("# ps_clock returned %.2f s after the partition "
+                  "(peer_timeout 0.4 s + grace 1 s)\n", took);
+    if (took > 0.4 + 1.0 + 1.0)
+        fail_msg("ps_clock took %.2f s", took);
+    /* The link comes back: the worker's client reconnects and works. */
+    fp_set(r.p[0], FP_BOTH, &(fp_faults){ 0 });
+    uint64_t key = 5;
+    float v;
+    int t = ps_table(w1, "w", NULL);
+    EXPECT_INT(ps_wait(w1, ps_pull(w1, t, &key, 1, &v, NULL, NULL)), PS_OK,
+               "a pull after the partition healed");
+    ps_stats_t s;
+    ps_stats(w1, &s);
+    EXPECT_INT(s.reconnects >= 1, 1, "the partitioned client reconnected");
+    ps_close(w1);
+    ps_close(w0);
+    rig_stop(&r);
+}
+
+/* A node at max_connections answers with a typed refusal; ps_open keeps
+ * trying within connect_timeout_ms and gets in once a slot frees up. */
+static void node_at_max_connections_refuses_clearly_and_lets_in_later(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 1\n",
+                         "[server]\nmax_connections = 1\n" TABLES))
+        fail_msg("cluster did not start");
+    ps_client *a, *b;
+    ps_options o = fault_options();
+    o.connect_timeout_ms = 500;
+    assert_int_equal(ps_open(&a, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_open(&b, c.spec, &o), PS_EBUSY, "a second client");
+    assert_true(cluster_log_wait(&c, 0, "max_connections (1) reached", 100));
+    /* With a slot freed while it waits, the open succeeds. */
+    o.connect_timeout_ms = 5000;
+    oracle_job j = { .spec = c.spec, .opt = o, .pushes = 1, .inflight = 1 };
+    pthread_t th;
+    pthread_create(&th, NULL, oracle_run, &j);
+    sleep_ms(300);
+    ps_close(a);
+    pthread_join(th, NULL);
+    EXPECT_INT(j.acked, 1, "the waiting client's push");
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+int main(void)
+{
+    const char *env = getenv("PSD_TEST_SEED");
+    seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    printf("# faults: proxy seed %llu (PSD_TEST_SEED replays it)\n",
+           (unsigned long long)seed);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(
+            twenty_percent_frame_drop_both_ways_loses_and_doubles_nothing),
+        cmocka_unit_test(duplicated_and_reordered_frames_are_applied_once),
+        cmocka_unit_test(flipped_bits_are_caught_and_never_applied),
+        cmocka_unit_test(stopped_server_resumed_applies_every_push_once),
+        cmocka_unit_test(stopped_server_fails_requests_within_their_bound),
+        cmocka_unit_test(
+            killed_and_restarted_node_is_a_pause_for_the_clients),
+        cmocka_unit_test(
+            silent_partition_is_noticed_within_the_heartbeat_bound),
+        cmocka_unit_test(
+            node_at_max_connections_refuses_clearly_and_lets_in_later),
+    };
+    return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
+}
