@@ -103,7 +103,7 @@ psc_part *psc_customer_take(psc_customer *cu, int *closing)
 }
 
 /* Counts a completed request: the only writer is the I/O thread. */
-static void count(psc_customer *cu, const psc_req *r)
+static void count(psc_customer *cu, const psc_req *r, uint64_t now_ns)
 {
     int k = psc_stat_kind(r->op);
     if (k < 0)
@@ -114,7 +114,7 @@ static void count(psc_customer *cu, const psc_req *r)
         psc_add(&o->errors, 1);
     psc_add(&o->payload_sent, r->payload_out);
     psc_add(&o->payload_received, r->status == PS_OK ? r->payload_in : 0);
-    psc_hist_add(o->hist, uv_hrtime() - r->submit_ns);
+    psc_hist_add(o->hist, now_ns > r->submit_ns ? now_ns - r->submit_ns : 0);
 }
 
 /* A push that failed on one node after another applied its part was
@@ -136,19 +136,27 @@ static void note_partial(psc_req *r)
 
 void psc_customer_complete(psc_customer *cu, psc_req *r)
 {
+    psc_customer_complete_at(cu, r, uv_hrtime());
+}
+
+void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
+{
     note_partial(r);
     /* Callback first, so that when ps_wait returns the callback has run. */
     if (r->cb)
         r->cb(r->ts, r->status, r->arg);
-    count(cu, r);
+    count(cu, r, now_ns);
     pthread_mutex_lock(&cu->mu);
     psc_map_del(&cu->reqs, (uint64_t)r->ts);
-    /* Requests complete out of order; the mark moves past every complete
-     * one, each step one map lookup (amortized O(1) per request). */
-    ps_ts low = cu->low;
-    while (low <= cu->last_ts && !psc_map_get(&cu->reqs, (uint64_t)low))
-        low++;
-    __atomic_store_n(&cu->low, low, __ATOMIC_RELAXED);
+    /* Requests complete out of order. The mark is the oldest incomplete
+     * one, so only its completion moves it: past every complete one, one
+     * map lookup a step (amortized O(1) per request). */
+    if (r->ts == cu->low) {
+        ps_ts low = cu->low + 1;
+        while (low <= cu->last_ts && !psc_map_get(&cu->reqs, (uint64_t)low))
+            low++;
+        __atomic_store_n(&cu->low, low, __ATOMIC_RELAXED);
+    }
     cu->inflight_bytes -= r->bytes;
     if (r->status != PS_OK) {
         const char *why = r->error ? r->error : "";

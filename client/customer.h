@@ -91,6 +91,9 @@ int psc_part_fail(psc_part *p, int status, const char *why);
  * the low-water mark, wakes its waiters and any caller blocked on
  * backpressure, and frees it. */
 void psc_customer_complete(psc_customer *cu, psc_req *r);
+/* The same, with the time of completion (uv_hrtime's clock) given by a
+ * caller that has just read it. */
+void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns);
 
 /* The timestamp below which every request is complete: what the client
  * may tell servers to forget (ACK). Any thread. */

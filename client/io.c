@@ -811,11 +811,12 @@ static void handle_reply(nconn *nc, const psw_msg *m)
         if (m->status != PSW_OK)
             psc_add(&o->errors, 1);
         psc_add(&o->payload_received, m->vals_len);
-        psc_hist_add(o->hist, now_ns() - p->sent_ns);
+        /* on_read noted the time the reply arrived. */
+        psc_hist_add(o->hist, nc->recv_ns - p->sent_ns);
     }
     psc_add(&nc->st.payload_received, m->vals_len);
     if (psc_part_reply(p, m))
-        psc_customer_complete(&c->cu, p->req);
+        psc_customer_complete_at(&c->cu, p->req, nc->recv_ns);
 }
 
 static void handle_frame(nconn *nc, const char *body, size_t len)

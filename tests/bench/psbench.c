@@ -528,6 +528,7 @@ typedef struct cell {
     int ran, failed;
     long count, errors;
     double secs, reqs, gbps, mkeys, p50, p99;
+    double client_p50;       /* worker 0's ps_stats p50, microseconds */
 } cell;
 
 #define MAX_CELLS 512
@@ -545,6 +546,7 @@ typedef struct wres {
     int status;
     long count, errors;
     size_t nsamples;
+    double client_p50_us;    /* what the client's own ps_stats measured */
 } wres;
 
 typedef struct bench_shm {
@@ -715,8 +717,19 @@ static int worker_main(const cell *c, int w, const char *spec)
     while (!atomic_load(&shm->go))
         sleep_us(100);
     wres *r = &shm->w[w];
+    ps_stats_reset(x.cl);
     r->count = run_phase(&x, shm->t_end, 0, r, shm->samples[w]);
     r->errors = x.errors;
+    /* The client's own view of the same requests (issue: the Customer
+     * measures itself), to set next to psbench's outside view. */
+    ps_stats_t st;
+    static const int kind[] = { [OP_PUSH] = PS_STAT_PUSH,
+                                [OP_PULL] = PS_STAT_PULL,
+                                [OP_PUSHPULL] = PS_STAT_PUSHPULL,
+                                [OP_PUSH_RANGE] = PS_STAT_PUSH_RANGE,
+                                [OP_PULL_RANGE] = PS_STAT_PULL_RANGE };
+    if (ps_stats(x.cl, &st) == PS_OK)
+        r->client_p50_us = st.op[kind[c->op]].p50_us;
     ps_close(x.cl);
     return x.errors ? 5 : 0;
 }
@@ -785,6 +798,7 @@ static void run_cell(cell *c, const test_cluster *cl)
     c->mkeys = c->reqs * (double)loads[c->load].nkeys / 1e6;
     c->p50 = pct(merged, n, 0.5) / 1e3;
     c->p99 = pct(merged, n, 0.99) / 1e3;
+    c->client_p50 = shm->w[0].client_p50_us;
     if (c->failed || c->errors)
         failures++;
 }
@@ -796,19 +810,20 @@ static double x_stream(const cell *c)
 
 static void print_cell_header(void)
 {
-    printf("%-10s %-8s %4s %2s %2s %-3s %10s %8s %9s %9s %9s %6s %7s %7s\n",
-           "op", "payload", "infl", "wk", "nd", "pin", "req/s", "GB/s",
-           "Mkeys/s", "p50 us", "p99 us", "xTCP", "xRTTpin", "xRTTunp");
+    printf("%-10s %-8s %4s %2s %2s %-3s %10s %8s %9s %9s %9s %6s %7s %7s "
+           "%9s\n", "op", "payload", "infl", "wk", "nd", "pin", "req/s",
+           "GB/s", "Mkeys/s", "p50 us", "p99 us", "xTCP", "xRTTpin",
+           "xRTTunp", "client p50");
 }
 
 static void print_cell(const cell *c)
 {
     printf("%-10s %-8s %4d %2d %2d %-3s %10.0f %8.3f %9.2f %9.1f %9.1f "
-           "%6.2f %7.1f %7.2f%s\n",
+           "%6.2f %7.1f %7.2f %9.1f%s\n",
            op_name[c->op], loads[c->load].label, c->window, c->workers,
            c->nodes, c->pinned ? "yes" : "no", c->reqs, c->gbps, c->mkeys,
            c->p50, c->p99, x_stream(c), c->p50 / base.rtt_p50_us[PINNED],
-           c->p50 / base.rtt_p50_us[UNPINNED],
+           c->p50 / base.rtt_p50_us[UNPINNED], c->client_p50,
            c->failed ? "  FAILED" : c->errors ? "  ERRORS" : "");
     fflush(stdout);
 }
