@@ -35,7 +35,8 @@ LIBS_CM  = $(shell pkg-config --libs cmocka)
 PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c
 DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
               daemon/sync.c daemon/dedup.c daemon/node.c daemon/request.c \
-              daemon/conn.c daemon/server.c
+              daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/conn.c \
+              daemon/server.c
 CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/map.c
 
@@ -50,9 +51,10 @@ PCFILE   := $(BUILD)/psclient.pc
 EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp $(BUILD)/reuters_lr
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_dedup \
+              $(BUILD)/test_snapshot \
               $(BUILD)/test_slice $(BUILD)/test_arff
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy \
-              $(BUILD)/test_faults $(BUILD)/test_stats
+              $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -170,6 +172,10 @@ $(BUILD)/test_sync: $(BUILD)/tests/test_sync.o $(D)/sync.o $(D)/log.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
 $(BUILD)/test_dedup: $(BUILD)/tests/test_dedup.o $(D)/dedup.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
+$(BUILD)/test_snapshot: $(BUILD)/tests/test_snapshot.o $(D)/snapshot.o $(D)/journal.o \
+                        $(D)/node.o $(D)/table.o $(D)/updater.o $(D)/sync.o \
+                        $(D)/dedup.o $(D)/config.o $(D)/inifile.o $(D)/log.o $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) $(LIBS_CM) -lm
 $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD)/client/stats.o \
                      $(BUILD)/client/customer.o $(BUILD)/client/map.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
@@ -193,6 +199,10 @@ $(BUILD)/test_faults: $(BUILD)/tests/test_faults.o $(BUILD)/tests/faultproxy.o \
                       $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_UV) \
 	    $(LIBS_CM) -lpthread
+
+$(BUILD)/test_durable: $(BUILD)/tests/test_durable.o $(BUILD)/tests/oracle.o \
+                       $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread
 
 test: all $(TEST_BINS) $(PYDEPS_STAMP)
 	@SAN='$(SAN)' sh tests/run.sh $(BUILD)

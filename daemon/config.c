@@ -41,9 +41,7 @@ typedef enum {
 typedef enum { F_POS = 1, F_NONNEG, F_UNIT } frange;
 
 enum {
-    REQUIRED = 1,
-    NOT_YET = 2     /* parsed and checked, but nothing uses it yet: setting
-                       it in a file earns a note (psd --check, start-up) */
+    REQUIRED = 1
 };
 
 typedef struct setting {
@@ -103,13 +101,13 @@ static const setting settings[] = {
       0, NULL, 0 },
     /* [server] */
     { SC_SERVER, "data_dir", T_STR, "/var/lib/psd", CL(data_dir),
-      1, STRMAX(data_dir), 0, NULL, NOT_YET },
+      1, STRMAX(data_dir), 0, NULL, 0 },
     { SC_SERVER, "snapshot_interval", T_INT, "300", CL(snapshot_interval),
-      0, 31536000, 0, NULL, NOT_YET },
+      0, 31536000, 0, NULL, 0 },
     { SC_SERVER, "durability", T_WORD, "snapshot", CL(durability),
-      0, 0, 0, durability_words, NOT_YET },
+      0, 0, 0, durability_words, 0 },
     { SC_SERVER, "fsync", T_WORD, "everysec", CL(fsync),
-      0, 0, 0, fsync_words, NOT_YET },
+      0, 0, 0, fsync_words, 0 },
     { SC_SERVER, "auth_token", T_STR, "", CL(auth_token),
       0, STRMAX(auth_token), 0, NULL, 0 },
     { SC_SERVER, "max_frame", T_SIZE, "64M", CL(max_frame),
@@ -674,11 +672,6 @@ static int apply_section(parser *p, const section *s, char *base,
         }
         if (apply(p, s, e, st, base, c) < 0)
             return -1;
-        if ((st->flags & NOT_YET) && note(p, c, e->line, "[%s] %s is not "
-                                          "implemented in this release: "
-                                          "checked, but it has no effect",
-                                          s->name, e->key) < 0)
-            return -1;
     }
     for (size_t i = 0; i < NSETTINGS; i++) {
         if (settings[i].scope == s->scope &&
@@ -692,7 +685,8 @@ static int apply_section(parser *p, const section *s, char *base,
 }
 
 /* Checks of a table that involve more than one of its keys. */
-static int check_table(parser *p, const section *s, const psd_table_conf *t)
+static int check_table(parser *p, const section *s, const psd_table_conf *t,
+                       psd_config *c)
 {
     const entry *rows = find_entry(s, "rows");
     if (t->dense && !rows) {
@@ -706,7 +700,14 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t)
         return -1;
     }
     /* staleness on a non-ssp table is kept but has no effect: the schema's
-     * own example (docs/design.md) sets it on an async table. */
+     * own example (docs/design.md) sets it on an async table, so it is not
+     * an error; a note says so, in case the user meant mode = ssp. */
+    const entry *st = find_entry(s, "staleness");
+    if (st && t->consistency != PSD_CONS_SSP &&
+        note(p, c, st->line, "[%s] staleness has no effect unless "
+             "consistency = ssp (it is %s)", s->name,
+             consistency_words[t->consistency]) < 0)
+        return -1;
     if (t->dense && t->rows > UINT64_MAX / t->dim / sizeof(float)) {
         fail(p, rows->line, "[%s] rows: rows * dim * 4 bytes overflows "
              "64 bits, got \"%s\"", s->name, rows->value);
@@ -752,7 +753,7 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         }
         if (apply_section(p, s, base, c) < 0)
             return -1;
-        if (t && check_table(p, s, t) < 0)
+        if (t && check_table(p, s, t, c) < 0)
             return -1;
     }
     if (!cluster) {

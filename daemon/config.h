@@ -107,7 +107,7 @@ typedef struct psd_config {
     psd_table_conf *tables;
     int ntables;
     /* Things worth saying that do not stop psd, as "PATH:LINE: text"
-     * (settings that are not implemented yet); owned */
+     * (e.g. a setting that has no effect where it is); owned */
     char (*notes)[PSD_NOTE_MAX];
     int nnotes;
 } psd_config;

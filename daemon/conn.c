@@ -42,6 +42,7 @@ struct psd_conn {
                                     while paused, a write drained) */
     uint64_t sent_ms;            /* last write handed to libuv */
     int paused;                  /* reads and parsing stopped */
+    int waiting;                 /* replies wait for the journal */
     int closing;
     int shutting;                /* psd_conn_shutdown was called */
 };
@@ -115,7 +116,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
  * the write side is shut down and the handle closed. */
 static void maybe_finish(psd_conn *c)
 {
-    if (!c->shutting || c->closing || c->queued)
+    if (!c->shutting || c->closing || c->queued || c->waiting)
         return;
     uv_shutdown_t *req = malloc(sizeof *req);
     if (!req || uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown)) {
@@ -174,6 +175,14 @@ static void flush(psd_conn *c)
 {
     if (c->closing || c->out.total == 0)
         return;
+    /* Journal records go out before the replies that depend on them, and
+     * with fsync = always those replies wait for the fsync. */
+    psd_node_commit(c->node);
+    if (c->ss.need_lsn > c->node->durable_lsn) {
+        c->waiting = 1;
+        return;
+    }
+    c->waiting = 0;
     if (c->out.oom) {
         reject(c, "out of memory building replies");
         return;
@@ -491,6 +500,15 @@ void psd_conns_tick(psd_conns *set)
         }
         if (now - c->sent_ms >= beat && !c->shutting)
             send_ping(c);
+    }
+}
+
+void psd_conns_durable(psd_conns *set)
+{
+    for (psd_conn *c = set->head, *n; c; c = n) {
+        n = c->next;
+        if (c->waiting)
+            flush(c);
     }
 }
 

@@ -36,6 +36,10 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener);
  * dead. */
 void psd_conns_tick(psd_conns *set);
 
+/* The node's durable_lsn moved: connections whose replies waited for the
+ * journal send them now. */
+void psd_conns_durable(psd_conns *set);
+
 /* Shutdown: every connection stops reading, writes what it owes, then
  * closes. The loop ends once all are closed. */
 void psd_conns_shutdown(psd_conns *set);

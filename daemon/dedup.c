@@ -2,6 +2,7 @@
  * open-addressing table of (ts, part) -> status. Entries below the
  * client's mark are dead: lookups ignore them and the next rebuild drops
  * them, so a table holds at most four times what is live. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,4 +220,76 @@ void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,
     *clients = d->nclients;
     *entries = n;
     *bytes = b;
+}
+
+/* ---- saving and loading ------------------------------------------------ */
+
+/* On the stream: u64 clients; per client u64 id, u64 incarnation, u64 low,
+ * u64 entries, then per entry u64 ts, u32 part, i32 status. */
+
+int psd_dedup_save(const psd_dedup *d, psd_sink *out)
+{
+    uint64_t n = d->nclients;
+    if (psd_put(out, &n, sizeof n))
+        return -1;
+    for (size_t i = 0; i < d->nbuckets; i++)
+        for (const psd_dclient *c = d->bucket[i]; c; c = c->next) {
+            uint64_t live = 0;
+            for (size_t j = 0; j < c->cap; j++)
+                live += c->tab[j].ts >= c->low && c->tab[j].ts != 0;
+            if (psd_put(out, &c->id, 8) || psd_put(out, &c->incarnation, 8) ||
+                psd_put(out, &c->low, 8) || psd_put(out, &live, 8))
+                return -1;
+            for (size_t j = 0; j < c->cap; j++) {
+                const entry *e = &c->tab[j];
+                if (e->ts == 0 || e->ts < c->low)
+                    continue;
+                if (psd_put(out, &e->ts, 8) || psd_put(out, &e->part, 4) ||
+                    psd_put(out, &e->status, 4))
+                    return -1;
+            }
+        }
+    return 0;
+}
+
+int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
+                   size_t errlen)
+{
+    uint64_t n;
+    if (psd_get(in, &n, 8)) {
+        snprintf(err, errlen, "truncated");
+        return -1;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t id, inc, low, count;
+        if (psd_get(in, &id, 8) || psd_get(in, &inc, 8) ||
+            psd_get(in, &low, 8) || psd_get(in, &count, 8)) {
+            snprintf(err, errlen, "truncated in client %llu of %llu",
+                     (unsigned long long)i, (unsigned long long)n);
+            return -1;
+        }
+        psd_dclient *c = psd_dedup_attach(d, id, inc, now_ms);
+        if (!c) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        psd_dedup_detach(d, c, now_ms);
+        psd_dedup_ack(c, low);
+        for (uint64_t k = 0; k < count; k++) {
+            uint64_t ts;
+            uint32_t part;
+            int32_t st;
+            if (psd_get(in, &ts, 8) || psd_get(in, &part, 4) ||
+                psd_get(in, &st, 4)) {
+                snprintf(err, errlen, "truncated in the pushes of client "
+                         "%016llx", (unsigned long long)id);
+                return -1;
+            }
+            if (psd_dedup_record(c, ts, part, st)) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+        }
+    }
+    return 0;
 }

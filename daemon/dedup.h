@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stream.h"
+
 typedef struct psd_dedup psd_dedup;      /* every client of this node */
 typedef struct psd_dclient psd_dclient;  /* one client */
 
@@ -41,6 +43,16 @@ void psd_dedup_ack(psd_dclient *c, uint64_t upto);
 
 /* Forgets clients that have had no connection for ttl_ms. */
 void psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms);
+
+/* Writes every client's mark and remembered pushes (live ones only), so
+ * that a restarted node still refuses to apply a push twice. 0 or -1. */
+int psd_dedup_save(const psd_dedup *d, psd_sink *out);
+
+/* Reads what psd_dedup_save wrote into d (empty): the clients come back
+ * without connections, so they expire client_ttl after now_ms unless
+ * they reconnect. 0, or -1 with the reason in err. */
+int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
+                   size_t errlen);
 
 /* For stats and tests: clients known, pushes remembered, bytes used. */
 void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,

@@ -13,13 +13,18 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: psd -c FILE [-n NODE]   run node NODE (default 0) of the "
+            "usage: psd -c FILE [-n NODE] [--skip-snapshot]\n"
+            "                               run node NODE (default 0) of the "
             "cluster in FILE\n"
             "       psd --check -c FILE     validate FILE and exit\n"
             "\n"
-            "Logs go to stderr. SIGTERM/SIGINT: finish in-flight work and "
-            "exit 0.\nSIGHUP: re-read FILE and apply hyper-parameters and "
-            "limits.\n");
+            "At start psd restores the node from its snapshot and journal in "
+            "data_dir;\n--skip-snapshot moves them aside (*.skipped.TIME) "
+            "and starts from the\ninitial values instead.\n"
+            "\n"
+            "Logs go to stderr. SIGTERM/SIGINT: finish in-flight work, write a "
+            "final\nsnapshot and exit 0. SIGHUP: re-read FILE and apply "
+            "hyper-parameters and limits.\n");
 }
 
 static uv_signal_t sig_term, sig_int, sig_hup;
@@ -54,12 +59,14 @@ static int parse_node(const char *s, int *out)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    int node = 0, check = 0;
+    int node = 0, check = 0, skip = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--check"))
             check = 1;
+        else if (!strcmp(a, "--skip-snapshot"))
+            skip = 1;
         else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && i + 1 < argc)
             path = argv[++i];
         else if ((!strcmp(a, "-n") || !strcmp(a, "--node")) && i + 1 < argc) {
@@ -97,8 +104,10 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    /* A peer that vanishes must cost a write error, not the process. */
+    /* A peer that vanishes must cost a write error, not the process; a
+     * full disk or a file size limit, an error, not the process. */
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     psd_log_init(node, cfg.log_level);
     for (int i = 0; i < cfg.nnotes; i++)
         psd_warn("%s", cfg.notes[i]);
@@ -106,7 +115,8 @@ int main(int argc, char **argv)
     uv_loop_t loop;
     uv_loop_init(&loop);
     static psd_server srv;
-    if (psd_server_init(&srv, &loop, &cfg, path, node, err, sizeof err) ||
+    if (psd_server_init(&srv, &loop, &cfg, path, node, skip, err,
+                        sizeof err) ||
         psd_server_listen(&srv, err, sizeof err)) {
         fprintf(stderr, "psd: %s\n", err);
         psd_server_destroy(&srv);
@@ -123,11 +133,11 @@ int main(int argc, char **argv)
 
     uv_run(&loop, UV_RUN_DEFAULT);
 
+    int final = psd_server_final(&srv);
     int rc = uv_loop_close(&loop);
     if (rc)
         psd_warn("event loop closed with handles open: %s", uv_strerror(rc));
     psd_server_destroy(&srv);
-    psd_info("stopped (no snapshot written: snapshots are not implemented "
-             "in this release)");
-    return 0;
+    psd_info("stopped");
+    return final ? 1 : 0;
 }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "node.h"
 #include "../proto/status.h"
 
@@ -39,27 +40,37 @@ static void build_cluster(psd_node *n)
     }
 }
 
-/* The layout epoch identifies this shape of the cluster: clients compare
- * it across nodes so they never mix two layouts. */
-static uint64_t layout_epoch(const psd_config *c)
+#define MIX(h, v) ((h) = ((h) ^ (uint64_t)(v)) * 1099511628211ULL)
+
+/* What decides where each row lives and how big it is: node count,
+ * shards and tables, but not addresses (a node may move and keep its
+ * data). Snapshots and journal segments carry it. */
+static uint64_t data_shape(const psd_config *c)
 {
     uint64_t h = 1469598103934665603ULL;
-#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ULL)
-    MIX(c->nnodes);
-    MIX(c->shards);
-    for (int i = 0; i < c->nnodes; i++) {
-        for (const char *p = c->nodes[i].host; *p; p++)
-            MIX((unsigned char)*p);
-        MIX(c->nodes[i].port);
-    }
+    MIX(h, c->nnodes);
+    MIX(h, c->shards);
     for (int i = 0; i < c->ntables; i++) {
         for (const char *p = c->tables[i].name; *p; p++)
-            MIX((unsigned char)*p);
-        MIX(c->tables[i].dense);
-        MIX(c->tables[i].dim);
-        MIX(c->tables[i].rows);
+            MIX(h, (unsigned char)*p);
+        MIX(h, c->tables[i].dense);
+        MIX(h, c->tables[i].dim);
+        MIX(h, c->tables[i].rows);
     }
-#undef MIX
+    return h;
+}
+
+/* The layout epoch identifies this shape of the cluster and where its
+ * nodes are: clients compare it across nodes so they never mix two
+ * layouts. */
+static uint64_t layout_epoch(const psd_config *c)
+{
+    uint64_t h = data_shape(c);
+    for (int i = 0; i < c->nnodes; i++) {
+        for (const char *p = c->nodes[i].host; *p; p++)
+            MIX(h, (unsigned char)*p);
+        MIX(h, c->nodes[i].port);
+    }
     return h;
 }
 
@@ -73,6 +84,7 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
     n->cluster.nnodes = n->cfg.nnodes;
     n->cluster.ntables = n->cfg.ntables;
     n->cluster.epoch = layout_epoch(&n->cfg);
+    n->shape = data_shape(&n->cfg);
     n->cluster.nodes = calloc((size_t)n->cfg.nnodes,
                               sizeof *n->cluster.nodes);
     n->cluster.tables = calloc((size_t)n->cfg.ntables + 1,
@@ -156,6 +168,28 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
     n->cfg.snapshot_interval = nc->snapshot_interval;
     n->cfg.client_ttl = nc->client_ttl;
     return NULL;
+}
+
+int psd_node_commit(psd_node *n)
+{
+    psd_journal *j = n->journal;
+    if (!j || psd_journal_last(j) == psd_journal_written(j))
+        return 0;
+    char err[256];
+    if (psd_journal_write(j, err, sizeof err)) {
+        n->stats.journal_errors++;
+        if (!n->journal_error[0])
+            psd_error("journal: %s; pushes are refused until it works "
+                      "again", err);
+        snprintf(n->journal_error, sizeof n->journal_error, "%s", err);
+        return -1;
+    }
+    if (n->journal_error[0])
+        psd_info("journal: writing again");
+    n->journal_error[0] = '\0';
+    if (n->written)
+        n->written(n->written_arg);
+    return 0;
 }
 
 void psd_node_size(const psd_node *n, uint64_t *rows, uint64_t *bytes)

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "dedup.h"
+#include "journal.h"
 #include "sync.h"
 #include "table.h"
 #include "../proto/msg.h"
@@ -22,6 +23,9 @@ typedef struct psd_stats {
     uint64_t requests;
     uint64_t request_errors;     /* requests answered with an error */
     uint64_t duplicates;         /* retransmitted pushes not applied again */
+    uint64_t pushes, pulls;      /* requests that carried rows in or out */
+    uint64_t keys_pushed, keys_pulled;
+    uint64_t journal_errors;     /* failed journal writes */
 } psd_stats;
 
 struct psd_held;                 /* request.c: a reply waiting for a clock */
@@ -32,10 +36,21 @@ typedef struct psd_node {
     psd_table **tables;          /* cfg.ntables entries, owned */
     int ntables;
     psw_cluster cluster;         /* what HELLO_OK tells clients; owned */
+    uint64_t shape;              /* hash of node count, shards and tables:
+                                    what a snapshot or journal must match */
     psd_sync sync;               /* workers, clocks, barriers */
     psd_dedup *dedup;            /* applied pushes per client */
     struct psd_held *held;       /* held replies, oldest first (request.c) */
     psd_stats stats;
+    /* The journal (durability = log), else NULL. Replies that depend on a
+     * record wait until durable_lsn reaches it: the records written, or
+     * fsync'd with fsync = always. */
+    psd_journal *journal;
+    uint64_t durable_lsn;
+    uint64_t clock_lsn;          /* the last record of a clock move */
+    void (*written)(void *arg);  /* called after records were written */
+    void *written_arg;
+    char journal_error[256];     /* the last write failure, "" when fine */
 } psd_node;
 
 /* Takes ownership of *cfg (left zeroed) and builds node `index`'s tables.
@@ -50,6 +65,12 @@ void psd_node_destroy(psd_node *n);
  * the file cannot be applied live (layout, updater kinds, initializers,
  * modes, max_frame or the token changed), in which case nothing changed. */
 const char *psd_node_reload(psd_node *n, const psd_config *nc);
+
+/* Writes the journal records buffered while requests were handled (one
+ * write() for the batch) and tells the written hook; a failure is logged
+ * once and kept in journal_error until a write succeeds. Cheap when
+ * nothing is buffered. Returns 0 or -1. */
+int psd_node_commit(psd_node *n);
 
 /* Rows and bytes of every table on this node. */
 void psd_node_size(const psd_node *n, uint64_t *rows, uint64_t *bytes);

@@ -23,6 +23,15 @@ typedef struct psd_held {
 
 static void advance(psd_node *n, uint64_t now_ms);
 
+static int has_bsp(const psd_node *n)
+{
+    for (int i = 0; i < n->ntables; i++)
+        if (psd_table_conf_get(n->tables[i])->consistency == PSD_CONS_BSP)
+            return 1;
+    return 0;
+}
+
+
 /* ---- replies -------------------------------------------------------- */
 
 /* The rows a message's reply carries, in bytes; 0 for one that pulls
@@ -102,6 +111,10 @@ static void reply_rows(psd_node *n, psd_session *ss, const psw_msg *m)
 static void answer(psd_node *n, psd_session *ss, const psw_msg *m, int status,
                    const char *text)
 {
+    /* A late answer follows the clock's move: with a journal, it must not
+     * go out before that move is as durable as the node promises. */
+    if (ss->need_lsn < n->clock_lsn)
+        ss->need_lsn = n->clock_lsn;
     int own = reply_room(n, ss, status == PSW_OK ? reply_bound(n, m)
                                                  : psw_reply_max(0));
     if (status != PSW_OK)
@@ -181,6 +194,12 @@ static void advance(psd_node *n, uint64_t now_ms)
     uint64_t before = n->sync.clock;
     if (psd_sync_advance(&n->sync, now_ms)) {
         int waited = psd_sync_waited(&n->sync);
+        if (n->journal && has_bsp(n)) {
+            uint64_t lsn = psd_journal_clock(n->journal, n->sync.clock,
+                                             (uint32_t)waited);
+            if (lsn)
+                n->clock_lsn = lsn;
+        }
         for (int i = 0; i < n->ntables; i++) {
             const psd_table_conf *tc = psd_table_conf_get(n->tables[i]);
             if (tc->consistency != PSD_CONS_BSP)
@@ -197,14 +216,6 @@ static void advance(psd_node *n, uint64_t now_ms)
 }
 
 /* ---- control messages ----------------------------------------------- */
-
-static int has_bsp(const psd_node *n)
-{
-    for (int i = 0; i < n->ntables; i++)
-        if (psd_table_conf_get(n->tables[i])->consistency == PSD_CONS_BSP)
-            return 1;
-    return 0;
-}
 
 /* CLOCK, BARRIER and LEAVE: answered now or held. */
 static void control(psd_node *n, psd_session *ss, const psw_msg *m,
@@ -326,6 +337,14 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         reply_error(n, ss, m, rc, err);
         return;
     }
+    /* A node whose journal cannot be written takes no push: it could not
+     * keep the promise of durability = log. */
+    if (pushes && n->journal_error[0]) {
+        snprintf(err, sizeof err, "this node cannot write its journal (%.150s)"
+                 ": pushes are refused until it can", n->journal_error);
+        reply_error(n, ss, m, PSW_ESERVER, err);
+        return;
+    }
     /* A push seen before (a retransmission) is answered as it was the
      * first time, without applying it again; a pushpull still pulls. */
     psd_dclient *dc = pushes ? dedup_of(n, ss, now_ms) : NULL;
@@ -353,6 +372,21 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
             psd_warn("out of memory remembering push %llu.%u of %s: a "
                      "retransmission of it would be applied again",
                      (unsigned long long)m->ts, m->part, ss->peer);
+        if (n->journal) {
+            uint64_t lsn = psd_journal_push(n->journal, ss->client_id,
+                                            ss->incarnation, m,
+                                            rc ? PSW_ENOMEM : 0);
+            if (!lsn) {
+                snprintf(n->journal_error, sizeof n->journal_error,
+                         "out of memory buffering a record");
+                reply_error(n, ss, m, PSW_ESERVER, "applied, but the journal "
+                            "ran out of memory: it may be lost in a crash");
+                return;
+            }
+            ss->need_lsn = lsn;
+        }
+        n->stats.pushes++;
+        n->stats.keys_pushed += nrows;
         if (rc) {
             reply_error(n, ss, m, PSW_ENOMEM, "out of memory creating rows");
             return;
@@ -362,6 +396,8 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, 0, 0);
         return;
     }
+    n->stats.pulls++;
+    n->stats.keys_pulled += nrows;
     uint64_t need;
     int32_t id = psd_sync_holds(&n->sync, ss->worker, ss) ? ss->worker : -1;
     if (tc->consistency == PSD_CONS_SSP &&
@@ -448,6 +484,79 @@ void psd_request_tick(psd_node *n, uint64_t now_ms)
                       WAIT_LOG_MS))
         advance(n, now_ms);
     psd_dedup_expire(n->dedup, now_ms, (uint64_t)n->cfg.client_ttl * 1000);
+}
+
+int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
+                       size_t errlen)
+{
+    const psd_replay_ctx *rc_ = ctx;
+    psd_node *n = rc_->node;
+    if (r->type == PSD_J_CLOCK) {
+        /* The clock moved because every worker waited for had reached it:
+         * no worker is behind it (the snapshot may hold older clocks). */
+        if (r->clock > n->sync.clock)
+            n->sync.clock = r->clock;
+        for (int i = 0; i < n->sync.nworkers; i++) {
+            psd_worker *w = &n->sync.workers[i];
+            if (w->state != PSD_W_ABSENT && w->clock < r->clock)
+                w->clock = r->clock;
+        }
+        for (int i = 0; i < n->ntables; i++) {
+            const psd_table_conf *tc = psd_table_conf_get(n->tables[i]);
+            if (tc->consistency != PSD_CONS_BSP)
+                continue;
+            float scale = tc->aggregate_mean && r->waited > 0
+                              ? 1.0f / (float)r->waited : 1.0f;
+            if (psd_table_apply_accumulated(n->tables[i], scale)) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+        }
+        return 0;
+    }
+    const psw_msg *m = &r->msg;
+    if (m->table >= (uint32_t)n->ntables) {
+        snprintf(err, errlen, "a push to table %u; the config has %d tables",
+                 m->table, n->ntables);
+        return -1;
+    }
+    psd_table *t = n->tables[m->table];
+    const psd_table_conf *tc = psd_table_conf_get(t);
+    int ranged = psw_op_has(m->op, PSW_OPF_RANGED), owner;
+    uint64_t nrows = ranged ? m->count : m->nkeys;
+    if (m->vals_len != nrows * tc->dim * sizeof(float)) {
+        snprintf(err, errlen, "a push of %llu rows of table '%s' with %zu "
+                 "bytes of values (dim %u)", (unsigned long long)nrows,
+                 tc->name, m->vals_len, tc->dim);
+        return -1;
+    }
+    if (ranged ? psd_table_check_range(t, m->first, m->count, &owner, err,
+                                       errlen)
+               : psd_table_check_keys(t, m->keys, m->nkeys, &owner, err,
+                                      errlen))
+        return -1;
+    psd_dclient *dc = psd_dedup_attach(n->dedup, r->client_id,
+                                       r->incarnation, rc_->now_ms);
+    if (!dc || psd_dedup_record(dc, m->ts, m->part, r->status)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    psd_dedup_detach(n->dedup, dc, rc_->now_ms);
+    int rc;
+    if (tc->consistency == PSD_CONS_BSP)
+        rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
+                                                 m->vals)
+                    : psd_table_accumulate(t, m->keys, m->nkeys, m->vals);
+    else if (ranged) {
+        psd_table_push_range(t, m->first, m->count, m->vals);
+        rc = 0;
+    } else
+        rc = psd_table_push(t, m->keys, m->nkeys, m->vals);
+    if (rc) {
+        snprintf(err, errlen, "out of memory replaying a push");
+        return -1;
+    }
+    return 0;
 }
 
 void psd_request_drop_all(psd_node *n)

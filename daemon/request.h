@@ -25,6 +25,9 @@ typedef struct psd_session {
     int32_t worker;              /* the worker id it joined as, or -1 */
     const char *peer;            /* "host:port", for logs and errors */
     psw_out *out;                /* where replies are packed */
+    uint64_t need_lsn;           /* the journal record its replies packed
+                                    so far depend on: they may go out once
+                                    node->durable_lsn reaches it */
     /* Called after a held reply was packed into out outside of
      * psd_request_frame (the clock moved for another connection, or on
      * a tick): the connection should send it. */
@@ -55,6 +58,21 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms);
  * being waited for, which may answer held replies; a node that waits long
  * says for whom; clients gone for client_ttl are forgotten. */
 void psd_request_tick(psd_node *n, uint64_t now_ms);
+
+/* What psd_request_replay needs: the node, and the time clients found in
+ * the journal start their time to live from. */
+typedef struct psd_replay_ctx {
+    psd_node *node;
+    uint64_t now_ms;
+} psd_replay_ctx;
+
+/* Applies one journal record during recovery (a psd_journal_replay
+ * callback; ctx is a psd_replay_ctx): a push as it was applied then,
+ * without a reply (remembered for exactly-once), or a move of the clock.
+ * Returns 0, or -1 with the reason in err when the record does not fit
+ * the node's tables. */
+int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
+                       size_t errlen);
 
 /* Frees every held reply (at exit). */
 void psd_request_drop_all(psd_node *n);

@@ -33,10 +33,21 @@ static void on_mode_tick(uv_timer_t *t)
 {
     psd_server *s = t->data;
     psd_request_tick(&s->node, uv_now(s->loop));
+    /* A journal that failed (disk full) is tried again: the replies of the
+     * pushes it holds wait for it, and new pushes are refused until then. */
+    if (s->node.journal_error[0] && psd_node_commit(&s->node) == 0)
+        psd_conns_durable(&s->conns);
+}
+
+static void on_durable_moved(void *arg)
+{
+    psd_server *s = arg;
+    psd_conns_durable(&s->conns);
 }
 
 int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
-                    const char *cfg_path, int node, char *err, size_t errlen)
+                    const char *cfg_path, int node, int skip_snapshot,
+                    char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->loop = loop;
@@ -68,7 +79,8 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
     if (psd_node_init(&s->node, cfg, node, uv_now(loop), err, errlen))
         return -1;
     psd_conns_init(&s->conns, loop, &s->node);
-    return 0;
+    return psd_durable_start(&s->dur, loop, &s->node, skip_snapshot,
+                             on_durable_moved, s, err, errlen);
 }
 
 static void on_connection(uv_stream_t *l, int status)
@@ -144,6 +156,7 @@ void psd_server_reload(psd_server *s)
         return;
     }
     psd_log_set_level(s->node.cfg.log_level);
+    psd_durable_reload(&s->dur);
     psd_info("reloaded %s", s->cfg_path);
 }
 
@@ -155,6 +168,7 @@ void psd_server_stop(psd_server *s)
     uv_close((uv_handle_t *)&s->listener, NULL);
     uv_close((uv_handle_t *)&s->conn_timer, NULL);
     uv_close((uv_handle_t *)&s->mode_timer, NULL);
+    psd_durable_stop(&s->dur);
     psd_conns_shutdown(&s->conns);
     const psd_stats *st = &s->node.stats;
     psd_info("stopping: %llu connections served, %llu requests in %llu "
@@ -168,8 +182,21 @@ void psd_server_stop(psd_server *s)
              (unsigned long long)st->conns_refused);
 }
 
+int psd_server_final(psd_server *s)
+{
+    char err[512];
+    if (psd_durable_final(&s->dur, err, sizeof err)) {
+        psd_error("final snapshot failed, the previous files are kept: %s",
+                  err);
+        return -1;
+    }
+    return 0;
+}
+
 void psd_server_destroy(psd_server *s)
 {
+    psd_journal_close(s->node.journal);
+    s->node.journal = NULL;
     psd_request_drop_all(&s->node);
     psd_node_destroy(&s->node);
 }

@@ -8,12 +8,14 @@
 
 #include "config.h"
 #include "conn.h"
+#include "durable.h"
 #include "node.h"
 
 typedef struct psd_server {
     uv_loop_t *loop;
     char cfg_path[4096];
     psd_node node;
+    psd_durable dur;             /* snapshots and the journal */
     uv_tcp_t listener;
     psd_conns conns;
     int stopping;
@@ -21,11 +23,14 @@ typedef struct psd_server {
     uv_timer_t mode_timer;       /* training modes: grace, wait logs */
 } psd_server;
 
-/* Takes ownership of *cfg (left zeroed) and builds node `node`'s tables.
- * Refuses (protected mode) to serve non-loopback addresses without
- * authentication. Returns 0, or -1 with a reason in err. */
+/* Takes ownership of *cfg (left zeroed), builds node `node`'s tables and
+ * restores them from its data folder (skip_snapshot: from nothing, the
+ * files moved aside). Refuses (protected mode) to serve non-loopback
+ * addresses without authentication. Returns 0, or -1 with a reason in
+ * err. */
 int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
-                    const char *cfg_path, int node, char *err, size_t errlen);
+                    const char *cfg_path, int node, int skip_snapshot,
+                    char *err, size_t errlen);
 
 /* Binds the node's address and starts accepting. 0 or -1 with err. */
 int psd_server_listen(psd_server *s, char *err, size_t errlen);
@@ -38,6 +43,10 @@ void psd_server_reload(psd_server *s);
 /* Stops accepting, lets every connection finish writing what it owes,
  * then closes them. The loop ends once everything is closed. */
 void psd_server_stop(psd_server *s);
+
+/* Writes the final snapshot (after the loop has finished, so nothing
+ * changes any more). 0, or -1 after logging why. */
+int psd_server_final(psd_server *s);
 
 /* Frees tables and config; call after the loop has finished. */
 void psd_server_destroy(psd_server *s);

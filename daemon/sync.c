@@ -212,3 +212,55 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
     }
     return changed;
 }
+
+/* On the stream: u64 clock, u64 barrier, u32 workers, then per worker
+ * u32 state, u64 clock, u64 barrier, u64 client_id. */
+int psd_sync_save(const psd_sync *y, psd_sink *out)
+{
+    uint32_t n = (uint32_t)y->nworkers;
+    if (psd_put(out, &y->clock, 8) || psd_put(out, &y->barrier, 8) ||
+        psd_put(out, &n, 4))
+        return -1;
+    for (int i = 0; i < y->nworkers; i++) {
+        const psd_worker *w = &y->workers[i];
+        uint32_t st = (uint32_t)w->state;
+        if (psd_put(out, &st, 4) || psd_put(out, &w->clock, 8) ||
+            psd_put(out, &w->barrier, 8) || psd_put(out, &w->client_id, 8))
+            return -1;
+    }
+    return 0;
+}
+
+int psd_sync_load(psd_sync *y, psd_source *in, uint64_t now_ms, char *err,
+                  size_t errlen)
+{
+    uint32_t n;
+    if (psd_get(in, &y->clock, 8) || psd_get(in, &y->barrier, 8) ||
+        psd_get(in, &n, 4)) {
+        snprintf(err, errlen, "truncated");
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t st;
+        psd_worker w = { 0 };
+        if (psd_get(in, &st, 4) || psd_get(in, &w.clock, 8) ||
+            psd_get(in, &w.barrier, 8) || psd_get(in, &w.client_id, 8)) {
+            snprintf(err, errlen, "truncated in worker %u", i);
+            return -1;
+        }
+        if (st > PSD_W_LEFT) {
+            snprintf(err, errlen, "worker %u has state %u", i, st);
+            return -1;
+        }
+        if (i >= (uint32_t)y->nworkers)
+            continue;
+        w.state = (psd_wstate)st;
+        if (w.state == PSD_W_LIVE || w.state == PSD_W_GONE) {
+            w.state = PSD_W_GONE;
+            w.gone_ms = now_ms;
+        }
+        y->workers[i] = w;
+    }
+    y->moved_ms = now_ms;
+    return 0;
+}

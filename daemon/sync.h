@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stream.h"
+
 typedef enum {
     PSD_W_ABSENT,            /* never joined */
     PSD_W_LIVE,              /* joined; its connection is up */
@@ -87,6 +89,17 @@ int psd_sync_waited(const psd_sync *y);
  * for. Readers (worker < 0) never wait. */
 int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
                         uint64_t *need);
+
+/* Writes the node's clock and barrier and every worker's state, clock and
+ * barrier. 0 or -1. */
+int psd_sync_save(const psd_sync *y, psd_sink *out);
+
+/* Reads what psd_sync_save wrote into y (fresh): workers that were live
+ * come back as lost at now_ms (their grace starts: they reconnect or stop
+ * being waited for). A cluster whose `workers` changed keeps the first
+ * workers that fit. 0, or -1 with the reason in err. */
+int psd_sync_load(psd_sync *y, psd_source *in, uint64_t now_ms, char *err,
+                  size_t errlen);
 
 /* Periodic work: workers whose grace ran out stop being waited for
  * (returns 1 then: call psd_sync_advance); and while `holding` (someone

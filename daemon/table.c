@@ -536,3 +536,195 @@ size_t psd_table_bytes(const psd_table *t)
     }
     return b;
 }
+
+/* ---- saving and loading ------------------------------------------------ */
+
+/* A shard on the stream: u32 index, u64 rows, then for a sparse shard the
+ * keys in row order, then weights, optimizer state and step counters in
+ * row order (dense shards are three arrays; sparse ones chunk by chunk).
+ * A table is: u32 shards written, those shards, u8 has sums, and when
+ * set, its bsp side table the same way. Little-endian, unpadded. */
+
+#define put psd_put
+#define get psd_get
+
+/* Writes rows first..first+n-1 of a sparse shard's chunks: weights, then
+ * state, then steps, a chunk at a time (a chunk's rows are contiguous). */
+static int put_sparse_rows(const psd_table *t, const shard *s, psd_sink *o)
+{
+    size_t crows = (size_t)1 << t->chunk_bits, d = t->conf.dim;
+    for (int part = 0; part < 3; part++)
+        for (size_t c = 0; c < s->nchunks; c++) {
+            size_t first = c * crows;
+            if (first >= s->nrows)
+                break;
+            size_t n = s->nrows - first < crows ? s->nrows - first : crows;
+            int rc = 0;
+            if (part == 0)
+                rc = put(o, s->wc[c], n * d * sizeof(float));
+            else if (part == 1 && t->nstate)
+                rc = put(o, s->stc[c], n * d * t->nstate * sizeof(float));
+            else if (part == 2 && t->has_step)
+                rc = put(o, s->stepc[c], n * sizeof(uint32_t));
+            if (rc)
+                return -1;
+        }
+    return 0;
+}
+
+static int save_shards(const psd_table *t, psd_sink *o)
+{
+    uint32_t owned = 0;
+    for (uint32_t i = 0; i < t->nshards; i++)
+        owned += t->shards[i].owned;
+    if (put(o, &owned, sizeof owned))
+        return -1;
+    size_t d = t->conf.dim;
+    for (uint32_t i = 0; i < t->nshards; i++) {
+        const shard *s = &t->shards[i];
+        if (!s->owned)
+            continue;
+        uint64_t n = s->nrows;
+        if (put(o, &i, sizeof i) || put(o, &n, sizeof n))
+            return -1;
+        if (t->conf.dense) {
+            if (put(o, s->w, (size_t)n * d * sizeof(float)) ||
+                (t->nstate &&
+                 put(o, s->st, (size_t)n * d * t->nstate * sizeof(float))) ||
+                (t->has_step && put(o, s->steps, (size_t)n * sizeof(uint32_t))))
+                return -1;
+            continue;
+        }
+        uint64_t *keys = malloc((size_t)(n ? n : 1) * sizeof *keys);
+        if (!keys)
+            return -1;
+        for (size_t j = 0; j < s->hcap; j++)
+            if (s->slots[j].row != EMPTY)
+                keys[s->slots[j].row] = s->slots[j].key;
+        int rc = put(o, keys, (size_t)n * sizeof *keys);
+        free(keys);
+        if (rc || put_sparse_rows(t, s, o))
+            return -1;
+    }
+    return 0;
+}
+
+int psd_table_save(const psd_table *t, psd_sink *out)
+{
+    if (save_shards(t, out))
+        return -1;
+    uint8_t sums = t->acc != NULL && psd_table_rows(t->acc) > 0;
+    if (put(out, &sums, 1))
+        return -1;
+    return sums ? save_shards(t->acc, out) : 0;
+}
+
+#define LOADFAIL(...) do { snprintf(err, errlen, __VA_ARGS__); \
+                           return -1; } while (0)
+
+/* Reads n rows' worth of one array part into a sparse shard's chunks. */
+static int get_sparse_rows(psd_table *t, shard *s, psd_source *in)
+{
+    size_t crows = (size_t)1 << t->chunk_bits, d = t->conf.dim;
+    for (int part = 0; part < 3; part++)
+        for (size_t c = 0; c < s->nchunks; c++) {
+            size_t first = c * crows;
+            if (first >= s->nrows)
+                break;
+            size_t n = s->nrows - first < crows ? s->nrows - first : crows;
+            int rc = 0;
+            if (part == 0)
+                rc = get(in, s->wc[c], n * d * sizeof(float));
+            else if (part == 1 && t->nstate)
+                rc = get(in, s->stc[c], n * d * t->nstate * sizeof(float));
+            else if (part == 2 && t->has_step)
+                rc = get(in, s->stepc[c], n * sizeof(uint32_t));
+            if (rc)
+                return -1;
+        }
+    return 0;
+}
+
+static int load_shards(psd_table *t, psd_source *in, char *err,
+                       size_t errlen)
+{
+    uint32_t count, owned = 0;
+    for (uint32_t i = 0; i < t->nshards; i++)
+        owned += t->shards[i].owned;
+    if (get(in, &count, sizeof count))
+        LOADFAIL("truncated");
+    if (count != owned)
+        LOADFAIL("%u shards saved, this node owns %u of %u", count, owned,
+                 t->nshards);
+    size_t d = t->conf.dim;
+    int64_t prev = -1;
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t i;
+        uint64_t n;
+        if (get(in, &i, sizeof i) || get(in, &n, sizeof n))
+            LOADFAIL("truncated");
+        if (i >= t->nshards || !t->shards[i].owned || (int64_t)i <= prev)
+            LOADFAIL("shard %u is not this node's next shard", i);
+        prev = i;
+        shard *s = &t->shards[i];
+        if (t->conf.dense) {
+            if (n != s->nrows)
+                LOADFAIL("shard %u holds %llu rows, the table %llu here", i,
+                         (unsigned long long)n,
+                         (unsigned long long)s->nrows);
+            if (get(in, s->w, (size_t)n * d * sizeof(float)) ||
+                (t->nstate &&
+                 get(in, s->st, (size_t)n * d * t->nstate * sizeof(float))) ||
+                (t->has_step && get(in, s->steps, (size_t)n * sizeof(uint32_t))))
+                LOADFAIL("truncated in the rows of shard %u", i);
+            continue;
+        }
+        if (s->nrows != 0)
+            LOADFAIL("shard %u already has rows", i);
+        if (n >= EMPTY - 1)
+            LOADFAIL("shard %u claims %llu rows", i, (unsigned long long)n);
+        /* Keys come in a bounded batch at a time, so a hostile count
+         * costs only what the file really holds. */
+        uint64_t batch[1024];
+        for (uint64_t r = 0; r < n;) {
+            size_t m = n - r < 1024 ? (size_t)(n - r) : 1024;
+            if (get(in, batch, m * sizeof *batch))
+                LOADFAIL("truncated in the keys of shard %u", i);
+            for (size_t j = 0; j < m; j++, r++) {
+                if (psw_sparse_shard_of(t->nshards, batch[j]) != i)
+                    LOADFAIL("key %llu does not belong to shard %u",
+                             (unsigned long long)batch[j], i);
+                uint64_t before = s->nrows;
+                uint32_t row = sparse_row(t, s, batch[j]);
+                if (row == EMPTY)
+                    LOADFAIL("out of memory");
+                if (s->nrows == before)
+                    LOADFAIL("key %llu appears twice in shard %u",
+                             (unsigned long long)batch[j], i);
+            }
+        }
+        if (get_sparse_rows(t, s, in))
+            LOADFAIL("truncated in the rows of shard %u", i);
+    }
+    return 0;
+}
+
+int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
+{
+    if (load_shards(t, in, err, errlen))
+        return -1;
+    uint8_t sums;
+    if (get(in, &sums, 1))
+        LOADFAIL("truncated");
+    if (sums > 1 || (sums && t->conf.consistency != PSD_CONS_BSP))
+        LOADFAIL("sums of a clock saved for a table that is not bsp");
+    if (!sums)
+        return 0;
+    psd_table *a = acc_get(t);
+    if (!a)
+        LOADFAIL("out of memory");
+    char inner[200];
+    if (load_shards(a, in, inner, sizeof inner))
+        LOADFAIL("in the sums of the current clock: %s", inner);
+    return 0;
+}

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "stream.h"
 
 typedef struct psd_table psd_table;
 
@@ -62,5 +63,18 @@ int psd_table_apply_accumulated(psd_table *t, float scale);
  * index) — for stats and the memory benchmark. */
 uint64_t psd_table_rows(const psd_table *t);
 size_t psd_table_bytes(const psd_table *t);
+
+/* Writes the rows this node holds, with their optimizer state and step
+ * counters, and a bsp table's sums of the current clock, so that
+ * psd_table_load into a fresh table of the same configuration restores
+ * them bit for bit. Returns 0 or -1 (the sink failed). */
+int psd_table_save(const psd_table *t, psd_sink *out);
+
+/* Reads what psd_table_save wrote into t, which must be fresh (no sparse
+ * row created yet). Everything read is checked against t's layout
+ * (shards owned by this node, row counts, keys in their shard, no key
+ * twice). Returns 0, or -1 with the reason in err: then t holds a partial
+ * state and must be freed, never served. */
+int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen);
 
 #endif

@@ -192,7 +192,27 @@ wait_up() {
 # start_nodes INI: starts the NNODES psd nodes of INI in the background and
 # waits until they all accept connections. Returns 1 if they do not; the
 # nodes started are in DAEMONS either way, for stop_nodes.
+# ini_data_dir INI: prints the [server] data_dir of INI (empty if unset).
+ini_data_dir() {
+    awk '
+        /^[ \t]*\[/ {
+            sect = $0; sub(/[;#].*/, "", sect); gsub(/[][ \t\r]/, "", sect)
+            next
+        }
+        sect == "server" && /^[ \t]*data_dir[ \t]*=/ {
+            sub(/^[^=]*=[ \t]*/, ""); sub(/[ \t]*;.*/, ""); sub(/[ \t\r]*$/, "")
+            print
+        }' "$1"
+}
+
 start_nodes() {
+    # The demos start from the initial values: snapshots and journals an
+    # earlier run left in the ini's data_dir would otherwise be restored.
+    data=$(ini_data_dir "$1")
+    if [ -n "$data" ] && [ -d "$data" ]; then
+        rm -f "$data"/psd-node*.snap "$data"/psd-node*.snap.tmp \
+              "$data"/psd-node*.journal.*
+    fi
     n=0
     while [ "$n" -lt "$NNODES" ]; do
         if [ "$VERBOSE" = 1 ]; then say "starting psd node $n"; fi

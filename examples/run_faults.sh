@@ -2,7 +2,7 @@
 # `make run-faults`: the Fashion-MNIST softmax demo twice, once on a clean
 # loopback cluster and once with every node behind a fault proxy that drops
 # 20% of the frames both ways, and with node 1 killed (SIGKILL) and
-# restarted during training. Prints both accuracies; passes when the faulty
+# restarted during training (from its snapshot and journal). Prints both accuracies; passes when the faulty
 # run ends within 2 points of the clean one.
 # Usage: run_faults.sh BUILD_DIR
 set -u
@@ -39,6 +39,10 @@ write_ini() {
         [ -n "${3:-}" ] && echo "listen = $3"
         echo "shards = 16"
         echo "workers = $WORKERS"
+        echo "[server]"
+        echo "data_dir = $TMP/data"
+        echo "durability = log"          # a restarted node loses nothing
+        echo "fsync = everysec"
         echo "[table.fashion]"
         echo "kind = dense"
         echo "rows = 785"

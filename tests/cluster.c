@@ -52,7 +52,7 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-static pid_t start_node(const test_cluster *c, int i)
+static pid_t start_node(const test_cluster *c, int i, const char *arg)
 {
     const char *psd = getenv("PSD_BIN");
     char log[400], node[16];
@@ -71,7 +71,7 @@ static pid_t start_node(const test_cluster *c, int i)
         dup2(fd, 1);
         close(fd);
     }
-    execl(psd ? psd : "build/psd", "psd", "-c", c->ini, "-n", node,
+    execl(psd ? psd : "build/psd", "psd", "-c", c->ini, "-n", node, arg,
           (char *)NULL);
     fprintf(stderr, "exec psd: %s\n", strerror(errno));
     _exit(127);
@@ -133,11 +133,19 @@ int cluster_start_opts(test_cluster *c, int nodes, int shards, int proxied,
         for (int i = 0; i < nodes; i++)
             fprintf(f, "%s127.0.0.1:%d", i ? ", " : "", c->port[i]);
     }
-    fprintf(f, "\nshards = %d\n%s\n%s\n", shards, cluster_lines, extra);
+    /* Every cluster keeps its snapshots and journal in its own folder. */
+    const char *srv = strstr(extra, "[server]\n");
+    if (srv)
+        fprintf(f, "\nshards = %d\n%s\n%.*s[server]\ndata_dir = %s\n%s\n",
+                shards, cluster_lines, (int)(srv - extra), extra, c->dir,
+                srv + 9);
+    else
+        fprintf(f, "\nshards = %d\n%s\n%s\n[server]\ndata_dir = %s\n",
+                shards, cluster_lines, extra, c->dir);
     fclose(f);
     c->n = nodes;
     for (int i = 0; i < nodes; i++)
-        c->pid[i] = start_node(c, i);
+        c->pid[i] = start_node(c, i, NULL);
     for (int i = 0; i < nodes; i++)
         if (wait_up(c, i)) {
             cluster_stop(c);
@@ -150,8 +158,34 @@ int cluster_restart(test_cluster *c, int i)
 {
     if (cluster_alive(c, i))
         cluster_kill(c, i, SIGKILL);
-    c->pid[i] = start_node(c, i);
+    c->pid[i] = start_node(c, i, NULL);
     return wait_up(c, i);
+}
+
+void cluster_launch(test_cluster *c, int i, const char *arg)
+{
+    if (cluster_alive(c, i))
+        cluster_kill(c, i, SIGKILL);
+    c->pid[i] = start_node(c, i, arg);
+}
+
+int cluster_restart_with(test_cluster *c, int i, const char *arg)
+{
+    cluster_launch(c, i, arg);
+    return wait_up(c, i);
+}
+
+int cluster_wait_exit(test_cluster *c, int i, int ms)
+{
+    for (int t = 0; c->pid[i] > 0 && t <= ms; t += 10) {
+        int st;
+        if (waitpid(c->pid[i], &st, WNOHANG) == c->pid[i]) {
+            c->pid[i] = -1;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        sleep_ms(10);
+    }
+    return -1;
 }
 
 int cluster_alive(test_cluster *c, int i)

@@ -1,7 +1,9 @@
 /* Test helper: starts real psd processes on free loopback ports from a
  * generated ini file, and stops them. Every process started is killed
  * when the test process dies (PR_SET_PDEATHSIG), so a failing or crashing
- * test leaves nothing running. */
+ * test leaves nothing running. Linux sends that signal when the *thread*
+ * that forked psd exits, so start and restart nodes from the thread that
+ * outlives the cluster (the test's main thread), never from a helper. */
 #ifndef TEST_CLUSTER_H
 #define TEST_CLUSTER_H
 
@@ -39,6 +41,18 @@ int cluster_start_opts(test_cluster *c, int nodes, int shards, int proxied,
 /* Starts node i again (killing it first if it runs), from the same ini,
  * and waits until it accepts connections. 0 or -1. */
 int cluster_restart(test_cluster *c, int i);
+
+/* The same with one more argument for psd (for example
+ * "--skip-snapshot"), or NULL. Fails when psd does not come up. */
+int cluster_restart_with(test_cluster *c, int i, const char *arg);
+
+/* Starts node i (killing it first if it runs) without waiting for it:
+ * for a start that is expected to fail. */
+void cluster_launch(test_cluster *c, int i, const char *arg);
+
+/* Waits up to ms milliseconds for node i to exit; returns its exit
+ * status (128 + signal when killed), or -1 when it still runs. */
+int cluster_wait_exit(test_cluster *c, int i, int ms);
 
 /* Sends SIGTERM to every node and waits (up to 10 s, then SIGKILL).
  * Returns 0 if every node exited with status 0. Removes the temp dir. */

@@ -43,6 +43,9 @@ void *oracle_run(void *arg)
             }
             win[slot] = 0;
         }
+        if (i < j->pushes && j->stop && *j->stop) {
+            j->pushes = i;       /* drain the window, then return */
+        }
         if (i < j->pushes) {
             win[slot] = ps_push(c, t, keys, ORACLE_KEYS, ones, NULL, NULL);
             if (win[slot] < 0) {
@@ -61,6 +64,13 @@ void *oracle_run(void *arg)
 void oracle_run_many(const char *spec, const ps_options *opt, int jobs,
                      int pushes, int inflight, int *acked, int *failed)
 {
+    oracle_run_until(spec, opt, jobs, pushes, inflight, NULL, acked, failed);
+}
+
+void oracle_run_until(const char *spec, const ps_options *opt, int jobs,
+                      int pushes, int inflight, volatile int *stop,
+                      int *acked, int *failed)
+{
     pthread_t th[8];
     oracle_job j[8];
     *acked = *failed = 0;
@@ -68,7 +78,7 @@ void oracle_run_many(const char *spec, const ps_options *opt, int jobs,
         jobs = 8;
     for (int i = 0; i < jobs; i++) {
         j[i] = (oracle_job){ .spec = spec, .opt = *opt, .pushes = pushes,
-                             .inflight = inflight };
+                             .inflight = inflight, .stop = stop };
         pthread_create(&th[i], NULL, oracle_run, &j[i]);
     }
     for (int i = 0; i < jobs; i++) {

@@ -18,6 +18,7 @@ typedef struct oracle_job {
     const char *spec;            /* servers for ps_open */
     ps_options opt;
     int pushes, inflight;
+    volatile int *stop;          /* when set and nonzero: push no more */
     int acked, failed;           /* results */
     char last_error[300];
 } oracle_job;
@@ -32,6 +33,12 @@ void *oracle_run(void *arg);
 /* Runs `jobs` (at most 8) such clients at once; adds up their results. */
 void oracle_run_many(const char *spec, const ps_options *opt, int jobs,
                      int pushes, int inflight, int *acked, int *failed);
+
+/* As oracle_run_many, but the clients stop pushing (and drain what is in
+ * flight) once *stop becomes nonzero; pushes is then an upper bound. */
+void oracle_run_until(const char *spec, const ps_options *opt, int jobs,
+                      int pushes, int inflight, volatile int *stop,
+                      int *acked, int *failed);
 
 /* Pulls every key through spec and checks lo <= value <= hi. Returns 0,
  * or -1 with the first offending key and value written to why. */

@@ -868,19 +868,24 @@ static void test_listen_gives_each_node_its_bind_address(void **state)
     psd_config_destroy(&c);
 }
 
-static void test_settings_not_implemented_yet_earn_a_note_with_their_line(
-    void **state)
+static void test_staleness_off_ssp_earns_a_note_with_its_line(void **state)
 {
     (void)state;
     psd_config c;
     char path[PATH_LEN], err[ERRLEN];
     assert_int_equal(load_text(EMB "[server]\nlog_level = warn\n"
-                               "durability = log\n", &c, path, err), 0);
+                               "[table.w]\nkind = dense\nrows = 4\n"
+                               "dim = 2\nstaleness = 3\n", &c, path, err),
+                     0);
     EXPECT_INT(c.nnotes, 1, "notes");
-    char want[PATH_LEN + 64];
-    snprintf(want, sizeof want, "%s:7: [server] durability is not "
-             "implemented", path);
+    char want[PATH_LEN + 128];
+    snprintf(want, sizeof want, "%s:11: [table.w] staleness has no effect "
+             "unless consistency = ssp (it is async)", path);
     EXPECT_SUBSTR(c.notes[0], want, "the note");
+    psd_config_destroy(&c);
+    load_ok(EMB "[table.w]\nkind = dense\nrows = 4\ndim = 2\n"
+            "consistency = ssp\nstaleness = 3\n", &c);
+    EXPECT_INT(c.nnotes, 0, "notes when consistency = ssp");
     psd_config_destroy(&c);
     load_ok(EMB, &c);
     EXPECT_INT(c.nnotes, 0, "notes when only defaults apply");
@@ -957,7 +962,7 @@ static void test_repo_cluster_2_ini_parses_with_its_tables(void **state)
     assert_int_equal(c.nodes[1].port, 7071);
     assert_int_equal(c.shards, 16);
     assert_int_equal(c.workers, 2);
-    assert_string_equal(c.data_dir, "/tmp/psd-data");
+    assert_string_equal(c.data_dir, "/tmp/psd-demo");
     /* Tables keep the file's order: fashion, then emb. */
     assert_int_equal(c.ntables, 2);
     assert_string_equal(c.tables[0].name, "fashion");
@@ -1003,7 +1008,7 @@ int main(void)
         cmocka_unit_test(test_short_error_buffer_is_truncated_safely),
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
         cmocka_unit_test(
-            test_settings_not_implemented_yet_earn_a_note_with_their_line),
+            test_staleness_off_ssp_earns_a_note_with_its_line),
         cmocka_unit_test(test_listen_gives_each_node_its_bind_address),
         cmocka_unit_test(test_repo_psd_ini_sets_every_setting_to_its_default),
         cmocka_unit_test(test_repo_psd_ini_mentions_every_setting),

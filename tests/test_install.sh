@@ -46,6 +46,8 @@ for try in 1 2 3 4 5; do
 [cluster]
 nodes = 127.0.0.1:$port
 shards = 4
+[server]
+data_dir = $stage/data
 [table.w]
 kind = sparse
 dim = 1

@@ -60,6 +60,12 @@ class Cluster:
         self.ini = os.path.join(self.dir, "cluster.ini")
         self.ports = [free_port() for _ in range(nodes)]
         self.spec = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        # Every cluster keeps its snapshots and journal in its own folder.
+        data = f"data_dir = {self.dir}\n"
+        if "[server]\n" in tables:
+            tables = tables.replace("[server]\n", "[server]\n" + data, 1)
+        else:
+            tables += "\n[server]\n" + data
         with open(self.ini, "w") as f:
             f.write("[cluster]\nnodes = " +
                     ", ".join(f"127.0.0.1:{p}" for p in self.ports) +

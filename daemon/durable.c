@@ -1,0 +1,411 @@
+/* Recovery, snapshots and fsyncs of one node; see durable.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "durable.h"
+#include "journal.h"
+#include "log.h"
+#include "request.h"
+#include "snapshot.h"
+
+#define DEFAULT_DATA_DIR "/var/lib/psd"
+
+static double since_s(uint64_t t0)
+{
+    return (double)(uv_hrtime() - t0) / 1e9;
+}
+
+static uint64_t wall_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* mkdir -p, the last component 0700. */
+static int make_dir(const char *dir, char *err, size_t errlen)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0755) && errno != EEXIST) {
+            snprintf(err, errlen, "cannot create %s: %s", p, strerror(errno));
+            return -1;
+        }
+        *s = '/';
+    }
+    if (mkdir(p, 0700) && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %s: %s", p, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- fsync ------------------------------------------------------------- */
+
+static void start_fsync(psd_durable *d);
+
+static void fsync_work(uv_work_t *w)
+{
+    psd_durable *d = w->data;
+    d->fsync_rc = fsync(d->fsync_fd) ? errno : 0;
+}
+
+static void fsync_done(uv_work_t *w, int status)
+{
+    psd_durable *d = w->data;
+    (void)status;
+    close(d->fsync_fd);
+    d->fsync_running = 0;
+    double ms = (double)(uv_hrtime() - d->fsync_start_ns) / 1e6;
+    d->st.fsyncs++;
+    d->st.fsync_ms_last = ms;
+    if (ms > d->st.fsync_ms_max)
+        d->st.fsync_ms_max = ms;
+    if (d->fsync_rc) {
+        psd_error("journal: fsync failed: %s", strerror(d->fsync_rc));
+        snprintf(d->node->journal_error, sizeof d->node->journal_error,
+                 "fsync: %s", strerror(d->fsync_rc));
+        d->node->stats.journal_errors++;
+        return;
+    }
+    if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
+        d->node->durable_lsn = d->fsync_lsn;
+        if (d->durable_moved)
+            d->durable_moved(d->arg);
+        /* Records written meanwhile form the next group. */
+        if (psd_journal_written(d->node->journal) > d->fsync_lsn)
+            start_fsync(d);
+    }
+}
+
+/* One fsync on the thread pool covering everything written so far: the
+ * group commit (every record that arrived meanwhile shares it). */
+static void start_fsync(psd_durable *d)
+{
+    psd_journal *j = d->node->journal;
+    if (!j || d->fsync_running)
+        return;
+    d->fsync_fd = dup(psd_journal_fd(j));
+    if (d->fsync_fd < 0) {
+        psd_error("journal: dup: %s", strerror(errno));
+        return;
+    }
+    d->fsync_running = 1;
+    d->fsync_lsn = psd_journal_written(j);
+    d->fsync_start_ns = uv_hrtime();
+    d->fsync_work.data = d;
+    uv_queue_work(d->loop, &d->fsync_work, fsync_work, fsync_done);
+}
+
+/* The node wrote journal records. */
+static void on_written(void *arg)
+{
+    psd_durable *d = arg;
+    if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
+        start_fsync(d);
+        return;
+    }
+    /* everysec and no: a written record survives a crash of psd. */
+    d->node->durable_lsn = psd_journal_written(d->node->journal);
+}
+
+static void on_everysec(uv_timer_t *t)
+{
+    psd_durable *d = t->data;
+    if (d->node->journal && psd_journal_written(d->node->journal) >
+                                d->fsync_lsn)
+        start_fsync(d);
+}
+
+/* ---- snapshots --------------------------------------------------------- */
+
+static void child_done(psd_durable *d, int ok, const char *text)
+{
+    double secs = since_s(d->child_start_ns);
+    if (ok) {
+        struct stat st;
+        char path[4200];
+        psd_snapshot_path(path, sizeof path, d->dir, d->node->index);
+        d->st.snapshots++;
+        d->st.generation = d->child_gen;
+        d->st.last_ok_ms = wall_ms();
+        d->st.last_seconds = secs;
+        d->st.last_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        d->st.last_error[0] = '\0';
+        psd_journal_prune(d->dir, d->node->index, d->child_seq);
+        psd_info("snapshot %llu written: %.1f MiB in %.2f s (the loop paused "
+                 "%.2f ms to fork)", (unsigned long long)d->child_gen,
+                 (double)d->st.last_bytes / (1 << 20), secs,
+                 d->st.last_pause_ms);
+    } else {
+        d->st.snapshot_failures++;
+        snprintf(d->st.last_error, sizeof d->st.last_error, "%s", text);
+        psd_error("snapshot %llu failed, the previous one is kept: %s",
+                  (unsigned long long)d->child_gen, text);
+    }
+    d->child = 0;
+    if (d->saved) {
+        void (*saved)(void *, int, const char *) = d->saved;
+        d->saved = NULL;
+        saved(d->saved_arg, ok, ok ? "" : text);
+    }
+}
+
+static void on_sigchld(uv_signal_t *h, int sig)
+{
+    psd_durable *d = h->data;
+    (void)sig;
+    if (!d->child)
+        return;
+    int st;
+    pid_t r = waitpid(d->child, &st, WNOHANG);
+    if (r != d->child)
+        return;
+    char text[256] = "";
+    ssize_t k = read(d->child_pipe, text, sizeof text - 1);
+    text[k > 0 ? k : 0] = '\0';
+    close(d->child_pipe);
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok && !text[0])
+        snprintf(text, sizeof text, "the writer %s %d",
+                 WIFSIGNALED(st) ? "was killed by signal" : "exited with",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    child_done(d, ok, text);
+}
+
+void psd_durable_snapshot(psd_durable *d)
+{
+    if (d->child)
+        return;                  /* one at a time; its end reports */
+    char err[256];
+    uint64_t seq = d->next_seq;
+    psd_journal *j = d->node->journal;
+    /* The image covers the journal so far: later records go to a new
+     * segment, which the snapshot says to replay from. */
+    if (j) {
+        if (psd_journal_rotate(j, err, sizeof err)) {
+            d->st.snapshot_failures++;
+            snprintf(d->st.last_error, sizeof d->st.last_error, "%s", err);
+            psd_error("snapshot not started: %s", err);
+            return;
+        }
+        seq = psd_journal_seq(j);
+    }
+    int fds[2];
+    if (pipe(fds)) {
+        psd_error("snapshot not started: pipe: %s", strerror(errno));
+        return;
+    }
+    d->child_gen = d->st.generation + 1;
+    d->child_seq = seq;
+    d->child_start_ns = uv_hrtime();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The child: a frozen image of the node. It touches no libuv
+         * state and leaves with _exit. */
+        close(fds[0]);
+        signal(SIGPIPE, SIG_IGN);
+        int rc = psd_snapshot_write(d->node, d->dir, d->child_gen, seq, NULL,
+                                    err, sizeof err);
+        if (rc) {
+            ssize_t w = write(fds[1], err, strlen(err));
+            (void)w;
+        }
+        _exit(rc ? 1 : 0);
+    }
+    d->st.last_pause_ms = (double)(uv_hrtime() - d->child_start_ns) / 1e6;
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        d->st.snapshot_failures++;
+        snprintf(d->st.last_error, sizeof d->st.last_error, "fork: %s",
+                 strerror(errno));
+        psd_error("snapshot not started: fork: %s", strerror(errno));
+        return;
+    }
+    d->child = pid;
+    d->child_pipe = fds[0];
+    psd_debug("snapshot %llu: writer %d started", (unsigned long long)d->child_gen,
+              (int)pid);
+}
+
+static void on_interval(uv_timer_t *t)
+{
+    psd_durable_snapshot(t->data);
+}
+
+static void arm_interval(psd_durable *d)
+{
+    int secs = d->node->cfg.snapshot_interval;
+    if (secs > 0)
+        uv_timer_start(&d->interval, on_interval, (uint64_t)secs * 1000,
+                       (uint64_t)secs * 1000);
+    else
+        uv_timer_stop(&d->interval);
+}
+
+void psd_durable_reload(psd_durable *d)
+{
+    arm_interval(d);
+}
+
+/* ---- recovery --------------------------------------------------------- */
+
+/* Renames every file of node in dir aside, for --skip-snapshot. */
+static void move_aside(const char *dir, int node)
+{
+    char from[4200], to[4300];
+    long t = (long)time(NULL);
+    psd_snapshot_path(from, sizeof from, dir, node);
+    snprintf(to, sizeof to, "%s.skipped.%ld", from, t);
+    if (rename(from, to) == 0)
+        psd_warn("--skip-snapshot: %s moved to %s", from, to);
+    uint64_t s;
+    while ((s = psd_journal_first(dir, node)) != 0) {
+        psd_journal_path(from, sizeof from, dir, node, s);
+        snprintf(to, sizeof to, "%s.skipped.%ld", from, t);
+        if (rename(from, to))
+            break;
+        psd_warn("--skip-snapshot: %s moved to %s", from, to);
+    }
+}
+
+int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
+                      int skip, void (*durable_moved)(void *), void *arg,
+                      char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    d->loop = loop;
+    d->node = n;
+    d->fsync_mode = n->cfg.fsync;
+    d->log = n->cfg.durability == PSD_DUR_LOG;
+    d->durable_moved = durable_moved;
+    d->arg = arg;
+    d->child_pipe = -1;
+    const char *state = getenv("STATE_DIRECTORY");
+    if (state && *state && strcmp(n->cfg.data_dir, DEFAULT_DATA_DIR) == 0) {
+        /* systemd's StateDirectory=; the first of a colon list. */
+        snprintf(d->dir, sizeof d->dir, "%.*s",
+                 (int)strcspn(state, ":"), state);
+    } else
+        snprintf(d->dir, sizeof d->dir, "%s", n->cfg.data_dir);
+    if (make_dir(d->dir, err, errlen))
+        return -1;
+    if (skip)
+        move_aside(d->dir, n->index);
+    uint64_t t0 = uv_hrtime();
+    psd_snap_info si = { 0 };
+    int rc = psd_snapshot_load(n, d->dir, uv_now(loop), &si, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        d->st.generation = si.generation;
+        d->st.last_ok_ms = si.created_ms;
+        d->st.last_bytes = si.bytes;
+        psd_info("loaded snapshot %llu of %s (%.1f MiB) in %.2f s",
+                 (unsigned long long)si.generation, d->dir,
+                 (double)si.bytes / (1 << 20), since_s(t0));
+    } else
+        psd_info("no snapshot in %s: starting from the initial values",
+                 d->dir);
+    /* Segments before the snapshot's are covered by it (a crash may have
+     * come between its rename and their removal). */
+    if (rc == 0)
+        psd_journal_prune(d->dir, n->index, si.journal_seq);
+    uint64_t next = si.journal_seq ? si.journal_seq : 1, records = 0;
+    uint64_t t1 = uv_hrtime();
+    psd_replay_ctx ctx = { n, uv_now(loop) };
+    if (psd_journal_replay(d->dir, n->index, n->shape, next,
+                           (size_t)n->cfg.max_frame + 4096,
+                           psd_request_replay, &ctx, &next, &records, err,
+                           errlen))
+        return -1;
+    d->st.journal_records = records;
+    /* Without a journal of its own (durability = snapshot), a snapshot
+     * covers every segment replayed here: it says so by naming the next
+     * one, and the old ones are removed after it. */
+    d->next_seq = next;
+    if (records)
+        psd_info("replayed %llu journal records in %.2f s",
+                 (unsigned long long)records, since_s(t1));
+    d->st.recovery_seconds = since_s(t0);
+    if (d->log) {
+        n->journal = psd_journal_open(d->dir, n->index, n->shape,
+                                      next, err, errlen);
+        if (!n->journal)
+            return -1;
+        n->written = on_written;
+        n->written_arg = d;
+        /* The start record of the new segment goes to disk now. */
+        if (psd_node_commit(n)) {
+            snprintf(err, errlen, "cannot write the journal in %s: %s",
+                     d->dir, n->journal_error);
+            return -1;
+        }
+        d->fsync_lsn = psd_journal_written(n->journal);
+        n->durable_lsn = d->fsync_lsn;
+    }
+    uv_timer_init(loop, &d->everysec);
+    d->everysec.data = d;
+    if (d->log && d->fsync_mode == PSD_FSYNC_EVERYSEC)
+        uv_timer_start(&d->everysec, on_everysec, 1000, 1000);
+    uv_timer_init(loop, &d->interval);
+    d->interval.data = d;
+    arm_interval(d);
+    uv_signal_init(loop, &d->sigchld);
+    d->sigchld.data = d;
+    uv_signal_start(&d->sigchld, on_sigchld, SIGCHLD);
+    d->started = 1;
+    return 0;
+}
+
+int psd_durable_final(psd_durable *d, char *err, size_t errlen)
+{
+    if (!d->started)
+        return 0;
+    if (d->child) {
+        int st;
+        waitpid(d->child, &st, 0);
+        close(d->child_pipe);
+        d->child = 0;
+    }
+    psd_node *n = d->node;
+    uint64_t seq = d->next_seq;
+    if (n->journal) {
+        if (psd_journal_rotate(n->journal, err, errlen))
+            return -1;
+        seq = psd_journal_seq(n->journal);
+    }
+    uint64_t t0 = uv_hrtime();
+    psd_snap_info si;
+    if (psd_snapshot_write(n, d->dir, d->st.generation + 1, seq, &si, err,
+                           errlen))
+        return -1;
+    d->st.generation = si.generation;
+    psd_journal_prune(d->dir, n->index, seq);
+    psd_info("final snapshot %llu written: %.1f MiB in %.2f s",
+             (unsigned long long)si.generation, (double)si.bytes / (1 << 20),
+             since_s(t0));
+    return 0;
+}
+
+void psd_durable_stop(psd_durable *d)
+{
+    if (!d->started)
+        return;
+    uv_close((uv_handle_t *)&d->everysec, NULL);
+    uv_close((uv_handle_t *)&d->interval, NULL);
+    uv_close((uv_handle_t *)&d->sigchld, NULL);
+}

@@ -1,0 +1,94 @@
+/* Durability of one node on its event loop: recovery at start (the last
+ * snapshot, then the journal after it), snapshots taken without stopping
+ * service (a forked child writes the copy-on-write image while the loop
+ * keeps serving), the final snapshot at stop, and the journal's fsyncs
+ * (fsync = always: on the thread pool after every write, replies waiting;
+ * everysec: once a second; no: never). What is kept where, and the
+ * promises, are in docs/durability.md. */
+#ifndef PSD_DURABLE_H
+#define PSD_DURABLE_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "node.h"
+#include "snapshot.h"
+
+typedef struct psd_durable_stats {
+    uint64_t snapshots;          /* written since start */
+    uint64_t snapshot_failures;
+    uint64_t generation;         /* of the newest good snapshot, 0: none */
+    uint64_t last_ok_ms;         /* wall clock of the newest good one */
+    uint64_t last_bytes;
+    double last_seconds;         /* how long its writing took */
+    double last_pause_ms;        /* how long the loop stopped for fork() */
+    char last_error[256];        /* of the last failure, "" after success */
+    uint64_t fsyncs;
+    double fsync_ms_last, fsync_ms_max;
+    uint64_t journal_records;    /* replayed at start */
+    double recovery_seconds;
+} psd_durable_stats;
+
+typedef struct psd_durable {
+    uv_loop_t *loop;
+    psd_node *node;
+    char dir[4096];              /* the node's data folder */
+    psd_fsync fsync_mode;
+    int log;                     /* durability = log */
+    /* fsync on the thread pool */
+    uv_work_t fsync_work;
+    int fsync_running;
+    int fsync_fd;                /* a dup of the journal's, owned by the
+                                    work while it runs */
+    int fsync_rc;
+    uint64_t fsync_lsn;          /* what the running fsync covers */
+    uint64_t fsync_start_ns;
+    uv_timer_t everysec;
+    /* snapshots */
+    uv_timer_t interval;
+    uv_signal_t sigchld;
+    pid_t child;                 /* the writer running, or 0 */
+    int child_pipe;              /* its error text */
+    uint64_t child_gen, child_seq;
+    uint64_t next_seq;           /* the journal segment after the replayed
+                                    ones */
+    uint64_t child_start_ns;
+    int waiters;                 /* psctl save requests waiting */
+    void (*saved)(void *arg, int ok, const char *text);
+    void *saved_arg;
+    void (*durable_moved)(void *arg);   /* replies may go out */
+    void *arg;
+    psd_durable_stats st;
+    int started;
+} psd_durable;
+
+/* Recovers node n from its data folder (data_dir, or $STATE_DIRECTORY
+ * when systemd set it and data_dir was left at its default), creating the
+ * folder when missing; opens the journal when durability = log. With
+ * skip, snapshot and journal files are moved aside (renamed *.skipped.T)
+ * and the node starts from its initial values. Returns 0, or -1 with the
+ * reason in err (psd must not start). durable_moved(arg) is called when
+ * replies that waited for an fsync may go out. */
+int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
+                      int skip, void (*durable_moved)(void *), void *arg,
+                      char *err, size_t errlen);
+
+/* Starts a snapshot now (periodic, or asked for): the journal moves to a
+ * new segment and a forked child writes the image. When one is already
+ * running, nothing new starts. A caller that wants to know the outcome
+ * sets d->saved before and is told (ok, text) when the child ends. */
+void psd_durable_snapshot(psd_durable *d);
+
+/* At stop, once every connection is closed: waits for a running child,
+ * then writes the final snapshot in this process and removes the journal
+ * it covers. 0, or -1 with the reason in err (the old files are kept). */
+int psd_durable_final(psd_durable *d, char *err, size_t errlen);
+
+/* Closes the timers and signal handles (the loop ends after). */
+void psd_durable_stop(psd_durable *d);
+
+/* Applies a reload's snapshot_interval. */
+void psd_durable_reload(psd_durable *d);
+
+#endif

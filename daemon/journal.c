@@ -1,0 +1,503 @@
+/* The journal: records buffered, written, rotated and replayed; see
+ * journal.h. A record is a u32 body length, a u32 CRC32C of the body, a
+ * u32 CRC32C of those 8 bytes (so a damaged length is told from a record
+ * cut short by a crash), then the body (little-endian, unpadded):
+ *   push:  u8 1, u8 op, i16 status, u32 part, u64 client_id,
+ *          u64 incarnation, u64 ts, u32 table, u64 first, u64 count,
+ *          u64 keys, u64 value bytes, the keys (8 each), the values
+ *   clock: u8 2, u8 0, u16 0, u32 workers waited for, u64 clock
+ *   start: u8 3, u8 0, u16 0, u32 node, u64 layout shape (the first
+ *          record of every segment) */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "journal.h"
+#include "../proto/frame.h"
+
+#define HDR 12                   /* record header: length and two CRCs */
+#define PUSH_FIXED 64            /* a push body before its keys */
+#define CLOCK_BODY 16
+#define START_BODY 16
+
+struct psd_journal {
+    char dir[4096];
+    int node;
+    uint64_t shape;
+    uint64_t seq;
+    int fd;
+    char *buf;                   /* records not yet written */
+    size_t used, cap;
+    uint64_t last, written;      /* LSNs */
+    uint64_t bytes;              /* written to this segment */
+};
+
+void psd_journal_path(char *buf, size_t len, const char *dir, int node,
+                      uint64_t seq)
+{
+    snprintf(buf, len, "%s/psd-node%d.journal.%010llu", dir, node,
+             (unsigned long long)seq);
+}
+
+static uint64_t start_record(psd_journal *j);
+
+static int open_segment(psd_journal *j, uint64_t seq, char *err,
+                        size_t errlen)
+{
+    char path[4200];
+    psd_journal_path(path, sizeof path, j->dir, j->node, seq);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    j->bytes = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+    j->fd = fd;
+    j->seq = seq;
+    if (j->bytes == 0) {
+        /* The new file's name must survive a crash of the host too. */
+        int dfd = open(j->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+        /* A new segment says which node and layout its records belong
+         * to. */
+        if (start_record(j) == 0) {
+            snprintf(err, errlen, "out of memory");
+            close(fd);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+psd_journal *psd_journal_open(const char *dir, int node, uint64_t shape,
+                              uint64_t seq, char *err, size_t errlen)
+{
+    psd_journal *j = calloc(1, sizeof *j);
+    if (!j) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    snprintf(j->dir, sizeof j->dir, "%s", dir);
+    j->node = node;
+    j->shape = shape;
+    if (open_segment(j, seq, err, errlen)) {
+        free(j);
+        return NULL;
+    }
+    return j;
+}
+
+void psd_journal_close(psd_journal *j)
+{
+    if (!j)
+        return;
+    char err[64];
+    psd_journal_write(j, err, sizeof err);
+    close(j->fd);
+    free(j->buf);
+    free(j);
+}
+
+/* Room for n more bytes in the buffer; NULL when memory runs out. */
+static char *reserve(psd_journal *j, size_t n)
+{
+    if (j->cap - j->used < n) {
+        size_t cap = j->cap ? j->cap : 1 << 16;
+        while (cap - j->used < n)
+            cap *= 2;
+        char *b = realloc(j->buf, cap);
+        if (!b)
+            return NULL;
+        j->buf = b;
+        j->cap = cap;
+    }
+    char *p = j->buf + j->used;
+    j->used += n;
+    return p;
+}
+
+/* Fills in a record's length and CRC once its body is in place. */
+static uint64_t seal(psd_journal *j, char *rec, size_t body)
+{
+    uint32_t len = (uint32_t)body, crc = psw_crc32c(0, rec + HDR, body);
+    memcpy(rec, &len, 4);
+    memcpy(rec + 4, &crc, 4);
+    crc = psw_crc32c(0, rec, 8);
+    memcpy(rec + 8, &crc, 4);
+    return ++j->last;
+}
+
+uint64_t psd_journal_push(psd_journal *j, uint64_t client_id,
+                          uint64_t incarnation, const psw_msg *m, int status)
+{
+    size_t kb = 8 * m->nkeys, body = PUSH_FIXED + kb + m->vals_len;
+    char *rec = reserve(j, HDR + body);
+    if (!rec)
+        return 0;
+    char *b = rec + HDR;
+    uint8_t type = PSD_J_PUSH, op = (uint8_t)m->op;
+    int16_t st = (int16_t)status;
+    uint64_t nkeys = m->nkeys;
+    uint32_t vlen = (uint32_t)m->vals_len;
+    memcpy(b, &type, 1);
+    memcpy(b + 1, &op, 1);
+    memcpy(b + 2, &st, 2);
+    memcpy(b + 4, &m->part, 4);
+    memcpy(b + 8, &client_id, 8);
+    memcpy(b + 16, &incarnation, 8);
+    memcpy(b + 24, &m->ts, 8);
+    memcpy(b + 32, &m->table, 4);
+    memcpy(b + 36, &m->first, 8);
+    memcpy(b + 44, &m->count, 8);
+    memcpy(b + 52, &nkeys, 8);
+    memcpy(b + 60, &vlen, 4);       /* a value BIN is at most max_frame */
+    if (kb)
+        memcpy(b + PUSH_FIXED, m->keys, kb);
+    if (m->vals_len)
+        memcpy(b + PUSH_FIXED + kb, m->vals, m->vals_len);
+    return seal(j, rec, body);
+}
+
+static uint64_t start_record(psd_journal *j)
+{
+    char *rec = reserve(j, HDR + START_BODY);
+    if (!rec)
+        return 0;
+    char *b = rec + HDR;
+    uint32_t node = (uint32_t)j->node;
+    memset(b, 0, 4);
+    b[0] = PSD_J_START;
+    memcpy(b + 4, &node, 4);
+    memcpy(b + 8, &j->shape, 8);
+    return seal(j, rec, START_BODY);
+}
+
+uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited)
+{
+    char *rec = reserve(j, HDR + CLOCK_BODY);
+    if (!rec)
+        return 0;
+    char *b = rec + HDR;
+    memset(b, 0, 4);
+    b[0] = PSD_J_CLOCK;
+    memcpy(b + 4, &waited, 4);
+    memcpy(b + 8, &clock, 8);
+    return seal(j, rec, CLOCK_BODY);
+}
+
+int psd_journal_write(psd_journal *j, char *err, size_t errlen)
+{
+    size_t at = 0;
+    while (at < j->used) {
+        ssize_t k = write(j->fd, j->buf + at, j->used - at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            /* Whatever part went out is cut off again, so that the file
+             * ends with a whole record and the next try appends all of
+             * the buffer after it: a half record in the middle of a
+             * segment would make replay refuse the journal. */
+            int e = k < 0 ? errno : ENOSPC;
+            if (at && ftruncate(j->fd, (off_t)j->bytes))
+                e = errno;
+            snprintf(err, errlen, "write to journal segment %llu: %s",
+                     (unsigned long long)j->seq, strerror(e));
+            return -1;
+        }
+        at += (size_t)k;
+    }
+    j->bytes += at;
+    j->used = 0;
+    j->written = j->last;
+    return 0;
+}
+
+uint64_t psd_journal_written(const psd_journal *j)
+{
+    return j->written;
+}
+
+uint64_t psd_journal_last(const psd_journal *j)
+{
+    return j->last;
+}
+
+int psd_journal_fd(const psd_journal *j)
+{
+    return j->fd;
+}
+
+uint64_t psd_journal_seq(const psd_journal *j)
+{
+    return j->seq;
+}
+
+uint64_t psd_journal_bytes(const psd_journal *j)
+{
+    return j->bytes;
+}
+
+int psd_journal_rotate(psd_journal *j, char *err, size_t errlen)
+{
+    if (psd_journal_write(j, err, errlen))
+        return -1;
+    int old = j->fd;
+    uint64_t bytes = j->bytes;
+    if (open_segment(j, j->seq + 1, err, errlen)) {
+        j->fd = old;
+        j->bytes = bytes;
+        return -1;
+    }
+    fsync(old);
+    close(old);
+    return 0;
+}
+
+/* Calls fn(seq) for every segment of node in dir, in no order. */
+static void each_segment(const char *dir, int node,
+                         void (*fn)(const char *dir, int node, uint64_t seq,
+                                    void *arg),
+                         void *arg)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char prefix[64];
+    int plen = snprintf(prefix, sizeof prefix, "psd-node%d.journal.", node);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+            continue;
+        const char *num = e->d_name + plen;
+        char *end;
+        unsigned long long seq = strtoull(num, &end, 10);
+        if (end != num && *end == '\0')
+            fn(dir, node, seq, arg);
+    }
+    closedir(d);
+}
+
+static void prune_one(const char *dir, int node, uint64_t seq, void *arg)
+{
+    if (seq < *(const uint64_t *)arg) {
+        char path[4200];
+        psd_journal_path(path, sizeof path, dir, node, seq);
+        unlink(path);
+    }
+}
+
+void psd_journal_prune(const char *dir, int node, uint64_t below)
+{
+    each_segment(dir, node, prune_one, &below);
+}
+
+typedef struct span {
+    uint64_t lo, hi;
+} span;
+
+static void note_seq(const char *dir, int node, uint64_t seq, void *arg)
+{
+    (void)dir;
+    (void)node;
+    span *s = arg;
+    if (seq < s->lo)
+        s->lo = seq;
+    if (seq > s->hi)
+        s->hi = seq;
+}
+
+uint64_t psd_journal_first(const char *dir, int node)
+{
+    span s = { UINT64_MAX, 0 };
+    each_segment(dir, node, note_seq, &s);
+    return s.lo == UINT64_MAX ? 0 : s.lo;
+}
+
+/* Decodes a record body into r (views into body). 0 or -1 (malformed). */
+static int decode(const char *b, size_t len, psd_jrecord *r)
+{
+    memset(r, 0, sizeof *r);
+    if (len < 1)
+        return -1;
+    r->type = (unsigned char)b[0];
+    if (r->type == PSD_J_START) {
+        uint32_t node;
+        if (len != START_BODY)
+            return -1;
+        memcpy(&node, b + 4, 4);
+        r->waited = node;
+        memcpy(&r->clock, b + 8, 8);        /* the shape */
+        return 0;
+    }
+    if (r->type == PSD_J_CLOCK) {
+        if (len != CLOCK_BODY)
+            return -1;
+        memcpy(&r->waited, b + 4, 4);
+        memcpy(&r->clock, b + 8, 8);
+        return 0;
+    }
+    if (r->type != PSD_J_PUSH || len < PUSH_FIXED)
+        return -1;
+    int16_t st;
+    uint64_t nkeys;
+    uint32_t vlen;
+    r->msg.op = (unsigned char)b[1];
+    memcpy(&st, b + 2, 2);
+    r->status = st;
+    memcpy(&r->msg.part, b + 4, 4);
+    memcpy(&r->client_id, b + 8, 8);
+    memcpy(&r->incarnation, b + 16, 8);
+    memcpy(&r->msg.ts, b + 24, 8);
+    memcpy(&r->msg.table, b + 32, 4);
+    memcpy(&r->msg.first, b + 36, 8);
+    memcpy(&r->msg.count, b + 44, 8);
+    memcpy(&nkeys, b + 52, 8);
+    memcpy(&vlen, b + 60, 4);
+    if (!psw_op_has(r->msg.op, PSW_OPF_PUSHES) ||
+        nkeys > (len - PUSH_FIXED) / 8 ||
+        PUSH_FIXED + 8 * nkeys + vlen != len)
+        return -1;
+    r->msg.nkeys = (size_t)nkeys;
+    r->msg.keys = nkeys ? b + PUSH_FIXED : NULL;
+    r->msg.vals_len = vlen;
+    r->msg.vals = vlen ? b + PUSH_FIXED + 8 * nkeys : NULL;
+    return 0;
+}
+
+/* Reads exactly n bytes; returns how many it got (short at the end). */
+static size_t read_full(FILE *f, void *p, size_t n)
+{
+    return fread(p, 1, n, f);
+}
+
+int psd_journal_replay(const char *dir, int node, uint64_t shape,
+                       uint64_t from, size_t max_body,
+                       int (*apply)(void *ctx, const psd_jrecord *r,
+                                    char *err, size_t errlen),
+                       void *ctx, uint64_t *next, uint64_t *records,
+                       char *err, size_t errlen)
+{
+    span s = { UINT64_MAX, 0 };
+    each_segment(dir, node, note_seq, &s);
+    *records = 0;
+    *next = from;
+    if (s.lo == UINT64_MAX || s.hi < from)
+        return 0;                /* nothing after the snapshot */
+    if (s.lo > from) {
+        /* Segment 1 is the first a node ever writes, and later ones
+         * start after a snapshot: without that snapshot, the records
+         * before them are lost, and replaying the rest would serve a
+         * model with a hole in its history. */
+        char path[4200];
+        psd_journal_path(path, sizeof path, dir, node, s.lo);
+        snprintf(err, errlen, "%s: the journal starts at segment %llu, but "
+                 "the snapshot that covers segments %llu..%llu is missing "
+                 "(restore it, or start with --skip-snapshot to move all "
+                 "of this node's files aside)", path,
+                 (unsigned long long)s.lo, (unsigned long long)from,
+                 (unsigned long long)s.lo - 1);
+        return -1;
+    }
+    char *body = NULL;
+    size_t bcap = 0;
+    int rc = 0;
+    for (uint64_t seq = from; seq <= s.hi && rc == 0; seq++) {
+        char path[4200];
+        psd_journal_path(path, sizeof path, dir, node, seq);
+        FILE *f = fopen(path, "rb");
+        if (!f) {
+            snprintf(err, errlen, "%s: missing (segments %llu..%llu are "
+                     "there): %s", path, (unsigned long long)from,
+                     (unsigned long long)s.hi, strerror(errno));
+            rc = -1;
+            break;
+        }
+        uint64_t off = 0;
+        for (;;) {
+            unsigned char h[HDR];
+            size_t got = read_full(f, h, HDR);
+            if (got == 0)
+                break;           /* the end of this segment */
+            uint32_t len = 0, crc = 0, hcrc = 0;
+            if (got == HDR) {
+                memcpy(&len, h, 4);
+                memcpy(&crc, h + 4, 4);
+                memcpy(&hcrc, h + 8, 4);
+            }
+            /* torn: what a crash in the middle of write() leaves, only
+             * ever at the very end of the last segment */
+            const char *why = NULL;
+            int torn = 0;
+            if (got < HDR)
+                why = "truncated record header", torn = 1;
+            else if (psw_crc32c(0, h, 8) != hcrc)
+                why = "record header CRC mismatch";
+            else if (len > max_body)
+                why = "record longer than a frame allows";
+            else {
+                if (len > bcap) {
+                    char *nb = realloc(body, len);
+                    if (!nb) {
+                        snprintf(err, errlen, "out of memory");
+                        rc = -1;
+                        break;
+                    }
+                    body = nb;
+                    bcap = len;
+                }
+                if (read_full(f, body, len) < len)
+                    why = "truncated record", torn = 1;
+                else if (psw_crc32c(0, body, len) != crc)
+                    why = "record CRC mismatch";
+            }
+            psd_jrecord r;
+            if (!why && decode(body, len, &r))
+                why = "malformed record";
+            if (why) {
+                /* A crash can cut only the last record of the last
+                 * segment: cut it off. Anything else is damage. */
+                if (torn && seq == s.hi && truncate(path, (off_t)off) == 0)
+                    break;
+                snprintf(err, errlen, "%s: offset %llu: %s", path,
+                         (unsigned long long)off, why);
+                rc = -1;
+                break;
+            }
+            char inner[300];
+            if (r.type == PSD_J_START) {
+                if (r.waited != (uint32_t)node || r.clock != shape) {
+                    snprintf(err, errlen, "%s: offset %llu: written by node "
+                             "%u under layout shape %016llx; this is node %d, "
+                             "shape %016llx", path, (unsigned long long)off,
+                             r.waited, (unsigned long long)r.clock, node,
+                             (unsigned long long)shape);
+                    rc = -1;
+                    break;
+                }
+                off += HDR + len;
+                continue;
+            }
+            if (apply(ctx, &r, inner, sizeof inner)) {
+                snprintf(err, errlen, "%s: offset %llu: %s", path,
+                         (unsigned long long)off, inner);
+                rc = -1;
+                break;
+            }
+            off += HDR + len;
+            (*records)++;
+        }
+        fclose(f);
+        *next = seq + 1;
+    }
+    free(body);
+    return rc;
+}

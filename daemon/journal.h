@@ -1,0 +1,92 @@
+/* The journal (durability = log): every push a node applies, and every
+ * move of its clock that applies bsp sums, appended to a log file as it
+ * happens, so that a restart replays what came after the last snapshot.
+ * Records are buffered while a batch of requests is handled and written
+ * with one write() before the replies go out; how soon they are fsync'd
+ * (fsync = always | everysec | no) is the server's business. A snapshot
+ * starts a new segment, and the segments it covers are removed once it is
+ * safely on disk. No sockets, no event loop; the format is in
+ * docs/durability.md. */
+#ifndef PSD_JOURNAL_H
+#define PSD_JOURNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../proto/msg.h"
+
+typedef struct psd_journal psd_journal;
+
+enum { PSD_J_PUSH = 1, PSD_J_CLOCK = 2, PSD_J_START = 3 };
+
+/* One record, as replay hands it over (views into a buffer valid during
+ * the callback). */
+typedef struct psd_jrecord {
+    int type;                    /* PSD_J_PUSH or PSD_J_CLOCK */
+    uint64_t client_id, incarnation;
+    int status;                  /* push: what it was answered */
+    psw_msg msg;                 /* push: op, ts, part, table, keys, vals,
+                                    first, count */
+    uint64_t clock;              /* clock: the node's new clock */
+    uint32_t waited;             /* clock: workers waited for then */
+} psd_jrecord;
+
+/* "DIR/psd-nodeN.journal.SEQ" (SEQ in ten digits). */
+void psd_journal_path(char *buf, size_t len, const char *dir, int node,
+                      uint64_t seq);
+
+/* Creates segment seq of node's journal in dir (a new segment starts
+ * with a record naming the node and its layout shape, psd_node.shape) and opens it for
+ * appending. NULL with the reason in err. */
+psd_journal *psd_journal_open(const char *dir, int node, uint64_t shape,
+                              uint64_t seq, char *err, size_t errlen);
+/* Writes what is buffered, closes. NULL is a no-op. */
+void psd_journal_close(psd_journal *j);
+
+/* Buffers a record; returns its number (LSN: 1, 2, 3... for the life of
+ * the process), which psd_journal_written then reaches. 0 when memory
+ * runs out (the record is lost: the caller must not acknowledge it). */
+uint64_t psd_journal_push(psd_journal *j, uint64_t client_id,
+                          uint64_t incarnation, const psw_msg *m, int status);
+uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited);
+
+/* Writes the buffered records to the segment with write(). 0, or -1 with
+ * the reason in err (the records stay buffered, to try again). */
+int psd_journal_write(psd_journal *j, char *err, size_t errlen);
+
+/* The last LSN handed to write(); records up to it survive a crash of the
+ * process, and an fsync of psd_journal_fd makes them survive the host. */
+uint64_t psd_journal_written(const psd_journal *j);
+/* The last LSN buffered. */
+uint64_t psd_journal_last(const psd_journal *j);
+int psd_journal_fd(const psd_journal *j);
+uint64_t psd_journal_seq(const psd_journal *j);
+uint64_t psd_journal_bytes(const psd_journal *j);   /* of this segment */
+
+/* Writes what is buffered, then moves to a new segment (seq + 1), which
+ * later records go to. 0, or -1 with the reason in err (then nothing
+ * changed). The old segment's fd is fsync'd before it is closed. */
+int psd_journal_rotate(psd_journal *j, char *err, size_t errlen);
+
+/* Removes node's segments numbered below `below` (a snapshot covers them). */
+void psd_journal_prune(const char *dir, int node, uint64_t below);
+
+/* The lowest segment number present, or 0 when there is none. */
+uint64_t psd_journal_first(const char *dir, int node);
+
+/* Replays node's segments from `from` on, in order, calling apply for each
+ * push and clock record (a segment written by another node or under
+ * another layout shape is refused, and so are segments that start after
+ * `from` with nothing before them). A torn record at the very end of the
+ * last segment (a write cut by a crash) is cut off the file and ends the
+ * replay; a bad record anywhere else is refused. Returns 0 with *next (the segment to open
+ * next) and *records set, or -1 with "FILE: offset N: reason" in err (or
+ * apply's own reason). max_body bounds a record. */
+int psd_journal_replay(const char *dir, int node, uint64_t shape,
+                       uint64_t from, size_t max_body,
+                       int (*apply)(void *ctx, const psd_jrecord *r,
+                                    char *err, size_t errlen),
+                       void *ctx, uint64_t *next, uint64_t *records,
+                       char *err, size_t errlen);
+
+#endif

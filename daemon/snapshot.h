@@ -1,0 +1,49 @@
+/* Snapshots: one file per node holding everything the node serves from
+ * memory (rows with their optimizer state, bsp sums of the current clock,
+ * workers' clocks, the memory of applied pushes), so that a restart loses
+ * nothing that was in it. Written to a temporary file, fsync'd, renamed
+ * over the last one and the folder fsync'd: a crash at any moment leaves
+ * the old snapshot or the new one, whole. Read back with every byte
+ * checked: a snapshot that is truncated, corrupted, or taken under
+ * another layout is refused, never half-loaded. The file format is in
+ * docs/durability.md. No sockets, no event loop. */
+#ifndef PSD_SNAPSHOT_H
+#define PSD_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "node.h"
+
+#define PSD_SNAPSHOT_VERSION 1
+
+typedef struct psd_snap_info {
+    uint64_t generation;         /* counts this node's snapshots, from 1 */
+    uint64_t journal_seq;        /* first journal segment not in it */
+    uint64_t created_ms;         /* wall clock, ms since the epoch */
+    uint64_t bytes;              /* file size */
+} psd_snap_info;
+
+/* "DIR/psd-nodeN.snap": node N's snapshot (several nodes may share a
+ * folder). */
+void psd_snapshot_path(char *buf, size_t len, const char *dir, int node);
+
+/* Writes node n's state as snapshot `generation`, covering the journal up
+ * to (not including) segment journal_seq. Returns 0, or -1 with the
+ * reason in err; the previous snapshot is then untouched. For tests, the
+ * environment variable PSD_TEST_SNAPSHOT_PAUSE=STAGE:MS makes the writer
+ * sleep MS ms at STAGE (written, fsynced or renamed), so a test can kill
+ * it there. */
+int psd_snapshot_write(const psd_node *n, const char *dir,
+                       uint64_t generation, uint64_t journal_seq,
+                       psd_snap_info *info, char *err, size_t errlen);
+
+/* Loads node n's snapshot from dir into n, whose tables must be fresh
+ * (psd_node_init). Returns 0 and fills *info; 1 when there is no
+ * snapshot; -1 with "FILE: offset N: reason" in err when the file cannot
+ * be trusted (then n must not be served). now_ms starts the grace of the
+ * workers that were connected and the time to live of the clients. */
+int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
+                      psd_snap_info *info, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,662 @@
+/* Unit tests of daemon/snapshot.c and daemon/journal.c: a snapshot brings
+ * back every table's rows with their optimizer state bit for bit (shown by
+ * the next update landing on the same bits), the workers' clocks and the
+ * memory of applied pushes; a snapshot cut short or with any bit flipped,
+ * or taken under another layout, is refused with its file, offset and
+ * reason; a write that fails (file size limit) keeps the old snapshot;
+ * journal segments replay in order, a torn last record is cut off, damage
+ * elsewhere is refused, and segments without the snapshot before them
+ * are refused. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "../daemon/journal.h"
+#include "../daemon/node.h"
+#include "../daemon/snapshot.h"
+#include "../proto/status.h"
+
+#include "expect.h"
+
+#define ERRLEN 600
+
+/* Every updater with state, dense and sparse, and a bsp table (its sums
+ * of the current clock are part of the state). */
+static const char *const INI =
+    "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\nshards = %d\n"
+    "workers = 2\n"
+    "[table.adam]\nkind = dense\nrows = 50\ndim = %d\nupdater = adam\n"
+    "lr = 0.01\ninit = uniform -0.1 0.1\nseed = 3\n"
+    "[table.adagrad]\nkind = sparse\ndim = 4\nupdater = adagrad\nlr = 0.1\n"
+    "[table.ftrl]\nkind = sparse\ndim = 4\nupdater = ftrl\nlr = 0.05\n"
+    "l1 = 0.001\nl2 = 0.01\n"
+    "[table.sgd]\nkind = dense\nrows = 20\ndim = 2\nupdater = sgd\n"
+    "lr = 0.5\n"
+    "[table.bsp]\nkind = sparse\ndim = 3\nupdater = sum\n"
+    "consistency = bsp\n";
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/psd-test-snapshot-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A fresh node `index` of the test layout (shards, dim of table adam). */
+static void make_node(psd_node *n, int index, int shards, int dim)
+{
+    char path[128], text[2048], err[ERRLEN];
+    snprintf(path, sizeof path, "%s/psd.ini", dir);
+    snprintf(text, sizeof text, INI, shards, dim);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    psd_config c;
+    if (psd_config_load(&c, path, err, sizeof err))
+        fail_msg("config: %s", err);
+    if (psd_node_init(n, &c, index, 1000, err, sizeof err))
+        fail_msg("node: %s", err);
+}
+
+/* Keys this node owns in table t (sparse): the first `n` found. */
+static void owned_keys(const psd_node *nd, int t, uint64_t *keys, int n)
+{
+    int owner;
+    char err[ERRLEN];
+    int got = 0;
+    for (uint64_t k = 1; got < n; k++)
+        if (psd_table_check_keys(nd->tables[t], (const char *)&k, 1, &owner,
+                                 err, sizeof err) == 0)
+            keys[got++] = k;
+}
+
+/* Dense rows this node owns: first ones found. */
+static void owned_rows(const psd_node *nd, int t, uint64_t *rows, int n)
+{
+    int owner;
+    char err[ERRLEN];
+    int got = 0;
+    for (uint64_t r = 0; got < n; r++)
+        if (psd_table_check_range(nd->tables[t], r, 1, &owner, err,
+                                  sizeof err) == 0)
+            rows[got++] = r;
+}
+
+/* A gradient that differs per step, row and column. */
+static void grad(float *g, int dim, int step, uint64_t row)
+{
+    for (int j = 0; j < dim; j++)
+        g[j] = (float)((int)((step * 7 + row * 3 + (uint64_t)j) % 11) - 5) /
+               8.0f;
+}
+
+#define NK 6
+
+/* Pushes `steps` rounds of gradients into every table of node nd, from
+ * step `from` on. */
+static void train(psd_node *nd, int from, int steps)
+{
+    uint64_t keys[NK];
+    float g[64 * NK];
+    for (int s = from; s < from + steps; s++) {
+        for (int t = 0; t < nd->ntables; t++) {
+            const psd_table_conf *tc = psd_table_conf_get(nd->tables[t]);
+            int dim = (int)tc->dim;
+            if (tc->dense)
+                owned_rows(nd, t, keys, NK);
+            else
+                owned_keys(nd, t, keys, NK);
+            for (int i = 0; i < NK; i++)
+                grad(g + i * dim, dim, s, keys[i]);
+            if (tc->dense) {
+                for (int i = 0; i < NK; i++)
+                    psd_table_push_range(nd->tables[t], keys[i], 1,
+                                         (const char *)(g + i * dim));
+            } else if (tc->consistency == PSD_CONS_BSP) {
+                assert_int_equal(psd_table_accumulate(nd->tables[t],
+                                                      (const char *)keys, NK,
+                                                      (const char *)g), 0);
+            } else {
+                assert_int_equal(psd_table_push(nd->tables[t],
+                                                (const char *)keys, NK,
+                                                (const char *)g), 0);
+            }
+        }
+    }
+}
+
+/* Every table of a node as the bytes psd_table_save writes. */
+typedef struct membuf {
+    char *p;
+    size_t len, cap;
+} membuf;
+
+static int mem_write(void *ctx, const void *p, size_t n)
+{
+    membuf *m = ctx;
+    if (m->len + n > m->cap) {
+        m->cap = (m->len + n) * 2;
+        m->p = realloc(m->p, m->cap);
+        assert_non_null(m->p);
+    }
+    memcpy(m->p + m->len, p, n);
+    m->len += n;
+    return 0;
+}
+
+static membuf image(const psd_node *nd)
+{
+    membuf m = { 0 };
+    psd_sink o = { mem_write, &m };
+    for (int t = 0; t < nd->ntables; t++)
+        assert_int_equal(psd_table_save(nd->tables[t], &o), 0);
+    return m;
+}
+
+/* Pulls NK owned rows of every table into out (as bytes). */
+static membuf pulls(psd_node *nd)
+{
+    membuf m = { 0 };
+    uint64_t keys[NK];
+    float v[64 * NK];
+    for (int t = 0; t < nd->ntables; t++) {
+        const psd_table_conf *tc = psd_table_conf_get(nd->tables[t]);
+        size_t bytes = NK * tc->dim * sizeof(float);
+        if (tc->dense) {
+            owned_rows(nd, t, keys, NK);
+            for (int i = 0; i < NK; i++)
+                psd_table_pull_range(nd->tables[t], keys[i], 1,
+                                     (char *)(v + i * tc->dim));
+        } else {
+            owned_keys(nd, t, keys, NK);
+            assert_int_equal(psd_table_pull(nd->tables[t], (const char *)keys,
+                                            NK, (char *)v), 0);
+        }
+        mem_write(&m, v, bytes);
+    }
+    return m;
+}
+
+static void expect_same(const membuf *a, const membuf *b, const char *what)
+{
+    EXPECT_U64(a->len, b->len, "%s: bytes", what);
+    for (size_t i = 0; i < a->len; i++)
+        if (a->p[i] != b->p[i])
+            fail_msg("%s: they differ at byte %zu of %zu", what, i, a->len);
+}
+
+/* A node trained a while, with two workers' clocks moved and a client's
+ * pushes remembered. */
+static void trained_node(psd_node *nd, int shards, int dim)
+{
+    make_node(nd, 1, shards, dim);
+    train(nd, 0, 5);
+    char err[ERRLEN];
+    int a = 1, b = 2;
+    assert_int_equal(psd_sync_join(&nd->sync, 0, 11, &a, "10.0.0.1:1", err,
+                                   sizeof err), 0);
+    assert_int_equal(psd_sync_join(&nd->sync, 1, 12, &b, "10.0.0.2:1", err,
+                                   sizeof err), 0);
+    assert_int_equal(psd_sync_reach(&nd->sync, 0, 0, 3, err, sizeof err), 0);
+    assert_int_equal(psd_sync_reach(&nd->sync, 1, 0, 4, err, sizeof err), 0);
+    psd_sync_advance(&nd->sync, 1000);
+    psd_dclient *c = psd_dedup_attach(nd->dedup, 77, 5, 1000);
+    assert_non_null(c);
+    assert_int_equal(psd_dedup_record(c, 40, 1, PSW_OK), 0);
+    assert_int_equal(psd_dedup_record(c, 41, 0, PSW_ENOMEM), 0);
+    psd_dedup_ack(c, 30);
+}
+
+static void test_a_snapshot_restores_every_updater_state_bit_for_bit(
+    void **state)
+{
+    (void)state;
+    psd_node a, b;
+    char err[ERRLEN];
+    trained_node(&a, 16, 8);
+    psd_snap_info wi, ri;
+    if (psd_snapshot_write(&a, dir, 3, 7, &wi, err, sizeof err))
+        fail_msg("write: %s", err);
+    make_node(&b, 1, 16, 8);
+    if (psd_snapshot_load(&b, dir, 2000, &ri, err, sizeof err))
+        fail_msg("load: %s", err);
+    EXPECT_U64(ri.generation, 3, "generation");
+    EXPECT_U64(ri.journal_seq, 7, "journal segment");
+    EXPECT_U64(ri.bytes, wi.bytes, "size");
+    membuf ia = image(&a), ib = image(&b);
+    expect_same(&ia, &ib, "saved tables");
+    /* The same next steps land on the same bits: the weights and every
+     * moment, accumulator and step counter came back, not just the
+     * weights. */
+    train(&a, 5, 3);
+    train(&b, 5, 3);
+    assert_int_equal(psd_table_apply_accumulated(a.tables[4], 1.0f), 0);
+    assert_int_equal(psd_table_apply_accumulated(b.tables[4], 1.0f), 0);
+    membuf pa = pulls(&a), pb = pulls(&b);
+    expect_same(&pa, &pb, "rows after three more steps");
+    /* And the state did matter: a node that lost it ends elsewhere. */
+    psd_node c;
+    make_node(&c, 1, 16, 8);
+    train(&c, 5, 3);
+    membuf pc = pulls(&c);
+    EXPECT_INT(pa.len == pc.len && memcmp(pa.p, pc.p, pa.len) == 0, 0,
+               "a fresh node matches the restored one");
+    /* Clocks: the node's and each worker's. */
+    EXPECT_U64(b.sync.clock, 3, "node clock");
+    uint64_t clk, bar;
+    psd_sync_position(&b.sync, 1, &clk, &bar);
+    EXPECT_U64(clk, 4, "worker 1's clock");
+    EXPECT_INT(b.sync.workers[0].state, PSD_W_GONE,
+               "a worker live at the snapshot comes back lost");
+    /* Applied pushes: a retry is still recognised, with its status. */
+    psd_dclient *dc = psd_dedup_attach(b.dedup, 77, 5, 2000);
+    int st = -1;
+    EXPECT_INT(psd_dedup_seen(dc, 41, 0, &st), 1, "push 41.0 after restart");
+    EXPECT_INT(st, PSW_ENOMEM, "its status");
+    EXPECT_INT(psd_dedup_seen(dc, 20, 0, &st), 1, "a push below the ACK");
+    EXPECT_INT(psd_dedup_seen(dc, 42, 0, &st), 0, "a new push");
+    free(ia.p), free(ib.p), free(pa.p), free(pb.p), free(pc.p);
+    psd_node_destroy(&a);
+    psd_node_destroy(&b);
+    psd_node_destroy(&c);
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc(*len);
+    assert_int_equal(fread(p, 1, *len, f), *len);
+    fclose(f);
+    return p;
+}
+
+static void write_file(const char *path, const char *p, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Loads the snapshot in dir into a fresh node 1; returns the result and
+ * leaves the message in err. */
+static int try_load(int shards, int dim, char *err)
+{
+    psd_node b;
+    make_node(&b, 1, shards, dim);
+    int rc = psd_snapshot_load(&b, dir, 2000, NULL, err, ERRLEN);
+    psd_node_destroy(&b);
+    return rc;
+}
+
+static void test_every_cut_and_every_flipped_bit_is_refused_with_an_offset(
+    void **state)
+{
+    (void)state;
+    psd_node a;
+    char err[ERRLEN], path[128];
+    trained_node(&a, 4, 2);
+    assert_int_equal(psd_snapshot_write(&a, dir, 1, 1, NULL, err,
+                                        sizeof err), 0);
+    psd_node_destroy(&a);
+    psd_snapshot_path(path, sizeof path, dir, 1);
+    size_t len;
+    char *good = read_file(path, &len);
+    char *bad = malloc(len);
+    assert_int_equal(try_load(4, 2, err), 0);
+    /* Every length short of the whole file. */
+    for (size_t cut = 0; cut < len; cut++) {
+        write_file(path, good, cut);
+        if (try_load(4, 2, err) != -1)
+            fail_msg("a snapshot cut to %zu of %zu bytes was accepted", cut,
+                     len);
+        if (!strstr(err, path) || !strstr(err, "offset "))
+            fail_msg("cut to %zu: the message lacks file or offset: %s", cut,
+                     err);
+    }
+    /* Every byte with one bit flipped (a different bit each time). */
+    for (size_t i = 0; i < len; i++) {
+        memcpy(bad, good, len);
+        bad[i] ^= (char)(1 << (i % 8));
+        write_file(path, bad, len);
+        if (try_load(4, 2, err) != -1)
+            fail_msg("a bit flipped at byte %zu of %zu was accepted", i, len);
+        if (!strstr(err, "offset "))
+            fail_msg("flip at %zu: no offset in \"%s\"", i, err);
+    }
+    /* A byte more. */
+    write_file(path, good, len);
+    FILE *f = fopen(path, "ab");
+    fputc(0, f);
+    fclose(f);
+    assert_int_equal(try_load(4, 2, err), -1);
+    EXPECT_INT(strstr(err, "after the end marker") != NULL, 1, "%s", err);
+    char want[200];
+    snprintf(want, sizeof want, "%s: offset %zu: ", path, len);
+    EXPECT_INT(strstr(err, want) != NULL, 1, "want \"%s\" in \"%s\"", want,
+               err);
+    print_message("# %zu cuts and %zu flipped bits refused\n", len, len);
+    free(good);
+    free(bad);
+}
+
+static void test_a_snapshot_of_another_layout_is_refused(void **state)
+{
+    (void)state;
+    psd_node a;
+    char err[ERRLEN];
+    trained_node(&a, 16, 8);
+    assert_int_equal(psd_snapshot_write(&a, dir, 1, 1, NULL, err,
+                                        sizeof err), 0);
+    psd_node_destroy(&a);
+    assert_int_equal(try_load(8, 8, err), -1);
+    EXPECT_INT(strstr(err, "another layout") != NULL, 1, "shards: %s", err);
+    EXPECT_INT(strstr(err, "offset 0") != NULL, 1, "at the header: %s", err);
+    assert_int_equal(try_load(16, 4, err), -1);
+    EXPECT_INT(strstr(err, "dim 8") != NULL && strstr(err, "dim 4") != NULL,
+               1, "dim: %s", err);
+    /* Node 0 does not take node 1's file. */
+    psd_node z;
+    make_node(&z, 0, 16, 8);
+    char p0[128], p1[128];
+    psd_snapshot_path(p0, sizeof p0, dir, 0);
+    psd_snapshot_path(p1, sizeof p1, dir, 1);
+    assert_int_equal(rename(p1, p0), 0);
+    EXPECT_INT(psd_snapshot_load(&z, dir, 0, NULL, err, sizeof err), -1,
+               "node 0 loading node 1's snapshot");
+    EXPECT_INT(strstr(err, "taken by node 1, this is node 0") != NULL, 1,
+               "%s", err);
+    unlink(p0);
+    EXPECT_INT(psd_snapshot_load(&z, dir, 0, NULL, err, sizeof err), 1,
+               "no snapshot at all");
+    psd_node_destroy(&z);
+}
+
+static void test_a_failed_write_keeps_the_old_snapshot(void **state)
+{
+    (void)state;
+    psd_node a;
+    char err[ERRLEN], path[128], tmp[160];
+    trained_node(&a, 16, 8);
+    assert_int_equal(psd_snapshot_write(&a, dir, 1, 1, NULL, err,
+                                        sizeof err), 0);
+    psd_snapshot_path(path, sizeof path, dir, 1);
+    size_t len;
+    char *old = read_file(path, &len);
+    /* A disk that fills up: the file size limit stops the writer half
+     * way (EFBIG, with SIGXFSZ ignored as psd does). */
+    struct rlimit save, small;
+    getrlimit(RLIMIT_FSIZE, &save);
+    small = save;
+    small.rlim_cur = 1024;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    train(&a, 5, 1);
+    int rc = psd_snapshot_write(&a, dir, 2, 1, NULL, err, sizeof err);
+    setrlimit(RLIMIT_FSIZE, &save);
+    signal(SIGXFSZ, prev);
+    EXPECT_INT(rc, -1, "writing past the limit");
+    EXPECT_INT(strstr(err, "File too large") != NULL, 1, "%s", err);
+    size_t len2;
+    char *now = read_file(path, &len2);
+    EXPECT_INT(len2 == len && memcmp(old, now, len) == 0, 1,
+               "the old snapshot is untouched");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    EXPECT_INT(access(tmp, F_OK), -1, "no temporary file left behind");
+    psd_snap_info si;
+    psd_node b;
+    make_node(&b, 1, 16, 8);
+    assert_int_equal(psd_snapshot_load(&b, dir, 0, &si, err, sizeof err), 0);
+    EXPECT_U64(si.generation, 1, "the generation loaded");
+    psd_node_destroy(&b);
+    psd_node_destroy(&a);
+    free(old);
+    free(now);
+}
+
+/* ---- the journal ------------------------------------------------------ */
+
+typedef struct seen {
+    int pushes, clocks;
+    uint64_t last_ts, last_clock;
+    float sum;
+} seen;
+
+static int count_record(void *ctx, const psd_jrecord *r, char *err,
+                        size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    seen *s = ctx;
+    if (r->type == PSD_J_CLOCK) {
+        s->clocks++;
+        s->last_clock = r->clock;
+        return 0;
+    }
+    s->pushes++;
+    s->last_ts = r->msg.ts;
+    float v;
+    memcpy(&v, r->msg.vals, 4);
+    s->sum += v;
+    return 0;
+}
+
+static void put_pushes(psd_journal *j, int from, int n)
+{
+    char err[ERRLEN];
+    for (int i = from; i < from + n; i++) {
+        uint64_t key = (uint64_t)i;
+        float v = 1.0f;
+        psw_msg m = { 0 };
+        m.op = PSW_OP_PUSH;
+        m.ts = (uint64_t)i;
+        m.table = 0;
+        m.nkeys = 1;
+        m.keys = (const char *)&key;
+        m.vals = (const char *)&v;
+        m.vals_len = 4;
+        assert_int_not_equal(psd_journal_push(j, 9, 1, &m, PSW_OK), 0);
+    }
+    assert_int_equal(psd_journal_write(j, err, sizeof err), 0);
+}
+
+static int replay(uint64_t from, seen *s, uint64_t *next, char *err)
+{
+    uint64_t records;
+    memset(s, 0, sizeof *s);
+    return psd_journal_replay(dir, 2, 0xabc, from, 1 << 20, count_record, s,
+                              next, &records, err, ERRLEN);
+}
+
+static void test_the_journal_replays_segments_in_order(void **state)
+{
+    (void)state;
+    char err[ERRLEN];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    put_pushes(j, 0, 10);
+    assert_int_equal(psd_journal_rotate(j, err, sizeof err), 0);
+    EXPECT_U64(psd_journal_seq(j), 2, "after a rotation");
+    assert_int_not_equal(psd_journal_clock(j, 5, 2), 0);
+    put_pushes(j, 10, 5);
+    EXPECT_U64(psd_journal_written(j), 18, "LSNs: 2 starts, 15 pushes, 1 "
+               "clock");
+    psd_journal_close(j);
+    seen s;
+    uint64_t next;
+    assert_int_equal(replay(1, &s, &next, err), 0);
+    EXPECT_INT(s.pushes, 15, "pushes");
+    EXPECT_INT(s.clocks, 1, "clocks");
+    EXPECT_U64(s.last_ts, 14, "the last push");
+    EXPECT_U64(next, 3, "the segment to open next");
+    /* From the snapshot's segment on. */
+    assert_int_equal(replay(2, &s, &next, err), 0);
+    EXPECT_INT(s.pushes, 5, "pushes of segment 2");
+    /* Another layout shape is refused. */
+    uint64_t records;
+    assert_int_equal(psd_journal_replay(dir, 2, 0xdef, 1, 1 << 20,
+                                        count_record, &s, &next, &records,
+                                        err, sizeof err), -1);
+    EXPECT_INT(strstr(err, "layout shape") != NULL, 1, "%s", err);
+    /* Without the snapshot that covered segment 1, segment 2 alone is a
+     * hole in the history. */
+    psd_journal_prune(dir, 2, 2);
+    EXPECT_U64(psd_journal_first(dir, 2), 2, "segment 1 is gone");
+    assert_int_equal(replay(1, &s, &next, err), -1);
+    EXPECT_INT(strstr(err, "snapshot that covers segments 1..1 is "
+                           "missing") != NULL, 1, "%s", err);
+    psd_journal_prune(dir, 2, 100);
+    EXPECT_U64(psd_journal_first(dir, 2), 0, "all gone");
+}
+
+static void test_a_torn_last_record_is_cut_and_damage_elsewhere_refused(
+    void **state)
+{
+    (void)state;
+    char err[ERRLEN], path[128];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    put_pushes(j, 0, 4);
+    psd_journal_close(j);
+    psd_journal_path(path, sizeof path, dir, 2, 1);
+    size_t len;
+    char *good = read_file(path, &len);
+    /* A crash cut the last record at any byte: the three before it
+     * replay, and the file is cut back to them. */
+    size_t rec = (len - 28) / 4;         /* start record: 12 + 16 */
+    for (size_t cut = len - rec + 1; cut < len; cut++) {
+        write_file(path, good, cut);
+        seen s;
+        uint64_t next;
+        if (replay(1, &s, &next, err))
+            fail_msg("cut at %zu: %s", cut, err);
+        EXPECT_INT(s.pushes, 3, "records before the torn one");
+        struct stat st;
+        stat(path, &st);
+        EXPECT_U64((uint64_t)st.st_size, len - rec, "the file was cut back");
+    }
+    /* A flipped bit anywhere is damage, even in the last record's length
+     * (its header has a CRC of its own, so it is not taken for a cut). */
+    char *bad = malloc(len);
+    for (size_t i = 0; i < len; i++) {
+        memcpy(bad, good, len);
+        bad[i] ^= 0x10;
+        write_file(path, bad, len);
+        seen s;
+        uint64_t next;
+        int rc = replay(1, &s, &next, err);
+        if (rc != -1)
+            fail_msg("a flip at byte %zu of %zu was accepted", i, len);
+        if (!strstr(err, path) || !strstr(err, "offset "))
+            fail_msg("flip at %zu: %s", i, err);
+    }
+    /* A torn record that is not the last segment's is damage too. */
+    write_file(path, good, len - 3);
+    j = psd_journal_open(dir, 2, 0xabc, 2, err, sizeof err);
+    put_pushes(j, 4, 1);
+    psd_journal_close(j);
+    seen s;
+    uint64_t next;
+    assert_int_equal(replay(1, &s, &next, err), -1);
+    EXPECT_INT(strstr(err, "truncated record") != NULL, 1, "%s", err);
+    psd_journal_prune(dir, 2, 100);
+    free(good);
+    free(bad);
+}
+
+static void test_a_failed_journal_write_leaves_whole_records(void **state)
+{
+    (void)state;
+    char err[ERRLEN], path[128];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    put_pushes(j, 0, 2);
+    struct rlimit save, small;
+    getrlimit(RLIMIT_FSIZE, &save);
+    small = save;
+    psd_journal_path(path, sizeof path, dir, 2, 1);
+    struct stat st;
+    stat(path, &st);
+    small.rlim_cur = (rlim_t)st.st_size + 30;   /* half a record more */
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &small);
+    uint64_t key = 5;
+    float v = 1.0f;
+    psw_msg m = { .op = PSW_OP_PUSH, .ts = 2, .nkeys = 1,
+                  .keys = (const char *)&key, .vals = (const char *)&v,
+                  .vals_len = 4 };
+    psd_journal_push(j, 9, 1, &m, PSW_OK);
+    int rc = psd_journal_write(j, err, sizeof err);
+    setrlimit(RLIMIT_FSIZE, &save);
+    signal(SIGXFSZ, prev);
+    EXPECT_INT(rc, -1, "a write past the limit");
+    EXPECT_U64(psd_journal_written(j), 3, "the record is not written");
+    struct stat st2;
+    stat(path, &st2);
+    EXPECT_U64((uint64_t)st2.st_size, (uint64_t)st.st_size,
+               "the half record was cut off");
+    /* Room again: the record goes out whole, and everything replays. */
+    assert_int_equal(psd_journal_write(j, err, sizeof err), 0);
+    EXPECT_U64(psd_journal_written(j), 4, "written now");
+    psd_journal_close(j);
+    seen s;
+    uint64_t next;
+    assert_int_equal(replay(1, &s, &next, err), 0);
+    EXPECT_INT(s.pushes, 3, "pushes replayed");
+    psd_journal_prune(dir, 2, 100);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(
+            test_a_snapshot_restores_every_updater_state_bit_for_bit, setup,
+            teardown),
+        cmocka_unit_test_setup_teardown(
+            test_every_cut_and_every_flipped_bit_is_refused_with_an_offset,
+            setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_snapshot_of_another_layout_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_failed_write_keeps_the_old_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_the_journal_replays_segments_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_torn_last_record_is_cut_and_damage_elsewhere_refused,
+            setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_failed_journal_write_leaves_whole_records, setup,
+            teardown),
+    };
+    int failed = cmocka_run_group_tests_name("snapshot and journal", tests,
+                                             NULL, NULL);
+    int total = (int)(sizeof tests / sizeof tests[0]);
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed;
+}
