@@ -1051,6 +1051,20 @@ static pair pairs[MAX_PAIRS];
 static int npairs;
 static int have_pslite;          /* psl_bench answered --list */
 static double pair_secs;         /* wall time of the phase */
+static double pair_load[2];      /* 1-minute load average, start and end */
+
+/* The 1-minute load average: other jobs on a shared machine show here. */
+static double load_1min(void)
+{
+    double l = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = NAN;
+        fclose(f);
+    }
+    return l;
+}
 
 /* Runs argv with stdout captured into buf (NUL-terminated, truncated to
  * cap) and stderr appended to OUT/pslite-stderr.txt; gives up after
@@ -1238,6 +1252,7 @@ static void print_fig(double v, int fig)
 static void run_pairs(void)
 {
     uint64_t t0 = now_ns();
+    pair_load[0] = load_1min();
     for (size_t i = 0; i < sizeof pairdefs / sizeof *pairdefs; i++)
         for (int op = 0; op < pairdefs[i].nops && npairs < MAX_PAIRS; op++) {
             if (!wanted(pairdefs[i].load, (op_kind)op, pairdefs[i].window, 1,
@@ -1313,6 +1328,7 @@ static void run_pairs(void)
     if (bench_stop(&cl))
         failures++;
     pair_secs = (double)(now_ns() - t0) / 1e9;
+    pair_load[1] = load_1min();
     printf("\n");
 }
 
@@ -1763,6 +1779,9 @@ static void print_side_by_side(void)
            "latencies"
            " / ping-pong RTT p50 (%.1f us).\n", base.stream_gbps[UNPINNED],
            1e6 / base.rtt_p50_us[UNPINNED], base.rtt_p50_us[UNPINNED]);
+    printf("load average (1 min) %.2f when the phase started, %.2f when it "
+           "ended, on %d CPUs\n(psbench's own processes count in it too).\n",
+           pair_load[0], pair_load[1], ncpu);
     if (opt_rounds > 1) {
         printf("range over the rounds (min-max), ps-lite | psd:\n");
         for (int i = 0; i < nrows; i++) {
@@ -2062,6 +2081,8 @@ static void write_sbs_json(const char *path)
             "\"warmup_ms\": %d, \"pslite_measured\": %s,\n  ", ncpu,
             opt_rounds, opt_pair_ms, opt_pair_warm_ms,
             have_pslite ? "true" : "false");
+    jnum(f, "load_1min_start", pair_load[0], ", ");
+    jnum(f, "load_1min_end", pair_load[1], ",\n  ");
     jnum(f, "tcp_stream_gb_per_s", base.stream_gbps[UNPINNED], ", ");
     jnum(f, "rtt_p50_us", base.rtt_p50_us[UNPINNED], ",\n");
     fprintf(f, "  \"rows\": [\n");
