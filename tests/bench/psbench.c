@@ -252,7 +252,7 @@ typedef struct baselines {
     double memcpy_gbps[2];
     double stream_gbps[NPLACE];
     double rtt_p50_us[NPLACE], rtt_p99_us[NPLACE];
-    double rr_gbps[NRR], rr_p50_us[NRR];   /* unpinned, one run each */
+    double rr_gbps[NRR], rr_p50_us[NRR];   /* unpinned */
 } baselines;
 
 #define BASE_RUNS 3      /* TCP baselines: the median of 3 fresh pairs */
@@ -443,10 +443,15 @@ static void measure_baselines(void)
         base.rtt_p99_us[p] = median3(p99);
     }
     for (size_t i = 0; i < NRR; i++) {
-        memset(sh, 0, sizeof *sh);
-        tcp_pingpong(UNPINNED, rr_bytes[i], sh);
-        base.rr_gbps[i] = sh->value;
-        base.rr_p50_us[i] = sh->p50;
+        double gb[BASE_RUNS], p50[BASE_RUNS];
+        for (int r = 0; r < BASE_RUNS; r++) {
+            memset(sh, 0, sizeof *sh);
+            tcp_pingpong(UNPINNED, rr_bytes[i], sh);
+            gb[r] = sh->value;
+            p50[r] = sh->p50;
+        }
+        base.rr_gbps[i] = median3(gb);
+        base.rr_p50_us[i] = median3(p50);
     }
     printf("memcpy %.2f GB/s unpinned, %.2f GB/s pinned\n",
            base.memcpy_gbps[0], base.memcpy_gbps[1]);
