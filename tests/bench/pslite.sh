@@ -88,8 +88,8 @@ else
     rm -f "$tmp"
 fi
 EXT=$OUT/psl_bench_cells
-if [ ! -x "$EXT" ] || [ "$OUT/psl_bench_cells.cc" -nt "$EXT" ] ||
-   [ "$LIB" -nt "$EXT" ]; then
+if [ ! -x "$EXT" ] ||
+   [ -n "$(find "$OUT/psl_bench_cells.cc" "$LIB" -newer "$EXT")" ]; then
     echo "pslite: compiling psl_bench_cells (psl_bench + cells f, g, h)" >&2
     # The flags of the harness's build.sh for psl_bench.
     if ! g++ -O3 -std=c++11 -I"$SRC/include" -I"$(dirname "$LIB")" \
