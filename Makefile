@@ -208,7 +208,9 @@ test: all $(TEST_BINS) $(PYDEPS_STAMP)
 	@SAN='$(SAN)' sh tests/run.sh $(BUILD)
 
 # Benchmarks against real psd processes, with baselines measured in the
-# same run (see tests/bench/). Not part of `make test`.
+# same run and ps-lite measured on the same cells when the optional harness
+# folder is there (PSLITE_HARNESS; see tests/bench/README.md). Not part of
+# `make test`. BENCH_QUICK=1: baselines and the side-by-side table only.
 $(BUILD)/psbench: $(BUILD)/tests/bench/psbench.o $(BUILD)/tests/cluster.o \
                   $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread -lm

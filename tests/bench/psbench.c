@@ -1,11 +1,13 @@
 /* psbench: throughput, latency and memory figures for psd, measured against
  * real psd processes it starts, each figure also given as a ratio to
- * baselines measured in the same run (memcpy, raw TCP over loopback).
+ * baselines measured in the same run (memcpy, raw TCP over loopback) and,
+ * with --pslite, to ps-lite measured on the same cells in the same run.
  * See tests/bench/README.md for what every figure and ratio means. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -37,6 +39,9 @@ static int opt_ms = 300;          /* measured time per cell */
 static int opt_warm_ms = 80;      /* warm-up per cell, not measured */
 static int opt_timeout_ms = 3000; /* per request in the matrix */
 static int opt_matrix = 1, opt_memory = 1, opt_baselines = 1;
+static int opt_pairs = 1;         /* the side-by-side phase */
+static const char *opt_pslite;    /* ps-lite's psl_bench, or NULL */
+static int opt_pair_ms = 1000, opt_pair_warm_ms = 250, opt_rounds = 1;
 static int opt_mem_sparse_dim_big = 16;   /* sparse dim at 10^7 rows */
 static const char *opt_f_op, *opt_f_payload;
 static int opt_f_inflight, opt_f_workers, opt_f_nodes;   /* 0: any */
@@ -237,10 +242,17 @@ static int write_full(int fd, const char *p, size_t n)
 enum { UNPINNED, PINNED, SPLIT, NPLACE };
 static const char *const place_name[NPLACE] = { "unpinned", "pinned",
                                                 "split" };
+/* Request sizes of the request/response baseline: the payloads of the
+ * 1-in-flight side-by-side cells, so that the plot has a raw-TCP point
+ * under each of theirs. */
+static const size_t rr_bytes[] = { 4, 4096, 65536, 1u << 20, 16u << 20 };
+#define NRR (sizeof rr_bytes / sizeof *rr_bytes)
+
 typedef struct baselines {
     double memcpy_gbps[2];
     double stream_gbps[NPLACE];
     double rtt_p50_us[NPLACE], rtt_p99_us[NPLACE];
+    double rr_gbps[NRR], rr_p50_us[NRR];   /* unpinned */
 } baselines;
 
 #define BASE_RUNS 3      /* TCP baselines: the median of 3 fresh pairs */
@@ -327,8 +339,12 @@ static double tcp_stream(int place, base_shm *out)
     return out->value;
 }
 
-/* 64-byte TCP ping-pong (TCP_NODELAY both ends) for opt_ms. */
-static void tcp_pingpong(int place, base_shm *out)
+/* TCP ping-pong (TCP_NODELAY both ends) for opt_ms: the client sends
+ * `req` bytes, the other end answers with 64 once it has them all, one
+ * exchange at a time. With req = 64 this is the 64 B round trip; larger,
+ * it is what a 1-in-flight push of that size costs on a bare socket.
+ * Sets out->p50 and p99 (us) and out->value (GB/s of request bytes). */
+static void tcp_pingpong(int place, size_t req, base_shm *out)
 {
     int port, lfd = listen_loopback(&port);
     pid_t echo = fork_child();
@@ -336,10 +352,12 @@ static void tcp_pingpong(int place, base_shm *out)
         if (end_cpu(place, 1) >= 0)
             pin_tid(0, end_cpu(place, 1));
         int fd = accept(lfd, NULL, NULL);
-        char m[64];
+        char *m = malloc(req > 64 ? req : 64);
+        if (fd < 0 || !m)
+            _exit(1);
         nodelay(fd);
-        while (fd >= 0 && !read_full(fd, m, sizeof m))
-            if (write_full(fd, m, sizeof m))
+        while (!read_full(fd, m, req))
+            if (write_full(fd, m, 64))
                 break;
         _exit(0);
     }
@@ -348,20 +366,22 @@ static void tcp_pingpong(int place, base_shm *out)
         if (end_cpu(place, 0) >= 0)
             pin_tid(0, end_cpu(place, 0));
         int fd = connect_loopback(port);
-        char m[64];
+        char *m = malloc(req > 64 ? req : 64);
         size_t cap = 1u << 20, n = 0;
         uint32_t *s = malloc(cap * sizeof *s);
-        if (fd < 0 || !s)
+        if (fd < 0 || !s || !m)
             _exit(1);
         nodelay(fd);
-        memset(m, 'p', sizeof m);
-        for (int i = 0; i < 200; i++)
-            if (write_full(fd, m, 64) || read_full(fd, m, 64))
+        memset(m, 'p', req > 64 ? req : 64);
+        /* Warm-up: 200 exchanges, or 80 ms for the large ones. */
+        uint64_t w0 = now_ns();
+        for (int i = 0; i < 200 && now_ns() - w0 < 80000000u; i++)
+            if (write_full(fd, m, req) || read_full(fd, m, 64))
                 _exit(1);
         uint64_t t0 = now_ns(), t = t0;
         while (t - t0 < (uint64_t)opt_ms * 1000000u && n < cap) {
             uint64_t a = now_ns();
-            if (write_full(fd, m, 64) || read_full(fd, m, 64))
+            if (write_full(fd, m, req) || read_full(fd, m, 64))
                 _exit(1);
             t = now_ns();
             s[n++] = (uint32_t)(t - a);
@@ -369,7 +389,7 @@ static void tcp_pingpong(int place, base_shm *out)
         qsort(s, n, sizeof *s, cmp_u32);
         out->p50 = pct(s, n, 0.5) / 1e3;
         out->p99 = pct(s, n, 0.99) / 1e3;
-        out->value = (double)n;
+        out->value = (double)n * (double)req / (double)(t - t0);
         _exit(0);
     }
     close(lfd);
@@ -414,13 +434,24 @@ static void measure_baselines(void)
             memset(sh, 0, sizeof *sh);
             gb[r] = tcp_stream(p, sh);
             memset(sh, 0, sizeof *sh);
-            tcp_pingpong(p, sh);
+            tcp_pingpong(p, 64, sh);
             p50[r] = sh->p50;
             p99[r] = sh->p99;
         }
         base.stream_gbps[p] = median3(gb);
         base.rtt_p50_us[p] = median3(p50);
         base.rtt_p99_us[p] = median3(p99);
+    }
+    for (size_t i = 0; i < NRR; i++) {
+        double gb[BASE_RUNS], p50[BASE_RUNS];
+        for (int r = 0; r < BASE_RUNS; r++) {
+            memset(sh, 0, sizeof *sh);
+            tcp_pingpong(UNPINNED, rr_bytes[i], sh);
+            gb[r] = sh->value;
+            p50[r] = sh->p50;
+        }
+        base.rr_gbps[i] = median3(gb);
+        base.rr_p50_us[i] = median3(p50);
     }
     printf("memcpy %.2f GB/s unpinned, %.2f GB/s pinned\n",
            base.memcpy_gbps[0], base.memcpy_gbps[1]);
@@ -429,7 +460,13 @@ static void measure_baselines(void)
                "  p99 %6.1f us\n", place_name[p], base.stream_gbps[p],
                base.rtt_p50_us[p], base.rtt_p99_us[p]);
     printf("(pinned: both ends on CPU 0; split: one end on each of CPU 0 and "
-           "1, for reference only)\n\n");
+           "1, for reference only)\n");
+    printf("TCP request/response, 1 in flight, unpinned (N bytes, 64 B back):"
+           "\n");
+    for (size_t i = 0; i < NRR; i++)
+        printf("  %8zu B  %7.3f GB/s  p50 %8.1f us\n", rr_bytes[i],
+               base.rr_gbps[i], base.rr_p50_us[i]);
+    printf("\n");
     munmap(sh, sizeof *sh);
 }
 
@@ -524,6 +561,7 @@ enum { L_4B, L_4K, L_64K, L_1M, L_16M, L_S16, L_S8, L_S1, NLOADS };
 typedef struct cell {
     int load, window, workers, nodes, pinned;
     op_kind op;
+    int ms, warm_ms;         /* measured time and warm-up */
     /* results */
     int ran, failed;
     long count, errors;
@@ -711,7 +749,7 @@ static int worker_main(const cell *c, int w, const char *spec)
                              ((uint64_t)j * x.n + i));
         }
     }
-    run_phase(&x, now_ns() + (uint64_t)opt_warm_ms * 1000000u, x.npool, NULL,
+    run_phase(&x, now_ns() + (uint64_t)c->warm_ms * 1000000u, x.npool, NULL,
               NULL);
     atomic_fetch_add(&shm->ready, 1);
     while (!atomic_load(&shm->go))
@@ -770,11 +808,11 @@ static void run_cell(cell *c, const test_cluster *cl)
         sleep_us(500);
     }
     shm->t_go = now_ns();
-    shm->t_end = shm->t_go + (uint64_t)opt_ms * 1000000u;
+    shm->t_end = shm->t_go + (uint64_t)c->ms * 1000000u;
     atomic_store(&shm->go, 1);
     size_t n = 0;
     for (int w = 0; w < c->workers; w++) {
-        int st = pid[w] > 0 ? reap_within(pid[w], opt_ms + 30000) : 1;
+        int st = pid[w] > 0 ? reap_within(pid[w], c->ms + 30000) : 1;
         if (st) {
             if (!lost)
                 fprintf(stderr, "psbench: worker %d of %s %s failed (%d)\n", w,
@@ -792,7 +830,7 @@ static void run_cell(cell *c, const test_cluster *cl)
             pin_process(cl->pid[i], -1);
     qsort(merged, n, sizeof *merged, cmp_u32);
     c->ran = 1;
-    c->secs = (double)opt_ms / 1e3;
+    c->secs = (double)c->ms / 1e3;
     c->reqs = (double)c->count / c->secs;
     c->gbps = c->reqs * (double)payload_bytes(c) / 1e9;
     c->mkeys = c->reqs * (double)loads[c->load].nkeys / 1e6;
@@ -828,14 +866,20 @@ static void print_cell(const cell *c)
     fflush(stdout);
 }
 
+/* Whether the filters (--op, --payload, ...) keep this cell. */
+static int wanted(int l, op_kind op, int window, int workers, int nodes)
+{
+    return !((opt_f_op && strcmp(opt_f_op, op_name[op])) ||
+             (opt_f_payload && strcmp(opt_f_payload, loads[l].label)) ||
+             (opt_f_inflight && opt_f_inflight != window) ||
+             (opt_f_workers && opt_f_workers != workers) ||
+             (opt_f_nodes && opt_f_nodes != nodes));
+}
+
 static void add_cell(int l, op_kind op, int window, int workers, int nodes,
                      int pinned)
 {
-    if (ncells == MAX_CELLS || (opt_f_op && strcmp(opt_f_op, op_name[op])) ||
-        (opt_f_payload && strcmp(opt_f_payload, loads[l].label)) ||
-        (opt_f_inflight && opt_f_inflight != window) ||
-        (opt_f_workers && opt_f_workers != workers) ||
-        (opt_f_nodes && opt_f_nodes != nodes))
+    if (ncells == MAX_CELLS || !wanted(l, op, window, workers, nodes))
         return;
     cell *c = &cells[ncells++];
     memset(c, 0, sizeof *c);
@@ -845,6 +889,8 @@ static void add_cell(int l, op_kind op, int window, int workers, int nodes,
     c->workers = workers;
     c->nodes = nodes;
     c->pinned = pinned;
+    c->ms = opt_ms;
+    c->warm_ms = opt_warm_ms;
 }
 
 static const char *const skipped_text[] = {
@@ -904,6 +950,17 @@ static cell *find(int l, op_kind op, int window, int workers, int nodes,
     return NULL;
 }
 
+/* The memory run_cell needs, once. */
+static void cells_alloc(void)
+{
+    if (shm)
+        return;
+    shm = shared_alloc(sizeof *shm);
+    merged = malloc((size_t)MAX_WORKERS * MAX_SAMPLES * sizeof *merged);
+    if (!merged)
+        exit(1);
+}
+
 static void run_matrix(void)
 {
     build_matrix();
@@ -912,10 +969,7 @@ static void run_matrix(void)
     printf("skipped: \n");
     for (size_t i = 0; i < sizeof skipped_text / sizeof *skipped_text; i++)
         printf("  - %s\n", skipped_text[i]);
-    shm = shared_alloc(sizeof *shm);
-    merged = malloc((size_t)MAX_WORKERS * MAX_SAMPLES * sizeof *merged);
-    if (!merged)
-        exit(1);
+    cells_alloc();
     for (int nodes = 1; nodes <= 2; nodes++) {
         test_cluster cl;
         if (bench_start(&cl, nodes, bench_tables)) {
@@ -951,6 +1005,336 @@ static void run_matrix(void)
         if (bench_stop(&cl))
             failures++;
     }
+}
+
+/* ---- side by side with ps-lite -------------------------------------- */
+
+/* ps-lite is measured by psl_bench, the benchmark of an optional folder
+ * outside the repository that run_bench.sh builds (tests/bench/README.md):
+ * one process runs `psl_bench --cell ID --op OP --ms N --warm-ms N` and
+ * prints "cell op inflight req_s GBps Mkeys_s p50_us p99_us". Each pair
+ * below is one psl_bench cell and the psd cell of the same payload and
+ * depth; `psl_bench --list` tells which cells it has and their shapes. */
+typedef struct pairdef {
+    const char *id;         /* psl_bench's cell id */
+    int load, window;
+    int nops;               /* push, pull and, when 3, pushpull */
+} pairdef;
+
+static const pairdef pairdefs[] = {
+    { "a", L_4B, 64, 3 },
+    { "b", L_4K, 1, 2 },
+    { "c", L_4K, 8, 3 },
+    { "d", L_16M, 1, 3 },
+    { "e", L_S1, 1, 2 },
+    /* Not in psl_bench itself: run_bench.sh adds them to the copy it
+     * builds, for the plot's payload sizes. */
+    { "f", L_4B, 1, 3 },
+    { "g", L_64K, 1, 3 },
+    { "h", L_1M, 1, 3 },
+};
+
+enum { F_REQS, F_GBPS, F_MKEYS, F_P50, F_P99, NFIGS };
+static const char *const fig_name[NFIGS] = { "req/s", "GB/s", "Mkeys/s",
+                                             "p50 us", "p99 us" };
+static const char *const fig_key[NFIGS] = { "req_per_s", "gb_per_s",
+                                            "mkeys_per_s", "p50_us",
+                                            "p99_us" };
+#define MAX_ROUNDS 9
+#define MAX_PAIRS 32
+
+typedef struct pair {
+    const pairdef *d;
+    op_kind op;
+    int psl_ok;              /* psl_bench has this cell, same shape */
+    cell proto;              /* psd's cell (1 node, 1 worker, unpinned) */
+    /* Per round: req/s, GB/s, Mkeys/s, p50, p99; NAN when it failed. */
+    double psd[MAX_ROUNDS][NFIGS], psl[MAX_ROUNDS][NFIGS];
+} pair;
+
+static pair pairs[MAX_PAIRS];
+static int npairs;
+static int have_pslite;          /* psl_bench answered --list */
+static double pair_secs;         /* wall time of the phase */
+static double pair_load[2];      /* 1-minute load average, start and end */
+
+/* The 1-minute load average: other jobs on a shared machine show here. */
+static double load_1min(void)
+{
+    double l = NAN;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = NAN;
+        fclose(f);
+    }
+    return l;
+}
+
+/* Runs argv with stdout captured into buf (NUL-terminated, truncated to
+ * cap) and stderr appended to OUT/pslite-stderr.txt; gives up after
+ * timeout_ms. Returns the exit status as reap_within does. */
+static int run_capture(const char *const argv[], char *buf, size_t cap,
+                       int timeout_ms)
+{
+    int fds[2];
+    buf[0] = 0;
+    if (pipe(fds)) {
+        perror("psbench: pipe");
+        return -1;
+    }
+    char errpath[600];
+    snprintf(errpath, sizeof errpath, "%s/pslite-stderr.txt", opt_out);
+    pid_t pid = fork_child();
+    if (pid == 0) {
+        int e = open(errpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fds[1], 1);
+        if (e >= 0)
+            dup2(e, 2);
+        close(fds[0]);
+        close(fds[1]);
+        execv(argv[0], (char *const *)argv);
+        perror(argv[0]);
+        _exit(127);
+    }
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        return -1;
+    }
+    /* The pipe closes when psl_bench and the processes it started (which
+     * share its stdout) are gone; its own deadline kills them. */
+    size_t n = 0;
+    char sink[256];          /* what does not fit in buf is read and dropped */
+    for (;;) {
+        int room = n + 1 < cap;
+        ssize_t k = read(fds[0], room ? buf + n : sink,
+                         room ? cap - n - 1 : sizeof sink);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        if (room)
+            n += (size_t)k;
+    }
+    buf[n] = 0;
+    close(fds[0]);
+    return reap_within(pid, timeout_ms);
+}
+
+/* Reads `psl_bench --list` ("id op inflight label keys=N width=W" per
+ * line) and marks the pairs whose cell exists with the payload and depth
+ * of their psd cell. Returns the number marked. */
+static int psl_list(void)
+{
+    const char *argv[] = { opt_pslite, "--list", NULL };
+    static char out[8192];
+    if (run_capture(argv, out, sizeof out, 30000)) {
+        fprintf(stderr, "psbench: %s --list failed; psd alone\n", opt_pslite);
+        return 0;
+    }
+    int marked = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char id[32], op[32], label[32];
+        int inflight;
+        size_t keys, width;
+        if (sscanf(line, "%31s %31s %d %31s keys=%zu width=%zu", id, op,
+                   &inflight, label, &keys, &width) != 6)
+            continue;
+        for (int i = 0; i < npairs; i++) {
+            pair *p = &pairs[i];
+            const load *l = &loads[p->d->load];
+            int dense = tables[l->tab].dense;
+            if (strcmp(id, p->d->id) || strcmp(op, op_name[p->op]) ||
+                inflight != p->d->window)
+                continue;
+            /* Same bytes of floats per request; a sparse psd cell also
+             * needs the same keys (psl_bench's dense-like cells send one
+             * wide key where psd sends rows). */
+            if (keys * width * sizeof(float) != payload_bytes(&p->proto) ||
+                (!dense && keys != l->nkeys)) {
+                fprintf(stderr, "psbench: psl_bench cell %s %s has another "
+                        "shape (%zu keys x %zu) than psd's %s; not compared\n",
+                        id, op, keys, width, l->label);
+                continue;
+            }
+            if (!p->psl_ok)
+                marked++;
+            p->psl_ok = 1;
+        }
+    }
+    return marked;
+}
+
+/* One psl_bench run for one cell and op: fresh scheduler, server and
+ * worker processes. Fills f with its figures, NAN when it failed. */
+static void psl_run(const pair *p, double f[NFIGS])
+{
+    for (int k = 0; k < NFIGS; k++)
+        f[k] = NAN;
+    char ms[16], warm[16], tmo[16], out[4096];
+    int tmo_s = 30 + 2 * (opt_pair_ms + opt_pair_warm_ms) / 1000;
+    snprintf(ms, sizeof ms, "%d", opt_pair_ms);
+    snprintf(warm, sizeof warm, "%d", opt_pair_warm_ms);
+    snprintf(tmo, sizeof tmo, "%d", tmo_s);
+    const char *argv[] = { opt_pslite, "--cell", p->d->id, "--op",
+                           op_name[p->op], "--ms", ms, "--warm-ms", warm,
+                           "--timeout-s", tmo, NULL };
+    int st = run_capture(argv, out, sizeof out, (tmo_s + 10) * 1000);
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char id[32], op[32];
+        int inflight;
+        double v[NFIGS];
+        if (sscanf(line, "%31s %31s %d %lf %lf %lf %lf %lf", id, op,
+                   &inflight, &v[F_REQS], &v[F_GBPS], &v[F_MKEYS], &v[F_P50],
+                   &v[F_P99]) == 8 && !strcmp(id, p->d->id) &&
+            !strcmp(op, op_name[p->op]) && inflight == p->d->window)
+            memcpy(f, v, sizeof v);
+    }
+    if (st || isnan(f[F_REQS])) {
+        fprintf(stderr, "psbench: psl_bench cell %s %s failed (status %d; "
+                "its stderr is in %s/pslite-stderr.txt)\n", p->d->id,
+                op_name[p->op], st, opt_out);
+        for (int k = 0; k < NFIGS; k++)
+            f[k] = NAN;
+    }
+}
+
+/* psd's figures of a cell that ran, NAN when it failed. */
+static void cell_figs(const cell *c, double f[NFIGS])
+{
+    int ok = c->ran && !c->failed && !c->errors;
+    f[F_REQS] = ok ? c->reqs : NAN;
+    f[F_GBPS] = ok ? c->gbps : NAN;
+    f[F_MKEYS] = ok ? c->mkeys : NAN;
+    f[F_P50] = ok ? c->p50 : NAN;
+    f[F_P99] = ok ? c->p99 : NAN;
+}
+
+/* The figures a pair shows: GB/s from 64 KiB up, M keys/s for the
+ * 65,536-key cell, latency and req/s at 1 in flight, req/s otherwise.
+ * Returns how many it wrote to figs. */
+static int pair_figs(const pair *p, int figs[3])
+{
+    int l = p->d->load;
+    if (l == L_64K || l == L_1M || l == L_16M) {
+        figs[0] = F_GBPS;
+        return 1;
+    }
+    if (l == L_S1) {
+        figs[0] = F_MKEYS;
+        return 1;
+    }
+    if (p->d->window == 1) {
+        figs[0] = F_P50;
+        figs[1] = F_P99;
+        figs[2] = F_REQS;
+        return 3;
+    }
+    figs[0] = F_REQS;
+    return 1;
+}
+
+/* Prints one figure in a 13-wide column, with the figure's precision. */
+static void print_fig(double v, int fig)
+{
+    if (isnan(v))
+        printf(" %12s", "n/a");
+    else if (fig == F_GBPS)
+        printf(" %12.3f", v);
+    else if (fig == F_MKEYS)
+        printf(" %12.2f", v);
+    else if (fig == F_REQS)
+        printf(" %12.0f", v);
+    else
+        printf(" %12.1f", v);
+}
+
+/* For every pair, psd's cell and psl_bench's, one after the other (which
+ * goes first alternates from pair to pair and round to round), for
+ * opt_rounds rounds. psd runs in one 1-node cluster started for the phase,
+ * fresh after a failed cell; each ps-lite run starts its own processes. */
+static void run_pairs(void)
+{
+    uint64_t t0 = now_ns();
+    pair_load[0] = load_1min();
+    for (size_t i = 0; i < sizeof pairdefs / sizeof *pairdefs; i++)
+        for (int op = 0; op < pairdefs[i].nops && npairs < MAX_PAIRS; op++) {
+            if (!wanted(pairdefs[i].load, (op_kind)op, pairdefs[i].window, 1,
+                        1))
+                continue;
+            pair *p = &pairs[npairs++];
+            memset(p, 0, sizeof *p);
+            p->d = &pairdefs[i];
+            p->op = (op_kind)op;
+            cell *c = &p->proto;
+            c->load = p->d->load;
+            c->op = p->op;
+            c->window = p->d->window;
+            c->workers = c->nodes = 1;
+            c->ms = opt_pair_ms;
+            c->warm_ms = opt_pair_warm_ms;
+        }
+    if (opt_pslite) {
+        int n = psl_list();
+        have_pslite = n > 0;
+        if (n < npairs)
+            fprintf(stderr, "psbench: psl_bench has %d of the %d cells; the "
+                    "others are psd alone\n", n, npairs);
+    }
+    printf("== side by side: psd and ps-lite, the same cells alternately, "
+           "%d round%s of %d ms after %d ms warm-up ==\n", opt_rounds,
+           opt_rounds > 1 ? "s" : "", opt_pair_ms, opt_pair_warm_ms);
+    if (have_pslite)
+        printf("ps-lite: %s\n", opt_pslite);
+    else
+        printf("ps-lite: not measured (%s); psd alone\n",
+               opt_pslite ? "psl_bench did not list its cells"
+                          : "no --pslite");
+    cells_alloc();
+    test_cluster cl;
+    if (bench_start(&cl, 1, bench_tables)) {
+        failures++;
+        return;
+    }
+    for (int r = 0; r < opt_rounds; r++) {
+        printf("round %d: cell payload op infl, then psd and ps-lite\n", r + 1);
+        for (int i = 0; i < npairs; i++) {
+            pair *p = &pairs[i];
+            int figs[3];
+            pair_figs(p, figs);
+            for (int k = 0; k < NFIGS; k++)
+                p->psl[r][k] = NAN;
+            for (int turn = 0; turn < 2; turn++) {
+                if (((i + r + turn) & 1) == 0) {
+                    cell c = p->proto;
+                    run_cell(&c, &cl);
+                    cell_figs(&c, p->psd[r]);
+                    if (c.failed || c.errors) {
+                        if (bench_stop(&cl) ||
+                            bench_start(&cl, 1, bench_tables)) {
+                            failures++;
+                            return;
+                        }
+                    }
+                } else if (have_pslite && p->psl_ok) {
+                    psl_run(p, p->psl[r]);
+                }
+            }
+            printf("  %-2s %-8s %-8s %3d  psd", p->d->id,
+                   loads[p->d->load].label, op_name[p->op], p->d->window);
+            print_fig(p->psd[r][figs[0]], figs[0]);
+            printf("  ps-lite");
+            print_fig(p->psl[r][figs[0]], figs[0]);
+            printf("  %s\n", fig_name[figs[0]]);
+            fflush(stdout);
+        }
+    }
+    if (bench_stop(&cl))
+        failures++;
+    pair_secs = (double)(now_ns() - t0) / 1e9;
+    pair_load[1] = load_1min();
+    printf("\n");
 }
 
 /* ---- memory --------------------------------------------------------- */
@@ -1123,25 +1507,28 @@ typedef struct target {
     char what[80];
     char figure[64];
     char goal[40];
-    char pslite[24];
     double value, limit;
     int higher_better, have;
+    int issue;               /* 3 or 12 */
+    int row;                 /* issue 12: one side-by-side row's goal */
 } target;
 
-static target targets[40];
+#define MAX_TARGETS 160
+static target targets[MAX_TARGETS];
 static int ntargets;
 
-static target *add_target(const char *what, double value, double limit,
-                          int higher_better, const char *pslite)
+static target *add_target(int issue, const char *what, double value,
+                          double limit, int higher_better)
 {
-    target *t = &targets[ntargets++];
+    static target spare;     /* full: overwritten, never reported */
+    target *t = ntargets < MAX_TARGETS ? &targets[ntargets++] : &spare;
     memset(t, 0, sizeof *t);
     snprintf(t->what, sizeof t->what, "%s", what);
-    snprintf(t->pslite, sizeof t->pslite, "%s", pslite);
     t->value = value;
     t->limit = limit;
     t->higher_better = higher_better;
     t->have = !isnan(value);
+    t->issue = issue;
     return t;
 }
 
@@ -1151,22 +1538,24 @@ static int pass(const target *t)
                                         : t->value <= t->limit);
 }
 
+static const char *verdict(const target *t)
+{
+    return !t->have ? "n/a" : pass(t) ? "PASS" : "MISS";
+}
+
+/* Issue 3's targets: psd's matrix against the wire and absolute goals. */
 static void targets_build(void)
 {
-    static const char *const pl16[] = { "0.97 GB/s", "1.34 GB/s", "0.44 GB/s" };
     for (int op = OP_PUSH; op <= OP_PULL_RANGE; op++) {
         cell *c = find(L_16M, (op_kind)op, 1, 1, 1, 0);
         double lim = op == OP_PUSHPULL ? 0.5 : 0.9;
         char w[80];
         snprintf(w, sizeof w, "16 MiB %s, 1 in flight", op_name[op]);
-        target *t = add_target(w, c ? x_stream(c) : NAN, lim, 1,
-                               op <= OP_PUSHPULL ? pl16[op]
-                               : pl16[op - OP_PUSH_RANGE]);
+        target *t = add_target(3, w, c ? x_stream(c) : NAN, lim, 1);
         snprintf(t->figure, sizeof t->figure, "%.3f GB/s = %.2fx TCP",
                  c ? c->gbps : NAN, t->value);
         snprintf(t->goal, sizeof t->goal, ">= %.1fx TCP stream", lim);
     }
-    static const char *const pl4k[] = { "200 us", "160 us" };
     for (int op = OP_PUSH; op <= OP_PULL_RANGE; op++) {
         if (op == OP_PUSHPULL)
             continue;
@@ -1176,10 +1565,8 @@ static void targets_build(void)
             char w[80];
             snprintf(w, sizeof w, "4 KiB %s, 1 in flight, %s", op_name[op],
                      pin ? "pinned" : "unpinned");
-            target *t = add_target(w, c ? c->p50 / base.rtt_p50_us[pin] : NAN,
-                                   lim, 0,
-                                   pin ? "~7x" : pl4k[op == OP_PULL ||
-                                                      op == OP_PULL_RANGE]);
+            target *t = add_target(3, w, c ? c->p50 / base.rtt_p50_us[pin]
+                                           : NAN, lim, 0);
             if (pin)
                 snprintf(t->figure, sizeof t->figure, "p50 %.1f us = %.1fx RTT",
                          c ? c->p50 : NAN, t->value);
@@ -1195,15 +1582,14 @@ static void targets_build(void)
         cell *c = find(L_4K, (op_kind)op, 64, 1, 1, 0);
         char w[80];
         snprintf(w, sizeof w, "4 KiB %s, 64 in flight", op_name[op]);
-        target *t = add_target(w, c ? c->reqs : NAN, 150000, 1,
-                               "21200/s @8");
+        target *t = add_target(3, w, c ? c->reqs : NAN, 150000, 1);
         snprintf(t->figure, sizeof t->figure, "%.0f req/s", t->value);
         snprintf(t->goal, sizeof t->goal, ">= 150000 req/s");
     }
     {
         cell *c = find(L_S8, OP_PULL, 64, 1, 1, 0);
-        target *t = add_target("sparse pull 1000 keys x dim 8, 64 in flight",
-                               c ? c->mkeys : NAN, 20, 1, "13-50 M");
+        target *t = add_target(3, "sparse pull 1000 keys x dim 8, 64 in flight",
+                               c ? c->mkeys : NAN, 20, 1);
         snprintf(t->figure, sizeof t->figure, "%.1f M keys/s", t->value);
         snprintf(t->goal, sizeof t->goal, ">= 20 M keys/s");
     }
@@ -1211,7 +1597,7 @@ static void targets_build(void)
         cell *c = find(L_S1, OP_PULL, k, 1, 1, 0);
         char w[80];
         snprintf(w, sizeof w, "sparse pull 65536 keys x dim 1, %d in flight", k);
-        target *t = add_target(w, c ? c->mkeys : NAN, 60, 1, "35 M");
+        target *t = add_target(3, w, c ? c->mkeys : NAN, 60, 1);
         snprintf(t->figure, sizeof t->figure, "%.1f M keys/s", t->value);
         snprintf(t->goal, sizeof t->goal, ">= 60 M keys/s");
     }
@@ -1222,52 +1608,235 @@ static void targets_build(void)
                  m->dense ? "dense" : "sparse", m->updater,
                  (unsigned long long)m->rows, m->dim);
         double lim = m->dense ? 1.05 : 2.0;
-        target *t = add_target(w, m->failed ? NAN : mem_bytes(m) / mem_need(m),
-                               lim, 0, "");
+        target *t = add_target(3, w, m->failed ? NAN
+                                               : mem_bytes(m) / mem_need(m),
+                               lim, 0);
         snprintf(t->figure, sizeof t->figure, "%.1f B/row = %.2fx needed",
                  mem_bytes(m) / (double)m->rows, t->value);
         snprintf(t->goal, sizeof t->goal, "<= %.2fx needed", lim);
     }
 }
 
-/* The cells the issue compares with ps-lite, side by side. */
-static void print_pslite(void)
+/* One row of the side-by-side table: one figure of one pair, the median
+ * over the rounds (lo and hi: the range). */
+typedef struct sbs_row {
+    const pair *p;
+    int fig;
+    double psl, psd, psl_lo, psl_hi, psd_lo, psd_hi;
+    double psl_gbps, psd_gbps;   /* the cell's GB/s, whatever fig is */
+    double goal;                 /* psd / ps-lite */
+    int higher;                  /* rate: higher is better */
+    target *t;                   /* its psd / ps-lite target */
+} sbs_row;
+
+static sbs_row rows[MAX_PAIRS * 3];
+static int nrows;
+
+static int is_latency(int fig)
 {
-    static const struct { int l; op_kind op; int win; const char *ps; } rows[] = {
-        { L_4B, OP_PUSH, 64, "96000 req/s" },
-        { L_4B, OP_PULL, 64, "84000 req/s" },
-        { L_4B, OP_PUSHPULL, 64, "81000 req/s" },
-        { L_4K, OP_PUSH, 1, "4500 req/s" },
-        { L_4K, OP_PULL, 1, "5400 req/s" },
-        { L_4K, OP_PUSHPULL, 1, "4100 req/s" },
-        { L_4K, OP_PUSH, 8, "19800 req/s" },
-        { L_4K, OP_PULL, 8, "21200 req/s" },
-        { L_4K, OP_PUSHPULL, 8, "23400 req/s" },
-        { L_64K, OP_PUSH, 8, "1.04 GB/s" },
-        { L_64K, OP_PULL, 8, "1.01 GB/s" },
-        { L_64K, OP_PUSHPULL, 8, "0.77 GB/s" },
-        { L_1M, OP_PUSH, 1, "1.58 GB/s" },
-        { L_1M, OP_PULL, 1, "1.63 GB/s" },
-        { L_1M, OP_PUSHPULL, 1, "1.04 GB/s" },
-        { L_16M, OP_PUSH, 1, "0.97 GB/s" },
-        { L_16M, OP_PULL, 1, "1.34 GB/s" },
-        { L_16M, OP_PUSHPULL, 1, "0.44 GB/s" },
-        { L_S1, OP_PUSH, 1, "45 M keys/s" },
-        { L_S1, OP_PULL, 1, "35 M keys/s" },
-        { L_S1, OP_PUSHPULL, 1, "24 M keys/s" },
-    };
-    printf("\n== psd vs ps-lite (issue 3's table; 1 node, 1 worker, keyed ops)"
-           " ==\n");
-    printf("%-9s %-9s %4s %12s %8s %9s %9s   %s\n", "payload", "op", "infl",
-           "req/s", "GB/s", "Mkeys/s", "p50 us", "ps-lite");
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
-        cell *c = find(rows[i].l, rows[i].op, rows[i].win, 1, 1, 0);
-        if (!c)
-            continue;
-        printf("%-9s %-9s %4d %12.0f %8.3f %9.2f %9.1f   %s\n",
-               loads[rows[i].l].label, op_name[rows[i].op], rows[i].win,
-               c->reqs, c->gbps, c->mkeys, c->p50, rows[i].ps);
+    return fig == F_P50 || fig == F_P99;
+}
+
+/* The median of figure fig over the rounds that have it; NAN if none. */
+static double rounds_median(const double v[MAX_ROUNDS][NFIGS], int fig,
+                            double *lo, double *hi)
+{
+    double x[MAX_ROUNDS];
+    int n = 0;
+    for (int r = 0; r < opt_rounds; r++)
+        if (!isnan(v[r][fig]))
+            x[n++] = v[r][fig];
+    *lo = *hi = NAN;
+    if (!n)
+        return NAN;
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    *lo = x[0];
+    *hi = x[n - 1];
+    return n % 2 ? x[n / 2] : (x[n / 2 - 1] + x[n / 2]) / 2;
+}
+
+/* A row's figure against the wire, all unpinned like the cells: GB/s and
+ * M keys/s rows as GB/s of floats / TCP stream; req/s rows as req/s / the
+ * 64 B ping-pong's round trips per second (1e6 / RTT p50); latencies as
+ * the figure / RTT p50. */
+static double x_wire(const sbs_row *w, int psd)
+{
+    double v = psd ? w->psd : w->psl;
+    if (is_latency(w->fig))
+        return v / base.rtt_p50_us[UNPINNED];
+    if (w->fig == F_REQS)
+        return v * base.rtt_p50_us[UNPINNED] / 1e6;
+    return (psd ? w->psd_gbps : w->psl_gbps) / base.stream_gbps[UNPINNED];
+}
+
+/* The baseline x_wire divides by, for the CSV. */
+static const char *wire_name(int fig, double *value)
+{
+    if (is_latency(fig)) {
+        *value = base.rtt_p50_us[UNPINNED];
+        return "rtt_p50_us";
     }
+    if (fig == F_REQS) {
+        *value = 1e6 / base.rtt_p50_us[UNPINNED];
+        return "pingpong_req_per_s";
+    }
+    *value = base.stream_gbps[UNPINNED];
+    return "tcp_stream_gb_per_s";
+}
+
+/* The rows and issue 12's targets: every row psd / ps-lite >= 1.3 (rates)
+ * or <= 0.77 (latencies), but >= 4 for 65,536 keys x 1; 16 MiB also
+ * >= 0.9x the TCP stream (pushpull 0.5x) and 65,536 keys x 1 also >= 40 M
+ * keys/s. */
+static void rows_build(void)
+{
+    for (int i = 0; i < npairs; i++) {
+        const pair *p = &pairs[i];
+        int figs[3], nf = pair_figs(p, figs);
+        for (int k = 0; k < nf; k++) {
+            sbs_row *w = &rows[nrows++];
+            double lo, hi;
+            memset(w, 0, sizeof *w);
+            w->p = p;
+            w->fig = figs[k];
+            w->psl = rounds_median(p->psl, w->fig, &w->psl_lo, &w->psl_hi);
+            w->psd = rounds_median(p->psd, w->fig, &w->psd_lo, &w->psd_hi);
+            w->psl_gbps = rounds_median(p->psl, F_GBPS, &lo, &hi);
+            w->psd_gbps = rounds_median(p->psd, F_GBPS, &lo, &hi);
+            w->higher = !is_latency(w->fig);
+            w->goal = p->d->load == L_S1 ? 4.0 : w->higher ? 1.3 : 0.77;
+            const char *pl = loads[p->d->load].label;
+            const char *op = op_name[p->op];
+            char what[80];
+            if (p->d->load == L_16M) {
+                double lim = p->op == OP_PUSHPULL ? 0.5 : 0.9;
+                snprintf(what, sizeof what, "16 MiB %s, 1 in flight", op);
+                target *t = add_target(12, what, x_wire(w, 1), lim, 1);
+                snprintf(t->figure, sizeof t->figure, "%.3f GB/s = %.2fx TCP",
+                         w->psd, t->value);
+                snprintf(t->goal, sizeof t->goal, ">= %.2fx TCP stream", lim);
+            }
+            if (p->d->load == L_S1) {
+                snprintf(what, sizeof what, "65536 keys x 1 %s, 1 in flight",
+                         op);
+                target *t = add_target(12, what, w->psd, 40, 1);
+                snprintf(t->figure, sizeof t->figure, "%.2f M keys/s", w->psd);
+                snprintf(t->goal, sizeof t->goal, ">= 40 M keys/s");
+            }
+            snprintf(what, sizeof what, "%s %s %s, %d in flight, %s",
+                     p->d->id, pl, op, p->d->window, fig_name[w->fig]);
+            double ratio = w->psd / w->psl;
+            w->t = add_target(12, what, have_pslite ? ratio : NAN, w->goal,
+                              w->higher);
+            /* Issue 12 names these; the other rows share one line. */
+            w->t->row = !(p->d->load == L_16M || p->d->load == L_S1 ||
+                          (p->d->load == L_4K && p->d->window == 1 &&
+                           w->fig == F_P50));
+            snprintf(w->t->figure, sizeof w->t->figure, "%.2fx ps-lite",
+                     ratio);
+            snprintf(w->t->goal, sizeof w->t->goal, "%s %.2fx ps-lite",
+                     w->higher ? ">=" : "<=", w->goal);
+        }
+    }
+}
+
+/* Prints a ratio in a 9-wide column, small ones in exponent form. */
+static void print_x(double v)
+{
+    if (isnan(v) || isinf(v))
+        printf(" %8s", "n/a");
+    else if (v >= 0.01)
+        printf(" %7.2fx", v);
+    else
+        printf(" %7.1ex", v);
+}
+
+/* The side-by-side table, from rows_build's rows. */
+static void print_side_by_side(void)
+{
+    printf("\n== psd and ps-lite side by side (1 node, 1 worker, unpinned; "
+           "%s of %d round%s) ==\n", opt_rounds > 1 ? "median" : "figures",
+           opt_rounds, opt_rounds > 1 ? "s" : "");
+    if (!have_pslite)
+        printf("ps-lite not measured in this run: psd alone\n");
+    printf("%-2s %-8s %-8s %4s %-8s %12s %12s %8s %-14s %8s %8s\n", "id",
+           "payload", "op", "infl", "figure", "ps-lite", "psd", "psd/psl",
+           "goal", "psl/wire", "psd/wire");
+    for (int i = 0; i < nrows; i++) {
+        const sbs_row *w = &rows[i];
+        const pair *p = w->p;
+        char goal[32];
+        snprintf(goal, sizeof goal, "%s%.2f %s", w->higher ? ">=" : "<=",
+                 w->goal, verdict(w->t));
+        printf("%-2s %-8s %-8s %4d %-8s", p->d->id, loads[p->d->load].label,
+               op_name[p->op], p->d->window, fig_name[w->fig]);
+        print_fig(w->psl, w->fig);
+        print_fig(w->psd, w->fig);
+        print_x(w->psd / w->psl);
+        printf(" %-14s", goal);
+        print_x(x_wire(w, 0));
+        print_x(x_wire(w, 1));
+        printf("\n");
+    }
+    printf("wire (raw TCP on loopback, unpinned, measured at the start of this"
+           " run): GB/s and Mkeys/s\nas GB/s of floats / TCP stream (%.2f "
+           "GB/s); req/s / 64 B ping-pong round trips per second\n(%.0f/s); "
+           "latencies"
+           " / ping-pong RTT p50 (%.1f us).\n", base.stream_gbps[UNPINNED],
+           1e6 / base.rtt_p50_us[UNPINNED], base.rtt_p50_us[UNPINNED]);
+    printf("load average (1 min) %.2f when the phase started, %.2f when it "
+           "ended, on %d CPUs\n(psbench's own processes count in it too).\n",
+           pair_load[0], pair_load[1], ncpu);
+    if (opt_rounds > 1) {
+        printf("range over the rounds (min-max), ps-lite | psd:\n");
+        for (int i = 0; i < nrows; i++) {
+            const sbs_row *w = &rows[i];
+            printf("  %-2s %-8s %-8s %-8s", w->p->d->id,
+                   loads[w->p->d->load].label, op_name[w->p->op],
+                   fig_name[w->fig]);
+            print_fig(w->psl_lo, w->fig);
+            print_fig(w->psl_hi, w->fig);
+            printf(" |");
+            print_fig(w->psd_lo, w->fig);
+            print_fig(w->psd_hi, w->fig);
+            printf("\n");
+        }
+    }
+}
+
+/* One issue's targets with PASS or MISS; for issue 12, the table rows'
+ * own goals as one line plus a line per miss. */
+static void print_targets(int issue)
+{
+    int met = 0, have = 0, rows_met = 0, rows_have = 0, nrow = 0;
+    for (int i = 0; i < ntargets; i++) {
+        target *t = &targets[i];
+        if (t->issue != issue)
+            continue;
+        have += t->have;
+        met += pass(t);
+        if (t->row) {
+            nrow++;
+            rows_have += t->have;
+            rows_met += pass(t);
+            continue;
+        }
+        printf("%-45s %-31s %-21s %s\n", t->what, t->figure, t->goal,
+               verdict(t));
+    }
+    if (nrow) {
+        printf("%-45s %d of %d rows PASS", "the other rows of the table",
+               rows_met, rows_have);
+        if (rows_have < nrow)
+            printf(" (%d n/a)", nrow - rows_have);
+        printf("  (>= 1.30x ps-lite for rates, <= 0.77x for latencies)\n");
+        for (int i = 0; i < ntargets; i++) {
+            target *t = &targets[i];
+            if (t->issue == issue && t->row && t->have && !pass(t))
+                printf("  MISS %-40s %s\n", t->what, t->figure);
+        }
+    }
+    printf("issue %d targets met: %d of %d\n", issue, met, have);
 }
 
 static void print_summary(void)
@@ -1279,20 +1848,17 @@ static void print_summary(void)
            base.memcpy_gbps[0], base.memcpy_gbps[1], base.stream_gbps[0],
            base.stream_gbps[1], base.stream_gbps[2], base.rtt_p50_us[0],
            base.rtt_p50_us[1], base.rtt_p50_us[2]);
-    if (opt_matrix)
-        print_pslite();
-    printf("\n== issue 3 targets (informational: a miss never fails the "
-           "build) ==\n");
-    int met = 0, have = 0;
-    for (int i = 0; i < ntargets; i++) {
-        target *t = &targets[i];
-        have += t->have;
-        met += pass(t);
-        printf("%-45s %-31s %-21s %-4s%s%s\n", t->what, t->figure, t->goal,
-               !t->have ? "n/a" : pass(t) ? "PASS" : "MISS",
-               t->pslite[0] ? "  ps-lite " : "", t->pslite);
+    if (opt_matrix || opt_memory) {
+        printf("\n== issue 3 targets (informational: a miss never fails the "
+               "build) ==\n");
+        print_targets(3);
     }
-    printf("targets met: %d of %d\n", met, have);
+    if (npairs) {
+        print_side_by_side();
+        printf("\n== issue 12 targets: ratios to ps-lite and to the wire from "
+               "this run (informational) ==\n");
+        print_targets(12);
+    }
     if (failures)
         printf("FAILURES: %d (crashes or request errors; see stderr)\n",
                failures);
@@ -1333,6 +1899,14 @@ static void write_csv(const char *path)
             cnum(f, b == 2 ? base.rtt_p99_us[p] : NAN, 2);
             fprintf(f, ",,,,,,,,,,,,,\n");
         }
+    for (size_t i = 0; i < NRR && opt_baselines; i++) {
+        fprintf(f, "baseline,tcp_rr,,,%zu,,1,,,0,", rr_bytes[i]);
+        cnum(f, base.rr_gbps[i] * 1e9 / (double)rr_bytes[i], 1);
+        cnum(f, base.rr_gbps[i], 4);
+        fputc(',', f);
+        cnum(f, base.rr_p50_us[i], 2);
+        fprintf(f, ",,,,,,,,,,,,,,\n");
+    }
     for (int i = 0; i < ncells; i++) {
         const cell *c = &cells[i];
         if (!c->ran)
@@ -1392,9 +1966,15 @@ static void write_json(const char *path)
         jnum(f, "tcp_stream_gb_per_s", base.stream_gbps[p], ", ");
         jnum(f, "pingpong_p50_us", base.rtt_p50_us[p], ", ");
         jnum(f, "pingpong_p99_us", base.rtt_p99_us[p], "");
-        fprintf(f, "}%s", p == NPLACE - 1 ? "" : ", ");
+        fprintf(f, "}, ");
     }
-    fprintf(f, "},\n  \"skipped\": [");
+    fprintf(f, "\"tcp_rr_unpinned\": [");
+    for (size_t i = 0; i < NRR; i++) {
+        fprintf(f, "%s{\"request_bytes\": %zu, ", i ? ", " : "", rr_bytes[i]);
+        jnum(f, "gb_per_s", base.rr_gbps[i], ", ");
+        jnum(f, "p50_us", base.rr_p50_us[i], "}");
+    }
+    fprintf(f, "]},\n  \"skipped\": [");
     for (size_t i = 0; i < sizeof skipped_text / sizeof *skipped_text; i++)
         fprintf(f, "%s\"%s\"", i ? ", " : "", skipped_text[i]);
     fprintf(f, "],\n  \"cells\": [\n");
@@ -1439,14 +2019,111 @@ static void write_json(const char *path)
     fprintf(f, "\n  ],\n  \"targets\": [\n");
     for (int i = 0; i < ntargets; i++) {
         const target *t = &targets[i];
-        fprintf(f, "%s    {\"what\": \"%s\", \"figure\": \"%s\", \"goal\": "
-                "\"%s\", ", i ? ",\n" : "", t->what, t->figure, t->goal);
+        fprintf(f, "%s    {\"issue\": %d, \"what\": \"%s\", \"figure\": \"%s\", "
+                "\"goal\": \"%s\", ", i ? ",\n" : "", t->issue, t->what,
+                t->figure, t->goal);
         jnum(f, "value", t->have ? t->value : NAN, ", ");
         jnum(f, "limit", t->limit, ", ");
         fprintf(f, "\"verdict\": \"%s\"}",
                 !t->have ? "n/a" : pass(t) ? "PASS" : "MISS");
     }
     fprintf(f, "\n  ],\n  \"failures\": %d\n}\n", failures);
+    fclose(f);
+}
+
+/* BUILD/side_by_side.csv: one line per row of the side-by-side table.
+ * The columns are listed in tests/bench/README.md. */
+static void write_sbs_csv(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        failures++;
+        return;
+    }
+    fprintf(f, "cell,payload,payload_bytes,op,inflight,figure,pslite,psd,"
+            "psd_over_pslite,goal_vs_pslite,verdict,wire_name,wire_value,"
+            "pslite_x_wire,psd_x_wire,pslite_gb_per_s,psd_gb_per_s,rounds,"
+            "pslite_min,pslite_max,psd_min,psd_max\n");
+    for (int i = 0; i < nrows; i++) {
+        const sbs_row *w = &rows[i];
+        const pair *p = w->p;
+        fprintf(f, "%s,%s,%zu,%s,%d,%s", p->d->id, loads[p->d->load].label,
+                payload_bytes(&p->proto), op_name[p->op], p->d->window,
+                fig_key[w->fig]);
+        cnum(f, w->psl, 4);
+        cnum(f, w->psd, 4);
+        cnum(f, w->psd / w->psl, 4);
+        double wv;
+        const char *wn = wire_name(w->fig, &wv);
+        fprintf(f, ",%s%.2f,%s,%s", w->higher ? ">=" : "<=", w->goal,
+                verdict(w->t), wn);
+        cnum(f, wv, 4);
+        cnum(f, x_wire(w, 0), 6);
+        cnum(f, x_wire(w, 1), 6);
+        cnum(f, w->psl_gbps, 6);
+        cnum(f, w->psd_gbps, 6);
+        fprintf(f, ",%d", opt_rounds);
+        cnum(f, w->psl_lo, 4);
+        cnum(f, w->psl_hi, 4);
+        cnum(f, w->psd_lo, 4);
+        cnum(f, w->psd_hi, 4);
+        fputc('\n', f);
+    }
+    fclose(f);
+}
+
+/* BUILD/side_by_side.json: the same rows and issue 12's targets. */
+static void write_sbs_json(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        failures++;
+        return;
+    }
+    fprintf(f, "{\n  \"cpus\": %d, \"rounds\": %d, \"cell_ms\": %d, "
+            "\"warmup_ms\": %d, \"pslite_measured\": %s,\n  ", ncpu,
+            opt_rounds, opt_pair_ms, opt_pair_warm_ms,
+            have_pslite ? "true" : "false");
+    jnum(f, "load_1min_start", pair_load[0], ", ");
+    jnum(f, "load_1min_end", pair_load[1], ",\n  ");
+    jnum(f, "tcp_stream_gb_per_s", base.stream_gbps[UNPINNED], ", ");
+    jnum(f, "rtt_p50_us", base.rtt_p50_us[UNPINNED], ",\n");
+    fprintf(f, "  \"rows\": [\n");
+    for (int i = 0; i < nrows; i++) {
+        const sbs_row *w = &rows[i];
+        const pair *p = w->p;
+        fprintf(f, "%s    {\"cell\": \"%s\", \"payload\": \"%s\", "
+                "\"payload_bytes\": %zu, \"op\": \"%s\", \"inflight\": %d, "
+                "\"figure\": \"%s\", ", i ? ",\n" : "", p->d->id,
+                loads[p->d->load].label, payload_bytes(&p->proto),
+                op_name[p->op], p->d->window, fig_key[w->fig]);
+        jnum(f, "pslite", w->psl, ", ");
+        jnum(f, "psd", w->psd, ", ");
+        jnum(f, "psd_over_pslite", w->psd / w->psl, ", ");
+        jnum(f, "goal_vs_pslite", w->goal, ", ");
+        fprintf(f, "\"verdict\": \"%s\", ", verdict(w->t));
+        jnum(f, "pslite_x_wire", x_wire(w, 0), ", ");
+        jnum(f, "psd_x_wire", x_wire(w, 1), ", ");
+        jnum(f, "pslite_gb_per_s", w->psl_gbps, ", ");
+        jnum(f, "psd_gb_per_s", w->psd_gbps, "}");
+    }
+    fprintf(f, "\n  ],\n  \"targets\": [\n");
+    int first = 1;
+    for (int i = 0; i < ntargets; i++) {
+        const target *t = &targets[i];
+        if (t->issue != 12)
+            continue;
+        fprintf(f, "%s    {\"what\": \"%s\", \"figure\": \"%s\", "
+                "\"goal\": \"%s\", ", first ? "" : ",\n", t->what,
+                t->figure, t->goal);
+        jnum(f, "value", t->have ? t->value : NAN, ", ");
+        jnum(f, "limit", t->limit, ", ");
+        fprintf(f, "\"verdict\": \"%s\"}", verdict(t));
+        first = 0;
+    }
+    fprintf(f, "\n  ]\n}\n");
     fclose(f);
 }
 
@@ -1460,11 +2137,16 @@ static void usage(void)
             "               [--no-baselines] [--no-matrix] [--no-memory]\n"
             "               [--sparse-dim-1e7 D] [--op OP] [--payload LABEL]\n"
             "               [--inflight N] [--workers N] [--nodes N]\n"
+            "               [--pslite PATH] [--no-side-by-side] [--rounds N]\n"
+            "               [--pair-ms N] [--pair-warm-ms N]\n"
             "The filters (--op ... --nodes) keep only the matching cells.\n"
+            "--pslite PATH: ps-lite's psl_bench, measured on the same cells\n"
+            "as psd, alternately (tests/bench/run_bench.sh builds it).\n"
             "--server-conf TEXT adds lines to the [server] section of every\n"
             "generated ini (for example \"max_output = 1G\").\n"
-            "Starts psd processes itself; writes DIR/bench.csv and "
-            "DIR/bench.json.\n");
+            "Starts psd processes itself; writes DIR/bench.csv, "
+            "DIR/bench.json,\nDIR/side_by_side.csv and "
+            "DIR/side_by_side.json.\n");
 }
 
 int main(int argc, char **argv)
@@ -1501,12 +2183,24 @@ int main(int argc, char **argv)
             opt_matrix = 0;
         else if (!strcmp(a, "--no-memory"))
             opt_memory = 0;
+        else if (!strcmp(a, "--no-side-by-side"))
+            opt_pairs = 0;
+        else if (!strcmp(a, "--pslite") && i + 1 < argc)
+            opt_pslite = argv[++i];
+        else if (!strcmp(a, "--rounds") && i + 1 < argc)
+            opt_rounds = atoi(argv[++i]);
+        else if (!strcmp(a, "--pair-ms") && i + 1 < argc)
+            opt_pair_ms = atoi(argv[++i]);
+        else if (!strcmp(a, "--pair-warm-ms") && i + 1 < argc)
+            opt_pair_warm_ms = atoi(argv[++i]);
         else {
             usage();
             return 2;
         }
     }
-    if (opt_ms < 10 || opt_warm_ms < 0 || opt_mem_sparse_dim_big < 1) {
+    if (opt_ms < 10 || opt_warm_ms < 0 || opt_mem_sparse_dim_big < 1 ||
+        opt_pair_ms < 10 || opt_pair_warm_ms < 0 || opt_rounds < 1 ||
+        opt_rounds > MAX_ROUNDS) {
         usage();
         return 2;
     }
@@ -1521,23 +2215,41 @@ int main(int argc, char **argv)
         fprintf(stderr, "psbench: %s: %s\n", opt_psd, strerror(errno));
         return 1;
     }
+    if (opt_pslite && access(opt_pslite, X_OK)) {
+        fprintf(stderr, "psbench: %s: %s\n", opt_pslite, strerror(errno));
+        return 1;
+    }
     setenv("PSD_BIN", opt_psd, 1);   /* the psd tests/cluster.c starts */
     uint64_t t0 = now_ns();
     printf("psbench: %d CPUs, psd %s\n\n", ncpu, opt_psd);
     if (opt_baselines)
         measure_baselines();
+    if (opt_pairs)
+        run_pairs();
     if (opt_matrix)
         run_matrix();
     if (opt_memory)
         run_memory();
     targets_build();
+    rows_build();
     print_summary();
     char path[512];
     snprintf(path, sizeof path, "%s/bench.csv", opt_out);
     write_csv(path);
     snprintf(path, sizeof path, "%s/bench.json", opt_out);
     write_json(path);
-    printf("results: %s/bench.csv, %s/bench.json; %.0f s in all\n", opt_out,
-           opt_out, (double)(now_ns() - t0) / 1e9);
+    printf("results: %s/bench.csv, %s/bench.json", opt_out, opt_out);
+    if (npairs) {
+        snprintf(path, sizeof path, "%s/side_by_side.csv", opt_out);
+        write_sbs_csv(path);
+        snprintf(path, sizeof path, "%s/side_by_side.json", opt_out);
+        write_sbs_json(path);
+        printf(", %s/side_by_side.csv, %s/side_by_side.json", opt_out,
+               opt_out);
+    }
+    printf("; %.0f s in all", (double)(now_ns() - t0) / 1e9);
+    if (npairs)
+        printf(" (side by side %.0f s)", pair_secs);
+    printf("\n");
     return failures ? 1 : 0;
 }
