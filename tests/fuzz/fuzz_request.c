@@ -14,8 +14,9 @@
  * without one the connection is a reader with client_id 0, as a HELLO of
  * (0, 0, -1) would make it. A HELLO in a later body closes the connection,
  * as in conn.c. The clock moves 100 ms per body, with a
- * psd_request_tick after each. At the end connection 1 closes, the clock
- * passes worker_grace, and connection 0 closes.
+ * psd_request_tick after each. At the end the clock jumps 10 s (the node
+ * logs whom it waits for), connection 1 closes, the clock passes
+ * worker_grace, and connection 0 closes.
  *
  * Checked: what the sanitizers check; every reply frame reads back as a
  * peer reads it (length, CRC, at most max_frame, only REPLYs, error
@@ -43,6 +44,7 @@
 #define HELLO_OK_MAX_FRAME (1u << 20) /* what a client reads HELLO_OK with */
 #define T0_MS 1000000
 #define STEP_MS 100
+#define WAIT_LOG_MS 10000            /* daemon/request.c */
 
 /* One connection of the current input. */
 typedef struct conn {
@@ -366,6 +368,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 check_output(&conns[i]);
     }
 
+    /* Long enough for the node to say whom a held reply waits for, and
+     * to forget clients without a connection. */
+    now += WAIT_LOG_MS;
+    psd_request_tick(&node, now);
+    for (int i = 0; i < NCONN; i++)
+        if (!conns[i].closed)
+            check_output(&conns[i]);
     /* Connection 1 goes first: once its worker's grace has passed,
      * connection 0's held replies may be answered. */
     close_conn(&conns[1], now);

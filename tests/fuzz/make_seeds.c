@@ -101,7 +101,11 @@ static psw_msg req(int op, uint64_t ts, uint32_t part, uint32_t table)
 static void pack_keys(int op, uint64_t ts, uint32_t table, const uint64_t *k,
                       size_t n, const float *vals, size_t nvals)
 {
-    char kb[8 * 64];
+    static char kb[8 * 1024];
+    if (n > sizeof kb / 8) {
+        fprintf(stderr, "make_seeds: %zu keys is too many\n", n);
+        exit(1);
+    }
     keys_le(kb, k, n);
     psw_msg m = req(op, ts, 0, table);
     m.keys = kb;
@@ -291,6 +295,18 @@ static void wire_seeds(void)
     free(all.p);
     for (int i = 0; i < n; i++)
         free(f[i].frame.p);
+
+    /* Keys of PSW_REF_MIN bytes or more are referenced, not copied, when
+     * fuzz_msg packs them again. */
+    uint64_t keys[PSW_REF_MIN / 8 + 1];
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        keys[i] = i;
+    begin();
+    pack_keys(PSW_OP_PULL, 6, 0, keys, sizeof keys / sizeof keys[0], NULL, 0);
+    bytes fr = end(), body = body_of(fr);
+    write_seed("fuzz_msg", "pull_referenced_keys", body.p, body.n);
+    free(fr.p);
+    free(body.p);
 }
 
 /* ---- fuzz_request ----------------------------------------------------- */
@@ -335,8 +351,8 @@ static void take_body(bytes *b)
 static void request_seeds(void)
 {
     const char *t = "fuzz_request";
-    float v[64];
-    for (int i = 0; i < 64; i++)
+    float v[256];
+    for (int i = 0; i < 256; i++)
         v[i] = 0.125f * (float)(i + 1);
     uint64_t s2[2] = { owned_key(0), owned_key(1) };
     uint64_t d2[2] = { dense_row(1000, 0, 0), dense_row(1000, 0, 1) };
@@ -358,7 +374,8 @@ static void request_seeds(void)
     pack_keys(PSW_OP_PUSH, 6, FUZZ_T_SPARSE_FTRL_SSP, s2, 2, v, 6);
     pack_keys(PSW_OP_PUSH, 7, FUZZ_T_SPARSE_SGD_BSP, s2, 2, v, 2);
     pack_keys(PSW_OP_PUSH, 8, FUZZ_T_DENSE_ASSIGN_SSP, &a1, 1, v, 1);
-    pack_control(PSW_OP_LEAVE, 9, 0, 0);
+    pack_keys(PSW_OP_PUSHPULL, 9, FUZZ_T_SPARSE_ADAM, s2, 2, v, 4);
+    pack_control(PSW_OP_LEAVE, 10, 0, 0);
     take_body(&b);
     write_seed(t, "reader_every_op", b.p, b.n);
     free(b.p);
@@ -379,8 +396,10 @@ static void request_seeds(void)
         pack_hello(PSW_VERSION, 10 + (uint64_t)w, 1, w, NULL);
         pack_keys(PSW_OP_PUSH, 1, FUZZ_T_DENSE_ADAM_BSP, b2, 2, v, 4);
         pack_keys(PSW_OP_PUSH, 2, FUZZ_T_SPARSE_SGD_BSP, s2, 1, v, 1);
-        pack_control(PSW_OP_CLOCK, 3, 0, 1);
-        pack_keys(PSW_OP_PULL, 4, FUZZ_T_DENSE_ADAM_BSP, b2, 2, NULL, 0);
+        pack_range(PSW_OP_PUSH_RANGE, 3, FUZZ_T_DENSE_ADAM_BSP, b2[0], 2, v,
+                   4);
+        pack_control(PSW_OP_CLOCK, 4, 0, 1);
+        pack_keys(PSW_OP_PULL, 5, FUZZ_T_DENSE_ADAM_BSP, b2, 2, NULL, 0);
         take_body(&b);
     }
     write_seed(t, "bsp_two_workers", b.p, b.n);
@@ -416,6 +435,44 @@ static void request_seeds(void)
     pack_control(PSW_OP_LEAVE, 2, 0, 0);
     take_body(&b);
     write_seed(t, "barrier_leave", b.p, b.n);
+    free(b.p);
+
+    /* Worker 0 leaves, and a new client takes its id: a rejoin. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 70, 1, 0, NULL);
+    pack_control(PSW_OP_CLOCK, 1, 0, 3);
+    pack_control(PSW_OP_LEAVE, 2, 0, 0);
+    take_body(&b);
+    begin();
+    pack_hello(PSW_VERSION, 71, 1, 0, NULL);
+    pack_control(PSW_OP_CLOCK, 1, 0, 1);
+    take_body(&b);
+    write_seed(t, "rejoin", b.p, b.n);
+    free(b.p);
+
+    /* A hundred new sparse keys: hash tables grow while holding rows, and
+     * adam keeps a step per row. */
+    uint64_t many[100];
+    for (int i = 0; i < 100; i++)
+        many[i] = owned_key(i);
+    b = (bytes){ 0 };
+    begin();
+    pack_keys(PSW_OP_PUSH, 1, FUZZ_T_SPARSE_ADAM, many, 100, v, 200);
+    pack_keys(PSW_OP_PULL, 2, FUZZ_T_SPARSE_ADAM, many, 100, NULL, 0);
+    take_body(&b);
+    write_seed(t, "many_keys", b.p, b.n);
+    free(b.p);
+
+    /* More pushes in flight than the exactly-once table first holds. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 80, 1, -1, NULL);
+    for (int i = 0; i < 40; i++)
+        pack_keys(PSW_OP_PUSH, (uint64_t)i + 1, FUZZ_T_DENSE_SUM, d2, 1, v, 4);
+    pack_control(PSW_OP_ACK, 0, 0, 30);
+    take_body(&b);
+    write_seed(t, "dedup_many", b.p, b.n);
     free(b.p);
 
     /* A held CLOCK answered only when the other worker's grace runs out

@@ -47,18 +47,21 @@
     "dim = 1\n"                                                            \
     "updater = assign\n"                                                   \
     "consistency = ssp\n"                                                  \
-    "init = constant 0.5\n"
+    "init = constant 0.5\n"                                                \
+    "[table.sparse_adam]\n"                                                \
+    "dim = 2\n"                                                            \
+    "updater = adam\n"
 
 #define FUZZ_REQ_NODES 2
 #define FUZZ_REQ_SHARDS 4
 #define FUZZ_REQ_WORKERS 2
 #define FUZZ_REQ_MAX_FRAME 4096
 
-/* Table ids (section order), with their dim and, for dense ones, rows. */
+/* Table ids, in section order. */
 enum {
     FUZZ_T_DENSE_SUM, FUZZ_T_SPARSE_ADAGRAD, FUZZ_T_DENSE_ADAM_BSP,
     FUZZ_T_SPARSE_FTRL_SSP, FUZZ_T_SPARSE_SGD_BSP, FUZZ_T_DENSE_ASSIGN_SSP,
-    FUZZ_T_COUNT
+    FUZZ_T_SPARSE_ADAM, FUZZ_T_COUNT
 };
 
 #endif

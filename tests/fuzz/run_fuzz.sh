@@ -28,7 +28,7 @@ for t in "$@"; do
     dict=
     case $t in
     fuzz_frame)   maxlen=16384 ;;    # several frames, past the 4 KiB limit
-    fuzz_msg)     maxlen=4096 ;;
+    fuzz_msg)     maxlen=8192 ;;     # keys past PSW_REF_MIN are referenced
     fuzz_config)  maxlen=4096; dict=$here/fuzz_config.dict ;;
     fuzz_request) maxlen=8192 ;;     # two frames of the fixed max_frame
     *) echo "run_fuzz.sh: unknown target $t" >&2; exit 2 ;;
