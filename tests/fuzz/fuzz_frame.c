@@ -164,8 +164,8 @@ static void run_stream(run *r, const uint8_t *p, size_t n, size_t max_frame,
 }
 
 /* Feeds a stream cut as asked, and all at once, and checks that both gave
- * the same frames and ended the same way (reliability scenario 4:
- * split-feed equivalence). */
+ * the same frames and ended the same way: how reads happen to cut a stream
+ * must never change what it means. */
 static void check_stream(const uint8_t *p, size_t n, size_t max_frame,
                          unsigned cut, unsigned frac)
 {

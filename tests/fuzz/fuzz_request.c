@@ -13,10 +13,11 @@
  * and checked) and the rest of its messages follow as a pipelined frame;
  * without one the connection is a reader with client_id 0, as a HELLO of
  * (0, 0, -1) would make it. A HELLO in a later body closes the connection,
- * as in conn.c. The clock moves 100 ms per body, with a
- * psd_request_tick after each. At the end the clock jumps 10 s (the node
- * logs whom it waits for), connection 1 closes, the clock passes
- * worker_grace, and connection 0 closes.
+ * as in conn.c. The clock moves 100 ms per body, with a psd_request_tick
+ * after each. At the end the clock jumps 10 s (the node logs whom it waits
+ * for), connection 1 closes, the clock passes worker_grace, and connection
+ * 0 closes. The node is built afresh for every input, so an input alone
+ * reproduces what it did.
  *
  * Checked: what the sanitizers check; every reply frame reads back as a
  * peer reads it (length, CRC, at most max_frame, only REPLYs, error

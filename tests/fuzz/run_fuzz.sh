@@ -13,8 +13,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 B=$(cd "$B" && pwd)
 
-# Reliability scenario 5: one allocation above 64 MB, or more than 512 MB
-# resident, is a finding; so is an input that takes more than 5 s.
+# One allocation above 64 MB, or more than 512 MB resident, is a finding:
+# no input of these sizes has a reason to need that. So is an input that
+# takes more than 5 s.
 limits="-malloc_limit_mb=64 -rss_limit_mb=512 -timeout=5"
 # Report every run's leaks and UBSan's stacks; keep going is libFuzzer's
 # job, not the sanitizers'.
