@@ -281,6 +281,97 @@ run-sparse: all $(REUTERS_ARFF)
 	@sh examples/run_sparse.sh $(BUILD) conf/reuters.ini $(REUTERS_DIR) \
 	    $(SPARSE_EPOCHS)
 
+# ---- fuzzing (tests/fuzz/README.md) ----------------------------------------
+# Four libFuzzer targets: the frame reader, the message codec, the config
+# reader and the daemon's request handling in process. `make test` replays
+# their seed corpus and regression inputs through plain builds of the same
+# files (tests/fuzz/replay.c gives them a main(), so no clang is needed)
+# and checks that the committed seeds are what make_seeds writes.
+FZ := tests/fuzz
+FUZZ_TARGETS := fuzz_frame fuzz_msg fuzz_config fuzz_request
+# Each target links only what it exercises.
+FUZZ_OBJ_frame   := $(FZ)/fuzz_frame.o $(FZ)/decode.o $(PROTO_SRC:.c=.o)
+FUZZ_OBJ_msg     := $(FZ)/fuzz_msg.o $(FZ)/decode.o $(PROTO_SRC:.c=.o)
+FUZZ_OBJ_config  := $(FZ)/fuzz_config.o daemon/config.o daemon/inifile.o
+FUZZ_OBJ_request := $(FZ)/fuzz_request.o $(FZ)/decode.o daemon/request.o \
+                    daemon/node.o daemon/config.o daemon/inifile.o \
+                    daemon/table.o daemon/updater.o daemon/sync.o \
+                    daemon/dedup.o daemon/journal.o daemon/log.o \
+                    $(PROTO_SRC:.c=.o)
+FUZZ_REPLAY := $(FUZZ_TARGETS:%=$(BUILD)/%) $(BUILD)/make_seeds
+
+$(BUILD)/fuzz_frame: $(addprefix $(BUILD)/,$(FUZZ_OBJ_frame) $(FZ)/replay.o)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP)
+$(BUILD)/fuzz_msg: $(addprefix $(BUILD)/,$(FUZZ_OBJ_msg) $(FZ)/replay.o)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP)
+$(BUILD)/fuzz_config: $(addprefix $(BUILD)/,$(FUZZ_OBJ_config) $(FZ)/replay.o)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI)
+$(BUILD)/fuzz_request: $(addprefix $(BUILD)/,$(FUZZ_OBJ_request) $(FZ)/replay.o)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) -lm
+$(BUILD)/make_seeds: $(BUILD)/$(FZ)/make_seeds.o $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP)
+test: $(FUZZ_REPLAY)
+
+# Rewrites the committed seed corpus (after a protocol change).
+fuzz-seeds: $(BUILD)/make_seeds
+	rm -rf $(FZ)/corpus
+	$(BUILD)/make_seeds $(FZ)/corpus
+
+# The libFuzzer builds: clang, ASan + UBSan, coverage for libFuzzer, in a
+# tree of their own. `make fuzz FUZZ_SECONDS=N` runs each target N seconds
+# (default 60) from a copy of its corpus and prints what each found;
+# `make fuzz-ci` is the one-minute run for CI (15 s per target).
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS   = $(CSTD) -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+                -Wmissing-prototypes -O1 -g -fno-omit-frame-pointer \
+                -fno-math-errno $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
+                $(shell pkg-config --cflags $(MSGPACK_PC) inih libisal \
+                    2>/dev/null)
+FUZZ_LINK     = $(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
+FUZZERS      := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
+FUZZ_DEPS_STAMP := $(FUZZ_BUILD)/.deps-ok
+
+# libFuzzer comes with clang; Debian keeps its runtime in libclang-rt-14-dev.
+# Checked by linking an empty fuzzer, once per fuzz tree.
+$(FUZZ_DEPS_STAMP): | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n);' \
+	    'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)' \
+	    '{ (void)d; (void)n; return 0; }' > $(@D)/probe.c
+	@$(FUZZ_CC) -fsanitize=fuzzer,address,undefined $(@D)/probe.c \
+	    -o $(@D)/probe >/dev/null 2>&1 || { \
+	  echo "make: installing missing Debian packages for libFuzzer:" \
+	      "clang libclang-rt-14-dev"; \
+	  $(APT_INSTALL) clang libclang-rt-14-dev || { echo "make: could" \
+	      "not install: clang libclang-rt-14-dev" >&2; exit 1; }; }
+	@rm -f $(@D)/probe.c $(@D)/probe
+	@touch $@
+
+$(FUZZ_BUILD)/%.o: %.c | $(FUZZ_DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(shell find $(FUZZ_BUILD) -name '*.d' 2>/dev/null)
+
+$(FUZZ_BUILD)/fuzz_frame: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_frame))
+	$(FUZZ_LINK) $(LIBS_MP)
+$(FUZZ_BUILD)/fuzz_msg: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_msg))
+	$(FUZZ_LINK) $(LIBS_MP)
+$(FUZZ_BUILD)/fuzz_config: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_config))
+	$(FUZZ_LINK) $(LIBS_INI)
+$(FUZZ_BUILD)/fuzz_request: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_request))
+	$(FUZZ_LINK) $(LIBS_MP) $(LIBS_INI) -lm
+
+.PHONY: fuzz fuzz-ci fuzz-build fuzz-seeds
+fuzz-build: $(FUZZERS)
+fuzz: $(FUZZERS)
+	@sh $(FZ)/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=15
+
 # ---- install ---------------------------------------------------------------
 # The Python binding (python/psclient, ctypes over the shared library) goes
 # to a folder that Debian's python3 searches when PREFIX is /usr and that
@@ -314,4 +405,4 @@ uninstall:
 	rm -rf $(DESTDIR)$(PYDIR)/psclient
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz

@@ -201,11 +201,14 @@ static int get_bin(const msgpack_object *o, const char **p, size_t *n)
     return 0;
 }
 
-/* Copies a STR into a fixed buffer; refuses empty or overlong strings. */
+/* Copies a STR into a fixed buffer; refuses empty or overlong strings,
+ * and strings holding a NUL byte (as a C string they would be cut there:
+ * "\0mb" would pass as the empty name). */
 static int get_name(const msgpack_object *o, char *dst, size_t cap)
 {
     if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 ||
-        o->via.str.size >= cap)
+        o->via.str.size >= cap ||
+        memchr(o->via.str.ptr, '\0', o->via.str.size))
         return -1;
     memcpy(dst, o->via.str.ptr, o->via.str.size);
     dst[o->via.str.size] = '\0';

@@ -1,0 +1,393 @@
+/* libFuzzer target for the daemon's request handling (daemon/request.c),
+ * in process: a psd_node serving a small fixed cluster (request_conf.h)
+ * and two sessions standing in for connections, fed the way daemon/conn.c
+ * feeds them, with no sockets.
+ *
+ * Input: one or more frame bodies back to back, each one msgpack value
+ * (cut where psw_guard says the value ends; bytes it cannot bound form the
+ * last body). Body k comes from connection k % 2, so that one connection's
+ * CLOCK can release another's held replies. As in conn.c, a body over the
+ * frame limit, one that does not decode, or a message that does not decode
+ * or is a REPLY closes its connection. A connection's first body may start
+ * with a HELLO, which goes to psd_request_hello (then a HELLO_OK is packed
+ * and checked) and the rest of its messages follow as a pipelined frame;
+ * without one the connection is a reader with client_id 0, as a HELLO of
+ * (0, 0, -1) would make it. A HELLO in a later body closes the connection,
+ * as in conn.c. The clock moves 100 ms per body, with a psd_request_tick
+ * after each. At the end the clock jumps 10 s (the node logs whom it waits
+ * for), connection 1 closes, the clock passes worker_grace, and connection
+ * 0 closes. The node is built afresh for every input, so an input alone
+ * reproduces what it did.
+ *
+ * Checked: what the sanitizers check; every reply frame reads back as a
+ * peer reads it (length, CRC, at most max_frame, only REPLYs, error
+ * replies without rows); no request is answered twice; the answered
+ * callback comes with a frame to send; no held reply outlives its session
+ * (sessions are freed at close, so a late one is a use-after-free). */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "decode.h"
+#include "fuzz.h"
+#include "request_conf.h"
+#include "../../daemon/config.h"
+#include "../../daemon/log.h"
+#include "../../daemon/node.h"
+#include "../../daemon/request.h"
+#include "../../proto/frame.h"
+#include "../../proto/msg.h"
+#include "../../proto/status.h"
+
+#define NCONN 2
+#define MAX_BODIES 64
+#define PRE_HELLO_MAX_FRAME 4096     /* daemon/conn.c */
+#define HELLO_OK_MAX_FRAME (1u << 20) /* what a client reads HELLO_OK with */
+#define T0_MS 1000000
+#define STEP_MS 100
+#define WAIT_LOG_MS 10000            /* daemon/request.c */
+
+/* One connection of the current input. */
+typedef struct conn {
+    psd_session *ss;     /* malloc'd, freed when the connection closes */
+    int hello_done;
+    int closed;
+} conn;
+
+static psd_config tmpl;              /* the fixed cluster, loaded once */
+static psd_node node;                /* built afresh for every input */
+static conn conns[NCONN];
+static psw_out outs[NCONN];          /* reset between inputs */
+static psw_out hello_out;
+static msgpack_zone zone, zone_chk;
+static uint64_t requests, replies;   /* of the current input */
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    char path[] = "/tmp/psd-fuzz-request-XXXXXX", err[512];
+    int fd = mkstemp(path);
+    FUZZ_CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
+    const char *ini = FUZZ_REQ_INI;
+    size_t n = strlen(ini);
+    FUZZ_CHECK(write(fd, ini, n) == (ssize_t)n, "write %s: %s", path,
+               strerror(errno));
+    close(fd);
+    int rc = psd_config_load(&tmpl, path, err, sizeof err);
+    unlink(path);
+    FUZZ_CHECK(rc == 0, "the fixed config does not load: %s", err);
+    FUZZ_CHECK(tmpl.ntables == FUZZ_T_COUNT && tmpl.nnodes == FUZZ_REQ_NODES &&
+               tmpl.shards == FUZZ_REQ_SHARDS &&
+               tmpl.max_frame == FUZZ_REQ_MAX_FRAME,
+               "request_conf.h: %d tables, %d nodes, %u shards, max_frame "
+               "%llu do not match its constants", tmpl.ntables, tmpl.nnodes,
+               tmpl.shards, (unsigned long long)tmpl.max_frame);
+    psd_log_set_level(PSD_LOG_ERROR);
+    msgpack_zone_init(&zone, 4096);
+    msgpack_zone_init(&zone_chk, 4096);
+    for (int i = 0; i < NCONN; i++)
+        psw_out_init(&outs[i]);
+    psw_out_init(&hello_out);
+    return 0;
+}
+
+static void *memdup(const void *p, size_t n)
+{
+    if (n == 0)
+        return NULL;
+    void *q = malloc(n);
+    FUZZ_CHECK(q != NULL, "out of memory copying %zu bytes", n);
+    memcpy(q, p, n);
+    return q;
+}
+
+/* A copy of the fixed config for psd_node_init to own. */
+static void cfg_dup(psd_config *d, const psd_config *s)
+{
+    *d = *s;
+    d->nodes = memdup(s->nodes, (size_t)s->nnodes * sizeof *s->nodes);
+    d->listen = memdup(s->listen, (size_t)s->nlisten * sizeof *s->listen);
+    d->tables = memdup(s->tables, (size_t)s->ntables * sizeof *s->tables);
+    d->notes = memdup(s->notes, (size_t)s->nnotes * sizeof *s->notes);
+}
+
+/* Reads back every frame in c's output as a client would, then empties
+ * the output: length, CRC, at most max_frame, only REPLY messages. */
+static void check_output(conn *c)
+{
+    psw_out *o = &outs[c - conns];
+    FUZZ_CHECK(!psw_out_frame_open(o), "connection %d: a reply frame was "
+               "left open", (int)(c - conns));
+    FUZZ_CHECK(!o->oom, "connection %d: out of memory packing replies",
+               (int)(c - conns));
+    if (o->total == 0)
+        return;
+    size_t len;
+    char *buf = fuzz_flatten(o, &len);
+    FUZZ_CHECK(buf != NULL, "out of memory flattening %zu bytes", o->total);
+    psw_reader rd;
+    psw_reader_init(&rd, (size_t)node.cfg.max_frame);
+    char *dst;
+    size_t room, at = 0;
+    while (at < len) {
+        FUZZ_CHECK(psw_reader_space(&rd, &dst, &room) == 0,
+                   "psw_reader_space failed");
+        size_t k = len - at < room ? len - at : room;
+        memcpy(dst, buf + at, k);
+        psw_reader_commit(&rd, k);
+        at += k;
+        const char *body;
+        size_t blen;
+        int rc;
+        while ((rc = psw_reader_next(&rd, &body, &blen)) == 1) {
+            msgpack_object obj;
+            const msgpack_object *msgs;
+            char err[160] = "";
+            FUZZ_CHECK(fuzz_decode_body(body, blen, &zone_chk, &obj) == 0,
+                       "a reply frame of %zu bytes does not decode", blen);
+            int n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err,
+                                       sizeof err);
+            FUZZ_CHECK(n > 0, "a reply frame that is not a frame: %s", err);
+            for (int i = 0; i < n; i++) {
+                psw_msg m;
+                FUZZ_CHECK(psw_msg_decode(&msgs[i], &m, err, sizeof err) == 0
+                           && m.op == PSW_OP_REPLY, "message %d of a reply "
+                           "frame is not a REPLY: %s", i, err);
+                FUZZ_CHECK(m.status == PSW_OK || m.vals_len == 0,
+                           "an error reply (%d) with %zu bytes of rows",
+                           m.status, m.vals_len);
+                FUZZ_CHECK(m.vals_len % 4 == 0, "a reply with %zu bytes of "
+                           "rows", m.vals_len);
+                replies++;
+            }
+        }
+        FUZZ_CHECK(rc == 0, "connection %d: a client reading with max_frame "
+                   "%llu would drop this reply stream: %s", (int)(c - conns),
+                   (unsigned long long)node.cfg.max_frame, rd.why);
+    }
+    FUZZ_CHECK(psw_reader_pending(&rd) == 0, "%zu bytes of a partial reply "
+               "frame", psw_reader_pending(&rd));
+    psw_reader_destroy(&rd);
+    free(buf);
+    psw_out_reset(o);
+}
+
+static void on_answered(psd_session *ss)
+{
+    FUZZ_CHECK(!psw_out_frame_open(ss->out) && ss->out->total > 0,
+               "answered called with nothing to send (%zu bytes, frame %s)",
+               ss->out->total, psw_out_frame_open(ss->out) ? "open" : "closed");
+}
+
+/* Packs a HELLO_OK as conn.c does, reads it back as a client does, and
+ * checks it says what was meant. */
+static void check_hello_ok(const psw_cluster *sent)
+{
+    psw_out_reset(&hello_out);
+    psw_out_frame_begin(&hello_out);
+    psw_pack_hello_ok(&hello_out, sent);
+    psw_out_frame_end(&hello_out);
+    size_t len;
+    char *buf = fuzz_flatten(&hello_out, &len);
+    FUZZ_CHECK(buf != NULL && len > PSW_FRAME_HDR + PSW_FRAME_CRC &&
+               fuzz_be32(buf) == len - PSW_FRAME_HDR &&
+               len - PSW_FRAME_HDR - PSW_FRAME_CRC <= HELLO_OK_MAX_FRAME,
+               "HELLO_OK frame of %zu bytes", len);
+    size_t blen = len - PSW_FRAME_HDR - PSW_FRAME_CRC;
+    FUZZ_CHECK(psw_crc32c(0, buf + PSW_FRAME_HDR, blen) ==
+               fuzz_be32(buf + PSW_FRAME_HDR + blen), "HELLO_OK CRC");
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[256] = "";
+    FUZZ_CHECK(fuzz_decode_body(buf + PSW_FRAME_HDR, blen, &zone_chk, &obj)
+               == 0, "HELLO_OK body does not decode");
+    FUZZ_CHECK(psw_frame_messages(&obj, 1, &msgs, err, sizeof err) == 1,
+               "HELLO_OK frame: %s", err);
+    psw_cluster got;
+    FUZZ_CHECK(psw_hello_ok_decode(&msgs[0], &got, err, sizeof err) == 0,
+               "HELLO_OK does not decode: %s", err);
+    FUZZ_CHECK(got.status == sent->status && strcmp(got.text, sent->text) == 0,
+               "HELLO_OK status %d \"%s\", want %d \"%s\"", got.status,
+               got.text, sent->status, sent->text);
+    if (sent->status == PSW_OK)
+        FUZZ_CHECK(got.nnodes == node.cfg.nnodes &&
+                   got.ntables == node.ntables &&
+                   got.max_frame == node.cfg.max_frame &&
+                   got.shards == node.cfg.shards && got.node_index == 0 &&
+                   got.epoch == node.cluster.epoch &&
+                   got.worker_clock == sent->worker_clock &&
+                   got.worker_barrier == sent->worker_barrier,
+                   "HELLO_OK layout: %d nodes %d tables max_frame %llu",
+                   got.nnodes, got.ntables,
+                   (unsigned long long)got.max_frame);
+    psw_cluster_free(&got);
+    free(buf);
+    psw_out_reset(&hello_out);
+}
+
+/* conn.c's refuse_hello: the HELLO_OK it sends, then the close. */
+static void refuse(int status, const char *why)
+{
+    psw_cluster refused = node.cluster;
+    refused.status = status;
+    snprintf(refused.text, sizeof refused.text, "%s", why);
+    check_hello_ok(&refused);
+}
+
+/* conn.c's handle_hello after the HELLO decoded. Returns 1 when accepted,
+ * 0 when refused (the connection then closes). */
+static int hello(conn *c, const psw_hello *h)
+{
+    char why[200] = "";
+    if (h->version != PSW_VERSION) {
+        snprintf(why, sizeof why, "protocol version %u is not supported "
+                 "(this server speaks %d)", h->version, PSW_VERSION);
+        refuse(PSW_EPROTO, why);
+        return 0;
+    }
+    psw_cluster reply;
+    int rc = psd_request_hello(&node, c->ss, h, &reply, why, sizeof why);
+    if (rc) {
+        FUZZ_CHECK(rc == PSW_EINVAL && why[0], "psd_request_hello returned "
+                   "%d (%s)", rc, why);
+        refuse(rc, why);
+        return 0;
+    }
+    FUZZ_CHECK(reply.nodes == node.cluster.nodes &&
+               reply.tables == node.cluster.tables, "HELLO_OK does not share "
+               "the node's arrays");
+    check_hello_ok(&reply);
+    return 1;
+}
+
+static void close_conn(conn *c, uint64_t now)
+{
+    if (c->closed)
+        return;
+    psd_request_closed(&node, c->ss, now);
+    check_output(c);
+    free(c->ss);
+    c->ss = NULL;
+    c->closed = 1;
+}
+
+/* conn.c's handle_frame, for one body from connection c. */
+static void handle_body(conn *c, const char *body, size_t len, uint64_t now)
+{
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[256] = "", why[200] = "";
+    size_t limit = c->hello_done ? (size_t)node.cfg.max_frame
+                                 : PRE_HELLO_MAX_FRAME;
+
+    if (len > limit || fuzz_decode_body(body, len, &zone, &obj) != 0) {
+        close_conn(c, now);
+        return;
+    }
+    int n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err, sizeof err);
+    if (n < 0) {
+        close_conn(c, now);
+        return;
+    }
+    int first = 0;
+    psw_hello h;
+    if (!c->hello_done &&
+        psw_hello_decode(&msgs[0], &h, err, sizeof err) == 0) {
+        if (!hello(c, &h)) {
+            close_conn(c, now);
+            return;
+        }
+        first = 1;
+    }
+    /* Without a HELLO the first frame stands for one of (0, 0, -1): no
+     * HELLO is accepted after it, as in conn.c. */
+    c->hello_done = 1;
+    if (first == n)
+        return;
+    int count = n - first;
+    psw_msg *m = malloc((size_t)count * sizeof *m);
+    FUZZ_CHECK(m != NULL, "out of memory for %d messages", count);
+    uint64_t asked = 0;
+    for (int i = 0; i < count; i++) {
+        if (psw_msg_decode(&msgs[first + i], &m[i], err, sizeof err) ||
+            m[i].op == PSW_OP_REPLY) {
+            free(m);
+            close_conn(c, now);
+            return;
+        }
+        asked += !psw_op_has(m[i].op, PSW_OPF_SESSION);
+    }
+    int rc = psd_request_frame(&node, c->ss, m, count, now, why, sizeof why);
+    free(m);
+    if (rc) {
+        FUZZ_CHECK(rc == PSW_ETOOBIG && why[0], "psd_request_frame returned "
+                   "%d (%s)", rc, why);
+        close_conn(c, now);
+        return;
+    }
+    requests += asked;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const char *const peers[NCONN] = { "127.0.0.1:40000",
+                                              "127.0.0.1:40001" };
+    psd_config cfg;
+    char err[256];
+    uint64_t now = T0_MS;
+
+    cfg_dup(&cfg, &tmpl);
+    FUZZ_CHECK(psd_node_init(&node, &cfg, 0, now, err, sizeof err) == 0,
+               "psd_node_init: %s", err);
+    requests = replies = 0;
+    for (int i = 0; i < NCONN; i++) {
+        psw_out_reset(&outs[i]);
+        conns[i] = (conn){ .ss = calloc(1, sizeof(psd_session)) };
+        FUZZ_CHECK(conns[i].ss != NULL, "out of memory for a session");
+        conns[i].ss->worker = -1;
+        conns[i].ss->peer = peers[i];
+        conns[i].ss->out = &outs[i];
+        conns[i].ss->answered = on_answered;
+    }
+
+    size_t off = 0;
+    for (int k = 0; off < size && k < MAX_BODIES; k++) {
+        long g = psw_guard(data + off, size - off, 8);
+        size_t len = g > 0 ? (size_t)g : size - off;
+        conn *c = &conns[k % NCONN];
+        if (!c->closed) {
+            handle_body(c, (const char *)data + off, len, now);
+            if (!c->closed)
+                check_output(c);
+        }
+        off += len;
+        now += STEP_MS;
+        psd_request_tick(&node, now);
+        for (int i = 0; i < NCONN; i++)
+            if (!conns[i].closed)
+                check_output(&conns[i]);
+    }
+
+    /* Long enough for the node to say whom a held reply waits for, and
+     * to forget clients without a connection. */
+    now += WAIT_LOG_MS;
+    psd_request_tick(&node, now);
+    for (int i = 0; i < NCONN; i++)
+        if (!conns[i].closed)
+            check_output(&conns[i]);
+    /* Connection 1 goes first: once its worker's grace has passed,
+     * connection 0's held replies may be answered. */
+    close_conn(&conns[1], now);
+    now += (uint64_t)node.cfg.worker_grace * 1000 + STEP_MS;
+    psd_request_tick(&node, now);
+    if (!conns[0].closed)
+        check_output(&conns[0]);
+    close_conn(&conns[0], now);
+    FUZZ_CHECK(node.held == NULL, "held replies outlived every session");
+    FUZZ_CHECK(replies <= requests, "%llu replies to %llu requests",
+               (unsigned long long)replies, (unsigned long long)requests);
+    psd_request_drop_all(&node);
+    psd_node_destroy(&node);
+    return 0;
+}

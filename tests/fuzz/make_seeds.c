@@ -1,0 +1,635 @@
+/* Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/): small
+ * valid inputs built with proto/'s own encoders, so the seeds follow the
+ * protocol as it changes. Frames use the values of PROTOCOL.md section 13;
+ * fuzz_request's bodies are written for its fixed cluster
+ * (request_conf.h). `make fuzz-seeds` rewrites tests/fuzz/corpus with it,
+ * and tests/test_fuzz_regressions.sh checks that the committed corpus is
+ * what it writes. Usage: make_seeds DIR (DIR/fuzz_frame/... are created). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fuzz.h"
+#include "request_conf.h"
+#include "../../proto/frame.h"
+#include "../../proto/layout.h"
+#include "../../proto/msg.h"
+#include "../../proto/status.h"
+
+static const char *outdir;
+static psw_out out;
+
+/* A byte string being built (a stream of frames, or of bodies). */
+typedef struct bytes {
+    char *p;
+    size_t n;
+} bytes;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "make_seeds: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static void append(bytes *b, const void *p, size_t n)
+{
+    char *np = realloc(b->p, b->n + n + 1);
+    if (!np)
+        die("realloc");
+    memcpy(np + b->n, p, n);
+    b->p = np;
+    b->n += n;
+}
+
+static void write_seed(const char *target, const char *name, const void *p,
+                       size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", outdir, target);
+    if (mkdir(path, 0777) && errno != EEXIST)
+        die(path);
+    snprintf(path, sizeof path, "%s/%s/%s", outdir, target, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f))
+        die(path);
+}
+
+/* ---- frames --------------------------------------------------------- */
+
+static void begin(void)
+{
+    psw_out_reset(&out);
+    psw_out_frame_begin(&out);
+}
+
+/* Closes the frame begun and returns it whole (length, body, CRC). */
+static bytes end(void)
+{
+    bytes b = { 0 };
+    psw_out_frame_end(&out);
+    if (out.oom)
+        die("packing");
+    b.p = fuzz_flatten(&out, &b.n);
+    if (!b.p)
+        die("flatten");
+    return b;
+}
+
+/* The body of a whole frame. */
+static bytes body_of(bytes frame)
+{
+    bytes b = { 0 };
+    append(&b, frame.p + PSW_FRAME_HDR,
+           frame.n - PSW_FRAME_HDR - PSW_FRAME_CRC);
+    return b;
+}
+
+static void keys_le(char *dst, const uint64_t *k, size_t n)
+{
+    if (n)
+        memcpy(dst, k, 8 * n);       /* the host is little-endian (msg.h) */
+}
+
+static psw_msg req(int op, uint64_t ts, uint32_t part, uint32_t table)
+{
+    psw_msg m = { .op = op, .ts = ts, .part = part, .table = table };
+    return m;
+}
+
+static void pack_keys(int op, uint64_t ts, uint32_t table, const uint64_t *k,
+                      size_t n, const float *vals, size_t nvals)
+{
+    static char kb[8 * 1024];
+    if (n > sizeof kb / 8) {
+        fprintf(stderr, "make_seeds: %zu keys is too many\n", n);
+        exit(1);
+    }
+    keys_le(kb, k, n);
+    psw_msg m = req(op, ts, 0, table);
+    m.keys = kb;
+    m.nkeys = n;
+    m.vals = (const char *)vals;
+    m.vals_len = 4 * nvals;
+    psw_pack_request(&out, &m);
+}
+
+static void pack_range(int op, uint64_t ts, uint32_t table, uint64_t first,
+                       uint64_t count, const float *vals, size_t nvals)
+{
+    psw_msg m = req(op, ts, 0, table);
+    m.first = first;
+    m.count = count;
+    m.vals = (const char *)vals;
+    m.vals_len = 4 * nvals;
+    psw_pack_request(&out, &m);
+}
+
+static void pack_control(int op, uint64_t ts, uint32_t part, uint64_t value)
+{
+    psw_msg m = req(op, ts, part, 0);
+    m.value = value;
+    psw_pack_request(&out, &m);
+}
+
+static void pack_hello(uint32_t version, uint64_t client, uint64_t inc,
+                       int32_t worker, const char *token)
+{
+    psw_hello h = { version, client, inc, worker, token,
+                    token ? strlen(token) : 0 };
+    psw_pack_hello(&out, &h);
+}
+
+/* A HELLO_OK for the cluster of PROTOCOL.md section 13 (S = 16, 2 nodes,
+ * table emb), with one more table of each other kind and mode. */
+static void pack_hello_ok(int status, const char *text)
+{
+    char nodes[2][PSW_ADDR_MAX] = { "127.0.0.1:7070", "[::1]:7071" };
+    psw_table_desc t[3] = {
+        { 0, "emb", 0, 2, 0, PSW_CONS_ASYNC },
+        { 1, "w", 1, 4, 10, PSW_CONS_BSP },
+        { 2, "b", 1, 1, 3, PSW_CONS_SSP },
+    };
+    psw_cluster l = { .status = status, .version = PSW_VERSION,
+                      .node_index = 0, .epoch = 0x1234567890abcdefULL,
+                      .max_frame = 64 << 20, .shards = 16, .nnodes = 2,
+                      .nodes = nodes, .ntables = 3, .tables = t,
+                      .worker_clock = 3, .worker_barrier = 1,
+                      .heartbeat_ms = 1000, .peer_timeout_ms = 4000 };
+    snprintf(l.text, sizeof l.text, "%s", text);
+    psw_pack_hello_ok(&out, &l);
+}
+
+/* The frames every wire target starts from, in PROTOCOL.md order. */
+typedef struct named {
+    const char *name;
+    bytes frame;
+} named;
+
+static int wire_frames(named *f)
+{
+    static const uint64_t k2[] = { 7, 42 };
+    static const float rows[] = { 0.5f, -1.0f, 0.25f, 2.0f };
+    int n = 0;
+
+    begin();
+    pack_hello(PSW_VERSION, 0x0123456789abcdefULL, 1700000000000000000ULL,
+               -1, NULL);
+    f[n++] = (named){ "hello", end() };
+    begin();
+    pack_hello(PSW_VERSION, 7, 8, 0, "secret");
+    f[n++] = (named){ "hello_worker_token", end() };
+    begin();
+    pack_hello_ok(PSW_OK, "");
+    f[n++] = (named){ "hello_ok", end() };
+    begin();
+    pack_hello_ok(PSW_EINVAL, "worker 5 is out of range: the cluster has "
+                  "workers = 2 (ids 0..1)");
+    f[n++] = (named){ "hello_ok_refused", end() };
+    begin();
+    pack_keys(PSW_OP_PULL, 1, 0, k2, 2, NULL, 0);
+    f[n++] = (named){ "pull", end() };
+    begin();
+    pack_control(PSW_OP_ACK, 0, 0, 5);
+    pack_keys(PSW_OP_PULL, 1, 0, k2, 2, NULL, 0);
+    f[n++] = (named){ "ack_pull", end() };
+    begin();
+    pack_keys(PSW_OP_PUSH, 2, 0, k2, 2, rows, 4);
+    f[n++] = (named){ "push", end() };
+    begin();
+    pack_keys(PSW_OP_PUSHPULL, 3, 0, k2, 2, rows, 4);
+    f[n++] = (named){ "pushpull", end() };
+    begin();
+    pack_range(PSW_OP_PUSH_RANGE, 4, 1, 2, 1, rows, 4);
+    f[n++] = (named){ "push_range", end() };
+    begin();
+    pack_range(PSW_OP_PULL_RANGE, 5, 1, 1, 8, NULL, 0);
+    f[n++] = (named){ "pull_range", end() };
+    begin();
+    memcpy(psw_pack_reply(&out, 1, 0, PSW_OK, NULL, sizeof rows, 0), rows,
+           sizeof rows);
+    f[n++] = (named){ "reply_rows", end() };
+    begin();
+    psw_pack_reply(&out, 3, 0, PSW_EKEY, "table 'w' has no row 12 "
+                   "(rows = 10)", 0, 0);
+    f[n++] = (named){ "reply_error", end() };
+    begin();
+    psw_pack_reply(&out, 1, 0, PSW_OK, NULL, 0, 0);
+    psw_pack_reply(&out, 9, 0, PSW_OK, NULL, 0, 1);
+    f[n++] = (named){ "reply_push_clock", end() };
+    begin();
+    pack_control(PSW_OP_CLOCK, 9, 0, 1);
+    f[n++] = (named){ "clock", end() };
+    begin();
+    pack_control(PSW_OP_BARRIER, 10, 0, 1);
+    f[n++] = (named){ "barrier", end() };
+    begin();
+    pack_control(PSW_OP_LEAVE, 11, 1, 0);
+    f[n++] = (named){ "leave", end() };
+    begin();
+    pack_control(PSW_OP_PING, 0, 0, 0);
+    f[n++] = (named){ "ping", end() };
+
+    /* A frame as Python's msgpack.packb writes it: a fixarray, not array32. */
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_array(&pk, 5);
+    msgpack_pack_uint8(&pk, PSW_OP_PULL);
+    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_uint8(&pk, 0);
+    msgpack_pack_uint8(&pk, 0);
+    char kb[16];
+    keys_le(kb, k2, 2);
+    msgpack_pack_bin_with_body(&pk, kb, sizeof kb);
+    bytes py = { 0 };
+    unsigned char hdr[4], crc[4];
+    fuzz_put_be32(hdr, (uint32_t)(sb.size + PSW_FRAME_CRC));
+    fuzz_put_be32(crc, psw_crc32c(0, sb.data, sb.size));
+    append(&py, hdr, 4);
+    append(&py, sb.data, sb.size);
+    append(&py, crc, 4);
+    msgpack_sbuffer_destroy(&sb);
+    f[n++] = (named){ "pull_fixarray", py };
+    return n;
+}
+
+/* fuzz_frame: a selector byte (fuzz_frame.c) and a stream; fuzz_msg: a
+ * body. */
+static void wire_seeds(void)
+{
+    named f[32];
+    int n = wire_frames(f);
+    bytes all = { 0 };
+    for (int i = 0; i < n; i++) {
+        char sel = 0;
+        bytes one = { 0 };
+        append(&one, &sel, 1);
+        append(&one, f[i].frame.p, f[i].frame.n);
+        write_seed("fuzz_frame", f[i].name, one.p, one.n);
+        free(one.p);
+        bytes body = body_of(f[i].frame);
+        write_seed("fuzz_msg", f[i].name, body.p, body.n);
+        free(body.p);
+        append(&all, f[i].frame.p, f[i].frame.n);
+    }
+    /* The whole stream under each cut, and with the pre-HELLO limit. */
+    static const struct {
+        const char *name;
+        unsigned char sel;
+    } cuts[] = {
+        { "stream_whole", 0 }, { "stream_bytes", 1 },
+        { "stream_halves", 2 | 15 << 3 }, { "stream_chunks4", 3 },
+        { "stream_chunks4_small_limit", 3 | 4 },
+    };
+    for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+        bytes s = { 0 };
+        append(&s, &cuts[c].sel, 1);
+        append(&s, all.p, all.n);
+        write_seed("fuzz_frame", cuts[c].name, s.p, s.n);
+        free(s.p);
+    }
+    free(all.p);
+    for (int i = 0; i < n; i++)
+        free(f[i].frame.p);
+
+    /* Keys of PSW_REF_MIN bytes or more are referenced, not copied, when
+     * fuzz_msg packs them again. */
+    uint64_t keys[PSW_REF_MIN / 8 + 1];
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        keys[i] = i;
+    begin();
+    pack_keys(PSW_OP_PULL, 6, 0, keys, sizeof keys / sizeof keys[0], NULL, 0);
+    bytes fr = end(), body = body_of(fr);
+    write_seed("fuzz_msg", "pull_referenced_keys", body.p, body.n);
+    free(fr.p);
+    free(body.p);
+}
+
+/* ---- fuzz_request ----------------------------------------------------- */
+
+/* Sparse keys and dense rows of the fixed cluster that node 0 owns. */
+static uint64_t owned_key(int nth)
+{
+    for (uint64_t k = 1;; k++)
+        if (psw_node_of_shard(psw_sparse_shard_of(FUZZ_REQ_SHARDS, k),
+                              FUZZ_REQ_NODES) == 0 && nth-- == 0)
+            return k;
+}
+
+static uint64_t other_key(void)
+{
+    for (uint64_t k = 1;; k++)
+        if (psw_node_of_shard(psw_sparse_shard_of(FUZZ_REQ_SHARDS, k),
+                              FUZZ_REQ_NODES) != 0)
+            return k;
+}
+
+/* A dense row of a table of `rows` rows that node `node` owns. */
+static uint64_t dense_row(uint64_t rows, int node, int nth)
+{
+    for (uint64_t r = 0; r < rows; r++)
+        if (psw_node_of_shard(psw_dense_shard_of(rows, FUZZ_REQ_SHARDS, r),
+                              FUZZ_REQ_NODES) == node && nth-- == 0)
+            return r;
+    fprintf(stderr, "make_seeds: no row %d on node %d\n", nth, node);
+    exit(1);
+}
+
+/* The body of the frame packed since begin(), appended to b. */
+static void take_body(bytes *b)
+{
+    bytes fr = end(), body = body_of(fr);
+    append(b, body.p, body.n);
+    free(fr.p);
+    free(body.p);
+}
+
+static void request_seeds(void)
+{
+    const char *t = "fuzz_request";
+    float v[256];
+    for (int i = 0; i < 256; i++)
+        v[i] = 0.125f * (float)(i + 1);
+    uint64_t s2[2] = { owned_key(0), owned_key(1) };
+    uint64_t d2[2] = { dense_row(1000, 0, 0), dense_row(1000, 0, 1) };
+    uint64_t b2[2] = { dense_row(10, 0, 0), dense_row(10, 0, 1) };
+    uint64_t a1 = dense_row(3, 0, 0);
+    bytes b;
+
+    /* A reader's HELLO with every data and session op after it. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 1, 1, -1, NULL);
+    pack_keys(PSW_OP_PUSH, 1, FUZZ_T_DENSE_SUM, d2, 2, v, 8);
+    pack_keys(PSW_OP_PULL, 2, FUZZ_T_DENSE_SUM, d2, 2, NULL, 0);
+    pack_keys(PSW_OP_PUSHPULL, 3, FUZZ_T_SPARSE_ADAGRAD, s2, 2, v, 16);
+    pack_range(PSW_OP_PUSH_RANGE, 4, FUZZ_T_DENSE_SUM, d2[0], 2, v, 8);
+    pack_range(PSW_OP_PULL_RANGE, 5, FUZZ_T_DENSE_SUM, d2[0], 2, NULL, 0);
+    pack_control(PSW_OP_PING, 0, 0, 0);
+    pack_control(PSW_OP_ACK, 0, 0, 3);
+    pack_keys(PSW_OP_PUSH, 6, FUZZ_T_SPARSE_FTRL_SSP, s2, 2, v, 6);
+    pack_keys(PSW_OP_PUSH, 7, FUZZ_T_SPARSE_SGD_BSP, s2, 2, v, 2);
+    pack_keys(PSW_OP_PUSH, 8, FUZZ_T_DENSE_ASSIGN_SSP, &a1, 1, v, 1);
+    pack_keys(PSW_OP_PUSHPULL, 9, FUZZ_T_SPARSE_ADAM, s2, 2, v, 4);
+    pack_control(PSW_OP_LEAVE, 10, 0, 0);
+    take_body(&b);
+    write_seed(t, "reader_every_op", b.p, b.n);
+    free(b.p);
+
+    /* No HELLO: a reader with client_id 0. */
+    b = (bytes){ 0 };
+    begin();
+    pack_keys(PSW_OP_PUSH, 1, FUZZ_T_SPARSE_ADAGRAD, s2, 2, v, 16);
+    pack_keys(PSW_OP_PULL, 2, FUZZ_T_SPARSE_ADAGRAD, s2, 2, NULL, 0);
+    take_body(&b);
+    write_seed(t, "no_hello", b.p, b.n);
+    free(b.p);
+
+    /* bsp: worker 0 pushes and clocks (held), worker 1 does, releasing it. */
+    b = (bytes){ 0 };
+    for (int w = 0; w < 2; w++) {
+        begin();
+        pack_hello(PSW_VERSION, 10 + (uint64_t)w, 1, w, NULL);
+        pack_keys(PSW_OP_PUSH, 1, FUZZ_T_DENSE_ADAM_BSP, b2, 2, v, 4);
+        pack_keys(PSW_OP_PUSH, 2, FUZZ_T_SPARSE_SGD_BSP, s2, 1, v, 1);
+        pack_range(PSW_OP_PUSH_RANGE, 3, FUZZ_T_DENSE_ADAM_BSP, b2[0], 2, v,
+                   4);
+        pack_control(PSW_OP_CLOCK, 4, 0, 1);
+        pack_keys(PSW_OP_PULL, 5, FUZZ_T_DENSE_ADAM_BSP, b2, 2, NULL, 0);
+        take_body(&b);
+    }
+    write_seed(t, "bsp_two_workers", b.p, b.n);
+    free(b.p);
+
+    /* ssp: worker 0 runs two clocks ahead, its pulls wait for worker 1. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 20, 1, 0, NULL);
+    pack_control(PSW_OP_CLOCK, 1, 0, 1);
+    pack_control(PSW_OP_CLOCK, 2, 0, 2);
+    pack_keys(PSW_OP_PULL, 3, FUZZ_T_SPARSE_FTRL_SSP, s2, 2, NULL, 0);
+    pack_range(PSW_OP_PULL_RANGE, 4, FUZZ_T_DENSE_ASSIGN_SSP, a1, 1, NULL, 0);
+    pack_keys(PSW_OP_PUSHPULL, 5, FUZZ_T_DENSE_ASSIGN_SSP, &a1, 1, v, 1);
+    take_body(&b);
+    begin();
+    pack_hello(PSW_VERSION, 21, 1, 1, NULL);
+    pack_control(PSW_OP_CLOCK, 1, 0, 2);
+    take_body(&b);
+    write_seed(t, "ssp_held_pulls", b.p, b.n);
+    free(b.p);
+
+    /* Barriers, then a LEAVE that releases the other worker's CLOCK. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 30, 1, 0, NULL);
+    pack_control(PSW_OP_BARRIER, 1, 0, 1);
+    pack_control(PSW_OP_CLOCK, 2, 0, 1);
+    take_body(&b);
+    begin();
+    pack_hello(PSW_VERSION, 31, 1, 1, NULL);
+    pack_control(PSW_OP_BARRIER, 1, 0, 1);
+    pack_control(PSW_OP_LEAVE, 2, 0, 0);
+    take_body(&b);
+    write_seed(t, "barrier_leave", b.p, b.n);
+    free(b.p);
+
+    /* Worker 0 leaves, and a new client takes its id: a rejoin. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 70, 1, 0, NULL);
+    pack_control(PSW_OP_CLOCK, 1, 0, 3);
+    pack_control(PSW_OP_LEAVE, 2, 0, 0);
+    take_body(&b);
+    begin();
+    pack_hello(PSW_VERSION, 71, 1, 0, NULL);
+    pack_control(PSW_OP_CLOCK, 1, 0, 1);
+    take_body(&b);
+    write_seed(t, "rejoin", b.p, b.n);
+    free(b.p);
+
+    /* A hundred new sparse keys: hash tables grow while holding rows, and
+     * adam keeps a step per row. */
+    uint64_t many[100];
+    for (int i = 0; i < 100; i++)
+        many[i] = owned_key(i);
+    b = (bytes){ 0 };
+    begin();
+    pack_keys(PSW_OP_PUSH, 1, FUZZ_T_SPARSE_ADAM, many, 100, v, 200);
+    pack_keys(PSW_OP_PULL, 2, FUZZ_T_SPARSE_ADAM, many, 100, NULL, 0);
+    take_body(&b);
+    write_seed(t, "many_keys", b.p, b.n);
+    free(b.p);
+
+    /* More pushes in flight than the exactly-once table first holds. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 80, 1, -1, NULL);
+    for (int i = 0; i < 40; i++)
+        pack_keys(PSW_OP_PUSH, (uint64_t)i + 1, FUZZ_T_DENSE_SUM, d2, 1, v, 4);
+    pack_control(PSW_OP_ACK, 0, 0, 30);
+    take_body(&b);
+    write_seed(t, "dedup_many", b.p, b.n);
+    free(b.p);
+
+    /* A held CLOCK answered only when the other worker's grace runs out
+     * after its connection closes (at the end of the input). */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 40, 1, 0, NULL);
+    pack_control(PSW_OP_CLOCK, 1, 0, 1);
+    take_body(&b);
+    begin();
+    pack_hello(PSW_VERSION, 41, 1, 1, NULL);
+    take_body(&b);
+    write_seed(t, "grace_release", b.p, b.n);
+    free(b.p);
+
+    /* Every error a well-formed request can get. */
+    b = (bytes){ 0 };
+    uint64_t far = 5000, theirs = dense_row(1000, 1, 0), ok1 = d2[0];
+    uint64_t sk = other_key();
+    begin();
+    pack_keys(PSW_OP_PULL, 1, 99, s2, 1, NULL, 0);
+    pack_keys(PSW_OP_PUSH, 2, FUZZ_T_DENSE_SUM, &ok1, 1, v, 3);
+    pack_range(PSW_OP_PULL_RANGE, 3, FUZZ_T_DENSE_SUM, 0, 1000, NULL, 0);
+    pack_range(PSW_OP_PULL_RANGE, 4, FUZZ_T_SPARSE_ADAGRAD, 0, 1, NULL, 0);
+    pack_keys(PSW_OP_PULL, 5, FUZZ_T_DENSE_SUM, &far, 1, NULL, 0);
+    pack_keys(PSW_OP_PULL, 6, FUZZ_T_DENSE_SUM, &theirs, 1, NULL, 0);
+    pack_keys(PSW_OP_PULL, 7, FUZZ_T_SPARSE_ADAGRAD, &sk, 1, NULL, 0);
+    pack_range(PSW_OP_PULL_RANGE, 8, FUZZ_T_DENSE_SUM, 0, 0, NULL, 0);
+    pack_control(PSW_OP_CLOCK, 9, 0, 1);
+    pack_control(PSW_OP_BARRIER, 10, 0, 1);
+    take_body(&b);
+    write_seed(t, "request_errors", b.p, b.n);
+    free(b.p);
+
+    /* Exactly-once: a repeated push, then pushes below the ACK mark. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 50, 2, -1, NULL);
+    pack_keys(PSW_OP_PUSH, 3, FUZZ_T_SPARSE_ADAGRAD, s2, 1, v, 8);
+    pack_keys(PSW_OP_PUSH, 3, FUZZ_T_SPARSE_ADAGRAD, s2, 1, v, 8);
+    pack_keys(PSW_OP_PUSHPULL, 4, FUZZ_T_DENSE_SUM, d2, 1, v, 4);
+    pack_keys(PSW_OP_PUSHPULL, 4, FUZZ_T_DENSE_SUM, d2, 1, v, 4);
+    pack_control(PSW_OP_ACK, 0, 0, 5);
+    pack_keys(PSW_OP_PUSH, 3, FUZZ_T_SPARSE_ADAGRAD, s2, 1, v, 8);
+    pack_range(PSW_OP_PUSH_RANGE, 6, FUZZ_T_DENSE_SUM, d2[0], 1, v, 4);
+    take_body(&b);
+    write_seed(t, "dedup", b.p, b.n);
+    free(b.p);
+
+    /* Refused HELLOs: another version; a worker out of range. */
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(1, 60, 1, -1, NULL);
+    take_body(&b);
+    write_seed(t, "hello_old_version", b.p, b.n);
+    free(b.p);
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 61, 1, 5, NULL);
+    take_body(&b);
+    write_seed(t, "hello_worker_out_of_range", b.p, b.n);
+    free(b.p);
+
+    /* Pulls whose rows add up past max_frame: the frame is refused. */
+    b = (bytes){ 0 };
+    begin();
+    for (int i = 0; i < 5; i++)
+        pack_range(PSW_OP_PULL_RANGE, 1, FUZZ_T_DENSE_SUM, d2[0], 60,
+                   NULL, 0);
+    take_body(&b);
+    write_seed(t, "rows_over_max_frame", b.p, b.n);
+    free(b.p);
+
+    /* Enough error replies to need a second reply frame. */
+    b = (bytes){ 0 };
+    begin();
+    for (int i = 0; i < 100; i++)
+        pack_keys(PSW_OP_PULL, (uint64_t)i + 1, 99, NULL, 0, NULL, 0);
+    take_body(&b);
+    write_seed(t, "replies_past_one_frame", b.p, b.n);
+    free(b.p);
+
+    /* A REPLY sent to the server closes the connection. */
+    b = (bytes){ 0 };
+    begin();
+    psw_pack_reply(&out, 1, 0, PSW_OK, NULL, 0, 0);
+    take_body(&b);
+    write_seed(t, "reply_to_server", b.p, b.n);
+    free(b.p);
+}
+
+/* ---- fuzz_config ---------------------------------------------------- */
+
+static void config_seeds(void)
+{
+    static const struct {
+        const char *name;
+        const char *text;
+    } seeds[] = {
+        { "minimal.ini", "[cluster]\nnodes = 127.0.0.1:7070\n" },
+        { "request.ini", FUZZ_REQ_INI },
+        { "everything.ini",
+          "\xEF\xBB\xBF; every setting, not at its default\n"
+          "[cluster]\n"
+          "nodes = 127.0.0.1:7070, [::1]:7071,\n"
+          "        10.0.0.3:7072 ; a continuation line\n"
+          "listen = 0.0.0.0:7070, [::]:7071, 0.0.0.0:7072\n"
+          "shards = 65535\nworkers = 3\nworker_grace = 0\n"
+          "[server]\n"
+          "data_dir = /tmp/psd\nsnapshot_interval = 0\n"
+          "durability = log\nfsync = always\nauth_token = s3cret\n"
+          "max_frame = 1G\nlog_level = debug\nmax_output = 1K\n"
+          "max_connections = 1\nhello_timeout = 3600\n"
+          "heartbeat_ms = 10\npeer_timeout_ms = 20000\nclient_ttl = 1\n"
+          "[table.w]\nkind = dense\nrows = 10\ndim = 65536\n"
+          "updater = ftrl\nlr = 0.5\nbeta = 2\nl1 = 0.1\nl2 = 1e-3\n"
+          "init = normal -1 0.5\nseed = 18446744073709551615\n"
+          "consistency = ssp\nstaleness = 65535\naggregate = mean\n"
+          "[table.emb_2]\ndim = 1\nupdater = adam\nbeta1 = 0\n"
+          "beta2 = 0.5\nepsilon = 1e-30\ninit = uniform -0.1 0.1\n"
+          "[table.b-c]\nkind = sparse\ndim = 7\nupdater = sgd\n"
+          "init = constant 3\nconsistency = bsp\n" },
+        { "err_unknown_key.ini", "[cluster]\nnodes = 127.0.0.1:1\nfoo = 1\n" },
+        { "err_duplicate_section.ini",
+          "[cluster]\nnodes = 127.0.0.1:1\n[table.t]\ndim = 1\n"
+          "[table.t]\ndim = 2\n" },
+        { "err_bad_value.ini", "[cluster]\nnodes = 127.0.0.1:1\n"
+          "[server]\nmax_frame = 12X\n" },
+        { "err_no_cluster.ini", "[server]\nlog_level = warn\n" },
+        { "err_heartbeat.ini", "[cluster]\nnodes = 127.0.0.1:1\n[server]\n"
+          "heartbeat_ms = 3000\n" },
+        { "err_rows_overflow.ini", "[cluster]\nnodes = 127.0.0.1:1\n"
+          "shards = 65535\n[table.d]\nkind = dense\ndim = 1\n"
+          "rows = 18446744073709551615\n" },
+        { "err_header.ini", "[cluster\nnodes = 127.0.0.1:1\n" },
+        { "err_outside.ini", "nodes = 127.0.0.1:1\n[cluster]\n" },
+        { "err_listen_count.ini", "[cluster]\nnodes = 127.0.0.1:1, "
+          "127.0.0.1:2\nlisten = 0.0.0.0:1\n" },
+    };
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++)
+        write_seed("fuzz_config", seeds[i].name, seeds[i].text,
+                   strlen(seeds[i].text));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    outdir = argv[1];
+    if (mkdir(outdir, 0777) && errno != EEXIST)
+        die(outdir);
+    psw_out_init(&out);
+    wire_seeds();
+    request_seeds();
+    config_seeds();
+    psw_out_destroy(&out);
+    return 0;
+}
