@@ -1,0 +1,185 @@
+/* Unit tests of daemon/log.c's collapsing of repeated messages: a burst
+ * logs its first line and one count, a single message logs one line, no
+ * message is lost from the count, kinds are independent. stderr goes to
+ * a temporary file the tests read back; time is passed in. */
+#define _DEFAULT_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "../daemon/log.h"
+
+#include "expect.h"
+
+static char path[] = "/tmp/psd-test-log-XXXXXX";
+static int saved = -1;
+
+/* Sends stderr to a fresh temporary file. */
+static int capture(void **state)
+{
+    (void)state;
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    fflush(stderr);
+    saved = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    psd_log_init(0, PSD_LOG_INFO);
+    return 0;
+}
+
+/* Gives stderr back and removes the file. */
+static int release(void **state)
+{
+    (void)state;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    unlink(path);
+    strcpy(path, "/tmp/psd-test-log-XXXXXX");
+    return 0;
+}
+
+/* What was logged so far (malloc'd), and its number of lines. */
+static char *logged(int *lines)
+{
+    fflush(stderr);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *buf = calloc(1, 1 << 16);
+    size_t n = fread(buf, 1, (1 << 16) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    *lines = 0;
+    for (char *p = buf; *p; p++)
+        *lines += *p == '\n';
+    return buf;
+}
+
+static void burst_logs_its_first_line_and_one_count(void **state)
+{
+    (void)state;
+    static psd_logrep r = PSD_LOGREP_INIT;
+    int lines;
+    for (int i = 0; i < 977; i++)
+        psd_log_rep_at(&r, 1000 + (uint64_t)i, PSD_LOG_WARN,
+                       "refusing 127.0.0.1:%d: max_connections (4) reached",
+                       40000 + i);
+    char *log = logged(&lines);
+    EXPECT_INT(lines, 1, "lines after a burst of 977 in one window");
+    assert_non_null(strstr(log, "warn: refusing 127.0.0.1:40000: "
+                                "max_connections (4) reached"));
+    free(log);
+    psd_log_flush_at(1000 + PSD_LOGREP_WINDOW_MS - 1);
+    log = logged(&lines);
+    EXPECT_INT(lines, 1, "lines after a flush inside the window");
+    free(log);
+    psd_log_flush_at(1000 + PSD_LOGREP_WINDOW_MS);
+    log = logged(&lines);
+    EXPECT_INT(lines, 2, "lines after a flush at the end of the window");
+    const char *want = "warn: ... and 976 more like \"refusing "
+                       "127.0.0.1:40000: max_connections (4) reached\" in "
+                       "10 s";
+    if (!strstr(log, want))
+        fail_msg("got:\n%s\nwant a line with: %s", log, want);
+    free(log);
+    /* Counted once: a second flush says nothing more. */
+    psd_log_flush_at(1000 + 3 * PSD_LOGREP_WINDOW_MS);
+    log = logged(&lines);
+    EXPECT_INT(lines, 2, "lines after a second flush");
+    free(log);
+}
+
+static void message_after_the_window_logs_the_count_then_itself(void **state)
+{
+    (void)state;
+    static psd_logrep r = PSD_LOGREP_INIT;
+    int lines;
+    psd_log_rep_at(&r, 0, PSD_LOG_WARN, "closing %s", "a");
+    psd_log_rep_at(&r, 5, PSD_LOG_WARN, "closing %s", "b");
+    psd_log_rep_at(&r, 9999, PSD_LOG_WARN, "closing %s", "c");
+    psd_log_rep_at(&r, 12000, PSD_LOG_WARN, "closing %s", "d");
+    char *log = logged(&lines);
+    EXPECT_INT(lines, 3, "lines");
+    char *a = strstr(log, "closing a"), *cnt = strstr(log, "... and 2 more "
+                                                           "like \"closing "
+                                                           "a\" in 12 s"),
+         *d = strstr(log, "closing d");
+    if (!a || !cnt || !d || !(a < cnt && cnt < d))
+        fail_msg("got:\n%s\nwant closing a, the count of 2 in 12 s, then "
+                 "closing d", log);
+    assert_null(strstr(log, "closing b"));
+    free(log);
+}
+
+static void single_message_logs_one_line_and_no_count(void **state)
+{
+    (void)state;
+    static psd_logrep r = PSD_LOGREP_INIT;
+    int lines;
+    psd_log_rep_at(&r, 50, PSD_LOG_WARN, "only %d", 1);
+    psd_log_flush_at(50 + 10 * PSD_LOGREP_WINDOW_MS);
+    psd_log_rep_at(&r, 60 + 10 * PSD_LOGREP_WINDOW_MS, PSD_LOG_WARN,
+                   "only %d", 2);
+    char *log = logged(&lines);
+    EXPECT_INT(lines, 2, "lines");
+    assert_null(strstr(log, "more like"));
+    free(log);
+}
+
+static void kinds_are_counted_apart(void **state)
+{
+    (void)state;
+    static psd_logrep x = PSD_LOGREP_INIT, y = PSD_LOGREP_INIT;
+    int lines;
+    for (int i = 0; i < 3; i++) {
+        psd_log_rep_at(&x, 100 + (uint64_t)i, PSD_LOG_WARN, "x %d", i);
+        psd_log_rep_at(&y, 100 + (uint64_t)i, PSD_LOG_INFO, "y %d", i);
+    }
+    psd_log_flush_at(100 + PSD_LOGREP_WINDOW_MS);
+    char *log = logged(&lines);
+    EXPECT_INT(lines, 4, "lines");
+    assert_non_null(strstr(log, "warn: ... and 2 more like \"x 0\""));
+    assert_non_null(strstr(log, "info: ... and 2 more like \"y 0\""));
+    free(log);
+}
+
+static void messages_below_the_level_are_counted_silently(void **state)
+{
+    (void)state;
+    static psd_logrep r = PSD_LOGREP_INIT;
+    int lines;
+    psd_log_set_level(PSD_LOG_ERROR);
+    for (int i = 0; i < 5; i++)
+        psd_log_rep_at(&r, (uint64_t)i, PSD_LOG_WARN, "quiet %d", i);
+    psd_log_flush_at(PSD_LOGREP_WINDOW_MS);
+    psd_log_set_level(PSD_LOG_INFO);
+    char *log = logged(&lines);
+    EXPECT_INT(lines, 0, "lines");
+    free(log);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(
+            burst_logs_its_first_line_and_one_count, capture, release),
+        cmocka_unit_test_setup_teardown(
+            message_after_the_window_logs_the_count_then_itself, capture,
+            release),
+        cmocka_unit_test_setup_teardown(
+            single_message_logs_one_line_and_no_count, capture, release),
+        cmocka_unit_test_setup_teardown(kinds_are_counted_apart, capture,
+                                        release),
+        cmocka_unit_test_setup_teardown(
+            messages_below_the_level_are_counted_silently, capture, release),
+    };
+    return cmocka_run_group_tests_name("log", tests, NULL, NULL);
+}
