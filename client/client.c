@@ -32,6 +32,8 @@ _Static_assert((int)PS_ECLOSED == (int)PSW_ECLOSED, "PS_ECLOSED");
 _Static_assert((int)PS_ESERVER == (int)PSW_ESERVER, "PS_ESERVER");
 _Static_assert((int)PS_ENOTOWNER == (int)PSW_ENOTOWNER, "PS_ENOTOWNER");
 _Static_assert((int)PS_EBUSY == (int)PSW_EBUSY, "PS_EBUSY");
+_Static_assert((int)PS_ENONFINITE == (int)PSW_ENONFINITE, "PS_ENONFINITE");
+_Static_assert((int)PS_EFULL == (int)PSW_EFULL, "PS_EFULL");
 
 /* ---- errors --------------------------------------------------------- */
 

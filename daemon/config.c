@@ -71,6 +71,7 @@ static const char *const consistency_words[] = {
     "async", "bsp", "ssp", NULL
 };
 static const char *const aggregate_words[] = { "sum", "mean", NULL };
+static const char *const nonfinite_words[] = { "reject", "allow", NULL };
 
 /* T_WORD stores the index of the word, so the word lists above must follow
  * the enums of config.h, and the enums must be int-sized. */
@@ -118,8 +119,16 @@ static const setting settings[] = {
       KIB, TIB, 0, NULL, 0 },
     { SC_SERVER, "max_connections", T_INT, "1024", CL(max_connections),
       1, 1048576, 0, NULL, 0 },
+    { SC_SERVER, "max_connections_per_addr", T_INT, "256",
+      CL(max_connections_per_addr), 1, 1048576, 0, NULL, 0 },
+    { SC_SERVER, "max_client_memory", T_SIZE, "1G", CL(max_client_memory),
+      MIB, TIB, 0, NULL, 0 },
     { SC_SERVER, "hello_timeout", T_INT, "10", CL(hello_timeout),
       1, 3600, 0, NULL, 0 },
+    { SC_SERVER, "frame_timeout", T_INT, "30", CL(frame_timeout),
+      1, 3600, 0, NULL, 0 },
+    { SC_SERVER, "idle_timeout", T_INT, "60", CL(idle_timeout),
+      1, 86400, 0, NULL, 0 },
     { SC_SERVER, "heartbeat_ms", T_INT, "1000", CL(heartbeat_ms),
       10, 600000, 0, NULL, 0 },
     { SC_SERVER, "peer_timeout_ms", T_INT, "4000", CL(peer_timeout_ms),
@@ -152,6 +161,10 @@ static const setting settings[] = {
       0 },
     { SC_TABLE, "aggregate", T_WORD, "sum", TB(aggregate_mean),
       0, 0, 0, aggregate_words, 0 },
+    { SC_TABLE, "nonfinite", T_WORD, "reject", TB(allow_nonfinite),
+      0, 0, 0, nonfinite_words, 0 },
+    { SC_TABLE, "max_rows", T_U64, "0", TB(max_rows), 0, UINT64_MAX, 0, NULL,
+      0 },
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -697,6 +710,13 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t,
     if (!t->dense && rows) {
         fail(p, rows->line, "[%s] rows: only a dense table has rows "
              "(kind = sparse), got \"%s\"", s->name, rows->value);
+        return -1;
+    }
+    const entry *mr = find_entry(s, "max_rows");
+    if (t->dense && mr) {
+        fail(p, mr->line, "[%s] max_rows: only a sparse table grows (kind = "
+             "dense has its rows fixed by rows), got \"%s\"", s->name,
+             mr->value);
         return -1;
     }
     /* staleness on a non-ssp table is kept but has no effect: the schema's

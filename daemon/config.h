@@ -61,6 +61,12 @@ typedef struct psd_table_conf {
     psd_consistency consistency; /* default: async */
     int staleness;               /* ssp only; default 0 */
     int aggregate_mean;          /* aggregate = sum | mean; default sum */
+    int allow_nonfinite;         /* nonfinite = reject | allow; default
+                                    reject: a push holding NaN or +-Inf is
+                                    refused */
+    uint64_t max_rows;           /* sparse: rows one node may hold; a push
+                                    that would create more is refused;
+                                    0 (default): no limit */
 } psd_table_conf;
 
 #define PSD_NOTE_MAX 256
@@ -94,6 +100,16 @@ typedef struct psd_config {
     uint64_t max_output;         /* per-connection queued output before the
                                     connection stops being read; default 16M */
     int max_connections;         /* default 1024 */
+    int max_connections_per_addr;/* open connections from one source
+                                    address; default 256 */
+    uint64_t max_client_memory;  /* bytes of every connection's buffers
+                                    together; beyond it the largest user is
+                                    disconnected; default 1G */
+    int frame_timeout;           /* seconds a frame may take to arrive
+                                    whole; default 30 */
+    int idle_timeout;            /* seconds without a request after which a
+                                    connection may be closed to make room
+                                    for a new one; default 60 */
     int hello_timeout;           /* seconds a new connection has to send
                                     HELLO before it is closed; default 10 */
     int heartbeat_ms;            /* a PING goes out on a connection idle

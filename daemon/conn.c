@@ -15,6 +15,14 @@
 #define PRE_HELLO_MAX_FRAME 4096
 /* Replies are handed to the socket once this many bytes are batched. */
 #define FLUSH_BYTES (256 * 1024)
+/* A connection still without HELLO this long may be closed to make room
+ * for a new one when the node is full (a real client sends its HELLO at
+ * once). */
+#define PRE_HELLO_EVICT_MS 1000
+/* A quiet connection gives back the buffers it keeps for reuse once they
+ * are this large and it has been quiet this long. */
+#define TRIM_BYTES (256 * 1024)
+#define TRIM_QUIET_MS 1000
 
 _Static_assert(sizeof(uv_buf_t) == sizeof(struct iovec) &&
                offsetof(uv_buf_t, base) == offsetof(struct iovec, iov_base) &&
@@ -26,7 +34,8 @@ struct psd_conn {
     psd_conns *set;
     psd_node *node;
     psd_conn *prev, *next;
-    char peer[64];
+    char peer[64];               /* "host:port" */
+    char host[48];               /* the source address alone */
     psd_session ss;              /* what request.c knows of us */
     psw_reader rd;
     msgpack_zone zone;           /* containers of the frame being decoded */
@@ -36,12 +45,24 @@ struct psd_conn {
                                     and fault in fresh memory each time */
     int has_spare;
     size_t queued;               /* bytes handed to uv_write, not done */
+    size_t queued_mem;           /* the buffers holding them */
+    uint64_t reserve;            /* bytes counted ahead of a growth: the
+                                    replies of the frame being executed,
+                                    or the receive buffer's next step */
+    uint64_t mem;                /* what this connection counts in set->mem */
     int hello_done;
     uint64_t accepted_ms;        /* loop time of accept, for hello_timeout */
     uint64_t alive_ms;           /* last sign of life: bytes read (or,
                                     while paused, a write drained) */
     uint64_t sent_ms;            /* last write handed to libuv */
+    uint64_t request_ms;         /* last frame holding a request (not only
+                                    PING or ACK); accept until then */
+    uint64_t frame_ms;           /* when the frame still arriving began, or
+                                    0 when none is partly here */
+    uint64_t frames;             /* frames handled */
     int paused;                  /* reads and parsing stopped */
+    int busy;                    /* a frame of it is being executed: its
+                                    receive buffer holds the frame */
     int waiting;                 /* replies wait for the journal */
     int closing;
     int shutting;                /* psd_conn_shutdown was called */
@@ -51,6 +72,7 @@ typedef struct wreq {
     uv_write_t req;
     psd_conn *c;
     psw_out out;                 /* the bytes being written, owned */
+    size_t mem;                  /* its buffers, counted in queued_mem */
 } wreq;
 
 static void on_close(uv_handle_t *h);
@@ -58,19 +80,100 @@ static void process(psd_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 
+/* ---- memory --------------------------------------------------------- */
+
+/* The bytes of a psw_out's buffers. */
+static size_t out_mem(const psw_out *o)
+{
+    return o->sb.alloc + o->segcap * sizeof(psw_seg);
+}
+
+/* Everything this connection holds that a client can make grow: the
+ * receive buffer, replies not yet written (and the buffers holding
+ * them), the buffer kept for reuse, held requests, and what is counted
+ * ahead. */
+static uint64_t usage(const psd_conn *c)
+{
+    return c->rd.cap + out_mem(&c->out) +
+           (c->has_spare ? out_mem(&c->spare) : 0) + c->queued_mem +
+           c->ss.held_bytes + c->reserve;
+}
+
+/* Brings set->mem up to date with c. */
+static void account(psd_conn *c)
+{
+    uint64_t u = c->closing ? 0 : usage(c);
+    c->set->mem = c->set->mem - c->mem + u;
+    c->mem = u;
+}
+
 static void conn_close(psd_conn *c)
 {
     if (c->closing)
         return;
     c->closing = 1;
+    account(c);                  /* its memory no longer counts */
     uv_close((uv_handle_t *)&c->tcp, on_close);
 }
 
-/* A broken frame: one log line, a counter, and this connection closes. */
+/* Gives back what a connection keeps for reuse but does not hold data:
+ * an empty receive buffer, the spare output buffer. */
+static void trim(psd_conn *c)
+{
+    if (c->has_spare) {
+        psw_out_destroy(&c->spare);
+        c->has_spare = 0;
+    }
+    if (c->out.total == 0 && !psw_out_frame_open(&c->out) &&
+        out_mem(&c->out) > TRIM_BYTES) {
+        psw_out_destroy(&c->out);
+        psw_out_init(&c->out);
+    }
+    if (!c->busy)
+        psw_reader_trim(&c->rd);
+    account(c);
+}
+
+/* Keeps all connections' buffers within max_client_memory: when they
+ * are over it, connections first give back what they only keep for
+ * reuse; then the connection using the most is closed (with a log line),
+ * and the next, until the total fits. The caller's own connection may be
+ * the one closed: check c->closing after. */
+static void enforce(psd_conns *set)
+{
+    uint64_t max = set->node->cfg.max_client_memory;
+    if (set->mem <= max)
+        return;
+    for (psd_conn *c = set->head; c; c = c->next)
+        if (!c->closing)
+            trim(c);
+    while (set->mem > max) {
+        psd_conn *big = NULL;
+        for (psd_conn *c = set->head; c; c = c->next)
+            if (!c->closing && (!big || c->mem > big->mem))
+                big = c;
+        if (!big)
+            break;
+        set->node->stats.conns_over_memory++;
+        psd_warn_rep("closing connection from %s: "
+                    "it uses %llu bytes of buffers, the most of all %d "
+                    "connections, which use %llu together; max_client_memory "
+                    "is %llu", big->peer, (unsigned long long)big->mem,
+                    set->n, (unsigned long long)set->mem,
+                    (unsigned long long)max);
+        conn_close(big);
+    }
+}
+
+/* ---- closing -------------------------------------------------------- */
+
+/* A broken frame or limit: one log line (collapsed in a flood), a counter,
+ * and this connection closes. */
 static void reject(psd_conn *c, const char *why)
 {
     c->node->stats.proto_errors++;
-    psd_warn("closing connection from %s: %s", c->peer, why);
+    psd_warn_rep("closing connection from %s: "
+                "%s", c->peer, why);
     conn_close(c);
 }
 
@@ -127,11 +230,14 @@ static void maybe_finish(psd_conn *c)
     req->data = c;
 }
 
+/* ---- writing -------------------------------------------------------- */
+
 static void on_write(uv_write_t *req, int status)
 {
     wreq *w = (wreq *)req;
     psd_conn *c = w->c;
     c->queued -= w->out.total;
+    c->queued_mem -= w->mem;
     /* A write completing only means the kernel took it: not a sign of
      * life, except while reading is paused for backpressure, when the
      * queue drains only as fast as the peer reads. */
@@ -152,6 +258,7 @@ static void on_write(uv_write_t *req, int status)
     }
     if (c->closing)
         return;
+    account(c);
     /* Resume well below the limit so a steady stream does not flap. */
     if (c->paused && !c->shutting && c->queued <= c->node->cfg.max_output / 4) {
         c->paused = 0;
@@ -164,6 +271,9 @@ static void on_write(uv_write_t *req, int status)
                 conn_close(c);
                 return;
             }
+            /* A frame partly here had no chance to arrive while paused. */
+            if (c->frame_ms)
+                c->frame_ms = uv_now(c->set->loop);
         }
     }
     maybe_finish(c);
@@ -199,6 +309,7 @@ static void flush(psd_conn *c)
     }
     w->c = c;
     w->out = c->out;             /* ownership moves to the write request */
+    w->mem = out_mem(&w->out);
     if (c->has_spare) {
         c->out = c->spare;
         c->has_spare = 0;
@@ -218,7 +329,9 @@ static void flush(psd_conn *c)
         return;
     }
     c->queued += w->out.total;
+    c->queued_mem += w->mem;
     c->sent_ms = uv_now(c->set->loop);
+    account(c);
     if (c->queued > c->node->cfg.max_output)
         pause_reading(c);
 }
@@ -229,7 +342,11 @@ static void on_answered(psd_session *ss)
 {
     psd_conn *c = (psd_conn *)(void *)((char *)ss - offsetof(psd_conn, ss));
     flush(c);
+    account(c);
+    enforce(c->set);
 }
+
+/* ---- HELLO ------------------------------------------------------------ */
 
 /* Answers a HELLO with a refusal (status and reason, no layout), then
  * closes the connection once the answer is out. */
@@ -241,7 +358,7 @@ static void refuse_hello(psd_conn *c, int status, const char *why)
     psw_out_frame_begin(&c->out);
     psw_pack_hello_ok(&c->out, &refused);
     psw_out_frame_end(&c->out);
-    psd_warn("refusing %s: %s", c->peer, why);
+    psd_warn_rep("refusing %s: %s", c->peer, why);
     c->shutting = 1;
     pause_reading(c);
     flush(c);
@@ -277,35 +394,41 @@ static void handle_hello(psd_conn *c, const msgpack_object *msg)
               (unsigned long long)h.client_id, (int)h.worker);
 }
 
-static void handle_frame(psd_conn *c, const char *body, size_t len)
+/* ---- reading ---------------------------------------------------------- */
+
+/* Handles one frame. Returns 0 once it is handled, or 1 when it must wait
+ * (its replies do not fit the output budget): it was put back unread and
+ * reading stopped until the client reads what it is owed. */
+static int handle_frame(psd_conn *c, const char *body, size_t len)
 {
     msgpack_object obj;
     const msgpack_object *msgs;
     char err[160];
     int n;
 
-    c->node->stats.frames++;
     msgpack_zone_clear(&c->zone);
     if (psw_frame_decode(body, len, &c->zone, &obj, err, sizeof err) ||
         (n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err, sizeof err)) < 0) {
         reject(c, err);
-        return;
+        return 0;
     }
     if (!c->hello_done) {
+        c->node->stats.frames++;
         if (n != 1) {
             reject(c, "the first frame must hold one HELLO");
-            return;
+            return 0;
         }
         handle_hello(c, &msgs[0]);
-        return;
+        return 0;
     }
     /* Decode every message before applying any, so a malformed message
      * late in a frame cannot leave the frame half applied. */
     psw_msg one, *m = n == 1 ? &one : malloc((size_t)n * sizeof *m);
     if (!m) {
         reject(c, "out of memory decoding a frame");
-        return;
+        return 0;
     }
+    int requests = 0;
     for (int i = 0; i < n; i++) {
         int bad = psw_msg_decode(&msgs[i], &m[i], err, sizeof err);
         if (!bad && m[i].op == PSW_OP_REPLY) {
@@ -318,16 +441,53 @@ static void handle_frame(psd_conn *c, const char *body, size_t len)
             if (m != &one)
                 free(m);
             reject(c, why);
-            return;
+            return 0;
         }
+        requests += !psw_op_has(m[i].op, PSW_OPF_SESSION);
+    }
+    /* The replies must fit the output budget before the frame runs: a
+     * frame whose replies would take the output past max_output waits,
+     * unread, until the client has read what it is owed (with nothing
+     * owed, any frame runs: its replies are bounded by max_frame). */
+    uint64_t bound = psd_request_frame_bound(c->node, m, n);
+    uint64_t owed = c->out.total + c->queued;
+    if (owed > 0 && owed + bound > c->node->cfg.max_output) {
+        if (m != &one)
+            free(m);
+        psw_reader_unread(&c->rd);
+        pause_reading(c);
+        return 1;
+    }
+    c->node->stats.frames++;
+    c->frames++;
+    if (requests)
+        c->request_ms = uv_now(c->set->loop);
+    c->reserve = bound;
+    account(c);
+    c->busy = 1;                 /* enforce may trim: not this buffer */
+    enforce(c->set);
+    c->busy = 0;
+    if (c->closing) {
+        if (m != &one)
+            free(m);
+        return 0;
     }
     char why[200];
+    c->ss.rd = &c->rd;
+    c->busy = 1;
     int rc = psd_request_frame(c->node, &c->ss, m, n, uv_now(c->set->loop),
                                why, sizeof why);
+    c->busy = 0;
+    c->ss.rd = NULL;
+    c->reserve = 0;
     if (m != &one)
         free(m);
+    msgpack_zone_clear(&c->zone);
     if (rc)
         reject(c, why);
+    else
+        account(c);
+    return 0;
 }
 
 /* Handles every complete frame buffered, unless paused by backpressure. */
@@ -346,11 +506,14 @@ static void process(psd_conn *c)
             reject(c, why);
             return;
         }
-        handle_frame(c, body, len);
+        if (handle_frame(c, body, len))
+            break;
         if (c->out.total >= FLUSH_BYTES)
             flush(c);
     }
     flush(c);
+    account(c);
+    enforce(c->set);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -359,11 +522,23 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     char *p;
     size_t n;
     (void)suggested;
-    if (psw_reader_space(&c->rd, &p, &n)) {
-        buf->base = NULL;        /* read_cb gets UV_ENOBUFS */
-        buf->len = 0;
+    buf->base = NULL;            /* read_cb gets UV_ENOBUFS */
+    buf->len = 0;
+    if (c->closing)
         return;
+    /* The buffer's growth is counted before it happens. */
+    size_t grow = psw_reader_grow(&c->rd);
+    if (grow) {
+        c->reserve = grow;
+        account(c);
+        enforce(c->set);
+        c->reserve = 0;
+        if (c->closing)
+            return;
     }
+    if (psw_reader_space(&c->rd, &p, &n))
+        return;
+    account(c);
     buf->base = p;
     buf->len = n;
 }
@@ -372,7 +547,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
     psd_conn *c = (psd_conn *)st;
     (void)buf;
-    if (n == 0)
+    if (n == 0 || c->closing)
         return;
     if (n < 0) {
         if (n == UV_ENOBUFS)
@@ -385,24 +560,34 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         return;
     }
     psw_reader_commit(&c->rd, (size_t)n);
-    c->alive_ms = uv_now(c->set->loop);
+    uint64_t now = uv_now(c->set->loop), before = c->frames;
+    c->alive_ms = now;
     process(c);
+    /* The clock of a frame that is partly here starts with its first
+     * byte: a frame begun in this read (another ended), or a first one. */
+    if (psw_reader_pending(&c->rd) == 0)
+        c->frame_ms = 0;
+    else if (!c->frame_ms || c->frames != before)
+        c->frame_ms = now;
 }
 
-static void peer_name(uv_tcp_t *t, char *out, size_t cap)
+/* ---- accepting -------------------------------------------------------- */
+
+static void peer_name(uv_tcp_t *t, char *out, size_t cap, char *host,
+                      size_t hostcap)
 {
     struct sockaddr_storage sa;
     int len = sizeof sa;
-    char host[48] = "?";
     int port = 0;
+    snprintf(host, hostcap, "?");
     if (uv_tcp_getpeername(t, (struct sockaddr *)&sa, &len) == 0) {
         if (sa.ss_family == AF_INET6) {
             struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
-            uv_ip6_name(a, host, sizeof host);
+            uv_ip6_name(a, host, hostcap);
             port = ntohs(a->sin6_port);
         } else {
             struct sockaddr_in *a = (struct sockaddr_in *)&sa;
-            uv_ip4_name(a, host, sizeof host);
+            uv_ip4_name(a, host, hostcap);
             port = ntohs(a->sin_port);
         }
     }
@@ -414,6 +599,52 @@ void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node)
     memset(set, 0, sizeof *set);
     set->loop = loop;
     set->node = node;
+}
+
+/* Whether c may be closed to make room: a connection that has not sent
+ * its HELLO for a while, or one that has sent no request for idle_timeout
+ * and waits for nothing (no held reply, no reply unwritten). Workers are
+ * kept: closing one would start its grace and could drop it from bsp and
+ * ssp tables. */
+static int evictable(const psd_conn *c, uint64_t now)
+{
+    if (c->closing || c->shutting)
+        return 0;
+    if (!c->hello_done)
+        return now - c->accepted_ms >= PRE_HELLO_EVICT_MS;
+    return c->ss.worker < 0 && c->ss.held_bytes == 0 && c->queued == 0 &&
+           now - c->request_ms >=
+               (uint64_t)c->node->cfg.idle_timeout * 1000;
+}
+
+/* Closes the connection (from host, when host is not NULL) that has been
+ * idle longest, if one may be closed to make room for `for_peer`. Returns
+ * whether it did. */
+static int evict_idle(psd_conns *set, const psd_conn *newc, const char *host,
+                      const char *limit)
+{
+    uint64_t now = uv_now(set->loop);
+    psd_conn *oldest = NULL;
+    for (psd_conn *c = set->head; c; c = c->next) {
+        if (c == newc || (host && strcmp(c->host, host)) || !evictable(c, now))
+            continue;
+        uint64_t since = c->hello_done ? c->request_ms : c->accepted_ms;
+        uint64_t best = !oldest ? 0 : oldest->hello_done ? oldest->request_ms
+                                                         : oldest->accepted_ms;
+        if (!oldest || since < best)
+            oldest = c;
+    }
+    if (!oldest)
+        return 0;
+    uint64_t since = oldest->hello_done ? oldest->request_ms
+                                        : oldest->accepted_ms;
+    set->node->stats.conns_evicted++;
+    psd_warn_rep("closing connection from %s, "
+                "%s for %.1f s, to make room for %s: %s", oldest->peer,
+                oldest->hello_done ? "idle" : "without HELLO",
+                (double)(now - since) / 1000, newc->peer, limit);
+    conn_close(oldest);
+    return 1;
 }
 
 void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
@@ -433,6 +664,7 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
     set->head = c;
     set->n++;
     psw_reader_init(&c->rd, PRE_HELLO_MAX_FRAME);
+    psw_reader_scan(&c->rd, 1);
     msgpack_zone_init(&c->zone, 8192);
     psw_out_init(&c->out);
     c->ss = (psd_session){ .worker = -1, .peer = c->peer, .out = &c->out,
@@ -441,16 +673,40 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
         conn_close(c);
         return;
     }
-    peer_name(&c->tcp, c->peer, sizeof c->peer);
-    c->accepted_ms = c->alive_ms = c->sent_ms = uv_now(set->loop);
-    if (set->n > node->cfg.max_connections) {
-        char why[96];
-        node->stats.conns_refused++;
+    peer_name(&c->tcp, c->peer, sizeof c->peer, c->host, sizeof c->host);
+    c->accepted_ms = c->alive_ms = c->sent_ms = c->request_ms =
+        uv_now(set->loop);
+    /* Room for a newcomer: over a limit, the connection idle longest
+     * (from the same address, for the per-address limit) makes way;
+     * with none idle, the newcomer is refused. */
+    int open = 0, from_host = 0;
+    for (psd_conn *o = set->head; o; o = o->next)
+        if (!o->closing) {
+            open++;
+            from_host += strcmp(o->host, c->host) == 0;
+        }
+    char why[128];
+    why[0] = '\0';
+    if (from_host > node->cfg.max_connections_per_addr) {
+        snprintf(why, sizeof why, "max_connections_per_addr (%d) reached for "
+                 "%s", node->cfg.max_connections_per_addr, c->host);
+        if (evict_idle(set, c, c->host, why)) {
+            why[0] = '\0';
+            open--;
+        }
+    }
+    if (!why[0] && open > node->cfg.max_connections) {
         snprintf(why, sizeof why, "max_connections (%d) reached",
                  node->cfg.max_connections);
+        if (evict_idle(set, c, NULL, why))
+            why[0] = '\0';
+    }
+    if (why[0]) {
+        node->stats.conns_refused++;
         /* A typed refusal, so the client knows to come back later rather
          * than seeing a reset. */
         refuse_hello(c, PSW_EBUSY, why);
+        account(c);
         return;
     }
     node->stats.conns_accepted++;
@@ -458,6 +714,8 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
     psd_debug("connection from %s", c->peer);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
+
+/* ---- timers ----------------------------------------------------------- */
 
 /* Sends a frame holding one PING: the peer learns we are alive. */
 static void send_ping(psd_conn *c)
@@ -476,11 +734,12 @@ void psd_conns_tick(psd_conns *set)
     uint64_t hello = (uint64_t)cfg->hello_timeout * 1000;
     uint64_t dead = (uint64_t)cfg->peer_timeout_ms;
     uint64_t beat = (uint64_t)cfg->heartbeat_ms;
+    uint64_t whole = (uint64_t)cfg->frame_timeout * 1000;
     for (psd_conn *c = set->head, *n; c; c = n) {
         n = c->next;
         if (c->closing)
             continue;
-        char why[96];
+        char why[160];
         if (!c->hello_done) {
             if (now - c->accepted_ms >= hello) {
                 snprintf(why, sizeof why, "no HELLO within %d s",
@@ -491,16 +750,36 @@ void psd_conns_tick(psd_conns *set)
         }
         if (now - c->alive_ms >= dead) {
             set->node->stats.peers_lost++;
-            psd_warn("closing connection from %s: nothing heard for %llu ms "
-                     "(peer_timeout_ms %d): presumed dead", c->peer,
-                     (unsigned long long)(now - c->alive_ms),
-                     cfg->peer_timeout_ms);
+            psd_warn_rep("closing connection from "
+                        "%s: nothing heard for %llu ms (peer_timeout_ms %d): "
+                        "presumed dead", c->peer,
+                        (unsigned long long)(now - c->alive_ms),
+                        cfg->peer_timeout_ms);
             conn_close(c);
+            continue;
+        }
+        /* A frame that stops half-way (or trickles in) would hold its
+         * bytes for ever: it has frame_timeout to arrive whole, counted
+         * while psd reads the connection. */
+        if (!c->paused && c->frame_ms && now - c->frame_ms >= whole) {
+            set->node->stats.frames_timed_out++;
+            snprintf(why, sizeof why, "a frame has been arriving for %llu s "
+                     "(%zu bytes of it here); frame_timeout is %d s",
+                     (unsigned long long)((now - c->frame_ms) / 1000),
+                     psw_reader_pending(&c->rd), cfg->frame_timeout);
+            reject(c, why);
             continue;
         }
         if (now - c->sent_ms >= beat && !c->shutting)
             send_ping(c);
+        /* Buffers kept for reuse go back once the connection is quiet. */
+        if (now - c->alive_ms >= TRIM_QUIET_MS &&
+            now - c->sent_ms >= TRIM_QUIET_MS && c->queued == 0 &&
+            ((c->has_spare && out_mem(&c->spare) > TRIM_BYTES) ||
+             (psw_reader_pending(&c->rd) == 0 && c->rd.cap > TRIM_BYTES)))
+            trim(c);
     }
+    psd_log_flush();
 }
 
 void psd_conns_durable(psd_conns *set)

@@ -1,9 +1,12 @@
 /* Client connections of one node: read bytes, cut frames, decode them,
  * hand the requests to the command layer (request.c), batch the replies
  * of everything read together into one write, and enforce the transport
- * limits (frame sizes, the pre-HELLO limit, the HELLO timeout, queued
- * output, max_connections) and liveness (heartbeats both ways). A bad
- * frame closes only its connection, with one log line. */
+ * limits (frame sizes, the pre-HELLO limit, the HELLO and frame
+ * timeouts, the output budget a frame's replies must fit before it runs,
+ * max_client_memory over all connections, max_connections and
+ * max_connections_per_addr with room made by closing idle connections)
+ * and liveness (heartbeats both ways). A bad frame closes only its
+ * connection, with one log line (collapsed in a flood). */
 #ifndef PSD_CONN_H
 #define PSD_CONN_H
 
@@ -20,20 +23,27 @@ typedef struct psd_conns {
     psd_node *node;
     psd_conn *head;              /* doubly linked list */
     int n;
+    uint64_t mem;                /* buffers of all open connections, as
+                                    counted against max_client_memory */
 } psd_conns;
 
 void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node);
 
-/* Accepts one pending connection from listener (refusing it when
- * max_connections are open). */
+/* Accepts one pending connection from listener. When max_connections
+ * are open, or max_connections_per_addr from its address, the connection
+ * idle longest (no request for idle_timeout, not a worker, nothing owed;
+ * or no HELLO for a second) is closed to make room; with none, the new
+ * one is refused with a HELLO_OK of status PSW_EBUSY. */
 void psd_conn_accept(psd_conns *set, uv_stream_t *listener);
 
 /* Periodic work (several times per heartbeat): closes connections that
- * sent no accepted HELLO within hello_timeout, and connections whose peer
+ * sent no accepted HELLO within hello_timeout, connections whose peer
  * has been silent for peer_timeout_ms (a dead or unreachable host: the
- * worker it served, if any, starts its grace); sends a PING on every
- * connection idle for heartbeat_ms, so that live clients never look
- * dead. */
+ * worker it served, if any, starts its grace), and connections with a
+ * frame that has not arrived whole within frame_timeout; sends a PING on
+ * every connection idle for heartbeat_ms, so that live clients never look
+ * dead; gives back buffers quiet connections keep; logs the counts of
+ * collapsed log lines. */
 void psd_conns_tick(psd_conns *set);
 
 /* The node's durable_lsn moved: connections whose replies waited for the

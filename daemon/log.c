@@ -10,7 +10,6 @@
 
 static int log_node;
 static psd_log_level log_level = PSD_LOG_INFO;
-static psd_logrep *reps;         /* every psd_logrep used so far */
 
 void psd_log_init(int node, psd_log_level level)
 {
@@ -52,6 +51,20 @@ void psd_log(psd_log_level level, const char *fmt, ...)
 
 /* ---- collapsing --------------------------------------------------------- */
 
+#define REP_TEXT 160
+
+/* One kind of message and its window. */
+typedef struct rep {
+    char key[REP_TEXT];          /* the text, digit runs as one '#' */
+    char first[REP_TEXT];        /* the message logged, for the count */
+    uint64_t start_ms;           /* the window's start */
+    unsigned long more;          /* alike messages counted in it */
+    psd_log_level level;
+    int open;
+} rep;
+
+static rep reps[PSD_LOGREP_KINDS];
+
 static uint64_t mono_ms(void)
 {
     struct timespec ts;
@@ -59,11 +72,34 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Logs the count of r's window, which has ended, and closes it. */
-static void rep_close(psd_logrep *r, uint64_t now_ms)
+/* What alike messages share: the text with each run of digits as '#'. */
+static void rep_key(const char *line, char *key, size_t cap)
+{
+    size_t k = 0;
+    for (const char *p = line; *p && k + 1 < cap; p++) {
+        if (*p >= '0' && *p <= '9') {
+            if (k == 0 || key[k - 1] != '#')
+                key[k++] = '#';
+        } else
+            key[k++] = *p;
+    }
+    key[k] = '\0';
+}
+
+static void copy_text(char *dst, const char *src, size_t cap)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* Logs the count of r's window (if any was counted) and closes it. */
+static void rep_close(rep *r, uint64_t now_ms)
 {
     if (r->more > 0 && r->level >= log_level) {
-        char line[PSD_LOGREP_TEXT + 96];
+        char line[REP_TEXT + 96];
         uint64_t secs = (now_ms - r->start_ms + 500) / 1000;
         snprintf(line, sizeof line, "... and %lu more like \"%s\" in %llu s",
                  r->more, r->first, (unsigned long long)(secs ? secs : 1));
@@ -73,56 +109,62 @@ static void rep_close(psd_logrep *r, uint64_t now_ms)
     r->more = 0;
 }
 
-static void rep_vlog(psd_logrep *r, uint64_t now_ms, psd_log_level level,
-                     const char *fmt, va_list ap)
+static void rep_vlog(uint64_t now_ms, psd_log_level level, const char *fmt,
+                     va_list ap)
 {
-    if (!r->registered) {
-        r->registered = 1;
-        r->next = reps;
-        reps = r;
+    char line[1024], key[REP_TEXT];
+    vsnprintf(line, sizeof line, fmt, ap);
+    rep_key(line, key, sizeof key);
+    rep *r = NULL, *slot = NULL;
+    for (int i = 0; i < PSD_LOGREP_KINDS; i++) {
+        rep *x = &reps[i];
+        if (x->open && strcmp(x->key, key) == 0) {
+            r = x;
+            break;
+        }
+        /* Where a new kind goes: a free slot, else the oldest window. */
+        if (!slot || (slot->open && (!x->open || x->start_ms < slot->start_ms)))
+            slot = x;
     }
-    if (r->open && now_ms - r->start_ms < PSD_LOGREP_WINDOW_MS) {
+    if (r && now_ms - r->start_ms < PSD_LOGREP_WINDOW_MS) {
         r->more++;
         return;
     }
+    if (!r)
+        r = slot;
     if (r->open)
         rep_close(r, now_ms);
-    char line[1024];
-    vsnprintf(line, sizeof line, fmt, ap);
     r->open = 1;
     r->start_ms = now_ms;
     r->level = level;
-    size_t n = strlen(line);
-    if (n >= sizeof r->first)
-        n = sizeof r->first - 1;
-    memcpy(r->first, line, n);
-    r->first[n] = '\0';
+    copy_text(r->key, key, sizeof r->key);
+    copy_text(r->first, line, sizeof r->first);
     if (level >= log_level)
         log_line(level, line);
 }
 
-void psd_log_rep(psd_logrep *r, psd_log_level level, const char *fmt, ...)
+void psd_log_rep(psd_log_level level, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rep_vlog(r, mono_ms(), level, fmt, ap);
+    rep_vlog(mono_ms(), level, fmt, ap);
     va_end(ap);
 }
 
-void psd_log_rep_at(psd_logrep *r, uint64_t now_ms, psd_log_level level,
-                    const char *fmt, ...)
+void psd_log_rep_at(uint64_t now_ms, psd_log_level level, const char *fmt,
+                    ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rep_vlog(r, now_ms, level, fmt, ap);
+    rep_vlog(now_ms, level, fmt, ap);
     va_end(ap);
 }
 
 void psd_log_flush_at(uint64_t now_ms)
 {
-    for (psd_logrep *r = reps; r; r = r->next)
-        if (r->open && now_ms - r->start_ms >= PSD_LOGREP_WINDOW_MS)
-            rep_close(r, now_ms);
+    for (int i = 0; i < PSD_LOGREP_KINDS; i++)
+        if (reps[i].open && now_ms - reps[i].start_ms >= PSD_LOGREP_WINDOW_MS)
+            rep_close(&reps[i], now_ms);
 }
 
 void psd_log_flush(void)

@@ -158,13 +158,21 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
     if (why)
         return why;
     for (int i = 0; i < n->ntables; i++) {
-        psd_table_set_params(n->tables[i], &nc->tables[i].upd);
-        n->cfg.tables[i].upd = nc->tables[i].upd;
+        const psd_table_conf *t = &nc->tables[i];
+        psd_table_set_params(n->tables[i], &t->upd);
+        psd_table_set_limits(n->tables[i], t->max_rows, t->allow_nonfinite);
+        n->cfg.tables[i].upd = t->upd;
+        n->cfg.tables[i].max_rows = t->max_rows;
+        n->cfg.tables[i].allow_nonfinite = t->allow_nonfinite;
     }
     n->cfg.log_level = nc->log_level;
     n->cfg.max_output = nc->max_output;
     n->cfg.max_connections = nc->max_connections;
+    n->cfg.max_connections_per_addr = nc->max_connections_per_addr;
+    n->cfg.max_client_memory = nc->max_client_memory;
     n->cfg.hello_timeout = nc->hello_timeout;
+    n->cfg.frame_timeout = nc->frame_timeout;
+    n->cfg.idle_timeout = nc->idle_timeout;
     n->cfg.snapshot_interval = nc->snapshot_interval;
     n->cfg.client_ttl = nc->client_ttl;
     return NULL;

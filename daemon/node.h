@@ -16,7 +16,10 @@
 
 typedef struct psd_stats {
     uint64_t conns_accepted;
-    uint64_t conns_refused;      /* over max_connections */
+    uint64_t conns_refused;      /* over max_connections(_per_addr) */
+    uint64_t conns_evicted;      /* idle, closed to make room */
+    uint64_t conns_over_memory;  /* closed at max_client_memory */
+    uint64_t frames_timed_out;   /* closed: a frame stopped half-way */
     uint64_t proto_errors;       /* connections closed for a bad frame */
     uint64_t peers_lost;         /* connections closed: peer silent */
     uint64_t frames;
@@ -60,8 +63,10 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
 void psd_node_destroy(psd_node *n);
 
 /* Applies what may change while clients are connected from nc (a freshly
- * loaded file, still owned by the caller): updater hyper-parameters, log
- * level, max_output, max_connections, hello_timeout. Returns NULL, or why
+ * loaded file, still owned by the caller): updater hyper-parameters, a
+ * table's max_rows and nonfinite, log level, max_output,
+ * max_connections(_per_addr), max_client_memory, hello_timeout,
+ * frame_timeout, idle_timeout, client_ttl, snapshot_interval. Returns NULL, or why
  * the file cannot be applied live (layout, updater kinds, initializers,
  * modes, max_frame or the token changed), in which case nothing changed. */
 const char *psd_node_reload(psd_node *n, const psd_config *nc);

@@ -1,5 +1,6 @@
 /* The command layer: checks and executes requests, packs replies, holds
  * the ones that wait for a clock or a barrier. See request.h. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ typedef struct psd_held {
     uint64_t need;
     psw_msg msg;                 /* a held pull's keys point at `keys` */
     char *keys;                  /* owned copy of the pulled keys */
+    uint64_t bytes;              /* counted in ss->held_bytes */
 } psd_held;
 
 static void advance(psd_node *n, uint64_t now_ms);
@@ -51,6 +53,20 @@ static uint64_t reply_bound(const psd_node *n, const psw_msg *m)
 {
     uint64_t rb = rows_bytes(n, m);
     return psw_reply_max(rb > psw_payload_max(n->cfg.max_frame) ? 0 : rb);
+}
+
+/* A frame's length, array header and CRC: what a reply in a frame of its
+ * own adds besides itself. */
+#define FRAME_COST (PSW_FRAME_HDR + PSW_BODY_OVERHEAD + PSW_FRAME_CRC)
+
+uint64_t psd_request_frame_bound(const psd_node *n, const psw_msg *m,
+                                 int count)
+{
+    uint64_t b = 0;
+    for (int i = 0; i < count; i++)
+        if (!psw_op_has(m[i].op, PSW_OPF_SESSION))
+            b += reply_bound(n, &m[i]) + FRAME_COST;
+    return b;
 }
 
 /* Makes room in ss->out for a reply of at most `bound` bytes: replies go
@@ -144,6 +160,7 @@ static int hold(psd_node *n, psd_session *ss, const psw_msg *m, int kind,
     h->ss = ss;
     h->kind = kind;
     h->need = need;
+    h->bytes = sizeof *h + m->nkeys * 8 + reply_bound(n, m) + FRAME_COST;
     h->msg = *m;
     h->msg.vals = NULL;
     h->msg.vals_len = 0;
@@ -158,6 +175,7 @@ static int hold(psd_node *n, psd_session *ss, const psw_msg *m, int kind,
         memcpy(h->keys, m->keys, m->nkeys * 8);
         h->msg.keys = h->keys;
     }
+    ss->held_bytes += h->bytes;
     /* Appended at the end, so held replies go out in arrival order. */
     psd_held **pp = &n->held;
     while (*pp)
@@ -180,6 +198,7 @@ static void release(psd_node *n, int kind, uint64_t reached)
         psd_held *h = *pp;
         if (h->kind == kind && h->need <= reached) {
             *pp = h->next;
+            h->ss->held_bytes -= h->bytes;
             answer(n, h->ss, &h->msg, PSW_OK, NULL);
             held_free(h);
         } else
@@ -280,8 +299,62 @@ static void session(psd_node *n, psd_session *ss, const psw_msg *m,
 
 /* ---- data requests -------------------------------------------------- */
 
+/* Whether push m's values hold a NaN or an infinity: from the reader's
+ * scan when the frame came from a connection, else by reading them. */
+static int values_nonfinite(const psd_session *ss, const psw_msg *m)
+{
+    if (m->vals_len < 4)
+        return 0;
+    return ss->rd ? psw_reader_nonfinite(ss->rd, m->vals, m->vals_len)
+                  : psw_nonfinite(m->vals, m->vals_len);
+}
+
+/* Describes the first non-finite value of push m (there is one). */
+static void describe_nonfinite(const psd_node *n, const psw_msg *m,
+                               char *err, size_t errlen)
+{
+    const psd_table_conf *tc = psd_table_conf_get(n->tables[m->table]);
+    size_t nf = m->vals_len / 4, i = 0;
+    float v = 0;
+    for (; i < nf; i++) {
+        memcpy(&v, m->vals + 4 * i, 4);
+        if (!isfinite(v))
+            break;
+    }
+    size_t row = i / tc->dim;
+    char where[64];
+    if (psw_op_has(m->op, PSW_OPF_RANGED))
+        snprintf(where, sizeof where, "row %llu",
+                 (unsigned long long)(m->first + row));
+    else if (row < m->nkeys)
+        snprintf(where, sizeof where, "key %llu",
+                 (unsigned long long)psw_key_at(m->keys, row));
+    else
+        snprintf(where, sizeof where, "row %zu", row);
+    snprintf(err, errlen, "value %zu of %s is %s; table '%s' refuses "
+             "non-finite values (nonfinite = reject): nothing of this push "
+             "was applied here", i % tc->dim, where,
+             isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", tc->name);
+}
+
+/* The timestamps of a frame's pushes refused for non-finite values. */
+typedef struct badset {
+    const uint64_t *ts;
+    int n;
+} badset;
+
+static int is_bad(const psd_session *ss, const badset *bad, uint64_t ts)
+{
+    if (ts == ss->bad_ts)
+        return 1;
+    for (int i = 0; i < bad->n; i++)
+        if (bad->ts[i] == ts)
+            return 1;
+    return 0;
+}
+
 static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
-                     uint64_t now_ms)
+                     uint64_t now_ms, const badset *bad)
 {
     char err[256];
     int owner = -1, rc;
@@ -309,6 +382,13 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     int pulls = psw_op_has(m->op, PSW_OPF_PULLS);
     uint64_t nrows = ranged ? m->count : m->nkeys;
 
+    /* Exactly-once needs a timestamp the client never reuses, and the
+     * memory of applied pushes keys on ts >= 1. */
+    if (pushes && m->ts == 0) {
+        reply_error(n, ss, m, PSW_EINVAL, "a push needs a timestamp >= 1 "
+                    "(ts 0 could not be told from a retransmission)");
+        return;
+    }
     if (pushes && (nrows > SIZE_MAX / rowb || m->vals_len != nrows * rowb)) {
         snprintf(err, sizeof err, "%llu rows of table '%s' need %llu bytes of "
                  "values, got %zu", (unsigned long long)nrows, tc->name,
@@ -337,6 +417,20 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         reply_error(n, ss, m, rc, err);
         return;
     }
+    /* A NaN or an infinity would spoil the rows for good (and an
+     * optimizer's state with them): the whole push is refused, every part
+     * of it that reaches this node from this frame on. */
+    if (pushes && !tc->allow_nonfinite && is_bad(ss, bad, m->ts)) {
+        if (values_nonfinite(ss, m))
+            describe_nonfinite(n, m, err, sizeof err);
+        else
+            snprintf(err, sizeof err, "another part of push %llu holds a "
+                     "NaN or infinite value; table '%s' refuses them "
+                     "(nonfinite = reject): this part was not applied",
+                     (unsigned long long)m->ts, tc->name);
+        reply_error(n, ss, m, PSW_ENONFINITE, err);
+        return;
+    }
     /* A node whose journal cannot be written takes no push: it could not
      * keep the promise of durability = log. */
     if (pushes && n->journal_error[0]) {
@@ -357,6 +451,14 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
             return;
         }
         pushes = 0;
+    }
+    /* A sparse table with max_rows takes no push that would grow it past
+     * that; pulls never grow a table. */
+    if (pushes && !ranged &&
+        (rc = psd_table_check_growth(t, m->keys, m->nkeys, err,
+                                     sizeof err))) {
+        reply_error(n, ss, m, rc, err);
+        return;
     }
     if (pushes) {
         if (tc->consistency == PSD_CONS_BSP)
@@ -450,13 +552,38 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
                  (unsigned long long)n->cfg.max_frame);
         return PSW_ETOOBIG;
     }
+    /* Pushes holding a NaN or an infinity, found before anything of the
+     * frame runs, so that no part of such a push is applied. */
+    uint64_t one_bad, *bad_ts = &one_bad;
+    badset bad = { bad_ts, 0 };
+    for (int i = 0; i < count; i++) {
+        const psw_msg *x = &m[i];
+        if (!psw_op_has(x->op, PSW_OPF_PUSHES) ||
+            x->table >= (uint32_t)n->ntables ||
+            psd_table_conf_get(n->tables[x->table])->allow_nonfinite ||
+            !values_nonfinite(ss, x) || is_bad(ss, &bad, x->ts))
+            continue;
+        if (bad.n == 1 && bad_ts == &one_bad) {
+            bad_ts = malloc((size_t)count * sizeof *bad_ts);
+            if (!bad_ts) {
+                snprintf(why, whylen, "out of memory checking a frame");
+                return PSW_ENOMEM;
+            }
+            bad_ts[0] = one_bad;
+        }
+        bad_ts[bad.n++] = x->ts;
+        bad.ts = bad_ts;
+        ss->bad_ts = x->ts;
+    }
     psw_out_frame_begin(ss->out);
     for (int i = 0; i < count; i++) {
         if (!psw_op_has(m[i].op, PSW_OPF_SESSION))
             reply_room(n, ss, reply_bound(n, &m[i]));
-        dispatch(n, ss, &m[i], now_ms);
+        dispatch(n, ss, &m[i], now_ms, &bad);
     }
     psw_out_frame_end(ss->out);
+    if (bad_ts != &one_bad)
+        free(bad_ts);
     return 0;
 }
 
@@ -467,6 +594,7 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
         psd_held *h = *pp;
         if (h->ss == ss) {
             *pp = h->next;
+            ss->held_bytes -= h->bytes;
             held_free(h);
         } else
             pp = &h->next;

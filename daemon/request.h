@@ -28,6 +28,15 @@ typedef struct psd_session {
     uint64_t need_lsn;           /* the journal record its replies packed
                                     so far depend on: they may go out once
                                     node->durable_lsn reaches it */
+    const psw_reader *rd;        /* the reader of the frame being handled,
+                                    whose scan says whether pushed values
+                                    are finite; NULL: they are read here */
+    uint64_t held_bytes;         /* memory its held requests stand for:
+                                    their copied keys and the bound of
+                                    each one's reply (request.c keeps it) */
+    uint64_t bad_ts;             /* the last push refused for a non-finite
+                                    value: its other parts are refused too
+                                    (0: none; pushes have ts >= 1) */
     /* Called after a held reply was packed into out outside of
      * psd_request_frame (the clock moved for another connection, or on
      * a tick): the connection should send it. */
@@ -49,6 +58,14 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
  * (the connection must be closed). Otherwise returns 0. */
 int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
                       int count, uint64_t now_ms, char *why, size_t whylen);
+
+/* The most bytes the replies to the `count` decoded requests of one
+ * frame can add to the session's output (each reply bounded by the size
+ * rule, in a reply frame of its own at worst), held ones included: the
+ * connection counts this against its output budget before it lets
+ * psd_request_frame run them. */
+uint64_t psd_request_frame_bound(const psd_node *n, const psw_msg *m,
+                                 int count);
 
 /* The session's connection is gone: its held replies are dropped and its
  * worker, if any, is waited for worker_grace more seconds. */

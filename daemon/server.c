@@ -173,13 +173,18 @@ void psd_server_stop(psd_server *s)
     const psd_stats *st = &s->node.stats;
     psd_info("stopping: %llu connections served, %llu requests in %llu "
              "frames (%llu answered with an error), %llu connections closed "
-             "for protocol errors, %llu refused at max_connections",
+             "for protocol errors (%llu of them a frame past frame_timeout), "
+             "%llu refused at max_connections(_per_addr), %llu idle ones "
+             "closed to make room, %llu closed at max_client_memory",
              (unsigned long long)st->conns_accepted,
              (unsigned long long)st->requests,
              (unsigned long long)st->frames,
              (unsigned long long)st->request_errors,
              (unsigned long long)st->proto_errors,
-             (unsigned long long)st->conns_refused);
+             (unsigned long long)st->frames_timed_out,
+             (unsigned long long)st->conns_refused,
+             (unsigned long long)st->conns_evicted,
+             (unsigned long long)st->conns_over_memory);
 }
 
 int psd_server_final(psd_server *s)

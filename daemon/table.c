@@ -47,6 +47,9 @@ struct psd_table {
     unsigned chunk_bits;     /* sparse: log2 of rows per chunk */
     int has_step;
     shard *shards;
+    uint64_t rows_held;      /* sum of the shards' nrows */
+    uint64_t acc_new;        /* bsp, sparse: keys in acc with no row here */
+    float *scratch;          /* one row: an initial row being made */
     struct psd_table *acc;   /* bsp: this clock's summed pushes, or NULL */
 };
 
@@ -164,6 +167,20 @@ fail:
     return -1;
 }
 
+/* Row number of `key`, or EMPTY when it has none. */
+static uint32_t sparse_find(const shard *s, uint64_t key)
+{
+    if (!s->hcap)
+        return EMPTY;
+    size_t j = slot_of(key, s->hcap);
+    while (s->slots[j].row != EMPTY) {
+        if (s->slots[j].key == key)
+            return s->slots[j].row;
+        j = (j + 1) & (s->hcap - 1);
+    }
+    return EMPTY;
+}
+
 /* Row number of `key`, creating and initialising the row when absent.
  * Returns EMPTY when memory runs out. */
 static uint32_t sparse_row(psd_table *t, shard *s, uint64_t key)
@@ -184,6 +201,7 @@ static uint32_t sparse_row(psd_table *t, shard *s, uint64_t key)
     if (s->nrows == (uint64_t)s->nchunks << t->chunk_bits && chunk_add(t, s))
         return EMPTY;
     uint32_t row = (uint32_t)s->nrows++;
+    t->rows_held++;
     size_t j = slot_of(key, s->hcap);
     while (s->slots[j].row != EMPTY)
         j = (j + 1) & (s->hcap - 1);
@@ -251,7 +269,8 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
            ((size_t)1 << t->chunk_bits) * row_bytes(t) > CHUNK_BYTES)
         t->chunk_bits--;
     t->shards = calloc(shards, sizeof *t->shards);
-    if (!t->shards)
+    t->scratch = malloc(row_bytes(t));
+    if (!t->shards || !t->scratch)
         goto oom;
     for (uint32_t i = 0; i < shards; i++) {
         shard *s = &t->shards[i];
@@ -260,6 +279,7 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
             continue;
         s->first = psw_dense_shard_start(conf->rows, shards, i);
         s->nrows = psw_dense_shard_start(conf->rows, shards, i + 1) - s->first;
+        t->rows_held += s->nrows;
         if (dense_alloc(t, s))
             goto oom;
     }
@@ -278,6 +298,7 @@ void psd_table_free(psd_table *t)
         for (uint32_t i = 0; i < t->nshards; i++)
             shard_free(&t->shards[i]);
     free(t->shards);
+    free(t->scratch);
     psd_table_free(t->acc);
     free(t);
 }
@@ -291,6 +312,13 @@ void psd_table_set_params(psd_table *t, const psd_updater_params *p)
 {
     if (p->kind == t->conf.upd.kind)
         t->conf.upd = *p;
+}
+
+void psd_table_set_limits(psd_table *t, uint64_t max_rows,
+                          int allow_nonfinite)
+{
+    t->conf.max_rows = max_rows;
+    t->conf.allow_nonfinite = allow_nonfinite;
 }
 
 static uint32_t shard_of(const psd_table *t, uint64_t key)
@@ -401,13 +429,79 @@ int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out)
 {
     size_t rb = row_bytes(t);
     for (size_t i = 0; i < n; i++) {
-        rowref r;
-        prefetch_key(t, keys, i, n);
-        if (locate(t, psw_key_at(keys, i), &r))
-            return PSW_ENOMEM;
-        memcpy(out + i * rb, r.w, rb);
+        uint64_t k = psw_key_at(keys, i);
+        const shard *s = &t->shards[shard_of(t, k)];
+        const float *w;
+        if (t->conf.dense)
+            w = dense_ref(t, s, k).w;
+        else {
+            prefetch_key(t, keys, i, n);
+            uint32_t row = sparse_find(s, k);
+            if (row == EMPTY) {
+                /* Never pushed: its initial row, made afresh (the
+                 * initialiser is a function of the key), not stored. */
+                psd_init_row(&t->conf.init, k, t->scratch, t->conf.dim);
+                w = t->scratch;
+            } else
+                w = sparse_ref(t, s, row).w;
+        }
+        memcpy(out + i * rb, w, rb);
     }
     return 0;
+}
+
+/* Whether the sparse table holds key (or, bsp, has it in this clock's
+ * sum, where it becomes a row at the end of the clock). */
+static int has_key(const psd_table *t, uint64_t k)
+{
+    if (sparse_find(&t->shards[psw_sparse_shard_of(t->nshards, k)], k) !=
+        EMPTY)
+        return 1;
+    const psd_table *a = t->acc;
+    return a && sparse_find(&a->shards[psw_sparse_shard_of(a->nshards, k)],
+                            k) != EMPTY;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
+                           char *err, size_t errlen)
+{
+    if (t->conf.dense || t->conf.max_rows == 0)
+        return 0;
+    uint64_t held = t->rows_held + t->acc_new, fresh = 0;
+    for (size_t i = 0; i < n; i++)
+        fresh += !has_key(t, psw_key_at(keys, i));
+    if (held + fresh <= t->conf.max_rows)
+        return 0;
+    /* Over the limit counting repeats: count each new key once. */
+    uint64_t *nk = malloc((size_t)(fresh ? fresh : 1) * sizeof *nk);
+    if (!nk) {
+        snprintf(err, errlen, "out of memory counting the new keys");
+        return PSW_ENOMEM;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = psw_key_at(keys, i);
+        if (!has_key(t, k))
+            nk[m++] = k;
+    }
+    qsort(nk, m, sizeof *nk, cmp_u64);
+    size_t distinct = 0;
+    for (size_t i = 0; i < m; i++)
+        distinct += i == 0 || nk[i] != nk[i - 1];
+    free(nk);
+    if (held + distinct <= t->conf.max_rows)
+        return 0;
+    snprintf(err, errlen, "table '%s' holds %llu rows on this node "
+             "(max_rows = %llu): this push would add %zu more",
+             t->conf.name, (unsigned long long)held,
+             (unsigned long long)t->conf.max_rows, distinct);
+    return PSW_EFULL;
 }
 
 void psd_table_push_range(psd_table *t, uint64_t first, uint64_t count,
@@ -457,7 +551,21 @@ int psd_table_accumulate(psd_table *t, const char *keys, size_t n,
                          const char *vals)
 {
     psd_table *a = acc_get(t);
-    return a ? psd_table_push(a, keys, n, vals) : PSW_ENOMEM;
+    if (!a)
+        return PSW_ENOMEM;
+    if (t->conf.dense)
+        return psd_table_push(a, keys, n, vals);
+    /* Count the keys that will become rows when the sum is applied, so
+     * that max_rows holds for pushes of the current clock too. */
+    size_t rb = row_bytes(t);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = psw_key_at(keys, i);
+        int fresh = !has_key(t, k);
+        if (psd_table_push(a, keys + 8 * i, 1, vals + i * rb))
+            return PSW_ENOMEM;
+        t->acc_new += fresh;
+    }
+    return 0;
 }
 
 int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
@@ -480,6 +588,7 @@ int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
 int psd_table_apply_accumulated(psd_table *t, float scale)
 {
     psd_table *a = t->acc;
+    t->acc_new = 0;
     if (!a)
         return 0;
     uint32_t d = t->conf.dim;
@@ -497,6 +606,9 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
                 s->nrows = 0;
                 for (size_t k = 0; k < s->hcap; k++)
                     s->slots[k].row = EMPTY;
+                a->rows_held = 0;
+                for (uint32_t k = 0; k < a->nshards; k++)
+                    a->rows_held += a->shards[k].nrows;
                 return PSW_ENOMEM;
             }
             if (scale != 1.0f)
@@ -509,15 +621,13 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
             s->slots[j].row = EMPTY;
         s->nrows = 0;
     }
+    a->rows_held = 0;
     return 0;
 }
 
 uint64_t psd_table_rows(const psd_table *t)
 {
-    uint64_t n = 0;
-    for (uint32_t i = 0; i < t->nshards; i++)
-        n += t->shards[i].nrows;
-    return n;
+    return t->rows_held;
 }
 
 size_t psd_table_bytes(const psd_table *t)
@@ -726,5 +836,14 @@ int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
     char inner[200];
     if (load_shards(a, in, inner, sizeof inner))
         LOADFAIL("in the sums of the current clock: %s", inner);
+    if (!t->conf.dense)
+        for (uint32_t i = 0; i < a->nshards; i++)
+            for (size_t j = 0; j < a->shards[i].hcap; j++) {
+                const hslot *h = &a->shards[i].slots[j];
+                t->acc_new += h->row != EMPTY &&
+                              sparse_find(&t->shards[psw_sparse_shard_of(
+                                              t->nshards, h->key)],
+                                          h->key) == EMPTY;
+            }
     return 0;
 }

@@ -27,6 +27,10 @@ const psd_table_conf *psd_table_conf_get(const psd_table *t);
  * must stay the same, since optimizer state depends on it. */
 void psd_table_set_params(psd_table *t, const psd_updater_params *p);
 
+/* Applies a reload's max_rows and nonfinite policy. */
+void psd_table_set_limits(psd_table *t, uint64_t max_rows,
+                          int allow_nonfinite);
+
 /* Checks that every key (n little-endian uint64 at `keys`, unaligned) is
  * valid for the table and owned by this node. Returns 0, PSW_EKEY or
  * PSW_ENOTOWNER (*owner set to the owning node) with a reason in err. */
@@ -36,10 +40,21 @@ int psd_table_check_keys(const psd_table *t, const char *keys, size_t n,
 int psd_table_check_range(const psd_table *t, uint64_t first, uint64_t count,
                           int *owner, char *err, size_t errlen);
 
+/* For a push of n keys to a sparse table with max_rows: 0 when the rows
+ * it would create (each new key counted once; on a bsp table, with the
+ * keys of the current clock's sum that are new too) keep the table
+ * within max_rows on this node, else PSW_EFULL with the reason in err
+ * (or PSW_ENOMEM). Always 0 for dense tables and max_rows = 0. */
+int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
+                           char *err, size_t errlen);
+
 /* Apply a push / copy out rows, after the checks above passed. vals and
- * out hold n * dim floats, unaligned. Sparse rows are created on first
- * touch; that is the only failure (PSW_ENOMEM), after which rows of the
- * keys before the failing one have been updated. */
+ * out hold n * dim floats, unaligned. A push creates the sparse rows it
+ * touches first; that is the only failure (PSW_ENOMEM), after which rows
+ * of the keys before the failing one have been updated. A pull creates
+ * nothing: a sparse key without a row reads its initial row (the
+ * initialiser is a function of the key), so pulls never grow a table;
+ * it returns 0. */
 int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals);
 int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out);
 void psd_table_push_range(psd_table *t, uint64_t first, uint64_t count,

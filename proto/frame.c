@@ -6,6 +6,11 @@
 
 #include <isa-l/crc.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2 1
+#endif
+
 #include "frame.h"
 #include "status.h"
 
@@ -30,12 +35,75 @@ static uint32_t crc_update(uint32_t crc, const char *p, size_t n)
 
 #define READ_CHUNK (64 * 1024)
 
+/* ---- non-finite floats ---------------------------------------------- */
+
+/* A float32 is NaN or infinite exactly when its 8 exponent bits are all
+ * set. The loops OR the comparisons together, with no early exit, so
+ * they vectorise; a hit is rare. */
+#define EXP_MASK 0x7f800000u
+
+static int nonfinite_plain(const unsigned char *p, size_t nfloats)
+{
+    uint32_t acc = 0;
+    for (size_t i = 0; i < nfloats; i++) {
+        uint32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        acc |= (v & EXP_MASK) == EXP_MASK;
+    }
+    return acc != 0;
+}
+
+#ifdef HAVE_AVX2
+__attribute__((target("avx2")))
+static int nonfinite_avx2(const unsigned char *p, size_t n)
+{
+    const __m256i m = _mm256_set1_epi32((int)EXP_MASK);
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m256i x0 = _mm256_loadu_si256((const __m256i *)(const void *)(p + i));
+        __m256i x1 = _mm256_loadu_si256((const __m256i *)(const void *)(p + i + 32));
+        __m256i x2 = _mm256_loadu_si256((const __m256i *)(const void *)(p + i + 64));
+        __m256i x3 = _mm256_loadu_si256((const __m256i *)(const void *)(p + i + 96));
+        a0 = _mm256_or_si256(a0, _mm256_cmpeq_epi32(_mm256_and_si256(x0, m), m));
+        a1 = _mm256_or_si256(a1, _mm256_cmpeq_epi32(_mm256_and_si256(x1, m), m));
+        a2 = _mm256_or_si256(a2, _mm256_cmpeq_epi32(_mm256_and_si256(x2, m), m));
+        a3 = _mm256_or_si256(a3, _mm256_cmpeq_epi32(_mm256_and_si256(x3, m), m));
+    }
+    a0 = _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3));
+    return !_mm256_testz_si256(a0, a0) || nonfinite_plain(p + i, (n - i) / 4);
+}
+#endif
+
+int psw_nonfinite(const void *p, size_t n)
+{
+#ifdef HAVE_AVX2
+    if (n >= 128 && __builtin_cpu_supports("avx2"))
+        return nonfinite_avx2(p, n);
+#endif
+    return nonfinite_plain(p, n / 4);
+}
+
 /* ---- reading -------------------------------------------------------- */
+
+static void scan_reset(psw_scan *s, int on)
+{
+    memset(s, 0, sizeof *s);
+    s->pending = 1;
+    s->broken = !on;             /* off: every lookup reads the bytes */
+}
 
 void psw_reader_init(psw_reader *r, size_t max_frame)
 {
     memset(r, 0, sizeof *r);
     r->max_frame = max_frame;
+    scan_reset(&r->cur, 0);
+    scan_reset(&r->last, 0);
+}
+
+void psw_reader_scan(psw_reader *r, int on)
+{
+    r->scan_on = on;
 }
 
 void psw_reader_destroy(psw_reader *r)
@@ -51,8 +119,44 @@ static uint32_t be32(const char *p)
            (uint32_t)u[2] << 8 | (uint32_t)u[3];
 }
 
+/* The capacity the buffer needs before the next read: room for a chunk,
+ * growing toward the whole frame once its length is known (psw_reader_next
+ * has refused oversized lengths already), at most doubling per read, so
+ * that a frame that stops half-way holds about what it sent, not what it
+ * announced. Consumed bytes do not count: space() drops them first. */
+static size_t reader_need(const psw_reader *r)
+{
+    size_t len = r->len - r->off, want = READ_CHUNK;
+    if (len >= PSW_FRAME_HDR) {
+        size_t frame = PSW_FRAME_HDR + (size_t)be32(r->buf + r->off);
+        if (frame > len) {
+            size_t rest = frame - len;
+            size_t step = len > READ_CHUNK ? len : READ_CHUNK;
+            if (rest > want)
+                want = rest < step ? rest : step;
+        }
+    }
+    return len + want;
+}
+
+size_t psw_reader_grow(const psw_reader *r)
+{
+    size_t need = reader_need(r);
+    return need > r->cap ? need - r->cap : 0;
+}
+
+void psw_reader_trim(psw_reader *r)
+{
+    if (r->off != r->len)
+        return;
+    free(r->buf);
+    r->buf = NULL;
+    r->off = r->len = r->cap = 0;
+}
+
 int psw_reader_space(psw_reader *r, char **p, size_t *n)
 {
+    size_t need = reader_need(r);
     /* Consumed bytes are dropped here, never while a frame view handed
      * out by psw_reader_next may still be in use. */
     if (r->off > 0) {
@@ -60,29 +164,148 @@ int psw_reader_space(psw_reader *r, char **p, size_t *n)
         r->len -= r->off;
         r->off = 0;
     }
-    size_t want = READ_CHUNK;
-    if (r->len >= PSW_FRAME_HDR) {
-        /* Size the buffer for the whole frame once its length is known
-         * (psw_reader_next has refused oversized lengths already). */
-        size_t frame = PSW_FRAME_HDR + (size_t)be32(r->buf);
-        if (frame > r->len && frame - r->len > want)
-            want = frame - r->len;
-    }
-    if (r->cap - r->len < want) {
-        size_t cap = r->len + want;
-        char *nb = realloc(r->buf, cap);
+    if (r->cap < need) {
+        char *nb = realloc(r->buf, need);
         if (!nb)
             return -1;
         r->buf = nb;
-        r->cap = cap;
+        r->cap = need;
     }
     *p = r->buf + r->len;
     *n = r->cap - r->len;
     return 0;
 }
 
+static uint64_t be_n(const uint8_t *p, int k)
+{
+    uint64_t v = 0;
+    while (k--)
+        v = v << 8 | *p++;
+    return v;
+}
+
+/* Follows the msgpack structure of a body of blen bytes, of which avail
+ * are here, from where the walk stopped (see psw_scan in frame.h). Any
+ * byte psw_guard would refuse makes the walk give up (broken): the frame
+ * is then refused by the guard, or its payloads are read at lookup. */
+static void scan_walk(psw_scan *s, const uint8_t *b, size_t avail,
+                      size_t blen)
+{
+    while (!s->broken) {
+        if (s->bin) {
+            size_t take = avail - s->pos < s->bin ? avail - s->pos : s->bin;
+            size_t upto = (s->pos + take - s->bin_at) & ~(size_t)3;
+            if (upto > s->bin_done) {
+                if (!s->bin_hit && psw_nonfinite(b + s->bin_at + s->bin_done,
+                                                 upto - s->bin_done))
+                    s->bin_hit = 1;
+                s->bin_done = upto;
+            }
+            s->pos += take;
+            s->bin -= take;
+            if (s->bin)
+                return;
+            if (s->bin_hit) {
+                if (s->nhits < PSW_SCAN_HITS)
+                    s->hits[s->nhits++] = s->bin_at;
+                else
+                    s->overflow = 1;
+            }
+            continue;
+        }
+        if (s->skip) {
+            size_t take = avail - s->pos < s->skip ? avail - s->pos : s->skip;
+            s->pos += take;
+            s->skip -= take;
+            if (s->skip)
+                return;
+            continue;
+        }
+        if (!s->pending || s->pos >= avail)
+            return;
+        size_t i = s->pos;
+        uint8_t t = b[i++];
+        uint64_t len = 0, items = 0;
+        int hdr = 0, isbin = 0;
+        if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3)
+            ;
+        else if (t >= 0x80 && t <= 0x8f)
+            items = 2u * (t & 0x0f);
+        else if (t >= 0x90 && t <= 0x9f)
+            items = t & 0x0f;
+        else if (t >= 0xa0 && t <= 0xbf)
+            len = t & 0x1f;
+        else
+            switch (t) {
+            case 0xc4: hdr = 1; isbin = 1; break;
+            case 0xc5: hdr = 2; isbin = 1; break;
+            case 0xc6: hdr = 4; isbin = 1; break;
+            case 0xd9: hdr = 1; break;
+            case 0xda: hdr = 2; break;
+            case 0xdb: hdr = 4; break;
+            case 0xc7: hdr = 1; len = 1; break;
+            case 0xc8: hdr = 2; len = 1; break;
+            case 0xc9: hdr = 4; len = 1; break;
+            case 0xca: case 0xce: case 0xd2: len = 4; break;
+            case 0xcb: case 0xcf: case 0xd3: len = 8; break;
+            case 0xcc: case 0xd0: len = 1; break;
+            case 0xcd: case 0xd1: len = 2; break;
+            case 0xd4: len = 2; break;
+            case 0xd5: len = 3; break;
+            case 0xd6: len = 5; break;
+            case 0xd7: len = 9; break;
+            case 0xd8: len = 17; break;
+            case 0xdc: case 0xde: hdr = 2; break;
+            case 0xdd: case 0xdf: hdr = 4; break;
+            default: s->broken = 1; return;
+            }
+        if (hdr) {
+            if (avail - i < (size_t)hdr)
+                return;              /* the header is not all here yet */
+            uint64_t v = be_n(b + i, hdr);
+            i += (size_t)hdr;
+            if (t == 0xdc || t == 0xdd)
+                items = v;
+            else if (t == 0xde || t == 0xdf)
+                items = 2 * v;
+            else
+                len += v;
+        }
+        /* A field of a message (the frame is level 1, a message level 2)
+         * at index 5 or later: values. */
+        int values = isbin && s->depth == 2 &&
+                     s->total[1] - s->left[1] >= 5;
+        s->pending--;
+        if (s->depth)
+            s->left[s->depth - 1]--;
+        s->pos = i;
+        if (len > blen - i) {
+            s->broken = 1;
+            return;
+        }
+        if (values && len) {
+            s->bin = (size_t)len;
+            s->bin_at = i;
+            s->bin_done = 0;
+            s->bin_hit = 0;
+        } else
+            s->skip = (size_t)len;
+        if (items) {
+            if (items > blen - i || s->depth == PSW_SCAN_DEPTH) {
+                s->broken = 1;
+                return;
+            }
+            s->left[s->depth] = s->total[s->depth] = items;
+            s->depth++;
+            s->pending += items;
+        }
+        while (s->depth && s->left[s->depth - 1] == 0)
+            s->depth--;
+    }
+}
+
 /* Feeds the CRC with the body bytes of the frame at off that have
- * arrived, up to the end of its body. */
+ * arrived, up to the end of its body (and the scan, when on). */
 static void reader_crc(psw_reader *r)
 {
     size_t have = r->len - r->off;
@@ -97,6 +320,9 @@ static void reader_crc(psw_reader *r)
         r->crc = crc_update(r->crc, r->buf + r->off + PSW_FRAME_HDR +
                                         r->crc_done, upto - r->crc_done);
         r->crc_done = upto;
+        if (!r->cur.broken)
+            scan_walk(&r->cur, (const uint8_t *)r->buf + r->off +
+                                   PSW_FRAME_HDR, upto, body);
     }
 }
 
@@ -136,26 +362,57 @@ int psw_reader_next(psw_reader *r, const char **body, size_t *len)
     }
     *body = b;
     *len = blen;
+    r->last = r->cur;
+    /* A walk that did not end with the body lost its way: unknown. */
+    if (r->last.pending || r->last.bin || r->last.skip ||
+        r->last.pos != blen)
+        r->last.broken = 1;
+    r->last_body = b;
+    r->last_len = flen;
+    r->last_crc = r->crc;
+    scan_reset(&r->cur, r->scan_on);
     r->off += PSW_FRAME_HDR + flen;
     r->crc = 0;
     r->crc_done = 0;
     return 1;
 }
 
-/* ---- the guard ------------------------------------------------------ */
-
-static uint64_t be_n(const uint8_t *p, int k)
+void psw_reader_unread(psw_reader *r)
 {
-    uint64_t v = 0;
-    while (k--)
-        v = v << 8 | *p++;
-    return v;
+    r->off -= PSW_FRAME_HDR + r->last_len;
+    r->crc = r->last_crc;
+    r->crc_done = r->last_len - PSW_FRAME_CRC;
+    r->cur = r->last;
 }
+
+int psw_reader_nonfinite(const psw_reader *r, const char *p, size_t len)
+{
+    const psw_scan *s = &r->last;
+    size_t blen = r->last_len - PSW_FRAME_CRC;
+    if (len < 4)
+        return 0;
+    if (s->broken || s->overflow || !r->last_body || p < r->last_body ||
+        (size_t)(p - r->last_body) > blen ||
+        len > blen - (size_t)(p - r->last_body))
+        return psw_nonfinite(p, len);
+    size_t at = (size_t)(p - r->last_body);
+    uint32_t lo = 0, hi = s->nhits;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (s->hits[mid] < at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->nhits && s->hits[lo] == at;
+}
+
+/* ---- the guard ------------------------------------------------------ */
 
 long psw_guard(const uint8_t *p, size_t n, unsigned max_depth)
 {
     size_t i = 0;
-    uint64_t pending = 1, stack[32];
+    uint64_t pending = 1, stack[32], all = 0;
     unsigned depth = 0;
 
     if (max_depth > 32)
@@ -221,6 +478,9 @@ long psw_guard(const uint8_t *p, size_t n, unsigned max_depth)
             /* Every element takes at least one byte: a count larger than
              * what is left can never be satisfied, so it is hostile. */
             if (items > n - i)
+                return -1;
+            all += items;
+            if (all > PSW_MAX_ITEMS)
                 return -1;
             if (++depth > max_depth)
                 return -1;

@@ -19,7 +19,36 @@
 /* CRC32C (Castagnoli) of n bytes, continuing from crc (0 to start). */
 uint32_t psw_crc32c(uint32_t crc, const void *p, size_t n);
 
+/* Whether any of the n / 4 little-endian float32 at p (any alignment) is
+ * NaN or +-Inf; bytes past the last whole float are ignored. Vectorised
+ * (AVX2 where the CPU has it), about 0.15 ms per 16 MiB here. */
+int psw_nonfinite(const void *p, size_t n);
+
 /* ---- reading -------------------------------------------------------- */
+
+/* What the reader learns of a frame's values while its bytes arrive (and
+ * are still in cache): it follows the body's msgpack structure and looks
+ * at every BIN payload that is field 5 or later of a message (the values
+ * of PUSH, PUSHPULL and PUSH_RANGE; keys are field 4), float by float
+ * from the payload's start, noting the payloads that hold a NaN or an
+ * infinity. */
+#define PSW_SCAN_HITS 64
+#define PSW_SCAN_DEPTH 8
+typedef struct psw_scan {
+    size_t pos;          /* body bytes walked */
+    uint64_t pending;    /* values not yet started, all levels */
+    unsigned depth;
+    uint64_t left[PSW_SCAN_DEPTH], total[PSW_SCAN_DEPTH];
+    size_t skip;         /* payload bytes still to pass over */
+    size_t bin;          /* bytes of the payload being scanned still due */
+    size_t bin_at;       /* body offset of that payload */
+    size_t bin_done;     /* its bytes scanned (whole floats) */
+    int bin_hit;         /* it holds a non-finite float */
+    int broken;          /* the walk lost the structure: results unknown */
+    int overflow;        /* more than PSW_SCAN_HITS payloads were hit */
+    uint32_t nhits;
+    size_t hits[PSW_SCAN_HITS];  /* body offsets of hit payloads, rising */
+} psw_scan;
 
 /* A growable receive buffer. Bytes [off, len) are received but not yet
  * consumed; a frame returned by psw_reader_next stays valid until the
@@ -32,6 +61,12 @@ typedef struct psw_reader {
     size_t max_frame;    /* largest accepted frame body */
     size_t crc_done;     /* body bytes of the frame at off in crc */
     uint32_t crc;
+    int scan_on;         /* look for non-finite values (psw_reader_scan) */
+    psw_scan cur;        /* the frame at off */
+    psw_scan last;       /* the frame psw_reader_next returned last */
+    const char *last_body;
+    size_t last_len;     /* its length field: body and CRC */
+    uint32_t last_crc;
     char why[128];       /* after an error: what was wrong */
 } psw_reader;
 
@@ -43,6 +78,14 @@ void psw_reader_destroy(psw_reader *r);
  * memory runs out. */
 int psw_reader_space(psw_reader *r, char **p, size_t *n);
 
+/* How many bytes psw_reader_space would add to the buffer now (0 when
+ * it has room), so that a caller can check a memory budget first. */
+size_t psw_reader_grow(const psw_reader *r);
+
+/* Frees the buffer when it holds no unconsumed byte (memory a quiet
+ * connection need not keep). Not while a frame view is in use. */
+void psw_reader_trim(psw_reader *r);
+
 /* Records that n bytes were written into the space. */
 void psw_reader_commit(psw_reader *r, size_t n);
 
@@ -53,17 +96,39 @@ void psw_reader_commit(psw_reader *r, size_t n);
  * the stream must be closed, with the reason in r->why. */
 int psw_reader_next(psw_reader *r, const char **body, size_t *len);
 
+/* Puts the frame psw_reader_next returned last back, unconsumed, as if
+ * it had not been taken (its CRC and scan are kept): the next call
+ * returns it again. Only right after that call, before psw_reader_space. */
+void psw_reader_unread(psw_reader *r);
+
+/* Turns the non-finite scan on or off (off by default), from the next
+ * frame on. */
+void psw_reader_scan(psw_reader *r, int on);
+
+/* For the frame psw_reader_next returned last: whether the len bytes at
+ * p, a BIN payload inside it, hold a NaN or infinite float32. Answered
+ * from the scan when it covered that payload (a lookup), else by reading
+ * the bytes (psw_nonfinite). */
+int psw_reader_nonfinite(const psw_reader *r, const char *p, size_t len);
+
 /* Bytes received and not yet consumed. */
 static inline size_t psw_reader_pending(const psw_reader *r)
 {
     return r->len - r->off;
 }
 
+/* The most container elements one frame may hold in all: 65536 messages
+ * of at most 7 fields each (a request or reply frame; HELLO_OK needs far
+ * fewer). msgpack-c allocates 24 bytes per element up front, so this
+ * keeps decoding one frame within 12 MiB whatever its size. */
+#define PSW_MAX_ITEMS (1u << 19)
+
 /* Bounds a msgpack value without allocating: returns the bytes the value
  * spans in [p, p+n), 0 if incomplete, -1 if malformed, nested deeper
- * than max_depth (at most 32), or declaring a container count larger
- * than the bytes left (so msgpack-c's up-front allocation stays within
- * 24x the frame size). */
+ * than max_depth (at most 32), declaring a container count larger than
+ * the bytes left, or holding more than PSW_MAX_ITEMS container elements
+ * in all (so msgpack-c's up-front allocation stays within 24 bytes per
+ * element, and 12 MiB). */
 long psw_guard(const uint8_t *p, size_t n, unsigned max_depth);
 
 /* Decodes one frame body into *obj, allocating containers from zone.

@@ -19,6 +19,8 @@ const char *psw_strerror(int code)
     case PSW_ESERVER: return "server error";
     case PSW_ENOTOWNER: return "shard is owned by another node";
     case PSW_EBUSY: return "server busy";
+    case PSW_ENONFINITE: return "value is NaN or infinite";
+    case PSW_EFULL: return "table full";
     default: return "unknown error";
     }
 }

@@ -18,7 +18,9 @@ enum {
     PSW_ECLOSED = -10,   /* client or server is shutting down */
     PSW_ESERVER = -11,   /* server-side failure */
     PSW_ENOTOWNER = -12, /* the shard lives on another node */
-    PSW_EBUSY = -13      /* the server is at a limit: try again later */
+    PSW_EBUSY = -13,     /* the server is at a limit: try again later */
+    PSW_ENONFINITE = -14,/* a pushed value is NaN or infinite */
+    PSW_EFULL = -15      /* a sparse table holds max_rows rows on a node */
 };
 
 /* Returns a static English description of a status code. */

@@ -319,6 +319,39 @@ static const error_case error_cases[] = {
     { "zero_max_connections_is_refused",
       CLUSTER "[server]\nmax_connections = 0\n", 0, 4,
       "[server] max_connections: expected an integer 1..", 0 },
+    { "zero_max_connections_per_addr_is_refused",
+      CLUSTER "[server]\nmax_connections_per_addr = 0\n", 0, 4,
+      "[server] max_connections_per_addr: expected an integer 1..1048576, "
+      "got \"0\"", 1 },
+    { "max_client_memory_below_1M_is_refused",
+      CLUSTER "[server]\nmax_client_memory = 1023K\n", 0, 4,
+      "[server] max_client_memory: expected a size 1M..1T (bytes, or with a "
+      "K, M or G suffix), got \"1023K\"", 1 },
+    { "max_client_memory_needs_a_number",
+      CLUSTER "[server]\nmax_client_memory = lots\n", 0, 4,
+      "[server] max_client_memory: expected a size 1M..1T", 0 },
+    { "zero_frame_timeout_is_refused",
+      CLUSTER "[server]\nframe_timeout = 0\n", 0, 4,
+      "[server] frame_timeout: expected an integer 1..3600, got \"0\"", 1 },
+    { "frame_timeout_above_an_hour_is_refused",
+      CLUSTER "[server]\nframe_timeout = 3601\n", 0, 4,
+      "[server] frame_timeout: expected an integer 1..3600, got \"3601\"",
+      1 },
+    { "negative_idle_timeout_is_refused",
+      CLUSTER "[server]\nidle_timeout = -1\n", 0, 4,
+      "[server] idle_timeout: expected an integer 1..86400, got \"-1\"", 1 },
+    { "nonfinite_takes_only_reject_or_allow",
+      EMB "nonfinite = ignore\n", 0, 5,
+      "[table.emb] nonfinite: expected reject | allow, got \"ignore\"", 1 },
+    { "max_rows_must_be_a_number",
+      EMB "max_rows = 1e6\n", 0, 5,
+      "[table.emb] max_rows: expected an integer 0..18446744073709551615, "
+      "got \"1e6\"", 1 },
+    { "max_rows_on_a_dense_table_is_refused_at_its_line",
+      CLUSTER "[table.d]\nkind = dense\nrows = 10\ndim = 1\n"
+      "max_rows = 5\n", 0, 7,
+      "[table.d] max_rows: only a sparse table grows (kind = dense has its "
+      "rows fixed by rows), got \"5\"", 1 },
     { "unknown_durability_is_refused",
       CLUSTER "[server]\ndurability = wal\n", 0, 4,
       "[server] durability: expected snapshot | log, got \"wal\"", 1 },
@@ -520,6 +553,11 @@ static void assert_server_defaults(const psd_config *c)
     assert_int_equal(c->log_level, PSD_LOG_INFO);
     assert_int_equal(c->max_output, 16ULL << 20);
     assert_int_equal(c->max_connections, 1024);
+    assert_int_equal(c->max_connections_per_addr, 256);
+    assert_int_equal(c->max_client_memory, 1ULL << 30);
+    assert_int_equal(c->hello_timeout, 10);
+    assert_int_equal(c->frame_timeout, 30);
+    assert_int_equal(c->idle_timeout, 60);
     assert_int_equal(c->heartbeat_ms, 1000);
     assert_int_equal(c->peer_timeout_ms, 4000);
     assert_int_equal(c->client_ttl, 600);
@@ -545,6 +583,8 @@ static void assert_table_defaults(const psd_table_conf *t)
     assert_int_equal(t->consistency, PSD_CONS_ASYNC);
     assert_int_equal(t->staleness, 0);
     assert_int_equal(t->aggregate_mean, 0);
+    assert_int_equal(t->allow_nonfinite, 0);
+    assert_int_equal(t->max_rows, 0);
 }
 
 static void test_defaults_fill_every_absent_key(void **state)
@@ -647,8 +687,11 @@ static void test_range_boundaries_are_accepted(void **state)
     load_ok("[cluster]\nnodes = 127.0.0.1:1, 127.0.0.1:65535\n"
             "shards = 65535\nworkers = 65535\n"
             "[server]\nsnapshot_interval = 0\nmax_connections = 1\n"
+            "max_connections_per_addr = 1048576\nmax_client_memory = 1M\n"
+            "frame_timeout = 3600\nidle_timeout = 1\n"
             "[table.t]\ndim = 65536\nbeta1 = 0\nbeta2 = 0.999999\nl1 = 0\n"
-            "beta = 0\nseed = 18446744073709551615\n"
+            "beta = 0\nseed = 18446744073709551615\nnonfinite = allow\n"
+            "max_rows = 18446744073709551615\n"
             "[table.u]\ndim = 1\nkind = dense\nrows = 1\n", &c);
     assert_int_equal(c.nodes[1].port, 65535);
     assert_int_equal(c.shards, 65535);
@@ -657,6 +700,12 @@ static void test_range_boundaries_are_accepted(void **state)
     assert_int_equal(c.tables[0].init.seed, UINT64_MAX);
     assert_float_eq(c.tables[0].upd.beta1, 0, "beta1");
     assert_int_equal(c.tables[1].rows, 1);
+    assert_int_equal(c.max_connections_per_addr, 1048576);
+    assert_int_equal(c.max_client_memory, 1ULL << 20);
+    assert_int_equal(c.frame_timeout, 3600);
+    assert_int_equal(c.idle_timeout, 1);
+    assert_int_equal(c.tables[0].allow_nonfinite, 1);
+    assert_int_equal(c.tables[0].max_rows, UINT64_MAX);
     psd_config_destroy(&c);
 }
 
@@ -927,9 +976,11 @@ static void test_repo_psd_ini_mentions_every_setting(void **state)
     static const char *const keys[] = {
         "nodes", "shards", "workers", "data_dir", "snapshot_interval",
         "durability", "fsync", "auth_token", "max_frame", "log_level",
-        "max_output", "max_connections", "kind", "dim", "rows", "updater",
+        "max_output", "max_connections", "max_connections_per_addr",
+        "max_client_memory", "hello_timeout", "frame_timeout", "idle_timeout",
+        "kind", "dim", "rows", "updater",
         "lr", "beta1", "beta2", "epsilon", "l1", "l2", "beta", "init", "seed",
-        "consistency", "staleness", "aggregate",
+        "consistency", "staleness", "aggregate", "nonfinite", "max_rows",
     };
     char path[512], line[512];
     int found[sizeof keys / sizeof keys[0]] = { 0 };

@@ -1,6 +1,7 @@
 /* Unit tests of daemon/log.c's collapsing of repeated messages: a burst
  * logs its first line and one count, a single message logs one line, no
- * message is lost from the count, kinds are independent. stderr goes to
+ * message is lost from the count, messages that differ in more than
+ * their numbers are counted apart. stderr goes to
  * a temporary file the tests read back; time is passed in. */
 #define _DEFAULT_SOURCE
 #include <setjmp.h>
@@ -66,10 +67,9 @@ static char *logged(int *lines)
 static void burst_logs_its_first_line_and_one_count(void **state)
 {
     (void)state;
-    static psd_logrep r = PSD_LOGREP_INIT;
     int lines;
     for (int i = 0; i < 977; i++)
-        psd_log_rep_at(&r, 1000 + (uint64_t)i, PSD_LOG_WARN,
+        psd_log_rep_at(1000 + (uint64_t)i, PSD_LOG_WARN,
                        "refusing 127.0.0.1:%d: max_connections (4) reached",
                        40000 + i);
     char *log = logged(&lines);
@@ -100,65 +100,93 @@ static void burst_logs_its_first_line_and_one_count(void **state)
 static void message_after_the_window_logs_the_count_then_itself(void **state)
 {
     (void)state;
-    static psd_logrep r = PSD_LOGREP_INIT;
     int lines;
-    psd_log_rep_at(&r, 0, PSD_LOG_WARN, "closing %s", "a");
-    psd_log_rep_at(&r, 5, PSD_LOG_WARN, "closing %s", "b");
-    psd_log_rep_at(&r, 9999, PSD_LOG_WARN, "closing %s", "c");
-    psd_log_rep_at(&r, 12000, PSD_LOG_WARN, "closing %s", "d");
+    psd_log_rep_at(0, PSD_LOG_WARN, "closing %d", 1);
+    psd_log_rep_at(5, PSD_LOG_WARN, "closing %d", 2);
+    psd_log_rep_at(9999, PSD_LOG_WARN, "closing %d", 3);
+    psd_log_rep_at(12000, PSD_LOG_WARN, "closing %d", 4);
     char *log = logged(&lines);
     EXPECT_INT(lines, 3, "lines");
-    char *a = strstr(log, "closing a"), *cnt = strstr(log, "... and 2 more "
+    char *a = strstr(log, "closing 1"), *cnt = strstr(log, "... and 2 more "
                                                            "like \"closing "
-                                                           "a\" in 12 s"),
-         *d = strstr(log, "closing d");
+                                                           "1\" in 12 s"),
+         *d = strstr(log, "closing 4");
     if (!a || !cnt || !d || !(a < cnt && cnt < d))
-        fail_msg("got:\n%s\nwant closing a, the count of 2 in 12 s, then "
-                 "closing d", log);
-    assert_null(strstr(log, "closing b"));
+        fail_msg("got:\n%s\nwant closing 1, the count of 2 in 12 s, then "
+                 "closing 4", log);
+    assert_null(strstr(log, "closing 2"));
     free(log);
 }
 
 static void single_message_logs_one_line_and_no_count(void **state)
 {
     (void)state;
-    static psd_logrep r = PSD_LOGREP_INIT;
     int lines;
-    psd_log_rep_at(&r, 50, PSD_LOG_WARN, "only %d", 1);
+    psd_log_rep_at(50, PSD_LOG_WARN, "only %d", 1);
     psd_log_flush_at(50 + 10 * PSD_LOGREP_WINDOW_MS);
-    psd_log_rep_at(&r, 60 + 10 * PSD_LOGREP_WINDOW_MS, PSD_LOG_WARN,
-                   "only %d", 2);
+    psd_log_rep_at(60 + 10 * PSD_LOGREP_WINDOW_MS, PSD_LOG_WARN, "only %d",
+                   2);
     char *log = logged(&lines);
     EXPECT_INT(lines, 2, "lines");
     assert_null(strstr(log, "more like"));
     free(log);
 }
 
-static void kinds_are_counted_apart(void **state)
+static void messages_that_differ_in_words_are_counted_apart(void **state)
 {
     (void)state;
-    static psd_logrep x = PSD_LOGREP_INIT, y = PSD_LOGREP_INIT;
     int lines;
     for (int i = 0; i < 3; i++) {
-        psd_log_rep_at(&x, 100 + (uint64_t)i, PSD_LOG_WARN, "x %d", i);
-        psd_log_rep_at(&y, 100 + (uint64_t)i, PSD_LOG_INFO, "y %d", i);
+        psd_log_rep_at(100 + (uint64_t)i, PSD_LOG_WARN, "worker %d is out "
+                       "of range", 7 + i);
+        psd_log_rep_at(100 + (uint64_t)i, PSD_LOG_INFO, "worker %d is "
+                       "already connected", i);
     }
     psd_log_flush_at(100 + PSD_LOGREP_WINDOW_MS);
     char *log = logged(&lines);
     EXPECT_INT(lines, 4, "lines");
-    assert_non_null(strstr(log, "warn: ... and 2 more like \"x 0\""));
-    assert_non_null(strstr(log, "info: ... and 2 more like \"y 0\""));
+    assert_non_null(strstr(log, "warn: worker 7 is out of range"));
+    assert_non_null(strstr(log, "info: worker 0 is already connected"));
+    assert_non_null(strstr(log, "warn: ... and 2 more like \"worker 7 is "
+                                "out of range\""));
+    assert_non_null(strstr(log, "info: ... and 2 more like \"worker 0 is "
+                                "already connected\""));
+    free(log);
+}
+
+static void more_kinds_than_slots_lose_no_count(void **state)
+{
+    (void)state;
+    int lines;
+    char word[8];
+    /* Two of each kind: the second is counted, or, when its kind's window
+     * was ended early for room, logged. Either way every message shows. */
+    for (int k = 0; k < PSD_LOGREP_KINDS + 10; k++) {
+        snprintf(word, sizeof word, "%c%c", 'a' + k % 26, 'a' + k / 26);
+        psd_log_rep_at(200 + (uint64_t)k, PSD_LOG_WARN, "kind %s", word);
+        psd_log_rep_at(200 + (uint64_t)k, PSD_LOG_WARN, "kind %s", word);
+    }
+    psd_log_flush_at(200 + 2 * PSD_LOGREP_WINDOW_MS);
+    char *log = logged(&lines);
+    int shown = 0;
+    for (const char *p = log; (p = strstr(p, "kind ")); p++)
+        shown++;
+    int counted = 0;
+    for (const char *p = log; (p = strstr(p, "... and 1 more")); p++)
+        counted++;
+    /* Each kind: its line (and its count line, which quotes it). */
+    EXPECT_INT(shown, 2 * (PSD_LOGREP_KINDS + 10), "kind texts in the log");
+    EXPECT_INT(counted, PSD_LOGREP_KINDS + 10, "count lines");
     free(log);
 }
 
 static void messages_below_the_level_are_counted_silently(void **state)
 {
     (void)state;
-    static psd_logrep r = PSD_LOGREP_INIT;
     int lines;
     psd_log_set_level(PSD_LOG_ERROR);
     for (int i = 0; i < 5; i++)
-        psd_log_rep_at(&r, (uint64_t)i, PSD_LOG_WARN, "quiet %d", i);
+        psd_log_rep_at((uint64_t)i, PSD_LOG_WARN, "quiet %d", i);
     psd_log_flush_at(PSD_LOGREP_WINDOW_MS);
     psd_log_set_level(PSD_LOG_INFO);
     char *log = logged(&lines);
@@ -176,8 +204,11 @@ int main(void)
             release),
         cmocka_unit_test_setup_teardown(
             single_message_logs_one_line_and_no_count, capture, release),
-        cmocka_unit_test_setup_teardown(kinds_are_counted_apart, capture,
-                                        release),
+        cmocka_unit_test_setup_teardown(
+            messages_that_differ_in_words_are_counted_apart, capture,
+            release),
+        cmocka_unit_test_setup_teardown(more_kinds_than_slots_lose_no_count,
+                                        capture, release),
         cmocka_unit_test_setup_teardown(
             messages_below_the_level_are_counted_silently, capture, release),
     };

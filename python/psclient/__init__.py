@@ -66,6 +66,8 @@ Errors
         PS_ECLOSED    ClosedError      (also: any call on a closed Client)
         PS_ESERVER    ServerError
         PS_ENOTOWNER  LayoutError
+        PS_ENONFINITE NonFiniteError   ValueError (a kind of InvalidError)
+        PS_EFULL      TableFullError
 
     ``TimeoutError``, ``ConnectionError`` and ``KeyError`` share their names
     with builtins, so ``from psclient import *`` leaves them out: write
@@ -96,10 +98,11 @@ __all__ = [
     "connect", "Client", "Table", "Request", "default_options", "strerror",
     "library_path", "Error", "InvalidError", "NoMemoryError", "ProtocolError",
     "AuthError", "TableError", "TooBigError", "ClosedError", "ServerError",
-    "LayoutError",
+    "LayoutError", "NonFiniteError", "TableFullError",
     "PS_OK", "PS_EINVAL", "PS_ENOMEM", "PS_ECONN", "PS_ETIMEDOUT",
     "PS_EPROTO", "PS_EAUTH", "PS_ENOTABLE", "PS_EKEY", "PS_ETOOBIG",
     "PS_ECLOSED", "PS_ESERVER", "PS_ENOTOWNER", "PS_EBUSY",
+    "PS_ENONFINITE", "PS_EFULL",
 ]
 
 # The libpsclient file (or soname) this package loaded.
@@ -120,6 +123,8 @@ PS_ECLOSED = -10
 PS_ESERVER = -11
 PS_ENOTOWNER = -12
 PS_EBUSY = -13
+PS_ENONFINITE = -14
+PS_EFULL = -15
 
 _CODE_NAMES = {v: k for k, v in globals().items()
                if k.startswith("PS_E") and isinstance(v, int)}
@@ -212,13 +217,24 @@ class LayoutError(Error):
     """PS_ENOTOWNER: a server does not own the shard (layout mismatch)."""
 
 
+class NonFiniteError(InvalidError):
+    """PS_ENONFINITE: a pushed value is NaN or infinite and the table
+    refuses those (nonfinite = reject); nothing of the push was applied."""
+
+
+class TableFullError(Error):
+    """PS_EFULL: a sparse table holds max_rows rows on a node; a push that
+    would add rows is refused (pulls still work)."""
+
+
 _ERRORS = {
     PS_EINVAL: InvalidError, PS_ENOMEM: NoMemoryError,
     PS_ECONN: ConnectionError, PS_ETIMEDOUT: TimeoutError,
     PS_EPROTO: ProtocolError, PS_EAUTH: AuthError, PS_ENOTABLE: TableError,
     PS_EKEY: KeyError, PS_ETOOBIG: TooBigError, PS_ECLOSED: ClosedError,
     PS_ESERVER: ServerError, PS_ENOTOWNER: LayoutError,
-    PS_EBUSY: ConnectionError,
+    PS_EBUSY: ConnectionError, PS_ENONFINITE: NonFiniteError,
+    PS_EFULL: TableFullError,
 }
 
 
