@@ -54,7 +54,8 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_snapshot $(BUILD)/test_log \
               $(BUILD)/test_slice $(BUILD)/test_arff
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy \
-              $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable
+              $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable \
+              $(BUILD)/test_limits
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -183,6 +184,10 @@ $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
 $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
+
+$(BUILD)/test_limits: $(BUILD)/tests/test_limits.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) \
+                      $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread -lm
 
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread

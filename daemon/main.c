@@ -3,6 +3,9 @@
  * cleanly, SIGHUP reloads. */
 #include <signal.h>
 #include <stdio.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +107,14 @@ int main(int argc, char **argv)
         return 0;
     }
 
+#ifdef __GLIBC__
+    /* Frame and reply buffers of 256 KiB and more get pages of their own,
+     * given back when freed, so that psd's resident memory follows the
+     * buffers max_client_memory counts. (glibc would otherwise raise this
+     * threshold to the largest block freed, up to 32 MiB, and keep such
+     * blocks in its heap after they are freed.) */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     /* A peer that vanishes must cost a write error, not the process; a
      * full disk or a file size limit, an error, not the process. */
     signal(SIGPIPE, SIG_IGN);

@@ -104,6 +104,8 @@ void psw_reader_init(psw_reader *r, size_t max_frame)
 void psw_reader_scan(psw_reader *r, int on)
 {
     r->scan_on = on;
+    if (r->len == r->off)        /* no frame begun: this one too */
+        scan_reset(&r->cur, on);
 }
 
 void psw_reader_destroy(psw_reader *r)

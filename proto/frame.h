@@ -101,8 +101,8 @@ int psw_reader_next(psw_reader *r, const char **body, size_t *len);
  * returns it again. Only right after that call, before psw_reader_space. */
 void psw_reader_unread(psw_reader *r);
 
-/* Turns the non-finite scan on or off (off by default), from the next
- * frame on. */
+/* Turns the non-finite scan on or off (off by default), from the frame
+ * whose first byte comes next. */
 void psw_reader_scan(psw_reader *r, int on);
 
 /* For the frame psw_reader_next returned last: whether the len bytes at

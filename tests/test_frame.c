@@ -161,6 +161,212 @@ static int reader_verdict(const unsigned char *bytes, size_t n, size_t max)
     return rc;
 }
 
+/* ---- non-finite values -------------------------------------------- */
+
+static void put_float_bits(char *p, size_t i, uint32_t bits)
+{
+    memcpy(p + 4 * i, &bits, 4);
+}
+
+/* Every NaN and infinity pattern is found at every position and
+ * alignment, whatever the length (the vector body and the scalar tail);
+ * finite extremes are not; bytes after the last whole float are not
+ * read as a float. */
+static void nonfinite_finds_nan_and_inf_anywhere(void **state)
+{
+    (void)state;
+    static const uint32_t bad[] = { 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                    0xffffffffu, 0x7f800001u };
+    static const uint32_t good[] = { 0x7f7fffffu, 0xff7fffffu, 0x00000001u,
+                                     0x80000000u, 0x3f800000u, 0x007fffffu };
+    char *buf = malloc(4 * 300 + 8);
+    for (size_t align = 0; align < 4; align++) {
+        char *p = buf + align;
+        for (size_t n = 1; n <= 300; n += n < 40 ? 1 : 37) {
+            for (size_t i = 0; i < n; i++)
+                put_float_bits(p, i, good[i % 6]);
+            EXPECT_INT(psw_nonfinite(p, 4 * n), 0, "%zu finite floats", n);
+            put_float_bits(p, n, 0x7f800000u);   /* just past the end */
+            EXPECT_INT(psw_nonfinite(p, 4 * n + 3), 0,
+                       "%zu finite floats and 3 more bytes", n);
+            for (size_t i = 0; i < n; i += n > 50 ? 13 : 1) {
+                uint32_t was;
+                memcpy(&was, p + 4 * i, 4);
+                put_float_bits(p, i, bad[i % 5]);
+                EXPECT_INT(psw_nonfinite(p, 4 * n), 1, "pattern %08x at %zu "
+                           "of %zu (alignment %zu)", bad[i % 5], i, n, align);
+                put_float_bits(p, i, was);
+            }
+        }
+    }
+    free(buf);
+}
+
+/* A frame with the payloads the scan looks at: keys that read as NaN when
+ * taken as floats (never values), values with an infinity in a large
+ * referenced payload, finite values. */
+static char *scan_frame(size_t *len, const uint64_t *keys, const float *big,
+                        const float *small)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_msg m1 = { .op = PSW_OP_PUSH, .ts = 1, .part = 0, .table = 1,
+                   .keys = (const char *)keys, .nkeys = 4,
+                   .vals = (const char *)small, .vals_len = 4 * sizeof(float) };
+    psw_msg m2 = { .op = PSW_OP_PUSH_RANGE, .ts = 2, .part = 0, .table = 0,
+                   .first = 0, .count = 3000,
+                   .vals = (const char *)big, .vals_len = 3000 * 4 };
+    psw_msg m3 = { .op = PSW_OP_PULL, .ts = 3, .part = 0, .table = 1,
+                   .keys = (const char *)keys, .nkeys = 4 };
+    psw_msg m4 = { .op = PSW_OP_PUSHPULL, .ts = 4, .part = 1, .table = 1,
+                   .keys = (const char *)keys, .nkeys = 4,
+                   .vals = (const char *)small, .vals_len = 4 * sizeof(float) };
+    psw_pack_request(&o, &m1);
+    psw_pack_request(&o, &m2);
+    psw_pack_request(&o, &m3);
+    psw_pack_request(&o, &m4);
+    psw_out_frame_end(&o);
+    char *f = flatten(&o, len);
+    psw_out_destroy(&o);
+    return f;
+}
+
+/* The reader's scan, fed the frame in every kind of cut, finds the
+ * infinity in the range push's values and nothing in the others (the
+ * keys, which hold NaN patterns, are not values); a lookup agrees with
+ * reading the bytes. */
+static void reader_scan_finds_nonfinite_values_whatever_the_cut(void **state)
+{
+    (void)state;
+    uint64_t keys[4] = { 0x7fc000007f800000ull, 1, 0xffffffffffffffffull,
+                         2 };
+    static float big[3000];
+    float small[4] = { 1, -2, 3.5f, 0 };
+    for (int i = 0; i < 3000; i++)
+        big[i] = (float)i;
+    uint32_t inf = 0xff800000u;
+    memcpy(&big[2999], &inf, 4);
+    size_t len;
+    char *f = scan_frame(&len, keys, big, small);
+    size_t steps[] = { 1, 3, 7, 4096, 100000 };
+    for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+        psw_reader r;
+        psw_reader_init(&r, 1 << 20);
+        psw_reader_scan(&r, 1);
+        const char *body = NULL;
+        size_t blen = 0, at = 0;
+        int rc = 0;
+        while (at < len && rc == 0) {
+            char *p;
+            size_t n;
+            assert_int_equal(psw_reader_space(&r, &p, &n), 0);
+            size_t k = len - at < steps[s] ? len - at : steps[s];
+            if (k > n)
+                k = n;
+            memcpy(p, f + at, k);
+            psw_reader_commit(&r, k);
+            at += k;
+            rc = psw_reader_next(&r, &body, &blen);
+        }
+        EXPECT_INT(rc, 1, "frame read in steps of %zu", steps[s]);
+        EXPECT_INT(r.last.broken, 0, "scan lost its way (steps %zu)",
+                   steps[s]);
+        EXPECT_INT(r.last.nhits, 1, "payloads hit (steps %zu)", steps[s]);
+        msgpack_zone z;
+        msgpack_zone_init(&z, 4096);
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        assert_int_equal(psw_frame_decode(body, blen, &z, &obj, err,
+                                          sizeof err), 0);
+        assert_int_equal(psw_frame_messages(&obj, 8, &msgs, err, sizeof err),
+                         4);
+        for (int i = 0; i < 4; i++) {
+            psw_msg m;
+            assert_int_equal(psw_msg_decode(&msgs[i], &m, err, sizeof err), 0);
+            if (!m.vals_len)
+                continue;
+            EXPECT_INT(psw_reader_nonfinite(&r, m.vals, m.vals_len),
+                       psw_nonfinite(m.vals, m.vals_len),
+                       "message %d (steps %zu)", i, steps[s]);
+            EXPECT_INT(psw_reader_nonfinite(&r, m.vals, m.vals_len), i == 1,
+                       "message %d (steps %zu)", i, steps[s]);
+        }
+        msgpack_zone_destroy(&z);
+        psw_reader_destroy(&r);
+    }
+    free(f);
+}
+
+/* A frame put back comes out again, whole and with its scan; then the
+ * next one. */
+static void reader_unread_gives_the_same_frame_again(void **state)
+{
+    (void)state;
+    uint64_t keys[4] = { 5, 6, 7, 8 };
+    static float big[3000];
+    float small[4] = { 0 };
+    uint32_t nan = 0x7fc00000u;
+    memcpy(&big[10], &nan, 4);
+    size_t len;
+    char *f = scan_frame(&len, keys, big, small);
+    psw_reader r;
+    psw_reader_init(&r, 1 << 20);
+    psw_reader_scan(&r, 1);
+    for (int copy = 0; copy < 2; copy++) {
+        char *p;
+        size_t n;
+        while (psw_reader_space(&r, &p, &n) == 0 && n < len)
+            ;
+        memcpy(p, f, len);
+        psw_reader_commit(&r, len);
+    }
+    const char *b1, *b2, *b3;
+    size_t l1, l2, l3;
+    assert_int_equal(psw_reader_next(&r, &b1, &l1), 1);
+    psw_reader_unread(&r);
+    EXPECT_INT(psw_reader_pending(&r), 2 * len, "bytes after unread");
+    assert_int_equal(psw_reader_next(&r, &b2, &l2), 1);
+    EXPECT_PTR(b2, b1, "the frame given again");
+    EXPECT_INT(l2, l1, "its length");
+    EXPECT_INT(r.last.nhits, 1, "its scan");
+    assert_int_equal(psw_reader_next(&r, &b3, &l3), 1);
+    assert_memory_equal(b3, b1, l1);
+    EXPECT_INT(psw_reader_next(&r, &b3, &l3), 0, "a third frame");
+    psw_reader_destroy(&r);
+    free(f);
+}
+
+/* A frame that announces 8 MiB and sends 100 KiB makes the buffer grow
+ * with what came, not to what was announced. */
+static void reader_buffer_grows_with_the_bytes_that_arrive(void **state)
+{
+    (void)state;
+    psw_reader r;
+    psw_reader_init(&r, 64 << 20);
+    const unsigned char hdr[4] = { 0x00, 0x80, 0x00, 0x00 };   /* 8 MiB */
+    size_t sent = 0;
+    char *p;
+    size_t n;
+    while (sent < 100 * 1024) {
+        assert_int_equal(psw_reader_space(&r, &p, &n), 0);
+        size_t k = n < 4096 ? n : 4096;
+        memset(p, 0x90, k);
+        if (sent == 0)
+            memcpy(p, hdr, 4);
+        psw_reader_commit(&r, k);
+        sent += k;
+        const char *b;
+        size_t l;
+        assert_int_equal(psw_reader_next(&r, &b, &l), 0);
+    }
+    if (r.cap > 2 * sent + 64 * 1024)
+        fail_msg("buffer of %zu bytes for %zu received (8 MiB announced)",
+                 r.cap, sent);
+    psw_reader_destroy(&r);
+}
+
 static void reader_refuses_oversized_length_before_buffering(void **state)
 {
     (void)state;
@@ -264,6 +470,37 @@ static void guard_reports_truncated_values_as_incomplete(void **state)
     assert_int_equal(psw_guard(bin, sizeof bin, 8), 0);
     const unsigned char u32[] = { 0xce, 0x00, 0x01 };
     assert_int_equal(psw_guard(u32, sizeof u32, 8), 0);
+}
+
+/* msgpack-c allocates 24 bytes per container element up front: more
+ * elements than a frame of 65536 seven-field messages can hold are
+ * refused, however few bytes each takes. */
+static void guard_caps_the_elements_of_a_frame(void **state)
+{
+    (void)state;
+    size_t n = 1 + 5 + PSW_MAX_ITEMS;
+    unsigned char *b = malloc(n + 8);
+    /* [ [nil x (2^19 - 1)] ]: 2^19 elements in all. */
+    size_t k = 0;
+    b[k++] = 0x91;
+    b[k++] = 0xdd;
+    uint32_t c = PSW_MAX_ITEMS - 1;
+    b[k++] = (unsigned char)(c >> 24);
+    b[k++] = (unsigned char)(c >> 16);
+    b[k++] = (unsigned char)(c >> 8);
+    b[k++] = (unsigned char)c;
+    memset(b + k, 0xc0, c);
+    k += c;
+    EXPECT_INT(psw_guard(b, k, 8), (long)k, "2^19 elements");
+    /* One more nil: 2^19 + 1. */
+    c++;
+    b[2] = (unsigned char)(c >> 24);
+    b[3] = (unsigned char)(c >> 16);
+    b[4] = (unsigned char)(c >> 8);
+    b[5] = (unsigned char)c;
+    b[k++] = 0xc0;
+    EXPECT_INT(psw_guard(b, k, 8), -1, "2^19 + 1 elements");
+    free(b);
 }
 
 static void decode_rejects_trailing_bytes_and_wrong_shapes(void **state)
@@ -557,6 +794,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reader_yields_same_frames_for_every_split_point),
         cmocka_unit_test(reader_yields_same_frames_byte_by_byte),
+        cmocka_unit_test(nonfinite_finds_nan_and_inf_anywhere),
+        cmocka_unit_test(reader_scan_finds_nonfinite_values_whatever_the_cut),
+        cmocka_unit_test(reader_unread_gives_the_same_frame_again),
+        cmocka_unit_test(reader_buffer_grows_with_the_bytes_that_arrive),
         cmocka_unit_test(reader_refuses_oversized_length_before_buffering),
         cmocka_unit_test(reader_refuses_empty_frame),
         cmocka_unit_test(crc32c_is_the_castagnoli_crc_and_chains),
@@ -564,6 +805,7 @@ int main(void)
         cmocka_unit_test(guard_rejects_counts_larger_than_the_bytes_left),
         cmocka_unit_test(guard_rejects_deep_nesting_and_the_unused_byte),
         cmocka_unit_test(guard_reports_truncated_values_as_incomplete),
+        cmocka_unit_test(guard_caps_the_elements_of_a_frame),
         cmocka_unit_test(decode_rejects_trailing_bytes_and_wrong_shapes),
         cmocka_unit_test(push_message_round_trips_with_referenced_payload),
         cmocka_unit_test(range_and_reply_messages_round_trip),

@@ -663,6 +663,115 @@ static void test_sparse_untouched_key_pulls_its_init_row_everywhere(
     untouched_rows_match_init(PSD_INIT_NORMAL, 0.0f, 0.1f);
 }
 
+/* A pull never grows a sparse table: keys never pushed read their initial
+ * row, computed afresh each time; a push creates the row from that same
+ * initial row. */
+static void test_sparse_pull_of_new_keys_stores_no_row(void **state)
+{
+    (void)state;
+    const uint32_t dim = 3;
+    psd_table_conf c = conf_make(0, dim, 0, PSD_UPD_SUM);
+    c.init.kind = PSD_INIT_UNIFORM;
+    c.init.a = -1;
+    c.init.b = 1;
+    c.init.seed = 5;
+    psd_table *t = table_make(&c, 8, 1, 0);
+    enum { N = 5000 };
+    static uint64_t keys[N];
+    static float out[N * 3], want[3];
+    for (size_t i = 0; i < N; i++)
+        keys[i] = 1000003 * i;
+    pull_keys(t, keys, N, out, dim);
+    EXPECT_U64(psd_table_rows(t), 0, "rows after pulling %d new keys", N);
+    for (size_t i = 0; i < N; i += 499) {
+        psd_init_row(&c.init, keys[i], want, dim);
+        for (uint32_t j = 0; j < dim; j++)
+            EXPECT_FLOAT(out[i * dim + j], want[j], "key %llu col %u",
+                         (unsigned long long)keys[i], j);
+    }
+    const float g[3] = { 1, 2, 3 };
+    push_keys(t, &keys[7], 1, g, dim);
+    EXPECT_U64(psd_table_rows(t), 1, "rows after one push");
+    float row[3];
+    pull_keys(t, &keys[7], 1, row, dim);
+    psd_init_row(&c.init, keys[7], want, dim);
+    for (uint32_t j = 0; j < dim; j++)
+        EXPECT_FLOAT(row[j], want[j] + g[j], "pushed key col %u", j);
+    psd_table_free(t);
+}
+
+static int growth(const psd_table *t, const uint64_t *keys, size_t n,
+                  char *err, size_t errlen)
+{
+    char *k = odd_keys(keys, n);
+    int rc = psd_table_check_growth(t, k, n, err, errlen);
+    odd_free(k);
+    return rc;
+}
+
+/* max_rows counts each new key once, lets pushes to existing rows and all
+ * pulls through, and names the table and the numbers when it refuses. */
+static void test_max_rows_refuses_only_pushes_that_add_rows(void **state)
+{
+    (void)state;
+    psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
+    c.max_rows = 3;
+    psd_table *t = table_make(&c, 4, 1, 0);
+    char err[256] = "";
+    const uint64_t first[5] = { 10, 11, 11, 12, 10 };   /* 3 new keys */
+    EXPECT_INT(growth(t, first, 5, err, sizeof err), 0,
+               "3 new keys (5 with repeats) into max_rows 3 (%s)", err);
+    const float ones[5] = { 1, 1, 1, 1, 1 };
+    push_keys(t, first, 5, ones, 1);
+    EXPECT_U64(psd_table_rows(t), 3, "rows");
+    const uint64_t more[2] = { 12, 13 };
+    EXPECT_INT(growth(t, more, 2, err, sizeof err), PSW_EFULL,
+               "a push adding key 13 to a full table");
+    if (!strstr(err, "table 'emb_sparse' holds 3 rows on this node "
+                     "(max_rows = 3): this push would add 1 more"))
+        fail_msg("got \"%s\"", err);
+    const uint64_t old[3] = { 12, 10, 10 };
+    EXPECT_INT(growth(t, old, 3, err, sizeof err), 0,
+               "a push to existing rows of a full table");
+    float out[2];
+    pull_keys(t, more, 2, out, 1);
+    EXPECT_FLOAT(out[0], 1, "pulled key 12");
+    EXPECT_FLOAT(out[1], 0, "pulled key 13 (never pushed)");
+    EXPECT_U64(psd_table_rows(t), 3, "rows after pulling a new key");
+    /* A reload may lift the limit. */
+    psd_table_set_limits(t, 0, 0);
+    EXPECT_INT(growth(t, more, 2, err, sizeof err), 0, "max_rows 0");
+    psd_table_free(t);
+}
+
+/* On a bsp table, keys summed in the current clock become rows when the
+ * clock ends: they count against max_rows before that. */
+static void test_max_rows_counts_new_keys_of_a_bsp_sum(void **state)
+{
+    (void)state;
+    psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
+    c.consistency = PSD_CONS_BSP;
+    c.max_rows = 2;
+    psd_table *t = table_make(&c, 4, 1, 0);
+    char err[256] = "";
+    const uint64_t ab[2] = { 1, 2 }, cc[1] = { 3 };
+    const float v[2] = { 1, 1 };
+    char *k = odd_keys(ab, 2), *vv = odd_floats(v, 2);
+    EXPECT_INT(psd_table_accumulate(t, k, 2, vv), 0, "accumulate");
+    odd_free(k);
+    odd_free(vv);
+    EXPECT_U64(psd_table_rows(t), 0, "rows before the clock ends");
+    EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
+               "a third key while two wait in the sum");
+    EXPECT_INT(growth(t, ab, 2, err, sizeof err), 0,
+               "the summed keys again");
+    EXPECT_INT(psd_table_apply_accumulated(t, 1.0f), 0, "apply");
+    EXPECT_U64(psd_table_rows(t), 2, "rows after the clock");
+    EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
+               "a third key after the clock");
+    psd_table_free(t);
+}
+
 static void test_sparse_200k_sequential_keys_grow_and_keep_their_sums(
     void **state)
 {
@@ -859,6 +968,9 @@ int main(void)
         cmocka_unit_test(
             test_sparse_200k_sequential_keys_grow_and_keep_their_sums),
         cmocka_unit_test(test_sparse_keys_zero_and_uint64_max_work),
+        cmocka_unit_test(test_sparse_pull_of_new_keys_stores_no_row),
+        cmocka_unit_test(test_max_rows_refuses_only_pushes_that_add_rows),
+        cmocka_unit_test(test_max_rows_counts_new_keys_of_a_bsp_sum),
         cmocka_unit_test(
             test_dense_1m_by_16_sum_table_uses_within_5pct_of_raw_floats),
         cmocka_unit_test(

@@ -1,0 +1,906 @@
+/* End-to-end tests of psd's limits against careless and hostile clients
+ * (memory per connection and in total, frames that stop half-way, idle
+ * and flooding connections, sparse growth, non-finite values, floods in
+ * the log): real psd processes, raw sockets speaking the protocol by hand
+ * for the bad behaviour, and a libpsclient client that keeps working and
+ * checks its results meanwhile. */
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "psclient.h"
+#include "../proto/frame.h"
+#include "../proto/msg.h"
+#include "../proto/status.h"
+
+#include "expect.h"
+
+#define MIB (1024 * 1024)
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- psd's memory, from /proc --------------------------------------- */
+
+/* VmRSS or VmHWM (field "VmRSS:" / "VmHWM:") of pid, in KiB. */
+static long proc_kib(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long v = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, strlen(field)) == 0)
+            v = strtol(line + strlen(field), NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* ---- a client that must keep working -------------------------------- */
+
+static ps_client *open_or_fail(const char *spec)
+{
+    ps_client *c = NULL;
+    int rc = ps_open(&c, spec, NULL);
+    if (rc)
+        fail_msg("ps_open(%s): %s", spec, ps_strerror(rc));
+    return c;
+}
+
+static void wait_ok(ps_client *c, ps_ts ts)
+{
+    if (ts < 0)
+        fail_msg("request refused: %s (%s)", ps_strerror((int)ts),
+                 ps_last_error(c));
+    int st = ps_wait(c, ts);
+    if (st)
+        fail_msg("request %lld failed: %s (%s)", (long long)ts,
+                 ps_strerror(st), ps_last_error(c));
+}
+
+/* Adds 1 to `key` of sparse table `name` and checks the new value is
+ * `want`: the honest client's proof that it was served correctly. */
+static void honest_add(ps_client *c, const char *name, uint64_t key,
+                       float want)
+{
+    int t = ps_table(c, name, NULL);
+    assert_true(t >= 0);
+    float one = 1, got = -1;
+    wait_ok(c, ps_push(c, t, &key, 1, &one, NULL, NULL));
+    wait_ok(c, ps_pull(c, t, &key, 1, &got, NULL, NULL));
+    if (got != want)
+        fail_msg("honest client: key %llu of '%s' is %g, want %g",
+                 (unsigned long long)key, name, (double)got, (double)want);
+}
+
+/* ---- raw protocol over a plain socket ------------------------------- */
+
+/* Connects to 127.0.0.1:port from source address `from` (any 127.x.y.z;
+ * NULL: the kernel's choice, 127.0.0.1). */
+static int raw_connect_from(int port, const char *from)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    if (from) {
+        struct sockaddr_in s = { .sin_family = AF_INET };
+        inet_pton(AF_INET, from, &s.sin_addr);
+        if (bind(fd, (struct sockaddr *)&s, sizeof s))
+            fail_msg("bind %s: %s", from, strerror(errno));
+    }
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a))
+        fail_msg("connect: %s", strerror(errno));
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static int raw_connect(int port)
+{
+    return raw_connect_from(port, NULL);
+}
+
+/* Sends what it can; the server may have closed already. */
+static void raw_send(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return;
+        b += k;
+        n -= (size_t)k;
+    }
+}
+
+static void raw_send_out(int fd, const psw_out *o)
+{
+    size_t cnt = psw_out_iovcnt(o);
+    struct iovec *iov = calloc(cnt, sizeof *iov);
+    psw_out_iov(o, iov);
+    for (size_t i = 0; i < cnt; i++)
+        raw_send(fd, iov[i].iov_base, iov[i].iov_len);
+    free(iov);
+}
+
+/* The bytes of one frame holding `n` messages (malloc'd, *len set). */
+static char *frame_bytes(const psw_msg *m, int n, size_t *len)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    for (int i = 0; i < n; i++)
+        psw_pack_request(&o, &m[i]);
+    psw_out_frame_end(&o);
+    size_t cnt = psw_out_iovcnt(&o);
+    struct iovec *iov = calloc(cnt, sizeof *iov);
+    psw_out_iov(&o, iov);
+    char *b = malloc(o.total), *p = b;
+    for (size_t i = 0; i < cnt; i++) {
+        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+    *len = o.total;
+    free(iov);
+    psw_out_destroy(&o);
+    return b;
+}
+
+static void raw_send_msgs(int fd, const psw_msg *m, int n)
+{
+    size_t len;
+    char *b = frame_bytes(m, n, &len);
+    raw_send(fd, b, len);
+    free(b);
+}
+
+/* Reads one frame body (malloc'd) and checks its CRC; NULL on EOF or
+ * timeout. */
+static char *raw_read_frame(int fd, size_t *len)
+{
+    unsigned char h[4];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t k = recv(fd, h + got, 4 - got, 0);
+        if (k <= 0)
+            return NULL;
+        got += (size_t)k;
+    }
+    size_t flen = (size_t)h[0] << 24 | (size_t)h[1] << 16 |
+                  (size_t)h[2] << 8 | h[3];
+    assert_true(flen > PSW_FRAME_CRC);
+    char *b = malloc(flen);
+    for (got = 0; got < flen;) {
+        ssize_t k = recv(fd, b + got, flen - got, 0);
+        if (k <= 0) {
+            free(b);
+            return NULL;
+        }
+        got += (size_t)k;
+    }
+    *len = flen - PSW_FRAME_CRC;
+    const unsigned char *t = (const unsigned char *)b + *len;
+    uint32_t want = (uint32_t)t[0] << 24 | (uint32_t)t[1] << 16 |
+                    (uint32_t)t[2] << 8 | t[3];
+    EXPECT_U64(psw_crc32c(0, b, *len), want, "CRC of a frame from psd");
+    return b;
+}
+
+/* Whether the server closed the connection within `ms`. */
+static int raw_closed_within(int fd, int ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[4096];
+    double end = now_s() + ms / 1000.0;
+    for (;;) {
+        ssize_t k = recv(fd, b, sizeof b, 0);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                       errno != EINTR))
+            return 1;
+        if (k < 0 || now_s() > end)
+            return 0;
+    }
+}
+
+/* Sends a HELLO (a reader with the given client id) and returns the
+ * status of the HELLO_OK (-100 when none came). */
+static int raw_hello_id(int fd, uint64_t id)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { .version = PSW_VERSION, .client_id = id,
+                    .incarnation = 1, .worker = -1 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    size_t len;
+    char *f = raw_read_frame(fd, &len);
+    if (!f)
+        return -100;
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    int status = -100;
+    psw_cluster l;
+    if (psw_frame_decode(f, len, &z, &obj, err, sizeof err) == 0 &&
+        psw_frame_messages(&obj, 1, &msgs, err, sizeof err) == 1 &&
+        psw_hello_ok_decode(&msgs[0], &l, err, sizeof err) == 0) {
+        status = l.status;
+        psw_cluster_free(&l);
+    }
+    msgpack_zone_destroy(&z);
+    free(f);
+    return status;
+}
+
+static int raw_hello(int fd)
+{
+    return raw_hello_id(fd, 42);
+}
+
+static void raw_ping(int fd)
+{
+    psw_msg ping = { .op = PSW_OP_PING };
+    raw_send_msgs(fd, &ping, 1);
+}
+
+/* Reads frames until one holds a REPLY, and returns it (views into
+ * *frame, which the caller frees after z). */
+static void raw_read_reply(int fd, psw_msg *r, msgpack_zone *z, char **frame)
+{
+    for (;;) {
+        size_t len;
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        *frame = raw_read_frame(fd, &len);
+        if (!*frame)
+            fail_msg("no reply frame");
+        msgpack_zone_init(z, 4096);
+        int n;
+        if (psw_frame_decode(*frame, len, z, &obj, err, sizeof err) ||
+            (n = psw_frame_messages(&obj, 8, &msgs, err, sizeof err)) < 1 ||
+            psw_msg_decode(&msgs[0], r, err, sizeof err))
+            fail_msg("reply frame: %s", err);
+        if (r->op == PSW_OP_REPLY)
+            return;
+        msgpack_zone_destroy(z);     /* a PING */
+        free(*frame);
+    }
+}
+
+/* A thread that sends a PING on each of n sockets every 200 ms, so they
+ * look alive to psd (heartbeats) while asking for nothing. One at a time;
+ * the teardown of every test stops it, also after a failure. */
+static struct {
+    pthread_t th;
+    int fds[16];
+    int n;
+    int running;
+    volatile int stop;
+} pinger;
+
+static void *ping_loop(void *arg)
+{
+    (void)arg;
+    while (!pinger.stop) {
+        for (int i = 0; i < pinger.n; i++)
+            raw_ping(pinger.fds[i]);
+        sleep_ms(200);
+    }
+    return NULL;
+}
+
+static void pinger_start(const int *fds, int n)
+{
+    assert_true(n <= 16 && !pinger.running);
+    memcpy(pinger.fds, fds, (size_t)n * sizeof *fds);
+    pinger.n = n;
+    pinger.stop = 0;
+    pinger.running = pthread_create(&pinger.th, NULL, ping_loop, NULL) == 0;
+}
+
+static void pinger_stop(void)
+{
+    if (!pinger.running)
+        return;
+    pinger.stop = 1;
+    pthread_join(pinger.th, NULL);
+    pinger.running = 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    pinger_stop();
+    return 0;
+}
+
+/* Counts the lines of node 0's log that contain `text`. */
+static int log_lines_with(const test_cluster *c, const char *text)
+{
+    char *log = cluster_log(c, 0);
+    int n = 0;
+    for (char *line = log; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end)
+            *end = '\0';
+        n += strstr(line, text) != NULL;
+        line = end ? end + 1 : NULL;
+    }
+    free(log);
+    return n;
+}
+
+#define SPARSE "[table.counts]\nkind = sparse\ndim = 1\n"
+
+/* ---- 1. memory bounds ------------------------------------------------ */
+
+/* Clients that ask for 16 MiB of rows per frame and never read, and
+ * clients that send half a 15 MiB frame, make psd hold at most
+ * max_client_memory of buffers (plus what decoding one frame takes), as
+ * conf/psd.ini's formula says: read from /proc, peak included. Without
+ * the budget, each would hold a 16 MiB reply or its half frame. */
+static void rss_stays_within_max_client_memory_under_hostile_clients(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[server]\nmax_frame = 16M\nmax_output = 1M\n"
+                      "max_client_memory = 32M\n"
+                      "[table.d]\nkind = dense\nrows = 4000000\ndim = 1\n"
+                      SPARSE))
+        fail_msg("cluster did not start");
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 1, 1);
+    sleep_ms(300);
+    long base = proc_kib(c.pid[0], "VmRSS:");
+    assert_true(base > 0);
+
+    enum { PULLERS = 10, HALVES = 4 };
+    int fds[PULLERS + HALVES];
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .ts = 1, .part = 0,
+                     .table = 0, .first = 0, .count = 4000000 };
+    for (int i = 0; i < PULLERS; i++) {
+        fds[i] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(fds[i], 1000 + (uint64_t)i), 0, "HELLO");
+        for (int k = 0; k < 3; k++) {
+            pull.ts = (uint64_t)k + 1;
+            raw_send_msgs(fds[i], &pull, 1);
+        }
+    }
+    /* Half of a frame announcing 15 MiB. */
+    size_t half = 8 * MIB;
+    unsigned char *junk = malloc(half);
+    memset(junk, 0x90, half);
+    uint32_t flen = 15 * MIB;
+    junk[0] = (unsigned char)(flen >> 24);
+    junk[1] = (unsigned char)(flen >> 16);
+    junk[2] = (unsigned char)(flen >> 8);
+    junk[3] = (unsigned char)flen;
+    for (int i = PULLERS; i < PULLERS + HALVES; i++) {
+        fds[i] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(fds[i], 2000 + (uint64_t)i), 0, "HELLO");
+        raw_send(fds[i], junk, half);
+    }
+    free(junk);
+    /* The honest client is served all along. */
+    for (int k = 0; k < 20; k++) {
+        honest_add(honest, "counts", 1, (float)k + 2);
+        sleep_ms(50);
+    }
+    long rss = proc_kib(c.pid[0], "VmRSS:");
+    long hwm = proc_kib(c.pid[0], "VmHWM:");
+    /* max_client_memory, plus decoding one small frame and allocator
+     * slack. */
+    long bound = 32 * 1024 + 6 * 1024;
+    print_message("# psd RSS %ld KiB at rest, %ld KiB now, peak %ld KiB; "
+                  "bound %ld KiB above rest\n", base, rss, hwm, bound);
+    if (hwm - base > bound)
+        fail_msg("psd's peak RSS grew by %ld KiB, want at most %ld KiB "
+                 "(max_client_memory 32M + 6M)", hwm - base, bound);
+    assert_true(log_lines_with(&c, "max_client_memory is") >= 1);
+    for (int i = 0; i < PULLERS + HALVES; i++)
+        close(fds[i]);
+    honest_add(honest, "counts", 1, 22);
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* A client that asks for more than max_output in two frames and reads
+ * late loses nothing: the second frame waits, unread, until the first
+ * reply is read, then runs. */
+static void frame_whose_replies_do_not_fit_waits_and_loses_nothing(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[server]\nmax_frame = 4M\nmax_output = 1M\n"
+                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
+                      "init = constant 2.5\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
+                     .count = 900000 };
+    for (uint64_t ts = 1; ts <= 4; ts++) {
+        pull.ts = ts;
+        raw_send_msgs(fd, &pull, 1);
+    }
+    sleep_ms(500);
+    for (uint64_t ts = 1; ts <= 4; ts++) {
+        psw_msg r;
+        msgpack_zone z;
+        char *f;
+        raw_read_reply(fd, &r, &z, &f);
+        EXPECT_U64(r.ts, ts, "reply order");
+        EXPECT_INT(r.status, 0, "status of pull %llu",
+                   (unsigned long long)ts);
+        EXPECT_U64(r.vals_len, 900000 * 4, "rows of pull %llu",
+                   (unsigned long long)ts);
+        float v;
+        memcpy(&v, r.vals + 4 * 899999, 4);
+        EXPECT_INT(v == 2.5f, 1, "last row of pull %llu",
+                   (unsigned long long)ts);
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* A frame that trickles in (a byte every 300 ms keeps the connection
+ * alive for the heartbeat check) is cut off after frame_timeout. */
+static void frame_that_stops_half_way_is_closed_after_frame_timeout(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nframe_timeout = 1\n" SPARSE))
+        fail_msg("cluster did not start");
+    ps_client *honest = open_or_fail(c.spec);
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    const unsigned char start[] = { 0x00, 0x10, 0x00, 0x00, 0xdd };
+    raw_send(fd, start, sizeof start);
+    double t0 = now_s();
+    int closed = 0;
+    for (int i = 0; i < 15 && !closed; i++) {
+        unsigned char b = 0x90;
+        raw_send(fd, &b, 1);
+        closed = raw_closed_within(fd, 300);
+        honest_add(honest, "counts", 7, (float)i + 1);
+    }
+    double took = now_s() - t0;
+    EXPECT_INT(closed, 1, "closed within 4.5 s");
+    print_message("# closed %.2f s after the frame began\n", took);
+    assert_true(took >= 0.9);
+    assert_true(log_lines_with(&c, "frame_timeout is 1 s") == 1);
+    close(fd);
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* A single frame holding msgpack containers of 2^19 + 1 elements (a few
+ * bytes each) is refused before msgpack-c allocates 24 bytes for each. */
+static void frame_of_too_many_elements_is_refused(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, SPARSE))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    /* 65536 messages of 9 nils each: 655,360 elements in 655 KiB. */
+    size_t n = 5 + 65536 * 10;
+    unsigned char *body = malloc(n), *p = body;
+    *p++ = 0xdd;
+    *p++ = 0;
+    *p++ = 1;
+    *p++ = 0;
+    *p++ = 0;
+    for (int i = 0; i < 65536; i++) {
+        *p++ = 0x99;
+        memset(p, 0xc0, 9);
+        p += 9;
+    }
+    unsigned char h[4], t[4];
+    uint32_t crc = psw_crc32c(0, body, n), l = (uint32_t)n + 4;
+    for (int i = 0; i < 4; i++) {
+        h[i] = (unsigned char)(l >> (24 - 8 * i));
+        t[i] = (unsigned char)(crc >> (24 - 8 * i));
+    }
+    raw_send(fd, h, 4);
+    raw_send(fd, body, n);
+    raw_send(fd, t, 4);
+    free(body);
+    EXPECT_INT(raw_closed_within(fd, 3000), 1, "closed");
+    assert_true(log_lines_with(&c, "malformed or hostile msgpack value") == 1);
+    close(fd);
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 3, 1);
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- 2. no lock-outs ----------------------------------------------------- */
+
+/* Connections that said HELLO and then only PING (alive, asking nothing)
+ * fill max_connections: a new client gets in, the one idle longest
+ * making room. */
+static void idle_connections_make_room_for_a_new_client(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_connections = 8\n"
+                                "idle_timeout = 1\n" SPARSE))
+        fail_msg("cluster did not start");
+    enum { N = 8 };
+    int fds[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(fds[i], 500 + (uint64_t)i), 0, "HELLO %d", i);
+    }
+    pinger_start(fds, N);
+    sleep_ms(1300);
+    ps_client *honest = NULL;
+    EXPECT_INT(ps_open(&honest, c.spec, NULL), PS_OK,
+               "ps_open with max_connections held by idle connections");
+    honest_add(honest, "counts", 9, 1);
+    honest_add(honest, "counts", 9, 2);
+    pinger_stop();
+    assert_true(log_lines_with(&c, "to make room for") >= 1);
+    ps_close(honest);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* A connection that said HELLO and then nothing at all (no PING either)
+ * is closed after peer_timeout_ms: the idle limit after HELLO. */
+static void silent_connection_after_hello_is_closed(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nheartbeat_ms = 100\n"
+                                "peer_timeout_ms = 400\n" SPARSE))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    double t0 = now_s();
+    EXPECT_INT(raw_closed_within(fd, 3000), 1, "closed");
+    double took = now_s() - t0;
+    assert_true(took >= 0.35 && took < 2.0);
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* One address may not take every slot: beyond max_connections_per_addr
+ * (none of its connections idle long enough to make room) it is refused
+ * with EBUSY while clients from elsewhere get in; the flood of refusals
+ * makes one log line, not one per connection. */
+static void one_address_cannot_take_every_slot_and_floods_no_log(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_connections_per_addr = 4\n"
+                                "max_connections = 64\n" SPARSE))
+        fail_msg("cluster did not start");
+    enum { N = 200 };
+    int kept[4], refused = 0;
+    for (int i = 0; i < 4; i++) {
+        kept[i] = raw_connect_from(c.port[0], "127.0.0.2");
+        EXPECT_INT(raw_hello_id(kept[i], 700 + (uint64_t)i), 0, "HELLO %d",
+                   i);
+    }
+    pinger_start(kept, 4);
+    for (int i = 0; i < N; i++) {
+        int fd = raw_connect_from(c.port[0], "127.0.0.2");
+        int st = raw_hello_id(fd, 900 + (uint64_t)i);
+        refused += st == PSW_EBUSY;
+        close(fd);
+    }
+    EXPECT_INT(refused, N, "connections from 127.0.0.2 refused with EBUSY");
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 11, 1);
+    pinger_stop();
+    int lines = log_lines_with(&c, "max_connections_per_addr (4) reached for "
+                                   "127.0.0.2");
+    print_message("# %d refusals, %d log lines\n", N, lines);
+    if (lines != 1)
+        fail_msg("got %d log lines for %d refusals, want 1 (a count follows "
+                 "within 10 s)", lines, N);
+    ps_close(honest);
+    for (int i = 0; i < 4; i++)
+        close(kept[i]);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- 3. sparse growth ---------------------------------------------------- */
+
+/* Pulling 500,000 keys nobody pushed returns each its initial row (the
+ * same for two clients) without storing a row: psd's memory stays put
+ * (storing them would take about 40 MiB). */
+static void pulls_of_never_pushed_keys_do_not_grow_the_node(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 16, "[table.emb]\ndim = 16\n"
+                                 "init = uniform -1 1\nseed = 4\n"))
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec), *b = open_or_fail(c.spec);
+    int t = ps_table(a, "emb", NULL);
+    enum { N = 500000, CHUNK = 10000 };
+    uint64_t *keys = malloc(N * sizeof *keys);
+    float *out = malloc((size_t)CHUNK * 16 * sizeof *out);
+    float *again = malloc((size_t)CHUNK * 16 * sizeof *again);
+    for (size_t i = 0; i < N; i++)
+        keys[i] = 0x9e3779b97f4a7c15ull * (i + 1);
+    wait_ok(a, ps_pull(a, t, keys, 1, out, NULL, NULL));
+    sleep_ms(200);
+    long base = proc_kib(c.pid[0], "VmRSS:");
+    for (size_t at = 0; at < N; at += CHUNK)
+        wait_ok(a, ps_pull(a, t, keys + at, CHUNK, out, NULL, NULL));
+    long after = proc_kib(c.pid[0], "VmRSS:");
+    /* The other client reads the same rows for the last chunk. */
+    wait_ok(b, ps_pull(b, t, keys + N - CHUNK, CHUNK, again, NULL, NULL));
+    for (size_t i = 0; i < (size_t)CHUNK * 16; i++)
+        if (out[i] != again[i] || !(out[i] >= -1 && out[i] < 1))
+            fail_msg("value %zu: %g and %g", i, (double)out[i],
+                     (double)again[i]);
+    print_message("# RSS %ld KiB before, %ld KiB after pulling %d new keys\n",
+                  base, after, N);
+    if (after - base > 8 * 1024)
+        fail_msg("RSS grew by %ld KiB pulling keys never pushed, want at "
+                 "most 8 MiB", after - base);
+    /* A push creates the row from the same initial row. */
+    float g = 0.5f, row[16];
+    wait_ok(b, ps_push(b, t, &keys[N - 1], 1, (float[16]){ g }, NULL, NULL));
+    wait_ok(a, ps_pull(a, t, &keys[N - 1], 1, row, NULL, NULL));
+    float *last = again + (CHUNK - 1) * 16;
+    if (row[0] != last[0] + g || row[1] != last[1])
+        fail_msg("pushed row: %g %g, want %g %g", (double)row[0],
+                 (double)row[1], (double)(last[0] + g), (double)last[1]);
+    free(keys);
+    free(out);
+    free(again);
+    ps_close(a);
+    ps_close(b);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* A sparse table at max_rows refuses a push that would add rows, with
+ * PS_EFULL and nothing of it applied; pushes to its rows and pulls of any
+ * key go on. */
+static void table_at_max_rows_refuses_pushes_that_add_rows(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.counts]\ndim = 1\nmax_rows = 100\n"))
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec), *b = open_or_fail(c.spec);
+    int t = ps_table(a, "counts", NULL);
+    uint64_t keys[101];
+    float ones[101], out[101];
+    for (int i = 0; i < 101; i++) {
+        keys[i] = (uint64_t)i * 7919;
+        ones[i] = 1;
+    }
+    wait_ok(a, ps_push(a, t, keys, 100, ones, NULL, NULL));
+    /* Key 100 is new: the whole push (with 100 old keys) is refused. */
+    ps_ts ts = ps_push(a, t, keys, 101, ones, NULL, NULL);
+    assert_true(ts > 0);
+    EXPECT_INT(ps_wait(a, ts), PS_EFULL, "push of 101 keys, one new");
+    if (!strstr(ps_last_error(a), "max_rows = 100"))
+        fail_msg("ps_last_error: %s", ps_last_error(a));
+    wait_ok(b, ps_push(b, t, keys, 100, ones, NULL, NULL));
+    wait_ok(b, ps_pull(b, t, keys, 101, out, NULL, NULL));
+    for (int i = 0; i < 100; i++)
+        if (out[i] != 2)
+            fail_msg("key %llu: %g, want 2", (unsigned long long)keys[i],
+                     (double)out[i]);
+    EXPECT_INT(out[100] == 0, 1, "the refused key still reads its init row");
+    ps_close(a);
+    ps_close(b);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- 4. non-finite values ----------------------------------------------- */
+
+#define NF_TABLES                                                          \
+    "[table.w]\nkind = dense\nrows = 1100000\ndim = 1\nupdater = adagrad\n" \
+    "init = constant 1\n"                                                  \
+    "[table.loose]\nkind = dense\nrows = 10\ndim = 1\nnonfinite = allow\n"
+
+/* Reads rows first..first+n-1 of table w and checks they are all 1 (the
+ * initial value: nothing applied). */
+static void expect_w_untouched(ps_client *c, uint64_t n)
+{
+    int t = ps_table(c, "w", NULL);
+    float *out = malloc(n * sizeof *out);
+    wait_ok(c, ps_pull_range(c, t, 0, n, out, NULL, NULL));
+    for (uint64_t i = 0; i < n; i++)
+        if (out[i] != 1)
+            fail_msg("row %llu of w is %g, want 1 (untouched)",
+                     (unsigned long long)i, (double)out[i]);
+    free(out);
+}
+
+/* A push of 4.2 MB (five parts of 1 MiB, sent in one frame) whose last
+ * value is NaN is refused whole: no part applied, on an adagrad table
+ * whose state NaN would spoil for good; the same for +-Inf, PUSHPULL and
+ * a keyed PUSH. A table with nonfinite = allow takes them. */
+static void nan_push_is_refused_whole_and_changes_nothing(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, NF_TABLES))
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec), *b = open_or_fail(c.spec);
+    int t = ps_table(a, "w", NULL);
+    const uint64_t n = 1100000;
+    float *g = malloc(n * sizeof *g);
+    for (uint64_t i = 0; i < n; i++)
+        g[i] = 0.25f;
+    const float bad[3] = { NAN, INFINITY, -INFINITY };
+    for (int k = 0; k < 3; k++) {
+        g[n - 1] = bad[k];
+        ps_ts ts = ps_push_range(a, t, 0, n, g, NULL, NULL);
+        assert_true(ts > 0);
+        EXPECT_INT(ps_wait(a, ts), PS_ENONFINITE, "push with %g at the end",
+                   (double)bad[k]);
+        if (!strstr(ps_last_error(a), "nonfinite = reject"))
+            fail_msg("ps_last_error: %s", ps_last_error(a));
+    }
+    expect_w_untouched(b, n);
+    /* A keyed push and a pushpull with a NaN in the middle. */
+    uint64_t keys[3] = { 5, 6, 7 };
+    float three[3] = { 1, NAN, 1 }, out[3] = { 0 };
+    EXPECT_INT(ps_wait(a, ps_push(a, t, keys, 3, three, NULL, NULL)),
+               PS_ENONFINITE, "keyed push");
+    if (!strstr(ps_last_error(a), "value 0 of key 6 is NaN"))
+        fail_msg("ps_last_error: %s", ps_last_error(a));
+    EXPECT_INT(ps_wait(a, ps_pushpull(a, t, keys, 3, three, out, NULL,
+                                      NULL)),
+               PS_ENONFINITE, "pushpull");
+    expect_w_untouched(b, n);
+    /* The same push, finite, is applied (and remembered once). */
+    g[n - 1] = 0.25f;
+    wait_ok(a, ps_push_range(a, t, 0, n, g, NULL, NULL));
+    float first;
+    wait_ok(b, ps_pull_range(b, t, 0, 1, &first, NULL, NULL));
+    assert_true(first < 1 && isfinite(first));
+    /* nonfinite = allow takes a NaN as it is. */
+    int l = ps_table(a, "loose", NULL);
+    float nan = NAN, got = 0;
+    wait_ok(a, ps_push_range(a, l, 3, 1, &nan, NULL, NULL));
+    wait_ok(b, ps_pull_range(b, l, 3, 1, &got, NULL, NULL));
+    assert_true(isnan(got));
+    free(g);
+    ps_close(a);
+    ps_close(b);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* With durability = log a refused push is not journaled: after a crash
+ * and the journal's replay the rows are as before it. */
+static void refused_nan_push_is_not_replayed_after_a_crash(void **state)
+{
+    (void)state;
+    test_cluster c;
+    /* cluster_start gives the node a data_dir of its own. */
+    const char *extra = "[server]\ndurability = log\nfsync = no\n" NF_TABLES;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec);
+    int t = ps_table(a, "w", NULL);
+    float v[4] = { 2, 2, NAN, 2 };
+    EXPECT_INT(ps_wait(a, ps_push_range(a, t, 10, 4, v, NULL, NULL)),
+               PS_ENONFINITE, "push with a NaN");
+    v[2] = 2;
+    wait_ok(a, ps_push_range(a, t, 20, 4, v, NULL, NULL));
+    ps_close(a);
+    cluster_kill(&c, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&c, 0), 0);
+    ps_client *b = open_or_fail(c.spec);
+    float out[30];
+    wait_ok(b, ps_pull_range(b, t, 0, 30, out, NULL, NULL));
+    for (int i = 0; i < 30; i++) {
+        int pushed = i >= 20 && i < 24;
+        if (pushed ? !(out[i] < 1) : out[i] != 1)
+            fail_msg("row %d after replay: %g (%s)", i, (double)out[i],
+                     pushed ? "want the finite push applied"
+                            : "want 1, untouched");
+    }
+    ps_close(b);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* A push with ts 0 could not be told from its retransmission (the memory
+ * of applied pushes keys on ts >= 1): it is refused. */
+static void push_with_timestamp_zero_is_refused(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, SPARSE))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    uint64_t key = 3;
+    float one = 1;
+    psw_msg push = { .op = PSW_OP_PUSH, .ts = 0, .table = 0,
+                     .keys = (const char *)&key, .nkeys = 1,
+                     .vals = (const char *)&one, .vals_len = 4 };
+    raw_send_msgs(fd, &push, 1);
+    psw_msg r;
+    msgpack_zone z;
+    char *f;
+    raw_read_reply(fd, &r, &z, &f);
+    EXPECT_INT(r.status, PSW_EINVAL, "status of a push with ts 0");
+    msgpack_zone_destroy(&z);
+    free(f);
+    close(fd);
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 3, 1);
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(rss_stays_within_max_client_memory_under_hostile_clients, teardown),
+        cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
+        cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
+        cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
+        cmocka_unit_test_teardown(idle_connections_make_room_for_a_new_client, teardown),
+        cmocka_unit_test_teardown(silent_connection_after_hello_is_closed, teardown),
+        cmocka_unit_test_teardown(one_address_cannot_take_every_slot_and_floods_no_log, teardown),
+        cmocka_unit_test_teardown(pulls_of_never_pushed_keys_do_not_grow_the_node, teardown),
+        cmocka_unit_test_teardown(table_at_max_rows_refuses_pushes_that_add_rows, teardown),
+        cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
+        cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
+        cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),
+    };
+    return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
+}
