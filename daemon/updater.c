@@ -58,11 +58,14 @@ static void update_adagrad(const psd_updater_params *p, float *restrict w,
     }
 }
 
-/* 1 - b^t, computed as -expm1(t log b): for b near 1 (beta2 = 0.999)
- * 1 - powf(b, t) would lose most of its digits to cancellation. */
-static float one_minus_pow(float b, uint32_t t)
+/* 1 / (1 - b^t) rounded to float, computed in double as
+ * 1 / -expm1(t log b): for b near 1 (beta2 = 0.999) 1 - b^t in float
+ * would lose most of its digits to cancellation, and in double the
+ * float result does not depend on the last bits of the C library's log
+ * and expm1 (PROTOCOL.md spells this out for other implementations). */
+static float bias_correction(float b, uint32_t t)
 {
-    return -expm1f((float)t * logf(b));
+    return (float)(1.0 / -expm1((double)t * log((double)b)));
 }
 
 /* Adam with bias correction. The step counter saturates rather than wrap
@@ -82,8 +85,8 @@ static void update_adam(const psd_updater_params *p, float *restrict w,
     *step = t;
 
     /* Bias corrections, once per row. */
-    const float k1 = 1.0f / one_minus_pow(b1, t);
-    const float k2 = 1.0f / one_minus_pow(b2, t);
+    const float k1 = bias_correction(b1, t);
+    const float k2 = bias_correction(b2, t);
 
     for (uint32_t i = 0; i < dim; i++) {
         float gi = g[i];
@@ -194,19 +197,22 @@ static void init_uniform(float a, float b, uint64_t base, float *w,
 }
 
 /* Normal(mean, std) by Box-Muller: the hash's top 24 bits give u1 in
- * (0, 1] (so log never sees 0), the next 24 bits give u2 in [0, 1). */
+ * (0, 1] (so log never sees 0), the next 24 bits give u2 in [0, 1).
+ * Computed in double and rounded once to float, so that another
+ * implementation with any accurate libm gets the same floats (see
+ * PROTOCOL.md); the float functions of C libraries differ in last bits. */
 static void init_normal(float mean, float std, uint64_t base, float *w,
                         uint32_t dim)
 {
-    const float two_pi = 6.28318530717958647692f;
+    const double two_pi = 6.283185307179586;
 
     for (uint32_t i = 0; i < dim; i++) {
         uint64_t h = col_hash(base, i);
-        float u1 = (float)((h >> 40) + 1) * U24;
-        float u2 = (float)((h >> 16) & 0xffffff) * U24;
-        float r = sqrtf(-2.0f * logf(u1));
+        double u1 = (double)((h >> 40) + 1) * (1.0 / 16777216.0);
+        double u2 = (double)((h >> 16) & 0xffffff) * (1.0 / 16777216.0);
+        double r = sqrt(-2.0 * log(u1));
 
-        w[i] = mean + std * (r * cosf(two_pi * u2));
+        w[i] = (float)((double)mean + (double)std * (r * cos(two_pi * u2)));
     }
 }
 

@@ -615,15 +615,14 @@ static int evaluate(const options *o, const arff_set *test,
            acc > base ? "above" : "NOT above");
     if (train) {
         size_t pushed = count_keys(train, NULL);
-        size_t held = pushed ? count_keys(train, test) : 0;
-        if (held)
-            printf("keys in the table: %zu of the %llu possible\n"
-                   "  %zu from the training set (bias included), pushed by "
-                   "the workers\n"
-                   "  %zu only in the test set, whose rows appeared when "
-                   "they were first pulled\n", held,
-                   (unsigned long long)ARFF_KEY_SPACE + 1, pushed,
-                   held - pushed);
+        size_t seen = pushed ? count_keys(train, test) : 0;
+        if (seen)
+            printf("keys in the table: %zu of the %llu possible, the ones "
+                   "of the training set (bias included), pushed by the "
+                   "workers\n"
+                   "  %zu more only in the test set were pulled: they read "
+                   "their initial row (0) and take no room\n", pushed,
+                   (unsigned long long)ARFF_KEY_SPACE + 1, seen - pushed);
     }
     rc = 0;
 done:

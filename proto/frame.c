@@ -34,6 +34,7 @@ static uint32_t crc_update(uint32_t crc, const char *p, size_t n)
 }
 
 #define READ_CHUNK (64 * 1024)
+#define SCAN_PIECE (16 * 1024)
 
 /* ---- non-finite floats ---------------------------------------------- */
 
@@ -73,11 +74,34 @@ static int nonfinite_avx2(const unsigned char *p, size_t n)
     a0 = _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3));
     return !_mm256_testz_si256(a0, a0) || nonfinite_plain(p + i, (n - i) / 4);
 }
+
+/* The same, 64 bytes a load. */
+
+__attribute__((target("avx512f")))
+static int nonfinite_avx512(const unsigned char *p, size_t n)
+{
+    const __m512i m = _mm512_set1_epi32((int)EXP_MASK);
+    __mmask16 k = 0;
+    size_t i = 0;
+    for (; i + 256 <= n; i += 256) {
+        __m512i x0 = _mm512_loadu_si512((const void *)(p + i));
+        __m512i x1 = _mm512_loadu_si512((const void *)(p + i + 64));
+        __m512i x2 = _mm512_loadu_si512((const void *)(p + i + 128));
+        __m512i x3 = _mm512_loadu_si512((const void *)(p + i + 192));
+        k |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(x0, m), m) |
+             _mm512_cmpeq_epi32_mask(_mm512_and_si512(x1, m), m) |
+             _mm512_cmpeq_epi32_mask(_mm512_and_si512(x2, m), m) |
+             _mm512_cmpeq_epi32_mask(_mm512_and_si512(x3, m), m);
+    }
+    return k != 0 || nonfinite_plain(p + i, (n - i) / 4);
+}
 #endif
 
 int psw_nonfinite(const void *p, size_t n)
 {
 #ifdef HAVE_AVX2
+    if (n >= 256 && __builtin_cpu_supports("avx512f"))
+        return nonfinite_avx512(p, n);
     if (n >= 128 && __builtin_cpu_supports("avx2"))
         return nonfinite_avx2(p, n);
 #endif
@@ -318,13 +342,16 @@ static void reader_crc(psw_reader *r)
         return;                      /* psw_reader_next refuses it */
     size_t body = flen - PSW_FRAME_CRC, avail = have - PSW_FRAME_HDR;
     size_t upto = avail < body ? avail : body;
-    if (upto > r->crc_done) {
-        r->crc = crc_update(r->crc, r->buf + r->off + PSW_FRAME_HDR +
-                                        r->crc_done, upto - r->crc_done);
-        r->crc_done = upto;
+    const char *b = r->buf + r->off + PSW_FRAME_HDR;
+    /* A piece at a time, so that the scan reads what the CRC just read
+     * while it is still in the first-level cache. */
+    while (upto > r->crc_done) {
+        size_t end = upto - r->crc_done > SCAN_PIECE ? r->crc_done + SCAN_PIECE
+                                                     : upto;
+        r->crc = crc_update(r->crc, b + r->crc_done, end - r->crc_done);
+        r->crc_done = end;
         if (!r->cur.broken)
-            scan_walk(&r->cur, (const uint8_t *)r->buf + r->off +
-                                   PSW_FRAME_HDR, upto, body);
+            scan_walk(&r->cur, (const uint8_t *)b, end, body);
     }
 }
 
