@@ -12,7 +12,9 @@
  * run map and fault in a fresh megabyte). The rest is fed
  * three ways: as it is; with the CRC of every frame it holds made right
  * (so mutated frames get past the CRC to the decoders); and wrapped whole
- * as the body of one frame with a correct length and CRC. */
+ * as the body of one frame with a correct length and CRC. The reader
+ * scans pushed values for NaN and infinities as their bytes arrive; for
+ * every push that decodes, the scan must agree with reading the values. */
 #include <string.h>
 
 #include "decode.h"
@@ -48,6 +50,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* The reader's scan, made as the bytes arrived in whatever cut, says of
+ * every pushed payload what reading it says: NaN or infinity, or not. */
+static void check_scan(const psw_reader *rd, const msgpack_object *obj)
+{
+    const msgpack_object *msgs;
+    char err[160];
+    int n = psw_frame_messages(obj, PSW_MAX_MSGS, &msgs, err, sizeof err);
+    for (int i = 0; i < n; i++) {
+        psw_msg m;
+        if (psw_msg_decode(&msgs[i], &m, err, sizeof err) ||
+            !psw_op_has(m.op, PSW_OPF_PUSHES))
+            continue;
+        int scan = psw_reader_nonfinite(rd, m.vals, m.vals_len);
+        int read = m.vals_len >= 4 && psw_nonfinite(m.vals, m.vals_len);
+        FUZZ_CHECK(scan == read, "message %d (op %d, %zu bytes of values): "
+                   "the scan says %d, reading says %d", i, m.op, m.vals_len,
+                   scan, read);
+    }
+}
+
 /* Checks one frame handed out by the reader and records it. */
 static void on_frame(run *r, const psw_reader *rd, const char *body,
                      size_t len)
@@ -68,8 +90,10 @@ static void on_frame(run *r, const psw_reader *rd, const char *body,
     r->f[r->n++] = (frame_rec){ len, got };
     if (r->decode) {
         msgpack_object obj;
-        if (fuzz_decode_body(body, len, &zone, &obj) == 0)
+        if (fuzz_decode_body(body, len, &zone, &obj) == 0) {
             fuzz_decode_frame(&obj);
+            check_scan(rd, &obj);
+        }
     }
 }
 
@@ -140,6 +164,7 @@ static void run_stream(run *r, const uint8_t *p, size_t n, size_t max_frame,
     psw_reader rd;
     space sp = { NULL, 0 };
     psw_reader_init(&rd, max_frame);
+    psw_reader_scan(&rd, 1);
     switch (cut) {
     case 0:
         feed(r, &rd, &sp, p, n, 1);

@@ -21,7 +21,9 @@
  *
  * Checked: what the sanitizers check; every reply frame reads back as a
  * peer reads it (length, CRC, at most max_frame, only REPLYs, error
- * replies without rows); no request is answered twice; the answered
+ * replies without rows); no request is answered twice; a frame adds no
+ * more replies than psd_request_frame_bound said (plus the bounds of
+ * the held requests it releases); a closed session counts no held bytes; the answered
  * callback comes with a frame to send; no held reply outlives its session
  * (sessions are freed at close, so a late one is a use-after-free). */
 #include <errno.h>
@@ -266,6 +268,9 @@ static void close_conn(conn *c, uint64_t now)
     if (c->closed)
         return;
     psd_request_closed(&node, c->ss, now);
+    FUZZ_CHECK(c->ss->held_bytes == 0, "a closed session still counts %llu "
+               "bytes of held requests",
+               (unsigned long long)c->ss->held_bytes);
     check_output(c);
     free(c->ss);
     c->ss = NULL;
@@ -318,8 +323,19 @@ static void handle_body(conn *c, const char *body, size_t len, uint64_t now)
         }
         asked += !psw_op_has(m[i].op, PSW_OPF_SESSION);
     }
+    /* What conn.c counts against max_output and max_client_memory before
+     * the frame runs must bound what the frame adds: its own replies,
+     * and held ones of this session it releases, whose bounds the
+     * session counted while they were held. */
+    uint64_t bound = psd_request_frame_bound(&node, m, count);
+    uint64_t held = c->ss->held_bytes;
+    size_t before = c->ss->out->total;
     int rc = psd_request_frame(&node, c->ss, m, count, now, why, sizeof why);
     free(m);
+    FUZZ_CHECK(c->ss->out->total - before <= bound + held,
+               "a frame added %zu bytes of replies, over its bound %llu "
+               "(and %llu held)", c->ss->out->total - before,
+               (unsigned long long)bound, (unsigned long long)held);
     if (rc) {
         FUZZ_CHECK(rc == PSW_ETOOBIG && why[0], "psd_request_frame returned "
                    "%d (%s)", rc, why);

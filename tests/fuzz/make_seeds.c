@@ -6,6 +6,7 @@
  * and tests/test_fuzz_regressions.sh checks that the committed corpus is
  * what it writes. Usage: make_seeds DIR (DIR/fuzz_frame/... are created). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -553,6 +554,71 @@ static void request_seeds(void)
         pack_keys(PSW_OP_PULL, (uint64_t)i + 1, 99, NULL, 0, NULL, 0);
     take_body(&b);
     write_seed(t, "replies_past_one_frame", b.p, b.n);
+    free(b.p);
+
+    /* NaN and infinity: a push of two parts, one holding a NaN, is
+     * refused whole, and so is its third part in a later frame; a range
+     * push with an infinity is refused; a table that allows them takes
+     * one. Body 1 comes from the other connection. */
+    float bad[16];
+    memcpy(bad, v, sizeof bad);
+    bad[5] = NAN;
+    float inf[8];
+    memcpy(inf, v, sizeof inf);
+    inf[7] = -INFINITY;
+    uint64_t l1 = dense_row(4, 0, 0);
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 70, 1, -1, NULL);
+    psw_msg part = req(PSW_OP_PUSH, 1, 0, FUZZ_T_SPARSE_ADAGRAD);
+    part.keys = (const char *)s2;
+    part.nkeys = 2;
+    part.vals = (const char *)v;
+    part.vals_len = 64;
+    psw_pack_request(&out, &part);
+    part.part = 1;
+    part.vals = (const char *)bad;
+    psw_pack_request(&out, &part);
+    pack_range(PSW_OP_PUSH_RANGE, 2, FUZZ_T_DENSE_SUM, d2[0], 2, inf, 8);
+    pack_keys(PSW_OP_PUSH, 3, FUZZ_T_DENSE_LOOSE, &l1, 1, bad + 5, 1);
+    pack_keys(PSW_OP_PULL, 4, FUZZ_T_SPARSE_ADAGRAD, s2, 2, NULL, 0);
+    take_body(&b);
+    begin();
+    pack_keys(PSW_OP_PULL, 1, FUZZ_T_DENSE_LOOSE, &l1, 1, NULL, 0);
+    take_body(&b);
+    begin();
+    part.part = 2;
+    part.vals = (const char *)v;
+    psw_pack_request(&out, &part);
+    take_body(&b);
+    write_seed(t, "nonfinite_refused_whole", b.p, b.n);
+    free(b.p);
+
+    /* max_rows: 3 rows fit, a fourth key is refused, old keys and pulls
+     * go on; on the bsp table the clock's new keys count too. */
+    uint64_t s5[5];
+    for (int i = 0; i < 5; i++)
+        s5[i] = owned_key(i);
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 80, 1, -1, NULL);
+    pack_keys(PSW_OP_PUSH, 1, FUZZ_T_SPARSE_CAPPED, s5, 3, v, 6);
+    pack_keys(PSW_OP_PUSH, 2, FUZZ_T_SPARSE_CAPPED, s5 + 2, 2, v, 4);
+    pack_keys(PSW_OP_PUSHPULL, 3, FUZZ_T_SPARSE_CAPPED, s5, 3, v, 6);
+    pack_keys(PSW_OP_PULL, 4, FUZZ_T_SPARSE_CAPPED, s5, 5, NULL, 0);
+    pack_keys(PSW_OP_PUSH, 5, FUZZ_T_SPARSE_SGD_BSP, s5, 4, v, 4);
+    pack_keys(PSW_OP_PUSH, 6, FUZZ_T_SPARSE_SGD_BSP, s5 + 4, 1, v, 1);
+    take_body(&b);
+    write_seed(t, "max_rows", b.p, b.n);
+    free(b.p);
+
+    /* A push with ts 0 is refused; a pull with ts 0 is not. */
+    b = (bytes){ 0 };
+    begin();
+    pack_keys(PSW_OP_PUSH, 0, FUZZ_T_DENSE_SUM, d2, 2, v, 8);
+    pack_keys(PSW_OP_PULL, 0, FUZZ_T_DENSE_SUM, d2, 2, NULL, 0);
+    take_body(&b);
+    write_seed(t, "push_ts_zero", b.p, b.n);
     free(b.p);
 
     /* A REPLY sent to the server closes the connection. */

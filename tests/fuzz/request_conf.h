@@ -3,7 +3,9 @@
  * every input's memory bounded (dense rows <= 1000, sparse dim <= 8); a
  * small max_frame makes the frame-size rules easy to reach; two nodes
  * make some keys another node's; one table per updater and consistency
- * mode. Change the text and the constants together. */
+ * mode; a sparse table with max_rows (and a bsp one) and a dense one
+ * that allows NaN and infinities, besides the default that refuses them.
+ * Change the text and the constants together. */
 #ifndef PSD_FUZZ_REQUEST_CONF_H
 #define PSD_FUZZ_REQUEST_CONF_H
 
@@ -41,6 +43,7 @@
     "dim = 1\n"                                                            \
     "updater = sgd\n"                                                      \
     "consistency = bsp\n"                                                  \
+    "max_rows = 4\n"                                                       \
     "[table.dense_assign_ssp]\n"                                           \
     "kind = dense\n"                                                       \
     "rows = 3\n"                                                           \
@@ -50,7 +53,15 @@
     "init = constant 0.5\n"                                                \
     "[table.sparse_adam]\n"                                                \
     "dim = 2\n"                                                            \
-    "updater = adam\n"
+    "updater = adam\n"                                                     \
+    "[table.sparse_capped]\n"                                              \
+    "dim = 2\n"                                                            \
+    "max_rows = 3\n"                                                       \
+    "[table.dense_loose]\n"                                                \
+    "kind = dense\n"                                                       \
+    "rows = 4\n"                                                           \
+    "dim = 1\n"                                                            \
+    "nonfinite = allow\n"
 
 #define FUZZ_REQ_NODES 2
 #define FUZZ_REQ_SHARDS 4
@@ -61,7 +72,8 @@
 enum {
     FUZZ_T_DENSE_SUM, FUZZ_T_SPARSE_ADAGRAD, FUZZ_T_DENSE_ADAM_BSP,
     FUZZ_T_SPARSE_FTRL_SSP, FUZZ_T_SPARSE_SGD_BSP, FUZZ_T_DENSE_ASSIGN_SSP,
-    FUZZ_T_SPARSE_ADAM, FUZZ_T_COUNT
+    FUZZ_T_SPARSE_ADAM, FUZZ_T_SPARSE_CAPPED, FUZZ_T_DENSE_LOOSE,
+    FUZZ_T_COUNT
 };
 
 #endif
