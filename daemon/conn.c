@@ -613,7 +613,7 @@ static int evictable(const psd_conn *c, uint64_t now)
     if (!c->hello_done)
         return now - c->accepted_ms >= PRE_HELLO_EVICT_MS;
     return c->ss.worker < 0 && c->ss.held_bytes == 0 && c->queued == 0 &&
-           now - c->request_ms >=
+           c->out.total == 0 && now - c->request_ms >=
                (uint64_t)c->node->cfg.idle_timeout * 1000;
 }
 

@@ -65,6 +65,19 @@ static long proc_kib(pid_t pid, const char *field)
     return v;
 }
 
+/* Whether RSS figures mean what conf/psd.ini's formula says: not under
+ * the sanitizers (tests/run.sh passes their flags in SAN), whose
+ * allocator keeps freed memory in quarantine and shadows all of it. */
+static int rss_checked(void)
+{
+    const char *san = getenv("SAN");
+    if (san && *san) {
+        print_message("# RSS bound not checked: built with %s\n", san);
+        return 0;
+    }
+    return 1;
+}
+
 /* ---- a client that must keep working -------------------------------- */
 
 static ps_client *open_or_fail(const char *spec)
@@ -433,7 +446,7 @@ static void rss_stays_within_max_client_memory_under_hostile_clients(
     long bound = 32 * 1024 + 6 * 1024;
     print_message("# psd RSS %ld KiB at rest, %ld KiB now, peak %ld KiB; "
                   "bound %ld KiB above rest\n", base, rss, hwm, bound);
-    if (hwm - base > bound)
+    if (rss_checked() && hwm - base > bound)
         fail_msg("psd's peak RSS grew by %ld KiB, want at most %ld KiB "
                  "(max_client_memory 32M + 6M)", hwm - base, bound);
     assert_true(log_lines_with(&c, "max_client_memory is") >= 1);
@@ -689,7 +702,7 @@ static void pulls_of_never_pushed_keys_do_not_grow_the_node(void **state)
                      (double)again[i]);
     print_message("# RSS %ld KiB before, %ld KiB after pulling %d new keys\n",
                   base, after, N);
-    if (after - base > 8 * 1024)
+    if (rss_checked() && after - base > 8 * 1024)
         fail_msg("RSS grew by %ld KiB pulling keys never pushed, want at "
                  "most 8 MiB", after - base);
     /* A push creates the row from the same initial row. */
