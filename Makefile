@@ -32,11 +32,12 @@ LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal)
 LIBS_INI = $(shell pkg-config --libs inih)
 LIBS_CM  = $(shell pkg-config --libs cmocka)
 
-PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c
+PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c proto/hist.c
 DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
               daemon/sync.c daemon/dedup.c daemon/node.c daemon/request.c \
               daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/conn.c \
-              daemon/server.c
+              daemon/server.c daemon/notify.c \
+              daemon/admin.c daemon/metrics.c
 CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/map.c
 
@@ -45,6 +46,7 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 PIC_OBJ    := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(PROTO_SRC:%.c=$(BUILD)/pic/%.o)
 
 PSD      := $(BUILD)/psd
+PSCTL    := $(BUILD)/psctl
 SOLIB    := $(BUILD)/libpsclient.so.$(VERSION)
 ALIB     := $(BUILD)/libpsclient.a
 PCFILE   := $(BUILD)/psclient.pc
@@ -54,13 +56,14 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_snapshot \
               $(BUILD)/test_slice $(BUILD)/test_arff
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy \
-              $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable
+              $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable \
+              $(BUILD)/test_ops
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all test run run-modes run-faults soak bench sanitize install uninstall clean deps
-all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
+all: $(PSD) $(PSCTL) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
 # ---- dependencies ---------------------------------------------------------
 # pkg-config name -> Debian package. Checked once per build tree.
@@ -129,6 +132,11 @@ $(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
 $(PSD): $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) -lm
 
+# psctl speaks the protocol itself and reads the cluster's ini.
+$(PSCTL): $(BUILD)/daemon/psctl.o $(BUILD)/daemon/config.o \
+          $(BUILD)/daemon/inifile.o $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) -lm
+
 $(SOLIB): $(PIC_OBJ)
 	$(CC) -shared -Wl,-soname,libpsclient.so.$(SOVERSION) -Wl,-z,defs $(LDFLAGS_ALL) \
 	    -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) -lpthread
@@ -191,9 +199,12 @@ $(BUILD)/faultproxy: $(BUILD)/tests/faultproxy_main.o $(BUILD)/tests/faultproxy.
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) -lpthread
 $(BUILD)/test_proxy: $(BUILD)/tests/test_proxy.o $(BUILD)/tests/faultproxy.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_CM) -lpthread
-$(BUILD)/test_stats: $(BUILD)/tests/test_stats.o $(BUILD)/client/stats.o \
+$(BUILD)/test_stats: $(BUILD)/tests/test_stats.o $(BUILD)/client/stats.o $(BUILD)/proto/hist.o \
                      $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lm
+$(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(BUILD)/tests/cluster.o \
+                   $(SOLIB) $(PSD) $(PSCTL)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM)
 $(BUILD)/test_faults: $(BUILD)/tests/test_faults.o $(BUILD)/tests/faultproxy.o \
                       $(BUILD)/tests/oracle.o $(BUILD)/tests/cluster.o \
                       $(SOLIB) $(PSD)
@@ -381,15 +392,25 @@ fuzz-ci:
 PYDIR  ?= $(PREFIX)/lib/python3/dist-packages
 PY_SRC := python/psclient/__init__.py python/psclient/_lib.py
 
-install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
+# psclient.pc and the unit are written here, from the PREFIX and LIBDIR of
+# this command (not those of an earlier `make`).
+install: $(PSD) $(PSCTL) $(SOLIB) $(ALIB)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -d $(DESTDIR)$(UNITDIR)
 	install -m 755 $(PSD) $(DESTDIR)$(PREFIX)/bin/psd
+	install -m 755 $(PSCTL) $(DESTDIR)$(PREFIX)/bin/psctl
+	sed 's#/usr/local/bin/#$(PREFIX)/bin/#g' conf/psd.service > $(DESTDIR)$(UNITDIR)/psd.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/psd.service
 	install -m 644 client/psclient.h $(DESTDIR)$(PREFIX)/include/psclient.h
 	install -m 755 $(SOLIB) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so
 	install -m 644 $(ALIB) $(DESTDIR)$(LIBDIR)/libpsclient.a
-	install -m 644 $(PCFILE) $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+	sed -e 's#@PREFIX@#$(PREFIX)#' -e 's#@LIBDIR@#$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))#' \
+	    -e 's#@VERSION@#$(VERSION)#' -e 's#@MSGPACK_PC@#$(MSGPACK_PC)#' \
+	    client/psclient.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
 	install -d $(DESTDIR)$(PYDIR)/psclient
 	install -m 644 $(PY_SRC) $(DESTDIR)$(PYDIR)/psclient/
 	printf '# Written by make install: libpsclient.so.0 is in this folder,\n# relative to the package.\nLIBDIR = "%s"\n' \
@@ -397,7 +418,8 @@ install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)
 	    > $(DESTDIR)$(PYDIR)/psclient/_config.py
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/psd $(DESTDIR)$(PREFIX)/include/psclient.h \
+	rm -f $(DESTDIR)$(PREFIX)/bin/psd $(DESTDIR)$(PREFIX)/bin/psctl \
+	      $(DESTDIR)$(UNITDIR)/psd.service $(DESTDIR)$(PREFIX)/include/psclient.h \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION) \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so $(DESTDIR)$(LIBDIR)/libpsclient.a \

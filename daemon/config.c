@@ -72,6 +72,21 @@ static const char *const consistency_words[] = {
 };
 static const char *const aggregate_words[] = { "sum", "mean", NULL };
 
+const char *psd_updater_name(psd_updater_kind k)
+{
+    return updater_words[k];
+}
+
+const char *psd_consistency_name(psd_consistency c)
+{
+    return consistency_words[c];
+}
+
+const char *psd_fsync_name(psd_fsync f)
+{
+    return fsync_words[f];
+}
+
 /* T_WORD stores the index of the word, so the word lists above must follow
  * the enums of config.h, and the enums must be int-sized. */
 _Static_assert(PSD_DUR_LOG == 1 && PSD_FSYNC_NO == 2 && PSD_LOG_ERROR == 3 &&
@@ -108,6 +123,8 @@ static const setting settings[] = {
       0, 0, 0, durability_words, 0 },
     { SC_SERVER, "fsync", T_WORD, "everysec", CL(fsync),
       0, 0, 0, fsync_words, 0 },
+    { SC_SERVER, "metrics_listen", T_NODES, NULL, 0, 1, PSW_MAX_NODES, 0,
+      NULL, 0 },
     { SC_SERVER, "auth_token", T_STR, "", CL(auth_token),
       0, STRMAX(auth_token), 0, NULL, 0 },
     { SC_SERVER, "max_frame", T_SIZE, "64M", CL(max_frame),
@@ -534,8 +551,13 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
     }
     if (strcmp(st->key, "listen") == 0) {
         free(c->listen);
+    free(c->metrics);
         c->listen = nodes;
         c->nlisten = n;
+    } else if (strcmp(st->key, "metrics_listen") == 0) {
+        free(c->metrics);
+        c->metrics = nodes;
+        c->nmetrics = n;
     } else {
         free(c->nodes);
         c->nodes = nodes;
@@ -765,6 +787,12 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         const entry *e = find_entry(cluster, "listen");
         fail(p, e->line, "[cluster] listen: %d addresses for %d nodes (one "
              "per node, in the order of nodes)", c->nlisten, c->nnodes);
+        return -1;
+    }
+    if (c->nmetrics && c->nmetrics != c->nnodes) {
+        const entry *e = find_entry(server, "metrics_listen");
+        fail(p, e->line, "[server] metrics_listen: %d addresses for %d nodes "
+             "(one per node, in the order of nodes)", c->nmetrics, c->nnodes);
         return -1;
     }
     /* A live peer sends something every heartbeat: a timeout shorter than

@@ -87,6 +87,9 @@ typedef struct psd_config {
     int snapshot_interval;       /* seconds, default 300 */
     psd_durability durability;   /* default snapshot */
     psd_fsync fsync;             /* default everysec */
+    psd_node_addr *metrics;      /* nmetrics entries, owned: where each node
+                                    serves /metrics over HTTP */
+    int nmetrics;                /* 0 (no metrics) or nnodes */
     char auth_token[256];        /* default "" */
     uint64_t max_frame;          /* bytes; accepts K/M/G suffixes; default
                                     64M; refused below 1K or above 1G */
@@ -116,6 +119,11 @@ typedef struct psd_config {
  * Returns 0, or -1 with "PATH:LINE: reason" (or "PATH: reason" when no
  * line applies) written to err. On failure `c` holds nothing to free. */
 int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen);
+
+/* The ini file's word for a value (e.g. "adagrad", "bsp", "everysec"). */
+const char *psd_updater_name(psd_updater_kind k);
+const char *psd_consistency_name(psd_consistency c);
+const char *psd_fsync_name(psd_fsync f);
 
 /* Frees what psd_config_load allocated; safe on a zeroed struct. */
 void psd_config_destroy(psd_config *c);

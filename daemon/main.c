@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "log.h"
+#include "notify.h"
 #include "server.h"
 
 static void usage(FILE *f)
@@ -28,12 +30,33 @@ static void usage(FILE *f)
 }
 
 static uv_signal_t sig_term, sig_int, sig_hup;
+static uv_timer_t watchdog;
+
+/* WATCHDOG=1 from the loop itself: a loop that stops turning stops the
+ * pings, and systemd restarts psd. Twice per period, as sd_watchdog_enabled
+ * advises. */
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    psd_notify("WATCHDOG=1");
+}
+
+/* For RELOADING=1: systemd 253+ wants the CLOCK_MONOTONIC time with it. */
+static unsigned long long monotonic_usec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000ull +
+           (unsigned long long)ts.tv_nsec / 1000;
+}
 
 static void on_stop_signal(uv_signal_t *h, int signum)
 {
     psd_server *s = h->data;
     psd_info("received %s, stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    psd_notify("STOPPING=1\nSTATUS=stopping: writing the final snapshot");
     psd_server_stop(s);
+    uv_close((uv_handle_t *)&watchdog, NULL);
     uv_close((uv_handle_t *)&sig_term, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
     uv_close((uv_handle_t *)&sig_hup, NULL);
@@ -42,7 +65,10 @@ static void on_stop_signal(uv_signal_t *h, int signum)
 static void on_hup(uv_signal_t *h, int signum)
 {
     (void)signum;
+    psd_notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading",
+               monotonic_usec());
     psd_server_reload(h->data);
+    psd_notify("READY=1\nSTATUS=%s", psd_server_status(h->data));
 }
 
 /* Parses a node index: a whole number, no sign, no trailing text. */
@@ -130,10 +156,20 @@ int main(int argc, char **argv)
     uv_signal_start(&sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&sig_hup, on_hup, SIGHUP);
+    uv_timer_init(&loop, &watchdog);
+    uint64_t wd = psd_notify_watchdog_usec();
+    if (wd) {
+        uint64_t ms = wd / 2000 ? wd / 2000 : 1;
+        uv_timer_start(&watchdog, on_watchdog, ms, ms);
+    }
+    /* Restored and listening: clients may come. */
+    psd_notify("READY=1\nSTATUS=%s", psd_server_status(&srv));
 
     uv_run(&loop, UV_RUN_DEFAULT);
 
     int final = psd_server_final(&srv);
+    if (final)
+        psd_notify("STATUS=the final snapshot failed (see the log)");
     int rc = uv_loop_close(&loop);
     if (rc)
         psd_warn("event loop closed with handles open: %s", uv_strerror(rc));

@@ -130,6 +130,14 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     uv_timer_init(s->loop, &s->mode_timer);
     s->mode_timer.data = s;
     uv_timer_start(&s->mode_timer, on_mode_tick, MODE_TICK_MS, MODE_TICK_MS);
+    if (psd_admin_init(&s->admin, s->loop, &s->node, &s->conns, &s->dur)) {
+        snprintf(err, errlen, "out of memory for the stats window");
+        return -1;
+    }
+    if (n->cfg.nmetrics &&
+        psd_metrics_start(&s->metrics, s->loop, &n->cfg.metrics[n->index],
+                          psd_admin_command, &s->admin, err, errlen))
+        return -1;
     uint64_t rows, bytes;
     psd_node_size(n, &rows, &bytes);
     psd_info("node %d of %d listening on %s:%d (clients are told %s): %d "
@@ -168,6 +176,8 @@ void psd_server_stop(psd_server *s)
     uv_close((uv_handle_t *)&s->listener, NULL);
     uv_close((uv_handle_t *)&s->conn_timer, NULL);
     uv_close((uv_handle_t *)&s->mode_timer, NULL);
+    psd_admin_stop(&s->admin);
+    psd_metrics_stop(&s->metrics);
     psd_durable_stop(&s->dur);
     psd_conns_shutdown(&s->conns);
     const psd_stats *st = &s->node.stats;
@@ -191,6 +201,17 @@ int psd_server_final(psd_server *s)
         return -1;
     }
     return 0;
+}
+
+const char *psd_server_status(psd_server *s)
+{
+    static char line[256];
+    const psd_node *n = &s->node;
+    snprintf(line, sizeof line, "node %d of %d serving %s: %d tables, "
+             "snapshot generation %llu", n->index, n->cfg.nnodes,
+             n->cluster.nodes[n->index], n->ntables,
+             (unsigned long long)s->dur.st.generation);
+    return line;
 }
 
 void psd_server_destroy(psd_server *s)

@@ -6,9 +6,11 @@
 
 #include <uv.h>
 
+#include "admin.h"
 #include "config.h"
 #include "conn.h"
 #include "durable.h"
+#include "metrics.h"
 #include "node.h"
 
 typedef struct psd_server {
@@ -18,6 +20,8 @@ typedef struct psd_server {
     psd_durable dur;             /* snapshots and the journal */
     uv_tcp_t listener;
     psd_conns conns;
+    psd_admin admin;             /* psctl's commands, the stats */
+    psd_metrics metrics;         /* /metrics, when metrics_listen is set */
     int stopping;
     uv_timer_t conn_timer;       /* HELLO timeout, heartbeats, dead peers */
     uv_timer_t mode_timer;       /* training modes: grace, wait logs */
@@ -47,6 +51,10 @@ void psd_server_stop(psd_server *s);
 /* Writes the final snapshot (after the loop has finished, so nothing
  * changes any more). 0, or -1 after logging why. */
 int psd_server_final(psd_server *s);
+
+/* One line for the service manager's STATUS=: what this node serves.
+ * Valid until the next call. */
+const char *psd_server_status(psd_server *s);
 
 /* Frees tables and config; call after the loop has finished. */
 void psd_server_destroy(psd_server *s);

@@ -217,10 +217,13 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
         return -1;
     }
     pause_at("renamed");
-    if (fsync_dir(dir)) {
+    /* The new file is in place either way; without the folder's fsync
+     * a power loss may bring the previous one back, so the caller keeps
+     * the journal it covers (err says why). */
+    if (errlen)
+        err[0] = '\0';
+    if (fsync_dir(dir) && fsync_dir(dir))
         snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
-        return -1;
-    }
     if (info)
         *info = (psd_snap_info){ generation, journal_seq, created, w.off };
     return 0;

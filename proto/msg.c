@@ -23,6 +23,7 @@ static const psw_op_info ops[] = {
     [PSW_OP_REPLY] = { 7, 0 },
     [PSW_OP_PING] = { 1, PSW_OPF_SESSION },
     [PSW_OP_ACK] = { 2, PSW_OPF_SESSION },
+    [PSW_OP_ADMIN] = { 4, PSW_OPF_ADMIN },
 };
 #undef T
 
@@ -118,6 +119,10 @@ void psw_pack_request(psw_out *o, const psw_msg *m)
     if (info->flags & PSW_OPF_CONTROL) {
         if (m->op != PSW_OP_LEAVE)
             pk_check(o, msgpack_pack_uint64(pk, m->value));
+        return;
+    }
+    if (info->flags & PSW_OPF_ADMIN) {
+        pk_check(o, msgpack_pack_str_with_body(pk, m->text, m->text_len));
         return;
     }
     pk_check(o, msgpack_pack_uint32(pk, m->table));
@@ -283,6 +288,15 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
     if (info->flags & PSW_OPF_CONTROL) {
         if (op != PSW_OP_LEAVE && get_u64(&f[3], &m->value))
             FAIL("op %u: bad clock or barrier number", op);
+        return 0;
+    }
+    if (info->flags & PSW_OPF_ADMIN) {
+        if (f[3].type != MSGPACK_OBJECT_STR ||
+            f[3].via.str.size >= PSW_TEXT_MAX)
+            FAIL("ADMIN: the command is not a STR of at most %d bytes",
+                 PSW_TEXT_MAX - 1);
+        m->text = f[3].via.str.ptr;
+        m->text_len = f[3].via.str.size;
         return 0;
     }
     if (get_u32(&f[3], &m->table))

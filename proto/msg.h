@@ -30,7 +30,9 @@ enum psw_op {
     PSW_OP_CLOCK = 15,
     PSW_OP_BARRIER = 16,
     PSW_OP_LEAVE = 17,
-    PSW_OP_REPLY = 20
+    PSW_OP_REPLY = 20,
+    PSW_OP_ADMIN = 30      /* an operator's command (psctl): its reply's
+                              payload is text */
 };
 
 /* What an op does, for every module that must treat ops alike: the
@@ -41,8 +43,9 @@ enum {
     PSW_OPF_RANGED = 4,    /* first + count instead of a key list */
     PSW_OPF_TABLE = 8,     /* names a table */
     PSW_OPF_CONTROL = 16,  /* CLOCK, BARRIER, LEAVE: training-mode control */
-    PSW_OPF_SESSION = 32   /* PING, ACK: about the connection, no ts, no
+    PSW_OPF_SESSION = 32,  /* PING, ACK: about the connection, no ts, no
                               part, no reply */
+    PSW_OPF_ADMIN = 64     /* ADMIN: a command STR, a text reply */
 };
 
 typedef struct psw_op_info {
@@ -68,7 +71,10 @@ static inline int psw_op_has(int op, int flag)
 #define PSW_ADDR_MAX 72
 #define PSW_TOKEN_MAX 256
 #define PSW_TEXT_MAX 512        /* error texts in replies, NUL excluded, are
-                                   cut to PSW_TEXT_MAX - 1 bytes */
+                                   cut to PSW_TEXT_MAX - 1 bytes; also the
+                                   longest ADMIN command */
+#define PSW_ADMIN_REPLY_MAX (4u << 20)  /* the text an ADMIN reply may carry
+                                   (less when max_frame is smaller) */
 
 /* The size rule both sides budget frames with. A frame body is at most
  * max_frame bytes: an array header of PSW_BODY_OVERHEAD bytes, then the
@@ -110,7 +116,8 @@ typedef struct psw_msg {
                               the client with ts < value is complete */
     uint64_t clock;        /* replies: the table clock the rows reflect */
     int status;            /* replies: PSW_OK or a PSW_E* code */
-    const char *text;      /* replies: error detail, text_len bytes */
+    const char *text;      /* replies: error detail; ADMIN: the command;
+                              text_len bytes, not NUL-terminated */
     size_t text_len;
 } psw_msg;
 

@@ -6,8 +6,9 @@
 # Usage: tests/run.sh BUILD_DIR
 BUILD=${1:?usage: tests/run.sh BUILD_DIR}
 PSD_BIN=$(cd "$BUILD" && pwd)/psd
+PSCTL_BIN=$(cd "$BUILD" && pwd)/psctl
 PSD_SRC_DIR=$(cd "$(dirname "$0")/.." && pwd)
-export PSD_BIN PSD_SRC_DIR
+export PSD_BIN PSCTL_BIN PSD_SRC_DIR
 export CMOCKA_MESSAGE_OUTPUT=TAP
 # A hostile-input test makes msgpack-c ask for huge blocks on purpose in
 # the sanitizer build; let malloc fail instead of aborting.
@@ -18,7 +19,7 @@ failed=0
 here=$(dirname "$0")
 for t in test_frame test_config test_updater test_table test_sync test_dedup test_snapshot \
          test_slice \
-         test_arff test_proxy test_e2e test_modes test_faults test_stats test_durable \
+         test_arff test_proxy test_e2e test_modes test_faults test_stats test_durable test_ops \
          test_fuzz_regressions.sh test_install.sh \
          test_python.sh; do
     echo "# ---- $t"

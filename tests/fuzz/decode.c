@@ -39,9 +39,14 @@ static void check_msg(const psw_msg *m)
         FUZZ_CHECK(m->nkeys == 0, "a reply with %zu keys", m->nkeys);
         return;
     }
-    FUZZ_CHECK(m->status == 0 && m->text == NULL && m->text_len == 0,
-               "request op %d with status %d or a text of %zu bytes", m->op,
-               m->status, m->text_len);
+    if (info->flags & PSW_OPF_ADMIN)
+        FUZZ_CHECK(m->status == 0 && m->text != NULL &&
+                   m->text_len < PSW_TEXT_MAX, "ADMIN with status %d or a "
+                   "command of %zu bytes", m->status, m->text_len);
+    else
+        FUZZ_CHECK(m->status == 0 && m->text == NULL && m->text_len == 0,
+                   "request op %d with status %d or a text of %zu bytes",
+                   m->op, m->status, m->text_len);
     FUZZ_CHECK(m->vals_len % 4 == 0, "op %d: %zu value bytes, want a "
                "multiple of 4", m->op, m->vals_len);
     if (!(info->flags & PSW_OPF_PUSHES))

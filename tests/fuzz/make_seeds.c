@@ -230,6 +230,12 @@ static int wire_frames(named *f)
     begin();
     pack_control(PSW_OP_PING, 0, 0, 0);
     f[n++] = (named){ "ping", end() };
+    begin();
+    psw_msg adm = req(PSW_OP_ADMIN, 12, 0, 0);
+    adm.text = "stats";
+    adm.text_len = 5;
+    psw_pack_request(&out, &adm);
+    f[n++] = (named){ "admin", end() };
 
     /* A frame as Python's msgpack.packb writes it: a fixarray, not array32. */
     msgpack_sbuffer sb;
