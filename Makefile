@@ -62,7 +62,7 @@ TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test run run-modes run-faults soak bench sanitize install uninstall clean deps
+.PHONY: all test run run-modes run-faults soak bench bench-durability sanitize install uninstall clean deps
 all: $(PSD) $(PSCTL) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
 # ---- dependencies ---------------------------------------------------------
@@ -226,8 +226,17 @@ $(BUILD)/psbench: $(BUILD)/tests/bench/psbench.o $(BUILD)/tests/cluster.o \
                   $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread -lm
 
-bench: all $(BUILD)/psbench
+$(BUILD)/durbench: $(BUILD)/tests/bench/durbench.o $(BUILD)/tests/cluster.o \
+                   $(SOLIB) $(PSD) $(PSCTL)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread -lm
+
+bench: all $(BUILD)/psbench $(BUILD)/durbench
 	@sh tests/bench/run_bench.sh $(BUILD)
+	@$(BUILD)/durbench --psd $(BUILD)/psd --psctl $(BUILD)/psctl
+
+# Durability's costs alone (about 2 minutes).
+bench-durability: all $(BUILD)/durbench
+	@$(BUILD)/durbench --psd $(BUILD)/psd --psctl $(BUILD)/psctl
 
 # ASan + UBSan build of everything, in its own tree, running the whole suite.
 sanitize:
