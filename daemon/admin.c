@@ -422,7 +422,7 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_journal_fsync_seconds_max", "gauge", "Longest journal "
            "fsync.", i, d->fsync_ms_max / 1e3);
     metric(b, "psd_journal_write_errors_total", "counter", "Failed journal "
-           "writes.", i, (double)s->journal_errors);
+           "writes and fsyncs (a failing write counts at every retry).", i, (double)s->journal_errors);
     metric(b, "psd_journal_failing", "gauge", "1 while the journal cannot "
            "be written (pushes are refused).", i, n->journal_error[0] != 0);
 }

@@ -1,5 +1,6 @@
 /* Recovery, snapshots and fsyncs of one node; see durable.h. */
 #define _GNU_SOURCE             /* close_range */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -65,6 +67,26 @@ static void fsync_work(uv_work_t *w)
     d->fsync_rc = fsync(d->fsync_fd) ? errno : 0;
 }
 
+/* A journal fsync failed (why). After a failed fsync the kernel may have
+ * dropped the pages it could not write and marked them clean: trying
+ * again proves nothing. With fsync = always the promise cannot be kept,
+ * so psd stops at once, without acknowledging what waited for the fsync;
+ * a restart replays what is on disk, and clients resend the rest (exactly
+ * once). everysec and no promise only that a crash of psd loses nothing,
+ * which write() kept: logged and counted. */
+static void fsync_failed(psd_durable *d, const char *why)
+{
+    d->node->stats.journal_errors++;
+    if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
+        psd_error("journal: %s; exiting without acknowledging the pushes "
+                  "it covered (fsync = always)", why);
+        _exit(1);
+    }
+    psd_error("journal: %s (fsync = %s: pushes written so far survive a "
+              "crash of psd, not of the host)", why,
+              psd_fsync_name(d->fsync_mode));
+}
+
 static void fsync_done(uv_work_t *w, int status)
 {
     psd_durable *d = w->data;
@@ -77,23 +99,9 @@ static void fsync_done(uv_work_t *w, int status)
     if (ms > d->st.fsync_ms_max)
         d->st.fsync_ms_max = ms;
     if (d->fsync_rc) {
-        d->node->stats.journal_errors++;
-        /* After a failed fsync the kernel may have dropped the pages it
-         * could not write and marked them clean: trying again proves
-         * nothing. With fsync = always the promise cannot be kept, so
-         * psd stops at once, without acknowledging what waited for this
-         * fsync; a restart replays what is on disk, and clients resend
-         * the rest (exactly once). everysec and no promise only that a
-         * crash of psd loses nothing, which write() kept. */
-        if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
-            psd_error("journal: fsync failed: %s; exiting without "
-                      "acknowledging the pushes it covered (fsync = always)",
-                      strerror(d->fsync_rc));
-            _exit(1);
-        }
-        psd_error("journal: fsync failed: %s (fsync = %s: pushes written "
-                  "so far survive a crash of psd, not of the host)",
-                  strerror(d->fsync_rc), psd_fsync_name(d->fsync_mode));
+        char why[128];
+        snprintf(why, sizeof why, "fsync: %s", strerror(d->fsync_rc));
+        fsync_failed(d, why);
         return;
     }
     if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
@@ -210,7 +218,10 @@ void psd_durable_snapshot(psd_durable *d)
     /* The image covers the journal so far: later records go to a new
      * segment, which the snapshot says to replay from. */
     if (j) {
-        if (psd_journal_rotate(j, err, sizeof err)) {
+        int rc = psd_journal_rotate(j, err, sizeof err);
+        if (rc == -2)
+            fsync_failed(d, err);
+        if (rc) {
             d->st.snapshot_failures++;
             snprintf(d->st.last_error, sizeof d->st.last_error, "%s", err);
             psd_error("snapshot not started: %s", err);
@@ -229,6 +240,7 @@ void psd_durable_snapshot(psd_durable *d)
     d->child_gen = d->st.generation + 1;
     d->child_seq = seq;
     d->child_start_ns = uv_hrtime();
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         /* The child: a frozen image of the node. It touches no libuv
@@ -237,9 +249,19 @@ void psd_durable_snapshot(psd_durable *d)
          * outlives a killed psd must not hold its listening port (a
          * restart could not bind it) or its clients' sockets. */
         int keep = fds[1];
-        if (keep > 3)
-            close_range(3, (unsigned)keep - 1, 0);
-        close_range((unsigned)keep + 1, ~0u, 0);
+        if ((keep > 3 && close_range(3, (unsigned)keep - 1, 0)) ||
+            close_range((unsigned)keep + 1, ~0u, 0)) {
+            long max = sysconf(_SC_OPEN_MAX);   /* an old kernel */
+            for (int fd = 3; fd < (max > 0 ? max : 65536); fd++)
+                if (fd != keep)
+                    close(fd);
+        }
+        /* And it dies with psd: a writer that finished after a restart
+         * would put an older image in place of the new psd's. Its
+         * unfinished file is removed at the next start. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)     /* psd died before prctl */
+            _exit(1);
         signal(SIGPIPE, SIG_IGN);
         int rc = psd_snapshot_write(d->node, d->dir, d->child_gen, seq, NULL,
                                     err, sizeof err);
@@ -290,6 +312,29 @@ void psd_durable_reload(psd_durable *d)
 }
 
 /* ---- recovery --------------------------------------------------------- */
+
+/* Removes the unfinished files of writers that died with an earlier psd
+ * (psd-nodeN.snap.tmp.PID): under the lock, no writer of node's is
+ * alive. */
+static void remove_stale_tmp(const char *dir, int node)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char prefix[64];
+    int plen = snprintf(prefix, sizeof prefix, "psd-node%d.snap.tmp", node);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0)
+            psd_info("removed %s, left by a snapshot writer that died",
+                     path);
+    }
+    closedir(d);
+}
 
 /* Renames every file of node in dir aside, for --skip-snapshot. */
 static void move_aside(const char *dir, int node)
@@ -348,6 +393,7 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         d->lock_fd = -1;
         return -1;
     }
+    remove_stale_tmp(d->dir, n->index);
     if (skip)
         move_aside(d->dir, n->index);
     uint64_t t0 = uv_hrtime();
@@ -438,7 +484,10 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
     if (n->journal) {
-        if (psd_journal_rotate(n->journal, err, errlen))
+        int rc = psd_journal_rotate(n->journal, err, errlen);
+        if (rc == -2)
+            fsync_failed(d, err);
+        if (rc)
             return -1;
         seq = psd_journal_seq(n->journal);
     }

@@ -255,7 +255,11 @@ int psd_journal_rotate(psd_journal *j, char *err, size_t errlen)
     /* The old segment reaches the disk before the new one exists: a crash
      * may then leave a torn record only in the newest segment, where
      * replay expects one. */
-    fsync(old);
+    if (fsync(old)) {
+        snprintf(err, errlen, "fsync of journal segment %llu: %s",
+                 (unsigned long long)j->seq, strerror(errno));
+        return -2;
+    }
     if (open_segment(j, j->seq + 1, err, errlen)) {
         j->fd = old;
         j->bytes = bytes;

@@ -176,7 +176,9 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
 {
     char path[4200], tmp[4300];
     psd_snapshot_path(path, sizeof path, dir, n->index);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    /* Named for the writer: a writer that outlived its psd can never
+     * rename a newer psd's unfinished file, or the reverse. */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     unlink(tmp);                 /* a leftover of a writer that died */
     writer w = { .fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                             0600) };
