@@ -522,6 +522,9 @@ def main() -> int:
         print(f"  {name:<8} {accs:<32} {rec[-1][2]:>7.4f} "
               f"{rec[-1][4]:>7.1f}")
     if "bsp" in runs:
+        diffs = " ".join(f"{100 * (b[2] - s[2]):+.2f}"
+                         for b, s in zip(runs["bsp"], runs["single"]))
+        print(f"bsp - single after each epoch, points: {diffs}")
         diff = 100 * (runs["bsp"][-1][2] - runs["single"][-1][2])
         verdict = "PASS" if abs(diff) <= args.max_diff else "MISSED"
         print(f"bsp - single: {diff:+.2f} points of final test accuracy "
