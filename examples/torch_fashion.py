@@ -472,7 +472,8 @@ def parse_args() -> argparse.Namespace:
                     help="comma-separated modes to run (default async,bsp)")
     ap.add_argument("--workers", type=int, default=None,
                     help="worker processes (default: the ini's workers)")
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=3,
+                    help="passes over the training set (default 3)")
     ap.add_argument("--batch", type=int, default=32,
                     help="examples per worker and step (default 32)")
     ap.add_argument("--max-diff", type=float, default=1.0,
