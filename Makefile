@@ -62,7 +62,8 @@ TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test run run-modes run-faults soak bench bench-durability sanitize install uninstall clean deps
+.PHONY: all test run run-modes run-faults run-torch soak bench bench-durability sanitize \
+        install uninstall clean deps
 all: $(PSD) $(PSCTL) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
 # ---- dependencies ---------------------------------------------------------
@@ -269,6 +270,33 @@ soak:
 # a node killed and restarted, against a clean run (about 30 s).
 run-faults: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 	@sh examples/run_faults.sh $(BUILD)
+
+# ---- PyTorch on Fashion-MNIST (make run-torch) -----------------------------
+# Not part of `make test` or CI: Debian's python3-torch is large. A CNN in
+# PyTorch trained by 4 worker processes whose parameters live in psd
+# (conf/torch-fashion.ini), async and bsp, each on fresh nodes on free
+# ports, then by torch alone in one process (examples/torch_fashion.py).
+# TORCH_ARGS passes options, e.g. TORCH_ARGS="--epochs 5".
+PY_TORCH_PKGS  := numpy:python3-numpy torch:python3-torch
+TORCH_STAMP    := $(BUILD)/.torch-ok
+TORCH_ARGS     ?=
+
+$(TORCH_STAMP): | $(DEPS_STAMP)
+	@mkdir -p $(BUILD)
+	@missing=""; \
+	for p in $(PY_TORCH_PKGS); do \
+	  mod=$${p%%:*}; deb=$${p#*:}; \
+	  $(PYTHON) -c "import $$mod" >/dev/null 2>&1 || missing="$$missing $$deb"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing missing Debian packages for $(PYTHON):$$missing"; \
+	  $(APT_INSTALL) $$missing || { echo "make: could not install:$$missing" >&2; exit 1; }; \
+	fi
+	@touch $@
+
+run-torch: all $(TORCH_STAMP) $(FASHION_DIR)/train-images-idx3-ubyte.gz
+	@PYTHONDONTWRITEBYTECODE=1 $(PYTHON) examples/torch_fashion.py \
+	    --build $(BUILD) --data $(FASHION_DIR) $(TORCH_ARGS)
 
 # ---- sparse logistic regression on Reuters (make run-sparse) ---------------
 # Not part of `make test` or CI: it downloads data. examples/fetch_reuters.sh
