@@ -551,7 +551,6 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
     }
     if (strcmp(st->key, "listen") == 0) {
         free(c->listen);
-    free(c->metrics);
         c->listen = nodes;
         c->nlisten = n;
     } else if (strcmp(st->key, "metrics_listen") == 0) {
@@ -858,6 +857,7 @@ void psd_config_destroy(psd_config *c)
 {
     free(c->nodes);
     free(c->listen);
+    free(c->metrics);
     free(c->tables);
     free(c->notes);
     memset(c, 0, sizeof *c);
