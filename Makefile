@@ -23,20 +23,22 @@ CSTD  := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN  := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
          -Wpointer-arith -Wwrite-strings -Wformat=2 -Wundef -Wcast-align=strict
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(MATH) $(SAN) -Iclient $(CFLAGS) \
-             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih libisal 2>/dev/null)
+             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih libisal libsodium \
+                 2>/dev/null)
 LDFLAGS_ALL = $(SAN) $(LDFLAGS)
 
 LIBS_UV  = $(shell pkg-config --libs libuv)
-# proto/ needs msgpack-c and ISA-L (CRC32C of every frame, ~40 GB/s).
-LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal)
+# proto/ needs msgpack-c, ISA-L (CRC32C of every frame, ~40 GB/s) and
+# libsodium (the handshake's HMAC-SHA-256, nonces, constant-time compare).
+LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal libsodium)
 LIBS_INI = $(shell pkg-config --libs inih)
 LIBS_CM  = $(shell pkg-config --libs cmocka)
 
-PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c
+PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c proto/addr.c proto/auth.c
 DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
               daemon/sync.c daemon/dedup.c daemon/node.c daemon/request.c \
-              daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/conn.c \
-              daemon/server.c
+              daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/auth.c \
+              daemon/preflight.c daemon/conn.c daemon/server.c
 CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/map.c
 
@@ -65,7 +67,7 @@ all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 # ---- dependencies ---------------------------------------------------------
 # pkg-config name -> Debian package. Checked once per build tree.
 DEB_PKGS := libuv:libuv1-dev msgpack:libmsgpack-dev inih:libinih-dev \
-            libisal:libisal-dev cmocka:libcmocka-dev
+            libisal:libisal-dev libsodium:libsodium-dev cmocka:libcmocka-dev
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
@@ -162,8 +164,9 @@ $(BUILD)/test_frame: $(BUILD)/tests/test_frame.o $(PROTO_OBJ)
 # Unit tests link only the objects they test (and what those call), so
 # the linker keeps the layering honest.
 D := $(BUILD)/daemon
-$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_CM)
+$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o \
+                      $(D)/preflight.o $(BUILD)/proto/addr.o $(BUILD)/proto/auth.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP) $(LIBS_CM)
 $(BUILD)/test_updater: $(BUILD)/tests/test_updater.o $(D)/updater.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
 $(BUILD)/test_table: $(BUILD)/tests/test_table.o $(D)/table.o $(D)/updater.o
@@ -292,7 +295,8 @@ FUZZ_TARGETS := fuzz_frame fuzz_msg fuzz_config fuzz_request
 # Each target links only what it exercises.
 FUZZ_OBJ_frame   := $(FZ)/fuzz_frame.o $(FZ)/decode.o $(PROTO_SRC:.c=.o)
 FUZZ_OBJ_msg     := $(FZ)/fuzz_msg.o $(FZ)/decode.o $(PROTO_SRC:.c=.o)
-FUZZ_OBJ_config  := $(FZ)/fuzz_config.o daemon/config.o daemon/inifile.o
+FUZZ_OBJ_config  := $(FZ)/fuzz_config.o daemon/config.o daemon/inifile.o \
+                    proto/addr.o proto/auth.o
 FUZZ_OBJ_request := $(FZ)/fuzz_request.o $(FZ)/decode.o daemon/request.o \
                     daemon/node.o daemon/config.o daemon/inifile.o \
                     daemon/table.o daemon/updater.o daemon/sync.o \
@@ -305,7 +309,7 @@ $(BUILD)/fuzz_frame: $(addprefix $(BUILD)/,$(FUZZ_OBJ_frame) $(FZ)/replay.o)
 $(BUILD)/fuzz_msg: $(addprefix $(BUILD)/,$(FUZZ_OBJ_msg) $(FZ)/replay.o)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP)
 $(BUILD)/fuzz_config: $(addprefix $(BUILD)/,$(FUZZ_OBJ_config) $(FZ)/replay.o)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP)
 $(BUILD)/fuzz_request: $(addprefix $(BUILD)/,$(FUZZ_OBJ_request) $(FZ)/replay.o)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) -lm
 $(BUILD)/make_seeds: $(BUILD)/$(FZ)/make_seeds.o $(PROTO_OBJ)
@@ -329,7 +333,7 @@ FUZZ_CFLAGS   = $(CSTD) -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
                 -Wmissing-prototypes -O1 -g -fno-omit-frame-pointer \
                 -fno-math-errno $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
                 $(shell pkg-config --cflags $(MSGPACK_PC) inih libisal \
-                    2>/dev/null)
+                    libsodium 2>/dev/null)
 FUZZ_LINK     = $(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
 FUZZERS      := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 FUZZ_DEPS_STAMP := $(FUZZ_BUILD)/.deps-ok
@@ -361,7 +365,7 @@ $(FUZZ_BUILD)/fuzz_frame: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_frame))
 $(FUZZ_BUILD)/fuzz_msg: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_msg))
 	$(FUZZ_LINK) $(LIBS_MP)
 $(FUZZ_BUILD)/fuzz_config: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_config))
-	$(FUZZ_LINK) $(LIBS_INI)
+	$(FUZZ_LINK) $(LIBS_INI) $(LIBS_MP)
 $(FUZZ_BUILD)/fuzz_request: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_request))
 	$(FUZZ_LINK) $(LIBS_MP) $(LIBS_INI) -lm
 

@@ -411,7 +411,7 @@ static void hello_and_layout_round_trip(void **state)
     assert_int_equal(psw_hello_decode(msg, &hd, err, sizeof err), 0);
     assert_int_equal(hd.client_id, 0xabcdef);
     assert_int_equal(hd.worker, -1);
-    assert_null(hd.token);
+    assert_null(hd.nonce);
     free(buf);
 
     char nodes[2][PSW_ADDR_MAX] = { "127.0.0.1:7070", "[::1]:7071" };

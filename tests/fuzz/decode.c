@@ -62,12 +62,12 @@ static void check_msg(const psw_msg *m)
 
 static void check_hello(const psw_hello *h)
 {
-    FUZZ_CHECK(h->token_len <= PSW_TOKEN_MAX, "token of %zu bytes, cap %d",
-               h->token_len, PSW_TOKEN_MAX);
-    FUZZ_CHECK(h->token != NULL || h->token_len == 0,
-               "token of %zu bytes at NULL", h->token_len);
-    if (h->token_len)
-        fuzz_touch(h->token, h->token_len);
+    FUZZ_CHECK(h->nonce_len <= PSW_TOKEN_MAX, "token of %zu bytes, cap %d",
+               h->nonce_len, PSW_TOKEN_MAX);
+    FUZZ_CHECK(h->nonce != NULL || h->nonce_len == 0,
+               "token of %zu bytes at NULL", h->nonce_len);
+    if (h->nonce_len)
+        fuzz_touch(h->nonce, h->nonce_len);
 }
 
 /* A name copied out of the frame must end inside its array. */
