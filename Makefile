@@ -55,7 +55,7 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_dedup \
               $(BUILD)/test_snapshot \
               $(BUILD)/test_slice $(BUILD)/test_arff
-E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy \
+E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_auth $(BUILD)/test_modes $(BUILD)/test_proxy \
               $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
 
@@ -183,6 +183,10 @@ $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD
                      $(BUILD)/client/customer.o $(BUILD)/client/map.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
 $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
+
+# Token authentication against real nodes, raw sockets and impostors.
+$(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
 
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
