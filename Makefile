@@ -57,7 +57,7 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_slice $(BUILD)/test_arff
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_auth $(BUILD)/test_modes $(BUILD)/test_proxy \
               $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable
-TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
+TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS) $(BUILD)/mh_client
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
@@ -184,6 +184,11 @@ $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
 $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
+
+# The clients of the multi-host test (tests/test_multihost.sh), one
+# process per role inside a network namespace.
+$(BUILD)/mh_client: $(BUILD)/tests/mh_client.o $(BUILD)/tests/oracle.o $(SOLIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread
 
 # Token authentication against real nodes, raw sockets and impostors.
 $(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
