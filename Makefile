@@ -238,6 +238,12 @@ sanitize:
 run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 	@sh examples/run_fashion.sh $(BUILD) conf/cluster-2.ini
 
+# The demo across hosts: three network namespaces (needs root), psd nodes
+# on two of them with a token, 4 workers on the third; not part of CI.
+.PHONY: run-cluster
+run-cluster: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
+	@sh examples/run_cluster.sh $(BUILD)
+
 # The training modes demonstration: async, bsp and ssp with 4 workers, bsp
 # against a single process, and stragglers (about 2 minutes).
 run-modes: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
