@@ -82,8 +82,8 @@ def test_defaults_come_from_ps_options_init():
 
 
 def test_auth_token_and_options_reach_ps_open(monkeypatch):
-    """connect() hands the token and every option to ps_open (this
-    release's ps_open refuses tokens; the binding must not)."""
+    """connect() hands the token and every option to ps_open as they
+    are (a spy stands in for ps_open)."""
     seen = {}
 
     class Spy:
