@@ -66,6 +66,13 @@ typedef struct nconn {
      * both proofs cover once its CHALLENGE came. */
     psw_transcript tr;
     int challenged;
+    /* A node named by a host name is looked up again (in the background)
+     * whenever a connection to it ends, so a node that comes back at
+     * another address (a rescheduled container) is found again. */
+    char host[PSW_HOST_MAX];      /* "" for a numeric address */
+    char port[8];
+    uv_getaddrinfo_t gai;
+    int gai_busy;
     psw_reader rd;
     msgpack_zone zone;
     psc_map fly_map;              /* (ts << 16 | part) -> part in flight */
@@ -483,6 +490,30 @@ static void requeue_in_flight(nconn *nc, uint64_t now)
     nc->q_head = head;
 }
 
+static void on_resolved(uv_getaddrinfo_t *req, int status,
+                        struct addrinfo *res)
+{
+    nconn *nc = req->data;
+    nc->gai_busy = 0;
+    if (status == 0 && res)
+        memcpy(&nc->sa, res->ai_addr, res->ai_addrlen);
+    uv_freeaddrinfo(res);
+}
+
+/* Looks the node's name up again for its next connection; the address it
+ * has stays in use until an answer comes. */
+static void re_resolve(nconn *nc)
+{
+    if (!nc->host[0] || nc->gai_busy)
+        return;
+    struct addrinfo hints = { 0 };
+    hints.ai_socktype = SOCK_STREAM;
+    nc->gai.data = nc;
+    if (uv_getaddrinfo(&nc->io->loop, &nc->gai, on_resolved, nc->host,
+                       nc->port, &hints) == 0)
+        nc->gai_busy = 1;
+}
+
 /* Whether a refusal can never succeed on a retry. */
 static int refusal_is_final(int status)
 {
@@ -517,6 +548,7 @@ static void on_nc_closed(uv_handle_t *h)
         return;
     }
     requeue_in_flight(nc, now);
+    re_resolve(nc);
     if (c->open_state == PSC_OPENING) {
         if (now >= io->open_ns) {
             open_done(io, nc->drop_status, "%s (gave up after %d ms)",
@@ -673,16 +705,21 @@ static void arm_retry(psc_io *io)
     uv_timer_start(&io->retry, on_retry, ms, 0);
 }
 
-/* Resolves a node address from the layout ("host:port", a name or a
- * numeric address). It blocks, but runs only while ps_open waits; a node
- * keeps the address found then across reconnections. 0, or -1 with why. */
-static int resolve_node(const char *s, struct sockaddr_storage *sa,
-                        char *why, size_t whylen)
+/* Resolves node nc's address from the layout ("host:port", a name or a
+ * numeric address) into nc->sa, and keeps a name for re_resolve. It
+ * blocks, but runs only while ps_open waits; later lookups run in the
+ * background. 0, or -1 with why. */
+static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
 {
     psw_addr a;
     char port[8];
+    struct sockaddr_storage *sa = &nc->sa;
     if (psw_addr_parse(s, strlen(s), &a, why, whylen))
         return -1;
+    if (a.kind == PSW_HOST_NAME) {
+        memcpy(nc->host, a.host, sizeof a.host);
+        snprintf(nc->port, sizeof nc->port, "%d", a.port);
+    }
     struct addrinfo hints = { 0 }, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
     if (a.kind != PSW_HOST_NAME)
@@ -714,6 +751,17 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
     c->cluster = *l;
     memset(l, 0, sizeof *l);
     seed->node = c->cluster.node_index;
+    /* The seed was reached as ps_open's caller named it; from now on it is
+     * this node of the layout, looked up again by that name if it has
+     * one. */
+    psw_addr sa;
+    char why0[160];
+    const char *me = c->cluster.nodes[seed->node];
+    if (psw_addr_parse(me, strlen(me), &sa, why0, sizeof why0) == 0 &&
+        sa.kind == PSW_HOST_NAME) {
+        memcpy(seed->host, sa.host, sizeof sa.host);
+        snprintf(seed->port, sizeof seed->port, "%d", sa.port);
+    }
     io->nodes[seed->node] = seed;
     io->seed = NULL;
     start_tick(io);              /* the heartbeat sets the pace now */
@@ -726,7 +774,7 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
         io->nodes[i] = nc;
         snprintf(nc->name, sizeof nc->name, "%s", c->cluster.nodes[i]);
         char why[300];
-        if (resolve_node(c->cluster.nodes[i], &nc->sa, why, sizeof why)) {
+        if (resolve_node(nc, c->cluster.nodes[i], why, sizeof why)) {
             open_done(io, PS_ECONN, "node %d's address %s from the layout: "
                       "%s", i, c->cluster.nodes[i], why);
             return 0;
@@ -1021,6 +1069,8 @@ static void shutdown_io(psc_io *io)
         nc_drop(io->seed, PS_ECLOSED, "client closed");
     for (int i = 0; i < io->nnodes; i++) {
         nconn *nc = io->nodes[i];
+        if (nc->gai_busy)         /* a lookup not yet started is dropped */
+            uv_cancel((uv_req_t *)&nc->gai);
         if (nc->state == NC_IDLE)
             fail_queue(nc, PS_ECLOSED, "the client closed");
         else

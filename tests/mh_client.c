@@ -10,13 +10,20 @@
  *                                         and checks the pull is exact
  *   mh_client open SERVERS STATUS         ps_open must return STATUS
  *                                         (a PS_E* name, or OK)
+ *   mh_client move SERVERS KEYS FLAG      push +1 to KEYS keys, say
+ *                                         "ready", wait for the file
+ *                                         FLAG (meanwhile a node moves
+ *                                         to another address), push +1
+ *                                         again: both must succeed
  *
  * The token comes the usual way: $PSD_AUTH_TOKEN, or the ini when
  * SERVERS is its path. Prints one line saying what happened; exits 0
  * when it is what was wanted. */
+#define _DEFAULT_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "oracle.h"
 #include "psclient.h"
@@ -124,6 +131,48 @@ static int open_expect(const char *servers, const char *want)
     return strcmp(name_of(rc), want) ? 1 : 0;
 }
 
+static int move(const char *servers, int nkeys, const char *flag)
+{
+    ps_client *c;
+    ps_options o;
+    ps_options_init(&o);
+    /* Short attempts, so the reconnection to the new address comes
+     * soon; enough of them to outlast the move. */
+    o.request_timeout_ms = 2000;
+    o.max_retries = 6;
+    int rc = ps_open(&c, servers, &o);
+    if (rc) {
+        printf("move: ps_open: %s\n", ps_strerror(rc));
+        return 1;
+    }
+    int t = ps_table(c, ORACLE_TABLE, NULL);
+    uint64_t *keys = malloc((size_t)nkeys * sizeof *keys);
+    float *ones = malloc((size_t)nkeys * sizeof *ones);
+    for (int k = 0; keys && ones && k < nkeys; k++) {
+        keys[k] = oracle_key(k);
+        ones[k] = 1;
+    }
+    rc = keys && ones ? ps_wait(c, ps_push(c, t, keys, (size_t)nkeys, ones,
+                                           NULL, NULL))
+                      : PS_ENOMEM;
+    printf("ready\n");
+    fflush(stdout);
+    for (int i = 0; rc == 0 && i < 600 && access(flag, F_OK) != 0; i++)
+        usleep(50000);
+    if (rc == 0)
+        rc = ps_wait(c, ps_push(c, t, keys, (size_t)nkeys, ones, NULL, NULL));
+    ps_stats_t st;
+    ps_stats(c, &st);
+    printf("move: %s%s%s (%llu reconnections)\n",
+           rc ? ps_strerror(rc) : "both pushes acknowledged",
+           rc ? ": " : "", rc ? ps_last_error(c) : "",
+           (unsigned long long)st.reconnects);
+    free(keys);
+    free(ones);
+    ps_close(c);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && !strcmp(argv[1], "count"))
@@ -133,6 +182,8 @@ int main(int argc, char **argv)
     if (argc == 7 && !strcmp(argv[1], "bsp"))
         return bsp(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                    atoi(argv[6]));
+    if (argc == 5 && !strcmp(argv[1], "move"))
+        return move(argv[2], atoi(argv[3]), argv[4]);
     if (argc == 4 && !strcmp(argv[1], "open"))
         return open_expect(argv[2], argv[3]);
     fprintf(stderr, "usage: see tests/mh_client.c\n");

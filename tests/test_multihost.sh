@@ -34,7 +34,7 @@ if ! netns_up "mh$$"; then
     exit 0
 fi
 
-echo "1..9"
+echo "1..11"
 n=0
 result() {                      # result STATUS DESCRIPTION [OUTPUT FILE]
     n=$((n + 1))
@@ -59,6 +59,8 @@ shards = 16
 workers = 4
 worker_grace = 5
 [server]
+heartbeat_ms = 200
+peer_timeout_ms = 1000
 data_dir = $tmp
 auth_token_file = $tmp/token
 [table.count]
@@ -117,7 +119,31 @@ PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" check \
 result $? "every key holds exactly 1600 (nothing lost, nothing doubled)" \
     "$tmp/check"
 
-# 3. bsp with 4 worker processes: exact after every clock.
+# 3. Node 1 moves to another address while a client is connected: the
+# client finds it again by its name, and nothing is lost or doubled.
+"$IP" netns exec "$NS_W" "$build/mh_client" move "$tmp/cluster.ini" 1000 \
+    "$tmp/moved" >"$tmp/move" 2>&1 &
+mover=$!
+for i in $(seq 1 100); do
+    grep -q ready "$tmp/move" && break
+    sleep 0.1
+done
+# Deleted first: removing a primary address removes its secondaries.
+"$IP" -n "$NS_1" addr del "$NETNS_ADDR_1/24" dev eth0 &&
+    "$IP" -n "$NS_1" addr add "10.200.0.4/24" dev eth0 &&
+    # Rewritten in place: ip netns exec bind-mounted this very inode
+    # over the running client's /etc/hosts (sed -i would make a new one).
+    printf '127.0.0.1 localhost\n%s ps-0\n10.200.0.4 ps-1\n' \
+        "$NETNS_ADDR_0" >"/etc/netns/$NS_W/hosts"
+touch "$tmp/moved"
+wait $mover
+result $? "a client finds node 1 again by name after it moved to 10.200.0.4" \
+    "$tmp/move"
+PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" check \
+    "ps-0:7070,ps-1:7071" 1000 1602 >"$tmp/check2" 2>&1
+result $? "every key holds exactly 1602 after the move" "$tmp/check2"
+
+# 4. bsp with 4 worker processes: exact after every clock.
 pids=""
 for w in 0 1 2 3; do
     in_ns "$NS_W" "$build/mh_client" bsp "$tmp/cluster.ini" "$w" 4 20 100 \
@@ -130,7 +156,7 @@ cat "$tmp/bsp"* >"$tmp/bsps"
 result $bad "a bsp run of 4 workers x 20 clocks is exact after every clock" \
     "$tmp/bsps"
 
-# 4. A wrong token and no token: PS_EAUTH.
+# 5. A wrong token and no token: PS_EAUTH.
 PSD_AUTH_TOKEN="wrong-token-wrong-token-wrong" in_ns "$NS_W" \
     "$build/mh_client" open "ps-0:7070,ps-1:7071" PS_EAUTH >"$tmp/wrong" 2>&1
 result $? "a wrong token is refused with PS_EAUTH" "$tmp/wrong"
@@ -138,7 +164,7 @@ env -u PSD_AUTH_TOKEN "$IP" netns exec "$NS_W" \
     "$build/mh_client" open "ps-0:7070" PS_EAUTH >"$tmp/none" 2>&1
 result $? "no token is refused with PS_EAUTH" "$tmp/none"
 
-# 5. Protected mode: a network address and no token.
+# 6. Protected mode: a network address and no token.
 sed -e '/^auth_token_file/d' -e 's/7070/7072/g; s/7071/7073/g' \
     "$tmp/cluster.ini" >"$tmp/open.ini"
 in_ns "$NS_0" timeout 10 "$build/psd" -c "$tmp/open.ini" -n 0 \
@@ -156,7 +182,7 @@ fi
 result $ok "psd without a token refuses to start on 0.0.0.0, and says how" \
     "$tmp/open.log"
 
-# 6. The nodes saw the refusals and stop cleanly.
+# 7. The nodes saw the refusals and stop cleanly.
 # shellcheck disable=SC2086
 kill -TERM $PSDS
 bad=0
