@@ -4,7 +4,9 @@
 # the clients in the third, host names in [cluster] nodes, every node
 # listening on 0.0.0.0 and clients authenticating with a token file.
 # Checks: the counter oracle exact (8 processes x 200 pushes of +1 to
-# 1000 sparse keys = 1600 each), a bsp run with 4 worker processes exact
+# 1000 sparse keys = 1600 each), a connected client that finds node 1
+# again by name after it moved to another address (1602), a bsp run with
+# 4 worker processes exact
 # after every clock, a wrong token and no token refused with PS_EAUTH,
 # and psd refusing to start on a network address without a token. The
 # namespaces go away on any exit (trap). Without root (or where
