@@ -648,7 +648,8 @@ void psd_conns_tick(psd_conns *set)
             continue;
         char why[96];
         if (!c->hello_done) {
-            if (c->parked && now >= c->park_until_ms && now - c->accepted_ms < hello) {
+            if (c->parked && now >= c->park_until_ms &&
+                now - c->accepted_ms < hello) {
                 unpark(c);
                 continue;
             }
