@@ -107,6 +107,29 @@ def test_auth_token_and_options_reach_ps_open(monkeypatch):
     assert e.value.code == psclient.PS_EAUTH
 
 
+def test_token_opens_a_cluster_that_requires_one(make_cluster, monkeypatch):
+    """A cluster with a token: the right token (argument, environment or
+    the ini) connects; a wrong or missing one raises AuthError."""
+    from conftest import TABLES
+    token = "correct-horse-battery-staple-42"
+    c = make_cluster(TABLES + "\n[server]\nauth_token = " + token + "\n")
+    monkeypatch.delenv("PSD_AUTH_TOKEN", raising=False)
+    keys = np.array([1, 2], np.uint64)
+    with psclient.connect(c.spec, auth_token=token) as cl:
+        cl.table("emb").push(keys, np.ones((2, 4), np.float32))
+    with psclient.connect(c.ini) as cl:            # the ini's auth_token
+        out = cl.table("emb").pull(keys, np.empty((2, 4), np.float32))
+        assert (out == 1).all()
+    monkeypatch.setenv("PSD_AUTH_TOKEN", token)
+    with psclient.connect(c.spec):
+        pass
+    monkeypatch.delenv("PSD_AUTH_TOKEN")
+    for bad in ("correct-horse-battery-staple-43", None):
+        with pytest.raises(psclient.AuthError) as e:
+            psclient.connect(c.spec, auth_token=bad, connect_timeout_ms=3000)
+        assert e.value.code == psclient.PS_EAUTH
+
+
 def test_bad_options_raise_before_connecting():
     with pytest.raises(TypeError, match="request_timeout_ms: expected an int"):
         psclient.connect("127.0.0.1:9", request_timeout_ms=1.5)
