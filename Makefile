@@ -70,7 +70,9 @@ DEB_PKGS := libuv:libuv1-dev msgpack:libmsgpack-dev inih:libinih-dev \
             libisal:libisal-dev libsodium:libsodium-dev cmocka:libcmocka-dev
 
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP):
+# Checked again when the Makefile changes (a new dependency, such as
+# libsodium, reaches build trees made before it).
+$(DEPS_STAMP): Makefile
 	@mkdir -p $(BUILD)
 	@missing=""; \
 	command -v pkg-config >/dev/null 2>&1 || missing="pkg-config"; \
