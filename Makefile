@@ -23,20 +23,22 @@ CSTD  := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN  := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
          -Wpointer-arith -Wwrite-strings -Wformat=2 -Wundef -Wcast-align=strict
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(MATH) $(SAN) -Iclient $(CFLAGS) \
-             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih libisal 2>/dev/null)
+             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih libisal libsodium \
+                 2>/dev/null)
 LDFLAGS_ALL = $(SAN) $(LDFLAGS)
 
 LIBS_UV  = $(shell pkg-config --libs libuv)
-# proto/ needs msgpack-c and ISA-L (CRC32C of every frame, ~40 GB/s).
-LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal)
+# proto/ needs msgpack-c, ISA-L (CRC32C of every frame, ~40 GB/s) and
+# libsodium (the handshake's HMAC-SHA-256, nonces, constant-time compare).
+LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal libsodium)
 LIBS_INI = $(shell pkg-config --libs inih)
 LIBS_CM  = $(shell pkg-config --libs cmocka)
 
-PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c proto/hist.c
+PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c proto/hist.c proto/addr.c proto/auth.c
 DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
               daemon/sync.c daemon/dedup.c daemon/node.c daemon/request.c \
-              daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/conn.c \
-              daemon/server.c daemon/notify.c \
+              daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/auth.c \
+              daemon/preflight.c daemon/conn.c daemon/server.c daemon/notify.c \
               daemon/admin.c daemon/metrics.c
 CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/map.c
@@ -55,10 +57,10 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_dedup \
               $(BUILD)/test_snapshot \
               $(BUILD)/test_slice $(BUILD)/test_arff
-E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy \
+E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_auth $(BUILD)/test_modes $(BUILD)/test_proxy \
               $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable \
               $(BUILD)/test_ops
-TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
+TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS) $(BUILD)/mh_client
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
@@ -69,10 +71,12 @@ all: $(PSD) $(PSCTL) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 # ---- dependencies ---------------------------------------------------------
 # pkg-config name -> Debian package. Checked once per build tree.
 DEB_PKGS := libuv:libuv1-dev msgpack:libmsgpack-dev inih:libinih-dev \
-            libisal:libisal-dev cmocka:libcmocka-dev
+            libisal:libisal-dev libsodium:libsodium-dev cmocka:libcmocka-dev
 
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP):
+# Checked again when the Makefile changes (a new dependency, such as
+# libsodium, reaches build trees made before it).
+$(DEPS_STAMP): Makefile
 	@mkdir -p $(BUILD)
 	@missing=""; \
 	command -v pkg-config >/dev/null 2>&1 || missing="pkg-config"; \
@@ -171,8 +175,9 @@ $(BUILD)/test_frame: $(BUILD)/tests/test_frame.o $(PROTO_OBJ)
 # Unit tests link only the objects they test (and what those call), so
 # the linker keeps the layering honest.
 D := $(BUILD)/daemon
-$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_CM)
+$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o \
+                      $(D)/preflight.o $(BUILD)/proto/addr.o $(BUILD)/proto/auth.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP) $(LIBS_CM)
 $(BUILD)/test_updater: $(BUILD)/tests/test_updater.o $(D)/updater.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
 $(BUILD)/test_table: $(BUILD)/tests/test_table.o $(D)/table.o $(D)/updater.o
@@ -189,6 +194,15 @@ $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD
                      $(BUILD)/client/customer.o $(BUILD)/client/map.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
 $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
+
+# The clients of the multi-host test (tests/test_multihost.sh), one
+# process per role inside a network namespace.
+$(BUILD)/mh_client: $(BUILD)/tests/mh_client.o $(BUILD)/tests/oracle.o $(SOLIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread
+
+# Token authentication against real nodes, raw sockets and impostors.
+$(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
 
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
@@ -246,6 +260,12 @@ sanitize:
 
 run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 	@sh examples/run_fashion.sh $(BUILD) conf/cluster-2.ini
+
+# The demo across hosts: three network namespaces (needs root), psd nodes
+# on two of them with a token, 4 workers on the third; not part of CI.
+.PHONY: run-cluster
+run-cluster: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
+	@sh examples/run_cluster.sh $(BUILD)
 
 # The training modes demonstration: async, bsp and ssp with 4 workers, bsp
 # against a single process, and stragglers (about 2 minutes).
@@ -340,7 +360,8 @@ FUZZ_TARGETS := fuzz_frame fuzz_msg fuzz_config fuzz_request
 # Each target links only what it exercises.
 FUZZ_OBJ_frame   := $(FZ)/fuzz_frame.o $(FZ)/decode.o $(PROTO_SRC:.c=.o)
 FUZZ_OBJ_msg     := $(FZ)/fuzz_msg.o $(FZ)/decode.o $(PROTO_SRC:.c=.o)
-FUZZ_OBJ_config  := $(FZ)/fuzz_config.o daemon/config.o daemon/inifile.o
+FUZZ_OBJ_config  := $(FZ)/fuzz_config.o daemon/config.o daemon/inifile.o \
+                    proto/addr.o proto/auth.o
 FUZZ_OBJ_request := $(FZ)/fuzz_request.o $(FZ)/decode.o daemon/request.o \
                     daemon/node.o daemon/config.o daemon/inifile.o \
                     daemon/table.o daemon/updater.o daemon/sync.o \
@@ -353,7 +374,7 @@ $(BUILD)/fuzz_frame: $(addprefix $(BUILD)/,$(FUZZ_OBJ_frame) $(FZ)/replay.o)
 $(BUILD)/fuzz_msg: $(addprefix $(BUILD)/,$(FUZZ_OBJ_msg) $(FZ)/replay.o)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP)
 $(BUILD)/fuzz_config: $(addprefix $(BUILD)/,$(FUZZ_OBJ_config) $(FZ)/replay.o)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP)
 $(BUILD)/fuzz_request: $(addprefix $(BUILD)/,$(FUZZ_OBJ_request) $(FZ)/replay.o)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) -lm
 $(BUILD)/make_seeds: $(BUILD)/$(FZ)/make_seeds.o $(PROTO_OBJ)
@@ -377,7 +398,7 @@ FUZZ_CFLAGS   = $(CSTD) -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
                 -Wmissing-prototypes -O1 -g -fno-omit-frame-pointer \
                 -fno-math-errno $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
                 $(shell pkg-config --cflags $(MSGPACK_PC) inih libisal \
-                    2>/dev/null)
+                    libsodium 2>/dev/null)
 FUZZ_LINK     = $(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
 FUZZERS      := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 FUZZ_DEPS_STAMP := $(FUZZ_BUILD)/.deps-ok
@@ -409,7 +430,7 @@ $(FUZZ_BUILD)/fuzz_frame: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_frame))
 $(FUZZ_BUILD)/fuzz_msg: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_msg))
 	$(FUZZ_LINK) $(LIBS_MP)
 $(FUZZ_BUILD)/fuzz_config: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_config))
-	$(FUZZ_LINK) $(LIBS_INI)
+	$(FUZZ_LINK) $(LIBS_INI) $(LIBS_MP)
 $(FUZZ_BUILD)/fuzz_request: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_request))
 	$(FUZZ_LINK) $(LIBS_MP) $(LIBS_INI) -lm
 

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../proto/addr.h"
 #include "../proto/msg.h"
 
 typedef enum {
@@ -65,10 +66,10 @@ typedef struct psd_table_conf {
 
 #define PSD_NOTE_MAX 256
 
-typedef struct psd_node_addr {
-    char host[64];               /* numeric IPv4 or IPv6 address */
-    int port;                    /* 1..65535 */
-} psd_node_addr;
+/* A node address as the nodes line gives it: a host name, or a numeric
+ * IPv4 or IPv6 address (proto/addr.h, the grammar libpsclient reads
+ * too). Names are resolved when psd starts (preflight.h). */
+typedef psw_addr psd_node_addr;
 
 typedef struct psd_config {
     /* [cluster] */
@@ -90,7 +91,10 @@ typedef struct psd_config {
     psd_node_addr *metrics;      /* nmetrics entries, owned: where each node
                                     serves /metrics over HTTP */
     int nmetrics;                /* 0 (no metrics) or nnodes */
-    char auth_token[256];        /* default "" */
+    char auth_token[256];        /* default "": no authentication; else
+                                    PSW_AUTH_TOKEN_MIN..MAX bytes */
+    char auth_token_file[256];   /* or the token's file, read at start
+                                    (preflight.h); default "" */
     uint64_t max_frame;          /* bytes; accepts K/M/G suffixes; default
                                     64M; refused below 1K or above 1G */
     psd_log_level log_level;     /* debug | info | warn | error */
@@ -113,6 +117,9 @@ typedef struct psd_config {
      * (e.g. a setting that has no effect where it is); owned */
     char (*notes)[PSD_NOTE_MAX];
     int nnotes;
+    /* Lines of the keys whose meaning is checked after parsing (address
+     * resolution, the token file), for "PATH:LINE: reason"; 0: absent */
+    int nodes_line, listen_line, auth_token_line, auth_token_file_line;
 } psd_config;
 
 /* Parses the ini file at `path` into `c` (which the call initialises).
@@ -127,5 +134,10 @@ const char *psd_fsync_name(psd_fsync f);
 
 /* Frees what psd_config_load allocated; safe on a zeroed struct. */
 void psd_config_destroy(psd_config *c);
+
+/* The i-th setting of the schema as "section key" (section: cluster,
+ * server or table), or NULL past the last: for tests and docs that must
+ * cover every setting. */
+const char *psd_config_setting(int i, const char **sect);
 
 #endif

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "log.h"
 #include "notify.h"
+#include "preflight.h"
 #include "server.h"
 
 static void usage(FILE *f)
@@ -18,7 +19,11 @@ static void usage(FILE *f)
             "usage: psd -c FILE [-n NODE] [--skip-snapshot]\n"
             "                               run node NODE (default 0) of the "
             "cluster in FILE\n"
-            "       psd --check -c FILE     validate FILE and exit\n"
+            "       psd --check -c FILE [-n NODE]\n"
+            "                               validate FILE as psd would before "
+            "starting node\n"
+            "                               NODE (default: every node) and "
+            "exit\n"
             "\n"
             "At start psd restores the node from its snapshot and journal in "
             "data_dir;\n--skip-snapshot moves them aside (*.skipped.TIME) "
@@ -85,7 +90,7 @@ static int parse_node(const char *s, int *out)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    int node = 0, check = 0, skip = 0;
+    int node = 0, check = 0, skip = 0, node_given = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -96,6 +101,7 @@ int main(int argc, char **argv)
         else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && i + 1 < argc)
             path = argv[++i];
         else if ((!strcmp(a, "-n") || !strcmp(a, "--node")) && i + 1 < argc) {
+            node_given = 1;
             if (parse_node(argv[++i], &node)) {
                 fprintf(stderr, "psd: -n: expected a node index, got \"%s\"\n",
                         argv[i]);
@@ -122,12 +128,34 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
+        /* Everything psd would refuse to start for, not only the syntax:
+         * the token file, host names, protected mode. */
+        psd_preflight pf;
+        int bad = 0;
+        if (node_given && node >= cfg.nnodes) {
+            fprintf(stderr, "%s: node %d does not exist (the file lists %d "
+                    "nodes)\n", path, node, cfg.nnodes);
+            bad = 1;
+        }
+        bad += psd_preflight_run(&pf, &cfg, path, node_given ? node : -1);
         for (int i = 0; i < cfg.nnotes; i++)
             printf("%s\n", cfg.notes[i]);
-        printf("%s: OK (%d nodes, %u shards, %d tables)\n", path, cfg.nnodes,
-               cfg.shards, cfg.ntables);
+        for (int i = 0; i < pf.nnotes; i++)
+            printf("%s\n", pf.notes[i]);
+        for (int i = 0; i < pf.nproblems; i++)
+            fprintf(stderr, "%s\n", pf.problems[i]);
+        if (!bad)
+            printf("%s: OK (%d nodes, %u shards, %d tables%s)\n", path,
+                   cfg.nnodes, cfg.shards, cfg.ntables,
+                   pf.token_len ? ", clients must authenticate" : "");
+        psd_preflight_destroy(&pf);
         psd_config_destroy(&cfg);
-        return 0;
+        return bad ? 1 : 0;
+    }
+    if (psw_auth_init()) {
+        fprintf(stderr, "psd: libsodium cannot start\n");
+        psd_config_destroy(&cfg);
+        return 1;
     }
 
     /* A peer that vanishes must cost a write error, not the process; a

@@ -17,13 +17,8 @@ static void build_cluster(psd_node *n)
     l->shards = n->cfg.shards;
     l->heartbeat_ms = (uint32_t)n->cfg.heartbeat_ms;
     l->peer_timeout_ms = (uint32_t)n->cfg.peer_timeout_ms;
-    for (int i = 0; i < l->nnodes; i++) {
-        const psd_node_addr *a = &n->cfg.nodes[i];
-        if (strchr(a->host, ':'))
-            snprintf(l->nodes[i], PSW_ADDR_MAX, "[%s]:%d", a->host, a->port);
-        else
-            snprintf(l->nodes[i], PSW_ADDR_MAX, "%s:%d", a->host, a->port);
-    }
+    for (int i = 0; i < l->nnodes; i++)
+        psw_addr_format(&n->cfg.nodes[i], l->nodes[i], PSW_ADDR_MAX);
     for (int i = 0; i < l->ntables; i++) {
         const psd_table_conf *tc = &n->cfg.tables[i];
         psw_table_desc *d = &l->tables[i];
@@ -147,8 +142,9 @@ static const char *layout_change(const psd_config *a, const psd_config *b)
         if (x->consistency != y->consistency || x->staleness != y->staleness)
             return "a consistency mode changed";
     }
-    if (strcmp(a->auth_token, b->auth_token))
-        return "auth_token changed";
+    if (strcmp(a->auth_token, b->auth_token) ||
+        strcmp(a->auth_token_file, b->auth_token_file))
+        return "auth_token or auth_token_file changed";
     /* The data folder, the journal and its fsync are set up at start. */
     if (strcmp(a->data_dir, b->data_dir) || a->durability != b->durability ||
         a->fsync != b->fsync)

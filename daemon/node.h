@@ -27,6 +27,7 @@ typedef struct psd_stats {
     uint64_t pushes, pulls;      /* requests that carried rows in or out */
     uint64_t keys_pushed, keys_pulled;
     uint64_t journal_errors;     /* failed journal writes */
+    uint64_t auth_failures;      /* connections refused with EAUTH */
 } psd_stats;
 
 /* Per table, on this node. */

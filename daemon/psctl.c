@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 
 #include "config.h"
+#include "../proto/auth.h"
 #include "../proto/frame.h"
 #include "../proto/msg.h"
 #include "../proto/status.h"
@@ -44,7 +45,8 @@ static void usage(FILE *f)
         "  top      stats and tables, refreshed every second (-i SECS, "
         "--count N)\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
-        "-s 127.0.0.1:7070.\nRates are over the last 10 s.\n");
+        "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
+        "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
 }
 
 /* ---- one node's connection ---------------------------------------------- */
@@ -54,9 +56,16 @@ typedef struct node {
     int fd;
     psw_reader rd;
     psw_cluster layout;
+    psw_transcript tr;           /* the handshake's, for the proofs */
+    int challenged;
     uint64_t ts;
     char err[300];
 } node;
+
+/* The cluster's token ($PSD_AUTH_TOKEN, else the ini's auth_token or
+ * auth_token_file), or none. */
+static char token[PSW_AUTH_TOKEN_MAX + 1];
+static size_t token_len;
 
 static uint64_t now_ms(void)
 {
@@ -230,16 +239,64 @@ static int receive(node *nd, take_fn take, void *arg)
     }
 }
 
+static int send_out(node *nd, psw_out *o);
+
+/* A node with a token challenges: our proof (or none, and it refuses). */
+static int answer_challenge(node *nd, const msgpack_object *msg)
+{
+    psw_challenge ch;
+    char why[200];
+    if (nd->challenged || psw_challenge_decode(msg, &ch, why, sizeof why)) {
+        snprintf(nd->err, sizeof nd->err, "bad CHALLENGE: %s",
+                 nd->challenged ? "a second one" : why);
+        return -1;
+    }
+    nd->challenged = 1;
+    nd->tr.node_index = ch.node_index;
+    memcpy(nd->tr.snonce, ch.nonce, PSW_NONCE_LEN);
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_msg a = { NULL, 0 };
+    if (token_len) {
+        psw_auth_proof(token, token_len, PSW_ROLE_CLIENT, &nd->tr, proof);
+        a.proof = (const char *)proof;
+        a.proof_len = PSW_PROOF_LEN;
+    }
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_auth(&o, &a);
+    psw_out_frame_end(&o);
+    psw_wipe(proof, sizeof proof);
+    int rc = send_out(nd, &o);
+    psw_out_destroy(&o);
+    return rc ? -1 : 0;          /* and read on, for HELLO_OK */
+}
+
 static int take_hello_ok(node *nd, const msgpack_object *msg, void *arg)
 {
     (void)arg;
     char why[200];
+    if (msg->type == MSGPACK_OBJECT_ARRAY && msg->via.array.size > 0 &&
+        msg->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+        msg->via.array.ptr[0].via.u64 == PSW_OP_CHALLENGE)
+        return answer_challenge(nd, msg);
     if (psw_hello_ok_decode(msg, &nd->layout, why, sizeof why)) {
         snprintf(nd->err, sizeof nd->err, "bad HELLO_OK: %s", why);
         return -1;
     }
     if (nd->layout.status != PSW_OK) {
         snprintf(nd->err, sizeof nd->err, "refused: %.280s", nd->layout.text);
+        return -1;
+    }
+    /* With a token the node proves it holds it too. */
+    if (token_len &&
+        (nd->layout.proof_state != PSW_PROOF_SET ||
+         psw_auth_verify(token, token_len, PSW_ROLE_SERVER, &nd->tr,
+                         nd->layout.proof, PSW_PROOF_LEN))) {
+        snprintf(nd->err, sizeof nd->err, "%s", nd->challenged
+                 ? "the node could not prove that it knows the token"
+                 : "the node accepted us without authentication (it has no "
+                   "auth_token, or it is not a node of this cluster)");
         return -1;
     }
     return 1;
@@ -250,7 +307,12 @@ static int hello(node *nd)
     uint64_t id;
     if (getrandom(&id, sizeof id, 0) != sizeof id)
         id = (uint64_t)getpid() << 32 ^ now_ms();
-    psw_hello h = { PSW_VERSION, id, 1, -1, NULL, 0 };
+    nd->challenged = 0;
+    nd->tr = (psw_transcript){ .version = PSW_VERSION, .client_id = id,
+                               .incarnation = 1, .worker = -1 };
+    psw_auth_nonce(nd->tr.cnonce);
+    psw_hello h = { PSW_VERSION, id, 1, -1, (const char *)nd->tr.cnonce,
+                    PSW_NONCE_LEN };
     psw_out o;
     psw_out_init(&o);
     psw_out_frame_begin(&o);
@@ -907,6 +969,18 @@ static int load_servers(cluster *c, const char *ini, const char *list)
             fprintf(stderr, "psctl: %s\n", err);
             return -1;
         }
+        char why[300];
+        if (!token_len && cfg.auth_token[0]) {
+            token_len = strlen(cfg.auth_token);
+            memcpy(token, cfg.auth_token, token_len);
+        } else if (!token_len && cfg.auth_token_file[0] &&
+                   psw_token_read_file(cfg.auth_token_file, token,
+                                       sizeof token, &token_len, why,
+                                       sizeof why)) {
+            fprintf(stderr, "psctl: %s\n", why);
+            psd_config_destroy(&cfg);
+            return -1;
+        }
         c->n = cfg.nnodes;
         c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
         for (int i = 0; c->nodes && i < c->n; i++) {
@@ -979,6 +1053,20 @@ int main(int argc, char **argv)
     if (!ini && !list)
         list = "127.0.0.1:7070";
     signal(SIGPIPE, SIG_IGN);
+    if (psw_auth_init()) {
+        fprintf(stderr, "psctl: libsodium cannot start\n");
+        return 1;
+    }
+    const char *env = getenv("PSD_AUTH_TOKEN");
+    if (env && *env) {
+        token_len = strlen(env);
+        if (token_len >= sizeof token) {
+            fprintf(stderr, "psctl: PSD_AUTH_TOKEN is longer than %d bytes\n",
+                    PSW_AUTH_TOKEN_MAX);
+            return 2;
+        }
+        memcpy(token, env, token_len);
+    }
     cluster c = { NULL, 0, only };
     if (load_servers(&c, ini, list))
         return 1;

@@ -437,12 +437,42 @@ static void test_a_restart_loads_the_snapshot_then_the_journal_after_it(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* psctl proves the cluster's token like any client: from the ini, or
+ * $PSD_AUTH_TOKEN; without it the node refuses it. */
+static void test_psctl_authenticates_with_the_clusters_token(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nauth_token = "
+                      "0123456789abcdef-psctl\n[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "%s -c %s ping 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl ping with the ini's token: %s", o ? o : "");
+    free(o);
+    o = run(&st, "env -u PSD_AUTH_TOKEN %s -s %s ping 2>&1", psctl(), c.spec);
+    EXPECT_INT(st, 1, "psctl ping without a token");
+    if (!o || !strstr(o, "refused"))
+        fail_msg("psctl without a token: %s", o ? o : "");
+    free(o);
+    o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-wrong %s -s %s ping 2>&1",
+            psctl(), c.spec);
+    EXPECT_INT(st, 1, "psctl ping with a wrong token: %s", o ? o : "");
+    free(o);
+    o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-psctl %s -s %s stats 2>&1",
+            psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl stats with $PSD_AUTH_TOKEN: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_service_manager_hears_each_stage_in_order),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
+        cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
     };
