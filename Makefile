@@ -23,20 +23,23 @@ CSTD  := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN  := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
          -Wpointer-arith -Wwrite-strings -Wformat=2 -Wundef -Wcast-align=strict
 CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(MATH) $(SAN) -Iclient $(CFLAGS) \
-             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih libisal 2>/dev/null)
+             $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih libisal libsodium \
+                 2>/dev/null)
 LDFLAGS_ALL = $(SAN) $(LDFLAGS)
 
 LIBS_UV  = $(shell pkg-config --libs libuv)
-# proto/ needs msgpack-c and ISA-L (CRC32C of every frame, ~40 GB/s).
-LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal)
+# proto/ needs msgpack-c, ISA-L (CRC32C of every frame, ~40 GB/s) and
+# libsodium (the handshake's HMAC-SHA-256, nonces, constant-time compare).
+LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal libsodium)
 LIBS_INI = $(shell pkg-config --libs inih)
 LIBS_CM  = $(shell pkg-config --libs cmocka)
 
-PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c
+PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c proto/hist.c proto/addr.c proto/auth.c
 DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
               daemon/sync.c daemon/dedup.c daemon/node.c daemon/request.c \
-              daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/conn.c \
-              daemon/server.c
+              daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/auth.c \
+              daemon/preflight.c daemon/conn.c daemon/server.c daemon/notify.c \
+              daemon/admin.c daemon/metrics.c
 CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/map.c
 
@@ -45,6 +48,7 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 PIC_OBJ    := $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o) $(PROTO_SRC:%.c=$(BUILD)/pic/%.o)
 
 PSD      := $(BUILD)/psd
+PSCTL    := $(BUILD)/psctl
 SOLIB    := $(BUILD)/libpsclient.so.$(VERSION)
 ALIB     := $(BUILD)/libpsclient.a
 PCFILE   := $(BUILD)/psclient.pc
@@ -53,23 +57,26 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_dedup \
               $(BUILD)/test_snapshot $(BUILD)/test_log \
               $(BUILD)/test_slice $(BUILD)/test_arff
-E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_modes $(BUILD)/test_proxy \
+E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_auth $(BUILD)/test_modes $(BUILD)/test_proxy \
               $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable \
-              $(BUILD)/test_limits
-TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS)
+              $(BUILD)/test_ops $(BUILD)/test_limits
+TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS) $(BUILD)/mh_client
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test run run-modes run-faults soak bench sanitize install uninstall clean deps
-all: $(PSD) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
+.PHONY: all test run run-modes run-faults run-torch soak bench bench-durability sanitize \
+        install uninstall clean deps
+all: $(PSD) $(PSCTL) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
 # ---- dependencies ---------------------------------------------------------
 # pkg-config name -> Debian package. Checked once per build tree.
 DEB_PKGS := libuv:libuv1-dev msgpack:libmsgpack-dev inih:libinih-dev \
-            libisal:libisal-dev cmocka:libcmocka-dev
+            libisal:libisal-dev libsodium:libsodium-dev cmocka:libcmocka-dev
 
 deps: $(DEPS_STAMP)
-$(DEPS_STAMP):
+# Checked again when the Makefile changes (a new dependency, such as
+# libsodium, reaches build trees made before it).
+$(DEPS_STAMP): Makefile
 	@mkdir -p $(BUILD)
 	@missing=""; \
 	command -v pkg-config >/dev/null 2>&1 || missing="pkg-config"; \
@@ -130,6 +137,11 @@ $(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
 $(PSD): $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) -lm
 
+# psctl speaks the protocol itself and reads the cluster's ini.
+$(PSCTL): $(BUILD)/daemon/psctl.o $(BUILD)/daemon/config.o \
+          $(BUILD)/daemon/inifile.o $(PROTO_OBJ)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) -lm
+
 $(SOLIB): $(PIC_OBJ)
 	$(CC) -shared -Wl,-soname,libpsclient.so.$(SOVERSION) -Wl,-z,defs $(LDFLAGS_ALL) \
 	    -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_INI) -lpthread
@@ -163,8 +175,9 @@ $(BUILD)/test_frame: $(BUILD)/tests/test_frame.o $(PROTO_OBJ)
 # Unit tests link only the objects they test (and what those call), so
 # the linker keeps the layering honest.
 D := $(BUILD)/daemon
-$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_CM)
+$(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o \
+                      $(D)/preflight.o $(BUILD)/proto/addr.o $(BUILD)/proto/auth.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP) $(LIBS_CM)
 $(BUILD)/test_updater: $(BUILD)/tests/test_updater.o $(D)/updater.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
 $(BUILD)/test_table: $(BUILD)/tests/test_table.o $(D)/table.o $(D)/updater.o
@@ -189,6 +202,15 @@ $(BUILD)/test_limits: $(BUILD)/tests/test_limits.o $(BUILD)/tests/cluster.o $(PR
                       $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread -lm
 
+# The clients of the multi-host test (tests/test_multihost.sh), one
+# process per role inside a network namespace.
+$(BUILD)/mh_client: $(BUILD)/tests/mh_client.o $(BUILD)/tests/oracle.o $(SOLIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread
+
+# Token authentication against real nodes, raw sockets and impostors.
+$(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
+
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread
 
@@ -198,9 +220,12 @@ $(BUILD)/faultproxy: $(BUILD)/tests/faultproxy_main.o $(BUILD)/tests/faultproxy.
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) -lpthread
 $(BUILD)/test_proxy: $(BUILD)/tests/test_proxy.o $(BUILD)/tests/faultproxy.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_CM) -lpthread
-$(BUILD)/test_stats: $(BUILD)/tests/test_stats.o $(BUILD)/client/stats.o \
+$(BUILD)/test_stats: $(BUILD)/tests/test_stats.o $(BUILD)/client/stats.o $(BUILD)/proto/hist.o \
                      $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lm
+$(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(BUILD)/tests/cluster.o \
+                   $(SOLIB) $(PSD) $(PSCTL)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM)
 $(BUILD)/test_faults: $(BUILD)/tests/test_faults.o $(BUILD)/tests/faultproxy.o \
                       $(BUILD)/tests/oracle.o $(BUILD)/tests/cluster.o \
                       $(SOLIB) $(PSD)
@@ -222,8 +247,17 @@ $(BUILD)/psbench: $(BUILD)/tests/bench/psbench.o $(BUILD)/tests/cluster.o \
                   $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread -lm
 
-bench: all $(BUILD)/psbench
+$(BUILD)/durbench: $(BUILD)/tests/bench/durbench.o $(BUILD)/tests/cluster.o \
+                   $(SOLIB) $(PSD) $(PSCTL)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread -lm
+
+bench: all $(BUILD)/psbench $(BUILD)/durbench
 	@sh tests/bench/run_bench.sh $(BUILD)
+	@$(BUILD)/durbench --psd $(BUILD)/psd --psctl $(BUILD)/psctl
+
+# Durability's costs alone (about 2 minutes).
+bench-durability: all $(BUILD)/durbench
+	@$(BUILD)/durbench --psd $(BUILD)/psd --psctl $(BUILD)/psctl
 
 # ASan + UBSan build of everything, in its own tree, running the whole suite.
 sanitize:
@@ -232,6 +266,12 @@ sanitize:
 
 run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 	@sh examples/run_fashion.sh $(BUILD) conf/cluster-2.ini
+
+# The demo across hosts: three network namespaces (needs root), psd nodes
+# on two of them with a token, 4 workers on the third; not part of CI.
+.PHONY: run-cluster
+run-cluster: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
+	@sh examples/run_cluster.sh $(BUILD)
 
 # The training modes demonstration: async, bsp and ssp with 4 workers, bsp
 # against a single process, and stragglers (about 2 minutes).
@@ -256,6 +296,33 @@ soak:
 # a node killed and restarted, against a clean run (about 30 s).
 run-faults: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 	@sh examples/run_faults.sh $(BUILD)
+
+# ---- PyTorch on Fashion-MNIST (make run-torch) -----------------------------
+# Not part of `make test` or CI: Debian's python3-torch is large. A CNN in
+# PyTorch trained by 4 worker processes whose parameters live in psd
+# (conf/torch-fashion.ini), async and bsp, each on fresh nodes on free
+# ports, then by torch alone in one process (examples/torch_fashion.py).
+# TORCH_ARGS passes options, e.g. TORCH_ARGS="--epochs 5".
+PY_TORCH_PKGS  := numpy:python3-numpy torch:python3-torch
+TORCH_STAMP    := $(BUILD)/.torch-ok
+TORCH_ARGS     ?=
+
+$(TORCH_STAMP): | $(DEPS_STAMP)
+	@mkdir -p $(BUILD)
+	@missing=""; \
+	for p in $(PY_TORCH_PKGS); do \
+	  mod=$${p%%:*}; deb=$${p#*:}; \
+	  $(PYTHON) -c "import $$mod" >/dev/null 2>&1 || missing="$$missing $$deb"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing missing Debian packages for $(PYTHON):$$missing"; \
+	  $(APT_INSTALL) $$missing || { echo "make: could not install:$$missing" >&2; exit 1; }; \
+	fi
+	@touch $@
+
+run-torch: all $(TORCH_STAMP) $(FASHION_DIR)/train-images-idx3-ubyte.gz
+	@PYTHONDONTWRITEBYTECODE=1 $(PYTHON) examples/torch_fashion.py \
+	    --build $(BUILD) --data $(FASHION_DIR) $(TORCH_ARGS)
 
 # ---- sparse logistic regression on Reuters (make run-sparse) ---------------
 # Not part of `make test` or CI: it downloads data. examples/fetch_reuters.sh
@@ -299,7 +366,8 @@ FUZZ_TARGETS := fuzz_frame fuzz_msg fuzz_config fuzz_request
 # Each target links only what it exercises.
 FUZZ_OBJ_frame   := $(FZ)/fuzz_frame.o $(FZ)/decode.o $(PROTO_SRC:.c=.o)
 FUZZ_OBJ_msg     := $(FZ)/fuzz_msg.o $(FZ)/decode.o $(PROTO_SRC:.c=.o)
-FUZZ_OBJ_config  := $(FZ)/fuzz_config.o daemon/config.o daemon/inifile.o
+FUZZ_OBJ_config  := $(FZ)/fuzz_config.o daemon/config.o daemon/inifile.o \
+                    proto/addr.o proto/auth.o
 FUZZ_OBJ_request := $(FZ)/fuzz_request.o $(FZ)/decode.o daemon/request.o \
                     daemon/node.o daemon/config.o daemon/inifile.o \
                     daemon/table.o daemon/updater.o daemon/sync.o \
@@ -312,7 +380,7 @@ $(BUILD)/fuzz_frame: $(addprefix $(BUILD)/,$(FUZZ_OBJ_frame) $(FZ)/replay.o)
 $(BUILD)/fuzz_msg: $(addprefix $(BUILD)/,$(FUZZ_OBJ_msg) $(FZ)/replay.o)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP)
 $(BUILD)/fuzz_config: $(addprefix $(BUILD)/,$(FUZZ_OBJ_config) $(FZ)/replay.o)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP)
 $(BUILD)/fuzz_request: $(addprefix $(BUILD)/,$(FUZZ_OBJ_request) $(FZ)/replay.o)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) -lm
 $(BUILD)/make_seeds: $(BUILD)/$(FZ)/make_seeds.o $(PROTO_OBJ)
@@ -336,7 +404,7 @@ FUZZ_CFLAGS   = $(CSTD) -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
                 -Wmissing-prototypes -O1 -g -fno-omit-frame-pointer \
                 -fno-math-errno $(FUZZ_SAN) -fsanitize=fuzzer-no-link \
                 $(shell pkg-config --cflags $(MSGPACK_PC) inih libisal \
-                    2>/dev/null)
+                    libsodium 2>/dev/null)
 FUZZ_LINK     = $(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
 FUZZERS      := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 FUZZ_DEPS_STAMP := $(FUZZ_BUILD)/.deps-ok
@@ -368,7 +436,7 @@ $(FUZZ_BUILD)/fuzz_frame: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_frame))
 $(FUZZ_BUILD)/fuzz_msg: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_msg))
 	$(FUZZ_LINK) $(LIBS_MP)
 $(FUZZ_BUILD)/fuzz_config: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_config))
-	$(FUZZ_LINK) $(LIBS_INI)
+	$(FUZZ_LINK) $(LIBS_INI) $(LIBS_MP)
 $(FUZZ_BUILD)/fuzz_request: $(addprefix $(FUZZ_BUILD)/,$(FUZZ_OBJ_request))
 	$(FUZZ_LINK) $(LIBS_MP) $(LIBS_INI) -lm
 
@@ -388,15 +456,25 @@ fuzz-ci:
 PYDIR  ?= $(PREFIX)/lib/python3/dist-packages
 PY_SRC := python/psclient/__init__.py python/psclient/_lib.py
 
-install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
+# psclient.pc and the unit are written here, from the PREFIX and LIBDIR of
+# this command (not those of an earlier `make`).
+install: $(PSD) $(PSCTL) $(SOLIB) $(ALIB)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -d $(DESTDIR)$(UNITDIR)
 	install -m 755 $(PSD) $(DESTDIR)$(PREFIX)/bin/psd
+	install -m 755 $(PSCTL) $(DESTDIR)$(PREFIX)/bin/psctl
+	sed 's#/usr/local/bin/#$(PREFIX)/bin/#g' conf/psd.service > $(DESTDIR)$(UNITDIR)/psd.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/psd.service
 	install -m 644 client/psclient.h $(DESTDIR)$(PREFIX)/include/psclient.h
 	install -m 755 $(SOLIB) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so
 	install -m 644 $(ALIB) $(DESTDIR)$(LIBDIR)/libpsclient.a
-	install -m 644 $(PCFILE) $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+	sed -e 's#@PREFIX@#$(PREFIX)#' -e 's#@LIBDIR@#$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))#' \
+	    -e 's#@VERSION@#$(VERSION)#' -e 's#@MSGPACK_PC@#$(MSGPACK_PC)#' \
+	    client/psclient.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
 	install -d $(DESTDIR)$(PYDIR)/psclient
 	install -m 644 $(PY_SRC) $(DESTDIR)$(PYDIR)/psclient/
 	printf '# Written by make install: libpsclient.so.0 is in this folder,\n# relative to the package.\nLIBDIR = "%s"\n' \
@@ -404,7 +482,8 @@ install: $(PSD) $(SOLIB) $(ALIB) $(PCFILE)
 	    > $(DESTDIR)$(PYDIR)/psclient/_config.py
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/psd $(DESTDIR)$(PREFIX)/include/psclient.h \
+	rm -f $(DESTDIR)$(PREFIX)/bin/psd $(DESTDIR)$(PREFIX)/bin/psctl \
+	      $(DESTDIR)$(UNITDIR)/psd.service $(DESTDIR)$(PREFIX)/include/psclient.h \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION) \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so $(DESTDIR)$(LIBDIR)/libpsclient.a \

@@ -15,6 +15,7 @@
 #include "nodes.h"
 #include "psclient.h"
 #include "slice.h"
+#include "../proto/auth.h"
 #include "../proto/msg.h"
 #include "../proto/status.h"
 
@@ -90,6 +91,7 @@ static uint64_t random_id(void)
 
 static void client_free(ps_client *c)
 {
+    psw_wipe(c->token, sizeof c->token);
     psc_customer_destroy(&c->cu);
     psw_cluster_free(&c->cluster);
     pthread_mutex_destroy(&c->open_mu);
@@ -124,23 +126,56 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         free(c);
         return PS_EINVAL;
     }
-    if (c->opt.auth_token) {
-        fprintf(stderr, "libpsclient: ps_open: auth_token is not supported "
-                "by this release\n");
+    if (psw_auth_init()) {
+        fprintf(stderr, "libpsclient: ps_open: libsodium cannot start\n");
         free(c);
-        return PS_EINVAL;
+        return PS_ENOMEM;
     }
     pthread_mutex_init(&c->open_mu, NULL);
     pthread_cond_init(&c->open_cv, NULL);
     psc_customer_init(&c->cu, c->opt.max_inflight_bytes, &c->stats);
-    psc_addr *seeds;
-    int nseeds;
-    int rc = psc_nodes_parse(servers, &seeds, &nseeds, err, sizeof err);
+    /* The token: the option, else the environment, else the ini. */
+    const char *tok = c->opt.auth_token && *c->opt.auth_token
+                          ? c->opt.auth_token : getenv("PSD_AUTH_TOKEN");
+    const char *from = tok == c->opt.auth_token ? "ps_options.auth_token"
+                                                 : "PSD_AUTH_TOKEN";
+    if (tok && !*tok)
+        tok = NULL;
+    psc_servers sv;
+    int rc = psc_servers_parse(servers, tok == NULL, &sv, err, sizeof err);
     if (rc) {
         fprintf(stderr, "libpsclient: ps_open: %s\n", err);
         client_free(c);
         return rc;
     }
+    if (tok) {
+        size_t n = strlen(tok);
+        if (n < sizeof c->token) {
+            memcpy(c->token, tok, n);
+            c->token_len = n;
+        } else
+            c->token_len = n;    /* refused below */
+    } else {
+        memcpy(c->token, sv.token, sv.token_len);
+        c->token_len = sv.token_len;
+        from = "the ini's auth_token";
+        psw_wipe(sv.token, sizeof sv.token);
+    }
+    /* A token no node could hold (psd refuses such tokens) fails here,
+     * before anything is sent. */
+    if (c->token_len &&
+        (c->token_len >= sizeof c->token ||
+         psw_token_check(c->token, c->token_len, err, sizeof err))) {
+        if (c->token_len >= sizeof c->token)
+            snprintf(err, sizeof err, "a token must be %d..%d bytes",
+                     PSW_AUTH_TOKEN_MIN, PSW_AUTH_TOKEN_MAX);
+        fprintf(stderr, "libpsclient: ps_open: %s: %s\n", from, err);
+        free(sv.seeds);
+        client_free(c);
+        return PS_EAUTH;
+    }
+    psc_addr *seeds = sv.seeds;
+    int nseeds = sv.nseeds;
     c->client_id = random_id();
     c->incarnation = uv_hrtime();
     if (psc_io_start(c, seeds, nseeds)) {

@@ -20,7 +20,12 @@ typedef enum {
 } psc_open_state;
 
 struct ps_client {
-    ps_options opt;              /* copied at ps_open; auth_token not kept */
+    ps_options opt;              /* copied at ps_open; opt.auth_token is
+                                    the caller's and not used after it */
+    char token[256];             /* the token in force (auth_token, else
+                                    PSD_AUTH_TOKEN, else the ini's); token_len
+                                    0: none. Wiped at close */
+    size_t token_len;
     uint64_t client_id;          /* random per client */
     uint64_t incarnation;        /* when it was opened, in ns */
 

@@ -22,12 +22,14 @@
 #include "map.h"
 #include "stats.h"
 #include "../proto/frame.h"
+#include "../proto/auth.h"
 #include "../proto/layout.h"
 #include "../proto/msg.h"
 #include "../proto/status.h"
 
 #define BATCH_BYTES (64 * 1024)   /* a queue this full is sent at once */
-#define HELLO_MAX_REPLY (1 << 20) /* layout frames are small */
+#define HELLO_MAX_REPLY (2 << 20) /* layout frames: 4096 nodes of up to
+                                     262 bytes fit */
 #define BACKOFF_MIN_MS 50         /* reconnect delays double from here */
 #define BACKOFF_MAX_MS 2000       /* up to here, with jitter */
 #define MS 1000000ULL             /* ns per ms */
@@ -60,6 +62,17 @@ typedef struct nconn {
     uint64_t recv_ns, send_ns;    /* last bytes in, last write out */
     uint64_t ready_ns;            /* when this connection passed HELLO */
     ps_ts acked;                  /* the ACK this connection carried */
+    /* The handshake: our nonce, then (a node with a token) the transcript
+     * both proofs cover once its CHALLENGE came. */
+    psw_transcript tr;
+    int challenged;
+    /* A node named by a host name is looked up again (in the background)
+     * whenever a connection to it ends, so a node that comes back at
+     * another address (a rescheduled container) is found again. */
+    char host[PSW_HOST_MAX];      /* "" for a numeric address */
+    char port[8];
+    uv_getaddrinfo_t gai;
+    int gai_busy;
     psw_reader rd;
     msgpack_zone zone;
     psc_map fly_map;              /* (ts << 16 | part) -> part in flight */
@@ -387,8 +400,17 @@ static void nc_send_hello(nconn *nc)
         return;
     }
     psw_out_init(&w->out);
+    /* A fresh nonce per connection: the node's proof must cover it, so an
+     * answer recorded on another connection is worth nothing here. */
+    nc->challenged = 0;
+    nc->tr = (psw_transcript){ .version = PSW_VERSION,
+                               .client_id = c->client_id,
+                               .incarnation = c->incarnation,
+                               .worker = c->opt.worker };
+    psw_auth_nonce(nc->tr.cnonce);
     psw_hello h = { PSW_VERSION, c->client_id, c->incarnation,
-                    c->opt.worker, NULL, 0 };
+                    c->opt.worker, (const char *)nc->tr.cnonce,
+                    PSW_NONCE_LEN };
     psw_out_frame_begin(&w->out);
     psw_pack_hello(&w->out, &h);
     psw_out_frame_end(&w->out);
@@ -468,6 +490,30 @@ static void requeue_in_flight(nconn *nc, uint64_t now)
     nc->q_head = head;
 }
 
+static void on_resolved(uv_getaddrinfo_t *req, int status,
+                        struct addrinfo *res)
+{
+    nconn *nc = req->data;
+    nc->gai_busy = 0;
+    if (status == 0 && res)
+        memcpy(&nc->sa, res->ai_addr, res->ai_addrlen);
+    uv_freeaddrinfo(res);
+}
+
+/* Looks the node's name up again for its next connection; the address it
+ * has stays in use until an answer comes. */
+static void re_resolve(nconn *nc)
+{
+    if (!nc->host[0] || nc->gai_busy)
+        return;
+    struct addrinfo hints = { 0 };
+    hints.ai_socktype = SOCK_STREAM;
+    nc->gai.data = nc;
+    if (uv_getaddrinfo(&nc->io->loop, &nc->gai, on_resolved, nc->host,
+                       nc->port, &hints) == 0)
+        nc->gai_busy = 1;
+}
+
 /* Whether a refusal can never succeed on a retry. */
 static int refusal_is_final(int status)
 {
@@ -502,6 +548,7 @@ static void on_nc_closed(uv_handle_t *h)
         return;
     }
     requeue_in_flight(nc, now);
+    re_resolve(nc);
     if (c->open_state == PSC_OPENING) {
         if (now >= io->open_ns) {
             open_done(io, nc->drop_status, "%s (gave up after %d ms)",
@@ -658,22 +705,35 @@ static void arm_retry(psc_io *io)
     uv_timer_start(&io->retry, on_retry, ms, 0);
 }
 
-/* Parses a numeric "host:port" / "[v6]:port" from the layout. */
-static int numeric_addr(const char *s, struct sockaddr_storage *sa)
+/* Resolves node nc's address from the layout ("host:port", a name or a
+ * numeric address) into nc->sa, and keeps a name for re_resolve. It
+ * blocks, but runs only while ps_open waits; later lookups run in the
+ * background. 0, or -1 with why. */
+static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
 {
-    char host[PSW_ADDR_MAX];
-    const char *colon = strrchr(s, ':');
-    if (!colon)
+    psw_addr a;
+    char port[8];
+    struct sockaddr_storage *sa = &nc->sa;
+    if (psw_addr_parse(s, strlen(s), &a, why, whylen))
         return -1;
-    size_t hl = (size_t)(colon - s);
-    if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') {
-        memcpy(host, s + 1, hl - 2);
-        host[hl - 2] = '\0';
-        return uv_ip6_addr(host, atoi(colon + 1), (struct sockaddr_in6 *)sa);
+    if (a.kind == PSW_HOST_NAME) {
+        memcpy(nc->host, a.host, sizeof a.host);
+        snprintf(nc->port, sizeof nc->port, "%d", a.port);
     }
-    memcpy(host, s, hl);
-    host[hl] = '\0';
-    return uv_ip4_addr(host, atoi(colon + 1), (struct sockaddr_in *)sa);
+    struct addrinfo hints = { 0 }, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    if (a.kind != PSW_HOST_NAME)
+        hints.ai_flags = AI_NUMERICHOST;
+    snprintf(port, sizeof port, "%d", a.port);
+    int g = getaddrinfo(a.host, port, &hints, &res);
+    if (g || !res) {
+        snprintf(why, whylen, "cannot resolve it: %s",
+                 g ? gai_strerror(g) : "no address");
+        return -1;
+    }
+    memcpy(sa, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
 }
 
 static void start_tick(psc_io *io);
@@ -691,6 +751,17 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
     c->cluster = *l;
     memset(l, 0, sizeof *l);
     seed->node = c->cluster.node_index;
+    /* The seed was reached as ps_open's caller named it; from now on it is
+     * this node of the layout, looked up again by that name if it has
+     * one. */
+    psw_addr sa;
+    char why0[160];
+    const char *me = c->cluster.nodes[seed->node];
+    if (psw_addr_parse(me, strlen(me), &sa, why0, sizeof why0) == 0 &&
+        sa.kind == PSW_HOST_NAME) {
+        memcpy(seed->host, sa.host, sizeof sa.host);
+        snprintf(seed->port, sizeof seed->port, "%d", sa.port);
+    }
     io->nodes[seed->node] = seed;
     io->seed = NULL;
     start_tick(io);              /* the heartbeat sets the pace now */
@@ -702,9 +773,10 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
             return -1;
         io->nodes[i] = nc;
         snprintf(nc->name, sizeof nc->name, "%s", c->cluster.nodes[i]);
-        if (numeric_addr(c->cluster.nodes[i], &nc->sa)) {
-            open_done(io, PS_EPROTO, "bad node address %s in the layout",
-                      c->cluster.nodes[i]);
+        char why[300];
+        if (resolve_node(nc, c->cluster.nodes[i], why, sizeof why)) {
+            open_done(io, PS_ECONN, "node %d's address %s from the layout: "
+                      "%s", i, c->cluster.nodes[i], why);
             return 0;
         }
         nc_connect(nc);
@@ -733,6 +805,16 @@ static void atomic_max(uint64_t *v, uint64_t x)
 
 /* ---- reading --------------------------------------------------------- */
 
+/* The node for messages: "node 1 (host:port)", or a seed's address. */
+static const char *who(nconn *nc)
+{
+    static _Thread_local char buf[320];
+    if (nc->node < 0)
+        return nc->name;
+    snprintf(buf, sizeof buf, "node %d (%s)", nc->node, nc->name);
+    return buf;
+}
+
 static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
 {
     psc_io *io = nc->io;
@@ -747,8 +829,27 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     if (l.status != PSW_OK) {
         if (refusal_is_final(l.status))
             nc->fatal = l.status;
-        nc_drop(nc, l.status, "%s refused the connection: %s", nc->name,
+        nc_drop(nc, l.status, "%s refused the connection: %s", who(nc),
                 l.text);
+        psw_cluster_free(&l);
+        return;
+    }
+    /* With a token, the node must prove it holds it too before it sees
+     * a single request: else it may be anyone. */
+    if (c->token_len &&
+        (l.proof_state != PSW_PROOF_SET ||
+         psw_auth_verify(c->token, c->token_len, PSW_ROLE_SERVER, &nc->tr,
+                         l.proof, PSW_PROOF_LEN))) {
+        nc->fatal = PS_EAUTH;
+        if (!nc->challenged)
+            nc_drop(nc, PS_EAUTH, "%s accepted us without authentication: "
+                    "it has no auth_token, or it is not a psd node of this "
+                    "cluster; nothing was sent to it", who(nc));
+        else
+            nc_drop(nc, PS_EAUTH, "%s could not prove that it knows the "
+                    "token: its token differs from ours, or it is not a psd "
+                    "node of this cluster; nothing was sent to it",
+                    who(nc));
         psw_cluster_free(&l);
         return;
     }
@@ -819,6 +920,54 @@ static void handle_reply(nconn *nc, const psw_msg *m)
         psc_customer_complete_at(&c->cu, p->req, nc->recv_ns);
 }
 
+/* A node with a token challenges us: answer with our proof, or, without
+ * a token, with none (the node then refuses us with EAUTH, and its log
+ * says who tried). */
+static void handle_challenge(nconn *nc, const msgpack_object *msg)
+{
+    ps_client *c = nc->io->c;
+    psw_challenge ch;
+    char err[160];
+    if (nc->challenged || psw_challenge_decode(msg, &ch, err, sizeof err)) {
+        nc_drop(nc, PS_EPROTO, "%s: %s", nc->name,
+                nc->challenged ? "a second CHALLENGE" : err);
+        return;
+    }
+    if (nc->node >= 0 && ch.node_index != nc->node) {
+        nc->fatal = PS_EPROTO;
+        nc_drop(nc, PS_EPROTO, "%s answers as node %d: are all nodes "
+                "running the same ini file?", who(nc), (int)ch.node_index);
+        return;
+    }
+    nc->challenged = 1;
+    nc->tr.node_index = ch.node_index;
+    memcpy(nc->tr.snonce, ch.nonce, PSW_NONCE_LEN);
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_msg a = { NULL, 0 };
+    if (c->token_len) {
+        psw_auth_proof(c->token, c->token_len, PSW_ROLE_CLIENT, &nc->tr,
+                       proof);
+        a.proof = (const char *)proof;
+        a.proof_len = PSW_PROOF_LEN;
+    }
+    wreq *w = malloc(sizeof *w);
+    if (!w) {
+        nc_drop(nc, PS_ENOMEM, "out of memory");
+        return;
+    }
+    psw_out_init(&w->out);
+    psw_out_frame_begin(&w->out);
+    psw_pack_auth(&w->out, &a);     /* copied: 32 bytes < PSW_REF_MIN */
+    psw_out_frame_end(&w->out);
+    psw_wipe(proof, sizeof proof);
+    psc_add(&nc->st.frames_sent, 1);
+    if (w->out.oom || nc_write(nc, w)) {
+        psw_out_destroy(&w->out);
+        free(w);
+        nc_drop(nc, PS_ECONN, "cannot send AUTH to %s", nc->name);
+    }
+}
+
 static void handle_frame(nconn *nc, const char *body, size_t len)
 {
     msgpack_object obj;
@@ -833,7 +982,15 @@ static void handle_frame(nconn *nc, const char *body, size_t len)
         return;
     }
     if (nc->state == NC_HELLO) {
-        handle_hello_ok(nc, &msgs[0]);
+        uint32_t op = 0;
+        if (n == 1 && msgs[0].type == MSGPACK_OBJECT_ARRAY &&
+            msgs[0].via.array.size > 0 &&
+            msgs[0].via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            op = (uint32_t)msgs[0].via.array.ptr[0].via.u64;
+        if (op == PSW_OP_CHALLENGE)
+            handle_challenge(nc, &msgs[0]);
+        else
+            handle_hello_ok(nc, &msgs[0]);
         return;
     }
     for (int i = 0; i < n && nc->state == NC_READY; i++) {
@@ -912,6 +1069,8 @@ static void shutdown_io(psc_io *io)
         nc_drop(io->seed, PS_ECLOSED, "client closed");
     for (int i = 0; i < io->nnodes; i++) {
         nconn *nc = io->nodes[i];
+        if (nc->gai_busy)         /* a lookup not yet started is dropped */
+            uv_cancel((uv_req_t *)&nc->gai);
         if (nc->state == NC_IDLE)
             fail_queue(nc, PS_ECLOSED, "the client closed");
         else

@@ -1,4 +1,5 @@
-/* Parsing of ps_open's server list; see nodes.h. */
+/* Parsing of ps_open's server list and of the cluster's ini; see
+ * nodes.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,122 +10,138 @@
 
 #include "nodes.h"
 #include "psclient.h"
+#include "../proto/auth.h"
+#include "../proto/msg.h"
 
-#define MAX_SEEDS 4096
-
-/* Parses one "host:port" item of len bytes. */
-static int parse_one(const char *s, size_t len, psc_addr *a)
-{
-    while (len && (*s == ' ' || *s == '\t'))
-        s++, len--;
-    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
-        len--;
-    const char *colon;
-    const char *host = s;
-    size_t hlen;
-    if (len && *s == '[') {
-        const char *close = memchr(s, ']', len);
-        if (!close || close + 1 >= s + len || close[1] != ':')
-            return -1;
-        host = s + 1;
-        hlen = (size_t)(close - host);
-        colon = close + 1;
-    } else {
-        colon = NULL;
-        for (size_t i = len; i-- > 0;)
-            if (s[i] == ':') {
-                colon = s + i;
-                break;
-            }
-        if (!colon)
-            return -1;
-        hlen = (size_t)(colon - s);
-    }
-    size_t plen = (size_t)(s + len - colon - 1);
-    if (hlen == 0 || hlen >= sizeof a->host || plen == 0 ||
-        plen >= sizeof a->port)
-        return -1;
-    memcpy(a->host, host, hlen);
-    a->host[hlen] = '\0';
-    memcpy(a->port, colon + 1, plen);
-    a->port[plen] = '\0';
-    char *end;
-    long p = strtol(a->port, &end, 10);
-    if (*end || p < 1 || p > 65535)
-        return -1;
-    return 0;
-}
-
-static int parse_list(const char *list, psc_addr **out, int *n, char *err,
+static int parse_list(const char *list, psc_servers *out, char *err,
                       size_t errlen)
 {
-    int cap = 1;
-    for (const char *p = list; *p; p++)
-        cap += *p == ',';
-    if (cap > MAX_SEEDS) {
-        snprintf(err, errlen, "more than %d servers listed", MAX_SEEDS);
+    psw_addr *a;
+    psw_addr_error e;
+    int n;
+    int rc = psw_addr_list_parse(list, PSW_MAX_NODES, &a, &n, &e);
+    if (rc == -2)
+        return PS_ENOMEM;
+    if (rc < 0) {
+        if (e.first)
+            snprintf(err, errlen, "server %s is listed twice (entries %d and "
+                     "%d)", e.item, e.first, e.entry);
+        else if (e.entry)
+            snprintf(err, errlen, "bad server address \"%s\" (entry %d): %s",
+                     e.item, e.entry, e.why);
+        else
+            snprintf(err, errlen, "bad server list: %s", e.why);
         return PS_EINVAL;
     }
-    psc_addr *a = calloc((size_t)cap, sizeof *a);
-    if (!a)
+    out->seeds = calloc((size_t)n, sizeof *out->seeds);
+    if (!out->seeds) {
+        free(a);
         return PS_ENOMEM;
-    int k = 0;
-    for (const char *p = list;;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (parse_one(p, len, &a[k])) {
-            snprintf(err, errlen, "bad server address \"%.*s\" (expected "
-                     "host:port)", (int)(len > 80 ? 80 : len), p);
-            free(a);
-            return PS_EINVAL;
-        }
-        k++;
-        if (!e)
-            break;
-        p = e + 1;
     }
-    *out = a;
-    *n = k;
+    for (int i = 0; i < n; i++) {
+        memcpy(out->seeds[i].host, a[i].host, sizeof a[i].host);
+        snprintf(out->seeds[i].port, sizeof out->seeds[i].port, "%d",
+                 a[i].port);
+    }
+    out->nseeds = n;
+    free(a);
     return 0;
 }
 
-typedef struct ini_nodes {
-    char *nodes;      /* the [cluster] nodes value, owned */
-} ini_nodes;
+/* What the client reads of the ini. psd validates the whole file (psd
+ * --check); the client needs where the nodes are and the token. */
+typedef struct ini_read {
+    char *nodes;                 /* [cluster] nodes, pieces joined */
+    char *token, *token_file;    /* [server] auth_token, auth_token_file */
+    int oom;
+} ini_read;
+
+/* inih calls the handler again, with the same key, for each indented
+ * continuation line; psd joins the pieces with one space, and so do we. */
+static void append(ini_read *in, char **dst, const char *value)
+{
+    size_t have = *dst ? strlen(*dst) : 0, add = strlen(value);
+    char *p = realloc(*dst, have + add + 2);
+    if (!p) {
+        in->oom = 1;
+        return;
+    }
+    if (have)
+        p[have++] = ' ';
+    memcpy(p + have, value, add + 1);
+    *dst = p;
+}
 
 static int on_ini(void *user, const char *section, const char *name,
                   const char *value, int lineno)
 {
-    ini_nodes *in = user;
+    ini_read *in = user;
     (void)lineno;
-    if (!strcmp(section, "cluster") && !strcmp(name, "nodes")) {
-        free(in->nodes);
-        in->nodes = strdup(value);
-    }
+    if (!strcmp(section, "cluster") && !strcmp(name, "nodes"))
+        append(in, &in->nodes, value);
+    else if (!strcmp(section, "server") && !strcmp(name, "auth_token"))
+        append(in, &in->token, value);
+    else if (!strcmp(section, "server") && !strcmp(name, "auth_token_file"))
+        append(in, &in->token_file, value);
     return 1;
 }
 
-int psc_nodes_parse(const char *servers, psc_addr **out, int *n, char *err,
-                   size_t errlen)
+static int ini_token(const char *path, const ini_read *in, psc_servers *out,
+                     char *err, size_t errlen)
+{
+    char why[400];
+    if (in->token && *in->token) {
+        size_t n = strlen(in->token);
+        if (n >= sizeof out->token) {
+            snprintf(err, errlen, "%s: auth_token is too long", path);
+            return PS_EINVAL;
+        }
+        memcpy(out->token, in->token, n + 1);
+        out->token_len = n;
+        return 0;
+    }
+    if (in->token_file && *in->token_file &&
+        psw_token_read_file(in->token_file, out->token, sizeof out->token,
+                            &out->token_len, why, sizeof why) < 0) {
+        snprintf(err, errlen, "%s: auth_token_file: %s", path, why);
+        return PS_EINVAL;
+    }
+    return 0;
+}
+
+int psc_servers_parse(const char *servers, int want_token, psc_servers *out,
+                      char *err, size_t errlen)
 {
     struct stat st;
+    memset(out, 0, sizeof *out);
     if (!servers || !*servers) {
         snprintf(err, errlen, "no servers given");
         return PS_EINVAL;
     }
     if (stat(servers, &st) != 0 || !S_ISREG(st.st_mode))
-        return parse_list(servers, out, n, err, errlen);
-    /* The cluster's ini file: the daemon validates it fully (psd --check);
-     * the client needs only where the nodes are. */
-    ini_nodes in = { NULL };
+        return parse_list(servers, out, err, errlen);
+    out->from_ini = 1;
+    ini_read in = { 0 };
     int rc = ini_parse(servers, on_ini, &in);
-    if (rc < 0 || !in.nodes) {
+    if (rc < 0 || in.oom || !in.nodes) {
         snprintf(err, errlen, "%s: %s", servers,
-                 rc < 0 ? "cannot read the file" : "no [cluster] nodes line");
-        free(in.nodes);
-        return PS_EINVAL;
+                 rc == -1   ? "cannot read the file"
+                 : in.nodes ? "out of memory"
+                            : "no [cluster] nodes line");
+        rc = PS_EINVAL;
+    } else {
+        rc = parse_list(in.nodes, out, err, errlen);
+        if (rc == 0 && want_token)
+            rc = ini_token(servers, &in, out, err, errlen);
+        if (rc) {
+            free(out->seeds);
+            out->seeds = NULL;
+        }
     }
-    rc = parse_list(in.nodes, out, n, err, errlen);
+    if (in.token)
+        psw_wipe(in.token, strlen(in.token));
     free(in.nodes);
+    free(in.token);
+    free(in.token_file);
     return rc;
 }

@@ -69,7 +69,10 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
     int batch_delay_us;              /* how long a small request may wait for company;
                                         default 0: send as soon as the I/O thread runs */
     size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB */
-    const char *auth_token;          /* NULL: none. Copied by ps_open. */
+    const char *auth_token;          /* the cluster's token (16..255 bytes); NULL or "":
+                                        $PSD_AUTH_TOKEN, else the ini's auth_token /
+                                        auth_token_file when ps_open is given the ini,
+                                        else none. Copied by ps_open */
     int sync_timeout_ms;             /* how long ps_clock, ps_barrier and a pull
                                         held by an ssp table may wait for slower
                                         workers; default 600000 (10 min) */
@@ -80,10 +83,13 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
 PS_API void ps_options_init(ps_options *o);
 
 /* Connects to a psd cluster. `servers` is "host:port[,host:port...]" naming
- * any psd nodes (the full layout is fetched from them), or the path of the
- * cluster's ini file (its [cluster] nodes are used). `o` may be NULL for
- * defaults; it is copied. Returns 0 and sets *c, or a negative PS_E* code
- * with *c = NULL (ps_strerror() explains the code; details go to stderr). */
+ * any psd nodes (the full layout is fetched from them; hosts may be names),
+ * or the path of the cluster's ini file (its [cluster] nodes are used). `o`
+ * may be NULL for defaults; it is copied. With a token (see auth_token)
+ * every node must prove it knows it, and the client proves it too; a
+ * wrong or missing token fails with PS_EAUTH at once, naming the node.
+ * Returns 0 and sets *c, or a negative PS_E* code with *c = NULL
+ * (ps_strerror() explains the code; details go to stderr). */
 PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
 
 /* Waits for every outstanding request to complete, leaves the training

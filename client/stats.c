@@ -1,4 +1,4 @@
-/* Client statistics: histogram arithmetic, snapshots and the public
+/* Client statistics: snapshots and the public
  * summary; see stats.h. */
 #include <stdio.h>
 #include <string.h>
@@ -23,26 +23,6 @@ int psc_stat_kind(int op)
     }
 }
 
-size_t psc_hist_bucket(uint64_t ns)
-{
-    if (ns < PSC_HIST_SUB)
-        return (size_t)ns;
-    int e = 63 - __builtin_clzll(ns);            /* floor(log2 ns), >= 3 */
-    size_t octave = (size_t)e - 2;
-    size_t b = octave * PSC_HIST_SUB + (size_t)((ns >> (e - 3)) - 8);
-    return b < PSC_HIST_N ? b : PSC_HIST_N - 1;
-}
-
-uint64_t psc_hist_mid(size_t b)
-{
-    if (b < PSC_HIST_SUB)
-        return b;
-    size_t octave = b / PSC_HIST_SUB, sub = b % PSC_HIST_SUB;
-    int shift = (int)octave - 1;                 /* e - 3 */
-    uint64_t lo = (uint64_t)(8 + sub) << shift, width = (uint64_t)1 << shift;
-    return lo + width / 2;
-}
-
 void psc_stats_since(const psc_stats *now, const psc_stats *base,
                      psc_stats *out)
 {
@@ -62,24 +42,9 @@ void psc_stats_sum(psc_stats *dst, const psc_stats *src)
         d[i] += s[i];
 }
 
-/* The latency below which a fraction q of the recorded ones lie, as the
- * middle of its bucket, in microseconds; 0 with nothing recorded. */
 static double quantile_us(const uint64_t *hist, double q)
 {
-    uint64_t total = 0, seen = 0;
-    for (size_t b = 0; b < PSC_HIST_N; b++)
-        total += hist[b];
-    if (total == 0)
-        return 0;
-    uint64_t rank = (uint64_t)(q * (double)total);
-    if (rank >= total)
-        rank = total - 1;
-    for (size_t b = 0; b < PSC_HIST_N; b++) {
-        seen += hist[b];
-        if (seen > rank)
-            return (double)psc_hist_mid(b) / 1000.0;
-    }
-    return 0;
+    return (double)psw_hist_quantile(hist, q) / 1000.0;
 }
 
 void psc_stats_export(const psc_stats *s, ps_stats_t *out)
@@ -96,11 +61,7 @@ void psc_stats_export(const psc_stats *s, ps_stats_t *out)
         p->p50_us = quantile_us(o->hist, 0.50);
         p->p90_us = quantile_us(o->hist, 0.90);
         p->p99_us = quantile_us(o->hist, 0.99);
-        for (size_t b = PSC_HIST_N; b-- > 0;)
-            if (o->hist[b]) {
-                p->max_us = (double)psc_hist_mid(b) / 1000.0;
-                break;
-            }
+        p->max_us = (double)psw_hist_max(o->hist) / 1000.0;
     }
     out->frames_sent = s->frames_sent;
     out->frames_received = s->frames_received;

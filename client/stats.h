@@ -1,7 +1,7 @@
 /* What a client measures of itself: counts, bytes and latency histograms
  * per kind of request, kept by the I/O thread (the only writer of almost
  * every field) and read by any thread through ps_stats. Memory is fixed:
- * a histogram is PSC_HIST_N counters, whatever the number of requests. */
+ * a histogram is PSW_HIST_N counters (proto/hist.h), whatever the number of requests. */
 #ifndef PSC_STATS_H
 #define PSC_STATS_H
 
@@ -9,17 +9,13 @@
 #include <stdint.h>
 
 #include "psclient.h"
+#include "../proto/hist.h"
 
-/* Log-linear buckets: exact below 8 ns, then 8 per power of two (each
- * about 9% wide) up to 2^40 ns (18 minutes); longer times go to the last
- * bucket. */
-#define PSC_HIST_SUB 8
-#define PSC_HIST_N (39 * PSC_HIST_SUB)
 
 typedef struct psc_opstat {
     uint64_t requests, errors, parts;
     uint64_t payload_sent, payload_received;
-    uint64_t hist[PSC_HIST_N];
+    uint64_t hist[PSW_HIST_N];
 } psc_opstat;
 
 /* Every field is a uint64_t counter: a reset is a snapshot subtracted
@@ -35,10 +31,6 @@ typedef struct psc_stats {
 
 /* The kind of a request op (PSW_OP_*), or -1 (LEAVE is not counted). */
 int psc_stat_kind(int op);
-
-/* Bucket of a latency, and the middle of a bucket, in ns. */
-size_t psc_hist_bucket(uint64_t ns);
-uint64_t psc_hist_mid(size_t bucket);
 
 /* Single-writer add: the I/O thread owns the counter; readers on other
  * threads see whole values (relaxed atomics, no locked instruction). */
@@ -57,7 +49,7 @@ static inline void psc_add_shared(uint64_t *v, uint64_t d)
 /* Records one latency in a histogram (I/O thread). */
 static inline void psc_hist_add(uint64_t *hist, uint64_t ns)
 {
-    psc_add(&hist[psc_hist_bucket(ns)], 1);
+    psc_add(&hist[psw_hist_bucket(ns)], 1);
 }
 
 /* out = now - base, read word by word with relaxed loads. */

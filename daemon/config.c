@@ -2,6 +2,7 @@
  * settings parses, defaults and checks what inifile.c read. */
 #include "config.h"
 #include "inifile.h"
+#include "../proto/auth.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -73,6 +74,21 @@ static const char *const consistency_words[] = {
 static const char *const aggregate_words[] = { "sum", "mean", NULL };
 static const char *const nonfinite_words[] = { "reject", "allow", NULL };
 
+const char *psd_updater_name(psd_updater_kind k)
+{
+    return updater_words[k];
+}
+
+const char *psd_consistency_name(psd_consistency c)
+{
+    return consistency_words[c];
+}
+
+const char *psd_fsync_name(psd_fsync f)
+{
+    return fsync_words[f];
+}
+
 /* T_WORD stores the index of the word, so the word lists above must follow
  * the enums of config.h, and the enums must be int-sized. */
 _Static_assert(PSD_DUR_LOG == 1 && PSD_FSYNC_NO == 2 && PSD_LOG_ERROR == 3 &&
@@ -109,8 +125,12 @@ static const setting settings[] = {
       0, 0, 0, durability_words, 0 },
     { SC_SERVER, "fsync", T_WORD, "everysec", CL(fsync),
       0, 0, 0, fsync_words, 0 },
+    { SC_SERVER, "metrics_listen", T_NODES, NULL, 0, 1, PSW_MAX_NODES, 0,
+      NULL, 0 },
     { SC_SERVER, "auth_token", T_STR, "", CL(auth_token),
       0, STRMAX(auth_token), 0, NULL, 0 },
+    { SC_SERVER, "auth_token_file", T_STR, "", CL(auth_token_file),
+      0, STRMAX(auth_token_file), 0, NULL, 0 },
     { SC_SERVER, "max_frame", T_SIZE, "64M", CL(max_frame),
       KIB, GIB, 0, NULL, 0 },
     { SC_SERVER, "log_level", T_WORD, "info", CL(log_level),
@@ -420,139 +440,53 @@ static int parse_init(parser *p, const section *s, const entry *e,
     return 0;
 }
 
-/* Reports a problem with entry i (1-based) of a nodes list. */
-static void bad_node(parser *p, const section *s, const entry *e,
-                     const char *key, const char *why, const char *item, int i)
-{
-    char note[48] = "";
-    if (e->cont_line)
-        snprintf(note, sizeof note, " (continued on line %d)", e->cont_line);
-    if (!*item)
-        fail(p, e->line, "[%s] %s: entry %d is empty, in \"%s\"%s",
-             s->name, key, i, e->value, note);
-    else
-        fail(p, e->line, "[%s] %s: %s, got \"%s\" (entry %d of \"%s\")%s",
-             s->name, key, why, item, i, e->value, note);
-}
-
-/* Parses one "a.b.c.d:port" or "[v6]:port" into nd, the host in canonical
- * text. Returns 0, or -1 with the error set. */
-static int parse_node(parser *p, const section *s, const entry *e,
-                      char *item, int i, psd_node_addr *nd)
-{
-    static const char form[] = "expected IPv4:port or [IPv6]:port";
-    char *host = item, *colon;
-    int af = AF_INET;
-    if (*item == '[') {
-        char *close = strchr(item, ']');
-        if (!close || close[1] != ':') {
-            bad_node(p, s, e, e->key, form, item, i);
-            return -1;
-        }
-        host = item + 1;
-        *close = '\0';
-        colon = close + 1;
-        af = AF_INET6;
-    } else {
-        colon = strchr(item, ':');
-        if (!colon || strchr(colon + 1, ':')) {
-            bad_node(p, s, e, e->key, form, item, i);
-            return -1;
-        }
-        *colon = '\0';
-    }
-    unsigned char addr[16];
-    uint64_t port;
-    int ok = inet_pton(af, host, addr) == 1;
-    if (af == AF_INET6)
-        colon[-1] = ']';
-    *colon = ':';
-    if (!ok) {
-        bad_node(p, s, e, e->key,
-                 af == AF_INET6 ? "expected a numeric IPv6 address"
-                 : "expected a numeric IPv4 address (or [IPv6]:port)",
-                 item, i);
-        return -1;
-    }
-    if (parse_u64(colon + 1, &port) < 0 || port < 1 || port > 65535) {
-        bad_node(p, s, e, e->key, "expected a port 1..65535", item, i);
-        return -1;
-    }
-    if (!inet_ntop(af, addr, nd->host, sizeof nd->host)) {
-        bad_node(p, s, e, e->key, form, item, i);
-        return -1;
-    }
-    nd->port = (int)port;
-    return 0;
-}
-
-/* Parses `nodes = host:port, host:port, ...` into c->nodes. */
+/* Parses `nodes = host:port, host:port, ...` (or listen) with the
+ * grammar libpsclient reads too (proto/addr.h) into c->nodes. */
 static int parse_nodes(parser *p, const section *s, const entry *e,
                        const setting *st, psd_config *c)
 {
-    size_t count = 1;
-    for (const char *q = e->value; *q; q++)
-        count += *q == ',';
-    if (!*e->value) {
-        bad_value(p, s, e, st, NULL);
-        return -1;
-    }
-    if (count > st->max) {
-        char why[64];
-        snprintf(why, sizeof why, "at most %llu nodes",
-                 (unsigned long long)st->max);
-        bad_value(p, s, e, st, why);
-        return -1;
-    }
-    char *copy = strdup(e->value);
-    psd_node_addr *nodes = calloc(count, sizeof *nodes);
-    if (!copy || !nodes) {
-        free(copy);
-        free(nodes);
+    psw_addr *nodes;
+    psw_addr_error pe;
+    int n;
+    int rc = psw_addr_list_parse(e->value, (int)st->max, &nodes, &n, &pe);
+    if (rc == -2) {
         fail(p, 0, "out of memory");
         return -1;
     }
-    int n = 0, rc = 0;
-    for (char *item = copy, *next; item && rc == 0; item = next) {
-        next = strchr(item, ',');
-        if (next)
-            *next++ = '\0';
-        while (isspace((unsigned char)*item))
-            item++;
-        char *end = item + strlen(item);
-        while (end > item && isspace((unsigned char)end[-1]))
-            *--end = '\0';
-        if (!*item) {
-            bad_node(p, s, e, st->key, NULL, item, n + 1);
-            rc = -1;
-        } else if (parse_node(p, s, e, item, n + 1, &nodes[n]) < 0) {
-            rc = -1;
-        }
-        for (int j = 0; rc == 0 && j < n; j++) {
-            if (nodes[j].port == nodes[n].port &&
-                strcmp(nodes[j].host, nodes[n].host) == 0) {
-                fail(p, e->line, "[%s] %s: duplicate %s \"%s\" "
-                     "(entries %d and %d)", s->name, st->key,
-                     strcmp(st->key, "nodes") ? "address" : "node", item,
-                     j + 1, n + 1);
-                rc = -1;
-            }
-        }
-        n++;
-    }
-    free(copy);
     if (rc < 0) {
-        free(nodes);
+        char note[48] = "";
+        if (e->cont_line)
+            snprintf(note, sizeof note, " (continued on line %d)",
+                     e->cont_line);
+        if (pe.entry == 0)
+            bad_value(p, s, e, st, pe.why);
+        else if (pe.first)
+            fail(p, e->line, "[%s] %s: duplicate %s \"%s\" (entries %d and "
+                 "%d)%s", s->name, st->key,
+                 strcmp(st->key, "nodes") ? "address" : "node", pe.item,
+                 pe.first, pe.entry, note);
+        else if (!pe.item[0])
+            fail(p, e->line, "[%s] %s: entry %d is empty, in \"%s\"%s",
+                 s->name, st->key, pe.entry, e->value, note);
+        else
+            fail(p, e->line, "[%s] %s: %s, got \"%s\" (entry %d of \"%s\")%s",
+                 s->name, st->key, pe.why, pe.item, pe.entry, e->value, note);
         return -1;
     }
     if (strcmp(st->key, "listen") == 0) {
         free(c->listen);
         c->listen = nodes;
         c->nlisten = n;
+        c->listen_line = e->line;
+    } else if (strcmp(st->key, "metrics_listen") == 0) {
+        free(c->metrics);
+        c->metrics = nodes;
+        c->nmetrics = n;
     } else {
         free(c->nodes);
         c->nodes = nodes;
         c->nnodes = n;
+        c->nodes_line = e->line;
     }
     return 0;
 }
@@ -736,6 +670,31 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t,
     return 0;
 }
 
+/* The token settings: one of the two at most, and a token that is not
+ * trivially guessed (the file's contents are checked when psd starts:
+ * preflight.c). */
+static int check_auth(parser *p, const section *server, psd_config *c)
+{
+    const entry *tok = find_entry(server, "auth_token");
+    const entry *file = find_entry(server, "auth_token_file");
+    c->auth_token_line = tok ? tok->line : 0;
+    c->auth_token_file_line = file ? file->line : 0;
+    if (c->auth_token[0] && c->auth_token_file[0]) {
+        fail(p, file->line, "[server] auth_token_file: set either auth_token "
+             "or auth_token_file, not both (auth_token is on line %d)",
+             tok->line);
+        return -1;
+    }
+    char why[160];
+    if (c->auth_token[0] &&
+        psw_token_check(c->auth_token, strlen(c->auth_token), why,
+                        sizeof why) < 0) {
+        fail(p, tok->line, "[server] auth_token: %s", why);
+        return -1;
+    }
+    return 0;
+}
+
 /* Builds c from the sections read (secs, n of them). */
 static int build(parser *p, const section *secs, int n, psd_config *c)
 {
@@ -787,6 +746,14 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
              "per node, in the order of nodes)", c->nlisten, c->nnodes);
         return -1;
     }
+    if (c->nmetrics && c->nmetrics != c->nnodes) {
+        const entry *e = find_entry(server, "metrics_listen");
+        fail(p, e->line, "[server] metrics_listen: %d addresses for %d nodes "
+             "(one per node, in the order of nodes)", c->nmetrics, c->nnodes);
+        return -1;
+    }
+    if (server && check_auth(p, server, c) < 0)
+        return -1;
     /* A live peer sends something every heartbeat: a timeout shorter than
      * two of them would close healthy connections. */
     if (c->peer_timeout_ms < 2 * c->heartbeat_ms) {
@@ -846,10 +813,22 @@ int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen)
     return 0;
 }
 
+const char *psd_config_setting(int i, const char **sect)
+{
+    static const char *const names[] = { "cluster", "server", "table" };
+    if (i < 0 || (size_t)i >= NSETTINGS)
+        return NULL;
+    if (sect)
+        *sect = names[settings[i].scope];
+    return settings[i].key;
+}
+
 void psd_config_destroy(psd_config *c)
 {
+    psw_wipe(c->auth_token, sizeof c->auth_token);
     free(c->nodes);
     free(c->listen);
+    free(c->metrics);
     free(c->tables);
     free(c->notes);
     memset(c, 0, sizeof *c);

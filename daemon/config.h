@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../proto/addr.h"
 #include "../proto/msg.h"
 
 typedef enum {
@@ -71,10 +72,10 @@ typedef struct psd_table_conf {
 
 #define PSD_NOTE_MAX 256
 
-typedef struct psd_node_addr {
-    char host[64];               /* numeric IPv4 or IPv6 address */
-    int port;                    /* 1..65535 */
-} psd_node_addr;
+/* A node address as the nodes line gives it: a host name, or a numeric
+ * IPv4 or IPv6 address (proto/addr.h, the grammar libpsclient reads
+ * too). Names are resolved when psd starts (preflight.h). */
+typedef psw_addr psd_node_addr;
 
 typedef struct psd_config {
     /* [cluster] */
@@ -93,7 +94,13 @@ typedef struct psd_config {
     int snapshot_interval;       /* seconds, default 300 */
     psd_durability durability;   /* default snapshot */
     psd_fsync fsync;             /* default everysec */
-    char auth_token[256];        /* default "" */
+    psd_node_addr *metrics;      /* nmetrics entries, owned: where each node
+                                    serves /metrics over HTTP */
+    int nmetrics;                /* 0 (no metrics) or nnodes */
+    char auth_token[256];        /* default "": no authentication; else
+                                    PSW_AUTH_TOKEN_MIN..MAX bytes */
+    char auth_token_file[256];   /* or the token's file, read at start
+                                    (preflight.h); default "" */
     uint64_t max_frame;          /* bytes; accepts K/M/G suffixes; default
                                     64M; refused below 1K or above 1G */
     psd_log_level log_level;     /* debug | info | warn | error */
@@ -126,6 +133,9 @@ typedef struct psd_config {
      * (e.g. a setting that has no effect where it is); owned */
     char (*notes)[PSD_NOTE_MAX];
     int nnotes;
+    /* Lines of the keys whose meaning is checked after parsing (address
+     * resolution, the token file), for "PATH:LINE: reason"; 0: absent */
+    int nodes_line, listen_line, auth_token_line, auth_token_file_line;
 } psd_config;
 
 /* Parses the ini file at `path` into `c` (which the call initialises).
@@ -133,7 +143,17 @@ typedef struct psd_config {
  * line applies) written to err. On failure `c` holds nothing to free. */
 int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen);
 
+/* The ini file's word for a value (e.g. "adagrad", "bsp", "everysec"). */
+const char *psd_updater_name(psd_updater_kind k);
+const char *psd_consistency_name(psd_consistency c);
+const char *psd_fsync_name(psd_fsync f);
+
 /* Frees what psd_config_load allocated; safe on a zeroed struct. */
 void psd_config_destroy(psd_config *c);
+
+/* The i-th setting of the schema as "section key" (section: cluster,
+ * server or table), or NULL past the last: for tests and docs that must
+ * cover every setting. */
+const char *psd_config_setting(int i, const char **sect);
 
 #endif

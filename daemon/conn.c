@@ -35,7 +35,6 @@ struct psd_conn {
     psd_node *node;
     psd_conn *prev, *next;
     char peer[64];               /* "host:port" */
-    char host[48];               /* the source address alone */
     psd_session ss;              /* what request.c knows of us */
     psw_reader rd;
     msgpack_zone zone;           /* containers of the frame being decoded */
@@ -51,6 +50,19 @@ struct psd_conn {
                                     or the receive buffer's next step */
     uint64_t mem;                /* what this connection counts in set->mem */
     int hello_done;
+    /* The handshake with a token (auth.h): HELLO, then CHALLENGE sent,
+     * then the client's AUTH, whose proof may wait for the throttle
+     * (parked: nothing is read meanwhile). */
+    int version;                 /* of the HELLO; 0 before it */
+    int challenged;              /* CHALLENGE sent, AUTH expected */
+    int parked;
+    uint64_t park_until_ms;
+    psw_hello hello;             /* its nonce view is not kept */
+    psw_transcript tr;
+    uint8_t proof[PSW_PROOF_LEN];
+    size_t proof_len;
+    char ip[48];                 /* the peer's address: for the throttle and
+                                    max_connections_per_addr */
     uint64_t accepted_ms;        /* loop time of accept, for hello_timeout */
     uint64_t alive_ms;           /* last sign of life: bytes read (or,
                                     while paused, a write drained) */
@@ -354,6 +366,7 @@ static void refuse_hello(psd_conn *c, int status, const char *why)
 {
     psw_cluster refused = c->node->cluster;
     refused.status = status;
+    refused.proof_state = c->version >= 3 ? PSW_PROOF_NIL : PSW_PROOF_ABSENT;
     snprintf(refused.text, sizeof refused.text, "%s", why);
     psw_out_frame_begin(&c->out);
     psw_pack_hello_ok(&c->out, &refused);
@@ -365,33 +378,170 @@ static void refuse_hello(psd_conn *c, int status, const char *why)
     maybe_finish(c);
 }
 
-static void handle_hello(psd_conn *c, const msgpack_object *msg)
+/* Anything wrong before a client has authenticated, on a node with a
+ * token: counted by the throttle, logged (collapsed), answered EAUTH. */
+static void refuse_auth(psd_conn *c, const char *why)
 {
-    psw_hello h;
+    char text[300];
+    psd_auth_failed(c->set->auth, c->ip, c->peer, why,
+                    uv_now(c->set->loop));
+    snprintf(text, sizeof text, "authentication failed: %s", why);
+    c->node->stats.auth_failures++;
+    /* refuse_hello logs at warn: the throttled log above says it once. */
+    psw_cluster refused = c->node->cluster;
+    refused.status = PSW_EAUTH;
+    refused.proof_state = c->version >= 3 ? PSW_PROOF_NIL : PSW_PROOF_ABSENT;
+    snprintf(refused.text, sizeof refused.text, "%s", text);
+    psw_out_frame_begin(&c->out);
+    psw_pack_hello_ok(&c->out, &refused);
+    psw_out_frame_end(&c->out);
+    c->shutting = 1;
+    pause_reading(c);
+    flush(c);
+    maybe_finish(c);
+}
+
+/* The HELLO is accepted (and the client authenticated, when there is a
+ * token): the session starts, HELLO_OK carries the layout (and the
+ * server's proof). */
+static void finish_hello(psd_conn *c, const psw_hello *h, int authed)
+{
     psw_cluster reply;
     char why[200];
-    if (psw_hello_decode(msg, &h, why, sizeof why)) {
-        reject(c, why);
-        return;
-    }
-    if (h.version != PSW_VERSION) {
-        snprintf(why, sizeof why, "protocol version %u is not supported "
-                 "(this server speaks %d)", h.version, PSW_VERSION);
-        refuse_hello(c, PSW_EPROTO, why);
-        return;
-    }
-    int rc = psd_request_hello(c->node, &c->ss, &h, &reply, why, sizeof why);
+    int rc = psd_request_hello(c->node, &c->ss, h, &reply, why, sizeof why);
     if (rc) {
         refuse_hello(c, rc, why);
         return;
     }
     c->hello_done = 1;
     c->rd.max_frame = (size_t)c->node->cfg.max_frame;
+    /* Answer in the client's version: a version 2 client gets the 14
+     * fields it knows. */
+    reply.version = h->version;
+    reply.proof_state = h->version >= 3 ? PSW_PROOF_NIL : PSW_PROOF_ABSENT;
+    if (authed) {
+        psd_auth_prove(c->set->auth, &c->tr, reply.proof);
+        reply.proof_state = PSW_PROOF_SET;
+    }
     psw_out_frame_begin(&c->out);
     psw_pack_hello_ok(&c->out, &reply);
     psw_out_frame_end(&c->out);
-    psd_debug("hello from %s: client %016llx worker %d", c->peer,
-              (unsigned long long)h.client_id, (int)h.worker);
+    psw_wipe(reply.proof, sizeof reply.proof);
+    psd_debug("hello from %s: client %016llx worker %d%s", c->peer,
+              (unsigned long long)h->client_id, (int)h->worker,
+              authed ? ", authenticated" : "");
+}
+
+static void handle_hello(psd_conn *c, const msgpack_object *msg)
+{
+    psw_hello h;
+    char why[200];
+    int auth = psd_auth_on(c->set->auth);
+    if (psw_hello_decode(msg, &h, why, sizeof why)) {
+        if (auth)
+            refuse_auth(c, why);
+        else
+            reject(c, why);
+        return;
+    }
+    c->version = (int)h.version;
+    if (h.version < PSW_VERSION_MIN || h.version > PSW_VERSION) {
+        snprintf(why, sizeof why, "protocol version %u is not supported "
+                 "(this server speaks %d..%d)", h.version, PSW_VERSION_MIN,
+                 PSW_VERSION);
+        refuse_hello(c, PSW_EPROTO, why);
+        return;
+    }
+    if (!auth) {
+        finish_hello(c, &h, 0);
+        return;
+    }
+    if (h.version < 3) {
+        refuse_auth(c, "this node requires a token, and protocol version 2 "
+                    "cannot authenticate: upgrade the client");
+        return;
+    }
+    if (!h.nonce || h.nonce_len != PSW_NONCE_LEN) {
+        refuse_auth(c, "the HELLO carries no client nonce");
+        return;
+    }
+    /* The challenge: a fresh nonce of ours, so a recorded answer is worth
+     * nothing on another connection, and the node's index, so an answer
+     * meant for one node is worth nothing on another. */
+    c->hello = h;
+    c->hello.nonce = NULL;
+    c->hello.nonce_len = 0;
+    c->tr = (psw_transcript){ .version = h.version, .client_id = h.client_id,
+                              .incarnation = h.incarnation,
+                              .worker = h.worker,
+                              .node_index = c->node->index };
+    memcpy(c->tr.cnonce, h.nonce, PSW_NONCE_LEN);
+    psw_auth_nonce(c->tr.snonce);
+    psw_challenge ch = { .node_index = c->node->index };
+    memcpy(ch.nonce, c->tr.snonce, PSW_NONCE_LEN);
+    psw_out_frame_begin(&c->out);
+    psw_pack_challenge(&c->out, &ch);
+    psw_out_frame_end(&c->out);
+    c->challenged = 1;
+}
+
+/* Checks the proof an AUTH brought (its turn came: see the throttle). */
+static void check_proof(psd_conn *c)
+{
+    if (psd_auth_check(c->set->auth, &c->tr, c->proof, c->proof_len)) {
+        refuse_auth(c, "wrong token (the client's proof does not match)");
+        return;
+    }
+    psd_auth_succeeded(c->set->auth, c->ip);
+    finish_hello(c, &c->hello, 1);
+}
+
+static void handle_auth(psd_conn *c, const msgpack_object *msg)
+{
+    psw_auth_msg a;
+    char why[200];
+    if (psw_auth_decode(msg, &a, why, sizeof why)) {
+        refuse_auth(c, why);
+        return;
+    }
+    c->challenged = 0;
+    if (!a.proof) {
+        refuse_auth(c, "the client has no token and this node requires "
+                    "one (ps_options.auth_token, PSD_AUTH_TOKEN, or the "
+                    "ini's auth_token / auth_token_file)");
+        return;
+    }
+    c->proof_len = a.proof_len < PSW_PROOF_LEN ? a.proof_len : PSW_PROOF_LEN;
+    memcpy(c->proof, a.proof, c->proof_len);
+    if (a.proof_len != PSW_PROOF_LEN)
+        c->proof_len = 0;        /* never right */
+    uint64_t wait = psd_auth_admit(c->set->auth, c->ip, uv_now(c->set->loop));
+    if (wait) {
+        /* Recent failures from this address: its attempts are checked one
+         * per delay. Nothing more is read meanwhile. */
+        c->parked = 1;
+        c->park_until_ms = wait;
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        return;
+    }
+    check_proof(c);
+}
+
+/* The throttle let a parked AUTH through: check it, then read on. */
+static void unpark(psd_conn *c)
+{
+    c->parked = 0;
+    check_proof(c);
+    if (c->closing || c->shutting)
+        return;
+    if (!c->paused) {
+        int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+        if (rc) {
+            reject(c, "cannot resume reading");
+            return;
+        }
+    }
+    process(c);
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -414,11 +564,21 @@ static int handle_frame(psd_conn *c, const char *body, size_t len)
     }
     if (!c->hello_done) {
         c->node->stats.frames++;
+        int auth = psd_auth_on(c->set->auth);
         if (n != 1) {
-            reject(c, "the first frame must hold one HELLO");
+            if (auth)
+                refuse_auth(c, "a frame of several messages before "
+                            "authentication");
+            else
+                reject(c, "the first frame must hold one HELLO");
             return 0;
         }
-        handle_hello(c, &msgs[0]);
+        if (c->challenged)
+            handle_auth(c, &msgs[0]);
+        else if (c->version && auth)
+            refuse_auth(c, "a second HELLO");
+        else
+            handle_hello(c, &msgs[0]);
         return 0;
     }
     /* Decode every message before applying any, so a malformed message
@@ -495,7 +655,7 @@ static void process(psd_conn *c)
 {
     const char *body;
     size_t len;
-    while (!c->paused && !c->closing) {
+    while (!c->paused && !c->parked && !c->closing) {
         int rc = psw_reader_next(&c->rd, &body, &len);
         if (rc == 0)
             break;
@@ -503,7 +663,10 @@ static void process(psd_conn *c)
             char why[160];
             snprintf(why, sizeof why, "%s%s", c->rd.why,
                      c->hello_done ? "" : " (before HELLO)");
-            reject(c, why);
+            if (!c->hello_done && psd_auth_on(c->set->auth))
+                refuse_auth(c, why);
+            else
+                reject(c, why);
             return;
         }
         if (handle_frame(c, body, len))
@@ -573,25 +736,26 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 
 /* ---- accepting -------------------------------------------------------- */
 
-static void peer_name(uv_tcp_t *t, char *out, size_t cap, char *host,
-                      size_t hostcap)
+/* "host:port" of the peer into out, the host alone into ip. */
+static void peer_name(uv_tcp_t *t, char *out, size_t cap, char *ip,
+                      size_t iplen)
 {
     struct sockaddr_storage sa;
     int len = sizeof sa;
     int port = 0;
-    snprintf(host, hostcap, "?");
+    snprintf(ip, iplen, "?");
     if (uv_tcp_getpeername(t, (struct sockaddr *)&sa, &len) == 0) {
         if (sa.ss_family == AF_INET6) {
             struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
-            uv_ip6_name(a, host, hostcap);
+            uv_ip6_name(a, ip, iplen);
             port = ntohs(a->sin6_port);
         } else {
             struct sockaddr_in *a = (struct sockaddr_in *)&sa;
-            uv_ip4_name(a, host, hostcap);
+            uv_ip4_name(a, ip, iplen);
             port = ntohs(a->sin_port);
         }
     }
-    snprintf(out, cap, "%s:%d", host, port);
+    snprintf(out, cap, "%s:%d", ip, port);
 }
 
 void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node)
@@ -626,7 +790,7 @@ static int evict_idle(psd_conns *set, const psd_conn *newc, const char *host,
     uint64_t now = uv_now(set->loop);
     psd_conn *oldest = NULL;
     for (psd_conn *c = set->head; c; c = c->next) {
-        if (c == newc || (host && strcmp(c->host, host)) || !evictable(c, now))
+        if (c == newc || (host && strcmp(c->ip, host)) || !evictable(c, now))
             continue;
         uint64_t since = c->hello_done ? c->request_ms : c->accepted_ms;
         uint64_t best = !oldest ? 0 : oldest->hello_done ? oldest->request_ms
@@ -673,7 +837,7 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
         conn_close(c);
         return;
     }
-    peer_name(&c->tcp, c->peer, sizeof c->peer, c->host, sizeof c->host);
+    peer_name(&c->tcp, c->peer, sizeof c->peer, c->ip, sizeof c->ip);
     c->accepted_ms = c->alive_ms = c->sent_ms = c->request_ms =
         uv_now(set->loop);
     /* Room for a newcomer: over a limit, the connection idle longest
@@ -683,14 +847,14 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
     for (psd_conn *o = set->head; o; o = o->next)
         if (!o->closing) {
             open++;
-            from_host += strcmp(o->host, c->host) == 0;
+            from_host += strcmp(o->ip, c->ip) == 0;
         }
     char why[128];
     why[0] = '\0';
     if (from_host > node->cfg.max_connections_per_addr) {
         snprintf(why, sizeof why, "max_connections_per_addr (%d) reached for "
-                 "%s", node->cfg.max_connections_per_addr, c->host);
-        if (evict_idle(set, c, c->host, why)) {
+                 "%s", node->cfg.max_connections_per_addr, c->ip);
+        if (evict_idle(set, c, c->ip, why)) {
             why[0] = '\0';
             open--;
         }
@@ -731,6 +895,7 @@ void psd_conns_tick(psd_conns *set)
 {
     const psd_config *cfg = &set->node->cfg;
     uint64_t now = uv_now(set->loop);
+    psd_auth_tick(set->auth, now);
     uint64_t hello = (uint64_t)cfg->hello_timeout * 1000;
     uint64_t dead = (uint64_t)cfg->peer_timeout_ms;
     uint64_t beat = (uint64_t)cfg->heartbeat_ms;
@@ -741,6 +906,11 @@ void psd_conns_tick(psd_conns *set)
             continue;
         char why[160];
         if (!c->hello_done) {
+            if (c->parked && now >= c->park_until_ms &&
+                now - c->accepted_ms < hello) {
+                unpark(c);
+                continue;
+            }
             if (now - c->accepted_ms >= hello) {
                 snprintf(why, sizeof why, "no HELLO within %d s",
                          cfg->hello_timeout);

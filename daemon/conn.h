@@ -12,6 +12,7 @@
 
 #include <uv.h>
 
+#include "auth.h"
 #include "node.h"
 
 typedef struct psd_conn psd_conn;
@@ -21,6 +22,8 @@ typedef struct psd_conn psd_conn;
 typedef struct psd_conns {
     uv_loop_t *loop;
     psd_node *node;
+    psd_auth *auth;              /* the token and throttle; borrowed, set
+                                    by the owner before the first accept */
     psd_conn *head;              /* doubly linked list */
     int n;
     uint64_t mem;                /* buffers of all open connections, as
@@ -36,7 +39,8 @@ void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node);
  * one is refused with a HELLO_OK of status PSW_EBUSY. */
 void psd_conn_accept(psd_conns *set, uv_stream_t *listener);
 
-/* Periodic work (several times per heartbeat): closes connections that
+/* Periodic work (several times per heartbeat): checks the proofs of
+ * authentications the throttle held back (auth.h), closes connections that
  * sent no accepted HELLO within hello_timeout, connections whose peer
  * has been silent for peer_timeout_ms (a dead or unreachable host: the
  * worker it served, if any, starts its grace), and connections with a

@@ -1,16 +1,21 @@
 /* Recovery, snapshots and fsyncs of one node; see durable.h. */
+#define _GNU_SOURCE             /* close_range */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "durable.h"
+#include "notify.h"
 #include "journal.h"
 #include "log.h"
 #include "request.h"
@@ -62,6 +67,26 @@ static void fsync_work(uv_work_t *w)
     d->fsync_rc = fsync(d->fsync_fd) ? errno : 0;
 }
 
+/* A journal fsync failed (why). After a failed fsync the kernel may have
+ * dropped the pages it could not write and marked them clean: trying
+ * again proves nothing. With fsync = always the promise cannot be kept,
+ * so psd stops at once, without acknowledging what waited for the fsync;
+ * a restart replays what is on disk, and clients resend the rest (exactly
+ * once). everysec and no promise only that a crash of psd loses nothing,
+ * which write() kept: logged and counted. */
+static void fsync_failed(psd_durable *d, const char *why)
+{
+    d->node->stats.journal_errors++;
+    if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
+        psd_error("journal: %s; exiting without acknowledging the pushes "
+                  "it covered (fsync = always)", why);
+        _exit(1);
+    }
+    psd_error("journal: %s (fsync = %s: pushes written so far survive a "
+              "crash of psd, not of the host)", why,
+              psd_fsync_name(d->fsync_mode));
+}
+
 static void fsync_done(uv_work_t *w, int status)
 {
     psd_durable *d = w->data;
@@ -74,10 +99,9 @@ static void fsync_done(uv_work_t *w, int status)
     if (ms > d->st.fsync_ms_max)
         d->st.fsync_ms_max = ms;
     if (d->fsync_rc) {
-        psd_error("journal: fsync failed: %s", strerror(d->fsync_rc));
-        snprintf(d->node->journal_error, sizeof d->node->journal_error,
-                 "fsync: %s", strerror(d->fsync_rc));
-        d->node->stats.journal_errors++;
+        char why[128];
+        snprintf(why, sizeof why, "fsync: %s", strerror(d->fsync_rc));
+        fsync_failed(d, why);
         return;
     }
     if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
@@ -144,7 +168,11 @@ static void child_done(psd_durable *d, int ok, const char *text)
         d->st.last_seconds = secs;
         d->st.last_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
         d->st.last_error[0] = '\0';
-        psd_journal_prune(d->dir, d->node->index, d->child_seq);
+        if (text[0])
+            psd_warn("snapshot %llu: %s; the journal it covers is kept",
+                     (unsigned long long)d->child_gen, text);
+        else
+            psd_journal_prune(d->dir, d->node->index, d->child_seq);
         psd_info("snapshot %llu written: %.1f MiB in %.2f s (the loop paused "
                  "%.2f ms to fork)", (unsigned long long)d->child_gen,
                  (double)d->st.last_bytes / (1 << 20), secs,
@@ -156,11 +184,6 @@ static void child_done(psd_durable *d, int ok, const char *text)
                   (unsigned long long)d->child_gen, text);
     }
     d->child = 0;
-    if (d->saved) {
-        void (*saved)(void *, int, const char *) = d->saved;
-        d->saved = NULL;
-        saved(d->saved_arg, ok, ok ? "" : text);
-    }
 }
 
 static void on_sigchld(uv_signal_t *h, int sig)
@@ -195,7 +218,10 @@ void psd_durable_snapshot(psd_durable *d)
     /* The image covers the journal so far: later records go to a new
      * segment, which the snapshot says to replay from. */
     if (j) {
-        if (psd_journal_rotate(j, err, sizeof err)) {
+        int rc = psd_journal_rotate(j, err, sizeof err);
+        if (rc == -2)
+            fsync_failed(d, err);
+        if (rc) {
             d->st.snapshot_failures++;
             snprintf(d->st.last_error, sizeof d->st.last_error, "%s", err);
             psd_error("snapshot not started: %s", err);
@@ -205,21 +231,45 @@ void psd_durable_snapshot(psd_durable *d)
     }
     int fds[2];
     if (pipe(fds)) {
+        d->st.snapshot_failures++;
+        snprintf(d->st.last_error, sizeof d->st.last_error, "pipe: %s",
+                 strerror(errno));
         psd_error("snapshot not started: pipe: %s", strerror(errno));
         return;
     }
     d->child_gen = d->st.generation + 1;
     d->child_seq = seq;
     d->child_start_ns = uv_hrtime();
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         /* The child: a frozen image of the node. It touches no libuv
          * state and leaves with _exit. */
-        close(fds[0]);
+        /* Every inherited descriptor but the pipe goes: a writer that
+         * outlives a killed psd must not hold its listening port (a
+         * restart could not bind it) or its clients' sockets. */
+        int keep = fds[1];
+        if ((keep > 3 && close_range(3, (unsigned)keep - 1, 0)) ||
+            close_range((unsigned)keep + 1, ~0u, 0)) {
+            long max = sysconf(_SC_OPEN_MAX);   /* an old kernel */
+            for (int fd = 3; fd < (max > 0 ? max : 65536); fd++)
+                if (fd != keep)
+                    close(fd);
+        }
+        /* And it dies with psd: a writer that finished after a restart
+         * would put an older image in place of the new psd's. Its
+         * unfinished file is removed at the next start. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)     /* psd died before prctl */
+            _exit(1);
         signal(SIGPIPE, SIG_IGN);
         int rc = psd_snapshot_write(d->node, d->dir, d->child_gen, seq, NULL,
                                     err, sizeof err);
         if (rc) {
+            ssize_t w = write(fds[1], err, strlen(err));
+            (void)w;
+        }
+        if (rc == 0 && err[0]) {     /* written; the warning goes along */
             ssize_t w = write(fds[1], err, strlen(err));
             (void)w;
         }
@@ -263,6 +313,29 @@ void psd_durable_reload(psd_durable *d)
 
 /* ---- recovery --------------------------------------------------------- */
 
+/* Removes the unfinished files of writers that died with an earlier psd
+ * (psd-nodeN.snap.tmp.PID): under the lock, no writer of node's is
+ * alive. */
+static void remove_stale_tmp(const char *dir, int node)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char prefix[64];
+    int plen = snprintf(prefix, sizeof prefix, "psd-node%d.snap.tmp", node);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0)
+            psd_info("removed %s, left by a snapshot writer that died",
+                     path);
+    }
+    closedir(d);
+}
+
 /* Renames every file of node in dir aside, for --skip-snapshot. */
 static void move_aside(const char *dir, int node)
 {
@@ -303,9 +376,29 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         snprintf(d->dir, sizeof d->dir, "%s", n->cfg.data_dir);
     if (make_dir(d->dir, err, errlen))
         return -1;
+    /* One psd per node and folder: a second one started by mistake must
+     * not recover (cut a torn tail, start a segment) under the first. */
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/psd-node%d.lock", d->dir, n->index);
+    d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (d->lock_fd < 0) {
+        snprintf(err, errlen, "%s: %s", lock, strerror(errno));
+        return -1;
+    }
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB)) {
+        snprintf(err, errlen, "%s: another psd is running as node %d with "
+                 "this data folder (%s)", lock, n->index,
+                 errno == EWOULDBLOCK ? "it holds the lock" : strerror(errno));
+        close(d->lock_fd);
+        d->lock_fd = -1;
+        return -1;
+    }
+    remove_stale_tmp(d->dir, n->index);
     if (skip)
         move_aside(d->dir, n->index);
     uint64_t t0 = uv_hrtime();
+    psd_notify("STATUS=node %d: loading its snapshot from %s", n->index,
+               d->dir);
     psd_snap_info si = { 0 };
     int rc = psd_snapshot_load(n, d->dir, uv_now(loop), &si, err, errlen);
     if (rc < 0)
@@ -326,6 +419,8 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         psd_journal_prune(d->dir, n->index, si.journal_seq);
     uint64_t next = si.journal_seq ? si.journal_seq : 1, records = 0;
     uint64_t t1 = uv_hrtime();
+    psd_notify("STATUS=node %d: replaying its journal from segment %llu",
+               n->index, (unsigned long long)next);
     psd_replay_ctx ctx = { n, uv_now(loop) };
     if (psd_journal_replay(d->dir, n->index, n->shape, next,
                            (size_t)n->cfg.max_frame + 4096,
@@ -376,15 +471,23 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     if (!d->started)
         return 0;
     if (d->child) {
+        /* Its result counts: the final snapshot comes after it. */
         int st;
         waitpid(d->child, &st, 0);
+        char text[256] = "";
+        ssize_t k = read(d->child_pipe, text, sizeof text - 1);
+        text[k > 0 ? k : 0] = '\0';
         close(d->child_pipe);
-        d->child = 0;
+        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        child_done(d, ok, ok || text[0] ? text : "the writer died");
     }
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
     if (n->journal) {
-        if (psd_journal_rotate(n->journal, err, errlen))
+        int rc = psd_journal_rotate(n->journal, err, errlen);
+        if (rc == -2)
+            fsync_failed(d, err);
+        if (rc)
             return -1;
         seq = psd_journal_seq(n->journal);
     }
@@ -394,7 +497,10 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
                            errlen))
         return -1;
     d->st.generation = si.generation;
-    psd_journal_prune(d->dir, n->index, seq);
+    if (err[0])
+        psd_warn("final snapshot: %s; the journal it covers is kept", err);
+    else
+        psd_journal_prune(d->dir, n->index, seq);
     psd_info("final snapshot %llu written: %.1f MiB in %.2f s",
              (unsigned long long)si.generation, (double)si.bytes / (1 << 20),
              since_s(t0));

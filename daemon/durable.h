@@ -54,13 +54,11 @@ typedef struct psd_durable {
     uint64_t next_seq;           /* the journal segment after the replayed
                                     ones */
     uint64_t child_start_ns;
-    int waiters;                 /* psctl save requests waiting */
-    void (*saved)(void *arg, int ok, const char *text);
-    void *saved_arg;
     void (*durable_moved)(void *arg);   /* replies may go out */
     void *arg;
     psd_durable_stats st;
     int started;
+    int lock_fd;                 /* flock'd psd-nodeN.lock, for life */
 } psd_durable;
 
 /* Recovers node n from its data folder (data_dir, or $STATE_DIRECTORY
@@ -76,8 +74,9 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
 
 /* Starts a snapshot now (periodic, or asked for): the journal moves to a
  * new segment and a forked child writes the image. When one is already
- * running, nothing new starts. A caller that wants to know the outcome
- * sets d->saved before and is told (ok, text) when the child ends. */
+ * running, nothing new starts. The outcome shows in d->st when the child
+ * ends (generation, or snapshot_failures and last_error); d->child_gen
+ * is the generation being written while d->child is set. */
 void psd_durable_snapshot(psd_durable *d);
 
 /* At stop, once every connection is closed: waits for a running child,

@@ -4,7 +4,7 @@
  * cut short by a crash), then the body (little-endian, unpadded):
  *   push:  u8 1, u8 op, i16 status, u32 part, u64 client_id,
  *          u64 incarnation, u64 ts, u32 table, u64 first, u64 count,
- *          u64 keys, u64 value bytes, the keys (8 each), the values
+ *          u64 keys, u32 value bytes, the keys (8 each), the values
  *   clock: u8 2, u8 0, u16 0, u32 workers waited for, u64 clock
  *   start: u8 3, u8 0, u16 0, u32 node, u64 layout shape (the first
  *          record of every segment) */
@@ -252,14 +252,30 @@ int psd_journal_rotate(psd_journal *j, char *err, size_t errlen)
         return -1;
     int old = j->fd;
     uint64_t bytes = j->bytes;
+    /* The old segment reaches the disk before the new one exists: a crash
+     * may then leave a torn record only in the newest segment, where
+     * replay expects one. */
+    if (fsync(old)) {
+        snprintf(err, errlen, "fsync of journal segment %llu: %s",
+                 (unsigned long long)j->seq, strerror(errno));
+        return -2;
+    }
     if (open_segment(j, j->seq + 1, err, errlen)) {
         j->fd = old;
         j->bytes = bytes;
         return -1;
     }
-    fsync(old);
     close(old);
     return 0;
+}
+
+static void fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
 }
 
 /* Calls fn(seq) for every segment of node in dir, in no order. */
@@ -465,8 +481,10 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             if (why) {
                 /* A crash can cut only the last record of the last
                  * segment: cut it off. Anything else is damage. */
-                if (torn && seq == s.hi && truncate(path, (off_t)off) == 0)
+                if (torn && seq == s.hi && truncate(path, (off_t)off) == 0) {
+                    fsync_path(path);
                     break;
+                }
                 snprintf(err, errlen, "%s: offset %llu: %s", path,
                          (unsigned long long)off, why);
                 rc = -1;
@@ -496,6 +514,10 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             (*records)++;
         }
         fclose(f);
+        /* What was replayed must be on disk before new records follow it
+         * (after a crash of the host, the page cache held it). */
+        if (rc == 0)
+            fsync_path(path);
         *next = seq + 1;
     }
     free(body);

@@ -64,8 +64,10 @@ uint64_t psd_journal_seq(const psd_journal *j);
 uint64_t psd_journal_bytes(const psd_journal *j);   /* of this segment */
 
 /* Writes what is buffered, then moves to a new segment (seq + 1), which
- * later records go to. 0, or -1 with the reason in err (then nothing
- * changed). The old segment's fd is fsync'd before it is closed. */
+ * later records go to. The old segment is fsync'd first. 0, or -1 (a
+ * write or the new segment failed) or -2 (the fsync failed: what the
+ * segment holds may not be on disk) with the reason in err; then nothing
+ * changed. */
 int psd_journal_rotate(psd_journal *j, char *err, size_t errlen);
 
 /* Removes node's segments numbered below `below` (a snapshot covers them). */

@@ -8,9 +8,12 @@
 #endif
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "log.h"
+#include "notify.h"
+#include "preflight.h"
 #include "server.h"
 
 static void usage(FILE *f)
@@ -19,7 +22,11 @@ static void usage(FILE *f)
             "usage: psd -c FILE [-n NODE] [--skip-snapshot]\n"
             "                               run node NODE (default 0) of the "
             "cluster in FILE\n"
-            "       psd --check -c FILE     validate FILE and exit\n"
+            "       psd --check -c FILE [-n NODE]\n"
+            "                               validate FILE as psd would before "
+            "starting node\n"
+            "                               NODE (default: every node) and "
+            "exit\n"
             "\n"
             "At start psd restores the node from its snapshot and journal in "
             "data_dir;\n--skip-snapshot moves them aside (*.skipped.TIME) "
@@ -31,12 +38,33 @@ static void usage(FILE *f)
 }
 
 static uv_signal_t sig_term, sig_int, sig_hup;
+static uv_timer_t watchdog;
+
+/* WATCHDOG=1 from the loop itself: a loop that stops turning stops the
+ * pings, and systemd restarts psd. Twice per period, as sd_watchdog_enabled
+ * advises. */
+static void on_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    psd_notify("WATCHDOG=1");
+}
+
+/* For RELOADING=1: systemd 253+ wants the CLOCK_MONOTONIC time with it. */
+static unsigned long long monotonic_usec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000ull +
+           (unsigned long long)ts.tv_nsec / 1000;
+}
 
 static void on_stop_signal(uv_signal_t *h, int signum)
 {
     psd_server *s = h->data;
     psd_info("received %s, stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    psd_notify("STOPPING=1\nSTATUS=stopping: writing the final snapshot");
     psd_server_stop(s);
+    uv_close((uv_handle_t *)&watchdog, NULL);
     uv_close((uv_handle_t *)&sig_term, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
     uv_close((uv_handle_t *)&sig_hup, NULL);
@@ -45,7 +73,10 @@ static void on_stop_signal(uv_signal_t *h, int signum)
 static void on_hup(uv_signal_t *h, int signum)
 {
     (void)signum;
+    psd_notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading",
+               monotonic_usec());
     psd_server_reload(h->data);
+    psd_notify("READY=1\nSTATUS=%s", psd_server_status(h->data));
 }
 
 /* Parses a node index: a whole number, no sign, no trailing text. */
@@ -62,7 +93,7 @@ static int parse_node(const char *s, int *out)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    int node = 0, check = 0, skip = 0;
+    int node = 0, check = 0, skip = 0, node_given = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -73,6 +104,7 @@ int main(int argc, char **argv)
         else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && i + 1 < argc)
             path = argv[++i];
         else if ((!strcmp(a, "-n") || !strcmp(a, "--node")) && i + 1 < argc) {
+            node_given = 1;
             if (parse_node(argv[++i], &node)) {
                 fprintf(stderr, "psd: -n: expected a node index, got \"%s\"\n",
                         argv[i]);
@@ -99,12 +131,34 @@ int main(int argc, char **argv)
         return 1;
     }
     if (check) {
+        /* Everything psd would refuse to start for, not only the syntax:
+         * the token file, host names, protected mode. */
+        psd_preflight pf;
+        int bad = 0;
+        if (node_given && node >= cfg.nnodes) {
+            fprintf(stderr, "%s: node %d does not exist (the file lists %d "
+                    "nodes)\n", path, node, cfg.nnodes);
+            bad = 1;
+        }
+        bad += psd_preflight_run(&pf, &cfg, path, node_given ? node : -1);
         for (int i = 0; i < cfg.nnotes; i++)
             printf("%s\n", cfg.notes[i]);
-        printf("%s: OK (%d nodes, %u shards, %d tables)\n", path, cfg.nnodes,
-               cfg.shards, cfg.ntables);
+        for (int i = 0; i < pf.nnotes; i++)
+            printf("%s\n", pf.notes[i]);
+        for (int i = 0; i < pf.nproblems; i++)
+            fprintf(stderr, "%s\n", pf.problems[i]);
+        if (!bad)
+            printf("%s: OK (%d nodes, %u shards, %d tables%s)\n", path,
+                   cfg.nnodes, cfg.shards, cfg.ntables,
+                   pf.token_len ? ", clients must authenticate" : "");
+        psd_preflight_destroy(&pf);
         psd_config_destroy(&cfg);
-        return 0;
+        return bad ? 1 : 0;
+    }
+    if (psw_auth_init()) {
+        fprintf(stderr, "psd: libsodium cannot start\n");
+        psd_config_destroy(&cfg);
+        return 1;
     }
 
 #ifdef __GLIBC__
@@ -141,10 +195,20 @@ int main(int argc, char **argv)
     uv_signal_start(&sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&sig_hup, on_hup, SIGHUP);
+    uv_timer_init(&loop, &watchdog);
+    uint64_t wd = psd_notify_watchdog_usec();
+    if (wd) {
+        uint64_t ms = wd / 2000 ? wd / 2000 : 1;
+        uv_timer_start(&watchdog, on_watchdog, ms, ms);
+    }
+    /* Restored and listening: clients may come. */
+    psd_notify("READY=1\nSTATUS=%s", psd_server_status(&srv));
 
     uv_run(&loop, UV_RUN_DEFAULT);
 
     int final = psd_server_final(&srv);
+    if (final)
+        psd_notify("STATUS=the final snapshot failed (see the log)");
     int rc = uv_loop_close(&loop);
     if (rc)
         psd_warn("event loop closed with handles open: %s", uv_strerror(rc));

@@ -17,13 +17,8 @@ static void build_cluster(psd_node *n)
     l->shards = n->cfg.shards;
     l->heartbeat_ms = (uint32_t)n->cfg.heartbeat_ms;
     l->peer_timeout_ms = (uint32_t)n->cfg.peer_timeout_ms;
-    for (int i = 0; i < l->nnodes; i++) {
-        const psd_node_addr *a = &n->cfg.nodes[i];
-        if (strchr(a->host, ':'))
-            snprintf(l->nodes[i], PSW_ADDR_MAX, "[%s]:%d", a->host, a->port);
-        else
-            snprintf(l->nodes[i], PSW_ADDR_MAX, "%s:%d", a->host, a->port);
-    }
+    for (int i = 0; i < l->nnodes; i++)
+        psw_addr_format(&n->cfg.nodes[i], l->nodes[i], PSW_ADDR_MAX);
     for (int i = 0; i < l->ntables; i++) {
         const psd_table_conf *tc = &n->cfg.tables[i];
         psw_table_desc *d = &l->tables[i];
@@ -42,9 +37,10 @@ static void build_cluster(psd_node *n)
 
 #define MIX(h, v) ((h) = ((h) ^ (uint64_t)(v)) * 1099511628211ULL)
 
-/* What decides where each row lives and how big it is: node count,
- * shards and tables, but not addresses (a node may move and keep its
- * data). Snapshots and journal segments carry it. */
+/* What decides where each row lives, how big it is and what a logged push
+ * means: node count, shards, and each table's name, kind, dim, rows,
+ * updater kind and consistency mode, but not addresses (a node may move
+ * and keep its data). Snapshots and journal segments carry it. */
 static uint64_t data_shape(const psd_config *c)
 {
     uint64_t h = 1469598103934665603ULL;
@@ -56,6 +52,8 @@ static uint64_t data_shape(const psd_config *c)
         MIX(h, c->tables[i].dense);
         MIX(h, c->tables[i].dim);
         MIX(h, c->tables[i].rows);
+        MIX(h, c->tables[i].upd.kind);
+        MIX(h, c->tables[i].consistency);
     }
     return h;
 }
@@ -90,8 +88,10 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
     n->cluster.tables = calloc((size_t)n->cfg.ntables + 1,
                                sizeof *n->cluster.tables);
     n->tables = calloc((size_t)n->cfg.ntables + 1, sizeof *n->tables);
+    n->tstats = calloc((size_t)n->cfg.ntables + 1, sizeof *n->tstats);
     n->dedup = psd_dedup_new();
-    if (!n->cluster.nodes || !n->cluster.tables || !n->tables || !n->dedup ||
+    if (!n->cluster.nodes || !n->cluster.tables || !n->tables || !n->tstats ||
+        !n->dedup ||
         psd_sync_init(&n->sync, n->cfg.workers, now_ms)) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -113,6 +113,8 @@ void psd_node_destroy(psd_node *n)
         psd_table_free(n->tables[i]);
     free(n->tables);
     n->tables = NULL;
+    free(n->tstats);
+    n->tstats = NULL;
     n->ntables = 0;
     psd_sync_destroy(&n->sync);
     psd_dedup_free(n->dedup);
@@ -140,8 +142,17 @@ static const char *layout_change(const psd_config *a, const psd_config *b)
         if (x->consistency != y->consistency || x->staleness != y->staleness)
             return "a consistency mode changed";
     }
-    if (strcmp(a->auth_token, b->auth_token))
-        return "auth_token changed";
+    if (strcmp(a->auth_token, b->auth_token) ||
+        strcmp(a->auth_token_file, b->auth_token_file))
+        return "auth_token or auth_token_file changed";
+    /* The data folder, the journal and its fsync are set up at start. */
+    if (strcmp(a->data_dir, b->data_dir) || a->durability != b->durability ||
+        a->fsync != b->fsync)
+        return "data_dir, durability or fsync changed";
+    if (a->nmetrics != b->nmetrics ||
+        (a->nmetrics && memcmp(a->metrics, b->metrics,
+                               (size_t)a->nmetrics * sizeof *a->metrics)))
+        return "metrics_listen changed";
     /* Connected clients size their frames by the value they were told, and
      * pace their heartbeats by the interval. */
     if (a->max_frame != b->max_frame)
@@ -181,8 +192,17 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
 int psd_node_commit(psd_node *n)
 {
     psd_journal *j = n->journal;
-    if (!j || psd_journal_last(j) == psd_journal_written(j))
+    if (!j)
         return 0;
+    if (psd_journal_last(j) == psd_journal_written(j)) {
+        /* Nothing waits to be written: a failure to buffer a record
+         * (memory) is over once buffering works again. */
+        if (n->journal_error[0]) {
+            psd_info("journal: writing again");
+            n->journal_error[0] = '\0';
+        }
+        return 0;
+    }
     char err[256];
     if (psd_journal_write(j, err, sizeof err)) {
         n->stats.journal_errors++;

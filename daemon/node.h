@@ -12,6 +12,7 @@
 #include "journal.h"
 #include "sync.h"
 #include "table.h"
+#include "../proto/hist.h"
 #include "../proto/msg.h"
 
 typedef struct psd_stats {
@@ -29,7 +30,21 @@ typedef struct psd_stats {
     uint64_t pushes, pulls;      /* requests that carried rows in or out */
     uint64_t keys_pushed, keys_pulled;
     uint64_t journal_errors;     /* failed journal writes */
+    uint64_t auth_failures;      /* connections refused with EAUTH */
 } psd_stats;
+
+/* Per table, on this node. */
+typedef struct psd_table_stats {
+    uint64_t pushes, pulls;      /* requests that carried its rows in, out */
+    uint64_t keys_pushed, keys_pulled;
+    uint64_t errors;             /* its requests answered with an error */
+} psd_table_stats;
+
+/* Kinds of request whose service time is kept: the time psd spends
+ * executing one (checks, updater, copying rows into the reply), from the
+ * moment its frame has been read whole. */
+enum { PSD_LAT_PUSH, PSD_LAT_PULL, PSD_LAT_PUSHPULL, PSD_LAT_CONTROL,
+       PSD_LAT_KINDS };
 
 struct psd_held;                 /* request.c: a reply waiting for a clock */
 
@@ -45,6 +60,14 @@ typedef struct psd_node {
     psd_dedup *dedup;            /* applied pushes per client */
     struct psd_held *held;       /* held replies, oldest first (request.c) */
     psd_stats stats;
+    psd_table_stats *tstats;     /* ntables entries, owned */
+    uint64_t latency[PSD_LAT_KINDS][PSW_HIST_N];   /* ns histograms */
+    /* An operator's command (ADMIN op, psctl): the server answers it, with
+     * a status (PSW_OK or a PSW_E*) and a malloc'd text the caller frees.
+     * NULL: ADMIN is refused. */
+    int (*admin)(void *arg, const char *cmd, size_t len, char **text,
+                 size_t *textlen);
+    void *admin_arg;
     /* The journal (durability = log), else NULL. Replies that depend on a
      * record wait until durable_lsn reaches it: the records written, or
      * fsync'd with fsync = always. */

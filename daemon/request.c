@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "log.h"
 #include "request.h"
@@ -25,6 +26,24 @@ typedef struct psd_held {
 
 static void advance(psd_node *n, uint64_t now_ms);
 
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int lat_kind(int op)
+{
+    if (op == PSW_OP_PUSHPULL)
+        return PSD_LAT_PUSHPULL;
+    if (psw_op_has(op, PSW_OPF_PUSHES))
+        return PSD_LAT_PUSH;
+    if (psw_op_has(op, PSW_OPF_PULLS))
+        return PSD_LAT_PULL;
+    return PSD_LAT_CONTROL;      /* CLOCK, BARRIER, LEAVE */
+}
+
 static int has_bsp(const psd_node *n)
 {
     for (int i = 0; i < n->ntables; i++)
@@ -40,6 +59,8 @@ static int has_bsp(const psd_node *n)
  * nothing or names no table. Saturates instead of overflowing. */
 static uint64_t rows_bytes(const psd_node *n, const psw_msg *m)
 {
+    if (m->op == PSW_OP_ADMIN)   /* text, not rows, but it counts alike */
+        return PSW_ADMIN_REPLY_MAX;
     if (!psw_op_has(m->op, PSW_OPF_PULLS) || m->table >= (uint32_t)n->ntables)
         return 0;
     uint64_t rows = psw_op_has(m->op, PSW_OPF_RANGED) ? m->count : m->nkeys;
@@ -91,6 +112,8 @@ static void reply_error(psd_node *n, psd_session *ss, const psw_msg *m,
                         int status, const char *text)
 {
     n->stats.request_errors++;
+    if (psw_op_has(m->op, PSW_OPF_TABLE) && m->table < (uint32_t)n->ntables)
+        n->tstats[m->table].errors++;
     psd_debug("request %llu from %s: %s", (unsigned long long)m->ts, ss->peer,
               text);
     psw_pack_reply(ss->out, m->ts, m->part, status, text, 0, 0);
@@ -297,6 +320,42 @@ static void session(psd_node *n, psd_session *ss, const psw_msg *m,
     }
 }
 
+/* An operator's command: the server's hook answers it with text, sent as
+ * the reply's payload (cut to what a frame can carry). */
+static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (!n->admin) {
+        reply_error(n, ss, m, PSW_EINVAL, "this node takes no commands");
+        return;
+    }
+    int rc = n->admin(n->admin_arg, m->text, m->text_len, &text, &len);
+    uint64_t room = rows_bytes(n, m), one = psw_payload_max(n->cfg.max_frame);
+    if (room > one)
+        room = one;
+    if (rc == PSW_OK && len > room) {
+        free(text);
+        text = NULL;
+        rc = PSW_ETOOBIG;
+        char why[160];
+        snprintf(why, sizeof why, "the answer (%zu bytes) does not fit a "
+                 "reply (%llu bytes at this max_frame)", len,
+                 (unsigned long long)room);
+        reply_error(n, ss, m, rc, why);
+        return;
+    }
+    if (rc != PSW_OK) {
+        reply_error(n, ss, m, rc, text ? text : "failed");
+        free(text);
+        return;
+    }
+    char *p = psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, len, 0);
+    if (p)
+        memcpy(p, text, len);
+    free(text);
+}
+
 /* ---- data requests -------------------------------------------------- */
 
 /* Whether push m's values hold a NaN or an infinity: from the reader's
@@ -361,6 +420,11 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
 
     if (psw_op_has(m->op, PSW_OPF_SESSION)) {
         session(n, ss, m, now_ms);
+        return;
+    }
+    /* An operator's command is not counted with the clients' requests. */
+    if (m->op == PSW_OP_ADMIN) {
+        admin(n, ss, m);
         return;
     }
     n->stats.requests++;
@@ -445,6 +509,11 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     int seen_status;
     if (dc && psd_dedup_seen(dc, m->ts, m->part, &seen_status)) {
         n->stats.duplicates++;
+        /* Its first copy may still wait for its record to be durable (on
+         * a connection since lost): this answer waits as long, for every
+         * record so far, the first copy's among them. */
+        if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
+            ss->need_lsn = psd_journal_last(n->journal);
         if (seen_status != PSW_OK) {
             reply_error(n, ss, m, seen_status, "out of memory creating rows "
                         "(this retransmission was not applied again)");
@@ -489,6 +558,8 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         }
         n->stats.pushes++;
         n->stats.keys_pushed += nrows;
+        n->tstats[m->table].pushes++;
+        n->tstats[m->table].keys_pushed += nrows;
         if (rc) {
             reply_error(n, ss, m, PSW_ENOMEM, "out of memory creating rows");
             return;
@@ -500,6 +571,8 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     }
     n->stats.pulls++;
     n->stats.keys_pulled += nrows;
+    n->tstats[m->table].pulls++;
+    n->tstats[m->table].keys_pulled += nrows;
     uint64_t need;
     int32_t id = psd_sync_holds(&n->sync, ss->worker, ss) ? ss->worker : -1;
     if (tc->consistency == PSD_CONS_SSP &&
@@ -577,9 +650,18 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
     }
     psw_out_frame_begin(ss->out);
     for (int i = 0; i < count; i++) {
-        if (!psw_op_has(m[i].op, PSW_OPF_SESSION))
-            reply_room(n, ss, reply_bound(n, &m[i]));
+        if (psw_op_has(m[i].op, PSW_OPF_SESSION)) {
+            dispatch(n, ss, &m[i], now_ms, &bad);
+            continue;
+        }
+        reply_room(n, ss, reply_bound(n, &m[i]));
+        if (m[i].op == PSW_OP_ADMIN) {
+            dispatch(n, ss, &m[i], now_ms, &bad);
+            continue;
+        }
+        uint64_t t0 = now_ns();
         dispatch(n, ss, &m[i], now_ms, &bad);
+        n->latency[lat_kind(m[i].op)][psw_hist_bucket(now_ns() - t0)]++;
     }
     psw_out_frame_end(ss->out);
     if (bad_ts != &one_bad)

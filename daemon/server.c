@@ -4,24 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
 
 #include "log.h"
+#include "preflight.h"
 #include "request.h"
 #include "server.h"
 
 #define MODE_TICK_MS 100
-
-static int is_loopback(const char *host)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
-    return 0;
-}
 
 static void on_conn_tick(uv_timer_t *t)
 {
@@ -58,27 +47,32 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         psd_config_destroy(cfg);
         return -1;
     }
-    if (cfg->auth_token[0]) {
-        snprintf(err, errlen, "%s: auth_token is set, but token "
-                 "authentication is not implemented in this release; leave "
-                 "it empty and use loopback addresses", cfg_path);
+    psd_preflight pf;
+    int bad = psd_preflight_run(&pf, cfg, cfg_path, node);
+    for (int i = 0; i < pf.nnotes; i++)
+        psd_warn("%s", pf.notes[i]);
+    if (bad) {
+        size_t at = 0;
+        err[0] = '\0';
+        for (int i = 0; i < pf.nproblems && at + 1 < errlen; i++)
+            at += (size_t)snprintf(err + at, errlen - at, "%s%s",
+                                   i ? "\n" : "", pf.problems[i]);
+        psd_preflight_destroy(&pf);
         psd_config_destroy(cfg);
         return -1;
     }
-    /* What is exposed is the address bound: listen when set. */
-    const psd_node_addr *bind = cfg->nlisten ? cfg->listen : cfg->nodes;
-    for (int i = 0; i < cfg->nnodes; i++)
-        if (!is_loopback(bind[i].host)) {
-            snprintf(err, errlen, "%s: node %d%s address %s is not loopback "
-                     "and auth_token is empty: refusing to serve "
-                     "unauthenticated clients on a network address", cfg_path,
-                     i, cfg->nlisten ? " listen" : "", bind[i].host);
-            psd_config_destroy(cfg);
-            return -1;
-        }
+    s->bind = pf.bind;
+    s->auth = psd_auth_new(pf.token, pf.token_len);
+    psd_preflight_destroy(&pf);
+    if (!s->auth) {
+        snprintf(err, errlen, "out of memory");
+        psd_config_destroy(cfg);
+        return -1;
+    }
     if (psd_node_init(&s->node, cfg, node, uv_now(loop), err, errlen))
         return -1;
     psd_conns_init(&s->conns, loop, &s->node);
+    s->conns.auth = s->auth;
     return psd_durable_start(&s->dur, loop, &s->node, skip_snapshot,
                              on_durable_moved, s, err, errlen);
 }
@@ -98,21 +92,17 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     const psd_node *n = &s->node;
     const psd_node_addr *a = n->cfg.nlisten ? &n->cfg.listen[n->index]
                                             : &n->cfg.nodes[n->index];
-    struct sockaddr_storage sa;
-    int rc = strchr(a->host, ':')
-                 ? uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&sa)
-                 : uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&sa);
-    if (rc == 0)
-        rc = uv_tcp_init(s->loop, &s->listener);
+    int rc = uv_tcp_init(s->loop, &s->listener);
     if (rc == 0) {
         s->listener.data = s;
-        rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&sa, 0);
+        rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&s->bind, 0);
     }
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    char text[PSW_ADDR_TEXT_MAX];
+    psw_addr_format(a, text, sizeof text);
     if (rc) {
-        snprintf(err, errlen, "cannot listen on %s%s:%d: %s",
-                 strchr(a->host, ':') ? "[" : "", a->host, a->port,
+        snprintf(err, errlen, "cannot listen on %s: %s", text,
                  uv_strerror(rc));
         return -1;
     }
@@ -130,11 +120,20 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     uv_timer_init(s->loop, &s->mode_timer);
     s->mode_timer.data = s;
     uv_timer_start(&s->mode_timer, on_mode_tick, MODE_TICK_MS, MODE_TICK_MS);
+    if (psd_admin_init(&s->admin, s->loop, &s->node, &s->conns, &s->dur)) {
+        snprintf(err, errlen, "out of memory for the stats window");
+        return -1;
+    }
+    if (n->cfg.nmetrics &&
+        psd_metrics_start(&s->metrics, s->loop, &n->cfg.metrics[n->index],
+                          psd_admin_command, &s->admin, err, errlen))
+        return -1;
     uint64_t rows, bytes;
     psd_node_size(n, &rows, &bytes);
-    psd_info("node %d of %d listening on %s:%d (clients are told %s): %d "
+    psd_info("node %d of %d listening on %s (clients are told %s%s): %d "
              "tables, %u shards, %llu dense rows here (%.1f MiB)", n->index,
-             n->cfg.nnodes, a->host, a->port, n->cluster.nodes[n->index],
+             n->cfg.nnodes, text, n->cluster.nodes[n->index],
+             psd_auth_on(s->auth) ? "; clients must authenticate" : "",
              n->ntables, n->cfg.shards, (unsigned long long)rows,
              (double)bytes / (1 << 20));
     return 0;
@@ -168,6 +167,8 @@ void psd_server_stop(psd_server *s)
     uv_close((uv_handle_t *)&s->listener, NULL);
     uv_close((uv_handle_t *)&s->conn_timer, NULL);
     uv_close((uv_handle_t *)&s->mode_timer, NULL);
+    psd_admin_stop(&s->admin);
+    psd_metrics_stop(&s->metrics);
     psd_durable_stop(&s->dur);
     psd_conns_shutdown(&s->conns);
     const psd_stats *st = &s->node.stats;
@@ -175,7 +176,8 @@ void psd_server_stop(psd_server *s)
              "frames (%llu answered with an error), %llu connections closed "
              "for protocol errors (%llu of them a frame past frame_timeout), "
              "%llu refused at max_connections(_per_addr), %llu idle ones "
-             "closed to make room, %llu closed at max_client_memory",
+             "closed to make room, %llu closed at max_client_memory, %llu "
+             "failed authentications",
              (unsigned long long)st->conns_accepted,
              (unsigned long long)st->requests,
              (unsigned long long)st->frames,
@@ -184,7 +186,8 @@ void psd_server_stop(psd_server *s)
              (unsigned long long)st->frames_timed_out,
              (unsigned long long)st->conns_refused,
              (unsigned long long)st->conns_evicted,
-             (unsigned long long)st->conns_over_memory);
+             (unsigned long long)st->conns_over_memory,
+             (unsigned long long)st->auth_failures);
 }
 
 int psd_server_final(psd_server *s)
@@ -198,10 +201,23 @@ int psd_server_final(psd_server *s)
     return 0;
 }
 
+const char *psd_server_status(psd_server *s)
+{
+    static char line[256];
+    const psd_node *n = &s->node;
+    snprintf(line, sizeof line, "node %d of %d serving %s: %d tables, "
+             "snapshot generation %llu", n->index, n->cfg.nnodes,
+             n->cluster.nodes[n->index], n->ntables,
+             (unsigned long long)s->dur.st.generation);
+    return line;
+}
+
 void psd_server_destroy(psd_server *s)
 {
     psd_journal_close(s->node.journal);
     s->node.journal = NULL;
     psd_request_drop_all(&s->node);
     psd_node_destroy(&s->node);
+    psd_auth_free(s->auth);
+    s->auth = NULL;
 }

@@ -6,10 +6,13 @@
 
 #include <uv.h>
 
+#include "admin.h"
 #include "config.h"
 #include "conn.h"
 #include "durable.h"
+#include "metrics.h"
 #include "node.h"
+#include "auth.h"
 
 typedef struct psd_server {
     uv_loop_t *loop;
@@ -18,16 +21,20 @@ typedef struct psd_server {
     psd_durable dur;             /* snapshots and the journal */
     uv_tcp_t listener;
     psd_conns conns;
+    psd_admin admin;             /* psctl's commands, the stats */
+    psd_metrics metrics;         /* /metrics, when metrics_listen is set */
+    psd_auth *auth;              /* the token in force and the throttle */
+    struct sockaddr_storage bind; /* the node's address, resolved */
     int stopping;
     uv_timer_t conn_timer;       /* HELLO timeout, heartbeats, dead peers */
     uv_timer_t mode_timer;       /* training modes: grace, wait logs */
 } psd_server;
 
-/* Takes ownership of *cfg (left zeroed), builds node `node`'s tables and
- * restores them from its data folder (skip_snapshot: from nothing, the
- * files moved aside). Refuses (protected mode) to serve non-loopback
- * addresses without authentication. Returns 0, or -1 with a reason in
- * err. */
+/* Takes ownership of *cfg (left zeroed), runs the checks of preflight.h
+ * (the token file, host names, protected mode: no non-loopback address
+ * without a token), builds node `node`'s tables and restores them from
+ * its data folder (skip_snapshot: from nothing, the files moved aside).
+ * Returns 0, or -1 with the reasons (one per line) in err. */
 int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
                     const char *cfg_path, int node, int skip_snapshot,
                     char *err, size_t errlen);
@@ -47,6 +54,10 @@ void psd_server_stop(psd_server *s);
 /* Writes the final snapshot (after the loop has finished, so nothing
  * changes any more). 0, or -1 after logging why. */
 int psd_server_final(psd_server *s);
+
+/* One line for the service manager's STATUS=: what this node serves.
+ * Valid until the next call. */
+const char *psd_server_status(psd_server *s);
 
 /* Frees tables and config; call after the loop has finished. */
 void psd_server_destroy(psd_server *s);

@@ -176,7 +176,9 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
 {
     char path[4200], tmp[4300];
     psd_snapshot_path(path, sizeof path, dir, n->index);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    /* Named for the writer: a writer that outlived its psd can never
+     * rename a newer psd's unfinished file, or the reverse. */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     unlink(tmp);                 /* a leftover of a writer that died */
     writer w = { .fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                             0600) };
@@ -217,10 +219,13 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
         return -1;
     }
     pause_at("renamed");
-    if (fsync_dir(dir)) {
+    /* The new file is in place either way; without the folder's fsync
+     * a power loss may bring the previous one back, so the caller keeps
+     * the journal it covers (err says why). */
+    if (errlen)
+        err[0] = '\0';
+    if (fsync_dir(dir) && fsync_dir(dir))
         snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
-        return -1;
-    }
     if (info)
         *info = (psd_snap_info){ generation, journal_seq, created, w.off };
     return 0;

@@ -30,7 +30,10 @@ void psd_snapshot_path(char *buf, size_t len, const char *dir, int node);
 
 /* Writes node n's state as snapshot `generation`, covering the journal up
  * to (not including) segment journal_seq. Returns 0, or -1 with the
- * reason in err; the previous snapshot is then untouched. For tests, the
+ * reason in err; the previous snapshot is then untouched. On 0, err is
+ * empty, or says the folder could not be fsync'd after the rename: the
+ * new snapshot is in place, but only a power loss away from the previous
+ * one, so the journal segments it covers must be kept. For tests, the
  * environment variable PSD_TEST_SNAPSHOT_PAUSE=STAGE:MS makes the writer
  * sleep MS ms at STAGE (written, fsynced or renamed), so a test can kill
  * it there. */

@@ -23,6 +23,7 @@ static const psw_op_info ops[] = {
     [PSW_OP_REPLY] = { 7, 0 },
     [PSW_OP_PING] = { 1, PSW_OPF_SESSION },
     [PSW_OP_ACK] = { 2, PSW_OPF_SESSION },
+    [PSW_OP_ADMIN] = { 4, PSW_OPF_ADMIN },
 };
 #undef T
 
@@ -58,8 +59,30 @@ void psw_pack_hello(psw_out *o, const psw_hello *h)
     pk_check(o, msgpack_pack_uint64(pk, h->client_id));
     pk_check(o, msgpack_pack_uint64(pk, h->incarnation));
     pk_check(o, msgpack_pack_int32(pk, h->worker));
-    if (h->token)
-        psw_out_bin(o, h->token, h->token_len);
+    if (h->nonce)
+        psw_out_bin(o, h->nonce, h->nonce_len);
+    else
+        pk_check(o, msgpack_pack_nil(pk));
+}
+
+void psw_pack_challenge(psw_out *o, const psw_challenge *ch)
+{
+    o->frame_msgs++;
+    msgpack_packer *pk = &o->pk;
+    pk_check(o, msgpack_pack_array(pk, 3));
+    pk_check(o, msgpack_pack_uint8(pk, PSW_OP_CHALLENGE));
+    psw_out_bin(o, (const char *)ch->nonce, PSW_NONCE_LEN);
+    pk_check(o, msgpack_pack_int32(pk, ch->node_index));
+}
+
+void psw_pack_auth(psw_out *o, const psw_auth_msg *a)
+{
+    o->frame_msgs++;
+    msgpack_packer *pk = &o->pk;
+    pk_check(o, msgpack_pack_array(pk, 2));
+    pk_check(o, msgpack_pack_uint8(pk, PSW_OP_AUTH));
+    if (a->proof)
+        psw_out_bin(o, a->proof, a->proof_len);
     else
         pk_check(o, msgpack_pack_nil(pk));
 }
@@ -68,7 +91,8 @@ void psw_pack_hello_ok(psw_out *o, const psw_cluster *l)
 {
     o->frame_msgs++;
     msgpack_packer *pk = &o->pk;
-    pk_check(o, msgpack_pack_array(pk, 14));
+    pk_check(o, msgpack_pack_array(pk, l->proof_state == PSW_PROOF_ABSENT
+                                           ? 14 : 15));
     pk_check(o, msgpack_pack_uint8(pk, PSW_OP_HELLO_OK));
     pk_check(o, msgpack_pack_int32(pk, l->status));
     pack_str(o, l->text);
@@ -95,6 +119,10 @@ void psw_pack_hello_ok(psw_out *o, const psw_cluster *l)
     pk_check(o, msgpack_pack_uint64(pk, l->worker_barrier));
     pk_check(o, msgpack_pack_uint32(pk, l->heartbeat_ms));
     pk_check(o, msgpack_pack_uint32(pk, l->peer_timeout_ms));
+    if (l->proof_state == PSW_PROOF_SET)
+        psw_out_bin(o, (const char *)l->proof, PSW_PROOF_LEN);
+    else if (l->proof_state == PSW_PROOF_NIL)
+        pk_check(o, msgpack_pack_nil(pk));
 }
 
 void psw_pack_request(psw_out *o, const psw_msg *m)
@@ -118,6 +146,10 @@ void psw_pack_request(psw_out *o, const psw_msg *m)
     if (info->flags & PSW_OPF_CONTROL) {
         if (m->op != PSW_OP_LEAVE)
             pk_check(o, msgpack_pack_uint64(pk, m->value));
+        return;
+    }
+    if (info->flags & PSW_OPF_ADMIN) {
+        pk_check(o, msgpack_pack_str_with_body(pk, m->text, m->text_len));
         return;
     }
     pk_check(o, msgpack_pack_uint32(pk, m->table));
@@ -285,6 +317,15 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
             FAIL("op %u: bad clock or barrier number", op);
         return 0;
     }
+    if (info->flags & PSW_OPF_ADMIN) {
+        if (f[3].type != MSGPACK_OBJECT_STR ||
+            f[3].via.str.size >= PSW_TEXT_MAX)
+            FAIL("ADMIN: the command is not a STR of at most %d bytes",
+                 PSW_TEXT_MAX - 1);
+        m->text = f[3].via.str.ptr;
+        m->text_len = f[3].via.str.size;
+        return 0;
+    }
     if (get_u32(&f[3], &m->table))
         FAIL("op %u: bad table id", op);
     int pushes = info->flags & PSW_OPF_PUSHES;
@@ -322,10 +363,45 @@ int psw_hello_decode(const msgpack_object *o, psw_hello *h, char *err,
         get_u64(&f[3], &h->incarnation) || get_i32(&f[4], &h->worker))
         FAIL("HELLO: bad field");
     if (f[5].type != MSGPACK_OBJECT_NIL) {
-        if (get_bin(&f[5], &h->token, &h->token_len) ||
-            h->token_len > PSW_TOKEN_MAX)
-            FAIL("HELLO: bad token");
+        if (get_bin(&f[5], &h->nonce, &h->nonce_len) ||
+            h->nonce_len > PSW_TOKEN_MAX)
+            FAIL("HELLO: bad nonce or token");
     }
+    return 0;
+}
+
+int psw_challenge_decode(const msgpack_object *o, psw_challenge *ch,
+                         char *err, size_t errlen)
+{
+    uint32_t op;
+    const char *nonce;
+    size_t n;
+    if (msg_op(o, 1, err, errlen, &op))
+        return PSW_EPROTO;
+    if (op != PSW_OP_CHALLENGE || o->via.array.size != 3)
+        FAIL("expected CHALLENGE with 3 fields");
+    const msgpack_object *f = o->via.array.ptr;
+    if (get_bin(&f[1], &nonce, &n) || n != PSW_NONCE_LEN ||
+        get_i32(&f[2], &ch->node_index))
+        FAIL("CHALLENGE: bad nonce or node index");
+    memcpy(ch->nonce, nonce, PSW_NONCE_LEN);
+    return 0;
+}
+
+int psw_auth_decode(const msgpack_object *o, psw_auth_msg *a, char *err,
+                    size_t errlen)
+{
+    uint32_t op;
+    if (msg_op(o, 1, err, errlen, &op))
+        return PSW_EPROTO;
+    if (op != PSW_OP_AUTH || o->via.array.size != 2)
+        FAIL("expected AUTH with 2 fields, got op %u", op);
+    const msgpack_object *f = o->via.array.ptr;
+    memset(a, 0, sizeof *a);
+    if (f[1].type != MSGPACK_OBJECT_NIL &&
+        (get_bin(&f[1], &a->proof, &a->proof_len) ||
+         a->proof_len > PSW_TOKEN_MAX))
+        FAIL("AUTH: bad proof");
     return 0;
 }
 
@@ -346,8 +422,9 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
     memset(l, 0, sizeof *l);
     if (msg_op(o, 1, err, errlen, &op))
         return PSW_EPROTO;
-    if (op != PSW_OP_HELLO_OK || o->via.array.size != 14)
-        FAIL("expected HELLO_OK with 14 fields");
+    if (op != PSW_OP_HELLO_OK ||
+        (o->via.array.size != 14 && o->via.array.size != 15))
+        FAIL("expected HELLO_OK with 14 or 15 fields");
     const msgpack_object *f = o->via.array.ptr;
     if (get_i32(&f[1], &st) || st > 0 || f[2].type != MSGPACK_OBJECT_STR)
         FAIL("HELLO_OK: bad status");
@@ -365,6 +442,18 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
         get_u32(&f[13], &l->peer_timeout_ms))
         FAIL("HELLO_OK: bad header field");
     l->node_index = idx;
+    l->proof_state = PSW_PROOF_ABSENT;
+    if (o->via.array.size == 15) {
+        const char *proof;
+        size_t n;
+        l->proof_state = PSW_PROOF_NIL;
+        if (f[14].type != MSGPACK_OBJECT_NIL) {
+            if (get_bin(&f[14], &proof, &n) || n != PSW_PROOF_LEN)
+                FAIL("HELLO_OK: bad proof");
+            memcpy(l->proof, proof, PSW_PROOF_LEN);
+            l->proof_state = PSW_PROOF_SET;
+        }
+    }
     if (st != PSW_OK)
         return 0;                        /* refused: no layout follows */
     if (f[8].type != MSGPACK_OBJECT_ARRAY || f[9].type != MSGPACK_OBJECT_ARRAY)

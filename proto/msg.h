@@ -9,9 +9,15 @@
 #include <string.h>
 #include <msgpack.h>
 
+#include "addr.h"
+#include "auth.h"
 #include "frame.h"
 
-#define PSW_VERSION 2
+/* The version this code speaks, and the oldest a server still accepts
+ * (version 2 has no authentication: only a server without a token takes
+ * it, and answers it exactly as version 2 did). */
+#define PSW_VERSION 3
+#define PSW_VERSION_MIN 2
 
 /* Op codes. A new op needs: a row in psw_ops (msg.c: its fields and
  * properties), its fields in psw_pack_request / psw_msg_decode, a section
@@ -22,6 +28,8 @@ enum psw_op {
     PSW_OP_HELLO_OK = 2,
     PSW_OP_PING = 3,       /* either way, on an idle connection; no reply */
     PSW_OP_ACK = 4,        /* client: requests below `value` are complete */
+    PSW_OP_CHALLENGE = 5,  /* server, before HELLO_OK when it has a token */
+    PSW_OP_AUTH = 6,       /* client: its proof, answering CHALLENGE */
     PSW_OP_PUSH = 10,
     PSW_OP_PULL = 11,
     PSW_OP_PUSHPULL = 12,
@@ -30,7 +38,9 @@ enum psw_op {
     PSW_OP_CLOCK = 15,
     PSW_OP_BARRIER = 16,
     PSW_OP_LEAVE = 17,
-    PSW_OP_REPLY = 20
+    PSW_OP_REPLY = 20,
+    PSW_OP_ADMIN = 30      /* an operator's command (psctl): its reply's
+                              payload is text */
 };
 
 /* What an op does, for every module that must treat ops alike: the
@@ -41,8 +51,9 @@ enum {
     PSW_OPF_RANGED = 4,    /* first + count instead of a key list */
     PSW_OPF_TABLE = 8,     /* names a table */
     PSW_OPF_CONTROL = 16,  /* CLOCK, BARRIER, LEAVE: training-mode control */
-    PSW_OPF_SESSION = 32   /* PING, ACK: about the connection, no ts, no
+    PSW_OPF_SESSION = 32,  /* PING, ACK: about the connection, no ts, no
                               part, no reply */
+    PSW_OPF_ADMIN = 64     /* ADMIN: a command STR, a text reply */
 };
 
 typedef struct psw_op_info {
@@ -65,10 +76,13 @@ static inline int psw_op_has(int op, int flag)
 #define PSW_MAX_NODES 4096
 #define PSW_MAX_TABLES 4096
 #define PSW_NAME_MAX 64
-#define PSW_ADDR_MAX 72
-#define PSW_TOKEN_MAX 256
+#define PSW_ADDR_MAX PSW_ADDR_TEXT_MAX  /* a node address in HELLO_OK */
+#define PSW_TOKEN_MAX 256        /* HELLO field 5: a v2 token or a v3 nonce */
 #define PSW_TEXT_MAX 512        /* error texts in replies, NUL excluded, are
-                                   cut to PSW_TEXT_MAX - 1 bytes */
+                                   cut to PSW_TEXT_MAX - 1 bytes; also the
+                                   longest ADMIN command */
+#define PSW_ADMIN_REPLY_MAX (4u << 20)  /* the text an ADMIN reply may carry
+                                   (less when max_frame is smaller) */
 
 /* The size rule both sides budget frames with. A frame body is at most
  * max_frame bytes: an array header of PSW_BODY_OVERHEAD bytes, then the
@@ -110,7 +124,8 @@ typedef struct psw_msg {
                               the client with ts < value is complete */
     uint64_t clock;        /* replies: the table clock the rows reflect */
     int status;            /* replies: PSW_OK or a PSW_E* code */
-    const char *text;      /* replies: error detail, text_len bytes */
+    const char *text;      /* replies: error detail; ADMIN: the command;
+                              text_len bytes, not NUL-terminated */
     size_t text_len;
 } psw_msg;
 
@@ -119,9 +134,27 @@ typedef struct psw_hello {
     uint64_t client_id;
     uint64_t incarnation;
     int32_t worker;        /* -1: not a worker */
-    const char *token;     /* view, token_len bytes; NULL: none */
-    size_t token_len;
+    const char *nonce;     /* field 5: version 3, the client's nonce
+                              (PSW_NONCE_LEN bytes); version 2, a token
+                              nobody reads. A view; NULL: nil */
+    size_t nonce_len;
 } psw_hello;
+
+/* The server's challenge (version 3, a server with a token). */
+typedef struct psw_challenge {
+    uint8_t nonce[PSW_NONCE_LEN];
+    int32_t node_index;    /* the node answering: bound into both proofs */
+} psw_challenge;
+
+/* The client's answer to a challenge: its proof, or none (a client
+ * without a token says so, and the server refuses it with EAUTH). */
+typedef struct psw_auth_msg {
+    const char *proof;     /* view, proof_len bytes; NULL: nil */
+    size_t proof_len;
+} psw_auth_msg;
+
+/* HELLO_OK's field 14, the server's proof: version 2 has no such field. */
+enum { PSW_PROOF_ABSENT, PSW_PROOF_NIL, PSW_PROOF_SET };
 
 /* A table's consistency mode on the wire (HELLO_OK table entries). */
 enum { PSW_CONS_ASYNC = 0, PSW_CONS_BSP = 1, PSW_CONS_SSP = 2 };
@@ -152,13 +185,18 @@ typedef struct psw_cluster {
     uint64_t worker_barrier;       /* barrier count on this node (else 0) */
     uint32_t heartbeat_ms;         /* send a PING after this long idle */
     uint32_t peer_timeout_ms;      /* a peer silent this long is dead */
+    int proof_state;               /* PSW_PROOF_*: 14 fields when ABSENT */
+    uint8_t proof[PSW_PROOF_LEN];  /* the server's proof when SET */
 } psw_cluster;
 
 void psw_cluster_free(psw_cluster *l);
 
 /* ---- encoding (each packs one message into the open frame) ----------- */
 void psw_pack_hello(psw_out *o, const psw_hello *h);
+/* HELLO_OK with 14 fields (version 2) or 15 (proof_state says which). */
 void psw_pack_hello_ok(psw_out *o, const psw_cluster *l);
+void psw_pack_challenge(psw_out *o, const psw_challenge *ch);
+void psw_pack_auth(psw_out *o, const psw_auth_msg *a);
 /* Requests: keys and vals are referenced or copied per psw_out_bin. */
 void psw_pack_request(psw_out *o, const psw_msg *m);
 /* A reply with `nbytes` of payload: returns where to write the payload
@@ -180,7 +218,15 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
                    size_t errlen);
 int psw_hello_decode(const msgpack_object *o, psw_hello *h, char *err,
                      size_t errlen);
-/* Allocates l->nodes and l->tables; free with psw_cluster_free. */
+/* A CHALLENGE: its nonce must be PSW_NONCE_LEN bytes. */
+int psw_challenge_decode(const msgpack_object *o, psw_challenge *ch,
+                         char *err, size_t errlen);
+/* An AUTH: a proof BIN (at most PSW_TOKEN_MAX bytes) or nil. */
+int psw_auth_decode(const msgpack_object *o, psw_auth_msg *a, char *err,
+                    size_t errlen);
+/* Accepts 14 fields (version 2) or 15 (version 3: the server's proof,
+ * BIN of PSW_PROOF_LEN bytes or nil).
+ * Allocates l->nodes and l->tables; free with psw_cluster_free. */
 int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
                         size_t errlen);
 

@@ -18,7 +18,7 @@
 
 /* A port the kernel just handed out: free now, and unlikely to be handed
  * out again within the second it takes psd to bind it. */
-static int free_port(void)
+int cluster_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = { .sin_family = AF_INET };
@@ -122,8 +122,8 @@ int cluster_start_opts(test_cluster *c, int nodes, int shards, int proxied,
     fprintf(f, "[cluster]\nnodes = ");
     size_t at = 0;
     for (int i = 0; i < nodes; i++) {
-        c->port[i] = free_port();
-        c->pub[i] = proxied ? free_port() : c->port[i];
+        c->port[i] = cluster_free_port();
+        c->pub[i] = proxied ? cluster_free_port() : c->port[i];
         fprintf(f, "%s127.0.0.1:%d", i ? ", " : "", c->pub[i]);
         at += (size_t)snprintf(c->spec + at, sizeof c->spec - at, "%s127.0.0.1:%d",
                                i ? "," : "", c->pub[i]);

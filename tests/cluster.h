@@ -26,6 +26,9 @@ typedef struct test_cluster {
  * the given extra text (tables, [server] settings), starts every node and
  * waits until each accepts connections. Returns 0, or -1 after printing
  * why (and stopping whatever started). */
+/* A loopback TCP port nobody listens on right now. */
+int cluster_free_port(void);
+
 int cluster_start(test_cluster *c, int nodes, int shards, const char *extra);
 /* The same with extra lines for the [cluster] section (for example
  * "workers = 3\nworker_grace = 1\n"). */

@@ -23,13 +23,19 @@ void *oracle_run(void *arg)
         return NULL;
     }
     int t = ps_table(c, ORACLE_TABLE, NULL);
-    uint64_t keys[ORACLE_KEYS];
-    float ones[ORACLE_KEYS];
-    for (int k = 0; k < ORACLE_KEYS; k++) {
+    int nk = j->nkeys > 0 ? j->nkeys : ORACLE_KEYS;
+    uint64_t *keys = malloc((size_t)nk * sizeof *keys);
+    float *ones = malloc((size_t)nk * sizeof *ones);
+    for (int k = 0; keys && ones && k < nk; k++) {
         keys[k] = oracle_key(k);
         ones[k] = 1.0f;
     }
-    ps_ts *win = calloc((size_t)j->inflight, sizeof *win);
+    ps_ts *win = keys && ones ? calloc((size_t)j->inflight, sizeof *win)
+                              : NULL;
+    if (!win) {
+        snprintf(j->last_error, sizeof j->last_error, "out of memory");
+        j->failed = j->pushes;
+    }
     for (int i = 0; win && i < j->pushes + j->inflight; i++) {
         int slot = i % j->inflight;
         if (win[slot] > 0) {
@@ -47,7 +53,7 @@ void *oracle_run(void *arg)
             j->pushes = i;       /* drain the window, then return */
         }
         if (i < j->pushes) {
-            win[slot] = ps_push(c, t, keys, ORACLE_KEYS, ones, NULL, NULL);
+            win[slot] = ps_push(c, t, keys, (size_t)nk, ones, NULL, NULL);
             if (win[slot] < 0) {
                 j->failed++;
                 snprintf(j->last_error, sizeof j->last_error, "ps_push: %s",
@@ -57,6 +63,8 @@ void *oracle_run(void *arg)
         }
     }
     free(win);
+    free(keys);
+    free(ones);
     ps_close(c);
     return NULL;
 }
@@ -93,31 +101,52 @@ void oracle_run_until(const char *spec, const ps_options *opt, int jobs,
 
 int oracle_check(const char *spec, int lo, int hi, char *why, size_t len)
 {
+    return oracle_check_n(spec, NULL, ORACLE_KEYS, lo, hi, why, len);
+}
+
+int oracle_check_n(const char *spec, const ps_options *opt, int nkeys,
+                   int lo, int hi, char *why, size_t len)
+{
     ps_client *c;
     ps_options o;
-    ps_options_init(&o);
+    if (opt)
+        o = *opt;
+    else
+        ps_options_init(&o);
     int rc = ps_open(&c, spec, &o);
     if (rc) {
         snprintf(why, len, "ps_open: %s", ps_strerror(rc));
         return -1;
     }
     int t = ps_table(c, ORACLE_TABLE, NULL);
-    uint64_t keys[ORACLE_KEYS];
-    float out[ORACLE_KEYS];
-    for (int k = 0; k < ORACLE_KEYS; k++)
-        keys[k] = oracle_key(k);
-    rc = ps_wait(c, ps_pull(c, t, keys, ORACLE_KEYS, out, NULL, NULL));
-    if (rc) {
-        snprintf(why, len, "pull: %s: %s", ps_strerror(rc), ps_last_error(c));
+    uint64_t *keys = malloc((size_t)nkeys * sizeof *keys);
+    float *out = malloc((size_t)nkeys * sizeof *out);
+    if (!keys || !out) {
+        snprintf(why, len, "out of memory");
+        free(keys);
+        free(out);
         ps_close(c);
         return -1;
     }
+    for (int k = 0; k < nkeys; k++)
+        keys[k] = oracle_key(k);
+    rc = ps_wait(c, ps_pull(c, t, keys, (size_t)nkeys, out, NULL, NULL));
+    if (rc) {
+        snprintf(why, len, "pull: %s: %s", ps_strerror(rc), ps_last_error(c));
+        ps_close(c);
+        free(keys);
+        free(out);
+        return -1;
+    }
     ps_close(c);
-    for (int k = 0; k < ORACLE_KEYS; k++)
+    int bad = 0;
+    for (int k = 0; k < nkeys && !bad; k++)
         if (out[k] < (float)lo || out[k] > (float)hi) {
             snprintf(why, len, "key %llu: got %.0f, want %d..%d",
                      (unsigned long long)keys[k], (double)out[k], lo, hi);
-            return -1;
+            bad = 1;
         }
-    return 0;
+    free(keys);
+    free(out);
+    return bad ? -1 : 0;
 }

@@ -21,6 +21,7 @@ typedef struct oracle_job {
     volatile int *stop;          /* when set and nonzero: push no more */
     int acked, failed;           /* results */
     char last_error[300];
+    int nkeys;                   /* keys 0..nkeys-1; 0: ORACLE_KEYS */
 } oracle_job;
 
 /* The i-th key (0..ORACLE_KEYS-1). */
@@ -43,5 +44,9 @@ void oracle_run_until(const char *spec, const ps_options *opt, int jobs,
 /* Pulls every key through spec and checks lo <= value <= hi. Returns 0,
  * or -1 with the first offending key and value written to why. */
 int oracle_check(const char *spec, int lo, int hi, char *why, size_t len);
+
+/* The same for keys 0..nkeys-1, opened with opt (NULL: defaults). */
+int oracle_check_n(const char *spec, const ps_options *opt, int nkeys,
+                   int lo, int hi, char *why, size_t len);
 
 #endif

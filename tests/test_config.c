@@ -12,7 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "../daemon/config.h"
+#include "../daemon/preflight.h"
 
 #include "expect.h"
 
@@ -256,9 +259,28 @@ static const error_case error_cases[] = {
     { "duplicate_ipv6_node_spelled_differently_is_refused",
       "[cluster]\nnodes = [::1]:7070, [0:0::1]:7070\n", 0, 2,
       "duplicate node \"[0:0::1]:7070\" (entries 1 and 2)", 0 },
-    { "host_name_node_is_refused",
-      "[cluster]\nnodes = localhost:7070\n", 0, 2,
-      "[cluster] nodes: expected a numeric IPv4 address", 0 },
+    { "host_name_with_a_bad_character_is_refused",
+      "[cluster]\nnodes = ps-0!:7070\n", 0, 2,
+      "[cluster] nodes: expected a host name", 0 },
+    { "host_name_ending_in_a_hyphen_is_refused",
+      "[cluster]\nnodes = ps-:7070\n", 0, 2,
+      "[cluster] nodes: expected a host name", 0 },
+    { "digits_and_dots_must_be_a_whole_ipv4_address",
+      "[cluster]\nnodes = 127.1:7070\n", 0, 2,
+      "[cluster] nodes: expected a numeric IPv4 address, got \"127.1:7070\"",
+      0 },
+    { "same_host_name_in_another_case_is_a_duplicate",
+      "[cluster]\nnodes = ps-0.example:7070, PS-0.Example:7070\n", 0, 2,
+      "[cluster] nodes: duplicate node \"PS-0.Example:7070\" (entries 1 "
+      "and 2)", 1 },
+    { "short_auth_token_is_refused",
+      CLUSTER "[server]\nauth_token = s3cret\n", 0, 4,
+      "[server] auth_token: a token must be 16..255 bytes, got 6", 0 },
+    { "auth_token_and_auth_token_file_together_are_refused",
+      CLUSTER "[server]\nauth_token = 0123456789abcdef\n"
+      "auth_token_file = /etc/psd/token\n", 0, 5,
+      "[server] auth_token_file: set either auth_token or auth_token_file, "
+      "not both (auth_token is on line 4)", 1 },
     { "node_port_zero_is_refused",
       "[cluster]\nnodes = 127.0.0.1:0\n", 0, 2,
       "expected a port 1..65535, got \"127.0.0.1:0\"", 0 },
@@ -267,10 +289,10 @@ static const error_case error_cases[] = {
       "expected a port 1..65535", 0 },
     { "node_without_port_is_refused",
       "[cluster]\nnodes = 127.0.0.1\n", 0, 2,
-      "expected IPv4:port or [IPv6]:port", 0 },
+      "expected host:port, IPv4:port or [IPv6]:port", 0 },
     { "bare_ipv6_node_needs_brackets",
       "[cluster]\nnodes = ::1:7070\n", 0, 2,
-      "expected IPv4:port or [IPv6]:port, got \"::1:7070\"", 0 },
+      "expected host:port, IPv4:port or [IPv6]:port, got \"::1:7070\"", 0 },
     { "bad_ipv6_address_is_refused",
       "[cluster]\nnodes = [::g]:7070\n", 0, 2,
       "expected a numeric IPv6 address", 0 },
@@ -968,39 +990,184 @@ static void test_repo_psd_ini_sets_every_setting_to_its_default(
     psd_config_destroy(&c);
 }
 
-/* Every key of config.h must appear at the start of a line of psd.ini,
- * set or (rows, staleness: not allowed on the example table) commented. */
+/* Every setting of the schema (config.c's table) must appear at the start
+ * of a line of psd.ini, set or commented out (listen, rows, staleness and
+ * the token's file are not set in the example). */
 static void test_repo_psd_ini_mentions_every_setting(void **state)
 {
     (void)state;
-    static const char *const keys[] = {
-        "nodes", "shards", "workers", "data_dir", "snapshot_interval",
-        "durability", "fsync", "auth_token", "max_frame", "log_level",
-        "max_output", "max_connections", "max_connections_per_addr",
-        "max_client_memory", "hello_timeout", "frame_timeout", "idle_timeout",
-        "kind", "dim", "rows", "updater",
-        "lr", "beta1", "beta2", "epsilon", "l1", "l2", "beta", "init", "seed",
-        "consistency", "staleness", "aggregate", "nonfinite", "max_rows",
-    };
     char path[512], line[512];
-    int found[sizeof keys / sizeof keys[0]] = { 0 };
+    int found[128] = { 0 }, n = 0;
+    const char *key;
+    while (psd_config_setting(n, NULL))
+        n++;
+    assert_true(n > 30 && n <= 128);
     src_path(path, sizeof path, "conf/psd.ini");
     FILE *f = fopen(path, "r");
     if (!f)
         fail_msg("cannot open %s (set PSD_SRC_DIR)", path);
     while (fgets(line, sizeof line, f)) {
         const char *p = line[0] == ';' ? line + 1 : line;
-        size_t n = strcspn(p, " =");
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-            if (strlen(keys[i]) == n && strncmp(p, keys[i], n) == 0 &&
+        size_t len = strcspn(p, " =");
+        for (int i = 0; (key = psd_config_setting(i, NULL)); i++)
+            if (strlen(key) == len && strncmp(p, key, len) == 0 &&
                 strchr(p, '='))
                 found[i] = 1;
     }
     fclose(f);
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    for (int i = 0; (key = psd_config_setting(i, NULL)); i++) {
+        const char *sect;
+        psd_config_setting(i, &sect);
         if (!found[i])
-            fail_msg("conf/psd.ini: got no line for \"%s\", want one",
-                     keys[i]);
+            fail_msg("conf/psd.ini: got no line for [%s] %s, want one", sect,
+                     key);
+    }
+}
+
+/* ---- what psd checks before it starts (preflight.c) ---------------------- */
+
+/* Loads text (valid) and runs the preflight for node; returns the number
+ * of problems, the first of them (or "") in first. The config is
+ * destroyed; the token in force is copied to token. */
+static int preflight_text(const char *text, int node, char *first,
+                          size_t cap, char *token)
+{
+    psd_config c;
+    load_ok(text, &c);
+    psd_preflight pf;
+    int n = psd_preflight_run(&pf, &c, "F", node);
+    snprintf(first, cap, "%s", n ? pf.problems[0] : "");
+    if (token)
+        snprintf(token, 256, "%s", pf.token);
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
+    return n;
+}
+
+/* A token file with the given mode and contents; its path goes to path. */
+static void token_file(char *path, int mode, const char *contents)
+{
+    write_temp(path, contents, strlen(contents));
+    assert_int_equal(chmod(path, (mode_t)mode), 0);
+}
+
+static void expect_problem(int n, const char *first, const char *phrase)
+{
+    if (n < 1 || !strstr(first, phrase))
+        fail_msg("got %d problems (\"%s\"), want one with \"%s\"", n, first,
+                 phrase);
+}
+
+static void test_private_token_file_is_read_without_its_newline(void **state)
+{
+    (void)state;
+    char path[PATH_LEN], text[512], first[512], token[256];
+    token_file(path, 0600, "0123456789abcdefXYZ\n");
+    snprintf(text, sizeof text, "[cluster]\nnodes = 10.1.2.3:7070\n"
+             "[server]\nauth_token_file = %s\n", path);
+    int n = preflight_text(text, 0, first, sizeof first, token);
+    unlink(path);
+    if (n)
+        fail_msg("got \"%s\", want no problem", first);
+    assert_string_equal(token, "0123456789abcdefXYZ");
+}
+
+static void test_token_file_others_can_read_is_refused(void **state)
+{
+    (void)state;
+    char path[PATH_LEN], text[512], first[512];
+    token_file(path, 0644, "0123456789abcdefXYZ\n");
+    snprintf(text, sizeof text, "[cluster]\nnodes = 127.0.0.1:7070\n"
+             "[server]\nauth_token_file = %s\n", path);
+    int n = preflight_text(text, 0, first, sizeof first, NULL);
+    expect_problem(n, first, "F:4: [server] auth_token_file: ");
+    expect_problem(n, first, "group or others may access it (mode 0644)");
+    expect_problem(n, first, "chmod 600");
+    chmod(path, 0640);
+    n = preflight_text(text, 0, first, sizeof first, NULL);
+    unlink(path);
+    expect_problem(n, first, "(mode 0640)");
+}
+
+static void test_token_file_missing_or_short_is_refused(void **state)
+{
+    (void)state;
+    char path[PATH_LEN], text[512], first[512];
+    token_file(path, 0600, "short\n");
+    snprintf(text, sizeof text, "[cluster]\nnodes = 127.0.0.1:7070\n"
+             "[server]\nauth_token_file = %s\n", path);
+    int n = preflight_text(text, 0, first, sizeof first, NULL);
+    expect_problem(n, first, "a token must be 16..255 bytes, got 5");
+    unlink(path);
+    n = preflight_text(text, 0, first, sizeof first, NULL);
+    expect_problem(n, first, "cannot open: No such file or directory");
+}
+
+static void test_network_address_without_token_is_refused_with_a_fix(
+    void **state)
+{
+    (void)state;
+    char first[512];
+    int n = preflight_text("[cluster]\nnodes = 127.0.0.1:7070, "
+                           "10.1.2.3:7071\n", -1, first, sizeof first, NULL);
+    expect_problem(n, first, "F:2: [cluster] nodes: node 1 would listen on "
+                   "10.1.2.3:7071, which is not a loopback address");
+    expect_problem(n, first, "Set auth_token_file (or auth_token)");
+    /* listen is what is bound. */
+    n = preflight_text("[cluster]\nnodes = 10.1.2.3:7070\n"
+                       "listen = 0.0.0.0:7070\n", 0, first, sizeof first,
+                       NULL);
+    expect_problem(n, first, "F:3: [cluster] listen: node 0 would listen on "
+                   "0.0.0.0:7070");
+    n = preflight_text("[cluster]\nnodes = 10.1.2.3:7070\n"
+                       "listen = 127.0.0.1:7070\n", 0, first, sizeof first,
+                       NULL);
+    if (n)
+        fail_msg("got \"%s\", want no problem: only loopback is bound", first);
+    n = preflight_text("[cluster]\nnodes = 10.1.2.3:7070\n[server]\n"
+                       "auth_token = 0123456789abcdef\n", 0, first,
+                       sizeof first, NULL);
+    if (n)
+        fail_msg("got \"%s\", want no problem: there is a token", first);
+}
+
+static void test_host_names_resolve_or_are_reported(void **state)
+{
+    (void)state;
+    char first[512];
+    /* localhost resolves to a loopback address. */
+    int n = preflight_text("[cluster]\nnodes = localhost:7070\n", 0, first,
+                           sizeof first, NULL);
+    if (n)
+        fail_msg("got \"%s\", want localhost to pass", first);
+    /* .invalid never resolves (RFC 6761). */
+    n = preflight_text("[cluster]\nnodes = localhost:7070, "
+                       "ps-1.invalid:7071\n", 1, first, sizeof first, NULL);
+    expect_problem(n, first, "F:2: [cluster] nodes: node 1's address "
+                   "ps-1.invalid:7071 does not resolve");
+    /* Node 0 only binds its own address: another node's name that does
+     * not resolve here is a note, not a reason to refuse. */
+    n = preflight_text("[cluster]\nnodes = localhost:7070, "
+                       "ps-1.invalid:7071\n", 0, first, sizeof first, NULL);
+    if (n)
+        fail_msg("got \"%s\", want node 0 to start", first);
+}
+
+static void test_host_names_are_kept_as_written(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = ps-0.Example:7070, [::1]:7071, "
+            "10.0.0.2:7072\n[server]\nauth_token = 0123456789abcdef\n", &c);
+    assert_int_equal(c.nnodes, 3);
+    assert_string_equal(c.nodes[0].host, "ps-0.Example");
+    EXPECT_INT(c.nodes[0].kind, PSW_HOST_NAME, "kind of a name");
+    EXPECT_INT(c.nodes[1].kind, PSW_HOST_IPV6, "kind of [::1]");
+    EXPECT_INT(c.nodes[2].kind, PSW_HOST_IPV4, "kind of 10.0.0.2");
+    EXPECT_INT(c.nodes_line, 2, "line of nodes");
+    EXPECT_INT(c.auth_token_line, 4, "line of auth_token");
+    assert_string_equal(c.auth_token, "0123456789abcdef");
+    psd_config_destroy(&c);
 }
 
 static void test_repo_cluster_2_ini_parses_with_its_tables(void **state)
@@ -1064,6 +1231,13 @@ int main(void)
         cmocka_unit_test(test_repo_psd_ini_sets_every_setting_to_its_default),
         cmocka_unit_test(test_repo_psd_ini_mentions_every_setting),
         cmocka_unit_test(test_repo_cluster_2_ini_parses_with_its_tables),
+        cmocka_unit_test(test_host_names_are_kept_as_written),
+        cmocka_unit_test(test_private_token_file_is_read_without_its_newline),
+        cmocka_unit_test(test_token_file_others_can_read_is_refused),
+        cmocka_unit_test(test_token_file_missing_or_short_is_refused),
+        cmocka_unit_test(
+            test_network_address_without_token_is_refused_with_a_fix),
+        cmocka_unit_test(test_host_names_resolve_or_are_reported),
     };
     struct CMUnitTest errors[NERROR_CASES];
     for (size_t i = 0; i < NERROR_CASES; i++) {

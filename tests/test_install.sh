@@ -14,7 +14,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo "1..7"
+echo "1..10"
 n=0
 check() {       # check DESCRIPTION COMMAND...
     n=$((n + 1)); d=$1; shift
@@ -25,7 +25,9 @@ check() {       # check DESCRIPTION COMMAND...
 prefix=/usr/local
 check "make install into DESTDIR puts psd, the header, the libraries and psclient.pc in place" \
     sh -c "make -s -C '$top' BUILD='$BUILD' DESTDIR='$stage/root' PREFIX=$prefix install >/dev/null &&
-           test -x '$stage/root$prefix/bin/psd' && test -f '$stage/root$prefix/include/psclient.h' &&
+           test -x '$stage/root$prefix/bin/psd' && test -x '$stage/root$prefix/bin/psctl' &&
+           test -f '$stage/root$prefix/lib/systemd/system/psd.service' &&
+           test -f '$stage/root$prefix/include/psclient.h' &&
            test -f '$stage/root$prefix/lib/libpsclient.a' &&
            test -f '$stage/root$prefix/lib/pkgconfig/psclient.pc' &&
            readelf -d '$stage/root$prefix/lib/libpsclient.so' | grep -q 'SONAME.*libpsclient.so.0]'"
@@ -93,3 +95,20 @@ with psclient.connect('127.0.0.1:$port') as c:
     t.push(k, np.ones(3, np.float32))
     got = t.pull(k)
     assert (got == 1).all(), got"
+
+check "the installed psctl reaches the installed psd" \
+    sh -c "'$stage/root$prefix/bin/psctl' -s 127.0.0.1:$port ping | grep -q 'pong from node 0'"
+
+# A later `make install PREFIX=X` (after a plain `make`) writes X into
+# psclient.pc and the unit, and systemd accepts the unit as it is.
+other="$stage/other"
+check "make install PREFIX=X writes a psclient.pc whose prefix is X" \
+    sh -c "make -s -C '$top' BUILD='$BUILD' PREFIX='$other' install >/dev/null &&
+           grep -qx 'prefix=$other' '$other/lib/pkgconfig/psclient.pc' &&
+           test \"\$(pkg-config --variable=prefix '$other/lib/pkgconfig/psclient.pc')\" = '$other'"
+check "the installed unit names X/bin/psd and passes systemd-analyze verify with no output" \
+    sh -c "grep -q '^ExecStart=$other/bin/psd -c' '$other/lib/systemd/system/psd.service' &&
+           if command -v systemd-analyze >/dev/null; then
+               out=\$(systemd-analyze verify '$other/lib/systemd/system/psd.service' 2>&1) &&
+               test -z \"\$out\" || { echo \"\$out\"; exit 1; }
+           fi"

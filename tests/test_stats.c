@@ -21,11 +21,11 @@
 
 static void bucket_bounds(size_t b, uint64_t *lo, uint64_t *hi)
 {
-    if (b < PSC_HIST_SUB) {
+    if (b < PSW_HIST_SUB) {
         *lo = *hi = b;
         return;
     }
-    size_t octave = b / PSC_HIST_SUB, sub = b % PSC_HIST_SUB;
+    size_t octave = b / PSW_HIST_SUB, sub = b % PSW_HIST_SUB;
     *lo = (uint64_t)(8 + sub) << (octave - 1);
     *hi = *lo + ((uint64_t)1 << (octave - 1)) - 1;
 }
@@ -37,7 +37,7 @@ static void test_every_latency_falls_in_its_bucket_and_buckets_are_narrow(
     size_t prev = 0;
     for (uint64_t v = 0; v < ((uint64_t)1 << 40); v = v < 64 ? v + 1
                                                               : v + v / 7) {
-        size_t b = psc_hist_bucket(v);
+        size_t b = psw_hist_bucket(v);
         uint64_t lo, hi;
         bucket_bounds(b, &lo, &hi);
         if (v < lo || v > hi)
@@ -52,10 +52,10 @@ static void test_every_latency_falls_in_its_bucket_and_buckets_are_narrow(
             fail_msg("bucket %zu is %llu wide at %llu", b,
                      (unsigned long long)(hi - lo + 1),
                      (unsigned long long)lo);
-        uint64_t mid = psc_hist_mid(b);
+        uint64_t mid = psw_hist_mid(b);
         EXPECT_INT(mid >= lo && mid <= hi, 1, "middle of bucket %zu", b);
     }
-    EXPECT_U64(psc_hist_bucket(UINT64_MAX), PSC_HIST_N - 1, "the last bucket");
+    EXPECT_U64(psw_hist_bucket(UINT64_MAX), PSW_HIST_N - 1, "the last bucket");
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -92,15 +92,15 @@ static void test_quantiles_are_within_one_bucket_of_the_exact_ones(
                             out.op[PS_STAT_PULL].p99_us };
     for (int k = 0; k < 3; k++) {
         uint64_t exact = v[(size_t)(q[k] * N)];
-        long d = (long)psc_hist_bucket((uint64_t)(got[k] * 1000.0)) -
-                 (long)psc_hist_bucket(exact);
+        long d = (long)psw_hist_bucket((uint64_t)(got[k] * 1000.0)) -
+                 (long)psw_hist_bucket(exact);
         if (d < -1 || d > 1)
             fail_msg("q%.2f: got %.1f us, exact %.1f us (%ld buckets off)",
                      q[k], got[k], (double)exact / 1000.0, d);
     }
-    EXPECT_INT(psc_hist_bucket((uint64_t)(out.op[PS_STAT_PULL].max_us *
+    EXPECT_INT(psw_hist_bucket((uint64_t)(out.op[PS_STAT_PULL].max_us *
                                           1000.0)),
-               psc_hist_bucket(v[N - 1]), "bucket of the max");
+               psw_hist_bucket(v[N - 1]), "bucket of the max");
 }
 
 /* ---- a scripted sequence against psd ------------------------------------ */

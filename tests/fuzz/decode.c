@@ -39,9 +39,14 @@ static void check_msg(const psw_msg *m)
         FUZZ_CHECK(m->nkeys == 0, "a reply with %zu keys", m->nkeys);
         return;
     }
-    FUZZ_CHECK(m->status == 0 && m->text == NULL && m->text_len == 0,
-               "request op %d with status %d or a text of %zu bytes", m->op,
-               m->status, m->text_len);
+    if (info->flags & PSW_OPF_ADMIN)
+        FUZZ_CHECK(m->status == 0 && m->text != NULL &&
+                   m->text_len < PSW_TEXT_MAX, "ADMIN with status %d or a "
+                   "command of %zu bytes", m->status, m->text_len);
+    else
+        FUZZ_CHECK(m->status == 0 && m->text == NULL && m->text_len == 0,
+                   "request op %d with status %d or a text of %zu bytes",
+                   m->op, m->status, m->text_len);
     FUZZ_CHECK(m->vals_len % 4 == 0, "op %d: %zu value bytes, want a "
                "multiple of 4", m->op, m->vals_len);
     if (!(info->flags & PSW_OPF_PUSHES))
@@ -62,12 +67,12 @@ static void check_msg(const psw_msg *m)
 
 static void check_hello(const psw_hello *h)
 {
-    FUZZ_CHECK(h->token_len <= PSW_TOKEN_MAX, "token of %zu bytes, cap %d",
-               h->token_len, PSW_TOKEN_MAX);
-    FUZZ_CHECK(h->token != NULL || h->token_len == 0,
-               "token of %zu bytes at NULL", h->token_len);
-    if (h->token_len)
-        fuzz_touch(h->token, h->token_len);
+    FUZZ_CHECK(h->nonce_len <= PSW_TOKEN_MAX, "token of %zu bytes, cap %d",
+               h->nonce_len, PSW_TOKEN_MAX);
+    FUZZ_CHECK(h->nonce != NULL || h->nonce_len == 0,
+               "token of %zu bytes at NULL", h->nonce_len);
+    if (h->nonce_len)
+        fuzz_touch(h->nonce, h->nonce_len);
 }
 
 /* A name copied out of the frame must end inside its array. */
@@ -161,10 +166,31 @@ int fuzz_decode_message(const msgpack_object *o, psw_msg *m, psw_hello *h,
         FUZZ_CHECK(l->nodes == NULL && l->tables == NULL,
                    "psw_hello_ok_decode failed (%s) but left nodes %p "
                    "tables %p", err, (void *)l->nodes, (void *)l->tables);
+    /* The handshake's own messages. */
+    psw_challenge ch;
+    psw_auth_msg am;
+    int hs = 0;
+    err[0] = '\0';
+    rc = psw_challenge_decode(o, &ch, err, sizeof err);
+    check_rc("psw_challenge_decode", rc, err, sizeof err);
+    hs += rc == 0;
+    err[0] = '\0';
+    rc = psw_auth_decode(o, &am, err, sizeof err);
+    check_rc("psw_auth_decode", rc, err, sizeof err);
+    if (rc == 0) {
+        hs++;
+        FUZZ_CHECK(am.proof_len <= PSW_TOKEN_MAX &&
+                   (am.proof != NULL || am.proof_len == 0),
+                   "AUTH: a proof of %zu bytes at %p", am.proof_len,
+                   (const void *)am.proof);
+        if (am.proof_len)
+            fuzz_touch(am.proof, am.proof_len);
+    }
     /* Ops are distinct, so no message means two things. */
-    FUZZ_CHECK(bits == 0 || bits == FUZZ_DEC_MSG || bits == FUZZ_DEC_HELLO ||
-               bits == FUZZ_DEC_HELLO_OK, "decoders accepting one message: "
-               "bits %d", bits);
+    FUZZ_CHECK((bits == 0 || bits == FUZZ_DEC_MSG || bits == FUZZ_DEC_HELLO ||
+                bits == FUZZ_DEC_HELLO_OK) && hs <= 1 && !(hs && bits),
+               "decoders accepting one message: bits %d, handshake %d",
+               bits, hs);
     return bits;
 }
 

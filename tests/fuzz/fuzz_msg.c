@@ -167,12 +167,12 @@ static void round_trip_hello(const psw_hello *h)
                (unsigned long long)b.incarnation, (int)b.worker, h->version,
                (unsigned long long)h->client_id,
                (unsigned long long)h->incarnation, (int)h->worker);
-    FUZZ_CHECK((b.token == NULL) == (h->token == NULL) &&
-               b.token_len == h->token_len &&
-               same_bytes(b.token, h->token, b.token_len),
+    FUZZ_CHECK((b.nonce == NULL) == (h->nonce == NULL) &&
+               b.nonce_len == h->nonce_len &&
+               same_bytes(b.nonce, h->nonce, b.nonce_len),
                "HELLO: got a token of %zu bytes (%s), want %zu (%s)",
-               b.token_len, b.token ? "BIN" : "nil", h->token_len,
-               h->token ? "BIN" : "nil");
+               b.nonce_len, b.nonce ? "BIN" : "nil", h->nonce_len,
+               h->nonce ? "BIN" : "nil");
     free(buf);
 }
 

@@ -157,7 +157,12 @@ static void pack_hello_ok(int status, const char *text)
                       .max_frame = 64 << 20, .shards = 16, .nnodes = 2,
                       .nodes = nodes, .ntables = 3, .tables = t,
                       .worker_clock = 3, .worker_barrier = 1,
-                      .heartbeat_ms = 1000, .peer_timeout_ms = 4000 };
+                      .heartbeat_ms = 1000, .peer_timeout_ms = 4000,
+                      /* accepted: version 3 with a proof; refused: the
+                         14 fields of version 2 */
+                      .proof_state = status == PSW_OK ? PSW_PROOF_SET
+                                                      : PSW_PROOF_ABSENT };
+    memset(l.proof, 0x5a, sizeof l.proof);
     snprintf(l.text, sizeof l.text, "%s", text);
     psw_pack_hello_ok(&out, &l);
 }
@@ -179,8 +184,30 @@ static int wire_frames(named *f)
                -1, NULL);
     f[n++] = (named){ "hello", end() };
     begin();
-    pack_hello(PSW_VERSION, 7, 8, 0, "secret");
-    f[n++] = (named){ "hello_worker_token", end() };
+    pack_hello(PSW_VERSION, 7, 8, 0, "0123456789abcdef0123456789abcdef");
+    f[n++] = (named){ "hello_worker_nonce", end() };
+    begin();
+    pack_hello(2, 7, 8, 0, "secret");
+    f[n++] = (named){ "hello_v2_token", end() };
+    begin();
+    {
+        psw_challenge ch = { .node_index = 1 };
+        memset(ch.nonce, 0xab, sizeof ch.nonce);
+        psw_pack_challenge(&out, &ch);
+    }
+    f[n++] = (named){ "challenge", end() };
+    begin();
+    {
+        psw_auth_msg a = { "0123456789abcdef0123456789abcdef", 32 };
+        psw_pack_auth(&out, &a);
+    }
+    f[n++] = (named){ "auth", end() };
+    begin();
+    {
+        psw_auth_msg a = { NULL, 0 };
+        psw_pack_auth(&out, &a);
+    }
+    f[n++] = (named){ "auth_nil", end() };
     begin();
     pack_hello_ok(PSW_OK, "");
     f[n++] = (named){ "hello_ok", end() };
@@ -231,6 +258,12 @@ static int wire_frames(named *f)
     begin();
     pack_control(PSW_OP_PING, 0, 0, 0);
     f[n++] = (named){ "ping", end() };
+    begin();
+    psw_msg adm = req(PSW_OP_ADMIN, 12, 0, 0);
+    adm.text = "stats";
+    adm.text_len = 5;
+    psw_pack_request(&out, &adm);
+    f[n++] = (named){ "admin", end() };
 
     /* A frame as Python's msgpack.packb writes it: a fixarray, not array32. */
     msgpack_sbuffer sb;
@@ -644,12 +677,13 @@ static void config_seeds(void)
           "\xEF\xBB\xBF; every setting, not at its default\n"
           "[cluster]\n"
           "nodes = 127.0.0.1:7070, [::1]:7071,\n"
-          "        10.0.0.3:7072 ; a continuation line\n"
+          "        ps-2.example:7072 ; a continuation line\n"
           "listen = 0.0.0.0:7070, [::]:7071, 0.0.0.0:7072\n"
           "shards = 65535\nworkers = 3\nworker_grace = 0\n"
           "[server]\n"
           "data_dir = /tmp/psd\nsnapshot_interval = 0\n"
-          "durability = log\nfsync = always\nauth_token = s3cret\n"
+          "durability = log\nfsync = always\n"
+          "auth_token = correct-horse-battery-staple\n"
           "max_frame = 1G\nlog_level = debug\nmax_output = 1K\n"
           "max_connections = 1\nhello_timeout = 3600\n"
           "heartbeat_ms = 10\npeer_timeout_ms = 20000\nclient_ttl = 1\n"

@@ -49,14 +49,17 @@ class Cluster:
     """A psd cluster of ``nodes`` nodes on loopback.
 
     ``tables`` is ini text for the tables (and any [server] settings),
-    ``cluster_lines`` extra lines of the [cluster] section. ``spec`` is the
+    ``cluster_lines`` extra lines of the [cluster] section; the ini file,
+    the logs and the nodes' data_dir go to a new folder under /tmp whose
+    name starts with ``prefix``. ``spec`` is the
     "host:port,..." string, ``ini`` the file's path. ``close()`` stops every
     node and reports the ones that did not exit cleanly.
     """
 
     def __init__(self, tables: str, nodes: int = 2, shards: int = 4,
-                 cluster_lines: str = "workers = 2\n") -> None:
-        self.dir = tempfile.mkdtemp(prefix="psd-pytest-")
+                 cluster_lines: str = "workers = 2\n",
+                 prefix: str = "psd-pytest-") -> None:
+        self.dir = tempfile.mkdtemp(prefix=prefix)
         self.ini = os.path.join(self.dir, "cluster.ini")
         self.ports = [free_port() for _ in range(nodes)]
         self.spec = ",".join(f"127.0.0.1:{p}" for p in self.ports)

@@ -82,8 +82,8 @@ def test_defaults_come_from_ps_options_init():
 
 
 def test_auth_token_and_options_reach_ps_open(monkeypatch):
-    """connect() hands the token and every option to ps_open (this
-    release's ps_open refuses tokens; the binding must not)."""
+    """connect() hands the token and every option to ps_open as they
+    are (a spy stands in for ps_open)."""
     seen = {}
 
     class Spy:
@@ -105,6 +105,29 @@ def test_auth_token_and_options_reach_ps_open(monkeypatch):
                         sync=777, inflight=1 << 40)
     assert isinstance(e.value, PermissionError)
     assert e.value.code == psclient.PS_EAUTH
+
+
+def test_token_opens_a_cluster_that_requires_one(make_cluster, monkeypatch):
+    """A cluster with a token: the right token (argument, environment or
+    the ini) connects; a wrong or missing one raises AuthError."""
+    from conftest import TABLES
+    token = "correct-horse-battery-staple-42"
+    c = make_cluster(TABLES + "\n[server]\nauth_token = " + token + "\n")
+    monkeypatch.delenv("PSD_AUTH_TOKEN", raising=False)
+    keys = np.array([1, 2], np.uint64)
+    with psclient.connect(c.spec, auth_token=token) as cl:
+        cl.table("emb").push(keys, np.ones((2, 4), np.float32))
+    with psclient.connect(c.ini) as cl:            # the ini's auth_token
+        out = cl.table("emb").pull(keys, np.empty((2, 4), np.float32))
+        assert (out == 1).all()
+    monkeypatch.setenv("PSD_AUTH_TOKEN", token)
+    with psclient.connect(c.spec):
+        pass
+    monkeypatch.delenv("PSD_AUTH_TOKEN")
+    for bad in ("correct-horse-battery-staple-43", None):
+        with pytest.raises(psclient.AuthError) as e:
+            psclient.connect(c.spec, auth_token=bad, connect_timeout_ms=3000)
+        assert e.value.code == psclient.PS_EAUTH
 
 
 def test_bad_options_raise_before_connecting():

@@ -1,0 +1,558 @@
+/* Operator commands and the node's report; see admin.h. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "admin.h"
+#include "journal.h"
+#include "../proto/status.h"
+
+/* ---- a growing text ------------------------------------------------- */
+
+typedef struct tbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} tbuf;
+
+__attribute__((format(printf, 2, 3)))
+static void put(tbuf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL,
+                          b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap <= b->len + (size_t)n)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped. */
+static void put_json_str(tbuf *b, const char *s)
+{
+    put(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            put(b, "\\%c", c);
+        else if (c < 0x20)
+            put(b, "\\u%04x", c);
+        else
+            put(b, "%c", c);
+    }
+    put(b, "\"");
+}
+
+/* ---- the counters and their window ------------------------------------ */
+
+/* Node counters first, then four per table; rates are computed for each. */
+enum { C_REQUESTS, C_FRAMES, C_ERRORS, C_PUSHES, C_PULLS, C_KEYS_PUSHED,
+       C_KEYS_PULLED, C_DUPLICATES, C_NODE };
+enum { T_PUSHES, T_PULLS, T_KEYS_PUSHED, T_KEYS_PULLED, T_PER };
+
+static void collect(const psd_admin *a, uint64_t *v)
+{
+    const psd_stats *s = &a->node->stats;
+    v[C_REQUESTS] = s->requests;
+    v[C_FRAMES] = s->frames;
+    v[C_ERRORS] = s->request_errors;
+    v[C_PUSHES] = s->pushes;
+    v[C_PULLS] = s->pulls;
+    v[C_KEYS_PUSHED] = s->keys_pushed;
+    v[C_KEYS_PULLED] = s->keys_pulled;
+    v[C_DUPLICATES] = s->duplicates;
+    for (int i = 0; i < a->node->ntables; i++) {
+        const psd_table_stats *t = &a->node->tstats[i];
+        uint64_t *w = v + C_NODE + (size_t)i * T_PER;
+        w[T_PUSHES] = t->pushes;
+        w[T_PULLS] = t->pulls;
+        w[T_KEYS_PUSHED] = t->keys_pushed;
+        w[T_KEYS_PULLED] = t->keys_pulled;
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    psd_admin *a = t->data;
+    int slots = PSD_ADMIN_WINDOW + 1;
+    a->head = (a->head + 1) % slots;
+    collect(a, a->ring + (size_t)a->head * a->width);
+    a->ring_ms[a->head] = uv_now(a->loop);
+    if (a->filled < slots)
+        a->filled++;
+}
+
+int psd_admin_init(psd_admin *a, uv_loop_t *loop, psd_node *n,
+                   psd_conns *conns, psd_durable *dur)
+{
+    memset(a, 0, sizeof *a);
+    a->loop = loop;
+    a->node = n;
+    a->conns = conns;
+    a->dur = dur;
+    a->start_ms = uv_now(loop);
+    a->width = C_NODE + (size_t)n->ntables * T_PER;
+    a->ring = calloc((PSD_ADMIN_WINDOW + 1) * a->width, sizeof *a->ring);
+    if (!a->ring)
+        return -1;
+    a->head = -1;
+    on_tick(&(uv_timer_t){ .data = a });    /* the first sample: now */
+    uv_timer_init(loop, &a->tick);
+    a->tick.data = a;
+    uv_timer_start(&a->tick, on_tick, 1000, 1000);
+    n->admin = psd_admin_command;
+    n->admin_arg = a;
+    return 0;
+}
+
+void psd_admin_stop(psd_admin *a)
+{
+    if (!a->ring)
+        return;
+    uv_close((uv_handle_t *)&a->tick, NULL);
+    free(a->ring);
+    a->ring = NULL;
+    a->node->admin = NULL;
+}
+
+/* Per-second rates over the window: from the oldest sample kept to now. */
+typedef struct rates {
+    uint64_t *now;
+    const uint64_t *base;
+    double secs;
+} rates;
+
+static int rates_begin(const psd_admin *a, rates *r)
+{
+    r->now = malloc(a->width * sizeof *r->now);
+    if (!r->now)
+        return -1;
+    collect(a, r->now);
+    int slots = PSD_ADMIN_WINDOW + 1;
+    int oldest = a->filled < slots ? 0 : (a->head + 1) % slots;
+    r->base = a->ring + (size_t)oldest * a->width;
+    r->secs = (double)(uv_now(a->loop) - a->ring_ms[oldest]) / 1000.0;
+    return 0;
+}
+
+static double rate(const rates *r, size_t i)
+{
+    return r->secs > 0.05 ? (double)(r->now[i] - r->base[i]) / r->secs : 0;
+}
+
+static uint64_t rss_bytes(void)
+{
+    unsigned long long size, resident;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    int ok = fscanf(f, "%llu %llu", &size, &resident) == 2;
+    fclose(f);
+    return ok ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+static const char *const lat_names[PSD_LAT_KINDS] = { "push", "pull",
+                                                      "pushpull",
+                                                      "control" };
+static const char *const worker_states[] = { "absent", "live", "gone",
+                                             "left" };
+
+static uint64_t hist_count(const uint64_t *h)
+{
+    uint64_t n = 0;
+    for (size_t b = 0; b < PSW_HIST_N; b++)
+        n += h[b];
+    return n;
+}
+
+/* ---- stats (JSON) ----------------------------------------------------- */
+
+static void stats_json(psd_admin *a, const rates *r, tbuf *b)
+{
+    psd_node *n = a->node;
+    const psd_stats *s = &n->stats;
+    const psd_durable_stats *d = &a->dur->st;
+    uint64_t now = uv_now(a->loop), wall = (uint64_t)time(NULL) * 1000;
+    uint64_t rows, bytes;
+    psd_node_size(n, &rows, &bytes);
+    put(b, "{\"node\": %d, \"nodes\": %d, \"address\": ", n->index,
+        n->cfg.nnodes);
+    put_json_str(b, n->cluster.nodes[n->index]);
+    put(b, ", \"pid\": %ld, \"uptime_s\": %.1f, \"shards\": %u,\n",
+        (long)getpid(), (double)(now - a->start_ms) / 1000.0, n->cfg.shards);
+    put(b, " \"memory\": {\"rss_bytes\": %llu, \"table_bytes\": %llu, "
+        "\"rows\": %llu},\n", (unsigned long long)rss_bytes(),
+        (unsigned long long)bytes, (unsigned long long)rows);
+    put(b, " \"connections\": {\"open\": %d, \"accepted\": %llu, "
+        "\"refused\": %llu, \"protocol_errors\": %llu, \"peers_lost\": "
+        "%llu},\n", a->conns->n, (unsigned long long)s->conns_accepted,
+        (unsigned long long)s->conns_refused,
+        (unsigned long long)s->proto_errors,
+        (unsigned long long)s->peers_lost);
+    put(b, " \"requests\": {\"total\": %llu, \"frames\": %llu, \"errors\": "
+        "%llu, \"duplicates\": %llu, \"pushes\": %llu, \"pulls\": %llu, "
+        "\"keys_pushed\": %llu, \"keys_pulled\": %llu},\n",
+        (unsigned long long)s->requests, (unsigned long long)s->frames,
+        (unsigned long long)s->request_errors,
+        (unsigned long long)s->duplicates, (unsigned long long)s->pushes,
+        (unsigned long long)s->pulls, (unsigned long long)s->keys_pushed,
+        (unsigned long long)s->keys_pulled);
+    put(b, " \"per_second\": {\"window_s\": %.1f, \"requests\": %.1f, "
+        "\"pushes\": %.1f, \"pulls\": %.1f, \"keys_pushed\": %.1f, "
+        "\"keys_pulled\": %.1f, \"errors\": %.1f},\n", r->secs,
+        rate(r, C_REQUESTS), rate(r, C_PUSHES), rate(r, C_PULLS),
+        rate(r, C_KEYS_PUSHED), rate(r, C_KEYS_PULLED), rate(r, C_ERRORS));
+    put(b, " \"service_us\": {");
+    for (int k = 0; k < PSD_LAT_KINDS; k++) {
+        const uint64_t *h = n->latency[k];
+        put(b, "%s\"%s\": {\"count\": %llu, \"p50\": %.1f, \"p90\": %.1f, "
+            "\"p99\": %.1f, \"max\": %.1f}", k ? ", " : "", lat_names[k],
+            (unsigned long long)hist_count(h),
+            (double)psw_hist_quantile(h, 0.5) / 1e3,
+            (double)psw_hist_quantile(h, 0.9) / 1e3,
+            (double)psw_hist_quantile(h, 0.99) / 1e3,
+            (double)psw_hist_max(h) / 1e3);
+    }
+    put(b, "},\n \"tables\": [");
+    for (int i = 0; i < n->ntables; i++) {
+        const psd_table *t = n->tables[i];
+        const psd_table_conf *tc = psd_table_conf_get(t);
+        const psd_table_stats *ts = &n->tstats[i];
+        size_t at = C_NODE + (size_t)i * T_PER;
+        put(b, "%s\n  {\"name\": ", i ? "," : "");
+        put_json_str(b, tc->name);
+        put(b, ", \"kind\": \"%s\", \"dim\": %u, \"updater\": \"%s\", "
+            "\"consistency\": \"%s\", \"rows\": %llu, \"bytes\": %llu, "
+            "\"pushes\": %llu, \"pulls\": %llu, \"keys_pushed\": %llu, "
+            "\"keys_pulled\": %llu, \"errors\": %llu, \"pushes_per_s\": %.1f, "
+            "\"pulls_per_s\": %.1f, \"keys_pushed_per_s\": %.1f, "
+            "\"keys_pulled_per_s\": %.1f}",
+            tc->dense ? "dense" : "sparse", tc->dim,
+            psd_updater_name(tc->upd.kind),
+            psd_consistency_name(tc->consistency),
+            (unsigned long long)psd_table_rows(t),
+            (unsigned long long)psd_table_bytes(t),
+            (unsigned long long)ts->pushes, (unsigned long long)ts->pulls,
+            (unsigned long long)ts->keys_pushed,
+            (unsigned long long)ts->keys_pulled,
+            (unsigned long long)ts->errors, rate(r, at + T_PUSHES),
+            rate(r, at + T_PULLS), rate(r, at + T_KEYS_PUSHED),
+            rate(r, at + T_KEYS_PULLED));
+    }
+    put(b, "],\n \"workers\": {\"expected\": %d, \"clock\": %llu, "
+        "\"barrier\": %llu, \"list\": [", n->sync.nworkers,
+        (unsigned long long)n->sync.clock, (unsigned long long)n->sync.barrier);
+    for (int i = 0; i < n->sync.nworkers; i++) {
+        const psd_worker *w = &n->sync.workers[i];
+        put(b, "%s{\"worker\": %d, \"state\": \"%s\", \"clock\": %llu, "
+            "\"peer\": ", i ? ", " : "", i, worker_states[w->state],
+            (unsigned long long)w->clock);
+        put_json_str(b, w->peer);
+        put(b, "}");
+    }
+    put(b, "]},\n \"snapshot\": {\"dir\": ");
+    put_json_str(b, a->dur->dir);
+    put(b, ", \"interval_s\": %d, \"generation\": %llu, \"age_s\": %.1f, "
+        "\"running\": %s, \"written\": %llu, \"failures\": %llu, "
+        "\"last_bytes\": %llu, \"last_seconds\": %.3f, \"last_fork_ms\": %.3f,"
+        " \"last_error\": ", n->cfg.snapshot_interval,
+        (unsigned long long)d->generation,
+        d->last_ok_ms && wall > d->last_ok_ms
+            ? (double)(wall - d->last_ok_ms) / 1000.0 : -1.0,
+        a->dur->child ? "true" : "false", (unsigned long long)d->snapshots,
+        (unsigned long long)d->snapshot_failures,
+        (unsigned long long)d->last_bytes, d->last_seconds, d->last_pause_ms);
+    put_json_str(b, d->last_error);
+    put(b, ", \"recovery_seconds\": %.3f, \"replayed_records\": %llu},\n",
+        d->recovery_seconds, (unsigned long long)d->journal_records);
+    put(b, " \"journal\": {\"enabled\": %s, \"fsync\": \"%s\"",
+        n->journal ? "true" : "false", psd_fsync_name(a->dur->fsync_mode));
+    if (n->journal)
+        put(b, ", \"segment\": %llu, \"segment_bytes\": %llu",
+            (unsigned long long)psd_journal_seq(n->journal),
+            (unsigned long long)psd_journal_bytes(n->journal));
+    put(b, ", \"fsyncs\": %llu, \"fsync_ms_last\": %.3f, \"fsync_ms_max\": "
+        "%.3f, \"write_errors\": %llu, \"error\": ",
+        (unsigned long long)d->fsyncs, d->fsync_ms_last, d->fsync_ms_max,
+        (unsigned long long)s->journal_errors);
+    put_json_str(b, n->journal_error);
+    put(b, "}}\n");
+}
+
+/* ---- metrics (Prometheus text format 0.0.4) ------------------------------ */
+
+static void metric_head(tbuf *b, const char *name, const char *type,
+                        const char *help)
+{
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void metric(tbuf *b, const char *name, const char *type,
+                   const char *help, int node, double v)
+{
+    metric_head(b, name, type, help);
+    put(b, "%s{node=\"%d\"} %.15g\n", name, node, v);
+}
+
+static void metrics_text(psd_admin *a, tbuf *b)
+{
+    psd_node *n = a->node;
+    const psd_stats *s = &n->stats;
+    const psd_durable_stats *d = &a->dur->st;
+    int i = n->index;
+    uint64_t rows, bytes, wall = (uint64_t)time(NULL) * 1000;
+    psd_node_size(n, &rows, &bytes);
+    metric(b, "psd_up", "gauge", "1 while the node serves.", i, 1);
+    metric(b, "psd_uptime_seconds", "gauge", "Seconds since the node "
+           "started.", i, (double)(uv_now(a->loop) - a->start_ms) / 1e3);
+    metric(b, "psd_resident_memory_bytes", "gauge", "Resident set size.", i,
+           (double)rss_bytes());
+    metric(b, "psd_connections", "gauge", "Open client connections.", i,
+           a->conns->n);
+    metric(b, "psd_connections_accepted_total", "counter", "Connections "
+           "accepted.", i, (double)s->conns_accepted);
+    metric(b, "psd_connections_refused_total", "counter", "Connections "
+           "refused at max_connections.", i, (double)s->conns_refused);
+    metric(b, "psd_protocol_errors_total", "counter", "Connections closed "
+           "for a malformed frame.", i, (double)s->proto_errors);
+    metric(b, "psd_peers_lost_total", "counter", "Connections closed "
+           "because the peer fell silent.", i, (double)s->peers_lost);
+    metric(b, "psd_frames_total", "counter", "Request frames read.", i,
+           (double)s->frames);
+    metric(b, "psd_requests_total", "counter", "Requests executed.", i,
+           (double)s->requests);
+    metric(b, "psd_request_errors_total", "counter", "Requests answered "
+           "with an error.", i, (double)s->request_errors);
+    metric(b, "psd_duplicate_pushes_total", "counter", "Retransmitted "
+           "pushes recognised and not applied again.", i,
+           (double)s->duplicates);
+    metric_head(b, "psd_request_service_seconds", "summary", "Time spent "
+                "executing one request, by kind.");
+    for (int k = 0; k < PSD_LAT_KINDS; k++) {
+        const uint64_t *h = n->latency[k];
+        static const double qs[] = { 0.5, 0.9, 0.99 };
+        for (size_t q = 0; q < 3; q++)
+            put(b, "psd_request_service_seconds{node=\"%d\",kind=\"%s\","
+                "quantile=\"%g\"} %.9f\n", i, lat_names[k], qs[q],
+                (double)psw_hist_quantile(h, qs[q]) / 1e9);
+        put(b, "psd_request_service_seconds_count{node=\"%d\",kind=\"%s\"} "
+            "%llu\n", i, lat_names[k], (unsigned long long)hist_count(h));
+    }
+    static const struct {
+        const char *name, *type, *help;
+    } tm[] = {
+        { "psd_table_rows", "gauge", "Rows held on this node." },
+        { "psd_table_bytes", "gauge", "Memory of the rows held (weights, "
+          "optimizer state, index)." },
+        { "psd_table_pushes_total", "counter", "Requests that pushed rows." },
+        { "psd_table_pulls_total", "counter", "Requests that pulled rows." },
+        { "psd_table_keys_pushed_total", "counter", "Rows pushed." },
+        { "psd_table_keys_pulled_total", "counter", "Rows pulled." },
+        { "psd_table_errors_total", "counter", "Requests answered with an "
+          "error." },
+    };
+    for (size_t m = 0; m < sizeof tm / sizeof tm[0]; m++) {
+        metric_head(b, tm[m].name, tm[m].type, tm[m].help);
+        for (int t = 0; t < n->ntables; t++) {
+            const psd_table_stats *ts = &n->tstats[t];
+            uint64_t v[] = { psd_table_rows(n->tables[t]),
+                             psd_table_bytes(n->tables[t]), ts->pushes,
+                             ts->pulls, ts->keys_pushed, ts->keys_pulled,
+                             ts->errors };
+            /* Table names are [A-Za-z0-9_-]: no label escaping needed. */
+            put(b, "%s{node=\"%d\",table=\"%s\"} %llu\n", tm[m].name, i,
+                psd_table_conf_get(n->tables[t])->name,
+                (unsigned long long)v[m]);
+        }
+    }
+    metric(b, "psd_clock", "gauge", "Clocks finished by every worker "
+           "waited for (bsp/ssp).", i, (double)n->sync.clock);
+    metric_head(b, "psd_workers", "gauge", "Workers by state.");
+    for (int st = PSD_W_ABSENT; st <= PSD_W_LEFT; st++) {
+        int c = 0;
+        for (int w = 0; w < n->sync.nworkers; w++)
+            c += n->sync.workers[w].state == (psd_wstate)st;
+        put(b, "psd_workers{node=\"%d\",state=\"%s\"} %d\n", i,
+            worker_states[st], c);
+    }
+    metric(b, "psd_snapshot_generation", "gauge", "Generation of the newest "
+           "good snapshot (0: none).", i, (double)d->generation);
+    metric(b, "psd_snapshot_age_seconds", "gauge", "Age of the newest good "
+           "snapshot (-1: none).", i,
+           d->last_ok_ms && wall > d->last_ok_ms
+               ? (double)(wall - d->last_ok_ms) / 1e3 : -1);
+    metric(b, "psd_snapshots_total", "counter", "Snapshots written.", i,
+           (double)d->snapshots);
+    metric(b, "psd_snapshot_failures_total", "counter", "Snapshots that "
+           "failed (the previous one was kept).", i,
+           (double)d->snapshot_failures);
+    metric(b, "psd_snapshot_last_duration_seconds", "gauge", "How long the "
+           "last snapshot took to write.", i, d->last_seconds);
+    metric(b, "psd_snapshot_last_fork_seconds", "gauge", "How long the "
+           "loop stopped to fork the last snapshot's writer.", i,
+           d->last_pause_ms / 1e3);
+    metric(b, "psd_journal_bytes", "gauge", "Bytes in the journal's "
+           "current segment.", i,
+           n->journal ? (double)psd_journal_bytes(n->journal) : 0);
+    metric(b, "psd_journal_fsyncs_total", "counter", "fsyncs of the "
+           "journal.", i, (double)d->fsyncs);
+    metric(b, "psd_journal_fsync_seconds_max", "gauge", "Longest journal "
+           "fsync.", i, d->fsync_ms_max / 1e3);
+    metric(b, "psd_journal_write_errors_total", "counter", "Failed journal "
+           "writes and fsyncs (a failing write counts at every retry).", i, (double)s->journal_errors);
+    metric(b, "psd_journal_failing", "gauge", "1 while the journal cannot "
+           "be written (pushes are refused).", i, n->journal_error[0] != 0);
+}
+
+/* A label value: backslash, quote and newline escaped. */
+static void put_label(tbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            put(b, "\\%c", *s);
+        else if (*s == '\n')
+            put(b, "\\n");
+        else
+            put(b, "%c", *s);
+    }
+}
+
+/* Facts as labels of gauges set to 1 (the Prometheus "info" idiom). */
+static void info_text(psd_admin *a, tbuf *b)
+{
+    psd_node *n = a->node;
+    metric_head(b, "psd_node_info", "gauge", "The node's address, data "
+                "folder and durability settings.");
+    put(b, "psd_node_info{node=\"%d\",nodes=\"%d\",address=\"", n->index,
+        n->cfg.nnodes);
+    put_label(b, n->cluster.nodes[n->index]);
+    put(b, "\",data_dir=\"");
+    put_label(b, a->dur->dir);
+    put(b, "\",durability=\"%s\",fsync=\"%s\"} 1\n",
+        n->journal ? "log" : "snapshot", psd_fsync_name(a->dur->fsync_mode));
+    metric_head(b, "psd_snapshot_last_error_info", "gauge", "Why the last "
+                "snapshot failed (empty after a success).");
+    put(b, "psd_snapshot_last_error_info{node=\"%d\",error=\"", n->index);
+    put_label(b, a->dur->st.last_error);
+    put(b, "\"} 1\n");
+    metric_head(b, "psd_journal_error_info", "gauge", "Why the journal "
+                "cannot be written (empty when it can).");
+    put(b, "psd_journal_error_info{node=\"%d\",error=\"", n->index);
+    put_label(b, n->journal_error);
+    put(b, "\"} 1\n");
+}
+
+/* Per-second rates over the window, in the same line format. */
+static void rates_text(psd_admin *a, const rates *r, tbuf *b)
+{
+    psd_node *n = a->node;
+    int i = n->index;
+    static const struct {
+        const char *name;
+        int c;
+    } nr[] = {
+        { "psd_requests_per_second", C_REQUESTS },
+        { "psd_frames_per_second", C_FRAMES },
+        { "psd_request_errors_per_second", C_ERRORS },
+        { "psd_pushes_per_second", C_PUSHES },
+        { "psd_pulls_per_second", C_PULLS },
+        { "psd_keys_pushed_per_second", C_KEYS_PUSHED },
+        { "psd_keys_pulled_per_second", C_KEYS_PULLED },
+        { "psd_duplicate_pushes_per_second", C_DUPLICATES },
+    };
+    put(b, "psd_rate_window_seconds{node=\"%d\"} %.3f\n", i, r->secs);
+    for (size_t k = 0; k < sizeof nr / sizeof nr[0]; k++)
+        put(b, "%s{node=\"%d\"} %.3f\n", nr[k].name, i, rate(r, nr[k].c));
+    static const char *const tr[T_PER] = {
+        "psd_table_pushes_per_second", "psd_table_pulls_per_second",
+        "psd_table_keys_pushed_per_second", "psd_table_keys_pulled_per_second"
+    };
+    for (int t = 0; t < n->ntables; t++)
+        for (int k = 0; k < T_PER; k++)
+            put(b, "%s{node=\"%d\",table=\"%s\"} %.3f\n", tr[k], i,
+                psd_table_conf_get(n->tables[t])->name,
+                rate(r, C_NODE + (size_t)t * T_PER + (size_t)k));
+}
+
+/* ---- commands --------------------------------------------------------- */
+
+static int is(const char *cmd, size_t len, const char *word)
+{
+    return strlen(word) == len && memcmp(cmd, word, len) == 0;
+}
+
+int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
+                      size_t *textlen)
+{
+    psd_admin *a = arg;
+    tbuf b = { 0 };
+    int rc = PSW_OK;
+    if (is(cmd, len, "ping"))
+        put(&b, "pong from node %d\n", a->node->index);
+    else if (is(cmd, len, "stats") || is(cmd, len, "metrics") ||
+             is(cmd, len, "rates")) {
+        rates r = { 0 };
+        if (rates_begin(a, &r))
+            b.oom = 1;
+        else if (cmd[0] == 's')
+            stats_json(a, &r, &b);
+        else if (cmd[0] == 'r')
+            rates_text(a, &r, &b);
+        else {
+            metrics_text(a, &b);
+            info_text(a, &b);
+        }
+        free(r.now);
+    } else if (is(cmd, len, "save")) {
+        /* Starts one unless one is running; either way the caller learns
+         * which generation to wait for in stats. */
+        int running = a->dur->child != 0;
+        uint64_t failures = a->dur->st.snapshot_failures;
+        if (!running)
+            psd_durable_snapshot(a->dur);
+        if (!a->dur->child && a->dur->st.snapshot_failures > failures) {
+            put(&b, "snapshot not started: %s", a->dur->st.last_error);
+            rc = PSW_ESERVER;
+        } else
+            put(&b, "{\"generation\": %llu, \"already_running\": %s}\n",
+                (unsigned long long)a->dur->child_gen,
+                running ? "true" : "false");
+    } else {
+        put(&b, "unknown command \"%.*s\" (ping, stats, metrics, rates, "
+            "save)",
+            (int)(len > 64 ? 64 : len), cmd);
+        rc = PSW_EINVAL;
+    }
+    if (b.oom) {
+        free(b.p);
+        *text = NULL;
+        *textlen = 0;
+        return PSW_ENOMEM;
+    }
+    *text = b.p;
+    *textlen = b.len;
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* /metrics over HTTP, for Prometheus: a listener on the node's
+ * metrics_listen address, served from psd's own loop. It answers
+ * `GET /metrics` (and `GET /`) with the node's figures in the text
+ * exposition format and closes the connection; anything else gets 404 or
+ * 400. Written by hand rather than with an HTTP library because it is one
+ * fixed request on one loop: Debian's HTTP server libraries bring their
+ * own threads or poll loops. Requests are read up to 8 KiB within 5 s,
+ * at most 16 connections at once; the figures are read-only. */
+#ifndef PSD_METRICS_H
+#define PSD_METRICS_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "config.h"
+
+typedef struct psd_metrics {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    int listening;
+    int open;                    /* connections being served */
+    /* Produces the body: PSW_OK and a malloc'd text (psd_admin_command
+     * with "metrics"). */
+    int (*body)(void *arg, const char *cmd, size_t len, char **text,
+                size_t *textlen);
+    void *arg;
+} psd_metrics;
+
+/* Listens on addr. 0, or -1 with the reason in err. */
+int psd_metrics_start(psd_metrics *m, uv_loop_t *loop,
+                      const psd_node_addr *addr,
+                      int (*body)(void *, const char *, size_t, char **,
+                                  size_t *),
+                      void *arg, char *err, size_t errlen);
+
+/* Stops listening; connections being served finish on their own. */
+void psd_metrics_stop(psd_metrics *m);
+
+#endif

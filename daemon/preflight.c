@@ -1,0 +1,167 @@
+/* The checks psd makes before it starts; see preflight.h. */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "preflight.h"
+#include "../proto/auth.h"
+
+typedef char line_t[512];
+
+__attribute__((format(printf, 5, 6)))
+static void add(line_t **list, int *n, const char *path, int line,
+                const char *fmt, ...)
+{
+    line_t *l = realloc(*list, ((size_t)*n + 1) * sizeof *l);
+    if (!l)
+        return;                  /* the count below still says it failed */
+    *list = l;
+    char *at = l[*n];
+    int k = line > 0 ? snprintf(at, sizeof *l, "%s:%d: ", path, line)
+                     : snprintf(at, sizeof *l, "%s: ", path);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(at + k, sizeof *l - (size_t)k, fmt, ap);
+    va_end(ap);
+    (*n)++;
+}
+
+static int is_loopback(const struct sockaddr_storage *sa)
+{
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+        if (IN6_IS_ADDR_LOOPBACK(&a->sin6_addr))
+            return 1;
+        /* ::ffff:127.x.y.z */
+        return IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) &&
+               a->sin6_addr.s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+/* Resolves a; the first answer goes to *out. 0, or the getaddrinfo
+ * error. */
+static int resolve(const psd_node_addr *a, struct sockaddr_storage *out)
+{
+    struct addrinfo hints = { 0 }, *res = NULL;
+    char port[8];
+    hints.ai_socktype = SOCK_STREAM;
+    if (a->kind != PSW_HOST_NAME)
+        hints.ai_flags = AI_NUMERICHOST;
+    snprintf(port, sizeof port, "%d", a->port);
+    int g = getaddrinfo(a->host, port, &hints, &res);
+    if (g == 0 && !res)
+        g = EAI_NONAME;
+    if (g == 0) {
+        memcpy(out, res->ai_addr, res->ai_addrlen);
+        freeaddrinfo(res);
+    }
+    return g;
+}
+
+static void sa_text(const struct sockaddr_storage *sa, char *out, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (sa->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr,
+                  host, sizeof host);
+    else
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr,
+                  host, sizeof host);
+    snprintf(out, cap, "%s", host);
+}
+
+/* The token in force, from auth_token or auth_token_file. */
+static void check_token(psd_preflight *pf, const psd_config *c,
+                        const char *path)
+{
+    if (c->auth_token[0]) {
+        pf->token_len = strlen(c->auth_token);
+        memcpy(pf->token, c->auth_token, pf->token_len + 1);
+        /* The ini usually is readable by all; a token in it is only as
+         * private as the file. */
+        struct stat st;
+        if (stat(path, &st) == 0 && (st.st_mode & 077))
+            add(&pf->notes, &pf->nnotes, path, c->auth_token_line,
+                "[server] auth_token: this file is readable by group or "
+                "others (mode %04o); auth_token_file keeps the token in a "
+                "private file", (unsigned)(st.st_mode & 07777));
+        return;
+    }
+    if (!c->auth_token_file[0])
+        return;
+    char why[400];
+    if (psw_token_read_file(c->auth_token_file, pf->token, sizeof pf->token,
+                            &pf->token_len, why, sizeof why) < 0)
+        add(&pf->problems, &pf->nproblems, path, c->auth_token_file_line,
+            "[server] auth_token_file: %s", why);
+}
+
+/* Node i's bind address: resolved, and loopback unless there is a token.
+ * own: psd is node i (it must bind there); otherwise a name that does
+ * not resolve here is only worth a note. */
+static void check_node(psd_preflight *pf, const psd_config *c,
+                       const char *path, int i, int own)
+{
+    int listen = c->nlisten > 0;
+    const psd_node_addr *a = listen ? &c->listen[i] : &c->nodes[i];
+    int line = listen ? c->listen_line : c->nodes_line;
+    const char *key = listen ? "listen" : "nodes";
+    char text[PSW_ADDR_TEXT_MAX], ip[INET6_ADDRSTRLEN];
+    struct sockaddr_storage sa;
+    psw_addr_format(a, text, sizeof text);
+    int g = resolve(a, &sa);
+    if (g) {
+        if (own)
+            add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: "
+                "node %d's address %s does not resolve: %s", key, i, text,
+                gai_strerror(g));
+        else
+            add(&pf->notes, &pf->nnotes, path, line, "[cluster] %s: node "
+                "%d's address %s does not resolve here: %s", key, i, text,
+                gai_strerror(g));
+        return;
+    }
+    if (own)
+        pf->bind = sa;
+    if (pf->token_len || c->auth_token_file[0] || is_loopback(&sa))
+        return;
+    sa_text(&sa, ip, sizeof ip);
+    add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: node %d "
+        "would listen on %s%s%s, which is not a loopback address, and "
+        "[server] has no auth_token: psd refuses to serve unauthenticated "
+        "clients on a network. Set auth_token_file (or auth_token) in "
+        "[server] (traffic is still not encrypted: see the README), or "
+        "have the node listen on a loopback address (%s)", key, i, text,
+        a->kind == PSW_HOST_NAME ? " = " : "",
+        a->kind == PSW_HOST_NAME ? ip : "",
+        listen ? "listen = 127.0.0.1:PORT" : "[cluster] listen");
+}
+
+int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
+                      const char *path, int node)
+{
+    memset(pf, 0, sizeof *pf);
+    check_token(pf, cfg, path);
+    for (int i = 0; i < cfg->nnodes; i++)
+        check_node(pf, cfg, path, i, node < 0 || node == i);
+    return pf->nproblems;
+}
+
+void psd_preflight_destroy(psd_preflight *pf)
+{
+    psw_wipe(pf->token, sizeof pf->token);
+    free(pf->problems);
+    free(pf->notes);
+    pf->problems = pf->notes = NULL;
+    pf->nproblems = pf->nnotes = 0;
+}

@@ -1,0 +1,36 @@
+/* What psd checks before it starts, beyond the file's syntax (config.h):
+ * the token file (present, private, a sound token), the addresses (host
+ * names resolve; the node's bind address is known) and protected mode (no
+ * token: every address bound must be loopback). psd runs it at start and
+ * `psd --check` prints what it finds, so --check passes exactly the
+ * files psd would start with. */
+#ifndef PSD_PREFLIGHT_H
+#define PSD_PREFLIGHT_H
+
+#include <stddef.h>
+#include <sys/socket.h>
+
+#include "config.h"
+
+typedef struct psd_preflight {
+    char token[256];             /* the token in force ("" for none):
+                                    auth_token, or auth_token_file's */
+    size_t token_len;
+    struct sockaddr_storage bind; /* node's bind address, resolved */
+    char (*problems)[512];       /* "PATH:LINE: reason", owned */
+    int nproblems;
+    char (*notes)[512];          /* worth saying, not fatal; owned */
+    int nnotes;
+} psd_preflight;
+
+/* Checks cfg (loaded from path) for node `node`, or for every node when
+ * node is -1 (psd --check without -n). Fills *pf (which the call
+ * initialises) and returns the number of problems: 0 means psd may start.
+ * Resolving host names may block. Free with psd_preflight_destroy. */
+int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
+                      const char *path, int node);
+
+/* Wipes the token and frees the lists. */
+void psd_preflight_destroy(psd_preflight *pf);
+
+#endif

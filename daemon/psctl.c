@@ -1,0 +1,1100 @@
+/* psctl: asks running psd nodes how they are and tells them to save.
+ * Speaks the wire protocol directly (proto/), one blocking connection per
+ * node, one request at a time: a HELLO as a client that is not a worker,
+ * then ADMIN commands (PROTOCOL.md). Human output is built from the
+ * node's "metrics" and "rates" answers (the Prometheus line format, easy
+ * to read back); --json prints each node's "stats" document as is. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include "config.h"
+#include "../proto/auth.h"
+#include "../proto/frame.h"
+#include "../proto/msg.h"
+#include "../proto/status.h"
+
+#define CONNECT_MS 3000
+#define REPLY_MS 10000
+#define MAX_FRAME (64u << 20)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: psctl [-c INI | -s HOST:PORT[,HOST:PORT...]] [-n NODE] "
+        "[--json] COMMAND\n"
+        "commands:\n"
+        "  ping     round trip to every node\n"
+        "  layout   nodes, shards and tables, as the cluster describes itself\n"
+        "  tables   per table: rows, memory, pushes/pulls and keys per second\n"
+        "  stats    per node: memory, connections, rates, service times,\n"
+        "           workers, snapshot and journal\n"
+        "  save     every node writes a snapshot now; waits for the result\n"
+        "  top      stats and tables, refreshed every second (-i SECS, "
+        "--count N)\n"
+        "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
+        "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
+        "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
+}
+
+/* ---- one node's connection ---------------------------------------------- */
+
+typedef struct node {
+    char addr[PSW_ADDR_MAX + 8];
+    int fd;
+    psw_reader rd;
+    psw_cluster layout;
+    psw_transcript tr;           /* the handshake's, for the proofs */
+    int challenged;
+    uint64_t ts;
+    char err[300];
+} node;
+
+/* The cluster's token ($PSD_AUTH_TOKEN, else the ini's auth_token or
+ * auth_token_file), or none. */
+static char token[PSW_AUTH_TOKEN_MAX + 1];
+static size_t token_len;
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* Splits "host:port" or "[v6]:port". */
+static int split(const char *a, char *host, size_t hl, char *port, size_t pl)
+{
+    const char *colon = strrchr(a, ':');
+    if (!colon || !colon[1])
+        return -1;
+    const char *h = a;
+    size_t n = (size_t)(colon - a);
+    if (a[0] == '[' && n >= 2 && a[n - 1] == ']') {
+        h = a + 1;
+        n -= 2;
+    }
+    if (n == 0 || n >= hl || strlen(colon + 1) >= pl)
+        return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    snprintf(port, pl, "%s", colon + 1);
+    return 0;
+}
+
+static int wait_fd(int fd, short ev, int ms)
+{
+    struct pollfd p = { fd, ev, 0 };
+    int rc;
+    while ((rc = poll(&p, 1, ms)) < 0 && errno == EINTR)
+        ;
+    return rc;
+}
+
+static int dial(node *nd)
+{
+    char host[PSW_ADDR_MAX], port[16];
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res, *ai;
+    if (split(nd->addr, host, sizeof host, port, sizeof port)) {
+        snprintf(nd->err, sizeof nd->err, "bad address");
+        return -1;
+    }
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc) {
+        snprintf(nd->err, sizeof nd->err, "%s", gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1;
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
+                    SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
+            (errno == EINPROGRESS && wait_fd(fd, POLLOUT, CONNECT_MS) > 0)) {
+            int e = 0;
+            socklen_t l = sizeof e;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
+            if (e == 0)
+                break;
+            errno = e;
+        } else if (errno == EINPROGRESS)
+            errno = ETIMEDOUT;
+        snprintf(nd->err, sizeof nd->err, "cannot connect: %s",
+                 strerror(errno));
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    nd->fd = fd;
+    return 0;
+}
+
+static int send_out(node *nd, psw_out *o)
+{
+    size_t n = psw_out_iovcnt(o);
+    struct iovec iov[8];
+    if (o->oom || n > 8) {
+        snprintf(nd->err, sizeof nd->err, "cannot build the request");
+        return -1;
+    }
+    psw_out_iov(o, iov);
+    for (size_t i = 0; i < n; i++) {
+        const char *p = iov[i].iov_base;
+        size_t left = iov[i].iov_len;
+        while (left) {
+            ssize_t k = send(nd->fd, p, left, MSG_NOSIGNAL);
+            if (k < 0 && errno == EAGAIN && wait_fd(nd->fd, POLLOUT,
+                                                    REPLY_MS) > 0)
+                continue;
+            if (k <= 0) {
+                snprintf(nd->err, sizeof nd->err, "send: %s",
+                         k < 0 ? strerror(errno) : "closed");
+                return -1;
+            }
+            p += k;
+            left -= (size_t)k;
+        }
+    }
+    return 0;
+}
+
+/* Reads frames until one whose first message decodes with `take`. */
+typedef int (*take_fn)(node *nd, const msgpack_object *msg, void *arg);
+
+static int receive(node *nd, take_fn take, void *arg)
+{
+    uint64_t deadline = now_ms() + REPLY_MS;
+    for (;;) {
+        const char *body;
+        size_t len;
+        int rc = psw_reader_next(&nd->rd, &body, &len);
+        if (rc < 0) {
+            snprintf(nd->err, sizeof nd->err, "bad frame: %s", nd->rd.why);
+            return -1;
+        }
+        if (rc == 1) {
+            msgpack_zone zone;
+            msgpack_object obj;
+            const msgpack_object *msgs;
+            char why[200];
+            msgpack_zone_init(&zone, 4096);
+            int n = psw_frame_decode(body, len, &zone, &obj, why, sizeof why)
+                        ? -1
+                        : psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, why,
+                                             sizeof why);
+            int got = 0;
+            for (int i = 0; i < n && !got; i++) {
+                got = take(nd, &msgs[i], arg);
+                if (got < 0)
+                    break;
+            }
+            msgpack_zone_destroy(&zone);
+            if (n < 0) {
+                snprintf(nd->err, sizeof nd->err, "bad frame: %s", why);
+                return -1;
+            }
+            if (got)
+                return got > 0 ? 0 : -1;
+            continue;            /* a PING, or a frame of something else */
+        }
+        uint64_t t = now_ms();
+        if (t >= deadline || wait_fd(nd->fd, POLLIN, (int)(deadline - t)) <= 0) {
+            snprintf(nd->err, sizeof nd->err, "no answer within %d s",
+                     REPLY_MS / 1000);
+            return -1;
+        }
+        char *p;
+        size_t room;
+        if (psw_reader_space(&nd->rd, &p, &room)) {
+            snprintf(nd->err, sizeof nd->err, "out of memory");
+            return -1;
+        }
+        ssize_t k = recv(nd->fd, p, room, 0);
+        if (k < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (k <= 0) {
+            snprintf(nd->err, sizeof nd->err, "connection closed%s%s",
+                     k < 0 ? ": " : " by the node",
+                     k < 0 ? strerror(errno) : "");
+            return -1;
+        }
+        psw_reader_commit(&nd->rd, (size_t)k);
+    }
+}
+
+static int send_out(node *nd, psw_out *o);
+
+/* A node with a token challenges: our proof (or none, and it refuses). */
+static int answer_challenge(node *nd, const msgpack_object *msg)
+{
+    psw_challenge ch;
+    char why[200];
+    if (nd->challenged || psw_challenge_decode(msg, &ch, why, sizeof why)) {
+        snprintf(nd->err, sizeof nd->err, "bad CHALLENGE: %s",
+                 nd->challenged ? "a second one" : why);
+        return -1;
+    }
+    nd->challenged = 1;
+    nd->tr.node_index = ch.node_index;
+    memcpy(nd->tr.snonce, ch.nonce, PSW_NONCE_LEN);
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_msg a = { NULL, 0 };
+    if (token_len) {
+        psw_auth_proof(token, token_len, PSW_ROLE_CLIENT, &nd->tr, proof);
+        a.proof = (const char *)proof;
+        a.proof_len = PSW_PROOF_LEN;
+    }
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_auth(&o, &a);
+    psw_out_frame_end(&o);
+    psw_wipe(proof, sizeof proof);
+    int rc = send_out(nd, &o);
+    psw_out_destroy(&o);
+    return rc ? -1 : 0;          /* and read on, for HELLO_OK */
+}
+
+static int take_hello_ok(node *nd, const msgpack_object *msg, void *arg)
+{
+    (void)arg;
+    char why[200];
+    if (msg->type == MSGPACK_OBJECT_ARRAY && msg->via.array.size > 0 &&
+        msg->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+        msg->via.array.ptr[0].via.u64 == PSW_OP_CHALLENGE)
+        return answer_challenge(nd, msg);
+    if (psw_hello_ok_decode(msg, &nd->layout, why, sizeof why)) {
+        snprintf(nd->err, sizeof nd->err, "bad HELLO_OK: %s", why);
+        return -1;
+    }
+    if (nd->layout.status != PSW_OK) {
+        snprintf(nd->err, sizeof nd->err, "refused: %.280s", nd->layout.text);
+        return -1;
+    }
+    /* With a token the node proves it holds it too. */
+    if (token_len &&
+        (nd->layout.proof_state != PSW_PROOF_SET ||
+         psw_auth_verify(token, token_len, PSW_ROLE_SERVER, &nd->tr,
+                         nd->layout.proof, PSW_PROOF_LEN))) {
+        snprintf(nd->err, sizeof nd->err, "%s", nd->challenged
+                 ? "the node could not prove that it knows the token"
+                 : "the node accepted us without authentication (it has no "
+                   "auth_token, or it is not a node of this cluster)");
+        return -1;
+    }
+    return 1;
+}
+
+static int hello(node *nd)
+{
+    uint64_t id;
+    if (getrandom(&id, sizeof id, 0) != sizeof id)
+        id = (uint64_t)getpid() << 32 ^ now_ms();
+    nd->challenged = 0;
+    nd->tr = (psw_transcript){ .version = PSW_VERSION, .client_id = id,
+                               .incarnation = 1, .worker = -1 };
+    psw_auth_nonce(nd->tr.cnonce);
+    psw_hello h = { PSW_VERSION, id, 1, -1, (const char *)nd->tr.cnonce,
+                    PSW_NONCE_LEN };
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    int rc = send_out(nd, &o);
+    psw_out_destroy(&o);
+    return rc ? -1 : receive(nd, take_hello_ok, NULL);
+}
+
+typedef struct answer {
+    uint64_t ts;
+    char *text;
+    size_t len;
+} answer;
+
+static int take_reply(node *nd, const msgpack_object *msg, void *arg)
+{
+    answer *a = arg;
+    psw_msg m;
+    char why[200];
+    if (psw_msg_decode(msg, &m, why, sizeof why)) {
+        snprintf(nd->err, sizeof nd->err, "bad reply: %s", why);
+        return -1;
+    }
+    if (m.op != PSW_OP_REPLY || m.ts != a->ts)
+        return 0;
+    if (m.status != PSW_OK) {
+        snprintf(nd->err, sizeof nd->err, "%s: %.*s", psw_strerror(m.status),
+                 (int)m.text_len, m.text ? m.text : "");
+        return -1;
+    }
+    a->text = malloc(m.vals_len + 1);
+    if (!a->text) {
+        snprintf(nd->err, sizeof nd->err, "out of memory");
+        return -1;
+    }
+    memcpy(a->text, m.vals, m.vals_len);
+    a->text[m.vals_len] = '\0';
+    a->len = m.vals_len;
+    return 1;
+}
+
+/* Sends an ADMIN command; its answer, malloc'd and NUL-terminated, or
+ * NULL with nd->err set. */
+static char *command(node *nd, const char *cmd)
+{
+    psw_msg m = { .op = PSW_OP_ADMIN, .ts = ++nd->ts, .text = cmd,
+                  .text_len = strlen(cmd) };
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_request(&o, &m);
+    psw_out_frame_end(&o);
+    int rc = send_out(nd, &o);
+    psw_out_destroy(&o);
+    answer a = { m.ts, NULL, 0 };
+    if (rc || receive(nd, take_reply, &a))
+        return NULL;
+    return a.text;
+}
+
+static int node_open(node *nd)
+{
+    nd->fd = -1;
+    psw_reader_init(&nd->rd, MAX_FRAME);
+    if (dial(nd) || hello(nd))
+        return -1;
+    return 0;
+}
+
+static void node_close(node *nd)
+{
+    if (nd->fd >= 0)
+        close(nd->fd);
+    nd->fd = -1;
+    psw_reader_destroy(&nd->rd);
+    psw_cluster_free(&nd->layout);
+}
+
+/* ---- the metrics line format ---------------------------------------------- */
+
+typedef struct sample {
+    char name[64];
+    char labels[192];            /* inside the braces */
+    double v;
+} sample;
+
+typedef struct samples {
+    sample *s;
+    int n, cap;
+} samples;
+
+/* Appends the `name{labels} value` lines of text; comments skipped. */
+static void parse_lines(samples *out, const char *text)
+{
+    for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1
+                                                         : l + strlen(l)) {
+        if (*l == '#' || *l == '\n')
+            continue;
+        if (out->n == out->cap) {
+            int cap = out->cap ? 2 * out->cap : 256;
+            sample *s = realloc(out->s, (size_t)cap * sizeof *s);
+            if (!s)
+                return;
+            out->s = s;
+            out->cap = cap;
+        }
+        sample *s = &out->s[out->n];
+        size_t n = strcspn(l, "{ \n");
+        if (n == 0 || n >= sizeof s->name)
+            continue;
+        memcpy(s->name, l, n);
+        s->name[n] = '\0';
+        const char *p = l + n;
+        s->labels[0] = '\0';
+        if (*p == '{') {
+            /* Label values may hold escaped quotes; find the closing brace
+             * outside quotes. */
+            const char *q = p + 1;
+            int in = 0;
+            for (; *q && *q != '\n' && (in || *q != '}'); q++) {
+                if (*q == '\\' && q[1])
+                    q++;
+                else if (*q == '"')
+                    in = !in;
+            }
+            if (*q != '}')
+                continue;
+            snprintf(s->labels, sizeof s->labels, "%.*s", (int)(q - p - 1),
+                     p + 1);
+            p = q + 1;
+        }
+        char *end;
+        s->v = strtod(p, &end);
+        if (end != p)
+            out->n++;
+    }
+}
+
+/* The value of name whose labels contain every "k=\"v\"" in want (a
+ * comma-separated list, or ""); NAN-free: 0 when absent. */
+static double get(const samples *ss, const char *name, const char *want)
+{
+    for (int i = 0; i < ss->n; i++) {
+        if (strcmp(ss->s[i].name, name))
+            continue;
+        int ok = 1;
+        char w[160];
+        snprintf(w, sizeof w, "%s", want);
+        for (char *save, *t = strtok_r(w, ",", &save); t && ok;
+             t = strtok_r(NULL, ",", &save))
+            ok = strstr(ss->s[i].labels, t) != NULL;
+        if (ok)
+            return ss->s[i].v;
+    }
+    return 0;
+}
+
+/* The value of label key in the first sample called name, unescaped. */
+static void get_label(const samples *ss, const char *name, const char *key,
+                      char *out, size_t len)
+{
+    out[0] = '\0';
+    for (int i = 0; i < ss->n; i++) {
+        if (strcmp(ss->s[i].name, name))
+            continue;
+        char k[64];
+        snprintf(k, sizeof k, "%s=\"", key);
+        const char *p = strstr(ss->s[i].labels, k);
+        if (!p)
+            return;
+        p += strlen(k);
+        size_t o = 0;
+        for (; *p && *p != '"' && o + 1 < len; p++) {
+            if (*p == '\\' && p[1]) {
+                p++;
+                out[o++] = *p == 'n' ? '\n' : *p;
+            } else
+                out[o++] = *p;
+        }
+        out[o] = '\0';
+        return;
+    }
+}
+
+/* Metrics and rates of node nd into ss. 0 or -1. */
+static int fetch(node *nd, samples *ss)
+{
+    char *m = command(nd, "metrics");
+    if (!m)
+        return -1;
+    char *r = command(nd, "rates");
+    if (!r) {
+        free(m);
+        return -1;
+    }
+    parse_lines(ss, m);
+    parse_lines(ss, r);
+    free(m);
+    free(r);
+    return 0;
+}
+
+/* ---- printing -------------------------------------------------------------- */
+
+/* 1234567 -> "1.2M" (kept in one of eight rotating buffers, so several
+ * fit in one printf). */
+static const char *human(double v)
+{
+    static char bufs[8][32];
+    static int k;
+    static const char *const unit[] = { "", "k", "M", "G", "T" };
+    char *b = bufs[k++ % 8];
+    int u = 0;
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(b, 32, u || (v < 100 && v != (double)(long)v) ? "%.1f%s"
+                                                           : "%.0f%s",
+             v, unit[u]);
+    return b;
+}
+
+static const char *mib(double bytes)
+{
+    static char bufs[4][32];
+    static int k;
+    char *b = bufs[k++ % 4];
+    snprintf(b, 32, "%.1f MiB", bytes / (1 << 20));
+    return b;
+}
+
+static double nodev(const samples *ss, const char *name, int i)
+{
+    char lab[32];
+    snprintf(lab, sizeof lab, "node=\"%d\"", i);
+    return get(ss, name, lab);
+}
+
+/* The sum of name over node i's label sets (e.g. every table's bytes). */
+static double sum(const samples *ss, const char *name, int i)
+{
+    char lab[32];
+    double v = 0;
+    snprintf(lab, sizeof lab, "node=\"%d\"", i);
+    for (int k = 0; k < ss->n; k++)
+        if (!strcmp(ss->s[k].name, name) && strstr(ss->s[k].labels, lab))
+            v += ss->s[k].v;
+    return v;
+}
+
+static double lat_us(const samples *ss, int i, const char *kind, const char *q)
+{
+    char lab[96];
+    snprintf(lab, sizeof lab, "node=\"%d\",kind=\"%s\",quantile=\"%s\"", i,
+             kind, q);
+    return get(ss, "psd_request_service_seconds", lab) * 1e6;
+}
+
+static void print_node(const node *nd, int i, const samples *ss)
+{
+    double up = nodev(ss, "psd_uptime_seconds", i);
+    printf("node %d  %s  up %dh%02dm%02ds  rss %s  tables %s  "
+           "connections %.0f\n", i, nd->addr, (int)(up / 3600),
+           (int)(up / 60) % 60, (int)up % 60,
+           mib(nodev(ss, "psd_resident_memory_bytes", i)),
+           mib(sum(ss, "psd_table_bytes", i)), nodev(ss, "psd_connections", i));
+    printf("  requests %s/s (pushes %s/s, pulls %s/s), keys pushed %s/s, "
+           "pulled %s/s, errors %s/s\n",
+           human(nodev(ss, "psd_requests_per_second", i)),
+           human(nodev(ss, "psd_pushes_per_second", i)),
+           human(nodev(ss, "psd_pulls_per_second", i)),
+           human(nodev(ss, "psd_keys_pushed_per_second", i)),
+           human(nodev(ss, "psd_keys_pulled_per_second", i)),
+           human(nodev(ss, "psd_request_errors_per_second", i)));
+    printf("  service time: push p50 %.0f us p99 %.0f us, pull p50 %.0f us "
+           "p99 %.0f us, pushpull p50 %.0f us p99 %.0f us\n",
+           lat_us(ss, i, "push", "0.5"), lat_us(ss, i, "push", "0.99"),
+           lat_us(ss, i, "pull", "0.5"), lat_us(ss, i, "pull", "0.99"),
+           lat_us(ss, i, "pushpull", "0.5"),
+           lat_us(ss, i, "pushpull", "0.99"));
+    char lab[64];
+    snprintf(lab, sizeof lab, "node=\"%d\",state=\"live\"", i);
+    double live = get(ss, "psd_workers", lab);
+    snprintf(lab, sizeof lab, "node=\"%d\",state=\"gone\"", i);
+    double gone = get(ss, "psd_workers", lab);
+    snprintf(lab, sizeof lab, "node=\"%d\",state=\"left\"", i);
+    double left = get(ss, "psd_workers", lab);
+    printf("  workers: %.0f live, %.0f lost (in grace), %.0f left; clock "
+           "%.0f\n", live, gone, left, nodev(ss, "psd_clock", i));
+    char err[256], dur[16], fs[16], dir[256];
+    get_label(ss, "psd_snapshot_last_error_info", "error", err, sizeof err);
+    get_label(ss, "psd_node_info", "durability", dur, sizeof dur);
+    get_label(ss, "psd_node_info", "fsync", fs, sizeof fs);
+    get_label(ss, "psd_node_info", "data_dir", dir, sizeof dir);
+    double gen = nodev(ss, "psd_snapshot_generation", i);
+    if (gen > 0)
+        printf("  snapshot %.0f in %s, %.0f s old, took %.2f s (fork "
+               "%.2f ms), %.0f failed", gen, dir,
+               nodev(ss, "psd_snapshot_age_seconds", i),
+               nodev(ss, "psd_snapshot_last_duration_seconds", i),
+               nodev(ss, "psd_snapshot_last_fork_seconds", i) * 1e3,
+               nodev(ss, "psd_snapshot_failures_total", i));
+    else
+        printf("  no snapshot yet in %s, %.0f failed", dir,
+               nodev(ss, "psd_snapshot_failures_total", i));
+    printf("%s%s\n", err[0] ? "; last error: " : "", err);
+    if (!strcmp(dur, "log")) {
+        char jerr[256];
+        get_label(ss, "psd_journal_error_info", "error", jerr, sizeof jerr);
+        printf("  journal (fsync = %s): segment %s, %.0f fsyncs, longest "
+               "%.2f ms, %.0f write errors%s%s\n", fs,
+               mib(nodev(ss, "psd_journal_bytes", i)),
+               nodev(ss, "psd_journal_fsyncs_total", i),
+               nodev(ss, "psd_journal_fsync_seconds_max", i) * 1e3,
+               nodev(ss, "psd_journal_write_errors_total", i),
+               jerr[0] ? "; FAILING: " : "", jerr);
+    } else
+        printf("  no journal (durability = snapshot)\n");
+}
+
+/* Per table, summed over the nodes that answered. */
+static void print_tables(const psw_cluster *l, const samples *all)
+{
+    printf("%-20s %-6s %6s %12s %12s %9s %9s %10s %10s\n", "table", "kind",
+           "dim", "rows", "memory", "pushes/s", "pulls/s", "keys in/s",
+           "keys out/s");
+    for (int t = 0; t < l->ntables; t++) {
+        const psw_table_desc *d = &l->tables[t];
+        char lab[96];
+        snprintf(lab, sizeof lab, "table=\"%s\"", d->name);
+        double rows = 0, bytes = 0, pu = 0, pl = 0, ki = 0, ko = 0;
+        for (int i = 0; i < all->n; i++) {
+            const sample *s = &all->s[i];
+            if (!strstr(s->labels, lab))
+                continue;
+            if (!strcmp(s->name, "psd_table_rows"))
+                rows += s->v;
+            else if (!strcmp(s->name, "psd_table_bytes"))
+                bytes += s->v;
+            else if (!strcmp(s->name, "psd_table_pushes_per_second"))
+                pu += s->v;
+            else if (!strcmp(s->name, "psd_table_pulls_per_second"))
+                pl += s->v;
+            else if (!strcmp(s->name, "psd_table_keys_pushed_per_second"))
+                ki += s->v;
+            else if (!strcmp(s->name, "psd_table_keys_pulled_per_second"))
+                ko += s->v;
+        }
+        printf("%-20s %-6s %6u %12.0f %12s %9s %9s %10s %10s\n", d->name,
+               d->dense ? "dense" : "sparse", d->dim, rows, mib(bytes),
+               human(pu), human(pl), human(ki), human(ko));
+    }
+}
+
+/* ---- commands ------------------------------------------------------------ */
+
+typedef struct cluster {
+    node *nodes;
+    int n;
+    int only;                    /* -n: one node, or -1 */
+} cluster;
+
+static int open_all(cluster *c, int quiet)
+{
+    int bad = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (c->only >= 0 && i != c->only)
+            continue;
+        if (c->nodes[i].fd < 0 && node_open(&c->nodes[i])) {
+            if (!quiet)
+                fprintf(stderr, "psctl: node %d (%s): %s\n", i,
+                        c->nodes[i].addr, c->nodes[i].err);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+static int want(const cluster *c, int i)
+{
+    return (c->only < 0 || i == c->only) && c->nodes[i].fd >= 0;
+}
+
+/* A node that failed a command is closed, so the next round redials it. */
+static void failed(cluster *c, int i)
+{
+    fprintf(stderr, "psctl: node %d (%s): %s\n", i, c->nodes[i].addr,
+            c->nodes[i].err);
+    node_close(&c->nodes[i]);
+}
+
+static int do_ping(cluster *c)
+{
+    int bad = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (!want(c, i))
+            continue;
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        char *r = command(&c->nodes[i], "ping");
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if (!r) {
+            failed(c, i);
+            bad = 1;
+            continue;
+        }
+        printf("node %d (%s): %.*s in %.3f ms\n", i, c->nodes[i].addr,
+               (int)strcspn(r, "\n"), r,
+               (double)(b.tv_sec - a.tv_sec) * 1e3 +
+                   (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+        free(r);
+    }
+    return bad;
+}
+
+static const psw_cluster *any_layout(const cluster *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->nodes[i].fd >= 0)
+            return &c->nodes[i].layout;
+    return NULL;
+}
+
+static int do_layout(cluster *c, int json)
+{
+    const psw_cluster *l = any_layout(c);
+    if (!l)
+        return 1;
+    static const char *const cons[] = { "async", "bsp", "ssp" };
+    if (json) {
+        printf("{\"epoch\": %llu, \"shards\": %u, \"max_frame\": %llu, "
+               "\"heartbeat_ms\": %u, \"peer_timeout_ms\": %u, \"nodes\": [",
+               (unsigned long long)l->epoch, l->shards,
+               (unsigned long long)l->max_frame, l->heartbeat_ms,
+               l->peer_timeout_ms);
+        for (int i = 0; i < l->nnodes; i++)
+            printf("%s\"%s\"", i ? ", " : "", l->nodes[i]);
+        printf("], \"tables\": [");
+        for (int t = 0; t < l->ntables; t++) {
+            const psw_table_desc *d = &l->tables[t];
+            printf("%s{\"id\": %u, \"name\": \"%s\", \"kind\": \"%s\", "
+                   "\"dim\": %u, \"rows\": %llu, \"consistency\": \"%s\"}",
+                   t ? ", " : "", d->id, d->name, d->dense ? "dense" : "sparse",
+                   d->dim, (unsigned long long)d->rows, cons[d->consistency]);
+        }
+        printf("]}\n");
+        return 0;
+    }
+    printf("%d nodes, %u shards (shard s on node s mod %d), max_frame %llu, "
+           "heartbeat %u ms, peer timeout %u ms, layout epoch %016llx\n",
+           l->nnodes, l->shards, l->nnodes, (unsigned long long)l->max_frame,
+           l->heartbeat_ms, l->peer_timeout_ms, (unsigned long long)l->epoch);
+    for (int i = 0; i < l->nnodes; i++)
+        printf("  node %d  %s%s\n", i, l->nodes[i],
+               c->nodes[i].fd >= 0 ? "" : "  (not answering)");
+    for (int t = 0; t < l->ntables; t++) {
+        const psw_table_desc *d = &l->tables[t];
+        printf("  table %-20s %-6s dim %u", d->name,
+               d->dense ? "dense" : "sparse", d->dim);
+        if (d->dense)
+            printf(", %llu rows", (unsigned long long)d->rows);
+        printf(", %s\n", cons[d->consistency]);
+    }
+    return 0;
+}
+
+/* Every node's metrics and rates into one sample list. */
+static int fetch_all(cluster *c, samples *all)
+{
+    int bad = 0;
+    for (int i = 0; i < c->n; i++)
+        if (want(c, i) && fetch(&c->nodes[i], all)) {
+            failed(c, i);
+            bad = 1;
+        }
+    return bad;
+}
+
+static int do_stats(cluster *c, int json, int tables_too)
+{
+    int bad = 0;
+    if (json) {
+        printf("[");
+        int first = 1;
+        for (int i = 0; i < c->n; i++) {
+            if (!want(c, i))
+                continue;
+            char *r = command(&c->nodes[i], "stats");
+            if (!r) {
+                failed(c, i);
+                bad = 1;
+                continue;
+            }
+            printf("%s%s", first ? "" : ",\n", r);
+            first = 0;
+            free(r);
+        }
+        printf("]\n");
+        return bad;
+    }
+    samples all = { 0 };
+    bad = fetch_all(c, &all);
+    for (int i = 0; i < c->n; i++)
+        if (want(c, i))
+            print_node(&c->nodes[i], i, &all);
+    const psw_cluster *l = any_layout(c);
+    if (tables_too && l) {
+        printf("\n");
+        print_tables(l, &all);
+    }
+    free(all.s);
+    return bad;
+}
+
+static int do_tables(cluster *c, int json)
+{
+    if (json)
+        return do_stats(c, 1, 0);
+    samples all = { 0 };
+    int bad = fetch_all(c, &all);
+    const psw_cluster *l = any_layout(c);
+    if (l)
+        print_tables(l, &all);
+    free(all.s);
+    return bad || !l;
+}
+
+/* Asks every node to save, then waits until each one's snapshot
+ * generation reaches the one it started, or its failures grow. */
+static int do_save(cluster *c, int timeout_s)
+{
+    int bad = 0;
+    double gen[PSW_MAX_NODES], fails[PSW_MAX_NODES];
+    int waiting = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (!want(c, i))
+            continue;
+        samples ss = { 0 };
+        if (fetch(&c->nodes[i], &ss)) {
+            failed(c, i);
+            bad = 1;
+            continue;
+        }
+        fails[i] = nodev(&ss, "psd_snapshot_failures_total", i);
+        free(ss.s);
+        char *r = command(&c->nodes[i], "save");
+        if (!r) {
+            failed(c, i);
+            bad = 1;
+            continue;
+        }
+        const char *g = strstr(r, "\"generation\": ");
+        gen[i] = g ? strtod(g + 14, NULL) : 0;
+        free(r);
+        waiting++;
+    }
+    uint64_t deadline = now_ms() + (uint64_t)timeout_s * 1000;
+    while (waiting) {
+        for (int i = 0; i < c->n; i++) {
+            if (!want(c, i) || gen[i] <= 0)
+                continue;
+            samples ss = { 0 };
+            if (fetch(&c->nodes[i], &ss)) {
+                failed(c, i);
+                bad = 1;
+                waiting--;
+                continue;
+            }
+            double now = nodev(&ss, "psd_snapshot_generation", i);
+            if (now >= gen[i]) {
+                char dir[256];
+                get_label(&ss, "psd_node_info", "data_dir", dir, sizeof dir);
+                printf("node %d (%s): snapshot %.0f written in %.2f s to %s\n",
+                       i, c->nodes[i].addr, now,
+                       nodev(&ss, "psd_snapshot_last_duration_seconds", i),
+                       dir);
+                gen[i] = 0;
+                waiting--;
+            } else if (nodev(&ss, "psd_snapshot_failures_total", i) >
+                       fails[i]) {
+                char err[256];
+                get_label(&ss, "psd_snapshot_last_error_info", "error", err,
+                          sizeof err);
+                printf("node %d (%s): snapshot %.0f FAILED: %s (the previous "
+                       "one is kept)\n", i, c->nodes[i].addr, gen[i], err);
+                gen[i] = 0;
+                waiting--;
+                bad = 1;
+            }
+            free(ss.s);
+        }
+        if (waiting && now_ms() > deadline) {
+            fprintf(stderr, "psctl: %d node(s) still writing after %d s\n",
+                    waiting, timeout_s);
+            return 1;
+        }
+        if (waiting)
+            usleep(100 * 1000);
+    }
+    return bad;
+}
+
+static volatile sig_atomic_t stop;
+
+static void on_int(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static int do_top(cluster *c, double interval, int count)
+{
+    signal(SIGINT, on_int);
+    int tty = isatty(1);
+    for (int k = 0; !stop && (count <= 0 || k < count); k++) {
+        if (k) {
+            struct timespec t = { (time_t)interval,
+                                  (long)((interval - (double)(time_t)interval)
+                                         * 1e9) };
+            while (nanosleep(&t, &t) && errno == EINTR && !stop)
+                ;
+            if (stop)
+                break;
+            open_all(c, 1);      /* nodes that came back */
+        }
+        if (tty)
+            printf("\033[H\033[2J");
+        time_t now = time(NULL);
+        char when[32];
+        strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
+        printf("psctl top  %s  every %.1f s  (rates over the last 10 s; "
+               "Ctrl-C quits)\n\n", when, interval);
+        do_stats(c, 0, 1);
+        for (int i = 0; i < c->n; i++)
+            if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0)
+                printf("node %d  %s  NOT ANSWERING: %s\n", i, c->nodes[i].addr,
+                       c->nodes[i].err);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static int load_servers(cluster *c, const char *ini, const char *list)
+{
+    if (ini) {
+        psd_config cfg;
+        char err[1024];
+        if (psd_config_load(&cfg, ini, err, sizeof err)) {
+            fprintf(stderr, "psctl: %s\n", err);
+            return -1;
+        }
+        char why[300];
+        if (!token_len && cfg.auth_token[0]) {
+            token_len = strlen(cfg.auth_token);
+            memcpy(token, cfg.auth_token, token_len);
+        } else if (!token_len && cfg.auth_token_file[0] &&
+                   psw_token_read_file(cfg.auth_token_file, token,
+                                       sizeof token, &token_len, why,
+                                       sizeof why)) {
+            fprintf(stderr, "psctl: %s\n", why);
+            psd_config_destroy(&cfg);
+            return -1;
+        }
+        c->n = cfg.nnodes;
+        c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
+        for (int i = 0; c->nodes && i < c->n; i++) {
+            const psd_node_addr *a = &cfg.nodes[i];
+            int v6 = strchr(a->host, ':') != NULL;
+            snprintf(c->nodes[i].addr, sizeof c->nodes[i].addr, "%s%s%s:%d",
+                     v6 ? "[" : "", a->host, v6 ? "]" : "", a->port);
+        }
+        psd_config_destroy(&cfg);
+    } else {
+        c->n = 1;
+        for (const char *p = list; *p; p++)
+            c->n += *p == ',';
+        c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
+        const char *p = list;
+        for (int i = 0; c->nodes && i < c->n; i++) {
+            size_t n = strcspn(p, ",");
+            snprintf(c->nodes[i].addr, sizeof c->nodes[i].addr, "%.*s",
+                     (int)n, p);
+            p += n + (p[n] == ',');
+        }
+    }
+    if (!c->nodes)
+        return -1;
+    for (int i = 0; i < c->n; i++)
+        c->nodes[i].fd = -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *ini = NULL, *list = NULL, *cmd = NULL;
+    int json = 0, count = 0, only = -1, timeout_s = 600;
+    double interval = 1.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int more = i + 1 < argc;
+        if (!strcmp(a, "-c") && more)
+            ini = argv[++i];
+        else if (!strcmp(a, "-s") && more)
+            list = argv[++i];
+        else if (!strcmp(a, "-n") && more)
+            only = atoi(argv[++i]);
+        else if (!strcmp(a, "-i") && more)
+            interval = atof(argv[++i]);
+        else if (!strcmp(a, "--count") && more)
+            count = atoi(argv[++i]);
+        else if (!strcmp(a, "--timeout") && more)
+            timeout_s = atoi(argv[++i]);
+        else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!cmd && a[0] != '-')
+            cmd = a;
+        else {
+            fprintf(stderr, "psctl: unexpected argument \"%s\"\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!cmd || (ini && list) || interval <= 0 || timeout_s <= 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (!ini && !list)
+        ini = access("/etc/psd/psd.ini", R_OK) == 0 ? "/etc/psd/psd.ini"
+                                                     : NULL;
+    if (!ini && !list)
+        list = "127.0.0.1:7070";
+    signal(SIGPIPE, SIG_IGN);
+    if (psw_auth_init()) {
+        fprintf(stderr, "psctl: libsodium cannot start\n");
+        return 1;
+    }
+    const char *env = getenv("PSD_AUTH_TOKEN");
+    if (env && *env) {
+        token_len = strlen(env);
+        if (token_len >= sizeof token) {
+            fprintf(stderr, "psctl: PSD_AUTH_TOKEN is longer than %d bytes\n",
+                    PSW_AUTH_TOKEN_MAX);
+            return 2;
+        }
+        memcpy(token, env, token_len);
+    }
+    cluster c = { NULL, 0, only };
+    if (load_servers(&c, ini, list))
+        return 1;
+    if (only >= c.n) {
+        fprintf(stderr, "psctl: -n %d: the cluster has %d nodes\n", only, c.n);
+        return 2;
+    }
+    int rc, bad = open_all(&c, 0);
+    if (!strcmp(cmd, "ping"))
+        rc = do_ping(&c);
+    else if (!strcmp(cmd, "layout"))
+        rc = do_layout(&c, json);
+    else if (!strcmp(cmd, "tables"))
+        rc = do_tables(&c, json);
+    else if (!strcmp(cmd, "stats"))
+        rc = do_stats(&c, json, 0);
+    else if (!strcmp(cmd, "save"))
+        rc = do_save(&c, timeout_s);
+    else if (!strcmp(cmd, "top"))
+        rc = do_top(&c, interval, count);
+    else {
+        fprintf(stderr, "psctl: unknown command \"%s\"\n", cmd);
+        usage(stderr);
+        rc = 2;
+    }
+    for (int i = 0; i < c.n; i++)
+        if (c.nodes[i].fd >= 0)
+            node_close(&c.nodes[i]);
+    free(c.nodes);
+    return rc ? rc : bad;
+}

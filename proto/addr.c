@@ -1,0 +1,182 @@
+/* The grammar of node addresses, shared by psd and libpsclient; see
+ * addr.h. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "addr.h"
+
+#define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -1)
+
+/* A host name as resolvers take it: dot-separated labels of 1..63
+ * letters, digits, '-' or '_' (container and service names use it), not
+ * starting or ending with '-'. */
+static int valid_name(const char *h, size_t n)
+{
+    size_t label = 0;
+    if (n == 0 || n >= PSW_HOST_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)h[i];
+        if (ch == '.') {
+            if (label == 0 || h[i - 1] == '-')
+                return 0;
+            label = 0;
+            continue;
+        }
+        if (!isalnum(ch) && ch != '-' && ch != '_')
+            return 0;
+        if (ch == '-' && label == 0)
+            return 0;
+        if (++label > 63)
+            return 0;
+    }
+    return label > 0 && h[n - 1] != '-';
+}
+
+static int all_digits_and_dots(const char *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isdigit((unsigned char)h[i]) && h[i] != '.')
+            return 0;
+    return 1;
+}
+
+int psw_addr_parse(const char *s, size_t len, psw_addr *a, char *why,
+                   size_t whylen)
+{
+    static const char form[] = "expected host:port, IPv4:port or [IPv6]:port";
+    while (len && isspace((unsigned char)*s))
+        s++, len--;
+    while (len && isspace((unsigned char)s[len - 1]))
+        len--;
+    memset(a, 0, sizeof *a);
+    const char *host = s, *colon;
+    size_t hlen;
+    if (len && *s == '[') {
+        const char *close = memchr(s, ']', len);
+        if (!close || close + 1 >= s + len || close[1] != ':')
+            return WHY("%s", form);
+        host = s + 1;
+        hlen = (size_t)(close - host);
+        colon = close + 1;
+        a->kind = PSW_HOST_IPV6;
+    } else {
+        colon = memchr(s, ':', len);
+        if (!colon || memchr(colon + 1, ':', (size_t)(s + len - colon - 1)))
+            return WHY("%s", form);
+        hlen = (size_t)(colon - s);
+        a->kind = all_digits_and_dots(s, hlen) ? PSW_HOST_IPV4
+                                               : PSW_HOST_NAME;
+    }
+    const char *port = colon + 1;
+    size_t plen = (size_t)(s + len - port);
+    if (hlen == 0)
+        return WHY("%s", form);
+    if (a->kind == PSW_HOST_NAME) {
+        if (!valid_name(host, hlen))
+            return WHY("expected a host name (letters, digits, '-', '_' and "
+                       "dots, at most %d bytes), a numeric IPv4 address or "
+                       "an [IPv6] address", PSW_HOST_MAX - 1);
+        memcpy(a->host, host, hlen);
+        a->host[hlen] = '\0';
+    } else {
+        char tmp[64];
+        unsigned char bin[16];
+        int af = a->kind == PSW_HOST_IPV6 ? AF_INET6 : AF_INET;
+        if (hlen >= sizeof tmp)
+            return WHY("expected a numeric %s address",
+                       af == AF_INET6 ? "IPv6" : "IPv4");
+        memcpy(tmp, host, hlen);
+        tmp[hlen] = '\0';
+        if (inet_pton(af, tmp, bin) != 1 ||
+            !inet_ntop(af, bin, a->host, sizeof a->host))
+            return WHY("expected a numeric %s address",
+                       af == AF_INET6 ? "IPv6" : "IPv4");
+    }
+    long p = 0;
+    for (size_t i = 0; i < plen; i++) {
+        if (!isdigit((unsigned char)port[i]) || p > 65535) {
+            p = -1;
+            break;
+        }
+        p = p * 10 + (port[i] - '0');
+    }
+    if (plen == 0 || p < 1 || p > 65535)
+        return WHY("expected a port 1..65535");
+    a->port = (int)p;
+    return 0;
+}
+
+int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
+                        psw_addr_error *e)
+{
+    memset(e, 0, sizeof *e);
+    *out = NULL;
+    *n = 0;
+    size_t count = 1;
+    for (const char *q = line; *q; q++)
+        count += *q == ',';
+    const char *q = line;
+    while (isspace((unsigned char)*q))
+        q++;
+    if (!*q) {
+        snprintf(e->why, sizeof e->why, "expected a comma-separated list "
+                 "of host:port");
+        return -1;
+    }
+    if (count > (size_t)max) {
+        snprintf(e->why, sizeof e->why, "at most %d addresses", max);
+        return -1;
+    }
+    psw_addr *a = calloc(count, sizeof *a);
+    if (!a)
+        return -2;
+    int k = 0;
+    for (const char *p = line;; k++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        size_t skip = 0;
+        while (skip < len && isspace((unsigned char)p[skip]))
+            skip++;
+        size_t tl = len - skip;
+        while (tl && isspace((unsigned char)p[skip + tl - 1]))
+            tl--;
+        e->entry = k + 1;
+        snprintf(e->item, sizeof e->item, "%.*s", (int)tl, p + skip);
+        if (tl == 0) {
+            snprintf(e->why, sizeof e->why, "entry %d is empty", k + 1);
+            free(a);
+            return -1;
+        }
+        if (psw_addr_parse(p, len, &a[k], e->why, sizeof e->why)) {
+            free(a);
+            return -1;
+        }
+        for (int j = 0; j < k; j++)
+            if (a[j].port == a[k].port &&
+                strcasecmp(a[j].host, a[k].host) == 0) {
+                e->first = j + 1;
+                snprintf(e->why, sizeof e->why, "duplicate");
+                free(a);
+                return -1;
+            }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    memset(e, 0, sizeof *e);
+    *out = a;
+    *n = k + 1;
+    return 0;
+}
+
+int psw_addr_format(const psw_addr *a, char *out, size_t cap)
+{
+    if (a->kind == PSW_HOST_IPV6)
+        return snprintf(out, cap, "[%s]:%d", a->host, a->port);
+    return snprintf(out, cap, "%s:%d", a->host, a->port);
+}

@@ -1,0 +1,52 @@
+/* Node addresses: the one grammar of the `[cluster] nodes` (and `listen`)
+ * line, read by psd's config and by libpsclient alike, and the text form
+ * the layout carries in HELLO_OK. A host is a name (resolved later by
+ * whoever connects or binds), a numeric IPv4 address, or an IPv6 address
+ * in brackets. Pure libc: nothing here resolves or touches a socket. */
+#ifndef PSW_ADDR_H
+#define PSW_ADDR_H
+
+#include <stddef.h>
+
+#define PSW_HOST_MAX 254         /* a DNS name is at most 253 bytes */
+/* "[host]:port" plus the NUL: the longest text psw_addr_format writes,
+ * and the bound of a node address in HELLO_OK. */
+#define PSW_ADDR_TEXT_MAX (PSW_HOST_MAX + 2 + 6 + 1)
+
+enum { PSW_HOST_NAME, PSW_HOST_IPV4, PSW_HOST_IPV6 };
+
+typedef struct psw_addr {
+    char host[PSW_HOST_MAX];     /* numeric addresses in canonical form
+                                    (inet_ntop), names as written */
+    int port;                    /* 1..65535 */
+    int kind;                    /* PSW_HOST_* */
+} psw_addr;
+
+/* Parses one "host:port", "a.b.c.d:port" or "[v6]:port" of len bytes
+ * (blanks around it are skipped). Returns 0, or -1 with the reason
+ * ("expected a port 1..65535", ...) written to why. */
+int psw_addr_parse(const char *s, size_t len, psw_addr *a, char *why,
+                   size_t whylen);
+
+/* What was wrong with a list: entry (1-based; 0: the list as a whole),
+ * that entry's text, and why. For a duplicate, first is the entry it
+ * repeats (else 0). */
+typedef struct psw_addr_error {
+    int entry;
+    int first;
+    char item[96];
+    char why[128];
+} psw_addr_error;
+
+/* Parses "addr, addr, ..." (at most max entries) into *out (malloc'd,
+ * the caller frees) and *n. Empty entries and duplicates (the same host,
+ * compared without case, and port) are errors. Returns 0, -1 with *e
+ * filled, or -2 when memory ran out. */
+int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
+                        psw_addr_error *e);
+
+/* Writes "host:port" ("[v6]:port" for IPv6) to out (cap bytes, cut if
+ * short); returns the length it needed. */
+int psw_addr_format(const psw_addr *a, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,159 @@
+/* The handshake's shared computations and token files; see auth.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "auth.h"
+
+/* Both labels have the same length, so the transcript layout is fixed. */
+static const char label_client[] = "psd v3 client proof";
+static const char label_server[] = "psd v3 server proof";
+_Static_assert(sizeof label_client == sizeof label_server, "labels");
+
+int psw_auth_init(void)
+{
+    return sodium_init() < 0 ? -1 : 0;
+}
+
+void psw_auth_nonce(uint8_t out[PSW_NONCE_LEN])
+{
+    randombytes_buf(out, PSW_NONCE_LEN);
+}
+
+static void put_be(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+void psw_auth_proof(const char *token, size_t len, int role,
+                    const psw_transcript *t, uint8_t out[PSW_PROOF_LEN])
+{
+    /* label, version u32, client_id u64, incarnation u64, worker i32,
+     * node_index i32, cnonce, snonce: all integers big-endian. */
+    uint8_t m[sizeof label_client - 1 + 4 + 8 + 8 + 4 + 4 +
+              2 * PSW_NONCE_LEN];
+    size_t at = sizeof label_client - 1;
+    memcpy(m, role == PSW_ROLE_SERVER ? label_server : label_client, at);
+    put_be(m + at, t->version, 4), at += 4;
+    put_be(m + at, t->client_id, 8), at += 8;
+    put_be(m + at, t->incarnation, 8), at += 8;
+    put_be(m + at, (uint32_t)t->worker, 4), at += 4;
+    put_be(m + at, (uint32_t)t->node_index, 4), at += 4;
+    memcpy(m + at, t->cnonce, PSW_NONCE_LEN), at += PSW_NONCE_LEN;
+    memcpy(m + at, t->snonce, PSW_NONCE_LEN), at += PSW_NONCE_LEN;
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, (const unsigned char *)token, len);
+    crypto_auth_hmacsha256_update(&st, m, at);
+    crypto_auth_hmacsha256_final(&st, out);
+    sodium_memzero(&st, sizeof st);
+}
+
+int psw_auth_verify(const char *token, size_t len, int role,
+                    const psw_transcript *t, const void *proof, size_t n)
+{
+    uint8_t want[PSW_PROOF_LEN];
+    if (n != PSW_PROOF_LEN || !proof)
+        return -1;
+    psw_auth_proof(token, len, role, t, want);
+    int rc = sodium_memcmp(want, proof, PSW_PROOF_LEN) == 0 ? 0 : -1;
+    sodium_memzero(want, sizeof want);
+    return rc;
+}
+
+int psw_token_check(const char *token, size_t len, char *why, size_t whylen)
+{
+    if (len < PSW_AUTH_TOKEN_MIN || len > PSW_AUTH_TOKEN_MAX) {
+        snprintf(why, whylen, "a token must be %d..%d bytes, got %zu (make "
+                 "one with: head -c 32 /dev/urandom | base64)",
+                 PSW_AUTH_TOKEN_MIN, PSW_AUTH_TOKEN_MAX, len);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++)
+        if (token[i] == '\0' || token[i] == '\n' || token[i] == '\r') {
+            snprintf(why, whylen, "a token may not hold NUL or line breaks "
+                     "(byte %zu)", i);
+            return -1;
+        }
+    return 0;
+}
+
+int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
+                        char *why, size_t whylen)
+{
+    char buf[PSW_AUTH_TOKEN_MAX + 3];
+    struct stat st;
+    *len = 0;
+    if (cap)
+        out[0] = '\0';
+    /* O_NOFOLLOW is not wanted (a symlink to a secret store is fine), but
+     * the checks apply to the file opened, not to a name that may change
+     * in between. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(why, whylen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, whylen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    if (st.st_mode & 077) {
+        snprintf(why, whylen, "%s: group or others may access it (mode "
+                 "%04o); a token file must be private: chmod 600 %s", path,
+                 (unsigned)(st.st_mode & 07777), path);
+        close(fd);
+        return -1;
+    }
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, sizeof buf - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(why, whylen, "%s: cannot read: %s", path,
+                     strerror(errno));
+            close(fd);
+            sodium_memzero(buf, sizeof buf);
+            return -1;
+        }
+        if (r == 0 || (n += (size_t)r) == sizeof buf)
+            break;
+    }
+    close(fd);
+    if (n && buf[n - 1] == '\n')
+        n--;
+    if (n && buf[n - 1] == '\r')
+        n--;
+    char reason[160];
+    if (n >= sizeof buf - 2 || psw_token_check(buf, n, reason, sizeof reason)) {
+        if (n >= sizeof buf - 2)
+            snprintf(reason, sizeof reason, "a token must be %d..%d bytes, "
+                     "the file holds more", PSW_AUTH_TOKEN_MIN,
+                     PSW_AUTH_TOKEN_MAX);
+        snprintf(why, whylen, "%s: %s", path, reason);
+        sodium_memzero(buf, sizeof buf);
+        return -1;
+    }
+    if (n + 1 > cap) {
+        snprintf(why, whylen, "%s: token too long", path);
+        sodium_memzero(buf, sizeof buf);
+        return -1;
+    }
+    memcpy(out, buf, n);
+    out[n] = '\0';
+    *len = n;
+    sodium_memzero(buf, sizeof buf);
+    return 0;
+}
+
+void psw_wipe(void *p, size_t n)
+{
+    sodium_memzero(p, n);
+}

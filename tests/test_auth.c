@@ -1,0 +1,763 @@
+/* Token authentication end to end: real psd nodes with a token, clients
+ * with the right, a wrong or no token, a raw socket replaying and
+ * reflecting proofs or talking out of turn, and impostor servers that do
+ * not know the token. Also prints what authentication costs a
+ * connection's set-up. */
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "psclient.h"
+#include "../proto/auth.h"
+#include "../proto/frame.h"
+#include "../proto/msg.h"
+#include "../proto/status.h"
+
+#include "expect.h"
+
+#define TOKEN "correct-horse-battery-staple-42"
+#define WRONG "correct-horse-battery-staple-43"
+#define TABLES "[table.emb]\nkind = sparse\ndim = 2\nupdater = sum\n"
+
+static test_cluster shared;          /* 2 nodes with TOKEN */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static ps_options opts(const char *token)
+{
+    ps_options o;
+    ps_options_init(&o);
+    o.auth_token = token;
+    o.connect_timeout_ms = 3000;
+    return o;
+}
+
+/* Opens with the given token, capturing what ps_open prints on failure
+ * into msg (may be NULL). Returns ps_open's status. */
+static int open_capture(ps_client **c, const char *spec, const char *token,
+                        char *msg, size_t cap)
+{
+    ps_options o = opts(token);
+    char path[] = "/tmp/psd-test-auth-err-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    int rc = ps_open(c, spec, &o);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    if (msg) {
+        ssize_t n = pread(fd, msg, cap - 1, 0);
+        msg[n > 0 ? n : 0] = '\0';
+    }
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+/* A push and a pull of two keys through c work. */
+static void push_pull_works(ps_client *c)
+{
+    int t = ps_table(c, "emb", NULL);
+    assert_true(t >= 0);
+    uint64_t keys[2] = { 7, 1 };
+    float ones[4] = { 1, 1, 1, 1 }, out[4];
+    EXPECT_INT(ps_wait(c, ps_push(c, t, keys, 2, ones, NULL, NULL)), PS_OK,
+               "push");
+    EXPECT_INT(ps_wait(c, ps_pull(c, t, keys, 2, out, NULL, NULL)), PS_OK,
+               "pull");
+    assert_true(out[0] >= 1 && out[3] >= 1);
+}
+
+/* ---- raw protocol ---------------------------------------------------- */
+
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static void raw_send(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return;              /* the peer may already have closed */
+        b += k;
+        n -= (size_t)k;
+    }
+}
+
+static void raw_send_out(int fd, const psw_out *o)
+{
+    size_t cnt = psw_out_iovcnt(o);
+    struct iovec iov[64];
+    assert_true(cnt <= 64);
+    psw_out_iov(o, iov);
+    for (size_t i = 0; i < cnt; i++)
+        raw_send(fd, iov[i].iov_base, iov[i].iov_len);
+}
+
+/* Reads one frame body (malloc'd) or NULL on EOF or timeout. */
+static char *raw_read_frame(int fd, size_t *len)
+{
+    unsigned char h[4];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t k = recv(fd, h + got, 4 - got, 0);
+        if (k <= 0)
+            return NULL;
+        got += (size_t)k;
+    }
+    size_t flen = (size_t)h[0] << 24 | (size_t)h[1] << 16 |
+                  (size_t)h[2] << 8 | h[3];
+    if (flen <= PSW_FRAME_CRC || flen > (4 << 20))
+        return NULL;
+    char *b = malloc(flen);
+    for (got = 0; got < flen;) {
+        ssize_t k = recv(fd, b + got, flen - got, 0);
+        if (k <= 0) {
+            free(b);
+            return NULL;
+        }
+        got += (size_t)k;
+    }
+    *len = flen - PSW_FRAME_CRC;
+    return b;
+}
+
+/* True when the peer closed the connection (EOF or reset). */
+static int raw_closed(int fd)
+{
+    char b[256];
+    for (;;) {
+        ssize_t k = recv(fd, b, sizeof b, 0);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            return 1;
+        if (k < 0)
+            return 0;
+    }
+}
+
+/* One message of the next frame, decoded into z (*frame holds the bytes
+ * it points into); NULL when the peer closed. */
+static const msgpack_object *raw_read_one(int fd, msgpack_zone *z,
+                                          char **frame)
+{
+    size_t len;
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    *frame = raw_read_frame(fd, &len);
+    if (!*frame)
+        return NULL;
+    if (psw_frame_decode(*frame, len, z, &obj, err, sizeof err) ||
+        psw_frame_messages(&obj, 4, &msgs, err, sizeof err) != 1)
+        fail_msg("frame: %s", err);
+    return &msgs[0];
+}
+
+static void send_hello(int fd, uint32_t version, const psw_transcript *t)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { version, t->client_id, t->incarnation, t->worker,
+                    version >= 3 ? (const char *)t->cnonce : NULL,
+                    version >= 3 ? PSW_NONCE_LEN : 0 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+}
+
+static void send_auth(int fd, const uint8_t *proof)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_auth_msg a = { (const char *)proof, proof ? PSW_PROOF_LEN : 0 };
+    psw_pack_auth(&o, &a);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+}
+
+/* Reads the CHALLENGE and completes t with it. */
+static void read_challenge(int fd, psw_transcript *t)
+{
+    msgpack_zone z;
+    char *f, err[128];
+    psw_challenge ch;
+    msgpack_zone_init(&z, 1024);
+    const msgpack_object *m = raw_read_one(fd, &z, &f);
+    if (!m)
+        fail_msg("got no CHALLENGE");
+    if (psw_challenge_decode(m, &ch, err, sizeof err))
+        fail_msg("got no CHALLENGE: %s", err);
+    t->node_index = ch.node_index;
+    memcpy(t->snonce, ch.nonce, PSW_NONCE_LEN);
+    msgpack_zone_destroy(&z);
+    free(f);
+}
+
+/* Reads a HELLO_OK; returns its status and copies its text and proof. */
+static int read_hello_ok(int fd, char *text, size_t cap, psw_cluster *out)
+{
+    msgpack_zone z;
+    char *f, err[128];
+    psw_cluster l;
+    msgpack_zone_init(&z, 1024);
+    const msgpack_object *m = raw_read_one(fd, &z, &f);
+    if (!m)
+        fail_msg("got no HELLO_OK: closed");
+    if (psw_hello_ok_decode(m, &l, err, sizeof err))
+        fail_msg("got no HELLO_OK: %s", err);
+    if (text)
+        snprintf(text, cap, "%s", l.text);
+    int st = l.status;
+    if (out)
+        *out = l;
+    else
+        psw_cluster_free(&l);
+    msgpack_zone_destroy(&z);
+    free(f);
+    return st;
+}
+
+static psw_transcript fresh_transcript(uint64_t client_id)
+{
+    psw_transcript t = { .version = PSW_VERSION, .client_id = client_id,
+                         .incarnation = 1, .worker = -1 };
+    psw_auth_nonce(t.cnonce);
+    return t;
+}
+
+/* Expects an EAUTH refusal whose text holds `phrase`, then the close. */
+static void expect_eauth(int fd, const char *phrase)
+{
+    char text[512];
+    int st = read_hello_ok(fd, text, sizeof text, NULL);
+    if (st != PSW_EAUTH || !strstr(text, phrase))
+        fail_msg("got status %d \"%s\", want %d with \"%s\"", st, text,
+                 PSW_EAUTH, phrase);
+    assert_true(raw_closed(fd));
+}
+
+/* ---- clients --------------------------------------------------------- */
+
+static void right_token_opens_and_serves_both_nodes(void **state)
+{
+    (void)state;
+    ps_client *c;
+    char msg[1024];
+    int rc = open_capture(&c, shared.spec, TOKEN, msg, sizeof msg);
+    if (rc != PS_OK)
+        fail_msg("ps_open: got %d (%s), want 0", rc, msg);
+    push_pull_works(c);
+    ps_close(c);
+}
+
+static void token_comes_from_environment_then_from_the_ini(void **state)
+{
+    (void)state;
+    ps_client *c;
+    char msg[1024];
+    setenv("PSD_AUTH_TOKEN", TOKEN, 1);
+    int rc = open_capture(&c, shared.spec, NULL, msg, sizeof msg);
+    unsetenv("PSD_AUTH_TOKEN");
+    if (rc != PS_OK)
+        fail_msg("PSD_AUTH_TOKEN: got %d (%s), want 0", rc, msg);
+    push_pull_works(c);
+    ps_close(c);
+    /* The option wins over the environment. */
+    setenv("PSD_AUTH_TOKEN", WRONG, 1);
+    rc = open_capture(&c, shared.spec, TOKEN, msg, sizeof msg);
+    unsetenv("PSD_AUTH_TOKEN");
+    EXPECT_INT(rc, PS_OK, "option over PSD_AUTH_TOKEN");
+    ps_close(c);
+    /* The ini names the nodes and holds auth_token. */
+    rc = open_capture(&c, shared.ini, NULL, msg, sizeof msg);
+    if (rc != PS_OK)
+        fail_msg("ps_open(ini): got %d (%s), want 0", rc, msg);
+    push_pull_works(c);
+    ps_close(c);
+}
+
+static void wrong_token_fails_at_once_with_eauth_naming_the_node(
+    void **state)
+{
+    (void)state;
+    ps_client *c = (ps_client *)1;
+    char msg[1024];
+    double t0 = now_ms();
+    int rc = open_capture(&c, shared.spec, WRONG, msg, sizeof msg);
+    double took = now_ms() - t0;
+    EXPECT_INT(rc, PS_EAUTH, "ps_open with a wrong token");
+    assert_null(c);
+    char node[64];
+    snprintf(node, sizeof node, "127.0.0.1:%d", shared.pub[0]);
+    if (!strstr(msg, node) || !strstr(msg, "authentication failed"))
+        fail_msg("got \"%s\", want the node %s and \"authentication "
+                 "failed\"", msg, node);
+    /* Not retried: a refusal for the token is final (connect_timeout_ms
+     * is 3000). Allow for the throttle of earlier failures. */
+    if (took > 2500)
+        fail_msg("ps_open took %.0f ms, want a final answer, not retries",
+                 took);
+    assert_true(cluster_log_wait(&shared, 0, "authentication failed for "
+                                 "127.0.0.1", 2000));
+}
+
+static void missing_token_fails_with_eauth(void **state)
+{
+    (void)state;
+    ps_client *c;
+    char msg[1024];
+    int rc = open_capture(&c, shared.spec, NULL, msg, sizeof msg);
+    EXPECT_INT(rc, PS_EAUTH, "ps_open without a token");
+    if (!strstr(msg, "no token"))
+        fail_msg("got \"%s\", want it to say the client has no token", msg);
+}
+
+static void short_token_is_refused_before_connecting(void **state)
+{
+    (void)state;
+    ps_client *c;
+    char msg[1024];
+    int rc = open_capture(&c, "127.0.0.1:1", "s3cret", msg, sizeof msg);
+    EXPECT_INT(rc, PS_EAUTH, "ps_open with a 6-byte token");
+    assert_non_null(strstr(msg, "16..255 bytes"));
+}
+
+/* The node's restart drops every connection: the client's resends go
+ * out on new ones, which must authenticate again. */
+static void reconnection_authenticates_again(void **state)
+{
+    (void)state;
+    ps_client *c;
+    ps_options o = opts(TOKEN);
+    o.request_timeout_ms = 2000;
+    assert_int_equal(ps_open(&c, shared.spec, &o), PS_OK);
+    push_pull_works(c);
+    assert_int_equal(cluster_restart(&shared, 0), 0);
+    assert_int_equal(cluster_restart(&shared, 1), 0);
+    push_pull_works(c);
+    ps_stats_t st;
+    assert_int_equal(ps_stats(c, &st), 0);
+    if (st.reconnects < 2)
+        fail_msg("got %llu reconnections, want 2",
+                 (unsigned long long)st.reconnects);
+    ps_close(c);
+}
+
+/* ---- the handshake by hand -------------------------------------------- */
+
+static void raw_handshake_with_the_token_gets_a_proven_layout(void **state)
+{
+    (void)state;
+    int fd = raw_connect(shared.port[1]);
+    psw_transcript t = fresh_transcript(11);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    EXPECT_INT(t.node_index, 1, "node index in CHALLENGE");
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t, proof);
+    send_auth(fd, proof);
+    psw_cluster l;
+    EXPECT_INT(read_hello_ok(fd, NULL, 0, &l), PSW_OK, "HELLO_OK status");
+    EXPECT_INT(l.proof_state, PSW_PROOF_SET, "the server's proof");
+    EXPECT_INT(psw_auth_verify(TOKEN, strlen(TOKEN), PSW_ROLE_SERVER, &t,
+                               l.proof, PSW_PROOF_LEN), 0,
+               "the server's proof verifies");
+    /* The server's proof is not the client's: no reflection. */
+    EXPECT_INT(psw_auth_verify(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t,
+                               l.proof, PSW_PROOF_LEN), -1,
+               "the server's proof as a client's");
+    psw_cluster_free(&l);
+    close(fd);
+}
+
+static void replayed_transcript_is_refused(void **state)
+{
+    (void)state;
+    /* A session an eavesdropper recorded... */
+    int fd = raw_connect(shared.port[0]);
+    psw_transcript t = fresh_transcript(12);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t, proof);
+    send_auth(fd, proof);
+    EXPECT_INT(read_hello_ok(fd, NULL, 0, NULL), PSW_OK, "the original");
+    close(fd);
+    /* ...played back: the same HELLO and AUTH bytes. The server's nonce
+     * differs, so the old proof is worthless. */
+    fd = raw_connect(shared.port[0]);
+    psw_transcript again = t;
+    send_hello(fd, PSW_VERSION, &again);
+    read_challenge(fd, &again);
+    assert_true(memcmp(again.snonce, t.snonce, PSW_NONCE_LEN) != 0);
+    send_auth(fd, proof);
+    expect_eauth(fd, "wrong token");
+    close(fd);
+}
+
+static void reflected_server_proof_is_refused(void **state)
+{
+    (void)state;
+    /* An attacker that got the server to compute a proof over this very
+     * transcript (the server's role) cannot pass it off as a client's. */
+    int fd = raw_connect(shared.port[0]);
+    psw_transcript t = fresh_transcript(13);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_SERVER, &t, proof);
+    send_auth(fd, proof);
+    expect_eauth(fd, "wrong token");
+    close(fd);
+}
+
+static void proof_for_another_node_is_refused(void **state)
+{
+    (void)state;
+    int fd = raw_connect(shared.port[0]);
+    psw_transcript t = fresh_transcript(14);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    t.node_index = 1;            /* node 0 answered */
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t, proof);
+    send_auth(fd, proof);
+    expect_eauth(fd, "wrong token");
+    close(fd);
+}
+
+static void request_before_authentication_gets_eauth(void **state)
+{
+    (void)state;
+    /* A PUSH as the first frame. */
+    int fd = raw_connect(shared.port[0]);
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    uint64_t key = 7;
+    float v[2] = { 1000, 1000 };
+    psw_msg m = { .op = PSW_OP_PUSH, .ts = 1, .keys = (const char *)&key,
+                  .nkeys = 1, .vals = (const char *)v, .vals_len = 8 };
+    psw_pack_request(&o, &m);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    expect_eauth(fd, "expected HELLO");
+    close(fd);
+    /* The same PUSH where the AUTH belongs. */
+    fd = raw_connect(shared.port[0]);
+    psw_transcript t = fresh_transcript(15);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    raw_send_out(fd, &o);
+    expect_eauth(fd, "expected AUTH");
+    close(fd);
+    psw_out_destroy(&o);
+    /* A version 2 HELLO cannot authenticate. */
+    fd = raw_connect(shared.port[0]);
+    send_hello(fd, 2, &t);
+    expect_eauth(fd, "protocol version 2 cannot authenticate");
+    close(fd);
+    /* AUTH without a proof. */
+    fd = raw_connect(shared.port[0]);
+    t = fresh_transcript(16);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    send_auth(fd, NULL);
+    expect_eauth(fd, "no token");
+    close(fd);
+    /* Nothing of it was applied. */
+    ps_client *c;
+    ps_options op = opts(TOKEN);
+    assert_int_equal(ps_open(&c, shared.spec, &op), PS_OK);
+    int tb = ps_table(c, "emb", NULL);
+    float out[2];
+    assert_int_equal(ps_wait(c, ps_pull(c, tb, &key, 1, out, NULL, NULL)),
+                     PS_OK);
+    if (out[0] >= 1000)
+        fail_msg("key 7 holds %g: a push before authentication was "
+                 "applied", (double)out[0]);
+    ps_close(c);
+}
+
+static void oversize_frame_before_authentication_gets_eauth(void **state)
+{
+    (void)state;
+    int fd = raw_connect(shared.port[1]);
+    unsigned char h[4] = { 0, 1, 0, 0 };          /* 65536 bytes */
+    raw_send(fd, h, 4);
+    expect_eauth(fd, "before HELLO");
+    close(fd);
+}
+
+/* Failed attempts from one address are checked one per growing delay,
+ * and their log lines are collapsed. */
+static void failures_are_throttled_and_logged_once_per_window(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
+                                   "auth_token = " TOKEN "\n"), 0);
+    double t0 = now_ms();
+    for (int i = 0; i < 4; i++) {
+        int fd = raw_connect(one.port[0]);
+        psw_transcript t = fresh_transcript(20 + (uint64_t)i);
+        send_hello(fd, PSW_VERSION, &t);
+        read_challenge(fd, &t);
+        uint8_t proof[PSW_PROOF_LEN];
+        psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
+        send_auth(fd, proof);
+        expect_eauth(fd, "wrong token");
+        close(fd);
+    }
+    /* Attempts 2, 3 and 4 waited 100, 200 and 400 ms. */
+    double took = now_ms() - t0;
+    if (took < 650)
+        fail_msg("4 wrong attempts took %.0f ms, want at least 700 (the "
+                 "throttle)", took);
+    /* The right token still gets in (after its turn), and clears it. */
+    ps_client *c;
+    ps_options o = opts(TOKEN);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", one.port[0]);
+    assert_int_equal(ps_open(&c, spec, &o), PS_OK);
+    ps_close(c);
+    assert_true(cluster_log_wait(&one, 0, "and 3 more like this in 10 s",
+                                 12000));
+    char *log = cluster_log(&one, 0);
+    int lines = 0;
+    for (const char *p = log; (p = strstr(p, "authentication failed for"));
+         p++)
+        lines++;
+    free(log);
+    EXPECT_INT(lines, 1, "lines naming a failure");
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
+/* ---- impostors ------------------------------------------------------- */
+
+typedef struct impostor {
+    int listen_fd, port;
+    int challenge;               /* send a CHALLENGE first */
+    int frames;                  /* frames the client sent it */
+    pthread_t th;
+} impostor;
+
+static void *impostor_main(void *arg)
+{
+    impostor *im = arg;
+    int fd = accept(im->listen_fd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t len;
+    char *f = raw_read_frame(fd, &len);          /* HELLO */
+    if (!f)
+        goto out;
+    free(f);
+    im->frames++;
+    psw_out o;
+    psw_out_init(&o);
+    if (im->challenge) {
+        psw_challenge ch = { .node_index = 0 };
+        psw_auth_nonce(ch.nonce);
+        psw_out_frame_begin(&o);
+        psw_pack_challenge(&o, &ch);
+        psw_out_frame_end(&o);
+        raw_send_out(fd, &o);
+        psw_out_reset(&o);
+        f = raw_read_frame(fd, &len);           /* AUTH */
+        if (!f)
+            goto out_o;
+        free(f);
+        im->frames++;
+    }
+    /* A layout naming itself, with a made-up proof (or none). */
+    char nodes[1][PSW_ADDR_MAX];
+    snprintf(nodes[0], sizeof nodes[0], "127.0.0.1:%d", im->port);
+    psw_table_desc t[1] = { { 0, "emb", 0, 2, 0, 0 } };
+    psw_cluster l = { .status = PSW_OK, .version = PSW_VERSION,
+                      .node_index = 0, .epoch = 1, .max_frame = 1 << 20,
+                      .shards = 4, .nnodes = 1, .nodes = nodes, .ntables = 1,
+                      .tables = t, .heartbeat_ms = 1000,
+                      .peer_timeout_ms = 4000,
+                      .proof_state = im->challenge ? PSW_PROOF_SET
+                                                   : PSW_PROOF_NIL };
+    psw_auth_nonce(l.proof);
+    psw_out_frame_begin(&o);
+    psw_pack_hello_ok(&o, &l);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    /* Whatever the client sends now would be a leak. */
+    while ((f = raw_read_frame(fd, &len))) {
+        free(f);
+        im->frames++;
+    }
+out_o:
+    psw_out_destroy(&o);
+out:
+    close(fd);
+    return NULL;
+}
+
+static void impostor_start(impostor *im, int challenge)
+{
+    memset(im, 0, sizeof *im);
+    im->challenge = challenge;
+    im->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    assert_int_equal(bind(im->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(im->listen_fd, 4), 0);
+    getsockname(im->listen_fd, (struct sockaddr *)&a, &alen);
+    im->port = ntohs(a.sin_port);
+    pthread_create(&im->th, NULL, impostor_main, im);
+}
+
+static void impostor_check(int challenge, const char *phrase)
+{
+    impostor im;
+    impostor_start(&im, challenge);
+    char spec[64], msg[1024];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", im.port);
+    ps_client *c;
+    int rc = open_capture(&c, spec, TOKEN, msg, sizeof msg);
+    pthread_join(im.th, NULL);
+    close(im.listen_fd);
+    EXPECT_INT(rc, PS_EAUTH, "ps_open against an impostor");
+    if (!strstr(msg, phrase))
+        fail_msg("got \"%s\", want \"%s\"", msg, phrase);
+    /* HELLO, and AUTH when challenged: nothing else reached it. */
+    EXPECT_INT(im.frames, challenge ? 2 : 1, "frames the impostor got");
+}
+
+static void impostor_without_challenge_gets_nothing(void **state)
+{
+    (void)state;
+    impostor_check(0, "accepted us without authentication");
+}
+
+static void impostor_with_a_made_up_proof_gets_nothing(void **state)
+{
+    (void)state;
+    impostor_check(1, "could not prove that it knows the token");
+}
+
+/* ---- what it costs ---------------------------------------------------- */
+
+/* Not a pass/fail figure: the cost of authentication on ps_open of a
+ * 2-node cluster (connect, handshake, layout), the median of 15. */
+static double median_open_ms(const char *spec, const char *token)
+{
+    double t[15];
+    for (int i = 0; i < 15; i++) {
+        ps_client *c;
+        ps_options o = opts(token);
+        double t0 = now_ms();
+        assert_int_equal(ps_open(&c, spec, &o), PS_OK);
+        t[i] = now_ms() - t0;
+        ps_close(c);
+    }
+    for (int i = 1; i < 15; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return t[7];
+}
+
+static void authentication_cost_on_connection_setup_is_reported(
+    void **state)
+{
+    (void)state;
+    test_cluster plain;
+    assert_int_equal(cluster_start(&plain, 2, 4, TABLES), 0);
+    double without = median_open_ms(plain.spec, NULL);
+    double with = median_open_ms(shared.spec, TOKEN);
+    printf("# ps_open of a 2-node cluster, median of 15: %.3f ms without a "
+           "token, %.3f ms with one (+%.3f ms: one more round trip per "
+           "node and 4 HMAC-SHA-256)\n", without, with, with - without);
+    assert_int_equal(cluster_stop(&plain), 0);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return cluster_start(&shared, 2, 4, TABLES "[server]\nauth_token = "
+                         TOKEN "\n");
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return cluster_stop(&shared);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    unsetenv("PSD_AUTH_TOKEN");
+    psw_auth_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(right_token_opens_and_serves_both_nodes),
+        cmocka_unit_test(token_comes_from_environment_then_from_the_ini),
+        cmocka_unit_test(raw_handshake_with_the_token_gets_a_proven_layout),
+        cmocka_unit_test(authentication_cost_on_connection_setup_is_reported),
+        cmocka_unit_test(wrong_token_fails_at_once_with_eauth_naming_the_node),
+        cmocka_unit_test(missing_token_fails_with_eauth),
+        cmocka_unit_test(short_token_is_refused_before_connecting),
+        cmocka_unit_test(replayed_transcript_is_refused),
+        cmocka_unit_test(reflected_server_proof_is_refused),
+        cmocka_unit_test(proof_for_another_node_is_refused),
+        cmocka_unit_test(request_before_authentication_gets_eauth),
+        cmocka_unit_test(oversize_frame_before_authentication_gets_eauth),
+        cmocka_unit_test(impostor_without_challenge_gets_nothing),
+        cmocka_unit_test(impostor_with_a_made_up_proof_gets_nothing),
+        cmocka_unit_test(reconnection_authenticates_again),
+        cmocka_unit_test(failures_are_throttled_and_logged_once_per_window),
+    };
+    return cmocka_run_group_tests_name("auth", tests, group_setup,
+                                       group_teardown);
+}

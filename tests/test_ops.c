@@ -1,0 +1,483 @@
+/* Operating psd from the outside: the service manager's view (a fake
+ * NOTIFY_SOCKET sees STATUS while loading, READY=1 once listening,
+ * WATCHDOG=1, RELOADING=1 then READY=1 around SIGHUP, STOPPING=1), psctl
+ * against a live two-node cluster (ping, layout, tables, stats, save,
+ * top), and /metrics over HTTP with counters that match what a client
+ * did exactly. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "psclient.h"
+
+#include "expect.h"
+
+static void sleep_ms(int ms)
+{
+    struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&t, NULL);
+}
+
+/* ---- the notify socket ------------------------------------------------- */
+
+typedef struct listener {
+    int fd;
+    char path[108];
+} listener;
+
+static void notify_listen(listener *l)
+{
+    snprintf(l->path, sizeof l->path, "/tmp/psd-notify-%d.sock",
+             (int)getpid());
+    unlink(l->path);
+    l->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", l->path);
+    assert_int_equal(bind(l->fd, (struct sockaddr *)&sa, sizeof sa), 0);
+}
+
+/* Collects datagrams for up to ms, appending "msg|" to log, until one
+ * contains `until`; returns whether it came. */
+static int collect(listener *l, char *log, size_t cap, const char *until,
+                   int ms)
+{
+    for (int waited = 0; waited < ms; waited += 10) {
+        struct pollfd p = { l->fd, POLLIN, 0 };
+        if (poll(&p, 1, 10) <= 0)
+            continue;
+        char buf[600];
+        ssize_t n = recv(l->fd, buf, sizeof buf - 1, 0);
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        size_t at = strlen(log);
+        snprintf(log + at, cap - at, "%s|", buf);
+        if (strstr(buf, until))
+            return 1;
+    }
+    return 0;
+}
+
+static void test_the_service_manager_hears_each_stage_in_order(void **state)
+{
+    (void)state;
+    listener l;
+    notify_listen(&l);
+    setenv("NOTIFY_SOCKET", l.path, 1);
+    setenv("WATCHDOG_USEC", "200000", 1);   /* a ping every 100 ms */
+    test_cluster c;
+    int rc = cluster_start(&c, 1, 4, "[table.t]\ndim = 2\n");
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    if (rc)
+        fail_msg("cluster did not start");
+    char log[8192] = "";
+    EXPECT_INT(collect(&l, log, sizeof log, "READY=1", 3000), 1,
+               "READY=1 arrives");
+    /* Loading came first, then readiness naming what is served. */
+    char *load = strstr(log, "STATUS=node 0: loading its snapshot");
+    char *ready = strstr(log, "READY=1\nSTATUS=node 0 of 1 serving");
+    if (!load || !ready || load > ready)
+        fail_msg("want STATUS loading, then READY=1 with STATUS: %s", log);
+    /* READY only once the socket listens: a client connects at once. */
+    ps_client *cl;
+    EXPECT_INT(ps_open(&cl, c.spec, NULL), PS_OK, "ps_open after READY");
+    ps_close(cl);
+    log[0] = '\0';
+    EXPECT_INT(collect(&l, log, sizeof log, "WATCHDOG=1", 1000), 1,
+               "WATCHDOG=1 from the loop timer");
+    EXPECT_INT(collect(&l, log, sizeof log, "WATCHDOG=1", 1000), 1,
+               "and again");
+    kill(c.pid[0], SIGHUP);
+    log[0] = '\0';
+    EXPECT_INT(collect(&l, log, sizeof log, "RELOADING=1", 2000), 1,
+               "RELOADING=1 at SIGHUP");
+    if (!strstr(log, "MONOTONIC_USEC="))
+        fail_msg("RELOADING=1 without MONOTONIC_USEC: %s", log);
+    log[0] = '\0';
+    EXPECT_INT(collect(&l, log, sizeof log, "READY=1", 2000), 1,
+               "READY=1 after the reload");
+    kill(c.pid[0], SIGTERM);
+    log[0] = '\0';
+    EXPECT_INT(collect(&l, log, sizeof log, "STOPPING=1", 2000), 1,
+               "STOPPING=1 at SIGTERM");
+    EXPECT_INT(cluster_wait_exit(&c, 0, 10000), 0, "exit status");
+    cluster_stop(&c);
+    close(l.fd);
+    unlink(l.path);
+}
+
+/* ---- psctl and /metrics ------------------------------------------------- */
+
+/* Runs a command; its stdout (malloc'd) and exit status. */
+static char *run(int *status, const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return NULL;
+    size_t cap = 1 << 16, n = 0, k;
+    char *out = malloc(cap);
+    while (out && (k = fread(out + n, 1, cap - 1 - n, p)) > 0) {
+        n += k;
+        if (n == cap - 1) {
+            char *o = realloc(out, cap * 2);
+            if (!o)
+                break;
+            out = o;
+            cap *= 2;
+        }
+    }
+    if (out)
+        out[n] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+static const char *psctl(void)
+{
+    const char *b = getenv("PSCTL_BIN");
+    return b ? b : "build/psctl";
+}
+
+/* GET path from 127.0.0.1:port; the whole response, malloc'd. */
+static char *http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
+        close(fd);
+        return NULL;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n",
+                     path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 20, len = 0;
+    char *out = malloc(cap);
+    ssize_t k;
+    while (out && (k = read(fd, out + len, cap - 1 - len)) > 0)
+        len += (size_t)k;
+    close(fd);
+    if (out)
+        out[len] = '\0';
+    return out;
+}
+
+/* The value on the line starting with `prefix` in text, or -1. */
+static double value_of(const char *text, const char *prefix)
+{
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (!strncmp(l, prefix, strlen(prefix)))
+            return strtod(l + strlen(prefix), NULL);
+    return -1;
+}
+
+#define KEYS 500
+
+static void test_psctl_and_metrics_report_what_clients_did(void **state)
+{
+    (void)state;
+    int mport[2] = { cluster_free_port(), cluster_free_port() };
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "[server]\nmetrics_listen = 127.0.0.1:%d, 127.0.0.1:%d\n"
+             "durability = log\n"
+             "[table.emb]\ndim = 4\nupdater = adagrad\n"
+             "[table.w]\nkind = dense\nrows = 100\ndim = 2\n",
+             mport[0], mport[1]);
+    test_cluster c;
+    if (cluster_start(&c, 2, 4, extra))
+        fail_msg("cluster did not start");
+    /* A client pushes KEYS distinct keys 3 times and pulls them twice. */
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, NULL), PS_OK);
+    int t = ps_table(cl, "emb", NULL);
+    uint64_t keys[KEYS];
+    float vals[KEYS * 4], out[KEYS * 4];
+    for (int i = 0; i < KEYS; i++)
+        keys[i] = (uint64_t)i * 7919 + 3;
+    for (int i = 0; i < KEYS * 4; i++)
+        vals[i] = 0.5f;
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(ps_wait(cl, ps_push(cl, t, keys, KEYS, vals, NULL,
+                                             NULL)), PS_OK);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(ps_wait(cl, ps_pull(cl, t, keys, KEYS, out, NULL,
+                                             NULL)), PS_OK);
+
+    int st;
+    char *o = run(&st, "%s -c %s ping", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl ping exit status");
+    if (!o || !strstr(o, "node 0 (127.0.0.1:") || !strstr(o, "pong from node 1"))
+        fail_msg("psctl ping: %s", o ? o : "");
+    free(o);
+
+    o = run(&st, "%s -s %s layout", psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl layout exit status");
+    if (!o || !strstr(o, "2 nodes, 4 shards") ||
+        !strstr(o, "table w                    dense  dim 2, 100 rows"))
+        fail_msg("psctl layout: %s", o ? o : "");
+    free(o);
+
+    /* Rows: every key pushed made one row, on one node or the other. */
+    o = run(&st, "%s -c %s tables", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl tables exit status");
+    char want[128];
+    snprintf(want, sizeof want, "emb                  sparse      4 %12d",
+             KEYS);
+    if (!o || !strstr(o, want) || !strstr(o, "w                    dense "
+                                          "      2          100"))
+        fail_msg("psctl tables, want \"%s\": %s", want, o ? o : "");
+    free(o);
+
+    o = run(&st, "%s -c %s --json stats", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl --json stats exit status");
+    if (!o || !strstr(o, "\"node\": 0") || !strstr(o, "\"node\": 1") ||
+        !strstr(o, "\"journal\": {\"enabled\": true") ||
+        !strstr(o, "\"tables\": ["))
+        fail_msg("psctl --json stats: %s", o ? o : "");
+    free(o);
+
+    o = run(&st, "%s -c %s stats", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl stats exit status");
+    if (!o || !strstr(o, "journal (fsync = everysec)") ||
+        !strstr(o, "no snapshot yet"))
+        fail_msg("psctl stats: %s", o ? o : "");
+    free(o);
+
+    /* /metrics: the keys pushed and pulled, summed over both nodes, are
+     * exactly what the client sent. */
+    double pushed = 0, pulled = 0, rows = 0;
+    for (int i = 0; i < 2; i++) {
+        char *m = http_get(mport[i], "/metrics");
+        if (!m || strncmp(m, "HTTP/1.1 200 OK\r\n", 17) ||
+            !strstr(m, "Content-Type: text/plain; version=0.0.4"))
+            fail_msg("GET /metrics on node %d: %.200s", i, m ? m : "");
+        char p[96];
+        snprintf(p, sizeof p, "psd_table_keys_pushed_total{node=\"%d\","
+                 "table=\"emb\"} ", i);
+        pushed += value_of(m, p);
+        snprintf(p, sizeof p, "psd_table_keys_pulled_total{node=\"%d\","
+                 "table=\"emb\"} ", i);
+        pulled += value_of(m, p);
+        snprintf(p, sizeof p, "psd_table_rows{node=\"%d\",table=\"emb\"} ", i);
+        rows += value_of(m, p);
+        snprintf(p, sizeof p, "psd_up{node=\"%d\"} ", i);
+        EXPECT_INT((int)value_of(m, p), 1, "psd_up on node %d", i);
+        free(m);
+    }
+    EXPECT_INT((int)pushed, 3 * KEYS, "keys pushed, from /metrics");
+    EXPECT_INT((int)pulled, 2 * KEYS, "keys pulled, from /metrics");
+    EXPECT_INT((int)rows, KEYS, "rows, from /metrics");
+    char *m = http_get(mport[0], "/nothing");
+    if (!m || strncmp(m, "HTTP/1.1 404", 12))
+        fail_msg("GET /nothing: %.100s", m ? m : "");
+    free(m);
+
+    /* save: both nodes write generation 1 and say so; the files exist. */
+    o = run(&st, "%s -c %s save", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl save exit status");
+    const char *w1 = o ? strstr(o, "snapshot 1 written") : NULL;
+    if (!w1 || !strstr(w1 + 1, "snapshot 1 written") ||
+        !strstr(o, "node 0 (127.0.0.1:") || !strstr(o, "node 1 (127.0.0.1:"))
+        fail_msg("psctl save: %s", o ? o : "");
+    free(o);
+    for (int i = 0; i < 2; i++) {
+        char path[400];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/psd-node%d.snap", c.dir, i);
+        EXPECT_INT(stat(path, &sb), 0, "%s exists", path);
+    }
+    o = run(&st, "%s -c %s --count 2 -i 0.2 top", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl top exit status");
+    if (!o || !strstr(o, "psctl top") || !strstr(o, "snapshot 1 in "))
+        fail_msg("psctl top: %s", o ? o : "");
+    free(o);
+
+    /* A node that is down: psctl says which and fails. */
+    ps_close(cl);
+    cluster_kill(&c, 1, SIGKILL);
+    sleep_ms(50);
+    o = run(&st, "%s -c %s ping 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 1, "psctl ping exit status with a node down");
+    if (!o || !strstr(o, "pong from node 0") ||
+        !strstr(o, "psctl: node 1 (127.0.0.1:"))
+        fail_msg("psctl ping with node 1 down: %s", o ? o : "");
+    free(o);
+    cluster_restart(&c, 1);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+/* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
+static int push_ones(const char *spec, int n, int times)
+{
+    ps_client *cl;
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 3000;
+    int rc = ps_open(&cl, spec, &o);
+    if (rc)
+        return rc;
+    int t = ps_table(cl, "c", NULL);
+    uint64_t keys[64];
+    float ones[64];
+    for (int i = 0; i < n; i++) {
+        keys[i] = (uint64_t)i + 1;
+        ones[i] = 1.0f;
+    }
+    for (int r = 0; r < times && rc == 0; r++)
+        rc = ps_wait(cl, ps_push(cl, t, keys, (size_t)n, ones, NULL, NULL));
+    ps_close(cl);
+    return rc;
+}
+
+/* Every key 1..n of table "c" holds want. */
+static void expect_all(const char *spec, int n, float want, const char *when)
+{
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, spec, NULL), PS_OK);
+    int t = ps_table(cl, "c", NULL);
+    uint64_t keys[64];
+    float out[64];
+    for (int i = 0; i < n; i++)
+        keys[i] = (uint64_t)i + 1;
+    assert_int_equal(ps_wait(cl, ps_pull(cl, t, keys, (size_t)n, out, NULL,
+                                         NULL)), PS_OK);
+    ps_close(cl);
+    for (int i = 0; i < n; i++)
+        if (out[i] != want)
+            fail_msg("%s: key %d holds %.0f, want %.0f", when, i + 1,
+                     (double)out[i], (double)want);
+}
+
+/* A snapshot asked for with psctl (written by the forked writer), pushes
+ * after it in the journal, kill -9: the restart loads the snapshot, then
+ * replays the journal after it, and holds every push. A second psd for
+ * the same node and folder is refused while the first runs. A writer
+ * still busy when its psd is killed does not keep the restart from
+ * binding its port. */
+static void test_a_restart_loads_the_snapshot_then_the_journal_after_it(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 1\n",
+                         "[server]\ndurability = log\nfsync = always\n"
+                         "[table.c]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    EXPECT_INT(push_ones(c.spec, 40, 5), PS_OK, "5 pushes before");
+    int st;
+    char *o = run(&st, "%s -s %s save", psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl save: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(push_ones(c.spec, 40, 7), PS_OK, "7 pushes after");
+    /* The same node again, same file: refused, and it changed nothing. */
+    o = run(&st, "%s -c %s -n 0 2>&1", getenv("PSD_BIN") ? getenv("PSD_BIN")
+                                                         : "build/psd", c.ini);
+    EXPECT_INT(st, 1, "a second psd for node 0 exits 1");
+    if (!o || !strstr(o, "another psd is running as node 0"))
+        fail_msg("second psd: %s", o ? o : "");
+    free(o);
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("no restart");
+    char *log = cluster_log(&c, 0);
+    const char *snap = log ? strstr(log, "loaded snapshot 1 ") : NULL;
+    const char *replay = snap ? strstr(snap, "replayed 7 journal records")
+                              : NULL;
+    if (!replay)
+        fail_msg("want \"loaded snapshot 1\" then \"replayed 7 journal "
+                 "records\" after the restart: %s", log ? log : "");
+    free(log);
+    expect_all(c.spec, 40, 12, "after kill -9");
+
+    /* A writer paused inside its work when psd is killed: the restart
+     * binds at once all the same. */
+    cluster_kill(&c, 0, SIGKILL);
+    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:3000", 1);
+    int rc = cluster_restart(&c, 0);
+    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
+    if (rc)
+        fail_msg("no restart");
+    o = run(&st, "%s -s %s --timeout 1 save 2>&1", psctl(), c.spec);
+    free(o);                     /* times out: the writer sleeps */
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("the restart could not start while the old writer slept "
+                 "(it held the port?)");
+    expect_all(c.spec, 40, 12, "after the second kill");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* psctl proves the cluster's token like any client: from the ini, or
+ * $PSD_AUTH_TOKEN; without it the node refuses it. */
+static void test_psctl_authenticates_with_the_clusters_token(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nauth_token = "
+                      "0123456789abcdef-psctl\n[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "%s -c %s ping 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl ping with the ini's token: %s", o ? o : "");
+    free(o);
+    o = run(&st, "env -u PSD_AUTH_TOKEN %s -s %s ping 2>&1", psctl(), c.spec);
+    EXPECT_INT(st, 1, "psctl ping without a token");
+    if (!o || !strstr(o, "refused"))
+        fail_msg("psctl without a token: %s", o ? o : "");
+    free(o);
+    o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-wrong %s -s %s ping 2>&1",
+            psctl(), c.spec);
+    EXPECT_INT(st, 1, "psctl ping with a wrong token: %s", o ? o : "");
+    free(o);
+    o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-psctl %s -s %s stats 2>&1",
+            psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl stats with $PSD_AUTH_TOKEN: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_service_manager_hears_each_stage_in_order),
+        cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
+        cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
+        cmocka_unit_test(
+            test_a_restart_loads_the_snapshot_then_the_journal_after_it),
+    };
+    int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
+    int total = (int)(sizeof tests / sizeof tests[0]);
+    printf("%d passed, %d failed\n", total - failed, failed);
+    return failed;
+}
