@@ -322,7 +322,9 @@ int psw_msg_decode(const msgpack_object *o, psw_msg *m, char *err,
             f[3].via.str.size >= PSW_TEXT_MAX)
             FAIL("ADMIN: the command is not a STR of at most %d bytes",
                  PSW_TEXT_MAX - 1);
-        m->text = f[3].via.str.ptr;
+        /* msgpack-c leaves an empty STR without a pointer: an empty
+         * command is "" (unknown to the server), never NULL. */
+        m->text = f[3].via.str.size ? f[3].via.str.ptr : "";
         m->text_len = f[3].via.str.size;
         return 0;
     }
