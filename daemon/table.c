@@ -183,6 +183,16 @@ fail:
     return -1;
 }
 
+/* The initial value of an inline row (one float), without a call to
+ * psd_init_row for the common all-zero initialiser (the same +0.0f). */
+static float init_inline(const psd_table *t, uint64_t key)
+{
+    float v = 0.0f;
+    if (t->conf.init.kind != PSD_INIT_ZEROS)
+        psd_init_row(&t->conf.init, key, &v, 1);
+    return v;
+}
+
 /* The slot of `key` (hash h), or NULL when it has no row. */
 static hslot *slot_find(const shard *s, uint64_t key, uint64_t h)
 {
@@ -222,12 +232,14 @@ static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
     x->key = key;
     x->row = row;
     x->inl = 0.0f;
-    psd_init_row(&t->conf.init, key,
-                 t->inl ? &x->inl
-                        : s->wc[row >> t->chunk_bits] +
-                              (size_t)(row & ((1u << t->chunk_bits) - 1)) *
-                                  t->conf.dim,
-                 t->conf.dim);
+    if (t->inl)
+        x->inl = init_inline(t, key);
+    else
+        psd_init_row(&t->conf.init, key,
+                     s->wc[row >> t->chunk_bits] +
+                         (size_t)(row & ((1u << t->chunk_bits) - 1)) *
+                             t->conf.dim,
+                     t->conf.dim);
     return x;
 }
 
@@ -518,6 +530,16 @@ int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out)
     }
     walk w;
     walk_start(t, &w, keys, n);
+    if (t->inl) {
+        /* One float a key: copies of a known size, not memcpy calls. */
+        for (size_t i = 0; i < n; i++) {
+            uint64_t h = walk_hash(t, &w, i), k = psw_key_at(keys, i);
+            const hslot *x = slot_find(&t->shards[shard_of_hash(t, h)], k, h);
+            float v = x ? x->inl : init_inline(t, k);
+            memcpy(out + i * sizeof v, &v, sizeof v);
+        }
+        return 0;
+    }
     for (size_t i = 0; i < n; i++) {
         uint64_t h = walk_hash(t, &w, i), k = psw_key_at(keys, i);
         shard *s = &t->shards[shard_of_hash(t, h)];
