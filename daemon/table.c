@@ -392,7 +392,8 @@ int psd_table_check_keys(const psd_table *t, const char *keys, size_t n,
                      (unsigned long long)t->conf.rows);
             return PSW_EKEY;
         }
-        uint32_t s = shard_of(t, k);
+        uint32_t s = t->conf.dense ? shard_of(t, k)
+                                   : shard_of_hash(t, psw_mix64(k));
         if (!t->shards[s].owned)
             return not_owned(t, s, owner, err, errlen);
     }
