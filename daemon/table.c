@@ -20,9 +20,10 @@
 
 /* Key and row side by side: a lookup costs one cache miss, not two.
  * When a row is a single float with no optimizer state (dim 1 and sum,
- * assign or sgd: see psd_table.inl), that float lives in the slot's
+ * assign or sgd: psd_table's `inl`), that float lives in the slot's
  * otherwise padded last four bytes and the table keeps no chunks, so a
- * push or pull touches one cache line per key. */
+ * push or pull touches one cache line per key. Such rows move when the
+ * slots grow: no pointer to a sparse row outlives the next insertion. */
 typedef struct hslot {
     uint64_t key;
     uint32_t row;
@@ -231,10 +232,8 @@ static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
     x = &s->slots[j];
     x->key = key;
     x->row = row;
-    x->inl = 0.0f;
-    if (t->inl)
-        x->inl = init_inline(t, key);
-    else
+    x->inl = t->inl ? init_inline(t, key) : 0.0f;
+    if (!t->inl)
         psd_init_row(&t->conf.init, key,
                      s->wc[row >> t->chunk_bits] +
                          (size_t)(row & ((1u << t->chunk_bits) - 1)) *
