@@ -5,7 +5,10 @@
 
 #include "slice.h"
 #include "../proto/layout.h"
+#include "../proto/msg.h"
 #include "../proto/status.h"
+
+_Static_assert(PSW_MAX_NODES <= 65536, "a key's node must fit a uint16_t");
 
 /* Payload a part aims at; see rows_per_part. */
 #define PART_BYTES (1024 * 1024)
@@ -20,6 +23,32 @@ static uint32_t shard_of(const psc_shape *sh, uint64_t key)
 static int node_of(const psc_shape *sh, uint64_t key)
 {
     return psw_node_of_shard(shard_of(sh, key), sh->nnodes);
+}
+
+/* Nodes of the shards, for finding many keys' nodes without divisions:
+ * built once per request when the shards are few. */
+#define SHARD_MAP_MAX 4096
+
+typedef struct nodemap {
+    uint32_t mask;               /* shards - 1 when a power of two, else 0 */
+    int use;                     /* node[] is filled */
+    uint16_t node[SHARD_MAP_MAX];
+} nodemap;
+
+static void nodemap_init(nodemap *m, const psc_shape *sh)
+{
+    m->use = !sh->table->dense && sh->shards <= SHARD_MAP_MAX &&
+             (sh->shards & (sh->shards - 1)) == 0;
+    m->mask = sh->shards - 1;
+    if (m->use)
+        for (uint32_t s = 0; s < sh->shards; s++)
+            m->node[s] = (uint16_t)psw_node_of_shard(s, sh->nnodes);
+}
+
+/* node_of, the same answer (psw_sparse_shard_of is h mod shards). */
+static int nodemap_of(const nodemap *m, const psc_shape *sh, uint64_t key)
+{
+    return m->use ? m->node[psw_mix64(key) & m->mask] : node_of(sh, key);
 }
 
 static int is_push(int op)
@@ -127,19 +156,31 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
         return PS_ETOOBIG;
     }
     size_t *count = calloc((size_t)sh->nnodes, sizeof *count);
-    if (!count)
+    /* With several nodes, each key's node (a hash and two divisions) is
+     * worked out once and kept for the grouping pass. */
+    uint16_t *home = sh->nnodes > 1 && n ? malloc(n * sizeof *home) : NULL;
+    if (!count || (sh->nnodes > 1 && n && !home)) {
+        free(count);
+        free(home);
         return PS_ENOMEM;
+    }
     int used = 0, one = -1;
+    nodemap map;
+    if (home)
+        nodemap_init(&map, sh);
     for (size_t i = 0; i < n; i++) {
         if (t->dense && keys[i] >= t->rows) {
             snprintf(err, errlen, "table '%s' has no row %llu (rows = %llu)",
                      t->name, (unsigned long long)keys[i],
                      (unsigned long long)t->rows);
             free(count);
+            free(home);
             return PS_EKEY;
         }
         /* One node holds everything: no key needs hashing. */
-        int nd = sh->nnodes == 1 ? 0 : node_of(sh, keys[i]);
+        int nd = 0;
+        if (home)
+            home[i] = (uint16_t)(nd = nodemap_of(&map, sh, keys[i]));
         if (count[nd]++ == 0) {
             used++;
             one = nd;
@@ -152,6 +193,7 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
         int rc = m ? check_size(sh, m, 8 * m, err, errlen) : 0;
         if (rc) {
             free(count);
+            free(home);
             return rc;
         }
     }
@@ -159,6 +201,7 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
         snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
                  "%zu messages; at most 65535", n, t->name, nparts);
         free(count);
+        free(home);
         return PS_ETOOBIG;
     }
 
@@ -196,16 +239,20 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
                                gv ? gv + start[nd] * rowb : NULL, out,
                                pos ? pos + start[nd] : NULL, rpp);
         for (size_t i = 0; i < n; i++) {
-            size_t at = start[node_of(sh, keys[i])]++;
+            size_t at = start[home[i]]++;
             gk[at] = keys[i];
             if (pos)
                 pos[at] = (uint32_t)i;
-            if (gv)
+            /* A copy of known size for one float: no call per key. */
+            if (gv && rowb == sizeof(float))
+                memcpy(gv + at * sizeof(float), vals + i, sizeof(float));
+            else if (gv)
                 memcpy(gv + at * rowb, vals + i * dim, rowb);
         }
         free(start);
     }
     free(count);
+    free(home);
     r->op = op;
     r->dim = t->dim;
     r->payload_out = n * 8 + (is_push(op) ? n * rowb : 0);
@@ -225,6 +272,7 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
     return 0;
 oom:
     free(count);
+    free(home);
     return PS_ENOMEM;
 }
 

@@ -18,10 +18,16 @@
 #define CHUNK_BITS_MAX 12
 #define EMPTY UINT32_MAX
 
-/* Key and row side by side: a lookup costs one cache miss, not two. */
+/* Key and row side by side: a lookup costs one cache miss, not two.
+ * When a row is a single float with no optimizer state (dim 1 and sum,
+ * assign or sgd: psd_table's `inl`), that float lives in the slot's
+ * otherwise padded last four bytes and the table keeps no chunks, so a
+ * push or pull touches one cache line per key. Such rows move when the
+ * slots grow: no pointer to a sparse row outlives the next insertion. */
 typedef struct hslot {
     uint64_t key;
     uint32_t row;
+    float inl;
 } hslot;
 
 typedef struct shard {
@@ -46,6 +52,8 @@ struct psd_table {
     unsigned nstate;         /* state floats per weight float */
     unsigned chunk_bits;     /* sparse: log2 of rows per chunk */
     int has_step;
+    int inl;                 /* sparse rows live in their slots (hslot) */
+    uint32_t shard_mask;     /* nshards - 1 when a power of two, else 0 */
     shard *shards;
     uint64_t rows_held;      /* sum of the shards' nrows */
     uint64_t acc_new;        /* bsp, sparse: keys in acc with no row here */
@@ -100,11 +108,20 @@ static void shard_free(shard *s)
     free(s->stepc);
 }
 
-/* The slot hash must not reuse the bits that picked the shard, or every
- * key of a shard would land in the same few slots. */
-static size_t slot_of(uint64_t key, size_t cap)
+/* A sparse key is hashed once per request: its hash h = psw_mix64(key)
+ * picks the shard (psw_sparse_shard_of: h mod shards) and the slot. */
+static uint32_t shard_of_hash(const psd_table *t, uint64_t h)
 {
-    return (size_t)(psw_mix64(key ^ 0x9e3779b97f4a7c15ULL) & (cap - 1));
+    return t->shard_mask || t->nshards == 1 ? (uint32_t)(h & t->shard_mask)
+                                            : (uint32_t)(h % t->nshards);
+}
+
+/* The slot must not come from the bits that picked the shard (the low
+ * ones), or every key of a shard would land in the same few slots: rotate
+ * the high half down. */
+static size_t slot_of(uint64_t h, size_t cap)
+{
+    return (size_t)((h >> 32) | (h << 32)) & (cap - 1);
 }
 
 static int hash_grow(shard *s)
@@ -118,7 +135,7 @@ static int hash_grow(shard *s)
     for (size_t i = 0; i < s->hcap; i++) {
         if (s->slots[i].row == EMPTY)
             continue;
-        size_t j = slot_of(s->slots[i].key, cap);
+        size_t j = slot_of(psw_mix64(s->slots[i].key), cap);
         while (n[j].row != EMPTY)
             j = (j + 1) & (cap - 1);
         n[j] = s->slots[i];
@@ -167,51 +184,62 @@ fail:
     return -1;
 }
 
-/* Row number of `key`, or EMPTY when it has none. */
-static uint32_t sparse_find(const shard *s, uint64_t key)
+/* The initial value of an inline row (one float), without a call to
+ * psd_init_row for the common all-zero initialiser (the same +0.0f). */
+static float init_inline(const psd_table *t, uint64_t key)
 {
-    if (!s->hcap)
-        return EMPTY;
-    size_t j = slot_of(key, s->hcap);
-    while (s->slots[j].row != EMPTY) {
-        if (s->slots[j].key == key)
-            return s->slots[j].row;
-        j = (j + 1) & (s->hcap - 1);
-    }
-    return EMPTY;
+    float v = 0.0f;
+    if (t->conf.init.kind != PSD_INIT_ZEROS)
+        psd_init_row(&t->conf.init, key, &v, 1);
+    return v;
 }
 
-/* Row number of `key`, creating and initialising the row when absent.
- * Returns EMPTY when memory runs out. */
-static uint32_t sparse_row(psd_table *t, shard *s, uint64_t key)
+/* The slot of `key` (hash h), or NULL when it has no row. */
+static hslot *slot_find(const shard *s, uint64_t key, uint64_t h)
 {
-    if (s->hcap) {
-        size_t j = slot_of(key, s->hcap);
-        while (s->slots[j].row != EMPTY) {
-            if (s->slots[j].key == key)
-                return s->slots[j].row;
-            j = (j + 1) & (s->hcap - 1);
-        }
+    if (!s->hcap)
+        return NULL;
+    size_t j = slot_of(h, s->hcap);
+    while (s->slots[j].row != EMPTY) {
+        if (s->slots[j].key == key)
+            return &s->slots[j];
+        j = (j + 1) & (s->hcap - 1);
     }
+    return NULL;
+}
+
+/* The slot of `key` (hash h), creating and initialising its row when
+ * absent. Returns NULL when memory runs out. The pointer is valid until
+ * the next row is created in s (the slots may move). */
+static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
+{
+    hslot *x = slot_find(s, key, h);
+    if (x)
+        return x;
     if (s->nrows >= EMPTY - 1)
-        return EMPTY;
+        return NULL;
     /* Keep the load factor at or below 1/2: probes stay short. */
     if ((s->nrows + 1) * 2 > s->hcap && hash_grow(s))
-        return EMPTY;
-    if (s->nrows == (uint64_t)s->nchunks << t->chunk_bits && chunk_add(t, s))
-        return EMPTY;
+        return NULL;
+    if (!t->inl && s->nrows == (uint64_t)s->nchunks << t->chunk_bits &&
+        chunk_add(t, s))
+        return NULL;
     uint32_t row = (uint32_t)s->nrows++;
     t->rows_held++;
-    size_t j = slot_of(key, s->hcap);
+    size_t j = slot_of(h, s->hcap);
     while (s->slots[j].row != EMPTY)
         j = (j + 1) & (s->hcap - 1);
-    s->slots[j].key = key;
-    s->slots[j].row = row;
-    psd_init_row(&t->conf.init, key,
-                 s->wc[row >> t->chunk_bits] +
-                     (size_t)(row & ((1u << t->chunk_bits) - 1)) * t->conf.dim,
-                 t->conf.dim);
-    return row;
+    x = &s->slots[j];
+    x->key = key;
+    x->row = row;
+    x->inl = t->inl ? init_inline(t, key) : 0.0f;
+    if (!t->inl)
+        psd_init_row(&t->conf.init, key,
+                     s->wc[row >> t->chunk_bits] +
+                         (size_t)(row & ((1u << t->chunk_bits) - 1)) *
+                             t->conf.dim,
+                     t->conf.dim);
+    return x;
 }
 
 /* Pointers to a row's weights, state and step counter. */
@@ -233,6 +261,7 @@ static rowref dense_ref(const psd_table *t, const shard *s, uint64_t r)
 
 static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
 {
+    /* Only for tables whose rows live in chunks (!t->inl). */
     size_t c = row >> t->chunk_bits, i = row & ((1u << t->chunk_bits) - 1),
            d = t->conf.dim;
     rowref x = { s->wc[c] + i * d, NULL, NULL };
@@ -241,6 +270,16 @@ static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
     if (s->stepc)
         x.step = s->stepc[c] + i;
     return x;
+}
+
+/* The row of a sparse slot, wherever it lives. */
+static rowref slot_ref(const psd_table *t, const shard *s, hslot *x)
+{
+    if (t->inl) {
+        rowref r = { &x->inl, NULL, NULL };
+        return r;
+    }
+    return sparse_ref(t, s, x->row);
 }
 
 /* Applies one pushed row, read in place from the request (unaligned). */
@@ -264,6 +303,9 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
     t->node = node;
     t->nstate = psd_updater_state_per_float(conf->upd.kind);
     t->has_step = psd_updater_has_step(conf->upd.kind);
+    t->inl = !conf->dense && conf->dim == 1 && t->nstate == 0 &&
+             !t->has_step;
+    t->shard_mask = (shards & (shards - 1)) == 0 ? shards - 1 : 0;
     t->chunk_bits = CHUNK_BITS_MAX;
     while (t->chunk_bits > 0 &&
            ((size_t)1 << t->chunk_bits) * row_bytes(t) > CHUNK_BYTES)
@@ -349,7 +391,8 @@ int psd_table_check_keys(const psd_table *t, const char *keys, size_t n,
                      (unsigned long long)t->conf.rows);
             return PSW_EKEY;
         }
-        uint32_t s = shard_of(t, k);
+        uint32_t s = t->conf.dense ? shard_of(t, k)
+                                   : shard_of_hash(t, psw_mix64(k));
         if (!t->shards[s].owned)
             return not_owned(t, s, owner, err, errlen);
     }
@@ -382,45 +425,94 @@ int psd_table_check_range(const psd_table *t, uint64_t first, uint64_t count,
     return 0;
 }
 
-/* Finds (or, for sparse tables, creates) the row of an owned key. */
+/* Finds (or, for sparse tables, creates) the row of an owned key. The
+ * row's pointers are valid until the next sparse row is created. */
 static int locate(psd_table *t, uint64_t k, rowref *r)
 {
-    shard *s = &t->shards[shard_of(t, k)];
     if (t->conf.dense) {
-        *r = dense_ref(t, s, k);
+        *r = dense_ref(t, &t->shards[shard_of(t, k)], k);
         return 0;
     }
-    uint32_t row = sparse_row(t, s, k);
-    if (row == EMPTY)
+    uint64_t h = psw_mix64(k);
+    shard *s = &t->shards[shard_of_hash(t, h)];
+    hslot *x = slot_get(t, s, k, h);
+    if (!x)
         return PSW_ENOMEM;
-    *r = sparse_ref(t, s, row);
+    *r = slot_ref(t, s, x);
     return 0;
 }
 
-/* Sparse lookups are cache misses; asking for the slot of the key a few
- * places ahead overlaps them with the work on the current key. */
-#define AHEAD 8
+/* Batched sparse lookups. A lookup's cost is a cache miss on its slot;
+ * a walk over a request's keys hashes key i + AHEAD (once: the hash picks
+ * both the shard and the slot) and prefetches its slot while key i is
+ * probed, so about AHEAD misses are in flight at a time. The hash is kept
+ * rather than the slot index, because creating rows may grow a shard's
+ * slot array between the prefetch and the probe. AHEAD is a power of two. */
+#define AHEAD 16
 
-static void prefetch_key(const psd_table *t, const char *keys, size_t i,
-                         size_t n)
+typedef struct walk {
+    const char *keys;
+    size_t n;
+    uint64_t h[AHEAD];
+} walk;
+
+static uint64_t hash_ahead(const psd_table *t, const char *keys, size_t i)
 {
-    if (t->conf.dense || i + AHEAD >= n)
-        return;
-    uint64_t k = psw_key_at(keys, i + AHEAD);
-    const shard *s = &t->shards[psw_sparse_shard_of(t->nshards, k)];
+    uint64_t h = psw_mix64(psw_key_at(keys, i));
+    const shard *s = &t->shards[shard_of_hash(t, h)];
     if (s->hcap)
-        __builtin_prefetch(&s->slots[slot_of(k, s->hcap)]);
+        __builtin_prefetch(&s->slots[slot_of(h, s->hcap)]);
+    return h;
+}
+
+static void walk_start(const psd_table *t, walk *w, const char *keys,
+                       size_t n)
+{
+    w->keys = keys;
+    w->n = n;
+    for (size_t i = 0; i < n && i < AHEAD; i++)
+        w->h[i] = hash_ahead(t, keys, i);
+}
+
+/* Key i's hash (keys are visited in order, each once), and starts on key
+ * i + AHEAD. */
+static uint64_t walk_hash(const psd_table *t, walk *w, size_t i)
+{
+    uint64_t h = w->h[i % AHEAD];
+    if (i + AHEAD < w->n)
+        w->h[i % AHEAD] = hash_ahead(t, w->keys, i + AHEAD);
+    return h;
 }
 
 int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
 {
     size_t rb = row_bytes(t);
+    if (t->conf.dense) {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t k = psw_key_at(keys, i);
+            apply(t, dense_ref(t, &t->shards[shard_of(t, k)], k),
+                  vals + i * rb);
+        }
+        return 0;
+    }
+    /* Keys repeated within the request are applied in order, each time,
+     * exactly as one push per key would. */
+    walk w;
+    walk_start(t, &w, keys, n);
+    int sum1 = t->inl && t->conf.upd.kind == PSD_UPD_SUM;
     for (size_t i = 0; i < n; i++) {
-        rowref r;
-        prefetch_key(t, keys, i, n);
-        if (locate(t, psw_key_at(keys, i), &r))
+        uint64_t h = walk_hash(t, &w, i);
+        shard *s = &t->shards[shard_of_hash(t, h)];
+        hslot *x = slot_get(t, s, psw_key_at(keys, i), h);
+        if (!x)
             return PSW_ENOMEM;
-        apply(t, r, vals + i * rb);
+        if (sum1) {
+            /* psd_update_row's sum for one float, without the call. */
+            float g;
+            memcpy(&g, vals + i * sizeof g, sizeof g);
+            x->inl += g;
+        } else
+            apply(t, slot_ref(t, s, x), vals + i * rb);
     }
     return 0;
 }
@@ -428,38 +520,51 @@ int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
 int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out)
 {
     size_t rb = row_bytes(t);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t k = psw_key_at(keys, i);
-        const shard *s = &t->shards[shard_of(t, k)];
-        const float *w;
-        if (t->conf.dense)
-            w = dense_ref(t, s, k).w;
-        else {
-            prefetch_key(t, keys, i, n);
-            uint32_t row = sparse_find(s, k);
-            if (row == EMPTY) {
-                /* Never pushed: its initial row, made afresh (the
-                 * initialiser is a function of the key), not stored. */
-                psd_init_row(&t->conf.init, k, t->scratch, t->conf.dim);
-                w = t->scratch;
-            } else
-                w = sparse_ref(t, s, row).w;
+    if (t->conf.dense) {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t k = psw_key_at(keys, i);
+            memcpy(out + i * rb,
+                   dense_ref(t, &t->shards[shard_of(t, k)], k).w, rb);
         }
-        memcpy(out + i * rb, w, rb);
+        return 0;
+    }
+    walk w;
+    walk_start(t, &w, keys, n);
+    if (t->inl) {
+        /* One float a key: copies of a known size, not memcpy calls. */
+        for (size_t i = 0; i < n; i++) {
+            uint64_t h = walk_hash(t, &w, i), k = psw_key_at(keys, i);
+            const hslot *x = slot_find(&t->shards[shard_of_hash(t, h)], k, h);
+            float v = x ? x->inl : init_inline(t, k);
+            memcpy(out + i * sizeof v, &v, sizeof v);
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = walk_hash(t, &w, i), k = psw_key_at(keys, i);
+        shard *s = &t->shards[shard_of_hash(t, h)];
+        hslot *x = slot_find(s, k, h);
+        const float *src;
+        if (!x) {
+            /* Never pushed: its initial row, made afresh (the
+             * initialiser is a function of the key), not stored. */
+            psd_init_row(&t->conf.init, k, t->scratch, t->conf.dim);
+            src = t->scratch;
+        } else
+            src = slot_ref(t, s, x).w;
+        memcpy(out + i * rb, src, rb);
     }
     return 0;
 }
 
-/* Whether the sparse table holds key (or, bsp, has it in this clock's
- * sum, where it becomes a row at the end of the clock). */
-static int has_key(const psd_table *t, uint64_t k)
+/* Whether the sparse table holds key k (hash h) or, bsp, has it in this
+ * clock's sum, where it becomes a row at the end of the clock. */
+static int has_key(const psd_table *t, uint64_t k, uint64_t h)
 {
-    if (sparse_find(&t->shards[psw_sparse_shard_of(t->nshards, k)], k) !=
-        EMPTY)
+    if (slot_find(&t->shards[shard_of_hash(t, h)], k, h))
         return 1;
     const psd_table *a = t->acc;
-    return a && sparse_find(&a->shards[psw_sparse_shard_of(a->nshards, k)],
-                            k) != EMPTY;
+    return a && slot_find(&a->shards[shard_of_hash(a, h)], k, h);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -474,8 +579,10 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
     if (t->conf.dense || t->conf.max_rows == 0)
         return 0;
     uint64_t held = t->rows_held + t->acc_new, fresh = 0;
+    walk w;
+    walk_start(t, &w, keys, n);
     for (size_t i = 0; i < n; i++)
-        fresh += !has_key(t, psw_key_at(keys, i));
+        fresh += !has_key(t, psw_key_at(keys, i), walk_hash(t, &w, i));
     if (held + fresh <= t->conf.max_rows)
         return 0;
     /* Over the limit counting repeats: count each new key once. */
@@ -487,7 +594,7 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t k = psw_key_at(keys, i);
-        if (!has_key(t, k))
+        if (!has_key(t, k, psw_mix64(k)))
             nk[m++] = k;
     }
     qsort(nk, m, sizeof *nk, cmp_u64);
@@ -560,7 +667,7 @@ int psd_table_accumulate(psd_table *t, const char *keys, size_t n,
     size_t rb = row_bytes(t);
     for (size_t i = 0; i < n; i++) {
         uint64_t k = psw_key_at(keys, i);
-        int fresh = !has_key(t, k);
+        int fresh = !has_key(t, k, psw_mix64(k));
         if (psd_table_push(a, keys + 8 * i, 1, vals + i * rb))
             return PSW_ENOMEM;
         t->acc_new += fresh;
@@ -597,7 +704,7 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
         for (size_t j = 0; j < s->hcap; j++) {
             if (s->slots[j].row == EMPTY)
                 continue;
-            float *g = sparse_ref(a, s, s->slots[j].row).w;
+            float *g = slot_ref(a, s, &s->slots[j]).w;
             rowref r;
             /* Cleared as it is applied, so a failure part way through
              * never applies a row twice at the next clock. */
@@ -658,10 +765,22 @@ size_t psd_table_bytes(const psd_table *t)
 #define put psd_put
 #define get psd_get
 
-/* Writes rows first..first+n-1 of a sparse shard's chunks: weights, then
- * state, then steps, a chunk at a time (a chunk's rows are contiguous). */
+/* Writes a sparse shard's rows: weights, then state, then steps, each in
+ * row order; from the chunks a chunk at a time (a chunk's rows are
+ * contiguous), or gathered from the slots when rows live there. */
 static int put_sparse_rows(const psd_table *t, const shard *s, psd_sink *o)
 {
+    if (t->inl) {
+        float *w = malloc((size_t)(s->nrows ? s->nrows : 1) * sizeof *w);
+        if (!w)
+            return -1;
+        for (size_t j = 0; j < s->hcap; j++)
+            if (s->slots[j].row != EMPTY)
+                w[s->slots[j].row] = s->slots[j].inl;
+        int rc = put(o, w, (size_t)s->nrows * sizeof *w);
+        free(w);
+        return rc;
+    }
     size_t crows = (size_t)1 << t->chunk_bits, d = t->conf.dim;
     for (int part = 0; part < 3; part++)
         for (size_t c = 0; c < s->nchunks; c++) {
@@ -732,9 +851,23 @@ int psd_table_save(const psd_table *t, psd_sink *out)
 #define LOADFAIL(...) do { snprintf(err, errlen, __VA_ARGS__); \
                            return -1; } while (0)
 
-/* Reads n rows' worth of one array part into a sparse shard's chunks. */
+/* Reads what put_sparse_rows wrote into a shard whose keys are loaded
+ * (so its rows exist, numbered in the order written). Returns 0 or -1. */
 static int get_sparse_rows(psd_table *t, shard *s, psd_source *in)
 {
+    if (t->inl) {
+        /* As many floats as keys already read: the file holds them. */
+        float *w = malloc((size_t)(s->nrows ? s->nrows : 1) * sizeof *w);
+        if (!w || get(in, w, (size_t)s->nrows * sizeof *w)) {
+            free(w);
+            return -1;
+        }
+        for (size_t j = 0; j < s->hcap; j++)
+            if (s->slots[j].row != EMPTY)
+                s->slots[j].inl = w[s->slots[j].row];
+        free(w);
+        return 0;
+    }
     size_t crows = (size_t)1 << t->chunk_bits, d = t->conf.dim;
     for (int part = 0; part < 3; part++)
         for (size_t c = 0; c < s->nchunks; c++) {
@@ -801,12 +934,12 @@ static int load_shards(psd_table *t, psd_source *in, char *err,
             if (get(in, batch, m * sizeof *batch))
                 LOADFAIL("truncated in the keys of shard %u", i);
             for (size_t j = 0; j < m; j++, r++) {
-                if (psw_sparse_shard_of(t->nshards, batch[j]) != i)
+                uint64_t h = psw_mix64(batch[j]);
+                if (shard_of_hash(t, h) != i)
                     LOADFAIL("key %llu does not belong to shard %u",
                              (unsigned long long)batch[j], i);
                 uint64_t before = s->nrows;
-                uint32_t row = sparse_row(t, s, batch[j]);
-                if (row == EMPTY)
+                if (!slot_get(t, s, batch[j], h))
                     LOADFAIL("out of memory");
                 if (s->nrows == before)
                     LOADFAIL("key %llu appears twice in shard %u",
@@ -839,11 +972,11 @@ int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
     if (!t->conf.dense)
         for (uint32_t i = 0; i < a->nshards; i++)
             for (size_t j = 0; j < a->shards[i].hcap; j++) {
-                const hslot *h = &a->shards[i].slots[j];
-                t->acc_new += h->row != EMPTY &&
-                              sparse_find(&t->shards[psw_sparse_shard_of(
-                                              t->nshards, h->key)],
-                                          h->key) == EMPTY;
+                const hslot *x = &a->shards[i].slots[j];
+                uint64_t h = psw_mix64(x->key);
+                t->acc_new += x->row != EMPTY &&
+                              !slot_find(&t->shards[shard_of_hash(t, h)],
+                                         x->key, h);
             }
     return 0;
 }

@@ -772,6 +772,276 @@ static void test_max_rows_counts_new_keys_of_a_bsp_sum(void **state)
     psd_table_free(t);
 }
 
+/* ---- batched sparse requests ---------------------------------------- */
+
+static uint64_t rng_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The keys a node owns, drawn at random: n of them from a pool of `pool`
+ * distinct keys, so a batch repeats keys many times. */
+static void owned_keys(const psd_table *t, uint32_t shards, int nnodes,
+                       int node, uint64_t seed, uint64_t *pool,
+                       size_t npool, uint64_t *keys, size_t n)
+{
+    (void)t;
+    uint64_t x = seed;
+    for (size_t i = 0; i < npool;) {
+        uint64_t k = rng_next(&x);
+        if (psw_node_of_shard(psw_sparse_shard_of(shards, k), nnodes) == node)
+            pool[i++] = k;
+    }
+    for (size_t i = 0; i < n; i++)
+        keys[i] = pool[rng_next(&x) % npool];
+}
+
+/* One push of a whole batch that starts on an empty table (so shards
+ * grow and rehash part way through it), repeats keys and crosses every
+ * shard leaves exactly the rows and values that pushing its keys one at
+ * a time, in order, leaves, and that psd_update_row applied by hand in
+ * that order gives; a pull of pushed and never-pushed keys mixed returns
+ * the same bytes on all three and stores no row. Order matters for
+ * assign (the last value wins), adagrad and adam (state, steps). */
+static void batch_equals_one_by_one(psd_updater_kind kind, uint32_t dim,
+                                    uint32_t shards, int nnodes)
+{
+    enum { POOL = 700, N = 3000, FRESH = 500 };
+    psd_table_conf c = conf_make(0, dim, 0, kind);
+    c.init.kind = PSD_INIT_UNIFORM;
+    c.init.a = -1;
+    c.init.b = 1;
+    c.init.seed = 11;
+    psd_table *a = table_make(&c, shards, nnodes, nnodes - 1);
+    psd_table *b = table_make(&c, shards, nnodes, nnodes - 1);
+    uint64_t *pool = malloc((POOL + FRESH) * sizeof *pool);
+    uint64_t *keys = malloc(N * sizeof *keys);
+    float *v = malloc((size_t)N * dim * sizeof *v);
+    assert_true(pool && keys && v);
+    owned_keys(a, shards, nnodes, nnodes - 1, 0x1234567 + kind * 31 + dim,
+               pool, POOL, keys, N);
+    /* Keys after the pool are never pushed. */
+    owned_keys(a, shards, nnodes, nnodes - 1, 0xabcdef + shards, pool + POOL,
+               FRESH, keys, 0);
+    for (size_t i = 0; i < (size_t)N * dim; i++)
+        v[i] = (float)(i % 97) * 0.125f - 3.0f;
+
+    push_keys(a, keys, N, v, dim);
+    for (size_t i = 0; i < N; i++)
+        push_keys(b, keys + i, 1, v + i * dim, dim);
+    EXPECT_U64(psd_table_rows(a), psd_table_rows(b),
+               "rows after one batch vs one key at a time (kind %d dim %u "
+               "shards %u)", kind, dim, shards);
+
+    size_t np = POOL + FRESH;
+    float *oa = malloc(np * dim * sizeof *oa), *ob = malloc(np * dim *
+                                                            sizeof *ob);
+    /* By hand: every pool key's row, state and step, updated in order. */
+    unsigned ns = psd_updater_state_per_float(kind);
+    float *hw = malloc(np * dim * sizeof *hw);
+    float *hs = calloc(np * dim * (ns ? ns : 1), sizeof *hs);
+    uint32_t *hstep = calloc(np, sizeof *hstep);
+    assert_true(oa && ob && hw && hs && hstep);
+    for (size_t i = 0; i < np; i++)
+        psd_init_row(&c.init, pool[i], hw + i * dim, dim);
+    for (size_t i = 0; i < N; i++) {
+        size_t j = 0;
+        while (pool[j] != keys[i])
+            j++;
+        psd_update_row(&c.upd, hw + j * dim, hs + j * dim * ns, hstep + j,
+                       (const psd_ufloat *)(v + i * dim), dim);
+    }
+    uint64_t rows = psd_table_rows(a);
+    pull_keys(a, pool, np, oa, dim);
+    for (size_t i = 0; i < np; i++)
+        pull_keys(b, pool + i, 1, ob + i * dim, dim);
+    EXPECT_U64(psd_table_rows(a), rows, "rows after pulling %d never "
+               "pushed keys", FRESH);
+    for (size_t i = 0; i < np * dim; i++)
+        if (memcmp(&oa[i], &ob[i], sizeof oa[i]))
+            fail_msg("kind %d dim %u shards %u nodes %d: key %llu col %zu: "
+                     "batch %a, one by one %a", kind, dim, shards, nnodes,
+                     (unsigned long long)pool[i / dim], i % dim, oa[i],
+                     ob[i]);
+        else if (memcmp(&oa[i], &hw[i], sizeof oa[i]))
+            fail_msg("kind %d dim %u shards %u nodes %d: key %llu col %zu: "
+                     "got %a, want %a (psd_update_row by hand)", kind, dim,
+                     shards, nnodes, (unsigned long long)pool[i / dim],
+                     i % dim, oa[i], hw[i]);
+    float want[8];
+    for (size_t i = POOL; i < np; i += 37) {
+        psd_init_row(&c.init, pool[i], want, dim);
+        for (uint32_t j = 0; j < dim; j++)
+            EXPECT_FLOAT(oa[i * dim + j], want[j], "never pushed key %llu",
+                         (unsigned long long)pool[i]);
+    }
+    free(oa);
+    free(ob);
+    free(hw);
+    free(hs);
+    free(hstep);
+    free(pool);
+    free(keys);
+    free(v);
+    psd_table_free(a);
+    psd_table_free(b);
+}
+
+static void test_sparse_batch_equals_pushing_one_key_at_a_time(void **state)
+{
+    (void)state;
+    const psd_updater_kind kinds[] = { PSD_UPD_SUM, PSD_UPD_ASSIGN,
+                                       PSD_UPD_SGD, PSD_UPD_ADAGRAD,
+                                       PSD_UPD_ADAM };
+    const uint32_t dims[] = { 1, 3 };
+    const uint32_t shards[] = { 16, 5, 1 };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (size_t d = 0; d < 2; d++)
+            for (size_t s = 0; s < 3; s++)
+                batch_equals_one_by_one(kinds[k], dims[d], shards[s], 1);
+    /* Node 1 of 2 holds odd shards: of 6, and of 7 (not a power of 2). */
+    batch_equals_one_by_one(PSD_UPD_SUM, 1, 6, 2);
+    batch_equals_one_by_one(PSD_UPD_ADAGRAD, 3, 7, 2);
+}
+
+/* max_rows counts the distinct new keys of a batch that crosses shards
+ * and repeats keys; a full table still takes pushes to its rows. */
+static void test_max_rows_counts_distinct_new_keys_of_a_big_batch(
+    void **state)
+{
+    (void)state;
+    enum { POOL = 1000, N = 4000 };
+    psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
+    c.max_rows = POOL;
+    psd_table *t = table_make(&c, 16, 1, 0);
+    static uint64_t pool[POOL + 1], keys[N];
+    static float v[N];
+    owned_keys(t, 16, 1, 0, 99, pool, POOL + 1, keys, 0);
+    for (size_t i = 0; i < N; i++) {
+        keys[i] = pool[i % POOL];
+        v[i] = 1.0f;
+    }
+    char err[256] = "";
+    EXPECT_INT(growth(t, keys, N, err, sizeof err), 0,
+               "%d distinct keys into max_rows %d (%s)", POOL, POOL, err);
+    push_keys(t, keys, N, v, 1);
+    EXPECT_U64(psd_table_rows(t), POOL, "rows");
+    keys[N / 2] = pool[POOL];
+    EXPECT_INT(growth(t, keys, N, err, sizeof err), PSW_EFULL,
+               "one new key among %d old ones in a full table", N - 1);
+    keys[N / 2] = pool[0];
+    EXPECT_INT(growth(t, keys, N, err, sizeof err), 0,
+               "old keys only, table full (%s)", err);
+    float out[1];
+    pull_keys(t, &pool[POOL - 1], 1, out, 1);
+    EXPECT_FLOAT(out[0], 4.0f, "a key pushed 4 times");
+    psd_table_free(t);
+}
+
+/* ---- saving and loading -------------------------------------------- */
+
+typedef struct membuf {
+    char *p;
+    size_t len, cap, at;
+} membuf;
+
+static int mem_put(void *ctx, const void *p, size_t n)
+{
+    membuf *m = ctx;
+    if (m->len + n > m->cap) {
+        m->cap = (m->len + n) * 2;
+        m->p = realloc(m->p, m->cap);
+        assert_non_null(m->p);
+    }
+    memcpy(m->p + m->len, p, n);
+    m->len += n;
+    return 0;
+}
+
+static int mem_get(void *ctx, void *p, size_t n)
+{
+    membuf *m = ctx;
+    if (m->len - m->at < n)
+        return -1;
+    memcpy(p, m->p + m->at, n);
+    m->at += n;
+    return 0;
+}
+
+/* A table saved and loaded into a fresh one pulls the same bytes, holds
+ * the same rows, and (bsp) applies the same sums at the end of the clock:
+ * for rows kept in their slots (dim 1, sum) and in chunks (dim 3, adam). */
+static void save_load_round_trip(psd_updater_kind kind, uint32_t dim)
+{
+    enum { POOL = 3000, N = 5000 };
+    psd_table_conf c = conf_make(0, dim, 0, kind);
+    c.consistency = PSD_CONS_BSP;
+    c.init.kind = PSD_INIT_NORMAL;
+    c.init.a = 0;
+    c.init.b = 1;
+    c.init.seed = 3;
+    psd_table *t = table_make(&c, 8, 1, 0);
+    static uint64_t pool[POOL], keys[N];
+    float *v = malloc((size_t)N * dim * sizeof *v);
+    assert_non_null(v);
+    owned_keys(t, 8, 1, 0, 7 + dim, pool, POOL, keys, N);
+    for (size_t i = 0; i < (size_t)N * dim; i++)
+        v[i] = (float)(i % 13) - 6.0f;
+    /* Rows of one clock, then sums of the next, left pending. */
+    char *k = odd_keys(keys, N / 2), *vv = odd_floats(v, (size_t)N / 2 * dim);
+    EXPECT_INT(psd_table_accumulate(t, k, N / 2, vv), 0, "accumulate");
+    odd_free(k);
+    odd_free(vv);
+    EXPECT_INT(psd_table_apply_accumulated(t, 0.5f), 0, "apply");
+    k = odd_keys(keys + N / 2, N / 2);
+    vv = odd_floats(v + (size_t)N / 2 * dim, (size_t)N / 2 * dim);
+    EXPECT_INT(psd_table_accumulate(t, k, N / 2, vv), 0, "accumulate");
+    odd_free(k);
+    odd_free(vv);
+
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
+    EXPECT_INT(psd_table_save(t, &o), 0, "save");
+    psd_table *u = table_make(&c, 8, 1, 0);
+    psd_source in = { mem_get, &m };
+    char err[256] = "";
+    EXPECT_INT(psd_table_load(u, &in, err, sizeof err), 0, "load (%s)", err);
+    EXPECT_U64(m.at, m.len, "bytes read of those saved");
+    EXPECT_U64(psd_table_rows(u), psd_table_rows(t), "rows after load");
+    for (int round = 0; round < 2; round++) {
+        float *a = malloc((size_t)POOL * dim * sizeof *a);
+        float *b = malloc((size_t)POOL * dim * sizeof *b);
+        assert_true(a && b);
+        pull_keys(t, pool, POOL, a, dim);
+        pull_keys(u, pool, POOL, b, dim);
+        if (memcmp(a, b, (size_t)POOL * dim * sizeof *a))
+            fail_msg("kind %d dim %u: pulls differ after load (%s)", kind,
+                     dim, round ? "after the clock" : "before the clock");
+        free(a);
+        free(b);
+        EXPECT_INT(psd_table_apply_accumulated(t, 0.5f), 0, "apply t");
+        EXPECT_INT(psd_table_apply_accumulated(u, 0.5f), 0, "apply u");
+        EXPECT_U64(psd_table_rows(u), psd_table_rows(t), "rows");
+    }
+    free(m.p);
+    free(v);
+    psd_table_free(t);
+    psd_table_free(u);
+}
+
+static void test_sparse_save_load_round_trips_inline_and_chunked_rows(
+    void **state)
+{
+    (void)state;
+    save_load_round_trip(PSD_UPD_SUM, 1);
+    save_load_round_trip(PSD_UPD_SGD, 1);
+    save_load_round_trip(PSD_UPD_ADAM, 1);
+    save_load_round_trip(PSD_UPD_ADAM, 3);
+}
+
 static void test_sparse_200k_sequential_keys_grow_and_keep_their_sums(
     void **state)
 {
@@ -971,6 +1241,11 @@ int main(void)
         cmocka_unit_test(test_sparse_pull_of_new_keys_stores_no_row),
         cmocka_unit_test(test_max_rows_refuses_only_pushes_that_add_rows),
         cmocka_unit_test(test_max_rows_counts_new_keys_of_a_bsp_sum),
+        cmocka_unit_test(test_sparse_batch_equals_pushing_one_key_at_a_time),
+        cmocka_unit_test(
+            test_max_rows_counts_distinct_new_keys_of_a_big_batch),
+        cmocka_unit_test(
+            test_sparse_save_load_round_trips_inline_and_chunked_rows),
         cmocka_unit_test(
             test_dense_1m_by_16_sum_table_uses_within_5pct_of_raw_floats),
         cmocka_unit_test(
