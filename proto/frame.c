@@ -555,8 +555,16 @@ void psw_out_init(psw_out *o)
     o->frame_start = SIZE_MAX;
 }
 
+static void free_owned(psw_out *o)
+{
+    for (size_t i = 0; i < o->nsegs; i++)
+        if (o->segs[i].tag == PSW_TAG_OWNED)
+            free((void *)(uintptr_t)o->segs[i].ptr);
+}
+
 void psw_out_destroy(psw_out *o)
 {
+    free_owned(o);
     msgpack_sbuffer_destroy(&o->sb);
     free(o->segs);
     memset(o, 0, sizeof *o);
@@ -564,6 +572,7 @@ void psw_out_destroy(psw_out *o)
 
 void psw_out_reset(psw_out *o)
 {
+    free_owned(o);
     o->sb.size = 0;
     o->nsegs = 0;
     o->frame_start = SIZE_MAX;
@@ -641,12 +650,14 @@ size_t psw_out_frame_end(psw_out *o)
     return body;
 }
 
-void psw_out_bin(psw_out *o, const void *p, size_t len)
+void psw_out_bin_begin(psw_out *o, size_t len)
 {
-    if (msgpack_pack_bin(&o->pk, len) != 0) {
+    if (msgpack_pack_bin(&o->pk, len) != 0)
         o->oom = 1;
-        return;
-    }
+}
+
+void psw_out_bin_piece(psw_out *o, const void *p, size_t len, uint32_t tag)
+{
     if (len < PSW_REF_MIN) {
         if (len)
             out_raw(o, p, len);
@@ -662,8 +673,29 @@ void psw_out_bin(psw_out *o, const void *p, size_t len)
         o->segs = ns;
         o->segcap = cap;
     }
-    o->segs[o->nsegs++] = (psw_seg){ o->sb.size, p, len };
+    o->segs[o->nsegs++] = (psw_seg){ o->sb.size, p, len, tag };
     o->frame_ref += len;
+}
+
+void psw_out_bin(psw_out *o, const void *p, size_t len)
+{
+    if (msgpack_pack_bin(&o->pk, len) != 0) {
+        o->oom = 1;
+        return;
+    }
+    psw_out_bin_piece(o, p, len, 0);
+}
+
+void *psw_out_seg_own(psw_out *o, size_t i)
+{
+    psw_seg *g = &o->segs[i];
+    void *copy = malloc(g->len);
+    if (!copy)
+        return NULL;
+    memcpy(copy, g->ptr, g->len);
+    g->ptr = copy;
+    g->tag = PSW_TAG_OWNED;
+    return copy;
 }
 
 char *psw_out_bin_reserve(psw_out *o, size_t len)

@@ -144,10 +144,18 @@ int psw_frame_decode(const char *body, size_t len, msgpack_zone *zone,
  * memory) instead of copied into the frame buffer. */
 #define PSW_REF_MIN 4096
 
+/* A seg's tag: 0 for memory the caller keeps unchanged until the bytes
+ * are written; PSW_TAG_OWNED for a copy the psw_out owns (freed by reset
+ * and destroy); any other value is the caller's label for memory that
+ * may change, which it must turn into a copy (psw_out_seg_own) first. */
+#define PSW_TAG_OWNED UINT32_MAX
+
 typedef struct psw_seg {
     size_t at;           /* offset in sb where the reference goes */
-    const void *ptr;     /* referenced bytes (not owned) */
+    const void *ptr;     /* referenced bytes (not owned, unless tagged
+                            PSW_TAG_OWNED) */
     size_t len;
+    uint32_t tag;
 } psw_seg;
 
 /* Frames under construction: msgpack bytes in sb, interleaved at recorded
@@ -190,6 +198,17 @@ size_t psw_out_frame_end(psw_out *o);
 
 /* Packs a BIN of len bytes: copied when small, referenced when large. */
 void psw_out_bin(psw_out *o, const void *p, size_t len);
+
+/* A BIN assembled from pieces: the header for len bytes, then pieces
+ * adding up to exactly len. A piece is copied when small and referenced
+ * (with the given tag, see psw_seg) when at least PSW_REF_MIN. */
+void psw_out_bin_begin(psw_out *o, size_t len);
+void psw_out_bin_piece(psw_out *o, const void *p, size_t len, uint32_t tag);
+
+/* Makes seg i a copy owned by o, with the bytes it references now, and
+ * returns the copy (NULL, with nothing changed, when memory runs out).
+ * The caller repoints any iovec it handed out for those bytes. */
+void *psw_out_seg_own(psw_out *o, size_t i);
 
 /* Packs a BIN header of len bytes and returns where its len bytes go
  * (inside sb, to be filled by the caller), or NULL when out of memory.
