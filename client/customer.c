@@ -280,7 +280,7 @@ int psc_part_reply(psc_part *p, const psw_msg *m)
     if (m->status != PSW_OK)
         return settle(p, m->status, m->text ? m->text : "",
                       m->text ? m->text_len : 0);
-    if (!p->out)
+    if (!p->out || p->direct)      /* direct: the rows are in out */
         return settle(p, PS_OK, NULL, 0);
     size_t rowb = (size_t)p->req->dim * sizeof(float);
     size_t rows = p->msg.op == PSW_OP_PULL_RANGE ? (size_t)p->msg.count

@@ -74,6 +74,14 @@ typedef struct nconn {
     uv_getaddrinfo_t gai;
     int gai_busy;
     psw_reader rd;
+    /* The walk over the reply frame being received that finds large rows
+     * to read straight into their part's out (divert_rows). */
+    int walk;                     /* 0 not begun, 1 on, -1 given up */
+    uint32_t walk_left;           /* messages not yet passed */
+    size_t walk_at;               /* body offset (psw_reader_divert's) */
+    int walk_skip;                /* values to pass before the next
+                                     message, when inside one */
+    psc_part *direct;             /* the part whose rows go to out now */
     msgpack_zone zone;
     psc_map fly_map;              /* (ts << 16 | part) -> part in flight */
     plist fly[2];                 /* in flight, oldest first: [0] requests,
@@ -354,6 +362,7 @@ static void nc_send(nconn *nc)
             if (p->sends++ > 0)
                 psc_add(&nc->st.resends, 1);
             p->sent_ns = now;
+            p->direct = 0;
             p->attempt_ns = p->slow ? p->expire_ns : now + attempt;
             int k = psc_stat_kind(p->msg.op);
             if (k >= 0) {
@@ -538,6 +547,8 @@ static void on_nc_closed(uv_handle_t *h)
     nc->state = NC_IDLE;
     psw_reader_destroy(&nc->rd);
     psw_reader_init(&nc->rd, HELLO_MAX_REPLY);
+    nc->walk = 0;
+    nc->direct = NULL;
     nc->last_status = nc->drop_status;
     snprintf(nc->last_why, sizeof nc->last_why, "%s", nc->drop_why);
     if (client_closing(c)) {
@@ -591,6 +602,142 @@ static void nc_drop(nconn *nc, int status, const char *fmt, ...)
 }
 
 /* ---- connecting ------------------------------------------------------- */
+
+/* ---- large rows straight into out ------------------------------------ */
+
+/* Rows of a reply at least this large are read straight into the part's
+ * out instead of the receive buffer (saving a copy of them). */
+#define DIRECT_MIN (64 * 1024)
+
+/* Reads a msgpack unsigned integer at p (n bytes here): returns its size,
+ * 0 when incomplete, -1 when it is something else. */
+static int get_uint(const uint8_t *p, size_t n, uint64_t *v)
+{
+    if (n < 1)
+        return 0;
+    int k = p[0] < 0x80 ? 0 : p[0] == 0xcc ? 1 : p[0] == 0xcd ? 2
+          : p[0] == 0xce ? 4 : p[0] == 0xcf ? 8 : -1;
+    if (k < 0)
+        return -1;
+    if (n < (size_t)k + 1)
+        return 0;
+    *v = k ? 0 : p[0];
+    for (int i = 1; i <= k; i++)
+        *v = *v << 8 | p[i];
+    return k + 1;
+}
+
+/* Looks at the message at m (n bytes here): for a REPLY with status OK
+ * whose rows are a BIN of at least DIRECT_MIN bytes, returns 1 with its
+ * (ts, part), the payload's offset *at in m, its header's size *hdr and
+ * its length; 0 when more bytes are needed to tell; -1 for any other
+ * message. */
+static int reply_rows_at(const uint8_t *m, size_t n, uint64_t *ts,
+                         uint64_t *part, size_t *at, size_t *hdr,
+                         uint64_t *len)
+{
+    if (n < 2)
+        return 0;
+    if (m[0] != 0x97 || m[1] != PSW_OP_REPLY)
+        return -1;
+    size_t i = 2;
+    int k = get_uint(m + i, n - i, ts);
+    if (k <= 0)
+        return k;
+    i += (size_t)k;
+    if ((k = get_uint(m + i, n - i, part)) <= 0)
+        return k;
+    i += (size_t)k;
+    if (n - i < 1)
+        return 0;
+    if (m[i++] != 0x00)              /* status: PSW_OK */
+        return -1;
+    if (n - i < 5)
+        return 0;
+    if (m[i] == 0xc5) {
+        *len = (uint64_t)m[i + 1] << 8 | m[i + 2];
+        *hdr = 3;
+    } else if (m[i] == 0xc6) {
+        *len = (uint64_t)m[i + 1] << 24 | (uint64_t)m[i + 2] << 16 |
+               (uint64_t)m[i + 3] << 8 | m[i + 4];
+        *hdr = 5;
+    } else
+        return -1;
+    *at = i + *hdr;
+    return *len >= DIRECT_MIN ? 1 : -1;
+}
+
+/* Follows the reply frame being received, message by message as its
+ * bytes arrive, and sends the rows of a large reply for a part in flight
+ * (rows in order at out, the size it expects) straight into its out
+ * (psw_reader_divert). The reader still checks the frame's CRC before
+ * psw_reader_next returns it, so a part completes only from a frame that
+ * arrived intact; one that did not closes the connection and the part is
+ * sent again (its out may hold anything meanwhile). */
+static void divert_rows(nconn *nc)
+{
+    psw_reader *r = &nc->rd;
+    if (nc->walk < 0 || psw_reader_diverting(r))
+        return;
+    size_t have = r->len - r->off;
+    if (have < PSW_FRAME_HDR + 5)
+        return;
+    const uint8_t *f = (const uint8_t *)r->buf + r->off;
+    if (!nc->walk) {
+        uint32_t flen = (uint32_t)f[0] << 24 | (uint32_t)f[1] << 16 |
+                        (uint32_t)f[2] << 8 | f[3];
+        if (flen < DIRECT_MIN || f[4] != 0xdd) {
+            nc->walk = -1;
+            return;
+        }
+        nc->walk = 1;
+        nc->walk_left = (uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 |
+                        (uint32_t)f[7] << 8 | f[8];
+        nc->walk_at = 5;
+        nc->walk_skip = 0;
+    }
+    const uint8_t *b = f + PSW_FRAME_HDR;
+    size_t avail = have - PSW_FRAME_HDR;
+    while (nc->walk_left > 0 && nc->walk_at < avail) {
+        const uint8_t *m = b + nc->walk_at;
+        size_t n = avail - nc->walk_at;
+        if (nc->walk_skip) {
+            /* A value not all here may look malformed to the guard: the
+             * decoder judges the frame, not this walk. */
+            long g = psw_guard(m, n, 8);
+            if (g <= 0) {
+                if (g < 0 && n >= 4096)
+                    nc->walk = -1;
+                return;
+            }
+            nc->walk_at += (size_t)g;
+            if (--nc->walk_skip == 0)
+                nc->walk_left--;
+            continue;
+        }
+        uint64_t ts = 0, part = 0, len = 0;
+        size_t at = 0, hdr = 0;
+        int rc = reply_rows_at(m, n, &ts, &part, &at, &hdr, &len);
+        if (rc == 0)
+            return;
+        if (rc > 0 && n < at + len && part <= UINT32_MAX) {
+            psc_part *p = psc_map_get(&nc->fly_map, fly_key(ts, (uint32_t)part));
+            size_t rows = p && p->msg.op == PSW_OP_PULL_RANGE
+                              ? (size_t)p->msg.count : p ? p->msg.nkeys : 0;
+            if (p && p->out && !p->pos &&
+                len == rows * p->req->dim * sizeof(float) &&
+                psw_reader_divert(r, nc->walk_at + at, hdr, (char *)p->out,
+                                  (size_t)len) == 0) {
+                p->direct = 1;
+                nc->direct = p;
+                nc->walk_at += at;
+                nc->walk_skip = 2;   /* the text and the clock after it */
+                return;
+            }
+        }
+        nc->walk_skip = 1;           /* the whole message */
+    }
+}
 
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 
@@ -913,17 +1060,23 @@ static void handle_reply(nconn *nc, const psw_msg *m)
         return;
     }
     fly_unlink(nc, p);
+    /* Rows read straight into out left an empty BIN in the frame. */
+    size_t got = m->vals_len;
+    if (p->direct)
+        got = (p->msg.op == PSW_OP_PULL_RANGE ? (size_t)p->msg.count
+                                              : p->msg.nkeys) *
+              p->req->dim * sizeof(float);
     int k = psc_stat_kind(p->msg.op);
     if (k >= 0) {
         psc_opstat *o = &nc->st.op[k];
         psc_add(&o->requests, 1);
         if (m->status != PSW_OK)
             psc_add(&o->errors, 1);
-        psc_add(&o->payload_received, m->vals_len);
+        psc_add(&o->payload_received, got);
         /* on_read noted the time the reply arrived. */
         psc_hist_add(o->hist, nc->recv_ns - p->sent_ns);
     }
-    psc_add(&nc->st.payload_received, m->vals_len);
+    psc_add(&nc->st.payload_received, got);
     if (psc_part_reply(p, m))
         psc_customer_complete_at(&c->cu, p->req, nc->recv_ns);
 }
@@ -1044,8 +1197,12 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
                     nc->rd.why);
             return;
         }
+        nc->walk = 0;
+        nc->direct = NULL;
         handle_frame(nc, body, len);
     }
+    if (nc->state == NC_READY)
+        divert_rows(nc);
 }
 
 /* ---- the I/O thread -------------------------------------------------- */
@@ -1173,6 +1330,11 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
     while (nc->fly[1].head && now >= nc->fly[1].head->expire_ns) {
         psc_part *p = nc->fly[1].head;
         fly_unlink(nc, p);
+        if (p == nc->direct) {
+            /* Its out may be freed once it fails: the rest is dropped. */
+            psw_reader_undivert(&nc->rd);
+            nc->direct = NULL;
+        }
         psc_map_del(&nc->fly_map, fly_key(p->msg.ts, p->msg.part));
         char why[400];
         snprintf(why, sizeof why, "request %llu: no answer from %s within "

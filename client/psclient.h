@@ -115,7 +115,10 @@ PS_API int ps_table(ps_client *c, const char *name, ps_table_info *info);
 /* Requests. keys: n keys in any order (duplicates allowed); vals, grads and
  * out: n * dim floats, row-major. Every buffer is borrowed until the
  * request completes (its callback ran, or ps_wait for it returned); pulled
- * rows are written straight into out. cb may be NULL. Returns the request's
+ * rows are written straight into out (large ones as they arrive, before
+ * their frame's CRC is checked: a request that fails may leave anything in
+ * out; one that succeeds has exactly the rows the server sent). cb may be
+ * NULL. Returns the request's
  * timestamp (> 0), or a negative PS_E* code, in which case cb never runs.
  * A call blocks while more than max_inflight_bytes are in flight. */
 PS_API ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,

@@ -29,6 +29,8 @@ typedef struct psc_part {
                                     times out */
     uint64_t sent_ns;            /* when this attempt was sent */
     int sends;                   /* attempts so far */
+    int direct;                  /* this attempt's rows are being read
+                                    straight into out (io.c) */
     int slow;                    /* may wait for other workers (clock,
                                     barrier, ssp pull): sync_timeout_ms
                                     bounds it, not attempts */

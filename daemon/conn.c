@@ -43,6 +43,7 @@ struct psd_conn {
                                     stream of large replies does not map
                                     and fault in fresh memory each time */
     int has_spare;
+    struct wreq *writes;         /* handed to uv_write, not done */
     size_t queued;               /* bytes handed to uv_write, not done */
     size_t queued_mem;           /* the buffers holding them */
     uint64_t reserve;            /* bytes counted ahead of a growth: the
@@ -83,11 +84,13 @@ struct psd_conn {
 typedef struct wreq {
     uv_write_t req;
     psd_conn *c;
+    struct wreq *prev, *next;    /* c->writes */
     psw_out out;                 /* the bytes being written, owned */
     size_t mem;                  /* its buffers, counted in queued_mem */
 } wreq;
 
 static void on_close(uv_handle_t *h);
+static void release_rows(psd_node *n, const psw_out *o);
 static void process(psd_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
@@ -204,6 +207,7 @@ static void on_close(uv_handle_t *h)
     set->n--;
     psw_reader_destroy(&c->rd);
     msgpack_zone_destroy(&c->zone);
+    release_rows(c->node, &c->out);
     psw_out_destroy(&c->out);
     if (c->has_spare)
         psw_out_destroy(&c->spare);
@@ -244,10 +248,83 @@ static void maybe_finish(psd_conn *c)
 
 /* ---- writing -------------------------------------------------------- */
 
+/* Replies reference dense rows in place (request.c): o lets go of the
+ * ones it references, as it is written or dropped. */
+static void release_rows(psd_node *n, const psw_out *o)
+{
+    for (size_t i = 0; i < o->nsegs; i++) {
+        uint32_t tag = o->segs[i].tag;
+        if (tag > 0 && tag <= (uint32_t)n->ntables)
+            n->row_refs[tag - 1]--;
+    }
+}
+
+/* Turns o's references to rows of `table` that overlap the bytes
+ * [lo, hi) into copies of them. req, when
+ * o is being written, is its write: libuv has the iovecs of the bytes
+ * not yet written (advanced in place past the bytes written, from
+ * write_index on), and those pointing into the rows are repointed into
+ * the copy. Returns -1 when memory runs out (then nothing is copied of
+ * the seg that failed, and o must not be written). */
+static int detach_out(psd_node *n, psw_out *o, uv_write_t *req, int table,
+                      uintptr_t lo, uintptr_t hi)
+{
+    for (size_t i = 0; i < o->nsegs; i++) {
+        psw_seg *g = &o->segs[i];
+        uintptr_t a = (uintptr_t)g->ptr, b = a + g->len;
+        if (g->tag != (uint32_t)table + 1 || b <= lo || a >= hi)
+            continue;
+        if (req && !req->bufs) {
+            /* Written whole: libuv dropped the iovecs already. */
+            g->tag = 0;
+            n->row_refs[table]--;
+            continue;
+        }
+        char *copy = psw_out_seg_own(o, i);
+        if (!copy)
+            return -1;
+        n->row_refs[table]--;
+        for (unsigned j = req ? req->write_index : 0; req && j < req->nbufs;
+             j++) {
+            uintptr_t at = (uintptr_t)req->bufs[j].base;
+            if (at >= a && at < b)
+                req->bufs[j].base = copy + (at - a);
+        }
+    }
+    return 0;
+}
+
+/* The node's hook before the rows of `table` in [lo, hi) change: every
+ * reply that still references them, built or being written, gets its own
+ * copy. A
+ * connection that cannot get the memory is closed (its replies never go
+ * out, so none carries changed rows). */
+static void detach_rows(void *arg, int table, uintptr_t lo, uintptr_t hi)
+{
+    psd_conns *set = arg;
+    for (psd_conn *c = set->head; c && set->node->row_refs[table]; c = c->next) {
+        if (detach_out(set->node, &c->out, NULL, table, lo, hi))
+            c->out.oom = 1;      /* flush rejects the connection */
+        for (wreq *w = c->writes; w; w = w->next)
+            if (detach_out(set->node, &w->out, &w->req, table, lo, hi)) {
+                psd_warn("connection from %s: out of memory copying rows "
+                         "a push changes", c->peer);
+                conn_close(c);
+            }
+    }
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     wreq *w = (wreq *)req;
     psd_conn *c = w->c;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        c->writes = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    release_rows(c->node, &w->out);
     c->queued -= w->out.total;
     c->queued_mem -= w->mem;
     /* A write completing only means the kernel took it: not a sign of
@@ -334,12 +411,18 @@ static void flush(psd_conn *c)
     if (iov != small)
         free(iov);
     if (rc < 0) {
+        release_rows(c->node, &w->out);
         psw_out_destroy(&w->out);
         free(w);
         psd_info("write to %s failed: %s", c->peer, uv_strerror(rc));
         conn_close(c);
         return;
     }
+    w->prev = NULL;
+    w->next = c->writes;
+    if (c->writes)
+        c->writes->prev = w;
+    c->writes = w;
     c->queued += w->out.total;
     c->queued_mem += w->mem;
     c->sent_ms = uv_now(c->set->loop);
@@ -763,6 +846,8 @@ void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node)
     memset(set, 0, sizeof *set);
     set->loop = loop;
     set->node = node;
+    node->detach = detach_rows;
+    node->detach_arg = set;
 }
 
 /* Whether c may be closed to make room: a connection that has not sent

@@ -89,9 +89,10 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
                                sizeof *n->cluster.tables);
     n->tables = calloc((size_t)n->cfg.ntables + 1, sizeof *n->tables);
     n->tstats = calloc((size_t)n->cfg.ntables + 1, sizeof *n->tstats);
+    n->row_refs = calloc((size_t)n->cfg.ntables + 1, sizeof *n->row_refs);
     n->dedup = psd_dedup_new();
     if (!n->cluster.nodes || !n->cluster.tables || !n->tables || !n->tstats ||
-        !n->dedup ||
+        !n->row_refs || !n->dedup ||
         psd_sync_init(&n->sync, n->cfg.workers, now_ms)) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -115,6 +116,8 @@ void psd_node_destroy(psd_node *n)
     n->tables = NULL;
     free(n->tstats);
     n->tstats = NULL;
+    free(n->row_refs);
+    n->row_refs = NULL;
     n->ntables = 0;
     psd_sync_destroy(&n->sync);
     psd_dedup_free(n->dedup);

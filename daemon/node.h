@@ -77,6 +77,15 @@ typedef struct psd_node {
     void (*written)(void *arg);  /* called after records were written */
     void *written_arg;
     char journal_error[256];     /* the last write failure, "" when fine */
+    /* Replies reference dense rows in place (PROTOCOL.md §9): per table,
+     * the pieces of replies not yet written that do (request.c counts
+     * them up, the writer down), and the writer's hook that turns the
+     * ones overlapping the bytes [lo, hi) of a table's rows into copies
+     * before a push changes those rows. Without a hook, replies copy
+     * rows. */
+    uint64_t *row_refs;          /* ntables entries */
+    void (*detach)(void *arg, int table, uintptr_t lo, uintptr_t hi);
+    void *detach_arg;
 } psd_node;
 
 /* Takes ownership of *cfg (left zeroed) and builds node `index`'s tables.

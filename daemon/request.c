@@ -119,15 +119,113 @@ static void reply_error(psd_node *n, psd_session *ss, const psw_msg *m,
     psw_pack_reply(ss->out, m->ts, m->part, status, text, 0, 0);
 }
 
-/* Packs a reply carrying the rows m pulls, copied from the table straight
- * into the output buffer, or an error if the rows cannot be produced. */
+/* Before rows of table i change: replies that still reference those
+ * rows in place get copies of them first, so that each carries the rows
+ * as they were when its pull ran (PROTOCOL.md §9). m is the push that
+ * changes them, or NULL for a change of the whole table. The rows are
+ * told span by span of contiguous memory. */
+static void rows_change(psd_node *n, uint32_t i, const psw_msg *m)
+{
+    if (!n->detach || !n->row_refs[i])
+        return;
+    if (!m) {
+        n->detach(n->detach_arg, (int)i, 0, UINTPTR_MAX);
+        return;
+    }
+    const psd_table *t = n->tables[i];
+    size_t rowb = (size_t)psd_table_conf_get(t)->dim * sizeof(float);
+    int ranged = psw_op_has(m->op, PSW_OPF_RANGED);
+    uint64_t run, total = ranged ? m->count : m->nkeys;
+    uintptr_t lo = 0, hi = 0;
+    for (uint64_t j = 0; j < total && n->row_refs[i];) {
+        uint64_t k = ranged ? m->first + j : psw_key_at(m->keys, j);
+        const float *w = psd_table_dense_run(t, k, total - j, &run);
+        if (!w)
+            return;                  /* sparse: never referenced */
+        uint64_t rows = ranged ? run : 1;
+        uintptr_t a = (uintptr_t)w, b = a + (size_t)rows * rowb;
+        if (a != hi) {               /* not where the last span ended */
+            if (hi)
+                n->detach(n->detach_arg, (int)i, lo, hi);
+            lo = a;
+        }
+        hi = b;
+        j += rows;
+    }
+    if (hi && n->row_refs[i])
+        n->detach(n->detach_arg, (int)i, lo, hi);
+}
+
+/* The bytes of m's rows that a reply could reference in place: runs of
+ * contiguous dense rows at least PSW_REF_MIN long. */
+static size_t ref_bytes(const psd_table *t, const psw_msg *m, size_t rowb)
+{
+    uint64_t run, total = m->op == PSW_OP_PULL_RANGE ? m->count : m->nkeys;
+    size_t bytes = 0;
+    for (uint64_t i = 0; i < total;) {
+        uint64_t j = 1;
+        if (m->op == PSW_OP_PULL_RANGE) {
+            if (!psd_table_dense_run(t, m->first + i, total - i, &run))
+                return 0;
+            j = run;
+        } else {
+            uint64_t k = psw_key_at(m->keys, i);
+            if (!psd_table_dense_run(t, k, total - i, &run))
+                return 0;
+            while (j < run && psw_key_at(m->keys, i + j) == k + j)
+                j++;
+        }
+        if (j * rowb >= PSW_REF_MIN)
+            bytes += j * rowb;
+        i += j;
+    }
+    return bytes;
+}
+
+/* Packs m's reply with its rows referenced in place where they lie in
+ * runs of at least PSW_REF_MIN bytes (copied elsewhere); the pieces are
+ * counted in n->row_refs until the writer lets go of them. */
+static void reply_rows_ref(psd_node *n, psd_session *ss, const psw_msg *m,
+                           size_t nbytes, size_t rowb, uint64_t clock)
+{
+    const psd_table *t = n->tables[m->table];
+    psw_out *o = ss->out;
+    uint32_t tag = m->table + 1;
+    uint64_t run, total = m->op == PSW_OP_PULL_RANGE ? m->count : m->nkeys;
+    psw_pack_reply_head(o, m->ts, m->part);
+    psw_out_bin_begin(o, nbytes);
+    for (uint64_t i = 0; i < total;) {
+        uint64_t k = m->op == PSW_OP_PULL_RANGE ? m->first + i
+                                                : psw_key_at(m->keys, i);
+        const float *w = psd_table_dense_run(t, k, total - i, &run);
+        uint64_t j = run;
+        if (m->op != PSW_OP_PULL_RANGE)
+            for (j = 1; j < run && psw_key_at(m->keys, i + j) == k + j;)
+                j++;
+        size_t segs = o->nsegs;
+        psw_out_bin_piece(o, w, (size_t)j * rowb, tag);
+        n->row_refs[m->table] += o->nsegs - segs;
+        i += j;
+    }
+    psw_pack_reply_tail(o, clock);
+}
+
+/* Packs a reply carrying the rows m pulls, referenced in place (dense
+ * rows, when the writer can copy them before a push changes them) or
+ * copied from the table straight into the output buffer, or an error if
+ * the rows cannot be produced. */
 static void reply_rows(psd_node *n, psd_session *ss, const psw_msg *m)
 {
     psd_table *t = n->tables[m->table];
     const psd_table_conf *tc = psd_table_conf_get(t);
     size_t nbytes = (size_t)rows_bytes(n, m);
-    psw_mark mark = psw_out_mark(ss->out);
     uint64_t clock = tc->consistency == PSD_CONS_ASYNC ? 0 : n->sync.clock;
+    size_t rowb = (size_t)tc->dim * sizeof(float);
+    if (n->detach && nbytes >= PSW_REF_MIN && ref_bytes(t, m, rowb) > 0) {
+        reply_rows_ref(n, ss, m, nbytes, rowb, clock);
+        return;
+    }
+    psw_mark mark = psw_out_mark(ss->out);
     char *p = psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, nbytes,
                              clock);
     if (!p)
@@ -248,6 +346,7 @@ static void advance(psd_node *n, uint64_t now_ms)
                 continue;
             float scale = tc->aggregate_mean && waited > 0
                               ? 1.0f / (float)waited : 1.0f;
+            rows_change(n, (uint32_t)i, NULL);
             if (psd_table_apply_accumulated(n->tables[i], scale))
                 psd_error("table '%s': out of memory applying clock %llu",
                           tc->name, (unsigned long long)before);
@@ -535,10 +634,13 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
             rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
                                                      m->vals)
                         : psd_table_accumulate(t, m->keys, m->nkeys, m->vals);
-        else if (ranged)
-            psd_table_push_range(t, m->first, m->count, m->vals);
-        else
-            rc = psd_table_push(t, m->keys, m->nkeys, m->vals);
+        else {
+            rows_change(n, m->table, m);
+            if (ranged)
+                psd_table_push_range(t, m->first, m->count, m->vals);
+            else
+                rc = psd_table_push(t, m->keys, m->nkeys, m->vals);
+        }
         if (dc && psd_dedup_record(dc, m->ts, m->part, rc ? PSW_ENOMEM : 0))
             psd_warn("out of memory remembering push %llu.%u of %s: a "
                      "retransmission of it would be applied again",

@@ -980,3 +980,14 @@ int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
             }
     return 0;
 }
+
+const float *psd_table_dense_run(const psd_table *t, uint64_t first,
+                                 uint64_t count, uint64_t *run)
+{
+    if (!t->conf.dense || count == 0)
+        return NULL;
+    const shard *s = &t->shards[shard_of(t, first)];
+    uint64_t m = s->first + s->nrows - first;
+    *run = m < count ? m : count;
+    return dense_ref(t, s, first).w;
+}

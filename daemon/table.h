@@ -62,6 +62,13 @@ void psd_table_push_range(psd_table *t, uint64_t first, uint64_t count,
 void psd_table_pull_range(const psd_table *t, uint64_t first, uint64_t count,
                           char *out);
 
+/* Dense tables: the weights of owned row `first` in place, and in *run
+ * how many of the count rows from it lie contiguous after it (the rest of
+ * its shard). NULL for a sparse table. The memory changes with every push
+ * to those rows (a reply that references it must copy it first). */
+const float *psd_table_dense_run(const psd_table *t, uint64_t first,
+                                 uint64_t count, uint64_t *run);
+
 /* Bulk-synchronous tables: pushes of the current clock are summed per
  * key into a side table instead of being applied; at the end of the
  * clock every touched key gets the updater once, with the sum times

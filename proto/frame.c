@@ -135,6 +135,7 @@ void psw_reader_scan(psw_reader *r, int on)
 void psw_reader_destroy(psw_reader *r)
 {
     free(r->buf);
+    free(r->sink);
     memset(r, 0, sizeof *r);
 }
 
@@ -154,7 +155,8 @@ static size_t reader_need(const psw_reader *r)
 {
     size_t len = r->len - r->off, want = READ_CHUNK;
     if (len >= PSW_FRAME_HDR) {
-        size_t frame = PSW_FRAME_HDR + (size_t)be32(r->buf + r->off);
+        size_t frame = PSW_FRAME_HDR + (size_t)be32(r->buf + r->off) -
+                       r->holes;
         if (frame > len) {
             size_t rest = frame - len;
             size_t step = len > READ_CHUNK ? len : READ_CHUNK;
@@ -182,6 +184,20 @@ void psw_reader_trim(psw_reader *r)
 
 int psw_reader_space(psw_reader *r, char **p, size_t *n)
 {
+    if (r->hole_left) {
+        r->in_hole = 1;
+        if (!r->hole_discard) {
+            *p = r->hole_dst;
+            *n = r->hole_left;
+            return 0;
+        }
+        if (!r->sink && !(r->sink = malloc(READ_CHUNK)))
+            return -1;
+        *p = r->sink;
+        *n = r->hole_left < READ_CHUNK ? r->hole_left : READ_CHUNK;
+        return 0;
+    }
+    r->in_hole = 0;
     size_t need = reader_need(r);
     /* Consumed bytes are dropped here, never while a frame view handed
      * out by psw_reader_next may still be in use. */
@@ -340,7 +356,8 @@ static void reader_crc(psw_reader *r)
     uint32_t flen = be32(r->buf + r->off);
     if (flen < PSW_FRAME_CRC + 1 || flen - PSW_FRAME_CRC > r->max_frame)
         return;                      /* psw_reader_next refuses it */
-    size_t body = flen - PSW_FRAME_CRC, avail = have - PSW_FRAME_HDR;
+    size_t body = flen - PSW_FRAME_CRC - r->holes;
+    size_t avail = have - PSW_FRAME_HDR;
     size_t upto = avail < body ? avail : body;
     const char *b = r->buf + r->off + PSW_FRAME_HDR;
     /* A piece at a time, so that the scan reads what the CRC just read
@@ -357,8 +374,57 @@ static void reader_crc(psw_reader *r)
 
 void psw_reader_commit(psw_reader *r, size_t n)
 {
+    if (r->in_hole) {
+        /* Hole bytes come in body order: nothing is buffered meanwhile. */
+        r->in_hole = 0;
+        r->crc = crc_update(r->crc, r->hole_discard ? r->sink : r->hole_dst,
+                            n);
+        if (!r->hole_discard)
+            r->hole_dst += n;
+        r->hole_left -= n;
+        if (!r->hole_left) {
+            r->hole_dst = NULL;
+            r->hole_discard = 0;
+        }
+        return;
+    }
     r->len += n;
     reader_crc(r);
+}
+
+int psw_reader_divert(psw_reader *r, size_t at, size_t hdr, char *dst,
+                      size_t len)
+{
+    size_t have = r->len - r->off;
+    if (r->hole_left || have < PSW_FRAME_HDR || at < hdr || len == 0)
+        return -1;
+    uint32_t flen = be32(r->buf + r->off);
+    if (flen < PSW_FRAME_CRC + 1 || flen - PSW_FRAME_CRC > r->max_frame)
+        return -1;
+    size_t body = flen - PSW_FRAME_CRC - r->holes;
+    size_t stored = have - PSW_FRAME_HDR;
+    if (stored >= body || at > stored || len > body - at ||
+        stored - at >= len)
+        return -1;
+    reader_crc(r);                   /* every buffered byte, header too */
+    char *b = r->buf + r->off + PSW_FRAME_HDR;
+    size_t moved = stored - at;
+    memcpy(dst, b + at, moved);
+    memset(b + at - hdr + 1, 0, hdr - 1);   /* an empty BIN, same size */
+    r->len -= moved;
+    r->crc_done = at;
+    r->holes += len;
+    r->hole_dst = dst + moved;
+    r->hole_left = len - moved;
+    r->hole_discard = 0;
+    r->cur.broken = 1;               /* the scan cannot follow a hole */
+    return 0;
+}
+
+void psw_reader_undivert(psw_reader *r)
+{
+    if (r->hole_left)
+        r->hole_discard = 1;
 }
 
 int psw_reader_next(psw_reader *r, const char **body, size_t *len)
@@ -378,11 +444,11 @@ int psw_reader_next(psw_reader *r, const char **body, size_t *len)
                  r->max_frame);
         return PSW_ETOOBIG;
     }
-    if (have - PSW_FRAME_HDR < flen)
+    if (have - PSW_FRAME_HDR < flen - r->holes || r->hole_left)
         return 0;
     reader_crc(r);
     const char *b = r->buf + r->off + PSW_FRAME_HDR;
-    size_t blen = flen - PSW_FRAME_CRC;
+    size_t blen = flen - PSW_FRAME_CRC - r->holes;
     uint32_t want = be32(b + blen);
     if (r->crc != want) {
         snprintf(r->why, sizeof r->why, "CRC32C mismatch on a frame of %zu "
@@ -397,10 +463,11 @@ int psw_reader_next(psw_reader *r, const char **body, size_t *len)
         r->last.pos != blen)
         r->last.broken = 1;
     r->last_body = b;
-    r->last_len = flen;
+    r->last_len = flen - r->holes;
     r->last_crc = r->crc;
     scan_reset(&r->cur, r->scan_on);
-    r->off += PSW_FRAME_HDR + flen;
+    r->off += PSW_FRAME_HDR + flen - r->holes;
+    r->holes = 0;
     r->crc = 0;
     r->crc_done = 0;
     return 1;
@@ -555,8 +622,16 @@ void psw_out_init(psw_out *o)
     o->frame_start = SIZE_MAX;
 }
 
+static void free_owned(psw_out *o)
+{
+    for (size_t i = 0; i < o->nsegs; i++)
+        if (o->segs[i].tag == PSW_TAG_OWNED)
+            free((void *)(uintptr_t)o->segs[i].ptr);
+}
+
 void psw_out_destroy(psw_out *o)
 {
+    free_owned(o);
     msgpack_sbuffer_destroy(&o->sb);
     free(o->segs);
     memset(o, 0, sizeof *o);
@@ -564,6 +639,7 @@ void psw_out_destroy(psw_out *o)
 
 void psw_out_reset(psw_out *o)
 {
+    free_owned(o);
     o->sb.size = 0;
     o->nsegs = 0;
     o->frame_start = SIZE_MAX;
@@ -641,12 +717,14 @@ size_t psw_out_frame_end(psw_out *o)
     return body;
 }
 
-void psw_out_bin(psw_out *o, const void *p, size_t len)
+void psw_out_bin_begin(psw_out *o, size_t len)
 {
-    if (msgpack_pack_bin(&o->pk, len) != 0) {
+    if (msgpack_pack_bin(&o->pk, len) != 0)
         o->oom = 1;
-        return;
-    }
+}
+
+void psw_out_bin_piece(psw_out *o, const void *p, size_t len, uint32_t tag)
+{
     if (len < PSW_REF_MIN) {
         if (len)
             out_raw(o, p, len);
@@ -662,8 +740,29 @@ void psw_out_bin(psw_out *o, const void *p, size_t len)
         o->segs = ns;
         o->segcap = cap;
     }
-    o->segs[o->nsegs++] = (psw_seg){ o->sb.size, p, len };
+    o->segs[o->nsegs++] = (psw_seg){ o->sb.size, p, len, tag };
     o->frame_ref += len;
+}
+
+void psw_out_bin(psw_out *o, const void *p, size_t len)
+{
+    if (msgpack_pack_bin(&o->pk, len) != 0) {
+        o->oom = 1;
+        return;
+    }
+    psw_out_bin_piece(o, p, len, 0);
+}
+
+void *psw_out_seg_own(psw_out *o, size_t i)
+{
+    psw_seg *g = &o->segs[i];
+    void *copy = malloc(g->len);
+    if (!copy)
+        return NULL;
+    memcpy(copy, g->ptr, g->len);
+    g->ptr = copy;
+    g->tag = PSW_TAG_OWNED;
+    return copy;
 }
 
 char *psw_out_bin_reserve(psw_out *o, size_t len)

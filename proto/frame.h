@@ -67,6 +67,15 @@ typedef struct psw_reader {
     const char *last_body;
     size_t last_len;     /* its length field: body and CRC */
     uint32_t last_crc;
+    /* Holes (psw_reader_divert): body bytes of the frame at off that go
+     * to the caller's memory instead of the buffer. Offsets into the
+     * frame at off count only the bytes that stay in the buffer. */
+    size_t holes;        /* bytes of that frame that went (or go) to holes */
+    char *hole_dst;      /* where the rest of the open hole goes */
+    size_t hole_left;    /* bytes of the open hole still due */
+    int hole_discard;    /* the rest of the open hole is dropped */
+    int in_hole;         /* the space handed out last is the hole's */
+    char *sink;          /* READ_CHUNK bytes for a discarded hole */
     char why[128];       /* after an error: what was wrong */
 } psw_reader;
 
@@ -111,6 +120,32 @@ void psw_reader_scan(psw_reader *r, int on);
  * the bytes (psw_nonfinite). */
 int psw_reader_nonfinite(const psw_reader *r, const char *p, size_t len);
 
+/* Sends the rest of a BIN payload of the frame being received straight
+ * to dst instead of the buffer: the payload is `len` bytes from body
+ * offset `at` (offsets count only bytes in the buffer, past earlier
+ * holes), its header the `hdr` bytes before it (0xc5 or 0xc6 and the
+ * length). The payload bytes already buffered move to dst; the rest is
+ * received into dst (psw_reader_space hands out dst), then reception
+ * goes on in the buffer. The CRC still covers every byte, in order, and
+ * psw_reader_next checks it before it returns the frame, whose body then
+ * holds an empty BIN in place of the payload (the length bytes are set
+ * to 0 in the buffer). dst must stay valid until the hole is filled, the
+ * frame is returned, or psw_reader_undivert. Returns 0, or -1 (nothing
+ * done) when no frame is partly here, a hole is open, the payload is
+ * already here whole, or it does not lie inside the body. */
+int psw_reader_divert(psw_reader *r, size_t at, size_t hdr, char *dst,
+                      size_t len);
+
+/* Whether a hole is open (bytes still due into it). */
+static inline int psw_reader_diverting(const psw_reader *r)
+{
+    return r->hole_left > 0;
+}
+
+/* The rest of the open hole is received and checked, but dropped: dst
+ * is no longer written. */
+void psw_reader_undivert(psw_reader *r);
+
 /* Bytes received and not yet consumed. */
 static inline size_t psw_reader_pending(const psw_reader *r)
 {
@@ -144,10 +179,18 @@ int psw_frame_decode(const char *body, size_t len, msgpack_zone *zone,
  * memory) instead of copied into the frame buffer. */
 #define PSW_REF_MIN 4096
 
+/* A seg's tag: 0 for memory the caller keeps unchanged until the bytes
+ * are written; PSW_TAG_OWNED for a copy the psw_out owns (freed by reset
+ * and destroy); any other value is the caller's label for memory that
+ * may change, which it must turn into a copy (psw_out_seg_own) first. */
+#define PSW_TAG_OWNED UINT32_MAX
+
 typedef struct psw_seg {
     size_t at;           /* offset in sb where the reference goes */
-    const void *ptr;     /* referenced bytes (not owned) */
+    const void *ptr;     /* referenced bytes (not owned, unless tagged
+                            PSW_TAG_OWNED) */
     size_t len;
+    uint32_t tag;
 } psw_seg;
 
 /* Frames under construction: msgpack bytes in sb, interleaved at recorded
@@ -190,6 +233,17 @@ size_t psw_out_frame_end(psw_out *o);
 
 /* Packs a BIN of len bytes: copied when small, referenced when large. */
 void psw_out_bin(psw_out *o, const void *p, size_t len);
+
+/* A BIN assembled from pieces: the header for len bytes, then pieces
+ * adding up to exactly len. A piece is copied when small and referenced
+ * (with the given tag, see psw_seg) when at least PSW_REF_MIN. */
+void psw_out_bin_begin(psw_out *o, size_t len);
+void psw_out_bin_piece(psw_out *o, const void *p, size_t len, uint32_t tag);
+
+/* Makes seg i a copy owned by o, with the bytes it references now, and
+ * returns the copy (NULL, with nothing changed, when memory runs out).
+ * The caller repoints any iovec it handed out for those bytes. */
+void *psw_out_seg_own(psw_out *o, size_t i);
 
 /* Packs a BIN header of len bytes and returns where its len bytes go
  * (inside sb, to be filled by the caller), or NULL when out of memory.

@@ -190,6 +190,23 @@ char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
     return payload;
 }
 
+void psw_pack_reply_head(psw_out *o, uint64_t ts, uint32_t part)
+{
+    msgpack_packer *pk = &o->pk;
+    o->frame_msgs++;
+    pk_check(o, msgpack_pack_array(pk, ops[PSW_OP_REPLY].fields));
+    pk_check(o, msgpack_pack_uint8(pk, PSW_OP_REPLY));
+    pk_check(o, msgpack_pack_uint64(pk, ts));
+    pk_check(o, msgpack_pack_uint32(pk, part));
+    pk_check(o, msgpack_pack_int32(pk, PSW_OK));
+}
+
+void psw_pack_reply_tail(psw_out *o, uint64_t clock)
+{
+    pk_check(o, msgpack_pack_nil(&o->pk));
+    pk_check(o, msgpack_pack_uint64(&o->pk, clock));
+}
+
 /* ---- decoding ------------------------------------------------------- */
 
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); \

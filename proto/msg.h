@@ -205,6 +205,11 @@ void psw_pack_request(psw_out *o, const psw_msg *m);
  * bsp/ssp tables, the clock the rows reflect; else 0. */
 char *psw_pack_reply(psw_out *o, uint64_t ts, uint32_t part, int status,
                      const char *text, size_t nbytes, uint64_t clock);
+/* The same reply (status PSW_OK) in two halves, for a payload the caller
+ * packs in between as one BIN (psw_out_bin_begin and pieces): head packs
+ * the fields before the payload, tail those after it. */
+void psw_pack_reply_head(psw_out *o, uint64_t ts, uint32_t part);
+void psw_pack_reply_tail(psw_out *o, uint64_t clock);
 
 /* ---- decoding ------------------------------------------------------- */
 

@@ -184,6 +184,53 @@ static void flipped_bits_are_caught_and_never_applied(void **state)
     EXPECT_INT(k.dir[FP_DOWN].corrupted > 0, 1, "replies corrupted");
 }
 
+/* Replies of large rows are read straight into the caller's buffer,
+ * before the frame's CRC can be checked: with bits flipped in half of the
+ * reply frames, a pull still completes only with the rows psd sent (the
+ * corrupted frame closes the connection and its parts go again), and a
+ * pull that fails says so. */
+static void flipped_bits_in_large_replies_never_complete_a_pull(void **state)
+{
+    (void)state;
+    enum { ROWS = 600000 };      /* 2.4 MB: parts of 1 MiB, one frame */
+    rig r;
+    rig_start(&r, 1, "", SERVER "[table.d]\nkind = dense\nrows = 600000\n"
+              "dim = 1\nupdater = sum\n");
+    ps_options o = fault_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    int t = ps_table(cl, "d", NULL);
+    float *v = malloc(ROWS * sizeof *v), *got = malloc(ROWS * sizeof *got);
+    for (size_t i = 0; i < ROWS; i++)
+        v[i] = (float)i;
+    EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, ROWS, v, NULL, NULL)),
+               PS_OK, "the push of the rows");
+    fp_faults f = { .corrupt = 0.5, .skip_frames = 1 };
+    rig_faults(&r, FP_DOWN, &f);
+    int ok = 0;
+    for (int n = 0; n < 20; n++) {
+        memset(got, 0xff, ROWS * sizeof *got);
+        int rc = ps_wait(cl, ps_pull_range(cl, t, 0, ROWS, got, NULL, NULL));
+        if (rc != PS_OK)
+            continue;
+        ok++;
+        for (size_t i = 0; i < ROWS; i++)
+            if (got[i] != v[i])
+                fail_msg("pull %d completed with row %zu = %g, want %g", n,
+                         i, (double)got[i], (double)v[i]);
+    }
+    fp_counts k;
+    fp_stats(r.p[0], &k);
+    print_message("# %d of 20 pulls completed; %llu reply frames corrupted\n",
+                  ok, (unsigned long long)k.dir[FP_DOWN].corrupted);
+    EXPECT_INT(k.dir[FP_DOWN].corrupted > 0, 1, "replies corrupted");
+    EXPECT_INT(ok > 0, 1, "pulls that completed");
+    free(v);
+    free(got);
+    ps_close(cl);
+    rig_stop(&r);
+}
+
 /* psd stopped (SIGSTOP) for twice the attempt timeout, then resumed: the
  * pushes it had buffered are applied when it resumes, and the copies the
  * client sent meanwhile on a new connection are not applied again. */
@@ -377,6 +424,7 @@ int main(void)
             twenty_percent_frame_drop_both_ways_loses_and_doubles_nothing),
         cmocka_unit_test(duplicated_and_reordered_frames_are_applied_once),
         cmocka_unit_test(flipped_bits_are_caught_and_never_applied),
+        cmocka_unit_test(flipped_bits_in_large_replies_never_complete_a_pull),
         cmocka_unit_test(stopped_server_resumed_applies_every_push_once),
         cmocka_unit_test(stopped_server_fails_requests_within_their_bound),
         cmocka_unit_test(

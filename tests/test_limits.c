@@ -500,6 +500,101 @@ static void frame_whose_replies_do_not_fit_waits_and_loses_nothing(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Checks that every one of the n rows of reply r is `want`. */
+static void expect_rows(const psw_msg *r, size_t n, float want,
+                        const char *what)
+{
+    EXPECT_U64(r->vals_len, n * 4, "bytes of rows of %s", what);
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, r->vals + 4 * i, 4);
+        if (v != want)
+            fail_msg("%s: row %zu is %g, want %g (the rows as they were "
+                     "when the pull ran)", what, i, (double)v, (double)want);
+    }
+}
+
+/* psd sends dense rows by reference: replies still queued for a client
+ * that does not read yet must carry the rows as they were when each pull
+ * ran, however pushes change them meanwhile (from another client, or
+ * from the same frame after the pull). */
+static void pull_reply_queued_during_a_push_carries_the_rows_before_it(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    enum { ROWS = 900000 };
+    if (cluster_start(&c, 1, 4,
+                      "[server]\nmax_frame = 8M\nmax_output = 64M\n"
+                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
+                      "init = constant 2.5\nupdater = sum\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    uint64_t *keys = malloc(ROWS * sizeof *keys);
+    float *ones = malloc(ROWS * sizeof *ones);
+    for (size_t i = 0; i < ROWS; i++) {
+        keys[i] = i;
+        ones[i] = 1;
+    }
+    /* Replies of 3.6 MB each, more than the socket buffers hold: psd
+     * keeps them queued (partly written) while this client reads none. */
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
+                     .count = ROWS };
+    for (uint64_t ts = 1; ts <= 3; ts++) {
+        pull.ts = ts;
+        raw_send_msgs(fd, &pull, 1);
+    }
+    psw_msg keyed = { .op = PSW_OP_PULL, .ts = 4, .table = 0,
+                      .keys = (const char *)keys, .nkeys = ROWS };
+    raw_send_msgs(fd, &keyed, 1);
+    sleep_ms(300);
+    /* Another client adds 1 to every row while those replies wait. */
+    ps_client *pc = open_or_fail(c.spec);
+    wait_ok(pc, ps_push_range(pc, 0, 0, ROWS, ones, NULL, NULL));
+    /* A pull, then a push of the same rows, in one frame: the pull's
+     * reply (built, not yet sent when the push runs) has the rows before
+     * the push. */
+    psw_msg two[2] = {
+        { .op = PSW_OP_PULL_RANGE, .ts = 5, .table = 0, .first = 0,
+          .count = ROWS },
+        { .op = PSW_OP_PUSH_RANGE, .ts = 6, .table = 0, .first = 0,
+          .count = ROWS, .vals = (const char *)ones,
+          .vals_len = ROWS * sizeof *ones },
+    };
+    raw_send_msgs(fd, two, 2);
+    sleep_ms(300);
+    /* The push's reply shares the last frame (raw_read_reply reads the
+     * first message of each). */
+    float want[] = { 0, 2.5f, 2.5f, 2.5f, 2.5f, 3.5f };
+    for (uint64_t ts = 1; ts <= 5; ts++) {
+        psw_msg r;
+        msgpack_zone z;
+        char *f;
+        char what[32];
+        raw_read_reply(fd, &r, &z, &f);
+        EXPECT_U64(r.ts, ts, "reply order");
+        EXPECT_INT(r.status, 0, "status of request %llu",
+                   (unsigned long long)ts);
+        snprintf(what, sizeof what, "pull %llu", (unsigned long long)ts);
+        expect_rows(&r, ROWS, want[ts], what);
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+    float *got = malloc(ROWS * sizeof *got);
+    wait_ok(pc, ps_pull_range(pc, 0, 0, ROWS, got, NULL, NULL));
+    for (size_t i = 0; i < ROWS; i++)
+        if (got[i] != 4.5f)
+            fail_msg("row %zu is %g after both pushes, want 4.5", i,
+                     (double)got[i]);
+    free(got);
+    ps_close(pc);
+    close(fd);
+    free(keys);
+    free(ones);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A frame that trickles in (a byte every 300 ms keeps the connection
  * alive for the heartbeat check) is cut off after frame_timeout. */
 static void frame_that_stops_half_way_is_closed_after_frame_timeout(
@@ -904,6 +999,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(rss_stays_within_max_client_memory_under_hostile_clients, teardown),
         cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
+        cmocka_unit_test_teardown(pull_reply_queued_during_a_push_carries_the_rows_before_it, teardown),
         cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
         cmocka_unit_test_teardown(idle_connections_make_room_for_a_new_client, teardown),
