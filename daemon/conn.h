@@ -28,6 +28,15 @@ typedef struct psd_conns {
     int n;
     uint64_t mem;                /* buffers of all open connections, as
                                     counted against max_client_memory */
+    /* Fairness: a connection that has read or executed its share of one
+     * loop turn (conn.c's TURN_BYTES, TURN_FRAMES) yields; it waits in
+     * the deferred list and the idle handle resumes it on the next turn,
+     * after the loop has polled every other connection. */
+    uv_check_t turn_check;       /* counts loop turns */
+    uv_idle_t resume_idle;       /* active while some connection waits */
+    uint64_t turn;
+    psd_conn *deferred, *deferred_tail;
+    int turn_handles;            /* the two handles are initialised */
 } psd_conns;
 
 void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node);

@@ -898,6 +898,116 @@ static void push_with_timestamp_zero_is_refused(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* ---- a connection's share of a loop turn ---------------------------- */
+
+#define TURN_ROWS 262144              /* rows of one 1 MiB push */
+#define TURN_FRAMES_SENT 700
+
+/* The frames of one burst, all in one buffer: frame i (ts i + 1) is a
+ * 1 MiB push of +1 to rows [base, base + TURN_ROWS) every 50th frame, a
+ * pull of row `base` every odd frame and a push of +1 to row `base`
+ * otherwise; far more bytes and frames than psd runs for one connection
+ * in one loop turn (conn.c's TURN_BYTES, TURN_FRAMES). */
+static char *turn_burst(uint64_t base, size_t *len)
+{
+    float *big = malloc(TURN_ROWS * sizeof *big);
+    for (int i = 0; i < TURN_ROWS; i++)
+        big[i] = 1;
+    float one = 1;
+    char *all = NULL;
+    size_t total = 0;
+    for (int i = 0; i < TURN_FRAMES_SENT; i++) {
+        psw_msg m = { .ts = (uint64_t)i + 1, .table = 0, .first = base };
+        if (i % 50 == 0) {
+            m.op = PSW_OP_PUSH_RANGE;
+            m.count = TURN_ROWS;
+            m.vals = (const char *)big;
+            m.vals_len = TURN_ROWS * sizeof *big;
+        } else if (i % 2) {
+            m.op = PSW_OP_PULL_RANGE;
+            m.count = 1;
+        } else {
+            m.op = PSW_OP_PUSH_RANGE;
+            m.count = 1;
+            m.vals = (const char *)&one;
+            m.vals_len = sizeof one;
+        }
+        size_t n;
+        char *f = frame_bytes(&m, 1, &n);
+        all = realloc(all, total + n);
+        memcpy(all + total, f, n);
+        total += n;
+        free(f);
+    }
+    free(big);
+    *len = total;
+    return all;
+}
+
+/* Reads the replies of a burst: one per frame, in the order sent, each
+ * OK, and each pull sees exactly the pushes sent before it. */
+static void turn_check(int fd, const char *who)
+{
+    float pushes = 0;
+    for (int i = 0; i < TURN_FRAMES_SENT; i++) {
+        psw_msg r;
+        msgpack_zone z;
+        char *f;
+        raw_read_reply(fd, &r, &z, &f);
+        EXPECT_U64(r.ts, (uint64_t)i + 1, "%s: reply order", who);
+        EXPECT_INT(r.status, 0, "%s: status of frame %d", who, i);
+        if (i % 50 != 0 && i % 2) {
+            float v = -1;
+            EXPECT_U64(r.vals_len, 4, "%s: rows of pull %d", who, i);
+            memcpy(&v, r.vals, 4);
+            EXPECT_FLOAT(v, pushes, "%s: row seen by pull %d", who, i);
+        } else
+            pushes += 1;
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+}
+
+/* Two clients each send 700 frames at once (24 MiB, 1 MiB pushes among
+ * small pushes and pulls), more than psd runs for a connection per loop
+ * turn: every frame is answered, in order, with the rows that the pushes
+ * before it made, and a third client is served meanwhile. */
+static void frames_beyond_a_turns_share_run_in_order_and_all_complete(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[table.d]\nkind = dense\nrows = 524288\ndim = 1\n"
+                      "updater = sum\n"
+                      "[table.counts]\nkind = sparse\ndim = 1\n"
+                      "updater = sum\n"))
+        fail_msg("cluster did not start");
+    int fd[2];
+    size_t len[2];
+    char *burst[2];
+    for (int k = 0; k < 2; k++) {
+        fd[k] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(fd[k], 100 + (uint64_t)k), 0, "HELLO %d", k);
+        burst[k] = turn_burst((uint64_t)k * TURN_ROWS, &len[k]);
+    }
+    /* The replies are small: both bursts go out before either is read. */
+    raw_send(fd[0], burst[0], len[0]);
+    raw_send(fd[1], burst[1], len[1]);
+    ps_client *honest = NULL;
+    assert_int_equal(ps_open(&honest, c.spec, NULL), 0);
+    honest_add(honest, "counts", 7, 1);
+    turn_check(fd[0], "client 0");
+    turn_check(fd[1], "client 1");
+    honest_add(honest, "counts", 7, 2);
+    ps_close(honest);
+    for (int k = 0; k < 2; k++) {
+        close(fd[k]);
+        free(burst[k]);
+    }
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -914,6 +1024,7 @@ int main(void)
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
         cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
         cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),
+        cmocka_unit_test_teardown(frames_beyond_a_turns_share_run_in_order_and_all_complete, teardown),
     };
     return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
 }
