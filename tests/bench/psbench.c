@@ -705,7 +705,7 @@ static long run_phase(wctx *x, uint64_t end, long min_reqs, wres *res,
 static int worker_main(const cell *c, int w, const char *spec)
 {
     if (c->pinned)
-        pin_tid(0, 0);
+        pin_tid(0, c->pinned == 2 && ncpu > 1 ? 1 : 0);   /* 2: the other CPU */
     ps_options o;
     ps_options_init(&o);
     /* No request here legitimately takes seconds: fail a stuck cell fast. */
@@ -1013,6 +1013,7 @@ static void run_matrix(void)
 
 static int opt_fairness, opt_scale;
 static int opt_fair_heavy_window = 2;    /* 16 MiB pushes in flight */
+static int opt_fair_split;               /* psd on CPU 0, clients on 1 */
 
 /* Runs one worker process per cell of cs (worker w runs cs[w], with its
  * own ps_client), starts them together for ms milliseconds and waits for
@@ -1086,6 +1087,11 @@ static void run_fairness(void)
     cell heavy = { .load = L_16M, .op = OP_PUSH_RANGE,
                    .window = opt_fair_heavy_window, .workers = 1, .nodes = 1,
                    .ms = opt_ms, .warm_ms = opt_warm_ms };
+    if (opt_fair_split) {
+        pin_process(cl.pid[0], 0);
+        light.pinned = heavy.pinned = 2;
+        printf("psd pinned to CPU 0, both clients to CPU 1\n");
+    }
     printf("%-22s %8s %9s %9s %9s %10s\n", "run", "light n", "p50 us",
            "p99 us", "max us", "heavy GB/s");
     double p99_heavy = NAN;
@@ -1707,6 +1713,38 @@ static void run_memory(void)
            " xfloats = total / (rows*dim*4);\nxneeded = total / (rows * "
            "(key 8 if sparse + dim*4*(1+state) + step 4 if adam)),\nstate = "
            "0 sum, 1 adagrad, 2 adam.\n");
+}
+
+/* Memory per key of a sparse table of dim 8 (sum) filled with 10^6 ..
+ * 10^max_exp keys, against its raw floats (issue 12 item 6: <= 2x). */
+static int opt_sparse_curve;      /* largest power of ten; 0: not run */
+
+static void run_sparse_curve(void)
+{
+    test_cluster cl;
+    long empty = -1;
+    if (!bench_start(&cl, 1, "[table.m]\nkind = dense\nrows = 1\ndim = 16\n")) {
+        sleep_us(50000);
+        empty = rss_kib(cl.pid[0]);
+        bench_stop(&cl);
+    }
+    printf("\n== sparse table, dim 8, sum: psd RSS per key after pushing "
+           "every key (1 node) ==\n");
+    printf("%12s %10s %9s %9s %8s %6s\n", "keys", "total MiB", "B/key",
+           "raw B/key", "xfloats", "secs");
+    for (int e = 6; e <= opt_sparse_curve; e++) {
+        memrow m = { .dense = 0, .updater = "sum", .dim = 8, .rows = 1 };
+        for (int i = 0; i < e; i++)
+            m.rows *= 10;
+        mem_one(&m, empty);
+        printf("%12llu %10.1f %9.1f %9.1f %8.2f %6.1f%s\n",
+               (unsigned long long)m.rows, mem_bytes(&m) / 1048576.0,
+               mem_bytes(&m) / (double)m.rows, mem_raw(&m) / (double)m.rows,
+               mem_bytes(&m) / mem_raw(&m), m.secs,
+               m.failed ? "  FAILED" : "");
+        fflush(stdout);
+    }
+    printf("target (issue 12 item 6): <= 2.00 xfloats at 10^8 keys\n");
 }
 
 /* ---- targets and summary -------------------------------------------- */
@@ -2347,16 +2385,21 @@ static void usage(void)
             "               [--inflight N] [--workers N] [--nodes N]\n"
             "               [--pslite PATH] [--no-side-by-side] [--rounds N]\n"
             "               [--pair-ms N] [--pair-warm-ms N]\n"
-            "               [--fairness [--fair-heavy-inflight N]] [--scale]\n"
+            "               [--fairness [--fair-heavy-inflight N] [--fair-split]]\n"
+            "               [--scale]\n"
+            "               [--sparse-curve MAXEXP]\n"
             "The filters (--op ... --nodes) keep only the matching cells.\n"
             "--pslite PATH: ps-lite's psl_bench, measured on the same cells\n"
             "as psd, alternately (tests/bench/run_bench.sh builds it).\n"
             "--server-conf TEXT adds lines to the [server] section of every\n"
             "generated ini (for example \"max_output = 1G\").\n"
             "--fairness: a light client's 4 KiB pull p50/p99 alone and while\n"
-            "another client streams 16 MiB pushes (issue 12 item 5).\n"
+            "another client streams 16 MiB pushes (issue 12 item 5);\n"
+            "--fair-split pins psd to CPU 0 and both clients to CPU 1.\n"
             "--scale: 4 vs 64 worker processes, 4 KiB pulls, 8 in flight, 2\n"
             "nodes; psd's RSS for 1,000 idle connections (item 6).\n"
+            "--sparse-curve E: RSS per key of a sparse dim-8 table of 10^6\n"
+            "... 10^E keys against its raw floats (item 6).\n"
             "Add --no-baselines --no-matrix --no-memory --no-side-by-side\n"
             "to run only those.\n"
             "Starts psd processes itself; writes DIR/bench.csv, "
@@ -2394,6 +2437,10 @@ int main(int argc, char **argv)
             opt_fairness = 1;
         else if (!strcmp(a, "--fair-heavy-inflight") && i + 1 < argc)
             opt_fair_heavy_window = atoi(argv[++i]);
+        else if (!strcmp(a, "--sparse-curve") && i + 1 < argc)
+            opt_sparse_curve = atoi(argv[++i]);
+        else if (!strcmp(a, "--fair-split"))
+            opt_fair_split = 1;
         else if (!strcmp(a, "--scale"))
             opt_scale = 1;
         else if (!strcmp(a, "--no-baselines"))
@@ -2455,6 +2502,8 @@ int main(int argc, char **argv)
         run_fairness();
     if (opt_scale)
         run_scale();
+    if (opt_sparse_curve >= 6)
+        run_sparse_curve();
     targets_build();
     rows_build();
     print_summary();
