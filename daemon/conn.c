@@ -87,13 +87,6 @@ struct psd_conn {
                                     reading and parsing stop until the
                                     next turn (in set->deferred) */
     psd_conn *defer_next;
-    /* A frame whose messages run over several turns (a turn's share runs
-     * at least one message): its decoded messages (views into the
-     * receive buffer and zone, both kept while it runs: busy is set and
-     * nothing is read) and the next to run. */
-    psw_msg *fm, fone;
-    int fn, fi;
-    psd_frame_check fcheck;
     uint64_t turn;               /* the loop turn spent_* count in */
     uint64_t spent_bytes;        /* read or executed in that turn */
     uint64_t spent_frames;
@@ -236,11 +229,6 @@ static void on_close(uv_handle_t *h)
         }
     }
     set->n--;
-    if (c->fm) {
-        psd_request_frame_done(&c->fcheck);
-        if (c->fm != &c->fone)
-            free(c->fm);
-    }
     psw_reader_destroy(&c->rd);
     msgpack_zone_destroy(&c->zone);
     psw_out_destroy(&c->out);
@@ -683,43 +671,6 @@ static void turn_handles_init(psd_conns *set)
 
 /* ---- reading ---------------------------------------------------------- */
 
-/* What running m costs, against a turn's share: the bytes it carries and
- * the most its reply can carry. */
-static uint64_t msg_cost(const psd_conn *c, const psw_msg *m)
-{
-    return m->vals_len + m->nkeys * sizeof(uint64_t) +
-           psd_request_frame_bound(c->node, m, 1);
-}
-
-/* Runs messages of the frame being executed, in order, as many as this
- * turn's share allows and at least one. When the last has run the frame
- * is done: its buffers may be reused. Returns whether it is done. */
-static int run_frame(psd_conn *c)
-{
-    int from = c->fi, i = from;
-    turn_sync(c);
-    do
-        c->spent_bytes += msg_cost(c, &c->fm[i++]);
-    while (i < c->fn && (c->spent_bytes < TURN_BYTES || !c->set->turn_handles));
-    c->ss.rd = &c->rd;
-    psd_request_frame_run(c->node, &c->ss, c->fm + from, i - from,
-                          uv_now(c->set->loop), &c->fcheck);
-    c->ss.rd = NULL;
-    c->fi = i;
-    if (i < c->fn)
-        return 0;
-    psd_request_frame_done(&c->fcheck);
-    if (c->fm != &c->fone)
-        free(c->fm);
-    c->fm = NULL;
-    c->busy = 0;
-    c->reserve = 0;
-    c->spent_frames++;
-    msgpack_zone_clear(&c->zone);
-    account(c);
-    return 1;
-}
-
 /* Handles one frame. Returns 0 once it is handled, or 1 when it must wait
  * (its replies do not fit the output budget): it was put back unread and
  * reading stopped until the client reads what it is owed. */
@@ -807,26 +758,20 @@ static int handle_frame(psd_conn *c, const char *body, size_t len)
         return 0;
     }
     char why[200];
-    int rc = psd_request_frame_check(c->node, &c->ss, m, n, &c->fcheck, why,
-                                     sizeof why);
-    if (rc) {
-        psd_request_frame_done(&c->fcheck);
-        if (m != &one)
-            free(m);
-        c->reserve = 0;
-        msgpack_zone_clear(&c->zone);
+    c->ss.rd = &c->rd;
+    c->busy = 1;
+    int rc = psd_request_frame(c->node, &c->ss, m, n, uv_now(c->set->loop),
+                               why, sizeof why);
+    c->busy = 0;
+    c->ss.rd = NULL;
+    c->reserve = 0;
+    if (m != &one)
+        free(m);
+    msgpack_zone_clear(&c->zone);
+    if (rc)
         reject(c, why);
-        return 0;
-    }
-    if (m == &one) {
-        c->fone = one;
-        m = &c->fone;
-    }
-    c->fm = m;
-    c->fn = n;
-    c->fi = 0;
-    c->busy = 1;                 /* the receive buffer holds the frame */
-    run_frame(c);
+    else
+        account(c);
     return 0;
 }
 
@@ -839,12 +784,6 @@ static void process(psd_conn *c)
         if (turn_spent(c)) {
             yield_turn(c);
             break;
-        }
-        if (c->fm) {             /* the rest of a frame begun earlier */
-            run_frame(c);
-            if (c->out.total >= FLUSH_BYTES)
-                flush(c);
-            continue;
         }
         int rc = psw_reader_next(&c->rd, &body, &len);
         if (rc == 0)
@@ -861,6 +800,8 @@ static void process(psd_conn *c)
         }
         if (handle_frame(c, body, len))
             break;
+        c->spent_bytes += len;
+        c->spent_frames++;
         if (c->out.total >= FLUSH_BYTES)
             flush(c);
     }

@@ -396,9 +396,11 @@ static void describe_nonfinite(const psd_node *n, const psw_msg *m,
              isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", tc->name);
 }
 
-/* The timestamps of a frame's pushes refused for non-finite values:
- * request.h's psd_frame_check. */
-typedef psd_frame_check badset;
+/* The timestamps of a frame's pushes refused for non-finite values. */
+typedef struct badset {
+    const uint64_t *ts;
+    int n;
+} badset;
 
 static int is_bad(const psd_session *ss, const badset *bad, uint64_t ts)
 {
@@ -604,12 +606,9 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
     return 0;
 }
 
-int psd_request_frame_check(psd_node *n, psd_session *ss, const psw_msg *m,
-                            int count, psd_frame_check *bad, char *why,
-                            size_t whylen)
+int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
+                      int count, uint64_t now_ms, char *why, size_t whylen)
 {
-    bad->ts = &bad->one;
-    bad->n = 0;
     /* The rows one frame asks for may not exceed max_frame: otherwise a
      * single small frame of range pulls could make psd build gigabytes of
      * replies before backpressure gets a say. Clients budget their frames
@@ -628,67 +627,46 @@ int psd_request_frame_check(psd_node *n, psd_session *ss, const psw_msg *m,
     }
     /* Pushes holding a NaN or an infinity, found before anything of the
      * frame runs, so that no part of such a push is applied. */
+    uint64_t one_bad, *bad_ts = &one_bad;
+    badset bad = { bad_ts, 0 };
     for (int i = 0; i < count; i++) {
         const psw_msg *x = &m[i];
         if (!psw_op_has(x->op, PSW_OPF_PUSHES) ||
             x->table >= (uint32_t)n->ntables ||
             psd_table_conf_get(n->tables[x->table])->allow_nonfinite ||
-            !values_nonfinite(ss, x) || is_bad(ss, bad, x->ts))
+            !values_nonfinite(ss, x) || is_bad(ss, &bad, x->ts))
             continue;
-        if (bad->n == 1 && bad->ts == &bad->one) {
-            uint64_t *more = malloc((size_t)count * sizeof *more);
-            if (!more) {
+        if (bad.n == 1 && bad_ts == &one_bad) {
+            bad_ts = malloc((size_t)count * sizeof *bad_ts);
+            if (!bad_ts) {
                 snprintf(why, whylen, "out of memory checking a frame");
                 return PSW_ENOMEM;
             }
-            more[0] = bad->one;
-            bad->ts = more;
+            bad_ts[0] = one_bad;
         }
-        bad->ts[bad->n++] = x->ts;
+        bad_ts[bad.n++] = x->ts;
+        bad.ts = bad_ts;
         ss->bad_ts = x->ts;
     }
-    return 0;
-}
-
-void psd_request_frame_run(psd_node *n, psd_session *ss, const psw_msg *m,
-                           int count, uint64_t now_ms,
-                           const psd_frame_check *bad)
-{
     psw_out_frame_begin(ss->out);
     for (int i = 0; i < count; i++) {
         if (psw_op_has(m[i].op, PSW_OPF_SESSION)) {
-            dispatch(n, ss, &m[i], now_ms, bad);
+            dispatch(n, ss, &m[i], now_ms, &bad);
             continue;
         }
         reply_room(n, ss, reply_bound(n, &m[i]));
         if (m[i].op == PSW_OP_ADMIN) {
-            dispatch(n, ss, &m[i], now_ms, bad);
+            dispatch(n, ss, &m[i], now_ms, &bad);
             continue;
         }
         uint64_t t0 = now_ns();
-        dispatch(n, ss, &m[i], now_ms, bad);
+        dispatch(n, ss, &m[i], now_ms, &bad);
         n->latency[lat_kind(m[i].op)][psw_hist_bucket(now_ns() - t0)]++;
     }
     psw_out_frame_end(ss->out);
-}
-
-void psd_request_frame_done(psd_frame_check *bad)
-{
-    if (bad->ts != &bad->one)
-        free(bad->ts);
-    bad->ts = &bad->one;
-    bad->n = 0;
-}
-
-int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
-                      int count, uint64_t now_ms, char *why, size_t whylen)
-{
-    psd_frame_check bad;
-    int rc = psd_request_frame_check(n, ss, m, count, &bad, why, whylen);
-    if (rc == 0)
-        psd_request_frame_run(n, ss, m, count, now_ms, &bad);
-    psd_request_frame_done(&bad);
-    return rc;
+    if (bad_ts != &one_bad)
+        free(bad_ts);
+    return 0;
 }
 
 void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)

@@ -59,32 +59,6 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
 int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
                       int count, uint64_t now_ms, char *why, size_t whylen);
 
-/* The same in steps, so that a connection can run a large frame over
- * several turns of the loop (conn.c) with the same promises: the checks
- * of the whole frame first, then its messages in order, in runs. */
-typedef struct psd_frame_check {
-    uint64_t *ts;          /* pushes refused for non-finite values */
-    int n;
-    uint64_t one;          /* ts's storage while n <= 1 */
-} psd_frame_check;
-
-/* Looks at the whole frame before any of it runs: returns what
- * psd_request_frame would refuse it with (nothing runs; call
- * psd_request_frame_done all the same), or 0 with *bad filled. */
-int psd_request_frame_check(psd_node *n, psd_session *ss, const psw_msg *m,
-                            int count, psd_frame_check *bad, char *why,
-                            size_t whylen);
-
-/* Runs `count` consecutive messages of a checked frame (m points at the
- * first of them), packing their replies into ss->out as psd_request_frame
- * does. */
-void psd_request_frame_run(psd_node *n, psd_session *ss, const psw_msg *m,
-                           int count, uint64_t now_ms,
-                           const psd_frame_check *bad);
-
-/* Frees what psd_request_frame_check kept in *bad. */
-void psd_request_frame_done(psd_frame_check *bad);
-
 /* The most bytes the replies to the `count` decoded requests of one
  * frame can add to the session's output (each reply bounded by the size
  * rule, in a reply frame of its own at worst), held ones included: the
