@@ -1057,7 +1057,11 @@ static void frames_beyond_a_turns_share_run_in_order_and_all_complete(
 {
     (void)state;
     test_cluster c;
+    /* The raw clients send nothing while the other burst goes out and
+     * psd works through both (seconds under the sanitizers): they must
+     * not look dead to psd meanwhile, nor psd to them. */
     if (cluster_start(&c, 1, 4,
+                      "[server]\npeer_timeout_ms = 120000\n"
                       "[table.d]\nkind = dense\nrows = 524288\ndim = 1\n"
                       "updater = sum\n"
                       "[table.counts]\nkind = sparse\ndim = 1\n"
@@ -1069,6 +1073,8 @@ static void frames_beyond_a_turns_share_run_in_order_and_all_complete(
     turn_want *want[2];
     for (int k = 0; k < 2; k++) {
         fd[k] = raw_connect(c.port[0]);
+        struct timeval tv = { 60, 0 };
+        setsockopt(fd[k], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         EXPECT_INT(raw_hello_id(fd[k], 100 + (uint64_t)k), 0, "HELLO %d", k);
         want[k] = calloc(TURN_MSGS_MAX, sizeof *want[k]);
         burst[k] = turn_burst((uint64_t)k * TURN_ROWS, &len[k], want[k],
