@@ -23,6 +23,13 @@
  * are this large and it has been quiet this long. */
 #define TRIM_BYTES (256 * 1024)
 #define TRIM_QUIET_MS 1000
+/* One connection's share of a loop turn: once it has read this many
+ * bytes, or executed this many bytes or frames, it yields until the next
+ * turn, so that a client streaming 16 MiB requests (or a flood of small
+ * ones) cannot keep the others waiting for more than about one such share
+ * (a single frame runs whole: a 16 MiB push is the largest unit). */
+#define TURN_BYTES (1024 * 1024)
+#define TURN_FRAMES 64
 
 _Static_assert(sizeof(uv_buf_t) == sizeof(struct iovec) &&
                offsetof(uv_buf_t, base) == offsetof(struct iovec, iov_base) &&
@@ -77,6 +84,13 @@ struct psd_conn {
     int busy;                    /* a frame of it is being executed: its
                                     receive buffer holds the frame */
     int waiting;                 /* replies wait for the journal */
+    int yielded;                 /* its share of this turn is spent:
+                                    reading and parsing stop until the
+                                    next turn (in set->deferred) */
+    psd_conn *defer_next;
+    uint64_t turn;               /* the loop turn spent_* count in */
+    uint64_t spent_bytes;        /* read or executed in that turn */
+    uint64_t spent_frames;
     int closing;
     int shutting;                /* psd_conn_shutdown was called */
 };
@@ -94,6 +108,7 @@ static void release_rows(psd_node *n, const psw_out *o);
 static void process(psd_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+static void on_resume(uv_idle_t *h);
 
 /* ---- memory --------------------------------------------------------- */
 
@@ -204,6 +219,18 @@ static void on_close(uv_handle_t *h)
         set->head = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    if (c->yielded) {
+        psd_conn **pp = &set->deferred, *last = NULL;
+        while (*pp && *pp != c) {
+            last = *pp;
+            pp = &(*pp)->defer_next;
+        }
+        if (*pp) {
+            *pp = c->defer_next;
+            if (set->deferred_tail == c)
+                set->deferred_tail = last;
+        }
+    }
     set->n--;
     psw_reader_destroy(&c->rd);
     msgpack_zone_destroy(&c->zone);
@@ -352,7 +379,7 @@ static void on_write(uv_write_t *req, int status)
     if (c->paused && !c->shutting && c->queued <= c->node->cfg.max_output / 4) {
         c->paused = 0;
         process(c);
-        if (!c->paused && !c->closing) {
+        if (!c->paused && !c->closing && !c->yielded) {
             int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
             if (rc) {
                 psd_warn("connection from %s: cannot resume reading: %s",
@@ -617,7 +644,7 @@ static void unpark(psd_conn *c)
     check_proof(c);
     if (c->closing || c->shutting)
         return;
-    if (!c->paused) {
+    if (!c->paused && !c->yielded) {
         int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
         if (rc) {
             reject(c, "cannot resume reading");
@@ -625,6 +652,104 @@ static void unpark(psd_conn *c)
         }
     }
     process(c);
+}
+
+/* ---- fairness: a share of each loop turn ------------------------------ */
+
+/* What c has read and executed in the current loop turn. */
+static void turn_sync(psd_conn *c)
+{
+    if (c->turn != c->set->turn) {
+        c->turn = c->set->turn;
+        c->spent_bytes = 0;
+        c->spent_frames = 0;
+    }
+}
+
+static int turn_spent(psd_conn *c)
+{
+    turn_sync(c);
+    return c->spent_bytes >= TURN_BYTES || c->spent_frames >= TURN_FRAMES;
+}
+
+/* c has had its share of this turn: it stops reading (the rest waits in
+ * the kernel and in its receive buffer, in order) and goes to the back of
+ * the deferred list, which the idle handle resumes on the next turn. */
+static void yield_turn(psd_conn *c)
+{
+    psd_conns *set = c->set;
+    if (c->yielded || c->closing || !set->turn_handles)
+        return;                  /* shutting down: nothing more is read */
+    c->yielded = 1;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->defer_next = NULL;
+    if (set->deferred_tail)
+        set->deferred_tail->defer_next = c;
+    else
+        set->deferred = c;
+    set->deferred_tail = c;
+    if (!uv_is_active((uv_handle_t *)&set->resume_idle))
+        uv_idle_start(&set->resume_idle, on_resume);
+}
+
+/* The start of a new turn for the connections that yielded: each handles
+ * what it has buffered (with a fresh share) and reads again, unless
+ * something else (backpressure, the auth throttle, shutdown) stops it. */
+static void on_resume(uv_idle_t *h)
+{
+    psd_conns *set = h->data;
+    psd_conn *c = set->deferred;
+    set->deferred = set->deferred_tail = NULL;
+    while (c) {
+        psd_conn *next = c->defer_next;
+        c->defer_next = NULL;
+        c->yielded = 0;
+        if (!c->closing) {
+            uint64_t now = uv_now(set->loop), before = c->frames;
+            process(c);
+            if (!c->yielded && !c->paused && !c->parked && !c->shutting &&
+                !c->closing) {
+                int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc,
+                                       on_read);
+                if (rc) {
+                    psd_warn("connection from %s: cannot resume reading: %s",
+                             c->peer, uv_strerror(rc));
+                    conn_close(c);
+                }
+            }
+            /* As on_read: a frame partly here began when the last whole
+             * one before it was taken. */
+            if (psw_reader_pending(&c->rd) == 0)
+                c->frame_ms = 0;
+            else if (!c->frame_ms || c->frames != before)
+                c->frame_ms = now;
+        }
+        c = next;
+    }
+    if (!set->deferred)
+        uv_idle_stop(h);
+}
+
+static void on_turn(uv_check_t *h)
+{
+    psd_conns *set = h->data;
+    set->turn++;
+}
+
+/* The two handles behind fairness, made on the first accept (so that a
+ * node that fails to listen has none to close). */
+static void turn_handles_init(psd_conns *set)
+{
+    if (set->turn_handles)
+        return;
+    set->turn_handles = 1;
+    uv_check_init(set->loop, &set->turn_check);
+    set->turn_check.data = set;
+    uv_check_start(&set->turn_check, on_turn);
+    uv_unref((uv_handle_t *)&set->turn_check);
+    uv_idle_init(set->loop, &set->resume_idle);
+    set->resume_idle.data = set;
+    uv_unref((uv_handle_t *)&set->resume_idle);
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -738,7 +863,11 @@ static void process(psd_conn *c)
 {
     const char *body;
     size_t len;
-    while (!c->paused && !c->parked && !c->closing) {
+    while (!c->paused && !c->parked && !c->closing && !c->yielded) {
+        if (turn_spent(c)) {
+            yield_turn(c);
+            break;
+        }
         int rc = psw_reader_next(&c->rd, &body, &len);
         if (rc == 0)
             break;
@@ -754,6 +883,8 @@ static void process(psd_conn *c)
         }
         if (handle_frame(c, body, len))
             break;
+        c->spent_bytes += len;
+        c->spent_frames++;
         if (c->out.total >= FLUSH_BYTES)
             flush(c);
     }
@@ -786,6 +917,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         return;
     account(c);
     buf->base = p;
+    /* At most a turn's share per read: the rest stays in the kernel until
+     * this connection's next share. */
     buf->len = n;
 }
 
@@ -808,6 +941,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     psw_reader_commit(&c->rd, (size_t)n);
     uint64_t now = uv_now(c->set->loop), before = c->frames;
     c->alive_ms = now;
+    turn_sync(c);
+    c->spent_bytes += (uint64_t)n;
     process(c);
     /* The clock of a frame that is partly here starts with its first
      * byte: a frame begun in this read (another ended), or a first one. */
@@ -906,6 +1041,7 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
     }
     c->set = set;
     c->node = node;
+    turn_handles_init(set);
     uv_tcp_init(set->loop, &c->tcp);
     c->next = set->head;
     if (set->head)
@@ -1058,6 +1194,11 @@ static void conn_shutdown(psd_conn *c)
 
 void psd_conns_shutdown(psd_conns *set)
 {
+    if (set->turn_handles) {
+        set->turn_handles = 0;
+        uv_close((uv_handle_t *)&set->turn_check, NULL);
+        uv_close((uv_handle_t *)&set->resume_idle, NULL);
+    }
     for (psd_conn *c = set->head, *n; c; c = n) {
         n = c->next;
         conn_shutdown(c);

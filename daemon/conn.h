@@ -5,8 +5,11 @@
  * timeouts, the output budget a frame's replies must fit before it runs,
  * max_client_memory over all connections, max_connections and
  * max_connections_per_addr with room made by closing idle connections)
- * and liveness (heartbeats both ways). A bad frame closes only its
- * connection, with one log line (collapsed in a flood). */
+ * and liveness (heartbeats both ways). Each connection gets a share of
+ * each loop turn (about 1 MiB read or run, or 64 frames; a frame always
+ * runs whole) and then yields to the others until the next turn. A bad
+ * frame closes only its connection, with one log line (collapsed in a
+ * flood). */
 #ifndef PSD_CONN_H
 #define PSD_CONN_H
 
@@ -28,6 +31,15 @@ typedef struct psd_conns {
     int n;
     uint64_t mem;                /* buffers of all open connections, as
                                     counted against max_client_memory */
+    /* Fairness: a connection that has read or executed its share of one
+     * loop turn (conn.c's TURN_BYTES, TURN_FRAMES) yields; it waits in
+     * the deferred list and the idle handle resumes it on the next turn,
+     * after the loop has polled every other connection. */
+    uv_check_t turn_check;       /* counts loop turns */
+    uv_idle_t resume_idle;       /* active while some connection waits */
+    uint64_t turn;
+    psd_conn *deferred, *deferred_tail;
+    int turn_handles;            /* the two handles are initialised */
 } psd_conns;
 
 void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node);

@@ -993,6 +993,206 @@ static void push_with_timestamp_zero_is_refused(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* ---- a connection's share of a loop turn ---------------------------- */
+
+#define TURN_ROWS 262144              /* rows of one 1 MiB push */
+#define TURN_FRAMES_SENT 700
+#define TURN_MSGS_MAX (TURN_FRAMES_SENT * 4)
+
+/* What one reply of a burst must be: its ts and part, its status, and
+ * for a pull the value of the row (else -1). */
+typedef struct turn_want {
+    uint64_t ts;
+    uint32_t part;
+    int status;
+    float row;
+} turn_want;
+
+/* The frames of one burst, all in one buffer, far more bytes and frames
+ * than psd runs for one connection in one loop turn (conn.c's TURN_BYTES,
+ * TURN_FRAMES), each message with the next ts: mostly frames of one small
+ * push of +1 to row `base` or one pull of it; every 50th frame a 1 MiB
+ * push of +1 to rows [base, base + TURN_ROWS); every 50th from the 25th,
+ * one frame of three messages (two 1 MiB pushes and a pull, which must
+ * see both); every 50th from the 40th, one push of
+ * two 1 MiB parts whose second part holds a NaN (refused whole: nothing
+ * of it applied) and then a pull. want[] gets the replies to expect, in
+ * order; *nwant their number. */
+static char *turn_burst(uint64_t base, size_t *len, turn_want *want,
+                        int *nwant)
+{
+    float *big = malloc(TURN_ROWS * sizeof *big);
+    float *nan_part = malloc(TURN_ROWS * sizeof *nan_part);
+    for (int i = 0; i < TURN_ROWS; i++)
+        big[i] = nan_part[i] = 1;
+    nan_part[TURN_ROWS - 1] = NAN;
+    float one = 1, row = 0;
+    char *all = NULL;
+    size_t total = 0;
+    uint64_t ts = 0;
+    int w = 0;
+    for (int i = 0; i < TURN_FRAMES_SENT; i++) {
+        psw_msg m[3];
+        int n = 0;
+        memset(m, 0, sizeof m);
+        if (i % 50 == 0 || i % 50 == 25) {
+            int pushes = i % 50 ? 2 : 1;
+            for (int k = 0; k < pushes; k++, n++) {
+                m[n] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ++ts,
+                                  .first = base, .count = TURN_ROWS,
+                                  .vals = (const char *)big,
+                                  .vals_len = TURN_ROWS * sizeof *big };
+                row += 1;
+                want[w++] = (turn_want){ ts, 0, 0, -1 };
+            }
+            if (i % 50) {
+                m[n++] = (psw_msg){ .op = PSW_OP_PULL_RANGE, .ts = ++ts,
+                                    .first = base, .count = 1 };
+                want[w++] = (turn_want){ ts, 0, 0, row };
+            }
+        } else if (i % 50 == 40) {
+            ++ts;
+            for (uint32_t part = 0; part < 2; part++, n++) {
+                m[n] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ts,
+                                  .part = part,
+                                  .first = base + part * (TURN_ROWS / 2),
+                                  .count = TURN_ROWS / 2,
+                                  .vals = (const char *)(part ? nan_part + TURN_ROWS / 2
+                                                              : big),
+                                  .vals_len = TURN_ROWS / 2 * sizeof *big };
+                want[w++] = (turn_want){ ts, part, PSW_ENONFINITE, -1 };
+            }
+            m[n++] = (psw_msg){ .op = PSW_OP_PULL_RANGE, .ts = ++ts,
+                                .first = base, .count = 1 };
+            want[w++] = (turn_want){ ts, 0, 0, row };
+        } else if (i % 2) {
+            m[n++] = (psw_msg){ .op = PSW_OP_PULL_RANGE, .ts = ++ts,
+                                .first = base, .count = 1 };
+            want[w++] = (turn_want){ ts, 0, 0, row };
+        } else {
+            m[n++] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ++ts,
+                                .first = base, .count = 1,
+                                .vals = (const char *)&one,
+                                .vals_len = sizeof one };
+            row += 1;
+            want[w++] = (turn_want){ ts, 0, 0, -1 };
+        }
+        size_t fl;
+        char *f = frame_bytes(m, n, &fl);
+        all = realloc(all, total + fl);
+        memcpy(all + total, f, fl);
+        total += fl;
+        free(f);
+    }
+    free(big);
+    free(nan_part);
+    *len = total;
+    *nwant = w;
+    return all;
+}
+
+/* Reads the replies of a burst: each message answered, in the order
+ * sent, with the status and (pulls) the row expected. Replies may share
+ * frames. */
+static void turn_check(int fd, const char *who, const turn_want *want,
+                       int nwant)
+{
+    int w = 0;
+    while (w < nwant) {
+        size_t len;
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        msgpack_zone z;
+        char *f = raw_read_frame(fd, &len);
+        if (!f)
+            fail_msg("%s: no reply frame after %d of %d replies", who, w,
+                     nwant);
+        msgpack_zone_init(&z, 4096);
+        int n = 0;
+        if (psw_frame_decode(f, len, &z, &obj, err, sizeof err) ||
+            (n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err,
+                                    sizeof err)) < 1)
+            fail_msg("%s: reply frame: %s", who, err);
+        for (int k = 0; k < n; k++) {
+            psw_msg r;
+            if (psw_msg_decode(&msgs[k], &r, err, sizeof err))
+                fail_msg("%s: reply: %s", who, err);
+            if (r.op != PSW_OP_REPLY)
+                continue;                /* a PING */
+            if (w >= nwant)
+                fail_msg("%s: more replies than messages", who);
+            const turn_want *x = &want[w++];
+            EXPECT_U64(r.ts, x->ts, "%s: ts of reply %d", who, w - 1);
+            EXPECT_U64(r.part, x->part, "%s: part of reply %d", who, w - 1);
+            EXPECT_INT(r.status, x->status, "%s: status of ts %llu", who,
+                       (unsigned long long)x->ts);
+            if (x->row >= 0) {
+                float v = -1;
+                EXPECT_U64(r.vals_len, 4, "%s: rows of pull %llu", who,
+                           (unsigned long long)x->ts);
+                memcpy(&v, r.vals, 4);
+                EXPECT_FLOAT(v, x->row, "%s: row seen by pull %llu", who,
+                             (unsigned long long)x->ts);
+            }
+        }
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+}
+
+/* Two clients each send 700 frames at once (about 70 MiB: 1 MiB pushes,
+ * frames of several 1 MiB messages, pushes refused whole for a NaN in
+ * their last part, among small pushes and pulls), more than psd runs for
+ * a connection per loop turn: every
+ * message is answered, in order, pulls see exactly the pushes before
+ * them, and a third client is served meanwhile. */
+static void frames_beyond_a_turns_share_run_in_order_and_all_complete(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    /* The raw clients send nothing while the other burst goes out and
+     * psd works through both (seconds under the sanitizers): they must
+     * not look dead to psd meanwhile, nor psd to them. */
+    if (cluster_start(&c, 1, 4,
+                      "[server]\npeer_timeout_ms = 120000\n"
+                      "[table.d]\nkind = dense\nrows = 524288\ndim = 1\n"
+                      "updater = sum\n"
+                      "[table.counts]\nkind = sparse\ndim = 1\n"
+                      "updater = sum\n"))
+        fail_msg("cluster did not start");
+    int fd[2], nwant[2];
+    size_t len[2];
+    char *burst[2];
+    turn_want *want[2];
+    for (int k = 0; k < 2; k++) {
+        fd[k] = raw_connect(c.port[0]);
+        struct timeval tv = { 60, 0 };
+        setsockopt(fd[k], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        EXPECT_INT(raw_hello_id(fd[k], 100 + (uint64_t)k), 0, "HELLO %d", k);
+        want[k] = calloc(TURN_MSGS_MAX, sizeof *want[k]);
+        burst[k] = turn_burst((uint64_t)k * TURN_ROWS, &len[k], want[k],
+                              &nwant[k]);
+    }
+    /* The replies are small: both bursts go out before either is read. */
+    raw_send(fd[0], burst[0], len[0]);
+    raw_send(fd[1], burst[1], len[1]);
+    ps_client *honest = NULL;
+    assert_int_equal(ps_open(&honest, c.spec, NULL), 0);
+    honest_add(honest, "counts", 7, 1);
+    turn_check(fd[0], "client 0", want[0], nwant[0]);
+    turn_check(fd[1], "client 1", want[1], nwant[1]);
+    honest_add(honest, "counts", 7, 2);
+    ps_close(honest);
+    for (int k = 0; k < 2; k++) {
+        close(fd[k]);
+        free(burst[k]);
+        free(want[k]);
+    }
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1010,6 +1210,7 @@ int main(void)
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
         cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
         cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),
+        cmocka_unit_test_teardown(frames_beyond_a_turns_share_run_in_order_and_all_complete, teardown),
     };
     return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
 }

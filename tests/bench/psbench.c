@@ -48,7 +48,8 @@ static int opt_f_inflight, opt_f_workers, opt_f_nodes;   /* 0: any */
 static int ncpu = 1;
 static int failures;              /* crashes, request errors: exit 1 */
 
-#define MAX_WORKERS 8
+#define MAX_WORKERS 8             /* [cluster] workers of the ini */
+#define MAX_PROCS 64              /* worker processes of one run */
 #define MAX_SAMPLES (1u << 20)    /* latency samples kept per worker */
 
 /* ---- small helpers -------------------------------------------------- */
@@ -590,8 +591,9 @@ typedef struct wres {
 typedef struct bench_shm {
     atomic_int ready, go;
     uint64_t t_go, t_end;
-    wres w[MAX_WORKERS];
-    uint32_t samples[MAX_WORKERS][MAX_SAMPLES];   /* latency, ns */
+    wres w[MAX_PROCS];
+    uint32_t samples[MAX_PROCS][MAX_SAMPLES];     /* latency, ns; pages
+                                                     are touched as used */
 } bench_shm;
 
 static bench_shm *shm;
@@ -703,7 +705,7 @@ static long run_phase(wctx *x, uint64_t end, long min_reqs, wres *res,
 static int worker_main(const cell *c, int w, const char *spec)
 {
     if (c->pinned)
-        pin_tid(0, 0);
+        pin_tid(0, c->pinned == 2 && ncpu > 1 ? 1 : 0);   /* 2: the other CPU */
     ps_options o;
     ps_options_init(&o);
     /* No request here legitimately takes seconds: fail a stuck cell fast. */
@@ -777,7 +779,7 @@ static uint32_t *merged;
 /* Runs one cell: forks its workers, starts them together, collects. */
 static void run_cell(cell *c, const test_cluster *cl)
 {
-    pid_t pid[MAX_WORKERS];
+    pid_t pid[MAX_PROCS];
     memset(shm, 0, offsetof(bench_shm, samples));
     if (c->pinned)
         for (int i = 0; i < cl->n; i++)
@@ -956,7 +958,7 @@ static void cells_alloc(void)
     if (shm)
         return;
     shm = shared_alloc(sizeof *shm);
-    merged = malloc((size_t)MAX_WORKERS * MAX_SAMPLES * sizeof *merged);
+    merged = malloc((size_t)MAX_PROCS * MAX_SAMPLES * sizeof *merged);
     if (!merged)
         exit(1);
 }
@@ -1005,6 +1007,230 @@ static void run_matrix(void)
         if (bench_stop(&cl))
             failures++;
     }
+}
+
+/* ---- fairness and scale (issue 12, items 5 and 6) ------------------ */
+
+static int opt_fairness, opt_scale;
+static int opt_fair_heavy_window = 2;    /* 16 MiB pushes in flight */
+static int opt_fair_split;               /* psd on CPU 0, clients on 1 */
+
+/* Runs one worker process per cell of cs (worker w runs cs[w], with its
+ * own ps_client), starts them together for ms milliseconds and waits for
+ * them. Worker w's latencies stay in shm->samples[w] (sorted), its counts
+ * in shm->w[w]. Returns the number of workers that failed. */
+static int run_group(cell *const cs[], int nw, const test_cluster *cl, int ms)
+{
+    pid_t pid[MAX_PROCS];
+    int bad = 0;
+    memset(shm, 0, offsetof(bench_shm, samples));
+    for (int w = 0; w < nw; w++) {
+        pid[w] = fork_child();
+        if (pid[w] == 0)
+            _exit(worker_main(cs[w], w, cl->spec));
+        if (pid[w] < 0) {
+            perror("psbench: fork");
+            exit(1);
+        }
+    }
+    uint64_t deadline = now_ns() + 60000000000ull;
+    while (atomic_load(&shm->ready) < nw) {
+        for (int w = 0; w < nw; w++)
+            if (pid[w] > 0 &&
+                waitpid(pid[w], &shm->w[w].status, WNOHANG) == pid[w]) {
+                fprintf(stderr, "psbench: worker %d ended before the start "
+                        "(status %d)\n", w, shm->w[w].status);
+                pid[w] = -1;
+                bad++;
+            }
+        if (bad || now_ns() > deadline)
+            break;
+        sleep_us(500);
+    }
+    shm->t_go = now_ns();
+    shm->t_end = shm->t_go + (uint64_t)ms * 1000000u;
+    atomic_store(&shm->go, 1);
+    for (int w = 0; w < nw; w++) {
+        int st = pid[w] > 0 ? reap_within(pid[w], ms + 60000) : 1;
+        if (st && pid[w] > 0) {
+            fprintf(stderr, "psbench: worker %d (%s %s) failed (%d)\n", w,
+                    op_name[cs[w]->op], loads[cs[w]->load].label, st);
+            bad++;
+        }
+        qsort(shm->samples[w], shm->w[w].nsamples, sizeof(uint32_t),
+              cmp_u32);
+    }
+    if (bad)
+        failures++;
+    return bad;
+}
+
+/* Fairness: a light client's 4 KiB pulls (1 in flight) alone, then while
+ * another client streams 16 MiB pushes (opt_fair_heavy_window in
+ * flight), on one node; p50/p99/max of the light client in each run and
+ * the heavy client's rate. Target (issue 12 item 5): p99 <= 5 ms with the
+ * heavy client. */
+static void run_fairness(void)
+{
+    test_cluster cl;
+    cells_alloc();
+    printf("\n== fairness: a light client's 4 KiB pull_range, 1 in flight, "
+           "alone and while another client streams 16 MiB push_range (%d in "
+           "flight), 1 node, %d ms each ==\n", opt_fair_heavy_window, opt_ms);
+    if (bench_start(&cl, 1, bench_tables)) {
+        failures++;
+        return;
+    }
+    cell light = { .load = L_4K, .op = OP_PULL_RANGE, .window = 1,
+                   .workers = 1, .nodes = 1, .ms = opt_ms,
+                   .warm_ms = opt_warm_ms };
+    cell heavy = { .load = L_16M, .op = OP_PUSH_RANGE,
+                   .window = opt_fair_heavy_window, .workers = 1, .nodes = 1,
+                   .ms = opt_ms, .warm_ms = opt_warm_ms };
+    if (opt_fair_split) {
+        pin_process(cl.pid[0], 0);
+        light.pinned = heavy.pinned = 2;
+        printf("psd pinned to CPU 0, both clients to CPU 1\n");
+    }
+    printf("%-22s %8s %9s %9s %9s %10s\n", "run", "light n", "p50 us",
+           "p99 us", "max us", "heavy GB/s");
+    double p99_heavy = NAN;
+    for (int run = 0; run < 2; run++) {
+        cell *cs[2] = { &light, &heavy };
+        run_group(cs, run + 1, &cl, opt_ms);
+        const uint32_t *s = shm->samples[0];
+        size_t n = shm->w[0].nsamples;
+        double gbps = run ? (double)shm->w[1].count * 16.0 * 1048576.0 /
+                                (opt_ms / 1e3) / 1e9 : NAN;
+        printf("%-22s %8zu %9.1f %9.1f %9.1f %10.2f\n",
+               run ? "with 16 MiB pushes" : "alone", n,
+               pct(s, n, 0.5) / 1e3, pct(s, n, 0.99) / 1e3,
+               n ? s[n - 1] / 1e3 : NAN, gbps);
+        if (run)
+            p99_heavy = pct(s, n, 0.99) / 1e3;
+        fflush(stdout);
+    }
+    printf("target (issue 12 item 5): light p99 <= 5000 us with the heavy "
+           "client: %s (%.0f us)\n", p99_heavy <= 5000 ? "PASS" : "MISS",
+           p99_heavy);
+    if (bench_stop(&cl))
+        failures++;
+}
+
+/* Scale: aggregate 4 KiB pulls (8 in flight each) of 4 and of 64 worker
+ * processes on 2 nodes, then the RSS psd pays for 1,000 idle client
+ * connections. Targets (issue 12 item 6): 64 >= 0.9x 4; < 100 MB. */
+static int idle_main(const char *spec, int n, int fd)
+{
+    ps_client **cs = calloc((size_t)n, sizeof *cs);
+    int opened = 0;
+    for (int i = 0; i < n && cs; i++) {
+        if (ps_open(&cs[i], spec, NULL))
+            break;
+        opened++;
+    }
+    char b = opened == n ? 'y' : 'n';
+    if (write(fd, &b, 1) != 1 || read(fd, &b, 1) != 1)
+        b = 0;
+    for (int i = 0; i < opened; i++)
+        ps_close(cs[i]);
+    return opened == n ? 0 : 1;
+}
+
+static void run_scale(void)
+{
+    test_cluster cl;
+    cells_alloc();
+    printf("\n== scale: 4 KiB pull_range, 8 in flight per worker process, 2 "
+           "nodes, %d ms each ==\n", opt_ms);
+    if (bench_start(&cl, 2, bench_tables)) {
+        failures++;
+        return;
+    }
+    static cell wc;
+    wc = (cell){ .load = L_4K, .op = OP_PULL_RANGE, .window = 8,
+                 .workers = 1, .nodes = 2, .ms = opt_ms,
+                 .warm_ms = opt_warm_ms };
+    cell *cs[MAX_PROCS];
+    for (int w = 0; w < MAX_PROCS; w++)
+        cs[w] = &wc;
+    static const int nws[] = { 4, 64, 4, 64 };
+    double rate[2] = { 0, 0 };
+    printf("%-9s %12s %9s %9s\n", "workers", "req/s", "p50 us", "p99 us");
+    for (size_t r = 0; r < sizeof nws / sizeof *nws; r++) {
+        int nw = nws[r];
+        run_group(cs, nw, &cl, opt_ms);
+        long count = 0;
+        size_t n = 0;
+        for (int w = 0; w < nw; w++) {
+            count += shm->w[w].count;
+            memcpy(merged + n, shm->samples[w],
+                   shm->w[w].nsamples * sizeof *merged);
+            n += shm->w[w].nsamples;
+        }
+        qsort(merged, n, sizeof *merged, cmp_u32);
+        double rps = (double)count / (opt_ms / 1e3);
+        rate[nw == 64] += rps / 2;
+        printf("%-9d %12.0f %9.1f %9.1f\n", nw, rps, pct(merged, n, 0.5) / 1e3,
+               pct(merged, n, 0.99) / 1e3);
+        fflush(stdout);
+    }
+    double x = rate[1] / rate[0];
+    printf("64 workers / 4 workers (means of 2 runs each): %.2fx; target "
+           ">= 0.9x: %s\n", x, x >= 0.9 ? "PASS" : "MISS");
+    if (bench_stop(&cl))
+        failures++;
+
+    /* Idle connections: 1,000 ps_clients (one process, one connection
+     * each to the one node, all from 127.0.0.1: the per-address limit is
+     * raised for this), then psd's RSS against before. */
+    const char *conf = opt_server_conf;
+    char *more = NULL;
+    if (asprintf(&more, "%s\nmax_connections = 1100\n"
+                 "max_connections_per_addr = 1100\n", conf) < 0) {
+        failures++;
+        return;
+    }
+    opt_server_conf = more;
+    int bad = bench_start(&cl, 1, bench_tables);
+    opt_server_conf = conf;
+    free(more);
+    if (bad) {
+        failures++;
+        return;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
+        failures++;
+        bench_stop(&cl);
+        return;
+    }
+    sleep_us(100000);
+    long before = rss_kib(cl.pid[0]);
+    pid_t pid = fork_child();
+    if (pid == 0) {
+        close(sv[0]);
+        _exit(idle_main(cl.spec, 1000, sv[1]));
+    }
+    close(sv[1]);
+    char b = 0;
+    if (read(sv[0], &b, 1) != 1 || b != 'y')
+        fprintf(stderr, "psbench: the 1,000 idle connections did not all "
+                "open\n");
+    sleep_us(300000);
+    long after = rss_kib(cl.pid[0]);
+    if (write(sv[0], "x", 1) != 1)
+        b = 0;
+    close(sv[0]);
+    if (reap_within(pid, 60000))
+        failures++;
+    double mb = (double)(after - before) * 1024 / 1e6;
+    printf("1,000 idle connections: psd RSS %.1f MB before, %.1f MB with "
+           "them: %.1f MB (%.1f KB each); target < 100 MB: %s\n",
+           before * 1024 / 1e6, after * 1024 / 1e6, mb, mb, mb < 100 ?
+           "PASS" : "MISS");
+    if (bench_stop(&cl))
+        failures++;
 }
 
 /* ---- side by side with ps-lite -------------------------------------- */
@@ -1499,6 +1725,38 @@ static void run_memory(void)
            " xfloats = total / (rows*dim*4);\nxneeded = total / (rows * "
            "(key 8 if sparse + dim*4*(1+state) + step 4 if adam)),\nstate = "
            "0 sum, 1 adagrad, 2 adam.\n");
+}
+
+/* Memory per key of a sparse table of dim 8 (sum) filled with 10^6 ..
+ * 10^max_exp keys, against its raw floats (issue 12 item 6: <= 2x). */
+static int opt_sparse_curve;      /* largest power of ten; 0: not run */
+
+static void run_sparse_curve(void)
+{
+    test_cluster cl;
+    long empty = -1;
+    if (!bench_start(&cl, 1, "[table.m]\nkind = dense\nrows = 1\ndim = 16\n")) {
+        sleep_us(50000);
+        empty = rss_kib(cl.pid[0]);
+        bench_stop(&cl);
+    }
+    printf("\n== sparse table, dim 8, sum: psd RSS per key after pushing "
+           "every key (1 node) ==\n");
+    printf("%12s %10s %9s %9s %8s %6s\n", "keys", "total MiB", "B/key",
+           "raw B/key", "xfloats", "secs");
+    for (int e = 6; e <= opt_sparse_curve; e++) {
+        memrow m = { .dense = 0, .updater = "sum", .dim = 8, .rows = 1 };
+        for (int i = 0; i < e; i++)
+            m.rows *= 10;
+        mem_one(&m, empty);
+        printf("%12llu %10.1f %9.1f %9.1f %8.2f %6.1f%s\n",
+               (unsigned long long)m.rows, mem_bytes(&m) / 1048576.0,
+               mem_bytes(&m) / (double)m.rows, mem_raw(&m) / (double)m.rows,
+               mem_bytes(&m) / mem_raw(&m), m.secs,
+               m.failed ? "  FAILED" : "");
+        fflush(stdout);
+    }
+    printf("target (issue 12 item 6): <= 2.00 xfloats at 10^8 keys\n");
 }
 
 /* ---- targets and summary -------------------------------------------- */
@@ -2139,11 +2397,23 @@ static void usage(void)
             "               [--inflight N] [--workers N] [--nodes N]\n"
             "               [--pslite PATH] [--no-side-by-side] [--rounds N]\n"
             "               [--pair-ms N] [--pair-warm-ms N]\n"
+            "               [--fairness [--fair-heavy-inflight N] [--fair-split]]\n"
+            "               [--scale]\n"
+            "               [--sparse-curve MAXEXP]\n"
             "The filters (--op ... --nodes) keep only the matching cells.\n"
             "--pslite PATH: ps-lite's psl_bench, measured on the same cells\n"
             "as psd, alternately (tests/bench/run_bench.sh builds it).\n"
             "--server-conf TEXT adds lines to the [server] section of every\n"
             "generated ini (for example \"max_output = 1G\").\n"
+            "--fairness: a light client's 4 KiB pull p50/p99 alone and while\n"
+            "another client streams 16 MiB pushes (issue 12 item 5);\n"
+            "--fair-split pins psd to CPU 0 and both clients to CPU 1.\n"
+            "--scale: 4 vs 64 worker processes, 4 KiB pulls, 8 in flight, 2\n"
+            "nodes; psd's RSS for 1,000 idle connections (item 6).\n"
+            "--sparse-curve E: RSS per key of a sparse dim-8 table of 10^6\n"
+            "... 10^E keys against its raw floats (item 6).\n"
+            "Add --no-baselines --no-matrix --no-memory --no-side-by-side\n"
+            "to run only those.\n"
             "Starts psd processes itself; writes DIR/bench.csv, "
             "DIR/bench.json,\nDIR/side_by_side.csv and "
             "DIR/side_by_side.json.\n");
@@ -2175,6 +2445,16 @@ int main(int argc, char **argv)
             opt_f_workers = atoi(argv[++i]);
         else if (!strcmp(a, "--nodes") && i + 1 < argc)
             opt_f_nodes = atoi(argv[++i]);
+        else if (!strcmp(a, "--fairness"))
+            opt_fairness = 1;
+        else if (!strcmp(a, "--fair-heavy-inflight") && i + 1 < argc)
+            opt_fair_heavy_window = atoi(argv[++i]);
+        else if (!strcmp(a, "--sparse-curve") && i + 1 < argc)
+            opt_sparse_curve = atoi(argv[++i]);
+        else if (!strcmp(a, "--fair-split"))
+            opt_fair_split = 1;
+        else if (!strcmp(a, "--scale"))
+            opt_scale = 1;
         else if (!strcmp(a, "--no-baselines"))
             opt_baselines = 0;
         else if (!strcmp(a, "--server-conf") && i + 1 < argc)
@@ -2230,6 +2510,12 @@ int main(int argc, char **argv)
         run_matrix();
     if (opt_memory)
         run_memory();
+    if (opt_fairness)
+        run_fairness();
+    if (opt_scale)
+        run_scale();
+    if (opt_sparse_curve >= 6)
+        run_sparse_curve();
     targets_build();
     rows_build();
     print_summary();
