@@ -311,20 +311,24 @@ static void pack_ack(nconn *nc, psw_out *o)
     nc->acked = low;
 }
 
-/* Small parts share a frame up to this size (a single larger part still
- * gets a frame of its own, up to max_frame): psd starts on a frame only
- * once it has all of it, so frames of a megabyte let it work on the
- * first while the next ones arrive, with their keys still in cache. */
+/* Parts of different requests share a frame up to this size: psd starts
+ * on a frame only once it has all of it, so frames of a megabyte let it
+ * work on the first while the next ones arrive, with their keys still in
+ * cache. The parts of one request stay together up to max_frame, since
+ * psd checks a frame whole before it applies any of it (a NaN in the last
+ * part refuses the request on that node, PROTOCOL.md §7). */
 #define BATCH_FRAME_MAX (1u << 20)
 
 /* Moves as many queued parts as fit into one frame. */
 static size_t frame_parts(const nconn *nc, uint64_t max_frame)
 {
     size_t n = 0, bytes = PSW_BODY_OVERHEAD + PSW_MSG_OVERHEAD;
-    if (max_frame > BATCH_FRAME_MAX)
-        max_frame = BATCH_FRAME_MAX;
-    for (psc_part *p = nc->q_head; p; p = p->next) {
-        if (n && (bytes + p->wire_bytes > max_frame || n + 1 == PSW_MAX_MSGS))
+    const psc_part *prev = NULL;
+    for (psc_part *p = nc->q_head; p; prev = p, p = p->next) {
+        uint64_t cap = prev && prev->req == p->req ? max_frame
+                       : max_frame < BATCH_FRAME_MAX ? max_frame
+                                                     : BATCH_FRAME_MAX;
+        if (n && (bytes + p->wire_bytes > cap || n + 1 == PSW_MAX_MSGS))
             break;
         bytes += p->wire_bytes;
         n++;
