@@ -996,7 +996,7 @@ static void push_with_timestamp_zero_is_refused(void **state)
 /* ---- a connection's share of a loop turn ---------------------------- */
 
 #define TURN_ROWS 262144              /* rows of one 1 MiB push */
-#define TURN_FRAMES_SENT 700
+#define TURN_FRAMES_SENT 200
 #define TURN_MSGS_MAX (TURN_FRAMES_SENT * 4)
 
 /* What one reply of a burst must be: its ts and part, its status, and
@@ -1141,7 +1141,7 @@ static void turn_check(int fd, const char *who, const turn_want *want,
     }
 }
 
-/* Two clients each send 700 frames at once (about 70 MiB: 1 MiB pushes,
+/* Two clients each send 200 frames at once (about 20 MiB: 1 MiB pushes,
  * frames of several 1 MiB messages, pushes refused whole for a NaN in
  * their last part, among small pushes and pulls), more than psd runs for
  * a connection per loop turn: every
