@@ -83,6 +83,9 @@ struct psd_conn {
     int paused;                  /* reads and parsing stopped */
     int busy;                    /* a frame of it is being executed: its
                                     receive buffer holds the frame */
+    int in_alloc;                /* in on_alloc: closing must wait for
+                                    on_read (close_deferred) */
+    int close_deferred;
     int waiting;                 /* replies wait for the journal */
     int yielded;                 /* its share of this turn is spent:
                                     reading and parsing stop until the
@@ -143,6 +146,13 @@ static void conn_close(psd_conn *c)
         return;
     c->closing = 1;
     account(c);                  /* its memory no longer counts */
+    /* Inside its own alloc callback, libuv still has to call the read
+     * callback (with UV_ENOBUFS), which uv_close would clear: on_read
+     * closes it then. */
+    if (c->in_alloc) {
+        c->close_deferred = 1;
+        return;
+    }
     uv_close((uv_handle_t *)&c->tcp, on_close);
 }
 
@@ -908,10 +918,12 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     if (grow) {
         c->reserve = grow;
         account(c);
+        c->in_alloc = 1;
         enforce(c->set);
+        c->in_alloc = 0;
         c->reserve = 0;
         if (c->closing)
-            return;
+            return;              /* on_read gets UV_ENOBUFS and closes */
     }
     if (psw_reader_space(&c->rd, &p, &n))
         return;
@@ -926,6 +938,11 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 {
     psd_conn *c = (psd_conn *)st;
     (void)buf;
+    if (c->close_deferred) {
+        c->close_deferred = 0;
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+        return;
+    }
     if (n == 0 || c->closing)
         return;
     if (n < 0) {

@@ -457,6 +457,40 @@ static void rss_stays_within_max_client_memory_under_hostile_clients(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A frame so large that the receive buffer's next step would take all
+ * buffers past max_client_memory: its own connection, the largest, is
+ * closed as the buffer is about to grow (inside libuv's allocation
+ * callback, where psd used to close the handle under libuv's feet and
+ * crash), and psd goes on serving the others. */
+static void connection_whose_buffer_would_pass_the_budget_is_closed(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_frame = 4M\n"
+                                "max_client_memory = 1M\n" SPARSE))
+        fail_msg("cluster did not start");
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 5, 1);
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    size_t n = 3 * MIB;
+    unsigned char *b = malloc(n);
+    memset(b, 0x90, n);
+    uint32_t flen = (uint32_t)(n + MIB / 2);
+    for (int i = 0; i < 4; i++)
+        b[i] = (unsigned char)(flen >> (24 - 8 * i));
+    raw_send(fd, b, n);
+    free(b);
+    EXPECT_INT(raw_closed_within(fd, 3000), 1, "closed");
+    close(fd);
+    EXPECT_INT(cluster_alive(&c, 0), 1, "psd is alive");
+    honest_add(honest, "counts", 5, 2);
+    assert_true(log_lines_with(&c, "max_client_memory is 1048576") >= 1);
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A client that asks for more than max_output in two frames and reads
  * late loses nothing: the second frame waits, unread, until the first
  * reply is read, then runs. */
@@ -1198,6 +1232,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(rss_stays_within_max_client_memory_under_hostile_clients, teardown),
+        cmocka_unit_test_teardown(connection_whose_buffer_would_pass_the_budget_is_closed, teardown),
         cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
         cmocka_unit_test_teardown(pull_reply_queued_during_a_push_carries_the_rows_before_it, teardown),
         cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
