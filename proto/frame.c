@@ -226,6 +226,61 @@ static uint64_t be_n(const uint8_t *p, int k)
     return v;
 }
 
+/* What a msgpack value's first byte t says about it, for the guard and
+ * the scan alike: the payload bytes (*len) and the elements (*items)
+ * that follow, and the width of the big-endian length or count after t
+ * (the return value, 0, 1, 2 or 4; mp_count adds what it says). -1 for
+ * 0xc1, which msgpack never uses. */
+static int mp_head(uint8_t t, uint64_t *len, uint64_t *items)
+{
+    *len = *items = 0;
+    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3)
+        return 0;                        /* fixint, nil, bool */
+    if (t <= 0x8f) {
+        *items = 2u * (t & 0x0f);        /* fixmap */
+        return 0;
+    }
+    if (t <= 0x9f) {
+        *items = t & 0x0f;               /* fixarray */
+        return 0;
+    }
+    if (t <= 0xbf) {
+        *len = t & 0x1f;                 /* fixstr */
+        return 0;
+    }
+    switch (t) {
+    case 0xc4: case 0xd9: return 1;      /* bin 8, str 8 */
+    case 0xc5: case 0xda: return 2;
+    case 0xc6: case 0xdb: return 4;
+    case 0xc7: *len = 1; return 1;       /* ext: a type byte too */
+    case 0xc8: *len = 1; return 2;
+    case 0xc9: *len = 1; return 4;
+    case 0xca: case 0xce: case 0xd2: *len = 4; return 0;
+    case 0xcb: case 0xcf: case 0xd3: *len = 8; return 0;
+    case 0xcc: case 0xd0: *len = 1; return 0;
+    case 0xcd: case 0xd1: *len = 2; return 0;
+    case 0xd4: *len = 2; return 0;       /* fixext 1..16 */
+    case 0xd5: *len = 3; return 0;
+    case 0xd6: *len = 5; return 0;
+    case 0xd7: *len = 9; return 0;
+    case 0xd8: *len = 17; return 0;
+    case 0xdc: case 0xde: return 2;      /* array 16, map 16 */
+    case 0xdd: case 0xdf: return 4;
+    default: return -1;
+    }
+}
+
+/* Adds the length or count v read after t. */
+static void mp_count(uint8_t t, uint64_t v, uint64_t *len, uint64_t *items)
+{
+    if (t == 0xdc || t == 0xdd)
+        *items = v;
+    else if (t == 0xde || t == 0xdf)
+        *items = 2 * v;
+    else
+        *len += v;
+}
+
 /* Follows the msgpack structure of a body of blen bytes, of which avail
  * are here, from where the walk stopped (see psw_scan in frame.h). Any
  * byte psw_guard would refuse makes the walk give up (broken): the frame
@@ -267,51 +322,18 @@ static void scan_walk(psw_scan *s, const uint8_t *b, size_t avail,
             return;
         size_t i = s->pos;
         uint8_t t = b[i++];
-        uint64_t len = 0, items = 0;
-        int hdr = 0, isbin = 0;
-        if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3)
-            ;
-        else if (t >= 0x80 && t <= 0x8f)
-            items = 2u * (t & 0x0f);
-        else if (t >= 0x90 && t <= 0x9f)
-            items = t & 0x0f;
-        else if (t >= 0xa0 && t <= 0xbf)
-            len = t & 0x1f;
-        else
-            switch (t) {
-            case 0xc4: hdr = 1; isbin = 1; break;
-            case 0xc5: hdr = 2; isbin = 1; break;
-            case 0xc6: hdr = 4; isbin = 1; break;
-            case 0xd9: hdr = 1; break;
-            case 0xda: hdr = 2; break;
-            case 0xdb: hdr = 4; break;
-            case 0xc7: hdr = 1; len = 1; break;
-            case 0xc8: hdr = 2; len = 1; break;
-            case 0xc9: hdr = 4; len = 1; break;
-            case 0xca: case 0xce: case 0xd2: len = 4; break;
-            case 0xcb: case 0xcf: case 0xd3: len = 8; break;
-            case 0xcc: case 0xd0: len = 1; break;
-            case 0xcd: case 0xd1: len = 2; break;
-            case 0xd4: len = 2; break;
-            case 0xd5: len = 3; break;
-            case 0xd6: len = 5; break;
-            case 0xd7: len = 9; break;
-            case 0xd8: len = 17; break;
-            case 0xdc: case 0xde: hdr = 2; break;
-            case 0xdd: case 0xdf: hdr = 4; break;
-            default: s->broken = 1; return;
-            }
+        uint64_t len, items;
+        int hdr = mp_head(t, &len, &items);
+        if (hdr < 0) {
+            s->broken = 1;
+            return;
+        }
+        int isbin = t >= 0xc4 && t <= 0xc6;
         if (hdr) {
             if (avail - i < (size_t)hdr)
                 return;              /* the header is not all here yet */
-            uint64_t v = be_n(b + i, hdr);
+            mp_count(t, be_n(b + i, hdr), &len, &items);
             i += (size_t)hdr;
-            if (t == 0xdc || t == 0xdd)
-                items = v;
-            else if (t == 0xde || t == 0xdf)
-                items = 2 * v;
-            else
-                len += v;
         }
         /* A field of a message (the frame is level 1, a message level 2)
          * at index 5 or later: values. */
@@ -517,50 +539,15 @@ long psw_guard(const uint8_t *p, size_t n, unsigned max_depth)
         if (i >= n)
             return 0;
         uint8_t b = p[i++];
-        uint64_t len = 0, items = 0;
-        int hdr = 0;
-        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
-            ;
-        else if (b >= 0x80 && b <= 0x8f)
-            items = 2u * (b & 0x0f);
-        else if (b >= 0x90 && b <= 0x9f)
-            items = b & 0x0f;
-        else if (b >= 0xa0 && b <= 0xbf)
-            len = b & 0x1f;
-        else
-            switch (b) {
-            case 0xc4: case 0xd9: hdr = 1; break;
-            case 0xc5: case 0xda: hdr = 2; break;
-            case 0xc6: case 0xdb: hdr = 4; break;
-            case 0xc7: hdr = 1; len = 1; break;
-            case 0xc8: hdr = 2; len = 1; break;
-            case 0xc9: hdr = 4; len = 1; break;
-            case 0xca: len = 4; break;
-            case 0xcb: len = 8; break;
-            case 0xcc: case 0xd0: len = 1; break;
-            case 0xcd: case 0xd1: len = 2; break;
-            case 0xce: case 0xd2: len = 4; break;
-            case 0xcf: case 0xd3: len = 8; break;
-            case 0xd4: len = 2; break;
-            case 0xd5: len = 3; break;
-            case 0xd6: len = 5; break;
-            case 0xd7: len = 9; break;
-            case 0xd8: len = 17; break;
-            case 0xdc: case 0xde: hdr = 2; break;
-            case 0xdd: case 0xdf: hdr = 4; break;
-            default: return -1;          /* 0xc1, never used */
-            }
+        uint64_t len, items;
+        int hdr = mp_head(b, &len, &items);
+        if (hdr < 0)
+            return -1;                   /* 0xc1, never used */
         if (hdr) {
             if (n - i < (size_t)hdr)
                 return 0;
-            uint64_t v = be_n(p + i, hdr);
+            mp_count(b, be_n(p + i, hdr), &len, &items);
             i += (size_t)hdr;
-            if (b == 0xdc || b == 0xdd)
-                items = v;
-            else if (b == 0xde || b == 0xdf)
-                items = 2 * v;
-            else
-                len += v;
         }
         if (len) {
             if (n - i < len)
