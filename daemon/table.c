@@ -765,6 +765,42 @@ size_t psd_table_bytes(const psd_table *t)
 #define put psd_put
 #define get psd_get
 
+/* Calls io(ctx, bytes, n) on a sparse shard's chunk arrays in file order:
+ * every chunk's weights, then every chunk's state, then every chunk's
+ * step counters (a chunk's rows are contiguous, the last one partial). */
+static int each_chunk(const psd_table *t, const shard *s,
+                      int (*io)(void *ctx, void *p, size_t n), void *ctx)
+{
+    size_t crows = (size_t)1 << t->chunk_bits, d = t->conf.dim;
+    for (int part = 0; part < 3; part++)
+        for (size_t c = 0; c < s->nchunks; c++) {
+            size_t first = c * crows;
+            if (first >= s->nrows)
+                break;
+            size_t n = s->nrows - first < crows ? s->nrows - first : crows;
+            int rc = 0;
+            if (part == 0)
+                rc = io(ctx, s->wc[c], n * d * sizeof(float));
+            else if (part == 1 && t->nstate)
+                rc = io(ctx, s->stc[c], n * d * t->nstate * sizeof(float));
+            else if (part == 2 && t->has_step)
+                rc = io(ctx, s->stepc[c], n * sizeof(uint32_t));
+            if (rc)
+                return -1;
+        }
+    return 0;
+}
+
+static int put_chunk(void *ctx, void *p, size_t n)
+{
+    return put(ctx, p, n);
+}
+
+static int get_chunk(void *ctx, void *p, size_t n)
+{
+    return get(ctx, p, n);
+}
+
 /* Writes a sparse shard's rows: weights, then state, then steps, each in
  * row order; from the chunks a chunk at a time (a chunk's rows are
  * contiguous), or gathered from the slots when rows live there. */
@@ -781,24 +817,7 @@ static int put_sparse_rows(const psd_table *t, const shard *s, psd_sink *o)
         free(w);
         return rc;
     }
-    size_t crows = (size_t)1 << t->chunk_bits, d = t->conf.dim;
-    for (int part = 0; part < 3; part++)
-        for (size_t c = 0; c < s->nchunks; c++) {
-            size_t first = c * crows;
-            if (first >= s->nrows)
-                break;
-            size_t n = s->nrows - first < crows ? s->nrows - first : crows;
-            int rc = 0;
-            if (part == 0)
-                rc = put(o, s->wc[c], n * d * sizeof(float));
-            else if (part == 1 && t->nstate)
-                rc = put(o, s->stc[c], n * d * t->nstate * sizeof(float));
-            else if (part == 2 && t->has_step)
-                rc = put(o, s->stepc[c], n * sizeof(uint32_t));
-            if (rc)
-                return -1;
-        }
-    return 0;
+    return each_chunk(t, s, put_chunk, o);
 }
 
 static int save_shards(const psd_table *t, psd_sink *o)
@@ -868,24 +887,7 @@ static int get_sparse_rows(psd_table *t, shard *s, psd_source *in)
         free(w);
         return 0;
     }
-    size_t crows = (size_t)1 << t->chunk_bits, d = t->conf.dim;
-    for (int part = 0; part < 3; part++)
-        for (size_t c = 0; c < s->nchunks; c++) {
-            size_t first = c * crows;
-            if (first >= s->nrows)
-                break;
-            size_t n = s->nrows - first < crows ? s->nrows - first : crows;
-            int rc = 0;
-            if (part == 0)
-                rc = get(in, s->wc[c], n * d * sizeof(float));
-            else if (part == 1 && t->nstate)
-                rc = get(in, s->stc[c], n * d * t->nstate * sizeof(float));
-            else if (part == 2 && t->has_step)
-                rc = get(in, s->stepc[c], n * sizeof(uint32_t));
-            if (rc)
-                return -1;
-        }
-    return 0;
+    return each_chunk(t, s, get_chunk, in);
 }
 
 static int load_shards(psd_table *t, psd_source *in, char *err,
