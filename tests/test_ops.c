@@ -399,8 +399,10 @@ static void test_a_restart_loads_the_snapshot_then_the_journal_after_it(
     EXPECT_INT(st, 0, "psctl save: %s", o ? o : "");
     free(o);
     EXPECT_INT(push_ones(c.spec, 40, 7), PS_OK, "7 pushes after");
-    /* The same node again, same file: refused, and it changed nothing. */
-    o = run(&st, "%s -c %s -n 0 2>&1", getenv("PSD_BIN") ? getenv("PSD_BIN")
+    /* The same node again, same file: refused, and it changed nothing.
+     * Bounded: a psd that wrongly started would otherwise keep this test
+     * (and the suite) waiting on its output for ever. */
+    o = run(&st, "timeout 10 %s -c %s -n 0 2>&1", getenv("PSD_BIN") ? getenv("PSD_BIN")
                                                          : "build/psd", c.ini);
     EXPECT_INT(st, 1, "a second psd for node 0 exits 1");
     if (!o || !strstr(o, "another psd is running as node 0"))
