@@ -751,19 +751,18 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
         ss->bad_ts = x->ts;
     }
     psw_out_frame_begin(ss->out);
+    /* One clock read per request: each one's service time runs from the
+     * previous read (the frame's start, or the end of the request before). */
+    uint64_t t = now_ns();
     for (int i = 0; i < count; i++) {
-        if (psw_op_has(m[i].op, PSW_OPF_SESSION)) {
-            dispatch(n, ss, &m[i], now_ms, &bad);
-            continue;
-        }
-        reply_room(n, ss, reply_bound(n, &m[i]));
-        if (m[i].op == PSW_OP_ADMIN) {
-            dispatch(n, ss, &m[i], now_ms, &bad);
-            continue;
-        }
-        uint64_t t0 = now_ns();
+        int session = psw_op_has(m[i].op, PSW_OPF_SESSION);
+        if (!session)
+            reply_room(n, ss, reply_bound(n, &m[i]));
         dispatch(n, ss, &m[i], now_ms, &bad);
-        n->latency[lat_kind(m[i].op)][psw_hist_bucket(now_ns() - t0)]++;
+        uint64_t end = now_ns();
+        if (!session && m[i].op != PSW_OP_ADMIN)
+            n->latency[lat_kind(m[i].op)][psw_hist_bucket(end - t)]++;
+        t = end;
     }
     psw_out_frame_end(ss->out);
     if (bad_ts != &one_bad)
