@@ -195,10 +195,10 @@ $(BUILD)/test_snapshot: $(BUILD)/tests/test_snapshot.o $(D)/snapshot.o $(D)/jour
 $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD)/client/stats.o \
                      $(BUILD)/client/customer.o $(BUILD)/client/map.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
-$(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
+$(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
 
-$(BUILD)/test_limits: $(BUILD)/tests/test_limits.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) \
+$(BUILD)/test_limits: $(BUILD)/tests/test_limits.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o $(PROTO_OBJ) \
                       $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread -lm
 
@@ -208,7 +208,7 @@ $(BUILD)/mh_client: $(BUILD)/tests/mh_client.o $(BUILD)/tests/oracle.o $(SOLIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread
 
 # Token authentication against real nodes, raw sockets and impostors.
-$(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(PROTO_OBJ) $(SOLIB) $(PSD)
+$(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
 
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "cluster.h"
+#include "raw.h"
 #include "psclient.h"
 #include "../proto/auth.h"
 #include "../proto/frame.h"
@@ -94,82 +95,6 @@ static void push_pull_works(ps_client *c)
 }
 
 /* ---- raw protocol ---------------------------------------------------- */
-
-static int raw_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    struct timeval tv = { 5, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-static void raw_send(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-        if (k <= 0)
-            return;              /* the peer may already have closed */
-        b += k;
-        n -= (size_t)k;
-    }
-}
-
-static void raw_send_out(int fd, const psw_out *o)
-{
-    size_t cnt = psw_out_iovcnt(o);
-    struct iovec iov[64];
-    assert_true(cnt <= 64);
-    psw_out_iov(o, iov);
-    for (size_t i = 0; i < cnt; i++)
-        raw_send(fd, iov[i].iov_base, iov[i].iov_len);
-}
-
-/* Reads one frame body (malloc'd) or NULL on EOF or timeout. */
-static char *raw_read_frame(int fd, size_t *len)
-{
-    unsigned char h[4];
-    size_t got = 0;
-    while (got < 4) {
-        ssize_t k = recv(fd, h + got, 4 - got, 0);
-        if (k <= 0)
-            return NULL;
-        got += (size_t)k;
-    }
-    size_t flen = (size_t)h[0] << 24 | (size_t)h[1] << 16 |
-                  (size_t)h[2] << 8 | h[3];
-    if (flen <= PSW_FRAME_CRC || flen > (4 << 20))
-        return NULL;
-    char *b = malloc(flen);
-    for (got = 0; got < flen;) {
-        ssize_t k = recv(fd, b + got, flen - got, 0);
-        if (k <= 0) {
-            free(b);
-            return NULL;
-        }
-        got += (size_t)k;
-    }
-    *len = flen - PSW_FRAME_CRC;
-    return b;
-}
-
-/* True when the peer closed the connection (EOF or reset). */
-static int raw_closed(int fd)
-{
-    char b[256];
-    for (;;) {
-        ssize_t k = recv(fd, b, sizeof b, 0);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-            return 1;
-        if (k < 0)
-            return 0;
-    }
-}
 
 /* One message of the next frame, decoded into z (*frame holds the bytes
  * it points into); NULL when the peer closed. */

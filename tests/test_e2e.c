@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "cluster.h"
+#include "raw.h"
 #include "psclient.h"
 #include "../proto/frame.h"
 #include "../proto/msg.h"
@@ -78,41 +79,6 @@ static void expect_float(float got, float want, const char *what, size_t i)
 
 /* ---- raw protocol over a plain socket ------------------------------- */
 
-static int raw_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    struct timeval tv = { 5, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-static void raw_send(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-        if (k <= 0)
-            return;              /* the server may already have closed */
-        b += k;
-        n -= (size_t)k;
-    }
-}
-
-static void raw_send_out(int fd, const psw_out *o)
-{
-    size_t cnt = psw_out_iovcnt(o);
-    struct iovec iov[64];
-    assert_true(cnt <= 64);
-    psw_out_iov(o, iov);
-    for (size_t i = 0; i < cnt; i++)
-        raw_send(fd, iov[i].iov_base, iov[i].iov_len);
-}
-
 static void put_be32(unsigned char *h, uint32_t v)
 {
     h[0] = (unsigned char)(v >> 24);
@@ -130,51 +96,6 @@ static void raw_send_body(int fd, const void *body, size_t n)
     raw_send(fd, h, 4);
     raw_send(fd, body, n);
     raw_send(fd, t, 4);
-}
-
-/* Reads one frame body into a malloc'd buffer, checking its CRC; NULL on
- * EOF or timeout. */
-static char *raw_read_frame(int fd, size_t *len)
-{
-    unsigned char h[4];
-    size_t got = 0;
-    while (got < 4) {
-        ssize_t k = recv(fd, h + got, 4 - got, 0);
-        if (k <= 0)
-            return NULL;
-        got += (size_t)k;
-    }
-    size_t flen = (size_t)h[0] << 24 | (size_t)h[1] << 16 |
-                  (size_t)h[2] << 8 | h[3];
-    assert_true(flen > PSW_FRAME_CRC);
-    char *b = malloc(flen);
-    for (got = 0; got < flen;) {
-        ssize_t k = recv(fd, b + got, flen - got, 0);
-        if (k <= 0) {
-            free(b);
-            return NULL;
-        }
-        got += (size_t)k;
-    }
-    *len = flen - PSW_FRAME_CRC;
-    const unsigned char *t = (const unsigned char *)b + *len;
-    uint32_t want = (uint32_t)t[0] << 24 | (uint32_t)t[1] << 16 |
-                    (uint32_t)t[2] << 8 | t[3];
-    EXPECT_U64(psw_crc32c(0, b, *len), want, "CRC of a frame from psd");
-    return b;
-}
-
-/* True when the server closed the connection (EOF or reset). */
-static int raw_closed(int fd)
-{
-    char b[256];
-    for (;;) {
-        ssize_t k = recv(fd, b, sizeof b, 0);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-            return 1;
-        if (k < 0)
-            return 0;            /* timed out: still open */
-    }
 }
 
 static void raw_hello(int fd)

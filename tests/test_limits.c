@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "cluster.h"
+#include "raw.h"
 #include "psclient.h"
 #include "../proto/frame.h"
 #include "../proto/msg.h"
@@ -117,56 +118,6 @@ static void honest_add(ps_client *c, const char *name, uint64_t key,
 
 /* ---- raw protocol over a plain socket ------------------------------- */
 
-/* Connects to 127.0.0.1:port from source address `from` (any 127.x.y.z;
- * NULL: the kernel's choice, 127.0.0.1). */
-static int raw_connect_from(int port, const char *from)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    if (from) {
-        struct sockaddr_in s = { .sin_family = AF_INET };
-        inet_pton(AF_INET, from, &s.sin_addr);
-        if (bind(fd, (struct sockaddr *)&s, sizeof s))
-            fail_msg("bind %s: %s", from, strerror(errno));
-    }
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a))
-        fail_msg("connect: %s", strerror(errno));
-    struct timeval tv = { 5, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-static int raw_connect(int port)
-{
-    return raw_connect_from(port, NULL);
-}
-
-/* Sends what it can; the server may have closed already. */
-static void raw_send(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-        if (k <= 0)
-            return;
-        b += k;
-        n -= (size_t)k;
-    }
-}
-
-static void raw_send_out(int fd, const psw_out *o)
-{
-    size_t cnt = psw_out_iovcnt(o);
-    struct iovec *iov = calloc(cnt, sizeof *iov);
-    psw_out_iov(o, iov);
-    for (size_t i = 0; i < cnt; i++)
-        raw_send(fd, iov[i].iov_base, iov[i].iov_len);
-    free(iov);
-}
-
 /* The bytes of one frame holding `n` messages (malloc'd, *len set). */
 static char *frame_bytes(const psw_msg *m, int n, size_t *len)
 {
@@ -196,38 +147,6 @@ static void raw_send_msgs(int fd, const psw_msg *m, int n)
     char *b = frame_bytes(m, n, &len);
     raw_send(fd, b, len);
     free(b);
-}
-
-/* Reads one frame body (malloc'd) and checks its CRC; NULL on EOF or
- * timeout. */
-static char *raw_read_frame(int fd, size_t *len)
-{
-    unsigned char h[4];
-    size_t got = 0;
-    while (got < 4) {
-        ssize_t k = recv(fd, h + got, 4 - got, 0);
-        if (k <= 0)
-            return NULL;
-        got += (size_t)k;
-    }
-    size_t flen = (size_t)h[0] << 24 | (size_t)h[1] << 16 |
-                  (size_t)h[2] << 8 | h[3];
-    assert_true(flen > PSW_FRAME_CRC);
-    char *b = malloc(flen);
-    for (got = 0; got < flen;) {
-        ssize_t k = recv(fd, b + got, flen - got, 0);
-        if (k <= 0) {
-            free(b);
-            return NULL;
-        }
-        got += (size_t)k;
-    }
-    *len = flen - PSW_FRAME_CRC;
-    const unsigned char *t = (const unsigned char *)b + *len;
-    uint32_t want = (uint32_t)t[0] << 24 | (uint32_t)t[1] << 16 |
-                    (uint32_t)t[2] << 8 | t[3];
-    EXPECT_U64(psw_crc32c(0, b, *len), want, "CRC of a frame from psd");
-    return b;
 }
 
 /* Whether the server closed the connection within `ms`. */

@@ -1,0 +1,109 @@
+/* The protocol over a plain socket; see raw.h. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <cmocka.h>
+
+#include "raw.h"
+#include "expect.h"
+
+int raw_connect_from(int port, const char *from)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    if (from) {
+        struct sockaddr_in s = { .sin_family = AF_INET };
+        inet_pton(AF_INET, from, &s.sin_addr);
+        if (bind(fd, (struct sockaddr *)&s, sizeof s))
+            fail_msg("bind %s: %s", from, strerror(errno));
+    }
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a))
+        fail_msg("connect: %s", strerror(errno));
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+int raw_connect(int port)
+{
+    return raw_connect_from(port, NULL);
+}
+
+void raw_send(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return;
+        b += k;
+        n -= (size_t)k;
+    }
+}
+
+void raw_send_out(int fd, const psw_out *o)
+{
+    size_t cnt = psw_out_iovcnt(o);
+    struct iovec *iov = calloc(cnt ? cnt : 1, sizeof *iov);
+    assert_non_null(iov);
+    psw_out_iov(o, iov);
+    for (size_t i = 0; i < cnt; i++)
+        raw_send(fd, iov[i].iov_base, iov[i].iov_len);
+    free(iov);
+}
+
+char *raw_read_frame(int fd, size_t *len)
+{
+    unsigned char h[4];
+    size_t got = 0;
+    while (got < 4) {
+        ssize_t k = recv(fd, h + got, 4 - got, 0);
+        if (k <= 0)
+            return NULL;
+        got += (size_t)k;
+    }
+    size_t flen = (size_t)h[0] << 24 | (size_t)h[1] << 16 |
+                  (size_t)h[2] << 8 | h[3];
+    assert_true(flen > PSW_FRAME_CRC);
+    char *b = malloc(flen);
+    assert_non_null(b);
+    for (got = 0; got < flen;) {
+        ssize_t k = recv(fd, b + got, flen - got, 0);
+        if (k <= 0) {
+            free(b);
+            return NULL;
+        }
+        got += (size_t)k;
+    }
+    *len = flen - PSW_FRAME_CRC;
+    const unsigned char *t = (const unsigned char *)b + *len;
+    uint32_t want = (uint32_t)t[0] << 24 | (uint32_t)t[1] << 16 |
+                    (uint32_t)t[2] << 8 | t[3];
+    EXPECT_U64(psw_crc32c(0, b, *len), want, "CRC of a frame from psd");
+    return b;
+}
+
+int raw_closed(int fd)
+{
+    char b[256];
+    for (;;) {
+        ssize_t k = recv(fd, b, sizeof b, 0);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            return 1;
+        if (k < 0)
+            return 0;            /* timed out: still open */
+    }
+}

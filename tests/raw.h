@@ -1,0 +1,29 @@
+/* The psd protocol over a plain socket, for tests that must send what
+ * libpsclient never would (hostile frames, handshakes by hand) and read
+ * psd's answers byte for byte. Failures fail the running cmocka test. */
+#ifndef TEST_RAW_H
+#define TEST_RAW_H
+
+#include <stddef.h>
+
+#include "../proto/frame.h"
+
+/* A socket connected to 127.0.0.1:port, from source address `from` (any
+ * 127.x.y.z; NULL: the kernel's choice), with a 5 s receive timeout. */
+int raw_connect_from(int port, const char *from);
+int raw_connect(int port);
+
+/* Sends what it can: the server may have closed already. */
+void raw_send(int fd, const void *p, size_t n);
+/* Sends every byte of o's frames. */
+void raw_send_out(int fd, const psw_out *o);
+
+/* Reads one frame body (malloc'd, *len set) and checks its CRC; NULL on
+ * EOF or timeout. */
+char *raw_read_frame(int fd, size_t *len);
+
+/* Whether the server closed the connection (EOF or reset) before the
+ * receive timeout. */
+int raw_closed(int fd);
+
+#endif
