@@ -52,6 +52,12 @@ struct psc_req {
     size_t bytes;                /* counted against max_inflight_bytes */
     uint64_t payload_out;        /* bytes of keys and rows it sends */
     uint64_t payload_in;         /* bytes of rows it receives */
+    int whole;                   /* a push holding a NaN or an infinity:
+                                    its parts on one node share a frame
+                                    (up to max_frame), since psd refuses
+                                    such a push whole only within one
+                                    frame (PROTOCOL.md §7). 0: its parts
+                                    may go in frames of their own */
     int nparts;
     psc_part *parts;             /* nparts, in the same allocation */
 };

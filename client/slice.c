@@ -11,7 +11,9 @@
 _Static_assert(PSW_MAX_NODES <= 65536, "a key's node must fit a uint16_t");
 
 /* Payload a part aims at; see rows_per_part. */
-#define PART_BYTES (1024 * 1024)
+#define PART_BYTES (256 * 1024)
+#define PART_BYTES_NARROW (1024 * 1024)
+#define NARROW_ROW 64                /* bytes of a row with its key */
 
 static uint32_t shard_of(const psc_shape *sh, uint64_t key)
 {
@@ -104,15 +106,33 @@ static int check_size(const psc_shape *sh, uint64_t rows, uint64_t keybytes,
     return 0;
 }
 
+/* Whether a push's parts must share frames: only one holding a value that
+ * psd may refuse (a NaN or an infinity), and only when it has parts to
+ * share. Its values are read once here, on the caller's thread, so that
+ * every finite push, the common case, can travel as frames of about
+ * PART_BYTES that psd applies while the next ones are on the wire. */
+static int must_stay_whole(int op, int nparts, const float *vals,
+                           size_t bytes)
+{
+    return is_push(op) && nparts > 1 && psw_nonfinite(vals, bytes);
+}
+
 /* Rows per part when each row costs rowb bytes of payload: a large
- * request travels as several messages of about PART_BYTES, so the server
- * starts on the first while the rest is still on the wire and its replies
- * stream back meanwhile, instead of one long store-and-forward. */
+ * request travels as several messages, so the server starts on the first
+ * while the rest is still on the wire and its replies stream back
+ * meanwhile, instead of one long store-and-forward. Wide rows go in parts
+ * of about PART_BYTES; narrow ones (at most NARROW_ROW bytes, sparse
+ * embeddings and counters) in parts of PART_BYTES_NARROW: psd's time on
+ * them goes into a lookup per key, not into bytes, so shorter parts would
+ * add work per message without shortening the pipeline. Measured with
+ * psbench, 1 in flight: 1 MiB dense pushes 1.9 -> 3.3 GB/s with 256 KiB
+ * parts, 65,536-key dim-1 sparse pushes 54 -> 44 M keys/s. */
 static size_t rows_per_part(const psc_shape *sh, size_t rowb)
 {
+    uint64_t budget = rowb <= NARROW_ROW ? PART_BYTES_NARROW : PART_BYTES;
     /* A smaller max_frame makes smaller parts, never a refusal. */
-    uint64_t budget = sh->max_payload < PART_BYTES ? sh->max_payload
-                                                   : PART_BYTES;
+    if (budget > sh->max_payload)
+        budget = sh->max_payload;
     size_t r = (size_t)(budget / rowb);
     return r ? r : 1;
 }
@@ -265,6 +285,7 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
                                  r->parts[i].msg.vals_len +
                                  (is_pull(op) ? r->parts[i].msg.nkeys * rowb
                                               : 0);
+    r->whole = must_stay_whole(op, r->nparts, vals, n * rowb);
     if (sh->table->consistency == PSW_CONS_SSP && is_pull(op))
         for (int i = 0; i < r->nparts; i++)
             r->parts[i].slow = 1;    /* an ssp pull may be held */
@@ -355,6 +376,7 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
     r->bytes = (size_t)count * dim * sizeof(float);
     r->payload_out = is_push(op) ? r->bytes : 0;
     r->payload_in = is_pull(op) ? r->bytes : 0;
+    r->whole = must_stay_whole(op, r->nparts, vals, r->bytes);
     if (t->consistency == PSW_CONS_SSP && is_pull(op))
         for (int i = 0; i < r->nparts; i++)
             r->parts[i].slow = 1;

@@ -630,6 +630,57 @@ static void test_range_over_max_payload_is_cut_into_parts(void **state)
     EXPECT_SUBSTR(err, "max_frame", "message");
 }
 
+/* A push travels as parts in frames of their own unless it holds a value
+ * psd may refuse (a NaN or an infinity): then its parts must share a frame
+ * (req->whole), so that psd refuses it whole. Pulls and one-part pushes
+ * never need it. */
+static void test_push_with_nonfinite_value_keeps_its_parts_whole(void **state)
+{
+    (void)state;
+    enum { DIM = 4, N = 40 };
+    psw_table_desc t = desc_make(1, DIM, 1000);
+    psc_shape sh = shape_make(&t, 1, 16);
+    sh.max_payload = 96;              /* 6 rows a part: 7 parts */
+    static float vals[N * DIM], out[N * DIM];
+    uint64_t keys[N];
+    for (size_t i = 0; i < N; i++)
+        keys[i] = i;
+    for (size_t i = 0; i < N * DIM; i++)
+        vals[i] = (float)i * 0.5f;
+    static const float bad[] = { __builtin_nanf(""), __builtin_inff(),
+                                 -__builtin_inff() };
+    char err[256] = "";
+    for (int ranged = 0; ranged <= 1; ranged++) {
+        for (int b = -1; b < 3; b++) {
+            /* b = -1: all finite; else a bad value in the very last float */
+            vals[N * DIM - 1] = b < 0 ? 1.0f : bad[b];
+            psc_req *r = NULL;
+            int rc = ranged ? psc_req_range(&sh, PSW_OP_PUSH_RANGE, 0, N, vals,
+                                            NULL, &r, err, sizeof err)
+                            : psc_req_keys(&sh, PSW_OP_PUSH, keys, N, vals,
+                                           NULL, &r, err, sizeof err);
+            EXPECT_INT(rc, 0, "push (%s)", err);
+            EXPECT_INT(r->nparts > 1, 1, "parts: %d", r->nparts);
+            EXPECT_INT(r->whole, b >= 0, "whole, ranged %d, bad value %d",
+                       ranged, b);
+            psc_req_free(r);
+        }
+    }
+    /* A pull never; a one-part push with a NaN neither (nothing to share). */
+    psc_req *r = NULL;
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                           sizeof err), 0, "pull (%s)", err);
+    EXPECT_INT(r->whole, 0, "whole of a pull");
+    psc_req_free(r);
+    r = NULL;
+    vals[0] = __builtin_nanf("");
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSH, keys, 1, vals, NULL, &r, err,
+                           sizeof err), 0, "one-row push (%s)", err);
+    EXPECT_INT(r->nparts, 1, "parts of one row");
+    EXPECT_INT(r->whole, 0, "whole of a one-part push");
+    psc_req_free(r);
+}
+
 /* ---- replies -------------------------------------------------------- */
 
 /* Answers every part of a pulling request, last part first, as a server
@@ -1015,6 +1066,7 @@ int main(void)
         cmocka_unit_test(test_range_on_sparse_table_returns_einval),
         cmocka_unit_test(test_range_empty_or_past_end_returns_ekey),
         cmocka_unit_test(test_range_over_max_payload_is_cut_into_parts),
+        cmocka_unit_test(test_push_with_nonfinite_value_keeps_its_parts_whole),
         cmocka_unit_test(
             test_pull_reply_scatters_rows_and_completes_on_last_part),
         cmocka_unit_test(test_pull_reply_over_2_nodes_scatters_through_pos),
