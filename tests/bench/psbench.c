@@ -237,9 +237,9 @@ static int write_full(int fd, const char *p, size_t n)
 
 /* ---- baselines ------------------------------------------------------ */
 
-/* Placements, the index of every baseline array: 0 unpinned, 1 every
- * process of the measurement pinned to CPU 0, 2 (TCP only) the two ends
- * pinned to different CPUs, for reference. */
+/* Placements, the index of every baseline array and a cell's `pinned`:
+ * 0 unpinned, 1 every process of the measurement pinned to CPU 0, 2 (TCP
+ * baselines and the split cells) the two ends on different CPUs. */
 enum { UNPINNED, PINNED, SPLIT, NPLACE };
 static const char *const place_name[NPLACE] = { "unpinned", "pinned",
                                                 "split" };
@@ -461,7 +461,7 @@ static void measure_baselines(void)
                "  p99 %6.1f us\n", place_name[p], base.stream_gbps[p],
                base.rtt_p50_us[p], base.rtt_p99_us[p]);
     printf("(pinned: both ends on CPU 0; split: one end on each of CPU 0 and "
-           "1, for reference only)\n");
+           "1)\n");
     printf("TCP request/response, 1 in flight, unpinned (N bytes, 64 B back):"
            "\n");
     for (size_t i = 0; i < NRR; i++)
@@ -850,7 +850,7 @@ static double x_stream(const cell *c)
 
 static void print_cell_header(void)
 {
-    printf("%-10s %-8s %4s %2s %2s %-3s %10s %8s %9s %9s %9s %6s %7s %7s "
+    printf("%-10s %-8s %4s %2s %2s %-5s %10s %8s %9s %9s %9s %6s %7s %7s "
            "%9s\n", "op", "payload", "infl", "wk", "nd", "pin", "req/s",
            "GB/s", "Mkeys/s", "p50 us", "p99 us", "xTCP", "xRTTpin",
            "xRTTunp", "client p50");
@@ -858,10 +858,11 @@ static void print_cell_header(void)
 
 static void print_cell(const cell *c)
 {
-    printf("%-10s %-8s %4d %2d %2d %-3s %10.0f %8.3f %9.2f %9.1f %9.1f "
+    static const char *const pin_col[NPLACE] = { "no", "yes", "split" };
+    printf("%-10s %-8s %4d %2d %2d %-5s %10.0f %8.3f %9.2f %9.1f %9.1f "
            "%6.2f %7.1f %7.2f %9.1f%s\n",
            op_name[c->op], loads[c->load].label, c->window, c->workers,
-           c->nodes, c->pinned ? "yes" : "no", c->reqs, c->gbps, c->mkeys,
+           c->nodes, pin_col[c->pinned], c->reqs, c->gbps, c->mkeys,
            c->p50, c->p99, x_stream(c), c->p50 / base.rtt_p50_us[PINNED],
            c->p50 / base.rtt_p50_us[UNPINNED], c->client_p50,
            c->failed ? "  FAILED" : c->errors ? "  ERRORS" : "");
@@ -965,9 +966,10 @@ static void cells_alloc(void)
 
 static void run_matrix(void)
 {
+    int first = ncells;      /* cells[] before it: an earlier phase's */
     build_matrix();
-    printf("== matrix: %d cells, %d ms each after a %d ms warm-up ==\n", ncells,
-           opt_ms, opt_warm_ms);
+    printf("== matrix: %d cells, %d ms each after a %d ms warm-up ==\n",
+           ncells - first, opt_ms, opt_warm_ms);
     printf("skipped: \n");
     for (size_t i = 0; i < sizeof skipped_text / sizeof *skipped_text; i++)
         printf("  - %s\n", skipped_text[i]);
@@ -980,7 +982,7 @@ static void run_matrix(void)
         }
         printf("\n-- %d node%s --\n", nodes, nodes > 1 ? "s" : "");
         print_cell_header();
-        for (int i = 0; i < ncells; i++) {
+        for (int i = first; i < ncells; i++) {
             if (cells[i].nodes != nodes)
                 continue;
             for (int k = 0; k < cl.n; k++)
@@ -1007,6 +1009,80 @@ static void run_matrix(void)
         if (bench_stop(&cl))
             failures++;
     }
+}
+
+/* ---- split placement (issue 12, item 4) ---------------------------- */
+
+static int opt_split = 1;
+static int split_phase;      /* the split cells ran, or had too few CPUs */
+
+/* p50 of a cell over the 64 B ping-pong RTT p50 of a placement; NAN
+ * without the baselines. */
+static double x_rtt(const cell *c, int place)
+{
+    return base.rtt_p50_us[place] > 0 ? c->p50 / base.rtt_p50_us[place] : NAN;
+}
+
+/* The ends on different cores, the shape of two hosts: every thread of
+ * psd on CPU 0 and the worker process on CPU 1 (worker_main pins itself
+ * before ps_open, so the client's I/O thread inherits CPU 1); 4 B and
+ * 4 KiB push and pull, 1 in flight, 1 worker, 1 node, one fresh cluster.
+ * The cells are `pinned` 2 (SPLIT) in the files. Target (issue 12 item
+ * 4): 4 KiB p50 <= 1.5x the split 64 B ping-pong RTT. */
+static void run_split(void)
+{
+    uint64_t t0 = now_ns();
+    int first = ncells;
+    for (int l = L_4B; l <= L_4K; l++)
+        for (int op = OP_PUSH; op <= OP_PULL; op++)
+            add_cell(l, (op_kind)op, 1, 1, 1, SPLIT);
+    if (ncells == first)
+        return;              /* the filters left none */
+    split_phase = 1;
+    printf("== split placement (issue 12 item 4): psd on CPU 0, the worker "
+           "on CPU 1, 1 node, 1 worker,\n   1 in flight, %d ms each after a "
+           "%d ms warm-up ==\n", opt_ms, opt_warm_ms);
+    /* Both CPUs must be there and allowed: try them on psbench itself. */
+    int ok = ncpu > 1 && !pin_tid(0, 1) && !pin_tid(0, 0);
+    pin_tid(0, -1);
+    if (!ok) {
+        printf("skipped: %s\n\n", ncpu > 1 ? "cannot pin to CPUs 0 and 1"
+                                           : "only 1 CPU");
+        ncells = first;
+        return;
+    }
+    cells_alloc();
+    test_cluster cl;
+    if (bench_start(&cl, 1, bench_tables)) {
+        failures++;
+        ncells = first;
+        return;
+    }
+    printf("%-6s %-8s %10s %9s %9s %9s %9s %10s\n", "op", "payload", "req/s",
+           "p50 us", "p99 us", "xRTTsplit", "xRTTunp", "client p50");
+    for (int i = first; i < ncells; i++) {
+        cell *c = &cells[i];
+        run_cell(c, &cl);
+        printf("%-6s %-8s %10.0f %9.1f %9.1f %9.2f %9.2f %10.1f%s\n",
+               op_name[c->op], loads[c->load].label, c->reqs, c->p50, c->p99,
+               x_rtt(c, SPLIT), x_rtt(c, UNPINNED), c->client_p50,
+               c->failed ? "  FAILED" : c->errors ? "  ERRORS" : "");
+        fflush(stdout);
+        if ((c->failed || c->errors) &&
+            (bench_stop(&cl) || bench_start(&cl, 1, bench_tables))) {
+            failures++;
+            return;
+        }
+    }
+    if (bench_stop(&cl))
+        failures++;
+    if (base.rtt_p50_us[SPLIT] > 0)
+        printf("64 B ping-pong RTT p50 (baselines): split %.1f us, unpinned "
+               "%.1f us\n", base.rtt_p50_us[SPLIT],
+               base.rtt_p50_us[UNPINNED]);
+    else
+        printf("no baselines in this run: no ratios to the RTT\n");
+    printf("phase: %.1f s\n\n", (double)(now_ns() - t0) / 1e9);
 }
 
 /* ---- fairness and scale (issue 12, items 5 and 6) ------------------ */
@@ -1998,6 +2074,25 @@ static void rows_build(void)
     }
 }
 
+/* Issue 12 item 4: the split cells' 4 KiB p50 against the split 64 B RTT
+ * (the unpinned ratio in the figure, for reference). */
+static void split_targets(void)
+{
+    if (!split_phase)
+        return;
+    for (int op = OP_PUSH; op <= OP_PULL; op++) {
+        cell *c = find(L_4K, (op_kind)op, 1, 1, 1, SPLIT);
+        int ok = c && !c->failed && !c->errors;
+        char w[80];
+        snprintf(w, sizeof w, "4 KiB %s, 1 in flight, split", op_name[op]);
+        target *t = add_target(12, w, ok ? x_rtt(c, SPLIT) : NAN, 1.5, 0);
+        snprintf(t->figure, sizeof t->figure, "p50 %.1f us = %.2fx split RTT "
+                 "(%.2fx unpinned)", ok ? c->p50 : NAN, t->value,
+                 ok ? x_rtt(c, UNPINNED) : NAN);
+        snprintf(t->goal, sizeof t->goal, "<= 1.5x split RTT");
+    }
+}
+
 /* Prints a ratio in a 9-wide column, small ones in exponent form. */
 static void print_x(double v)
 {
@@ -2066,7 +2161,11 @@ static void print_side_by_side(void)
  * own goals as one line plus a line per miss. */
 static void print_targets(int issue)
 {
-    int met = 0, have = 0, rows_met = 0, rows_have = 0, nrow = 0;
+    int met = 0, have = 0, rows_met = 0, rows_have = 0, nrow = 0, fw = 31;
+    for (int i = 0; i < ntargets; i++)
+        if (targets[i].issue == issue && !targets[i].row &&
+            (int)strlen(targets[i].figure) > fw)
+            fw = (int)strlen(targets[i].figure);
     for (int i = 0; i < ntargets; i++) {
         target *t = &targets[i];
         if (t->issue != issue)
@@ -2079,7 +2178,7 @@ static void print_targets(int issue)
             rows_met += pass(t);
             continue;
         }
-        printf("%-45s %-31s %-21s %s\n", t->what, t->figure, t->goal,
+        printf("%-45s %-*s %-21s %s\n", t->what, fw, t->figure, t->goal,
                verdict(t));
     }
     if (nrow) {
@@ -2111,8 +2210,9 @@ static void print_summary(void)
                "build) ==\n");
         print_targets(3);
     }
-    if (npairs) {
+    if (npairs)
         print_side_by_side();
+    if (npairs || split_phase) {
         printf("\n== issue 12 targets: ratios to ps-lite and to the wire from "
                "this run (informational) ==\n");
         print_targets(12);
@@ -2244,11 +2344,11 @@ static void write_json(const char *path)
         fprintf(f, "%s    {\"op\": \"%s\", \"payload\": \"%s\", \"table\": "
                 "\"%s\", \"payload_bytes\": %zu, \"keys_per_req\": %zu, "
                 "\"inflight\": %d, \"workers\": %d, \"nodes\": %d, "
-                "\"pinned\": %s, \"requests\": %ld, \"errors\": %ld, ",
+                "\"pinned\": %d, \"requests\": %ld, \"errors\": %ld, ",
                 first ? "" : ",\n", op_name[c->op], loads[c->load].label,
                 tables[loads[c->load].tab].name, payload_bytes(c),
                 loads[c->load].nkeys, c->window, c->workers, c->nodes,
-                c->pinned ? "true" : "false", c->count, c->errors);
+                c->pinned, c->count, c->errors);
         jnum(f, "req_per_s", c->reqs, ", ");
         jnum(f, "gb_per_s", c->gbps, ", ");
         jnum(f, "keys_per_s", c->mkeys * 1e6, ", ");
@@ -2392,7 +2492,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: psbench [--psd PATH] [--out DIR] [--ms N] [--warm-ms N]\n"
             "               [--timeout-ms N]\n"
-            "               [--no-baselines] [--no-matrix] [--no-memory]\n"
+            "               [--no-baselines] [--no-split] [--no-matrix]\n"
+            "               [--no-memory]\n"
             "               [--sparse-dim-1e7 D] [--op OP] [--payload LABEL]\n"
             "               [--inflight N] [--workers N] [--nodes N]\n"
             "               [--pslite PATH] [--no-side-by-side] [--rounds N]\n"
@@ -2403,6 +2504,9 @@ static void usage(void)
             "The filters (--op ... --nodes) keep only the matching cells.\n"
             "--pslite PATH: ps-lite's psl_bench, measured on the same cells\n"
             "as psd, alternately (tests/bench/run_bench.sh builds it).\n"
+            "The split phase (after the baselines; --no-split skips it): 4 B\n"
+            "and 4 KiB push/pull, 1 in flight, psd on CPU 0 and the worker on\n"
+            "CPU 1 (issue 12 item 4).\n"
             "--server-conf TEXT adds lines to the [server] section of every\n"
             "generated ini (for example \"max_output = 1G\").\n"
             "--fairness: a light client's 4 KiB pull p50/p99 alone and while\n"
@@ -2412,8 +2516,8 @@ static void usage(void)
             "nodes; psd's RSS for 1,000 idle connections (item 6).\n"
             "--sparse-curve E: RSS per key of a sparse dim-8 table of 10^6\n"
             "... 10^E keys against its raw floats (item 6).\n"
-            "Add --no-baselines --no-matrix --no-memory --no-side-by-side\n"
-            "to run only those.\n"
+            "Add --no-baselines --no-split --no-matrix --no-memory\n"
+            "--no-side-by-side to run only those.\n"
             "Starts psd processes itself; writes DIR/bench.csv, "
             "DIR/bench.json,\nDIR/side_by_side.csv and "
             "DIR/side_by_side.json.\n");
@@ -2459,6 +2563,8 @@ int main(int argc, char **argv)
             opt_baselines = 0;
         else if (!strcmp(a, "--server-conf") && i + 1 < argc)
             opt_server_conf = argv[++i];
+        else if (!strcmp(a, "--no-split"))
+            opt_split = 0;
         else if (!strcmp(a, "--no-matrix"))
             opt_matrix = 0;
         else if (!strcmp(a, "--no-memory"))
@@ -2504,6 +2610,8 @@ int main(int argc, char **argv)
     printf("psbench: %d CPUs, psd %s\n\n", ncpu, opt_psd);
     if (opt_baselines)
         measure_baselines();
+    if (opt_split)
+        run_split();
     if (opt_pairs)
         run_pairs();
     if (opt_matrix)
@@ -2518,6 +2626,7 @@ int main(int argc, char **argv)
         run_sparse_curve();
     targets_build();
     rows_build();
+    split_targets();
     print_summary();
     char path[512];
     snprintf(path, sizeof path, "%s/bench.csv", opt_out);
