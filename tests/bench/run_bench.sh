@@ -5,7 +5,7 @@
 # for psd, ps-lite and raw TCP to BUILD/bench.png. psbench writes
 # BUILD/bench.csv, bench.json, side_by_side.csv and side_by_side.json.
 # Usage: sh tests/bench/run_bench.sh BUILD
-# Environment: BENCH_QUICK=1     baselines and the side-by-side table only
+# Environment: BENCH_QUICK=1     baselines, split cells and the side-by-side table only
 #              PSBENCH_ARGS      extra psbench arguments (e.g. "--rounds 3")
 #              PSLITE_HARNESS    the ps-lite harness folder (see pslite.sh);
 #                                empty: psd alone
