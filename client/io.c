@@ -248,7 +248,12 @@ static void on_write(uv_write_t *req, int status)
                 uv_strerror(status));
 }
 
-/* Writes a finished psw_out (ownership passes to the write). */
+/* Writes a finished psw_out (ownership passes to the write). With
+ * nothing queued in libuv it is written at once, and when the kernel takes
+ * it whole no write request is queued: libuv 1.44 re-arms the socket's
+ * epoll registration when a queued write completes, a system call per
+ * request that this spares. What the kernel does not take goes through
+ * uv_write. */
 static int nc_write(nconn *nc, wreq *w)
 {
     size_t cnt = psw_out_iovcnt(&w->out);
@@ -256,14 +261,31 @@ static int nc_write(nconn *nc, wreq *w)
     if (!iov)
         return -1;
     psw_out_iov(&w->out, iov);
-    w->req.data = nc;
-    int rc = uv_write(&w->req, (uv_stream_t *)&nc->tcp, (const uv_buf_t *)iov,
-                      (unsigned)cnt, on_write);
+    uv_stream_t *s = (uv_stream_t *)&nc->tcp;
+    size_t done = 0, k = 0, total = w->out.total;
+    int rc = 0;
+    if (uv_stream_get_write_queue_size(s) == 0) {
+        rc = uv_try_write(s, (const uv_buf_t *)iov, (unsigned)cnt);
+        done = rc > 0 ? (size_t)rc : 0;
+        rc = rc < 0 && rc != UV_EAGAIN ? rc : 0;
+    }
+    if (rc == 0 && done == total) {
+        psw_out_destroy(&w->out);
+        free(w);
+    } else if (rc == 0) {
+        while (done >= iov[k].iov_len)
+            done -= iov[k++].iov_len;
+        iov[k].iov_base = (char *)iov[k].iov_base + done;
+        iov[k].iov_len -= done;
+        w->req.data = nc;
+        rc = uv_write(&w->req, s, (const uv_buf_t *)iov + k,
+                      (unsigned)(cnt - k), on_write);
+    }
     if (iov != small)
         free(iov);
     if (rc == 0) {
         nc->send_ns = now_ns();
-        psc_add(&nc->st.bytes_sent, w->out.total);
+        psc_add(&nc->st.bytes_sent, total);
     }
     return rc;
 }
