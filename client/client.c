@@ -73,6 +73,7 @@ void ps_options_init(ps_options *o)
     o->max_inflight_bytes = (size_t)256 << 20;
     o->auth_token = NULL;
     o->sync_timeout_ms = 600000;
+    o->busy_poll_us = 50;
 }
 
 /* ---- public API ----------------------------------------------------- */
@@ -121,7 +122,8 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         c->opt.sync_timeout_ms = 600000;     /* options from before it existed */
     if (c->opt.connect_timeout_ms <= 0 || c->opt.request_timeout_ms <= 0 ||
         c->opt.max_retries < 0 || c->opt.batch_delay_us < 0 ||
-        c->opt.worker < -1) {
+        c->opt.worker < -1 || c->opt.busy_poll_us < 0 ||
+        c->opt.busy_poll_us > 1000000) {
         fprintf(stderr, "libpsclient: ps_open: invalid options\n");
         free(c);
         return PS_EINVAL;

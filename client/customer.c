@@ -57,9 +57,11 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
         cu->inflight_bytes + r->bytes > cu->max_inflight_bytes) {
         uint64_t t0 = uv_hrtime();
         cu->cv_waiters++;
+        __atomic_add_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
         while (cu->inflight_bytes > 0 && !cu->closing &&
                cu->inflight_bytes + r->bytes > cu->max_inflight_bytes)
             pthread_cond_wait(&cu->cv, &cu->mu);
+        __atomic_sub_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
         cu->cv_waiters--;
         psc_add_shared(&cu->stats->backpressure_ns, uv_hrtime() - t0);
     }
@@ -196,8 +198,10 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen)
     if (psc_map_get(&cu->reqs, (uint64_t)ts)) {
         psc_waiter w = { cu->waiters, ts, PTHREAD_COND_INITIALIZER };
         cu->waiters = &w;
+        __atomic_add_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
         while (psc_map_get(&cu->reqs, (uint64_t)ts))
             pthread_cond_wait(&w.cv, &cu->mu);
+        __atomic_sub_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
         psc_waiter **pp = &cu->waiters;
         while (*pp != &w)
             pp = &(*pp)->next;
@@ -232,8 +236,10 @@ int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen)
 {
     pthread_mutex_lock(&cu->mu);
     cu->cv_waiters++;
+    __atomic_add_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
     while (cu->reqs.n > 0)
         pthread_cond_wait(&cu->cv, &cu->mu);
+    __atomic_sub_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
     cu->cv_waiters--;
     int st = cu->first_error;
     if (st != PS_OK)

@@ -39,6 +39,9 @@ typedef struct psc_customer {
     pthread_mutex_t mu;
     pthread_cond_t cv;           /* ps_wait_all and backpressure */
     int cv_waiters;              /* threads waiting on cv */
+    int sleepers;                /* threads blocked in a wait of any kind
+                                    (atomic: the I/O thread reads it without
+                                    mu, to decide whether to busy-poll) */
     psc_waiter *waiters;         /* threads waiting for one request */
     psc_part *sq_head, *sq_tail; /* accepted parts the I/O thread has not
                                     taken yet, all nodes */
@@ -100,6 +103,12 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns);
 static inline ps_ts psc_customer_low(const psc_customer *cu)
 {
     return __atomic_load_n(&cu->low, __ATOMIC_RELAXED);
+}
+
+/* Whether a thread is blocked waiting for a completion. Any thread. */
+static inline int psc_customer_waited(const psc_customer *cu)
+{
+    return __atomic_load_n(&cu->sleepers, __ATOMIC_RELAXED) > 0;
 }
 
 /* Blocks until request ts completes; returns its status, with the detail

@@ -1446,6 +1446,8 @@ static void start_tick(psc_io *io)
     uv_timer_start(&io->tick, on_tick, (uint64_t)period, (uint64_t)period);
 }
 
+static void run(psc_io *io);
+
 static void *io_main(void *arg)
 {
     psc_io *io = arg;
@@ -1457,8 +1459,37 @@ static void *io_main(void *arg)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
 
     nc_connect(io->seed);
-    uv_run(&io->loop, UV_RUN_DEFAULT);
+    run(io);
     return NULL;
+}
+
+/* Whether a request (not a clock, barrier or held pull, which may wait
+ * long) is in flight on some connection. */
+static int in_flight(const psc_io *io)
+{
+    for (int i = 0; i < io->nnodes; i++)
+        if (io->nodes[i] && io->nodes[i]->fly[0].head)
+            return 1;
+    return 0;
+}
+
+/* The I/O thread's loop. After each turn, while a caller is blocked
+ * waiting and a request is in flight, it polls without sleeping for up
+ * to busy_poll_us: on a VM, a thread sleeping in epoll_wait on an idle CPU
+ * takes several microseconds to wake when the reply lands, a sixth of a
+ * small request's round trip (4 KiB, psd and client on different CPUs:
+ * p50 50 -> 41 us). A caller that computes meanwhile costs nothing: no
+ * one waits, nothing spins. */
+static void run(psc_io *io)
+{
+    uint64_t spin = (uint64_t)io->c->opt.busy_poll_us * 1000;
+    while (uv_run(&io->loop, UV_RUN_ONCE)) {
+        uint64_t t0 = spin ? uv_hrtime() : 0;
+        while (spin && psc_customer_waited(&io->c->cu) && in_flight(io) &&
+               uv_hrtime() - t0 < spin)
+            if (!uv_run(&io->loop, UV_RUN_NOWAIT))
+                return;
+    }
 }
 
 /* ---- start, stop, stats ----------------------------------------------- */

@@ -76,7 +76,18 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
     int sync_timeout_ms;             /* how long ps_clock, ps_barrier and a pull
                                         held by an ssp table may wait for slower
                                         workers; default 600000 (10 min) */
-    char reserved[60];               /* room to grow; ps_options_init zeroes it */
+    int busy_poll_us;                /* while a thread waits in ps_wait (or
+                                        ps_wait_all, or on backpressure) and a
+                                        request is in flight, the I/O thread
+                                        polls its sockets without sleeping for
+                                        up to this long after each event, so a
+                                        reply that comes meanwhile is read
+                                        without waking a sleeping thread (about
+                                        a sixth of a small request's round trip
+                                        on a VM). Costs up to that much CPU per
+                                        wait, only while a caller waits anyway.
+                                        Default 50; 0: never */
+    char reserved[56];               /* room to grow; ps_options_init zeroes it */
 } ps_options;
 
 /* Fills *o with the defaults above. */

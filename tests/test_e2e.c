@@ -660,6 +660,43 @@ static void stop_counts(const char *log, unsigned long long *requests,
                             frames), 3);
 }
 
+/* busy_poll_us: 0 (never) and the largest allowed serve as the default
+ * does; values outside 0..1000000 are refused by ps_open. */
+static void busy_poll_settings_serve_and_bad_ones_are_refused(void **state)
+{
+    (void)state;
+    static const int good[] = { 0, 1000000 };
+    for (size_t i = 0; i < 2; i++) {
+        ps_options o;
+        ps_options_init(&o);
+        assert_int_equal(o.busy_poll_us, 50);
+        o.busy_poll_us = good[i];
+        ps_client *c = NULL;
+        assert_int_equal(ps_open(&c, shared.spec, &o), 0);
+        int t = table_id(c, "dense");
+        uint64_t key = 77;
+        float push[4] = { 1, 2, 3, 4 }, before[4], after[4];
+        wait_ok(c, ps_pull(c, t, &key, 1, before, NULL, NULL));
+        for (int k = 0; k < 10; k++)
+            wait_ok(c, ps_push(c, t, &key, 1, push, NULL, NULL));
+        wait_ok(c, ps_pull(c, t, &key, 1, after, NULL, NULL));
+        for (int d = 0; d < 4; d++)
+            expect_float(after[d] - before[d], 10 * push[d],
+                         good[i] ? "busy_poll_us 1000000: ten pushes"
+                                 : "busy_poll_us 0: ten pushes", (size_t)d);
+        ps_close(c);
+    }
+    static const int bad[] = { -1, 1000001 };
+    for (size_t i = 0; i < 2; i++) {
+        ps_options o;
+        ps_options_init(&o);
+        o.busy_poll_us = bad[i];
+        ps_client *c = NULL;
+        assert_int_equal(ps_open(&c, shared.spec, &o), PS_EINVAL);
+        assert_null(c);
+    }
+}
+
 static void small_requests_share_frames(void **state)
 {
     (void)state;
@@ -957,6 +994,7 @@ int main(void)
         cmocka_unit_test(sighup_applies_a_new_learning_rate),
         cmocka_unit_test(check_flag_reports_file_and_line),
         cmocka_unit_test(small_requests_share_frames),
+        cmocka_unit_test(busy_poll_settings_serve_and_bad_ones_are_refused),
         cmocka_unit_test(inflight_bytes_never_exceed_the_limit),
         cmocka_unit_test(reader_that_stops_reading_loses_nothing),
         cmocka_unit_test(replies_of_a_batch_larger_than_max_frame_all_arrive),

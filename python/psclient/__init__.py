@@ -797,7 +797,8 @@ def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
             max_retries: Optional[int] = None,
             batch_delay_us: Optional[int] = None,
             max_inflight_bytes: Optional[int] = None,
-            sync_timeout_ms: Optional[int] = None) -> Client:
+            sync_timeout_ms: Optional[int] = None,
+            busy_poll_us: Optional[int] = None) -> Client:
     """Connects to a psd cluster and returns a Client (ps_open).
 
     ``servers_or_ini``: "host:port[,host:port...]" of any psd nodes (the
@@ -814,4 +815,5 @@ def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
                   request_timeout_ms=request_timeout_ms,
                   max_retries=max_retries, batch_delay_us=batch_delay_us,
                   max_inflight_bytes=max_inflight_bytes,
-                  sync_timeout_ms=sync_timeout_ms)
+                  sync_timeout_ms=sync_timeout_ms,
+                  busy_poll_us=busy_poll_us)

@@ -37,13 +37,14 @@ class PsOptions(ctypes.Structure):
         ("max_inflight_bytes", c_size_t),
         ("auth_token", c_char_p),
         ("sync_timeout_ms", c_int),
-        ("reserved", c_char * 60),
+        ("busy_poll_us", c_int),
+        ("reserved", c_char * 56),
     ]
 
 
 OPTION_NAMES = ("worker", "connect_timeout_ms", "request_timeout_ms",
                 "max_retries", "batch_delay_us", "max_inflight_bytes",
-                "sync_timeout_ms")
+                "sync_timeout_ms", "busy_poll_us")
 """The ps_options fields that ``psclient.connect`` takes as keyword arguments
 (besides ``auth_token``)."""
 
