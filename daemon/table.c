@@ -1,6 +1,18 @@
 /* Table storage: dense shards are contiguous arrays; sparse shards are an
  * open-addressing hash from key to row number plus rows kept in fixed-size
- * chunks, so growing never moves existing rows or copies the whole shard. */
+ * chunks, so growing never moves existing rows or copies the whole shard.
+ *
+ * A sparse row costs its key and weights (8 + 4 * dim bytes, side by side
+ * in a chunk), its optimizer state, and an 8-byte slot {row, tag} in a hash
+ * kept at load factor 3/8..3/4: 10.7 to 21.3 bytes of slots per key. For
+ * dim 8 and sum that is 51 to 61 bytes per key, plus the unused rows of
+ * each shard's last chunk (the floats alone are 32; a 16-byte slot holding
+ * the key, at load factor 1/4..1/2 as before, made it 64 to 96); psd's
+ * RSS measures 51.0 to 61.4 bytes per key from 10^6 to 10^8 keys
+ * (tests/bench/README.md, section 5b). Tables whose row is one float
+ * (dim 1 and sum, assign or sgd) do keep it in such a 16-byte slot with
+ * the key, and have no chunks: their pushes and pulls touch one cache
+ * line per key. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +30,34 @@
 #define CHUNK_BITS_MAX 12
 #define EMPTY UINT32_MAX
 
-/* Key and row side by side: a lookup costs one cache miss, not two.
- * When a row is a single float with no optimizer state (dim 1 and sum,
- * assign or sgd: psd_table's `inl`), that float lives in the slot's
- * otherwise padded last four bytes and the table keeps no chunks, so a
- * push or pull touches one cache line per key. Such rows move when the
- * slots grow: no pointer to a sparse row outlives the next insertion. */
+/* Rows in their slots (psd_table's `inl`): the key, the row number (the
+ * order rows are saved in) and the float, which takes the otherwise
+ * padded last four bytes. A push or pull touches one cache line per key.
+ * Such rows move when the slots grow: no pointer to one outlives the next
+ * insertion. */
 typedef struct hslot {
     uint64_t key;
     uint32_t row;
     float inl;
 } hslot;
+
+/* Rows in chunks: the slot holds the row number and the high half of the
+ * key's hash, which is also what picks the slot (slot_of, for up to 2^32
+ * slots). A probe compares tags, and reads the key next to its row only
+ * when the tags match, so a lookup costs the slot's cache line and the
+ * row's, as a slot holding the key would; growing reads no keys. */
+typedef struct cslot {
+    uint32_t row;            /* EMPTY marks a free slot */
+    uint32_t tag;            /* psw_mix64(key) >> 32 */
+} cslot;
+
+/* Chunk tables grow their slots past 3/4 full (inline ones past 1/2): a
+ * probe that finds the key stays about 2.5 slots long, one that misses
+ * about 8.5, still mostly within a cache line of 8-byte slots. */
+#define CLOAD_NUM 3
+#define CLOAD_DEN 4
+/* Above this many slots slot_of would take bits that are not in the tag. */
+#define CSLOTS_MAX ((uint64_t)1 << 32)
 
 typedef struct shard {
     int owned;
@@ -37,10 +66,14 @@ typedef struct shard {
     uint64_t first;
     float *w, *st;
     uint32_t *steps;
-    /* sparse: key -> row number; rows live in chunks */
+    /* sparse: key -> row number; slots (inline tables) or cslots (the
+     * others, whose rows live in chunks: rc holds records of key and
+     * weights, stc and stepc the state and step counters) */
     hslot *slots;            /* row EMPTY marks a free slot */
+    cslot *cslots;
     size_t hcap;             /* power of two */
-    float **wc, **stc;
+    char **rc;
+    float **stc;
     uint32_t **stepc;
     size_t nchunks;
 } shard;
@@ -51,6 +84,7 @@ struct psd_table {
     int nnodes, node;
     unsigned nstate;         /* state floats per weight float */
     unsigned chunk_bits;     /* sparse: log2 of rows per chunk */
+    size_t rec;              /* sparse, chunks: bytes of a record (key, row) */
     int has_step;
     int inl;                 /* sparse rows live in their slots (hslot) */
     uint32_t shard_mask;     /* nshards - 1 when a power of two, else 0 */
@@ -96,14 +130,15 @@ static void shard_free(shard *s)
     free(s->st);
     free(s->steps);
     free(s->slots);
+    free(s->cslots);
     for (size_t i = 0; i < s->nchunks; i++) {
-        free(s->wc[i]);
+        free(s->rc[i]);
         if (s->stc)
             free(s->stc[i]);
         if (s->stepc)
             free(s->stepc[i]);
     }
-    free(s->wc);
+    free(s->rc);
     free(s->stc);
     free(s->stepc);
 }
@@ -118,7 +153,7 @@ static uint32_t shard_of_hash(const psd_table *t, uint64_t h)
 
 /* The slot must not come from the bits that picked the shard (the low
  * ones), or every key of a shard would land in the same few slots: rotate
- * the high half down. */
+ * the high half down. Up to 2^32 slots that is the cslot's tag. */
 static size_t slot_of(uint64_t h, size_t cap)
 {
     return (size_t)((h >> 32) | (h << 32)) & (cap - 1);
@@ -146,20 +181,45 @@ static int hash_grow(shard *s)
     return 0;
 }
 
+/* Doubles a chunk table's slots; the tags say where each one goes. */
+static int cslots_grow(shard *s)
+{
+    size_t cap = s->hcap ? 2 * s->hcap : 64;
+    if ((uint64_t)cap > CSLOTS_MAX)
+        return -1;
+    cslot *n = malloc(cap * sizeof *n);
+    if (!n)
+        return -1;
+    memset(n, 0xff, cap * sizeof *n);     /* row EMPTY */
+    for (size_t i = 0; i < s->hcap; i++) {
+        cslot x = s->cslots[i];
+        if (x.row == EMPTY)
+            continue;
+        size_t j = x.tag & (cap - 1);
+        while (n[j].row != EMPTY)
+            j = (j + 1) & (cap - 1);
+        n[j] = x;
+    }
+    free(s->cslots);
+    s->cslots = n;
+    s->hcap = cap;
+    return 0;
+}
+
 static int chunk_add(psd_table *t, shard *s)
 {
     size_t crows = (size_t)1 << t->chunk_bits;
     size_t n = s->nchunks + 1, rows = crows * t->conf.dim;
-    float *w = malloc(rows * sizeof(float));
+    char *r = malloc(crows * t->rec);
     float *st = t->nstate ? calloc(rows * t->nstate, sizeof(float)) : NULL;
     uint32_t *sp = t->has_step ? calloc(crows, sizeof(uint32_t)) : NULL;
-    if (!w || (t->nstate && !st) || (t->has_step && !sp))
+    if (!r || (t->nstate && !st) || (t->has_step && !sp))
         goto fail;
     /* A pointer array that grew stays valid even if a later one fails. */
-    float **wc = realloc(s->wc, n * sizeof *wc);
-    if (!wc)
+    char **rc = realloc(s->rc, n * sizeof *rc);
+    if (!rc)
         goto fail;
-    s->wc = wc;
+    s->rc = rc;
     if (t->nstate) {
         float **stc = realloc(s->stc, n * sizeof *stc);
         if (!stc)
@@ -174,11 +234,11 @@ static int chunk_add(psd_table *t, shard *s)
         s->stepc = sc;
         sc[s->nchunks] = sp;
     }
-    wc[s->nchunks] = w;
+    rc[s->nchunks] = r;
     s->nchunks = n;
     return 0;
 fail:
-    free(w);
+    free(r);
     free(st);
     free(sp);
     return -1;
@@ -194,7 +254,7 @@ static float init_inline(const psd_table *t, uint64_t key)
     return v;
 }
 
-/* The slot of `key` (hash h), or NULL when it has no row. */
+/* Inline tables: the slot of `key` (hash h), or NULL when it has no row. */
 static hslot *slot_find(const shard *s, uint64_t key, uint64_t h)
 {
     if (!s->hcap)
@@ -208,9 +268,9 @@ static hslot *slot_find(const shard *s, uint64_t key, uint64_t h)
     return NULL;
 }
 
-/* The slot of `key` (hash h), creating and initialising its row when
- * absent. Returns NULL when memory runs out. The pointer is valid until
- * the next row is created in s (the slots may move). */
+/* Inline tables: the slot of `key` (hash h), creating and initialising
+ * its row when absent. Returns NULL when memory runs out. The pointer is
+ * valid until the next row is created in s (the slots may move). */
 static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
 {
     hslot *x = slot_find(s, key, h);
@@ -221,9 +281,6 @@ static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
     /* Keep the load factor at or below 1/2: probes stay short. */
     if ((s->nrows + 1) * 2 > s->hcap && hash_grow(s))
         return NULL;
-    if (!t->inl && s->nrows == (uint64_t)s->nchunks << t->chunk_bits &&
-        chunk_add(t, s))
-        return NULL;
     uint32_t row = (uint32_t)s->nrows++;
     t->rows_held++;
     size_t j = slot_of(h, s->hcap);
@@ -232,14 +289,80 @@ static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
     x = &s->slots[j];
     x->key = key;
     x->row = row;
-    x->inl = t->inl ? init_inline(t, key) : 0.0f;
-    if (!t->inl)
-        psd_init_row(&t->conf.init, key,
-                     s->wc[row >> t->chunk_bits] +
-                         (size_t)(row & ((1u << t->chunk_bits) - 1)) *
-                             t->conf.dim,
-                     t->conf.dim);
+    x->inl = init_inline(t, key);
     return x;
+}
+
+/* Chunk tables: row `row`'s record, its key (8 bytes, 4-aligned when dim
+ * is odd) then its dim weights. Records never move. */
+static char *rec_at(const psd_table *t, const shard *s, uint32_t row)
+{
+    return s->rc[row >> t->chunk_bits] +
+           (size_t)(row & ((1u << t->chunk_bits) - 1)) * t->rec;
+}
+
+static uint64_t rec_key(const char *r)
+{
+    uint64_t k;
+    memcpy(&k, r, sizeof k);
+    return k;
+}
+
+static float *rec_w(char *r)
+{
+    return (float *)(void *)(r + sizeof(uint64_t));
+}
+
+/* Chunk tables: the index of the slot holding `key` (hash h), or of the
+ * free slot where its probe ends. s must have slots. */
+static size_t cslot_probe(const psd_table *t, const shard *s, uint64_t key,
+                          uint64_t h)
+{
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t m = s->hcap - 1, j = tag & m;
+    for (;; j = (j + 1) & m) {
+        cslot x = s->cslots[j];
+        if (x.row == EMPTY ||
+            (x.tag == tag && rec_key(rec_at(t, s, x.row)) == key))
+            return j;
+    }
+}
+
+/* Chunk tables: the row of `key` (hash h), or EMPTY when it has none. */
+static uint32_t crow_find(const psd_table *t, const shard *s, uint64_t key,
+                          uint64_t h)
+{
+    return s->hcap ? s->cslots[cslot_probe(t, s, key, h)].row : EMPTY;
+}
+
+/* Chunk tables: the row of `key` (hash h), creating and initialising it
+ * when absent. Returns EMPTY when memory runs out (or the shard is at its
+ * limit of 3/4 * 2^32 rows). */
+static uint32_t crow_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
+{
+    size_t j = 0;
+    if (s->hcap) {
+        j = cslot_probe(t, s, key, h);
+        if (s->cslots[j].row != EMPTY)
+            return s->cslots[j].row;
+    }
+    if ((s->nrows + 1) * CLOAD_DEN > (uint64_t)s->hcap * CLOAD_NUM) {
+        if (cslots_grow(s))
+            return EMPTY;
+        j = slot_of(h, s->hcap);
+        while (s->cslots[j].row != EMPTY)
+            j = (j + 1) & (s->hcap - 1);
+    }
+    if (s->nrows == (uint64_t)s->nchunks << t->chunk_bits && chunk_add(t, s))
+        return EMPTY;
+    uint32_t row = (uint32_t)s->nrows++;
+    t->rows_held++;
+    s->cslots[j].row = row;
+    s->cslots[j].tag = (uint32_t)(h >> 32);
+    char *r = rec_at(t, s, row);
+    memcpy(r, &key, sizeof key);
+    psd_init_row(&t->conf.init, key, rec_w(r), t->conf.dim);
+    return row;
 }
 
 /* Pointers to a row's weights, state and step counter. */
@@ -264,7 +387,7 @@ static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
     /* Only for tables whose rows live in chunks (!t->inl). */
     size_t c = row >> t->chunk_bits, i = row & ((1u << t->chunk_bits) - 1),
            d = t->conf.dim;
-    rowref x = { s->wc[c] + i * d, NULL, NULL };
+    rowref x = { rec_w(s->rc[c] + i * t->rec), NULL, NULL };
     if (s->stc)
         x.st = s->stc[c] + i * d * t->nstate;
     if (s->stepc)
@@ -272,14 +395,33 @@ static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
     return x;
 }
 
-/* The row of a sparse slot, wherever it lives. */
-static rowref slot_ref(const psd_table *t, const shard *s, hslot *x)
+/* Finds or creates the row of `key` (hash h) in sparse shard s, wherever
+ * rows live. Returns 0, or -1 when memory runs out. The pointers are valid
+ * until the next row is created in s. */
+static int sparse_get(psd_table *t, shard *s, uint64_t key, uint64_t h,
+                      rowref *r)
 {
     if (t->inl) {
-        rowref r = { &x->inl, NULL, NULL };
-        return r;
+        hslot *x = slot_get(t, s, key, h);
+        if (!x)
+            return -1;
+        rowref y = { &x->inl, NULL, NULL };
+        *r = y;
+        return 0;
     }
-    return sparse_ref(t, s, x->row);
+    uint32_t row = crow_get(t, s, key, h);
+    if (row == EMPTY)
+        return -1;
+    *r = sparse_ref(t, s, row);
+    return 0;
+}
+
+/* Whether sparse shard s holds `key` (hash h). */
+static int sparse_has(const psd_table *t, const shard *s, uint64_t key,
+                      uint64_t h)
+{
+    return t->inl ? slot_find(s, key, h) != NULL
+                  : crow_find(t, s, key, h) != EMPTY;
 }
 
 /* Applies one pushed row, read in place from the request (unaligned). */
@@ -310,6 +452,7 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
     while (t->chunk_bits > 0 &&
            ((size_t)1 << t->chunk_bits) * row_bytes(t) > CHUNK_BYTES)
         t->chunk_bits--;
+    t->rec = sizeof(uint64_t) + row_bytes(t);
     t->shards = calloc(shards, sizeof *t->shards);
     t->scratch = malloc(row_bytes(t));
     if (!t->shards || !t->scratch)
@@ -434,35 +577,79 @@ static int locate(psd_table *t, uint64_t k, rowref *r)
         return 0;
     }
     uint64_t h = psw_mix64(k);
-    shard *s = &t->shards[shard_of_hash(t, h)];
-    hslot *x = slot_get(t, s, k, h);
-    if (!x)
-        return PSW_ENOMEM;
-    *r = slot_ref(t, s, x);
-    return 0;
+    return sparse_get(t, &t->shards[shard_of_hash(t, h)], k, h, r)
+               ? PSW_ENOMEM
+               : 0;
 }
 
-/* Batched sparse lookups. A lookup's cost is a cache miss on its slot;
- * a walk over a request's keys hashes key i + AHEAD (once: the hash picks
- * both the shard and the slot) and prefetches its slot while key i is
- * probed, so about AHEAD misses are in flight at a time. The hash is kept
- * rather than the slot index, because creating rows may grow a shard's
- * slot array between the prefetch and the probe. AHEAD is a power of two. */
+/* Batched sparse lookups. A lookup's cost is a cache miss on its slot
+ * (and, in chunk tables, one on its record); a walk over a request's keys
+ * hashes key i + AHEAD (once: the hash picks both the shard and the slot)
+ * and prefetches its slot while key i is probed, so about AHEAD misses are
+ * in flight at a time. In chunk tables the slots of key i + AHEAD / 2 have
+ * arrived by then: the row its tag points at is noted and its record
+ * prefetched, so that key i usually needs one key comparison, in cache.
+ * The hash is kept rather than the slot index, because creating rows may
+ * grow a shard's slot array between the prefetch and the probe. AHEAD is
+ * a power of two. */
 #define AHEAD 16
+
+/* Chunk tables: a row that probably holds a key, and its record (NULL
+ * when there is none). */
+typedef struct cand {
+    uint32_t row;
+    char *rec;
+} cand;
 
 typedef struct walk {
     const char *keys;
     size_t n;
     uint64_t h[AHEAD];
+    cand c[AHEAD];           /* chunk tables: record_ahead's */
 } walk;
 
 static uint64_t hash_ahead(const psd_table *t, const char *keys, size_t i)
 {
     uint64_t h = psw_mix64(psw_key_at(keys, i));
     const shard *s = &t->shards[shard_of_hash(t, h)];
-    if (s->hcap)
-        __builtin_prefetch(&s->slots[slot_of(h, s->hcap)]);
+    if (s->hcap) {
+        size_t j = slot_of(h, s->hcap);
+        if (t->inl)
+            __builtin_prefetch(&s->slots[j]);
+        else {
+            /* At load 3/4 a probe for a missing key is 8.5 slots long
+             * on average: often into the next cache line. */
+            __builtin_prefetch(&s->cslots[j]);
+            __builtin_prefetch(&s->cslots[(j + 7) & (s->hcap - 1)]);
+        }
+    }
     return h;
+}
+
+/* Chunk tables: the row of the first slot on h's probe whose tag
+ * matches, almost always the key's own if it has a row (else EMPTY), with
+ * its record prefetched. Rows never move, so the answer stays a candidate
+ * worth one key comparison even after rows were created since. */
+static cand record_ahead(const psd_table *t, uint64_t h)
+{
+    const shard *s = &t->shards[shard_of_hash(t, h)];
+    cand c = { EMPTY, NULL };
+    if (!s->hcap)
+        return c;
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t m = s->hcap - 1;
+    for (size_t j = tag & m;; j = (j + 1) & m) {
+        cslot x = s->cslots[j];
+        if (x.row == EMPTY)
+            return c;
+        if (x.tag == tag) {
+            c.row = x.row;
+            c.rec = rec_at(t, s, x.row);
+            __builtin_prefetch(c.rec);
+            __builtin_prefetch(c.rec + t->rec - 1);
+            return c;
+        }
+    }
 }
 
 static void walk_start(const psd_table *t, walk *w, const char *keys,
@@ -472,6 +659,9 @@ static void walk_start(const psd_table *t, walk *w, const char *keys,
     w->n = n;
     for (size_t i = 0; i < n && i < AHEAD; i++)
         w->h[i] = hash_ahead(t, keys, i);
+    if (!t->inl && !t->conf.dense)
+        for (size_t i = 0; i < n && i < AHEAD / 2; i++)
+            w->c[i] = record_ahead(t, w->h[i]);
 }
 
 /* Key i's hash (keys are visited in order, each once), and starts on key
@@ -482,6 +672,30 @@ static uint64_t walk_hash(const psd_table *t, walk *w, size_t i)
     if (i + AHEAD < w->n)
         w->h[i % AHEAD] = hash_ahead(t, w->keys, i + AHEAD);
     return h;
+}
+
+/* walk_hash for chunk tables, which also look up key i + AHEAD / 2's
+ * candidate row and prefetch its record; *cand is key i's. */
+static uint64_t walk_hash_rec(const psd_table *t, walk *w, size_t i,
+                              cand *c)
+{
+    size_t a = (i + AHEAD / 2) % AHEAD;
+    if (i + AHEAD / 2 < w->n)
+        w->c[a] = record_ahead(t, w->h[a]);
+    *c = w->c[i % AHEAD];
+    return walk_hash(t, w, i);
+}
+
+/* The row of a record (its weights in it, the rest by row number). */
+static rowref rec_ref(const psd_table *t, const shard *s, cand c)
+{
+    rowref x = { rec_w(c.rec), NULL, NULL };
+    size_t k = c.row >> t->chunk_bits, i = c.row & ((1u << t->chunk_bits) - 1);
+    if (s->stc)
+        x.st = s->stc[k] + i * t->conf.dim * t->nstate;
+    if (s->stepc)
+        x.step = s->stepc[k] + i;
+    return x;
 }
 
 int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
@@ -499,7 +713,22 @@ int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
      * exactly as one push per key would. */
     walk w;
     walk_start(t, &w, keys, n);
-    int sum1 = t->inl && t->conf.upd.kind == PSD_UPD_SUM;
+    if (!t->inl) {
+        for (size_t i = 0; i < n; i++) {
+            cand c;
+            uint64_t h = walk_hash_rec(t, &w, i, &c);
+            uint64_t k = psw_key_at(keys, i);
+            shard *s = &t->shards[shard_of_hash(t, h)];
+            if (!c.rec || rec_key(c.rec) != k) {
+                if ((c.row = crow_get(t, s, k, h)) == EMPTY)
+                    return PSW_ENOMEM;
+                c.rec = rec_at(t, s, c.row);
+            }
+            apply(t, rec_ref(t, s, c), vals + i * rb);
+        }
+        return 0;
+    }
+    int sum1 = t->conf.upd.kind == PSD_UPD_SUM;
     for (size_t i = 0; i < n; i++) {
         uint64_t h = walk_hash(t, &w, i);
         shard *s = &t->shards[shard_of_hash(t, h)];
@@ -511,8 +740,10 @@ int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
             float g;
             memcpy(&g, vals + i * sizeof g, sizeof g);
             x->inl += g;
-        } else
-            apply(t, slot_ref(t, s, x), vals + i * rb);
+        } else {
+            rowref r = { &x->inl, NULL, NULL };
+            apply(t, r, vals + i * rb);
+        }
     }
     return 0;
 }
@@ -541,17 +772,24 @@ int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out)
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
-        uint64_t h = walk_hash(t, &w, i), k = psw_key_at(keys, i);
-        shard *s = &t->shards[shard_of_hash(t, h)];
-        hslot *x = slot_find(s, k, h);
+        cand c;
+        uint64_t h = walk_hash_rec(t, &w, i, &c);
+        uint64_t k = psw_key_at(keys, i);
         const float *src;
-        if (!x) {
+        /* A pull creates no rows, so no candidate means no row; a wrong
+         * one (tags of two keys equal) means probing on. */
+        if (c.rec && rec_key(c.rec) != k) {
+            shard *s = &t->shards[shard_of_hash(t, h)];
+            uint32_t row = crow_find(t, s, k, h);
+            c.rec = row == EMPTY ? NULL : rec_at(t, s, row);
+        }
+        if (!c.rec) {
             /* Never pushed: its initial row, made afresh (the
              * initialiser is a function of the key), not stored. */
             psd_init_row(&t->conf.init, k, t->scratch, t->conf.dim);
             src = t->scratch;
         } else
-            src = slot_ref(t, s, x).w;
+            src = rec_w(c.rec);
         memcpy(out + i * rb, src, rb);
     }
     return 0;
@@ -561,10 +799,10 @@ int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out)
  * clock's sum, where it becomes a row at the end of the clock. */
 static int has_key(const psd_table *t, uint64_t k, uint64_t h)
 {
-    if (slot_find(&t->shards[shard_of_hash(t, h)], k, h))
+    if (sparse_has(t, &t->shards[shard_of_hash(t, h)], k, h))
         return 1;
     const psd_table *a = t->acc;
-    return a && slot_find(&a->shards[shard_of_hash(a, h)], k, h);
+    return a && sparse_has(a, &a->shards[shard_of_hash(a, h)], k, h);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -692,43 +930,53 @@ int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
     return 0;
 }
 
+/* Applies the sum g (dim floats, scaled in place) of `key` to t. */
+static int apply_sum(psd_table *t, uint64_t key, float *g, float scale)
+{
+    rowref r;
+    uint32_t d = t->conf.dim;
+    if (locate(t, key, &r))
+        return PSW_ENOMEM;
+    if (scale != 1.0f)
+        for (uint32_t k = 0; k < d; k++)
+            g[k] *= scale;
+    psd_update_row(&t->conf.upd, r.w, r.st, r.step, g, d);
+    return 0;
+}
+
 int psd_table_apply_accumulated(psd_table *t, float scale)
 {
     psd_table *a = t->acc;
     t->acc_new = 0;
     if (!a)
         return 0;
-    uint32_t d = t->conf.dim;
     for (uint32_t i = 0; i < a->nshards; i++) {
         shard *s = &a->shards[i];
-        for (size_t j = 0; j < s->hcap; j++) {
-            if (s->slots[j].row == EMPTY)
-                continue;
-            float *g = slot_ref(a, s, &s->slots[j]).w;
-            rowref r;
-            /* Cleared as it is applied, so a failure part way through
-             * never applies a row twice at the next clock. */
-            s->slots[j].row = EMPTY;
-            if (locate(t, s->slots[j].key, &r)) {
-                s->nrows = 0;
-                for (size_t k = 0; k < s->hcap; k++)
-                    s->slots[k].row = EMPTY;
-                a->rows_held = 0;
-                for (uint32_t k = 0; k < a->nshards; k++)
-                    a->rows_held += a->shards[k].nrows;
-                return PSW_ENOMEM;
+        int rc = 0;
+        if (a->inl) {
+            for (size_t j = 0; j < s->hcap && !rc; j++)
+                if (s->slots[j].row != EMPTY)
+                    rc = apply_sum(t, s->slots[j].key, &s->slots[j].inl,
+                                   scale);
+        } else
+            for (uint32_t r = 0; r < s->nrows && !rc; r++) {
+                char *x = rec_at(a, s, r);
+                rc = apply_sum(t, rec_key(x), rec_w(x), scale);
             }
-            if (scale != 1.0f)
-                for (uint32_t k = 0; k < d; k++)
-                    g[k] *= scale;
-            psd_update_row(&t->conf.upd, r.w, r.st, r.step, g, d);
-        }
-        /* Keep the chunks and the index for the next clock. */
-        for (size_t j = 0; j < s->hcap; j++)
-            s->slots[j].row = EMPTY;
+        /* Emptied even when a row failed part way through, so that no
+         * row is applied twice at the next clock. The chunks and the
+         * slots stay for the next clock. */
+        if (a->inl)
+            for (size_t j = 0; j < s->hcap; j++)
+                s->slots[j].row = EMPTY;
+        else
+            for (size_t j = 0; j < s->hcap; j++)
+                s->cslots[j].row = EMPTY;
+        a->rows_held -= s->nrows;
         s->nrows = 0;
+        if (rc)
+            return rc;
     }
-    a->rows_held = 0;
     return 0;
 }
 
@@ -746,10 +994,12 @@ size_t psd_table_bytes(const psd_table *t)
         const shard *s = &t->shards[i];
         if (t->conf.dense)
             b += (size_t)s->nrows * per_row;
-        else
-            b += (s->nchunks << t->chunk_bits) * per_row +
-                 s->hcap * sizeof(hslot) +
-                 s->nchunks * 3 * sizeof(void *);
+        else if (t->inl)
+            b += s->hcap * sizeof(hslot);
+        else    /* records hold the key too */
+            b += (s->nchunks << t->chunk_bits) *
+                     (per_row + sizeof(uint64_t)) +
+                 s->hcap * sizeof(cslot) + s->nchunks * 3 * sizeof(void *);
     }
     return b;
 }
@@ -765,30 +1015,40 @@ size_t psd_table_bytes(const psd_table *t)
 #define put psd_put
 #define get psd_get
 
-/* Calls io(ctx, bytes, n) on a sparse shard's chunk arrays in file order:
- * every chunk's weights, then every chunk's state, then every chunk's
- * step counters (a chunk's rows are contiguous, the last one partial). */
+/* Calls io(ctx, bytes, n) on a chunk table's shard in file order: every
+ * chunk's weights, then every chunk's state, then every chunk's step
+ * counters (a chunk's rows are contiguous, the last one partial). The
+ * weights sit between keys in the records, so they pass through a buffer:
+ * gathered before io when saving, scattered after it when loading. */
 static int each_chunk(const psd_table *t, const shard *s,
-                      int (*io)(void *ctx, void *p, size_t n), void *ctx)
+                      int (*io)(void *ctx, void *p, size_t n), void *ctx,
+                      int saving)
 {
     size_t crows = (size_t)1 << t->chunk_bits, d = t->conf.dim;
-    for (int part = 0; part < 3; part++)
-        for (size_t c = 0; c < s->nchunks; c++) {
+    size_t rb = row_bytes(t);
+    char *buf = malloc(crows * rb);
+    if (!buf)
+        return -1;
+    int rc = 0;
+    for (int part = 0; part < 3 && !rc; part++)
+        for (size_t c = 0; c < s->nchunks && !rc; c++) {
             size_t first = c * crows;
             if (first >= s->nrows)
                 break;
             size_t n = s->nrows - first < crows ? s->nrows - first : crows;
-            int rc = 0;
-            if (part == 0)
-                rc = io(ctx, s->wc[c], n * d * sizeof(float));
-            else if (part == 1 && t->nstate)
+            if (part == 0) {
+                for (size_t i = 0; i < n && saving; i++)
+                    memcpy(buf + i * rb, rec_w(s->rc[c] + i * t->rec), rb);
+                rc = io(ctx, buf, n * rb);
+                for (size_t i = 0; i < n && !saving && !rc; i++)
+                    memcpy(rec_w(s->rc[c] + i * t->rec), buf + i * rb, rb);
+            } else if (part == 1 && t->nstate)
                 rc = io(ctx, s->stc[c], n * d * t->nstate * sizeof(float));
             else if (part == 2 && t->has_step)
                 rc = io(ctx, s->stepc[c], n * sizeof(uint32_t));
-            if (rc)
-                return -1;
         }
-    return 0;
+    free(buf);
+    return rc ? -1 : 0;
 }
 
 static int put_chunk(void *ctx, void *p, size_t n)
@@ -799,6 +1059,32 @@ static int put_chunk(void *ctx, void *p, size_t n)
 static int get_chunk(void *ctx, void *p, size_t n)
 {
     return get(ctx, p, n);
+}
+
+/* Writes a sparse shard's keys in row order: gathered from the slots when
+ * rows live there, else from the records a chunk at a time. */
+static int put_sparse_keys(const psd_table *t, const shard *s, psd_sink *o)
+{
+    size_t n = (size_t)s->nrows, crows = (size_t)1 << t->chunk_bits;
+    uint64_t *keys = malloc((t->inl ? (n ? n : 1) : crows) * sizeof *keys);
+    if (!keys)
+        return -1;
+    int rc = 0;
+    if (t->inl) {
+        for (size_t j = 0; j < s->hcap; j++)
+            if (s->slots[j].row != EMPTY)
+                keys[s->slots[j].row] = s->slots[j].key;
+        rc = put(o, keys, n * sizeof *keys);
+    } else
+        for (size_t first = 0; first < n && !rc; first += crows) {
+            size_t m = n - first < crows ? n - first : crows;
+            const char *r = s->rc[first >> t->chunk_bits];
+            for (size_t i = 0; i < m; i++)
+                keys[i] = rec_key(r + i * t->rec);
+            rc = put(o, keys, m * sizeof *keys);
+        }
+    free(keys);
+    return rc;
 }
 
 /* Writes a sparse shard's rows: weights, then state, then steps, each in
@@ -817,7 +1103,7 @@ static int put_sparse_rows(const psd_table *t, const shard *s, psd_sink *o)
         free(w);
         return rc;
     }
-    return each_chunk(t, s, put_chunk, o);
+    return each_chunk(t, s, put_chunk, o, 1);
 }
 
 static int save_shards(const psd_table *t, psd_sink *o)
@@ -843,15 +1129,7 @@ static int save_shards(const psd_table *t, psd_sink *o)
                 return -1;
             continue;
         }
-        uint64_t *keys = malloc((size_t)(n ? n : 1) * sizeof *keys);
-        if (!keys)
-            return -1;
-        for (size_t j = 0; j < s->hcap; j++)
-            if (s->slots[j].row != EMPTY)
-                keys[s->slots[j].row] = s->slots[j].key;
-        int rc = put(o, keys, (size_t)n * sizeof *keys);
-        free(keys);
-        if (rc || put_sparse_rows(t, s, o))
+        if (put_sparse_keys(t, s, o) || put_sparse_rows(t, s, o))
             return -1;
     }
     return 0;
@@ -887,7 +1165,7 @@ static int get_sparse_rows(psd_table *t, shard *s, psd_source *in)
         free(w);
         return 0;
     }
-    return each_chunk(t, s, get_chunk, in);
+    return each_chunk(t, s, get_chunk, in, 0);
 }
 
 static int load_shards(psd_table *t, psd_source *in, char *err,
@@ -941,7 +1219,8 @@ static int load_shards(psd_table *t, psd_source *in, char *err,
                     LOADFAIL("key %llu does not belong to shard %u",
                              (unsigned long long)batch[j], i);
                 uint64_t before = s->nrows;
-                if (!slot_get(t, s, batch[j], h))
+                rowref unused;
+                if (sparse_get(t, s, batch[j], h, &unused))
                     LOADFAIL("out of memory");
                 if (s->nrows == before)
                     LOADFAIL("key %llu appears twice in shard %u",
@@ -952,6 +1231,13 @@ static int load_shards(psd_table *t, psd_source *in, char *err,
             LOADFAIL("truncated in the rows of shard %u", i);
     }
     return 0;
+}
+
+/* Whether sparse table t holds a row of `key`. */
+static int has_row(const psd_table *t, uint64_t key)
+{
+    uint64_t h = psw_mix64(key);
+    return sparse_has(t, &t->shards[shard_of_hash(t, h)], key, h);
 }
 
 int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
@@ -972,14 +1258,17 @@ int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
     if (load_shards(a, in, inner, sizeof inner))
         LOADFAIL("in the sums of the current clock: %s", inner);
     if (!t->conf.dense)
-        for (uint32_t i = 0; i < a->nshards; i++)
-            for (size_t j = 0; j < a->shards[i].hcap; j++) {
-                const hslot *x = &a->shards[i].slots[j];
-                uint64_t h = psw_mix64(x->key);
-                t->acc_new += x->row != EMPTY &&
-                              !slot_find(&t->shards[shard_of_hash(t, h)],
-                                         x->key, h);
+        for (uint32_t i = 0; i < a->nshards; i++) {
+            const shard *s = &a->shards[i];
+            if (a->inl) {
+                for (size_t j = 0; j < s->hcap; j++)
+                    if (s->slots[j].row != EMPTY)
+                        t->acc_new += !has_row(t, s->slots[j].key);
+            } else {
+                for (uint32_t r = 0; r < s->nrows; r++)
+                    t->acc_new += !has_row(t, rec_key(rec_at(a, s, r)));
             }
+        }
     return 0;
 }
 

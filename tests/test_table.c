@@ -1042,6 +1042,124 @@ static void test_sparse_save_load_round_trips_inline_and_chunked_rows(
     save_load_round_trip(PSD_UPD_ADAM, 3);
 }
 
+/* A sparse table grown to 100,000 keys over 16 shards (many doublings of
+ * each shard's slots, many chunks), saved and loaded into a fresh table:
+ * every key pulls the same bytes, and saving the loaded table writes the
+ * same bytes again (rows keep their order). Rows in their slots (dim 1,
+ * sum), in chunks (dim 8, sum) and with optimizer state (dim 3, adam). */
+static void grown_round_trip(psd_updater_kind kind, uint32_t dim)
+{
+    enum { N = 100000, B = 5000 };
+    psd_table_conf c = conf_make(0, dim, 0, kind);
+    c.init.kind = PSD_INIT_UNIFORM;
+    c.init.a = -1;
+    c.init.b = 1;
+    c.init.seed = 11;
+    psd_table *t = table_make(&c, 16, 1, 0);
+    uint64_t *keys = malloc(N * sizeof *keys);
+    float *v = malloc((size_t)B * dim * sizeof *v);
+    float *a = malloc((size_t)N * dim * sizeof *a);
+    float *b = malloc((size_t)N * dim * sizeof *b);
+    assert_true(keys && v && a && b);
+    for (size_t i = 0; i < N; i++)
+        keys[i] = psw_mix64(i + 1000 * dim);
+    for (size_t i = 0; i < (size_t)B * dim; i++)
+        v[i] = (float)(i % 7) - 3.0f;
+    for (size_t i = 0; i < N; i += B)
+        push_keys(t, keys + i, B, v, dim);
+    /* Keys pushed twice, in another order. */
+    for (size_t i = N; i >= B; i -= 2 * B)
+        push_keys(t, keys + i - B, B, v, dim);
+
+    membuf m = { 0 }, m2 = { 0 };
+    psd_sink o = { mem_put, &m };
+    EXPECT_INT(psd_table_save(t, &o), 0, "save");
+    psd_table *u = table_make(&c, 16, 1, 0);
+    psd_source in = { mem_get, &m };
+    char err[256] = "";
+    EXPECT_INT(psd_table_load(u, &in, err, sizeof err), 0, "load (%s)", err);
+    EXPECT_U64(m.at, m.len, "bytes read of those saved");
+    EXPECT_U64(psd_table_rows(u), N, "rows after load");
+    pull_keys(t, keys, N, a, dim);
+    pull_keys(u, keys, N, b, dim);
+    for (size_t i = 0; i < (size_t)N * dim; i++)
+        if (memcmp(&a[i], &b[i], sizeof a[i]))
+            fail_msg("kind %d dim %u: key %zu col %zu: got %a after load, "
+                     "want %a", kind, dim, i / dim, i % dim, b[i], a[i]);
+    psd_sink o2 = { mem_put, &m2 };
+    EXPECT_INT(psd_table_save(u, &o2), 0, "save of the loaded table");
+    EXPECT_U64(m2.len, m.len, "bytes of the second save");
+    if (memcmp(m.p, m2.p, m.len))
+        fail_msg("kind %d dim %u: the loaded table saves other bytes", kind,
+                 dim);
+    free(m.p);
+    free(m2.p);
+    free(keys);
+    free(v);
+    free(a);
+    free(b);
+    psd_table_free(t);
+    psd_table_free(u);
+}
+
+static void test_sparse_grown_table_saves_and_loads_bit_for_bit(void **state)
+{
+    (void)state;
+    grown_round_trip(PSD_UPD_SUM, 1);
+    grown_round_trip(PSD_UPD_SUM, 8);
+    grown_round_trip(PSD_UPD_ADAM, 3);
+}
+
+/* Appends n bytes to a byte string being built. */
+static size_t bytes_add(char *buf, size_t at, const void *p, size_t n)
+{
+    memcpy(buf + at, p, n);
+    return at + n;
+}
+
+/* The bytes a sparse shard saves, written out by hand: u32 shards, then
+ * per shard u32 index, u64 rows, the keys in the order they were first
+ * pushed, the weights in that order, then u8 0 (no bsp sums). A snapshot
+ * written before rows moved next to their keys reads the same. */
+static void test_sparse_save_writes_keys_then_rows_in_push_order(
+    void **state)
+{
+    (void)state;
+    const uint64_t keys[3] = { 5, 9, 7 };
+    for (uint32_t dim = 1; dim <= 2; dim++) {
+        psd_table_conf c = conf_make(0, dim, 0, PSD_UPD_SUM);
+        psd_table *t = table_make(&c, 1, 1, 0);
+        const float v[6] = { 1.5f, -2, 3, 4.25f, 5, -6 };
+        for (int i = 0; i < 3; i++)
+            push_keys(t, &keys[i], 1, v + i * dim, dim);
+        push_keys(t, &keys[0], 1, v, dim);
+        char want[128];
+        size_t n = 0;
+        uint32_t one = 1, zero = 0;
+        uint64_t rows = 3;
+        n = bytes_add(want, n, &one, 4);
+        n = bytes_add(want, n, &zero, 4);
+        n = bytes_add(want, n, &rows, 8);
+        n = bytes_add(want, n, keys, sizeof keys);
+        for (int i = 0; i < 3; i++)
+            for (uint32_t j = 0; j < dim; j++) {
+                float w = v[i * dim + j] * (i == 0 ? 2 : 1);
+                n = bytes_add(want, n, &w, 4);
+            }
+        uint8_t sums = 0;
+        n = bytes_add(want, n, &sums, 1);
+        membuf m = { 0 };
+        psd_sink o = { mem_put, &m };
+        EXPECT_INT(psd_table_save(t, &o), 0, "save");
+        EXPECT_U64(m.len, n, "dim %u: bytes saved", dim);
+        for (size_t i = 0; i < n; i++)
+            EXPECT_INT((unsigned char)m.p[i], (unsigned char)want[i],
+                       "dim %u: byte %zu of the save", dim, i);
+        free(m.p);
+        psd_table_free(t);
+    }
+}
+
 static void test_sparse_200k_sequential_keys_grow_and_keep_their_sums(
     void **state)
 {
@@ -1147,6 +1265,120 @@ static void test_sparse_keys_zero_and_uint64_max_work(void **state)
     psd_table_free(n[1]);
 }
 
+/* A sparse table of dim 8 (sum) in one shard (so no other shard's partly
+ * used chunk counts), grown across doublings of its slots: from 90,000
+ * keys on (where a chunk's unused rows weigh under 2 bytes per key), every
+ * size costs at most 64 bytes per key (2x its floats), right after each of
+ * three doublings too; every key keeps its row. */
+static void test_sparse_dim8_keys_cost_at_most_64_bytes_across_growths(
+    void **state)
+{
+    (void)state;
+    const uint32_t dim = 8;
+    const size_t nkeys = 420000, batch = 1000;
+    psd_table_conf c = conf_make(0, dim, 0, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 1, 1, 0);
+    uint64_t *keys = malloc(nkeys * sizeof *keys);
+    float *v = malloc(batch * dim * sizeof *v);
+    float *out = malloc(batch * dim * sizeof *out);
+    assert_true(keys && v && out);
+    double worst = 0;
+    for (size_t b = 0; b < nkeys; b += batch) {
+        for (size_t i = 0; i < batch; i++) {
+            keys[b + i] = psw_mix64(b + i) ^ 0x9e3779b97f4a7c15ull;
+            for (uint32_t j = 0; j < dim; j++)
+                v[i * dim + j] = (float)((b + i) % 1000) + (float)j / 8;
+        }
+        push_keys(t, keys + b, batch, v, dim);
+        double per = (double)psd_table_bytes(t) / (double)(b + batch);
+        if (b + batch >= 90000 && per > worst)
+            worst = per;
+        if (b + batch >= 90000 && per > 64.0)
+            fail_msg("%zu keys of dim 8: got %.1f bytes per key, want <= 64",
+                     b + batch, per);
+    }
+    print_message("# sparse dim 8, 90k..420k keys: at most %.1f bytes per "
+                  "key\n", worst);
+    EXPECT_U64(psd_table_rows(t), nkeys, "rows");
+    for (size_t b = 0; b < nkeys; b += batch) {
+        pull_keys(t, keys + b, batch, out, dim);
+        for (size_t i = 0; i < batch; i++)
+            for (uint32_t j = 0; j < dim; j++)
+                EXPECT_FLOAT(out[i * dim + j],
+                             (float)((b + i) % 1000) + (float)j / 8,
+                             "key %zu col %u", b + i, j);
+    }
+    EXPECT_U64(psd_table_rows(t), nkeys, "rows after pulling every key");
+    free(keys);
+    free(v);
+    free(out);
+    psd_table_free(t);
+}
+
+static int cmp_hash_high(const void *a, const void *b)
+{
+    uint64_t x = psw_mix64(*(const uint64_t *)a) >> 32;
+    uint64_t y = psw_mix64(*(const uint64_t *)b) >> 32;
+    return x < y ? -1 : x > y;
+}
+
+/* Two keys whose hashes agree in their high half (what a slot keeps of a
+ * key in a table with rows in chunks, and what picks the slot) are two
+ * rows: a push, a pull, or a pull of the one never pushed never takes
+ * one for the other, whichever came first. */
+static void test_sparse_keys_with_equal_hash_halves_stay_apart(void **state)
+{
+    (void)state;
+    enum { N = 300000 };
+    uint64_t *k = malloc(N * sizeof *k);
+    assert_non_null(k);
+    for (size_t i = 0; i < N; i++)
+        k[i] = i * 0x100000001b3ull + 17;
+    qsort(k, N, sizeof *k, cmp_hash_high);
+    size_t found = 0;
+    uint64_t pair[2] = { 0, 0 };
+    for (size_t i = 1; i < N && !found; i++)
+        if (psw_mix64(k[i]) >> 32 == psw_mix64(k[i - 1]) >> 32) {
+            pair[0] = k[i - 1];
+            pair[1] = k[i];
+            found = 1;
+        }
+    free(k);
+    if (!found)
+        fail_msg("no two of %d keys share a hash's high half", N);
+    const uint32_t dim = 3;
+    for (int first = 0; first < 2; first++) {
+        psd_table_conf c = conf_make(0, dim, 0, PSD_UPD_SUM);
+        psd_table *t = table_make(&c, 1, 1, 0);
+        uint64_t a = pair[first], b = pair[!first];
+        const float va[3] = { 1, 2, 3 }, vb[3] = { -4, -5, -6 };
+        float out[6];
+        push_keys(t, &a, 1, va, dim);
+        pull_keys(t, &b, 1, out, dim);
+        for (uint32_t j = 0; j < dim; j++)
+            EXPECT_FLOAT(out[j], 0.0f, "never pushed key %llu col %u "
+                         "(key %llu has its hash half)",
+                         (unsigned long long)b, j, (unsigned long long)a);
+        EXPECT_U64(psd_table_rows(t), 1, "rows after one push");
+        /* Both in one request, each twice, either order. */
+        uint64_t ks[4] = { b, a, b, a };
+        float vs[12];
+        for (int i = 0; i < 4; i++)
+            memcpy(vs + i * dim, i % 2 ? va : vb, sizeof va);
+        push_keys(t, ks, 4, vs, dim);
+        EXPECT_U64(psd_table_rows(t), 2, "rows after pushing both");
+        uint64_t both[2] = { a, b };
+        pull_keys(t, both, 2, out, dim);
+        for (uint32_t j = 0; j < dim; j++) {
+            EXPECT_FLOAT(out[j], 3 * va[j], "key %llu col %u",
+                         (unsigned long long)a, j);
+            EXPECT_FLOAT(out[dim + j], 2 * vb[j], "key %llu col %u",
+                         (unsigned long long)b, j);
+        }
+        psd_table_free(t);
+    }
+}
+
 /* ---- dense memory and init ------------------------------------------ */
 
 static void test_dense_1m_by_16_sum_table_uses_within_5pct_of_raw_floats(
@@ -1238,6 +1470,9 @@ int main(void)
         cmocka_unit_test(
             test_sparse_200k_sequential_keys_grow_and_keep_their_sums),
         cmocka_unit_test(test_sparse_keys_zero_and_uint64_max_work),
+        cmocka_unit_test(
+            test_sparse_dim8_keys_cost_at_most_64_bytes_across_growths),
+        cmocka_unit_test(test_sparse_keys_with_equal_hash_halves_stay_apart),
         cmocka_unit_test(test_sparse_pull_of_new_keys_stores_no_row),
         cmocka_unit_test(test_max_rows_refuses_only_pushes_that_add_rows),
         cmocka_unit_test(test_max_rows_counts_new_keys_of_a_bsp_sum),
@@ -1246,6 +1481,9 @@ int main(void)
             test_max_rows_counts_distinct_new_keys_of_a_big_batch),
         cmocka_unit_test(
             test_sparse_save_load_round_trips_inline_and_chunked_rows),
+        cmocka_unit_test(test_sparse_grown_table_saves_and_loads_bit_for_bit),
+        cmocka_unit_test(
+            test_sparse_save_writes_keys_then_rows_in_push_order),
         cmocka_unit_test(
             test_dense_1m_by_16_sum_table_uses_within_5pct_of_raw_floats),
         cmocka_unit_test(

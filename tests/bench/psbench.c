@@ -1806,6 +1806,10 @@ static void run_memory(void)
 /* Memory per key of a sparse table of dim 8 (sum) filled with 10^6 ..
  * 10^max_exp keys, against its raw floats (issue 12 item 6: <= 2x). */
 static int opt_sparse_curve;      /* largest power of ten; 0: not run */
+/* --sparse-keys: more sizes, measured after the powers of ten (a size
+ * just past a growth of the table's slots is its worst case). */
+static uint64_t opt_sparse_keys[8];
+static int opt_nsparse_keys;
 
 static void run_sparse_curve(void)
 {
@@ -1820,10 +1824,14 @@ static void run_sparse_curve(void)
            "every key (1 node) ==\n");
     printf("%12s %10s %9s %9s %8s %6s\n", "keys", "total MiB", "B/key",
            "raw B/key", "xfloats", "secs");
-    for (int e = 6; e <= opt_sparse_curve; e++) {
+    int npow = opt_sparse_curve >= 6 ? opt_sparse_curve - 5 : 0;
+    for (int e = 0; e < npow + opt_nsparse_keys; e++) {
         memrow m = { .dense = 0, .updater = "sum", .dim = 8, .rows = 1 };
-        for (int i = 0; i < e; i++)
-            m.rows *= 10;
+        if (e < npow)
+            for (int i = 0; i < e + 6; i++)
+                m.rows *= 10;
+        else
+            m.rows = opt_sparse_keys[e - npow];
         mem_one(&m, empty);
         printf("%12llu %10.1f %9.1f %9.1f %8.2f %6.1f%s\n",
                (unsigned long long)m.rows, mem_bytes(&m) / 1048576.0,
@@ -2500,7 +2508,7 @@ static void usage(void)
             "               [--pair-ms N] [--pair-warm-ms N]\n"
             "               [--fairness [--fair-heavy-inflight N] [--fair-split]]\n"
             "               [--scale]\n"
-            "               [--sparse-curve MAXEXP]\n"
+            "               [--sparse-curve MAXEXP] [--sparse-keys N]\n"
             "The filters (--op ... --nodes) keep only the matching cells.\n"
             "--pslite PATH: ps-lite's psl_bench, measured on the same cells\n"
             "as psd, alternately (tests/bench/run_bench.sh builds it).\n"
@@ -2515,7 +2523,8 @@ static void usage(void)
             "--scale: 4 vs 64 worker processes, 4 KiB pulls, 8 in flight, 2\n"
             "nodes; psd's RSS for 1,000 idle connections (item 6).\n"
             "--sparse-curve E: RSS per key of a sparse dim-8 table of 10^6\n"
-            "... 10^E keys against its raw floats (item 6).\n"
+            "... 10^E keys against its raw floats (item 6); --sparse-keys N\n"
+            "measures N keys too (up to 8 times).\n"
             "Add --no-baselines --no-split --no-matrix --no-memory\n"
             "--no-side-by-side to run only those.\n"
             "Starts psd processes itself; writes DIR/bench.csv, "
@@ -2555,6 +2564,10 @@ int main(int argc, char **argv)
             opt_fair_heavy_window = atoi(argv[++i]);
         else if (!strcmp(a, "--sparse-curve") && i + 1 < argc)
             opt_sparse_curve = atoi(argv[++i]);
+        else if (!strcmp(a, "--sparse-keys") && i + 1 < argc &&
+                 opt_nsparse_keys < 8)
+            opt_sparse_keys[opt_nsparse_keys++] =
+                strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--fair-split"))
             opt_fair_split = 1;
         else if (!strcmp(a, "--scale"))
@@ -2622,7 +2635,7 @@ int main(int argc, char **argv)
         run_fairness();
     if (opt_scale)
         run_scale();
-    if (opt_sparse_curve >= 6)
+    if (opt_sparse_curve >= 6 || opt_nsparse_keys)
         run_sparse_curve();
     targets_build();
     rows_build();
