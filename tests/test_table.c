@@ -971,6 +971,21 @@ static int mem_get(void *ctx, void *p, size_t n)
     return 0;
 }
 
+/* Saves t into m, then loads m into a fresh table of conf c and `shards`
+ * shards, which it returns; every byte saved must be read back. */
+static psd_table *save_and_reload(psd_table *t, const psd_table_conf *c,
+                                  uint32_t shards, membuf *m)
+{
+    psd_sink o = { mem_put, m };
+    EXPECT_INT(psd_table_save(t, &o), 0, "save");
+    psd_table *u = table_make(c, shards, 1, 0);
+    psd_source in = { mem_get, m };
+    char err[256] = "";
+    EXPECT_INT(psd_table_load(u, &in, err, sizeof err), 0, "load (%s)", err);
+    EXPECT_U64(m->at, m->len, "bytes read of those saved");
+    return u;
+}
+
 /* A table saved and loaded into a fresh one pulls the same bytes, holds
  * the same rows, and (bsp) applies the same sums at the end of the clock:
  * for rows kept in their slots (dim 1, sum) and in chunks (dim 3, adam). */
@@ -1003,13 +1018,7 @@ static void save_load_round_trip(psd_updater_kind kind, uint32_t dim)
     odd_free(vv);
 
     membuf m = { 0 };
-    psd_sink o = { mem_put, &m };
-    EXPECT_INT(psd_table_save(t, &o), 0, "save");
-    psd_table *u = table_make(&c, 8, 1, 0);
-    psd_source in = { mem_get, &m };
-    char err[256] = "";
-    EXPECT_INT(psd_table_load(u, &in, err, sizeof err), 0, "load (%s)", err);
-    EXPECT_U64(m.at, m.len, "bytes read of those saved");
+    psd_table *u = save_and_reload(t, &c, 8, &m);
     EXPECT_U64(psd_table_rows(u), psd_table_rows(t), "rows after load");
     for (int round = 0; round < 2; round++) {
         float *a = malloc((size_t)POOL * dim * sizeof *a);
@@ -1072,13 +1081,7 @@ static void grown_round_trip(psd_updater_kind kind, uint32_t dim)
         push_keys(t, keys + i - B, B, v, dim);
 
     membuf m = { 0 }, m2 = { 0 };
-    psd_sink o = { mem_put, &m };
-    EXPECT_INT(psd_table_save(t, &o), 0, "save");
-    psd_table *u = table_make(&c, 16, 1, 0);
-    psd_source in = { mem_get, &m };
-    char err[256] = "";
-    EXPECT_INT(psd_table_load(u, &in, err, sizeof err), 0, "load (%s)", err);
-    EXPECT_U64(m.at, m.len, "bytes read of those saved");
+    psd_table *u = save_and_reload(t, &c, 16, &m);
     EXPECT_U64(psd_table_rows(u), N, "rows after load");
     pull_keys(t, keys, N, a, dim);
     pull_keys(u, keys, N, b, dim);
