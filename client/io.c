@@ -248,18 +248,21 @@ static void on_write(uv_write_t *req, int status)
                 uv_strerror(status));
 }
 
-/* Writes a finished psw_out (ownership passes to the write). With
- * nothing queued in libuv it is written at once, and when the kernel takes
- * it whole no write request is queued: libuv 1.44 re-arms the socket's
- * epoll registration when a queued write completes, a system call per
- * request that this spares. What the kernel does not take goes through
- * uv_write. */
+/* Writes a finished psw_out (ownership passes to the write, unless it
+ * fails: then the caller still owns w). With nothing queued in libuv it is
+ * written at once, and when the kernel takes it whole no write request is
+ * queued: libuv 1.44 re-arms the socket's epoll registration when a queued
+ * write completes, a system call per request that this spares. What the
+ * kernel does not take goes through uv_write. Returns 0 or a libuv error
+ * (UV_ENOMEM when memory ran out, here or building w). */
 static int nc_write(nconn *nc, wreq *w)
 {
+    if (w->out.oom)
+        return UV_ENOMEM;
     size_t cnt = psw_out_iovcnt(&w->out);
     struct iovec small[16], *iov = cnt <= 16 ? small : malloc(cnt * sizeof *iov);
     if (!iov)
-        return -1;
+        return UV_ENOMEM;
     psw_out_iov(&w->out, iov);
     uv_stream_t *s = (uv_stream_t *)&nc->tcp;
     size_t done = 0, k = 0, total = w->out.total;
@@ -288,6 +291,14 @@ static int nc_write(nconn *nc, wreq *w)
         psc_add(&nc->st.bytes_sent, total);
     }
     return rc;
+}
+
+/* Drops nc after nc_write failed with rc: out of memory, or the socket
+ * refused the bytes (the peer reset the connection, say). */
+static void nc_write_failed(nconn *nc, int rc, const char *what)
+{
+    nc_drop(nc, rc == UV_ENOMEM ? PS_ENOMEM : PS_ECONN, "cannot send %s to %s: "
+            "%s", what, nc->name, uv_strerror(rc));
 }
 
 static void fly_unlink(nconn *nc, psc_part *p)
@@ -356,6 +367,17 @@ static size_t frame_parts(const nconn *nc, uint64_t max_frame)
                                                      : BATCH_FRAME_MAX;
         if (n && (bytes + p->wire_bytes > cap || n + 1 == PSW_MAX_MSGS))
             break;
+        /* A whole request starts a frame of its own unless all its parts
+         * here fit in this one: joining a frame of other requests must
+         * not split it. */
+        if (n && p->req->whole && (!prev || prev->req != p->req)) {
+            uint64_t all = 0;
+            size_t k = 0;
+            for (const psc_part *q = p; q && q->req == p->req; q = q->next)
+                all += q->wire_bytes, k++;
+            if (bytes + all > max_frame || n + k >= PSW_MAX_MSGS)
+                break;
+        }
         bytes += p->wire_bytes;
         n++;
     }
@@ -381,6 +403,7 @@ static void nc_send(nconn *nc)
     }
     psw_out_init(&w->out);
     uint64_t now = now_ns(), frames = 0;
+    int rc = 0;
     uint64_t attempt = (uint64_t)c->opt.request_timeout_ms * MS;
     while (nc->q_head) {
         size_t n = frame_parts(nc, c->cluster.max_frame);
@@ -411,24 +434,28 @@ static void nc_send(nconn *nc)
         psw_out_frame_end(&w->out);
         frames++;
         if (nc->q_head && w->out.total >= WRITE_BYTES) {
-            if (w->out.oom || nc_write(nc, w))
+            if ((rc = nc_write(nc, w)) != 0)
                 break;
             w = malloc(sizeof *w);
-            if (!w)
+            if (!w) {
+                rc = UV_ENOMEM;
                 break;
+            }
             psw_out_init(&w->out);
         }
     }
     if (!nc->q_head)
         nc->q_tail = NULL;
     psc_add(&nc->st.frames_sent, frames);
-    if (!w || nc->q_head || w->out.oom || nc_write(nc, w)) {
+    if (rc == 0)
+        rc = nc_write(nc, w);
+    if (rc) {
         if (w)
             psw_out_destroy(&w->out);
         free(w);
         /* The parts still queued and those in flight fail or are resent
          * with the drop, like any on a lost connection. */
-        nc_drop(nc, PS_ENOMEM, "cannot send to %s", nc->name);
+        nc_write_failed(nc, rc, "requests");
     }
 }
 
@@ -445,10 +472,11 @@ static void nc_ping(nconn *nc)
     psw_pack_request(&w->out, &ping);
     psw_out_frame_end(&w->out);
     psc_add(&nc->st.frames_sent, 1);
-    if (w->out.oom || nc_write(nc, w)) {
+    int rc = nc_write(nc, w);
+    if (rc) {
         psw_out_destroy(&w->out);
         free(w);
-        nc_drop(nc, PS_ENOMEM, "cannot send to %s", nc->name);
+        nc_write_failed(nc, rc, "a PING");
     }
 }
 
@@ -477,10 +505,11 @@ static void nc_send_hello(nconn *nc)
     psw_pack_hello(&w->out, &h);
     psw_out_frame_end(&w->out);
     psc_add(&nc->st.frames_sent, 1);
-    if (w->out.oom || nc_write(nc, w)) {
+    int rc = nc_write(nc, w);
+    if (rc) {
         psw_out_destroy(&w->out);
         free(w);
-        nc_drop(nc, PS_ECONN, "cannot send HELLO to %s", nc->name);
+        nc_write_failed(nc, rc, "HELLO");
     }
 }
 
@@ -1167,10 +1196,11 @@ static void handle_challenge(nconn *nc, const msgpack_object *msg)
     psw_out_frame_end(&w->out);
     psw_wipe(proof, sizeof proof);
     psc_add(&nc->st.frames_sent, 1);
-    if (w->out.oom || nc_write(nc, w)) {
+    int rc = nc_write(nc, w);
+    if (rc) {
         psw_out_destroy(&w->out);
         free(w);
-        nc_drop(nc, PS_ECONN, "cannot send AUTH to %s", nc->name);
+        nc_write_failed(nc, rc, "AUTH");
     }
 }
 
