@@ -2610,6 +2610,12 @@ int main(int argc, char **argv)
     if (ncpu < 1 || ncpu > CPU_SETSIZE)
         ncpu = 1;
     pin_tid(0, -1);
+    /* The results go to --out: made here (one level), so that a run is
+     * not lost to a folder that does not exist yet. */
+    if (mkdir(opt_out, 0777) && errno != EEXIST) {
+        fprintf(stderr, "psbench: --out %s: %s\n", opt_out, strerror(errno));
+        return 1;
+    }
     if (access(opt_psd, X_OK)) {
         fprintf(stderr, "psbench: %s: %s\n", opt_psd, strerror(errno));
         return 1;
