@@ -181,6 +181,16 @@ static int hash_grow(shard *s)
     return 0;
 }
 
+/* The first free slot on the probe of a key whose tag is `tag`: where a
+ * new slot goes. */
+static size_t cslot_free(const cslot *slots, size_t cap, uint32_t tag)
+{
+    size_t j = tag & (cap - 1);
+    while (slots[j].row != EMPTY)
+        j = (j + 1) & (cap - 1);
+    return j;
+}
+
 /* Doubles a chunk table's slots; the tags say where each one goes. */
 static int cslots_grow(shard *s)
 {
@@ -193,12 +203,8 @@ static int cslots_grow(shard *s)
     memset(n, 0xff, cap * sizeof *n);     /* row EMPTY */
     for (size_t i = 0; i < s->hcap; i++) {
         cslot x = s->cslots[i];
-        if (x.row == EMPTY)
-            continue;
-        size_t j = x.tag & (cap - 1);
-        while (n[j].row != EMPTY)
-            j = (j + 1) & (cap - 1);
-        n[j] = x;
+        if (x.row != EMPTY)
+            n[cslot_free(n, cap, x.tag)] = x;
     }
     free(s->cslots);
     s->cslots = n;
@@ -349,9 +355,7 @@ static uint32_t crow_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
     if ((s->nrows + 1) * CLOAD_DEN > (uint64_t)s->hcap * CLOAD_NUM) {
         if (cslots_grow(s))
             return EMPTY;
-        j = slot_of(h, s->hcap);
-        while (s->cslots[j].row != EMPTY)
-            j = (j + 1) & (s->hcap - 1);
+        j = cslot_free(s->cslots, s->hcap, (uint32_t)(h >> 32));
     }
     if (s->nrows == (uint64_t)s->nchunks << t->chunk_bits && chunk_add(t, s))
         return EMPTY;
@@ -382,17 +386,23 @@ static rowref dense_ref(const psd_table *t, const shard *s, uint64_t r)
     return x;
 }
 
-static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
+/* Chunk tables: row `row`, whose record rec is (its weights live in it,
+ * its state and step counter by row number). */
+static rowref rec_ref(const psd_table *t, const shard *s, uint32_t row,
+                      char *rec)
 {
-    /* Only for tables whose rows live in chunks (!t->inl). */
-    size_t c = row >> t->chunk_bits, i = row & ((1u << t->chunk_bits) - 1),
-           d = t->conf.dim;
-    rowref x = { rec_w(s->rc[c] + i * t->rec), NULL, NULL };
+    size_t c = row >> t->chunk_bits, i = row & ((1u << t->chunk_bits) - 1);
+    rowref x = { rec_w(rec), NULL, NULL };
     if (s->stc)
-        x.st = s->stc[c] + i * d * t->nstate;
+        x.st = s->stc[c] + i * t->conf.dim * t->nstate;
     if (s->stepc)
         x.step = s->stepc[c] + i;
     return x;
+}
+
+static rowref sparse_ref(const psd_table *t, const shard *s, uint32_t row)
+{
+    return rec_ref(t, s, row, rec_at(t, s, row));
 }
 
 /* Finds or creates the row of `key` (hash h) in sparse shard s, wherever
@@ -686,18 +696,6 @@ static uint64_t walk_hash_rec(const psd_table *t, walk *w, size_t i,
     return walk_hash(t, w, i);
 }
 
-/* The row of a record (its weights in it, the rest by row number). */
-static rowref rec_ref(const psd_table *t, const shard *s, cand c)
-{
-    rowref x = { rec_w(c.rec), NULL, NULL };
-    size_t k = c.row >> t->chunk_bits, i = c.row & ((1u << t->chunk_bits) - 1);
-    if (s->stc)
-        x.st = s->stc[k] + i * t->conf.dim * t->nstate;
-    if (s->stepc)
-        x.step = s->stepc[k] + i;
-    return x;
-}
-
 int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
 {
     size_t rb = row_bytes(t);
@@ -724,7 +722,7 @@ int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
                     return PSW_ENOMEM;
                 c.rec = rec_at(t, s, c.row);
             }
-            apply(t, rec_ref(t, s, c), vals + i * rb);
+            apply(t, rec_ref(t, s, c.row, c.rec), vals + i * rb);
         }
         return 0;
     }
@@ -930,16 +928,41 @@ int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
     return 0;
 }
 
-/* Applies the sum g (dim floats, scaled in place) of `key` to t. */
-static int apply_sum(psd_table *t, uint64_t key, float *g, float scale)
+/* Calls fn(ctx, key, weights) for every row of sparse shard s, wherever
+ * rows live, until fn returns non-zero, which it returns. */
+static int each_row(const psd_table *t, shard *s,
+                    int (*fn)(void *ctx, uint64_t key, float *w), void *ctx)
 {
+    int rc = 0;
+    if (t->inl) {
+        for (size_t j = 0; j < s->hcap && !rc; j++)
+            if (s->slots[j].row != EMPTY)
+                rc = fn(ctx, s->slots[j].key, &s->slots[j].inl);
+    } else
+        for (uint32_t r = 0; r < s->nrows && !rc; r++) {
+            char *x = rec_at(t, s, r);
+            rc = fn(ctx, rec_key(x), rec_w(x));
+        }
+    return rc;
+}
+
+typedef struct sum_to {
+    psd_table *t;
+    float scale;
+} sum_to;
+
+/* each_row: applies the sum g (dim floats, scaled in place) of `key`. */
+static int apply_sum(void *ctx, uint64_t key, float *g)
+{
+    const sum_to *to = ctx;
+    psd_table *t = to->t;
     rowref r;
     uint32_t d = t->conf.dim;
     if (locate(t, key, &r))
         return PSW_ENOMEM;
-    if (scale != 1.0f)
+    if (to->scale != 1.0f)
         for (uint32_t k = 0; k < d; k++)
-            g[k] *= scale;
+            g[k] *= to->scale;
     psd_update_row(&t->conf.upd, r.w, r.st, r.step, g, d);
     return 0;
 }
@@ -950,19 +973,10 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
     t->acc_new = 0;
     if (!a)
         return 0;
+    sum_to to = { t, scale };
     for (uint32_t i = 0; i < a->nshards; i++) {
         shard *s = &a->shards[i];
-        int rc = 0;
-        if (a->inl) {
-            for (size_t j = 0; j < s->hcap && !rc; j++)
-                if (s->slots[j].row != EMPTY)
-                    rc = apply_sum(t, s->slots[j].key, &s->slots[j].inl,
-                                   scale);
-        } else
-            for (uint32_t r = 0; r < s->nrows && !rc; r++) {
-                char *x = rec_at(a, s, r);
-                rc = apply_sum(t, rec_key(x), rec_w(x), scale);
-            }
+        int rc = each_row(a, s, apply_sum, &to);
         /* Emptied even when a row failed part way through, so that no
          * row is applied twice at the next clock. The chunks and the
          * slots stay for the next clock. */
@@ -1233,11 +1247,20 @@ static int load_shards(psd_table *t, psd_source *in, char *err,
     return 0;
 }
 
-/* Whether sparse table t holds a row of `key`. */
-static int has_row(const psd_table *t, uint64_t key)
+typedef struct new_keys {
+    const psd_table *t;
+    uint64_t n;
+} new_keys;
+
+/* each_row: counts `key` when table t holds no row of it. */
+static int count_new(void *ctx, uint64_t key, float *w)
 {
+    new_keys *nk = ctx;
     uint64_t h = psw_mix64(key);
-    return sparse_has(t, &t->shards[shard_of_hash(t, h)], key, h);
+    (void)w;
+    nk->n += !sparse_has(nk->t, &nk->t->shards[shard_of_hash(nk->t, h)], key,
+                         h);
+    return 0;
 }
 
 int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
@@ -1257,18 +1280,12 @@ int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
     char inner[200];
     if (load_shards(a, in, inner, sizeof inner))
         LOADFAIL("in the sums of the current clock: %s", inner);
-    if (!t->conf.dense)
-        for (uint32_t i = 0; i < a->nshards; i++) {
-            const shard *s = &a->shards[i];
-            if (a->inl) {
-                for (size_t j = 0; j < s->hcap; j++)
-                    if (s->slots[j].row != EMPTY)
-                        t->acc_new += !has_row(t, s->slots[j].key);
-            } else {
-                for (uint32_t r = 0; r < s->nrows; r++)
-                    t->acc_new += !has_row(t, rec_key(rec_at(a, s, r)));
-            }
-        }
+    if (!t->conf.dense) {
+        new_keys nk = { t, 0 };
+        for (uint32_t i = 0; i < a->nshards; i++)
+            each_row(a, &a->shards[i], count_new, &nk);
+        t->acc_new += nk.n;
+    }
     return 0;
 }
 
