@@ -265,21 +265,16 @@ static int nc_write(nconn *nc, wreq *w)
         return UV_ENOMEM;
     psw_out_iov(&w->out, iov);
     uv_stream_t *s = (uv_stream_t *)&nc->tcp;
-    size_t done = 0, k = 0, total = w->out.total;
-    int rc = 0;
-    if (uv_stream_get_write_queue_size(s) == 0) {
-        rc = uv_try_write(s, (const uv_buf_t *)iov, (unsigned)cnt);
-        done = rc > 0 ? (size_t)rc : 0;
-        rc = rc < 0 && rc != UV_EAGAIN ? rc : 0;
-    }
+    size_t total = w->out.total;
+    /* EAGAIN as well when libuv still has writes queued: order holds. */
+    int rc = uv_try_write(s, (const uv_buf_t *)iov, (unsigned)cnt);
+    size_t done = rc > 0 ? (size_t)rc : 0;
+    rc = rc < 0 && rc != UV_EAGAIN ? rc : 0;
     if (rc == 0 && done == total) {
         psw_out_destroy(&w->out);
         free(w);
     } else if (rc == 0) {
-        while (done >= iov[k].iov_len)
-            done -= iov[k++].iov_len;
-        iov[k].iov_base = (char *)iov[k].iov_base + done;
-        iov[k].iov_len -= done;
+        size_t k = psw_iov_skip(iov, done);
         w->req.data = nc;
         rc = uv_write(&w->req, s, (const uv_buf_t *)iov + k,
                       (unsigned)(cnt - k), on_write);

@@ -460,11 +460,7 @@ static void flush(psd_conn *c)
             return;
         }
     }
-    size_t k = 0;                /* the first iovec not written whole */
-    while (done >= iov[k].iov_len)
-        done -= iov[k++].iov_len;
-    iov[k].iov_base = (char *)iov[k].iov_base + done;
-    iov[k].iov_len -= done;
+    size_t k = psw_iov_skip(iov, done);
     wreq *w = malloc(sizeof *w);
     if (!w) {
         if (iov != small)

@@ -783,6 +783,16 @@ size_t psw_out_iovcnt(const psw_out *o)
     return 2 * o->nsegs + 1;
 }
 
+size_t psw_iov_skip(struct iovec *iov, size_t done)
+{
+    size_t k = 0;
+    while (done >= iov[k].iov_len)
+        done -= iov[k++].iov_len;
+    iov[k].iov_base = (char *)iov[k].iov_base + done;
+    iov[k].iov_len -= done;
+    return k;
+}
+
 void psw_out_iov(const psw_out *o, struct iovec *iov)
 {
     size_t at = 0, k = 0;

@@ -276,5 +276,9 @@ static inline void psw_out_rewind(psw_out *o, psw_mark mark)
 size_t psw_out_iovcnt(const psw_out *o);
 /* Fills iov (psw_out_iovcnt entries) with the bytes to write, in order. */
 void psw_out_iov(const psw_out *o, struct iovec *iov);
+/* After a write that took `done` bytes (less than all) of iov: advances
+ * the first iovec not written whole past its written bytes and returns
+ * its index, where the rest of the write starts. */
+size_t psw_iov_skip(struct iovec *iov, size_t done);
 
 #endif

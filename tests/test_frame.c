@@ -401,6 +401,34 @@ static void crc32c_is_the_castagnoli_crc_and_chains(void **state)
     EXPECT_U64(psw_crc32c(0, "", 0), 0, "crc of nothing");
 }
 
+/* After a partial write, the rest starts at the first iovec not written
+ * whole, advanced past its written bytes: mid-iovec, at a boundary, and
+ * past empty iovecs. */
+static void iov_skip_finds_where_the_rest_starts(void **state)
+{
+    (void)state;
+    char a[10], b[5], c[7];
+    struct iovec iov[4];
+    static const struct { size_t done, k, off; } cases[] = {
+        { 0, 0, 0 }, { 3, 0, 3 }, { 10, 2, 0 }, { 11, 2, 1 }, { 15, 3, 0 },
+        { 21, 3, 6 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        iov[0] = (struct iovec){ a, sizeof a };
+        iov[1] = (struct iovec){ b, 0 };        /* empty: always skipped */
+        iov[2] = (struct iovec){ b, sizeof b };
+        iov[3] = (struct iovec){ c, sizeof c };
+        size_t k = psw_iov_skip(iov, cases[i].done);
+        EXPECT_U64(k, cases[i].k, "done %zu: index", cases[i].done);
+        const char *base = k == 0 ? a : k == 3 ? c : b;
+        size_t len = k == 0 ? sizeof a : k == 3 ? sizeof c : sizeof b;
+        EXPECT_PTR(iov[k].iov_base, base + cases[i].off, "done %zu: base",
+                   cases[i].done);
+        EXPECT_U64(iov[k].iov_len, len - cases[i].off, "done %zu: length",
+                   cases[i].done);
+    }
+}
+
 /* Every single-bit flip in a frame's body or CRC is caught before the
  * body is handed out. */
 static void reader_refuses_a_frame_whose_bits_were_flipped(void **state)
@@ -992,6 +1020,7 @@ int main(void)
         cmocka_unit_test(reader_refuses_oversized_length_before_buffering),
         cmocka_unit_test(reader_refuses_empty_frame),
         cmocka_unit_test(crc32c_is_the_castagnoli_crc_and_chains),
+        cmocka_unit_test(iov_skip_finds_where_the_rest_starts),
         cmocka_unit_test(reader_refuses_a_frame_whose_bits_were_flipped),
         cmocka_unit_test(guard_rejects_counts_larger_than_the_bytes_left),
         cmocka_unit_test(guard_rejects_deep_nesting_and_the_unused_byte),
