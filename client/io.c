@@ -1399,6 +1399,16 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
     /* Parts that may wait for other workers: only their own bound. */
     while (nc->fly[1].head && now >= nc->fly[1].head->expire_ns) {
         psc_part *p = nc->fly[1].head;
+        if (uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp) > 0) {
+            /* A write libuv has not finished may still read its keys (or
+             * a pushpull's values): failing it now would hand the caller
+             * back buffers the library still sends. Closing cancels those
+             * writes first; on_nc_closed then fails it, its time up. */
+            nc_drop(nc, PS_ETIMEDOUT, "no answer from %s within "
+                    "sync_timeout_ms (%d ms): waiting for other workers",
+                    nc->name, c->opt.sync_timeout_ms);
+            return;
+        }
         fly_unlink(nc, p);
         if (p == nc->direct) {
             /* Its out may be freed once it fails: the rest is dropped. */

@@ -413,12 +413,65 @@ static void node_at_max_connections_refuses_clearly_and_lets_in_later(
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* An ssp pull is bounded by sync_timeout_ms alone. When that runs out
+ * while its keys are still queued for writing (the server does not read:
+ * a paused proxy), it fails and the caller may reuse its keys at once
+ * (psclient.h: once a request completed its buffers are no longer used).
+ * The library must not send them afterwards: here the caller overwrites
+ * them, and a frame built from them then reaches psd with a CRC that no
+ * longer matches (and freed keys would be a use after free). */
+static void expired_ssp_pull_never_sends_its_keys_afterwards(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "workers = 2\n",
+              "[server]\npeer_timeout_ms = 60000\n"
+              "[table.s]\ndim = 1\nconsistency = ssp\nstaleness = 1\n");
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 60000;
+    o.sync_timeout_ms = 500;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    int t = ps_table(cl, "s", NULL);
+    /* 32 MiB of keys: far more than the socket buffers hold. */
+    size_t n = (size_t)4 << 20;
+    uint64_t *keys = malloc(n * sizeof *keys);
+    float *out = malloc(n * sizeof *out);
+    assert_non_null(keys);
+    assert_non_null(out);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = i;
+    fp_faults paused = { .pause = 1 };
+    fp_set(r.p[0], FP_UP, &paused);
+    int rc = ps_wait(cl, ps_pull(cl, t, keys, n, out, NULL, NULL));
+    EXPECT_INT(rc, PS_ETIMEDOUT, "an ssp pull past sync_timeout_ms");
+    EXPECT_SUBSTR(ps_last_error(cl), "sync_timeout_ms", "what it says");
+    memset(keys, 0xab, n * sizeof *keys);   /* the caller's again */
+    fp_faults none = { 0 };
+    fp_set(r.p[0], FP_UP, &none);
+    int bad = cluster_log_wait(&r.c, 0, "CRC32C mismatch", 3000);
+    if (bad) {
+        char *log = cluster_log(&r.c, 0);
+        print_error("node 0 log:\n%s\n", log ? log : "");
+        free(log);
+    }
+    EXPECT_INT(bad, 0, "frames psd received with keys changed after the "
+               "pull completed");
+    ps_close(cl);
+    free(keys);
+    free(out);
+    rig_stop(&r);
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
     seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
     printf("# faults: proxy seed %llu (PSD_TEST_SEED replays it)\n",
            (unsigned long long)seed);
+    if (getenv("PSD_TEST_ONLY"))       /* e.g. PSD_TEST_ONLY='*ssp*' */
+        cmocka_set_test_filter(getenv("PSD_TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             twenty_percent_frame_drop_both_ways_loses_and_doubles_nothing),
@@ -433,6 +486,7 @@ int main(void)
             silent_partition_is_noticed_within_the_heartbeat_bound),
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
+        cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }
