@@ -414,7 +414,9 @@ static void nc_send(nconn *nc)
                 psc_add(&nc->st.resends, 1);
             p->sent_ns = now;
             p->direct = 0;
-            p->attempt_ns = p->slow ? p->expire_ns : now + attempt;
+            /* An attempt never outlasts the part's bounded time. */
+            p->attempt_ns = p->slow || now + attempt > p->expire_ns
+                                ? p->expire_ns : now + attempt;
             int k = psc_stat_kind(p->msg.op);
             if (k >= 0) {
                 psc_add(&nc->st.op[k].parts, 1);
@@ -1426,10 +1428,16 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
     psc_part *p = nc->fly[0].head;
     if (p && now >= p->attempt_ns) {
         psc_add(&nc->st.timeouts, 1);
-        nc_drop(nc, PS_ETIMEDOUT, "no reply from %s within %d ms to request "
-                "%llu (attempt %d of %d)", nc->name,
-                c->opt.request_timeout_ms, (unsigned long long)p->msg.ts,
-                p->sends, c->opt.max_retries + 1);
+        if (now >= p->expire_ns)
+            nc_drop(nc, PS_ETIMEDOUT, "no reply from %s to request %llu "
+                    "within its bounded time (attempt %d of %d)", nc->name,
+                    (unsigned long long)p->msg.ts, p->sends,
+                    c->opt.max_retries + 1);
+        else
+            nc_drop(nc, PS_ETIMEDOUT, "no reply from %s within %d ms to "
+                    "request %llu (attempt %d of %d)", nc->name,
+                    c->opt.request_timeout_ms, (unsigned long long)p->msg.ts,
+                    p->sends, c->opt.max_retries + 1);
         return;
     }
     uint64_t dead = (uint64_t)c->cluster.peer_timeout_ms * MS;

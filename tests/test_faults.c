@@ -464,6 +464,43 @@ static void expired_ssp_pull_never_sends_its_keys_afterwards(void **state)
     rig_stop(&r);
 }
 
+/* A request fails once request_timeout_ms x (max_retries + 1) have passed
+ * since the call (psclient.h), also when its last attempt could only be
+ * sent late (here every HELLO_OK takes 800 ms and no request reaches
+ * psd): that attempt must not run its full request_timeout_ms past the
+ * bound. */
+static void late_last_attempt_still_fails_within_the_bound(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "", "[server]\npeer_timeout_ms = 60000\n" TABLES);
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 1000;
+    o.max_retries = 2;           /* bound: 3 s */
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    fp_faults down = { .delay_ms = 800 };
+    fp_faults up = { .drop = 1.0, .skip_frames = 1 };  /* HELLO passes */
+    fp_set(r.p[0], FP_DOWN, &down);
+    fp_set(r.p[0], FP_UP, &up);
+    fp_reset_all(r.p[0]);
+    sleep_ms(100);
+    uint64_t key = 1;
+    float one = 1.0f;
+    double t0 = now_s();
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    double took = now_s() - t0;
+    EXPECT_INT(rc, PS_ETIMEDOUT, "status of a push that never got through");
+    print_message("# failed after %.2f s (bound 3 s): %s\n", took,
+                  ps_last_error(cl));
+    if (took > 3.0 + 0.3)
+        fail_msg("the push failed after %.2f s; its bound is 3 s", took);
+    ps_close(cl);
+    rig_stop(&r);
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -487,6 +524,7 @@ int main(void)
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
         cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
+        cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }
