@@ -630,6 +630,41 @@ static void overlapping_pulls_queued_during_a_push_carry_their_own_rows(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* SIGTERM while a client that reads nothing is owed replies: psd stops
+ * reading and writes what it owes, but a peer silent for peer_timeout_ms
+ * (nothing read from it, no write drained) is presumed dead then as at
+ * any other time, so psd still exits (and writes its final snapshot)
+ * instead of waiting for that client for ever. */
+static void shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    enum { ROWS = 900000 };
+    if (cluster_start(&c, 1, 1,
+                      "[server]\nmax_frame = 8M\nmax_output = 64M\n"
+                      "heartbeat_ms = 100\npeer_timeout_ms = 500\n"
+                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
+                      "init = constant 2.5\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    /* Replies of 3.6 MB each, more than the socket buffers hold. */
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
+                     .count = ROWS };
+    for (uint64_t ts = 1; ts <= 3; ts++) {
+        pull.ts = ts;
+        raw_send_msgs(fd, &pull, 1);
+    }
+    sleep_ms(300);
+    kill(c.pid[0], SIGTERM);
+    int st = cluster_wait_exit(&c, 0, 5000);
+    EXPECT_INT(st, 0, "psd's exit status within 5 s of SIGTERM (-1: still "
+               "running, waiting for a client that reads nothing)");
+    close(fd);
+    cluster_stop(&c);
+}
+
 /* A frame that trickles in (a byte every 300 ms keeps the connection
  * alive for the heartbeat check) is cut off after frame_timeout. */
 static void frame_that_stops_half_way_is_closed_after_frame_timeout(
@@ -1237,6 +1272,7 @@ int main(void)
         cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
         cmocka_unit_test_teardown(pull_reply_queued_during_a_push_carries_the_rows_before_it, teardown),
         cmocka_unit_test_teardown(overlapping_pulls_queued_during_a_push_carry_their_own_rows, teardown),
+        cmocka_unit_test_teardown(shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing, teardown),
         cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
         cmocka_unit_test_teardown(idle_connections_make_room_for_a_new_client, teardown),
