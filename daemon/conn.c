@@ -321,10 +321,13 @@ static int detach_out(psd_node *n, psw_out *o, uv_write_t *req, int table,
         if (!copy)
             return -1;
         n->row_refs[table]--;
+        /* Only iovecs that lie inside this seg: another reply's rows may
+         * start inside it and end past it (overlapping pulls), and the
+         * copy holds this seg's bytes only. */
         for (unsigned j = req ? req->write_index : 0; req && j < req->nbufs;
              j++) {
             uintptr_t at = (uintptr_t)req->bufs[j].base;
-            if (at >= a && at < b)
+            if (at >= a && at < b && req->bufs[j].len <= b - at)
                 req->bufs[j].base = copy + (at - a);
         }
     }

@@ -15,6 +15,14 @@
 static void on_conn_tick(uv_timer_t *t)
 {
     psd_server *s = t->data;
+    /* Stopping: the ticks go on while connections write what they owe,
+     * so that a peer that reads nothing is still presumed dead after
+     * peer_timeout_ms and cannot hold the stop (and the final snapshot)
+     * for ever; they end with the last connection. */
+    if (s->stopping && !s->conns.head) {
+        uv_close((uv_handle_t *)t, NULL);
+        return;
+    }
     psd_conns_tick(&s->conns);
 }
 
@@ -165,7 +173,8 @@ void psd_server_stop(psd_server *s)
         return;
     s->stopping = 1;
     uv_close((uv_handle_t *)&s->listener, NULL);
-    uv_close((uv_handle_t *)&s->conn_timer, NULL);
+    if (!s->conns.head)
+        uv_close((uv_handle_t *)&s->conn_timer, NULL);
     uv_close((uv_handle_t *)&s->mode_timer, NULL);
     psd_admin_stop(&s->admin);
     psd_metrics_stop(&s->metrics);

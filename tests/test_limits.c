@@ -548,6 +548,123 @@ static void pull_reply_queued_during_a_push_carries_the_rows_before_it(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Two pulls whose rows overlap (the second starts inside the first) in
+ * one frame: their replies reference the same rows in place, in one
+ * queued write. A push then changes those rows while the write waits:
+ * each reply must still carry its own rows as they were, whole. (The
+ * copy made for the first reply must not be used for the bytes of the
+ * second that lie past its end.) */
+static void overlapping_pulls_queued_during_a_push_carry_their_own_rows(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    enum { ROWS = 900000, HALF = 300000, SPAN = 600000 };
+    if (cluster_start(&c, 1, 1,
+                      "[server]\nmax_frame = 8M\nmax_output = 64M\n"
+                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
+                      "init = constant 2.5\nupdater = sum\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    float *ones = malloc(ROWS * sizeof *ones);
+    for (size_t i = 0; i < ROWS; i++)
+        ones[i] = 1;
+    /* Two replies of 3.6 MB fill the socket buffers first, so nothing of
+     * the overlapping replies is written before the push. */
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
+                     .count = ROWS };
+    for (uint64_t ts = 1; ts <= 2; ts++) {
+        pull.ts = ts;
+        raw_send_msgs(fd, &pull, 1);
+    }
+    psw_msg two[2] = {
+        { .op = PSW_OP_PULL_RANGE, .ts = 3, .table = 0, .first = 0,
+          .count = SPAN },
+        { .op = PSW_OP_PULL_RANGE, .ts = 4, .table = 0, .first = HALF,
+          .count = SPAN },
+    };
+    raw_send_msgs(fd, two, 2);
+    sleep_ms(300);
+    ps_client *pc = open_or_fail(c.spec);
+    wait_ok(pc, ps_push_range(pc, 0, 0, ROWS, ones, NULL, NULL));
+    sleep_ms(100);
+    /* Replies 1 and 2 in frames of their own, 3 and 4 in one frame. */
+    uint64_t ts = 1;
+    while (ts <= 4) {
+        size_t len;
+        char *f = raw_read_frame(fd, &len);
+        if (!f)
+            fail_msg("no reply frame for request %llu (psd closed the "
+                     "connection or sent a bad frame)",
+                     (unsigned long long)ts);
+        msgpack_zone z;
+        msgpack_zone_init(&z, 4096);
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        int n = -1;
+        if (psw_frame_decode(f, len, &z, &obj, err, sizeof err) ||
+            (n = psw_frame_messages(&obj, 8, &msgs, err, sizeof err)) < 1)
+            fail_msg("reply frame: %s", err);
+        for (int i = 0; i < n; i++) {
+            psw_msg r;
+            if (psw_msg_decode(&msgs[i], &r, err, sizeof err))
+                fail_msg("reply: %s", err);
+            if (r.op != PSW_OP_REPLY)
+                continue;        /* a PING */
+            char what[32];
+            EXPECT_U64(r.ts, ts, "reply order");
+            EXPECT_INT(r.status, 0, "status of pull %llu",
+                       (unsigned long long)ts);
+            snprintf(what, sizeof what, "pull %llu", (unsigned long long)ts);
+            expect_rows(&r, ts <= 2 ? ROWS : SPAN, 2.5f, what);
+            ts++;
+        }
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+    ps_close(pc);
+    close(fd);
+    free(ones);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* SIGTERM while a client that reads nothing is owed replies: psd stops
+ * reading and writes what it owes, but a peer silent for peer_timeout_ms
+ * (nothing read from it, no write drained) is presumed dead then as at
+ * any other time, so psd still exits (and writes its final snapshot)
+ * instead of waiting for that client for ever. */
+static void shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    enum { ROWS = 900000 };
+    if (cluster_start(&c, 1, 1,
+                      "[server]\nmax_frame = 8M\nmax_output = 64M\n"
+                      "heartbeat_ms = 100\npeer_timeout_ms = 500\n"
+                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
+                      "init = constant 2.5\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    /* Replies of 3.6 MB each, more than the socket buffers hold. */
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
+                     .count = ROWS };
+    for (uint64_t ts = 1; ts <= 3; ts++) {
+        pull.ts = ts;
+        raw_send_msgs(fd, &pull, 1);
+    }
+    sleep_ms(300);
+    kill(c.pid[0], SIGTERM);
+    int st = cluster_wait_exit(&c, 0, 5000);
+    EXPECT_INT(st, 0, "psd's exit status within 5 s of SIGTERM (-1: still "
+               "running, waiting for a client that reads nothing)");
+    close(fd);
+    cluster_stop(&c);
+}
+
 /* A frame that trickles in (a byte every 300 ms keeps the connection
  * alive for the heartbeat check) is cut off after frame_timeout. */
 static void frame_that_stops_half_way_is_closed_after_frame_timeout(
@@ -1154,6 +1271,8 @@ int main(void)
         cmocka_unit_test_teardown(connection_whose_buffer_would_pass_the_budget_is_closed, teardown),
         cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
         cmocka_unit_test_teardown(pull_reply_queued_during_a_push_carries_the_rows_before_it, teardown),
+        cmocka_unit_test_teardown(overlapping_pulls_queued_during_a_push_carry_their_own_rows, teardown),
+        cmocka_unit_test_teardown(shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing, teardown),
         cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
         cmocka_unit_test_teardown(idle_connections_make_room_for_a_new_client, teardown),
