@@ -1263,6 +1263,25 @@ static int count_new(void *ctx, uint64_t key, float *w)
     return 0;
 }
 
+typedef struct sum_key {
+    const psd_table *t;
+    uint64_t key;
+} sum_key;
+
+/* each_row: non-zero when a sum's `key` is no row of this node's (a dense
+ * row past the end or in a shard of another node, a sparse key of another
+ * node's shard), so applying it at the end of the clock could not. */
+static int sum_key_foreign(void *ctx, uint64_t key, float *w)
+{
+    sum_key *sk = ctx;
+    const psd_table *t = sk->t;
+    (void)w;
+    sk->key = key;
+    if (t->conf.dense)
+        return key >= t->conf.rows || !t->shards[shard_of(t, key)].owned;
+    return !t->shards[shard_of_hash(t, psw_mix64(key))].owned;
+}
+
 int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
 {
     if (load_shards(t, in, err, errlen))
@@ -1280,6 +1299,11 @@ int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
     char inner[200];
     if (load_shards(a, in, inner, sizeof inner))
         LOADFAIL("in the sums of the current clock: %s", inner);
+    sum_key sk = { t, 0 };
+    for (uint32_t i = 0; i < a->nshards; i++)
+        if (each_row(a, &a->shards[i], sum_key_foreign, &sk))
+            LOADFAIL("in the sums of the current clock: key %llu is not a "
+                     "row of this node", (unsigned long long)sk.key);
     if (!t->conf.dense) {
         new_keys nk = { t, 0 };
         for (uint32_t i = 0; i < a->nshards; i++)

@@ -1041,6 +1041,84 @@ static void save_load_round_trip(psd_updater_kind kind, uint32_t dim)
     psd_table_free(u);
 }
 
+/* Appends n bytes at p to m. */
+static void mem_add(membuf *m, const void *p, size_t n)
+{
+    EXPECT_INT(mem_put(m, p, n), 0, "mem_put");
+}
+
+/* Loads m into t; returns psd_table_load's result, err its reason. */
+static int load_from(psd_table *t, membuf *m, char *err, size_t errlen)
+{
+    psd_source in = { mem_get, m };
+    err[0] = '\0';
+    return psd_table_load(t, &in, err, errlen);
+}
+
+/* The sums of a bsp clock become rows of the table when the clock ends,
+ * so a load refuses a sum whose key is no row of this node: a dense row
+ * past the table's end (applying it would write outside the shard), or a
+ * sparse key of a shard another node owns (it would become a row that no
+ * request reaches and no save writes). */
+static void test_load_refuses_sums_of_keys_this_node_does_not_hold(
+    void **state)
+{
+    (void)state;
+    char err[256];
+    uint32_t u32;
+    uint64_t u64;
+    uint8_t u8;
+    float f = 1.0f;
+
+    /* Dense, 4 rows, dim 1, one shard: its rows, then one sum for row
+     * 1000 (the side table keeps sums in its own single shard). */
+    psd_table_conf c = conf_make(1, 1, 4, PSD_UPD_SUM);
+    c.consistency = PSD_CONS_BSP;
+    psd_table *t = table_make(&c, 1, 1, 0);
+    membuf m = { 0 };
+    u32 = 1, mem_add(&m, &u32, 4);          /* shards saved */
+    u32 = 0, mem_add(&m, &u32, 4);          /* shard 0 */
+    u64 = 4, mem_add(&m, &u64, 8);          /* its rows */
+    for (int i = 0; i < 4; i++)
+        mem_add(&m, &f, 4);
+    u8 = 1, mem_add(&m, &u8, 1);            /* sums follow */
+    u32 = 1, mem_add(&m, &u32, 4);
+    u32 = 0, mem_add(&m, &u32, 4);
+    u64 = 1, mem_add(&m, &u64, 8);
+    u64 = 1000, mem_add(&m, &u64, 8);       /* the key: no such row */
+    mem_add(&m, &f, 4);
+    EXPECT_INT(load_from(t, &m, err, sizeof err), -1,
+               "dense load with a sum for row 1000 of 4 (%s)", err);
+    free(m.p);
+    psd_table_free(t);
+
+    /* Sparse, two shards on two nodes; node 0 holds shard 0 (no rows)
+     * and gets a sum for a key of shard 1, node 1's. */
+    c = conf_make(0, 1, 0, PSD_UPD_SUM);
+    c.consistency = PSD_CONS_BSP;
+    t = table_make(&c, 2, 2, 0);
+    uint64_t k = 0;
+    while (psw_sparse_shard_of(2, k) != 1)
+        k++;
+    memset(&m, 0, sizeof m);
+    u32 = 1, mem_add(&m, &u32, 4);          /* shards saved: shard 0 */
+    u32 = 0, mem_add(&m, &u32, 4);
+    u64 = 0, mem_add(&m, &u64, 8);
+    u8 = 1, mem_add(&m, &u8, 1);
+    u32 = 2, mem_add(&m, &u32, 4);          /* sums: every shard */
+    u32 = 0, mem_add(&m, &u32, 4);
+    u64 = 0, mem_add(&m, &u64, 8);
+    u32 = 1, mem_add(&m, &u32, 4);
+    u64 = 1, mem_add(&m, &u64, 8);
+    mem_add(&m, &k, 8);
+    mem_add(&m, &f, 4);
+    EXPECT_INT(load_from(t, &m, err, sizeof err), -1,
+               "sparse load on node 0 with a sum for key %llu of shard 1 "
+               "(%s)", (unsigned long long)k, err);
+    free(m.p);
+    psd_table_free(t);
+}
+
 static void test_sparse_save_load_round_trips_inline_and_chunked_rows(
     void **state)
 {
@@ -1485,6 +1563,8 @@ int main(void)
         cmocka_unit_test(
             test_sparse_save_load_round_trips_inline_and_chunked_rows),
         cmocka_unit_test(test_sparse_grown_table_saves_and_loads_bit_for_bit),
+        cmocka_unit_test(
+            test_load_refuses_sums_of_keys_this_node_does_not_hold),
         cmocka_unit_test(
             test_sparse_save_writes_keys_then_rows_in_push_order),
         cmocka_unit_test(
