@@ -306,6 +306,39 @@ static void test_a_full_disk_refuses_pushes_and_loses_nothing(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* SIGTERM while a push's reply waits for a journal that cannot be
+ * written (the disk is full): that reply can never be given honestly, so
+ * the stop must not wait for it. psd closes such a connection unanswered
+ * (the client hears nothing it could take for an acknowledgement) and
+ * exits, its final snapshot failing on the full disk (status 1). */
+static void test_a_stop_does_not_wait_for_a_full_disk(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    ps_options o = client_options();
+    o.request_timeout_ms = 30000;   /* the client would wait for ever */
+    o.max_retries = 0;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1.0f;
+    set_fsize(c.pid[0], 1);
+    ps_ts ts = ps_push(cl, t, &key, 1, &one, NULL, NULL);
+    assert_true(ts > 0);
+    sleep_ms(500);                  /* applied; its record not written */
+    kill(c.pid[0], SIGTERM);
+    int st = cluster_wait_exit(&c, 0, 3000);
+    EXPECT_INT(st, 1, "psd's exit status within 3 s of SIGTERM (-1: still "
+               "running, waiting for the journal)");
+    int rc = ps_wait(cl, ts);
+    EXPECT_INT(rc != PS_OK, 1, "the push was never journaled: %s",
+               ps_strerror(rc));
+    ps_close(cl);
+    cluster_stop(&c);
+}
+
 static void damage(const char *path, long off, int cut)
 {
     FILE *f = fopen(path, "r+b");
@@ -413,6 +446,7 @@ int main(void)
         cmocka_unit_test(
             test_a_snapshot_killed_after_its_rename_is_the_new_one),
         cmocka_unit_test(test_a_full_disk_refuses_pushes_and_loses_nothing),
+        cmocka_unit_test(test_a_stop_does_not_wait_for_a_full_disk),
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),
         cmocka_unit_test(test_a_snapshot_of_another_layout_stops_psd),
     };
