@@ -1247,39 +1247,31 @@ static int load_shards(psd_table *t, psd_source *in, char *err,
     return 0;
 }
 
-typedef struct new_keys {
+/* One walk over the sums of a clock just loaded into t's side table. */
+typedef struct sums_walk {
     const psd_table *t;
-    uint64_t n;
-} new_keys;
+    uint64_t key;                /* the key looked at last */
+    uint64_t fresh;              /* sparse keys t holds no row of yet */
+} sums_walk;
 
-/* each_row: counts `key` when table t holds no row of it. */
-static int count_new(void *ctx, uint64_t key, float *w)
+/* each_row: non-zero when `key` is no row of this node (a dense row past
+ * the end or in another node's shard, a sparse key of another node's
+ * shard), which applying the sums at the end of the clock could not
+ * reach; else counts a sparse key that applying them will create. */
+static int walk_sum(void *ctx, uint64_t key, float *w)
 {
-    new_keys *nk = ctx;
-    uint64_t h = psw_mix64(key);
+    sums_walk *sw = ctx;
+    const psd_table *t = sw->t;
     (void)w;
-    nk->n += !sparse_has(nk->t, &nk->t->shards[shard_of_hash(nk->t, h)], key,
-                         h);
-    return 0;
-}
-
-typedef struct sum_key {
-    const psd_table *t;
-    uint64_t key;
-} sum_key;
-
-/* each_row: non-zero when a sum's `key` is no row of this node's (a dense
- * row past the end or in a shard of another node, a sparse key of another
- * node's shard), so applying it at the end of the clock could not. */
-static int sum_key_foreign(void *ctx, uint64_t key, float *w)
-{
-    sum_key *sk = ctx;
-    const psd_table *t = sk->t;
-    (void)w;
-    sk->key = key;
+    sw->key = key;
     if (t->conf.dense)
         return key >= t->conf.rows || !t->shards[shard_of(t, key)].owned;
-    return !t->shards[shard_of_hash(t, psw_mix64(key))].owned;
+    uint64_t h = psw_mix64(key);
+    const shard *s = &t->shards[shard_of_hash(t, h)];
+    if (!s->owned)
+        return 1;
+    sw->fresh += !sparse_has(t, s, key, h);
+    return 0;
 }
 
 int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
@@ -1299,17 +1291,12 @@ int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
     char inner[200];
     if (load_shards(a, in, inner, sizeof inner))
         LOADFAIL("in the sums of the current clock: %s", inner);
-    sum_key sk = { t, 0 };
+    sums_walk sw = { t, 0, 0 };
     for (uint32_t i = 0; i < a->nshards; i++)
-        if (each_row(a, &a->shards[i], sum_key_foreign, &sk))
+        if (each_row(a, &a->shards[i], walk_sum, &sw))
             LOADFAIL("in the sums of the current clock: key %llu is not a "
-                     "row of this node", (unsigned long long)sk.key);
-    if (!t->conf.dense) {
-        new_keys nk = { t, 0 };
-        for (uint32_t i = 0; i < a->nshards; i++)
-            each_row(a, &a->shards[i], count_new, &nk);
-        t->acc_new += nk.n;
-    }
+                     "row of this node", (unsigned long long)sw.key);
+    t->acc_new += sw.fresh;
     return 0;
 }
 
