@@ -212,9 +212,11 @@ static void raw_ping(int fd)
     raw_send_msgs(fd, &ping, 1);
 }
 
-/* Reads frames until one holds a REPLY, and returns it (views into
- * *frame, which the caller frees after z). */
-static void raw_read_reply(int fd, psw_msg *r, msgpack_zone *z, char **frame)
+/* Reads frames until one holds a REPLY, and decodes up to max of that
+ * frame's replies into r, in order; returns how many (views into *frame,
+ * which the caller frees after z). */
+static int raw_read_replies(int fd, psw_msg *r, int max, msgpack_zone *z,
+                            char **frame)
 {
     for (;;) {
         size_t len;
@@ -223,17 +225,57 @@ static void raw_read_reply(int fd, psw_msg *r, msgpack_zone *z, char **frame)
         char err[128];
         *frame = raw_read_frame(fd, &len);
         if (!*frame)
-            fail_msg("no reply frame");
+            fail_msg("no reply frame (psd closed the connection or sent a "
+                     "bad frame)");
         msgpack_zone_init(z, 4096);
-        int n;
-        if (psw_frame_decode(*frame, len, z, &obj, err, sizeof err) ||
-            (n = psw_frame_messages(&obj, 8, &msgs, err, sizeof err)) < 1 ||
-            psw_msg_decode(&msgs[0], r, err, sizeof err))
+        int n = psw_frame_decode(*frame, len, z, &obj, err, sizeof err)
+                    ? -1
+                    : psw_frame_messages(&obj, 8, &msgs, err, sizeof err);
+        if (n < 1)
             fail_msg("reply frame: %s", err);
-        if (r->op == PSW_OP_REPLY)
-            return;
-        msgpack_zone_destroy(z);     /* a PING */
+        int k = 0;
+        for (int i = 0; i < n && k < max; i++) {
+            if (psw_msg_decode(&msgs[i], &r[k], err, sizeof err))
+                fail_msg("reply: %s", err);
+            k += r[k].op == PSW_OP_REPLY;     /* PINGs are skipped */
+        }
+        if (k)
+            return k;
+        msgpack_zone_destroy(z);
         free(*frame);
+    }
+}
+
+/* The first reply of the next frame that holds one. */
+static void raw_read_reply(int fd, psw_msg *r, msgpack_zone *z, char **frame)
+{
+    raw_read_replies(fd, r, 1, z, frame);
+}
+
+/* One node (shards shards) with table d: dense, 10^6 rows of dim 1, each
+ * 2.5 at first, updater sum; `server` adds [server] lines. Returns a raw
+ * connection to it past HELLO. */
+static int start_dense_raw(test_cluster *c, int shards, const char *server)
+{
+    char conf[512];
+    snprintf(conf, sizeof conf, "[server]\n%s[table.d]\nkind = dense\n"
+             "rows = 1000000\ndim = 1\ninit = constant 2.5\nupdater = sum\n",
+             server);
+    if (cluster_start(c, 1, shards, conf))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c->port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    return fd;
+}
+
+/* Pulls rows 0..count-1 of table d as requests first..last, a frame each. */
+static void send_pulls(int fd, uint64_t first, uint64_t last, uint64_t count)
+{
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
+                     .count = count };
+    for (uint64_t ts = first; ts <= last; ts++) {
+        pull.ts = ts;
+        raw_send_msgs(fd, &pull, 1);
     }
 }
 
@@ -418,19 +460,8 @@ static void frame_whose_replies_do_not_fit_waits_and_loses_nothing(
 {
     (void)state;
     test_cluster c;
-    if (cluster_start(&c, 1, 4,
-                      "[server]\nmax_frame = 4M\nmax_output = 1M\n"
-                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
-                      "init = constant 2.5\n"))
-        fail_msg("cluster did not start");
-    int fd = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello(fd), 0, "HELLO");
-    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
-                     .count = 900000 };
-    for (uint64_t ts = 1; ts <= 4; ts++) {
-        pull.ts = ts;
-        raw_send_msgs(fd, &pull, 1);
-    }
+    int fd = start_dense_raw(&c, 4, "max_frame = 4M\nmax_output = 1M\n");
+    send_pulls(fd, 1, 4, 900000);
     sleep_ms(500);
     for (uint64_t ts = 1; ts <= 4; ts++) {
         psw_msg r;
@@ -477,13 +508,7 @@ static void pull_reply_queued_during_a_push_carries_the_rows_before_it(
     (void)state;
     test_cluster c;
     enum { ROWS = 900000 };
-    if (cluster_start(&c, 1, 4,
-                      "[server]\nmax_frame = 8M\nmax_output = 64M\n"
-                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
-                      "init = constant 2.5\nupdater = sum\n"))
-        fail_msg("cluster did not start");
-    int fd = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    int fd = start_dense_raw(&c, 4, "max_frame = 8M\nmax_output = 64M\n");
     uint64_t *keys = malloc(ROWS * sizeof *keys);
     float *ones = malloc(ROWS * sizeof *ones);
     for (size_t i = 0; i < ROWS; i++) {
@@ -492,12 +517,7 @@ static void pull_reply_queued_during_a_push_carries_the_rows_before_it(
     }
     /* Replies of 3.6 MB each, more than the socket buffers hold: psd
      * keeps them queued (partly written) while this client reads none. */
-    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
-                     .count = ROWS };
-    for (uint64_t ts = 1; ts <= 3; ts++) {
-        pull.ts = ts;
-        raw_send_msgs(fd, &pull, 1);
-    }
+    send_pulls(fd, 1, 3, ROWS);
     psw_msg keyed = { .op = PSW_OP_PULL, .ts = 4, .table = 0,
                       .keys = (const char *)keys, .nkeys = ROWS };
     raw_send_msgs(fd, &keyed, 1);
@@ -560,24 +580,13 @@ static void overlapping_pulls_queued_during_a_push_carry_their_own_rows(
     (void)state;
     test_cluster c;
     enum { ROWS = 900000, HALF = 300000, SPAN = 600000 };
-    if (cluster_start(&c, 1, 1,
-                      "[server]\nmax_frame = 8M\nmax_output = 64M\n"
-                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
-                      "init = constant 2.5\nupdater = sum\n"))
-        fail_msg("cluster did not start");
-    int fd = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    int fd = start_dense_raw(&c, 1, "max_frame = 8M\nmax_output = 64M\n");
     float *ones = malloc(ROWS * sizeof *ones);
     for (size_t i = 0; i < ROWS; i++)
         ones[i] = 1;
     /* Two replies of 3.6 MB fill the socket buffers first, so nothing of
      * the overlapping replies is written before the push. */
-    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
-                     .count = ROWS };
-    for (uint64_t ts = 1; ts <= 2; ts++) {
-        pull.ts = ts;
-        raw_send_msgs(fd, &pull, 1);
-    }
+    send_pulls(fd, 1, 2, ROWS);
     psw_msg two[2] = {
         { .op = PSW_OP_PULL_RANGE, .ts = 3, .table = 0, .first = 0,
           .count = SPAN },
@@ -590,36 +599,18 @@ static void overlapping_pulls_queued_during_a_push_carry_their_own_rows(
     wait_ok(pc, ps_push_range(pc, 0, 0, ROWS, ones, NULL, NULL));
     sleep_ms(100);
     /* Replies 1 and 2 in frames of their own, 3 and 4 in one frame. */
-    uint64_t ts = 1;
-    while (ts <= 4) {
-        size_t len;
-        char *f = raw_read_frame(fd, &len);
-        if (!f)
-            fail_msg("no reply frame for request %llu (psd closed the "
-                     "connection or sent a bad frame)",
-                     (unsigned long long)ts);
+    for (uint64_t ts = 1; ts <= 4;) {
+        psw_msg r[2];
         msgpack_zone z;
-        msgpack_zone_init(&z, 4096);
-        msgpack_object obj;
-        const msgpack_object *msgs;
-        char err[128];
-        int n = -1;
-        if (psw_frame_decode(f, len, &z, &obj, err, sizeof err) ||
-            (n = psw_frame_messages(&obj, 8, &msgs, err, sizeof err)) < 1)
-            fail_msg("reply frame: %s", err);
-        for (int i = 0; i < n; i++) {
-            psw_msg r;
-            if (psw_msg_decode(&msgs[i], &r, err, sizeof err))
-                fail_msg("reply: %s", err);
-            if (r.op != PSW_OP_REPLY)
-                continue;        /* a PING */
+        char *f;
+        int n = raw_read_replies(fd, r, 2, &z, &f);
+        for (int i = 0; i < n; i++, ts++) {
             char what[32];
-            EXPECT_U64(r.ts, ts, "reply order");
-            EXPECT_INT(r.status, 0, "status of pull %llu",
+            EXPECT_U64(r[i].ts, ts, "reply order");
+            EXPECT_INT(r[i].status, 0, "status of pull %llu",
                        (unsigned long long)ts);
             snprintf(what, sizeof what, "pull %llu", (unsigned long long)ts);
-            expect_rows(&r, ts <= 2 ? ROWS : SPAN, 2.5f, what);
-            ts++;
+            expect_rows(&r[i], ts <= 2 ? ROWS : SPAN, 2.5f, what);
         }
         msgpack_zone_destroy(&z);
         free(f);
@@ -640,22 +631,10 @@ static void shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing(
 {
     (void)state;
     test_cluster c;
-    enum { ROWS = 900000 };
-    if (cluster_start(&c, 1, 1,
-                      "[server]\nmax_frame = 8M\nmax_output = 64M\n"
-                      "heartbeat_ms = 100\npeer_timeout_ms = 500\n"
-                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"
-                      "init = constant 2.5\n"))
-        fail_msg("cluster did not start");
-    int fd = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    int fd = start_dense_raw(&c, 1, "max_frame = 8M\nmax_output = 64M\n"
+                             "heartbeat_ms = 100\npeer_timeout_ms = 500\n");
     /* Replies of 3.6 MB each, more than the socket buffers hold. */
-    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
-                     .count = ROWS };
-    for (uint64_t ts = 1; ts <= 3; ts++) {
-        pull.ts = ts;
-        raw_send_msgs(fd, &pull, 1);
-    }
+    send_pulls(fd, 1, 3, 900000);
     sleep_ms(300);
     kill(c.pid[0], SIGTERM);
     int st = cluster_wait_exit(&c, 0, 5000);
