@@ -476,8 +476,8 @@ static void late_last_attempt_still_fails_within_the_bound(void **state)
     rig_start(&r, 1, "", "[server]\npeer_timeout_ms = 60000\n" TABLES);
     ps_options o;
     ps_options_init(&o);
-    o.request_timeout_ms = 1000;
-    o.max_retries = 2;           /* bound: 3 s */
+    o.request_timeout_ms = 2000;
+    o.max_retries = 1;           /* bound: 4 s */
     ps_client *cl;
     assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
     int t = ps_table(cl, ORACLE_TABLE, NULL);
@@ -493,10 +493,14 @@ static void late_last_attempt_still_fails_within_the_bound(void **state)
     int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
     double took = now_s() - t0;
     EXPECT_INT(rc, PS_ETIMEDOUT, "status of a push that never got through");
-    print_message("# failed after %.2f s (bound 3 s): %s\n", took,
+    print_message("# failed after %.2f s (bound 4 s): %s\n", took,
                   ps_last_error(cl));
-    if (took > 3.0 + 0.3)
-        fail_msg("the push failed after %.2f s; its bound is 3 s", took);
+    /* The second attempt goes out about 3.7 s in (a timeout, then a
+     * reconnection whose HELLO_OK is late): on its own 2 s it would end
+     * near 5.7 s. The margin either side is kept wide for loaded CI
+     * machines: this checks the bound, not a speed. */
+    if (took > 4.0 + 0.8)
+        fail_msg("the push failed after %.2f s; its bound is 4 s", took);
     ps_close(cl);
     rig_stop(&r);
 }
