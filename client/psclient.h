@@ -47,7 +47,9 @@ enum {
     PS_ECLOSED = -10,   /* the client is closing */
     PS_ESERVER = -11,   /* the server failed to carry out the request */
     PS_ENOTOWNER = -12, /* the server does not own that shard (layout mismatch) */
-    PS_EBUSY = -13,     /* the server is at a limit (max_connections): later */
+    PS_EBUSY = -13,     /* the server is at a limit (max_connections, or a
+                           push past max_unacked_pushes or
+                           max_remembered_pushes: not applied): later */
     PS_ENONFINITE = -14,/* a pushed value is NaN or +-Inf and the table's
                            nonfinite = reject: nothing of the push applied */
     PS_EFULL = -15      /* a sparse table holds max_rows rows on a node: a

@@ -220,6 +220,12 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         (unsigned long long)s->duplicates, (unsigned long long)s->pushes,
         (unsigned long long)s->pulls, (unsigned long long)s->keys_pushed,
         (unsigned long long)s->keys_pulled);
+    size_t dclients, dpushes, dbytes;
+    psd_dedup_size(n->dedup, &dclients, &dpushes, &dbytes);
+    put(b, " \"exactly_once\": {\"clients\": %zu, \"pushes\": %zu, "
+        "\"bytes\": %zu, \"refused\": %llu, \"forgotten_early\": %llu},\n",
+        dclients, dpushes, dbytes, (unsigned long long)s->unacked_refusals,
+        (unsigned long long)s->clients_forgotten);
     put(b, " \"per_second\": {\"window_s\": %.1f, \"requests\": %.1f, "
         "\"pushes\": %.1f, \"pulls\": %.1f, \"keys_pushed\": %.1f, "
         "\"keys_pulled\": %.1f, \"errors\": %.1f},\n", r->secs,
@@ -324,7 +330,9 @@ static void metrics_text(psd_admin *a, tbuf *b)
     const psd_durable_stats *d = &a->dur->st;
     int i = n->index;
     uint64_t rows, bytes, wall = (uint64_t)time(NULL) * 1000;
+    size_t dclients, dpushes, dbytes;
     psd_node_size(n, &rows, &bytes);
+    psd_dedup_size(n->dedup, &dclients, &dpushes, &dbytes);
     metric(b, "psd_up", "gauge", "1 while the node serves.", i, 1);
     metric(b, "psd_uptime_seconds", "gauge", "Seconds since the node "
            "started.", i, (double)(uv_now(a->loop) - a->start_ms) / 1e3);
@@ -349,6 +357,15 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_duplicate_pushes_total", "counter", "Retransmitted "
            "pushes recognised and not applied again.", i,
            (double)s->duplicates);
+    metric(b, "psd_remembered_pushes", "gauge", "Applied pushes remembered "
+           "so that a retransmission is not applied again.", i,
+           (double)dpushes);
+    metric(b, "psd_unacked_refusals_total", "counter", "Pushes refused at "
+           "max_unacked_pushes or max_remembered_pushes.", i,
+           (double)s->unacked_refusals);
+    metric(b, "psd_clients_forgotten_early_total", "counter", "Clients "
+           "without a connection forgotten before client_ttl to make room "
+           "at max_remembered_pushes.", i, (double)s->clients_forgotten);
     metric_head(b, "psd_request_service_seconds", "summary", "Time spent "
                 "executing one request, by kind.");
     for (int k = 0; k < PSD_LAT_KINDS; k++) {

@@ -155,6 +155,10 @@ static const setting settings[] = {
       50, 3600000, 0, NULL, 0 },
     { SC_SERVER, "client_ttl", T_INT, "600", CL(client_ttl),
       1, 604800, 0, NULL, 0 },
+    { SC_SERVER, "max_unacked_pushes", T_U64, "1048576",
+      CL(max_unacked_pushes), 1, GIB, 0, NULL, 0 },
+    { SC_SERVER, "max_remembered_pushes", T_U64, "2097152",
+      CL(max_remembered_pushes), 1, 16 * GIB, 0, NULL, 0 },
     /* [table.NAME] */
     { SC_TABLE, "kind", T_WORD, "sparse", TB(dense), 0, 0, 0, kind_words, 0 },
     { SC_TABLE, "dim", T_U32, NULL, TB(dim), 1, 65536, 0, NULL, REQUIRED },

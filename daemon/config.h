@@ -126,6 +126,11 @@ typedef struct psd_config {
     int client_ttl;              /* seconds a client with no connection is
                                     remembered for exactly-once retries;
                                     default 600 */
+    uint64_t max_unacked_pushes; /* pushes of one client a node remembers
+                                    (not yet below its ACK) before it
+                                    refuses the client's next; default 1M */
+    uint64_t max_remembered_pushes; /* the same over all clients; default
+                                    2M */
     /* [table.NAME] sections in file order; owned */
     psd_table_conf *tables;
     int ntables;

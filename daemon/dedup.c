@@ -1,7 +1,11 @@
 /* Per-client memory of applied pushes; see dedup.h. Each client keeps an
  * open-addressing table of (ts, part) -> status. Entries below the
  * client's mark are dead: lookups ignore them and the next rebuild drops
- * them, so a table holds at most four times what is live. */
+ * them, so a table holds at most four times what is live. Beside it, a
+ * ring of the recorded timestamps in the order they came counts what is
+ * live: an ACK pops the dead ones off its front, so the limits are
+ * checked in constant time, where counting the table would walk all of
+ * it (a client kept at its limit could make every push pay that walk). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +27,15 @@ struct psd_dclient {
     uint64_t low;                /* requests below it are complete */
     entry *tab;
     size_t cap, n;               /* n counts dead entries too */
+    /* The ts of each entry, oldest record first; a record that comes
+     * after newer ones (a retransmission) stays counted until those
+     * before it are dead, so `live` is exact or a little above. */
+    uint64_t *ring;
+    size_t rhead, live, rcap;    /* rcap: a power of two, or 0 */
+    uint64_t last_ts;            /* of the latest record */
     int nconns;                  /* connections attached */
     uint64_t idle_since;         /* when nconns fell to 0 */
+    struct psd_dedup *owner;
     struct psd_dclient *next;    /* hash chain */
 };
 
@@ -32,6 +43,7 @@ struct psd_dedup {
     psd_dclient **bucket;
     size_t nbuckets;             /* power of two */
     size_t nclients;
+    size_t live;                 /* every client's `live` */
 };
 
 static size_t client_hash(uint64_t id, uint64_t incarnation)
@@ -61,6 +73,7 @@ psd_dedup *psd_dedup_new(void)
 static void client_free(psd_dclient *c)
 {
     free(c->tab);
+    free(c->ring);
     free(c);
 }
 
@@ -111,6 +124,7 @@ psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
             return NULL;
         c->id = client_id;
         c->incarnation = incarnation;
+        c->owner = d;
         c->next = d->bucket[i];
         d->bucket[i] = c;
         if (++d->nclients > d->nbuckets)
@@ -177,21 +191,117 @@ static int rebuild(psd_dclient *c)
     return 0;
 }
 
+/* Moves the ring into one of cap entries (a power of two >= live), its
+ * entries at the front. */
+static int resize_ring(psd_dclient *c, size_t cap)
+{
+    uint64_t *r = malloc(cap * sizeof *r);
+    if (!r)
+        return -1;
+    for (size_t i = 0; i < c->live; i++)
+        r[i] = c->ring[(c->rhead + i) & (c->rcap - 1)];
+    free(c->ring);
+    c->ring = r;
+    c->rcap = cap;
+    c->rhead = 0;
+    return 0;
+}
+
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
 {
     if (ts < c->low || ts == 0)
         return 0;
+    if (c->live == c->rcap &&
+        resize_ring(c, c->rcap ? 2 * c->rcap : MIN_CAP))
+        return -1;
     if (2 * (c->n + 1) > c->cap && rebuild(c))
         return -1;
     put(c->tab, c->cap, (entry){ ts, part, status });
     c->n++;
+    c->ring[(c->rhead + c->live) & (c->rcap - 1)] = ts;
+    c->live++;
+    c->owner->live++;
+    c->last_ts = ts;
     return 0;
 }
 
 void psd_dedup_ack(psd_dclient *c, uint64_t upto)
 {
-    if (upto > c->low)
-        c->low = upto;
+    if (upto <= c->low)
+        return;
+    c->low = upto;
+    while (c->live && c->ring[c->rhead] < upto) {
+        c->rhead = (c->rhead + 1) & (c->rcap - 1);
+        c->live--;
+        c->owner->live--;
+    }
+    /* A client that had many pushes in flight and now has few gives the
+     * memory back: the table when at most a sixteenth of it is live (it
+     * then at least halves), the ring when at most a quarter is. A table
+     * is sized with an eighth or more of it live, so a shrink's walk is
+     * paid for by the sixteenth of it ACKed since, and an ACK costs
+     * constant time on average. The limits count pushes; this keeps
+     * each within 288 bytes (conf/psd.ini). */
+    if (c->cap > MIN_CAP && 16 * (c->live + 1) <= c->cap)
+        (void)rebuild(c);        /* out of memory: keeps the larger one */
+    if (c->rcap > MIN_CAP && 4 * c->live <= c->rcap) {
+        size_t cap = MIN_CAP;
+        while (cap < 2 * c->live)
+            cap *= 2;
+        (void)resize_ring(c, cap);
+    }
+}
+
+int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
+                   size_t per_client, size_t total, char *why, size_t whylen)
+{
+    /* The parts of one request come together: once one is taken, so are
+     * the others, and the limits do not cut a request in two. */
+    if (ts == c->last_ts && c->live)
+        return 0;
+    if (c->live >= per_client) {
+        snprintf(why, whylen, "this node remembers %zu pushes of this client "
+                 "that the client has not acknowledged as complete "
+                 "(max_unacked_pushes = %zu): one of its requests has been "
+                 "outstanding a long time, or it sends no ACK", c->live,
+                 per_client);
+        return -1;
+    }
+    if (d->live >= total) {
+        snprintf(why, whylen, "this node remembers %zu pushes of its clients "
+                 "(max_remembered_pushes = %zu), and every client holding "
+                 "them is connected", d->live, total);
+        return 1;
+    }
+    return 0;
+}
+
+int psd_dedup_forget_idlest(psd_dedup *d, uint64_t *client_id,
+                            uint64_t *incarnation, size_t *pushes,
+                            uint64_t *idle_since)
+{
+    /* A walk over every client: it runs only at max_remembered_pushes. */
+    psd_dclient *best = NULL;
+    for (size_t i = 0; i < d->nbuckets; i++)
+        for (psd_dclient *c = d->bucket[i]; c; c = c->next)
+            if (c->nconns == 0 && c->live &&
+                (!best || c->idle_since < best->idle_since))
+                best = c;
+    if (!best)
+        return 0;
+    *client_id = best->id;
+    *incarnation = best->incarnation;
+    *pushes = best->live;
+    *idle_since = best->idle_since;
+    psd_dclient **pp = &d->bucket[client_hash(best->id, best->incarnation) &
+                                  (d->nbuckets - 1)];
+    while (*pp != best)
+        pp = &(*pp)->next;
+    *pp = best->next;
+    d->live -= best->live;
+    d->nclients--;
+    client_free(best);
+    return 1;
 }
 
 void psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms)
@@ -201,6 +311,7 @@ void psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms)
             psd_dclient *c = *pp;
             if (c->nconns == 0 && now_ms - c->idle_since >= ttl_ms) {
                 *pp = c->next;
+                d->live -= c->live;
                 client_free(c);
                 d->nclients--;
             } else
@@ -211,14 +322,13 @@ void psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms)
 void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,
                     size_t *bytes)
 {
-    size_t n = 0, b = sizeof *d + d->nbuckets * sizeof *d->bucket;
+    size_t b = sizeof *d + d->nbuckets * sizeof *d->bucket;
     for (size_t i = 0; i < d->nbuckets; i++)
-        for (const psd_dclient *c = d->bucket[i]; c; c = c->next) {
-            n += c->n;
-            b += sizeof *c + c->cap * sizeof(entry);
-        }
+        for (const psd_dclient *c = d->bucket[i]; c; c = c->next)
+            b += sizeof *c + c->cap * sizeof(entry) +
+                 c->rcap * sizeof *c->ring;
     *clients = d->nclients;
-    *entries = n;
+    *entries = d->live;
     *bytes = b;
 }
 

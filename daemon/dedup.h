@@ -41,6 +41,23 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status);
 /* ACK: every request of the client below ts `upto` is complete. */
 void psd_dedup_ack(psd_dclient *c, uint64_t upto);
 
+/* Whether the node may take a new push (ts) of client c, against two
+ * limits on what it remembers: per_client pushes of one client not yet
+ * below its mark, total of all clients. 0: yes. -1: no, c is at
+ * per_client. 1: no, the node is at total; forgetting a client that has
+ * no connection (psd_dedup_forget_idlest) makes room. why says which.
+ * A push with the ts of c's latest record is always taken, so that the
+ * limits refuse whole requests, not the rest of one. */
+int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
+                   size_t per_client, size_t total, char *why, size_t whylen);
+
+/* Forgets the client that has had no connection for longest among those
+ * that hold pushes, as client_ttl would later: 1 with what it was, or 0
+ * when every such client is connected. */
+int psd_dedup_forget_idlest(psd_dedup *d, uint64_t *client_id,
+                            uint64_t *incarnation, size_t *pushes,
+                            uint64_t *idle_since);
+
 /* Forgets clients that have had no connection for ttl_ms. */
 void psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms);
 
@@ -54,7 +71,8 @@ int psd_dedup_save(const psd_dedup *d, psd_sink *out);
 int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
                    size_t errlen);
 
-/* For stats and tests: clients known, pushes remembered, bytes used. */
+/* For stats and tests: clients known, pushes remembered (those above
+ * their client's mark, or a few more, see dedup.c), bytes used. */
 void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,
                     size_t *bytes);
 

@@ -189,6 +189,8 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
     n->cfg.idle_timeout = nc->idle_timeout;
     n->cfg.snapshot_interval = nc->snapshot_interval;
     n->cfg.client_ttl = nc->client_ttl;
+    n->cfg.max_unacked_pushes = nc->max_unacked_pushes;
+    n->cfg.max_remembered_pushes = nc->max_remembered_pushes;
     return NULL;
 }
 

@@ -27,6 +27,9 @@ typedef struct psd_stats {
     uint64_t requests;
     uint64_t request_errors;     /* requests answered with an error */
     uint64_t duplicates;         /* retransmitted pushes not applied again */
+    uint64_t unacked_refusals;   /* pushes refused at max_unacked_pushes or
+                                    max_remembered_pushes */
+    uint64_t clients_forgotten;  /* before client_ttl, to make room */
     uint64_t pushes, pulls;      /* requests that carried rows in or out */
     uint64_t keys_pushed, keys_pulled;
     uint64_t journal_errors;     /* failed journal writes */
@@ -98,7 +101,8 @@ void psd_node_destroy(psd_node *n);
  * loaded file, still owned by the caller): updater hyper-parameters, a
  * table's max_rows and nonfinite, log level, max_output,
  * max_connections(_per_addr), max_client_memory, hello_timeout,
- * frame_timeout, idle_timeout, client_ttl, snapshot_interval. Returns NULL, or why
+ * frame_timeout, idle_timeout, client_ttl, max_unacked_pushes,
+ * max_remembered_pushes, snapshot_interval. Returns NULL, or why
  * the file cannot be applied live (layout, updater kinds, initializers,
  * modes, max_frame or the token changed), in which case nothing changed. */
 const char *psd_node_reload(psd_node *n, const psd_config *nc);

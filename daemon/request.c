@@ -408,6 +408,35 @@ static psd_dclient *dedup_of(psd_node *n, psd_session *ss, uint64_t now_ms)
     return ss->dedup;
 }
 
+/* Whether a new push (ts) of the client may be remembered: 0, or -1 with
+ * why. Its memory is bounded per client and over all of them, since a
+ * client that never ACKs (or one whose oldest request is stuck) would
+ * otherwise grow it push by push; at the node's bound, clients that left
+ * are forgotten early, longest gone first, as client_ttl would later. */
+static int room_for(psd_node *n, psd_dclient *dc, uint64_t ts,
+                    uint64_t now_ms, char *why, size_t whylen)
+{
+    int rc;
+    while ((rc = psd_dedup_room(n->dedup, dc, ts,
+                                (size_t)n->cfg.max_unacked_pushes,
+                                (size_t)n->cfg.max_remembered_pushes, why,
+                                whylen)) > 0) {
+        uint64_t id, inc, since;
+        size_t count;
+        if (!psd_dedup_forget_idlest(n->dedup, &id, &inc, &count, &since))
+            return -1;
+        n->stats.clients_forgotten++;
+        psd_warn("forgot the %zu pushes of client %016llx.%llu, gone for "
+                 "%llu s, before its client_ttl: this node remembers "
+                 "max_remembered_pushes (%llu) pushes; a copy of them sent "
+                 "now would be applied again", count, (unsigned long long)id,
+                 (unsigned long long)inc,
+                 (unsigned long long)((now_ms - since) / 1000),
+                 (unsigned long long)n->cfg.max_remembered_pushes);
+    }
+    return rc;
+}
+
 /* PING (liveness only: the connection noted the bytes) and ACK. */
 static void session(psd_node *n, psd_session *ss, const psw_msg *m,
                     uint64_t now_ms)
@@ -619,6 +648,11 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
             return;
         }
         pushes = 0;
+    }
+    if (dc && pushes && room_for(n, dc, m->ts, now_ms, err, sizeof err)) {
+        n->stats.unacked_refusals++;
+        reply_error(n, ss, m, PSW_EBUSY, err);
+        return;
     }
     /* A sparse table with max_rows takes no push that would grow it past
      * that; pulls never grow a table. */

@@ -362,6 +362,14 @@ static const error_case error_cases[] = {
     { "negative_idle_timeout_is_refused",
       CLUSTER "[server]\nidle_timeout = -1\n", 0, 4,
       "[server] idle_timeout: expected an integer 1..86400, got \"-1\"", 1 },
+    { "zero_max_unacked_pushes_is_refused",
+      CLUSTER "[server]\nmax_unacked_pushes = 0\n", 0, 4,
+      "[server] max_unacked_pushes: expected an integer 1..1073741824, "
+      "got \"0\"", 1 },
+    { "max_remembered_pushes_takes_no_suffix",
+      CLUSTER "[server]\nmax_remembered_pushes = 4M\n", 0, 4,
+      "[server] max_remembered_pushes: expected an integer "
+      "1..17179869184, got \"4M\"", 1 },
     { "nonfinite_takes_only_reject_or_allow",
       EMB "nonfinite = ignore\n", 0, 5,
       "[table.emb] nonfinite: expected reject | allow, got \"ignore\"", 1 },
@@ -583,6 +591,8 @@ static void assert_server_defaults(const psd_config *c)
     assert_int_equal(c->heartbeat_ms, 1000);
     assert_int_equal(c->peer_timeout_ms, 4000);
     assert_int_equal(c->client_ttl, 600);
+    assert_int_equal(c->max_unacked_pushes, 1048576);
+    assert_int_equal(c->max_remembered_pushes, 2097152);
 }
 
 /* Checks that t holds every table default (dim aside). */

@@ -1,13 +1,15 @@
 /* Unit tests of daemon/dedup.c, the node's memory of applied pushes:
  * duplicates are recognised with their status, an ACK lets old ones go
  * (and marks anything below it as a stale copy), memory stays flat over
- * a million pushes, and clients without connections expire. */
+ * a million pushes, clients without connections expire, and what is
+ * remembered is bounded per client and over all clients. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "../daemon/dedup.h"
@@ -142,6 +144,154 @@ static void test_many_clients_each_keep_their_own_pushes(void **state)
     psd_dedup_free(d);
 }
 
+static size_t remembered(const psd_dedup *d)
+{
+    size_t clients, entries, bytes;
+    psd_dedup_size(d, &clients, &entries, &bytes);
+    return entries;
+}
+
+/* A client that had 10^5 pushes in flight and ACKs all but 10 gives the
+ * memory back, and every push costs at most 288 bytes meanwhile. */
+static void test_memory_comes_back_when_a_burst_is_acked(void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 1, 1, 0);
+    size_t clients, entries, bytes, empty;
+    psd_dedup_size(d, &clients, &entries, &empty);
+    for (uint64_t ts = 1; ts <= 100000; ts++) {
+        psd_dedup_record(c, ts, 0, PSW_OK);
+        psd_dedup_size(d, &clients, &entries, &bytes);
+        if (bytes - empty > 288 * entries + 1024)
+            fail_msg("%zu bytes for %zu pushes", bytes - empty, entries);
+    }
+    for (uint64_t low = 2; low <= 99990; low += 7) {
+        psd_dedup_ack(c, low);
+        psd_dedup_size(d, &clients, &entries, &bytes);
+        if (bytes - empty > 288 * entries + 1024)
+            fail_msg("%zu bytes for %zu pushes after ACK %llu",
+                     bytes - empty, entries, (unsigned long long)low);
+    }
+    psd_dedup_ack(c, 99991);
+    psd_dedup_size(d, &clients, &entries, &bytes);
+    EXPECT_INT(entries, 10, "pushes left");
+    if (bytes - empty > 2048)
+        fail_msg("%zu bytes for 10 pushes", bytes - empty);
+    int st;
+    EXPECT_INT(psd_dedup_seen(c, 99995, 0, &st), 1, "a push left");
+    EXPECT_INT(psd_dedup_seen(c, 99990, 0, &st), 1, "one below the mark");
+    psd_dedup_free(d);
+}
+
+/* A client that never ACKs is refused at its limit, whole requests at a
+ * time; an ACK makes room again. */
+static void test_a_client_is_refused_at_max_unacked_until_it_acks(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 1, 1, 0);
+    char why[256];
+    for (uint64_t ts = 1; ts <= 100; ts++) {
+        EXPECT_INT(psd_dedup_room(d, c, ts, 100, 1000, why, sizeof why), 0,
+                   "push %llu, under the limit", (unsigned long long)ts);
+        psd_dedup_record(c, ts, 0, PSW_OK);
+    }
+    EXPECT_INT(remembered(d), 100, "remembered");
+    EXPECT_INT(psd_dedup_room(d, c, 101, 100, 1000, why, sizeof why), -1,
+               "push 101, over the limit");
+    if (!strstr(why, "max_unacked_pushes = 100"))
+        fail_msg("why: %s", why);
+    /* The other parts of the latest request still go in. */
+    EXPECT_INT(psd_dedup_room(d, c, 100, 100, 1000, why, sizeof why), 0,
+               "another part of push 100");
+    psd_dedup_record(c, 100, 1, PSW_OK);
+    psd_dedup_ack(c, 31);
+    EXPECT_INT(remembered(d), 71, "remembered after ACK 31");
+    EXPECT_INT(psd_dedup_room(d, c, 101, 100, 1000, why, sizeof why), 0,
+               "push 101 after the ACK");
+    psd_dedup_free(d);
+}
+
+/* A record that comes after newer ones (a retransmission) is counted
+ * until what came before it is below the mark, then dropped with it. */
+static void test_the_count_follows_acks_over_out_of_order_records(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 1, 1, 0);
+    for (uint64_t ts = 10; ts < 110; ts++)
+        psd_dedup_record(c, ts, 0, PSW_OK);
+    psd_dedup_record(c, 5, 0, PSW_OK);   /* late */
+    for (uint64_t ts = 110; ts < 1000; ts++)   /* the ring grows past it */
+        psd_dedup_record(c, ts, 0, PSW_OK);
+    EXPECT_INT(remembered(d), 991, "remembered");
+    psd_dedup_ack(c, 50);
+    EXPECT_INT(remembered(d), 951, "after ACK 50 (5 still counted)");
+    psd_dedup_ack(c, 500);
+    EXPECT_INT(remembered(d), 500, "after ACK 500");
+    psd_dedup_ack(c, 5000);
+    EXPECT_INT(remembered(d), 0, "after ACK 5000");
+    int st;
+    EXPECT_INT(psd_dedup_seen(c, 6000, 0, &st), 0, "6000, new");
+    EXPECT_INT(psd_dedup_record(c, 6000, 0, PSW_OK), 0, "record 6000");
+    EXPECT_INT(remembered(d), 1, "after a new record");
+    psd_dedup_free(d);
+}
+
+/* At the node's limit, the client gone longest is forgotten to make room;
+ * clients with a connection never are, and when only they hold pushes,
+ * the push is refused. */
+static void test_the_node_forgets_clients_gone_longest_at_its_limit(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *a = psd_dedup_attach(d, 1, 1, 0);
+    psd_dclient *b = psd_dedup_attach(d, 2, 1, 0);
+    psd_dclient *c = psd_dedup_attach(d, 3, 1, 0);
+    for (uint64_t ts = 1; ts <= 10; ts++) {
+        psd_dedup_record(a, ts, 0, PSW_OK);
+        psd_dedup_record(b, ts, 0, PSW_OK);
+        psd_dedup_record(c, ts, 0, PSW_OK);
+    }
+    psd_dedup_detach(d, b, 500);   /* b left first, */
+    psd_dedup_detach(d, a, 800);   /* then a; c stays */
+    char why[256];
+    EXPECT_INT(psd_dedup_room(d, c, 11, 100, 30, why, sizeof why), 1,
+               "c's push at the node's limit");
+    if (!strstr(why, "max_remembered_pushes = 30"))
+        fail_msg("why: %s", why);
+    uint64_t id, inc, since;
+    size_t count;
+    EXPECT_INT(psd_dedup_forget_idlest(d, &id, &inc, &count, &since), 1,
+               "forget one");
+    EXPECT_U64(id, 2, "the client gone longest");
+    EXPECT_INT(count, 10, "its pushes");
+    EXPECT_U64(since, 500, "gone since");
+    EXPECT_INT(remembered(d), 20, "remembered after");
+    EXPECT_INT(psd_dedup_room(d, c, 11, 100, 30, why, sizeof why), 0,
+               "c's push now");
+    psd_dedup_record(c, 11, 0, PSW_OK);
+    EXPECT_INT(psd_dedup_forget_idlest(d, &id, &inc, &count, &since), 1,
+               "forget another");
+    EXPECT_U64(id, 1, "then a");
+    EXPECT_INT(psd_dedup_forget_idlest(d, &id, &inc, &count, &since), 0,
+               "c is connected: nobody else to forget");
+    size_t clients, entries, bytes;
+    psd_dedup_size(d, &clients, &entries, &bytes);
+    EXPECT_INT(clients, 1, "clients left");
+    EXPECT_INT(entries, 11, "c's pushes");
+    /* b, coming back, is a client the node does not know: its old pushes
+     * would be applied again, which is what the warning says. */
+    psd_dclient *b2 = psd_dedup_attach(d, 2, 1, 900);
+    int st;
+    EXPECT_INT(psd_dedup_seen(b2, 5, 0, &st), 0, "b's old push");
+    psd_dedup_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -153,6 +303,13 @@ int main(void)
         cmocka_unit_test(
             test_clients_without_connections_expire_after_the_ttl),
         cmocka_unit_test(test_many_clients_each_keep_their_own_pushes),
+        cmocka_unit_test(test_memory_comes_back_when_a_burst_is_acked),
+        cmocka_unit_test(
+            test_a_client_is_refused_at_max_unacked_until_it_acks),
+        cmocka_unit_test(
+            test_the_count_follows_acks_over_out_of_order_records),
+        cmocka_unit_test(
+            test_the_node_forgets_clients_gone_longest_at_its_limit),
     };
     return cmocka_run_group_tests_name("dedup", tests, NULL, NULL);
 }

@@ -1042,6 +1042,106 @@ static void push_with_timestamp_zero_is_refused(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* ---- what a node remembers of each client's pushes ----------------- */
+
+/* Sends push ts (key 3 of table 0 += 1), with an ACK of `ack` first when
+ * it is not 0, and returns the reply's status; its text, when why. */
+static int raw_push_acked(int fd, uint64_t ts, uint64_t ack, char *why,
+                          size_t whylen)
+{
+    static const uint64_t key = 3;
+    static const float one = 1;
+    psw_msg m[2] = {
+        { .op = PSW_OP_ACK, .value = ack },
+        { .op = PSW_OP_PUSH, .ts = ts, .table = 0, .keys = (const char *)&key,
+          .nkeys = 1, .vals = (const char *)&one, .vals_len = 4 },
+    };
+    raw_send_msgs(fd, ack ? m : m + 1, ack ? 2 : 1);
+    psw_msg r;
+    msgpack_zone z;
+    char *f;
+    raw_read_reply(fd, &r, &z, &f);
+    EXPECT_U64(r.ts, ts, "reply's ts");
+    if (why)
+        snprintf(why, whylen, "%.*s", (int)r.text_len, r.text);
+    int st = r.status;
+    msgpack_zone_destroy(&z);
+    free(f);
+    return st;
+}
+
+/* Pushes ts first..last, each answered OK. */
+static void raw_pushes_ok(int fd, uint64_t first, uint64_t last)
+{
+    for (uint64_t ts = first; ts <= last; ts++)
+        EXPECT_INT(raw_push_acked(fd, ts, 0, NULL, 0), 0, "push %llu",
+                   (unsigned long long)ts);
+}
+
+static void expect_text(const char *why, const char *want)
+{
+    if (!strstr(why, want))
+        fail_msg("reply text \"%s\" lacks \"%s\"", why, want);
+}
+
+/* A client that never ACKs cannot make a node remember its pushes
+ * without bound: past max_unacked_pushes its pushes are refused (not
+ * applied) until it ACKs, and past max_remembered_pushes the node
+ * forgets clients that left, longest gone first, and then refuses. The
+ * reference client, which ACKs, never meets either limit. */
+static void remembered_pushes_are_bounded_per_client_and_per_node(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_unacked_pushes = 50\n"
+                      "max_remembered_pushes = 80\n" SPARSE))
+        fail_msg("cluster did not start");
+    char why[PSW_TEXT_MAX + 1];
+    int a = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_id(a, 42), 0, "HELLO a");
+    raw_pushes_ok(a, 1, 50);
+    EXPECT_INT(raw_push_acked(a, 51, 0, why, sizeof why), PSW_EBUSY,
+               "a's push 51, without an ACK");
+    expect_text(why, "max_unacked_pushes = 50");
+    /* A retransmission of a remembered push is still answered. */
+    EXPECT_INT(raw_push_acked(a, 50, 0, NULL, 0), 0, "a's push 50 again");
+    EXPECT_INT(raw_push_acked(a, 51, 41, NULL, 0), 0,
+               "a's push 51 after ACK 41");       /* a holds 41..51 */
+    /* b leaves 50 pushes behind. */
+    int b = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_id(b, 43), 0, "HELLO b");
+    raw_pushes_ok(b, 1, 50);
+    close(b);
+    sleep_ms(200);
+    /* d's 20th push finds the node at 80: b is forgotten to make room. */
+    int d = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_id(d, 44), 0, "HELLO d");
+    raw_pushes_ok(d, 1, 50);
+    if (!cluster_log_wait(&c, 0, "forgot the 50 pushes of client "
+                          "000000000000002b.1", 2000))
+        fail_msg("no log line for forgetting b");
+    /* a (11) and d (50) are connected: e gets 19, then is refused. */
+    int e = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_id(e, 45), 0, "HELLO e");
+    raw_pushes_ok(e, 1, 19);
+    EXPECT_INT(raw_push_acked(e, 20, 0, why, sizeof why), PSW_EBUSY,
+               "e's push 20");
+    expect_text(why, "max_remembered_pushes = 80");
+    /* Every push answered OK was applied once, the refused ones never;
+     * once d and e have left, a client that ACKs finds room (d and e are
+     * forgotten for it) and stays far below its own limit. */
+    close(d);
+    close(e);
+    sleep_ms(200);
+    ps_client *honest = open_or_fail(c.spec);
+    for (int i = 0; i < 200; i++)
+        honest_add(honest, "counts", 3, (float)(51 + 50 + 50 + 19 + i + 1));
+    ps_close(honest);
+    close(a);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- a connection's share of a loop turn ---------------------------- */
 
 #define TURN_ROWS 262144              /* rows of one 1 MiB push */
@@ -1262,6 +1362,7 @@ int main(void)
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
         cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
         cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),
+        cmocka_unit_test_teardown(remembered_pushes_are_bounded_per_client_and_per_node, teardown),
         cmocka_unit_test_teardown(frames_beyond_a_turns_share_run_in_order_and_all_complete, teardown),
     };
     return cmocka_run_group_tests_name("limits", tests, NULL, NULL);
