@@ -183,6 +183,31 @@ static void open_by_ini_path_finds_tables_and_their_shapes(void **state)
     ps_close(c);
 }
 
+
+/* psd reads `; comment` at the end of a continuation line as a comment,
+ * as on any other line (daemon/inifile.c); ps_open given the same ini
+ * must read the same nodes, not the comment as part of the last one. */
+static void open_by_ini_path_drops_comments_on_continuation_lines(
+    void **state)
+{
+    (void)state;
+    char ini[320];
+    snprintf(ini, sizeof ini, "%s/commented.ini", shared.dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d,   ; node 0\n"
+            "        127.0.0.1:%d    ; node 1\nshards = 4\n", shared.port[0],
+            shared.port[1]);
+    fclose(f);
+    ps_client *c = NULL;
+    int rc = ps_open(&c, ini, NULL);
+    unlink(ini);
+    if (rc)
+        fail_msg("ps_open(%s): %s", ini, ps_strerror(rc));
+    assert_true(ps_table(c, "dense", NULL) >= 0);
+    ps_close(c);
+}
+
 static void dense_pushes_from_two_nodes_sum_exactly(void **state)
 {
     (void)state;
@@ -1032,6 +1057,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(open_by_ini_path_finds_tables_and_their_shapes),
+        cmocka_unit_test(open_by_ini_path_drops_comments_on_continuation_lines),
         cmocka_unit_test(dense_pushes_from_two_nodes_sum_exactly),
         cmocka_unit_test(range_push_and_pull_cross_shard_boundaries),
         cmocka_unit_test(pushpull_returns_the_rows_after_the_push),
