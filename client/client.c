@@ -215,7 +215,8 @@ void ps_close(ps_client *c)
 {
     if (!c)
         return;
-    ps_wait_all(c);
+    /* Every request, also those callbacks issue while it waits. */
+    psc_customer_drain(&c->cu);
     /* A worker says goodbye, so bsp/ssp tables stop waiting for it at
      * once instead of after worker_grace. */
     if (c->opt.worker >= 0)

@@ -232,21 +232,49 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen)
     return st;
 }
 
-int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen)
+/* Blocks on cv while more() holds for cu (and upto). */
+static void wait_cv(psc_customer *cu, int (*more)(const psc_customer *, ps_ts),
+                    ps_ts upto)
 {
-    pthread_mutex_lock(&cu->mu);
     cu->cv_waiters++;
     __atomic_add_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
-    while (cu->reqs.n > 0)
+    while (more(cu, upto))
         pthread_cond_wait(&cu->cv, &cu->mu);
     __atomic_sub_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
     cu->cv_waiters--;
+}
+
+/* A request issued up to upto is incomplete: low is the oldest one. */
+static int older_in_flight(const psc_customer *cu, ps_ts upto)
+{
+    return cu->low <= upto;
+}
+
+static int any_in_flight(const psc_customer *cu, ps_ts upto)
+{
+    (void)upto;
+    return cu->reqs.n > 0;
+}
+
+int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&cu->mu);
+    /* Only the requests issued so far: waiting for none in flight at all
+     * would never end while another thread keeps one in flight. */
+    wait_cv(cu, older_in_flight, cu->last_ts);
     int st = cu->first_error;
     if (st != PS_OK)
         snprintf(err, errlen, "%s", cu->first_error_text);
     cu->first_error = PS_OK;
     pthread_mutex_unlock(&cu->mu);
     return st;
+}
+
+void psc_customer_drain(psc_customer *cu)
+{
+    pthread_mutex_lock(&cu->mu);
+    wait_cv(cu, any_in_flight, 0);
+    pthread_mutex_unlock(&cu->mu);
 }
 
 void psc_customer_close(psc_customer *cu)

@@ -116,9 +116,15 @@ static inline int psc_customer_waited(const psc_customer *cu)
  * PS_EINVAL, never a false PS_OK; so does a ts never issued. */
 int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen);
 
-/* Blocks until no request is in flight; returns the first error since
- * the last call (then forgets it), with its detail in err, or PS_OK. */
+/* Blocks until every request issued before the call completed (those
+ * issued meanwhile, by other threads, are not waited for); returns the
+ * first error since the last call (then forgets it), with its detail in
+ * err, or PS_OK. */
 int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen);
+
+/* Blocks until no request at all is in flight, including those that
+ * callbacks issue meanwhile (ps_close). */
+void psc_customer_drain(psc_customer *cu);
 
 /* From now on submits fail with PS_ECLOSED and blocked submitters wake. */
 void psc_customer_close(psc_customer *cu);

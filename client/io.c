@@ -968,9 +968,20 @@ static void start_tick(psc_io *io);
 static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
 {
     ps_client *c = io->c;
-    io->nodes = calloc((size_t)l->nnodes, sizeof *io->nodes);
-    if (!io->nodes)
+    /* Every node's connection exists before any is used: the ticks, the
+     * retries and the shutdown walk all of them, also after the open
+     * failed part way (a node whose name does not resolve). */
+    nconn **nodes = calloc((size_t)l->nnodes, sizeof *nodes);
+    if (!nodes)
         return -1;
+    for (int i = 0; i < l->nnodes; i++)
+        if (i != l->node_index && !(nodes[i] = nc_new(io, i))) {
+            for (int k = 0; k < i; k++)
+                nc_free(nodes[k]);
+            free(nodes);
+            return -1;
+        }
+    io->nodes = nodes;
     io->nnodes = l->nnodes;
     /* Read by callers only after the open completes, which publishes it
      * (open_done takes open_mu). */
@@ -992,12 +1003,9 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
     io->seed = NULL;
     start_tick(io);              /* the heartbeat sets the pace now */
     for (int i = 0; i < io->nnodes; i++) {
-        if (io->nodes[i])
+        nconn *nc = io->nodes[i];
+        if (nc == seed)
             continue;
-        nconn *nc = nc_new(io, i);
-        if (!nc)
-            return -1;
-        io->nodes[i] = nc;
         snprintf(nc->name, sizeof nc->name, "%s", c->cluster.nodes[i]);
         char why[300];
         if (resolve_node(nc, c->cluster.nodes[i], why, sizeof why)) {

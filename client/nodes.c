@@ -1,5 +1,6 @@
 /* Parsing of ps_open's server list and of the cluster's ini; see
  * nodes.h. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,11 +57,26 @@ typedef struct ini_read {
     int oom;
 } ini_read;
 
+/* How much of a piece is value: up to an inline comment (a ';' after
+ * whitespace), without the spaces before it. inih r55 cuts it from a
+ * key's own line but keeps it on continuation lines; psd cuts it from
+ * every line (daemon/inifile.c), and we must read the nodes it reads. */
+static size_t value_len(const char *v)
+{
+    size_t n = 0;
+    int was_space = 0;
+    for (; v[n] && !(was_space && v[n] == ';'); n++)
+        was_space = isspace((unsigned char)v[n]);
+    while (n > 0 && isspace((unsigned char)v[n - 1]))
+        n--;
+    return n;
+}
+
 /* inih calls the handler again, with the same key, for each indented
  * continuation line; psd joins the pieces with one space, and so do we. */
 static void append(ini_read *in, char **dst, const char *value)
 {
-    size_t have = *dst ? strlen(*dst) : 0, add = strlen(value);
+    size_t have = *dst ? strlen(*dst) : 0, add = value_len(value);
     char *p = realloc(*dst, have + add + 2);
     if (!p) {
         in->oom = 1;
@@ -68,7 +84,8 @@ static void append(ini_read *in, char **dst, const char *value)
     }
     if (have)
         p[have++] = ' ';
-    memcpy(p + have, value, add + 1);
+    memcpy(p + have, value, add);
+    p[have + add] = '\0';
     *dst = p;
 }
 

@@ -183,6 +183,31 @@ static void open_by_ini_path_finds_tables_and_their_shapes(void **state)
     ps_close(c);
 }
 
+
+/* psd reads `; comment` at the end of a continuation line as a comment,
+ * as on any other line (daemon/inifile.c); ps_open given the same ini
+ * must read the same nodes, not the comment as part of the last one. */
+static void open_by_ini_path_drops_comments_on_continuation_lines(
+    void **state)
+{
+    (void)state;
+    char ini[320];
+    snprintf(ini, sizeof ini, "%s/commented.ini", shared.dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d,   ; node 0\n"
+            "        127.0.0.1:%d    ; node 1\nshards = 4\n", shared.port[0],
+            shared.port[1]);
+    fclose(f);
+    ps_client *c = NULL;
+    int rc = ps_open(&c, ini, NULL);
+    unlink(ini);
+    if (rc)
+        fail_msg("ps_open(%s): %s", ini, ps_strerror(rc));
+    assert_true(ps_table(c, "dense", NULL) >= 0);
+    ps_close(c);
+}
+
 static void dense_pushes_from_two_nodes_sum_exactly(void **state)
 {
     (void)state;
@@ -960,6 +985,61 @@ static void hello_with_another_protocol_version_is_refused_clearly(void **state)
     others_still_served();
 }
 
+
+/* ps_open in a forked child, so that a crash is a failed test: returns
+ * 0 when the open failed with PS_ECONN naming the node that does not
+ * resolve, 1 when it failed otherwise, 2 when it succeeded. */
+static int open_unresolvable_layout(void *arg)
+{
+    ps_client *c = NULL;
+    signal(SIGSEGV, SIG_DFL);        /* not cmocka's: a crash is a signal */
+    signal(SIGBUS, SIG_DFL);
+    int rc = ps_open(&c, (const char *)arg, NULL);
+    if (rc == PS_OK) {
+        ps_close(c);
+        return 2;
+    }
+    return rc == PS_ECONN ? 0 : 1;
+}
+
+/* A layout whose node 1 has a host name that does not resolve (psd only
+ * notes that for other nodes' addresses, and starts): ps_open learns the
+ * layout from node 0, cannot resolve node 1 and must fail with PS_ECONN.
+ * Node 2, after it in the layout, never got a connection: the I/O thread's
+ * ticks and its shutdown must not trip over it. */
+static void layout_node_that_does_not_resolve_fails_open_cleanly(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.dir, sizeof c.dir, "/tmp/psd-test-XXXXXX");
+    assert_non_null(mkdtemp(c.dir));
+    snprintf(c.ini, sizeof c.ini, "%s/cluster.ini", c.dir);
+    c.n = 3;
+    c.port[0] = cluster_free_port();
+    c.port[2] = cluster_free_port();
+    FILE *f = fopen(c.ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d, no-such-node.invalid:7071, "
+            "127.0.0.1:%d\nshards = 4\n[table.d]\nkind = dense\nrows = 10\n"
+            "dim = 1\n[server]\ndata_dir = %s\n", c.port[0], c.port[2],
+            c.dir);
+    fclose(f);
+    if (cluster_restart(&c, 0)) {
+        cluster_stop(&c);
+        fail_msg("psd node 0 did not start");
+    }
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", c.port[0]);
+    int st = reap(spawn(open_unresolvable_layout, spec));
+    assert_int_equal(cluster_stop(&c), 0);
+    if (st != 0)
+        fail_msg("ps_open with an unresolvable node in the layout: %s "
+                 "(exit status %d)", st == 1 ? "not PS_ECONN"
+                 : st == 2 ? "succeeded" : "crashed", st);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -977,6 +1057,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(open_by_ini_path_finds_tables_and_their_shapes),
+        cmocka_unit_test(open_by_ini_path_drops_comments_on_continuation_lines),
         cmocka_unit_test(dense_pushes_from_two_nodes_sum_exactly),
         cmocka_unit_test(range_push_and_pull_cross_shard_boundaries),
         cmocka_unit_test(pushpull_returns_the_rows_after_the_push),
@@ -1001,6 +1082,7 @@ int main(void)
         cmocka_unit_test(ranges_of_a_table_with_fewer_rows_than_shards_work),
         cmocka_unit_test(large_requests_travel_in_parts_and_arrive_whole),
         cmocka_unit_test(connection_without_hello_is_closed_after_hello_timeout),
+        cmocka_unit_test(layout_node_that_does_not_resolve_fails_open_cleanly),
     };
     return cmocka_run_group_tests_name("e2e", tests, group_setup,
                                        group_teardown);

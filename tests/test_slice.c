@@ -3,6 +3,7 @@
  * against the shared layout, replies placed into the caller's buffer, and
  * the request lifecycle (timestamps, completion, waits, the failure
  * memory). Pure: no sockets, no I/O thread. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "../client/customer.h"
@@ -1037,6 +1039,82 @@ static void test_customer_remembers_failures_for_wait_and_wait_all(
     psc_customer_destroy(&cu);
 }
 
+
+/* ps_wait_all from one thread while another keeps requests in flight. */
+typedef struct wait_all_arg {
+    psc_customer *cu;
+    int status;
+    int done;                    /* atomic */
+} wait_all_arg;
+
+static void *wait_all_thread(void *p)
+{
+    wait_all_arg *a = p;
+    char err[256];
+    a->status = psc_customer_wait_all(a->cu, err, sizeof err);
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void sleep_1ms(void)
+{
+    struct timespec ts = { 0, 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static int wait_flag(const int *flag, int ms)
+{
+    for (int t = 0; t < ms && !__atomic_load_n(flag, __ATOMIC_ACQUIRE); t++)
+        sleep_1ms();
+    return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+}
+
+static void complete_all_parts(psc_customer *cu, psc_req *r)
+{
+    psw_msg reply = { .op = PSW_OP_REPLY, .status = PS_OK };
+    for (int i = 0; i < r->nparts; i++)
+        if (psc_part_reply(&r->parts[i], &reply))
+            psc_customer_complete(cu, r);
+}
+
+/* psclient.h: ps_wait_all "blocks until every request issued so far has
+ * completed". A request another thread issues after the call must not
+ * hold it: with a trainer thread that always keeps one request in
+ * flight, waiting for "no request at all" would never return. */
+static void test_wait_all_returns_when_requests_issued_before_it_complete(
+    void **state)
+{
+    (void)state;
+    psc_customer cu;
+    char err[256] = "";
+    uint64_t keys[10];
+    float vals[10];
+    static psc_stats stats;
+    psc_customer_init(&cu, 1 << 20, &stats);
+    psc_req *before = push_request(1, keys, vals, 10, 1);
+    psc_customer_submit(&cu, before, NULL, NULL, 1, err, sizeof err);
+    wait_all_arg a = { &cu, -99, 0 };
+    pthread_t th;
+    EXPECT_INT(pthread_create(&th, NULL, wait_all_thread, &a), 0, "thread");
+    /* Until the waiter sleeps inside wait_all, the next request would not
+     * yet be "issued after" its call. */
+    for (int t = 0; t < 5000 && !psc_customer_waited(&cu); t++)
+        sleep_1ms();
+    EXPECT_INT(psc_customer_waited(&cu), 1, "wait_all is waiting");
+    psc_req *after = push_request(1, keys, vals, 10, 1);
+    psc_customer_submit(&cu, after, NULL, NULL, 1, err, sizeof err);
+    int closing;
+    psc_customer_take(&cu, &closing);
+    complete_all_parts(&cu, before);
+    int returned = wait_flag(&a.done, 2000);
+    complete_all_parts(&cu, after);  /* lets an unfixed wait_all end */
+    pthread_join(th, NULL);
+    EXPECT_INT(returned, 1, "wait_all returned while a request issued after "
+               "it was still in flight");
+    EXPECT_INT(a.status, PS_OK, "its status");
+    psc_customer_destroy(&cu);
+}
+
 int main(void)
 {
     /* Line-buffered, so failure details (stderr) stay next to their test
@@ -1080,6 +1158,8 @@ int main(void)
             test_customer_stamps_timestamps_in_order_and_queues_every_part),
         cmocka_unit_test(
             test_customer_remembers_failures_for_wait_and_wait_all),
+        cmocka_unit_test(
+            test_wait_all_returns_when_requests_issued_before_it_complete),
     };
     const int total = (int)(sizeof tests / sizeof tests[0]);
     int failed = cmocka_run_group_tests_name("slice", tests, NULL, NULL);
