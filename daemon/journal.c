@@ -278,19 +278,24 @@ static void fsync_path(const char *path)
     }
 }
 
-/* Calls fn(seq) for every segment of node in dir, in no order. */
-static void each_segment(const char *dir, int node,
-                         void (*fn)(const char *dir, int node, uint64_t seq,
-                                    void *arg),
-                         void *arg)
+/* Calls fn(seq) for every segment of node in dir, in no order. 0, or an
+ * errno when the folder could not be listed (whole): the caller must not
+ * take that for a folder without segments. */
+static int each_segment(const char *dir, int node,
+                        void (*fn)(const char *dir, int node, uint64_t seq,
+                                   void *arg),
+                        void *arg)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return;
+        return errno ? errno : EIO;
     char prefix[64];
     int plen = snprintf(prefix, sizeof prefix, "psd-node%d.journal.", node);
     struct dirent *e;
-    while ((e = readdir(d))) {
+    for (;;) {
+        errno = 0;                /* readdir's end and its failure differ */
+        if (!(e = readdir(d)))
+            break;
         if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
             continue;
         const char *num = e->d_name + plen;
@@ -299,7 +304,9 @@ static void each_segment(const char *dir, int node,
         if (end != num && *end == '\0')
             fn(dir, node, seq, arg);
     }
+    int rc = errno;
     closedir(d);
+    return rc;
 }
 
 static void prune_one(const char *dir, int node, uint64_t seq, void *arg)
@@ -403,9 +410,17 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        char *err, size_t errlen)
 {
     span s = { UINT64_MAX, 0 };
-    each_segment(dir, node, note_seq, &s);
     *records = 0;
     *next = from;
+    int e = each_segment(dir, node, note_seq, &s);
+    if (e) {
+        /* Segments that are there but unseen would be neither replayed
+         * nor kept: the next segment would be written over them and the
+         * next snapshot would prune them. */
+        snprintf(err, errlen, "%s: cannot list the journal's segments: %s",
+                 dir, strerror(e));
+        return -1;
+    }
     if (s.lo == UINT64_MAX || s.hi < from)
         return 0;                /* nothing after the snapshot */
     if (s.lo > from) {

@@ -632,6 +632,49 @@ static void test_a_failed_journal_write_leaves_whole_records(void **state)
     psd_journal_prune(dir, 2, 100);
 }
 
+/* Replays from segment 1 with no descriptor left (RLIMIT_NOFILE at the
+ * lowest free one), so that listing the folder fails. */
+static int replay_without_descriptors(seen *s, uint64_t *next, char *err)
+{
+    int lowest = dup(0);
+    assert_true(lowest >= 0);
+    close(lowest);
+    struct rlimit save, none;
+    getrlimit(RLIMIT_NOFILE, &save);
+    none = save;
+    none.rlim_cur = (rlim_t)lowest;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &none), 0);
+    int rc = replay(1, s, next, err);
+    setrlimit(RLIMIT_NOFILE, &save);
+    return rc;
+}
+
+static void test_a_folder_that_cannot_be_listed_is_refused(void **state)
+{
+    (void)state;
+    char err[ERRLEN];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    put_pushes(j, 0, 3);
+    psd_journal_close(j);
+    /* Not knowing which segments exist is not knowing that there are
+     * none: taken for an empty journal, the pushes would be served
+     * without, the next segment written over them, and the next
+     * snapshot's pruning would delete them. */
+    seen s;
+    uint64_t next = 0;
+    int rc = replay_without_descriptors(&s, &next, err);
+    EXPECT_INT(rc, -1, "a replay that could not list %s (%d pushes "
+               "replayed, next segment %llu)", dir, s.pushes,
+               (unsigned long long)next);
+    EXPECT_INT(strstr(err, dir) != NULL &&
+                   strstr(err, "Too many open files") != NULL,
+               1, "%s", err);
+    assert_int_equal(replay(1, &s, &next, err), 0);
+    EXPECT_INT(s.pushes, 3, "pushes replayed once the folder can be read");
+    psd_journal_prune(dir, 2, 100);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -653,6 +696,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_a_failed_journal_write_leaves_whole_records, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_folder_that_cannot_be_listed_is_refused, setup, teardown),
     };
     int failed = cmocka_run_group_tests_name("snapshot and journal", tests,
                                              NULL, NULL);
