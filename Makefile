@@ -191,7 +191,8 @@ $(BUILD)/test_log: $(BUILD)/tests/test_log.o $(D)/log.o
 $(BUILD)/test_snapshot: $(BUILD)/tests/test_snapshot.o $(D)/snapshot.o $(D)/journal.o \
                         $(D)/node.o $(D)/table.o $(D)/updater.o $(D)/sync.o \
                         $(D)/dedup.o $(D)/config.o $(D)/inifile.o $(D)/log.o $(PROTO_OBJ)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) $(LIBS_CM) -lm
+	$(CC) $(LDFLAGS_ALL) -Wl,--wrap=read,--wrap=fread -o $@ $^ $(LIBS_MP) $(LIBS_INI) \
+	    $(LIBS_CM) -lm
 $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD)/client/stats.o \
                      $(BUILD)/client/customer.o $(BUILD)/client/map.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread

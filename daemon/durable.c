@@ -64,7 +64,8 @@ static void start_fsync(psd_durable *d);
 static void fsync_work(uv_work_t *w)
 {
     psd_durable *d = w->data;
-    d->fsync_rc = fsync(d->fsync_fd) ? errno : 0;
+    if (d->fsync_fd >= 0)        /* else start_fsync did it */
+        d->fsync_rc = fsync(d->fsync_fd) ? errno : 0;
 }
 
 /* A journal fsync failed (why). After a failed fsync the kernel may have
@@ -87,11 +88,10 @@ static void fsync_failed(psd_durable *d, const char *why)
               psd_fsync_name(d->fsync_mode));
 }
 
-static void fsync_done(uv_work_t *w, int status)
+/* The fsync covering fsync_lsn ended (fsync_rc): accounts for it and
+ * lets the replies that waited for it go. */
+static void fsync_finished(psd_durable *d)
 {
-    psd_durable *d = w->data;
-    (void)status;
-    close(d->fsync_fd);
     d->fsync_running = 0;
     double ms = (double)(uv_hrtime() - d->fsync_start_ns) / 1e6;
     d->st.fsyncs++;
@@ -114,6 +114,15 @@ static void fsync_done(uv_work_t *w, int status)
     }
 }
 
+static void fsync_done(uv_work_t *w, int status)
+{
+    psd_durable *d = w->data;
+    (void)status;
+    if (d->fsync_fd >= 0)
+        close(d->fsync_fd);
+    fsync_finished(d);
+}
+
 /* One fsync on the thread pool covering everything written so far: the
  * group commit (every record that arrived meanwhile shares it). */
 static void start_fsync(psd_durable *d)
@@ -121,14 +130,22 @@ static void start_fsync(psd_durable *d)
     psd_journal *j = d->node->journal;
     if (!j || d->fsync_running)
         return;
-    d->fsync_fd = dup(psd_journal_fd(j));
-    if (d->fsync_fd < 0) {
-        psd_error("journal: dup: %s", strerror(errno));
-        return;
-    }
     d->fsync_running = 1;
     d->fsync_lsn = psd_journal_written(j);
     d->fsync_start_ns = uv_hrtime();
+    d->fsync_fd = dup(psd_journal_fd(j));
+    if (d->fsync_fd < 0) {
+        /* No descriptor to spare (EMFILE under many connections): the
+         * fsync runs here, on the loop, where the segment cannot be
+         * closed under it. Skipping it would hold the replies waiting
+         * for it until some later push started another. Its end is still
+         * reported through the pool (the work does nothing), so that the
+         * replies it frees go out from the loop, not from inside the
+         * flush of the connection that called us. */
+        psd_warn("journal: dup: %s; fsync on the event loop",
+                 strerror(errno));
+        d->fsync_rc = fsync(psd_journal_fd(j)) ? errno : 0;
+    }
     d->fsync_work.data = d;
     uv_queue_work(d->loop, &d->fsync_work, fsync_work, fsync_done);
 }

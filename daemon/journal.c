@@ -278,19 +278,24 @@ static void fsync_path(const char *path)
     }
 }
 
-/* Calls fn(seq) for every segment of node in dir, in no order. */
-static void each_segment(const char *dir, int node,
-                         void (*fn)(const char *dir, int node, uint64_t seq,
-                                    void *arg),
-                         void *arg)
+/* Calls fn(seq) for every segment of node in dir, in no order. 0, or an
+ * errno when the folder could not be listed (whole): the caller must not
+ * take that for a folder without segments. */
+static int each_segment(const char *dir, int node,
+                        void (*fn)(const char *dir, int node, uint64_t seq,
+                                   void *arg),
+                        void *arg)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return;
+        return errno ? errno : EIO;
     char prefix[64];
     int plen = snprintf(prefix, sizeof prefix, "psd-node%d.journal.", node);
     struct dirent *e;
-    while ((e = readdir(d))) {
+    for (;;) {
+        errno = 0;                /* readdir's end and its failure differ */
+        if (!(e = readdir(d)))
+            break;
         if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
             continue;
         const char *num = e->d_name + plen;
@@ -299,7 +304,9 @@ static void each_segment(const char *dir, int node,
         if (end != num && *end == '\0')
             fn(dir, node, seq, arg);
     }
+    int rc = errno;
     closedir(d);
+    return rc;
 }
 
 static void prune_one(const char *dir, int node, uint64_t seq, void *arg)
@@ -389,10 +396,24 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
     return 0;
 }
 
-/* Reads exactly n bytes; returns how many it got (short at the end). */
-static size_t read_full(FILE *f, void *p, size_t n)
+/* Reads exactly n bytes; returns how many it got: short at the end of
+ * the file, or when reading failed, which sets *e to the errno (a read
+ * error must not pass for the end of a segment, or for a torn tail that
+ * replay cuts off with every record after it). */
+static size_t read_full(int fd, void *p, size_t n, int *e)
 {
-    return fread(p, 1, n, f);
+    size_t at = 0;
+    while (at < n) {
+        ssize_t k = read(fd, (char *)p + at, n - at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            *e = errno;
+        if (k <= 0)
+            break;
+        at += (size_t)k;
+    }
+    return at;
 }
 
 int psd_journal_replay(const char *dir, int node, uint64_t shape,
@@ -403,9 +424,17 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        char *err, size_t errlen)
 {
     span s = { UINT64_MAX, 0 };
-    each_segment(dir, node, note_seq, &s);
     *records = 0;
     *next = from;
+    int lerr = each_segment(dir, node, note_seq, &s);
+    if (lerr) {
+        /* Segments that are there but unseen would be neither replayed
+         * nor kept: the next segment would be written over them and the
+         * next snapshot would prune them. */
+        snprintf(err, errlen, "%s: cannot list the journal's segments: %s",
+                 dir, strerror(lerr));
+        return -1;
+    }
     if (s.lo == UINT64_MAX || s.hi < from)
         return 0;                /* nothing after the snapshot */
     if (s.lo > from) {
@@ -429,8 +458,8 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
     for (uint64_t seq = from; seq <= s.hi && rc == 0; seq++) {
         char path[4200];
         psd_journal_path(path, sizeof path, dir, node, seq);
-        FILE *f = fopen(path, "rb");
-        if (!f) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
             snprintf(err, errlen, "%s: missing (segments %llu..%llu are "
                      "there): %s", path, (unsigned long long)from,
                      (unsigned long long)s.hi, strerror(errno));
@@ -440,8 +469,9 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
         uint64_t off = 0;
         for (;;) {
             unsigned char h[HDR];
-            size_t got = read_full(f, h, HDR);
-            if (got == 0)
+            int e = 0;
+            size_t got = read_full(fd, h, HDR, &e);
+            if (got == 0 && !e)
                 break;           /* the end of this segment */
             uint32_t len = 0, crc = 0, hcrc = 0;
             if (got == HDR) {
@@ -453,7 +483,9 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
              * ever at the very end of the last segment */
             const char *why = NULL;
             int torn = 0;
-            if (got < HDR)
+            if (e)
+                why = "read error";
+            else if (got < HDR)
                 why = "truncated record header", torn = 1;
             else if (psw_crc32c(0, h, 8) != hcrc)
                 why = "record header CRC mismatch";
@@ -470,8 +502,8 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                     body = nb;
                     bcap = len;
                 }
-                if (read_full(f, body, len) < len)
-                    why = "truncated record", torn = 1;
+                if (read_full(fd, body, len, &e) < len)
+                    why = e ? "read error" : "truncated record", torn = !e;
                 else if (psw_crc32c(0, body, len) != crc)
                     why = "record CRC mismatch";
             }
@@ -485,8 +517,9 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                     fsync_path(path);
                     break;
                 }
-                snprintf(err, errlen, "%s: offset %llu: %s", path,
-                         (unsigned long long)off, why);
+                snprintf(err, errlen, "%s: offset %llu: %s%s%s", path,
+                         (unsigned long long)off, why, e ? ": " : "",
+                         e ? strerror(e) : "");
                 rc = -1;
                 break;
             }
@@ -513,7 +546,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             off += HDR + len;
             (*records)++;
         }
-        fclose(f);
+        close(fd);
         /* What was replayed must be on disk before new records follow it
          * (after a crash of the host, the page cache held it). */
         if (rc == 0)

@@ -339,6 +339,45 @@ static void test_a_stop_does_not_wait_for_a_full_disk(void **state)
     cluster_stop(&c);
 }
 
+/* fsync = always with every descriptor of psd in use (RLIMIT_NOFILE at
+ * what it holds, as under a crowd of connections): the fsync that a push
+ * waits for still happens, and the push is acknowledged. psd dup()s the
+ * journal's descriptor for the fsync on its thread pool; when that dup
+ * failed, no fsync ran and the reply waited until some later push started
+ * one (its retransmissions, duplicates, start none). */
+static void test_fsync_always_without_a_free_descriptor_acks_pushes(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    ps_options o = client_options();
+    o.request_timeout_ms = 500;
+    o.max_retries = 3;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1.0f, v = 0;
+    assert_int_equal(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)),
+                     PS_OK);
+    struct rlimit none = { 0, 0 }, save;
+    if (prlimit(c.pid[0], RLIMIT_NOFILE, NULL, &save))
+        fail_msg("prlimit: %s", strerror(errno));
+    none.rlim_max = save.rlim_max;
+    if (prlimit(c.pid[0], RLIMIT_NOFILE, &none, NULL))
+        fail_msg("prlimit: %s", strerror(errno));
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    prlimit(c.pid[0], RLIMIT_NOFILE, &save, NULL);
+    EXPECT_INT(rc, PS_OK, "a push while psd has no free descriptor: %s",
+               ps_strerror(rc));
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, t, &key, 1, &v, NULL, NULL)), PS_OK,
+               "a pull");
+    EXPECT_FLOAT(v, 2.0f, "the key after two pushes");
+    ps_close(cl);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 static void damage(const char *path, long off, int cut)
 {
     FILE *f = fopen(path, "r+b");
@@ -447,6 +486,8 @@ int main(void)
             test_a_snapshot_killed_after_its_rename_is_the_new_one),
         cmocka_unit_test(test_a_full_disk_refuses_pushes_and_loses_nothing),
         cmocka_unit_test(test_a_stop_does_not_wait_for_a_full_disk),
+        cmocka_unit_test(
+            test_fsync_always_without_a_free_descriptor_acks_pushes),
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),
         cmocka_unit_test(test_a_snapshot_of_another_layout_stops_psd),
     };

@@ -7,6 +7,7 @@
  * journal segments replay in order, a torn last record is cut off, damage
  * elsewhere is refused, and segments without the snapshot before them
  * are refused. */
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -632,6 +633,123 @@ static void test_a_failed_journal_write_leaves_whole_records(void **state)
     psd_journal_prune(dir, 2, 100);
 }
 
+/* Read errors for the journal's replay: the test binary is linked with
+ * --wrap=read and --wrap=fread, so every read() and fread() of the code
+ * under test comes here. While eio_after >= 0, reads deliver that many
+ * more bytes, then fail with EIO (as a disk with a bad sector does). */
+ssize_t __real_read(int fd, void *p, size_t n);
+ssize_t __wrap_read(int fd, void *p, size_t n);
+size_t __real_fread(void *p, size_t size, size_t n, FILE *f);
+size_t __wrap_fread(void *p, size_t size, size_t n, FILE *f);
+static long eio_after = -1;
+
+ssize_t __wrap_read(int fd, void *p, size_t n)
+{
+    if (eio_after < 0)
+        return __real_read(fd, p, n);
+    if (eio_after == 0) {
+        errno = EIO;
+        return -1;
+    }
+    ssize_t k = __real_read(fd, p, n < (size_t)eio_after ? n : (size_t)eio_after);
+    if (k > 0)
+        eio_after -= k;
+    return k;
+}
+
+/* fread's short count with errno EIO (what the caller can see of a read
+ * error besides ferror, which a wrapper cannot set). */
+size_t __wrap_fread(void *p, size_t size, size_t n, FILE *f)
+{
+    if (eio_after < 0 || size != 1)
+        return __real_fread(p, size, n, f);
+    size_t want = n < (size_t)eio_after ? n : (size_t)eio_after;
+    size_t k = want ? __real_fread(p, 1, want, f) : 0;
+    eio_after -= (long)k;
+    if (k < n)
+        errno = EIO;
+    return k;
+}
+
+static void test_a_read_error_is_not_taken_for_a_torn_tail(void **state)
+{
+    (void)state;
+    char err[ERRLEN], path[128];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    put_pushes(j, 0, 4);
+    psd_journal_close(j);
+    psd_journal_path(path, sizeof path, dir, 2, 1);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    /* The disk fails in the middle of the second push, in the last
+     * segment, where a crash could have cut a record. A read error is
+     * not a cut: the records after it were written (and acknowledged),
+     * and cutting the file there would lose them for good. */
+    size_t rec = ((size_t)st.st_size - 28) / 4;
+    seen s;
+    uint64_t next;
+    eio_after = (long)(28 + rec + rec / 2);
+    int rc = replay(1, &s, &next, err);
+    eio_after = -1;
+    struct stat after;
+    assert_int_equal(stat(path, &after), 0);
+    EXPECT_INT(rc, -1, "a replay that could not read the segment (%d "
+               "pushes replayed)", s.pushes);
+    EXPECT_U64((uint64_t)after.st_size, (uint64_t)st.st_size,
+               "the segment's size after the read error");
+    EXPECT_INT(strstr(err, path) != NULL &&
+                   strstr(err, "Input/output error") != NULL,
+               1, "%s", err);
+    /* The disk works again: everything is there. */
+    assert_int_equal(replay(1, &s, &next, err), 0);
+    EXPECT_INT(s.pushes, 4, "pushes replayed once the disk reads");
+    psd_journal_prune(dir, 2, 100);
+}
+
+/* Replays from segment 1 with no descriptor left (RLIMIT_NOFILE at the
+ * lowest free one), so that listing the folder fails. */
+static int replay_without_descriptors(seen *s, uint64_t *next, char *err)
+{
+    int lowest = dup(0);
+    assert_true(lowest >= 0);
+    close(lowest);
+    struct rlimit save, none;
+    getrlimit(RLIMIT_NOFILE, &save);
+    none = save;
+    none.rlim_cur = (rlim_t)lowest;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &none), 0);
+    int rc = replay(1, s, next, err);
+    setrlimit(RLIMIT_NOFILE, &save);
+    return rc;
+}
+
+static void test_a_folder_that_cannot_be_listed_is_refused(void **state)
+{
+    (void)state;
+    char err[ERRLEN];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    put_pushes(j, 0, 3);
+    psd_journal_close(j);
+    /* Not knowing which segments exist is not knowing that there are
+     * none: taken for an empty journal, the pushes would be served
+     * without, the next segment written over them, and the next
+     * snapshot's pruning would delete them. */
+    seen s;
+    uint64_t next = 0;
+    int rc = replay_without_descriptors(&s, &next, err);
+    EXPECT_INT(rc, -1, "a replay that could not list %s (%d pushes "
+               "replayed, next segment %llu)", dir, s.pushes,
+               (unsigned long long)next);
+    EXPECT_INT(strstr(err, dir) != NULL &&
+                   strstr(err, "Too many open files") != NULL,
+               1, "%s", err);
+    assert_int_equal(replay(1, &s, &next, err), 0);
+    EXPECT_INT(s.pushes, 3, "pushes replayed once the folder can be read");
+    psd_journal_prune(dir, 2, 100);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -653,6 +771,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_a_failed_journal_write_leaves_whole_records, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_folder_that_cannot_be_listed_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_read_error_is_not_taken_for_a_torn_tail, setup, teardown),
     };
     int failed = cmocka_run_group_tests_name("snapshot and journal", tests,
                                              NULL, NULL);
