@@ -353,23 +353,65 @@ static void remove_stale_tmp(const char *dir, int node)
     closedir(d);
 }
 
-/* Renames every file of node in dir aside, for --skip-snapshot. */
-static void move_aside(const char *dir, int node)
+/* Moves file `from` aside as FROM.skipped.T, or FROM.skipped.T.N when
+ * an earlier --skip-snapshot in the same second took that name: rename()
+ * would replace it, and files set aside are never to be lost. (The node's
+ * lock keeps any other psd from naming files here meanwhile.) 0, or -1
+ * with why. A file that is not there is no error. */
+static int set_aside(const char *from, long t, char *err, size_t errlen)
 {
-    char from[4200], to[4300];
+    char to[4400];
+    for (int k = 0; k < 1000; k++) {
+        if (k)
+            snprintf(to, sizeof to, "%s.skipped.%ld.%d", from, t, k);
+        else
+            snprintf(to, sizeof to, "%s.skipped.%ld", from, t);
+        if (access(to, F_OK) == 0)
+            continue;
+        if (rename(from, to) == 0) {
+            psd_warn("--skip-snapshot: %s moved to %s", from, to);
+            return 0;
+        }
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "--skip-snapshot: cannot move %s aside: %s",
+                 from, strerror(errno));
+        return -1;
+    }
+    snprintf(err, errlen, "--skip-snapshot: %s.skipped.%ld and 999 more "
+             "names are taken", from, t);
+    return -1;
+}
+
+/* Moves every file of node in dir aside, for --skip-snapshot, and makes
+ * the moves durable: after a power cut the damaged files must not come
+ * back under their own names. 0, or -1 with why: psd then does not start,
+ * since replaying what could not be moved would not be what was asked. */
+static int move_aside(const char *dir, int node, char *err, size_t errlen)
+{
+    char from[4200];
     long t = (long)time(NULL);
     psd_snapshot_path(from, sizeof from, dir, node);
-    snprintf(to, sizeof to, "%s.skipped.%ld", from, t);
-    if (rename(from, to) == 0)
-        psd_warn("--skip-snapshot: %s moved to %s", from, to);
-    uint64_t s;
+    if (set_aside(from, t, err, errlen))
+        return -1;
+    uint64_t s, prev = 0;
     while ((s = psd_journal_first(dir, node)) != 0) {
         psd_journal_path(from, sizeof from, dir, node, s);
-        snprintf(to, sizeof to, "%s.skipped.%ld", from, t);
-        if (rename(from, to))
-            break;
-        psd_warn("--skip-snapshot: %s moved to %s", from, to);
+        if (s == prev) {         /* listed, yet gone when moved */
+            snprintf(err, errlen, "--skip-snapshot: cannot move %s aside",
+                     from);
+            return -1;
+        }
+        if (set_aside(from, t, err, errlen))
+            return -1;
+        prev = s;
     }
+    if (psd_fsync_dir(dir)) {
+        snprintf(err, errlen, "--skip-snapshot: fsync of %s: %s", dir,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
@@ -411,8 +453,11 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         return -1;
     }
     remove_stale_tmp(d->dir, n->index);
-    if (skip)
-        move_aside(d->dir, n->index);
+    if (skip && move_aside(d->dir, n->index, err, errlen)) {
+        close(d->lock_fd);
+        d->lock_fd = -1;
+        return -1;
+    }
     uint64_t t0 = uv_hrtime();
     psd_notify("STATUS=node %d: loading its snapshot from %s", n->index,
                d->dir);

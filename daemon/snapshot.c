@@ -113,9 +113,9 @@ static void pause_at(const char *stage)
         ;
 }
 
-static int fsync_dir(const char *dir)
+int psd_fsync_dir(const char *dir)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;
     int rc = fsync(fd);
@@ -224,7 +224,7 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
      * the journal it covers (err says why). */
     if (errlen)
         err[0] = '\0';
-    if (fsync_dir(dir) && fsync_dir(dir))
+    if (psd_fsync_dir(dir) && psd_fsync_dir(dir))
         snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
     if (info)
         *info = (psd_snap_info){ generation, journal_seq, created, w.off };

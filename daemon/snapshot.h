@@ -28,6 +28,10 @@ typedef struct psd_snap_info {
  * folder). */
 void psd_snapshot_path(char *buf, size_t len, const char *dir, int node);
 
+/* fsync of folder dir, so that the renames in it survive a power cut.
+ * 0, or -1 with errno set. */
+int psd_fsync_dir(const char *dir);
+
 /* Writes node n's state as snapshot `generation`, covering the journal up
  * to (not including) segment journal_seq. Returns 0, or -1 with the
  * reason in err; the previous snapshot is then untouched. On 0, err is

@@ -408,6 +408,13 @@ static void expect_refusal(test_cluster *c, const char *file,
     free(log);
 }
 
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f))
+        fail_msg("cannot write %s", path);
+}
+
 static void test_a_damaged_snapshot_stops_psd_until_skipped(void **state)
 {
     (void)state;
@@ -426,12 +433,32 @@ static void test_a_damaged_snapshot_stops_psd_until_skipped(void **state)
     damage(snap, 40, 0);           /* mended */
     damage(snap, (long)st.st_size - 5, 1);
     expect_refusal(&c, snap, "truncated");
-    /* --skip-snapshot: moved aside, never deleted; psd starts empty. */
+    /* --skip-snapshot: moved aside, never deleted; psd starts empty.
+     * Files an earlier --skip-snapshot set aside in the same second (here
+     * made up, for the seconds around now) are kept, not replaced. */
+    long now = (long)time(NULL);
+    char kept[480];
+    for (long t = now - 1; t <= now + 10; t++) {
+        snprintf(kept, sizeof kept, "%s.skipped.%ld", snap, t);
+        write_file(kept, "kept");
+    }
     if (cluster_restart_with(&c, 0, "--skip-snapshot"))
         fail_msg("--skip-snapshot did not start");
     EXPECT_INT(cluster_log_wait(&c, 0, "--skip-snapshot: ", 100), 1,
                "it says where the file went");
     EXPECT_INT(access(snap, F_OK), -1, "the snapshot was moved");
+    for (long t = now - 1; t <= now + 10; t++) {
+        snprintf(kept, sizeof kept, "%s.skipped.%ld", snap, t);
+        struct stat ks;
+        if (stat(kept, &ks) || ks.st_size != 4)
+            fail_msg("%s, set aside before, was replaced", kept);
+    }
+    int moved = 0;
+    for (long t = now - 1; t <= now + 10; t++) {
+        snprintf(kept, sizeof kept, "%s.skipped.%ld.1", snap, t);
+        moved += access(kept, F_OK) == 0;
+    }
+    EXPECT_INT(moved, 1, "the snapshot set aside as SNAP.skipped.T.1");
     expect_count(c.spec, 0, "after --skip-snapshot");
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
