@@ -684,9 +684,17 @@ static void handle_auth(psd_conn *c, const msgpack_object *msg)
     check_proof(c);
 }
 
-/* The throttle let a parked AUTH through: check it, then read on. */
+/* A parked AUTH's time came: it asks the throttle again, since other
+ * connections from its address parked until the same moment and only
+ * one of them may be checked then (the others wait for the next delay).
+ * Admitted, it is checked and the connection reads on. */
 static void unpark(psd_conn *c)
 {
+    uint64_t wait = psd_auth_admit(c->set->auth, c->ip, uv_now(c->set->loop));
+    if (wait) {
+        c->park_until_ms = wait;
+        return;
+    }
     c->parked = 0;
     check_proof(c);
     if (c->closing || c->shutting)

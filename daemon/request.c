@@ -69,11 +69,15 @@ static uint64_t rows_bytes(const psd_node *n, const psw_msg *m)
 }
 
 /* The most bytes m's reply adds to a frame. A pull larger than a frame is
- * answered with an error, so it counts as an error reply. */
+ * answered with an error, so it counts as an error reply; an ADMIN answer
+ * is not refused for its cap but cut to what one frame carries (admin()),
+ * so it counts as that much. */
 static uint64_t reply_bound(const psd_node *n, const psw_msg *m)
 {
-    uint64_t rb = rows_bytes(n, m);
-    return psw_reply_max(rb > psw_payload_max(n->cfg.max_frame) ? 0 : rb);
+    uint64_t rb = rows_bytes(n, m), one = psw_payload_max(n->cfg.max_frame);
+    if (rb > one)
+        rb = m->op == PSW_OP_ADMIN ? one : 0;
+    return psw_reply_max(rb);
 }
 
 /* A frame's length, array header and CRC: what a reply in a frame of its

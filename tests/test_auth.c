@@ -498,6 +498,50 @@ static void failures_are_throttled_and_logged_once_per_window(void **state)
     assert_int_equal(cluster_stop(&one), 0);
 }
 
+/* Attempts from one address that arrive together, on connections of
+ * their own, wait their turns too: one is checked per delay, not all of
+ * them once the first delay ends (which would let a client try as many
+ * tokens per delay as it opens connections). */
+static void parallel_failures_are_throttled_one_per_delay(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
+                                   "auth_token = " TOKEN "\n"), 0);
+    int fd[N + 1];
+    uint8_t proof[PSW_PROOF_LEN];
+    /* A first failure starts the throttle for 127.0.0.1. */
+    fd[N] = raw_connect(one.port[0]);
+    psw_transcript t = fresh_transcript(40);
+    send_hello(fd[N], PSW_VERSION, &t);
+    read_challenge(fd[N], &t);
+    psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
+    send_auth(fd[N], proof);
+    expect_eauth(fd[N], "wrong token");
+    close(fd[N]);
+    double t0 = now_ms();
+    for (int i = 0; i < N; i++) {
+        fd[i] = raw_connect(one.port[0]);
+        t = fresh_transcript(41 + (uint64_t)i);
+        send_hello(fd[i], PSW_VERSION, &t);
+        read_challenge(fd[i], &t);
+        psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
+        send_auth(fd[i], proof);
+    }
+    for (int i = 0; i < N; i++) {
+        expect_eauth(fd[i], "wrong token");
+        close(fd[i]);
+    }
+    /* Checked after 100, 200, 400, 800 and 1600 ms, one after the
+     * other. */
+    double took = now_ms() - t0;
+    if (took < 1400)
+        fail_msg("%d wrong attempts sent together were all refused within "
+                 "%.0f ms, want at least 1500 (one per delay)", N, took);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
 /* ---- impostors ------------------------------------------------------- */
 
 typedef struct impostor {
@@ -682,6 +726,7 @@ int main(void)
         cmocka_unit_test(impostor_with_a_made_up_proof_gets_nothing),
         cmocka_unit_test(reconnection_authenticates_again),
         cmocka_unit_test(failures_are_throttled_and_logged_once_per_window),
+        cmocka_unit_test(parallel_failures_are_throttled_one_per_delay),
     };
     return cmocka_run_group_tests_name("auth", tests, group_setup,
                                        group_teardown);

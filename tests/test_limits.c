@@ -1042,6 +1042,66 @@ static void push_with_timestamp_zero_is_refused(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* An ADMIN answer counts in the size of the frame that carries it: with
+ * a max_frame below its 4 MiB cap, a pull that nearly fills a reply frame
+ * and an ADMIN "metrics" after it in one request frame get reply frames
+ * of at most max_frame each (a client reads with that limit and would
+ * close the connection on a larger one), and both answers arrive. */
+static void admin_answer_after_a_large_pull_stays_within_max_frame(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    enum { MAX_FRAME = 64 * 1024, ROWS = 16000 };
+    int fd = start_dense_raw(&c, 4, "max_frame = 64K\n");
+    psw_msg m[2] = {
+        { .op = PSW_OP_PULL_RANGE, .ts = 1, .table = 0, .first = 0,
+          .count = ROWS },
+        { .op = PSW_OP_ADMIN, .ts = 2, .text = "metrics",
+          .text_len = strlen("metrics") },
+    };
+    raw_send_msgs(fd, m, 2);
+    int seen = 0;
+    while (seen < 2) {
+        size_t len;
+        char *f = raw_read_frame(fd, &len);
+        if (!f)
+            fail_msg("psd closed the connection after %d of 2 replies", seen);
+        if (len > MAX_FRAME)
+            fail_msg("a reply frame of %zu bytes; max_frame is %d", len,
+                     MAX_FRAME);
+        msgpack_zone z;
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        msgpack_zone_init(&z, 4096);
+        int n = psw_frame_decode(f, len, &z, &obj, err, sizeof err)
+                    ? -1
+                    : psw_frame_messages(&obj, 8, &msgs, err, sizeof err);
+        if (n < 1)
+            fail_msg("reply frame: %s", err);
+        for (int i = 0; i < n; i++) {
+            psw_msg r;
+            if (psw_msg_decode(&msgs[i], &r, err, sizeof err))
+                fail_msg("reply: %s", err);
+            if (r.op != PSW_OP_REPLY)
+                continue;
+            EXPECT_U64(r.ts, (uint64_t)seen + 1, "reply order");
+            EXPECT_INT(r.status, 0, "status of request %llu",
+                       (unsigned long long)r.ts);
+            if (r.ts == 1)
+                EXPECT_U64(r.vals_len, ROWS * 4, "rows of the pull");
+            else if (r.vals_len < 1000)
+                fail_msg("the metrics answer holds %zu bytes", r.vals_len);
+            seen++;
+        }
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- what a node remembers of each client's pushes ----------------- */
 
 /* Sends push ts (key 3 of table 0 += 1), with an ACK of `ack` first when
@@ -1362,6 +1422,7 @@ int main(void)
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
         cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
         cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),
+        cmocka_unit_test_teardown(admin_answer_after_a_large_pull_stays_within_max_frame, teardown),
         cmocka_unit_test_teardown(remembered_pushes_are_bounded_per_client_and_per_node, teardown),
         cmocka_unit_test_teardown(frames_beyond_a_turns_share_run_in_order_and_all_complete, teardown),
     };
