@@ -819,7 +819,9 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
     walk_start(t, &w, keys, n);
     for (size_t i = 0; i < n; i++)
         fresh += !has_key(t, psw_key_at(keys, i), walk_hash(t, &w, i));
-    if (held + fresh <= t->conf.max_rows)
+    /* A push that creates no row always goes on, even when a reload
+     * lowered max_rows below the rows held (or a snapshot brought more). */
+    if (fresh == 0 || held + fresh <= t->conf.max_rows)
         return 0;
     /* Over the limit counting repeats: count each new key once. */
     uint64_t *nk = malloc((size_t)(fresh ? fresh : 1) * sizeof *nk);

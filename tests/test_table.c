@@ -772,6 +772,34 @@ static void test_max_rows_counts_new_keys_of_a_bsp_sum(void **state)
     psd_table_free(t);
 }
 
+/* A reload may lower max_rows below the rows a node already holds (or a
+ * snapshot may bring more): the table is then over its limit, yet pushes
+ * to existing rows must go on, as conf/psd.ini promises; only new keys
+ * are refused. */
+static void test_max_rows_below_rows_held_still_takes_existing_keys(
+    void **state)
+{
+    (void)state;
+    for (int dim = 1; dim <= 3; dim += 2) {     /* inline and chunk rows */
+        psd_table_conf c = conf_make(0, (uint32_t)dim, 0, PSD_UPD_SUM);
+        c.max_rows = 4;
+        psd_table *t = table_make(&c, 4, 1, 0);
+        char err[256] = "";
+        const uint64_t keys[4] = { 5, 6, 7, 8 };
+        const float ones[12] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+        push_keys(t, keys, 4, ones, (uint32_t)dim);
+        psd_table_set_limits(t, 2, 0);
+        const uint64_t old[3] = { 6, 8, 6 };
+        EXPECT_INT(growth(t, old, 3, err, sizeof err), 0,
+                   "dim %d: a push to existing rows of a table holding 4 "
+                   "rows with max_rows lowered to 2 (%s)", dim, err);
+        const uint64_t fresh[2] = { 6, 9 };
+        EXPECT_INT(growth(t, fresh, 2, err, sizeof err), PSW_EFULL,
+                   "dim %d: a push adding key 9 to that table", dim);
+        psd_table_free(t);
+    }
+}
+
 /* ---- batched sparse requests ---------------------------------------- */
 
 static uint64_t rng_next(uint64_t *x)
@@ -1557,6 +1585,8 @@ int main(void)
         cmocka_unit_test(test_sparse_pull_of_new_keys_stores_no_row),
         cmocka_unit_test(test_max_rows_refuses_only_pushes_that_add_rows),
         cmocka_unit_test(test_max_rows_counts_new_keys_of_a_bsp_sum),
+        cmocka_unit_test(
+            test_max_rows_below_rows_held_still_takes_existing_keys),
         cmocka_unit_test(test_sparse_batch_equals_pushing_one_key_at_a_time),
         cmocka_unit_test(
             test_max_rows_counts_distinct_new_keys_of_a_big_batch),
