@@ -55,6 +55,17 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         w->clock = y->clock;
         w->barrier = y->barrier;
     }
+    /* A first join finds the node's clock at 0 (the node waits for this
+     * worker) except after a journal replay moved it (CLOCK records, the
+     * worker joined after the snapshot) or when a snapshot had fewer
+     * workers: it starts there too. At 0, its first clocks would be
+     * answered at once and its pushes summed into a later clock. */
+    if (w->state == PSD_W_ABSENT) {
+        if (w->clock < y->clock)
+            w->clock = y->clock;
+        if (w->barrier < y->barrier)
+            w->barrier = y->barrier;
+    }
     if (w->state == PSD_W_GONE || w->state == PSD_W_LEFT)
         psd_info("worker %d %s", (int)worker,
                  w->state == PSD_W_GONE ? "is back" : "rejoined");

@@ -437,6 +437,58 @@ static void worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock(void **
         fail_msg("sum: got %g, want 14", (double)v);
 }
 
+/* Pushes +1 to key 3 of `sum` and clocks, `clocks` times, as worker 0;
+ * after each clock the key must hold want0 + the clocks so far (bsp: a
+ * pull after ps_clock sees exactly that clock). */
+typedef struct count_job {
+    int clocks;
+    int want0;
+} count_job;
+
+static int count_worker(void *arg)
+{
+    count_job *j = arg;
+    ps_client *c = open_worker(cl.spec, 0);
+    CHILD_CHECK(c, "open as worker 0");
+    int t = ps_table(c, "sum", NULL);
+    uint64_t key = 3;
+    float one = 1, v = 0;
+    for (int i = 1; i <= j->clocks; i++) {
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        CHILD_CHECK(ps_clock(c) == 0, "clock %d: %s", i, ps_last_error(c));
+        CHILD_CHECK(ps_wait(c, ps_pull(c, t, &key, 1, &v, NULL, NULL)) == 0,
+                    "pull");
+        CHILD_CHECK(v == (float)(j->want0 + i), "after clock %d the key holds "
+                    "%g, want %d: the clock returned before its sum was "
+                    "applied", i, (double)v, j->want0 + i);
+    }
+    ps_close(c);
+    return 0;
+}
+
+static void worker_joining_after_a_journal_replay_starts_at_the_nodes_clock(
+    void **state)
+{
+    (void)state;
+    /* No snapshot is ever taken: after kill -9 the node's clock comes
+     * back from the journal's CLOCK records alone, and worker 0 as never
+     * connected. A worker that joins then must start at the node's clock,
+     * or its first clocks return at once without applying its pushes. */
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 1\n",
+                                      "[table.sum]\ndim = 1\n"
+                                      "consistency = bsp\n"
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"), 0);
+    count_job first = { 3, 0 }, second = { 3, 3 };
+    int bad = reap(spawn(count_worker, &first));
+    cluster_kill(&cl, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    bad |= reap(spawn(count_worker, &second)) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -448,6 +500,8 @@ int main(void)
         cmocka_unit_test(barrier_returns_only_when_every_worker_arrived),
         cmocka_unit_test(worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock),
         cmocka_unit_test(misuse_gets_clear_errors),
+        cmocka_unit_test(
+            worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }

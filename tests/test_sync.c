@@ -225,6 +225,25 @@ static void test_ssp_pull_waits_only_beyond_the_staleness(void **state)
     psd_sync_destroy(&y);
 }
 
+static void test_first_join_behind_the_nodes_clock_starts_at_it(void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    /* What a journal replay leaves: the node's clock moved by CLOCK
+     * records, the workers never connected since the start. */
+    y.clock = 4;
+    y.barrier = 2;
+    join(&y, 1, 9, &owner_a);
+    uint64_t c, b;
+    psd_sync_position(&y, 1, &c, &b);
+    EXPECT_U64(c, 4, "the joining worker's clock");
+    EXPECT_U64(b, 2, "the joining worker's barrier");
+    reach(&y, 1, 0, 5);
+    EXPECT_INT(psd_sync_advance(&y, 1), 0, "worker 0 never came");
+    psd_sync_destroy(&y);
+}
+
 int main(void)
 {
     /* The state machine logs joins and losses; keep the output to TAP. */
@@ -244,6 +263,7 @@ int main(void)
             test_worker_that_left_and_rejoins_starts_at_the_nodes_clock),
         cmocka_unit_test(test_nobody_waited_for_means_the_largest_clock_seen),
         cmocka_unit_test(test_ssp_pull_waits_only_beyond_the_staleness),
+        cmocka_unit_test(test_first_join_behind_the_nodes_clock_starts_at_it),
     };
     return cmocka_run_group_tests_name("sync", tests, NULL, NULL);
 }
