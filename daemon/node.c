@@ -189,6 +189,9 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
     n->cfg.idle_timeout = nc->idle_timeout;
     n->cfg.snapshot_interval = nc->snapshot_interval;
     n->cfg.client_ttl = nc->client_ttl;
+    /* Read at each loss and tick: a worker already lost gets the new
+     * grace, counted from its loss. */
+    n->cfg.worker_grace = nc->worker_grace;
     return NULL;
 }
 

@@ -98,9 +98,10 @@ void psd_node_destroy(psd_node *n);
  * loaded file, still owned by the caller): updater hyper-parameters, a
  * table's max_rows and nonfinite, log level, max_output,
  * max_connections(_per_addr), max_client_memory, hello_timeout,
- * frame_timeout, idle_timeout, client_ttl, snapshot_interval. Returns NULL, or why
- * the file cannot be applied live (layout, updater kinds, initializers,
- * modes, max_frame or the token changed), in which case nothing changed. */
+ * frame_timeout, idle_timeout, client_ttl, snapshot_interval,
+ * worker_grace. Returns NULL, or why the file cannot be applied live
+ * (layout, updater kinds, initializers, modes, max_frame or the token
+ * changed), in which case nothing changed. */
 const char *psd_node_reload(psd_node *n, const psd_config *nc);
 
 /* Writes the journal records buffered while requests were handled (one

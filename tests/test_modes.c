@@ -489,6 +489,55 @@ static void worker_joining_after_a_journal_replay_starts_at_the_nodes_clock(
     assert_int_equal(bad, 0);
 }
 
+/* Rewrites cl's ini with sed expression `expr` and sends node 0 SIGHUP. */
+static void reload_with(const char *expr)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -i '%s' '%s'", expr, cl.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(cl.pid[0], SIGHUP);
+}
+
+/* Clocks once as worker 0 with a sync_timeout_ms of 5 s. */
+static int clock_once(void *arg)
+{
+    (void)arg;
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.sync_timeout_ms = 5000;
+    ps_client *c = NULL;
+    CHILD_CHECK(ps_open(&c, cl.spec, &o) == 0, "open as worker 0");
+    int rc = ps_clock(c);
+    CHILD_CHECK(rc == 0, "ps_clock: %s (%s)", ps_strerror(rc),
+                ps_last_error(c));
+    ps_close(c);
+    return 0;
+}
+
+static void sighup_applies_a_new_worker_grace(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4,
+                                      "workers = 2\nworker_grace = 60\n",
+                                      "[table.t]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    reload_with("s/^worker_grace = 60$/worker_grace = 1/");
+    assert_true(cluster_log_wait(&cl, 0, "reloaded", 10000));
+    /* Worker 1 dies: with the new grace of 1 s worker 0's clock goes on
+     * without it, well within its 5 s (the old grace was 60 s). */
+    kill_job victim_job = { 1 };
+    pid_t victim = spawn(join_and_hang, &victim_job);
+    sleep_ms(200);
+    pid_t w0 = spawn(clock_once, NULL);
+    sleep_ms(100);
+    kill(victim, SIGKILL);
+    reap(victim);
+    int bad = reap(w0);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -502,6 +551,7 @@ int main(void)
         cmocka_unit_test(misuse_gets_clear_errors),
         cmocka_unit_test(
             worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
+        cmocka_unit_test(sighup_applies_a_new_worker_grace),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }
