@@ -538,6 +538,25 @@ static void sighup_applies_a_new_worker_grace(void **state)
     assert_int_equal(bad, 0);
 }
 
+static void sighup_changing_workers_or_aggregate_is_refused(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.t]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    /* The node would keep waiting for 2 workers while saying it
+     * reloaded: it must say it did not. */
+    reload_with("s/^workers = 2$/workers = 1/");
+    assert_true(cluster_log_wait(&cl, 0, "reload refused", 10000));
+    char *log = cluster_log(&cl, 0);
+    assert_non_null(strstr(log, "workers changed"));
+    free(log);
+    reload_with("s/^workers = 1$/workers = 2/;"
+                "s/^consistency = bsp$/consistency = bsp\\naggregate = mean/");
+    assert_true(cluster_log_wait(&cl, 0, "aggregate changed", 10000));
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -552,6 +571,7 @@ int main(void)
         cmocka_unit_test(
             worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
         cmocka_unit_test(sighup_applies_a_new_worker_grace),
+        cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }
