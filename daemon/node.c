@@ -144,7 +144,16 @@ static const char *layout_change(const psd_config *a, const psd_config *b)
             return "an initializer changed";
         if (x->consistency != y->consistency || x->staleness != y->staleness)
             return "a consistency mode changed";
+        /* Each table keeps its own copy, which a reload does not
+         * update: a node still summing (or averaging) must not say it
+         * reloaded. */
+        if (x->aggregate_mean != y->aggregate_mean)
+            return "a table's aggregate changed";
     }
+    /* The workers' state is sized at start (and saved in snapshots): a
+     * node that kept waiting for the old count must not say it reloaded. */
+    if (a->workers != b->workers)
+        return "workers changed";
     if (strcmp(a->auth_token, b->auth_token) ||
         strcmp(a->auth_token_file, b->auth_token_file))
         return "auth_token or auth_token_file changed";
@@ -191,6 +200,9 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
     n->cfg.client_ttl = nc->client_ttl;
     n->cfg.max_unacked_pushes = nc->max_unacked_pushes;
     n->cfg.max_remembered_pushes = nc->max_remembered_pushes;
+    /* Read at each loss and tick: a worker already lost gets the new
+     * grace, counted from its loss. */
+    n->cfg.worker_grace = nc->worker_grace;
     return NULL;
 }
 

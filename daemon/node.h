@@ -102,9 +102,10 @@ void psd_node_destroy(psd_node *n);
  * table's max_rows and nonfinite, log level, max_output,
  * max_connections(_per_addr), max_client_memory, hello_timeout,
  * frame_timeout, idle_timeout, client_ttl, max_unacked_pushes,
- * max_remembered_pushes, snapshot_interval. Returns NULL, or why
- * the file cannot be applied live (layout, updater kinds, initializers,
- * modes, max_frame or the token changed), in which case nothing changed. */
+ * max_remembered_pushes, snapshot_interval, worker_grace. Returns NULL,
+ * or why the file cannot be applied live (layout, updater kinds,
+ * initializers, modes or aggregate, workers, max_frame or the token
+ * changed), in which case nothing changed. */
 const char *psd_node_reload(psd_node *n, const psd_config *nc);
 
 /* Writes the journal records buffered while requests were handled (one

@@ -50,10 +50,20 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
                  (int)worker, w->peer);
         return PSW_EINVAL;
     }
-    if (w->state == PSD_W_LEFT) {
-        /* Rejoining: it starts at the node's clock, not at its old one. */
-        w->clock = y->clock;
-        w->barrier = y->barrier;
+    /* Rejoining, or a first join: it starts at the node's clock when it
+     * is behind it (the clocks it missed went on without it). A first
+     * join finds the node at 0 (the node waits for this worker) except
+     * after a journal replay moved it (CLOCK records, the worker joined
+     * after the snapshot) or when a snapshot had fewer workers; at 0, its
+     * first clocks would be answered at once and its pushes summed into a
+     * later clock. A rejoining worker ahead of the node (ssp does not hold
+     * clocks) keeps its own: its client goes on counting from there, and
+     * its pulls must wait by that clock. */
+    if (w->state == PSD_W_ABSENT || w->state == PSD_W_LEFT) {
+        if (w->clock < y->clock)
+            w->clock = y->clock;
+        if (w->barrier < y->barrier)
+            w->barrier = y->barrier;
     }
     if (w->state == PSD_W_GONE || w->state == PSD_W_LEFT)
         psd_info("worker %d %s", (int)worker,

@@ -46,7 +46,8 @@ void psd_sync_destroy(psd_sync *y);
 /* A HELLO from worker id `worker` (>= 0), held by `owner` from then on.
  * Returns 0, or PSW_EINVAL with the reason (out of range, or the id is
  * held by another live client). The same client_id reconnecting takes the
- * worker over from its old session. */
+ * worker over from its old session. A worker joining (first, or after it
+ * left) behind the node's clock and barrier starts at them. */
 int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
                   const void *owner, const char *peer, char *err,
                   size_t errlen);

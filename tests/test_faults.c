@@ -505,6 +505,53 @@ static void late_last_attempt_still_fails_within_the_bound(void **state)
     rig_stop(&r);
 }
 
+/* A worker whose connection stays lost past worker_grace (0 here) is no
+ * longer waited for; when the same client comes back it keeps counting
+ * its clocks from where it was (ps_clock numbers them), so the node must
+ * hold its ssp pulls by that clock too. Worker 1 connects straight to
+ * the node, past the proxy, and stays at clock 0; worker 0 clocks 3
+ * times, so with staleness 1 each of its pulls waits for clock 2. */
+static void worker_back_after_its_grace_keeps_its_ssp_bound(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "workers = 2\nworker_grace = 0\n",
+              SERVER "[table.ctr]\ndim = 1\nconsistency = ssp\n"
+              "staleness = 1\n");
+    ps_options o = fault_options();
+    o.sync_timeout_ms = 500;
+    o.worker = 1;
+    char direct[64];
+    snprintf(direct, sizeof direct, "127.0.0.1:%d", r.c.port[0]);
+    ps_client *slow, *fast;
+    assert_int_equal(ps_open(&slow, direct, &o), PS_OK);
+    o.worker = 0;
+    assert_int_equal(ps_open(&fast, r.c.spec, &o), PS_OK);
+    int t = ps_table(fast, "ctr", NULL);
+    uint64_t key = 1;
+    float v;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ps_clock(fast), PS_OK);
+    EXPECT_INT(ps_wait(fast, ps_pull(fast, t, &key, 1, &v, NULL, NULL)),
+               PS_ETIMEDOUT, "a pull 3 clocks ahead of worker 1, before");
+    fp_reset_all(r.p[0]);
+    EXPECT_INT(cluster_log_wait(&r.c, 0, "worker 0 lost its connection",
+                                3000), 1, "node 0 saw worker 0 go");
+    EXPECT_INT(ps_wait(fast, ps_pull(fast, t, &key, 1, &v, NULL, NULL)),
+               PS_ETIMEDOUT, "a pull 3 clocks ahead of worker 1, after "
+               "worker 0 rejoined");
+    EXPECT_INT(cluster_log_wait(&r.c, 0, "worker 0 rejoined", 100), 1,
+               "node 0 says worker 0 rejoined");
+    /* Once worker 1 reaches clock 2, worker 0 may read. */
+    assert_int_equal(ps_clock(slow), PS_OK);
+    assert_int_equal(ps_clock(slow), PS_OK);
+    EXPECT_INT(ps_wait(fast, ps_pull(fast, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull 1 clock ahead of worker 1");
+    ps_close(fast);
+    ps_close(slow);
+    rig_stop(&r);
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -529,6 +576,7 @@ int main(void)
             node_at_max_connections_refuses_clearly_and_lets_in_later),
         cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
+        cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }

@@ -437,6 +437,126 @@ static void worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock(void **
         fail_msg("sum: got %g, want 14", (double)v);
 }
 
+/* Pushes +1 to key 3 of `sum` and clocks, `clocks` times, as worker 0;
+ * after each clock the key must hold want0 + the clocks so far (bsp: a
+ * pull after ps_clock sees exactly that clock). */
+typedef struct count_job {
+    int clocks;
+    int want0;
+} count_job;
+
+static int count_worker(void *arg)
+{
+    count_job *j = arg;
+    ps_client *c = open_worker(cl.spec, 0);
+    CHILD_CHECK(c, "open as worker 0");
+    int t = ps_table(c, "sum", NULL);
+    uint64_t key = 3;
+    float one = 1, v = 0;
+    for (int i = 1; i <= j->clocks; i++) {
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        CHILD_CHECK(ps_clock(c) == 0, "clock %d: %s", i, ps_last_error(c));
+        CHILD_CHECK(ps_wait(c, ps_pull(c, t, &key, 1, &v, NULL, NULL)) == 0,
+                    "pull");
+        CHILD_CHECK(v == (float)(j->want0 + i), "after clock %d the key holds "
+                    "%g, want %d: the clock returned before its sum was "
+                    "applied", i, (double)v, j->want0 + i);
+    }
+    ps_close(c);
+    return 0;
+}
+
+static void worker_joining_after_a_journal_replay_starts_at_the_nodes_clock(
+    void **state)
+{
+    (void)state;
+    /* No snapshot is ever taken: after kill -9 the node's clock comes
+     * back from the journal's CLOCK records alone, and worker 0 as never
+     * connected. A worker that joins then must start at the node's clock,
+     * or its first clocks return at once without applying its pushes. */
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 1\n",
+                                      "[table.sum]\ndim = 1\n"
+                                      "consistency = bsp\n"
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"), 0);
+    count_job first = { 3, 0 }, second = { 3, 3 };
+    int bad = reap(spawn(count_worker, &first));
+    cluster_kill(&cl, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    bad |= reap(spawn(count_worker, &second)) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
+/* Rewrites cl's ini with sed expression `expr` and sends node 0 SIGHUP. */
+static void reload_with(const char *expr)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -i '%s' '%s'", expr, cl.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(cl.pid[0], SIGHUP);
+}
+
+/* Clocks once as worker 0 with a sync_timeout_ms of 5 s. */
+static int clock_once(void *arg)
+{
+    (void)arg;
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.sync_timeout_ms = 5000;
+    ps_client *c = NULL;
+    CHILD_CHECK(ps_open(&c, cl.spec, &o) == 0, "open as worker 0");
+    int rc = ps_clock(c);
+    CHILD_CHECK(rc == 0, "ps_clock: %s (%s)", ps_strerror(rc),
+                ps_last_error(c));
+    ps_close(c);
+    return 0;
+}
+
+static void sighup_applies_a_new_worker_grace(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4,
+                                      "workers = 2\nworker_grace = 60\n",
+                                      "[table.t]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    reload_with("s/^worker_grace = 60$/worker_grace = 1/");
+    assert_true(cluster_log_wait(&cl, 0, "reloaded", 10000));
+    /* Worker 1 dies: with the new grace of 1 s worker 0's clock goes on
+     * without it, well within its 5 s (the old grace was 60 s). */
+    kill_job victim_job = { 1 };
+    pid_t victim = spawn(join_and_hang, &victim_job);
+    sleep_ms(200);
+    pid_t w0 = spawn(clock_once, NULL);
+    sleep_ms(100);
+    kill(victim, SIGKILL);
+    reap(victim);
+    int bad = reap(w0);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
+static void sighup_changing_workers_or_aggregate_is_refused(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.t]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    /* The node would keep waiting for 2 workers while saying it
+     * reloaded: it must say it did not. */
+    reload_with("s/^workers = 2$/workers = 1/");
+    assert_true(cluster_log_wait(&cl, 0, "reload refused", 10000));
+    char *log = cluster_log(&cl, 0);
+    assert_non_null(strstr(log, "workers changed"));
+    free(log);
+    reload_with("s/^workers = 1$/workers = 2/;"
+                "s/^consistency = bsp$/consistency = bsp\\naggregate = mean/");
+    assert_true(cluster_log_wait(&cl, 0, "aggregate changed", 10000));
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -448,6 +568,10 @@ int main(void)
         cmocka_unit_test(barrier_returns_only_when_every_worker_arrived),
         cmocka_unit_test(worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock),
         cmocka_unit_test(misuse_gets_clear_errors),
+        cmocka_unit_test(
+            worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
+        cmocka_unit_test(sighup_applies_a_new_worker_grace),
+        cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }

@@ -225,6 +225,49 @@ static void test_ssp_pull_waits_only_beyond_the_staleness(void **state)
     psd_sync_destroy(&y);
 }
 
+static void test_first_join_behind_the_nodes_clock_starts_at_it(void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    /* What a journal replay leaves: the node's clock moved by CLOCK
+     * records, the workers never connected since the start. */
+    y.clock = 4;
+    y.barrier = 2;
+    join(&y, 1, 9, &owner_a);
+    uint64_t c, b;
+    psd_sync_position(&y, 1, &c, &b);
+    EXPECT_U64(c, 4, "the joining worker's clock");
+    EXPECT_U64(b, 2, "the joining worker's barrier");
+    reach(&y, 1, 0, 5);
+    EXPECT_INT(psd_sync_advance(&y, 1), 0, "worker 0 never came");
+    psd_sync_destroy(&y);
+}
+
+static void test_worker_ahead_that_left_and_rejoins_keeps_its_clock(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    uint64_t need = 0, c, b;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    for (uint64_t k = 1; k <= 3; k++)       /* ssp: clocks do not wait */
+        reach(&y, 0, 0, k);
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0), 1, "lost, grace 0");
+    psd_sync_advance(&y, 5);
+    EXPECT_U64(y.clock, 0, "node clock: worker 1 is at 0");
+    /* The same client back: it goes on counting from 3. */
+    join(&y, 0, 1, &owner_c);
+    psd_sync_position(&y, 0, &c, &b);
+    EXPECT_U64(c, 3, "the rejoined worker's clock");
+    EXPECT_INT(psd_sync_pull_ready(&y, 0, 1, &need), 0,
+               "3 ahead of worker 1, s = 1");
+    EXPECT_U64(need, 2, "the node clock it waits for");
+    psd_sync_destroy(&y);
+}
+
 int main(void)
 {
     /* The state machine logs joins and losses; keep the output to TAP. */
@@ -244,6 +287,9 @@ int main(void)
             test_worker_that_left_and_rejoins_starts_at_the_nodes_clock),
         cmocka_unit_test(test_nobody_waited_for_means_the_largest_clock_seen),
         cmocka_unit_test(test_ssp_pull_waits_only_beyond_the_staleness),
+        cmocka_unit_test(test_first_join_behind_the_nodes_clock_starts_at_it),
+        cmocka_unit_test(
+            test_worker_ahead_that_left_and_rejoins_keeps_its_clock),
     };
     return cmocka_run_group_tests_name("sync", tests, NULL, NULL);
 }
