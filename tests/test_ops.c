@@ -336,6 +336,32 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* A reload that leaves snapshot_interval as it was does not start its
+ * timer over: SIGHUPs that come more often than the interval (a
+ * configuration tool reloading every minute under snapshot_interval =
+ * 300) must not put the periodic snapshot off for ever. */
+static void test_reloads_do_not_put_off_the_periodic_snapshot(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nsnapshot_interval = 1\n"
+                      "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    /* A SIGHUP every 300 ms for 3 s: snapshots are due at 1 s and 2 s. */
+    for (int k = 0; k < 10; k++) {
+        kill(c.pid[0], SIGHUP);
+        sleep_ms(300);
+    }
+    EXPECT_INT(cluster_log_wait(&c, 0, "reloaded", 1000), 1,
+               "the SIGHUPs were reloads");
+    if (!cluster_log_wait(&c, 0, "snapshot 1 written", 100)) {
+        char *log = cluster_log(&c, 0);
+        fail_msg("no periodic snapshot in 3 s of reloads with "
+                 "snapshot_interval = 1: %s", log ? log : "");
+    }
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -477,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
+        cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
     };
     int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
