@@ -68,6 +68,15 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     uv_close((uv_handle_t *)&sig_term, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
     uv_close((uv_handle_t *)&sig_hup, NULL);
+    /* Closing the handles gave the signals back their default action,
+     * which for SIGHUP and SIGTERM is to end the process: one arriving
+     * while connections drain or the final snapshot is written would kill
+     * psd before that snapshot. A reload then has nothing to apply and a
+     * second SIGTERM asks for what is under way. A second SIGINT (Ctrl-C
+     * again) still ends psd at once, for an operator who gives up on the
+     * final snapshot. */
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
 }
 
 static void on_hup(uv_signal_t *h, int signum)

@@ -465,6 +465,41 @@ static void test_a_restart_loads_the_snapshot_then_the_journal_after_it(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* Once a SIGTERM has begun the stop, the signals that follow do not kill
+ * psd before its final snapshot is written: a SIGHUP (a reload asked for
+ * meanwhile) never means stop, and a second SIGTERM asks for what is being
+ * done. The writer pauses inside the final snapshot so that both land
+ * there. */
+static void test_signals_during_the_final_snapshot_do_not_kill_it(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:1500", 1);
+    int rc = cluster_start(&c, 1, 4, "[server]\nsnapshot_interval = 0\n"
+                           "[table.c]\ndim = 1\n");
+    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
+    if (rc)
+        fail_msg("cluster did not start");
+    EXPECT_INT(push_ones(c.spec, 10, 3), PS_OK, "3 pushes");
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_log_wait(&c, 0, "at written for", 5000), 1,
+               "the final snapshot reached its pause");
+    kill(c.pid[0], SIGHUP);
+    sleep_ms(100);
+    kill(c.pid[0], SIGTERM);
+    int st = cluster_wait_exit(&c, 0, 10000);
+    char *log = cluster_log(&c, 0);
+    if (st != 0 || !log || !strstr(log, "final snapshot 1 written"))
+        fail_msg("exit status %d, want 0 after \"final snapshot 1 "
+                 "written\": %s", st, log ? log : "");
+    free(log);
+    if (cluster_restart(&c, 0))
+        fail_msg("no restart");
+    expect_all(c.spec, 10, 3, "after the stop");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* psctl proves the cluster's token like any client: from the ini, or
  * $PSD_AUTH_TOKEN; without it the node refuses it. */
 static void test_psctl_authenticates_with_the_clusters_token(void **state)
@@ -504,6 +539,8 @@ int main(void)
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
+        cmocka_unit_test(
+            test_signals_during_the_final_snapshot_do_not_kill_it),
     };
     int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
