@@ -186,6 +186,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.nnotes; i++)
         psd_warn("%s", cfg.notes[i]);
 
+    /* Loading the snapshot and the journal may take minutes, and until
+     * the loop's handler is in place a SIGHUP would end psd (its default
+     * action; systemd does not restart a service a SIGHUP ended). Held
+     * back meanwhile, it becomes a reload once psd serves. */
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    sigprocmask(SIG_BLOCK, &hup, NULL);
     uv_loop_t loop;
     uv_loop_init(&loop);
     static psd_server srv;
@@ -204,6 +212,7 @@ int main(int argc, char **argv)
     uv_signal_start(&sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&sig_hup, on_hup, SIGHUP);
+    sigprocmask(SIG_UNBLOCK, &hup, NULL);
     uv_timer_init(&loop, &watchdog);
     uint64_t wd = psd_notify_watchdog_usec();
     if (wd) {

@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <cmocka.h>
 
@@ -120,6 +121,73 @@ static void test_the_service_manager_hears_each_stage_in_order(void **state)
                "STOPPING=1 at SIGTERM");
     EXPECT_INT(cluster_wait_exit(&c, 0, 10000), 0, "exit status");
     cluster_stop(&c);
+    close(l.fd);
+    unlink(l.path);
+}
+
+/* Fills the notify socket's queue, so that psd's next notification waits
+ * until the queue is read. */
+static void notify_fill(const listener *l)
+{
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", l->path);
+    for (int k = 0; k < 100000; k++)
+        if (sendto(fd, "x", 1, MSG_DONTWAIT, (struct sockaddr *)&sa,
+                   sizeof sa) < 0)
+            break;
+    close(fd);
+}
+
+/* Waits (up to 5 s) until pid is blocked in sendto, as
+ * /proc/PID/syscall tells; where it cannot tell, waits 500 ms. */
+static void wait_in_sendto(pid_t pid)
+{
+    char path[64], buf[64];
+    snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+    for (int waited = 0; waited < 5000; waited += 10) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        if (n == 0 && waited >= 500)
+            return;
+        if (n && atol(buf) == SYS_sendto)
+            return;
+        sleep_ms(10);
+    }
+}
+
+/* A SIGHUP that comes while psd is still loading its snapshot and journal
+ * (which may take minutes) does not kill it (SIGHUP's default action, and
+ * systemd does not restart a service that a SIGHUP ended): the reload
+ * happens once psd serves. The notify socket, full, holds psd at its
+ * first STATUS while the SIGHUP arrives. */
+static void test_a_sighup_while_loading_is_a_reload_once_serving(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    cluster_kill(&c, 0, SIGKILL);
+    listener l;
+    notify_listen(&l);
+    notify_fill(&l);
+    setenv("NOTIFY_SOCKET", l.path, 1);
+    cluster_launch(&c, 0, NULL);
+    unsetenv("NOTIFY_SOCKET");
+    wait_in_sendto(c.pid[0]);    /* psd waits on its STATUS: loading */
+    kill(c.pid[0], SIGHUP);
+    sleep_ms(100);
+    char log[1 << 16] = "";
+    EXPECT_INT(collect(&l, log, sizeof log, "READY=1", 5000), 1,
+               "READY=1 after the SIGHUP (exit status %d)",
+               cluster_wait_exit(&c, 0, 0));
+    EXPECT_INT(cluster_log_wait(&c, 0, "reloaded", 3000), 1,
+               "the SIGHUP became a reload");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
     close(l.fd);
     unlink(l.path);
 }
@@ -534,6 +602,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_service_manager_hears_each_stage_in_order),
+        cmocka_unit_test(test_a_sighup_while_loading_is_a_reload_once_serving),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(
