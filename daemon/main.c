@@ -231,6 +231,8 @@ int main(int argc, char **argv)
     if (rc)
         psd_warn("event loop closed with handles open: %s", uv_strerror(rc));
     psd_server_destroy(&srv);
+    /* Floods still inside their window say how many they were. */
+    psd_log_flush_all();
     psd_info("stopped");
     return final ? 1 : 0;
 }

@@ -568,6 +568,40 @@ static void test_signals_during_the_final_snapshot_do_not_kill_it(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* Messages collapsed in a flood are counted, and the count is logged
+ * when their window ends; a node that stops before then still logs it
+ * (log.h: "no count is lost"). 20 connections send a frame length no
+ * HELLO may have; the node logs the first, stops at once, and says how
+ * many more there were. */
+static void test_a_stop_logs_the_count_of_a_collapsed_flood(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    for (int k = 0; k < 20; k++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)c.port[0]) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        assert_int_equal(write(fd, "\xff\xff\xff\xff", 4), 4);
+        char b[16];
+        struct pollfd p = { fd, POLLIN, 0 };
+        poll(&p, 1, 3000);       /* until psd closes it */
+        assert_true(read(fd, b, sizeof b) <= 0);
+        close(fd);
+    }
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 0, 10000), 0, "exit status");
+    char *log = cluster_log(&c, 0);
+    if (!log || !strstr(log, "... and 19 more like \"closing connection"))
+        fail_msg("want \"... and 19 more like \\\"closing connection\" "
+                 "before the node ended: %s", log ? log : "");
+    free(log);
+    cluster_stop(&c);
+}
+
 /* psctl proves the cluster's token like any client: from the ini, or
  * $PSD_AUTH_TOKEN; without it the node refuses it. */
 static void test_psctl_authenticates_with_the_clusters_token(void **state)
@@ -610,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
         cmocka_unit_test(
             test_signals_during_the_final_snapshot_do_not_kill_it),
+        cmocka_unit_test(test_a_stop_logs_the_count_of_a_collapsed_flood),
     };
     int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
