@@ -430,6 +430,32 @@ static void test_reloads_do_not_put_off_the_periodic_snapshot(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* psctl top keeps its connections while it waits between refreshes: a
+ * node closes a connection it hears nothing on for peer_timeout_ms, so a
+ * refresh interval longer than that showed a healthy node as not
+ * answering, every other refresh. */
+static void test_psctl_top_keeps_its_connections_between_refreshes(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nheartbeat_ms = 100\n"
+                      "peer_timeout_ms = 300\n[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "%s -c %s -i 0.8 --count 3 top 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl top exit status");
+    if (!o || strstr(o, "NOT ANSWERING") || strstr(o, "closed"))
+        fail_msg("psctl top with -i 0.8 and peer_timeout_ms = 300: %s",
+                 o ? o : "");
+    free(o);
+    char *log = cluster_log(&c, 0);
+    if (!log || strstr(log, "presumed dead"))
+        fail_msg("the node dropped psctl: %s", log ? log : "");
+    free(log);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -639,6 +665,8 @@ int main(void)
         cmocka_unit_test(test_a_sighup_while_loading_is_a_reload_once_serving),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
+        cmocka_unit_test(
+            test_psctl_top_keeps_its_connections_between_refreshes),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
