@@ -171,3 +171,11 @@ void psd_log_flush(void)
 {
     psd_log_flush_at(mono_ms());
 }
+
+void psd_log_flush_all(void)
+{
+    uint64_t now = mono_ms();
+    for (int i = 0; i < PSD_LOGREP_KINDS; i++)
+        if (reps[i].open)
+            rep_close(&reps[i], now);
+}

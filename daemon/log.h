@@ -47,6 +47,11 @@ void psd_log_rep(psd_log_level level, const char *fmt, ...)
  * counted, and closes those windows. Cheap when there is none. */
 void psd_log_flush(void);
 
+/* Logs the count of every kind with messages counted, whether or not
+ * its window has ended, and closes every window: for a process about to
+ * end, whose counts would otherwise be lost. */
+void psd_log_flush_all(void);
+
 /* The same two with the time given (milliseconds on any monotonic
  * clock), for tests. */
 void psd_log_rep_at(uint64_t now_ms, psd_log_level level, const char *fmt,

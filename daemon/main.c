@@ -68,6 +68,15 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     uv_close((uv_handle_t *)&sig_term, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
     uv_close((uv_handle_t *)&sig_hup, NULL);
+    /* Closing the handles gave the signals back their default action,
+     * which for SIGHUP and SIGTERM is to end the process: one arriving
+     * while connections drain or the final snapshot is written would kill
+     * psd before that snapshot. A reload then has nothing to apply and a
+     * second SIGTERM asks for what is under way. A second SIGINT (Ctrl-C
+     * again) still ends psd at once, for an operator who gives up on the
+     * final snapshot. */
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
 }
 
 static void on_hup(uv_signal_t *h, int signum)
@@ -177,6 +186,14 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.nnotes; i++)
         psd_warn("%s", cfg.notes[i]);
 
+    /* Loading the snapshot and the journal may take minutes, and until
+     * the loop's handler is in place a SIGHUP would end psd (its default
+     * action; systemd does not restart a service a SIGHUP ended). Held
+     * back meanwhile, it becomes a reload once psd serves. */
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    sigprocmask(SIG_BLOCK, &hup, NULL);
     uv_loop_t loop;
     uv_loop_init(&loop);
     static psd_server srv;
@@ -195,6 +212,7 @@ int main(int argc, char **argv)
     uv_signal_start(&sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&sig_hup, on_hup, SIGHUP);
+    sigprocmask(SIG_UNBLOCK, &hup, NULL);
     uv_timer_init(&loop, &watchdog);
     uint64_t wd = psd_notify_watchdog_usec();
     if (wd) {
@@ -213,6 +231,8 @@ int main(int argc, char **argv)
     if (rc)
         psd_warn("event loop closed with handles open: %s", uv_strerror(rc));
     psd_server_destroy(&srv);
+    /* Floods still inside their window say how many they were. */
+    psd_log_flush_all();
     psd_info("stopped");
     return final ? 1 : 0;
 }

@@ -926,17 +926,52 @@ static void on_int(int sig)
     stop = 1;
 }
 
+/* A PING to every open node. A node closes a connection it hears
+ * nothing on for peer_timeout_ms as a dead peer's; one that fails is
+ * closed here, and the next round redials it. */
+static void ping_all(cluster *c)
+{
+    psw_msg m = { .op = PSW_OP_PING };
+    for (int i = 0; i < c->n; i++) {
+        if (!want(c, i))
+            continue;
+        psw_out o;
+        psw_out_init(&o);
+        psw_out_frame_begin(&o);
+        psw_pack_request(&o, &m);
+        psw_out_frame_end(&o);
+        if (send_out(&c->nodes[i], &o))
+            node_close(&c->nodes[i]);
+        psw_out_destroy(&o);
+    }
+}
+
+/* Sleeps secs (or until Ctrl-C), with a PING every heartbeat_ms as the
+ * reference client sends, so that a refresh interval longer than
+ * peer_timeout_ms does not cost the connections. */
+static void idle(cluster *c, double secs)
+{
+    const psw_cluster *l = any_layout(c);
+    double beat = l && l->heartbeat_ms ? l->heartbeat_ms / 1000.0 : 1.0;
+    while (secs > 0 && !stop) {
+        double d = secs < beat ? secs : beat;
+        struct timespec t = { (time_t)d,
+                              (long)((d - (double)(time_t)d) * 1e9) };
+        while (nanosleep(&t, &t) && errno == EINTR && !stop)
+            ;
+        secs -= d;
+        if (secs > 0 && !stop)
+            ping_all(c);
+    }
+}
+
 static int do_top(cluster *c, double interval, int count)
 {
     signal(SIGINT, on_int);
     int tty = isatty(1);
     for (int k = 0; !stop && (count <= 0 || k < count); k++) {
         if (k) {
-            struct timespec t = { (time_t)interval,
-                                  (long)((interval - (double)(time_t)interval)
-                                         * 1e9) };
-            while (nanosleep(&t, &t) && errno == EINTR && !stop)
-                ;
+            idle(c, interval);
             if (stop)
                 break;
             open_all(c, 1);      /* nodes that came back */

@@ -155,6 +155,7 @@ void psd_server_reload(psd_server *s)
         psd_error("reload failed, keeping the running configuration: %s", err);
         return;
     }
+    int interval = s->node.cfg.snapshot_interval;
     const char *why = psd_node_reload(&s->node, &nc);
     psd_config_destroy(&nc);
     if (why) {
@@ -163,7 +164,11 @@ void psd_server_reload(psd_server *s)
         return;
     }
     psd_log_set_level(s->node.cfg.log_level);
-    psd_durable_reload(&s->dur);
+    /* Re-arming starts the interval over: only a new value may do that,
+     * or reloads more frequent than the interval would put the periodic
+     * snapshot off for ever. */
+    if (s->node.cfg.snapshot_interval != interval)
+        psd_durable_reload(&s->dur);
     psd_info("reloaded %s", s->cfg_path);
 }
 

@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <cmocka.h>
 
@@ -120,6 +121,73 @@ static void test_the_service_manager_hears_each_stage_in_order(void **state)
                "STOPPING=1 at SIGTERM");
     EXPECT_INT(cluster_wait_exit(&c, 0, 10000), 0, "exit status");
     cluster_stop(&c);
+    close(l.fd);
+    unlink(l.path);
+}
+
+/* Fills the notify socket's queue, so that psd's next notification waits
+ * until the queue is read. */
+static void notify_fill(const listener *l)
+{
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", l->path);
+    for (int k = 0; k < 100000; k++)
+        if (sendto(fd, "x", 1, MSG_DONTWAIT, (struct sockaddr *)&sa,
+                   sizeof sa) < 0)
+            break;
+    close(fd);
+}
+
+/* Waits (up to 5 s) until pid is blocked in sendto, as
+ * /proc/PID/syscall tells; where it cannot tell, waits 500 ms. */
+static void wait_in_sendto(pid_t pid)
+{
+    char path[64], buf[64];
+    snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+    for (int waited = 0; waited < 5000; waited += 10) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        if (n == 0 && waited >= 500)
+            return;
+        if (n && atol(buf) == SYS_sendto)
+            return;
+        sleep_ms(10);
+    }
+}
+
+/* A SIGHUP that comes while psd is still loading its snapshot and journal
+ * (which may take minutes) does not kill it (SIGHUP's default action, and
+ * systemd does not restart a service that a SIGHUP ended): the reload
+ * happens once psd serves. The notify socket, full, holds psd at its
+ * first STATUS while the SIGHUP arrives. */
+static void test_a_sighup_while_loading_is_a_reload_once_serving(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    cluster_kill(&c, 0, SIGKILL);
+    listener l;
+    notify_listen(&l);
+    notify_fill(&l);
+    setenv("NOTIFY_SOCKET", l.path, 1);
+    cluster_launch(&c, 0, NULL);
+    unsetenv("NOTIFY_SOCKET");
+    wait_in_sendto(c.pid[0]);    /* psd waits on its STATUS: loading */
+    kill(c.pid[0], SIGHUP);
+    sleep_ms(100);
+    char log[1 << 16] = "";
+    EXPECT_INT(collect(&l, log, sizeof log, "READY=1", 5000), 1,
+               "READY=1 after the SIGHUP (exit status %d)",
+               cluster_wait_exit(&c, 0, 0));
+    EXPECT_INT(cluster_log_wait(&c, 0, "reloaded", 3000), 1,
+               "the SIGHUP became a reload");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
     close(l.fd);
     unlink(l.path);
 }
@@ -336,6 +404,58 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* A reload that leaves snapshot_interval as it was does not start its
+ * timer over: SIGHUPs that come more often than the interval (a
+ * configuration tool reloading every minute under snapshot_interval =
+ * 300) must not put the periodic snapshot off for ever. */
+static void test_reloads_do_not_put_off_the_periodic_snapshot(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nsnapshot_interval = 1\n"
+                      "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    /* A SIGHUP every 300 ms for 3 s: snapshots are due at 1 s and 2 s. */
+    for (int k = 0; k < 10; k++) {
+        kill(c.pid[0], SIGHUP);
+        sleep_ms(300);
+    }
+    EXPECT_INT(cluster_log_wait(&c, 0, "reloaded", 1000), 1,
+               "the SIGHUPs were reloads");
+    if (!cluster_log_wait(&c, 0, "snapshot 1 written", 100)) {
+        char *log = cluster_log(&c, 0);
+        fail_msg("no periodic snapshot in 3 s of reloads with "
+                 "snapshot_interval = 1: %s", log ? log : "");
+    }
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* psctl top keeps its connections while it waits between refreshes: a
+ * node closes a connection it hears nothing on for peer_timeout_ms, so a
+ * refresh interval longer than that showed a healthy node as not
+ * answering, every other refresh. */
+static void test_psctl_top_keeps_its_connections_between_refreshes(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nheartbeat_ms = 100\n"
+                      "peer_timeout_ms = 300\n[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "%s -c %s -i 0.8 --count 3 top 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl top exit status");
+    if (!o || strstr(o, "NOT ANSWERING") || strstr(o, "closed"))
+        fail_msg("psctl top with -i 0.8 and peer_timeout_ms = 300: %s",
+                 o ? o : "");
+    free(o);
+    char *log = cluster_log(&c, 0);
+    if (!log || strstr(log, "presumed dead"))
+        fail_msg("the node dropped psctl: %s", log ? log : "");
+    free(log);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -439,6 +559,75 @@ static void test_a_restart_loads_the_snapshot_then_the_journal_after_it(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* Once a SIGTERM has begun the stop, the signals that follow do not kill
+ * psd before its final snapshot is written: a SIGHUP (a reload asked for
+ * meanwhile) never means stop, and a second SIGTERM asks for what is being
+ * done. The writer pauses inside the final snapshot so that both land
+ * there. */
+static void test_signals_during_the_final_snapshot_do_not_kill_it(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:1500", 1);
+    int rc = cluster_start(&c, 1, 4, "[server]\nsnapshot_interval = 0\n"
+                           "[table.c]\ndim = 1\n");
+    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
+    if (rc)
+        fail_msg("cluster did not start");
+    EXPECT_INT(push_ones(c.spec, 10, 3), PS_OK, "3 pushes");
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_log_wait(&c, 0, "at written for", 5000), 1,
+               "the final snapshot reached its pause");
+    kill(c.pid[0], SIGHUP);
+    sleep_ms(100);
+    kill(c.pid[0], SIGTERM);
+    int st = cluster_wait_exit(&c, 0, 10000);
+    char *log = cluster_log(&c, 0);
+    if (st != 0 || !log || !strstr(log, "final snapshot 1 written"))
+        fail_msg("exit status %d, want 0 after \"final snapshot 1 "
+                 "written\": %s", st, log ? log : "");
+    free(log);
+    if (cluster_restart(&c, 0))
+        fail_msg("no restart");
+    expect_all(c.spec, 10, 3, "after the stop");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* Messages collapsed in a flood are counted, and the count is logged
+ * when their window ends; a node that stops before then still logs it
+ * (log.h: "no count is lost"). 20 connections send a frame length no
+ * HELLO may have; the node logs the first, stops at once, and says how
+ * many more there were. */
+static void test_a_stop_logs_the_count_of_a_collapsed_flood(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    for (int k = 0; k < 20; k++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)c.port[0]) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        assert_int_equal(write(fd, "\xff\xff\xff\xff", 4), 4);
+        char b[16];
+        struct pollfd p = { fd, POLLIN, 0 };
+        poll(&p, 1, 3000);       /* until psd closes it */
+        assert_true(read(fd, b, sizeof b) <= 0);
+        close(fd);
+    }
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 0, 10000), 0, "exit status");
+    char *log = cluster_log(&c, 0);
+    if (!log || !strstr(log, "... and 19 more like \"closing connection"))
+        fail_msg("want \"... and 19 more like \\\"closing connection\" "
+                 "before the node ended: %s", log ? log : "");
+    free(log);
+    cluster_stop(&c);
+}
+
 /* psctl proves the cluster's token like any client: from the ini, or
  * $PSD_AUTH_TOKEN; without it the node refuses it. */
 static void test_psctl_authenticates_with_the_clusters_token(void **state)
@@ -473,10 +662,17 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_service_manager_hears_each_stage_in_order),
+        cmocka_unit_test(test_a_sighup_while_loading_is_a_reload_once_serving),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(
+            test_psctl_top_keeps_its_connections_between_refreshes),
+        cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
+        cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
+        cmocka_unit_test(
+            test_signals_during_the_final_snapshot_do_not_kill_it),
+        cmocka_unit_test(test_a_stop_logs_the_count_of_a_collapsed_flood),
     };
     int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
