@@ -490,6 +490,9 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
                            errlen))
         return -1;
     d->st.journal_records = records;
+    /* The replay left each table with the hyper-parameters of the last
+     * reload it met; from now on the ini's hold. */
+    psd_node_apply_params(n);
     /* Without a journal of its own (durability = snapshot), a snapshot
      * covers every segment replayed here: it says so by naming the next
      * one, and the old ones are removed after it. */
@@ -505,8 +508,9 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
             return -1;
         n->written = on_written;
         n->written_arg = d;
-        /* The start record of the new segment goes to disk now. */
-        if (psd_node_commit(n)) {
+        /* The start record of the new segment goes to disk now, with the
+         * hyper-parameters the pushes to come are applied with. */
+        if (psd_node_apply_params(n) || psd_node_commit(n)) {
             snprintf(err, errlen, "cannot write the journal in %s: %s",
                      d->dir, n->journal_error);
             return -1;

@@ -7,7 +7,10 @@
  *          u64 keys, u32 value bytes, the keys (8 each), the values
  *   clock: u8 2, u8 0, u16 0, u32 workers waited for, u64 clock
  *   start: u8 3, u8 0, u16 0, u32 node, u64 layout shape (the first
- *          record of every segment) */
+ *          record of every segment)
+ *   params: u8 4, u8 0, u16 0, u32 table, f32 lr, beta1, beta2, epsilon,
+ *          l1, l2, beta (after a reload changed them, and after the start
+ *          record of every segment, one per table) */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +27,7 @@
 #define PUSH_FIXED 64            /* a push body before its keys */
 #define CLOCK_BODY 16
 #define START_BODY 16
+#define PARAMS_BODY 36
 
 struct psd_journal {
     char dir[4096];
@@ -35,6 +39,8 @@ struct psd_journal {
     size_t used, cap;
     uint64_t last, written;      /* LSNs */
     uint64_t bytes;              /* written to this segment */
+    psd_updater_params *params;  /* per table, as last recorded */
+    uint32_t nparams;            /* tables recorded: 0..nparams-1 */
 };
 
 void psd_journal_path(char *buf, size_t len, const char *dir, int node,
@@ -45,6 +51,7 @@ void psd_journal_path(char *buf, size_t len, const char *dir, int node,
 }
 
 static uint64_t start_record(psd_journal *j);
+static uint64_t params_record(psd_journal *j, uint32_t table);
 
 static int open_segment(psd_journal *j, uint64_t seq, char *err,
                         size_t errlen)
@@ -69,7 +76,10 @@ static int open_segment(psd_journal *j, uint64_t seq, char *err,
         }
         /* A new segment says which node and layout its records belong
          * to. */
-        if (start_record(j) == 0) {
+        int ok = start_record(j) != 0;
+        for (uint32_t t = 0; ok && t < j->nparams; t++)
+            ok = params_record(j, t) != 0;
+        if (!ok) {
             snprintf(err, errlen, "out of memory");
             close(fd);
             return -1;
@@ -104,6 +114,7 @@ void psd_journal_close(psd_journal *j)
     psd_journal_write(j, err, sizeof err);
     close(j->fd);
     free(j->buf);
+    free(j->params);
     free(j);
 }
 
@@ -192,6 +203,60 @@ uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited)
     memcpy(b + 4, &waited, 4);
     memcpy(b + 8, &clock, 8);
     return seal(j, rec, CLOCK_BODY);
+}
+
+/* The seven hyper-parameters, in the record's order. */
+static void params_floats(const psd_updater_params *p, float f[7])
+{
+    f[0] = p->lr;
+    f[1] = p->beta1;
+    f[2] = p->beta2;
+    f[3] = p->epsilon;
+    f[4] = p->l1;
+    f[5] = p->l2;
+    f[6] = p->beta;
+}
+
+static uint64_t params_record(psd_journal *j, uint32_t table)
+{
+    char *rec = reserve(j, HDR + PARAMS_BODY);
+    if (!rec)
+        return 0;
+    char *b = rec + HDR;
+    float f[7];
+    params_floats(&j->params[table], f);
+    memset(b, 0, 4);
+    b[0] = PSD_J_PARAMS;
+    memcpy(b + 4, &table, 4);
+    memcpy(b + 8, f, sizeof f);
+    return seal(j, rec, PARAMS_BODY);
+}
+
+uint64_t psd_journal_params(psd_journal *j, uint32_t table,
+                            const psd_updater_params *p)
+{
+    if (table >= j->nparams) {
+        psd_updater_params *np = realloc(j->params,
+                                         (table + 1) * sizeof *np);
+        if (!np)
+            return 0;
+        /* Tables not recorded yet get a record when they are. */
+        for (uint32_t t = j->nparams; t <= table; t++)
+            memset(&np[t], 0xff, sizeof np[t]);
+        j->params = np;
+        j->nparams = table + 1;
+    }
+    float was[7], now[7];
+    params_floats(&j->params[table], was);
+    params_floats(p, now);
+    if (memcmp(was, now, sizeof now) == 0)
+        return j->last;
+    psd_updater_params keep = j->params[table];
+    j->params[table] = *p;
+    uint64_t lsn = params_record(j, table);
+    if (!lsn)
+        j->params[table] = keep;    /* recorded next time it is asked */
+    return lsn;
 }
 
 int psd_journal_write(psd_journal *j, char *err, size_t errlen)
@@ -359,6 +424,21 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         memcpy(&node, b + 4, 4);
         r->waited = node;
         memcpy(&r->clock, b + 8, 8);        /* the shape */
+        return 0;
+    }
+    if (r->type == PSD_J_PARAMS) {
+        float f[7];
+        if (len != PARAMS_BODY)
+            return -1;
+        memcpy(&r->msg.table, b + 4, 4);
+        memcpy(f, b + 8, sizeof f);
+        r->params.lr = f[0];
+        r->params.beta1 = f[1];
+        r->params.beta2 = f[2];
+        r->params.epsilon = f[3];
+        r->params.l1 = f[4];
+        r->params.l2 = f[5];
+        r->params.beta = f[6];
         return 0;
     }
     if (r->type == PSD_J_CLOCK) {
@@ -544,7 +624,8 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                 break;
             }
             off += HDR + len;
-            (*records)++;
+            /* Counted: what changed rows or clocks, as the log says. */
+            *records += r.type != PSD_J_PARAMS;
         }
         close(fd);
         /* What was replayed must be on disk before new records follow it

@@ -13,22 +13,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "../proto/msg.h"
 
 typedef struct psd_journal psd_journal;
 
-enum { PSD_J_PUSH = 1, PSD_J_CLOCK = 2, PSD_J_START = 3 };
+enum { PSD_J_PUSH = 1, PSD_J_CLOCK = 2, PSD_J_START = 3, PSD_J_PARAMS = 4 };
 
 /* One record, as replay hands it over (views into a buffer valid during
  * the callback). */
 typedef struct psd_jrecord {
-    int type;                    /* PSD_J_PUSH or PSD_J_CLOCK */
+    int type;                    /* PSD_J_PUSH, PSD_J_CLOCK, PSD_J_PARAMS */
     uint64_t client_id, incarnation;
     int status;                  /* push: what it was answered */
     psw_msg msg;                 /* push: op, ts, part, table, keys, vals,
                                     first, count */
     uint64_t clock;              /* clock: the node's new clock */
     uint32_t waited;             /* clock: workers waited for then */
+    psd_updater_params params;   /* params: table msg.table's updater
+                                    hyper-parameters (kind not set) */
 } psd_jrecord;
 
 /* "DIR/psd-nodeN.journal.SEQ" (SEQ in ten digits). */
@@ -49,6 +52,16 @@ void psd_journal_close(psd_journal *j);
 uint64_t psd_journal_push(psd_journal *j, uint64_t client_id,
                           uint64_t incarnation, const psw_msg *m, int status);
 uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited);
+
+/* From now on, table's updater uses the hyper-parameters p (lr, beta1,
+ * beta2, epsilon, l1, l2, beta): a record says so when they differ from
+ * what the journal last recorded for table, and every later segment
+ * repeats them after its start record, so that replay, from whichever
+ * segment, applies each push with the hyper-parameters it was applied
+ * with, whatever a reload changed since. LSN as above (the last LSN when
+ * nothing changed), 0 when memory runs out. */
+uint64_t psd_journal_params(psd_journal *j, uint32_t table,
+                            const psd_updater_params *p);
 
 /* Writes the buffered records to the segment with write(). 0, or -1 with
  * the reason in err (the records stay buffered, to try again). */
@@ -77,7 +90,7 @@ void psd_journal_prune(const char *dir, int node, uint64_t below);
 uint64_t psd_journal_first(const char *dir, int node);
 
 /* Replays node's segments from `from` on, in order, calling apply for each
- * push and clock record (a segment written by another node or under
+ * push, clock and params record (a segment written by another node or under
  * another layout shape is refused, and so are segments that start after
  * `from` with nothing before them). A torn record at the very end of the
  * last segment (a write cut by a crash) is cut off the file and ends the

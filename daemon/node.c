@@ -175,6 +175,22 @@ static const char *layout_change(const psd_config *a, const psd_config *b)
     return NULL;
 }
 
+int psd_node_apply_params(psd_node *n)
+{
+    int rc = 0;
+    for (int i = 0; i < n->ntables; i++) {
+        psd_table_set_params(n->tables[i], &n->cfg.tables[i].upd);
+        if (n->journal &&
+            !psd_journal_params(n->journal, (uint32_t)i,
+                                &n->cfg.tables[i].upd)) {
+            snprintf(n->journal_error, sizeof n->journal_error,
+                     "out of memory buffering a record");
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
 const char *psd_node_reload(psd_node *n, const psd_config *nc)
 {
     const char *why = layout_change(&n->cfg, nc);
@@ -182,7 +198,6 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
         return why;
     for (int i = 0; i < n->ntables; i++) {
         const psd_table_conf *t = &nc->tables[i];
-        psd_table_set_params(n->tables[i], &t->upd);
         psd_table_set_limits(n->tables[i], t->max_rows, t->allow_nonfinite);
         n->cfg.tables[i].upd = t->upd;
         n->cfg.tables[i].max_rows = t->max_rows;
@@ -203,6 +218,9 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
     /* Read at each loss and tick: a worker already lost gets the new
      * grace, counted from its loss. */
     n->cfg.worker_grace = nc->worker_grace;
+    /* Journaled in order with the pushes: a replay applies those before
+     * the reload with the old values and those after with the new. */
+    (void)psd_node_apply_params(n);
     return NULL;
 }
 
@@ -211,6 +229,10 @@ int psd_node_commit(psd_node *n)
     psd_journal *j = n->journal;
     if (!j)
         return 0;
+    /* A hyper-parameter record memory refused is asked for again before
+     * the error can clear (it must precede the pushes that follow). */
+    if (n->journal_error[0] && psd_node_apply_params(n))
+        return -1;
     if (psd_journal_last(j) == psd_journal_written(j)) {
         /* Nothing waits to be written: a failure to buffer a record
          * (memory) is over once buffering works again. */

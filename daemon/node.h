@@ -108,6 +108,13 @@ void psd_node_destroy(psd_node *n);
  * changed), in which case nothing changed. */
 const char *psd_node_reload(psd_node *n, const psd_config *nc);
 
+/* Gives every table the updater hyper-parameters of n->cfg (a replay may
+ * have left older ones) and, with a journal, records them there (only
+ * what changed). 0, or -1 when the journal ran out of memory for the
+ * record: journal_error is then set, and pushes are refused, since a
+ * replay would apply them with the wrong hyper-parameters. */
+int psd_node_apply_params(psd_node *n);
+
 /* Writes the journal records buffered while requests were handled (one
  * write() for the batch) and tells the written hook; a failure is logged
  * once and kept in journal_error until a write succeeds. Cheap when

@@ -865,9 +865,18 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
     }
     const psw_msg *m = &r->msg;
     if (m->table >= (uint32_t)n->ntables) {
-        snprintf(err, errlen, "a push to table %u; the config has %d tables",
-                 m->table, n->ntables);
+        snprintf(err, errlen, "a %s table %u; the config has %d tables",
+                 r->type == PSD_J_PARAMS ? "reload of" : "push to", m->table,
+                 n->ntables);
         return -1;
+    }
+    if (r->type == PSD_J_PARAMS) {
+        /* The pushes that follow were applied with these; the ini's own
+         * come back when the replay ends (psd_node_apply_params). */
+        psd_updater_params p = r->params;
+        p.kind = n->cfg.tables[m->table].upd.kind;
+        psd_table_set_params(n->tables[m->table], &p);
+        return 0;
     }
     psd_table *t = n->tables[m->table];
     const psd_table_conf *tc = psd_table_conf_get(t);

@@ -657,6 +657,84 @@ static void test_psctl_authenticates_with_the_clusters_token(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* How often text is in node i's log. */
+static int log_count(const test_cluster *c, int i, const char *text)
+{
+    char *log = cluster_log(c, i);
+    int n = 0;
+    for (const char *p = log; p && (p = strstr(p, text)); p++)
+        n++;
+    free(log);
+    return n;
+}
+
+/* Sets lr in the ini and, unless reload is 0, SIGHUPs node 0 and waits
+ * for its (reloads)th "reloaded". */
+static void set_lr(test_cluster *c, const char *from, const char *to,
+                   int reloads)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^lr = %s$/lr = %s/' '%s'", from, to,
+             c->ini);
+    assert_int_equal(system(cmd), 0);
+    if (!reloads)
+        return;
+    kill(c->pid[0], SIGHUP);
+    for (int k = 0; k < 300 && log_count(c, 0, "reloaded ") < reloads; k++)
+        sleep_ms(10);
+    EXPECT_INT(log_count(c, 0, "reloaded "), reloads, "reloads in the log");
+}
+
+/* Pushes 1 to row 0 of table w (sgd: w -= lr); returns the row after. */
+static float sgd_step(const char *spec, int push)
+{
+    ps_client *cl;
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 3000;
+    if (ps_open(&cl, spec, &o))
+        fail_msg("ps_open %s", spec);
+    int t = ps_table(cl, "w", NULL);
+    float one = 1, got = 0;
+    if (push && ps_wait(cl, ps_push_range(cl, t, 0, 1, &one, NULL, NULL)))
+        fail_msg("push: %s", ps_last_error(cl));
+    if (ps_wait(cl, ps_pull_range(cl, t, 0, 1, &got, NULL, NULL)))
+        fail_msg("pull: %s", ps_last_error(cl));
+    ps_close(cl);
+    return got;
+}
+
+/* A reload that changes a table's lr, then a crash: the journal's replay
+ * applies each push with the lr it was applied with (also those of a
+ * segment begun by a snapshot after the reload), and the ini's lr holds
+ * after the restart. Powers of two keep the sums exact. */
+static void test_a_replay_applies_each_push_with_the_lr_it_had(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "", "[server]\ndurability = log\n"
+                         "fsync = always\n[table.w]\nkind = dense\n"
+                         "rows = 4\ndim = 1\nupdater = sgd\nlr = 0.5\n"))
+        fail_msg("cluster did not start");
+    EXPECT_FLOAT(sgd_step(c.spec, 1), -0.5f, "lr 0.5");
+    set_lr(&c, "0.5", "2", 1);
+    EXPECT_FLOAT(sgd_step(c.spec, 1), -2.5f, "lr 2");
+    int st;
+    char *o = run(&st, "%s -s %s save", psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl save: %s", o ? o : "");
+    free(o);
+    EXPECT_FLOAT(sgd_step(c.spec, 1), -4.5f, "lr 2, after the snapshot");
+    set_lr(&c, "2", "0.25", 2);
+    EXPECT_FLOAT(sgd_step(c.spec, 1), -4.75f, "lr 0.25");
+    cluster_kill(&c, 0, SIGKILL);
+    set_lr(&c, "0.25", "4", 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    EXPECT_FLOAT(sgd_step(c.spec, 0), -4.75f, "after the replay");
+    EXPECT_FLOAT(sgd_step(c.spec, 1), -8.75f, "lr 4, the ini's, after it");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -673,6 +751,7 @@ int main(void)
         cmocka_unit_test(
             test_signals_during_the_final_snapshot_do_not_kill_it),
         cmocka_unit_test(test_a_stop_logs_the_count_of_a_collapsed_flood),
+        cmocka_unit_test(test_a_replay_applies_each_push_with_the_lr_it_had),
     };
     int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
