@@ -151,6 +151,13 @@ static int rates_begin(const psd_admin *a, rates *r)
     if (!r->now)
         return -1;
     collect(a, r->now);
+    if (!a->ring) {
+        /* Stopping (psd_admin_stop freed the window), while a metrics
+         * request that was being read is answered: no rates. */
+        r->base = r->now;
+        r->secs = 0;
+        return 0;
+    }
     int slots = PSD_ADMIN_WINDOW + 1;
     int oldest = a->filled < slots ? 0 : (a->head + 1) % slots;
     r->base = a->ring + (size_t)oldest * a->width;

@@ -644,6 +644,39 @@ static void shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing(
     cluster_stop(&c);
 }
 
+/* A metrics request read while the node stops (it waits for a client
+ * that reads nothing) is answered, and the node still stops cleanly,
+ * although the per-second window is gone by then. */
+static void metrics_asked_while_stopping_are_answered(void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport = cluster_free_port();
+    char server[256];
+    snprintf(server, sizeof server, "max_frame = 8M\nmax_output = 64M\n"
+             "heartbeat_ms = 100\npeer_timeout_ms = 1500\n"
+             "metrics_listen = 127.0.0.1:%d\n", mport);
+    int fd = start_dense_raw(&c, 1, server);
+    send_pulls(fd, 1, 3, 900000);
+    int m = raw_connect(mport);
+    const char *get = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    raw_send(m, get, strlen(get));
+    sleep_ms(300);
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_log_wait(&c, 0, "stopping:", 2000), 1, "stopping");
+    raw_send(m, "\r\n", 2);
+    char resp[64] = "";
+    ssize_t k = recv(m, resp, sizeof resp - 1, MSG_WAITALL);
+    resp[k > 0 ? k : 0] = '\0';
+    if (strncmp(resp, "HTTP/1.1 200", 12) != 0)
+        fail_msg("metrics while stopping: \"%s\"", resp);
+    int st = cluster_wait_exit(&c, 0, 5000);
+    EXPECT_INT(st, 0, "psd's exit status");
+    close(m);
+    close(fd);
+    cluster_stop(&c);
+}
+
 /* A frame that trickles in (a byte every 300 ms keeps the connection
  * alive for the heartbeat check) is cut off after frame_timeout. */
 static void frame_that_stops_half_way_is_closed_after_frame_timeout(
@@ -1412,6 +1445,7 @@ int main(void)
         cmocka_unit_test_teardown(pull_reply_queued_during_a_push_carries_the_rows_before_it, teardown),
         cmocka_unit_test_teardown(overlapping_pulls_queued_during_a_push_carry_their_own_rows, teardown),
         cmocka_unit_test_teardown(shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing, teardown),
+        cmocka_unit_test_teardown(metrics_asked_while_stopping_are_answered, teardown),
         cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
         cmocka_unit_test_teardown(idle_connections_make_room_for_a_new_client, teardown),
