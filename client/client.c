@@ -399,6 +399,22 @@ static int is_worker(ps_client *c, const char *what)
     return 0;
 }
 
+/* A ps_clock or ps_barrier: names the next number, or the one the last
+ * call failed with. A call that failed (a timeout, a lost node) may have
+ * been taken by some nodes; the same number again is taken by the others
+ * and answered by those when they reach it, where the next number would
+ * put this worker one clock (or barrier) ahead of the others for good. */
+static int sync_call(ps_client *c, int op, int node, uint64_t *count,
+                     uint64_t *failed)
+{
+    uint64_t next = __atomic_load_n(failed, __ATOMIC_RELAXED);
+    if (!next)
+        next = __atomic_add_fetch(count, 1, __ATOMIC_RELAXED);
+    int rc = control(c, op, node, next);
+    __atomic_store_n(failed, rc == PS_OK ? 0 : next, __ATOMIC_RELAXED);
+    return rc;
+}
+
 int ps_clock(ps_client *c)
 {
     if (!c)
@@ -410,8 +426,7 @@ int ps_clock(ps_client *c)
                       "async tables have no clocks");
         return PS_EINVAL;
     }
-    uint64_t next = __atomic_add_fetch(&c->clock, 1, __ATOMIC_RELAXED);
-    return control(c, PSW_OP_CLOCK, -1, next);
+    return sync_call(c, PSW_OP_CLOCK, -1, &c->clock, &c->clock_failed);
 }
 
 /* ---- statistics ------------------------------------------------------ */
@@ -510,6 +525,6 @@ int ps_barrier(ps_client *c)
         return PS_EINVAL;
     if (!is_worker(c, "ps_barrier"))
         return PS_EINVAL;
-    uint64_t next = __atomic_add_fetch(&c->barrier, 1, __ATOMIC_RELAXED);
-    return control(c, PSW_OP_BARRIER, 0, next);   /* node 0 keeps barriers */
+    /* node 0 keeps barriers */
+    return sync_call(c, PSW_OP_BARRIER, 0, &c->barrier, &c->barrier_failed);
 }

@@ -47,6 +47,9 @@ struct ps_client {
     struct psc_io *io;           /* the I/O thread's own state */
     uint64_t clock, barrier;     /* ps_clock / ps_barrier calls made
                                     (atomics) */
+    uint64_t clock_failed;       /* the number the last ps_clock failed
+                                    with, named again by the next; 0 */
+    uint64_t barrier_failed;     /* the same for ps_barrier (atomics) */
 };
 
 /* Records the detail of a failure for ps_last_error on this thread. */

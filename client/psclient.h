@@ -181,7 +181,11 @@ PS_API int ps_wait_all(ps_client *c);
  * the error of a node that failed, or PS_EINVAL (see ps_last_error): from
  * a client that is not a worker, and for ps_clock also on a cluster
  * without bsp or ssp tables (async tables have no clocks; a barrier works
- * with any tables). They block: never call them from a callback. */
+ * with any tables). They block: never call them from a callback. A call
+ * that failed (PS_ETIMEDOUT after sync_timeout_ms, a node lost) may be
+ * made again: it names the same clock (or barrier) as the failed one,
+ * which nodes that already took it answer once they reach it, so the
+ * worker stays in step with the others. */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
 

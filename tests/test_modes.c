@@ -557,6 +557,74 @@ static void sighup_changing_workers_or_aggregate_is_refused(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+/* Worker 0 with a 300 ms sync_timeout_ms: pushes 1 to key 3 of t and
+ * calls ps_clock until it succeeds (it times out while worker 1 has not
+ * clocked), then must see both workers' pushes. */
+static int clock_until_taken(void *arg)
+{
+    (void)arg;
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.sync_timeout_ms = 300;
+    ps_client *c = NULL;
+    CHILD_CHECK(ps_open(&c, cl.spec, &o) == 0, "open as worker 0");
+    int t = ps_table(c, "t", NULL), rc = -1, tries = 0;
+    uint64_t key = 3;
+    float one = 1, v = 0;
+    CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                "push");
+    while (rc != 0 && tries++ < 15) {
+        rc = ps_clock(c);
+        CHILD_CHECK(rc == 0 || rc == PS_ETIMEDOUT, "ps_clock: %s",
+                    ps_strerror(rc));
+    }
+    CHILD_CHECK(rc == 0, "ps_clock still timing out after %d tries: a "
+                "retry named a later clock than the one that timed out",
+                tries - 1);
+    CHILD_CHECK(ps_wait(c, ps_pull(c, t, &key, 1, &v, NULL, NULL)) == 0,
+                "pull");
+    CHILD_CHECK(v == 2, "after the clock the key holds %g, want 2", (double)v);
+    ps_close(c);
+    return 0;
+}
+
+/* Worker 1: after 2 s (worker 0 has timed out at least twice by then),
+ * pushes 1 and clocks once, then stays 4 s. */
+static int clock_once_late(void *arg)
+{
+    (void)arg;
+    sleep_ms(2000);
+    ps_client *c = open_worker(cl.spec, 1);
+    CHILD_CHECK(c, "open as worker 1");
+    int t = ps_table(c, "t", NULL);
+    uint64_t key = 3;
+    float one = 1;
+    CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                "push");
+    CHILD_CHECK(ps_clock(c) == 0, "ps_clock: %s", ps_last_error(c));
+    sleep_ms(4000);
+    ps_close(c);
+    return 0;
+}
+
+/* A ps_clock that timed out, called again, names the same clock again
+ * (the nodes that took it answer when they reach it): a retry that named
+ * the next one would run this worker a clock ahead for good, and here
+ * would wait for a second clock of worker 1 that never comes. */
+static void clock_retried_after_a_timeout_names_the_same_clock(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.t]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    pid_t a = spawn(clock_until_taken, NULL);
+    pid_t b = spawn(clock_once_late, NULL);
+    int bad = reap(a) | reap(b) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -572,6 +640,7 @@ int main(void)
             worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
         cmocka_unit_test(sighup_applies_a_new_worker_grace),
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
+        cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }
