@@ -29,7 +29,8 @@ typedef struct psd_jrecord {
     psw_msg msg;                 /* push: op, ts, part, table, keys, vals,
                                     first, count */
     uint64_t clock;              /* clock: the node's new clock */
-    uint32_t waited;             /* clock: workers waited for then */
+    uint32_t waited;             /* clock: the divisor of aggregate = mean
+                                    then (psd_sync_divisor) */
     psd_updater_params params;   /* params: table msg.table's updater
                                     hyper-parameters (kind not set) */
 } psd_jrecord;

@@ -337,7 +337,7 @@ static void advance(psd_node *n, uint64_t now_ms)
 {
     uint64_t before = n->sync.clock;
     if (psd_sync_advance(&n->sync, now_ms)) {
-        int waited = psd_sync_waited(&n->sync);
+        int waited = psd_sync_divisor(&n->sync, before);
         if (n->journal && has_bsp(n)) {
             uint64_t lsn = psd_journal_clock(n->journal, n->sync.clock,
                                              (uint32_t)waited);
@@ -667,11 +667,14 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         return;
     }
     if (pushes) {
-        if (tc->consistency == PSD_CONS_BSP)
+        if (tc->consistency == PSD_CONS_BSP) {
             /* Summed now, applied once when the clock ends. */
             rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
                                                      m->vals)
                         : psd_table_accumulate(t, m->keys, m->nkeys, m->vals);
+            if (psd_sync_holds(&n->sync, ss->worker, ss))
+                psd_sync_summed(&n->sync, ss->worker);
+        }
         else {
             rows_change(n, m->table, m);
             if (ranged)

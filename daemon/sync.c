@@ -174,6 +174,22 @@ int psd_sync_waited(const psd_sync *y)
     return n;
 }
 
+void psd_sync_summed(psd_sync *y, int32_t worker)
+{
+    if (worker >= 0 && worker < y->nworkers)
+        y->workers[worker].summed = y->clock + 1;
+}
+
+int psd_sync_divisor(const psd_sync *y, uint64_t from)
+{
+    int n = 0;
+    for (int i = 0; i < y->nworkers; i++) {
+        const psd_worker *w = &y->workers[i];
+        n += waited_for(w) || w->summed > from;
+    }
+    return n;
+}
+
 int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
                         uint64_t *need)
 {

@@ -28,6 +28,8 @@ typedef struct psd_worker {
     uint64_t client_id;
     char peer[64];           /* where it is connected from, for errors */
     uint64_t gone_ms;        /* when its connection was lost (GONE) */
+    uint64_t summed;         /* 1 + the node's clock when its pushes last
+                                went into bsp sums (0: never) */
 } psd_worker;
 
 typedef struct psd_sync {
@@ -82,8 +84,19 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
  * applied, once. */
 int psd_sync_advance(psd_sync *y, uint64_t now_ms);
 
-/* Workers waited for now: the divisor of `aggregate = mean`. */
+/* Workers waited for now. */
 int psd_sync_waited(const psd_sync *y);
+
+/* worker (-1: none) pushed to a bsp table: its push is in the sums of the
+ * clock in progress. */
+void psd_sync_summed(psd_sync *y, int32_t worker);
+
+/* The divisor of `aggregate = mean` for the sums of the clocks after
+ * `from` (the node's clock before it moved): the workers waited for, and
+ * those whose pushes the sums hold although they are no longer waited
+ * for (a worker that pushed, then left or was lost before its clock: its
+ * gradient is in the sum, so it counts in the mean). */
+int psd_sync_divisor(const psd_sync *y, uint64_t from);
 
 /* For a pull of an ssp table with this staleness from `worker`: 1 when
  * it may be answered now; else 0 and *need is the node clock it waits

@@ -625,6 +625,59 @@ static void clock_retried_after_a_timeout_names_the_same_clock(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* Worker 1 pushes 4 to key 5 of `mean`, then goes without a clock: by
+ * ps_close when arg is not NULL, else by dying (its grace then runs). */
+static int push_and_go(void *arg)
+{
+    ps_client *c = open_worker(cl.spec, 1);
+    CHILD_CHECK(c, "open as worker 1");
+    int t = ps_table(c, "mean", NULL);
+    uint64_t key = 5;
+    float four = 4;
+    CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &four, NULL, NULL)) == 0,
+                "push");
+    if (arg)
+        ps_close(c);
+    _exit(0);
+}
+
+/* Worker 0 pushes 2 to key 5 of `mean` after worker 1 pushed, clocks and
+ * pulls: the mean of the two workers' gradients, 3. */
+static int push_clock_and_check_mean(void *arg)
+{
+    (void)arg;
+    ps_client *c = open_worker(cl.spec, 0);
+    CHILD_CHECK(c, "open as worker 0");
+    int t = ps_table(c, "mean", NULL);
+    uint64_t key = 5;
+    float two = 2, v = 0;
+    CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &two, NULL, NULL)) == 0,
+                "push");
+    CHILD_CHECK(ps_clock(c) == 0, "ps_clock: %s", ps_last_error(c));
+    CHILD_CHECK(ps_wait(c, ps_pull(c, t, &key, 1, &v, NULL, NULL)) == 0,
+                "pull");
+    CHILD_CHECK(v == 3, "the mean of 2 and 4 is %g, want 3 (worker 1 left "
+                "after its push, which the sum holds)", (double)v);
+    ps_close(c);
+    return 0;
+}
+
+/* With aggregate = mean, a worker that pushed and then left (or was
+ * lost) before its clock still counts in the divisor: its gradient is in
+ * the sum. Both ways of going, one cluster each. */
+static void mean_counts_a_worker_that_pushed_then_left(void **state)
+{
+    (void)state;
+    for (int lost = 0; lost < 2; lost++) {
+        assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n"
+                                          "worker_grace = 1\n", BSP_TABLES), 0);
+        int bad = reap(spawn(push_and_go, lost ? NULL : (void *)1));
+        bad |= reap(spawn(push_clock_and_check_mean, NULL)) << 1;
+        assert_int_equal(cluster_stop(&cl), 0);
+        assert_int_equal(bad, 0);
+    }
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -641,6 +694,7 @@ int main(void)
         cmocka_unit_test(sighup_applies_a_new_worker_grace),
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
+        cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }
