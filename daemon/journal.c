@@ -10,7 +10,9 @@
  *          record of every segment)
  *   params: u8 4, u8 0, u16 0, u32 table, f32 lr, beta1, beta2, epsilon,
  *          l1, l2, beta (after a reload changed them, and after the start
- *          record of every segment, one per table) */
+ *          record of every segment, one per table)
+ *   worker: u8 5, u8 joined (1) or left (0), u16 0, u32 worker,
+ *          u64 client_id, u64 clock, u64 barrier */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +30,7 @@
 #define CLOCK_BODY 16
 #define START_BODY 16
 #define PARAMS_BODY 36
+#define WORKER_BODY 32
 
 struct psd_journal {
     char dir[4096];
@@ -203,6 +206,24 @@ uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited)
     memcpy(b + 4, &waited, 4);
     memcpy(b + 8, &clock, 8);
     return seal(j, rec, CLOCK_BODY);
+}
+
+uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
+                            uint64_t client_id, uint64_t clock,
+                            uint64_t barrier)
+{
+    char *rec = reserve(j, HDR + WORKER_BODY);
+    if (!rec)
+        return 0;
+    char *b = rec + HDR;
+    memset(b, 0, 4);
+    b[0] = PSD_J_WORKER;
+    b[1] = (char)(joined != 0);
+    memcpy(b + 4, &worker, 4);
+    memcpy(b + 8, &client_id, 8);
+    memcpy(b + 16, &clock, 8);
+    memcpy(b + 24, &barrier, 8);
+    return seal(j, rec, WORKER_BODY);
 }
 
 /* The seven hyper-parameters, in the record's order. */
@@ -426,6 +447,16 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         memcpy(&r->clock, b + 8, 8);        /* the shape */
         return 0;
     }
+    if (r->type == PSD_J_WORKER) {
+        if (len != WORKER_BODY || (unsigned char)b[1] > 1)
+            return -1;
+        r->joined = b[1];
+        memcpy(&r->worker, b + 4, 4);
+        memcpy(&r->client_id, b + 8, 8);
+        memcpy(&r->clock, b + 16, 8);
+        memcpy(&r->barrier, b + 24, 8);
+        return 0;
+    }
     if (r->type == PSD_J_PARAMS) {
         float f[7];
         if (len != PARAMS_BODY)
@@ -625,7 +656,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             }
             off += HDR + len;
             /* Counted: what changed rows or clocks, as the log says. */
-            *records += r.type != PSD_J_PARAMS;
+            *records += r.type != PSD_J_PARAMS && r.type != PSD_J_WORKER;
         }
         close(fd);
         /* What was replayed must be on disk before new records follow it

@@ -18,17 +18,23 @@
 
 typedef struct psd_journal psd_journal;
 
-enum { PSD_J_PUSH = 1, PSD_J_CLOCK = 2, PSD_J_START = 3, PSD_J_PARAMS = 4 };
+enum { PSD_J_PUSH = 1, PSD_J_CLOCK = 2, PSD_J_START = 3, PSD_J_PARAMS = 4,
+       PSD_J_WORKER = 5 };
 
 /* One record, as replay hands it over (views into a buffer valid during
  * the callback). */
 typedef struct psd_jrecord {
-    int type;                    /* PSD_J_PUSH, PSD_J_CLOCK, PSD_J_PARAMS */
-    uint64_t client_id, incarnation;
+    int type;                    /* PSD_J_PUSH, PSD_J_CLOCK, PSD_J_PARAMS,
+                                    PSD_J_WORKER */
+    uint64_t client_id, incarnation;   /* worker: its client_id */
     int status;                  /* push: what it was answered */
     psw_msg msg;                 /* push: op, ts, part, table, keys, vals,
                                     first, count */
-    uint64_t clock;              /* clock: the node's new clock */
+    uint64_t clock;              /* clock: the node's new clock; worker:
+                                    the worker's clock */
+    uint64_t barrier;            /* worker: its barrier count */
+    int32_t worker;              /* worker: its index */
+    int joined;                  /* worker: 1 joined, 0 left */
     uint32_t waited;             /* clock: the divisor of aggregate = mean
                                     then (psd_sync_divisor) */
     psd_updater_params params;   /* params: table msg.table's updater
@@ -53,6 +59,12 @@ void psd_journal_close(psd_journal *j);
 uint64_t psd_journal_push(psd_journal *j, uint64_t client_id,
                           uint64_t incarnation, const psw_msg *m, int status);
 uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited);
+
+/* Worker `worker` joined (joined 1) or stopped being waited for (0),
+ * with its clock and barrier count then. LSN, or 0 when memory runs out. */
+uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
+                            uint64_t client_id, uint64_t clock,
+                            uint64_t barrier);
 
 /* From now on, table's updater uses the hyper-parameters p (lr, beta1,
  * beta2, epsilon, l1, l2, beta): a record says so when they differ from

@@ -191,6 +191,25 @@ int psd_node_apply_params(psd_node *n)
     return rc;
 }
 
+int psd_node_journal_workers(psd_node *n)
+{
+    if (!n->journal)
+        return 0;
+    int rc = 0;
+    for (int i = psd_sync_dirty(&n->sync, 0); i >= 0;
+         i = psd_sync_dirty(&n->sync, i + 1)) {
+        psd_worker *w = &n->sync.workers[i];
+        if (!psd_journal_worker(n->journal, i, w->state != PSD_W_LEFT,
+                                w->client_id, w->clock, w->barrier)) {
+            w->dirty = 1;        /* asked again (psd_node_commit) */
+            snprintf(n->journal_error, sizeof n->journal_error,
+                     "out of memory buffering a record");
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
 const char *psd_node_reload(psd_node *n, const psd_config *nc)
 {
     const char *why = layout_change(&n->cfg, nc);
@@ -229,9 +248,11 @@ int psd_node_commit(psd_node *n)
     psd_journal *j = n->journal;
     if (!j)
         return 0;
-    /* A hyper-parameter record memory refused is asked for again before
-     * the error can clear (it must precede the pushes that follow). */
-    if (n->journal_error[0] && psd_node_apply_params(n))
+    /* A hyper-parameter or worker record memory refused is asked for
+     * again before the error can clear (it must precede the pushes that
+     * follow). */
+    if (n->journal_error[0] &&
+        (psd_node_apply_params(n) | psd_node_journal_workers(n)))
         return -1;
     if (psd_journal_last(j) == psd_journal_written(j)) {
         /* Nothing waits to be written: a failure to buffer a record

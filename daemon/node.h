@@ -115,6 +115,12 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc);
  * replay would apply them with the wrong hyper-parameters. */
 int psd_node_apply_params(psd_node *n);
 
+/* Journals the workers that joined or stopped being waited for since the
+ * last call (psd_sync_dirty), so that a replay after a crash knows those
+ * that joined after the snapshot (waited for then only until their grace
+ * runs out) and those that left (not waited for). 0, or -1 as above. */
+int psd_node_journal_workers(psd_node *n);
+
 /* Writes the journal records buffered while requests were handled (one
  * write() for the batch) and tells the written hook; a failure is logged
  * once and kept in journal_error until a write succeeds. Cheap when

@@ -373,6 +373,7 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
     if (m->op == PSW_OP_LEAVE) {
         if (id >= 0 && psd_sync_leave(&n->sync, id, ss)) {
             ss->worker = -1;
+            (void)psd_node_journal_workers(n);
             advance(n, now_ms);
         }
         answer(n, ss, m, PSW_OK, NULL);
@@ -738,6 +739,7 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
         if (rc)
             return rc;
         ss->worker = h->worker;
+        (void)psd_node_journal_workers(n);
     }
     ss->client_id = h->client_id;
     ss->incarnation = h->incarnation;
@@ -826,15 +828,20 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
     if (ss->dedup)
         psd_dedup_detach(n->dedup, ss->dedup, now_ms);
     ss->dedup = NULL;
-    if (psd_sync_lost(&n->sync, ss->worker, ss, now_ms, n->cfg.worker_grace))
+    if (psd_sync_lost(&n->sync, ss->worker, ss, now_ms,
+                      n->cfg.worker_grace)) {
+        (void)psd_node_journal_workers(n);
         advance(n, now_ms);
+    }
 }
 
 void psd_request_tick(psd_node *n, uint64_t now_ms)
 {
     if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, n->held != NULL,
-                      WAIT_LOG_MS))
+                      WAIT_LOG_MS)) {
+        (void)psd_node_journal_workers(n);
         advance(n, now_ms);
+    }
     psd_dedup_expire(n->dedup, now_ms, (uint64_t)n->cfg.client_ttl * 1000);
 }
 
@@ -843,6 +850,13 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
 {
     const psd_replay_ctx *rc_ = ctx;
     psd_node *n = rc_->node;
+    if (r->type == PSD_J_WORKER) {
+        /* A worker beyond a `workers` lowered since is dropped, as a
+         * snapshot's are. */
+        (void)psd_sync_replay(&n->sync, r->worker, r->joined, r->client_id,
+                              r->clock, r->barrier, rc_->now_ms);
+        return 0;
+    }
     if (r->type == PSD_J_CLOCK) {
         /* The clock moved because every worker waited for had reached it:
          * no worker is behind it (the snapshot may hold older clocks). */

@@ -68,6 +68,7 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
     if (w->state == PSD_W_GONE || w->state == PSD_W_LEFT)
         psd_info("worker %d %s", (int)worker,
                  w->state == PSD_W_GONE ? "is back" : "rejoined");
+    w->dirty |= w->state != PSD_W_LIVE || w->client_id != client_id;
     w->state = PSD_W_LIVE;
     w->owner = owner;
     w->client_id = client_id;
@@ -106,6 +107,7 @@ int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
     if (grace_s > 0)
         return 0;
     w->state = PSD_W_LEFT;
+    w->dirty = 1;
     return 1;
 }
 
@@ -115,6 +117,7 @@ int psd_sync_leave(psd_sync *y, int32_t worker, const void *owner)
         return 0;
     y->workers[worker].state = PSD_W_LEFT;
     y->workers[worker].owner = NULL;
+    y->workers[worker].dirty = 1;
     psd_info("worker %d left", (int)worker);
     return 1;
 }
@@ -190,6 +193,34 @@ int psd_sync_divisor(const psd_sync *y, uint64_t from)
     return n;
 }
 
+int psd_sync_dirty(psd_sync *y, int from)
+{
+    for (int i = from < 0 ? 0 : from; i < y->nworkers; i++)
+        if (y->workers[i].dirty) {
+            y->workers[i].dirty = 0;
+            return i;
+        }
+    return -1;
+}
+
+int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
+                    uint64_t client_id, uint64_t clock, uint64_t barrier,
+                    uint64_t now_ms)
+{
+    if (worker < 0 || worker >= y->nworkers)
+        return -1;
+    psd_worker *w = &y->workers[worker];
+    w->state = joined ? PSD_W_GONE : PSD_W_LEFT;
+    w->owner = NULL;
+    w->gone_ms = now_ms;
+    w->client_id = client_id;
+    if (clock > w->clock)
+        w->clock = clock;
+    if (barrier > w->barrier)
+        w->barrier = barrier;
+    return 0;
+}
+
 int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
                         uint64_t *need)
 {
@@ -211,6 +242,7 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
         psd_worker *w = &y->workers[i];
         if (w->state == PSD_W_GONE && now_ms - w->gone_ms >= grace) {
             w->state = PSD_W_LEFT;
+            w->dirty = 1;
             changed = 1;
             psd_warn("worker %d did not come back within %d s: no longer "
                      "waited for", i, grace_s);

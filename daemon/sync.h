@@ -30,6 +30,8 @@ typedef struct psd_worker {
     uint64_t gone_ms;        /* when its connection was lost (GONE) */
     uint64_t summed;         /* 1 + the node's clock when its pushes last
                                 went into bsp sums (0: never) */
+    int dirty;               /* joined or stopped being waited for since
+                                the journal last heard (psd_sync_dirty) */
 } psd_worker;
 
 typedef struct psd_sync {
@@ -114,6 +116,19 @@ int psd_sync_save(const psd_sync *y, psd_sink *out);
  * workers that fit. 0, or -1 with the reason in err. */
 int psd_sync_load(psd_sync *y, psd_source *in, uint64_t now_ms, char *err,
                   size_t errlen);
+
+/* The next worker from `from` on that joined or stopped being waited for
+ * since the last call returned it (its flag is then cleared), or -1: what
+ * the journal must record so that a replay knows who joined and who left
+ * after the snapshot. */
+int psd_sync_dirty(psd_sync *y, int from);
+
+/* Replays a worker's journaled join (joined 1: waited for, lost at now_ms
+ * so that its grace starts, with the clock and barrier it had) or leave
+ * (joined 0). -1 when worker is out of range. */
+int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
+                    uint64_t client_id, uint64_t clock, uint64_t barrier,
+                    uint64_t now_ms);
 
 /* Periodic work: workers whose grace ran out stop being waited for
  * (returns 1 then: call psd_sync_advance); and while `holding` (someone

@@ -678,6 +678,59 @@ static void mean_counts_a_worker_that_pushed_then_left(void **state)
     }
 }
 
+/* Joins as worker (int)arg; worker 1 then leaves with ps_close, worker 2
+ * goes without a word after 300 ms. */
+static int join_then_go(void *arg)
+{
+    int w = (int)(intptr_t)arg;
+    ps_client *c = open_worker(cl.spec, w);
+    CHILD_CHECK(c, "open as worker %d", w);
+    if (w == 1)
+        ps_close(c);
+    else
+        sleep_ms(300);
+    _exit(0);
+}
+
+/* Worker 0 clocks once; it must not wait for ever. */
+static int clock_alone(void *arg)
+{
+    (void)arg;
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.sync_timeout_ms = 8000;
+    ps_client *c = NULL;
+    CHILD_CHECK(ps_open(&c, cl.spec, &o) == 0, "open as worker 0");
+    int rc = ps_clock(c);
+    CHILD_CHECK(rc == 0, "ps_clock: %s (%s)", ps_strerror(rc),
+                ps_last_error(c));
+    ps_close(c);
+    return 0;
+}
+
+/* With no snapshot since they joined, the journal alone says who joined
+ * and who left: after kill -9, a worker that had left is not waited for,
+ * and one that was lost is waited for only until its grace runs out
+ * (both came back as never connected, waited for ever). */
+static void workers_that_left_before_a_crash_are_not_waited_for_after_it(
+    void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 3\n"
+                                      "worker_grace = 2\n",
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"
+                                      BSP_TABLES), 0);
+    int bad = reap(spawn(join_then_go, (void *)1));
+    bad |= reap(spawn(join_then_go, (void *)2));
+    cluster_kill(&cl, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    bad |= reap(spawn(clock_alone, NULL)) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -695,6 +748,8 @@ int main(void)
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
+        cmocka_unit_test(
+            workers_that_left_before_a_crash_are_not_waited_for_after_it),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }
