@@ -153,6 +153,7 @@ void psd_server_reload(psd_server *s)
     char err[512];
     if (psd_config_load(&nc, s->cfg_path, err, sizeof err)) {
         psd_error("reload failed, keeping the running configuration: %s", err);
+        snprintf(s->reload_error, sizeof s->reload_error, "%.190s", err);
         return;
     }
     int interval = s->node.cfg.snapshot_interval;
@@ -161,8 +162,11 @@ void psd_server_reload(psd_server *s)
     if (why) {
         psd_error("reload refused, keeping the running configuration: %s "
                   "(restart psd to apply that)", why);
+        snprintf(s->reload_error, sizeof s->reload_error, "%s (restart psd "
+                 "to apply that)", why);
         return;
     }
+    s->reload_error[0] = '\0';
     psd_log_set_level(s->node.cfg.log_level);
     /* Re-arming starts the interval over: only a new value may do that,
      * or reloads more frequent than the interval would put the periodic
@@ -217,12 +221,17 @@ int psd_server_final(psd_server *s)
 
 const char *psd_server_status(psd_server *s)
 {
-    static char line[256];
+    static char line[512];
     const psd_node *n = &s->node;
-    snprintf(line, sizeof line, "node %d of %d serving %s: %d tables, "
-             "snapshot generation %llu", n->index, n->cfg.nnodes,
-             n->cluster.nodes[n->index], n->ntables,
-             (unsigned long long)s->dur.st.generation);
+    int k = snprintf(line, sizeof line, "node %d of %d serving %s: %d "
+                     "tables, snapshot generation %llu", n->index,
+                     n->cfg.nnodes, n->cluster.nodes[n->index], n->ntables,
+                     (unsigned long long)s->dur.st.generation);
+    /* What `systemctl status` shows after `systemctl reload`: a reload
+     * that kept the old configuration must not look like one that took. */
+    if (s->reload_error[0] && k > 0 && (size_t)k < sizeof line)
+        snprintf(line + k, sizeof line - (size_t)k, "; last reload failed, "
+                 "running the previous configuration: %s", s->reload_error);
     return line;
 }
 

@@ -26,6 +26,7 @@ typedef struct psd_server {
     psd_auth *auth;              /* the token in force and the throttle */
     struct sockaddr_storage bind; /* the node's address, resolved */
     int stopping;
+    char reload_error[200];      /* why the last reload failed; "" */
     uv_timer_t conn_timer;       /* HELLO timeout, heartbeats, dead peers */
     uv_timer_t mode_timer;       /* training modes: grace, wait logs */
 } psd_server;

@@ -115,6 +115,29 @@ static void test_the_service_manager_hears_each_stage_in_order(void **state)
     log[0] = '\0';
     EXPECT_INT(collect(&l, log, sizeof log, "READY=1", 2000), 1,
                "READY=1 after the reload");
+    if (strstr(log, "reload failed"))
+        fail_msg("a reload that took says it failed: %s", log);
+    /* A reload that fails keeps the old configuration, and the status
+     * (what `systemctl status` shows) says so until one succeeds. */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.good' && echo nonsense >> '%s'",
+             c.ini, c.ini, c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    log[0] = '\0';
+    EXPECT_INT(collect(&l, log, sizeof log, "READY=1", 2000), 1,
+               "READY=1 after a failed reload");
+    if (!strstr(log, "last reload failed, running the previous "
+                "configuration: ") || !strstr(log, "nonsense"))
+        fail_msg("the status does not say the reload failed: %s", log);
+    snprintf(cmd, sizeof cmd, "mv '%s.good' '%s'", c.ini, c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    log[0] = '\0';
+    EXPECT_INT(collect(&l, log, sizeof log, "READY=1", 2000), 1,
+               "READY=1 after the next reload");
+    if (strstr(log, "reload failed"))
+        fail_msg("the status still says the reload failed: %s", log);
     kill(c.pid[0], SIGTERM);
     log[0] = '\0';
     EXPECT_INT(collect(&l, log, sizeof log, "STOPPING=1", 2000), 1,
