@@ -888,12 +888,24 @@ static void nc_connect(nconn *nc)
                 uv_strerror(rc));
 }
 
-/* Whether a connection should be (re)made now: idle, past its backoff,
- * and with a reason to exist. */
+/* Whether a connection waits to be made again at retry_ns: idle, not
+ * refused for good, and with a reason to exist (parts queued, or ps_open
+ * still waiting). on_retry and arm_retry must agree on it: a connection
+ * the timer waits for but on_retry will not make re-arms the timer at
+ * 0 ms from its own callback, and libuv 1.44 runs such a timer again in
+ * the same pass, forever (the loop never polls, so not even ps_close's
+ * wake gets in). */
+static int awaits_retry(const nconn *nc, int opening)
+{
+    return nc && nc->state == NC_IDLE && !nc->fatal &&
+           (nc->q_head || opening);
+}
+
+/* Whether a connection should be (re)made now: waiting, and past its
+ * backoff. */
 static int wants_connect(const nconn *nc, uint64_t now, int opening)
 {
-    return nc && nc->state == NC_IDLE && !nc->fatal && now >= nc->retry_ns &&
-           (nc->q_head || opening);
+    return awaits_retry(nc, opening) && now >= nc->retry_ns;
 }
 
 static void on_retry(uv_timer_t *t)
@@ -914,13 +926,13 @@ static void arm_retry(psc_io *io)
 {
     uint64_t next = UINT64_MAX, now = now_ns();
     int opening = io->c->open_state == PSC_OPENING;
-    nconn *seed = io->seed;
-    if (seed && seed->state == NC_IDLE && !seed->fatal)
-        next = seed->retry_ns;
+    /* A seed in backoff when the open failed (its time ran out, the tick
+     * said so) waits for nothing any more: its timer stops here. */
+    if (awaits_retry(io->seed, opening))
+        next = io->seed->retry_ns;
     for (int i = 0; i < io->nnodes; i++) {
         const nconn *nc = io->nodes[i];
-        if (nc->state == NC_IDLE && !nc->fatal && (nc->q_head || opening) &&
-            nc->retry_ns < next)
+        if (awaits_retry(nc, opening) && nc->retry_ns < next)
             next = nc->retry_ns;
     }
     if (next == UINT64_MAX) {

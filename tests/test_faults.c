@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "cluster.h"
@@ -413,6 +414,74 @@ static void node_at_max_connections_refuses_clearly_and_lets_in_later(
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* The child of the test below: an open against a node that is full. */
+static int open_refused_busy(void *arg)
+{
+    ps_client *cl = NULL;
+    ps_options o = fault_options();
+    o.connect_timeout_ms = 300;
+    o.request_timeout_ms = 20;   /* ticks every 5 ms */
+    int rc = ps_open(&cl, (const char *)arg, &o);
+    if (rc == PS_OK) {
+        ps_close(cl);
+        return 2;
+    }
+    return rc == PS_EBUSY ? 0 : 1;
+}
+
+/* Waits up to ms for pid: its exit status, 128+signal, or -1 when it is
+ * still running (it is then killed). */
+static int reap_within(pid_t pid, int ms)
+{
+    int st;
+    for (int waited = 0; waited < ms; waited += 10) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        sleep_ms(10);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+/* An open refused with PS_EBUSY (retry later) waits in backoff between
+ * attempts. When its time runs out while the next attempt is due as well
+ * (a loaded machine runs the I/O thread late: here the process is stopped
+ * across the deadline), the tick ends the open first and the backoff
+ * timer fires after it in the same turn of the loop: it must neither
+ * connect again nor keep re-arming itself, and ps_open must return. */
+static void busy_open_whose_time_runs_out_in_backoff_returns(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 1\n",
+                         "[server]\nmax_connections = 1\n" TABLES))
+        fail_msg("cluster did not start");
+    ps_client *a;
+    ps_options o = fault_options();
+    assert_int_equal(ps_open(&a, c.spec, &o), PS_OK);
+    int hung = 0, bad = 0;
+    for (int i = 0; i < 5 && !hung && !bad; i++) {
+        pid_t pid = spawn(open_refused_busy, c.spec);
+        sleep_ms(150);           /* refused, waiting for its next attempt */
+        kill(pid, SIGSTOP);
+        sleep_ms(400);           /* past connect_timeout_ms */
+        kill(pid, SIGCONT);
+        int st = reap_within(pid, 5000);
+        hung = st == -1;
+        bad = st != 0 && !hung ? st : 0;
+    }
+    ps_close(a);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+    if (hung)
+        fail_msg("ps_open refused with PS_EBUSY did not return within 5 s "
+                 "of its connect_timeout_ms");
+    if (bad)
+        fail_msg("ps_open against a full node: %s (exit status %d)",
+                 bad == 1 ? "not PS_EBUSY" : bad == 2 ? "succeeded"
+                                                       : "crashed", bad);
+}
+
 /* An ssp pull is bounded by sync_timeout_ms alone. When that runs out
  * while its keys are still queued for writing (the server does not read:
  * a paused proxy), it fails and the caller may reuse its keys at once
@@ -574,6 +643,7 @@ int main(void)
             silent_partition_is_noticed_within_the_heartbeat_bound),
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
+        cmocka_unit_test(busy_open_whose_time_runs_out_in_backoff_returns),
         cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),

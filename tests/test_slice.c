@@ -1072,7 +1072,8 @@ static int wait_flag(const int *flag, int ms)
 static void complete_all_parts(psc_customer *cu, psc_req *r)
 {
     psw_msg reply = { .op = PSW_OP_REPLY, .status = PS_OK };
-    for (int i = 0; i < r->nparts; i++)
+    int n = r->nparts;           /* the last part's completion frees r */
+    for (int i = 0; i < n; i++)
         if (psc_part_reply(&r->parts[i], &reply))
             psc_customer_complete(cu, r);
 }
