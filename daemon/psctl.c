@@ -1045,11 +1045,32 @@ static int load_servers(cluster *c, const char *ini, const char *list)
     return 0;
 }
 
+/* The number after option `flag`, lo..hi, whole: -1 with a message
+ * otherwise (atoi took "abc" for 0, which is a node, and "-3" for all). */
+static int number_arg(const char *flag, const char *s, double lo, double hi,
+                      int integer, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = integer ? (double)strtol(s, &end, 10) : strtod(s, &end);
+    if (end == s || *end || errno || v < lo || v > hi) {
+        if (integer)
+            fprintf(stderr, "psctl: %s: expected an integer %.0f..%.0f, got "
+                    "\"%s\"\n", flag, lo, hi, s);
+        else
+            fprintf(stderr, "psctl: %s: expected a number %g..%g, got "
+                    "\"%s\"\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *ini = NULL, *list = NULL, *cmd = NULL;
     int json = 0, count = 0, only = -1, timeout_s = 600;
-    double interval = 1.0;
+    double interval = 1.0, v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -1057,14 +1078,22 @@ int main(int argc, char **argv)
             ini = argv[++i];
         else if (!strcmp(a, "-s") && more)
             list = argv[++i];
-        else if (!strcmp(a, "-n") && more)
-            only = atoi(argv[++i]);
-        else if (!strcmp(a, "-i") && more)
-            interval = atof(argv[++i]);
-        else if (!strcmp(a, "--count") && more)
-            count = atoi(argv[++i]);
-        else if (!strcmp(a, "--timeout") && more)
-            timeout_s = atoi(argv[++i]);
+        else if (!strcmp(a, "-n") && more) {
+            if (number_arg(a, argv[++i], 0, PSW_MAX_NODES - 1, 1, &v))
+                return 2;
+            only = (int)v;
+        } else if (!strcmp(a, "-i") && more) {
+            if (number_arg(a, argv[++i], 0.01, 86400, 0, &interval))
+                return 2;
+        } else if (!strcmp(a, "--count") && more) {
+            if (number_arg(a, argv[++i], 0, 1e9, 1, &v))
+                return 2;
+            count = (int)v;
+        } else if (!strcmp(a, "--timeout") && more) {
+            if (number_arg(a, argv[++i], 1, 1e9, 1, &v))
+                return 2;
+            timeout_s = (int)v;
+        }
         else if (!strcmp(a, "--json"))
             json = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

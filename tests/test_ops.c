@@ -677,6 +677,17 @@ static void test_psctl_authenticates_with_the_clusters_token(void **state)
             psctl(), c.spec);
     EXPECT_INT(st, 0, "psctl stats with $PSD_AUTH_TOKEN: %s", o ? o : "");
     free(o);
+    /* A node number that is not one is refused, not taken for node 0
+     * (\"abc\") or for every node (\"-3\"). */
+    static const char *bad[] = { "-n abc", "-n -3", "-n 1x", "-i 0",
+                                 "--count many" };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        o = run(&st, "%s -s %s %s ping 2>&1", psctl(), c.spec, bad[k]);
+        EXPECT_INT(st, 2, "psctl %s: %s", bad[k], o ? o : "");
+        if (!o || !strstr(o, "expected a"))
+            fail_msg("psctl %s: %s", bad[k], o ? o : "");
+        free(o);
+    }
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
