@@ -50,18 +50,50 @@ static void put(tbuf *b, const char *fmt, ...)
     }
 }
 
+/* The length of the well-formed UTF-8 sequence at s (1 to 4), or 0 when
+ * its bytes are not one (a Latin-1 file name, a cut sequence): JSON and
+ * Prometheus text must be UTF-8, so such a byte goes out as U+FFFD. */
+static int utf8_len(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    int n = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2
+          : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    /* The second byte's range excludes overlong forms and surrogates. */
+    unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+    unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    for (int i = 1; i < n; i++)
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf))
+            return 0;
+    return n;
+}
+
+/* Puts the character at *s, or U+FFFD for a byte that starts none, and
+ * moves *s past it. */
+static void put_utf8(tbuf *b, const char **s)
+{
+    int n = utf8_len((const unsigned char *)*s);
+    if (n)
+        put(b, "%.*s", n, *s);
+    else
+        put(b, "\xef\xbf\xbd");
+    *s += n ? n : 1;
+}
+
 /* A JSON string: quotes, backslashes and control bytes escaped. */
 static void put_json_str(tbuf *b, const char *s)
 {
     put(b, "\"");
-    for (; *s; s++) {
+    while (*s) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\')
             put(b, "\\%c", c);
         else if (c < 0x20)
             put(b, "\\u%04x", c);
-        else
-            put(b, "%c", c);
+        else {
+            put_utf8(b, &s);
+            continue;
+        }
+        s++;
     }
     put(b, "\"");
 }
@@ -454,13 +486,16 @@ static void metrics_text(psd_admin *a, tbuf *b)
 /* A label value: backslash, quote and newline escaped. */
 static void put_label(tbuf *b, const char *s)
 {
-    for (; *s; s++) {
+    while (*s) {
         if (*s == '\\' || *s == '"')
             put(b, "\\%c", *s);
         else if (*s == '\n')
             put(b, "\\n");
-        else
-            put(b, "%c", *s);
+        else {
+            put_utf8(b, &s);
+            continue;
+        }
+        s++;
     }
 }
 

@@ -691,6 +691,35 @@ static void test_psctl_authenticates_with_the_clusters_token(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* A data folder whose name is not UTF-8 (a Latin-1 byte) still gives a
+ * stats document that is JSON (the byte comes out as U+FFFD). */
+static void test_stats_are_json_whatever_the_folder_is_called(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    EXPECT_INT(cluster_wait_exit(&c, 0, 0), -1, "running");
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 0, 10000), 0, "stopped");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|&/caf\xe9|' '%s'",
+             c.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("no restart");
+    int st;
+    char *o = run(&st, "%s -s %s --json stats | python3 -c 'import json, "
+                  "sys; d = json.loads(sys.stdin.buffer.read().decode()); "
+                  "print(\"ok\", \"caf\\ufffd\" in json.dumps(d, "
+                  "ensure_ascii=False))' 2>&1", psctl(), c.spec);
+    if (st != 0 || !o || !strstr(o, "ok True"))
+        fail_msg("psctl --json stats is not JSON with U+FFFD: %s",
+                 o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* How often text is in node i's log. */
 static int log_count(const test_cluster *c, int i, const char *text)
 {
@@ -786,6 +815,7 @@ int main(void)
             test_signals_during_the_final_snapshot_do_not_kill_it),
         cmocka_unit_test(test_a_stop_logs_the_count_of_a_collapsed_flood),
         cmocka_unit_test(test_a_replay_applies_each_push_with_the_lr_it_had),
+        cmocka_unit_test(test_stats_are_json_whatever_the_folder_is_called),
     };
     int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
