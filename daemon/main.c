@@ -197,9 +197,19 @@ int main(int argc, char **argv)
     uv_loop_t loop;
     uv_loop_init(&loop);
     static psd_server srv;
-    if (psd_server_init(&srv, &loop, &cfg, path, node, skip, err,
-                        sizeof err) ||
-        psd_server_listen(&srv, err, sizeof err)) {
+    /* A SIGTERM or SIGINT during loading ends psd at once (nothing is
+     * lost: what it loads is on disk). From the moment it listens, a
+     * client may push, so one is held back until the loop's handler can
+     * stop psd properly: a stop right after start (a test, or systemd
+     * restarting a unit) otherwise killed it without its final snapshot. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    int ok = psd_server_init(&srv, &loop, &cfg, path, node, skip, err,
+                             sizeof err) == 0;
+    sigprocmask(SIG_BLOCK, &stop, NULL);
+    if (!ok || psd_server_listen(&srv, err, sizeof err)) {
         fprintf(stderr, "psd: %s\n", err);
         psd_server_destroy(&srv);
         uv_loop_close(&loop);
@@ -213,6 +223,7 @@ int main(int argc, char **argv)
     uv_signal_start(&sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&sig_hup, on_hup, SIGHUP);
     sigprocmask(SIG_UNBLOCK, &hup, NULL);
+    sigprocmask(SIG_UNBLOCK, &stop, NULL);
     uv_timer_init(&loop, &watchdog);
     uint64_t wd = psd_notify_watchdog_usec();
     if (wd) {
