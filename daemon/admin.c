@@ -414,6 +414,10 @@ static void metrics_text(psd_admin *a, tbuf *b)
             put(b, "psd_request_service_seconds{node=\"%d\",kind=\"%s\","
                 "quantile=\"%g\"} %.9f\n", i, lat_names[k], qs[q],
                 (double)psw_hist_quantile(h, qs[q]) / 1e9);
+        /* A summary has its _sum too: rate(_sum) / rate(_count) is the
+         * mean, which quantiles cannot give. */
+        put(b, "psd_request_service_seconds_sum{node=\"%d\",kind=\"%s\"} "
+            "%.9f\n", i, lat_names[k], (double)n->latency_sum[k] / 1e9);
         put(b, "psd_request_service_seconds_count{node=\"%d\",kind=\"%s\"} "
             "%llu\n", i, lat_names[k], (unsigned long long)hist_count(h));
     }

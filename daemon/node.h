@@ -65,6 +65,7 @@ typedef struct psd_node {
     psd_stats stats;
     psd_table_stats *tstats;     /* ntables entries, owned */
     uint64_t latency[PSD_LAT_KINDS][PSW_HIST_N];   /* ns histograms */
+    uint64_t latency_sum[PSD_LAT_KINDS];           /* ns, exact */
     /* An operator's command (ADMIN op, psctl): the server answers it, with
      * a status (PSW_OK or a PSW_E*) and a malloc'd text the caller frees.
      * NULL: ADMIN is refused. */

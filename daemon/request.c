@@ -803,8 +803,11 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
             reply_room(n, ss, reply_bound(n, &m[i]));
         dispatch(n, ss, &m[i], now_ms, &bad);
         uint64_t end = now_ns();
-        if (!session && m[i].op != PSW_OP_ADMIN)
-            n->latency[lat_kind(m[i].op)][psw_hist_bucket(end - t)]++;
+        if (!session && m[i].op != PSW_OP_ADMIN) {
+            int k = lat_kind(m[i].op);
+            n->latency[k][psw_hist_bucket(end - t)]++;
+            n->latency_sum[k] += end - t;
+        }
         t = end;
     }
     psw_out_frame_end(ss->out);

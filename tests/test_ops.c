@@ -383,6 +383,13 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
         rows += value_of(m, p);
         snprintf(p, sizeof p, "psd_up{node=\"%d\"} ", i);
         EXPECT_INT((int)value_of(m, p), 1, "psd_up on node %d", i);
+        /* The summary of service times has its _sum beside its _count:
+         * pushes ran, so they took some time, and not a minute. */
+        snprintf(p, sizeof p, "psd_request_service_seconds_sum{node=\"%d\","
+                 "kind=\"push\"} ", i);
+        double sum = value_of(m, p);
+        if (!(sum > 0 && sum < 60))
+            fail_msg("%s%g on node %d", p, sum, i);
         free(m);
     }
     EXPECT_INT((int)pushed, 3 * KEYS, "keys pushed, from /metrics");
