@@ -67,8 +67,9 @@ typedef struct psd_node {
     uint64_t latency[PSD_LAT_KINDS][PSW_HIST_N];   /* ns histograms */
     uint64_t latency_sum[PSD_LAT_KINDS];           /* ns, exact */
     /* An operator's command (ADMIN op, psctl): the server answers it, with
-     * a status (PSW_OK or a PSW_E*) and a malloc'd text the caller frees.
-     * NULL: ADMIN is refused. */
+     * a status (PSW_OK or a PSW_E*) and a malloc'd text (NUL-terminated:
+     * an error's is sent as a string) the caller frees. NULL: ADMIN is
+     * refused. */
     int (*admin)(void *arg, const char *cmd, size_t len, char **text,
                  size_t *textlen);
     void *admin_arg;

@@ -25,7 +25,10 @@
  * more replies than psd_request_frame_bound said (plus the bounds of
  * the held requests it releases); a closed session counts no held bytes; the answered
  * callback comes with a frame to send; no held reply outlives its session
- * (sessions are freed at close, so a late one is a use-after-free). */
+ * (sessions are freed at close, so a late one is a use-after-free).
+ * ADMIN goes to a stand-in for the server's hook (fake_admin), whose
+ * answers of every length up to twice max_frame reach both the reply
+ * that fits and the one refused for its size. */
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,6 +95,27 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         psw_out_init(&outs[i]);
     psw_out_init(&hello_out);
     return 0;
+}
+
+/* The server's ADMIN hook, as far as request.c can tell: a command
+ * starting with 'x' fails, any other is answered with text whose length
+ * follows from the command's bytes, from 0 to twice max_frame. */
+static int fake_admin(void *arg, const char *cmd, size_t len, char **text,
+                      size_t *textlen)
+{
+    (void)arg;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)cmd[i]) * 1099511628211ull;
+    size_t n = (size_t)(h % (2 * node.cfg.max_frame + 1));
+    if (len && cmd[0] == 'x')
+        n = 16;
+    *text = malloc(n + 1);
+    FUZZ_CHECK(*text != NULL, "out of memory for an ADMIN answer");
+    memset(*text, 'a', n);
+    (*text)[n] = '\0';          /* as the server's: an error's is a string */
+    *textlen = n;
+    return len && cmd[0] == 'x' ? PSW_EINVAL : PSW_OK;
 }
 
 static void *memdup(const void *p, size_t n)
@@ -356,6 +380,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg_dup(&cfg, &tmpl);
     FUZZ_CHECK(psd_node_init(&node, &cfg, 0, now, err, sizeof err) == 0,
                "psd_node_init: %s", err);
+    node.admin = fake_admin;
     requests = replies = 0;
     for (int i = 0; i < NCONN; i++) {
         psw_out_reset(&outs[i]);

@@ -1,7 +1,8 @@
 /* The fixed cluster fuzz_request serves as node 0, and the facts about it
  * that make_seeds.c needs to write requests it accepts. Small tables keep
  * every input's memory bounded (dense rows <= 1000, sparse dim <= 8); a
- * small max_frame makes the frame-size rules easy to reach; two nodes
+ * small max_frame makes the frame-size rules easy to reach, and so do the
+ * small limits on remembered pushes; two nodes
  * make some keys another node's; one table per updater and consistency
  * mode; a sparse table with max_rows (and a bsp one) and a dense one
  * that allows NaN and infinities, besides the default that refuses them.
@@ -18,6 +19,8 @@
     "[server]\n"                                                           \
     "max_frame = 4K\n"                                                     \
     "client_ttl = 1\n"                                                     \
+    "max_unacked_pushes = 16\n"                                            \
+    "max_remembered_pushes = 24\n"                                         \
     "[table.dense_sum]\n"                                                  \
     "kind = dense\n"                                                       \
     "rows = 1000\n"                                                        \
