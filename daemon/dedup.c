@@ -33,6 +33,7 @@ struct psd_dclient {
     uint64_t *ring;
     size_t rhead, live, rcap;    /* rcap: a power of two, or 0 */
     uint64_t last_ts;            /* of the latest record */
+    uint64_t journaled;          /* the mark last handed to the journal */
     int nconns;                  /* connections attached */
     uint64_t idle_since;         /* when nconns fell to 0 */
     struct psd_dedup *owner;
@@ -225,10 +226,10 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
     return 0;
 }
 
-void psd_dedup_ack(psd_dclient *c, uint64_t upto)
+uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every)
 {
     if (upto <= c->low)
-        return;
+        return 0;
     c->low = upto;
     while (c->live && c->ring[c->rhead] < upto) {
         c->rhead = (c->rhead + 1) & (c->rcap - 1);
@@ -250,6 +251,10 @@ void psd_dedup_ack(psd_dclient *c, uint64_t upto)
             cap *= 2;
         (void)resize_ring(c, cap);
     }
+    if (upto - c->journaled < every)
+        return 0;
+    c->journaled = upto;
+    return upto;
 }
 
 int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
@@ -384,7 +389,7 @@ int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
             return -1;
         }
         psd_dedup_detach(d, c, now_ms);
-        psd_dedup_ack(c, low);
+        psd_dedup_ack(c, low, UINT64_MAX);
         for (uint64_t k = 0; k < count; k++) {
             uint64_t ts;
             uint32_t part;

@@ -38,8 +38,12 @@ int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
  * runs out (the push is then not protected against a retry). */
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status);
 
-/* ACK: every request of the client below ts `upto` is complete. */
-void psd_dedup_ack(psd_dclient *c, uint64_t upto);
+/* ACK: every request of the client below ts `upto` is complete. Returns
+ * the mark to journal, or 0: a mark is journaled once it has moved at
+ * least `every` requests past the last one journaled (a replay then
+ * brings back at most that many requests' pushes beyond what the client
+ * had in flight, where without it every push since the snapshot). */
+uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every);
 
 /* Whether the node may take a new push (ts) of client c, against two
  * limits on what it remembers: per_client pushes of one client not yet

@@ -12,7 +12,9 @@
  *          l1, l2, beta (after a reload changed them, and after the start
  *          record of every segment, one per table)
  *   worker: u8 5, u8 joined (1) or left (0), u16 0, u32 worker,
- *          u64 client_id, u64 clock, u64 barrier */
+ *          u64 client_id, u64 clock, u64 barrier
+ *   ack:   u8 6, u8 0, u16 0, u32 0, u64 client_id, u64 incarnation,
+ *          u64 mark */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +33,7 @@
 #define START_BODY 16
 #define PARAMS_BODY 36
 #define WORKER_BODY 32
+#define ACK_BODY 32
 
 struct psd_journal {
     char dir[4096];
@@ -206,6 +209,21 @@ uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited)
     memcpy(b + 4, &waited, 4);
     memcpy(b + 8, &clock, 8);
     return seal(j, rec, CLOCK_BODY);
+}
+
+uint64_t psd_journal_ack(psd_journal *j, uint64_t client_id,
+                         uint64_t incarnation, uint64_t mark)
+{
+    char *rec = reserve(j, HDR + ACK_BODY);
+    if (!rec)
+        return 0;
+    char *b = rec + HDR;
+    memset(b, 0, 8);
+    b[0] = PSD_J_ACK;
+    memcpy(b + 8, &client_id, 8);
+    memcpy(b + 16, &incarnation, 8);
+    memcpy(b + 24, &mark, 8);
+    return seal(j, rec, ACK_BODY);
 }
 
 uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
@@ -447,6 +465,14 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         memcpy(&r->clock, b + 8, 8);        /* the shape */
         return 0;
     }
+    if (r->type == PSD_J_ACK) {
+        if (len != ACK_BODY)
+            return -1;
+        memcpy(&r->client_id, b + 8, 8);
+        memcpy(&r->incarnation, b + 16, 8);
+        memcpy(&r->mark, b + 24, 8);
+        return 0;
+    }
     if (r->type == PSD_J_WORKER) {
         if (len != WORKER_BODY || (unsigned char)b[1] > 1)
             return -1;
@@ -656,7 +682,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             }
             off += HDR + len;
             /* Counted: what changed rows or clocks, as the log says. */
-            *records += r.type != PSD_J_PARAMS && r.type != PSD_J_WORKER;
+            *records += r.type == PSD_J_PUSH || r.type == PSD_J_CLOCK;
         }
         close(fd);
         /* What was replayed must be on disk before new records follow it

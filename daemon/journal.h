@@ -19,14 +19,15 @@
 typedef struct psd_journal psd_journal;
 
 enum { PSD_J_PUSH = 1, PSD_J_CLOCK = 2, PSD_J_START = 3, PSD_J_PARAMS = 4,
-       PSD_J_WORKER = 5 };
+       PSD_J_WORKER = 5, PSD_J_ACK = 6 };
 
 /* One record, as replay hands it over (views into a buffer valid during
  * the callback). */
 typedef struct psd_jrecord {
     int type;                    /* PSD_J_PUSH, PSD_J_CLOCK, PSD_J_PARAMS,
-                                    PSD_J_WORKER */
+                                    PSD_J_WORKER, PSD_J_ACK */
     uint64_t client_id, incarnation;   /* worker: its client_id */
+    uint64_t mark;               /* ack: the client's ACK value */
     int status;                  /* push: what it was answered */
     psw_msg msg;                 /* push: op, ts, part, table, keys, vals,
                                     first, count */
@@ -59,6 +60,12 @@ void psd_journal_close(psd_journal *j);
 uint64_t psd_journal_push(psd_journal *j, uint64_t client_id,
                           uint64_t incarnation, const psw_msg *m, int status);
 uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited);
+
+/* Client (client_id, incarnation) ACKed every request below `mark`, so
+ * that a replay does not bring back the pushes below it. LSN, or 0 when
+ * memory runs out. */
+uint64_t psd_journal_ack(psd_journal *j, uint64_t client_id,
+                         uint64_t incarnation, uint64_t mark);
 
 /* Worker `worker` joined (joined 1) or stopped being waited for (0),
  * with its clock and barrier count then. LSN, or 0 when memory runs out. */

@@ -442,14 +442,27 @@ static int room_for(psd_node *n, psd_dclient *dc, uint64_t ts,
     return rc;
 }
 
+/* A client's ACK goes to the journal when it has moved this many requests
+ * past the one journaled before: one 44-byte record per 256 requests at
+ * most, against pushes of 20 bytes or more each, and a replay brings back
+ * at most this many requests' pushes of a client beyond its in-flight
+ * ones (without it, every push since the snapshot: the memory, and the
+ * count against max_remembered_pushes, of a whole snapshot interval). */
+#define ACK_JOURNAL_EVERY 256
+
 /* PING (liveness only: the connection noted the bytes) and ACK. */
 static void session(psd_node *n, psd_session *ss, const psw_msg *m,
                     uint64_t now_ms)
 {
     if (m->op == PSW_OP_ACK) {
         psd_dclient *dc = dedup_of(n, ss, now_ms);
-        if (dc)
-            psd_dedup_ack(dc, m->value);
+        uint64_t mark = dc ? psd_dedup_ack(dc, m->value, ACK_JOURNAL_EVERY)
+                           : 0;
+        /* Lost for want of memory, it costs only memory after a replay;
+         * the next one catches up. */
+        if (mark && n->journal)
+            (void)psd_journal_ack(n->journal, ss->client_id,
+                                  ss->incarnation, mark);
     }
 }
 
@@ -853,6 +866,17 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
 {
     const psd_replay_ctx *rc_ = ctx;
     psd_node *n = rc_->node;
+    if (r->type == PSD_J_ACK) {
+        psd_dclient *dc = psd_dedup_attach(n->dedup, r->client_id,
+                                           r->incarnation, rc_->now_ms);
+        if (!dc) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        (void)psd_dedup_ack(dc, r->mark, UINT64_MAX);
+        psd_dedup_detach(n->dedup, dc, rc_->now_ms);
+        return 0;
+    }
     if (r->type == PSD_J_WORKER) {
         /* A worker beyond a `workers` lowered since is dropped, as a
          * snapshot's are. */

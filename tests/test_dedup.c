@@ -49,7 +49,7 @@ static void test_ack_forgets_below_the_mark_and_refuses_stale_copies(
     int st;
     for (uint64_t ts = 1; ts <= 10; ts++)
         psd_dedup_record(c, ts, 0, PSW_OK);
-    psd_dedup_ack(c, 8);
+    psd_dedup_ack(c, 8, UINT64_MAX);
     /* A copy of 3 arriving late (reordered behind the ACK) must not be
      * applied: the client finished 3 long ago. */
     EXPECT_INT(psd_dedup_seen(c, 3, 0, &st), 1, "stale 3.0");
@@ -57,7 +57,7 @@ static void test_ack_forgets_below_the_mark_and_refuses_stale_copies(
     EXPECT_INT(psd_dedup_seen(c, 3, 5, &st), 1, "a part 3.5 never seen");
     EXPECT_INT(psd_dedup_seen(c, 9, 0, &st), 1, "9.0, above the mark");
     EXPECT_INT(psd_dedup_seen(c, 11, 0, &st), 0, "11.0, new");
-    psd_dedup_ack(c, 5);
+    psd_dedup_ack(c, 5, UINT64_MAX);
     EXPECT_INT(psd_dedup_seen(c, 6, 0, &st), 1, "an ACK never moves back");
     psd_dedup_free(d);
 }
@@ -78,7 +78,7 @@ static void test_memory_stays_flat_with_a_sliding_window(void **state)
                      (unsigned long long)ts);
         psd_dedup_record(c, ts, 0, PSW_OK);
         if (ts > window)
-            psd_dedup_ack(c, ts - window);
+            psd_dedup_ack(c, ts - window, UINT64_MAX);
         psd_dedup_size(d, &clients, &entries, &bytes);
         if (entries > most)
             most = entries;
@@ -167,13 +167,13 @@ static void test_memory_comes_back_when_a_burst_is_acked(void **state)
             fail_msg("%zu bytes for %zu pushes", bytes - empty, entries);
     }
     for (uint64_t low = 2; low <= 99990; low += 7) {
-        psd_dedup_ack(c, low);
+        psd_dedup_ack(c, low, UINT64_MAX);
         psd_dedup_size(d, &clients, &entries, &bytes);
         if (bytes - empty > 288 * entries + 1024)
             fail_msg("%zu bytes for %zu pushes after ACK %llu",
                      bytes - empty, entries, (unsigned long long)low);
     }
-    psd_dedup_ack(c, 99991);
+    psd_dedup_ack(c, 99991, UINT64_MAX);
     psd_dedup_size(d, &clients, &entries, &bytes);
     EXPECT_INT(entries, 10, "pushes left");
     if (bytes - empty > 2048)
@@ -207,7 +207,7 @@ static void test_a_client_is_refused_at_max_unacked_until_it_acks(
     EXPECT_INT(psd_dedup_room(d, c, 100, 100, 1000, why, sizeof why), 0,
                "another part of push 100");
     psd_dedup_record(c, 100, 1, PSW_OK);
-    psd_dedup_ack(c, 31);
+    psd_dedup_ack(c, 31, UINT64_MAX);
     EXPECT_INT(remembered(d), 71, "remembered after ACK 31");
     EXPECT_INT(psd_dedup_room(d, c, 101, 100, 1000, why, sizeof why), 0,
                "push 101 after the ACK");
@@ -228,11 +228,11 @@ static void test_the_count_follows_acks_over_out_of_order_records(
     for (uint64_t ts = 110; ts < 1000; ts++)   /* the ring grows past it */
         psd_dedup_record(c, ts, 0, PSW_OK);
     EXPECT_INT(remembered(d), 991, "remembered");
-    psd_dedup_ack(c, 50);
+    psd_dedup_ack(c, 50, UINT64_MAX);
     EXPECT_INT(remembered(d), 951, "after ACK 50 (5 still counted)");
-    psd_dedup_ack(c, 500);
+    psd_dedup_ack(c, 500, UINT64_MAX);
     EXPECT_INT(remembered(d), 500, "after ACK 500");
-    psd_dedup_ack(c, 5000);
+    psd_dedup_ack(c, 5000, UINT64_MAX);
     EXPECT_INT(remembered(d), 0, "after ACK 5000");
     int st;
     EXPECT_INT(psd_dedup_seen(c, 6000, 0, &st), 0, "6000, new");

@@ -227,7 +227,7 @@ static void trained_node(psd_node *nd, int shards, int dim)
     assert_non_null(c);
     assert_int_equal(psd_dedup_record(c, 40, 1, PSW_OK), 0);
     assert_int_equal(psd_dedup_record(c, 41, 0, PSW_ENOMEM), 0);
-    psd_dedup_ack(c, 30);
+    psd_dedup_ack(c, 30, UINT64_MAX);
 }
 
 static void test_a_snapshot_restores_every_updater_state_bit_for_bit(
