@@ -87,6 +87,7 @@ typedef struct nconn {
     plist fly[2];                 /* in flight, oldest first: [0] requests,
                                      [1] parts that may wait for other
                                      workers (bounded by sync_timeout_ms) */
+    uint64_t sends;               /* parts sent so far (psc_part.seq) */
     psc_part *q_head, *q_tail;    /* waiting to be sent */
     size_t q_bytes;
     psc_stats st;                 /* this node's counters */
@@ -413,6 +414,7 @@ static void nc_send(nconn *nc)
             if (p->sends++ > 0)
                 psc_add(&nc->st.resends, 1);
             p->sent_ns = now;
+            p->seq = nc->sends++;
             p->direct = 0;
             /* An attempt never outlasts the part's bounded time. */
             p->attempt_ns = p->slow || now + attempt > p->expire_ns
@@ -537,37 +539,42 @@ static void schedule_retry(nconn *nc)
     arm_retry(io);
 }
 
+/* Takes the part sent first among the heads of the two in-flight lists:
+ * they interleave (a push issued after an ssp pull or a CLOCK goes after
+ * it), and the server must see them again in that order. */
+static psc_part *fly_pop_oldest(nconn *nc)
+{
+    psc_part *a = nc->fly[0].head, *b = nc->fly[1].head;
+    psc_part *p = !b || (a && a->seq < b->seq) ? a : b;
+    if (p)
+        fly_unlink(nc, p);
+    return p;
+}
+
 /* Puts the parts that were in flight back at the head of the queue, in
  * the order they were sent, to go out again on the next connection; a
  * part that has had all its attempts, or whose time is up, fails. */
 static void requeue_in_flight(nconn *nc, uint64_t now)
 {
     ps_client *c = nc->io->c;
-    psc_part *head = NULL, *tail = NULL;
+    psc_part *head = NULL, *tail = NULL, *p;
     psc_map_destroy(&nc->fly_map);
     psc_map_init(&nc->fly_map);
-    for (int k = 0; k < 2; k++) {
-        psc_part *p = nc->fly[k].head;
-        nc->fly[k].head = nc->fly[k].tail = NULL;
-        while (p) {
-            psc_part *n = p->next;
-            p->next = p->prev = NULL;
-            int spent = !p->slow && p->sends > c->opt.max_retries;
-            if (spent || now >= p->expire_ns) {
-                char why[400];
-                snprintf(why, sizeof why, "request %llu: %s%s",
-                         (unsigned long long)p->msg.ts, nc->drop_why,
-                         spent ? " (no attempts left)" : "");
-                part_fail(c, p, nc->drop_status, why);
-            } else {
-                if (tail)
-                    tail->next = p;
-                else
-                    head = p;
-                tail = p;
-                nc->q_bytes += p->wire_bytes;
-            }
-            p = n;
+    while ((p = fly_pop_oldest(nc)) != NULL) {
+        int spent = !p->slow && p->sends > c->opt.max_retries;
+        if (spent || now >= p->expire_ns) {
+            char why[400];
+            snprintf(why, sizeof why, "request %llu: %s%s",
+                     (unsigned long long)p->msg.ts, nc->drop_why,
+                     spent ? " (no attempts left)" : "");
+            part_fail(c, p, nc->drop_status, why);
+        } else {
+            if (tail)
+                tail->next = p;
+            else
+                head = p;
+            tail = p;
+            nc->q_bytes += p->wire_bytes;
         }
     }
     if (!head)

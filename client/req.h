@@ -28,6 +28,8 @@ typedef struct psc_part {
     uint64_t attempt_ns;         /* while in flight: when this attempt
                                     times out */
     uint64_t sent_ns;            /* when this attempt was sent */
+    uint64_t seq;                /* its place in its connection's sends
+                                    (io.c: the order a requeue keeps) */
     int sends;                   /* attempts so far */
     int direct;                  /* this attempt's rows are being read
                                     straight into out (io.c) */

@@ -621,6 +621,43 @@ static void worker_back_after_its_grace_keeps_its_ssp_bound(void **state)
     rig_stop(&r);
 }
 
+/* A connection that is lost puts its parts back in the order they were
+ * sent (PROTOCOL.md §12), whatever their kind: an ssp pull (bounded by
+ * sync_timeout_ms, so tracked apart from requests) issued before a push
+ * to the same key must still be served before that push when both go
+ * again on the next connection. Here the proxy swallows both, the push
+ * times out, and both are sent again: the pull must read the row as it
+ * was before the push. */
+static void requeued_parts_keep_their_order_across_kinds(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "workers = 1\n",
+              SERVER "[table.s]\ndim = 1\nconsistency = ssp\n"
+              "staleness = 1\nupdater = sum\n");
+    ps_options o = fault_options();
+    o.worker = 0;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    int t = ps_table(cl, "s", NULL);
+    uint64_t key = 1;
+    float one = 1.0f, v = -1.0f;
+    fp_faults hole = { .blackhole = 1 };
+    fp_set(r.p[0], FP_UP, &hole);
+    ps_ts pull = ps_pull(cl, t, &key, 1, &v, NULL, NULL);
+    ps_ts push = ps_push(cl, t, &key, 1, &one, NULL, NULL);
+    sleep_ms(50);                /* both swallowed on the first connection */
+    fp_set(r.p[0], FP_UP, &(fp_faults){ 0 });
+    EXPECT_INT(ps_wait(cl, pull), PS_OK, "the pull");
+    EXPECT_INT(ps_wait(cl, push), PS_OK, "the push");
+    ps_stats_t s;
+    ps_stats(cl, &s);
+    EXPECT_INT(s.resends >= 2, 1, "both were sent again");
+    EXPECT_FLOAT(v, 0.0f, "the row the pull read (issued before the push)");
+    ps_close(cl);
+    rig_stop(&r);
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -647,6 +684,7 @@ int main(void)
         cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
+        cmocka_unit_test(requeued_parts_keep_their_order_across_kinds),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }
