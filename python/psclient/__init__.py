@@ -315,6 +315,19 @@ def _uint64(name: str, v: object) -> int:
     return i
 
 
+def _node(v: object) -> int:
+    """A node number for ps_stats_node, whose argument is a C int: ctypes
+    would cut a bigger one to its low 32 bits (2**32 reading node 0)."""
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError(f"node: expected an int, got {_describe(v)}") \
+            from None
+    if not 0 <= i <= _INT_MAX:
+        raise InvalidError(PS_EINVAL, f"no node {i} in the cluster")
+    return i
+
+
 def _addr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
@@ -746,6 +759,8 @@ class Client:
         (p50_us, p90_us, p99_us, max_us), then frames and bytes on the
         wire, payload among them, time blocked on max_inflight_bytes and
         in clock/barrier, timeouts, resends, duplicates and reconnects."""
+        if node is not None:
+            node = _node(node)
         s = _lib.PsStats()
         h = self._acquire()
         try:

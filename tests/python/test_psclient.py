@@ -654,3 +654,15 @@ def test_closed_client_refuses_calls_and_still_answers_requests(cluster):
     with pytest.raises(psclient.ClosedError):
         c.table("dense")
     c.close()                                           # twice: no-op
+
+
+def test_stats_of_a_node_beyond_c_int_is_refused_not_node_0(cluster):
+    """ctypes cuts an int to the C int's 32 bits: node 2**32 used to read
+    node 0's statistics, and 2**64 raised ctypes.ArgumentError."""
+    with psclient.connect(cluster.spec) as c:
+        c.table("emb").push(keys_of(1), np.ones(4, F32))
+        for node in (1 << 32, (1 << 32) + 1, -(1 << 32), 1 << 64):
+            with pytest.raises(psclient.InvalidError, match=f"node {node}"):
+                c.stats(node=node)
+        with pytest.raises(TypeError, match="node: expected an int"):
+            c.stats(node="0")
