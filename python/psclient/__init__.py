@@ -767,7 +767,10 @@ class Client:
             rc = (_LIB.ps_stats(h, ctypes.byref(s)) if node is None else
                   _LIB.ps_stats_node(h, node, ctypes.byref(s)))
             if rc != PS_OK:
-                raise self._fail(h, rc)
+                # ps_stats and ps_stats_node leave ps_last_error alone: what
+                # it holds belongs to an earlier failure, not to this one.
+                raise _error(rc, "" if node is None else
+                             f"no node {node} in the cluster")
         finally:
             self._release()
         return _lib.stats_dict(s)

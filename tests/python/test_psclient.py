@@ -666,3 +666,15 @@ def test_stats_of_a_node_beyond_c_int_is_refused_not_node_0(cluster):
                 c.stats(node=node)
         with pytest.raises(TypeError, match="node: expected an int"):
             c.stats(node="0")
+
+
+def test_a_stats_error_does_not_carry_an_earlier_failures_text(cluster):
+    """ps_stats_node fails without setting ps_last_error: the error of
+    stats(node=7) used to carry the text of whatever failed before it."""
+    with psclient.connect(cluster.spec) as c:
+        with pytest.raises(psclient.KeyError):
+            c.table("dense").pull_range(99, 2)
+        with pytest.raises(psclient.InvalidError) as e:
+            c.stats(node=7)
+        assert "dense" not in e.value.message
+        assert "node 7" in e.value.message
