@@ -328,6 +328,16 @@ def _node(v: object) -> int:
     return i
 
 
+def _cstr(name: str, s: Union[str, bytes]) -> bytes:
+    """s as the bytes of a C string. C stops at the first NUL, so a string
+    holding one would reach the library cut short, silently naming another
+    table, server or token."""
+    b = s.encode() if isinstance(s, str) else bytes(s)
+    if b"\0" in b:
+        raise ValueError(f"{name}: {s!r} holds a NUL character")
+    return b
+
+
 def _addr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
@@ -563,14 +573,14 @@ class Client:
             if not low <= value <= top:
                 raise ValueError(f"{name}: {value} is out of range")
             fields[name] = value
-        if isinstance(auth_token, str):
-            auth_token = auth_token.encode()
+        servers = _cstr("servers_or_ini", self.servers)
+        if auth_token is not None:
+            auth_token = _cstr("auth_token", auth_token)
         opts = _lib.make_options(_LIB, auth_token, **fields)
         self.worker: int = opts.worker
 
         h = ctypes.c_void_p()
-        rc = _LIB.ps_open(ctypes.byref(h), self.servers.encode(),
-                          ctypes.byref(opts))
+        rc = _LIB.ps_open(ctypes.byref(h), servers, ctypes.byref(opts))
         if rc != PS_OK:
             raise _error(rc, f"cannot connect to {self.servers} (libpsclient "
                              f"printed the reason on stderr)")
@@ -723,10 +733,11 @@ class Client:
         t = self._tables.get(name)
         if t is not None:
             return t
+        cname = _cstr("name", name)
         info = _lib.PsTableInfo()
         h = self._acquire()
         try:
-            rc = _LIB.ps_table(h, name.encode(), ctypes.byref(info))
+            rc = _LIB.ps_table(h, cname, ctypes.byref(info))
             if rc < 0:
                 raise self._fail(h, rc)
         finally:

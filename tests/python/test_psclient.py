@@ -678,3 +678,16 @@ def test_a_stats_error_does_not_carry_an_earlier_failures_text(cluster):
             c.stats(node=7)
         assert "dense" not in e.value.message
         assert "node 7" in e.value.message
+
+
+def test_strings_with_a_nul_are_refused_not_cut_short(cluster):
+    """C reads a string up to its first NUL: table("emb\\0junk") used to
+    return table emb, and a server list or token was cut as silently."""
+    with psclient.connect(cluster.spec) as c:
+        with pytest.raises(ValueError, match="name: .*NUL"):
+            c.table("emb\0junk")
+        assert "emb\0junk" not in c._tables
+    with pytest.raises(ValueError, match="servers_or_ini: .*NUL"):
+        psclient.connect(cluster.spec + "\0junk")
+    with pytest.raises(ValueError, match="auth_token: .*NUL"):
+        psclient.connect(cluster.spec, auth_token="a" * 20 + "\0junk")
