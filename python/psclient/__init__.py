@@ -732,6 +732,8 @@ class Client:
         none."""
         t = self._tables.get(name)
         if t is not None:
+            if self.closed:      # as any other call on a closed client
+                raise ClosedError(PS_ECLOSED, "the client was closed")
             return t
         cname = _cstr("name", name)
         info = _lib.PsTableInfo()

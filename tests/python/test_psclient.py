@@ -691,3 +691,13 @@ def test_strings_with_a_nul_are_refused_not_cut_short(cluster):
         psclient.connect(cluster.spec + "\0junk")
     with pytest.raises(ValueError, match="auth_token: .*NUL"):
         psclient.connect(cluster.spec, auth_token="a" * 20 + "\0junk")
+
+
+def test_a_table_looked_up_before_close_is_refused_after_it(cluster):
+    """table() answered from its cache without looking at the client: a
+    closed client handed out a Table whose calls could only fail."""
+    c = psclient.connect(cluster.spec)
+    c.table("emb")
+    c.close()
+    with pytest.raises(psclient.ClosedError):
+        c.table("emb")
