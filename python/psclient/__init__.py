@@ -88,7 +88,7 @@ import ctypes
 import operator
 import os
 import threading
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -552,6 +552,9 @@ class Client:
         self._busy = 0             # calls into the library now running
         self._closing = False
         self._pending: Dict[int, Request] = {}   # ts -> status still unread
+        # Arrays of requests an exception cut off from their timestamp
+        # (see _hold): kept until ps_wait_all has returned.
+        self._held: List[Tuple[np.ndarray, ...]] = []
         self._tables: Dict[str, Table] = {}
 
         fields: Dict[str, Optional[int]] = {"worker": worker}
@@ -606,6 +609,7 @@ class Client:
             for req in list(self._pending.values()):
                 self._read_status(h, req)
             self._pending.clear()
+            self._held.clear()
             _LIB.ps_close(h)
             self._h = None
             self._cv.notify_all()
@@ -659,18 +663,34 @@ class Client:
         """The exception for code, with this thread's ps_last_error text."""
         return _error(code, _LIB.ps_last_error(h).decode("utf-8", "replace"))
 
+    def _hold(self, bufs: Tuple[np.ndarray, ...]) -> None:
+        """Keeps the arrays of a request whose timestamp an exception took
+        away until the next wait_all() or close(). A signal handler that
+        raises (Ctrl-C) runs as soon as the library call it interrupted
+        returns: the request is in flight by then, but its timestamp was
+        never stored, so only ps_wait_all can tell when it completed."""
+        with self._cv:
+            self._held.append(bufs)
+
     def _call(self, fn, args: Sequence[object], bufs: Tuple[np.ndarray, ...],
               out: Optional[np.ndarray]) -> Optional[np.ndarray]:
         """Issues a request and waits for it. bufs stay referenced by the
-        caller's frame until then."""
+        caller's frame until then, or by _hold if an exception came first."""
         h = self._acquire()
+        settled = False          # nothing of this call is in flight
         try:
             ts = fn(h, *args)
             if ts < 0:
+                settled = True
                 raise self._fail(h, ts)
             st = _LIB.ps_wait(h, ts)
+            settled = True
             if st != PS_OK:
                 raise self._fail(h, st)
+        except BaseException:
+            if not settled:
+                self._hold(bufs)
+            raise
         finally:
             self._release()
         return out
@@ -681,15 +701,22 @@ class Client:
         """Issues a request and returns its handle, registered as unread
         so that its arrays stay alive until its status is read."""
         h = self._acquire()
+        settled = False          # refused, or registered in _pending
         try:
             ts = fn(h, *args)
             if ts < 0:
+                settled = True
                 raise self._fail(h, ts)
             req = Request(self, ts, bufs, out)
             with self._cv:
                 self._pending[ts] = req
+                settled = True
                 oldest = (next(iter(self._pending.values()))
                           if len(self._pending) > _MAX_UNREAD else None)
+        except BaseException:
+            if not settled:
+                self._hold(bufs)
+            raise
         finally:
             self._release()
         if oldest is not None:
@@ -753,12 +780,15 @@ class Client:
         wait_all (ps_wait_all), after reading the status of each."""
         with self._cv:
             issued = list(self._pending.values())
+            held = len(self._held)       # those of requests issued so far
         h = self._acquire()
         try:
             st = _LIB.ps_wait_all(h)
             err = self._fail(h, st) if st != PS_OK else None
             for req in issued:           # complete: ps_wait returns at once
                 self._read_status(h, req)
+            with self._cv:
+                del self._held[:held]
         finally:
             self._release()
         if err is not None:

@@ -701,3 +701,50 @@ def test_a_table_looked_up_before_close_is_refused_after_it(cluster):
     c.close()
     with pytest.raises(psclient.ClosedError):
         c.table("emb")
+
+class _Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("call", ["pull_range", "pull_range_async"])
+def test_an_exception_from_a_signal_as_a_call_returns_keeps_its_arrays(
+        make_cluster, call):
+    """A signal handler that raises (Ctrl-C: KeyboardInterrupt) runs as
+    soon as the library call it interrupted returns, before the binding
+    has seen the request's timestamp. The request is in flight all the
+    same: its out array used to be let go with the exception, and the
+    library would write into freed memory when the answer came."""
+    cl = make_cluster()
+    with psclient.connect(cl.spec, max_inflight_bytes=1,
+                          request_timeout_ms=1500, max_retries=0,
+                          connect_timeout_ms=1000) as c:
+        d = c.table("dense")
+        d.pull_range(0, 100)                     # both nodes answer
+        cl.signal(1, signal.SIGSTOP)
+        old = signal.signal(signal.SIGALRM, _raise_interrupt)
+        try:
+            first = d.pull_range_async(0, 100)   # held by node 1
+            out = np.zeros((100, 3), F32)
+            alive = weakref.ref(out)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            # Blocks on max_inflight_bytes until `first` times out; the
+            # handler raises as it returns, with this pull sent to node 1.
+            with pytest.raises(_Interrupt):
+                getattr(d, call)(0, 100, out=out)
+            del out
+            gc.collect()
+            assert alive() is not None, "the in-flight out was freed"
+            with pytest.raises(psclient.TimeoutError):
+                first.wait()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            cl.signal(1, signal.SIGCONT)
+        with pytest.raises(psclient.TimeoutError):
+            c.wait_all()
+        gc.collect()
+        assert alive() is None                   # released once complete
+
+
+def _raise_interrupt(signum, frame):
+    raise _Interrupt()
