@@ -88,7 +88,7 @@ import ctypes
 import operator
 import os
 import threading
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -315,6 +315,29 @@ def _uint64(name: str, v: object) -> int:
     return i
 
 
+def _node(v: object) -> int:
+    """A node number for ps_stats_node, whose argument is a C int: ctypes
+    would cut a bigger one to its low 32 bits (2**32 reading node 0)."""
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError(f"node: expected an int, got {_describe(v)}") \
+            from None
+    if not 0 <= i <= _INT_MAX:
+        raise InvalidError(PS_EINVAL, f"no node {i} in the cluster")
+    return i
+
+
+def _cstr(name: str, s: Union[str, bytes]) -> bytes:
+    """s as the bytes of a C string. C stops at the first NUL, so a string
+    holding one would reach the library cut short, silently naming another
+    table, server or token."""
+    b = s.encode() if isinstance(s, str) else bytes(s)
+    if b"\0" in b:
+        raise ValueError(f"{name}: {s!r} holds a NUL character")
+    return b
+
+
 def _addr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
@@ -529,6 +552,9 @@ class Client:
         self._busy = 0             # calls into the library now running
         self._closing = False
         self._pending: Dict[int, Request] = {}   # ts -> status still unread
+        # Arrays of requests an exception cut off from their timestamp
+        # (see _hold): kept until ps_wait_all has returned.
+        self._held: List[Tuple[np.ndarray, ...]] = []
         self._tables: Dict[str, Table] = {}
 
         fields: Dict[str, Optional[int]] = {"worker": worker}
@@ -550,14 +576,14 @@ class Client:
             if not low <= value <= top:
                 raise ValueError(f"{name}: {value} is out of range")
             fields[name] = value
-        if isinstance(auth_token, str):
-            auth_token = auth_token.encode()
+        servers = _cstr("servers_or_ini", self.servers)
+        if auth_token is not None:
+            auth_token = _cstr("auth_token", auth_token)
         opts = _lib.make_options(_LIB, auth_token, **fields)
         self.worker: int = opts.worker
 
         h = ctypes.c_void_p()
-        rc = _LIB.ps_open(ctypes.byref(h), self.servers.encode(),
-                          ctypes.byref(opts))
+        rc = _LIB.ps_open(ctypes.byref(h), servers, ctypes.byref(opts))
         if rc != PS_OK:
             raise _error(rc, f"cannot connect to {self.servers} (libpsclient "
                              f"printed the reason on stderr)")
@@ -583,6 +609,7 @@ class Client:
             for req in list(self._pending.values()):
                 self._read_status(h, req)
             self._pending.clear()
+            self._held.clear()
             _LIB.ps_close(h)
             self._h = None
             self._cv.notify_all()
@@ -636,18 +663,34 @@ class Client:
         """The exception for code, with this thread's ps_last_error text."""
         return _error(code, _LIB.ps_last_error(h).decode("utf-8", "replace"))
 
+    def _hold(self, bufs: Tuple[np.ndarray, ...]) -> None:
+        """Keeps the arrays of a request whose timestamp an exception took
+        away until the next wait_all() or close(). A signal handler that
+        raises (Ctrl-C) runs as soon as the library call it interrupted
+        returns: the request is in flight by then, but its timestamp was
+        never stored, so only ps_wait_all can tell when it completed."""
+        with self._cv:
+            self._held.append(bufs)
+
     def _call(self, fn, args: Sequence[object], bufs: Tuple[np.ndarray, ...],
               out: Optional[np.ndarray]) -> Optional[np.ndarray]:
         """Issues a request and waits for it. bufs stay referenced by the
-        caller's frame until then."""
+        caller's frame until then, or by _hold if an exception came first."""
         h = self._acquire()
+        settled = False          # nothing of this call is in flight
         try:
             ts = fn(h, *args)
             if ts < 0:
+                settled = True
                 raise self._fail(h, ts)
             st = _LIB.ps_wait(h, ts)
+            settled = True
             if st != PS_OK:
                 raise self._fail(h, st)
+        except BaseException:
+            if not settled:
+                self._hold(bufs)
+            raise
         finally:
             self._release()
         return out
@@ -658,15 +701,22 @@ class Client:
         """Issues a request and returns its handle, registered as unread
         so that its arrays stay alive until its status is read."""
         h = self._acquire()
+        settled = False          # refused, or registered in _pending
         try:
             ts = fn(h, *args)
             if ts < 0:
+                settled = True
                 raise self._fail(h, ts)
             req = Request(self, ts, bufs, out)
             with self._cv:
                 self._pending[ts] = req
+                settled = True
                 oldest = (next(iter(self._pending.values()))
                           if len(self._pending) > _MAX_UNREAD else None)
+        except BaseException:
+            if not settled:
+                self._hold(bufs)
+            raise
         finally:
             self._release()
         if oldest is not None:
@@ -709,11 +759,14 @@ class Client:
         none."""
         t = self._tables.get(name)
         if t is not None:
+            if self.closed:      # as any other call on a closed client
+                raise ClosedError(PS_ECLOSED, "the client was closed")
             return t
+        cname = _cstr("name", name)
         info = _lib.PsTableInfo()
         h = self._acquire()
         try:
-            rc = _LIB.ps_table(h, name.encode(), ctypes.byref(info))
+            rc = _LIB.ps_table(h, cname, ctypes.byref(info))
             if rc < 0:
                 raise self._fail(h, rc)
         finally:
@@ -727,12 +780,15 @@ class Client:
         wait_all (ps_wait_all), after reading the status of each."""
         with self._cv:
             issued = list(self._pending.values())
+            held = len(self._held)       # those of requests issued so far
         h = self._acquire()
         try:
             st = _LIB.ps_wait_all(h)
             err = self._fail(h, st) if st != PS_OK else None
             for req in issued:           # complete: ps_wait returns at once
                 self._read_status(h, req)
+            with self._cv:
+                del self._held[:held]
         finally:
             self._release()
         if err is not None:
@@ -746,13 +802,18 @@ class Client:
         (p50_us, p90_us, p99_us, max_us), then frames and bytes on the
         wire, payload among them, time blocked on max_inflight_bytes and
         in clock/barrier, timeouts, resends, duplicates and reconnects."""
+        if node is not None:
+            node = _node(node)
         s = _lib.PsStats()
         h = self._acquire()
         try:
             rc = (_LIB.ps_stats(h, ctypes.byref(s)) if node is None else
                   _LIB.ps_stats_node(h, node, ctypes.byref(s)))
             if rc != PS_OK:
-                raise self._fail(h, rc)
+                # ps_stats and ps_stats_node leave ps_last_error alone: what
+                # it holds belongs to an earlier failure, not to this one.
+                raise _error(rc, "" if node is None else
+                             f"no node {node} in the cluster")
         finally:
             self._release()
         return _lib.stats_dict(s)

@@ -654,3 +654,97 @@ def test_closed_client_refuses_calls_and_still_answers_requests(cluster):
     with pytest.raises(psclient.ClosedError):
         c.table("dense")
     c.close()                                           # twice: no-op
+
+
+def test_stats_of_a_node_beyond_c_int_is_refused_not_node_0(cluster):
+    """ctypes cuts an int to the C int's 32 bits: node 2**32 used to read
+    node 0's statistics, and 2**64 raised ctypes.ArgumentError."""
+    with psclient.connect(cluster.spec) as c:
+        c.table("emb").push(keys_of(1), np.ones(4, F32))
+        for node in (1 << 32, (1 << 32) + 1, -(1 << 32), 1 << 64):
+            with pytest.raises(psclient.InvalidError, match=f"node {node}"):
+                c.stats(node=node)
+        with pytest.raises(TypeError, match="node: expected an int"):
+            c.stats(node="0")
+
+
+def test_a_stats_error_does_not_carry_an_earlier_failures_text(cluster):
+    """ps_stats_node fails without setting ps_last_error: the error of
+    stats(node=7) used to carry the text of whatever failed before it."""
+    with psclient.connect(cluster.spec) as c:
+        with pytest.raises(psclient.KeyError):
+            c.table("dense").pull_range(99, 2)
+        with pytest.raises(psclient.InvalidError) as e:
+            c.stats(node=7)
+        assert "dense" not in e.value.message
+        assert "node 7" in e.value.message
+
+
+def test_strings_with_a_nul_are_refused_not_cut_short(cluster):
+    """C reads a string up to its first NUL: table("emb\\0junk") used to
+    return table emb, and a server list or token was cut as silently."""
+    with psclient.connect(cluster.spec) as c:
+        with pytest.raises(ValueError, match="name: .*NUL"):
+            c.table("emb\0junk")
+        assert "emb\0junk" not in c._tables
+    with pytest.raises(ValueError, match="servers_or_ini: .*NUL"):
+        psclient.connect(cluster.spec + "\0junk")
+    with pytest.raises(ValueError, match="auth_token: .*NUL"):
+        psclient.connect(cluster.spec, auth_token="a" * 20 + "\0junk")
+
+
+def test_a_table_looked_up_before_close_is_refused_after_it(cluster):
+    """table() answered from its cache without looking at the client: a
+    closed client handed out a Table whose calls could only fail."""
+    c = psclient.connect(cluster.spec)
+    c.table("emb")
+    c.close()
+    with pytest.raises(psclient.ClosedError):
+        c.table("emb")
+
+class _Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("call", ["pull_range", "pull_range_async"])
+def test_an_exception_from_a_signal_as_a_call_returns_keeps_its_arrays(
+        make_cluster, call):
+    """A signal handler that raises (Ctrl-C: KeyboardInterrupt) runs as
+    soon as the library call it interrupted returns, before the binding
+    has seen the request's timestamp. The request is in flight all the
+    same: its out array used to be let go with the exception, and the
+    library would write into freed memory when the answer came."""
+    cl = make_cluster()
+    with psclient.connect(cl.spec, max_inflight_bytes=1,
+                          request_timeout_ms=1500, max_retries=0,
+                          connect_timeout_ms=1000) as c:
+        d = c.table("dense")
+        d.pull_range(0, 100)                     # both nodes answer
+        cl.signal(1, signal.SIGSTOP)
+        old = signal.signal(signal.SIGALRM, _raise_interrupt)
+        try:
+            first = d.pull_range_async(0, 100)   # held by node 1
+            out = np.zeros((100, 3), F32)
+            alive = weakref.ref(out)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            # Blocks on max_inflight_bytes until `first` times out; the
+            # handler raises as it returns, with this pull sent to node 1.
+            with pytest.raises(_Interrupt):
+                getattr(d, call)(0, 100, out=out)
+            del out
+            gc.collect()
+            assert alive() is not None, "the in-flight out was freed"
+            with pytest.raises(psclient.TimeoutError):
+                first.wait()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            cl.signal(1, signal.SIGCONT)
+        with pytest.raises(psclient.TimeoutError):
+            c.wait_all()
+        gc.collect()
+        assert alive() is None                   # released once complete
+
+
+def _raise_interrupt(signum, frame):
+    raise _Interrupt()
