@@ -444,6 +444,28 @@ static int parse_init(parser *p, const section *s, const entry *e,
     return 0;
 }
 
+/* metrics_listen is bound as written, by a numeric parser
+ * (daemon/metrics.c): a host name would pass here and then stop psd at
+ * start without a line, so it is refused here, where the line is known. */
+static int numeric_only(parser *p, const section *s, const entry *e,
+                        const setting *st, const psw_addr *a, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (a[i].kind != PSW_HOST_NAME)
+            continue;
+        char text[PSW_ADDR_TEXT_MAX], note[48] = "";
+        psw_addr_format(&a[i], text, sizeof text);
+        if (e->cont_line)
+            snprintf(note, sizeof note, " (continued on line %d)",
+                     e->cont_line);
+        fail(p, e->line, "[%s] %s: expected a numeric IPv4 or [IPv6] "
+             "address (names are not resolved here), got \"%s\" (entry %d "
+             "of \"%s\")%s", s->name, st->key, text, i + 1, e->value, note);
+        return -1;
+    }
+    return 0;
+}
+
 /* Parses `nodes = host:port, host:port, ...` (or listen) with the
  * grammar libpsclient reads too (proto/addr.h) into c->nodes. */
 static int parse_nodes(parser *p, const section *s, const entry *e,
@@ -475,6 +497,11 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         else
             fail(p, e->line, "[%s] %s: %s, got \"%s\" (entry %d of \"%s\")%s",
                  s->name, st->key, pe.why, pe.item, pe.entry, e->value, note);
+        return -1;
+    }
+    if (strcmp(st->key, "metrics_listen") == 0 &&
+        numeric_only(p, s, e, st, nodes, n) < 0) {
+        free(nodes);
         return -1;
     }
     if (strcmp(st->key, "listen") == 0) {

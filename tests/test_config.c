@@ -176,6 +176,13 @@ static const error_case error_cases[] = {
       "listen = 127.0.0.1:8070, 127.0.0.1:8070\n", 0, 3,
       "[cluster] listen: duplicate address \"127.0.0.1:8070\" (entries 1 "
       "and 2)", 1 },
+    /* psd binds metrics_listen with a numeric parser (daemon/metrics.c):
+     * a name passed --check and then stopped psd without a line. */
+    { "metrics_listen_host_name_is_refused_at_its_line",
+      CLUSTER "[server]\nmetrics_listen = localhost:9470\n", 0, 4,
+      "[server] metrics_listen: expected a numeric IPv4 or [IPv6] address "
+      "(names are not resolved here), got \"localhost:9470\" (entry 1 of "
+      "\"localhost:9470\")", 1 },
     { "peer_timeout_below_two_heartbeats_is_refused_at_its_line",
       CLUSTER "[server]\nheartbeat_ms = 500\npeer_timeout_ms = 999\n", 0, 5,
       "[server] peer_timeout_ms (999) must be at least twice heartbeat_ms "
