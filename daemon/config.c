@@ -445,6 +445,13 @@ static int parse_init(parser *p, const section *s, const entry *e,
     return 0;
 }
 
+static int is_blank(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    return *s == '\0';
+}
+
 /* metrics_listen is bound as written, by a numeric parser
  * (daemon/metrics.c): a host name would pass here and then stop psd at
  * start without a line, so it is refused here, where the line is known. */
@@ -475,6 +482,10 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
     psw_addr *nodes;
     psw_addr_error pe;
     int n;
+    /* conf/psd.ini gives listen's and metrics_listen's default as empty:
+     * written so, they keep it (nodes has none: it stays an error). */
+    if (strcmp(st->key, "nodes") != 0 && is_blank(e->value))
+        return 0;
     /* nodes must all differ; bind addresses may repeat across hosts
      * (checked against nodes in bind_repeats, once both are read). */
     int rc = strcmp(st->key, "nodes") == 0

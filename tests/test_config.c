@@ -961,6 +961,20 @@ static void test_listen_gives_each_node_its_bind_address(void **state)
     psd_config_destroy(&c);
 }
 
+/* conf/psd.ini gives both defaults as "empty": written empty, they are
+ * the default (as auth_token = is), not an error. */
+static void test_empty_listen_and_metrics_listen_are_their_defaults(
+    void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(CLUSTER "listen =\n[server]\nmetrics_listen =\n", &c);
+    EXPECT_INT(c.nnodes, 1, "nodes");
+    EXPECT_INT(c.nlisten, 0, "listen addresses");
+    EXPECT_INT(c.nmetrics, 0, "metrics addresses");
+    psd_config_destroy(&c);
+}
+
 /* The README's own example: nodes on different hosts may bind the same
  * address (each on its host), for listen and metrics_listen alike. */
 static void test_listen_may_repeat_an_address_across_hosts(void **state)
@@ -1267,6 +1281,8 @@ int main(void)
             test_staleness_off_ssp_earns_a_note_with_its_line),
         cmocka_unit_test(test_listen_gives_each_node_its_bind_address),
         cmocka_unit_test(test_listen_may_repeat_an_address_across_hosts),
+        cmocka_unit_test(
+            test_empty_listen_and_metrics_listen_are_their_defaults),
         cmocka_unit_test(test_repo_psd_ini_sets_every_setting_to_its_default),
         cmocka_unit_test(test_repo_psd_ini_mentions_every_setting),
         cmocka_unit_test(test_repo_cluster_2_ini_parses_with_its_tables),
