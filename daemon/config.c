@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define KIB 1024ULL
 #define MIB (1024ULL * KIB)
@@ -444,6 +445,35 @@ static int parse_init(parser *p, const section *s, const entry *e,
     return 0;
 }
 
+static int is_blank(const char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    return *s == '\0';
+}
+
+/* metrics_listen is bound as written, by a numeric parser
+ * (daemon/metrics.c): a host name would pass here and then stop psd at
+ * start without a line, so it is refused here, where the line is known. */
+static int numeric_only(parser *p, const section *s, const entry *e,
+                        const setting *st, const psw_addr *a, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (a[i].kind != PSW_HOST_NAME)
+            continue;
+        char text[PSW_ADDR_TEXT_MAX], note[48] = "";
+        psw_addr_format(&a[i], text, sizeof text);
+        if (e->cont_line)
+            snprintf(note, sizeof note, " (continued on line %d)",
+                     e->cont_line);
+        fail(p, e->line, "[%s] %s: expected a numeric IPv4 or [IPv6] "
+             "address (names are not resolved here), got \"%s\" (entry %d "
+             "of \"%s\")%s", s->name, st->key, text, i + 1, e->value, note);
+        return -1;
+    }
+    return 0;
+}
+
 /* Parses `nodes = host:port, host:port, ...` (or listen) with the
  * grammar libpsclient reads too (proto/addr.h) into c->nodes. */
 static int parse_nodes(parser *p, const section *s, const entry *e,
@@ -452,7 +482,17 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
     psw_addr *nodes;
     psw_addr_error pe;
     int n;
-    int rc = psw_addr_list_parse(e->value, (int)st->max, &nodes, &n, &pe);
+    /* conf/psd.ini gives listen's and metrics_listen's default as empty:
+     * written so, they keep it (nodes has none: it stays an error). */
+    if (strcmp(st->key, "nodes") != 0 && is_blank(e->value))
+        return 0;
+    /* nodes must all differ; bind addresses may repeat across hosts
+     * (checked against nodes in bind_repeats, once both are read). */
+    int rc = strcmp(st->key, "nodes") == 0
+                 ? psw_addr_list_parse(e->value, (int)st->max, &nodes, &n,
+                                       &pe)
+                 : psw_addr_bind_list_parse(e->value, (int)st->max, &nodes,
+                                            &n, &pe);
     if (rc == -2) {
         fail(p, 0, "out of memory");
         return -1;
@@ -477,6 +517,11 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
                  s->name, st->key, pe.why, pe.item, pe.entry, e->value, note);
         return -1;
     }
+    if (strcmp(st->key, "metrics_listen") == 0 &&
+        numeric_only(p, s, e, st, nodes, n) < 0) {
+        free(nodes);
+        return -1;
+    }
     if (strcmp(st->key, "listen") == 0) {
         free(c->listen);
         c->listen = nodes;
@@ -491,6 +536,32 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         c->nodes = nodes;
         c->nnodes = n;
         c->nodes_line = e->line;
+    }
+    return 0;
+}
+
+/* A bind address (listen, metrics_listen: n = nnodes entries of e, in
+ * section s) given twice is a clash only for two nodes on one host: nodes
+ * on different hosts may each bind 0.0.0.0:7070. Hosts are told apart by
+ * their nodes address as written (the same name or IP: the same host).
+ * Returns 0, or -1 with the error set. */
+static int bind_repeats(parser *p, const char *sect, const entry *e,
+                        const psd_config *c, const psw_addr *a)
+{
+    for (int j = 1; j < c->nnodes; j++) {
+        for (int i = 0; i < j; i++) {
+            if (!psw_addr_same(&a[i], &a[j]) ||
+                strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
+                continue;
+            char text[PSW_ADDR_TEXT_MAX], note[48] = "";
+            psw_addr_format(&a[j], text, sizeof text);
+            if (e->cont_line)
+                snprintf(note, sizeof note, " (continued on line %d)",
+                         e->cont_line);
+            fail(p, e->line, "[%s] %s: duplicate address \"%s\" (entries %d "
+                 "and %d)%s", sect, e->key, text, i + 1, j + 1, note);
+            return -1;
+        }
     }
     return 0;
 }
@@ -756,6 +827,14 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
              "(one per node, in the order of nodes)", c->nmetrics, c->nnodes);
         return -1;
     }
+    if (c->nlisten &&
+        bind_repeats(p, "cluster", find_entry(cluster, "listen"), c,
+                     c->listen) < 0)
+        return -1;
+    if (c->nmetrics &&
+        bind_repeats(p, "server", find_entry(server, "metrics_listen"), c,
+                     c->metrics) < 0)
+        return -1;
     if (server && check_auth(p, server, c) < 0)
         return -1;
     /* A live peer sends something every heartbeat: a timeout shorter than

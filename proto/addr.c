@@ -111,8 +111,14 @@ int psw_addr_parse(const char *s, size_t len, psw_addr *a, char *why,
     return 0;
 }
 
-int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
-                        psw_addr_error *e)
+int psw_addr_same(const psw_addr *a, const psw_addr *b)
+{
+    return a->port == b->port && strcasecmp(a->host, b->host) == 0;
+}
+
+/* Both list parsers; unique: a repeated address is an error. */
+static int list_parse(const char *line, int max, int unique, psw_addr **out,
+                      int *n, psw_addr_error *e)
 {
     memset(e, 0, sizeof *e);
     *out = NULL;
@@ -156,9 +162,8 @@ int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
             free(a);
             return -1;
         }
-        for (int j = 0; j < k; j++)
-            if (a[j].port == a[k].port &&
-                strcasecmp(a[j].host, a[k].host) == 0) {
+        for (int j = 0; unique && j < k; j++)
+            if (psw_addr_same(&a[j], &a[k])) {
                 e->first = j + 1;
                 snprintf(e->why, sizeof e->why, "duplicate");
                 free(a);
@@ -172,6 +177,18 @@ int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
     *out = a;
     *n = k + 1;
     return 0;
+}
+
+int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
+                        psw_addr_error *e)
+{
+    return list_parse(line, max, 1, out, n, e);
+}
+
+int psw_addr_bind_list_parse(const char *line, int max, psw_addr **out,
+                             int *n, psw_addr_error *e)
+{
+    return list_parse(line, max, 0, out, n, e);
 }
 
 int psw_addr_format(const psw_addr *a, char *out, size_t cap)

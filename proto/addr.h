@@ -45,6 +45,16 @@ typedef struct psw_addr_error {
 int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
                         psw_addr_error *e);
 
+/* As psw_addr_list_parse, but an address may repeat: a list of bind
+ * addresses (listen, metrics_listen), where nodes on different hosts may
+ * well bind the same one (listen = 0.0.0.0:7070, 0.0.0.0:7070). The
+ * caller decides which repeats are wrong. */
+int psw_addr_bind_list_parse(const char *line, int max, psw_addr **out,
+                             int *n, psw_addr_error *e);
+
+/* 1 when a and b are the same address (host compared without case). */
+int psw_addr_same(const psw_addr *a, const psw_addr *b);
+
 /* Writes "host:port" ("[v6]:port" for IPv6) to out (cap bytes, cut if
  * short); returns the length it needed. */
 int psw_addr_format(const psw_addr *a, char *out, size_t cap);

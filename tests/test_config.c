@@ -176,6 +176,18 @@ static const error_case error_cases[] = {
       "listen = 127.0.0.1:8070, 127.0.0.1:8070\n", 0, 3,
       "[cluster] listen: duplicate address \"127.0.0.1:8070\" (entries 1 "
       "and 2)", 1 },
+    /* psd binds metrics_listen with a numeric parser (daemon/metrics.c):
+     * a name passed --check and then stopped psd without a line. */
+    { "metrics_listen_host_name_is_refused_at_its_line",
+      CLUSTER "[server]\nmetrics_listen = localhost:9470\n", 0, 4,
+      "[server] metrics_listen: expected a numeric IPv4 or [IPv6] address "
+      "(names are not resolved here), got \"localhost:9470\" (entry 1 of "
+      "\"localhost:9470\")", 1 },
+    { "metrics_listen_refuses_a_duplicate_address_on_one_host",
+      "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+      "[server]\nmetrics_listen = 127.0.0.1:9470, 127.0.0.1:9470\n", 0, 4,
+      "[server] metrics_listen: duplicate address \"127.0.0.1:9470\" "
+      "(entries 1 and 2)", 1 },
     { "peer_timeout_below_two_heartbeats_is_refused_at_its_line",
       CLUSTER "[server]\nheartbeat_ms = 500\npeer_timeout_ms = 999\n", 0, 5,
       "[server] peer_timeout_ms (999) must be at least twice heartbeat_ms "
@@ -949,6 +961,36 @@ static void test_listen_gives_each_node_its_bind_address(void **state)
     psd_config_destroy(&c);
 }
 
+/* conf/psd.ini gives both defaults as "empty": written empty, they are
+ * the default (as auth_token = is), not an error. */
+static void test_empty_listen_and_metrics_listen_are_their_defaults(
+    void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(CLUSTER "listen =\n[server]\nmetrics_listen =\n", &c);
+    EXPECT_INT(c.nnodes, 1, "nodes");
+    EXPECT_INT(c.nlisten, 0, "listen addresses");
+    EXPECT_INT(c.nmetrics, 0, "metrics addresses");
+    psd_config_destroy(&c);
+}
+
+/* The README's own example: nodes on different hosts may bind the same
+ * address (each on its host), for listen and metrics_listen alike. */
+static void test_listen_may_repeat_an_address_across_hosts(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = ps-0.example:7070, ps-1.example:7070\n"
+            "listen = 0.0.0.0:7070, 0.0.0.0:7070\n"
+            "[server]\nmetrics_listen = 0.0.0.0:9470, 0.0.0.0:9470\n", &c);
+    EXPECT_INT(c.nlisten, 2, "listen addresses");
+    EXPECT_STR(c.listen[1].host, "0.0.0.0", "listen 1 host");
+    EXPECT_INT(c.listen[1].port, 7070, "listen 1 port");
+    EXPECT_INT(c.nmetrics, 2, "metrics addresses");
+    psd_config_destroy(&c);
+}
+
 static void test_staleness_off_ssp_earns_a_note_with_its_line(void **state)
 {
     (void)state;
@@ -1238,6 +1280,9 @@ int main(void)
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),
         cmocka_unit_test(test_listen_gives_each_node_its_bind_address),
+        cmocka_unit_test(test_listen_may_repeat_an_address_across_hosts),
+        cmocka_unit_test(
+            test_empty_listen_and_metrics_listen_are_their_defaults),
         cmocka_unit_test(test_repo_psd_ini_sets_every_setting_to_its_default),
         cmocka_unit_test(test_repo_psd_ini_mentions_every_setting),
         cmocka_unit_test(test_repo_cluster_2_ini_parses_with_its_tables),
