@@ -438,8 +438,12 @@ static int collect(ps_client *c, int node, ps_stats_t *out)
     if (!c || !out)
         return PS_EINVAL;
     psc_stats wire, all;
-    if (psc_io_stats(c, node, &wire))
+    if (psc_io_stats(c, node, &wire)) {
+        /* Else ps_last_error would show an earlier failure's text. */
+        psc_set_error(c, "ps_stats_node: no node %d (the cluster has %d)",
+                      node, c->cluster.nnodes);
         return PS_EINVAL;
+    }
     if (node < 0) {
         psc_stats_since(&c->stats, &c->stats_base, &all);
         for (int k = 0; k < PS_STAT_KINDS; k++)
@@ -467,7 +471,12 @@ int ps_stats(ps_client *c, ps_stats_t *out)
 
 int ps_stats_node(ps_client *c, int node, ps_stats_t *out)
 {
-    return node < 0 ? PS_EINVAL : collect(c, node, out);
+    if (c && node < 0) {
+        psc_set_error(c, "ps_stats_node: no node %d (the cluster has %d)",
+                      node, c->cluster.nnodes);
+        return PS_EINVAL;
+    }
+    return collect(c, node, out);
 }
 
 void ps_stats_reset(ps_client *c)

@@ -251,7 +251,13 @@ static void test_a_scripted_sequence_is_counted_exactly(void **state)
     assert_int_equal(ps_stats_node(c, 0, &node0), PS_OK);
     EXPECT_U64(node0.bytes_sent, s.bytes_sent, "node 0's bytes sent");
     EXPECT_U64(node0.op[PS_STAT_PULL].requests, 2, "node 0's pull parts");
+    /* A failure before it must not lend its text to this one. */
+    EXPECT_INT(ps_pull(c, dn, &bad, 1, out, NULL, NULL), PS_EKEY,
+               "a dense key past the end");
     EXPECT_INT(ps_stats_node(c, 1, &node0), PS_EINVAL, "a node that is not");
+    EXPECT_SUBSTR(ps_last_error(c), "no node 1", "its error");
+    EXPECT_INT(ps_stats_node(c, -1, &node0), PS_EINVAL, "node -1");
+    EXPECT_SUBSTR(ps_last_error(c), "no node -1", "its error");
 
     ps_stats_reset(c);
     assert_int_equal(ps_stats(c, &s), PS_OK);
