@@ -32,7 +32,7 @@ typedef enum {
     T_INT,      /* int field, decimal, min..max */
     T_U32,      /* uint32_t field, decimal, min..max */
     T_U64,      /* uint64_t field, decimal, min..max */
-    T_SIZE,     /* uint64_t field, decimal with optional K, M or G */
+    T_SIZE,     /* uint64_t field, decimal with optional K, M, G or T */
     T_FLOAT,    /* float field, finite, in the range `frange` */
     T_WORD,     /* enum or int field: index of the value in `words` */
     T_STR,      /* char array: length min..max, max + 1 is the array size */
@@ -263,7 +263,8 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
-/* A decimal integer with an optional K, M or G suffix (powers of 1024). */
+/* A decimal integer with an optional K, M, G or T suffix (powers of
+ * 1024). */
 static int parse_size(const char *s, uint64_t *out)
 {
     if (!isdigit((unsigned char)*s))
@@ -281,6 +282,8 @@ static int parse_size(const char *s, uint64_t *out)
         case 'K': shift = 10; break;
         case 'M': shift = 20; break;
         case 'G': shift = 30; break;
+        case 'T': shift = 40; break;   /* max_output's and max_client_memory's
+                                          ranges end at 1T, as they say */
         default: return -1;
         }
     }
@@ -342,7 +345,7 @@ static void describe(const setting *st, char *buf, size_t len)
     case T_SIZE:
         format_size(lo, sizeof lo, st->min);
         format_size(hi, sizeof hi, st->max);
-        snprintf(buf, len, "a size %s..%s (bytes, or with a K, M or G "
+        snprintf(buf, len, "a size %s..%s (bytes, or with a K, M, G or T "
                  "suffix)", lo, hi);
         break;
     case T_FLOAT:

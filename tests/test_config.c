@@ -329,8 +329,8 @@ static const error_case error_cases[] = {
     /* [server] */
     { "max_frame_below_1K_is_refused",
       CLUSTER "[server]\nmax_frame = 1023\n", 0, 4,
-      "[server] max_frame: expected a size 1K..1G (bytes, or with a K, M "
-      "or G suffix), got \"1023\"", 1 },
+      "[server] max_frame: expected a size 1K..1G (bytes, or with a K, M, "
+      "G or T suffix), got \"1023\"", 1 },
     { "max_frame_above_1G_is_refused",
       CLUSTER "[server]\nmax_frame = 1025M\n", 0, 4,
       "expected a size 1K..1G", 0 },
@@ -360,7 +360,7 @@ static const error_case error_cases[] = {
     { "max_client_memory_below_1M_is_refused",
       CLUSTER "[server]\nmax_client_memory = 1023K\n", 0, 4,
       "[server] max_client_memory: expected a size 1M..1T (bytes, or with a "
-      "K, M or G suffix), got \"1023K\"", 1 },
+      "K, M, G or T suffix), got \"1023K\"", 1 },
     { "max_client_memory_needs_a_number",
       CLUSTER "[server]\nmax_client_memory = lots\n", 0, 4,
       "[server] max_client_memory: expected a size 1M..1T", 0 },
@@ -721,6 +721,13 @@ static void test_sizes_take_1024_based_suffixes(void **state)
     psd_config_destroy(&c);
     load_ok(CLUSTER "[server]\nmax_frame = 2M\n", &c);
     assert_int_equal(c.max_frame, 2ULL << 20);
+    psd_config_destroy(&c);
+    /* The ranges of max_output and max_client_memory end at 1T, and the
+     * error says so: 1T itself is taken. */
+    load_ok(CLUSTER "[server]\nmax_output = 1T\nmax_client_memory = 1T\n",
+            &c);
+    assert_int_equal(c.max_output, 1ULL << 40);
+    assert_int_equal(c.max_client_memory, 1ULL << 40);
     psd_config_destroy(&c);
 }
 
