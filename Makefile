@@ -180,7 +180,8 @@ $(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o 
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP) $(LIBS_CM)
 $(BUILD)/test_updater: $(BUILD)/tests/test_updater.o $(D)/updater.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
-$(BUILD)/test_table: $(BUILD)/tests/test_table.o $(D)/table.o $(D)/updater.o
+$(BUILD)/test_table: $(BUILD)/tests/test_table.o $(D)/table.o $(D)/updater.o \
+                      $(BUILD)/proto/status.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
 $(BUILD)/test_sync: $(BUILD)/tests/test_sync.o $(D)/sync.o $(D)/log.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)

@@ -327,10 +327,7 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
         return PS_EINVAL;
     }
     if (count == 0 || first >= t->rows || count > t->rows - first) {
-        snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
-                 "(rows = %llu)", (unsigned long long)first,
-                 (unsigned long long)(first + count - 1), t->name,
-                 (unsigned long long)t->rows);
+        psw_range_error(err, errlen, t->name, first, count, t->rows);
         return PS_EKEY;
     }
     /* A run is a stretch of consecutive non-empty shards on one node;

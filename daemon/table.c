@@ -561,10 +561,8 @@ int psd_table_check_range(const psd_table *t, uint64_t first, uint64_t count,
         return PSW_EINVAL;
     }
     if (count == 0 || first >= t->conf.rows || count > t->conf.rows - first) {
-        snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
-                 "(rows = %llu)", (unsigned long long)first,
-                 (unsigned long long)(first + count - 1), t->conf.name,
-                 (unsigned long long)t->conf.rows);
+        psw_range_error(err, errlen, t->conf.name, first, count,
+                        t->conf.rows);
         return PSW_EKEY;
     }
     /* Walk the shards that hold rows of the range; when a table has

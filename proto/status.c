@@ -1,6 +1,24 @@
 /* Text for the shared status codes (one table, used by daemon logs and
  * by ps_strerror in the client). */
+#include <stdio.h>
+
 #include "status.h"
+
+void psw_range_error(char *err, size_t errlen, const char *table,
+                     uint64_t first, uint64_t count, uint64_t rows)
+{
+    if (count == 0) {
+        snprintf(err, errlen, "an empty range (count 0) at row %llu of "
+                 "table '%s' (rows = %llu)", (unsigned long long)first, table,
+                 (unsigned long long)rows);
+        return;
+    }
+    /* A count that runs past 2^64 names its end as the largest row. */
+    uint64_t last = first + count - 1 < first ? UINT64_MAX : first + count - 1;
+    snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
+             "(rows = %llu)", (unsigned long long)first,
+             (unsigned long long)last, table, (unsigned long long)rows);
+}
 
 const char *psw_strerror(int code)
 {

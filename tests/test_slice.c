@@ -514,6 +514,32 @@ static void test_range_on_1_node_is_one_part_for_the_whole_range(
     free(buf);
 }
 
+/* A range refused for its rows says which: an empty one names itself,
+ * rather than "rows 5..4" or, from row 0, every row up to 2^64 - 1. */
+static void test_refused_ranges_name_their_rows(void **state)
+{
+    (void)state;
+    psw_table_desc t = desc_make(1, 1, 10);
+    psc_shape sh = shape_make(&t, 1, 4);
+    static const struct {
+        uint64_t first, count;
+        const char *text;
+    } cases[] = {
+        { 0, 0, "an empty range (count 0) at row 0 of table" },
+        { 5, 0, "an empty range (count 0) at row 5 of table" },
+        { 8, 4, "rows 8..11 are outside table" },
+        { 2, UINT64_MAX, "rows 2..18446744073709551615 are outside" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        psc_req *r = NULL;
+        char err[256] = "";
+        EXPECT_INT(psc_req_range(&sh, PSW_OP_PULL_RANGE, cases[i].first,
+                                 cases[i].count, NULL, NULL, &r, err,
+                                 sizeof err), PS_EKEY, "case %zu", i);
+        EXPECT_SUBSTR(err, cases[i].text, "case %zu", i);
+    }
+}
+
 static void test_range_with_fewer_rows_than_shards_covers_each_row_once(
     void **state)
 {
@@ -1139,6 +1165,7 @@ int main(void)
             test_range_over_2_nodes_covers_rows_once_one_shard_per_part),
         cmocka_unit_test(
             test_range_on_1_node_is_one_part_for_the_whole_range),
+        cmocka_unit_test(test_refused_ranges_name_their_rows),
         cmocka_unit_test(
             test_range_with_fewer_rows_than_shards_covers_each_row_once),
         cmocka_unit_test(test_range_parts_cover_small_tables_with_empty_shards),
