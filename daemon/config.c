@@ -396,6 +396,10 @@ static void bad_value(parser *p, const section *s, const entry *e,
          why ? "" : "expected ", expect, e->value, note);
 }
 
+/* How far from the mean a normal draw can go, in standard deviations:
+ * sqrt(-2 ln 2^-24), for the smallest u1 updater.c's Box-Muller takes. */
+#define NORMAL_REACH 5.77
+
 /* Parses `init = zeros | constant V | uniform LO HI | normal MEAN STD`. */
 static int parse_init(parser *p, const section *s, const entry *e,
                       const setting *st, psd_init_params *ip)
@@ -440,6 +444,15 @@ static int parse_init(parser *p, const section *s, const entry *e,
     }
     if (kind == PSD_INIT_NORMAL && !(b >= 0)) {
         bad_value(p, s, e, st, "normal needs STD >= 0");
+        return -1;
+    }
+    /* The draws reach 5.77 standard deviations (updater.c: u1 >= 2^-24),
+     * and a row must start finite: an infinite one stays so, or turns
+     * NaN, whatever is pushed. */
+    if (kind == PSD_INIT_NORMAL &&
+        fabs((double)a) + NORMAL_REACH * (double)b > FLT_MAX) {
+        bad_value(p, s, e, st, "normal MEAN STD must keep |MEAN| + 5.77 STD "
+                  "within the largest float (3.4e38)");
         return -1;
     }
     ip->kind = kind;

@@ -525,6 +525,13 @@ static const error_case error_cases[] = {
     { "normal_with_negative_std_is_refused",
       EMB "init = normal 0 -1\n", 0, 5,
       "[table.emb] init: normal needs STD >= 0, got \"normal 0 -1\"", 1 },
+    { "normal_that_can_draw_past_the_largest_float_is_refused",
+      EMB "init = normal 0 1e38\n", 0, 5,
+      "[table.emb] init: normal MEAN STD must keep |MEAN| + 5.77 STD within "
+      "the largest float (3.4e38), got \"normal 0 1e38\"", 1 },
+    { "normal_with_a_mean_near_the_largest_float_is_refused",
+      EMB "init = normal -3e38 1e37\n", 0, 5,
+      "[table.emb] init: normal MEAN STD must keep", 0 },
     { "constant_without_value_is_refused",
       EMB "init = constant\n", 0, 5,
       "[table.emb] init: expected zeros | constant V | uniform LO HI | "
