@@ -367,6 +367,26 @@ int psd_dedup_save(const psd_dedup *d, psd_sink *out)
     return 0;
 }
 
+static int ts_order(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A snapshot lists a client's pushes in the order of its table's slots,
+ * not the order they came in: the ring is put back in ts order, which is
+ * how they came. Else an ACK, which pops only the front of the ring,
+ * stops at the first push above its mark and leaves the count of an
+ * entire snapshot's pushes standing (max_unacked_pushes then refuses a
+ * client that is far below it) until the mark passes all of them. */
+static void order_ring(psd_dclient *c)
+{
+    if (c->live < 2 || c->rhead + c->live > c->rcap)
+        return;                  /* wrapped: not a client just loaded */
+    qsort(c->ring + c->rhead, c->live, sizeof *c->ring, ts_order);
+    c->last_ts = c->ring[c->rhead + c->live - 1];
+}
+
 int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
                    size_t errlen)
 {
@@ -405,6 +425,7 @@ int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
                 return -1;
             }
         }
+        order_ring(c);
     }
     return 0;
 }

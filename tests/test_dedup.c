@@ -292,6 +292,66 @@ static void test_the_node_forgets_clients_gone_longest_at_its_limit(
     psd_dedup_free(d);
 }
 
+/* The memory as a snapshot holds it, in a growing buffer. */
+typedef struct membuf {
+    char *p;
+    size_t len, at;
+} membuf;
+
+static int mem_write(void *ctx, const void *p, size_t n)
+{
+    membuf *m = ctx;
+    char *np = realloc(m->p, m->len + n);
+    if (!np)
+        return -1;
+    memcpy(np + m->len, p, n);
+    m->p = np;
+    m->len += n;
+    return 0;
+}
+
+static int mem_read(void *ctx, void *p, size_t n)
+{
+    membuf *m = ctx;
+    if (m->len - m->at < n)
+        return -1;
+    memcpy(p, m->p + m->at, n);
+    m->at += n;
+    return 0;
+}
+
+/* After a restart from a snapshot, an ACK counts off what it completed
+ * as it did before: the count, and so max_unacked_pushes, do not depend
+ * on the order the snapshot happened to list the pushes in. */
+static void test_the_count_follows_acks_after_a_snapshot_is_loaded(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 9, 1, 0);
+    for (uint64_t ts = 1; ts <= 1000; ts++)
+        psd_dedup_record(c, ts, 0, PSW_OK);
+    membuf m = { NULL, 0, 0 };
+    psd_sink o = { mem_write, &m };
+    EXPECT_INT(psd_dedup_save(d, &o), 0, "save");
+    psd_dedup_free(d);
+    psd_dedup *d2 = psd_dedup_new();
+    psd_source in = { mem_read, &m };
+    char err[128];
+    EXPECT_INT(psd_dedup_load(d2, &in, 0, err, sizeof err), 0, "load");
+    EXPECT_INT(remembered(d2), 1000, "remembered after the load");
+    psd_dclient *c2 = psd_dedup_attach(d2, 9, 1, 0);
+    psd_dedup_ack(c2, 501, UINT64_MAX);
+    EXPECT_INT(remembered(d2), 500, "after ACK 501");
+    char why[256];
+    EXPECT_INT(psd_dedup_room(d2, c2, 1001, 600, 10000, why, sizeof why), 0,
+               "push 1001 with 500 unacked, max_unacked_pushes 600");
+    psd_dedup_ack(c2, 1001, UINT64_MAX);
+    EXPECT_INT(remembered(d2), 0, "after ACK 1001");
+    free(m.p);
+    psd_dedup_free(d2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +370,8 @@ int main(void)
             test_the_count_follows_acks_over_out_of_order_records),
         cmocka_unit_test(
             test_the_node_forgets_clients_gone_longest_at_its_limit),
+        cmocka_unit_test(
+            test_the_count_follows_acks_after_a_snapshot_is_loaded),
     };
     return cmocka_run_group_tests_name("dedup", tests, NULL, NULL);
 }
