@@ -565,7 +565,8 @@ static void finish_hello(psd_conn *c, const psw_hello *h, int authed)
 {
     psw_cluster reply;
     char why[200];
-    int rc = psd_request_hello(c->node, &c->ss, h, &reply, why, sizeof why);
+    int rc = psd_request_hello(c->node, &c->ss, h, uv_now(c->set->loop),
+                               &reply, why, sizeof why);
     if (rc) {
         refuse_hello(c, rc, why);
         return;

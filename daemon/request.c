@@ -744,7 +744,8 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
 /* ---- entry points --------------------------------------------------- */
 
 int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
-                      psw_cluster *reply, char *why, size_t whylen)
+                      uint64_t now_ms, psw_cluster *reply, char *why,
+                      size_t whylen)
 {
     if (h->worker >= 0) {
         int rc = psd_sync_join(&n->sync, h->worker, h->client_id, ss,
@@ -756,6 +757,12 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
     }
     ss->client_id = h->client_id;
     ss->incarnation = h->incarnation;
+    /* Attached now, not at its first push or ACK: a client back after a
+     * restart (its memory loaded from disk) counts as connected before
+     * it sends anything, so max_remembered_pushes cannot forget it as
+     * gone in between, and its retransmissions are recognised. Memory
+     * running out only delays this to the first push, as before. */
+    (void)dedup_of(n, ss, now_ms);
     *reply = n->cluster;
     /* A worker learns where this node has it, so its next ps_clock names
      * the right clock after a rejoin or a lost connection. */

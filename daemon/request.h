@@ -44,11 +44,14 @@ typedef struct psd_session {
 } psd_session;
 
 /* A HELLO that decoded and speaks our version: a worker joins (0, or
- * PSW_EINVAL with the reason in why: out of range, or the id is taken).
- * On success *reply is the cluster description to send, telling a worker
- * where this node has it; it shares the node's arrays (do not free). */
+ * PSW_EINVAL with the reason in why: out of range, or the id is taken),
+ * and the client's memory of applied pushes counts the connection from
+ * now_ms on. On success *reply is the cluster description to send,
+ * telling a worker where this node has it; it shares the node's arrays
+ * (do not free). */
 int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
-                      psw_cluster *reply, char *why, size_t whylen);
+                      uint64_t now_ms, psw_cluster *reply, char *why,
+                      size_t whylen);
 
 /* Executes the `count` decoded requests of one frame in order, packing
  * their replies into ss->out as frames of at most max_frame bytes (a

@@ -1221,6 +1221,18 @@ static void remembered_pushes_are_bounded_per_client_and_per_node(
     EXPECT_INT(raw_push_acked(e, 20, 0, why, sizeof why), PSW_EBUSY,
                "e's push 20");
     expect_text(why, "max_remembered_pushes = 80");
+    /* d leaves and comes back with a HELLO alone: connected again before
+     * it sends anything, it is not forgotten to make room (its
+     * retransmissions would then apply twice). */
+    close(d);
+    sleep_ms(200);
+    d = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_id(d, 44), 0, "HELLO d again");
+    EXPECT_INT(raw_push_acked(e, 20, 0, why, sizeof why), PSW_EBUSY,
+               "e's push 20 once d is back");
+    if (cluster_log_wait(&c, 0, "forgot the 50 pushes of client "
+                         "000000000000002c.1", 300))
+        fail_msg("d was forgotten although it had reconnected");
     /* Every push answered OK was applied once, the refused ones never;
      * once d and e have left, a client that ACKs finds room (d and e are
      * forgotten for it) and stays far below its own limit. */

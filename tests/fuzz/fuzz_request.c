@@ -263,7 +263,7 @@ static void refuse(int status, const char *why)
 
 /* conn.c's handle_hello after the HELLO decoded. Returns 1 when accepted,
  * 0 when refused (the connection then closes). */
-static int hello(conn *c, const psw_hello *h)
+static int hello(conn *c, const psw_hello *h, uint64_t now)
 {
     char why[200] = "";
     if (h->version != PSW_VERSION) {
@@ -273,7 +273,8 @@ static int hello(conn *c, const psw_hello *h)
         return 0;
     }
     psw_cluster reply;
-    int rc = psd_request_hello(&node, c->ss, h, &reply, why, sizeof why);
+    int rc = psd_request_hello(&node, c->ss, h, now, &reply, why,
+                               sizeof why);
     if (rc) {
         FUZZ_CHECK(rc == PSW_EINVAL && why[0], "psd_request_hello returned "
                    "%d (%s)", rc, why);
@@ -323,7 +324,7 @@ static void handle_body(conn *c, const char *body, size_t len, uint64_t now)
     psw_hello h;
     if (!c->hello_done &&
         psw_hello_decode(&msgs[0], &h, err, sizeof err) == 0) {
-        if (!hello(c, &h)) {
+        if (!hello(c, &h, now)) {
             close_conn(c, now);
             return;
         }
