@@ -99,6 +99,25 @@ static int parse_node(const char *s, int *out)
     return 0;
 }
 
+static void no_work(uv_work_t *w)
+{
+    (void)w;
+}
+
+static void no_after(uv_work_t *w, int status)
+{
+    (void)w;
+    (void)status;
+}
+
+/* libuv starts its thread pool at the first work queued, and its threads
+ * take the signal mask of the thread that queues it. */
+static void start_thread_pool(uv_loop_t *loop)
+{
+    static uv_work_t w;
+    uv_queue_work(loop, &w, no_work, no_after);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL;
@@ -201,11 +220,17 @@ int main(int argc, char **argv)
      * lost: what it loads is on disk). From the moment it listens, a
      * client may push, so one is held back until the loop's handler can
      * stop psd properly: a stop right after start (a test, or systemd
-     * restarting a unit) otherwise killed it without its final snapshot. */
+     * restarting a unit) otherwise killed it without its final snapshot.
+     * Holding back works only if no other thread takes the signal: libuv's
+     * thread pool (fsyncs, name lookups) is started here, with all three
+     * blocked, and its threads keep that mask for good. */
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
+    sigprocmask(SIG_BLOCK, &stop, NULL);
+    start_thread_pool(&loop);
+    sigprocmask(SIG_UNBLOCK, &stop, NULL);
     int ok = psd_server_init(&srv, &loop, &cfg, path, node, skip, err,
                              sizeof err) == 0;
     sigprocmask(SIG_BLOCK, &stop, NULL);

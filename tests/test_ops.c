@@ -5,6 +5,7 @@
  * top), and /metrics over HTTP with counters that match what a client
  * did exactly. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -768,6 +769,56 @@ static void test_stats_are_json_whatever_the_folder_is_called(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* The mask of blocked signals of thread tid of process pid, or 0. */
+static unsigned long long sig_blocked(pid_t pid, const char *tid)
+{
+    char path[400], line[256];
+    snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, tid);
+    FILE *f = fopen(path, "r");
+    unsigned long long m = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "SigBlk: %llx", &m) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return m;
+}
+
+/* Only psd's main thread may take SIGTERM, SIGINT and SIGHUP: they are
+ * held back on it while psd starts to listen (a stop then waits for the
+ * loop's handler), and a thread of libuv's pool taking one meanwhile
+ * would die of it, psd with it, without its final snapshot. */
+static void test_only_the_main_thread_takes_stop_signals(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "", "[server]\ndurability = log\n"
+                         "fsync = always\n[table.c]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    EXPECT_INT(push_ones(c.spec, 4, 20), PS_OK, "pushes (fsyncs on the pool)");
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)c.pid[0]);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    const unsigned long long want = (1ull << (SIGTERM - 1)) |
+                                    (1ull << (SIGINT - 1)) |
+                                    (1ull << (SIGHUP - 1));
+    int others = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == (int)c.pid[0])
+            continue;
+        others++;
+        unsigned long long m = sig_blocked(c.pid[0], e->d_name);
+        if ((m & want) != want)
+            fail_msg("thread %s of psd blocks signals %llx, not %llx",
+                     e->d_name, m, want);
+    }
+    closedir(d);
+    if (others == 0)
+        fail_msg("psd has no thread but its main one: nothing checked");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* How often text is in node i's log. */
 static int log_count(const test_cluster *c, int i, const char *text)
 {
@@ -866,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_stats_are_json_whatever_the_folder_is_called),
         cmocka_unit_test(
             test_a_replay_remembers_only_what_clients_had_not_acked),
+        cmocka_unit_test(test_only_the_main_thread_takes_stop_signals),
     };
     int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
