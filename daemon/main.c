@@ -111,11 +111,15 @@ static void no_after(uv_work_t *w, int status)
 }
 
 /* libuv starts its thread pool at the first work queued, and its threads
- * take the signal mask of the thread that queues it. */
+ * take the signal mask of the thread that queues it. The loop runs that
+ * empty work to its end here (it has nothing else yet): left pending, it
+ * would keep uv_loop_close from freeing the loop when psd refuses to
+ * start. */
 static void start_thread_pool(uv_loop_t *loop)
 {
     static uv_work_t w;
-    uv_queue_work(loop, &w, no_work, no_after);
+    if (uv_queue_work(loop, &w, no_work, no_after) == 0)
+        uv_run(loop, UV_RUN_DEFAULT);
 }
 
 int main(int argc, char **argv)
