@@ -184,64 +184,70 @@ uint64_t psd_journal_push(psd_journal *j, uint64_t client_id,
     return seal(j, rec, body);
 }
 
+/* Room for a fixed-size record of `body` bytes: its body, zeroed, with
+ * its type in the first byte; NULL when memory runs out. End it with
+ * end_fixed. Every record but PUSH has a fixed size. */
+static char *begin_fixed(psd_journal *j, int type, size_t body)
+{
+    char *rec = reserve(j, HDR + body);
+    if (!rec)
+        return NULL;
+    memset(rec + HDR, 0, body);
+    rec[HDR] = (char)type;
+    return rec + HDR;
+}
+
+static uint64_t end_fixed(psd_journal *j, char *b, size_t body)
+{
+    return seal(j, b - HDR, body);
+}
+
 static uint64_t start_record(psd_journal *j)
 {
-    char *rec = reserve(j, HDR + START_BODY);
-    if (!rec)
+    char *b = begin_fixed(j, PSD_J_START, START_BODY);
+    if (!b)
         return 0;
-    char *b = rec + HDR;
     uint32_t node = (uint32_t)j->node;
-    memset(b, 0, 4);
-    b[0] = PSD_J_START;
     memcpy(b + 4, &node, 4);
     memcpy(b + 8, &j->shape, 8);
-    return seal(j, rec, START_BODY);
+    return end_fixed(j, b, START_BODY);
 }
 
 uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited)
 {
-    char *rec = reserve(j, HDR + CLOCK_BODY);
-    if (!rec)
+    char *b = begin_fixed(j, PSD_J_CLOCK, CLOCK_BODY);
+    if (!b)
         return 0;
-    char *b = rec + HDR;
-    memset(b, 0, 4);
-    b[0] = PSD_J_CLOCK;
     memcpy(b + 4, &waited, 4);
     memcpy(b + 8, &clock, 8);
-    return seal(j, rec, CLOCK_BODY);
+    return end_fixed(j, b, CLOCK_BODY);
 }
 
 uint64_t psd_journal_ack(psd_journal *j, uint64_t client_id,
                          uint64_t incarnation, uint64_t mark)
 {
-    char *rec = reserve(j, HDR + ACK_BODY);
-    if (!rec)
+    char *b = begin_fixed(j, PSD_J_ACK, ACK_BODY);
+    if (!b)
         return 0;
-    char *b = rec + HDR;
-    memset(b, 0, 8);
-    b[0] = PSD_J_ACK;
     memcpy(b + 8, &client_id, 8);
     memcpy(b + 16, &incarnation, 8);
     memcpy(b + 24, &mark, 8);
-    return seal(j, rec, ACK_BODY);
+    return end_fixed(j, b, ACK_BODY);
 }
 
 uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
                             uint64_t client_id, uint64_t clock,
                             uint64_t barrier)
 {
-    char *rec = reserve(j, HDR + WORKER_BODY);
-    if (!rec)
+    char *b = begin_fixed(j, PSD_J_WORKER, WORKER_BODY);
+    if (!b)
         return 0;
-    char *b = rec + HDR;
-    memset(b, 0, 4);
-    b[0] = PSD_J_WORKER;
     b[1] = (char)(joined != 0);
     memcpy(b + 4, &worker, 4);
     memcpy(b + 8, &client_id, 8);
     memcpy(b + 16, &clock, 8);
     memcpy(b + 24, &barrier, 8);
-    return seal(j, rec, WORKER_BODY);
+    return end_fixed(j, b, WORKER_BODY);
 }
 
 /* The seven hyper-parameters, in the record's order. */
@@ -258,17 +264,14 @@ static void params_floats(const psd_updater_params *p, float f[7])
 
 static uint64_t params_record(psd_journal *j, uint32_t table)
 {
-    char *rec = reserve(j, HDR + PARAMS_BODY);
-    if (!rec)
+    char *b = begin_fixed(j, PSD_J_PARAMS, PARAMS_BODY);
+    if (!b)
         return 0;
-    char *b = rec + HDR;
     float f[7];
     params_floats(&j->params[table], f);
-    memset(b, 0, 4);
-    b[0] = PSD_J_PARAMS;
     memcpy(b + 4, &table, 4);
     memcpy(b + 8, f, sizeof f);
-    return seal(j, rec, PARAMS_BODY);
+    return end_fixed(j, b, PARAMS_BODY);
 }
 
 uint64_t psd_journal_params(psd_journal *j, uint32_t table,
