@@ -16,6 +16,7 @@
 #include "../proto/status.h"
 
 #include "expect.h"
+#include "membuf.h"
 
 static void test_a_recorded_push_is_seen_with_its_status_and_others_not(
     void **state)
@@ -292,34 +293,6 @@ static void test_the_node_forgets_clients_gone_longest_at_its_limit(
     psd_dedup_free(d);
 }
 
-/* The memory as a snapshot holds it, in a growing buffer. */
-typedef struct membuf {
-    char *p;
-    size_t len, at;
-} membuf;
-
-static int mem_write(void *ctx, const void *p, size_t n)
-{
-    membuf *m = ctx;
-    char *np = realloc(m->p, m->len + n);
-    if (!np)
-        return -1;
-    memcpy(np + m->len, p, n);
-    m->p = np;
-    m->len += n;
-    return 0;
-}
-
-static int mem_read(void *ctx, void *p, size_t n)
-{
-    membuf *m = ctx;
-    if (m->len - m->at < n)
-        return -1;
-    memcpy(p, m->p + m->at, n);
-    m->at += n;
-    return 0;
-}
-
 /* After a restart from a snapshot, an ACK counts off what it completed
  * as it did before: the count, and so max_unacked_pushes, do not depend
  * on the order the snapshot happened to list the pushes in. */
@@ -331,12 +304,12 @@ static void test_the_count_follows_acks_after_a_snapshot_is_loaded(
     psd_dclient *c = psd_dedup_attach(d, 9, 1, 0);
     for (uint64_t ts = 1; ts <= 1000; ts++)
         psd_dedup_record(c, ts, 0, PSW_OK);
-    membuf m = { NULL, 0, 0 };
-    psd_sink o = { mem_write, &m };
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
     EXPECT_INT(psd_dedup_save(d, &o), 0, "save");
     psd_dedup_free(d);
     psd_dedup *d2 = psd_dedup_new();
-    psd_source in = { mem_read, &m };
+    psd_source in = { mem_get, &m };
     char err[128];
     EXPECT_INT(psd_dedup_load(d2, &in, 0, err, sizeof err), 0, "load");
     EXPECT_INT(remembered(d2), 1000, "remembered after the load");

@@ -27,6 +27,7 @@
 #include "../proto/status.h"
 
 #include "expect.h"
+#include "membuf.h"
 
 #define ERRLEN 600
 
@@ -149,28 +150,10 @@ static void train(psd_node *nd, int from, int steps)
 }
 
 /* Every table of a node as the bytes psd_table_save writes. */
-typedef struct membuf {
-    char *p;
-    size_t len, cap;
-} membuf;
-
-static int mem_write(void *ctx, const void *p, size_t n)
-{
-    membuf *m = ctx;
-    if (m->len + n > m->cap) {
-        m->cap = (m->len + n) * 2;
-        m->p = realloc(m->p, m->cap);
-        assert_non_null(m->p);
-    }
-    memcpy(m->p + m->len, p, n);
-    m->len += n;
-    return 0;
-}
-
 static membuf image(const psd_node *nd)
 {
     membuf m = { 0 };
-    psd_sink o = { mem_write, &m };
+    psd_sink o = { mem_put, &m };
     for (int t = 0; t < nd->ntables; t++)
         assert_int_equal(psd_table_save(nd->tables[t], &o), 0);
     return m;
@@ -195,7 +178,7 @@ static membuf pulls(psd_node *nd)
             assert_int_equal(psd_table_pull(nd->tables[t], (const char *)keys,
                                             NK, (char *)v), 0);
         }
-        mem_write(&m, v, bytes);
+        mem_put(&m, v, bytes);
     }
     return m;
 }

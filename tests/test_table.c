@@ -17,6 +17,7 @@
 #include "../proto/status.h"
 
 #include "expect.h"
+#include "membuf.h"
 
 /* ---- unaligned buffers ---------------------------------------------- */
 
@@ -970,34 +971,6 @@ static void test_max_rows_counts_distinct_new_keys_of_a_big_batch(
 }
 
 /* ---- saving and loading -------------------------------------------- */
-
-typedef struct membuf {
-    char *p;
-    size_t len, cap, at;
-} membuf;
-
-static int mem_put(void *ctx, const void *p, size_t n)
-{
-    membuf *m = ctx;
-    if (m->len + n > m->cap) {
-        m->cap = (m->len + n) * 2;
-        m->p = realloc(m->p, m->cap);
-        assert_non_null(m->p);
-    }
-    memcpy(m->p + m->len, p, n);
-    m->len += n;
-    return 0;
-}
-
-static int mem_get(void *ctx, void *p, size_t n)
-{
-    membuf *m = ctx;
-    if (m->len - m->at < n)
-        return -1;
-    memcpy(p, m->p + m->at, n);
-    m->at += n;
-    return 0;
-}
 
 /* Saves t into m, then loads m into a fresh table of conf c and `shards`
  * shards, which it returns; every byte saved must be read back. */
