@@ -380,20 +380,28 @@ static void describe(const setting *st, char *buf, size_t len)
     }
 }
 
+
+/* " (continued on line N)" for a value that went on over indented lines
+ * (its error names the key's line), else "": into buf, which it returns. */
+static const char *cont_note(const entry *e, char buf[48])
+{
+    buf[0] = '\0';
+    if (e->cont_line)
+        snprintf(buf, 48, " (continued on line %d)", e->cont_line);
+    return buf;
+}
 /* Reports that e's value is not what st accepts; `why` overrides the
  * generic "expected ..." text when it is not NULL. */
 static void bad_value(parser *p, const section *s, const entry *e,
                       const setting *st, const char *why)
 {
-    char expect[160], note[48] = "";
+    char expect[160], note[48];
     if (why)
         snprintf(expect, sizeof expect, "%s", why);
     else
         describe(st, expect, sizeof expect);
-    if (e->cont_line)
-        snprintf(note, sizeof note, " (continued on line %d)", e->cont_line);
     fail(p, e->line, "[%s] %s: %s%s, got \"%s\"%s", s->name, st->key,
-         why ? "" : "expected ", expect, e->value, note);
+         why ? "" : "expected ", expect, e->value, cont_note(e, note));
 }
 
 /* How far from the mean a normal draw can go, in standard deviations:
@@ -477,11 +485,9 @@ static int numeric_only(parser *p, const section *s, const entry *e,
     for (int i = 0; i < n; i++) {
         if (a[i].kind != PSW_HOST_NAME)
             continue;
-        char text[PSW_ADDR_TEXT_MAX], note[48] = "";
+        char text[PSW_ADDR_TEXT_MAX], note[48];
         psw_addr_format(&a[i], text, sizeof text);
-        if (e->cont_line)
-            snprintf(note, sizeof note, " (continued on line %d)",
-                     e->cont_line);
+        cont_note(e, note);
         fail(p, e->line, "[%s] %s: expected a numeric IPv4 or [IPv6] "
              "address (names are not resolved here), got \"%s\" (entry %d "
              "of \"%s\")%s", s->name, st->key, text, i + 1, e->value, note);
@@ -514,10 +520,8 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         return -1;
     }
     if (rc < 0) {
-        char note[48] = "";
-        if (e->cont_line)
-            snprintf(note, sizeof note, " (continued on line %d)",
-                     e->cont_line);
+        char note[48];
+        cont_note(e, note);
         if (pe.entry == 0)
             bad_value(p, s, e, st, pe.why);
         else if (pe.first)
@@ -569,11 +573,9 @@ static int bind_repeats(parser *p, const char *sect, const entry *e,
             if (!psw_addr_same(&a[i], &a[j]) ||
                 strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
                 continue;
-            char text[PSW_ADDR_TEXT_MAX], note[48] = "";
+            char text[PSW_ADDR_TEXT_MAX], note[48];
             psw_addr_format(&a[j], text, sizeof text);
-            if (e->cont_line)
-                snprintf(note, sizeof note, " (continued on line %d)",
-                         e->cont_line);
+            cont_note(e, note);
             fail(p, e->line, "[%s] %s: duplicate address \"%s\" (entries %d "
                  "and %d)%s", sect, e->key, text, i + 1, j + 1, note);
             return -1;
