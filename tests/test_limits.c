@@ -654,7 +654,7 @@ static void metrics_asked_while_stopping_are_answered(void **state)
     int mport = cluster_free_port();
     char server[256];
     snprintf(server, sizeof server, "max_frame = 8M\nmax_output = 64M\n"
-             "heartbeat_ms = 100\npeer_timeout_ms = 1500\n"
+             "heartbeat_ms = 100\npeer_timeout_ms = 3000\n"
              "metrics_listen = 127.0.0.1:%d\n", mport);
     int fd = start_dense_raw(&c, 1, server);
     send_pulls(fd, 1, 3, 900000);
@@ -1171,6 +1171,15 @@ static void raw_pushes_ok(int fd, uint64_t first, uint64_t last)
                    (unsigned long long)ts);
 }
 
+/* A raw connection to node 0 past a HELLO as client `id`. */
+static int raw_client(const test_cluster *c, uint64_t id)
+{
+    int fd = raw_connect(c->port[0]);
+    EXPECT_INT(raw_hello_id(fd, id), 0, "HELLO of client %llu",
+               (unsigned long long)id);
+    return fd;
+}
+
 static void expect_text(const char *why, const char *want)
 {
     if (!strstr(why, want))
@@ -1191,8 +1200,7 @@ static void remembered_pushes_are_bounded_per_client_and_per_node(
                       "max_remembered_pushes = 80\n" SPARSE))
         fail_msg("cluster did not start");
     char why[PSW_TEXT_MAX + 1];
-    int a = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello_id(a, 42), 0, "HELLO a");
+    int a = raw_client(&c, 42);
     raw_pushes_ok(a, 1, 50);
     EXPECT_INT(raw_push_acked(a, 51, 0, why, sizeof why), PSW_EBUSY,
                "a's push 51, without an ACK");
@@ -1202,21 +1210,18 @@ static void remembered_pushes_are_bounded_per_client_and_per_node(
     EXPECT_INT(raw_push_acked(a, 51, 41, NULL, 0), 0,
                "a's push 51 after ACK 41");       /* a holds 41..51 */
     /* b leaves 50 pushes behind. */
-    int b = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello_id(b, 43), 0, "HELLO b");
+    int b = raw_client(&c, 43);
     raw_pushes_ok(b, 1, 50);
     close(b);
     sleep_ms(200);
     /* d's 20th push finds the node at 80: b is forgotten to make room. */
-    int d = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello_id(d, 44), 0, "HELLO d");
+    int d = raw_client(&c, 44);
     raw_pushes_ok(d, 1, 50);
     if (!cluster_log_wait(&c, 0, "forgot the 50 pushes of client "
                           "000000000000002b.1", 2000))
         fail_msg("no log line for forgetting b");
     /* a (11) and d (50) are connected: e gets 19, then is refused. */
-    int e = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello_id(e, 45), 0, "HELLO e");
+    int e = raw_client(&c, 45);
     raw_pushes_ok(e, 1, 19);
     EXPECT_INT(raw_push_acked(e, 20, 0, why, sizeof why), PSW_EBUSY,
                "e's push 20");
@@ -1226,8 +1231,7 @@ static void remembered_pushes_are_bounded_per_client_and_per_node(
      * retransmissions would then apply twice). */
     close(d);
     sleep_ms(200);
-    d = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello_id(d, 44), 0, "HELLO d again");
+    d = raw_client(&c, 44);
     EXPECT_INT(raw_push_acked(e, 20, 0, why, sizeof why), PSW_EBUSY,
                "e's push 20 once d is back");
     if (cluster_log_wait(&c, 0, "forgot the 50 pushes of client "
