@@ -438,12 +438,8 @@ static int collect(ps_client *c, int node, ps_stats_t *out)
     if (!c || !out)
         return PS_EINVAL;
     psc_stats wire, all;
-    if (psc_io_stats(c, node, &wire)) {
-        /* Else ps_last_error would show an earlier failure's text. */
-        psc_set_error(c, "ps_stats_node: no node %d (the cluster has %d)",
-                      node, c->cluster.nnodes);
-        return PS_EINVAL;
-    }
+    if (psc_io_stats(c, node, &wire))
+        return PS_EINVAL;        /* ps_stats_node checked node first */
     if (node < 0) {
         psc_stats_since(&c->stats, &c->stats_base, &all);
         for (int k = 0; k < PS_STAT_KINDS; k++)
@@ -471,7 +467,8 @@ int ps_stats(ps_client *c, ps_stats_t *out)
 
 int ps_stats_node(ps_client *c, int node, ps_stats_t *out)
 {
-    if (c && node < 0) {
+    /* Said in ps_last_error, or it would show an earlier failure's text. */
+    if (c && (node < 0 || node >= c->cluster.nnodes)) {
         psc_set_error(c, "ps_stats_node: no node %d (the cluster has %d)",
                       node, c->cluster.nnodes);
         return PS_EINVAL;

@@ -810,10 +810,8 @@ class Client:
             rc = (_LIB.ps_stats(h, ctypes.byref(s)) if node is None else
                   _LIB.ps_stats_node(h, node, ctypes.byref(s)))
             if rc != PS_OK:
-                # ps_stats and ps_stats_node leave ps_last_error alone: what
-                # it holds belongs to an earlier failure, not to this one.
-                raise _error(rc, "" if node is None else
-                             f"no node {node} in the cluster")
+                # ps_stats_node says which node in ps_last_error.
+                raise self._fail(h, rc)
         finally:
             self._release()
         return _lib.stats_dict(s)

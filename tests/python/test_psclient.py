@@ -669,8 +669,8 @@ def test_stats_of_a_node_beyond_c_int_is_refused_not_node_0(cluster):
 
 
 def test_a_stats_error_does_not_carry_an_earlier_failures_text(cluster):
-    """ps_stats_node fails without setting ps_last_error: the error of
-    stats(node=7) used to carry the text of whatever failed before it."""
+    """The error of stats(node=7) used to carry the text of whatever failed
+    before it (ps_stats_node did not set ps_last_error; now it does)."""
     with psclient.connect(cluster.spec) as c:
         with pytest.raises(psclient.KeyError):
             c.table("dense").pull_range(99, 2)
