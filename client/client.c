@@ -268,7 +268,8 @@ static int shape_of(ps_client *c, int table, psc_shape *sh)
     sh->shards = c->cluster.shards;
     sh->table = &c->cluster.tables[table];
     sh->table_id = (uint32_t)table;
-    sh->max_payload = psw_payload_max(c->cluster.max_frame);
+    sh->max_payload =
+        psw_payload_max(__atomic_load_n(&c->max_frame, __ATOMIC_RELAXED));
     return 0;
 }
 

@@ -43,6 +43,9 @@ struct ps_client {
     /* The cluster as HELLO_OK described it: written by the I/O thread
      * before the open completes, read-only afterwards. */
     psw_cluster cluster;
+    uint64_t max_frame;          /* the smallest max_frame the nodes' latest
+                                    HELLO_OKs said: what requests are cut
+                                    for (atomic; the I/O thread writes) */
 
     struct psc_io *io;           /* the I/O thread's own state */
     uint64_t clock, barrier;     /* ps_clock / ps_barrier calls made

@@ -61,6 +61,8 @@ typedef struct nconn {
     char drop_why[200];
     uint64_t recv_ns, send_ns;    /* last bytes in, last write out */
     uint64_t ready_ns;            /* when this connection passed HELLO */
+    uint64_t max_frame;           /* what the node's latest HELLO_OK said;
+                                     0 before the first */
     ps_ts acked;                  /* the ACK this connection carried */
     /* The handshake: our nonce, then (a node with a token) the transcript
      * both proofs cover once its CHALLENGE came. */
@@ -231,6 +233,35 @@ static void expire_queue(nconn *nc, uint64_t now)
     nc->q_tail = last;
 }
 
+/* Fails the queued parts too large for the node's max_frame. Parts are
+ * cut for the smallest max_frame the nodes had said when their request
+ * was made; a node that came back since with a smaller one would refuse
+ * such a part's frame and close the connection, at every retransmission
+ * until its time ran out. */
+static void fail_oversized(nconn *nc)
+{
+    psc_part **pp = &nc->q_head, *last = NULL;
+    while (*pp) {
+        psc_part *p = *pp;
+        if (PSW_BODY_OVERHEAD + p->wire_bytes > nc->max_frame) {
+            *pp = p->next;
+            nc->q_bytes -= p->wire_bytes;
+            p->next = NULL;
+            char why[600];
+            snprintf(why, sizeof why, "node %d (%s) came back with "
+                     "max_frame %llu, too small for this %llu-byte piece; "
+                     "make the request again",
+                     nc->node, nc->name, (unsigned long long)nc->max_frame,
+                     (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes));
+            part_fail(nc->io->c, p, PS_ETOOBIG, why);
+        } else {
+            last = p;
+            pp = &p->next;
+        }
+    }
+    nc->q_tail = last;
+}
+
 /* ---- writing --------------------------------------------------------- */
 
 typedef struct wreq {
@@ -352,8 +383,9 @@ static void pack_ack(nconn *nc, psw_out *o)
 #define BATCH_FRAME_MAX (256u << 10)
 
 /* Moves as many queued parts as fit into one frame. */
-static size_t frame_parts(const nconn *nc, uint64_t max_frame)
+static size_t frame_parts(const nconn *nc)
 {
+    uint64_t max_frame = nc->max_frame;
     size_t n = 0, bytes = PSW_BODY_OVERHEAD + PSW_MSG_OVERHEAD;
     const psc_part *prev = NULL;
     for (psc_part *p = nc->q_head; p; prev = p, p = p->next) {
@@ -392,6 +424,9 @@ static void nc_send(nconn *nc)
     ps_client *c = io->c;
     if (nc->state != NC_READY || !nc->q_head)
         return;
+    fail_oversized(nc);
+    if (!nc->q_head)
+        return;
     wreq *w = malloc(sizeof *w);
     if (!w) {
         nc_drop(nc, PS_ENOMEM, "out of memory sending to %s", nc->name);
@@ -402,7 +437,7 @@ static void nc_send(nconn *nc)
     int rc = 0;
     uint64_t attempt = (uint64_t)c->opt.request_timeout_ms * MS;
     while (nc->q_head) {
-        size_t n = frame_parts(nc, c->cluster.max_frame);
+        size_t n = frame_parts(nc);
         psw_out_frame_begin(&w->out);
         if (frames == 0)
             pack_ack(nc, &w->out);
@@ -1079,6 +1114,7 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         return;
     }
     uint64_t l_clock = l.worker_clock, l_barrier = l.worker_barrier;
+    uint64_t l_max_frame = l.max_frame;
     if (l.status != PSW_OK) {
         if (refusal_is_final(l.status))
             nc->fatal = l.status;
@@ -1140,8 +1176,16 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     if (nc->ever_ready)
         psc_add(&nc->st.reconnects, 1);
     nc->ever_ready = 1;
-    /* Reply frames are at most max_frame: the size rule of proto/msg.h. */
-    nc->rd.max_frame = (size_t)c->cluster.max_frame;
+    /* Reply frames are at most max_frame: the size rule of proto/msg.h.
+     * A node may come back with another max_frame (its ini edited):
+     * requests made from now on are cut for the smallest any node said. */
+    nc->max_frame = l_max_frame;
+    nc->rd.max_frame = (size_t)l_max_frame;
+    uint64_t least = l_max_frame;
+    for (int i = 0; i < io->nnodes; i++)
+        if (io->nodes[i]->max_frame && io->nodes[i]->max_frame < least)
+            least = io->nodes[i]->max_frame;
+    __atomic_store_n(&c->max_frame, least, __ATOMIC_RELAXED);
     check_open(io);
     nc_send(nc);
 }

@@ -658,6 +658,74 @@ static void requeued_parts_keep_their_order_across_kinds(void **state)
     rig_stop(&r);
 }
 
+/* A node restarted with a smaller max_frame (its ini edited while the
+ * trainer runs): the client learns the new limit when it reconnects.
+ * Requests made afterwards are cut into pieces that fit it; a piece cut
+ * before, which no longer fits, fails with PS_ETOOBIG and is never sent,
+ * since the node would refuse its frame and close the connection at
+ * every retransmission. */
+static void node_restarted_with_a_smaller_max_frame_gets_what_fits(
+    void **state)
+{
+    (void)state;
+    enum { ROWS = 200, DIM = 256 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 1, SERVER "[table.d]\nkind = dense\n"
+                      "rows = 1024\ndim = 256\nupdater = sum\n"))
+        fail_msg("cluster did not start");
+    ps_options o = fault_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, "d", NULL);
+    uint64_t keys[ROWS];
+    float *g = malloc(sizeof(float) * ROWS * DIM);
+    float *before = malloc(sizeof(float) * ROWS * DIM);
+    float *after = malloc(sizeof(float) * ROWS * DIM);
+    assert_non_null(g && before && after);
+    for (int i = 0; i < ROWS; i++)
+        keys[i] = (uint64_t)i;
+    for (int i = 0; i < ROWS * DIM; i++)
+        g[i] = 1.0f;
+    EXPECT_INT(ps_wait(cl, ps_push(cl, t, keys, ROWS, g, NULL, NULL)), PS_OK,
+               "a 200 KiB push at the default max_frame");
+
+    cluster_kill(&c, 0, SIGKILL);
+    /* Cut for 64 MiB frames while the node is down: one piece of 200 KiB. */
+    ps_ts early = ps_push(cl, t, keys, ROWS, g, NULL, NULL);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's/^\\[server\\]$/&\\nmax_frame = 64K/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("node 0 did not restart");
+    EXPECT_INT(ps_wait(cl, early), PS_ETOOBIG,
+               "the piece cut before the restart");
+    EXPECT_SUBSTR(ps_last_error(cl), "not applied", "what the caller is told");
+
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, t, keys, ROWS, before, NULL, NULL)),
+               PS_OK, "a 200 KiB pull after the restart");
+    EXPECT_INT(ps_wait(cl, ps_push(cl, t, keys, ROWS, g, NULL, NULL)), PS_OK,
+               "a 200 KiB push after the restart");
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, t, keys, ROWS, after, NULL, NULL)),
+               PS_OK, "the pull after it");
+    int wrong = 0;
+    for (int i = 0; i < ROWS * DIM; i++)
+        wrong += after[i] != before[i] + 1.0f;
+    EXPECT_INT(wrong, 0, "values the push after the restart did not add 1 to");
+    ps_stats_t s;
+    ps_stats(cl, &s);
+    EXPECT_INT((int)s.reconnects, 1, "connections made again");
+    char *log = cluster_log(&c, 0);
+    EXPECT_INT(log && strstr(log, "than max_frame") != NULL, 0,
+               "the node refused a frame as too large");
+    free(log);
+    free(g);
+    free(before);
+    free(after);
+    ps_close(cl);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -685,6 +753,7 @@ int main(void)
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
         cmocka_unit_test(requeued_parts_keep_their_order_across_kinds),
+        cmocka_unit_test(node_restarted_with_a_smaller_max_frame_gets_what_fits),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }
