@@ -38,17 +38,44 @@ _Static_assert((int)PS_EFULL == (int)PSW_EFULL, "PS_EFULL");
 
 /* ---- errors --------------------------------------------------------- */
 
-static _Thread_local struct {
+/* The detail of each thread's last failure per client (ps_last_error).
+ * One slot per client: a failure on one client must not wipe another's.
+ * A slot is known by the client's address and its random id, so that a
+ * client opened where a closed one was starts with no detail. When the
+ * slots are taken, the one written longest ago makes room. */
+#define ERR_SLOTS 8
+
+static _Thread_local struct err_slot {
     const ps_client *c;
+    uint64_t id;                 /* c->client_id */
+    uint64_t written;            /* tls_err_writes when last written */
     char msg[256];
-} tls_err;
+} tls_err[ERR_SLOTS];
+static _Thread_local uint64_t tls_err_writes;
+
+static struct err_slot *err_slot(const ps_client *c)
+{
+    for (int i = 0; i < ERR_SLOTS; i++)
+        if (tls_err[i].c == c && tls_err[i].id == c->client_id)
+            return &tls_err[i];
+    return NULL;
+}
 
 void psc_set_error(const ps_client *c, const char *fmt, ...)
 {
+    struct err_slot *s = err_slot(c);
+    if (!s) {
+        s = &tls_err[0];
+        for (int i = 1; i < ERR_SLOTS; i++)
+            if (tls_err[i].written < s->written)
+                s = &tls_err[i];
+        s->c = c;
+        s->id = c->client_id;
+    }
+    s->written = ++tls_err_writes;
     va_list ap;
-    tls_err.c = c;
     va_start(ap, fmt);
-    vsnprintf(tls_err.msg, sizeof tls_err.msg, fmt, ap);
+    vsnprintf(s->msg, sizeof s->msg, fmt, ap);
     va_end(ap);
 }
 
@@ -59,7 +86,8 @@ const char *ps_strerror(int code)
 
 const char *ps_last_error(ps_client *c)
 {
-    return tls_err.c == c ? tls_err.msg : "";
+    const struct err_slot *s = c ? err_slot(c) : NULL;
+    return s ? s->msg : "";
 }
 
 void ps_options_init(ps_options *o)

@@ -116,7 +116,9 @@ PS_API const char *ps_strerror(int code);
 
 /* Detail of the last failure seen by the calling thread on this client
  * (for example "table 'emb' has no row 1000 (rows = 1000)"), or "" if none.
- * Valid until the thread's next call on this client. */
+ * Failures on other clients leave it alone: a thread keeps the detail of
+ * the last 8 clients it saw fail. Valid until the thread's next call on
+ * this client, or its failure on 8 other clients. */
 PS_API const char *ps_last_error(ps_client *c);
 
 typedef struct ps_table_info { int id; int dense; uint32_t dim; uint64_t rows; } ps_table_info;

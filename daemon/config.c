@@ -855,6 +855,8 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         return -1;
     if (server && check_auth(p, server, c) < 0)
         return -1;
+    const entry *dd = server ? find_entry(server, "data_dir") : NULL;
+    c->data_dir_line = dd ? dd->line : 0;
     /* A live peer sends something every heartbeat: a timeout shorter than
      * two of them would close healthy connections. */
     if (c->peer_timeout_ms < 2 * c->heartbeat_ms) {

@@ -147,11 +147,44 @@ static void check_node(psd_preflight *pf, const psd_config *c,
         listen ? "listen = 127.0.0.1:PORT" : "[cluster] listen");
 }
 
+/* The data folder: psd creates what is missing of it at start, so only a
+ * part of its path that exists and is not a folder makes that fail for
+ * certain. (A folder this user may not write is no proof: psd may run as
+ * another user.) The folder is data_dir, or, when data_dir is left at its
+ * default and systemd set $STATE_DIRECTORY, the first folder named there,
+ * as durable.c chooses it. */
+static void check_data_dir(psd_preflight *pf, const psd_config *c,
+                           const char *path)
+{
+    char dir[4096];
+    const char *state = getenv("STATE_DIRECTORY");
+    if (state && *state && strcmp(c->data_dir, "/var/lib/psd") == 0)
+        snprintf(dir, sizeof dir, "%.*s", (int)strcspn(state, ":"), state);
+    else
+        snprintf(dir, sizeof dir, "%s", c->data_dir);
+    char part[sizeof dir];
+    for (size_t n = 1; n <= strlen(dir); n++) {
+        if (dir[n] != '/' && dir[n] != '\0')
+            continue;
+        snprintf(part, sizeof part, "%.*s", (int)n, dir);
+        struct stat st;
+        if (stat(part, &st) != 0)
+            return;              /* missing: psd creates it */
+        if (!S_ISDIR(st.st_mode)) {
+            add(&pf->problems, &pf->nproblems, path, c->data_dir_line,
+                "[server] data_dir: %s is not a folder, so psd cannot "
+                "create or use %s", part, dir);
+            return;
+        }
+    }
+}
+
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node)
 {
     memset(pf, 0, sizeof *pf);
     check_token(pf, cfg, path);
+    check_data_dir(pf, cfg, path);
     for (int i = 0; i < cfg->nnodes; i++)
         check_node(pf, cfg, path, i, node < 0 || node == i);
     return pf->nproblems;

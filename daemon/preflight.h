@@ -1,7 +1,8 @@
 /* What psd checks before it starts, beyond the file's syntax (config.h):
- * the token file (present, private, a sound token), the addresses (host
- * names resolve; the node's bind address is known) and protected mode (no
- * token: every address bound must be loopback). psd runs it at start and
+ * the token file (present, private, a sound token), the data folder (no
+ * part of its path is a file), the addresses (host names resolve; the
+ * node's bind address is known) and protected mode (no token: every
+ * address bound must be loopback). psd runs it at start and
  * `psd --check` prints what it finds, so --check passes exactly the
  * files psd would start with. */
 #ifndef PSD_PREFLIGHT_H

@@ -43,7 +43,8 @@ static void usage(FILE *f)
         "           workers, snapshot and journal\n"
         "  save     every node writes a snapshot now; waits for the result\n"
         "  top      stats and tables, refreshed every second (-i SECS, "
-        "--count N)\n"
+        "--count N);\n"
+        "           with --json, each refresh is what --json stats prints\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
         "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
         "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
@@ -965,7 +966,11 @@ static void idle(cluster *c, double secs)
     }
 }
 
-static int do_top(cluster *c, double interval, int count)
+/* Refreshes stats and tables every interval seconds, count times (0: until
+ * Ctrl-C). With json, each refresh prints what `--json stats` prints (one
+ * JSON array per refresh), for scripts; nodes not answering are said on
+ * stderr. */
+static int do_top(cluster *c, double interval, int count, int json)
 {
     signal(SIGINT, on_int);
     int tty = isatty(1);
@@ -975,6 +980,11 @@ static int do_top(cluster *c, double interval, int count)
             if (stop)
                 break;
             open_all(c, 1);      /* nodes that came back */
+        }
+        if (json) {
+            do_stats(c, 1, 0);
+            fflush(stdout);
+            continue;
         }
         if (tty)
             printf("\033[H\033[2J");
@@ -1150,7 +1160,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "save"))
         rc = do_save(&c, timeout_s);
     else if (!strcmp(cmd, "top"))
-        rc = do_top(&c, interval, count);
+        rc = do_top(&c, interval, count, json);
     else {
         fprintf(stderr, "psctl: unknown command \"%s\"\n", cmd);
         usage(stderr);

@@ -1169,6 +1169,36 @@ static void test_token_file_missing_or_short_is_refused(void **state)
     expect_problem(n, first, "cannot open: No such file or directory");
 }
 
+/* psd --check reports everything that would stop psd from starting: a
+ * data_dir that goes through a file can never be created (psd stopped
+ * with "cannot create ...: Not a directory" after --check said OK). A
+ * folder that is only missing, or that this user may not write, is not
+ * a problem here: psd creates it, maybe as another user. */
+static void test_data_dir_through_a_file_is_refused(void **state)
+{
+    (void)state;
+    char path[PATH_LEN], text[512], first[512];
+    write_temp(path, "x", 1);
+    snprintf(text, sizeof text, "[cluster]\nnodes = 127.0.0.1:7070\n"
+             "[server]\ndata_dir = %s/sub\n", path);
+    int n = preflight_text(text, 0, first, sizeof first, NULL);
+    char want[160];
+    snprintf(want, sizeof want, "F:4: [server] data_dir: %s is not a "
+             "folder", path);
+    expect_problem(n, first, want);
+    snprintf(text, sizeof text, "[cluster]\nnodes = 127.0.0.1:7070\n"
+             "[server]\ndata_dir = %s\n", path);
+    n = preflight_text(text, 0, first, sizeof first, NULL);
+    unlink(path);
+    expect_problem(n, first, want);
+    n = preflight_text("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+                       "data_dir = /tmp/psd-test-no-such-dir/a/b\n", 0, first,
+                       sizeof first, NULL);
+    if (n)
+        fail_msg("got \"%s\", want no problem: psd creates the folder",
+                 first);
+}
+
 static void test_network_address_without_token_is_refused_with_a_fix(
     void **state)
 {
@@ -1304,6 +1334,7 @@ int main(void)
         cmocka_unit_test(test_private_token_file_is_read_without_its_newline),
         cmocka_unit_test(test_token_file_others_can_read_is_refused),
         cmocka_unit_test(test_token_file_missing_or_short_is_refused),
+        cmocka_unit_test(test_data_dir_through_a_file_is_refused),
         cmocka_unit_test(
             test_network_address_without_token_is_refused_with_a_fix),
         cmocka_unit_test(test_host_names_resolve_or_are_reported),

@@ -297,6 +297,33 @@ static void untouched_sparse_key_has_same_initial_row_for_two_clients(void **sta
     ps_close(b);
 }
 
+/* psclient.h: ps_last_error is the detail of the calling thread's last
+ * failure on *this* client, valid until the thread's next call on it.
+ * Several clients may live in one thread: a failure on one must not wipe
+ * (or stand in for) the detail of another, and a client opened later
+ * starts with none, wherever it was allocated. */
+static void last_error_of_one_client_survives_a_failure_on_another(
+    void **state)
+{
+    (void)state;
+    ps_client *a = open_or_fail(shared.spec);
+    ps_client *b = open_or_fail(shared.spec);
+    EXPECT_INT(ps_table(a, "no_such_table_a", NULL), PS_ENOTABLE,
+               "ps_table(a)");
+    EXPECT_INT(ps_table(b, "no_such_table_b", NULL), PS_ENOTABLE,
+               "ps_table(b)");
+    EXPECT_SUBSTR(ps_last_error(a), "no_such_table_a",
+                  "a's detail after b failed");
+    EXPECT_SUBSTR(ps_last_error(b), "no_such_table_b", "b's detail");
+    ps_close(b);
+    EXPECT_SUBSTR(ps_last_error(a), "no_such_table_a",
+                  "a's detail after b closed");
+    ps_close(a);
+    ps_client *c = open_or_fail(shared.spec);
+    EXPECT_STR(ps_last_error(c), "", "a new client's detail");
+    ps_close(c);
+}
+
 typedef struct thread_job {
     const char *spec;
     int value;                    /* what this thread adds */
@@ -1062,6 +1089,7 @@ int main(void)
         cmocka_unit_test(range_push_and_pull_cross_shard_boundaries),
         cmocka_unit_test(pushpull_returns_the_rows_after_the_push),
         cmocka_unit_test(untouched_sparse_key_has_same_initial_row_for_two_clients),
+        cmocka_unit_test(last_error_of_one_client_survives_a_failure_on_another),
         cmocka_unit_test(four_processes_of_two_threads_push_exact_sums),
         cmocka_unit_test(eight_processes_pushing_one_200_times_read_1600),
         cmocka_unit_test(every_callback_runs_exactly_once),

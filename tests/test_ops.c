@@ -487,6 +487,28 @@ static void test_psctl_top_keeps_its_connections_between_refreshes(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* `psctl top --json` is named by the operator's contract: each refresh is
+ * the JSON that `psctl --json stats` prints, not the screen for people. */
+static void test_psctl_top_json_prints_json_at_each_refresh(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "%s -c %s --count 2 -i 0.2 top --json", psctl(),
+                  c.ini);
+    EXPECT_INT(st, 0, "psctl top --json exit status");
+    int docs = 0;
+    for (const char *p = o; p && (p = strstr(p, "[{\"node\": 0,")); p++)
+        docs++;
+    if (!o || o[0] != '[' || strstr(o, "psctl top") || docs != 2)
+        fail_msg("psctl top --json --count 2, want two JSON stats documents "
+                 "(found %d): %s", docs, o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -907,6 +929,7 @@ int main(void)
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
+        cmocka_unit_test(test_psctl_top_json_prints_json_at_each_refresh),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
