@@ -173,9 +173,13 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
             snprintf(f->text, sizeof f->text, "%s", why);
         }
         if (cu->first_error == PS_OK) {
+            /* Named once: the I/O thread's texts may name it already. */
+            char name[32];
+            int l = snprintf(name, sizeof name, "request %lld: ",
+                             (long long)r->ts);
             cu->first_error = r->status;
             snprintf(cu->first_error_text, sizeof cu->first_error_text,
-                     "request %lld: %s", (long long)r->ts, why);
+                     "%s%s", strncmp(why, name, (size_t)l) ? name : "", why);
         }
     }
     for (psc_waiter *w = cu->waiters; w; w = w->next)

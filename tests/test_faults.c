@@ -274,13 +274,23 @@ static void stopped_server_fails_requests_within_their_bound(void **state)
     float one = 1.0f;
     kill(c.pid[0], SIGSTOP);
     double t0 = now_s();
-    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    ps_ts ts = ps_push(cl, t, &key, 1, &one, NULL, NULL);
+    int rc = ps_wait(cl, ts);
     double took = now_s() - t0;
     EXPECT_INT(rc, PS_ETIMEDOUT, "status of a push to a stopped node");
     EXPECT_SUBSTR(ps_last_error(cl), "may have been applied",
                   "what the caller is told");
     if (took > 1.0 + 1.0)
         fail_msg("the push failed after %.2f s; its bound is 1 s", took);
+    /* ps_wait_all tells the first failure since the last one, naming its
+     * request once. */
+    EXPECT_INT(ps_wait_all(cl), PS_ETIMEDOUT, "ps_wait_all after it");
+    char once[40], twice[80];
+    snprintf(once, sizeof once, "request %lld: ", (long long)ts);
+    snprintf(twice, sizeof twice, "%s%s", once, once);
+    EXPECT_SUBSTR(ps_last_error(cl), once, "what ps_wait_all tells");
+    EXPECT_INT(strstr(ps_last_error(cl), twice) != NULL, 0,
+               "the request named twice in \"%s\"", ps_last_error(cl));
     kill(c.pid[0], SIGCONT);
     ps_close(cl);
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
