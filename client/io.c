@@ -55,7 +55,7 @@ typedef struct nconn {
     int ever_ready;               /* a later HELLO_OK is a reconnection */
     int fatal;                    /* refused for good: PS_E*, else 0 */
     int last_status;              /* why the last connection or attempt
-                                     ended: what expiring parts fail with */
+                                     ended: what a failed open returns */
     char last_why[200];
     int drop_status;              /* why the current one is closing */
     char drop_why[200];
@@ -223,8 +223,7 @@ static void expire_queue(nconn *nc, uint64_t now)
                      "answer within its bounded time: %s",
                      (unsigned long long)p->msg.ts, nc->node, nc->name,
                      nc->last_why[0] ? nc->last_why : "not connected");
-            part_fail(nc->io->c, p, nc->last_status ? nc->last_status
-                                                    : PS_ETIMEDOUT, why);
+            part_fail(nc->io->c, p, PS_ETIMEDOUT, why);
         } else {
             last = p;
             pp = &p->next;
@@ -588,8 +587,11 @@ static psc_part *fly_pop_oldest(nconn *nc)
 
 /* Puts the parts that were in flight back at the head of the queue, in
  * the order they were sent, to go out again on the next connection; a
- * part that has had all its attempts, or whose time is up, fails. */
-static void requeue_in_flight(nconn *nc, uint64_t now)
+ * part that has had all its attempts, or whose time is up, fails with
+ * status: PS_ETIMEDOUT, as ps_options.max_retries promises, whatever
+ * ended the connection (its text says that), or PS_ECLOSED or the node's
+ * final refusal, which fail everything (now = UINT64_MAX). */
+static void requeue_in_flight(nconn *nc, uint64_t now, int status)
 {
     ps_client *c = nc->io->c;
     psc_part *head = NULL, *tail = NULL, *p;
@@ -602,7 +604,7 @@ static void requeue_in_flight(nconn *nc, uint64_t now)
             snprintf(why, sizeof why, "request %llu: %s%s",
                      (unsigned long long)p->msg.ts, nc->drop_why,
                      spent ? " (no attempts left)" : "");
-            part_fail(c, p, nc->drop_status, why);
+            part_fail(c, p, status, why);
         } else {
             if (tail)
                 tail->next = p;
@@ -666,20 +668,20 @@ static void on_nc_closed(uv_handle_t *h)
     snprintf(nc->last_why, sizeof nc->last_why, "%s", nc->drop_why);
     if (client_closing(c)) {
         nc->drop_status = PS_ECLOSED;
-        requeue_in_flight(nc, UINT64_MAX);
+        requeue_in_flight(nc, UINT64_MAX, PS_ECLOSED);
         fail_queue(nc, PS_ECLOSED, "the client closed");
         return;
     }
     if (nc->fatal) {
         /* Refused for a reason a retry cannot fix: everything for this
          * node fails now, and so will what comes later. */
-        requeue_in_flight(nc, UINT64_MAX);
+        requeue_in_flight(nc, UINT64_MAX, nc->fatal);
         fail_queue(nc, nc->fatal, nc->drop_why);
         if (c->open_state == PSC_OPENING)
             open_done(io, nc->fatal, "%s", nc->drop_why);
         return;
     }
-    requeue_in_flight(nc, now);
+    requeue_in_flight(nc, now, PS_ETIMEDOUT);
     re_resolve(nc);
     if (c->open_state == PSC_OPENING) {
         if (now >= io->open_ns) {

@@ -65,7 +65,7 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         the client reconnect and send it again;
                                         default 10000 */
     int max_retries;                 /* default 2: a request is sent at most 1 + max_retries
-                                        times and fails with PS_ETIMEDOUT (or PS_ECONN)
+                                        times and fails with PS_ETIMEDOUT
                                         once request_timeout_ms x (max_retries + 1)
                                         have passed since the call */
     int batch_delay_us;              /* how long a small request may wait for company;
@@ -154,7 +154,8 @@ PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t cou
  * PS_E* code. Never hangs forever: a part that gets no answer is sent
  * again on a new connection (reconnecting with backoff, 50 ms doubling to
  * 2 s, with jitter) until its bounded time (see ps_options.max_retries)
- * is up; then the request fails with PS_ETIMEDOUT or PS_ECONN, and
+ * is up; then the request fails with PS_ETIMEDOUT (whatever the node
+ * did: refused connections, a lost connection, silence), and
  * ps_last_error says whether it may have been applied (in part). A push
  * sent again is applied once: the server remembers what it applied. The
  * status of a completed request that failed is remembered for the last
