@@ -21,6 +21,7 @@
 #define GIB (1024ULL * MIB)
 #define TIB (1024ULL * GIB)
 
+#define DEFAULT_DATA_DIR "/var/lib/psd"
 #define TABLE_PREFIX "table."
 #define TABLE_PREFIX_LEN 6
 
@@ -118,7 +119,7 @@ static const setting settings[] = {
     { SC_CLUSTER, "worker_grace", T_INT, "30", CL(worker_grace), 0, 86400,
       0, NULL, 0 },
     /* [server] */
-    { SC_SERVER, "data_dir", T_STR, "/var/lib/psd", CL(data_dir),
+    { SC_SERVER, "data_dir", T_STR, DEFAULT_DATA_DIR, CL(data_dir),
       1, STRMAX(data_dir), 0, NULL, 0 },
     { SC_SERVER, "snapshot_interval", T_INT, "300", CL(snapshot_interval),
       0, 31536000, 0, NULL, 0 },
@@ -924,6 +925,15 @@ const char *psd_config_setting(int i, const char **sect)
     if (sect)
         *sect = names[settings[i].scope];
     return settings[i].key;
+}
+
+void psd_config_data_dir(const psd_config *c, char *buf, size_t len)
+{
+    const char *state = getenv("STATE_DIRECTORY");
+    if (state && *state && strcmp(c->data_dir, DEFAULT_DATA_DIR) == 0)
+        snprintf(buf, len, "%.*s", (int)strcspn(state, ":"), state);
+    else
+        snprintf(buf, len, "%s", c->data_dir);
 }
 
 void psd_config_destroy(psd_config *c)

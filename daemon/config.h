@@ -154,6 +154,11 @@ const char *psd_updater_name(psd_updater_kind k);
 const char *psd_consistency_name(psd_consistency c);
 const char *psd_fsync_name(psd_fsync f);
 
+/* The folder psd keeps its files in: data_dir, or, when data_dir is left
+ * at its default and systemd set $STATE_DIRECTORY (StateDirectory=), the
+ * first folder named there. */
+void psd_config_data_dir(const psd_config *c, char *buf, size_t len);
+
 /* Frees what psd_config_load allocated; safe on a zeroed struct. */
 void psd_config_destroy(psd_config *c);
 

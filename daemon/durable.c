@@ -21,7 +21,6 @@
 #include "request.h"
 #include "snapshot.h"
 
-#define DEFAULT_DATA_DIR "/var/lib/psd"
 
 static double since_s(uint64_t t0)
 {
@@ -426,13 +425,7 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     d->durable_moved = durable_moved;
     d->arg = arg;
     d->child_pipe = -1;
-    const char *state = getenv("STATE_DIRECTORY");
-    if (state && *state && strcmp(n->cfg.data_dir, DEFAULT_DATA_DIR) == 0) {
-        /* systemd's StateDirectory=; the first of a colon list. */
-        snprintf(d->dir, sizeof d->dir, "%.*s",
-                 (int)strcspn(state, ":"), state);
-    } else
-        snprintf(d->dir, sizeof d->dir, "%s", n->cfg.data_dir);
+    psd_config_data_dir(&n->cfg, d->dir, sizeof d->dir);
     if (make_dir(d->dir, err, errlen))
         return -1;
     /* One psd per node and folder: a second one started by mistake must

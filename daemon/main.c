@@ -15,6 +15,7 @@
 #include "notify.h"
 #include "preflight.h"
 #include "server.h"
+#include "snapshot.h"
 
 static void usage(FILE *f)
 {
@@ -173,6 +174,22 @@ int main(int argc, char **argv)
             bad = 1;
         }
         bad += psd_preflight_run(&pf, &cfg, path, node_given ? node : -1);
+        /* A snapshot that a changed layout cannot load (psd would refuse
+         * to start until --skip-snapshot): the node's, or every node's
+         * found in the folder (several nodes may share one). */
+        char dir[4096];
+        psd_config_data_dir(&cfg, dir, sizeof dir);
+        for (int i = 0; !skip && i < cfg.nnodes; i++) {
+            if (node_given && i != node)
+                continue;
+            char why[1024];
+            if (psd_snapshot_check(dir, i, &cfg, why, sizeof why) < 0) {
+                fprintf(stderr, "%s (node %d cannot start from it: restore "
+                        "the ini that wrote it, or start that node with "
+                        "--skip-snapshot to set its files aside)\n", why, i);
+                bad++;
+            }
+        }
         for (int i = 0; i < cfg.nnotes; i++)
             printf("%s\n", cfg.notes[i]);
         for (int i = 0; i < pf.nnotes; i++)

@@ -37,11 +37,7 @@ static void build_cluster(psd_node *n)
 
 #define MIX(h, v) ((h) = ((h) ^ (uint64_t)(v)) * 1099511628211ULL)
 
-/* What decides where each row lives, how big it is and what a logged push
- * means: node count, shards, and each table's name, kind, dim, rows,
- * updater kind and consistency mode, but not addresses (a node may move
- * and keep its data). Snapshots and journal segments carry it. */
-static uint64_t data_shape(const psd_config *c)
+uint64_t psd_config_shape(const psd_config *c)
 {
     uint64_t h = 1469598103934665603ULL;
     MIX(h, c->nnodes);
@@ -63,7 +59,7 @@ static uint64_t data_shape(const psd_config *c)
  * layouts. */
 static uint64_t layout_epoch(const psd_config *c)
 {
-    uint64_t h = data_shape(c);
+    uint64_t h = psd_config_shape(c);
     for (int i = 0; i < c->nnodes; i++) {
         for (const char *p = c->nodes[i].host; *p; p++)
             MIX(h, (unsigned char)*p);
@@ -82,7 +78,7 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
     n->cluster.nnodes = n->cfg.nnodes;
     n->cluster.ntables = n->cfg.ntables;
     n->cluster.epoch = layout_epoch(&n->cfg);
-    n->shape = data_shape(&n->cfg);
+    n->shape = psd_config_shape(&n->cfg);
     n->cluster.nodes = calloc((size_t)n->cfg.nnodes,
                               sizeof *n->cluster.nodes);
     n->cluster.tables = calloc((size_t)n->cfg.ntables + 1,

@@ -93,6 +93,12 @@ typedef struct psd_node {
     void *detach_arg;
 } psd_node;
 
+/* What decides where each row lives, how big it is and what a logged push
+ * means: node count, shards, and each table's name, kind, dim, rows,
+ * updater kind and consistency mode, hashed (not addresses: a node may
+ * move and keep its data). Snapshots and journal segments carry it. */
+uint64_t psd_config_shape(const psd_config *c);
+
 /* Takes ownership of *cfg (left zeroed) and builds node `index`'s tables.
  * Returns 0, or -1 with a reason in err; psd_node_destroy either way. */
 int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,

@@ -151,17 +151,13 @@ static void check_node(psd_preflight *pf, const psd_config *c,
  * part of its path that exists and is not a folder makes that fail for
  * certain. (A folder this user may not write is no proof: psd may run as
  * another user.) The folder is data_dir, or, when data_dir is left at its
- * default and systemd set $STATE_DIRECTORY, the first folder named there,
- * as durable.c chooses it. */
+ * default and systemd set $STATE_DIRECTORY, the first folder named there
+ * (psd_config_data_dir). */
 static void check_data_dir(psd_preflight *pf, const psd_config *c,
                            const char *path)
 {
     char dir[4096];
-    const char *state = getenv("STATE_DIRECTORY");
-    if (state && *state && strcmp(c->data_dir, "/var/lib/psd") == 0)
-        snprintf(dir, sizeof dir, "%.*s", (int)strcspn(state, ":"), state);
-    else
-        snprintf(dir, sizeof dir, "%s", c->data_dir);
+    psd_config_data_dir(c, dir, sizeof dir);
     char part[sizeof dir];
     for (size_t n = 1; n <= strlen(dir); n++) {
         if (dir[n] != '/' && dir[n] != '\0')

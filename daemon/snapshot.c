@@ -272,6 +272,107 @@ static int r_read(void *ctx, void *p, size_t n)
     return 0;
 }
 
+/* The fixed header's fields. */
+typedef struct header {
+    uint32_t node, nnodes, shards, ntables;
+    uint64_t shape;
+    psd_snap_info si;
+} header;
+
+/* Reads the fixed header from r and checks its magic, CRC and version.
+ * 0, or -1 with the reason in why. */
+static int read_header(reader *r, header *hd, char *why, size_t whylen)
+{
+    unsigned char h[HEADER_BYTES];
+    uint32_t u, crc;
+    if (r_read(r, h, sizeof h)) {
+        snprintf(why, whylen, "truncated header (%llu bytes)",
+                 (unsigned long long)r->off);
+        return -1;
+    }
+    memcpy(&crc, h + 60, 4);
+    memcpy(&u, h + 8, 4);
+    if (memcmp(h, MAGIC, 8))
+        snprintf(why, whylen, "not a psd snapshot (bad magic)");
+    else if (psw_crc32c(0, h, 60) != crc)
+        snprintf(why, whylen, "header CRC mismatch");
+    else if (u != PSD_SNAPSHOT_VERSION)
+        snprintf(why, whylen, "format version %u, this psd reads %d", u,
+                 PSD_SNAPSHOT_VERSION);
+    else {
+        memset(hd, 0, sizeof *hd);
+        memcpy(&hd->node, h + 12, 4);
+        memcpy(&hd->nnodes, h + 16, 4);
+        memcpy(&hd->shards, h + 20, 4);
+        memcpy(&hd->shape, h + 24, 8);
+        memcpy(&hd->si.generation, h + 32, 8);
+        memcpy(&hd->si.journal_seq, h + 40, 8);
+        memcpy(&hd->si.created_ms, h + 48, 8);
+        memcpy(&hd->ntables, h + 56, 4);
+        return 0;
+    }
+    return -1;
+}
+
+/* Whether the header's node and layout are node's under cfg. 0, or -1
+ * with the reason in why. */
+static int header_fits(const header *hd, int node, const psd_config *cfg,
+                       char *why, size_t whylen)
+{
+    if (hd->node != (uint32_t)node) {
+        snprintf(why, whylen, "taken by node %u, this is node %d", hd->node,
+                 node);
+        return -1;
+    }
+    if (hd->nnodes != (uint32_t)cfg->nnodes || hd->shards != cfg->shards ||
+        hd->ntables != (uint32_t)cfg->ntables) {
+        snprintf(why, whylen, "taken under another layout (%u nodes, %u "
+                 "shards, %u tables; the config has %d nodes, %u shards, %d "
+                 "tables): a snapshot only fits the layout that wrote it",
+                 hd->nnodes, hd->shards, hd->ntables, cfg->nnodes,
+                 cfg->shards, cfg->ntables);
+        return -1;
+    }
+    return 0;
+}
+
+int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
+                       char *err, size_t errlen)
+{
+    char path[4200], why[400];
+    psd_snapshot_path(path, sizeof path, dir, node);
+    reader r = { .fd = open(path, O_RDONLY | O_CLOEXEC) };
+    if (r.fd < 0) {
+        if (errno == ENOENT)
+            return 1;
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    header hd;
+    int rc = -1;
+    uint64_t at = 0;
+    r.buf = malloc(BUF_BYTES);
+    if (!r.buf)
+        snprintf(why, sizeof why, "out of memory");
+    else if (read_header(&r, &hd, why, sizeof why) == 0 &&
+             header_fits(&hd, node, cfg, why, sizeof why) == 0) {
+        at = 24;
+        if (hd.shape != psd_config_shape(cfg))
+            snprintf(why, sizeof why, "taken under another layout: its "
+                     "tables differ from the config's (a name, kind, dim, "
+                     "rows, updater or consistency changed)");
+        else
+            rc = 0;
+    }
+    if (rc)
+        snprintf(err, errlen, "%s: offset %llu: %s%s%s", path,
+                 (unsigned long long)at, why, r.err ? ": " : "",
+                 r.err ? strerror(r.err) : "");
+    close(r.fd);
+    free(r.buf);
+    return rc;
+}
+
 #define BAD(...) do { snprintf(why, sizeof why, __VA_ARGS__); \
                       goto bad; } while (0)
 
@@ -290,41 +391,17 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
     }
     r.buf = malloc(BUF_BYTES);
     psd_source in = { r_read, &r };
-    unsigned char h[HEADER_BYTES];
     if (!r.buf)
         BAD("out of memory");
-    if (r_read(&r, h, sizeof h))
-        BAD("truncated header (%llu bytes)", (unsigned long long)r.off);
-    uint32_t u, crc;
-    memcpy(&crc, h + 60, 4);
-    if (memcmp(h, MAGIC, 8))
-        BAD("not a psd snapshot (bad magic)");
-    if (psw_crc32c(0, h, 60) != crc)
-        BAD("header CRC mismatch");
-    memcpy(&u, h + 8, 4);
-    if (u != PSD_SNAPSHOT_VERSION)
-        BAD("format version %u, this psd reads %d", u, PSD_SNAPSHOT_VERSION);
-    psd_snap_info si = { 0 };
-    uint32_t node, nnodes, shards, ntables;
-    uint64_t shape;
-    memcpy(&node, h + 12, 4);
-    memcpy(&nnodes, h + 16, 4);
-    memcpy(&shards, h + 20, 4);
-    memcpy(&shape, h + 24, 8);
-    memcpy(&si.generation, h + 32, 8);
-    memcpy(&si.journal_seq, h + 40, 8);
-    memcpy(&si.created_ms, h + 48, 8);
-    memcpy(&ntables, h + 56, 4);
-    if (node != (uint32_t)n->index)
-        BAD("taken by node %u, this is node %d", node, n->index);
+    header hd;
     /* The shape hash covers the tables too; when only they differ, their
      * sections below say how. */
-    if (nnodes != (uint32_t)n->cfg.nnodes || shards != n->cfg.shards ||
-        ntables != (uint32_t)n->ntables)
-        BAD("taken under another layout (%u nodes, %u shards, %u tables; "
-            "the config has %d nodes, %u shards, %d tables): a snapshot "
-            "only fits the layout that wrote it", nnodes, shards, ntables,
-            n->cfg.nnodes, n->cfg.shards, n->ntables);
+    if (read_header(&r, &hd, why, sizeof why) ||
+        header_fits(&hd, n->index, &n->cfg, why, sizeof why))
+        goto bad;
+    psd_snap_info si = hd.si;
+    uint64_t shape = hd.shape;
+    uint32_t crc;
     int tables_seen = 0, sync_seen = 0, dedup_seen = 0;
     for (;;) {
         at = r.off;

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -463,6 +464,31 @@ static void test_a_damaged_snapshot_stops_psd_until_skipped(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* Runs psd --check on c's ini (with -n NODE when node >= 0, with ARG when
+ * not NULL) and wants its exit status and, when want is not NULL, want
+ * in what it printed. */
+static void expect_psd_check(const test_cluster *c, int node, const char *arg,
+                         int status, const char *want)
+{
+    const char *psd = getenv("PSD_BIN");
+    char cmd[800], nodearg[16] = "";
+    if (node >= 0)
+        snprintf(nodearg, sizeof nodearg, "-n %d", node);
+    snprintf(cmd, sizeof cmd, "'%s' --check -c '%s' %s %s 2>&1",
+             psd ? psd : "build/psd", c->ini, nodearg, arg ? arg : "");
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    char out[4096];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, status,
+               "%s: its exit status; it printed:\n%s", cmd, out);
+    if (want && !strstr(out, want))
+        fail_msg("%s: want \"%s\" in what it printed:\n%s", cmd, want,
+                 out);
+}
+
 static void test_a_snapshot_of_another_layout_stops_psd(void **state)
 {
     (void)state;
@@ -480,13 +506,19 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     char snap[400];
     snprintf(snap, sizeof snap, "%s/psd-node0.snap", c.dir);
     expect_refusal(&c, snap, "another layout");
+    /* psd --check says so before a start is tried. */
+    expect_psd_check(&c, 0, NULL, 1, "another layout");
+    expect_psd_check(&c, -1, NULL, 1, snap);
+    expect_psd_check(&c, 0, "--skip-snapshot", 0, "OK");
     /* Back to 4 shards, but the table's dim changed. */
     snprintf(cmd, sizeof cmd, "sed -i -e 's/^shards = 8$/shards = 4/' "
              "-e 's/^dim = 1$/dim = 2/' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
     expect_refusal(&c, snap, "dim 1");
+    expect_psd_check(&c, 0, NULL, 1, "tables differ");
     snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 2$/dim = 1/' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
+    expect_psd_check(&c, 0, NULL, 0, "OK");
     if (cluster_restart(&c, 0))
         fail_msg("the right layout starts");
     expect_count(c.spec, a, "with the right layout");
