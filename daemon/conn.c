@@ -112,6 +112,7 @@ static void process(psd_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 static void on_resume(uv_idle_t *h);
+static void conn_shutdown(psd_conn *c);
 
 /* ---- memory --------------------------------------------------------- */
 
@@ -994,7 +995,12 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     if (n < 0) {
         if (n == UV_ENOBUFS)
             reject(c, "out of memory for the receive buffer");
-        else {
+        else if (n == UV_EOF && c->hello_done) {
+            /* The client has nothing more to send; it may have shut down
+             * only its side and still read (shutdown(SHUT_WR) after its
+             * last request): what it is owed goes out, then we close. */
+            conn_shutdown(c);
+        } else {
             if (n != UV_EOF)
                 psd_info("connection from %s: %s", c->peer, uv_strerror((int)n));
             conn_close(c);

@@ -1,0 +1,230 @@
+/* End-to-end tests of psd's connection layer (daemon/conn.c): how a
+ * connection ends (half-closed by the client, reset, closed with replies
+ * still owed), what psd keeps for a client that does not read, and what
+ * it gives back: real psd processes and raw sockets speaking the
+ * protocol by hand. */
+#define _DEFAULT_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cluster.h"
+#include "raw.h"
+#include "../proto/frame.h"
+#include "../proto/msg.h"
+#include "../proto/status.h"
+
+#include "expect.h"
+
+#define MIB (1024 * 1024)
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* ---- raw protocol --------------------------------------------------- */
+
+/* Sends one frame holding the n messages m. */
+static void send_msgs(int fd, const psw_msg *m, int n)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    for (int i = 0; i < n; i++)
+        psw_pack_request(&o, &m[i]);
+    psw_out_frame_end(&o);
+    assert_false(o.oom);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+}
+
+/* Sends a HELLO (a reader) and returns the HELLO_OK's status, or -100
+ * when none came. */
+static int hello(int fd)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { .version = PSW_VERSION, .client_id = 42,
+                    .incarnation = 1, .worker = -1 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    size_t len;
+    char *f = raw_read_frame(fd, &len);
+    if (!f)
+        return -100;
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    int status = -100;
+    psw_cluster l;
+    if (psw_frame_decode(f, len, &z, &obj, err, sizeof err) == 0 &&
+        psw_frame_messages(&obj, 1, &msgs, err, sizeof err) == 1 &&
+        psw_hello_ok_decode(&msgs[0], &l, err, sizeof err) == 0) {
+        status = l.status;
+        psw_cluster_free(&l);
+    }
+    msgpack_zone_destroy(&z);
+    free(f);
+    return status;
+}
+
+/* What a client learnt of its replies by reading until the end. */
+typedef struct replies {
+    int n;                       /* REPLY messages read */
+    uint64_t ts[64];             /* their ts, in arrival order */
+    int status[64];
+    size_t vals_len[64];
+    int eof;                     /* the stream ended cleanly (not a timeout,
+                                    not cut inside a frame) */
+} replies;
+
+/* Reads frames until psd ends the stream or `ms` pass, noting every
+ * REPLY (PINGs are skipped). */
+static void read_to_end(int fd, replies *r, int ms)
+{
+    struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    memset(r, 0, sizeof *r);
+    for (;;) {
+        unsigned char h;
+        ssize_t k = recv(fd, &h, 1, MSG_PEEK);
+        if (k == 0) {
+            r->eof = 1;
+            return;
+        }
+        if (k < 0)
+            return;              /* timeout or reset */
+        size_t len;
+        char *f = raw_read_frame(fd, &len);
+        if (!f)
+            return;              /* cut inside a frame */
+        msgpack_zone z;
+        msgpack_zone_init(&z, 4096);
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        int n = psw_frame_decode(f, len, &z, &obj, err, sizeof err)
+                    ? -1
+                    : psw_frame_messages(&obj, 65536, &msgs, err, sizeof err);
+        if (n < 1)
+            fail_msg("a bad frame from psd: %s", err);
+        for (int i = 0; i < n; i++) {
+            psw_msg m;
+            if (psw_msg_decode(&msgs[i], &m, err, sizeof err))
+                fail_msg("a bad message from psd: %s", err);
+            if (m.op != PSW_OP_REPLY || r->n == 64)
+                continue;
+            r->ts[r->n] = m.ts;
+            r->status[r->n] = m.status;
+            r->vals_len[r->n] = m.vals_len;
+            r->n++;
+        }
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+}
+
+/* ---- 1. half-closed connections ------------------------------------- */
+
+/* A client may send its requests and then shut down its side of the
+ * socket (shutdown(SHUT_WR): "nothing more from me"), as a script piping
+ * requests into a socket does. The end of its stream is no reason to drop
+ * the replies psd still owes it: every reply arrives whole, then psd
+ * closes. Here the replies are 16 MiB pulls, far more than the socket
+ * takes at once, so most of each is still queued in psd when the end of
+ * the stream is read. */
+static void half_closed_client_gets_every_reply(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[server]\nmax_frame = 32M\n"
+                      "[table.d]\nkind = dense\nrows = 4000000\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(hello(fd), 0, "HELLO");
+    enum { PULLS = 3 };
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
+                     .count = 4000000 };
+    for (int i = 0; i < PULLS; i++) {
+        pull.ts = (uint64_t)i + 1;
+        send_msgs(fd, &pull, 1);
+    }
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    /* A reader that is a little slow, as a real one is. */
+    sleep_ms(300);
+    replies r;
+    read_to_end(fd, &r, 10000);
+    EXPECT_INT(r.n, PULLS, "replies read after shutdown(SHUT_WR)");
+    for (int i = 0; i < r.n; i++) {
+        EXPECT_U64(r.ts[i], (uint64_t)i + 1, "reply %d's ts", i);
+        EXPECT_INT(r.status[i], 0, "reply %d's status", i);
+        EXPECT_U64(r.vals_len[i], 16000000, "reply %d's bytes of rows", i);
+    }
+    EXPECT_INT(r.eof, 1, "psd ends the stream after the last reply");
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* The same for replies that wait for the journal's fsync (durability =
+ * log, fsync = always): a push's reply goes out only once its record is
+ * on disk, and the client's end of stream arrives meanwhile. */
+static void half_closed_client_gets_replies_that_wait_for_the_journal(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[server]\ndurability = log\nfsync = always\n"
+                      "[table.s]\nkind = sparse\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(hello(fd), 0, "HELLO");
+    enum { PUSHES = 20 };
+    uint64_t key = 7;
+    float one = 1;
+    psw_msg push = { .op = PSW_OP_PUSH, .table = 0, .keys = (char *)&key,
+                     .nkeys = 1, .vals = (char *)&one, .vals_len = 4 };
+    for (int i = 0; i < PUSHES; i++) {
+        push.ts = (uint64_t)i + 1;
+        send_msgs(fd, &push, 1);
+    }
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    replies r;
+    read_to_end(fd, &r, 10000);
+    EXPECT_INT(r.n, PUSHES, "replies read after shutdown(SHUT_WR)");
+    for (int i = 0; i < r.n; i++) {
+        EXPECT_U64(r.ts[i], (uint64_t)i + 1, "reply %d's ts", i);
+        EXPECT_INT(r.status[i], 0, "reply %d's status", i);
+    }
+    EXPECT_INT(r.eof, 1, "psd ends the stream after the last reply");
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(half_closed_client_gets_every_reply),
+        cmocka_unit_test(half_closed_client_gets_replies_that_wait_for_the_journal),
+    };
+    return cmocka_run_group_tests_name("conn", tests, NULL, NULL);
+}
