@@ -1056,9 +1056,9 @@ void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node)
 
 /* Whether c may be closed to make room: a connection that has not sent
  * its HELLO for a while, or one that has sent no request for idle_timeout
- * and waits for nothing (no held reply, no reply unwritten). Workers are
- * kept: closing one would start its grace and could drop it from bsp and
- * ssp tables. */
+ * and waits for nothing (no held reply, no reply unwritten) and is not
+ * sending one (no byte of a frame here). Workers are kept: closing one
+ * would start its grace and could drop it from bsp and ssp tables. */
 static int evictable(const psd_conn *c, uint64_t now)
 {
     if (c->closing || c->shutting)
@@ -1066,7 +1066,8 @@ static int evictable(const psd_conn *c, uint64_t now)
     if (!c->hello_done)
         return now - c->accepted_ms >= PRE_HELLO_EVICT_MS;
     return c->ss.worker < 0 && c->ss.held_bytes == 0 && c->queued == 0 &&
-           c->out.total == 0 && now - c->request_ms >=
+           c->out.total == 0 && psw_reader_pending(&c->rd) == 0 &&
+           now - c->request_ms >=
                (uint64_t)c->node->cfg.idle_timeout * 1000;
 }
 

@@ -4,7 +4,6 @@
  * it gives back: real psd processes and raw sockets speaking the
  * protocol by hand. */
 #define _DEFAULT_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -26,8 +26,6 @@
 #include "../proto/status.h"
 
 #include "expect.h"
-
-#define MIB (1024 * 1024)
 
 static void sleep_ms(int ms)
 {
@@ -220,11 +218,87 @@ static void half_closed_client_gets_replies_that_wait_for_the_journal(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* ---- 2. room for new connections ----------------------------------- */
+
+/* The bytes of one frame holding the message m (malloc'd, *len set). */
+static char *frame_of(const psw_msg *m, size_t *len)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_request(&o, m);
+    psw_out_frame_end(&o);
+    assert_false(o.oom);
+    size_t cnt = psw_out_iovcnt(&o);
+    struct iovec *iov = calloc(cnt, sizeof *iov);
+    psw_out_iov(&o, iov);
+    char *b = malloc(o.total), *p = b;
+    for (size_t i = 0; i < cnt; i++) {
+        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+    *len = o.total;
+    free(iov);
+    psw_out_destroy(&o);
+    return b;
+}
+
+/* When max_connections are open, a new connection takes the place of an
+ * idle one. A connection in the middle of sending a request is not idle,
+ * however long ago its last request was: closing it would throw away
+ * the request it is uploading. Here A and B both asked for nothing for
+ * longer than idle_timeout, A longer; then A starts a 4 MiB push, and C
+ * connects while A's frame is half here: B makes room, and A's push is
+ * applied and answered. */
+static void connection_sending_a_request_is_not_closed_to_make_room(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[server]\nmax_connections = 2\nidle_timeout = 1\n"
+                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int a = raw_connect(c.port[0]);
+    EXPECT_INT(hello(a), 0, "HELLO a");
+    sleep_ms(300);
+    int b = raw_connect(c.port[0]);
+    EXPECT_INT(hello(b), 0, "HELLO b");
+    sleep_ms(1300);
+    size_t n = 1000000, len;
+    float *v = calloc(n, sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = 1;
+    psw_msg push = { .op = PSW_OP_PUSH_RANGE, .ts = 1, .table = 0,
+                     .first = 0, .count = n, .vals = (char *)v,
+                     .vals_len = n * 4 };
+    char *f = frame_of(&push, &len);
+    raw_send(a, f, len / 2);
+    sleep_ms(300);
+    int cc = raw_connect(c.port[0]);
+    EXPECT_INT(hello(cc), 0, "HELLO c, with max_connections open");
+    raw_send(a, f + len / 2, len - len / 2);
+    shutdown(a, SHUT_WR);
+    replies r;
+    read_to_end(a, &r, 5000);
+    EXPECT_INT(r.n, 1, "replies to the push that was arriving");
+    if (r.n == 1)
+        EXPECT_INT(r.status[0], 0, "the push's status");
+    EXPECT_INT(raw_closed(b), 1, "idle connection b closed to make room");
+    free(f);
+    free(v);
+    close(a);
+    close(b);
+    close(cc);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(half_closed_client_gets_every_reply),
         cmocka_unit_test(half_closed_client_gets_replies_that_wait_for_the_journal),
+        cmocka_unit_test(connection_sending_a_request_is_not_closed_to_make_room),
     };
     return cmocka_run_group_tests_name("conn", tests, NULL, NULL);
 }
