@@ -401,8 +401,12 @@ static void on_write(uv_write_t *req, int status)
                 conn_close(c);
                 return;
             }
-            /* A frame partly here had no chance to arrive while paused. */
-            if (c->frame_ms)
+            /* A frame partly here had no chance to arrive while paused;
+             * with none here (the frames that waited have run), no clock
+             * runs. */
+            if (psw_reader_pending(&c->rd) == 0)
+                c->frame_ms = 0;
+            else if (c->frame_ms)
                 c->frame_ms = uv_now(c->set->loop);
         }
     }

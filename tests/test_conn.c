@@ -5,6 +5,7 @@
  * protocol by hand. */
 #define _DEFAULT_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,14 +95,14 @@ typedef struct replies {
                                     not cut inside a frame) */
 } replies;
 
-/* Reads frames until psd ends the stream or `ms` pass, noting every
- * REPLY (PINGs are skipped). */
-static void read_to_end(int fd, replies *r, int ms)
+/* Reads frames until `want` REPLY messages came, psd ends the stream or
+ * `ms` pass, noting every REPLY (PINGs are skipped). */
+static void read_replies(int fd, replies *r, int want, int ms)
 {
     struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     memset(r, 0, sizeof *r);
-    for (;;) {
+    while (r->n < want) {
         unsigned char h;
         ssize_t k = recv(fd, &h, 1, MSG_PEEK);
         if (k == 0) {
@@ -138,6 +139,12 @@ static void read_to_end(int fd, replies *r, int ms)
         msgpack_zone_destroy(&z);
         free(f);
     }
+}
+
+/* Reads until psd ends the stream or `ms` pass. */
+static void read_to_end(int fd, replies *r, int ms)
+{
+    read_replies(fd, r, INT_MAX, ms);
 }
 
 /* ---- 1. half-closed connections ------------------------------------- */
@@ -293,12 +300,62 @@ static void connection_sending_a_request_is_not_closed_to_make_room(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Open file descriptors of pid (from /proc/PID/fd). */
+/* ---- 3. timeouts ---------------------------------------------------- */
+
+/* frame_timeout bounds how long a frame may take to arrive once its first
+ * byte is here. A connection that psd stopped reading for backpressure,
+ * and that then read its replies and sent nothing more, has no frame on
+ * its way: it must not be closed for one. Here frame_timeout is 1 s and
+ * the heartbeat 5 s, so the client stays quiet for 2.5 s, as a real one
+ * waiting for its next batch would. */
+static void quiet_connection_after_backpressure_keeps_its_frame_clock_off(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[server]\nframe_timeout = 1\nheartbeat_ms = 5000\n"
+                      "peer_timeout_ms = 20000\nmax_output = 1M\n"
+                      "[table.d]\nkind = dense\nrows = 1000000\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(hello(fd), 0, "HELLO");
+    /* Three 4 MB pulls: the second waits, unread, until the client has
+     * read most of the first reply. */
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .table = 0, .first = 0,
+                     .count = 1000000 };
+    for (int i = 0; i < 3; i++) {
+        pull.ts = (uint64_t)i + 1;
+        send_msgs(fd, &pull, 1);
+    }
+    sleep_ms(200);
+    replies r;
+    read_replies(fd, &r, 3, 5000);
+    EXPECT_INT(r.n, 3, "replies to the three pulls");
+    sleep_ms(2500);
+    pull.ts = 4;
+    pull.count = 10;
+    send_msgs(fd, &pull, 1);
+    read_replies(fd, &r, 1, 5000);
+    char *log = cluster_log(&c, 0);
+    const char *line = log ? strstr(log, "closing connection") : NULL;
+    if (line)
+        fail_msg("psd closed the connection: %.*s", (int)strcspn(line, "\n"),
+                 line);
+    free(log);
+    EXPECT_INT(r.n, 1, "replies to a pull after 2.5 s of quiet");
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(half_closed_client_gets_every_reply),
         cmocka_unit_test(half_closed_client_gets_replies_that_wait_for_the_journal),
         cmocka_unit_test(connection_sending_a_request_is_not_closed_to_make_room),
+        cmocka_unit_test(quiet_connection_after_backpressure_keeps_its_frame_clock_off),
     };
     return cmocka_run_group_tests_name("conn", tests, NULL, NULL);
 }
