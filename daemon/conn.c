@@ -713,6 +713,12 @@ static void unpark(psd_conn *c)
         }
     }
     process(c);
+    /* Nothing was read while parked: the frames pipelined behind the
+     * AUTH have run, and a frame partly here starts its clock now. */
+    if (psw_reader_pending(&c->rd) == 0)
+        c->frame_ms = 0;
+    else
+        c->frame_ms = uv_now(c->set->loop);
 }
 
 /* ---- fairness: a share of each loop turn ------------------------------ */

@@ -22,6 +22,7 @@
 
 #include "cluster.h"
 #include "raw.h"
+#include "../proto/auth.h"
 #include "../proto/frame.h"
 #include "../proto/msg.h"
 #include "../proto/status.h"
@@ -349,6 +350,148 @@ static void quiet_connection_after_backpressure_keeps_its_frame_clock_off(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+#define TOKEN "correct-horse-battery-staple-42"
+#define WRONG "correct-horse-battery-staple-43"
+
+/* Reads one frame of one message from psd; returns its op (or -1), and
+ * for a HELLO_OK its status in *status and for a CHALLENGE completes t. */
+static int read_handshake(int fd, psw_transcript *t, int *status)
+{
+    size_t len;
+    char *f = raw_read_frame(fd, &len);
+    if (!f)
+        return -1;
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    int op = -1;
+    psw_challenge ch;
+    psw_cluster l;
+    if (psw_frame_decode(f, len, &z, &obj, err, sizeof err) ||
+        psw_frame_messages(&obj, 1, &msgs, err, sizeof err) != 1)
+        fail_msg("a bad handshake frame: %s", err);
+    if (psw_challenge_decode(&msgs[0], &ch, err, sizeof err) == 0) {
+        op = PSW_OP_CHALLENGE;
+        t->node_index = ch.node_index;
+        memcpy(t->snonce, ch.nonce, PSW_NONCE_LEN);
+    } else if (psw_hello_ok_decode(&msgs[0], &l, err, sizeof err) == 0) {
+        op = PSW_OP_HELLO_OK;
+        *status = l.status;
+        psw_cluster_free(&l);
+    }
+    msgpack_zone_destroy(&z);
+    free(f);
+    return op;
+}
+
+/* HELLO from fd, with a fresh transcript t; reads the CHALLENGE. */
+static void hello_challenged(int fd, psw_transcript *t, uint64_t id)
+{
+    *t = (psw_transcript){ .version = PSW_VERSION, .client_id = id,
+                           .incarnation = 1, .worker = -1 };
+    psw_auth_nonce(t->cnonce);
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { PSW_VERSION, id, 1, -1, (const char *)t->cnonce,
+                    PSW_NONCE_LEN };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    int st;
+    EXPECT_INT(read_handshake(fd, t, &st), PSW_OP_CHALLENGE, "CHALLENGE");
+}
+
+/* The bytes of an AUTH frame with token's proof over t (*len set). */
+static char *auth_frame(const char *token, const psw_transcript *t,
+                        size_t *len)
+{
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_proof(token, strlen(token), PSW_ROLE_CLIENT, t, proof);
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_auth_msg am = { (const char *)proof, PSW_PROOF_LEN };
+    psw_pack_auth(&o, &am);
+    psw_out_frame_end(&o);
+    char *b = malloc(o.total);
+    memcpy(b, o.sb.data, o.total);   /* small: no referenced payload */
+    *len = o.total;
+    psw_out_destroy(&o);
+    return b;
+}
+
+/* The same after an AUTH that the throttle held back: an address with
+ * recent failed authentications has its next proof checked only after a
+ * delay (up to 2 s), and psd reads nothing meanwhile. A request the
+ * client pipelined behind its AUTH runs once the proof is checked; the
+ * connection then has no frame on its way and is not closed for one. */
+static void request_behind_a_throttled_auth_keeps_the_frame_clock_off(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[server]\nauth_token = " TOKEN "\n"
+                      "frame_timeout = 1\nheartbeat_ms = 5000\n"
+                      "peer_timeout_ms = 20000\n"
+                      "[table.d]\nkind = dense\nrows = 1000\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    /* Five wrong proofs from 127.0.0.5: its next is checked 1.6 s after
+     * the last. */
+    for (int i = 0; i < 5; i++) {
+        int fd = raw_connect_from(c.port[0], "127.0.0.5");
+        psw_transcript t;
+        hello_challenged(fd, &t, 10 + (uint64_t)i);
+        size_t len;
+        char *f = auth_frame(WRONG, &t, &len);
+        raw_send(fd, f, len);
+        free(f);
+        int st = 0;
+        EXPECT_INT(read_handshake(fd, &t, &st), PSW_OP_HELLO_OK,
+                   "refusal %d", i);
+        EXPECT_INT(st, PSW_EAUTH, "refusal %d's status", i);
+        close(fd);
+    }
+    int fd = raw_connect_from(c.port[0], "127.0.0.5");
+    psw_transcript t;
+    hello_challenged(fd, &t, 20);
+    size_t alen, plen;
+    char *af = auth_frame(TOKEN, &t, &alen);
+    psw_msg pull = { .op = PSW_OP_PULL_RANGE, .ts = 1, .table = 0,
+                     .first = 0, .count = 10 };
+    char *pf = frame_of(&pull, &plen);
+    char both[512];
+    assert_true(alen + plen <= sizeof both);
+    memcpy(both, af, alen);
+    memcpy(both + alen, pf, plen);
+    raw_send(fd, both, alen + plen);
+    free(af);
+    free(pf);
+    int st = -100;
+    EXPECT_INT(read_handshake(fd, &t, &st), PSW_OP_HELLO_OK, "HELLO_OK");
+    EXPECT_INT(st, 0, "HELLO_OK's status with the right token");
+    replies r;
+    read_replies(fd, &r, 1, 5000);
+    EXPECT_INT(r.n, 1, "replies to the pull pipelined behind AUTH");
+    sleep_ms(1500);
+    pull.ts = 2;
+    send_msgs(fd, &pull, 1);
+    read_replies(fd, &r, 1, 5000);
+    char *log = cluster_log(&c, 0);
+    const char *line = log ? strstr(log, "closing connection") : NULL;
+    if (line)
+        fail_msg("psd closed the connection: %.*s", (int)strcspn(line, "\n"),
+                 line);
+    free(log);
+    EXPECT_INT(r.n, 1, "replies to a pull 1.5 s later");
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +499,7 @@ int main(void)
         cmocka_unit_test(half_closed_client_gets_replies_that_wait_for_the_journal),
         cmocka_unit_test(connection_sending_a_request_is_not_closed_to_make_room),
         cmocka_unit_test(quiet_connection_after_backpressure_keeps_its_frame_clock_off),
+        cmocka_unit_test(request_behind_a_throttled_auth_keeps_the_frame_clock_off),
     };
     return cmocka_run_group_tests_name("conn", tests, NULL, NULL);
 }
