@@ -59,7 +59,7 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_slice $(BUILD)/test_arff
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_auth $(BUILD)/test_modes $(BUILD)/test_proxy \
               $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable \
-              $(BUILD)/test_ops $(BUILD)/test_limits
+              $(BUILD)/test_ops $(BUILD)/test_limits $(BUILD)/test_conn
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS) $(BUILD)/mh_client
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -203,6 +203,11 @@ $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(BUILD)/t
 $(BUILD)/test_limits: $(BUILD)/tests/test_limits.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o $(PROTO_OBJ) \
                       $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread -lm
+
+# The connection layer's life cycle against raw sockets.
+$(BUILD)/test_conn: $(BUILD)/tests/test_conn.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o \
+                    $(PROTO_OBJ) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBS_MP) $(LIBS_CM)
 
 # The clients of the multi-host test (tests/test_multihost.sh), one
 # process per role inside a network namespace.

@@ -112,6 +112,7 @@ static void process(psd_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 static void on_resume(uv_idle_t *h);
+static void conn_shutdown(psd_conn *c);
 
 /* ---- memory --------------------------------------------------------- */
 
@@ -400,8 +401,12 @@ static void on_write(uv_write_t *req, int status)
                 conn_close(c);
                 return;
             }
-            /* A frame partly here had no chance to arrive while paused. */
-            if (c->frame_ms)
+            /* A frame partly here had no chance to arrive while paused;
+             * with none here (the frames that waited have run), no clock
+             * runs. */
+            if (psw_reader_pending(&c->rd) == 0)
+                c->frame_ms = 0;
+            else if (c->frame_ms)
                 c->frame_ms = uv_now(c->set->loop);
         }
     }
@@ -708,6 +713,12 @@ static void unpark(psd_conn *c)
         }
     }
     process(c);
+    /* Nothing was read while parked: the frames pipelined behind the
+     * AUTH have run, and a frame partly here starts its clock now. */
+    if (psw_reader_pending(&c->rd) == 0)
+        c->frame_ms = 0;
+    else
+        c->frame_ms = uv_now(c->set->loop);
 }
 
 /* ---- fairness: a share of each loop turn ------------------------------ */
@@ -994,7 +1005,12 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     if (n < 0) {
         if (n == UV_ENOBUFS)
             reject(c, "out of memory for the receive buffer");
-        else {
+        else if (n == UV_EOF && c->hello_done) {
+            /* The client has nothing more to send; it may have shut down
+             * only its side and still read (shutdown(SHUT_WR) after its
+             * last request): what it is owed goes out, then we close. */
+            conn_shutdown(c);
+        } else {
             if (n != UV_EOF)
                 psd_info("connection from %s: %s", c->peer, uv_strerror((int)n));
             conn_close(c);
@@ -1050,9 +1066,9 @@ void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node)
 
 /* Whether c may be closed to make room: a connection that has not sent
  * its HELLO for a while, or one that has sent no request for idle_timeout
- * and waits for nothing (no held reply, no reply unwritten). Workers are
- * kept: closing one would start its grace and could drop it from bsp and
- * ssp tables. */
+ * and waits for nothing (no held reply, no reply unwritten) and is not
+ * sending one (no byte of a frame here). Workers are kept: closing one
+ * would start its grace and could drop it from bsp and ssp tables. */
 static int evictable(const psd_conn *c, uint64_t now)
 {
     if (c->closing || c->shutting)
@@ -1060,7 +1076,8 @@ static int evictable(const psd_conn *c, uint64_t now)
     if (!c->hello_done)
         return now - c->accepted_ms >= PRE_HELLO_EVICT_MS;
     return c->ss.worker < 0 && c->ss.held_bytes == 0 && c->queued == 0 &&
-           c->out.total == 0 && now - c->request_ms >=
+           c->out.total == 0 && psw_reader_pending(&c->rd) == 0 &&
+           now - c->request_ms >=
                (uint64_t)c->node->cfg.idle_timeout * 1000;
 }
 
