@@ -47,8 +47,8 @@ void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node);
 /* Accepts one pending connection from listener. When max_connections
  * are open, or max_connections_per_addr from its address, the connection
  * idle longest (no request for idle_timeout, not a worker, nothing owed,
- * no frame arriving; or no HELLO for a second) is closed to make room; with none, the new
- * one is refused with a HELLO_OK of status PSW_EBUSY. */
+ * no frame arriving; or no HELLO for a second) is closed to make room;
+ * with none, the new one is refused with a HELLO_OK of status PSW_EBUSY. */
 void psd_conn_accept(psd_conns *set, uv_stream_t *listener);
 
 /* Periodic work (several times per heartbeat): checks the proofs of
