@@ -1155,14 +1155,16 @@ static void stream_frame(bytes *b, const psw_msg *m, int n)
 }
 
 #define SPLIT_LAST_TS 200
+#define SPLIT_BIG 40000          /* rows of table big: 160 KB a push */
 
 /* A HELLO as client `id`, then frames of every kind of request to table d
- * (dense, 64 rows of dim 4) and table s (sparse, dim 2), both updater
- * assign, so that the stream leaves the same rows however often it runs
- * and reads only rows it wrote itself: ranges, keyed pushes and pulls, a
- * pushpull, several requests in one frame, errors (rows past the end, a
- * table that does not exist), an ACK, many small frames, and last a pull
- * with ts SPLIT_LAST_TS. */
+ * (dense, 64 rows of dim 4), table s (sparse, dim 2) and table big
+ * (dense, SPLIT_BIG rows of dim 1), all updater assign, so that the
+ * stream leaves the same rows however often it runs and reads only rows
+ * it wrote itself: ranges, keyed pushes and pulls, a pushpull, several
+ * requests in one frame, errors (rows past the end, a table that does not
+ * exist, non-finite values), an ACK, many small frames, frames larger
+ * than a read, and last a pull with ts SPLIT_LAST_TS. */
 static bytes split_stream(uint64_t id)
 {
     bytes b = { NULL, 0 };
@@ -1226,6 +1228,28 @@ static bytes split_stream(uint64_t id)
                               .vals_len = 16 };
         stream_frame(&b, m, 1);
     }
+    /* Pushes larger than a read, which psd scans for NaN and infinities
+     * as their bytes arrive: a finite one, then ones with a NaN in the
+     * middle and an infinity at the end (refused whole), then a pull
+     * of it all. */
+    static float big[SPLIT_BIG];
+    for (int i = 0; i < SPLIT_BIG; i++)
+        big[i] = (float)i;
+    m[0] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ts++, .table = 2,
+                      .first = 0, .count = SPLIT_BIG,
+                      .vals = (const char *)big, .vals_len = sizeof big };
+    stream_frame(&b, m, 1);
+    big[SPLIT_BIG / 2] = NAN;
+    m[0].ts = ts++;
+    stream_frame(&b, m, 1);
+    big[SPLIT_BIG / 2] = 0;
+    big[SPLIT_BIG - 1] = INFINITY;
+    m[0].ts = ts++;
+    stream_frame(&b, m, 1);
+    big[SPLIT_BIG - 1] = (float)(SPLIT_BIG - 1);
+    m[0] = (psw_msg){ .op = PSW_OP_PULL_RANGE, .ts = ts++, .table = 2,
+                      .first = 0, .count = SPLIT_BIG };
+    stream_frame(&b, m, 1);
     assert_true(ts < SPLIT_LAST_TS);
     m[0] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ts++, .table = 0,
                       .first = 0, .count = 64, .vals = (const char *)rows,
@@ -1302,7 +1326,9 @@ static void a_stream_cut_anywhere_gets_byte_identical_replies(void **state)
                       "peer_timeout_ms = 60000\n"
                       "[table.d]\nkind = dense\nrows = 64\ndim = 4\n"
                       "updater = assign\n"
-                      "[table.s]\nkind = sparse\ndim = 2\nupdater = assign\n"))
+                      "[table.s]\nkind = sparse\ndim = 2\nupdater = assign\n"
+                      "[table.big]\nkind = dense\nrows = 40000\ndim = 1\n"
+                      "updater = assign\n"))
         fail_msg("cluster did not start");
     static const char *const cut[] = { "whole", "byte by byte",
                                        "random pieces", "4-byte pieces" };
