@@ -286,6 +286,73 @@ static void stopped_server_resumed_applies_every_push_once(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+typedef struct issuer {
+    ps_client *cl;
+    int pushes;
+    volatile int issued;         /* ps_push calls that returned */
+    int failed;
+} issuer;
+
+static void *issue_pushes(void *arg)
+{
+    issuer *is = arg;
+    int t = ps_table(is->cl, ORACLE_TABLE, NULL);
+    uint64_t keys[ORACLE_KEYS];
+    float ones[ORACLE_KEYS];
+    for (int k = 0; k < ORACLE_KEYS; k++) {
+        keys[k] = oracle_key(k);
+        ones[k] = 1;
+    }
+    for (int i = 0; i < is->pushes; i++) {
+        if (ps_push(is->cl, t, keys, ORACLE_KEYS, ones, NULL, NULL) <= 0)
+            is->failed++;
+        is->issued++;
+    }
+    if (ps_wait_all(is->cl) != PS_OK)
+        is->failed++;
+    return NULL;
+}
+
+/* A caller that goes on pushing at a stopped node: what the client holds
+ * for it stays within max_inflight_bytes (ps_push blocks beyond that,
+ * whatever the node does), and once the node resumes every push is
+ * applied once. */
+static void stopped_server_holds_callers_at_max_inflight_bytes(void **state)
+{
+    (void)state;
+    enum { LIMIT = 4096, PUSH = ORACLE_KEYS * (8 + 4), PUSHES = 200 };
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 1\n", SERVER TABLES))
+        fail_msg("cluster did not start");
+    ps_options o = fault_options();
+    o.max_inflight_bytes = LIMIT;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    kill(c.pid[0], SIGSTOP);
+    issuer is = { .cl = cl, .pushes = PUSHES };
+    pthread_t th;
+    pthread_create(&th, NULL, issue_pushes, &is);
+    sleep_ms(600);
+    int issued = is.issued;
+    kill(c.pid[0], SIGCONT);
+    pthread_join(th, NULL);
+    ps_stats_t st;
+    ps_stats(cl, &st);
+    print_message("# %d of %d pushes of %d bytes issued while the node was "
+                  "stopped (max_inflight_bytes %d); callers blocked %llu "
+                  "us\n", issued, PUSHES, PUSH, LIMIT,
+                  (unsigned long long)st.backpressure_us);
+    if (issued > LIMIT / PUSH + 1)
+        fail_msg("%d pushes of %d bytes were taken while the node was "
+                 "stopped; max_inflight_bytes %d holds %d", issued, PUSH,
+                 LIMIT, LIMIT / PUSH);
+    EXPECT_INT(issued > 0, 1, "pushes taken before the limit");
+    EXPECT_INT(is.failed, 0, "pushes that failed");
+    ps_close(cl);
+    check_counters(c.spec, PUSHES, PUSHES);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
 /* A node that stays stopped makes its requests fail with PS_ETIMEDOUT once
  * their bounded time is up, not later, with a message saying so. */
 static void stopped_server_fails_requests_within_their_bound(void **state)
@@ -1119,6 +1186,7 @@ int main(void)
         cmocka_unit_test(flipped_bits_in_large_replies_never_complete_a_pull),
         cmocka_unit_test(stopped_server_resumed_applies_every_push_once),
         cmocka_unit_test(stopped_server_fails_requests_within_their_bound),
+        cmocka_unit_test(stopped_server_holds_callers_at_max_inflight_bytes),
         cmocka_unit_test(
             killed_and_restarted_node_is_a_pause_for_the_clients),
         cmocka_unit_test(
