@@ -1130,6 +1130,59 @@ static void frame_of_max_frame_is_served_and_one_byte_more_applies_nothing(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Huge key lists: one pull of 100,000 keys whose rows (1.6 MB at dim 4)
+ * would not fit a reply frame is answered ETOOBIG and the connection
+ * goes on; a frame of three pulls of 40,000 keys, each of whose rows
+ * would fit but not all three together, is refused whole (the
+ * connection closes, with a log line); psd goes on serving. */
+static void huge_key_lists_get_etoobig_or_close_the_connection(
+    void **state)
+{
+    (void)state;
+    enum { ONE = 100000, EACH = 40000 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_frame = 1M\n"
+                      "[table.e]\nkind = sparse\ndim = 4\n"))
+        fail_msg("cluster did not start");
+    uint64_t *keys = malloc(3 * EACH * sizeof *keys);     /* > ONE */
+    for (size_t i = 0; i < 3 * EACH; i++)
+        keys[i] = i * 7919;
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    psw_msg pull = { .op = PSW_OP_PULL, .ts = 1, .table = 0,
+                     .keys = (const char *)keys, .nkeys = ONE };
+    raw_send_msgs(fd, &pull, 1);
+    psw_msg r;
+    msgpack_zone z;
+    char *f;
+    raw_read_reply(fd, &r, &z, &f);
+    EXPECT_U64(r.ts, 1, "ts of the reply");
+    EXPECT_INT(r.status, PSW_ETOOBIG, "status of a pull of 1.6 MB of rows");
+    EXPECT_U64(r.vals_len, 0, "rows in that reply");
+    msgpack_zone_destroy(&z);
+    free(f);
+    psw_msg three[3];
+    for (int i = 0; i < 3; i++)
+        three[i] = (psw_msg){ .op = PSW_OP_PULL, .ts = 2 + (uint64_t)i,
+                              .table = 0,
+                              .keys = (const char *)(keys + i * EACH),
+                              .nkeys = EACH };
+    raw_send_msgs(fd, three, 3);
+    EXPECT_INT(raw_closed_within(fd, 3000), 1, "the connection of a frame "
+               "whose pulls would carry 1.9 MB of rows is closed");
+    close(fd);
+    EXPECT_INT(log_lines_with(&c, "would carry") >= 1, 1,
+               "a log line says why");
+    free(keys);
+    ps_client *honest = open_or_fail(c.spec);
+    int t = ps_table(honest, "e", NULL);
+    uint64_t key = 5;
+    float row[4];
+    wait_ok(honest, ps_pull(honest, t, &key, 1, row, NULL, NULL));
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- the same stream, however it is cut -------------------------------- */
 
 typedef struct bytes {
@@ -2330,6 +2383,7 @@ int main(void)
         cmocka_unit_test_teardown(count_and_length_bombs_close_within_a_second_and_cost_no_memory, teardown),
         cmocka_unit_test_teardown(garbage_and_wrong_shapes_close_within_a_second_and_are_counted, teardown),
         cmocka_unit_test_teardown(frame_of_max_frame_is_served_and_one_byte_more_applies_nothing, teardown),
+        cmocka_unit_test_teardown(huge_key_lists_get_etoobig_or_close_the_connection, teardown),
         cmocka_unit_test_teardown(a_stream_cut_anywhere_gets_byte_identical_replies, teardown),
         cmocka_unit_test_teardown(idle_connections_make_room_for_a_new_client, teardown),
         cmocka_unit_test_teardown(silent_connection_after_hello_is_closed, teardown),
