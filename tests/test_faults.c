@@ -261,6 +261,51 @@ static void flipped_bits_in_large_replies_never_complete_a_pull(void **state)
     rig_stop(&r);
 }
 
+/* Pushes of 2.4 MB (parts of 1 MiB, larger than a read, which psd reads
+ * and scans for NaN as they arrive) with bits flipped in half of the
+ * request frames: a corrupted push is never applied, every push is
+ * acknowledged in the end, and every row ends at exactly the number of
+ * pushes. */
+static void flipped_bits_in_large_pushes_are_never_applied(void **state)
+{
+    (void)state;
+    enum { ROWS = 600000, PUSHES = 10 };
+    rig r;
+    rig_start(&r, 1, "", SERVER "[table.d]\nkind = dense\nrows = 600000\n"
+              "dim = 1\nupdater = sum\n");
+    ps_options o = fault_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    int t = ps_table(cl, "d", NULL);
+    float *ones = malloc(ROWS * sizeof *ones);
+    float *got = malloc(ROWS * sizeof *got);
+    for (size_t i = 0; i < ROWS; i++)
+        ones[i] = 1;
+    fp_faults f = { .corrupt = 0.5, .skip_frames = 1 };
+    rig_faults(&r, FP_UP, &f);
+    for (int n = 0; n < PUSHES; n++)
+        EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, ROWS, ones, NULL,
+                                             NULL)),
+                   PS_OK, "push %d", n);
+    rig_faults(&r, FP_UP, &(fp_faults){ 0 });
+    fp_counts k;
+    fp_stats(r.p[0], &k);
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, t, 0, ROWS, got, NULL, NULL)),
+               PS_OK, "the pull");
+    for (size_t i = 0; i < ROWS; i++)
+        if (got[i] != PUSHES)
+            fail_msg("row %zu is %g after %d pushes (%llu request frames "
+                     "corrupted)", i, (double)got[i], PUSHES,
+                     (unsigned long long)k.dir[FP_UP].corrupted);
+    print_message("# %llu request frames corrupted\n",
+                  (unsigned long long)k.dir[FP_UP].corrupted);
+    EXPECT_INT(k.dir[FP_UP].corrupted > 0, 1, "requests corrupted");
+    free(ones);
+    free(got);
+    ps_close(cl);
+    rig_stop(&r);
+}
+
 /* psd stopped (SIGSTOP) for twice the attempt timeout, then resumed: the
  * pushes it had buffered are applied when it resumes, and the copies the
  * client sent meanwhile on a new connection are not applied again. */
@@ -1184,6 +1229,7 @@ int main(void)
         cmocka_unit_test(duplicated_and_reordered_frames_are_applied_once),
         cmocka_unit_test(flipped_bits_are_caught_and_never_applied),
         cmocka_unit_test(flipped_bits_in_large_replies_never_complete_a_pull),
+        cmocka_unit_test(flipped_bits_in_large_pushes_are_never_applied),
         cmocka_unit_test(stopped_server_resumed_applies_every_push_once),
         cmocka_unit_test(stopped_server_fails_requests_within_their_bound),
         cmocka_unit_test(stopped_server_holds_callers_at_max_inflight_bytes),
