@@ -732,6 +732,28 @@ static int unmount_small_disk(void **state)
     return 0;
 }
 
+/* Mounts a tmpfs of `size` on DIR/small (small_disk) and points node
+ * 0's data_dir there; the caller restarts it. Skips the test where no
+ * tmpfs can be mounted. */
+static void data_dir_on_small_disk(test_cluster *c, const char *size)
+{
+    snprintf(small_disk, sizeof small_disk, "%s/small", c->dir);
+    assert_int_equal(mkdir(small_disk, 0700), 0);
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%s,mode=0700", size);
+    if (mount("tmpfs", small_disk, "tmpfs", 0, opts)) {
+        int e = errno;
+        small_disk[0] = '\0';
+        cluster_stop(c);
+        print_message("# no tmpfs here (%s)\n", strerror(e));
+        skip();
+    }
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             small_disk, c->ini);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* durability = snapshot with its folder on a tmpfs of 6 MiB: a snapshot
  * of 4 MiB fits once, the next one (written beside it) runs out of space
  * (ENOSPC, not the file size limit of the test above). That snapshot
@@ -750,19 +772,8 @@ static void test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one(
           "[table.big]\nkind = dense\nrows = 1048576\ndim = 1\n"
           "updater = sum\n");
     EXPECT_INT(term(&c, 0), 0, "stop");
-    snprintf(small_disk, sizeof small_disk, "%s/small", c.dir);
-    assert_int_equal(mkdir(small_disk, 0700), 0);
-    if (mount("tmpfs", small_disk, "tmpfs", 0, "size=6m,mode=0700")) {
-        int e = errno;
-        small_disk[0] = '\0';
-        cluster_stop(&c);
-        print_message("# no tmpfs here (%s)\n", strerror(e));
-        skip();
-    }
+    data_dir_on_small_disk(&c, "6m");
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
-             small_disk, c.ini);
-    assert_int_equal(system(cmd), 0);
     if (cluster_restart(&c, 0))
         fail_msg("psd did not start on the tmpfs");
     float *ones = malloc(ROWS * sizeof *ones);
@@ -813,6 +824,89 @@ static void test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one(
     kill(c.pid[0], SIGKILL);
     cluster_wait_exit(&c, 0, 5000);
     free(ones);
+    unmount_small_disk(NULL);
+    cluster_stop(&c);
+}
+
+/* durability = log on a tmpfs that fills up (ENOSPC; the test above uses
+ * the file size limit, EFBIG): pushes are refused with PS_ESERVER and
+ * applied never, pulls are served, and once there is room again the
+ * journal recovers by itself and takes pushes; after kill -9 every
+ * acknowledged push is there once. */
+static void test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    data_dir_on_small_disk(&c, "2m");
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start on the tmpfs");
+    ps_options o = client_options();
+    o.max_retries = 2;
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 30, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "before the disk fills");
+    char filler[500], cmd[1200];
+    snprintf(filler, sizeof filler, "%s/filler", small_disk);
+    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of='%s' bs=64k 2>/dev/null",
+             filler);
+    if (system(cmd) == 0)        /* dd stops at ENOSPC, with status 1 */
+        fail_msg("%s did not fill the tmpfs", filler);
+    ps_client *cl, *reader;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    assert_int_equal(ps_open(&reader, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = 12345;        /* not an oracle key */
+    float one = 1.0f, v = 0;
+    /* Records still fit in the journal's last page for a while; then a
+     * push is applied but its record cannot be written: its reply waits
+     * for the journal (or, on a retry, hears that pushes are refused).
+     * Never PS_OK. */
+    int rc = PS_OK, ok = 0;
+    while (rc == PS_OK && ok < 10000) {
+        rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+        ok += rc == PS_OK;
+    }
+    print_message("# %d pushes still fitted in space the journal had\n", ok);
+    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
+               "a push once the disk is full, after %d that fitted: %s", ok,
+               ps_strerror(rc));
+    rc = ps_wait(reader, ps_push(reader, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc, PS_ESERVER, "a push while the journal cannot be written");
+    EXPECT_SUBSTR(ps_last_error(reader), "cannot write its journal",
+                  "what the refused push is told");
+    EXPECT_SUBSTR(ps_last_error(reader), "No space left",
+                  "what the refused push is told");
+    EXPECT_INT(ps_wait(reader, ps_pull(reader, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull on a full disk");
+    unlink(filler);
+    EXPECT_INT(cluster_log_wait(&c, 0, "journal: writing again", 2000), 1,
+               "the journal recovers by itself");
+    ps_close(cl);
+    ps_close(reader);
+    int b;
+    oracle_run_many(c.spec, &o, 1, 20, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "after the disk has room");
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    char why[200];
+    if (oracle_check(c.spec, a + b, a + b, why, sizeof why))
+        fail_msg("%s", why);
+    /* The first push that found the disk full was applied without being
+     * acknowledged; the refused one was not applied. */
+    ps_client *check;
+    assert_int_equal(ps_open(&check, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_wait(check, ps_pull(check, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull after the restart");
+    if (v != (float)ok && v != (float)ok + 1)
+        fail_msg("key %llu holds %g after the restart, want %d or %d",
+                 (unsigned long long)key, (double)v, ok, ok + 1);
+    ps_close(check);
+    kill(c.pid[0], SIGKILL);
+    cluster_wait_exit(&c, 0, 5000);
     unmount_small_disk(NULL);
     cluster_stop(&c);
 }
@@ -962,6 +1056,9 @@ int main(void)
         cmocka_unit_test(test_a_stop_does_not_wait_for_a_full_disk),
         cmocka_unit_test_teardown(
             test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one,
+            unmount_small_disk),
+        cmocka_unit_test_teardown(
+            test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room,
             unmount_small_disk),
         cmocka_unit_test(
             test_fsync_always_without_a_free_descriptor_acks_pushes),
