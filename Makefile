@@ -235,9 +235,9 @@ $(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(BUILD)/tests/cluster.o \
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM)
 $(BUILD)/test_faults: $(BUILD)/tests/test_faults.o $(BUILD)/tests/faultproxy.o \
                       $(BUILD)/tests/oracle.o $(BUILD)/tests/cluster.o \
-                      $(SOLIB) $(PSD)
+                      $(BUILD)/tests/raw.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_UV) \
-	    $(LIBS_CM) -lpthread
+	    $(LIBS_MP) $(LIBS_CM) -lpthread
 
 $(BUILD)/test_durable: $(BUILD)/tests/test_durable.o $(BUILD)/tests/oracle.o \
                        $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)

@@ -16,9 +16,8 @@
 
 #include "cluster.h"
 
-/* A port the kernel just handed out: free now, and unlikely to be handed
- * out again within the second it takes psd to bind it. */
-int cluster_free_port(void)
+/* One port the kernel hands out now (bind to port 0), or -1. */
+static int kernel_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = { .sin_family = AF_INET };
@@ -32,6 +31,29 @@ int cluster_free_port(void)
     }
     close(fd);
     return ntohs(a.sin_port);
+}
+
+/* A port the kernel just handed out: free now, and unlikely to be handed
+ * out again within the second it takes psd to bind it. The kernel may
+ * hand out the port it gave the call before (it is free again once that
+ * socket closed), so the last ports returned are never returned again:
+ * two nodes of one cluster, started a moment later, would both get it. */
+int cluster_free_port(void)
+{
+    static int recent[64];
+    static unsigned next;
+    for (int tries = 0; tries < 100; tries++) {
+        int port = kernel_port(), seen = 0;
+        if (port < 0)
+            return -1;
+        for (unsigned i = 0; i < 64 && !seen; i++)
+            seen = recent[i] == port;
+        if (seen)
+            continue;
+        recent[next++ % 64] = port;
+        return port;
+    }
+    return -1;
 }
 
 static int port_open(int port)

@@ -15,6 +15,11 @@
  *                                         FLAG (meanwhile a node moves
  *                                         to another address), push +1
  *                                         again: both must succeed
+ *   mh_client partition SERVERS KEYS FLAG the same, FLAG coming once a
+ *                                         node's link is down: the
+ *                                         second push is sent into the
+ *                                         partition and must succeed
+ *                                         once the link is back
  *
  * The token comes the usual way: $PSD_AUTH_TOKEN, or the ini when
  * SERVERS is its path. Prints one line saying what happened; exits 0
@@ -131,7 +136,8 @@ static int open_expect(const char *servers, const char *want)
     return strcmp(name_of(rc), want) ? 1 : 0;
 }
 
-static int move(const char *servers, int nkeys, const char *flag)
+static int move(const char *mode, const char *servers, int nkeys,
+                const char *flag)
 {
     ps_client *c;
     ps_options o;
@@ -142,7 +148,7 @@ static int move(const char *servers, int nkeys, const char *flag)
     o.max_retries = 6;
     int rc = ps_open(&c, servers, &o);
     if (rc) {
-        printf("move: ps_open: %s\n", ps_strerror(rc));
+        printf("%s: ps_open: %s\n", mode, ps_strerror(rc));
         return 1;
     }
     int t = ps_table(c, ORACLE_TABLE, NULL);
@@ -163,7 +169,7 @@ static int move(const char *servers, int nkeys, const char *flag)
         rc = ps_wait(c, ps_push(c, t, keys, (size_t)nkeys, ones, NULL, NULL));
     ps_stats_t st;
     ps_stats(c, &st);
-    printf("move: %s%s%s (%llu reconnections)\n",
+    printf("%s: %s%s%s (%llu reconnections)\n", mode,
            rc ? ps_strerror(rc) : "both pushes acknowledged",
            rc ? ": " : "", rc ? ps_last_error(c) : "",
            (unsigned long long)st.reconnects);
@@ -182,8 +188,9 @@ int main(int argc, char **argv)
     if (argc == 7 && !strcmp(argv[1], "bsp"))
         return bsp(argv[2], atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                    atoi(argv[6]));
-    if (argc == 5 && !strcmp(argv[1], "move"))
-        return move(argv[2], atoi(argv[3]), argv[4]);
+    if (argc == 5 && (!strcmp(argv[1], "move") ||
+                      !strcmp(argv[1], "partition")))
+        return move(argv[1], argv[2], atoi(argv[3]), argv[4]);
     if (argc == 4 && !strcmp(argv[1], "open"))
         return open_expect(argv[2], argv[3]);
     fprintf(stderr, "usage: see tests/mh_client.c\n");

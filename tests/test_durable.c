@@ -2,13 +2,21 @@
  * to known keys (the counter oracle, tests/oracle.h), and restarts. After
  * SIGTERM and a restart every acknowledged push is there; with
  * durability = log, kill -9 at random moments while four workers push
- * loses no acknowledged push and applies none twice; a snapshot writer
- * killed at any stage leaves the old generation or the new one, whole; a
- * full disk refuses pushes instead of losing them, and psd keeps serving;
- * a damaged snapshot or one of another layout stops psd with the file,
- * offset and reason, until --skip-snapshot moves it aside. */
+ * loses no acknowledged push and applies none twice, also when the kills
+ * land in snapshots; with durability = snapshot, kill -9 keeps what the
+ * last snapshot held and the pushes it catches say they may have been
+ * applied; a snapshot writer killed at any stage, or at random moments,
+ * leaves the old generation or the new one, whole, and no temporary
+ * file; a stop waits for a periodic snapshot and then writes its own; a
+ * full disk refuses pushes instead of losing them, and a snapshot that
+ * finds no space fails, keeps the old one and says so, while psd keeps
+ * serving; a damaged snapshot or one of another layout stops psd with
+ * the file, offset and reason, until --skip-snapshot moves it aside.
+ * PSD_TEST_ONLY='*pattern*' runs the matching tests. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -18,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -166,6 +175,66 @@ static void killed_nodes_lose_nothing(const char *fsync)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* The child of the tests below: psctl save against spec, quietly. */
+static int psctl_save(void *spec)
+{
+    const char *b = getenv("PSCTL_BIN");
+    int fd = open("/dev/null", O_WRONLY);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(b ? b : "build/psctl", "psctl", "-s", (const char *)spec, "save",
+          (char *)NULL);
+    return 127;
+}
+
+/* durability = log with fsync = always, and snapshots on top: four
+ * workers push while, eight times, a node is told to save (psctl save:
+ * the journal rotates, a forked writer writes the image) and is killed
+ * with -9 a random moment later, before, during or after the writing,
+ * then restarted. Every push ends acknowledged and counted exactly once:
+ * the restart must take the newest whole snapshot and replay exactly the
+ * journal after it, whichever segments the crash left. */
+static void test_kill9_during_snapshots_with_a_journal_loses_nothing(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 2, SERVER "durability = log\nfsync = always\n");
+    workload w = { .spec = c.spec, .opt = client_options() };
+    pthread_t th;
+    pthread_create(&th, NULL, push_loop, &w);
+    int kills = 0;
+    for (; kills < 8 && !w.finished; kills++) {
+        sleep_ms(100 + (int)(rand_r(&seed) % 200));
+        int node = (int)(rand_r(&seed) % (unsigned)c.n);
+        char one[64];
+        snprintf(one, sizeof one, "127.0.0.1:%d", c.port[node]);
+        pid_t saver = spawn(psctl_save, one);
+        sleep_ms((int)(rand_r(&seed) % 40));
+        cluster_kill(&c, node, SIGKILL);
+        reap(saver);
+        sleep_ms(50);
+        if (cluster_restart(&c, node))
+            fail_msg("node %d did not restart", node);
+    }
+    sleep_ms(100);
+    w.stop = 1;
+    pthread_join(th, NULL);
+    EXPECT_INT(kills, 8, "kills while the workers pushed");
+    EXPECT_INT(w.failed, 0, "pushes that failed");
+    int loaded = 0;
+    for (int i = 0; i < 2; i++) {
+        char *log = cluster_log(&c, i);
+        loaded += log && strstr(log, "loaded snapshot");
+        free(log);
+    }
+    printf("# %d pushes acknowledged across %d kills during snapshots; "
+           "%d of 2 nodes loaded a snapshot at a restart\n", w.acked, kills,
+           loaded);
+    check_counters(c.spec, w.acked, w.acked);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
 static void test_kill9_with_fsync_always_loses_no_acknowledged_push(
     void **state)
 {
@@ -188,6 +257,128 @@ static void expect_count(const char *spec, int want, const char *when)
     char why[200];
     if (oracle_check(spec, want, want, why, sizeof why))
         fail_msg("%s: %s", when, why);
+}
+
+/* Runs a shell command; its output (stdout and stderr, malloc'd) and
+ * exit status. */
+static char *run_out(int *status, const char *cmd)
+{
+    char full[1200];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0, k;
+    char *out = malloc(cap);
+    while (out && n + 1 < cap && (k = fread(out + n, 1, cap - 1 - n, p)) > 0)
+        n += k;
+    if (out)
+        out[n] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+typedef struct pusher {
+    const char *spec;
+    volatile int stop;
+    int acked, failed, unclear;  /* unclear: failures that do not say
+                                    whether the push was applied */
+    char last_error[300];
+} pusher;
+
+/* Pushes +1 to every oracle key, 8 at a time, with one attempt each,
+ * until told to stop; counts what was acknowledged and what failed. */
+static void *push_once_each(void *arg)
+{
+    pusher *p = arg;
+    ps_options o = client_options();
+    o.max_retries = 0;
+    o.request_timeout_ms = 1000;
+    ps_client *cl;
+    if (ps_open(&cl, p->spec, &o))
+        return NULL;
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t keys[ORACLE_KEYS];
+    float ones[ORACLE_KEYS];
+    for (int k = 0; k < ORACLE_KEYS; k++) {
+        keys[k] = oracle_key(k);
+        ones[k] = 1;
+    }
+    ps_ts win[8] = { 0 };
+    for (int i = 0; !p->stop || win[i % 8]; i++) {
+        if (win[i % 8] > 0) {
+            int rc = ps_wait(cl, win[i % 8]);
+            if (rc == PS_OK) {
+                p->acked++;
+            } else {
+                const char *e = ps_last_error(cl);
+                p->failed++;
+                p->unclear += !strstr(e, "may have been applied") &&
+                              !strstr(e, "was not applied");
+                snprintf(p->last_error, sizeof p->last_error, "%s", e);
+            }
+        }
+        win[i % 8] = p->stop ? 0
+                             : ps_push(cl, t, keys, ORACLE_KEYS, ones, NULL,
+                                       NULL);
+    }
+    ps_close(cl);
+    return NULL;
+}
+
+/* durability = snapshot and kill -9 while pushes are in flight: the
+ * pushes caught by the crash fail and say whether they may have been
+ * applied (none is lost silently); the restart loads the last snapshot,
+ * so every key holds exactly what was acknowledged before it (what came
+ * after is lost, as docs/durability.md promises for this setting); a
+ * client open across the crash reconnects by itself and pushes on. */
+static void test_kill9_with_snapshots_keeps_what_the_snapshot_held(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "snapshot_interval = 0\n");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 2, 50, 8, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the snapshot");
+    int st;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s -s %s save", getenv("PSCTL_BIN")
+             ? getenv("PSCTL_BIN") : "build/psctl", c.spec);
+    char *out = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "psctl save: %s", out ? out : "");
+    free(out);
+    ps_client *stays;
+    assert_int_equal(ps_open(&stays, c.spec, &o), PS_OK);
+    pusher p = { .spec = c.spec };
+    pthread_t th;
+    pthread_create(&th, NULL, push_once_each, &p);
+    sleep_ms(300);
+    cluster_kill(&c, 0, SIGKILL);
+    sleep_ms(100);
+    p.stop = 1;
+    pthread_join(th, NULL);
+    print_message("# %d pushes acknowledged after the snapshot, %d failed "
+                  "at the crash (last: %s)\n", p.acked, p.failed,
+                  p.last_error);
+    EXPECT_INT(p.acked > 0, 1, "pushes acknowledged after the snapshot");
+    EXPECT_INT(p.failed > 0, 1, "pushes caught by the crash failed");
+    EXPECT_INT(p.unclear, 0, "failures that do not say whether the push "
+               "may have been applied");
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    expect_count(c.spec, a, "after kill -9: the snapshot's count");
+    int t = ps_table(stays, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1;
+    EXPECT_INT(ps_wait(stays, ps_push(stays, t, &key, 1, &one, NULL, NULL)),
+               PS_OK, "a push of the client open across the crash");
+    ps_stats_t s;
+    ps_stats(stays, &s);
+    EXPECT_INT(s.reconnects >= 1, 1, "the client reconnected");
+    ps_close(stays);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
 /* The final snapshot (at SIGTERM) killed at a stage of its writing: the
@@ -234,6 +425,153 @@ static void test_a_snapshot_killed_after_its_rename_is_the_new_one(
 {
     (void)state;
     final_snapshot_killed_at("renamed", 1);
+}
+
+/* Every row of dense table `big` (rows rows), which must all hold the
+ * same value: that value, or -1 after printing the first row that
+ * differs (a torn snapshot would mix generations). */
+static float all_rows(const char *spec, uint64_t rows)
+{
+    ps_client *cl;
+    ps_options o = client_options();
+    if (ps_open(&cl, spec, &o))
+        fail_msg("ps_open");
+    int t = ps_table(cl, "big", NULL);
+    float *v = malloc(rows * sizeof *v);
+    assert_non_null(v);
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, t, 0, rows, v, NULL, NULL)),
+               PS_OK, "pull of every row");
+    float want = v[0];
+    for (uint64_t i = 1; i < rows && want >= 0; i++)
+        if (v[i] != want) {
+            print_error("row %llu holds %g, row 0 %g\n",
+                        (unsigned long long)i, (double)v[i], (double)want);
+            want = -1;
+        }
+    free(v);
+    ps_close(cl);
+    return want;
+}
+
+/* +1 to every row of table `big`. */
+static void push_all(const char *spec, uint64_t rows, const float *ones)
+{
+    ps_client *cl;
+    ps_options o = client_options();
+    if (ps_open(&cl, spec, &o))
+        fail_msg("ps_open");
+    int t = ps_table(cl, "big", NULL);
+    EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, rows, ones, NULL, NULL)),
+               PS_OK, "push of every row");
+    ps_close(cl);
+}
+
+/* Names in dir that start with prefix. */
+static int files_like(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* 30 rounds: +1 to every row of an 8 MB table, a snapshot (the final one
+ * at SIGTERM, written by psd itself, or one asked for with psctl save,
+ * written by a forked writer that dies with psd), and kill -9 at a random
+ * moment of its writing. Every restart must load the old generation or
+ * the new one whole (every row the same value, the one before the round
+ * or one more), never refuse a torn file, and leave no temporary file. */
+static void test_snapshots_killed_at_random_moments_load_old_or_new_whole(
+    void **state)
+{
+    (void)state;
+    enum { ROWS = 2 << 20, ROUNDS = 30 };
+    test_cluster c;
+    start(&c, 1, SERVER "snapshot_interval = 0\n"
+          "[table.big]\nkind = dense\nrows = 2097152\ndim = 1\n"
+          "updater = sum\n");
+    float *ones = malloc(ROWS * sizeof *ones);
+    for (size_t i = 0; i < ROWS; i++)
+        ones[i] = 1;
+    float have = 0;
+    int newer = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        push_all(c.spec, ROWS, ones);
+        int forked = r % 2;
+        pid_t saver = 0;
+        if (forked)
+            saver = spawn(psctl_save, c.spec);
+        else
+            kill(c.pid[0], SIGTERM);
+        sleep_ms((int)(rand_r(&seed) % 60));
+        cluster_kill(&c, 0, SIGKILL);
+        if (saver)
+            reap(saver);
+        if (cluster_restart(&c, 0))
+            fail_msg("round %d: psd did not start again after kill -9 "
+                     "during a snapshot (%s)", r,
+                     forked ? "forked writer" : "final snapshot");
+        EXPECT_INT(files_like(c.dir, "psd-node0.snap.tmp"), 0,
+                   "round %d: temporary files left after the restart", r);
+        float v = all_rows(c.spec, ROWS);
+        if (v != have && v != have + 1)
+            fail_msg("round %d (%s): the rows hold %g, want %g (the old "
+                     "snapshot) or %g (the new one)", r,
+                     forked ? "forked writer" : "final snapshot", (double)v,
+                     (double)have, (double)have + 1);
+        newer += v == have + 1;
+        have = v;
+    }
+    printf("# %d rounds: the new snapshot won %d times, the old one %d\n",
+           ROUNDS, newer, ROUNDS - newer);
+    free(ones);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
+/* SIGTERM while the periodic snapshot (the timer's forked writer, with
+ * the journal on) is still being written: psd waits for that writer,
+ * then writes its final snapshot, the generation after it, and exits 0;
+ * the restart loads the final one and every push is there once. */
+static void test_a_stop_during_a_periodic_snapshot_waits_then_writes_its_own(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:1000", 1);
+    char extra[512];
+    snprintf(extra, sizeof extra, SERVER "durability = log\n"
+             "snapshot_interval = 1\n" TABLES);
+    int up = cluster_start_ex(&c, 1, 4, "workers = 1\n", extra);
+    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
+    if (up)
+        fail_msg("cluster did not start");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 2, 40, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the stop");
+    EXPECT_INT(cluster_log_wait(&c, 0, "at written for", 3000), 1,
+               "the periodic writer reached its pause");
+    int b;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "pushes while the writer pauses");
+    EXPECT_INT(term(&c, 0), 0, "exit status of a stop during a snapshot");
+    char *log = cluster_log(&c, 0);
+    const char *first = log ? strstr(log, "snapshot 1 written") : NULL;
+    const char *final = first ? strstr(first, "final snapshot 2 written")
+                              : NULL;
+    if (!final)
+        fail_msg("want \"snapshot 1 written\" then \"final snapshot 2 "
+                 "written\": %s", log ? log : "");
+    free(log);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    EXPECT_INT(cluster_log_wait(&c, 0, "loaded snapshot 2", 1000), 1,
+               "the restart loaded the final snapshot");
+    expect_count(c.spec, a + b, "after the stop");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
 /* The file size limit of a running psd, as a full disk would. */
@@ -377,6 +715,200 @@ static void test_fsync_always_without_a_free_descriptor_acks_pushes(
     EXPECT_FLOAT(v, 2.0f, "the key after two pushes");
     ps_close(cl);
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
+/* The tmpfs the test below mounts, unmounted by its teardown also when
+ * the test fails. */
+static char small_disk[400];
+
+static int unmount_small_disk(void **state)
+{
+    (void)state;
+    if (small_disk[0]) {
+        if (umount2(small_disk, MNT_DETACH))
+            fprintf(stderr, "umount %s: %s\n", small_disk, strerror(errno));
+        small_disk[0] = '\0';
+    }
+    return 0;
+}
+
+/* Mounts a tmpfs of `size` on DIR/small (small_disk) and points node
+ * 0's data_dir there; the caller restarts it. Skips the test where no
+ * tmpfs can be mounted. */
+static void data_dir_on_small_disk(test_cluster *c, const char *size)
+{
+    snprintf(small_disk, sizeof small_disk, "%s/small", c->dir);
+    assert_int_equal(mkdir(small_disk, 0700), 0);
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%s,mode=0700", size);
+    if (mount("tmpfs", small_disk, "tmpfs", 0, opts)) {
+        int e = errno;
+        small_disk[0] = '\0';
+        cluster_stop(c);
+        print_message("# no tmpfs here (%s)\n", strerror(e));
+        skip();
+    }
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             small_disk, c->ini);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* durability = snapshot with its folder on a tmpfs of 6 MiB: a snapshot
+ * of 4 MiB fits once, the next one (written beside it) runs out of space
+ * (ENOSPC, not the file size limit of the test above). That snapshot
+ * fails, psctl save and psctl stats say why, no temporary file is left,
+ * psd goes on taking pushes (the policy of durability = snapshot), and a
+ * restart after kill -9 loads the previous snapshot whole. A stop whose
+ * final snapshot cannot be written exits with status 1, and the previous
+ * snapshot still loads. */
+static void test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one(
+    void **state)
+{
+    (void)state;
+    enum { ROWS = 1 << 20 };
+    test_cluster c;
+    start(&c, 1, SERVER "snapshot_interval = 0\n"
+          "[table.big]\nkind = dense\nrows = 1048576\ndim = 1\n"
+          "updater = sum\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    data_dir_on_small_disk(&c, "6m");
+    char cmd[1200];
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start on the tmpfs");
+    float *ones = malloc(ROWS * sizeof *ones);
+    for (size_t i = 0; i < ROWS; i++)
+        ones[i] = 1;
+    const char *psctl = getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
+                                            : "build/psctl";
+    int st;
+    push_all(c.spec, ROWS, ones);
+    snprintf(cmd, sizeof cmd, "%s -s %s save", psctl, c.spec);
+    char *o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "the first psctl save: %s", o ? o : "");
+    free(o);
+    push_all(c.spec, ROWS, ones);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "psctl save on a full disk: %s", o ? o : "");
+    if (!o || !strstr(o, "FAILED") || !strstr(o, "No space left"))
+        fail_msg("psctl save does not say the snapshot failed for want of "
+                 "space: %s", o ? o : "");
+    free(o);
+    snprintf(cmd, sizeof cmd, "%s -s %s stats", psctl, c.spec);
+    o = run_out(&st, cmd);
+    if (!o || !strstr(o, "1 failed; last error: ") ||
+        !strstr(o, "No space left"))
+        fail_msg("psctl stats does not show the failure: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 2 failed, the previous one "
+                                "is kept", 1000), 1, "the log says so");
+    EXPECT_INT(files_like(small_disk, "psd-node0.snap.tmp"), 0,
+               "temporary files left by the failed snapshot");
+    /* Pushes go on. */
+    push_all(c.spec, ROWS, ones);
+    EXPECT_FLOAT(all_rows(c.spec, ROWS), 3, "rows after three pushes");
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start again after the failed snapshot");
+    EXPECT_INT(cluster_log_wait(&c, 0, "loaded snapshot 1", 1000), 1,
+               "the restart loaded snapshot 1");
+    EXPECT_FLOAT(all_rows(c.spec, ROWS), 1, "rows from snapshot 1");
+    /* The final snapshot cannot be written either. */
+    push_all(c.spec, ROWS, ones);
+    EXPECT_INT(term(&c, 0), 1, "a stop whose final snapshot failed");
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start after the failed final snapshot");
+    EXPECT_FLOAT(all_rows(c.spec, ROWS), 1, "rows from snapshot 1, again");
+    EXPECT_INT(files_like(small_disk, "psd-node0.snap.tmp"), 0,
+               "temporary files left by the failed final snapshot");
+    kill(c.pid[0], SIGKILL);
+    cluster_wait_exit(&c, 0, 5000);
+    free(ones);
+    unmount_small_disk(NULL);
+    cluster_stop(&c);
+}
+
+/* durability = log on a tmpfs that fills up (ENOSPC; the test above uses
+ * the file size limit, EFBIG): pushes are refused with PS_ESERVER and
+ * applied never, pulls are served, and once there is room again the
+ * journal recovers by itself and takes pushes; after kill -9 every
+ * acknowledged push is there once. */
+static void test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    data_dir_on_small_disk(&c, "2m");
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start on the tmpfs");
+    ps_options o = client_options();
+    o.max_retries = 2;
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 30, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "before the disk fills");
+    char filler[500], cmd[1200];
+    snprintf(filler, sizeof filler, "%s/filler", small_disk);
+    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of='%s' bs=64k 2>/dev/null",
+             filler);
+    if (system(cmd) == 0)        /* dd stops at ENOSPC, with status 1 */
+        fail_msg("%s did not fill the tmpfs", filler);
+    ps_client *cl, *reader;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    assert_int_equal(ps_open(&reader, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = 12345;        /* not an oracle key */
+    float one = 1.0f, v = 0;
+    /* Records still fit in the journal's last page for a while; then a
+     * push is applied but its record cannot be written: its reply waits
+     * for the journal (or, on a retry, hears that pushes are refused).
+     * Never PS_OK. */
+    int rc = PS_OK, ok = 0;
+    while (rc == PS_OK && ok < 10000) {
+        rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+        ok += rc == PS_OK;
+    }
+    print_message("# %d pushes still fitted in space the journal had\n", ok);
+    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
+               "a push once the disk is full, after %d that fitted: %s", ok,
+               ps_strerror(rc));
+    rc = ps_wait(reader, ps_push(reader, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc, PS_ESERVER, "a push while the journal cannot be written");
+    EXPECT_SUBSTR(ps_last_error(reader), "cannot write its journal",
+                  "what the refused push is told");
+    EXPECT_SUBSTR(ps_last_error(reader), "No space left",
+                  "what the refused push is told");
+    EXPECT_INT(ps_wait(reader, ps_pull(reader, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull on a full disk");
+    unlink(filler);
+    EXPECT_INT(cluster_log_wait(&c, 0, "journal: writing again", 2000), 1,
+               "the journal recovers by itself");
+    ps_close(cl);
+    ps_close(reader);
+    int b;
+    oracle_run_many(c.spec, &o, 1, 20, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "after the disk has room");
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    char why[200];
+    if (oracle_check(c.spec, a + b, a + b, why, sizeof why))
+        fail_msg("%s", why);
+    /* The first push that found the disk full was applied without being
+     * acknowledged; the refused one was not applied. */
+    ps_client *check;
+    assert_int_equal(ps_open(&check, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_wait(check, ps_pull(check, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull after the restart");
+    if (v != (float)ok && v != (float)ok + 1)
+        fail_msg("key %llu holds %g after the restart, want %d or %d",
+                 (unsigned long long)key, (double)v, ok, ok + 1);
+    ps_close(check);
+    kill(c.pid[0], SIGKILL);
+    cluster_wait_exit(&c, 0, 5000);
+    unmount_small_disk(NULL);
+    cluster_stop(&c);
 }
 
 static void damage(const char *path, long off, int cut)
@@ -540,11 +1072,25 @@ int main(void)
         cmocka_unit_test(
             test_kill9_with_fsync_everysec_loses_no_acknowledged_push),
         cmocka_unit_test(
+            test_kill9_with_snapshots_keeps_what_the_snapshot_held),
+        cmocka_unit_test(
+            test_kill9_during_snapshots_with_a_journal_loses_nothing),
+        cmocka_unit_test(
             test_a_snapshot_killed_before_its_rename_leaves_the_old_one),
         cmocka_unit_test(
             test_a_snapshot_killed_after_its_rename_is_the_new_one),
+        cmocka_unit_test(
+            test_snapshots_killed_at_random_moments_load_old_or_new_whole),
+        cmocka_unit_test(
+            test_a_stop_during_a_periodic_snapshot_waits_then_writes_its_own),
         cmocka_unit_test(test_a_full_disk_refuses_pushes_and_loses_nothing),
         cmocka_unit_test(test_a_stop_does_not_wait_for_a_full_disk),
+        cmocka_unit_test_teardown(
+            test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one,
+            unmount_small_disk),
+        cmocka_unit_test_teardown(
+            test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room,
+            unmount_small_disk),
         cmocka_unit_test(
             test_fsync_always_without_a_free_descriptor_acks_pushes),
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),

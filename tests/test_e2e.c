@@ -1015,6 +1015,28 @@ static void hello_with_another_protocol_version_is_refused_clearly(void **state)
 }
 
 
+/* Tests that start several nodes take a free port for each, one call
+ * after the other: the same port twice would make two nodes (or a node
+ * and a layout entry) share it, and psd refuse the file ("duplicate
+ * node"). The kernel may give back the port it just gave, so
+ * cluster_free_port must not: 20,000 ports in a row, none the same as
+ * one of the 63 before it. */
+static void free_ports_taken_in_a_row_are_all_different(void **state)
+{
+    (void)state;
+    enum { N = 20000, WINDOW = 64 };
+    int last[WINDOW];
+    for (int i = 0; i < N; i++) {
+        int p = cluster_free_port();
+        assert_true(p > 0);
+        for (int k = 1; k < WINDOW && k <= i; k++)
+            if (last[(i - k) % WINDOW] == p)
+                fail_msg("port %d handed out at calls %d and %d", p, i - k,
+                         i);
+        last[i % WINDOW] = p;
+    }
+}
+
 /* ps_open in a forked child, so that a crash is a failed test: returns
  * 0 when the open failed with PS_ECONN naming the node that does not
  * resolve, 1 when it failed otherwise, 2 when it succeeded. */
@@ -1112,6 +1134,7 @@ int main(void)
         cmocka_unit_test(ranges_of_a_table_with_fewer_rows_than_shards_work),
         cmocka_unit_test(large_requests_travel_in_parts_and_arrive_whole),
         cmocka_unit_test(connection_without_hello_is_closed_after_hello_timeout),
+        cmocka_unit_test(free_ports_taken_in_a_row_are_all_different),
         cmocka_unit_test(layout_node_that_does_not_resolve_fails_open_cleanly),
     };
     return cmocka_run_group_tests_name("e2e", tests, group_setup,

@@ -2,8 +2,10 @@
  * clients pushing +1.0 to known keys, and the counter oracle: every key
  * must end at exactly the number of pushes acknowledged (nothing lost,
  * nothing applied twice), whatever the network or the server did in
- * between. Timeouts are short so each test is bounded in time; each
- * prints the proxy seed it used (PSD_TEST_SEED replays one). */
+ * between. A mock server whose replies misbehave (twice, unasked for,
+ * late, followed by junk) checks the client alone. Timeouts are short so
+ * each test is bounded in time; each prints the proxy seed it used
+ * (PSD_TEST_SEED replays one). */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -18,11 +20,20 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include "cluster.h"
 #include "faultproxy.h"
 #include "oracle.h"
 #include "psclient.h"
+#include "raw.h"
 #include "../proto/layout.h"
+#include "../proto/msg.h"
+#include "../proto/status.h"
 
 #include "expect.h"
 
@@ -164,6 +175,24 @@ static void twenty_percent_frame_drop_both_ways_loses_and_doubles_nothing(
                "frames dropped both ways");
 }
 
+/* Half of the frames lost each way: most attempts fail (a push and its
+ * reply both get through a quarter of the time), yet every push ends
+ * acknowledged and counted once. */
+static void half_the_frames_dropped_both_ways_loses_and_doubles_nothing(
+    void **state)
+{
+    (void)state;
+    fp_faults f = { .drop = 0.5, .skip_frames = 1 };
+    fp_counts k;
+    counters_survive(&f, 2, 20, &k);
+    print_message("# frames dropped: %llu up, %llu down; connections %llu\n",
+                  (unsigned long long)k.dir[FP_UP].dropped,
+                  (unsigned long long)k.dir[FP_DOWN].dropped,
+                  (unsigned long long)k.accepted);
+    EXPECT_INT(k.dir[FP_UP].dropped > 0 && k.dir[FP_DOWN].dropped > 0, 1,
+               "frames dropped both ways");
+}
+
 static void duplicated_and_reordered_frames_are_applied_once(void **state)
 {
     (void)state;
@@ -232,6 +261,51 @@ static void flipped_bits_in_large_replies_never_complete_a_pull(void **state)
     rig_stop(&r);
 }
 
+/* Pushes of 2.4 MB (parts of 1 MiB, larger than a read, which psd reads
+ * and scans for NaN as they arrive) with bits flipped in half of the
+ * request frames: a corrupted push is never applied, every push is
+ * acknowledged in the end, and every row ends at exactly the number of
+ * pushes. */
+static void flipped_bits_in_large_pushes_are_never_applied(void **state)
+{
+    (void)state;
+    enum { ROWS = 600000, PUSHES = 10 };
+    rig r;
+    rig_start(&r, 1, "", SERVER "[table.d]\nkind = dense\nrows = 600000\n"
+              "dim = 1\nupdater = sum\n");
+    ps_options o = fault_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    int t = ps_table(cl, "d", NULL);
+    float *ones = malloc(ROWS * sizeof *ones);
+    float *got = malloc(ROWS * sizeof *got);
+    for (size_t i = 0; i < ROWS; i++)
+        ones[i] = 1;
+    fp_faults f = { .corrupt = 0.5, .skip_frames = 1 };
+    rig_faults(&r, FP_UP, &f);
+    for (int n = 0; n < PUSHES; n++)
+        EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, ROWS, ones, NULL,
+                                             NULL)),
+                   PS_OK, "push %d", n);
+    rig_faults(&r, FP_UP, &(fp_faults){ 0 });
+    fp_counts k;
+    fp_stats(r.p[0], &k);
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, t, 0, ROWS, got, NULL, NULL)),
+               PS_OK, "the pull");
+    for (size_t i = 0; i < ROWS; i++)
+        if (got[i] != PUSHES)
+            fail_msg("row %zu is %g after %d pushes (%llu request frames "
+                     "corrupted)", i, (double)got[i], PUSHES,
+                     (unsigned long long)k.dir[FP_UP].corrupted);
+    print_message("# %llu request frames corrupted\n",
+                  (unsigned long long)k.dir[FP_UP].corrupted);
+    EXPECT_INT(k.dir[FP_UP].corrupted > 0, 1, "requests corrupted");
+    free(ones);
+    free(got);
+    ps_close(cl);
+    rig_stop(&r);
+}
+
 /* psd stopped (SIGSTOP) for twice the attempt timeout, then resumed: the
  * pushes it had buffered are applied when it resumes, and the copies the
  * client sent meanwhile on a new connection are not applied again. */
@@ -254,6 +328,73 @@ static void stopped_server_resumed_applies_every_push_once(void **state)
         print_error("last failure: %s\n", j.last_error);
     EXPECT_INT(j.failed, 0, "pushes that failed");
     check_counters(c.spec, j.acked, j.acked);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+typedef struct issuer {
+    ps_client *cl;
+    int pushes;
+    volatile int issued;         /* ps_push calls that returned */
+    int failed;
+} issuer;
+
+static void *issue_pushes(void *arg)
+{
+    issuer *is = arg;
+    int t = ps_table(is->cl, ORACLE_TABLE, NULL);
+    uint64_t keys[ORACLE_KEYS];
+    float ones[ORACLE_KEYS];
+    for (int k = 0; k < ORACLE_KEYS; k++) {
+        keys[k] = oracle_key(k);
+        ones[k] = 1;
+    }
+    for (int i = 0; i < is->pushes; i++) {
+        if (ps_push(is->cl, t, keys, ORACLE_KEYS, ones, NULL, NULL) <= 0)
+            is->failed++;
+        is->issued++;
+    }
+    if (ps_wait_all(is->cl) != PS_OK)
+        is->failed++;
+    return NULL;
+}
+
+/* A caller that goes on pushing at a stopped node: what the client holds
+ * for it stays within max_inflight_bytes (ps_push blocks beyond that,
+ * whatever the node does), and once the node resumes every push is
+ * applied once. */
+static void stopped_server_holds_callers_at_max_inflight_bytes(void **state)
+{
+    (void)state;
+    enum { LIMIT = 4096, PUSH = ORACLE_KEYS * (8 + 4), PUSHES = 200 };
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 1\n", SERVER TABLES))
+        fail_msg("cluster did not start");
+    ps_options o = fault_options();
+    o.max_inflight_bytes = LIMIT;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    kill(c.pid[0], SIGSTOP);
+    issuer is = { .cl = cl, .pushes = PUSHES };
+    pthread_t th;
+    pthread_create(&th, NULL, issue_pushes, &is);
+    sleep_ms(600);
+    int issued = is.issued;
+    kill(c.pid[0], SIGCONT);
+    pthread_join(th, NULL);
+    ps_stats_t st;
+    ps_stats(cl, &st);
+    print_message("# %d of %d pushes of %d bytes issued while the node was "
+                  "stopped (max_inflight_bytes %d); callers blocked %llu "
+                  "us\n", issued, PUSHES, PUSH, LIMIT,
+                  (unsigned long long)st.backpressure_us);
+    if (issued > LIMIT / PUSH + 1)
+        fail_msg("%d pushes of %d bytes were taken while the node was "
+                 "stopped; max_inflight_bytes %d holds %d", issued, PUSH,
+                 LIMIT, LIMIT / PUSH);
+    EXPECT_INT(issued > 0, 1, "pushes taken before the limit");
+    EXPECT_INT(is.failed, 0, "pushes that failed");
+    ps_close(cl);
+    check_counters(c.spec, PUSHES, PUSHES);
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
@@ -736,6 +877,420 @@ static void node_restarted_with_a_smaller_max_frame_gets_what_fits(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* Connections reset (RST) at random bytes, so mostly in the middle of a
+ * frame, in either direction, ten times while clients push: every push
+ * ends acknowledged and counted once, and the nodes keep serving. */
+static void connections_cut_mid_frame_lose_and_double_nothing(void **state)
+{
+    (void)state;
+    rig r;
+    char direct[128];
+    rig_start(&r, 2, "workers = 1\n", SERVER TABLES);
+    direct_spec(&r, direct, sizeof direct);
+    volatile int stop = 0;
+    oracle_job j[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        j[i] = (oracle_job){ .spec = r.c.spec, .opt = fault_options(),
+                              .pushes = 100000, .inflight = 8,
+                              .stop = &stop };
+        pthread_create(&th[i], NULL, oracle_run, &j[i]);
+    }
+    uint64_t x = seed | 1;
+    for (int cut = 0; cut < 10; cut++) {
+        sleep_ms(150);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        fp_faults f = { .cut_after = 1 + x % 5000 };
+        fp_set(r.p[cut % 2], (int)(x >> 32) % 2 ? FP_DOWN : FP_UP, &f);
+    }
+    sleep_ms(300);
+    stop = 1;
+    int acked = 0;
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        acked += j[i].acked;
+        if (j[i].failed)
+            print_error("client %d: %s\n", i, j[i].last_error);
+        EXPECT_INT(j[i].failed, 0, "client %d: pushes that failed", i);
+    }
+    uint64_t resets = 0;
+    for (int i = 0; i < 2; i++) {
+        fp_counts k;
+        fp_stats(r.p[i], &k);
+        resets += k.reset;
+    }
+    print_message("# %d pushes acknowledged across %llu resets\n", acked,
+                  (unsigned long long)resets);
+    EXPECT_INT(resets >= 5, 1, "connections reset (of 10 cuts)");
+    EXPECT_INT(acked > 0, 1, "pushes acknowledged");
+    check_counters(direct, acked, acked);
+    rig_stop(&r);
+}
+
+/* Pushes of one client (8 in flight) while the proxy in front of its node
+ * delays every frame by 75 +- 50 ms each way, 1 s at a time with short
+ * breaks; the handshake of each connection passes at once, so that a
+ * reconnection is not itself a victim of the timeout. Returns the
+ * client's stats; every push must be acknowledged. */
+static ps_stats_t push_through_latency(rig *r, int timeout_ms, int pushes)
+{
+    ps_options o = fault_options();
+    o.request_timeout_ms = timeout_ms;
+    int acked = 0, failed = 0;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, r->c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1;
+    ps_ts win[8] = { 0 };
+    fp_faults slow = { .delay_ms = 75, .jitter_ms = 50, .skip_frames = 1 };
+    fp_faults none = { 0 };
+    double t0 = now_s();
+    int on = 1;
+    fp_set(r->p[0], FP_BOTH, &slow);
+    for (int i = 0; i < pushes + 8; i++) {
+        if (win[i % 8] > 0) {
+            int rc = ps_wait(cl, win[i % 8]);
+            if (rc == PS_OK)
+                acked++;
+            else {
+                failed++;
+                print_error("%s\n", ps_last_error(cl));
+            }
+        }
+        win[i % 8] = i < pushes ? ps_push(cl, t, &key, 1, &one, NULL, NULL)
+                                : 0;
+        /* 1 s of latency, then 0.1 s without, and again. */
+        double el = now_s() - t0;
+        if (on && el > 1.0) {
+            fp_set(r->p[0], FP_BOTH, &none);
+            on = 0;
+        } else if (!on && el > 1.1) {
+            fp_set(r->p[0], FP_BOTH, &slow);
+            on = 1;
+            t0 = now_s();
+        }
+    }
+    fp_set(r->p[0], FP_BOTH, &none);
+    ps_stats_t st;
+    ps_stats(cl, &st);
+    ps_close(cl);
+    EXPECT_INT(failed, 0, "pushes that failed (request_timeout_ms %d)",
+               timeout_ms);
+    EXPECT_INT(acked, pushes, "pushes acknowledged");
+    return st;
+}
+
+/* Latency of 75 +- 50 ms each way, on and off: with request_timeout_ms
+ * far above it no attempt times out and nothing is sent again; with a
+ * request_timeout_ms inside the range of round trips (50..250 ms plus
+ * the server's time) attempts time out and go again, and still every
+ * push counts exactly once. */
+static void latency_resends_only_past_the_timeout_and_counts_once(
+    void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "workers = 1\n",
+              "[server]\nheartbeat_ms = 1000\npeer_timeout_ms = 10000\n"
+              TABLES);
+    ps_stats_t st = push_through_latency(&r, 3000, 40);
+    print_message("# timeout 3000 ms: %llu timeouts, %llu resends\n",
+                  (unsigned long long)st.timeouts,
+                  (unsigned long long)st.resends);
+    EXPECT_U64(st.timeouts, 0, "attempts that timed out with the timeout "
+               "far above the latency");
+    EXPECT_U64(st.resends, 0, "parts sent again with the timeout far above "
+               "the latency");
+    st = push_through_latency(&r, 150, 40);
+    print_message("# timeout 150 ms: %llu timeouts, %llu resends\n",
+                  (unsigned long long)st.timeouts,
+                  (unsigned long long)st.resends);
+    EXPECT_INT(st.resends > 0, 1, "parts sent again with the timeout inside "
+               "the latency's range");
+    char why[200];
+    if (oracle_check_n(r.c.spec, NULL, 1, 80, 80, why, sizeof why))
+        fail_msg("%s (acknowledged 80)", why);
+    rig_stop(&r);
+}
+
+/* ---- a mock server whose replies misbehave ------------------------------ */
+
+/* How the mock answers: each reply frame twice; each reply frame after
+ * replies of a (ts, part) never sent (and wrong rows) on the same
+ * connection; nothing on its first connection, then (on the next) each
+ * reply twice, so the answer to the first attempt arrives after the
+ * client gave up on it and sent it again; each reply frame followed by
+ * bytes that are no frame (a CRC that does not match), once a connection
+ * has had three. */
+enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING };
+
+typedef struct mock {
+    int listen_fd, port, mode;
+    volatile int stop;
+    int conns;                   /* connections accepted */
+    int replies;                 /* replies written, extras included */
+    pthread_t th;
+} mock;
+
+/* The row the mock serves for `key` (dim 1): never what a wrong reply
+ * carries. */
+static float mock_row(uint64_t key)
+{
+    return (float)key + 0.5f;
+}
+
+/* Answers the requests of one frame into o (its replies, in one frame;
+ * with bogus ones first when `unknown`). Returns the replies packed. */
+static int mock_answer(psw_out *o, const char *body, size_t len,
+                       int unknown)
+{
+    msgpack_zone z;
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    int packed = 0;
+    msgpack_zone_init(&z, 4096);
+    int n = psw_frame_decode(body, len, &z, &obj, err, sizeof err)
+                ? -1
+                : psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err,
+                                     sizeof err);
+    psw_out_frame_begin(o);
+    for (int i = 0; i < n; i++) {
+        psw_msg m;
+        if (psw_msg_decode(&msgs[i], &m, err, sizeof err) ||
+            psw_op_has(m.op, PSW_OPF_SESSION))
+            continue;            /* ACK, PING */
+        int pull = m.op == PSW_OP_PULL || m.op == PSW_OP_PUSHPULL;
+        size_t rows = pull ? m.nkeys * 4 : 0;
+        if (unknown) {
+            /* A ts never used, and a part this ts does not have, both
+             * with rows of the right size but the wrong values. */
+            char *p = psw_pack_reply(o, m.ts + 1000000, m.part, PSW_OK, NULL,
+                                     rows, 0);
+            for (size_t k = 0; p && k < rows; k++)
+                p[k] = (char)0xff;
+            p = psw_pack_reply(o, m.ts, m.part + 50, PSW_OK, NULL, rows, 0);
+            for (size_t k = 0; p && k < rows; k++)
+                p[k] = (char)0xff;
+            packed += 2;
+        }
+        char *p = psw_pack_reply(o, m.ts, m.part, PSW_OK, NULL, rows, 0);
+        for (size_t k = 0; p && k < m.nkeys; k++) {
+            float v = mock_row(psw_key_at(m.keys, k));
+            memcpy(p + 4 * k, &v, 4);
+        }
+        packed++;
+    }
+    psw_out_frame_end(o);
+    msgpack_zone_destroy(&z);
+    return packed;
+}
+
+/* Waits until fd has bytes to read (1) or the mock is told to stop (0). */
+static int mock_wait(const mock *mk, int fd)
+{
+    while (!mk->stop) {
+        struct pollfd p = { fd, POLLIN, 0 };
+        if (poll(&p, 1, 100) > 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void *mock_main(void *arg)
+{
+    mock *mk = arg;
+    while (!mk->stop) {
+        int fd = accept(mk->listen_fd, NULL, NULL);
+        if (fd < 0)
+            break;
+        int conn = ++mk->conns;
+        struct timeval tv = { 5, 0 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        size_t len;
+        char *f = mock_wait(mk, fd) ? raw_read_frame(fd, &len) : NULL;
+        if (!f) {
+            close(fd);
+            continue;
+        }
+        free(f);                 /* the HELLO */
+        char nodes[1][PSW_ADDR_MAX];
+        snprintf(nodes[0], sizeof nodes[0], "127.0.0.1:%d", mk->port);
+        psw_table_desc t[1] = { { 0, "t", 0, 1, 0, 0 } };
+        psw_cluster l = { .status = PSW_OK, .version = PSW_VERSION,
+                          .node_index = 0, .epoch = 1,
+                          .max_frame = 1 << 20, .shards = 4, .nnodes = 1,
+                          .nodes = nodes, .ntables = 1, .tables = t,
+                          .heartbeat_ms = 1000, .peer_timeout_ms = 60000,
+                          .proof_state = PSW_PROOF_NIL };
+        psw_out o;
+        psw_out_init(&o);
+        psw_out_frame_begin(&o);
+        psw_pack_hello_ok(&o, &l);
+        psw_out_frame_end(&o);
+        raw_send_out(fd, &o);
+        int frames = 0;
+        while (mock_wait(mk, fd) && (f = raw_read_frame(fd, &len))) {
+            if (mk->mode == MOCK_LATE && conn == 1) {
+                free(f);         /* swallowed: the client times out */
+                continue;
+            }
+            psw_out_reset(&o);
+            int n = mock_answer(&o, f, len, mk->mode == MOCK_UNKNOWN);
+            free(f);
+            if (!n)
+                continue;
+            raw_send_out(fd, &o);
+            mk->replies += n;
+            if (mk->mode == MOCK_TWICE || mk->mode == MOCK_LATE) {
+                raw_send_out(fd, &o);
+                mk->replies += n;
+            }
+            if (mk->mode == MOCK_TRAILING && ++frames >= 3) {
+                static const unsigned char junk[] = { 0, 0, 0, 6, 0x91,
+                                                      0x91, 1, 2, 3, 4 };
+                raw_send(fd, junk, sizeof junk);
+            }
+        }
+        psw_out_destroy(&o);
+        close(fd);
+    }
+    return NULL;
+}
+
+static void mock_start(mock *mk, int mode)
+{
+    memset(mk, 0, sizeof *mk);
+    mk->mode = mode;
+    mk->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    assert_int_equal(bind(mk->listen_fd, (struct sockaddr *)&a, sizeof a),
+                     0);
+    assert_int_equal(listen(mk->listen_fd, 8), 0);
+    getsockname(mk->listen_fd, (struct sockaddr *)&a, &alen);
+    mk->port = ntohs(a.sin_port);
+    pthread_create(&mk->th, NULL, mock_main, mk);
+}
+
+static void mock_stop(mock *mk)
+{
+    mk->stop = 1;
+    shutdown(mk->listen_fd, SHUT_RDWR);
+    pthread_join(mk->th, NULL);
+    close(mk->listen_fd);
+}
+
+#define MOCK_REQUESTS 200
+
+/* Completions seen per request of the client below. */
+static int mock_calls[MOCK_REQUESTS + 1];
+
+static void mock_count(ps_ts ts, int status, void *arg)
+{
+    (void)arg;
+    if (ts >= 1 && ts <= MOCK_REQUESTS && status == PS_OK)
+        mock_calls[ts]++;
+}
+
+/* MOCK_REQUESTS requests against a mock in `mode`, alternately a push and
+ * a pull of 4 keys, 8 at a time: each completes exactly once with PS_OK,
+ * each pull with the rows the mock serves (never those of a reply that
+ * answered nothing), and the client counts the extra replies it dropped.
+ * Returns the client's stats. */
+static ps_stats_t against_mock(int mode, const char *name)
+{
+    mock mk;
+    mock_start(&mk, mode);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
+    ps_options o = fault_options();
+    ps_client *cl;
+    int rc = ps_open(&cl, spec, &o);
+    if (rc != PS_OK) {
+        mock_stop(&mk);
+        fail_msg("%s: ps_open against the mock: %s", name, ps_strerror(rc));
+    }
+    memset(mock_calls, 0, sizeof mock_calls);
+    static uint64_t keys[MOCK_REQUESTS][4];
+    static float rows[MOCK_REQUESTS][4];
+    float ones[4] = { 1, 1, 1, 1 };
+    ps_ts win[8] = { 0 };
+    int failed = 0;
+    for (int i = 0; i < MOCK_REQUESTS + 8; i++) {
+        if (win[i % 8] > 0 && ps_wait(cl, win[i % 8]) != PS_OK) {
+            failed++;
+            print_error("%s: request %lld: %s\n", name,
+                        (long long)win[i % 8], ps_last_error(cl));
+        }
+        win[i % 8] = 0;
+        if (i >= MOCK_REQUESTS)
+            continue;
+        for (int k = 0; k < 4; k++) {
+            keys[i][k] = (uint64_t)i * 4 + (uint64_t)k + 7;
+            rows[i][k] = -1;
+        }
+        win[i % 8] = i % 2 ? ps_pull(cl, 0, keys[i], 4, rows[i], mock_count,
+                                     NULL)
+                           : ps_push(cl, 0, keys[i], 4, ones, mock_count,
+                                     NULL);
+        EXPECT_INT(win[i % 8], i + 1, "%s: ts of request %d", name, i);
+    }
+    ps_stats_t st;
+    ps_stats(cl, &st);
+    ps_close(cl);
+    mock_stop(&mk);
+    EXPECT_INT(failed, 0, "%s: requests that failed", name);
+    for (int ts = 1; ts <= MOCK_REQUESTS; ts++)
+        if (mock_calls[ts] != 1)
+            fail_msg("%s: request %d completed %d times, want once", name,
+                     ts, mock_calls[ts]);
+    for (int i = 1; i < MOCK_REQUESTS; i += 2)
+        for (int k = 0; k < 4; k++)
+            if (rows[i][k] != mock_row(keys[i][k]))
+                fail_msg("%s: pull %d got %g for key %llu, want %g", name,
+                         i + 1, (double)rows[i][k],
+                         (unsigned long long)keys[i][k],
+                         (double)mock_row(keys[i][k]));
+    print_message("# %s: %d connections, %d replies written; the client "
+                  "dropped %llu, resent %llu parts, reconnected %llu "
+                  "times\n", name, mk.conns, mk.replies,
+                  (unsigned long long)st.duplicates,
+                  (unsigned long long)st.resends,
+                  (unsigned long long)st.reconnects);
+    return st;
+}
+
+/* A server that answers twice, answers what was never asked, answers
+ * after the client gave up on an attempt, or follows its replies with
+ * bytes that are no frame: every request completes exactly once, with
+ * the rows of its own reply; extra replies are counted and dropped, and
+ * a bad frame costs the connection (its parts are sent again), never a
+ * wrong completion. */
+static void misbehaving_replies_complete_each_request_once(void **state)
+{
+    (void)state;
+    ps_stats_t st = against_mock(MOCK_TWICE, "every reply twice");
+    if (st.duplicates < MOCK_REQUESTS / 2)
+        fail_msg("every reply twice: %llu duplicates counted, want at least "
+                 "%d", (unsigned long long)st.duplicates, MOCK_REQUESTS / 2);
+    st = against_mock(MOCK_UNKNOWN, "replies to requests never made");
+    if (st.duplicates < MOCK_REQUESTS)
+        fail_msg("replies to requests never made: %llu counted, want at "
+                 "least %d", (unsigned long long)st.duplicates,
+                 MOCK_REQUESTS);
+    st = against_mock(MOCK_LATE, "replies after the client gave up");
+    EXPECT_INT(st.resends > 0, 1, "late replies: parts were sent again");
+    EXPECT_INT(st.duplicates > 0, 1, "late replies: extra replies counted");
+    st = against_mock(MOCK_TRAILING, "bytes after the replies");
+    EXPECT_INT(st.reconnects > 0, 1, "trailing bytes: the client "
+               "reconnected");
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -747,11 +1302,15 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             twenty_percent_frame_drop_both_ways_loses_and_doubles_nothing),
+        cmocka_unit_test(
+            half_the_frames_dropped_both_ways_loses_and_doubles_nothing),
         cmocka_unit_test(duplicated_and_reordered_frames_are_applied_once),
         cmocka_unit_test(flipped_bits_are_caught_and_never_applied),
         cmocka_unit_test(flipped_bits_in_large_replies_never_complete_a_pull),
+        cmocka_unit_test(flipped_bits_in_large_pushes_are_never_applied),
         cmocka_unit_test(stopped_server_resumed_applies_every_push_once),
         cmocka_unit_test(stopped_server_fails_requests_within_their_bound),
+        cmocka_unit_test(stopped_server_holds_callers_at_max_inflight_bytes),
         cmocka_unit_test(
             killed_and_restarted_node_is_a_pause_for_the_clients),
         cmocka_unit_test(
@@ -764,6 +1323,10 @@ int main(void)
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
         cmocka_unit_test(requeued_parts_keep_their_order_across_kinds),
         cmocka_unit_test(node_restarted_with_a_smaller_max_frame_gets_what_fits),
+        cmocka_unit_test(connections_cut_mid_frame_lose_and_double_nothing),
+        cmocka_unit_test(
+            latency_resends_only_past_the_timeout_and_counts_once),
+        cmocka_unit_test(misbehaving_replies_complete_each_request_once),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }

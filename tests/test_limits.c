@@ -1,14 +1,19 @@
 /* End-to-end tests of psd's limits against careless and hostile clients
- * (memory per connection and in total, frames that stop half-way, idle
- * and flooding connections, sparse growth, non-finite values, floods in
- * the log): real psd processes, raw sockets speaking the protocol by hand
- * for the bad behaviour, and a libpsclient client that keeps working and
- * checks its results meanwhile. */
+ * (memory per connection and in total, frames that stop half-way,
+ * declared counts and lengths no frame can hold, bytes of the wrong
+ * shape, max_frame to the byte, streams cut anywhere, readers that never
+ * read, idle and flooding connections, sparse growth, non-finite values,
+ * what a node remembers of each client, floods in the log): real psd
+ * processes, raw sockets speaking the protocol by hand for the bad
+ * behaviour, and a libpsclient client that keeps working and checks its
+ * results meanwhile. PSD_TEST_ONLY='*pattern*' runs the matching tests. */
 #define _DEFAULT_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -20,6 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -166,15 +172,15 @@ static int raw_closed_within(int fd, int ms)
     }
 }
 
-/* Sends a HELLO (a reader with the given client id) and returns the
- * status of the HELLO_OK (-100 when none came). */
-static int raw_hello_id(int fd, uint64_t id)
+/* Sends a HELLO (a reader with the given client id and incarnation) and
+ * returns the status of the HELLO_OK (-100 when none came). */
+static int raw_hello_as(int fd, uint64_t id, uint64_t incarnation)
 {
     psw_out o;
     psw_out_init(&o);
     psw_out_frame_begin(&o);
     psw_hello h = { .version = PSW_VERSION, .client_id = id,
-                    .incarnation = 1, .worker = -1 };
+                    .incarnation = incarnation, .worker = -1 };
     psw_pack_hello(&o, &h);
     psw_out_frame_end(&o);
     raw_send_out(fd, &o);
@@ -199,6 +205,12 @@ static int raw_hello_id(int fd, uint64_t id)
     msgpack_zone_destroy(&z);
     free(f);
     return status;
+}
+
+/* The same, incarnation 1. */
+static int raw_hello_id(int fd, uint64_t id)
+{
+    return raw_hello_as(fd, id, 1);
 }
 
 static int raw_hello(int fd)
@@ -751,6 +763,735 @@ static void frame_of_too_many_elements_is_refused(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* ---- hostile bytes: closed at once, counted, and cheap ----------------- */
+
+/* GET /metrics from 127.0.0.1:port: the value of `name{node="0"}`, or -1
+ * (no answer, or no such line). */
+static double node_metric(int port, const char *name)
+{
+    int fd = raw_connect(port);
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    raw_send(fd, req, strlen(req));
+    size_t cap = 1 << 20, len = 0;
+    char *out = malloc(cap);
+    ssize_t k;
+    while (out && len + 1 < cap && (k = recv(fd, out + len, cap - 1 - len,
+                                             0)) > 0)
+        len += (size_t)k;
+    close(fd);
+    double v = -1;
+    if (!out)
+        return v;
+    out[len] = '\0';
+    char want[128];
+    snprintf(want, sizeof want, "\n%s{node=\"0\"} ", name);
+    const char *at = strstr(out, want);
+    if (at)
+        v = strtod(at + strlen(want), NULL);
+    free(out);
+    return v;
+}
+
+/* Sends body (n bytes) as one frame: length, body and a right CRC. */
+static void raw_send_body(int fd, const void *body, size_t n)
+{
+    unsigned char h[4], t[4];
+    uint32_t crc = psw_crc32c(0, body, n), l = (uint32_t)n + PSW_FRAME_CRC;
+    for (int i = 0; i < 4; i++) {
+        h[i] = (unsigned char)(l >> (24 - 8 * i));
+        t[i] = (unsigned char)(crc >> (24 - 8 * i));
+    }
+    raw_send(fd, h, 4);
+    raw_send(fd, body, n);
+    raw_send(fd, t, 4);
+}
+
+/* One hostile input: its bytes, whether a HELLO goes first, and whether
+ * they go out as a frame's body (with length and CRC) or as they are. */
+typedef struct hostile {
+    const char *what;
+    const unsigned char *b;
+    size_t n;
+    int hello, framed;
+} hostile;
+
+/* Sends each input on a connection of its own and checks that psd closes
+ * that connection within a second, without a reply; then that the node's
+ * psd_protocol_errors_total rose by one for each, that it still serves
+ * an honest client, and (outside the sanitizers) that its peak RSS grew
+ * by less than max_frame + 1 MiB over what it was before. */
+static void expect_each_closed_and_counted(test_cluster *c, int mport,
+                                           const hostile *in, int n,
+                                           long max_frame_kib)
+{
+    ps_client *honest = open_or_fail(c->spec);
+    honest_add(honest, "counts", 1, 1);
+    sleep_ms(200);
+    long base = proc_kib(c->pid[0], "VmRSS:");
+    double before = node_metric(mport, "psd_protocol_errors_total");
+    EXPECT_INT(before >= 0, 1, "psd_protocol_errors_total is reported");
+    for (int i = 0; i < n; i++) {
+        int fd = raw_connect(c->port[0]);
+        if (in[i].hello)
+            EXPECT_INT(raw_hello_id(fd, 3000 + (uint64_t)i), 0,
+                       "HELLO before %s", in[i].what);
+        double t0 = now_s();
+        if (in[i].framed)
+            raw_send_body(fd, in[i].b, in[i].n);
+        else
+            raw_send(fd, in[i].b, in[i].n);
+        int closed = raw_closed_within(fd, 1000);
+        double took = now_s() - t0;
+        close(fd);
+        if (!closed || took > 1.0)
+            fail_msg("%s%s: connection %s after %.2f s, want it closed "
+                     "within 1 s", in[i].what,
+                     in[i].hello ? " (after HELLO)" : "",
+                     closed ? "closed" : "still open", took);
+    }
+    EXPECT_INT(cluster_alive(c, 0), 1, "psd is alive");
+    honest_add(honest, "counts", 1, 2);
+    double after = node_metric(mport, "psd_protocol_errors_total");
+    EXPECT_INT((long long)(after - before), n,
+               "psd_protocol_errors_total rose by (%g before)", before);
+    long hwm = proc_kib(c->pid[0], "VmHWM:");
+    print_message("# psd RSS %ld KiB before, peak %ld KiB after %d hostile "
+                  "inputs\n", base, hwm, n);
+    if (rss_checked() && hwm - base >= max_frame_kib + 1024)
+        fail_msg("psd's peak RSS grew by %ld KiB, want less than max_frame "
+                 "+ 1 MiB = %ld KiB", hwm - base, max_frame_kib + 1024);
+    ps_close(honest);
+}
+
+/* A node with max_frame 1M, a sparse table and /metrics on a free port
+ * (*mport). */
+static void start_hostile_node(test_cluster *c, int *mport)
+{
+    char conf[256];
+    *mport = cluster_free_port();
+    snprintf(conf, sizeof conf, "[server]\nmax_frame = 1M\n"
+             "metrics_listen = 127.0.0.1:%d\n" SPARSE, *mport);
+    if (cluster_start(c, 1, 4, conf))
+        fail_msg("cluster did not start");
+}
+
+/* Declared counts and lengths that no frame can hold (a frame length of
+ * 2^32 - 1, array32 and map32 of 2^31 elements, str32 and bin32 of
+ * 4 GiB, a count larger than the bytes left), 10^5 nested arrays, and a
+ * length one byte over max_frame: each connection is closed within a
+ * second, psd allocates nothing for what was declared, and it survives. */
+static void count_and_length_bombs_close_within_a_second_and_cost_no_memory(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport;
+    start_hostile_node(&c, &mport);
+    static const unsigned char len_max[] = { 0xff, 0xff, 0xff, 0xff };
+    /* max_frame (1M) + 1 byte of body, and its CRC. */
+    static const unsigned char len_over[] = { 0x00, 0x10, 0x00, 0x05 };
+    static const unsigned char array32[] = { 0xdd, 0x80, 0, 0, 0 };
+    static const unsigned char map32[] = { 0x91, 0xdf, 0x80, 0, 0, 0 };
+    static const unsigned char str32[] = { 0x91, 0xdb, 0xff, 0xff, 0xff,
+                                           0xff };
+    static const unsigned char bin32[] = { 0x91, 0xc6, 0xff, 0xff, 0xff,
+                                           0xff };
+    static const unsigned char past_end[] = { 0xdd, 0, 0, 0, 0x10, 0x91,
+                                              0xc0 };
+    enum { DEEP = 100000 };
+    unsigned char *deep = malloc(DEEP + 1);
+    memset(deep, 0x91, DEEP);
+    deep[DEEP] = 0xc0;
+    const hostile in[] = {
+        { "frame length 2^32-1", len_max, 4, 0, 0 },
+        { "frame length 2^32-1", len_max, 4, 1, 0 },
+        { "frame length max_frame + 1", len_over, 4, 1, 0 },
+        { "array32 of 2^31", array32, sizeof array32, 1, 1 },
+        { "map32 of 2^31 pairs", map32, sizeof map32, 1, 1 },
+        { "str32 of 4 GiB", str32, sizeof str32, 1, 1 },
+        { "bin32 of 4 GiB", bin32, sizeof bin32, 1, 1 },
+        { "a count past the frame's end", past_end, sizeof past_end, 1, 1 },
+        { "10^5 nested arrays", deep, DEEP + 1, 1, 1 },
+    };
+    expect_each_closed_and_counted(&c, mport, in, sizeof in / sizeof in[0],
+                                   1024);
+    free(deep);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* Bytes of another protocol or none (an HTTP request, random bytes), and
+ * msgpack of the wrong shape (a map for a frame, messages that are not
+ * arrays, an empty message, an unknown op, a REPLY, a second HELLO): each
+ * connection is closed within a second and counted in
+ * psd_protocol_errors_total. A request naming a table that does not exist
+ * is well formed: it gets a typed error reply and the connection stays. */
+static void garbage_and_wrong_shapes_close_within_a_second_and_are_counted(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport;
+    start_hostile_node(&c, &mport);
+    static const unsigned char http[] = "GET / HTTP/1.0\r\n\r\n";
+    /* More than max_frame + 4 bytes: whatever length they start with,
+     * the frame is too long or complete with a wrong CRC. */
+    enum { RANDOM = (1 << 20) + 4096 };
+    unsigned char *noise = malloc(RANDOM);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < RANDOM; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise[i] = (unsigned char)x;
+    }
+    static const unsigned char map[] = { 0x81, 0x01, 0x02 };
+    static const unsigned char ints[] = { 0x93, 0x01, 0x02, 0x03 };
+    static const unsigned char empty[] = { 0x91, 0x90 };
+    static const unsigned char unknown_op[] = { 0x91, 0x93, 0x63, 0x01,
+                                                0x00 };
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_reply(&o, 1, 0, PSW_OK, NULL, 0, 0);
+    psw_out_frame_end(&o);
+    size_t cnt = psw_out_iovcnt(&o);
+    struct iovec iov[4];
+    assert_true(cnt <= 4);
+    psw_out_iov(&o, iov);
+    size_t rlen = 0;
+    unsigned char reply[256];
+    for (size_t i = 0; i < cnt; i++) {
+        assert_true(rlen + iov[i].iov_len <= sizeof reply);
+        memcpy(reply + rlen, iov[i].iov_base, iov[i].iov_len);
+        rlen += iov[i].iov_len;
+    }
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { .version = PSW_VERSION, .client_id = 9,
+                    .incarnation = 1, .worker = -1 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    cnt = psw_out_iovcnt(&o);
+    assert_true(cnt <= 4);
+    psw_out_iov(&o, iov);
+    size_t hlen = 0;
+    unsigned char hello[256];
+    for (size_t i = 0; i < cnt; i++) {
+        assert_true(hlen + iov[i].iov_len <= sizeof hello);
+        memcpy(hello + hlen, iov[i].iov_base, iov[i].iov_len);
+        hlen += iov[i].iov_len;
+    }
+    psw_out_destroy(&o);
+    const hostile in[] = {
+        { "an HTTP request", http, sizeof http - 1, 0, 0 },
+        { "an HTTP request", http, sizeof http - 1, 1, 0 },
+        { "random bytes", noise, RANDOM, 0, 0 },
+        { "random bytes", noise, RANDOM, 1, 0 },
+        { "a map for a frame", map, sizeof map, 1, 1 },
+        { "messages that are integers", ints, sizeof ints, 1, 1 },
+        { "an empty message", empty, sizeof empty, 1, 1 },
+        { "an unknown op", unknown_op, sizeof unknown_op, 1, 1 },
+        { "a REPLY sent to the server", reply, rlen, 1, 0 },
+        { "a second HELLO", hello, hlen, 1, 0 },
+    };
+    expect_each_closed_and_counted(&c, mport, in, sizeof in / sizeof in[0],
+                                   1024);
+    free(noise);
+    /* A table that does not exist: a typed error, and the connection
+     * goes on. */
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    uint64_t key = 3;
+    float one = 1;
+    psw_msg push = { .op = PSW_OP_PUSH, .ts = 1, .table = 77,
+                     .keys = (const char *)&key, .nkeys = 1,
+                     .vals = (const char *)&one, .vals_len = 4 };
+    raw_send_msgs(fd, &push, 1);
+    psw_msg r;
+    msgpack_zone z;
+    char *f;
+    raw_read_reply(fd, &r, &z, &f);
+    EXPECT_U64(r.ts, 1, "ts of the reply");
+    EXPECT_INT(r.status, PSW_ENOTABLE, "status of a push to table 77");
+    msgpack_zone_destroy(&z);
+    free(f);
+    push.ts = 2;
+    push.table = 0;
+    raw_send_msgs(fd, &push, 1);
+    raw_read_reply(fd, &r, &z, &f);
+    EXPECT_INT(r.status, 0, "a push to table 0 on the same connection");
+    msgpack_zone_destroy(&z);
+    free(f);
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- the size limit, to the byte --------------------------------------- */
+
+/* The bytes of one frame holding a push of +1 to key `key` of table 0
+ * (ts one of tsa[0..1], which take 1 and 2 bytes) and a PUSH_RANGE of
+ * ones to rows 0.. of table 1 (ts one of tsb[0..3], which take 1, 2, 3
+ * and 5 bytes), whose body is exactly `body` bytes (malloc'd, *len set;
+ * *rows: the rows pushed). */
+static char *frame_with_body(size_t body, uint64_t key, const uint64_t tsa[2],
+                             const uint64_t tsb[4], const float *ones,
+                             size_t *len, uint64_t *rows)
+{
+    for (uint64_t n = (body - 128) / 4; n <= body / 4; n++)
+        for (int e = 0; e < 8; e++) {
+            static const float one = 1;
+            psw_msg m[2] = {
+                { .op = PSW_OP_PUSH, .ts = tsa[e / 4], .table = 0,
+                  .keys = (const char *)&key, .nkeys = 1,
+                  .vals = (const char *)&one, .vals_len = 4 },
+                { .op = PSW_OP_PUSH_RANGE, .ts = tsb[e % 4], .table = 1,
+                  .first = 0, .count = n, .vals = (const char *)ones,
+                  .vals_len = n * 4 },
+            };
+            char *f = frame_bytes(m, 2, len);
+            if (*len - 2 * PSW_FRAME_CRC == body) {
+                *rows = n;
+                return f;
+            }
+            free(f);
+        }
+    fail_msg("no frame of a %zu-byte body", body);
+    return NULL;
+}
+
+/* A request frame whose body is exactly max_frame is served whole; one
+ * whose body is one byte longer is refused (the connection closes, with
+ * a log line) and nothing of it is applied. A pull of a table far larger
+ * than max_frame is served in parts and arrives whole. */
+static void frame_of_max_frame_is_served_and_one_byte_more_applies_nothing(
+    void **state)
+{
+    (void)state;
+    enum { MAX = 65536, ROWS = 100000 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_frame = 64K\n" SPARSE
+                      "[table.d]\nkind = dense\nrows = 100000\ndim = 1\n"
+                      "updater = sum\n"))
+        fail_msg("cluster did not start");
+    float *ones = malloc(ROWS * sizeof *ones);
+    for (size_t i = 0; i < ROWS; i++)
+        ones[i] = 1;
+    size_t len;
+    uint64_t rows, rows_over;
+    const uint64_t tsa_ok[2] = { 1, 130 }, tsa_over[2] = { 2, 131 };
+    const uint64_t tsb_ok[4] = { 10, 200, 40000, 100000 };
+    const uint64_t tsb_over[4] = { 11, 201, 40001, 100001 };
+    char *ok = frame_with_body(MAX, 5, tsa_ok, tsb_ok, ones, &len, &rows);
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    raw_send(fd, ok, len);
+    free(ok);
+    for (int seen = 0; seen < 2;) {
+        psw_msg r[2];
+        msgpack_zone z;
+        char *f;
+        int n = raw_read_replies(fd, r, 2 - seen, &z, &f);
+        for (int k = 0; k < n; k++, seen++)
+            EXPECT_INT(r[k].status, 0, "reply %d to the frame of max_frame "
+                       "bytes", seen);
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+    char *over = frame_with_body(MAX + 1, 5, tsa_over, tsb_over, ones, &len,
+                                 &rows_over);
+    raw_send(fd, over, len);
+    free(over);
+    EXPECT_INT(raw_closed_within(fd, 3000), 1, "the connection of a frame "
+               "of max_frame + 1 bytes is closed");
+    close(fd);
+    EXPECT_INT(cluster_log_wait(&c, 0, "closing connection from", 1000), 1,
+               "a log line says why");
+    /* The first frame once, the second not at all. */
+    ps_client *pc = open_or_fail(c.spec);
+    uint64_t key = 5;
+    float got = -1;
+    wait_ok(pc, ps_pull(pc, 0, &key, 1, &got, NULL, NULL));
+    EXPECT_FLOAT(got, 1, "key 5 after both frames");
+    float *all = malloc(ROWS * sizeof *all);
+    wait_ok(pc, ps_pull_range(pc, 1, 0, ROWS, all, NULL, NULL));
+    for (uint64_t i = 0; i < ROWS; i++) {
+        float want = i < rows ? 1 : 0;
+        if (all[i] != want)
+            fail_msg("row %llu is %g, want %g (the frame of max_frame bytes "
+                     "pushed rows 0..%llu, the larger one %llu rows that "
+                     "must not be applied)", (unsigned long long)i,
+                     (double)all[i], (double)want,
+                     (unsigned long long)rows - 1,
+                     (unsigned long long)rows_over);
+    }
+    free(all);
+    free(ones);
+    ps_close(pc);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* Huge key lists: one pull of 100,000 keys whose rows (1.6 MB at dim 4)
+ * would not fit a reply frame is answered ETOOBIG and the connection
+ * goes on; a frame of three pulls of 40,000 keys, each of whose rows
+ * would fit but not all three together, is refused whole (the
+ * connection closes, with a log line); psd goes on serving. */
+static void huge_key_lists_get_etoobig_or_close_the_connection(
+    void **state)
+{
+    (void)state;
+    enum { ONE = 100000, EACH = 40000 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_frame = 1M\n"
+                      "[table.e]\nkind = sparse\ndim = 4\n"))
+        fail_msg("cluster did not start");
+    uint64_t *keys = malloc(3 * EACH * sizeof *keys);     /* > ONE */
+    for (size_t i = 0; i < 3 * EACH; i++)
+        keys[i] = i * 7919;
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    psw_msg pull = { .op = PSW_OP_PULL, .ts = 1, .table = 0,
+                     .keys = (const char *)keys, .nkeys = ONE };
+    raw_send_msgs(fd, &pull, 1);
+    psw_msg r;
+    msgpack_zone z;
+    char *f;
+    raw_read_reply(fd, &r, &z, &f);
+    EXPECT_U64(r.ts, 1, "ts of the reply");
+    EXPECT_INT(r.status, PSW_ETOOBIG, "status of a pull of 1.6 MB of rows");
+    EXPECT_U64(r.vals_len, 0, "rows in that reply");
+    msgpack_zone_destroy(&z);
+    free(f);
+    psw_msg three[3];
+    for (int i = 0; i < 3; i++)
+        three[i] = (psw_msg){ .op = PSW_OP_PULL, .ts = 2 + (uint64_t)i,
+                              .table = 0,
+                              .keys = (const char *)(keys + i * EACH),
+                              .nkeys = EACH };
+    raw_send_msgs(fd, three, 3);
+    EXPECT_INT(raw_closed_within(fd, 3000), 1, "the connection of a frame "
+               "whose pulls would carry 1.9 MB of rows is closed");
+    close(fd);
+    EXPECT_INT(log_lines_with(&c, "would carry") >= 1, 1,
+               "a log line says why");
+    free(keys);
+    ps_client *honest = open_or_fail(c.spec);
+    int t = ps_table(honest, "e", NULL);
+    uint64_t key = 5;
+    float row[4];
+    wait_ok(honest, ps_pull(honest, t, &key, 1, row, NULL, NULL));
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- the same stream, however it is cut -------------------------------- */
+
+typedef struct bytes {
+    char *p;
+    size_t n;
+} bytes;
+
+static void bytes_add(bytes *b, const void *p, size_t n)
+{
+    b->p = realloc(b->p, b->n + n);
+    assert_non_null(b->p);
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+
+/* Appends a frame of the n messages m to b. */
+static void stream_frame(bytes *b, const psw_msg *m, int n)
+{
+    size_t len;
+    char *f = frame_bytes(m, n, &len);
+    bytes_add(b, f, len);
+    free(f);
+}
+
+#define SPLIT_LAST_TS 200
+#define SPLIT_BIG 40000          /* rows of table big: 160 KB a push */
+
+/* A HELLO as client `id`, then frames of every kind of request to table d
+ * (dense, 64 rows of dim 4), table s (sparse, dim 2) and table big
+ * (dense, SPLIT_BIG rows of dim 1), all updater assign, so that the
+ * stream leaves the same rows however often it runs and reads only rows
+ * it wrote itself: ranges, keyed pushes and pulls, a pushpull, several
+ * requests in one frame, errors (rows past the end, a table that does not
+ * exist, non-finite values), an ACK, many small frames, frames larger
+ * than a read, and last a pull with ts SPLIT_LAST_TS. */
+static bytes split_stream(uint64_t id)
+{
+    bytes b = { NULL, 0 };
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { .version = PSW_VERSION, .client_id = id,
+                    .incarnation = 1, .worker = -1 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    size_t cnt = psw_out_iovcnt(&o);
+    struct iovec iov[8];
+    assert_true(cnt <= 8);
+    psw_out_iov(&o, iov);
+    for (size_t i = 0; i < cnt; i++)
+        bytes_add(&b, iov[i].iov_base, iov[i].iov_len);
+    psw_out_destroy(&o);
+    static float rows[64 * 4], pair[3 * 2];
+    static const uint64_t keys[3] = { 1, 1000, 77 }, pulled[3] = { 77, 1,
+                                                                   1000 };
+    static const uint64_t five = 5;
+    for (int i = 0; i < 64 * 4; i++)
+        rows[i] = (float)i / 4;
+    for (int i = 0; i < 6; i++)
+        pair[i] = (float)i - 2.5f;
+    uint64_t ts = 1;
+    psw_msg m[3];
+    m[0] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ts++, .table = 0,
+                      .first = 0, .count = 64, .vals = (const char *)rows,
+                      .vals_len = sizeof rows };
+    stream_frame(&b, m, 1);
+    m[0] = (psw_msg){ .op = PSW_OP_PULL_RANGE, .ts = ts++, .table = 0,
+                      .first = 0, .count = 64 };
+    stream_frame(&b, m, 1);
+    m[0] = (psw_msg){ .op = PSW_OP_PUSH, .ts = ts++, .table = 1,
+                      .keys = (const char *)keys, .nkeys = 3,
+                      .vals = (const char *)pair, .vals_len = sizeof pair };
+    m[1] = (psw_msg){ .op = PSW_OP_PULL, .ts = ts++, .table = 1,
+                      .keys = (const char *)pulled, .nkeys = 3 };
+    m[2] = (psw_msg){ .op = PSW_OP_PUSHPULL, .ts = ts++, .table = 1,
+                      .keys = (const char *)&five, .nkeys = 1,
+                      .vals = (const char *)pair, .vals_len = 8 };
+    stream_frame(&b, m, 3);
+    m[0] = (psw_msg){ .op = PSW_OP_PULL_RANGE, .ts = ts++, .table = 0,
+                      .first = 60, .count = 10 };
+    m[1] = (psw_msg){ .op = PSW_OP_PUSH, .ts = ts++, .table = 9,
+                      .keys = (const char *)&five, .nkeys = 1,
+                      .vals = (const char *)pair, .vals_len = 8 };
+    stream_frame(&b, m, 2);
+    m[0] = (psw_msg){ .op = PSW_OP_ACK, .value = ts };
+    stream_frame(&b, m, 1);
+    for (int i = 0; i < 60; i++) {
+        if (i % 2)
+            m[0] = (psw_msg){ .op = PSW_OP_PULL, .ts = ts++, .table = 1,
+                              .keys = (const char *)&keys[i % 3],
+                              .nkeys = 1 };
+        else
+            m[0] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ts++,
+                              .table = 0, .first = (uint64_t)i, .count = 1,
+                              .vals = (const char *)&rows[4 * i],
+                              .vals_len = 16 };
+        stream_frame(&b, m, 1);
+    }
+    /* Pushes larger than a read, which psd scans for NaN and infinities
+     * as their bytes arrive: a finite one, then ones with a NaN in the
+     * middle and an infinity at the end (refused whole), then a pull
+     * of it all. */
+    static float big[SPLIT_BIG];
+    for (int i = 0; i < SPLIT_BIG; i++)
+        big[i] = (float)i;
+    m[0] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ts++, .table = 2,
+                      .first = 0, .count = SPLIT_BIG,
+                      .vals = (const char *)big, .vals_len = sizeof big };
+    stream_frame(&b, m, 1);
+    big[SPLIT_BIG / 2] = NAN;
+    m[0].ts = ts++;
+    stream_frame(&b, m, 1);
+    big[SPLIT_BIG / 2] = 0;
+    big[SPLIT_BIG - 1] = INFINITY;
+    m[0].ts = ts++;
+    stream_frame(&b, m, 1);
+    big[SPLIT_BIG - 1] = (float)(SPLIT_BIG - 1);
+    m[0] = (psw_msg){ .op = PSW_OP_PULL_RANGE, .ts = ts++, .table = 2,
+                      .first = 0, .count = SPLIT_BIG };
+    stream_frame(&b, m, 1);
+    assert_true(ts < SPLIT_LAST_TS);
+    m[0] = (psw_msg){ .op = PSW_OP_PUSH_RANGE, .ts = ts++, .table = 0,
+                      .first = 0, .count = 64, .vals = (const char *)rows,
+                      .vals_len = sizeof rows };
+    m[1] = (psw_msg){ .op = PSW_OP_PULL_RANGE, .ts = SPLIT_LAST_TS,
+                      .table = 0, .first = 0, .count = 64 };
+    stream_frame(&b, m, 2);
+    return b;
+}
+
+/* Sends s to node 0 cut as `how` says (0: all at once, 1: byte by byte,
+ * 2: random pieces of 1..997 bytes, 3: 4-byte pieces) and returns every
+ * frame psd sent back until the reply to SPLIT_LAST_TS: each as its
+ * 4-byte length and its body. */
+static bytes split_run(const test_cluster *c, const bytes *s, int how)
+{
+    int fd = raw_connect(c->port[0]);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    uint32_t x = 12345;
+    for (size_t at = 0, k; at < s->n; at += k) {
+        x = x * 1103515245u + 12345u;
+        k = how == 0 ? s->n : how == 1 ? 1 : how == 3 ? 4
+                                          : 1 + (x >> 8) % 997;
+        if (k > s->n - at)
+            k = s->n - at;
+        raw_send(fd, s->p + at, k);
+    }
+    bytes got = { NULL, 0 };
+    for (int done = 0, first = 1; !done; first = 0) {
+        size_t len;
+        char *f = raw_read_frame(fd, &len);
+        if (!f)
+            fail_msg("cut %d: psd closed the connection or sent nothing "
+                     "after %zu bytes of replies", how, got.n);
+        unsigned char h[4] = { (unsigned char)(len >> 24),
+                               (unsigned char)(len >> 16),
+                               (unsigned char)(len >> 8),
+                               (unsigned char)len };
+        bytes_add(&got, h, 4);
+        bytes_add(&got, f, len);
+        msgpack_zone z;
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        msgpack_zone_init(&z, 4096);
+        int n = psw_frame_decode(f, len, &z, &obj, err, sizeof err)
+                    ? -1
+                    : psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err,
+                                         sizeof err);
+        if (n < 1)
+            fail_msg("cut %d: a reply frame: %s", how, err);
+        for (int i = 0; i < n && !first; i++) {
+            psw_msg r;
+            if (psw_msg_decode(&msgs[i], &r, err, sizeof err))
+                fail_msg("cut %d: a reply: %s", how, err);
+            done |= r.op == PSW_OP_REPLY && r.ts == SPLIT_LAST_TS;
+        }
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+    close(fd);
+    return got;
+}
+
+/* The same request stream sent whole, byte by byte, in random pieces and
+ * in 4-byte pieces gets byte-identical replies: the same frames, holding
+ * the same replies, in the same order. */
+static void a_stream_cut_anywhere_gets_byte_identical_replies(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nheartbeat_ms = 30000\n"
+                      "peer_timeout_ms = 60000\n"
+                      "[table.d]\nkind = dense\nrows = 64\ndim = 4\n"
+                      "updater = assign\n"
+                      "[table.s]\nkind = sparse\ndim = 2\nupdater = assign\n"
+                      "[table.big]\nkind = dense\nrows = 40000\ndim = 1\n"
+                      "updater = assign\n"))
+        fail_msg("cluster did not start");
+    static const char *const cut[] = { "whole", "byte by byte",
+                                       "random pieces", "4-byte pieces" };
+    bytes want = { NULL, 0 };
+    for (int how = 0; how < 4; how++) {
+        bytes s = split_stream(600 + (uint64_t)how);
+        bytes got = split_run(&c, &s, how);
+        print_message("# %s: %zu bytes sent, %zu bytes of replies\n",
+                      cut[how], s.n, got.n);
+        if (how == 0) {
+            want = got;
+        } else {
+            size_t i = 0;
+            while (i < got.n && i < want.n && got.p[i] == want.p[i])
+                i++;
+            if (got.n != want.n || i < got.n)
+                fail_msg("sent %s, the replies differ from those to the "
+                         "stream sent whole at byte %zu (%zu bytes, want "
+                         "%zu)", cut[how], i, got.n, want.n);
+            free(got.p);
+        }
+        free(s.p);
+    }
+    free(want.p);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- a reader that never reads ----------------------------------------- */
+
+/* Round trips (a push and a pull of row 999999 of table d) of an honest
+ * client, in ms; *next is the value the row should then hold. */
+static void honest_round_trips(ps_client *h, double *ms, int n, float *next)
+{
+    for (int i = 0; i < n; i++) {
+        double t0 = now_s();
+        honest_add(h, "d", 999999, *next);
+        *next += 1;
+        ms[i] = (now_s() - t0) * 1000;
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The 99th percentile of n figures (sorted in place). */
+static double p99(double *ms, int n)
+{
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    return ms[(n * 99) / 100];
+}
+
+/* A client that asks for 4 MiB of rows again and again and never reads
+ * (it sends PINGs, which psd does not read either once it stopped
+ * reading that connection): psd stops reading it at max_output, is owed
+ * no more than that, and closes it after peer_timeout_ms with a log line,
+ * since neither a byte read nor a drained write showed it alive. Its
+ * memory stays within max_output and max_frame, and an honest client's
+ * 99th-percentile round trip meanwhile stays within a wide margin of the
+ * one before. */
+static void a_reader_that_never_reads_is_closed_and_costs_others_nothing(
+    void **state)
+{
+    (void)state;
+    enum { ROUNDS = 200, MOST = 100 * ROUNDS };
+    test_cluster c;
+    int fd = start_dense_raw(&c, 4, "max_frame = 4M\nmax_output = 1M\n"
+                             "heartbeat_ms = 100\npeer_timeout_ms = 1500\n");
+    ps_client *honest = open_or_fail(c.spec);
+    static double before[ROUNDS], during[MOST];
+    float next = 3.5f;
+    honest_round_trips(honest, before, ROUNDS, &next);
+    sleep_ms(100);
+    long base = proc_kib(c.pid[0], "VmRSS:");
+    double t0 = now_s();
+    /* 40 pulls of 1,000,000 rows: 160 MB of replies asked for. */
+    send_pulls(fd, 1, 40, 1000000);
+    int closed = 0, n = 0;
+    while (!closed && n + ROUNDS <= MOST && now_s() - t0 < 6) {
+        psw_msg ping = { .op = PSW_OP_PING };
+        size_t len;
+        char *b = frame_bytes(&ping, 1, &len);
+        (void)!send(fd, b, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        free(b);
+        honest_round_trips(honest, during + n, ROUNDS, &next);
+        n += ROUNDS;
+        closed = log_lines_with(&c, "presumed dead") > 0;
+    }
+    double took = now_s() - t0;
+    long hwm = proc_kib(c.pid[0], "VmHWM:");
+    double p_before = p99(before, ROUNDS), p_during = p99(during, n);
+    print_message("# closed after %.2f s; psd RSS %ld KiB before, peak %ld "
+                  "KiB; honest p99 %.2f ms before, %.2f ms during\n", took,
+                  base, hwm, p_before, p_during);
+    EXPECT_INT(closed, 1, "psd closed the reader within 6 s (peer_timeout_ms "
+               "1.5 s)");
+    /* max_output, one frame's bound past it, allocator slack. */
+    if (rss_checked() && hwm - base > 1024 + 4 * 1024 + 2048)
+        fail_msg("psd's peak RSS grew by %ld KiB, want at most max_output "
+                 "+ max_frame + 2 MiB", hwm - base);
+    if (p_during > 10 * p_before + 250)
+        fail_msg("the honest client's p99 went from %.2f ms to %.2f ms",
+                 p_before, p_during);
+    close(fd);
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- 2. no lock-outs ----------------------------------------------------- */
 
 /* Connections that said HELLO and then only PING (alive, asking nothing)
@@ -841,6 +1582,89 @@ static void one_address_cannot_take_every_slot_and_floods_no_log(
                  "within 10 s)", lines, N);
     ps_close(honest);
     for (int i = 0; i < 4; i++)
+        close(kept[i]);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* Open descriptors of pid. */
+static int fd_count(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* max_connections + 100 sockets at once, none of the first ones idle: the
+ * 100 extra get a typed refusal (HELLO_OK with EBUSY) and are closed, so
+ * psd's descriptors stay within max_connections plus its own, and the
+ * counters of /metrics say what happened. */
+static void a_flood_past_max_connections_is_refused_with_bounded_fds(
+    void **state)
+{
+    (void)state;
+    enum { MAX = 16, EXTRA = 100 };
+    test_cluster c;
+    int mport = cluster_free_port();
+    char conf[256];
+    snprintf(conf, sizeof conf, "[server]\nmax_connections = %d\n"
+             "metrics_listen = 127.0.0.1:%d\n" SPARSE, MAX, mport);
+    if (cluster_start(&c, 1, 4, conf))
+        fail_msg("cluster did not start");
+    sleep_ms(100);
+    int base = fd_count(c.pid[0]);
+    double accepted0 = node_metric(mport, "psd_connections_accepted_total");
+    double refused0 = node_metric(mport, "psd_connections_refused_total");
+    int kept[MAX], extra[EXTRA];
+    for (int i = 0; i < MAX; i++) {
+        kept[i] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(kept[i], 800 + (uint64_t)i), 0, "HELLO %d",
+                   i);
+    }
+    pinger_start(kept, MAX);
+    for (int i = 0; i < EXTRA; i++)
+        extra[i] = raw_connect(c.port[0]);
+    int refused = 0;
+    for (int i = 0; i < EXTRA; i++)
+        refused += raw_hello_id(extra[i], 900 + (uint64_t)i) == PSW_EBUSY;
+    EXPECT_INT(refused, EXTRA, "connections refused with EBUSY");
+    int closed = 0;
+    for (int i = 0; i < EXTRA; i++)
+        closed += raw_closed_within(extra[i], 3000);
+    EXPECT_INT(closed, EXTRA, "refused connections closed by psd");
+    /* Ours are still open: psd's count must not include them (once psd
+     * has finished closing the last ones). */
+    int fds = fd_count(c.pid[0]);
+    for (int t = 0; t < 100 && fds > base + MAX; t++) {
+        sleep_ms(20);
+        fds = fd_count(c.pid[0]);
+    }
+    print_message("# psd holds %d descriptors at rest, %d with %d clients "
+                  "and %d refused ones still open on our side\n", base, fds,
+                  MAX, EXTRA);
+    if (fds > base + MAX)
+        fail_msg("psd holds %d descriptors, want at most %d (its own %d + "
+                 "max_connections %d)", fds, base + MAX, base, MAX);
+    double accepted = node_metric(mport, "psd_connections_accepted_total");
+    double refused_m = node_metric(mport, "psd_connections_refused_total");
+    EXPECT_INT((long long)(accepted - accepted0), MAX,
+               "psd_connections_accepted_total rose by");
+    EXPECT_INT((long long)(refused_m - refused0), EXTRA,
+               "psd_connections_refused_total rose by");
+    pinger_stop();
+    for (int i = 0; i < EXTRA; i++)
+        close(extra[i]);
+    close(kept[0]);
+    sleep_ms(100);
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 4, 1);
+    ps_close(honest);
+    for (int i = 1; i < MAX; i++)
         close(kept[i]);
     assert_int_equal(cluster_stop(&c), 0);
 }
@@ -1251,6 +2075,95 @@ static void remembered_pushes_are_bounded_per_client_and_per_node(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A client that starts again (a new process, or a client object made
+ * anew) counts its timestamps from 1 again. With the same client id but a
+ * new incarnation it is another client: its pushes are applied, not taken
+ * for retransmissions of the old incarnation's; and the old incarnation's
+ * retransmissions are still recognised. */
+static void a_new_incarnation_counting_from_ts_1_has_its_pushes_applied(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, SPARSE))
+        fail_msg("cluster did not start");
+    int old = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_as(old, 42, 1), 0, "HELLO of incarnation 1");
+    raw_pushes_ok(old, 1, 3);
+    close(old);
+    int anew = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_as(anew, 42, 2), 0, "HELLO of incarnation 2");
+    raw_pushes_ok(anew, 1, 3);
+    close(anew);
+    /* Incarnation 1 again: its push 2 is a retransmission. */
+    old = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_as(old, 42, 1), 0, "HELLO of incarnation 1 again");
+    raw_pushes_ok(old, 2, 2);
+    close(old);
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 3, 3 + 3 + 1);
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* 10^6 pushes of one client, 64 in flight, the client ACKing as it
+ * goes: what the node remembers of them for exactly-once stays
+ * within a window of what is in flight, and its memory stays put between
+ * push 100,000 and the last (remembering them all would take tens of
+ * MiB). */
+static void remembered_pushes_and_rss_stay_flat_over_a_long_run(void **state)
+{
+    (void)state;
+    enum { TOTAL = 1000000, EARLY = 100000, INFLIGHT = 64 };
+    test_cluster c;
+    int mport = cluster_free_port();
+    char conf[256];
+    snprintf(conf, sizeof conf, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             SPARSE, mport);
+    if (cluster_start(&c, 1, 4, conf))
+        fail_msg("cluster did not start");
+    ps_client *cl = open_or_fail(c.spec);
+    int t = ps_table(cl, "counts", NULL);
+    static ps_ts ts[INFLIGHT];
+    uint64_t key = 9;
+    float one = 1;
+    double mem_early = 0, most = 0;
+    long rss_early = 0;
+    for (int i = 0; i < TOTAL; i++) {
+        if (i >= INFLIGHT)
+            wait_ok(cl, ts[i % INFLIGHT]);
+        ts[i % INFLIGHT] = ps_push(cl, t, &key, 1, &one, NULL, NULL);
+        if (ts[i % INFLIGHT] < 0)
+            fail_msg("push %d refused: %s", i, ps_last_error(cl));
+        if (i % 50000 == 0 && i > 0) {
+            double m = node_metric(mport, "psd_remembered_pushes");
+            if (m > most)
+                most = m;
+            if (i == EARLY) {
+                mem_early = m;
+                rss_early = proc_kib(c.pid[0], "VmRSS:");
+            }
+        }
+    }
+    assert_int_equal(ps_wait_all(cl), PS_OK);
+    long rss = proc_kib(c.pid[0], "VmRSS:");
+    double mem = node_metric(mport, "psd_remembered_pushes");
+    print_message("# remembered pushes: %.0f at push %d, at most %.0f, %.0f "
+                  "at the end; RSS %ld KiB then, %ld KiB at the end\n",
+                  mem_early, EARLY, most, mem, rss_early, rss);
+    if (most > 4 * INFLIGHT + 256)
+        fail_msg("the node remembered up to %.0f pushes with %d in flight",
+                 most, INFLIGHT);
+    if (rss_checked() && rss - rss_early > 1024)
+        fail_msg("psd's RSS grew by %ld KiB from push %d to push %d, want "
+                 "at most 1 MiB", rss - rss_early, EARLY, TOTAL);
+    float v = 0;
+    wait_ok(cl, ps_pull(cl, t, &key, 1, &v, NULL, NULL));
+    EXPECT_FLOAT(v, (float)TOTAL, "the key after every push");
+    ps_close(cl);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- a connection's share of a loop turn ---------------------------- */
 
 #define TURN_ROWS 262144              /* rows of one 1 MiB push */
@@ -1454,6 +2367,8 @@ static void frames_beyond_a_turns_share_run_in_order_and_all_complete(
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("PSD_TEST_ONLY"))       /* e.g. PSD_TEST_ONLY='*bombs*' */
+        cmocka_set_test_filter(getenv("PSD_TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(rss_stays_within_max_client_memory_under_hostile_clients, teardown),
         cmocka_unit_test_teardown(connection_whose_buffer_would_pass_the_budget_is_closed, teardown),
@@ -1461,12 +2376,19 @@ int main(void)
         cmocka_unit_test_teardown(pull_reply_queued_during_a_push_carries_the_rows_before_it, teardown),
         cmocka_unit_test_teardown(overlapping_pulls_queued_during_a_push_carry_their_own_rows, teardown),
         cmocka_unit_test_teardown(shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing, teardown),
+        cmocka_unit_test_teardown(a_reader_that_never_reads_is_closed_and_costs_others_nothing, teardown),
         cmocka_unit_test_teardown(metrics_asked_while_stopping_are_answered, teardown),
         cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
+        cmocka_unit_test_teardown(count_and_length_bombs_close_within_a_second_and_cost_no_memory, teardown),
+        cmocka_unit_test_teardown(garbage_and_wrong_shapes_close_within_a_second_and_are_counted, teardown),
+        cmocka_unit_test_teardown(frame_of_max_frame_is_served_and_one_byte_more_applies_nothing, teardown),
+        cmocka_unit_test_teardown(huge_key_lists_get_etoobig_or_close_the_connection, teardown),
+        cmocka_unit_test_teardown(a_stream_cut_anywhere_gets_byte_identical_replies, teardown),
         cmocka_unit_test_teardown(idle_connections_make_room_for_a_new_client, teardown),
         cmocka_unit_test_teardown(silent_connection_after_hello_is_closed, teardown),
         cmocka_unit_test_teardown(one_address_cannot_take_every_slot_and_floods_no_log, teardown),
+        cmocka_unit_test_teardown(a_flood_past_max_connections_is_refused_with_bounded_fds, teardown),
         cmocka_unit_test_teardown(pulls_of_never_pushed_keys_do_not_grow_the_node, teardown),
         cmocka_unit_test_teardown(table_at_max_rows_refuses_pushes_that_add_rows, teardown),
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
@@ -1474,6 +2396,8 @@ int main(void)
         cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),
         cmocka_unit_test_teardown(admin_answer_after_a_large_pull_stays_within_max_frame, teardown),
         cmocka_unit_test_teardown(remembered_pushes_are_bounded_per_client_and_per_node, teardown),
+        cmocka_unit_test_teardown(a_new_incarnation_counting_from_ts_1_has_its_pushes_applied, teardown),
+        cmocka_unit_test_teardown(remembered_pushes_and_rss_stay_flat_over_a_long_run, teardown),
         cmocka_unit_test_teardown(frames_beyond_a_turns_share_run_in_order_and_all_complete, teardown),
     };
     return cmocka_run_group_tests_name("limits", tests, NULL, NULL);

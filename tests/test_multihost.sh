@@ -5,7 +5,9 @@
 # listening on 0.0.0.0 and clients authenticating with a token file.
 # Checks: the counter oracle exact (8 processes x 200 pushes of +1 to
 # 1000 sparse keys = 1600 each), a connected client that finds node 1
-# again by name after it moved to another address (1602), a bsp run with
+# again by name after it moved to another address (1602), a push sent
+# into a silent partition of node 1 (its link down) acknowledged once it
+# heals, psd having noticed the silence (1604), a bsp run with
 # 4 worker processes exact
 # after every clock, a wrong token and no token refused with PS_EAUTH,
 # and psd refusing to start on a network address without a token. The
@@ -36,7 +38,7 @@ if ! netns_up "mh$$"; then
     exit 0
 fi
 
-echo "1..11"
+echo "1..13"
 n=0
 result() {                      # result STATUS DESCRIPTION [OUTPUT FILE]
     n=$((n + 1))
@@ -144,6 +146,43 @@ result $? "a client finds node 1 again by name after it moved to 10.200.0.4" \
 PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" check \
     "ps-0:7070,ps-1:7071" 1000 1602 >"$tmp/check2" 2>&1
 result $? "every key holds exactly 1602 after the move" "$tmp/check2"
+
+# 3b. A silent partition: node 1's link goes down (no FIN, no reset) for
+# 2.5 s, right before a client pushes to it. psd notices the silent
+# client itself (peer_timeout_ms is 1 s: its count of peers presumed dead
+# grows; a client that came back would have closed the connection
+# instead); the push waits and is acknowledged once the link is back, and
+# counts once.
+lost() {                        # node 1's count of peers presumed dead
+    in_ns "$NS_W" "$build/psctl" -c "$tmp/cluster.ini" -n 1 --json stats |
+        sed -n 's/.*"peers_lost": \([0-9]*\).*/\1/p'
+}
+lost_before=$(lost)
+"$IP" netns exec "$NS_W" "$build/mh_client" partition "$tmp/cluster.ini" \
+    1000 "$tmp/down" >"$tmp/part" 2>&1 &
+parter=$!
+for i in $(seq 1 100); do
+    grep -q ready "$tmp/part" && break
+    sleep 0.1
+done
+"$IP" -n "$NS_1" link set eth0 down
+touch "$tmp/down"
+sleep 2.5
+"$IP" -n "$NS_1" link set eth0 up
+wait $parter
+rc=$?
+lost_after=$(lost)
+if [ -z "$lost_before" ] || [ -z "$lost_after" ] ||
+   [ "$lost_after" -le "$lost_before" ]; then
+    echo "node 1 presumed no client dead during the partition (peers_lost" \
+        "'$lost_before', then '$lost_after')" >>"$tmp/part"
+    rc=1
+fi
+result $rc "a push sent into a silent partition is acknowledged once it heals" \
+    "$tmp/part"
+PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" check \
+    "ps-0:7070,ps-1:7071" 1000 1604 >"$tmp/check3" 2>&1
+result $? "every key holds exactly 1604 after the partition" "$tmp/check3"
 
 # 4. bsp with 4 worker processes: exact after every clock.
 pids=""

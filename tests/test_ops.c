@@ -1,6 +1,7 @@
 /* Operating psd from the outside: the service manager's view (a fake
  * NOTIFY_SOCKET sees STATUS while loading, READY=1 once listening,
- * WATCHDOG=1, RELOADING=1 then READY=1 around SIGHUP, STOPPING=1), psctl
+ * WATCHDOG=1, none while psd is stopped, RELOADING=1 then READY=1 around
+ * SIGHUP, STOPPING=1), a port in use, psctl
  * against a live two-node cluster (ping, layout, tables, stats, save,
  * top), and /metrics over HTTP with counters that match what a client
  * did exactly. */
@@ -149,6 +150,73 @@ static void test_the_service_manager_hears_each_stage_in_order(void **state)
     unlink(l.path);
 }
 
+/* The state letter of pid in /proc/PID/stat ('T' when stopped), or 0. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/* Datagrams waiting on the notify socket, read and counted. */
+static int drain(listener *l)
+{
+    int n = 0;
+    char buf[600];
+    while (recv(l->fd, buf, sizeof buf, MSG_DONTWAIT) > 0)
+        n++;
+    return n;
+}
+
+/* WATCHDOG=1 comes from a timer of psd's loop, so a psd that stops
+ * (SIGSTOP, as a wedged loop would) stops pinging and systemd can tell:
+ * not one ping while it is stopped, and the pings come back with
+ * SIGCONT. While it runs they come about every WATCHDOG_USEC / 2. */
+static void test_watchdog_pings_stop_while_psd_is_stopped(void **state)
+{
+    (void)state;
+    listener l;
+    notify_listen(&l);
+    setenv("NOTIFY_SOCKET", l.path, 1);
+    setenv("WATCHDOG_USEC", "200000", 1);   /* a ping every 100 ms */
+    test_cluster c;
+    int rc = cluster_start(&c, 1, 4, "[table.t]\ndim = 2\n");
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    if (rc)
+        fail_msg("cluster did not start");
+    char log[8192] = "";
+    EXPECT_INT(collect(&l, log, sizeof log, "READY=1", 3000), 1,
+               "READY=1 arrives");
+    drain(&l);
+    sleep_ms(1000);
+    int running = drain(&l);
+    print_message("# %d pings in 1 s of running\n", running);
+    if (running < 3)
+        fail_msg("%d WATCHDOG=1 in 1 s with WATCHDOG_USEC = 200000, want "
+                 "about 10 (at least 3)", running);
+    kill(c.pid[0], SIGSTOP);
+    for (int t = 0; t < 500 && proc_state(c.pid[0]) != 'T'; t++)
+        sleep_ms(10);
+    EXPECT_INT(proc_state(c.pid[0]), 'T', "psd is stopped");
+    drain(&l);                   /* sent before it stopped */
+    sleep_ms(700);
+    EXPECT_INT(drain(&l), 0, "pings while psd was stopped for 0.7 s");
+    kill(c.pid[0], SIGCONT);
+    log[0] = '\0';
+    EXPECT_INT(collect(&l, log, sizeof log, "WATCHDOG=1", 1000), 1,
+               "WATCHDOG=1 again after SIGCONT");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+    close(l.fd);
+    unlink(l.path);
+}
+
 /* Fills the notify socket's queue, so that psd's next notification waits
  * until the queue is read. */
 static void notify_fill(const listener *l)
@@ -246,6 +314,44 @@ static char *run(int *status, const char *fmt, ...)
     int st = pclose(p);
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return out;
+}
+
+/* A port some other process listens on: psd exits with status 1 and
+ * names the address and the reason, rather than running without it. */
+static void test_a_port_in_use_stops_psd_with_the_address(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    int port = ntohs(sa.sin_port);
+    char dir[] = "/tmp/psd-port-XXXXXX", ini[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(ini, sizeof ini, "%s/c.ini", dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[server]\ndata_dir = %s\n"
+            "[table.t]\ndim = 1\n", port, dir);
+    fclose(f);
+    int st;
+    char *o = run(&st, "timeout 10 %s -c %s -n 0 2>&1", getenv("PSD_BIN")
+                  ? getenv("PSD_BIN") : "build/psd", ini);
+    close(fd);
+    char want[96];
+    snprintf(want, sizeof want, "cannot listen on 127.0.0.1:%d: address "
+             "already in use", port);
+    EXPECT_INT(st, 1, "psd's exit status with its port taken: %s",
+               o ? o : "");
+    if (!o || !strstr(o, want))
+        fail_msg("psd said \"%s\", want \"%s\"", o ? o : "", want);
+    free(o);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static const char *psctl(void)
@@ -925,6 +1031,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_service_manager_hears_each_stage_in_order),
         cmocka_unit_test(test_a_sighup_while_loading_is_a_reload_once_serving),
+        cmocka_unit_test(test_watchdog_pings_stop_while_psd_is_stopped),
+        cmocka_unit_test(test_a_port_in_use_stops_psd_with_the_address),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(
