@@ -42,6 +42,7 @@ static void usage(FILE *f)
         "  stats    per node: memory, connections, rates, service times,\n"
         "           workers, snapshot and journal\n"
         "  save     every node writes a snapshot now; waits for the result\n"
+        "           (at most --timeout SECS, default 600)\n"
         "  top      stats and tables, refreshed every second (-i SECS, "
         "--count N);\n"
         "           with --json, each refresh is what --json stats prints\n"

@@ -1,5 +1,6 @@
 # shellcheck shell=sh
-# Shell helpers shared by run_fashion.sh and run_modes.sh, sourced by both
+# Shell helpers shared by the demo scripts (run_fashion.sh, run_modes.sh,
+# run_sparse.sh, run_faults.sh and run_cluster.sh), sourced by each
 # (POSIX sh): start the psd nodes of an ini, wait for their ports, stop them
 # with SIGTERM then SIGKILL and check that each exits 0, and a trap that
 # stops whatever is still running when the script exits.

@@ -541,6 +541,24 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* psctl --help names every option psctl takes: docs/durability.md sends
+ * operators to `psctl save --timeout`, and the help is where they look. */
+static void test_psctl_help_names_every_option(void **state)
+{
+    (void)state;
+    static const char *const opts[] = { "-c INI", "-s HOST:PORT", "-n NODE",
+                                        "--json", "-i SECS", "--count N",
+                                        "--timeout SECS" };
+    int st;
+    char *o = run(&st, "%s --help", psctl());
+    EXPECT_INT(st, 0, "psctl --help exit status");
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        if (!o || !strstr(o, opts[i]))
+            fail_msg("psctl --help does not mention %s: got\n%s", opts[i],
+                     o ? o : "");
+    free(o);
+}
+
 /* A reload that leaves snapshot_interval as it was does not start its
  * timer over: SIGHUPs that come more often than the interval (a
  * configuration tool reloading every minute under snapshot_interval =
@@ -1035,6 +1053,7 @@ int main(void)
         cmocka_unit_test(test_a_port_in_use_stops_psd_with_the_address),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
+        cmocka_unit_test(test_psctl_help_names_every_option),
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
         cmocka_unit_test(test_psctl_top_json_prints_json_at_each_refresh),

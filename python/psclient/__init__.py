@@ -66,6 +66,7 @@ Errors
         PS_ECLOSED    ClosedError      (also: any call on a closed Client)
         PS_ESERVER    ServerError
         PS_ENOTOWNER  LayoutError
+        PS_EBUSY      ConnectionError  builtins.ConnectionError (as PS_ECONN)
         PS_ENONFINITE NonFiniteError   ValueError (a kind of InvalidError)
         PS_EFULL      TableFullError
 
@@ -177,7 +178,8 @@ class NoMemoryError(Error, MemoryError):
 
 
 class ConnectionError(Error, builtins.ConnectionError):
-    """PS_ECONN: could not connect, or the connection was lost."""
+    """PS_ECONN: could not connect, or the connection was lost; also
+    PS_EBUSY: the server is at a limit, try again later."""
 
 
 class TimeoutError(Error, builtins.TimeoutError):
