@@ -1182,14 +1182,59 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
 
 /* ---- timers ----------------------------------------------------------- */
 
-/* Sends a frame holding one PING: the peer learns we are alive. */
+/* A PING written on its own, not through c->out. */
+typedef struct ping_write {
+    uv_write_t req;
+    psw_out out;
+} ping_write;
+
+static void on_ping_written(uv_write_t *req, int status)
+{
+    ping_write *p = (ping_write *)req;
+    (void)status;                /* a failed write shows on the reads */
+    psw_out_destroy(&p->out);
+    free(p);
+}
+
+/* Sends a frame holding one PING: the peer learns we are alive. While
+ * replies wait for the journal's fsync (fsync = always), they hold c->out,
+ * and a PING added to them would wait too: a disk that stalls for longer
+ * than the clients' peer_timeout_ms would make every client give up on
+ * psd and send its requests again. So the PING goes on its own, after
+ * what libuv already has: c->out holds whole frames only, none of them
+ * handed to libuv yet, so the stream stays a sequence of whole frames. */
 static void send_ping(psd_conn *c)
 {
     psw_msg ping = { .op = PSW_OP_PING };
-    psw_out_frame_begin(&c->out);
-    psw_pack_request(&c->out, &ping);
-    psw_out_frame_end(&c->out);
-    flush(c);
+    if (!c->waiting) {
+        psw_out_frame_begin(&c->out);
+        psw_pack_request(&c->out, &ping);
+        psw_out_frame_end(&c->out);
+        flush(c);
+        return;
+    }
+    ping_write *p = malloc(sizeof *p);
+    if (!p)
+        return;                  /* the next beat tries again */
+    psw_out_init(&p->out);
+    psw_out_frame_begin(&p->out);
+    psw_pack_request(&p->out, &ping);
+    psw_out_frame_end(&p->out);
+    struct iovec iov[4];
+    size_t cnt = psw_out_iovcnt(&p->out);
+    if (p->out.oom || cnt > 4) {
+        psw_out_destroy(&p->out);
+        free(p);
+        return;
+    }
+    psw_out_iov(&p->out, iov);
+    if (uv_write(&p->req, (uv_stream_t *)&c->tcp, (const uv_buf_t *)iov,
+                 (unsigned)cnt, on_ping_written)) {
+        psw_out_destroy(&p->out);
+        free(p);
+        return;
+    }
+    c->sent_ms = uv_now(c->set->loop);
 }
 
 void psd_conns_tick(psd_conns *set)

@@ -63,8 +63,11 @@ static void start_fsync(psd_durable *d);
 static void fsync_work(uv_work_t *w)
 {
     psd_durable *d = w->data;
-    if (d->fsync_fd >= 0)        /* else start_fsync did it */
+    if (d->fsync_fd >= 0) {      /* else start_fsync did it */
+        if (d->test_fsync_delay_ms)
+            usleep((useconds_t)d->test_fsync_delay_ms * 1000);
         d->fsync_rc = fsync(d->fsync_fd) ? errno : 0;
+    }
 }
 
 /* A journal fsync failed (why). After a failed fsync the kernel may have
@@ -426,6 +429,9 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     d->arg = arg;
     d->child_pipe = -1;
     psd_config_data_dir(&n->cfg, d->dir, sizeof d->dir);
+    /* For tests: a disk whose fsync stalls (on the pool's thread). */
+    const char *knob = getenv("PSD_TEST_FSYNC_DELAY_MS");
+    d->test_fsync_delay_ms = knob ? atoi(knob) : 0;
     if (make_dir(d->dir, err, errlen))
         return -1;
     /* One psd per node and folder: a second one started by mistake must

@@ -59,6 +59,8 @@ typedef struct psd_durable {
     psd_durable_stats st;
     int started;
     int lock_fd;                 /* flock'd psd-nodeN.lock, for life */
+    int test_fsync_delay_ms;     /* $PSD_TEST_FSYNC_DELAY_MS: each journal
+                                    fsync sleeps this long first (tests) */
 } psd_durable;
 
 /* Recovers node n from its data folder (data_dir, or $STATE_DIRECTORY

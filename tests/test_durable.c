@@ -1057,6 +1057,35 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* With fsync = always, replies wait for the journal's fsync. A slow one
+ * (a disk stalled for seconds, made here with a test knob) must not look
+ * like a dead node: psd's heartbeats go out meanwhile, so the client keeps
+ * its connection (peer_timeout_ms is 400 ms here) and is answered once the
+ * fsync ends. */
+static void test_a_slow_fsync_keeps_the_heartbeats_going(void **state)
+{
+    (void)state;
+    test_cluster c;
+    setenv("PSD_TEST_FSYNC_DELAY_MS", "1500", 1);
+    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    unsetenv("PSD_TEST_FSYNC_DELAY_MS");
+    ps_options o = client_options();
+    o.request_timeout_ms = 10000;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = 7;
+    float one = 1.0f;
+    EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)), PS_OK,
+               "a push whose fsync takes 1.5 s");
+    ps_stats_t st;
+    ps_stats(cl, &st);
+    EXPECT_INT((int)st.reconnects, 0, "connections the client gave up on");
+    EXPECT_INT((int)st.resends, 0, "parts sent again");
+    ps_close(cl);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 int main(void)
 {
     const char *s = getenv("PSD_TEST_SEED");
@@ -1095,6 +1124,7 @@ int main(void)
             test_fsync_always_without_a_free_descriptor_acks_pushes),
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),
         cmocka_unit_test(test_a_snapshot_of_another_layout_stops_psd),
+        cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
     };
     int failed = cmocka_run_group_tests_name("durability", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
