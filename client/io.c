@@ -110,6 +110,7 @@ struct psc_io {
     uint64_t open_ns;             /* ps_open gives up then */
     uint64_t rng;                 /* jitter */
     psc_addr *seeds;              /* ps_open's addresses, tried in order */
+    uint64_t cut_max;             /* the largest c->max_frame ever was */
     int nseeds, seed_i;
     nconn *seed;                  /* connection to a seed, until the layout
                                      is known */
@@ -232,17 +233,32 @@ static void expire_queue(nconn *nc, uint64_t now)
     nc->q_tail = last;
 }
 
+/* A part's keys and rows: what slicing bounds by psw_payload_max (its
+ * request carries them, or its reply the rows). */
+static uint64_t part_payload(const psc_part *p)
+{
+    uint64_t rows = p->msg.op == PSW_OP_PUSH_RANGE ||
+                            p->msg.op == PSW_OP_PULL_RANGE
+                        ? p->msg.count
+                        : p->msg.nkeys;
+    return rows * p->req->dim * sizeof(float) + 8 * (uint64_t)p->msg.nkeys;
+}
+
 /* Fails the queued parts too large for the node's max_frame. Parts are
  * cut for the smallest max_frame the nodes had said when their request
  * was made; a node that came back since with a smaller one would refuse
  * such a part's frame and close the connection, at every retransmission
- * until its time ran out. */
+ * until its time ran out. Nothing to do while the node takes frames as
+ * large as any requests were ever cut for. */
 static void fail_oversized(nconn *nc)
 {
+    if (nc->max_frame >= nc->io->cut_max)
+        return;
+    uint64_t room = psw_payload_max(nc->max_frame);
     psc_part **pp = &nc->q_head, *last = NULL;
     while (*pp) {
         psc_part *p = *pp;
-        if (PSW_BODY_OVERHEAD + p->wire_bytes > nc->max_frame) {
+        if (part_payload(p) > room) {
             *pp = p->next;
             nc->q_bytes -= p->wire_bytes;
             p->next = NULL;
@@ -251,7 +267,7 @@ static void fail_oversized(nconn *nc)
                      "max_frame %llu, too small for this %llu-byte piece; "
                      "make the request again",
                      nc->node, nc->name, (unsigned long long)nc->max_frame,
-                     (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes));
+                     (unsigned long long)part_payload(p));
             part_fail(nc->io->c, p, PS_ETOOBIG, why);
         } else {
             last = p;
@@ -1188,6 +1204,8 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         if (io->nodes[i]->max_frame && io->nodes[i]->max_frame < least)
             least = io->nodes[i]->max_frame;
     __atomic_store_n(&c->max_frame, least, __ATOMIC_RELAXED);
+    if (least > io->cut_max)
+        io->cut_max = least;
     check_open(io);
     nc_send(nc);
 }

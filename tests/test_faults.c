@@ -877,6 +877,35 @@ static void node_restarted_with_a_smaller_max_frame_gets_what_fits(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* At a small max_frame a pushpull's pieces carry rows both ways: each
+ * direction fits the frame on its own, as psd checks them, though not
+ * their sum. Such pieces go out (the check for pieces cut before a node
+ * came back with a smaller max_frame uses psd's rule, not the sum). */
+static void pushpull_at_a_small_max_frame_is_sent(void **state)
+{
+    (void)state;
+    enum { ROWS = 8, DIM = 256 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 1, "[server]\nmax_frame = 4K\n[table.d]\n"
+                      "kind = dense\nrows = 64\ndim = 256\nupdater = sum\n"))
+        fail_msg("cluster did not start");
+    ps_options o = fault_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, "d", NULL);
+    uint64_t keys[ROWS];
+    static float g[ROWS * DIM], v[ROWS * DIM];
+    for (int i = 0; i < ROWS; i++)
+        keys[i] = (uint64_t)i;
+    for (int i = 0; i < ROWS * DIM; i++)
+        g[i] = 1.0f;
+    EXPECT_INT(ps_wait(cl, ps_pushpull(cl, t, keys, ROWS, g, v, NULL, NULL)),
+               PS_OK, "a pushpull of 8 KiB at max_frame = 4K");
+    EXPECT_FLOAT(v[ROWS * DIM - 1], 1.0f, "the last value it read back");
+    ps_close(cl);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Connections reset (RST) at random bytes, so mostly in the middle of a
  * frame, in either direction, ten times while clients push: every push
  * ends acknowledged and counted once, and the nodes keep serving. */
@@ -1323,6 +1352,7 @@ int main(void)
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
         cmocka_unit_test(requeued_parts_keep_their_order_across_kinds),
         cmocka_unit_test(node_restarted_with_a_smaller_max_frame_gets_what_fits),
+        cmocka_unit_test(pushpull_at_a_small_max_frame_is_sent),
         cmocka_unit_test(connections_cut_mid_frame_lose_and_double_nothing),
         cmocka_unit_test(
             latency_resends_only_past_the_timeout_and_counts_once),
