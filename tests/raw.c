@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "raw.h"
+#include "../proto/msg.h"
 #include "expect.h"
 
 int raw_connect_from(int port, const char *from)
@@ -106,4 +107,37 @@ int raw_closed(int fd)
         if (k < 0)
             return 0;            /* timed out: still open */
     }
+}
+
+int raw_hello_as(int fd, uint64_t id, uint64_t incarnation)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_hello h = { .version = PSW_VERSION, .client_id = id,
+                    .incarnation = incarnation, .worker = -1 };
+    psw_pack_hello(&o, &h);
+    psw_out_frame_end(&o);
+    raw_send_out(fd, &o);
+    psw_out_destroy(&o);
+    size_t len;
+    char *f = raw_read_frame(fd, &len);
+    if (!f)
+        return -100;
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    int status = -100;
+    psw_cluster l;
+    if (psw_frame_decode(f, len, &z, &obj, err, sizeof err) == 0 &&
+        psw_frame_messages(&obj, 1, &msgs, err, sizeof err) == 1 &&
+        psw_hello_ok_decode(&msgs[0], &l, err, sizeof err) == 0) {
+        status = l.status;
+        psw_cluster_free(&l);
+    }
+    msgpack_zone_destroy(&z);
+    free(f);
+    return status;
 }

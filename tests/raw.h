@@ -5,6 +5,7 @@
 #define TEST_RAW_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../proto/frame.h"
 
@@ -21,6 +22,10 @@ void raw_send_out(int fd, const psw_out *o);
 /* Reads one frame body (malloc'd, *len set) and checks its CRC; NULL on
  * EOF or timeout. */
 char *raw_read_frame(int fd, size_t *len);
+
+/* Sends a HELLO (a reader with the given client id and incarnation) and
+ * returns the status of the HELLO_OK (-100 when none came). */
+int raw_hello_as(int fd, uint64_t id, uint64_t incarnation);
 
 /* Whether the server closed the connection (EOF or reset) before the
  * receive timeout. */

@@ -55,35 +55,7 @@ static void send_msgs(int fd, const psw_msg *m, int n)
  * when none came. */
 static int hello(int fd)
 {
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
-    psw_hello h = { .version = PSW_VERSION, .client_id = 42,
-                    .incarnation = 1, .worker = -1 };
-    psw_pack_hello(&o, &h);
-    psw_out_frame_end(&o);
-    raw_send_out(fd, &o);
-    psw_out_destroy(&o);
-    size_t len;
-    char *f = raw_read_frame(fd, &len);
-    if (!f)
-        return -100;
-    msgpack_zone z;
-    msgpack_zone_init(&z, 4096);
-    msgpack_object obj;
-    const msgpack_object *msgs;
-    char err[128];
-    int status = -100;
-    psw_cluster l;
-    if (psw_frame_decode(f, len, &z, &obj, err, sizeof err) == 0 &&
-        psw_frame_messages(&obj, 1, &msgs, err, sizeof err) == 1 &&
-        psw_hello_ok_decode(&msgs[0], &l, err, sizeof err) == 0) {
-        status = l.status;
-        psw_cluster_free(&l);
-    }
-    msgpack_zone_destroy(&z);
-    free(f);
-    return status;
+    return raw_hello_as(fd, 42, 1);
 }
 
 /* What a client learnt of its replies by reading until the end. */
