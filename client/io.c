@@ -232,6 +232,21 @@ static void expire_queue(nconn *nc, uint64_t now)
     nc->q_tail = last;
 }
 
+/* Whether the node would refuse p for its size: its message must fit a
+ * frame of max_frame, and the rows of its reply one message's payload
+ * (PROTOCOL.md §7). Each way on its own: wire_bytes adds both, which
+ * bounds the parts that share a frame, but a PUSHPULL alone in its frame
+ * carries its rows both ways and fits when each way does. */
+static int too_big(const nconn *nc, const psc_part *p)
+{
+    uint64_t rows = p->out ? (p->msg.op == PSW_OP_PULL_RANGE
+                                  ? p->msg.count : p->msg.nkeys) *
+                                 p->req->dim * sizeof(float)
+                           : 0;
+    return PSW_BODY_OVERHEAD + p->wire_bytes - rows > nc->max_frame ||
+           rows > psw_payload_max(nc->max_frame);
+}
+
 /* Fails the queued parts too large for the node's max_frame. Parts are
  * cut for the smallest max_frame the nodes had said when their request
  * was made; a node that came back since with a smaller one would refuse
@@ -242,7 +257,7 @@ static void fail_oversized(nconn *nc)
     psc_part **pp = &nc->q_head, *last = NULL;
     while (*pp) {
         psc_part *p = *pp;
-        if (PSW_BODY_OVERHEAD + p->wire_bytes > nc->max_frame) {
+        if (too_big(nc, p)) {
             *pp = p->next;
             nc->q_bytes -= p->wire_bytes;
             p->next = NULL;
