@@ -247,33 +247,65 @@ static int too_big(const nconn *nc, const psc_part *p)
            rows > psw_payload_max(nc->max_frame);
 }
 
+/* Whether one of the parts in list p belongs to request r. */
+static int list_has_req(const psc_part *p, const psc_req *r)
+{
+    for (; p; p = p->next)
+        if (p->req == r)
+            return 1;
+    return 0;
+}
+
 /* Fails the queued parts too large for the node's max_frame. Parts are
  * cut for the smallest max_frame the nodes had said when their request
  * was made; a node that came back since with a smaller one would refuse
  * such a part's frame and close the connection, at every retransmission
- * until its time ran out. */
+ * until its time ran out. The other parts here of a push that must stay
+ * whole (a NaN or an infinity in it, req->whole) fail with it: psd
+ * refuses such a push only when it sees the value, which may be in the
+ * part that cannot go. */
 static void fail_oversized(nconn *nc)
 {
-    psc_part **pp = &nc->q_head, *last = NULL;
-    while (*pp) {
-        psc_part *p = *pp;
-        if (too_big(nc, p)) {
-            *pp = p->next;
-            nc->q_bytes -= p->wire_bytes;
-            p->next = NULL;
-            char why[600];
+    psc_part *out = NULL, **out_tail = &out;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && !out)
+            break;
+        psc_part **pp = &nc->q_head, *last = NULL;
+        while (*pp) {
+            psc_part *p = *pp;
+            if (pass == 0 ? too_big(nc, p)
+                          : p->req->whole && list_has_req(out, p->req)) {
+                *pp = p->next;
+                nc->q_bytes -= p->wire_bytes;
+                p->next = NULL;
+                *out_tail = p;
+                out_tail = &p->next;
+            } else {
+                last = p;
+                pp = &p->next;
+            }
+        }
+        nc->q_tail = last;
+    }
+    while (out) {
+        psc_part *p = out;
+        out = p->next;
+        p->next = NULL;
+        char why[600];
+        if (too_big(nc, p))
             snprintf(why, sizeof why, "node %d (%s) came back with "
                      "max_frame %llu, too small for this %llu-byte piece; "
                      "make the request again",
                      nc->node, nc->name, (unsigned long long)nc->max_frame,
                      (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes));
-            part_fail(nc->io->c, p, PS_ETOOBIG, why);
-        } else {
-            last = p;
-            pp = &p->next;
-        }
+        else
+            snprintf(why, sizeof why, "node %d (%s) came back with "
+                     "max_frame %llu, too small for another piece of this "
+                     "push, which holds a NaN or an infinity and goes whole "
+                     "or not at all; make the request again",
+                     nc->node, nc->name, (unsigned long long)nc->max_frame);
+        part_fail(nc->io->c, p, PS_ETOOBIG, why);
     }
-    nc->q_tail = last;
 }
 
 /* ---- writing --------------------------------------------------------- */
