@@ -233,48 +233,84 @@ static void expire_queue(nconn *nc, uint64_t now)
     nc->q_tail = last;
 }
 
-/* A part's keys and rows: what slicing bounds by psw_payload_max (its
- * request carries them, or its reply the rows). */
-static uint64_t part_payload(const psc_part *p)
+/* Whether the node would refuse p for its size: its message must fit a
+ * frame of max_frame, and the rows of its reply one message's payload
+ * (PROTOCOL.md §7). Each way on its own: wire_bytes adds both, which
+ * bounds the parts that share a frame, but a PUSHPULL alone in its frame
+ * carries its rows both ways and fits when each way does. */
+static int too_big(const nconn *nc, const psc_part *p)
 {
-    uint64_t rows = p->msg.op == PSW_OP_PUSH_RANGE ||
-                            p->msg.op == PSW_OP_PULL_RANGE
-                        ? p->msg.count
-                        : p->msg.nkeys;
-    return rows * p->req->dim * sizeof(float) + 8 * (uint64_t)p->msg.nkeys;
+    uint64_t rows = p->out ? (p->msg.op == PSW_OP_PULL_RANGE
+                                  ? p->msg.count : p->msg.nkeys) *
+                                 p->req->dim * sizeof(float)
+                           : 0;
+    return PSW_BODY_OVERHEAD + p->wire_bytes - rows > nc->max_frame ||
+           rows > psw_payload_max(nc->max_frame);
+}
+
+/* Whether one of the parts in list p belongs to request r. */
+static int list_has_req(const psc_part *p, const psc_req *r)
+{
+    for (; p; p = p->next)
+        if (p->req == r)
+            return 1;
+    return 0;
 }
 
 /* Fails the queued parts too large for the node's max_frame. Parts are
  * cut for the smallest max_frame the nodes had said when their request
  * was made; a node that came back since with a smaller one would refuse
  * such a part's frame and close the connection, at every retransmission
- * until its time ran out. Nothing to do while the node takes frames as
- * large as any requests were ever cut for. */
+ * until its time ran out. The other parts here of a push that must stay
+ * whole (a NaN or an infinity in it, req->whole) fail with it: psd
+ * refuses such a push only when it sees the value, which may be in the
+ * part that cannot go. */
 static void fail_oversized(nconn *nc)
 {
+    /* Nothing to do while the node takes frames as large as any requests
+     * were ever cut for. */
     if (nc->max_frame >= nc->io->cut_max)
         return;
-    uint64_t room = psw_payload_max(nc->max_frame);
-    psc_part **pp = &nc->q_head, *last = NULL;
-    while (*pp) {
-        psc_part *p = *pp;
-        if (part_payload(p) > room) {
-            *pp = p->next;
-            nc->q_bytes -= p->wire_bytes;
-            p->next = NULL;
-            char why[600];
+    psc_part *out = NULL, **out_tail = &out;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && !out)
+            break;
+        psc_part **pp = &nc->q_head, *last = NULL;
+        while (*pp) {
+            psc_part *p = *pp;
+            if (pass == 0 ? too_big(nc, p)
+                          : p->req->whole && list_has_req(out, p->req)) {
+                *pp = p->next;
+                nc->q_bytes -= p->wire_bytes;
+                p->next = NULL;
+                *out_tail = p;
+                out_tail = &p->next;
+            } else {
+                last = p;
+                pp = &p->next;
+            }
+        }
+        nc->q_tail = last;
+    }
+    while (out) {
+        psc_part *p = out;
+        out = p->next;
+        p->next = NULL;
+        char why[600];
+        if (too_big(nc, p))
             snprintf(why, sizeof why, "node %d (%s) came back with "
                      "max_frame %llu, too small for this %llu-byte piece; "
                      "make the request again",
                      nc->node, nc->name, (unsigned long long)nc->max_frame,
-                     (unsigned long long)part_payload(p));
-            part_fail(nc->io->c, p, PS_ETOOBIG, why);
-        } else {
-            last = p;
-            pp = &p->next;
-        }
+                     (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes));
+        else
+            snprintf(why, sizeof why, "node %d (%s) came back with "
+                     "max_frame %llu, too small for another piece of this "
+                     "push, which holds a NaN or an infinity and goes whole "
+                     "or not at all; make the request again",
+                     nc->node, nc->name, (unsigned long long)nc->max_frame);
+        part_fail(nc->io->c, p, PS_ETOOBIG, why);
     }
-    nc->q_tail = last;
 }
 
 /* ---- writing --------------------------------------------------------- */

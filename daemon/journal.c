@@ -697,3 +697,59 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
     free(body);
     return rc;
 }
+
+/* What psd_journal_check needs while it walks the segments. */
+typedef struct check_ctx {
+    uint64_t shape;
+    char *err;
+    size_t errlen;
+    int bad;
+} check_ctx;
+
+/* Reads the start record of segment seq: a whole one that names another
+ * node or shape makes k bad. Anything else is left to the replay. */
+static void check_one(const char *dir, int node, uint64_t seq, void *arg)
+{
+    check_ctx *k = arg;
+    if (k->bad)
+        return;
+    char path[4200];
+    psd_journal_path(path, sizeof path, dir, node, seq);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(k->err, k->errlen, "%s: cannot open: %s", path,
+                 strerror(errno));
+        k->bad = 1;
+        return;
+    }
+    unsigned char h[HDR];
+    char body[16];
+    int e = 0;
+    uint32_t len = 0, crc = 0, hcrc = 0;
+    psd_jrecord r;
+    if (read_full(fd, h, HDR, &e) == HDR) {
+        memcpy(&len, h, 4);
+        memcpy(&crc, h + 4, 4);
+        memcpy(&hcrc, h + 8, 4);
+        if (psw_crc32c(0, h, 8) == hcrc && len == sizeof body &&
+            read_full(fd, body, len, &e) == len &&
+            psw_crc32c(0, body, len) == crc && decode(body, len, &r) == 0 &&
+            r.type == PSD_J_START &&
+            (r.waited != (uint32_t)node || r.clock != k->shape)) {
+            snprintf(k->err, k->errlen, "%s: offset 0: written by node %u "
+                     "under layout shape %016llx; this is node %d, shape "
+                     "%016llx", path, r.waited, (unsigned long long)r.clock,
+                     node, (unsigned long long)k->shape);
+            k->bad = 1;
+        }
+    }
+    close(fd);
+}
+
+int psd_journal_check(const char *dir, int node, uint64_t shape, char *err,
+                      size_t errlen)
+{
+    check_ctx k = { shape, err, errlen, 0 };
+    each_segment(dir, node, check_one, &k);
+    return k.bad ? -1 : 0;
+}

@@ -124,4 +124,11 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        void *ctx, uint64_t *next, uint64_t *records,
                        char *err, size_t errlen);
 
+/* For psd --check: whether the start record of each of node's segments in
+ * dir names node and layout shape, as replay requires (the records after
+ * it are checked when psd replays them). 0, or -1 with "FILE: offset 0:
+ * reason" in err. */
+int psd_journal_check(const char *dir, int node, uint64_t shape, char *err,
+                      size_t errlen);
+
 #endif

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "journal.h"
 #include "log.h"
 #include "notify.h"
 #include "preflight.h"
@@ -174,16 +175,19 @@ int main(int argc, char **argv)
             bad = 1;
         }
         bad += psd_preflight_run(&pf, &cfg, path, node_given ? node : -1);
-        /* A snapshot that a changed layout cannot load (psd would refuse
-         * to start until --skip-snapshot): the node's, or every node's
-         * found in the folder (several nodes may share one). */
+        /* A snapshot or journal that a changed layout cannot load (psd
+         * would refuse to start until --skip-snapshot): the node's, or
+         * every node's found in the folder (several nodes may share
+         * one). */
         char dir[4096];
         psd_config_data_dir(&cfg, dir, sizeof dir);
         for (int i = 0; !skip && i < cfg.nnodes; i++) {
             if (node_given && i != node)
                 continue;
             char why[1024];
-            if (psd_snapshot_check(dir, i, &cfg, why, sizeof why) < 0) {
+            if (psd_snapshot_check(dir, i, &cfg, why, sizeof why) < 0 ||
+                psd_journal_check(dir, i, psd_config_shape(&cfg), why,
+                                  sizeof why) < 0) {
                 fprintf(stderr, "%s (node %d cannot start from it: restore "
                         "the ini that wrote it, or start that node with "
                         "--skip-snapshot to set its files aside)\n", why, i);

@@ -1086,6 +1086,44 @@ static void test_a_slow_fsync_keeps_the_heartbeats_going(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* A node killed before its first snapshot leaves only its journal, each
+ * of whose segments names the layout it was written under: psd refuses
+ * to replay it under another, and psd --check says so before a start is
+ * tried, as it does for a snapshot. */
+static void test_a_journal_of_another_layout_fails_psd_check(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\n");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes that failed");
+    cluster_kill(&c, 0, SIGKILL);
+    char snap[400], seg[400];
+    snprintf(snap, sizeof snap, "%s/psd-node0.snap", c.dir);
+    EXPECT_INT(access(snap, F_OK), -1, "a snapshot before the first one "
+               "was due");
+    snprintf(seg, sizeof seg, "%s/psd-node0.journal.0000000001", c.dir);
+    /* Same file, 8 shards instead of 4. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^shards = 4$/shards = 8/' '%s'",
+             c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_refusal(&c, seg, "layout shape");
+    expect_psd_check(&c, 0, NULL, 1, seg);
+    expect_psd_check(&c, -1, NULL, 1, seg);
+    expect_psd_check(&c, 0, "--skip-snapshot", 0, "OK");
+    snprintf(cmd, sizeof cmd, "sed -i 's/^shards = 8$/shards = 4/' '%s'",
+             c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_psd_check(&c, 0, NULL, 0, "OK");
+    if (cluster_restart(&c, 0))
+        fail_msg("the right layout starts");
+    expect_count(c.spec, a, "with the right layout");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 int main(void)
 {
     const char *s = getenv("PSD_TEST_SEED");
@@ -1125,6 +1163,7 @@ int main(void)
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),
         cmocka_unit_test(test_a_snapshot_of_another_layout_stops_psd),
         cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
+        cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
     };
     int failed = cmocka_run_group_tests_name("durability", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);

@@ -6,6 +6,7 @@
  * late, followed by junk) checks the client alone. Timeouts are short so
  * each test is bounded in time; each prints the proxy seed it used
  * (PSD_TEST_SEED replays one). */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -877,31 +878,59 @@ static void node_restarted_with_a_smaller_max_frame_gets_what_fits(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
-/* At a small max_frame a pushpull's pieces carry rows both ways: each
- * direction fits the frame on its own, as psd checks them, though not
- * their sum. Such pieces go out (the check for pieces cut before a node
- * came back with a smaller max_frame uses psd's rule, not the sum). */
-static void pushpull_at_a_small_max_frame_is_sent(void **state)
+/* A push holding a NaN is refused whole by psd only if psd sees the NaN
+ * (PROTOCOL.md §7). Cut into a large piece holding the NaN and a small
+ * one while its node was down, it meets the node back with a smaller
+ * max_frame: the large piece cannot be sent, and the small one, sent
+ * alone, would be applied although the push must be refused. Neither is
+ * sent: nothing of the push changes the table. */
+static void nan_push_whose_piece_no_longer_fits_applies_nothing(
+    void **state)
 {
     (void)state;
-    enum { ROWS = 8, DIM = 256 };
+    enum { ROWS = 300, DIM = 256 };
     test_cluster c;
-    if (cluster_start(&c, 1, 1, "[server]\nmax_frame = 4K\n[table.d]\n"
-                      "kind = dense\nrows = 64\ndim = 256\nupdater = sum\n"))
+    if (cluster_start(&c, 1, 1, SERVER "[table.d]\nkind = dense\n"
+                      "rows = 1024\ndim = 256\nupdater = sum\n"))
         fail_msg("cluster did not start");
     ps_options o = fault_options();
     ps_client *cl;
     assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
     int t = ps_table(cl, "d", NULL);
     uint64_t keys[ROWS];
-    static float g[ROWS * DIM], v[ROWS * DIM];
+    float *g = malloc(sizeof(float) * ROWS * DIM);
+    float *got = malloc(sizeof(float) * ROWS * DIM);
+    assert_non_null(g && got);
     for (int i = 0; i < ROWS; i++)
         keys[i] = (uint64_t)i;
     for (int i = 0; i < ROWS * DIM; i++)
         g[i] = 1.0f;
-    EXPECT_INT(ps_wait(cl, ps_pushpull(cl, t, keys, ROWS, g, v, NULL, NULL)),
-               PS_OK, "a pushpull of 8 KiB at max_frame = 4K");
-    EXPECT_FLOAT(v[ROWS * DIM - 1], 1.0f, "the last value it read back");
+    g[0] = NAN;                  /* in the first piece, rows 0..253 */
+
+    cluster_kill(&c, 0, SIGKILL);
+    /* Cut for 64 MiB frames while the node is down: pieces of 254 and 46
+     * rows, which share one frame. */
+    ps_ts early = ps_push(cl, t, keys, ROWS, g, NULL, NULL);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's/^\\[server\\]$/&\\nmax_frame = 128K/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("node 0 did not restart");
+    int st = ps_wait(cl, early);
+    if (st != PS_ETOOBIG && st != PS_ENONFINITE)
+        fail_msg("the NaN push: got %d (%s), want PS_ETOOBIG or "
+                 "PS_ENONFINITE", st, ps_last_error(cl));
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, t, keys, ROWS, got, NULL, NULL)),
+               PS_OK, "the pull after it");
+    int changed = 0, first = -1;
+    for (int i = 0; i < ROWS * DIM; i++)
+        if (got[i] != 0.0f && changed++ == 0)
+            first = i / DIM;
+    EXPECT_INT(changed, 0, "values the refused NaN push changed (the first "
+               "in row %d)", first);
+    free(g);
+    free(got);
     ps_close(cl);
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
@@ -1352,7 +1381,7 @@ int main(void)
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
         cmocka_unit_test(requeued_parts_keep_their_order_across_kinds),
         cmocka_unit_test(node_restarted_with_a_smaller_max_frame_gets_what_fits),
-        cmocka_unit_test(pushpull_at_a_small_max_frame_is_sent),
+        cmocka_unit_test(nan_push_whose_piece_no_longer_fits_applies_nothing),
         cmocka_unit_test(connections_cut_mid_frame_lose_and_double_nothing),
         cmocka_unit_test(
             latency_resends_only_past_the_timeout_and_counts_once),

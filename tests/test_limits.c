@@ -1095,6 +1095,44 @@ static void frame_of_max_frame_is_served_and_one_byte_more_applies_nothing(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A PUSHPULL carries its values to the node and the rows back: each way
+ * must fit max_frame, not both together. At max_frame = 64K, a pushpull
+ * of 200 rows of 1 KiB is cut into parts of 63 rows (64 KiB of values
+ * out, 63 KiB of rows back) that psd serves; the client must send them,
+ * not fail them as too large for a frame. */
+static void pushpull_parts_that_fit_each_way_are_sent_at_a_small_max_frame(
+    void **state)
+{
+    (void)state;
+    enum { ROWS = 200, DIM = 256 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_frame = 64K\n"
+                      "[table.d]\nkind = dense\nrows = 1024\ndim = 256\n"
+                      "updater = sum\n"))
+        fail_msg("cluster did not start");
+    ps_client *pc = open_or_fail(c.spec);
+    uint64_t keys[ROWS];
+    float *g = malloc(sizeof(float) * ROWS * DIM);
+    float *out = malloc(sizeof(float) * ROWS * DIM);
+    assert_non_null(g && out);
+    for (int i = 0; i < ROWS; i++)
+        keys[i] = (uint64_t)i;
+    for (int i = 0; i < ROWS * DIM; i++)
+        g[i] = 1.0f;
+    ps_ts ts = ps_pushpull(pc, 0, keys, ROWS, g, out, NULL, NULL);
+    EXPECT_INT(ts > 0 ? ps_wait(pc, ts) : (int)ts, PS_OK,
+               "a pushpull of 200 rows of 1 KiB at max_frame 64K (%s)",
+               ps_last_error(pc));
+    int wrong = 0;
+    for (int i = 0; i < ROWS * DIM; i++)
+        wrong += out[i] != 1.0f;
+    EXPECT_INT(wrong, 0, "values the pushpull did not return as 1");
+    free(g);
+    free(out);
+    ps_close(pc);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* Huge key lists: one pull of 100,000 keys whose rows (1.6 MB at dim 4)
  * would not fit a reply frame is answered ETOOBIG and the connection
  * goes on; a frame of three pulls of 40,000 keys, each of whose rows
@@ -2348,6 +2386,7 @@ int main(void)
         cmocka_unit_test_teardown(count_and_length_bombs_close_within_a_second_and_cost_no_memory, teardown),
         cmocka_unit_test_teardown(garbage_and_wrong_shapes_close_within_a_second_and_are_counted, teardown),
         cmocka_unit_test_teardown(frame_of_max_frame_is_served_and_one_byte_more_applies_nothing, teardown),
+        cmocka_unit_test_teardown(pushpull_parts_that_fit_each_way_are_sent_at_a_small_max_frame, teardown),
         cmocka_unit_test_teardown(huge_key_lists_get_etoobig_or_close_the_connection, teardown),
         cmocka_unit_test_teardown(a_stream_cut_anywhere_gets_byte_identical_replies, teardown),
         cmocka_unit_test_teardown(idle_connections_make_room_for_a_new_client, teardown),
