@@ -100,18 +100,7 @@ static void raw_send_body(int fd, const void *body, size_t n)
 
 static void raw_hello(int fd)
 {
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
-    psw_hello h = { PSW_VERSION, 1, 1, -1, NULL, 0 };
-    psw_pack_hello(&o, &h);
-    psw_out_frame_end(&o);
-    raw_send_out(fd, &o);
-    psw_out_destroy(&o);
-    size_t len;
-    char *f = raw_read_frame(fd, &len);
-    assert_non_null(f);
-    free(f);
+    assert_int_equal(raw_hello_as(fd, 1, 1), PSW_OK);
 }
 
 /* Sends one request in a frame of its own. */
