@@ -704,6 +704,7 @@ typedef struct check_ctx {
     char *err;
     size_t errlen;
     int bad;
+    int unreadable;              /* a segment this user may not read */
 } check_ctx;
 
 /* Reads the start record of segment seq: a whole one that names another
@@ -719,7 +720,10 @@ static void check_one(const char *dir, int node, uint64_t seq, void *arg)
     if (fd < 0) {
         snprintf(k->err, k->errlen, "%s: cannot open: %s", path,
                  strerror(errno));
-        k->bad = 1;
+        if (errno == EACCES || errno == EPERM)
+            k->unreadable = 1;
+        else
+            k->bad = 1;
         return;
     }
     unsigned char h[HDR];
@@ -749,7 +753,11 @@ static void check_one(const char *dir, int node, uint64_t seq, void *arg)
 int psd_journal_check(const char *dir, int node, uint64_t shape, char *err,
                       size_t errlen)
 {
-    check_ctx k = { shape, err, errlen, 0 };
-    each_segment(dir, node, check_one, &k);
-    return k.bad ? -1 : 0;
+    check_ctx k = { shape, err, errlen, 0, 0 };
+    int lerr = each_segment(dir, node, check_one, &k);
+    if (!k.bad && (lerr == EACCES || lerr == EPERM)) {
+        snprintf(err, errlen, "%s: cannot list: %s", dir, strerror(lerr));
+        k.unreadable = 1;
+    }
+    return k.bad ? -1 : k.unreadable ? 2 : 0;
 }

@@ -127,7 +127,8 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
 /* For psd --check: whether the start record of each of node's segments in
  * dir names node and layout shape, as replay requires (the records after
  * it are checked when psd replays them). 0, or -1 with "FILE: offset 0:
- * reason" in err. */
+ * reason" in err, or 2 with the reason in err when this user may not list
+ * dir or read a segment (psd may run as another user). */
 int psd_journal_check(const char *dir, int node, uint64_t shape, char *err,
                       size_t errlen);
 

@@ -185,13 +185,19 @@ int main(int argc, char **argv)
             if (node_given && i != node)
                 continue;
             char why[1024];
-            if (psd_snapshot_check(dir, i, &cfg, why, sizeof why) < 0 ||
-                psd_journal_check(dir, i, psd_config_shape(&cfg), why,
-                                  sizeof why) < 0) {
+            int rc = psd_snapshot_check(dir, i, &cfg, why, sizeof why);
+            if (rc >= 0 && rc != 2)
+                rc = psd_journal_check(dir, i, psd_config_shape(&cfg), why,
+                                       sizeof why);
+            if (rc < 0) {
                 fprintf(stderr, "%s (node %d cannot start from it: restore "
                         "the ini that wrote it, or start that node with "
                         "--skip-snapshot to set its files aside)\n", why, i);
                 bad++;
+            } else if (rc == 2) {
+                /* Not proof of anything: psd may run as another user. */
+                printf("%s: node %d's snapshot and journal were not checked "
+                       "(run --check as the user psd runs as)\n", why, i);
             }
         }
         for (int i = 0; i < cfg.nnotes; i++)

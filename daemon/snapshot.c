@@ -345,8 +345,9 @@ int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
     if (r.fd < 0) {
         if (errno == ENOENT)
             return 1;
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        return e == EACCES || e == EPERM ? 2 : -1;
     }
     header hd;
     int rc = -1;

@@ -1042,6 +1042,24 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     expect_psd_check(&c, 0, NULL, 1, "another layout");
     expect_psd_check(&c, -1, NULL, 1, snap);
     expect_psd_check(&c, 0, "--skip-snapshot", 0, "OK");
+    /* Run by a user who may not read the data folder (psd may run as
+     * another user), --check cannot tell, and says so without failing. */
+    assert_int_equal(chmod(c.dir, 0711), 0);
+    const char *psd = getenv("PSD_BIN");
+    char cmd2[900], out[2048];
+    snprintf(cmd2, sizeof cmd2, "setpriv --reuid=65534 --regid=65534 "
+             "--clear-groups '%s' --check -c '%s' -n 0 2>&1",
+             psd ? psd : "build/psd", c.ini);
+    FILE *f = popen(cmd2, "r");
+    assert_non_null(f);
+    size_t got = fread(out, 1, sizeof out - 1, f);
+    out[got] = '\0';
+    int st = pclose(f);
+    assert_int_equal(chmod(c.dir, 0700), 0);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0,
+               "--check by a user who may not read the data folder; it "
+               "printed:\n%s", out);
+    EXPECT_SUBSTR(out, "were not checked", "what it says");
     /* Back to 4 shards, but the table's dim changed. */
     snprintf(cmd, sizeof cmd, "sed -i -e 's/^shards = 8$/shards = 4/' "
              "-e 's/^dim = 1$/dim = 2/' '%s'", c.ini);
