@@ -556,6 +556,42 @@ static size_t read_full(int fd, void *p, size_t n, int *e)
     return at;
 }
 
+/* Which segments of node in dir a replay from segment `from` reads
+ * (*s). 1 when there are some, 0 when none, -1 with the reason in err
+ * (*lerr: the errno when the folder could not be listed). */
+static int replay_span(const char *dir, int node, uint64_t from, span *s,
+                       int *lerr, char *err, size_t errlen)
+{
+    *s = (span){ UINT64_MAX, 0 };
+    *lerr = each_segment(dir, node, note_seq, s);
+    if (*lerr) {
+        /* Segments that are there but unseen would be neither replayed
+         * nor kept: the next segment would be written over them and the
+         * next snapshot would prune them. */
+        snprintf(err, errlen, "%s: cannot list the journal's segments: %s",
+                 dir, strerror(*lerr));
+        return -1;
+    }
+    if (s->lo == UINT64_MAX || s->hi < from)
+        return 0;                /* nothing after the snapshot */
+    if (s->lo > from) {
+        /* Segment 1 is the first a node ever writes, and later ones
+         * start after a snapshot: without that snapshot, the records
+         * before them are lost, and replaying the rest would serve a
+         * model with a hole in its history. */
+        char path[4200];
+        psd_journal_path(path, sizeof path, dir, node, s->lo);
+        snprintf(err, errlen, "%s: the journal starts at segment %llu, but "
+                 "the snapshot that covers segments %llu..%llu is missing "
+                 "(restore it, or start with --skip-snapshot to move all "
+                 "of this node's files aside)", path,
+                 (unsigned long long)s->lo, (unsigned long long)from,
+                 (unsigned long long)s->lo - 1);
+        return -1;
+    }
+    return 1;
+}
+
 int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        uint64_t from, size_t max_body,
                        int (*apply)(void *ctx, const psd_jrecord *r,
@@ -563,38 +599,15 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        void *ctx, uint64_t *next, uint64_t *records,
                        char *err, size_t errlen)
 {
-    span s = { UINT64_MAX, 0 };
+    span s;
     *records = 0;
     *next = from;
-    int lerr = each_segment(dir, node, note_seq, &s);
-    if (lerr) {
-        /* Segments that are there but unseen would be neither replayed
-         * nor kept: the next segment would be written over them and the
-         * next snapshot would prune them. */
-        snprintf(err, errlen, "%s: cannot list the journal's segments: %s",
-                 dir, strerror(lerr));
-        return -1;
-    }
-    if (s.lo == UINT64_MAX || s.hi < from)
-        return 0;                /* nothing after the snapshot */
-    if (s.lo > from) {
-        /* Segment 1 is the first a node ever writes, and later ones
-         * start after a snapshot: without that snapshot, the records
-         * before them are lost, and replaying the rest would serve a
-         * model with a hole in its history. */
-        char path[4200];
-        psd_journal_path(path, sizeof path, dir, node, s.lo);
-        snprintf(err, errlen, "%s: the journal starts at segment %llu, but "
-                 "the snapshot that covers segments %llu..%llu is missing "
-                 "(restore it, or start with --skip-snapshot to move all "
-                 "of this node's files aside)", path,
-                 (unsigned long long)s.lo, (unsigned long long)from,
-                 (unsigned long long)s.lo - 1);
-        return -1;
-    }
+    int lerr = 0, rc = replay_span(dir, node, from, &s, &lerr, err, errlen);
+    if (rc <= 0)
+        return rc;
     char *body = NULL;
     size_t bcap = 0;
-    int rc = 0;
+    rc = 0;
     for (uint64_t seq = from; seq <= s.hi && rc == 0; seq++) {
         char path[4200];
         psd_journal_path(path, sizeof path, dir, node, seq);
@@ -703,6 +716,7 @@ typedef struct check_ctx {
     uint64_t shape;
     char *err;
     size_t errlen;
+    uint64_t from;               /* segments before it are not replayed */
     int bad;
     int unreadable;              /* a segment this user may not read */
 } check_ctx;
@@ -712,7 +726,7 @@ typedef struct check_ctx {
 static void check_one(const char *dir, int node, uint64_t seq, void *arg)
 {
     check_ctx *k = arg;
-    if (k->bad)
+    if (k->bad || seq < k->from)
         return;
     char path[4200];
     psd_journal_path(path, sizeof path, dir, node, seq);
@@ -750,14 +764,14 @@ static void check_one(const char *dir, int node, uint64_t seq, void *arg)
     close(fd);
 }
 
-int psd_journal_check(const char *dir, int node, uint64_t shape, char *err,
-                      size_t errlen)
+int psd_journal_check(const char *dir, int node, uint64_t shape,
+                      uint64_t from, char *err, size_t errlen)
 {
-    check_ctx k = { shape, err, errlen, 0, 0 };
-    int lerr = each_segment(dir, node, check_one, &k);
-    if (!k.bad && (lerr == EACCES || lerr == EPERM)) {
-        snprintf(err, errlen, "%s: cannot list: %s", dir, strerror(lerr));
-        k.unreadable = 1;
-    }
+    span s;
+    int lerr = 0;
+    if (replay_span(dir, node, from, &s, &lerr, err, errlen) < 0)
+        return lerr == EACCES || lerr == EPERM ? 2 : lerr == ENOENT ? 0 : -1;
+    check_ctx k = { shape, err, errlen, from, 0, 0 };
+    each_segment(dir, node, check_one, &k);
     return k.bad ? -1 : k.unreadable ? 2 : 0;
 }

@@ -124,12 +124,14 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        void *ctx, uint64_t *next, uint64_t *records,
                        char *err, size_t errlen);
 
-/* For psd --check: whether the start record of each of node's segments in
- * dir names node and layout shape, as replay requires (the records after
- * it are checked when psd replays them). 0, or -1 with "FILE: offset 0:
- * reason" in err, or 2 with the reason in err when this user may not list
- * dir or read a segment (psd may run as another user). */
-int psd_journal_check(const char *dir, int node, uint64_t shape, char *err,
-                      size_t errlen);
+/* For psd --check: whether a replay from segment `from` (the snapshot's
+ * journal_seq, or 1 without one) would start: no segment missing between
+ * the snapshot and the journal, and the start record of each segment
+ * names node and layout shape (the records after it are checked when psd
+ * replays them). 0, or -1 with "FILE: ..." in err, or 2 with the reason
+ * in err when this user may not list dir or read a segment (psd may run
+ * as another user). */
+int psd_journal_check(const char *dir, int node, uint64_t shape,
+                      uint64_t from, char *err, size_t errlen);
 
 #endif

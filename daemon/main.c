@@ -185,10 +185,11 @@ int main(int argc, char **argv)
             if (node_given && i != node)
                 continue;
             char why[1024];
-            int rc = psd_snapshot_check(dir, i, &cfg, why, sizeof why);
+            uint64_t seq;
+            int rc = psd_snapshot_check(dir, i, &cfg, &seq, why, sizeof why);
             if (rc >= 0 && rc != 2)
-                rc = psd_journal_check(dir, i, psd_config_shape(&cfg), why,
-                                       sizeof why);
+                rc = psd_journal_check(dir, i, psd_config_shape(&cfg),
+                                       seq ? seq : 1, why, sizeof why);
             if (rc < 0) {
                 fprintf(stderr, "%s (node %d cannot start from it: restore "
                         "the ini that wrote it, or start that node with "

@@ -337,8 +337,9 @@ static int header_fits(const header *hd, int node, const psd_config *cfg,
 }
 
 int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
-                       char *err, size_t errlen)
+                       uint64_t *journal_seq, char *err, size_t errlen)
 {
+    *journal_seq = 0;
     char path[4200], why[400];
     psd_snapshot_path(path, sizeof path, dir, node);
     reader r = { .fd = open(path, O_RDONLY | O_CLOEXEC) };
@@ -362,8 +363,10 @@ int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
             snprintf(why, sizeof why, "taken under another layout: its "
                      "tables differ from the config's (a name, kind, dim, "
                      "rows, updater or consistency changed)");
-        else
+        else {
+            *journal_seq = hd.si.journal_seq;
             rc = 0;
+        }
     }
     if (rc)
         snprintf(err, errlen, "%s: offset %llu: %s%s%s", path,

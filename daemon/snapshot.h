@@ -55,10 +55,11 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
 
 /* For psd --check: whether node's snapshot in dir, if any, would load
  * under cfg, from its header alone (its node, layout and shape; the rest
- * is checked when psd loads it). 0 when it fits, 1 when there is none,
+ * is checked when psd loads it). 0 when it fits (*journal_seq: the first
+ * journal segment it does not cover), 1 when there is none,
  * -1 with "FILE: offset N: reason" in err, 2 with the reason in err when
  * this user may not read it (psd may run as another user). */
 int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
-                       char *err, size_t errlen);
+                       uint64_t *journal_seq, char *err, size_t errlen);
 
 #endif

@@ -515,6 +515,17 @@ static void test_the_journal_replays_segments_in_order(void **state)
     assert_int_equal(replay(1, &s, &next, err), -1);
     EXPECT_INT(strstr(err, "snapshot that covers segments 1..1 is "
                            "missing") != NULL, 1, "%s", err);
+    /* psd --check finds the same hole, and reads the segments a replay
+     * from the snapshot's segment would. */
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 1, err, sizeof err), -1,
+               "--check without the snapshot");
+    EXPECT_INT(strstr(err, "snapshot that covers segments 1..1 is "
+                           "missing") != NULL, 1, "%s", err);
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 2, err, sizeof err), 0,
+               "--check with it: %s", err);
+    EXPECT_INT(psd_journal_check(dir, 2, 0xdef, 2, err, sizeof err), -1,
+               "--check under another layout");
+    EXPECT_INT(strstr(err, "layout shape") != NULL, 1, "%s", err);
     psd_journal_prune(dir, 2, 100);
     EXPECT_U64(psd_journal_first(dir, 2), 0, "all gone");
 }
