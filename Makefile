@@ -206,8 +206,14 @@ $(BUILD)/test_limits: $(BUILD)/tests/test_limits.o $(BUILD)/tests/cluster.o $(BU
 
 # The connection layer's life cycle against raw sockets.
 $(BUILD)/test_conn: $(BUILD)/tests/test_conn.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o \
-                    $(PROTO_OBJ) $(PSD)
+                    $(PROTO_OBJ) $(PSD) $(BUILD)/accept_oom.so
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBS_MP) $(LIBS_CM)
+
+# test_conn preloads this shim into psd to make the allocation of a
+# connection fail (tests/accept_oom.c). No sanitizers: it goes only into
+# a plain psd (test_conn skips those tests when psd has ASan).
+$(BUILD)/accept_oom.so: tests/accept_oom.c | $(DEPS_STAMP)
+	$(CC) $(CSTD) $(WARN) $(OPT) -fPIC -shared -o $@ $< -ldl
 
 # The clients of the multi-host test (tests/test_multihost.sh), one
 # process per role inside a network namespace.

@@ -1111,12 +1111,51 @@ static int evict_idle(psd_conns *set, const psd_conn *newc, const char *host,
     return 1;
 }
 
+static void drop_pending(psd_conns *set, uv_stream_t *listener);
+
+static void on_drop_closed(uv_handle_t *h)
+{
+    psd_conns *set = h->data;
+    uv_stream_t *listener = set->drop_waiting;
+    set->drop_closing = 0;
+    set->drop_waiting = NULL;
+    if (listener)
+        drop_pending(set, listener);
+}
+
+/* Takes the connection pending on listener off it and closes it, for
+ * want of memory to serve it. Left pending, it would stop psd accepting
+ * for good: libuv 1.44 stops watching a listener whose callback did not
+ * call uv_accept until uv_accept is called. While the handle of the
+ * previous such connection still closes, this one waits in libuv (which
+ * accepts nothing else meanwhile) until on_drop_closed takes it. */
+static void drop_pending(psd_conns *set, uv_stream_t *listener)
+{
+    if (set->drop_closing) {
+        set->drop_waiting = listener;
+        psd_debug("out of memory accepting a connection: it waits for "
+                  "the previous one to close");
+        return;
+    }
+    char peer[64], ip[48];
+    uv_tcp_init(set->loop, &set->drop);
+    set->drop.data = set;
+    set->drop_closing = 1;
+    if (uv_accept(listener, (uv_stream_t *)&set->drop) == 0)
+        peer_name(&set->drop, peer, sizeof peer, ip, sizeof ip);
+    else
+        snprintf(peer, sizeof peer, "?");
+    psd_error("out of memory accepting a connection from %s: closing it",
+              peer);
+    uv_close((uv_handle_t *)&set->drop, on_drop_closed);
+}
+
 void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
 {
     psd_node *node = set->node;
     psd_conn *c = calloc(1, sizeof *c);
     if (!c) {
-        psd_error("out of memory accepting a connection");
+        drop_pending(set, listener);
         return;
     }
     c->set = set;
@@ -1319,6 +1358,9 @@ static void conn_shutdown(psd_conn *c)
 
 void psd_conns_shutdown(psd_conns *set)
 {
+    /* The owner has closed the listener, and with it the connection
+     * libuv held for it: nothing is left to take off it. */
+    set->drop_waiting = NULL;
     if (set->turn_handles) {
         set->turn_handles = 0;
         uv_close((uv_handle_t *)&set->turn_check, NULL);

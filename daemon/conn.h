@@ -40,6 +40,13 @@ typedef struct psd_conns {
     uint64_t turn;
     psd_conn *deferred, *deferred_tail;
     int turn_handles;            /* the two handles are initialised */
+    /* A connection psd has no memory for is still taken off the listener
+     * (libuv stops watching a listener until its pending connection is
+     * accepted), into this handle, and closed at once. */
+    uv_tcp_t drop;
+    int drop_closing;            /* the handle is not free yet */
+    uv_stream_t *drop_waiting;   /* a listener whose pending connection
+                                    waits for the handle */
 } psd_conns;
 
 void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node);

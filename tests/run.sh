@@ -1,8 +1,9 @@
 #!/bin/sh
 # Runs every test program of the suite and prints one grand total, since
 # cmocka prints a summary per group only. A test that cannot run here
-# says `ok N - name # SKIP reason` (TAP); skips are counted apart and
-# listed before the total, never as passed. Each program reports in TAP
+# says `ok N - name # SKIP reason` (TAP; cmocka's skip() says
+# `not ok N # SKIP name`); skips are counted apart and listed before the
+# total, never as passed. Each program reports in TAP
 # (CMOCKA_MESSAGE_OUTPUT=TAP); a program that exits non-zero without a
 # failing test line (a crash, a sanitizer report) counts as one failure.
 # Usage: tests/run.sh BUILD_DIR
@@ -34,13 +35,14 @@ for t in test_frame test_config test_updater test_table test_sync test_dedup tes
     esac
     rc=$?
     printf '%s\n' "$out"
+    # cmocka reports a skip() as `not ok N # SKIP name`.
     p=$(printf '%s\n' "$out" | grep '^ok ' | grep -vc '# SKIP')
-    s=$(printf '%s\n' "$out" | grep '^ok ' | grep -c '# SKIP')
-    f=$(printf '%s\n' "$out" | grep -c '^not ok ')
+    s=$(printf '%s\n' "$out" | grep -E '^(not )?ok ' | grep -c '# SKIP')
+    f=$(printf '%s\n' "$out" | grep '^not ok ' | grep -vc '# SKIP')
     if [ "$s" -gt 0 ]; then
         skipped=$((skipped + s))
         skips="$skips
-SKIP: $t: $(printf '%s\n' "$out" | sed -n 's/^ok .*# SKIP //p' | head -1)"
+SKIP: $t: $(printf '%s\n' "$out" | sed -n 's/^\(not \)\{0,1\}ok .*# SKIP //p' | head -1)"
     fi
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "not ok - $t exited with status $rc"

@@ -464,6 +464,132 @@ static void request_behind_a_throttled_auth_keeps_the_frame_clock_off(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* ---- 4. out of memory ---------------------------------------------- */
+
+/* Whether the file at path holds the bytes of s. */
+static int file_contains(const char *path, const char *s)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = strlen(s), cap = 0, len = 0;
+    char *b = NULL;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 1 << 20;
+            b = realloc(b, cap);
+            assert_non_null(b);
+        }
+        size_t k = fread(b + len, 1, cap - len, f);
+        if (k == 0)
+            break;
+        len += k;
+    }
+    fclose(f);
+    int found = 0;
+    for (size_t i = 0; !found && i + n <= len; i++)
+        found = b[i] == s[0] && memcmp(b + i, s, n) == 0;
+    free(b);
+    return found;
+}
+
+/* Starts one node with tests/accept_oom.c preloaded: the allocation of
+ * every connection from 127.0.0.7 fails, the first taking delay_ms.
+ * Skips the test when psd is built with AddressSanitizer, whose allocator
+ * an LD_PRELOAD shim cannot replace. */
+static void start_with_accept_oom(test_cluster *c, int delay_ms)
+{
+    const char *psd = getenv("PSD_BIN");
+    if (file_contains(psd ? psd : "build/psd", "__asan_init")) {
+        print_message("# psd is built with AddressSanitizer: its calloc "
+                      "cannot be replaced by an LD_PRELOAD shim\n");
+        skip();
+    }
+    char shim[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", shim, sizeof shim - 32);
+    assert_true(n > 0);
+    shim[n] = '\0';
+    strcpy(strrchr(shim, '/') + 1, "accept_oom.so");
+    if (access(shim, R_OK))
+        fail_msg("no shim at %s", shim);
+    char delay[16];
+    snprintf(delay, sizeof delay, "%d", delay_ms);
+    setenv("LD_PRELOAD", shim, 1);
+    setenv("PSD_TEST_ACCEPT_OOM_FROM", "127.0.0.7", 1);
+    setenv("PSD_TEST_ACCEPT_OOM_DELAY_MS", delay, 1);
+    int rc = cluster_start(c, 1, 4,
+                           "[table.d]\nkind = dense\nrows = 10\ndim = 1\n");
+    unsetenv("LD_PRELOAD");
+    unsetenv("PSD_TEST_ACCEPT_OOM_FROM");
+    unsetenv("PSD_TEST_ACCEPT_OOM_DELAY_MS");
+    if (rc)
+        fail_msg("cluster did not start");
+}
+
+/* How many times text appears in node 0's log. */
+static int log_count(const test_cluster *c, const char *text)
+{
+    char *log = cluster_log(c, 0);
+    int k = 0;
+    for (const char *p = log; p && (p = strstr(p, text)); p++)
+        k++;
+    free(log);
+    return k;
+}
+
+/* A connection psd has no memory for is closed, and psd goes on
+ * accepting: libuv stops watching the listener until the connection its
+ * callback was given is accepted, so one failed allocation that left it
+ * there would make psd deaf to every later client. */
+static void connection_without_memory_is_closed_and_psd_keeps_accepting(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start_with_accept_oom(&c, 0);
+    int a = raw_connect_from(c.port[0], "127.0.0.7");
+    if (!cluster_log_wait(&c, 0, "out of memory accepting", 5000))
+        fail_msg("psd logged no failed allocation: the shim did not work");
+    int b = raw_connect(c.port[0]);
+    EXPECT_INT(hello(b), 0, "HELLO on a connection after one psd had no "
+               "memory for");
+    EXPECT_INT(raw_closed(a), 1, "the connection psd had no memory for "
+               "closed");
+    close(a);
+    close(b);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* The same for two such connections taken in one loop turn: the second
+ * arrives while the first one's handle is still closing. The first
+ * failure takes 300 ms, so that the second is queued by then. */
+static void two_connections_without_memory_in_one_turn_are_closed(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start_with_accept_oom(&c, 300);
+    int a = raw_connect_from(c.port[0], "127.0.0.7");
+    sleep_ms(100);
+    int b = raw_connect_from(c.port[0], "127.0.0.7");
+    for (int t = 0; t < 50 && log_count(&c, "out of memory accepting") < 2;
+         t++)
+        sleep_ms(100);
+    EXPECT_INT(log_count(&c, "out of memory accepting"), 2,
+               "failed allocations logged");
+    int cc = raw_connect(c.port[0]);
+    EXPECT_INT(hello(cc), 0, "HELLO on a connection after two psd had no "
+               "memory for");
+    EXPECT_INT(raw_closed(a), 1, "the first connection without memory "
+               "closed");
+    EXPECT_INT(raw_closed(b), 1, "the second connection without memory "
+               "closed");
+    close(a);
+    close(b);
+    close(cc);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -472,6 +598,8 @@ int main(void)
         cmocka_unit_test(connection_sending_a_request_is_not_closed_to_make_room),
         cmocka_unit_test(quiet_connection_after_backpressure_keeps_its_frame_clock_off),
         cmocka_unit_test(request_behind_a_throttled_auth_keeps_the_frame_clock_off),
+        cmocka_unit_test(connection_without_memory_is_closed_and_psd_keeps_accepting),
+        cmocka_unit_test(two_connections_without_memory_in_one_turn_are_closed),
     };
     return cmocka_run_group_tests_name("conn", tests, NULL, NULL);
 }
