@@ -15,7 +15,6 @@
 #include <cmocka.h>
 
 #include "raw.h"
-#include "../proto/msg.h"
 #include "expect.h"
 
 int raw_connect_from(int port, const char *from)
@@ -140,4 +139,35 @@ int raw_hello_as(int fd, uint64_t id, uint64_t incarnation)
     msgpack_zone_destroy(&z);
     free(f);
     return status;
+}
+
+char *raw_frame_bytes(const psw_msg *m, int n, size_t *len)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    for (int i = 0; i < n; i++)
+        psw_pack_request(&o, &m[i]);
+    psw_out_frame_end(&o);
+    assert_false(o.oom);
+    size_t cnt = psw_out_iovcnt(&o);
+    struct iovec *iov = calloc(cnt, sizeof *iov);
+    psw_out_iov(&o, iov);
+    char *b = malloc(o.total), *p = b;
+    for (size_t i = 0; i < cnt; i++) {
+        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+    *len = o.total;
+    free(iov);
+    psw_out_destroy(&o);
+    return b;
+}
+
+void raw_send_msgs(int fd, const psw_msg *m, int n)
+{
+    size_t len;
+    char *b = raw_frame_bytes(m, n, &len);
+    raw_send(fd, b, len);
+    free(b);
 }

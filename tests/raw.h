@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../proto/frame.h"
+#include "../proto/msg.h"
 
 /* A socket connected to 127.0.0.1:port, from source address `from` (any
  * 127.x.y.z; NULL: the kernel's choice), with a 5 s receive timeout. */
@@ -22,6 +23,11 @@ void raw_send_out(int fd, const psw_out *o);
 /* Reads one frame body (malloc'd, *len set) and checks its CRC; NULL on
  * EOF or timeout. */
 char *raw_read_frame(int fd, size_t *len);
+
+/* The bytes of one frame holding the n messages m (malloc'd, *len set). */
+char *raw_frame_bytes(const psw_msg *m, int n, size_t *len);
+/* Sends one frame holding the n messages m. */
+void raw_send_msgs(int fd, const psw_msg *m, int n);
 
 /* Sends a HELLO (a reader with the given client id and incarnation) and
  * returns the status of the HELLO_OK (-100 when none came). */

@@ -37,20 +37,6 @@ static void sleep_ms(int ms)
 
 /* ---- raw protocol --------------------------------------------------- */
 
-/* Sends one frame holding the n messages m. */
-static void send_msgs(int fd, const psw_msg *m, int n)
-{
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
-    for (int i = 0; i < n; i++)
-        psw_pack_request(&o, &m[i]);
-    psw_out_frame_end(&o);
-    assert_false(o.oom);
-    raw_send_out(fd, &o);
-    psw_out_destroy(&o);
-}
-
 /* Sends a HELLO (a reader) and returns the HELLO_OK's status, or -100
  * when none came. */
 static int hello(int fd)
@@ -144,7 +130,7 @@ static void half_closed_client_gets_every_reply(void **state)
                      .count = 4000000 };
     for (int i = 0; i < PULLS; i++) {
         pull.ts = (uint64_t)i + 1;
-        send_msgs(fd, &pull, 1);
+        raw_send_msgs(fd, &pull, 1);
     }
     assert_int_equal(shutdown(fd, SHUT_WR), 0);
     /* A reader that is a little slow, as a real one is. */
@@ -183,7 +169,7 @@ static void half_closed_client_gets_replies_that_wait_for_the_journal(
                      .nkeys = 1, .vals = (char *)&one, .vals_len = 4 };
     for (int i = 0; i < PUSHES; i++) {
         push.ts = (uint64_t)i + 1;
-        send_msgs(fd, &push, 1);
+        raw_send_msgs(fd, &push, 1);
     }
     assert_int_equal(shutdown(fd, SHUT_WR), 0);
     replies r;
@@ -199,29 +185,6 @@ static void half_closed_client_gets_replies_that_wait_for_the_journal(
 }
 
 /* ---- 2. room for new connections ----------------------------------- */
-
-/* The bytes of one frame holding the message m (malloc'd, *len set). */
-static char *frame_of(const psw_msg *m, size_t *len)
-{
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
-    psw_pack_request(&o, m);
-    psw_out_frame_end(&o);
-    assert_false(o.oom);
-    size_t cnt = psw_out_iovcnt(&o);
-    struct iovec *iov = calloc(cnt, sizeof *iov);
-    psw_out_iov(&o, iov);
-    char *b = malloc(o.total), *p = b;
-    for (size_t i = 0; i < cnt; i++) {
-        memcpy(p, iov[i].iov_base, iov[i].iov_len);
-        p += iov[i].iov_len;
-    }
-    *len = o.total;
-    free(iov);
-    psw_out_destroy(&o);
-    return b;
-}
 
 /* When max_connections are open, a new connection takes the place of an
  * idle one. A connection in the middle of sending a request is not idle,
@@ -252,7 +215,7 @@ static void connection_sending_a_request_is_not_closed_to_make_room(
     psw_msg push = { .op = PSW_OP_PUSH_RANGE, .ts = 1, .table = 0,
                      .first = 0, .count = n, .vals = (char *)v,
                      .vals_len = n * 4 };
-    char *f = frame_of(&push, &len);
+    char *f = raw_frame_bytes(&push, 1, &len);
     raw_send(a, f, len / 2);
     sleep_ms(300);
     int cc = raw_connect(c.port[0]);
@@ -300,7 +263,7 @@ static void quiet_connection_after_backpressure_keeps_its_frame_clock_off(
                      .count = 1000000 };
     for (int i = 0; i < 3; i++) {
         pull.ts = (uint64_t)i + 1;
-        send_msgs(fd, &pull, 1);
+        raw_send_msgs(fd, &pull, 1);
     }
     sleep_ms(200);
     replies r;
@@ -309,7 +272,7 @@ static void quiet_connection_after_backpressure_keeps_its_frame_clock_off(
     sleep_ms(2500);
     pull.ts = 4;
     pull.count = 10;
-    send_msgs(fd, &pull, 1);
+    raw_send_msgs(fd, &pull, 1);
     read_replies(fd, &r, 1, 5000);
     char *log = cluster_log(&c, 0);
     const char *line = log ? strstr(log, "closing connection") : NULL;
@@ -435,7 +398,7 @@ static void request_behind_a_throttled_auth_keeps_the_frame_clock_off(
     char *af = auth_frame(TOKEN, &t, &alen);
     psw_msg pull = { .op = PSW_OP_PULL_RANGE, .ts = 1, .table = 0,
                      .first = 0, .count = 10 };
-    char *pf = frame_of(&pull, &plen);
+    char *pf = raw_frame_bytes(&pull, 1, &plen);
     char both[512];
     assert_true(alen + plen <= sizeof both);
     memcpy(both, af, alen);
@@ -451,7 +414,7 @@ static void request_behind_a_throttled_auth_keeps_the_frame_clock_off(
     EXPECT_INT(r.n, 1, "replies to the pull pipelined behind AUTH");
     sleep_ms(1500);
     pull.ts = 2;
-    send_msgs(fd, &pull, 1);
+    raw_send_msgs(fd, &pull, 1);
     read_replies(fd, &r, 1, 5000);
     char *log = cluster_log(&c, 0);
     const char *line = log ? strstr(log, "closing connection") : NULL;

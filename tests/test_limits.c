@@ -124,37 +124,6 @@ static void honest_add(ps_client *c, const char *name, uint64_t key,
 
 /* ---- raw protocol over a plain socket ------------------------------- */
 
-/* The bytes of one frame holding `n` messages (malloc'd, *len set). */
-static char *frame_bytes(const psw_msg *m, int n, size_t *len)
-{
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
-    for (int i = 0; i < n; i++)
-        psw_pack_request(&o, &m[i]);
-    psw_out_frame_end(&o);
-    size_t cnt = psw_out_iovcnt(&o);
-    struct iovec *iov = calloc(cnt, sizeof *iov);
-    psw_out_iov(&o, iov);
-    char *b = malloc(o.total), *p = b;
-    for (size_t i = 0; i < cnt; i++) {
-        memcpy(p, iov[i].iov_base, iov[i].iov_len);
-        p += iov[i].iov_len;
-    }
-    *len = o.total;
-    free(iov);
-    psw_out_destroy(&o);
-    return b;
-}
-
-static void raw_send_msgs(int fd, const psw_msg *m, int n)
-{
-    size_t len;
-    char *b = frame_bytes(m, n, &len);
-    raw_send(fd, b, len);
-    free(b);
-}
-
 /* Whether the server closed the connection within `ms`. */
 static int raw_closed_within(int fd, int ms)
 {
@@ -1013,7 +982,7 @@ static char *frame_with_body(size_t body, uint64_t key, const uint64_t tsa[2],
                   .first = 0, .count = n, .vals = (const char *)ones,
                   .vals_len = n * 4 },
             };
-            char *f = frame_bytes(m, 2, len);
+            char *f = raw_frame_bytes(m, 2, len);
             if (*len - 2 * PSW_FRAME_CRC == body) {
                 *rows = n;
                 return f;
@@ -1205,7 +1174,7 @@ static void bytes_add(bytes *b, const void *p, size_t n)
 static void stream_frame(bytes *b, const psw_msg *m, int n)
 {
     size_t len;
-    char *f = frame_bytes(m, n, &len);
+    char *f = raw_frame_bytes(m, n, &len);
     bytes_add(b, f, len);
     free(f);
 }
@@ -1468,7 +1437,7 @@ static void a_reader_that_never_reads_is_closed_and_costs_others_nothing(
     while (!closed && n + ROUNDS <= MOST && now_s() - t0 < 6) {
         psw_msg ping = { .op = PSW_OP_PING };
         size_t len;
-        char *b = frame_bytes(&ping, 1, &len);
+        char *b = raw_frame_bytes(&ping, 1, &len);
         (void)!send(fd, b, len, MSG_DONTWAIT | MSG_NOSIGNAL);
         free(b);
         honest_round_trips(honest, during + n, ROUNDS, &next);
@@ -2252,7 +2221,7 @@ static char *turn_burst(uint64_t base, size_t *len, turn_want *want,
             want[w++] = (turn_want){ ts, 0, 0, -1 };
         }
         size_t fl;
-        char *f = frame_bytes(m, n, &fl);
+        char *f = raw_frame_bytes(m, n, &fl);
         all = realloc(all, total + fl);
         memcpy(all + total, f, fl);
         total += fl;
