@@ -810,6 +810,33 @@ static void requeued_parts_keep_their_order_across_kinds(void **state)
     rig_stop(&r);
 }
 
+/* One node with a dense table 'd' of 1024 rows of dim 256 (summed), and
+ * a client of it; *t is the table's id. */
+static ps_client *open_dense_node(test_cluster *c, int *t)
+{
+    if (cluster_start(c, 1, 1, SERVER "[table.d]\nkind = dense\n"
+                      "rows = 1024\ndim = 256\nupdater = sum\n"))
+        fail_msg("cluster did not start");
+    ps_options o = fault_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c->spec, &o), PS_OK);
+    *t = ps_table(cl, "d", NULL);
+    return cl;
+}
+
+/* Starts node 0 again from its ini, edited to say max_frame = size: a node
+ * back with a smaller max_frame than its clients cut requests for. */
+static void restart_with_max_frame(test_cluster *c, const char *size)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "sed -i 's/^\\[server\\]$/&\\nmax_frame = %s/' '%s'", size,
+             c->ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(c, 0))
+        fail_msg("node 0 did not restart");
+}
+
 /* A node restarted with a smaller max_frame (its ini edited while the
  * trainer runs): the client learns the new limit when it reconnects.
  * Requests made afterwards are cut into pieces that fit it; a piece cut
@@ -822,13 +849,8 @@ static void node_restarted_with_a_smaller_max_frame_gets_what_fits(
     (void)state;
     enum { ROWS = 200, DIM = 256 };
     test_cluster c;
-    if (cluster_start(&c, 1, 1, SERVER "[table.d]\nkind = dense\n"
-                      "rows = 1024\ndim = 256\nupdater = sum\n"))
-        fail_msg("cluster did not start");
-    ps_options o = fault_options();
-    ps_client *cl;
-    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
-    int t = ps_table(cl, "d", NULL);
+    int t;
+    ps_client *cl = open_dense_node(&c, &t);
     uint64_t keys[ROWS];
     float *g = malloc(sizeof(float) * ROWS * DIM);
     float *before = malloc(sizeof(float) * ROWS * DIM);
@@ -844,12 +866,7 @@ static void node_restarted_with_a_smaller_max_frame_gets_what_fits(
     cluster_kill(&c, 0, SIGKILL);
     /* Cut for 64 MiB frames while the node is down: one piece of 200 KiB. */
     ps_ts early = ps_push(cl, t, keys, ROWS, g, NULL, NULL);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd,
-             "sed -i 's/^\\[server\\]$/&\\nmax_frame = 64K/' '%s'", c.ini);
-    assert_int_equal(system(cmd), 0);
-    if (cluster_restart(&c, 0))
-        fail_msg("node 0 did not restart");
+    restart_with_max_frame(&c, "64K");
     EXPECT_INT(ps_wait(cl, early), PS_ETOOBIG,
                "the piece cut before the restart");
     EXPECT_SUBSTR(ps_last_error(cl), "not applied", "what the caller is told");
@@ -890,13 +907,8 @@ static void nan_push_whose_piece_no_longer_fits_applies_nothing(
     (void)state;
     enum { ROWS = 300, DIM = 256 };
     test_cluster c;
-    if (cluster_start(&c, 1, 1, SERVER "[table.d]\nkind = dense\n"
-                      "rows = 1024\ndim = 256\nupdater = sum\n"))
-        fail_msg("cluster did not start");
-    ps_options o = fault_options();
-    ps_client *cl;
-    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
-    int t = ps_table(cl, "d", NULL);
+    int t;
+    ps_client *cl = open_dense_node(&c, &t);
     uint64_t keys[ROWS];
     float *g = malloc(sizeof(float) * ROWS * DIM);
     float *got = malloc(sizeof(float) * ROWS * DIM);
@@ -911,12 +923,7 @@ static void nan_push_whose_piece_no_longer_fits_applies_nothing(
     /* Cut for 64 MiB frames while the node is down: pieces of 254 and 46
      * rows, which share one frame. */
     ps_ts early = ps_push(cl, t, keys, ROWS, g, NULL, NULL);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd,
-             "sed -i 's/^\\[server\\]$/&\\nmax_frame = 128K/' '%s'", c.ini);
-    assert_int_equal(system(cmd), 0);
-    if (cluster_restart(&c, 0))
-        fail_msg("node 0 did not restart");
+    restart_with_max_frame(&c, "128K");
     int st = ps_wait(cl, early);
     if (st != PS_ETOOBIG && st != PS_ENONFINITE)
         fail_msg("the NaN push: got %d (%s), want PS_ETOOBIG or "
