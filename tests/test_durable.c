@@ -1075,14 +1075,15 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
 /* With fsync = always, replies wait for the journal's fsync. A slow one
  * (a disk stalled for seconds, made here with a test knob) must not look
  * like a dead node: psd's heartbeats go out meanwhile, so the client keeps
- * its connection (peer_timeout_ms is 400 ms here) and is answered once the
- * fsync ends. */
+ * its connection (peer_timeout_ms is 1 s here, ten heartbeats, so a loaded
+ * machine does not end it anyway) and is answered once the fsync ends. */
 static void test_a_slow_fsync_keeps_the_heartbeats_going(void **state)
 {
     (void)state;
     test_cluster c;
-    setenv("PSD_TEST_FSYNC_DELAY_MS", "1500", 1);
-    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    setenv("PSD_TEST_FSYNC_DELAY_MS", "2500", 1);
+    start(&c, 1, "[server]\nheartbeat_ms = 100\npeer_timeout_ms = 1000\n"
+          "durability = log\nfsync = always\n");
     unsetenv("PSD_TEST_FSYNC_DELAY_MS");
     ps_options o = client_options();
     o.request_timeout_ms = 10000;
@@ -1092,7 +1093,7 @@ static void test_a_slow_fsync_keeps_the_heartbeats_going(void **state)
     uint64_t key = 7;
     float one = 1.0f;
     EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)), PS_OK,
-               "a push whose fsync takes 1.5 s");
+               "a push whose fsync takes 2.5 s");
     ps_stats_t st;
     ps_stats(cl, &st);
     EXPECT_INT((int)st.reconnects, 0, "connections the client gave up on");
