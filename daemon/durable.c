@@ -483,11 +483,14 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     psd_notify("STATUS=node %d: replaying its journal from segment %llu",
                n->index, (unsigned long long)next);
     psd_replay_ctx ctx = { n, uv_now(loop) };
+    char cut[4400];
     if (psd_journal_replay(d->dir, n->index, n->shape, next,
                            (size_t)n->cfg.max_frame + 4096,
-                           psd_request_replay, &ctx, &next, &records, err,
-                           errlen))
+                           psd_request_replay, &ctx, &next, &records, cut,
+                           sizeof cut, err, errlen))
         return -1;
+    if (cut[0])
+        psd_warn("journal: %s", cut);
     d->st.journal_records = records;
     /* The replay left each table with the hyper-parameters of the last
      * reload it met; from now on the ini's hold. */

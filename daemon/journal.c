@@ -556,6 +556,43 @@ static size_t read_full(int fd, void *p, size_t n, int *e)
     return at;
 }
 
+/* Where a crash can leave zeros: a filesystem may put a file's new size on
+ * disk before the data written into it (ext4 mounted with data=writeback,
+ * a disk whose write cache lies), and page by page, so an append cut by a
+ * power loss can end in zeros from a page boundary on. */
+#define TAIL_PAGE 4096
+
+/* Whether the bad record at off, in the newest segment, is such a tail:
+ * every byte from off, or from a page boundary before end (where the
+ * record would end; off + HDR when its header is not to be trusted), to
+ * the end of the file is zero, and there is at least one. Data that made
+ * it to disk and then went bad (a flipped bit) is not zeros to the end,
+ * so it is still refused. Reads from off on; sets *e when reading fails. */
+static int unwritten_tail(int fd, uint64_t off, uint64_t end, int *e)
+{
+    if (lseek(fd, (off_t)off, SEEK_SET) < 0) {
+        *e = errno;
+        return 0;
+    }
+    uint64_t at = off, zero_from = off;  /* the trailing run of zeros */
+    char buf[TAIL_PAGE];
+    for (;;) {
+        size_t got = read_full(fd, buf, sizeof buf, e);
+        if (*e)
+            return 0;
+        for (size_t i = 0; i < got; i++)
+            if (buf[i])
+                zero_from = at + i + 1;
+        at += got;
+        if (got < sizeof buf)
+            break;
+    }
+    if (zero_from == at)
+        return 0;                /* no zeros at the end, or nothing there */
+    return zero_from == off ||
+           (zero_from % TAIL_PAGE == 0 && zero_from < end);
+}
+
 /* Which segments of node in dir a replay from segment `from` reads
  * (*s). 1 when there are some, 0 when none, -1 with the reason in err
  * (*lerr: the errno when the folder could not be listed). */
@@ -597,10 +634,12 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        int (*apply)(void *ctx, const psd_jrecord *r,
                                     char *err, size_t errlen),
                        void *ctx, uint64_t *next, uint64_t *records,
-                       char *err, size_t errlen)
+                       char *cut, size_t cutlen, char *err, size_t errlen)
 {
     span s;
     *records = 0;
+    if (cutlen)
+        cut[0] = '\0';
     *next = from;
     int lerr = 0, rc = replay_span(dir, node, from, &s, &lerr, err, errlen);
     if (rc <= 0)
@@ -635,7 +674,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             /* torn: what a crash in the middle of write() leaves, only
              * ever at the very end of the last segment */
             const char *why = NULL;
-            int torn = 0;
+            int torn = 0, header_ok = 0;
             if (e)
                 why = "read error";
             else if (got < HDR)
@@ -645,6 +684,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             else if (len > max_body)
                 why = "record longer than a frame allows";
             else {
+                header_ok = 1;
                 if (len > bcap) {
                     char *nb = realloc(body, len);
                     if (!nb) {
@@ -665,9 +705,21 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                 why = "malformed record";
             if (why) {
                 /* A crash can cut only the last record of the last
-                 * segment: cut it off. Anything else is damage. */
+                 * segment, or leave it zeros from a page on: cut it off.
+                 * Anything else is damage. */
+                uint64_t end = off + HDR + (header_ok ? len : 0);
+                if (!torn && !e && seq == s.hi &&
+                    unwritten_tail(fd, off, end, &e))
+                    torn = 2;
                 if (torn && seq == s.hi && truncate(path, (off_t)off) == 0) {
                     fsync_path(path);
+                    if (cutlen)
+                        snprintf(cut, cutlen, "%s: offset %llu: %s: cut "
+                                 "off there, the end of a write that a "
+                                 "crash left unfinished", path,
+                                 (unsigned long long)off,
+                                 torn == 2 ? "zeros to the end of the file"
+                                           : why);
                     break;
                 }
                 snprintf(err, errlen, "%s: offset %llu: %s%s%s", path,

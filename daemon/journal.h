@@ -113,8 +113,10 @@ uint64_t psd_journal_first(const char *dir, int node);
  * push, clock and params record (a segment written by another node or under
  * another layout shape is refused, and so are segments that start after
  * `from` with nothing before them). A torn record at the very end of the
- * last segment (a write cut by a crash) is cut off the file and ends the
- * replay; a bad record anywhere else is refused. Returns 0 with *next (the segment to open
+ * last segment (a write cut by a crash: cut short, or zeros from a page
+ * boundary to the end of the file) is cut off the file and ends the
+ * replay, with a line saying so in cut (else cut is ""); a bad record
+ * anywhere else is refused. Returns 0 with *next (the segment to open
  * next) and *records set, or -1 with "FILE: offset N: reason" in err (or
  * apply's own reason). max_body bounds a record. */
 int psd_journal_replay(const char *dir, int node, uint64_t shape,
@@ -122,7 +124,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        int (*apply)(void *ctx, const psd_jrecord *r,
                                     char *err, size_t errlen),
                        void *ctx, uint64_t *next, uint64_t *records,
-                       char *err, size_t errlen);
+                       char *cut, size_t cutlen, char *err, size_t errlen);
 
 /* For psd --check: whether a replay from segment `from` (the snapshot's
  * journal_seq, or 1 without one) would start: no segment missing between

@@ -1140,6 +1140,41 @@ static void test_a_journal_of_another_layout_fails_psd_check(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* A power loss can leave the journal's new length on disk without the
+ * data written into it: the segment then ends in zeros. psd cuts them off
+ * as it does a record cut short, says so, and serves every push that was
+ * written. */
+static void test_a_journal_ending_in_zeros_is_cut_and_psd_starts(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes that failed");
+    cluster_kill(&c, 0, SIGKILL);
+    char seg[400], cmd[600];
+    snprintf(seg, sizeof seg, "%s/psd-node0.journal.0000000001", c.dir);
+    struct stat before;
+    assert_int_equal(stat(seg, &before), 0);
+    snprintf(cmd, sizeof cmd, "head -c 12288 /dev/zero >> '%s'", seg);
+    assert_int_equal(system(cmd), 0);
+    expect_psd_check(&c, 0, NULL, 0, "OK");
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start on a journal that ends in zeros");
+    expect_count(c.spec, a, "after the zeros were cut");
+    EXPECT_INT(cluster_log_wait(&c, 0, "zeros to the end of the file", 1000),
+               1, "a log line saying what was cut");
+    char *log = cluster_log(&c, 0);
+    char off[64];
+    snprintf(off, sizeof off, "offset %lld", (long long)before.st_size);
+    EXPECT_INT(log && strstr(log, off) != NULL, 1, "the line names %s: %s",
+               off, log ? log : "(no log)");
+    free(log);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 int main(void)
 {
     const char *s = getenv("PSD_TEST_SEED");
@@ -1156,6 +1191,7 @@ int main(void)
             test_kill9_with_fsync_everysec_loses_no_acknowledged_push),
         cmocka_unit_test(
             test_kill9_with_snapshots_keeps_what_the_snapshot_held),
+        cmocka_unit_test(test_a_journal_ending_in_zeros_is_cut_and_psd_starts),
         cmocka_unit_test(
             test_kill9_during_snapshots_with_a_journal_loses_nothing),
         cmocka_unit_test(

@@ -29,6 +29,7 @@
 #include "expect.h"
 #include "membuf.h"
 
+#define TAIL 4096   /* a page */
 #define ERRLEN 600
 
 /* Every updater with state, dense and sparse, and a bsp table (its sums
@@ -474,8 +475,9 @@ static int replay(uint64_t from, seen *s, uint64_t *next, char *err)
 {
     uint64_t records;
     memset(s, 0, sizeof *s);
+    char cut[300];
     return psd_journal_replay(dir, 2, 0xabc, from, 1 << 20, count_record, s,
-                              next, &records, err, ERRLEN);
+                              next, &records, cut, sizeof cut, err, ERRLEN);
 }
 
 static void test_the_journal_replays_segments_in_order(void **state)
@@ -506,7 +508,7 @@ static void test_the_journal_replays_segments_in_order(void **state)
     uint64_t records;
     assert_int_equal(psd_journal_replay(dir, 2, 0xdef, 1, 1 << 20,
                                         count_record, &s, &next, &records,
-                                        err, sizeof err), -1);
+                                        NULL, 0, err, sizeof err), -1);
     EXPECT_INT(strstr(err, "layout shape") != NULL, 1, "%s", err);
     /* Without the snapshot that covered segment 1, segment 2 alone is a
      * hole in the history. */
@@ -583,6 +585,122 @@ static void test_a_torn_last_record_is_cut_and_damage_elsewhere_refused(
     psd_journal_prune(dir, 2, 100);
     free(good);
     free(bad);
+}
+
+/* n pushes of one dense row of `dim` floats, 1.0 each (ts from+1..). */
+static void put_rows(psd_journal *j, int from, int n, size_t dim)
+{
+    char err[ERRLEN];
+    float *v = malloc(dim * sizeof *v);
+    for (size_t i = 0; i < dim; i++)
+        v[i] = 1.0f;
+    for (int i = from; i < from + n; i++) {
+        uint64_t key = (uint64_t)i;
+        psw_msg m = { 0 };
+        m.op = PSW_OP_PUSH;
+        m.ts = (uint64_t)i + 1;
+        m.nkeys = 1;
+        m.keys = (const char *)&key;
+        m.vals = (const char *)v;
+        m.vals_len = dim * sizeof *v;
+        assert_int_not_equal(psd_journal_push(j, 9, 1, &m, PSW_OK), 0);
+    }
+    assert_int_equal(psd_journal_write(j, err, sizeof err), 0);
+    free(v);
+}
+
+/* Replays the newest segment as `bytes` (len of them) and says how many
+ * pushes came back (-1: refused, with the reason in err) and the file's
+ * size after it (*size). */
+static int replay_as(const char *path, const char *bytes, size_t len,
+                     uint64_t *size, char *cut, size_t cutlen, char *err)
+{
+    write_file(path, bytes, len);
+    seen s;
+    memset(&s, 0, sizeof s);
+    uint64_t next, records;
+    int rc = psd_journal_replay(dir, 2, 0xabc, 1, 1 << 20, count_record, &s,
+                                &next, &records, cut, cutlen, err, ERRLEN);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    *size = (uint64_t)st.st_size;
+    return rc ? -1 : s.pushes;
+}
+
+/* A power loss can leave an append's new length on disk without its data:
+ * the file then ends in zeros, from where writing stopped (a record's
+ * start, or a page boundary inside it). That is a torn tail too, and is
+ * cut; zeros that stop short of the end, or start inside a page, or end
+ * a segment that is not the newest, are damage. */
+static void test_a_tail_of_zeros_is_cut_and_other_zeros_refused(void **state)
+{
+    (void)state;
+    char err[ERRLEN], cut[600], path[128];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    /* Three records of 8,084 bytes each after the 28-byte start record:
+     * the last spans 16,196..24,280, across the page boundary 20,480. */
+    put_rows(j, 0, 3, 2000);
+    psd_journal_close(j);
+    psd_journal_path(path, sizeof path, dir, 2, 1);
+    size_t len;
+    char *good = read_file(path, &len);
+    size_t rec = 12 + 64 + 8 + 8000, last = 28 + 2 * rec;
+    EXPECT_U64(len, 28 + 3 * rec, "the segment's size");
+    char *img = calloc(1, len + 3 * TAIL);
+    uint64_t size;
+
+    /* The length grew by two pages that were never written. */
+    memcpy(img, good, len);
+    EXPECT_INT(replay_as(path, img, len + 2 * TAIL, &size, cut, sizeof cut,
+                         err), 3, "pushes before two pages of zeros: %s", err);
+    EXPECT_U64(size, len, "the file was cut back to its records");
+    EXPECT_INT(strstr(cut, path) && strstr(cut, "zeros to the end"), 1,
+               "what replay says it cut: '%s'", cut);
+
+    /* The last record was never written at all. */
+    memset(img + last, 0, len - last);
+    EXPECT_INT(replay_as(path, img, len, &size, cut, sizeof cut, err), 2,
+               "pushes before a record of zeros: %s", err);
+    EXPECT_U64(size, last, "cut at the zeroed record");
+
+    /* Its first page went out, the next did not. */
+    memcpy(img, good, len);
+    memset(img + 20480, 0, len - 20480);
+    EXPECT_INT(replay_as(path, img, len, &size, cut, sizeof cut, err), 2,
+               "pushes before a record zero from a page on: %s", err);
+    EXPECT_U64(size, last, "cut at the record that was half written");
+
+    /* Zeros from inside a page: not how a write stops, but damage. */
+    memcpy(img, good, len);
+    memset(img + 20480 + 100, 0, len - 20480 - 100);
+    EXPECT_INT(replay_as(path, img, len, &size, cut, sizeof cut, err), -1,
+               "zeros from inside a page");
+    EXPECT_INT(strstr(err, "record CRC mismatch") != NULL, 1, "%s", err);
+    EXPECT_U64(size, len, "a refused segment is left as it is");
+    EXPECT_INT(cut[0], 0, "nothing cut: '%s'", cut);
+
+    /* A record zero from a page on, but with bytes after the zeros. */
+    memcpy(img, good, len);
+    memset(img + 20480, 0, len - 20480 - 1);
+    EXPECT_INT(replay_as(path, img, len, &size, cut, sizeof cut, err), -1,
+               "zeros followed by a byte");
+
+    /* The same zeros, with a newer segment after this one. */
+    memcpy(img, good, len);
+    write_file(path, img, len + TAIL);
+    j = psd_journal_open(dir, 2, 0xabc, 2, err, sizeof err);
+    assert_non_null(j);
+    put_rows(j, 3, 1, 4);
+    psd_journal_close(j);
+    seen s;
+    uint64_t next;
+    assert_int_equal(replay(1, &s, &next, err), -1);
+    EXPECT_INT(strstr(err, "record header CRC mismatch") != NULL, 1, "%s",
+               err);
+    psd_journal_prune(dir, 2, 100);
+    free(img);
+    free(good);
 }
 
 static void test_a_failed_journal_write_leaves_whole_records(void **state)
@@ -769,6 +887,9 @@ int main(void)
             test_a_folder_that_cannot_be_listed_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_read_error_is_not_taken_for_a_torn_tail, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_tail_of_zeros_is_cut_and_other_zeros_refused, setup,
+            teardown),
     };
     int failed = cmocka_run_group_tests_name("snapshot and journal", tests,
                                              NULL, NULL);
