@@ -612,9 +612,15 @@ class Client:
                 self._read_status(h, req)
             self._pending.clear()
             self._held.clear()
-            _LIB.ps_close(h)
+            # The handle is forgotten before ps_close frees it: a signal
+            # handler that raises runs as ps_close returns, and a handle
+            # still set then would reach the library again at the next
+            # close() or __del__.
             self._h = None
-            self._cv.notify_all()
+            try:
+                _LIB.ps_close(h)
+            finally:
+                self._cv.notify_all()
 
     @property
     def closed(self) -> bool:

@@ -748,3 +748,41 @@ def test_an_exception_from_a_signal_as_a_call_returns_keeps_its_arrays(
 
 def _raise_interrupt(signum, frame):
     raise _Interrupt()
+
+
+def close_interrupted(spec: str, frozen_pid: int) -> None:
+    """The child of the test below: a worker whose close() is interrupted
+    by a raising signal handler, then closed again."""
+    c = psclient.connect(spec, worker=0, request_timeout_ms=1000,
+                         max_retries=0, connect_timeout_ms=1000)
+    c.table("dense").pull_range(0, 100)      # both nodes answer
+    os.kill(frozen_pid, signal.SIGSTOP)
+    signal.signal(signal.SIGALRM, _raise_interrupt)
+    try:
+        # ps_close waits for the frozen node's answer to the worker's
+        # goodbye (a second, then PS_ETIMEDOUT); the alarm comes meanwhile
+        # and its handler raises as ps_close returns.
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(_Interrupt):
+            c.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        os.kill(frozen_pid, signal.SIGCONT)
+    assert c.closed
+    c.close()                                # as __del__ would
+    with pytest.raises(psclient.ClosedError):
+        c.table("emb")
+
+
+def test_a_close_interrupted_as_ps_close_returns_does_not_free_twice(cluster):
+    """The handler's exception came after ps_close had freed the client
+    but before close() forgot its handle: the next close() (or __del__)
+    handed the freed client to ps_wait_all and ps_close again (glibc:
+    "corrupted size vs. prev_size", abort). In a process of its own, so
+    that such a crash fails this test only."""
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=close_interrupted,
+                    args=(cluster.spec, cluster.procs[1].pid))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
