@@ -334,7 +334,13 @@ def _cstr(name: str, s: Union[str, bytes]) -> bytes:
     """s as the bytes of a C string. C stops at the first NUL, so a string
     holding one would reach the library cut short, silently naming another
     table, server or token."""
-    b = s.encode() if isinstance(s, str) else bytes(s)
+    if isinstance(s, str):
+        b = s.encode()
+    elif isinstance(s, (bytes, bytearray)):
+        b = bytes(s)
+    else:
+        # bytes() of an int would make that many NULs.
+        raise TypeError(f"{name}: expected a str, got {_describe(s)}")
     if b"\0" in b:
         raise ValueError(f"{name}: {s!r} holds a NUL character")
     return b
@@ -765,12 +771,12 @@ class Client:
     def table(self, name: str) -> Table:
         """The table called ``name``; raises TableError if the cluster has
         none."""
+        cname = _cstr("name", name)     # first: a list is no cache key
         t = self._tables.get(name)
         if t is not None:
             if self.closed:      # as any other call on a closed client
                 raise ClosedError(PS_ECLOSED, "the client was closed")
             return t
-        cname = _cstr("name", name)
         info = _lib.PsTableInfo()
         h = self._acquire()
         try:

@@ -693,6 +693,17 @@ def test_strings_with_a_nul_are_refused_not_cut_short(cluster):
         psclient.connect(cluster.spec, auth_token="a" * 20 + "\0junk")
 
 
+def test_a_name_or_token_that_is_no_string_raises_type_error(cluster):
+    """bytes(3) is three NULs: table(3) used to say "name: 3 holds a NUL
+    character", and a token given as an int the same."""
+    with psclient.connect(cluster.spec) as c:
+        for bad in (3, 2.5, None, ["emb"]):
+            with pytest.raises(TypeError, match="name: expected a str"):
+                c.table(bad)
+    with pytest.raises(TypeError, match="auth_token: expected a str"):
+        psclient.connect(cluster.spec, auth_token=12345678901234567890)
+
+
 def test_a_table_looked_up_before_close_is_refused_after_it(cluster):
     """table() answered from its cache without looking at the client: a
     closed client handed out a Table whose calls could only fail."""
