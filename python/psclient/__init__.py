@@ -603,26 +603,39 @@ class Client:
         """Waits for calls running in other threads and for every
         outstanding request (reading their statuses, so ``Request.wait()``
         still answers afterwards), leaves the training if this client is a
-        worker, and disconnects. Closing twice is a no-op."""
+        worker, and disconnects. Closing twice is a no-op. A close that
+        an exception (Ctrl-C) cut short while it waited leaves the client
+        open."""
         with self._cv:
             if self._h is None:
                 return
             self._closing = True
-            while self._busy:
-                self._cv.wait()
-            # Nothing else runs on the handle from here on: new calls see
-            # _closing and fail, status reads wait for _h to go away.
-            h = self._h
-            _LIB.ps_wait_all(h)
-            for req in list(self._pending.values()):
-                self._read_status(h, req)
-            self._pending.clear()
-            self._held.clear()
-            # The handle is forgotten before ps_close frees it: a signal
-            # handler that raises runs as ps_close returns, and a handle
-            # still set then would reach the library again at the next
-            # close() or __del__.
-            self._h = None
+            try:
+                while self._busy:
+                    self._cv.wait()
+                if self._h is None:          # another thread closed it
+                    return
+                # Nothing else runs on the handle from here on: new calls
+                # see _closing and fail, status reads wait for _h to go.
+                h = self._h
+                _LIB.ps_wait_all(h)
+                for req in list(self._pending.values()):
+                    self._read_status(h, req)
+                self._pending.clear()
+                self._held.clear()
+                # The handle is forgotten before ps_close frees it: a
+                # signal handler that raises runs as ps_close returns, and
+                # a handle still set then would reach the library again at
+                # the next close() or __del__.
+                self._h = None
+            except BaseException:
+                # A signal handler raised (Ctrl-C) before anything was
+                # closed: the client stays open, or status reads would
+                # wait for a close that never comes.
+                if self._h is not None:
+                    self._closing = False
+                self._cv.notify_all()
+                raise
             try:
                 _LIB.ps_close(h)
             finally:

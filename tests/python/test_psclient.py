@@ -797,3 +797,46 @@ def test_a_close_interrupted_as_ps_close_returns_does_not_free_twice(cluster):
     p.start()
     p.join(60)
     assert p.exitcode == 0
+
+
+def test_a_close_interrupted_before_ps_close_leaves_the_client_open(
+        make_cluster):
+    """A signal handler that raised while close() waited for the requests
+    left the client half closed for good: every call refused, and
+    Request.wait() (in any thread) waiting for close() to read the status,
+    which it never would. Nothing was closed, so the client stays open."""
+    cl = make_cluster()
+    c = psclient.connect(cl.spec, request_timeout_ms=1500, max_retries=0,
+                         connect_timeout_ms=1000)
+    try:
+        d = c.table("dense")
+        d.pull_range(0, 100)                     # both nodes answer
+        cl.signal(1, signal.SIGSTOP)
+        old = signal.signal(signal.SIGALRM, _raise_interrupt)
+        try:
+            req = d.pull_range_async(0, 100)     # held by node 1
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(_Interrupt):
+                c.close()                        # in ps_wait_all for req
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            cl.signal(1, signal.SIGCONT)
+        assert not c.closed
+        waited = {}
+
+        def wait():
+            try:
+                req.wait()
+            except BaseException as e:
+                waited["error"] = e
+
+        w = threading.Thread(target=wait, daemon=True)
+        w.start()
+        w.join(10)
+        assert not w.is_alive(), "Request.wait() hangs after the close"
+        assert isinstance(waited.get("error"), psclient.TimeoutError)
+        np.testing.assert_array_equal(d.pull_range(0, 2), np.zeros((2, 3)))
+    finally:
+        c.close()
+    assert c.closed
