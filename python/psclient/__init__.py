@@ -28,7 +28,9 @@ Arrays, never copied
     ``(n, dim)`` array when ``out`` is None). Any other array (float64,
     a strided view, a list) raises TypeError, a wrong shape or a read-only
     ``out`` raises ValueError, before anything is sent; convert explicitly,
-    e.g. with ``numpy.ascontiguousarray(a, numpy.float32)``.
+    e.g. with ``numpy.ascontiguousarray(a, numpy.float32)``. Large rows are
+    written into ``out`` as they arrive, so a pull that fails may leave
+    anything in ``out``; one that succeeds holds exactly the servers' rows.
 
 Blocking and asynchronous calls
     ``Table.pull``, ``push``, ``pushpull``, ``pull_range`` and ``push_range``
@@ -39,6 +41,9 @@ Blocking and asynchronous calls
     handle is dropped; the client reads the status of dropped requests
     when more than 1024 of them are unread, at ``Client.wait_all()`` and at
     ``Client.close()``, so wait for your requests or call ``wait_all()``.
+    The library remembers the last 1024 failures: a request whose status
+    is read after more than 1024 requests failed after it raises
+    InvalidError (its status is no longer known), never a false success.
     Requests are numbered from 1 (``Request.ts``), one per call.
 
 Threads and processes
@@ -383,7 +388,8 @@ class Request:
 
         Returns the ``out`` array of a pull or pushpull, None for a push.
         Raises the request's Error if it failed; waiting again gives the
-        same result.
+        same result. InvalidError when its status is no longer known: more
+        than 1024 requests failed after it before its status was read.
         """
         if self._status is None:
             self._client._settle(self)

@@ -161,8 +161,11 @@ def test_errors_carry_code_and_message_and_match_builtins():
 def test_help_documents_every_public_name():
     text = pydoc.render_doc(psclient, renderer=pydoc.plaintext)
     for word in ("ctypes", "GIL", "connect(", "PSCLIENT_LIB", "pull_async",
-                 "class Table", "class Request", "PS_ETIMEDOUT"):
-        assert word in text
+                 "class Table", "class Request", "PS_ETIMEDOUT",
+                 # What client/psclient.h says of failures, said here too:
+                 # a failed pull's out, a status read too late.
+                 "may leave anything in", "no longer known"):
+        assert word in " ".join(text.split())
     for name in psclient.__all__:
         obj = getattr(psclient, name)
         if callable(obj):
@@ -638,6 +641,36 @@ def test_a_frozen_server_surfaces_as_timeout_error(make_cluster):
         # The node is back: the client talks to it again.
         np.testing.assert_array_equal(d.pull_range(0, 100),
                                       np.ones((100, 3)))
+
+
+NONFINITE = """
+[table.fin]
+kind = sparse
+dim = 2
+updater = sum
+nonfinite = reject
+"""
+
+
+def test_a_status_read_after_1024_later_failures_is_no_longer_known(
+        make_cluster):
+    """The library remembers the last 1024 failures (client/psclient.h,
+    ps_wait): a request read after more failed is InvalidError, never a
+    false success, as Request.wait() says."""
+    cl = make_cluster(NONFINITE)
+    with psclient.connect(cl.spec) as c:
+        t = c.table("fin")
+        k = keys_of(1)
+        nan = np.array([np.nan, 0], F32)
+        first = t.push_async(k, nan)
+        for _ in range(1024):
+            with pytest.raises(psclient.NonFiniteError):
+                t.push(k, nan)
+        with pytest.raises(psclient.InvalidError, match="no longer known"):
+            first.wait()
+        recent = t.push_async(k, nan)
+        with pytest.raises(psclient.NonFiniteError):
+            recent.wait()
 
 
 def test_closed_client_refuses_calls_and_still_answers_requests(cluster):
