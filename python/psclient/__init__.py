@@ -49,8 +49,10 @@ Blocking and asynchronous calls
 Threads and processes
     A Client may be shared by threads. ``close()`` waits for calls running
     in other threads, then for every outstanding request. A Client does not
-    survive ``fork()``: open one per process (``multiprocessing`` with the
-    "spawn" or "forkserver" start method, or connect in the child).
+    survive ``fork()``: in the child it reads as closed and its calls raise
+    ClosedError (the parent's client is unaffected). Open one per process
+    (``multiprocessing`` with the "spawn" or "forkserver" start method, or
+    connect in the child).
 
 Errors
     A failed call raises ``psclient.Error`` (``.code``: the PS_E* code,
@@ -138,6 +140,22 @@ _CODE_NAMES = {v: k for k, v in globals().items()
 # How many requests whose status nobody read a client keeps before it reads
 # the oldest ones itself (see Client._submit).
 _MAX_UNREAD = 1024
+
+# How many times this process is a child of fork() (counted in the child):
+# a Client opened before the fork has no I/O thread in the child, and its
+# lock may have been held by a thread of the parent (see Client._forked).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+_FORKED = ("this client was opened before fork(): its I/O thread stayed "
+           "in the parent; connect again in this process")
 
 def strerror(code: int) -> str:
     """The library's text for a status code (ps_strerror)."""
@@ -570,6 +588,7 @@ class Client:
         # (see _hold): kept until ps_wait_all has returned.
         self._held: List[Tuple[np.ndarray, ...]] = []
         self._tables: Dict[str, Table] = {}
+        self._forks = _forks
 
         fields: Dict[str, Optional[int]] = {"worker": worker}
         for name, value in options.items():
@@ -612,6 +631,12 @@ class Client:
         worker, and disconnects. Closing twice is a no-op. A close that
         an exception (Ctrl-C) cut short while it waited leaves the client
         open."""
+        if self._forked():
+            # The library's client is the parent's to close: calling it
+            # here would wait for, then stop, a thread that is not in this
+            # process. Its memory in the child is left as it is.
+            self._h = None
+            return
         with self._cv:
             if self._h is None:
                 return
@@ -649,8 +674,15 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        """Whether close() was called."""
-        return self._h is None or self._closing
+        """Whether close() was called (or the client was opened before
+        the fork() that made this process)."""
+        return self._forked() or self._h is None or self._closing
+
+    def _forked(self) -> bool:
+        """Whether this process is a child of a fork() made after the
+        client was opened. Checked before taking self._cv, which another
+        thread of the parent may have held at the fork."""
+        return self._forks != _forks
 
     def __enter__(self) -> "Client":
         return self
@@ -675,6 +707,8 @@ class Client:
         """Returns the handle and counts a running call, or raises
         ClosedError. A status read during close() waits for it to finish
         and returns None: close() read that status meanwhile."""
+        if self._forked():
+            raise ClosedError(PS_ECLOSED, _FORKED)
         with self._cv:
             if status_read:
                 while self._closing and self._h is not None:
@@ -794,7 +828,8 @@ class Client:
         t = self._tables.get(name)
         if t is not None:
             if self.closed:      # as any other call on a closed client
-                raise ClosedError(PS_ECLOSED, "the client was closed")
+                raise ClosedError(PS_ECLOSED, _FORKED if self._forked()
+                                  else "the client was closed")
             return t
         info = _lib.PsTableInfo()
         h = self._acquire()
@@ -811,11 +846,11 @@ class Client:
         """Blocks until every request issued so far completed. Raises the
         first error among the requests that completed since the previous
         wait_all (ps_wait_all), after reading the status of each."""
-        with self._cv:
-            issued = list(self._pending.values())
-            held = len(self._held)       # those of requests issued so far
         h = self._acquire()
         try:
+            with self._cv:
+                issued = list(self._pending.values())
+                held = len(self._held)   # those of requests issued so far
             st = _LIB.ps_wait_all(h)
             err = self._fail(h, st) if st != PS_OK else None
             for req in issued:           # complete: ps_wait returns at once

@@ -486,6 +486,53 @@ def test_four_processes_pushing_one_give_exact_sums(cluster):
         np.testing.assert_array_equal(dense, np.full((100, 3), 4 * rounds))
 
 
+def use_after_fork(c, t, req, results) -> None:
+    """The child of the test below: the parent's client, table and unread
+    request as fork() copied them."""
+    out = {}
+    for name, call in (("pull", lambda: t.pull(keys_of(81))),
+                       ("wait", req.wait), ("stats", c.stats),
+                       ("table", lambda: c.table("emb"))):
+        try:
+            call()
+            out[name] = "no error"
+        except psclient.ClosedError as e:
+            out[name] = e.message
+        except BaseException as e:
+            out[name] = repr(e)
+    out["closed"] = c.closed
+    c.close()                    # as __del__ would, at the child's exit
+    results.put(out)
+
+
+def test_a_client_used_after_fork_raises_instead_of_hanging(cluster):
+    """fork() copies a client but not its I/O thread: a call in the child
+    waited for an answer that nothing would ever read, forever, and the
+    child's close() handed the parent's thread to the library to stop."""
+    ctx = multiprocessing.get_context("fork")
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("emb")
+        t.push(keys_of(81), np.ones(4, F32))
+        req = t.pull_async(keys_of(81))
+        results = ctx.Queue()
+        p = ctx.Process(target=use_after_fork, args=(c, t, req, results))
+        p.start()
+        try:
+            out = results.get(timeout=20)
+        finally:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        assert p.exitcode == 0
+        for name in ("pull", "wait", "stats", "table"):
+            assert "fork" in out[name], (name, out[name])
+        assert out["closed"]
+        # The parent's client is as it was.
+        np.testing.assert_array_equal(req.wait(), np.ones((1, 4)))
+        np.testing.assert_array_equal(t.pull(keys_of(81)), np.ones((1, 4)))
+
+
 def test_threads_share_one_client(cluster):
     with psclient.connect(cluster.spec) as c:
         t = c.table("emb")
