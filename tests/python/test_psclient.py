@@ -40,18 +40,28 @@ def addr(a: np.ndarray) -> int:
 
 # ---- the binding itself -----------------------------------------------------
 
-def test_ps_options_mirrors_the_c_struct_field_by_field(tmp_path):
-    """The ctypes struct has the C struct's size and every field's offset
-    and size, as a C compiler sees client/psclient.h."""
-    fields = [f for f, _ in _lib.PsOptions._fields_]
+def test_structs_and_codes_mirror_client_psclient_h(tmp_path):
+    """Every ctypes struct has the C struct's size and every field's
+    offset and size, and every PS_* code its value, as a C compiler sees
+    client/psclient.h; every PS_E* code of the header has its exception."""
+    import re
+    structs = {"ps_options": _lib.PsOptions,
+               "ps_table_info": _lib.PsTableInfo,
+               "ps_op_stats": _lib.PsOpStats, "ps_stats_t": _lib.PsStats}
+    codes = sorted(set(re.findall(r"\b(PS_E[A-Z]+|PS_OK|PS_STAT_KINDS)\b",
+                                  (SRC / "client" / "psclient.h").read_text())))
+    lines = []
+    for cname, st in structs.items():
+        lines.append(f'printf("{cname} %zu 0\\n", sizeof({cname}));')
+        for f, _ in st._fields_:
+            lines.append(f'printf("{cname}.{f} %zu %zu\\n", '
+                         f'offsetof({cname}, {f}), '
+                         f'sizeof((({cname} *)0)->{f}));')
+    lines += [f'printf("{c} %d 0\\n", (int){c});' for c in codes]
     prog = tmp_path / "layout.c"
     prog.write_text(
         "#include <stddef.h>\n#include <stdio.h>\n#include \"psclient.h\"\n"
-        "int main(void)\n{\n"
-        "    printf(\"size %zu 0\\n\", sizeof(ps_options));\n" +
-        "".join(f"    printf(\"{f} %zu %zu\\n\", offsetof(ps_options, {f}),"
-                f" sizeof(((ps_options *)0)->{f}));\n" for f in fields) +
-        "    printf(\"info %zu 0\\n\", sizeof(ps_table_info));\n"
+        "int main(void)\n{\n" + "".join(f"    {ln}\n" for ln in lines) +
         "    return 0;\n}\n")
     exe = tmp_path / "layout"
     subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Werror",
@@ -62,11 +72,22 @@ def test_ps_options_mirrors_the_c_struct_field_by_field(tmp_path):
                                text=True).stdout.splitlines():
         name, a, b = line.split()
         c_side[name] = (int(a), int(b))
-    py_side = {f: (getattr(_lib.PsOptions, f).offset,
-                   getattr(_lib.PsOptions, f).size) for f in fields}
-    py_side["size"] = (ctypes.sizeof(_lib.PsOptions), 0)
-    py_side["info"] = (ctypes.sizeof(_lib.PsTableInfo), 0)
+    py_side = {}
+    for cname, st in structs.items():
+        py_side[cname] = (ctypes.sizeof(st), 0)
+        for f, _ in st._fields_:
+            py_side[f"{cname}.{f}"] = (getattr(st, f).offset,
+                                       getattr(st, f).size)
+    for c in codes:
+        py_side[c] = ((len(_lib.STAT_KINDS) if c == "PS_STAT_KINDS" else
+                       getattr(psclient, c)), 0)
     assert py_side == c_side
+    assert len(codes) > 15                   # the header was read
+    for c in codes:
+        if c.startswith("PS_E"):
+            exc = psclient._error(getattr(psclient, c), "")
+            assert type(exc) is not psclient.Error, c   # a subclass each
+            assert c in psclient.__all__
 
 
 def test_defaults_come_from_ps_options_init():
