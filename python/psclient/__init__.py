@@ -244,12 +244,15 @@ class LayoutError(Error):
 
 class NonFiniteError(InvalidError):
     """PS_ENONFINITE: a pushed value is NaN or infinite and the table
-    refuses those (nonfinite = reject); nothing of the push was applied."""
+    refuses those (nonfinite = reject). A node that finds one applies
+    nothing of its part of the push; the parts on other nodes may have
+    been applied (``message`` says so)."""
 
 
 class TableFullError(Error):
-    """PS_EFULL: a sparse table holds max_rows rows on a node; a push that
-    would add rows is refused (pulls still work)."""
+    """PS_EFULL: a sparse table holds max_rows rows on a node; that node
+    refuses its part of a push that would add rows (pulls still work), and
+    the parts on other nodes may have been applied (``message`` says so)."""
 
 
 _ERRORS = {

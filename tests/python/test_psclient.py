@@ -741,6 +741,27 @@ def test_a_status_read_after_1024_later_failures_is_no_longer_known(
             recent.wait()
 
 
+def test_a_refused_push_across_nodes_was_applied_in_part_as_documented(
+        make_cluster):
+    """A node that finds a NaN refuses its part of the push; the other
+    node applies its own. NonFiniteError's doc said nothing of the push
+    was applied; the library's message says it was applied in part."""
+    cl = make_cluster(NONFINITE.replace("updater = sum",
+                                        "updater = sum\ninit = zeros"))
+    with psclient.connect(cl.spec) as c:
+        t = c.table("fin")
+        k = np.arange(64, dtype=U64)             # keys on both nodes
+        g = np.ones((64, 2), F32)
+        g[0, 0] = np.nan
+        with pytest.raises(psclient.NonFiniteError) as e:
+            t.push(k, g)
+        assert "applied in part" in e.value.message
+        applied = int((t.pull(k)[:, 0] == 1).sum())
+        assert 0 < applied < 64
+        doc = " ".join(psclient.NonFiniteError.__doc__.split())
+        assert "other nodes" in doc and "nothing of the push was" not in doc
+
+
 def test_closed_client_refuses_calls_and_still_answers_requests(cluster):
     with psclient.connect(cluster.spec) as c:
         t = c.table("emb")
