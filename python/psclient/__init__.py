@@ -28,7 +28,9 @@ Arrays, never copied
     ``(n, dim)`` array when ``out`` is None). Any other array (float64,
     a strided view, a list) raises TypeError, a wrong shape or a read-only
     ``out`` raises ValueError, before anything is sent; convert explicitly,
-    e.g. with ``numpy.ascontiguousarray(a, numpy.float32)``.
+    e.g. with ``numpy.ascontiguousarray(a, numpy.float32)``. Large rows are
+    written into ``out`` as they arrive, so a pull that fails may leave
+    anything in ``out``; one that succeeds holds exactly the servers' rows.
 
 Blocking and asynchronous calls
     ``Table.pull``, ``push``, ``pushpull``, ``pull_range`` and ``push_range``
@@ -39,13 +41,18 @@ Blocking and asynchronous calls
     handle is dropped; the client reads the status of dropped requests
     when more than 1024 of them are unread, at ``Client.wait_all()`` and at
     ``Client.close()``, so wait for your requests or call ``wait_all()``.
+    The library remembers the last 1024 failures: a request whose status
+    is read after more than 1024 requests failed after it raises
+    InvalidError (its status is no longer known), never a false success.
     Requests are numbered from 1 (``Request.ts``), one per call.
 
 Threads and processes
     A Client may be shared by threads. ``close()`` waits for calls running
     in other threads, then for every outstanding request. A Client does not
-    survive ``fork()``: open one per process (``multiprocessing`` with the
-    "spawn" or "forkserver" start method, or connect in the child).
+    survive ``fork()``: in the child it reads as closed and its calls raise
+    ClosedError (the parent's client is unaffected). Open one per process
+    (``multiprocessing`` with the "spawn" or "forkserver" start method, or
+    connect in the child).
 
 Errors
     A failed call raises ``psclient.Error`` (``.code``: the PS_E* code,
@@ -134,6 +141,22 @@ _CODE_NAMES = {v: k for k, v in globals().items()
 # the oldest ones itself (see Client._submit).
 _MAX_UNREAD = 1024
 
+# How many times this process is a child of fork() (counted in the child):
+# a Client opened before the fork has no I/O thread in the child, and its
+# lock may have been held by a thread of the parent (see Client._forked).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+_FORKED = ("this client was opened before fork(): its I/O thread stayed "
+           "in the parent; connect again in this process")
+
 def strerror(code: int) -> str:
     """The library's text for a status code (ps_strerror)."""
     return _LIB.ps_strerror(code).decode("utf-8", "replace")
@@ -221,12 +244,15 @@ class LayoutError(Error):
 
 class NonFiniteError(InvalidError):
     """PS_ENONFINITE: a pushed value is NaN or infinite and the table
-    refuses those (nonfinite = reject); nothing of the push was applied."""
+    refuses those (nonfinite = reject). A node that finds one applies
+    nothing of its part of the push; the parts on other nodes may have
+    been applied (``message`` says so)."""
 
 
 class TableFullError(Error):
-    """PS_EFULL: a sparse table holds max_rows rows on a node; a push that
-    would add rows is refused (pulls still work)."""
+    """PS_EFULL: a sparse table holds max_rows rows on a node; that node
+    refuses its part of a push that would add rows (pulls still work), and
+    the parts on other nodes may have been applied (``message`` says so)."""
 
 
 _ERRORS = {
@@ -334,7 +360,13 @@ def _cstr(name: str, s: Union[str, bytes]) -> bytes:
     """s as the bytes of a C string. C stops at the first NUL, so a string
     holding one would reach the library cut short, silently naming another
     table, server or token."""
-    b = s.encode() if isinstance(s, str) else bytes(s)
+    if isinstance(s, str):
+        b = s.encode()
+    elif isinstance(s, (bytes, bytearray)):
+        b = bytes(s)
+    else:
+        # bytes() of an int would make that many NULs.
+        raise TypeError(f"{name}: expected a str, got {_describe(s)}")
     if b"\0" in b:
         raise ValueError(f"{name}: {s!r} holds a NUL character")
     return b
@@ -377,7 +409,8 @@ class Request:
 
         Returns the ``out`` array of a pull or pushpull, None for a push.
         Raises the request's Error if it failed; waiting again gives the
-        same result.
+        same result. InvalidError when its status is no longer known: more
+        than 1024 requests failed after it before its status was read.
         """
         if self._status is None:
             self._client._settle(self)
@@ -558,6 +591,7 @@ class Client:
         # (see _hold): kept until ps_wait_all has returned.
         self._held: List[Tuple[np.ndarray, ...]] = []
         self._tables: Dict[str, Table] = {}
+        self._forks = _forks
 
         fields: Dict[str, Optional[int]] = {"worker": worker}
         for name, value in options.items():
@@ -597,29 +631,61 @@ class Client:
         """Waits for calls running in other threads and for every
         outstanding request (reading their statuses, so ``Request.wait()``
         still answers afterwards), leaves the training if this client is a
-        worker, and disconnects. Closing twice is a no-op."""
+        worker, and disconnects. Closing twice is a no-op. A close that
+        an exception (Ctrl-C) cut short while it waited leaves the client
+        open."""
+        if self._forked():
+            # The library's client is the parent's to close: calling it
+            # here would wait for, then stop, a thread that is not in this
+            # process. Its memory in the child is left as it is.
+            self._h = None
+            return
         with self._cv:
             if self._h is None:
                 return
             self._closing = True
-            while self._busy:
-                self._cv.wait()
-            # Nothing else runs on the handle from here on: new calls see
-            # _closing and fail, status reads wait for _h to go away.
-            h = self._h
-            _LIB.ps_wait_all(h)
-            for req in list(self._pending.values()):
-                self._read_status(h, req)
-            self._pending.clear()
-            self._held.clear()
-            _LIB.ps_close(h)
-            self._h = None
-            self._cv.notify_all()
+            try:
+                while self._busy:
+                    self._cv.wait()
+                if self._h is None:          # another thread closed it
+                    return
+                # Nothing else runs on the handle from here on: new calls
+                # see _closing and fail, status reads wait for _h to go.
+                h = self._h
+                _LIB.ps_wait_all(h)
+                for req in list(self._pending.values()):
+                    self._read_status(h, req)
+                self._pending.clear()
+                self._held.clear()
+                # The handle is forgotten before ps_close frees it: a
+                # signal handler that raises runs as ps_close returns, and
+                # a handle still set then would reach the library again at
+                # the next close() or __del__.
+                self._h = None
+            except BaseException:
+                # A signal handler raised (Ctrl-C) before anything was
+                # closed: the client stays open, or status reads would
+                # wait for a close that never comes.
+                if self._h is not None:
+                    self._closing = False
+                self._cv.notify_all()
+                raise
+            try:
+                _LIB.ps_close(h)
+            finally:
+                self._cv.notify_all()
 
     @property
     def closed(self) -> bool:
-        """Whether close() was called."""
-        return self._h is None or self._closing
+        """Whether close() was called (or the client was opened before
+        the fork() that made this process)."""
+        return self._forked() or self._h is None or self._closing
+
+    def _forked(self) -> bool:
+        """Whether this process is a child of a fork() made after the
+        client was opened. Checked before taking self._cv, which another
+        thread of the parent may have held at the fork."""
+        return self._forks != _forks
 
     def __enter__(self) -> "Client":
         return self
@@ -644,6 +710,8 @@ class Client:
         """Returns the handle and counts a running call, or raises
         ClosedError. A status read during close() waits for it to finish
         and returns None: close() read that status meanwhile."""
+        if self._forked():
+            raise ClosedError(PS_ECLOSED, _FORKED)
         with self._cv:
             if status_read:
                 while self._closing and self._h is not None:
@@ -759,12 +827,13 @@ class Client:
     def table(self, name: str) -> Table:
         """The table called ``name``; raises TableError if the cluster has
         none."""
+        cname = _cstr("name", name)     # first: a list is no cache key
         t = self._tables.get(name)
         if t is not None:
             if self.closed:      # as any other call on a closed client
-                raise ClosedError(PS_ECLOSED, "the client was closed")
+                raise ClosedError(PS_ECLOSED, _FORKED if self._forked()
+                                  else "the client was closed")
             return t
-        cname = _cstr("name", name)
         info = _lib.PsTableInfo()
         h = self._acquire()
         try:
@@ -780,11 +849,11 @@ class Client:
         """Blocks until every request issued so far completed. Raises the
         first error among the requests that completed since the previous
         wait_all (ps_wait_all), after reading the status of each."""
-        with self._cv:
-            issued = list(self._pending.values())
-            held = len(self._held)       # those of requests issued so far
         h = self._acquire()
         try:
+            with self._cv:
+                issued = list(self._pending.values())
+                held = len(self._held)   # those of requests issued so far
             st = _LIB.ps_wait_all(h)
             err = self._fail(h, st) if st != PS_OK else None
             for req in issued:           # complete: ps_wait returns at once
