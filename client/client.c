@@ -2,6 +2,7 @@
  * lookup, the request calls, waits, clocks and barriers. Each call is a
  * thin step: slicing (slice.c) builds the request, the Customer
  * (customer.c) tracks it, the I/O thread (io.c) carries it. */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,9 +85,25 @@ const char *ps_strerror(int code)
     return psw_strerror(code);
 }
 
+/* Why the calling thread's last ps_open failed: there is no client to
+ * keep it in, and a binding (Python in a notebook) may not show stderr. */
+static _Thread_local char tls_open_err[600];
+
+/* Says why ps_open fails, on stderr and for ps_last_error(NULL). */
+static void open_failed(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tls_open_err, sizeof tls_open_err, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "libpsclient: ps_open: %s\n", tls_open_err);
+}
+
 const char *ps_last_error(ps_client *c)
 {
-    const struct err_slot *s = c ? err_slot(c) : NULL;
+    if (!c)
+        return tls_open_err;
+    const struct err_slot *s = err_slot(c);
     return s ? s->msg : "";
 }
 
@@ -135,29 +152,49 @@ static void client_stop(ps_client *c)
     client_free(c);
 }
 
+/* Whether an option is out of its range; then which, in why. */
+static int bad_options(const ps_options *o, char *why, size_t len)
+{
+    const struct { const char *name; long long v, lo, hi; } f[] = {
+        { "connect_timeout_ms", o->connect_timeout_ms, 1, INT_MAX },
+        { "request_timeout_ms", o->request_timeout_ms, 1, INT_MAX },
+        { "max_retries", o->max_retries, 0, INT_MAX },
+        { "batch_delay_us", o->batch_delay_us, 0, INT_MAX },
+        { "worker", o->worker, -1, INT_MAX },
+        { "busy_poll_us", o->busy_poll_us, 0, 1000000 },
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v < f[i].lo || f[i].v > f[i].hi) {
+            snprintf(why, len, "%s = %lld; it must be %lld..%lld",
+                     f[i].name, f[i].v, f[i].lo, f[i].hi);
+            return 1;
+        }
+    return 0;
+}
+
 int ps_open(ps_client **out, const char *servers, const ps_options *o)
 {
     char err[256];
     *out = NULL;
+    tls_open_err[0] = '\0';
     ps_client *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        open_failed("out of memory");
         return PS_ENOMEM;
+    }
     if (o)
         c->opt = *o;
     else
         ps_options_init(&c->opt);
     if (c->opt.sync_timeout_ms <= 0)
         c->opt.sync_timeout_ms = 600000;     /* options from before it existed */
-    if (c->opt.connect_timeout_ms <= 0 || c->opt.request_timeout_ms <= 0 ||
-        c->opt.max_retries < 0 || c->opt.batch_delay_us < 0 ||
-        c->opt.worker < -1 || c->opt.busy_poll_us < 0 ||
-        c->opt.busy_poll_us > 1000000) {
-        fprintf(stderr, "libpsclient: ps_open: invalid options\n");
+    if (bad_options(&c->opt, err, sizeof err)) {
+        open_failed("invalid options: %s", err);
         free(c);
         return PS_EINVAL;
     }
     if (psw_auth_init()) {
-        fprintf(stderr, "libpsclient: ps_open: libsodium cannot start\n");
+        open_failed("libsodium cannot start");
         free(c);
         return PS_ENOMEM;
     }
@@ -174,7 +211,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     psc_servers sv;
     int rc = psc_servers_parse(servers, tok == NULL, &sv, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "libpsclient: ps_open: %s\n", err);
+        open_failed("%s", err);
         client_free(c);
         return rc;
     }
@@ -199,7 +236,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         if (c->token_len >= sizeof c->token)
             snprintf(err, sizeof err, "a token must be %d..%d bytes",
                      PSW_AUTH_TOKEN_MIN, PSW_AUTH_TOKEN_MAX);
-        fprintf(stderr, "libpsclient: ps_open: %s: %s\n", from, err);
+        open_failed("%s: %s", from, err);
         free(sv.seeds);
         client_free(c);
         return PS_EAUTH;
@@ -209,6 +246,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     c->client_id = random_id();
     c->incarnation = uv_hrtime();
     if (psc_io_start(c, seeds, nseeds)) {
+        open_failed("cannot start the I/O thread");
         client_free(c);
         return PS_ENOMEM;
     }
@@ -218,7 +256,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     int st = c->open_state == PSC_OPEN ? PS_OK : c->open_status;
     pthread_mutex_unlock(&c->open_mu);
     if (st != PS_OK) {
-        fprintf(stderr, "libpsclient: ps_open: %s\n", c->open_err);
+        open_failed("%s", c->open_err);
         client_stop(c);
         return st;
     }

@@ -51,7 +51,9 @@ enum {
                            push past max_unacked_pushes or
                            max_remembered_pushes: not applied): later */
     PS_ENONFINITE = -14,/* a pushed value is NaN or +-Inf and the table's
-                           nonfinite = reject: nothing of the push applied */
+                           nonfinite = reject: the node holding it applied
+                           none of the push (other nodes may have applied
+                           their parts; ps_last_error then says so) */
     PS_EFULL = -15      /* a sparse table holds max_rows rows on a node: a
                            push that would add rows is refused (pulls work) */
 };
@@ -77,7 +79,8 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         else none. Copied by ps_open */
     int sync_timeout_ms;             /* how long ps_clock, ps_barrier and a pull
                                         held by an ssp table may wait for slower
-                                        workers; default 600000 (10 min) */
+                                        workers; default 600000 (10 min),
+                                        also when 0 or less */
     int busy_poll_us;                /* while a thread waits in ps_wait (or
                                         ps_wait_all, or on backpressure) and a
                                         request is in flight, the I/O thread
@@ -102,7 +105,9 @@ PS_API void ps_options_init(ps_options *o);
  * every node must prove it knows it, and the client proves it too; a
  * wrong or missing token fails with PS_EAUTH at once, naming the node.
  * Returns 0 and sets *c, or a negative PS_E* code with *c = NULL
- * (ps_strerror() explains the code; details go to stderr). */
+ * (ps_strerror() explains the code; the details, such as which option is
+ * out of range or which node refused, go to stderr and to
+ * ps_last_error(NULL) on the calling thread). */
 PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
 
 /* Waits for every outstanding request to complete, leaves the training
@@ -116,6 +121,8 @@ PS_API const char *ps_strerror(int code);
 
 /* Detail of the last failure seen by the calling thread on this client
  * (for example "table 'emb' has no row 1000 (rows = 1000)"), or "" if none.
+ * With c NULL: why the calling thread's last ps_open failed ("" when it
+ * succeeded), valid until its next ps_open.
  * Failures on other clients leave it alone: a thread keeps the detail of
  * the last 8 clients it saw fail. Valid until the thread's next call on
  * this client, or its failure on 8 other clients. */

@@ -737,7 +737,40 @@ static void busy_poll_settings_serve_and_bad_ones_are_refused(void **state)
         ps_client *c = NULL;
         assert_int_equal(ps_open(&c, shared.spec, &o), PS_EINVAL);
         assert_null(c);
+        /* ps_last_error(NULL) says which option, for callers (a Python
+         * notebook) that do not see stderr. */
+        EXPECT_INT(strstr(ps_last_error(NULL), "busy_poll_us = ") != NULL, 1,
+                   "why ps_open failed: '%s'", ps_last_error(NULL));
     }
+}
+
+/* Why ps_open failed is kept for ps_last_error(NULL) on the calling thread
+ * (it goes to stderr too): the option out of range, the node that cannot
+ * be reached. A later ps_open that works clears it. */
+static void failed_open_says_why_in_last_error(void **state)
+{
+    (void)state;
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 0;
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, shared.spec, &o), PS_EINVAL);
+    EXPECT_INT(strstr(ps_last_error(NULL), "request_timeout_ms = 0") != NULL,
+               1, "an option out of range: '%s'", ps_last_error(NULL));
+    ps_options_init(&o);
+    o.connect_timeout_ms = 300;
+    int port = cluster_free_port();
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", port);
+    EXPECT_INT(ps_open(&c, spec, &o), PS_ECONN, "no psd on %s", spec);
+    char port_s[16];
+    snprintf(port_s, sizeof port_s, "%d", port);
+    EXPECT_INT(strstr(ps_last_error(NULL), port_s) != NULL, 1,
+               "the address nobody answers on: '%s'", ps_last_error(NULL));
+    assert_int_equal(ps_open(&c, shared.spec, NULL), PS_OK);
+    EXPECT_INT(ps_last_error(NULL)[0], 0, "after a ps_open that worked: '%s'",
+               ps_last_error(NULL));
+    ps_close(c);
 }
 
 static void small_requests_share_frames(void **state)
@@ -1117,6 +1150,7 @@ int main(void)
         cmocka_unit_test(check_flag_reports_file_and_line),
         cmocka_unit_test(small_requests_share_frames),
         cmocka_unit_test(busy_poll_settings_serve_and_bad_ones_are_refused),
+        cmocka_unit_test(failed_open_says_why_in_last_error),
         cmocka_unit_test(inflight_bytes_never_exceed_the_limit),
         cmocka_unit_test(reader_that_stops_reading_loses_nothing),
         cmocka_unit_test(replies_of_a_batch_larger_than_max_frame_all_arrive),

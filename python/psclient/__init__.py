@@ -621,8 +621,10 @@ class Client:
         h = ctypes.c_void_p()
         rc = _LIB.ps_open(ctypes.byref(h), servers, ctypes.byref(opts))
         if rc != PS_OK:
-            raise _error(rc, f"cannot connect to {self.servers} (libpsclient "
-                             f"printed the reason on stderr)")
+            # ps_last_error(NULL): why this thread's ps_open failed (it is
+            # also on stderr, which a notebook does not show).
+            why = _LIB.ps_last_error(None).decode("utf-8", "replace")
+            raise _error(rc, f"cannot connect to {self.servers}: {why}")
         self._h = h.value
 
     # -- lifetime --

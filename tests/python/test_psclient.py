@@ -128,6 +128,23 @@ def test_auth_token_and_options_reach_ps_open(monkeypatch):
     assert e.value.code == psclient.PS_EAUTH
 
 
+def test_a_failed_connect_says_why():
+    """The reason ps_open gives (ps_last_error(NULL), also on stderr, which
+    a notebook does not show) is in the exception: the option out of
+    range, the address nobody answers on."""
+    import socket
+    with pytest.raises(psclient.InvalidError,
+                       match=r"request_timeout_ms = 0; it must be 1\.\."):
+        psclient.connect("127.0.0.1:9", request_timeout_ms=0)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(psclient.ConnectionError,
+                       match=f"127.0.0.1:{port}: connection refused"):
+        psclient.connect(f"127.0.0.1:{port}", connect_timeout_ms=200)
+
+
 def test_token_opens_a_cluster_that_requires_one(make_cluster, monkeypatch):
     """A cluster with a token: the right token (argument, environment or
     the ini) connects; a wrong or missing one raises AuthError."""
