@@ -98,9 +98,19 @@ static int check_size(const psc_shape *sh, uint64_t rows, uint64_t keybytes,
     uint64_t rowb = (uint64_t)sh->table->dim * sizeof(float);
     if (rows > sh->max_payload / rowb ||
         rows * rowb + keybytes > sh->max_payload) {
-        snprintf(err, errlen, "a piece of %llu rows of table '%s' exceeds "
-                 "the server's max_frame; split the request",
-                 (unsigned long long)rows, sh->table->name);
+        /* Pieces are cut to fit, so only a row too wide for a message
+         * gets here: splitting the request cannot help. */
+        if (rows == 1)
+            snprintf(err, errlen, "one row of table '%s' (%llu bytes%s) is "
+                     "more than a message may carry at the server's "
+                     "max_frame (%llu bytes of rows): raise max_frame",
+                     sh->table->name, (unsigned long long)rowb,
+                     keybytes ? " and its key" : "",
+                     (unsigned long long)sh->max_payload);
+        else
+            snprintf(err, errlen, "a piece of %llu rows of table '%s' "
+                     "exceeds the server's max_frame; split the request",
+                     (unsigned long long)rows, sh->table->name);
         return PS_ETOOBIG;
     }
     return 0;
