@@ -24,7 +24,7 @@ int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms)
     if (!y->workers)
         return -1;
     y->nworkers = nworkers;
-    y->moved_ms = now_ms;
+    y->moved_ms = y->logged_ms = now_ms;
     return 0;
 }
 
@@ -160,7 +160,7 @@ int psd_sync_advance(psd_sync *y, uint64_t now_ms)
         psd_debug("clock %llu -> %llu", (unsigned long long)y->clock,
                   (unsigned long long)target);
         y->clock = target;
-        y->moved_ms = now_ms;
+        y->moved_ms = y->logged_ms = now_ms;
         moved = 1;
     }
     uint64_t b = slowest(y, 1);
@@ -248,9 +248,16 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
                      "waited for", i, grace_s);
         }
     }
+    /* A wait starts when a request is held, not at the clock's last move:
+     * workers that compute longer than wait_log_ms between clocks keep
+     * nobody waiting until the first of them clocks. */
+    if (!holding) {
+        y->moved_ms = y->logged_ms = now_ms;
+        return changed;
+    }
     /* A held request with nobody moving: say whom we wait for, so a job
      * never hangs silently. */
-    if (holding && now_ms - y->moved_ms >= wait_log_ms) {
+    if (now_ms - y->logged_ms >= wait_log_ms) {
         char who[256] = "";
         size_t at = 0;
         for (int i = 0; i < y->nworkers && at < sizeof who - 48; i++) {
@@ -266,7 +273,7 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
         psd_warn("clock %llu: waiting %llu s for workers %s",
                  (unsigned long long)y->clock,
                  (unsigned long long)(now_ms - y->moved_ms) / 1000, who);
-        y->moved_ms = now_ms;
+        y->logged_ms = now_ms;
     }
     return changed;
 }
@@ -319,6 +326,6 @@ int psd_sync_load(psd_sync *y, psd_source *in, uint64_t now_ms, char *err,
         }
         y->workers[i] = w;
     }
-    y->moved_ms = now_ms;
+    y->moved_ms = y->logged_ms = now_ms;
     return 0;
 }

@@ -39,8 +39,10 @@ typedef struct psd_sync {
     int nworkers;
     uint64_t clock;          /* clocks finished by every waited-for worker */
     uint64_t barrier;        /* barriers every such worker passed */
-    uint64_t moved_ms;       /* when the clock last moved (or was reported
-                                stuck), for the "waiting for" log */
+    uint64_t moved_ms;       /* since when requests wait on the clock: its
+                                last move, or the last tick that found
+                                nothing held (the wait the log reports) */
+    uint64_t logged_ms;      /* when that wait was last reported */
 } psd_sync;
 
 /* 0, or -1 when memory runs out. */
@@ -132,8 +134,8 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
 
 /* Periodic work: workers whose grace ran out stop being waited for
  * (returns 1 then: call psd_sync_advance); and while `holding` (someone
- * waits on the clock) and the clock has not moved for wait_log_ms, logs
- * whom the node waits for. */
+ * waits on the clock), every wait_log_ms of that wait without the clock
+ * moving, logs whom the node waits for and how long it has waited. */
 int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
                   uint64_t wait_log_ms);
 
