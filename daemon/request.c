@@ -858,9 +858,20 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
     }
 }
 
+/* What held requests wait on (PSD_HOLD_* bits), for the "waiting for"
+ * log: a barrier waits for other workers than a clock does. */
+static int holding(const psd_node *n)
+{
+    int h = 0;
+    for (const psd_held *x = n->held;
+         x && h != (PSD_HOLD_CLOCK | PSD_HOLD_BARRIER); x = x->next)
+        h |= x->kind == PSW_OP_BARRIER ? PSD_HOLD_BARRIER : PSD_HOLD_CLOCK;
+    return h;
+}
+
 void psd_request_tick(psd_node *n, uint64_t now_ms)
 {
-    if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, n->held != NULL,
+    if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, holding(n),
                       WAIT_LOG_MS)) {
         (void)psd_node_journal_workers(n);
         advance(n, now_ms);

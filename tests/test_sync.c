@@ -120,7 +120,7 @@ static void test_clock_moves_when_the_slowest_worker_arrives(void **state)
     reach(&y, 2, 0, 1);
     EXPECT_INT(psd_sync_advance(&y, 20), 1, "all three at clock 1");
     EXPECT_U64(y.clock, 1, "node clock");
-    EXPECT_U64(y.moved_ms, 20, "when it moved");
+    EXPECT_U64(y.wait[0].since_ms, 20, "when it moved");
     EXPECT_INT(psd_sync_advance(&y, 30), 0, "advancing again");
     /* A repeated clock counts once. */
     reach(&y, 0, 0, 1);
@@ -312,19 +312,19 @@ static void test_wait_is_logged_after_10_s_of_holding_not_of_computing(
         free(tick_log(&y, t, 0));
     reach(&y, 0, 0, 1);                  /* worker 0's CLOCK is held */
     EXPECT_INT(psd_sync_advance(&y, 15050), 0, "worker 1 still computes");
-    char *log = tick_log(&y, 15100, 1);
+    char *log = tick_log(&y, 15100, PSD_HOLD_CLOCK);
     if (*log)
         fail_msg("a CLOCK held for 100 ms was reported: %s", log);
     free(log);
     for (uint64_t t = 15200; t < 25000; t += 100)
-        free(tick_log(&y, t, 1));
-    log = tick_log(&y, 25000, 1);
+        free(tick_log(&y, t, PSD_HOLD_CLOCK));
+    log = tick_log(&y, 25000, PSD_HOLD_CLOCK);
     EXPECT_SUBSTR(log, "clock 0: waiting 10 s for workers 1 (at this clock)",
                   "after 10 s of holding");
     free(log);
     for (uint64_t t = 25100; t < 35000; t += 100)
-        free(tick_log(&y, t, 1));
-    log = tick_log(&y, 35000, 1);
+        free(tick_log(&y, t, PSD_HOLD_CLOCK));
+    log = tick_log(&y, 35000, PSD_HOLD_CLOCK);
     EXPECT_SUBSTR(log, "clock 0: waiting 20 s for workers 1 (at this clock)",
                   "after 20 s of holding");
     free(log);
