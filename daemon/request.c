@@ -963,11 +963,15 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
     }
     psd_dedup_detach(n->dedup, dc, rc_->now_ms);
     int rc;
-    if (tc->consistency == PSD_CONS_BSP)
+    if (tc->consistency == PSD_CONS_BSP) {
         rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
                                                  m->vals)
                     : psd_table_accumulate(t, m->keys, m->nkeys, m->vals);
-    else if (ranged) {
+        /* Its worker counts in the mean of this clock even if it left
+         * before the crash (its WORKER records came first: a client joins
+         * before it pushes). */
+        psd_sync_summed_by(&n->sync, r->client_id);
+    } else if (ranged) {
         psd_table_push_range(t, m->first, m->count, m->vals);
         rc = 0;
     } else

@@ -185,6 +185,14 @@ void psd_sync_summed(psd_sync *y, int32_t worker)
         y->workers[worker].summed = y->clock + 1;
 }
 
+void psd_sync_summed_by(psd_sync *y, uint64_t client_id)
+{
+    for (int i = 0; i < y->nworkers; i++)
+        if (y->workers[i].state != PSD_W_ABSENT &&
+            y->workers[i].client_id == client_id)
+            y->workers[i].summed = y->clock + 1;
+}
+
 int psd_sync_divisor(const psd_sync *y, uint64_t from)
 {
     int n = 0;

@@ -104,6 +104,10 @@ int psd_sync_waited(const psd_sync *y);
  * clock in progress. */
 void psd_sync_summed(psd_sync *y, int32_t worker);
 
+/* The same for a push replayed from the journal, which names its client,
+ * not its connection: the worker that client_id is (none for a reader). */
+void psd_sync_summed_by(psd_sync *y, uint64_t client_id);
+
 /* The divisor of `aggregate = mean` for the sums of the clocks after
  * `from` (the node's clock before it moved): the workers waited for, and
  * those whose pushes the sums hold although they are no longer waited

@@ -720,6 +720,26 @@ static void mean_counts_a_worker_that_pushed_then_left(void **state)
     }
 }
 
+/* The same after kill -9 with a journal and no snapshot: the replayed
+ * push of worker 1, which then left, still counts in the mean (the
+ * node's memory of who pushed since the clock moved is rebuilt from the
+ * journal's pushes, which name their client). */
+static void mean_counts_a_worker_that_pushed_then_left_across_a_crash(
+    void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"
+                                      BSP_TABLES), 0);
+    int bad = reap(spawn(push_and_go, (void *)1));
+    cluster_kill(&cl, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    bad |= reap(spawn(push_clock_and_check_mean, NULL)) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
 /* Joins as worker (int)arg; worker 1 then leaves with ps_close, worker 2
  * goes without a word after 300 ms. */
 static int join_then_go(void *arg)
@@ -776,6 +796,8 @@ int main(void)
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
+        cmocka_unit_test(
+            mean_counts_a_worker_that_pushed_then_left_across_a_crash),
         cmocka_unit_test(
             workers_that_left_before_a_crash_are_not_waited_for_after_it),
     };
