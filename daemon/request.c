@@ -52,6 +52,13 @@ static int has_bsp(const psd_node *n)
     return 0;
 }
 
+static int has_ssp(const psd_node *n)
+{
+    for (int i = 0; i < n->ntables; i++)
+        if (psd_table_conf_get(n->tables[i])->consistency == PSD_CONS_SSP)
+            return 1;
+    return 0;
+}
 
 /* ---- replies -------------------------------------------------------- */
 
@@ -388,9 +395,21 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
         return;
     }
     int barrier = m->op == PSW_OP_BARRIER;
+    uint64_t was = n->sync.workers[id].clock;
     if (psd_sync_reach(&n->sync, id, barrier, m->value, err, sizeof err)) {
         answer(n, ss, m, PSW_EINVAL, err);
         return;
+    }
+    /* An ssp table holds a worker's pulls by its own clock: a node back
+     * from a crash that took it for one at an older clock would let it
+     * read state older than the staleness allows. A WORKER record keeps
+     * the clock (bsp clocks have CLOCK records), and the reply waits for
+     * it as a push's does. */
+    if (n->journal && n->sync.workers[id].clock > was && has_ssp(n)) {
+        n->sync.workers[id].dirty = 1;
+        (void)psd_node_journal_workers(n);
+        if (psd_journal_last(n->journal) > ss->need_lsn)
+            ss->need_lsn = psd_journal_last(n->journal);
     }
     advance(n, now_ms);
     uint64_t reached = barrier ? n->sync.barrier : n->sync.clock;

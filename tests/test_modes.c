@@ -740,6 +740,42 @@ static void mean_counts_a_worker_that_pushed_then_left_across_a_crash(
     assert_int_equal(bad, 0);
 }
 
+/* A node back from kill -9 (journal, no snapshot) still holds an ssp pull
+ * by the clock its worker had reached: worker 0 clocked 3 times, worker
+ * 1 never, so with staleness 1 worker 0 may not read until worker 1 has
+ * clocked twice. The node must not take worker 0 for one at clock 0. */
+static void ssp_bound_holds_after_a_crash(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"
+                                      "[table.ctr]\ndim = 1\n"
+                                      "consistency = ssp\nstaleness = 1\n"),
+                     0);
+    ps_client *fast = open_worker_ms(cl.spec, 0, 1000);
+    ps_client *slow = open_worker(cl.spec, 1);
+    assert_non_null(fast);
+    assert_non_null(slow);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ps_clock(fast), 0);
+    cluster_kill(&cl, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    float v = pull_key(fast, "ctr", 1);
+    int early = !isnan(v);
+    assert_int_equal(ps_clock(slow), 0);
+    assert_int_equal(ps_clock(slow), 0);
+    v = pull_key(fast, "ctr", 1);
+    ps_close(fast);
+    ps_close(slow);
+    assert_int_equal(cluster_stop(&cl), 0);
+    if (early)
+        fail_msg("worker 0, 3 clocks ahead of worker 1 with staleness 1, "
+                 "read at once after the node's restart");
+    if (isnan(v))
+        fail_msg("worker 0's pull failed once worker 1 had clocked twice");
+}
+
 /* Joins as worker (int)arg; worker 1 then leaves with ps_close, worker 2
  * goes without a word after 300 ms. */
 static int join_then_go(void *arg)
@@ -798,6 +834,7 @@ int main(void)
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(
             mean_counts_a_worker_that_pushed_then_left_across_a_crash),
+        cmocka_unit_test(ssp_bound_holds_after_a_crash),
         cmocka_unit_test(
             workers_that_left_before_a_crash_are_not_waited_for_after_it),
     };
