@@ -52,6 +52,13 @@ static int has_bsp(const psd_node *n)
     return 0;
 }
 
+static int has_ssp(const psd_node *n)
+{
+    for (int i = 0; i < n->ntables; i++)
+        if (psd_table_conf_get(n->tables[i])->consistency == PSD_CONS_SSP)
+            return 1;
+    return 0;
+}
 
 /* ---- replies -------------------------------------------------------- */
 
@@ -388,9 +395,21 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
         return;
     }
     int barrier = m->op == PSW_OP_BARRIER;
+    uint64_t was = n->sync.workers[id].clock;
     if (psd_sync_reach(&n->sync, id, barrier, m->value, err, sizeof err)) {
         answer(n, ss, m, PSW_EINVAL, err);
         return;
+    }
+    /* An ssp table holds a worker's pulls by its own clock: a node back
+     * from a crash that took it for one at an older clock would let it
+     * read state older than the staleness allows. A WORKER record keeps
+     * the clock (bsp clocks have CLOCK records), and the reply waits for
+     * it as a push's does. */
+    if (n->journal && n->sync.workers[id].clock > was && has_ssp(n)) {
+        n->sync.workers[id].dirty = 1;
+        (void)psd_node_journal_workers(n);
+        if (psd_journal_last(n->journal) > ss->need_lsn)
+            ss->need_lsn = psd_journal_last(n->journal);
     }
     advance(n, now_ms);
     uint64_t reached = barrier ? n->sync.barrier : n->sync.clock;
@@ -858,9 +877,20 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
     }
 }
 
+/* What held requests wait on (PSD_HOLD_* bits), for the "waiting for"
+ * log: a barrier waits for other workers than a clock does. */
+static int holding(const psd_node *n)
+{
+    int h = 0;
+    for (const psd_held *x = n->held;
+         x && h != (PSD_HOLD_CLOCK | PSD_HOLD_BARRIER); x = x->next)
+        h |= x->kind == PSW_OP_BARRIER ? PSD_HOLD_BARRIER : PSD_HOLD_CLOCK;
+    return h;
+}
+
 void psd_request_tick(psd_node *n, uint64_t now_ms)
 {
-    if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, n->held != NULL,
+    if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, holding(n),
                       WAIT_LOG_MS)) {
         (void)psd_node_journal_workers(n);
         advance(n, now_ms);
@@ -952,11 +982,15 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
     }
     psd_dedup_detach(n->dedup, dc, rc_->now_ms);
     int rc;
-    if (tc->consistency == PSD_CONS_BSP)
+    if (tc->consistency == PSD_CONS_BSP) {
         rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
                                                  m->vals)
                     : psd_table_accumulate(t, m->keys, m->nkeys, m->vals);
-    else if (ranged) {
+        /* Its worker counts in the mean of this clock even if it left
+         * before the crash (its WORKER records came first: a client joins
+         * before it pushes). */
+        psd_sync_summed_by(&n->sync, r->client_id);
+    } else if (ranged) {
         psd_table_push_range(t, m->first, m->count, m->vals);
         rc = 0;
     } else

@@ -24,7 +24,7 @@ int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms)
     if (!y->workers)
         return -1;
     y->nworkers = nworkers;
-    y->moved_ms = now_ms;
+    y->wait[0] = y->wait[1] = (psd_wait){ now_ms, now_ms };
     return 0;
 }
 
@@ -160,12 +160,14 @@ int psd_sync_advance(psd_sync *y, uint64_t now_ms)
         psd_debug("clock %llu -> %llu", (unsigned long long)y->clock,
                   (unsigned long long)target);
         y->clock = target;
-        y->moved_ms = now_ms;
+        y->wait[0] = (psd_wait){ now_ms, now_ms };
         moved = 1;
     }
     uint64_t b = slowest(y, 1);
-    if (b > y->barrier)
+    if (b > y->barrier) {
         y->barrier = b;
+        y->wait[1] = (psd_wait){ now_ms, now_ms };
+    }
     return moved;
 }
 
@@ -181,6 +183,14 @@ void psd_sync_summed(psd_sync *y, int32_t worker)
 {
     if (worker >= 0 && worker < y->nworkers)
         y->workers[worker].summed = y->clock + 1;
+}
+
+void psd_sync_summed_by(psd_sync *y, uint64_t client_id)
+{
+    for (int i = 0; i < y->nworkers; i++)
+        if (y->workers[i].state != PSD_W_ABSENT &&
+            y->workers[i].client_id == client_id)
+            y->workers[i].summed = y->clock + 1;
 }
 
 int psd_sync_divisor(const psd_sync *y, uint64_t from)
@@ -233,6 +243,45 @@ int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
     return 0;
 }
 
+/* Logs whom the node waits for on its clock (barrier 0) or barrier, once
+ * requests have waited on it wait_log_ms more; `held`: whether any does
+ * now (else the wait starts over). */
+static void report(psd_sync *y, int barrier, int held, uint64_t now_ms,
+                   uint64_t wait_log_ms)
+{
+    psd_wait *wt = &y->wait[barrier];
+    /* A wait starts when a request is held, not at the last move: workers
+     * that compute longer than wait_log_ms between clocks keep nobody
+     * waiting until the first of them clocks. */
+    if (!held) {
+        *wt = (psd_wait){ now_ms, now_ms };
+        return;
+    }
+    if (now_ms - wt->logged_ms < wait_log_ms)
+        return;
+    /* A held request with nobody moving: say whom we wait for, so a job
+     * never hangs silently. A barrier waits for those that have not
+     * entered it, whatever their clocks. */
+    uint64_t reached = barrier ? y->barrier : y->clock;
+    char who[256] = "";
+    size_t at = 0;
+    for (int i = 0; i < y->nworkers && at < sizeof who - 48; i++) {
+        const psd_worker *w = &y->workers[i];
+        if (!waited_for(w) || (barrier ? w->barrier : w->clock) > reached)
+            continue;
+        at += (size_t)snprintf(who + at, sizeof who - at, "%s%d (%s)",
+                               at ? ", " : "", i,
+                               w->state == PSD_W_ABSENT ? "never connected"
+                               : w->state == PSD_W_GONE ? "connection lost"
+                               : barrier               ? "at this barrier"
+                                                        : "at this clock");
+    }
+    psd_warn("%s %llu: waiting %llu s for workers %s",
+             barrier ? "barrier" : "clock", (unsigned long long)reached,
+             (unsigned long long)(now_ms - wt->since_ms) / 1000, who);
+    wt->logged_ms = now_ms;
+}
+
 int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
                   uint64_t wait_log_ms)
 {
@@ -248,26 +297,8 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
                      "waited for", i, grace_s);
         }
     }
-    /* A held request with nobody moving: say whom we wait for, so a job
-     * never hangs silently. */
-    if (holding && now_ms - y->moved_ms >= wait_log_ms) {
-        char who[256] = "";
-        size_t at = 0;
-        for (int i = 0; i < y->nworkers && at < sizeof who - 48; i++) {
-            const psd_worker *w = &y->workers[i];
-            if (!waited_for(w) || w->clock > y->clock)
-                continue;
-            at += (size_t)snprintf(who + at, sizeof who - at, "%s%d (%s)",
-                                   at ? ", " : "", i,
-                                   w->state == PSD_W_ABSENT ? "never connected"
-                                   : w->state == PSD_W_GONE ? "connection lost"
-                                                            : "at this clock");
-        }
-        psd_warn("clock %llu: waiting %llu s for workers %s",
-                 (unsigned long long)y->clock,
-                 (unsigned long long)(now_ms - y->moved_ms) / 1000, who);
-        y->moved_ms = now_ms;
-    }
+    report(y, 0, holding & PSD_HOLD_CLOCK, now_ms, wait_log_ms);
+    report(y, 1, holding & PSD_HOLD_BARRIER, now_ms, wait_log_ms);
     return changed;
 }
 
@@ -319,6 +350,6 @@ int psd_sync_load(psd_sync *y, psd_source *in, uint64_t now_ms, char *err,
         }
         y->workers[i] = w;
     }
-    y->moved_ms = now_ms;
+    y->wait[0] = y->wait[1] = (psd_wait){ now_ms, now_ms };
     return 0;
 }

@@ -34,14 +34,25 @@ typedef struct psd_worker {
                                 the journal last heard (psd_sync_dirty) */
 } psd_worker;
 
+/* A wait the node reports ("waiting for"), of the clock or the barrier. */
+typedef struct psd_wait {
+    uint64_t since_ms;       /* since when requests wait: the last move, or
+                                the last tick that found none held */
+    uint64_t logged_ms;      /* when this wait was last reported */
+} psd_wait;
+
 typedef struct psd_sync {
     psd_worker *workers;     /* nworkers entries, owned */
     int nworkers;
     uint64_t clock;          /* clocks finished by every waited-for worker */
     uint64_t barrier;        /* barriers every such worker passed */
-    uint64_t moved_ms;       /* when the clock last moved (or was reported
-                                stuck), for the "waiting for" log */
+    psd_wait wait[2];        /* for the log: [0] the clock, [1] the barrier */
 } psd_sync;
+
+/* What psd_sync_tick is told is held: requests that wait on the clock (a
+ * CLOCK on a bsp cluster, an ssp pull) or on the barrier (a BARRIER). */
+#define PSD_HOLD_CLOCK 1
+#define PSD_HOLD_BARRIER 2
 
 /* 0, or -1 when memory runs out. */
 int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms);
@@ -93,6 +104,10 @@ int psd_sync_waited(const psd_sync *y);
  * clock in progress. */
 void psd_sync_summed(psd_sync *y, int32_t worker);
 
+/* The same for a push replayed from the journal, which names its client,
+ * not its connection: the worker that client_id is (none for a reader). */
+void psd_sync_summed_by(psd_sync *y, uint64_t client_id);
+
 /* The divisor of `aggregate = mean` for the sums of the clocks after
  * `from` (the node's clock before it moved): the workers waited for, and
  * those whose pushes the sums hold although they are no longer waited
@@ -131,9 +146,10 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
                     uint64_t now_ms);
 
 /* Periodic work: workers whose grace ran out stop being waited for
- * (returns 1 then: call psd_sync_advance); and while `holding` (someone
- * waits on the clock) and the clock has not moved for wait_log_ms, logs
- * whom the node waits for. */
+ * (returns 1 then: call psd_sync_advance); and while `holding` (PSD_HOLD_*
+ * bits: someone waits on the clock, the barrier), every wait_log_ms of
+ * such a wait without the clock (barrier) moving, logs whom the node
+ * waits for and how long it has waited. */
 int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
                   uint64_t wait_log_ms);
 

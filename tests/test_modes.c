@@ -349,6 +349,50 @@ static void barrier_returns_only_when_every_worker_arrived(void **state)
     assert_int_equal(bad, 0);
 }
 
+static int barrier_once(void *arg)
+{
+    kill_job *j = arg;
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open");
+    CHILD_CHECK(ps_barrier(c) == 0, "barrier: %s", ps_last_error(c));
+    ps_close(c);
+    return 0;
+}
+
+/* A barrier held for 10 s names the workers that have not entered it:
+ * here worker 2, connected but busy; not workers 0 and 1, which wait in
+ * it (on an async cluster every worker is at clock 0). */
+static void barrier_wait_log_names_who_has_not_entered(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 3\n",
+                                      "[table.a]\ndim = 1\n"), 0);
+    ps_client *w2 = open_worker(cl.spec, 2);
+    assert_non_null(w2);
+    kill_job j[2] = { { 0 }, { 1 } };
+    pid_t pid[2] = { spawn(barrier_once, &j[0]), spawn(barrier_once, &j[1]) };
+    int said = cluster_log_wait(&cl, 0, "s for workers", 15000);
+    char *log = cluster_log(&cl, 0);
+    assert_int_equal(ps_barrier(w2), 0);
+    int bad = reap(pid[0]) | reap(pid[1]);
+    ps_close(w2);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+    const char *line = log ? strstr(log, "s for workers") : NULL;
+    char got[300] = "";
+    if (line) {
+        while (line > log && line[-1] != '\n')
+            line--;
+        snprintf(got, sizeof got, "%.*s", (int)strcspn(line, "\n"), line);
+    }
+    free(log);
+    if (!said || !strstr(got, "barrier 0: waiting") ||
+        !strstr(got, "for workers 2 (") || strstr(got, "0 (") ||
+        strstr(got, "1 ("))
+        fail_msg("the wait log says \"%s\"; want it to name barrier 0 and "
+                 "worker 2 alone", got);
+}
+
 static void misuse_gets_clear_errors(void **state)
 {
     (void)state;
@@ -676,6 +720,62 @@ static void mean_counts_a_worker_that_pushed_then_left(void **state)
     }
 }
 
+/* The same after kill -9 with a journal and no snapshot: the replayed
+ * push of worker 1, which then left, still counts in the mean (the
+ * node's memory of who pushed since the clock moved is rebuilt from the
+ * journal's pushes, which name their client). */
+static void mean_counts_a_worker_that_pushed_then_left_across_a_crash(
+    void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"
+                                      BSP_TABLES), 0);
+    int bad = reap(spawn(push_and_go, (void *)1));
+    cluster_kill(&cl, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    bad |= reap(spawn(push_clock_and_check_mean, NULL)) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
+/* A node back from kill -9 (journal, no snapshot) still holds an ssp pull
+ * by the clock its worker had reached: worker 0 clocked 3 times, worker
+ * 1 never, so with staleness 1 worker 0 may not read until worker 1 has
+ * clocked twice. The node must not take worker 0 for one at clock 0. */
+static void ssp_bound_holds_after_a_crash(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"
+                                      "[table.ctr]\ndim = 1\n"
+                                      "consistency = ssp\nstaleness = 1\n"),
+                     0);
+    ps_client *fast = open_worker_ms(cl.spec, 0, 1000);
+    ps_client *slow = open_worker(cl.spec, 1);
+    assert_non_null(fast);
+    assert_non_null(slow);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(ps_clock(fast), 0);
+    cluster_kill(&cl, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    float v = pull_key(fast, "ctr", 1);
+    int early = !isnan(v);
+    assert_int_equal(ps_clock(slow), 0);
+    assert_int_equal(ps_clock(slow), 0);
+    v = pull_key(fast, "ctr", 1);
+    ps_close(fast);
+    ps_close(slow);
+    assert_int_equal(cluster_stop(&cl), 0);
+    if (early)
+        fail_msg("worker 0, 3 clocks ahead of worker 1 with staleness 1, "
+                 "read at once after the node's restart");
+    if (isnan(v))
+        fail_msg("worker 0's pull failed once worker 1 had clocked twice");
+}
+
 /* Joins as worker (int)arg; worker 1 then leaves with ps_close, worker 2
  * goes without a word after 300 ms. */
 static int join_then_go(void *arg)
@@ -715,12 +815,15 @@ static void workers_that_left_before_a_crash_are_not_waited_for_after_it(
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("PSD_TEST_ONLY"))       /* e.g. PSD_TEST_ONLY='*barrier*' */
+        cmocka_set_test_filter(getenv("PSD_TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bsp_pulls_after_each_clock_see_exactly_that_clock),
         cmocka_unit_test(worker_that_leaves_early_is_not_waited_for),
         cmocka_unit_test(killed_worker_stops_being_waited_for_after_the_grace),
         cmocka_unit_test(ssp_pulls_never_see_a_state_older_than_the_bound),
         cmocka_unit_test(barrier_returns_only_when_every_worker_arrived),
+        cmocka_unit_test(barrier_wait_log_names_who_has_not_entered),
         cmocka_unit_test(worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock),
         cmocka_unit_test(misuse_gets_clear_errors),
         cmocka_unit_test(
@@ -729,6 +832,9 @@ int main(void)
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
+        cmocka_unit_test(
+            mean_counts_a_worker_that_pushed_then_left_across_a_crash),
+        cmocka_unit_test(ssp_bound_holds_after_a_crash),
         cmocka_unit_test(
             workers_that_left_before_a_crash_are_not_waited_for_after_it),
     };

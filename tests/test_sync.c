@@ -2,6 +2,7 @@
  * refusals, when the node's clock and barrier move, what a lost, leaving
  * or rejoining worker does to them, and when an ssp pull may go. No
  * sockets, no loop: time is passed in. */
+#define _DEFAULT_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "../daemon/log.h"
@@ -41,6 +43,31 @@ static void reach(psd_sync *y, int32_t w, int barrier, uint64_t v)
     EXPECT_INT(psd_sync_reach(y, w, barrier, v, err, sizeof err), 0,
                "worker %d reaching %s %llu", (int)w,
                barrier ? "barrier" : "clock", (unsigned long long)v);
+}
+
+/* Runs psd_sync_tick (grace 30 s, the log every 10 s) with warnings
+ * going to a temporary file; returns what it logged (malloc'd, "" for
+ * nothing). */
+static char *tick_log(psd_sync *y, uint64_t now_ms, int holding)
+{
+    char path[] = "/tmp/psd-test-sync-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    psd_log_set_level(PSD_LOG_WARN);
+    psd_sync_tick(y, now_ms, 30, holding, 10000);
+    psd_log_set_level(PSD_LOG_ERROR);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char *buf = calloc(1, 4096);
+    assert_non_null(buf);
+    assert_true(pread(fd, buf, 4095, 0) >= 0);
+    close(fd);
+    return buf;
 }
 
 static void test_join_refuses_ids_out_of_range_and_a_second_client(
@@ -93,7 +120,7 @@ static void test_clock_moves_when_the_slowest_worker_arrives(void **state)
     reach(&y, 2, 0, 1);
     EXPECT_INT(psd_sync_advance(&y, 20), 1, "all three at clock 1");
     EXPECT_U64(y.clock, 1, "node clock");
-    EXPECT_U64(y.moved_ms, 20, "when it moved");
+    EXPECT_U64(y.wait[0].since_ms, 20, "when it moved");
     EXPECT_INT(psd_sync_advance(&y, 30), 0, "advancing again");
     /* A repeated clock counts once. */
     reach(&y, 0, 0, 1);
@@ -268,6 +295,42 @@ static void test_worker_ahead_that_left_and_rejoins_keeps_its_clock(
     psd_sync_destroy(&y);
 }
 
+/* The node says whom it waits for once a request has waited 10 s, not
+ * as soon as one is held after 10 s without a clock: workers that
+ * compute longer than that between clocks are not waited for at all
+ * until one of them clocks. Later lines give the whole wait so far. */
+static void test_wait_is_logged_after_10_s_of_holding_not_of_computing(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    /* 15 s of computing: nothing held, nothing to say. */
+    for (uint64_t t = 100; t <= 15000; t += 100)
+        free(tick_log(&y, t, 0));
+    reach(&y, 0, 0, 1);                  /* worker 0's CLOCK is held */
+    EXPECT_INT(psd_sync_advance(&y, 15050), 0, "worker 1 still computes");
+    char *log = tick_log(&y, 15100, PSD_HOLD_CLOCK);
+    if (*log)
+        fail_msg("a CLOCK held for 100 ms was reported: %s", log);
+    free(log);
+    for (uint64_t t = 15200; t < 25000; t += 100)
+        free(tick_log(&y, t, PSD_HOLD_CLOCK));
+    log = tick_log(&y, 25000, PSD_HOLD_CLOCK);
+    EXPECT_SUBSTR(log, "clock 0: waiting 10 s for workers 1 (at this clock)",
+                  "after 10 s of holding");
+    free(log);
+    for (uint64_t t = 25100; t < 35000; t += 100)
+        free(tick_log(&y, t, PSD_HOLD_CLOCK));
+    log = tick_log(&y, 35000, PSD_HOLD_CLOCK);
+    EXPECT_SUBSTR(log, "clock 0: waiting 20 s for workers 1 (at this clock)",
+                  "after 20 s of holding");
+    free(log);
+    psd_sync_destroy(&y);
+}
+
 int main(void)
 {
     /* The state machine logs joins and losses; keep the output to TAP. */
@@ -290,6 +353,8 @@ int main(void)
         cmocka_unit_test(test_first_join_behind_the_nodes_clock_starts_at_it),
         cmocka_unit_test(
             test_worker_ahead_that_left_and_rejoins_keeps_its_clock),
+        cmocka_unit_test(
+            test_wait_is_logged_after_10_s_of_holding_not_of_computing),
     };
     return cmocka_run_group_tests_name("sync", tests, NULL, NULL);
 }
