@@ -1,6 +1,7 @@
 /* Helpers of the fuzz targets for psd's files; see disk.h. */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,31 @@ static void remove_dirs(void)
     ndirs = 0;
 }
 
+/* Removes the folders in base that processes no longer running made: an
+ * input that aborts (a finding, and every step of -minimize_crash) ends
+ * its process without the atexit handler. */
+static void remove_stale(const char *base)
+{
+    DIR *d = opendir(base);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "psd-fuzz-", 9) != 0)
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + 9, &end, 10);
+        if (end == e->d_name + 9 || *end != '-' || pid <= 0 ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", base, e->d_name);
+        fuzz_disk_clear(path);
+        rmdir(path);
+    }
+    closedir(d);
+}
+
 const char *fuzz_disk_dir(const char *tag)
 {
     for (int i = 0; i < ndirs; i++)
@@ -42,8 +68,11 @@ const char *fuzz_disk_dir(const char *tag)
     const char *base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
                                access("/dev/shm", W_OK) == 0
                            ? "/dev/shm" : "/tmp";
+    if (ndirs == 0)
+        remove_stale(base);
     char *p = dirs[ndirs].path;
-    snprintf(p, sizeof dirs[ndirs].path, "%s/psd-fuzz-%s-XXXXXX", base, tag);
+    snprintf(p, sizeof dirs[ndirs].path, "%s/psd-fuzz-%ld-%s-XXXXXX", base,
+             (long)getpid(), tag);
     FUZZ_CHECK(mkdtemp(p) != NULL, "mkdtemp %s: %s", p, strerror(errno));
     snprintf(dirs[ndirs].tag, sizeof dirs[ndirs].tag, "%s", tag);
     if (ndirs++ == 0)

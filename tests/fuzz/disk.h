@@ -15,7 +15,9 @@
 
 /* A folder of its own for this process, made once per tag and removed
  * with its files at exit: under /dev/shm when there is one (a tmpfs,
- * where the loaders' fsyncs cost nothing), else under /tmp. */
+ * where the loaders' fsyncs cost nothing), else under /tmp. The first
+ * call removes the folders of processes that ended without exit (an
+ * input that aborted). */
 const char *fuzz_disk_dir(const char *tag);
 
 /* Removes every file in dir (the folder stays). */
