@@ -914,6 +914,24 @@ static void journal_seeds(void)
     journal_seed("another_shape", 0, 0, seg, 1);
     free(seg[0].p);
 
+    /* A record that spans a page boundary with zeros before it (a push
+     * to a dense table whose values are 0 but for the last 200), which
+     * the derived check zeros from that boundary on, as a power loss may
+     * leave it. */
+    fuzz_disk_clear(jdir);
+    j = jopen(0, shape, 1);
+    jhistory(j, 0, 400);
+    static float mostly0[250 * 4];
+    for (int i = 800; i < 1000; i++)
+        mostly0[i] = 1.0f;
+    jpush(j, PSW_OP_PUSH_RANGE, 400, 30, FUZZ_T_DENSE_SUM, NULL, 0, 250, 4,
+          mostly0, 0);
+    jwrite(j);
+    psd_journal_close(j);
+    seg[0] = jread(0, 1);
+    journal_seed("page_of_zeros", 0, JP(JP_PAGE_ZEROS, 0), seg, 1);
+    free(seg[0].p);
+
     /* Pushes the node must refuse: to a table it does not have, and to
      * a key of the other node. */
     fuzz_disk_clear(jdir);
