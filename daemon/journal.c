@@ -565,9 +565,12 @@ static size_t read_full(int fd, void *p, size_t n, int *e)
 /* Whether the bad record at off, in the newest segment, is such a tail:
  * every byte from off, or from a page boundary before end (where the
  * record would end; off + HDR when its header is not to be trusted), to
- * the end of the file is zero, and there is at least one. Data that made
- * it to disk and then went bad (a flipped bit) is not zeros to the end,
- * so it is still refused. Reads from off on; sets *e when reading fails. */
+ * the end of the file is zero, and there is at least one. The run of
+ * zeros may start before that boundary, since what was written before it
+ * can end in zero bytes (a key's high bytes, a value of 0). Data that
+ * made it to disk and then went bad (a flipped bit) is not zeros to the
+ * end, so it is still refused. Reads from off on; sets *e when reading
+ * fails. */
 static int unwritten_tail(int fd, uint64_t off, uint64_t end, int *e)
 {
     if (lseek(fd, (off_t)off, SEEK_SET) < 0) {
@@ -589,8 +592,12 @@ static int unwritten_tail(int fd, uint64_t off, uint64_t end, int *e)
     }
     if (zero_from == at)
         return 0;                /* no zeros at the end, or nothing there */
-    return zero_from == off ||
-           (zero_from % TAIL_PAGE == 0 && zero_from < end);
+    if (zero_from == off)
+        return 1;
+    /* The first page boundary the zeros cover from: inside the record,
+     * and before the end of the file. */
+    uint64_t page = (zero_from + TAIL_PAGE - 1) / TAIL_PAGE * TAIL_PAGE;
+    return page < end && page < at;
 }
 
 /* Which segments of node in dir a replay from segment `from` reads

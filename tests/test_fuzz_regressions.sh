@@ -14,7 +14,8 @@ tmp=$(mktemp -d /tmp/psd-fuzz-replay-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # "TARGET FILE" per line, in a fixed order.
-for t in fuzz_frame fuzz_msg fuzz_config fuzz_request; do
+for t in fuzz_frame fuzz_msg fuzz_config fuzz_request fuzz_snapshot \
+         fuzz_journal; do
     for d in "$fz/corpus/$t" "$fz/regressions/$t"; do
         [ -d "$d" ] && find "$d" -type f ! -name README.md | LC_ALL=C sort |
             sed "s|^|$t |"

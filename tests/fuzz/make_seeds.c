@@ -12,8 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "disk.h"
 #include "fuzz.h"
 #include "request_conf.h"
+#include "../../daemon/journal.h"
+#include "../../daemon/log.h"
+#include "../../daemon/request.h"
+#include "../../daemon/snapshot.h"
 #include "../../proto/frame.h"
 #include "../../proto/layout.h"
 #include "../../proto/msg.h"
@@ -663,6 +668,353 @@ static void request_seeds(void)
     free(b.p);
 }
 
+/* ---- fuzz_journal and fuzz_snapshot ---------------------------------- */
+
+/* Files written with the daemon's own writers (daemon/journal.c,
+ * daemon/snapshot.c) for nodes of the fixed cluster (request_conf.h),
+ * in folders of their own (disk.h), and read back as seeds. */
+
+#define SEG_SEP "PSDJSEG\n"      /* fuzz_journal.c's separator */
+#define T0_MS 1000000
+
+/* fuzz_journal's flags (byte 0 of an input; fuzz_journal.c). */
+#define JF_FIRST(seq) ((seq) - 1)            /* the first segment's number */
+#define JF_FROM(seq) (((seq) - 1) << 2)      /* the replay starts there */
+#define JF_GAP 0x10
+#define JF_NODE1 0x20
+#define JF_FIX_CRCS 0x40
+#define JF_OTHER 0x80
+/* Its `pick` (byte 1): the damage of the derived check, to the record
+ * `back` records before the last. */
+#define JP(kind, back) ((kind) | (back) << 2)
+enum { JP_SHORT, JP_ZEROS, JP_PAGE_ZEROS, JP_ZERO_PAGE };
+
+static const char *jdir;
+static uint64_t shape;
+
+/* Sparse key `nth` that node `node` owns. */
+static uint64_t node_key(int node, int nth)
+{
+    for (uint64_t k = 1;; k++)
+        if (psw_node_of_shard(psw_sparse_shard_of(FUZZ_REQ_SHARDS, k),
+                              FUZZ_REQ_NODES) == node && nth-- == 0)
+            return k;
+}
+
+static psd_journal *jopen(int node, uint64_t seg_shape, uint64_t seq)
+{
+    char err[256];
+    psd_journal *j = psd_journal_open(jdir, node, seg_shape, seq, err,
+                                      sizeof err);
+    if (!j) {
+        fprintf(stderr, "make_seeds: %s\n", err);
+        exit(1);
+    }
+    return j;
+}
+
+static void jwrite(psd_journal *j)
+{
+    char err[256];
+    if (psd_journal_write(j, err, sizeof err)) {
+        fprintf(stderr, "make_seeds: %s\n", err);
+        exit(1);
+    }
+}
+
+static void jrotate(psd_journal *j)
+{
+    char err[256];
+    if (psd_journal_rotate(j, err, sizeof err)) {
+        fprintf(stderr, "make_seeds: %s\n", err);
+        exit(1);
+    }
+}
+
+/* A push of n rows of `dim` (keys, or from row `first` for PUSH_RANGE),
+ * values from vals (n * dim of them) or, when NULL, counting up. */
+static void jpush(psd_journal *j, int op, uint64_t client, uint64_t ts,
+                  uint32_t table, const uint64_t *keys, uint64_t first,
+                  size_t n, uint32_t dim, const float *vals, int status)
+{
+    static char kb[8 * 64];
+    static float v[2048];
+    if (n * dim > sizeof v / sizeof v[0] ||
+        (op != PSW_OP_PUSH_RANGE && n > sizeof kb / 8)) {
+        fprintf(stderr, "make_seeds: a push of %zu rows is too big\n", n);
+        exit(1);
+    }
+    for (size_t i = 0; i < n * dim; i++)
+        v[i] = vals ? vals[i] : 0.25f * (float)(i + 1);
+    psw_msg m = req(op, ts, 0, table);
+    if (op == PSW_OP_PUSH_RANGE) {
+        m.first = first;
+        m.count = n;
+    } else {
+        keys_le(kb, keys, n);
+        m.keys = kb;
+        m.nkeys = n;
+    }
+    m.vals = (const char *)v;
+    m.vals_len = 4 * n * dim;
+    if (!psd_journal_push(j, client, 1, &m, status)) {
+        fprintf(stderr, "make_seeds: out of memory\n");
+        exit(1);
+    }
+}
+
+/* One push to table t of node `node`: two keys of its own for a sparse
+ * table, one of its rows for a dense one (ranged; some tables have no
+ * two neighbouring rows on a node). */
+static void jpush_table(psd_journal *j, int node, uint64_t client,
+                        uint64_t ts, int t)
+{
+    const psd_table_conf *tc = &fuzz_disk_config()->tables[t];
+    uint64_t k[2] = { node_key(node, t), node_key(node, t + 9) };
+    if (tc->dense)
+        jpush(j, PSW_OP_PUSH_RANGE, client, ts, (uint32_t)t, NULL,
+              dense_row(tc->rows, node, 0), 1, tc->dim, NULL, 0);
+    else
+        jpush(j, PSW_OP_PUSH, client, ts, (uint32_t)t, k, 0, 2, tc->dim,
+              NULL, 0);
+}
+
+/* Every kind of record a node journals, for node `node`: its tables'
+ * hyper-parameters, two workers joining, a push to every table (keyed,
+ * ranged, a PUSHPULL, a keyed push to a dense table with an infinity
+ * where nonfinite = allow, one answered ENOMEM part-way), a clock that
+ * applies the bsp sums, pushes into the next clock's sums, an ACK, a
+ * reload's hyper-parameters and a worker leaving. */
+static void jhistory(psd_journal *j, int node, uint64_t client)
+{
+    const psd_config *cfg = fuzz_disk_config();
+    for (int t = 0; t < cfg->ntables; t++)
+        psd_journal_params(j, (uint32_t)t, &cfg->tables[t].upd);
+    psd_journal_worker(j, 0, 1, client, 0, 0);
+    psd_journal_worker(j, 1, 1, client + 1, 0, 0);
+    uint64_t ts = 1;
+    for (int t = 0; t < cfg->ntables; t++)
+        jpush_table(j, node, client, ts++, t);
+    uint64_t k1 = node_key(node, 20);
+    jpush(j, PSW_OP_PUSHPULL, client + 1, ts++, FUZZ_T_SPARSE_ADAGRAD, &k1, 0,
+          1, 8, NULL, 0);
+    uint64_t row = dense_row(4, node, 0);
+    float inf = INFINITY;
+    jpush(j, PSW_OP_PUSH, client + 1, ts++, FUZZ_T_DENSE_LOOSE, &row, 0, 1, 1,
+          &inf, 0);
+    jpush(j, PSW_OP_PUSH, client, ts++, FUZZ_T_SPARSE_ADAM, &k1, 0, 1, 2,
+          NULL, PSW_ENOMEM);
+    psd_journal_clock(j, 1, 2);
+    jpush_table(j, node, client, ts++, FUZZ_T_DENSE_ADAM_BSP);
+    jpush_table(j, node, client + 1, ts++, FUZZ_T_SPARSE_SGD_BSP);
+    psd_journal_ack(j, client, 1, 4);
+    psd_updater_params p = cfg->tables[FUZZ_T_SPARSE_ADAGRAD].upd;
+    p.lr *= 0.5f;
+    psd_journal_params(j, FUZZ_T_SPARSE_ADAGRAD, &p);
+    psd_journal_worker(j, 1, 0, client + 1, 1, 0);
+    jwrite(j);
+}
+
+/* The node's segment seq as written. */
+static bytes jread(int node, uint64_t seq)
+{
+    char path[512];
+    psd_journal_path(path, sizeof path, jdir, node, seq);
+    bytes b = { 0 };
+    b.p = fuzz_disk_read(path, &b.n);
+    return b;
+}
+
+/* A fuzz_journal input: flags, pick, then the segments given (n of
+ * them) with the separator between. */
+static void journal_seed(const char *name, uint8_t flags, uint8_t pick,
+                         const bytes *segs, int n)
+{
+    bytes b = { 0 };
+    append(&b, &flags, 1);
+    append(&b, &pick, 1);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            append(&b, SEG_SEP, strlen(SEG_SEP));
+        append(&b, segs[i].p, segs[i].n);
+    }
+    write_seed("fuzz_journal", name, b.p, b.n);
+    free(b.p);
+}
+
+static void journal_seeds(void)
+{
+    bytes seg[3];
+    psd_journal *j;
+
+    /* Every record kind in one segment; the derived check cuts its last
+     * record short. */
+    fuzz_disk_clear(jdir);
+    j = jopen(0, shape, 1);
+    jhistory(j, 0, 100);
+    psd_journal_close(j);
+    seg[0] = jread(0, 1);
+    journal_seed("history", 0, JP(JP_SHORT, 0), seg, 1);
+    /* The same with its last record cut short, as a crash leaves it. */
+    bytes cut = { seg[0].p, seg[0].n - 5 };
+    journal_seed("history_torn", JF_FIX_CRCS, JP(JP_ZEROS, 1), &cut, 1);
+    /* ... and with three pages of zeros after it. */
+    bytes zeros = { 0 };
+    append(&zeros, seg[0].p, seg[0].n);
+    char page[4096] = { 0 };
+    for (int i = 0; i < 3; i++)
+        append(&zeros, page, sizeof page);
+    journal_seed("history_zero_pages", 0, JP(JP_ZERO_PAGE, 0), &zeros, 1);
+    free(zeros.p);
+    /* Cut short in a segment that is not the newest: refused. */
+    bytes two[2] = { cut, seg[0] };
+    journal_seed("torn_before_newest", 0, 0, two, 2);
+    /* After a snapshot with journal_seq 2, segment 1 (cut short) is not
+     * read. */
+    journal_seed("from_snapshot", JF_FIRST(1) | JF_FROM(2), 0, two, 2);
+    /* Starting at 3 where the snapshot says 1: refused. */
+    journal_seed("missing_snapshot", JF_FIRST(3) | JF_FROM(1), 0, seg, 1);
+    free(seg[0].p);
+
+    /* A rotation: the new segment repeats the hyper-parameters; a gap
+     * before the last is refused. */
+    fuzz_disk_clear(jdir);
+    j = jopen(0, shape, 1);
+    jhistory(j, 0, 200);
+    jrotate(j);
+    jpush_table(j, 0, 200, 20, FUZZ_T_SPARSE_FTRL_SSP);
+    psd_journal_clock(j, 2, 1);
+    jrotate(j);
+    psd_journal_close(j);
+    for (int i = 0; i < 3; i++)
+        seg[i] = jread(0, (uint64_t)i + 1);
+    journal_seed("rotated", 0, JP(JP_ZEROS, 2), seg, 3);
+    journal_seed("rotated_gap", JF_GAP, 0, seg, 3);
+    for (int i = 0; i < 3; i++)
+        free(seg[i].p);
+
+    /* Node 1 in a folder it shares with node 0. */
+    fuzz_disk_clear(jdir);
+    j = jopen(1, shape, 1);
+    jhistory(j, 1, 300);
+    psd_journal_close(j);
+    seg[0] = jread(1, 1);
+    journal_seed("node1_shared_folder", JF_NODE1 | JF_OTHER,
+                 JP(JP_PAGE_ZEROS, 0), seg, 1);
+    /* Node 1's journal where node 0 looks: refused at its start. */
+    journal_seed("another_node", 0, 0, seg, 1);
+    free(seg[0].p);
+
+    /* Another layout's journal: refused at its start. */
+    fuzz_disk_clear(jdir);
+    j = jopen(0, shape ^ 1, 1);
+    psd_journal_clock(j, 1, 1);
+    psd_journal_close(j);
+    seg[0] = jread(0, 1);
+    journal_seed("another_shape", 0, 0, seg, 1);
+    free(seg[0].p);
+
+    /* A record that spans a page boundary with zeros before it (a push
+     * to a dense table whose values are 0 but for the last 200), which
+     * the derived check zeros from that boundary on, as a power loss may
+     * leave it. */
+    fuzz_disk_clear(jdir);
+    j = jopen(0, shape, 1);
+    jhistory(j, 0, 400);
+    static float mostly0[250 * 4];
+    for (int i = 800; i < 1000; i++)
+        mostly0[i] = 1.0f;
+    jpush(j, PSW_OP_PUSH_RANGE, 400, 30, FUZZ_T_DENSE_SUM, NULL, 0, 250, 4,
+          mostly0, 0);
+    jwrite(j);
+    psd_journal_close(j);
+    seg[0] = jread(0, 1);
+    journal_seed("page_of_zeros", 0, JP(JP_PAGE_ZEROS, 0), seg, 1);
+    free(seg[0].p);
+
+    /* Pushes the node must refuse: to a table it does not have, and to
+     * a key of the other node. */
+    fuzz_disk_clear(jdir);
+    j = jopen(0, shape, 1);
+    uint64_t k = node_key(0, 0);
+    jpush(j, PSW_OP_PUSH, 500, 1, FUZZ_T_COUNT, &k, 0, 1, 1, NULL, 0);
+    jrotate(j);
+    k = node_key(1, 0);
+    jpush(j, PSW_OP_PUSH, 500, 2, FUZZ_T_SPARSE_CAPPED, &k, 0, 1, 2, NULL, 0);
+    jwrite(j);
+    psd_journal_close(j);
+    for (int i = 0; i < 2; i++)
+        seg[i] = jread(0, (uint64_t)i + 1);
+    journal_seed("push_to_no_table", 0, 0, seg, 1);
+    journal_seed("push_to_other_node", JF_FIRST(2) | JF_FROM(2), 0, seg + 1,
+                 1);
+    for (int i = 0; i < 2; i++)
+        free(seg[i].p);
+
+    /* Nothing but an empty segment. */
+    static char none[1];
+    bytes empty = { none, 0 };
+    journal_seed("empty_segment", 0, 0, &empty, 1);
+}
+
+/* Node `node` as it stands after `history` replayed (rows in every
+ * table, bsp sums of the clock in progress, workers, applied pushes) or,
+ * with history 0, fresh; written by psd_snapshot_write. Its creation time
+ * is set to a fixed one (the header's CRC made again), so that the seed
+ * is the same at every run. */
+static void snapshot_seed(const char *name, int node, int history,
+                          uint64_t generation, uint64_t journal_seq)
+{
+    char err[512], path[512];
+    const char *sdir = fuzz_disk_dir("seeds-snapshot");
+    psd_node n;
+    fuzz_disk_node(&n, node, T0_MS);
+    if (history) {
+        fuzz_disk_clear(jdir);
+        psd_journal *j = jopen(node, shape, 1);
+        jhistory(j, node, 600);
+        psd_journal_close(j);
+        psd_replay_ctx ctx = { &n, T0_MS };
+        uint64_t next, records;
+        char cut[512];
+        if (psd_journal_replay(jdir, node, shape, 1,
+                               (size_t)n.cfg.max_frame + 4096,
+                               psd_request_replay, &ctx, &next, &records,
+                               cut, sizeof cut, err, sizeof err)) {
+            fprintf(stderr, "make_seeds: %s\n", err);
+            exit(1);
+        }
+        psd_node_apply_params(&n);
+    }
+    fuzz_disk_clear(sdir);
+    if (psd_snapshot_write(&n, sdir, generation, journal_seq, NULL, err,
+                           sizeof err)) {
+        fprintf(stderr, "make_seeds: %s\n", err);
+        exit(1);
+    }
+    psd_node_destroy(&n);
+    psd_snapshot_path(path, sizeof path, sdir, node);
+    bytes b = { 0 };
+    b.p = fuzz_disk_read(path, &b.n);
+    uint64_t created = 1700000000000ull;     /* docs/durability.md §5 */
+    memcpy(b.p + 48, &created, 8);
+    uint32_t crc = psw_crc32c(0, b.p, 60);
+    memcpy(b.p + 60, &crc, 4);
+    write_seed("fuzz_snapshot", name, b.p, b.n);
+    free(b.p);
+}
+
+static void disk_seeds(void)
+{
+    psd_log_set_level(PSD_LOG_ERROR);
+    jdir = fuzz_disk_dir("seeds-journal");
+    shape = psd_config_shape(fuzz_disk_config());
+    journal_seeds();
+    snapshot_seed("node0_fresh", 0, 0, 1, 1);
+    snapshot_seed("node0_history", 0, 1, 2, 2);
+    snapshot_seed("node1_history", 1, 1, 7, 12);
+}
+
 /* ---- fuzz_config ---------------------------------------------------- */
 
 static void config_seeds(void)
@@ -730,6 +1082,7 @@ int main(int argc, char **argv)
     wire_seeds();
     request_seeds();
     config_seeds();
+    disk_seeds();
     psw_out_destroy(&out);
     return 0;
 }

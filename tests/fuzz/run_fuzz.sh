@@ -4,7 +4,8 @@
 # inputs (the repository is never written), and prints per target its
 # runs, speed, coverage and whether it found anything. A finding leaves
 # its reproducer under FUZZ_BUILD/run/TARGET/ and makes the exit status 1.
-# Usage: tests/fuzz/run_fuzz.sh FUZZ_BUILD SECONDS TARGET...
+# Usage: tests/fuzz/run_fuzz.sh FUZZ_BUILD SECONDS TARGET[:SECONDS]...
+# (TARGET:SECONDS runs that target for its own time).
 # Extra libFuzzer flags: FUZZ_FLAGS (e.g. FUZZ_FLAGS=-use_value_profile=1).
 B=${1:?usage: run_fuzz.sh FUZZ_BUILD SECONDS TARGET...}
 secs=${2:?usage: run_fuzz.sh FUZZ_BUILD SECONDS TARGET...}
@@ -27,11 +28,17 @@ printf '%-13s %10s %8s %6s %7s %7s %6s  %s\n' target runs exec/s cov ft \
     corpus rss result
 for t in "$@"; do
     dict=
+    tsecs=$secs
+    case $t in
+    *:*) tsecs=${t#*:}; t=${t%%:*} ;;
+    esac
     case $t in
     fuzz_frame)   maxlen=16384 ;;    # several frames, past the 4 KiB limit
     fuzz_msg)     maxlen=8192 ;;     # keys past PSW_REF_MIN are referenced
     fuzz_config)  maxlen=4096; dict=$here/fuzz_config.dict ;;
     fuzz_request) maxlen=8192 ;;     # two frames of the fixed max_frame
+    fuzz_snapshot) maxlen=16384 ;;   # the seeds are 9-10 KB
+    fuzz_journal) maxlen=16384 ;;    # two records of the largest size
     *) echo "run_fuzz.sh: unknown target $t" >&2; exit 2 ;;
     esac
     work=$B/run/$t
@@ -47,7 +54,7 @@ for t in "$@"; do
         done
     fi
     # shellcheck disable=SC2086  # word splitting of the flag lists is meant
-    "$B/$t" "$work/corpus" -max_total_time="$secs" -max_len=$maxlen $limits \
+    "$B/$t" "$work/corpus" -max_total_time="$tsecs" -max_len=$maxlen $limits \
         -artifact_prefix="$work/artifacts/" -print_final_stats=1 \
         ${dict:+-dict="$dict"} ${FUZZ_FLAGS:-} >"$work/log" 2>&1
     rc=$?
