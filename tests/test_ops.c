@@ -1046,6 +1046,8 @@ static void test_a_replay_applies_each_push_with_the_lr_it_had(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("PSD_TEST_ONLY"))       /* e.g. PSD_TEST_ONLY='*psctl*' */
+        cmocka_set_test_filter(getenv("PSD_TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_service_manager_hears_each_stage_in_order),
         cmocka_unit_test(test_a_sighup_while_loading_is_a_reload_once_serving),
