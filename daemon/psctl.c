@@ -3,7 +3,8 @@
  * node, one request at a time: a HELLO as a client that is not a worker,
  * then ADMIN commands (PROTOCOL.md). Human output is built from the
  * node's "metrics" and "rates" answers (the Prometheus line format, easy
- * to read back); --json prints each node's "stats" document as is. */
+ * to read back); with --json every command prints one JSON document
+ * (stats and tables: each node's "stats" document as is). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
@@ -46,6 +47,12 @@ static void usage(FILE *f)
         "  top      stats and tables, refreshed every second (-i SECS, "
         "--count N);\n"
         "           with --json, each refresh is what --json stats prints\n"
+        "--json: stdout is one JSON document, for every command: ping, "
+        "stats, tables and\n  save print an array with one object per node "
+        "(tables: the stats documents),\n  layout one object; nodes that do "
+        "not answer are said on stderr.\n"
+        "Exit status: 0 when every node answered (and saved), 1 when one did "
+        "not,\n2 for bad arguments.\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
         "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
         "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
@@ -521,6 +528,24 @@ static int fetch(node *nd, samples *ss)
 
 /* ---- printing -------------------------------------------------------------- */
 
+/* s as a JSON string on stdout. The node sends UTF-8 (admin.c replaces
+ * any other byte), so only quotes, backslashes and control bytes need
+ * escaping. */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
 /* 1234567 -> "1.2M" (kept in one of eight rotating buffers, so several
  * fit in one printf). */
 static const char *human(double v)
@@ -709,9 +734,13 @@ static void failed(cluster *c, int i)
     node_close(&c->nodes[i]);
 }
 
-static int do_ping(cluster *c)
+/* With json, a JSON array of {"node", "address", "ms"}, one per node
+ * that answered (like --json stats, the others are said on stderr). */
+static int do_ping(cluster *c, int json)
 {
-    int bad = 0;
+    int bad = 0, first = 1;
+    if (json)
+        printf("[");
     for (int i = 0; i < c->n; i++) {
         if (!want(c, i))
             continue;
@@ -724,12 +753,20 @@ static int do_ping(cluster *c)
             bad = 1;
             continue;
         }
-        printf("node %d (%s): %.*s in %.3f ms\n", i, c->nodes[i].addr,
-               (int)strcspn(r, "\n"), r,
-               (double)(b.tv_sec - a.tv_sec) * 1e3 +
-                   (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+        double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 +
+                    (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        if (json) {
+            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n", i);
+            json_str(c->nodes[i].addr);
+            printf(", \"ms\": %.3f}", ms);
+        } else
+            printf("node %d (%s): %.*s in %.3f ms\n", i, c->nodes[i].addr,
+                   (int)strcspn(r, "\n"), r, ms);
+        first = 0;
         free(r);
     }
+    if (json)
+        printf("]\n");
     return bad;
 }
 
@@ -744,8 +781,11 @@ static const psw_cluster *any_layout(const cluster *c)
 static int do_layout(cluster *c, int json)
 {
     const psw_cluster *l = any_layout(c);
-    if (!l)
+    if (!l) {
+        if (json)                /* still one JSON document */
+            printf("null\n");
         return 1;
+    }
     static const char *const cons[] = { "async", "bsp", "ssp" };
     if (json) {
         printf("{\"epoch\": %llu, \"shards\": %u, \"max_frame\": %llu, "
@@ -845,12 +885,28 @@ static int do_tables(cluster *c, int json)
     return bad || !l;
 }
 
+/* What became of one node's save. */
+typedef struct saved {
+    enum { S_NONE, S_WAITING, S_WRITTEN, S_FAILED } state;
+    double gen, fails, secs;
+    char dir[256], err[256];
+} saved;
+
 /* Asks every node to save, then waits until each one's snapshot
- * generation reaches the one it started, or its failures grow. */
-static int do_save(cluster *c, int timeout_s)
+ * generation reaches the one it started, or its failures grow. People
+ * get a line per node as it finishes; with json, a JSON array in node
+ * order once all have, of {"node", "address", "generation", "ok"} with
+ * "seconds" and "data_dir" when it was written and "error" when not (a
+ * failed snapshot, or one still being written at the timeout). Nodes that
+ * stop answering are said on stderr, as for --json stats. */
+static int do_save(cluster *c, int timeout_s, int json)
 {
     int bad = 0;
-    double gen[PSW_MAX_NODES], fails[PSW_MAX_NODES];
+    saved *sv = calloc((size_t)c->n, sizeof *sv);
+    if (!sv) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
     int waiting = 0;
     for (int i = 0; i < c->n; i++) {
         if (!want(c, i))
@@ -861,7 +917,7 @@ static int do_save(cluster *c, int timeout_s)
             bad = 1;
             continue;
         }
-        fails[i] = nodev(&ss, "psd_snapshot_failures_total", i);
+        sv[i].fails = nodev(&ss, "psd_snapshot_failures_total", i);
         free(ss.s);
         char *r = command(&c->nodes[i], "save");
         if (!r) {
@@ -870,40 +926,46 @@ static int do_save(cluster *c, int timeout_s)
             continue;
         }
         const char *g = strstr(r, "\"generation\": ");
-        gen[i] = g ? strtod(g + 14, NULL) : 0;
+        sv[i].gen = g ? strtod(g + 14, NULL) : 0;
+        sv[i].state = S_WAITING;
         free(r);
         waiting++;
     }
     uint64_t deadline = now_ms() + (uint64_t)timeout_s * 1000;
     while (waiting) {
         for (int i = 0; i < c->n; i++) {
-            if (!want(c, i) || gen[i] <= 0)
+            if (!want(c, i) || sv[i].state != S_WAITING)
                 continue;
             samples ss = { 0 };
             if (fetch(&c->nodes[i], &ss)) {
                 failed(c, i);
+                sv[i].state = S_NONE;
                 bad = 1;
                 waiting--;
                 continue;
             }
             double now = nodev(&ss, "psd_snapshot_generation", i);
-            if (now >= gen[i]) {
-                char dir[256];
-                get_label(&ss, "psd_node_info", "data_dir", dir, sizeof dir);
-                printf("node %d (%s): snapshot %.0f written in %.2f s to %s\n",
-                       i, c->nodes[i].addr, now,
-                       nodev(&ss, "psd_snapshot_last_duration_seconds", i),
-                       dir);
-                gen[i] = 0;
+            if (now >= sv[i].gen) {
+                sv[i].state = S_WRITTEN;
+                sv[i].gen = now;
+                sv[i].secs = nodev(&ss, "psd_snapshot_last_duration_seconds",
+                                   i);
+                get_label(&ss, "psd_node_info", "data_dir", sv[i].dir,
+                          sizeof sv[i].dir);
+                if (!json)
+                    printf("node %d (%s): snapshot %.0f written in %.2f s "
+                           "to %s\n", i, c->nodes[i].addr, now, sv[i].secs,
+                           sv[i].dir);
                 waiting--;
             } else if (nodev(&ss, "psd_snapshot_failures_total", i) >
-                       fails[i]) {
-                char err[256];
-                get_label(&ss, "psd_snapshot_last_error_info", "error", err,
-                          sizeof err);
-                printf("node %d (%s): snapshot %.0f FAILED: %s (the previous "
-                       "one is kept)\n", i, c->nodes[i].addr, gen[i], err);
-                gen[i] = 0;
+                       sv[i].fails) {
+                sv[i].state = S_FAILED;
+                get_label(&ss, "psd_snapshot_last_error_info", "error",
+                          sv[i].err, sizeof sv[i].err);
+                if (!json)
+                    printf("node %d (%s): snapshot %.0f FAILED: %s (the "
+                           "previous one is kept)\n", i, c->nodes[i].addr,
+                           sv[i].gen, sv[i].err);
                 waiting--;
                 bad = 1;
             }
@@ -912,11 +974,41 @@ static int do_save(cluster *c, int timeout_s)
         if (waiting && now_ms() > deadline) {
             fprintf(stderr, "psctl: %d node(s) still writing after %d s\n",
                     waiting, timeout_s);
-            return 1;
+            for (int i = 0; i < c->n; i++)
+                if (sv[i].state == S_WAITING) {
+                    sv[i].state = S_FAILED;
+                    snprintf(sv[i].err, sizeof sv[i].err, "still writing "
+                             "after %d s", timeout_s);
+                }
+            bad = 1;
+            break;
         }
         if (waiting)
             usleep(100 * 1000);
     }
+    if (json) {
+        int first = 1;
+        printf("[");
+        for (int i = 0; i < c->n; i++) {
+            if (sv[i].state == S_NONE)
+                continue;
+            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n", i);
+            json_str(c->nodes[i].addr);
+            printf(", \"generation\": %.0f, \"ok\": %s", sv[i].gen,
+                   sv[i].state == S_WRITTEN ? "true" : "false");
+            if (sv[i].state == S_WRITTEN) {
+                printf(", \"seconds\": %.3f, \"data_dir\": ", sv[i].secs);
+                json_str(sv[i].dir);
+            } else {
+                printf(", \"error\": ");
+                json_str(sv[i].err);
+            }
+            printf("}");
+            first = 0;
+        }
+        printf("]\n");
+    }
+    free(sv);
     return bad;
 }
 
@@ -1151,7 +1243,7 @@ int main(int argc, char **argv)
     }
     int rc, bad = open_all(&c, 0);
     if (!strcmp(cmd, "ping"))
-        rc = do_ping(&c);
+        rc = do_ping(&c, json);
     else if (!strcmp(cmd, "layout"))
         rc = do_layout(&c, json);
     else if (!strcmp(cmd, "tables"))
@@ -1159,7 +1251,7 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "stats"))
         rc = do_stats(&c, json, 0);
     else if (!strcmp(cmd, "save"))
-        rc = do_save(&c, timeout_s);
+        rc = do_save(&c, timeout_s, json);
     else if (!strcmp(cmd, "top"))
         rc = do_top(&c, interval, count, json);
     else {

@@ -633,6 +633,103 @@ static void test_psctl_top_json_prints_json_at_each_refresh(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* Whether text is one JSON document for which the Python expression
+ * `check` (over the document d) holds; python3 reads it from a file in
+ * dir, since psctl's output may hold any byte. */
+static int json_holds(const char *dir, const char *text, const char *check)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/out.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 0;
+    fputs(text ? text : "", f);
+    fclose(f);
+    int st;
+    char *o = run(&st, "python3 -c 'import json, sys; d = json.load(open("
+                  "sys.argv[1])); sys.exit(0 if (%s) else 3)' '%s' 2>&1",
+                  check, path);
+    if (st != 0)
+        print_error("json check \"%s\" on:\n%s\n%s\n", check,
+                    text ? text : "(nothing)", o ? o : "");
+    free(o);
+    return st == 0;
+}
+
+/* --json is an option of every command, wherever it stands: what psctl
+ * prints on stdout is then one JSON document, for scripts, and the
+ * failures are said on stderr with a nonzero exit status. `ping --json`
+ * and `save --json` printed the lines for people. */
+static void test_psctl_json_is_json_for_every_command(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    static const struct {
+        const char *args, *check;
+    } cases[] = {
+        { "ping --json", "[(e[\"node\"], e[\"address\"][:10], e[\"ms\"] >= 0)"
+          " for e in d] == [(0, \"127.0.0.1:\", True), (1, \"127.0.0.1:\", "
+          "True)]" },
+        { "--json ping", "len(d) == 2" },
+        { "save --json", "[(e[\"node\"], e[\"ok\"], e[\"generation\"], "
+          "e[\"seconds\"] >= 0, len(e[\"data_dir\"]) > 0) for e in d] == "
+          "[(0, True, 1, True, True), (1, True, 1, True, True)]" },
+        { "--json save", "[e[\"generation\"] for e in d] == [2, 2]" },
+        { "layout --json", "len(d[\"nodes\"]) == 2 and d[\"tables\"][0]"
+          "[\"name\"] == \"t\"" },
+        { "tables --json", "[e[\"node\"] for e in d] == [0, 1]" },
+        { "stats --json", "[e[\"node\"] for e in d] == [0, 1]" },
+        { "-n 1 ping --json", "[e[\"node\"] for e in d] == [1]" },
+    };
+    int st;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char *o = run(&st, "%s -c %s %s", psctl(), c.ini, cases[k].args);
+        EXPECT_INT(st, 0, "psctl %s exit status: %s", cases[k].args,
+                   o ? o : "");
+        if (!json_holds(c.dir, o, cases[k].check))
+            fail_msg("psctl %s", cases[k].args);
+        free(o);
+    }
+    /* A node down: still JSON on stdout, of the node that answered; the
+     * other named on stderr; exit status 1. */
+    cluster_kill(&c, 1, SIGKILL);
+    char err[400];
+    snprintf(err, sizeof err, "%s/err.txt", c.dir);
+    static const char *const down[] = { "ping", "save", "stats" };
+    for (size_t k = 0; k < sizeof down / sizeof down[0]; k++) {
+        char *o = run(&st, "%s -c %s --json %s 2>%s", psctl(), c.ini,
+                      down[k], err);
+        EXPECT_INT(st, 1, "psctl --json %s with node 1 down: %s", down[k],
+                   o ? o : "");
+        if (!json_holds(c.dir, o, "[e[\"node\"] for e in d] == [0]"))
+            fail_msg("psctl --json %s with node 1 down", down[k]);
+        free(o);
+        o = run(&st, "cat %s", err);
+        if (!o || !strstr(o, "psctl: node 1 (127.0.0.1:"))
+            fail_msg("psctl --json %s with node 1 down said on stderr: %s",
+                     down[k], o ? o : "");
+        free(o);
+    }
+    /* Nothing answers: still one JSON document each. */
+    static const struct {
+        const char *args, *check;
+    } none[] = { { "-n 1 --json ping", "d == []" },
+                 { "-n 1 --json layout", "d is None" },
+                 { "-n 1 --json save", "d == []" } };
+    for (size_t k = 0; k < sizeof none / sizeof none[0]; k++) {
+        char *o = run(&st, "%s -c %s %s 2>/dev/null", psctl(), c.ini,
+                      none[k].args);
+        EXPECT_INT(st, 1, "psctl %s with node 1 down", none[k].args);
+        if (!json_holds(c.dir, o, none[k].check))
+            fail_msg("psctl %s with node 1 down", none[k].args);
+        free(o);
+    }
+    cluster_restart(&c, 1);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1059,6 +1156,7 @@ int main(void)
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
         cmocka_unit_test(test_psctl_top_json_prints_json_at_each_refresh),
+        cmocka_unit_test(test_psctl_json_is_json_for_every_command),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
