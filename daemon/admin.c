@@ -247,10 +247,16 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         (unsigned long long)bytes, (unsigned long long)rows);
     put(b, " \"connections\": {\"open\": %d, \"accepted\": %llu, "
         "\"refused\": %llu, \"protocol_errors\": %llu, \"peers_lost\": "
-        "%llu},\n", a->conns->n, (unsigned long long)s->conns_accepted,
+        "%llu, \"evicted\": %llu, \"over_memory\": %llu, "
+        "\"frame_timeouts\": %llu, \"auth_failures\": %llu},\n",
+        a->conns->n, (unsigned long long)s->conns_accepted,
         (unsigned long long)s->conns_refused,
         (unsigned long long)s->proto_errors,
-        (unsigned long long)s->peers_lost);
+        (unsigned long long)s->peers_lost,
+        (unsigned long long)s->conns_evicted,
+        (unsigned long long)s->conns_over_memory,
+        (unsigned long long)s->frames_timed_out,
+        (unsigned long long)s->auth_failures);
     put(b, " \"requests\": {\"total\": %llu, \"frames\": %llu, \"errors\": "
         "%llu, \"duplicates\": %llu, \"pushes\": %llu, \"pulls\": %llu, "
         "\"keys_pushed\": %llu, \"keys_pulled\": %llu},\n",
@@ -382,9 +388,21 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_connections_accepted_total", "counter", "Connections "
            "accepted.", i, (double)s->conns_accepted);
     metric(b, "psd_connections_refused_total", "counter", "Connections "
-           "refused at max_connections.", i, (double)s->conns_refused);
+           "refused at max_connections or max_connections_per_addr.", i,
+           (double)s->conns_refused);
+    metric(b, "psd_connections_evicted_total", "counter", "Idle "
+           "connections closed to make room for a new one.", i,
+           (double)s->conns_evicted);
+    metric(b, "psd_connections_over_memory_total", "counter", "Connections "
+           "closed at max_client_memory.", i, (double)s->conns_over_memory);
     metric(b, "psd_protocol_errors_total", "counter", "Connections closed "
-           "for a malformed frame.", i, (double)s->proto_errors);
+           "for a malformed frame, a frame past frame_timeout or no HELLO "
+           "within hello_timeout.", i, (double)s->proto_errors);
+    metric(b, "psd_frame_timeouts_total", "counter", "Connections closed "
+           "for a frame still arriving after frame_timeout (also in "
+           "psd_protocol_errors_total).", i, (double)s->frames_timed_out);
+    metric(b, "psd_auth_failures_total", "counter", "Connections refused "
+           "for failing authentication.", i, (double)s->auth_failures);
     metric(b, "psd_peers_lost_total", "counter", "Connections closed "
            "because the peer fell silent.", i, (double)s->peers_lost);
     metric(b, "psd_frames_total", "counter", "Request frames read.", i,

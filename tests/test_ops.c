@@ -730,6 +730,83 @@ static void test_psctl_json_is_json_for_every_command(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* A loopback TCP connection to port, or -1. */
+static int dial_port(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Every way psd closes or refuses a connection that it counts shows in
+ * /metrics and in the stats document: failed authentications (what an
+ * operator alerts on), idle connections closed to make room, those closed
+ * at max_client_memory and frames past frame_timeout. psd counted them
+ * and wrote them only in its last log line. */
+static void test_every_connection_counter_is_in_metrics_and_stats(
+    void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[400];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "auth_token = 0123456789abcdef-counters\nmax_connections = 2\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-wrong %s -s %s ping "
+                  "2>&1", psctl(), c.spec);
+    EXPECT_INT(st, 1, "psctl with a wrong token: %s", o ? o : "");
+    free(o);
+    /* Two connections that send nothing fill max_connections; a third,
+     * more than a second later, makes room by closing the oldest. */
+    int a = dial_port(c.port[0]), b = dial_port(c.port[0]);
+    sleep_ms(1200);
+    int d = dial_port(c.port[0]);
+    assert_true(a >= 0 && b >= 0 && d >= 0);
+    EXPECT_INT(cluster_log_wait(&c, 0, "to make room", 3000), 1,
+               "an idle connection was closed to make room");
+    close(a);
+    close(b);
+    close(d);
+    static const struct {
+        const char *metric, *json;
+        int want;
+    } counters[] = {
+        { "psd_auth_failures_total", "\"auth_failures\": ", 1 },
+        { "psd_connections_evicted_total", "\"evicted\": ", 1 },
+        { "psd_connections_over_memory_total", "\"over_memory\": ", 0 },
+        { "psd_frame_timeouts_total", "\"frame_timeouts\": ", 0 },
+    };
+    char *m = http_get(mport, "/metrics");
+    o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-counters %s -s %s --json "
+            "stats", psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl --json stats: %s", o ? o : "");
+    for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+        char p[128];
+        snprintf(p, sizeof p, "%s{node=\"0\"} ", counters[k].metric);
+        double v = m ? value_of(m, p) : -1;
+        if (v != counters[k].want)
+            fail_msg("%s is %g in /metrics, want %d:\n%s", counters[k].metric,
+                     v, counters[k].want, m ? m : "");
+        const char *j = o ? strstr(o, counters[k].json) : NULL;
+        if (!j || atoi(j + strlen(counters[k].json)) != counters[k].want)
+            fail_msg("%s%d not in psctl --json stats: %s", counters[k].json,
+                     counters[k].want, o ? o : "");
+    }
+    free(m);
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1157,6 +1234,7 @@ int main(void)
             test_psctl_top_keeps_its_connections_between_refreshes),
         cmocka_unit_test(test_psctl_top_json_prints_json_at_each_refresh),
         cmocka_unit_test(test_psctl_json_is_json_for_every_command),
+        cmocka_unit_test(test_every_connection_counter_is_in_metrics_and_stats),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
