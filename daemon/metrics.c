@@ -136,14 +136,48 @@ static void on_timeout(uv_timer_t *t)
     mclose(t->data);
 }
 
+static void drop_pending(psd_metrics *m);
+
+static void on_drop_closed(uv_handle_t *h)
+{
+    psd_metrics *m = h->data;
+    m->drop_closing = 0;
+    if (m->drop_waiting && m->listening) {
+        m->drop_waiting = 0;
+        drop_pending(m);
+    }
+}
+
+/* Takes the connection pending on the listener off it and closes it, for
+ * want of memory to serve it. Left pending, it would end /metrics for
+ * good: libuv stops watching a listener whose callback did not call
+ * uv_accept until uv_accept is called (daemon/conn.c does the same for
+ * clients). While the previous such connection's handle still closes,
+ * this one waits in libuv until on_drop_closed takes it. */
+static void drop_pending(psd_metrics *m)
+{
+    if (m->drop_closing) {
+        m->drop_waiting = 1;
+        return;
+    }
+    uv_tcp_init(m->loop, &m->drop);
+    m->drop.data = m;
+    m->drop_closing = 1;
+    uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&m->drop);
+    psd_error("metrics: out of memory accepting a connection: closing it");
+    uv_close((uv_handle_t *)&m->drop, on_drop_closed);
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
     psd_metrics *m = l->data;
     if (status < 0)
         return;
     mconn *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        drop_pending(m);
         return;
+    }
     c->m = m;
     uv_tcp_init(m->loop, &c->tcp);
     uv_timer_init(m->loop, &c->timer);
@@ -197,5 +231,6 @@ void psd_metrics_stop(psd_metrics *m)
     if (m->listening) {
         uv_close((uv_handle_t *)&m->listener, NULL);
         m->listening = 0;
+        m->drop_waiting = 0;     /* closed with the listener */
     }
 }

@@ -19,6 +19,11 @@ typedef struct psd_metrics {
     uv_tcp_t listener;
     int listening;
     int open;                    /* connections being served */
+    /* A connection there is no memory for is accepted into this handle
+     * and closed (metrics.c: drop_pending). */
+    uv_tcp_t drop;
+    int drop_closing;            /* the handle is not free yet */
+    int drop_waiting;            /* a connection waits in libuv for it */
     /* Produces the body: PSW_OK and a malloc'd text (psd_admin_command
      * with "metrics"). */
     int (*body)(void *arg, const char *cmd, size_t len, char **text,
