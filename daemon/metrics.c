@@ -13,6 +13,8 @@
 
 typedef struct mconn {
     psd_metrics *m;
+    struct mconn *prev, *next;   /* m->head's list, while not closing */
+    int answered;                /* a response is being written */
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_write_t wr;
@@ -37,6 +39,12 @@ static void mclose(mconn *c)
     if (c->closing)
         return;
     c->closing = 1;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->m->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     uv_close((uv_handle_t *)&c->tcp, on_closed);
     uv_close((uv_handle_t *)&c->timer, on_closed);
 }
@@ -51,6 +59,7 @@ static void respond(mconn *c, const char *status, const char *type,
                     const char *body, size_t len)
 {
     uv_read_stop((uv_stream_t *)&c->tcp);
+    c->answered = 1;
     char head[256];
     int hn = snprintf(head, sizeof head, "HTTP/1.1 %s\r\nContent-Type: %s\r\n"
                       "Content-Length: %zu\r\nConnection: close\r\n\r\n",
@@ -183,6 +192,13 @@ static void on_connection(uv_stream_t *l, int status)
     uv_timer_init(m->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
     m->open++;
+    /* Appended: the list stays oldest first. */
+    mconn **at = &m->head;
+    while (*at) {
+        c->prev = *at;
+        at = &(*at)->next;
+    }
+    *at = c;
     if (uv_accept(l, (uv_stream_t *)&c->tcp) || m->open > MAX_OPEN) {
         mclose(c);
         return;
@@ -232,5 +248,10 @@ void psd_metrics_stop(psd_metrics *m)
         uv_close((uv_handle_t *)&m->listener, NULL);
         m->listening = 0;
         m->drop_waiting = 0;     /* closed with the listener */
+    }
+    for (mconn *c = m->head, *n; c; c = n) {
+        n = c->next;
+        if (!c->answered)
+            mclose(c);
     }
 }

@@ -19,6 +19,7 @@ typedef struct psd_metrics {
     uv_tcp_t listener;
     int listening;
     int open;                    /* connections being served */
+    struct mconn *head;          /* those not closing, oldest first */
     /* A connection there is no memory for is accepted into this handle
      * and closed (metrics.c: drop_pending). */
     uv_tcp_t drop;
@@ -38,7 +39,9 @@ int psd_metrics_start(psd_metrics *m, uv_loop_t *loop,
                                   size_t *),
                       void *arg, char *err, size_t errlen);
 
-/* Stops listening; connections being served finish on their own. */
+/* Stops listening and closes the connections whose request has not
+ * arrived (they would hold the loop, and so psd's stop, for up to 5 s);
+ * answers being written finish on their own. */
 void psd_metrics_stop(psd_metrics *m);
 
 #endif

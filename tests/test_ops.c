@@ -892,6 +892,41 @@ static void test_metrics_go_on_after_no_memory_for_a_connection(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* A SIGTERM is not held up by connections to /metrics that send
+ * nothing: the final snapshot and the exit came 5 s late (the listener's
+ * read timeout), for anyone who could reach metrics_listen. */
+static void test_idle_metrics_connections_do_not_delay_a_stop(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    int fd[3];
+    for (int k = 0; k < 3; k++)
+        assert_true((fd[k] = dial_port(mport)) >= 0);
+    assert_int_equal(write(fd[2], "GET /met", 8), 8);   /* half a request */
+    sleep_ms(200);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kill(c.pid[0], SIGTERM);
+    int st = cluster_wait_exit(&c, 0, 10000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) +
+                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    print_message("# stopped in %.2f s\n", secs);
+    EXPECT_INT(st, 0, "exit status");
+    if (secs > 2.5)
+        fail_msg("psd took %.2f s to stop with idle /metrics connections",
+                 secs);
+    for (int k = 0; k < 3; k++)
+        close(fd[k]);
+    cluster_stop(&c);
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1321,6 +1356,7 @@ int main(void)
         cmocka_unit_test(test_psctl_json_is_json_for_every_command),
         cmocka_unit_test(test_every_connection_counter_is_in_metrics_and_stats),
         cmocka_unit_test(test_metrics_go_on_after_no_memory_for_a_connection),
+        cmocka_unit_test(test_idle_metrics_connections_do_not_delay_a_stop),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
