@@ -193,15 +193,31 @@ static void on_connection(uv_stream_t *l, int status)
     c->tcp.data = c->timer.data = c;
     m->open++;
     /* Appended: the list stays oldest first. */
+    int live = 0;
     mconn **at = &m->head;
     while (*at) {
         c->prev = *at;
         at = &(*at)->next;
+        live++;
     }
     *at = c;
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) || m->open > MAX_OPEN) {
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) || m->open > 2 * MAX_OPEN) {
         mclose(c);
         return;
+    }
+    /* Full: the oldest connection still without a whole request makes
+     * room, not the newcomer. A scrape sends its request at once, so
+     * connections that send nothing (or never end their request) cannot
+     * keep Prometheus out; only when every one is being answered is the
+     * newcomer closed. Those closing still count in m->open until their
+     * handles are closed, hence its looser bound above. */
+    if (live >= MAX_OPEN) {
+        mconn *old = m->head;
+        while (old && old->answered)
+            old = old->next;
+        mclose(old && old != c ? old : c);
+        if (c->closing)
+            return;
     }
     uv_timer_start(&c->timer, on_timeout, TIMEOUT_MS, 0);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read))

@@ -5,7 +5,8 @@
  * 400. Written by hand rather than with an HTTP library because it is one
  * fixed request on one loop: Debian's HTTP server libraries bring their
  * own threads or poll loops. Requests are read up to 8 KiB within 5 s,
- * at most 16 connections at once; the figures are read-only. */
+ * at most 16 connections at once (a 17th closes the oldest one whose
+ * request has not arrived); the figures are read-only. */
 #ifndef PSD_METRICS_H
 #define PSD_METRICS_H
 

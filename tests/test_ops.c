@@ -927,6 +927,43 @@ static void test_idle_metrics_connections_do_not_delay_a_stop(void **state)
     cluster_stop(&c);
 }
 
+/* Connections to /metrics that send nothing, or trickle garbage, as
+ * many as it serves at once (16, daemon/metrics.h) and more, do not keep
+ * Prometheus out: a scrape is answered, and the oldest of them make room.
+ * The newcomer was the one closed, so whoever held 16 connections (and
+ * opened new ones every 5 s) left every scrape failing. */
+static void test_idle_metrics_connections_do_not_keep_scrapes_out(
+    void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    enum { IDLE = 20 };
+    int fd[IDLE];
+    for (int k = 0; k < IDLE; k++) {
+        assert_true((fd[k] = dial_port(mport)) >= 0);
+        if (k % 2)               /* garbage with no end of request */
+            assert_int_equal(write(fd[k], "\x16\x03\x01zz", 5), 5);
+    }
+    sleep_ms(200);
+    for (int r = 0; r < 3; r++) {
+        char *m = http_get(mport, "/metrics");
+        if (!m || strncmp(m, "HTTP/1.1 200 OK\r\n", 17) ||
+            !strstr(m, "psd_up{node=\"0\"} 1\n"))
+            fail_msg("scrape %d with %d idle connections open: %.200s", r,
+                     IDLE, m ? m : "(no answer)");
+        free(m);
+    }
+    for (int k = 0; k < IDLE; k++)
+        close(fd[k]);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1357,6 +1394,7 @@ int main(void)
         cmocka_unit_test(test_every_connection_counter_is_in_metrics_and_stats),
         cmocka_unit_test(test_metrics_go_on_after_no_memory_for_a_connection),
         cmocka_unit_test(test_idle_metrics_connections_do_not_delay_a_stop),
+        cmocka_unit_test(test_idle_metrics_connections_do_not_keep_scrapes_out),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
