@@ -202,6 +202,20 @@ static double rate(const rates *r, size_t i)
     return r->secs > 0.05 ? (double)(r->now[i] - r->base[i]) / r->secs : 0;
 }
 
+/* Seconds since the newest good snapshot, or -1 when there is none. The
+ * wall clock in ms, as durable.c stamps the snapshot: in whole seconds
+ * it made a snapshot of this second look older than now, and so absent.
+ * A clock stepped back gives 0, not -1. */
+static double snapshot_age(const psd_durable_stats *d)
+{
+    if (!d->last_ok_ms)
+        return -1;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t wall = (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+    return wall > d->last_ok_ms ? (double)(wall - d->last_ok_ms) / 1e3 : 0;
+}
+
 static uint64_t rss_bytes(void)
 {
     unsigned long long size, resident;
@@ -234,7 +248,7 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     psd_node *n = a->node;
     const psd_stats *s = &n->stats;
     const psd_durable_stats *d = &a->dur->st;
-    uint64_t now = uv_now(a->loop), wall = (uint64_t)time(NULL) * 1000;
+    uint64_t now = uv_now(a->loop);
     uint64_t rows, bytes;
     psd_node_size(n, &rows, &bytes);
     put(b, "{\"node\": %d, \"nodes\": %d, \"address\": ", n->index,
@@ -331,8 +345,7 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         "\"last_bytes\": %llu, \"last_seconds\": %.3f, \"last_fork_ms\": %.3f,"
         " \"last_error\": ", n->cfg.snapshot_interval,
         (unsigned long long)d->generation,
-        d->last_ok_ms && wall > d->last_ok_ms
-            ? (double)(wall - d->last_ok_ms) / 1000.0 : -1.0,
+        snapshot_age(d),
         a->dur->child ? "true" : "false", (unsigned long long)d->snapshots,
         (unsigned long long)d->snapshot_failures,
         (unsigned long long)d->last_bytes, d->last_seconds, d->last_pause_ms);
@@ -374,7 +387,7 @@ static void metrics_text(psd_admin *a, tbuf *b)
     const psd_stats *s = &n->stats;
     const psd_durable_stats *d = &a->dur->st;
     int i = n->index;
-    uint64_t rows, bytes, wall = (uint64_t)time(NULL) * 1000;
+    uint64_t rows, bytes;
     size_t dclients, dpushes, dbytes;
     psd_node_size(n, &rows, &bytes);
     psd_dedup_size(n->dedup, &dclients, &dpushes, &dbytes);
@@ -480,8 +493,7 @@ static void metrics_text(psd_admin *a, tbuf *b)
            "good snapshot (0: none).", i, (double)d->generation);
     metric(b, "psd_snapshot_age_seconds", "gauge", "Age of the newest good "
            "snapshot (-1: none).", i,
-           d->last_ok_ms && wall > d->last_ok_ms
-               ? (double)(wall - d->last_ok_ms) / 1e3 : -1);
+           snapshot_age(d));
     metric(b, "psd_snapshots_total", "counter", "Snapshots written.", i,
            (double)d->snapshots);
     metric(b, "psd_snapshot_failures_total", "counter", "Snapshots that "

@@ -964,6 +964,43 @@ static void test_idle_metrics_connections_do_not_keep_scrapes_out(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* Right after a snapshot its age is 0 or a little more, in /metrics and
+ * in the stats document: it is never -1 ("no snapshot"), which it was
+ * for the rest of the second the snapshot was written in (the age took
+ * the wall clock in whole seconds and the snapshot's time in ms). */
+static void test_a_fresh_snapshot_has_an_age(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    for (int r = 0; r < 3; r++) {
+        int st;
+        char *o = run(&st, "%s -s %s save", psctl(), c.spec);
+        EXPECT_INT(st, 0, "psctl save: %s", o ? o : "");
+        free(o);
+        char *m = http_get(mport, "/metrics");
+        double age = m ? value_of(m, "psd_snapshot_age_seconds{node=\"0\"} ")
+                       : -2;
+        free(m);
+        if (!(age >= 0 && age < 5))
+            fail_msg("psd_snapshot_age_seconds %g right after snapshot %d",
+                     age, r + 1);
+        o = run(&st, "%s -s %s --json stats", psctl(), c.spec);
+        const char *a = o ? strstr(o, "\"age_s\": ") : NULL;
+        age = a ? strtod(a + strlen("\"age_s\": "), NULL) : -2;
+        if (!(age >= 0 && age < 5))
+            fail_msg("age_s %g right after snapshot %d: %s", age, r + 1,
+                     o ? o : "");
+        free(o);
+    }
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1395,6 +1432,7 @@ int main(void)
         cmocka_unit_test(test_metrics_go_on_after_no_memory_for_a_connection),
         cmocka_unit_test(test_idle_metrics_connections_do_not_delay_a_stop),
         cmocka_unit_test(test_idle_metrics_connections_do_not_keep_scrapes_out),
+        cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
