@@ -384,12 +384,19 @@ static char *command(node *nd, const char *cmd)
     return a.text;
 }
 
+static void node_close(node *nd);
+
+/* A node whose handshake fails is closed again: left open, it would be
+ * sent the command too and report a second, misleading error ("closed
+ * by the node") after the reason. nd->err keeps the reason. */
 static int node_open(node *nd)
 {
     nd->fd = -1;
     psw_reader_init(&nd->rd, MAX_FRAME);
-    if (dial(nd) || hello(nd))
+    if (dial(nd) || hello(nd)) {
+        node_close(nd);
         return -1;
+    }
     return 0;
 }
 

@@ -1001,6 +1001,44 @@ static void test_a_fresh_snapshot_has_an_age(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* How often text is in s. */
+static int count_in(const char *s, const char *text)
+{
+    int n = 0;
+    for (const char *p = s; p && (p = strstr(p, text)); p++)
+        n++;
+    return n;
+}
+
+/* A node that refuses psctl's handshake (here: no token) is reported once,
+ * with the reason, for every command. psctl kept the refused connection
+ * and sent the command on it, then said "connection closed by the node"
+ * as well, which hid the reason. */
+static void test_psctl_says_a_refused_handshake_once(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nauth_token = "
+                      "0123456789abcdef-once\n[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    static const char *const cmds[] = { "ping", "layout", "tables", "stats",
+                                        "save", "--json stats",
+                                        "--count 1 top" };
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
+        int st;
+        char *o = run(&st, "env -u PSD_AUTH_TOKEN %s -s %s %s 2>&1 "
+                      ">/dev/null", psctl(), c.spec, cmds[k]);
+        EXPECT_INT(st, 1, "psctl %s without the token: %s", cmds[k],
+                   o ? o : "");
+        if (!o || count_in(o, "psctl: node 0") != 1 ||
+            !strstr(o, "refused: authentication failed"))
+            fail_msg("psctl %s without the token should say once that node "
+                     "0 refused it: %s", cmds[k], o ? o : "");
+        free(o);
+    }
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1433,6 +1471,7 @@ int main(void)
         cmocka_unit_test(test_idle_metrics_connections_do_not_delay_a_stop),
         cmocka_unit_test(test_idle_metrics_connections_do_not_keep_scrapes_out),
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
+        cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
