@@ -1176,30 +1176,62 @@ static int number_arg(const char *flag, const char *s, double lo, double hi,
     return 0;
 }
 
+/* Whether every entry of a -s list is HOST:PORT with a port 1..65535;
+ * says which is not otherwise. Checked before connecting, so that a typo
+ * is a usage error (2), not a node that cannot be reached (1). */
+static int check_list(const char *list)
+{
+    for (const char *p = list;;) {
+        size_t n = strcspn(p, ",");
+        char one[PSW_ADDR_MAX + 8], host[PSW_ADDR_MAX], port[16], *end;
+        snprintf(one, sizeof one, "%.*s", (int)n, p);
+        long v = 0;
+        if (n >= sizeof one ||
+            split(one, host, sizeof host, port, sizeof port) ||
+            (v = strtol(port, &end, 10), *end) || v < 1 || v > 65535) {
+            fprintf(stderr, "psctl: -s: \"%s\" is not HOST:PORT\n", one);
+            return -1;
+        }
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
+}
+
 int main(int argc, char **argv)
 {
+    static const char *const commands[] = { "ping", "layout", "tables",
+                                            "stats", "save", "top" };
     const char *ini = NULL, *list = NULL, *cmd = NULL;
     int json = 0, count = 0, only = -1, timeout_s = 600;
     double interval = 1.0, v;
+    /* Every argument is checked before psctl connects to anything: a
+     * mistake says what it is at once, with status 2. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (!strcmp(a, "-c") && more)
+        int valued = !strcmp(a, "-c") || !strcmp(a, "-s") ||
+                     !strcmp(a, "-n") || !strcmp(a, "-i") ||
+                     !strcmp(a, "--count") || !strcmp(a, "--timeout");
+        if (valued && i + 1 >= argc) {
+            fprintf(stderr, "psctl: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "-c"))
             ini = argv[++i];
-        else if (!strcmp(a, "-s") && more)
+        else if (!strcmp(a, "-s"))
             list = argv[++i];
-        else if (!strcmp(a, "-n") && more) {
+        else if (!strcmp(a, "-n")) {
             if (number_arg(a, argv[++i], 0, PSW_MAX_NODES - 1, 1, &v))
                 return 2;
             only = (int)v;
-        } else if (!strcmp(a, "-i") && more) {
+        } else if (!strcmp(a, "-i")) {
             if (number_arg(a, argv[++i], 0.01, 86400, 0, &interval))
                 return 2;
-        } else if (!strcmp(a, "--count") && more) {
+        } else if (!strcmp(a, "--count")) {
             if (number_arg(a, argv[++i], 0, 1e9, 1, &v))
                 return 2;
             count = (int)v;
-        } else if (!strcmp(a, "--timeout") && more) {
+        } else if (!strcmp(a, "--timeout")) {
             if (number_arg(a, argv[++i], 1, 1e9, 1, &v))
                 return 2;
             timeout_s = (int)v;
@@ -1209,7 +1241,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!cmd && a[0] != '-')
+        } else if (a[0] != '-' && cmd) {
+            fprintf(stderr, "psctl: one command, got \"%s\" and \"%s\"\n",
+                    cmd, a);
+            return 2;
+        } else if (a[0] != '-')
             cmd = a;
         else {
             fprintf(stderr, "psctl: unexpected argument \"%s\"\n", a);
@@ -1217,10 +1253,26 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!cmd || (ini && list) || interval <= 0 || timeout_s <= 0) {
+    if (!cmd) {
+        fprintf(stderr, "psctl: no command\n");
         usage(stderr);
         return 2;
     }
+    size_t k = 0;
+    while (k < sizeof commands / sizeof commands[0] && strcmp(cmd, commands[k]))
+        k++;
+    if (k == sizeof commands / sizeof commands[0]) {
+        fprintf(stderr, "psctl: unknown command \"%s\"\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    if (ini && list) {
+        fprintf(stderr, "psctl: -c and -s cannot be used together (-c takes "
+                "the nodes from the ini)\n");
+        return 2;
+    }
+    if (list && check_list(list))
+        return 2;
     if (!ini && !list)
         ini = access("/etc/psd/psd.ini", R_OK) == 0 ? "/etc/psd/psd.ini"
                                                      : NULL;
@@ -1259,13 +1311,8 @@ int main(int argc, char **argv)
         rc = do_stats(&c, json, 0);
     else if (!strcmp(cmd, "save"))
         rc = do_save(&c, timeout_s, json);
-    else if (!strcmp(cmd, "top"))
+    else                         /* top: the commands were checked above */
         rc = do_top(&c, interval, count, json);
-    else {
-        fprintf(stderr, "psctl: unknown command \"%s\"\n", cmd);
-        usage(stderr);
-        rc = 2;
-    }
     for (int i = 0; i < c.n; i++)
         if (c.nodes[i].fd >= 0)
             node_close(&c.nodes[i]);

@@ -1039,6 +1039,39 @@ static void test_psctl_says_a_refused_handshake_once(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* Arguments psctl cannot take end it with status 2 and a line that says
+ * what is wrong, before it connects to anything: an unknown command
+ * first tried every node (3 s each when unreachable) and said so; -c
+ * with -s, and an option without its value, printed only the usage or
+ * "unexpected argument"; an empty or portless -s entry was a node that
+ * could not be reached (status 1). */
+static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *args, *says;
+    } cases[] = {
+        { "-s 127.0.0.1:1 bogus", "psctl: unknown command \"bogus\"" },
+        { "-c /etc/hosts -s 127.0.0.1:1 ping", "psctl: -c and -s" },
+        { "-s 127.0.0.1:1 ping -n", "psctl: -n needs a value" },
+        { "-s 127.0.0.1:1 ping --timeout", "psctl: --timeout needs a value" },
+        { "-s 127.0.0.1:1, ping", "psctl: -s: \"\" is not HOST:PORT" },
+        { "-s 127.0.0.1 ping", "psctl: -s: \"127.0.0.1\" is not HOST:PORT" },
+        { "-s 127.0.0.1:1 ping stats", "psctl: one command, got \"ping\" "
+          "and \"stats\"" },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int st;
+        char *o = run(&st, "%s %s 2>&1", psctl(), cases[k].args);
+        EXPECT_INT(st, 2, "psctl %s: %s", cases[k].args, o ? o : "");
+        if (!o || !strstr(o, cases[k].says) || strstr(o, "cannot connect") ||
+            strstr(o, "bad address"))
+            fail_msg("psctl %s should say \"%s\" and connect to nothing: %s",
+                     cases[k].args, cases[k].says, o ? o : "");
+        free(o);
+    }
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1472,6 +1505,7 @@ int main(void)
         cmocka_unit_test(test_idle_metrics_connections_do_not_keep_scrapes_out),
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
+        cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
