@@ -53,6 +53,8 @@ static void usage(FILE *f)
         "not answer are said on stderr.\n"
         "Exit status: 0 when every node answered (and saved), 1 when one did "
         "not,\n2 for bad arguments.\n"
+        "-n NODE: only node NODE of the ini (with -s: the NODE-th address, "
+        "from 0).\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
         "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
         "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
@@ -67,6 +69,8 @@ typedef struct node {
     psw_cluster layout;
     psw_transcript tr;           /* the handshake's, for the proofs */
     int challenged;
+    int index;                   /* the node's own, once it said (HELLO_OK);
+                                    -1 before */
     uint64_t ts;
     char err[300];
 } node;
@@ -297,6 +301,7 @@ static int take_hello_ok(node *nd, const msgpack_object *msg, void *arg)
         snprintf(nd->err, sizeof nd->err, "refused: %.280s", nd->layout.text);
         return -1;
     }
+    nd->index = nd->layout.node_index;
     /* With a token the node proves it holds it too. */
     if (token_len &&
         (nd->layout.proof_state != PSW_PROOF_SET ||
@@ -712,6 +717,14 @@ typedef struct cluster {
     int only;                    /* -n: one node, or -1 */
 } cluster;
 
+/* The index node i of psctl's list goes by: its own once it answered (a
+ * -s list may name any nodes in any order, and the figures are labelled
+ * with node="index"), else its place in the list (the ini's index). */
+static int id(const cluster *c, int i)
+{
+    return c->nodes[i].index >= 0 ? c->nodes[i].index : i;
+}
+
 static int open_all(cluster *c, int quiet)
 {
     int bad = 0;
@@ -720,7 +733,7 @@ static int open_all(cluster *c, int quiet)
             continue;
         if (c->nodes[i].fd < 0 && node_open(&c->nodes[i])) {
             if (!quiet)
-                fprintf(stderr, "psctl: node %d (%s): %s\n", i,
+                fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
                         c->nodes[i].addr, c->nodes[i].err);
             bad = 1;
         }
@@ -736,7 +749,7 @@ static int want(const cluster *c, int i)
 /* A node that failed a command is closed, so the next round redials it. */
 static void failed(cluster *c, int i)
 {
-    fprintf(stderr, "psctl: node %d (%s): %s\n", i, c->nodes[i].addr,
+    fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i), c->nodes[i].addr,
             c->nodes[i].err);
     node_close(&c->nodes[i]);
 }
@@ -763,11 +776,13 @@ static int do_ping(cluster *c, int json)
         double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 +
                     (double)(b.tv_nsec - a.tv_nsec) / 1e6;
         if (json) {
-            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n", i);
+            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
+                   id(c, i));
             json_str(c->nodes[i].addr);
             printf(", \"ms\": %.3f}", ms);
         } else
-            printf("node %d (%s): %.*s in %.3f ms\n", i, c->nodes[i].addr,
+            printf("node %d (%s): %.*s in %.3f ms\n", id(c, i),
+                   c->nodes[i].addr,
                    (int)strcspn(r, "\n"), r, ms);
         first = 0;
         free(r);
@@ -817,9 +832,17 @@ static int do_layout(cluster *c, int json)
            "heartbeat %u ms, peer timeout %u ms, layout epoch %016llx\n",
            l->nnodes, l->shards, l->nnodes, (unsigned long long)l->max_frame,
            l->heartbeat_ms, l->peer_timeout_ms, (unsigned long long)l->epoch);
-    for (int i = 0; i < l->nnodes; i++)
+    for (int i = 0; i < l->nnodes; i++) {
+        /* Said only of the nodes psctl asked (all of them with -c). */
+        int asked = 0, answers = 0;
+        for (int k = 0; k < c->n; k++)
+            if (id(c, k) == i) {
+                asked = 1;
+                answers |= c->nodes[k].fd >= 0;
+            }
         printf("  node %d  %s%s\n", i, l->nodes[i],
-               c->nodes[i].fd >= 0 ? "" : "  (not answering)");
+               asked && !answers ? "  (not answering)" : "");
+    }
     for (int t = 0; t < l->ntables; t++) {
         const psw_table_desc *d = &l->tables[t];
         printf("  table %-20s %-6s dim %u", d->name,
@@ -869,7 +892,7 @@ static int do_stats(cluster *c, int json, int tables_too)
     bad = fetch_all(c, &all);
     for (int i = 0; i < c->n; i++)
         if (want(c, i))
-            print_node(&c->nodes[i], i, &all);
+            print_node(&c->nodes[i], id(c, i), &all);
     const psw_cluster *l = any_layout(c);
     if (tables_too && l) {
         printf("\n");
@@ -924,7 +947,7 @@ static int do_save(cluster *c, int timeout_s, int json)
             bad = 1;
             continue;
         }
-        sv[i].fails = nodev(&ss, "psd_snapshot_failures_total", i);
+        sv[i].fails = nodev(&ss, "psd_snapshot_failures_total", id(c, i));
         free(ss.s);
         char *r = command(&c->nodes[i], "save");
         if (!r) {
@@ -951,27 +974,28 @@ static int do_save(cluster *c, int timeout_s, int json)
                 waiting--;
                 continue;
             }
-            double now = nodev(&ss, "psd_snapshot_generation", i);
+            int me = id(c, i);
+            double now = nodev(&ss, "psd_snapshot_generation", me);
             if (now >= sv[i].gen) {
                 sv[i].state = S_WRITTEN;
                 sv[i].gen = now;
                 sv[i].secs = nodev(&ss, "psd_snapshot_last_duration_seconds",
-                                   i);
+                                   me);
                 get_label(&ss, "psd_node_info", "data_dir", sv[i].dir,
                           sizeof sv[i].dir);
                 if (!json)
                     printf("node %d (%s): snapshot %.0f written in %.2f s "
-                           "to %s\n", i, c->nodes[i].addr, now, sv[i].secs,
+                           "to %s\n", me, c->nodes[i].addr, now, sv[i].secs,
                            sv[i].dir);
                 waiting--;
-            } else if (nodev(&ss, "psd_snapshot_failures_total", i) >
+            } else if (nodev(&ss, "psd_snapshot_failures_total", me) >
                        sv[i].fails) {
                 sv[i].state = S_FAILED;
                 get_label(&ss, "psd_snapshot_last_error_info", "error",
                           sv[i].err, sizeof sv[i].err);
                 if (!json)
                     printf("node %d (%s): snapshot %.0f FAILED: %s (the "
-                           "previous one is kept)\n", i, c->nodes[i].addr,
+                           "previous one is kept)\n", me, c->nodes[i].addr,
                            sv[i].gen, sv[i].err);
                 waiting--;
                 bad = 1;
@@ -999,7 +1023,8 @@ static int do_save(cluster *c, int timeout_s, int json)
         for (int i = 0; i < c->n; i++) {
             if (sv[i].state == S_NONE)
                 continue;
-            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n", i);
+            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
+                   id(c, i));
             json_str(c->nodes[i].addr);
             printf(", \"generation\": %.0f, \"ok\": %s", sv[i].gen,
                    sv[i].state == S_WRITTEN ? "true" : "false");
@@ -1096,7 +1121,8 @@ static int do_top(cluster *c, double interval, int count, int json)
         do_stats(c, 0, 1);
         for (int i = 0; i < c->n; i++)
             if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0)
-                printf("node %d  %s  NOT ANSWERING: %s\n", i, c->nodes[i].addr,
+                printf("node %d  %s  NOT ANSWERING: %s\n", id(c, i),
+                       c->nodes[i].addr,
                        c->nodes[i].err);
         fflush(stdout);
     }
@@ -1150,8 +1176,10 @@ static int load_servers(cluster *c, const char *ini, const char *list)
     }
     if (!c->nodes)
         return -1;
-    for (int i = 0; i < c->n; i++)
+    for (int i = 0; i < c->n; i++) {
         c->nodes[i].fd = -1;
+        c->nodes[i].index = -1;
+    }
     return 0;
 }
 

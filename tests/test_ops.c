@@ -1072,6 +1072,43 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
     }
 }
 
+/* psctl -s may name any nodes of a cluster, in any order (an operator
+ * looking at one host): each is reported as the node it says it is.
+ * psctl took the i-th address for node i, so `-s <node 1> stats` read
+ * node 0's figures, which node 1 does not have (all zero), and `save`
+ * waited for a generation it never found until --timeout, then failed. */
+static void test_psctl_names_each_node_by_its_own_index(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    char one[64];
+    snprintf(one, sizeof one, "127.0.0.1:%d", c.port[1]);
+    int st;
+    char *o = run(&st, "%s -s %s --timeout 5 save 2>&1", psctl(), one);
+    EXPECT_INT(st, 0, "psctl -s <node 1> save: %s", o ? o : "");
+    if (!o || !strstr(o, "node 1 (") || !strstr(o, "snapshot 1 written"))
+        fail_msg("psctl -s <node 1> save: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s -s %s stats", psctl(), one);
+    EXPECT_INT(st, 0, "psctl -s <node 1> stats");
+    /* psctl's own connection is open, and a snapshot was written. */
+    if (!o || strncmp(o, "node 1 ", 7) || strstr(o, "connections 0\n") ||
+        !strstr(o, "snapshot 1 in "))
+        fail_msg("psctl -s <node 1> stats: %s", o ? o : "");
+    free(o);
+    char both[128];
+    snprintf(both, sizeof both, "127.0.0.1:%d,127.0.0.1:%d", c.port[1],
+             c.port[0]);
+    o = run(&st, "%s -s %s --json ping", psctl(), both);
+    EXPECT_INT(st, 0, "psctl -s <node 1>,<node 0> --json ping");
+    if (!json_holds(c.dir, o, "[e[\"node\"] for e in d] == [1, 0]"))
+        fail_msg("psctl -s <node 1>,<node 0> --json ping");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1506,6 +1543,7 @@ int main(void)
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
+        cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
