@@ -493,13 +493,19 @@ static double get(const samples *ss, const char *name, const char *want)
     return 0;
 }
 
-/* The value of label key in the first sample called name, unescaped. */
-static void get_label(const samples *ss, const char *name, const char *key,
-                      char *out, size_t len)
+/* The value of label key in the sample called name of node idx,
+ * unescaped. Matched on the node too: the samples of every node are in
+ * one list (fetch_all), and each node has its own data_dir, errors. */
+static void get_label(const samples *ss, const char *name, int idx,
+                      const char *key, char *out, size_t len)
 {
+    char me[32];
+    size_t mel = (size_t)snprintf(me, sizeof me, "node=\"%d\"", idx);
     out[0] = '\0';
     for (int i = 0; i < ss->n; i++) {
-        if (strcmp(ss->s[i].name, name))
+        const char *l = ss->s[i].labels;
+        if (strcmp(ss->s[i].name, name) || strncmp(l, me, mel) ||
+            (l[mel] && l[mel] != ','))
             continue;
         char k[64];
         snprintf(k, sizeof k, "%s=\"", key);
@@ -645,10 +651,11 @@ static void print_node(const node *nd, int i, const samples *ss)
     printf("  workers: %.0f live, %.0f lost (in grace), %.0f left; clock "
            "%.0f\n", live, gone, left, nodev(ss, "psd_clock", i));
     char err[256], dur[16], fs[16], dir[256];
-    get_label(ss, "psd_snapshot_last_error_info", "error", err, sizeof err);
-    get_label(ss, "psd_node_info", "durability", dur, sizeof dur);
-    get_label(ss, "psd_node_info", "fsync", fs, sizeof fs);
-    get_label(ss, "psd_node_info", "data_dir", dir, sizeof dir);
+    get_label(ss, "psd_snapshot_last_error_info", i, "error", err,
+              sizeof err);
+    get_label(ss, "psd_node_info", i, "durability", dur, sizeof dur);
+    get_label(ss, "psd_node_info", i, "fsync", fs, sizeof fs);
+    get_label(ss, "psd_node_info", i, "data_dir", dir, sizeof dir);
     double gen = nodev(ss, "psd_snapshot_generation", i);
     if (gen > 0)
         printf("  snapshot %.0f in %s, %.0f s old, took %.2f s (fork "
@@ -663,7 +670,8 @@ static void print_node(const node *nd, int i, const samples *ss)
     printf("%s%s\n", err[0] ? "; last error: " : "", err);
     if (!strcmp(dur, "log")) {
         char jerr[256];
-        get_label(ss, "psd_journal_error_info", "error", jerr, sizeof jerr);
+        get_label(ss, "psd_journal_error_info", i, "error", jerr,
+                  sizeof jerr);
         printf("  journal (fsync = %s): segment %s, %.0f fsyncs, longest "
                "%.2f ms, %.0f write errors%s%s\n", fs,
                mib(nodev(ss, "psd_journal_bytes", i)),
@@ -981,7 +989,7 @@ static int do_save(cluster *c, int timeout_s, int json)
                 sv[i].gen = now;
                 sv[i].secs = nodev(&ss, "psd_snapshot_last_duration_seconds",
                                    me);
-                get_label(&ss, "psd_node_info", "data_dir", sv[i].dir,
+                get_label(&ss, "psd_node_info", me, "data_dir", sv[i].dir,
                           sizeof sv[i].dir);
                 if (!json)
                     printf("node %d (%s): snapshot %.0f written in %.2f s "
@@ -991,7 +999,7 @@ static int do_save(cluster *c, int timeout_s, int json)
             } else if (nodev(&ss, "psd_snapshot_failures_total", me) >
                        sv[i].fails) {
                 sv[i].state = S_FAILED;
-                get_label(&ss, "psd_snapshot_last_error_info", "error",
+                get_label(&ss, "psd_snapshot_last_error_info", me, "error",
                           sv[i].err, sizeof sv[i].err);
                 if (!json)
                     printf("node %d (%s): snapshot %.0f FAILED: %s (the "
