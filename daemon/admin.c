@@ -363,6 +363,10 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         (unsigned long long)d->fsyncs, d->fsync_ms_last, d->fsync_ms_max,
         (unsigned long long)s->journal_errors);
     put_json_str(b, n->journal_error);
+    const char *re = a->reload_error ? a->reload_error : "";
+    put(b, "},\n \"reload\": {\"ok\": %s, \"error\": ",
+        re[0] ? "false" : "true");
+    put_json_str(b, re);
     put(b, "}}\n");
 }
 
@@ -515,6 +519,10 @@ static void metrics_text(psd_admin *a, tbuf *b)
            "writes and fsyncs (a failing write counts at every retry).", i, (double)s->journal_errors);
     metric(b, "psd_journal_failing", "gauge", "1 while the journal cannot "
            "be written (pushes are refused).", i, n->journal_error[0] != 0);
+    metric(b, "psd_config_last_reload_successful", "gauge", "0 while the "
+           "file of the last SIGHUP was refused and the previous "
+           "configuration runs.", i,
+           !(a->reload_error && a->reload_error[0]));
 }
 
 /* A label value: backslash, quote and newline escaped. */
@@ -555,6 +563,12 @@ static void info_text(psd_admin *a, tbuf *b)
                 "cannot be written (empty when it can).");
     put(b, "psd_journal_error_info{node=\"%d\",error=\"", n->index);
     put_label(b, n->journal_error);
+    put(b, "\"} 1\n");
+    metric_head(b, "psd_config_reload_error_info", "gauge", "Why the file "
+                "of the last SIGHUP was refused (empty after one that "
+                "took).");
+    put(b, "psd_config_reload_error_info{node=\"%d\",error=\"", n->index);
+    put_label(b, a->reload_error ? a->reload_error : "");
     put(b, "\"} 1\n");
 }
 

@@ -1202,6 +1202,66 @@ static void test_psctl_stats_says_each_nodes_own_snapshot_error(
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* A SIGHUP whose file psd refuses (it keeps running the previous
+ * configuration) shows in /metrics, in the stats document and in psctl
+ * stats, until a reload succeeds: only systemd's STATUS line said so, and
+ * a fleet watched through Prometheus or psctl ran an old configuration
+ * unnoticed. */
+static void test_a_failed_reload_shows_in_metrics_and_stats(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    const char *metric = "psd_config_last_reload_successful{node=\"0\"} ";
+    char *m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, metric) : -1), 1, "before any reload");
+    free(m);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.good' && echo nonsense >> '%s'",
+             c.ini, c.ini, c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    EXPECT_INT(cluster_log_wait(&c, 0, "reload failed", 3000), 1,
+               "the reload failed");
+    m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, metric) : -1), 0, "after a failed "
+               "reload");
+    if (!m || !strstr(m, "psd_config_reload_error_info{node=\"0\",error=\"") ||
+        !strstr(m, "nonsense"))
+        fail_msg("no psd_config_reload_error_info naming the line: %s",
+                 m ? m : "");
+    free(m);
+    int st;
+    char *o = run(&st, "%s -s %s --json stats", psctl(), c.spec);
+    if (!json_holds(c.dir, o, "d[0][\"reload\"][\"ok\"] is False and "
+                    "\"nonsense\" in d[0][\"reload\"][\"error\"]"))
+        fail_msg("psctl --json stats after a failed reload");
+    free(o);
+    o = run(&st, "%s -s %s stats", psctl(), c.spec);
+    if (!o || !strstr(o, "last reload FAILED, running the previous "
+                      "configuration: "))
+        fail_msg("psctl stats after a failed reload: %s", o ? o : "");
+    free(o);
+    snprintf(cmd, sizeof cmd, "mv '%s.good' '%s'", c.ini, c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    EXPECT_INT(cluster_log_wait(&c, 0, "reloaded", 3000), 1, "reloaded");
+    m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, metric) : -1), 1, "after a good "
+               "reload");
+    free(m);
+    o = run(&st, "%s -s %s stats", psctl(), c.spec);
+    if (!o || strstr(o, "reload FAILED"))
+        fail_msg("psctl stats after a good reload: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1639,6 +1699,7 @@ int main(void)
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
         cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
+        cmocka_unit_test(test_a_failed_reload_shows_in_metrics_and_stats),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
