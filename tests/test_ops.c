@@ -1262,6 +1262,36 @@ static void test_a_failed_reload_shows_in_metrics_and_stats(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* psctl's commands are not counted with the clients' requests
+ * (proto/PROTOCOL.md, ADMIN), errors included: an ADMIN answered with an
+ * error counted in psd_request_errors_total, so a node no client had
+ * used showed request errors (more errors than requests). With max_frame
+ * 1K the answer to "metrics" cannot fit a reply. */
+static void test_psctl_errors_are_not_client_request_errors(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "max_frame = 1K\n[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "%s -s %s stats 2>&1", psctl(), c.spec);
+    EXPECT_INT(st, 1, "psctl stats at max_frame 1K: %s", o ? o : "");
+    if (!o || !strstr(o, "does not fit a reply"))
+        fail_msg("psctl stats at max_frame 1K: %s", o ? o : "");
+    free(o);
+    char *m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, "psd_request_errors_total{node=\"0\"} ")
+                       : -1), 0, "request errors without a client");
+    EXPECT_INT((int)(m ? value_of(m, "psd_requests_total{node=\"0\"} ")
+                       : -1), 0, "requests without a client");
+    free(m);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -1700,6 +1730,7 @@ int main(void)
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
         cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
         cmocka_unit_test(test_a_failed_reload_shows_in_metrics_and_stats),
+        cmocka_unit_test(test_psctl_errors_are_not_client_request_errors),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
