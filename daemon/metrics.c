@@ -10,6 +10,7 @@
 #define REQ_MAX 8192
 #define TIMEOUT_MS 5000
 #define MAX_OPEN 16
+#define STOP_GRACE_MS 1000       /* for a request begun when psd stops */
 
 typedef struct mconn {
     psd_metrics *m;
@@ -265,9 +266,16 @@ void psd_metrics_stop(psd_metrics *m)
         m->listening = 0;
         m->drop_waiting = 0;     /* closed with the listener */
     }
+    /* A connection that has sent nothing goes at once; one whose request
+     * has begun may still end it (the stop may take longer anyway), for
+     * STOP_GRACE_MS at most rather than the rest of TIMEOUT_MS. */
     for (mconn *c = m->head, *n; c; c = n) {
         n = c->next;
-        if (!c->answered)
+        if (c->answered)
+            continue;
+        if (c->len == 0)
             mclose(c);
+        else if (uv_timer_get_due_in(&c->timer) > STOP_GRACE_MS)
+            uv_timer_start(&c->timer, on_timeout, STOP_GRACE_MS, 0);
     }
 }

@@ -40,9 +40,10 @@ int psd_metrics_start(psd_metrics *m, uv_loop_t *loop,
                                   size_t *),
                       void *arg, char *err, size_t errlen);
 
-/* Stops listening and closes the connections whose request has not
- * arrived (they would hold the loop, and so psd's stop, for up to 5 s);
- * answers being written finish on their own. */
+/* Stops listening and closes the connections that have sent nothing
+ * (they would hold the loop, and so psd's stop, for up to 5 s); a request
+ * begun has 1 s more to arrive whole, answers being written finish on
+ * their own. */
 void psd_metrics_stop(psd_metrics *m);
 
 #endif
