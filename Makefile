@@ -209,7 +209,7 @@ $(BUILD)/test_conn: $(BUILD)/tests/test_conn.o $(BUILD)/tests/cluster.o $(BUILD)
                     $(PROTO_OBJ) $(PSD) $(BUILD)/accept_oom.so
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBS_MP) $(LIBS_CM)
 
-# test_conn preloads this shim into psd to make the allocation of a
+# test_conn and test_ops preload this shim into psd to make the allocation of a
 # connection fail (tests/accept_oom.c). No sanitizers: it goes only into
 # a plain psd (test_conn skips those tests when psd has ASan).
 $(BUILD)/accept_oom.so: tests/accept_oom.c | $(DEPS_STAMP)
@@ -237,7 +237,7 @@ $(BUILD)/test_stats: $(BUILD)/tests/test_stats.o $(BUILD)/client/stats.o $(BUILD
                      $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lm
 $(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(BUILD)/tests/cluster.o \
-                   $(SOLIB) $(PSD) $(PSCTL)
+                   $(SOLIB) $(PSD) $(PSCTL) $(BUILD)/accept_oom.so
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM)
 $(BUILD)/test_faults: $(BUILD)/tests/test_faults.o $(BUILD)/tests/faultproxy.o \
                       $(BUILD)/tests/oracle.o $(BUILD)/tests/cluster.o \

@@ -202,6 +202,20 @@ static double rate(const rates *r, size_t i)
     return r->secs > 0.05 ? (double)(r->now[i] - r->base[i]) / r->secs : 0;
 }
 
+/* Seconds since the newest good snapshot, or -1 when there is none. The
+ * wall clock in ms, as durable.c stamps the snapshot: in whole seconds
+ * it made a snapshot of this second look older than now, and so absent.
+ * A clock stepped back gives 0, not -1. */
+static double snapshot_age(const psd_durable_stats *d)
+{
+    if (!d->last_ok_ms)
+        return -1;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t wall = (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+    return wall > d->last_ok_ms ? (double)(wall - d->last_ok_ms) / 1e3 : 0;
+}
+
 static uint64_t rss_bytes(void)
 {
     unsigned long long size, resident;
@@ -234,7 +248,7 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     psd_node *n = a->node;
     const psd_stats *s = &n->stats;
     const psd_durable_stats *d = &a->dur->st;
-    uint64_t now = uv_now(a->loop), wall = (uint64_t)time(NULL) * 1000;
+    uint64_t now = uv_now(a->loop);
     uint64_t rows, bytes;
     psd_node_size(n, &rows, &bytes);
     put(b, "{\"node\": %d, \"nodes\": %d, \"address\": ", n->index,
@@ -247,10 +261,16 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         (unsigned long long)bytes, (unsigned long long)rows);
     put(b, " \"connections\": {\"open\": %d, \"accepted\": %llu, "
         "\"refused\": %llu, \"protocol_errors\": %llu, \"peers_lost\": "
-        "%llu},\n", a->conns->n, (unsigned long long)s->conns_accepted,
+        "%llu, \"evicted\": %llu, \"over_memory\": %llu, "
+        "\"frame_timeouts\": %llu, \"auth_failures\": %llu},\n",
+        a->conns->n, (unsigned long long)s->conns_accepted,
         (unsigned long long)s->conns_refused,
         (unsigned long long)s->proto_errors,
-        (unsigned long long)s->peers_lost);
+        (unsigned long long)s->peers_lost,
+        (unsigned long long)s->conns_evicted,
+        (unsigned long long)s->conns_over_memory,
+        (unsigned long long)s->frames_timed_out,
+        (unsigned long long)s->auth_failures);
     put(b, " \"requests\": {\"total\": %llu, \"frames\": %llu, \"errors\": "
         "%llu, \"duplicates\": %llu, \"pushes\": %llu, \"pulls\": %llu, "
         "\"keys_pushed\": %llu, \"keys_pulled\": %llu},\n",
@@ -325,8 +345,7 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         "\"last_bytes\": %llu, \"last_seconds\": %.3f, \"last_fork_ms\": %.3f,"
         " \"last_error\": ", n->cfg.snapshot_interval,
         (unsigned long long)d->generation,
-        d->last_ok_ms && wall > d->last_ok_ms
-            ? (double)(wall - d->last_ok_ms) / 1000.0 : -1.0,
+        snapshot_age(d),
         a->dur->child ? "true" : "false", (unsigned long long)d->snapshots,
         (unsigned long long)d->snapshot_failures,
         (unsigned long long)d->last_bytes, d->last_seconds, d->last_pause_ms);
@@ -344,6 +363,10 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         (unsigned long long)d->fsyncs, d->fsync_ms_last, d->fsync_ms_max,
         (unsigned long long)s->journal_errors);
     put_json_str(b, n->journal_error);
+    const char *re = a->reload_error ? a->reload_error : "";
+    put(b, "},\n \"reload\": {\"ok\": %s, \"error\": ",
+        re[0] ? "false" : "true");
+    put_json_str(b, re);
     put(b, "}}\n");
 }
 
@@ -368,7 +391,7 @@ static void metrics_text(psd_admin *a, tbuf *b)
     const psd_stats *s = &n->stats;
     const psd_durable_stats *d = &a->dur->st;
     int i = n->index;
-    uint64_t rows, bytes, wall = (uint64_t)time(NULL) * 1000;
+    uint64_t rows, bytes;
     size_t dclients, dpushes, dbytes;
     psd_node_size(n, &rows, &bytes);
     psd_dedup_size(n->dedup, &dclients, &dpushes, &dbytes);
@@ -382,9 +405,21 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_connections_accepted_total", "counter", "Connections "
            "accepted.", i, (double)s->conns_accepted);
     metric(b, "psd_connections_refused_total", "counter", "Connections "
-           "refused at max_connections.", i, (double)s->conns_refused);
+           "refused at max_connections or max_connections_per_addr.", i,
+           (double)s->conns_refused);
+    metric(b, "psd_connections_evicted_total", "counter", "Idle "
+           "connections closed to make room for a new one.", i,
+           (double)s->conns_evicted);
+    metric(b, "psd_connections_over_memory_total", "counter", "Connections "
+           "closed at max_client_memory.", i, (double)s->conns_over_memory);
     metric(b, "psd_protocol_errors_total", "counter", "Connections closed "
-           "for a malformed frame.", i, (double)s->proto_errors);
+           "for a malformed frame, a frame past frame_timeout or no HELLO "
+           "within hello_timeout.", i, (double)s->proto_errors);
+    metric(b, "psd_frame_timeouts_total", "counter", "Connections closed "
+           "for a frame still arriving after frame_timeout (also in "
+           "psd_protocol_errors_total).", i, (double)s->frames_timed_out);
+    metric(b, "psd_auth_failures_total", "counter", "Connections refused "
+           "for failing authentication.", i, (double)s->auth_failures);
     metric(b, "psd_peers_lost_total", "counter", "Connections closed "
            "because the peer fell silent.", i, (double)s->peers_lost);
     metric(b, "psd_frames_total", "counter", "Request frames read.", i,
@@ -462,8 +497,7 @@ static void metrics_text(psd_admin *a, tbuf *b)
            "good snapshot (0: none).", i, (double)d->generation);
     metric(b, "psd_snapshot_age_seconds", "gauge", "Age of the newest good "
            "snapshot (-1: none).", i,
-           d->last_ok_ms && wall > d->last_ok_ms
-               ? (double)(wall - d->last_ok_ms) / 1e3 : -1);
+           snapshot_age(d));
     metric(b, "psd_snapshots_total", "counter", "Snapshots written.", i,
            (double)d->snapshots);
     metric(b, "psd_snapshot_failures_total", "counter", "Snapshots that "
@@ -485,6 +519,10 @@ static void metrics_text(psd_admin *a, tbuf *b)
            "writes and fsyncs (a failing write counts at every retry).", i, (double)s->journal_errors);
     metric(b, "psd_journal_failing", "gauge", "1 while the journal cannot "
            "be written (pushes are refused).", i, n->journal_error[0] != 0);
+    metric(b, "psd_config_last_reload_successful", "gauge", "0 while the "
+           "file of the last SIGHUP was refused and the previous "
+           "configuration runs.", i,
+           !(a->reload_error && a->reload_error[0]));
 }
 
 /* A label value: backslash, quote and newline escaped. */
@@ -525,6 +563,12 @@ static void info_text(psd_admin *a, tbuf *b)
                 "cannot be written (empty when it can).");
     put(b, "psd_journal_error_info{node=\"%d\",error=\"", n->index);
     put_label(b, n->journal_error);
+    put(b, "\"} 1\n");
+    metric_head(b, "psd_config_reload_error_info", "gauge", "Why the file "
+                "of the last SIGHUP was refused (empty after one that "
+                "took).");
+    put(b, "psd_config_reload_error_info{node=\"%d\",error=\"", n->index);
+    put_label(b, a->reload_error ? a->reload_error : "");
     put(b, "\"} 1\n");
 }
 

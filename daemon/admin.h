@@ -23,6 +23,9 @@ typedef struct psd_admin {
     psd_node *node;
     psd_conns *conns;
     psd_durable *dur;
+    /* Why the last SIGHUP's file was refused, "" after one that took
+     * (the server's; NULL: no reloads). */
+    const char *reload_error;
     uint64_t start_ms;
     uv_timer_t tick;
     /* Ring of per-second samples of the counters (collect() in admin.c

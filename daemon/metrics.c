@@ -10,9 +10,12 @@
 #define REQ_MAX 8192
 #define TIMEOUT_MS 5000
 #define MAX_OPEN 16
+#define STOP_GRACE_MS 1000       /* for a request begun when psd stops */
 
 typedef struct mconn {
     psd_metrics *m;
+    struct mconn *prev, *next;   /* m->head's list, while not closing */
+    int answered;                /* a response is being written */
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_write_t wr;
@@ -37,6 +40,12 @@ static void mclose(mconn *c)
     if (c->closing)
         return;
     c->closing = 1;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->m->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     uv_close((uv_handle_t *)&c->tcp, on_closed);
     uv_close((uv_handle_t *)&c->timer, on_closed);
 }
@@ -51,6 +60,7 @@ static void respond(mconn *c, const char *status, const char *type,
                     const char *body, size_t len)
 {
     uv_read_stop((uv_stream_t *)&c->tcp);
+    c->answered = 1;
     char head[256];
     int hn = snprintf(head, sizeof head, "HTTP/1.1 %s\r\nContent-Type: %s\r\n"
                       "Content-Length: %zu\r\nConnection: close\r\n\r\n",
@@ -136,22 +146,79 @@ static void on_timeout(uv_timer_t *t)
     mclose(t->data);
 }
 
+static void drop_pending(psd_metrics *m);
+
+static void on_drop_closed(uv_handle_t *h)
+{
+    psd_metrics *m = h->data;
+    m->drop_closing = 0;
+    if (m->drop_waiting && m->listening) {
+        m->drop_waiting = 0;
+        drop_pending(m);
+    }
+}
+
+/* Takes the connection pending on the listener off it and closes it, for
+ * want of memory to serve it. Left pending, it would end /metrics for
+ * good: libuv stops watching a listener whose callback did not call
+ * uv_accept until uv_accept is called (daemon/conn.c does the same for
+ * clients). While the previous such connection's handle still closes,
+ * this one waits in libuv until on_drop_closed takes it. */
+static void drop_pending(psd_metrics *m)
+{
+    if (m->drop_closing) {
+        m->drop_waiting = 1;
+        return;
+    }
+    uv_tcp_init(m->loop, &m->drop);
+    m->drop.data = m;
+    m->drop_closing = 1;
+    uv_accept((uv_stream_t *)&m->listener, (uv_stream_t *)&m->drop);
+    psd_error("metrics: out of memory accepting a connection: closing it");
+    uv_close((uv_handle_t *)&m->drop, on_drop_closed);
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
     psd_metrics *m = l->data;
     if (status < 0)
         return;
     mconn *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        drop_pending(m);
         return;
+    }
     c->m = m;
     uv_tcp_init(m->loop, &c->tcp);
     uv_timer_init(m->loop, &c->timer);
     c->tcp.data = c->timer.data = c;
     m->open++;
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) || m->open > MAX_OPEN) {
+    /* Appended: the list stays oldest first. */
+    int live = 0;
+    mconn **at = &m->head;
+    while (*at) {
+        c->prev = *at;
+        at = &(*at)->next;
+        live++;
+    }
+    *at = c;
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) || m->open > 2 * MAX_OPEN) {
         mclose(c);
         return;
+    }
+    /* Full: the oldest connection still without a whole request makes
+     * room, not the newcomer. A scrape sends its request at once, so
+     * connections that send nothing (or never end their request) cannot
+     * keep Prometheus out; only when every one is being answered is the
+     * newcomer closed. Those closing still count in m->open until their
+     * handles are closed, hence its looser bound above. */
+    if (live >= MAX_OPEN) {
+        mconn *old = m->head;
+        while (old && old->answered)
+            old = old->next;
+        mclose(old && old != c ? old : c);
+        if (c->closing)
+            return;
     }
     uv_timer_start(&c->timer, on_timeout, TIMEOUT_MS, 0);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read))
@@ -197,5 +264,18 @@ void psd_metrics_stop(psd_metrics *m)
     if (m->listening) {
         uv_close((uv_handle_t *)&m->listener, NULL);
         m->listening = 0;
+        m->drop_waiting = 0;     /* closed with the listener */
+    }
+    /* A connection that has sent nothing goes at once; one whose request
+     * has begun may still end it (the stop may take longer anyway), for
+     * STOP_GRACE_MS at most rather than the rest of TIMEOUT_MS. */
+    for (mconn *c = m->head, *n; c; c = n) {
+        n = c->next;
+        if (c->answered)
+            continue;
+        if (c->len == 0)
+            mclose(c);
+        else if (uv_timer_get_due_in(&c->timer) > STOP_GRACE_MS)
+            uv_timer_start(&c->timer, on_timeout, STOP_GRACE_MS, 0);
     }
 }

@@ -5,7 +5,8 @@
  * 400. Written by hand rather than with an HTTP library because it is one
  * fixed request on one loop: Debian's HTTP server libraries bring their
  * own threads or poll loops. Requests are read up to 8 KiB within 5 s,
- * at most 16 connections at once; the figures are read-only. */
+ * at most 16 connections at once (a 17th closes the oldest one whose
+ * request has not arrived); the figures are read-only. */
 #ifndef PSD_METRICS_H
 #define PSD_METRICS_H
 
@@ -19,6 +20,12 @@ typedef struct psd_metrics {
     uv_tcp_t listener;
     int listening;
     int open;                    /* connections being served */
+    struct mconn *head;          /* those not closing, oldest first */
+    /* A connection there is no memory for is accepted into this handle
+     * and closed (metrics.c: drop_pending). */
+    uv_tcp_t drop;
+    int drop_closing;            /* the handle is not free yet */
+    int drop_waiting;            /* a connection waits in libuv for it */
     /* Produces the body: PSW_OK and a malloc'd text (psd_admin_command
      * with "metrics"). */
     int (*body)(void *arg, const char *cmd, size_t len, char **text,
@@ -33,7 +40,10 @@ int psd_metrics_start(psd_metrics *m, uv_loop_t *loop,
                                   size_t *),
                       void *arg, char *err, size_t errlen);
 
-/* Stops listening; connections being served finish on their own. */
+/* Stops listening and closes the connections that have sent nothing
+ * (they would hold the loop, and so psd's stop, for up to 5 s); a request
+ * begun has 1 s more to arrive whole, answers being written finish on
+ * their own. */
 void psd_metrics_stop(psd_metrics *m);
 
 #endif

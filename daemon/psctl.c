@@ -3,7 +3,8 @@
  * node, one request at a time: a HELLO as a client that is not a worker,
  * then ADMIN commands (PROTOCOL.md). Human output is built from the
  * node's "metrics" and "rates" answers (the Prometheus line format, easy
- * to read back); --json prints each node's "stats" document as is. */
+ * to read back); with --json every command prints one JSON document
+ * (stats and tables: each node's "stats" document as is). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
@@ -46,6 +47,14 @@ static void usage(FILE *f)
         "  top      stats and tables, refreshed every second (-i SECS, "
         "--count N);\n"
         "           with --json, each refresh is what --json stats prints\n"
+        "--json: stdout is one JSON document, for every command: ping, "
+        "stats, tables and\n  save print an array with one object per node "
+        "(tables: the stats documents),\n  layout one object; nodes that do "
+        "not answer are said on stderr.\n"
+        "Exit status: 0 when every node answered (and saved), 1 when one did "
+        "not,\n2 for bad arguments.\n"
+        "-n NODE: only node NODE of the ini (with -s: the NODE-th address, "
+        "from 0).\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
         "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
         "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
@@ -60,6 +69,8 @@ typedef struct node {
     psw_cluster layout;
     psw_transcript tr;           /* the handshake's, for the proofs */
     int challenged;
+    int index;                   /* the node's own, once it said (HELLO_OK);
+                                    -1 before */
     uint64_t ts;
     char err[300];
 } node;
@@ -290,6 +301,7 @@ static int take_hello_ok(node *nd, const msgpack_object *msg, void *arg)
         snprintf(nd->err, sizeof nd->err, "refused: %.280s", nd->layout.text);
         return -1;
     }
+    nd->index = nd->layout.node_index;
     /* With a token the node proves it holds it too. */
     if (token_len &&
         (nd->layout.proof_state != PSW_PROOF_SET ||
@@ -377,12 +389,19 @@ static char *command(node *nd, const char *cmd)
     return a.text;
 }
 
+static void node_close(node *nd);
+
+/* A node whose handshake fails is closed again: left open, it would be
+ * sent the command too and report a second, misleading error ("closed
+ * by the node") after the reason. nd->err keeps the reason. */
 static int node_open(node *nd)
 {
     nd->fd = -1;
     psw_reader_init(&nd->rd, MAX_FRAME);
-    if (dial(nd) || hello(nd))
+    if (dial(nd) || hello(nd)) {
+        node_close(nd);
         return -1;
+    }
     return 0;
 }
 
@@ -474,13 +493,19 @@ static double get(const samples *ss, const char *name, const char *want)
     return 0;
 }
 
-/* The value of label key in the first sample called name, unescaped. */
-static void get_label(const samples *ss, const char *name, const char *key,
-                      char *out, size_t len)
+/* The value of label key in the sample called name of node idx,
+ * unescaped. Matched on the node too: the samples of every node are in
+ * one list (fetch_all), and each node has its own data_dir, errors. */
+static void get_label(const samples *ss, const char *name, int idx,
+                      const char *key, char *out, size_t len)
 {
+    char me[32];
+    size_t mel = (size_t)snprintf(me, sizeof me, "node=\"%d\"", idx);
     out[0] = '\0';
     for (int i = 0; i < ss->n; i++) {
-        if (strcmp(ss->s[i].name, name))
+        const char *l = ss->s[i].labels;
+        if (strcmp(ss->s[i].name, name) || strncmp(l, me, mel) ||
+            (l[mel] && l[mel] != ','))
             continue;
         char k[64];
         snprintf(k, sizeof k, "%s=\"", key);
@@ -520,6 +545,24 @@ static int fetch(node *nd, samples *ss)
 }
 
 /* ---- printing -------------------------------------------------------------- */
+
+/* s as a JSON string on stdout. The node sends UTF-8 (admin.c replaces
+ * any other byte), so only quotes, backslashes and control bytes need
+ * escaping. */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
 
 /* 1234567 -> "1.2M" (kept in one of eight rotating buffers, so several
  * fit in one printf). */
@@ -608,10 +651,11 @@ static void print_node(const node *nd, int i, const samples *ss)
     printf("  workers: %.0f live, %.0f lost (in grace), %.0f left; clock "
            "%.0f\n", live, gone, left, nodev(ss, "psd_clock", i));
     char err[256], dur[16], fs[16], dir[256];
-    get_label(ss, "psd_snapshot_last_error_info", "error", err, sizeof err);
-    get_label(ss, "psd_node_info", "durability", dur, sizeof dur);
-    get_label(ss, "psd_node_info", "fsync", fs, sizeof fs);
-    get_label(ss, "psd_node_info", "data_dir", dir, sizeof dir);
+    get_label(ss, "psd_snapshot_last_error_info", i, "error", err,
+              sizeof err);
+    get_label(ss, "psd_node_info", i, "durability", dur, sizeof dur);
+    get_label(ss, "psd_node_info", i, "fsync", fs, sizeof fs);
+    get_label(ss, "psd_node_info", i, "data_dir", dir, sizeof dir);
     double gen = nodev(ss, "psd_snapshot_generation", i);
     if (gen > 0)
         printf("  snapshot %.0f in %s, %.0f s old, took %.2f s (fork "
@@ -626,7 +670,8 @@ static void print_node(const node *nd, int i, const samples *ss)
     printf("%s%s\n", err[0] ? "; last error: " : "", err);
     if (!strcmp(dur, "log")) {
         char jerr[256];
-        get_label(ss, "psd_journal_error_info", "error", jerr, sizeof jerr);
+        get_label(ss, "psd_journal_error_info", i, "error", jerr,
+                  sizeof jerr);
         printf("  journal (fsync = %s): segment %s, %.0f fsyncs, longest "
                "%.2f ms, %.0f write errors%s%s\n", fs,
                mib(nodev(ss, "psd_journal_bytes", i)),
@@ -636,6 +681,12 @@ static void print_node(const node *nd, int i, const samples *ss)
                jerr[0] ? "; FAILING: " : "", jerr);
     } else
         printf("  no journal (durability = snapshot)\n");
+    char rerr[256];
+    get_label(ss, "psd_config_reload_error_info", i, "error", rerr,
+              sizeof rerr);
+    if (rerr[0])
+        printf("  last reload FAILED, running the previous configuration: "
+               "%s\n", rerr);
 }
 
 /* Per table, summed over the nodes that answered. */
@@ -680,6 +731,14 @@ typedef struct cluster {
     int only;                    /* -n: one node, or -1 */
 } cluster;
 
+/* The index node i of psctl's list goes by: its own once it answered (a
+ * -s list may name any nodes in any order, and the figures are labelled
+ * with node="index"), else its place in the list (the ini's index). */
+static int id(const cluster *c, int i)
+{
+    return c->nodes[i].index >= 0 ? c->nodes[i].index : i;
+}
+
 static int open_all(cluster *c, int quiet)
 {
     int bad = 0;
@@ -688,7 +747,7 @@ static int open_all(cluster *c, int quiet)
             continue;
         if (c->nodes[i].fd < 0 && node_open(&c->nodes[i])) {
             if (!quiet)
-                fprintf(stderr, "psctl: node %d (%s): %s\n", i,
+                fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
                         c->nodes[i].addr, c->nodes[i].err);
             bad = 1;
         }
@@ -704,14 +763,18 @@ static int want(const cluster *c, int i)
 /* A node that failed a command is closed, so the next round redials it. */
 static void failed(cluster *c, int i)
 {
-    fprintf(stderr, "psctl: node %d (%s): %s\n", i, c->nodes[i].addr,
+    fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i), c->nodes[i].addr,
             c->nodes[i].err);
     node_close(&c->nodes[i]);
 }
 
-static int do_ping(cluster *c)
+/* With json, a JSON array of {"node", "address", "ms"}, one per node
+ * that answered (like --json stats, the others are said on stderr). */
+static int do_ping(cluster *c, int json)
 {
-    int bad = 0;
+    int bad = 0, first = 1;
+    if (json)
+        printf("[");
     for (int i = 0; i < c->n; i++) {
         if (!want(c, i))
             continue;
@@ -724,12 +787,22 @@ static int do_ping(cluster *c)
             bad = 1;
             continue;
         }
-        printf("node %d (%s): %.*s in %.3f ms\n", i, c->nodes[i].addr,
-               (int)strcspn(r, "\n"), r,
-               (double)(b.tv_sec - a.tv_sec) * 1e3 +
-                   (double)(b.tv_nsec - a.tv_nsec) / 1e6);
+        double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 +
+                    (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+        if (json) {
+            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
+                   id(c, i));
+            json_str(c->nodes[i].addr);
+            printf(", \"ms\": %.3f}", ms);
+        } else
+            printf("node %d (%s): %.*s in %.3f ms\n", id(c, i),
+                   c->nodes[i].addr,
+                   (int)strcspn(r, "\n"), r, ms);
+        first = 0;
         free(r);
     }
+    if (json)
+        printf("]\n");
     return bad;
 }
 
@@ -744,8 +817,11 @@ static const psw_cluster *any_layout(const cluster *c)
 static int do_layout(cluster *c, int json)
 {
     const psw_cluster *l = any_layout(c);
-    if (!l)
+    if (!l) {
+        if (json)                /* still one JSON document */
+            printf("null\n");
         return 1;
+    }
     static const char *const cons[] = { "async", "bsp", "ssp" };
     if (json) {
         printf("{\"epoch\": %llu, \"shards\": %u, \"max_frame\": %llu, "
@@ -770,9 +846,17 @@ static int do_layout(cluster *c, int json)
            "heartbeat %u ms, peer timeout %u ms, layout epoch %016llx\n",
            l->nnodes, l->shards, l->nnodes, (unsigned long long)l->max_frame,
            l->heartbeat_ms, l->peer_timeout_ms, (unsigned long long)l->epoch);
-    for (int i = 0; i < l->nnodes; i++)
+    for (int i = 0; i < l->nnodes; i++) {
+        /* Said only of the nodes psctl asked (all of them with -c). */
+        int asked = 0, answers = 0;
+        for (int k = 0; k < c->n; k++)
+            if (id(c, k) == i) {
+                asked = 1;
+                answers |= c->nodes[k].fd >= 0;
+            }
         printf("  node %d  %s%s\n", i, l->nodes[i],
-               c->nodes[i].fd >= 0 ? "" : "  (not answering)");
+               asked && !answers ? "  (not answering)" : "");
+    }
     for (int t = 0; t < l->ntables; t++) {
         const psw_table_desc *d = &l->tables[t];
         printf("  table %-20s %-6s dim %u", d->name,
@@ -822,7 +906,7 @@ static int do_stats(cluster *c, int json, int tables_too)
     bad = fetch_all(c, &all);
     for (int i = 0; i < c->n; i++)
         if (want(c, i))
-            print_node(&c->nodes[i], i, &all);
+            print_node(&c->nodes[i], id(c, i), &all);
     const psw_cluster *l = any_layout(c);
     if (tables_too && l) {
         printf("\n");
@@ -845,12 +929,28 @@ static int do_tables(cluster *c, int json)
     return bad || !l;
 }
 
+/* What became of one node's save. */
+typedef struct saved {
+    enum { S_NONE, S_WAITING, S_WRITTEN, S_FAILED } state;
+    double gen, fails, secs;
+    char dir[256], err[256];
+} saved;
+
 /* Asks every node to save, then waits until each one's snapshot
- * generation reaches the one it started, or its failures grow. */
-static int do_save(cluster *c, int timeout_s)
+ * generation reaches the one it started, or its failures grow. People
+ * get a line per node as it finishes; with json, a JSON array in node
+ * order once all have, of {"node", "address", "generation", "ok"} with
+ * "seconds" and "data_dir" when it was written and "error" when not (a
+ * failed snapshot, or one still being written at the timeout). Nodes that
+ * stop answering are said on stderr, as for --json stats. */
+static int do_save(cluster *c, int timeout_s, int json)
 {
     int bad = 0;
-    double gen[PSW_MAX_NODES], fails[PSW_MAX_NODES];
+    saved *sv = calloc((size_t)c->n, sizeof *sv);
+    if (!sv) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
     int waiting = 0;
     for (int i = 0; i < c->n; i++) {
         if (!want(c, i))
@@ -861,7 +961,7 @@ static int do_save(cluster *c, int timeout_s)
             bad = 1;
             continue;
         }
-        fails[i] = nodev(&ss, "psd_snapshot_failures_total", i);
+        sv[i].fails = nodev(&ss, "psd_snapshot_failures_total", id(c, i));
         free(ss.s);
         char *r = command(&c->nodes[i], "save");
         if (!r) {
@@ -870,40 +970,47 @@ static int do_save(cluster *c, int timeout_s)
             continue;
         }
         const char *g = strstr(r, "\"generation\": ");
-        gen[i] = g ? strtod(g + 14, NULL) : 0;
+        sv[i].gen = g ? strtod(g + 14, NULL) : 0;
+        sv[i].state = S_WAITING;
         free(r);
         waiting++;
     }
     uint64_t deadline = now_ms() + (uint64_t)timeout_s * 1000;
     while (waiting) {
         for (int i = 0; i < c->n; i++) {
-            if (!want(c, i) || gen[i] <= 0)
+            if (!want(c, i) || sv[i].state != S_WAITING)
                 continue;
             samples ss = { 0 };
             if (fetch(&c->nodes[i], &ss)) {
                 failed(c, i);
+                sv[i].state = S_NONE;
                 bad = 1;
                 waiting--;
                 continue;
             }
-            double now = nodev(&ss, "psd_snapshot_generation", i);
-            if (now >= gen[i]) {
-                char dir[256];
-                get_label(&ss, "psd_node_info", "data_dir", dir, sizeof dir);
-                printf("node %d (%s): snapshot %.0f written in %.2f s to %s\n",
-                       i, c->nodes[i].addr, now,
-                       nodev(&ss, "psd_snapshot_last_duration_seconds", i),
-                       dir);
-                gen[i] = 0;
+            int me = id(c, i);
+            double now = nodev(&ss, "psd_snapshot_generation", me);
+            if (now >= sv[i].gen) {
+                sv[i].state = S_WRITTEN;
+                sv[i].gen = now;
+                sv[i].secs = nodev(&ss, "psd_snapshot_last_duration_seconds",
+                                   me);
+                get_label(&ss, "psd_node_info", me, "data_dir", sv[i].dir,
+                          sizeof sv[i].dir);
+                if (!json)
+                    printf("node %d (%s): snapshot %.0f written in %.2f s "
+                           "to %s\n", me, c->nodes[i].addr, now, sv[i].secs,
+                           sv[i].dir);
                 waiting--;
-            } else if (nodev(&ss, "psd_snapshot_failures_total", i) >
-                       fails[i]) {
-                char err[256];
-                get_label(&ss, "psd_snapshot_last_error_info", "error", err,
-                          sizeof err);
-                printf("node %d (%s): snapshot %.0f FAILED: %s (the previous "
-                       "one is kept)\n", i, c->nodes[i].addr, gen[i], err);
-                gen[i] = 0;
+            } else if (nodev(&ss, "psd_snapshot_failures_total", me) >
+                       sv[i].fails) {
+                sv[i].state = S_FAILED;
+                get_label(&ss, "psd_snapshot_last_error_info", me, "error",
+                          sv[i].err, sizeof sv[i].err);
+                if (!json)
+                    printf("node %d (%s): snapshot %.0f FAILED: %s (the "
+                           "previous one is kept)\n", me, c->nodes[i].addr,
+                           sv[i].gen, sv[i].err);
                 waiting--;
                 bad = 1;
             }
@@ -912,11 +1019,42 @@ static int do_save(cluster *c, int timeout_s)
         if (waiting && now_ms() > deadline) {
             fprintf(stderr, "psctl: %d node(s) still writing after %d s\n",
                     waiting, timeout_s);
-            return 1;
+            for (int i = 0; i < c->n; i++)
+                if (sv[i].state == S_WAITING) {
+                    sv[i].state = S_FAILED;
+                    snprintf(sv[i].err, sizeof sv[i].err, "still writing "
+                             "after %d s", timeout_s);
+                }
+            bad = 1;
+            break;
         }
         if (waiting)
             usleep(100 * 1000);
     }
+    if (json) {
+        int first = 1;
+        printf("[");
+        for (int i = 0; i < c->n; i++) {
+            if (sv[i].state == S_NONE)
+                continue;
+            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
+                   id(c, i));
+            json_str(c->nodes[i].addr);
+            printf(", \"generation\": %.0f, \"ok\": %s", sv[i].gen,
+                   sv[i].state == S_WRITTEN ? "true" : "false");
+            if (sv[i].state == S_WRITTEN) {
+                printf(", \"seconds\": %.3f, \"data_dir\": ", sv[i].secs);
+                json_str(sv[i].dir);
+            } else {
+                printf(", \"error\": ");
+                json_str(sv[i].err);
+            }
+            printf("}");
+            first = 0;
+        }
+        printf("]\n");
+    }
+    free(sv);
     return bad;
 }
 
@@ -997,7 +1135,8 @@ static int do_top(cluster *c, double interval, int count, int json)
         do_stats(c, 0, 1);
         for (int i = 0; i < c->n; i++)
             if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0)
-                printf("node %d  %s  NOT ANSWERING: %s\n", i, c->nodes[i].addr,
+                printf("node %d  %s  NOT ANSWERING: %s\n", id(c, i),
+                       c->nodes[i].addr,
                        c->nodes[i].err);
         fflush(stdout);
     }
@@ -1051,8 +1190,10 @@ static int load_servers(cluster *c, const char *ini, const char *list)
     }
     if (!c->nodes)
         return -1;
-    for (int i = 0; i < c->n; i++)
+    for (int i = 0; i < c->n; i++) {
         c->nodes[i].fd = -1;
+        c->nodes[i].index = -1;
+    }
     return 0;
 }
 
@@ -1077,30 +1218,62 @@ static int number_arg(const char *flag, const char *s, double lo, double hi,
     return 0;
 }
 
+/* Whether every entry of a -s list is HOST:PORT with a port 1..65535;
+ * says which is not otherwise. Checked before connecting, so that a typo
+ * is a usage error (2), not a node that cannot be reached (1). */
+static int check_list(const char *list)
+{
+    for (const char *p = list;;) {
+        size_t n = strcspn(p, ",");
+        char one[PSW_ADDR_MAX + 8], host[PSW_ADDR_MAX], port[16], *end;
+        snprintf(one, sizeof one, "%.*s", (int)n, p);
+        long v = 0;
+        if (n >= sizeof one ||
+            split(one, host, sizeof host, port, sizeof port) ||
+            (v = strtol(port, &end, 10), *end) || v < 1 || v > 65535) {
+            fprintf(stderr, "psctl: -s: \"%s\" is not HOST:PORT\n", one);
+            return -1;
+        }
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
+}
+
 int main(int argc, char **argv)
 {
+    static const char *const commands[] = { "ping", "layout", "tables",
+                                            "stats", "save", "top" };
     const char *ini = NULL, *list = NULL, *cmd = NULL;
     int json = 0, count = 0, only = -1, timeout_s = 600;
     double interval = 1.0, v;
+    /* Every argument is checked before psctl connects to anything: a
+     * mistake says what it is at once, with status 2. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int more = i + 1 < argc;
-        if (!strcmp(a, "-c") && more)
+        int valued = !strcmp(a, "-c") || !strcmp(a, "-s") ||
+                     !strcmp(a, "-n") || !strcmp(a, "-i") ||
+                     !strcmp(a, "--count") || !strcmp(a, "--timeout");
+        if (valued && i + 1 >= argc) {
+            fprintf(stderr, "psctl: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "-c"))
             ini = argv[++i];
-        else if (!strcmp(a, "-s") && more)
+        else if (!strcmp(a, "-s"))
             list = argv[++i];
-        else if (!strcmp(a, "-n") && more) {
+        else if (!strcmp(a, "-n")) {
             if (number_arg(a, argv[++i], 0, PSW_MAX_NODES - 1, 1, &v))
                 return 2;
             only = (int)v;
-        } else if (!strcmp(a, "-i") && more) {
+        } else if (!strcmp(a, "-i")) {
             if (number_arg(a, argv[++i], 0.01, 86400, 0, &interval))
                 return 2;
-        } else if (!strcmp(a, "--count") && more) {
+        } else if (!strcmp(a, "--count")) {
             if (number_arg(a, argv[++i], 0, 1e9, 1, &v))
                 return 2;
             count = (int)v;
-        } else if (!strcmp(a, "--timeout") && more) {
+        } else if (!strcmp(a, "--timeout")) {
             if (number_arg(a, argv[++i], 1, 1e9, 1, &v))
                 return 2;
             timeout_s = (int)v;
@@ -1110,7 +1283,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!cmd && a[0] != '-')
+        } else if (a[0] != '-' && cmd) {
+            fprintf(stderr, "psctl: one command, got \"%s\" and \"%s\"\n",
+                    cmd, a);
+            return 2;
+        } else if (a[0] != '-')
             cmd = a;
         else {
             fprintf(stderr, "psctl: unexpected argument \"%s\"\n", a);
@@ -1118,10 +1295,26 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!cmd || (ini && list) || interval <= 0 || timeout_s <= 0) {
+    if (!cmd) {
+        fprintf(stderr, "psctl: no command\n");
         usage(stderr);
         return 2;
     }
+    size_t k = 0;
+    while (k < sizeof commands / sizeof commands[0] && strcmp(cmd, commands[k]))
+        k++;
+    if (k == sizeof commands / sizeof commands[0]) {
+        fprintf(stderr, "psctl: unknown command \"%s\"\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    if (ini && list) {
+        fprintf(stderr, "psctl: -c and -s cannot be used together (-c takes "
+                "the nodes from the ini)\n");
+        return 2;
+    }
+    if (list && check_list(list))
+        return 2;
     if (!ini && !list)
         ini = access("/etc/psd/psd.ini", R_OK) == 0 ? "/etc/psd/psd.ini"
                                                      : NULL;
@@ -1151,7 +1344,7 @@ int main(int argc, char **argv)
     }
     int rc, bad = open_all(&c, 0);
     if (!strcmp(cmd, "ping"))
-        rc = do_ping(&c);
+        rc = do_ping(&c, json);
     else if (!strcmp(cmd, "layout"))
         rc = do_layout(&c, json);
     else if (!strcmp(cmd, "tables"))
@@ -1159,14 +1352,9 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "stats"))
         rc = do_stats(&c, json, 0);
     else if (!strcmp(cmd, "save"))
-        rc = do_save(&c, timeout_s);
-    else if (!strcmp(cmd, "top"))
+        rc = do_save(&c, timeout_s, json);
+    else                         /* top: the commands were checked above */
         rc = do_top(&c, interval, count, json);
-    else {
-        fprintf(stderr, "psctl: unknown command \"%s\"\n", cmd);
-        usage(stderr);
-        rc = 2;
-    }
     for (int i = 0; i < c.n; i++)
         if (c.nodes[i].fd >= 0)
             node_close(&c.nodes[i]);

@@ -485,6 +485,16 @@ static void session(psd_node *n, psd_session *ss, const psw_msg *m,
     }
 }
 
+/* An operator's command refused: packed like reply_error, but not
+ * counted, since ADMIN is not one of the clients' requests in the node's
+ * figures (proto/PROTOCOL.md, ADMIN). */
+static void admin_error(psd_session *ss, const psw_msg *m, int status,
+                        const char *text)
+{
+    psd_debug("admin command from %s: %s", ss->peer, text);
+    psw_pack_reply(ss->out, m->ts, m->part, status, text, 0, 0);
+}
+
 /* An operator's command: the server's hook answers it with text, sent as
  * the reply's payload (cut to what a frame can carry). */
 static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
@@ -492,7 +502,7 @@ static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
     char *text = NULL;
     size_t len = 0;
     if (!n->admin) {
-        reply_error(n, ss, m, PSW_EINVAL, "this node takes no commands");
+        admin_error(ss, m, PSW_EINVAL, "this node takes no commands");
         return;
     }
     int rc = n->admin(n->admin_arg, m->text, m->text_len, &text, &len);
@@ -507,11 +517,11 @@ static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
         snprintf(why, sizeof why, "the answer (%zu bytes) does not fit a "
                  "reply (%llu bytes at this max_frame)", len,
                  (unsigned long long)room);
-        reply_error(n, ss, m, rc, why);
+        admin_error(ss, m, rc, why);
         return;
     }
     if (rc != PSW_OK) {
-        reply_error(n, ss, m, rc, text ? text : "failed");
+        admin_error(ss, m, rc, text ? text : "failed");
         free(text);
         return;
     }

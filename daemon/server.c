@@ -132,6 +132,7 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory for the stats window");
         return -1;
     }
+    s->admin.reload_error = s->reload_error;
     if (n->cfg.nmetrics &&
         psd_metrics_start(&s->metrics, s->loop, &n->cfg.metrics[n->index],
                           psd_admin_command, &s->admin, err, errlen))

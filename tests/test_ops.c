@@ -371,6 +371,10 @@ static char *http_get(int port, const char *path)
         close(fd);
         return NULL;
     }
+    /* A listener that stopped accepting leaves the connection in its
+     * backlog: the test fails on the empty answer instead of hanging. */
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char req[256];
     int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n",
                      path);
@@ -630,6 +634,663 @@ static void test_psctl_top_json_prints_json_at_each_refresh(void **state)
         fail_msg("psctl top --json --count 2, want two JSON stats documents "
                  "(found %d): %s", docs, o ? o : "");
     free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* Whether text is one JSON document for which the Python expression
+ * `check` (over the document d) holds; python3 reads it from a file in
+ * dir, since psctl's output may hold any byte. */
+static int json_holds(const char *dir, const char *text, const char *check)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/out.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return 0;
+    fputs(text ? text : "", f);
+    fclose(f);
+    int st;
+    char *o = run(&st, "python3 -c 'import json, sys; d = json.load(open("
+                  "sys.argv[1])); sys.exit(0 if (%s) else 3)' '%s' 2>&1",
+                  check, path);
+    if (st != 0)
+        print_error("json check \"%s\" on:\n%s\n%s\n", check,
+                    text ? text : "(nothing)", o ? o : "");
+    free(o);
+    return st == 0;
+}
+
+/* --json is an option of every command, wherever it stands: what psctl
+ * prints on stdout is then one JSON document, for scripts, and the
+ * failures are said on stderr with a nonzero exit status. `ping --json`
+ * and `save --json` printed the lines for people. */
+static void test_psctl_json_is_json_for_every_command(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    static const struct {
+        const char *args, *check;
+    } cases[] = {
+        { "ping --json", "[(e[\"node\"], e[\"address\"][:10], e[\"ms\"] >= 0)"
+          " for e in d] == [(0, \"127.0.0.1:\", True), (1, \"127.0.0.1:\", "
+          "True)]" },
+        { "--json ping", "len(d) == 2" },
+        { "save --json", "[(e[\"node\"], e[\"ok\"], e[\"generation\"], "
+          "e[\"seconds\"] >= 0, len(e[\"data_dir\"]) > 0) for e in d] == "
+          "[(0, True, 1, True, True), (1, True, 1, True, True)]" },
+        { "--json save", "[e[\"generation\"] for e in d] == [2, 2]" },
+        { "layout --json", "len(d[\"nodes\"]) == 2 and d[\"tables\"][0]"
+          "[\"name\"] == \"t\"" },
+        { "tables --json", "[e[\"node\"] for e in d] == [0, 1]" },
+        { "stats --json", "[e[\"node\"] for e in d] == [0, 1]" },
+        { "-n 1 ping --json", "[e[\"node\"] for e in d] == [1]" },
+    };
+    int st;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char *o = run(&st, "%s -c %s %s", psctl(), c.ini, cases[k].args);
+        EXPECT_INT(st, 0, "psctl %s exit status: %s", cases[k].args,
+                   o ? o : "");
+        if (!json_holds(c.dir, o, cases[k].check))
+            fail_msg("psctl %s", cases[k].args);
+        free(o);
+    }
+    /* A node down: still JSON on stdout, of the node that answered; the
+     * other named on stderr; exit status 1. */
+    cluster_kill(&c, 1, SIGKILL);
+    char err[400];
+    snprintf(err, sizeof err, "%s/err.txt", c.dir);
+    static const char *const down[] = { "ping", "save", "stats" };
+    for (size_t k = 0; k < sizeof down / sizeof down[0]; k++) {
+        char *o = run(&st, "%s -c %s --json %s 2>%s", psctl(), c.ini,
+                      down[k], err);
+        EXPECT_INT(st, 1, "psctl --json %s with node 1 down: %s", down[k],
+                   o ? o : "");
+        if (!json_holds(c.dir, o, "[e[\"node\"] for e in d] == [0]"))
+            fail_msg("psctl --json %s with node 1 down", down[k]);
+        free(o);
+        o = run(&st, "cat %s", err);
+        if (!o || !strstr(o, "psctl: node 1 (127.0.0.1:"))
+            fail_msg("psctl --json %s with node 1 down said on stderr: %s",
+                     down[k], o ? o : "");
+        free(o);
+    }
+    /* Nothing answers: still one JSON document each. */
+    static const struct {
+        const char *args, *check;
+    } none[] = { { "-n 1 --json ping", "d == []" },
+                 { "-n 1 --json layout", "d is None" },
+                 { "-n 1 --json save", "d == []" } };
+    for (size_t k = 0; k < sizeof none / sizeof none[0]; k++) {
+        char *o = run(&st, "%s -c %s %s 2>/dev/null", psctl(), c.ini,
+                      none[k].args);
+        EXPECT_INT(st, 1, "psctl %s with node 1 down", none[k].args);
+        if (!json_holds(c.dir, o, none[k].check))
+            fail_msg("psctl %s with node 1 down", none[k].args);
+        free(o);
+    }
+    cluster_restart(&c, 1);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+/* A loopback TCP connection to port, or -1. */
+static int dial_port(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Every way psd closes or refuses a connection that it counts shows in
+ * /metrics and in the stats document: failed authentications (what an
+ * operator alerts on), idle connections closed to make room, those closed
+ * at max_client_memory and frames past frame_timeout. psd counted them
+ * and wrote them only in its last log line. */
+static void test_every_connection_counter_is_in_metrics_and_stats(
+    void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[400];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "auth_token = 0123456789abcdef-counters\nmax_connections = 2\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-wrong %s -s %s ping "
+                  "2>&1", psctl(), c.spec);
+    EXPECT_INT(st, 1, "psctl with a wrong token: %s", o ? o : "");
+    free(o);
+    /* Two connections that send nothing fill max_connections; a third,
+     * more than a second later, makes room by closing the oldest. */
+    int a = dial_port(c.port[0]), b = dial_port(c.port[0]);
+    sleep_ms(1200);
+    int d = dial_port(c.port[0]);
+    assert_true(a >= 0 && b >= 0 && d >= 0);
+    EXPECT_INT(cluster_log_wait(&c, 0, "to make room", 3000), 1,
+               "an idle connection was closed to make room");
+    close(a);
+    close(b);
+    close(d);
+    static const struct {
+        const char *metric, *json;
+        int want;
+    } counters[] = {
+        { "psd_auth_failures_total", "\"auth_failures\": ", 1 },
+        { "psd_connections_evicted_total", "\"evicted\": ", 1 },
+        { "psd_connections_over_memory_total", "\"over_memory\": ", 0 },
+        { "psd_frame_timeouts_total", "\"frame_timeouts\": ", 0 },
+    };
+    char *m = http_get(mport, "/metrics");
+    o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-counters %s -s %s --json "
+            "stats", psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl --json stats: %s", o ? o : "");
+    for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+        char p[128];
+        snprintf(p, sizeof p, "%s{node=\"0\"} ", counters[k].metric);
+        double v = m ? value_of(m, p) : -1;
+        if (v != counters[k].want)
+            fail_msg("%s is %g in /metrics, want %d:\n%s", counters[k].metric,
+                     v, counters[k].want, m ? m : "");
+        const char *j = o ? strstr(o, counters[k].json) : NULL;
+        if (!j || atoi(j + strlen(counters[k].json)) != counters[k].want)
+            fail_msg("%s%d not in psctl --json stats: %s", counters[k].json,
+                     counters[k].want, o ? o : "");
+    }
+    free(m);
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* A connection to 127.0.0.1:port from the local address `from`, with a
+ * 5 s receive timeout; -1 when it cannot be made. */
+static int dial_from(int port, const char *from)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in s = { .sin_family = AF_INET };
+    inet_pton(AF_INET, from, &s.sin_addr);
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&s, sizeof s) ||
+        connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* The metrics listener goes on answering after it had no memory for a
+ * connection, which it closes: libuv stops watching a listener whose
+ * callback leaves the connection it was given (as daemon/conn.c's
+ * listener learnt), so one failed allocation made /metrics deaf for good.
+ * tests/accept_oom.c, preloaded into psd, fails the allocation of every
+ * connection from 127.0.0.7, the first one after 300 ms so that a second
+ * is queued meanwhile. */
+static void test_metrics_go_on_after_no_memory_for_a_connection(
+    void **state)
+{
+    (void)state;
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "grep -q __asan_init '%s'", psd);
+    if (system(cmd) == 0) {
+        print_message("# psd is built with AddressSanitizer: its calloc "
+                      "cannot be replaced by an LD_PRELOAD shim\n");
+        skip();
+    }
+    char shim[600];
+    ssize_t n = readlink("/proc/self/exe", shim, sizeof shim - 32);
+    assert_true(n > 0);
+    shim[n] = '\0';
+    strcpy(strrchr(shim, '/') + 1, "accept_oom.so");
+    if (access(shim, R_OK))
+        fail_msg("no shim at %s", shim);
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    setenv("LD_PRELOAD", shim, 1);
+    setenv("PSD_TEST_ACCEPT_OOM_FROM", "127.0.0.7", 1);
+    setenv("PSD_TEST_ACCEPT_OOM_DELAY_MS", "300", 1);
+    test_cluster c;
+    int rc = cluster_start(&c, 1, 4, extra);
+    unsetenv("LD_PRELOAD");
+    unsetenv("PSD_TEST_ACCEPT_OOM_FROM");
+    unsetenv("PSD_TEST_ACCEPT_OOM_DELAY_MS");
+    if (rc)
+        fail_msg("cluster did not start");
+    int a = dial_from(mport, "127.0.0.7");
+    sleep_ms(100);
+    int b = dial_from(mport, "127.0.0.7");
+    assert_true(a >= 0 && b >= 0);
+    sleep_ms(500);
+    char *m = http_get(mport, "/metrics");
+    if (!m || strncmp(m, "HTTP/1.1 200 OK\r\n", 17))
+        fail_msg("GET /metrics after two connections without memory: "
+                 "%.200s", m ? m : "(no answer)");
+    free(m);
+    char buf[64];
+    EXPECT_INT(read(a, buf, sizeof buf), 0, "the first connection without "
+               "memory is closed");
+    EXPECT_INT(read(b, buf, sizeof buf), 0, "the second connection without "
+               "memory is closed");
+    close(a);
+    close(b);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* A SIGTERM is not held up by connections to /metrics that send
+ * nothing: the final snapshot and the exit came 5 s late (the listener's
+ * read timeout), for anyone who could reach metrics_listen. One that has
+ * sent half a request has 1 s more (a request begun while psd stops is
+ * still answered: test_limits.c, metrics_asked_while_stopping_...). */
+static void test_idle_metrics_connections_do_not_delay_a_stop(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    int fd[3];
+    for (int k = 0; k < 3; k++)
+        assert_true((fd[k] = dial_port(mport)) >= 0);
+    assert_int_equal(write(fd[2], "GET /met", 8), 8);   /* half a request */
+    sleep_ms(200);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kill(c.pid[0], SIGTERM);
+    int st = cluster_wait_exit(&c, 0, 10000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) +
+                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    print_message("# stopped in %.2f s\n", secs);
+    EXPECT_INT(st, 0, "exit status");
+    if (secs > 2.5)
+        fail_msg("psd took %.2f s to stop with idle /metrics connections",
+                 secs);
+    for (int k = 0; k < 3; k++)
+        close(fd[k]);
+    cluster_stop(&c);
+}
+
+/* Connections to /metrics that send nothing, or trickle garbage, as
+ * many as it serves at once (16, daemon/metrics.h) and more, do not keep
+ * Prometheus out: a scrape is answered, and the oldest of them make room.
+ * The newcomer was the one closed, so whoever held 16 connections (and
+ * opened new ones every 5 s) left every scrape failing. */
+static void test_idle_metrics_connections_do_not_keep_scrapes_out(
+    void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    enum { IDLE = 20 };
+    int fd[IDLE];
+    for (int k = 0; k < IDLE; k++) {
+        assert_true((fd[k] = dial_port(mport)) >= 0);
+        if (k % 2)               /* garbage with no end of request */
+            assert_int_equal(write(fd[k], "\x16\x03\x01zz", 5), 5);
+    }
+    sleep_ms(200);
+    for (int r = 0; r < 3; r++) {
+        char *m = http_get(mport, "/metrics");
+        if (!m || strncmp(m, "HTTP/1.1 200 OK\r\n", 17) ||
+            !strstr(m, "psd_up{node=\"0\"} 1\n"))
+            fail_msg("scrape %d with %d idle connections open: %.200s", r,
+                     IDLE, m ? m : "(no answer)");
+        free(m);
+    }
+    for (int k = 0; k < IDLE; k++)
+        close(fd[k]);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* Right after a snapshot its age is 0 or a little more, in /metrics and
+ * in the stats document: it is never -1 ("no snapshot"), which it was
+ * for the rest of the second the snapshot was written in (the age took
+ * the wall clock in whole seconds and the snapshot's time in ms). */
+static void test_a_fresh_snapshot_has_an_age(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    for (int r = 0; r < 3; r++) {
+        int st;
+        char *o = run(&st, "%s -s %s save", psctl(), c.spec);
+        EXPECT_INT(st, 0, "psctl save: %s", o ? o : "");
+        free(o);
+        char *m = http_get(mport, "/metrics");
+        double age = m ? value_of(m, "psd_snapshot_age_seconds{node=\"0\"} ")
+                       : -2;
+        free(m);
+        if (!(age >= 0 && age < 5))
+            fail_msg("psd_snapshot_age_seconds %g right after snapshot %d",
+                     age, r + 1);
+        o = run(&st, "%s -s %s --json stats", psctl(), c.spec);
+        const char *a = o ? strstr(o, "\"age_s\": ") : NULL;
+        age = a ? strtod(a + strlen("\"age_s\": "), NULL) : -2;
+        if (!(age >= 0 && age < 5))
+            fail_msg("age_s %g right after snapshot %d: %s", age, r + 1,
+                     o ? o : "");
+        free(o);
+    }
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* How often text is in s. */
+static int count_in(const char *s, const char *text)
+{
+    int n = 0;
+    for (const char *p = s; p && (p = strstr(p, text)); p++)
+        n++;
+    return n;
+}
+
+/* A node that refuses psctl's handshake (here: no token) is reported once,
+ * with the reason, for every command. psctl kept the refused connection
+ * and sent the command on it, then said "connection closed by the node"
+ * as well, which hid the reason. */
+static void test_psctl_says_a_refused_handshake_once(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nauth_token = "
+                      "0123456789abcdef-once\n[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    static const char *const cmds[] = { "ping", "layout", "tables", "stats",
+                                        "save", "--json stats",
+                                        "--count 1 top" };
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
+        int st;
+        char *o = run(&st, "env -u PSD_AUTH_TOKEN %s -s %s %s 2>&1 "
+                      ">/dev/null", psctl(), c.spec, cmds[k]);
+        EXPECT_INT(st, 1, "psctl %s without the token: %s", cmds[k],
+                   o ? o : "");
+        if (!o || count_in(o, "psctl: node 0") != 1 ||
+            !strstr(o, "refused: authentication failed"))
+            fail_msg("psctl %s without the token should say once that node "
+                     "0 refused it: %s", cmds[k], o ? o : "");
+        free(o);
+    }
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* Arguments psctl cannot take end it with status 2 and a line that says
+ * what is wrong, before it connects to anything: an unknown command
+ * first tried every node (3 s each when unreachable) and said so; -c
+ * with -s, and an option without its value, printed only the usage or
+ * "unexpected argument"; an empty or portless -s entry was a node that
+ * could not be reached (status 1). */
+static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *args, *says;
+    } cases[] = {
+        { "-s 127.0.0.1:1 bogus", "psctl: unknown command \"bogus\"" },
+        { "-c /etc/hosts -s 127.0.0.1:1 ping", "psctl: -c and -s" },
+        { "-s 127.0.0.1:1 ping -n", "psctl: -n needs a value" },
+        { "-s 127.0.0.1:1 ping --timeout", "psctl: --timeout needs a value" },
+        { "-s 127.0.0.1:1, ping", "psctl: -s: \"\" is not HOST:PORT" },
+        { "-s 127.0.0.1 ping", "psctl: -s: \"127.0.0.1\" is not HOST:PORT" },
+        { "-s 127.0.0.1:1 ping stats", "psctl: one command, got \"ping\" "
+          "and \"stats\"" },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int st;
+        char *o = run(&st, "%s %s 2>&1", psctl(), cases[k].args);
+        EXPECT_INT(st, 2, "psctl %s: %s", cases[k].args, o ? o : "");
+        if (!o || !strstr(o, cases[k].says) || strstr(o, "cannot connect") ||
+            strstr(o, "bad address"))
+            fail_msg("psctl %s should say \"%s\" and connect to nothing: %s",
+                     cases[k].args, cases[k].says, o ? o : "");
+        free(o);
+    }
+}
+
+/* psctl -s may name any nodes of a cluster, in any order (an operator
+ * looking at one host): each is reported as the node it says it is.
+ * psctl took the i-th address for node i, so `-s <node 1> stats` read
+ * node 0's figures, which node 1 does not have (all zero), and `save`
+ * waited for a generation it never found until --timeout, then failed. */
+static void test_psctl_names_each_node_by_its_own_index(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    char one[64];
+    snprintf(one, sizeof one, "127.0.0.1:%d", c.port[1]);
+    int st;
+    char *o = run(&st, "%s -s %s --timeout 5 save 2>&1", psctl(), one);
+    EXPECT_INT(st, 0, "psctl -s <node 1> save: %s", o ? o : "");
+    if (!o || !strstr(o, "node 1 (") || !strstr(o, "snapshot 1 written"))
+        fail_msg("psctl -s <node 1> save: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s -s %s stats", psctl(), one);
+    EXPECT_INT(st, 0, "psctl -s <node 1> stats");
+    /* psctl's own connection is open, and a snapshot was written. */
+    if (!o || strncmp(o, "node 1 ", 7) || strstr(o, "connections 0\n") ||
+        !strstr(o, "snapshot 1 in "))
+        fail_msg("psctl -s <node 1> stats: %s", o ? o : "");
+    free(o);
+    char both[128];
+    snprintf(both, sizeof both, "127.0.0.1:%d,127.0.0.1:%d", c.port[1],
+             c.port[0]);
+    o = run(&st, "%s -s %s --json ping", psctl(), both);
+    EXPECT_INT(st, 0, "psctl -s <node 1>,<node 0> --json ping");
+    if (!json_holds(c.dir, o, "[e[\"node\"] for e in d] == [1, 0]"))
+        fail_msg("psctl -s <node 1>,<node 0> --json ping");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+/* The text after "KEY=" on its line of file, up to the end of the line
+ * (at most len - 1 bytes), or "" when no line starts with KEY=. */
+static void unit_line(const char *file, const char *key, char *out,
+                      size_t len)
+{
+    out[0] = '\0';
+    FILE *f = fopen(file, "r");
+    char line[512];
+    size_t k = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, k) && line[k] == '=') {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(out, len, "%s", line + k + 1);
+            break;
+        }
+    if (f)
+        fclose(f);
+}
+
+/* The systemd unit checks the node it starts, not every node of the
+ * cluster: `psd --check` without -n also fails on another node's host
+ * name that does not resolve here (or its files in a shared data_dir),
+ * which psd -n 0 only warns about, so ExecStartPre kept node 0 from
+ * starting while another host was missing from DNS. */
+static void test_the_unit_checks_the_node_it_starts(void **state)
+{
+    (void)state;
+    char pre[512], start[512];
+    unit_line("conf/psd.service", "ExecStartPre", pre, sizeof pre);
+    unit_line("conf/psd.service", "ExecStart", start, sizeof start);
+    const char *args = strstr(start, " -c ");
+    if (!args || !strstr(args, " -n "))
+        fail_msg("ExecStart=%s has no -c FILE -n NODE", start);
+    if (!strstr(pre, " --check") || !strstr(pre, args))
+        fail_msg("ExecStartPre=%s does not check what ExecStart=%s runs",
+                 pre, start);
+    /* Why: with node 1's host unknown, the check of every node fails and
+     * that of node 0 passes, as psd -n 0 starts. */
+    char dir[] = "/tmp/psd-unit-XXXXXX", ini[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(ini, sizeof ini, "%s/c.ini", dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d, nosuchhost.invalid:7070\n"
+            "[server]\ndata_dir = %s\n[table.t]\ndim = 1\n",
+            cluster_free_port(), dir);
+    fclose(f);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    int st;
+    char *o = run(&st, "%s --check -c %s 2>&1", psd, ini);
+    EXPECT_INT(st, 1, "psd --check of every node: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s --check -c %s -n 0 2>&1", psd, ini);
+    EXPECT_INT(st, 0, "psd --check -n 0: %s", o ? o : "");
+    free(o);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* psctl stats and top say each node's own snapshot error: the text
+ * labels (error, data_dir, durability, fsync) were read from the first
+ * node's figures for every node, so node 1's failed snapshot showed
+ * without its reason (and node 0's reason would have shown under node 1).
+ * A non-empty folder where node 1's snapshot goes makes its rename fail. */
+static void test_psctl_stats_says_each_nodes_own_snapshot_error(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 4, "[server]\nsnapshot_interval = 0\n"
+                      "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/psd-node1.snap/x'", c.dir);
+    assert_int_equal(system(cmd), 0);
+    int st;
+    char *o = run(&st, "%s -c %s save 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 1, "psctl save with node 1's snapshot failing: %s",
+               o ? o : "");
+    free(o);
+    o = run(&st, "%s -c %s stats", psctl(), c.ini);
+    const char *n1 = o ? strstr(o, "\nnode 1 ") : NULL;
+    if (!o || !n1 || !strstr(n1, "1 failed; last error: ") ||
+        strstr(o, "last error") < n1)
+        fail_msg("psctl stats should give node 1's error under node 1 "
+                 "only: %s", o ? o : "");
+    free(o);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/psd-node1.snap'", c.dir);
+    assert_int_equal(system(cmd), 0);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+/* A SIGHUP whose file psd refuses (it keeps running the previous
+ * configuration) shows in /metrics, in the stats document and in psctl
+ * stats, until a reload succeeds: only systemd's STATUS line said so, and
+ * a fleet watched through Prometheus or psctl ran an old configuration
+ * unnoticed. */
+static void test_a_failed_reload_shows_in_metrics_and_stats(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    const char *metric = "psd_config_last_reload_successful{node=\"0\"} ";
+    char *m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, metric) : -1), 1, "before any reload");
+    free(m);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s.good' && echo nonsense >> '%s'",
+             c.ini, c.ini, c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    EXPECT_INT(cluster_log_wait(&c, 0, "reload failed", 3000), 1,
+               "the reload failed");
+    m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, metric) : -1), 0, "after a failed "
+               "reload");
+    if (!m || !strstr(m, "psd_config_reload_error_info{node=\"0\",error=\"") ||
+        !strstr(m, "nonsense"))
+        fail_msg("no psd_config_reload_error_info naming the line: %s",
+                 m ? m : "");
+    free(m);
+    int st;
+    char *o = run(&st, "%s -s %s --json stats", psctl(), c.spec);
+    if (!json_holds(c.dir, o, "d[0][\"reload\"][\"ok\"] is False and "
+                    "\"nonsense\" in d[0][\"reload\"][\"error\"]"))
+        fail_msg("psctl --json stats after a failed reload");
+    free(o);
+    o = run(&st, "%s -s %s stats", psctl(), c.spec);
+    if (!o || !strstr(o, "last reload FAILED, running the previous "
+                      "configuration: "))
+        fail_msg("psctl stats after a failed reload: %s", o ? o : "");
+    free(o);
+    snprintf(cmd, sizeof cmd, "mv '%s.good' '%s'", c.ini, c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    EXPECT_INT(cluster_log_wait(&c, 0, "reloaded", 3000), 1, "reloaded");
+    m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, metric) : -1), 1, "after a good "
+               "reload");
+    free(m);
+    o = run(&st, "%s -s %s stats", psctl(), c.spec);
+    if (!o || strstr(o, "reload FAILED"))
+        fail_msg("psctl stats after a good reload: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* psctl's commands are not counted with the clients' requests
+ * (proto/PROTOCOL.md, ADMIN), errors included: an ADMIN answered with an
+ * error counted in psd_request_errors_total, so a node no client had
+ * used showed request errors (more errors than requests). With max_frame
+ * 1K the answer to "metrics" cannot fit a reply. */
+static void test_psctl_errors_are_not_client_request_errors(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[200];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "max_frame = 1K\n[table.t]\ndim = 1\n", mport);
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "%s -s %s stats 2>&1", psctl(), c.spec);
+    EXPECT_INT(st, 1, "psctl stats at max_frame 1K: %s", o ? o : "");
+    if (!o || !strstr(o, "does not fit a reply"))
+        fail_msg("psctl stats at max_frame 1K: %s", o ? o : "");
+    free(o);
+    char *m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, "psd_request_errors_total{node=\"0\"} ")
+                       : -1), 0, "request errors without a client");
+    EXPECT_INT((int)(m ? value_of(m, "psd_requests_total{node=\"0\"} ")
+                       : -1), 0, "requests without a client");
+    free(m);
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
@@ -1046,6 +1707,8 @@ static void test_a_replay_applies_each_push_with_the_lr_it_had(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("PSD_TEST_ONLY"))       /* e.g. PSD_TEST_ONLY='*psctl*' */
+        cmocka_set_test_filter(getenv("PSD_TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_service_manager_hears_each_stage_in_order),
         cmocka_unit_test(test_a_sighup_while_loading_is_a_reload_once_serving),
@@ -1057,6 +1720,19 @@ int main(void)
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
         cmocka_unit_test(test_psctl_top_json_prints_json_at_each_refresh),
+        cmocka_unit_test(test_psctl_json_is_json_for_every_command),
+        cmocka_unit_test(test_every_connection_counter_is_in_metrics_and_stats),
+        cmocka_unit_test(test_metrics_go_on_after_no_memory_for_a_connection),
+        cmocka_unit_test(test_idle_metrics_connections_do_not_delay_a_stop),
+        cmocka_unit_test(test_idle_metrics_connections_do_not_keep_scrapes_out),
+        cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
+        cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
+        cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
+        cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
+        cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
+        cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
+        cmocka_unit_test(test_a_failed_reload_shows_in_metrics_and_stats),
+        cmocka_unit_test(test_psctl_errors_are_not_client_request_errors),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
