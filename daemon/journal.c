@@ -708,14 +708,15 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                     why = "record CRC mismatch";
             }
             psd_jrecord r;
+            int whole = 0;       /* its CRCs check: it was written whole */
             if (!why && decode(body, len, &r))
-                why = "malformed record";
+                why = "malformed record", whole = 1;
             if (why) {
                 /* A crash can cut only the last record of the last
                  * segment, or leave it zeros from a page on: cut it off.
                  * Anything else is damage. */
                 uint64_t end = off + HDR + (header_ok ? len : 0);
-                if (!torn && !e && seq == s.hi &&
+                if (!torn && !whole && !e && seq == s.hi &&
                     unwritten_tail(fd, off, end, &e))
                     torn = 2;
                 if (torn && seq == s.hi && truncate(path, (off_t)off) == 0) {

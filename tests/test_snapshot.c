@@ -686,6 +686,29 @@ static void test_a_tail_of_zeros_is_cut_and_other_zeros_refused(void **state)
     EXPECT_INT(replay_as(path, img, len, &size, cut, sizeof cut, err), -1,
                "zeros followed by a byte");
 
+    /* A last record whose CRCs check was written whole: zeros in it from
+     * a page on are its data, and a record psd cannot read is damage. */
+    {
+        enum { BODY = 8000 };
+        char *rec2 = calloc(1, 12 + BODY);
+        rec2[12] = 9;                        /* no such record type */
+        uint32_t blen = BODY, bcrc = psw_crc32c(0, rec2 + 12, BODY), hcrc;
+        memcpy(rec2, &blen, 4);
+        memcpy(rec2 + 4, &bcrc, 4);
+        hcrc = psw_crc32c(0, rec2, 8);
+        memcpy(rec2 + 8, &hcrc, 4);
+        memcpy(img, good, len);
+        char *both = malloc(len + 12 + BODY);
+        memcpy(both, good, len);
+        memcpy(both + len, rec2, 12 + BODY);
+        EXPECT_INT(replay_as(path, both, len + 12 + BODY, &size, cut,
+                             sizeof cut, err), -1,
+                   "a whole record psd cannot read, zeros from a page on");
+        EXPECT_INT(strstr(err, "malformed record") != NULL, 1, "%s", err);
+        free(both);
+        free(rec2);
+    }
+
     /* The same zeros, with a newer segment after this one. */
     memcpy(img, good, len);
     write_file(path, img, len + TAIL);
