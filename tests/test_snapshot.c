@@ -697,7 +697,6 @@ static void test_a_tail_of_zeros_is_cut_and_other_zeros_refused(void **state)
         memcpy(rec2 + 4, &bcrc, 4);
         hcrc = psw_crc32c(0, rec2, 8);
         memcpy(rec2 + 8, &hcrc, 4);
-        memcpy(img, good, len);
         char *both = malloc(len + 12 + BODY);
         memcpy(both, good, len);
         memcpy(both + len, rec2, 12 + BODY);
