@@ -274,7 +274,7 @@ static int r_read(void *ctx, void *p, size_t n)
 
 /* The fixed header's fields. */
 typedef struct header {
-    uint32_t node, nnodes, shards, ntables;
+    uint32_t version, node, nnodes, shards, ntables;
     uint64_t shape;
     psd_snap_info si;
 } header;
@@ -296,11 +296,12 @@ static int read_header(reader *r, header *hd, char *why, size_t whylen)
         snprintf(why, whylen, "not a psd snapshot (bad magic)");
     else if (psw_crc32c(0, h, 60) != crc)
         snprintf(why, whylen, "header CRC mismatch");
-    else if (u != PSD_SNAPSHOT_VERSION)
-        snprintf(why, whylen, "format version %u, this psd reads %d", u,
+    else if (u < 1 || u > PSD_SNAPSHOT_VERSION)
+        snprintf(why, whylen, "format version %u, this psd reads 1..%d", u,
                  PSD_SNAPSHOT_VERSION);
     else {
         memset(hd, 0, sizeof *hd);
+        hd->version = u;
         memcpy(&hd->node, h + 12, 4);
         memcpy(&hd->nnodes, h + 16, 4);
         memcpy(&hd->shards, h + 20, 4);
@@ -444,7 +445,8 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
             rc = psd_table_load(n->tables[aux], &in, inner, sizeof inner);
             tables_seen++;
         } else if (kind == SEC_SYNC && !sync_seen++) {
-            rc = psd_sync_load(&n->sync, &in, now_ms, inner, sizeof inner);
+            rc = psd_sync_load(&n->sync, &in, hd.version >= 2, now_ms, inner,
+                               sizeof inner);
         } else if (kind == SEC_DEDUP && !dedup_seen++) {
             rc = psd_dedup_load(n->dedup, &in, now_ms, inner, sizeof inner);
         } else if (kind != SEC_END) {

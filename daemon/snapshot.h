@@ -15,7 +15,9 @@
 
 #include "node.h"
 
-#define PSD_SNAPSHOT_VERSION 1
+/* The format psd writes. 2 added each worker's `summed` to the SYNC
+ * section; format 1 is still read. */
+#define PSD_SNAPSHOT_VERSION 2
 
 typedef struct psd_snap_info {
     uint64_t generation;         /* counts this node's snapshots, from 1 */

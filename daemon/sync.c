@@ -314,14 +314,15 @@ int psd_sync_save(const psd_sync *y, psd_sink *out)
         const psd_worker *w = &y->workers[i];
         uint32_t st = (uint32_t)w->state;
         if (psd_put(out, &st, 4) || psd_put(out, &w->clock, 8) ||
-            psd_put(out, &w->barrier, 8) || psd_put(out, &w->client_id, 8))
+            psd_put(out, &w->barrier, 8) || psd_put(out, &w->client_id, 8) ||
+            psd_put(out, &w->summed, 8))
             return -1;
     }
     return 0;
 }
 
-int psd_sync_load(psd_sync *y, psd_source *in, uint64_t now_ms, char *err,
-                  size_t errlen)
+int psd_sync_load(psd_sync *y, psd_source *in, int with_summed,
+                  uint64_t now_ms, char *err, size_t errlen)
 {
     uint32_t n;
     if (psd_get(in, &y->clock, 8) || psd_get(in, &y->barrier, 8) ||
@@ -333,7 +334,8 @@ int psd_sync_load(psd_sync *y, psd_source *in, uint64_t now_ms, char *err,
         uint32_t st;
         psd_worker w = { 0 };
         if (psd_get(in, &st, 4) || psd_get(in, &w.clock, 8) ||
-            psd_get(in, &w.barrier, 8) || psd_get(in, &w.client_id, 8)) {
+            psd_get(in, &w.barrier, 8) || psd_get(in, &w.client_id, 8) ||
+            (with_summed && psd_get(in, &w.summed, 8))) {
             snprintf(err, errlen, "truncated in worker %u", i);
             return -1;
         }

@@ -121,16 +121,19 @@ int psd_sync_divisor(const psd_sync *y, uint64_t from);
 int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
                         uint64_t *need);
 
-/* Writes the node's clock and barrier and every worker's state, clock and
- * barrier. 0 or -1. */
+/* Writes the node's clock and barrier and every worker's state, clock,
+ * barrier, client id and `summed` (who has pushes in the bsp sums, which
+ * the snapshot holds: the divisor of aggregate = mean needs it). 0 or -1. */
 int psd_sync_save(const psd_sync *y, psd_sink *out);
 
 /* Reads what psd_sync_save wrote into y (fresh): workers that were live
  * come back as lost at now_ms (their grace starts: they reconnect or stop
  * being waited for). A cluster whose `workers` changed keeps the first
- * workers that fit. 0, or -1 with the reason in err. */
-int psd_sync_load(psd_sync *y, psd_source *in, uint64_t now_ms, char *err,
-                  size_t errlen);
+ * workers that fit. with_summed is 0 for a snapshot of format 1, written
+ * before `summed` was saved (then no worker counts as having pushed into
+ * the sums). 0, or -1 with the reason in err. */
+int psd_sync_load(psd_sync *y, psd_source *in, int with_summed,
+                  uint64_t now_ms, char *err, size_t errlen);
 
 /* The next worker from `from` on that joined or stopped being waited for
  * since the last call returned it (its flag is then cleared), or -1: what

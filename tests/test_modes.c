@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cluster.h"
+#include "expect.h"
 #include "psclient.h"
 
 #define CLOCKS 10
@@ -740,6 +741,47 @@ static void mean_counts_a_worker_that_pushed_then_left_across_a_crash(
     assert_int_equal(bad, 0);
 }
 
+/* The same across a SIGTERM restart: the final snapshot holds the sum
+ * of worker 1's push, and must hold that worker 1 pushed into it, or the
+ * restarted node divides by 1 (worker 0 alone) and the mean is 6. */
+static void mean_counts_a_worker_that_pushed_then_left_across_a_restart(
+    void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      BSP_TABLES), 0);
+    int bad = reap(spawn(push_and_go, (void *)1));
+    kill(cl.pid[0], SIGTERM);
+    assert_int_equal(cluster_wait_exit(&cl, 0, 10000), 0);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    bad |= reap(spawn(push_clock_and_check_mean, NULL)) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
+/* A worker id that never connected is waited for; a stand-in that opens
+ * with that id and closes at once (README) lets the others go on. */
+static void a_stand_in_releases_a_worker_that_never_came(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      BSP_TABLES), 0);
+    ps_client *w0 = open_worker_ms(cl.spec, 0, 1000);
+    assert_non_null(w0);
+    assert_int_equal(push_key(w0, "mean", 5, 2), 0);
+    EXPECT_INT(ps_clock(w0), PS_ETIMEDOUT, "a clock while worker 1 never "
+               "came: %s", ps_last_error(w0));
+    ps_client *stand_in = open_worker(cl.spec, 1);
+    assert_non_null(stand_in);
+    ps_close(stand_in);
+    EXPECT_INT(ps_clock(w0), PS_OK, "the clock once a stand-in for worker 1 "
+               "left: %s", ps_last_error(w0));
+    float v = pull_key(w0, "mean", 5);
+    EXPECT_INT(v == 2, 1, "worker 0's push, applied alone: %g", (double)v);
+    ps_close(w0);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* A node back from kill -9 (journal, no snapshot) still holds an ssp pull
  * by the clock its worker had reached: worker 0 clocked 3 times, worker
  * 1 never, so with staleness 1 worker 0 may not read until worker 1 has
@@ -834,6 +876,9 @@ int main(void)
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(
             mean_counts_a_worker_that_pushed_then_left_across_a_crash),
+        cmocka_unit_test(
+            mean_counts_a_worker_that_pushed_then_left_across_a_restart),
+        cmocka_unit_test(a_stand_in_releases_a_worker_that_never_came),
         cmocka_unit_test(ssp_bound_holds_after_a_crash),
         cmocka_unit_test(
             workers_that_left_before_a_crash_are_not_waited_for_after_it),

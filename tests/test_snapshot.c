@@ -207,6 +207,7 @@ static void trained_node(psd_node *nd, int shards, int dim)
     assert_int_equal(psd_sync_reach(&nd->sync, 0, 0, 3, err, sizeof err), 0);
     assert_int_equal(psd_sync_reach(&nd->sync, 1, 0, 4, err, sizeof err), 0);
     psd_sync_advance(&nd->sync, 1000);
+    psd_sync_summed(&nd->sync, 1);   /* worker 1 pushed into the bsp sums */
     psd_dclient *c = psd_dedup_attach(nd->dedup, 77, 5, 1000);
     assert_non_null(c);
     assert_int_equal(psd_dedup_record(c, 40, 1, PSW_OK), 0);
@@ -255,6 +256,10 @@ static void test_a_snapshot_restores_every_updater_state_bit_for_bit(
     EXPECT_U64(clk, 4, "worker 1's clock");
     EXPECT_INT(b.sync.workers[0].state, PSD_W_GONE,
                "a worker live at the snapshot comes back lost");
+    /* Who pushed into the sums: the divisor of aggregate = mean. */
+    EXPECT_U64(b.sync.workers[1].summed, a.sync.workers[1].summed,
+               "worker 1 pushed into the sums of the clock in progress");
+    EXPECT_U64(b.sync.workers[0].summed, 0, "worker 0 did not");
     /* Applied pushes: a retry is still recognised, with its status. */
     psd_dclient *dc = psd_dedup_attach(b.dedup, 77, 5, 2000);
     int st = -1;
@@ -349,6 +354,102 @@ static void test_every_cut_and_every_flipped_bit_is_refused_with_an_offset(
     print_message("# %zu cuts and %zu flipped bits refused\n", len, len);
     free(good);
     free(bad);
+}
+
+/* Rewrites the snapshot at path as format 1 wrote it: each worker of the
+ * SYNC section without its last 8 bytes (`summed`), the section's length
+ * and CRC and the header's version and CRC made to match. */
+static void as_format_1(const char *path)
+{
+    size_t len, out = 0;
+    char *f = read_file(path, &len), *g = malloc(len);
+    uint32_t v = 1, crc;
+    memcpy(g, f, 64);
+    memcpy(g + 8, &v, 4);
+    crc = psw_crc32c(0, g, 60);
+    memcpy(g + 60, &crc, 4);
+    out = 64;
+    for (size_t at = 64; at < len;) {
+        uint32_t kind;
+        memcpy(&kind, f + at, 4);
+        size_t start = out, pl;
+        if (kind == 2) {
+            uint32_t w;
+            memcpy(&w, f + at + 8 + 16, 4);
+            memcpy(g + out, f + at, 8 + 20);
+            out += 8 + 20;
+            for (uint32_t i = 0; i < w; i++) {
+                memcpy(g + out, f + at + 28 + (size_t)i * 36, 28);
+                out += 28;
+            }
+            pl = 20 + (size_t)w * 36;
+        } else {
+            /* Other sections are copied whole. Their end is where the
+             * stored length equals the payload's bytes so far and the
+             * CRC after it matches: the length is not known up front. */
+            for (pl = 0;; pl++) {
+                uint64_t l;
+                uint32_t c;
+                assert_true(at + 8 + pl + 12 <= len);
+                memcpy(&l, f + at + 8 + pl, 8);
+                memcpy(&c, f + at + 16 + pl, 4);
+                if (l == pl && c == psw_crc32c(0, f + at, 8 + pl))
+                    break;
+            }
+            memcpy(g + out, f + at, 8 + pl);
+            out += 8 + pl;
+        }
+        uint64_t l = out - start - 8;
+        memcpy(g + out, &l, 8);
+        crc = psw_crc32c(0, g + start, out - start);
+        memcpy(g + out + 8, &crc, 4);
+        out += 12;
+        at += 8 + pl + 12;
+        if (kind == 0xffff)
+            break;
+    }
+    write_file(path, g, out);
+    free(f);
+    free(g);
+}
+
+/* Snapshots written before format 2 (no `summed` per worker) still load,
+ * with no worker taken for one that pushed into the sums; a format this
+ * psd does not know is refused, naming what it reads. */
+static void test_a_snapshot_of_format_1_still_loads(void **state)
+{
+    (void)state;
+    psd_node a, b;
+    char err[ERRLEN], path[128];
+    trained_node(&a, 4, 2);
+    assert_int_equal(psd_snapshot_write(&a, dir, 1, 1, NULL, err,
+                                        sizeof err), 0);
+    psd_snapshot_path(path, sizeof path, dir, 1);
+    as_format_1(path);
+    make_node(&b, 1, 4, 2);
+    if (psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err))
+        fail_msg("a snapshot of format 1: %s", err);
+    membuf ia = image(&a), ib = image(&b);
+    expect_same(&ia, &ib, "tables of a format 1 snapshot");
+    EXPECT_U64(b.sync.clock, 3, "node clock");
+    EXPECT_U64(b.sync.workers[1].summed, 0, "summed, which format 1 lacks");
+    psd_node_destroy(&b);
+    /* Format 3 is not one this psd knows. */
+    size_t len;
+    char *f = read_file(path, &len);
+    uint32_t v = 3, crc;
+    memcpy(f + 8, &v, 4);
+    crc = psw_crc32c(0, f, 60);
+    memcpy(f + 60, &crc, 4);
+    write_file(path, f, len);
+    make_node(&b, 1, 4, 2);
+    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err), -1,
+               "format 3");
+    EXPECT_INT(strstr(err, "format version 3, this psd reads 1..2") != NULL, 1,
+               "%s", err);
+    free(f), free(ia.p), free(ib.p);
+    psd_node_destroy(&a);
+    psd_node_destroy(&b);
 }
 
 static void test_a_snapshot_of_another_layout_is_refused(void **state)
@@ -909,6 +1010,8 @@ int main(void)
             test_a_folder_that_cannot_be_listed_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_read_error_is_not_taken_for_a_torn_tail, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_snapshot_of_format_1_still_loads, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_tail_of_zeros_is_cut_and_other_zeros_refused, setup,
             teardown),
