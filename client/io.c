@@ -61,6 +61,9 @@ typedef struct nconn {
     char drop_why[200];
     uint64_t recv_ns, send_ns;    /* last bytes in, last write out */
     uint64_t ready_ns;            /* when this connection passed HELLO */
+    uint64_t down_ns;             /* since when the node has had no
+                                     connection past HELLO (0: it has one,
+                                     or never had one yet) */
     uint64_t max_frame;           /* what the node's latest HELLO_OK said;
                                      0 before the first */
     ps_ts acked;                  /* the ACK this connection carried */
@@ -212,18 +215,38 @@ static void fail_queue(nconn *nc, int status, const char *why)
 /* Fails the queued parts whose bounded time is up. */
 static void expire_queue(nconn *nc, uint64_t now)
 {
+    const ps_client *c = nc->io->c;
+    uint64_t bound = (uint64_t)c->opt.request_timeout_ms *
+                     (uint64_t)(c->opt.max_retries + 1) * MS;
     psc_part **pp = &nc->q_head, *last = NULL;
     while (*pp) {
         psc_part *p = *pp;
-        if (now >= p->expire_ns) {
+        /* A part that may wait for other workers (sync_timeout_ms) waits
+         * that long only for them: a node that cannot be reached fails
+         * it as it fails any request, once unreachable for the request
+         * bound since it went down or since the call, whichever is later
+         * (ten minutes of silence for a dead node would look like a slow
+         * worker). */
+        uint64_t from = nc->down_ns > p->req->submit_ns ? nc->down_ns
+                                                        : p->req->submit_ns;
+        int unreachable = p->slow && nc->down_ns && now >= from + bound;
+        if (now >= p->expire_ns || unreachable) {
             *pp = p->next;
             nc->q_bytes -= p->wire_bytes;
             p->next = NULL;
             char why[600];
-            snprintf(why, sizeof why, "request %llu: node %d (%s) did not "
-                     "answer within its bounded time: %s",
-                     (unsigned long long)p->msg.ts, nc->node, nc->name,
-                     nc->last_why[0] ? nc->last_why : "not connected");
+            if (unreachable)
+                snprintf(why, sizeof why, "request %llu: node %d (%s) "
+                         "unreachable for %llu ms (request_timeout_ms x "
+                         "(max_retries + 1)): %s",
+                         (unsigned long long)p->msg.ts, nc->node, nc->name,
+                         (unsigned long long)((now - nc->down_ns) / MS),
+                         nc->last_why[0] ? nc->last_why : "not connected");
+            else
+                snprintf(why, sizeof why, "request %llu: node %d (%s) did "
+                         "not answer within its bounded time: %s",
+                         (unsigned long long)p->msg.ts, nc->node, nc->name,
+                         nc->last_why[0] ? nc->last_why : "not connected");
             part_fail(nc->io->c, p, PS_ETIMEDOUT, why);
         } else {
             last = p;
@@ -733,6 +756,8 @@ static void on_nc_closed(uv_handle_t *h)
             open_done(io, nc->fatal, "%s", nc->drop_why);
         return;
     }
+    if (!nc->down_ns && nc->ever_ready)
+        nc->down_ns = now;
     requeue_in_flight(nc, now, PS_ETIMEDOUT);
     re_resolve(nc);
     if (c->open_state == PSC_OPENING) {
@@ -1223,6 +1248,7 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     }
     nc->state = NC_READY;
     nc->ready_ns = now_ns();
+    nc->down_ns = 0;
     nc->backoff_ms = 0;
     nc->acked = 0;
     nc->last_status = 0;

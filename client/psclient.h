@@ -80,7 +80,11 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
     int sync_timeout_ms;             /* how long ps_clock, ps_barrier and a pull
                                         held by an ssp table may wait for slower
                                         workers; default 600000 (10 min),
-                                        also when 0 or less */
+                                        also when 0 or less. A node that
+                                        cannot be reached fails them as
+                                        any request, after
+                                        request_timeout_ms x
+                                        (max_retries + 1) */
     int busy_poll_us;                /* while a thread waits in ps_wait (or
                                         ps_wait_all, or on backpressure) and a
                                         request is in flight, the I/O thread

@@ -438,6 +438,66 @@ static void stopped_server_fails_requests_within_their_bound(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* A clock held for a slower worker may wait sync_timeout_ms, but not for
+ * a node that is gone: once the node has been unreachable for the
+ * request bound (200 ms x 5 = 1 s here), the clock fails as a push would,
+ * not after sync_timeout_ms (20 s). The same for a clock issued while
+ * the node is already down. */
+typedef struct clocker {
+    ps_client *c;
+    int rc;
+} clocker;
+
+static void *clock_once(void *arg)
+{
+    clocker *k = arg;
+    k->rc = ps_clock(k->c);
+    return NULL;
+}
+
+static void held_clock_fails_within_the_request_bound_when_its_node_dies(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 2\n",
+                         SERVER "[table.b]\ndim = 1\nconsistency = bsp\n"))
+        fail_msg("cluster did not start");
+    ps_options o = fault_options();
+    o.max_retries = 4;
+    o.sync_timeout_ms = 20000;
+    o.worker = 0;
+    ps_client *w0, *w1;
+    assert_int_equal(ps_open(&w0, c.spec, &o), PS_OK);
+    o.worker = 1;
+    assert_int_equal(ps_open(&w1, c.spec, &o), PS_OK);
+    /* Worker 0's clock waits for worker 1, which never clocks. */
+    clocker k = { w0, 1 };
+    pthread_t th;
+    pthread_create(&th, NULL, clock_once, &k);
+    sleep_ms(300);
+    double t0 = now_s();
+    cluster_kill(&c, 0, SIGKILL);
+    pthread_join(th, NULL);
+    int rc = k.rc;
+    double took = now_s() - t0;
+    EXPECT_INT(rc, PS_ETIMEDOUT, "a held clock whose node died");
+    if (took > 1.0 + 2.0)
+        fail_msg("the held clock failed after %.2f s; the node was gone "
+                 "and the request bound is 1 s", took);
+    t0 = now_s();
+    rc = ps_clock(w1);
+    took = now_s() - t0;
+    EXPECT_INT(rc, PS_ETIMEDOUT, "a clock issued while the node is down");
+    if (took > 1.0 + 1.0)
+        fail_msg("a clock to a node down for long failed after %.2f s; "
+                 "the request bound is 1 s", took);
+    EXPECT_SUBSTR(ps_last_error(w1), "unreachable", "what it says");
+    ps_close(w0);
+    ps_close(w1);
+    cluster_stop(&c);
+}
+
 /* kill -9 of one node of two, restarted 300 ms later: the clients ride it
  * out (every push acknowledged), and the surviving node's keys count every
  * acknowledged push exactly. */
@@ -1375,6 +1435,8 @@ int main(void)
         cmocka_unit_test(flipped_bits_in_large_pushes_are_never_applied),
         cmocka_unit_test(stopped_server_resumed_applies_every_push_once),
         cmocka_unit_test(stopped_server_fails_requests_within_their_bound),
+        cmocka_unit_test(
+            held_clock_fails_within_the_request_bound_when_its_node_dies),
         cmocka_unit_test(stopped_server_holds_callers_at_max_inflight_bytes),
         cmocka_unit_test(
             killed_and_restarted_node_is_a_pause_for_the_clients),
