@@ -15,6 +15,7 @@
 #define MAGIC "PSDSNAP\n"
 #define HEADER_BYTES 64
 #define BUF_BYTES (1 << 20)
+#define SEQ_MAX ((uint64_t)1 << 48)  /* generations, journal segments */
 
 enum { SEC_TABLE = 1, SEC_SYNC = 2, SEC_DEDUP = 3, SEC_END = 0xffff };
 
@@ -310,6 +311,18 @@ static int read_header(reader *r, header *hd, char *why, size_t whylen)
         memcpy(&hd->si.journal_seq, h + 40, 8);
         memcpy(&hd->si.created_ms, h + 48, 8);
         memcpy(&hd->ntables, h + 56, 4);
+        /* Both count up by one per snapshot or journal rotation: a value
+         * near 2^64 is damage that a CRC made right let through, and the
+         * journal_seq would make the start delete every segment below it
+         * and wrap the next segment's number. */
+        if (hd->si.generation > SEQ_MAX || hd->si.journal_seq > SEQ_MAX) {
+            snprintf(why, whylen, "generation %llu or journal_seq %llu is "
+                     "out of range (at most %llu)",
+                     (unsigned long long)hd->si.generation,
+                     (unsigned long long)hd->si.journal_seq,
+                     (unsigned long long)SEQ_MAX);
+            return -1;
+        }
         return 0;
     }
     return -1;

@@ -452,6 +452,34 @@ static void test_a_snapshot_of_format_1_still_loads(void **state)
     psd_node_destroy(&b);
 }
 
+/* A header whose CRC checks but whose journal_seq is near 2^64 (no node
+ * rotates its journal that often) is refused: taken as it is, the start
+ * would delete every journal segment below it. */
+static void test_a_journal_seq_out_of_range_is_refused(void **state)
+{
+    (void)state;
+    psd_node a, b;
+    char err[ERRLEN], path[128];
+    trained_node(&a, 4, 2);
+    assert_int_equal(psd_snapshot_write(&a, dir, 1, 1, NULL, err,
+                                        sizeof err), 0);
+    psd_snapshot_path(path, sizeof path, dir, 1);
+    size_t len;
+    char *f = read_file(path, &len);
+    uint64_t seq = UINT64_MAX;
+    memcpy(f + 40, &seq, 8);
+    uint32_t crc = psw_crc32c(0, f, 60);
+    memcpy(f + 60, &crc, 4);
+    write_file(path, f, len);
+    make_node(&b, 1, 4, 2);
+    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err), -1,
+               "journal_seq 2^64 - 1");
+    EXPECT_INT(strstr(err, "out of range") != NULL, 1, "%s", err);
+    free(f);
+    psd_node_destroy(&a);
+    psd_node_destroy(&b);
+}
+
 static void test_a_snapshot_of_another_layout_is_refused(void **state)
 {
     (void)state;
@@ -1012,6 +1040,8 @@ int main(void)
             test_a_read_error_is_not_taken_for_a_torn_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_snapshot_of_format_1_still_loads, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_journal_seq_out_of_range_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_tail_of_zeros_is_cut_and_other_zeros_refused, setup,
             teardown),
