@@ -491,6 +491,7 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         return -1;
     if (cut[0])
         psd_warn("journal: %s", cut);
+    psd_request_replayed(n, ctx.now_ms);
     d->st.journal_records = records;
     /* The replay left each table with the hyper-parameters of the last
      * reload it met; from now on the ini's hold. */

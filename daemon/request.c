@@ -908,6 +908,15 @@ void psd_request_tick(psd_node *n, uint64_t now_ms)
     psd_dedup_expire(n->dedup, now_ms, (uint64_t)n->cfg.client_ttl * 1000);
 }
 
+void psd_request_replayed(psd_node *n, uint64_t now_ms)
+{
+    /* A bsp node's clock came back with its CLOCK records, which also
+     * applied the sums: moving it here would leave the sums of the clock
+     * it skipped to be applied with the next one's. */
+    if (!has_bsp(n))
+        (void)psd_sync_advance(&n->sync, now_ms);
+}
+
 int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
                        size_t errlen)
 {

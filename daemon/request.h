@@ -94,6 +94,12 @@ typedef struct psd_replay_ctx {
 int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
                        size_t errlen);
 
+/* After the replay: a node without bsp tables moves its clock to where
+ * its workers' replayed clocks put it. Only bsp clocks have CLOCK records,
+ * so its clock was the snapshot's while the WORKER records raised its
+ * workers' clocks, and every pull its workers made would be held. */
+void psd_request_replayed(psd_node *n, uint64_t now_ms);
+
 /* Frees every held reply (at exit). */
 void psd_request_drop_all(psd_node *n);
 

@@ -818,6 +818,43 @@ static void ssp_bound_holds_after_a_crash(void **state)
         fail_msg("worker 0's pull failed once worker 1 had clocked twice");
 }
 
+/* The other side of ssp_bound_holds_after_a_crash: when every worker
+ * had clocked 3 times before kill -9, the node back from it is at clock 3,
+ * so a pull with staleness 1 is answered at once. Taken for one at clock
+ * 0 while its workers are at 3, it held every worker's pull, and with
+ * each of them waiting in a pull nobody clocked to move it. */
+static void ssp_pulls_go_on_after_a_crash_when_all_clocked(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"
+                                      "[table.ctr]\ndim = 1\n"
+                                      "consistency = ssp\nstaleness = 1\n"),
+                     0);
+    ps_client *w0 = open_worker_ms(cl.spec, 0, 1500);
+    ps_client *w1 = open_worker_ms(cl.spec, 1, 1500);
+    assert_non_null(w0);
+    assert_non_null(w1);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ps_clock(w0), 0);
+        assert_int_equal(ps_clock(w1), 0);
+    }
+    cluster_kill(&cl, 0, SIGKILL);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    float v0 = pull_key(w0, "ctr", 1);
+    char why[300];
+    snprintf(why, sizeof why, "%s", ps_last_error(w0));
+    float v1 = pull_key(w1, "ctr", 1);
+    ps_close(w0);
+    ps_close(w1);
+    assert_int_equal(cluster_stop(&cl), 0);
+    if (isnan(v0) || isnan(v1))
+        fail_msg("a pull with staleness 1 by a worker at clock 3, all "
+                 "workers at clock 3, failed after the node's restart: %s",
+                 why);
+}
+
 /* Joins as worker (int)arg; worker 1 then leaves with ps_close, worker 2
  * goes without a word after 300 ms. */
 static int join_then_go(void *arg)
@@ -880,6 +917,7 @@ int main(void)
             mean_counts_a_worker_that_pushed_then_left_across_a_restart),
         cmocka_unit_test(a_stand_in_releases_a_worker_that_never_came),
         cmocka_unit_test(ssp_bound_holds_after_a_crash),
+        cmocka_unit_test(ssp_pulls_go_on_after_a_crash_when_all_clocked),
         cmocka_unit_test(
             workers_that_left_before_a_crash_are_not_waited_for_after_it),
     };

@@ -223,6 +223,7 @@ static void replay(result *res, psd_node *node_out)
     if (res->rc == 0) {
         res->err[0] = '\0';
         FUZZ_CHECK(psd_node_apply_params(&n) == 0, "psd_node_apply_params");
+        psd_request_replayed(&n, T0_MS);
         res->digest = fuzz_disk_digest(&n);
     }
     res->applied = c.applied;
