@@ -303,7 +303,8 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
 }
 
 /* On the stream: u64 clock, u64 barrier, u32 workers, then per worker
- * u32 state, u64 clock, u64 barrier, u64 client_id. */
+ * u32 state, u64 clock, u64 barrier, u64 client_id, u64 summed (not in
+ * snapshots of format 1). */
 int psd_sync_save(const psd_sync *y, psd_sink *out)
 {
     uint32_t n = (uint32_t)y->nworkers;
