@@ -748,6 +748,19 @@ static int dial_port(int port)
     return fd;
 }
 
+/* Starts one node of four shards, table t (dim 1), with metrics_listen
+ * on a free port (returned) and `server` more [server] lines. */
+static int start_with_metrics(test_cluster *c, const char *server)
+{
+    int mport = cluster_free_port();
+    char extra[600];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             "%s[table.t]\ndim = 1\n", mport, server);
+    if (cluster_start(c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    return mport;
+}
+
 /* Every way psd closes or refuses a connection that it counts shows in
  * /metrics and in the stats document: failed authentications (what an
  * operator alerts on), idle connections closed to make room, those closed
@@ -757,14 +770,10 @@ static void test_every_connection_counter_is_in_metrics_and_stats(
     void **state)
 {
     (void)state;
-    int mport = cluster_free_port();
-    char extra[400];
-    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
-             "auth_token = 0123456789abcdef-counters\nmax_connections = 2\n"
-             "[table.t]\ndim = 1\n", mport);
     test_cluster c;
-    if (cluster_start(&c, 1, 4, extra))
-        fail_msg("cluster did not start");
+    int mport = start_with_metrics(&c, "auth_token = "
+                                       "0123456789abcdef-counters\n"
+                                       "max_connections = 2\n");
     int st;
     char *o = run(&st, "PSD_AUTH_TOKEN=0123456789abcdef-wrong %s -s %s ping "
                   "2>&1", psctl(), c.spec);
@@ -900,13 +909,8 @@ static void test_metrics_go_on_after_no_memory_for_a_connection(
 static void test_idle_metrics_connections_do_not_delay_a_stop(void **state)
 {
     (void)state;
-    int mport = cluster_free_port();
-    char extra[200];
-    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
-             "[table.t]\ndim = 1\n", mport);
     test_cluster c;
-    if (cluster_start(&c, 1, 4, extra))
-        fail_msg("cluster did not start");
+    int mport = start_with_metrics(&c, "");
     int fd[3];
     for (int k = 0; k < 3; k++)
         assert_true((fd[k] = dial_port(mport)) >= 0);
@@ -938,13 +942,8 @@ static void test_idle_metrics_connections_do_not_keep_scrapes_out(
     void **state)
 {
     (void)state;
-    int mport = cluster_free_port();
-    char extra[200];
-    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
-             "[table.t]\ndim = 1\n", mport);
     test_cluster c;
-    if (cluster_start(&c, 1, 4, extra))
-        fail_msg("cluster did not start");
+    int mport = start_with_metrics(&c, "");
     enum { IDLE = 20 };
     int fd[IDLE];
     for (int k = 0; k < IDLE; k++) {
@@ -973,13 +972,8 @@ static void test_idle_metrics_connections_do_not_keep_scrapes_out(
 static void test_a_fresh_snapshot_has_an_age(void **state)
 {
     (void)state;
-    int mport = cluster_free_port();
-    char extra[200];
-    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
-             "[table.t]\ndim = 1\n", mport);
     test_cluster c;
-    if (cluster_start(&c, 1, 4, extra))
-        fail_msg("cluster did not start");
+    int mport = start_with_metrics(&c, "");
     for (int r = 0; r < 3; r++) {
         int st;
         char *o = run(&st, "%s -s %s save", psctl(), c.spec);
@@ -1212,13 +1206,8 @@ static void test_psctl_stats_says_each_nodes_own_snapshot_error(
 static void test_a_failed_reload_shows_in_metrics_and_stats(void **state)
 {
     (void)state;
-    int mport = cluster_free_port();
-    char extra[200];
-    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
-             "[table.t]\ndim = 1\n", mport);
     test_cluster c;
-    if (cluster_start(&c, 1, 4, extra))
-        fail_msg("cluster did not start");
+    int mport = start_with_metrics(&c, "");
     const char *metric = "psd_config_last_reload_successful{node=\"0\"} ";
     char *m = http_get(mport, "/metrics");
     EXPECT_INT((int)(m ? value_of(m, metric) : -1), 1, "before any reload");
@@ -1272,13 +1261,8 @@ static void test_a_failed_reload_shows_in_metrics_and_stats(void **state)
 static void test_psctl_errors_are_not_client_request_errors(void **state)
 {
     (void)state;
-    int mport = cluster_free_port();
-    char extra[200];
-    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
-             "max_frame = 1K\n[table.t]\ndim = 1\n", mport);
     test_cluster c;
-    if (cluster_start(&c, 1, 4, extra))
-        fail_msg("cluster did not start");
+    int mport = start_with_metrics(&c, "max_frame = 1K\n");
     int st;
     char *o = run(&st, "%s -s %s stats 2>&1", psctl(), c.spec);
     EXPECT_INT(st, 1, "psctl stats at max_frame 1K: %s", o ? o : "");
