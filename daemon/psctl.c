@@ -1109,10 +1109,19 @@ static void idle(cluster *c, double secs)
  * Ctrl-C). With json, each refresh prints what `--json stats` prints (one
  * JSON array per refresh), for scripts; nodes not answering are said on
  * stderr. */
+/* Whether a node asked has no connection (do_stats asks only the others). */
+static int not_answering(const cluster *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0)
+            return 1;
+    return 0;
+}
+
 static int do_top(cluster *c, double interval, int count, int json)
 {
     signal(SIGINT, on_int);
-    int tty = isatty(1);
+    int tty = isatty(1), bad = 0;   /* a node did not answer, last refresh */
     for (int k = 0; !stop && (count <= 0 || k < count); k++) {
         if (k) {
             idle(c, interval);
@@ -1121,7 +1130,7 @@ static int do_top(cluster *c, double interval, int count, int json)
             open_all(c, 1);      /* nodes that came back */
         }
         if (json) {
-            do_stats(c, 1, 0);
+            bad = do_stats(c, 1, 0) || not_answering(c);
             fflush(stdout);
             continue;
         }
@@ -1132,7 +1141,7 @@ static int do_top(cluster *c, double interval, int count, int json)
         strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
         printf("psctl top  %s  every %.1f s  (rates over the last 10 s; "
                "Ctrl-C quits)\n\n", when, interval);
-        do_stats(c, 0, 1);
+        bad = do_stats(c, 0, 1) || not_answering(c);
         for (int i = 0; i < c->n; i++)
             if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0)
                 printf("node %d  %s  NOT ANSWERING: %s\n", id(c, i),
@@ -1140,7 +1149,9 @@ static int do_top(cluster *c, double interval, int count, int json)
                        c->nodes[i].err);
         fflush(stdout);
     }
-    return 0;
+    /* As every command: 1 when a node asked did not answer (at the last
+     * refresh), for a script that runs top --count N. */
+    return bad;
 }
 
 /* ---- main ------------------------------------------------------------------ */

@@ -634,7 +634,19 @@ static void test_psctl_top_json_prints_json_at_each_refresh(void **state)
         fail_msg("psctl top --json --count 2, want two JSON stats documents "
                  "(found %d): %s", docs, o ? o : "");
     free(o);
-    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+    /* A node that stops answering after the first refresh makes top exit
+     * 1, as any command with a node that did not answer (it exited 0). */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s -c %s --count 3 -i 0.5 --timeout 2 top "
+             "--json >/dev/null 2>&1", psctl(), c.ini);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    sleep_ms(250);
+    cluster_kill(&c, 0, SIGKILL);
+    st = pclose(p);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 1,
+               "psctl top's status when the node stopped answering");
+    cluster_stop(&c);
 }
 
 /* Whether text is one JSON document for which the Python expression
