@@ -824,8 +824,12 @@ static int do_layout(cluster *c, int json)
     }
     static const char *const cons[] = { "async", "bsp", "ssp" };
     if (json) {
-        printf("{\"epoch\": %llu, \"shards\": %u, \"max_frame\": %llu, "
-               "\"heartbeat_ms\": %u, \"peer_timeout_ms\": %u, \"nodes\": [",
+        /* The epoch as the text output writes it, a string of 16 hex
+         * digits: as a JSON number, a 64-bit value is rounded by jq and
+         * JavaScript (doubles), and two layouts could read the same. */
+        printf("{\"epoch\": \"%016llx\", \"shards\": %u, "
+               "\"max_frame\": %llu, \"heartbeat_ms\": %u, "
+               "\"peer_timeout_ms\": %u, \"nodes\": [",
                (unsigned long long)l->epoch, l->shards,
                (unsigned long long)l->max_frame, l->heartbeat_ms,
                l->peer_timeout_ms);
