@@ -390,7 +390,8 @@ FUZZ_NODE_OBJ    := daemon/request.o daemon/node.o daemon/config.o \
                     daemon/inifile.o daemon/table.o daemon/updater.o \
                     daemon/sync.o daemon/dedup.o daemon/journal.o \
                     daemon/log.o $(PROTO_SRC:.c=.o)
-FUZZ_OBJ_request := $(FZ)/fuzz_request.o $(FZ)/decode.o $(FUZZ_NODE_OBJ)
+FUZZ_OBJ_request := $(FZ)/fuzz_request.o $(FZ)/decode.o $(FZ)/disk.o \
+                    $(FUZZ_NODE_OBJ)
 FUZZ_OBJ_snapshot := $(FZ)/fuzz_snapshot.o $(FZ)/disk.o daemon/snapshot.o \
                      $(FUZZ_NODE_OBJ)
 FUZZ_OBJ_journal := $(FZ)/fuzz_journal.o $(FZ)/disk.o daemon/snapshot.o \

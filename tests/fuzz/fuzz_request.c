@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "decode.h"
+#include "disk.h"
 #include "fuzz.h"
 #include "request_conf.h"
 #include "../../daemon/config.h"
@@ -76,7 +77,6 @@ static int is_admin_reply(const conn *c, uint64_t ts)
     return 0;
 }
 
-static psd_config tmpl;              /* the fixed cluster, loaded once */
 static psd_node node;                /* built afresh for every input */
 static conn conns[NCONN];
 static psw_out outs[NCONN];          /* reset between inputs */
@@ -88,23 +88,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    char path[] = "/tmp/psd-fuzz-request-XXXXXX", err[512];
-    int fd = mkstemp(path);
-    FUZZ_CHECK(fd >= 0, "mkstemp: %s", strerror(errno));
-    const char *ini = FUZZ_REQ_INI;
-    size_t n = strlen(ini);
-    FUZZ_CHECK(write(fd, ini, n) == (ssize_t)n, "write %s: %s", path,
-               strerror(errno));
-    close(fd);
-    int rc = psd_config_load(&tmpl, path, err, sizeof err);
-    unlink(path);
-    FUZZ_CHECK(rc == 0, "the fixed config does not load: %s", err);
-    FUZZ_CHECK(tmpl.ntables == FUZZ_T_COUNT && tmpl.nnodes == FUZZ_REQ_NODES &&
-               tmpl.shards == FUZZ_REQ_SHARDS &&
-               tmpl.max_frame == FUZZ_REQ_MAX_FRAME,
-               "request_conf.h: %d tables, %d nodes, %u shards, max_frame "
-               "%llu do not match its constants", tmpl.ntables, tmpl.nnodes,
-               tmpl.shards, (unsigned long long)tmpl.max_frame);
+    fuzz_disk_config();          /* loaded and checked once, up front */
     psd_log_set_level(PSD_LOG_ERROR);
     msgpack_zone_init(&zone, 4096);
     msgpack_zone_init(&zone_chk, 4096);
@@ -133,26 +117,6 @@ static int fake_admin(void *arg, const char *cmd, size_t len, char **text,
     (*text)[n] = '\0';          /* as the server's: an error's is a string */
     *textlen = n;
     return len && cmd[0] == 'x' ? PSW_EINVAL : PSW_OK;
-}
-
-static void *memdup(const void *p, size_t n)
-{
-    if (n == 0)
-        return NULL;
-    void *q = malloc(n);
-    FUZZ_CHECK(q != NULL, "out of memory copying %zu bytes", n);
-    memcpy(q, p, n);
-    return q;
-}
-
-/* A copy of the fixed config for psd_node_init to own. */
-static void cfg_dup(psd_config *d, const psd_config *s)
-{
-    *d = *s;
-    d->nodes = memdup(s->nodes, (size_t)s->nnodes * sizeof *s->nodes);
-    d->listen = memdup(s->listen, (size_t)s->nlisten * sizeof *s->listen);
-    d->tables = memdup(s->tables, (size_t)s->ntables * sizeof *s->tables);
-    d->notes = memdup(s->notes, (size_t)s->nnotes * sizeof *s->notes);
 }
 
 /* Reads back every frame in c's output as a client would, then empties
@@ -397,13 +361,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const peers[NCONN] = { "127.0.0.1:40000",
                                               "127.0.0.1:40001" };
-    psd_config cfg;
-    char err[256];
     uint64_t now = T0_MS;
 
-    cfg_dup(&cfg, &tmpl);
-    FUZZ_CHECK(psd_node_init(&node, &cfg, 0, now, err, sizeof err) == 0,
-               "psd_node_init: %s", err);
+    fuzz_disk_node(&node, 0, now);
     node.admin = fake_admin;
     requests = replies = 0;
     for (int i = 0; i < NCONN; i++) {
