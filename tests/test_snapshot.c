@@ -356,6 +356,26 @@ static void test_every_cut_and_every_flipped_bit_is_refused_with_an_offset(
     free(bad);
 }
 
+/* Sets the header field of n bytes at offset `at` of the snapshot image f
+ * to v, and the header's CRC (bytes 60..63, over 0..59) to match. */
+static void set_header_field(char *f, size_t at, const void *v, size_t n)
+{
+    memcpy(f + at, v, n);
+    uint32_t crc = psw_crc32c(0, f, 60);
+    memcpy(f + 60, &crc, 4);
+}
+
+/* Node 1 of the test layout (4 shards, dim 2), trained, into a snapshot
+ * whose path goes in path. */
+static void trained_snapshot(psd_node *a, char *path, size_t len)
+{
+    char err[ERRLEN];
+    trained_node(a, 4, 2);
+    if (psd_snapshot_write(a, dir, 1, 1, NULL, err, sizeof err))
+        fail_msg("write: %s", err);
+    psd_snapshot_path(path, len, dir, 1);
+}
+
 /* Rewrites the snapshot at path as format 1 wrote it: each worker of the
  * SYNC section without its last 8 bytes (`summed`), the section's length
  * and CRC and the header's version and CRC made to match. */
@@ -365,9 +385,7 @@ static void as_format_1(const char *path)
     char *f = read_file(path, &len), *g = malloc(len);
     uint32_t v = 1, crc;
     memcpy(g, f, 64);
-    memcpy(g + 8, &v, 4);
-    crc = psw_crc32c(0, g, 60);
-    memcpy(g + 60, &crc, 4);
+    set_header_field(g, 8, &v, 4);
     out = 64;
     for (size_t at = 64; at < len;) {
         uint32_t kind;
@@ -421,10 +439,7 @@ static void test_a_snapshot_of_format_1_still_loads(void **state)
     (void)state;
     psd_node a, b;
     char err[ERRLEN], path[128];
-    trained_node(&a, 4, 2);
-    assert_int_equal(psd_snapshot_write(&a, dir, 1, 1, NULL, err,
-                                        sizeof err), 0);
-    psd_snapshot_path(path, sizeof path, dir, 1);
+    trained_snapshot(&a, path, sizeof path);
     as_format_1(path);
     make_node(&b, 1, 4, 2);
     if (psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err))
@@ -437,10 +452,8 @@ static void test_a_snapshot_of_format_1_still_loads(void **state)
     /* Format 3 is not one this psd knows. */
     size_t len;
     char *f = read_file(path, &len);
-    uint32_t v = 3, crc;
-    memcpy(f + 8, &v, 4);
-    crc = psw_crc32c(0, f, 60);
-    memcpy(f + 60, &crc, 4);
+    uint32_t v = 3;
+    set_header_field(f, 8, &v, 4);
     write_file(path, f, len);
     make_node(&b, 1, 4, 2);
     EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err), -1,
@@ -460,16 +473,11 @@ static void test_a_journal_seq_out_of_range_is_refused(void **state)
     (void)state;
     psd_node a, b;
     char err[ERRLEN], path[128];
-    trained_node(&a, 4, 2);
-    assert_int_equal(psd_snapshot_write(&a, dir, 1, 1, NULL, err,
-                                        sizeof err), 0);
-    psd_snapshot_path(path, sizeof path, dir, 1);
+    trained_snapshot(&a, path, sizeof path);
     size_t len;
     char *f = read_file(path, &len);
     uint64_t seq = UINT64_MAX;
-    memcpy(f + 40, &seq, 8);
-    uint32_t crc = psw_crc32c(0, f, 60);
-    memcpy(f + 60, &crc, 4);
+    set_header_field(f, 40, &seq, 8);
     write_file(path, f, len);
     make_node(&b, 1, 4, 2);
     EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err), -1,
