@@ -721,6 +721,22 @@ static void mean_counts_a_worker_that_pushed_then_left(void **state)
     }
 }
 
+/* Worker 1 pushes and leaves, node 0 goes down with `sig` and comes
+ * back, then worker 0 pushes, clocks and wants the mean of both. */
+static void mean_across_a_stop(const char *server, int sig)
+{
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n", server),
+                     0);
+    int bad = reap(spawn(push_and_go, (void *)1));
+    kill(cl.pid[0], sig);
+    assert_int_equal(cluster_wait_exit(&cl, 0, 10000),
+                     sig == SIGTERM ? 0 : 128 + sig);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    bad |= reap(spawn(push_clock_and_check_mean, NULL)) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
 /* The same after kill -9 with a journal and no snapshot: the replayed
  * push of worker 1, which then left, still counts in the mean (the
  * node's memory of who pushed since the clock moved is rebuilt from the
@@ -729,16 +745,8 @@ static void mean_counts_a_worker_that_pushed_then_left_across_a_crash(
     void **state)
 {
     (void)state;
-    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
-                                      "[server]\ndurability = log\n"
-                                      "snapshot_interval = 0\n"
-                                      BSP_TABLES), 0);
-    int bad = reap(spawn(push_and_go, (void *)1));
-    cluster_kill(&cl, 0, SIGKILL);
-    assert_int_equal(cluster_restart(&cl, 0), 0);
-    bad |= reap(spawn(push_clock_and_check_mean, NULL)) << 1;
-    assert_int_equal(cluster_stop(&cl), 0);
-    assert_int_equal(bad, 0);
+    mean_across_a_stop("[server]\ndurability = log\nsnapshot_interval = 0\n"
+                       BSP_TABLES, SIGKILL);
 }
 
 /* The same across a SIGTERM restart: the final snapshot holds the sum
@@ -748,15 +756,7 @@ static void mean_counts_a_worker_that_pushed_then_left_across_a_restart(
     void **state)
 {
     (void)state;
-    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
-                                      BSP_TABLES), 0);
-    int bad = reap(spawn(push_and_go, (void *)1));
-    kill(cl.pid[0], SIGTERM);
-    assert_int_equal(cluster_wait_exit(&cl, 0, 10000), 0);
-    assert_int_equal(cluster_restart(&cl, 0), 0);
-    bad |= reap(spawn(push_clock_and_check_mean, NULL)) << 1;
-    assert_int_equal(cluster_stop(&cl), 0);
-    assert_int_equal(bad, 0);
+    mean_across_a_stop(BSP_TABLES, SIGTERM);
 }
 
 /* A worker id that never connected is waited for; a stand-in that opens
