@@ -1102,6 +1102,22 @@ static void test_a_slow_fsync_keeps_the_heartbeats_going(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* One node with `server` lines, 10 oracle requests of 4 pushes all
+ * acknowledged, then kill -9: returns the oracle's count; its first
+ * journal segment's path goes in seg. */
+static int journal_then_kill9(test_cluster *c, const char *server, char *seg,
+                              size_t seglen)
+{
+    start(c, 1, server);
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c->spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes that failed");
+    cluster_kill(c, 0, SIGKILL);
+    snprintf(seg, seglen, "%s/psd-node0.journal.0000000001", c->dir);
+    return a;
+}
+
 /* A node killed before its first snapshot leaves only its journal, each
  * of whose segments names the layout it was written under: psd refuses
  * to replay it under another, and psd --check says so before a start is
@@ -1110,17 +1126,12 @@ static void test_a_journal_of_another_layout_fails_psd_check(void **state)
 {
     (void)state;
     test_cluster c;
-    start(&c, 1, SERVER "durability = log\n");
-    ps_options o = client_options();
-    int a, failed;
-    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes that failed");
-    cluster_kill(&c, 0, SIGKILL);
     char snap[400], seg[400];
+    int a = journal_then_kill9(&c, SERVER "durability = log\n", seg,
+                               sizeof seg);
     snprintf(snap, sizeof snap, "%s/psd-node0.snap", c.dir);
     EXPECT_INT(access(snap, F_OK), -1, "a snapshot before the first one "
                "was due");
-    snprintf(seg, sizeof seg, "%s/psd-node0.journal.0000000001", c.dir);
     /* Same file, 8 shards instead of 4. */
     char cmd[600];
     snprintf(cmd, sizeof cmd, "sed -i 's/^shards = 4$/shards = 8/' '%s'",
@@ -1148,14 +1159,9 @@ static void test_a_journal_ending_in_zeros_is_cut_and_psd_starts(void **state)
 {
     (void)state;
     test_cluster c;
-    start(&c, 1, SERVER "durability = log\nfsync = always\n");
-    ps_options o = client_options();
-    int a, failed;
-    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes that failed");
-    cluster_kill(&c, 0, SIGKILL);
     char seg[400], cmd[600];
-    snprintf(seg, sizeof seg, "%s/psd-node0.journal.0000000001", c.dir);
+    int a = journal_then_kill9(&c, SERVER "durability = log\nfsync = always\n",
+                               seg, sizeof seg);
     struct stat before;
     assert_int_equal(stat(seg, &before), 0);
     snprintf(cmd, sizeof cmd, "head -c 12288 /dev/zero >> '%s'", seg);
