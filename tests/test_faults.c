@@ -446,12 +446,14 @@ static void stopped_server_fails_requests_within_their_bound(void **state)
 typedef struct clocker {
     ps_client *c;
     int rc;
+    char why[400];               /* ps_last_error, of the thread that ran it */
 } clocker;
 
 static void *clock_once(void *arg)
 {
     clocker *k = arg;
     k->rc = ps_clock(k->c);
+    snprintf(k->why, sizeof k->why, "%s", ps_last_error(k->c));
     return NULL;
 }
 
@@ -472,7 +474,7 @@ static void held_clock_fails_within_the_request_bound_when_its_node_dies(
     o.worker = 1;
     assert_int_equal(ps_open(&w1, c.spec, &o), PS_OK);
     /* Worker 0's clock waits for worker 1, which never clocks. */
-    clocker k = { w0, 1 };
+    clocker k = { w0, 1, "" };
     pthread_t th;
     pthread_create(&th, NULL, clock_once, &k);
     sleep_ms(300);
@@ -481,18 +483,21 @@ static void held_clock_fails_within_the_request_bound_when_its_node_dies(
     pthread_join(th, NULL);
     int rc = k.rc;
     double took = now_s() - t0;
+    /* Which bound ended it is in the reason; the time only guards
+     * against a hang (the request bound is 1 s, sync_timeout_ms 20 s). */
     EXPECT_INT(rc, PS_ETIMEDOUT, "a held clock whose node died");
-    if (took > 1.0 + 2.0)
+    EXPECT_SUBSTR(k.why, "unreachable", "why the held clock failed");
+    if (took > 10.0)
         fail_msg("the held clock failed after %.2f s; the node was gone "
                  "and the request bound is 1 s", took);
     t0 = now_s();
     rc = ps_clock(w1);
     took = now_s() - t0;
     EXPECT_INT(rc, PS_ETIMEDOUT, "a clock issued while the node is down");
-    if (took > 1.0 + 1.0)
+    EXPECT_SUBSTR(ps_last_error(w1), "unreachable", "what it says");
+    if (took > 10.0)
         fail_msg("a clock to a node down for long failed after %.2f s; "
                  "the request bound is 1 s", took);
-    EXPECT_SUBSTR(ps_last_error(w1), "unreachable", "what it says");
     ps_close(w0);
     ps_close(w1);
     cluster_stop(&c);
