@@ -454,6 +454,44 @@ static void oversize_frame_before_authentication_gets_eauth(void **state)
     close(fd);
 }
 
+/* One frame of the given body bytes, with a right length and CRC. */
+static void send_body(int fd, const void *body, size_t n)
+{
+    unsigned char f[64];
+    uint32_t len = (uint32_t)n + 4, crc = psw_crc32c(0, body, n);
+    assert_true(n + 8 <= sizeof f);
+    for (int i = 0; i < 4; i++) {
+        f[i] = (unsigned char)(len >> (24 - 8 * i));
+        f[4 + n + (size_t)i] = (unsigned char)(crc >> (24 - 8 * i));
+    }
+    memcpy(f + 4, body, n);
+    raw_send(fd, f, n + 8);
+}
+
+/* A first frame that arrives whole and sound but does not decode into
+ * messages is something else before authentication: refused with
+ * status -6, as PROTOCOL.md 4.1 says, not a silent close. */
+static void undecodable_frame_before_authentication_gets_eauth(void **state)
+{
+    (void)state;
+    static const struct { const char *what, *body; size_t n; } bad[] = {
+        { "a map", "\x81\x01\x02", 3 },
+        { "an empty array", "\x90", 1 },
+        { "a reserved byte", "\x91\xc1", 2 },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int fd = raw_connect(shared.port[0]);
+        send_body(fd, bad[i].body, bad[i].n);
+        char text[512];
+        int st = read_hello_ok(fd, text, sizeof text, NULL);
+        if (st != PSW_EAUTH || !strstr(text, "authentication failed"))
+            fail_msg("%s: got status %d \"%s\", want %d \"authentication "
+                     "failed: ...\"", bad[i].what, st, text, PSW_EAUTH);
+        assert_true(raw_closed(fd));
+        close(fd);
+    }
+}
+
 /* Failed attempts from one address are checked one per growing delay,
  * and their log lines are collapsed. */
 static void failures_are_throttled_and_logged_once_per_window(void **state)
@@ -722,6 +760,7 @@ int main(void)
         cmocka_unit_test(proof_for_another_node_is_refused),
         cmocka_unit_test(request_before_authentication_gets_eauth),
         cmocka_unit_test(oversize_frame_before_authentication_gets_eauth),
+        cmocka_unit_test(undecodable_frame_before_authentication_gets_eauth),
         cmocka_unit_test(impostor_without_challenge_gets_nothing),
         cmocka_unit_test(impostor_with_a_made_up_proof_gets_nothing),
         cmocka_unit_test(reconnection_authenticates_again),
