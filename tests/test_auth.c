@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -580,6 +581,65 @@ static void parallel_failures_are_throttled_one_per_delay(void **state)
     assert_int_equal(cluster_stop(&one), 0);
 }
 
+/* Writes token and a newline to path, mode 0600. */
+static void write_token_file(const char *path, const char *token)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", token);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, 0600), 0);
+}
+
+/* An operator rotates the token in auth_token_file and sends SIGHUP.
+ * psd reads the token at start only, so the reload must say it keeps
+ * the old one rather than "reloaded" (clients reading the new token
+ * from the ini would be refused with no hint why); connected clients and
+ * the old token keep working. A token file psd can no longer read fails
+ * the reload the same way. */
+static void token_file_changed_under_sighup_is_refused_loudly(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/psd-test-auth-token-XXXXXX", extra[512];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_token_file(path, TOKEN);
+    snprintf(extra, sizeof extra, TABLES "[server]\nauth_token_file = %s\n",
+             path);
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, extra), 0);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", one.port[0]);
+    ps_client *c;
+    ps_options o = opts(TOKEN);
+    assert_int_equal(ps_open(&c, spec, &o), PS_OK);
+    write_token_file(path, WRONG);
+    kill(one.pid[0], SIGHUP);
+    int said = cluster_log_wait(&one, 0, "reload refused", 3000);
+    char *log = cluster_log(&one, 0);
+    if (!said || !strstr(log, "auth_token_file") || strstr(log, "reloaded"))
+        fail_msg("after the token file changed, a SIGHUP logged \"%s\"; "
+                 "want \"reload refused ... auth_token_file ...\"", log);
+    free(log);
+    push_pull_works(c);
+    ps_client *c2;
+    assert_int_equal(ps_open(&c2, spec, &o), PS_OK);
+    ps_close(c2);
+    /* Unreadable now: the reload fails and says why. */
+    assert_int_equal(chmod(path, 0644), 0);
+    kill(one.pid[0], SIGHUP);
+    if (!cluster_log_wait(&one, 0, "chmod 600", 3000)) {
+        log = cluster_log(&one, 0);
+        fail_msg("a SIGHUP with a token file open to others logged \"%s\"; "
+                 "want it to say chmod 600", log);
+    }
+    push_pull_works(c);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&one), 0);
+    unlink(path);
+}
+
 /* ---- impostors ------------------------------------------------------- */
 
 typedef struct impostor {
@@ -747,6 +807,8 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     unsetenv("PSD_AUTH_TOKEN");
     psw_auth_init();
+    if (getenv("PSD_TEST_ONLY"))         /* e.g. PSD_TEST_ONLY='*sighup*' */
+        cmocka_set_test_filter(getenv("PSD_TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(right_token_opens_and_serves_both_nodes),
         cmocka_unit_test(token_comes_from_environment_then_from_the_ini),
@@ -766,6 +828,7 @@ int main(void)
         cmocka_unit_test(reconnection_authenticates_again),
         cmocka_unit_test(failures_are_throttled_and_logged_once_per_window),
         cmocka_unit_test(parallel_failures_are_throttled_one_per_delay),
+        cmocka_unit_test(token_file_changed_under_sighup_is_refused_loudly),
     };
     return cmocka_run_group_tests_name("auth", tests, group_setup,
                                        group_teardown);
