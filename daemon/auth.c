@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "auth.h"
 #include "log.h"
 
@@ -54,6 +56,12 @@ void psd_auth_free(psd_auth *a)
 int psd_auth_on(const psd_auth *a)
 {
     return a && a->len > 0;
+}
+
+int psd_auth_same(const psd_auth *a, const char *token, size_t len)
+{
+    size_t have = a ? a->len : 0;
+    return have == len && (len == 0 || sodium_memcmp(a->token, token, len) == 0);
 }
 
 int psd_auth_check(const psd_auth *a, const psw_transcript *t,

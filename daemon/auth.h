@@ -20,6 +20,9 @@ void psd_auth_free(psd_auth *a);
 /* Whether clients must authenticate. */
 int psd_auth_on(const psd_auth *a);
 
+/* Whether token (len bytes) is the token a holds: 1 or 0. */
+int psd_auth_same(const psd_auth *a, const char *token, size_t len);
+
 /* Checks the client's proof over t: 0 when right, -1 otherwise. */
 int psd_auth_check(const psd_auth *a, const psw_transcript *t,
                    const void *proof, size_t n);

@@ -834,7 +834,12 @@ static int handle_frame(psd_conn *c, const char *body, size_t len)
     msgpack_zone_clear(&c->zone);
     if (psw_frame_decode(body, len, &c->zone, &obj, err, sizeof err) ||
         (n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err, sizeof err)) < 0) {
-        reject(c, err);
+        /* Before authentication anything wrong is a failed attempt: the
+         * throttle counts it and the client learns why (EAUTH). */
+        if (!c->hello_done && psd_auth_on(c->set->auth))
+            refuse_auth(c, err);
+        else
+            reject(c, err);
         return 0;
     }
     if (!c->hello_done) {

@@ -1342,10 +1342,16 @@ int main(int argc, char **argv)
     }
     const char *env = getenv("PSD_AUTH_TOKEN");
     if (env && *env) {
+        char why[160];
         token_len = strlen(env);
         if (token_len >= sizeof token) {
             fprintf(stderr, "psctl: PSD_AUTH_TOKEN is longer than %d bytes\n",
                     PSW_AUTH_TOKEN_MAX);
+            return 2;
+        }
+        /* No node holds such a token: say so rather than be refused. */
+        if (psw_token_check(env, token_len, why, sizeof why)) {
+            fprintf(stderr, "psctl: PSD_AUTH_TOKEN: %s\n", why);
             return 2;
         }
         memcpy(token, env, token_len);

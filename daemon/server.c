@@ -148,17 +148,47 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     return 0;
 }
 
+/* psd reads auth_token_file at start only. A reload that named the same
+ * file (another one is refused with the layout) while the file no longer
+ * gives the token in force must not say "reloaded": clients that read the
+ * new token would be refused with no hint why. Returns 0 when the file
+ * gives the running token (or there is none), 1 when it gives another
+ * one, -1 when it cannot be read (why in err). */
+static int token_file_moved(const psd_server *s, const psd_config *nc,
+                            char *err, size_t errlen)
+{
+    const char *file = nc->auth_token_file;
+    if (!file[0] || strcmp(file, s->node.cfg.auth_token_file) != 0)
+        return 0;
+    char token[PSW_AUTH_TOKEN_MAX + 1], why[400];
+    size_t len;
+    if (psw_token_read_file(file, token, sizeof token, &len, why,
+                            sizeof why) < 0) {
+        snprintf(err, errlen, "%.200s:%d: [server] auth_token_file: %.250s",
+                 s->cfg_path, nc->auth_token_file_line, why);
+        return -1;
+    }
+    int same = psd_auth_same(s->auth, token, len);
+    psw_wipe(token, sizeof token);
+    return !same;
+}
+
 void psd_server_reload(psd_server *s)
 {
     psd_config nc;
     char err[512];
-    if (psd_config_load(&nc, s->cfg_path, err, sizeof err)) {
+    int moved = 0;
+    if (psd_config_load(&nc, s->cfg_path, err, sizeof err) ||
+        (moved = token_file_moved(s, &nc, err, sizeof err)) < 0) {
+        if (moved < 0)
+            psd_config_destroy(&nc);
         psd_error("reload failed, keeping the running configuration: %s", err);
         snprintf(s->reload_error, sizeof s->reload_error, "%.190s", err);
         return;
     }
     int interval = s->node.cfg.snapshot_interval;
-    const char *why = psd_node_reload(&s->node, &nc);
+    const char *why = moved ? "the token in auth_token_file changed"
+                            : psd_node_reload(&s->node, &nc);
     psd_config_destroy(&nc);
     if (why) {
         psd_error("reload refused, keeping the running configuration: %s "

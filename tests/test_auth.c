@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -454,6 +455,44 @@ static void oversize_frame_before_authentication_gets_eauth(void **state)
     close(fd);
 }
 
+/* One frame of the given body bytes, with a right length and CRC. */
+static void send_body(int fd, const void *body, size_t n)
+{
+    unsigned char f[64];
+    uint32_t len = (uint32_t)n + 4, crc = psw_crc32c(0, body, n);
+    assert_true(n + 8 <= sizeof f);
+    for (int i = 0; i < 4; i++) {
+        f[i] = (unsigned char)(len >> (24 - 8 * i));
+        f[4 + n + (size_t)i] = (unsigned char)(crc >> (24 - 8 * i));
+    }
+    memcpy(f + 4, body, n);
+    raw_send(fd, f, n + 8);
+}
+
+/* A first frame that arrives whole and sound but does not decode into
+ * messages is something else before authentication: refused with
+ * status -6, as PROTOCOL.md 4.1 says, not a silent close. */
+static void undecodable_frame_before_authentication_gets_eauth(void **state)
+{
+    (void)state;
+    static const struct { const char *what, *body; size_t n; } bad[] = {
+        { "a map", "\x81\x01\x02", 3 },
+        { "an empty array", "\x90", 1 },
+        { "a reserved byte", "\x91\xc1", 2 },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int fd = raw_connect(shared.port[0]);
+        send_body(fd, bad[i].body, bad[i].n);
+        char text[512];
+        int st = read_hello_ok(fd, text, sizeof text, NULL);
+        if (st != PSW_EAUTH || !strstr(text, "authentication failed"))
+            fail_msg("%s: got status %d \"%s\", want %d \"authentication "
+                     "failed: ...\"", bad[i].what, st, text, PSW_EAUTH);
+        assert_true(raw_closed(fd));
+        close(fd);
+    }
+}
+
 /* Failed attempts from one address are checked one per growing delay,
  * and their log lines are collapsed. */
 static void failures_are_throttled_and_logged_once_per_window(void **state)
@@ -540,6 +579,65 @@ static void parallel_failures_are_throttled_one_per_delay(void **state)
         fail_msg("%d wrong attempts sent together were all refused within "
                  "%.0f ms, want at least 1500 (one per delay)", N, took);
     assert_int_equal(cluster_stop(&one), 0);
+}
+
+/* Writes token and a newline to path, mode 0600. */
+static void write_token_file(const char *path, const char *token)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", token);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, 0600), 0);
+}
+
+/* An operator rotates the token in auth_token_file and sends SIGHUP.
+ * psd reads the token at start only, so the reload must say it keeps
+ * the old one rather than "reloaded" (clients reading the new token
+ * from the ini would be refused with no hint why); connected clients and
+ * the old token keep working. A token file psd can no longer read fails
+ * the reload the same way. */
+static void token_file_changed_under_sighup_is_refused_loudly(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/psd-test-auth-token-XXXXXX", extra[512];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_token_file(path, TOKEN);
+    snprintf(extra, sizeof extra, TABLES "[server]\nauth_token_file = %s\n",
+             path);
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, extra), 0);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", one.port[0]);
+    ps_client *c;
+    ps_options o = opts(TOKEN);
+    assert_int_equal(ps_open(&c, spec, &o), PS_OK);
+    write_token_file(path, WRONG);
+    kill(one.pid[0], SIGHUP);
+    int said = cluster_log_wait(&one, 0, "reload refused", 3000);
+    char *log = cluster_log(&one, 0);
+    if (!said || !strstr(log, "auth_token_file") || strstr(log, "reloaded"))
+        fail_msg("after the token file changed, a SIGHUP logged \"%s\"; "
+                 "want \"reload refused ... auth_token_file ...\"", log);
+    free(log);
+    push_pull_works(c);
+    ps_client *c2;
+    assert_int_equal(ps_open(&c2, spec, &o), PS_OK);
+    ps_close(c2);
+    /* Unreadable now: the reload fails and says why. */
+    assert_int_equal(chmod(path, 0644), 0);
+    kill(one.pid[0], SIGHUP);
+    if (!cluster_log_wait(&one, 0, "chmod 600", 3000)) {
+        log = cluster_log(&one, 0);
+        fail_msg("a SIGHUP with a token file open to others logged \"%s\"; "
+                 "want it to say chmod 600", log);
+    }
+    push_pull_works(c);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&one), 0);
+    unlink(path);
 }
 
 /* ---- impostors ------------------------------------------------------- */
@@ -709,6 +807,8 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     unsetenv("PSD_AUTH_TOKEN");
     psw_auth_init();
+    if (getenv("PSD_TEST_ONLY"))         /* e.g. PSD_TEST_ONLY='*sighup*' */
+        cmocka_set_test_filter(getenv("PSD_TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(right_token_opens_and_serves_both_nodes),
         cmocka_unit_test(token_comes_from_environment_then_from_the_ini),
@@ -722,11 +822,13 @@ int main(void)
         cmocka_unit_test(proof_for_another_node_is_refused),
         cmocka_unit_test(request_before_authentication_gets_eauth),
         cmocka_unit_test(oversize_frame_before_authentication_gets_eauth),
+        cmocka_unit_test(undecodable_frame_before_authentication_gets_eauth),
         cmocka_unit_test(impostor_without_challenge_gets_nothing),
         cmocka_unit_test(impostor_with_a_made_up_proof_gets_nothing),
         cmocka_unit_test(reconnection_authenticates_again),
         cmocka_unit_test(failures_are_throttled_and_logged_once_per_window),
         cmocka_unit_test(parallel_failures_are_throttled_one_per_delay),
+        cmocka_unit_test(token_file_changed_under_sighup_is_refused_loudly),
     };
     return cmocka_run_group_tests_name("auth", tests, group_setup,
                                        group_teardown);

@@ -1489,6 +1489,14 @@ static void test_psctl_authenticates_with_the_clusters_token(void **state)
             psctl(), c.spec);
     EXPECT_INT(st, 0, "psctl stats with $PSD_AUTH_TOKEN: %s", o ? o : "");
     free(o);
+    /* A token no node can hold is a mistake of the caller, said as such
+     * (as ps_open does), not sent to be refused as a wrong one. */
+    o = run(&st, "PSD_AUTH_TOKEN=s3cret %s -s %s ping 2>&1", psctl(),
+            c.spec);
+    EXPECT_INT(st, 2, "psctl ping with a 6-byte token: %s", o ? o : "");
+    if (!o || !strstr(o, "PSD_AUTH_TOKEN") || !strstr(o, "16..255 bytes"))
+        fail_msg("psctl with a 6-byte token: %s", o ? o : "");
+    free(o);
     /* A node number that is not one is refused, not taken for node 0
      * (\"abc\") or for every node (\"-3\"). */
     static const char *bad[] = { "-n abc", "-n -3", "-n 1x", "-i 0",
