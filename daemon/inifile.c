@@ -152,8 +152,14 @@ static int classify(reader *p, const char *buf, size_t n)
     }
     const char *sep = find_chars_or_comment(t, end, "=:");
     if (sep == end || (*sep != '=' && *sep != ':')) {
+        /* Only the first word is echoed: the rest may be a secret whose
+         * '=' was forgotten (auth_token s3cret...), and the error goes to
+         * the log and the terminal. */
+        const char *w = t;
+        while (w < end && !isspace((unsigned char)*w))
+            w++;
         fail(p->ini, p->line, "expected \"key = value\" or \"[section]\", "
-             "got \"%.*s\"", (int)(end - t), t);
+             "got \"%.*s%s\"", (int)(w - t), t, w < end ? " ..." : "");
         return -1;
     }
     p->key_seen = 1;
