@@ -228,7 +228,7 @@ $(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(BUILD)
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread
 $(BUILD)/test_numerics: $(BUILD)/tests/test_numerics.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lm
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lm -lpthread
 
 # The fault-injection proxy (tests/faultproxy.h): a command for scripts
 # and a test of its own, with no psd or client code in either.

@@ -5,10 +5,12 @@
  * on dense rows, sparse dim-1 rows (kept inline for sum, assign and sgd)
  * and sparse chunk rows, over many pushes, with keys repeated inside a
  * push, across a snapshot, a SIGHUP that changes the hyper-parameters and
- * a journal replay, and in bsp with aggregate = mean.
+ * a journal replay, and in bsp with aggregate = mean (its sums across a
+ * stop too).
  * PSD_TEST_ONLY='*pattern*' runs the matching tests. */
 #define _DEFAULT_SOURCE
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -412,6 +414,51 @@ static float bsp_gradient(int table, int w, int s, int k, uint32_t col,
            64.0f;
 }
 
+/* Pushes worker w's three parts of clock s to every table through c;
+ * 0, or -1 after printing why. */
+static int bsp_push_clock(ps_client *c, int w, int s)
+{
+    for (int i = 0; i < NTABLES; i++) {
+        tab *t = &tabs[i];
+        float vals[3 * NKEYS * DMAX];
+        uint64_t keys[3 * NKEYS];
+        int n = 0;
+        for (int part = 0; part < 3; part++)
+            for (int k = 0; k < NKEYS; k++, n++) {
+                keys[n] = key_of(t, k);
+                for (uint32_t j = 0; j < t->dim; j++)
+                    vals[n * t->dim + j] = bsp_gradient(i, w, s, k, j, part);
+            }
+        if (ps_wait(c, ps_push(c, t->id, keys, (size_t)n, vals, NULL,
+                               NULL)) != 0) {
+            print_error("worker %d: push of clock %d to %s: %s\n", w, s,
+                        t->name, ps_last_error(c));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Applies clock s to the references: every key once, with the mean of
+ * `workers` workers' sums. */
+static void bsp_ref_clock(int s, int workers)
+{
+    for (int i = 0; i < NTABLES; i++) {
+        tab *t = &tabs[i];
+        for (int k = 0; k < NKEYS; k++) {
+            float g[DMAX];
+            for (uint32_t j = 0; j < t->dim; j++) {
+                long double sum = 0;
+                for (int v = 0; v < workers; v++)
+                    for (int part = 0; part < 3; part++)
+                        sum += bsp_gradient(i, v, s, k, j, part);
+                g[j] = (float)(sum / workers);
+            }
+            ref_update(t->kind, &first_set, &t->rows[k], g, t->dim);
+        }
+    }
+}
+
 /* One worker: at every clock pushes its three parts to every table, then
  * clocks; worker 0 then pulls and compares with the reference, where
  * each key gets the updater once per clock with the mean of the
@@ -432,25 +479,8 @@ static int bsp_worker(void *arg)
         for (int i = 0; i < NTABLES; i++)
             tabs[i].id = ps_table(c, tabs[i].name, NULL);
     for (int s = 0; s < BSP_CLOCKS; s++) {
-        for (int i = 0; i < NTABLES; i++) {
-            tab *t = &tabs[i];
-            float vals[3 * NKEYS * DMAX];
-            uint64_t keys[3 * NKEYS];
-            int n = 0;
-            for (int part = 0; part < 3; part++)
-                for (int k = 0; k < NKEYS; k++, n++) {
-                    keys[n] = key_of(t, k);
-                    for (uint32_t j = 0; j < t->dim; j++)
-                        vals[n * t->dim + j] =
-                            bsp_gradient(i, w, s, k, j, part);
-                }
-            if (ps_wait(c, ps_push(c, t->id, keys, (size_t)n, vals, NULL,
-                                   NULL)) != 0) {
-                fprintf(stderr, "worker %d: push: %s\n", w,
-                        ps_last_error(c));
-                return 1;
-            }
-        }
+        if (bsp_push_clock(c, w, s))
+            return 1;
         if (ps_clock(c) != 0) {
             fprintf(stderr, "worker %d: clock %d: %s\n", w, s,
                     ps_last_error(c));
@@ -458,20 +488,7 @@ static int bsp_worker(void *arg)
         }
         if (w != 0)
             continue;
-        for (int i = 0; i < NTABLES; i++) {
-            tab *t = &tabs[i];
-            for (int k = 0; k < NKEYS; k++) {
-                float g[DMAX];
-                for (uint32_t j = 0; j < t->dim; j++) {
-                    long double sum = 0;
-                    for (int v = 0; v < BSP_WORKERS; v++)
-                        for (int part = 0; part < 3; part++)
-                            sum += bsp_gradient(i, v, s, k, j, part);
-                    g[j] = (float)(sum / BSP_WORKERS);
-                }
-                ref_update(t->kind, &first_set, &t->rows[k], g, t->dim);
-            }
-        }
+        bsp_ref_clock(s, BSP_WORKERS);
         char when[64];
         snprintf(when, sizeof when, "bsp mean, after clock %d", s);
         if (compare_all(c, when))
@@ -500,6 +517,59 @@ static void bsp_mean_applies_each_updater_once_per_clock_to_the_mean(
     assert_int_equal(bad, 0);
 }
 
+static void *clock_thread(void *arg)
+{
+    return (void *)(intptr_t)ps_clock(arg);
+}
+
+/* The sums of a clock whose pushes were all in when the node stopped are
+ * applied once, with the same divisor, after a SIGTERM (the snapshot
+ * holds them) and after kill -9 (the journal does), whatever the
+ * updater. Two workers, both clients of this process. */
+static void bsp_sums_of_every_updater_survive_a_restart_and_a_replay(
+    void **state)
+{
+    (void)state;
+    char all[33000];
+    table_sections(sections, sizeof sections, &first_set,
+                   "consistency = bsp\naggregate = mean\n");
+    snprintf(all, sizeof all, "[server]\ndurability = log\n"
+             "snapshot_interval = 0\n%s", sections);
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n", all), 0);
+    ps_client *c[2];
+    for (int w = 0; w < 2; w++) {
+        ps_options o;
+        ps_options_init(&o);
+        o.worker = w;
+        assert_int_equal(ps_open(&c[w], cl.spec, &o), 0);
+    }
+    assert_int_equal(tables_open(c[0]), 0);
+    for (int s = 0; s < 24; s++) {
+        for (int w = 0; w < 2; w++)
+            assert_int_equal(bsp_push_clock(c[w], w, s), 0);
+        if (s == 8 || s == 16) {
+            int sig = s == 8 ? SIGTERM : SIGKILL;
+            cluster_kill(&cl, 0, sig);
+            assert_int_equal(cluster_restart(&cl, 0), 0);
+        }
+        pthread_t th;
+        void *rc1;
+        assert_int_equal(pthread_create(&th, NULL, clock_thread, c[1]), 0);
+        int rc0 = ps_clock(c[0]);
+        pthread_join(th, &rc1);
+        if (rc0 != 0 || rc1 != NULL)
+            fail_msg("clock %d: %d (%s), %d", s, rc0, ps_last_error(c[0]),
+                     (int)(intptr_t)rc1);
+        bsp_ref_clock(s, 2);
+        char when[64];
+        snprintf(when, sizeof when, "bsp across stops, after clock %d", s);
+        check_all(c[0], when);
+    }
+    ps_close(c[0]);
+    ps_close(c[1]);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -512,6 +582,8 @@ int main(void)
             every_updater_keeps_its_state_across_restart_reload_and_replay),
         cmocka_unit_test(
             bsp_mean_applies_each_updater_once_per_clock_to_the_mean),
+        cmocka_unit_test(
+            bsp_sums_of_every_updater_survive_a_restart_and_a_replay),
     };
     return cmocka_run_group_tests_name("numerics", tests, NULL, NULL);
 }
