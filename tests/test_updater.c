@@ -363,6 +363,36 @@ static void test_ftrl_weight_is_exactly_zero_while_z_within_l1(void **unused)
     }
 }
 
+/* With beta = 0 and l2 = 0 (both allowed; TensorFlow's Ftrl defaults to
+ * beta 0) FTRL divides by sqrt(n) / alpha, which is 0 while n is: a
+ * first gradient whose square rounds to 0 in float (|g| < 2^-75) would
+ * give the row an infinite weight, and z = inf at the next push keeps it
+ * there for good. The weight stays finite (0, as for a row that saw no
+ * gradient), and the next real gradient moves the row as it would a
+ * fresh one. */
+static void test_ftrl_with_beta_0_stays_finite_when_squares_underflow(
+    void **unused)
+{
+    psd_updater_params p = params(PSD_UPD_FTRL);
+    float w[2] = { 0.0f, 0.0f }, st[4] = { 0 };
+    const float tiny[2] = { 1e-24f, -3e-30f }, real[2] = { 0.5f, -2.0f };
+
+    (void)unused;
+    p.lr = 0.1f;
+    p.beta = 0.0f;
+    psd_update_row(&p, w, st, NULL, tiny, 2);
+    for (uint32_t i = 0; i < 2; i++) {
+        assert_true(st[2 + i] == 0.0f);           /* the square underflowed */
+        expect_exact(w[i], 0.0, "ftrl beta 0, tiny g", 0, i, 1);
+    }
+    psd_update_row(&p, w, st, NULL, real, 2);
+    for (uint32_t i = 0; i < 2; i++) {
+        /* n = g^2, z = g + tiny: w = -alpha z / |g|, about -alpha sgn(g). */
+        double want = real[i] > 0 ? -0.1 : 0.1;
+        expect_close(w[i], want, 1e-6, 0.0, "ftrl beta 0, then g", 0, i, 2);
+    }
+}
+
 /* ---- Long runs against long double ---- */
 
 #define LONG_STEPS 5000
@@ -734,6 +764,8 @@ int main(void)
         cmocka_unit_test(test_adam_first_step_moves_by_lr_times_sign),
         cmocka_unit_test(test_ftrl_matches_double_reference),
         cmocka_unit_test(test_ftrl_weight_is_exactly_zero_while_z_within_l1),
+        cmocka_unit_test(
+            test_ftrl_with_beta_0_stays_finite_when_squares_underflow),
         cmocka_unit_test(test_updaters_match_long_double_over_5000_pushes),
         cmocka_unit_test(test_init_zeros_gives_exact_zeros),
         cmocka_unit_test(test_init_constant_gives_exact_value),
