@@ -59,7 +59,8 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_slice $(BUILD)/test_arff
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_auth $(BUILD)/test_modes $(BUILD)/test_proxy \
               $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable \
-              $(BUILD)/test_ops $(BUILD)/test_limits $(BUILD)/test_conn
+              $(BUILD)/test_ops $(BUILD)/test_limits $(BUILD)/test_conn \
+              $(BUILD)/test_numerics
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS) $(BUILD)/mh_client
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -226,6 +227,8 @@ $(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(BUILD)
 
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread
+$(BUILD)/test_numerics: $(BUILD)/tests/test_numerics.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lm -lpthread
 
 # The fault-injection proxy (tests/faultproxy.h): a command for scripts
 # and a test of its own, with no psd or client code in either.

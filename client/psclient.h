@@ -138,7 +138,11 @@ typedef struct ps_table_info { int id; int dense; uint32_t dim; uint64_t rows; }
  * info is not NULL, or PS_ENOTABLE. */
 PS_API int ps_table(ps_client *c, const char *name, ps_table_info *info);
 
-/* Requests. keys: n keys in any order (duplicates allowed); vals, grads and
+/* Requests. keys: n keys in any order (duplicates allowed: a push applies
+ * each occurrence in turn, so with adagrad, adam or ftrl a key given twice
+ * takes two optimizer steps, not one with the sum as TensorFlow's sparse
+ * updates do; sum the rows first for that. On a bsp table a clock's
+ * pushes are summed per key first, duplicates included); vals, grads and
  * out: n * dim floats, row-major. Every buffer is borrowed until the
  * request completes (its callback ran, or ps_wait for it returned); pulled
  * rows are written straight into out (large ones as they arrive, before

@@ -28,8 +28,8 @@ typedef enum {
 } psd_log_level;
 
 /* Hyper-parameters of a table's updater. Keys in the ini: lr, beta1,
- * beta2, epsilon, l1, l2, lr_power is not supported; ftrl uses lr as
- * alpha and `beta` as its beta. Defaults: lr 0.01, beta1 0.9,
+ * beta2, epsilon, l1, l2, beta (FTRL's lr_power is not supported: it is
+ * always -1/2); ftrl uses lr as alpha and `beta` as its beta. Defaults: lr 0.01, beta1 0.9,
  * beta2 0.999, epsilon 1e-8, l1 0, l2 0, beta 1. */
 typedef struct psd_updater_params {
     psd_updater_kind kind;

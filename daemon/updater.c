@@ -101,7 +101,11 @@ static void update_adam(const psd_updater_params *p, float *restrict w,
 
 /* FTRL-proximal (McMahan et al. 2013, algorithm 1) with alpha = lr. z is
  * state[0..dim), n is state[dim..2 dim). The weight is recomputed from z
- * and n, so it is exactly 0 while |z| <= l1. */
+ * and n, so it is exactly 0 while |z| <= l1. The divisor is 0 only with
+ * beta = l2 = 0 while n is 0, which a nonzero gradient leaves so when its
+ * square rounds to 0 (|g| < 2^-75): the weight is then 0 too, as for a
+ * row that saw no gradient, rather than -z/0, an infinity that the next
+ * push would carry into z for good. */
 static void update_ftrl(const psd_updater_params *p, float *restrict w,
                         float *restrict state, const psd_ufloat *restrict g,
                         uint32_t dim)
@@ -121,8 +125,8 @@ static void update_ftrl(const psd_updater_params *p, float *restrict w,
         z[i] = zi;
         n[i] = n_new;
         float shrunk = zi - copysignf(l1, zi);
-        float wi = -shrunk / ((beta + sqrt_new) * inv_alpha + l2);
-        w[i] = fabsf(zi) <= l1 ? 0.0f : wi;
+        float den = (beta + sqrt_new) * inv_alpha + l2;
+        w[i] = fabsf(zi) <= l1 || den == 0.0f ? 0.0f : -shrunk / den;
     }
 }
 

@@ -32,7 +32,8 @@ int psd_updater_has_step(psd_updater_kind kind);
  *   ftrl (McMahan et al. 2013, alpha = lr):
  *         sigma = (sqrt(n + g^2) - sqrt(n)) / alpha; z += g - sigma w;
  *         n += g^2; w = |z| <= l1 ? 0
- *                       : -(z - sgn(z) l1) / ((beta + sqrt(n)) / alpha + l2) */
+ *                       : -(z - sgn(z) l1) / ((beta + sqrt(n)) / alpha + l2)
+ *         (and w = 0 when that divisor is 0: beta = l2 = 0 and n = 0) */
 void psd_update_row(const psd_updater_params *p, float *w, float *state,
                     uint32_t *step, const psd_ufloat *g, uint32_t dim);
 

@@ -363,6 +363,142 @@ static void test_ftrl_weight_is_exactly_zero_while_z_within_l1(void **unused)
     }
 }
 
+/* With beta = 0 and l2 = 0 (both allowed; TensorFlow's Ftrl defaults to
+ * beta 0) FTRL divides by sqrt(n) / alpha, which is 0 while n is: a
+ * first gradient whose square rounds to 0 in float (|g| < 2^-75) would
+ * give the row an infinite weight, and z = inf at the next push keeps it
+ * there for good. The weight stays finite (0, as for a row that saw no
+ * gradient), and the next real gradient moves the row as it would a
+ * fresh one. */
+static void test_ftrl_with_beta_0_stays_finite_when_squares_underflow(
+    void **unused)
+{
+    psd_updater_params p = params(PSD_UPD_FTRL);
+    float w[2] = { 0.0f, 0.0f }, st[4] = { 0 };
+    const float tiny[2] = { 1e-24f, -3e-30f }, real[2] = { 0.5f, -2.0f };
+
+    (void)unused;
+    p.lr = 0.1f;
+    p.beta = 0.0f;
+    psd_update_row(&p, w, st, NULL, tiny, 2);
+    for (uint32_t i = 0; i < 2; i++) {
+        assert_true(st[2 + i] == 0.0f);           /* the square underflowed */
+        expect_exact(w[i], 0.0, "ftrl beta 0, tiny g", 0, i, 1);
+    }
+    psd_update_row(&p, w, st, NULL, real, 2);
+    for (uint32_t i = 0; i < 2; i++) {
+        /* n = g^2, z = g + tiny: w = -alpha z / |g|, about -alpha sgn(g). */
+        double want = real[i] > 0 ? -0.1 : 0.1;
+        expect_close(w[i], want, 1e-6, 0.0, "ftrl beta 0, then g", 0, i, 2);
+    }
+}
+
+/* ---- Long runs against long double ---- */
+
+#define LONG_STEPS 5000
+#define LDIM 4
+
+/* One float of a row in long double, written from the papers (Duchi et
+ * al. 2011; Kingma and Ba 2015, with bias correction; McMahan et al.
+ * 2013, algorithm 1), not from PROTOCOL.md's float recipe: the weight,
+ * the state (adagrad: a = h; adam: a = m, b = v; ftrl: a = z, b = n) and
+ * the sum of the weight's moves. */
+typedef struct lrow {
+    long double w, a, b, moved;
+} lrow;
+
+static void lref(const psd_updater_params *p, lrow *r, unsigned long t,
+                 float gf)
+{
+    long double g = gf, lr = p->lr, was = r->w;
+
+    if (p->kind == PSD_UPD_ADAGRAD) {
+        r->a += g * g;
+        r->w -= lr * g / (sqrtl(r->a) + p->epsilon);
+    } else if (p->kind == PSD_UPD_ADAM) {
+        long double b1 = p->beta1, b2 = p->beta2;
+        r->a = b1 * r->a + (1 - b1) * g;
+        r->b = b2 * r->b + (1 - b2) * g * g;
+        r->w -= lr * (r->a / (1 - powl(b1, t))) /
+                (sqrtl(r->b / (1 - powl(b2, t))) + p->epsilon);
+    } else {
+        long double n1 = r->b + g * g;
+        r->a += g - (sqrtl(n1) - sqrtl(r->b)) / lr * r->w;
+        r->b = n1;
+        r->w = fabsl(r->a) <= p->l1
+                   ? 0
+                   : -(r->a - copysignl(p->l1, r->a)) /
+                         ((p->beta + sqrtl(n1)) / lr + p->l2);
+    }
+    r->moved += fabsl(r->w - was);
+}
+
+/* A gradient in (-scale, scale) from a xorshift stream, with a zero now
+ * and then. */
+static float long_gradient(uint64_t *x, double scale)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    if ((*x & 15) == 0)
+        return 0.0f;
+    return (float)(((double)(*x >> 11) / 9007199254740992.0 - 0.5) * 2.0 *
+                   scale);
+}
+
+/* Runs LONG_STEPS pushes of one row whose columns see gradients of scale
+ * 1e-10, 1e-2, 1 and 1e10, comparing after every push. */
+static void check_long_run(const psd_updater_params *p, int row)
+{
+    const double scale[LDIM] = { 1e-10, 1e-2, 1.0, 1e10 };
+    float w[LDIM] = { 0.5f, -0.25f, 0.0f, 1.0f }, st[2 * LDIM] = { 0 };
+    lrow r[LDIM];
+    uint32_t t = 0;
+    uint64_t x = 0x9e3779b97f4a7c15ULL + (uint64_t)row;
+
+    for (uint32_t i = 0; i < LDIM; i++) {
+        r[i].w = w[i];
+        r[i].a = r[i].b = r[i].moved = 0;
+    }
+    for (int s = 1; s <= LONG_STEPS; s++) {
+        float g[LDIM];
+        for (uint32_t i = 0; i < LDIM; i++) {
+            g[i] = long_gradient(&x, scale[i]);
+            lref(p, &r[i], (unsigned long)s, g[i]);
+        }
+        psd_update_row(p, w, st, &t, g, LDIM);
+        for (uint32_t i = 0; i < LDIM; i++)
+            expect_close(w[i], (double)r[i].w, 1e-4,
+                         1e-30 + 1e-6 * (double)r[i].moved, "long run",
+                         row, i, s);
+    }
+}
+
+static void test_updaters_match_long_double_over_5000_pushes(void **unused)
+{
+    psd_updater_params p = params(PSD_UPD_ADAGRAD);
+
+    (void)unused;
+    p.lr = 0.05f;
+    p.epsilon = 1e-6f;
+    check_long_run(&p, 0);
+    p = params(PSD_UPD_ADAM);
+    check_long_run(&p, 1);
+    p.lr = 0.003f;
+    p.beta1 = 0.5f;
+    p.beta2 = 0.99f;
+    p.epsilon = 1e-4f;
+    check_long_run(&p, 2);
+    p = params(PSD_UPD_FTRL);
+    p.lr = 0.1f;
+    check_long_run(&p, 3);
+    p.lr = 2.0f;
+    p.beta = 0.5f;
+    p.l1 = 1e-3f;
+    p.l2 = 0.5f;
+    check_long_run(&p, 4);
+}
+
 /* ---- Initialisers ---- */
 
 static psd_init_params init(psd_init_kind kind, float a, float b,
@@ -628,6 +764,9 @@ int main(void)
         cmocka_unit_test(test_adam_first_step_moves_by_lr_times_sign),
         cmocka_unit_test(test_ftrl_matches_double_reference),
         cmocka_unit_test(test_ftrl_weight_is_exactly_zero_while_z_within_l1),
+        cmocka_unit_test(
+            test_ftrl_with_beta_0_stays_finite_when_squares_underflow),
+        cmocka_unit_test(test_updaters_match_long_double_over_5000_pushes),
         cmocka_unit_test(test_init_zeros_gives_exact_zeros),
         cmocka_unit_test(test_init_constant_gives_exact_value),
         cmocka_unit_test(test_init_writes_exactly_dim_floats),

@@ -511,7 +511,9 @@ class Table:
 
     def push(self, keys: np.ndarray, grads: np.ndarray) -> None:
         """Pushes ``grads`` (float32, (n, dim) or (n*dim,)) to the rows of
-        ``keys``; the table's updater applies them on the servers."""
+        ``keys``; the table's updater applies them on the servers, each
+        occurrence of a repeated key in turn (two optimizer steps for
+        adagrad, adam and ftrl, not one with the sum)."""
         self._client._call(*self._push(keys, grads))
 
     def pushpull(self, keys: np.ndarray, grads: np.ndarray,
