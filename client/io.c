@@ -33,6 +33,7 @@
 #define BACKOFF_MIN_MS 50         /* reconnect delays double from here */
 #define BACKOFF_MAX_MS 2000       /* up to here, with jitter */
 #define MS 1000000ULL             /* ns per ms */
+#define ADDRS_MAX 8               /* addresses kept of a name that has more */
 
 typedef enum { NC_IDLE, NC_CONNECTING, NC_HELLO, NC_READY, NC_CLOSING } nstate;
 
@@ -47,7 +48,13 @@ typedef struct nconn {
     int node;                     /* index in the layout; -1: a seed */
     nstate state;
     char name[280];
-    struct sockaddr_storage sa;
+    /* The node's addresses in the resolver's order (a name may have
+     * several: IPv6 and IPv4, or a DNS name with many records). An
+     * attempt that never connects goes on to the next at once; the one
+     * that connected is kept for reconnections (sa_i). */
+    struct sockaddr_storage sa[ADDRS_MAX];
+    int nsa, sa_i;
+    int reached;                  /* this attempt connected (TCP) */
     uint64_t connect_ns;          /* when this attempt started */
     uint64_t hello_ns;            /* connect + HELLO must end by then */
     uint64_t retry_ns;            /* IDLE: no new attempt before then */
@@ -125,6 +132,7 @@ static void nc_drop(nconn *nc, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void nc_send(nconn *nc);
 static void nc_connect(nconn *nc);
+static void nc_dial(nconn *nc);
 static void arm_retry(psc_io *io);
 static void open_done(psc_io *io, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -697,13 +705,34 @@ static void requeue_in_flight(nconn *nc, uint64_t now, int status)
     nc->q_head = head;
 }
 
+/* Takes a lookup's addresses for nc's next attempts. The address in use
+ * stays first choice while the name still has it, so that a reconnection
+ * does not go through the dead ones again. */
+static void take_addrs(nconn *nc, const struct addrinfo *res)
+{
+    struct sockaddr_storage cur = nc->sa[nc->sa_i];
+    int had = nc->nsa > 0;
+    nc->nsa = 0;
+    nc->sa_i = 0;
+    for (const struct addrinfo *a = res; a && nc->nsa < ADDRS_MAX;
+         a = a->ai_next) {
+        if (a->ai_addrlen > sizeof nc->sa[0])
+            continue;
+        memset(&nc->sa[nc->nsa], 0, sizeof nc->sa[0]);
+        memcpy(&nc->sa[nc->nsa], a->ai_addr, a->ai_addrlen);
+        if (had && !memcmp(&nc->sa[nc->nsa], &cur, sizeof cur))
+            nc->sa_i = nc->nsa;
+        nc->nsa++;
+    }
+}
+
 static void on_resolved(uv_getaddrinfo_t *req, int status,
                         struct addrinfo *res)
 {
     nconn *nc = req->data;
     nc->gai_busy = 0;
     if (status == 0 && res)
-        memcpy(&nc->sa, res->ai_addr, res->ai_addrlen);
+        take_addrs(nc, res);
     uv_freeaddrinfo(res);
 }
 
@@ -759,11 +788,21 @@ static void on_nc_closed(uv_handle_t *h)
     if (!nc->down_ns && nc->ever_ready)
         nc->down_ns = now;
     requeue_in_flight(nc, now, PS_ETIMEDOUT);
-    re_resolve(nc);
+    /* An address that did not connect: the name's next one, at once (a
+     * lookup started now would replace the list being walked). */
+    int next_addr = !nc->reached && nc->sa_i + 1 < nc->nsa &&
+                    (nc->q_head || c->open_state == PSC_OPENING);
+    if (!next_addr)
+        re_resolve(nc);
     if (c->open_state == PSC_OPENING) {
         if (now >= io->open_ns) {
             open_done(io, nc->drop_status, "%s (gave up after %d ms)",
                       nc->drop_why, c->opt.connect_timeout_ms);
+            return;
+        }
+        if (next_addr) {
+            nc->sa_i++;
+            nc_dial(nc);
             return;
         }
         if (nc == io->seed && io->seed_i + 1 < io->nseeds) {
@@ -773,9 +812,17 @@ static void on_nc_closed(uv_handle_t *h)
         }
         if (nc == io->seed)
             io->seed_i = 0;       /* all tried: again from the first */
+        nc->sa_i = 0;
         schedule_retry(nc);
         return;
     }
+    if (next_addr) {
+        nc->sa_i++;
+        nc_dial(nc);
+        return;
+    }
+    if (!nc->reached)
+        nc->sa_i = 0;             /* none connected: from the first again */
     if (nc->q_head)
         schedule_retry(nc);
 }
@@ -948,16 +995,37 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = n;
 }
 
+/* "ps-1:7071" alone, or "ps-1:7071 (10.0.0.3, address 2 of 3)" when the
+ * name has several, so that a failure says which one failed. */
+static void addr_label(const nconn *nc, char *buf, size_t len)
+{
+    char ip[64] = "?";
+    const struct sockaddr_storage *sa = &nc->sa[nc->sa_i];
+    if (nc->nsa < 2) {
+        snprintf(buf, len, "%s", nc->name);
+        return;
+    }
+    if (sa->ss_family == AF_INET6)
+        uv_ip6_name((const struct sockaddr_in6 *)sa, ip, sizeof ip);
+    else
+        uv_ip4_name((const struct sockaddr_in *)sa, ip, sizeof ip);
+    snprintf(buf, len, "%s (%s, address %d of %d)", nc->name, ip,
+             nc->sa_i + 1, nc->nsa);
+}
+
 static void on_connect(uv_connect_t *req, int status)
 {
     nconn *nc = req->data;
     if (nc->state != NC_CONNECTING)
         return;
     if (status < 0) {
-        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s", nc->name,
+        char where[400];
+        addr_label(nc, where, sizeof where);
+        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s", where,
                 uv_strerror(status));
         return;
     }
+    nc->reached = 1;
     uv_tcp_nodelay(&nc->tcp, 1);
     nc->state = NC_HELLO;
     nc->recv_ns = now_ns();
@@ -968,9 +1036,37 @@ static void on_connect(uv_connect_t *req, int status)
 static void nc_connect(nconn *nc)
 {
     psc_io *io = nc->io;
-    ps_client *c = io->c;
     if (nc->state != NC_IDLE || nc->fatal)
         return;
+    if (nc == io->seed) {
+        const psc_addr *a = &io->seeds[io->seed_i];
+        struct addrinfo hints = { 0 }, *res = NULL;
+        hints.ai_socktype = SOCK_STREAM;
+        snprintf(nc->name, sizeof nc->name, "%s:%s", a->host, a->port);
+        /* Seeds may be host names; resolving blocks only ps_open. */
+        int g = getaddrinfo(a->host, a->port, &hints, &res);
+        nc->nsa = 0;
+        if (!g && res)
+            take_addrs(nc, res);
+        if (res)
+            freeaddrinfo(res);
+        if (g || !nc->nsa) {
+            nc->reached = 0;
+            nc->state = NC_CONNECTING;       /* so nc_drop closes it */
+            uv_tcp_init(&io->loop, &nc->tcp);
+            nc_drop(nc, PS_ECONN, "cannot resolve %s: %s", nc->name,
+                    g ? gai_strerror(g) : "no address");
+            return;
+        }
+    }
+    nc_dial(nc);
+}
+
+/* One attempt at the address nc->sa[nc->sa_i]. */
+static void nc_dial(nconn *nc)
+{
+    psc_io *io = nc->io;
+    ps_client *c = io->c;
     uint64_t now = now_ns();
     /* An attempt gets connect_timeout_ms, but no longer than a request
      * attempt once the client is open, nor past the open's own limit. */
@@ -982,31 +1078,18 @@ static void nc_connect(nconn *nc)
     nc->hello_ns = now + limit;
     if (c->open_state == PSC_OPENING && io->open_ns < nc->hello_ns)
         nc->hello_ns = io->open_ns;
-    if (nc == io->seed) {
-        const psc_addr *a = &io->seeds[io->seed_i];
-        struct addrinfo hints = { 0 }, *res = NULL;
-        hints.ai_socktype = SOCK_STREAM;
-        snprintf(nc->name, sizeof nc->name, "%s:%s", a->host, a->port);
-        /* Seeds may be host names; resolving blocks only ps_open. */
-        int g = getaddrinfo(a->host, a->port, &hints, &res);
-        if (g || !res) {
-            nc->state = NC_CONNECTING;       /* so nc_drop closes it */
-            uv_tcp_init(&io->loop, &nc->tcp);
-            nc_drop(nc, PS_ECONN, "cannot resolve %s: %s", nc->name,
-                    gai_strerror(g));
-            return;
-        }
-        memcpy(&nc->sa, res->ai_addr, res->ai_addrlen);
-        freeaddrinfo(res);
-    }
+    nc->reached = 0;
     uv_tcp_init(&io->loop, &nc->tcp);
     nc->state = NC_CONNECTING;
     nc->creq.data = nc;
-    int rc = uv_tcp_connect(&nc->creq, &nc->tcp, (struct sockaddr *)&nc->sa,
-                            on_connect);
-    if (rc)
-        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s", nc->name,
+    int rc = uv_tcp_connect(&nc->creq, &nc->tcp,
+                            (struct sockaddr *)&nc->sa[nc->sa_i], on_connect);
+    if (rc) {
+        char where[400];
+        addr_label(nc, where, sizeof where);
+        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s", where,
                 uv_strerror(rc));
+    }
 }
 
 /* Whether a connection waits to be made again at retry_ns: idle, not
@@ -1072,7 +1155,6 @@ static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
 {
     psw_addr a;
     char port[8];
-    struct sockaddr_storage *sa = &nc->sa;
     if (psw_addr_parse(s, strlen(s), &a, why, whylen))
         return -1;
     if (a.kind == PSW_HOST_NAME) {
@@ -1090,8 +1172,13 @@ static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
                  g ? gai_strerror(g) : "no address");
         return -1;
     }
-    memcpy(sa, res->ai_addr, res->ai_addrlen);
+    nc->nsa = 0;
+    take_addrs(nc, res);
     freeaddrinfo(res);
+    if (!nc->nsa) {
+        snprintf(why, whylen, "cannot resolve it: no usable address");
+        return -1;
+    }
     return 0;
 }
 

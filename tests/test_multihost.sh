@@ -38,7 +38,7 @@ if ! netns_up "mh$$"; then
     exit 0
 fi
 
-echo "1..13"
+echo "1..14"
 n=0
 result() {                      # result STATUS DESCRIPTION [OUTPUT FILE]
     n=$((n + 1))
@@ -146,6 +146,29 @@ result $? "a client finds node 1 again by name after it moved to 10.200.0.4" \
 PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" check \
     "ps-0:7070,ps-1:7071" 1000 1602 >"$tmp/check2" 2>&1
 result $? "every key holds exactly 1602 after the move" "$tmp/check2"
+
+# 3a. A name with two addresses whose first takes no connection (the
+# workers' own address: nothing listens on 7071 there; the resolver puts
+# it first, its prefix being the longest match): a new client goes on to
+# the second instead of failing.
+printf '127.0.0.1 localhost\n%s ps-0\n%s ps-1\n10.200.0.4 ps-1\n' \
+    "$NETNS_ADDR_0" "$NETNS_ADDR_W" >"/etc/netns/$NS_W/hosts"
+first=$(in_ns "$NS_W" getent ahosts ps-1 | awk 'NR == 1 { print $1 }')
+{
+    echo "ps-1 resolves to (first: $first):"
+    in_ns "$NS_W" getent ahosts ps-1 | awk '$2 == "STREAM"'
+    # As a node of the layout, then as the only address ps_open is given.
+    PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
+        check "ps-0:7070,ps-1:7071" 1000 1602 &&
+    PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
+        check "ps-1:7071" 1000 1602
+} >"$tmp/twoaddr" 2>&1
+ok=$?
+[ "$first" = "$NETNS_ADDR_W" ] || ok=1
+result $ok "a name whose first address refuses is reached at its second" \
+    "$tmp/twoaddr"
+printf '127.0.0.1 localhost\n%s ps-0\n10.200.0.4 ps-1\n' \
+    "$NETNS_ADDR_0" >"/etc/netns/$NS_W/hosts"
 
 # 3b. A silent partition: node 1's link goes down (no FIN, no reset) for
 # 2.5 s, right before a client pushes to it. psd notices the silent
