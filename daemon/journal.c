@@ -34,6 +34,12 @@
 #define PARAMS_BODY 36
 #define WORKER_BODY 32
 #define ACK_BODY 32
+/* What a shape mismatch means, since the shape itself is only a hash. */
+#define SHAPE_HINT                                                           \
+    " (the shape covers the node count, shards and each table's name, "     \
+    "kind, dim, rows, updater and consistency: one of them changed in the " \
+    "ini since; restore it, or start with --skip-snapshot to set this "     \
+    "node's files aside)"
 
 struct psd_journal {
     char dir[4096];
@@ -742,9 +748,9 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                 if (r.waited != (uint32_t)node || r.clock != shape) {
                     snprintf(err, errlen, "%s: offset %llu: written by node "
                              "%u under layout shape %016llx; this is node %d, "
-                             "shape %016llx", path, (unsigned long long)off,
+                             "shape %016llx%s", path, (unsigned long long)off,
                              r.waited, (unsigned long long)r.clock, node,
-                             (unsigned long long)shape);
+                             (unsigned long long)shape, SHAPE_HINT);
                     rc = -1;
                     break;
                 }
@@ -817,8 +823,8 @@ static void check_one(const char *dir, int node, uint64_t seq, void *arg)
             (r.waited != (uint32_t)node || r.clock != k->shape)) {
             snprintf(k->err, k->errlen, "%s: offset 0: written by node %u "
                      "under layout shape %016llx; this is node %d, shape "
-                     "%016llx", path, r.waited, (unsigned long long)r.clock,
-                     node, (unsigned long long)k->shape);
+                     "%016llx%s", path, r.waited, (unsigned long long)r.clock,
+                     node, (unsigned long long)k->shape, SHAPE_HINT);
             k->bad = 1;
         }
     }
