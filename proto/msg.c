@@ -433,6 +433,13 @@ void psw_cluster_free(psw_cluster *l)
     l->nnodes = l->ntables = 0;
 }
 
+void psw_text_clean(char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            s[i] = '?';
+}
+
 int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
                         size_t errlen)
 {
@@ -453,6 +460,7 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
     if (tl)                              /* an empty STR has no pointer */
         memcpy(l->text, f[2].via.str.ptr, tl);
     l->text[tl] = '\0';
+    psw_text_clean(l->text, tl);
     if (get_u32(&f[3], &l->version) || get_i32(&f[4], &idx) ||
         get_u64(&f[5], &l->epoch) || get_u64(&f[6], &l->max_frame) ||
         get_u32(&f[7], &l->shards) || get_u64(&f[10], &l->worker_clock) ||

@@ -703,6 +703,19 @@ static void hello_and_layout_round_trip(void **state)
     EXPECT_INT(ld.heartbeat_ms, 1000, "heartbeat_ms");
     EXPECT_INT(ld.peer_timeout_ms, 4000, "peer_timeout_ms");
     psw_cluster_free(&ld);
+
+    /* A refusal's text comes without its control bytes. */
+    psw_cluster refused = { .status = PSW_EAUTH,
+                            .text = "wrong\x1b]0;pwned\x07token" };
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_hello_ok(&o, &refused);
+    psw_out_frame_end(&o);
+    free(buf);
+    decode_one(&o, &z, &buf, &msg);
+    assert_int_equal(psw_hello_ok_decode(msg, &ld, err, sizeof err), 0);
+    EXPECT_STR(ld.text, "wrong?]0;pwned?token", "refusal text cleaned");
+    psw_cluster_free(&ld);
     free(buf);
 
     /* The session messages: a PING has only its op, an ACK its mark. */

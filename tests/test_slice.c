@@ -891,6 +891,13 @@ static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
                "error text after a later OK");
     psc_req_free(r);
 
+    /* A node's text reaches terminals: its control bytes do not. */
+    r = push_request(2, keys, vals, 200, 2);
+    m = reply_msg(&r->parts[0], PSW_EKEY, "bad\x1b[2Jkey\n\x7f\xc3\xa9", 14);
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "error reply with ESC");
+    EXPECT_STR(r->error, "bad?[2Jkey??\xc3\xa9", "error text cleaned");
+    psc_req_free(r);
+
     /* An error reply without text still sets the status. */
     r = push_request(2, keys, vals, 200, 2);
     m = reply_msg(&r->parts[0], PSW_ESERVER, NULL, 0);
