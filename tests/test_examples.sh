@@ -1,0 +1,197 @@
+#!/bin/sh
+# What a first-time user meets in examples/: the trainers' --help and
+# their errors for bad arguments, and the demo scripts run from another
+# folder and stopped by Ctrl-C, each leaving no psd and no temporary
+# folder behind. The scripts run against stand-in trainers (tiny
+# shell scripts) and real psd nodes on free ports, so this needs no data
+# set and takes a few seconds. Reports in TAP like the C tests.
+# Usage: tests/test_examples.sh BUILD_DIR
+BUILD=${1:?usage: tests/test_examples.sh BUILD_DIR}
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$BUILD" && pwd)
+PYTHON=/usr/bin/python3
+tmp=$(mktemp -d /tmp/psd-examples-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+n=0
+check() {       # check DESCRIPTION COMMAND...
+    n=$((n + 1)); what=$1; shift
+    if "$@" >"$tmp/out" 2>&1; then echo "ok $n - $what"
+    else echo "not ok $n - $what"; sed 's/^/# /' "$tmp/out"; fi
+}
+
+# expect_status WANT CMD...: runs CMD with its output in $tmp/cmd.out and
+# fails, showing both sides, unless it exits WANT.
+expect_status() {
+    want=$1; shift
+    "$@" >"$tmp/cmd.out" 2>&1
+    got=$?
+    [ "$got" -eq "$want" ] && return 0
+    echo "$*: got status $got, want $want; it printed:"
+    cat "$tmp/cmd.out"
+    return 1
+}
+
+# expect_output TEXT: fails unless the last command's output holds TEXT.
+expect_output() {
+    grep -qF -- "$1" "$tmp/cmd.out" && return 0
+    echo "got no '$1' in:"
+    cat "$tmp/cmd.out"
+    return 1
+}
+
+# leftovers DIR: fails, listing them, if a process whose command line
+# names DIR still runs, or if DIR/tmp (the scripts' TMPDIR) is not empty.
+leftovers() {
+    sleep 1                     # a stand-in may still be in its `sleep 1`
+    left=$(pgrep -af -- "$1" | grep -v pgrep)
+    if [ -n "$left" ]; then
+        echo "processes left running:"
+        echo "$left"
+        # shellcheck disable=SC2046
+        kill -KILL $(echo "$left" | cut -d' ' -f1) 2>/dev/null
+        return 1
+    fi
+    if [ -n "$(ls -A "$1/tmp" 2>/dev/null)" ]; then
+        echo "temporary files left in $1/tmp:"
+        ls -A "$1/tmp"
+        return 1
+    fi
+}
+
+free_port() {
+    "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+# ---- the trainers' arguments ---------------------------------------------
+
+examples_help() {
+    for e in fashion_softmax fashion_mlp reuters_lr; do
+        expect_status 0 "$build/$e" --help || return 1
+        expect_output "usage: $e" || return 1
+    done
+}
+check "every example trainer's --help prints its usage and exits 0" \
+    examples_help
+
+examples_bad_values() {
+    for e in fashion_softmax fashion_mlp reuters_lr; do
+        expect_status 2 "$build/$e" || return 1
+        expect_output "required" || return 1
+        expect_status 2 "$build/$e" --servers x --data x --worker x \
+            --workers 2 --mode bsp || return 1
+        expect_output "'x' is not a number" || return 1
+        expect_status 2 "$build/$e" --servers x --data x --worker 0 \
+            --workers || return 1
+        expect_output "--workers needs a value" || return 1
+    done
+}
+check "missing options, a value that is not a number and an option without its value exit 2 with a message" \
+    examples_bad_values
+
+# ---- the demo scripts ------------------------------------------------------
+
+# fake_build DIR KIND: a build folder with the real psd and faultproxy and
+# a stand-in fashion_softmax: `ok` prints the accuracy lines the scripts
+# read, `fail` exits 1, `hang` waits to be killed.
+fake_build() {
+    mkdir -p "$1/tmp" || return 1
+    ln -sf "$build/psd" "$build/faultproxy" "$1/"
+    {
+        echo '#!/bin/sh'
+        case $2 in
+        ok)   echo 'echo "final test accuracy: 0.8500"'
+              echo 'echo "test accuracy: 0.8500"' ;;
+        fail) echo 'echo "stand-in trainer: failing on purpose" >&2'
+              echo 'exit 1' ;;
+        hang) echo 'while :; do sleep 1; done' ;;
+        esac
+    } >"$1/fashion_softmax"
+    chmod +x "$1/fashion_softmax"
+}
+
+# demo_ini FILE DIR: a 2-node cluster on free ports with the demo's table.
+demo_ini() {
+    cat >"$1" <<EOF
+[cluster]
+nodes = 127.0.0.1:$(free_port), 127.0.0.1:$(free_port)
+shards = 4
+workers = 2
+[server]
+data_dir = $2/data
+[table.fashion]
+kind = dense
+rows = 785
+dim = 10
+updater = sgd
+lr = 0.1
+EOF
+}
+
+fashion_from_elsewhere() {
+    f=$tmp/elsewhere
+    fake_build "$f" ok && demo_ini "$f/c.ini" "$f" || return 1
+    (cd / && TMPDIR=$f/tmp expect_status 0 sh "$top/examples/run_fashion.sh" \
+        "$f" "$f/c.ini") || return 1
+    expect_output "run_fashion: PASS" || return 1
+    expect_output "psd node 1 exited 0" || return 1
+    leftovers "$f"
+}
+check "run_fashion.sh works from another folder and leaves no psd or temporary folder" \
+    fashion_from_elsewhere
+
+# ctrl_c DIR SCRIPT ARGS...: runs SCRIPT as a terminal runs a foreground
+# job (its own process group, SIGINT not ignored), waits until both
+# stand-in workers run, sends SIGINT to the whole group as Ctrl-C does and
+# expects the script to end with status 130 within 20 s.
+ctrl_c() {
+    "$PYTHON" - "$@" <<'EOF'
+import os, signal, subprocess, sys, time
+d, cmd = sys.argv[1], ["sh"] + sys.argv[2:]
+env = dict(os.environ, TMPDIR=os.path.join(d, "tmp"))
+p = subprocess.Popen(cmd, env=env, start_new_session=True,
+                     preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                      signal.SIG_DFL))
+end = time.time() + 20
+while time.time() < end and p.poll() is None:
+    out = subprocess.run(["pgrep", "-f", d + "/fashion_softmax"],
+                         capture_output=True, text=True).stdout.split()
+    if len(out) >= 2:
+        break
+    time.sleep(0.1)
+else:
+    sys.exit(f"the stand-in workers never ran (status {p.poll()})")
+time.sleep(0.3)
+os.killpg(p.pid, signal.SIGINT)
+try:
+    rc = p.wait(timeout=20)
+except subprocess.TimeoutExpired:
+    os.killpg(p.pid, signal.SIGKILL)
+    sys.exit("still running 20 s after Ctrl-C")
+if rc != 130:
+    sys.exit(f"got status {rc} after Ctrl-C, want 130")
+EOF
+}
+
+fashion_ctrl_c() {
+    f=$tmp/ctrlc
+    fake_build "$f" hang && demo_ini "$f/c.ini" "$f" || return 1
+    ctrl_c "$f" "$top/examples/run_fashion.sh" "$f" "$f/c.ini" || return 1
+    leftovers "$f"
+}
+check "run_fashion.sh stopped by Ctrl-C stops its psd nodes and workers and removes its temporary folder" \
+    fashion_ctrl_c
+
+faults_ctrl_c() {
+    f=$tmp/faultsc
+    fake_build "$f" hang || return 1
+    ctrl_c "$f" "$top/examples/run_faults.sh" "$f" || return 1
+    leftovers "$f"
+}
+check "run_faults.sh stopped by Ctrl-C stops its psd nodes and workers and removes its temporary folder" \
+    faults_ctrl_c
+
+echo "1..$n"
