@@ -77,6 +77,20 @@ examples_help() {
 check "every example trainer's --help prints its usage and exits 0" \
     examples_help
 
+examples_unknown_option() {
+    for e in fashion_softmax fashion_mlp reuters_lr; do
+        # ARGS:UNKNOWN
+        for t in "--bogus:--bogus" "--servers x --evl:--evl" \
+                 "--bogus 1:--bogus"; do
+            # shellcheck disable=SC2086
+            expect_status 2 "$build/$e" ${t%%:*} || return 1
+            expect_output "unknown option '${t#*:}'" || return 1
+        done
+    done
+}
+check "an unknown option is named as unknown (status 2), also as the last argument" \
+    examples_unknown_option
+
 examples_bad_values() {
     for e in fashion_softmax fashion_mlp reuters_lr; do
         expect_status 2 "$build/$e" || return 1
