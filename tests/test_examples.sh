@@ -1,8 +1,8 @@
 #!/bin/sh
 # What a first-time user meets in examples/: the trainers' --help and
-# their errors for bad arguments, and the demo scripts run from another
-# folder and stopped by Ctrl-C, each leaving no psd and no temporary
-# folder behind. The scripts run against stand-in trainers (tiny
+# their errors for bad arguments, torch_fashion.py without PyTorch, and the
+# demo scripts run from another folder and stopped by Ctrl-C, each leaving
+# no psd and no temporary folder behind. The scripts run against stand-in trainers (tiny
 # shell scripts) and real psd nodes on free ports, so this needs no data
 # set and takes a few seconds. Reports in TAP like the C tests.
 # Usage: tests/test_examples.sh BUILD_DIR
@@ -105,6 +105,24 @@ examples_bad_values() {
 }
 check "missing options, a value that is not a number and an option without its value exit 2 with a message" \
     examples_bad_values
+
+# ---- torch_fashion.py without PyTorch ------------------------------------
+
+# -S leaves out site-packages, where Debian keeps numpy and torch: this is
+# what a python without them sees.
+torch_missing() {
+    expect_status 2 "$PYTHON" -S "$top/examples/torch_fashion.py" \
+        --epochs 1 || return 1
+    expect_output "python3-torch" || return 1
+    expect_output "make run-torch" || return 1
+    if grep -q Traceback "$tmp/cmd.out"; then
+        echo "a traceback instead of a message:"
+        cat "$tmp/cmd.out"
+        return 1
+    fi
+}
+check "torch_fashion.py under a python without numpy and torch says what it needs (status 2, no traceback)" \
+    torch_missing
 
 # ---- the demo scripts ------------------------------------------------------
 
