@@ -1,8 +1,9 @@
 #!/bin/sh
-# What a first-time user meets in examples/: the trainers' --help and
-# their errors for bad arguments, torch_fashion.py without PyTorch, and the
-# demo scripts run from another folder and stopped by Ctrl-C, each leaving
-# no psd and no temporary folder behind. The scripts run against stand-in trainers (tiny
+# What a first-time user meets in examples/ and conf/: the trainers' --help
+# and their errors for bad arguments, torch_fashion.py without PyTorch, the
+# demo clusters of conf/ kept apart, and the demo scripts run from another
+# folder and stopped by Ctrl-C, each leaving no psd and no temporary folder
+# behind. The scripts run against stand-in trainers (tiny
 # shell scripts) and real psd nodes on free ports, so this needs no data
 # set and takes a few seconds. Reports in TAP like the C tests.
 # Usage: tests/test_examples.sh BUILD_DIR
@@ -123,6 +124,43 @@ torch_missing() {
 }
 check "torch_fashion.py under a python without numpy and torch says what it needs (status 2, no traceback)" \
     torch_missing
+
+# ---- conf/ ---------------------------------------------------------------
+
+# ini_get FILE SECTION KEY: the value, without its comment.
+ini_get() {
+    awk -v want="$2" -v key="$3" '
+        /^[ \t]*\[/ { s = $0; gsub(/[][ \t\r]/, "", s); sub(/;.*/, "", s) }
+        s == want && $0 ~ "^[ \t]*" key "[ \t]*=" {
+            sub(/^[^=]*=[ \t]*/, ""); sub(/[ \t]*;.*/, ""); print }' "$1"
+}
+
+# Nodes of one demo that read another's snapshot refuse to start (another
+# layout) or start from its weights; the scripts clear data_dir before
+# they start nodes, but a user who starts them by hand, as the files say,
+# must not meet either.
+demos_apart() {
+    seen=""
+    bad=0
+    for f in "$top"/conf/*.ini; do
+        [ "$(basename "$f")" = psd.ini ] && continue
+        dir=$(ini_get "$f" server data_dir)
+        nodes=$(ini_get "$f" cluster nodes | tr -d ' ')
+        for item in "data_dir=$dir" $(echo "$nodes" | tr ',' ' '); do
+            other=$(printf '%s\n' "$seen" | awk -v i="$item" \
+                '$1 == i { print $2; exit }')
+            if [ -n "$other" ]; then
+                echo "$(basename "$f") and $other share $item"
+                bad=1
+            fi
+            seen="$seen
+$item $(basename "$f")"
+        done
+    done
+    return $bad
+}
+check "the demo clusters of conf/ each have their own data_dir and ports" \
+    demos_apart
 
 # ---- the demo scripts ------------------------------------------------------
 
