@@ -2,8 +2,8 @@
 # What a first-time user meets in examples/ and conf/: the trainers' --help
 # and their errors for bad arguments, torch_fashion.py without PyTorch, the
 # demo clusters of conf/ kept apart, and the demo scripts run from another
-# folder and stopped by Ctrl-C, each leaving no psd and no temporary folder
-# behind. The scripts run against stand-in trainers (tiny
+# folder, failing, and stopped by Ctrl-C, each leaving no psd and no
+# temporary folder behind. The scripts run against stand-in trainers (tiny
 # shell scripts) and real psd nodes on free ports, so this needs no data
 # set and takes a few seconds. Reports in TAP like the C tests.
 # Usage: tests/test_examples.sh BUILD_DIR
@@ -212,6 +212,27 @@ fashion_from_elsewhere() {
 }
 check "run_fashion.sh works from another folder and leaves no psd or temporary folder" \
     fashion_from_elsewhere
+
+faults_failing() {
+    f=$tmp/faults
+    fake_build "$f" fail || return 1
+    TMPDIR=$f/tmp expect_status 1 sh "$top/examples/run_faults.sh" "$f" ||
+        return 1
+    where=$(sed -n 's/.*FAIL: .*(see \(.*\))$/\1/p' "$tmp/cmd.out")
+    if [ -z "$where" ] || [ ! -d "$where" ]; then
+        echo "the failure points to '$where', which is not a folder:"
+        cat "$tmp/cmd.out"
+        return 1
+    fi
+    if ! grep -rqs "failing on purpose" "$where"; then
+        echo "the workers' output is not in $where:"
+        ls -lR "$where"
+        return 1
+    fi
+    leftovers "$f"
+}
+check "run_faults.sh whose workers fail points to a folder that holds their logs, and leaves no psd or temporary folder" \
+    faults_failing
 
 # ctrl_c DIR SCRIPT ARGS...: runs SCRIPT as a terminal runs a foreground
 # job (its own process group, SIGINT not ignored), waits until both
