@@ -107,6 +107,81 @@ examples_bad_values() {
 check "missing options, a value that is not a number and an option without its value exit 2 with a message" \
     examples_bad_values
 
+# reuters_lr forks its workers; the script behind make run-sparse stops
+# it with SIGTERM (and Ctrl-C reaches none of them: a background job of sh
+# ignores SIGINT), so it must take them with it.
+reuters_term() {
+    f=$tmp/reuters
+    mkdir -p "$f" || return 1
+    for s in train test; do
+        {
+            echo '@relation grain'
+            echo '@attribute text string'
+            echo '@attribute class {0,1}'
+            echo '@data'
+            echo "'wheat and corn prices rose',1"
+            echo "'the bank raised its rates',0"
+            echo "'grain exports of wheat',1"
+            echo "'shares fell on the market',0"
+        } >"$f/ReutersGrain-$s.arff"
+    done
+    {
+        echo '[cluster]'
+        echo "nodes = 127.0.0.1:$(free_port), 127.0.0.1:$(free_port)"
+        echo 'workers = 4'
+        echo '[server]'
+        echo "data_dir = $f/data"
+        echo '[table.reuters]'
+        echo 'dim = 1'
+        echo 'updater = ftrl'
+    } >"$f/r.ini"
+    "$build/psd" -c "$f/r.ini" -n 0 >"$f/node0.log" 2>&1 &
+    n0=$!
+    "$build/psd" -c "$f/r.ini" -n 1 >"$f/node1.log" 2>&1 &
+    n1=$!
+    sleep 0.5
+    "$build/reuters_lr" --servers "$f/r.ini" --data "$f" --workers 4 \
+        --epochs 100000 --batch 1 >"$f/reuters_lr.log" 2>&1 &
+    parent=$!
+    i=0
+    while [ "$(pgrep -c -P "$parent")" -lt 4 ] && [ "$i" -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    kids=$(pgrep -P "$parent" | tr '\n' ' ')
+    sleep 0.5                   # training now
+    kill -TERM "$parent"
+    wait "$parent"
+    st=$?
+    sleep 1
+    left=""
+    for k in $kids; do
+        # Not a zombie that nobody has reaped yet.
+        state=$(sed 's/.*) //' "/proc/$k/stat" 2>/dev/null | cut -c1)
+        [ -n "$state" ] && [ "$state" != Z ] && left="$left $k"
+    done
+    kill -TERM "$n0" "$n1"
+    wait "$n0" "$n1"
+    # shellcheck disable=SC2086
+    [ -n "$left" ] && kill -KILL $left
+    if [ -z "$kids" ]; then
+        echo "reuters_lr never forked its 4 workers:"
+        cat "$f/reuters_lr.log"
+        return 1
+    fi
+    if [ -n "$left" ]; then
+        echo "workers still running a second after reuters_lr got" \
+            "SIGTERM:$left (of $kids)"
+        return 1
+    fi
+    if [ "$st" -ne 143 ]; then
+        echo "reuters_lr ended with status $st after SIGTERM, want 143"
+        return 1
+    fi
+}
+check "reuters_lr stopped with SIGTERM stops the workers it forked, and dies of the signal" \
+    reuters_term
+
 # ---- torch_fashion.py without PyTorch ------------------------------------
 
 # -S leaves out site-packages, where Debian keeps numpy and torch: this is
