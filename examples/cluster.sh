@@ -190,9 +190,6 @@ wait_up() {
     done
 }
 
-# start_nodes INI: starts the NNODES psd nodes of INI in the background and
-# waits until they all accept connections. Returns 1 if they do not; the
-# nodes started are in DAEMONS either way, for stop_nodes.
 # ini_data_dir INI: prints the [server] data_dir of INI (empty if unset).
 ini_data_dir() {
     awk '
@@ -206,6 +203,9 @@ ini_data_dir() {
         }' "$1"
 }
 
+# start_nodes INI: starts the NNODES psd nodes of INI in the background and
+# waits until they all accept connections. Returns 1 if they do not; the
+# nodes started are in DAEMONS either way, for stop_nodes.
 start_nodes() {
     # The demos start from the initial values: snapshots and journals an
     # earlier run left in the ini's data_dir would otherwise be restored.

@@ -1,6 +1,7 @@
-/* Helpers shared by the example trainers (fashion_softmax, fashion_mlp):
- * messages prefixed with the program's name, psd failure reports, option
- * parsing, the clock, the shuffle, data loading and table lookup. */
+/* Helpers shared by the example trainers (fashion_softmax, fashion_mlp,
+ * reuters_lr): messages prefixed with the program's name, psd failure
+ * reports, option parsing, the clock, the shuffle, data loading and table
+ * lookup. */
 #ifndef COMMON_H
 #define COMMON_H
 
@@ -46,6 +47,9 @@ void print_stats(ps_client *c, const char *label);
 
 /* Seconds on the monotonic clock. */
 double now(void);
+
+/* True if s is one of the strings of the NULL-terminated list. */
+int is_one_of(const char *s, const char *const *list);
 
 /* Parses the decimal int s, the value of option `name`, in lo..hi. Returns
  * 0 with *out set, or -1 after a message. */

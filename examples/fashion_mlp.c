@@ -125,6 +125,13 @@ static int parse_mode(const char *s, int *out)
     return -1;
 }
 
+/* The options that take a value, as parse_args reads them: with nothing
+ * after them they need one, and anything else there is unknown. */
+static const char *const value_options[] = {
+    "--servers", "--data", "--mode", "--worker", "--workers", "--epochs",
+    "--batch", "--straggle", "--decay", NULL
+};
+
 /* Fills *o from argv. Returns 0, or -1 after a message. */
 static int parse_args(int argc, char **argv, options *o)
 {
@@ -150,7 +157,10 @@ static int parse_args(int argc, char **argv, options *o)
             continue;
         }
         if (i + 1 >= argc) {
-            complain("%s needs a value (see --help)", a);
+            if (is_one_of(a, value_options))
+                complain("%s needs a value (see --help)", a);
+            else
+                complain("unknown option '%s' (see --help)", a);
             return -1;
         }
         const char *v = argv[++i];

@@ -62,6 +62,13 @@ static void usage(FILE *f)
         "  --eval  only print the test accuracy of the current weights\n");
 }
 
+/* The options that take a value, as parse_args reads them: with nothing
+ * after them they need one, and anything else there is unknown. */
+static const char *const value_options[] = {
+    "--servers", "--data", "--table", "--worker", "--workers", "--epochs",
+    "--batch", "--timeout-ms", NULL
+};
+
 /* Fills *o from argv. Returns 0, or -1 after a message. */
 static int parse_args(int argc, char **argv, options *o)
 {
@@ -86,7 +93,10 @@ static int parse_args(int argc, char **argv, options *o)
             continue;
         }
         if (i + 1 >= argc) {
-            complain("%s needs a value (see --help)", a);
+            if (is_one_of(a, value_options))
+                complain("%s needs a value (see --help)", a);
+            else
+                complain("unknown option '%s' (see --help)", a);
             return -1;
         }
         const char *v = argv[++i];

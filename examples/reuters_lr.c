@@ -6,6 +6,7 @@
  * A reader then pulls the test documents' keys and measures test AUC. */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,13 @@ static int parse_double(const char *name, const char *s, double lo, double hi,
     return 0;
 }
 
+/* The options that take a value, as parse_args reads them: with nothing
+ * after them they need one, and anything else there is unknown. */
+static const char *const value_options[] = {
+    "--servers", "--data", "--table", "--worker", "--workers", "--epochs",
+    "--batch", "--target-auc", NULL
+};
+
 /* Fills *o from argv. Returns 0, or -1 after a message. */
 static int parse_args(int argc, char **argv, options *o)
 {
@@ -122,7 +130,10 @@ static int parse_args(int argc, char **argv, options *o)
             continue;
         }
         if (i + 1 >= argc) {
-            complain("%s needs a value (see --help)", a);
+            if (is_one_of(a, value_options))
+                complain("%s needs a value (see --help)", a);
+            else
+                complain("unknown option '%s' (see --help)", a);
             return -1;
         }
         const char *v = argv[++i];
@@ -457,37 +468,87 @@ done:
     return rc;
 }
 
+/* The workers run_workers forked, for pass_on. */
+static pid_t pids[64];
+static volatile sig_atomic_t npids;
+
+/* The signals that stop the parent: it passes each on to its workers,
+ * which would otherwise train on with nobody waiting for them (until the
+ * nodes stop and their requests time out), then dies of it itself. */
+static const int stop_signals[] = { SIGTERM, SIGINT, SIGHUP };
+#define NSTOP (sizeof stop_signals / sizeof stop_signals[0])
+
+static void pass_on(int sig)
+{
+    for (sig_atomic_t i = 0; i < npids; i++)
+        kill(pids[i], sig);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* Forks o->workers workers on train and waits for all of them. Returns 0
- * if every one exited 0, or -1 after a message. */
+ * if every one exited 0, or -1 after a message. A stop signal is passed
+ * on to the workers (see pass_on); one ignored when we started (SIGINT
+ * in a background job of sh) stays ignored, in the workers too. */
 static int run_workers(const options *o, const arff_set *train)
 {
-    pid_t pids[64];
     int started = 0, failed = 0;
+    struct sigaction old[NSTOP], sa;
+    sigset_t stops, prev;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = pass_on;
+    sigemptyset(&sa.sa_mask);
+    sigemptyset(&stops);
+    for (size_t k = 0; k < NSTOP; k++) {
+        sigaddset(&stops, stop_signals[k]);
+        sigaddset(&sa.sa_mask, stop_signals[k]);
+    }
+    for (size_t k = 0; k < NSTOP; k++) {
+        sigaction(stop_signals[k], NULL, &old[k]);
+        if (old[k].sa_handler != SIG_IGN)
+            sigaction(stop_signals[k], &sa, NULL);
+    }
 
     /* Nothing buffered may be printed twice, once by each child. */
     fflush(NULL);
     for (; started < o->workers; started++) {
+        /* Blocked until the new pid is in pids, so no worker misses a
+         * signal that arrives meanwhile. */
+        sigprocmask(SIG_BLOCK, &stops, &prev);
         pid_t p = fork();
-        if (p < 0) {
-            complain("fork: %s", strerror(errno));
-            failed = 1;
-            break;
-        }
         if (p == 0) {
+            for (size_t k = 0; k < NSTOP; k++)
+                sigaction(stop_signals[k], &old[k], NULL);
+            sigprocmask(SIG_SETMASK, &prev, NULL);
             int rc = run_worker(o, started, train);
             fflush(NULL);
             _exit(rc == 0 ? 0 : 1);
         }
-        pids[started] = p;
+        if (p > 0) {
+            pids[started] = p;
+            npids = started + 1;
+        }
+        int fork_errno = errno;
+        sigprocmask(SIG_SETMASK, &prev, NULL);
+        if (p < 0) {
+            complain("fork: %s", strerror(fork_errno));
+            failed = 1;
+            break;
+        }
     }
-    for (int i = 0; i < started; i++) {
+    int lost = 0;
+    for (int i = 0; i < started && !lost; i++) {
         int st;
         while (waitpid(pids[i], &st, 0) < 0) {
             if (errno != EINTR) {
                 complain("waitpid: %s", strerror(errno));
-                return -1;
+                lost = failed = 1;
+                break;
             }
         }
+        if (lost)
+            break;
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             if (WIFSIGNALED(st))
                 complain("worker %d was killed by signal %d", i,
@@ -498,6 +559,10 @@ static int run_workers(const options *o, const arff_set *train)
             failed = 1;
         }
     }
+    /* The workers are reaped: their pids may be reused. */
+    for (size_t k = 0; k < NSTOP; k++)
+        sigaction(stop_signals[k], &old[k], NULL);
+    npids = 0;
     return failed ? -1 : 0;
 }
 

@@ -2,8 +2,10 @@
 # `make run-faults`: the Fashion-MNIST softmax demo twice, once on a clean
 # loopback cluster and once with every node behind a fault proxy that drops
 # 20% of the frames both ways, and with node 1 killed (SIGKILL) and
-# restarted during training (from its snapshot and journal). Prints both accuracies; passes when the faulty
-# run ends within 2 points of the clean one.
+# restarted during training (from its snapshot and journal). Prints both
+# accuracies; passes when the faulty run ends within 2 points of the clean
+# one. The ini files and the logs of the nodes, workers and proxies stay in
+# BUILD_DIR/faults; the nodes' data goes to a temporary folder.
 # Usage: run_faults.sh BUILD_DIR
 set -u
 
@@ -24,6 +26,9 @@ for f in psd fashion_softmax faultproxy; do
 done
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/run_faults.XXXXXX") ||
     fail "cannot create a temporary folder"
+OUT="$BUILD/faults"     # ini files and logs, kept after the run
+mkdir -p "$OUT" || fail "cannot create $OUT"
+rm -f "$OUT"/*.ini "$OUT"/*.log "$OUT"/*.out "$OUT"/*.err
 
 # free_port: a port nothing listens on now (asked of the kernel).
 free_port() {
@@ -52,14 +57,14 @@ write_ini() {
     } >"$1"
 }
 
-# train INI TAG: runs the workers against INI; worker 0's output goes to
-# $TMP/TAG.worker0.log. Echoes worker 0's final accuracy.
+# start_workers INI TAG: starts the workers against INI; worker I's output
+# goes to $OUT/TAG.workerI.log.
 start_workers() {
     w=0
     while [ "$w" -lt "$WORKERS" ]; do
         "$BUILD/fashion_softmax" --servers "$1" --worker "$w" \
             --workers "$WORKERS" --epochs "$EPOCHS" \
-            --timeout-ms "$TIMEOUT_MS" >"$TMP/$2.worker$w.log" 2>&1 &
+            --timeout-ms "$TIMEOUT_MS" >"$OUT/$2.worker$w.log" 2>&1 &
         WORKER_PIDS="$WORKER_PIDS $!"
         w=$((w + 1))
     done
@@ -69,29 +74,32 @@ worker_exited() {
     [ "$2" -eq 0 ] || say "worker $1 failed with status $2"
 }
 
+# finish_workers: waits for every worker; returns 1 if one failed.
 finish_workers() {
+    finished=0
     # shellcheck disable=SC2086
-    wait_each worker_exited $WORKER_PIDS || return 1
-    WORKER_PIDS=""
+    wait_each worker_exited $WORKER_PIDS || finished=1
+    WORKER_PIDS=""      # reaped: the exit trap must not signal them
+    return $finished
 }
 
 accuracy() {
-    sed -n 's/^final test accuracy: //p' "$TMP/$1.worker0.log" | tail -n 1
+    sed -n 's/^final test accuracy: //p' "$OUT/$1.worker0.log" | tail -n 1
 }
 
 # ---- the clean run ------------------------------------------------------------
 
 p0=$(free_port); p1=$(free_port)
-write_ini "$TMP/clean.ini" "127.0.0.1:$p0, 127.0.0.1:$p1"
+write_ini "$OUT/clean.ini" "127.0.0.1:$p0, 127.0.0.1:$p1"
 NODES="127.0.0.1 $p0
 127.0.0.1 $p1"
 NNODES=2
-NODE_LOGS="$TMP/clean-"
+NODE_LOGS="$OUT/clean-"
 say "clean run: 2 nodes, $WORKERS workers, $EPOCHS epochs"
-start_nodes "$TMP/clean.ini" || { show_node_logs; fail "nodes did not start"; }
+start_nodes "$OUT/clean.ini" || { show_node_logs; fail "nodes did not start"; }
 t0=$(date +%s.%N)
-start_workers "$TMP/clean.ini" clean
-finish_workers || fail "the clean run failed (see $TMP)"
+start_workers "$OUT/clean.ini" clean
+finish_workers || fail "the clean run failed (see $OUT)"
 t1=$(date +%s.%N)
 stop_nodes || fail "a node did not stop cleanly"
 clean=$(accuracy clean)
@@ -101,24 +109,24 @@ say "clean run: test accuracy $clean"
 
 # Clients are told the proxies' ports; the nodes listen behind them.
 q0=$(free_port); q1=$(free_port); l0=$(free_port); l1=$(free_port)
-write_ini "$TMP/faulty.ini" "127.0.0.1:$q0, 127.0.0.1:$q1" \
+write_ini "$OUT/faulty.ini" "127.0.0.1:$q0, 127.0.0.1:$q1" \
     "127.0.0.1:$l0, 127.0.0.1:$l1"
 NODES="127.0.0.1 $l0
 127.0.0.1 $l1"
-NODE_LOGS="$TMP/faulty-"
+NODE_LOGS="$OUT/faulty-"
 say "faulty run: every node behind a proxy dropping $DROP of the frames" \
     "both ways; node 1 killed and restarted during training"
-start_nodes "$TMP/faulty.ini" || { show_node_logs; fail "nodes did not start"; }
+start_nodes "$OUT/faulty.ini" || { show_node_logs; fail "nodes did not start"; }
 for i in 0 1; do
     eval "pub=\$q$i; priv=\$l$i"
     "$BUILD/faultproxy" --listen "$pub" --to "127.0.0.1:$priv" \
         --drop "$DROP" --skip-frames 1 --dir both --seed "$((i + 1))" \
-        >"$TMP/proxy$i.out" 2>"$TMP/proxy$i.err" &
+        >"$OUT/proxy$i.out" 2>"$OUT/proxy$i.err" &
     HELPER_PIDS="$HELPER_PIDS $!"
 done
 wait_up 127.0.0.1 "$q0" 127.0.0.1 "$q1" || fail "the proxies did not start"
 t2=$(date +%s.%N)
-start_workers "$TMP/faulty.ini" faulty
+start_workers "$OUT/faulty.ini" faulty
 sleep 1
 say "killing node 1 (SIGKILL)"
 node1=$(echo $DAEMONS | cut -d' ' -f2)
@@ -126,9 +134,9 @@ kill -KILL "$node1"
 wait "$node1" 2>/dev/null
 sleep 1
 say "restarting node 1"
-"$BUILD/psd" -c "$TMP/faulty.ini" -n 1 >>"${NODE_LOGS}node1.log" 2>&1 &
+"$BUILD/psd" -c "$OUT/faulty.ini" -n 1 >>"${NODE_LOGS}node1.log" 2>&1 &
 DAEMONS="$(echo $DAEMONS | cut -d' ' -f1) $!"
-finish_workers || fail "the faulty run failed (see $TMP)"
+finish_workers || fail "the faulty run failed (see $OUT)"
 t3=$(date +%s.%N)
 # shellcheck disable=SC2086
 stop $HELPER_PIDS
@@ -136,15 +144,15 @@ HELPER_PIDS=""
 stop_nodes || say "a node did not stop cleanly"
 faulty=$(accuracy faulty)
 for i in 0 1; do
-    say "proxy $i: $(tail -n 2 "$TMP/proxy$i.out" | tr '\n' ' ')"
+    say "proxy $i: $(tail -n 2 "$OUT/proxy$i.out" | tr '\n' ' ')"
 done
-grep -h 'epoch .*resends' "$TMP"/faulty.worker*.log | sed "s/^/$PROG: /"
+grep -h 'epoch .*resends' "$OUT"/faulty.worker*.log | sed "s/^/$PROG: /"
 
 wall() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f s", b - a }'; }
 say "clean run:  test accuracy $clean, wall $(wall "$t0" "$t1")"
 say "faulty run: test accuracy $faulty, wall $(wall "$t2" "$t3")"
 if [ -z "$clean" ] || [ -z "$faulty" ]; then
-    fail "an accuracy is missing (see $TMP)"
+    fail "an accuracy is missing (see $OUT)"
 fi
 if awk -v c="$clean" -v f="$faulty" -v m="$MAX_LOSS" \
         'BEGIN { exit !(f + 0 >= c - m) }'; then

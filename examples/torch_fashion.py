@@ -46,10 +46,19 @@ import time
 import traceback
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:
+    # A python3 other than Debian's (a pyenv or a venv first on PATH) does
+    # not see the packages apt installs.
+    print(f"torch_fashion: {sys.executable} cannot import {e.name}: this "
+          f"example needs numpy and PyTorch. On Debian 12: apt-get install "
+          f"python3-numpy python3-torch, then run it with /usr/bin/python3; "
+          f"`make run-torch` does both.", file=sys.stderr)
+    sys.exit(2)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
