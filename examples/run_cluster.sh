@@ -67,12 +67,22 @@ for i in 0 1; do
         >"$BUILD/psd-cluster-node$i.log" 2>&1 &
     PSDS="$PSDS $!"
 done
+up=0
 for i in $(seq 1 100); do
-    [ "$(cat "$BUILD"/psd-cluster-node*.log | grep -c 'listening on')" = 2 ] &&
-        break
+    up=$(cat "$BUILD"/psd-cluster-node*.log | grep -c 'listening on')
+    [ "$up" = 2 ] && break
     sleep 0.1
 done
 grep -h "listening on" "$BUILD"/psd-cluster-node*.log | sed 's/^/    /'
+# Workers started against nodes that are not there would only fail later,
+# each through its own timeout, far from the cause.
+[ "$up" = 2 ] || {
+    for i in 0 1; do
+        printf '%s: node %d log:\n' "$PROG" "$i" >&2
+        sed 's/^/    /' "$BUILD/psd-cluster-node$i.log" >&2
+    done
+    fail "the nodes did not both listen within 10 s (logs above)"
+}
 
 pids=""
 w=0
