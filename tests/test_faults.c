@@ -1155,7 +1155,7 @@ static void latency_resends_only_past_the_timeout_and_counts_once(
  * client gave up on it and sent it again; each reply frame followed by
  * bytes that are no frame (a CRC that does not match), once a connection
  * has had three. */
-enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING };
+enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING, MOCK_HOSTILE };
 
 typedef struct mock {
     int listen_fd, port, mode;
@@ -1247,12 +1247,15 @@ static void *mock_main(void *arg)
             continue;
         }
         free(f);                 /* the HELLO */
-        char nodes[1][PSW_ADDR_MAX];
+        char nodes[2][PSW_ADDR_MAX];
         snprintf(nodes[0], sizeof nodes[0], "127.0.0.1:%d", mk->port);
+        /* A second node whose address is an escape sequence. */
+        snprintf(nodes[1], sizeof nodes[1], "\x1b]0;pwned\x07\x1b[2J:7071");
         psw_table_desc t[1] = { { 0, "t", 0, 1, 0, 0 } };
         psw_cluster l = { .status = PSW_OK, .version = PSW_VERSION,
                           .node_index = 0, .epoch = 1,
-                          .max_frame = 1 << 20, .shards = 4, .nnodes = 1,
+                          .max_frame = 1 << 20, .shards = 4,
+                          .nnodes = mk->mode == MOCK_HOSTILE ? 2 : 1,
                           .nodes = nodes, .ntables = 1, .tables = t,
                           .heartbeat_ms = 1000, .peer_timeout_ms = 60000,
                           .proof_state = PSW_PROOF_NIL };
@@ -1421,6 +1424,33 @@ static void misbehaving_replies_complete_each_request_once(void **state)
                "reconnected");
 }
 
+/* A node whose layout holds control bytes (a node address that is an
+ * escape sequence): ps_open fails, and what it says, on stderr and in
+ * ps_last_error, holds none of them. */
+static void hostile_layout_text_reaches_no_terminal(void **state)
+{
+    (void)state;
+    mock mk;
+    mock_start(&mk, MOCK_HOSTILE);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 2000;
+    ps_client *c = NULL;
+    int rc = ps_open(&c, spec, &o);
+    const char *why = ps_last_error(NULL);
+    int ctl = 0;
+    for (const char *p = why; *p; p++)
+        ctl |= (unsigned char)*p < 0x20 || *p == 0x7f;
+    if (c)
+        ps_close(c);
+    mock_stop(&mk);
+    EXPECT_INT(rc != 0, 1, "ps_open against a hostile layout fails");
+    if (ctl)
+        fail_msg("ps_last_error holds control bytes: \"%s\"", why);
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -1460,6 +1490,7 @@ int main(void)
         cmocka_unit_test(
             latency_resends_only_past_the_timeout_and_counts_once),
         cmocka_unit_test(misbehaving_replies_complete_each_request_once),
+        cmocka_unit_test(hostile_layout_text_reaches_no_terminal),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }
