@@ -57,6 +57,8 @@ typedef struct nconn {
     int reached;                  /* this attempt connected (TCP) */
     uint64_t connect_ns;          /* when this attempt started */
     uint64_t hello_ns;            /* connect + HELLO must end by then */
+    uint64_t attempt_end_ns;      /* hello_ns once connected (before, it
+                                     may be earlier: see nc_dial) */
     uint64_t retry_ns;            /* IDLE: no new attempt before then */
     uint64_t backoff_ms;          /* the last delay; 0 after a success */
     int ever_ready;               /* a later HELLO_OK is a reconnection */
@@ -1026,6 +1028,7 @@ static void on_connect(uv_connect_t *req, int status)
         return;
     }
     nc->reached = 1;
+    nc->hello_ns = nc->attempt_end_ns;
     uv_tcp_nodelay(&nc->tcp, 1);
     nc->state = NC_HELLO;
     nc->recv_ns = now_ns();
@@ -1074,10 +1077,23 @@ static void nc_dial(nconn *nc)
     if (c->open_state != PSC_OPENING &&
         (uint64_t)c->opt.request_timeout_ms * MS < limit)
         limit = (uint64_t)c->opt.request_timeout_ms * MS;
+    int opening = c->open_state == PSC_OPENING;
+    uint64_t end = now + limit;
+    if (opening && io->open_ns < end)
+        end = io->open_ns;
     nc->connect_ns = now;
-    nc->hello_ns = now + limit;
-    if (c->open_state == PSC_OPENING && io->open_ns < nc->hello_ns)
-        nc->hello_ns = io->open_ns;
+    nc->attempt_end_ns = end;
+    nc->hello_ns = end;
+    /* While ps_open waits, the addresses still to try (this name's, and
+     * a seed's later seeds) share its time until one connects: an address
+     * that never answers must not take all of it. */
+    if (opening && end > now) {
+        uint64_t left = (uint64_t)(nc->nsa - nc->sa_i);
+        if (nc == io->seed)
+            left += (uint64_t)(io->nseeds - io->seed_i - 1);
+        if (left > 1)
+            nc->hello_ns = now + (end - now) / left;
+    }
     nc->reached = 0;
     uv_tcp_init(&io->loop, &nc->tcp);
     nc->state = NC_CONNECTING;
@@ -1629,8 +1645,10 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
     ps_client *c = io->c;
     if ((nc->state == NC_CONNECTING || nc->state == NC_HELLO) &&
         now > nc->hello_ns) {
+        char where[400];
+        addr_label(nc, where, sizeof where);
         nc_drop(nc, PS_ETIMEDOUT, "no answer from %s within %llu ms of "
-                "connecting", nc->name,
+                "connecting", where,
                 (unsigned long long)((nc->hello_ns - nc->connect_ns) / MS));
         return;
     }

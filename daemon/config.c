@@ -44,7 +44,8 @@ typedef enum {
 typedef enum { F_POS = 1, F_NONNEG, F_UNIT } frange;
 
 enum {
-    REQUIRED = 1
+    REQUIRED = 1,
+    SECRET = 2                  /* its value is never echoed in an error */
 };
 
 typedef struct setting {
@@ -130,7 +131,7 @@ static const setting settings[] = {
     { SC_SERVER, "metrics_listen", T_NODES, NULL, 0, 1, PSW_MAX_NODES, 0,
       NULL, 0 },
     { SC_SERVER, "auth_token", T_STR, "", CL(auth_token),
-      0, STRMAX(auth_token), 0, NULL, 0 },
+      0, STRMAX(auth_token), 0, NULL, SECRET },
     { SC_SERVER, "auth_token_file", T_STR, "", CL(auth_token_file),
       0, STRMAX(auth_token_file), 0, NULL, 0 },
     { SC_SERVER, "max_frame", T_SIZE, "64M", CL(max_frame),
@@ -401,8 +402,13 @@ static void bad_value(parser *p, const section *s, const entry *e,
         snprintf(expect, sizeof expect, "%s", why);
     else
         describe(st, expect, sizeof expect);
-    fail(p, e->line, "[%s] %s: %s%s, got \"%s\"%s", s->name, st->key,
-         why ? "" : "expected ", expect, e->value, cont_note(e, note));
+    if (st->flags & SECRET)
+        fail(p, e->line, "[%s] %s: %s%s, got %zu bytes%s", s->name, st->key,
+             why ? "" : "expected ", expect, strlen(e->value),
+             cont_note(e, note));
+    else
+        fail(p, e->line, "[%s] %s: %s%s, got \"%s\"%s", s->name, st->key,
+             why ? "" : "expected ", expect, e->value, cont_note(e, note));
 }
 
 /* How far from the mean a normal draw can go, in standard deviations:

@@ -354,9 +354,15 @@ static int take_reply(node *nd, const msgpack_object *msg, void *arg)
     }
     if (m.op != PSW_OP_REPLY || m.ts != a->ts)
         return 0;
+    /* The node's texts go to a terminal: an escape sequence in them must
+     * not act there (a node writes none; admin.c escapes them). */
     if (m.status != PSW_OK) {
-        snprintf(nd->err, sizeof nd->err, "%s: %.*s", psw_strerror(m.status),
-                 (int)m.text_len, m.text ? m.text : "");
+        int n = snprintf(nd->err, sizeof nd->err, "%s: %.*s",
+                         psw_strerror(m.status), (int)m.text_len,
+                         m.text ? m.text : "");
+        psw_text_clean(nd->err, n < 0 ? 0
+                                : (size_t)n < sizeof nd->err ? (size_t)n
+                                : sizeof nd->err - 1);
         return -1;
     }
     a->text = malloc(m.vals_len + 1);
@@ -366,6 +372,9 @@ static int take_reply(node *nd, const msgpack_object *msg, void *arg)
     }
     memcpy(a->text, m.vals, m.vals_len);
     a->text[m.vals_len] = '\0';
+    for (size_t i = 0; i < m.vals_len; i++)     /* lines are kept */
+        if (a->text[i] != '\n')
+            psw_text_clean(a->text + i, 1);
     a->len = m.vals_len;
     return 1;
 }

@@ -251,14 +251,21 @@ static int get_bin(const msgpack_object *o, const char **p, size_t *n)
 }
 
 /* Copies a STR into a fixed buffer; refuses empty or overlong strings,
- * and strings holding a NUL byte (as a C string they would be cut there:
- * "\0mb" would pass as the empty name). */
+ * and strings holding a byte that no node address or table name has:
+ * a NUL (as a C string they would be cut there: "\0mb" would pass as the
+ * empty name), a space, a control byte or one above 0x7e (an escape
+ * sequence would act on the terminal that prints the layout), a quote
+ * or a backslash (psctl writes them into JSON). */
 static int get_name(const msgpack_object *o, char *dst, size_t cap)
 {
     if (o->type != MSGPACK_OBJECT_STR || o->via.str.size == 0 ||
-        o->via.str.size >= cap ||
-        memchr(o->via.str.ptr, '\0', o->via.str.size))
+        o->via.str.size >= cap)
         return -1;
+    for (uint32_t i = 0; i < o->via.str.size; i++) {
+        unsigned char ch = (unsigned char)o->via.str.ptr[i];
+        if (ch <= 0x20 || ch >= 0x7f || ch == '"' || ch == '\\')
+            return -1;
+    }
     memcpy(dst, o->via.str.ptr, o->via.str.size);
     dst[o->via.str.size] = '\0';
     return 0;

@@ -120,6 +120,11 @@ static void run_error_case(void **state)
     psd_config_destroy(&c);
 }
 
+/* 150 bytes of a token. */
+#define TOKEN10 "0123456789"
+#define TOKEN150 TOKEN10 TOKEN10 TOKEN10 TOKEN10 TOKEN10 TOKEN10 TOKEN10 \
+    TOKEN10 TOKEN10 TOKEN10 TOKEN10 TOKEN10 TOKEN10 TOKEN10 TOKEN10
+
 /* Lines 1-2 of most cases. */
 #define CLUSTER "[cluster]\nnodes = 127.0.0.1:7070\n"
 /* Lines 1-2, then [table.emb] on line 3 and dim on line 4. */
@@ -230,6 +235,12 @@ static const error_case error_cases[] = {
       CLUSTER "[server]\nauth_token 0123456789abcdefSECRET\n", 0, 4,
       "expected \"key = value\" or \"[section]\", got \"auth_token ...\"",
       1 },
+    /* A token that a continuation line made too long: its length is
+     * said, never the token (the error goes to the log and terminal). */
+    { "overlong_auth_token_is_refused_without_echoing_it",
+      CLUSTER "[server]\nauth_token = " TOKEN150 "\n  " TOKEN150 "\n", 0, 4,
+      "[server] auth_token: expected at most 255 bytes, got 301 bytes "
+      "(continued on line 5)", 1 },
     { "section_header_without_bracket_is_refused",
       CLUSTER "[server\n", 0, 3, "expected \"]\"", 0 },
     { "text_after_section_header_is_refused",

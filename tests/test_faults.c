@@ -1155,7 +1155,12 @@ static void latency_resends_only_past_the_timeout_and_counts_once(
  * client gave up on it and sent it again; each reply frame followed by
  * bytes that are no frame (a CRC that does not match), once a connection
  * has had three. */
-enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING };
+enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING, MOCK_HOSTILE,
+       MOCK_HOSTILE_ADMIN };
+
+/* What MOCK_HOSTILE_ADMIN answers every ADMIN command with. */
+#define HOSTILE_TEXT "no\x1b]0;pwned\x07\x1b[2Jway\r"
+
 
 typedef struct mock {
     int listen_fd, port, mode;
@@ -1193,6 +1198,19 @@ static int mock_answer(psw_out *o, const char *body, size_t len,
         if (psw_msg_decode(&msgs[i], &m, err, sizeof err) ||
             psw_op_has(m.op, PSW_OPF_SESSION))
             continue;            /* ACK, PING */
+        if (m.op == PSW_OP_ADMIN) {
+            /* "stats" gets the text as its answer, the rest as an error. */
+            if (m.text_len == 5 && !memcmp(m.text, "stats", 5)) {
+                char *t = psw_pack_reply(o, m.ts, m.part, PSW_OK, NULL,
+                                         strlen(HOSTILE_TEXT), 0);
+                if (t)
+                    memcpy(t, HOSTILE_TEXT, strlen(HOSTILE_TEXT));
+            } else
+                psw_pack_reply(o, m.ts, m.part, PSW_ESERVER, HOSTILE_TEXT, 0,
+                               0);
+            packed++;
+            continue;
+        }
         int pull = m.op == PSW_OP_PULL || m.op == PSW_OP_PUSHPULL;
         size_t rows = pull ? m.nkeys * 4 : 0;
         if (unknown) {
@@ -1247,12 +1265,15 @@ static void *mock_main(void *arg)
             continue;
         }
         free(f);                 /* the HELLO */
-        char nodes[1][PSW_ADDR_MAX];
+        char nodes[2][PSW_ADDR_MAX];
         snprintf(nodes[0], sizeof nodes[0], "127.0.0.1:%d", mk->port);
+        /* A second node whose address is an escape sequence. */
+        snprintf(nodes[1], sizeof nodes[1], "\x1b]0;pwned\x07\x1b[2J:7071");
         psw_table_desc t[1] = { { 0, "t", 0, 1, 0, 0 } };
         psw_cluster l = { .status = PSW_OK, .version = PSW_VERSION,
                           .node_index = 0, .epoch = 1,
-                          .max_frame = 1 << 20, .shards = 4, .nnodes = 1,
+                          .max_frame = 1 << 20, .shards = 4,
+                          .nnodes = mk->mode == MOCK_HOSTILE ? 2 : 1,
                           .nodes = nodes, .ntables = 1, .tables = t,
                           .heartbeat_ms = 1000, .peer_timeout_ms = 60000,
                           .proof_state = PSW_PROOF_NIL };
@@ -1421,6 +1442,72 @@ static void misbehaving_replies_complete_each_request_once(void **state)
                "reconnected");
 }
 
+/* A node whose layout holds control bytes (a node address that is an
+ * escape sequence): ps_open fails, and what it says, on stderr and in
+ * ps_last_error, holds none of them. */
+static void hostile_layout_text_reaches_no_terminal(void **state)
+{
+    (void)state;
+    mock mk;
+    mock_start(&mk, MOCK_HOSTILE);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 2000;
+    ps_client *c = NULL;
+    int rc = ps_open(&c, spec, &o);
+    const char *why = ps_last_error(NULL);
+    int ctl = 0;
+    for (const char *p = why; *p; p++)
+        ctl |= (unsigned char)*p < 0x20 || *p == 0x7f;
+    if (c)
+        ps_close(c);
+    mock_stop(&mk);
+    EXPECT_INT(rc != 0, 1, "ps_open against a hostile layout fails");
+    if (ctl)
+        fail_msg("ps_last_error holds control bytes: \"%s\"", why);
+}
+
+/* Runs `psctl -s 127.0.0.1:port args` against a MOCK_HOSTILE_ADMIN node
+ * and checks that its output has the node's text, without its control
+ * bytes, and its exit status. */
+static void psctl_against_hostile(const char *args, int want_status)
+{
+    mock mk;
+    mock_start(&mk, MOCK_HOSTILE_ADMIN);
+    char cmd[256];
+    const char *b = getenv("PSCTL_BIN");
+    snprintf(cmd, sizeof cmd, "timeout 10 %s -s 127.0.0.1:%d %s 2>&1",
+             b ? b : "build/psctl", mk.port, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char out[4096];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    mock_stop(&mk);
+    int ctl = 0;
+    for (size_t i = 0; i < n; i++)
+        ctl |= ((unsigned char)out[i] < 0x20 && out[i] != '\n') ||
+               out[i] == 0x7f;
+    if (!strstr(out, "pwned") || ctl)
+        fail_msg("psctl %s: want the node's text without control bytes, "
+                 "got \"%s\"", args, out);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, want_status,
+               "psctl %s exit status", args);
+}
+
+/* A node answering psctl's commands with texts that are escape
+ * sequences, as an error (ping) and as an answer (stats --json): psctl
+ * writes them without their control bytes. */
+static void hostile_admin_text_reaches_no_terminal(void **state)
+{
+    (void)state;
+    psctl_against_hostile("ping", 1);
+    psctl_against_hostile("--json stats", 0);
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -1460,6 +1547,8 @@ int main(void)
         cmocka_unit_test(
             latency_resends_only_past_the_timeout_and_counts_once),
         cmocka_unit_test(misbehaving_replies_complete_each_request_once),
+        cmocka_unit_test(hostile_layout_text_reaches_no_terminal),
+        cmocka_unit_test(hostile_admin_text_reaches_no_terminal),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }
