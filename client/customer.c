@@ -303,7 +303,7 @@ static int settle(psc_part *p, int status, const char *why, size_t whylen)
         if (r->error) {
             memcpy(r->error, why, whylen);
             r->error[whylen] = '\0';
-            psw_text_clean(r->error, whylen);   /* a node's text, maybe */
+            psw_text_clean(r->error, whylen, 0);   /* a node's text, maybe */
         }
     }
     return --r->pending == 0;

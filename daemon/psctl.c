@@ -362,7 +362,7 @@ static int take_reply(node *nd, const msgpack_object *msg, void *arg)
                          m.text ? m.text : "");
         psw_text_clean(nd->err, n < 0 ? 0
                                 : (size_t)n < sizeof nd->err ? (size_t)n
-                                : sizeof nd->err - 1);
+                                : sizeof nd->err - 1, 0);
         return -1;
     }
     a->text = malloc(m.vals_len + 1);
@@ -372,9 +372,7 @@ static int take_reply(node *nd, const msgpack_object *msg, void *arg)
     }
     memcpy(a->text, m.vals, m.vals_len);
     a->text[m.vals_len] = '\0';
-    for (size_t i = 0; i < m.vals_len; i++)     /* lines are kept */
-        if (a->text[i] != '\n')
-            psw_text_clean(a->text + i, 1);
+    psw_text_clean(a->text, m.vals_len, 1);    /* lines are kept */
     a->len = m.vals_len;
     return 1;
 }

@@ -440,11 +440,17 @@ void psw_cluster_free(psw_cluster *l)
     l->nnodes = l->ntables = 0;
 }
 
-void psw_text_clean(char *s, size_t n)
+void psw_text_clean(char *s, size_t n, int keep_newlines)
 {
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if (b == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+            (unsigned char)s[i + 1] <= 0x9f) {
+            s[i] = s[i + 1] = '?';
+            i++;
+        } else if ((b < 0x20 && !(keep_newlines && b == '\n')) || b == 0x7f)
             s[i] = '?';
+    }
 }
 
 int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
@@ -467,7 +473,7 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
     if (tl)                              /* an empty STR has no pointer */
         memcpy(l->text, f[2].via.str.ptr, tl);
     l->text[tl] = '\0';
-    psw_text_clean(l->text, tl);
+    psw_text_clean(l->text, tl, 0);
     if (get_u32(&f[3], &l->version) || get_i32(&f[4], &idx) ||
         get_u64(&f[5], &l->epoch) || get_u64(&f[6], &l->max_frame) ||
         get_u32(&f[7], &l->shards) || get_u64(&f[10], &l->worker_clock) ||

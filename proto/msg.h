@@ -229,15 +229,16 @@ int psw_challenge_decode(const msgpack_object *o, psw_challenge *ch,
 /* An AUTH: a proof BIN (at most PSW_TOKEN_MAX bytes) or nil. */
 int psw_auth_decode(const msgpack_object *o, psw_auth_msg *a, char *err,
                     size_t errlen);
+/* Replaces, in the n bytes at s, each control character with '?': C0
+ * (below 0x20; '\n' kept when keep_newlines), DEL, and C1 written as UTF-8
+ * (0xC2 0x80..0x9F, two '?'), since a peer's text ends up in logs,
+ * ps_last_error and terminals, where an escape sequence it sent must not
+ * act. Other UTF-8 is kept. */
+void psw_text_clean(char *s, size_t n, int keep_newlines);
 /* Accepts 14 fields (version 2) or 15 (version 3: the server's proof,
  * BIN of PSW_PROOF_LEN bytes or nil). The refusal text comes cleaned
  * (psw_text_clean).
  * Allocates l->nodes and l->tables; free with psw_cluster_free. */
-/* Replaces, in the n bytes at s, each control character (below 0x20, and
- * DEL) with '?': a peer's error text ends up in logs, ps_last_error and
- * terminals, where an escape sequence it sent must not act. UTF-8 bytes
- * (0x80 and up) are kept. */
-void psw_text_clean(char *s, size_t n);
 int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
                         size_t errlen);
 

@@ -897,6 +897,12 @@ static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
     EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "error reply with ESC");
     EXPECT_STR(r->error, "bad?[2Jkey??\xc3\xa9", "error text cleaned");
     psc_req_free(r);
+    /* C1's CSI written as UTF-8 acts in some terminals too. */
+    r = push_request(2, keys, vals, 200, 2);
+    m = reply_msg(&r->parts[0], PSW_EKEY, "a\xc2\x9b" "2Jb\xc2\xa0", 8);
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "error reply with CSI");
+    EXPECT_STR(r->error, "a??2Jb\xc2\xa0", "C1 cleaned, NBSP kept");
+    psc_req_free(r);
 
     /* An error reply without text still sets the status. */
     r = push_request(2, keys, vals, 200, 2);

@@ -8,7 +8,7 @@
 # Environment: BENCH_QUICK=1     baselines, split cells and the side-by-side table only
 #              BENCH_ROUNDS=N    side-by-side rounds, each figure the median
 #                                (default 3; 1 with BENCH_QUICK=1)
-#              PSBENCH_ARGS      extra psbench arguments (e.g. "--rounds 3")
+#              PSBENCH_ARGS      extra psbench arguments (e.g. "--ms 1000")
 #              PSLITE_HARNESS    the ps-lite harness folder (see pslite.sh);
 #                                empty: psd alone
 #              PSD_BENCH_PLOT=0  no plot, and no apt-get install of gnuplot
