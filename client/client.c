@@ -175,8 +175,12 @@ static int bad_options(const ps_options *o, char *why, size_t len)
 int ps_open(ps_client **out, const char *servers, const ps_options *o)
 {
     char err[256];
-    *out = NULL;
     tls_open_err[0] = '\0';
+    if (!out) {
+        open_failed("the place for the client (ps_client **) is NULL");
+        return PS_EINVAL;
+    }
+    *out = NULL;
     ps_client *c = calloc(1, sizeof *c);
     if (!c) {
         open_failed("out of memory");

@@ -111,7 +111,8 @@ PS_API void ps_options_init(ps_options *o);
  * Returns 0 and sets *c, or a negative PS_E* code with *c = NULL
  * (ps_strerror() explains the code; the details, such as which option is
  * out of range or which node refused, go to stderr and to
- * ps_last_error(NULL) on the calling thread). */
+ * ps_last_error(NULL) on the calling thread). c itself NULL: PS_EINVAL,
+ * as every call answers a NULL it needs. */
 PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
 
 /* Waits for every outstanding request to complete, leaves the training

@@ -773,6 +773,17 @@ static void failed_open_says_why_in_last_error(void **state)
     ps_close(c);
 }
 
+/* Every call answers a NULL where a pointer is needed with PS_EINVAL;
+ * ps_open has nowhere to put the client then, and must not write it. */
+static void open_without_a_place_for_the_client_is_einval(void **state)
+{
+    (void)state;
+    EXPECT_INT(ps_open(NULL, shared.spec, NULL), PS_EINVAL,
+               "ps_open(NULL, ...)");
+    EXPECT_INT(strstr(ps_last_error(NULL), "NULL") != NULL, 1,
+               "the reason: '%s'", ps_last_error(NULL));
+}
+
 static void small_requests_share_frames(void **state)
 {
     (void)state;
@@ -1151,6 +1162,7 @@ int main(void)
         cmocka_unit_test(small_requests_share_frames),
         cmocka_unit_test(busy_poll_settings_serve_and_bad_ones_are_refused),
         cmocka_unit_test(failed_open_says_why_in_last_error),
+        cmocka_unit_test(open_without_a_place_for_the_client_is_einval),
         cmocka_unit_test(inflight_bytes_never_exceed_the_limit),
         cmocka_unit_test(reader_that_stops_reading_loses_nothing),
         cmocka_unit_test(replies_of_a_batch_larger_than_max_frame_all_arrive),
