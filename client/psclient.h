@@ -151,7 +151,11 @@ PS_API int ps_table(ps_client *c, const char *name, ps_table_info *info);
  * out; one that succeeds has exactly the rows the server sent). cb may be
  * NULL. Returns the request's
  * timestamp (> 0), or a negative PS_E* code, in which case cb never runs.
- * A call blocks while more than max_inflight_bytes are in flight. */
+ * Timestamps number a client's accepted requests one by one from 1; a
+ * call that fails takes none, and each ps_clock and ps_barrier sent takes
+ * one too, so a push right after a ps_clock is numbered 2 past the one
+ * before it. A call blocks while more than max_inflight_bytes are in
+ * flight. */
 PS_API ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
                      const float *vals, ps_done_fn cb, void *arg);
 PS_API ps_ts ps_pull(ps_client *c, int table, const uint64_t *keys, size_t n,
