@@ -172,6 +172,12 @@ static int bad_options(const ps_options *o, char *why, size_t len)
     return 0;
 }
 
+/* The Customer's wake-up, for parts it queues on the I/O thread. */
+static void wake_io(void *c)
+{
+    psc_io_wake(c);
+}
+
 int ps_open(ps_client **out, const char *servers, const ps_options *o)
 {
     char err[256];
@@ -254,6 +260,8 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         client_free(c);
         return PS_ENOMEM;
     }
+    c->cu.wake = wake_io;
+    c->cu.wake_arg = c;
     pthread_mutex_lock(&c->open_mu);
     while (c->open_state == PSC_OPENING)
         pthread_cond_wait(&c->open_cv, &c->open_mu);

@@ -51,9 +51,10 @@ enum {
                            push past max_unacked_pushes or
                            max_remembered_pushes: not applied): later */
     PS_ENONFINITE = -14,/* a pushed value is NaN or +-Inf and the table's
-                           nonfinite = reject: the node holding it applied
-                           none of the push (other nodes may have applied
-                           their parts; ps_last_error then says so) */
+                           nonfinite = reject: the push is refused whole,
+                           on every node (the parts for nodes without such
+                           a value are sent only once the nodes with one
+                           applied theirs) */
     PS_EFULL = -15      /* a sparse table holds max_rows rows on a node: a
                            push that would add rows is refused (pulls work) */
 };
