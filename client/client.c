@@ -172,11 +172,21 @@ static int bad_options(const ps_options *o, char *why, size_t len)
     return 0;
 }
 
+/* The Customer's wake-up, for parts it queues on the I/O thread. */
+static void wake_io(void *c)
+{
+    psc_io_wake(c);
+}
+
 int ps_open(ps_client **out, const char *servers, const ps_options *o)
 {
     char err[256];
-    *out = NULL;
     tls_open_err[0] = '\0';
+    if (!out) {
+        open_failed("the place for the client (ps_client **) is NULL");
+        return PS_EINVAL;
+    }
+    *out = NULL;
     ps_client *c = calloc(1, sizeof *c);
     if (!c) {
         open_failed("out of memory");
@@ -250,6 +260,8 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         client_free(c);
         return PS_ENOMEM;
     }
+    c->cu.wake = wake_io;
+    c->cu.wake_arg = c;
     pthread_mutex_lock(&c->open_mu);
     while (c->open_state == PSC_OPENING)
         pthread_cond_wait(&c->open_cv, &c->open_mu);

@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "customer.h"
+#include "../proto/frame.h"
 #include "../proto/status.h"
 
 void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes,
@@ -44,11 +45,91 @@ static void set_ts(psc_req *r, ps_ts ts)
         r->parts[i].msg.ts = (uint64_t)ts;
 }
 
+/* A push holding a NaN or an infinity (r->whole) goes to the nodes in
+ * two waves when its parts go to several: first to the nodes whose parts
+ * hold such a value, then, once those were all applied, to the others.
+ * A node refuses its part of such a push whole (nonfinite = reject), but
+ * only a node that sees the value can; held back until then, the other
+ * nodes' parts are never sent when it does, so the push is refused whole
+ * on every node. Only such pushes have their values read here again.
+ * Returns the parts to queue now, linked in order; the held ones go to
+ * r->held. */
+static psc_part *stage(psc_req *r)
+{
+    int nfirst = 0, nheld = 0;
+    if (r->whole) {
+        for (int i = 0; i < r->nparts; i++) {
+            psc_part *p = &r->parts[i];
+            p->first = psw_nonfinite(p->msg.vals, p->msg.vals_len);
+        }
+        for (int i = 0; i < r->nparts; i++) {
+            psc_part *p = &r->parts[i];
+            for (int j = 0; j < r->nparts && !p->first; j++)
+                p->first = r->parts[j].first && r->parts[j].node == p->node;
+            nfirst += p->first;
+        }
+        nheld = r->nparts - nfirst;
+    }
+    psc_part *now = NULL, **now_tail = &now, **held_tail = &r->held;
+    for (int i = 0; i < r->nparts; i++) {
+        psc_part *p = &r->parts[i];
+        if (!nheld)
+            p->first = 0;
+        p->next = NULL;
+        if (nheld && !p->first) {
+            *held_tail = p;
+            held_tail = &p->next;
+        } else {
+            *now_tail = p;
+            now_tail = &p->next;
+        }
+    }
+    r->first_pending = nheld ? nfirst : 0;
+    return now;
+}
+
+/* Once the first wave of a push sent in two (stage) was answered: sends
+ * the held parts when every part of it was applied; otherwise sends
+ * none, and they count as answered (r->pending) with the first wave's
+ * error. On the I/O thread. */
+static void release_held(psc_req *r)
+{
+    psc_part *held = r->held;
+    r->held = NULL;
+    if (r->status != PS_OK) {
+        for (psc_part *p = held; p; p = p->next)
+            r->pending--;
+        const char *note = " (its parts for the other nodes were not sent)";
+        size_t old = r->error ? strlen(r->error) : 0;
+        char *e = realloc(r->error, old + strlen(note) + 1);
+        if (e) {
+            memcpy(e + old, note, strlen(note) + 1);
+            r->error = e;
+        }
+        return;
+    }
+    psc_customer *cu = r->cu;
+    psc_part *last = held;
+    while (last->next)
+        last = last->next;
+    pthread_mutex_lock(&cu->mu);
+    if (cu->sq_tail)
+        cu->sq_tail->next = held;
+    else
+        cu->sq_head = held;
+    cu->sq_tail = last;
+    pthread_mutex_unlock(&cu->mu);
+    if (cu->wake)
+        cu->wake(cu->wake_arg);
+}
+
 ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
                           void *arg, int may_wait, char *err, size_t errlen)
 {
     r->cb = cb;
     r->arg = arg;
+    r->cu = cu;
+    psc_part *now = stage(r);        /* reads values: outside the lock */
     pthread_mutex_lock(&cu->mu);
     /* Backpressure: wait while the bytes in flight exceed the limit. A
      * lone request always goes, and the I/O thread (callbacks) never
@@ -82,8 +163,9 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
     }
     cu->last_ts = ts;
     cu->inflight_bytes += r->bytes;
-    for (int i = 0; i < r->nparts; i++) {
-        psc_part *p = &r->parts[i];
+    for (psc_part *p = now, *n; p; p = n) {
+        n = p->next;
+        p->next = NULL;
         if (cu->sq_tail)
             cu->sq_tail->next = p;
         else
@@ -306,6 +388,8 @@ static int settle(psc_part *p, int status, const char *why, size_t whylen)
             psw_text_clean(r->error, whylen, 0);   /* a node's text, maybe */
         }
     }
+    if (p->first && --r->first_pending == 0 && r->held)
+        release_held(r);
     return --r->pending == 0;
 }
 

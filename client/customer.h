@@ -58,6 +58,10 @@ typedef struct psc_customer {
     ps_ts fails_forgotten;       /* newest failure pushed out of the ring */
     int closing;
     psc_stats *stats;            /* where completions are counted */
+    void (*wake)(void *);        /* tells the I/O thread that parts were
+                                    queued (for held parts, which the I/O
+                                    thread itself releases); NULL: none */
+    void *wake_arg;
 } psc_customer;
 
 /* stats (owned by the caller, outliving cu) receives the per-request

@@ -51,9 +51,10 @@ enum {
                            push past max_unacked_pushes or
                            max_remembered_pushes: not applied): later */
     PS_ENONFINITE = -14,/* a pushed value is NaN or +-Inf and the table's
-                           nonfinite = reject: the node holding it applied
-                           none of the push (other nodes may have applied
-                           their parts; ps_last_error then says so) */
+                           nonfinite = reject: the push is refused whole,
+                           on every node (the parts for nodes without such
+                           a value are sent only once the nodes with one
+                           applied theirs) */
     PS_EFULL = -15      /* a sparse table holds max_rows rows on a node: a
                            push that would add rows is refused (pulls work) */
 };
@@ -111,7 +112,8 @@ PS_API void ps_options_init(ps_options *o);
  * Returns 0 and sets *c, or a negative PS_E* code with *c = NULL
  * (ps_strerror() explains the code; the details, such as which option is
  * out of range or which node refused, go to stderr and to
- * ps_last_error(NULL) on the calling thread). */
+ * ps_last_error(NULL) on the calling thread). c itself NULL: PS_EINVAL,
+ * as every call answers a NULL it needs. */
 PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
 
 /* Waits for every outstanding request to complete, leaves the training
@@ -150,7 +152,11 @@ PS_API int ps_table(ps_client *c, const char *name, ps_table_info *info);
  * out; one that succeeds has exactly the rows the server sent). cb may be
  * NULL. Returns the request's
  * timestamp (> 0), or a negative PS_E* code, in which case cb never runs.
- * A call blocks while more than max_inflight_bytes are in flight. */
+ * Timestamps number a client's accepted requests one by one from 1; a
+ * call that fails takes none, and each ps_clock and ps_barrier sent takes
+ * one too, so a push right after a ps_clock is numbered 2 past the one
+ * before it. A call blocks while more than max_inflight_bytes are in
+ * flight. */
 PS_API ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
                      const float *vals, ps_done_fn cb, void *arg);
 PS_API ps_ts ps_pull(ps_client *c, int table, const uint64_t *keys, size_t n,

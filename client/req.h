@@ -12,6 +12,7 @@
 #include "../proto/msg.h"
 
 typedef struct psc_req psc_req;
+struct psc_customer;
 
 /* One wire message of a request, bound for one node. */
 typedef struct psc_part {
@@ -38,6 +39,8 @@ typedef struct psc_part {
                                     bounds it, not attempts */
     size_t wire_bytes;           /* what it adds to a frame's budget: its
                                     message and the rows of its reply */
+    int first;                   /* a part of a push sent in two waves
+                                    (psc_req.held) that goes first */
 } psc_part;
 
 struct psc_req {
@@ -60,6 +63,13 @@ struct psc_req {
                                     such a push whole only within one
                                     frame (PROTOCOL.md §7). 0: its parts
                                     may go in frames of their own */
+    psc_part *held;              /* a whole push with parts for several
+                                    nodes: the parts for the nodes where
+                                    it holds no NaN or infinity, sent only
+                                    once the first wave was applied
+                                    (customer.c); else NULL */
+    int first_pending;           /* parts of the first wave not answered */
+    struct psc_customer *cu;     /* that took it, to send the held parts */
     int nparts;
     psc_part *parts;             /* nparts, in the same allocation */
 };

@@ -178,10 +178,11 @@ int main(int argc, char **argv)
         /* A snapshot or journal that a changed layout cannot load (psd
          * would refuse to start until --skip-snapshot): the node's, or
          * every node's found in the folder (several nodes may share
-         * one). */
+         * one). A data_dir that cannot be a folder was reported above
+         * and holds none. */
         char dir[4096];
         psd_config_data_dir(&cfg, dir, sizeof dir);
-        for (int i = 0; !skip && i < cfg.nnodes; i++) {
+        for (int i = 0; !skip && !pf.data_dir_bad && i < cfg.nnodes; i++) {
             if (node_given && i != node)
                 continue;
             char why[1024];

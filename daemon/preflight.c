@@ -170,6 +170,7 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
             add(&pf->problems, &pf->nproblems, path, c->data_dir_line,
                 "[server] data_dir: %s is not a folder, so psd cannot "
                 "create or use %s", part, dir);
+            pf->data_dir_bad = 1;
             return;
         }
     }

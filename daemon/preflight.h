@@ -22,6 +22,8 @@ typedef struct psd_preflight {
     int nproblems;
     char (*notes)[512];          /* worth saying, not fatal; owned */
     int nnotes;
+    int data_dir_bad;            /* a part of data_dir's path is a file:
+                                    no snapshot can be there to check */
 } psd_preflight;
 
 /* Checks cfg (loaded from path) for node `node`, or for every node when

@@ -691,6 +691,40 @@ static void check_flag_reports_file_and_line(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A data_dir whose path goes through a file is one problem, said once at
+ * its line: no snapshot can be there to check, and advice about one
+ * (restore the ini, --skip-snapshot) would send the operator astray. */
+static void check_flag_says_a_data_dir_through_a_file_once(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/psd-check-XXXXXX", path[64], file[64], cmd[256];
+    char out[2048] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/bad.ini", dir);
+    snprintf(file, sizeof file, "%s/afile", dir);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    f = fopen(path, "w");
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+            "data_dir = %s/sub\n[table.t]\ndim = 1\n", file);
+    fclose(f);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    snprintf(cmd, sizeof cmd, "'%s' --check -c '%s' 2>&1", psd, path);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    EXPECT_INT(WEXITSTATUS(st), 1, "exit status of psd --check");
+    char want[128];
+    snprintf(want, sizeof want, "%s:4: [server] data_dir:", path);
+    if (strncmp(out, want, strlen(want)) || strchr(out, '\n') !=
+        out + strlen(out) - 1)
+        fail_msg("psd --check said \"%s\", want one line starting with "
+                 "\"%s\"", out, want);
+}
+
 /* Reads the "stopping:" line of a stopped node's log. */
 static void stop_counts(const char *log, unsigned long long *requests,
                         unsigned long long *frames)
@@ -771,6 +805,17 @@ static void failed_open_says_why_in_last_error(void **state)
     EXPECT_INT(ps_last_error(NULL)[0], 0, "after a ps_open that worked: '%s'",
                ps_last_error(NULL));
     ps_close(c);
+}
+
+/* Every call answers a NULL where a pointer is needed with PS_EINVAL;
+ * ps_open has nowhere to put the client then, and must not write it. */
+static void open_without_a_place_for_the_client_is_einval(void **state)
+{
+    (void)state;
+    EXPECT_INT(ps_open(NULL, shared.spec, NULL), PS_EINVAL,
+               "ps_open(NULL, ...)");
+    EXPECT_INT(strstr(ps_last_error(NULL), "NULL") != NULL, 1,
+               "the reason: '%s'", ps_last_error(NULL));
 }
 
 static void small_requests_share_frames(void **state)
@@ -1148,9 +1193,11 @@ int main(void)
         cmocka_unit_test(sigterm_stops_the_daemon_with_status_zero),
         cmocka_unit_test(sighup_applies_a_new_learning_rate),
         cmocka_unit_test(check_flag_reports_file_and_line),
+        cmocka_unit_test(check_flag_says_a_data_dir_through_a_file_once),
         cmocka_unit_test(small_requests_share_frames),
         cmocka_unit_test(busy_poll_settings_serve_and_bad_ones_are_refused),
         cmocka_unit_test(failed_open_says_why_in_last_error),
+        cmocka_unit_test(open_without_a_place_for_the_client_is_einval),
         cmocka_unit_test(inflight_bytes_never_exceed_the_limit),
         cmocka_unit_test(reader_that_stops_reading_loses_nothing),
         cmocka_unit_test(replies_of_a_batch_larger_than_max_frame_all_arrive),

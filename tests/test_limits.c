@@ -1807,6 +1807,62 @@ static void nan_push_is_refused_whole_and_changes_nothing(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A push whose rows live on two nodes, one value NaN, is refused whole:
+ * the node without the NaN applies nothing either (a keyed push, a
+ * range and a pushpull, NaN on either node). On nonfinite = allow, both
+ * nodes apply it. */
+static void nan_push_across_nodes_is_refused_on_every_node(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 8,
+                      "[table.s]\ndim = 1\nupdater = sum\n"
+                      "[table.d]\nkind = dense\nrows = 64\ndim = 1\n"
+                      "updater = sum\n"
+                      "[table.loose]\nkind = dense\nrows = 64\ndim = 1\n"
+                      "nonfinite = allow\n"))
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec);
+    int s = ps_table(a, "s", NULL), d = ps_table(a, "d", NULL);
+    int loose = ps_table(a, "loose", NULL);
+    uint64_t keys[64];
+    float g[64], out[64];
+    for (int at = 0; at < 64; at += 63) {
+        for (int i = 0; i < 64; i++) {
+            keys[i] = (uint64_t)i;
+            g[i] = 1;
+        }
+        g[at] = NAN;
+        EXPECT_INT(ps_wait(a, ps_push(a, s, keys, 64, g, NULL, NULL)),
+                   PS_ENONFINITE, "keyed push, NaN at %d", at);
+        EXPECT_INT(ps_wait(a, ps_push_range(a, d, 0, 64, g, NULL, NULL)),
+                   PS_ENONFINITE, "range push, NaN at %d", at);
+        EXPECT_INT(ps_wait(a, ps_pushpull(a, d, keys, 64, g, out, NULL,
+                                          NULL)),
+                   PS_ENONFINITE, "pushpull, NaN at %d", at);
+        if (strstr(ps_last_error(a), "applied in part"))
+            fail_msg("ps_last_error: %s", ps_last_error(a));
+        wait_ok(a, ps_pull(a, s, keys, 64, out, NULL, NULL));
+        for (int i = 0; i < 64; i++)
+            if (out[i] != 0)
+                fail_msg("NaN at %d: key %d of s is %g, want 0 (nothing "
+                         "applied)", at, i, (double)out[i]);
+        wait_ok(a, ps_pull_range(a, d, 0, 64, out, NULL, NULL));
+        for (int i = 0; i < 64; i++)
+            if (out[i] != 0)
+                fail_msg("NaN at %d: row %d of d is %g, want 0 (nothing "
+                         "applied)", at, i, (double)out[i]);
+    }
+    wait_ok(a, ps_push_range(a, loose, 0, 64, g, NULL, NULL));
+    wait_ok(a, ps_pull_range(a, loose, 0, 64, out, NULL, NULL));
+    for (int i = 0; i < 64; i++)
+        if (i == 63 ? !isnan(out[i]) : out[i] != 1)
+            fail_msg("row %d of loose is %g, want %s", i, (double)out[i],
+                     i == 63 ? "NaN" : "1");
+    ps_close(a);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* With durability = log a refused push is not journaled: after a crash
  * and the journal's replay the rows are as before it. */
 static void refused_nan_push_is_not_replayed_after_a_crash(void **state)
@@ -2365,6 +2421,7 @@ int main(void)
         cmocka_unit_test_teardown(pulls_of_never_pushed_keys_do_not_grow_the_node, teardown),
         cmocka_unit_test_teardown(table_at_max_rows_refuses_pushes_that_add_rows, teardown),
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
+        cmocka_unit_test_teardown(nan_push_across_nodes_is_refused_on_every_node, teardown),
         cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
         cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),
         cmocka_unit_test_teardown(admin_answer_after_a_large_pull_stays_within_max_frame, teardown),

@@ -244,9 +244,9 @@ class LayoutError(Error):
 
 class NonFiniteError(InvalidError):
     """PS_ENONFINITE: a pushed value is NaN or infinite and the table
-    refuses those (nonfinite = reject). A node that finds one applies
-    nothing of its part of the push; the parts on other nodes may have
-    been applied (``message`` says so)."""
+    refuses those (nonfinite = reject). The push is refused whole, on
+    every node: its parts for nodes without such a value are sent only
+    once the nodes with one applied theirs."""
 
 
 class TableFullError(Error):
