@@ -68,7 +68,8 @@ static psc_part *stage(psc_req *r)
                 p->first = r->parts[j].first && r->parts[j].node == p->node;
             nfirst += p->first;
         }
-        nheld = r->nparts - nfirst;
+        /* None at all (not expected: whole means one was seen): one wave. */
+        nheld = nfirst ? r->nparts - nfirst : 0;
     }
     psc_part *now = NULL, **now_tail = &now, **held_tail = &r->held;
     for (int i = 0; i < r->nparts; i++) {
@@ -88,10 +89,29 @@ static psc_part *stage(psc_req *r)
     return now;
 }
 
+/* Queues part p for the I/O thread; it holds back what follows when p is
+ * the last part of a first wave (stage), so that the parts submitted
+ * after it reach every node after the held ones: a pull issued behind a
+ * push sees it, a clock follows it. Under cu->mu. */
+static void enqueue(psc_customer *cu, psc_part *p)
+{
+    psc_req *r = p->req;
+    int last_first = r->held && (!p->next || p->next->req != r);
+    p->next = NULL;
+    if (cu->sq_tail)
+        cu->sq_tail->next = p;
+    else
+        cu->sq_head = p;
+    cu->sq_tail = p;
+    if (last_first)
+        cu->holding = 1;
+}
+
 /* Once the first wave of a push sent in two (stage) was answered: sends
  * the held parts when every part of it was applied; otherwise sends
  * none, and they count as answered (r->pending) with the first wave's
- * error. On the I/O thread. */
+ * error. Then the parts that waited behind it go, up to the next such
+ * push. On the I/O thread, without cu->mu. */
 static void release_held(psc_req *r)
 {
     psc_part *held = r->held;
@@ -99,6 +119,7 @@ static void release_held(psc_req *r)
     if (r->status != PS_OK) {
         for (psc_part *p = held; p; p = p->next)
             r->pending--;
+        held = NULL;
         const char *note = " (its parts for the other nodes were not sent)";
         size_t old = r->error ? strlen(r->error) : 0;
         char *e = realloc(r->error, old + strlen(note) + 1);
@@ -106,20 +127,24 @@ static void release_held(psc_req *r)
             memcpy(e + old, note, strlen(note) + 1);
             r->error = e;
         }
-        return;
     }
     psc_customer *cu = r->cu;
-    psc_part *last = held;
-    while (last->next)
-        last = last->next;
     pthread_mutex_lock(&cu->mu);
-    if (cu->sq_tail)
-        cu->sq_tail->next = held;
-    else
-        cu->sq_head = held;
-    cu->sq_tail = last;
+    int queued = held || cu->dq_head;
+    for (psc_part *p = held, *n; p; p = n) {
+        n = p->next;
+        enqueue(cu, p);          /* r->held is NULL: holds nothing back */
+    }
+    cu->holding = 0;
+    while (cu->dq_head && !cu->holding) {
+        psc_part *p = cu->dq_head;
+        cu->dq_head = p->next;
+        enqueue(cu, p);
+    }
+    if (!cu->dq_head)
+        cu->dq_tail = NULL;
     pthread_mutex_unlock(&cu->mu);
-    if (cu->wake)
+    if (queued && cu->wake)
         cu->wake(cu->wake_arg);
 }
 
@@ -163,15 +188,21 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
     }
     cu->last_ts = ts;
     cu->inflight_bytes += r->bytes;
-    for (psc_part *p = now, *n; p; p = n) {
-        n = p->next;
-        p->next = NULL;
-        if (cu->sq_tail)
-            cu->sq_tail->next = p;
+    if (cu->holding) {
+        /* Behind a push whose held parts have not gone yet. */
+        if (cu->dq_tail)
+            cu->dq_tail->next = now;
         else
-            cu->sq_head = p;
-        cu->sq_tail = p;
-    }
+            cu->dq_head = now;
+        while (now && now->next)
+            now = now->next;
+        if (now)
+            cu->dq_tail = now;
+    } else
+        for (psc_part *p = now, *n; p; p = n) {
+            n = p->next;
+            enqueue(cu, p);
+        }
     pthread_mutex_unlock(&cu->mu);
     return ts;
 }

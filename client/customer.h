@@ -45,6 +45,11 @@ typedef struct psc_customer {
     psc_waiter *waiters;         /* threads waiting for one request */
     psc_part *sq_head, *sq_tail; /* accepted parts the I/O thread has not
                                     taken yet, all nodes */
+    psc_part *dq_head, *dq_tail; /* accepted parts that wait behind a push
+                                    whose held parts were not released yet
+                                    (customer.c: a connection keeps its
+                                    order), in submission order */
+    int holding;                 /* such pushes: 0 or 1 */
     psc_map reqs;                /* ts -> request not yet complete */
     ps_ts last_ts;
     ps_ts low;                   /* every request below it is complete

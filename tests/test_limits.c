@@ -1863,6 +1863,38 @@ static void nan_push_across_nodes_is_refused_on_every_node(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A connection keeps its order: a pull issued right behind a push sees
+ * it, also when the push holds a NaN that a nonfinite = allow table
+ * takes and its rows live on two nodes (the node without the NaN must
+ * not answer the pull before it took its part of the push). */
+static void pull_behind_allowed_nan_push_sees_it_on_every_node(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 8,
+                      "[table.loose]\nkind = dense\nrows = 64\ndim = 1\n"
+                      "updater = sum\nnonfinite = allow\n"))
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec);
+    int loose = ps_table(a, "loose", NULL);
+    float g[64], out[64];
+    for (int i = 0; i < 64; i++)
+        g[i] = 1;
+    g[63] = NAN;
+    for (int round = 1; round <= 20; round++) {
+        ps_ts push = ps_push_range(a, loose, 0, 64, g, NULL, NULL);
+        assert_true(push > 0);
+        wait_ok(a, ps_pull_range(a, loose, 0, 64, out, NULL, NULL));
+        wait_ok(a, push);
+        for (int i = 0; i < 63; i++)
+            if (out[i] != (float)round)
+                fail_msg("round %d: the pull behind the push read row %d "
+                         "as %g, want %d", round, i, (double)out[i], round);
+    }
+    ps_close(a);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* With durability = log a refused push is not journaled: after a crash
  * and the journal's replay the rows are as before it. */
 static void refused_nan_push_is_not_replayed_after_a_crash(void **state)
@@ -2422,6 +2454,7 @@ int main(void)
         cmocka_unit_test_teardown(table_at_max_rows_refuses_pushes_that_add_rows, teardown),
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
         cmocka_unit_test_teardown(nan_push_across_nodes_is_refused_on_every_node, teardown),
+        cmocka_unit_test_teardown(pull_behind_allowed_nan_push_sees_it_on_every_node, teardown),
         cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
         cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),
         cmocka_unit_test_teardown(admin_answer_after_a_large_pull_stays_within_max_frame, teardown),
