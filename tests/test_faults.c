@@ -875,6 +875,96 @@ static void requeued_parts_keep_their_order_across_kinds(void **state)
     rig_stop(&r);
 }
 
+/* Counts a request's callbacks: calls[ts] and the status of each. */
+typedef struct nan_calls {
+    int calls[128];
+    int status[128];
+} nan_calls;
+
+static void nan_done(ps_ts ts, int status, void *arg)
+{
+    nan_calls *k = arg;
+    if (ts > 0 && ts < 128) {
+        k->calls[ts]++;
+        k->status[ts] = status;
+    }
+}
+
+/* Pushes holding a NaN across two nodes while frames are dropped and
+ * duplicated both ways: the first wave is sent again, the held parts go
+ * exactly once (nonfinite = allow) or never (reject), every callback
+ * runs once with its status. Then both nodes swallow everything and
+ * ps_close, parts held, returns within the bound and sends them never. */
+static void nan_pushes_in_two_waves_survive_drops_and_close(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 2, "",
+              SERVER "[table.loose]\nkind = dense\nrows = 64\ndim = 1\n"
+              "updater = sum\nnonfinite = allow\n"
+              "[table.d]\nkind = dense\nrows = 64\ndim = 1\n"
+              "updater = sum\n");
+    ps_options o = fault_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    int loose = ps_table(cl, "loose", NULL), d = ps_table(cl, "d", NULL);
+    float g[64], h[64], out[64];
+    for (int i = 0; i < 64; i++)
+        g[i] = h[i] = 1;
+    g[63] = NAN;
+    h[0] = INFINITY;
+    fp_faults f = { .drop = 0.2, .dup = 0.3, .skip_frames = 1 };
+    rig_faults(&r, FP_BOTH, &f);
+    nan_calls k;
+    memset(&k, 0, sizeof k);
+    ps_ts last = 0;
+    for (int i = 0; i < 10; i++) {
+        last = ps_push_range(cl, loose, 0, 64, g, nan_done, &k);
+        assert_true(last > 0 && last < 127);
+        last = ps_push_range(cl, d, 0, 64, h, nan_done, &k);
+        assert_true(last > 0 && last < 127);
+    }
+    EXPECT_INT(ps_wait_all(cl), PS_ENONFINITE, "ps_wait_all");
+    for (ps_ts ts = 1; ts <= last; ts++) {
+        EXPECT_INT(k.calls[ts], 1, "callbacks of request %lld",
+                   (long long)ts);
+        EXPECT_INT(k.status[ts], ts % 2 ? PS_OK : PS_ENONFINITE,
+                   "status of request %lld", (long long)ts);
+    }
+    rig_faults(&r, FP_BOTH, &(fp_faults){ 0 });
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, loose, 0, 64, out, NULL,
+                                         NULL)), PS_OK, "pull loose");
+    for (int i = 0; i < 63; i++)
+        EXPECT_FLOAT(out[i], 10.0f, "row %d of loose", i);
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, d, 0, 64, out, NULL, NULL)),
+               PS_OK, "pull d");
+    for (int i = 0; i < 64; i++)
+        EXPECT_FLOAT(out[i], 0.0f, "row %d of d", i);
+    ps_close(cl);
+
+    /* Held parts at ps_close: the first wave never answers. */
+    o.request_timeout_ms = 100;
+    o.max_retries = 2;
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    rig_faults(&r, FP_BOTH, &(fp_faults){ .blackhole = 1 });
+    memset(&k, 0, sizeof k);
+    ps_ts ts = ps_push_range(cl, loose, 0, 64, g, nan_done, &k);
+    assert_true(ts > 0 && ts < 128);
+    double t0 = now_s();
+    ps_close(cl);
+    EXPECT_INT(now_s() - t0 < 3, 1, "ps_close returned within 3 s");
+    EXPECT_INT(k.calls[ts], 1, "callbacks of the held push");
+    EXPECT_INT(k.status[ts], PS_ETIMEDOUT, "its status");
+    rig_faults(&r, FP_BOTH, &(fp_faults){ 0 });
+    assert_int_equal(ps_open(&cl, r.c.spec, &o), PS_OK);
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, loose, 0, 64, out, NULL,
+                                         NULL)), PS_OK, "pull loose");
+    for (int i = 0; i < 63; i++)
+        EXPECT_FLOAT(out[i], 10.0f, "row %d of loose after the close", i);
+    ps_close(cl);
+    rig_stop(&r);
+}
+
 /* One node with a dense table 'd' of 1024 rows of dim 256 (summed), and
  * a client of it; *t is the table's id. */
 static ps_client *open_dense_node(test_cluster *c, int *t)
@@ -1541,6 +1631,7 @@ int main(void)
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
         cmocka_unit_test(requeued_parts_keep_their_order_across_kinds),
+        cmocka_unit_test(nan_pushes_in_two_waves_survive_drops_and_close),
         cmocka_unit_test(node_restarted_with_a_smaller_max_frame_gets_what_fits),
         cmocka_unit_test(nan_push_whose_piece_no_longer_fits_applies_nothing),
         cmocka_unit_test(connections_cut_mid_frame_lose_and_double_nothing),
