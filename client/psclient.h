@@ -54,7 +54,10 @@ enum {
                            nonfinite = reject: the push is refused whole,
                            on every node (the parts for nodes without such
                            a value are sent only once the nodes with one
-                           applied theirs) */
+                           applied theirs). Only while a SIGHUP has set
+                           nonfinite differently on some nodes can a node
+                           that allows them apply its part; the error's
+                           text then says "applied in part" */
     PS_EFULL = -15      /* a sparse table holds max_rows rows on a node: a
                            push that would add rows is refused (pulls work) */
 };
