@@ -107,6 +107,18 @@ static void enqueue(psc_customer *cu, psc_part *p)
         cu->holding = 1;
 }
 
+/* Appends note to the request's error text (left as it is when memory
+ * runs out: the status still says what happened). */
+static void append_error(psc_req *r, const char *note)
+{
+    size_t old = r->error ? strlen(r->error) : 0, n = strlen(note);
+    char *e = realloc(r->error, old + n + 1);
+    if (!e)
+        return;
+    memcpy(e + old, note, n + 1);
+    r->error = e;
+}
+
 /* Once the first wave of a push sent in two (stage) was answered: sends
  * the held parts when every part of it was applied; otherwise sends
  * none, and they count as answered (r->pending) with the first wave's
@@ -120,13 +132,7 @@ static void release_held(psc_req *r)
         for (psc_part *p = held; p; p = p->next)
             r->pending--;
         held = NULL;
-        const char *note = " (its parts for the other nodes were not sent)";
-        size_t old = r->error ? strlen(r->error) : 0;
-        char *e = realloc(r->error, old + strlen(note) + 1);
-        if (e) {
-            memcpy(e + old, note, strlen(note) + 1);
-            r->error = e;
-        }
+        append_error(r, " (its parts for the other nodes were not sent)");
     }
     psc_customer *cu = r->cu;
     pthread_mutex_lock(&cu->mu);
@@ -239,14 +245,8 @@ static void note_partial(psc_req *r)
     if (r->status == PS_OK || r->nok == 0 ||
         !psw_op_has(r->op, PSW_OPF_PUSHES))
         return;
-    const char *note = " (the parts of this push on other nodes were "
-                       "applied: it was applied in part)";
-    size_t old = r->error ? strlen(r->error) : 0;
-    char *e = realloc(r->error, old + strlen(note) + 1);
-    if (!e)
-        return;
-    memcpy(e + old, note, strlen(note) + 1);
-    r->error = e;
+    append_error(r, " (the parts of this push on other nodes were "
+                    "applied: it was applied in part)");
 }
 
 void psc_customer_complete(psc_customer *cu, psc_req *r)

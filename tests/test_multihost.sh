@@ -149,6 +149,15 @@ PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" check \
     "ps-0:7070,ps-1:7071" 1000 1602 >"$tmp/check2" 2>&1
 result $? "every key holds exactly 1602 after the move" "$tmp/check2"
 
+# Node 1 reached by name from the workers' host, as a node of the layout,
+# then as the only address ps_open is given: every key holds 1602.
+reach_ps1() {
+    PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
+        check "ps-0:7070,ps-1:7071" 1000 1602 &&
+    PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
+        check "ps-1:7071" 1000 1602
+}
+
 # 3a. A name with two addresses whose first takes no connection (the
 # workers' own address: nothing listens on 7071 there; the resolver puts
 # it first, its prefix being the longest match): a new client goes on to
@@ -159,11 +168,7 @@ first=$(in_ns "$NS_W" getent ahosts ps-1 | awk 'NR == 1 { print $1 }')
 {
     echo "ps-1 resolves to (first: $first):"
     in_ns "$NS_W" getent ahosts ps-1 | awk '$2 == "STREAM"'
-    # As a node of the layout, then as the only address ps_open is given.
-    PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
-        check "ps-0:7070,ps-1:7071" 1000 1602 &&
-    PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
-        check "ps-1:7071" 1000 1602
+    reach_ps1
 } >"$tmp/twoaddr" 2>&1
 ok=$?
 [ "$first" = "$NETNS_ADDR_W" ] || ok=1
@@ -202,10 +207,7 @@ EOF
     {
         echo "ps-1 resolves to (first: $first), $first:7071 drops SYNs:"
         in_ns "$NS_W" getent ahosts ps-1 | awk '$2 == "STREAM"'
-        PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
-            check "ps-0:7070,ps-1:7071" 1000 1602 &&
-        PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
-            check "ps-1:7071" 1000 1602 &&
+        reach_ps1 &&
         # And a first seed that never answers, before a good one.
         PSD_AUTH_TOKEN=$(cat "$tmp/token") in_ns "$NS_W" "$build/mh_client" \
             check "$first:7071,ps-0:7070" 1000 1602

@@ -159,6 +159,20 @@ static void table_sections(char *buf, size_t len, const hyper *h,
     }
 }
 
+/* Pulls every key of table t into out (NKEYS rows of t->dim), keys into
+ * keys. Returns 0, or -1 after printing why (when: what was being done). */
+static int pull_all(ps_client *c, const tab *t, uint64_t keys[NKEYS],
+                    float *out, const char *when)
+{
+    for (int k = 0; k < NKEYS; k++)
+        keys[k] = key_of(t, k);
+    if (ps_wait(c, ps_pull(c, t->id, keys, NKEYS, out, NULL, NULL)) != 0) {
+        print_error("%s: pull of %s: %s\n", when, t->name, ps_last_error(c));
+        return -1;
+    }
+    return 0;
+}
+
 /* Looks every table up and starts each reference row from the row psd
  * serves before any push (the seeded init is tested in test_updater).
  * Returns 0, or -1 after printing why. */
@@ -168,14 +182,13 @@ static int tables_open(ps_client *c)
         tab *t = &tabs[i];
         uint64_t keys[NKEYS];
         float out[NKEYS * DMAX];
-        for (int k = 0; k < NKEYS; k++)
-            keys[k] = key_of(t, k);
         t->id = ps_table(c, t->name, NULL);
-        if (t->id < 0 || ps_wait(c, ps_pull(c, t->id, keys, NKEYS, out,
-                                            NULL, NULL)) != 0) {
+        if (t->id < 0) {
             print_error("table %s: %s\n", t->name, ps_last_error(c));
             return -1;
         }
+        if (pull_all(c, t, keys, out, "start"))
+            return -1;
         memset(t->rows, 0, sizeof t->rows);
         for (int k = 0; k < NKEYS; k++)
             for (uint32_t j = 0; j < t->dim; j++)
@@ -274,14 +287,8 @@ static int compare_all(ps_client *c, const char *when)
         tab *t = &tabs[i];
         uint64_t keys[NKEYS];
         float out[NKEYS * DMAX];
-        for (int k = 0; k < NKEYS; k++)
-            keys[k] = key_of(t, k);
-        if (ps_wait(c, ps_pull(c, t->id, keys, NKEYS, out, NULL,
-                               NULL)) != 0) {
-            print_error("%s: pull of %s: %s\n", when, t->name,
-                        ps_last_error(c));
+        if (pull_all(c, t, keys, out, when))
             return -1;
-        }
         for (int k = 0; k < NKEYS; k++)
             for (uint32_t j = 0; j < t->dim; j++) {
                 long double want = t->rows[k].w[j];
