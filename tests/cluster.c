@@ -104,11 +104,9 @@ int cluster_start(test_cluster *c, int nodes, int shards, const char *extra)
     return cluster_start_ex(c, nodes, shards, "workers = 4\n", extra);
 }
 
-/* Waits up to 5 s for node i to accept connections; 0 or -1 (after
- * printing its log). */
-static int wait_up(test_cluster *c, int i)
+int cluster_wait_up(test_cluster *c, int i, int ms)
 {
-    for (int t = 0; t < 500; t++) {
+    for (int t = 0; t <= ms; t += 10) {
         if (!cluster_alive(c, i))
             break;
         if (port_open(c->port[i]))
@@ -116,8 +114,8 @@ static int wait_up(test_cluster *c, int i)
         sleep_ms(10);
     }
     char *log = cluster_log(c, i);
-    fprintf(stderr, "psd node %d did not come up; its log:\n%s\n", i,
-            log ? log : "");
+    fprintf(stderr, "psd node %d did not come up within %d ms; its log:\n"
+            "%s\n", i, ms, log ? log : "");
     free(log);
     return -1;
 }
@@ -169,7 +167,7 @@ int cluster_start_opts(test_cluster *c, int nodes, int shards, int proxied,
     for (int i = 0; i < nodes; i++)
         c->pid[i] = start_node(c, i, NULL);
     for (int i = 0; i < nodes; i++)
-        if (wait_up(c, i)) {
+        if (cluster_wait_up(c, i, 5000)) {
             cluster_stop(c);
             return -1;
         }
@@ -181,7 +179,7 @@ int cluster_restart(test_cluster *c, int i)
     if (cluster_alive(c, i))
         cluster_kill(c, i, SIGKILL);
     c->pid[i] = start_node(c, i, NULL);
-    return wait_up(c, i);
+    return cluster_wait_up(c, i, 5000);
 }
 
 void cluster_launch(test_cluster *c, int i, const char *arg)
@@ -194,7 +192,7 @@ void cluster_launch(test_cluster *c, int i, const char *arg)
 int cluster_restart_with(test_cluster *c, int i, const char *arg)
 {
     cluster_launch(c, i, arg);
-    return wait_up(c, i);
+    return cluster_wait_up(c, i, 5000);
 }
 
 int cluster_wait_exit(test_cluster *c, int i, int ms)

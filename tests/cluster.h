@@ -50,8 +50,12 @@ int cluster_restart(test_cluster *c, int i);
 int cluster_restart_with(test_cluster *c, int i, const char *arg);
 
 /* Starts node i (killing it first if it runs) without waiting for it:
- * for a start that is expected to fail. */
+ * for a start that is expected to fail, or a slow one (cluster_wait_up). */
 void cluster_launch(test_cluster *c, int i, const char *arg);
+
+/* Waits up to ms milliseconds for node i to accept connections (the
+ * restarts above wait 5 s); 0, or -1 after printing its log. */
+int cluster_wait_up(test_cluster *c, int i, int ms);
 
 /* Waits up to ms milliseconds for node i to exit; returns its exit
  * status (128 + signal when killed), or -1 when it still runs. */
