@@ -779,6 +779,41 @@ def test_a_refused_push_across_nodes_is_refused_on_every_node(make_cluster):
         assert "refused whole, on every node" in doc
 
 
+def test_a_nan_push_to_nodes_that_disagree_on_nonfinite_is_applied_in_part(
+        make_cluster):
+    """client/psclient.h, PS_ENONFINITE: only while a SIGHUP has set
+    nonfinite differently on some nodes can a node that allows such values
+    apply its part; the error's text then says "applied in part".
+    NonFiniteError's docstring said the push is refused whole, with no
+    such case."""
+    cl = make_cluster(NONFINITE.replace("updater = sum",
+                                        "updater = sum\ninit = zeros"))
+    with psclient.connect(cl.spec) as c:
+        t = c.table("fin")
+        k = np.arange(64, dtype=U64)             # keys on both nodes
+        c.reset_stats()
+        t.pull(k[:1])
+        home = 0 if c.stats(node=0).get("pull") else 1
+        # The node of key 0 now takes NaNs; the other still refuses them.
+        with open(cl.ini) as f:
+            text = f.read()
+        with open(cl.ini, "w") as f:
+            f.write(text.replace("nonfinite = reject", "nonfinite = allow"))
+        cl.signal(home, signal.SIGHUP)
+        for _ in range(500):
+            if "reloaded" in cl.log(home):
+                break
+            time.sleep(0.01)
+        assert "reloaded" in cl.log(home), cl.log(home)
+        g = np.full((64, 2), np.nan, F32)        # a NaN for every node
+        with pytest.raises(psclient.NonFiniteError) as e:
+            t.push(k, g)
+        assert "applied in part" in e.value.message
+        assert np.isnan(t.pull(k[:1])).all()     # key 0's node applied it
+    doc = " ".join(psclient.NonFiniteError.__doc__.split())
+    assert "SIGHUP" in doc and "applied in part" in doc
+
+
 def test_closed_client_refuses_calls_and_still_answers_requests(cluster):
     with psclient.connect(cluster.spec) as c:
         t = c.table("emb")
