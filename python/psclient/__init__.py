@@ -38,9 +38,13 @@ Blocking and asynchronous calls
     ``Request`` at once; ``Request.wait()`` blocks, raises the request's
     error if it failed, and returns the ``out`` array of a pull. A request
     keeps every array it was given alive until it completed, even when its
-    handle is dropped; the client reads the status of dropped requests
-    when more than 1024 of them are unread, at ``Client.wait_all()`` and at
-    ``Client.close()``, so wait for your requests or call ``wait_all()``.
+    handle is dropped, and the library reads ``keys``, ``grads`` and
+    ``vals`` and writes ``out`` until then (a part sent again is read
+    again), so they must not change until the request completed, and
+    ``out`` holds the rows once ``wait()`` returned. The client reads the
+    status of dropped requests when more than 1024 of them are unread, at
+    ``Client.wait_all()`` and at ``Client.close()``, so wait for your
+    requests or call ``wait_all()``.
     The library remembers the last 1024 failures: a request whose status
     is read after more than 1024 requests failed after it raises
     InvalidError (its status is no longer known), never a false success.
@@ -537,23 +541,27 @@ class Table:
 
     def pull_async(self, keys: np.ndarray, out: Optional[np.ndarray] = None
                    ) -> Request:
-        """``pull`` without waiting; ``Request.wait()`` returns ``out``."""
+        """``pull`` without waiting; ``Request.wait()`` returns ``out``.
+        ``keys`` must not change, and ``out`` is written, until the
+        request completed."""
         return self._client._submit(*self._pull(keys, out))
 
     def push_async(self, keys: np.ndarray, grads: np.ndarray) -> Request:
-        """``push`` without waiting. ``grads`` must not change until the
-        request completed."""
+        """``push`` without waiting. ``keys`` and ``grads`` must not change
+        until the request completed."""
         return self._client._submit(*self._push(keys, grads))
 
     def pushpull_async(self, keys: np.ndarray, grads: np.ndarray,
                        out: Optional[np.ndarray] = None) -> Request:
-        """``pushpull`` without waiting; ``Request.wait()`` returns ``out``."""
+        """``pushpull`` without waiting; ``Request.wait()`` returns ``out``.
+        ``keys`` and ``grads`` must not change, and ``out`` is written,
+        until the request completed."""
         return self._client._submit(*self._pushpull(keys, grads, out))
 
     def pull_range_async(self, first: int, count: int,
                          out: Optional[np.ndarray] = None) -> Request:
         """``pull_range`` without waiting; ``Request.wait()`` returns
-        ``out``."""
+        ``out``, which is written until the request completed."""
         return self._client._submit(*self._pull_range(first, count, out))
 
     def push_range_async(self, first: int, vals: np.ndarray) -> Request:

@@ -421,6 +421,50 @@ def test_a_request_keeps_its_arrays_alive_until_it_completed(cluster):
         np.testing.assert_array_equal(t.pull(k), np.full((1, 4), 1503))
 
 
+def test_keys_changed_in_flight_change_what_is_pulled_as_docs_say(
+        make_cluster):
+    """Every buffer is borrowed until the request completes
+    (client/psclient.h): keys are read again when a part is sent again,
+    so keys changed after pull_async returned can pull other rows. The
+    docstrings said only that grads and vals must not change."""
+    cl = make_cluster()
+    with psclient.connect(cl.spec, request_timeout_ms=300, max_retries=5,
+                          connect_timeout_ms=300) as c:
+        t = c.table("emb")
+        on_1 = []                                # keys of node 1
+        for key in range(1, 200):
+            c.reset_stats()
+            t.pull(keys_of(key))
+            if c.stats(node=1).get("pull"):
+                on_1.append(key)
+            if len(on_1) == 2:
+                break
+        a, b = on_1
+        t.push(keys_of(a, b), np.array([[1] * 4, [2] * 4], F32))
+        keys = keys_of(a)
+        out = np.zeros((1, 4), F32)
+        c.reset_stats()
+        cl.signal(1, signal.SIGSTOP)
+        try:
+            req = t.pull_async(keys, out=out)
+            keys[0] = b                          # while it is in flight
+            # Timed out: the part goes again once the node is back.
+            for _ in range(1000):
+                if c.stats()["timeouts"]:
+                    break
+                time.sleep(0.01)
+            assert c.stats()["timeouts"]
+        finally:
+            cl.signal(1, signal.SIGCONT)
+        req.wait()
+        np.testing.assert_array_equal(out, [[2] * 4])    # b's row
+    for call in ("pull_async", "push_async", "pushpull_async"):
+        doc = " ".join(getattr(psclient.Table, call).__doc__.split())
+        assert "``keys``" in doc and "must not change" in doc, call
+    doc = " ".join(psclient.__doc__.split())
+    assert "must not change until" in doc
+
+
 BAD_CALLS = [
     # (what, call(t, d, k, g), exception, text)
     ("keys as a list", lambda t, d, k, g: t.pull([1, 2]),
