@@ -471,6 +471,24 @@ class Table:
     # Each public call checks its arrays, then hands (function, arguments,
     # arrays to keep alive, out) to the client.
 
+    def _check_range(self, first: int, count: int) -> None:
+        """Raises the error the library gives a range outside the table
+        (client/slice.c, psc_req_range; its text from proto/status.c,
+        psw_range_error), for a pull_range that would otherwise allocate
+        count rows first: a count far past the table raised numpy's
+        MemoryError."""
+        if not self.dense:
+            raise InvalidError(PS_EINVAL, f"table '{self.name}' is sparse: "
+                               f"range requests need a dense table")
+        if count == 0:
+            raise KeyError(PS_EKEY, f"an empty range (count 0) at row "
+                           f"{first} of table '{self.name}' (rows = "
+                           f"{self.rows})")
+        if first >= self.rows or count > self.rows - first:
+            last = min(first + count - 1, (1 << 64) - 1)
+            raise KeyError(PS_EKEY, f"rows {first}..{last} are outside "
+                           f"table '{self.name}' (rows = {self.rows})")
+
     def _pull(self, keys: np.ndarray, out: Optional[np.ndarray]):
         n = _check_keys(keys)
         out = _out_rows(out, n, self.dim)
@@ -495,6 +513,8 @@ class Table:
     def _pull_range(self, first: int, count: int, out: Optional[np.ndarray]):
         first = _uint64("first", first)
         count = _uint64("count", count)
+        if out is None:
+            self._check_range(first, count)     # before allocating count rows
         out = _out_rows(out, count, self.dim)
         return (_LIB.ps_pull_range, (self.id, first, count, _addr(out), None,
                                      None), (out,), out)

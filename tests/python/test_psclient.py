@@ -327,6 +327,42 @@ def test_rows_outside_a_dense_table_raise_key_error(cluster):
             c.table("emb").pull_range(0, 1)
 
 
+def test_a_range_past_the_table_raises_key_error_before_allocating_out(
+        cluster):
+    """pull_range without out allocated count rows before the library saw
+    the range: a count far past the table (rows x dim, say) raised numpy's
+    MemoryError or "array is too big" instead of the library's KeyError."""
+    with psclient.connect(cluster.spec) as c:
+        t = c.table("dense")
+        for first, count in ((0, 1 << 40), (0, 1 << 62), (99, 1 << 62),
+                             ((1 << 64) - 1, 1 << 63)):
+            with pytest.raises(psclient.KeyError,
+                               match=r"rows \d+\.\.\d+ are outside table "
+                                     r"'dense' \(rows = 100\)") as e:
+                t.pull_range(first, count)
+            assert e.value.code == psclient.PS_EKEY
+            with pytest.raises(psclient.KeyError):
+                t.pull_range_async(first, count)
+        with pytest.raises(psclient.KeyError, match="an empty range"):
+            t.pull_range(5, 0)
+        with pytest.raises(psclient.InvalidError,
+                           match="table 'emb' is sparse"):
+            c.table("emb").pull_range(0, 1 << 62)
+        # The next request takes the very next timestamp: nothing was sent.
+        before = t.pull_range_async(0, 1)
+        before.wait()
+        with pytest.raises(psclient.KeyError):
+            t.pull_range(0, 1 << 40)
+        assert t.pull_range_async(0, 1).ts == before.ts + 1
+        # The library's text for the same range, given an out to write.
+        out = np.zeros((2, 3), F32)
+        with pytest.raises(psclient.KeyError) as lib:
+            t.pull_range(99, 2, out=out)
+        with pytest.raises(psclient.KeyError) as ours:
+            t.pull_range(99, 2)
+        assert ours.value.message == lib.value.message
+
+
 def test_async_calls_return_requests_numbered_by_one(cluster):
     with psclient.connect(cluster.spec) as c:
         t, d = c.table("emb"), c.table("dense")
