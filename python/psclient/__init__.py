@@ -617,7 +617,12 @@ class Client:
         self._h: Optional[int] = None
         self._cv = threading.Condition()
         self._busy = 0             # calls into the library now running
+        self._busy_in: Dict[int, int] = {}   # thread id -> its running calls
         self._closing = False
+        # The thread inside close(), and the one whose close() waits for
+        # its own call to return (both: see close()).
+        self._closer: Optional[int] = None
+        self._close_later: Optional[int] = None
         self._pending: Dict[int, Request] = {}   # ts -> status still unread
         # Arrays of requests an exception cut off from their timestamp
         # (see _hold): kept until ps_wait_all has returned.
@@ -667,17 +672,31 @@ class Client:
         still answers afterwards), leaves the training if this client is a
         worker, and disconnects. Closing twice is a no-op. A close that
         an exception (Ctrl-C) cut short while it waited leaves the client
-        open."""
+        open.
+
+        Called from a signal handler (or another object's ``__del__``) that
+        runs while its thread is in a call on this client, close() returns
+        at once and the client is closed as that call returns (``closed``
+        is True from then); called again while its thread is in close(), it
+        returns at once and the close goes on."""
         if self._forked():
             # The library's client is the parent's to close: calling it
             # here would wait for, then stop, a thread that is not in this
             # process. Its memory in the child is left as it is.
             self._h = None
             return
+        me = threading.get_ident()
         with self._cv:
-            if self._h is None:
+            if self._h is None or self._closer == me:
                 return
             self._closing = True
+            if self._busy_in.get(me):
+                # A signal handler, in the middle of this thread's own call
+                # on the client: waiting for that call would wait for ever.
+                # It closes the client as it returns (see _release).
+                self._close_later = me
+                return
+            self._closer = me
             try:
                 while self._busy:
                     self._cv.wait()
@@ -704,6 +723,8 @@ class Client:
                     self._closing = False
                 self._cv.notify_all()
                 raise
+            finally:
+                self._closer = None
             try:
                 _LIB.ps_close(h)
             finally:
@@ -743,25 +764,41 @@ class Client:
     def _acquire(self, status_read: bool = False) -> Optional[int]:
         """Returns the handle and counts a running call, or raises
         ClosedError. A status read during close() waits for it to finish
-        and returns None: close() read that status meanwhile."""
+        and returns None: close() read that status meanwhile. One from a
+        signal handler while its own thread is in close(), or waits for
+        its call to return to close, reads the status at once instead:
+        waiting would wait for ever."""
         if self._forked():
             raise ClosedError(PS_ECLOSED, _FORKED)
+        me = threading.get_ident()
         with self._cv:
             if status_read:
-                while self._closing and self._h is not None:
+                while (self._closing and self._h is not None and
+                       me not in (self._closer, self._close_later)):
                     self._cv.wait()
                 if self._h is None:
                     return None
             elif self._h is None or self._closing:
                 raise ClosedError(PS_ECLOSED, "the client was closed")
             self._busy += 1
+            self._busy_in[me] = self._busy_in.get(me, 0) + 1
             return self._h
 
     def _release(self) -> None:
+        me = threading.get_ident()
         with self._cv:
             self._busy -= 1
+            if self._busy_in[me] == 1:
+                del self._busy_in[me]
+            else:
+                self._busy_in[me] -= 1
             if self._busy == 0 and self._closing:
                 self._cv.notify_all()
+            later = self._close_later == me and me not in self._busy_in
+            if later:
+                self._close_later = None
+        if later:
+            self.close()                 # asked for by a signal handler
 
     def _fail(self, h: int, code: int) -> Error:
         """The exception for code, with this thread's ps_last_error text."""

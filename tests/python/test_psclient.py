@@ -1094,3 +1094,71 @@ def test_a_close_interrupted_before_ps_close_leaves_the_client_open(
     finally:
         c.close()
     assert c.closed
+
+
+def close_in_a_handler(spec: str, frozen_pid: int, during: str) -> None:
+    """The child of the test below: a signal handler calls close() while
+    this thread is in a call on the client (during == "call") or in
+    close() itself (during == "close"), or Request.wait() while this
+    thread is in close() (during == "wait")."""
+    c = psclient.connect(spec, request_timeout_ms=1000, max_retries=0,
+                         connect_timeout_ms=1000)
+    d = c.table("dense")
+    d.pull_range(0, 100)                     # both nodes answer
+    seen = []
+    req = None
+
+    def handler(signum, frame):
+        if during == "wait":
+            try:
+                req.wait()
+            except psclient.TimeoutError:
+                seen.append(True)
+            return
+        c.close()
+        seen.append(c.closed)
+
+    os.kill(frozen_pid, signal.SIGSTOP)
+    signal.signal(signal.SIGALRM, handler)
+    try:
+        # The call waits a second for the frozen node; the alarm comes
+        # meanwhile and its handler runs as the library call returns.
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        if during == "call":
+            with pytest.raises(psclient.TimeoutError):
+                d.pull_range(0, 100)
+        else:
+            req = d.pull_range_async(0, 100)  # held by the frozen node
+            c.close()                        # in ps_wait_all for req
+            with pytest.raises(psclient.TimeoutError):
+                req.wait()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        os.kill(frozen_pid, signal.SIGCONT)
+    assert seen == [True]
+    assert c.closed and c._h is None         # closed for real
+    with pytest.raises(psclient.ClosedError):
+        d.pull_range(0, 1)
+
+
+@pytest.mark.parametrize("during", ["call", "close", "wait"])
+def test_close_from_a_signal_handler_neither_hangs_nor_frees_twice(
+        cluster, during):
+    """A handler that closes the client (a SIGTERM handler that leaves the
+    training, say) runs in the middle of whatever the thread was doing.
+    In the middle of a call on that client, close() waited for that very
+    call to end: for ever. In the middle of close(), it closed the client
+    and the outer close() went on with the freed handle; a Request.wait()
+    there waited for that close() to end, for ever. In a process of
+    its own, so that a hang or a crash fails this test only."""
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=close_in_a_handler,
+                    args=(cluster.spec, cluster.procs[1].pid, during))
+    p.start()
+    p.join(30)
+    if p.is_alive():
+        p.kill()
+        p.join()
+        os.kill(cluster.procs[1].pid, signal.SIGCONT)
+        pytest.fail("the child hung")
+    assert p.exitcode == 0
