@@ -539,7 +539,8 @@ class Table:
         """Pushes ``grads`` (float32, (n, dim) or (n*dim,)) to the rows of
         ``keys``; the table's updater applies them on the servers, each
         occurrence of a repeated key in turn (two optimizer steps for
-        adagrad, adam and ftrl, not one with the sum)."""
+        adagrad, adam and ftrl, not one with the sum). On a bsp table a
+        clock's pushes are summed per key first, duplicates included."""
         self._client._call(*self._push(keys, grads))
 
     def pushpull(self, keys: np.ndarray, grads: np.ndarray,

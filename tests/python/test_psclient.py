@@ -709,6 +709,52 @@ def test_bsp_clock_applies_each_iteration_once_and_barrier_joins(make_cluster):
         np.testing.assert_array_equal(t.pull(k), np.full((3, 2), 9))
 
 
+ADAGRAD = """
+[table.steps]
+kind = sparse
+dim = 1
+updater = adagrad
+lr = 0.5
+init = zeros
+
+[table.sum_first]
+kind = sparse
+dim = 1
+updater = adagrad
+lr = 0.5
+init = zeros
+
+[table.bsp]
+kind = sparse
+dim = 1
+updater = adagrad
+lr = 0.5
+init = zeros
+consistency = bsp
+"""
+
+
+def test_a_repeated_key_takes_a_step_each_except_on_a_bsp_table(
+        make_cluster):
+    """client/psclient.h: a push applies each occurrence of a key in turn,
+    but on a bsp table a clock's pushes are summed per key first,
+    duplicates included. Table.push's docstring said each occurrence
+    takes its own optimizer step, bsp tables too."""
+    cl = make_cluster(ADAGRAD, cluster_lines="workers = 1\n")
+    twice = keys_of(1, 1)
+    ones = np.ones(2, F32)
+    with psclient.connect(cl.spec, worker=0) as c:
+        c.table("steps").push(twice, ones)       # two steps of 1
+        c.table("sum_first").push(keys_of(1), np.full(1, 2, F32))
+        c.table("bsp").push(twice, ones)
+        c.clock()
+        steps, summed, bsp = (c.table(n).pull(keys_of(1))
+                              for n in ("steps", "sum_first", "bsp"))
+    assert steps != summed
+    np.testing.assert_array_equal(bsp, summed)
+    doc = " ".join(psclient.Table.push.__doc__.split())
+    assert "bsp" in doc and "summed per key first" in doc
+
 def test_clock_on_an_async_cluster_is_invalid(cluster):
     with psclient.connect(cluster.spec, worker=0) as c:
         with pytest.raises(psclient.InvalidError, match="no bsp or ssp"):
