@@ -657,13 +657,20 @@ class Client:
         self.worker: int = opts.worker
 
         h = ctypes.c_void_p()
-        rc = _LIB.ps_open(ctypes.byref(h), servers, ctypes.byref(opts))
-        if rc != PS_OK:
-            # ps_last_error(NULL): why this thread's ps_open failed (it is
-            # also on stderr, which a notebook does not show).
-            why = _LIB.ps_last_error(None).decode("utf-8", "replace")
-            raise _error(rc, f"cannot connect to {self.servers}: {why}")
-        self._h = h.value
+        try:
+            rc = _LIB.ps_open(ctypes.byref(h), servers, ctypes.byref(opts))
+            if rc != PS_OK:
+                # ps_last_error(NULL): why this thread's ps_open failed (it
+                # is also on stderr, which a notebook does not show).
+                why = _LIB.ps_last_error(None).decode("utf-8", "replace")
+                raise _error(rc, f"cannot connect to {self.servers}: {why}")
+            self._h = h.value
+        except BaseException:
+            # A signal handler raised (Ctrl-C) as ps_open returned, before
+            # the handle was kept: nothing else could ever close it.
+            if self._h is None and h.value:
+                _LIB.ps_close(h.value)
+            raise
 
     # -- lifetime --
 

@@ -1208,3 +1208,28 @@ def test_close_from_a_signal_handler_neither_hangs_nor_frees_twice(
         os.kill(cluster.procs[1].pid, signal.SIGCONT)
         pytest.fail("the child hung")
     assert p.exitcode == 0
+
+
+def test_a_connect_interrupted_as_ps_open_returns_closes_its_client(
+        make_cluster):
+    """A signal handler that raises (Ctrl-C in a notebook while a node is
+    slow to answer) runs as soon as ps_open returns, before connect() kept
+    the handle: the client stayed open, unreachable, with its I/O thread
+    and connections, and a worker's id stayed taken for the process's
+    life, so connecting again as that worker was refused."""
+    cl = make_cluster()
+    cl.signal(1, signal.SIGSTOP)
+    thaw = threading.Timer(0.8, cl.signal, (1, signal.SIGCONT))
+    old = signal.signal(signal.SIGALRM, _raise_interrupt)
+    try:
+        thaw.start()
+        # ps_open waits for the frozen node; the alarm comes meanwhile.
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(_Interrupt):
+            psclient.connect(cl.spec, worker=0, connect_timeout_ms=5000)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        thaw.join()
+    with psclient.connect(cl.spec, worker=0, connect_timeout_ms=3000) as c:
+        assert c.worker == 0
