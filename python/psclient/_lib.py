@@ -133,10 +133,12 @@ def load() -> Tuple[ctypes.CDLL, str]:
     for path in _candidates():
         try:
             lib = ctypes.CDLL(path)
-        except OSError as e:
+            # A library without one of the functions (an older one):
+            # ctypes says "undefined symbol".
+            _declare(lib)
+        except (OSError, AttributeError) as e:
             tried.append(f"  {path}: {e}")
             continue
-        _declare(lib)
         check_layout(lib)
         return lib, path
     raise ImportError(

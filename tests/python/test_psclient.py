@@ -13,6 +13,7 @@ import os
 import pydoc
 import signal
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -88,6 +89,26 @@ def test_structs_and_codes_mirror_client_psclient_h(tmp_path):
             exc = psclient._error(getattr(psclient, c), "")
             assert type(exc) is not psclient.Error, c   # a subclass each
             assert c in psclient.__all__
+
+
+def test_a_library_without_a_function_is_an_import_error(tmp_path):
+    """load() promises ImportError naming every place tried; a library
+    that lacks one of the functions (an older libpsclient.so.0) raised
+    AttributeError from ctypes instead."""
+    src = tmp_path / "old.c"
+    src.write_text("void ps_options_init(void *o) { (void)o; }\n")
+    lib = tmp_path / "libpsclient.so.0"
+    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o",
+                    str(lib), str(src)], check=True)
+    env = dict(os.environ, PSCLIENT_LIB=str(lib))
+    env.pop("LD_PRELOAD", None)
+    r = subprocess.run([sys.executable, "-c", "import psclient"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()
+    assert any(line.startswith("ImportError: psclient: cannot load")
+               for line in last), r.stderr
+    assert str(lib) in r.stderr and "ps_open" in r.stderr
 
 
 def test_defaults_come_from_ps_options_init():
