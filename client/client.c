@@ -82,6 +82,8 @@ void psc_set_error(const ps_client *c, const char *fmt, ...)
 
 const char *ps_strerror(int code)
 {
+    if (code == PS_PENDING)      /* the client's own: never on the wire */
+        return "still in flight";
     return psw_strerror(code);
 }
 
@@ -278,11 +280,16 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
 
 int ps_wait_all(ps_client *c)
 {
+    return ps_wait_all_timeout(c, -1);
+}
+
+int ps_wait_all_timeout(ps_client *c, int timeout_ms)
+{
     if (!c)
         return PS_EINVAL;
     char err[256];
-    int st = psc_customer_wait_all(&c->cu, err, sizeof err);
-    if (st != PS_OK)
+    int st = psc_customer_wait_all(&c->cu, timeout_ms, err, sizeof err);
+    if (st < 0)
         psc_set_error(c, "%s", err);
     return st;
 }
@@ -434,11 +441,16 @@ ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t count,
 
 int ps_wait(ps_client *c, ps_ts ts)
 {
+    return ps_wait_timeout(c, ts, -1);
+}
+
+int ps_wait_timeout(ps_client *c, ps_ts ts, int timeout_ms)
+{
     if (!c)
         return PS_EINVAL;
     char err[256];
-    int st = psc_customer_wait(&c->cu, ts, err, sizeof err);
-    if (st != PS_OK)
+    int st = psc_customer_wait(&c->cu, ts, timeout_ms, err, sizeof err);
+    if (st < 0)
         psc_set_error(c, "%s", err);
     return st;
 }

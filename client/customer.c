@@ -1,5 +1,6 @@
 /* The Customer: request lifecycle from timestamp to completion; see
  * customer.h. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +11,49 @@
 #include "../proto/frame.h"
 #include "../proto/status.h"
 
+/* The moment timeout_ms from now on the monotonic clock. */
+static struct timespec deadline_after(int timeout_ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += timeout_ms / 1000;
+    t.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+/* A condition variable whose timed waits count on the monotonic clock,
+ * so that a change of the wall clock neither cuts nor stretches them. */
+static void cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+/* Waits on cv (under cu->mu) until woken, or until end when timed.
+ * Returns 0, or 1 when end has passed. */
+static int cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu,
+                           const struct timespec *end)
+{
+    if (!end) {
+        pthread_cond_wait(cv, mu);
+        return 0;
+    }
+    return pthread_cond_timedwait(cv, mu, end) == ETIMEDOUT;
+}
+
 void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes,
                        psc_stats *stats)
 {
     memset(cu, 0, sizeof *cu);
     pthread_mutex_init(&cu->mu, NULL);
-    pthread_cond_init(&cu->cv, NULL);
+    cond_init_monotonic(&cu->cv);
     psc_map_init(&cu->reqs);
     cu->max_inflight_bytes = max_inflight_bytes;
     cu->low = 1;
@@ -304,7 +342,8 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
     psc_req_free(r);
 }
 
-int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen)
+int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
+                      size_t errlen)
 {
     pthread_mutex_lock(&cu->mu);
     if (ts <= 0 || ts > cu->last_ts) {
@@ -313,17 +352,32 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen)
         return PS_EINVAL;
     }
     if (psc_map_get(&cu->reqs, (uint64_t)ts)) {
+        if (timeout_ms == 0) {
+            pthread_mutex_unlock(&cu->mu);
+            return PS_PENDING;
+        }
+        struct timespec end;
+        if (timeout_ms > 0)
+            end = deadline_after(timeout_ms);
         psc_waiter w = { cu->waiters, ts, PTHREAD_COND_INITIALIZER };
+        if (timeout_ms > 0)
+            cond_init_monotonic(&w.cv);
         cu->waiters = &w;
         __atomic_add_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
-        while (psc_map_get(&cu->reqs, (uint64_t)ts))
-            pthread_cond_wait(&w.cv, &cu->mu);
+        int late = 0;
+        while (psc_map_get(&cu->reqs, (uint64_t)ts) && !late)
+            late = cond_wait_until(&w.cv, &cu->mu,
+                                   timeout_ms > 0 ? &end : NULL);
         __atomic_sub_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
         psc_waiter **pp = &cu->waiters;
         while (*pp != &w)
             pp = &(*pp)->next;
         *pp = w.next;
         pthread_cond_destroy(&w.cv);
+        if (psc_map_get(&cu->reqs, (uint64_t)ts)) {
+            pthread_mutex_unlock(&cu->mu);
+            return PS_PENDING;
+        }
     }
     int st = PS_OK;
     if (cu->nfails) {
@@ -349,16 +403,19 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen)
     return st;
 }
 
-/* Blocks on cv while more() holds for cu (and upto). */
-static void wait_cv(psc_customer *cu, int (*more)(const psc_customer *, ps_ts),
-                    ps_ts upto)
+/* Blocks on cv while more() holds for cu (and upto), until end when
+ * end is not NULL. Returns 0, or 1 when it gave up at end. */
+static int wait_cv(psc_customer *cu, int (*more)(const psc_customer *, ps_ts),
+                   ps_ts upto, const struct timespec *end)
 {
+    int late = 0;
     cu->cv_waiters++;
     __atomic_add_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
-    while (more(cu, upto))
-        pthread_cond_wait(&cu->cv, &cu->mu);
+    while (more(cu, upto) && !late)
+        late = cond_wait_until(&cu->cv, &cu->mu, end);
     __atomic_sub_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
     cu->cv_waiters--;
+    return late && more(cu, upto);
 }
 
 /* A request issued up to upto is incomplete: low is the oldest one. */
@@ -373,12 +430,21 @@ static int any_in_flight(const psc_customer *cu, ps_ts upto)
     return cu->reqs.n > 0;
 }
 
-int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen)
+int psc_customer_wait_all(psc_customer *cu, int timeout_ms, char *err,
+                          size_t errlen)
 {
     pthread_mutex_lock(&cu->mu);
     /* Only the requests issued so far: waiting for none in flight at all
      * would never end while another thread keeps one in flight. */
-    wait_cv(cu, older_in_flight, cu->last_ts);
+    struct timespec end;
+    if (timeout_ms > 0)
+        end = deadline_after(timeout_ms);
+    if (timeout_ms == 0 ? older_in_flight(cu, cu->last_ts)
+                        : wait_cv(cu, older_in_flight, cu->last_ts,
+                                  timeout_ms > 0 ? &end : NULL)) {
+        pthread_mutex_unlock(&cu->mu);
+        return PS_PENDING;       /* the first error stays for the next call */
+    }
     int st = cu->first_error;
     if (st != PS_OK)
         snprintf(err, errlen, "%s", cu->first_error_text);
@@ -390,7 +456,7 @@ int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen)
 void psc_customer_drain(psc_customer *cu)
 {
     pthread_mutex_lock(&cu->mu);
-    wait_cv(cu, any_in_flight, 0);
+    wait_cv(cu, any_in_flight, 0, NULL);
     pthread_mutex_unlock(&cu->mu);
 }
 

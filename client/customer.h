@@ -122,14 +122,19 @@ static inline int psc_customer_waited(const psc_customer *cu)
 
 /* Blocks until request ts completes; returns its status, with the detail
  * of a failure in err. A failure pushed out of the ring since reads
- * PS_EINVAL, never a false PS_OK; so does a ts never issued. */
-int psc_customer_wait(psc_customer *cu, ps_ts ts, char *err, size_t errlen);
+ * PS_EINVAL, never a false PS_OK; so does a ts never issued. With
+ * timeout_ms >= 0 it waits at most that long (0: not at all) and returns
+ * PS_PENDING when ts is still in flight; < 0 waits as long as it takes. */
+int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
+                      size_t errlen);
 
 /* Blocks until every request issued before the call completed (those
  * issued meanwhile, by other threads, are not waited for); returns the
  * first error since the last call (then forgets it), with its detail in
- * err, or PS_OK. */
-int psc_customer_wait_all(psc_customer *cu, char *err, size_t errlen);
+ * err, or PS_OK. timeout_ms as for psc_customer_wait: PS_PENDING leaves
+ * the first error for the next call. */
+int psc_customer_wait_all(psc_customer *cu, int timeout_ms, char *err,
+                          size_t errlen);
 
 /* Blocks until no request at all is in flight, including those that
  * callbacks issue meanwhile (ps_close). */

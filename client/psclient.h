@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define PS_VERSION_MAJOR 0
-#define PS_VERSION_MINOR 1
+#define PS_VERSION_MINOR 2
 
 typedef struct ps_client ps_client;  /* opaque */
 typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E* code */
@@ -58,8 +58,11 @@ enum {
                            nonfinite differently on some nodes can a node
                            that allows them apply its part; the error's
                            text then says "applied in part" */
-    PS_EFULL = -15      /* a sparse table holds max_rows rows on a node: a
+    PS_EFULL = -15,     /* a sparse table holds max_rows rows on a node: a
                            push that would add rows is refused (pulls work) */
+    PS_PENDING = 1      /* not an error: from ps_wait_timeout and
+                           ps_wait_all_timeout only, what they wait for is
+                           still in flight */
 };
 
 typedef struct ps_options {          /* ps_options_init() sets worker = -1 and defaults;
@@ -192,6 +195,16 @@ PS_API int ps_wait(ps_client *c, ps_ts ts);
  * first error among the requests that completed since the previous
  * ps_wait_all (then forgets it), or PS_OK. */
 PS_API int ps_wait_all(ps_client *c);
+/* ps_wait and ps_wait_all that give up after timeout_ms milliseconds (0:
+ * only look; < 0: no limit, as ps_wait and ps_wait_all) and then return
+ * PS_PENDING: the request, or one issued before the call, is still in
+ * flight, its buffers still in use; nothing is cancelled or forgotten
+ * (ps_wait_all_timeout keeps the first error for the call that returns
+ * it). For a caller that must stay responsive while it waits: a binding
+ * that checks for Ctrl-C between waits of 100 ms, a trainer that polls
+ * (ps_wait_timeout(c, ts, 0), like MPI_Test). */
+PS_API int ps_wait_timeout(ps_client *c, ps_ts ts, int timeout_ms);
+PS_API int ps_wait_all_timeout(ps_client *c, int timeout_ms);
 
 /* Training modes, for clients opened with ps_options.worker = 0..workers-1
  * (the cluster's [cluster] workers):

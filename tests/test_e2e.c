@@ -4,6 +4,7 @@
 #define _DEFAULT_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -613,6 +614,59 @@ static void stopped_server_hangs_requests_no_longer_than_the_timeout(void **stat
     assert_int_equal(cluster_stop(&one), 0);
 }
 
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 +
+           (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* ps_wait_timeout and ps_wait_all_timeout give up after their time with
+ * PS_PENDING, cancel nothing, and keep a failure for the wait that
+ * returns it. */
+static void timed_waits_return_pending_and_cancel_nothing(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES), 0);
+    ps_client *c = open_or_fail(one.spec);
+    int t = table_id(c, "counts");
+    uint64_t key = 1;
+    float v = 1, nan = NAN, got = 0;
+    assert_string_equal(ps_strerror(PS_PENDING), "still in flight");
+    /* A failure before the stop: wait_all must still report it later. */
+    ps_ts failed = ps_push(c, t, &key, 1, &nan, NULL, NULL);
+    assert_true(failed > 0);
+    assert_int_equal(ps_wait(c, failed), PS_ENONFINITE);
+    kill(one.pid[0], SIGSTOP);
+    ps_ts ts = ps_push(c, t, &key, 1, &v, NULL, NULL);
+    assert_true(ts > 0);
+    assert_int_equal(ps_wait_timeout(c, ts, 0), PS_PENDING);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(ps_wait_timeout(c, ts, 150), PS_PENDING);
+    double waited = ms_since(&t0);
+    assert_true(waited >= 149.0);
+    assert_true(waited < 2000.0);
+    assert_int_equal(ps_wait_all_timeout(c, 0), PS_PENDING);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(ps_wait_all_timeout(c, 100), PS_PENDING);
+    assert_true(ms_since(&t0) >= 99.0);
+    /* Never issued: an error at once, timed or not. */
+    assert_int_equal(ps_wait_timeout(c, ts + 1000, 100), PS_EINVAL);
+    kill(one.pid[0], SIGCONT);
+    /* Nothing was cancelled: the push completes and is applied once. */
+    assert_int_equal(ps_wait_timeout(c, ts, 10000), PS_OK);
+    assert_int_equal(ps_wait_timeout(c, ts, 0), PS_OK);
+    assert_int_equal(ps_wait_all_timeout(c, -1), PS_ENONFINITE);
+    assert_int_equal(ps_wait_all_timeout(c, 0), PS_OK);
+    wait_ok(c, ps_pull(c, t, &key, 1, &got, NULL, NULL));
+    expect_float(got, 1.0f, "the pushed row once", 0);
+    ps_close(c);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
 static void sigterm_stops_the_daemon_with_status_zero(void **state)
 {
     (void)state;
@@ -1190,6 +1244,7 @@ int main(void)
         cmocka_unit_test(hello_with_another_protocol_version_is_refused_clearly),
         cmocka_unit_test(killed_server_fails_requests_instead_of_hanging),
         cmocka_unit_test(stopped_server_hangs_requests_no_longer_than_the_timeout),
+        cmocka_unit_test(timed_waits_return_pending_and_cancel_nothing),
         cmocka_unit_test(sigterm_stops_the_daemon_with_status_zero),
         cmocka_unit_test(sighup_applies_a_new_learning_rate),
         cmocka_unit_test(check_flag_reports_file_and_line),
