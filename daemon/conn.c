@@ -953,7 +953,14 @@ static void process(psd_conn *c)
                 reject(c, why);
             return;
         }
-        if (handle_frame(c, body, len))
+        int wait = handle_frame(c, body, len);
+        /* What decoding the frame took (up to 24 bytes per element, 12 MiB
+         * under the guard's cap, proto/frame.c) is not in usage(): give it
+         * back now, not when a refused frame's handle closes (connections
+         * refused in one turn would each hold their own) nor while a frame
+         * waits for backpressure. */
+        msgpack_zone_clear(&c->zone);
+        if (wait)
             break;
         c->spent_bytes += len;
         c->spent_frames++;

@@ -960,6 +960,74 @@ static void garbage_and_wrong_shapes_close_within_a_second_and_are_counted(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* The bytes of a frame (length, body, CRC) holding one PUSH whose keys
+ * are an array of `nils` nils: as many elements as the guard lets
+ * through in a body of about `nils` bytes, which msgpack-c decodes into
+ * 24 bytes each before the message is found malformed (*len set). */
+static unsigned char *frame_of_nils(size_t nils, size_t *len)
+{
+    size_t n = 7 + 4 + nils + 6;
+    unsigned char *f = malloc(4 + n + 4), *b = f + 4, *p = b;
+    assert_non_null(f);
+    memcpy(p, "\x91\x96\x0a\x01\x00\x00\xdd", 7);
+    p += 7;
+    for (int i = 0; i < 4; i++)
+        *p++ = (unsigned char)(nils >> (24 - 8 * i));
+    memset(p, 0xc0, nils);
+    p += nils;
+    memcpy(p, "\xc4\x04\x00\x00\x80\x3f", 6);
+    uint32_t crc = psw_crc32c(0, b, n), l = (uint32_t)n + 4;
+    for (int i = 0; i < 4; i++) {
+        f[i] = (unsigned char)(l >> (24 - 8 * i));
+        b[n + (size_t)i] = (unsigned char)(crc >> (24 - 8 * i));
+    }
+    *len = 4 + n + 4;
+    return f;
+}
+
+/* Many connections whose frames of 2^19 - 8 nils (512 KiB each) all
+ * complete at once: each frame's decoding (12 MiB) is given back as soon
+ * as the frame is refused, not when its connection's handle closes, so
+ * that psd's peak RSS grows by their receive buffers and one frame's
+ * decoding, not by one decoding per connection. */
+static void frames_decoded_at_once_hold_one_frames_decoding(void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport;
+    start_hostile_node(&c, &mport);
+    enum { CONNS = 16 };
+    size_t len;
+    unsigned char *f = frame_of_nils((1u << 19) - 8, &len);
+    int fds[CONNS];
+    sleep_ms(200);
+    long base = proc_kib(c.pid[0], "VmRSS:");
+    for (int i = 0; i < CONNS; i++) {
+        fds[i] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(fds[i], 4000 + (uint64_t)i), 0, "HELLO");
+        raw_send(fds[i], f, len - 1);
+    }
+    sleep_ms(500);
+    for (int i = 0; i < CONNS; i++)
+        raw_send(fds[i], f + len - 1, 1);
+    for (int i = 0; i < CONNS; i++) {
+        EXPECT_INT(raw_closed_within(fds[i], 3000), 1, "closed");
+        close(fds[i]);
+    }
+    free(f);
+    EXPECT_INT(cluster_alive(&c, 0), 1, "psd is alive");
+    long hwm = proc_kib(c.pid[0], "VmHWM:");
+    /* Receive buffers of up to max_frame each, one frame's decoding
+     * (12 MiB, proto/PROTOCOL.md §2) and allocator slack. */
+    long bound = CONNS * 1024 + 12 * 1024 + 6 * 1024;
+    print_message("# psd RSS %ld KiB at rest, peak %ld KiB; bound %ld KiB "
+                  "above rest\n", base, hwm, bound);
+    if (rss_checked() && hwm - base > bound)
+        fail_msg("psd's peak RSS grew by %ld KiB, want at most %ld KiB",
+                 hwm - base, bound);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- the size limit, to the byte --------------------------------------- */
 
 /* The bytes of one frame holding a push of +1 to key `key` of table 0
@@ -2442,6 +2510,7 @@ int main(void)
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
         cmocka_unit_test_teardown(count_and_length_bombs_close_within_a_second_and_cost_no_memory, teardown),
         cmocka_unit_test_teardown(garbage_and_wrong_shapes_close_within_a_second_and_are_counted, teardown),
+        cmocka_unit_test_teardown(frames_decoded_at_once_hold_one_frames_decoding, teardown),
         cmocka_unit_test_teardown(frame_of_max_frame_is_served_and_one_byte_more_applies_nothing, teardown),
         cmocka_unit_test_teardown(pushpull_parts_that_fit_each_way_are_sent_at_a_small_max_frame, teardown),
         cmocka_unit_test_teardown(huge_key_lists_get_etoobig_or_close_the_connection, teardown),
