@@ -119,7 +119,7 @@ static void conn_shutdown(psd_conn *c);
 /* The bytes of a psw_out's buffers. */
 static size_t out_mem(const psw_out *o)
 {
-    return o->sb.alloc + o->segcap * sizeof(psw_seg);
+    return o->sb.alloc + o->segcap * sizeof(psw_seg) + o->owned;
 }
 
 /* Everything this connection holds that a client can make grow: the
@@ -175,6 +175,14 @@ static void trim(psd_conn *c)
     account(c);
 }
 
+/* Every connection gives back what it only keeps for reuse. */
+static void trim_all(psd_conns *set)
+{
+    for (psd_conn *c = set->head; c; c = c->next)
+        if (!c->closing)
+            trim(c);
+}
+
 /* Keeps all connections' buffers within max_client_memory: when they
  * are over it, connections first give back what they only keep for
  * reuse; then the connection using the most is closed (with a log line),
@@ -185,9 +193,7 @@ static void enforce(psd_conns *set)
     uint64_t max = set->node->cfg.max_client_memory;
     if (set->mem <= max)
         return;
-    for (psd_conn *c = set->head; c; c = c->next)
-        if (!c->closing)
-            trim(c);
+    trim_all(set);
     while (set->mem > max) {
         psd_conn *big = NULL;
         for (psd_conn *c = set->head; c; c = c->next)
@@ -335,23 +341,114 @@ static int detach_out(psd_node *n, psw_out *o, uv_write_t *req, int table,
     return 0;
 }
 
+/* The bytes of o's references to rows of `table` that overlap [lo, hi)
+ * and are still to be written: what detach_out would copy. */
+static uint64_t overlap_bytes(const psw_out *o, const uv_write_t *req,
+                              int table, uintptr_t lo, uintptr_t hi)
+{
+    uint64_t sum = 0;
+    if (req && !req->bufs)
+        return 0;
+    for (size_t i = 0; i < o->nsegs; i++) {
+        const psw_seg *g = &o->segs[i];
+        uintptr_t a = (uintptr_t)g->ptr, b = a + g->len;
+        if (g->tag == (uint32_t)table + 1 && b > lo && a < hi)
+            sum += g->len;
+    }
+    return sum;
+}
+
+/* What c's copies of those rows would take. */
+static uint64_t copies_needed(const psd_conn *c, int table, uintptr_t lo,
+                              uintptr_t hi)
+{
+    uint64_t sum = overlap_bytes(&c->out, NULL, table, lo, hi);
+    for (const wreq *w = c->writes; w; w = w->next)
+        sum += overlap_bytes(&w->out, &w->req, table, lo, hi);
+    return sum;
+}
+
+/* Gives c's replies their own copies of the rows (see detach_rows),
+ * counted in its memory. */
+static void detach_conn(psd_conn *c, int table, uintptr_t lo, uintptr_t hi)
+{
+    if (detach_out(c->node, &c->out, NULL, table, lo, hi))
+        c->out.oom = 1;          /* flush rejects the connection */
+    for (wreq *w = c->writes; w; w = w->next) {
+        size_t before = w->out.owned;
+        int rc = detach_out(c->node, &w->out, &w->req, table, lo, hi);
+        w->mem += w->out.owned - before;
+        c->queued_mem += w->out.owned - before;
+        if (rc) {
+            psd_warn("connection from %s: out of memory copying rows "
+                     "a push changes", c->peer);
+            conn_close(c);
+            return;
+        }
+    }
+    account(c);
+}
+
+/* Frees at once what c, just closed, would have written: the copies a
+ * push made for it earlier must not stay while copies are made for
+ * others (its memory no longer counts). Its socket is closed, so libuv
+ * writes none of it; on_write and on_close then find nothing left. The
+ * replies of a frame c is executing stay (request.c still packs them). */
+static void drop_unwritten(psd_conn *c)
+{
+    for (wreq *w = c->writes; w; w = w->next) {
+        release_rows(c->node, &w->out);
+        psw_out_destroy(&w->out);
+        psw_out_init(&w->out);
+    }
+    if (!c->busy) {
+        release_rows(c->node, &c->out);
+        psw_out_destroy(&c->out);
+        psw_out_init(&c->out);
+    }
+}
+
 /* The node's hook before the rows of `table` in [lo, hi) change: every
  * reply that still references them, built or being written, gets its own
  * copy. A
  * connection that cannot get the memory is closed (its replies never go
- * out, so none carries changed rows). */
+ * out, so none carries changed rows). The copies count in
+ * max_client_memory before they are made, like any growth: replies owed
+ * to clients that do not read would otherwise turn from references into
+ * up to max_output of memory each, past the budget; a connection whose
+ * copies do not fit is closed instead. A connection closed (uv_close
+ * shuts its socket at once, and its writes are cancelled) sends nothing
+ * more: it needs no copy (one whose close waits for its read callback
+ * still gets them). */
 static void detach_rows(void *arg, int table, uintptr_t lo, uintptr_t hi)
 {
     psd_conns *set = arg;
+    uint64_t max = set->node->cfg.max_client_memory;
     for (psd_conn *c = set->head; c && set->node->row_refs[table]; c = c->next) {
-        if (detach_out(set->node, &c->out, NULL, table, lo, hi))
-            c->out.oom = 1;      /* flush rejects the connection */
-        for (wreq *w = c->writes; w; w = w->next)
-            if (detach_out(set->node, &w->out, &w->req, table, lo, hi)) {
-                psd_warn("connection from %s: out of memory copying rows "
-                         "a push changes", c->peer);
-                conn_close(c);
-            }
+        if (c->closing && !c->close_deferred)
+            continue;
+        uint64_t need = copies_needed(c, table, lo, hi);
+        if (need && set->mem + need > max)
+            trim_all(set);
+        if (need && set->mem + need > max) {
+            /* The copies would be its memory: it is the connection over
+             * the budget, not the one pushing (whose receive buffer holds
+             * the push). */
+            set->node->stats.conns_over_memory++;
+            psd_warn_rep("closing connection from %s: its replies not yet "
+                        "written hold %llu bytes of rows a push changes, "
+                        "whose copies would take the buffers of all %d "
+                        "connections to %llu bytes; max_client_memory is "
+                        "%llu", c->peer, (unsigned long long)need, set->n,
+                        (unsigned long long)(set->mem + need),
+                        (unsigned long long)max);
+            conn_close(c);
+            if (c->closing && !c->close_deferred)
+                drop_unwritten(c);
+            continue;
+        }
+        if (need)
+            detach_conn(c, table, lo, hi);
     }
 }
 
@@ -953,7 +1050,14 @@ static void process(psd_conn *c)
                 reject(c, why);
             return;
         }
-        if (handle_frame(c, body, len))
+        int wait = handle_frame(c, body, len);
+        /* What decoding the frame took (up to 24 bytes per element, 12 MiB
+         * under the guard's cap, proto/frame.c) is not in usage(): give it
+         * back now, not when a refused frame's handle closes (connections
+         * refused in one turn would each hold their own) nor while a frame
+         * waits for backpressure. */
+        msgpack_zone_clear(&c->zone);
+        if (wait)
             break;
         c->spent_bytes += len;
         c->spent_frames++;

@@ -614,6 +614,7 @@ static void free_owned(psw_out *o)
     for (size_t i = 0; i < o->nsegs; i++)
         if (o->segs[i].tag == PSW_TAG_OWNED)
             free((void *)(uintptr_t)o->segs[i].ptr);
+    o->owned = 0;
 }
 
 void psw_out_destroy(psw_out *o)
@@ -749,6 +750,7 @@ void *psw_out_seg_own(psw_out *o, size_t i)
     memcpy(copy, g->ptr, g->len);
     g->ptr = copy;
     g->tag = PSW_TAG_OWNED;
+    o->owned += g->len;
     return copy;
 }
 

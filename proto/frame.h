@@ -207,6 +207,7 @@ typedef struct psw_out {
     size_t frame_seg;    /* first of segs inside the open frame */
     uint32_t frame_msgs; /* messages packed into the open frame */
     size_t total;        /* all bytes: sb plus references */
+    size_t owned;        /* bytes of the copies it owns (psw_out_seg_own) */
     int oom;             /* set when an allocation failed */
 } psw_out;
 

@@ -430,6 +430,108 @@ static void frame_whose_replies_do_not_fit_waits_and_loses_nothing(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A connection to node 0 past HELLO whose receive window is small, so
+ * that what psd writes to it and it does not read stays queued in psd
+ * rather than in the kernel. */
+static int raw_connect_narrow(int port, uint64_t id)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a))
+        fail_msg("connect: %s", strerror(errno));
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    EXPECT_INT(raw_hello_id(fd, id), 0, "HELLO");
+    return fd;
+}
+
+/* Replies queued for clients that do not read reference the rows they
+ * carry in place; a push to those rows gives each its own copy first.
+ * Those copies count in max_client_memory like any buffer: with 12
+ * readers each owed 4 MB of rows, a push to the rows makes psd close the
+ * largest until the total fits, so its RSS grows by at most the budget
+ * (16M) and slack, not by 48 MB of copies. */
+static void copies_of_rows_a_push_changes_count_in_max_client_memory(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    enum { READERS = 12, ROWS = 1000000 };
+    int fd = start_dense_raw(&c, 4, "max_frame = 4M\nmax_output = 4M\n"
+                             "max_client_memory = 16M\n");
+    sleep_ms(200);
+    long base = proc_kib(c.pid[0], "VmRSS:");
+    int fds[READERS];
+    for (int i = 0; i < READERS; i++) {
+        fds[i] = raw_connect_narrow(c.port[0], 6000 + (uint64_t)i);
+        send_pulls(fds[i], 1, 1, ROWS);
+    }
+    sleep_ms(500);
+    float *ones = malloc(ROWS * sizeof *ones);
+    assert_non_null(ones);
+    for (int i = 0; i < ROWS; i++)
+        ones[i] = 1;
+    psw_msg push = { .op = PSW_OP_PUSH_RANGE, .ts = 1, .table = 0,
+                     .first = 0, .count = ROWS,
+                     .vals = (const char *)ones, .vals_len = ROWS * 4 };
+    raw_send_msgs(fd, &push, 1);
+    psw_msg r;
+    msgpack_zone z;
+    char *f;
+    raw_read_reply(fd, &r, &z, &f);
+    EXPECT_INT(r.status, 0, "the push");
+    msgpack_zone_destroy(&z);
+    free(f);
+    free(ones);
+    sleep_ms(300);
+    long hwm = proc_kib(c.pid[0], "VmHWM:");
+    long bound = 16 * 1024 + 6 * 1024;
+    print_message("# psd RSS %ld KiB at rest, peak %ld KiB; bound %ld KiB "
+                  "above rest\n", base, hwm, bound);
+    if (rss_checked() && hwm - base > bound)
+        fail_msg("psd's peak RSS grew by %ld KiB, want at most "
+                 "max_client_memory 16M + 6M", hwm - base);
+    EXPECT_INT(log_lines_with(&c, "max_client_memory is") >= 1, 1,
+               "readers closed at max_client_memory");
+    /* Those left read the rows as they were when pulled. */
+    int whole = 0;
+    for (int i = 0; i < READERS; i++) {
+        size_t len;
+        char *b = raw_read_frame(fds[i], &len);
+        close(fds[i]);
+        if (!b)
+            continue;
+        msgpack_zone_init(&z, 4096);
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        if (psw_frame_decode(b, len, &z, &obj, err, sizeof err) ||
+            psw_frame_messages(&obj, 8, &msgs, err, sizeof err) < 1 ||
+            psw_msg_decode(&msgs[0], &r, err, sizeof err))
+            fail_msg("reader %d: %s", i, err);
+        EXPECT_U64(r.vals_len, (uint64_t)ROWS * 4, "rows of reader %d", i);
+        float first, last;
+        memcpy(&first, r.vals, 4);
+        memcpy(&last, r.vals + r.vals_len - 4, 4);
+        EXPECT_INT(first == 2.5f && last == 2.5f, 1,
+                   "reader %d's rows are those before the push", i);
+        whole++;
+        msgpack_zone_destroy(&z);
+        free(b);
+    }
+    print_message("# %d of %d readers got their reply whole\n", whole,
+                  READERS);
+    EXPECT_INT(whole > 0 && whole < READERS, 1, "readers served, readers "
+               "closed");
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* Checks that every one of the n rows of reply r is `want`. */
 static void expect_rows(const psw_msg *r, size_t n, float want,
                         const char *what)
@@ -957,6 +1059,74 @@ static void garbage_and_wrong_shapes_close_within_a_second_and_are_counted(
     msgpack_zone_destroy(&z);
     free(f);
     close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* The bytes of a frame (length, body, CRC) holding one PUSH whose keys
+ * are an array of `nils` nils: as many elements as the guard lets
+ * through in a body of about `nils` bytes, which msgpack-c decodes into
+ * 24 bytes each before the message is found malformed (*len set). */
+static unsigned char *frame_of_nils(size_t nils, size_t *len)
+{
+    size_t n = 7 + 4 + nils + 6;
+    unsigned char *f = malloc(4 + n + 4), *b = f + 4, *p = b;
+    assert_non_null(f);
+    memcpy(p, "\x91\x96\x0a\x01\x00\x00\xdd", 7);
+    p += 7;
+    for (int i = 0; i < 4; i++)
+        *p++ = (unsigned char)(nils >> (24 - 8 * i));
+    memset(p, 0xc0, nils);
+    p += nils;
+    memcpy(p, "\xc4\x04\x00\x00\x80\x3f", 6);
+    uint32_t crc = psw_crc32c(0, b, n), l = (uint32_t)n + 4;
+    for (int i = 0; i < 4; i++) {
+        f[i] = (unsigned char)(l >> (24 - 8 * i));
+        b[n + (size_t)i] = (unsigned char)(crc >> (24 - 8 * i));
+    }
+    *len = 4 + n + 4;
+    return f;
+}
+
+/* Many connections whose frames of 2^19 - 8 nils (512 KiB each) all
+ * complete at once: each frame's decoding (12 MiB) is given back as soon
+ * as the frame is refused, not when its connection's handle closes, so
+ * that psd's peak RSS grows by their receive buffers and one frame's
+ * decoding, not by one decoding per connection. */
+static void frames_decoded_at_once_hold_one_frames_decoding(void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport;
+    start_hostile_node(&c, &mport);
+    enum { CONNS = 16 };
+    size_t len;
+    unsigned char *f = frame_of_nils((1u << 19) - 8, &len);
+    int fds[CONNS];
+    sleep_ms(200);
+    long base = proc_kib(c.pid[0], "VmRSS:");
+    for (int i = 0; i < CONNS; i++) {
+        fds[i] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(fds[i], 4000 + (uint64_t)i), 0, "HELLO");
+        raw_send(fds[i], f, len - 1);
+    }
+    sleep_ms(500);
+    for (int i = 0; i < CONNS; i++)
+        raw_send(fds[i], f + len - 1, 1);
+    for (int i = 0; i < CONNS; i++) {
+        EXPECT_INT(raw_closed_within(fds[i], 3000), 1, "closed");
+        close(fds[i]);
+    }
+    free(f);
+    EXPECT_INT(cluster_alive(&c, 0), 1, "psd is alive");
+    long hwm = proc_kib(c.pid[0], "VmHWM:");
+    /* Receive buffers of up to max_frame each, one frame's decoding
+     * (12 MiB, proto/PROTOCOL.md §2) and allocator slack. */
+    long bound = CONNS * 1024 + 12 * 1024 + 6 * 1024;
+    print_message("# psd RSS %ld KiB at rest, peak %ld KiB; bound %ld KiB "
+                  "above rest\n", base, hwm, bound);
+    if (rss_checked() && hwm - base > bound)
+        fail_msg("psd's peak RSS grew by %ld KiB, want at most %ld KiB",
+                 hwm - base, bound);
     assert_int_equal(cluster_stop(&c), 0);
 }
 
@@ -2433,6 +2603,7 @@ int main(void)
         cmocka_unit_test_teardown(rss_stays_within_max_client_memory_under_hostile_clients, teardown),
         cmocka_unit_test_teardown(connection_whose_buffer_would_pass_the_budget_is_closed, teardown),
         cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
+        cmocka_unit_test_teardown(copies_of_rows_a_push_changes_count_in_max_client_memory, teardown),
         cmocka_unit_test_teardown(pull_reply_queued_during_a_push_carries_the_rows_before_it, teardown),
         cmocka_unit_test_teardown(overlapping_pulls_queued_during_a_push_carry_their_own_rows, teardown),
         cmocka_unit_test_teardown(shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing, teardown),
@@ -2442,6 +2613,7 @@ int main(void)
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
         cmocka_unit_test_teardown(count_and_length_bombs_close_within_a_second_and_cost_no_memory, teardown),
         cmocka_unit_test_teardown(garbage_and_wrong_shapes_close_within_a_second_and_are_counted, teardown),
+        cmocka_unit_test_teardown(frames_decoded_at_once_hold_one_frames_decoding, teardown),
         cmocka_unit_test_teardown(frame_of_max_frame_is_served_and_one_byte_more_applies_nothing, teardown),
         cmocka_unit_test_teardown(pushpull_parts_that_fit_each_way_are_sent_at_a_small_max_frame, teardown),
         cmocka_unit_test_teardown(huge_key_lists_get_etoobig_or_close_the_connection, teardown),
