@@ -114,7 +114,7 @@ __all__ = [
     "PS_OK", "PS_EINVAL", "PS_ENOMEM", "PS_ECONN", "PS_ETIMEDOUT",
     "PS_EPROTO", "PS_EAUTH", "PS_ENOTABLE", "PS_EKEY", "PS_ETOOBIG",
     "PS_ECLOSED", "PS_ESERVER", "PS_ENOTOWNER", "PS_EBUSY",
-    "PS_ENONFINITE", "PS_EFULL",
+    "PS_ENONFINITE", "PS_EFULL", "PS_PENDING",
 ]
 
 # The libpsclient file (or soname) this package loaded.
@@ -137,6 +137,14 @@ PS_ENOTOWNER = -12
 PS_EBUSY = -13
 PS_ENONFINITE = -14
 PS_EFULL = -15
+PS_PENDING = 1       # not an error: ps_wait_timeout's "still in flight"
+
+# A blocked wait returns to Python this often (milliseconds), so that a
+# signal handler runs while the library waits: Ctrl-C interrupts a pull
+# held by a stopped node or a slow bsp peer, instead of only once the
+# request's time (30 s by default) is up. A completion ends a slice at
+# once: the slices cost nothing while requests complete.
+_WAIT_SLICE_MS = 100
 
 _CODE_NAMES = {v: k for k, v in globals().items()
                if k.startswith("PS_E") and isinstance(v, int)}
@@ -411,7 +419,9 @@ class Request:
         return self._ts
 
     def wait(self) -> Optional[np.ndarray]:
-        """Blocks until the request completed (GIL released).
+        """Blocks until the request completed (GIL released; a signal
+        handler runs meanwhile, and Ctrl-C interrupts the wait, leaving the
+        request in flight).
 
         Returns the ``out`` array of a pull or pushpull, None for a push.
         Raises the request's Error if it failed; waiting again gives the
@@ -713,7 +723,7 @@ class Client:
                 # Nothing else runs on the handle from here on: new calls
                 # see _closing and fail, status reads wait for _h to go.
                 h = self._h
-                _LIB.ps_wait_all(h)
+                self._wait_all(h)
                 for req in list(self._pending.values()):
                     self._read_status(h, req)
                 self._pending.clear()
@@ -808,6 +818,23 @@ class Client:
         if later:
             self.close()                 # asked for by a signal handler
 
+    @staticmethod
+    def _wait(h: int, ts: int) -> int:
+        """ps_wait, in slices during which signal handlers can run (a
+        handler that raises ends the wait; the request stays in flight)."""
+        while True:
+            st = _LIB.ps_wait_timeout(h, ts, _WAIT_SLICE_MS)
+            if st != PS_PENDING:
+                return st
+
+    @staticmethod
+    def _wait_all(h: int) -> int:
+        """ps_wait_all, in slices as _wait."""
+        while True:
+            st = _LIB.ps_wait_all_timeout(h, _WAIT_SLICE_MS)
+            if st != PS_PENDING:
+                return st
+
     def _fail(self, h: int, code: int) -> Error:
         """The exception for code, with this thread's ps_last_error text."""
         return _error(code, _LIB.ps_last_error(h).decode("utf-8", "replace"))
@@ -832,7 +859,7 @@ class Client:
             if ts < 0:
                 settled = True
                 raise self._fail(h, ts)
-            st = _LIB.ps_wait(h, ts)
+            st = self._wait(h, ts)
             settled = True
             if st != PS_OK:
                 raise self._fail(h, st)
@@ -877,7 +904,7 @@ class Client:
     def _read_status(self, h: int, req: Request) -> None:
         """ps_wait for req on handle h; records the status and lets go of
         its arrays. Called with h in use (counted busy, or by close)."""
-        st = _LIB.ps_wait(h, req.ts)
+        st = self._wait(h, req.ts)
         msg = _LIB.ps_last_error(h).decode("utf-8", "replace") if st else ""
         with self._cv:
             if req._status is None:
@@ -933,7 +960,7 @@ class Client:
             with self._cv:
                 issued = list(self._pending.values())
                 held = len(self._held)   # those of requests issued so far
-            st = _LIB.ps_wait_all(h)
+            st = self._wait_all(h)
             err = self._fail(h, st) if st != PS_OK else None
             for req in issued:           # complete: ps_wait returns at once
                 self._read_status(h, req)
@@ -990,12 +1017,16 @@ class Client:
     def clock(self) -> None:
         """This worker finished its current iteration (ps_clock). On a
         cluster with bsp tables it returns once every live worker has, and
-        the iteration's pushes were applied. Workers only."""
+        the iteration's pushes were applied. Workers only. Unlike waits
+        for requests, it cannot be interrupted (Ctrl-C is seen once it
+        returns): it blocks at most sync_timeout_ms, then raises
+        TimeoutError."""
         self._simple(_LIB.ps_clock)
 
     def barrier(self) -> None:
         """Returns once every live worker has called barrier() as often
-        (ps_barrier). Workers only."""
+        (ps_barrier). Workers only. Like clock(), it cannot be interrupted
+        and blocks at most sync_timeout_ms."""
         self._simple(_LIB.ps_barrier)
 
 

@@ -174,6 +174,8 @@ def _declare(lib: ctypes.CDLL) -> None:
                                     c_void_p, c_void_p]),
         "ps_wait": (c_int, [h, c_int64]),
         "ps_wait_all": (c_int, [h]),
+        "ps_wait_timeout": (c_int, [h, c_int64, c_int]),
+        "ps_wait_all_timeout": (c_int, [h, c_int]),
         "ps_clock": (c_int, [h]),
         "ps_barrier": (c_int, [h]),
         "ps_stats": (c_int, [h, POINTER(PsStats)]),
