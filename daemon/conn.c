@@ -619,14 +619,32 @@ static void on_answered(psd_session *ss)
 
 /* ---- HELLO ------------------------------------------------------------ */
 
-/* Answers a HELLO with a refusal (status and reason, no layout), then
- * closes the connection once the answer is out. */
+/* The HELLO_OK of a refusal: status and reason, and no layout (no node
+ * address, no table, epoch 0): a refused peer, maybe one that never
+ * authenticated, learns nothing of the cluster from it. The fields a
+ * client reads of a refusal keep their meaning. */
+static psw_cluster refusal(const psd_conn *c, int status, const char *why)
+{
+    const psw_cluster *k = &c->node->cluster;
+    psw_cluster r;
+    memset(&r, 0, sizeof r);
+    r.status = status;
+    snprintf(r.text, sizeof r.text, "%s", why);
+    r.version = k->version;
+    r.node_index = 0;
+    r.max_frame = k->max_frame;
+    r.shards = 1;
+    r.heartbeat_ms = k->heartbeat_ms;
+    r.peer_timeout_ms = k->peer_timeout_ms;
+    r.proof_state = c->version >= 3 ? PSW_PROOF_NIL : PSW_PROOF_ABSENT;
+    return r;
+}
+
+/* Answers a HELLO with a refusal (refusal()), then closes the connection
+ * once the answer is out. */
 static void refuse_hello(psd_conn *c, int status, const char *why)
 {
-    psw_cluster refused = c->node->cluster;
-    refused.status = status;
-    refused.proof_state = c->version >= 3 ? PSW_PROOF_NIL : PSW_PROOF_ABSENT;
-    snprintf(refused.text, sizeof refused.text, "%s", why);
+    psw_cluster refused = refusal(c, status, why);
     psw_out_frame_begin(&c->out);
     psw_pack_hello_ok(&c->out, &refused);
     psw_out_frame_end(&c->out);
@@ -647,10 +665,7 @@ static void refuse_auth(psd_conn *c, const char *why)
     snprintf(text, sizeof text, "authentication failed: %s", why);
     c->node->stats.auth_failures++;
     /* refuse_hello logs at warn: the throttled log above says it once. */
-    psw_cluster refused = c->node->cluster;
-    refused.status = PSW_EAUTH;
-    refused.proof_state = c->version >= 3 ? PSW_PROOF_NIL : PSW_PROOF_ABSENT;
-    snprintf(refused.text, sizeof refused.text, "%s", text);
+    psw_cluster refused = refusal(c, PSW_EAUTH, text);
     psw_out_frame_begin(&c->out);
     psw_pack_hello_ok(&c->out, &refused);
     psw_out_frame_end(&c->out);

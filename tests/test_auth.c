@@ -171,6 +171,16 @@ static int read_hello_ok(int fd, char *text, size_t cap, psw_cluster *out)
         fail_msg("got no HELLO_OK: closed");
     if (psw_hello_ok_decode(m, &l, err, sizeof err))
         fail_msg("got no HELLO_OK: %s", err);
+    /* A refusal tells a peer that may not have authenticated nothing of
+     * the cluster: no node address, no table, epoch 0. */
+    const msgpack_object *fl = m->via.array.ptr;
+    if (l.status != 0 &&
+        (fl[8].type != MSGPACK_OBJECT_ARRAY || fl[8].via.array.size != 0 ||
+         fl[9].type != MSGPACK_OBJECT_ARRAY || fl[9].via.array.size != 0 ||
+         l.epoch != 0))
+        fail_msg("a refusal (status %d) carries the layout: %u nodes, %u "
+                 "tables, epoch %llu", l.status, fl[8].via.array.size,
+                 fl[9].via.array.size, (unsigned long long)l.epoch);
     if (text)
         snprintf(text, cap, "%s", l.text);
     int st = l.status;
