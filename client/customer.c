@@ -497,9 +497,15 @@ int psc_part_fail(psc_part *p, int status, const char *why)
 
 int psc_part_reply(psc_part *p, const psw_msg *m)
 {
+    if (m->status != PSW_OK && (!m->text || m->text_len == 0)) {
+        /* A node that gave no reason: ps_last_error still says what. */
+        char why[128];
+        int l = snprintf(why, sizeof why, "node %d answered \"%s\" without "
+                         "a reason", p->node, psw_strerror(m->status));
+        return settle(p, m->status, why, (size_t)l);
+    }
     if (m->status != PSW_OK)
-        return settle(p, m->status, m->text ? m->text : "",
-                      m->text ? m->text_len : 0);
+        return settle(p, m->status, m->text, m->text_len);
     if (!p->out || p->direct)      /* direct: the rows are in out */
         return settle(p, PS_OK, NULL, 0);
     size_t rowb = (size_t)p->req->dim * sizeof(float);

@@ -1246,7 +1246,7 @@ static void latency_resends_only_past_the_timeout_and_counts_once(
  * bytes that are no frame (a CRC that does not match), once a connection
  * has had three. */
 enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING, MOCK_HOSTILE,
-       MOCK_HOSTILE_ADMIN };
+       MOCK_HOSTILE_ADMIN, MOCK_MUTE_ERROR };
 
 /* What MOCK_HOSTILE_ADMIN answers every ADMIN command with. */
 #define HOSTILE_TEXT "no\x1b]0;pwned\x07\x1b[2Jway\r"
@@ -1270,7 +1270,7 @@ static float mock_row(uint64_t key)
 /* Answers the requests of one frame into o (its replies, in one frame;
  * with bogus ones first when `unknown`). Returns the replies packed. */
 static int mock_answer(psw_out *o, const char *body, size_t len,
-                       int unknown)
+                       int unknown, int mute_error)
 {
     msgpack_zone z;
     msgpack_object obj;
@@ -1298,6 +1298,13 @@ static int mock_answer(psw_out *o, const char *body, size_t len,
             } else
                 psw_pack_reply(o, m.ts, m.part, PSW_ESERVER, HOSTILE_TEXT, 0,
                                0);
+            packed++;
+            continue;
+        }
+        if (mute_error) {
+            /* An error with an empty reason, as a careless server might
+             * send. */
+            psw_pack_reply(o, m.ts, m.part, PSW_ESERVER, NULL, 0, 0);
             packed++;
             continue;
         }
@@ -1380,7 +1387,8 @@ static void *mock_main(void *arg)
                 continue;
             }
             psw_out_reset(&o);
-            int n = mock_answer(&o, f, len, mk->mode == MOCK_UNKNOWN);
+            int n = mock_answer(&o, f, len, mk->mode == MOCK_UNKNOWN,
+                                mk->mode == MOCK_MUTE_ERROR);
             free(f);
             if (!n)
                 continue;
@@ -1598,6 +1606,36 @@ static void hostile_admin_text_reaches_no_terminal(void **state)
     psctl_against_hostile("--json stats", 0);
 }
 
+/* An error reply without a reason still gives ps_last_error a text:
+ * the status's meaning and the node, never an empty string. */
+static void error_reply_without_a_reason_still_says_what_failed(void **state)
+{
+    (void)state;
+    mock mk;
+    mock_start(&mk, MOCK_MUTE_ERROR);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
+    ps_options o = fault_options();
+    ps_client *cl;
+    int rc = ps_open(&cl, spec, &o);
+    if (rc != PS_OK) {
+        mock_stop(&mk);
+        fail_msg("ps_open against the mock: %s", ps_strerror(rc));
+    }
+    uint64_t key = 7;
+    float one = 1;
+    ps_ts ts = ps_push(cl, 0, &key, 1, &one, NULL, NULL);
+    rc = ps_wait(cl, ts);
+    char text[256];
+    snprintf(text, sizeof text, "%s", ps_last_error(cl));
+    ps_close(cl);
+    mock_stop(&mk);
+    EXPECT_INT(rc, PS_ESERVER, "status of a push answered ESERVER");
+    if (!strstr(text, "server error"))
+        fail_msg("ps_last_error after an error without a reason: \"%s\"",
+                 text);
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -1640,6 +1678,7 @@ int main(void)
         cmocka_unit_test(misbehaving_replies_complete_each_request_once),
         cmocka_unit_test(hostile_layout_text_reaches_no_terminal),
         cmocka_unit_test(hostile_admin_text_reaches_no_terminal),
+        cmocka_unit_test(error_reply_without_a_reason_still_says_what_failed),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }
