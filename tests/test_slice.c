@@ -1061,17 +1061,17 @@ static void test_customer_remembers_failures_for_wait_and_wait_all(
     psc_customer_complete(&cu, bad);
     EXPECT_INT(callbacks, 2, "callbacks run");
     EXPECT_INT(last_cb_status, PS_ETIMEDOUT, "status the callback saw");
-    EXPECT_INT(psc_customer_wait(&cu, t1, err, sizeof err), PS_OK,
+    EXPECT_INT(psc_customer_wait(&cu, t1, -1, err, sizeof err), PS_OK,
                "wait for the good one");
-    EXPECT_INT(psc_customer_wait(&cu, t2, err, sizeof err), PS_ETIMEDOUT,
+    EXPECT_INT(psc_customer_wait(&cu, t2, -1, err, sizeof err), PS_ETIMEDOUT,
                "wait for the failed one");
     EXPECT_STR(err, "no reply", "its detail");
-    EXPECT_INT(psc_customer_wait(&cu, 3, err, sizeof err), PS_EINVAL,
+    EXPECT_INT(psc_customer_wait(&cu, 3, -1, err, sizeof err), PS_EINVAL,
                "wait for a timestamp never issued");
-    EXPECT_INT(psc_customer_wait_all(&cu, err, sizeof err), PS_ETIMEDOUT,
+    EXPECT_INT(psc_customer_wait_all(&cu, -1, err, sizeof err), PS_ETIMEDOUT,
                "first wait_all");
     EXPECT_SUBSTR(err, "request 2: no reply", "its detail");
-    EXPECT_INT(psc_customer_wait_all(&cu, err, sizeof err), PS_OK,
+    EXPECT_INT(psc_customer_wait_all(&cu, -1, err, sizeof err), PS_OK,
                "second wait_all");
     psc_customer_close(&cu);
     psc_req *late = push_request(1, keys, vals, 10, 1);
@@ -1094,7 +1094,7 @@ static void *wait_all_thread(void *p)
 {
     wait_all_arg *a = p;
     char err[256];
-    a->status = psc_customer_wait_all(a->cu, err, sizeof err);
+    a->status = psc_customer_wait_all(a->cu, -1, err, sizeof err);
     __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
