@@ -310,6 +310,17 @@ uint64_t psd_journal_params(psd_journal *j, uint32_t table,
 int psd_journal_write(psd_journal *j, char *err, size_t errlen)
 {
     size_t at = 0;
+    /* A segment removed from the folder (the folder deleted under a
+     * running psd) still takes writes, into a file that no restart will
+     * find: records written there would be acknowledged and then lost.
+     * It counts as a segment that cannot be written. */
+    struct stat st;
+    if (j->used && fstat(j->fd, &st) == 0 && st.st_nlink == 0) {
+        snprintf(err, errlen, "journal segment %llu was removed from %s "
+                 "(is the data folder gone?)", (unsigned long long)j->seq,
+                 j->dir);
+        return -1;
+    }
     while (at < j->used) {
         ssize_t k = write(j->fd, j->buf + at, j->used - at);
         if (k < 0 && errno == EINTR)

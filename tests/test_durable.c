@@ -11,7 +11,9 @@
  * full disk refuses pushes instead of losing them, and a snapshot that
  * finds no space fails, keeps the old one and says so, while psd keeps
  * serving; a damaged snapshot or one of another layout stops psd with
- * the file, offset and reason, until --skip-snapshot moves it aside.
+ * the file, offset and reason, until --skip-snapshot moves it aside; a
+ * data folder removed under a running node refuses pushes instead of
+ * acknowledging them into a journal no restart would find.
  * PSD_TEST_ONLY='*pattern*' runs the matching tests. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -1183,6 +1185,65 @@ static void test_a_journal_ending_in_zeros_is_cut_and_psd_starts(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+
+/* The data folder removed under a running node (rm -rf by mistake, a
+ * cleanup script): the journal's descriptor still takes writes, but into
+ * a file no restart will find. Acknowledging a push whose record went
+ * there would break the promise of durability = log, so psd treats the
+ * segment as one it cannot write: pushes are refused with PS_ESERVER,
+ * pulls go on, psctl stats says why, and a stop reports the failed final
+ * snapshot with exit status 1. */
+static void test_a_removed_data_dir_refuses_pushes(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = everysec\n"
+          "snapshot_interval = 0\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    char data[500], cmd[1200];
+    snprintf(data, sizeof data, "%s/data", c.dir);
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             data, c.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    ps_options o = client_options();
+    o.max_retries = 2;
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the folder goes");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
+    assert_int_equal(system(cmd), 0);
+    ps_client *cl, *reader;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    assert_int_equal(ps_open(&reader, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1.0f, v = 0;
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
+               "a push after its journal segment was removed: %s",
+               ps_strerror(rc));
+    rc = ps_wait(reader, ps_push(reader, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc, PS_ESERVER, "the next push: %s", ps_strerror(rc));
+    EXPECT_SUBSTR(ps_last_error(reader), "removed",
+                  "what the refused push is told");
+    EXPECT_INT(ps_wait(reader, ps_pull(reader, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull");
+    const char *psctl = getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
+                                            : "build/psctl";
+    int st;
+    snprintf(cmd, sizeof cmd, "%s -s %s stats", psctl, c.spec);
+    char *out = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "psctl stats: %s", out ? out : "");
+    EXPECT_SUBSTR(out ? out : "", "removed", "psctl stats");
+    free(out);
+    ps_close(cl);
+    ps_close(reader);
+    EXPECT_INT(term(&c, 0), 1, "a stop whose final snapshot has no folder");
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     const char *s = getenv("PSD_TEST_SEED");
@@ -1224,6 +1285,7 @@ int main(void)
         cmocka_unit_test(test_a_snapshot_of_another_layout_stops_psd),
         cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
+        cmocka_unit_test(test_a_removed_data_dir_refuses_pushes),
     };
     int failed = cmocka_run_group_tests_name("durability", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
