@@ -1068,6 +1068,14 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 2$/dim = 1/' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
     expect_psd_check(&c, 0, NULL, 0, "OK");
+    /* Only the consistency mode changed: the shape differs while every
+     * table section fits, and the refusal says what that leaves. */
+    snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 1$/dim = 1\\nconsistency "
+             "= ssp/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_refusal(&c, snap, "consistency mode changed");
+    snprintf(cmd, sizeof cmd, "sed -i '/^consistency = ssp$/d' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
     if (cluster_restart(&c, 0))
         fail_msg("the right layout starts");
     expect_count(c.spec, a, "with the right layout");
