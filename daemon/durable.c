@@ -34,11 +34,13 @@ static uint64_t wall_ms(void)
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-/* mkdir -p, the last component 0700. */
+/* mkdir -p, the last component 0700 (also when dir ends with '/'). */
 static int make_dir(const char *dir, char *err, size_t errlen)
 {
     char p[4096];
     snprintf(p, sizeof p, "%s", dir);
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--)
+        p[n - 1] = '\0';
     for (char *s = p + 1; *s; s++) {
         if (*s != '/')
             continue;

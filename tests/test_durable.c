@@ -1252,6 +1252,38 @@ static void test_a_removed_data_dir_refuses_pushes(void **state)
     cluster_stop(&c);
 }
 
+/* A missing data folder is created at start, its parents 0755 and the
+ * folder itself 0700 (less the umask), also when data_dir ends with a
+ * slash; the node's files are 0600. */
+static void test_a_missing_data_dir_is_created_0700(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    char data[500], cmd[1200];
+    snprintf(data, sizeof data, "%s/parent/data/", c.dir);
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             data, c.ini);
+    assert_int_equal(system(cmd), 0);
+    mode_t was = umask(022);
+    int rc = cluster_restart(&c, 0);
+    umask(was);
+    if (rc)
+        fail_msg("psd did not start with data_dir = %s", data);
+    struct stat st;
+    char path[600];
+    snprintf(path, sizeof path, "%s/parent", c.dir);
+    assert_int_equal(stat(path, &st), 0);
+    EXPECT_INT((int)(st.st_mode & 07777), 0755, "%s's mode", path);
+    assert_int_equal(stat(data, &st), 0);
+    EXPECT_INT((int)(st.st_mode & 07777), 0700, "%s's mode", data);
+    snprintf(path, sizeof path, "%spsd-node0.lock", data);
+    assert_int_equal(stat(path, &st), 0);
+    EXPECT_INT((int)(st.st_mode & 07777), 0600, "%s's mode", path);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 int main(void)
 {
     const char *s = getenv("PSD_TEST_SEED");
@@ -1294,6 +1326,7 @@ int main(void)
         cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
         cmocka_unit_test(test_a_removed_data_dir_refuses_pushes),
+        cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
     };
     int failed = cmocka_run_group_tests_name("durability", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
