@@ -229,6 +229,25 @@ static void on_sigchld(uv_signal_t *h, int sig)
     child_done(d, ok, text);
 }
 
+/* Moves the journal to a new segment for a snapshot to start from. When
+ * the old segment had been removed from the folder (the data folder
+ * deleted, then made again), the records held for it went to the new
+ * one, whose effects the snapshot holds too: one more rotation puts that
+ * segment, once written and fsync'd, below the snapshot's journal_seq, so
+ * that a replay after it does not apply them twice. */
+static int rotate(psd_journal *j, char *err, size_t errlen)
+{
+    int rc = psd_journal_rotate(j, err, errlen);
+    if (rc == 1) {
+        psd_warn("journal: segment %llu was removed from the folder; its "
+                 "records went to segment %llu",
+                 (unsigned long long)psd_journal_seq(j) - 1,
+                 (unsigned long long)psd_journal_seq(j));
+        rc = psd_journal_rotate(j, err, errlen);
+    }
+    return rc;
+}
+
 void psd_durable_snapshot(psd_durable *d)
 {
     if (d->child)
@@ -239,7 +258,7 @@ void psd_durable_snapshot(psd_durable *d)
     /* The image covers the journal so far: later records go to a new
      * segment, which the snapshot says to replay from. */
     if (j) {
-        int rc = psd_journal_rotate(j, err, sizeof err);
+        int rc = rotate(j, err, sizeof err);
         if (rc == -2)
             fsync_failed(d, err);
         if (rc) {
@@ -555,7 +574,7 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
     if (n->journal) {
-        int rc = psd_journal_rotate(n->journal, err, errlen);
+        int rc = rotate(n->journal, err, errlen);
         if (rc == -2)
             fsync_failed(d, err);
         if (rc)

@@ -372,25 +372,54 @@ uint64_t psd_journal_bytes(const psd_journal *j)
 
 int psd_journal_rotate(psd_journal *j, char *err, size_t errlen)
 {
-    if (psd_journal_write(j, err, errlen))
+    /* A segment removed from the folder (psd_journal_write) cannot take
+     * the records buffered for it: they go to the new segment instead,
+     * after its START and PARAMS records. */
+    struct stat st;
+    int gone = j->used && fstat(j->fd, &st) == 0 && st.st_nlink == 0;
+    if (!gone && psd_journal_write(j, err, errlen))
         return -1;
     int old = j->fd;
-    uint64_t bytes = j->bytes;
+    uint64_t bytes = j->bytes, seq = j->seq;
     /* The old segment reaches the disk before the new one exists: a crash
      * may then leave a torn record only in the newest segment, where
      * replay expects one. */
-    if (fsync(old)) {
+    if (!gone && fsync(old)) {
         snprintf(err, errlen, "fsync of journal segment %llu: %s",
                  (unsigned long long)j->seq, strerror(errno));
         return -2;
     }
-    if (open_segment(j, j->seq + 1, err, errlen)) {
+    char *held = j->buf;
+    size_t nheld = j->used, heldcap = j->cap;
+    if (gone) {
+        j->buf = NULL;
+        j->used = j->cap = 0;
+    }
+    int rc = open_segment(j, seq + 1, err, errlen);
+    char *to = rc == 0 && gone ? reserve(j, nheld) : NULL;
+    if (rc == 0 && gone && !to) {
+        snprintf(err, errlen, "out of memory");
+        close(j->fd);
+        rc = -1;
+    }
+    if (rc) {
+        if (gone) {
+            free(j->buf);
+            j->buf = held;
+            j->used = nheld;
+            j->cap = heldcap;
+        }
         j->fd = old;
         j->bytes = bytes;
+        j->seq = seq;
         return -1;
     }
+    if (gone) {
+        memcpy(to, held, nheld);
+        free(held);
+    }
     close(old);
-    return 0;
+    return gone;
 }
 
 static void fsync_path(const char *path)

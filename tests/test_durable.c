@@ -1194,34 +1194,46 @@ static void test_a_journal_ending_in_zeros_is_cut_and_psd_starts(void **state)
 }
 
 
-/* The data folder removed under a running node (rm -rf by mistake, a
- * cleanup script): the journal's descriptor still takes writes, but into
- * a file no restart will find. Acknowledging a push whose record went
- * there would break the promise of durability = log, so psd treats the
- * segment as one it cannot write: pushes are refused with PS_ESERVER,
- * pulls go on, psctl stats says why, and a stop reports the failed final
- * snapshot with exit status 1. */
+/* One node with durability = log, fsync = everysec, its data folder
+ * DIR/data (written to data): 10 oracle requests of 4 pushes, all
+ * acknowledged (their count returned), then the folder is removed with
+ * everything in it, as rm -rf by mistake or a cleanup script would. */
+static int push_then_remove_data_dir(test_cluster *c, char *data,
+                                     size_t datalen)
+{
+    start(c, 1, SERVER "durability = log\nfsync = everysec\n"
+          "snapshot_interval = 0\n");
+    EXPECT_INT(term(c, 0), 0, "stop");
+    char cmd[1200];
+    snprintf(data, datalen, "%s/data", c->dir);
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             data, c->ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(c, 0))
+        fail_msg("restart");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c->spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the folder goes");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
+    assert_int_equal(system(cmd), 0);
+    return a;
+}
+
+/* The data folder removed under a running node: the journal's
+ * descriptor still takes writes, but into a file no restart will find.
+ * Acknowledging a push whose record went there would break the promise
+ * of durability = log, so psd treats the segment as one it cannot write:
+ * pushes are refused with PS_ESERVER, pulls go on, psctl stats says why,
+ * and a stop reports the failed final snapshot with exit status 1. */
 static void test_a_removed_data_dir_refuses_pushes(void **state)
 {
     (void)state;
     test_cluster c;
-    start(&c, 1, SERVER "durability = log\nfsync = everysec\n"
-          "snapshot_interval = 0\n");
-    EXPECT_INT(term(&c, 0), 0, "stop");
     char data[500], cmd[1200];
-    snprintf(data, sizeof data, "%s/data", c.dir);
-    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
-             data, c.ini);
-    assert_int_equal(system(cmd), 0);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart");
+    push_then_remove_data_dir(&c, data, sizeof data);
     ps_options o = client_options();
     o.max_retries = 2;
-    int a, failed;
-    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes before the folder goes");
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
-    assert_int_equal(system(cmd), 0);
     ps_client *cl, *reader;
     assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
     assert_int_equal(ps_open(&reader, c.spec, &o), PS_OK);
@@ -1250,6 +1262,59 @@ static void test_a_removed_data_dir_refuses_pushes(void **state)
     ps_close(reader);
     EXPECT_INT(term(&c, 0), 1, "a stop whose final snapshot has no folder");
     cluster_stop(&c);
+}
+
+/* The same, then the folder made again: the records held for the removed
+ * segment go to a new one, which the snapshot asked for covers too, so
+ * psctl save writes the node's state to the new folder, pushes are taken
+ * again, and after kill -9 every acknowledged push is there (and the one
+ * applied while the folder was gone, whose reply waited). */
+static void test_a_removed_data_dir_made_again_is_saved_to(void **state)
+{
+    (void)state;
+    test_cluster c;
+    char data[500], cmd[1200];
+    int a = push_then_remove_data_dir(&c, data, sizeof data);
+    ps_options o = client_options();
+    o.max_retries = 2;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1.0f;
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
+               "a push after the folder went: %s", ps_strerror(rc));
+    ps_close(cl);
+    assert_int_equal(mkdir(data, 0700), 0);
+    const char *psctl = getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
+                                            : "build/psctl";
+    int st;
+    snprintf(cmd, sizeof cmd, "%s -s %s save", psctl, c.spec);
+    char *out = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "psctl save into the folder made again: %s",
+               out ? out : "");
+    free(out);
+    EXPECT_INT(cluster_log_wait(&c, 0, "journal: writing again", 2000), 1,
+               "the journal writes again");
+    int b, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "pushes after the save");
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart after kill -9");
+    char why[200];
+    if (oracle_check(c.spec, a + b, a + b + 1, why, sizeof why))
+        fail_msg("%s", why);
+    ps_client *check;
+    float v = 0;
+    assert_int_equal(ps_open(&check, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_wait(check, ps_pull(check, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull after the restart");
+    EXPECT_FLOAT(v, (float)(a + b + 1), "the key pushed while the folder "
+                 "was gone");
+    ps_close(check);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
 /* A missing data folder is created at start, its parents 0755 and the
@@ -1326,6 +1391,7 @@ int main(void)
         cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
         cmocka_unit_test(test_a_removed_data_dir_refuses_pushes),
+        cmocka_unit_test(test_a_removed_data_dir_made_again_is_saved_to),
         cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
     };
     int failed = cmocka_run_group_tests_name("durability", tests, NULL, NULL);
