@@ -53,6 +53,7 @@ struct psd_journal {
     uint64_t bytes;              /* written to this segment */
     psd_updater_params *params;  /* per table, as last recorded */
     uint32_t nparams;            /* tables recorded: 0..nparams-1 */
+    char hold[200];              /* why writes wait (psd_journal_hold) */
 };
 
 void psd_journal_path(char *buf, size_t len, const char *dir, int node,
@@ -321,6 +322,10 @@ int psd_journal_write(psd_journal *j, char *err, size_t errlen)
                  j->dir);
         return -1;
     }
+    if (j->used && j->hold[0]) {
+        snprintf(err, errlen, "%s", j->hold);
+        return -1;
+    }
     while (at < j->used) {
         ssize_t k = write(j->fd, j->buf + at, j->used - at);
         if (k < 0 && errno == EINTR)
@@ -343,6 +348,11 @@ int psd_journal_write(psd_journal *j, char *err, size_t errlen)
     j->used = 0;
     j->written = j->last;
     return 0;
+}
+
+void psd_journal_hold(psd_journal *j, const char *why)
+{
+    snprintf(j->hold, sizeof j->hold, "%s", why ? why : "");
 }
 
 uint64_t psd_journal_written(const psd_journal *j)

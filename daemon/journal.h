@@ -96,6 +96,11 @@ int psd_journal_fd(const psd_journal *j);
 uint64_t psd_journal_seq(const psd_journal *j);
 uint64_t psd_journal_bytes(const psd_journal *j);   /* of this segment */
 
+/* Makes psd_journal_write fail with `why` while anything is buffered
+ * (NULL: writes go again), so that the node refuses pushes: see
+ * daemon/durable.c, for a journal whose snapshot is missing. */
+void psd_journal_hold(psd_journal *j, const char *why);
+
 /* Writes what is buffered, then moves to a new segment (seq + 1), which
  * later records go to. The old segment is fsync'd first. 0, or -1 (a
  * write or the new segment failed) or -2 (the fsync failed: what the

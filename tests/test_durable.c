@@ -1199,7 +1199,7 @@ static void test_a_journal_ending_in_zeros_is_cut_and_psd_starts(void **state)
  * acknowledged (their count returned), then the folder is removed with
  * everything in it, as rm -rf by mistake or a cleanup script would. */
 static int push_then_remove_data_dir(test_cluster *c, char *data,
-                                     size_t datalen)
+                                     size_t datalen, const char *pause)
 {
     start(c, 1, SERVER "durability = log\nfsync = everysec\n"
           "snapshot_interval = 0\n");
@@ -1209,7 +1209,11 @@ static int push_then_remove_data_dir(test_cluster *c, char *data,
     snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
              data, c->ini);
     assert_int_equal(system(cmd), 0);
-    if (cluster_restart(c, 0))
+    if (pause)
+        setenv("PSD_TEST_SNAPSHOT_PAUSE", pause, 1);
+    int rc = cluster_restart(c, 0);
+    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
+    if (rc)
         fail_msg("restart");
     ps_options o = client_options();
     int a, failed;
@@ -1231,7 +1235,7 @@ static void test_a_removed_data_dir_refuses_pushes(void **state)
     (void)state;
     test_cluster c;
     char data[500], cmd[1200];
-    push_then_remove_data_dir(&c, data, sizeof data);
+    push_then_remove_data_dir(&c, data, sizeof data, NULL);
     ps_options o = client_options();
     o.max_retries = 2;
     ps_client *cl, *reader;
@@ -1266,15 +1270,18 @@ static void test_a_removed_data_dir_refuses_pushes(void **state)
 
 /* The same, then the folder made again: the records held for the removed
  * segment go to a new one, which the snapshot asked for covers too, so
- * psctl save writes the node's state to the new folder, pushes are taken
- * again, and after kill -9 every acknowledged push is there (and the one
- * applied while the folder was gone, whose reply waited). */
+ * psctl save writes the node's state to the new folder. Pushes are still
+ * refused while that snapshot is being written (the journal then starts
+ * after a snapshot that is missing), then taken again, and after kill -9
+ * every acknowledged push is there (and the one applied while the folder
+ * was gone, whose reply waited). */
 static void test_a_removed_data_dir_made_again_is_saved_to(void **state)
 {
     (void)state;
     test_cluster c;
-    char data[500], cmd[1200];
-    int a = push_then_remove_data_dir(&c, data, sizeof data);
+    char data[500];
+    int a = push_then_remove_data_dir(&c, data, sizeof data,
+                                      "written:1500");
     ps_options o = client_options();
     o.max_retries = 2;
     ps_client *cl;
@@ -1287,14 +1294,17 @@ static void test_a_removed_data_dir_made_again_is_saved_to(void **state)
                "a push after the folder went: %s", ps_strerror(rc));
     ps_close(cl);
     assert_int_equal(mkdir(data, 0700), 0);
-    const char *psctl = getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
-                                            : "build/psctl";
-    int st;
-    snprintf(cmd, sizeof cmd, "%s -s %s save", psctl, c.spec);
-    char *out = run_out(&st, cmd);
-    EXPECT_INT(st, 0, "psctl save into the folder made again: %s",
-               out ? out : "");
-    free(out);
+    pid_t saver = spawn(psctl_save, c.spec);
+    EXPECT_INT(cluster_log_wait(&c, 0, "test pause: snapshot writer", 5000),
+               1, "the snapshot writer is at work");
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc, PS_ESERVER, "a push while the snapshot is written: %s",
+               ps_strerror(rc));
+    EXPECT_SUBSTR(ps_last_error(cl), "until a snapshot",
+                  "what the refused push is told");
+    ps_close(cl);
+    EXPECT_INT(reap(saver), 0, "psctl save into the folder made again");
     EXPECT_INT(cluster_log_wait(&c, 0, "journal: writing again", 2000), 1,
                "the journal writes again");
     int b, failed;
