@@ -34,11 +34,13 @@ static uint64_t wall_ms(void)
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-/* mkdir -p, the last component 0700. */
+/* mkdir -p, the last component 0700 (also when dir ends with '/'). */
 static int make_dir(const char *dir, char *err, size_t errlen)
 {
     char p[4096];
     snprintf(p, sizeof p, "%s", dir);
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--)
+        p[n - 1] = '\0';
     for (char *s = p + 1; *s; s++) {
         if (*s != '/')
             continue;
@@ -187,6 +189,9 @@ static void child_done(psd_durable *d, int ok, const char *text)
         d->st.last_seconds = secs;
         d->st.last_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
         d->st.last_error[0] = '\0';
+        if (d->unbased && d->node->journal)
+            psd_journal_hold(d->node->journal, NULL);
+        d->unbased = 0;
         if (text[0])
             psd_warn("snapshot %llu: %s; the journal it covers is kept",
                      (unsigned long long)d->child_gen, text);
@@ -227,6 +232,34 @@ static void on_sigchld(uv_signal_t *h, int sig)
     child_done(d, ok, text);
 }
 
+/* Moves the journal to a new segment for a snapshot to start from. When
+ * the old segment had been removed from the folder (the data folder
+ * deleted, then made again), the records held for it went to the new
+ * one, whose effects the snapshot holds too: one more rotation puts that
+ * segment, once written and fsync'd, below the snapshot's journal_seq, so
+ * that a replay after it does not apply them twice. Until a snapshot is
+ * written, the segments start after a snapshot that is missing, and a
+ * restart would refuse them: the journal holds its writes, so pushes are
+ * refused, as when it cannot be written. */
+static int rotate(psd_durable *d, psd_journal *j, char *err, size_t errlen)
+{
+    psd_journal_hold(j, NULL);   /* the snapshot to come covers it all */
+    int rc = psd_journal_rotate(j, err, errlen);
+    if (rc == 1) {
+        psd_warn("journal: segment %llu was removed from the folder; its "
+                 "records went to segment %llu",
+                 (unsigned long long)psd_journal_seq(j) - 1,
+                 (unsigned long long)psd_journal_seq(j));
+        d->unbased = 1;
+        rc = psd_journal_rotate(j, err, errlen);
+    }
+    if (d->unbased)
+        psd_journal_hold(j, "the data folder was removed: pushes are "
+                         "refused until a snapshot of this node is written "
+                         "(psctl save)");
+    return rc;
+}
+
 void psd_durable_snapshot(psd_durable *d)
 {
     if (d->child)
@@ -237,7 +270,7 @@ void psd_durable_snapshot(psd_durable *d)
     /* The image covers the journal so far: later records go to a new
      * segment, which the snapshot says to replay from. */
     if (j) {
-        int rc = psd_journal_rotate(j, err, sizeof err);
+        int rc = rotate(d, j, err, sizeof err);
         if (rc == -2)
             fsync_failed(d, err);
         if (rc) {
@@ -553,7 +586,7 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
     if (n->journal) {
-        int rc = psd_journal_rotate(n->journal, err, errlen);
+        int rc = rotate(d, n->journal, err, errlen);
         if (rc == -2)
             fsync_failed(d, err);
         if (rc)
@@ -566,6 +599,9 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
                            errlen))
         return -1;
     d->st.generation = si.generation;
+    if (d->unbased)
+        psd_journal_hold(n->journal, NULL);
+    d->unbased = 0;
     if (err[0])
         psd_warn("final snapshot: %s; the journal it covers is kept", err);
     else

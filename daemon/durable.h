@@ -54,6 +54,9 @@ typedef struct psd_durable {
     uint64_t next_seq;           /* the journal segment after the replayed
                                     ones */
     uint64_t child_start_ns;
+    int unbased;                 /* the journal starts after a snapshot
+                                    that is missing (the data folder was
+                                    removed): pushes wait for a new one */
     void (*durable_moved)(void *arg);   /* replies may go out */
     void *arg;
     psd_durable_stats st;

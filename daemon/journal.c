@@ -53,6 +53,7 @@ struct psd_journal {
     uint64_t bytes;              /* written to this segment */
     psd_updater_params *params;  /* per table, as last recorded */
     uint32_t nparams;            /* tables recorded: 0..nparams-1 */
+    char hold[200];              /* why writes wait (psd_journal_hold) */
 };
 
 void psd_journal_path(char *buf, size_t len, const char *dir, int node,
@@ -310,6 +311,21 @@ uint64_t psd_journal_params(psd_journal *j, uint32_t table,
 int psd_journal_write(psd_journal *j, char *err, size_t errlen)
 {
     size_t at = 0;
+    /* A segment removed from the folder (the folder deleted under a
+     * running psd) still takes writes, into a file that no restart will
+     * find: records written there would be acknowledged and then lost.
+     * It counts as a segment that cannot be written. */
+    struct stat st;
+    if (j->used && fstat(j->fd, &st) == 0 && st.st_nlink == 0) {
+        snprintf(err, errlen, "journal segment %llu was removed from %s "
+                 "(is the data folder gone?)", (unsigned long long)j->seq,
+                 j->dir);
+        return -1;
+    }
+    if (j->used && j->hold[0]) {
+        snprintf(err, errlen, "%s", j->hold);
+        return -1;
+    }
     while (at < j->used) {
         ssize_t k = write(j->fd, j->buf + at, j->used - at);
         if (k < 0 && errno == EINTR)
@@ -332,6 +348,11 @@ int psd_journal_write(psd_journal *j, char *err, size_t errlen)
     j->used = 0;
     j->written = j->last;
     return 0;
+}
+
+void psd_journal_hold(psd_journal *j, const char *why)
+{
+    snprintf(j->hold, sizeof j->hold, "%s", why ? why : "");
 }
 
 uint64_t psd_journal_written(const psd_journal *j)
@@ -361,25 +382,54 @@ uint64_t psd_journal_bytes(const psd_journal *j)
 
 int psd_journal_rotate(psd_journal *j, char *err, size_t errlen)
 {
-    if (psd_journal_write(j, err, errlen))
+    /* A segment removed from the folder (psd_journal_write) cannot take
+     * the records buffered for it: they go to the new segment instead,
+     * after its START and PARAMS records. */
+    struct stat st;
+    int gone = j->used && fstat(j->fd, &st) == 0 && st.st_nlink == 0;
+    if (!gone && psd_journal_write(j, err, errlen))
         return -1;
     int old = j->fd;
-    uint64_t bytes = j->bytes;
+    uint64_t bytes = j->bytes, seq = j->seq;
     /* The old segment reaches the disk before the new one exists: a crash
      * may then leave a torn record only in the newest segment, where
      * replay expects one. */
-    if (fsync(old)) {
+    if (!gone && fsync(old)) {
         snprintf(err, errlen, "fsync of journal segment %llu: %s",
                  (unsigned long long)j->seq, strerror(errno));
         return -2;
     }
-    if (open_segment(j, j->seq + 1, err, errlen)) {
+    char *held = j->buf;
+    size_t nheld = j->used, heldcap = j->cap;
+    if (gone) {
+        j->buf = NULL;
+        j->used = j->cap = 0;
+    }
+    int rc = open_segment(j, seq + 1, err, errlen);
+    char *to = rc == 0 && gone ? reserve(j, nheld) : NULL;
+    if (rc == 0 && gone && !to) {
+        snprintf(err, errlen, "out of memory");
+        close(j->fd);
+        rc = -1;
+    }
+    if (rc) {
+        if (gone) {
+            free(j->buf);
+            j->buf = held;
+            j->used = nheld;
+            j->cap = heldcap;
+        }
         j->fd = old;
         j->bytes = bytes;
+        j->seq = seq;
         return -1;
     }
+    if (gone) {
+        memcpy(to, held, nheld);
+        free(held);
+    }
     close(old);
-    return 0;
+    return gone;
 }
 
 static void fsync_path(const char *path)

@@ -96,11 +96,18 @@ int psd_journal_fd(const psd_journal *j);
 uint64_t psd_journal_seq(const psd_journal *j);
 uint64_t psd_journal_bytes(const psd_journal *j);   /* of this segment */
 
+/* Makes psd_journal_write fail with `why` while anything is buffered
+ * (NULL: writes go again), so that the node refuses pushes: see
+ * daemon/durable.c, for a journal whose snapshot is missing. */
+void psd_journal_hold(psd_journal *j, const char *why);
+
 /* Writes what is buffered, then moves to a new segment (seq + 1), which
  * later records go to. The old segment is fsync'd first. 0, or -1 (a
  * write or the new segment failed) or -2 (the fsync failed: what the
  * segment holds may not be on disk) with the reason in err; then nothing
- * changed. */
+ * changed. 1 when the old segment had been removed from the folder: the
+ * records buffered for it went to the new segment instead (unwritten),
+ * so a snapshot that is to cover them must rotate once more. */
 int psd_journal_rotate(psd_journal *j, char *err, size_t errlen);
 
 /* Removes node's segments numbered below `below` (a snapshot covers them). */

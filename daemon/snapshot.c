@@ -485,9 +485,15 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
     if (tables_seen != n->ntables || !sync_seen || !dedup_seen)
         BAD("sections missing before the end marker");
     at = 24;
+    /* The header's counts and every table section fit: of what the shape
+     * covers, only a table's consistency mode is left (or a file written
+     * before the shape covered it, docs/durability.md section 5). */
     if (shape != n->shape)
         BAD("taken under another layout (shape %016llx, the config's is "
-            "%016llx)", (unsigned long long)shape,
+            "%016llx): every table's name, kind, dim, rows and updater "
+            "match, so a table's consistency mode changed since (restore "
+            "it, or start with --skip-snapshot to set this node's files "
+            "aside)", (unsigned long long)shape,
             (unsigned long long)n->shape);
     char extra;
     at = r.off;

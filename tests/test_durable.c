@@ -11,7 +11,9 @@
  * full disk refuses pushes instead of losing them, and a snapshot that
  * finds no space fails, keeps the old one and says so, while psd keeps
  * serving; a damaged snapshot or one of another layout stops psd with
- * the file, offset and reason, until --skip-snapshot moves it aside.
+ * the file, offset and reason, until --skip-snapshot moves it aside; a
+ * data folder removed under a running node refuses pushes instead of
+ * acknowledging them into a journal no restart would find.
  * PSD_TEST_ONLY='*pattern*' runs the matching tests. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -1066,6 +1068,14 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 2$/dim = 1/' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
     expect_psd_check(&c, 0, NULL, 0, "OK");
+    /* Only the consistency mode changed: the shape differs while every
+     * table section fits, and the refusal says what that leaves. */
+    snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 1$/dim = 1\\nconsistency "
+             "= ssp/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_refusal(&c, snap, "consistency mode changed");
+    snprintf(cmd, sizeof cmd, "sed -i '/^consistency = ssp$/d' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
     if (cluster_restart(&c, 0))
         fail_msg("the right layout starts");
     expect_count(c.spec, a, "with the right layout");
@@ -1183,6 +1193,172 @@ static void test_a_journal_ending_in_zeros_is_cut_and_psd_starts(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+
+/* One node with durability = log, fsync = everysec, its data folder
+ * DIR/data (written to data): 10 oracle requests of 4 pushes, all
+ * acknowledged (their count returned), then the folder is removed with
+ * everything in it, as rm -rf by mistake or a cleanup script would. */
+static int push_then_remove_data_dir(test_cluster *c, char *data,
+                                     size_t datalen, const char *pause)
+{
+    start(c, 1, SERVER "durability = log\nfsync = everysec\n"
+          "snapshot_interval = 0\n");
+    EXPECT_INT(term(c, 0), 0, "stop");
+    char cmd[1200];
+    snprintf(data, datalen, "%s/data", c->dir);
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             data, c->ini);
+    assert_int_equal(system(cmd), 0);
+    if (pause)
+        setenv("PSD_TEST_SNAPSHOT_PAUSE", pause, 1);
+    int rc = cluster_restart(c, 0);
+    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
+    if (rc)
+        fail_msg("restart");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c->spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the folder goes");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
+    assert_int_equal(system(cmd), 0);
+    return a;
+}
+
+/* The data folder removed under a running node: the journal's
+ * descriptor still takes writes, but into a file no restart will find.
+ * Acknowledging a push whose record went there would break the promise
+ * of durability = log, so psd treats the segment as one it cannot write:
+ * pushes are refused with PS_ESERVER, pulls go on, psctl stats says why,
+ * and a stop reports the failed final snapshot with exit status 1. */
+static void test_a_removed_data_dir_refuses_pushes(void **state)
+{
+    (void)state;
+    test_cluster c;
+    char data[500], cmd[1200];
+    push_then_remove_data_dir(&c, data, sizeof data, NULL);
+    ps_options o = client_options();
+    o.max_retries = 2;
+    ps_client *cl, *reader;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    assert_int_equal(ps_open(&reader, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1.0f, v = 0;
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
+               "a push after its journal segment was removed: %s",
+               ps_strerror(rc));
+    rc = ps_wait(reader, ps_push(reader, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc, PS_ESERVER, "the next push: %s", ps_strerror(rc));
+    EXPECT_SUBSTR(ps_last_error(reader), "removed",
+                  "what the refused push is told");
+    EXPECT_INT(ps_wait(reader, ps_pull(reader, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull");
+    const char *psctl = getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
+                                            : "build/psctl";
+    int st;
+    snprintf(cmd, sizeof cmd, "%s -s %s stats", psctl, c.spec);
+    char *out = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "psctl stats: %s", out ? out : "");
+    EXPECT_SUBSTR(out ? out : "", "removed", "psctl stats");
+    free(out);
+    ps_close(cl);
+    ps_close(reader);
+    EXPECT_INT(term(&c, 0), 1, "a stop whose final snapshot has no folder");
+    cluster_stop(&c);
+}
+
+/* The same, then the folder made again: the records held for the removed
+ * segment go to a new one, which the snapshot asked for covers too, so
+ * psctl save writes the node's state to the new folder. Pushes are still
+ * refused while that snapshot is being written (the journal then starts
+ * after a snapshot that is missing), then taken again, and after kill -9
+ * every acknowledged push is there (and the one applied while the folder
+ * was gone, whose reply waited). */
+static void test_a_removed_data_dir_made_again_is_saved_to(void **state)
+{
+    (void)state;
+    test_cluster c;
+    char data[500];
+    int a = push_then_remove_data_dir(&c, data, sizeof data,
+                                      "written:1500");
+    ps_options o = client_options();
+    o.max_retries = 2;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1.0f;
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
+               "a push after the folder went: %s", ps_strerror(rc));
+    ps_close(cl);
+    assert_int_equal(mkdir(data, 0700), 0);
+    pid_t saver = spawn(psctl_save, c.spec);
+    EXPECT_INT(cluster_log_wait(&c, 0, "test pause: snapshot writer", 5000),
+               1, "the snapshot writer is at work");
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc, PS_ESERVER, "a push while the snapshot is written: %s",
+               ps_strerror(rc));
+    EXPECT_SUBSTR(ps_last_error(cl), "until a snapshot",
+                  "what the refused push is told");
+    ps_close(cl);
+    EXPECT_INT(reap(saver), 0, "psctl save into the folder made again");
+    EXPECT_INT(cluster_log_wait(&c, 0, "journal: writing again", 2000), 1,
+               "the journal writes again");
+    int b, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "pushes after the save");
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart after kill -9");
+    char why[200];
+    if (oracle_check(c.spec, a + b, a + b + 1, why, sizeof why))
+        fail_msg("%s", why);
+    ps_client *check;
+    float v = 0;
+    assert_int_equal(ps_open(&check, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_wait(check, ps_pull(check, t, &key, 1, &v, NULL, NULL)),
+               PS_OK, "a pull after the restart");
+    EXPECT_FLOAT(v, (float)(a + b + 1), "the key pushed while the folder "
+                 "was gone");
+    ps_close(check);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
+/* A missing data folder is created at start, its parents 0755 and the
+ * folder itself 0700 (less the umask), also when data_dir ends with a
+ * slash; the node's files are 0600. */
+static void test_a_missing_data_dir_is_created_0700(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    char data[500], cmd[1200];
+    snprintf(data, sizeof data, "%s/parent/data/", c.dir);
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             data, c.ini);
+    assert_int_equal(system(cmd), 0);
+    mode_t was = umask(022);
+    int rc = cluster_restart(&c, 0);
+    umask(was);
+    if (rc)
+        fail_msg("psd did not start with data_dir = %s", data);
+    struct stat st;
+    char path[600];
+    snprintf(path, sizeof path, "%s/parent", c.dir);
+    assert_int_equal(stat(path, &st), 0);
+    EXPECT_INT((int)(st.st_mode & 07777), 0755, "%s's mode", path);
+    assert_int_equal(stat(data, &st), 0);
+    EXPECT_INT((int)(st.st_mode & 07777), 0700, "%s's mode", data);
+    snprintf(path, sizeof path, "%spsd-node0.lock", data);
+    assert_int_equal(stat(path, &st), 0);
+    EXPECT_INT((int)(st.st_mode & 07777), 0600, "%s's mode", path);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 int main(void)
 {
     const char *s = getenv("PSD_TEST_SEED");
@@ -1224,6 +1400,9 @@ int main(void)
         cmocka_unit_test(test_a_snapshot_of_another_layout_stops_psd),
         cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
+        cmocka_unit_test(test_a_removed_data_dir_refuses_pushes),
+        cmocka_unit_test(test_a_removed_data_dir_made_again_is_saved_to),
+        cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
     };
     int failed = cmocka_run_group_tests_name("durability", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
