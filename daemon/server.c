@@ -140,7 +140,7 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     uint64_t rows, bytes;
     psd_node_size(n, &rows, &bytes);
     psd_info("node %d of %d listening on %s (clients are told %s%s): %d "
-             "tables, %u shards, %llu dense rows here (%.1f MiB)", n->index,
+             "tables, %u shards, %llu rows here (%.1f MiB)", n->index,
              n->cfg.nnodes, text, n->cluster.nodes[n->index],
              psd_auth_on(s->auth) ? "; clients must authenticate" : "",
              n->ntables, n->cfg.shards, (unsigned long long)rows,
