@@ -1434,6 +1434,23 @@ static void mock_stop(mock *mk)
     close(mk->listen_fd);
 }
 
+/* Starts a mock in `mode` and opens a client against it (name labels a
+ * failure). */
+static ps_client *mock_open(mock *mk, int mode, const char *name)
+{
+    mock_start(mk, mode);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk->port);
+    ps_options o = fault_options();
+    ps_client *cl = NULL;
+    int rc = ps_open(&cl, spec, &o);
+    if (rc != PS_OK) {
+        mock_stop(mk);
+        fail_msg("%s: ps_open against the mock: %s", name, ps_strerror(rc));
+    }
+    return cl;
+}
+
 #define MOCK_REQUESTS 200
 
 /* Completions seen per request of the client below. */
@@ -1454,16 +1471,7 @@ static void mock_count(ps_ts ts, int status, void *arg)
 static ps_stats_t against_mock(int mode, const char *name)
 {
     mock mk;
-    mock_start(&mk, mode);
-    char spec[64];
-    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
-    ps_options o = fault_options();
-    ps_client *cl;
-    int rc = ps_open(&cl, spec, &o);
-    if (rc != PS_OK) {
-        mock_stop(&mk);
-        fail_msg("%s: ps_open against the mock: %s", name, ps_strerror(rc));
-    }
+    ps_client *cl = mock_open(&mk, mode, name);
     memset(mock_calls, 0, sizeof mock_calls);
     static uint64_t keys[MOCK_REQUESTS][4];
     static float rows[MOCK_REQUESTS][4];
@@ -1612,20 +1620,11 @@ static void error_reply_without_a_reason_still_says_what_failed(void **state)
 {
     (void)state;
     mock mk;
-    mock_start(&mk, MOCK_MUTE_ERROR);
-    char spec[64];
-    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
-    ps_options o = fault_options();
-    ps_client *cl;
-    int rc = ps_open(&cl, spec, &o);
-    if (rc != PS_OK) {
-        mock_stop(&mk);
-        fail_msg("ps_open against the mock: %s", ps_strerror(rc));
-    }
+    ps_client *cl = mock_open(&mk, MOCK_MUTE_ERROR, "errors without reason");
     uint64_t key = 7;
     float one = 1;
     ps_ts ts = ps_push(cl, 0, &key, 1, &one, NULL, NULL);
-    rc = ps_wait(cl, ts);
+    int rc = ps_wait(cl, ts);
     char text[256];
     snprintf(text, sizeof text, "%s", ps_last_error(cl));
     ps_close(cl);
