@@ -762,6 +762,16 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t,
              "consistency = ssp (it is %s)", s->name,
              consistency_words[t->consistency]) < 0)
         return -1;
+    /* So is aggregate = mean off bsp: only bsp tables sum pushes before
+     * applying them (async and ssp ones apply each push as it comes), and
+     * an ssp table meant to average would take steps `workers` times too
+     * large. aggregate = sum is what such tables do anyway. */
+    const entry *ag = find_entry(s, "aggregate");
+    if (ag && t->aggregate_mean && t->consistency != PSD_CONS_BSP &&
+        note(p, c, ag->line, "[%s] aggregate = mean has no effect unless "
+             "consistency = bsp (it is %s)", s->name,
+             consistency_words[t->consistency]) < 0)
+        return -1;
     if (t->dense && t->rows > UINT64_MAX / t->dim / sizeof(float)) {
         fail(p, rows->line, "[%s] rows: rows * dim * 4 bytes overflows "
              "64 bits, got \"%s\"", s->name, rows->value);

@@ -1044,6 +1044,44 @@ static void test_staleness_off_ssp_earns_a_note_with_its_line(void **state)
     psd_config_destroy(&c);
 }
 
+/* aggregate = mean averages only the sums of a bsp table: on an async or
+ * ssp table pushes apply one by one, so it has no effect, and a user who
+ * set it on an ssp table would silently get steps `workers` times larger
+ * than meant. Like staleness off ssp, a note says so; aggregate = sum
+ * (what such tables do anyway, and what conf/psd.ini spells out on its
+ * async table) earns none. */
+static void test_aggregate_mean_off_bsp_earns_a_note_with_its_line(
+    void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    static const char *const modes[] = { "async", "ssp" };
+    for (int i = 0; i < 2; i++) {
+        char text[512];
+        snprintf(text, sizeof text, EMB "[server]\nlog_level = warn\n"
+                 "[table.w]\nkind = dense\nrows = 4\ndim = 2\n"
+                 "consistency = %s\naggregate = mean\n", modes[i]);
+        assert_int_equal(load_text(text, &c, path, err), 0);
+        EXPECT_INT(c.nnotes, 1, "notes (%s)", modes[i]);
+        char want[PATH_LEN + 128];
+        snprintf(want, sizeof want, "%s:12: [table.w] aggregate = mean has "
+                 "no effect unless consistency = bsp (it is %s)", path,
+                 modes[i]);
+        if (c.nnotes > 0)
+            EXPECT_SUBSTR(c.notes[0], want, "the note");
+        psd_config_destroy(&c);
+    }
+    load_ok(EMB "[table.w]\nkind = dense\nrows = 4\ndim = 2\n"
+            "consistency = bsp\naggregate = mean\n", &c);
+    EXPECT_INT(c.nnotes, 0, "notes when consistency = bsp");
+    psd_config_destroy(&c);
+    load_ok(EMB "[table.w]\nkind = dense\nrows = 4\ndim = 2\n"
+            "aggregate = sum\n", &c);
+    EXPECT_INT(c.nnotes, 0, "notes for aggregate = sum on an async table");
+    psd_config_destroy(&c);
+}
+
 /* ---- the files in conf/ ------------------------------------------------- */
 
 static void load_repo_file(const char *rel, psd_config *c)
@@ -1338,6 +1376,8 @@ int main(void)
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),
+        cmocka_unit_test(
+            test_aggregate_mean_off_bsp_earns_a_note_with_its_line),
         cmocka_unit_test(test_listen_gives_each_node_its_bind_address),
         cmocka_unit_test(test_listen_may_repeat_an_address_across_hosts),
         cmocka_unit_test(
