@@ -3,6 +3,8 @@
  * with real psd processes and one process per worker. */
 #define _DEFAULT_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -891,6 +893,563 @@ static void workers_that_left_before_a_crash_are_not_waited_for_after_it(
     assert_int_equal(bad, 0);
 }
 
+/* ---- faults in the middle of an iteration ---------------------------- */
+
+/* A ps_clock (or ps_barrier) run on its own thread, so that one test
+ * process can be several workers that wait for each other. */
+typedef struct sync_thread {
+    ps_client *c;
+    int barrier;
+    int rc;
+    pthread_t th;
+} sync_thread;
+
+static void *sync_thread_run(void *arg)
+{
+    sync_thread *t = arg;
+    t->rc = t->barrier ? ps_barrier(t->c) : ps_clock(t->c);
+    return NULL;
+}
+
+static void sync_start(sync_thread *t, ps_client *c, int barrier)
+{
+    *t = (sync_thread){ c, barrier, 99, 0 };
+    assert_int_equal(pthread_create(&t->th, NULL, sync_thread_run, t), 0);
+}
+
+static int sync_join(sync_thread *t)
+{
+    pthread_join(t->th, NULL);
+    return t->rc;
+}
+
+#define DURABLE_LOG "[server]\ndurability = log\nsnapshot_interval = 0\n"
+
+/* Where node 1 goes down in the iteration of node_down_in_iteration. */
+enum { DOWN_BETWEEN_PUSHES, DOWN_WHILE_A_CLOCK_IS_HELD };
+
+/* Two workers (in this process), two nodes, 5 iterations; each worker
+ * pushes 1 to every row of bsp tables `s` (sum) and `m` (mean; worker 1
+ * pushes 3 there, so the mean adds 2), worker 1 in two halves. In
+ * iteration 3, node 1 is stopped with `sig` and restarted, `when` says
+ * where. After every ps_clock both tables must hold exactly twice the
+ * iteration: nothing lost, nothing applied twice. */
+static void node_down_in_iteration(const char *server, int sig, int when,
+                                   int nap_ms)
+{
+    char tables[512];
+    snprintf(tables, sizeof tables, "%s[table.s]\nkind = dense\nrows = 8\n"
+             "dim = 1\nupdater = sum\nconsistency = bsp\n"
+             "[table.m]\nkind = dense\nrows = 8\ndim = 1\nupdater = sum\n"
+             "consistency = bsp\naggregate = mean\n", server);
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n", tables), 0);
+    ps_client *w[2] = { open_worker_ms(cl.spec, 0, 20000),
+                        open_worker_ms(cl.spec, 1, 20000) };
+    assert_non_null(w[0]);
+    assert_non_null(w[1]);
+    int t = ps_table(w[0], "s", NULL), tm = ps_table(w[0], "m", NULL);
+    float one[8], three[8], got[8];
+    for (int i = 0; i < 8; i++)
+        one[i] = 1, three[i] = 3;
+    for (int it = 1; it <= 5; it++) {
+        EXPECT_INT(ps_wait(w[0], ps_push_range(w[0], t, 0, 8, one, NULL,
+                                               NULL)), 0, "push");
+        EXPECT_INT(ps_wait(w[0], ps_push_range(w[0], tm, 0, 8, one, NULL,
+                                               NULL)), 0, "push");
+        EXPECT_INT(ps_wait(w[1], ps_push_range(w[1], t, 0, 4, one, NULL,
+                                               NULL)), 0, "push");
+        if (it == 3 && when == DOWN_BETWEEN_PUSHES) {
+            sleep_ms(nap_ms);     /* a snapshot_interval may pass */
+            kill(cl.pid[1], sig);
+            cluster_wait_exit(&cl, 1, 10000);
+            assert_int_equal(cluster_restart(&cl, 1), 0);
+        }
+        EXPECT_INT(ps_wait(w[1], ps_push_range(w[1], t, 4, 4, one, NULL,
+                                               NULL)), 0, "push");
+        EXPECT_INT(ps_wait(w[1], ps_push_range(w[1], tm, 0, 8, three, NULL,
+                                               NULL)), 0, "push");
+        sync_thread a, b;
+        sync_start(&a, w[0], 0);
+        if (it == 3 && when == DOWN_WHILE_A_CLOCK_IS_HELD) {
+            sleep_ms(300);        /* worker 0's CLOCK held on both nodes */
+            kill(cl.pid[1], sig);
+            cluster_wait_exit(&cl, 1, 10000);
+            assert_int_equal(cluster_restart(&cl, 1), 0);
+        }
+        sync_start(&b, w[1], 0);
+        int ra = sync_join(&a), rb = sync_join(&b);
+        if (ra || rb)
+            fail_msg("iteration %d: ps_clock returned %d and %d", it, ra, rb);
+        EXPECT_INT(ps_wait(w[0], ps_pull_range(w[0], t, 0, 8, got, NULL,
+                                               NULL)), 0, "pull");
+        for (int i = 0; i < 8; i++)
+            if (got[i] != 2.0f * (float)it)
+                fail_msg("sum, iteration %d, row %d: %g, want %d", it, i,
+                         (double)got[i], 2 * it);
+        EXPECT_INT(ps_wait(w[1], ps_pull_range(w[1], tm, 0, 8, got, NULL,
+                                               NULL)), 0, "pull");
+        for (int i = 0; i < 8; i++)
+            if (got[i] != 2.0f * (float)it)
+                fail_msg("mean, iteration %d, row %d: %g, want %d", it, i,
+                         (double)got[i], 2 * it);
+    }
+    ps_close(w[0]);
+    ps_close(w[1]);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
+static void bsp_node_killed_between_pushes_of_an_iteration(void **state)
+{
+    (void)state;
+    node_down_in_iteration(DURABLE_LOG, SIGKILL, DOWN_BETWEEN_PUSHES, 0);
+}
+
+static void bsp_node_killed_while_a_clock_is_held(void **state)
+{
+    (void)state;
+    node_down_in_iteration(DURABLE_LOG, SIGKILL, DOWN_WHILE_A_CLOCK_IS_HELD,
+                           0);
+}
+
+/* The snapshot (every second) holds part of iteration 3's sums, the
+ * journal after it the rest. */
+static void bsp_node_killed_after_a_snapshot_mid_iteration(void **state)
+{
+    (void)state;
+    node_down_in_iteration("[server]\ndurability = log\n"
+                           "snapshot_interval = 1\n", SIGKILL,
+                           DOWN_BETWEEN_PUSHES, 2500);
+}
+
+static void bsp_node_restarted_while_a_clock_is_held(void **state)
+{
+    (void)state;
+    node_down_in_iteration("", SIGTERM, DOWN_WHILE_A_CLOCK_IS_HELD, 0);
+}
+
+/* Node 1 is killed while both workers' CLOCKs of iteration 3 are held:
+ * ps_clock fails in bounded time (the node has no connection for
+ * request_timeout_ms x (max_retries + 1), far below sync_timeout_ms);
+ * called again once the node is back (journal), it names the same clock
+ * and the iteration is applied once. */
+static void ps_clock_fails_while_a_node_is_down_and_succeeds_after(
+    void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n",
+                                      DURABLE_LOG "[table.s]\nkind = dense\n"
+                                      "rows = 8\ndim = 1\nupdater = sum\n"
+                                      "consistency = bsp\n"), 0);
+    ps_client *w[2];
+    for (int i = 0; i < 2; i++) {
+        ps_options o;
+        ps_options_init(&o);
+        o.worker = i;
+        o.sync_timeout_ms = 60000;
+        /* 3 s: longer than the client's longest reconnection delay
+         * (client/io.c BACKOFF_MAX_MS), so the call after the restart
+         * gets to reconnect. */
+        o.request_timeout_ms = 1500;
+        o.max_retries = 1;
+        w[i] = NULL;
+        assert_int_equal(ps_open(&w[i], cl.spec, &o), 0);
+    }
+    int t = ps_table(w[0], "s", NULL);
+    float one[8], got[8];
+    for (int i = 0; i < 8; i++)
+        one[i] = 1;
+    for (int it = 1; it <= 5; it++) {
+        for (int k = 0; k < 2; k++)
+            EXPECT_INT(ps_wait(w[k], ps_push_range(w[k], t, 0, 8, one, NULL,
+                                                   NULL)), 0, "push");
+        sync_thread a, b;
+        sync_start(&a, w[0], 0);
+        if (it == 3) {
+            sleep_ms(200);
+            cluster_kill(&cl, 1, SIGKILL);
+        }
+        sync_start(&b, w[1], 0);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int ra = sync_join(&a), rb = sync_join(&b);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (it == 3) {
+            long ms = (long)(t1.tv_sec - t0.tv_sec) * 1000 +
+                      (t1.tv_nsec - t0.tv_nsec) / 1000000;
+            if (ra == 0 || rb == 0 || ms > 10000)
+                fail_msg("ps_clock with node 1 down: %d and %d after %ld ms; "
+                         "want errors within about 3 s", ra, rb, ms);
+            assert_int_equal(cluster_restart(&cl, 1), 0);
+            sync_start(&a, w[0], 0);
+            sync_start(&b, w[1], 0);
+            ra = sync_join(&a);
+            rb = sync_join(&b);
+        }
+        if (ra || rb)
+            fail_msg("iteration %d: ps_clock returned %d and %d", it, ra, rb);
+        EXPECT_INT(ps_wait(w[0], ps_pull_range(w[0], t, 0, 8, got, NULL,
+                                               NULL)), 0, "pull");
+        for (int i = 0; i < 8; i++)
+            if (got[i] != 2.0f * (float)it)
+                fail_msg("iteration %d, row %d: %g, want %d", it, i,
+                         (double)got[i], 2 * it);
+    }
+    ps_close(w[0]);
+    ps_close(w[1]);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
+/* Worker 1 says on fd that it joined, then pushes 10 to every row of `s`
+ * and clocks, iterations from..to; in iteration `partial` it pushes rows
+ * 0..3 only, says so on fd and hangs (to be killed). */
+typedef struct partial_job {
+    int fd, from, to, partial;
+} partial_job;
+
+static int partial_worker(void *arg)
+{
+    partial_job *j = arg;
+    ps_client *c = open_worker(cl.spec, 1);
+    CHILD_CHECK(c, "open as worker 1");
+    CHILD_CHECK(write(j->fd, "j", 1) == 1, "write");
+    int t = ps_table(c, "s", NULL);
+    float ten[8];
+    for (int i = 0; i < 8; i++)
+        ten[i] = 10;
+    for (int it = j->from; it <= j->to; it++) {
+        int rows = it == j->partial ? 4 : 8;
+        CHILD_CHECK(ps_wait(c, ps_push_range(c, t, 0, (uint64_t)rows, ten,
+                                             NULL, NULL)) == 0, "push");
+        if (it == j->partial) {
+            CHILD_CHECK(write(j->fd, "p", 1) == 1, "write");
+            for (;;)
+                pause();
+        }
+        CHILD_CHECK(ps_clock(c) == 0, "clock %d: %s", it, ps_last_error(c));
+    }
+    ps_close(c);
+    return 0;
+}
+
+/* Worker 1 is killed (kill -9) in iteration 3 after pushing half of it.
+ * Worker 0 goes on once worker_grace has run out: iteration 3 is
+ * applied once, with the half worker 1 pushed (the sum holds every push
+ * that arrived, PROTOCOL.md section 10.3). A new process for worker 1
+ * then rejoins at the node's clock, 3, and takes part in iterations 4
+ * and 5, each applied once. */
+static void worker_killed_mid_iteration_its_half_is_applied_once(
+    void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n"
+                                      "worker_grace = 1\n",
+                                      "[table.s]\nkind = dense\nrows = 8\n"
+                                      "dim = 1\nupdater = sum\n"
+                                      "consistency = bsp\n"), 0);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    partial_job first = { p[1], 1, 5, 3 }, second = { p[1], 4, 5, 0 };
+    pid_t pw = spawn(partial_worker, &first);
+    char b;
+    assert_int_equal(read(p[0], &b, 1), 1);
+    ps_client *w0 = open_worker_ms(cl.spec, 0, 20000);
+    assert_non_null(w0);
+    int t = ps_table(w0, "s", NULL);
+    float one[8], got[8];
+    for (int i = 0; i < 8; i++)
+        one[i] = 1;
+    /* rows 0..3 and 4..7 after each iteration */
+    static const float want[5][2] = { { 11, 11 }, { 22, 22 }, { 33, 23 },
+                                      { 44, 34 }, { 55, 45 } };
+    for (int it = 1; it <= 5; it++) {
+        EXPECT_INT(ps_wait(w0, ps_push_range(w0, t, 0, 8, one, NULL, NULL)),
+                   0, "push");
+        if (it == 3) {
+            assert_int_equal(read(p[0], &b, 1), 1);
+            kill(pw, SIGKILL);
+            reap(pw);
+        }
+        if (ps_clock(w0))
+            fail_msg("worker 0, clock %d: %s", it, ps_last_error(w0));
+        if (it == 3) {            /* the new one joins before clock 4 */
+            pw = spawn(partial_worker, &second);
+            assert_int_equal(read(p[0], &b, 1), 1);
+        }
+        EXPECT_INT(ps_wait(w0, ps_pull_range(w0, t, 0, 8, got, NULL, NULL)),
+                   0, "pull");
+        for (int i = 0; i < 8; i++)
+            if (got[i] != want[it - 1][i / 4])
+                fail_msg("iteration %d, row %d: %g, want %g", it, i,
+                         (double)got[i], (double)want[it - 1][i / 4]);
+    }
+    int bad = reap(pw);
+    ps_close(w0);
+    close(p[0]);
+    close(p[1]);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
+/* ---- ssp with a stopped worker ---------------------------------------- */
+
+typedef struct stop_job {
+    int worker, slow;
+    int fd;           /* the clocks done: the fast one's after each pull,
+                         the slow one's after each ps_clock */
+} stop_job;
+
+static int stop_worker(void *arg)
+{
+    stop_job *j = arg;
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open as worker %d", j->worker);
+    int t = ps_table(c, "ctr", NULL);
+    uint64_t key = 1;
+    float one = 1, v;
+    char b[32];
+    for (int i = 1; i <= 40; i++) {
+        if (j->slow)
+            sleep_ms(50);
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        CHILD_CHECK(ps_clock(c) == 0, "clock: %s", ps_last_error(c));
+        int n = snprintf(b, sizeof b, "%d\n", i);
+        if (j->slow)
+            CHILD_CHECK(write(j->fd, b, (size_t)n) == n, "write");
+        CHILD_CHECK(ps_wait(c, ps_pull(c, t, &key, 1, &v, NULL, NULL)) == 0,
+                    "pull: %s", ps_last_error(c));
+        if (!j->slow)
+            CHILD_CHECK(write(j->fd, b, (size_t)n) == n, "write");
+    }
+    ps_close(c);
+    return 0;
+}
+
+/* After ms, the last number written on the (non-blocking) fd since the
+ * last call, or -1 for none. */
+static int last_written(int fd, int ms)
+{
+    sleep_ms(ms);
+    char b[4096];
+    int last = -1;
+    ssize_t n;
+    while ((n = read(fd, b, sizeof b - 1)) > 0) {
+        b[n] = 0;
+        for (char *q = b, *nl; (nl = strchr(q, '\n')); q = nl + 1) {
+            *nl = 0;
+            last = atoi(q);
+        }
+    }
+    return last;
+}
+
+/* Staleness s, worker 1 slow, then stopped (SIGSTOP) at its clock k:
+ * worker 0 reads at clocks up to k + s and then waits, exactly at the
+ * bound; it goes on when worker 1 continues (SIGCONT) or, killed, stops
+ * being waited for after worker_grace. */
+static void ssp_stopped_worker(int s, int kill_it)
+{
+    char tables[200];
+    snprintf(tables, sizeof tables, "[table.ctr]\ndim = 1\nconsistency = ssp\n"
+             "staleness = %d\n", s);
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n"
+                                      "worker_grace = 1\n", tables), 0);
+    int pf[2], ps[2];
+    assert_int_equal(pipe(pf), 0);
+    assert_int_equal(pipe(ps), 0);
+    fcntl(pf[0], F_SETFL, O_NONBLOCK);
+    fcntl(ps[0], F_SETFL, O_NONBLOCK);
+    stop_job slow = { 1, 1, ps[1] }, fast = { 0, 0, pf[1] };
+    pid_t pid_s = spawn(stop_worker, &slow);
+    sleep_ms(300);
+    pid_t pid_f = spawn(stop_worker, &fast);
+    sleep_ms(300);
+    kill(pid_s, SIGSTOP);
+    int f = last_written(pf[0], 1000);     /* the fast one gets to the bound */
+    int later = last_written(pf[0], 1000); /* and stays there */
+    int k = last_written(ps[0], 0);
+    if (kill_it) {
+        kill(pid_s, SIGKILL);
+        reap(pid_s);
+    } else
+        kill(pid_s, SIGCONT);
+    int bad = reap(pid_f);
+    if (!kill_it)
+        bad |= reap(pid_s) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    for (int i = 0; i < 2; i++) {
+        close(pf[i]);
+        close(ps[i]);
+    }
+    /* The slow one may have been stopped between its CLOCK and its
+     * write: the node may have it one clock further than k. */
+    if (later != -1 || f < k + s || f > k + s + 1)
+        fail_msg("staleness %d, slow worker stopped at clock %d: the fast one "
+                 "read at clock %d, then at %d (-1: none); want %d or %d, "
+                 "then none", s, k, f, later, k + s, k + s + 1);
+    assert_int_equal(bad, 0);
+}
+
+static void ssp_staleness_0_stops_at_a_stopped_worker(void **state)
+{
+    (void)state;
+    ssp_stopped_worker(0, 0);
+}
+
+static void ssp_staleness_1_stops_at_a_stopped_worker(void **state)
+{
+    (void)state;
+    ssp_stopped_worker(1, 0);
+}
+
+static void ssp_staleness_3_stops_at_a_stopped_worker_that_dies(void **state)
+{
+    (void)state;
+    ssp_stopped_worker(3, 1);
+}
+
+/* ---- barriers with workers going -------------------------------------- */
+
+/* Worker 2 of 3: closes at once, or says on fd that it joined and hangs
+ * (to be killed). */
+typedef struct third_job {
+    int hang, fd;
+} third_job;
+
+static int third_worker(void *arg)
+{
+    third_job *j = arg;
+    ps_client *c = open_worker(cl.spec, 2);
+    CHILD_CHECK(c, "open as worker 2");
+    if (j->hang) {
+        CHILD_CHECK(write(j->fd, "j", 1) == 1, "write");
+        for (;;)
+            pause();
+    }
+    ps_close(c);
+    return 0;
+}
+
+/* Workers 0 and 1 enter a barrier; worker 2 left (ps_close) or died: the
+ * barrier returns (after worker_grace for the dead one). Meanwhile a
+ * reader's pull of an ssp table is never held, even with worker 0 two
+ * clocks ahead and staleness 0. */
+static void barrier_with_a_third_worker_gone(int dies)
+{
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 3\n"
+                                      "worker_grace = 1\n",
+                                      "[table.c]\ndim = 1\n"
+                                      "consistency = ssp\n"), 0);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    third_job j = { dies, p[1] };
+    pid_t p2 = spawn(third_worker, &j);
+    ps_client *w0 = open_worker_ms(cl.spec, 0, 10000);
+    ps_client *w1 = open_worker_ms(cl.spec, 1, 10000);
+    ps_client *r = open_worker_ms(cl.spec, -1, 10000);
+    assert_non_null(w0);
+    assert_non_null(w1);
+    assert_non_null(r);
+    if (dies) {
+        char b;
+        assert_int_equal(read(p[0], &b, 1), 1);
+        kill(p2, SIGKILL);
+    }
+    int bad = reap(p2) && !dies;
+    close(p[0]);
+    close(p[1]);
+    EXPECT_INT(push_key(w0, "c", 1, 1), 0, "push");
+    EXPECT_INT(ps_clock(w0), 0, "clock");
+    EXPECT_INT(ps_clock(w0), 0, "clock");
+    float v = pull_key(r, "c", 1);
+    sync_thread a;
+    sync_start(&a, w0, 1);
+    int r1 = ps_barrier(w1), r0 = sync_join(&a);
+    ps_close(w0);
+    ps_close(w1);
+    ps_close(r);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+    if (v != 1)
+        fail_msg("the reader's pull got %g, want 1", (double)v);
+    if (r0 || r1)
+        fail_msg("barrier with worker 2 %s: %d and %d", dies ? "dead" : "gone",
+                 r0, r1);
+}
+
+static void barrier_returns_when_a_worker_left(void **state)
+{
+    (void)state;
+    barrier_with_a_third_worker_gone(0);
+}
+
+static void barrier_returns_when_a_worker_died(void **state)
+{
+    (void)state;
+    barrier_with_a_third_worker_gone(1);
+}
+
+/* ---- tables of every mode in one cluster ------------------------------ */
+
+#define MIX_WORKERS 3
+#define MIX_CLOCKS 8
+
+/* Each clock, worker w pushes 1 to async `as` and ssp `sp`, and 3(w+1)
+ * to bsp `bs` (sum) and `bm` (mean): 18 and 6 per clock. */
+static int mixed_worker(void *arg)
+{
+    int w = (int)(intptr_t)arg;
+    ps_client *c = open_worker(cl.spec, w);
+    CHILD_CHECK(c, "open as worker %d", w);
+    for (int it = 1; it <= MIX_CLOCKS; it++) {
+        sleep_ms(w * 7);
+        float g = (float)(w + 1) * 3;
+        CHILD_CHECK(push_key(c, "as", 9, 1) == 0 && push_key(c, "bs", 9, g)
+                    == 0 && push_key(c, "bm", 9, g) == 0 &&
+                    push_key(c, "sp", 9, 1) == 0, "push: %s",
+                    ps_last_error(c));
+        CHILD_CHECK(ps_clock(c) == 0, "clock: %s", ps_last_error(c));
+        float bs = pull_key(c, "bs", 9), bm = pull_key(c, "bm", 9);
+        float sp = pull_key(c, "sp", 9), as = pull_key(c, "as", 9);
+        CHILD_CHECK(bs == 18.0f * (float)it && bm == 6.0f * (float)it,
+                    "worker %d clock %d: bsp sum %g, mean %g", w, it,
+                    (double)bs, (double)bm);
+        /* The bsp clock waited for every worker's pushes of this clock. */
+        CHILD_CHECK(sp >= 3.0f * (float)it && as >= 3.0f * (float)it,
+                    "worker %d clock %d: ssp %g, async %g", w, it, (double)sp,
+                    (double)as);
+    }
+    ps_close(c);
+    return 0;
+}
+
+static void async_bsp_and_ssp_tables_in_one_cluster(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 3\n",
+                                      "[table.as]\ndim = 1\n"
+                                      "[table.bs]\ndim = 1\nconsistency = bsp\n"
+                                      "[table.bm]\ndim = 1\nconsistency = bsp\n"
+                                      "aggregate = mean\n"
+                                      "[table.sp]\ndim = 1\nconsistency = ssp\n"
+                                      "staleness = 1\n"), 0);
+    pid_t p[MIX_WORKERS];
+    for (int w = 0; w < MIX_WORKERS; w++)
+        p[w] = spawn(mixed_worker, (void *)(intptr_t)w);
+    int bad = 0;
+    for (int w = 0; w < MIX_WORKERS; w++)
+        bad |= reap(p[w]);
+    ps_client *r = open_worker(cl.spec, -1);
+    assert_non_null(r);
+    float as = pull_key(r, "as", 9), sp = pull_key(r, "sp", 9);
+    ps_close(r);
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+    if (as != 3.0f * MIX_CLOCKS || sp != 3.0f * MIX_CLOCKS)
+        fail_msg("async %g, ssp %g; want %d", (double)as, (double)sp,
+                 3 * MIX_CLOCKS);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -920,6 +1479,19 @@ int main(void)
         cmocka_unit_test(ssp_pulls_go_on_after_a_crash_when_all_clocked),
         cmocka_unit_test(
             workers_that_left_before_a_crash_are_not_waited_for_after_it),
+        cmocka_unit_test(bsp_node_killed_between_pushes_of_an_iteration),
+        cmocka_unit_test(bsp_node_killed_while_a_clock_is_held),
+        cmocka_unit_test(bsp_node_killed_after_a_snapshot_mid_iteration),
+        cmocka_unit_test(bsp_node_restarted_while_a_clock_is_held),
+        cmocka_unit_test(
+            ps_clock_fails_while_a_node_is_down_and_succeeds_after),
+        cmocka_unit_test(worker_killed_mid_iteration_its_half_is_applied_once),
+        cmocka_unit_test(ssp_staleness_0_stops_at_a_stopped_worker),
+        cmocka_unit_test(ssp_staleness_1_stops_at_a_stopped_worker),
+        cmocka_unit_test(ssp_staleness_3_stops_at_a_stopped_worker_that_dies),
+        cmocka_unit_test(barrier_returns_when_a_worker_left),
+        cmocka_unit_test(barrier_returns_when_a_worker_died),
+        cmocka_unit_test(async_bsp_and_ssp_tables_in_one_cluster),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }
