@@ -52,7 +52,7 @@ static void usage(FILE *f)
         "(tables: the stats documents),\n  layout one object; nodes that do "
         "not answer are said on stderr.\n"
         "Exit status: 0 when every node answered (and saved), 1 when one did "
-        "not,\n2 for bad arguments.\n"
+        "not,\n2 for bad arguments (an ini it cannot read among them).\n"
         "-n NODE: only node NODE of the ini (with -s: the NODE-th address, "
         "from 0).\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
@@ -1167,6 +1167,9 @@ static int do_top(cluster *c, double interval, int count, int json)
 
 /* ---- main ------------------------------------------------------------------ */
 
+/* 0, or the exit status: 2 for an ini (or its token file) psctl cannot
+ * take, like any other argument it cannot take, since 1 says that a node
+ * did not answer; 1 when memory runs out. */
 static int load_servers(cluster *c, const char *ini, const char *list)
 {
     if (ini) {
@@ -1174,7 +1177,7 @@ static int load_servers(cluster *c, const char *ini, const char *list)
         char err[1024];
         if (psd_config_load(&cfg, ini, err, sizeof err)) {
             fprintf(stderr, "psctl: %s\n", err);
-            return -1;
+            return 2;
         }
         char why[300];
         if (!token_len && cfg.auth_token[0]) {
@@ -1186,7 +1189,7 @@ static int load_servers(cluster *c, const char *ini, const char *list)
                                        sizeof why)) {
             fprintf(stderr, "psctl: %s\n", why);
             psd_config_destroy(&cfg);
-            return -1;
+            return 2;
         }
         c->n = cfg.nnodes;
         c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
@@ -1210,8 +1213,10 @@ static int load_servers(cluster *c, const char *ini, const char *list)
             p += n + (p[n] == ',');
         }
     }
-    if (!c->nodes)
-        return -1;
+    if (!c->nodes) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
     for (int i = 0; i < c->n; i++) {
         c->nodes[i].fd = -1;
         c->nodes[i].index = -1;
@@ -1364,8 +1369,9 @@ int main(int argc, char **argv)
         memcpy(token, env, token_len);
     }
     cluster c = { NULL, 0, only };
-    if (load_servers(&c, ini, list))
-        return 1;
+    int loaded = load_servers(&c, ini, list);
+    if (loaded)
+        return loaded;
     if (only >= c.n) {
         fprintf(stderr, "psctl: -n %d: the cluster has %d nodes\n", only, c.n);
         return 2;

@@ -1053,7 +1053,8 @@ static void test_psctl_says_a_refused_handshake_once(void **state)
  * first tried every node (3 s each when unreachable) and said so; -c
  * with -s, and an option without its value, printed only the usage or
  * "unexpected argument"; an empty or portless -s entry was a node that
- * could not be reached (status 1). */
+ * could not be reached (status 1), and so was an ini psctl cannot open or
+ * read (status 1, which scripts take for a node down). */
 static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
 {
     (void)state;
@@ -1068,6 +1069,9 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
         { "-s 127.0.0.1 ping", "psctl: -s: \"127.0.0.1\" is not HOST:PORT" },
         { "-s 127.0.0.1:1 ping stats", "psctl: one command, got \"ping\" "
           "and \"stats\"" },
+        { "-c /nonexistent/psd.ini ping", "psctl: /nonexistent/psd.ini: "
+          "cannot open" },
+        { "-c /etc/hosts ping", "psctl: /etc/hosts:1: " },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int st;
