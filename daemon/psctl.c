@@ -188,6 +188,23 @@ static int send_out(node *nd, psw_out *o)
     return 0;
 }
 
+/* The first line of what the node sent, when it begins as text (an HTTP
+ * or SSH server's answer): 1 and the line in out, else 0. No psd frame
+ * begins so: its big-endian length is at most MAX_FRAME (64M), so its
+ * first byte is below 0x20, the first printable character. */
+static int text_answer(const psw_reader *rd, char *out, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)rd->buf + rd->off;
+    size_t n = rd->len - rd->off, k = 0;
+    while (k < n && k + 1 < cap && p[k] >= 0x20 && p[k] < 0x7f)
+        k++;
+    if (k < 4)
+        return 0;
+    memcpy(out, p, k);
+    out[k] = '\0';
+    return 1;
+}
+
 /* Reads frames until one whose first message decodes with `take`. */
 typedef int (*take_fn)(node *nd, const msgpack_object *msg, void *arg);
 
@@ -198,6 +215,12 @@ static int receive(node *nd, take_fn take, void *arg)
         const char *body;
         size_t len;
         int rc = psw_reader_next(&nd->rd, &body, &len);
+        char line[80];
+        if (rc < 0 && text_answer(&nd->rd, line, sizeof line)) {
+            snprintf(nd->err, sizeof nd->err, "not a psd node: it answered "
+                     "\"%s\"", line);
+            return -1;
+        }
         if (rc < 0) {
             snprintf(nd->err, sizeof nd->err, "bad frame: %s", nd->rd.why);
             return -1;

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "cluster.h"
@@ -1085,6 +1087,74 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
     }
 }
 
+/* A server that is not psd (here an HTTP server, as an operator who
+ * gives psctl the metrics port of another service meets): each
+ * connection is answered like HTTP answers a request it cannot parse.
+ * Runs in a child until killed; returns its pid and sets *port. */
+static pid_t http_impostor(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    *port = ntohs(sa.sin_port);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid > 0) {
+        close(fd);
+        return pid;
+    }
+    static const char reply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length"
+                                ": 0\r\nConnection: close\r\n\r\n";
+    /* Gone by itself should the test fail before it kills it, and
+     * holding no pipe of the test's runner meanwhile. */
+    alarm(60);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 1);
+    dup2(null, 2);
+    for (;;) {
+        int c = accept(fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        char buf[512];
+        struct pollfd p = { c, POLLIN, 0 };
+        if (poll(&p, 1, 2000) > 0 && read(c, buf, sizeof buf) > 0 &&
+            write(c, reply, sizeof reply - 1) < 0)
+            _exit(1);
+        close(c);
+    }
+}
+
+/* psctl pointed at something that is not psd says so, with what it
+ * answered; it said "bad frame: frame body of 1213486156 bytes is larger
+ * than max_frame", which reads like a fault of psd. */
+static void test_psctl_says_when_a_server_is_not_psd(void **state)
+{
+    (void)state;
+    int port;
+    pid_t pid = http_impostor(&port);
+    static const char *const cmds[] = { "ping", "stats", "layout", "save" };
+    char bad[1024] = "";
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0] && !bad[0]; k++) {
+        int st;
+        char *o = run(&st, "%s -s 127.0.0.1:%d %s 2>&1", psctl(), port,
+                      cmds[k]);
+        if (st != 1 || !o || !strstr(o, "not a psd node") ||
+            !strstr(o, "HTTP/1.1 400 Bad Request") || strstr(o, "bad frame"))
+            snprintf(bad, sizeof bad, "psctl %s to an HTTP server (status "
+                     "%d) should say it is not a psd node, what it answered, "
+                     "and exit 1: %s", cmds[k], st, o ? o : "");
+        free(o);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (bad[0])
+        fail_msg("%s", bad);
+}
+
 /* psctl -s may name any nodes of a cluster, in any order (an operator
  * looking at one host): each is reported as the node it says it is.
  * psctl took the i-th address for node i, so `-s <node 1> stats` read
@@ -1737,6 +1807,7 @@ int main(void)
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
+        cmocka_unit_test(test_psctl_says_when_a_server_is_not_psd),
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
         cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
