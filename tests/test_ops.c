@@ -1155,6 +1155,57 @@ static void test_psctl_says_when_a_server_is_not_psd(void **state)
         fail_msg("%s", bad);
 }
 
+/* Nodes that accept a connection and never answer (a psd stopped with
+ * SIGSTOP, a loop that hangs: the kernel still completes the handshake)
+ * cost psctl its reply time once, not once each: it waited 10 s for one
+ * node after another, 30 s for these three and minutes for a large
+ * cluster, before it said anything. */
+static void test_psctl_waits_for_hung_nodes_together(void **state)
+{
+    (void)state;
+    int fds[3];
+    char list[160] = "";
+    for (int i = 0; i < 3; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof sa;
+        assert_int_equal(bind(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+        assert_int_equal(listen(fds[i], 4), 0);   /* never accepted */
+        getsockname(fds[i], (struct sockaddr *)&sa, &len);
+        size_t at = strlen(list);
+        snprintf(list + at, sizeof list - at, "%s127.0.0.1:%d", i ? "," : "",
+                 ntohs(sa.sin_port));
+    }
+    /* A live node after them still answers: it is not left silent
+     * meanwhile for longer than its peer_timeout_ms (4 s), after which it
+     * would close psctl's connection as a dead peer's. */
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    size_t at = strlen(list);
+    snprintf(list + at, sizeof list - at, ",127.0.0.1:%d", c.port[0]);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int st;
+    char *o = run(&st, "%s -s %s ping 2>&1", psctl(), list);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+    EXPECT_INT(cluster_stop(&c), 0, "the live node stops cleanly");
+    double s = (double)(b.tv_sec - a.tv_sec) +
+               (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    EXPECT_INT(st, 1, "psctl ping of three hung nodes: %s", o ? o : "");
+    if (!o || count_in(o, "no answer within 10 s") != 3 ||
+        count_in(o, "pong from node 0") != 1)
+        fail_msg("psctl ping should name each of the three hung nodes and "
+                 "print the live node's pong: %s", o ? o : "");
+    free(o);
+    if (s > 20)
+        fail_msg("psctl ping of three hung nodes took %.1f s; want about "
+                 "10 s (one reply time)", s);
+}
+
 /* psctl -s may name any nodes of a cluster, in any order (an operator
  * looking at one host): each is reported as the node it says it is.
  * psctl took the i-th address for node i, so `-s <node 1> stats` read
@@ -1808,6 +1859,7 @@ int main(void)
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
         cmocka_unit_test(test_psctl_says_when_a_server_is_not_psd),
+        cmocka_unit_test(test_psctl_waits_for_hung_nodes_together),
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
         cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
