@@ -1,4 +1,5 @@
 /* A node's tables, cluster description and reload rules; see node.h. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,53 +123,116 @@ void psd_node_destroy(psd_node *n)
     psd_config_destroy(&n->cfg);
 }
 
-/* What a reload may not change: anything clients or stored rows depend on. */
-static const char *layout_change(const psd_config *a, const psd_config *b)
+/* Writes "PATH:LINE: " (or "PATH: " without a line) and the reason to
+ * why; returns 1, for `return refuse(...)`. */
+__attribute__((format(printf, 5, 6)))
+static int refuse(char *why, size_t len, const char *path, int line,
+                  const char *fmt, ...)
 {
-    if (layout_epoch(a) != layout_epoch(b) || a->ntables != b->ntables)
-        return "nodes, shards or tables changed";
+    int n = line > 0 ? snprintf(why, len, "%s:%d: ", path, line)
+                     : snprintf(why, len, "%s: ", path);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < len)
+        vsnprintf(why + n, len - (size_t)n, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+static int same_nodes(const psd_config *a, const psd_config *b)
+{
+    if (a->nnodes != b->nnodes)
+        return 0;
+    for (int i = 0; i < a->nnodes; i++)
+        if (strcmp(a->nodes[i].host, b->nodes[i].host) ||
+            a->nodes[i].port != b->nodes[i].port)
+            return 0;
+    return 1;
+}
+
+/* What a reload may not change of one table, said at its section's line
+ * of b (the file just read). */
+static int table_change(const psd_table_conf *x, const psd_table_conf *y,
+                        const char *path, char *why, size_t len)
+{
+    if (strcmp(x->name, y->name))
+        return refuse(why, len, path, y->line, "[table.%s] is where "
+                      "[table.%s] was: tables were renamed or reordered",
+                      y->name, x->name);
+    if (x->dense != y->dense || x->dim != y->dim || x->rows != y->rows)
+        return refuse(why, len, path, y->line, "[table.%s]: its kind, dim "
+                      "or rows changed", y->name);
+    if (x->upd.kind != y->upd.kind)
+        return refuse(why, len, path, y->line, "[table.%s]: its updater "
+                      "changed (its state would not fit)", y->name);
+    if (x->init.kind != y->init.kind || x->init.a != y->init.a ||
+        x->init.b != y->init.b || x->init.seed != y->init.seed)
+        return refuse(why, len, path, y->line, "[table.%s]: its init or "
+                      "seed changed (an initializer changed)", y->name);
+    if (x->consistency != y->consistency || x->staleness != y->staleness)
+        return refuse(why, len, path, y->line, "[table.%s]: its consistency "
+                      "or staleness changed (a consistency mode changed)",
+                      y->name);
+    /* Each table keeps its own copy, which a reload does not update: a
+     * node still summing (or averaging) must not say it reloaded. */
+    if (x->aggregate_mean != y->aggregate_mean)
+        return refuse(why, len, path, y->line, "[table.%s]: its aggregate "
+                      "changed (a table's aggregate changed)", y->name);
+    return 0;
+}
+
+/* What a reload may not change: anything clients or stored rows depend
+ * on. 1 with "PATH[:LINE]: what" in why (the line where the file keeps
+ * it: a table's section, the nodes line), else 0. */
+static int layout_change(const psd_config *a, const psd_config *b,
+                         const char *path, char *why, size_t len)
+{
+    if (!same_nodes(a, b))
+        return refuse(why, len, path, b->nodes_line, "nodes changed");
+    if (a->shards != b->shards)
+        return refuse(why, len, path, 0, "shards changed (%u to %u)",
+                      a->shards, b->shards);
+    if (a->ntables != b->ntables)
+        return refuse(why, len, path, 0, "tables were added or removed (%d "
+                      "to %d)", a->ntables, b->ntables);
+    for (int i = 0; i < a->ntables; i++)
+        if (table_change(&a->tables[i], &b->tables[i], path, why, len))
+            return 1;
+    /* Each part of the epoch was compared above; this stays true to it
+     * should one be added there and not here. */
+    if (layout_epoch(a) != layout_epoch(b))
+        return refuse(why, len, path, 0, "nodes, shards or tables changed");
     if (a->nlisten != b->nlisten ||
         (a->nlisten && memcmp(a->listen, b->listen,
                               (size_t)a->nlisten * sizeof *a->listen)))
-        return "listen changed";
-    for (int i = 0; i < a->ntables; i++) {
-        const psd_table_conf *x = &a->tables[i], *y = &b->tables[i];
-        if (x->upd.kind != y->upd.kind)
-            return "an updater kind changed (its state would not fit)";
-        if (x->init.kind != y->init.kind || x->init.a != y->init.a ||
-            x->init.b != y->init.b || x->init.seed != y->init.seed)
-            return "an initializer changed";
-        if (x->consistency != y->consistency || x->staleness != y->staleness)
-            return "a consistency mode changed";
-        /* Each table keeps its own copy, which a reload does not
-         * update: a node still summing (or averaging) must not say it
-         * reloaded. */
-        if (x->aggregate_mean != y->aggregate_mean)
-            return "a table's aggregate changed";
-    }
+        return refuse(why, len, path, b->listen_line, "listen changed");
     /* The workers' state is sized at start (and saved in snapshots): a
      * node that kept waiting for the old count must not say it reloaded. */
     if (a->workers != b->workers)
-        return "workers changed";
+        return refuse(why, len, path, 0, "workers changed (%d to %d)",
+                      a->workers, b->workers);
     if (strcmp(a->auth_token, b->auth_token) ||
         strcmp(a->auth_token_file, b->auth_token_file))
-        return "auth_token or auth_token_file changed";
+        return refuse(why, len, path, 0, "auth_token or auth_token_file "
+                      "changed");
     /* The data folder, the journal and its fsync are set up at start. */
     if (strcmp(a->data_dir, b->data_dir) || a->durability != b->durability ||
         a->fsync != b->fsync)
-        return "data_dir, durability or fsync changed";
+        return refuse(why, len, path, 0, "data_dir, durability or fsync "
+                      "changed");
     if (a->nmetrics != b->nmetrics ||
         (a->nmetrics && memcmp(a->metrics, b->metrics,
                                (size_t)a->nmetrics * sizeof *a->metrics)))
-        return "metrics_listen changed";
+        return refuse(why, len, path, 0, "metrics_listen changed");
     /* Connected clients size their frames by the value they were told, and
      * pace their heartbeats by the interval. */
     if (a->max_frame != b->max_frame)
-        return "max_frame changed";
+        return refuse(why, len, path, 0, "max_frame changed");
     if (a->heartbeat_ms != b->heartbeat_ms ||
         a->peer_timeout_ms != b->peer_timeout_ms)
-        return "heartbeat_ms or peer_timeout_ms changed";
-    return NULL;
+        return refuse(why, len, path, 0, "heartbeat_ms or peer_timeout_ms "
+                      "changed");
+    return 0;
 }
 
 int psd_node_apply_params(psd_node *n)
@@ -206,11 +270,11 @@ int psd_node_journal_workers(psd_node *n)
     return rc;
 }
 
-const char *psd_node_reload(psd_node *n, const psd_config *nc)
+int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
+                    char *why, size_t len)
 {
-    const char *why = layout_change(&n->cfg, nc);
-    if (why)
-        return why;
+    if (layout_change(&n->cfg, nc, path, why, len))
+        return -1;
     for (int i = 0; i < n->ntables; i++) {
         const psd_table_conf *t = &nc->tables[i];
         psd_table_set_limits(n->tables[i], t->max_rows, t->allow_nonfinite);
@@ -236,7 +300,7 @@ const char *psd_node_reload(psd_node *n, const psd_config *nc)
     /* Journaled in order with the pushes: a replay applies those before
      * the reload with the old values and those after with the new. */
     (void)psd_node_apply_params(n);
-    return NULL;
+    return 0;
 }
 
 int psd_node_commit(psd_node *n)

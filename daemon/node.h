@@ -110,11 +110,13 @@ void psd_node_destroy(psd_node *n);
  * table's max_rows and nonfinite, log level, max_output,
  * max_connections(_per_addr), max_client_memory, hello_timeout,
  * frame_timeout, idle_timeout, client_ttl, max_unacked_pushes,
- * max_remembered_pushes, snapshot_interval, worker_grace. Returns NULL,
- * or why the file cannot be applied live (layout, updater kinds,
- * initializers, modes or aggregate, workers, max_frame or the token
- * changed), in which case nothing changed. */
-const char *psd_node_reload(psd_node *n, const psd_config *nc);
+ * max_remembered_pushes, snapshot_interval, worker_grace. Returns 0, or
+ * -1 with why the file at `path` cannot be applied live (layout, updater
+ * kinds, initializers, modes or aggregate, workers, max_frame or the
+ * token changed) as "PATH:LINE: reason" (or "PATH: reason" where the
+ * file keeps no line) in why, in which case nothing changed. */
+int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
+                    char *why, size_t len);
 
 /* Gives every table the updater hyper-parameters of n->cfg (a replay may
  * have left older ones) and, with a journal, records them there (only

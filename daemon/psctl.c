@@ -52,7 +52,7 @@ static void usage(FILE *f)
         "(tables: the stats documents),\n  layout one object; nodes that do "
         "not answer are said on stderr.\n"
         "Exit status: 0 when every node answered (and saved), 1 when one did "
-        "not,\n2 for bad arguments.\n"
+        "not,\n2 for bad arguments (an ini it cannot read among them).\n"
         "-n NODE: only node NODE of the ini (with -s: the NODE-th address, "
         "from 0).\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
@@ -188,16 +188,41 @@ static int send_out(node *nd, psw_out *o)
     return 0;
 }
 
-/* Reads frames until one whose first message decodes with `take`. */
+/* The first line of what the node sent, when it begins as text (an HTTP
+ * or SSH server's answer): 1 and the line in out, else 0. No psd frame
+ * begins so: its big-endian length is at most MAX_FRAME (64M), so its
+ * first byte is below 0x20, the first printable character. */
+static int text_answer(const psw_reader *rd, char *out, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)rd->buf + rd->off;
+    size_t n = rd->len - rd->off, k = 0;
+    while (k < n && k + 1 < cap && p[k] >= 0x20 && p[k] < 0x7f)
+        k++;
+    if (k < 4)
+        return 0;
+    memcpy(out, p, k);
+    out[k] = '\0';
+    return 1;
+}
+
+/* Reads frames until one whose first message decodes with `take`, until
+ * `deadline` (now_ms) at most: 0, or -1 with nd->err. With deadline 0,
+ * only what has arrived: 1 when that holds no such frame yet. */
 typedef int (*take_fn)(node *nd, const msgpack_object *msg, void *arg);
 
-static int receive(node *nd, take_fn take, void *arg)
+static int receive_until(node *nd, take_fn take, void *arg,
+                         uint64_t deadline)
 {
-    uint64_t deadline = now_ms() + REPLY_MS;
     for (;;) {
         const char *body;
         size_t len;
         int rc = psw_reader_next(&nd->rd, &body, &len);
+        char line[80];
+        if (rc < 0 && text_answer(&nd->rd, line, sizeof line)) {
+            snprintf(nd->err, sizeof nd->err, "not a psd node: it answered "
+                     "\"%s\"", line);
+            return -1;
+        }
         if (rc < 0) {
             snprintf(nd->err, sizeof nd->err, "bad frame: %s", nd->rd.why);
             return -1;
@@ -228,7 +253,10 @@ static int receive(node *nd, take_fn take, void *arg)
             continue;            /* a PING, or a frame of something else */
         }
         uint64_t t = now_ms();
-        if (t >= deadline || wait_fd(nd->fd, POLLIN, (int)(deadline - t)) <= 0) {
+        if (deadline == 0 && wait_fd(nd->fd, POLLIN, 0) <= 0)
+            return 1;
+        if (deadline && (t >= deadline ||
+                         wait_fd(nd->fd, POLLIN, (int)(deadline - t)) <= 0)) {
             snprintf(nd->err, sizeof nd->err, "no answer within %d s",
                      REPLY_MS / 1000);
             return -1;
@@ -250,6 +278,11 @@ static int receive(node *nd, take_fn take, void *arg)
         }
         psw_reader_commit(&nd->rd, (size_t)k);
     }
+}
+
+static int receive(node *nd, take_fn take, void *arg)
+{
+    return receive_until(nd, take, arg, now_ms() + REPLY_MS);
 }
 
 static int send_out(node *nd, psw_out *o);
@@ -316,7 +349,8 @@ static int take_hello_ok(node *nd, const msgpack_object *msg, void *arg)
     return 1;
 }
 
-static int hello(node *nd)
+/* Sends HELLO; take_hello_ok reads the answer (and answers a CHALLENGE). */
+static int hello_send(node *nd)
 {
     uint64_t id;
     if (getrandom(&id, sizeof id, 0) != sizeof id)
@@ -334,7 +368,7 @@ static int hello(node *nd)
     psw_out_frame_end(&o);
     int rc = send_out(nd, &o);
     psw_out_destroy(&o);
-    return rc ? -1 : receive(nd, take_hello_ok, NULL);
+    return rc ? -1 : 0;
 }
 
 typedef struct answer {
@@ -398,18 +432,29 @@ static char *command(node *nd, const char *cmd)
 
 static void node_close(node *nd);
 
-/* A node whose handshake fails is closed again: left open, it would be
+/* Dials the node and sends its HELLO; node_handshake reads the answer.
+ * A node whose handshake fails is closed again: left open, it would be
  * sent the command too and report a second, misleading error ("closed
  * by the node") after the reason. nd->err keeps the reason. */
 static int node_open(node *nd)
 {
     nd->fd = -1;
     psw_reader_init(&nd->rd, MAX_FRAME);
-    if (dial(nd) || hello(nd)) {
+    if (dial(nd) || hello_send(nd)) {
         node_close(nd);
         return -1;
     }
     return 0;
+}
+
+/* Reads what the node has sent of its handshake: 0 once it is done, 1
+ * while it is not, -1 (the node closed) when it failed. */
+static int node_handshake(node *nd)
+{
+    int rc = receive_until(nd, take_hello_ok, NULL, 0);
+    if (rc < 0)
+        node_close(nd);
+    return rc;
 }
 
 static void node_close(node *nd)
@@ -746,19 +791,108 @@ static int id(const cluster *c, int i)
     return c->nodes[i].index >= 0 ? c->nodes[i].index : i;
 }
 
+/* A PING, so that the node does not take a quiet psctl for a dead peer
+ * (peer_timeout_ms). 0 or -1 with nd->err. */
+static int ping_node(node *nd)
+{
+    psw_msg m = { .op = PSW_OP_PING };
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_request(&o, &m);
+    psw_out_frame_end(&o);
+    int rc = send_out(nd, &o);
+    psw_out_destroy(&o);
+    return rc;
+}
+
+/* Every node is sent its HELLO before psctl waits for any answer, and
+ * all answers share one REPLY_MS: nodes that accept and hang (stopped,
+ * or a loop stuck) cost that time once, not once each. */
 static int open_all(cluster *c, int quiet)
 {
     int bad = 0;
+    char *asked = calloc((size_t)c->n, 1);   /* 1: HELLO sent, 2: done */
+    if (!asked) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
     for (int i = 0; i < c->n; i++) {
-        if (c->only >= 0 && i != c->only)
+        if ((c->only >= 0 && i != c->only) || c->nodes[i].fd >= 0)
             continue;
-        if (c->nodes[i].fd < 0 && node_open(&c->nodes[i])) {
+        if (node_open(&c->nodes[i])) {
+            if (!quiet)
+                fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
+                        c->nodes[i].addr, c->nodes[i].err);
+            bad = 1;
+        } else
+            asked[i] = 1;
+    }
+    /* Whichever node speaks is answered at once: a node with a token
+     * waits for our AUTH only hello_timeout, however long another takes. */
+    struct pollfd *p = calloc((size_t)c->n, sizeof *p);
+    int *at = calloc((size_t)c->n, sizeof *at);
+    uint64_t deadline = now_ms() + REPLY_MS, beat = 1000;
+    uint64_t pinged = now_ms();
+    for (;;) {
+        int np = 0;
+        for (int i = 0; p && at && i < c->n; i++)
+            if (asked[i] == 1) {
+                p[np] = (struct pollfd){ c->nodes[i].fd, POLLIN, 0 };
+                at[np++] = i;
+            }
+        uint64_t t = now_ms();
+        if (np == 0 || t >= deadline)
+            break;
+        /* The nodes done meanwhile hear a PING every heartbeat_ms, as
+         * they would from a client, or they close the connection as a
+         * dead peer's while another node keeps psctl waiting. */
+        if (t >= pinged + beat) {
+            for (int i = 0; i < c->n; i++)
+                if (asked[i] == 2 && ping_node(&c->nodes[i])) {
+                    asked[i] = 0;
+                    node_close(&c->nodes[i]);
+                    if (!quiet)
+                        fprintf(stderr, "psctl: node %d (%s): %s\n",
+                                id(c, i), c->nodes[i].addr,
+                                c->nodes[i].err);
+                    bad = 1;
+                }
+            pinged = t;
+        }
+        uint64_t until = pinged + beat < deadline ? pinged + beat : deadline;
+        if (poll(p, (nfds_t)np, (int)(until - t)) < 0 && errno != EINTR)
+            break;
+        for (int k = 0; k < np; k++) {
+            int i = at[k], rc;
+            if (!p[k].revents || (rc = node_handshake(&c->nodes[i])) > 0)
+                continue;
+            asked[i] = rc == 0 ? 2 : 0;
+            if (rc == 0 && c->nodes[i].layout.heartbeat_ms &&
+                c->nodes[i].layout.heartbeat_ms < beat)
+                beat = c->nodes[i].layout.heartbeat_ms;
+            if (rc < 0) {
+                if (!quiet)
+                    fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
+                            c->nodes[i].addr, c->nodes[i].err);
+                bad = 1;
+            }
+        }
+    }
+    for (int i = 0; i < c->n; i++)
+        if (asked[i] == 1) {     /* no answer in time (or no memory) */
+            snprintf(c->nodes[i].err, sizeof c->nodes[i].err,
+                     p && at ? "no answer within %d s" : "out of memory",
+                     REPLY_MS / 1000);
+            node_close(&c->nodes[i]);
             if (!quiet)
                 fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
                         c->nodes[i].addr, c->nodes[i].err);
             bad = 1;
         }
-    }
+    free(p);
+    free(at);
+    free(asked);
     return bad;
 }
 
@@ -1082,19 +1216,9 @@ static void on_int(int sig)
  * closed here, and the next round redials it. */
 static void ping_all(cluster *c)
 {
-    psw_msg m = { .op = PSW_OP_PING };
-    for (int i = 0; i < c->n; i++) {
-        if (!want(c, i))
-            continue;
-        psw_out o;
-        psw_out_init(&o);
-        psw_out_frame_begin(&o);
-        psw_pack_request(&o, &m);
-        psw_out_frame_end(&o);
-        if (send_out(&c->nodes[i], &o))
+    for (int i = 0; i < c->n; i++)
+        if (want(c, i) && ping_node(&c->nodes[i]))
             node_close(&c->nodes[i]);
-        psw_out_destroy(&o);
-    }
 }
 
 /* Sleeps secs (or until Ctrl-C), with a PING every heartbeat_ms as the
@@ -1167,6 +1291,9 @@ static int do_top(cluster *c, double interval, int count, int json)
 
 /* ---- main ------------------------------------------------------------------ */
 
+/* 0, or the exit status: 2 for an ini (or its token file) psctl cannot
+ * take, like any other argument it cannot take, since 1 says that a node
+ * did not answer; 1 when memory runs out. */
 static int load_servers(cluster *c, const char *ini, const char *list)
 {
     if (ini) {
@@ -1174,7 +1301,7 @@ static int load_servers(cluster *c, const char *ini, const char *list)
         char err[1024];
         if (psd_config_load(&cfg, ini, err, sizeof err)) {
             fprintf(stderr, "psctl: %s\n", err);
-            return -1;
+            return 2;
         }
         char why[300];
         if (!token_len && cfg.auth_token[0]) {
@@ -1186,7 +1313,7 @@ static int load_servers(cluster *c, const char *ini, const char *list)
                                        sizeof why)) {
             fprintf(stderr, "psctl: %s\n", why);
             psd_config_destroy(&cfg);
-            return -1;
+            return 2;
         }
         c->n = cfg.nnodes;
         c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
@@ -1210,8 +1337,10 @@ static int load_servers(cluster *c, const char *ini, const char *list)
             p += n + (p[n] == ',');
         }
     }
-    if (!c->nodes)
-        return -1;
+    if (!c->nodes) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
     for (int i = 0; i < c->n; i++) {
         c->nodes[i].fd = -1;
         c->nodes[i].index = -1;
@@ -1364,8 +1493,9 @@ int main(int argc, char **argv)
         memcpy(token, env, token_len);
     }
     cluster c = { NULL, 0, only };
-    if (load_servers(&c, ini, list))
-        return 1;
+    int loaded = load_servers(&c, ini, list);
+    if (loaded)
+        return loaded;
     if (only >= c.n) {
         fprintf(stderr, "psctl: -n %d: the cluster has %d nodes\n", only, c.n);
         return 2;

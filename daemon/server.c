@@ -187,14 +187,17 @@ void psd_server_reload(psd_server *s)
         return;
     }
     int interval = s->node.cfg.snapshot_interval;
-    const char *why = moved ? "the token in auth_token_file changed"
-                            : psd_node_reload(&s->node, &nc);
+    char why[512];
+    int refused = moved ? snprintf(why, sizeof why, "%s: the token in "
+                                   "auth_token_file changed", s->cfg_path)
+                        : psd_node_reload(&s->node, &nc, s->cfg_path, why,
+                                          sizeof why);
     psd_config_destroy(&nc);
-    if (why) {
+    if (refused) {
         psd_error("reload refused, keeping the running configuration: %s "
                   "(restart psd to apply that)", why);
-        snprintf(s->reload_error, sizeof s->reload_error, "%s (restart psd "
-                 "to apply that)", why);
+        snprintf(s->reload_error, sizeof s->reload_error, "%.170s (restart "
+                 "psd to apply that)", why);
         return;
     }
     s->reload_error[0] = '\0';

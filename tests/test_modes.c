@@ -608,6 +608,57 @@ static void sighup_changing_workers_or_aggregate_is_refused(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+/* The number of the first line of file that is `text`, or 0. */
+static int line_of(const char *file, const char *text)
+{
+    FILE *f = fopen(file, "r");
+    char line[256];
+    int n = 0, at = 0;
+    while (f && !at && fgets(line, sizeof line, f)) {
+        n++;
+        line[strcspn(line, "\n")] = '\0';
+        if (!strcmp(line, text))
+            at = n;
+    }
+    if (f)
+        fclose(f);
+    return at;
+}
+
+/* A refused reload says where in the file the change is that psd cannot
+ * apply live: it said "nodes, shards or tables changed" for a new dim of
+ * one table among many, or a new shards, leaving the operator to diff the
+ * file. */
+static void sighup_refusals_say_where_the_change_is(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "",
+                                      "[table.a]\ndim = 1\n"
+                                      "[table.t]\ndim = 3\n"), 0);
+    char want[600];
+    int at = line_of(cl.ini, "[table.t]");
+    assert_true(at > 0);
+    reload_with("s/^dim = 3$/dim = 4/");
+    snprintf(want, sizeof want, "%s:%d: [table.t]: its kind, dim or rows "
+             "changed", cl.ini, at);
+    if (!cluster_log_wait(&cl, 0, "[table.t]: its kind", 10000) ||
+        !cluster_log_wait(&cl, 0, want, 1000))
+        fail_msg("a new dim of table t: want \"%s\" in the log", want);
+    reload_with("s/^dim = 4$/dim = 3/;s/^shards = 4$/shards = 8/");
+    snprintf(want, sizeof want, "%s: shards changed (4 to 8)", cl.ini);
+    if (!cluster_log_wait(&cl, 0, "shards changed (", 10000) ||
+        !cluster_log_wait(&cl, 0, want, 1000))
+        fail_msg("a new shards: want \"%s\" in the log", want);
+    reload_with("s/^shards = 8$/shards = 4/;"
+                "s/^dim = 3$/dim = 3\\nupdater = adam/");
+    snprintf(want, sizeof want, "%s:%d: [table.t]: its updater changed",
+             cl.ini, at);
+    if (!cluster_log_wait(&cl, 0, "[table.t]: its updater", 10000) ||
+        !cluster_log_wait(&cl, 0, want, 1000))
+        fail_msg("a new updater of table t: want \"%s\" in the log", want);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* Pushes v to `key` of table `name` and waits: 0, or the error. */
 static int push_key(ps_client *c, const char *name, uint64_t key, float v)
 {
@@ -1468,6 +1519,7 @@ int main(void)
             worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
         cmocka_unit_test(sighup_applies_a_new_worker_grace),
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
+        cmocka_unit_test(sighup_refusals_say_where_the_change_is),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(

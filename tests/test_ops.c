@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "cluster.h"
@@ -1053,7 +1055,8 @@ static void test_psctl_says_a_refused_handshake_once(void **state)
  * first tried every node (3 s each when unreachable) and said so; -c
  * with -s, and an option without its value, printed only the usage or
  * "unexpected argument"; an empty or portless -s entry was a node that
- * could not be reached (status 1). */
+ * could not be reached (status 1), and so was an ini psctl cannot open or
+ * read (status 1, which scripts take for a node down). */
 static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
 {
     (void)state;
@@ -1068,6 +1071,9 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
         { "-s 127.0.0.1 ping", "psctl: -s: \"127.0.0.1\" is not HOST:PORT" },
         { "-s 127.0.0.1:1 ping stats", "psctl: one command, got \"ping\" "
           "and \"stats\"" },
+        { "-c /nonexistent/psd.ini ping", "psctl: /nonexistent/psd.ini: "
+          "cannot open" },
+        { "-c /etc/hosts ping", "psctl: /etc/hosts:1: " },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int st;
@@ -1079,6 +1085,125 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
                      cases[k].args, cases[k].says, o ? o : "");
         free(o);
     }
+}
+
+/* A server that is not psd (here an HTTP server, as an operator who
+ * gives psctl the metrics port of another service meets): each
+ * connection is answered like HTTP answers a request it cannot parse.
+ * Runs in a child until killed; returns its pid and sets *port. */
+static pid_t http_impostor(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    *port = ntohs(sa.sin_port);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid > 0) {
+        close(fd);
+        return pid;
+    }
+    static const char reply[] = "HTTP/1.1 400 Bad Request\r\nContent-Length"
+                                ": 0\r\nConnection: close\r\n\r\n";
+    /* Gone by itself should the test fail before it kills it, and
+     * holding no pipe of the test's runner meanwhile. */
+    alarm(60);
+    int null = open("/dev/null", O_RDWR);
+    dup2(null, 1);
+    dup2(null, 2);
+    for (;;) {
+        int c = accept(fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        char buf[512];
+        struct pollfd p = { c, POLLIN, 0 };
+        if (poll(&p, 1, 2000) > 0 && read(c, buf, sizeof buf) > 0 &&
+            write(c, reply, sizeof reply - 1) < 0)
+            _exit(1);
+        close(c);
+    }
+}
+
+/* psctl pointed at something that is not psd says so, with what it
+ * answered; it said "bad frame: frame body of 1213486156 bytes is larger
+ * than max_frame", which reads like a fault of psd. */
+static void test_psctl_says_when_a_server_is_not_psd(void **state)
+{
+    (void)state;
+    int port;
+    pid_t pid = http_impostor(&port);
+    static const char *const cmds[] = { "ping", "stats", "layout", "save" };
+    char bad[1024] = "";
+    for (size_t k = 0; k < sizeof cmds / sizeof cmds[0] && !bad[0]; k++) {
+        int st;
+        char *o = run(&st, "%s -s 127.0.0.1:%d %s 2>&1", psctl(), port,
+                      cmds[k]);
+        if (st != 1 || !o || !strstr(o, "not a psd node") ||
+            !strstr(o, "HTTP/1.1 400 Bad Request") || strstr(o, "bad frame"))
+            snprintf(bad, sizeof bad, "psctl %s to an HTTP server (status "
+                     "%d) should say it is not a psd node, what it answered, "
+                     "and exit 1: %s", cmds[k], st, o ? o : "");
+        free(o);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (bad[0])
+        fail_msg("%s", bad);
+}
+
+/* Nodes that accept a connection and never answer (a psd stopped with
+ * SIGSTOP, a loop that hangs: the kernel still completes the handshake)
+ * cost psctl its reply time once, not once each: it waited 10 s for one
+ * node after another, 30 s for these three and minutes for a large
+ * cluster, before it said anything. */
+static void test_psctl_waits_for_hung_nodes_together(void **state)
+{
+    (void)state;
+    int fds[3];
+    char list[160] = "";
+    for (int i = 0; i < 3; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof sa;
+        assert_int_equal(bind(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+        assert_int_equal(listen(fds[i], 4), 0);   /* never accepted */
+        getsockname(fds[i], (struct sockaddr *)&sa, &len);
+        size_t at = strlen(list);
+        snprintf(list + at, sizeof list - at, "%s127.0.0.1:%d", i ? "," : "",
+                 ntohs(sa.sin_port));
+    }
+    /* A live node after them still answers: it is not left silent
+     * meanwhile for longer than its peer_timeout_ms (4 s), after which it
+     * would close psctl's connection as a dead peer's. */
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    size_t at = strlen(list);
+    snprintf(list + at, sizeof list - at, ",127.0.0.1:%d", c.port[0]);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int st;
+    char *o = run(&st, "%s -s %s ping 2>&1", psctl(), list);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+    EXPECT_INT(cluster_stop(&c), 0, "the live node stops cleanly");
+    double s = (double)(b.tv_sec - a.tv_sec) +
+               (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    EXPECT_INT(st, 1, "psctl ping of three hung nodes: %s", o ? o : "");
+    if (!o || count_in(o, "no answer within 10 s") != 3 ||
+        count_in(o, "pong from node 0") != 1)
+        fail_msg("psctl ping should name each of the three hung nodes and "
+                 "print the live node's pong: %s", o ? o : "");
+    free(o);
+    if (s > 20)
+        fail_msg("psctl ping of three hung nodes took %.1f s; want about "
+                 "10 s (one reply time)", s);
 }
 
 /* psctl -s may name any nodes of a cluster, in any order (an operator
@@ -1733,6 +1858,8 @@ int main(void)
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
+        cmocka_unit_test(test_psctl_says_when_a_server_is_not_psd),
+        cmocka_unit_test(test_psctl_waits_for_hung_nodes_together),
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
         cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
