@@ -411,19 +411,27 @@ static int take_reply(node *nd, const msgpack_object *msg, void *arg)
     return 1;
 }
 
+/* Sends one request message in a frame of its own. 0 or -1 with
+ * nd->err. */
+static int send_request(node *nd, const psw_msg *m)
+{
+    psw_out o;
+    psw_out_init(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_request(&o, m);
+    psw_out_frame_end(&o);
+    int rc = send_out(nd, &o);
+    psw_out_destroy(&o);
+    return rc;
+}
+
 /* Sends an ADMIN command; its answer, malloc'd and NUL-terminated, or
  * NULL with nd->err set. */
 static char *command(node *nd, const char *cmd)
 {
     psw_msg m = { .op = PSW_OP_ADMIN, .ts = ++nd->ts, .text = cmd,
                   .text_len = strlen(cmd) };
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
-    psw_pack_request(&o, &m);
-    psw_out_frame_end(&o);
-    int rc = send_out(nd, &o);
-    psw_out_destroy(&o);
+    int rc = send_request(nd, &m);
     answer a = { m.ts, NULL, 0 };
     if (rc || receive(nd, take_reply, &a))
         return NULL;
@@ -796,14 +804,7 @@ static int id(const cluster *c, int i)
 static int ping_node(node *nd)
 {
     psw_msg m = { .op = PSW_OP_PING };
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
-    psw_pack_request(&o, &m);
-    psw_out_frame_end(&o);
-    int rc = send_out(nd, &o);
-    psw_out_destroy(&o);
-    return rc;
+    return send_request(nd, &m);
 }
 
 /* Every node is sent its HELLO before psctl waits for any answer, and

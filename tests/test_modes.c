@@ -985,6 +985,20 @@ enum { DOWN_BETWEEN_PUSHES, DOWN_WHILE_A_CLOCK_IS_HELD };
  * iteration 3, node 1 is stopped with `sig` and restarted, `when` says
  * where. After every ps_clock both tables must hold exactly twice the
  * iteration: nothing lost, nothing applied twice. */
+/* Pulls rows 0..7 of table t through c and expects each to be want
+ * (what and it label a failure). */
+static void expect_rows8(ps_client *c, int t, float want, const char *what,
+                         int it)
+{
+    float got[8];
+    EXPECT_INT(ps_wait(c, ps_pull_range(c, t, 0, 8, got, NULL, NULL)), 0,
+               "pull");
+    for (int i = 0; i < 8; i++)
+        if (got[i] != want)
+            fail_msg("%siteration %d, row %d: %g, want %g", what, it, i,
+                     (double)got[i], (double)want);
+}
+
 static void node_down_in_iteration(const char *server, int sig, int when,
                                    int nap_ms)
 {
@@ -999,7 +1013,7 @@ static void node_down_in_iteration(const char *server, int sig, int when,
     assert_non_null(w[0]);
     assert_non_null(w[1]);
     int t = ps_table(w[0], "s", NULL), tm = ps_table(w[0], "m", NULL);
-    float one[8], three[8], got[8];
+    float one[8], three[8];
     for (int i = 0; i < 8; i++)
         one[i] = 1, three[i] = 3;
     for (int it = 1; it <= 5; it++) {
@@ -1031,18 +1045,8 @@ static void node_down_in_iteration(const char *server, int sig, int when,
         int ra = sync_join(&a), rb = sync_join(&b);
         if (ra || rb)
             fail_msg("iteration %d: ps_clock returned %d and %d", it, ra, rb);
-        EXPECT_INT(ps_wait(w[0], ps_pull_range(w[0], t, 0, 8, got, NULL,
-                                               NULL)), 0, "pull");
-        for (int i = 0; i < 8; i++)
-            if (got[i] != 2.0f * (float)it)
-                fail_msg("sum, iteration %d, row %d: %g, want %d", it, i,
-                         (double)got[i], 2 * it);
-        EXPECT_INT(ps_wait(w[1], ps_pull_range(w[1], tm, 0, 8, got, NULL,
-                                               NULL)), 0, "pull");
-        for (int i = 0; i < 8; i++)
-            if (got[i] != 2.0f * (float)it)
-                fail_msg("mean, iteration %d, row %d: %g, want %d", it, i,
-                         (double)got[i], 2 * it);
+        expect_rows8(w[0], t, 2.0f * (float)it, "sum, ", it);
+        expect_rows8(w[1], tm, 2.0f * (float)it, "mean, ", it);
     }
     ps_close(w[0]);
     ps_close(w[1]);
@@ -1106,7 +1110,7 @@ static void ps_clock_fails_while_a_node_is_down_and_succeeds_after(
         assert_int_equal(ps_open(&w[i], cl.spec, &o), 0);
     }
     int t = ps_table(w[0], "s", NULL);
-    float one[8], got[8];
+    float one[8];
     for (int i = 0; i < 8; i++)
         one[i] = 1;
     for (int it = 1; it <= 5; it++) {
@@ -1138,12 +1142,7 @@ static void ps_clock_fails_while_a_node_is_down_and_succeeds_after(
         }
         if (ra || rb)
             fail_msg("iteration %d: ps_clock returned %d and %d", it, ra, rb);
-        EXPECT_INT(ps_wait(w[0], ps_pull_range(w[0], t, 0, 8, got, NULL,
-                                               NULL)), 0, "pull");
-        for (int i = 0; i < 8; i++)
-            if (got[i] != 2.0f * (float)it)
-                fail_msg("iteration %d, row %d: %g, want %d", it, i,
-                         (double)got[i], 2 * it);
+        expect_rows8(w[0], t, 2.0f * (float)it, "", it);
     }
     ps_close(w[0]);
     ps_close(w[1]);

@@ -1098,6 +1098,9 @@ def test_ctrl_c_interrupts_a_wait_for_a_stopped_node(make_cluster, how):
             alive = weakref.ref(out)
             t0 = time.monotonic()
             signal.setitimer(signal.ITIMER_REAL, 0.3)
+            # Before, the wait ended only with the node's presumed death
+            # after 4 s (peer_timeout_ms), and the alarm's exception came
+            # then: the time is what tells the two apart.
             with pytest.raises(_Interrupt):
                 if how == "pull":
                     d.pull_range(0, 100, out=out)
@@ -1105,7 +1108,7 @@ def test_ctrl_c_interrupts_a_wait_for_a_stopped_node(make_cluster, how):
                     req = d.pull_range_async(0, 100, out=out)
                     req.wait() if how == "wait" else c.wait_all()
             waited = time.monotonic() - t0
-            assert waited < 5, f"Ctrl-C took {waited:.1f} s to interrupt"
+            assert waited < 3, f"Ctrl-C took {waited:.1f} s to interrupt"
             del out
             gc.collect()
             assert alive() is not None, "the in-flight out was freed"
