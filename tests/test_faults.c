@@ -1072,10 +1072,10 @@ static void nan_push_whose_piece_no_longer_fits_applies_nothing(
         keys[i] = (uint64_t)i;
     for (int i = 0; i < ROWS * DIM; i++)
         g[i] = 1.0f;
-    g[0] = NAN;                  /* in the first piece, rows 0..253 */
+    g[0] = NAN;                  /* in the first piece, rows 0..252 */
 
     cluster_kill(&c, 0, SIGKILL);
-    /* Cut for 64 MiB frames while the node is down: pieces of 254 and 46
+    /* Cut for 64 MiB frames while the node is down: pieces of 253 and 47
      * rows, which share one frame. */
     ps_ts early = ps_push(cl, t, keys, ROWS, g, NULL, NULL);
     restart_with_max_frame(&c, "128K");
