@@ -240,6 +240,24 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
             return rc;
         }
     }
+    /* Long runs of consecutive keys on one node (rows of a dense table
+     * in order, whose shards alternate between nodes) go as parts of
+     * their own, borrowing the caller's keys and values like one node's
+     * request, instead of being copied into per-node groups: worth it for
+     * a request of a part or more whose runs add few parts. */
+    size_t run_parts = 0;
+    if (used > 1 && n * (rowb + 8) >= PART_BYTES) {
+        for (size_t i = 0, j; i < n && run_parts <= nparts + nparts / 4 +
+                                               (size_t)sh->nnodes; i = j) {
+            for (j = i + 1; j < n && home[j] == home[i];)
+                j++;
+            run_parts += (j - i + rpp - 1) / rpp;
+        }
+        if (run_parts > nparts + nparts / 4 + (size_t)sh->nnodes)
+            run_parts = 0;
+        else
+            nparts = run_parts;
+    }
     if (nparts > 65535) {
         snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
                  "%zu messages; at most 65535", n, t->name, nparts);
@@ -256,6 +274,18 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
             goto oom;
         fill_parts(r, sh, op, one, 0, keys, n, (const char *)vals, out, NULL,
                    rpp);
+    } else if (run_parts) {
+        r = req_alloc((int)nparts, 0, NULL);
+        if (!r)
+            goto oom;
+        int k = 0;
+        for (size_t i = 0, j; i < n; i = j) {
+            for (j = i + 1; j < n && home[j] == home[i];)
+                j++;
+            k = fill_parts(r, sh, op, home[i], k, keys + i, j - i,
+                           vals ? (const char *)(vals + i * dim) : NULL,
+                           out ? out + i * dim : NULL, NULL, rpp);
+        }
     } else {
         /* Group keys (and values) by node with a counting sort; pos maps
          * each grouped key back to the caller's index for the pull. */

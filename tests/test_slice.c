@@ -329,6 +329,86 @@ static void test_keys_all_on_one_node_make_one_part_borrowing_buffers(
                        : vals, out, 0);
 }
 
+static void answer_and_check_scatter(psc_req *r, const uint64_t *keys,
+                                     size_t n, const float *out, int ranged,
+                                     uint64_t first);
+
+/* Rows of a dense table in order, over nodes whose shards alternate, go
+ * as runs that borrow the caller's keys, values and output (no copy into
+ * per-node groups), each part on one node, every key once in the caller's
+ * order; a pull's rows land in place. Keys alternating node by node are
+ * still grouped (copied), one run per key would be a message per key. */
+static void test_long_runs_on_one_node_borrow_the_callers_buffers(
+    void **state)
+{
+    (void)state;
+    enum { DIM = 1024, ROWS = 8192, N = 4096, FIRST = 100 };
+    psw_table_desc t = desc_make(1, DIM, ROWS);
+    psc_shape sh = shape_make(&t, 2, 16);
+    uint64_t *keys = xcalloc(N, sizeof *keys);
+    float *vals = xcalloc((size_t)N * DIM, sizeof(float));
+    float *out = xcalloc((size_t)N * DIM, sizeof(float));
+    for (size_t i = 0; i < N; i++)
+        keys[i] = FIRST + i;
+    const int ops[] = { PSW_OP_PUSH, PSW_OP_PULL, PSW_OP_PUSHPULL };
+    for (size_t o = 0; o < 3; o++) {
+        int op = ops[o];
+        psc_req *r = NULL;
+        char err[256] = "";
+        EXPECT_INT(psc_req_keys(&sh, op, keys, N, has_push(op) ? vals : NULL,
+                                has_pull(op) ? out : NULL, &r, err,
+                                sizeof err), 0, "op %d (%s)", op, err);
+        size_t next = 0;
+        int nodes_seen[2] = { 0, 0 };
+        for (int k = 0; k < r->nparts; k++) {
+            const psc_part *p = &r->parts[k];
+            const uint64_t *pk = (const uint64_t *)(const void *)p->msg.keys;
+            EXPECT_PTR(pk, keys + next, "op %d part %d: keys borrowed in "
+                       "order", op, k);
+            EXPECT_INT(p->msg.part, k, "op %d: part index", op);
+            for (size_t i = 0; i < p->msg.nkeys; i++)
+                EXPECT_INT(node_of(&sh, keys[next + i]), p->node,
+                           "op %d part %d: key %zu's node", op, k, i);
+            EXPECT_PTR(p->msg.vals, has_push(op)
+                                        ? (const char *)(vals + next * DIM)
+                                        : NULL, "op %d part %d: vals", op, k);
+            EXPECT_PTR(p->out, has_pull(op) ? out + next * DIM : NULL,
+                       "op %d part %d: out", op, k);
+            EXPECT_PTR(p->pos, NULL, "op %d part %d: pos", op, k);
+            nodes_seen[p->node] = 1;
+            next += p->msg.nkeys;
+        }
+        EXPECT_U64(next, N, "op %d: keys covered", op);
+        EXPECT_INT(nodes_seen[0] && nodes_seen[1], 1, "op %d: both nodes",
+                   op);
+        if (op == PSW_OP_PULL)
+            answer_and_check_scatter(r, keys, N, out, 0, 0);
+        psc_req_free(r);
+    }
+    /* Node by node: grouped, so the parts hold copies. */
+    uint64_t k0[N / 2], k1[N / 2];
+    keys_on_node(&sh, 0, k0, N / 2);
+    keys_on_node(&sh, 1, k1, N / 2);
+    for (size_t i = 0; i < N / 2; i++) {
+        keys[2 * i] = k0[i];
+        keys[2 * i + 1] = k1[i];
+    }
+    psc_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                            sizeof err), 0, "alternating keys (%s)", err);
+    for (int k = 0; k < r->nparts; k++) {
+        const uint64_t *pk = (const uint64_t *)(const void *)r->parts[k].msg.keys;
+        EXPECT_INT(pk >= keys && pk < keys + N, 0, "part %d of alternating "
+                   "keys: its own copy", k);
+    }
+    answer_and_check_scatter(r, keys, N, out, 0, 0);
+    psc_req_free(r);
+    free(keys);
+    free(vals);
+    free(out);
+}
+
 static void test_dense_key_past_last_row_returns_ekey_with_message(
     void **state)
 {
@@ -1223,6 +1303,7 @@ int main(void)
             test_range_on_1_node_is_one_part_for_the_whole_range),
         cmocka_unit_test(test_refused_ranges_name_their_rows),
         cmocka_unit_test(test_wide_parts_fit_a_256_kib_frame_keyed_and_ranged),
+        cmocka_unit_test(test_long_runs_on_one_node_borrow_the_callers_buffers),
         cmocka_unit_test(
             test_range_with_fewer_rows_than_shards_covers_each_row_once),
         cmocka_unit_test(test_range_parts_cover_small_tables_with_empty_shards),
