@@ -1990,11 +1990,48 @@ static void nan_push_across_nodes_is_refused_on_every_node(void **state)
                       "[table.d]\nkind = dense\nrows = 64\ndim = 1\n"
                       "updater = sum\n"
                       "[table.loose]\nkind = dense\nrows = 64\ndim = 1\n"
-                      "nonfinite = allow\n"))
+                      "nonfinite = allow\n"
+                      "[table.wide]\nkind = dense\nrows = 1024\n"
+                      "dim = 1024\nupdater = sum\n"))
         fail_msg("cluster did not start");
     ps_client *a = open_or_fail(c.spec);
     int s = ps_table(a, "s", NULL), d = ps_table(a, "d", NULL);
     int loose = ps_table(a, "loose", NULL);
+    /* 4 MiB over both nodes, rows in order: the client sends runs of
+     * shards (parts borrowing its buffers), not groups per node. */
+    enum { WROWS = 1024, WDIM = 1024 };
+    int wide = ps_table(a, "wide", NULL);
+    uint64_t *wkeys = malloc(WROWS * sizeof *wkeys);
+    float *wg = malloc(sizeof(float) * WROWS * WDIM);
+    float *wout = malloc(sizeof(float) * WROWS * WDIM);
+    assert_non_null(wkeys && wg && wout);
+    for (int i = 0; i < WROWS; i++)
+        wkeys[i] = (uint64_t)i;
+    for (int i = 0; i < WROWS * WDIM; i++)
+        wg[i] = 1;
+    for (int at = 0; at < WROWS * WDIM; at += WROWS * WDIM - 1) {
+        wg[at] = NAN;
+        EXPECT_INT(ps_wait(a, ps_push(a, wide, wkeys, WROWS, wg, NULL, NULL)),
+                   PS_ENONFINITE, "wide keyed push, NaN at %d", at);
+        EXPECT_INT(ps_wait(a, ps_pushpull(a, wide, wkeys, WROWS, wg, wout,
+                                          NULL, NULL)),
+                   PS_ENONFINITE, "wide pushpull, NaN at %d", at);
+        wg[at] = 1;
+    }
+    wait_ok(a, ps_pull(a, wide, wkeys, WROWS, wout, NULL, NULL));
+    for (int i = 0; i < WROWS * WDIM; i++)
+        if (wout[i] != 0)
+            fail_msg("row %d of wide is %g, want 0 (nothing applied)",
+                     i / WDIM, (double)wout[i]);
+    wait_ok(a, ps_pushpull(a, wide, wkeys, WROWS, wg, wout, NULL, NULL));
+    wait_ok(a, ps_pull_range(a, wide, 0, WROWS, wout, NULL, NULL));
+    for (int i = 0; i < WROWS * WDIM; i++)
+        if (wout[i] != 1)
+            fail_msg("row %d of wide is %g after a finite push, want 1",
+                     i / WDIM, (double)wout[i]);
+    free(wkeys);
+    free(wg);
+    free(wout);
     uint64_t keys[64];
     float g[64], out[64];
     for (int at = 0; at < 64; at += 63) {
