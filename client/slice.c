@@ -247,14 +247,14 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
      * a request of a part or more whose runs add few parts. */
     size_t run_parts = 0;
     if (used > 1 && n * (rowb + 8) >= PART_BYTES) {
-        for (size_t i = 0, j; i < n && run_parts <= nparts + nparts / 4 +
-                                               (size_t)sh->nnodes; i = j) {
+        size_t most = nparts + nparts / 4 + (size_t)sh->nnodes;
+        for (size_t i = 0, j; i < n && run_parts <= most; i = j) {
             for (j = i + 1; j < n && home[j] == home[i];)
                 j++;
             run_parts += (j - i + rpp - 1) / rpp;
         }
-        if (run_parts > nparts + nparts / 4 + (size_t)sh->nnodes)
-            run_parts = 0;
+        if (run_parts > most)
+            run_parts = 0;           /* short runs: grouped below */
         else
             nparts = run_parts;
     }
