@@ -248,6 +248,8 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
     size_t run_parts = 0;
     if (used > 1 && n * (rowb + 8) >= PART_BYTES) {
         size_t most = nparts + nparts / 4 + (size_t)sh->nnodes;
+        if (most > 65535)
+            most = 65535;            /* more than a request may have */
         for (size_t i = 0, j; i < n && run_parts <= most; i = j) {
             for (j = i + 1; j < n && home[j] == home[i];)
                 j++;

@@ -409,6 +409,31 @@ static void test_long_runs_on_one_node_borrow_the_callers_buffers(
     free(out);
 }
 
+/* Runs that would need more than the 65,535 parts a request may have fall
+ * back to groups when those fit: rows in order over tiny shards, with 2
+ * keys a part, make 72,000 run parts but 60,000 grouped ones. */
+static void test_runs_past_the_part_limit_fall_back_to_groups(void **state)
+{
+    (void)state;
+    enum { DIM = 16, N = 120000 };
+    psw_table_desc t = desc_make(1, DIM, N);
+    psc_shape sh = shape_make(&t, 2, 24000);      /* 5 rows a shard */
+    sh.max_payload = 144;                         /* 2 keys a part */
+    uint64_t *keys = xcalloc(N, sizeof *keys);
+    float *out = xcalloc((size_t)N * DIM, sizeof(float));
+    for (size_t i = 0; i < N; i++)
+        keys[i] = i;
+    psc_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                            sizeof err), 0, "pull of %d rows in order (%s)",
+               N, err);
+    EXPECT_INT(r ? r->nparts : -1, 60000, "parts");
+    psc_req_free(r);
+    free(keys);
+    free(out);
+}
+
 static void test_dense_key_past_last_row_returns_ekey_with_message(
     void **state)
 {
@@ -1304,6 +1329,7 @@ int main(void)
         cmocka_unit_test(test_refused_ranges_name_their_rows),
         cmocka_unit_test(test_wide_parts_fit_a_256_kib_frame_keyed_and_ranged),
         cmocka_unit_test(test_long_runs_on_one_node_borrow_the_callers_buffers),
+        cmocka_unit_test(test_runs_past_the_part_limit_fall_back_to_groups),
         cmocka_unit_test(
             test_range_with_fewer_rows_than_shards_covers_each_row_once),
         cmocka_unit_test(test_range_parts_cover_small_tables_with_empty_shards),
