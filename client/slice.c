@@ -186,6 +186,15 @@ static int fill_parts(psc_req *r, const psc_shape *sh, int op, int nd, int k,
     return k;
 }
 
+/* The end of the run of keys from i on that live on the same node. */
+static size_t home_run_end(const uint16_t *home, size_t i, size_t n)
+{
+    size_t j = i + 1;
+    while (j < n && home[j] == home[i])
+        j++;
+    return j;
+}
+
 int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
                 const float *vals, float *out, psc_req **reqp, char *err,
                 size_t errlen)
@@ -251,8 +260,7 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
         if (most > 65535)
             most = 65535;            /* more than a request may have */
         for (size_t i = 0, j; i < n && run_parts <= most; i = j) {
-            for (j = i + 1; j < n && home[j] == home[i];)
-                j++;
+            j = home_run_end(home, i, n);
             run_parts += (j - i + rpp - 1) / rpp;
         }
         if (run_parts > most)
@@ -282,8 +290,7 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
             goto oom;
         int k = 0;
         for (size_t i = 0, j; i < n; i = j) {
-            for (j = i + 1; j < n && home[j] == home[i];)
-                j++;
+            j = home_run_end(home, i, n);
             k = fill_parts(r, sh, op, home[i], k, keys + i, j - i,
                            vals ? (const char *)(vals + i * dim) : NULL,
                            out ? out + i * dim : NULL, NULL, rpp);

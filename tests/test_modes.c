@@ -979,12 +979,6 @@ static int sync_join(sync_thread *t)
 /* Where node 1 goes down in the iteration of node_down_in_iteration. */
 enum { DOWN_BETWEEN_PUSHES, DOWN_WHILE_A_CLOCK_IS_HELD };
 
-/* Two workers (in this process), two nodes, 5 iterations; each worker
- * pushes 1 to every row of bsp tables `s` (sum) and `m` (mean; worker 1
- * pushes 3 there, so the mean adds 2), worker 1 in two halves. In
- * iteration 3, node 1 is stopped with `sig` and restarted, `when` says
- * where. After every ps_clock both tables must hold exactly twice the
- * iteration: nothing lost, nothing applied twice. */
 /* Pulls rows 0..7 of table t through c and expects each to be want
  * (what and it label a failure). */
 static void expect_rows8(ps_client *c, int t, float want, const char *what,
@@ -999,6 +993,12 @@ static void expect_rows8(ps_client *c, int t, float want, const char *what,
                      (double)got[i], (double)want);
 }
 
+/* Two workers (in this process), two nodes, 5 iterations; each worker
+ * pushes 1 to every row of bsp tables `s` (sum) and `m` (mean; worker 1
+ * pushes 3 there, so the mean adds 2), worker 1 in two halves. In
+ * iteration 3, node 1 is stopped with `sig` and restarted, `when` says
+ * where. After every ps_clock both tables must hold exactly twice the
+ * iteration: nothing lost, nothing applied twice. */
 static void node_down_in_iteration(const char *server, int sig, int when,
                                    int nap_ms)
 {
