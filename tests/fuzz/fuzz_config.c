@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -82,7 +83,13 @@ static int valid_name(const char *s)
     return 1;
 }
 
-static void check_nodes(const char *what, const psd_node_addr *a, int n)
+/* Every address well formed; nodes all differ (a name compared as psd
+ * does, case-insensitively). hosts, for listen, is the nodes list: a
+ * listen address may repeat only for nodes on different hosts (told
+ * apart by their nodes host as written), as config.c's bind_repeats and
+ * README's two-host example allow; for nodes it is NULL. */
+static void check_nodes(const char *what, const psd_node_addr *a, int n,
+                        const psd_node_addr *hosts)
 {
     FUZZ_CHECK(n >= 1 && n <= PSW_MAX_NODES && a != NULL, "%d %s", n, what);
     for (int i = 0; i < n; i++) {
@@ -93,9 +100,12 @@ static void check_nodes(const char *what, const psd_node_addr *a, int n)
                    what, i, a[i].port);
         for (int j = 0; j < i; j++)
             FUZZ_CHECK(a[j].port != a[i].port ||
-                       strcmp(a[j].host, a[i].host) != 0,
-                       "%s %d and %d are both %s:%d", what, j, i, a[i].host,
-                       a[i].port);
+                       strcasecmp(a[j].host, a[i].host) != 0 ||
+                       (hosts && strcasecmp(hosts[j].host,
+                                            hosts[i].host) != 0),
+                       "%s %d and %d are both %s:%d%s", what, j, i,
+                       a[i].host, a[i].port,
+                       hosts ? ", for nodes on one host" : "");
     }
 }
 
@@ -146,13 +156,20 @@ static void check_table(const psd_table_conf *t, uint32_t shards, long lines)
 /* What config.h and conf/psd.ini promise about a file that loaded. */
 static void check_config(const psd_config *c, long lines)
 {
-    check_nodes("nodes", c->nodes, c->nnodes);
+    check_nodes("nodes", c->nodes, c->nnodes, NULL);
     FUZZ_CHECK(c->nlisten == 0 || c->nlisten == c->nnodes, "%d listen "
                "addresses for %d nodes", c->nlisten, c->nnodes);
     if (c->nlisten)
-        check_nodes("listen", c->listen, c->nlisten);
+        check_nodes("listen", c->listen, c->nlisten, c->nodes);
     else
         FUZZ_CHECK(c->listen == NULL, "listen array with 0 entries");
+    FUZZ_CHECK(c->nmetrics == 0 || c->nmetrics == c->nnodes, "%d "
+               "metrics_listen addresses for %d nodes", c->nmetrics,
+               c->nnodes);
+    if (c->nmetrics)
+        check_nodes("metrics_listen", c->metrics, c->nmetrics, c->nodes);
+    else
+        FUZZ_CHECK(c->metrics == NULL, "metrics array with 0 entries");
     FUZZ_CHECK(IN(c->shards, 1u, 65535u) && IN(c->workers, 1, 65535) &&
                IN(c->worker_grace, 0, 86400), "shards %u workers %d "
                "worker_grace %d", c->shards, c->workers, c->worker_grace);
