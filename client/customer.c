@@ -54,6 +54,8 @@ void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes,
     memset(cu, 0, sizeof *cu);
     pthread_mutex_init(&cu->mu, NULL);
     cond_init_monotonic(&cu->cv);
+    for (int i = 0; i < PSC_WAIT_CVS; i++)
+        cond_init_monotonic(&cu->wait_cv[i]);
     psc_map_init(&cu->reqs);
     cu->max_inflight_bytes = max_inflight_bytes;
     cu->low = 1;
@@ -66,6 +68,8 @@ void psc_customer_destroy(psc_customer *cu)
     psc_map_destroy(&cu->reqs);
     pthread_mutex_destroy(&cu->mu);
     pthread_cond_destroy(&cu->cv);
+    for (int i = 0; i < PSC_WAIT_CVS; i++)
+        pthread_cond_destroy(&cu->wait_cv[i]);
 }
 
 void psc_req_free(psc_req *r)
@@ -333,12 +337,18 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
                      "%s%s", strncmp(why, name, (size_t)l) ? name : "", why);
         }
     }
-    for (psc_waiter *w = cu->waiters; w; w = w->next)
+    /* Woken after mu is let go: a waiter on this CPU that ran at once
+     * would find mu held, sleep on it and cost two more switches. */
+    pthread_cond_t *wake = NULL;
+    for (psc_waiter *w = cu->waiters; w && !wake; w = w->next)
         if (w->ts == r->ts)
-            pthread_cond_signal(&w->cv);
-    if (cu->cv_waiters)
-        pthread_cond_broadcast(&cu->cv);
+            wake = &cu->wait_cv[r->ts % PSC_WAIT_CVS];
+    int all = cu->cv_waiters > 0;
     pthread_mutex_unlock(&cu->mu);
+    if (wake)
+        pthread_cond_broadcast(wake);
+    if (all)
+        pthread_cond_broadcast(&cu->cv);
     psc_req_free(r);
 }
 
@@ -359,21 +369,18 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
         struct timespec end;
         if (timeout_ms > 0)
             end = deadline_after(timeout_ms);
-        psc_waiter w = { cu->waiters, ts, PTHREAD_COND_INITIALIZER };
-        if (timeout_ms > 0)
-            cond_init_monotonic(&w.cv);
+        psc_waiter w = { cu->waiters, ts };
         cu->waiters = &w;
         __atomic_add_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
         int late = 0;
         while (psc_map_get(&cu->reqs, (uint64_t)ts) && !late)
-            late = cond_wait_until(&w.cv, &cu->mu,
+            late = cond_wait_until(&cu->wait_cv[ts % PSC_WAIT_CVS], &cu->mu,
                                    timeout_ms > 0 ? &end : NULL);
         __atomic_sub_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
         psc_waiter **pp = &cu->waiters;
         while (*pp != &w)
             pp = &(*pp)->next;
         *pp = w.next;
-        pthread_cond_destroy(&w.cv);
         if (psc_map_get(&cu->reqs, (uint64_t)ts)) {
             pthread_mutex_unlock(&cu->mu);
             return PS_PENDING;

@@ -25,14 +25,17 @@ typedef struct psc_failure {
     char text[200];
 } psc_failure;
 
-/* A thread inside psc_customer_wait: woken only when its own request
- * completes, so a caller with many requests in flight is not woken by
+/* A thread inside psc_customer_wait. It sleeps on the customer's
+ * wait_cv[ts % PSC_WAIT_CVS] and is woken only when request ts completes
+ * (or, rarely, when another thread's request of the same slot does: it
+ * looks again), so a caller with many requests in flight is not woken by
  * every reply. */
 typedef struct psc_waiter {
     struct psc_waiter *next;
     ps_ts ts;
-    pthread_cond_t cv;
 } psc_waiter;
+
+#define PSC_WAIT_CVS 16
 
 /* Everything here is shared between callers and the I/O thread, under mu. */
 typedef struct psc_customer {
@@ -43,6 +46,10 @@ typedef struct psc_customer {
                                     (atomic: the I/O thread reads it without
                                     mu, to decide whether to busy-poll) */
     psc_waiter *waiters;         /* threads waiting for one request */
+    pthread_cond_t wait_cv[PSC_WAIT_CVS]; /* where they sleep, by ts: they
+                                    live as long as the customer, so the
+                                    I/O thread wakes them after it lets go
+                                    of mu (customer.c, complete) */
     psc_part *sq_head, *sq_tail; /* accepted parts the I/O thread has not
                                     taken yet, all nodes */
     psc_part *dq_head, *dq_tail; /* accepted parts that wait behind a push

@@ -411,6 +411,62 @@ static void four_processes_of_two_threads_push_exact_sums(void **state)
     check_counts(1000000, 500, 1800.0f);
 }
 
+/* Threads sharing one client, each waiting for its own requests: one
+ * pushes 1 to its own key (9e11 + i: no other test of the group touches
+ * keys there) and reads it back, 150 times. */
+typedef struct shared_job {
+    ps_client *c;
+    int table;
+    uint64_t key;
+    int rounds;
+    int bad;                      /* waits that did not answer PS_OK */
+    float last;                   /* the key's value read last */
+} shared_job;
+
+static void *shared_client_thread(void *arg)
+{
+    shared_job *j = arg;
+    float one = 1.0f;
+    for (int r = 0; r < j->rounds; r++) {
+        ps_ts a = ps_push(j->c, j->table, &j->key, 1, &one, NULL, NULL);
+        ps_ts b = ps_pull(j->c, j->table, &j->key, 1, &j->last, NULL, NULL);
+        /* A wake-up lost would leave a wait asleep until this time. */
+        if (a <= 0 || b <= 0 || ps_wait_timeout(j->c, b, 10000) != PS_OK ||
+            ps_wait_timeout(j->c, a, 10000) != PS_OK)
+            j->bad++;
+    }
+    return NULL;
+}
+
+/* Waiting threads sleep on one of 16 condition variables of the client,
+ * chosen by their request's ts (client/customer.h, PSC_WAIT_CVS), and are
+ * woken by a broadcast: with 40 threads, several share each one at every
+ * moment, and every wait must still return as its request completes. */
+static void forty_threads_on_one_client_each_wait_their_own(void **state)
+{
+    (void)state;
+    enum { NT = 40, ROUNDS = 150 };
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "counts");
+    pthread_t th[NT];
+    shared_job j[NT];
+    for (int i = 0; i < NT; i++) {
+        j[i] = (shared_job){ c, t, 900000000000u + (uint64_t)i, ROUNDS, 0, 0 };
+        assert_int_equal(pthread_create(&th[i], NULL, shared_client_thread,
+                                        &j[i]), 0);
+    }
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(j[i].bad, 0);
+        /* Its pull went after its push on the same connection: it saw
+         * every push of its own so far. */
+        expect_float(j[i].last, (float)ROUNDS, "a thread's last pull",
+                     (size_t)i);
+    }
+    assert_int_equal(ps_wait_all(c), PS_OK);
+    ps_close(c);
+}
+
 static void eight_processes_pushing_one_200_times_read_1600(void **state)
 {
     (void)state;
@@ -1227,6 +1283,8 @@ static int group_teardown(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("PSD_TEST_ONLY"))         /* e.g. PSD_TEST_ONLY='*forty*' */
+        cmocka_set_test_filter(getenv("PSD_TEST_ONLY"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(open_by_ini_path_finds_tables_and_their_shapes),
         cmocka_unit_test(open_by_ini_path_drops_comments_on_continuation_lines),
@@ -1237,6 +1295,7 @@ int main(void)
         cmocka_unit_test(last_error_of_one_client_survives_a_failure_on_another),
         cmocka_unit_test(four_processes_of_two_threads_push_exact_sums),
         cmocka_unit_test(eight_processes_pushing_one_200_times_read_1600),
+        cmocka_unit_test(forty_threads_on_one_client_each_wait_their_own),
         cmocka_unit_test(every_callback_runs_exactly_once),
         cmocka_unit_test(malformed_frame_closes_only_that_connection),
         cmocka_unit_test(hostile_frames_are_refused_and_the_server_survives),

@@ -1303,6 +1303,75 @@ static void test_wait_all_returns_when_requests_issued_before_it_complete(
     psc_customer_destroy(&cu);
 }
 
+/* A thread in psc_customer_wait for one ts, with a time limit. */
+typedef struct wait_one_arg {
+    psc_customer *cu;
+    ps_ts ts;
+    int status;
+    int done;                    /* atomic */
+} wait_one_arg;
+
+static void *wait_one_thread(void *p)
+{
+    wait_one_arg *a = p;
+    char err[256];
+    a->status = psc_customer_wait(a->cu, a->ts, 3000, err, sizeof err);
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Waiters sleep on one of PSC_WAIT_CVS condition variables, by ts, and
+ * are woken after the I/O thread lets go of the lock (customer.c). With
+ * three waiters on every one of them, completing the requests newest
+ * first must wake each waiter as its own request completes, and no other:
+ * waking one thread of a shared variable (a signal, not a broadcast)
+ * could wake the wrong one and leave the right one asleep until its time
+ * limit, PS_PENDING. */
+static void test_waiters_sharing_a_wait_slot_each_wake_for_their_own(
+    void **state)
+{
+    (void)state;
+    enum { N = 3 * PSC_WAIT_CVS };
+    psc_customer cu;
+    char err[256] = "";
+    uint64_t keys[4];
+    float vals[4];
+    static psc_stats stats;
+    psc_customer_init(&cu, 1 << 20, &stats);
+    psc_req *r[N + 1];
+    wait_one_arg a[N + 1];
+    pthread_t th[N + 1];
+    for (int i = 1; i <= N; i++) {
+        r[i] = push_request(1, keys, vals, 4, 1);
+        EXPECT_INT(psc_customer_submit(&cu, r[i], NULL, NULL, 1, err,
+                                       sizeof err), i, "timestamp");
+    }
+    int closing;
+    psc_customer_take(&cu, &closing);
+    for (int i = 1; i <= N; i++) {
+        a[i] = (wait_one_arg){ &cu, i, -99, 0 };
+        EXPECT_INT(pthread_create(&th[i], NULL, wait_one_thread, &a[i]), 0,
+                   "thread");
+    }
+    for (int t = 0; t < 5000 &&
+                    __atomic_load_n(&cu.sleepers, __ATOMIC_RELAXED) < N; t++)
+        sleep_1ms();
+    EXPECT_INT(__atomic_load_n(&cu.sleepers, __ATOMIC_RELAXED), N,
+               "threads asleep in wait");
+    for (int i = N; i >= 1; i--) {
+        complete_all_parts(&cu, r[i]);
+        EXPECT_INT(wait_flag(&a[i].done, 2000), 1, "the waiter for %d "
+                   "returned", i);
+        EXPECT_INT(a[i].status, PS_OK, "the waiter for %d: status", i);
+        for (int k = 1; k < i; k++)
+            EXPECT_INT(__atomic_load_n(&a[k].done, __ATOMIC_ACQUIRE), 0,
+                       "the waiter for %d, after %d completed", k, i);
+    }
+    for (int i = 1; i <= N; i++)
+        pthread_join(th[i], NULL);
+    psc_customer_destroy(&cu);
+}
+
 int main(void)
 {
     /* Line-buffered, so failure details (stderr) stay next to their test
@@ -1352,6 +1421,8 @@ int main(void)
             test_customer_remembers_failures_for_wait_and_wait_all),
         cmocka_unit_test(
             test_wait_all_returns_when_requests_issued_before_it_complete),
+        cmocka_unit_test(
+            test_waiters_sharing_a_wait_slot_each_wake_for_their_own),
     };
     const int total = (int)(sizeof tests / sizeof tests[0]);
     int failed = cmocka_run_group_tests_name("slice", tests, NULL, NULL);
