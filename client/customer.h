@@ -26,10 +26,11 @@ typedef struct psc_failure {
 } psc_failure;
 
 /* A thread inside psc_customer_wait. It sleeps on the customer's
- * wait_cv[ts % PSC_WAIT_CVS] and is woken only when request ts completes
- * (or, rarely, when another thread's request of the same slot does: it
- * looks again), so a caller with many requests in flight is not woken by
- * every reply. */
+ * wait_cv[ts % PSC_WAIT_CVS] and is woken when request ts completes, and
+ * when a request of the same slot that another thread waits for does (it
+ * looks again and sleeps): with N threads waiting, about N / 16 share a
+ * slot. A caller with many requests in flight is not woken by replies
+ * that no thread waits for. */
 typedef struct psc_waiter {
     struct psc_waiter *next;
     ps_ts ts;

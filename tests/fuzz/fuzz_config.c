@@ -84,10 +84,11 @@ static int valid_name(const char *s)
 }
 
 /* Every address well formed; nodes all differ (a name compared as psd
- * does, case-insensitively). hosts, for listen, is the nodes list: a
- * listen address may repeat only for nodes on different hosts (told
- * apart by their nodes host as written), as config.c's bind_repeats and
- * README's two-host example allow; for nodes it is NULL. */
+ * does, case-insensitively). hosts, for listen and metrics_listen, is
+ * the nodes list: a bind address may repeat only for nodes on different
+ * hosts (told apart by their nodes host as written), as config.c's
+ * bind_repeats and README's two-host example allow; for nodes it is
+ * NULL. */
 static void check_nodes(const char *what, const psd_node_addr *a, int n,
                         const psd_node_addr *hosts)
 {
