@@ -1227,18 +1227,23 @@ static void test_customer_remembers_failures_for_wait_and_wait_all(
 }
 
 
-/* ps_wait_all from one thread while another keeps requests in flight. */
-typedef struct wait_all_arg {
+/* A thread in psc_customer_wait for request ts (with a limit of 10 s),
+ * or in psc_customer_wait_all when ts is 0, while the test completes
+ * requests. */
+typedef struct wait_arg {
     psc_customer *cu;
+    ps_ts ts;
     int status;
     int done;                    /* atomic */
-} wait_all_arg;
+} wait_arg;
 
-static void *wait_all_thread(void *p)
+static void *wait_thread(void *p)
 {
-    wait_all_arg *a = p;
+    wait_arg *a = p;
     char err[256];
-    a->status = psc_customer_wait_all(a->cu, -1, err, sizeof err);
+    a->status = a->ts ? psc_customer_wait(a->cu, a->ts, 10000, err,
+                                          sizeof err)
+                      : psc_customer_wait_all(a->cu, -1, err, sizeof err);
     __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
@@ -1281,9 +1286,9 @@ static void test_wait_all_returns_when_requests_issued_before_it_complete(
     psc_customer_init(&cu, 1 << 20, &stats);
     psc_req *before = push_request(1, keys, vals, 10, 1);
     psc_customer_submit(&cu, before, NULL, NULL, 1, err, sizeof err);
-    wait_all_arg a = { &cu, -99, 0 };
+    wait_arg a = { &cu, 0, -99, 0 };
     pthread_t th;
-    EXPECT_INT(pthread_create(&th, NULL, wait_all_thread, &a), 0, "thread");
+    EXPECT_INT(pthread_create(&th, NULL, wait_thread, &a), 0, "thread");
     /* Until the waiter sleeps inside wait_all, the next request would not
      * yet be "issued after" its call. */
     for (int t = 0; t < 5000 && !psc_customer_waited(&cu); t++)
@@ -1301,23 +1306,6 @@ static void test_wait_all_returns_when_requests_issued_before_it_complete(
                "it was still in flight");
     EXPECT_INT(a.status, PS_OK, "its status");
     psc_customer_destroy(&cu);
-}
-
-/* A thread in psc_customer_wait for one ts, with a time limit. */
-typedef struct wait_one_arg {
-    psc_customer *cu;
-    ps_ts ts;
-    int status;
-    int done;                    /* atomic */
-} wait_one_arg;
-
-static void *wait_one_thread(void *p)
-{
-    wait_one_arg *a = p;
-    char err[256];
-    a->status = psc_customer_wait(a->cu, a->ts, 10000, err, sizeof err);
-    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
-    return NULL;
 }
 
 /* Waiters sleep on one of PSC_WAIT_CVS condition variables, by ts, and
@@ -1339,7 +1327,7 @@ static void test_waiters_sharing_a_wait_slot_each_wake_for_their_own(
     static psc_stats stats;
     psc_customer_init(&cu, 1 << 20, &stats);
     psc_req *r[N + 1];
-    wait_one_arg a[N + 1];
+    wait_arg a[N + 1];
     pthread_t th[N + 1];
     for (int i = 1; i <= N; i++) {
         r[i] = push_request(1, keys, vals, 4, 1);
@@ -1349,8 +1337,8 @@ static void test_waiters_sharing_a_wait_slot_each_wake_for_their_own(
     int closing;
     psc_customer_take(&cu, &closing);
     for (int i = 1; i <= N; i++) {
-        a[i] = (wait_one_arg){ &cu, i, -99, 0 };
-        EXPECT_INT(pthread_create(&th[i], NULL, wait_one_thread, &a[i]), 0,
+        a[i] = (wait_arg){ &cu, i, -99, 0 };
+        EXPECT_INT(pthread_create(&th[i], NULL, wait_thread, &a[i]), 0,
                    "thread");
     }
     for (int t = 0; t < 5000 &&
