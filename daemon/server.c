@@ -100,6 +100,19 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     const psd_node *n = &s->node;
     const psd_node_addr *a = n->cfg.nlisten ? &n->cfg.listen[n->index]
                                             : &n->cfg.nodes[n->index];
+    /* The metrics listener is bound before the clients' one: the kernel
+     * completes connections to a listening port before the loop runs, so
+     * whoever waits for the client port (a supervisor, a test) would
+     * otherwise find /metrics refusing for a moment. */
+    if (psd_admin_init(&s->admin, s->loop, &s->node, &s->conns, &s->dur)) {
+        snprintf(err, errlen, "out of memory for the stats window");
+        return -1;
+    }
+    s->admin.reload_error = s->reload_error;
+    if (n->cfg.nmetrics &&
+        psd_metrics_start(&s->metrics, s->loop, &n->cfg.metrics[n->index],
+                          psd_admin_command, &s->admin, err, errlen))
+        return -1;
     int rc = uv_tcp_init(s->loop, &s->listener);
     if (rc == 0) {
         s->listener.data = s;
@@ -128,15 +141,6 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     uv_timer_init(s->loop, &s->mode_timer);
     s->mode_timer.data = s;
     uv_timer_start(&s->mode_timer, on_mode_tick, MODE_TICK_MS, MODE_TICK_MS);
-    if (psd_admin_init(&s->admin, s->loop, &s->node, &s->conns, &s->dur)) {
-        snprintf(err, errlen, "out of memory for the stats window");
-        return -1;
-    }
-    s->admin.reload_error = s->reload_error;
-    if (n->cfg.nmetrics &&
-        psd_metrics_start(&s->metrics, s->loop, &n->cfg.metrics[n->index],
-                          psd_admin_command, &s->admin, err, errlen))
-        return -1;
     uint64_t rows, bytes;
     psd_node_size(n, &rows, &bytes);
     psd_info("node %d of %d listening on %s (clients are told %s%s): %d "
