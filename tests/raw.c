@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -170,4 +171,31 @@ void raw_send_msgs(int fd, const psw_msg *m, int n)
     char *b = raw_frame_bytes(m, n, &len);
     raw_send(fd, b, len);
     free(b);
+}
+
+/* GET /metrics from 127.0.0.1:port: the value of `name{node="0"}`, or -1
+ * (no answer, or no such line). */
+double raw_node_metric(int port, const char *name)
+{
+    int fd = raw_connect(port);
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    raw_send(fd, req, strlen(req));
+    size_t cap = 1 << 20, len = 0;
+    char *out = malloc(cap);
+    ssize_t k;
+    while (out && len + 1 < cap && (k = recv(fd, out + len, cap - 1 - len,
+                                             0)) > 0)
+        len += (size_t)k;
+    close(fd);
+    double v = -1;
+    if (!out)
+        return v;
+    out[len] = '\0';
+    char want[128];
+    snprintf(want, sizeof want, "\n%s{node=\"0\"} ", name);
+    const char *at = strstr(out, want);
+    if (at)
+        v = strtod(at + strlen(want), NULL);
+    free(out);
+    return v;
 }

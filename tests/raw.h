@@ -37,4 +37,8 @@ int raw_hello_as(int fd, uint64_t id, uint64_t incarnation);
  * receive timeout. */
 int raw_closed(int fd);
 
+/* GET /metrics from 127.0.0.1:port (a node's metrics_listen): the value
+ * of `name{node="0"}`, or -1 (no answer, or no such line). */
+double raw_node_metric(int port, const char *name);
+
 #endif

@@ -422,7 +422,9 @@ static void stopped_server_fails_requests_within_their_bound(void **state)
     EXPECT_INT(rc, PS_ETIMEDOUT, "status of a push to a stopped node");
     EXPECT_SUBSTR(ps_last_error(cl), "may have been applied",
                   "what the caller is told");
-    if (took > 1.0 + 1.0)
+    /* 2 s of slack for a loaded machine running the I/O thread's tick
+     * late; a bound that restarted with each attempt would show as 5 s. */
+    if (took > 1.0 + 2.0)
         fail_msg("the push failed after %.2f s; its bound is 1 s", took);
     /* ps_wait_all tells the first failure since the last one, naming its
      * request once. */
@@ -586,7 +588,9 @@ static void silent_partition_is_noticed_within_the_heartbeat_bound(
     assert_true(cluster_log_wait(&r.c, 0, "presumed dead", 100));
     print_message("# ps_clock returned %.2f s after the partition "
                   "(peer_timeout 0.4 s + grace 1 s)\n", took);
-    if (took > 0.4 + 1.0 + 1.0)
+    /* 2 s of slack for a loaded machine; a partition psd did not notice
+     * would hold the clock until its sync timeout (10 minutes). */
+    if (took > 0.4 + 1.0 + 2.0)
         fail_msg("ps_clock took %.2f s", took);
     /* The link comes back: the worker's client reconnects and works. */
     fp_set(r.p[0], FP_BOTH, &(fp_faults){ 0 });
@@ -671,16 +675,28 @@ static void busy_open_whose_time_runs_out_in_backoff_returns(void **state)
 {
     (void)state;
     test_cluster c;
-    if (cluster_start_ex(&c, 1, 4, "workers = 1\n",
-                         "[server]\nmax_connections = 1\n" TABLES))
+    int mport = cluster_free_port();
+    char extra[300];
+    snprintf(extra, sizeof extra, "[server]\nmax_connections = 1\n"
+             "metrics_listen = 127.0.0.1:%d\n" TABLES, mport);
+    if (cluster_start_ex(&c, 1, 4, "workers = 1\n", extra))
         fail_msg("cluster did not start");
     ps_client *a;
     ps_options o = fault_options();
     assert_int_equal(ps_open(&a, c.spec, &o), PS_OK);
     int hung = 0, bad = 0;
+    const char *refused = "psd_connections_refused_total";
     for (int i = 0; i < 5 && !hung && !bad; i++) {
+        double before = raw_node_metric(mport, refused);
         pid_t pid = spawn(open_refused_busy, c.spec);
-        sleep_ms(150);           /* refused, waiting for its next attempt */
+        /* Refused, waiting for its next attempt: the node has counted the
+         * refusal, and the child has had a moment to read it (a fixed
+         * 150 ms from the fork was too short for a slow child, whose
+         * open then timed out without having been refused). */
+        for (int w = 0; w < 500 && raw_node_metric(mport, refused) <= before;
+             w++)
+            sleep_ms(10);
+        sleep_ms(30);
         kill(pid, SIGSTOP);
         sleep_ms(400);           /* past connect_timeout_ms */
         kill(pid, SIGCONT);
@@ -861,9 +877,30 @@ static void requeued_parts_keep_their_order_across_kinds(void **state)
     float one = 1.0f, v = -1.0f;
     fp_faults hole = { .blackhole = 1 };
     fp_set(r.p[0], FP_UP, &hole);
+    ps_stats_t s0;
+    fp_counts k0;
+    ps_stats(cl, &s0);
+    fp_stats(r.p[0], &k0);
     ps_ts pull = ps_pull(cl, t, &key, 1, &v, NULL, NULL);
     ps_ts push = ps_push(cl, t, &key, 1, &one, NULL, NULL);
-    sleep_ms(50);                /* both swallowed on the first connection */
+    /* Both swallowed on the first connection: the client has sent both
+     * parts, and the hole has taken as many frames as it sent since (a
+     * fixed 50 ms sleep here let a part leave after the hole closed,
+     * under load). */
+    int swallowed = 0;
+    for (int i = 0; i < 500 && !swallowed; i++) {
+        ps_stats_t s;
+        fp_counts k;
+        ps_stats(cl, &s);
+        fp_stats(r.p[0], &k);
+        swallowed = s.op[PS_STAT_PULL].parts >= 1 &&
+                    s.op[PS_STAT_PUSH].parts >= 1 &&
+                    k.dir[FP_UP].blackholed - k0.dir[FP_UP].blackholed >=
+                        s.frames_sent - s0.frames_sent;
+        if (!swallowed)
+            sleep_ms(10);
+    }
+    EXPECT_INT(swallowed, 1, "both parts swallowed within 5 s");
     fp_set(r.p[0], FP_UP, &(fp_faults){ 0 });
     EXPECT_INT(ps_wait(cl, pull), PS_OK, "the pull");
     EXPECT_INT(ps_wait(cl, push), PS_OK, "the push");
@@ -1038,7 +1075,11 @@ static void node_restarted_with_a_smaller_max_frame_gets_what_fits(
     EXPECT_INT(wrong, 0, "values the push after the restart did not add 1 to");
     ps_stats_t s;
     ps_stats(cl, &s);
-    EXPECT_INT((int)s.reconnects, 1, "connections made again");
+    /* At least the one after the restart; a slow round trip under load
+     * may cost another (request_timeout_ms 200). A frame the node refused
+     * as too large, which would also close the connection, shows in its
+     * log, checked next. */
+    EXPECT_INT(s.reconnects >= 1, 1, "connections made again");
     char *log = cluster_log(&c, 0);
     EXPECT_INT(log && strstr(log, "than max_frame") != NULL, 0,
                "the node refused a frame as too large");

@@ -738,8 +738,8 @@ static void frame_that_stops_half_way_is_closed_after_frame_timeout(
     int fd = raw_connect(c.port[0]);
     EXPECT_INT(raw_hello(fd), 0, "HELLO");
     const unsigned char start[] = { 0x00, 0x10, 0x00, 0x00, 0xdd };
+    double t0 = now_s();         /* psd times the frame from its first bytes */
     raw_send(fd, start, sizeof start);
-    double t0 = now_s();
     int closed = 0;
     for (int i = 0; i < 15 && !closed; i++) {
         unsigned char b = 0x90;
@@ -801,33 +801,6 @@ static void frame_of_too_many_elements_is_refused(void **state)
 
 /* ---- hostile bytes: closed at once, counted, and cheap ----------------- */
 
-/* GET /metrics from 127.0.0.1:port: the value of `name{node="0"}`, or -1
- * (no answer, or no such line). */
-static double node_metric(int port, const char *name)
-{
-    int fd = raw_connect(port);
-    const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-    raw_send(fd, req, strlen(req));
-    size_t cap = 1 << 20, len = 0;
-    char *out = malloc(cap);
-    ssize_t k;
-    while (out && len + 1 < cap && (k = recv(fd, out + len, cap - 1 - len,
-                                             0)) > 0)
-        len += (size_t)k;
-    close(fd);
-    double v = -1;
-    if (!out)
-        return v;
-    out[len] = '\0';
-    char want[128];
-    snprintf(want, sizeof want, "\n%s{node=\"0\"} ", name);
-    const char *at = strstr(out, want);
-    if (at)
-        v = strtod(at + strlen(want), NULL);
-    free(out);
-    return v;
-}
-
 /* Sends body (n bytes) as one frame: length, body and a right CRC. */
 static void raw_send_body(int fd, const void *body, size_t n)
 {
@@ -852,7 +825,7 @@ typedef struct hostile {
 } hostile;
 
 /* Sends each input on a connection of its own and checks that psd closes
- * that connection within a second, without a reply; then that the node's
+ * that connection within 3 s, without a reply; then that the node's
  * psd_protocol_errors_total rose by one for each, that it still serves
  * an honest client, and (outside the sanitizers) that its peak RSS grew
  * by less than max_frame + 1 MiB over what it was before. */
@@ -864,7 +837,7 @@ static void expect_each_closed_and_counted(test_cluster *c, int mport,
     honest_add(honest, "counts", 1, 1);
     sleep_ms(200);
     long base = proc_kib(c->pid[0], "VmRSS:");
-    double before = node_metric(mport, "psd_protocol_errors_total");
+    double before = raw_node_metric(mport, "psd_protocol_errors_total");
     EXPECT_INT(before >= 0, 1, "psd_protocol_errors_total is reported");
     for (int i = 0; i < n; i++) {
         int fd = raw_connect(c->port[0]);
@@ -876,18 +849,21 @@ static void expect_each_closed_and_counted(test_cluster *c, int mport,
             raw_send_body(fd, in[i].b, in[i].n);
         else
             raw_send(fd, in[i].b, in[i].n);
-        int closed = raw_closed_within(fd, 1000);
+        /* 3 s: a psd that waited for the bytes declared would hold the
+         * connection until hello_timeout (10 s) or frame_timeout (30 s);
+         * 1 s was lost to one stall of a loaded machine under ASan. */
+        int closed = raw_closed_within(fd, 3000);
         double took = now_s() - t0;
         close(fd);
-        if (!closed || took > 1.0)
+        if (!closed || took > 3.0)
             fail_msg("%s%s: connection %s after %.2f s, want it closed "
-                     "within 1 s", in[i].what,
+                     "within 3 s", in[i].what,
                      in[i].hello ? " (after HELLO)" : "",
                      closed ? "closed" : "still open", took);
     }
     EXPECT_INT(cluster_alive(c, 0), 1, "psd is alive");
     honest_add(honest, "counts", 1, 2);
-    double after = node_metric(mport, "psd_protocol_errors_total");
+    double after = raw_node_metric(mport, "psd_protocol_errors_total");
     EXPECT_INT((long long)(after - before), n,
                "psd_protocol_errors_total rose by (%g before)", before);
     long hwm = proc_kib(c->pid[0], "VmHWM:");
@@ -914,9 +890,10 @@ static void start_hostile_node(test_cluster *c, int *mport)
 /* Declared counts and lengths that no frame can hold (a frame length of
  * 2^32 - 1, array32 and map32 of 2^31 elements, str32 and bin32 of
  * 4 GiB, a count larger than the bytes left), 10^5 nested arrays, and a
- * length one byte over max_frame: each connection is closed within a
- * second, psd allocates nothing for what was declared, and it survives. */
-static void count_and_length_bombs_close_within_a_second_and_cost_no_memory(
+ * length one byte over max_frame: each connection is closed at once (the
+ * test allows 3 s), psd allocates nothing for what was declared, and it
+ * survives. */
+static void count_and_length_bombs_close_at_once_and_cost_no_memory(
     void **state)
 {
     (void)state;
@@ -958,10 +935,10 @@ static void count_and_length_bombs_close_within_a_second_and_cost_no_memory(
 /* Bytes of another protocol or none (an HTTP request, random bytes), and
  * msgpack of the wrong shape (a map for a frame, messages that are not
  * arrays, an empty message, an unknown op, a REPLY, a second HELLO): each
- * connection is closed within a second and counted in
+ * connection is closed at once (the test allows 3 s) and counted in
  * psd_protocol_errors_total. A request naming a table that does not exist
  * is well formed: it gets a typed error reply and the connection stays. */
-static void garbage_and_wrong_shapes_close_within_a_second_and_are_counted(
+static void garbage_and_wrong_shapes_close_at_once_and_are_counted(
     void **state)
 {
     (void)state;
@@ -1677,11 +1654,15 @@ static void silent_connection_after_hello_is_closed(void **state)
                                 "peer_timeout_ms = 400\n" SPARSE))
         fail_msg("cluster did not start");
     int fd = raw_connect(c.port[0]);
-    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    /* psd's silence clock starts when it reads the HELLO, after t0 (a t0
+     * taken after HELLO_OK came back lost to a slow reply under load);
+     * 20 ms of slack for the loop's coarse clock. */
     double t0 = now_s();
-    EXPECT_INT(raw_closed_within(fd, 3000), 1, "closed");
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    EXPECT_INT(raw_closed_within(fd, 5000), 1, "closed");
     double took = now_s() - t0;
-    assert_true(took >= 0.35 && took < 2.0);
+    print_message("# closed %.2f s after HELLO\n", took);
+    assert_true(took >= 0.38 && took < 4.0);
     close(fd);
     assert_int_equal(cluster_stop(&c), 0);
 }
@@ -1760,8 +1741,8 @@ static void a_flood_past_max_connections_is_refused_with_bounded_fds(
         fail_msg("cluster did not start");
     sleep_ms(100);
     int base = fd_count(c.pid[0]);
-    double accepted0 = node_metric(mport, "psd_connections_accepted_total");
-    double refused0 = node_metric(mport, "psd_connections_refused_total");
+    double accepted0 = raw_node_metric(mport, "psd_connections_accepted_total");
+    double refused0 = raw_node_metric(mport, "psd_connections_refused_total");
     int kept[MAX], extra[EXTRA];
     for (int i = 0; i < MAX; i++) {
         kept[i] = raw_connect(c.port[0]);
@@ -1792,8 +1773,8 @@ static void a_flood_past_max_connections_is_refused_with_bounded_fds(
     if (fds > base + MAX)
         fail_msg("psd holds %d descriptors, want at most %d (its own %d + "
                  "max_connections %d)", fds, base + MAX, base, MAX);
-    double accepted = node_metric(mport, "psd_connections_accepted_total");
-    double refused_m = node_metric(mport, "psd_connections_refused_total");
+    double accepted = raw_node_metric(mport, "psd_connections_accepted_total");
+    double refused_m = raw_node_metric(mport, "psd_connections_refused_total");
     EXPECT_INT((long long)(accepted - accepted0), MAX,
                "psd_connections_accepted_total rose by");
     EXPECT_INT((long long)(refused_m - refused0), EXTRA,
@@ -2403,7 +2384,7 @@ static void remembered_pushes_and_rss_stay_flat_over_a_long_run(void **state)
         if (ts[i % INFLIGHT] < 0)
             fail_msg("push %d refused: %s", i, ps_last_error(cl));
         if (i % 50000 == 0 && i > 0) {
-            double m = node_metric(mport, "psd_remembered_pushes");
+            double m = raw_node_metric(mport, "psd_remembered_pushes");
             if (m > most)
                 most = m;
             if (i == EARLY) {
@@ -2414,7 +2395,7 @@ static void remembered_pushes_and_rss_stay_flat_over_a_long_run(void **state)
     }
     assert_int_equal(ps_wait_all(cl), PS_OK);
     long rss = proc_kib(c.pid[0], "VmRSS:");
-    double mem = node_metric(mport, "psd_remembered_pushes");
+    double mem = raw_node_metric(mport, "psd_remembered_pushes");
     print_message("# remembered pushes: %.0f at push %d, at most %.0f, %.0f "
                   "at the end; RSS %ld KiB then, %ld KiB at the end\n",
                   mem_early, EARLY, most, mem, rss_early, rss);
@@ -2648,8 +2629,8 @@ int main(void)
         cmocka_unit_test_teardown(metrics_asked_while_stopping_are_answered, teardown),
         cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
-        cmocka_unit_test_teardown(count_and_length_bombs_close_within_a_second_and_cost_no_memory, teardown),
-        cmocka_unit_test_teardown(garbage_and_wrong_shapes_close_within_a_second_and_are_counted, teardown),
+        cmocka_unit_test_teardown(count_and_length_bombs_close_at_once_and_cost_no_memory, teardown),
+        cmocka_unit_test_teardown(garbage_and_wrong_shapes_close_at_once_and_are_counted, teardown),
         cmocka_unit_test_teardown(frames_decoded_at_once_hold_one_frames_decoding, teardown),
         cmocka_unit_test_teardown(frame_of_max_frame_is_served_and_one_byte_more_applies_nothing, teardown),
         cmocka_unit_test_teardown(pushpull_parts_that_fit_each_way_are_sent_at_a_small_max_frame, teardown),

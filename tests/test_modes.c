@@ -4,6 +4,7 @@
 #define _DEFAULT_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <math.h>
 #include <setjmp.h>
@@ -191,17 +192,43 @@ static void worker_that_leaves_early_is_not_waited_for(void **state)
 
 typedef struct kill_job {
     int worker;
+    int fd;                      /* > 0: join_and_hang says "j" here */
 } kill_job;
 
-/* Joins as a worker and then hangs (the test kills it): everyone else's
- * clocks wait for it until its grace runs out. */
+/* Joins as a worker, says so on j->fd, and then hangs (the test kills
+ * it): everyone else's clocks wait for it until its grace runs out. */
 static int join_and_hang(void *arg)
 {
     kill_job *j = arg;
     ps_client *c = open_worker(cl.spec, j->worker);
     CHILD_CHECK(c, "open");
+    if (j->fd > 0)
+        CHILD_CHECK(write(j->fd, "j", 1) == 1, "write");
     for (;;)
         pause();
+}
+
+/* Spawns join_and_hang for `worker` and returns once it has joined every
+ * node. A worker killed before it joined would never have been seen, and
+ * one never seen is waited for without end, not for worker_grace: a fixed
+ * sleep before the kill lost that race on a loaded machine. */
+static pid_t spawn_joined(int worker)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    kill_job j = { worker, p[1] };
+    pid_t pid = spawn(join_and_hang, &j);
+    close(p[1]);
+    struct pollfd pf = { p[0], POLLIN, 0 };
+    char b = 0;
+    int ok = poll(&pf, 1, 30000) == 1 && read(p[0], &b, 1) == 1 && b == 'j';
+    close(p[0]);
+    if (!ok) {
+        kill(pid, SIGKILL);
+        reap(pid);
+        fail_msg("worker %d did not join within 30 s", worker);
+    }
+    return pid;
 }
 
 static int clock_n(void *arg)
@@ -224,12 +251,12 @@ static void killed_worker_stops_being_waited_for_after_the_grace(void **state)
                                       "workers = 4\nworker_grace = 1\n",
                                       "[table.t]\ndim = 1\n"
                                       "consistency = bsp\n"), 0);
-    kill_job j[4] = { { 0 }, { 1 }, { 2 }, { 3 } };
-    pid_t victim = spawn(join_and_hang, &j[3]);
+    kill_job j[3] = { { 0, 0 }, { 1, 0 }, { 2, 0 } };
+    pid_t victim = spawn_joined(3);
     pid_t pid[3];
     for (int w = 0; w < 3; w++)
         pid[w] = spawn(clock_n, &j[w]);
-    sleep_ms(200);
+    sleep_ms(200);               /* the others most likely in a clock */
     kill(victim, SIGKILL);
     reap(victim);
     int bad = 0;
@@ -341,7 +368,7 @@ static void barrier_returns_only_when_every_worker_arrived(void **state)
     assert_int_equal(cluster_start_ex(&cl, 2, 8, "workers = 3\n",
                                       "[table.seen]\ndim = 1\n"
                                       "consistency = ssp\n"), 0);
-    kill_job j[3] = { { 0 }, { 1 }, { 2 } };
+    kill_job j[3] = { { 0, 0 }, { 1, 0 }, { 2, 0 } };
     pid_t pid[3];
     for (int w = 0; w < 3; w++)
         pid[w] = spawn(barrier_worker, &j[w]);
@@ -372,7 +399,7 @@ static void barrier_wait_log_names_who_has_not_entered(void **state)
                                       "[table.a]\ndim = 1\n"), 0);
     ps_client *w2 = open_worker(cl.spec, 2);
     assert_non_null(w2);
-    kill_job j[2] = { { 0 }, { 1 } };
+    kill_job j[2] = { { 0, 0 }, { 1, 0 } };
     pid_t pid[2] = { spawn(barrier_once, &j[0]), spawn(barrier_once, &j[1]) };
     int said = cluster_log_wait(&cl, 0, "s for workers", 15000);
     char *log = cluster_log(&cl, 0);
@@ -577,9 +604,7 @@ static void sighup_applies_a_new_worker_grace(void **state)
     assert_true(cluster_log_wait(&cl, 0, "reloaded", 10000));
     /* Worker 1 dies: with the new grace of 1 s worker 0's clock goes on
      * without it, well within its 8 s (the old grace was 60 s). */
-    kill_job victim_job = { 1 };
-    pid_t victim = spawn(join_and_hang, &victim_job);
-    sleep_ms(200);
+    pid_t victim = spawn_joined(1);
     pid_t w0 = spawn(clock_once, NULL);
     sleep_ms(100);
     kill(victim, SIGKILL);
