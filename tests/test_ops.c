@@ -1257,21 +1257,28 @@ static void test_psctl_names_each_node_by_its_own_index(void **state)
 
 /* The text after "KEY=" on its line of file, up to the end of the line
  * (at most len - 1 bytes), or "" when no line starts with KEY=. */
-static void unit_line(const char *file, const char *key, char *out,
-                      size_t len)
+/* The value of the nth (from 0) line `key=...` of a unit file, or "". */
+static void unit_line_nth(const char *file, const char *key, int nth,
+                          char *out, size_t len)
 {
     out[0] = '\0';
     FILE *f = fopen(file, "r");
     char line[512];
     size_t k = strlen(key);
     while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, k) && line[k] == '=') {
+        if (!strncmp(line, key, k) && line[k] == '=' && nth-- == 0) {
             line[strcspn(line, "\n")] = '\0';
             snprintf(out, len, "%s", line + k + 1);
             break;
         }
     if (f)
         fclose(f);
+}
+
+static void unit_line(const char *file, const char *key, char *out,
+                      size_t len)
+{
+    unit_line_nth(file, key, 0, out, len);
 }
 
 /* The systemd unit checks the node it starts, not every node of the
@@ -1311,6 +1318,64 @@ static void test_the_unit_checks_the_node_it_starts(void **state)
     EXPECT_INT(st, 0, "psd --check -n 0: %s", o ? o : "");
     free(o);
     char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* `systemctl reload` checks the file before it signals psd, the node
+ * that ExecStart runs: it only sent SIGHUP, so a reload psd refused
+ * (which it survives, running the previous configuration) still
+ * reported success. The unit's own check command, run on a file with a
+ * bad line and on a good one, fails on the first with file:line and
+ * passes on the second. */
+static void test_a_reload_checks_the_file_before_it_signals(void **state)
+{
+    (void)state;
+    char start[512], check[512], hup[512], more[512];
+    unit_line("conf/psd.service", "ExecStart", start, sizeof start);
+    unit_line_nth("conf/psd.service", "ExecReload", 0, check, sizeof check);
+    unit_line_nth("conf/psd.service", "ExecReload", 1, hup, sizeof hup);
+    unit_line_nth("conf/psd.service", "ExecReload", 2, more, sizeof more);
+    const char *args = strstr(start, " -c ");
+    if (!args || !strstr(check, " --check") || !strstr(check, args))
+        fail_msg("the first ExecReload=%s does not check what ExecStart=%s "
+                 "runs", check, start);
+    if (strcmp(hup, "/bin/kill -HUP $MAINPID") != 0 || more[0])
+        fail_msg("ExecReload= after the check: \"%s\" then \"%s\", want "
+                 "only /bin/kill -HUP $MAINPID", hup, more);
+    /* The check command as the unit has it, with psd and the ini file
+     * put where this test has them. */
+    char dir[] = "/tmp/psd-unit-XXXXXX", ini[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(ini, sizeof ini, "%s/psd.ini", dir);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char cmd[1200];
+    const char *c_at = strstr(check, " -c ");
+    const char *file_end = c_at ? strchr(c_at + 4, ' ') : NULL;
+    assert_non_null(file_end);
+    snprintf(cmd, sizeof cmd, "%s%.*s -c %s%s 2>&1", psd,
+             (int)(c_at - strchr(check, ' ')), strchr(check, ' '), ini,
+             file_end);
+    for (int bad = 1; bad >= 0; bad--) {
+        FILE *f = fopen(ini, "w");
+        assert_non_null(f);
+        fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[server]\n"
+                "data_dir = %s\n%s[table.t]\ndim = 1\n",
+                cluster_free_port(), dir, bad ? "snapshot_interval = "
+                "soon\n" : "");
+        fclose(f);
+        int st;
+        char *o = run(&st, "%s", cmd);
+        char where[80];
+        snprintf(where, sizeof where, "%s:5: ", ini);
+        if (bad && (st == 0 || !o || !strstr(o, where)))
+            fail_msg("%s on a bad line: status %d, said: %s", cmd, st,
+                     o ? o : "");
+        if (!bad && st != 0)
+            fail_msg("%s on a good file: status %d, said: %s", cmd, st,
+                     o ? o : "");
+        free(o);
+    }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
 }
@@ -1874,6 +1939,7 @@ int main(void)
         cmocka_unit_test(test_psctl_waits_for_hung_nodes_together),
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
+        cmocka_unit_test(test_a_reload_checks_the_file_before_it_signals),
         cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
         cmocka_unit_test(test_a_failed_reload_shows_in_metrics_and_stats),
         cmocka_unit_test(test_psctl_errors_are_not_client_request_errors),
