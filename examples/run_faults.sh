@@ -30,10 +30,14 @@ OUT="$BUILD/faults"     # ini files and logs, kept after the run
 mkdir -p "$OUT" || fail "cannot create $OUT"
 rm -f "$OUT"/*.ini "$OUT"/*.log "$OUT"/*.out "$OUT"/*.err
 
-# free_port: a port nothing listens on now (asked of the kernel).
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
+# free_ports N: N distinct ports nothing listens on now, asked of the
+# kernel all at once (one at a time, it may hand out the same port twice).
+free_ports() {
+    python3 -c 'import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
 }
 
 # write_ini FILE NODES [LISTEN]: a 2-node cluster with the demo's table.
@@ -89,7 +93,9 @@ accuracy() {
 
 # ---- the clean run ------------------------------------------------------------
 
-p0=$(free_port); p1=$(free_port)
+read -r p0 p1 <<EOF
+$(free_ports 2)
+EOF
 write_ini "$OUT/clean.ini" "127.0.0.1:$p0, 127.0.0.1:$p1"
 NODES="127.0.0.1 $p0
 127.0.0.1 $p1"
@@ -108,7 +114,9 @@ say "clean run: test accuracy $clean"
 # ---- the faulty run -----------------------------------------------------------
 
 # Clients are told the proxies' ports; the nodes listen behind them.
-q0=$(free_port); q1=$(free_port); l0=$(free_port); l1=$(free_port)
+read -r q0 q1 l0 l1 <<EOF
+$(free_ports 4)
+EOF
 write_ini "$OUT/faulty.ini" "127.0.0.1:$q0, 127.0.0.1:$q1" \
     "127.0.0.1:$l0, 127.0.0.1:$l1"
 NODES="127.0.0.1 $l0

@@ -62,9 +62,14 @@ leftovers() {
     fi
 }
 
-free_port() {
-    "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
+# Two distinct free ports, "P0, P1" for a nodes line: asked of the kernel
+# at once (one at a time, it may hand out the same port twice).
+two_free_ports() {
+    "$PYTHON" -c 'import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print("127.0.0.1:%d, 127.0.0.1:%d" % tuple(s.getsockname()[1] for s in ss))'
 }
 
 # ---- the trainers' arguments ---------------------------------------------
@@ -127,7 +132,7 @@ reuters_term() {
     done
     {
         echo '[cluster]'
-        echo "nodes = 127.0.0.1:$(free_port), 127.0.0.1:$(free_port)"
+        echo "nodes = $(two_free_ports)"
         echo 'workers = 4'
         echo '[server]'
         echo "data_dir = $f/data"
@@ -262,7 +267,7 @@ fake_build() {
 demo_ini() {
     cat >"$1" <<EOF
 [cluster]
-nodes = 127.0.0.1:$(free_port), 127.0.0.1:$(free_port)
+nodes = $(two_free_ports)
 shards = 4
 workers = 2
 [server]

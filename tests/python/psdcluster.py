@@ -21,12 +21,23 @@ from typing import List, Optional
 PR_SET_PDEATHSIG = 1
 
 
+_recent_ports: List[int] = []
+
+
 def free_port() -> int:
-    """A port the kernel just handed out: free now, and unlikely to be
-    handed out again within the second it takes psd to bind it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port the kernel just handed out, free now, and none of the last
+    64 this process was given: the kernel may hand the same free port to
+    two binds in a row (a cluster of two nodes once got one port for
+    both), as tests/cluster.c's cluster_free_port also guards against."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _recent_ports:
+            _recent_ports.append(port)
+            del _recent_ports[:-64]
+            return port
+    raise RuntimeError("the kernel kept handing out ports given out before")
 
 
 def port_open(port: int) -> bool:
