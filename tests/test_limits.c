@@ -850,8 +850,9 @@ static void expect_each_closed_and_counted(test_cluster *c, int mport,
         else
             raw_send(fd, in[i].b, in[i].n);
         /* 3 s: a psd that waited for the bytes declared would hold the
-         * connection until hello_timeout (10 s) or frame_timeout (30 s);
-         * 1 s was lost to one stall of a loaded machine under ASan. */
+         * connection until hello_timeout (10 s) or, after HELLO, the
+         * 4 s peer_timeout_ms (frame_timeout 30 s); 1 s was lost to one
+         * stall of a loaded machine under ASan. */
         int closed = raw_closed_within(fd, 3000);
         double took = now_s() - t0;
         close(fd);

@@ -1,10 +1,10 @@
 /* zcbench: whether MSG_ZEROCOPY would speed up psd's large sends on this
- * machine (issue 12, item 2), measured on a raw TCP stream over loopback
- * with nothing else in the way: the best case for it.
+ * machine, measured on a raw TCP stream over loopback with nothing else in
+ * the way: the best case for it (tests/bench/README.md, section 5c).
  *
- * A forked receiver reads with 256 KiB reads (psd's and the client's read
- * size); the sender sends a 16 MiB buffer over and over, in sends of 256
- * KiB (psd's flush size) and of 1 MiB, once plainly and once with
+ * A forked receiver reads 256 KiB at a time; the sender sends a 16 MiB
+ * buffer over and over, in sends of 256 KiB (the size psd and the client
+ * write in) and of 1 MiB, once plainly and once with
  * MSG_ZEROCOPY (reaping the completions from the error queue, and waiting
  * for all of them before it touches the buffer again, as psd would have
  * to before a row it sent by reference changes). Both ways alternate for
@@ -80,13 +80,15 @@ static unsigned reap(int s, result *r)
 {
     unsigned done = 0;
     for (;;) {
-        char ctl[128];
+        char ctl[256];
         struct msghdr m = { .msg_control = ctl,
                             .msg_controllen = sizeof ctl };
         if (recvmsg(s, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0)
             return done;
         for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c;
              c = CMSG_NXTHDR(&m, c)) {
+            if (!(c->cmsg_level == SOL_IP && c->cmsg_type == IP_RECVERR))
+                continue;
             struct sock_extended_err e;
             memcpy(&e, CMSG_DATA(c), sizeof e);
             if (e.ee_origin != SO_EE_ORIGIN_ZEROCOPY)
@@ -96,6 +98,12 @@ static unsigned reap(int s, result *r)
             r->copied += (e.ee_code & SO_EE_CODE_ZEROCOPY_COPIED) != 0;
         }
     }
+}
+
+/* Sends still owed a completion notice, after `done` more came. */
+static unsigned settle(unsigned pending, unsigned done)
+{
+    return done > pending ? 0 : pending - done;
 }
 
 /* A connected pair over loopback: *tx for this process, the receiver
@@ -113,6 +121,11 @@ static int pair(int *tx, pid_t *child)
         return -1;
     }
     *child = fork();
+    if (*child < 0) {
+        perror("zcbench: fork");
+        close(l);
+        return -1;
+    }
     if (*child == 0) {
         close(l);
         int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -149,7 +162,8 @@ static int run_cell(char *buf, size_t chunk, int zc, result *r)
     while (now_s() - t0 < opt_ms / 1e3) {
         for (size_t off = 0; off < BUF_BYTES;) {
             size_t len = BUF_BYTES - off < chunk ? BUF_BYTES - off : chunk;
-            ssize_t k = send(s, buf + off, len, zc ? MSG_ZEROCOPY : 0);
+            ssize_t k = send(s, buf + off, len,
+                             MSG_NOSIGNAL | (zc ? MSG_ZEROCOPY : 0));
             if (k < 0 && errno != ENOBUFS && errno != EAGAIN &&
                 errno != EINTR) {
                 perror("zcbench: send");
@@ -167,14 +181,22 @@ static int run_cell(char *buf, size_t chunk, int zc, result *r)
                 pending += zc;
             }
             if (zc)
-                pending -= reap(s, r);
+                pending = settle(pending, reap(s, r));
         }
         /* The buffer is written again only once every send of it is
          * complete: what psd would owe a row it sent by reference. */
+        double t_drain = now_s();
         while (zc && pending) {
             struct pollfd p = { s, 0, 0 };
             poll(&p, 1, 100);
-            pending -= reap(s, r);
+            pending = settle(pending, reap(s, r));
+            if (pending && now_s() - t_drain > 10) {
+                fprintf(stderr, "zcbench: %u sends still not complete "
+                        "after 10 s\n", pending);
+                close(s);
+                waitpid(child, NULL, 0);
+                return -1;
+            }
         }
     }
     double dt = now_s() - t0, dc = cpu_s() - c0;
