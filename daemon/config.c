@@ -780,6 +780,81 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t,
     return 0;
 }
 
+/* Whether two listening sockets, bound as psd binds them (SO_REUSEADDR,
+ * no IPV6_V6ONLY), on one host would clash: the same port and the same
+ * address, or one of them the wildcard of the other's family (Linux
+ * refuses 127.0.0.1:P while 0.0.0.0:P listens, and [::1]:P beside
+ * [::]:P). [::] against an IPv4 address clashes too where
+ * net.ipv6.bindv6only is 0, Linux's default, but not where it is 1: that
+ * is left to bind, which names the address. Names compare as written. */
+static int binds_clash(const psw_addr *a, const psw_addr *b)
+{
+    if (a->port != b->port)
+        return 0;
+    if (psw_addr_same(a, b))
+        return 1;
+    if (a->kind != b->kind || a->kind == PSW_HOST_NAME)
+        return 0;
+    const char *any = a->kind == PSW_HOST_IPV4 ? "0.0.0.0" : "::";
+    return strcmp(a->host, any) == 0 || strcmp(b->host, any) == 0;
+}
+
+/* Bind address u of the sockets bind_clashes walks: node u / per's
+ * client listener (listen, else its nodes address) or, when u % per is
+ * 1, its /metrics. Sets *what to the entry that gives it. */
+static const psw_addr *bind_use(const psd_config *c, const section *cluster,
+                                const section *server, int u, int per,
+                                const entry **what)
+{
+    int i = u / per;
+    if (u % per) {
+        *what = find_entry(server, "metrics_listen");
+        return &c->metrics[i];
+    }
+    *what = find_entry(cluster, c->nlisten ? "listen" : "nodes");
+    return c->nlisten ? &c->listen[i] : &c->nodes[i];
+}
+
+/* Every socket nodes on one host bind (their client listeners and
+ * /metrics) must be bindable beside the others: a clash (binds_clash)
+ * would stop the second node at start, or the first at its metrics
+ * listener, naming an address but no line. bind_repeats has refused the
+ * exact repeats within one list already; this finds the rest (a node's
+ * /metrics on its client address, a wildcard beside an address of its
+ * family). Returns 0, or -1 with the error set. */
+static int bind_clashes(parser *p, const section *cluster,
+                        const section *server, const psd_config *c)
+{
+    int per = c->nmetrics ? 2 : 1;
+    for (int v = 1; v < c->nnodes * per; v++) {
+        for (int u = 0; u < v; u++) {
+            int i = u / per, j = v / per;
+            if (strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
+                continue;
+            const entry *eu, *ev;
+            const psw_addr *a = bind_use(c, cluster, server, u, per, &eu);
+            const psw_addr *b = bind_use(c, cluster, server, v, per, &ev);
+            if (!binds_clash(a, b))
+                continue;
+            char ta[PSW_ADDR_TEXT_MAX], tb[PSW_ADDR_TEXT_MAX], note[48];
+            psw_addr_format(a, ta, sizeof ta);
+            psw_addr_format(b, tb, sizeof tb);
+            cont_note(ev, note);
+            /* Without listen a node binds its nodes address: say so. */
+            fail(p, ev->line, "[%s] %s: entry %d \"%s\"%s clashes with "
+                 "[%s] %s entry %d \"%s\"%s: both are bound on host %s, "
+                 "where port %d can be bound once%s",
+                 v % per ? "server" : "cluster", ev->key, j + 1, tb,
+                 v % per || c->nlisten ? "" : " (bound: no listen is set)",
+                 u % per ? "server" : "cluster", eu->key, i + 1, ta,
+                 u % per || c->nlisten ? "" : " (bound: no listen is set)",
+                 c->nodes[j].host, b->port, note);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* The token settings: one of the two at most, and a token that is not
  * trivially guessed (the file's contents are checked when psd starts:
  * preflight.c). */
@@ -869,6 +944,8 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
     if (c->nmetrics &&
         bind_repeats(p, "server", find_entry(server, "metrics_listen"), c,
                      c->metrics) < 0)
+        return -1;
+    if (bind_clashes(p, cluster, server, c) < 0)
         return -1;
     if (server && check_auth(p, server, c) < 0)
         return -1;

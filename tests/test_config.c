@@ -193,6 +193,37 @@ static const error_case error_cases[] = {
       "[server]\nmetrics_listen = 127.0.0.1:9470, 127.0.0.1:9470\n", 0, 4,
       "[server] metrics_listen: duplicate address \"127.0.0.1:9470\" "
       "(entries 1 and 2)", 1 },
+    /* Sockets the nodes of one host bind must not clash: before, such a
+     * file passed --check and psd stopped at bind, with no line. */
+    { "metrics_listen_on_the_nodes_own_client_address_is_refused",
+      CLUSTER "[server]\nmetrics_listen = 127.0.0.1:7070\n", 0, 4,
+      "[server] metrics_listen: entry 1 \"127.0.0.1:7070\" clashes with "
+      "[cluster] nodes entry 1 \"127.0.0.1:7070\" (bound: no listen is "
+      "set): both are bound on host 127.0.0.1, where port 7070 can be bound "
+      "once", 1 },
+    { "metrics_listen_on_the_listen_address_is_refused",
+      CLUSTER "listen = 127.0.0.1:8070\n[server]\n"
+      "metrics_listen = 127.0.0.1:8070\n", 0, 5,
+      "[server] metrics_listen: entry 1 \"127.0.0.1:8070\" clashes with "
+      "[cluster] listen entry 1 \"127.0.0.1:8070\": both are bound on host "
+      "127.0.0.1, where port 8070 can be bound once", 1 },
+    { "a_wildcard_listen_beside_an_address_of_one_host_is_refused",
+      "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+      "listen = 0.0.0.0:8070, 127.0.0.1:8070\n", 0, 3,
+      "[cluster] listen: entry 2 \"127.0.0.1:8070\" clashes with [cluster] "
+      "listen entry 1 \"0.0.0.0:8070\": both are bound on host 127.0.0.1, "
+      "where port 8070 can be bound once", 1 },
+    { "a_wildcard_metrics_listen_on_another_nodes_port_is_refused",
+      "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n[server]\n"
+      "metrics_listen = 0.0.0.0:7071, 127.0.0.1:9471\n", 0, 2,
+      "[cluster] nodes: entry 2 \"127.0.0.1:7071\" (bound: no listen is "
+      "set) clashes with [server] metrics_listen entry 1 \"0.0.0.0:7071\"",
+      0 },
+    { "an_ipv6_wildcard_beside_an_ipv6_address_is_refused",
+      "[cluster]\nnodes = [::1]:7070\n[server]\n"
+      "metrics_listen = [::]:7070\n", 0, 4,
+      "[server] metrics_listen: entry 1 \"[::]:7070\" clashes with "
+      "[cluster] nodes entry 1 \"[::1]:7070\"", 0 },
     { "peer_timeout_below_two_heartbeats_is_refused_at_its_line",
       CLUSTER "[server]\nheartbeat_ms = 500\npeer_timeout_ms = 999\n", 0, 5,
       "[server] peer_timeout_ms (999) must be at least twice heartbeat_ms "
@@ -990,6 +1021,29 @@ static void test_listen_gives_each_node_its_bind_address(void **state)
     psd_config_destroy(&c);
 }
 
+/* What bind_clashes must let through: the same port on other hosts, on
+ * other addresses, or an IPv4 wildcard beside an IPv6 address. */
+static void test_binds_that_do_not_clash_are_accepted(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = 10.0.0.1:7070, 10.0.0.2:7070\n"
+            "listen = 0.0.0.0:7070, 0.0.0.0:7070\n[server]\n"
+            "auth_token = 0123456789abcdef0123456789abcdef\n"
+            "metrics_listen = 127.0.0.1:7071, 0.0.0.0:7071\n", &c);
+    EXPECT_INT(c.nmetrics, 2, "metrics addresses");
+    psd_config_destroy(&c);
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.2:7070\n[server]\n"
+            "metrics_listen = 127.0.0.3:7070, [::1]:7070\n", &c);
+    EXPECT_INT(c.nmetrics, 2, "metrics addresses");
+    psd_config_destroy(&c);
+    load_ok("[cluster]\nnodes = [::1]:7070\nlisten = 0.0.0.0:7070\n"
+            "[server]\nauth_token = 0123456789abcdef0123456789abcdef\n"
+            "metrics_listen = [::1]:7070\n", &c);
+    EXPECT_INT(c.nlisten, 1, "listen addresses");
+    psd_config_destroy(&c);
+}
+
 /* conf/psd.ini gives both defaults as "empty": written empty, they are
  * the default (as auth_token = is), not an error. */
 static void test_empty_listen_and_metrics_listen_are_their_defaults(
@@ -1379,6 +1433,7 @@ int main(void)
         cmocka_unit_test(
             test_aggregate_mean_off_bsp_earns_a_note_with_its_line),
         cmocka_unit_test(test_listen_gives_each_node_its_bind_address),
+        cmocka_unit_test(test_binds_that_do_not_clash_are_accepted),
         cmocka_unit_test(test_listen_may_repeat_an_address_across_hosts),
         cmocka_unit_test(
             test_empty_listen_and_metrics_listen_are_their_defaults),

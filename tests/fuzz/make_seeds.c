@@ -1063,6 +1063,8 @@ static void config_seeds(void)
         { "err_outside.ini", "nodes = 127.0.0.1:1\n[cluster]\n" },
         { "err_listen_count.ini", "[cluster]\nnodes = 127.0.0.1:1, "
           "127.0.0.1:2\nlisten = 0.0.0.0:1\n" },
+        { "err_bind_clash.ini", "[cluster]\nnodes = 127.0.0.1:7070\n"
+          "[server]\nmetrics_listen = 127.0.0.1:7070\n" },
     };
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++)
         write_seed("fuzz_config", seeds[i].name, seeds[i].text,
