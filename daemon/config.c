@@ -799,55 +799,44 @@ static int binds_clash(const psw_addr *a, const psw_addr *b)
     return strcmp(a->host, any) == 0 || strcmp(b->host, any) == 0;
 }
 
-/* Bind address u of the sockets bind_clashes walks: node u / per's
- * client listener (listen, else its nodes address) or, when u % per is
- * 1, its /metrics. Sets *what to the entry that gives it. */
-static const psw_addr *bind_use(const psd_config *c, const section *cluster,
-                                const section *server, int u, int per,
-                                const entry **what)
-{
-    int i = u / per;
-    if (u % per) {
-        *what = find_entry(server, "metrics_listen");
-        return &c->metrics[i];
-    }
-    *what = find_entry(cluster, c->nlisten ? "listen" : "nodes");
-    return c->nlisten ? &c->listen[i] : &c->nodes[i];
-}
-
 /* Every socket nodes on one host bind (their client listeners and
  * /metrics) must be bindable beside the others: a clash (binds_clash)
  * would stop the second node at start, or the first at its metrics
  * listener, naming an address but no line. bind_repeats has refused the
  * exact repeats within one list already; this finds the rest (a node's
  * /metrics on its client address, a wildcard beside an address of its
- * family). Returns 0, or -1 with the error set. */
+ * family). Socket u is node u / per's client listener (listen, else its
+ * nodes address) or, when u % per is 1, its /metrics. Returns 0, or -1
+ * with the error set. */
 static int bind_clashes(parser *p, const section *cluster,
                         const section *server, const psd_config *c)
 {
     int per = c->nmetrics ? 2 : 1;
+    const psw_addr *client = c->nlisten ? c->listen : c->nodes;
+    const entry *ent[2] = {
+        find_entry(cluster, c->nlisten ? "listen" : "nodes"),
+        c->nmetrics ? find_entry(server, "metrics_listen") : NULL };
     for (int v = 1; v < c->nnodes * per; v++) {
+        int j = v / per, mv = v % per;
+        const psw_addr *b = mv ? &c->metrics[j] : &client[j];
         for (int u = 0; u < v; u++) {
-            int i = u / per, j = v / per;
-            if (strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
-                continue;
-            const entry *eu, *ev;
-            const psw_addr *a = bind_use(c, cluster, server, u, per, &eu);
-            const psw_addr *b = bind_use(c, cluster, server, v, per, &ev);
-            if (!binds_clash(a, b))
+            int i = u / per, mu = u % per;
+            const psw_addr *a = mu ? &c->metrics[i] : &client[i];
+            if (a->port != b->port || !binds_clash(a, b) ||
+                strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
                 continue;
             char ta[PSW_ADDR_TEXT_MAX], tb[PSW_ADDR_TEXT_MAX], note[48];
             psw_addr_format(a, ta, sizeof ta);
             psw_addr_format(b, tb, sizeof tb);
-            cont_note(ev, note);
+            cont_note(ent[mv], note);
             /* Without listen a node binds its nodes address: say so. */
-            fail(p, ev->line, "[%s] %s: entry %d \"%s\"%s clashes with "
-                 "[%s] %s entry %d \"%s\"%s: both are bound on host %s, "
-                 "where port %d can be bound once%s",
-                 v % per ? "server" : "cluster", ev->key, j + 1, tb,
-                 v % per || c->nlisten ? "" : " (bound: no listen is set)",
-                 u % per ? "server" : "cluster", eu->key, i + 1, ta,
-                 u % per || c->nlisten ? "" : " (bound: no listen is set)",
+            fail(p, ent[mv]->line, "[%s] %s: entry %d \"%s\"%s clashes "
+                 "with [%s] %s entry %d \"%s\"%s: both are bound on host "
+                 "%s, where port %d can be bound once%s",
+                 mv ? "server" : "cluster", ent[mv]->key, j + 1, tb,
+                 mv || c->nlisten ? "" : " (bound: no listen is set)",
+                 mu ? "server" : "cluster", ent[mu]->key, i + 1, ta,
+                 mu || c->nlisten ? "" : " (bound: no listen is set)",
                  c->nodes[j].host, b->port, note);
             return -1;
         }
