@@ -2082,6 +2082,29 @@ static void rows_build(void)
     }
 }
 
+/* Issue 12 item 3: 64 requests of 65,536 keys x 1 float in flight must
+ * not be slower per key than 1 in flight, on one node and on two (the
+ * matrix's cells, 1 worker, unpinned). */
+static void inflight_targets(void)
+{
+    for (int nodes = 1; nodes <= 2; nodes++)
+        for (int op = OP_PUSH; op <= OP_PULL; op++) {
+            cell *one = find(L_S1, (op_kind)op, 1, 1, nodes, 0);
+            cell *many = find(L_S1, (op_kind)op, 64, 1, nodes, 0);
+            int ok = one && many && !one->failed && !many->failed &&
+                     !one->errors && !many->errors;
+            char w[80];
+            snprintf(w, sizeof w, "65536 keys x 1 %s, %d node%s, 64 / 1 in "
+                     "flight", op_name[op], nodes, nodes > 1 ? "s" : "");
+            target *t = add_target(12, w, ok ? many->mkeys / one->mkeys : NAN,
+                                   1.0, 1);
+            snprintf(t->figure, sizeof t->figure, "%.2f / %.2f M keys/s = "
+                     "%.2fx", ok ? many->mkeys : NAN, ok ? one->mkeys : NAN,
+                     t->value);
+            snprintf(t->goal, sizeof t->goal, ">= 1.00x per key");
+        }
+}
+
 /* Issue 12 item 4: the split cells' 4 KiB p50 against the split 64 B RTT
  * (the unpinned ratio in the figure, for reference). */
 static void split_targets(void)
@@ -2220,7 +2243,7 @@ static void print_summary(void)
     }
     if (npairs)
         print_side_by_side();
-    if (npairs || split_phase) {
+    if (npairs || split_phase || opt_matrix) {
         printf("\n== issue 12 targets: ratios to ps-lite and to the wire from "
                "this run (informational) ==\n");
         print_targets(12);
@@ -2645,6 +2668,7 @@ int main(int argc, char **argv)
         run_sparse_curve();
     targets_build();
     rows_build();
+    inflight_targets();
     split_targets();
     print_summary();
     char path[512];
