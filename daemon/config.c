@@ -780,34 +780,74 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t,
     return 0;
 }
 
-/* Whether two listening sockets, bound as psd binds them (SO_REUSEADDR,
- * no IPV6_V6ONLY), on one host would clash: the same port and the same
- * address, or one of them the wildcard of the other's family (Linux
- * refuses 127.0.0.1:P while 0.0.0.0:P listens, and [::1]:P beside
- * [::]:P). [::] against an IPv4 address clashes too where
- * net.ipv6.bindv6only is 0, Linux's default, but not where it is 1: that
- * is left to bind, which names the address. Names compare as written. */
-static int binds_clash(const psw_addr *a, const psw_addr *b)
+/* The address a listener bound to a takes, for comparing binds: an
+ * IPv4-mapped IPv6 address ([::ffff:a.b.c.d]) takes the IPv4 address it
+ * maps. *v4 says whether that is IPv4. */
+static const char *bind_host(const psw_addr *a, int *v4)
+{
+    static const char mapped[] = "::ffff:";
+    *v4 = a->kind == PSW_HOST_IPV4;
+    if (a->kind == PSW_HOST_IPV6 &&
+        strncasecmp(a->host, mapped, sizeof mapped - 1) == 0 &&
+        strchr(a->host + sizeof mapped - 1, '.')) {
+        *v4 = 1;
+        return a->host + sizeof mapped - 1;
+    }
+    return a->host;
+}
+
+/* Why two listeners on one host, bound as psd binds them (libuv:
+ * SO_REUSEADDR, and IPV6_V6ONLY off whatever net.ipv6.bindv6only says),
+ * could not both listen: "same", "any6", "any4", or NULL when they can.
+ * Linux refuses a second listener on the same address and port, one
+ * beside [::]:P on any address, IPv4 included, and one beside 0.0.0.0:P
+ * on any IPv4 address. A name is compared as written: what it resolves
+ * to is not known here, except that [::] takes it too. */
+static const char *binds_clash(const psw_addr *a, const psw_addr *b)
 {
     if (a->port != b->port)
-        return 0;
-    if (psw_addr_same(a, b))
-        return 1;
-    if (a->kind != b->kind || a->kind == PSW_HOST_NAME)
-        return 0;
-    const char *any = a->kind == PSW_HOST_IPV4 ? "0.0.0.0" : "::";
-    return strcmp(a->host, any) == 0 || strcmp(b->host, any) == 0;
+        return NULL;
+    int a4, b4;
+    const char *ha = bind_host(a, &a4), *hb = bind_host(b, &b4);
+    if ((a->kind == PSW_HOST_IPV6 && strcmp(ha, "::") == 0) ||
+        (b->kind == PSW_HOST_IPV6 && strcmp(hb, "::") == 0))
+        return "any6";
+    if (a->kind == PSW_HOST_NAME || b->kind == PSW_HOST_NAME)
+        return a->kind == b->kind && strcasecmp(ha, hb) == 0 ? "same" : NULL;
+    if (a4 == b4 && strcmp(ha, hb) == 0)
+        return "same";
+    if (a4 && b4 && (strcmp(ha, "0.0.0.0") == 0 || strcmp(hb, "0.0.0.0") == 0))
+        return "any4";
+    return NULL;
+}
+
+/* Writes how entry k (0-based) of e names socket a, `[cluster] listen:
+ * entry 2 "0.0.0.0:8070"` (without the colon when colon is 0), saying
+ * when a node listens on its nodes address. */
+static void bind_name(char *out, size_t cap, const entry *e, int k,
+                      const psw_addr *a, int colon)
+{
+    char text[PSW_ADDR_TEXT_MAX], node[80] = "";
+    psw_addr_format(a, text, sizeof text);
+    if (strcmp(e->key, "nodes") == 0)
+        snprintf(node, sizeof node, " (node %d listens on its nodes "
+                 "address: no listen is set)", k);
+    snprintf(out, cap, "[%s] %s%s entry %d \"%s\"%s",
+             strcmp(e->key, "metrics_listen") == 0 ? "server" : "cluster",
+             e->key, colon ? ":" : "", k + 1, text, node);
 }
 
 /* Every socket nodes on one host bind (their client listeners and
- * /metrics) must be bindable beside the others: a clash (binds_clash)
- * would stop the second node at start, or the first at its metrics
- * listener, naming an address but no line. bind_repeats has refused the
- * exact repeats within one list already; this finds the rest (a node's
- * /metrics on its client address, a wildcard beside an address of its
- * family). Socket u is node u / per's client listener (listen, else its
- * nodes address) or, when u % per is 1, its /metrics. Returns 0, or -1
- * with the error set. */
+ * /metrics) must be able to listen beside the others: a clash
+ * (binds_clash) would stop the second node at start, or the first at its
+ * metrics listener, naming an address but no line. bind_repeats has
+ * refused the exact repeats within one list already; this finds the rest
+ * (a node's /metrics on a client listener's address and port, a wildcard
+ * beside an address it covers). Socket u is node u / per's client
+ * listener (listen, else its nodes address) or, when u % per is 1, its
+ * /metrics. The error is at the later socket's line, but at the metrics
+ * entry's when the other is a nodes address: nodes names the cluster,
+ * the bind is what to change. Returns 0, or -1 with the error set. */
 static int bind_clashes(parser *p, const section *cluster,
                         const section *server, const psd_config *c)
 {
@@ -822,22 +862,34 @@ static int bind_clashes(parser *p, const section *cluster,
         for (int u = 0; u < v; u++) {
             int i = u / per, mu = u % per;
             const psw_addr *a = mu ? &c->metrics[i] : &client[i];
-            if (a->port != b->port || !binds_clash(a, b) ||
+            const char *why;
+            if (a->port != b->port || !(why = binds_clash(a, b)) ||
                 strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
                 continue;
-            char ta[PSW_ADDR_TEXT_MAX], tb[PSW_ADDR_TEXT_MAX], note[48];
-            psw_addr_format(a, ta, sizeof ta);
-            psw_addr_format(b, tb, sizeof tb);
-            cont_note(ent[mv], note);
-            /* Without listen a node binds its nodes address: say so. */
-            fail(p, ent[mv]->line, "[%s] %s: entry %d \"%s\"%s clashes "
-                 "with [%s] %s entry %d \"%s\"%s: both are bound on host "
-                 "%s, where port %d can be bound once%s",
-                 mv ? "server" : "cluster", ent[mv]->key, j + 1, tb,
-                 mv || c->nlisten ? "" : " (bound: no listen is set)",
-                 mu ? "server" : "cluster", ent[mu]->key, i + 1, ta,
-                 mu || c->nlisten ? "" : " (bound: no listen is set)",
-                 c->nodes[j].host, b->port, note);
+            /* x is the socket reported at its line, y the other. */
+            int swap = mu && !mv && !c->nlisten;
+            const psw_addr *x = swap ? a : b, *y = swap ? b : a;
+            const entry *ex = ent[swap ? mu : mv], *ey = ent[swap ? mv : mu];
+            char nx[PSW_ADDR_TEXT_MAX + 160], ny[PSW_ADDR_TEXT_MAX + 160];
+            char text[PSW_ADDR_TEXT_MAX], note[48];
+            bind_name(nx, sizeof nx, ex, swap ? i : j, x, 1);
+            bind_name(ny, sizeof ny, ey, swap ? j : i, y, 0);
+            cont_note(ex, note);
+            if (strcmp(why, "same") == 0) {
+                int v4;
+                fail(p, ex->line, "%s clashes with %s: both take port %d of "
+                     "address %s on host %s%s", nx, ny, x->port,
+                     bind_host(x, &v4), c->nodes[j].host, note);
+            } else {
+                int v4;
+                const char *any = strcmp(why, "any6") ? "0.0.0.0" : "::";
+                psw_addr_format(strcmp(bind_host(x, &v4), any) == 0 ? x : y,
+                                text, sizeof text);
+                fail(p, ex->line, "%s clashes with %s: %s takes port %d on "
+                     "every %saddress of host %s%s", nx, ny, text, x->port,
+                     strcmp(why, "any6") ? "IPv4 " : "IPv6 and IPv4 ",
+                     c->nodes[j].host, note);
+            }
             return -1;
         }
     }

@@ -193,37 +193,66 @@ static const error_case error_cases[] = {
       "[server]\nmetrics_listen = 127.0.0.1:9470, 127.0.0.1:9470\n", 0, 4,
       "[server] metrics_listen: duplicate address \"127.0.0.1:9470\" "
       "(entries 1 and 2)", 1 },
-    /* Sockets the nodes of one host bind must not clash: before, such a
-     * file passed --check and psd stopped at bind, with no line. */
+    /* Sockets the nodes of one host bind must be able to listen side by
+     * side: before, such a file passed --check and psd stopped at bind,
+     * with no line. */
     { "metrics_listen_on_the_nodes_own_client_address_is_refused",
       CLUSTER "[server]\nmetrics_listen = 127.0.0.1:7070\n", 0, 4,
       "[server] metrics_listen: entry 1 \"127.0.0.1:7070\" clashes with "
-      "[cluster] nodes entry 1 \"127.0.0.1:7070\" (bound: no listen is "
-      "set): both are bound on host 127.0.0.1, where port 7070 can be bound "
-      "once", 1 },
+      "[cluster] nodes entry 1 \"127.0.0.1:7070\" (node 0 listens on its "
+      "nodes address: no listen is set): both take port 7070 of address "
+      "127.0.0.1 on host 127.0.0.1", 1 },
     { "metrics_listen_on_the_listen_address_is_refused",
       CLUSTER "listen = 127.0.0.1:8070\n[server]\n"
       "metrics_listen = 127.0.0.1:8070\n", 0, 5,
       "[server] metrics_listen: entry 1 \"127.0.0.1:8070\" clashes with "
-      "[cluster] listen entry 1 \"127.0.0.1:8070\": both are bound on host "
-      "127.0.0.1, where port 8070 can be bound once", 1 },
+      "[cluster] listen entry 1 \"127.0.0.1:8070\": both take port 8070 of "
+      "address 127.0.0.1 on host 127.0.0.1", 1 },
+    { "metrics_listen_on_another_nodes_client_address_is_refused",
+      "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n[server]\n"
+      "metrics_listen = 127.0.0.1:9470, 127.0.0.1:7070\n", 0, 4,
+      "[server] metrics_listen: entry 2 \"127.0.0.1:7070\" clashes with "
+      "[cluster] nodes entry 1 \"127.0.0.1:7070\" (node 0 listens", 0 },
     { "a_wildcard_listen_beside_an_address_of_one_host_is_refused",
       "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
       "listen = 0.0.0.0:8070, 127.0.0.1:8070\n", 0, 3,
       "[cluster] listen: entry 2 \"127.0.0.1:8070\" clashes with [cluster] "
-      "listen entry 1 \"0.0.0.0:8070\": both are bound on host 127.0.0.1, "
-      "where port 8070 can be bound once", 1 },
+      "listen entry 1 \"0.0.0.0:8070\": 0.0.0.0:8070 takes port 8070 on "
+      "every IPv4 address of host 127.0.0.1", 1 },
+    /* The same with metrics_listen set (every node has two sockets) and
+     * the value continued on the next line. */
+    { "a_wildcard_listen_clash_is_found_beside_metrics_and_continuations",
+      "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+      "listen = 0.0.0.0:8070,\n  127.0.0.1:8070\n[server]\n"
+      "metrics_listen = 127.0.0.1:9470, 127.0.0.1:9471\n", 0, 3,
+      "[cluster] listen: entry 2 \"127.0.0.1:8070\" clashes with [cluster] "
+      "listen entry 1 \"0.0.0.0:8070\": 0.0.0.0:8070 takes port 8070 on "
+      "every IPv4 address of host 127.0.0.1 (continued on line 4)", 1 },
+    /* Reported at metrics_listen's line, not at nodes' (line 2), though
+     * node 2's client socket comes later: the bind is what to change. */
     { "a_wildcard_metrics_listen_on_another_nodes_port_is_refused",
       "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n[server]\n"
-      "metrics_listen = 0.0.0.0:7071, 127.0.0.1:9471\n", 0, 2,
-      "[cluster] nodes: entry 2 \"127.0.0.1:7071\" (bound: no listen is "
-      "set) clashes with [server] metrics_listen entry 1 \"0.0.0.0:7071\"",
-      0 },
+      "metrics_listen = 0.0.0.0:7071, 127.0.0.1:9471\n", 0, 4,
+      "[server] metrics_listen: entry 1 \"0.0.0.0:7071\" clashes with "
+      "[cluster] nodes entry 2 \"127.0.0.1:7071\" (node 1 listens on its "
+      "nodes address: no listen is set): 0.0.0.0:7071 takes port 7071 on "
+      "every IPv4 address of host 127.0.0.1", 1 },
     { "an_ipv6_wildcard_beside_an_ipv6_address_is_refused",
       "[cluster]\nnodes = [::1]:7070\n[server]\n"
       "metrics_listen = [::]:7070\n", 0, 4,
       "[server] metrics_listen: entry 1 \"[::]:7070\" clashes with "
       "[cluster] nodes entry 1 \"[::1]:7070\"", 0 },
+    /* libuv binds IPv6 with IPV6_V6ONLY off: [::] takes IPv4 too. */
+    { "an_ipv6_wildcard_beside_an_ipv4_address_is_refused",
+      CLUSTER "listen = [::]:7070\n[server]\n"
+      "auth_token = 0123456789abcdef0123456789abcdef\n"
+      "metrics_listen = 127.0.0.1:7070\n", 0, 6,
+      "[server] metrics_listen: entry 1 \"127.0.0.1:7070\" clashes with "
+      "[cluster] listen entry 1 \"[::]:7070\": [::]:7070 takes port 7070 on "
+      "every IPv6 and IPv4 address of host 127.0.0.1", 1 },
+    { "an_ipv4_mapped_address_is_its_ipv4_address",
+      CLUSTER "[server]\nmetrics_listen = [::ffff:127.0.0.1]:7070\n", 0, 4,
+      "both take port 7070 of address 127.0.0.1 on host 127.0.0.1", 0 },
     { "peer_timeout_below_two_heartbeats_is_refused_at_its_line",
       CLUSTER "[server]\nheartbeat_ms = 500\npeer_timeout_ms = 999\n", 0, 5,
       "[server] peer_timeout_ms (999) must be at least twice heartbeat_ms "
