@@ -516,7 +516,7 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
     if (strcmp(st->key, "nodes") != 0 && is_blank(e->value))
         return 0;
     /* nodes must all differ; bind addresses may repeat across hosts
-     * (checked against nodes in bind_repeats, once both are read). */
+     * (checked against nodes in bind_clashes, once both are read). */
     int rc = strcmp(st->key, "nodes") == 0
                  ? psw_addr_list_parse(e->value, (int)st->max, &nodes, &n,
                                        &pe)
@@ -563,30 +563,6 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         c->nodes = nodes;
         c->nnodes = n;
         c->nodes_line = e->line;
-    }
-    return 0;
-}
-
-/* A bind address (listen, metrics_listen: n = nnodes entries of e, in
- * section s) given twice is a clash only for two nodes on one host: nodes
- * on different hosts may each bind 0.0.0.0:7070. Hosts are told apart by
- * their nodes address as written (the same name or IP: the same host).
- * Returns 0, or -1 with the error set. */
-static int bind_repeats(parser *p, const char *sect, const entry *e,
-                        const psd_config *c, const psw_addr *a)
-{
-    for (int j = 1; j < c->nnodes; j++) {
-        for (int i = 0; i < j; i++) {
-            if (!psw_addr_same(&a[i], &a[j]) ||
-                strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
-                continue;
-            char text[PSW_ADDR_TEXT_MAX], note[48];
-            psw_addr_format(&a[j], text, sizeof text);
-            cont_note(e, note);
-            fail(p, e->line, "[%s] %s: duplicate address \"%s\" (entries %d "
-                 "and %d)%s", sect, e->key, text, i + 1, j + 1, note);
-            return -1;
-        }
     }
     return 0;
 }
@@ -796,29 +772,37 @@ static const char *bind_host(const psw_addr *a, int *v4)
     return a->host;
 }
 
-/* Why two listeners on one host, bound as psd binds them (libuv:
+/* How two listeners on one host, bound as psd binds them (libuv:
  * SO_REUSEADDR, and IPV6_V6ONLY off whatever net.ipv6.bindv6only says),
- * could not both listen: "same", "any6", "any4", or NULL when they can.
- * Linux refuses a second listener on the same address and port, one
- * beside [::]:P on any address, IPv4 included, and one beside 0.0.0.0:P
- * on any IPv4 address. A name is compared as written: what it resolves
- * to is not known here, except that [::] takes it too. */
-static const char *binds_clash(const psw_addr *a, const psw_addr *b)
+ * could not both listen. Linux refuses a second listener on the same
+ * address and port, one beside [::]:P on any address, IPv4 included, and
+ * one beside 0.0.0.0:P on any IPv4 address. A name is compared as
+ * written: what it resolves to is not known here, except that [::] takes
+ * it too. */
+typedef enum { CLASH_NONE, CLASH_SAME, CLASH_ANY6, CLASH_ANY4 } clash;
+
+static int is_any(const psw_addr *a, const char *any)
+{
+    int v4;
+    return a->kind != PSW_HOST_NAME && strcmp(bind_host(a, &v4), any) == 0;
+}
+
+static clash binds_clash(const psw_addr *a, const psw_addr *b)
 {
     if (a->port != b->port)
-        return NULL;
+        return CLASH_NONE;
     int a4, b4;
     const char *ha = bind_host(a, &a4), *hb = bind_host(b, &b4);
-    if ((a->kind == PSW_HOST_IPV6 && strcmp(ha, "::") == 0) ||
-        (b->kind == PSW_HOST_IPV6 && strcmp(hb, "::") == 0))
-        return "any6";
+    if (is_any(a, "::") || is_any(b, "::"))
+        return CLASH_ANY6;
     if (a->kind == PSW_HOST_NAME || b->kind == PSW_HOST_NAME)
-        return a->kind == b->kind && strcasecmp(ha, hb) == 0 ? "same" : NULL;
+        return a->kind == b->kind && strcasecmp(ha, hb) == 0 ? CLASH_SAME
+                                                              : CLASH_NONE;
     if (a4 == b4 && strcmp(ha, hb) == 0)
-        return "same";
-    if (a4 && b4 && (strcmp(ha, "0.0.0.0") == 0 || strcmp(hb, "0.0.0.0") == 0))
-        return "any4";
-    return NULL;
+        return CLASH_SAME;
+    if (a4 && b4 && (is_any(a, "0.0.0.0") || is_any(b, "0.0.0.0")))
+        return CLASH_ANY4;
+    return CLASH_NONE;
 }
 
 /* Writes how entry k (0-based) of e names socket a, `[cluster] listen:
@@ -840,14 +824,14 @@ static void bind_name(char *out, size_t cap, const entry *e, int k,
 /* Every socket nodes on one host bind (their client listeners and
  * /metrics) must be able to listen beside the others: a clash
  * (binds_clash) would stop the second node at start, or the first at its
- * metrics listener, naming an address but no line. bind_repeats has
- * refused the exact repeats within one list already; this finds the rest
- * (a node's /metrics on a client listener's address and port, a wildcard
- * beside an address it covers). Socket u is node u / per's client
- * listener (listen, else its nodes address) or, when u % per is 1, its
- * /metrics. The error is at the later socket's line, but at the metrics
- * entry's when the other is a nodes address: nodes names the cluster,
- * the bind is what to change. Returns 0, or -1 with the error set. */
+ * metrics listener, naming an address but no line. Nodes on different
+ * hosts may bind the same address (listen = 0.0.0.0:7070 on each); hosts
+ * are told apart by their nodes address as written. Socket u is node
+ * u / per's client listener (listen, else its nodes address) or, when
+ * u % per is 1, its /metrics. The error is at the later socket's line,
+ * but at the metrics entry's when the other is a nodes address: nodes
+ * names the cluster, the bind is what to change. Returns 0, or -1 with
+ * the error set. */
 static int bind_clashes(parser *p, const section *cluster,
                         const section *server, const psd_config *c)
 {
@@ -862,8 +846,8 @@ static int bind_clashes(parser *p, const section *cluster,
         for (int u = 0; u < v; u++) {
             int i = u / per, mu = u % per;
             const psw_addr *a = mu ? &c->metrics[i] : &client[i];
-            const char *why;
-            if (a->port != b->port || !(why = binds_clash(a, b)) ||
+            clash why = binds_clash(a, b);
+            if (why == CLASH_NONE ||
                 strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
                 continue;
             /* x is the socket reported at its line, y the other. */
@@ -875,19 +859,17 @@ static int bind_clashes(parser *p, const section *cluster,
             bind_name(nx, sizeof nx, ex, swap ? i : j, x, 1);
             bind_name(ny, sizeof ny, ey, swap ? j : i, y, 0);
             cont_note(ex, note);
-            if (strcmp(why, "same") == 0) {
+            if (why == CLASH_SAME) {
                 int v4;
                 fail(p, ex->line, "%s clashes with %s: both take port %d of "
                      "address %s on host %s%s", nx, ny, x->port,
                      bind_host(x, &v4), c->nodes[j].host, note);
             } else {
-                int v4;
-                const char *any = strcmp(why, "any6") ? "0.0.0.0" : "::";
-                psw_addr_format(strcmp(bind_host(x, &v4), any) == 0 ? x : y,
-                                text, sizeof text);
+                const char *any = why == CLASH_ANY6 ? "::" : "0.0.0.0";
+                psw_addr_format(is_any(x, any) ? x : y, text, sizeof text);
                 fail(p, ex->line, "%s clashes with %s: %s takes port %d on "
                      "every %saddress of host %s%s", nx, ny, text, x->port,
-                     strcmp(why, "any6") ? "IPv4 " : "IPv6 and IPv4 ",
+                     why == CLASH_ANY6 ? "IPv6 and IPv4 " : "IPv4 ",
                      c->nodes[j].host, note);
             }
             return -1;
@@ -978,14 +960,6 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
              "(one per node, in the order of nodes)", c->nmetrics, c->nnodes);
         return -1;
     }
-    if (c->nlisten &&
-        bind_repeats(p, "cluster", find_entry(cluster, "listen"), c,
-                     c->listen) < 0)
-        return -1;
-    if (c->nmetrics &&
-        bind_repeats(p, "server", find_entry(server, "metrics_listen"), c,
-                     c->metrics) < 0)
-        return -1;
     if (bind_clashes(p, cluster, server, c) < 0)
         return -1;
     if (server && check_auth(p, server, c) < 0)

@@ -179,8 +179,9 @@ static const error_case error_cases[] = {
     { "listen_refuses_a_duplicate_address",
       "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
       "listen = 127.0.0.1:8070, 127.0.0.1:8070\n", 0, 3,
-      "[cluster] listen: duplicate address \"127.0.0.1:8070\" (entries 1 "
-      "and 2)", 1 },
+      "[cluster] listen: entry 2 \"127.0.0.1:8070\" clashes with [cluster] "
+      "listen entry 1 \"127.0.0.1:8070\": both take port 8070 of address "
+      "127.0.0.1 on host 127.0.0.1", 1 },
     /* psd binds metrics_listen with a numeric parser (daemon/metrics.c):
      * a name passed --check and then stopped psd without a line. */
     { "metrics_listen_host_name_is_refused_at_its_line",
@@ -191,8 +192,9 @@ static const error_case error_cases[] = {
     { "metrics_listen_refuses_a_duplicate_address_on_one_host",
       "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
       "[server]\nmetrics_listen = 127.0.0.1:9470, 127.0.0.1:9470\n", 0, 4,
-      "[server] metrics_listen: duplicate address \"127.0.0.1:9470\" "
-      "(entries 1 and 2)", 1 },
+      "[server] metrics_listen: entry 2 \"127.0.0.1:9470\" clashes with "
+      "[server] metrics_listen entry 1 \"127.0.0.1:9470\": both take port "
+      "9470 of address 127.0.0.1 on host 127.0.0.1", 1 },
     /* Sockets the nodes of one host bind must be able to listen side by
      * side: before, such a file passed --check and psd stopped at bind,
      * with no line. */

@@ -62,14 +62,15 @@ leftovers() {
     fi
 }
 
-# Two distinct free ports, "P0, P1" for a nodes line: asked of the kernel
-# at once (one at a time, it may hand out the same port twice).
+# Two distinct free ports, "P0, P1" for a nodes line, from the Python
+# tests' free_port (tests/python/psdcluster.py), which never gives one
+# process the same port twice in a row.
 two_free_ports() {
-    "$PYTHON" -c 'import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print("127.0.0.1:%d, 127.0.0.1:%d" % tuple(s.getsockname()[1] for s in ss))'
+    "$PYTHON" -c 'import sys
+sys.path.insert(0, sys.argv[1])
+from psdcluster import free_port
+print("127.0.0.1:%d, 127.0.0.1:%d" % (free_port(), free_port()))' \
+        "$top/tests/python"
 }
 
 # ---- the trainers' arguments ---------------------------------------------
