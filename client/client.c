@@ -180,6 +180,8 @@ static void wake_io(void *c)
     psc_io_wake(c);
 }
 
+static int wait_for_start(ps_client *c);
+
 int ps_open(ps_client **out, const char *servers, const ps_options *o)
 {
     char err[256];
@@ -274,6 +276,13 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         client_stop(c);
         return st;
     }
+    if ((st = wait_for_start(c)) != PS_OK) {
+        open_failed("worker %d starts at clock %llu: waiting for every node "
+                    "to reach it: %s", c->opt.worker,
+                    (unsigned long long)c->clock, ps_last_error(c));
+        client_stop(c);
+        return st;
+    }
     *out = c;
     return 0;
 }
@@ -295,6 +304,32 @@ int ps_wait_all_timeout(ps_client *c, int timeout_ms)
 }
 
 static int control(ps_client *c, int op, int node, uint64_t value);
+
+/* Whether the cluster has a table of the given consistency. */
+static int has_tables(const ps_client *c, int consistency)
+{
+    for (int i = 0; i < c->cluster.ntables; i++)
+        if (c->cluster.tables[i].consistency == consistency)
+            return 1;
+    return 0;
+}
+
+/* A worker of a cluster with bsp tables that starts beyond a node's clock
+ * waits until every node has reached its clock: a new process for a
+ * worker lost in the middle of an iteration starts after that iteration
+ * (the pushes made before the loss are in its sums; PROTOCOL.md §10.3),
+ * and a push made while the node still sums that iteration would go into
+ * it. The CLOCK names the clock the nodes gave it, so it moves nothing
+ * (or, on a node that saw less of the lost process, the same as the
+ * others); it is answered when the node gets there, at once on a node
+ * already there. */
+static int wait_for_start(ps_client *c)
+{
+    uint64_t start = __atomic_load_n(&c->clock, __ATOMIC_RELAXED);
+    if (c->opt.worker < 0 || start == 0 || !has_tables(c, PSW_CONS_BSP))
+        return PS_OK;
+    return control(c, PSW_OP_CLOCK, -1, start);
+}
 
 void ps_close(ps_client *c)
 {
@@ -475,10 +510,7 @@ static int control(ps_client *c, int op, int node, uint64_t value)
 /* Whether the cluster has a table whose consistency is not async. */
 static int has_sync_tables(const ps_client *c)
 {
-    for (int i = 0; i < c->cluster.ntables; i++)
-        if (c->cluster.tables[i].consistency != PSW_CONS_ASYNC)
-            return 1;
-    return 0;
+    return has_tables(c, PSW_CONS_BSP) || has_tables(c, PSW_CONS_SSP);
 }
 
 static int is_worker(ps_client *c, const char *what)

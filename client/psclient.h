@@ -115,6 +115,10 @@ PS_API void ps_options_init(ps_options *o);
  * may be NULL for defaults; it is copied. With a token (see auth_token)
  * every node must prove it knows it, and the client proves it too; a
  * wrong or missing token fails with PS_EAUTH at once, naming the node.
+ * A worker on a cluster with bsp tables that starts beyond a node's clock
+ * (a new process for a worker lost in the middle of an iteration starts
+ * after that iteration) returns once every node has reached its clock,
+ * waiting up to sync_timeout_ms for the other workers.
  * Returns 0 and sets *c, or a negative PS_E* code with *c = NULL
  * (ps_strerror() explains the code; the details, such as which option is
  * out of range or which node refused, go to stderr and to

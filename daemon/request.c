@@ -783,6 +783,9 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
             return rc;
         ss->worker = h->worker;
         (void)psd_node_journal_workers(n);
+        /* A new process for a lost worker may start a clock further on:
+         * if that one was the slowest, the node's clock moves now. */
+        advance(n, now_ms);
     }
     ss->client_id = h->client_id;
     ss->incarnation = h->incarnation;

@@ -50,24 +50,44 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
                  (int)worker, w->peer);
         return PSW_EINVAL;
     }
-    /* Rejoining, or a first join: it starts at the node's clock when it
-     * is behind it (the clocks it missed went on without it). A first
-     * join finds the node at 0 (the node waits for this worker) except
-     * after a journal replay moved it (CLOCK records, the worker joined
-     * after the snapshot) or when a snapshot had fewer workers; at 0, its
-     * first clocks would be answered at once and its pushes summed into a
-     * later clock. A rejoining worker ahead of the node (ssp does not hold
-     * clocks) keeps its own: its client goes on counting from there, and
-     * its pulls must wait by that clock. */
-    if (w->state == PSD_W_ABSENT || w->state == PSD_W_LEFT) {
+    /* Joining anew: a first join, a rejoin after it left, or a new process
+     * for a lost worker (another client_id: the one that lost its
+     * connection is not coming back; only the same client reconnecting
+     * takes the worker over as it was, its retransmissions recognised as
+     * such). It starts at the node's clock when it is behind it (the
+     * clocks it missed went on without it). A first join finds the node
+     * at 0 (the node waits for this worker) except after a journal replay
+     * moved it (CLOCK records, the worker joined after the snapshot) or
+     * when a snapshot had fewer workers; at 0, its first clocks would be
+     * answered at once and its pushes summed into a later clock. A worker
+     * ahead of the node (ssp does not hold clocks) keeps its own: its
+     * client goes on counting from there, and its pulls must wait by that
+     * clock. */
+    int anew = w->state == PSD_W_ABSENT || w->state == PSD_W_LEFT ||
+               (w->state == PSD_W_GONE && w->client_id != client_id);
+    uint64_t was = w->clock;
+    if (anew) {
         if (w->clock < y->clock)
             w->clock = y->clock;
         if (w->barrier < y->barrier)
             w->barrier = y->barrier;
+        /* Pushes made for this worker id before (by its predecessor, or
+         * by itself before it left) in the clock still in progress are in
+         * that clock's sums, and a new process cannot know which arrived:
+         * it starts at the next clock, so that pushing that iteration
+         * again does not count them twice. */
+        if (w->clock < w->summed)
+            w->clock = w->summed;
     }
-    if (w->state == PSD_W_GONE || w->state == PSD_W_LEFT)
-        psd_info("worker %d %s", (int)worker,
-                 w->state == PSD_W_GONE ? "is back" : "rejoined");
+    if (w->state == PSD_W_GONE && anew)
+        psd_info("worker %d: a new process takes over from the one that "
+                 "lost its connection, at clock %llu (that one's was %llu)",
+                 (int)worker, (unsigned long long)w->clock,
+                 (unsigned long long)was);
+    else if (w->state == PSD_W_GONE || w->state == PSD_W_LEFT)
+        psd_info("worker %d %s at clock %llu", (int)worker,
+                 w->state == PSD_W_GONE ? "is back" : "rejoined",
+                 (unsigned long long)w->clock);
     w->dirty |= w->state != PSD_W_LIVE || w->client_id != client_id;
     w->state = PSD_W_LIVE;
     w->owner = owner;

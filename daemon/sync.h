@@ -61,8 +61,12 @@ void psd_sync_destroy(psd_sync *y);
 /* A HELLO from worker id `worker` (>= 0), held by `owner` from then on.
  * Returns 0, or PSW_EINVAL with the reason (out of range, or the id is
  * held by another live client). The same client_id reconnecting takes the
- * worker over from its old session. A worker joining (first, or after it
- * left) behind the node's clock and barrier starts at them. */
+ * worker over from its old session, clock and all. A worker joining anew
+ * (first, after it left, or another client_id for a lost one: a new
+ * process) behind the node's clock and barrier starts at them, and after
+ * the clock its pushes last went into bsp sums for: those pushes stay in
+ * the sums, so the new process must not push that iteration again. Its
+ * clock may move: call psd_sync_advance then. */
 int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
                   const void *owner, const char *peer, char *err,
                   size_t errlen);

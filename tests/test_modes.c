@@ -1207,17 +1207,23 @@ static int partial_worker(void *arg)
 }
 
 /* Worker 1 is killed (kill -9) in iteration 3 after pushing half of it.
- * Worker 0 goes on once worker_grace has run out: iteration 3 is
- * applied once, with the half worker 1 pushed (the sum holds every push
- * that arrived, PROTOCOL.md section 10.3). A new process for worker 1
- * then rejoins at the node's clock, 3, and takes part in iterations 4
- * and 5, each applied once. */
-static void worker_killed_mid_iteration_its_half_is_applied_once(
-    void **state)
+ * Iteration 3 is applied once, with the half worker 1 pushed (the sum
+ * holds every push that arrived, PROTOCOL.md section 10.3), and a new
+ * process for worker 1 takes part in iterations 4 and 5, each applied
+ * once.
+ * - after_grace: worker_grace = 1, the new process starts after worker 0
+ *   has gone on without the old one; it joins at the node's clock, 3.
+ * - otherwise worker_grace = 60 and the new process starts at once, as a
+ *   supervisor restarting it would: the node must not hand it the old
+ *   one's clock, 2, or its pushes would add a second copy of iteration 3
+ *   to the half already summed. It starts at clock 3, and its ps_open
+ *   returns when worker 0 has clocked 3; worker 0 does not wait out the
+ *   grace. */
+static void worker_killed_mid_iteration(int after_grace)
 {
-    (void)state;
-    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n"
-                                      "worker_grace = 1\n",
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, after_grace
+                                      ? "workers = 2\nworker_grace = 1\n"
+                                      : "workers = 2\nworker_grace = 60\n",
                                       "[table.s]\nkind = dense\nrows = 8\n"
                                       "dim = 1\nupdater = sum\n"
                                       "consistency = bsp\n"), 0);
@@ -1243,11 +1249,29 @@ static void worker_killed_mid_iteration_its_half_is_applied_once(
             assert_int_equal(read(p[0], &b, 1), 1);
             kill(pw, SIGKILL);
             reap(pw);
+            if (!after_grace) {
+                pw = spawn(partial_worker, &second);
+                /* Time to start, connect and push: a new process that
+                 * did not wait for clock 3 would push into the clock in
+                 * progress, 2 -> 3, where the old one's half is. */
+                sleep_ms(1000);
+            }
         }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (ps_clock(w0))
             fail_msg("worker 0, clock %d: %s", it, ps_last_error(w0));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long ms = (t1.tv_sec - t0.tv_sec) * 1000L +
+                  (t1.tv_nsec - t0.tv_nsec) / 1000000L;
+        /* 60 s of grace against at most a few seconds of start-up */
+        if (!after_grace && ms > 30000)
+            fail_msg("worker 0's clock %d took %ld ms: it waited out the "
+                     "grace instead of going on with the new process", it,
+                     ms);
         if (it == 3) {            /* the new one joins before clock 4 */
-            pw = spawn(partial_worker, &second);
+            if (after_grace)
+                pw = spawn(partial_worker, &second);
             assert_int_equal(read(p[0], &b, 1), 1);
         }
         EXPECT_INT(ps_wait(w0, ps_pull_range(w0, t, 0, 8, got, NULL, NULL)),
@@ -1263,6 +1287,20 @@ static void worker_killed_mid_iteration_its_half_is_applied_once(
     close(p[1]);
     assert_int_equal(cluster_stop(&cl), 0);
     assert_int_equal(bad, 0);
+}
+
+static void worker_killed_mid_iteration_its_half_is_applied_once(
+    void **state)
+{
+    (void)state;
+    worker_killed_mid_iteration(1);
+}
+
+static void worker_restarted_within_the_grace_does_not_push_twice(
+    void **state)
+{
+    (void)state;
+    worker_killed_mid_iteration(0);
 }
 
 /* ---- ssp with a stopped worker ---------------------------------------- */
@@ -1562,6 +1600,8 @@ int main(void)
         cmocka_unit_test(
             ps_clock_fails_while_a_node_is_down_and_succeeds_after),
         cmocka_unit_test(worker_killed_mid_iteration_its_half_is_applied_once),
+        cmocka_unit_test(
+            worker_restarted_within_the_grace_does_not_push_twice),
         cmocka_unit_test(ssp_staleness_0_stops_at_a_stopped_worker),
         cmocka_unit_test(ssp_staleness_1_stops_at_a_stopped_worker),
         cmocka_unit_test(ssp_staleness_3_stops_at_a_stopped_worker_that_dies),

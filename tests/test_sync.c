@@ -295,6 +295,107 @@ static void test_worker_ahead_that_left_and_rejoins_keeps_its_clock(
     psd_sync_destroy(&y);
 }
 
+/* Worker 1 pushed to the bsp sums of clock 2 -> 3, then lost its
+ * connection, while worker 0 waits at clock 3. A new process for worker
+ * 1 (another client id) starts at clock 3: the pushes made before the
+ * loss stay in that clock's sums, and pushing that iteration again would
+ * count them twice. It was the slowest, so the node's clock moves. */
+static void test_new_process_for_a_lost_worker_starts_after_its_sums(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    uint64_t c, b;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    for (uint64_t k = 1; k <= 2; k++) {
+        reach(&y, 0, 0, k);
+        reach(&y, 1, 0, k);
+        psd_sync_advance(&y, k);
+    }
+    reach(&y, 0, 0, 3);
+    psd_sync_summed(&y, 1);                 /* a push of iteration 3 */
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
+    join(&y, 1, 3, &owner_c);
+    psd_sync_position(&y, 1, &c, &b);
+    EXPECT_U64(c, 3, "the new process's clock");
+    EXPECT_INT(psd_sync_advance(&y, 11), 1, "the node's clock moves");
+    EXPECT_U64(y.clock, 3, "node clock");
+    EXPECT_INT(psd_sync_divisor(&y, 2), 2, "both workers in the mean");
+    psd_sync_destroy(&y);
+}
+
+/* The same, but the lost worker had not pushed since its last clock: the
+ * new process starts at that clock, and the node waits for it there. */
+static void test_new_process_for_a_lost_worker_that_did_not_push(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    uint64_t c, b;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    psd_sync_summed(&y, 1);                 /* summed into clock 0 -> 1 */
+    reach(&y, 0, 0, 1);
+    reach(&y, 1, 0, 1);
+    psd_sync_advance(&y, 1);
+    reach(&y, 0, 0, 2);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
+    join(&y, 1, 3, &owner_c);
+    psd_sync_position(&y, 1, &c, &b);
+    EXPECT_U64(c, 1, "the new process's clock");
+    EXPECT_INT(psd_sync_advance(&y, 11), 0, "the node waits for it");
+    psd_sync_destroy(&y);
+}
+
+/* The same client back after a lost connection takes its clock over even
+ * with pushes in the sums: its retransmissions are recognised, and it
+ * goes on with the iteration it was in. */
+static void test_same_client_back_keeps_the_clock_it_pushed_in(void **state)
+{
+    (void)state;
+    psd_sync y;
+    uint64_t c, b;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    reach(&y, 0, 0, 1);
+    psd_sync_summed(&y, 1);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
+    join(&y, 1, 2, &owner_c);
+    psd_sync_position(&y, 1, &c, &b);
+    EXPECT_U64(c, 0, "the clock it had");
+    EXPECT_INT(psd_sync_advance(&y, 11), 0, "the node waits for it");
+    psd_sync_destroy(&y);
+}
+
+/* A worker that pushed, then left before its clock (ps_close, or its
+ * grace ran out) while the others still compute that iteration: joining
+ * again it starts at the next clock, for the same reason. */
+static void test_worker_that_pushed_and_left_rejoins_after_its_sums(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    uint64_t c, b;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    psd_sync_summed(&y, 1);
+    EXPECT_INT(psd_sync_leave(&y, 1, &owner_b), 1, "worker 1 leaves");
+    psd_sync_advance(&y, 1);
+    EXPECT_U64(y.clock, 0, "worker 0 still computes");
+    join(&y, 1, 4, &owner_c);
+    psd_sync_position(&y, 1, &c, &b);
+    EXPECT_U64(c, 1, "the rejoined worker's clock");
+    reach(&y, 0, 0, 1);
+    EXPECT_INT(psd_sync_advance(&y, 2), 1, "worker 0's clock moves it");
+    EXPECT_U64(y.clock, 1, "node clock");
+    psd_sync_destroy(&y);
+}
+
 /* The node says whom it waits for once a request has waited 10 s, not
  * as soon as one is held after 10 s without a clock: workers that
  * compute longer than that between clocks are not waited for at all
@@ -353,6 +454,13 @@ int main(void)
         cmocka_unit_test(test_first_join_behind_the_nodes_clock_starts_at_it),
         cmocka_unit_test(
             test_worker_ahead_that_left_and_rejoins_keeps_its_clock),
+        cmocka_unit_test(
+            test_new_process_for_a_lost_worker_starts_after_its_sums),
+        cmocka_unit_test(
+            test_new_process_for_a_lost_worker_that_did_not_push),
+        cmocka_unit_test(test_same_client_back_keeps_the_clock_it_pushed_in),
+        cmocka_unit_test(
+            test_worker_that_pushed_and_left_rejoins_after_its_sums),
         cmocka_unit_test(
             test_wait_is_logged_after_10_s_of_holding_not_of_computing),
     };
