@@ -117,8 +117,12 @@ PS_API void ps_options_init(ps_options *o);
  * wrong or missing token fails with PS_EAUTH at once, naming the node.
  * A worker on a cluster with bsp tables that starts beyond a node's clock
  * (a new process for a worker lost in the middle of an iteration starts
- * after that iteration) returns once every node has reached its clock,
- * waiting up to sync_timeout_ms for the other workers.
+ * after that iteration) returns once every node has reached its clock:
+ * it waits, up to sync_timeout_ms, for the other workers to finish that
+ * iteration (and so for any other lost worker to come back or its
+ * worker_grace to run out). That wait is a CLOCK, counted as one in
+ * ps_stats; if it fails, the worker is left lost on the nodes, as after a
+ * crash, and ps_open may be called again.
  * Returns 0 and sets *c, or a negative PS_E* code with *c = NULL
  * (ps_strerror() explains the code; the details, such as which option is
  * out of range or which node refused, go to stderr and to

@@ -1047,6 +1047,9 @@ def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
     a reader that nobody waits for. The other options are those of
     ``struct ps_options``; None keeps the library's default (see
     ``default_options()``). ``auth_token`` is passed to the library as is.
+    A new process for a bsp worker lost in the middle of an iteration
+    starts after that iteration: this returns once the other workers have
+    finished it (up to ``sync_timeout_ms``; see ps_open in psclient.h).
     Raises an Error subclass (ConnectionError, TimeoutError, AuthError,
     InvalidError...) when the connection cannot be made.
     """
