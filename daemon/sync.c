@@ -74,8 +74,9 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         /* Pushes made for this worker id before (by its predecessor, or
          * by itself before it left) in the clock still in progress are in
          * that clock's sums, and a new process cannot know which arrived:
-         * it starts at the next clock, so that pushing that iteration
-         * again does not count them twice. */
+         * it starts at the next clock, so that its pushes do not join
+         * them in one sum (which would weigh this worker more than the
+         * others in that clock's apply). */
         if (w->clock < w->summed)
             w->clock = w->summed;
     }

@@ -1215,8 +1215,9 @@ static int partial_worker(void *arg)
  *   has gone on without the old one; it joins at the node's clock, 3.
  * - otherwise worker_grace = 60 and the new process starts at once, as a
  *   supervisor restarting it would: the node must not hand it the old
- *   one's clock, 2, or its pushes would add a second copy of iteration 3
- *   to the half already summed. It starts at clock 3, and its ps_open
+ *   one's clock, 2, or its pushes would go into iteration 3's sum beside
+ *   the half already there (rows 0..3 at 43 after it, not 33). It starts
+ *   at clock 3, and its ps_open
  *   returns when worker 0 has clocked 3; worker 0 does not wait out the
  *   grace. */
 static void worker_killed_mid_iteration(int after_grace)
@@ -1296,7 +1297,7 @@ static void worker_killed_mid_iteration_its_half_is_applied_once(
     worker_killed_mid_iteration(1);
 }
 
-static void worker_restarted_within_the_grace_does_not_push_twice(
+static void worker_restarted_at_once_joins_after_the_lost_iteration(
     void **state)
 {
     (void)state;
@@ -1601,7 +1602,7 @@ int main(void)
             ps_clock_fails_while_a_node_is_down_and_succeeds_after),
         cmocka_unit_test(worker_killed_mid_iteration_its_half_is_applied_once),
         cmocka_unit_test(
-            worker_restarted_within_the_grace_does_not_push_twice),
+            worker_restarted_at_once_joins_after_the_lost_iteration),
         cmocka_unit_test(ssp_staleness_0_stops_at_a_stopped_worker),
         cmocka_unit_test(ssp_staleness_1_stops_at_a_stopped_worker),
         cmocka_unit_test(ssp_staleness_3_stops_at_a_stopped_worker_that_dies),

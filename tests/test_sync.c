@@ -298,8 +298,8 @@ static void test_worker_ahead_that_left_and_rejoins_keeps_its_clock(
 /* Worker 1 pushed to the bsp sums of clock 2 -> 3, then lost its
  * connection, while worker 0 waits at clock 3. A new process for worker
  * 1 (another client id) starts at clock 3: the pushes made before the
- * loss stay in that clock's sums, and pushing that iteration again would
- * count them twice. It was the slowest, so the node's clock moves. */
+ * loss stay in that clock's sums, where the new process's pushes must not
+ * join them. It was the slowest, so the node's clock moves. */
 static void test_new_process_for_a_lost_worker_starts_after_its_sums(
     void **state)
 {
