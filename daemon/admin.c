@@ -340,10 +340,12 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     }
     put(b, "]},\n \"snapshot\": {\"dir\": ");
     put_json_str(b, a->dur->dir);
-    put(b, ", \"interval_s\": %d, \"generation\": %llu, \"age_s\": %.1f, "
+    put(b, ", \"interval_s\": %d, \"journal_mb\": %d, \"generation\": %llu, "
+        "\"age_s\": %.1f, "
         "\"running\": %s, \"written\": %llu, \"failures\": %llu, "
         "\"last_bytes\": %llu, \"last_seconds\": %.3f, \"last_fork_ms\": %.3f,"
         " \"last_error\": ", n->cfg.snapshot_interval,
+        n->cfg.snapshot_journal_mb,
         (unsigned long long)d->generation,
         snapshot_age(d),
         a->dur->child ? "true" : "false", (unsigned long long)d->snapshots,

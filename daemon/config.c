@@ -124,6 +124,8 @@ static const setting settings[] = {
       1, STRMAX(data_dir), 0, NULL, 0 },
     { SC_SERVER, "snapshot_interval", T_INT, "300", CL(snapshot_interval),
       0, 31536000, 0, NULL, 0 },
+    { SC_SERVER, "snapshot_journal_mb", T_INT, "2048",
+      CL(snapshot_journal_mb), 0, 16777216, 0, NULL, 0 },
     { SC_SERVER, "durability", T_WORD, "snapshot", CL(durability),
       0, 0, 0, durability_words, 0 },
     { SC_SERVER, "fsync", T_WORD, "everysec", CL(fsync),

@@ -92,6 +92,8 @@ typedef struct psd_config {
     /* [server] */
     char data_dir[256];          /* default "/var/lib/psd" */
     int snapshot_interval;       /* seconds, default 300 */
+    int snapshot_journal_mb;     /* a journal segment this large starts a
+                                    snapshot; 0: never; default 2048 */
     psd_durability durability;   /* default snapshot */
     psd_fsync fsync;             /* default everysec */
     psd_node_addr *metrics;      /* nmetrics entries, owned: where each node

@@ -154,10 +154,13 @@ static void start_fsync(psd_durable *d)
     uv_queue_work(d->loop, &d->fsync_work, fsync_work, fsync_done);
 }
 
+static void check_size(psd_durable *d);
+
 /* The node wrote journal records. */
 static void on_written(void *arg)
 {
     psd_durable *d = arg;
+    check_size(d);
     if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
         start_fsync(d);
         return;
@@ -346,6 +349,39 @@ void psd_durable_snapshot(psd_durable *d)
 static void on_interval(uv_timer_t *t)
 {
     psd_durable_snapshot(t->data);
+}
+
+static void on_size(uv_timer_t *t)
+{
+    psd_durable *d = t->data;
+    psd_journal *j = d->node->journal;
+    if (!j || d->child)
+        return;
+    psd_info("journal segment %llu holds %.0f MiB (snapshot_journal_mb = "
+             "%d): taking a snapshot", (unsigned long long)psd_journal_seq(j),
+             (double)psd_journal_bytes(j) / (1 << 20),
+             d->node->cfg.snapshot_journal_mb);
+    psd_durable_snapshot(d);
+}
+
+/* A journal segment that reached snapshot_journal_mb starts a snapshot,
+ * which moves the journal to a new segment and, once written, deletes the
+ * old ones: between two periodic snapshots the journal cannot grow much
+ * past that (it could otherwise fill its disk, and then no snapshot could
+ * start to cut it back, section 2 of docs/durability.md), and a replay
+ * after a crash reads about that much at most. From a timer, not from
+ * inside the write that noticed it; once per segment, so that a snapshot
+ * that cannot start is not retried at every write (the next segment, the
+ * interval or psctl save try again). */
+static void check_size(psd_durable *d)
+{
+    psd_journal *j = d->node->journal;
+    uint64_t mb = (uint64_t)d->node->cfg.snapshot_journal_mb;
+    if (!j || mb == 0 || d->child || psd_journal_bytes(j) < (mb << 20) ||
+        d->size_seq == psd_journal_seq(j))
+        return;
+    d->size_seq = psd_journal_seq(j);
+    uv_timer_start(&d->soon, on_size, 0, 0);
 }
 
 static void arm_interval(psd_durable *d)
@@ -561,6 +597,8 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     uv_timer_init(loop, &d->interval);
     d->interval.data = d;
     arm_interval(d);
+    uv_timer_init(loop, &d->soon);
+    d->soon.data = d;
     uv_signal_init(loop, &d->sigchld);
     d->sigchld.data = d;
     uv_signal_start(&d->sigchld, on_sigchld, SIGCHLD);
@@ -618,5 +656,6 @@ void psd_durable_stop(psd_durable *d)
         return;
     uv_close((uv_handle_t *)&d->everysec, NULL);
     uv_close((uv_handle_t *)&d->interval, NULL);
+    uv_close((uv_handle_t *)&d->soon, NULL);
     uv_close((uv_handle_t *)&d->sigchld, NULL);
 }

@@ -47,6 +47,8 @@ typedef struct psd_durable {
     uv_timer_t everysec;
     /* snapshots */
     uv_timer_t interval;
+    uv_timer_t soon;             /* a snapshot for the journal's size */
+    uint64_t size_seq;           /* the segment that last started one */
     uv_signal_t sigchld;
     pid_t child;                 /* the writer running, or 0 */
     int child_pipe;              /* its error text */

@@ -291,6 +291,7 @@ int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
     n->cfg.frame_timeout = nc->frame_timeout;
     n->cfg.idle_timeout = nc->idle_timeout;
     n->cfg.snapshot_interval = nc->snapshot_interval;
+    n->cfg.snapshot_journal_mb = nc->snapshot_journal_mb;
     n->cfg.client_ttl = nc->client_ttl;
     n->cfg.max_unacked_pushes = nc->max_unacked_pushes;
     n->cfg.max_remembered_pushes = nc->max_remembered_pushes;

@@ -427,6 +427,10 @@ static const error_case error_cases[] = {
       CLUSTER "[server]\nsnapshot_interval = -1\n", 0, 4,
       "[server] snapshot_interval: expected an integer 0..31536000, "
       "got \"-1\"", 1 },
+    { "negative_snapshot_journal_mb_is_refused",
+      CLUSTER "[server]\nsnapshot_journal_mb = -1\n", 0, 4,
+      "[server] snapshot_journal_mb: expected an integer 0..16777216, "
+      "got \"-1\"", 1 },
     { "zero_max_connections_is_refused",
       CLUSTER "[server]\nmax_connections = 0\n", 0, 4,
       "[server] max_connections: expected an integer 1..", 0 },
@@ -672,6 +676,7 @@ static void assert_server_defaults(const psd_config *c)
     assert_int_equal(c->workers, 1);
     assert_string_equal(c->data_dir, "/var/lib/psd");
     assert_int_equal(c->snapshot_interval, 300);
+    assert_int_equal(c->snapshot_journal_mb, 2048);
     assert_int_equal(c->durability, PSD_DUR_SNAPSHOT);
     assert_int_equal(c->fsync, PSD_FSYNC_EVERYSEC);
     assert_string_equal(c->auth_token, "");

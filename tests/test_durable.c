@@ -917,6 +917,61 @@ static void test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room(
     cluster_stop(&c);
 }
 
+/* durability = log, snapshot_journal_mb = 1 and no periodic snapshot:
+ * once the first journal segment passes 1 MiB, psd takes a snapshot by
+ * itself, which deletes that segment once written; after kill -9 the
+ * restart loads the snapshot, replays what came after it, and every
+ * acknowledged push is there once. */
+static void test_a_journal_past_snapshot_journal_mb_starts_a_snapshot(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nsnapshot_interval = 0\n"
+          "snapshot_journal_mb = 1\n");
+    ps_options o = client_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    enum { KEYS = 1000, NPUSH = 200 };    /* about 12 KiB of records each */
+    static uint64_t keys[KEYS];
+    static float one[KEYS], got[KEYS];
+    for (int i = 0; i < KEYS; i++) {
+        keys[i] = (1ull << 40) + (uint64_t)i;    /* not oracle keys */
+        one[i] = 1.0f;
+    }
+    char seg[600];
+    snprintf(seg, sizeof seg, "%s/psd-node0.journal.0000000001", c.dir);
+    for (int i = 0; i < NPUSH; i++) {
+        int rc = ps_wait(cl, ps_push(cl, t, keys, KEYS, one, NULL, NULL));
+        if (rc)
+            fail_msg("push %d: %s", i, ps_last_error(cl));
+        if (i == 0)
+            EXPECT_INT(access(seg, F_OK), 0, "segment 1 after a push");
+    }
+    EXPECT_INT(cluster_log_wait(&c, 0, "MiB (snapshot_journal_mb = 1): "
+                                "taking a snapshot", 5000), 1,
+               "psd says why it takes a snapshot");
+    EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 1 written", 20000), 1,
+               "the snapshot is written");
+    EXPECT_INT(access(seg, F_OK) == 0, 0, "segment 1, covered, is deleted");
+    ps_close(cl);
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    EXPECT_INT(cluster_log_wait(&c, 0, "loaded snapshot", 2000), 1,
+               "the restart loads a snapshot");
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, t, keys, KEYS, got, NULL, NULL)),
+               PS_OK, "a pull after the restart");
+    for (int i = 0; i < KEYS; i++)
+        if (got[i] != (float)NPUSH)
+            fail_msg("key %d holds %g after the restart, want %d", i,
+                     (double)got[i], NPUSH);
+    ps_close(cl);
+    cluster_stop(&c);
+}
+
 static void damage(const char *path, long off, int cut)
 {
     FILE *f = fopen(path, "r+b");
@@ -1404,6 +1459,8 @@ int main(void)
         cmocka_unit_test(test_a_snapshot_of_another_layout_stops_psd),
         cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
+        cmocka_unit_test(
+            test_a_journal_past_snapshot_journal_mb_starts_a_snapshot),
         cmocka_unit_test(test_a_removed_data_dir_refuses_pushes),
         cmocka_unit_test(test_a_removed_data_dir_made_again_is_saved_to),
         cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
