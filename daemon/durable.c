@@ -351,33 +351,50 @@ static void on_interval(uv_timer_t *t)
     psd_durable_snapshot(t->data);
 }
 
+static uint64_t size_limit(const psd_durable *d)
+{
+    return (uint64_t)d->node->cfg.snapshot_journal_mb << 20;
+}
+
+/* A snapshot that could not even start leaves the journal in its segment
+ * (the rotation failed: no descriptor, no room, an I/O error): it is
+ * tried again in RETRY_MS, not at every write, while the segment is still
+ * past the limit. */
+#define RETRY_MS 10000
+
 static void on_size(uv_timer_t *t)
 {
     psd_durable *d = t->data;
     psd_journal *j = d->node->journal;
-    if (!j || d->child)
+    if (!j || d->child || !size_limit(d) || psd_journal_bytes(j) <
+                                               size_limit(d))
         return;
+    uint64_t seq = psd_journal_seq(j);
     psd_info("journal segment %llu holds %.0f MiB (snapshot_journal_mb = "
-             "%d): taking a snapshot", (unsigned long long)psd_journal_seq(j),
+             "%d): taking a snapshot", (unsigned long long)seq,
              (double)psd_journal_bytes(j) / (1 << 20),
              d->node->cfg.snapshot_journal_mb);
     psd_durable_snapshot(d);
+    if (!d->child && psd_journal_seq(j) == seq)
+        uv_timer_start(&d->soon, on_size, RETRY_MS, 0);
 }
 
 /* A journal segment that reached snapshot_journal_mb starts a snapshot,
  * which moves the journal to a new segment and, once written, deletes the
- * old ones: between two periodic snapshots the journal cannot grow much
- * past that (it could otherwise fill its disk, and then no snapshot could
- * start to cut it back, section 2 of docs/durability.md), and a replay
- * after a crash reads about that much at most. From a timer, not from
- * inside the write that noticed it; once per segment, so that a snapshot
- * that cannot start is not retried at every write (the next segment, the
- * interval or psctl save try again). */
+ * old ones: while snapshots succeed the journal cannot grow much past
+ * that between two periodic ones (it could otherwise fill its disk, and
+ * then no snapshot could start to cut it back, section 2 of
+ * docs/durability.md), and a replay after a crash reads about that much
+ * at most. From a timer, not from inside the write that noticed it (nor
+ * before psd_durable_start is done: the timer is not set up yet); once
+ * per segment: a writer that fails leaves a new segment, which starts
+ * the next one when it is full in turn, and a snapshot that could not
+ * start is retried by on_size. */
 static void check_size(psd_durable *d)
 {
     psd_journal *j = d->node->journal;
-    uint64_t mb = (uint64_t)d->node->cfg.snapshot_journal_mb;
-    if (!j || mb == 0 || d->child || psd_journal_bytes(j) < (mb << 20) ||
+    if (!d->started || !j || !size_limit(d) || d->child ||
+        psd_journal_bytes(j) < size_limit(d) ||
         d->size_seq == psd_journal_seq(j))
         return;
     d->size_seq = psd_journal_seq(j);
