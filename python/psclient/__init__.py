@@ -1050,6 +1050,8 @@ def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
     A new process for a bsp worker lost in the middle of an iteration
     starts after that iteration: this returns once the other workers have
     finished it (up to ``sync_timeout_ms``; see ps_open in psclient.h).
+    Like clock(), that wait cannot be interrupted (Ctrl-C is seen once it
+    returns).
     Raises an Error subclass (ConnectionError, TimeoutError, AuthError,
     InvalidError...) when the connection cannot be made.
     """
