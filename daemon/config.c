@@ -798,8 +798,7 @@ static clash binds_clash(const psw_addr *a, const psw_addr *b)
     if (is_any(a, "::") || is_any(b, "::"))
         return CLASH_ANY6;
     if (a->kind == PSW_HOST_NAME || b->kind == PSW_HOST_NAME)
-        return a->kind == b->kind && strcasecmp(ha, hb) == 0 ? CLASH_SAME
-                                                              : CLASH_NONE;
+        return psw_addr_same(a, b) ? CLASH_SAME : CLASH_NONE;
     if (a4 == b4 && strcmp(ha, hb) == 0)
         return CLASH_SAME;
     if (a4 && b4 && (is_any(a, "0.0.0.0") || is_any(b, "0.0.0.0")))

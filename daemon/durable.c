@@ -351,9 +351,13 @@ static void on_interval(uv_timer_t *t)
     psd_durable_snapshot(t->data);
 }
 
-static uint64_t size_limit(const psd_durable *d)
+/* Whether the journal segment being written has reached
+ * snapshot_journal_mb (when set) and no writer runs: a snapshot is due. */
+static int past_size(const psd_durable *d)
 {
-    return (uint64_t)d->node->cfg.snapshot_journal_mb << 20;
+    const psd_journal *j = d->node->journal;
+    uint64_t limit = (uint64_t)d->node->cfg.snapshot_journal_mb << 20;
+    return j && limit && !d->child && psd_journal_bytes(j) >= limit;
 }
 
 /* A snapshot that could not even start leaves the journal in its segment
@@ -366,8 +370,7 @@ static void on_size(uv_timer_t *t)
 {
     psd_durable *d = t->data;
     psd_journal *j = d->node->journal;
-    if (!j || d->child || !size_limit(d) || psd_journal_bytes(j) <
-                                               size_limit(d))
+    if (!past_size(d))
         return;
     uint64_t seq = psd_journal_seq(j);
     psd_info("journal segment %llu holds %.0f MiB (snapshot_journal_mb = "
@@ -392,12 +395,10 @@ static void on_size(uv_timer_t *t)
  * start is retried by on_size. */
 static void check_size(psd_durable *d)
 {
-    psd_journal *j = d->node->journal;
-    if (!d->started || !j || !size_limit(d) || d->child ||
-        psd_journal_bytes(j) < size_limit(d) ||
-        d->size_seq == psd_journal_seq(j))
+    if (!d->started || !past_size(d) ||
+        d->size_seq == psd_journal_seq(d->node->journal))
         return;
-    d->size_seq = psd_journal_seq(j);
+    d->size_seq = psd_journal_seq(d->node->journal);
     uv_timer_start(&d->soon, on_size, 0, 0);
 }
 

@@ -1219,7 +1219,7 @@ static int partial_worker(void *arg)
  *   the half already there (rows 0..3 at 43 after it, not 33). It starts
  *   at clock 3, and its ps_open
  *   returns when worker 0 has clocked 3; worker 0 does not wait out the
- *   grace. */
+ *   grace (its ps_clock would time out first). */
 static void worker_killed_mid_iteration(int after_grace)
 {
     assert_int_equal(cluster_start_ex(&cl, 2, 4, after_grace
@@ -1258,18 +1258,11 @@ static void worker_killed_mid_iteration(int after_grace)
                 sleep_ms(1000);
             }
         }
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        /* A node that waited out the 60 s grace instead of going on
+         * with the new process fails this after worker 0's sync timeout
+         * (20 s). */
         if (ps_clock(w0))
             fail_msg("worker 0, clock %d: %s", it, ps_last_error(w0));
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        long ms = (t1.tv_sec - t0.tv_sec) * 1000L +
-                  (t1.tv_nsec - t0.tv_nsec) / 1000000L;
-        /* 60 s of grace against at most a few seconds of start-up */
-        if (!after_grace && ms > 30000)
-            fail_msg("worker 0's clock %d took %ld ms: it waited out the "
-                     "grace instead of going on with the new process", it,
-                     ms);
         if (it == 3) {            /* the new one joins before clock 4 */
             if (after_grace)
                 pw = spawn(partial_worker, &second);

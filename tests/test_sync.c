@@ -37,6 +37,22 @@ static void join(psd_sync *y, int32_t w, uint64_t client, const void *owner)
     EXPECT_INT(rc, 0, "psd_sync_join of worker %d", (int)w);
 }
 
+/* Workers 0 and 1 of two, joined as clients 1 and 2 (owners a and b). */
+static void two_workers(psd_sync *y)
+{
+    make(y, 2);
+    join(y, 0, 1, &owner_a);
+    join(y, 1, 2, &owner_b);
+}
+
+/* The clock the node has for worker w. */
+static uint64_t clock_of(const psd_sync *y, int32_t w)
+{
+    uint64_t c, b;
+    psd_sync_position(y, w, &c, &b);
+    return c;
+}
+
 static void reach(psd_sync *y, int32_t w, int barrier, uint64_t v)
 {
     char err[160];
@@ -150,9 +166,7 @@ static void test_barrier_and_clock_move_independently(void **state)
 {
     (void)state;
     psd_sync y;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     reach(&y, 0, 1, 1);
     reach(&y, 1, 1, 1);
     EXPECT_INT(psd_sync_advance(&y, 1), 0, "a barrier is not a clock");
@@ -166,9 +180,7 @@ static void test_lost_worker_is_waited_for_until_its_grace_runs_out(
 {
     (void)state;
     psd_sync y;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     reach(&y, 0, 0, 1);
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2), 0, "lost, grace 2 s");
     EXPECT_INT(psd_sync_tick(&y, 2999, 2, 0, 10000), 0, "tick before 2 s");
@@ -185,9 +197,7 @@ static void test_lost_worker_with_no_grace_stops_being_waited_for_at_once(
 {
     (void)state;
     psd_sync y;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0), 1, "lost, grace 0");
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for");
     psd_sync_destroy(&y);
@@ -198,9 +208,7 @@ static void test_worker_that_left_and_rejoins_starts_at_the_nodes_clock(
 {
     (void)state;
     psd_sync y;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     EXPECT_INT(psd_sync_leave(&y, 1, &owner_b), 1, "worker 1 leaves");
     EXPECT_INT(psd_sync_leave(&y, 1, &owner_b), 0, "leaving twice");
     for (uint64_t k = 1; k <= 5; k++)
@@ -208,9 +216,7 @@ static void test_worker_that_left_and_rejoins_starts_at_the_nodes_clock(
     EXPECT_INT(psd_sync_advance(&y, 1), 1, "worker 0 alone moves the clock");
     EXPECT_U64(y.clock, 5, "node clock");
     join(&y, 1, 2, &owner_c);
-    uint64_t c, b;
-    psd_sync_position(&y, 1, &c, &b);
-    EXPECT_U64(c, 5, "the rejoined worker's clock");
+    EXPECT_U64(clock_of(&y, 1), 5, "the rejoined worker's clock");
     psd_sync_destroy(&y);
 }
 
@@ -219,9 +225,7 @@ static void test_nobody_waited_for_means_the_largest_clock_seen(
 {
     (void)state;
     psd_sync y;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     reach(&y, 0, 0, 3);
     reach(&y, 1, 0, 2);
     psd_sync_leave(&y, 0, &owner_a);
@@ -236,9 +240,7 @@ static void test_ssp_pull_waits_only_beyond_the_staleness(void **state)
     (void)state;
     psd_sync y;
     uint64_t need = 0;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     for (uint64_t k = 1; k <= 3; k++)
         reach(&y, 0, 0, k);
     psd_sync_advance(&y, 1);
@@ -277,9 +279,7 @@ static void test_worker_ahead_that_left_and_rejoins_keeps_its_clock(
     (void)state;
     psd_sync y;
     uint64_t need = 0, c, b;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     for (uint64_t k = 1; k <= 3; k++)       /* ssp: clocks do not wait */
         reach(&y, 0, 0, k);
     EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0), 1, "lost, grace 0");
@@ -305,10 +305,7 @@ static void test_new_process_for_a_lost_worker_starts_after_its_sums(
 {
     (void)state;
     psd_sync y;
-    uint64_t c, b;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     for (uint64_t k = 1; k <= 2; k++) {
         reach(&y, 0, 0, k);
         reach(&y, 1, 0, k);
@@ -318,8 +315,7 @@ static void test_new_process_for_a_lost_worker_starts_after_its_sums(
     psd_sync_summed(&y, 1);                 /* a push of iteration 3 */
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
     join(&y, 1, 3, &owner_c);
-    psd_sync_position(&y, 1, &c, &b);
-    EXPECT_U64(c, 3, "the new process's clock");
+    EXPECT_U64(clock_of(&y, 1), 3, "the new process's clock");
     EXPECT_INT(psd_sync_advance(&y, 11), 1, "the node's clock moves");
     EXPECT_U64(y.clock, 3, "node clock");
     EXPECT_INT(psd_sync_divisor(&y, 2), 2, "both workers in the mean");
@@ -333,10 +329,7 @@ static void test_new_process_for_a_lost_worker_that_did_not_push(
 {
     (void)state;
     psd_sync y;
-    uint64_t c, b;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     psd_sync_summed(&y, 1);                 /* summed into clock 0 -> 1 */
     reach(&y, 0, 0, 1);
     reach(&y, 1, 0, 1);
@@ -344,8 +337,7 @@ static void test_new_process_for_a_lost_worker_that_did_not_push(
     reach(&y, 0, 0, 2);
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
     join(&y, 1, 3, &owner_c);
-    psd_sync_position(&y, 1, &c, &b);
-    EXPECT_U64(c, 1, "the new process's clock");
+    EXPECT_U64(clock_of(&y, 1), 1, "the new process's clock");
     EXPECT_INT(psd_sync_advance(&y, 11), 0, "the node waits for it");
     psd_sync_destroy(&y);
 }
@@ -357,16 +349,12 @@ static void test_same_client_back_keeps_the_clock_it_pushed_in(void **state)
 {
     (void)state;
     psd_sync y;
-    uint64_t c, b;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     reach(&y, 0, 0, 1);
     psd_sync_summed(&y, 1);
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
     join(&y, 1, 2, &owner_c);
-    psd_sync_position(&y, 1, &c, &b);
-    EXPECT_U64(c, 0, "the clock it had");
+    EXPECT_U64(clock_of(&y, 1), 0, "the clock it had");
     EXPECT_INT(psd_sync_advance(&y, 11), 0, "the node waits for it");
     psd_sync_destroy(&y);
 }
@@ -379,17 +367,13 @@ static void test_worker_that_pushed_and_left_rejoins_after_its_sums(
 {
     (void)state;
     psd_sync y;
-    uint64_t c, b;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     psd_sync_summed(&y, 1);
     EXPECT_INT(psd_sync_leave(&y, 1, &owner_b), 1, "worker 1 leaves");
     psd_sync_advance(&y, 1);
     EXPECT_U64(y.clock, 0, "worker 0 still computes");
     join(&y, 1, 4, &owner_c);
-    psd_sync_position(&y, 1, &c, &b);
-    EXPECT_U64(c, 1, "the rejoined worker's clock");
+    EXPECT_U64(clock_of(&y, 1), 1, "the rejoined worker's clock");
     reach(&y, 0, 0, 1);
     EXPECT_INT(psd_sync_advance(&y, 2), 1, "worker 0's clock moves it");
     EXPECT_U64(y.clock, 1, "node clock");
@@ -405,9 +389,7 @@ static void test_wait_is_logged_after_10_s_of_holding_not_of_computing(
 {
     (void)state;
     psd_sync y;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
+    two_workers(&y);
     /* 15 s of computing: nothing held, nothing to say. */
     for (uint64_t t = 100; t <= 15000; t += 100)
         free(tick_log(&y, t, 0));
