@@ -49,7 +49,9 @@ enum {
     PS_ENOTOWNER = -12, /* the server does not own that shard (layout mismatch) */
     PS_EBUSY = -13,     /* the server is at a limit (max_connections, or a
                            push past max_unacked_pushes or
-                           max_remembered_pushes: not applied): later */
+                           max_remembered_pushes: not applied), or
+                           ps_open's worker id is held by another client's
+                           connection: later */
     PS_ENONFINITE = -14,/* a pushed value is NaN or +-Inf and the table's
                            nonfinite = reject: the push is refused whole,
                            on every node (the parts for nodes without such
@@ -115,6 +117,13 @@ PS_API void ps_options_init(ps_options *o);
  * may be NULL for defaults; it is copied. With a token (see auth_token)
  * every node must prove it knows it, and the client proves it too; a
  * wrong or missing token fails with PS_EAUTH at once, naming the node.
+ * A worker id held by another client's connection is a busy refusal, and
+ * ps_open keeps trying within connect_timeout_ms: a replacement for a
+ * crashed worker gets in as soon as every node has seen the old
+ * connection close (at once when the process died on a live host; within
+ * the cluster's peer_timeout_ms when its host vanished), while a second
+ * live process claiming the id fails with PS_EBUSY ("worker 0 is already
+ * connected from ...") once that time is up.
  * A worker on a cluster with bsp tables that starts beyond a node's clock
  * (a new process for a worker lost in the middle of an iteration starts
  * after that iteration) returns once every node has reached its clock:

@@ -45,10 +45,16 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         return PSW_EINVAL;
     }
     psd_worker *w = &y->workers[worker];
+    /* Busy, not invalid: the connection held may be a dead process's
+     * that this node has not yet seen close (its host vanished: up to
+     * peer_timeout_ms). ps_open retries a busy refusal within
+     * connect_timeout_ms, so a replacement started at once gets in when
+     * the node lets the old one go, and a second live process claiming
+     * the id still fails, with this reason, once that time is up. */
     if (w->state == PSD_W_LIVE && w->client_id != client_id) {
         snprintf(err, errlen, "worker %d is already connected from %s",
                  (int)worker, w->peer);
-        return PSW_EINVAL;
+        return PSW_EBUSY;
     }
     /* Joining anew: a first join, a rejoin after it left, or a new process
      * for a lost worker (another client_id: the one that lost its

@@ -59,8 +59,8 @@ int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms);
 void psd_sync_destroy(psd_sync *y);
 
 /* A HELLO from worker id `worker` (>= 0), held by `owner` from then on.
- * Returns 0, or PSW_EINVAL with the reason (out of range, or the id is
- * held by another live client). The same client_id reconnecting takes the
+ * Returns 0, or an error with the reason: PSW_EINVAL (out of range) or
+ * PSW_EBUSY (the id is held by another client's live connection). The same client_id reconnecting takes the
  * worker over from its old session, clock and all. A worker joining anew
  * (first, after it left, or another client_id for a lost one: a new
  * process) behind the node's clock and barrier starts at them, and after

@@ -607,6 +607,62 @@ static void silent_partition_is_noticed_within_the_heartbeat_bound(
     rig_stop(&r);
 }
 
+static void *clock_in_thread(void *arg)
+{
+    return (void *)(intptr_t)ps_clock((ps_client *)arg);
+}
+
+/* A worker's host vanishes (the proxy swallows everything: psd still
+ * holds its connection) and a replacement process for the same worker id
+ * is started at once: psd refuses the id as busy until it has let the old
+ * connection go (peer_timeout_ms), and the replacement's ps_open keeps
+ * trying meanwhile and gets in, instead of failing at the first refusal. */
+static void replacement_for_a_vanished_worker_gets_in_once_psd_lets_go(
+    void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "workers = 2\nworker_grace = 1\n",
+              SERVER "[table.w]\ndim = 1\nconsistency = bsp\n");
+    char direct[64];
+    direct_spec(&r, direct, sizeof direct);
+    ps_client *w0, *old, *fresh = NULL;
+    ps_options o = fault_options();
+    o.worker = 0;
+    assert_int_equal(ps_open(&w0, direct, &o), PS_OK);
+    o.worker = 1;
+    assert_int_equal(ps_open(&old, r.c.spec, &o), PS_OK);
+    fp_set(r.p[0], FP_BOTH, &(fp_faults){ .blackhole = 1 });
+    /* The replacement, straight to the node, while it still holds the
+     * old connection (it lets go after peer_timeout_ms = 0.4 s). */
+    o.connect_timeout_ms = 5000;
+    EXPECT_INT(ps_open(&fresh, direct, &o), PS_OK, "the replacement's open");
+    assert_true(cluster_log_wait(&r.c, 0, "worker 1 is already connected", 10));
+    assert_true(cluster_log_wait(&r.c, 0, "presumed dead", 10));
+    /* Both workers clock together: the replacement holds worker 1. */
+    int t0 = ps_table(w0, "w", NULL), t1 = ps_table(fresh, "w", NULL);
+    uint64_t key = 3;
+    float one = 1.0f, v = 0.0f;
+    EXPECT_INT(ps_wait(w0, ps_push(w0, t0, &key, 1, &one, NULL, NULL)),
+               PS_OK, "worker 0's push");
+    EXPECT_INT(ps_wait(fresh, ps_push(fresh, t1, &key, 1, &one, NULL, NULL)),
+               PS_OK, "the replacement's push");
+    pthread_t th;
+    pthread_create(&th, NULL, clock_in_thread, fresh);
+    EXPECT_INT(ps_clock(w0), PS_OK, "worker 0's clock");
+    void *rc;
+    pthread_join(th, &rc);
+    EXPECT_INT((int)(intptr_t)rc, PS_OK, "the replacement's clock");
+    EXPECT_INT(ps_wait(w0, ps_pull(w0, t0, &key, 1, &v, NULL, NULL)), PS_OK,
+               "a pull after the clock");
+    EXPECT_FLOAT(v, 2.0f, "both workers' pushes, applied once");
+    ps_close(fresh);
+    ps_close(w0);
+    fp_set(r.p[0], FP_BOTH, &(fp_faults){ 0 });
+    ps_close(old);
+    rig_stop(&r);
+}
+
 /* A node at max_connections answers with a typed refusal; ps_open keeps
  * trying within connect_timeout_ms and gets in once a slot frees up. */
 static void node_at_max_connections_refuses_clearly_and_lets_in_later(
@@ -1702,6 +1758,8 @@ int main(void)
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
         cmocka_unit_test(busy_open_whose_time_runs_out_in_backoff_returns),
+        cmocka_unit_test(
+            replacement_for_a_vanished_worker_gets_in_once_psd_lets_go),
         cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),

@@ -433,13 +433,17 @@ static void misuse_gets_clear_errors(void **state)
     assert_non_null(w0);
     assert_int_equal(ps_clock(w0), PS_EINVAL);
     assert_non_null(strstr(ps_last_error(w0), "no bsp or ssp table"));
-    /* A second client claiming worker 0. */
+    /* A second client claiming worker 0: busy (the connection holding
+     * the id might be a dead process's), until connect_timeout_ms. */
     ps_options o;
     ps_options_init(&o);
     o.worker = 0;
+    o.connect_timeout_ms = 300;
     ps_client *dup = NULL;
-    assert_int_equal(ps_open(&dup, cl.spec, &o), PS_EINVAL);
+    assert_int_equal(ps_open(&dup, cl.spec, &o), PS_EBUSY);
     assert_null(dup);
+    assert_non_null(strstr(ps_last_error(NULL),
+                           "worker 0 is already connected from"));
     /* A worker id the cluster does not have (workers = 4). */
     o.worker = 4;
     assert_int_equal(ps_open(&dup, cl.spec, &o), PS_EINVAL);

@@ -98,7 +98,7 @@ static void test_join_refuses_ids_out_of_range_and_a_second_client(
     EXPECT_SUBSTR(err, "worker 2 is out of range", "the reason");
     join(&y, 0, 1, &owner_a);
     EXPECT_INT(psd_sync_join(&y, 0, 2, &owner_b, "h:2", err, sizeof err),
-               PSW_EINVAL, "a second client claiming worker 0");
+               PSW_EBUSY, "a second client claiming worker 0");
     EXPECT_SUBSTR(err, "already connected from 127.0.0.1:9", "the reason");
     EXPECT_INT(psd_sync_holds(&y, 0, &owner_a), 1, "the first still holds");
     psd_sync_destroy(&y);

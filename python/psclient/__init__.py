@@ -1047,6 +1047,10 @@ def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
     a reader that nobody waits for. The other options are those of
     ``struct ps_options``; None keeps the library's default (see
     ``default_options()``). ``auth_token`` is passed to the library as is.
+    A worker id held by another client's connection (perhaps a crashed
+    process's that the nodes have not yet seen close) is retried for
+    ``connect_timeout_ms``, then raises ConnectionError (PS_EBUSY,
+    "worker 0 is already connected from ...").
     A new process for a bsp worker lost in the middle of an iteration
     starts after that iteration: this returns once the other workers have
     finished it (up to ``sync_timeout_ms``; see ps_open in psclient.h).
