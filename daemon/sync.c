@@ -45,6 +45,16 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         return PSW_EINVAL;
     }
     psd_worker *w = &y->workers[worker];
+    /* A client that lost its connection and was replaced by a new process
+     * is still running somewhere (a partition healed): were it let back,
+     * two processes would train as one worker. */
+    if (w->replaced_id && client_id == w->replaced_id) {
+        snprintf(err, errlen, "worker %d was taken over by a new process "
+                 "(connected from %s) while this client's connection was "
+                 "lost: this client no longer acts as worker %d",
+                 (int)worker, w->peer, (int)worker);
+        return PSW_EINVAL;
+    }
     /* Busy, not invalid: the connection held may be a dead process's
      * that this node has not yet seen close (its host vanished: up to
      * peer_timeout_ms). ps_open retries a busy refusal within
@@ -86,12 +96,13 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         if (w->clock < w->summed)
             w->clock = w->summed;
     }
-    if (w->state == PSD_W_GONE && anew)
+    if (w->state == PSD_W_GONE && anew) {
+        w->replaced_id = w->client_id;
         psd_info("worker %d: a new process takes over from the one that "
                  "lost its connection, at clock %llu (that one's was %llu)",
                  (int)worker, (unsigned long long)w->clock,
                  (unsigned long long)was);
-    else if (w->state == PSD_W_GONE || w->state == PSD_W_LEFT)
+    } else if (w->state == PSD_W_GONE || w->state == PSD_W_LEFT)
         psd_info("worker %d %s at clock %llu", (int)worker,
                  w->state == PSD_W_GONE ? "is back" : "rejoined",
                  (unsigned long long)w->clock);

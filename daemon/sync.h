@@ -26,6 +26,9 @@ typedef struct psd_worker {
     const void *owner;       /* the session holding it while LIVE; compared,
                                 never dereferenced */
     uint64_t client_id;
+    uint64_t replaced_id;    /* the client a new process took this worker
+                                over from while it was lost (0: none): it
+                                is refused for good if it comes back */
     char peer[64];           /* where it is connected from, for errors */
     uint64_t gone_ms;        /* when its connection was lost (GONE) */
     uint64_t summed;         /* 1 + the node's clock when its pushes last
@@ -59,7 +62,8 @@ int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms);
 void psd_sync_destroy(psd_sync *y);
 
 /* A HELLO from worker id `worker` (>= 0), held by `owner` from then on.
- * Returns 0, or an error with the reason: PSW_EINVAL (out of range) or
+ * Returns 0, or an error with the reason: PSW_EINVAL (out of range, or
+ * client_id is the one a new process took the worker over from) or
  * PSW_EBUSY (the id is held by another client's live connection). The same client_id reconnecting takes the
  * worker over from its old session, clock and all. A worker joining anew
  * (first, after it left, or another client_id for a lost one: a new

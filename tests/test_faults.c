@@ -616,7 +616,8 @@ static void *clock_in_thread(void *arg)
  * holds its connection) and a replacement process for the same worker id
  * is started at once: psd refuses the id as busy until it has let the old
  * connection go (peer_timeout_ms), and the replacement's ps_open keeps
- * trying meanwhile and gets in, instead of failing at the first refusal. */
+ * trying meanwhile and gets in, instead of failing at the first refusal.
+ * The old client, back when the partition heals, is refused for good. */
 static void replacement_for_a_vanished_worker_gets_in_once_psd_lets_go(
     void **state)
 {
@@ -656,10 +657,17 @@ static void replacement_for_a_vanished_worker_gets_in_once_psd_lets_go(
     EXPECT_INT(ps_wait(w0, ps_pull(w0, t0, &key, 1, &v, NULL, NULL)), PS_OK,
                "a pull after the clock");
     EXPECT_FLOAT(v, 2.0f, "both workers' pushes, applied once");
+    /* The partition heals: the old client is still running, and must
+     * not act as worker 1 again. */
+    fp_set(r.p[0], FP_BOTH, &(fp_faults){ 0 });
+    EXPECT_INT(ps_wait(old, ps_pull(old, ps_table(old, "w", NULL), &key, 1,
+                                    &v, NULL, NULL)),
+               PS_EINVAL, "the replaced client's pull");
+    EXPECT_SUBSTR(ps_last_error(old), "worker 1 was taken over by a new "
+                  "process", "why");
+    ps_close(old);
     ps_close(fresh);
     ps_close(w0);
-    fp_set(r.p[0], FP_BOTH, &(fp_faults){ 0 });
-    ps_close(old);
     rig_stop(&r);
 }
 

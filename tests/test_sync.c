@@ -342,6 +342,30 @@ static void test_new_process_for_a_lost_worker_that_did_not_push(
     psd_sync_destroy(&y);
 }
 
+/* The client a new process replaced comes back (its partition healed):
+ * refused for good, even once the new process left, so that two processes
+ * never train as one worker; a third one may still take the id. */
+static void test_replaced_client_is_refused_when_it_comes_back(void **state)
+{
+    (void)state;
+    psd_sync y;
+    char err[200];
+    two_workers(&y);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
+    join(&y, 1, 3, &owner_c);
+    EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_b, "h:2", err, sizeof err),
+               PSW_EINVAL, "the replaced client, while the new one holds it");
+    EXPECT_SUBSTR(err, "worker 1 was taken over by a new process",
+                  "the reason");
+    EXPECT_INT(psd_sync_leave(&y, 1, &owner_c), 1, "the new process leaves");
+    EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_b, "h:2", err, sizeof err),
+               PSW_EINVAL, "the replaced client, after it left");
+    int owner_d;
+    join(&y, 1, 4, &owner_d);
+    EXPECT_INT(psd_sync_holds(&y, 1, &owner_d), 1, "a third process holds it");
+    psd_sync_destroy(&y);
+}
+
 /* The same client back after a lost connection takes its clock over even
  * with pushes in the sums: its retransmissions are recognised, and it
  * goes on with the iteration it was in. */
@@ -440,6 +464,7 @@ int main(void)
             test_new_process_for_a_lost_worker_starts_after_its_sums),
         cmocka_unit_test(
             test_new_process_for_a_lost_worker_that_did_not_push),
+        cmocka_unit_test(test_replaced_client_is_refused_when_it_comes_back),
         cmocka_unit_test(test_same_client_back_keeps_the_clock_it_pushed_in),
         cmocka_unit_test(
             test_worker_that_pushed_and_left_rejoins_after_its_sums),
