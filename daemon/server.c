@@ -196,12 +196,25 @@ void psd_server_reload(psd_server *s)
                                    "auth_token_file changed", s->cfg_path)
                         : psd_node_reload(&s->node, &nc, s->cfg_path, why,
                                           sizeof why);
+    /* A new shape (node count, shards, a table's name, place, kind, dim,
+     * rows, updater or consistency) is what this node's snapshot and
+     * journal were not written under: a restart refuses it too, so
+     * "restart to apply" would send the operator into a node that does
+     * not start. */
+    int layout = refused && psd_config_shape(&nc) != s->node.shape;
     psd_config_destroy(&nc);
     if (refused) {
+        const char *hint = layout
+            ? "a new layout: the node's snapshot and journal do not fit it, "
+              "so a restart refuses it too; keep the layout, or start the "
+              "node fresh (--skip-snapshot; see docs/durability.md, "
+              "\"Changing the layout\")"
+            : "restart psd to apply that";
         psd_error("reload refused, keeping the running configuration: %s "
-                  "(restart psd to apply that)", why);
-        snprintf(s->reload_error, sizeof s->reload_error, "%.170s (restart "
-                 "psd to apply that)", why);
+                  "(%s)", why, hint);
+        snprintf(s->reload_error, sizeof s->reload_error, "%.155s (%s)", why,
+                 layout ? "a new layout: a restart refuses it too"
+                        : "restart psd to apply that");
         return;
     }
     s->reload_error[0] = '\0';
