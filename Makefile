@@ -140,7 +140,7 @@ $(PSD): $(BUILD)/daemon/main.o $(DAEMON_OBJ) $(PROTO_OBJ)
 
 # psctl speaks the protocol itself and reads the cluster's ini.
 $(PSCTL): $(BUILD)/daemon/psctl.o $(BUILD)/daemon/config.o \
-          $(BUILD)/daemon/inifile.o $(PROTO_OBJ)
+          $(BUILD)/daemon/inifile.o $(BUILD)/client/nodes.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_MP) $(LIBS_INI) -lm
 
 $(SOLIB): $(PIC_OBJ)

@@ -20,8 +20,10 @@
 #include <netinet/tcp.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "config.h"
+#include "../client/nodes.h"
 #include "../proto/auth.h"
 #include "../proto/frame.h"
 #include "../proto/msg.h"
@@ -52,7 +54,10 @@ static void usage(FILE *f)
         "(tables: the stats documents),\n  layout one object; nodes that do "
         "not answer are said on stderr.\n"
         "Exit status: 0 when every node answered (and saved), 1 when one did "
-        "not,\n2 for bad arguments (an ini it cannot read among them).\n"
+        "not,\n2 for bad arguments (an ini without a [cluster] nodes line among "
+        "them).\nAn ini psd would refuse is read as a client reads it (its "
+        "nodes and token),\nwith a warning, so that `psctl -c INI stats` "
+        "shows why a reload failed.\n"
         "-n NODE: only node NODE of the ini (with -s: the NODE-th address, "
         "from 0).\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
@@ -1295,15 +1300,66 @@ static int do_top(cluster *c, double interval, int count, int json)
 /* 0, or the exit status: 2 for an ini (or its token file) psctl cannot
  * take, like any other argument it cannot take, since 1 says that a node
  * did not answer; 1 when memory runs out. */
+/* Marks c's nodes unconnected: 0, or 1 when c->nodes could not be
+ * allocated. */
+static int nodes_ready(cluster *c)
+{
+    if (!c->nodes) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < c->n; i++) {
+        c->nodes[i].fd = -1;
+        c->nodes[i].index = -1;
+    }
+    return 0;
+}
+
+/* An ini psd would refuse (a bad edit, perhaps one a reload just turned
+ * down, which `psctl stats` is the way to see): the nodes and token as a
+ * client reads them (client/nodes.c: [cluster] nodes, [server]
+ * auth_token or auth_token_file, nothing else checked). */
+static int load_servers_leniently(cluster *c, const char *ini,
+                                  const char *strict_err)
+{
+    psc_servers sv;
+    char err[600];
+    struct stat st;
+    if (stat(ini, &st) || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "psctl: %s\n", strict_err);  /* no file to read */
+        return 2;
+    }
+    int rc = psc_servers_parse(ini, !token_len, &sv, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "psctl: %s\npsctl: %s\n", strict_err, err);
+        return rc == PSW_ENOMEM ? 1 : 2;
+    }
+    fprintf(stderr, "psctl: warning: %s (psd would refuse this file; "
+            "psctl uses its [cluster] nodes)\n", strict_err);
+    if (!token_len && sv.token_len) {
+        memcpy(token, sv.token, sv.token_len);
+        token_len = sv.token_len;
+    }
+    psw_wipe(sv.token, sizeof sv.token);
+    c->n = sv.nseeds;
+    c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
+    for (int i = 0; c->nodes && i < c->n; i++) {
+        int v6 = strchr(sv.seeds[i].host, ':') != NULL;
+        snprintf(c->nodes[i].addr, sizeof c->nodes[i].addr, "%s%s%s:%s",
+                 v6 ? "[" : "", sv.seeds[i].host, v6 ? "]" : "",
+                 sv.seeds[i].port);
+    }
+    free(sv.seeds);
+    return nodes_ready(c);
+}
+
 static int load_servers(cluster *c, const char *ini, const char *list)
 {
     if (ini) {
         psd_config cfg;
         char err[1024];
-        if (psd_config_load(&cfg, ini, err, sizeof err)) {
-            fprintf(stderr, "psctl: %s\n", err);
-            return 2;
-        }
+        if (psd_config_load(&cfg, ini, err, sizeof err))
+            return load_servers_leniently(c, ini, err);
         char why[300];
         if (!token_len && cfg.auth_token[0]) {
             token_len = strlen(cfg.auth_token);
@@ -1338,15 +1394,7 @@ static int load_servers(cluster *c, const char *ini, const char *list)
             p += n + (p[n] == ',');
         }
     }
-    if (!c->nodes) {
-        fprintf(stderr, "psctl: out of memory\n");
-        return 1;
-    }
-    for (int i = 0; i < c->n; i++) {
-        c->nodes[i].fd = -1;
-        c->nodes[i].index = -1;
-    }
-    return 0;
+    return nodes_ready(c);
 }
 
 /* The number after option `flag`, lo..hi, whole: -1 with a message

@@ -547,6 +547,47 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* After a bad edit that a reload turned down, `psctl -c` on that very
+ * file is how the operator sees why (`psctl stats`): psctl takes the
+ * nodes and token from it as a client does, with a warning, instead of
+ * refusing the whole file as psd does. */
+static void test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.emb]\ndim = 4\n"))
+        fail_msg("cluster did not start");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "echo 'lr = -1' >> '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    assert_true(cluster_log_wait(&c, 0, "reload failed", 10000));
+    int st;
+    char *o = run(&st, "%s -c %s stats 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl stats exit status");
+    if (!o || !strstr(o, "psctl: warning: ") ||
+        !strstr(o, "(psd would refuse this file; psctl uses its [cluster] "
+                   "nodes)") ||
+        !strstr(o, "last reload FAILED") || !strstr(o, "lr: unknown key"))
+        fail_msg("psctl stats on the refused ini: %s", o ? o : "");
+    free(o);
+    /* A file without nodes is still refused, with both reasons. */
+    snprintf(cmd, sizeof cmd, "%s.nonodes", c.ini);
+    FILE *f = fopen(cmd, "w");
+    assert_non_null(f);
+    fputs("[cluster]\nshards = x\n", f);
+    fclose(f);
+    o = run(&st, "%s -c %s ping 2>&1", psctl(), cmd);
+    EXPECT_INT(st, 2, "psctl on an ini without nodes");
+    if (!o || !strstr(o, "shards: expected") ||
+        !strstr(o, "no [cluster] nodes line"))
+        fail_msg("psctl on an ini without nodes: %s", o ? o : "");
+    free(o);
+    unlink(cmd);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* psctl --help names every option psctl takes: docs/durability.md sends
  * operators to `psctl save --timeout`, and the help is where they look. */
 static void test_psctl_help_names_every_option(void **state)
@@ -1930,6 +1971,7 @@ int main(void)
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(test_psctl_help_names_every_option),
+        cmocka_unit_test(test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse),
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
         cmocka_unit_test(test_psctl_top_json_prints_json_at_each_refresh),
