@@ -1546,7 +1546,12 @@ int main(int argc, char **argv)
     if (loaded)
         return loaded;
     if (only >= c.n) {
-        fprintf(stderr, "psctl: -n %d: the cluster has %d nodes\n", only, c.n);
+        if (ini)
+            fprintf(stderr, "psctl: -n %d: %s names %d node%s (0..%d)\n",
+                    only, ini, c.n, c.n == 1 ? "" : "s", c.n - 1);
+        else
+            fprintf(stderr, "psctl: -n %d: -s gives %d address%s (0..%d)\n",
+                    only, c.n, c.n == 1 ? "" : "es", c.n - 1);
         return 2;
     }
     int rc, bad = open_all(&c, 0);

@@ -1127,6 +1127,8 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
         { "-c /nonexistent/psd.ini ping", "psctl: /nonexistent/psd.ini: "
           "cannot open" },
         { "-c /etc/hosts ping", "psctl: /etc/hosts:1: " },
+        { "-s 127.0.0.1:1 -n 1 ping", "psctl: -n 1: -s gives 1 address "
+          "(0..0)" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int st;
