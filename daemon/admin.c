@@ -8,6 +8,7 @@
 
 #include "admin.h"
 #include "journal.h"
+#include "updater.h"
 #include "../proto/status.h"
 
 /* ---- a growing text ------------------------------------------------- */
@@ -314,7 +315,7 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
             "\"pushes\": %llu, \"pulls\": %llu, \"keys_pushed\": %llu, "
             "\"keys_pulled\": %llu, \"errors\": %llu, \"pushes_per_s\": %.1f, "
             "\"pulls_per_s\": %.1f, \"keys_pushed_per_s\": %.1f, "
-            "\"keys_pulled_per_s\": %.1f}",
+            "\"keys_pulled_per_s\": %.1f",
             tc->dense ? "dense" : "sparse", tc->dim,
             psd_updater_name(tc->upd.kind),
             psd_consistency_name(tc->consistency),
@@ -326,6 +327,15 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
             (unsigned long long)ts->errors, rate(r, at + T_PUSHES),
             rate(r, at + T_PULLS), rate(r, at + T_KEYS_PUSHED),
             rate(r, at + T_KEYS_PULLED));
+        /* The hyper-parameters in force (a reload may have changed them,
+         * on some nodes and not others). */
+        const char *pn[PSD_UPDATER_PARAMS_MAX];
+        double pv[PSD_UPDATER_PARAMS_MAX];
+        int np = psd_updater_params_list(&tc->upd, pn, pv);
+        put(b, ", \"params\": {");
+        for (int k = 0; k < np; k++)
+            put(b, "%s\"%s\": %.7g", k ? ", " : "", pn[k], pv[k]);
+        put(b, "}}");
     }
     put(b, "],\n \"workers\": {\"expected\": %d, \"clock\": %llu, "
         "\"barrier\": %llu, \"list\": [", n->sync.nworkers,
@@ -566,6 +576,19 @@ static void info_text(psd_admin *a, tbuf *b)
     put(b, "psd_journal_error_info{node=\"%d\",error=\"", n->index);
     put_label(b, n->journal_error);
     put(b, "\"} 1\n");
+    metric_head(b, "psd_table_info", "gauge", "A table's updater and the "
+                "hyper-parameters in force on this node (after reloads).");
+    for (int t = 0; t < n->ntables; t++) {
+        const psd_table_conf *tc = psd_table_conf_get(n->tables[t]);
+        const char *pn[PSD_UPDATER_PARAMS_MAX];
+        double pv[PSD_UPDATER_PARAMS_MAX];
+        int np = psd_updater_params_list(&tc->upd, pn, pv);
+        put(b, "psd_table_info{node=\"%d\",table=\"%s\",updater=\"%s\","
+            "params=\"", n->index, tc->name, psd_updater_name(tc->upd.kind));
+        for (int k = 0; k < np; k++)
+            put(b, "%s%s %.7g", k ? ", " : "", pn[k], pv[k]);
+        put(b, "\"} 1\n");
+    }
     metric_head(b, "psd_config_reload_error_info", "gauge", "Why the file "
                 "of the last SIGHUP was refused (empty after one that "
                 "took).");

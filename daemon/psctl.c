@@ -41,7 +41,8 @@ static void usage(FILE *f)
         "commands:\n"
         "  ping     round trip to every node\n"
         "  layout   nodes, shards and tables, as the cluster describes itself\n"
-        "  tables   per table: rows, memory, pushes/pulls and keys per second\n"
+        "  tables   per table: rows, memory, pushes/pulls and keys per second;\n"
+        "           its updater and the hyper-parameters in force\n"
         "  stats    per node: memory, connections, rates, service times,\n"
         "           workers, snapshot and journal\n"
         "  save     every node writes a snapshot now; waits for the result\n"
@@ -483,7 +484,7 @@ static void node_close(node *nd)
 
 typedef struct sample {
     char name[64];
-    char labels[192];            /* inside the braces */
+    char labels[384];            /* inside the braces */
     double v;
 } sample;
 
@@ -561,6 +562,30 @@ static double get(const samples *ss, const char *name, const char *want)
 /* The value of label key in the sample called name of node idx,
  * unescaped. Matched on the node too: the samples of every node are in
  * one list (fetch_all), and each node has its own data_dir, errors. */
+/* The value of label `key` in labels (unescaped), or "". */
+static void label_value(const char *labels, const char *key, char *out,
+                        size_t len)
+{
+    char k[64];
+    snprintf(k, sizeof k, ",%s=\"", key);
+    /* The first label has no comma before it. */
+    size_t kl = strlen(k + 1);
+    const char *p = !strncmp(labels, k + 1, kl) ? labels : strstr(labels, k);
+    out[0] = '\0';
+    if (!p)
+        return;
+    p += kl + (p != labels);
+    size_t o = 0;
+    for (; *p && *p != '"' && o + 1 < len; p++) {
+        if (*p == '\\' && p[1]) {
+            p++;
+            out[o++] = *p == 'n' ? '\n' : *p;
+        } else
+            out[o++] = *p;
+    }
+    out[o] = '\0';
+}
+
 static void get_label(const samples *ss, const char *name, int idx,
                       const char *key, char *out, size_t len)
 {
@@ -572,21 +597,7 @@ static void get_label(const samples *ss, const char *name, int idx,
         if (strcmp(ss->s[i].name, name) || strncmp(l, me, mel) ||
             (l[mel] && l[mel] != ','))
             continue;
-        char k[64];
-        snprintf(k, sizeof k, "%s=\"", key);
-        const char *p = strstr(ss->s[i].labels, k);
-        if (!p)
-            return;
-        p += strlen(k);
-        size_t o = 0;
-        for (; *p && *p != '"' && o + 1 < len; p++) {
-            if (*p == '\\' && p[1]) {
-                p++;
-                out[o++] = *p == 'n' ? '\n' : *p;
-            } else
-                out[o++] = *p;
-        }
-        out[o] = '\0';
+        label_value(l, key, out, len);
         return;
     }
 }
@@ -754,6 +765,36 @@ static void print_node(const node *nd, int i, const samples *ss)
                "%s\n", rerr);
 }
 
+/* Per table, its updater and the hyper-parameters in force, as the first
+ * node that answered has them, and every other node whose differ (a
+ * reload that reached only some nodes). */
+static void print_params(const psw_cluster *l, const samples *all)
+{
+    printf("%-20s %-8s %s\n", "table", "updater", "hyper-parameters in force");
+    for (int t = 0; t < l->ntables; t++) {
+        char lab[96], first[192] = "", upd[32] = "", other[192], at[16];
+        int have = 0;
+        snprintf(lab, sizeof lab, "table=\"%s\"", l->tables[t].name);
+        for (int i = 0; i < all->n; i++) {
+            const sample *s = &all->s[i];
+            if (strcmp(s->name, "psd_table_info") || !strstr(s->labels, lab))
+                continue;
+            if (!have++) {
+                label_value(s->labels, "updater", upd, sizeof upd);
+                label_value(s->labels, "params", first, sizeof first);
+                printf("%-20s %-8s %s\n", l->tables[t].name, upd,
+                       first[0] ? first : "-");
+                continue;
+            }
+            label_value(s->labels, "params", other, sizeof other);
+            label_value(s->labels, "node", at, sizeof at);
+            if (strcmp(other, first))
+                printf("%-20s %-8s node %s differs: %s\n", "", "", at,
+                       other[0] ? other : "-");
+        }
+    }
+}
+
 /* Per table, summed over the nodes that answered. */
 static void print_tables(const psw_cluster *l, const samples *all)
 {
@@ -786,6 +827,7 @@ static void print_tables(const psw_cluster *l, const samples *all)
                d->dense ? "dense" : "sparse", d->dim, rows, mib(bytes),
                human(pu), human(pl), human(ki), human(ko));
     }
+    print_params(l, all);
 }
 
 /* ---- commands ------------------------------------------------------------ */

@@ -28,6 +28,38 @@ int psd_updater_has_step(psd_updater_kind kind)
     return kind == PSD_UPD_ADAM;
 }
 
+int psd_updater_params_list(const psd_updater_params *p, const char **names,
+                            double *values)
+{
+    int n = 0;
+#define PARAM(name) (names[n] = #name, values[n++] = (double)p->name)
+    switch (p->kind) {
+    case PSD_UPD_SGD:
+        PARAM(lr);
+        break;
+    case PSD_UPD_ADAGRAD:
+        PARAM(lr);
+        PARAM(epsilon);
+        break;
+    case PSD_UPD_ADAM:
+        PARAM(lr);
+        PARAM(beta1);
+        PARAM(beta2);
+        PARAM(epsilon);
+        break;
+    case PSD_UPD_FTRL:
+        PARAM(lr);
+        PARAM(beta);
+        PARAM(l1);
+        PARAM(l2);
+        break;
+    default:
+        break;
+    }
+#undef PARAM
+    return n;
+}
+
 static void update_sum(float *restrict w, const psd_ufloat *restrict g,
                        uint32_t dim)
 {

@@ -19,6 +19,14 @@ unsigned psd_updater_state_per_float(psd_updater_kind kind);
 /* Whether the updater keeps a per-row step counter (adam's t). */
 int psd_updater_has_step(psd_updater_kind kind);
 
+/* The hyper-parameters p's kind reads, named as in the ini (lr, beta1,
+ * beta2, epsilon, l1, l2, beta), into names and values (room for
+ * PSD_UPDATER_PARAMS_MAX each); returns how many (0 for sum and assign).
+ * For operators: what a node runs with, after reloads. */
+#define PSD_UPDATER_PARAMS_MAX 4
+int psd_updater_params_list(const psd_updater_params *p, const char **names,
+                            double *values);
+
 /* Applies the pushed row g (dim floats, any alignment, not overlapping w
  * or state) to weights w (dim floats).
  * state points at dim * psd_updater_state_per_float() floats laid out as

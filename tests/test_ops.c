@@ -547,6 +547,58 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
+/* The hyper-parameters each node runs with, after reloads, are visible:
+ * `psctl tables` names them and says which node differs (a SIGHUP that
+ * reached only some nodes), `--json stats` and /metrics carry them. */
+static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
+{
+    (void)state;
+    int mport = cluster_free_port();
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "[server]\nmetrics_listen = 127.0.0.1:%d, 127.0.0.1:%d\n"
+             "[table.emb]\ndim = 4\nupdater = adam\nlr = 0.001\n"
+             "[table.w]\nkind = dense\nrows = 10\ndim = 1\n", mport,
+             cluster_free_port());
+    test_cluster c;
+    if (cluster_start(&c, 2, 4, extra))
+        fail_msg("cluster did not start");
+    int st;
+    char *o = run(&st, "%s -c %s tables", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl tables exit status");
+    if (!o || !strstr(o, "adam     lr 0.001, beta1 0.9, beta2 0.999, "
+                         "epsilon 1e-08\n") || strstr(o, "differs"))
+        fail_msg("psctl tables before the reload: %s", o ? o : "");
+    free(o);
+    /* Node 1 alone reloads a new lr. */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^lr = 0.001$/lr = 0.002/' '%s'",
+             c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[1], SIGHUP);
+    assert_true(cluster_log_wait(&c, 1, "reloaded", 10000));
+    o = run(&st, "%s -c %s tables", psctl(), c.ini);
+    if (!o || !strstr(o, "adam     lr 0.001, beta1") ||
+        !strstr(o, "node 1 differs: lr 0.002, beta1 0.9"))
+        fail_msg("psctl tables after node 1 reloaded: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s -c %s --json stats | python3 -c 'import json,sys; "
+            "d = json.load(sys.stdin); print([t[\"params\"] for n in d "
+            "for t in n[\"tables\"]])'", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl --json stats through python3");
+    if (!o || !strstr(o, "[{'lr': 0.001, 'beta1': 0.9, 'beta2': 0.999, "
+                         "'epsilon': 1e-08}, {}, {'lr': 0.002, "))
+        fail_msg("psctl --json stats params: %s", o ? o : "");
+    free(o);
+    char *m = http_get(mport, "/metrics");
+    if (!m || !strstr(m, "psd_table_info{node=\"0\",table=\"emb\","
+                         "updater=\"adam\",params=\"lr 0.001, beta1 0.9, "
+                         "beta2 0.999, epsilon 1e-08\"} 1"))
+        fail_msg("/metrics has no psd_table_info for emb: %s", m ? m : "");
+    free(m);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
 /* After a bad edit that a reload turned down, `psctl -c` on that very
  * file is how the operator sees why (`psctl stats`): psctl takes the
  * nodes and token from it as a client does, with a warning, instead of
@@ -1974,6 +2026,7 @@ int main(void)
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(test_psctl_help_names_every_option),
         cmocka_unit_test(test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse),
+        cmocka_unit_test(test_psctl_shows_the_hyper_parameters_in_force),
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
         cmocka_unit_test(test_psctl_top_json_prints_json_at_each_refresh),
