@@ -978,6 +978,17 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
              c->heartbeat_ms);
         return -1;
     }
+    /* fsync says when the journal reaches the disk; with durability =
+     * snapshot there is none, and an operator who set fsync = always
+     * believes each push is on disk when it is acknowledged. (The other
+     * values promise nothing per push: the annotated conf/psd.ini sets
+     * the default everysec beside durability = snapshot.) */
+    const entry *fs = server ? find_entry(server, "fsync") : NULL;
+    if (fs && c->fsync == PSD_FSYNC_ALWAYS && c->durability != PSD_DUR_LOG &&
+        note(p, c, fs->line, "[server] fsync = always has no effect unless "
+             "durability = log (it is snapshot: pushes acknowledged since "
+             "the last snapshot are lost in a crash)") < 0)
+        return -1;
     /* Dense shard ranges compute rows * shards (proto/layout.h). */
     for (int i = 0, k = 0; i < n; i++) {
         const section *s = &secs[i];

@@ -1110,6 +1110,31 @@ static void test_listen_may_repeat_an_address_across_hosts(void **state)
     psd_config_destroy(&c);
 }
 
+/* fsync = always without a journal: an operator who believes every
+ * acknowledged push is on disk hears that it is not. */
+static void test_fsync_always_without_a_journal_earns_a_note(void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    assert_int_equal(load_text(EMB "[server]\nfsync = always\n", &c, path,
+                               err), 0);
+    EXPECT_INT(c.nnotes, 1, "notes");
+    char want[PATH_LEN + 160];
+    snprintf(want, sizeof want, "%s:6: [server] fsync = always has no "
+             "effect unless durability = log (it is snapshot: pushes "
+             "acknowledged since the last snapshot are lost in a crash)",
+             path);
+    EXPECT_SUBSTR(c.notes[0], want, "the note");
+    psd_config_destroy(&c);
+    load_ok(EMB "[server]\nfsync = always\ndurability = log\n", &c);
+    EXPECT_INT(c.nnotes, 0, "notes with durability = log");
+    psd_config_destroy(&c);
+    load_ok(EMB "[server]\nfsync = everysec\n", &c);
+    EXPECT_INT(c.nnotes, 0, "notes with the default fsync");
+    psd_config_destroy(&c);
+}
+
 static void test_staleness_off_ssp_earns_a_note_with_its_line(void **state)
 {
     (void)state;
@@ -1466,6 +1491,7 @@ int main(void)
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),
+        cmocka_unit_test(test_fsync_always_without_a_journal_earns_a_note),
         cmocka_unit_test(
             test_aggregate_mean_off_bsp_earns_a_note_with_its_line),
         cmocka_unit_test(test_listen_gives_each_node_its_bind_address),
