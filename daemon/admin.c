@@ -508,7 +508,8 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_snapshot_generation", "gauge", "Generation of the newest "
            "good snapshot (0: none).", i, (double)d->generation);
     metric(b, "psd_snapshot_age_seconds", "gauge", "Age of the newest good "
-           "snapshot (-1: none).", i,
+           "snapshot, or since a periodic tick found it current (nothing "
+           "changed since; -1: none).", i,
            snapshot_age(d));
     metric(b, "psd_snapshots_total", "counter", "Snapshots written.", i,
            (double)d->snapshots);

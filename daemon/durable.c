@@ -192,6 +192,7 @@ static void child_done(psd_durable *d, int ok, const char *text)
         d->st.last_seconds = secs;
         d->st.last_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
         d->st.last_error[0] = '\0';
+        d->saved_changes = d->child_changes;
         if (d->unbased && d->node->journal)
             psd_journal_hold(d->node->journal, NULL);
         d->unbased = 0;
@@ -294,6 +295,7 @@ void psd_durable_snapshot(psd_durable *d)
     }
     d->child_gen = d->st.generation + 1;
     d->child_seq = seq;
+    d->child_changes = d->node->changes;
     d->child_start_ns = uv_hrtime();
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -346,9 +348,24 @@ void psd_durable_snapshot(psd_durable *d)
               (int)pid);
 }
 
+/* A periodic tick on a node where nothing changed since the newest good
+ * snapshot (one idle between jobs, or after training) would write the
+ * same image again, a whole model's worth of disk every interval: the
+ * snapshot on disk is current, and the tick says so instead (its age
+ * starts over). After a failed snapshot, or with the journal waiting for
+ * one (unbased), the tick takes one as before. */
 static void on_interval(uv_timer_t *t)
 {
-    psd_durable_snapshot(t->data);
+    psd_durable *d = t->data;
+    if (!d->child && d->saved_changes == d->node->changes &&
+        !d->st.last_error[0] && !d->unbased) {
+        d->st.last_ok_ms = wall_ms();
+        psd_debug("snapshot %llu is current (nothing changed since): the "
+                  "periodic one is skipped",
+                  (unsigned long long)d->st.generation);
+        return;
+    }
+    psd_durable_snapshot(d);
 }
 
 /* Whether the journal segment being written has reached
@@ -510,6 +527,7 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     memset(d, 0, sizeof *d);
     d->loop = loop;
     d->node = n;
+    d->saved_changes = UINT64_MAX;
     d->fsync_mode = n->cfg.fsync;
     d->log = n->cfg.durability == PSD_DUR_LOG;
     d->durable_moved = durable_moved;

@@ -19,7 +19,9 @@ typedef struct psd_durable_stats {
     uint64_t snapshots;          /* written since start */
     uint64_t snapshot_failures;
     uint64_t generation;         /* of the newest good snapshot, 0: none */
-    uint64_t last_ok_ms;         /* wall clock of the newest good one */
+    uint64_t last_ok_ms;         /* wall clock of the newest good one, or
+                                    of the last periodic tick that found
+                                    nothing changed since (it is current) */
     uint64_t last_bytes;
     double last_seconds;         /* how long its writing took */
     double last_pause_ms;        /* how long the loop stopped for fork() */
@@ -53,6 +55,10 @@ typedef struct psd_durable {
     pid_t child;                 /* the writer running, or 0 */
     int child_pipe;              /* its error text */
     uint64_t child_gen, child_seq;
+    uint64_t child_changes;      /* the node's changes when it forked */
+    uint64_t saved_changes;      /* ... when the newest good snapshot
+                                    forked (UINT64_MAX: none since start,
+                                    which may have replayed a journal) */
     uint64_t next_seq;           /* the journal segment after the replayed
                                     ones */
     uint64_t child_start_ns;

@@ -60,6 +60,11 @@ typedef struct psd_node {
     uint64_t shape;              /* hash of node count, shards and tables:
                                     what a snapshot or journal must match */
     psd_sync sync;               /* workers, clocks, barriers */
+    uint64_t changes;            /* counts what may change what a snapshot
+                                    holds (pushes, clocks, barriers, leaves,
+                                    joins, lost connections, expired
+                                    graces, reloads): a periodic snapshot
+                                    is skipped while it stands still */
     psd_dedup *dedup;            /* applied pushes per client */
     struct psd_held *held;       /* held replies, oldest first (request.c) */
     psd_stats stats;

@@ -776,6 +776,7 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
                       uint64_t now_ms, psw_cluster *reply, char *why,
                       size_t whylen)
 {
+    n->changes++;                /* a worker joins, a client attaches */
     if (h->worker >= 0) {
         int rc = psd_sync_join(&n->sync, h->worker, h->client_id, ss,
                                ss->peer, why, whylen);
@@ -851,6 +852,13 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
     uint64_t t = now_ns();
     for (int i = 0; i < count; i++) {
         int session = psw_op_has(m[i].op, PSW_OPF_SESSION);
+        /* Pulls, PINGs and operators' commands change nothing saved. Nor
+         * does an ACK that matters: it lets the node forget pushes it
+         * remembers, and a snapshot without it only remembers more (the
+         * client never sends an acknowledged request again); counting
+         * it would count every pull, which moves the client's mark. */
+        if (psw_op_has(m[i].op, PSW_OPF_PUSHES | PSW_OPF_CONTROL))
+            n->changes++;
         if (!session)
             reply_room(n, ss, reply_bound(n, &m[i]));
         dispatch(n, ss, &m[i], now_ms, &bad);
@@ -870,6 +878,7 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
 
 void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
 {
+    n->changes++;                /* a client detaches, a worker is lost */
     psd_held **pp = &n->held;
     while (*pp) {
         psd_held *h = *pp;
@@ -905,6 +914,7 @@ void psd_request_tick(psd_node *n, uint64_t now_ms)
 {
     if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, holding(n),
                       WAIT_LOG_MS)) {
+        n->changes++;            /* a worker's grace ran out */
         (void)psd_node_journal_workers(n);
         advance(n, now_ms);
     }

@@ -576,6 +576,68 @@ static void test_a_stop_during_a_periodic_snapshot_waits_then_writes_its_own(
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* How many snapshots node i's log says were written so far. */
+static int snapshots_written(test_cluster *c, int i)
+{
+    char *log = cluster_log(c, i);
+    int k = 0;
+    for (const char *p = log; p && (p = strstr(p, " written: ")); p++)
+        k++;
+    free(log);
+    return k;
+}
+
+/* A node where nothing changed since its last snapshot (idle between
+ * jobs, or after training) does not write the same image again at every
+ * snapshot_interval, a whole model's worth of disk each time: pulls and
+ * heartbeats change nothing. The next push brings the periodic snapshot
+ * back, and a crash after it loses nothing of that push. */
+static void test_an_idle_node_skips_periodic_snapshots_until_a_change(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "snapshot_interval = 1\n");
+    ps_options o = client_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = 7;
+    float one = 1.0f, v = 0.0f;
+    EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)), PS_OK,
+               "the first push");
+    EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 1 written", 5000), 1,
+               "the first periodic snapshot");
+    /* The push's ACK goes out with a heartbeat (100 ms) and may earn one
+     * more snapshot; after that the node is idle. */
+    sleep_ms(1500);
+    int before = snapshots_written(&c, 0);
+    for (int k = 0; k < 30; k++) {
+        EXPECT_INT(ps_wait(cl, ps_pull(cl, t, &key, 1, &v, NULL, NULL)),
+                   PS_OK, "a pull while idle");
+        sleep_ms(100);
+    }
+    EXPECT_INT(snapshots_written(&c, 0), before,
+               "snapshots written in 3 s of pulls (snapshot_interval = 1)");
+    EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)), PS_OK,
+               "a push after the idle time");
+    for (int k = 0; k < 50 && snapshots_written(&c, 0) == before; k++)
+        sleep_ms(100);
+    EXPECT_INT(snapshots_written(&c, 0), before + 1,
+               "snapshots written within 5 s of the push");
+    ps_close(cl);
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, t, &key, 1, &v, NULL, NULL)), PS_OK,
+               "a pull after the restart");
+    EXPECT_FLOAT(v, 2.0f, "both pushes, from the snapshot after the idle "
+                 "time");
+    ps_close(cl);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* The file size limit of a running psd, as a full disk would. */
 static void set_fsize(pid_t pid, rlim_t limit)
 {
@@ -1445,6 +1507,8 @@ int main(void)
             test_snapshots_killed_at_random_moments_load_old_or_new_whole),
         cmocka_unit_test(
             test_a_stop_during_a_periodic_snapshot_waits_then_writes_its_own),
+        cmocka_unit_test(
+            test_an_idle_node_skips_periodic_snapshots_until_a_change),
         cmocka_unit_test(test_a_full_disk_refuses_pushes_and_loses_nothing),
         cmocka_unit_test(test_a_stop_does_not_wait_for_a_full_disk),
         cmocka_unit_test_teardown(
