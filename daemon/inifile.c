@@ -167,8 +167,12 @@ static int classify(reader *p, const char *buf, size_t n)
 }
 
 /* inih's reader callback: reads one physical line into buf (size bytes).
- * A line that does not fit with room for "\r\n" is refused, never split;
- * so is a NUL byte. Returns buf, or NULL to stop at EOF or after an error. */
+ * A line that does not fit with room for "\r\n" is refused, never split
+ * (and not read on: a file of one endless line, /dev/zero, ends there);
+ * so is a control character (a NUL byte, or any below space but the tab,
+ * or DEL: a binary file given as the ini, which the error would otherwise
+ * echo to a terminal). Returns buf, or NULL to stop at EOF or after an
+ * error. */
 static char *read_line(char *buf, int size, void *stream)
 {
     reader *p = stream;
@@ -177,10 +181,11 @@ static char *read_line(char *buf, int size, void *stream)
     size_t max = (size_t)size - 3, n = 0;
     int ch = EOF, too_long = 0, nul = 0;
     while ((ch = getc(p->f)) != EOF) {
-        if (n < (size_t)size - 1)
-            buf[n++] = (char)ch;
-        else
+        if (n == (size_t)size - 1) {
             too_long = 1;
+            break;
+        }
+        buf[n++] = (char)ch;
         if (ch == '\n')
             break;
         if (ch == '\0')
@@ -206,6 +211,14 @@ static char *read_line(char *buf, int size, void *stream)
     if (nul) {
         fail(p->ini, p->line, "unexpected NUL byte");
         return NULL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            fail(p->ini, p->line, "unexpected control character 0x%02x "
+                 "(byte %zu of the line)", c, i + 1);
+            return NULL;
+        }
     }
     return classify(p, buf, n) == 0 ? buf : NULL;
 }

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <sys/stat.h>
 
@@ -311,6 +313,13 @@ static const error_case error_cases[] = {
     { "nul_byte_is_refused_with_its_line",
       NUL_TEXT, sizeof NUL_TEXT - 1, 4,
       "unexpected NUL byte", 1 },
+    /* A binary file given as the ini: its bytes never reach a terminal. */
+    { "control_character_is_refused_without_echoing_it",
+      CLUSTER "[server]\nlog_level = info\x1b[31m\n", 0, 4,
+      "unexpected control character 0x1b (byte 17 of the line)", 1 },
+    { "carriage_return_inside_a_line_is_refused",
+      CLUSTER "[server]\nlog_level = in\rfo\r\n", 0, 4,
+      "unexpected control character 0x0d (byte 15 of the line)", 1 },
     /* line length */
     { "overlong_comment_line_is_refused_with_its_line_number",
       CLUSTER "[server]\n; " X250 "\nlog_level = info\n", 0, 4,
@@ -1029,6 +1038,29 @@ static void test_short_error_buffer_is_truncated_safely(void **state)
     unlink(path);
 }
 
+/* A file of one endless line (psd --check -c /dev/zero) is refused at
+ * its first overlong line, not read for ever: the load runs in a child
+ * that an alarm ends if it does not return. */
+static void test_an_endless_line_is_refused_without_reading_on(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(30);
+        psd_config c;
+        char err[ERRLEN];
+        int rc = psd_config_load(&c, "/dev/zero", err, sizeof err);
+        _exit(rc && strstr(err, "/dev/zero:1: line too long (max ") ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("loading /dev/zero: %s %d", WIFSIGNALED(st)
+                 ? "killed by signal (the alarm: it read on)" : "exit status",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+}
+
 static void test_destroy_is_safe_on_a_zeroed_config(void **state)
 {
     (void)state;
@@ -1489,6 +1521,7 @@ int main(void)
         cmocka_unit_test(test_missing_file_is_reported_without_a_line),
         cmocka_unit_test(test_short_error_buffer_is_truncated_safely),
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
+        cmocka_unit_test(test_an_endless_line_is_refused_without_reading_on),
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),
         cmocka_unit_test(test_fsync_always_without_a_journal_earns_a_note),
