@@ -450,11 +450,20 @@ static int parse_init(parser *p, const section *s, const entry *e,
         bad_value(p, s, e, st, NULL);
         return -1;
     }
-    if (n != want || (want >= 2 && parse_float(tok[1], &a) < 0) ||
-        (want >= 3 && parse_float(tok[2], &b) < 0)) {
+    if (n != want) {
         bad_value(p, s, e, st, NULL);
         return -1;
     }
+    for (int k = 1; k < want; k++)
+        if (parse_float(tok[k], k == 1 ? &a : &b) < 0) {
+            /* Say which number, and why: "nan" is a number strtod reads,
+             * and an initial row must be finite. */
+            char why[120];
+            snprintf(why, sizeof why, "%s: \"%.40s\" is not a finite number "
+                     "(within +-3.4e38)", tok[0], tok[k]);
+            bad_value(p, s, e, st, why);
+            return -1;
+        }
     if (kind == PSD_INIT_UNIFORM && !(a < b)) {
         bad_value(p, s, e, st, "uniform needs LO < HI");
         return -1;

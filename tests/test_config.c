@@ -634,6 +634,10 @@ static const error_case error_cases[] = {
       EMB "init = gaussian 0 1\n", 0, 5, "got \"gaussian 0 1\"", 0 },
     { "uniform_with_nan_bound_is_refused",
       EMB "init = uniform 0 nan\n", 0, 5, "got \"uniform 0 nan\"", 0 },
+    { "constant_nan_says_the_number_must_be_finite",
+      EMB "init = constant nan\n", 0, 5,
+      "[table.emb] init: constant: \"nan\" is not a finite number (within "
+      "+-3.4e38), got \"constant nan\"", 1 },
 };
 
 #define NERROR_CASES (sizeof error_cases / sizeof error_cases[0])
