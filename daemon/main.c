@@ -194,9 +194,12 @@ int main(int argc, char **argv)
                 rc = psd_journal_check(dir, i, psd_config_shape(&cfg),
                                        seq ? seq : 1, why, sizeof why);
             if (rc < 0) {
-                fprintf(stderr, "%s (node %d cannot start from it: restore "
-                        "the ini that wrote it, or start that node with "
-                        "--skip-snapshot to set its files aside)\n", why, i);
+                /* Not always the ini: a snapshot may be missing or
+                 * damaged while the file is as it was. */
+                fprintf(stderr, "%s (node %d cannot start from its files: put "
+                        "back what changed or is missing, the ini or the "
+                        "file named, or start that node with --skip-snapshot "
+                        "to set its files aside)\n", why, i);
                 bad++;
             } else if (rc == 2) {
                 /* Not proof of anything: psd may run as another user. */

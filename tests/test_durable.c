@@ -1172,6 +1172,9 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     expect_refusal(&c, snap, "another layout");
     /* psd --check says so before a start is tried. */
     expect_psd_check(&c, 0, NULL, 1, "another layout");
+    expect_psd_check(&c, 0, NULL, 1, "(node 0 cannot start from its files: "
+                     "put back what changed or is missing, the ini or the "
+                     "file named, or start that node with --skip-snapshot");
     expect_psd_check(&c, -1, NULL, 1, snap);
     expect_psd_check(&c, 0, "--skip-snapshot", 0, "OK");
     /* Run by a user who may not read the data folder (psd may run as
