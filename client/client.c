@@ -50,7 +50,8 @@ static _Thread_local struct err_slot {
     const ps_client *c;
     uint64_t id;                 /* c->client_id */
     uint64_t written;            /* tls_err_writes when last written */
-    char msg[256];
+    char msg[1024];              /* a failed push names its nodes and
+                                    whether it was applied in part */
 } tls_err[ERR_SLOTS];
 static _Thread_local uint64_t tls_err_writes;
 
@@ -296,7 +297,7 @@ int ps_wait_all_timeout(ps_client *c, int timeout_ms)
 {
     if (!c)
         return PS_EINVAL;
-    char err[256];
+    char err[sizeof c->cu.first_error_text];
     int st = psc_customer_wait_all(&c->cu, timeout_ms, err, sizeof err);
     if (st < 0)
         psc_set_error(c, "%s", err);
@@ -346,8 +347,13 @@ void ps_close(ps_client *c)
 
 int ps_table(ps_client *c, const char *name, ps_table_info *info)
 {
-    if (!c || !name)
+    if (!c)
         return PS_EINVAL;
+    if (!name) {
+        /* Said, or ps_last_error would show an earlier failure's text. */
+        psc_set_error(c, "ps_table: the table name is NULL");
+        return PS_EINVAL;
+    }
     for (int i = 0; i < c->cluster.ntables; i++) {
         const psw_table_desc *t = &c->cluster.tables[i];
         if (strcmp(t->name, name))
@@ -483,7 +489,7 @@ int ps_wait_timeout(ps_client *c, ps_ts ts, int timeout_ms)
 {
     if (!c)
         return PS_EINVAL;
-    char err[256];
+    char err[sizeof c->cu.first_error_text];   /* as psc_failure's text */
     int st = psc_customer_wait(&c->cu, ts, timeout_ms, err, sizeof err);
     if (st < 0)
         psc_set_error(c, "%s", err);
@@ -558,8 +564,13 @@ int ps_clock(ps_client *c)
  * node(s) added. */
 static int collect(ps_client *c, int node, ps_stats_t *out)
 {
-    if (!c || !out)
+    if (!c)
         return PS_EINVAL;
+    if (!out) {
+        psc_set_error(c, "%s: the place for the figures is NULL",
+                      node < 0 ? "ps_stats" : "ps_stats_node");
+        return PS_EINVAL;
+    }
     psc_stats wire, all;
     if (psc_io_stats(c, node, &wire))
         return PS_EINVAL;        /* ps_stats_node checked node first */

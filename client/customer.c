@@ -151,6 +151,26 @@ static void enqueue(psc_customer *cu, psc_part *p)
 
 /* Appends note to the request's error text (left as it is when memory
  * runs out: the status still says what happened). */
+/* Copies src into dst (size bytes); a text too long keeps its start and
+ * its end around " ... ": a failure's end says what matters most to the
+ * caller ("it was applied in part"), and its start which request and
+ * node. */
+static void fit_text(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+    if (n < size) {
+        memcpy(dst, src, n + 1);
+        return;
+    }
+    static const char gap[] = " ... ";
+    size_t room = size - 1 - (sizeof gap - 1), head = room / 2;
+    size_t tail = room - head;
+    memcpy(dst, src, head);
+    memcpy(dst + head, gap, sizeof gap - 1);
+    memcpy(dst + head + sizeof gap - 1, src + n - tail, tail);
+    dst[size - 1] = '\0';
+}
+
 static void append_error(psc_req *r, const char *note)
 {
     size_t old = r->error ? strlen(r->error) : 0, n = strlen(note);
@@ -325,16 +345,20 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
                 cu->fails_forgotten = f->ts;  /* overwritten: forgotten */
             f->ts = r->ts;
             f->status = r->status;
-            snprintf(f->text, sizeof f->text, "%s", why);
+            fit_text(f->text, sizeof f->text, why);
         }
         if (cu->first_error == PS_OK) {
             /* Named once: the I/O thread's texts may name it already. */
-            char name[32];
+            char name[32], *named = NULL;
             int l = snprintf(name, sizeof name, "request %lld: ",
                              (long long)r->ts);
             cu->first_error = r->status;
-            snprintf(cu->first_error_text, sizeof cu->first_error_text,
-                     "%s%s", strncmp(why, name, (size_t)l) ? name : "", why);
+            if (strncmp(why, name, (size_t)l) &&
+                (named = malloc((size_t)l + strlen(why) + 1)))
+                sprintf(named, "%s%s", name, why);
+            fit_text(cu->first_error_text, sizeof cu->first_error_text,
+                     named ? named : why);
+            free(named);
         }
     }
     /* Woken after mu is let go: a waiter on this CPU that ran at once

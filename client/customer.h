@@ -22,7 +22,7 @@
 typedef struct psc_failure {
     ps_ts ts;
     int status;
-    char text[200];
+    char text[320];              /* fit_text: a longer one keeps its end */
 } psc_failure;
 
 /* A thread inside psc_customer_wait. It sleeps on the customer's
@@ -65,7 +65,7 @@ typedef struct psc_customer {
     size_t inflight_bytes;
     size_t max_inflight_bytes;
     int first_error;             /* since the last psc_customer_wait_all */
-    char first_error_text[200];
+    char first_error_text[320];  /* fit_text, as psc_failure's */
     psc_failure *fails;          /* ring of PSC_FAIL_RING, made on demand */
     uint64_t nfails;
     ps_ts fails_forgotten;       /* newest failure pushed out of the ring */

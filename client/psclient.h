@@ -188,7 +188,9 @@ PS_API ps_ts ps_pull(ps_client *c, int table, const uint64_t *keys, size_t n,
  * round trip. */
 PS_API ps_ts ps_pushpull(ps_client *c, int table, const uint64_t *keys, size_t n,
                          const float *grads, float *out, ps_done_fn cb, void *arg);
-/* Dense tables: rows first..first+count-1, no key lists on the wire. */
+/* Dense tables: rows first..first+count-1, no key lists on the wire.
+ * count 0 is PS_EINVAL, as n = 0 keys is for ps_push; rows past the table
+ * are PS_EKEY. */
 PS_API ps_ts ps_push_range(ps_client *c, int table, uint64_t first, uint64_t count,
                            const float *vals, ps_done_fn cb, void *arg);
 PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t count,

@@ -386,7 +386,8 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
     }
     if (count == 0 || first >= t->rows || count > t->rows - first) {
         psw_range_error(err, errlen, t->name, first, count, t->rows);
-        return PS_EKEY;
+        /* No rows is a bad argument, as no keys is for ps_push. */
+        return count == 0 ? PS_EINVAL : PS_EKEY;
     }
     /* A run is a stretch of consecutive non-empty shards on one node;
      * with more than one node every shard is its own run. */

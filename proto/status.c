@@ -13,11 +13,19 @@ void psw_range_error(char *err, size_t errlen, const char *table,
                  (unsigned long long)rows);
         return;
     }
-    /* A count that runs past 2^64 names its end as the largest row. */
-    uint64_t last = first + count - 1 < first ? UINT64_MAX : first + count - 1;
+    /* A count that runs past the last 64-bit row has no last row to
+     * name: its size is said instead. */
+    if (first + count - 1 < first) {
+        snprintf(err, errlen, "%llu rows from row %llu (past row 2^64 - 1) "
+                 "are outside table '%s' (rows = %llu)",
+                 (unsigned long long)count, (unsigned long long)first, table,
+                 (unsigned long long)rows);
+        return;
+    }
     snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
              "(rows = %llu)", (unsigned long long)first,
-             (unsigned long long)last, table, (unsigned long long)rows);
+             (unsigned long long)(first + count - 1), table,
+             (unsigned long long)rows);
 }
 
 const char *psw_strerror(int code)

@@ -170,6 +170,13 @@ static void open_by_ini_path_finds_tables_and_their_shapes(void **state)
     assert_int_equal(info.dim, 8);
     assert_int_equal(ps_table(c, "nope", NULL), PS_ENOTABLE);
     assert_non_null(strstr(ps_last_error(c), "nope"));
+    /* A NULL argument says so, not the failure before it. */
+    assert_int_equal(ps_table(c, NULL, NULL), PS_EINVAL);
+    EXPECT_STR(ps_last_error(c), "ps_table: the table name is NULL",
+               "ps_table(NULL)");
+    assert_int_equal(ps_stats(c, NULL), PS_EINVAL);
+    EXPECT_STR(ps_last_error(c), "ps_stats: the place for the figures is "
+               "NULL", "ps_stats(NULL)");
     ps_close(c);
 }
 

@@ -607,6 +607,40 @@ static void silent_partition_is_noticed_within_the_heartbeat_bound(
     rig_stop(&r);
 }
 
+/* A push that one node applied and another never answered fails with a
+ * detail that names the silent node and ends saying the push was applied
+ * in part: the trainer's one clue that a retry would apply it twice on
+ * the other node. The detail (ps_last_error) held 256 bytes, which cut
+ * that ending off. */
+static void push_applied_in_part_says_so_in_full(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 2, "", SERVER "[table.d]\nkind = dense\nrows = 64\n"
+              "dim = 1\n");
+    ps_options o = fault_options();
+    o.request_timeout_ms = 300;
+    o.max_retries = 1;
+    ps_client *c;
+    assert_int_equal(ps_open(&c, r.c.spec, &o), PS_OK);
+    int t = ps_table(c, "d", NULL);
+    float g[64];
+    for (int i = 0; i < 64; i++)
+        g[i] = 1.0f;
+    fp_set(r.p[1], FP_BOTH, &(fp_faults){ .blackhole = 1 });
+    EXPECT_INT(ps_wait(c, ps_push_range(c, t, 0, 64, g, NULL, NULL)),
+               PS_ETIMEDOUT, "a push node 1 never answers");
+    const char *e = ps_last_error(c);
+    const char *tail = "(the parts of this push on other nodes were applied: "
+                       "it was applied in part)";
+    if (strlen(e) < strlen(tail) || strcmp(e + strlen(e) - strlen(tail), tail))
+        fail_msg("ps_last_error (%zu bytes) does not end with \"%s\": %s",
+                 strlen(e), tail, e);
+    EXPECT_SUBSTR(e, "node 1 (", "the silent node");
+    ps_close(c);
+    rig_stop(&r);
+}
+
 static void *clock_in_thread(void *arg)
 {
     return (void *)(intptr_t)ps_clock((ps_client *)arg);
@@ -1768,6 +1802,7 @@ int main(void)
         cmocka_unit_test(busy_open_whose_time_runs_out_in_backoff_returns),
         cmocka_unit_test(
             replacement_for_a_vanished_worker_gets_in_once_psd_lets_go),
+        cmocka_unit_test(push_applied_in_part_says_so_in_full),
         cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),

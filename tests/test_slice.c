@@ -630,19 +630,25 @@ static void test_refused_ranges_name_their_rows(void **state)
     psc_shape sh = shape_make(&t, 1, 4);
     static const struct {
         uint64_t first, count;
+        int code;                /* no rows is a bad argument, as no keys */
         const char *text;
     } cases[] = {
-        { 0, 0, "an empty range (count 0) at row 0 of table" },
-        { 5, 0, "an empty range (count 0) at row 5 of table" },
-        { 8, 4, "rows 8..11 are outside table" },
-        { 2, UINT64_MAX, "rows 2..18446744073709551615 are outside" },
+        { 0, 0, PS_EINVAL, "an empty range (count 0) at row 0 of table" },
+        { 5, 0, PS_EINVAL, "an empty range (count 0) at row 5 of table" },
+        { 8, 4, PS_EKEY, "rows 8..11 are outside table" },
+        { 2, UINT64_MAX, PS_EKEY, "18446744073709551615 rows from row 2 "
+          "(past row 2^64 - 1) are outside" },
+        { UINT64_MAX, 2, PS_EKEY, "2 rows from row 18446744073709551615 "
+          "(past row 2^64 - 1) are outside" },
+        { UINT64_MAX, 1, PS_EKEY, "rows 18446744073709551615.."
+          "18446744073709551615 are outside" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         psc_req *r = NULL;
         char err[256] = "";
         EXPECT_INT(psc_req_range(&sh, PSW_OP_PULL_RANGE, cases[i].first,
                                  cases[i].count, NULL, NULL, &r, err,
-                                 sizeof err), PS_EKEY, "case %zu", i);
+                                 sizeof err), cases[i].code, "case %zu", i);
         EXPECT_SUBSTR(err, cases[i].text, "case %zu", i);
     }
 }
@@ -706,7 +712,9 @@ static void test_range_on_sparse_table_returns_einval(void **state)
     EXPECT_SUBSTR(err, "sparse", "message");
 }
 
-static void test_range_empty_or_past_end_returns_ekey(void **state)
+/* Rows past the end are PS_EKEY; no rows at all is PS_EINVAL, as no keys
+ * is for ps_push. */
+static void test_range_empty_or_past_end_is_refused(void **state)
 {
     (void)state;
     psw_table_desc t = desc_make(1, 2, 1000);
@@ -721,7 +729,7 @@ static void test_range_empty_or_past_end_returns_ekey(void **state)
         char err[256] = "";
         EXPECT_INT(psc_req_range(&sh, PSW_OP_PULL_RANGE, bad[i].first,
                                 bad[i].count, NULL, buf, &r, err, sizeof err),
-                   PS_EKEY, "first %llu count %llu",
+                   bad[i].count ? PS_EKEY : PS_EINVAL, "first %llu count %llu",
                    (unsigned long long)bad[i].first,
                    (unsigned long long)bad[i].count);
         EXPECT_PTR(r, NULL, "request after a refusal");
@@ -1178,6 +1186,45 @@ static void test_customer_stamps_timestamps_in_order_and_queues_every_part(
     psc_customer_destroy(&cu);
 }
 
+/* A failure's detail longer than the Customer keeps loses its middle,
+ * not its end: the end says whether a push was applied in part. */
+static void test_customer_keeps_the_start_and_end_of_a_long_failure(
+    void **state)
+{
+    (void)state;
+    psc_customer cu;
+    char err[1024] = "", text[700];
+    uint64_t keys[10];
+    float vals[10];
+    static psc_stats stats;
+    psc_customer_init(&cu, 1 << 20, &stats);
+    int n = snprintf(text, sizeof text, "request 1: node 1 said ");
+    memset(text + n, 'x', 600);
+    snprintf(text + n + 600, sizeof text - (size_t)n - 600,
+             " (it was applied in part)");
+    psc_req *bad = push_request(1, keys, vals, 10, 1);
+    ps_ts t = psc_customer_submit(&cu, bad, NULL, NULL, 1, err, sizeof err);
+    int closing;
+    psc_customer_take(&cu, &closing);
+    EXPECT_INT(psc_part_fail(&bad->parts[0], PS_ETIMEDOUT, text), 1,
+               "failure completes");
+    psc_customer_complete(&cu, bad);
+    for (int k = 0; k < 2; k++) {
+        int st = k ? psc_customer_wait_all(&cu, -1, err, sizeof err)
+                   : psc_customer_wait(&cu, t, -1, err, sizeof err);
+        EXPECT_INT(st, PS_ETIMEDOUT, "%s", k ? "wait_all" : "wait");
+        const char *end = " (it was applied in part)";
+        size_t len = strlen(err);
+        if (strncmp(err, "request 1: node 1 said xxx", 26) ||
+            len < strlen(end) || strcmp(err + len - strlen(end), end) ||
+            !strstr(err, "x ... x") || len >= sizeof cu.first_error_text)
+            fail_msg("%s kept \"%s\" (%zu bytes)", k ? "wait_all" : "wait",
+                     err, len);
+    }
+    psc_customer_close(&cu);
+    psc_customer_destroy(&cu);
+}
+
 static void test_customer_remembers_failures_for_wait_and_wait_all(
     void **state)
 {
@@ -1399,7 +1446,7 @@ int main(void)
             test_range_with_fewer_rows_than_shards_covers_each_row_once),
         cmocka_unit_test(test_range_parts_cover_small_tables_with_empty_shards),
         cmocka_unit_test(test_range_on_sparse_table_returns_einval),
-        cmocka_unit_test(test_range_empty_or_past_end_returns_ekey),
+        cmocka_unit_test(test_range_empty_or_past_end_is_refused),
         cmocka_unit_test(test_range_over_max_payload_is_cut_into_parts),
         cmocka_unit_test(test_push_with_nonfinite_value_keeps_its_parts_whole),
         cmocka_unit_test(
@@ -1415,6 +1462,8 @@ int main(void)
             test_customer_stamps_timestamps_in_order_and_queues_every_part),
         cmocka_unit_test(
             test_customer_remembers_failures_for_wait_and_wait_all),
+        cmocka_unit_test(
+            test_customer_keeps_the_start_and_end_of_a_long_failure),
         cmocka_unit_test(
             test_wait_all_returns_when_requests_issued_before_it_complete),
         cmocka_unit_test(
