@@ -491,13 +491,16 @@ class Table:
             raise InvalidError(PS_EINVAL, f"table '{self.name}' is sparse: "
                                f"range requests need a dense table")
         if count == 0:
-            raise KeyError(PS_EKEY, f"an empty range (count 0) at row "
-                           f"{first} of table '{self.name}' (rows = "
-                           f"{self.rows})")
+            raise InvalidError(PS_EINVAL, f"an empty range (count 0) at row "
+                               f"{first} of table '{self.name}' (rows = "
+                               f"{self.rows})")
         if first >= self.rows or count > self.rows - first:
-            last = min(first + count - 1, (1 << 64) - 1)
-            raise KeyError(PS_EKEY, f"rows {first}..{last} are outside "
-                           f"table '{self.name}' (rows = {self.rows})")
+            if first + count - 1 >= 1 << 64:
+                raise KeyError(PS_EKEY, f"{count} rows from row {first} "
+                               f"(past row 2^64 - 1) are outside table "
+                               f"'{self.name}' (rows = {self.rows})")
+            raise KeyError(PS_EKEY, f"rows {first}..{first + count - 1} are "
+                           f"outside table '{self.name}' (rows = {self.rows})")
 
     def _pull(self, keys: np.ndarray, out: Optional[np.ndarray]):
         n = _check_keys(keys)

@@ -358,8 +358,9 @@ def test_a_range_past_the_table_raises_key_error_before_allocating_out(
         for first, count in ((0, 1 << 40), (0, 1 << 62), (99, 1 << 62),
                              ((1 << 64) - 1, 1 << 63)):
             with pytest.raises(psclient.KeyError,
-                               match=r"rows \d+\.\.\d+ are outside table "
-                                     r"'dense' \(rows = 100\)") as e:
+                               match=r"(rows \d+\.\.\d+|\d+ rows from row \d+ "
+                                     r"\(past row 2\^64 - 1\)) are outside "
+                                     r"table 'dense' \(rows = 100\)") as e:
                 t.pull_range(first, count)
             assert e.value.code == psclient.PS_EKEY
             with pytest.raises(psclient.KeyError):
@@ -377,10 +378,16 @@ def test_a_range_past_the_table_raises_key_error_before_allocating_out(
         assert t.pull_range_async(0, 1).ts == before.ts + 1
         # The library's text for the same range, given an out to write.
         out = np.zeros((2, 3), F32)
-        with pytest.raises(psclient.KeyError) as lib:
-            t.pull_range(99, 2, out=out)
-        with pytest.raises(psclient.KeyError) as ours:
-            t.pull_range(99, 2)
+        for first, count in ((99, 2), ((1 << 64) - 1, 2)):
+            with pytest.raises(psclient.KeyError) as lib:
+                t.pull_range(first, count, out=out)
+            with pytest.raises(psclient.KeyError) as ours:
+                t.pull_range(first, count)
+            assert ours.value.message == lib.value.message
+        with pytest.raises(psclient.InvalidError) as lib:
+            t.pull_range(5, 0, out=np.zeros((0, 3), F32))
+        with pytest.raises(psclient.InvalidError) as ours:
+            t.pull_range(5, 0)
         assert ours.value.message == lib.value.message
 
 
