@@ -6,6 +6,7 @@
 
 #include "log.h"
 #include "node.h"
+#include "updater.h"
 #include "../proto/status.h"
 
 static void build_cluster(psd_node *n)
@@ -271,6 +272,22 @@ int psd_node_journal_workers(psd_node *n)
     return rc;
 }
 
+/* Says which hyper-parameters of a table a reload changes: "reloaded"
+ * alone left the operator to do the arithmetic on pushed rows to see
+ * whether a new lr took. The updater is the same (layout_change). */
+static void log_param_changes(const psd_table_conf *was,
+                              const psd_updater_params *now)
+{
+    const char *n0[PSD_UPDATER_PARAMS_MAX], *n1[PSD_UPDATER_PARAMS_MAX];
+    double v0[PSD_UPDATER_PARAMS_MAX], v1[PSD_UPDATER_PARAMS_MAX];
+    int k0 = psd_updater_params_list(&was->upd, n0, v0);
+    int k1 = psd_updater_params_list(now, n1, v1);
+    for (int k = 0; k < k0 && k < k1; k++)
+        if (v0[k] != v1[k])
+            psd_info("table '%s': %s %.7g -> %.7g", was->name, n0[k], v0[k],
+                     v1[k]);
+}
+
 int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
                     char *why, size_t len)
 {
@@ -278,6 +295,7 @@ int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
         return -1;
     for (int i = 0; i < n->ntables; i++) {
         const psd_table_conf *t = &nc->tables[i];
+        log_param_changes(&n->cfg.tables[i], &t->upd);
         psd_table_set_limits(n->tables[i], t->max_rows, t->allow_nonfinite);
         n->cfg.tables[i].upd = t->upd;
         n->cfg.tables[i].max_rows = t->max_rows;

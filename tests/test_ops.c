@@ -577,6 +577,9 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
     assert_int_equal(system(cmd), 0);
     kill(c.pid[1], SIGHUP);
     assert_true(cluster_log_wait(&c, 1, "reloaded", 10000));
+    /* The reload says what it changed. */
+    assert_true(cluster_log_wait(&c, 1, "table 'emb': lr 0.001 -> 0.002",
+                                 1000));
     o = run(&st, "%s -c %s tables", psctl(), c.ini);
     if (!o || !strstr(o, "adam     lr 0.001, beta1") ||
         !strstr(o, "node 1 differs: lr 0.002, beta1 0.9"))
