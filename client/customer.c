@@ -149,8 +149,6 @@ static void enqueue(psc_customer *cu, psc_part *p)
         cu->holding = 1;
 }
 
-/* Appends note to the request's error text (left as it is when memory
- * runs out: the status still says what happened). */
 /* Copies src into dst (size bytes); a text too long keeps its start and
  * its end around " ... ": a failure's end says what matters most to the
  * caller ("it was applied in part"), and its start which request and
@@ -171,6 +169,8 @@ static void fit_text(char *dst, size_t size, const char *src)
     dst[size - 1] = '\0';
 }
 
+/* Appends note to the request's error text (left as it is when memory
+ * runs out: the status still says what happened). */
 static void append_error(psc_req *r, const char *note)
 {
     size_t old = r->error ? strlen(r->error) : 0, n = strlen(note);

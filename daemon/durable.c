@@ -192,7 +192,10 @@ static void child_done(psd_durable *d, int ok, const char *text)
         d->st.last_seconds = secs;
         d->st.last_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
         d->st.last_error[0] = '\0';
-        d->saved_changes = d->child_changes;
+        /* One whose folder fsync failed may not survive a power loss:
+         * the next tick writes it again. */
+        if (!text[0])
+            d->saved_changes = d->child_changes;
         if (d->unbased && d->node->journal)
             psd_journal_hold(d->node->journal, NULL);
         d->unbased = 0;
@@ -357,8 +360,13 @@ void psd_durable_snapshot(psd_durable *d)
 static void on_interval(uv_timer_t *t)
 {
     psd_durable *d = t->data;
+    char path[4200];
+    struct stat st;
+    psd_snapshot_path(path, sizeof path, d->dir, d->node->index);
+    /* (The file is looked for: one an operator moved away is written
+     * again.) */
     if (!d->child && d->saved_changes == d->node->changes &&
-        !d->st.last_error[0] && !d->unbased) {
+        !d->st.last_error[0] && !d->unbased && stat(path, &st) == 0) {
         d->st.last_ok_ms = wall_ms();
         psd_debug("snapshot %llu is current (nothing changed since): the "
                   "periodic one is skipped",

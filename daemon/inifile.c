@@ -169,9 +169,9 @@ static int classify(reader *p, const char *buf, size_t n)
 /* inih's reader callback: reads one physical line into buf (size bytes).
  * A line that does not fit with room for "\r\n" is refused, never split
  * (and not read on: a file of one endless line, /dev/zero, ends there);
- * so is a control character (a NUL byte, or any below space but the tab,
- * or DEL: a binary file given as the ini, which the error would otherwise
- * echo to a terminal). Returns buf, or NULL to stop at EOF or after an
+ * so is a control character (a NUL byte, or any below space but tab,
+ * vertical tab and form feed, or DEL: a binary file given as the ini,
+ * which the error would otherwise echo to a terminal). Returns buf, or NULL to stop at EOF or after an
  * error. */
 static char *read_line(char *buf, int size, void *stream)
 {
@@ -214,7 +214,9 @@ static char *read_line(char *buf, int size, void *stream)
     }
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)buf[i];
-        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+        /* Tab, vertical tab and form feed (an editor's page break) are
+         * white space to classify(). */
+        if ((c < 0x20 && c != '\t' && c != '\v' && c != '\f') || c == 0x7f) {
             fail(p->ini, p->line, "unexpected control character 0x%02x "
                  "(byte %zu of the line)", c, i + 1);
             return NULL;

@@ -239,7 +239,7 @@ static int layout_change(const psd_config *a, const psd_config *b,
 int psd_node_apply_params(psd_node *n)
 {
     int rc = 0;
-    n->changes++;                /* the hyper-parameters a snapshot holds */
+    n->changes++;                /* a reload: counted, to be safe */
     for (int i = 0; i < n->ntables; i++) {
         psd_table_set_params(n->tables[i], &n->cfg.tables[i].upd);
         if (n->journal &&

@@ -559,9 +559,6 @@ static double get(const samples *ss, const char *name, const char *want)
     return 0;
 }
 
-/* The value of label key in the sample called name of node idx,
- * unescaped. Matched on the node too: the samples of every node are in
- * one list (fetch_all), and each node has its own data_dir, errors. */
 /* The value of label `key` in labels (unescaped), or "". */
 static void label_value(const char *labels, const char *key, char *out,
                         size_t len)
@@ -586,6 +583,9 @@ static void label_value(const char *labels, const char *key, char *out,
     out[o] = '\0';
 }
 
+/* The value of label key in the sample called name of node idx,
+ * unescaped. Matched on the node too: the samples of every node are in
+ * one list (fetch_all), and each node has its own data_dir, errors. */
 static void get_label(const samples *ss, const char *name, int idx,
                       const char *key, char *out, size_t len)
 {
@@ -1339,9 +1339,6 @@ static int do_top(cluster *c, double interval, int count, int json)
 
 /* ---- main ------------------------------------------------------------------ */
 
-/* 0, or the exit status: 2 for an ini (or its token file) psctl cannot
- * take, like any other argument it cannot take, since 1 says that a node
- * did not answer; 1 when memory runs out. */
 /* Marks c's nodes unconnected: 0, or 1 when c->nodes could not be
  * allocated. */
 static int nodes_ready(cluster *c)
@@ -1395,6 +1392,9 @@ static int load_servers_leniently(cluster *c, const char *ini,
     return nodes_ready(c);
 }
 
+/* 0, or the exit status: 2 for an ini (or its token file) psctl cannot
+ * take, like any other argument it cannot take, since 1 says that a node
+ * did not answer; 1 when memory runs out. */
 static int load_servers(cluster *c, const char *ini, const char *list)
 {
     if (ini) {
@@ -1560,7 +1560,8 @@ int main(int argc, char **argv)
     if (!ini && !list)
         ini = access("/etc/psd/psd.ini", R_OK) == 0 ? "/etc/psd/psd.ini"
                                                      : NULL;
-    if (!ini && !list)
+    int default_list = !ini && !list;
+    if (default_list)
         list = "127.0.0.1:7070";
     signal(SIGPIPE, SIG_IGN);
     if (psw_auth_init()) {
@@ -1591,6 +1592,9 @@ int main(int argc, char **argv)
         if (ini)
             fprintf(stderr, "psctl: -n %d: %s names %d node%s (0..%d)\n",
                     only, ini, c.n, c.n == 1 ? "" : "s", c.n - 1);
+        else if (default_list)
+            fprintf(stderr, "psctl: -n %d: without -c or -s psctl asks only "
+                    "127.0.0.1:7070 (node 0)\n", only);
         else
             fprintf(stderr, "psctl: -n %d: -s gives %d address%s (0..%d)\n",
                     only, c.n, c.n == 1 ? "" : "es", c.n - 1);

@@ -776,8 +776,8 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
                       uint64_t now_ms, psw_cluster *reply, char *why,
                       size_t whylen)
 {
-    n->changes++;                /* a worker joins, a client attaches */
     if (h->worker >= 0) {
+        n->changes++;            /* a worker joins (not psctl, a reader) */
         int rc = psd_sync_join(&n->sync, h->worker, h->client_id, ss,
                                ss->peer, why, whylen);
         if (rc)
@@ -878,7 +878,11 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
 
 void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
 {
-    n->changes++;                /* a client detaches, a worker is lost */
+    /* A worker is lost. A reader's or psctl's close changes only when
+     * the node last heard from a client (dedup), which a snapshot
+     * without it only remembers as sooner. */
+    if (ss->worker >= 0)
+        n->changes++;
     psd_held **pp = &n->held;
     while (*pp) {
         psd_held *h = *pp;

@@ -46,15 +46,17 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
     }
     psd_worker *w = &y->workers[worker];
     /* A client that lost its connection and was replaced by a new process
-     * is still running somewhere (a partition healed): were it let back,
-     * two processes would train as one worker. */
-    if (w->replaced_id && client_id == w->replaced_id) {
-        snprintf(err, errlen, "worker %d was taken over by a new process "
-                 "(connected from %s) while this client's connection was "
-                 "lost: this client no longer acts as worker %d",
-                 (int)worker, w->peer, (int)worker);
-        return PSW_EINVAL;
-    }
+     * (within worker_grace or after it) is still running somewhere (a
+     * partition healed): were it let back, two processes would train as
+     * one worker. */
+    for (int k = 0; k < PSD_REPLACED; k++)
+        if (w->replaced[k] && w->replaced[k] == client_id) {
+            snprintf(err, errlen, "worker %d was taken over by a new process "
+                     "(connected from %s) while this client's connection "
+                     "was lost: this client no longer acts as worker %d",
+                     (int)worker, w->peer, (int)worker);
+            return PSW_EINVAL;
+        }
     /* Busy, not invalid: the connection held may be a dead process's
      * that this node has not yet seen close (its host vanished: up to
      * peer_timeout_ms). ps_open retries a busy refusal within
@@ -96,8 +98,13 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         if (w->clock < w->summed)
             w->clock = w->summed;
     }
+    if (w->lost_id && w->lost_id != client_id) {
+        memmove(w->replaced, w->replaced + 1,
+                (PSD_REPLACED - 1) * sizeof *w->replaced);
+        w->replaced[PSD_REPLACED - 1] = w->lost_id;
+    }
+    w->lost_id = 0;              /* replaced, or back itself */
     if (w->state == PSD_W_GONE && anew) {
-        w->replaced_id = w->client_id;
         psd_info("worker %d: a new process takes over from the one that "
                  "lost its connection, at clock %llu (that one's was %llu)",
                  (int)worker, (unsigned long long)w->clock,
@@ -140,6 +147,7 @@ int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
     w->owner = NULL;
     w->state = PSD_W_GONE;
     w->gone_ms = now_ms;
+    w->lost_id = w->client_id;   /* kept past worker_grace: it may live */
     psd_warn("worker %d lost its connection; waiting up to %d s for it",
              (int)worker, grace_s);
     if (grace_s > 0)

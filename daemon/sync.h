@@ -19,6 +19,8 @@ typedef enum {
     PSD_W_LEFT               /* left, or its grace ran out: not waited for */
 } psd_wstate;
 
+#define PSD_REPLACED 4          /* replaced clients remembered per worker */
+
 typedef struct psd_worker {
     psd_wstate state;
     uint64_t clock;          /* ps_clock calls this worker finished */
@@ -26,9 +28,14 @@ typedef struct psd_worker {
     const void *owner;       /* the session holding it while LIVE; compared,
                                 never dereferenced */
     uint64_t client_id;
-    uint64_t replaced_id;    /* the client a new process took this worker
-                                over from while it was lost (0: none): it
-                                is refused for good if it comes back */
+    uint64_t lost_id;        /* the client that lost its connection while
+                                it held this worker, until it comes back
+                                (0: none; a LEAVE is not a loss) */
+    uint64_t replaced[PSD_REPLACED];  /* clients that new processes took
+                                this worker over from after they were lost
+                                (lost_id), newest last (0: none): refused
+                                for good if they come back. In memory
+                                only, as the node's sessions are */
     char peer[64];           /* where it is connected from, for errors */
     uint64_t gone_ms;        /* when its connection was lost (GONE) */
     uint64_t summed;         /* 1 + the node's clock when its pushes last

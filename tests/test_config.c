@@ -1065,6 +1065,17 @@ static void test_an_endless_line_is_refused_without_reading_on(void **state)
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
+/* Form feed (an editor's page break) and vertical tab are white space,
+ * not the control characters a binary file brings. */
+static void test_page_breaks_and_tabs_are_white_space(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok(EMB "\f\n[server]\n\tlog_level = warn\v\n", &c);
+    EXPECT_INT(c.log_level, PSD_LOG_WARN, "log_level after a page break");
+    psd_config_destroy(&c);
+}
+
 static void test_destroy_is_safe_on_a_zeroed_config(void **state)
 {
     (void)state;
@@ -1525,6 +1536,7 @@ int main(void)
         cmocka_unit_test(test_missing_file_is_reported_without_a_line),
         cmocka_unit_test(test_short_error_buffer_is_truncated_safely),
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
+        cmocka_unit_test(test_page_breaks_and_tabs_are_white_space),
         cmocka_unit_test(test_an_endless_line_is_refused_without_reading_on),
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),

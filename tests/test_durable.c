@@ -615,10 +615,33 @@ static void test_an_idle_node_skips_periodic_snapshots_until_a_change(
     for (int k = 0; k < 30; k++) {
         EXPECT_INT(ps_wait(cl, ps_pull(cl, t, &key, 1, &v, NULL, NULL)),
                    PS_OK, "a pull while idle");
+        if (k % 10 == 0) {
+            /* Monitoring: a reader, and psctl, come and go. */
+            ps_client *r;
+            assert_int_equal(ps_open(&r, c.spec, &o), PS_OK);
+            ps_close(r);
+            char cmd[600];
+            const char *b = getenv("PSCTL_BIN");
+            snprintf(cmd, sizeof cmd, "'%s' -s %s stats >/dev/null 2>&1",
+                     b ? b : "build/psctl", c.spec);
+            EXPECT_INT(system(cmd), 0, "psctl stats");
+        }
         sleep_ms(100);
     }
     EXPECT_INT(snapshots_written(&c, 0), before,
-               "snapshots written in 3 s of pulls (snapshot_interval = 1)");
+               "snapshots written in 3 s of pulls, readers and psctl stats "
+               "(snapshot_interval = 1)");
+    /* A snapshot moved away is written again, idle or not. */
+    char snap[600], aside[620];
+    snprintf(snap, sizeof snap, "%s/psd-node0.snap", c.dir);
+    snprintf(aside, sizeof aside, "%s.aside", snap);
+    assert_int_equal(rename(snap, aside), 0);
+    for (int k = 0; k < 50 && snapshots_written(&c, 0) == before; k++)
+        sleep_ms(100);
+    EXPECT_INT(snapshots_written(&c, 0), before + 1,
+               "snapshots written within 5 s of moving the file away");
+    unlink(aside);
+    before++;
     EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)), PS_OK,
                "a push after the idle time");
     for (int k = 0; k < 50 && snapshots_written(&c, 0) == before; k++)

@@ -366,6 +366,37 @@ static void test_replaced_client_is_refused_when_it_comes_back(void **state)
     psd_sync_destroy(&y);
 }
 
+/* The same after worker_grace ran out (the worker is no longer waited
+ * for): a new process that comes later still replaces the lost client,
+ * which is refused for good too, as is each earlier one; the client that
+ * left by LEAVE was not lost, and a new process after it replaces no one. */
+static void test_clients_replaced_after_their_grace_are_refused_too(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    char err[200];
+    int owner_d, owner_e;
+    two_workers(&y);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 1), 0, "lost, grace 1 s");
+    psd_sync_tick(&y, 2000, 1, 0, 10000);
+    EXPECT_INT(y.workers[1].state, PSD_W_LEFT, "no longer waited for");
+    join(&y, 1, 3, &owner_c);                /* client 3 replaces 2 */
+    EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_b, "h:2", err, sizeof err),
+               PSW_EINVAL, "client 2, replaced after its grace");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 3000, 30), 0, "3 lost too");
+    join(&y, 1, 4, &owner_d);                /* client 4 replaces 3 */
+    EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_b, "h:2", err, sizeof err),
+               PSW_EINVAL, "client 2, two replacements ago");
+    EXPECT_INT(psd_sync_join(&y, 1, 3, &owner_c, "h:3", err, sizeof err),
+               PSW_EINVAL, "client 3");
+    EXPECT_INT(psd_sync_leave(&y, 1, &owner_d), 1, "client 4 leaves");
+    join(&y, 1, 5, &owner_e);                /* after a LEAVE: no one */
+    EXPECT_INT(psd_sync_leave(&y, 1, &owner_e), 1, "client 5 leaves");
+    join(&y, 1, 4, &owner_d);                /* 4 was not replaced */
+    psd_sync_destroy(&y);
+}
+
 /* The same client back after a lost connection takes its clock over even
  * with pushes in the sums: its retransmissions are recognised, and it
  * goes on with the iteration it was in. */
@@ -465,6 +496,8 @@ int main(void)
         cmocka_unit_test(
             test_new_process_for_a_lost_worker_that_did_not_push),
         cmocka_unit_test(test_replaced_client_is_refused_when_it_comes_back),
+        cmocka_unit_test(
+            test_clients_replaced_after_their_grace_are_refused_too),
         cmocka_unit_test(test_same_client_back_keeps_the_clock_it_pushed_in),
         cmocka_unit_test(
             test_worker_that_pushed_and_left_rejoins_after_its_sums),
