@@ -563,23 +563,31 @@ static void killed_and_restarted_node_is_a_pause_for_the_clients(
  * psd notices within peer_timeout_ms and lets the bsp worker go after its
  * grace, so the other worker's ps_clock returns; the partitioned client
  * comes back when the link does. */
+/* One node, two bsp workers (grace 1 s): worker 0 straight to the node
+ * (direct: its address), worker 1 through the proxy, which then swallows
+ * everything both ways, as a vanished host would. */
+static void partition_worker_1(rig *r, char *direct, size_t len,
+                               ps_client **w0, ps_client **w1)
+{
+    rig_start(r, 1, "workers = 2\nworker_grace = 1\n",
+              SERVER "[table.w]\ndim = 1\nconsistency = bsp\n");
+    direct_spec(r, direct, len);
+    ps_options o = fault_options();
+    o.worker = 0;
+    assert_int_equal(ps_open(w0, direct, &o), PS_OK);
+    o.worker = 1;
+    assert_int_equal(ps_open(w1, r->c.spec, &o), PS_OK);
+    fp_set(r->p[0], FP_BOTH, &(fp_faults){ .blackhole = 1 });
+}
+
 static void silent_partition_is_noticed_within_the_heartbeat_bound(
     void **state)
 {
     (void)state;
     rig r;
-    rig_start(&r, 1, "workers = 2\nworker_grace = 1\n",
-              SERVER "[table.w]\ndim = 1\nconsistency = bsp\n");
     char direct[64];
-    direct_spec(&r, direct, sizeof direct);
     ps_client *w0, *w1;
-    ps_options o = fault_options();
-    o.worker = 0;
-    assert_int_equal(ps_open(&w0, direct, &o), PS_OK);
-    o.worker = 1;
-    assert_int_equal(ps_open(&w1, r.c.spec, &o), PS_OK);
-    fp_faults hole = { .blackhole = 1 };
-    fp_set(r.p[0], FP_BOTH, &hole);
+    partition_worker_1(&r, direct, sizeof direct, &w0, &w1);
     double t0 = now_s();
     /* Worker 0's clock waits for worker 1 until psd gives up on it. */
     int rc = ps_clock(w0);
@@ -657,17 +665,11 @@ static void replacement_for_a_vanished_worker_gets_in_once_psd_lets_go(
 {
     (void)state;
     rig r;
-    rig_start(&r, 1, "workers = 2\nworker_grace = 1\n",
-              SERVER "[table.w]\ndim = 1\nconsistency = bsp\n");
     char direct[64];
-    direct_spec(&r, direct, sizeof direct);
     ps_client *w0, *old, *fresh = NULL;
+    partition_worker_1(&r, direct, sizeof direct, &w0, &old);
     ps_options o = fault_options();
-    o.worker = 0;
-    assert_int_equal(ps_open(&w0, direct, &o), PS_OK);
     o.worker = 1;
-    assert_int_equal(ps_open(&old, r.c.spec, &o), PS_OK);
-    fp_set(r.p[0], FP_BOTH, &(fp_faults){ .blackhole = 1 });
     /* The replacement, straight to the node, while it still holds the
      * old connection (it lets go after peer_timeout_ms = 0.4 s). */
     o.connect_timeout_ms = 5000;
