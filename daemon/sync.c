@@ -290,16 +290,17 @@ int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
 }
 
 /* Logs whom the node waits for on its clock (barrier 0) or barrier, once
- * requests have waited on it wait_log_ms more; `held`: whether any does
- * now (else the wait starts over). */
-static void report(psd_sync *y, int barrier, int held, uint64_t now_ms,
+ * requests have waited on it wait_log_ms more; `holding`: which kinds of
+ * request are held now (PSD_HOLD_*; none of this kind: the wait starts
+ * over). */
+static void report(psd_sync *y, int barrier, int holding, uint64_t now_ms,
                    uint64_t wait_log_ms)
 {
     psd_wait *wt = &y->wait[barrier];
     /* A wait starts when a request is held, not at the last move: workers
      * that compute longer than wait_log_ms between clocks keep nobody
      * waiting until the first of them clocks. */
-    if (!held) {
+    if (!(holding & (barrier ? PSD_HOLD_BARRIER : PSD_HOLD_CLOCK))) {
         *wt = (psd_wait){ now_ms, now_ms };
         return;
     }
@@ -307,24 +308,47 @@ static void report(psd_sync *y, int barrier, int held, uint64_t now_ms,
         return;
     /* A held request with nobody moving: say whom we wait for, so a job
      * never hangs silently. A barrier waits for those that have not
-     * entered it, whatever their clocks. */
+     * entered it, whatever their clocks. A worker held back on one side
+     * may be waiting on the other: in a barrier that is not complete
+     * (the clock waits for it), or at a later clock (the barrier does). */
     uint64_t reached = barrier ? y->barrier : y->clock;
     char who[256] = "";
     size_t at = 0;
-    for (int i = 0; i < y->nworkers && at < sizeof who - 48; i++) {
+    int listed = 0, crossed = 0;
+    for (int i = 0; i < y->nworkers && at < sizeof who - 64; i++) {
         const psd_worker *w = &y->workers[i];
         if (!waited_for(w) || (barrier ? w->barrier : w->clock) > reached)
             continue;
+        char st[48];
+        int across = w->state == PSD_W_LIVE &&
+                     (barrier ? w->clock > y->clock : w->barrier > y->barrier);
+        if (across)
+            snprintf(st, sizeof st, "%s %llu", barrier ? "at clock"
+                                                       : "in barrier",
+                     (unsigned long long)(barrier ? w->clock : w->barrier));
+        else
+            snprintf(st, sizeof st, "%s",
+                     w->state == PSD_W_ABSENT ? "never connected"
+                     : w->state == PSD_W_GONE ? "connection lost"
+                     : barrier               ? "at this barrier"
+                                              : "at this clock");
+        listed++;
+        crossed += across;
         at += (size_t)snprintf(who + at, sizeof who - at, "%s%d (%s)",
-                               at ? ", " : "", i,
-                               w->state == PSD_W_ABSENT ? "never connected"
-                               : w->state == PSD_W_GONE ? "connection lost"
-                               : barrier               ? "at this barrier"
-                                                        : "at this clock");
+                               at ? ", " : "", i, st);
     }
-    psd_warn("%s %llu: waiting %llu s for workers %s",
+    /* Every one of them waits on the other side, where requests are held
+     * too: each side waits for the other, and only the clients'
+     * sync_timeout_ms ends it. */
+    int stuck = listed && crossed == listed &&
+                (holding & (barrier ? PSD_HOLD_CLOCK : PSD_HOLD_BARRIER));
+    psd_warn("%s %llu: waiting %llu s for workers %s%s",
              barrier ? "barrier" : "clock", (unsigned long long)reached,
-             (unsigned long long)(now_ms - wt->since_ms) / 1000, who);
+             (unsigned long long)(now_ms - wt->since_ms) / 1000, who,
+             stuck ? ": workers in ps_barrier and workers in ps_clock wait "
+                     "for each other (their calls do not match: one worker "
+                     "ran more steps than another); nothing moves until the "
+                     "clients' sync_timeout_ms" : "");
     wt->logged_ms = now_ms;
 }
 
@@ -343,8 +367,8 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
                      "waited for", i, grace_s);
         }
     }
-    report(y, 0, holding & PSD_HOLD_CLOCK, now_ms, wait_log_ms);
-    report(y, 1, holding & PSD_HOLD_BARRIER, now_ms, wait_log_ms);
+    report(y, 0, holding, now_ms, wait_log_ms);
+    report(y, 1, holding, now_ms, wait_log_ms);
     return changed;
 }
 

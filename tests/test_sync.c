@@ -469,6 +469,41 @@ static void test_wait_is_logged_after_10_s_of_holding_not_of_computing(
     psd_sync_destroy(&y);
 }
 
+/* One worker entered a barrier while the other, one step further, waits
+ * in ps_clock for it: each waits for the other until sync_timeout_ms.
+ * The wait log says so on both sides, instead of "at this clock" for a
+ * worker that sits in a barrier. Held on one side only (the other
+ * worker computes), it is an ordinary wait. */
+static void test_a_barrier_and_a_clock_waiting_for_each_other_are_named(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    two_workers(&y);
+    reach(&y, 0, 0, 1);                  /* worker 0 in ps_clock(1) */
+    reach(&y, 1, 1, 1);                  /* worker 1 in ps_barrier(1) */
+    EXPECT_INT(psd_sync_advance(&y, 100), 0, "nothing moves");
+    int both = PSD_HOLD_CLOCK | PSD_HOLD_BARRIER;
+    free(tick_log(&y, 100, both));
+    char *log = tick_log(&y, 10100, both);
+    EXPECT_SUBSTR(log, "clock 0: waiting 10 s for workers 1 (in barrier 1): "
+                  "workers in ps_barrier and workers in ps_clock wait for "
+                  "each other", "the clock's side");
+    EXPECT_SUBSTR(log, "barrier 0: waiting 10 s for workers 0 (at clock 1): "
+                  "workers in ps_barrier and workers in ps_clock wait for "
+                  "each other", "the barrier's side");
+    free(log);
+    psd_sync_destroy(&y);
+    two_workers(&y);
+    reach(&y, 1, 1, 1);                  /* worker 0 still computes */
+    free(tick_log(&y, 100, PSD_HOLD_BARRIER));
+    log = tick_log(&y, 10100, PSD_HOLD_BARRIER);
+    EXPECT_SUBSTR(log, "barrier 0: waiting 10 s for workers 0 (at this "
+                  "barrier)\n", "an ordinary wait");
+    free(log);
+    psd_sync_destroy(&y);
+}
+
 int main(void)
 {
     /* The state machine logs joins and losses; keep the output to TAP. */
@@ -503,6 +538,8 @@ int main(void)
             test_worker_that_pushed_and_left_rejoins_after_its_sums),
         cmocka_unit_test(
             test_wait_is_logged_after_10_s_of_holding_not_of_computing),
+        cmocka_unit_test(
+            test_a_barrier_and_a_clock_waiting_for_each_other_are_named),
     };
     return cmocka_run_group_tests_name("sync", tests, NULL, NULL);
 }
