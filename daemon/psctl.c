@@ -1598,6 +1598,7 @@ int main(int argc, char **argv)
         else
             fprintf(stderr, "psctl: -n %d: -s gives %d address%s (0..%d)\n",
                     only, c.n, c.n == 1 ? "" : "es", c.n - 1);
+        free(c.nodes);
         return 2;
     }
     int rc, bad = open_all(&c, 0);
