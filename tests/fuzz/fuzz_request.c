@@ -257,8 +257,10 @@ static int hello(conn *c, const psw_hello *h, uint64_t now)
     int rc = psd_request_hello(&node, c->ss, h, now, &reply, why,
                                sizeof why);
     if (rc) {
-        FUZZ_CHECK(rc == PSW_EINVAL && why[0], "psd_request_hello returned "
-                   "%d (%s)", rc, why);
+        /* EINVAL (out of range, a replaced client) or EBUSY (the id is
+         * held by another client's connection), always with a reason. */
+        FUZZ_CHECK((rc == PSW_EINVAL || rc == PSW_EBUSY) && why[0],
+                   "psd_request_hello returned %d (%s)", rc, why);
         refuse(rc, why);
         return 0;
     }
