@@ -349,16 +349,13 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
         }
         if (cu->first_error == PS_OK) {
             /* Named once: the I/O thread's texts may name it already. */
-            char name[32], *named = NULL;
-            int l = snprintf(name, sizeof name, "request %lld: ",
-                             (long long)r->ts);
+            char *t = cu->first_error_text;
+            int l = snprintf(t, sizeof cu->first_error_text,
+                             "request %lld: ", (long long)r->ts);
             cu->first_error = r->status;
-            if (strncmp(why, name, (size_t)l) &&
-                (named = malloc((size_t)l + strlen(why) + 1)))
-                sprintf(named, "%s%s", name, why);
-            fit_text(cu->first_error_text, sizeof cu->first_error_text,
-                     named ? named : why);
-            free(named);
+            if (!strncmp(why, t, (size_t)l))
+                l = 0;           /* the text names it: written over */
+            fit_text(t + l, sizeof cu->first_error_text - (size_t)l, why);
         }
     }
     /* Woken after mu is let go: a waiter on this CPU that ran at once

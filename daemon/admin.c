@@ -244,6 +244,18 @@ static uint64_t hist_count(const uint64_t *h)
 
 /* ---- stats (JSON) ----------------------------------------------------- */
 
+/* The hyper-parameters p's updater reads: `"lr": 0.01, ...` (json) or
+ * `lr 0.01, ...` (a label's text). %.7g: a float as the ini wrote it. */
+static void put_params(tbuf *b, const psd_updater_params *p, int json)
+{
+    const char *pn[PSD_UPDATER_PARAMS_MAX];
+    double pv[PSD_UPDATER_PARAMS_MAX];
+    int np = psd_updater_params_list(p, pn, pv);
+    for (int k = 0; k < np; k++)
+        put(b, json ? "%s\"%s\": %.7g" : "%s%s %.7g", k ? ", " : "", pn[k],
+            pv[k]);
+}
+
 static void stats_json(psd_admin *a, const rates *r, tbuf *b)
 {
     psd_node *n = a->node;
@@ -329,12 +341,8 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
             rate(r, at + T_KEYS_PULLED));
         /* The hyper-parameters in force (a reload may have changed them,
          * on some nodes and not others). */
-        const char *pn[PSD_UPDATER_PARAMS_MAX];
-        double pv[PSD_UPDATER_PARAMS_MAX];
-        int np = psd_updater_params_list(&tc->upd, pn, pv);
         put(b, ", \"params\": {");
-        for (int k = 0; k < np; k++)
-            put(b, "%s\"%s\": %.7g", k ? ", " : "", pn[k], pv[k]);
+        put_params(b, &tc->upd, 1);
         put(b, "}}");
     }
     put(b, "],\n \"workers\": {\"expected\": %d, \"clock\": %llu, "
@@ -581,13 +589,9 @@ static void info_text(psd_admin *a, tbuf *b)
                 "hyper-parameters in force on this node (after reloads).");
     for (int t = 0; t < n->ntables; t++) {
         const psd_table_conf *tc = psd_table_conf_get(n->tables[t]);
-        const char *pn[PSD_UPDATER_PARAMS_MAX];
-        double pv[PSD_UPDATER_PARAMS_MAX];
-        int np = psd_updater_params_list(&tc->upd, pn, pv);
         put(b, "psd_table_info{node=\"%d\",table=\"%s\",updater=\"%s\","
             "params=\"", n->index, tc->name, psd_updater_name(tc->upd.kind));
-        for (int k = 0; k < np; k++)
-            put(b, "%s%s %.7g", k ? ", " : "", pn[k], pv[k]);
+        put_params(b, &tc->upd, 0);
         put(b, "\"} 1\n");
     }
     metric_head(b, "psd_config_reload_error_info", "gauge", "Why the file "

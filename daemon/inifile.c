@@ -179,7 +179,7 @@ static char *read_line(char *buf, int size, void *stream)
     if (p->ini->failed || size < 4)
         return NULL;
     size_t max = (size_t)size - 3, n = 0;
-    int ch = EOF, too_long = 0, nul = 0;
+    int ch = EOF, too_long = 0;
     while ((ch = getc(p->f)) != EOF) {
         if (n == (size_t)size - 1) {
             too_long = 1;
@@ -188,8 +188,6 @@ static char *read_line(char *buf, int size, void *stream)
         buf[n++] = (char)ch;
         if (ch == '\n')
             break;
-        if (ch == '\0')
-            nul = 1;
     }
     if (ch == EOF && ferror(p->f)) {
         fail(p->ini, 0, "read error: %s", strerror(errno));
@@ -208,17 +206,16 @@ static char *read_line(char *buf, int size, void *stream)
         fail(p->ini, p->line, "line too long (max %zu bytes)", max);
         return NULL;
     }
-    if (nul) {
-        fail(p->ini, p->line, "unexpected NUL byte");
-        return NULL;
-    }
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)buf[i];
         /* Tab, vertical tab and form feed (an editor's page break) are
          * white space to classify(). */
         if ((c < 0x20 && c != '\t' && c != '\v' && c != '\f') || c == 0x7f) {
-            fail(p->ini, p->line, "unexpected control character 0x%02x "
-                 "(byte %zu of the line)", c, i + 1);
+            if (c == 0)
+                fail(p->ini, p->line, "unexpected NUL byte");
+            else
+                fail(p->ini, p->line, "unexpected control character 0x%02x "
+                     "(byte %zu of the line)", c, i + 1);
             return NULL;
         }
     }

@@ -1383,10 +1383,12 @@ static int load_servers_leniently(cluster *c, const char *ini,
     c->n = sv.nseeds;
     c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
     for (int i = 0; c->nodes && i < c->n; i++) {
-        int v6 = strchr(sv.seeds[i].host, ':') != NULL;
-        snprintf(c->nodes[i].addr, sizeof c->nodes[i].addr, "%s%s%s:%s",
-                 v6 ? "[" : "", sv.seeds[i].host, v6 ? "]" : "",
-                 sv.seeds[i].port);
+        /* The seeds are text (getaddrinfo's); a host with a ':' is IPv6. */
+        psw_addr a = { .port = atoi(sv.seeds[i].port),
+                       .kind = strchr(sv.seeds[i].host, ':') ? PSW_HOST_IPV6
+                                                             : PSW_HOST_NAME };
+        memcpy(a.host, sv.seeds[i].host, sizeof a.host);
+        psw_addr_format(&a, c->nodes[i].addr, sizeof c->nodes[i].addr);
     }
     free(sv.seeds);
     return nodes_ready(c);
@@ -1416,12 +1418,9 @@ static int load_servers(cluster *c, const char *ini, const char *list)
         }
         c->n = cfg.nnodes;
         c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
-        for (int i = 0; c->nodes && i < c->n; i++) {
-            const psd_node_addr *a = &cfg.nodes[i];
-            int v6 = strchr(a->host, ':') != NULL;
-            snprintf(c->nodes[i].addr, sizeof c->nodes[i].addr, "%s%s%s:%d",
-                     v6 ? "[" : "", a->host, v6 ? "]" : "", a->port);
-        }
+        for (int i = 0; c->nodes && i < c->n; i++)
+            psw_addr_format(&cfg.nodes[i], c->nodes[i].addr,
+                            sizeof c->nodes[i].addr);
         psd_config_destroy(&cfg);
     } else {
         c->n = 1;

@@ -851,13 +851,15 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
      * previous read (the frame's start, or the end of the request before). */
     uint64_t t = now_ns();
     for (int i = 0; i < count; i++) {
-        int session = psw_op_has(m[i].op, PSW_OPF_SESSION);
+        /* One look at the op table per request. */
+        const psw_op_info *oi = psw_op_get(m[i].op);
+        int flags = oi ? oi->flags : 0, session = flags & PSW_OPF_SESSION;
         /* Pulls, PINGs and operators' commands change nothing saved. Nor
          * does an ACK that matters: it lets the node forget pushes it
          * remembers, and a snapshot without it only remembers more (the
          * client never sends an acknowledged request again); counting
          * it would count every pull, which moves the client's mark. */
-        if (psw_op_has(m[i].op, PSW_OPF_PUSHES | PSW_OPF_CONTROL))
+        if (flags & (PSW_OPF_PUSHES | PSW_OPF_CONTROL))
             n->changes++;
         if (!session)
             reply_room(n, ss, reply_bound(n, &m[i]));
