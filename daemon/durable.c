@@ -528,9 +528,56 @@ static int move_aside(const char *dir, int node, char *err, size_t errlen)
     return 0;
 }
 
+/* Says how a snapshot taken under other tables met the config's. */
+static void log_new_tables(const psd_node *n, const psd_snap_tables *tm)
+{
+    char names[600] = "";
+    size_t at = 0;
+    for (int j = 0; j < n->ntables; j++) {
+        int found = 0;
+        for (uint32_t i = 0; i < tm->nmap && !found; i++)
+            found = tm->map[i] == j;
+        if (!found && at < sizeof names)
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s'%s'",
+                                   at ? ", " : "", n->cfg.tables[j].name);
+    }
+    psd_warn("the snapshot was taken under other tables: its %u tables are "
+             "matched to the config's %d by name; %d new (%s), starting "
+             "from their init; %d dropped (--drop-table)", tm->nmap,
+             n->ntables, tm->added, tm->added ? names : "none", tm->dropped);
+}
+
+/* After a start that met other tables: a snapshot of the node as it now
+ * is, covering every segment up to (not including) next, so that the
+ * files left are all of the new tables. 0, or -1 with the reason in err
+ * (a start that cannot write it must not serve: its journal would follow
+ * segments of the old tables). */
+static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
+{
+    uint64_t t0 = uv_hrtime();
+    psd_snap_info si;
+    char why[1024];
+    if (psd_snapshot_write(d->node, d->dir, d->st.generation + 1, next, &si,
+                           why, sizeof why) || why[0]) {
+        snprintf(err, errlen, "a snapshot of the new tables: %s (the files "
+                 "of the old ones are kept; psd reads them again at the "
+                 "next start)", why);
+        return -1;
+    }
+    psd_journal_prune(d->dir, d->node->index, next);
+    d->st.generation = si.generation;
+    d->st.last_ok_ms = si.created_ms;
+    d->st.last_bytes = si.bytes;
+    psd_info("snapshot %llu of the new tables written: %.1f MiB in %.2f s",
+             (unsigned long long)si.generation, (double)si.bytes / (1 << 20),
+             since_s(t0));
+    return 0;
+}
+
 int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
-                      int skip, void (*durable_moved)(void *), void *arg,
-                      char *err, size_t errlen)
+                      const psd_start_opts *opts,
+                      void (*durable_moved)(void *), void *arg, char *err,
+                      size_t errlen)
 {
     memset(d, 0, sizeof *d);
     d->loop = loop;
@@ -565,7 +612,7 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         return -1;
     }
     remove_stale_tmp(d->dir, n->index);
-    if (skip && move_aside(d->dir, n->index, err, errlen)) {
+    if (opts->skip_snapshot && move_aside(d->dir, n->index, err, errlen)) {
         close(d->lock_fd);
         d->lock_fd = -1;
         return -1;
@@ -574,7 +621,9 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     psd_notify("STATUS=node %d: loading its snapshot from %s", n->index,
                d->dir);
     psd_snap_info si = { 0 };
-    int rc = psd_snapshot_load(n, d->dir, uv_now(loop), &si, err, errlen);
+    psd_snap_tables tm = { opts->drop, opts->ndrop, NULL, 0, 0, 0 };
+    int rc = psd_snapshot_load(n, d->dir, uv_now(loop), &si, &tm, err,
+                               errlen);
     if (rc < 0)
         return -1;
     if (rc == 0) {
@@ -587,6 +636,8 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     } else
         psd_info("no snapshot in %s: starting from the initial values",
                  d->dir);
+    if (tm.map)
+        log_new_tables(n, &tm);
     /* Segments before the snapshot's are covered by it (a crash may have
      * come between its rename and their removal). */
     if (rc == 0)
@@ -595,15 +646,22 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     uint64_t t1 = uv_hrtime();
     psd_notify("STATUS=node %d: replaying its journal from segment %llu",
                n->index, (unsigned long long)next);
-    psd_replay_ctx ctx = { n, uv_now(loop) };
+    /* The segments after a snapshot were written under its tables. */
+    psd_replay_ctx ctx = { n, uv_now(loop), tm.map, tm.nmap, 0 };
     char cut[4400];
-    if (psd_journal_replay(d->dir, n->index, n->shape, next,
-                           (size_t)n->cfg.max_frame + 4096,
-                           psd_request_replay, &ctx, &next, &records, cut,
-                           sizeof cut, err, errlen))
+    rc = psd_journal_replay(d->dir, n->index, tm.map ? si.shape : n->shape,
+                            next, (size_t)n->cfg.max_frame + 4096,
+                            psd_request_replay, &ctx, &next, &records, cut,
+                            sizeof cut, err, errlen);
+    int retabled = tm.map != NULL;
+    free(tm.map);
+    if (rc)
         return -1;
     if (cut[0])
         psd_warn("journal: %s", cut);
+    if (ctx.skipped)
+        psd_info("journal: %llu pushes to dropped tables skipped",
+                 (unsigned long long)ctx.skipped);
     psd_request_replayed(n, ctx.now_ms);
     d->st.journal_records = records;
     /* The replay left each table with the hyper-parameters of the last
@@ -616,6 +674,12 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     if (records)
         psd_info("replayed %llu journal records in %.2f s",
                  (unsigned long long)records, since_s(t1));
+    /* Files under the old tables must not meet records under the new:
+     * a snapshot of the new tables covers them all before the journal
+     * goes on. Until it is written the old files stay whole, so a crash
+     * here starts over from them. */
+    if (retabled && rebase(d, next, err, errlen))
+        return -1;
     d->st.recovery_seconds = since_s(t0);
     if (d->log) {
         n->journal = psd_journal_open(d->dir, n->index, n->shape,

@@ -74,16 +74,28 @@ typedef struct psd_durable {
                                     fsync sleeps this long first (tests) */
 } psd_durable;
 
+/* How psd was told to start from its files (its command line). */
+typedef struct psd_start_opts {
+    int skip_snapshot;           /* move the node's files aside */
+    const char *const *drop;     /* --drop-table names, not owned */
+    int ndrop;
+} psd_start_opts;
+
 /* Recovers node n from its data folder (data_dir, or $STATE_DIRECTORY
  * when systemd set it and data_dir was left at its default), creating the
  * folder when missing; opens the journal when durability = log. With
- * skip, snapshot and journal files are moved aside (renamed *.skipped.T)
- * and the node starts from its initial values. Returns 0, or -1 with the
- * reason in err (psd must not start). durable_moved(arg) is called when
- * replies that waited for an fsync may go out. */
+ * skip_snapshot, snapshot and journal files are moved aside (renamed
+ * *.skipped.T) and the node starts from its initial values. A snapshot
+ * taken under other tables is matched by name (psd_snap_tables; the
+ * tables in opts->drop may be gone), its journal replayed onto them, and
+ * a snapshot of the new tables written before anything is served.
+ * Returns 0, or -1 with the reason in err (psd must not start).
+ * durable_moved(arg) is called when replies that waited for an fsync may
+ * go out. */
 int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
-                      int skip, void (*durable_moved)(void *), void *arg,
-                      char *err, size_t errlen);
+                      const psd_start_opts *opts,
+                      void (*durable_moved)(void *), void *arg, char *err,
+                      size_t errlen);
 
 /* Starts a snapshot now (periodic, or asked for): the journal moves to a
  * new segment and a forked child writes the image. When one is already

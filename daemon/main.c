@@ -21,10 +21,12 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: psd -c FILE [-n NODE] [--skip-snapshot]\n"
+            "usage: psd -c FILE [-n NODE] [--skip-snapshot] [--drop-table "
+            "NAME]...\n"
             "                               run node NODE (default 0) of the "
             "cluster in FILE\n"
-            "       psd --check -c FILE [-n NODE] [--skip-snapshot]\n"
+            "       psd --check -c FILE [-n NODE] [--skip-snapshot] "
+            "[--drop-table NAME]...\n"
             "                               validate FILE as psd would before "
             "starting node\n"
             "                               NODE (default: every node) and "
@@ -34,7 +36,10 @@ static void usage(FILE *f)
             "\n"
             "At start psd restores the node from its snapshot and journal in "
             "data_dir;\n--skip-snapshot moves them aside (*.skipped.TIME) "
-            "and starts from the\ninitial values instead.\n"
+            "and starts from the\ninitial values instead. The snapshot's "
+            "tables are found in FILE by name: a\ntable added starts from "
+            "its init; one removed from FILE is refused unless\n"
+            "--drop-table NAME lets its rows go.\n"
             "\n"
             "Logs go to stderr. SIGTERM/SIGINT: finish in-flight work, write a "
             "final\nsnapshot and exit 0. SIGHUP: re-read FILE and apply "
@@ -129,7 +134,8 @@ static void start_thread_pool(uv_loop_t *loop)
 int main(int argc, char **argv)
 {
     const char *path = NULL;
-    int node = 0, check = 0, skip = 0, node_given = 0;
+    int node = 0, check = 0, skip = 0, node_given = 0, ndrop = 0;
+    static const char *drop[64];
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -137,6 +143,15 @@ int main(int argc, char **argv)
             check = 1;
         else if (!strcmp(a, "--skip-snapshot"))
             skip = 1;
+        else if ((!strcmp(a, "--drop-table") && i + 1 < argc) ||
+                 !strncmp(a, "--drop-table=", 13)) {
+            if (ndrop == (int)(sizeof drop / sizeof *drop)) {
+                fprintf(stderr, "psd: --drop-table: at most %d tables at "
+                        "one start\n", ndrop);
+                return 2;
+            }
+            drop[ndrop++] = a[12] == '=' ? a + 13 : argv[++i];
+        }
         else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && i + 1 < argc)
             path = argv[++i];
         else if ((!strcmp(a, "-n") || !strcmp(a, "--node")) && i + 1 < argc) {
@@ -166,6 +181,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    /* A table the file still has is never dropped: naming one is a
+     * mistake to stop at, not to ignore. */
+    for (int i = 0; i < ndrop; i++)
+        for (int j = 0; j < cfg.ntables; j++)
+            if (!strcmp(drop[i], cfg.tables[j].name)) {
+                fprintf(stderr, "psd: --drop-table %s: %s still has table "
+                        "'%s' (line %d); --drop-table names a table the "
+                        "snapshot holds and the file no longer does\n",
+                        drop[i], path, drop[i], cfg.tables[j].line);
+                psd_config_destroy(&cfg);
+                return 1;
+            }
     if (check) {
         /* Everything psd would refuse to start for, not only the syntax:
          * the token file, host names, protected mode. */
@@ -188,11 +215,24 @@ int main(int argc, char **argv)
             if (node_given && i != node)
                 continue;
             char why[1024];
-            uint64_t seq;
-            int rc = psd_snapshot_check(dir, i, &cfg, &seq, why, sizeof why);
+            psd_snap_info si;
+            psd_snap_tables tm = { drop, ndrop, NULL, 0, 0, 0 };
+            int rc = psd_snapshot_check(dir, i, &cfg, &tm, &si, why,
+                                        sizeof why);
+            /* The journal after a snapshot was written under its tables. */
             if (rc >= 0 && rc != 2)
-                rc = psd_journal_check(dir, i, psd_config_shape(&cfg),
-                                       seq ? seq : 1, why, sizeof why);
+                rc = psd_journal_check(
+                    dir, i, rc == 0 ? si.shape : psd_config_shape(&cfg),
+                    rc == 0 && si.journal_seq ? si.journal_seq : 1, why,
+                    sizeof why);
+            if (rc == 0 && tm.map)
+                printf("%s: node %d's snapshot holds other tables than the "
+                       "file: %u kept by name, %d new (from their init), %d "
+                       "dropped (--drop-table); psd writes a snapshot of the "
+                       "new tables when it starts\n", path, i,
+                       si.ntables - (uint32_t)tm.dropped, tm.added,
+                       tm.dropped);
+            free(tm.map);
             if (rc < 0) {
                 /* Not always the ini: a snapshot may be missing or
                  * damaged while the file is as it was. */
@@ -269,7 +309,8 @@ int main(int argc, char **argv)
     sigprocmask(SIG_BLOCK, &stop, NULL);
     start_thread_pool(&loop);
     sigprocmask(SIG_UNBLOCK, &stop, NULL);
-    int ok = psd_server_init(&srv, &loop, &cfg, path, node, skip, err,
+    psd_start_opts opts = { skip, drop, ndrop };
+    int ok = psd_server_init(&srv, &loop, &cfg, path, node, &opts, err,
                              sizeof err) == 0;
     sigprocmask(SIG_BLOCK, &stop, NULL);
     if (!ok || psd_server_listen(&srv, err, sizeof err)) {

@@ -39,19 +39,35 @@ static void build_cluster(psd_node *n)
 
 #define MIX(h, v) ((h) = ((h) ^ (uint64_t)(v)) * 1099511628211ULL)
 
-uint64_t psd_config_shape(const psd_config *c)
+uint64_t psd_shape_begin(int nnodes, uint32_t shards)
 {
     uint64_t h = 1469598103934665603ULL;
-    MIX(h, c->nnodes);
-    MIX(h, c->shards);
+    MIX(h, nnodes);
+    MIX(h, shards);
+    return h;
+}
+
+uint64_t psd_shape_table(uint64_t h, const char *name, int dense,
+                         uint32_t dim, uint64_t rows, int updater,
+                         int consistency)
+{
+    for (const char *p = name; *p; p++)
+        MIX(h, (unsigned char)*p);
+    MIX(h, dense);
+    MIX(h, dim);
+    MIX(h, rows);
+    MIX(h, updater);
+    MIX(h, consistency);
+    return h;
+}
+
+uint64_t psd_config_shape(const psd_config *c)
+{
+    uint64_t h = psd_shape_begin(c->nnodes, c->shards);
     for (int i = 0; i < c->ntables; i++) {
-        for (const char *p = c->tables[i].name; *p; p++)
-            MIX(h, (unsigned char)*p);
-        MIX(h, c->tables[i].dense);
-        MIX(h, c->tables[i].dim);
-        MIX(h, c->tables[i].rows);
-        MIX(h, c->tables[i].upd.kind);
-        MIX(h, c->tables[i].consistency);
+        const psd_table_conf *t = &c->tables[i];
+        h = psd_shape_table(h, t->name, t->dense, t->dim, t->rows,
+                            (int)t->upd.kind, (int)t->consistency);
     }
     return h;
 }

@@ -104,6 +104,14 @@ typedef struct psd_node {
  * move and keep its data). Snapshots and journal segments carry it. */
 uint64_t psd_config_shape(const psd_config *c);
 
+/* The shape in steps, for a snapshot that lists its tables (snapshot.c
+ * checks one taken under other tables): begin, then each table in order.
+ * psd_config_shape(c) is these over c's tables. */
+uint64_t psd_shape_begin(int nnodes, uint32_t shards);
+uint64_t psd_shape_table(uint64_t h, const char *name, int dense,
+                         uint32_t dim, uint64_t rows, int updater,
+                         int consistency);
+
 /* Takes ownership of *cfg (left zeroed) and builds node `index`'s tables.
  * Returns 0, or -1 with a reason in err; psd_node_destroy either way. */
 int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,

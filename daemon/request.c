@@ -939,7 +939,7 @@ void psd_request_replayed(psd_node *n, uint64_t now_ms)
 int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
                        size_t errlen)
 {
-    const psd_replay_ctx *rc_ = ctx;
+    psd_replay_ctx *rc_ = ctx;
     psd_node *n = rc_->node;
     if (r->type == PSD_J_ACK) {
         psd_dclient *dc = psd_dedup_attach(n->dedup, r->client_id,
@@ -983,21 +983,30 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
         return 0;
     }
     const psw_msg *m = &r->msg;
-    if (m->table >= (uint32_t)n->ntables) {
-        snprintf(err, errlen, "a %s table %u; the config has %d tables",
-                 r->type == PSD_J_PARAMS ? "reload of" : "push to", m->table,
-                 n->ntables);
+    uint32_t table = m->table, have = rc_->map ? rc_->nmap
+                                               : (uint32_t)n->ntables;
+    if (table >= have) {
+        snprintf(err, errlen, "a %s table %u; the %s has %u tables",
+                 r->type == PSD_J_PARAMS ? "reload of" : "push to", table,
+                 rc_->map ? "snapshot" : "config", have);
         return -1;
+    }
+    if (rc_->map) {
+        if (rc_->map[table] < 0) {
+            rc_->skipped += r->type == PSD_J_PUSH;
+            return 0;
+        }
+        table = (uint32_t)rc_->map[table];
     }
     if (r->type == PSD_J_PARAMS) {
         /* The pushes that follow were applied with these; the ini's own
          * come back when the replay ends (psd_node_apply_params). */
         psd_updater_params p = r->params;
-        p.kind = n->cfg.tables[m->table].upd.kind;
-        psd_table_set_params(n->tables[m->table], &p);
+        p.kind = n->cfg.tables[table].upd.kind;
+        psd_table_set_params(n->tables[table], &p);
         return 0;
     }
-    psd_table *t = n->tables[m->table];
+    psd_table *t = n->tables[table];
     const psd_table_conf *tc = psd_table_conf_get(t);
     int ranged = psw_op_has(m->op, PSW_OPF_RANGED), owner;
     uint64_t nrows = ranged ? m->count : m->nkeys;

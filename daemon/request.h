@@ -80,10 +80,16 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms);
 void psd_request_tick(psd_node *n, uint64_t now_ms);
 
 /* What psd_request_replay needs: the node, and the time clients found in
- * the journal start their time to live from. */
+ * the journal start their time to live from. When the snapshot was taken
+ * under other tables, the journal after it was written under those too:
+ * its table i is the node's map[i], or -1 for a table let go (its records
+ * are skipped, and its pushes counted). */
 typedef struct psd_replay_ctx {
     psd_node *node;
     uint64_t now_ms;
+    const int32_t *map;          /* NULL: the node's own tables */
+    uint32_t nmap;
+    uint64_t skipped;            /* pushes to tables let go */
 } psd_replay_ctx;
 
 /* Applies one journal record during recovery (a psd_journal_replay

@@ -43,8 +43,8 @@ static void on_durable_moved(void *arg)
 }
 
 int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
-                    const char *cfg_path, int node, int skip_snapshot,
-                    char *err, size_t errlen)
+                    const char *cfg_path, int node,
+                    const psd_start_opts *opts, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->loop = loop;
@@ -81,7 +81,7 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         return -1;
     psd_conns_init(&s->conns, loop, &s->node);
     s->conns.auth = s->auth;
-    return psd_durable_start(&s->dur, loop, &s->node, skip_snapshot,
+    return psd_durable_start(&s->dur, loop, &s->node, opts,
                              on_durable_moved, s, err, errlen);
 }
 
@@ -177,6 +177,37 @@ static int token_file_moved(const psd_server *s, const psd_config *nc,
     return !same;
 }
 
+/* What a restart would make of a config whose layout a reload refused:
+ * the snapshot's tables are matched by name (snapshot.h), so only a node
+ * count, shards, or a kept table's kind, dim, rows, updater or
+ * consistency that changed is refused. Tables removed are named in gone:
+ * they need --drop-table. */
+enum { RESTART_TAKES, RESTART_DROPS, RESTART_REFUSES };
+
+static int restart_takes(const psd_config *a, const psd_config *b,
+                         char *gone, size_t len)
+{
+    if (a->nnodes != b->nnodes || a->shards != b->shards)
+        return RESTART_REFUSES;
+    size_t at = 0;
+    for (int i = 0; i < a->ntables; i++) {
+        const psd_table_conf *x = &a->tables[i], *y = NULL;
+        for (int j = 0; j < b->ntables && !y; j++)
+            if (!strcmp(b->tables[j].name, x->name))
+                y = &b->tables[j];
+        if (!y) {
+            if (at < len)
+                at += (size_t)snprintf(gone + at, len - at, "%s%s",
+                                       at ? ", " : "", x->name);
+            continue;
+        }
+        if (x->dense != y->dense || x->dim != y->dim || x->rows != y->rows ||
+            x->upd.kind != y->upd.kind || x->consistency != y->consistency)
+            return RESTART_REFUSES;
+    }
+    return at ? RESTART_DROPS : RESTART_TAKES;
+}
+
 void psd_server_reload(psd_server *s)
 {
     psd_config nc;
@@ -198,23 +229,39 @@ void psd_server_reload(psd_server *s)
                                           sizeof why);
     /* A new shape (node count, shards, a table's name, place, kind, dim,
      * rows, updater or consistency) is what this node's snapshot and
-     * journal were not written under: a restart refuses it too, so
-     * "restart to apply" would send the operator into a node that does
-     * not start. */
-    int layout = refused && psd_config_shape(&nc) != s->node.shape;
+     * journal were not written under. A restart matches the snapshot's
+     * tables by name, so it takes tables added, removed (with
+     * --drop-table) or moved, and refuses the rest: "restart to apply"
+     * would send the operator into a node that does not start. */
+    char gone[300] = "";
+    int layout = refused && psd_config_shape(&nc) != s->node.shape
+                     ? restart_takes(&s->node.cfg, &nc, gone, sizeof gone)
+                     : RESTART_TAKES;
     psd_config_destroy(&nc);
     if (refused) {
-        const char *hint = layout
-            ? "a new layout: the node's snapshot and journal do not fit it, "
-              "so a restart refuses it too; keep the layout, or start the "
-              "node fresh (--skip-snapshot; see docs/durability.md, "
-              "\"Changing the layout\")"
-            : "restart psd to apply that";
+        char hint[600];
+        if (layout == RESTART_REFUSES)
+            snprintf(hint, sizeof hint, "a new layout: the node's snapshot "
+                     "and journal do not fit it, so a restart refuses it "
+                     "too; keep the layout (a table with another kind, "
+                     "dim, rows, updater or consistency takes a new name), "
+                     "or start the node fresh (--skip-snapshot; see "
+                     "docs/durability.md, \"Adding, removing and "
+                     "reordering tables\")");
+        else if (layout == RESTART_DROPS)
+            snprintf(hint, sizeof hint, "restart psd with --drop-table for "
+                     "each table removed (%s) to apply that; the other "
+                     "tables keep their rows", gone);
+        else
+            snprintf(hint, sizeof hint, "restart psd to apply that");
         psd_error("reload refused, keeping the running configuration: %s "
                   "(%s)", why, hint);
-        snprintf(s->reload_error, sizeof s->reload_error, "%.155s (%s)", why,
-                 layout ? "a new layout: a restart refuses it too"
-                        : "restart psd to apply that");
+        snprintf(s->reload_error, sizeof s->reload_error, "%.150s (%s)", why,
+                 layout == RESTART_REFUSES
+                     ? "a new layout: a restart refuses it too"
+                 : layout == RESTART_DROPS
+                     ? "restart psd with --drop-table to apply that"
+                     : "restart psd to apply that");
         return;
     }
     s->reload_error[0] = '\0';

@@ -34,11 +34,12 @@ typedef struct psd_server {
 /* Takes ownership of *cfg (left zeroed), runs the checks of preflight.h
  * (the token file, host names, protected mode: no non-loopback address
  * without a token), builds node `node`'s tables and restores them from
- * its data folder (skip_snapshot: from nothing, the files moved aside).
- * Returns 0, or -1 with the reasons (one per line) in err. */
+ * its data folder as opts say (psd_durable_start: --skip-snapshot,
+ * --drop-table). Returns 0, or -1 with the reasons (one per line) in
+ * err. */
 int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
-                    const char *cfg_path, int node, int skip_snapshot,
-                    char *err, size_t errlen);
+                    const char *cfg_path, int node,
+                    const psd_start_opts *opts, char *err, size_t errlen);
 
 /* Binds the node's address and starts accepting. 0 or -1 with err. */
 int psd_server_listen(psd_server *s, char *err, size_t errlen);

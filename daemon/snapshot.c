@@ -228,7 +228,8 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
     if (psd_fsync_dir(dir) && psd_fsync_dir(dir))
         snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
     if (info)
-        *info = (psd_snap_info){ generation, journal_seq, created, w.off };
+        *info = (psd_snap_info){ generation, journal_seq, created, w.off,
+                                 n->shape, (uint32_t)n->ntables };
     return 0;
 }
 
@@ -328,10 +329,15 @@ static int read_header(reader *r, header *hd, char *why, size_t whylen)
     return -1;
 }
 
-/* Whether the header's node and layout are node's under cfg. 0, or -1
- * with the reason in why. */
+/* A snapshot lists at most this many tables: more is damage. */
+#define TABLES_MAX 65536
+/* Dropped tables whose consistency the shape check tries each mode of. */
+#define DROPPED_CHECKED_MAX 10
+
+/* Whether the header's node, node count and shards are node's under cfg
+ * (and, strict, its table count). 0, or -1 with the reason in why. */
 static int header_fits(const header *hd, int node, const psd_config *cfg,
-                       char *why, size_t whylen)
+                       int strict, char *why, size_t whylen)
 {
     if (hd->node != (uint32_t)node) {
         snprintf(why, whylen, "taken by node %u, this is node %d", hd->node,
@@ -339,21 +345,278 @@ static int header_fits(const header *hd, int node, const psd_config *cfg,
         return -1;
     }
     if (hd->nnodes != (uint32_t)cfg->nnodes || hd->shards != cfg->shards ||
-        hd->ntables != (uint32_t)cfg->ntables) {
+        (strict && hd->ntables != (uint32_t)cfg->ntables)) {
         snprintf(why, whylen, "taken under another layout (%u nodes, %u "
                  "shards, %u tables; the config has %d nodes, %u shards, %d "
-                 "tables): a snapshot only fits the layout that wrote it",
-                 hd->nnodes, hd->shards, hd->ntables, cfg->nnodes,
-                 cfg->shards, cfg->ntables);
+                 "tables): a snapshot only fits the node count and shards "
+                 "that wrote it", hd->nnodes, hd->shards, hd->ntables,
+                 cfg->nnodes, cfg->shards, cfg->ntables);
+        return -1;
+    }
+    if (hd->ntables > TABLES_MAX) {
+        snprintf(why, whylen, "%u tables: more than a snapshot holds (%d)",
+                 hd->ntables, TABLES_MAX);
         return -1;
     }
     return 0;
 }
 
-int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
-                       uint64_t *journal_seq, char *err, size_t errlen)
+/* What reading a snapshot's sections loads into: node n (psd starting),
+ * or, with n NULL (psd --check), throwaway tables, one at a time. */
+typedef struct target {
+    psd_node *n;
+    const psd_config *cfg;
+    int index;
+    uint64_t now_ms;
+    psd_snap_tables *tm;         /* NULL: the config's tables, in order */
+} target;
+
+/* A table section's own header. */
+typedef struct snap_table {
+    char name[PSD_NAME_MAX];
+    uint8_t dense;
+    uint32_t dim, upd;
+    uint64_t rows;
+} snap_table;
+
+static int conf_index(const psd_config *cfg, const char *name)
 {
-    *journal_seq = 0;
+    for (int i = 0; i < cfg->ntables; i++)
+        if (!strcmp(cfg->tables[i].name, name))
+            return i;
+    return -1;
+}
+
+static int is_dropped(const psd_snap_tables *tm, const char *name)
+{
+    for (int i = 0; i < tm->ndrop; i++)
+        if (!strcmp(tm->drop[i], name))
+            return 1;
+    return 0;
+}
+
+/* Whether the shape the snapshot was taken under is that of its own
+ * tables, taking each kept table's consistency mode from the config: the
+ * section headers hold everything the shape covers but the mode. A
+ * dropped table's mode is unknown, so each is tried. */
+static int shape_fits(uint64_t want, uint64_t h, const snap_table *st,
+                      const int32_t *map, uint32_t i, uint32_t nt,
+                      const psd_config *cfg)
+{
+    for (; i < nt; i++) {
+        const snap_table *t = &st[i];
+        if (map[i] < 0) {
+            for (int mode = PSD_CONS_ASYNC; mode <= PSD_CONS_SSP; mode++)
+                if (shape_fits(want, psd_shape_table(h, t->name, t->dense,
+                                                     t->dim, t->rows,
+                                                     (int)t->upd, mode),
+                               st, map, i + 1, nt, cfg))
+                    return 1;
+            return 0;
+        }
+        h = psd_shape_table(h, t->name, t->dense, t->dim, t->rows,
+                            (int)t->upd,
+                            (int)cfg->tables[map[i]].consistency);
+    }
+    return h == want;
+}
+
+#define BAD(...) do { snprintf(why, whylen, __VA_ARGS__); \
+                      goto bad; } while (0)
+
+/* Reads every section after the header into g. 0, or -1 with the reason
+ * in why and the offset of the failing part in *at. */
+static int read_sections(reader *r, const header *hd, const target *g,
+                         uint64_t *at, char *why, size_t whylen)
+{
+    const psd_config *cfg = g->cfg;
+    psd_source in = { r_read, r };
+    uint32_t nt = hd->ntables;
+    snap_table *st = calloc(nt ? nt : 1, sizeof *st);
+    int32_t *map = malloc((nt ? nt : 1) * sizeof *map);
+    char *seen = calloc((size_t)cfg->ntables + 1, 1);
+    psd_sync ysync, *sync = g->n ? &g->n->sync : &ysync;
+    psd_dedup *dedup = g->n ? g->n->dedup : psd_dedup_new();
+    psd_table *tmp = NULL;
+    int ysync_ok = g->n || psd_sync_init(&ysync, cfg->workers, g->now_ms) == 0;
+    int rc = -1;
+    if (!st || !map || !seen || !dedup || !ysync_ok)
+        BAD("out of memory");
+    uint32_t crc;
+    uint32_t tables_seen = 0;
+    int sync_seen = 0, dedup_seen = 0;
+    for (;;) {
+        *at = r->off;
+        r->crc = 0;
+        uint32_t kind, aux;
+        if (r_read(r, &kind, 4) || r_read(r, &aux, 4))
+            BAD("truncated: a section header is missing (no end marker)");
+        uint64_t start = r->off;
+        char inner[300] = "";
+        int lrc = 0;
+        if (kind == SEC_TABLE) {
+            if (aux != tables_seen || aux >= nt)
+                BAD("table section %u out of order", aux);
+            snap_table *t = &st[aux];
+            uint32_t len;
+            if (r_read(r, &t->dense, 1) || r_read(r, &t->dim, 4) ||
+                r_read(r, &t->rows, 8) || r_read(r, &t->upd, 4) ||
+                r_read(r, &len, 4) || len >= sizeof t->name ||
+                r_read(r, t->name, len))
+                BAD("table %u: truncated or bad table header", aux);
+            t->name[len] = '\0';
+            int j = g->tm ? conf_index(cfg, t->name) : (int)aux;
+            const psd_table_conf *tc = j >= 0 ? &cfg->tables[j] : NULL;
+            if (!g->tm && (strcmp(t->name, tc->name) ||
+                           t->dense != (tc->dense != 0) ||
+                           t->dim != tc->dim || t->rows != tc->rows))
+                BAD("table %u is '%s' (%s, dim %u, rows %llu) in the "
+                    "snapshot, '%s' (%s, dim %u, rows %llu) in the config",
+                    aux, t->name, t->dense ? "dense" : "sparse", t->dim,
+                    (unsigned long long)t->rows, tc->name,
+                    tc->dense ? "dense" : "sparse", tc->dim,
+                    (unsigned long long)tc->rows);
+            if (tc && seen[j])
+                BAD("table '%s' is in the snapshot twice", t->name);
+            if (tc && (t->dense != (tc->dense != 0) || t->dim != tc->dim ||
+                       t->rows != tc->rows))
+                BAD("table '%s' is %s, dim %u, rows %llu in the snapshot "
+                    "and %s, dim %u, rows %llu in the config: its rows do "
+                    "not fit (put its kind, dim and rows back; a table under "
+                    "a new name starts fresh, and --drop-table lets the old "
+                    "one go)", t->name, t->dense ? "dense" : "sparse",
+                    t->dim, (unsigned long long)t->rows,
+                    tc->dense ? "dense" : "sparse", tc->dim,
+                    (unsigned long long)tc->rows);
+            if (!tc && !is_dropped(g->tm, t->name))
+                BAD("table '%s' (%s, dim %u) is in the snapshot but not in "
+                    "the config: put its section back, or start psd with "
+                    "--drop-table %s to let its rows go", t->name,
+                    t->dense ? "dense" : "sparse", t->dim, t->name);
+            if (tc && t->upd != (uint32_t)tc->upd.kind)
+                BAD("table '%s': its updater changed since the snapshot, so "
+                    "its optimizer state does not fit", tc->name);
+            if (!tc && (t->upd > PSD_UPD_FTRL || t->dim < 1 ||
+                        t->dim > 65536 || (t->dense && t->rows < 1)))
+                BAD("table '%s': updater %u, dim %u, rows %llu: not a table "
+                    "psd writes", t->name, t->upd, t->dim,
+                    (unsigned long long)t->rows);
+            map[aux] = j;
+            if (tc)
+                seen[j] = 1;
+            psd_table *into = g->n && tc ? g->n->tables[j] : NULL;
+            if (!into) {
+                /* Read into a table of its own, then let go: a dropped
+                 * table's (taken as bsp, so saved sums read too), or any
+                 * under --check. Its initial values would only be
+                 * overwritten. */
+                psd_table_conf c;
+                if (tc)
+                    c = *tc;
+                else {
+                    memset(&c, 0, sizeof c);
+                    memcpy(c.name, t->name, len + 1);
+                    c.dense = t->dense;
+                    c.dim = t->dim;
+                    c.rows = t->rows;
+                    c.upd.kind = (psd_updater_kind)t->upd;
+                    c.consistency = PSD_CONS_BSP;
+                }
+                c.init = (psd_init_params){ .kind = PSD_INIT_ZEROS };
+                tmp = psd_table_new(&c, hd->shards, (int)hd->nnodes, g->index,
+                                    inner, sizeof inner);
+                if (!tmp)
+                    BAD("table '%s': %s", t->name, inner);
+                into = tmp;
+            }
+            lrc = psd_table_load(into, &in, inner, sizeof inner);
+            psd_table_free(tmp);
+            tmp = NULL;
+            tables_seen++;
+        } else if (kind == SEC_SYNC && !sync_seen++) {
+            lrc = psd_sync_load(sync, &in, hd->version >= 2, g->now_ms, inner,
+                                sizeof inner);
+        } else if (kind == SEC_DEDUP && !dedup_seen++) {
+            lrc = psd_dedup_load(dedup, &in, g->now_ms, inner, sizeof inner);
+        } else if (kind != SEC_END) {
+            BAD("unexpected section %u", kind);
+        }
+        if (lrc)
+            BAD("%s section: %s", sec_name(kind),
+                r->eof ? "truncated" : inner);
+        uint64_t consumed = r->off - start, len;
+        uint32_t want = r->crc;
+        if (r_read(r, &len, 8) || r_read(r, &crc, 4))
+            BAD("%s section: truncated before its checksum", sec_name(kind));
+        if (len != consumed)
+            BAD("%s section: %llu bytes read, its length says %llu",
+                sec_name(kind), (unsigned long long)consumed,
+                (unsigned long long)len);
+        if (crc != want)
+            BAD("%s section: CRC mismatch (stored %08x, computed %08x)",
+                sec_name(kind), crc, want);
+        if (kind == SEC_END)
+            break;
+    }
+    if (tables_seen != nt || !sync_seen || !dedup_seen)
+        BAD("sections missing before the end marker");
+    *at = 24;
+    int same = nt == (uint32_t)cfg->ntables, dropped = 0;
+    for (uint32_t i = 0; i < nt; i++) {
+        same &= map[i] == (int32_t)i;
+        dropped += map[i] < 0;
+    }
+    /* The header's counts and every table section fit: of what the shape
+     * covers, only a table's consistency mode is left (or a file written
+     * before the shape covered it, docs/durability.md section 5). */
+    uint64_t shape = psd_config_shape(cfg);
+    if (same && hd->shape != shape)
+        BAD("taken under another layout (shape %016llx, the config's is "
+            "%016llx): every table's name, kind, dim, rows and updater "
+            "match, so a table's consistency mode changed since (restore "
+            "it, or start with --skip-snapshot to set this node's files "
+            "aside)", (unsigned long long)hd->shape,
+            (unsigned long long)shape);
+    if (!same && dropped > DROPPED_CHECKED_MAX)
+        BAD("%d tables dropped at once: psd checks at most %d in one start",
+            dropped, DROPPED_CHECKED_MAX);
+    if (!same && !shape_fits(hd->shape, psd_shape_begin(cfg->nnodes,
+                                                        cfg->shards),
+                             st, map, 0, nt, cfg))
+        BAD("taken under other tables (shape %016llx): each table the "
+            "config keeps matches by name, kind, dim, rows and updater, so "
+            "one's consistency mode changed since (restore it, or start "
+            "with --skip-snapshot to set this node's files aside)",
+            (unsigned long long)hd->shape);
+    if (g->tm) {
+        g->tm->added = cfg->ntables - (int)(nt - (uint32_t)dropped);
+        g->tm->dropped = dropped;
+        if (!same) {
+            g->tm->map = map;
+            g->tm->nmap = nt;
+            map = NULL;
+        }
+    }
+    rc = 0;
+bad:
+    free(st);
+    free(map);
+    free(seen);
+    if (!g->n) {
+        if (ysync_ok)
+            psd_sync_destroy(&ysync);
+        psd_dedup_free(dedup);
+    }
+    return rc;
+}
+
+#undef BAD
+
+int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
+                       psd_snap_tables *tables, psd_snap_info *info,
+                       char *err, size_t errlen)
+{
+    memset(info, 0, sizeof *info);
     char path[4200], why[400];
     psd_snapshot_path(path, sizeof path, dir, node);
     reader r = { .fd = open(path, O_RDONLY | O_CLOEXEC) };
@@ -371,14 +634,17 @@ int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
     if (!r.buf)
         snprintf(why, sizeof why, "out of memory");
     else if (read_header(&r, &hd, why, sizeof why) == 0 &&
-             header_fits(&hd, node, cfg, why, sizeof why) == 0) {
-        at = 24;
-        if (hd.shape != psd_config_shape(cfg))
-            snprintf(why, sizeof why, "taken under another layout: its "
-                     "tables differ from the config's (a name, kind, dim, "
-                     "rows, updater or consistency changed)");
-        else {
-            *journal_seq = hd.si.journal_seq;
+             header_fits(&hd, node, cfg, tables == NULL, why,
+                         sizeof why) == 0) {
+        /* The same shape: the tables are the config's, and the rest is
+         * read when psd starts. Another: read every section, as psd
+         * would, to tell whether its tables fit the config's. */
+        target g = { NULL, cfg, node, 0, tables };
+        if (hd.shape == psd_config_shape(cfg) ||
+            read_sections(&r, &hd, &g, &at, why, sizeof why) == 0) {
+            *info = hd.si;
+            info->shape = hd.shape;
+            info->ntables = hd.ntables;
             rc = 0;
         }
     }
@@ -391,11 +657,9 @@ int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
     return rc;
 }
 
-#define BAD(...) do { snprintf(why, sizeof why, __VA_ARGS__); \
-                      goto bad; } while (0)
-
 int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
-                      psd_snap_info *info, char *err, size_t errlen)
+                      psd_snap_info *info, psd_snap_tables *tables,
+                      char *err, size_t errlen)
 {
     char path[4200], why[400];
     psd_snapshot_path(path, sizeof path, dir, n->index);
@@ -408,98 +672,28 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
         return -1;
     }
     r.buf = malloc(BUF_BYTES);
-    psd_source in = { r_read, &r };
-    if (!r.buf)
-        BAD("out of memory");
     header hd;
-    /* The shape hash covers the tables too; when only they differ, their
-     * sections below say how. */
-    if (read_header(&r, &hd, why, sizeof why) ||
-        header_fits(&hd, n->index, &n->cfg, why, sizeof why))
+    target g = { n, &n->cfg, n->index, now_ms, tables };
+    if (!r.buf) {
+        snprintf(why, sizeof why, "out of memory");
         goto bad;
-    psd_snap_info si = hd.si;
-    uint64_t shape = hd.shape;
-    uint32_t crc;
-    int tables_seen = 0, sync_seen = 0, dedup_seen = 0;
-    for (;;) {
-        at = r.off;
-        r.crc = 0;
-        uint32_t kind, aux;
-        if (r_read(&r, &kind, 4) || r_read(&r, &aux, 4))
-            BAD("truncated: a section header is missing (no end marker)");
-        uint64_t start = r.off;
-        char inner[300] = "";
-        int rc = 0;
-        if (kind == SEC_TABLE) {
-            if ((int)aux != tables_seen || aux >= (uint32_t)n->ntables)
-                BAD("table section %u out of order", aux);
-            const psd_table_conf *tc = psd_table_conf_get(n->tables[aux]);
-            uint8_t dense;
-            uint32_t dim, upd, len;
-            uint64_t rows;
-            char name[PSD_NAME_MAX];
-            if (r_read(&r, &dense, 1) || r_read(&r, &dim, 4) ||
-                r_read(&r, &rows, 8) || r_read(&r, &upd, 4) ||
-                r_read(&r, &len, 4) || len >= sizeof name ||
-                r_read(&r, name, len))
-                BAD("table %u: truncated or bad table header", aux);
-            name[len] = '\0';
-            if (strcmp(name, tc->name) || dense != (tc->dense != 0) ||
-                dim != tc->dim || rows != tc->rows)
-                BAD("table %u is '%s' (%s, dim %u, rows %llu) in the "
-                    "snapshot, '%s' (%s, dim %u, rows %llu) in the config",
-                    aux, name, dense ? "dense" : "sparse", dim,
-                    (unsigned long long)rows, tc->name,
-                    tc->dense ? "dense" : "sparse", tc->dim,
-                    (unsigned long long)tc->rows);
-            if (upd != (uint32_t)tc->upd.kind)
-                BAD("table '%s': its updater changed since the snapshot, so "
-                    "its optimizer state does not fit", tc->name);
-            rc = psd_table_load(n->tables[aux], &in, inner, sizeof inner);
-            tables_seen++;
-        } else if (kind == SEC_SYNC && !sync_seen++) {
-            rc = psd_sync_load(&n->sync, &in, hd.version >= 2, now_ms, inner,
-                               sizeof inner);
-        } else if (kind == SEC_DEDUP && !dedup_seen++) {
-            rc = psd_dedup_load(n->dedup, &in, now_ms, inner, sizeof inner);
-        } else if (kind != SEC_END) {
-            BAD("unexpected section %u", kind);
-        }
-        if (rc)
-            BAD("%s section: %s", sec_name(kind),
-                r.eof ? "truncated" : inner);
-        uint64_t consumed = r.off - start, len;
-        uint32_t want = r.crc;
-        if (r_read(&r, &len, 8) || r_read(&r, &crc, 4))
-            BAD("%s section: truncated before its checksum", sec_name(kind));
-        if (len != consumed)
-            BAD("%s section: %llu bytes read, its length says %llu",
-                sec_name(kind), (unsigned long long)consumed,
-                (unsigned long long)len);
-        if (crc != want)
-            BAD("%s section: CRC mismatch (stored %08x, computed %08x)",
-                sec_name(kind), crc, want);
-        if (kind == SEC_END)
-            break;
     }
-    if (tables_seen != n->ntables || !sync_seen || !dedup_seen)
-        BAD("sections missing before the end marker");
-    at = 24;
-    /* The header's counts and every table section fit: of what the shape
-     * covers, only a table's consistency mode is left (or a file written
-     * before the shape covered it, docs/durability.md section 5). */
-    if (shape != n->shape)
-        BAD("taken under another layout (shape %016llx, the config's is "
-            "%016llx): every table's name, kind, dim, rows and updater "
-            "match, so a table's consistency mode changed since (restore "
-            "it, or start with --skip-snapshot to set this node's files "
-            "aside)", (unsigned long long)shape,
-            (unsigned long long)n->shape);
+    /* The shape hash covers the tables too; when only they differ, their
+     * sections say how. */
+    if (read_header(&r, &hd, why, sizeof why) ||
+        header_fits(&hd, n->index, &n->cfg, tables == NULL, why, sizeof why) ||
+        read_sections(&r, &hd, &g, &at, why, sizeof why))
+        goto bad;
     char extra;
     at = r.off;
-    if (r_read(&r, &extra, 1) == 0)
-        BAD("bytes after the end marker");
+    if (r_read(&r, &extra, 1) == 0) {
+        snprintf(why, sizeof why, "bytes after the end marker");
+        goto bad;
+    }
+    psd_snap_info si = hd.si;
     si.bytes = r.off;
+    si.shape = hd.shape;
+    si.ntables = hd.ntables;
     close(r.fd);
     free(r.buf);
     if (info)
@@ -511,5 +705,10 @@ bad:
              r.err ? strerror(r.err) : "");
     close(r.fd);
     free(r.buf);
+    if (tables) {
+        free(tables->map);
+        tables->map = NULL;
+        tables->nmap = 0;
+    }
     return -1;
 }

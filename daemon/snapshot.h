@@ -24,7 +24,25 @@ typedef struct psd_snap_info {
     uint64_t journal_seq;        /* first journal segment not in it */
     uint64_t created_ms;         /* wall clock, ms since the epoch */
     uint64_t bytes;              /* file size */
+    uint64_t shape;              /* the layout shape it was taken under */
+    uint32_t ntables;            /* the tables it holds */
 } psd_snap_info;
+
+/* A snapshot's tables against the config's. psd finds each of the
+ * snapshot's tables in the config by name, so tables may be added and
+ * the ini's sections reordered across a restart; a table the config no
+ * longer has is let go only when named in drop (psd --drop-table). See
+ * docs/durability.md, "Adding, removing and reordering tables". */
+typedef struct psd_snap_tables {
+    const char *const *drop;     /* in: names, not owned */
+    int ndrop;
+    /* out: the snapshot's table i is the config's map[i], or -1 when it
+     * was dropped; nmap entries. NULL when the tables are the config's,
+     * in its order. malloc'd: the caller frees it. */
+    int32_t *map;
+    uint32_t nmap;
+    int added, dropped;          /* out: tables new in the config, let go */
+} psd_snap_tables;
 
 /* "DIR/psd-nodeN.snap": node N's snapshot (several nodes may share a
  * folder). */
@@ -51,17 +69,26 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
  * (psd_node_init). Returns 0 and fills *info; 1 when there is no
  * snapshot; -1 with "FILE: offset N: reason" in err when the file cannot
  * be trusted (then n must not be served). now_ms starts the grace of the
- * workers that were connected and the time to live of the clients. */
+ * workers that were connected and the time to live of the clients.
+ * tables NULL: the snapshot's tables must be the config's, in its order;
+ * otherwise they are matched by name as psd_snap_tables says, and
+ * tables->map is filled when they differ (a table the config adds keeps
+ * the values psd_node_init gave it). */
 int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
-                      psd_snap_info *info, char *err, size_t errlen);
+                      psd_snap_info *info, psd_snap_tables *tables,
+                      char *err, size_t errlen);
 
 /* For psd --check: whether node's snapshot in dir, if any, would load
- * under cfg, from its header alone (its node, layout and shape; the rest
- * is checked when psd loads it). 0 when it fits (*journal_seq: the first
- * journal segment it does not cover), 1 when there is none,
- * -1 with "FILE: offset N: reason" in err, 2 with the reason in err when
- * this user may not read it (psd may run as another user). */
+ * under cfg. Its header is checked (node, node count, shards); when its
+ * shape is cfg's, the rest is left to the start. Otherwise its tables
+ * differ, and the whole file is read as psd_snapshot_load would, one
+ * table at a time, filling *tables the same way (NULL: refused). 0 when
+ * it fits (*info: its journal_seq, the first journal segment it does not
+ * cover, its shape and table count), 1 when there is none, -1 with
+ * "FILE: offset N: reason" in err, 2 with the reason in err when this
+ * user may not read it (psd may run as another user). */
 int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
-                       uint64_t *journal_seq, char *err, size_t errlen);
+                       psd_snap_tables *tables, psd_snap_info *info,
+                       char *err, size_t errlen);
 
 #endif

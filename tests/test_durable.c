@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -1211,7 +1212,10 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
              "-e 's/^dim = 1$/dim = 2/' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
     expect_refusal(&c, snap, "dim 1");
-    expect_psd_check(&c, 0, NULL, 1, "tables differ");
+    /* --check reads the whole snapshot when its tables differ. */
+    expect_psd_check(&c, 0, NULL, 1, "table 'count' is sparse, dim 1, rows "
+                     "0 in the snapshot and sparse, dim 2, rows 0 in the "
+                     "config");
     snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 2$/dim = 1/' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
     expect_psd_check(&c, 0, NULL, 0, "OK");
@@ -1226,6 +1230,115 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     if (cluster_restart(&c, 0))
         fail_msg("the right layout starts");
     expect_count(c.spec, a, "with the right layout");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
+/* Pushes v to each column of key 1 of table `name` (dim 4; v = 0: no
+ * push) and pulls it back: its first column, or NAN when either fails. */
+static float push_pull_one(const char *spec, const char *name, float v)
+{
+    ps_options o = client_options();
+    ps_client *cl;
+    if (ps_open(&cl, spec, &o) != PS_OK)
+        return NAN;
+    int t = ps_table(cl, name, NULL);
+    uint64_t key = 1;
+    float row[4] = { v, v, v, v }, got[4] = { NAN };
+    if (t < 0 ||
+        (v != 0.0f &&
+         ps_wait(cl, ps_push(cl, t, &key, 1, row, NULL, NULL)) != PS_OK) ||
+        ps_wait(cl, ps_pull(cl, t, &key, 1, got, NULL, NULL)) != PS_OK)
+        got[0] = NAN;
+    ps_close(cl);
+    return got[0];
+}
+
+/* Tables added, moved and dropped across restarts keep every other
+ * table's rows: the snapshot's tables are found in the new ini by name,
+ * the journal after it (written under the old tables: kill -9) replays
+ * onto them, and psd writes a snapshot of the new tables before it
+ * serves, so the next crash replays under those. A table gone from the
+ * ini is refused until --drop-table names it; --check says all of it
+ * first. */
+static void test_tables_added_moved_or_dropped_keep_the_others_rows(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    ps_options o = client_options();
+    int a1, a2, failed;
+    oracle_run_many(c.spec, &o, 2, 40, 4, &a1, &failed);
+    pid_t p = spawn(psctl_save, c.spec);
+    int st;
+    waitpid(p, &st, 0);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "psctl save");
+    EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 1 written", 5000), 1,
+               "the snapshot was written");
+    /* These are in the journal only. */
+    oracle_run_many(c.spec, &o, 2, 40, 4, &a2, &failed);
+    EXPECT_INT(failed, 0, "pushes that failed");
+    kill(c.pid[0], SIGKILL);
+    cluster_wait_exit(&c, 0, 5000);
+
+    /* A table added in front of the counter table. */
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^\\[table.%s\\]$/[table.emb]\\n"
+             "dim = 4\\n\\n&/' '%s'", ORACLE_TABLE, c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_psd_check(&c, 0, NULL, 0, "1 kept by name, 1 new (from their "
+                     "init), 0 dropped");
+    if (cluster_restart(&c, 0))
+        fail_msg("a table added: psd did not start");
+    EXPECT_INT(cluster_log_wait(&c, 0, "1 new ('emb')", 100), 1,
+               "it names the new table");
+    EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 2 of the new tables "
+                                "written", 100), 1,
+               "it wrote a snapshot of the new tables");
+    expect_count(c.spec, a1 + a2, "after a table was added");
+    EXPECT_INT(push_pull_one(c.spec, "emb", 2.5f) == 2.5f, 1,
+               "the new table takes pushes");
+    /* A crash now replays under the new tables. */
+    int a3;
+    oracle_run_many(c.spec, &o, 1, 20, 4, &a3, &failed);
+    kill(c.pid[0], SIGKILL);
+    cluster_wait_exit(&c, 0, 5000);
+    if (cluster_restart(&c, 0))
+        fail_msg("after kill -9 under the new tables: psd did not start");
+    char *log = cluster_log(&c, 0);
+    int matched = 0;
+    for (const char *at = log; at && (at = strstr(at, "other tables"));
+         at++)
+        matched++;
+    free(log);
+    EXPECT_INT(matched, 1, "starts that matched tables (the log holds "
+               "every start)");
+    EXPECT_INT(push_pull_one(c.spec, "emb", 0.0f) == 2.5f, 1,
+               "the new table's row after kill -9");
+    expect_count(c.spec, a1 + a2 + a3, "after kill -9 under the new tables");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+
+    /* emb removed from the ini: refused, then dropped by name. */
+    snprintf(cmd, sizeof cmd, "sed -i '/^\\[table.emb\\]$/,/^dim = 4$/d' "
+             "'%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    char snap[400];
+    snprintf(snap, sizeof snap, "%s/psd-node0.snap", c.dir);
+    expect_refusal(&c, snap, "table 'emb' (sparse, dim 4) is in the "
+                   "snapshot but not in the config: put its section back, "
+                   "or start psd with --drop-table emb");
+    expect_psd_check(&c, 0, NULL, 1, "--drop-table emb to let its rows go");
+    expect_psd_check(&c, 0, "--drop-table emb", 0, "0 new (from their "
+                     "init), 1 dropped");
+    expect_psd_check(&c, 0, "--drop-table " ORACLE_TABLE, 1, "still has "
+                     "table '" ORACLE_TABLE "'");
+    if (cluster_restart_with(&c, 0, "--drop-table=emb"))
+        fail_msg("--drop-table=emb: psd did not start");
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_table(cl, "emb", NULL) < 0, 1, "emb is gone");
+    ps_close(cl);
+    expect_count(c.spec, a1 + a2 + a3, "after emb was dropped");
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
@@ -1547,6 +1660,8 @@ int main(void)
             test_fsync_always_without_a_free_descriptor_acks_pushes),
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),
         cmocka_unit_test(test_a_snapshot_of_another_layout_stops_psd),
+        cmocka_unit_test(
+            test_tables_added_moved_or_dropped_keep_the_others_rows),
         cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
         cmocka_unit_test(

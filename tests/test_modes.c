@@ -693,6 +693,24 @@ static void sighup_refusals_say_where_the_change_is(void **state)
     if (!cluster_log_wait(&cl, 0, "[table.t]: its updater", 10000) ||
         !cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a new updater of table t: want \"%s\" in the log", want);
+    /* A table added: a restart takes it (the snapshot's tables are found
+     * by name), so here the hint is to restart. */
+    reload_with("/^updater = adam$/d;"
+                "s/^\\[table.t\\]$/[table.u]\\ndim = 2\\n[table.t]/");
+    snprintf(want, sizeof want, "%s: tables were added or removed (2 to 3) "
+             "(restart psd to apply that)", cl.ini);
+    if (!cluster_log_wait(&cl, 0, "(2 to 3)", 10000) ||
+        !cluster_log_wait(&cl, 0, want, 1000))
+        fail_msg("a table added: want \"%s\" in the log", want);
+    /* A table renamed: the old name is gone from the file, and a restart
+     * takes that only with --drop-table. */
+    reload_with("/^\\[table.u\\]$/,/^dim = 2$/d;"
+                "s/^\\[table.a\\]$/[table.b]/");
+    snprintf(want, sizeof want, "(restart psd with --drop-table for each "
+             "table removed (a) to apply that; the other tables keep their "
+             "rows)");
+    if (!cluster_log_wait(&cl, 0, want, 10000))
+        fail_msg("table a renamed: want \"%s\" in the log", want);
     assert_int_equal(cluster_stop(&cl), 0);
 }
 

@@ -33,19 +33,26 @@
 #define ERRLEN 600
 
 /* Every updater with state, dense and sparse, and a bsp table (its sums
- * of the current clock are part of the state). */
-static const char *const INI =
-    "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\nshards = %d\n"
+ * of the current clock are part of the state). Sections one by one, for
+ * configs that add, drop or move tables; %d: shards, then adam's dim. */
+#define CLUSTER                                                             \
+    "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\nshards = %d\n"     \
     "workers = 2\n"
-    "[table.adam]\nkind = dense\nrows = 50\ndim = %d\nupdater = adam\n"
+#define T_ADAM                                                              \
+    "[table.adam]\nkind = dense\nrows = 50\ndim = %d\nupdater = adam\n"    \
     "lr = 0.01\ninit = uniform -0.1 0.1\nseed = 3\n"
+#define T_ADAGRAD                                                           \
     "[table.adagrad]\nkind = sparse\ndim = 4\nupdater = adagrad\nlr = 0.1\n"
-    "[table.ftrl]\nkind = sparse\ndim = 4\nupdater = ftrl\nlr = 0.05\n"
+#define T_FTRL                                                              \
+    "[table.ftrl]\nkind = sparse\ndim = 4\nupdater = ftrl\nlr = 0.05\n"     \
     "l1 = 0.001\nl2 = 0.01\n"
-    "[table.sgd]\nkind = dense\nrows = 20\ndim = 2\nupdater = sgd\n"
+#define T_SGD                                                               \
+    "[table.sgd]\nkind = dense\nrows = 20\ndim = 2\nupdater = sgd\n"       \
     "lr = 0.5\n"
-    "[table.bsp]\nkind = sparse\ndim = 3\nupdater = sum\n"
-    "consistency = bsp\n";
+#define T_BSP                                                               \
+    "[table.bsp]\nkind = sparse\ndim = 3\nupdater = sum\n"                 \
+    "consistency = bsp\n"
+static const char *const INI = CLUSTER T_ADAM T_ADAGRAD T_FTRL T_SGD T_BSP;
 
 static char dir[64];
 
@@ -66,12 +73,18 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* A fresh node `index` of the test layout (shards, dim of table adam). */
-static void make_node(psd_node *n, int index, int shards, int dim)
+/* A fresh node `index` of the layout in ini (a CLUSTER and tables, with
+ * shards and the dim of table adam). */
+static void node_from(psd_node *n, const char *ini, int index, int shards,
+                      int dim)
 {
     char path[128], text[2048], err[ERRLEN];
     snprintf(path, sizeof path, "%s/psd.ini", dir);
-    snprintf(text, sizeof text, INI, shards, dim);
+    /* ini is one of this file's CLUSTER-and-tables strings. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    snprintf(text, sizeof text, ini, shards, dim);
+#pragma GCC diagnostic pop
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(text, f);
@@ -81,6 +94,12 @@ static void make_node(psd_node *n, int index, int shards, int dim)
         fail_msg("config: %s", err);
     if (psd_node_init(n, &c, index, 1000, err, sizeof err))
         fail_msg("node: %s", err);
+}
+
+/* A fresh node `index` of the test layout (shards, dim of table adam). */
+static void make_node(psd_node *n, int index, int shards, int dim)
+{
+    node_from(n, INI, index, shards, dim);
 }
 
 /* Keys this node owns in table t (sparse): the first `n` found. */
@@ -226,7 +245,7 @@ static void test_a_snapshot_restores_every_updater_state_bit_for_bit(
     if (psd_snapshot_write(&a, dir, 3, 7, &wi, err, sizeof err))
         fail_msg("write: %s", err);
     make_node(&b, 1, 16, 8);
-    if (psd_snapshot_load(&b, dir, 2000, &ri, err, sizeof err))
+    if (psd_snapshot_load(&b, dir, 2000, &ri, NULL, err, sizeof err))
         fail_msg("load: %s", err);
     EXPECT_U64(ri.generation, 3, "generation");
     EXPECT_U64(ri.journal_seq, 7, "journal segment");
@@ -300,7 +319,7 @@ static int try_load(int shards, int dim, char *err)
 {
     psd_node b;
     make_node(&b, 1, shards, dim);
-    int rc = psd_snapshot_load(&b, dir, 2000, NULL, err, ERRLEN);
+    int rc = psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN);
     psd_node_destroy(&b);
     return rc;
 }
@@ -442,7 +461,7 @@ static void test_a_snapshot_of_format_1_still_loads(void **state)
     trained_snapshot(&a, path, sizeof path);
     as_format_1(path);
     make_node(&b, 1, 4, 2);
-    if (psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err))
+    if (psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, sizeof err))
         fail_msg("a snapshot of format 1: %s", err);
     membuf ia = image(&a), ib = image(&b);
     expect_same(&ia, &ib, "tables of a format 1 snapshot");
@@ -456,7 +475,7 @@ static void test_a_snapshot_of_format_1_still_loads(void **state)
     set_header_field(f, 8, &v, 4);
     write_file(path, f, len);
     make_node(&b, 1, 4, 2);
-    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err), -1,
+    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
                "format 3");
     EXPECT_INT(strstr(err, "format version 3, this psd reads 1..2") != NULL, 1,
                "%s", err);
@@ -480,7 +499,7 @@ static void test_a_journal_seq_out_of_range_is_refused(void **state)
     set_header_field(f, 40, &seq, 8);
     write_file(path, f, len);
     make_node(&b, 1, 4, 2);
-    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, err, sizeof err), -1,
+    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
                "journal_seq 2^64 - 1");
     EXPECT_INT(strstr(err, "out of range") != NULL, 1, "%s", err);
     free(f);
@@ -510,14 +529,168 @@ static void test_a_snapshot_of_another_layout_is_refused(void **state)
     psd_snapshot_path(p0, sizeof p0, dir, 0);
     psd_snapshot_path(p1, sizeof p1, dir, 1);
     assert_int_equal(rename(p1, p0), 0);
-    EXPECT_INT(psd_snapshot_load(&z, dir, 0, NULL, err, sizeof err), -1,
+    EXPECT_INT(psd_snapshot_load(&z, dir, 0, NULL, NULL, err, sizeof err), -1,
                "node 0 loading node 1's snapshot");
     EXPECT_INT(strstr(err, "taken by node 1, this is node 0") != NULL, 1,
                "%s", err);
     unlink(p0);
-    EXPECT_INT(psd_snapshot_load(&z, dir, 0, NULL, err, sizeof err), 1,
+    EXPECT_INT(psd_snapshot_load(&z, dir, 0, NULL, NULL, err, sizeof err), 1,
                "no snapshot at all");
     psd_node_destroy(&z);
+}
+
+/* One table as the bytes psd_table_save writes. */
+static membuf table_image(const psd_table *t)
+{
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
+    assert_int_equal(psd_table_save(t, &o), 0);
+    return m;
+}
+
+/* Loads the snapshot in dir into a fresh node 1 of ini, matching tables
+ * by name (drop: a name or NULL), under psd_snapshot_check as well; the
+ * two must agree. Returns the load's result, its map in *tm, the node in
+ * *b (destroyed on a refusal) and the message in err. */
+static int load_into(psd_node *b, const char *ini, const char *drop,
+                     psd_snap_tables *tm, char *err)
+{
+    const char *names[1] = { drop };
+    psd_snap_tables ct = { names, drop ? 1 : 0, NULL, 0, 0, 0 };
+    *tm = ct;
+    node_from(b, ini, 1, 16, 8);
+    char cerr[ERRLEN];
+    psd_snap_info ci;
+    int rc_c = psd_snapshot_check(dir, 1, &b->cfg, &ct, &ci, cerr, ERRLEN);
+    int rc = psd_snapshot_load(b, dir, 2000, NULL, tm, err, ERRLEN);
+    EXPECT_INT(rc_c, rc, "--check (%s) and the load (%s) agree", cerr,
+               rc ? err : "OK");
+    if (rc == 0) {
+        EXPECT_INT(ct.nmap == tm->nmap && ct.added == tm->added &&
+                   ct.dropped == tm->dropped && (ct.map == NULL) ==
+                   (tm->map == NULL) && (!ct.map || memcmp(ct.map, tm->map,
+                   ct.nmap * sizeof *ct.map) == 0), 1,
+                   "--check matches the tables as the load does");
+    } else {
+        EXPECT_INT(strcmp(cerr, err), 0, "the same refusal: %s / %s", cerr,
+                   err);
+        psd_node_destroy(b);
+    }
+    free(ct.map);
+    return rc;
+}
+
+/* A snapshot's tables are found in the config by name: tables may be
+ * added and sections moved, and each kept table comes back bit for bit;
+ * one the config no longer has is refused unless dropped by name; a kept
+ * table whose kind, dim, rows, updater or consistency changed is
+ * refused. */
+static void test_tables_are_matched_by_name(void **state)
+{
+    (void)state;
+    psd_node a, b;
+    char err[ERRLEN];
+    trained_node(&a, 16, 8);
+    assert_int_equal(psd_snapshot_write(&a, dir, 1, 1, NULL, err,
+                                        sizeof err), 0);
+    psd_snap_tables tm;
+    /* A table added in front, the others in reverse order. */
+    static const char *const moved =
+        CLUSTER "[table.fresh]\ndim = 5\n" T_BSP T_SGD T_FTRL T_ADAGRAD
+        T_ADAM;
+    if (load_into(&b, moved, NULL, &tm, err))
+        fail_msg("tables added and moved: %s", err);
+    static const int32_t want[5] = { 5, 4, 3, 2, 1 };
+    EXPECT_INT(tm.map != NULL && tm.nmap == 5 &&
+               memcmp(tm.map, want, sizeof want) == 0, 1, "the map");
+    EXPECT_INT(tm.added, 1, "tables added");
+    EXPECT_INT(tm.dropped, 0, "tables dropped");
+    for (int i = 0; i < 5; i++) {
+        membuf x = table_image(a.tables[i]), y = table_image(b.tables[5 - i]);
+        expect_same(&x, &y, psd_table_conf_get(a.tables[i])->name);
+        free(x.p), free(y.p);
+    }
+    EXPECT_U64(psd_table_rows(b.tables[0]), 0, "rows of the new table");
+    EXPECT_U64(b.sync.clock, 3, "node clock");
+    psd_dclient *dc = psd_dedup_attach(b.dedup, 77, 5, 2000);
+    int st = -1;
+    EXPECT_INT(psd_dedup_seen(dc, 41, 0, &st), 1, "an applied push");
+    free(tm.map);
+    psd_node_destroy(&b);
+    /* Where the caller asks for the config's tables in order (NULL), the
+     * header says they are not. */
+    node_from(&b, moved, 1, 16, 8);
+    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
+               "strict");
+    EXPECT_INT(strstr(err, "5 tables; the config has 2 nodes, 16 shards, 6 "
+                      "tables") != NULL, 1, "%s", err);
+    psd_node_destroy(&b);
+
+    /* ftrl gone: refused, naming it and the way to let it go... */
+    static const char *const gone = CLUSTER T_ADAM T_ADAGRAD T_SGD T_BSP;
+    EXPECT_INT(load_into(&b, gone, NULL, &tm, err), -1, "a table gone");
+    EXPECT_INT(strstr(err, "table 'ftrl' (sparse, dim 4) is in the snapshot "
+                      "but not in the config") != NULL &&
+               strstr(err, "--drop-table ftrl") != NULL, 1, "%s", err);
+    EXPECT_INT(tm.map == NULL, 1, "no map after a refusal");
+    EXPECT_INT(load_into(&b, gone, "adam", &tm, err), -1, "another dropped");
+    /* ...which --drop-table does; the rest is as it was. */
+    if (load_into(&b, gone, "ftrl", &tm, err))
+        fail_msg("ftrl dropped: %s", err);
+    static const int32_t want2[5] = { 0, 1, -1, 2, 3 };
+    EXPECT_INT(tm.map != NULL && memcmp(tm.map, want2, sizeof want2) == 0, 1,
+               "the map with ftrl dropped");
+    EXPECT_INT(tm.dropped, 1, "dropped");
+    EXPECT_INT(tm.added, 0, "added");
+    for (int i = 0; i < 5; i++) {
+        if (want2[i] < 0)
+            continue;
+        membuf x = table_image(a.tables[i]);
+        membuf y = table_image(b.tables[want2[i]]);
+        expect_same(&x, &y, psd_table_conf_get(a.tables[i])->name);
+        free(x.p), free(y.p);
+    }
+    free(tm.map);
+    psd_node_destroy(&b);
+
+    /* A kept table whose dim changed, among moved ones. */
+    static const char *const dim5 =
+        CLUSTER T_BSP T_SGD T_FTRL
+        "[table.adagrad]\nkind = sparse\ndim = 5\nupdater = adagrad\n" T_ADAM;
+    EXPECT_INT(load_into(&b, dim5, NULL, &tm, err), -1, "dim changed");
+    EXPECT_INT(strstr(err, "table 'adagrad' is sparse, dim 4, rows 0 in the "
+                      "snapshot and sparse, dim 5, rows 0 in the config") !=
+               NULL, 1, "%s", err);
+    /* Its updater. */
+    static const char *const upd =
+        CLUSTER T_ADAM T_ADAGRAD T_FTRL
+        "[table.sgd]\nkind = dense\nrows = 20\ndim = 2\nupdater = sum\n"
+        T_BSP "[table.fresh]\ndim = 5\n";
+    EXPECT_INT(load_into(&b, upd, NULL, &tm, err), -1, "updater changed");
+    EXPECT_INT(strstr(err, "table 'sgd': its updater changed") != NULL, 1,
+               "%s", err);
+    /* Its consistency mode, which only the shape holds: with a table
+     * added, and with one dropped (whose own mode psd cannot know). */
+    static const char *const ssp =
+        CLUSTER T_ADAM T_ADAGRAD T_FTRL T_SGD "consistency = ssp\n" T_BSP
+        "[table.fresh]\ndim = 5\n";
+    EXPECT_INT(load_into(&b, ssp, NULL, &tm, err), -1, "sgd now ssp");
+    EXPECT_INT(strstr(err, "consistency mode changed") != NULL &&
+               strstr(err, "offset 24") != NULL, 1, "%s", err);
+    static const char *const ssp_gone =
+        CLUSTER T_ADAM T_ADAGRAD T_SGD "consistency = ssp\n" T_BSP;
+    EXPECT_INT(load_into(&b, ssp_gone, "ftrl", &tm, err), -1,
+               "sgd now ssp, ftrl dropped");
+    EXPECT_INT(strstr(err, "consistency mode changed") != NULL, 1, "%s",
+               err);
+    /* The bsp table turned async: its saved sums do not fit it. */
+    static const char *const async =
+        CLUSTER "[table.bsp]\nkind = sparse\ndim = 3\nupdater = sum\n" T_ADAM
+        T_ADAGRAD T_FTRL T_SGD;
+    EXPECT_INT(load_into(&b, async, NULL, &tm, err), -1, "bsp now async");
+    EXPECT_INT(strstr(err, "sums of a clock saved for a table that is not "
+                      "bsp") != NULL, 1, "%s", err);
+    psd_node_destroy(&a);
 }
 
 static void test_a_failed_write_keeps_the_old_snapshot(void **state)
@@ -554,7 +727,8 @@ static void test_a_failed_write_keeps_the_old_snapshot(void **state)
     psd_snap_info si;
     psd_node b;
     make_node(&b, 1, 16, 8);
-    assert_int_equal(psd_snapshot_load(&b, dir, 0, &si, err, sizeof err), 0);
+    assert_int_equal(psd_snapshot_load(&b, dir, 0, &si, NULL, err, ERRLEN),
+                     0);
     EXPECT_U64(si.generation, 1, "the generation loaded");
     psd_node_destroy(&b);
     psd_node_destroy(&a);
@@ -1032,6 +1206,8 @@ int main(void)
             setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_snapshot_of_another_layout_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tables_are_matched_by_name,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_failed_write_keeps_the_old_snapshot, setup, teardown),
         cmocka_unit_test_setup_teardown(

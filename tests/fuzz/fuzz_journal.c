@@ -211,7 +211,7 @@ static void replay(result *res, psd_node *node_out)
 {
     psd_node n;
     fuzz_disk_node(&n, in.node, T0_MS);
-    counting c = { { &n, T0_MS }, 0 };
+    counting c = { { &n, T0_MS, NULL, 0, 0 }, 0 };
     memset(res, 0, sizeof *res);
     memset(res->err, 0x55, sizeof res->err);
     res->rc = psd_journal_replay(dir, in.node, n.shape, in.from,
@@ -461,7 +461,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                "the replayed node cannot be written: %s", err);
     psd_node_destroy(&n);
     fuzz_disk_node(&n, in.node, T0_MS);
-    FUZZ_CHECK(psd_snapshot_load(&n, dir2, T0_MS, &si, err, sizeof err) == 0,
+    FUZZ_CHECK(psd_snapshot_load(&n, dir2, T0_MS, &si, NULL, err,
+                                 sizeof err) == 0,
                "the replayed node, written, does not load: %s", err);
     FUZZ_CHECK(fuzz_disk_digest(&n) == first.digest, "the replayed node, "
                "written and loaded, holds another state");

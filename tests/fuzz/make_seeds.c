@@ -974,7 +974,7 @@ static void snapshot_seed(const char *name, int node, int history,
         psd_journal *j = jopen(node, shape, 1);
         jhistory(j, node, 600);
         psd_journal_close(j);
-        psd_replay_ctx ctx = { &n, T0_MS };
+        psd_replay_ctx ctx = { &n, T0_MS, NULL, 0, 0 };
         uint64_t next, records;
         char cut[512];
         if (psd_journal_replay(jdir, node, shape, 1,
@@ -1004,6 +1004,61 @@ static void snapshot_seed(const char *name, int node, int history,
     free(b.p);
 }
 
+static void *copy_of(const void *p, size_t n)
+{
+    void *q = malloc(n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "make_seeds: out of memory\n");
+        exit(1);
+    }
+    memcpy(q, p, n);
+    return q;
+}
+
+/* The snapshot in the seeds folder (node 0's, of the fixed config),
+ * loaded into a node whose tables are the fixed config's in reverse
+ * order less the last (dropped by name), and written again: loaded under
+ * the fixed config it has its tables moved and one added, so the fuzzer
+ * starts from a file whose tables psd matches by name. */
+static void snapshot_seed_moved(const char *name)
+{
+    char err[512], path[512];
+    const char *sdir = fuzz_disk_dir("seeds-snapshot");
+    const psd_config *s = fuzz_disk_config();
+    psd_config d = *s;
+    d.nodes = copy_of(s->nodes, (size_t)s->nnodes * sizeof *s->nodes);
+    d.listen = copy_of(s->listen, (size_t)s->nlisten * sizeof *s->listen);
+    d.notes = copy_of(s->notes, (size_t)s->nnotes * sizeof *s->notes);
+    d.ntables = s->ntables - 1;
+    d.tables = copy_of(s->tables, (size_t)d.ntables * sizeof *s->tables);
+    for (int i = 0; i < d.ntables; i++)
+        d.tables[i] = s->tables[d.ntables - 1 - i];
+    psd_node n;
+    const char *drop[1] = { s->tables[s->ntables - 1].name };
+    psd_snap_tables tm = { drop, 1, NULL, 0, 0, 0 };
+    if (psd_node_init(&n, &d, 0, T0_MS, err, sizeof err) ||
+        psd_snapshot_load(&n, sdir, T0_MS, NULL, &tm, err, sizeof err)) {
+        fprintf(stderr, "make_seeds: %s\n", err);
+        exit(1);
+    }
+    free(tm.map);
+    fuzz_disk_clear(sdir);
+    if (psd_snapshot_write(&n, sdir, 3, 3, NULL, err, sizeof err)) {
+        fprintf(stderr, "make_seeds: %s\n", err);
+        exit(1);
+    }
+    psd_node_destroy(&n);
+    psd_snapshot_path(path, sizeof path, sdir, 0);
+    bytes b = { 0 };
+    b.p = fuzz_disk_read(path, &b.n);
+    uint64_t created = 1700000000000ull;     /* as snapshot_seed's */
+    memcpy(b.p + 48, &created, 8);
+    uint32_t crc = psw_crc32c(0, b.p, 60);
+    memcpy(b.p + 60, &crc, 4);
+    write_seed("fuzz_snapshot", name, b.p, b.n);
+    free(b.p);
+}
+
 static void disk_seeds(void)
 {
     psd_log_set_level(PSD_LOG_ERROR);
@@ -1012,6 +1067,7 @@ static void disk_seeds(void)
     journal_seeds();
     snapshot_seed("node0_fresh", 0, 0, 1, 1);
     snapshot_seed("node0_history", 0, 1, 2, 2);
+    snapshot_seed_moved("node0_moved_tables");
     snapshot_seed("node1_history", 1, 1, 7, 12);
 }
 
