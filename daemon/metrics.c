@@ -248,14 +248,14 @@ int psd_metrics_start(psd_metrics *m, uv_loop_t *loop,
     }
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&m->listener, 64, on_connection);
+    char where[PSW_ADDR_TEXT_MAX];
+    psw_addr_format(a, where, sizeof where);
     if (rc) {
-        snprintf(err, errlen, "metrics_listen: cannot listen on %s%s%s:%d: "
-                 "%s", v6 ? "[" : "", a->host, v6 ? "]" : "", a->port,
-                 uv_strerror(rc));
+        snprintf(err, errlen, "metrics_listen: cannot listen on %s: %s",
+                 where, uv_strerror(rc));
         return -1;
     }
-    psd_info("metrics on http://%s%s%s:%d/metrics", v6 ? "[" : "", a->host,
-             v6 ? "]" : "", a->port);
+    psd_info("metrics on http://%s/metrics", where);
     return 0;
 }
 
