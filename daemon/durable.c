@@ -557,6 +557,8 @@ static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
     uint64_t t0 = uv_hrtime();
     psd_snap_info si;
     char why[1024];
+    psd_notify("STATUS=node %d: writing a snapshot of the new tables",
+               d->node->index);
     if (psd_snapshot_write(d->node, d->dir, d->st.generation + 1, next, &si,
                            why, sizeof why) || why[0]) {
         snprintf(err, errlen, "a snapshot of the new tables: %s (the files "
