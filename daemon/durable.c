@@ -676,13 +676,23 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     if (records)
         psd_info("replayed %llu journal records in %.2f s",
                  (unsigned long long)records, since_s(t1));
+    d->st.recovery_seconds = since_s(t0);
+    d->retabled = retabled;
+    return 0;
+}
+
+int psd_durable_open(psd_durable *d, char *err, size_t errlen)
+{
+    psd_node *n = d->node;
+    uv_loop_t *loop = d->loop;
+    uint64_t next = d->next_seq;
     /* Files under the old tables must not meet records under the new:
      * a snapshot of the new tables covers them all before the journal
      * goes on. Until it is written the old files stay whole, so a crash
      * here starts over from them. */
-    if (retabled && rebase(d, next, err, errlen))
+    if (d->retabled && rebase(d, next, err, errlen))
         return -1;
-    d->st.recovery_seconds = since_s(t0);
+    d->retabled = 0;
     if (d->log) {
         n->journal = psd_journal_open(d->dir, n->index, n->shape,
                                       next, err, errlen);

@@ -68,7 +68,9 @@ typedef struct psd_durable {
     void (*durable_moved)(void *arg);   /* replies may go out */
     void *arg;
     psd_durable_stats st;
-    int started;
+    int started;                 /* psd_durable_open succeeded */
+    int retabled;                /* loaded under other tables: the open
+                                    writes a snapshot of the new ones */
     int lock_fd;                 /* flock'd psd-nodeN.lock, for life */
     int test_fsync_delay_ms;     /* $PSD_TEST_FSYNC_DELAY_MS: each journal
                                     fsync sleeps this long first (tests) */
@@ -83,12 +85,13 @@ typedef struct psd_start_opts {
 
 /* Recovers node n from its data folder (data_dir, or $STATE_DIRECTORY
  * when systemd set it and data_dir was left at its default), creating the
- * folder when missing; opens the journal when durability = log. With
- * skip_snapshot, snapshot and journal files are moved aside (renamed
- * *.skipped.T) and the node starts from its initial values. A snapshot
- * taken under other tables is matched by name (psd_snap_tables; the
- * tables in opts->drop may be gone), its journal replayed onto them, and
- * a snapshot of the new tables written before anything is served.
+ * folder when missing. With skip_snapshot, snapshot and journal files are
+ * moved aside (renamed *.skipped.T) and the node starts from its initial
+ * values. A snapshot taken under other tables is matched by name
+ * (psd_snap_tables; the tables in opts->drop may be gone) and its journal
+ * replayed onto them. Nothing else is written yet (a torn journal tail is
+ * cut): psd_durable_open does that once the node's ports are bound, so a
+ * start that fails before serving leaves the files as it found them.
  * Returns 0, or -1 with the reason in err (psd must not start).
  * durable_moved(arg) is called when replies that waited for an fsync may
  * go out. */
@@ -96,6 +99,13 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
                       const psd_start_opts *opts,
                       void (*durable_moved)(void *), void *arg, char *err,
                       size_t errlen);
+
+/* After psd_durable_start, once psd will serve: writes a snapshot of the
+ * new tables when the snapshot was of other ones, opens the journal when
+ * durability = log (a new segment, its start record on disk) and starts
+ * the snapshot and fsync timers. Returns 0, or -1 with the reason in err
+ * (psd must not start). */
+int psd_durable_open(psd_durable *d, char *err, size_t errlen);
 
 /* Starts a snapshot now (periodic, or asked for): the journal moves to a
  * new segment and a forked child writes the image. When one is already

@@ -128,6 +128,9 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
         return -1;
     }
     uv_tcp_nodelay(&s->listener, 1);
+    /* Bound: from here psd serves, so now its files may change. */
+    if (psd_durable_open(&s->dur, err, errlen))
+        return -1;
     /* Four looks per heartbeat keep PINGs close to on time; the HELLO
      * timeout and the dead-peer bound are checked as often. */
     uint64_t period = (uint64_t)n->cfg.heartbeat_ms / 4;

@@ -41,7 +41,9 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
                     const char *cfg_path, int node,
                     const psd_start_opts *opts, char *err, size_t errlen);
 
-/* Binds the node's address and starts accepting. 0 or -1 with err. */
+/* Binds the node's address (and metrics_listen), opens its files for
+ * writing (psd_durable_open: nothing is written before the ports are
+ * bound) and starts accepting. 0 or -1 with err. */
 int psd_server_listen(psd_server *s, char *err, size_t errlen);
 
 /* Re-reads the config file and applies what can change live (see
