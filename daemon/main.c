@@ -143,16 +143,22 @@ int main(int argc, char **argv)
             check = 1;
         else if (!strcmp(a, "--skip-snapshot"))
             skip = 1;
-        else if ((!strcmp(a, "--drop-table") && i + 1 < argc) ||
+        else if (!strcmp(a, "--drop-table") ||
                  !strncmp(a, "--drop-table=", 13)) {
+            const char *name = a[12] == '=' ? a + 13
+                               : i + 1 < argc ? argv[++i] : "";
+            if (!name[0]) {
+                fprintf(stderr, "psd: --drop-table: expected a table "
+                        "name\n");
+                return 2;
+            }
             if (ndrop == (int)(sizeof drop / sizeof *drop)) {
                 fprintf(stderr, "psd: --drop-table: at most %d tables at "
                         "one start\n", ndrop);
                 return 2;
             }
-            drop[ndrop++] = a[12] == '=' ? a + 13 : argv[++i];
-        }
-        else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && i + 1 < argc)
+            drop[ndrop++] = name;
+        } else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && i + 1 < argc)
             path = argv[++i];
         else if ((!strcmp(a, "-n") || !strcmp(a, "--node")) && i + 1 < argc) {
             node_given = 1;
@@ -186,10 +192,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < ndrop; i++)
         for (int j = 0; j < cfg.ntables; j++)
             if (!strcmp(drop[i], cfg.tables[j].name)) {
-                fprintf(stderr, "psd: --drop-table %s: %s still has table "
-                        "'%s' (line %d); --drop-table names a table the "
-                        "snapshot holds and the file no longer does\n",
-                        drop[i], path, drop[i], cfg.tables[j].line);
+                fprintf(stderr, "psd: --drop-table %s: %s has a table "
+                        "'%s' (line %d), and psd never drops a table the "
+                        "file has: remove --drop-table %s (it lets go a "
+                        "table the snapshot holds and the file no longer "
+                        "does; to start a table over, give it a new name)\n",
+                        drop[i], path, drop[i], cfg.tables[j].line, drop[i]);
                 psd_config_destroy(&cfg);
                 return 1;
             }
@@ -238,8 +246,9 @@ int main(int argc, char **argv)
                  * damaged while the file is as it was. */
                 fprintf(stderr, "%s (node %d cannot start from its files: put "
                         "back what changed or is missing, the ini or the "
-                        "file named, or start that node with --skip-snapshot "
-                        "to set its files aside)\n", why, i);
+                        "file named; only if they are lost for good, "
+                        "--skip-snapshot sets them aside and starts that node "
+                        "empty)\n", why, i);
                 bad++;
             } else if (rc == 2) {
                 /* Not proof of anything: psd may run as another user. */
@@ -254,8 +263,9 @@ int main(int argc, char **argv)
         for (int i = 0; i < pf.nproblems; i++)
             fprintf(stderr, "%s\n", pf.problems[i]);
         if (!bad)
-            printf("%s: OK (%d nodes, %u shards, %d tables%s)\n", path,
-                   cfg.nnodes, cfg.shards, cfg.ntables,
+            printf("%s: OK (%d node%s, %u shards, %d table%s%s)\n", path,
+                   cfg.nnodes, cfg.nnodes == 1 ? "" : "s", cfg.shards,
+                   cfg.ntables, cfg.ntables == 1 ? "" : "s",
                    pf.token_len ? ", clients must authenticate" : "");
         psd_preflight_destroy(&pf);
         psd_config_destroy(&cfg);

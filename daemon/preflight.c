@@ -1,5 +1,6 @@
 /* The checks psd makes before it starts; see preflight.h. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "preflight.h"
 #include "../proto/auth.h"
@@ -149,10 +151,24 @@ static void check_node(psd_preflight *pf, const psd_config *c,
 
 /* The data folder: psd creates what is missing of it at start, so only a
  * part of its path that exists and is not a folder makes that fail for
- * certain. (A folder this user may not write is no proof: psd may run as
- * another user.) The folder is data_dir, or, when data_dir is left at its
- * default and systemd set $STATE_DIRECTORY, the first folder named there
- * (psd_config_data_dir). */
+ * certain. A folder this user may not write (the data folder, or the last
+ * one of its path that exists) is no proof, since psd may run as another
+ * user, so it is a note: psd run as this user would not start. The folder
+ * is data_dir, or, when data_dir is left at its default and systemd set
+ * $STATE_DIRECTORY, the first folder named there (psd_config_data_dir). */
+static void writable_note(psd_preflight *pf, const psd_config *c,
+                          const char *path, const char *folder,
+                          const char *dir)
+{
+    if (access(folder, W_OK | X_OK) == 0)
+        return;
+    add(&pf->notes, &pf->nnotes, path, c->data_dir_line,
+        "[server] data_dir: this user (uid %u) may not write %s, so psd "
+        "run as this user cannot %s %s: %s (run --check as the user psd "
+        "runs as)", (unsigned)getuid(), folder,
+        strcmp(folder, dir) ? "create" : "use", dir, strerror(errno));
+}
+
 static void check_data_dir(psd_preflight *pf, const psd_config *c,
                            const char *path)
 {
@@ -164,8 +180,14 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
             continue;
         snprintf(part, sizeof part, "%.*s", (int)n, dir);
         struct stat st;
-        if (stat(part, &st) != 0)
-            return;              /* missing: psd creates it */
+        if (stat(part, &st) != 0) {
+            /* Missing: psd creates it, in the folder before it. */
+            char *slash = strrchr(part, '/');
+            if (slash)
+                *slash = '\0';
+            writable_note(pf, c, path, part[0] ? part : "/", dir);
+            return;
+        }
         if (!S_ISDIR(st.st_mode)) {
             add(&pf->problems, &pf->nproblems, path, c->data_dir_line,
                 "[server] data_dir: %s is not a folder, so psd cannot "
@@ -174,6 +196,7 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
             return;
         }
     }
+    writable_note(pf, c, path, dir, dir);
 }
 
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,

@@ -1201,7 +1201,9 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     expect_psd_check(&c, 0, NULL, 1, "another layout");
     expect_psd_check(&c, 0, NULL, 1, "(node 0 cannot start from its files: "
                      "put back what changed or is missing, the ini or the "
-                     "file named, or start that node with --skip-snapshot");
+                     "file named; only if they are lost for good, "
+                     "--skip-snapshot sets them aside and starts that node "
+                     "empty)");
     expect_psd_check(&c, -1, NULL, 1, snap);
     expect_psd_check(&c, 0, "--skip-snapshot", 0, "OK");
     /* Run by a user who may not read the data folder (psd may run as
@@ -1209,6 +1211,11 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     assert_int_equal(chmod(c.dir, 0711), 0);
     expect_psd_check_as(&c, "setpriv --reuid=65534 --regid=65534 "
                         "--clear-groups", 0, NULL, 0, "were not checked");
+    /* Nor may it write the folder: psd run as this user would not start,
+     * and --check says that too. */
+    expect_psd_check_as(&c, "setpriv --reuid=65534 --regid=65534 "
+                        "--clear-groups", 0, NULL, 0, "(uid 65534) may not "
+                        "write");
     assert_int_equal(chmod(c.dir, 0700), 0);
     /* Back to 4 shards, but the table's dim changed. */
     snprintf(cmd, sizeof cmd, "sed -i -e 's/^shards = 8$/shards = 4/' "
@@ -1353,8 +1360,9 @@ static void test_tables_added_moved_or_dropped_keep_the_others_rows(
     expect_psd_check(&c, 0, NULL, 1, "--drop-table emb to let its rows go");
     expect_psd_check(&c, 0, "--drop-table emb", 0, "0 new (from their "
                      "init), 1 dropped");
-    expect_psd_check(&c, 0, "--drop-table " ORACLE_TABLE, 1, "still has "
-                     "table '" ORACLE_TABLE "'");
+    expect_psd_check(&c, 0, "--drop-table " ORACLE_TABLE, 1, "psd never "
+                     "drops a table the file has: remove --drop-table "
+                     ORACLE_TABLE);
     if (cluster_restart_with(&c, 0, "--drop-table=emb"))
         fail_msg("--drop-table=emb: psd did not start");
     ps_client *cl;
