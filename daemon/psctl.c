@@ -957,6 +957,42 @@ static void failed(cluster *c, int i)
     node_close(&c->nodes[i]);
 }
 
+/* Nodes that answered with different layout epochs run different inis
+ * (a rolling restart half done, a node moved with only some nodes told):
+ * each node's own view looks healthy, yet clients refuse the mix. Says
+ * which nodes hold which layout on stderr; 1 when they differ. */
+static int layouts_differ(const cluster *c)
+{
+    int first = -1, differ = 0;
+    for (int i = 0; i < c->n; i++)
+        if (c->nodes[i].fd >= 0) {
+            if (first < 0)
+                first = i;
+            else if (c->nodes[i].layout.epoch != c->nodes[first].layout.epoch)
+                differ = 1;
+        }
+    if (!differ)
+        return 0;
+    fprintf(stderr, "psctl: the nodes disagree on the layout, so clients "
+            "refuse to connect until every node runs the same ini (restart "
+            "the others with it):\n");
+    for (int i = 0; i < c->n; i++) {
+        const psw_cluster *l = &c->nodes[i].layout;
+        if (c->nodes[i].fd < 0)
+            continue;
+        fprintf(stderr, "  node %d (%s): epoch %016llx, %d node%s, %u "
+                "shards, tables", id(c, i), c->nodes[i].addr,
+                (unsigned long long)l->epoch, l->nnodes,
+                l->nnodes == 1 ? "" : "s", l->shards);
+        for (int t = 0; t < l->ntables; t++)
+            fprintf(stderr, "%s %s", t ? "," : "", l->tables[t].name);
+        for (int k = 0; k < l->nnodes; k++)
+            fprintf(stderr, "%s%s", k ? ", " : "; nodes ", l->nodes[k]);
+        fprintf(stderr, "\n");
+    }
+    return 1;
+}
+
 /* With json, a JSON array of {"node", "address", "ms"}, one per node
  * that answered (like --json stats, the others are said on stderr). */
 static int do_ping(cluster *c, int json)
@@ -1601,6 +1637,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int rc, bad = open_all(&c, 0);
+    bad |= layouts_differ(&c);
     if (!strcmp(cmd, "ping"))
         rc = do_ping(&c, json);
     else if (!strcmp(cmd, "layout"))

@@ -599,6 +599,24 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
                          "beta2 0.999, epsilon 1e-08\"} 1"))
         fail_msg("/metrics has no psd_table_info for emb: %s", m ? m : "");
     free(m);
+    /* A rolling restart half done: node 1 restarted with a table added
+     * (it keeps its rows: tables are found by name), node 0 not yet.
+     * Each node alone looks healthy; psctl says they disagree, since
+     * clients refuse to connect to such a mix. */
+    kill(c.pid[1], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 1, 10000), 0, "node 1 stops");
+    snprintf(cmd, sizeof cmd, "printf '[table.extra]\\ndim = 2\\n' >> '%s'",
+             c.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 1))
+        fail_msg("node 1 did not restart with a table added");
+    o = run(&st, "%s -c %s ping 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 1, "psctl ping exit status with two layouts");
+    if (!o || !strstr(o, "the nodes disagree on the layout") ||
+        !strstr(o, "4 shards, tables emb, w; nodes") ||
+        !strstr(o, "4 shards, tables emb, w, extra; nodes"))
+        fail_msg("psctl ping with two layouts: %s", o ? o : "");
+    free(o);
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
