@@ -542,9 +542,13 @@ static void log_new_tables(const psd_node *n, const psd_snap_tables *tm)
                                    at ? ", " : "", n->cfg.tables[j].name);
     }
     psd_warn("the snapshot was taken under other tables: its %u tables are "
-             "matched to the config's %d by name; %d new (%s), starting "
-             "from their init; %d dropped (--drop-table)", tm->nmap,
-             n->ntables, tm->added, tm->added ? names : "none", tm->dropped);
+             "matched to the config's %d by name%s%s%s%s%s",
+             tm->nmap, n->ntables,
+             tm->added ? "; new, starting from their init: " : "",
+             tm->added ? names : "",
+             tm->dropped ? "; dropped (--drop-table): " : "",
+             tm->dropped ? tm->dropped_names : "",
+             tm->added || tm->dropped ? "" : " (only their order changed)");
 }
 
 /* After a start that met other tables: a snapshot of the node as it now
@@ -560,16 +564,27 @@ static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
     psd_notify("STATUS=node %d: writing a snapshot of the new tables",
                d->node->index);
     if (psd_snapshot_write(d->node, d->dir, d->st.generation + 1, next, &si,
-                           why, sizeof why) || why[0]) {
+                           why, sizeof why)) {
         snprintf(err, errlen, "a snapshot of the new tables: %s (the files "
                  "of the old ones are kept; psd reads them again at the "
                  "next start)", why);
         return -1;
     }
+    if (why[0]) {
+        /* In place, but a power loss could take the rename back: psd does
+         * not go on to write segments after it. */
+        snprintf(err, errlen, "a snapshot of the new tables was written, "
+                 "but %s (the next start reads it, and the segments it "
+                 "covers are kept)", why);
+        return -1;
+    }
     psd_journal_prune(d->dir, d->node->index, next);
     d->st.generation = si.generation;
+    d->st.snapshots++;
     d->st.last_ok_ms = si.created_ms;
+    d->st.last_seconds = since_s(t0);
     d->st.last_bytes = si.bytes;
+    d->saved_changes = d->node->changes;
     psd_info("snapshot %llu of the new tables written: %.1f MiB in %.2f s",
              (unsigned long long)si.generation, (double)si.bytes / (1 << 20),
              since_s(t0));
@@ -623,7 +638,7 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     psd_notify("STATUS=node %d: loading its snapshot from %s", n->index,
                d->dir);
     psd_snap_info si = { 0 };
-    psd_snap_tables tm = { opts->drop, opts->ndrop, NULL, 0, 0, 0 };
+    psd_snap_tables tm = { .drop = opts->drop, .ndrop = opts->ndrop };
     int rc = psd_snapshot_load(n, d->dir, uv_now(loop), &si, &tm, err,
                                errlen);
     if (rc < 0)

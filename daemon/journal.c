@@ -38,8 +38,9 @@
 #define SHAPE_HINT                                                           \
     " (the shape covers the node count, shards and each table's name, "     \
     "kind, dim, rows, updater and consistency: one of them changed in the " \
-    "ini since; restore it, or start with --skip-snapshot to set this "     \
-    "node's files aside)"
+    "ini since; restore it. Tables are matched by name only from a "        \
+    "snapshot: to add, move or drop tables, start once with the old ini "   \
+    "and stop it, which writes one)"
 
 struct psd_journal {
     char dir[4096];

@@ -224,7 +224,7 @@ int main(int argc, char **argv)
                 continue;
             char why[1024];
             psd_snap_info si;
-            psd_snap_tables tm = { drop, ndrop, NULL, 0, 0, 0 };
+            psd_snap_tables tm = { .drop = drop, .ndrop = ndrop };
             int rc = psd_snapshot_check(dir, i, &cfg, &tm, &si, why,
                                         sizeof why);
             /* The journal after a snapshot was written under its tables. */

@@ -437,14 +437,15 @@ static int read_sections(reader *r, const header *hd, const target *g,
     char *seen = calloc((size_t)cfg->ntables + 1, 1);
     psd_sync ysync, *sync = g->n ? &g->n->sync : &ysync;
     psd_dedup *dedup = g->n ? g->n->dedup : psd_dedup_new();
-    psd_table *tmp = NULL;
     int ysync_ok = g->n || psd_sync_init(&ysync, cfg->workers, g->now_ms) == 0;
     int rc = -1;
     if (!st || !map || !seen || !dedup || !ysync_ok)
         BAD("out of memory");
     uint32_t crc;
     uint32_t tables_seen = 0;
-    int sync_seen = 0, dedup_seen = 0;
+    int sync_seen = 0, dedup_seen = 0, dropped = 0;
+    if (g->tm)
+        g->tm->dropped_names[0] = '\0';
     for (;;) {
         *at = r->off;
         r->crc = 0;
@@ -493,45 +494,58 @@ static int read_sections(reader *r, const header *hd, const target *g,
                     "the config: put its section back, or start psd with "
                     "--drop-table %s to let its rows go", t->name,
                     t->dense ? "dense" : "sparse", t->dim, t->name);
+            if (!tc) {
+                for (uint32_t k = 0; k < aux; k++)
+                    if (map[k] < 0 && !strcmp(st[k].name, t->name))
+                        BAD("table '%s' is in the snapshot twice", t->name);
+                if (++dropped > DROPPED_CHECKED_MAX)
+                    BAD("more than %d tables dropped at once: psd checks at "
+                        "most %d in one start", DROPPED_CHECKED_MAX,
+                        DROPPED_CHECKED_MAX);
+                size_t used = strlen(g->tm->dropped_names);
+                snprintf(g->tm->dropped_names + used,
+                         sizeof g->tm->dropped_names - used, "%s'%s'",
+                         used ? ", " : "", t->name);
+            }
             if (tc && t->upd != (uint32_t)tc->upd.kind)
                 BAD("table '%s': its updater changed since the snapshot, so "
                     "its optimizer state does not fit", tc->name);
-            if (!tc && (t->upd > PSD_UPD_FTRL || t->dim < 1 ||
-                        t->dim > 65536 || (t->dense && t->rows < 1)))
+            /* A dropped table's header is the file's word alone: it
+             * must be one the config could have described, or the sizes
+             * read past below could overflow. */
+            if (!tc && (!t->name[0] || t->upd > PSD_UPD_FTRL || t->dim < 1 ||
+                        t->dim > 65536 ||
+                        (t->dense ? t->rows < 1 ||
+                                        t->rows > UINT64_MAX / t->dim /
+                                                      sizeof(float) ||
+                                        t->rows > UINT64_MAX / hd->shards
+                                  : t->rows != 0)))
                 BAD("table '%s': updater %u, dim %u, rows %llu: not a table "
                     "psd writes", t->name, t->upd, t->dim,
                     (unsigned long long)t->rows);
             map[aux] = j;
             if (tc)
                 seen[j] = 1;
-            psd_table *into = g->n && tc ? g->n->tables[j] : NULL;
-            if (!into) {
-                /* Read into a table of its own, then let go: a dropped
-                 * table's (taken as bsp, so saved sums read too), or any
-                 * under --check. Its initial values would only be
-                 * overwritten. */
+            if (g->n && tc) {
+                lrc = psd_table_load(g->n->tables[j], &in, inner,
+                                     sizeof inner);
+            } else {
+                /* Not built: a dropped table (taken as bsp, so saved
+                 * sums are read past too), or any under --check. */
                 psd_table_conf c;
                 if (tc)
                     c = *tc;
                 else {
                     memset(&c, 0, sizeof c);
-                    memcpy(c.name, t->name, len + 1);
                     c.dense = t->dense;
                     c.dim = t->dim;
                     c.rows = t->rows;
                     c.upd.kind = (psd_updater_kind)t->upd;
                     c.consistency = PSD_CONS_BSP;
                 }
-                c.init = (psd_init_params){ .kind = PSD_INIT_ZEROS };
-                tmp = psd_table_new(&c, hd->shards, (int)hd->nnodes, g->index,
-                                    inner, sizeof inner);
-                if (!tmp)
-                    BAD("table '%s': %s", t->name, inner);
-                into = tmp;
+                lrc = psd_table_skip(&c, hd->shards, (int)hd->nnodes,
+                                     g->index, &in, inner, sizeof inner);
             }
-            lrc = psd_table_load(into, &in, inner, sizeof inner);
-            psd_table_free(tmp);
-            tmp = NULL;
             tables_seen++;
         } else if (kind == SEC_SYNC && !sync_seen++) {
             lrc = psd_sync_load(sync, &in, hd->version >= 2, g->now_ms, inner,
@@ -561,11 +575,9 @@ static int read_sections(reader *r, const header *hd, const target *g,
     if (tables_seen != nt || !sync_seen || !dedup_seen)
         BAD("sections missing before the end marker");
     *at = 24;
-    int same = nt == (uint32_t)cfg->ntables, dropped = 0;
-    for (uint32_t i = 0; i < nt; i++) {
+    int same = nt == (uint32_t)cfg->ntables;
+    for (uint32_t i = 0; i < nt; i++)
         same &= map[i] == (int32_t)i;
-        dropped += map[i] < 0;
-    }
     /* The header's counts and every table section fit: of what the shape
      * covers, only a table's consistency mode is left (or a file written
      * before the shape covered it, docs/durability.md section 5). */
@@ -577,9 +589,6 @@ static int read_sections(reader *r, const header *hd, const target *g,
             "it, or start with --skip-snapshot to set this node's files "
             "aside)", (unsigned long long)hd->shape,
             (unsigned long long)shape);
-    if (!same && dropped > DROPPED_CHECKED_MAX)
-        BAD("%d tables dropped at once: psd checks at most %d in one start",
-            dropped, DROPPED_CHECKED_MAX);
     if (!same && !shape_fits(hd->shape, psd_shape_begin(cfg->nnodes,
                                                         cfg->shards),
                              st, map, 0, nt, cfg))

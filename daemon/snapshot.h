@@ -42,6 +42,7 @@ typedef struct psd_snap_tables {
     int32_t *map;
     uint32_t nmap;
     int added, dropped;          /* out: tables new in the config, let go */
+    char dropped_names[256];     /* out: 'a', 'b' (cut when long) */
 } psd_snap_tables;
 
 /* "DIR/psd-nodeN.snap": node N's snapshot (several nodes may share a
@@ -81,8 +82,9 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
 /* For psd --check: whether node's snapshot in dir, if any, would load
  * under cfg. Its header is checked (node, node count, shards); when its
  * shape is cfg's, the rest is left to the start. Otherwise its tables
- * differ, and the whole file is read as psd_snapshot_load would, one
- * table at a time, filling *tables the same way (NULL: refused). 0 when
+ * differ, and the whole file is read as psd_snapshot_load would, but
+ * without building any table (psd_table_skip: their keys are not
+ * checked), filling *tables the same way (NULL: refused). 0 when
  * it fits (*info: its journal_seq, the first journal segment it does not
  * cover, its shape and table count), 1 when there is none, -1 with
  * "FILE: offset N: reason" in err, 2 with the reason in err when this

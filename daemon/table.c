@@ -1300,6 +1300,86 @@ int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen)
     return 0;
 }
 
+/* Reads and drops n bytes of in. 0 or -1. */
+static int discard(psd_source *in, uint64_t n)
+{
+    char buf[1 << 16];
+    while (n > 0) {
+        size_t k = n < sizeof buf ? (size_t)n : sizeof buf;
+        if (get(in, buf, k))
+            return -1;
+        n -= k;
+    }
+    return 0;
+}
+
+/* load_shards without a table: per row, `per` bytes (its key, weights,
+ * state and step). */
+static int skip_shards(const psd_table_conf *c, uint64_t per, uint32_t shards,
+                       int nnodes, int node, psd_source *in, char *err,
+                       size_t errlen)
+{
+    uint32_t count, owned = 0;
+    for (uint32_t i = 0; i < shards; i++)
+        owned += psw_node_of_shard(i, nnodes) == node;
+    if (get(in, &count, sizeof count))
+        LOADFAIL("truncated");
+    if (count != owned)
+        LOADFAIL("%u shards saved, this node owns %u of %u", count, owned,
+                 shards);
+    int64_t prev = -1;
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t i;
+        uint64_t n;
+        if (get(in, &i, sizeof i) || get(in, &n, sizeof n))
+            LOADFAIL("truncated");
+        if (i >= shards || psw_node_of_shard(i, nnodes) != node ||
+            (int64_t)i <= prev)
+            LOADFAIL("shard %u is not this node's next shard", i);
+        prev = i;
+        if (c->dense) {
+            uint64_t want = psw_dense_shard_start(c->rows, shards, i + 1) -
+                            psw_dense_shard_start(c->rows, shards, i);
+            if (n != want)
+                LOADFAIL("shard %u holds %llu rows, the table %llu here", i,
+                         (unsigned long long)n, (unsigned long long)want);
+        } else if (n > UINT64_MAX / per)
+            LOADFAIL("shard %u claims %llu rows", i, (unsigned long long)n);
+        if (discard(in, n * per))
+            LOADFAIL("truncated in the rows of shard %u", i);
+    }
+    return 0;
+}
+
+int psd_table_skip(const psd_table_conf *conf, uint32_t shards, int nnodes,
+                   int node, psd_source *in, char *err, size_t errlen)
+{
+    uint64_t floats = (uint64_t)conf->dim *
+                      (1 + psd_updater_state_per_float(conf->upd.kind));
+    uint64_t per = floats * sizeof(float) +
+                   (psd_updater_has_step(conf->upd.kind) ? 4 : 0) +
+                   (conf->dense ? 0 : sizeof(uint64_t));
+    if (skip_shards(conf, per, shards, nnodes, node, in, err, errlen))
+        return -1;
+    uint8_t sums;
+    if (get(in, &sums, 1))
+        LOADFAIL("truncated");
+    if (sums > 1 || (sums && conf->consistency != PSD_CONS_BSP))
+        LOADFAIL("sums of a clock saved for a table that is not bsp");
+    if (!sums)
+        return 0;
+    /* The sums are a sparse table of sum rows on every shard (acc_get). */
+    psd_table_conf acc = *conf;
+    acc.dense = 0;
+    acc.rows = 0;
+    char inner[200];
+    if (skip_shards(&acc, (uint64_t)conf->dim * sizeof(float) +
+                              sizeof(uint64_t), shards, 1, 0, in, inner,
+                    sizeof inner))
+        LOADFAIL("in the sums of the current clock: %s", inner);
+    return 0;
+}
+
 const float *psd_table_dense_run(const psd_table *t, uint64_t first,
                                  uint64_t count, uint64_t *run)
 {

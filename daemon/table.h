@@ -99,4 +99,14 @@ int psd_table_save(const psd_table *t, psd_sink *out);
  * state and must be freed, never served. */
 int psd_table_load(psd_table *t, psd_source *in, char *err, size_t errlen);
 
+/* Reads past what psd_table_save wrote for a table of configuration conf
+ * (node `node` of `nnodes`, `shards` shards), keeping nothing: its shards
+ * and row counts are checked (not its keys) and its bytes discarded, a
+ * bounded buffer at a time, so a table that is not built (a dropped one,
+ * or any under psd --check) costs no memory. conf's dim must be
+ * 1..65536; a bsp table's sums are read past too. Returns 0, or -1 with
+ * the reason in err. */
+int psd_table_skip(const psd_table_conf *conf, uint32_t shards, int nnodes,
+                   int node, psd_source *in, char *err, size_t errlen);
+
 #endif

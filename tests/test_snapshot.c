@@ -556,7 +556,7 @@ static int load_into(psd_node *b, const char *ini, const char *drop,
                      psd_snap_tables *tm, char *err)
 {
     const char *names[1] = { drop };
-    psd_snap_tables ct = { names, drop ? 1 : 0, NULL, 0, 0, 0 };
+    psd_snap_tables ct = { .drop = names, .ndrop = drop ? 1 : 0 };
     *tm = ct;
     node_from(b, ini, 1, 16, 8);
     char cerr[ERRLEN];
@@ -650,6 +650,38 @@ static void test_tables_are_matched_by_name(void **state)
         expect_same(&x, &y, psd_table_conf_get(a.tables[i])->name);
         free(x.p), free(y.p);
     }
+    free(tm.map);
+    psd_node_destroy(&b);
+    /* A dropped table is read past, not built: its header is the file's
+     * word alone, and rows beyond what any config allows are refused
+     * before anything is sized by them (they made psd write past a
+     * buffer), while a row count that does not fit its shards is found
+     * by the read. adam, table 0, has its rows at byte 77 (section
+     * header 8, kind 1, dim 4). */
+    static const char *const no_adam = CLUSTER T_ADAGRAD T_FTRL T_SGD T_BSP;
+    char path[128];
+    psd_snapshot_path(path, sizeof path, dir, 1);
+    size_t flen;
+    char *file = read_file(path, &flen);
+    uint64_t rows = (uint64_t)1 << 62;
+    memcpy(file + 77, &rows, 8);
+    write_file(path, file, flen);
+    EXPECT_INT(load_into(&b, no_adam, "adam", &tm, err), -1, "rows 2^62");
+    EXPECT_INT(strstr(err, "table 'adam': updater 4, dim 8, rows "
+                      "4611686018427387904: not a table psd writes") != NULL,
+               1, "%s", err);
+    rows = 1000;
+    memcpy(file + 77, &rows, 8);
+    write_file(path, file, flen);
+    EXPECT_INT(load_into(&b, no_adam, "adam", &tm, err), -1, "rows 1000");
+    EXPECT_INT(strstr(err, "table section: shard 1 holds 3 rows, the table "
+                      "63 here") != NULL, 1, "%s", err);
+    rows = 50;
+    memcpy(file + 77, &rows, 8);
+    write_file(path, file, flen);
+    free(file);
+    if (load_into(&b, no_adam, "adam", &tm, err))
+        fail_msg("adam dropped: %s", err);
     free(tm.map);
     psd_node_destroy(&b);
 

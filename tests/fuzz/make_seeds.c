@@ -1017,9 +1017,10 @@ static void *copy_of(const void *p, size_t n)
 
 /* The snapshot in the seeds folder (node 0's, of the fixed config),
  * loaded into a node whose tables are the fixed config's in reverse
- * order less the last (dropped by name), and written again: loaded under
- * the fixed config it has its tables moved and one added, so the fuzzer
- * starts from a file whose tables psd matches by name. */
+ * order less the last (dropped by name), plus a dense and a sparse table
+ * the fixed config lacks (FUZZ_DROPPED), and written again: loaded under
+ * the fixed config it has its tables moved, one added and two to drop,
+ * so the fuzzer starts from a file whose tables psd matches by name. */
 static void snapshot_seed_moved(const char *name)
 {
     char err[512], path[512];
@@ -1029,13 +1030,19 @@ static void snapshot_seed_moved(const char *name)
     d.nodes = copy_of(s->nodes, (size_t)s->nnodes * sizeof *s->nodes);
     d.listen = copy_of(s->listen, (size_t)s->nlisten * sizeof *s->listen);
     d.notes = copy_of(s->notes, (size_t)s->nnotes * sizeof *s->notes);
-    d.ntables = s->ntables - 1;
+    d.ntables = s->ntables + 1;
     d.tables = copy_of(s->tables, (size_t)d.ntables * sizeof *s->tables);
-    for (int i = 0; i < d.ntables; i++)
-        d.tables[i] = s->tables[d.ntables - 1 - i];
+    for (int i = 0; i < s->ntables - 1; i++)
+        d.tables[i] = s->tables[s->ntables - 2 - i];
+    d.tables[s->ntables - 1] = s->tables[FUZZ_T_DENSE_ADAM_BSP];
+    d.tables[s->ntables] = s->tables[FUZZ_T_SPARSE_FTRL_SSP];
+    snprintf(d.tables[s->ntables - 1].name, sizeof d.tables->name, "%s",
+             FUZZ_DROPPED_DENSE);
+    snprintf(d.tables[s->ntables].name, sizeof d.tables->name, "%s",
+             FUZZ_DROPPED_SPARSE);
     psd_node n;
     const char *drop[1] = { s->tables[s->ntables - 1].name };
-    psd_snap_tables tm = { drop, 1, NULL, 0, 0, 0 };
+    psd_snap_tables tm = { .drop = drop, .ndrop = 1 };
     if (psd_node_init(&n, &d, 0, T0_MS, err, sizeof err) ||
         psd_snapshot_load(&n, sdir, T0_MS, NULL, &tm, err, sizeof err)) {
         fprintf(stderr, "make_seeds: %s\n", err);
