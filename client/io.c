@@ -27,6 +27,12 @@
 #include "../proto/msg.h"
 #include "../proto/status.h"
 
+/* What a trainer whose clock, barrier or ssp pull timed out reads next:
+ * the node knows whom it waits for, the client does not. */
+#define WHO_HINT                                                            \
+    "the node's log says whom it waits for; psctl stats lists each "       \
+    "worker's clock and barrier"
+
 #define BATCH_BYTES (64 * 1024)   /* a queue this full is sent at once */
 #define HELLO_MAX_REPLY (2 << 20) /* layout frames: 4096 nodes of up to
                                      262 bytes fit */
@@ -1665,8 +1671,8 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
              * back buffers the library still sends. Closing cancels those
              * writes first; on_nc_closed then fails it, its time up. */
             nc_drop(nc, PS_ETIMEDOUT, "no answer from %s within "
-                    "sync_timeout_ms (%d ms): waiting for other workers",
-                    nc->name, c->opt.sync_timeout_ms);
+                    "sync_timeout_ms (%d ms): waiting for other workers "
+                    "(%s)", nc->name, c->opt.sync_timeout_ms, WHO_HINT);
             return;
         }
         fly_unlink(nc, p);
@@ -1676,11 +1682,11 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
             nc->direct = NULL;
         }
         psc_map_del(&nc->fly_map, fly_key(p->msg.ts, p->msg.part));
-        char why[400];
+        char why[512];
         snprintf(why, sizeof why, "request %llu: no answer from %s within "
-                 "sync_timeout_ms (%d ms): waiting for other workers",
+                 "sync_timeout_ms (%d ms): waiting for other workers (%s)",
                  (unsigned long long)p->msg.ts, nc->name,
-                 c->opt.sync_timeout_ms);
+                 c->opt.sync_timeout_ms, WHO_HINT);
         part_fail(c, p, PS_ETIMEDOUT, why);
     }
     psc_part *p = nc->fly[0].head;

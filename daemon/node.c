@@ -198,11 +198,23 @@ static int table_change(const psd_table_conf *x, const psd_table_conf *y,
     return 0;
 }
 
+/* Whether node `index`'s entry of an address list (listen,
+ * metrics_listen: one per node, or none) is the same in a and b: the
+ * other nodes' entries are theirs to bind. */
+static int same_entry(const psd_node_addr *a, int na, const psd_node_addr *b,
+                      int nb, int index)
+{
+    if (!na || !nb)
+        return na == nb;
+    return index < na && index < nb &&
+           memcmp(&a[index], &b[index], sizeof *a) == 0;
+}
+
 /* What a reload may not change: anything clients or stored rows depend
  * on. 1 with "PATH[:LINE]: what" in why (the line where the file keeps
- * it: a table's section, the nodes line), else 0. */
+ * it: a table's section, the nodes line), else 0. index: this node's. */
 static int layout_change(const psd_config *a, const psd_config *b,
-                         const char *path, char *why, size_t len)
+                         int index, const char *path, char *why, size_t len)
 {
     if (!same_nodes(a, b))
         return refuse(why, len, path, b->nodes_line, "nodes changed");
@@ -219,10 +231,9 @@ static int layout_change(const psd_config *a, const psd_config *b,
      * should one be added there and not here. */
     if (layout_epoch(a) != layout_epoch(b))
         return refuse(why, len, path, 0, "nodes, shards or tables changed");
-    if (a->nlisten != b->nlisten ||
-        (a->nlisten && memcmp(a->listen, b->listen,
-                              (size_t)a->nlisten * sizeof *a->listen)))
-        return refuse(why, len, path, b->listen_line, "listen changed");
+    if (!same_entry(a->listen, a->nlisten, b->listen, b->nlisten, index))
+        return refuse(why, len, path, b->listen_line, "listen changed "
+                      "(this node's address)");
     /* The workers' state is sized at start (and saved in snapshots): a
      * node that kept waiting for the old count must not say it reloaded. */
     if (a->workers != b->workers)
@@ -237,10 +248,10 @@ static int layout_change(const psd_config *a, const psd_config *b,
         a->fsync != b->fsync)
         return refuse(why, len, path, 0, "data_dir, durability or fsync "
                       "changed");
-    if (a->nmetrics != b->nmetrics ||
-        (a->nmetrics && memcmp(a->metrics, b->metrics,
-                               (size_t)a->nmetrics * sizeof *a->metrics)))
-        return refuse(why, len, path, 0, "metrics_listen changed");
+    if (!same_entry(a->metrics, a->nmetrics, b->metrics, b->nmetrics,
+                    index))
+        return refuse(why, len, path, 0, "metrics_listen changed (this "
+                      "node's address)");
     /* Connected clients size their frames by the value they were told, and
      * pace their heartbeats by the interval. */
     if (a->max_frame != b->max_frame)
@@ -307,7 +318,7 @@ static void log_param_changes(const psd_table_conf *was,
 int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
                     char *why, size_t len)
 {
-    if (layout_change(&n->cfg, nc, path, why, len))
+    if (layout_change(&n->cfg, nc, n->index, path, why, len))
         return -1;
     for (int i = 0; i < n->ntables; i++) {
         const psd_table_conf *t = &nc->tables[i];

@@ -34,6 +34,33 @@ void psd_sync_destroy(psd_sync *y)
     memset(y, 0, sizeof *y);
 }
 
+/* Every worker has left (ps_close, or a grace that ran out) and the one
+ * joining had not fallen behind the node's clock when it left: that job
+ * is over, and this join starts the next one, which waits for all
+ * `workers` to join, as a fresh node does. Without this a second job's
+ * first worker trained alone until the others came, and ended clocks
+ * ahead of them (its last ps_barrier facing their ps_clock). A worker
+ * behind the node's clock left in the middle of the job, which went on
+ * without it: it rejoins that job (its peers may have finished), as
+ * before. The others are made absent again; their clocks stay, and each
+ * starts at the node's clock when it joins. Called at each join, live
+ * and in a replay (WORKER records), so both end the same. 1 when a new
+ * job began. */
+static int new_job(psd_sync *y, int32_t worker)
+{
+    if (y->workers[worker].clock < y->clock)
+        return 0;
+    for (int i = 0; i < y->nworkers; i++)
+        if (y->workers[i].state != PSD_W_LEFT)
+            return 0;
+    for (int i = 0; i < y->nworkers; i++)
+        if (i != worker) {
+            y->workers[i].state = PSD_W_ABSENT;
+            y->workers[i].owner = NULL;
+        }
+    return 1;
+}
+
 int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
                   const void *owner, const char *peer, char *err,
                   size_t errlen)
@@ -83,6 +110,10 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
      * clock. */
     int anew = w->state == PSD_W_ABSENT || w->state == PSD_W_LEFT ||
                (w->state == PSD_W_GONE && w->client_id != client_id);
+    if (new_job(y, worker) && y->nworkers > 1)
+        psd_info("worker %d joins after every worker left: a new job, "
+                 "waiting for all %d workers to join", (int)worker,
+                 y->nworkers);
     uint64_t was = w->clock;
     if (anew) {
         if (w->clock < y->clock)
@@ -266,6 +297,8 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
     if (worker < 0 || worker >= y->nworkers)
         return -1;
     psd_worker *w = &y->workers[worker];
+    if (joined)
+        (void)new_job(y, worker);
     w->state = joined ? PSD_W_GONE : PSD_W_LEFT;
     w->owner = NULL;
     w->gone_ms = now_ms;
@@ -328,7 +361,7 @@ static void report(psd_sync *y, int barrier, int holding, uint64_t now_ms,
                      (unsigned long long)(barrier ? w->clock : w->barrier));
         else
             snprintf(st, sizeof st, "%s",
-                     w->state == PSD_W_ABSENT ? "never connected"
+                     w->state == PSD_W_ABSENT ? "not joined"
                      : w->state == PSD_W_GONE ? "connection lost"
                      : barrier               ? "at this barrier"
                                               : "at this clock");

@@ -13,7 +13,8 @@
 #include "stream.h"
 
 typedef enum {
-    PSD_W_ABSENT,            /* never joined */
+    PSD_W_ABSENT,            /* not joined (since the start, or since a
+                                new job began: every worker had left) */
     PSD_W_LIVE,              /* joined; its connection is up */
     PSD_W_GONE,              /* connection lost, waited for worker_grace */
     PSD_W_LEFT               /* left, or its grace ran out: not waited for */

@@ -522,6 +522,66 @@ static void worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock(void **
         fail_msg("sum: got %g, want 14", (double)v);
 }
 
+/* One worker of a job on `sum` (bsp, 2 workers): after `delay_ms`, pushes
+ * +1 to key 3 and clocks, `clocks` times; after each clock the key must
+ * hold base + 2 per clock so far (both workers' pushes in every clock);
+ * then a barrier, and ps_close. */
+typedef struct job_worker_arg {
+    int worker, clocks, base, delay_ms;
+} job_worker_arg;
+
+static int job_worker(void *arg)
+{
+    job_worker_arg *j = arg;
+    sleep_ms(j->delay_ms);
+    ps_client *c = open_worker(cl.spec, j->worker);
+    CHILD_CHECK(c, "open as worker %d", j->worker);
+    int t = ps_table(c, "sum", NULL);
+    uint64_t key = 3;
+    float one = 1, v = 0;
+    for (int i = 1; i <= j->clocks; i++) {
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        CHILD_CHECK(ps_clock(c) == 0, "worker %d clock %d: %s", j->worker, i,
+                    ps_last_error(c));
+        CHILD_CHECK(ps_wait(c, ps_pull(c, t, &key, 1, &v, NULL, NULL)) == 0,
+                    "pull");
+        CHILD_CHECK(v == (float)(j->base + 2 * i), "worker %d after clock "
+                    "%d: the key holds %g, want %d (a clock went on without "
+                    "the other worker)", j->worker, i, (double)v,
+                    j->base + 2 * i);
+    }
+    CHILD_CHECK(ps_barrier(c) == 0, "worker %d barrier: %s", j->worker,
+                ps_last_error(c));
+    ps_close(c);
+    return 0;
+}
+
+/* Jobs run one after another on long-lived nodes: once every worker has
+ * left, the next job waits for all its workers again, as the first one
+ * did. A trainer's second job had its worker 0 clock 44 times alone
+ * before worker 1 came, then the two ended at different clocks, one in
+ * ps_barrier and one in ps_clock, until sync_timeout_ms. */
+static void a_second_job_waits_for_all_its_workers(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n",
+                                      "[table.sum]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    for (int job = 0; job < 2; job++) {
+        /* The second time, worker 1 comes half a second late. */
+        job_worker_arg a = { 0, 5, job * 10, 0 };
+        job_worker_arg b = { 1, 5, job * 10, job ? 500 : 0 };
+        pid_t pa = spawn(job_worker, &a), pb = spawn(job_worker, &b);
+        int bad = reap(pa) | reap(pb);
+        if (bad)
+            fail_msg("job %d failed (see above)", job + 1);
+    }
+    assert_true(cluster_log_wait(&cl, 0, "a new job, waiting for all 2 "
+                                 "workers to join", 1000));
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* Pushes +1 to key 3 of `sum` and clocks, `clocks` times, as worker 0;
  * after each clock the key must hold want0 + the clocks so far (bsp: a
  * pull after ps_clock sees exactly that clock). */
@@ -636,6 +696,35 @@ static void sighup_changing_workers_or_aggregate_is_refused(void **state)
     reload_with("s/^workers = 1$/workers = 2/;"
                 "s/^consistency = bsp$/consistency = bsp\\naggregate = mean/");
     assert_true(cluster_log_wait(&cl, 0, "aggregate changed", 10000));
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
+/* metrics_listen (and listen) name one address per node: a node's
+ * reload is refused only for its own. An operator who moved node 1's
+ * metrics port found node 0 refusing every reload, its new lr too. */
+static void sighup_takes_another_nodes_new_metrics_port(void **state)
+{
+    (void)state;
+    char extra[300];
+    int m1 = cluster_free_port();
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d, "
+             "127.0.0.1:%d\n[table.t]\ndim = 1\nupdater = sgd\nlr = 0.5\n",
+             cluster_free_port(), m1);
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "", extra), 0);
+    char expr[200];
+    snprintf(expr, sizeof expr, "s/:%d$/:%d/;s/^lr = 0.5$/lr = 0.25/", m1,
+             cluster_free_port());
+    reload_with(expr);
+    assert_true(cluster_log_wait(&cl, 0, "table 't': lr 0.5 -> 0.25",
+                                 10000));
+    kill(cl.pid[1], SIGHUP);
+    assert_true(cluster_log_wait(&cl, 1, "metrics_listen changed (this "
+                                 "node's address) (restart psd to apply "
+                                 "that)", 10000));
+    char *log = cluster_log(&cl, 0);
+    assert_non_null(log);
+    assert_null(strstr(log, "reload refused"));
+    free(log);
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
@@ -1606,6 +1695,8 @@ int main(void)
         cmocka_unit_test(sighup_applies_a_new_worker_grace),
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
         cmocka_unit_test(sighup_refusals_say_where_the_change_is),
+        cmocka_unit_test(sighup_takes_another_nodes_new_metrics_port),
+        cmocka_unit_test(a_second_job_waits_for_all_its_workers),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(

@@ -220,6 +220,61 @@ static void test_worker_that_left_and_rejoins_starts_at_the_nodes_clock(
     psd_sync_destroy(&y);
 }
 
+/* Once every worker has left at the node's clock, the job is over: the
+ * next join starts a new one that waits for all workers, as the first
+ * did, live and in a replay of the same WORKER records. A worker that
+ * left behind the node's clock rejoins the job that went on. */
+static void test_after_every_worker_left_a_join_starts_a_new_job(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    two_workers(&y);
+    reach(&y, 0, 0, 3);
+    reach(&y, 1, 0, 3);
+    psd_sync_advance(&y, 1);
+    psd_sync_leave(&y, 0, &owner_a);
+    psd_sync_leave(&y, 1, &owner_b);
+    EXPECT_INT(psd_sync_waited(&y), 0, "waited for after both left");
+    join(&y, 0, 3, &owner_c);
+    EXPECT_INT(psd_sync_waited(&y), 2, "waited for in the new job");
+    reach(&y, 0, 0, 4);
+    EXPECT_INT(psd_sync_advance(&y, 2), 0, "worker 0 alone moves the clock");
+    join(&y, 1, 4, &owner_a);
+    EXPECT_U64(clock_of(&y, 1), 3, "worker 1 starts at the node's clock");
+    reach(&y, 1, 0, 4);
+    EXPECT_INT(psd_sync_advance(&y, 3), 1, "both at 4 move it");
+    psd_sync_destroy(&y);
+
+    /* The journal's records of the same: joined, left, joined. */
+    psd_sync z;
+    make(&z, 2);
+    psd_sync_replay(&z, 0, 1, 1, 0, 0, 1);
+    psd_sync_replay(&z, 1, 1, 2, 0, 0, 1);
+    psd_sync_replay(&z, 0, 0, 1, 3, 0, 1);
+    psd_sync_replay(&z, 1, 0, 2, 3, 0, 1);
+    z.clock = 3;                 /* CLOCK records */
+    psd_sync_replay(&z, 0, 1, 3, 3, 0, 1);
+    EXPECT_INT(psd_sync_waited(&z), 2, "waited for after the replay");
+    EXPECT_INT(z.workers[1].state, PSD_W_ABSENT, "worker 1 after the replay");
+    psd_sync_destroy(&z);
+
+    /* Worker 1 left at clock 1; worker 0 went on to 5 and left: worker
+     * 1 back is the old job's, and nobody is waited for but it. */
+    two_workers(&y);
+    reach(&y, 0, 0, 1);
+    reach(&y, 1, 0, 1);
+    psd_sync_leave(&y, 1, &owner_b);
+    for (uint64_t k = 2; k <= 5; k++)
+        reach(&y, 0, 0, k);
+    psd_sync_advance(&y, 1);
+    psd_sync_leave(&y, 0, &owner_a);
+    join(&y, 1, 3, &owner_c);
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for when the straggler is "
+               "back");
+    psd_sync_destroy(&y);
+}
+
 static void test_nobody_waited_for_means_the_largest_clock_seen(
     void **state)
 {
@@ -521,6 +576,8 @@ int main(void)
             test_lost_worker_with_no_grace_stops_being_waited_for_at_once),
         cmocka_unit_test(
             test_worker_that_left_and_rejoins_starts_at_the_nodes_clock),
+        cmocka_unit_test(
+            test_after_every_worker_left_a_join_starts_a_new_job),
         cmocka_unit_test(test_nobody_waited_for_means_the_largest_clock_seen),
         cmocka_unit_test(test_ssp_pull_waits_only_beyond_the_staleness),
         cmocka_unit_test(test_first_join_behind_the_nodes_clock_starts_at_it),
