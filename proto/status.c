@@ -22,10 +22,19 @@ void psw_range_error(char *err, size_t errlen, const char *table,
                  (unsigned long long)rows);
         return;
     }
-    snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
-             "(rows = %llu)", (unsigned long long)first,
-             (unsigned long long)(first + count - 1), table,
-             (unsigned long long)rows);
+    /* A range that starts inside the table runs past its end: "outside"
+     * read as if its first row were missing too. */
+    if (first < rows)
+        snprintf(err, errlen, "rows %llu..%llu go past the end of table "
+                 "'%s' (rows = %llu: its last row is %llu)",
+                 (unsigned long long)first,
+                 (unsigned long long)(first + count - 1), table,
+                 (unsigned long long)rows, (unsigned long long)rows - 1);
+    else
+        snprintf(err, errlen, "rows %llu..%llu are outside table '%s' "
+                 "(rows = %llu)", (unsigned long long)first,
+                 (unsigned long long)(first + count - 1), table,
+                 (unsigned long long)rows);
 }
 
 const char *psw_strerror(int code)

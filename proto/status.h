@@ -31,9 +31,11 @@ const char *psw_strerror(int code);
 
 /* The text of a range refused with PSW_EKEY (count 0, or rows past the
  * end of a table of `rows` rows), into err: the daemon and the client
- * word it alike. "rows F..L are outside table 'T' (rows = R)", or for
- * count 0 "an empty range (count 0) at row F of table 'T' (rows = R)",
- * where F..L would read as every row up to 2^64 - 1. */
+ * word it alike. "rows F..L are outside table 'T' (rows = R)" (F >= R),
+ * "rows F..L go past the end of table 'T' (rows = R: its last row is
+ * R-1)" (F < R), or for count 0 "an empty range (count 0) at row F of
+ * table 'T' (rows = R)", where F..L would read as every row up to
+ * 2^64 - 1. */
 void psw_range_error(char *err, size_t errlen, const char *table,
                      uint64_t first, uint64_t count, uint64_t rows);
 

@@ -635,7 +635,10 @@ static void test_refused_ranges_name_their_rows(void **state)
     } cases[] = {
         { 0, 0, PS_EINVAL, "an empty range (count 0) at row 0 of table" },
         { 5, 0, PS_EINVAL, "an empty range (count 0) at row 5 of table" },
-        { 8, 4, PS_EKEY, "rows 8..11 are outside table" },
+        { 8, 4, PS_EKEY, "rows 8..11 go past the end of table 'emb_dense' "
+          "(rows = 10: its last row is 9)" },
+        { 10, 2, PS_EKEY, "rows 10..11 are outside table 'emb_dense' (rows "
+          "= 10)" },
         { 2, UINT64_MAX, PS_EKEY, "18446744073709551615 rows from row 2 "
           "(past row 2^64 - 1) are outside" },
         { UINT64_MAX, 2, PS_EKEY, "2 rows from row 18446744073709551615 "

@@ -499,6 +499,11 @@ class Table:
                 raise KeyError(PS_EKEY, f"{count} rows from row {first} "
                                f"(past row 2^64 - 1) are outside table "
                                f"'{self.name}' (rows = {self.rows})")
+            if first < self.rows:
+                raise KeyError(PS_EKEY, f"rows {first}..{first + count - 1} "
+                               f"go past the end of table '{self.name}' "
+                               f"(rows = {self.rows}: its last row is "
+                               f"{self.rows - 1})")
             raise KeyError(PS_EKEY, f"rows {first}..{first + count - 1} are "
                            f"outside table '{self.name}' (rows = {self.rows})")
 

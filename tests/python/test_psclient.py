@@ -340,8 +340,15 @@ def test_ranges_cover_rows_on_both_nodes(cluster):
 def test_rows_outside_a_dense_table_raise_key_error(cluster):
     with psclient.connect(cluster.spec) as c:
         t = c.table("dense")
-        with pytest.raises(psclient.KeyError, match="outside table 'dense'"):
+        with pytest.raises(psclient.KeyError,
+                           match=r"rows 99\.\.100 go past the end of table "
+                                 r"'dense' \(rows = 100: its last row is "
+                                 r"99\)"):
             t.pull_range(99, 2)
+        with pytest.raises(psclient.KeyError,
+                           match=r"rows 100\.\.101 are outside table "
+                                 r"'dense' \(rows = 100\)"):
+            t.pull_range(100, 2)
         with pytest.raises(psclient.KeyError, match="no row 100"):
             t.push(keys_of(100), np.zeros(3, F32))
         with pytest.raises(psclient.InvalidError, match="sparse"):
@@ -358,9 +365,10 @@ def test_a_range_past_the_table_raises_key_error_before_allocating_out(
         for first, count in ((0, 1 << 40), (0, 1 << 62), (99, 1 << 62),
                              ((1 << 64) - 1, 1 << 63)):
             with pytest.raises(psclient.KeyError,
-                               match=r"(rows \d+\.\.\d+|\d+ rows from row \d+ "
-                                     r"\(past row 2\^64 - 1\)) are outside "
-                                     r"table 'dense' \(rows = 100\)") as e:
+                               match=r"(rows \d+\.\.\d+ go past the end of|"
+                                     r"(rows \d+\.\.\d+|\d+ rows from row \d+ "
+                                     r"\(past row 2\^64 - 1\)) are outside) "
+                                     r"table 'dense' \(rows = 100") as e:
                 t.pull_range(first, count)
             assert e.value.code == psclient.PS_EKEY
             with pytest.raises(psclient.KeyError):
