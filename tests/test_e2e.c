@@ -249,7 +249,11 @@ static void range_push_and_pull_cross_shard_boundaries(void **state)
     expect_float(out[0], (float)(s5 * 3), "shard 5 start", 0);
     /* Out of range: refused at once, callback never runs. */
     assert_int_equal(ps_pull_range(c, t, 990, 11, out, NULL, NULL), PS_EKEY);
-    assert_non_null(strstr(ps_last_error(c), "outside"));
+    assert_non_null(strstr(ps_last_error(c), "rows 990..1000 go past the "
+                                             "end of table"));
+    assert_int_equal(ps_pull_range(c, t, 1000, 1, out, NULL, NULL), PS_EKEY);
+    assert_non_null(strstr(ps_last_error(c), "rows 1000..1000 are outside "
+                                             "table"));
     ps_close(c);
 }
 
