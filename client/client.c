@@ -558,6 +558,24 @@ int ps_clock(ps_client *c)
     return sync_call(c, PSW_OP_CLOCK, -1, &c->clock, &c->clock_failed);
 }
 
+int ps_position(ps_client *c, uint64_t *clock, uint64_t *barrier)
+{
+    uint64_t k = 0, b = 0;
+    int worker = c && c->opt.worker >= 0;
+    if (worker) {
+        k = __atomic_load_n(&c->clock, __ATOMIC_RELAXED);
+        b = __atomic_load_n(&c->barrier, __ATOMIC_RELAXED);
+    }
+    if (clock)
+        *clock = k;
+    if (barrier)
+        *barrier = b;
+    if (c && !worker)
+        psc_set_error(c, "ps_position: this client is not a worker "
+                      "(ps_options.worker = -1): readers have no clock");
+    return worker ? PS_OK : PS_EINVAL;
+}
+
 /* ---- statistics ------------------------------------------------------ */
 
 /* Requests as the Customer counted them, with the wire counters of the

@@ -464,6 +464,10 @@ static void misuse_gets_clear_errors(void **state)
     assert_int_equal(ps_clock(r), PS_EINVAL);
     assert_non_null(strstr(ps_last_error(r), "not a worker"));
     assert_int_equal(ps_barrier(r), PS_EINVAL);
+    uint64_t at = 7;
+    assert_int_equal(ps_position(r, &at, NULL), PS_EINVAL);
+    assert_int_equal((int)at, 0);
+    assert_non_null(strstr(ps_last_error(r), "not a worker"));
     ps_close(r);
     assert_int_equal(cluster_stop(&cl), 0);
 }
@@ -536,6 +540,13 @@ static int job_worker(void *arg)
     sleep_ms(j->delay_ms);
     ps_client *c = open_worker(cl.spec, j->worker);
     CHILD_CHECK(c, "open as worker %d", j->worker);
+    /* A worker learns where the nodes have it: the last job's clocks. */
+    uint64_t at, bar;
+    CHILD_CHECK(ps_position(c, &at, &bar) == 0, "ps_position");
+    CHILD_CHECK(at == (uint64_t)j->base / 2 && bar == (uint64_t)j->base / 10,
+                "worker %d starts at clock %llu, barrier %llu; want %d, %d",
+                j->worker, (unsigned long long)at, (unsigned long long)bar,
+                j->base / 2, j->base / 10);
     int t = ps_table(c, "sum", NULL);
     uint64_t key = 3;
     float one = 1, v = 0;
@@ -553,6 +564,9 @@ static int job_worker(void *arg)
     }
     CHILD_CHECK(ps_barrier(c) == 0, "worker %d barrier: %s", j->worker,
                 ps_last_error(c));
+    CHILD_CHECK(ps_position(c, &at, NULL) == 0 &&
+                at == (uint64_t)(j->base / 2 + j->clocks), "worker %d ends "
+                "at clock %llu", j->worker, (unsigned long long)at);
     ps_close(c);
     return 0;
 }

@@ -1037,6 +1037,23 @@ class Client:
         and blocks at most sync_timeout_ms."""
         self._simple(_LIB.ps_barrier)
 
+    def position(self) -> Tuple[int, int]:
+        """(clock, barrier): where this worker stands (ps_position), the
+        numbers of its last clock() and barrier() (one that failed counts:
+        the next call retries it), or those the nodes gave it at connect (a worker that rejoins, or a new
+        process for a lost one, starts at the nodes' counts, not at 0).
+        A trainer restarted in the middle of a job lines its steps up
+        with them. Workers only: a reader raises InvalidError."""
+        k, b = ctypes.c_uint64(), ctypes.c_uint64()
+        h = self._acquire()
+        try:
+            rc = _LIB.ps_position(h, ctypes.byref(k), ctypes.byref(b))
+            if rc != PS_OK:
+                raise self._fail(h, rc)
+        finally:
+            self._release()
+        return k.value, b.value
+
 
 def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
             auth_token: Union[str, bytes, None] = None, *,

@@ -718,6 +718,8 @@ def test_bsp_clock_applies_each_iteration_once_and_barrier_joins(make_cluster):
     with psclient.connect(cl.spec) as reader:
         with pytest.raises(psclient.InvalidError, match="not a worker"):
             reader.clock()
+        with pytest.raises(psclient.InvalidError, match="not a worker"):
+            reader.position()
         t = reader.table("bsp")
 
         def worker(i):
@@ -725,12 +727,14 @@ def test_bsp_clock_applies_each_iteration_once_and_barrier_joins(make_cluster):
             with psclient.connect(cl.spec, worker=i,
                                   sync_timeout_ms=60000) as c:
                 assert c.worker == i
+                assert c.position() == (0, 0)
                 tw = c.table("bsp")
                 for step in range(1, 4):
                     tw.push(k, np.full((3, 2), i + 1, F32))
                     c.clock()
                     seen.append(tw.pull(k))
                 c.barrier()
+                assert c.position() == (3, 1)
             return seen
 
         with ThreadPoolExecutor(2) as ex:
