@@ -629,18 +629,16 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         return -1;
     }
     remove_stale_tmp(d->dir, n->index);
-    if (opts->skip_snapshot && move_aside(d->dir, n->index, err, errlen)) {
-        close(d->lock_fd);
-        d->lock_fd = -1;
-        return -1;
-    }
+    /* --skip-snapshot: nothing is read, and the files are moved aside by
+     * psd_durable_open, once psd is sure to serve. */
+    d->skip = opts->skip_snapshot;
     uint64_t t0 = uv_hrtime();
     psd_notify("STATUS=node %d: loading its snapshot from %s", n->index,
                d->dir);
     psd_snap_info si = { 0 };
     psd_snap_tables tm = { .drop = opts->drop, .ndrop = opts->ndrop };
-    int rc = psd_snapshot_load(n, d->dir, uv_now(loop), &si, &tm, err,
-                               errlen);
+    int rc = d->skip ? 1 : psd_snapshot_load(n, d->dir, uv_now(loop), &si,
+                                             &tm, err, errlen);
     if (rc < 0)
         return -1;
     if (rc == 0) {
@@ -650,7 +648,10 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         psd_info("loaded snapshot %llu of %s (%.1f MiB) in %.2f s",
                  (unsigned long long)si.generation, d->dir,
                  (double)si.bytes / (1 << 20), since_s(t0));
-    } else
+    } else if (d->skip)
+        psd_info("--skip-snapshot: starting from the initial values; the "
+                 "files in %s are set aside once this node listens", d->dir);
+    else
         psd_info("no snapshot in %s: starting from the initial values",
                  d->dir);
     if (tm.map)
@@ -666,10 +667,14 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
     /* The segments after a snapshot were written under its tables. */
     psd_replay_ctx ctx = { n, uv_now(loop), tm.map, tm.nmap, 0 };
     char cut[4400];
-    rc = psd_journal_replay(d->dir, n->index, tm.map ? si.shape : n->shape,
-                            next, (size_t)n->cfg.max_frame + 4096,
-                            psd_request_replay, &ctx, &next, &records, cut,
-                            sizeof cut, err, errlen);
+    cut[0] = '\0';
+    rc = d->skip ? 0
+                 : psd_journal_replay(d->dir, n->index,
+                                      tm.map ? si.shape : n->shape, next,
+                                      (size_t)n->cfg.max_frame + 4096,
+                                      psd_request_replay, &ctx, &next,
+                                      &records, cut, sizeof cut, err,
+                                      errlen);
     int retabled = tm.map != NULL;
     free(tm.map);
     if (rc)
@@ -708,6 +713,9 @@ int psd_durable_open(psd_durable *d, char *err, size_t errlen)
     if (d->retabled && rebase(d, next, err, errlen))
         return -1;
     d->retabled = 0;
+    if (d->skip && move_aside(d->dir, n->index, err, errlen))
+        return -1;
+    d->skip = 0;
     if (d->log) {
         n->journal = psd_journal_open(d->dir, n->index, n->shape,
                                       next, err, errlen);

@@ -71,6 +71,8 @@ typedef struct psd_durable {
     int started;                 /* psd_durable_open succeeded */
     int retabled;                /* loaded under other tables: the open
                                     writes a snapshot of the new ones */
+    int skip;                    /* --skip-snapshot: the open moves the
+                                    files aside */
     int lock_fd;                 /* flock'd psd-nodeN.lock, for life */
     int test_fsync_delay_ms;     /* $PSD_TEST_FSYNC_DELAY_MS: each journal
                                     fsync sleeps this long first (tests) */
@@ -85,13 +87,15 @@ typedef struct psd_start_opts {
 
 /* Recovers node n from its data folder (data_dir, or $STATE_DIRECTORY
  * when systemd set it and data_dir was left at its default), creating the
- * folder when missing. With skip_snapshot, snapshot and journal files are
- * moved aside (renamed *.skipped.T) and the node starts from its initial
- * values. A snapshot taken under other tables is matched by name
+ * folder when missing. With skip_snapshot, nothing is read: the node
+ * starts from its initial values, and psd_durable_open moves the snapshot
+ * and journal files aside (renamed *.skipped.T). A snapshot taken under other tables is matched by name
  * (psd_snap_tables; the tables in opts->drop may be gone) and its journal
- * replayed onto them. Nothing else is written yet (a torn journal tail is
- * cut): psd_durable_open does that once the node's ports are bound, so a
- * start that fails before serving leaves the files as it found them.
+ * replayed onto them. Nothing else is written yet (but the lock file, a
+ * cut torn journal tail, and the removal of segments a snapshot covers
+ * and of a dead writer's temporary file): psd_durable_open does that once
+ * the node's ports are bound, so a start that fails before serving leaves
+ * the files as they were.
  * Returns 0, or -1 with the reason in err (psd must not start).
  * durable_moved(arg) is called when replies that waited for an fsync may
  * go out. */

@@ -181,11 +181,13 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
         snprintf(part, sizeof part, "%.*s", (int)n, dir);
         struct stat st;
         if (stat(part, &st) != 0) {
-            /* Missing: psd creates it, in the folder before it. */
+            /* Missing: psd creates it, in the folder before it (the
+             * working one for a relative path's first part). */
             char *slash = strrchr(part, '/');
-            if (slash)
+            const char *in = !slash ? "." : slash == part ? "/" : part;
+            if (slash && slash != part)
                 *slash = '\0';
-            writable_note(pf, c, path, part[0] ? part : "/", dir);
+            writable_note(pf, c, path, in, dir);
             return;
         }
         if (!S_ISDIR(st.st_mode)) {

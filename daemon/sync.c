@@ -34,24 +34,27 @@ void psd_sync_destroy(psd_sync *y)
     memset(y, 0, sizeof *y);
 }
 
-/* Every worker has left (ps_close, or a grace that ran out) and the one
- * joining had not fallen behind the node's clock when it left: that job
- * is over, and this join starts the next one, which waits for all
- * `workers` to join, as a fresh node does. Without this a second job's
+/* Whether a HELLO of `worker` from client `client_id` starts a new job:
+ * every worker has left (ps_close, or a grace that ran out), all at one
+ * clock (they finished the same iterations: the job is over), and
+ * the client is another process than the worker's last one (a process
+ * reconnecting goes on with its job). The next job then waits for all
+ * `workers` to join, as a fresh node does: without this a second job's
  * first worker trained alone until the others came, and ended clocks
- * ahead of them (its last ps_barrier facing their ps_clock). A worker
- * behind the node's clock left in the middle of the job, which went on
- * without it: it rejoins that job (its peers may have finished), as
- * before. The others are made absent again; their clocks stay, and each
- * starts at the node's clock when it joins. Called at each join, live
- * and in a replay (WORKER records), so both end the same. 1 when a new
- * job began. */
-static int new_job(psd_sync *y, int32_t worker)
+ * ahead of them (its last ps_barrier facing their ps_clock). A job whose
+ * workers left at different clocks (one ran out of data early, one was
+ * lost and its grace ran out) is not known to be over: a worker joining
+ * it goes on in it, as before, never waiting for one that finished. The
+ * others are made absent again, their clocks kept. Called at each join,
+ * live and in a replay (WORKER records), so both end the same. 1 when a
+ * new job began. */
+static int new_job(psd_sync *y, int32_t worker, uint64_t client_id)
 {
-    if (y->workers[worker].clock < y->clock)
+    if (y->workers[worker].client_id == client_id)
         return 0;
     for (int i = 0; i < y->nworkers; i++)
-        if (y->workers[i].state != PSD_W_LEFT)
+        if (y->workers[i].state != PSD_W_LEFT ||
+            y->workers[i].clock != y->workers[0].clock)
             return 0;
     for (int i = 0; i < y->nworkers; i++)
         if (i != worker) {
@@ -110,7 +113,7 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
      * clock. */
     int anew = w->state == PSD_W_ABSENT || w->state == PSD_W_LEFT ||
                (w->state == PSD_W_GONE && w->client_id != client_id);
-    if (new_job(y, worker) && y->nworkers > 1)
+    if (new_job(y, worker, client_id) && y->nworkers > 1)
         psd_info("worker %d joins after every worker left: a new job, "
                  "waiting for all %d workers to join", (int)worker,
                  y->nworkers);
@@ -298,7 +301,7 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
         return -1;
     psd_worker *w = &y->workers[worker];
     if (joined)
-        (void)new_job(y, worker);
+        (void)new_job(y, worker, client_id);
     w->state = joined ? PSD_W_GONE : PSD_W_LEFT;
     w->owner = NULL;
     w->gone_ms = now_ms;

@@ -14,7 +14,7 @@
 
 typedef enum {
     PSD_W_ABSENT,            /* not joined (since the start, or since a
-                                new job began: every worker had left) */
+                                new job began: sync.c, new_job) */
     PSD_W_LIVE,              /* joined; its connection is up */
     PSD_W_GONE,              /* connection lost, waited for worker_grace */
     PSD_W_LEFT               /* left, or its grace ran out: not waited for */

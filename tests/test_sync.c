@@ -220,10 +220,12 @@ static void test_worker_that_left_and_rejoins_starts_at_the_nodes_clock(
     psd_sync_destroy(&y);
 }
 
-/* Once every worker has left at the node's clock, the job is over: the
- * next join starts a new one that waits for all workers, as the first
- * did, live and in a replay of the same WORKER records. A worker that
- * left behind the node's clock rejoins the job that went on. */
+/* Once every worker has left at one clock, the job is over: the next
+ * join of a new process starts a new one that waits for all workers, as
+ * the first did, live and in a replay of the same WORKER records. Workers
+ * that left at different clocks (one finished early, one was lost) leave
+ * a job that goes on when one comes back, and so does a process that
+ * reconnects. */
 static void test_after_every_worker_left_a_join_starts_a_new_job(
     void **state)
 {
@@ -258,6 +260,34 @@ static void test_after_every_worker_left_a_join_starts_a_new_job(
     EXPECT_INT(psd_sync_waited(&z), 2, "waited for after the replay");
     EXPECT_INT(z.workers[1].state, PSD_W_ABSENT, "worker 1 after the replay");
     psd_sync_destroy(&z);
+
+    /* Worker 1 left at clock 3 (out of data); worker 0 went on to 5 and
+     * lost its connection with no grace. Its process back, or a new
+     * one, goes on with that job: worker 1 finished, and is not waited
+     * for again. */
+    two_workers(&y);
+    reach(&y, 0, 0, 3);
+    reach(&y, 1, 0, 3);
+    psd_sync_leave(&y, 1, &owner_b);
+    reach(&y, 0, 0, 4);
+    reach(&y, 0, 0, 5);
+    psd_sync_advance(&y, 1);
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0), 1, "lost, grace 0");
+    join(&y, 0, 1, &owner_c);
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for: the same process back");
+    psd_sync_lost(&y, 0, &owner_c, 6, 0);
+    join(&y, 0, 9, &owner_a);
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for: a new process");
+    psd_sync_destroy(&y);
+    /* Both left at one clock, and the same process comes back: it goes
+     * on with its own job, alone. */
+    two_workers(&y);
+    psd_sync_leave(&y, 0, &owner_a);
+    psd_sync_leave(&y, 1, &owner_b);
+    join(&y, 0, 1, &owner_c);
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 0's process "
+               "back");
+    psd_sync_destroy(&y);
 
     /* Worker 1 left at clock 1; worker 0 went on to 5 and left: worker
      * 1 back is the old job's, and nobody is waited for but it. */
