@@ -250,12 +250,14 @@ PS_API int ps_barrier(ps_client *c);
 
 /* Where this worker stands: the numbers of its last ps_clock and
  * ps_barrier (one that failed counts: the next call retries its number),
- * or, before any, the counts the nodes gave it at ps_open. A worker that rejoins, or a new process for a lost one, starts
- * at the node's counts, not at 0: a trainer restarted in the middle of a
- * job reads them to line its steps up with the other workers (a final
- * ps_barrier after fewer ps_clock calls than the others waits for them
- * while they wait in ps_clock). *clock and *barrier may be NULL. 0, or
- * PS_EINVAL for a client that is not a worker (both set to 0). */
+ * or, before any, the counts the nodes gave it at ps_open (the largest
+ * any node gave; a reconnection may raise them). A worker that rejoins,
+ * or a new process for a lost one, starts at the nodes' counts, not at 0:
+ * a trainer restarted in the middle of a job reads them to line its steps
+ * up with the other workers (a final ps_barrier after fewer ps_clock
+ * calls than the others waits for them while they wait in ps_clock).
+ * *clock and *barrier may be NULL. 0, or PS_EINVAL for a client that is
+ * not a worker (both set to 0). */
 PS_API int ps_position(ps_client *c, uint64_t *clock, uint64_t *barrier);
 
 /* What the client measures of itself. Kinds of request: */

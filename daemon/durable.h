@@ -89,9 +89,9 @@ typedef struct psd_start_opts {
  * when systemd set it and data_dir was left at its default), creating the
  * folder when missing. With skip_snapshot, nothing is read: the node
  * starts from its initial values, and psd_durable_open moves the snapshot
- * and journal files aside (renamed *.skipped.T). A snapshot taken under other tables is matched by name
- * (psd_snap_tables; the tables in opts->drop may be gone) and its journal
- * replayed onto them. Nothing else is written yet (but the lock file, a
+ * and journal files aside (renamed *.skipped.T). A snapshot taken under
+ * other tables is matched by name (psd_snap_tables; the tables in
+ * opts->drop may be gone) and its journal replayed onto them. Nothing else is written yet (but the lock file, a
  * cut torn journal tail, and the removal of segments a snapshot covers
  * and of a dead writer's temporary file): psd_durable_open does that once
  * the node's ports are bound, so a start that fails before serving leaves

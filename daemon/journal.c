@@ -244,13 +244,15 @@ uint64_t psd_journal_ack(psd_journal *j, uint64_t client_id,
 }
 
 uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
-                            uint64_t client_id, uint64_t clock,
+                            int closed, uint64_t client_id, uint64_t clock,
                             uint64_t barrier)
 {
     char *b = begin_fixed(j, PSD_J_WORKER, WORKER_BODY);
     if (!b)
         return 0;
     b[1] = (char)(joined != 0);
+    /* In what was padding: a psd that predates it reads it as a leave. */
+    b[2] = (char)(!joined && closed);
     memcpy(b + 4, &worker, 4);
     memcpy(b + 8, &client_id, 8);
     memcpy(b + 16, &clock, 8);
@@ -537,6 +539,7 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         if (len != WORKER_BODY || (unsigned char)b[1] > 1)
             return -1;
         r->joined = b[1];
+        r->closed = !b[1] && b[2] != 0;
         memcpy(&r->worker, b + 4, 4);
         memcpy(&r->client_id, b + 8, 8);
         memcpy(&r->clock, b + 16, 8);

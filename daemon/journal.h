@@ -36,6 +36,7 @@ typedef struct psd_jrecord {
     uint64_t barrier;            /* worker: its barrier count */
     int32_t worker;              /* worker: its index */
     int joined;                  /* worker: 1 joined, 0 left */
+    int closed;                  /* worker: left by its LEAVE (ps_close) */
     uint32_t waited;             /* clock: the divisor of aggregate = mean
                                     then (psd_sync_divisor) */
     psd_updater_params params;   /* params: table msg.table's updater
@@ -67,10 +68,11 @@ uint64_t psd_journal_clock(psd_journal *j, uint64_t clock, uint32_t waited);
 uint64_t psd_journal_ack(psd_journal *j, uint64_t client_id,
                          uint64_t incarnation, uint64_t mark);
 
-/* Worker `worker` joined (joined 1) or stopped being waited for (0),
- * with its clock and barrier count then. LSN, or 0 when memory runs out. */
+/* Worker `worker` joined (joined 1) or stopped being waited for (0;
+ * closed: by its own LEAVE), with its clock and barrier count then. LSN,
+ * or 0 when memory runs out. */
 uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
-                            uint64_t client_id, uint64_t clock,
+                            int closed, uint64_t client_id, uint64_t clock,
                             uint64_t barrier);
 
 /* From now on, table's updater uses the hyper-parameters p (lr, beta1,

@@ -288,8 +288,13 @@ int psd_node_journal_workers(psd_node *n)
     for (int i = psd_sync_dirty(&n->sync, 0); i >= 0;
          i = psd_sync_dirty(&n->sync, i + 1)) {
         psd_worker *w = &n->sync.workers[i];
-        if (!psd_journal_worker(n->journal, i, w->state != PSD_W_LEFT,
-                                w->client_id, w->clock, w->barrier)) {
+        /* A worker absent since its LEAVE ended the job (sync.c,
+         * job_over) is journaled as that LEAVE: the replay ends the job
+         * the same way. */
+        int joined = w->state == PSD_W_LIVE || w->state == PSD_W_GONE;
+        int closed = w->closed || w->state == PSD_W_ABSENT;
+        if (!psd_journal_worker(n->journal, i, joined, closed, w->client_id,
+                                w->clock, w->barrier)) {
             w->dirty = 1;        /* asked again (psd_node_commit) */
             snprintf(n->journal_error, sizeof n->journal_error,
                      "out of memory buffering a record");

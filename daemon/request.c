@@ -955,18 +955,22 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
     if (r->type == PSD_J_WORKER) {
         /* A worker beyond a `workers` lowered since is dropped, as a
          * snapshot's are. */
-        (void)psd_sync_replay(&n->sync, r->worker, r->joined, r->client_id,
-                              r->clock, r->barrier, rc_->now_ms);
+        (void)psd_sync_replay(&n->sync, r->worker, r->joined, r->closed,
+                              r->client_id, r->clock, r->barrier,
+                              rc_->now_ms);
         return 0;
     }
     if (r->type == PSD_J_CLOCK) {
         /* The clock moved because every worker waited for had reached it:
-         * no worker is behind it (the snapshot may hold older clocks). */
+         * none of those is behind it (the snapshot may hold older clocks).
+         * A worker that had left keeps the clock it left at, as it does
+         * live: whether a job ran its course depends on it. */
         if (r->clock > n->sync.clock)
             n->sync.clock = r->clock;
         for (int i = 0; i < n->sync.nworkers; i++) {
             psd_worker *w = &n->sync.workers[i];
-            if (w->state != PSD_W_ABSENT && w->clock < r->clock)
+            if ((w->state == PSD_W_GONE || w->state == PSD_W_LIVE) &&
+                w->clock < r->clock)
                 w->clock = r->clock;
         }
         for (int i = 0; i < n->ntables; i++) {

@@ -34,33 +34,32 @@ void psd_sync_destroy(psd_sync *y)
     memset(y, 0, sizeof *y);
 }
 
-/* Whether a HELLO of `worker` from client `client_id` starts a new job:
- * every worker has left (ps_close, or a grace that ran out), all at one
- * clock (they finished the same iterations: the job is over), and
- * the client is another process than the worker's last one (a process
- * reconnecting goes on with its job). The next job then waits for all
- * `workers` to join, as a fresh node does: without this a second job's
- * first worker trained alone until the others came, and ended clocks
- * ahead of them (its last ps_barrier facing their ps_clock). A job whose
- * workers left at different clocks (one ran out of data early, one was
- * lost and its grace ran out) is not known to be over: a worker joining
- * it goes on in it, as before, never waiting for one that finished. The
- * others are made absent again, their clocks kept. Called at each join,
- * live and in a replay (WORKER records), so both end the same. 1 when a
- * new job began. */
-static int new_job(psd_sync *y, int32_t worker, uint64_t client_id)
+/* After a LEAVE: when every worker has left by its own LEAVE (ps_close,
+ * not a grace that ran out), all at one clock and one barrier count, the
+ * job ran its course: every worker becomes absent again, so the next job
+ * waits for all `workers` to join, as on a fresh node. Without this a
+ * second job's first worker trained alone until the others came, and
+ * ended clocks ahead of them (its last ps_barrier facing their ps_clock).
+ * Workers that left at different counts (one ran out of data early, or
+ * closed to reopen later), or one lost for good, leave a job that is not
+ * known to be over: a worker joining goes on in it, as before, never
+ * waiting for one that finished. Their clocks are kept; each starts at
+ * the node's clock when it joins. Run live and in a replay (WORKER
+ * records say which leaves were LEAVEs), so both end the same. 1 when
+ * the job ended. */
+static int job_over(psd_sync *y)
 {
-    if (y->workers[worker].client_id == client_id)
-        return 0;
-    for (int i = 0; i < y->nworkers; i++)
-        if (y->workers[i].state != PSD_W_LEFT ||
-            y->workers[i].clock != y->workers[0].clock)
+    for (int i = 0; i < y->nworkers; i++) {
+        const psd_worker *w = &y->workers[i];
+        if (w->state != PSD_W_LEFT || !w->closed ||
+            w->clock != y->workers[0].clock ||
+            w->barrier != y->workers[0].barrier)
             return 0;
-    for (int i = 0; i < y->nworkers; i++)
-        if (i != worker) {
-            y->workers[i].state = PSD_W_ABSENT;
-            y->workers[i].owner = NULL;
-        }
+    }
+    for (int i = 0; i < y->nworkers; i++) {
+        y->workers[i].state = PSD_W_ABSENT;
+        y->workers[i].closed = 0;
+    }
     return 1;
 }
 
@@ -113,10 +112,6 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
      * clock. */
     int anew = w->state == PSD_W_ABSENT || w->state == PSD_W_LEFT ||
                (w->state == PSD_W_GONE && w->client_id != client_id);
-    if (new_job(y, worker, client_id) && y->nworkers > 1)
-        psd_info("worker %d joins after every worker left: a new job, "
-                 "waiting for all %d workers to join", (int)worker,
-                 y->nworkers);
     uint64_t was = w->clock;
     if (anew) {
         if (w->clock < y->clock)
@@ -149,6 +144,7 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
                  (unsigned long long)w->clock);
     w->dirty |= w->state != PSD_W_LIVE || w->client_id != client_id;
     w->state = PSD_W_LIVE;
+    w->closed = 0;
     w->owner = owner;
     w->client_id = client_id;
     snprintf(w->peer, sizeof w->peer, "%s", peer);
@@ -187,6 +183,7 @@ int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
     if (grace_s > 0)
         return 0;
     w->state = PSD_W_LEFT;
+    w->closed = 0;
     w->dirty = 1;
     return 1;
 }
@@ -195,10 +192,16 @@ int psd_sync_leave(psd_sync *y, int32_t worker, const void *owner)
 {
     if (!psd_sync_holds(y, worker, owner))
         return 0;
-    y->workers[worker].state = PSD_W_LEFT;
-    y->workers[worker].owner = NULL;
-    y->workers[worker].dirty = 1;
+    psd_worker *w = &y->workers[worker];
+    w->state = PSD_W_LEFT;
+    w->owner = NULL;
+    w->dirty = 1;
+    w->closed = 1;
     psd_info("worker %d left", (int)worker);
+    if (job_over(y) && y->nworkers > 1)
+        psd_info("every worker left at clock %llu: the job is over, and the "
+                 "next one starts when all %d workers have joined",
+                 (unsigned long long)w->clock, y->nworkers);
     return 1;
 }
 
@@ -293,16 +296,15 @@ int psd_sync_dirty(psd_sync *y, int from)
     return -1;
 }
 
-int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
+int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,
                     uint64_t now_ms)
 {
     if (worker < 0 || worker >= y->nworkers)
         return -1;
     psd_worker *w = &y->workers[worker];
-    if (joined)
-        (void)new_job(y, worker, client_id);
     w->state = joined ? PSD_W_GONE : PSD_W_LEFT;
+    w->closed = !joined && closed;
     w->owner = NULL;
     w->gone_ms = now_ms;
     w->client_id = client_id;
@@ -310,6 +312,8 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
         w->clock = clock;
     if (barrier > w->barrier)
         w->barrier = barrier;
+    if (w->closed)
+        (void)job_over(y);
     return 0;
 }
 
@@ -397,6 +401,7 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
         psd_worker *w = &y->workers[i];
         if (w->state == PSD_W_GONE && now_ms - w->gone_ms >= grace) {
             w->state = PSD_W_LEFT;
+            w->closed = 0;
             w->dirty = 1;
             changed = 1;
             psd_warn("worker %d did not come back within %d s: no longer "

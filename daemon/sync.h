@@ -13,8 +13,8 @@
 #include "stream.h"
 
 typedef enum {
-    PSD_W_ABSENT,            /* not joined (since the start, or since a
-                                new job began: sync.c, new_job) */
+    PSD_W_ABSENT,            /* not joined (since the start, or since the
+                                last job ended: sync.c, job_over) */
     PSD_W_LIVE,              /* joined; its connection is up */
     PSD_W_GONE,              /* connection lost, waited for worker_grace */
     PSD_W_LEFT               /* left, or its grace ran out: not waited for */
@@ -43,6 +43,8 @@ typedef struct psd_worker {
                                 went into bsp sums (0: never) */
     int dirty;               /* joined or stopped being waited for since
                                 the journal last heard (psd_sync_dirty) */
+    int closed;              /* LEFT by its own LEAVE (ps_close), not by a
+                                grace that ran out: the job may be over */
 } psd_worker;
 
 /* A wait the node reports ("waiting for"), of the clock or the barrier. */
@@ -159,8 +161,9 @@ int psd_sync_dirty(psd_sync *y, int from);
 
 /* Replays a worker's journaled join (joined 1: waited for, lost at now_ms
  * so that its grace starts, with the clock and barrier it had) or leave
- * (joined 0). -1 when worker is out of range. */
-int psd_sync_replay(psd_sync *y, int32_t worker, int joined,
+ * (joined 0; closed: by its LEAVE, which may end the job as it did live).
+ * -1 when worker is out of range. */
+int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,
                     uint64_t now_ms);
 

@@ -1322,7 +1322,8 @@ static void test_tables_added_moved_or_dropped_keep_the_others_rows(
     assert_int_equal(system(cmd), 0);
     if (cluster_restart(&c, 0))
         fail_msg("a table added: psd did not start");
-    EXPECT_INT(cluster_log_wait(&c, 0, "new, starting from their init: 'emb'", 100), 1,
+    EXPECT_INT(cluster_log_wait(&c, 0, "new, starting from their init: "
+                                "'emb'", 100), 1,
                "it names the new table");
     EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 2 of the new tables "
                                 "written", 100), 1,

@@ -572,10 +572,10 @@ static int job_worker(void *arg)
 }
 
 /* Jobs run one after another on long-lived nodes: once every worker has
- * left, the next job waits for all its workers again, as the first one
- * did. A trainer's second job had its worker 0 clock 44 times alone
- * before worker 1 came, then the two ended at different clocks, one in
- * ps_barrier and one in ps_clock, until sync_timeout_ms. */
+ * closed at one clock, the next job waits for all its workers again, as
+ * the first one did. A trainer's second job had its worker 0 clock 44
+ * times alone before worker 1 came, then the two ended at different
+ * clocks, one in ps_barrier and one in ps_clock, until sync_timeout_ms. */
 static void a_second_job_waits_for_all_its_workers(void **state)
 {
     (void)state;
@@ -591,8 +591,9 @@ static void a_second_job_waits_for_all_its_workers(void **state)
         if (bad)
             fail_msg("job %d failed (see above)", job + 1);
     }
-    assert_true(cluster_log_wait(&cl, 0, "a new job, waiting for all 2 "
-                                 "workers to join", 1000));
+    assert_true(cluster_log_wait(&cl, 0, "every worker left at clock 5: "
+                                 "the job is over, and the next one starts "
+                                 "when all 2 workers have joined", 1000));
     assert_int_equal(cluster_stop(&cl), 0);
 }
 

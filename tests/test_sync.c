@@ -220,13 +220,12 @@ static void test_worker_that_left_and_rejoins_starts_at_the_nodes_clock(
     psd_sync_destroy(&y);
 }
 
-/* Once every worker has left at one clock, the job is over: the next
- * join of a new process starts a new one that waits for all workers, as
- * the first did, live and in a replay of the same WORKER records. Workers
- * that left at different clocks (one finished early, one was lost) leave
- * a job that goes on when one comes back, and so does a process that
- * reconnects. */
-static void test_after_every_worker_left_a_join_starts_a_new_job(
+/* When every worker has left by its own LEAVE at one clock and one
+ * barrier count, the job ran its course: all are absent again, and the
+ * next job waits for all workers, live and in a replay of the same WORKER
+ * records. Workers that left at different counts, or one lost whose grace
+ * ran out, leave a job that goes on when one comes back. */
+static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     void **state)
 {
     (void)state;
@@ -236,10 +235,11 @@ static void test_after_every_worker_left_a_join_starts_a_new_job(
     reach(&y, 1, 0, 3);
     psd_sync_advance(&y, 1);
     psd_sync_leave(&y, 0, &owner_a);
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for after worker 0 left");
     psd_sync_leave(&y, 1, &owner_b);
-    EXPECT_INT(psd_sync_waited(&y), 0, "waited for after both left");
+    EXPECT_INT(psd_sync_waited(&y), 2, "waited for once the job is over");
+    EXPECT_INT(y.workers[0].state, PSD_W_ABSENT, "worker 0 after the job");
     join(&y, 0, 3, &owner_c);
-    EXPECT_INT(psd_sync_waited(&y), 2, "waited for in the new job");
     reach(&y, 0, 0, 4);
     EXPECT_INT(psd_sync_advance(&y, 2), 0, "worker 0 alone moves the clock");
     join(&y, 1, 4, &owner_a);
@@ -248,23 +248,22 @@ static void test_after_every_worker_left_a_join_starts_a_new_job(
     EXPECT_INT(psd_sync_advance(&y, 3), 1, "both at 4 move it");
     psd_sync_destroy(&y);
 
-    /* The journal's records of the same: joined, left, joined. */
+    /* The journal's records of the same: joined, joined, CLOCKs, left by
+     * LEAVE twice. */
     psd_sync z;
     make(&z, 2);
-    psd_sync_replay(&z, 0, 1, 1, 0, 0, 1);
-    psd_sync_replay(&z, 1, 1, 2, 0, 0, 1);
-    psd_sync_replay(&z, 0, 0, 1, 3, 0, 1);
-    psd_sync_replay(&z, 1, 0, 2, 3, 0, 1);
-    z.clock = 3;                 /* CLOCK records */
-    psd_sync_replay(&z, 0, 1, 3, 3, 0, 1);
-    EXPECT_INT(psd_sync_waited(&z), 2, "waited for after the replay");
-    EXPECT_INT(z.workers[1].state, PSD_W_ABSENT, "worker 1 after the replay");
+    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, 1);
+    psd_sync_replay(&z, 1, 1, 0, 2, 0, 0, 1);
+    z.clock = 3;
+    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, 1);
+    psd_sync_replay(&z, 1, 0, 1, 2, 3, 0, 1);
+    EXPECT_INT(z.workers[0].state == PSD_W_ABSENT &&
+               z.workers[1].state == PSD_W_ABSENT, 1,
+               "both absent after the replay");
     psd_sync_destroy(&z);
 
-    /* Worker 1 left at clock 3 (out of data); worker 0 went on to 5 and
-     * lost its connection with no grace. Its process back, or a new
-     * one, goes on with that job: worker 1 finished, and is not waited
-     * for again. */
+    /* Worker 1 left at clock 3 (out of data), worker 0 at 5: not known
+     * to be over; worker 1 back goes on alone. */
     two_workers(&y);
     reach(&y, 0, 0, 3);
     reach(&y, 1, 0, 3);
@@ -272,36 +271,23 @@ static void test_after_every_worker_left_a_join_starts_a_new_job(
     reach(&y, 0, 0, 4);
     reach(&y, 0, 0, 5);
     psd_sync_advance(&y, 1);
-    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0), 1, "lost, grace 0");
-    join(&y, 0, 1, &owner_c);
-    EXPECT_INT(psd_sync_waited(&y), 1, "waited for: the same process back");
-    psd_sync_lost(&y, 0, &owner_c, 6, 0);
-    join(&y, 0, 9, &owner_a);
-    EXPECT_INT(psd_sync_waited(&y), 1, "waited for: a new process");
-    psd_sync_destroy(&y);
-    /* Both left at one clock, and the same process comes back: it goes
-     * on with its own job, alone. */
-    two_workers(&y);
     psd_sync_leave(&y, 0, &owner_a);
-    psd_sync_leave(&y, 1, &owner_b);
-    join(&y, 0, 1, &owner_c);
-    EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 0's process "
-               "back");
+    EXPECT_INT(psd_sync_waited(&y), 0, "waited for after uneven leaves");
+    join(&y, 1, 3, &owner_c);
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 1 back");
     psd_sync_destroy(&y);
 
-    /* Worker 1 left at clock 1; worker 0 went on to 5 and left: worker
-     * 1 back is the old job's, and nobody is waited for but it. */
+    /* Worker 0 closed; worker 1 was lost at the same clock and its grace
+     * ran out: a crash is no end of the job, and its replacement goes on
+     * alone instead of waiting for worker 0, which finished. */
     two_workers(&y);
-    reach(&y, 0, 0, 1);
-    reach(&y, 1, 0, 1);
-    psd_sync_leave(&y, 1, &owner_b);
-    for (uint64_t k = 2; k <= 5; k++)
-        reach(&y, 0, 0, k);
+    reach(&y, 0, 0, 3);
+    reach(&y, 1, 0, 3);
     psd_sync_advance(&y, 1);
     psd_sync_leave(&y, 0, &owner_a);
-    join(&y, 1, 3, &owner_c);
-    EXPECT_INT(psd_sync_waited(&y), 1, "waited for when the straggler is "
-               "back");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0), 1, "lost, grace 0");
+    join(&y, 1, 9, &owner_c);
+    EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 1's replacement");
     psd_sync_destroy(&y);
 }
 
@@ -607,7 +593,7 @@ int main(void)
         cmocka_unit_test(
             test_worker_that_left_and_rejoins_starts_at_the_nodes_clock),
         cmocka_unit_test(
-            test_after_every_worker_left_a_join_starts_a_new_job),
+            test_a_job_whose_workers_all_closed_at_one_clock_is_over),
         cmocka_unit_test(test_nobody_waited_for_means_the_largest_clock_seen),
         cmocka_unit_test(test_ssp_pull_waits_only_beyond_the_staleness),
         cmocka_unit_test(test_first_join_behind_the_nodes_clock_starts_at_it),

@@ -790,8 +790,8 @@ static void jhistory(psd_journal *j, int node, uint64_t client)
     const psd_config *cfg = fuzz_disk_config();
     for (int t = 0; t < cfg->ntables; t++)
         psd_journal_params(j, (uint32_t)t, &cfg->tables[t].upd);
-    psd_journal_worker(j, 0, 1, client, 0, 0);
-    psd_journal_worker(j, 1, 1, client + 1, 0, 0);
+    psd_journal_worker(j, 0, 1, 0, client, 0, 0);
+    psd_journal_worker(j, 1, 1, 0, client + 1, 0, 0);
     uint64_t ts = 1;
     for (int t = 0; t < cfg->ntables; t++)
         jpush_table(j, node, client, ts++, t);
@@ -811,7 +811,7 @@ static void jhistory(psd_journal *j, int node, uint64_t client)
     psd_updater_params p = cfg->tables[FUZZ_T_SPARSE_ADAGRAD].upd;
     p.lr *= 0.5f;
     psd_journal_params(j, FUZZ_T_SPARSE_ADAGRAD, &p);
-    psd_journal_worker(j, 1, 0, client + 1, 1, 0);
+    psd_journal_worker(j, 1, 0, 0, client + 1, 1, 0);
     jwrite(j);
 }
 
