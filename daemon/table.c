@@ -1182,27 +1182,53 @@ static int get_sparse_rows(psd_table *t, shard *s, psd_source *in)
     return each_chunk(t, s, get_chunk, in, 0);
 }
 
+/* The count of shards saved, which must be the ones node `node` of
+ * `nnodes` owns of `shards`. 0, or -1 with err. */
+static int get_shard_count(psd_source *in, uint32_t shards, int nnodes,
+                           int node, uint32_t *count, char *err,
+                           size_t errlen)
+{
+    uint32_t owned = 0;
+    for (uint32_t i = 0; i < shards; i++)
+        owned += psw_node_of_shard(i, nnodes) == node;
+    if (get(in, count, sizeof *count))
+        LOADFAIL("truncated");
+    if (*count != owned)
+        LOADFAIL("%u shards saved, this node owns %u of %u", *count, owned,
+                 shards);
+    return 0;
+}
+
+/* The next saved shard's index *i and row count *n: one of this node's,
+ * after *prev (updated). 0, or -1 with err. */
+static int get_shard_head(psd_source *in, uint32_t shards, int nnodes,
+                          int node, int64_t *prev, uint32_t *i, uint64_t *n,
+                          char *err, size_t errlen)
+{
+    if (get(in, i, sizeof *i) || get(in, n, sizeof *n))
+        LOADFAIL("truncated");
+    if (*i >= shards || psw_node_of_shard(*i, nnodes) != node ||
+        (int64_t)*i <= *prev)
+        LOADFAIL("shard %u is not this node's next shard", *i);
+    *prev = *i;
+    return 0;
+}
+
 static int load_shards(psd_table *t, psd_source *in, char *err,
                        size_t errlen)
 {
-    uint32_t count, owned = 0;
-    for (uint32_t i = 0; i < t->nshards; i++)
-        owned += t->shards[i].owned;
-    if (get(in, &count, sizeof count))
-        LOADFAIL("truncated");
-    if (count != owned)
-        LOADFAIL("%u shards saved, this node owns %u of %u", count, owned,
-                 t->nshards);
+    uint32_t count;
+    if (get_shard_count(in, t->nshards, t->nnodes, t->node, &count, err,
+                        errlen))
+        return -1;
     size_t d = t->conf.dim;
     int64_t prev = -1;
     for (uint32_t k = 0; k < count; k++) {
         uint32_t i;
         uint64_t n;
-        if (get(in, &i, sizeof i) || get(in, &n, sizeof n))
-            LOADFAIL("truncated");
-        if (i >= t->nshards || !t->shards[i].owned || (int64_t)i <= prev)
-            LOADFAIL("shard %u is not this node's next shard", i);
-        prev = i;
+        if (get_shard_head(in, t->nshards, t->nnodes, t->node, &prev, &i, &n,
+                           err, errlen))
+            return -1;
         shard *s = &t->shards[i];
         if (t->conf.dense) {
             if (n != s->nrows)
@@ -1319,24 +1345,16 @@ static int skip_shards(const psd_table_conf *c, uint64_t per, uint32_t shards,
                        int nnodes, int node, psd_source *in, char *err,
                        size_t errlen)
 {
-    uint32_t count, owned = 0;
-    for (uint32_t i = 0; i < shards; i++)
-        owned += psw_node_of_shard(i, nnodes) == node;
-    if (get(in, &count, sizeof count))
-        LOADFAIL("truncated");
-    if (count != owned)
-        LOADFAIL("%u shards saved, this node owns %u of %u", count, owned,
-                 shards);
+    uint32_t count;
+    if (get_shard_count(in, shards, nnodes, node, &count, err, errlen))
+        return -1;
     int64_t prev = -1;
     for (uint32_t k = 0; k < count; k++) {
         uint32_t i;
         uint64_t n;
-        if (get(in, &i, sizeof i) || get(in, &n, sizeof n))
-            LOADFAIL("truncated");
-        if (i >= shards || psw_node_of_shard(i, nnodes) != node ||
-            (int64_t)i <= prev)
-            LOADFAIL("shard %u is not this node's next shard", i);
-        prev = i;
+        if (get_shard_head(in, shards, nnodes, node, &prev, &i, &n, err,
+                           errlen))
+            return -1;
         if (c->dense) {
             uint64_t want = psw_dense_shard_start(c->rows, shards, i + 1) -
                             psw_dense_shard_start(c->rows, shards, i);
