@@ -1011,7 +1011,8 @@ static void *copy_of(const void *p, size_t n)
         fprintf(stderr, "make_seeds: out of memory\n");
         exit(1);
     }
-    memcpy(q, p, n);
+    if (n)                       /* p is NULL for an empty list */
+        memcpy(q, p, n);
     return q;
 }
 
