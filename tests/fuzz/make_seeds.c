@@ -1032,7 +1032,11 @@ static void snapshot_seed_moved(const char *name)
     d.listen = copy_of(s->listen, (size_t)s->nlisten * sizeof *s->listen);
     d.notes = copy_of(s->notes, (size_t)s->nnotes * sizeof *s->notes);
     d.ntables = s->ntables + 1;
-    d.tables = copy_of(s->tables, (size_t)d.ntables * sizeof *s->tables);
+    d.tables = calloc((size_t)d.ntables, sizeof *d.tables);
+    if (!d.tables) {
+        fprintf(stderr, "make_seeds: out of memory\n");
+        exit(1);
+    }
     for (int i = 0; i < s->ntables - 1; i++)
         d.tables[i] = s->tables[s->ntables - 2 - i];
     d.tables[s->ntables - 1] = s->tables[FUZZ_T_DENSE_ADAM_BSP];
