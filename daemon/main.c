@@ -158,7 +158,8 @@ int main(int argc, char **argv)
                 return 2;
             }
             drop[ndrop++] = name;
-        } else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) && i + 1 < argc)
+        } else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) &&
+                   i + 1 < argc)
             path = argv[++i];
         else if ((!strcmp(a, "-n") || !strcmp(a, "--node")) && i + 1 < argc) {
             node_given = 1;
