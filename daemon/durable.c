@@ -531,24 +531,42 @@ static int move_aside(const char *dir, int node, char *err, size_t errlen)
 /* Says how a snapshot taken under other tables met the config's. */
 static void log_new_tables(const psd_node *n, const psd_snap_tables *tm)
 {
-    char names[600] = "";
-    size_t at = 0;
-    for (int j = 0; j < n->ntables; j++) {
-        int found = 0;
-        for (uint32_t i = 0; i < tm->nmap && !found; i++)
-            found = tm->map[i] == j;
-        if (!found && at < sizeof names)
-            at += (size_t)snprintf(names + at, sizeof names - at, "%s'%s'",
-                                   at ? ", " : "", n->cfg.tables[j].name);
-    }
     psd_warn("the snapshot was taken under other tables: its %u tables are "
              "matched to the config's %d by name%s%s%s%s%s",
              tm->nmap, n->ntables,
              tm->added ? "; new, starting from their init: " : "",
-             tm->added ? names : "",
+             tm->added_names,
              tm->dropped ? "; dropped (--drop-table): " : "",
-             tm->dropped ? tm->dropped_names : "",
+             tm->dropped_names,
              tm->added || tm->dropped ? "" : " (only their order changed)");
+}
+
+/* A snapshot written by this process (not a forked writer): at start
+ * for new tables, at stop for the final one. It covers the segments below
+ * seq, which it removes unless the folder's fsync failed (then err says
+ * so and the call still returns 0, as psd_snapshot_write does). 0, or -1
+ * with err when no snapshot was written. Logged as "WHAT G OF written". */
+static int write_here(psd_durable *d, uint64_t seq, const char *what,
+                      const char *of, char *err, size_t errlen)
+{
+    uint64_t t0 = uv_hrtime();
+    psd_snap_info si;
+    if (psd_snapshot_write(d->node, d->dir, d->st.generation + 1, seq, &si,
+                           err, errlen))
+        return -1;
+    d->st.generation = si.generation;
+    d->st.snapshots++;
+    d->st.last_ok_ms = si.created_ms;
+    d->st.last_seconds = since_s(t0);
+    d->st.last_bytes = si.bytes;
+    if (!err[0]) {
+        d->saved_changes = d->node->changes;
+        psd_journal_prune(d->dir, d->node->index, seq);
+    }
+    psd_info("%s %llu%s written: %.1f MiB in %.2f s", what,
+             (unsigned long long)si.generation, of,
+             (double)si.bytes / (1 << 20), since_s(t0));
+    return 0;
 }
 
 /* After a start that met other tables: a snapshot of the node as it now
@@ -558,13 +576,11 @@ static void log_new_tables(const psd_node *n, const psd_snap_tables *tm)
  * segments of the old tables). */
 static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
 {
-    uint64_t t0 = uv_hrtime();
-    psd_snap_info si;
     char why[1024];
     psd_notify("STATUS=node %d: writing a snapshot of the new tables",
                d->node->index);
-    if (psd_snapshot_write(d->node, d->dir, d->st.generation + 1, next, &si,
-                           why, sizeof why)) {
+    if (write_here(d, next, "snapshot", " of the new tables", why,
+                   sizeof why)) {
         snprintf(err, errlen, "a snapshot of the new tables: %s (the files "
                  "of the old ones are kept; psd reads them again at the "
                  "next start)", why);
@@ -578,16 +594,6 @@ static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
                  "covers are kept)", why);
         return -1;
     }
-    psd_journal_prune(d->dir, d->node->index, next);
-    d->st.generation = si.generation;
-    d->st.snapshots++;
-    d->st.last_ok_ms = si.created_ms;
-    d->st.last_seconds = since_s(t0);
-    d->st.last_bytes = si.bytes;
-    d->saved_changes = d->node->changes;
-    psd_info("snapshot %llu of the new tables written: %.1f MiB in %.2f s",
-             (unsigned long long)si.generation, (double)si.bytes / (1 << 20),
-             since_s(t0));
     return 0;
 }
 
@@ -774,22 +780,13 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
             return -1;
         seq = psd_journal_seq(n->journal);
     }
-    uint64_t t0 = uv_hrtime();
-    psd_snap_info si;
-    if (psd_snapshot_write(n, d->dir, d->st.generation + 1, seq, &si, err,
-                           errlen))
+    if (write_here(d, seq, "final snapshot", "", err, errlen))
         return -1;
-    d->st.generation = si.generation;
     if (d->unbased)
         psd_journal_hold(n->journal, NULL);
     d->unbased = 0;
     if (err[0])
         psd_warn("final snapshot: %s; the journal it covers is kept", err);
-    else
-        psd_journal_prune(d->dir, n->index, seq);
-    psd_info("final snapshot %llu written: %.1f MiB in %.2f s",
-             (unsigned long long)si.generation, (double)si.bytes / (1 << 20),
-             since_s(t0));
     return 0;
 }
 

@@ -263,6 +263,30 @@ static int layout_change(const psd_config *a, const psd_config *b,
     return 0;
 }
 
+int psd_config_restart(const psd_config *a, const psd_config *b,
+                       char *gone, size_t len)
+{
+    if (a->nnodes != b->nnodes || a->shards != b->shards)
+        return PSD_RESTART_REFUSES;
+    size_t at = 0;
+    for (int i = 0; i < a->ntables; i++) {
+        const psd_table_conf *x = &a->tables[i], *y = NULL;
+        for (int j = 0; j < b->ntables && !y; j++)
+            if (!strcmp(b->tables[j].name, x->name))
+                y = &b->tables[j];
+        if (!y) {
+            if (at < len)
+                at += (size_t)snprintf(gone + at, len - at, "%s%s",
+                                       at ? ", " : "", x->name);
+            continue;
+        }
+        if (x->dense != y->dense || x->dim != y->dim || x->rows != y->rows ||
+            x->upd.kind != y->upd.kind || x->consistency != y->consistency)
+            return PSD_RESTART_REFUSES;
+    }
+    return at ? PSD_RESTART_DROPS : PSD_RESTART_TAKES;
+}
+
 int psd_node_apply_params(psd_node *n)
 {
     int rc = 0;

@@ -112,6 +112,17 @@ uint64_t psd_shape_table(uint64_t h, const char *name, int dense,
                          uint32_t dim, uint64_t rows, int updater,
                          int consistency);
 
+/* What a restart would make of config b where a node runs a (a layout a
+ * reload refused): the snapshot's tables are found by name
+ * (snapshot.h), so a restart takes tables added or moved
+ * (PSD_RESTART_TAKES), and tables removed only with --drop-table
+ * (PSD_RESTART_DROPS, their names in gone); a new node count or shards,
+ * or a kept table's kind, dim, rows, updater or consistency, it refuses
+ * too (PSD_RESTART_REFUSES). */
+enum { PSD_RESTART_TAKES, PSD_RESTART_DROPS, PSD_RESTART_REFUSES };
+int psd_config_restart(const psd_config *a, const psd_config *b, char *gone,
+                       size_t len);
+
 /* Takes ownership of *cfg (left zeroed) and builds node `index`'s tables.
  * Returns 0, or -1 with a reason in err; psd_node_destroy either way. */
 int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,

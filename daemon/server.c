@@ -180,37 +180,6 @@ static int token_file_moved(const psd_server *s, const psd_config *nc,
     return !same;
 }
 
-/* What a restart would make of a config whose layout a reload refused:
- * the snapshot's tables are matched by name (snapshot.h), so only a node
- * count, shards, or a kept table's kind, dim, rows, updater or
- * consistency that changed is refused. Tables removed are named in gone:
- * they need --drop-table. */
-enum { RESTART_TAKES, RESTART_DROPS, RESTART_REFUSES };
-
-static int restart_takes(const psd_config *a, const psd_config *b,
-                         char *gone, size_t len)
-{
-    if (a->nnodes != b->nnodes || a->shards != b->shards)
-        return RESTART_REFUSES;
-    size_t at = 0;
-    for (int i = 0; i < a->ntables; i++) {
-        const psd_table_conf *x = &a->tables[i], *y = NULL;
-        for (int j = 0; j < b->ntables && !y; j++)
-            if (!strcmp(b->tables[j].name, x->name))
-                y = &b->tables[j];
-        if (!y) {
-            if (at < len)
-                at += (size_t)snprintf(gone + at, len - at, "%s%s",
-                                       at ? ", " : "", x->name);
-            continue;
-        }
-        if (x->dense != y->dense || x->dim != y->dim || x->rows != y->rows ||
-            x->upd.kind != y->upd.kind || x->consistency != y->consistency)
-            return RESTART_REFUSES;
-    }
-    return at ? RESTART_DROPS : RESTART_TAKES;
-}
-
 void psd_server_reload(psd_server *s)
 {
     psd_config nc;
@@ -238,12 +207,13 @@ void psd_server_reload(psd_server *s)
      * would send the operator into a node that does not start. */
     char gone[300] = "";
     int layout = refused && psd_config_shape(&nc) != s->node.shape
-                     ? restart_takes(&s->node.cfg, &nc, gone, sizeof gone)
-                     : RESTART_TAKES;
+                     ? psd_config_restart(&s->node.cfg, &nc, gone,
+                                          sizeof gone)
+                     : PSD_RESTART_TAKES;
     psd_config_destroy(&nc);
     if (refused) {
         char hint[600];
-        if (layout == RESTART_REFUSES)
+        if (layout == PSD_RESTART_REFUSES)
             snprintf(hint, sizeof hint, "a new layout: the node's snapshot "
                      "and journal do not fit it, so a restart refuses it "
                      "too; keep the layout (a table with another kind, "
@@ -251,7 +221,7 @@ void psd_server_reload(psd_server *s)
                      "or start the node fresh (--skip-snapshot; see "
                      "docs/durability.md, \"Adding, removing and "
                      "reordering tables\")");
-        else if (layout == RESTART_DROPS)
+        else if (layout == PSD_RESTART_DROPS)
             snprintf(hint, sizeof hint, "restart psd with --drop-table for "
                      "each table removed (%s) to apply that; the other "
                      "tables keep their rows", gone);
@@ -260,9 +230,9 @@ void psd_server_reload(psd_server *s)
         psd_error("reload refused, keeping the running configuration: %s "
                   "(%s)", why, hint);
         snprintf(s->reload_error, sizeof s->reload_error, "%.150s (%s)", why,
-                 layout == RESTART_REFUSES
+                 layout == PSD_RESTART_REFUSES
                      ? "a new layout: a restart refuses it too"
-                 : layout == RESTART_DROPS
+                 : layout == PSD_RESTART_DROPS
                      ? "restart psd with --drop-table to apply that"
                      : "restart psd to apply that");
         return;

@@ -421,6 +421,13 @@ static int shape_fits(uint64_t want, uint64_t h, const snap_table *st,
     return h == want;
 }
 
+/* Appends 'name' to list (", " between), cut when it is full. */
+static void add_name(char *list, size_t cap, const char *name)
+{
+    size_t used = strlen(list);
+    snprintf(list + used, cap - used, "%s'%s'", used ? ", " : "", name);
+}
+
 #define BAD(...) do { snprintf(why, whylen, __VA_ARGS__); \
                       goto bad; } while (0)
 
@@ -445,7 +452,7 @@ static int read_sections(reader *r, const header *hd, const target *g,
     uint32_t tables_seen = 0;
     int sync_seen = 0, dedup_seen = 0, dropped = 0;
     if (g->tm)
-        g->tm->dropped_names[0] = '\0';
+        g->tm->added_names[0] = g->tm->dropped_names[0] = '\0';
     for (;;) {
         *at = r->off;
         r->crc = 0;
@@ -502,10 +509,8 @@ static int read_sections(reader *r, const header *hd, const target *g,
                     BAD("more than %d tables dropped at once: psd checks at "
                         "most %d in one start", DROPPED_CHECKED_MAX,
                         DROPPED_CHECKED_MAX);
-                size_t used = strlen(g->tm->dropped_names);
-                snprintf(g->tm->dropped_names + used,
-                         sizeof g->tm->dropped_names - used, "%s'%s'",
-                         used ? ", " : "", t->name);
+                add_name(g->tm->dropped_names,
+                         sizeof g->tm->dropped_names, t->name);
             }
             if (tc && t->upd != (uint32_t)tc->upd.kind)
                 BAD("table '%s': its updater changed since the snapshot, so "
@@ -599,6 +604,10 @@ static int read_sections(reader *r, const header *hd, const target *g,
             (unsigned long long)hd->shape);
     if (g->tm) {
         g->tm->added = cfg->ntables - (int)(nt - (uint32_t)dropped);
+        for (int j = 0; j < cfg->ntables; j++)
+            if (!seen[j])
+                add_name(g->tm->added_names, sizeof g->tm->added_names,
+                         cfg->tables[j].name);
         g->tm->dropped = dropped;
         if (!same) {
             g->tm->map = map;

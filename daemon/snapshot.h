@@ -42,7 +42,8 @@ typedef struct psd_snap_tables {
     int32_t *map;
     uint32_t nmap;
     int added, dropped;          /* out: tables new in the config, let go */
-    char dropped_names[256];     /* out: 'a', 'b' (cut when long) */
+    char added_names[256];       /* out: 'a', 'b' (cut when long) */
+    char dropped_names[256];
 } psd_snap_tables;
 
 /* "DIR/psd-nodeN.snap": node N's snapshot (several nodes may share a
