@@ -827,7 +827,6 @@ static void print_tables(const psw_cluster *l, const samples *all)
                d->dense ? "dense" : "sparse", d->dim, rows, mib(bytes),
                human(pu), human(pl), human(ki), human(ko));
     }
-    print_params(l, all);
 }
 
 /* ---- commands ------------------------------------------------------------ */
@@ -1109,6 +1108,32 @@ static int fetch_all(cluster *c, samples *all)
     return bad;
 }
 
+/* The table figures are sums over the nodes that answered: when some did
+ * not (or -n picked one), the sums are not the cluster's, and a reader
+ * of the table alone (stderr may go elsewhere) must be told so. */
+static void print_coverage(const cluster *c)
+{
+    int asked = 0, missing = 0;
+    for (int i = 0; i < c->n; i++)
+        if (c->only < 0 || i == c->only) {
+            asked++;
+            missing += c->nodes[i].fd < 0;
+        }
+    if (missing) {
+        printf("partial: %d of %d node%s did not answer (", missing, asked,
+               asked == 1 ? "" : "s");
+        const char *sep = "";
+        for (int i = 0; i < c->n; i++)
+            if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0) {
+                printf("%snode %d", sep, id(c, i));
+                sep = ", ";
+            }
+        printf("): rows, memory and rates are the others' sums\n");
+    } else if (c->only >= 0 && c->n > 1)
+        printf("node %d only (-n): rows, memory and rates are its share "
+               "of %d nodes\n", id(c, c->only), c->n);
+}
+
 static int do_stats(cluster *c, int json, int tables_too)
 {
     int bad = 0;
@@ -1140,6 +1165,8 @@ static int do_stats(cluster *c, int json, int tables_too)
     if (tables_too && l) {
         printf("\n");
         print_tables(l, &all);
+        print_coverage(c);
+        print_params(l, &all);
     }
     free(all.s);
     return bad;
@@ -1152,8 +1179,11 @@ static int do_tables(cluster *c, int json)
     samples all = { 0 };
     int bad = fetch_all(c, &all);
     const psw_cluster *l = any_layout(c);
-    if (l)
+    if (l) {
         print_tables(l, &all);
+        print_coverage(c);
+        print_params(l, &all);
+    }
     free(all.s);
     return bad || !l;
 }
