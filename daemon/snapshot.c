@@ -553,7 +553,7 @@ static int read_sections(reader *r, const header *hd, const target *g,
             }
             tables_seen++;
         } else if (kind == SEC_SYNC && !sync_seen++) {
-            lrc = psd_sync_load(sync, &in, hd->version >= 2, g->now_ms, inner,
+            lrc = psd_sync_load(sync, &in, (int)hd->version, g->now_ms, inner,
                                 sizeof inner);
         } else if (kind == SEC_DEDUP && !dedup_seen++) {
             lrc = psd_dedup_load(dedup, &in, g->now_ms, inner, sizeof inner);

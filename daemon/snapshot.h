@@ -16,8 +16,8 @@
 #include "node.h"
 
 /* The format psd writes. 2 added each worker's `summed` to the SYNC
- * section; format 1 is still read. */
-#define PSD_SNAPSHOT_VERSION 2
+ * section, 3 each worker's `closed`; formats 1 and 2 are still read. */
+#define PSD_SNAPSHOT_VERSION 3
 
 typedef struct psd_snap_info {
     uint64_t generation;         /* counts this node's snapshots, from 1 */

@@ -415,7 +415,7 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
 
 /* On the stream: u64 clock, u64 barrier, u32 workers, then per worker
  * u32 state, u64 clock, u64 barrier, u64 client_id, u64 summed (not in
- * snapshots of format 1). */
+ * snapshots of format 1), u8 closed (not in formats 1 and 2). */
 int psd_sync_save(const psd_sync *y, psd_sink *out)
 {
     uint32_t n = (uint32_t)y->nworkers;
@@ -429,11 +429,14 @@ int psd_sync_save(const psd_sync *y, psd_sink *out)
             psd_put(out, &w->barrier, 8) || psd_put(out, &w->client_id, 8) ||
             psd_put(out, &w->summed, 8))
             return -1;
+        uint8_t closed = (uint8_t)(w->state == PSD_W_LEFT && w->closed);
+        if (psd_put(out, &closed, 1))
+            return -1;
     }
     return 0;
 }
 
-int psd_sync_load(psd_sync *y, psd_source *in, int with_summed,
+int psd_sync_load(psd_sync *y, psd_source *in, int format,
                   uint64_t now_ms, char *err, size_t errlen)
 {
     uint32_t n;
@@ -444,10 +447,12 @@ int psd_sync_load(psd_sync *y, psd_source *in, int with_summed,
     }
     for (uint32_t i = 0; i < n; i++) {
         uint32_t st;
+        uint8_t closed = 0;
         psd_worker w = { 0 };
         if (psd_get(in, &st, 4) || psd_get(in, &w.clock, 8) ||
             psd_get(in, &w.barrier, 8) || psd_get(in, &w.client_id, 8) ||
-            (with_summed && psd_get(in, &w.summed, 8))) {
+            (format >= 2 && psd_get(in, &w.summed, 8)) ||
+            (format >= 3 && psd_get(in, &closed, 1))) {
             snprintf(err, errlen, "truncated in worker %u", i);
             return -1;
         }
@@ -455,6 +460,12 @@ int psd_sync_load(psd_sync *y, psd_source *in, int with_summed,
             snprintf(err, errlen, "worker %u has state %u", i, st);
             return -1;
         }
+        if (closed > 1 || (closed && st != PSD_W_LEFT)) {
+            snprintf(err, errlen, "worker %u has closed = %u in state %u", i,
+                     closed, st);
+            return -1;
+        }
+        w.closed = closed;
         if (i >= (uint32_t)y->nworkers)
             continue;
         w.state = (psd_wstate)st;

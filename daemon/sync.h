@@ -140,17 +140,20 @@ int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
                         uint64_t *need);
 
 /* Writes the node's clock and barrier and every worker's state, clock,
- * barrier, client id and `summed` (who has pushes in the bsp sums, which
- * the snapshot holds: the divisor of aggregate = mean needs it). 0 or -1. */
+ * barrier, client id, `summed` (who has pushes in the bsp sums, which
+ * the snapshot holds: the divisor of aggregate = mean needs it) and
+ * `closed` (a job whose last workers close after a restart still ends).
+ * 0 or -1. */
 int psd_sync_save(const psd_sync *y, psd_sink *out);
 
 /* Reads what psd_sync_save wrote into y (fresh): workers that were live
  * come back as lost at now_ms (their grace starts: they reconnect or stop
  * being waited for). A cluster whose `workers` changed keeps the first
- * workers that fit. with_summed is 0 for a snapshot of format 1, written
- * before `summed` was saved (then no worker counts as having pushed into
- * the sums). 0, or -1 with the reason in err. */
-int psd_sync_load(psd_sync *y, psd_source *in, int with_summed,
+ * workers that fit. format is the snapshot's: 1 was written before
+ * `summed` was saved (then no worker counts as having pushed into the
+ * sums), 2 before `closed` (no worker counts as left by its own close).
+ * 0, or -1 with the reason in err. */
+int psd_sync_load(psd_sync *y, psd_source *in, int format,
                   uint64_t now_ms, char *err, size_t errlen);
 
 /* The next worker from `from` on that joined or stopped being waited for

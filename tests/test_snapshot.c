@@ -395,14 +395,16 @@ static void trained_snapshot(psd_node *a, char *path, size_t len)
     psd_snapshot_path(path, len, dir, 1);
 }
 
-/* Rewrites the snapshot at path as format 1 wrote it: each worker of the
- * SYNC section without its last 8 bytes (`summed`), the section's length
- * and CRC and the header's version and CRC made to match. */
-static void as_format_1(const char *path)
+/* Rewrites the snapshot at path as an older format wrote it: each worker
+ * of the SYNC section (37 bytes in format 3) without its last byte
+ * (`closed`) for format 2, and its last 9 (`summed` too) for format 1;
+ * the section's length and CRC and the header's version and CRC made to
+ * match. */
+static void as_format(const char *path, uint32_t v)
 {
     size_t len, out = 0;
     char *f = read_file(path, &len), *g = malloc(len);
-    uint32_t v = 1, crc;
+    uint32_t crc, keep = v == 1 ? 28 : 36;
     memcpy(g, f, 64);
     set_header_field(g, 8, &v, 4);
     out = 64;
@@ -416,10 +418,10 @@ static void as_format_1(const char *path)
             memcpy(g + out, f + at, 8 + 20);
             out += 8 + 20;
             for (uint32_t i = 0; i < w; i++) {
-                memcpy(g + out, f + at + 28 + (size_t)i * 36, 28);
-                out += 28;
+                memcpy(g + out, f + at + 28 + (size_t)i * 37, keep);
+                out += keep;
             }
-            pl = 20 + (size_t)w * 36;
+            pl = 20 + (size_t)w * 37;
         } else {
             /* Other sections are copied whole. Their end is where the
              * stored length equals the payload's bytes so far and the
@@ -451,15 +453,16 @@ static void as_format_1(const char *path)
 }
 
 /* Snapshots written before format 2 (no `summed` per worker) still load,
- * with no worker taken for one that pushed into the sums; a format this
- * psd does not know is refused, naming what it reads. */
-static void test_a_snapshot_of_format_1_still_loads(void **state)
+ * with no worker taken for one that pushed into the sums, and so do those
+ * of format 2 (no `closed`); a format this psd does not know is refused,
+ * naming what it reads. */
+static void test_snapshots_of_formats_1_and_2_still_load(void **state)
 {
     (void)state;
     psd_node a, b;
     char err[ERRLEN], path[128];
     trained_snapshot(&a, path, sizeof path);
-    as_format_1(path);
+    as_format(path, 1);
     make_node(&b, 1, 4, 2);
     if (psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, sizeof err))
         fail_msg("a snapshot of format 1: %s", err);
@@ -468,16 +471,29 @@ static void test_a_snapshot_of_format_1_still_loads(void **state)
     EXPECT_U64(b.sync.clock, 3, "node clock");
     EXPECT_U64(b.sync.workers[1].summed, 0, "summed, which format 1 lacks");
     psd_node_destroy(&b);
-    /* Format 3 is not one this psd knows. */
+    free(ib.p);
+    /* Format 2 has `summed`, not `closed`. */
+    psd_node_destroy(&a);
+    trained_snapshot(&a, path, sizeof path);
+    as_format(path, 2);
+    make_node(&b, 1, 4, 2);
+    if (psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, sizeof err))
+        fail_msg("a snapshot of format 2: %s", err);
+    ib = image(&b);
+    expect_same(&ia, &ib, "tables of a format 2 snapshot");
+    EXPECT_U64(b.sync.workers[1].summed, a.sync.workers[1].summed,
+               "summed, which format 2 has");
+    psd_node_destroy(&b);
+    /* Format 4 is not one this psd knows. */
     size_t len;
     char *f = read_file(path, &len);
-    uint32_t v = 3;
+    uint32_t v = 4;
     set_header_field(f, 8, &v, 4);
     write_file(path, f, len);
     make_node(&b, 1, 4, 2);
     EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
-               "format 3");
-    EXPECT_INT(strstr(err, "format version 3, this psd reads 1..2") != NULL, 1,
+               "format 4");
+    EXPECT_INT(strstr(err, "format version 4, this psd reads 1..3") != NULL, 1,
                "%s", err);
     free(f), free(ia.p), free(ib.p);
     psd_node_destroy(&a);
@@ -1255,7 +1271,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_a_read_error_is_not_taken_for_a_torn_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(
-            test_a_snapshot_of_format_1_still_loads, setup, teardown),
+            test_snapshots_of_formats_1_and_2_still_load, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_journal_seq_out_of_range_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(

@@ -18,6 +18,7 @@
 #include "../proto/status.h"
 
 #include "expect.h"
+#include "membuf.h"
 
 /* Owners are compared, never dereferenced: any distinct addresses do. */
 static const char owner_a, owner_b, owner_c;
@@ -289,6 +290,77 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     join(&y, 1, 9, &owner_c);
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 1's replacement");
     psd_sync_destroy(&y);
+}
+
+/* A snapshot taken between the first and the last close of a job keeps
+ * who closed: after the restart, the others' closes still end the job, and
+ * the next job waits for all its workers. A snapshot of format 2 (no
+ * `closed`) loads with nobody closed, and a `closed` byte that does not
+ * fit its state is refused. */
+static void test_a_job_end_survives_a_snapshot_between_the_closes(
+    void **state)
+{
+    (void)state;
+    char err[256];
+    psd_sync y;
+    make(&y, 3);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    join(&y, 2, 3, &owner_c);
+    for (int w = 0; w < 3; w++)
+        reach(&y, w, 0, 3);
+    psd_sync_advance(&y, 1);
+    psd_sync_leave(&y, 0, &owner_a);
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
+    assert_int_equal(psd_sync_save(&y, &o), 0);
+    EXPECT_INT((int)m.len, 20 + 3 * 37, "20 bytes, then 37 per worker");
+    psd_sync_destroy(&y);
+
+    psd_sync z;
+    make(&z, 3);
+    psd_source in = { mem_get, &m };
+    if (psd_sync_load(&z, &in, 3, 100, err, sizeof err))
+        fail_msg("load: %s", err);
+    EXPECT_INT(z.workers[0].state == PSD_W_LEFT && z.workers[0].closed, 1,
+               "worker 0 left by its close");
+    EXPECT_INT(z.workers[1].state, PSD_W_GONE, "worker 1 lost, may come back");
+    join(&z, 1, 2, &owner_b);
+    join(&z, 2, 3, &owner_c);
+    psd_sync_leave(&z, 1, &owner_b);
+    psd_sync_leave(&z, 2, &owner_c);
+    for (int w = 0; w < 3; w++)
+        EXPECT_INT(z.workers[w].state, PSD_W_ABSENT, "worker %d after the "
+                   "job's end", w);
+    join(&z, 0, 4, &owner_a);
+    reach(&z, 0, 0, 4);
+    EXPECT_INT(psd_sync_advance(&z, 200), 0, "the next job waits for all");
+    psd_sync_destroy(&z);
+
+    /* Format 2: the same bytes without each worker's last one. */
+    membuf f2 = { 0 };
+    mem_put(&f2, m.p, 20);
+    for (int w = 0; w < 3; w++)
+        mem_put(&f2, m.p + 20 + w * 37, 36);
+    make(&z, 3);
+    psd_source in2 = { mem_get, &f2 };
+    if (psd_sync_load(&z, &in2, 2, 100, err, sizeof err))
+        fail_msg("load of format 2: %s", err);
+    EXPECT_INT(z.workers[0].state == PSD_W_LEFT && !z.workers[0].closed, 1,
+               "format 2: left, not known to have closed");
+    psd_sync_destroy(&z);
+
+    /* closed = 1 on a worker that is not LEFT (worker 1, lost). */
+    m.at = 0;
+    m.p[20 + 37 + 36] = 1;
+    make(&z, 3);
+    EXPECT_INT(psd_sync_load(&z, &in, 3, 100, err, sizeof err), -1,
+               "closed on a worker still connected");
+    EXPECT_INT(strstr(err, "worker 1 has closed = 1 in state 1") != NULL, 1,
+               "%s", err);
+    psd_sync_destroy(&z);
+    free(m.p);
+    free(f2.p);
 }
 
 static void test_nobody_waited_for_means_the_largest_clock_seen(
@@ -594,6 +666,8 @@ int main(void)
             test_worker_that_left_and_rejoins_starts_at_the_nodes_clock),
         cmocka_unit_test(
             test_a_job_whose_workers_all_closed_at_one_clock_is_over),
+        cmocka_unit_test(
+            test_a_job_end_survives_a_snapshot_between_the_closes),
         cmocka_unit_test(test_nobody_waited_for_means_the_largest_clock_seen),
         cmocka_unit_test(test_ssp_pull_waits_only_beyond_the_staleness),
         cmocka_unit_test(test_first_join_behind_the_nodes_clock_starts_at_it),
