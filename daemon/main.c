@@ -1,6 +1,7 @@
 /* psd: the parameter server daemon. Parses the command line, loads the
  * config, runs one libuv loop, and handles signals: SIGTERM/SIGINT stop
  * cleanly, SIGHUP reloads. */
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #ifdef __GLIBC__
@@ -137,17 +138,41 @@ int main(int argc, char **argv)
     int node = 0, check = 0, skip = 0, node_given = 0, ndrop = 0;
     static const char *drop[64];
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--check"))
+    /* getopt_long, so that each option takes its value in every usual
+     * form: -n 1, -n1, --node 1, --node=1. Its own messages are off:
+     * psd says what is wrong in its words, and shows the usage. */
+    static const struct option longs[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "node", required_argument, NULL, 'n' },
+        { "check", no_argument, NULL, 'C' },
+        { "skip-snapshot", no_argument, NULL, 'S' },
+        { "drop-table", required_argument, NULL, 'D' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    opterr = 0;
+    for (int o; (o = getopt_long(argc, argv, ":c:n:h", longs, NULL)) != -1;) {
+        const char *a = argv[optind - 1];
+        switch (o) {
+        case 'C':
             check = 1;
-        else if (!strcmp(a, "--skip-snapshot"))
+            break;
+        case 'S':
             skip = 1;
-        else if (!strcmp(a, "--drop-table") ||
-                 !strncmp(a, "--drop-table=", 13)) {
-            const char *name = a[12] == '=' ? a + 13
-                               : i + 1 < argc ? argv[++i] : "";
-            if (!name[0]) {
+            break;
+        case 'c':
+            path = optarg;
+            break;
+        case 'n':
+            node_given = 1;
+            if (parse_node(optarg, &node)) {
+                fprintf(stderr, "psd: -n: expected a node index, got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'D':
+            if (!optarg[0]) {
                 fprintf(stderr, "psd: --drop-table: expected a table "
                         "name\n");
                 return 2;
@@ -157,25 +182,30 @@ int main(int argc, char **argv)
                         "one start\n", ndrop);
                 return 2;
             }
-            drop[ndrop++] = name;
-        } else if ((!strcmp(a, "-c") || !strcmp(a, "--config")) &&
-                   i + 1 < argc)
-            path = argv[++i];
-        else if ((!strcmp(a, "-n") || !strcmp(a, "--node")) && i + 1 < argc) {
-            node_given = 1;
-            if (parse_node(argv[++i], &node)) {
-                fprintf(stderr, "psd: -n: expected a node index, got \"%s\"\n",
-                        argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            drop[ndrop++] = optarg;
+            break;
+        case 'h':
             usage(stdout);
             return 0;
-        } else {
-            fprintf(stderr, "psd: unexpected argument \"%s\"\n", a);
+        case ':':
+            fprintf(stderr, "psd: %s: expected %s\n", a,
+                    optopt == 'D' ? "a table name"
+                    : optopt == 'n' ? "a node index" : "a file");
+            return 2;
+        default:
+            /* An unknown letter may sit inside a group (-Sx): name it. */
+            if (optopt > 0 && optopt < 128)
+                fprintf(stderr, "psd: unexpected argument \"-%c\"\n", optopt);
+            else
+                fprintf(stderr, "psd: unexpected argument \"%s\"\n", a);
             usage(stderr);
             return 2;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "psd: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return 2;
     }
     if (!path) {
         usage(stderr);
@@ -209,7 +239,8 @@ int main(int argc, char **argv)
         int bad = 0;
         if (node_given && node >= cfg.nnodes) {
             fprintf(stderr, "%s: node %d does not exist (the file lists %d "
-                    "nodes)\n", path, node, cfg.nnodes);
+                    "node%s)\n", path, node, cfg.nnodes,
+                    cfg.nnodes == 1 ? "" : "s");
             bad = 1;
         }
         bad += psd_preflight_run(&pf, &cfg, path, node_given ? node : -1);

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/random.h>
@@ -1555,52 +1556,73 @@ int main(int argc, char **argv)
     int json = 0, count = 0, only = -1, timeout_s = 600;
     double interval = 1.0, v;
     /* Every argument is checked before psctl connects to anything: a
-     * mistake says what it is at once, with status 2. */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int valued = !strcmp(a, "-c") || !strcmp(a, "-s") ||
-                     !strcmp(a, "-n") || !strcmp(a, "-i") ||
-                     !strcmp(a, "--count") || !strcmp(a, "--timeout");
-        if (valued && i + 1 >= argc) {
-            fprintf(stderr, "psctl: %s needs a value\n", a);
-            return 2;
-        }
-        if (!strcmp(a, "-c"))
-            ini = argv[++i];
-        else if (!strcmp(a, "-s"))
-            list = argv[++i];
-        else if (!strcmp(a, "-n")) {
-            if (number_arg(a, argv[++i], 0, PSW_MAX_NODES - 1, 1, &v))
+     * mistake says what it is at once, with status 2. getopt_long takes
+     * each value in every usual form (-n 1, -n1, --count=2) and options
+     * before or after the command; its own messages are off, psctl says
+     * what is wrong in its words. */
+    enum { O_COUNT = 256, O_TIMEOUT, O_JSON };
+    static const struct option longs[] = {
+        { "count", required_argument, NULL, O_COUNT },
+        { "timeout", required_argument, NULL, O_TIMEOUT },
+        { "json", no_argument, NULL, O_JSON },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    opterr = 0;
+    for (int o; (o = getopt_long(argc, argv, ":c:s:n:i:h", longs, NULL)) != -1;) {
+        switch (o) {
+        case 'c':
+            ini = optarg;
+            break;
+        case 's':
+            list = optarg;
+            break;
+        case 'n':
+            if (number_arg("-n", optarg, 0, PSW_MAX_NODES - 1, 1, &v))
                 return 2;
             only = (int)v;
-        } else if (!strcmp(a, "-i")) {
-            if (number_arg(a, argv[++i], 0.01, 86400, 0, &interval))
+            break;
+        case 'i':
+            if (number_arg("-i", optarg, 0.01, 86400, 0, &interval))
                 return 2;
-        } else if (!strcmp(a, "--count")) {
-            if (number_arg(a, argv[++i], 0, 1e9, 1, &v))
+            break;
+        case O_COUNT:
+            if (number_arg("--count", optarg, 0, 1e9, 1, &v))
                 return 2;
             count = (int)v;
-        } else if (!strcmp(a, "--timeout")) {
-            if (number_arg(a, argv[++i], 1, 1e9, 1, &v))
+            break;
+        case O_TIMEOUT:
+            if (number_arg("--timeout", optarg, 1, 1e9, 1, &v))
                 return 2;
             timeout_s = (int)v;
-        }
-        else if (!strcmp(a, "--json"))
+            break;
+        case O_JSON:
             json = 1;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            break;
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (a[0] != '-' && cmd) {
-            fprintf(stderr, "psctl: one command, got \"%s\" and \"%s\"\n",
-                    cmd, a);
+        case ':':
+            fprintf(stderr, "psctl: %s needs a value\n", argv[optind - 1]);
             return 2;
-        } else if (a[0] != '-')
-            cmd = a;
-        else {
-            fprintf(stderr, "psctl: unexpected argument \"%s\"\n", a);
+        default:
+            /* An unknown letter may sit inside a group (-jx): name it. */
+            if (optopt > 0 && optopt < 128)
+                fprintf(stderr, "psctl: unexpected argument \"-%c\"\n",
+                        optopt);
+            else
+                fprintf(stderr, "psctl: unexpected argument \"%s\"\n",
+                        argv[optind - 1]);
             usage(stderr);
             return 2;
         }
+    }
+    if (optind < argc)
+        cmd = argv[optind];
+    if (optind + 1 < argc) {
+        fprintf(stderr, "psctl: one command, got \"%s\" and \"%s\"\n",
+                cmd, argv[optind + 1]);
+        return 2;
     }
     if (!cmd) {
         fprintf(stderr, "psctl: no command\n");

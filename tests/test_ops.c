@@ -1229,6 +1229,56 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
     }
 }
 
+/* psd takes an option's value in every usual form (-n 0, -n0, --node=0,
+ * --config=FILE; before, -n0 was "unexpected argument"), and an option
+ * without its value, an unknown one or a stray word ends it with status 2
+ * and a line that names it. */
+static void test_psd_takes_options_in_every_usual_form(void **state)
+{
+    (void)state;
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char dir[] = "/tmp/psd-opts-XXXXXX", ini[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(ini, sizeof ini, "%s/c.ini", dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d, 127.0.0.1:%d\n[server]\n"
+            "data_dir = %s\n[table.t]\ndim = 1\n", cluster_free_port(),
+            cluster_free_port(), dir);
+    fclose(f);
+    static const struct {
+        const char *c, *rest, *says;   /* psd --check {c}INI {rest} */
+        int status;
+    } cases[] = {
+        { "-c ", "-n1", "OK (2 nodes", 0 },
+        { "--config=", "--node=1", "OK (2 nodes", 0 },
+        { "--config ", "--node 1", "OK (2 nodes", 0 },
+        { "-c", "-n 2", "node 2 does not exist (the file lists 2 nodes)", 1 },
+        { "-c ", "-n", "psd: -n: expected a node index", 2 },
+        { "-c ", "-nx", "psd: -n: expected a node index, got \"x\"", 2 },
+        { "-c ", "--drop-table", "psd: --drop-table: expected a table name",
+          2 },
+        { "-c ", "--drop-table=", "psd: --drop-table: expected a table name",
+          2 },
+        { "-c ", "--bogus", "psd: unexpected argument \"--bogus\"", 2 },
+        { "-c ", "extra", "psd: unexpected argument \"extra\"", 2 },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int st;
+        char *o = run(&st, "%s --check %s%s %s 2>&1", psd, cases[k].c, ini,
+                      cases[k].rest);
+        EXPECT_INT(st, cases[k].status, "psd --check %s%s %s: %s", cases[k].c,
+                   ini, cases[k].rest, o ? o : "");
+        if (!o || !strstr(o, cases[k].says))
+            fail_msg("psd --check %s%s %s should say \"%s\": %s", cases[k].c,
+                     ini, cases[k].rest, cases[k].says, o ? o : "");
+        free(o);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A server that is not psd (here an HTTP server, as an operator who
  * gives psctl the metrics port of another service meets): each
  * connection is answered like HTTP answers a request it cannot parse.
@@ -2073,6 +2123,7 @@ int main(void)
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
+        cmocka_unit_test(test_psd_takes_options_in_every_usual_form),
         cmocka_unit_test(test_psctl_says_when_a_server_is_not_psd),
         cmocka_unit_test(test_psctl_waits_for_hung_nodes_together),
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
