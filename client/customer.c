@@ -87,15 +87,15 @@ static void set_ts(psc_req *r, ps_ts ts)
         r->parts[i].msg.ts = (uint64_t)ts;
 }
 
-/* A push holding a NaN or an infinity (r->whole) goes to the nodes in
- * two waves when its parts go to several: first to the nodes whose parts
- * hold such a value, then, once those were all applied, to the others.
- * A node refuses its part of such a push whole (nonfinite = reject), but
- * only a node that sees the value can; held back until then, the other
- * nodes' parts are never sent when it does, so the push is refused whole
- * on every node. Only such pushes have their values read here again.
- * Returns the parts to queue now, linked in order; the held ones go to
- * r->held. */
+/* A push holding a NaN or an infinity (r->whole) goes in two waves: first
+ * the parts that hold such a value, then, once those were all applied,
+ * the others. A node refuses a part holding one (nonfinite = reject), but
+ * a part without one is applied wherever it goes: on another node, or on
+ * the same node in an earlier frame (a push larger than max_frame per
+ * node takes several). Held back until then, the finite parts are never
+ * sent when a part is refused, so the push is refused whole at any size.
+ * Only such pushes have their values read here again. Returns the parts
+ * to queue now, linked in order; the held ones go to r->held. */
 static psc_part *stage(psc_req *r)
 {
     int nfirst = 0, nheld = 0;
@@ -103,14 +103,10 @@ static psc_part *stage(psc_req *r)
         for (int i = 0; i < r->nparts; i++) {
             psc_part *p = &r->parts[i];
             p->first = psw_nonfinite(p->msg.vals, p->msg.vals_len);
-        }
-        for (int i = 0; i < r->nparts; i++) {
-            psc_part *p = &r->parts[i];
-            for (int j = 0; j < r->nparts && !p->first; j++)
-                p->first = r->parts[j].first && r->parts[j].node == p->node;
             nfirst += p->first;
         }
-        /* None at all (not expected: whole means one was seen): one wave. */
+        /* None at all (not expected: whole means one was seen), or every
+         * part holds one: one wave. */
         nheld = nfirst ? r->nparts - nfirst : 0;
     }
     psc_part *now = NULL, **now_tail = &now, **held_tail = &r->held;
@@ -194,7 +190,8 @@ static void release_held(psc_req *r)
         for (psc_part *p = held; p; p = p->next)
             r->pending--;
         held = NULL;
-        append_error(r, " (its parts for the other nodes were not sent)");
+        append_error(r, " (its parts holding no NaN or infinity were not "
+                        "sent)");
     }
     psc_customer *cu = r->cu;
     pthread_mutex_lock(&cu->mu);
@@ -307,8 +304,8 @@ static void note_partial(psc_req *r)
     if (r->status == PS_OK || r->nok == 0 ||
         !psw_op_has(r->op, PSW_OPF_PUSHES))
         return;
-    append_error(r, " (the parts of this push on other nodes were "
-                    "applied: it was applied in part)");
+    append_error(r, " (other parts of this push were applied: it was "
+                    "applied in part)");
 }
 
 void psc_customer_complete(psc_customer *cu, psc_req *r)
@@ -346,6 +343,10 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
             f->ts = r->ts;
             f->status = r->status;
             fit_text(f->text, sizeof f->text, why);
+        } else if (r->ts > cu->fails_forgotten) {
+            /* Not recorded, so forgotten: ps_wait must not take it for a
+             * success. */
+            cu->fails_forgotten = r->ts;
         }
         if (cu->first_error == PS_OK) {
             /* Named once: the I/O thread's texts may name it already. */
@@ -408,9 +409,9 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
         }
     }
     int st = PS_OK;
-    if (cu->nfails) {
+    if (cu->nfails || cu->fails_forgotten) {
         uint64_t n = cu->nfails < PSC_FAIL_RING ? cu->nfails : PSC_FAIL_RING;
-        for (uint64_t i = 0; i < n; i++) {
+        for (uint64_t i = 0; cu->fails && i < n; i++) {
             const psc_failure *f =
                 &cu->fails[(cu->nfails - 1 - i) % PSC_FAIL_RING];
             if (f->ts == ts) {
@@ -422,9 +423,9 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
         if (st == PS_OK && ts <= cu->fails_forgotten) {
             st = PS_EINVAL;
             snprintf(err, errlen, "the status of request %lld is no longer "
-                     "known: more than %d requests failed after it (use "
-                     "callbacks or ps_wait_all)", (long long)ts,
-                     PSC_FAIL_RING);
+                     "known: more than %d requests failed after it, or "
+                     "memory ran out recording a failure (use callbacks or "
+                     "ps_wait_all)", (long long)ts, PSC_FAIL_RING);
         }
     }
     pthread_mutex_unlock(&cu->mu);

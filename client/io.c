@@ -228,12 +228,21 @@ static void fail_queue(nconn *nc, int status, const char *why)
     fail_list(nc->io->c, p, status, why);
 }
 
+/* A request's bounded time, request_timeout_ms × (max_retries + 1), in
+ * ns. Both may be up to INT_MAX ("retry for ever"): the product then
+ * stays at its largest instead of wrapping round to a short time. */
+static uint64_t bounded_ns(const ps_client *c)
+{
+    uint64_t ms = (uint64_t)c->opt.request_timeout_ms *
+                  ((uint64_t)c->opt.max_retries + 1);   /* < 2^62 */
+    return ms > UINT64_MAX / MS ? UINT64_MAX : ms * MS;
+}
+
 /* Fails the queued parts whose bounded time is up. */
 static void expire_queue(nconn *nc, uint64_t now)
 {
     const ps_client *c = nc->io->c;
-    uint64_t bound = (uint64_t)c->opt.request_timeout_ms *
-                     (uint64_t)(c->opt.max_retries + 1) * MS;
+    uint64_t bound = bounded_ns(c);
     psc_part **pp = &nc->q_head, *last = NULL;
     while (*pp) {
         psc_part *p = *pp;
@@ -245,7 +254,8 @@ static void expire_queue(nconn *nc, uint64_t now)
          * worker). */
         uint64_t from = nc->down_ns > p->req->submit_ns ? nc->down_ns
                                                         : p->req->submit_ns;
-        int unreachable = p->slow && nc->down_ns && now >= from + bound;
+        int unreachable = p->slow && nc->down_ns && now >= from &&
+                          now - from >= bound;
         if (now >= p->expire_ns || unreachable) {
             *pp = p->next;
             nc->q_bytes -= p->wire_bytes;
@@ -287,23 +297,11 @@ static int too_big(const nconn *nc, const psc_part *p)
            rows > psw_payload_max(nc->max_frame);
 }
 
-/* Whether one of the parts in list p belongs to request r. */
-static int list_has_req(const psc_part *p, const psc_req *r)
-{
-    for (; p; p = p->next)
-        if (p->req == r)
-            return 1;
-    return 0;
-}
-
 /* Fails the queued parts too large for the node's max_frame. Parts are
  * cut for the smallest max_frame the nodes had said when their request
  * was made; a node that came back since with a smaller one would refuse
  * such a part's frame and close the connection, at every retransmission
- * until its time ran out. The other parts here of a push that must stay
- * whole (a NaN or an infinity in it, req->whole) fail with it: psd
- * refuses such a push only when it sees the value, which may be in the
- * part that cannot go. */
+ * until its time ran out. */
 static void fail_oversized(nconn *nc)
 {
     /* Nothing to do while the node takes frames as large as any requests
@@ -311,43 +309,31 @@ static void fail_oversized(nconn *nc)
     if (nc->max_frame >= nc->io->cut_max)
         return;
     psc_part *out = NULL, **out_tail = &out;
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1 && !out)
-            break;
-        psc_part **pp = &nc->q_head, *last = NULL;
-        while (*pp) {
-            psc_part *p = *pp;
-            if (pass == 0 ? too_big(nc, p)
-                          : p->req->whole && list_has_req(out, p->req)) {
-                *pp = p->next;
-                nc->q_bytes -= p->wire_bytes;
-                p->next = NULL;
-                *out_tail = p;
-                out_tail = &p->next;
-            } else {
-                last = p;
-                pp = &p->next;
-            }
+    psc_part **pp = &nc->q_head, *last = NULL;
+    while (*pp) {
+        psc_part *p = *pp;
+        if (too_big(nc, p)) {
+            *pp = p->next;
+            nc->q_bytes -= p->wire_bytes;
+            p->next = NULL;
+            *out_tail = p;
+            out_tail = &p->next;
+        } else {
+            last = p;
+            pp = &p->next;
         }
-        nc->q_tail = last;
     }
+    nc->q_tail = last;
     while (out) {
         psc_part *p = out;
         out = p->next;
         p->next = NULL;
         char why[600];
-        if (too_big(nc, p))
-            snprintf(why, sizeof why, "node %d (%s) came back with "
-                     "max_frame %llu, too small for this %llu-byte piece; "
-                     "make the request again",
-                     nc->node, nc->name, (unsigned long long)nc->max_frame,
-                     (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes));
-        else
-            snprintf(why, sizeof why, "node %d (%s) came back with "
-                     "max_frame %llu, too small for another piece of this "
-                     "push, which holds a NaN or an infinity and goes whole "
-                     "or not at all; make the request again",
-                     nc->node, nc->name, (unsigned long long)nc->max_frame);
+        snprintf(why, sizeof why, "node %d (%s) came back with max_frame "
+                 "%llu, too small for this %llu-byte piece; make the "
+                 "request again",
+                 nc->node, nc->name, (unsigned long long)nc->max_frame,
+                 (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes));
         part_fail(nc->io->c, p, PS_ETOOBIG, why);
     }
 }
@@ -444,9 +430,17 @@ static void fly_append(nconn *nc, psc_part *p)
     l->tail = p;
 }
 
+/* The in-flight map's key of (ts, part). Parts are numbered below 65536
+ * (slice.c) and timestamps stay below 2^48, so keys are unique; a reply
+ * naming a (ts, part) outside those ranges was never sent (fly_sent). */
 static uint64_t fly_key(uint64_t ts, uint32_t part)
 {
     return ts << 16 | part;
+}
+
+static int fly_sent(uint64_t ts, uint64_t part)
+{
+    return part <= 0xffff && ts >> 48 == 0;
 }
 
 /* Tells the server which requests it may forget, in the open frame, when
@@ -465,37 +459,20 @@ static void pack_ack(nconn *nc, psw_out *o)
  * has all of it, so frames of a quarter megabyte let it work on the first
  * while the next ones arrive, with their keys still in cache (1 MiB
  * dense pushes, 1 in flight: 1.9 GB/s with 1 MiB frames, 3.3 with these;
- * a part larger than this goes in a frame of its own). The parts of a
- * push that holds a NaN or an infinity (req->whole) stay together up to
- * max_frame instead, since psd checks a frame whole before it applies any
- * of it (a NaN in the last part refuses the request on that node,
- * PROTOCOL.md §7). */
+ * a part larger than this goes in a frame of its own). A push holding a
+ * NaN or an infinity needs no frame of its own: its finite parts are held
+ * back until its other parts were applied (customer.c, stage). */
 #define BATCH_FRAME_MAX (256u << 10)
 
 /* Moves as many queued parts as fit into one frame. */
 static size_t frame_parts(const nconn *nc)
 {
-    uint64_t max_frame = nc->max_frame;
     size_t n = 0, bytes = PSW_BODY_OVERHEAD + PSW_MSG_OVERHEAD;
-    const psc_part *prev = NULL;
-    for (psc_part *p = nc->q_head; p; prev = p, p = p->next) {
-        uint64_t cap = prev && prev->req == p->req && p->req->whole
-                           ? max_frame
-                       : max_frame < BATCH_FRAME_MAX ? max_frame
-                                                     : BATCH_FRAME_MAX;
+    uint64_t cap = nc->max_frame < BATCH_FRAME_MAX ? nc->max_frame
+                                                   : BATCH_FRAME_MAX;
+    for (psc_part *p = nc->q_head; p; p = p->next) {
         if (n && (bytes + p->wire_bytes > cap || n + 1 == PSW_MAX_MSGS))
             break;
-        /* A whole request starts a frame of its own unless all its parts
-         * here fit in this one: joining a frame of other requests must
-         * not split it. */
-        if (n && p->req->whole && (!prev || prev->req != p->req)) {
-            uint64_t all = 0;
-            size_t k = 0;
-            for (const psc_part *q = p; q && q->req == p->req; q = q->next)
-                all += q->wire_bytes, k++;
-            if (bytes + all > max_frame || n + k >= PSW_MAX_MSGS)
-                break;
-        }
         bytes += p->wire_bytes;
         n++;
     }
@@ -967,7 +944,7 @@ static void divert_rows(nconn *nc)
         int rc = reply_rows_at(m, n, &ts, &part, &at, &hdr, &len);
         if (rc == 0)
             return;
-        if (rc > 0 && n < at + len && part <= UINT32_MAX) {
+        if (rc > 0 && n < at + len && fly_sent(ts, part)) {
             psc_part *p = psc_map_get(&nc->fly_map, fly_key(ts, (uint32_t)part));
             size_t rows = p && p->msg.op == PSW_OP_PULL_RANGE
                               ? (size_t)p->msg.count : p ? p->msg.nkeys : 0;
@@ -1387,7 +1364,9 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
 static void handle_reply(nconn *nc, const psw_msg *m)
 {
     ps_client *c = nc->io->c;
-    psc_part *p = psc_map_del(&nc->fly_map, fly_key(m->ts, m->part));
+    psc_part *p = fly_sent(m->ts, m->part)
+                      ? psc_map_del(&nc->fly_map, fly_key(m->ts, m->part))
+                      : NULL;
     if (!p) {
         psc_add(&nc->st.duplicates, 1);
         return;
@@ -1603,8 +1582,7 @@ static void on_wake(uv_async_t *a)
     ps_client *c = io->c;
     int closing;
     psc_part *p = psc_customer_take(&c->cu, &closing);
-    uint64_t bound = (uint64_t)c->opt.request_timeout_ms *
-                     (uint64_t)(c->opt.max_retries + 1) * MS;
+    uint64_t bound = bounded_ns(c);
     uint64_t slow_bound = (uint64_t)c->opt.sync_timeout_ms * MS;
 
     size_t queued = 0;
@@ -1612,7 +1590,9 @@ static void on_wake(uv_async_t *a)
         psc_part *n = p->next;
         nconn *nc = io->nodes[p->node];
         p->next = NULL;
-        p->expire_ns = p->req->submit_ns + (p->slow ? slow_bound : bound);
+        uint64_t b = p->slow ? slow_bound : bound;
+        p->expire_ns = b > UINT64_MAX - p->req->submit_ns
+                           ? UINT64_MAX : p->req->submit_ns + b;
         if (nc->fatal) {
             part_fail(c, p, nc->fatal, nc->last_why);
             p = n;
@@ -1694,14 +1674,14 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
         psc_add(&nc->st.timeouts, 1);
         if (now >= p->expire_ns)
             nc_drop(nc, PS_ETIMEDOUT, "no reply from %s to request %llu "
-                    "within its bounded time (attempt %d of %d)", nc->name,
+                    "within its bounded time (attempt %d of %lld)", nc->name,
                     (unsigned long long)p->msg.ts, p->sends,
-                    c->opt.max_retries + 1);
+                    (long long)c->opt.max_retries + 1);
         else
             nc_drop(nc, PS_ETIMEDOUT, "no reply from %s within %d ms to "
-                    "request %llu (attempt %d of %d)", nc->name,
+                    "request %llu (attempt %d of %lld)", nc->name,
                     c->opt.request_timeout_ms, (unsigned long long)p->msg.ts,
-                    p->sends, c->opt.max_retries + 1);
+                    p->sends, (long long)c->opt.max_retries + 1);
         return;
     }
     uint64_t dead = (uint64_t)c->cluster.peer_timeout_ms * MS;

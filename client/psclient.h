@@ -54,9 +54,9 @@ enum {
                            connection: later */
     PS_ENONFINITE = -14,/* a pushed value is NaN or +-Inf and the table's
                            nonfinite = reject: the push is refused whole,
-                           on every node (the parts for nodes without such
-                           a value are sent only once the nodes with one
-                           applied theirs). Only while a SIGHUP has set
+                           on every node and at any size (its parts
+                           without such a value are sent only once those
+                           with one were applied). Only while a SIGHUP has set
                            nonfinite differently on some nodes can a node
                            that allows them apply its part; the error's
                            text then says "applied in part" */

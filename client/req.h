@@ -40,7 +40,8 @@ typedef struct psc_part {
     size_t wire_bytes;           /* what it adds to a frame's budget: its
                                     message and the rows of its reply */
     int first;                   /* a part of a push sent in two waves
-                                    (psc_req.held) that goes first */
+                                    (psc_req.held) that goes first: it
+                                    holds a NaN or an infinity */
 } psc_part;
 
 struct psc_req {
@@ -57,17 +58,12 @@ struct psc_req {
     size_t bytes;                /* counted against max_inflight_bytes */
     uint64_t payload_out;        /* bytes of keys and rows it sends */
     uint64_t payload_in;         /* bytes of rows it receives */
-    int whole;                   /* a push holding a NaN or an infinity:
-                                    its parts on one node share a frame
-                                    (up to max_frame), since psd refuses
-                                    such a push whole only within one
-                                    frame (PROTOCOL.md §7). 0: its parts
-                                    may go in frames of their own */
-    psc_part *held;              /* a whole push with parts for several
-                                    nodes: the parts for the nodes where
-                                    it holds no NaN or infinity, sent only
-                                    once the first wave was applied
-                                    (customer.c); else NULL */
+    int whole;                   /* a push of several parts holding a
+                                    NaN or an infinity: sent in two waves
+                                    (customer.c, stage) */
+    psc_part *held;              /* such a push's parts that hold no NaN
+                                    or infinity, sent only once the others
+                                    were applied; else NULL */
     int first_pending;           /* parts of the first wave not answered */
     struct psc_customer *cu;     /* that took it, to send the held parts */
     int nparts;

@@ -116,16 +116,17 @@ static int check_size(const psc_shape *sh, uint64_t rows, uint64_t keybytes,
     return 0;
 }
 
-/* Whether a push's parts must share frames: only one holding a value that
- * psd may refuse (a NaN or an infinity), and only when it has parts to
- * share. Its values are read once here, on the caller's thread, so that
- * every finite push, the common case, can travel as frames of about
- * PART_BYTES that psd applies while the next ones are on the wire. The
+/* Whether a push goes in two waves (customer.c, stage): only one holding
+ * a value that psd may refuse (a NaN or an infinity), and only when it
+ * has several parts. Its values are read once here, on the caller's
+ * thread, so that every finite push, the common case, goes in one wave,
+ * as frames of about PART_BYTES that psd applies while the next ones are
+ * on the wire. The
  * read is not free: about 1 ms per 16 MiB here, 10-15% of a 16 MiB push
  * at 1 in flight (psbench, with and without it), which buys that psd
  * refuses a push holding a NaN whole. Making the parts' CRCs in the same
  * pass, for the I/O thread to combine, measured no faster. */
-static int must_stay_whole(int op, int nparts, const float *vals,
+static int goes_in_two_waves(int op, int nparts, const float *vals,
                            size_t bytes)
 {
     return is_push(op) && nparts > 1 && psw_nonfinite(vals, bytes);
@@ -347,7 +348,7 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
                                  r->parts[i].msg.vals_len +
                                  (is_pull(op) ? r->parts[i].msg.nkeys * rowb
                                               : 0);
-    r->whole = must_stay_whole(op, r->nparts, vals, n * rowb);
+    r->whole = goes_in_two_waves(op, r->nparts, vals, n * rowb);
     if (sh->table->consistency == PSW_CONS_SSP && is_pull(op))
         for (int i = 0; i < r->nparts; i++)
             r->parts[i].slow = 1;    /* an ssp pull may be held */
@@ -436,7 +437,7 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
     r->bytes = (size_t)count * dim * sizeof(float);
     r->payload_out = is_push(op) ? r->bytes : 0;
     r->payload_in = is_pull(op) ? r->bytes : 0;
-    r->whole = must_stay_whole(op, r->nparts, vals, r->bytes);
+    r->whole = goes_in_two_waves(op, r->nparts, vals, r->bytes);
     if (t->consistency == PSW_CONS_SSP && is_pull(op))
         for (int i = 0; i < r->nparts; i++)
             r->parts[i].slow = 1;

@@ -29,9 +29,12 @@ void psc_stats_since(const psc_stats *now, const psc_stats *base,
     const uint64_t *a = (const uint64_t *)(const void *)now;
     const uint64_t *b = (const uint64_t *)(const void *)base;
     uint64_t *o = (uint64_t *)(void *)out;
+    /* out may be a base that another thread reads (ps_stats_reset while
+     * ps_stats runs): stored as atomically as it is read. */
     for (size_t i = 0; i < sizeof *now / sizeof(uint64_t); i++)
-        o[i] = __atomic_load_n(&a[i], __ATOMIC_RELAXED) -
-               __atomic_load_n(&b[i], __ATOMIC_RELAXED);
+        __atomic_store_n(&o[i], __atomic_load_n(&a[i], __ATOMIC_RELAXED) -
+                                    __atomic_load_n(&b[i], __ATOMIC_RELAXED),
+                         __ATOMIC_RELAXED);
 }
 
 void psc_stats_sum(psc_stats *dst, const psc_stats *src)

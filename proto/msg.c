@@ -534,7 +534,8 @@ int psw_hello_ok_decode(const msgpack_object *o, psw_cluster *l, char *err,
             get_u32(&t->via.array.ptr[3], &d->dim) ||
             get_u64(&t->via.array.ptr[4], &d->rows) ||
             get_u32(&t->via.array.ptr[5], &cons) || d->dim == 0 ||
-            cons > PSW_CONS_SSP || (dense && d->rows == 0)) {
+            cons > PSW_CONS_SSP || (dense && d->rows == 0) ||
+            d->id != i) {   /* in id order (PROTOCOL.md): ids index tables */
             psw_cluster_free(l);
             FAIL("HELLO_OK: bad table %u", i);
         }

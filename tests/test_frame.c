@@ -704,6 +704,20 @@ static void hello_and_layout_round_trip(void **state)
     EXPECT_INT(ld.peer_timeout_ms, 4000, "peer_timeout_ms");
     psw_cluster_free(&ld);
 
+    /* Tables come in id order, 0..N-1: the client indexes them by id, so
+     * a table listed under another id is refused. */
+    t[0].id = 1;
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_pack_hello_ok(&o, &l);
+    psw_out_frame_end(&o);
+    free(buf);
+    decode_one(&o, &z, &buf, &msg);
+    EXPECT_INT(psw_hello_ok_decode(msg, &ld, err, sizeof err) < 0, 1,
+               "a table whose id is not its place");
+    EXPECT_SUBSTR(err, "bad table 0", "the decoder's reason");
+    t[0].id = 0;
+
     /* A refusal's text comes without its control bytes. */
     psw_cluster refused = { .status = PSW_EAUTH,
                             .text = "wrong\x1b]0;pwned\x07token" };

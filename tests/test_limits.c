@@ -2059,6 +2059,75 @@ static void nan_push_across_nodes_is_refused_on_every_node(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A push larger than max_frame per node travels in several frames to one
+ * node, and psd checks a frame at a time: one NaN in its last row must
+ * still leave every row as it was (before, the frames ahead of the NaN's
+ * were applied, 32,732 of 40,000 rows, and the error said "nothing of
+ * this push was applied here"). On nonfinite = allow, all of it lands. */
+static void nan_push_over_several_frames_is_refused_whole(void **state)
+{
+    (void)state;
+    enum { NROWS = 40000 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 4,
+                      "[server]\nmax_frame = 64K\n"
+                      "[table.d]\nkind = dense\nrows = 40000\ndim = 1\n"
+                      "updater = sum\n"
+                      "[table.s]\ndim = 1\nupdater = sum\n"
+                      "[table.loose]\nkind = dense\nrows = 40000\ndim = 1\n"
+                      "updater = sum\nnonfinite = allow\n"))
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec);
+    int d = ps_table(a, "d", NULL), sp = ps_table(a, "s", NULL);
+    int loose = ps_table(a, "loose", NULL);
+    uint64_t *keys = malloc(NROWS * sizeof *keys);
+    float *g = malloc(NROWS * sizeof *g), *out = malloc(NROWS * sizeof *out);
+    assert_non_null(keys && g && out);
+    for (int i = 0; i < NROWS; i++) {
+        keys[i] = (uint64_t)i;
+        g[i] = 1;
+    }
+    for (int at = 0; at < NROWS; at += NROWS - 1) {
+        g[at] = NAN;
+        EXPECT_INT(ps_wait(a, ps_push_range(a, d, 0, NROWS, g, NULL, NULL)),
+                   PS_ENONFINITE, "range push, NaN in row %d", at);
+        if (strstr(ps_last_error(a), "applied in part"))
+            fail_msg("ps_last_error: %s", ps_last_error(a));
+        EXPECT_INT(ps_wait(a, ps_push(a, d, keys, NROWS, g, NULL, NULL)),
+                   PS_ENONFINITE, "keyed push, NaN in row %d", at);
+        EXPECT_INT(ps_wait(a, ps_push(a, sp, keys, NROWS, g, NULL, NULL)),
+                   PS_ENONFINITE, "sparse push, NaN in row %d", at);
+        EXPECT_INT(ps_wait(a, ps_pushpull(a, d, keys, NROWS, g, out, NULL,
+                                          NULL)),
+                   PS_ENONFINITE, "pushpull, NaN in row %d", at);
+        g[at] = 1;
+    }
+    wait_ok(a, ps_pull_range(a, d, 0, NROWS, out, NULL, NULL));
+    int applied = 0;
+    for (int i = 0; i < NROWS; i++)
+        applied += out[i] != 0;
+    EXPECT_INT(applied, 0, "rows of d a refused push changed");
+    /* Nothing created in the sparse table either: a pull of new keys
+     * reads their init (0), and rows stay none. */
+    wait_ok(a, ps_pull(a, sp, keys, NROWS, out, NULL, NULL));
+    applied = 0;
+    for (int i = 0; i < NROWS; i++)
+        applied += out[i] != 0;
+    EXPECT_INT(applied, 0, "rows of s a refused push changed");
+    g[NROWS - 1] = NAN;
+    wait_ok(a, ps_push_range(a, loose, 0, NROWS, g, NULL, NULL));
+    wait_ok(a, ps_pull_range(a, loose, 0, NROWS, out, NULL, NULL));
+    for (int i = 0; i < NROWS; i++)
+        if (i == NROWS - 1 ? !isnan(out[i]) : out[i] != 1)
+            fail_msg("row %d of loose is %g, want %s", i, (double)out[i],
+                     i == NROWS - 1 ? "NaN" : "1");
+    free(keys);
+    free(g);
+    free(out);
+    ps_close(a);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A connection keeps its order: a pull issued right behind a push sees
  * it, also when the push holds a NaN that a nonfinite = allow table
  * takes and its rows live on two nodes (the node without the NaN must
@@ -2652,6 +2721,7 @@ int main(void)
         cmocka_unit_test_teardown(table_at_max_rows_refuses_pushes_that_add_rows, teardown),
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
         cmocka_unit_test_teardown(nan_push_across_nodes_is_refused_on_every_node, teardown),
+        cmocka_unit_test_teardown(nan_push_over_several_frames_is_refused_whole, teardown),
         cmocka_unit_test_teardown(pull_behind_allowed_nan_push_sees_it_on_every_node, teardown),
         cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
         cmocka_unit_test_teardown(push_with_timestamp_zero_is_refused, teardown),

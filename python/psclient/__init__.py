@@ -257,8 +257,8 @@ class LayoutError(Error):
 class NonFiniteError(InvalidError):
     """PS_ENONFINITE: a pushed value is NaN or infinite and the table
     refuses those (nonfinite = reject). The push is refused whole, on
-    every node: its parts for nodes without such a value are sent only
-    once the nodes with one applied theirs. Only while a SIGHUP has set
+    every node and at any size: its parts without such a value are sent
+    only once those with one were applied. Only while a SIGHUP has set
     nonfinite differently on some nodes can a node that allows such values
     apply its part; ``message`` then says "applied in part"."""
 
