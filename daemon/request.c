@@ -670,14 +670,6 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         reply_error(n, ss, m, PSW_ENONFINITE, err);
         return;
     }
-    /* A node whose journal cannot be written takes no push: it could not
-     * keep the promise of durability = log. */
-    if (pushes && n->journal_error[0]) {
-        snprintf(err, sizeof err, "this node cannot write its journal (%.150s)"
-                 ": pushes are refused until it can", n->journal_error);
-        reply_error(n, ss, m, PSW_ESERVER, err);
-        return;
-    }
     /* A push seen before (a retransmission) is answered as it was the
      * first time, without applying it again; a pushpull still pulls. */
     psd_dclient *dc = pushes ? dedup_of(n, ss, now_ms) : NULL;
@@ -695,6 +687,17 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
             return;
         }
         pushes = 0;
+    }
+    /* A node whose journal cannot be written takes no new push: it could
+     * not keep the promise of durability = log. A retransmission was
+     * taken above: its first copy was applied, and its answer waits for
+     * that record as the first copy's does (refused, a caller would push
+     * the gradient again). */
+    if (pushes && n->journal_error[0]) {
+        snprintf(err, sizeof err, "this node cannot write its journal (%.150s)"
+                 ": pushes are refused until it can", n->journal_error);
+        reply_error(n, ss, m, PSW_ESERVER, err);
+        return;
     }
     if (dc && pushes && room_for(n, dc, m->ts, now_ms, err, sizeof err)) {
         n->stats.unacked_refusals++;
