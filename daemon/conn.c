@@ -987,6 +987,20 @@ static int handle_frame(psd_conn *c, const char *body, size_t len)
             snprintf(err, sizeof err, "a reply sent to the server");
             bad = 1;
         }
+        /* The handshake's ops are no request: named as what they are,
+         * not as an unknown op. */
+        const msgpack_object *o = &msgs[i];
+        if (bad && o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size &&
+            o->via.array.ptr[0].type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+            uint64_t op = o->via.array.ptr[0].via.u64;
+            if (op == PSW_OP_HELLO || op == PSW_OP_AUTH)
+                snprintf(err, sizeof err, "a second %s (the connection "
+                         "is past its handshake)",
+                         op == PSW_OP_HELLO ? "HELLO" : "AUTH");
+            else if (op == PSW_OP_HELLO_OK || op == PSW_OP_CHALLENGE)
+                snprintf(err, sizeof err, "a %s sent to the server",
+                         op == PSW_OP_HELLO_OK ? "HELLO_OK" : "CHALLENGE");
+        }
         if (bad) {
             char why[200];
             snprintf(why, sizeof why, "message %d: %s", i, err);

@@ -1011,6 +1011,13 @@ static void garbage_and_wrong_shapes_close_at_once_and_are_counted(
     expect_each_closed_and_counted(&c, mport, in, sizeof in / sizeof in[0],
                                    1024);
     free(noise);
+    /* The log names each for what it is (a second HELLO read "unknown op
+     * 1"). */
+    EXPECT_INT(cluster_log_wait(&c, 0, "message 0: a second HELLO (the "
+                                "connection is past its handshake)", 1000),
+               1, "the log names the second HELLO");
+    EXPECT_INT(cluster_log_wait(&c, 0, "a reply sent to the server", 1000), 1,
+               "the log names the REPLY");
     /* A table that does not exist: a typed error, and the connection
      * goes on. */
     int fd = raw_connect(c.port[0]);
