@@ -489,6 +489,11 @@ int ps_wait_timeout(ps_client *c, ps_ts ts, int timeout_ms)
 {
     if (!c)
         return PS_EINVAL;
+    /* A call that failed returned its PS_E* code in place of a timestamp:
+     * ps_wait(c, ps_push(...)) hands it back, with the call's own
+     * ps_last_error, instead of "request -8 was never issued". */
+    if (ts < 0 && ts >= PS_EFULL)
+        return (int)ts;
     char err[sizeof c->cu.first_error_text];   /* as psc_failure's text */
     int st = psc_customer_wait(&c->cu, ts, timeout_ms, err, sizeof err);
     if (st < 0)

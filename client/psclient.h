@@ -207,8 +207,11 @@ PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t cou
  * status of a completed request that failed is remembered for the last
  * 1024 failures. A completed request whose failure may have been
  * forgotten since (more than 1024 failures came after it) reads
- * PS_EINVAL with a note in ps_last_error, never a false PS_OK. ts never
- * issued: PS_EINVAL. */
+ * PS_EINVAL with a note in ps_last_error, never a false PS_OK. A
+ * negative PS_E* code in place of ts (what a request call that failed
+ * returned) is returned as it is, ps_last_error unchanged, so that
+ * ps_wait(c, ps_push(...)) reports why the push was not made. Any other
+ * ts never issued: PS_EINVAL. */
 PS_API int ps_wait(ps_client *c, ps_ts ts);
 /* Blocks until every request issued so far has completed. Returns the
  * first error among the requests that completed since the previous

@@ -254,6 +254,18 @@ static void range_push_and_pull_cross_shard_boundaries(void **state)
     assert_int_equal(ps_pull_range(c, t, 1000, 1, out, NULL, NULL), PS_EKEY);
     assert_non_null(strstr(ps_last_error(c), "rows 1000..1000 are outside "
                                              "table"));
+    /* The same through ps_wait, as a trainer writes it: the call's code
+     * and its reason, not "request -8 was never issued". */
+    EXPECT_INT(ps_wait(c, ps_push_range(c, t, 990, 11, out, NULL, NULL)),
+               PS_EKEY, "ps_wait of a refused call");
+    EXPECT_SUBSTR(ps_last_error(c), "rows 990..1000 go past the end of table",
+                  "ps_last_error after ps_wait of a refused call");
+    EXPECT_INT(ps_wait_timeout(c, ps_pull_range(c, -1, 0, 1, out, NULL,
+                                                NULL), 0),
+               PS_ENOTABLE, "ps_wait_timeout of a call with a bad table id");
+    EXPECT_INT(ps_wait(c, -1000), PS_EINVAL, "a ts that is no code");
+    EXPECT_SUBSTR(ps_last_error(c), "request -1000 was never issued",
+                  "ps_last_error for it");
     ps_close(c);
 }
 
