@@ -514,7 +514,15 @@ static void on_write(uv_write_t *req, int status)
  * more than max_output bytes wait to be written. */
 static void flush(psd_conn *c)
 {
-    if (c->closing || c->out.total == 0)
+    if (c->closing)
+        return;
+    /* Before anything else: a first frame that ran out of memory left
+     * total at 0, and nothing after it could be sent. */
+    if (c->out.oom) {
+        reject(c, "out of memory building replies");
+        return;
+    }
+    if (c->out.total == 0)
         return;
     /* Journal records go out before the replies that depend on them, and
      * with fsync = always those replies wait for the fsync. */
@@ -524,10 +532,6 @@ static void flush(psd_conn *c)
         return;
     }
     c->waiting = 0;
-    if (c->out.oom) {
-        reject(c, "out of memory building replies");
-        return;
-    }
     size_t cnt = psw_out_iovcnt(&c->out);
     struct iovec small[16], *iov = cnt <= 16 ? small : malloc(cnt * sizeof *iov);
     if (!iov) {

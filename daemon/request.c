@@ -12,6 +12,11 @@
 
 #define WAIT_LOG_MS 10000        /* how often to say who is waited for */
 
+/* What a push applied but not journaled (out of memory) is answered, and
+ * its retransmissions after it. */
+#define UNJOURNALED "applied, but the journal ran out of memory: it may be " \
+                    "lost in a crash"
+
 /* A reply held until the node's clock (kind PSW_OP_CLOCK: ps_clock on a
  * bsp cluster, and ssp pulls) or barrier (PSW_OP_BARRIER) reaches need. */
 typedef struct psd_held {
@@ -682,8 +687,11 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
             ss->need_lsn = psd_journal_last(n->journal);
         if (seen_status != PSW_OK) {
-            reply_error(n, ss, m, seen_status, "out of memory creating rows "
-                        "(this retransmission was not applied again)");
+            snprintf(err, sizeof err, "%s (this retransmission was not "
+                     "applied again)", seen_status == PSW_ESERVER
+                                           ? UNJOURNALED
+                                           : "out of memory creating rows");
+            reply_error(n, ss, m, seen_status, err);
             return;
         }
         pushes = 0;
@@ -728,23 +736,29 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
             else
                 rc = psd_table_push(t, m->keys, m->nkeys, m->vals);
         }
-        if (dc && psd_dedup_record(dc, m->ts, m->part, rc ? PSW_ENOMEM : 0))
+        /* Journaled before it is remembered: a push whose record could
+         * not be buffered is remembered with that error, so that a
+         * retransmission is not acknowledged as durable. */
+        uint64_t lsn = n->journal
+                           ? psd_journal_push(n->journal, ss->client_id,
+                                              ss->incarnation, m,
+                                              rc ? PSW_ENOMEM : 0)
+                           : 0;
+        int unjournaled = n->journal && !lsn;
+        if (dc && psd_dedup_record(dc, m->ts, m->part,
+                                   unjournaled ? PSW_ESERVER
+                                   : rc ? PSW_ENOMEM : 0))
             psd_warn("out of memory remembering push %llu.%u of %s: a "
                      "retransmission of it would be applied again",
                      (unsigned long long)m->ts, m->part, ss->peer);
-        if (n->journal) {
-            uint64_t lsn = psd_journal_push(n->journal, ss->client_id,
-                                            ss->incarnation, m,
-                                            rc ? PSW_ENOMEM : 0);
-            if (!lsn) {
-                snprintf(n->journal_error, sizeof n->journal_error,
-                         "out of memory buffering a record");
-                reply_error(n, ss, m, PSW_ESERVER, "applied, but the journal "
-                            "ran out of memory: it may be lost in a crash");
-                return;
-            }
-            ss->need_lsn = lsn;
+        if (unjournaled) {
+            snprintf(n->journal_error, sizeof n->journal_error,
+                     "out of memory buffering a record");
+            reply_error(n, ss, m, PSW_ESERVER, UNJOURNALED);
+            return;
         }
+        if (lsn)
+            ss->need_lsn = lsn;
         n->stats.pushes++;
         n->stats.keys_pushed += nrows;
         n->tstats[m->table].pushes++;

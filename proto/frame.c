@@ -673,8 +673,12 @@ static void put_be32(unsigned char *h, size_t v)
 
 size_t psw_out_frame_end(psw_out *o)
 {
-    if (o->oom || o->frame_start == SIZE_MAX)
+    if (o->frame_start == SIZE_MAX)
         return 0;
+    if (o->oom) {
+        o->frame_start = SIZE_MAX;   /* closed: the buffer is given up */
+        return 0;
+    }
     if (o->frame_msgs == 0) {
         /* Nothing was packed (every request was held): no empty frame. */
         o->sb.size = o->frame_start;

@@ -732,6 +732,19 @@ static void hello_and_layout_round_trip(void **state)
     psw_cluster_free(&ld);
     free(buf);
 
+    /* A frame that ran out of memory is closed by its end all the same:
+     * left open, its connection took every later reply for a part of it
+     * and never sent or refused anything. */
+    psw_out_reset(&o);
+    psw_out_frame_begin(&o);
+    psw_msg p1 = { .op = PSW_OP_PING };
+    psw_pack_request(&o, &p1);
+    o.oom = 1;                   /* as a failed allocation leaves it */
+    EXPECT_INT((int)psw_out_frame_end(&o), 0, "the end of a frame out of "
+               "memory");
+    EXPECT_INT(psw_out_frame_open(&o), 0, "that frame is closed");
+    o.oom = 0;
+
     /* The session messages: a PING has only its op, an ACK its mark. */
     psw_msg ping = { .op = PSW_OP_PING }, ack = { .op = PSW_OP_ACK,
                                                   .value = 123456789 };
