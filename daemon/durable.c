@@ -109,7 +109,9 @@ static void fsync_finished(psd_durable *d)
         return;
     }
     if (d->fsync_mode == PSD_FSYNC_ALWAYS) {
-        d->node->durable_lsn = d->fsync_lsn;
+        /* A rotation (a snapshot) may have moved it further meanwhile. */
+        if (d->fsync_lsn > d->node->durable_lsn)
+            d->node->durable_lsn = d->fsync_lsn;
         if (d->durable_moved)
             d->durable_moved(d->arg);
         /* Records written meanwhile form the next group. */
@@ -287,6 +289,15 @@ void psd_durable_snapshot(psd_durable *d)
             return;
         }
         seq = psd_journal_seq(j);
+        /* The rotation wrote what was buffered (records held while the
+         * disk was full) and synced that segment: replies waiting for
+         * those records may go. Nothing else would say so: the journal's
+         * retry then finds nothing to write. */
+        if (psd_journal_written(j) > d->node->durable_lsn) {
+            d->node->durable_lsn = psd_journal_written(j);
+            if (d->durable_moved)
+                d->durable_moved(d->arg);
+        }
     }
     int fds[2];
     if (pipe(fds)) {

@@ -1008,6 +1008,64 @@ static void test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room(
     cluster_stop(&c);
 }
 
+/* A push held while the disk is full (its record buffered), then room
+ * again and at once a snapshot (psctl save): the held reply goes out, and
+ * the push counts once. (psctl's own connection writes the record before
+ * its save runs. A periodic snapshot that came first, before the
+ * journal's 100 ms retry, wrote it in its rotation, which did not say
+ * the record was durable, so the reply waited for some other push: that
+ * order cannot be forced from here.) */
+static void test_a_snapshot_that_writes_held_records_lets_their_replies_go(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = always\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    data_dir_on_small_disk(&c, "2m");
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start on the tmpfs");
+    ps_options o = client_options();
+    o.request_timeout_ms = 30000;
+    o.max_retries = 0;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    char filler[500], cmd[1200];
+    snprintf(filler, sizeof filler, "%s/filler", small_disk);
+    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of='%s' bs=64k 2>/dev/null",
+             filler);
+    if (system(cmd) == 0)
+        fail_msg("%s did not fill the tmpfs", filler);
+    uint64_t key = 12345;
+    float one = 1.0f, v = 0;
+    ps_ts held = 0;
+    for (int i = 0; i < 10000 && !held; i++) {
+        ps_ts ts = ps_push(cl, t, &key, 1, &one, NULL, NULL);
+        int rc = ps_wait_timeout(cl, ts, 300);
+        if (rc == PS_PENDING)
+            held = ts;
+        else if (rc != PS_OK)
+            fail_msg("push %d: %s", i, ps_last_error(cl));
+    }
+    EXPECT_INT(held > 0, 1, "a push held for its record");
+    unlink(filler);
+    pid_t p = spawn(psctl_save, c.spec);
+    int st;
+    waitpid(p, &st, 0);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "psctl save");
+    EXPECT_INT(ps_wait_timeout(cl, held, 3000), PS_OK, "the held push, 3 s "
+               "after the snapshot: %s", ps_last_error(cl));
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, t, &key, 1, &v, NULL, NULL)), PS_OK,
+               "pull");
+    EXPECT_INT((int)v, (int)held, "every push applied once");
+    ps_close(cl);
+    kill(c.pid[0], SIGKILL);
+    cluster_wait_exit(&c, 0, 5000);
+    unmount_small_disk(NULL);
+    cluster_stop(&c);
+}
+
 /* durability = log, snapshot_journal_mb = 1 and no periodic snapshot:
  * once the first journal segment passes 1 MiB, psd takes a snapshot by
  * itself, which deletes that segment once written; after kill -9 the
@@ -1689,6 +1747,9 @@ int main(void)
             unmount_small_disk),
         cmocka_unit_test_teardown(
             test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room,
+            unmount_small_disk),
+        cmocka_unit_test_teardown(
+            test_a_snapshot_that_writes_held_records_lets_their_replies_go,
             unmount_small_disk),
         cmocka_unit_test(
             test_fsync_always_without_a_free_descriptor_acks_pushes),
