@@ -259,6 +259,11 @@ PS_API int ps_barrier(ps_client *c);
  * a trainer restarted in the middle of a job reads them to line its steps
  * up with the other workers (a final ps_barrier after fewer ps_clock
  * calls than the others waits for them while they wait in ps_clock).
+ * The counts do not start again at 0 for a new job on long-lived nodes:
+ * a job starts where the one before ended. So the position tells how far
+ * the cluster is, not which step of this job a worker is at: a trainer
+ * that may be restarted keeps its own step (in its checkpoint) or the
+ * position it read when its job began.
  * *clock and *barrier may be NULL. 0, or PS_EINVAL for a client that is
  * not a worker (both set to 0). */
 PS_API int ps_position(ps_client *c, uint64_t *clock, uint64_t *barrier);

@@ -661,6 +661,18 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         reply_error(n, ss, m, rc, err);
         return;
     }
+    /* A bsp table's pushes are one clock's gradients of the workers,
+     * applied once all of them clocked: a reader's push would be added to
+     * them unasked (and not counted by aggregate = mean). */
+    if (pushes && tc->consistency == PSD_CONS_BSP &&
+        !psd_sync_holds(&n->sync, ss->worker, ss)) {
+        snprintf(err, sizeof err, "table '%s' is bsp: its pushes are the "
+                 "workers' gradients of a clock, and this client is not a "
+                 "worker (ps_options.worker = -1); push from a worker, or "
+                 "set a table's starting values with its init", tc->name);
+        reply_error(n, ss, m, PSW_EINVAL, err);
+        return;
+    }
     /* A NaN or an infinity would spoil the rows for good (and an
      * optimizer's state with them): the whole push is refused, every part
      * of it that reaches this node from this frame on. */

@@ -468,6 +468,19 @@ static void misuse_gets_clear_errors(void **state)
     assert_int_equal(ps_position(r, &at, NULL), PS_EINVAL);
     assert_int_equal((int)at, 0);
     assert_non_null(strstr(ps_last_error(r), "not a worker"));
+    /* A reader's push to a bsp table: refused, not added unasked to the
+     * workers' sum of the clock in progress (it was, and counted by no
+     * aggregate = mean). Its pulls go on. */
+    int bsp = ps_table(r, "sgd", NULL);
+    float g[2] = { 1, 1 }, out[2] = { 7, 7 };
+    EXPECT_INT(ps_wait(r, ps_push_range(r, bsp, 0, 1, g, NULL, NULL)),
+               PS_EINVAL, "a reader's push to a bsp table");
+    EXPECT_SUBSTR(ps_last_error(r), "table 'sgd' is bsp: its pushes are the "
+                  "workers' gradients of a clock, and this client is not a "
+                  "worker", "why");
+    EXPECT_INT(ps_wait(r, ps_pull_range(r, bsp, 0, 1, out, NULL, NULL)),
+               PS_OK, "a reader's pull of a bsp table");
+    EXPECT_INT(out[0] == 0 && out[1] == 0, 1, "row 0 as initialised");
     ps_close(r);
     assert_int_equal(cluster_stop(&cl), 0);
 }

@@ -1043,7 +1043,10 @@ class Client:
         the next call retries it), or those the nodes gave it at connect (a worker that rejoins, or a new
         process for a lost one, starts at the nodes' counts, not at 0).
         A trainer restarted in the middle of a job lines its steps up
-        with them. Workers only: a reader raises InvalidError."""
+        with them. The counts do not start again at 0 for a new job on
+        long-lived nodes: a job starts where the one before ended, so a
+        trainer keeps its own step (or the position it read when its job
+        began). Workers only: a reader raises InvalidError."""
         k, b = ctypes.c_uint64(), ctypes.c_uint64()
         h = self._acquire()
         try:
