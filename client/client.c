@@ -91,15 +91,18 @@ const char *ps_strerror(int code)
 /* Why the calling thread's last ps_open failed: there is no client to
  * keep it in, and a binding (Python in a notebook) may not show stderr. */
 static _Thread_local char tls_open_err[600];
+static _Thread_local int tls_open_quiet;     /* ps_options.quiet */
 
-/* Says why ps_open fails, on stderr and for ps_last_error(NULL). */
+/* Says why ps_open fails, for ps_last_error(NULL) and, unless the caller
+ * asked for quiet (a binding that raises the reason itself), on stderr. */
 static void open_failed(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(tls_open_err, sizeof tls_open_err, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "libpsclient: ps_open: %s\n", tls_open_err);
+    if (!tls_open_quiet)
+        fprintf(stderr, "libpsclient: ps_open: %s\n", tls_open_err);
 }
 
 const char *ps_last_error(ps_client *c)
@@ -187,6 +190,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
 {
     char err[256];
     tls_open_err[0] = '\0';
+    tls_open_quiet = o && o->quiet;
     if (!out) {
         open_failed("the place for the client (ps_client **) is NULL");
         return PS_EINVAL;

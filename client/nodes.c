@@ -1,6 +1,7 @@
 /* Parsing of ps_open's server list and of the cluster's ini; see
  * nodes.h. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,8 +136,20 @@ int psc_servers_parse(const char *servers, int want_token, psc_servers *out,
         snprintf(err, errlen, "no servers given");
         return PS_EINVAL;
     }
-    if (stat(servers, &st) != 0 || !S_ISREG(st.st_mode))
-        return parse_list(servers, out, err, errlen);
+    int found = stat(servers, &st) == 0, missing = found ? 0 : errno;
+    if (!found || !S_ISREG(st.st_mode)) {
+        int rc = parse_list(servers, out, err, errlen);
+        /* A path that is no address: most likely an ini path with a
+         * typo, which "bad server address" would not say. */
+        size_t len = strlen(servers);
+        if (rc == PS_EINVAL && !strchr(servers, ',') &&
+            (strchr(servers, '/') ||
+             (len > 4 && !strcmp(servers + len - 4, ".ini"))))
+            snprintf(err, errlen, "cannot open the ini file \"%s\": %s "
+                     "(ps_open takes an ini file or host:port,...)", servers,
+                     found ? "not a regular file" : strerror(missing));
+        return rc;
+    }
     out->from_ini = 1;
     ini_read in = { 0 };
     int rc = ini_parse(servers, on_ini, &in);

@@ -105,7 +105,11 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         on a VM). Costs up to that much CPU per
                                         wait, only while a caller waits anyway.
                                         Default 50; 0: never */
-    char reserved[56];               /* room to grow; ps_options_init zeroes it */
+    int quiet;                       /* 1: ps_open does not print why it failed
+                                        on stderr (ps_last_error(NULL) still
+                                        says), for a caller that reports it
+                                        itself; default 0 */
+    char reserved[52];               /* room to grow; ps_options_init zeroes it */
 } ps_options;
 
 /* Fills *o with the defaults above. */

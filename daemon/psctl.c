@@ -984,8 +984,19 @@ static int layouts_differ(const cluster *c)
                 "shards, tables", id(c, i), c->nodes[i].addr,
                 (unsigned long long)l->epoch, l->nnodes,
                 l->nnodes == 1 ? "" : "s", l->shards);
-        for (int t = 0; t < l->ntables; t++)
-            fprintf(stderr, "%s %s", t ? "," : "", l->tables[t].name);
+        /* Each table's shape too: a changed dim or rows is what differs
+         * most often, and the names alone would not show it. */
+        static const char *const cons[] = { "async", "bsp", "ssp" };
+        for (int t = 0; t < l->ntables; t++) {
+            const psw_table_desc *d = &l->tables[t];
+            fprintf(stderr, "%s %s (%s, dim %u", t ? "," : "", d->name,
+                    d->dense ? "dense" : "sparse", d->dim);
+            if (d->dense)
+                fprintf(stderr, ", %llu rows", (unsigned long long)d->rows);
+            fprintf(stderr, ", %s)", d->consistency >= 0 &&
+                                     d->consistency <= 2
+                                         ? cons[d->consistency] : "?");
+        }
         for (int k = 0; k < l->nnodes; k++)
             fprintf(stderr, "%s%s", k ? ", " : "; nodes ", l->nodes[k]);
         fprintf(stderr, "\n");

@@ -934,6 +934,41 @@ static void failed_open_says_why_in_last_error(void **state)
     snprintf(port_s, sizeof port_s, "%d", port);
     EXPECT_INT(strstr(ps_last_error(NULL), port_s) != NULL, 1,
                "the address nobody answers on: '%s'", ps_last_error(NULL));
+    /* An ini path with a typo is named as a file that is not there, not
+     * as a bad server address; a word that is neither keeps the
+     * address's reason. */
+    EXPECT_INT(ps_open(&c, "conf/no-such.ini", &o), PS_EINVAL, "a missing ini");
+    EXPECT_SUBSTR(ps_last_error(NULL), "cannot open the ini file "
+                  "\"conf/no-such.ini\": No such file or directory",
+                  "why ps_open failed");
+    EXPECT_INT(ps_open(&c, "localhost", &o), PS_EINVAL, "no port");
+    EXPECT_SUBSTR(ps_last_error(NULL), "bad server address \"localhost\"",
+                  "why ps_open failed");
+    /* The reason goes to stderr too, unless quiet (a binding that raises
+     * it says it once). */
+    for (int quiet = 0; quiet <= 1; quiet++) {
+        o.quiet = quiet;
+        FILE *cap = tmpfile();
+        assert_non_null(cap);
+        fflush(stderr);
+        int saved = dup(2);
+        dup2(fileno(cap), 2);
+        EXPECT_INT(ps_open(&c, "localhost", &o), PS_EINVAL, "quiet %d", quiet);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        char said[512] = "";
+        rewind(cap);
+        size_t got = fread(said, 1, sizeof said - 1, cap);
+        said[got] = '\0';
+        fclose(cap);
+        EXPECT_INT(strstr(said, "libpsclient: ps_open: bad server address") !=
+                       NULL, !quiet, "stderr with quiet = %d: '%s'", quiet,
+                   said);
+        EXPECT_SUBSTR(ps_last_error(NULL), "bad server address",
+                      "ps_last_error(NULL) with quiet = %d", quiet);
+    }
+    o.quiet = 0;
     assert_int_equal(ps_open(&c, shared.spec, NULL), PS_OK);
     EXPECT_INT(ps_last_error(NULL)[0], 0, "after a ps_open that worked: '%s'",
                ps_last_error(NULL));

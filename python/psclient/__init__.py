@@ -672,14 +672,17 @@ class Client:
         if auth_token is not None:
             auth_token = _cstr("auth_token", auth_token)
         opts = _lib.make_options(_LIB, auth_token, **fields)
+        # The reason is raised with the exception below: the library need
+        # not print it on stderr as well.
+        opts.quiet = 1
         self.worker: int = opts.worker
 
         h = ctypes.c_void_p()
         try:
             rc = _LIB.ps_open(ctypes.byref(h), servers, ctypes.byref(opts))
             if rc != PS_OK:
-                # ps_last_error(NULL): why this thread's ps_open failed (it
-                # is also on stderr, which a notebook does not show).
+                # ps_last_error(NULL): why this thread's ps_open failed
+                # (not on stderr: opts.quiet).
                 why = _LIB.ps_last_error(None).decode("utf-8", "replace")
                 raise _error(rc, f"cannot connect to {self.servers}: {why}")
             self._h = h.value

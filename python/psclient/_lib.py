@@ -38,7 +38,8 @@ class PsOptions(ctypes.Structure):
         ("auth_token", c_char_p),
         ("sync_timeout_ms", c_int),
         ("busy_poll_us", c_int),
-        ("reserved", c_char * 56),
+        ("quiet", c_int),
+        ("reserved", c_char * 52),
     ]
 
 
