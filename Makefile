@@ -39,7 +39,7 @@ DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c dae
               daemon/sync.c daemon/dedup.c daemon/node.c daemon/request.c \
               daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/auth.c \
               daemon/preflight.c daemon/conn.c daemon/server.c daemon/notify.c \
-              daemon/admin.c daemon/metrics.c
+              daemon/admin.c daemon/metrics.c daemon/export.c
 CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/map.c
 
@@ -506,7 +506,7 @@ fuzz-ci: $(FUZZERS)
 # Its _config.py names LIBDIR relative to the package, so a DESTDIR tree or
 # a moved prefix finds its own library.
 PYDIR  ?= $(PREFIX)/lib/python3/dist-packages
-PY_SRC := python/psclient/__init__.py python/psclient/_lib.py
+PY_SRC := python/psclient/__init__.py python/psclient/_lib.py python/psclient/export.py
 
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 

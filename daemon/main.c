@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "export.h"
 #include "journal.h"
 #include "log.h"
 #include "notify.h"
@@ -34,6 +35,13 @@ static void usage(FILE *f)
             "exit; with\n"
             "                               --skip-snapshot, not the node's "
             "snapshot and journal\n"
+            "       psd --export DIR -c FILE [-n NODE] [--drop-table NAME]...\n"
+            "                               write the rows of each node's "
+            "snapshot (NODE's only\n"
+            "                               with -n) into DIR as NumPy .npy "
+            "files, with\n"
+            "                               DIR/export.json listing them, and "
+            "exit\n"
             "\n"
             "At start psd restores the node from its snapshot and journal in "
             "data_dir;\n--skip-snapshot moves them aside (*.skipped.TIME) "
@@ -134,7 +142,7 @@ static void start_thread_pool(uv_loop_t *loop)
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL;
+    const char *path = NULL, *export_dir = NULL;
     int node = 0, check = 0, skip = 0, node_given = 0, ndrop = 0;
     static const char *drop[64];
 
@@ -147,6 +155,7 @@ int main(int argc, char **argv)
         { "check", no_argument, NULL, 'C' },
         { "skip-snapshot", no_argument, NULL, 'S' },
         { "drop-table", required_argument, NULL, 'D' },
+        { "export", required_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -162,6 +171,13 @@ int main(int argc, char **argv)
             break;
         case 'c':
             path = optarg;
+            break;
+        case 'E':
+            if (!optarg[0]) {
+                fprintf(stderr, "psd: --export: expected a folder\n");
+                return 2;
+            }
+            export_dir = optarg;
             break;
         case 'n':
             node_given = 1;
@@ -190,7 +206,8 @@ int main(int argc, char **argv)
         case ':':
             fprintf(stderr, "psd: %s: expected %s\n", a,
                     optopt == 'D' ? "a table name"
-                    : optopt == 'n' ? "a node index" : "a file");
+                    : optopt == 'n' ? "a node index"
+                    : optopt == 'E' ? "a folder" : "a file");
             return 2;
         default:
             /* An unknown letter may sit inside a group (-Sx): name it. */
@@ -205,6 +222,11 @@ int main(int argc, char **argv)
     if (optind < argc) {
         fprintf(stderr, "psd: unexpected argument \"%s\"\n", argv[optind]);
         usage(stderr);
+        return 2;
+    }
+    if (export_dir && (check || skip)) {
+        fprintf(stderr, "psd: --export reads the snapshots: it goes with "
+                "neither --check nor --skip-snapshot\n");
         return 2;
     }
     if (!path) {
@@ -232,6 +254,11 @@ int main(int argc, char **argv)
                 psd_config_destroy(&cfg);
                 return 1;
             }
+    if (export_dir) {
+        psd_config_destroy(&cfg);
+        return psd_export(path, node_given ? node : -1, drop, ndrop,
+                          export_dir);
+    }
     if (check) {
         /* Everything psd would refuse to start for, not only the syntax:
          * the token file, host names, protected mode. */

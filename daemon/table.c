@@ -1149,6 +1149,24 @@ static int save_shards(const psd_table *t, psd_sink *o)
     return 0;
 }
 
+int psd_table_keys(const psd_table *t, psd_sink *out)
+{
+    for (uint32_t i = 0; i < t->nshards; i++) {
+        const shard *s = &t->shards[i];
+        if (!s->owned)
+            continue;
+        if (!t->conf.dense) {
+            if (put_sparse_keys(t, s, out))
+                return -1;
+            continue;
+        }
+        for (uint64_t r = s->first; r < s->first + s->nrows; r++)
+            if (put(out, &r, sizeof r))
+                return -1;
+    }
+    return 0;
+}
+
 int psd_table_save(const psd_table *t, psd_sink *out)
 {
     if (save_shards(t, out))

@@ -284,6 +284,122 @@ static char *run_out(int *status, const char *cmd)
     return out;
 }
 
+/* Reads the .npy file at path (format 1.0): its header (which must name
+ * type and start its data at a multiple of 64 bytes) into hdr, its data
+ * (malloc'd) and their size. */
+static char *read_npy(const char *path, char *hdr, size_t hdrlen,
+                      size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("%s: %s", path, strerror(errno));
+    unsigned char pre[10];
+    assert_int_equal(fread(pre, 1, 10, f), 10);
+    if (memcmp(pre, "\x93NUMPY\x01\x00", 8))
+        fail_msg("%s: not a .npy file of format 1.0", path);
+    size_t hl = pre[8] | (size_t)pre[9] << 8;
+    EXPECT_INT((int)((10 + hl) % 64), 0, "%s: data at a multiple of 64", path);
+    assert_true(hl < hdrlen);
+    assert_int_equal(fread(hdr, 1, hl, f), hl);
+    hdr[hl] = '\0';
+    EXPECT_INT(hdr[hl - 1], '\n', "%s: the header ends with a newline", path);
+    char *data = malloc(1 << 20);
+    assert_non_null(data);
+    *len = fread(data, 1, 1 << 20, f);
+    fclose(f);
+    return data;
+}
+
+/* psd --export writes the rows of the nodes' snapshots as .npy files:
+ * each node's keys and rows, shard after shard, with headers numpy reads
+ * (tests/python reads them with numpy itself); what it cannot do is
+ * refused with a reason. */
+static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 2, 4, "workers = 1\n", SERVER
+                         "[table.w]\nkind = dense\nrows = 50\ndim = 2\n"
+                         TABLES))
+        fail_msg("cluster did not start");
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char out[400], cmd[1200];
+    snprintf(out, sizeof out, "%s/model", c.dir);
+    int st;
+    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s'", psd, out, c.ini);
+    char *o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an export before any snapshot: %s", o);
+    EXPECT_SUBSTR(o, "no node has a snapshot in its data_dir (psctl save "
+                  "writes one)", "why");
+    free(o);
+    ps_options opt = client_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &opt), PS_OK);
+    int t = ps_table(cl, "w", NULL);
+    float rows[100];
+    for (int i = 0; i < 100; i++)
+        rows[i] = (float)i;
+    EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, 50, rows, NULL, NULL)),
+               PS_OK, "push");
+    ps_close(cl);
+    pid_t p = spawn(psctl_save, c.spec);
+    waitpid(p, &st, 0);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "psctl save");
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "2 of 2 nodes written to", "what it says");
+    free(o);
+    int total = 0;
+    for (int n = 0; n < 2; n++) {
+        char path[600], hk[256], hv[256], want[64];
+        size_t klen, vlen;
+        snprintf(path, sizeof path, "%s/w.node%d.keys.npy", out, n);
+        uint64_t *keys = (uint64_t *)(void *)read_npy(path, hk, sizeof hk,
+                                                      &klen);
+        snprintf(path, sizeof path, "%s/w.node%d.npy", out, n);
+        float *v = (float *)(void *)read_npy(path, hv, sizeof hv, &vlen);
+        size_t nk = klen / 8;
+        snprintf(want, sizeof want, "'shape': (%zu,)", nk);
+        EXPECT_SUBSTR(hk, "'descr': '<u8'", "keys' type");
+        EXPECT_SUBSTR(hk, want, "keys' shape");
+        snprintf(want, sizeof want, "'shape': (%zu, 2)", nk);
+        EXPECT_SUBSTR(hv, "'descr': '<f4', 'fortran_order': False",
+                      "rows' type");
+        EXPECT_SUBSTR(hv, want, "rows' shape");
+        EXPECT_INT((int)vlen, (int)(nk * 8), "node %d: bytes of rows", n);
+        for (size_t i = 0; i < nk; i++)
+            if (keys[i] >= 50 || v[2 * i] != (float)(2 * keys[i]) ||
+                v[2 * i + 1] != (float)(2 * keys[i] + 1))
+                fail_msg("node %d: row %llu exported as %g %g", n,
+                         (unsigned long long)keys[i], (double)v[2 * i],
+                         (double)v[2 * i + 1]);
+        total += (int)nk;
+        free(keys);
+        free(v);
+    }
+    EXPECT_INT(total, 50, "rows of w over both nodes");
+    snprintf(cmd, sizeof cmd, "%s/export.json", out);
+    EXPECT_INT(access(cmd, R_OK), 0, "export.json");
+    static const struct {
+        const char *args, *says;
+        int status;
+    } bad[] = {
+        { "--check", "--export reads the snapshots: it goes with neither "
+          "--check nor --skip-snapshot", 2 },
+        { "-n 5", "node 5 does not exist (the file lists 2 nodes)", 1 },
+        { "--export=", "psd: --export: expected a folder", 2 },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s' %s", psd, out,
+                 c.ini, bad[k].args);
+        o = run_out(&st, cmd);
+        EXPECT_INT(st, bad[k].status, "%s: %s", cmd, o);
+        EXPECT_SUBSTR(o, bad[k].says, "%s", cmd);
+        free(o);
+    }
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
 typedef struct pusher {
     const char *spec;
     volatile int stop;
@@ -1751,6 +1867,7 @@ int main(void)
         cmocka_unit_test_teardown(
             test_a_snapshot_that_writes_held_records_lets_their_replies_go,
             unmount_small_disk),
+        cmocka_unit_test(test_export_writes_each_nodes_rows_as_npy_files),
         cmocka_unit_test(
             test_fsync_always_without_a_free_descriptor_acks_pushes),
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),

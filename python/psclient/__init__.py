@@ -105,6 +105,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _lib
+from .export import read_export
 
 __all__ = [
     "connect", "Client", "Table", "Request", "default_options", "strerror",
@@ -114,7 +115,7 @@ __all__ = [
     "PS_OK", "PS_EINVAL", "PS_ENOMEM", "PS_ECONN", "PS_ETIMEDOUT",
     "PS_EPROTO", "PS_EAUTH", "PS_ENOTABLE", "PS_EKEY", "PS_ETOOBIG",
     "PS_ECLOSED", "PS_ESERVER", "PS_ENOTOWNER", "PS_EBUSY",
-    "PS_ENONFINITE", "PS_EFULL", "PS_PENDING",
+    "PS_ENONFINITE", "PS_EFULL", "PS_PENDING", "read_export",
 ]
 
 # The libpsclient file (or soname) this package loaded.

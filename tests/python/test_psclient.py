@@ -1323,3 +1323,47 @@ def test_a_connect_interrupted_as_ps_open_returns_closes_its_client(
         thaw.join()
     with psclient.connect(cl.spec, worker=0, connect_timeout_ms=3000) as c:
         assert c.worker == 0
+
+
+def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
+                                                                tmp_path):
+    """psd --export writes the nodes' snapshots as .npy files and
+    read_export puts them together: every dense row at its index, every
+    sparse key with its row; a table never pushed has no rows. One node's
+    export alone lacks the other's dense rows: refused unless partial."""
+    c = psclient.connect(cluster.spec)
+    rows = np.arange(300, dtype=F32).reshape(100, 3)
+    c.table("dense").push_range(0, rows)
+    keys = keys_of(3, 1 << 40, 77, 12345)
+    vals = np.arange(16, dtype=F32).reshape(4, 4)
+    c.table("emb").push(keys, vals)
+    c.close()
+    for i in range(2):               # SIGTERM: each writes its final snapshot
+        cluster.signal(i, signal.SIGTERM)
+    for p in cluster.procs:
+        assert p.wait(timeout=10) == 0
+    psd = os.environ["PSD_BIN"]
+    out = tmp_path / "model"
+    r = subprocess.run([psd, "--export", str(out), "-c", cluster.ini],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "2 of 2 nodes written" in r.stderr
+    m = psclient.read_export(out)
+    assert sorted(m) == ["dense", "emb", "seeded"]
+    np.testing.assert_array_equal(m["dense"], rows)
+    k, v = m["emb"]
+    assert k.dtype == U64 and v.dtype == F32 and v.shape == (4, 4)
+    assert dict(zip(k.tolist(), v.tolist())) == {
+        int(x): vals[i].tolist() for i, x in enumerate(keys)}
+    assert m["seeded"][0].size == 0 and m["seeded"][1].shape == (0, 2)
+    one = tmp_path / "one"
+    r = subprocess.run([psd, "--export", str(one), "-c", cluster.ini,
+                        "-n", "1"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(ValueError, match="partial=True"):
+        psclient.read_export(one)
+    d = psclient.read_export(one, partial=True)["dense"]
+    held = ~np.isnan(d[:, 0])
+    assert 0 < held.sum() < 100
+    np.testing.assert_array_equal(d[held], rows[held])

@@ -1,0 +1,20 @@
+/* psd --export: the rows of nodes' snapshots as NumPy .npy files, so that
+ * a trained model can leave psd (evaluation, serving, another framework)
+ * without a client that knows every key. README.md, "Exporting a model",
+ * describes the files; python/psclient/export.py reads them. */
+#ifndef PSD_EXPORT_H
+#define PSD_EXPORT_H
+
+/* Reads the snapshot of each node of the cluster in ini (only node
+ * `only` when >= 0) from its data_dir, its tables found by name as at a
+ * start (drop: the --drop-table names, ndrop of them, not owned), and
+ * writes into out_dir (made when missing) per table and node
+ * TABLE.nodeN.keys.npy (u64 keys, or a dense table's row numbers) and
+ * TABLE.nodeN.npy (f32, one row of dim values per key), and export.json
+ * describing them. Nodes without a snapshot are skipped with a note
+ * (refused when named by `only`). Says what it wrote on stderr. Returns
+ * the exit status: 0, or 1 with the reason on stderr. */
+int psd_export(const char *ini, int only, const char *const *drop,
+               int ndrop, const char *out_dir);
+
+#endif
