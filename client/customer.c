@@ -526,6 +526,20 @@ int psc_part_fail(psc_part *p, int status, const char *why)
 
 int psc_part_reply(psc_part *p, const psw_msg *m)
 {
+    if (m->status < PS_EFULL) {
+        /* A code this client does not know (a newer psd): PS_EPROTO, so
+         * that callers switching on PS_E* codes meet no stranger, with
+         * the code and the node's reason in the text. */
+        char why[600];
+        int l = snprintf(why, sizeof why, "node %d answered status %d, "
+                         "which this client does not know: %.*s", p->node,
+                         (int)m->status,
+                         m->text ? (int)(m->text_len < 400 ? m->text_len
+                                                           : 400)
+                                 : 0,
+                         m->text ? m->text : "");
+        return settle(p, PS_EPROTO, why, (size_t)l);
+    }
     if (m->status != PSW_OK && (!m->text || m->text_len == 0)) {
         /* A node that gave no reason: ps_last_error still says what. */
         char why[128];

@@ -1,7 +1,6 @@
 /* psd: the parameter server daemon. Parses the command line, loads the
  * config, runs one libuv loop, and handles signals: SIGTERM/SIGINT stop
  * cleanly, SIGHUP reloads. */
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #ifdef __GLIBC__
@@ -16,6 +15,7 @@
 #include "journal.h"
 #include "log.h"
 #include "notify.h"
+#include "opts.h"
 #include "preflight.h"
 #include "server.h"
 #include "snapshot.h"
@@ -160,8 +160,20 @@ int main(int argc, char **argv)
         { NULL, 0, NULL, 0 }
     };
     opterr = 0;
-    for (int o; (o = getopt_long(argc, argv, ":c:n:h", longs, NULL)) != -1;) {
-        const char *a = argv[optind - 1];
+    for (;;) {
+        int idx = -1;
+        int o = getopt_long(argc, argv, ":c:n:h", longs, &idx);
+        if (o == -1)
+            break;
+        char letter[3];
+        const char *a = o == '?' || o == ':'
+                            ? psd_opt_refused(argv, optind, optopt, letter)
+                            : NULL;
+        if (!a && !psd_opt_whole(argv, optind, optarg, longs, idx, &a)) {
+            fprintf(stderr, "psd: unexpected argument \"%s\" (write the "
+                    "option out: --%s)\n", a, longs[idx].name);
+            return 2;
+        }
         switch (o) {
         case 'C':
             check = 1;
@@ -210,11 +222,7 @@ int main(int argc, char **argv)
                     : optopt == 'E' ? "a folder" : "a file");
             return 2;
         default:
-            /* An unknown letter may sit inside a group (-Sx): name it. */
-            if (optopt > 0 && optopt < 128)
-                fprintf(stderr, "psd: unexpected argument \"-%c\"\n", optopt);
-            else
-                fprintf(stderr, "psd: unexpected argument \"%s\"\n", a);
+            fprintf(stderr, "psd: unexpected argument \"%s\"\n", a);
             usage(stderr);
             return 2;
         }

@@ -16,7 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/random.h>
@@ -24,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "opts.h"
 #include "../client/nodes.h"
 #include "../proto/auth.h"
 #include "../proto/frame.h"
@@ -1580,7 +1580,20 @@ int main(int argc, char **argv)
         { NULL, 0, NULL, 0 }
     };
     opterr = 0;
-    for (int o; (o = getopt_long(argc, argv, ":c:s:n:i:h", longs, NULL)) != -1;) {
+    for (;;) {
+        int idx = -1;
+        int o = getopt_long(argc, argv, ":c:s:n:i:h", longs, &idx);
+        if (o == -1)
+            break;
+        char letter[3];
+        const char *a = o == '?' || o == ':'
+                            ? psd_opt_refused(argv, optind, optopt, letter)
+                            : NULL;
+        if (!a && !psd_opt_whole(argv, optind, optarg, longs, idx, &a)) {
+            fprintf(stderr, "psctl: unexpected argument \"%s\" (write the "
+                    "option out: --%s)\n", a, longs[idx].name);
+            return 2;
+        }
         switch (o) {
         case 'c':
             ini = optarg;
@@ -1614,16 +1627,10 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         case ':':
-            fprintf(stderr, "psctl: %s needs a value\n", argv[optind - 1]);
+            fprintf(stderr, "psctl: %s needs a value\n", a);
             return 2;
         default:
-            /* An unknown letter may sit inside a group (-jx): name it. */
-            if (optopt > 0 && optopt < 128)
-                fprintf(stderr, "psctl: unexpected argument \"-%c\"\n",
-                        optopt);
-            else
-                fprintf(stderr, "psctl: unexpected argument \"%s\"\n",
-                        argv[optind - 1]);
+            fprintf(stderr, "psctl: unexpected argument \"%s\"\n", a);
             usage(stderr);
             return 2;
         }

@@ -1219,6 +1219,8 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
         { "-c /etc/hosts ping", "psctl: /etc/hosts:1: " },
         { "-s 127.0.0.1:1 -n 1 ping", "psctl: -n 1: -s gives 1 address "
           "(0..0)" },
+        { "-s 127.0.0.1:1 --js ping", "psctl: unexpected argument \"--js\" "
+          "(write the option out: --json)" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int st;
@@ -1265,6 +1267,11 @@ static void test_psd_takes_options_in_every_usual_form(void **state)
           2 },
         { "-c ", "--bogus", "psd: unexpected argument \"--bogus\"", 2 },
         { "-c ", "extra", "psd: unexpected argument \"extra\"", 2 },
+        /* getopt_long would take --skip for --skip-snapshot: a typo must
+         * not move the node's files aside. */
+        { "-c ", "--skip", "psd: unexpected argument \"--skip\" (write the "
+          "option out: --skip-snapshot)", 2 },
+        { "-c ", "--check=1", "psd: unexpected argument \"--check=1\"", 2 },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int st;

@@ -1019,6 +1019,24 @@ static void test_push_ok_replies_complete_request_without_error(
     psc_req_free(r);
 }
 
+/* A status below every code this client knows (a newer psd's) reaches
+ * the caller as PS_EPROTO, with the code and the node's reason. */
+static void test_an_unknown_status_is_a_protocol_error_with_its_code(
+    void **state)
+{
+    (void)state;
+    uint64_t keys[10];
+    float vals[10];
+    psc_req *r = push_request(1, keys, vals, 10, 1);
+    const char *wire = "a reason from the future";
+    psw_msg m = reply_msg(&r->parts[0], PS_EFULL - 1, wire, strlen(wire));
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 1, "the only reply");
+    EXPECT_INT(r->status, PS_EPROTO, "status");
+    EXPECT_SUBSTR(r->error, "answered status -16, which this client does not "
+                  "know: a reason from the future", "its text");
+    psc_req_free(r);
+}
+
 static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
     void **state)
 {
@@ -1458,6 +1476,8 @@ int main(void)
         cmocka_unit_test(test_push_ok_replies_complete_request_without_error),
         cmocka_unit_test(
             test_error_reply_sets_status_and_text_and_later_ok_keeps_it),
+        cmocka_unit_test(
+            test_an_unknown_status_is_a_protocol_error_with_its_code),
         cmocka_unit_test(test_reply_with_wrong_payload_size_is_eproto),
         cmocka_unit_test(
             test_part_fail_completes_request_and_keeps_first_error),

@@ -1,0 +1,45 @@
+/* Command-line helpers shared by psd and psctl, over getopt_long. */
+#ifndef PSD_OPTS_H
+#define PSD_OPTS_H
+
+#include <getopt.h>
+#include <string.h>
+
+/* getopt_long takes any unambiguous prefix of a long option (--s for
+ * --skip-snapshot, --d for --drop-table): options that move or drop data
+ * must be written out. After getopt_long returned an option, idx being
+ * its longindex (-1 for a short option): 1 when it was given whole, else
+ * 0. *given is the argument that held it (for the message). */
+static inline int psd_opt_whole(char *const *argv, int optind_,
+                                const char *optarg_,
+                                const struct option *longs, int idx,
+                                const char **given)
+{
+    /* The option's own element: the one before its value when the value
+     * came as the next element. */
+    const char *e = argv[optind_ - 1];
+    if (optarg_ && e == optarg_ && optind_ >= 2)
+        e = argv[optind_ - 2];
+    *given = e;
+    if (idx < 0 || strncmp(e, "--", 2) != 0)
+        return 1;
+    size_t n = strcspn(e + 2, "=");
+    return strlen(longs[idx].name) == n &&
+           strncmp(e + 2, longs[idx].name, n) == 0;
+}
+
+/* The argument getopt_long refused ('?' or ':'): "--name..." as given,
+ * else the letter; buf holds "-x". */
+static inline const char *psd_opt_refused(char *const *argv, int optind_,
+                                          int optopt_, char buf[3])
+{
+    const char *a = argv[optind_ - 1];
+    if (strncmp(a, "--", 2) == 0 || optopt_ <= 0 || optopt_ >= 128)
+        return a;
+    buf[0] = '-';
+    buf[1] = (char)optopt_;
+    buf[2] = '\0';
+    return buf;
+}
+
+#endif
