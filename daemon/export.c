@@ -131,8 +131,11 @@ static int export_table(psd_table *t, const char *dir, int node,
     for (uint64_t i = 0; i < n && !bad; i += BATCH) {
         size_t m = (size_t)(n - i < BATCH ? n - i : BATCH);
         /* Every key is a row of this node: a pull creates nothing. */
-        bad = psd_table_pull(t, keys.p + i * sizeof(uint64_t), m, rows) ||
-              fwrite(rows, 1, m * rowb, f) != m * rowb;
+        if (psd_table_pull(t, keys.p + i * sizeof(uint64_t), m, rows)) {
+            errno = ENOMEM;
+            bad = 1;
+        } else
+            bad = fwrite(rows, 1, m * rowb, f) != m * rowb;
     }
     free(rows);
     free(keys.p);
@@ -191,9 +194,21 @@ static int write_manifest(const char *dir, const char *ini,
         sep = ",";
     }
     fprintf(f, "],\n \"tables\": [");
+    const char *tsep = "";
     for (int j = 0; j < cfg->ntables; j++) {
         const psd_table_conf *tc = &cfg->tables[j];
-        fprintf(f, "%s\n  {\"name\": ", j ? "," : "");
+        /* A table the ini added since the snapshots holds no row of
+         * training: left out, not listed with no files. */
+        int held = 0;
+        for (int i = 0; i < cfg->nnodes; i++)
+            held |= no[i].exported && no[i].rows[j] >= 0;
+        if (!held) {
+            fprintf(stderr, "psd --export: table '%s' is in %s but in no "
+                    "snapshot (added since): not exported\n", tc->name, ini);
+            continue;
+        }
+        fprintf(f, "%s\n  {\"name\": ", tsep);
+        tsep = ",";
         json_str(f, tc->name);
         fprintf(f, ", \"kind\": \"%s\", \"dim\": %u, \"rows\": %llu, "
                 "\"updater\": \"%s\", \"files\": [",

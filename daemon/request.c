@@ -667,8 +667,9 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     if (pushes && tc->consistency == PSD_CONS_BSP &&
         !psd_sync_holds(&n->sync, ss->worker, ss)) {
         snprintf(err, sizeof err, "table '%s' is bsp: its pushes are the "
-                 "workers' gradients of a clock, and this client is not a "
-                 "worker (ps_options.worker = -1); push from a worker, or "
+                 "workers' gradients of a clock, and this connection holds "
+                 "no worker id (ps_options.worker = -1, or its worker was "
+                 "taken over by a new connection); push from a worker, or "
                  "set a table's starting values with its init", tc->name);
         reply_error(n, ss, m, PSW_EINVAL, err);
         return;

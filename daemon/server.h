@@ -29,6 +29,8 @@ typedef struct psd_server {
     char reload_error[200];      /* why the last reload failed; "" */
     uv_timer_t conn_timer;       /* HELLO timeout, heartbeats, dead peers */
     uv_timer_t mode_timer;       /* training modes: grace, wait logs */
+    uint64_t journal_retry_ms;   /* a failed journal is tried this often */
+    uint64_t journal_tried_ms;   /* when it last was */
 } psd_server;
 
 /* Takes ownership of *cfg (left zeroed), runs the checks of preflight.h

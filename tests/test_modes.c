@@ -476,8 +476,8 @@ static void misuse_gets_clear_errors(void **state)
     EXPECT_INT(ps_wait(r, ps_push_range(r, bsp, 0, 1, g, NULL, NULL)),
                PS_EINVAL, "a reader's push to a bsp table");
     EXPECT_SUBSTR(ps_last_error(r), "table 'sgd' is bsp: its pushes are the "
-                  "workers' gradients of a clock, and this client is not a "
-                  "worker", "why");
+                  "workers' gradients of a clock, and this connection holds "
+                  "no worker id (ps_options.worker = -1", "why");
     EXPECT_INT(ps_wait(r, ps_pull_range(r, bsp, 0, 1, out, NULL, NULL)),
                PS_OK, "a reader's pull of a bsp table");
     EXPECT_INT(out[0] == 0 && out[1] == 0, 1, "row 0 as initialised");
