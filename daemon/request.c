@@ -595,7 +595,7 @@ static int is_bad(const psd_session *ss, const badset *bad, uint64_t ts)
 static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
                      uint64_t now_ms, const badset *bad)
 {
-    char err[256];
+    char err[512];
     int owner = -1, rc;
 
     if (psw_op_has(m->op, PSW_OPF_SESSION)) {
