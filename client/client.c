@@ -165,7 +165,9 @@ static int bad_options(const ps_options *o, char *why, size_t len)
         { "connect_timeout_ms", o->connect_timeout_ms, 1, INT_MAX },
         { "request_timeout_ms", o->request_timeout_ms, 1, INT_MAX },
         { "max_retries", o->max_retries, 0, INT_MAX },
-        { "batch_delay_us", o->batch_delay_us, 0, INT_MAX },
+        /* A wait for company past a second would outlast requests'
+         * bounded time while they sit in the queue. */
+        { "batch_delay_us", o->batch_delay_us, 0, 1000000 },
         { "worker", o->worker, -1, INT_MAX },
         { "busy_poll_us", o->busy_poll_us, 0, 1000000 },
     };

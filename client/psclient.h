@@ -79,8 +79,9 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         times and fails with PS_ETIMEDOUT
                                         once request_timeout_ms x (max_retries + 1)
                                         have passed since the call */
-    int batch_delay_us;              /* how long a small request may wait for company;
-                                        default 0: send as soon as the I/O thread runs */
+    int batch_delay_us;              /* how long a small request may wait for company,
+                                        0..1000000; default 0: send as soon as
+                                        the I/O thread runs */
     size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB */
     const char *auth_token;          /* the cluster's token (16..255 bytes); NULL or "":
                                         $PSD_AUTH_TOKEN, else the ini's auth_token /

@@ -909,6 +909,15 @@ static void busy_poll_settings_serve_and_bad_ones_are_refused(void **state)
         EXPECT_INT(strstr(ps_last_error(NULL), "busy_poll_us = ") != NULL, 1,
                    "why ps_open failed: '%s'", ps_last_error(NULL));
     }
+    /* A batch delay past a second would outlast the queued requests'
+     * bounded time (they are not timed while they wait for company). */
+    ps_options o;
+    ps_options_init(&o);
+    o.batch_delay_us = 1000001;
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, shared.spec, &o), PS_EINVAL);
+    EXPECT_SUBSTR(ps_last_error(NULL), "batch_delay_us = 1000001; it must be "
+                  "0..1000000", "why ps_open failed");
 }
 
 /* Why ps_open failed is kept for ps_last_error(NULL) on the calling thread
