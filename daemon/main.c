@@ -159,21 +159,13 @@ int main(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    opterr = 0;
     for (;;) {
-        int idx = -1;
-        int o = getopt_long(argc, argv, ":c:n:h", longs, &idx);
+        const char *a;
+        int o = psd_getopt(argc, argv, ":c:n:h", longs, "psd", &a);
         if (o == -1)
             break;
-        char letter[3];
-        const char *a = o == '?' || o == ':'
-                            ? psd_opt_refused(argv, optind, optopt, letter)
-                            : NULL;
-        if (!a && !psd_opt_whole(argv, optind, optarg, longs, idx, &a)) {
-            fprintf(stderr, "psd: unexpected argument \"%s\" (write the "
-                    "option out: --%s)\n", a, longs[idx].name);
+        if (o == -2)
             return 2;
-        }
         switch (o) {
         case 'C':
             check = 1;

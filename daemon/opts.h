@@ -3,6 +3,7 @@
 #define PSD_OPTS_H
 
 #include <getopt.h>
+#include <stdio.h>
 #include <string.h>
 
 /* getopt_long takes any unambiguous prefix of a long option (--s for
@@ -40,6 +41,33 @@ static inline const char *psd_opt_refused(char *const *argv, int optind_,
     buf[1] = (char)optopt_;
     buf[2] = '\0';
     return buf;
+}
+
+/* getopt_long with those rules, for prog ("psd", "psctl"): the option,
+ * -1 at the end, or -2 after saying on stderr that a long option was cut
+ * short (the caller exits with status 2). For '?' and ':', *refused is
+ * the argument refused, as given. Messages of getopt_long's own are off
+ * (opterr): the caller says what is wrong in its words. */
+static inline int psd_getopt(int argc, char *const *argv, const char *shorts,
+                             const struct option *longs, const char *prog,
+                             const char **refused)
+{
+    static char letter[3];
+    int idx = -1;
+    opterr = 0;
+    int o = getopt_long(argc, argv, shorts, longs, &idx);
+    *refused = NULL;
+    if (o == '?' || o == ':') {
+        *refused = psd_opt_refused(argv, optind, optopt, letter);
+        return o;
+    }
+    const char *given;
+    if (o != -1 && !psd_opt_whole(argv, optind, optarg, longs, idx, &given)) {
+        fprintf(stderr, "%s: unexpected argument \"%s\" (write the option "
+                "out: --%s)\n", prog, given, longs[idx].name);
+        return -2;
+    }
+    return o;
 }
 
 #endif
