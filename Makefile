@@ -7,7 +7,7 @@ DESTDIR ?=
 BUILD   ?= build
 CC      ?= cc
 
-VERSION   := 0.2.0
+VERSION   := 0.3.0
 SOVERSION := 0
 
 # msgpack-c 4.x ships `msgpack`; 6.x renamed it `msgpack-c`.

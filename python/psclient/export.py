@@ -1,9 +1,16 @@
 """Reading a model that ``psd --export DIR`` wrote from the nodes'
-snapshots: numpy only, no connection to the cluster. The README's
-"Exporting a model" describes the files."""
+snapshots. The README's "Exporting a model" describes the files.
+
+This file needs numpy only (no libpsclient, no cluster), so it may be
+copied to a machine without psd: ``python3 export.py DIR model.npz``
+gathers an export into one .npz file that ``numpy.load`` reads anywhere
+(a dense table under its name; a sparse one as NAME.keys and NAME.values).
+Importing it as ``psclient.read_export`` goes through the package, which
+loads libpsclient."""
 
 import json
 import os
+import sys
 from typing import Dict, Tuple, Union
 
 import numpy as np
@@ -19,15 +26,20 @@ def read_export(path: Union[str, os.PathLike],
     ``r``. A sparse table is ``(keys, values)``: a uint64 array of its keys
     and the ``(len(keys), dim)`` float32 array of their rows, in no
     particular order (``dict(zip(keys.tolist(), values))`` to look keys
-    up). The export holds the nodes whose snapshot was found; a dense
-    table missing rows of a node that was not exported raises ValueError,
-    unless ``partial``, which leaves those rows NaN (a sparse table then
-    holds the exported nodes' keys only)."""
+    up). An export of only some of the cluster's nodes (a node had no
+    snapshot, or ``psd --export -n``) raises ValueError, as does a dense
+    table with a row missing or given twice, unless ``partial``: then the
+    tables hold what the export has, a dense table's missing rows NaN."""
     with open(os.path.join(path, "export.json"), encoding="utf-8") as f:
         manifest = json.load(f)
     if manifest.get("format") != 1:
         raise ValueError(f"{path}: export format {manifest.get('format')!r}, "
                          f"this psclient reads 1")
+    have = sorted(s["node"] for s in manifest["snapshots"])
+    if len(have) != manifest["nodes"] and not partial:
+        raise ValueError(f"{path}: the export holds the snapshots of nodes "
+                         f"{have} of {manifest['nodes']}: its tables lack "
+                         f"the others' rows; partial=True reads it anyway")
     out: Dict[str, Exported] = {}
     for t in manifest["tables"]:
         dim = int(t["dim"])
@@ -49,15 +61,37 @@ def read_export(path: Union[str, os.PathLike],
             out[t["name"]] = (k, v)
             continue
         rows = int(t["rows"])
-        if len(k) != rows and not partial:
-            raise ValueError(f"{path}: dense table {t['name']!r} has "
-                             f"{len(k)} of its {rows} rows in this export "
-                             f"(a node without a snapshot?); "
-                             f"partial=True leaves the others NaN")
         if len(k) and int(k.max()) >= rows:
             raise ValueError(f"{path}: dense table {t['name']!r} has row "
                              f"{int(k.max())} of {rows}")
+        seen = np.zeros(rows, np.int64)
+        np.add.at(seen, k.astype(np.int64), 1)
+        if not partial and (seen != 1).any():
+            bad = int(np.flatnonzero(seen != 1)[0])
+            raise ValueError(f"{path}: dense table {t['name']!r} has row "
+                             f"{bad} {int(seen[bad])} times in this export, "
+                             f"want once; partial=True reads it anyway")
         dense = np.full((rows, dim), np.nan, np.float32)
         dense[k.astype(np.int64)] = v
         out[t["name"]] = dense
     return out
+
+
+def _to_npz(path: str, npz: str) -> None:
+    arrays = {}
+    for name, table in read_export(path).items():
+        if isinstance(table, tuple):
+            arrays[name + ".keys"], arrays[name + ".values"] = table
+        else:
+            arrays[name] = table
+    np.savez(npz, **arrays)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python3 export.py DIR OUT.npz  (DIR: what psd "
+                 "--export wrote)")
+    try:
+        _to_npz(sys.argv[1], sys.argv[2])
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(f"export.py: {e}")

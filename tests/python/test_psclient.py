@@ -189,6 +189,14 @@ def test_token_opens_a_cluster_that_requires_one(make_cluster, monkeypatch):
         assert e.value.code == psclient.PS_EAUTH
 
 
+def test_a_failed_connect_is_said_once_by_the_exception(capfd):
+    """The binding raises the reason ps_open gives, so the library keeps
+    it off stderr (ps_options.quiet): a notebook shows it once."""
+    with pytest.raises(psclient.InvalidError, match="bad server address"):
+        psclient.connect("localhost")
+    assert "libpsclient" not in capfd.readouterr().err
+
+
 def test_bad_options_raise_before_connecting():
     with pytest.raises(TypeError, match="request_timeout_ms: expected an int"):
         psclient.connect("127.0.0.1:9", request_timeout_ms=1.5)
@@ -1356,17 +1364,31 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     assert dict(zip(k.tolist(), v.tolist())) == {
         int(x): vals[i].tolist() for i, x in enumerate(keys)}
     assert m["seeded"][0].size == 0 and m["seeded"][1].shape == (0, 2)
+    # export.py alone (numpy only, no libpsclient) gathers it into a .npz.
+    npz = tmp_path / "model.npz"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PSCLIENT_LIB", "PYTHONPATH")}
+    r = subprocess.run([sys.executable,
+                        str(SRC / "python" / "psclient" / "export.py"),
+                        str(out), str(npz)], capture_output=True, text=True,
+                       timeout=60, env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    z = np.load(npz)
+    np.testing.assert_array_equal(z["dense"], rows)
+    assert sorted(z["emb.keys"].tolist()) == sorted(keys.tolist())
     one = tmp_path / "one"
     r = subprocess.run([psd, "--export", str(one), "-c", cluster.ini,
                         "-n", "1"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    with pytest.raises(ValueError, match="partial=True"):
+    with pytest.raises(ValueError, match=r"nodes \[1\] of 2"):
         psclient.read_export(one)
-    d = psclient.read_export(one, partial=True)["dense"]
+    part = psclient.read_export(one, partial=True)
+    d = part["dense"]
     held = ~np.isnan(d[:, 0])
     assert 0 < held.sum() < 100
     np.testing.assert_array_equal(d[held], rows[held])
+    assert set(part["emb"][0].tolist()) <= set(keys.tolist())
     # A dense table added to the ini since the snapshots holds no trained
     # row: left out of the export, which still reads whole.
     with open(cluster.ini, "a") as f:
