@@ -810,9 +810,19 @@ class Client:
                     return None
             elif self._h is None or self._closing:
                 raise ClosedError(PS_ECLOSED, "the client was closed")
-            self._busy += 1
+            # This thread's count first: a signal handler that runs in
+            # between and calls close() then sees this call and closes
+            # after it (_close_later), instead of waiting for it for ever.
             self._busy_in[me] = self._busy_in.get(me, 0) + 1
-            return self._h
+            self._busy += 1
+            h = self._h
+            if h is None:
+                # A handler closed the client before this call counted.
+                self._release()
+                if status_read:
+                    return None
+                raise ClosedError(PS_ECLOSED, "the client was closed")
+            return h
 
     def _release(self) -> None:
         me = threading.get_ident()
