@@ -3,11 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "export.h"
+#include "journal.h"
 #include "node.h"
+#include "request.h"
 #include "snapshot.h"
 #include "stream.h"
 #include "table.h"
@@ -158,21 +162,25 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* What one node gave: its snapshot, and the rows of each table (-1: the
- * table is not in its snapshot, a table the ini added since). */
+/* What one node gave: its snapshot (if any), the journal records after
+ * it, and the rows of each table (-1: the table is not in its snapshot, a
+ * table the ini added since). */
 typedef struct node_out {
-    int exported;
+    int has_snapshot;
     psd_snap_info si;
     char snap[4200];
+    uint64_t records;            /* journal records replayed */
     int64_t *rows;               /* per table of the ini */
 } node_out;
 
+/* DIR/export.nodeN.json: node i's files, so that the exports of nodes
+ * made one by one (-n, on several hosts) gather in one folder. */
 static int write_manifest(const char *dir, const char *ini,
-                          const psd_config *cfg, const node_out *no,
+                          const psd_config *cfg, int i, const node_out *no,
                           char *err, size_t errlen)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/export.json", dir);
+    snprintf(path, sizeof path, "%s/export.node%d.json", dir, i);
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
@@ -180,57 +188,88 @@ static int write_manifest(const char *dir, const char *ini,
     }
     fprintf(f, "{\"format\": 1, \"ini\": ");
     json_str(f, ini);
-    fprintf(f, ", \"nodes\": %d, \"shards\": %u,\n \"snapshots\": [",
-            cfg->nnodes, cfg->shards);
-    const char *sep = "";
-    for (int i = 0; i < cfg->nnodes; i++) {
-        if (!no[i].exported)
-            continue;
-        fprintf(f, "%s\n  {\"node\": %d, \"file\": ", sep, i);
-        json_str(f, no[i].snap);
+    fprintf(f, ", \"nodes\": %d, \"shards\": %u, \"node\": %d,\n"
+            " \"snapshot\": ", cfg->nnodes, cfg->shards, i);
+    if (no->has_snapshot) {
+        fprintf(f, "{\"file\": ");
+        json_str(f, no->snap);
         fprintf(f, ", \"generation\": %llu, \"created_ms\": %llu}",
-                (unsigned long long)no[i].si.generation,
-                (unsigned long long)no[i].si.created_ms);
-        sep = ",";
-    }
-    fprintf(f, "],\n \"tables\": [");
-    const char *tsep = "";
+                (unsigned long long)no->si.generation,
+                (unsigned long long)no->si.created_ms);
+    } else
+        fprintf(f, "null");
+    fprintf(f, ", \"journal_records\": %llu,\n \"tables\": [",
+            (unsigned long long)no->records);
+    const char *sep = "";
     for (int j = 0; j < cfg->ntables; j++) {
         const psd_table_conf *tc = &cfg->tables[j];
-        /* A table the ini added since the snapshots holds no row of
-         * training: left out, not listed with no files. */
-        int held = 0;
-        for (int i = 0; i < cfg->nnodes; i++)
-            held |= no[i].exported && no[i].rows[j] >= 0;
-        if (!held) {
-            fprintf(stderr, "psd --export: table '%s' is in %s but in no "
-                    "snapshot (added since): not exported\n", tc->name, ini);
+        if (no->rows[j] < 0)
             continue;
-        }
-        fprintf(f, "%s\n  {\"name\": ", tsep);
-        tsep = ",";
+        fprintf(f, "%s\n  {\"name\": ", sep);
         json_str(f, tc->name);
         fprintf(f, ", \"kind\": \"%s\", \"dim\": %u, \"rows\": %llu, "
-                "\"updater\": \"%s\", \"files\": [",
+                "\"updater\": \"%s\", \"keys\": \"%s.node%d.keys.npy\", "
+                "\"values\": \"%s.node%d.npy\", \"count\": %lld}",
                 tc->dense ? "dense" : "sparse", tc->dim,
                 (unsigned long long)(tc->dense ? tc->rows : 0),
-                psd_updater_name(tc->upd.kind));
-        sep = "";
-        for (int i = 0; i < cfg->nnodes; i++) {
-            if (!no[i].exported || no[i].rows[j] < 0)
-                continue;
-            fprintf(f, "%s{\"node\": %d, \"keys\": \"%s.node%d.keys.npy\", "
-                    "\"values\": \"%s.node%d.npy\", \"count\": %lld}", sep, i,
-                    tc->name, i, tc->name, i, (long long)no[i].rows[j]);
-            sep = ", ";
-        }
-        fprintf(f, "]}");
+                psd_updater_name(tc->upd.kind), tc->name, i, tc->name, i,
+                (long long)no->rows[j]);
+        sep = ",";
     }
     fprintf(f, "]}\n");
     return finish(f, path, 0, err, errlen);
 }
 
-/* Loads node i's snapshot and writes its tables. 1 when it has none. */
+/* Removes what an earlier export of node i left in dir (its manifest
+ * first, then TABLE.nodeI.npy and TABLE.nodeI.keys.npy): tables dropped
+ * since must not linger beside the new files. */
+static int clear_node(const char *dir, int i, char *err, size_t errlen)
+{
+    char path[4200], a[48], b[48];
+    snprintf(path, sizeof path, "%s/export.node%d.json", dir, i);
+    if (unlink(path) && errno != ENOENT) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    int la = snprintf(a, sizeof a, ".node%d.npy", i);
+    int lb = snprintf(b, sizeof b, ".node%d.keys.npy", i);
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (!((n > (size_t)la && !strcmp(e->d_name + n - la, a)) ||
+              (n > (size_t)lb && !strcmp(e->d_name + n - lb, b))))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) && errno != ENOENT) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Makes dir, or takes it as it is. */
+static int make_out(const char *dir, char *err, size_t errlen)
+{
+    struct stat st;
+    if (mkdir(dir, 0755) == 0)
+        return 0;
+    if (errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        return 0;
+    snprintf(err, errlen, "%s: %s", dir,
+             errno == EEXIST ? "not a folder" : strerror(errno));
+    return -1;
+}
+
+/* Loads node i as a restart would, reading only: its snapshot, then the
+ * journal after it (the records a live node has written so far), and
+ * writes its tables and manifest. 1 when it has neither. */
 static int export_node(const char *ini, int i, const char *const *drop,
                        int ndrop, const char *out_dir, node_out *o,
                        int ntables, char *err, size_t errlen)
@@ -241,11 +280,6 @@ static int export_node(const char *ini, int i, const char *const *drop,
     char dir[4096];
     psd_config_data_dir(&cfg, dir, sizeof dir);
     psd_snapshot_path(o->snap, sizeof o->snap, dir, i);
-    struct stat st;
-    if (stat(o->snap, &st)) {
-        psd_config_destroy(&cfg);
-        return 1;
-    }
     psd_node n;
     if (psd_node_init(&n, &cfg, i, 0, err, errlen)) {
         psd_node_destroy(&n);
@@ -253,13 +287,26 @@ static int export_node(const char *ini, int i, const char *const *drop,
     }
     psd_snap_tables tm = { .drop = drop, .ndrop = ndrop };
     int rc = psd_snapshot_load(&n, dir, 0, &o->si, &tm, err, errlen);
-    if (rc) {
-        if (rc == 1)
-            snprintf(err, errlen, "%s: no snapshot", o->snap);
+    o->has_snapshot = rc == 0;
+    if (rc == 1 && psd_journal_first(dir, i) == 0) {
+        psd_node_destroy(&n);
+        return 1;
+    }
+    if (rc < 0) {
         free(tm.map);
         psd_node_destroy(&n);
         return -1;
     }
+    /* The segments after a snapshot were written under its tables. */
+    uint64_t next;
+    psd_replay_ctx ctx = { &n, 0, tm.map, tm.nmap, 0 };
+    rc = psd_journal_replay(dir, i, tm.map ? o->si.shape : n.shape,
+                            o->has_snapshot ? o->si.journal_seq : 1,
+                            (size_t)n.cfg.max_frame + 4096,
+                            psd_request_replay, &ctx, &next, &o->records,
+                            NULL, 0, err, errlen);
+    if (rc == 0)
+        psd_request_replayed(&n, 0);
     /* A table the ini added since the snapshot holds only its init: not
      * exported. */
     for (int j = 0; j < ntables; j++)
@@ -268,6 +315,9 @@ static int export_node(const char *ini, int i, const char *const *drop,
         if (tm.map[k] >= 0 && tm.map[k] < ntables)
             o->rows[tm.map[k]] = 0;
     free(tm.map);
+    if (rc == 0)
+        rc = make_out(out_dir, err, errlen) ||
+             clear_node(out_dir, i, err, errlen);
     for (int j = 0; j < ntables && rc == 0; j++) {
         uint64_t count = 0;
         if (o->rows[j] < 0)
@@ -275,9 +325,10 @@ static int export_node(const char *ini, int i, const char *const *drop,
         rc = export_table(n.tables[j], out_dir, i, &count, err, errlen);
         o->rows[j] = (int64_t)count;
     }
+    if (rc == 0)
+        rc = write_manifest(out_dir, ini, &n.cfg, i, o, err, errlen);
     psd_node_destroy(&n);
-    o->exported = rc == 0;
-    return rc;
+    return rc ? -1 : 0;
 }
 
 int psd_export(const char *ini, int only, const char *const *drop,
@@ -295,54 +346,50 @@ int psd_export(const char *ini, int only, const char *const *drop,
         psd_config_destroy(&cfg);
         return 1;
     }
-    struct stat st;
-    if (mkdir(out_dir, 0755) && (errno != EEXIST || stat(out_dir, &st) ||
-                                 !S_ISDIR(st.st_mode))) {
-        fprintf(stderr, "psd --export: %s: %s\n", out_dir,
-                errno == EEXIST ? "not a folder" : strerror(errno));
-        psd_config_destroy(&cfg);
-        return 1;
-    }
-    node_out *no = calloc((size_t)cfg.nnodes, sizeof *no);
-    int64_t *rows = calloc((size_t)cfg.nnodes * (size_t)cfg.ntables + 1,
-                           sizeof *rows);
+    node_out *no = calloc(1, sizeof *no);
+    int64_t *rows = calloc((size_t)cfg.ntables + 1, sizeof *rows);
     int status = !no || !rows, exported = 0;
     if (status)
         fprintf(stderr, "psd --export: out of memory\n");
     for (int i = 0; i < cfg.nnodes && !status; i++) {
         if (only >= 0 && i != only)
             continue;
-        no[i].rows = rows + (size_t)i * (size_t)cfg.ntables;
-        int rc = export_node(ini, i, drop, ndrop, out_dir, &no[i],
-                             cfg.ntables, err, sizeof err);
-        if (rc == 1 && only < 0) {
-            fprintf(stderr, "psd --export: node %d: no snapshot (%s); its "
-                    "rows are not in the export\n", i, no[i].snap);
-            continue;
-        }
+        memset(no, 0, sizeof *no);
+        no->rows = rows;
+        int rc = export_node(ini, i, drop, ndrop, out_dir, no, cfg.ntables,
+                             err, sizeof err);
         if (rc) {
-            fprintf(stderr, "psd --export: node %d: %s\n", i,
-                    rc == 1 ? "no snapshot (psctl save writes one)" : err);
+            /* Every node, or the export would hold part of each table:
+             * a node without files has nothing to give. */
+            if (rc == 1)
+                fprintf(stderr, "psd --export: node %d: no snapshot and no "
+                        "journal in its data_dir (%s)%s\n", i, no->snap,
+                        exported || only >= 0 ? ""
+                        : "; psctl save writes a snapshot of a live node");
+            else
+                fprintf(stderr, "psd --export: node %d: %s\n", i, err);
             status = 1;
             break;
         }
         exported++;
-        fprintf(stderr, "psd --export: node %d: snapshot %llu of %s\n", i,
-                (unsigned long long)no[i].si.generation, no[i].snap);
-    }
-    if (!status && !exported) {
-        fprintf(stderr, "psd --export: no node has a snapshot in its "
-                "data_dir (psctl save writes one)\n");
-        status = 1;
-    }
-    if (!status && write_manifest(out_dir, ini, &cfg, no, err, sizeof err)) {
-        fprintf(stderr, "psd --export: %s\n", err);
-        status = 1;
+        for (int j = 0; j < cfg.ntables; j++)
+            if (rows[j] < 0)
+                fprintf(stderr, "psd --export: node %d: table '%s' is in %s "
+                        "but not in its snapshot (added since): not "
+                        "exported\n", i, cfg.tables[j].name, ini);
+        if (no->has_snapshot)
+            fprintf(stderr, "psd --export: node %d: snapshot %llu of %s and "
+                    "%llu journal records after it\n", i,
+                    (unsigned long long)no->si.generation, no->snap,
+                    (unsigned long long)no->records);
+        else
+            fprintf(stderr, "psd --export: node %d: no snapshot; %llu "
+                    "journal records\n", i, (unsigned long long)no->records);
     }
     if (!status)
         fprintf(stderr, "psd --export: %d of %d node%s written to %s "
-                "(export.json lists the files)\n", exported, cfg.nnodes,
-                cfg.nnodes == 1 ? "" : "s", out_dir);
+                "(export.nodeN.json lists each node's files)\n", exported,
+                cfg.nnodes, cfg.nnodes == 1 ? "" : "s", out_dir);
     free(rows);
     free(no);
     psd_config_destroy(&cfg);

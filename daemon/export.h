@@ -5,15 +5,17 @@
 #ifndef PSD_EXPORT_H
 #define PSD_EXPORT_H
 
-/* Reads the snapshot of each node of the cluster in ini (only node
- * `only` when >= 0) from its data_dir, its tables found by name as at a
- * start (drop: the --drop-table names, ndrop of them, not owned), and
- * writes into out_dir (made when missing) per table and node
+/* Loads each node of the cluster in ini (only node `only` when >= 0) from
+ * its data_dir as a restart would, reading only: its snapshot (tables
+ * found by name; drop: the --drop-table names, ndrop of them, not owned),
+ * then the journal after it, up to the last whole record (a live node's
+ * too). Writes into out_dir (made when missing) per table and node
  * TABLE.nodeN.keys.npy (u64 keys, or a dense table's row numbers) and
- * TABLE.nodeN.npy (f32, one row of dim values per key), and export.json
- * describing them. Nodes without a snapshot are skipped with a note
- * (refused when named by `only`). Says what it wrote on stderr. Returns
- * the exit status: 0, or 1 with the reason on stderr. */
+ * TABLE.nodeN.npy (f32, one row of dim values per key), and
+ * export.nodeN.json describing them, after removing what an earlier export
+ * of that node left there. A node with neither snapshot nor journal is
+ * refused. Says what it wrote on stderr. Returns the exit status: 0, or 1
+ * with the reason on stderr. */
 int psd_export(const char *ini, int only, const char *const *drop,
                int ndrop, const char *out_dir);
 

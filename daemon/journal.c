@@ -780,6 +780,8 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                 if (!torn && !whole && !e && seq == s.hi &&
                     unwritten_tail(fd, off, end, &e))
                     torn = 2;
+                if (torn && seq == s.hi && !cut)
+                    break;       /* read only: the file is not ours */
                 if (torn && seq == s.hi && truncate(path, (off_t)off) == 0) {
                     fsync_path(path);
                     if (cutlen)

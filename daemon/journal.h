@@ -125,7 +125,9 @@ uint64_t psd_journal_first(const char *dir, int node);
  * last segment (a write cut by a crash: cut short, or zeros from a page
  * boundary to the end of the file) is cut off the file and ends the
  * replay, with a line saying so in cut (else cut is ""); a bad record
- * anywhere else is refused. Returns 0 with *next (the segment to open
+ * anywhere else is refused. cut NULL reads only: such a record (also the
+ * one a live node is writing) ends the replay and the file is left as it
+ * is (psd --export). Returns 0 with *next (the segment to open
  * next) and *records set, or -1 with "FILE: offset N: reason" in err (or
  * apply's own reason). max_body bounds a record. */
 int psd_journal_replay(const char *dir, int node, uint64_t shape,

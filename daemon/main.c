@@ -36,12 +36,13 @@ static void usage(FILE *f)
             "                               --skip-snapshot, not the node's "
             "snapshot and journal\n"
             "       psd --export DIR -c FILE [-n NODE] [--drop-table NAME]...\n"
-            "                               write the rows of each node's "
-            "snapshot (NODE's only\n"
-            "                               with -n) into DIR as NumPy .npy "
-            "files, with\n"
-            "                               DIR/export.json listing them, and "
-            "exit\n"
+            "                               write the rows of each node (NODE's "
+            "only with -n),\n"
+            "                               its snapshot and the journal after "
+            "it, read only,\n"
+            "                               into DIR as NumPy .npy files, with "
+            "DIR/export.nodeN.json\n"
+            "                               listing them, and exit\n"
             "\n"
             "At start psd restores the node from its snapshot and journal in "
             "data_dir;\n--skip-snapshot moves them aside (*.skipped.TIME) "
@@ -166,6 +167,28 @@ int main(int argc, char **argv)
             break;
         if (o == -2)
             return 2;
+        /* A value that is the next option (--export -c FILE) is a value
+         * forgotten, not a folder named "-c"; an option given twice would
+         * have the last one act, on a file or node the other did not
+         * name. */
+        const char *name = o == 'c' ? "-c" : o == 'E' ? "--export"
+                           : o == 'D' ? "--drop-table" : NULL;
+        if (name && (!optarg[0] || optarg[0] == '-')) {
+            const char *want = o == 'c' ? "a file" : o == 'E' ? "a folder"
+                                                               : "a table name";
+            if (optarg[0])
+                fprintf(stderr, "psd: %s: expected %s, got the option "
+                        "\"%s\"\n", name, want, optarg);
+            else
+                fprintf(stderr, "psd: %s: expected %s\n", name, want);
+            return 2;
+        }
+        if ((o == 'c' && path) || (o == 'E' && export_dir) ||
+            (o == 'n' && node_given)) {
+            fprintf(stderr, "psd: %s given twice\n",
+                    o == 'c' ? "-c" : o == 'E' ? "--export" : "-n");
+            return 2;
+        }
         switch (o) {
         case 'C':
             check = 1;
@@ -177,10 +200,6 @@ int main(int argc, char **argv)
             path = optarg;
             break;
         case 'E':
-            if (!optarg[0]) {
-                fprintf(stderr, "psd: --export: expected a folder\n");
-                return 2;
-            }
             export_dir = optarg;
             break;
         case 'n':
@@ -192,11 +211,6 @@ int main(int argc, char **argv)
             }
             break;
         case 'D':
-            if (!optarg[0]) {
-                fprintf(stderr, "psd: --drop-table: expected a table "
-                        "name\n");
-                return 2;
-            }
             if (ndrop == (int)(sizeof drop / sizeof *drop)) {
                 fprintf(stderr, "psd: --drop-table: at most %d tables at "
                         "one start\n", ndrop);

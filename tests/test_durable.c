@@ -310,45 +310,11 @@ static char *read_npy(const char *path, char *hdr, size_t hdrlen,
     return data;
 }
 
-/* psd --export writes the rows of the nodes' snapshots as .npy files:
- * each node's keys and rows, shard after shard, with headers numpy reads
- * (tests/python reads them with numpy itself); what it cannot do is
- * refused with a reason. */
-static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
+/* Checks the export of table w (50 rows of dim 2, row r pushed as 2r,
+ * 2r+1 `times` times) in folder out: every row once over both nodes'
+ * files, with headers numpy reads. */
+static void expect_exported_w(const char *out, int times)
 {
-    (void)state;
-    test_cluster c;
-    if (cluster_start_ex(&c, 2, 4, "workers = 1\n", SERVER
-                         "[table.w]\nkind = dense\nrows = 50\ndim = 2\n"
-                         TABLES))
-        fail_msg("cluster did not start");
-    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
-    char out[400], cmd[1200];
-    snprintf(out, sizeof out, "%s/model", c.dir);
-    int st;
-    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s'", psd, out, c.ini);
-    char *o = run_out(&st, cmd);
-    EXPECT_INT(st, 1, "an export before any snapshot: %s", o);
-    EXPECT_SUBSTR(o, "no node has a snapshot in its data_dir (psctl save "
-                  "writes one)", "why");
-    free(o);
-    ps_options opt = client_options();
-    ps_client *cl;
-    assert_int_equal(ps_open(&cl, c.spec, &opt), PS_OK);
-    int t = ps_table(cl, "w", NULL);
-    float rows[100];
-    for (int i = 0; i < 100; i++)
-        rows[i] = (float)i;
-    EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, 50, rows, NULL, NULL)),
-               PS_OK, "push");
-    ps_close(cl);
-    pid_t p = spawn(psctl_save, c.spec);
-    waitpid(p, &st, 0);
-    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "psctl save");
-    o = run_out(&st, cmd);
-    EXPECT_INT(st, 0, "%s: %s", cmd, o);
-    EXPECT_SUBSTR(o, "2 of 2 nodes written to", "what it says");
-    free(o);
     int total = 0, seen[50] = { 0 };
     for (int n = 0; n < 2; n++) {
         char path[600], hk[256], hv[256], want[64];
@@ -369,19 +335,101 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
         EXPECT_INT((int)vlen, (int)(nk * 8), "node %d: bytes of rows", n);
         for (size_t i = 0; i < nk; i++) {
             if (keys[i] >= 50 || seen[keys[i]]++ ||
-                v[2 * i] != (float)(2 * keys[i]) ||
-                v[2 * i + 1] != (float)(2 * keys[i] + 1))
-                fail_msg("node %d: row %llu exported as %g %g (or twice)",
-                         n, (unsigned long long)keys[i], (double)v[2 * i],
-                         (double)v[2 * i + 1]);
+                v[2 * i] != (float)(times * 2 * keys[i]) ||
+                v[2 * i + 1] != (float)(times * (2 * keys[i] + 1)))
+                fail_msg("node %d: row %llu exported as %g %g (or twice), "
+                         "want it pushed %d times", n,
+                         (unsigned long long)keys[i], (double)v[2 * i],
+                         (double)v[2 * i + 1], times);
         }
         total += (int)nk;
         free(keys);
         free(v);
+        snprintf(path, sizeof path, "%s/export.node%d.json", out, n);
+        EXPECT_INT(access(path, R_OK), 0, "%s", path);
     }
     EXPECT_INT(total, 50, "rows of w over both nodes, each once");
-    snprintf(cmd, sizeof cmd, "%s/export.json", out);
-    EXPECT_INT(access(cmd, R_OK), 0, "export.json");
+}
+
+/* Bytes of every file of the nodes' journals in dir, summed. */
+static long long journal_bytes(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cat '%s'/psd-node*.journal.* | wc -c", dir);
+    FILE *p = popen(cmd, "r");
+    long long n = -1;
+    if (p && fscanf(p, "%lld", &n) != 1)
+        n = -1;
+    if (p)
+        pclose(p);
+    return n;
+}
+
+/* psd --export writes each node's rows, as a restart would load them
+ * (snapshot, then the journal after it) but reading only, as .npy files
+ * with headers numpy reads (tests/python reads them with numpy itself):
+ * from the journal alone, then from a snapshot and the pushes after it,
+ * beside live nodes whose journal it leaves as it is; node by node (-n)
+ * into one folder; what it cannot do is refused with a reason. */
+static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 2, 4, "workers = 1\n", SERVER
+                         "durability = log\nfsync = no\n"
+                         "[table.w]\nkind = dense\nrows = 50\ndim = 2\n"
+                         TABLES))
+        fail_msg("cluster did not start");
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char out[400], cmd[1200];
+    snprintf(out, sizeof out, "%s/model", c.dir);
+    int st;
+    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s'", psd, out, c.ini);
+    ps_options opt = client_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &opt), PS_OK);
+    int t = ps_table(cl, "w", NULL);
+    float rows[100];
+    for (int i = 0; i < 100; i++)
+        rows[i] = (float)i;
+    EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, 50, rows, NULL, NULL)),
+               PS_OK, "push");
+    /* No snapshot yet: the journal holds the push. */
+    long long before = journal_bytes(c.dir);
+    char *o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "node 0: no snapshot; ", "from the journal");
+    EXPECT_SUBSTR(o, "2 of 2 nodes written to", "what it says");
+    free(o);
+    expect_exported_w(out, 1);
+    EXPECT_INT((int)(journal_bytes(c.dir) - before), 0,
+               "journal bytes changed by the export");
+    /* A snapshot, then a push in the journal only: both are in. */
+    pid_t p = spawn(psctl_save, c.spec);
+    waitpid(p, &st, 0);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "psctl save");
+    EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, 50, rows, NULL, NULL)),
+               PS_OK, "push after the snapshot");
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "node 1: snapshot 1 of ", "from the snapshot");
+    EXPECT_SUBSTR(o, "journal records after it", "and the journal");
+    free(o);
+    expect_exported_w(out, 2);
+    /* Node by node into one folder (as from several hosts): each run
+     * replaces that node's files only. */
+    EXPECT_INT(ps_wait(cl, ps_push_range(cl, t, 0, 50, rows, NULL, NULL)),
+               PS_OK, "a third push");
+    ps_close(cl);
+    for (int n = 0; n < 2; n++) {
+        snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s' -n %d", psd, out,
+                 c.ini, n);
+        o = run_out(&st, cmd);
+        EXPECT_INT(st, 0, "%s: %s", cmd, o);
+        EXPECT_SUBSTR(o, "1 of 2 nodes written to", "what it says");
+        free(o);
+    }
+    expect_exported_w(out, 3);
     static const struct {
         const char *args, *says;
         int status;
@@ -390,6 +438,9 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
           "--check nor --skip-snapshot", 2 },
         { "-n 5", "node 5 does not exist (the file lists 2 nodes)", 1 },
         { "--export=", "psd: --export: expected a folder", 2 },
+        { "--export -c", "psd: --export: expected a folder, got the option "
+          "\"-c\"", 2 },
+        { "--export x", "psd: --export given twice", 2 },
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s' %s", psd, out,

@@ -30,18 +30,41 @@ def read_export(path: Union[str, os.PathLike],
     snapshot, or ``psd --export -n``) raises ValueError, as does a dense
     table with a row missing or given twice, unless ``partial``: then the
     tables hold what the export has, a dense table's missing rows NaN."""
-    with open(os.path.join(path, "export.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
-    if manifest.get("format") != 1:
-        raise ValueError(f"{path}: export format {manifest.get('format')!r}, "
-                         f"this psclient reads 1")
-    have = sorted(s["node"] for s in manifest["snapshots"])
-    if len(have) != manifest["nodes"] and not partial:
-        raise ValueError(f"{path}: the export holds the snapshots of nodes "
-                         f"{have} of {manifest['nodes']}: its tables lack "
-                         f"the others' rows; partial=True reads it anyway")
+    # One manifest per node (export.nodeN.json): nodes exported one by one
+    # (psd --export -n, on several hosts) gather in one folder.
+    manifests = []
+    for name in sorted(os.listdir(path)):
+        if name.startswith("export.node") and name.endswith(".json"):
+            with open(os.path.join(path, name), encoding="utf-8") as f:
+                m = json.load(f)
+            if m.get("format") != 1:
+                raise ValueError(f"{path}/{name}: export format "
+                                 f"{m.get('format')!r}, this psclient "
+                                 f"reads 1")
+            manifests.append(m)
+    if not manifests:
+        raise ValueError(f"{path}: no export.nodeN.json: not a folder "
+                         f"psd --export wrote")
+    nodes = manifests[0]["nodes"]
+    if any(m["nodes"] != nodes or m["shards"] != manifests[0]["shards"]
+           for m in manifests):
+        raise ValueError(f"{path}: its nodes were exported from clusters of "
+                         f"other node counts or shards")
+    have = sorted(m["node"] for m in manifests)
+    if len(have) != nodes and not partial:
+        raise ValueError(f"{path}: the export holds nodes {have} of {nodes}: "
+                         f"its tables lack the others' rows; partial=True "
+                         f"reads it anyway")
+    tables: Dict[str, dict] = {}
+    for m in manifests:
+        for t in m["tables"]:
+            first = tables.setdefault(t["name"], dict(t, files=[]))
+            if any(first[k] != t[k] for k in ("kind", "dim", "rows")):
+                raise ValueError(f"{path}: table {t['name']!r} has another "
+                                 f"shape in node {m['node']}'s export")
+            first["files"].append(t)
     out: Dict[str, Exported] = {}
-    for t in manifest["tables"]:
+    for t in tables.values():
         dim = int(t["dim"])
         keys, values = [], []
         for part in t["files"]:
@@ -51,7 +74,7 @@ def read_export(path: Union[str, os.PathLike],
                     k.shape != (part["count"],) or
                     v.shape != (part["count"], dim)):
                 raise ValueError(f"{path}: {part['values']} does not match "
-                                 f"export.json (table {t['name']!r})")
+                                 f"its export.nodeN.json (table {t['name']!r})")
             keys.append(k)
             values.append(v)
         k = np.concatenate(keys) if keys else np.zeros(0, np.uint64)

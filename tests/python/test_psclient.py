@@ -1339,6 +1339,15 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     read_export puts them together: every dense row at its index, every
     sparse key with its row; a table never pushed has no rows. One node's
     export alone lacks the other's dense rows: refused unless partial."""
+    psd = os.environ["PSD_BIN"]
+    # Nothing to export yet (durability = snapshot, no snapshot): refused,
+    # and no folder made.
+    r = subprocess.run([psd, "--export", str(tmp_path / "none"), "-c",
+                        cluster.ini], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1
+    assert "node 0: no snapshot and no journal" in r.stderr
+    assert not (tmp_path / "none").exists()
     c = psclient.connect(cluster.spec)
     rows = np.arange(300, dtype=F32).reshape(100, 3)
     c.table("dense").push_range(0, rows)
@@ -1350,7 +1359,6 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
         cluster.signal(i, signal.SIGTERM)
     for p in cluster.procs:
         assert p.wait(timeout=10) == 0
-    psd = os.environ["PSD_BIN"]
     out = tmp_path / "model"
     r = subprocess.run([psd, "--export", str(out), "-c", cluster.ini],
                        capture_output=True, text=True, timeout=60)
@@ -1389,6 +1397,14 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     assert 0 < held.sum() < 100
     np.testing.assert_array_equal(d[held], rows[held])
     assert set(part["emb"][0].tolist()) <= set(keys.tolist())
+    # Node 0 exported into the same folder (as from another host): whole.
+    r = subprocess.run([psd, "--export", str(one), "-c", cluster.ini,
+                        "-n", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    both = psclient.read_export(one)
+    np.testing.assert_array_equal(both["dense"], rows)
+    assert sorted(both["emb"][0].tolist()) == sorted(keys.tolist())
     # A dense table added to the ini since the snapshots holds no trained
     # row: left out of the export, which still reads whole.
     with open(cluster.ini, "a") as f:
