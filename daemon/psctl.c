@@ -62,6 +62,8 @@ static void usage(FILE *f)
         "shows why a reload failed.\n"
         "-n NODE: only node NODE of the ini (with -s: the NODE-th address, "
         "from 0).\n"
+        "Long forms: --config INI, --servers LIST, --node NODE, --interval "
+        "SECS.\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
         "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
         "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
@@ -1573,6 +1575,10 @@ int main(int argc, char **argv)
      * what is wrong in its words. */
     enum { O_COUNT = 256, O_TIMEOUT, O_JSON };
     static const struct option longs[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "servers", required_argument, NULL, 's' },
+        { "node", required_argument, NULL, 'n' },
+        { "interval", required_argument, NULL, 'i' },
         { "count", required_argument, NULL, O_COUNT },
         { "timeout", required_argument, NULL, O_TIMEOUT },
         { "json", no_argument, NULL, O_JSON },
