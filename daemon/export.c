@@ -267,9 +267,25 @@ static int make_out(const char *dir, char *err, size_t errlen)
     return -1;
 }
 
+/* Whether the file at path is another one than *was (a live node wrote a
+ * new snapshot meanwhile); *was is updated. */
+static int changed(const char *path, struct stat *was)
+{
+    struct stat now;
+    if (stat(path, &now))
+        memset(&now, 0, sizeof now);
+    int moved = now.st_ino != was->st_ino || now.st_size != was->st_size ||
+                now.st_mtim.tv_sec != was->st_mtim.tv_sec ||
+                now.st_mtim.tv_nsec != was->st_mtim.tv_nsec;
+    *was = now;
+    return moved;
+}
+
 /* Loads node i as a restart would, reading only: its snapshot, then the
  * journal after it (the records a live node has written so far), and
- * writes its tables and manifest. 1 when it has neither. */
+ * writes its tables and manifest. 1 when it has neither; 2 when its
+ * reading failed while a live node wrote a new snapshot (which removes
+ * the journal segments the old one needs): to be tried again. */
 static int export_node(const char *ini, int i, const char *const *drop,
                        int ndrop, const char *out_dir, node_out *o,
                        int ntables, char *err, size_t errlen)
@@ -280,8 +296,15 @@ static int export_node(const char *ini, int i, const char *const *drop,
     char dir[4096];
     psd_config_data_dir(&cfg, dir, sizeof dir);
     psd_snapshot_path(o->snap, sizeof o->snap, dir, i);
+    struct stat was;
+    (void)changed(o->snap, &was);
     psd_node n;
     if (psd_node_init(&n, &cfg, i, 0, err, errlen)) {
+        psd_node_destroy(&n);
+        return -1;
+    }
+    if (n.cfg.ntables != ntables) {
+        snprintf(err, errlen, "%s changed during the export", ini);
         psd_node_destroy(&n);
         return -1;
     }
@@ -295,7 +318,7 @@ static int export_node(const char *ini, int i, const char *const *drop,
     if (rc < 0) {
         free(tm.map);
         psd_node_destroy(&n);
-        return -1;
+        return changed(o->snap, &was) ? 2 : -1;
     }
     /* The segments after a snapshot were written under its tables. */
     uint64_t next;
@@ -307,6 +330,11 @@ static int export_node(const char *ini, int i, const char *const *drop,
                             NULL, 0, err, errlen);
     if (rc == 0)
         psd_request_replayed(&n, 0);
+    else if (changed(o->snap, &was)) {
+        free(tm.map);
+        psd_node_destroy(&n);
+        return 2;
+    }
     /* A table the ini added since the snapshot holds only its init: not
      * exported. */
     for (int j = 0; j < ntables; j++)
@@ -351,13 +379,31 @@ int psd_export(const char *ini, int only, const char *const *drop,
     int status = !no || !rows, exported = 0;
     if (status)
         fprintf(stderr, "psd --export: out of memory\n");
+    /* A whole export replaces every node's earlier files before it writes
+     * any: one that fails partway must not leave a folder of old and new
+     * nodes that reads as one model. */
+    struct stat st;
+    for (int i = 0; i < cfg.nnodes && !status && only < 0; i++)
+        if (stat(out_dir, &st) == 0 && clear_node(out_dir, i, err,
+                                                  sizeof err)) {
+            fprintf(stderr, "psd --export: %s\n", err);
+            status = 1;
+        }
     for (int i = 0; i < cfg.nnodes && !status; i++) {
         if (only >= 0 && i != only)
             continue;
-        memset(no, 0, sizeof *no);
-        no->rows = rows;
-        int rc = export_node(ini, i, drop, ndrop, out_dir, no, cfg.ntables,
+        int rc = 2;
+        for (int tries = 0; rc == 2 && tries < 5; tries++) {
+            memset(no, 0, sizeof *no);
+            no->rows = rows;
+            rc = export_node(ini, i, drop, ndrop, out_dir, no, cfg.ntables,
                              err, sizeof err);
+            if (rc == 2)
+                fprintf(stderr, "psd --export: node %d wrote a new snapshot "
+                        "while it was read: reading it again\n", i);
+        }
+        if (rc == 2)
+            rc = -1;             /* err says what failed the last time */
         if (rc) {
             /* Every node, or the export would hold part of each table:
              * a node without files has nothing to give. */

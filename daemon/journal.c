@@ -826,7 +826,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
         close(fd);
         /* What was replayed must be on disk before new records follow it
          * (after a crash of the host, the page cache held it). */
-        if (rc == 0)
+        if (rc == 0 && cut)
             fsync_path(path);
         *next = seq + 1;
     }

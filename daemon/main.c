@@ -173,7 +173,8 @@ int main(int argc, char **argv)
          * name. */
         const char *name = o == 'c' ? "-c" : o == 'E' ? "--export"
                            : o == 'D' ? "--drop-table" : NULL;
-        if (name && (!optarg[0] || optarg[0] == '-')) {
+        /* (A table's name may start with '-': only an empty one is.) */
+        if (name && (!optarg[0] || (optarg[0] == '-' && o != 'D'))) {
             const char *want = o == 'c' ? "a file" : o == 'E' ? "a folder"
                                                                : "a table name";
             if (optarg[0])
@@ -239,8 +240,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (export_dir && (check || skip)) {
-        fprintf(stderr, "psd: --export reads the snapshots: it goes with "
-                "neither --check nor --skip-snapshot\n");
+        fprintf(stderr, "psd: --export reads the nodes' snapshots and "
+                "journals: it goes with neither --check nor --skip-snapshot\n");
         return 2;
     }
     if (!path) {

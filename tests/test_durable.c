@@ -430,12 +430,25 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
         free(o);
     }
     expect_exported_w(out, 3);
+    /* A whole export replaces every node's earlier files: a table dropped
+     * since leaves none behind. */
+    char stale[600];
+    snprintf(stale, sizeof stale, "%s/gone.node1.keys.npy", out);
+    FILE *sf = fopen(stale, "w");
+    assert_non_null(sf);
+    fclose(sf);
+    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s'", psd, out, c.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    free(o);
+    EXPECT_INT(access(stale, F_OK), -1, "%s after a new export", stale);
+    expect_exported_w(out, 3);
     static const struct {
         const char *args, *says;
         int status;
     } bad[] = {
-        { "--check", "--export reads the snapshots: it goes with neither "
-          "--check nor --skip-snapshot", 2 },
+        { "--check", "--export reads the nodes' snapshots and journals: it "
+          "goes with neither --check nor --skip-snapshot", 2 },
         { "-n 5", "node 5 does not exist (the file lists 2 nodes)", 1 },
         { "--export=", "psd: --export: expected a folder", 2 },
         { "--export -c", "psd: --export: expected a folder, got the option "

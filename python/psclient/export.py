@@ -1,5 +1,6 @@
 """Reading a model that ``psd --export DIR`` wrote from the nodes'
-snapshots. The README's "Exporting a model" describes the files.
+snapshots and journals. The README's "Exporting a model" describes the
+files.
 
 This file needs numpy only (no libpsclient, no cluster), so it may be
 copied to a machine without psd: ``python3 export.py DIR model.npz``
@@ -26,8 +27,8 @@ def read_export(path: Union[str, os.PathLike],
     ``r``. A sparse table is ``(keys, values)``: a uint64 array of its keys
     and the ``(len(keys), dim)`` float32 array of their rows, in no
     particular order (``dict(zip(keys.tolist(), values))`` to look keys
-    up). An export of only some of the cluster's nodes (a node had no
-    snapshot, or ``psd --export -n``) raises ValueError, as does a dense
+    up). An export of only some of the cluster's nodes (``psd --export
+    -n`` of some of them) raises ValueError, as does a dense
     table with a row missing or given twice, unless ``partial``: then the
     tables hold what the export has, a dense table's missing rows NaN."""
     # One manifest per node (export.nodeN.json): nodes exported one by one
@@ -51,6 +52,9 @@ def read_export(path: Union[str, os.PathLike],
         raise ValueError(f"{path}: its nodes were exported from clusters of "
                          f"other node counts or shards")
     have = sorted(m["node"] for m in manifests)
+    if len(set(have)) != len(have) or not all(0 <= h < nodes for h in have):
+        raise ValueError(f"{path}: manifests of nodes {have} for a cluster "
+                         f"of {nodes}: one is not psd's")
     if len(have) != nodes and not partial:
         raise ValueError(f"{path}: the export holds nodes {have} of {nodes}: "
                          f"its tables lack the others' rows; partial=True "
