@@ -162,32 +162,17 @@ int main(int argc, char **argv)
     };
     for (;;) {
         const char *a;
-        int o = psd_getopt(argc, argv, ":c:n:h", longs, "psd", &a);
+        int o = psd_getopt(argc, argv, ":c:n:h", longs, "D", "psd", &a);
         if (o == -1)
             break;
         if (o == -2)
             return 2;
-        /* A value that is the next option (--export -c FILE) is a value
-         * forgotten, not a folder named "-c"; an option given twice would
-         * have the last one act, on a file or node the other did not
-         * name. */
         const char *name = o == 'c' ? "-c" : o == 'E' ? "--export"
                            : o == 'D' ? "--drop-table" : NULL;
-        /* (A table's name may start with '-': only an empty one is.) */
-        if (name && (!optarg[0] || (optarg[0] == '-' && o != 'D'))) {
-            const char *want = o == 'c' ? "a file" : o == 'E' ? "a folder"
-                                                               : "a table name";
-            if (optarg[0])
-                fprintf(stderr, "psd: %s: expected %s, got the option "
-                        "\"%s\"\n", name, want, optarg);
-            else
-                fprintf(stderr, "psd: %s: expected %s\n", name, want);
-            return 2;
-        }
-        if ((o == 'c' && path) || (o == 'E' && export_dir) ||
-            (o == 'n' && node_given)) {
-            fprintf(stderr, "psd: %s given twice\n",
-                    o == 'c' ? "-c" : o == 'E' ? "--export" : "-n");
+        if (name && !optarg[0]) {
+            fprintf(stderr, "psd: %s: expected %s\n", name,
+                    o == 'c' ? "a file" : o == 'E' ? "a folder"
+                                                   : "a table name");
             return 2;
         }
         switch (o) {

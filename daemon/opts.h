@@ -44,15 +44,22 @@ static inline const char *psd_opt_refused(char *const *argv, int optind_,
 }
 
 /* getopt_long with those rules, for prog ("psd", "psctl"): the option,
- * -1 at the end, or -2 after saying on stderr that a long option was cut
- * short (the caller exits with status 2). For '?' and ':', *refused is
- * the argument refused, as given. Messages of getopt_long's own are off
- * (opterr): the caller says what is wrong in its words. */
+ * -1 at the end, or -2 after saying on stderr what is wrong (the caller
+ * exits with status 2): a long option cut short; an option given twice,
+ * whose second value would silently win; a value that is the next option
+ * (--export -c FILE: a value forgotten, not a folder named "-c"; a
+ * negative number is a value). Options in `lists` (their vals) take one
+ * value each time they are given, any value: they may repeat (psd
+ * --drop-table; a table's name may start with '-'). For '?' and ':',
+ * *refused is the argument refused, as given. Messages of getopt_long's
+ * own are off (opterr): the caller says what is wrong in its words. Call
+ * it for one command line per process: it remembers what it returned. */
 static inline int psd_getopt(int argc, char *const *argv, const char *shorts,
-                             const struct option *longs, const char *prog,
-                             const char **refused)
+                             const struct option *longs, const char *lists,
+                             const char *prog, const char **refused)
 {
-    static char letter[3];
+    static char letter[3], name[64];
+    static unsigned char seen[512];
     int idx = -1;
     opterr = 0;
     int o = getopt_long(argc, argv, shorts, longs, &idx);
@@ -61,10 +68,27 @@ static inline int psd_getopt(int argc, char *const *argv, const char *shorts,
         *refused = psd_opt_refused(argv, optind, optopt, letter);
         return o;
     }
+    if (o < 0)
+        return o;
     const char *given;
-    if (o != -1 && !psd_opt_whole(argv, optind, optarg, longs, idx, &given)) {
+    if (!psd_opt_whole(argv, optind, optarg, longs, idx, &given)) {
         fprintf(stderr, "%s: unexpected argument \"%s\" (write the option "
                 "out: --%s)\n", prog, given, longs[idx].name);
+        return -2;
+    }
+    if (idx >= 0)
+        snprintf(name, sizeof name, "--%s", longs[idx].name);
+    else
+        snprintf(name, sizeof name, "-%c", o);
+    int list = o < 256 && strchr(lists, o) != NULL;
+    if (optarg && !list && optarg[0] == '-' && optarg[1] &&
+        !(optarg[1] >= '0' && optarg[1] <= '9') && optarg[1] != '.') {
+        fprintf(stderr, "%s: %s needs a value, got the option \"%s\"\n",
+                prog, name, optarg);
+        return -2;
+    }
+    if (!list && o < 512 && seen[o]++) {
+        fprintf(stderr, "%s: %s given twice\n", prog, name);
         return -2;
     }
     return o;

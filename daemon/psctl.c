@@ -1587,7 +1587,8 @@ int main(int argc, char **argv)
     };
     for (;;) {
         const char *a;
-        int o = psd_getopt(argc, argv, ":c:s:n:i:h", longs, "psctl", &a);
+        int o = psd_getopt(argc, argv, ":c:s:n:i:h", longs, "", "psctl",
+                           &a);
         if (o == -1)
             break;
         if (o == -2)

@@ -450,8 +450,8 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
         { "--check", "--export reads the nodes' snapshots and journals: it "
           "goes with neither --check nor --skip-snapshot", 2 },
         { "-n 5", "node 5 does not exist (the file lists 2 nodes)", 1 },
-        { "--export=", "psd: --export: expected a folder", 2 },
-        { "--export -c", "psd: --export: expected a folder, got the option "
+        { "--drop-table=", "psd: --drop-table: expected a table name", 2 },
+        { "--export -c", "psd: --export needs a value, got the option "
           "\"-c\"", 2 },
         { "--export x", "psd: --export given twice", 2 },
     };

@@ -1221,6 +1221,8 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
           "(0..0)" },
         { "-s 127.0.0.1:1 --js ping", "psctl: unexpected argument \"--js\" "
           "(write the option out: --json)" },
+        { "-s 127.0.0.1:1 -s 127.0.0.2:1 ping", "psctl: -s given twice" },
+        { "-c --json ping", "psctl: -c needs a value, got the option \"--json\"" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int st;
