@@ -13,35 +13,11 @@
 #include "node.h"
 #include "request.h"
 #include "snapshot.h"
-#include "stream.h"
 #include "table.h"
 
 /* Keys pulled, and rows written, this many at a time: the rows of a
  * table never need a second copy of the whole table in memory. */
 #define BATCH 65536
-
-typedef struct membuf {
-    char *p;
-    size_t len, cap;
-} membuf;
-
-static int mem_put(void *ctx, const void *p, size_t n)
-{
-    membuf *m = ctx;
-    if (n > m->cap - m->len) {
-        size_t cap = m->cap ? m->cap : 4096;
-        while (n > cap - m->len)
-            cap *= 2;
-        char *q = realloc(m->p, cap);
-        if (!q)
-            return -1;
-        m->p = q;
-        m->cap = cap;
-    }
-    memcpy(m->p + m->len, p, n);
-    m->len += n;
-    return 0;
-}
 
 /* The .npy format 1.0 (numpy.lib.format): the magic "\x93NUMPY", version
  * 1.0, the header's length (u16, little-endian), then the header, a
@@ -96,28 +72,28 @@ static int export_table(psd_table *t, const char *dir, int node,
                         uint64_t *count, char *err, size_t errlen)
 {
     const psd_table_conf *tc = psd_table_conf_get(t);
-    membuf keys = { 0 };
-    psd_sink ks = { mem_put, &keys };
-    if (psd_table_keys(t, &ks)) {
-        free(keys.p);
+    uint64_t n = psd_table_rows(t);
+    size_t klen = (size_t)n * sizeof(uint64_t);
+    uint64_t *keys = malloc(klen ? klen : 1);
+    if (!keys || psd_table_keys(t, keys)) {
+        free(keys);
         snprintf(err, errlen, "table '%s': out of memory listing its keys",
                  tc->name);
         return -1;
     }
-    uint64_t n = keys.len / sizeof(uint64_t);
     *count = n;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.node%d.keys.npy", dir, tc->name, node);
     FILE *f = fopen(path, "wb");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        free(keys.p);
+        free(keys);
         return -1;
     }
     int bad = npy_header(f, "u8", n, 0) ||
-              (keys.len && fwrite(keys.p, 1, keys.len, f) != keys.len);
+              (klen && fwrite(keys, 1, klen, f) != klen);
     if (finish(f, path, bad, err, errlen)) {
-        free(keys.p);
+        free(keys);
         return -1;
     }
     snprintf(path, sizeof path, "%s/%s.node%d.npy", dir, tc->name, node);
@@ -128,21 +104,21 @@ static int export_table(psd_table *t, const char *dir, int node,
         snprintf(err, errlen, "%s: %s", path,
                  rows ? strerror(errno) : "out of memory");
         free(rows);
-        free(keys.p);
+        free(keys);
         return -1;
     }
     bad = npy_header(f, "f4", n, tc->dim);
     for (uint64_t i = 0; i < n && !bad; i += BATCH) {
         size_t m = (size_t)(n - i < BATCH ? n - i : BATCH);
         /* Every key is a row of this node: a pull creates nothing. */
-        if (psd_table_pull(t, keys.p + i * sizeof(uint64_t), m, rows)) {
+        if (psd_table_pull(t, (const char *)(keys + i), m, rows)) {
             errno = ENOMEM;
             bad = 1;
         } else
             bad = fwrite(rows, 1, m * rowb, f) != m * rowb;
     }
     free(rows);
-    free(keys.p);
+    free(keys);
     return finish(f, path, bad, err, errlen);
 }
 

@@ -1149,19 +1149,38 @@ static int save_shards(const psd_table *t, psd_sink *o)
     return 0;
 }
 
-int psd_table_keys(const psd_table *t, psd_sink *out)
+/* A sink into an array of known size (psd_table_keys). */
+typedef struct fill {
+    char *at;
+    size_t left;
+} fill;
+
+static int fill_put(void *ctx, const void *p, size_t n)
 {
+    fill *f = ctx;
+    if (n > f->left)
+        return -1;
+    memcpy(f->at, p, n);
+    f->at += n;
+    f->left -= n;
+    return 0;
+}
+
+int psd_table_keys(const psd_table *t, uint64_t *keys)
+{
+    fill f = { (char *)keys, (size_t)t->rows_held * sizeof *keys };
+    psd_sink out = { fill_put, &f };
     for (uint32_t i = 0; i < t->nshards; i++) {
         const shard *s = &t->shards[i];
         if (!s->owned)
             continue;
         if (!t->conf.dense) {
-            if (put_sparse_keys(t, s, out))
+            if (put_sparse_keys(t, s, &out))
                 return -1;
             continue;
         }
         for (uint64_t r = s->first; r < s->first + s->nrows; r++)
-            if (put(out, &r, sizeof r))
+            if (put(&out, &r, sizeof r))
                 return -1;
     }
     return 0;

@@ -86,11 +86,11 @@ int psd_table_apply_accumulated(psd_table *t, float scale);
 uint64_t psd_table_rows(const psd_table *t);
 size_t psd_table_bytes(const psd_table *t);
 
-/* Writes the key of every row this node holds, as u64s, shard after
- * shard (a dense table's row numbers, a sparse table's keys in each
- * shard's row order): psd_table_rows of them. For psd --export, which
- * then pulls their rows. Returns 0 or -1 (the sink failed, or memory). */
-int psd_table_keys(const psd_table *t, psd_sink *out);
+/* Fills keys (psd_table_rows(t) entries) with the key of every row this
+ * node holds, shard after shard (a dense table's row numbers, a sparse
+ * table's keys in each shard's row order). For psd --export, which then
+ * pulls their rows. Returns 0 or -1 (memory). */
+int psd_table_keys(const psd_table *t, uint64_t *keys);
 
 /* Writes the rows this node holds, with their optimizer state and step
  * counters, and a bsp table's sums of the current clock, so that
