@@ -7,7 +7,9 @@ DESTDIR ?=
 BUILD   ?= build
 CC      ?= cc
 
-VERSION   := 0.3.0
+# The version is written once, in client/psclient.h (PS_VERSION_*).
+VERSION   := $(shell sed -n 's/^\#define PS_VERSION_[A-Z]* \([0-9]*\)$$/\1/p' \
+               client/psclient.h | paste -sd.)
 SOVERSION := 0
 
 # msgpack-c 4.x ships `msgpack`; 6.x renamed it `msgpack-c`.

@@ -20,8 +20,12 @@ extern "C" {
 #define PS_API
 #endif
 
+/* The library's version, the one place it is written: the Makefile reads
+ * these three lines for the shared object's name and psclient.pc, and psd
+ * and psctl print them for --version. */
 #define PS_VERSION_MAJOR 0
 #define PS_VERSION_MINOR 3
+#define PS_VERSION_PATCH 0
 
 typedef struct ps_client ps_client;  /* opaque */
 typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E* code */
@@ -69,7 +73,8 @@ enum {
 
 typedef struct ps_options {          /* ps_options_init() sets worker = -1 and defaults;
                                         keep room to grow without breaking the ABI */
-    int worker;                      /* 0..workers-1 for bsp/ssp tables, -1: not a worker */
+    int worker;                      /* 0..workers-1 for bsp/ssp tables, -1: not a worker;
+                                        below -1: ps_open fails with PS_EINVAL */
     int connect_timeout_ms;          /* ps_open keeps trying (with backoff) this long;
                                         default 5000 */
     int request_timeout_ms;          /* per attempt: a part unanswered this long makes
@@ -105,7 +110,7 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         a sixth of a small request's round trip
                                         on a VM). Costs up to that much CPU per
                                         wait, only while a caller waits anyway.
-                                        Default 50; 0: never */
+                                        0..1000000; default 50; 0: never */
     int quiet;                       /* 1: ps_open does not print why it failed
                                         on stderr (ps_last_error(NULL) still
                                         says), for a caller that reports it

@@ -940,6 +940,14 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         char *base = (char *)c;
         psd_table_conf *t = NULL;
         if (s->scope == SC_TABLE) {
+            /* Every table travels in HELLO_OK, which a client refuses
+             * beyond this count: such a file would start a node nobody
+             * can connect to. */
+            if (c->ntables == PSW_MAX_TABLES) {
+                fail(p, s->line, "[%s]: at most %d tables", s->name,
+                     PSW_MAX_TABLES);
+                return -1;
+            }
             t = &c->tables[c->ntables++];
             snprintf(t->name, sizeof t->name, "%s",
                      s->name + TABLE_PREFIX_LEN);

@@ -608,10 +608,9 @@ static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
     return 0;
 }
 
-int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
-                      const psd_start_opts *opts,
-                      void (*durable_moved)(void *), void *arg, char *err,
-                      size_t errlen)
+int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
+                     void (*durable_moved)(void *), void *arg, char *err,
+                     size_t errlen)
 {
     memset(d, 0, sizeof *d);
     d->loop = loop;
@@ -646,6 +645,14 @@ int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
         return -1;
     }
     remove_stale_tmp(d->dir, n->index);
+    return 0;
+}
+
+int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
+                      size_t errlen)
+{
+    psd_node *n = d->node;
+    uv_loop_t *loop = d->loop;
     /* --skip-snapshot: nothing is read, and the files are moved aside by
      * psd_durable_open, once psd is sure to serve. */
     d->skip = opts->skip_snapshot;

@@ -85,23 +85,28 @@ typedef struct psd_start_opts {
     int ndrop;
 } psd_start_opts;
 
-/* Recovers node n from its data folder (data_dir, or $STATE_DIRECTORY
- * when systemd set it and data_dir was left at its default), creating the
- * folder when missing. With skip_snapshot, nothing is read: the node
- * starts from its initial values, and psd_durable_open moves the snapshot
- * and journal files aside (renamed *.skipped.T). A snapshot taken under
- * other tables is matched by name (psd_snap_tables; the tables in
- * opts->drop may be gone) and its journal replayed onto them. Nothing else is written yet (but the lock file, a
- * cut torn journal tail, and the removal of segments a snapshot covers
- * and of a dead writer's temporary file): psd_durable_open does that once
- * the node's ports are bound, so a start that fails before serving leaves
- * the files as they were.
- * Returns 0, or -1 with the reason in err (psd must not start).
- * durable_moved(arg) is called when replies that waited for an fsync may
- * go out. */
-int psd_durable_start(psd_durable *d, uv_loop_t *loop, psd_node *n,
-                      const psd_start_opts *opts,
-                      void (*durable_moved)(void *), void *arg, char *err,
+/* Takes node n's data folder (data_dir, or $STATE_DIRECTORY when systemd
+ * set it and data_dir was left at its default), creating it when missing:
+ * locks psd-nodeN.lock in it, so that a second psd started as the same
+ * node with the same folder stops here, and removes a dead writer's
+ * temporary snapshot file. Returns 0, or -1 with the reason in err (psd
+ * must not start). durable_moved(arg) is called when replies that waited
+ * for an fsync may go out. */
+int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
+                     void (*durable_moved)(void *), void *arg, char *err,
+                     size_t errlen);
+
+/* After psd_durable_lock: recovers the node from the folder. With
+ * skip_snapshot, nothing is read: the node starts from its initial values,
+ * and psd_durable_open moves the snapshot and journal files aside (renamed
+ * *.skipped.T). A snapshot taken under other tables is matched by name
+ * (psd_snap_tables; the tables in opts->drop may be gone) and its journal
+ * replayed onto them. Nothing else is written yet (but a cut torn journal
+ * tail and the removal of segments a snapshot covers): psd_durable_open
+ * does that once psd listens, so a start that fails before serving leaves
+ * the files as they were. Returns 0, or -1 with the reason in err (psd
+ * must not start). */
+int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
                       size_t errlen);
 
 /* After psd_durable_start, once psd will serve: writes a snapshot of the

@@ -52,8 +52,10 @@ static void usage(FILE *f)
             "--drop-table NAME lets its rows go.\n"
             "\n"
             "Logs go to stderr. SIGTERM/SIGINT: finish in-flight work, write a "
-            "final\nsnapshot and exit 0. SIGHUP: re-read FILE and apply "
-            "hyper-parameters and limits.\n");
+            "final\nsnapshot and exit 0 (1 when that snapshot failed). "
+            "Bad arguments exit 2.\nSIGHUP: re-read FILE and apply "
+            "hyper-parameters and limits.\n"
+            "--version: psd's release and the wire protocols it speaks.\n");
 }
 
 static uv_signal_t sig_term, sig_int, sig_hup;
@@ -158,6 +160,7 @@ int main(int argc, char **argv)
         { "drop-table", required_argument, NULL, 'D' },
         { "export", required_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 }
     };
     for (;;) {
@@ -207,16 +210,22 @@ int main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
+        case 'V':
+            psd_version("psd", 1);
+            return 0;
         case ':':
             fprintf(stderr, "psd: %s: expected %s\n", a,
                     optopt == 'D' ? "a table name"
                     : optopt == 'n' ? "a node index"
                     : optopt == 'E' ? "a folder" : "a file");
             return 2;
-        default:
-            fprintf(stderr, "psd: unexpected argument \"%s\"\n", a);
+        default: {
+            char hint[96];
+            fprintf(stderr, "psd: unexpected argument \"%s\"%s\n", a,
+                    psd_opt_hint(a, longs, hint, sizeof hint));
             usage(stderr);
             return 2;
+        }
         }
     }
     if (optind < argc) {

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "metrics.h"
@@ -225,7 +226,7 @@ static void on_connection(uv_stream_t *l, int status)
         mclose(c);
 }
 
-int psd_metrics_start(psd_metrics *m, uv_loop_t *loop,
+int psd_metrics_start(psd_metrics *m, uv_loop_t *loop, int fd,
                       const psd_node_addr *a,
                       int (*body)(void *, const char *, size_t, char **,
                                   size_t *),
@@ -235,16 +236,15 @@ int psd_metrics_start(psd_metrics *m, uv_loop_t *loop,
     m->loop = loop;
     m->body = body;
     m->arg = arg;
-    struct sockaddr_storage sa;
-    int v6 = strchr(a->host, ':') != NULL;
-    int rc = v6 ? uv_ip6_addr(a->host, a->port, (struct sockaddr_in6 *)&sa)
-                : uv_ip4_addr(a->host, a->port, (struct sockaddr_in *)&sa);
-    if (rc == 0)
-        rc = uv_tcp_init(loop, &m->listener);
-    if (rc == 0) {
+    int rc = uv_tcp_init(loop, &m->listener);
+    if (rc) {
+        close(fd);
+    } else {
         m->listening = 1;
         m->listener.data = m;
-        rc = uv_tcp_bind(&m->listener, (const struct sockaddr *)&sa, 0);
+        rc = uv_tcp_open(&m->listener, fd);
+        if (rc)
+            close(fd);
     }
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&m->listener, 64, on_connection);

@@ -33,8 +33,10 @@ typedef struct psd_metrics {
     void *arg;
 } psd_metrics;
 
-/* Listens on addr. 0, or -1 with the reason in err. */
-int psd_metrics_start(psd_metrics *m, uv_loop_t *loop,
+/* Listens on fd, a socket bound to addr (psd_server_init binds it before
+ * the node loads its files), which it takes over: closed by
+ * psd_metrics_stop, or here on failure. 0, or -1 with the reason in err. */
+int psd_metrics_start(psd_metrics *m, uv_loop_t *loop, int fd,
                       const psd_node_addr *addr,
                       int (*body)(void *, const char *, size_t, char **,
                                   size_t *),

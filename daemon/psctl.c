@@ -56,7 +56,7 @@ static void usage(FILE *f)
         "(tables: the stats documents),\n  layout one object; nodes that do "
         "not answer are said on stderr.\n"
         "Exit status: 0 when every node answered (and saved), 1 when one did "
-        "not,\n2 for bad arguments (an ini without a [cluster] nodes line among "
+        "not\nor the nodes describe different layouts, 2 for bad arguments (an ini without a [cluster] nodes line among "
         "them).\nAn ini psd would refuse is read as a client reads it (its "
         "nodes and token),\nwith a warning, so that `psctl -c INI stats` "
         "shows why a reload failed.\n"
@@ -64,6 +64,7 @@ static void usage(FILE *f)
         "from 0).\n"
         "Long forms: --config INI, --servers LIST, --node NODE, --interval "
         "SECS.\n"
+        "--version: psctl's release and wire protocol; --help: this text.\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
         "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
         "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
@@ -1564,7 +1565,9 @@ static int check_list(const char *list)
 int main(int argc, char **argv)
 {
     static const char *const commands[] = { "ping", "layout", "tables",
-                                            "stats", "save", "top" };
+                                            "stats", "save", "top",
+                                            NULL };
+    const size_t ncommands = sizeof commands / sizeof commands[0] - 1;
     const char *ini = NULL, *list = NULL, *cmd = NULL;
     int json = 0, count = 0, only = -1, timeout_s = 600;
     double interval = 1.0, v;
@@ -1573,7 +1576,7 @@ int main(int argc, char **argv)
      * each value in every usual form (-n 1, -n1, --count=2) and options
      * before or after the command; its own messages are off, psctl says
      * what is wrong in its words. */
-    enum { O_COUNT = 256, O_TIMEOUT, O_JSON };
+    enum { O_COUNT = 256, O_TIMEOUT, O_JSON, O_VERSION };
     static const struct option longs[] = {
         { "config", required_argument, NULL, 'c' },
         { "servers", required_argument, NULL, 's' },
@@ -1583,6 +1586,7 @@ int main(int argc, char **argv)
         { "timeout", required_argument, NULL, O_TIMEOUT },
         { "json", no_argument, NULL, O_JSON },
         { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, O_VERSION },
         { NULL, 0, NULL, 0 }
     };
     for (;;) {
@@ -1625,13 +1629,19 @@ int main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
+        case O_VERSION:
+            psd_version("psctl", 0);
+            return 0;
         case ':':
             fprintf(stderr, "psctl: %s needs a value\n", a);
             return 2;
-        default:
-            fprintf(stderr, "psctl: unexpected argument \"%s\"\n", a);
+        default: {
+            char hint[96];
+            fprintf(stderr, "psctl: unexpected argument \"%s\"%s\n", a,
+                    psd_opt_hint(a, longs, hint, sizeof hint));
             usage(stderr);
             return 2;
+        }
         }
     }
     if (optind < argc)
@@ -1647,10 +1657,13 @@ int main(int argc, char **argv)
         return 2;
     }
     size_t k = 0;
-    while (k < sizeof commands / sizeof commands[0] && strcmp(cmd, commands[k]))
+    while (k < ncommands && strcmp(cmd, commands[k]))
         k++;
-    if (k == sizeof commands / sizeof commands[0]) {
-        fprintf(stderr, "psctl: unknown command \"%s\"\n", cmd);
+    if (k == ncommands) {
+        const char *near = psd_suggest(cmd, commands);
+        fprintf(stderr, "psctl: unknown command \"%s\"%s%s%s\n", cmd,
+                near ? " (did you mean " : "", near ? near : "",
+                near ? "?)" : "");
         usage(stderr);
         return 2;
     }

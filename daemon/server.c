@@ -1,9 +1,12 @@
 /* The node's server: listens (refusing non-loopback addresses without
  * auth, as redis's protected mode does), runs the timers, reloads and
  * stops. See server.h. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
 
 #include "log.h"
 #include "preflight.h"
@@ -47,12 +50,71 @@ static void on_durable_moved(void *arg)
     psd_conns_durable(&s->conns);
 }
 
+/* A socket bound to sa, not yet listening, or -1 with "PREFIX: cannot
+ * listen on ADDR: reason" in err. Bound by psd itself rather than with
+ * uv_tcp_bind, which leaves EADDRINUSE for uv_listen to report: psd binds
+ * before it loads its files (minutes for a large snapshot) and listens
+ * after, so a port another process holds must show here. SO_REUSEADDR as
+ * libuv sets it: a restart binds over the last run's TIME_WAIT. */
+static int bind_port(const struct sockaddr *sa, const char *prefix,
+                     const psd_node_addr *a, char *err, size_t errlen)
+{
+    int one = 1;
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 &&
+        (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+         bind(fd, sa, sa->sa_family == AF_INET6
+                          ? sizeof(struct sockaddr_in6)
+                          : sizeof(struct sockaddr_in)))) {
+        int e = errno;
+        close(fd);
+        fd = -1;
+        errno = e;
+    }
+    if (fd < 0) {
+        char text[PSW_ADDR_TEXT_MAX];
+        psw_addr_format(a, text, sizeof text);
+        snprintf(err, errlen, "%scannot listen on %s: %s", prefix, text,
+                 uv_strerror(uv_translate_sys_error(errno)));
+    }
+    return fd;
+}
+
+/* Binds the node's port and metrics_listen's (see bind_port). */
+static int bind_ports(psd_server *s, const psd_config *cfg, int node,
+                      char *err, size_t errlen)
+{
+    const psd_node_addr *a = cfg->nlisten ? &cfg->listen[node]
+                                          : &cfg->nodes[node];
+    s->listen_fd = bind_port((const struct sockaddr *)&s->bind, "", a, err,
+                             errlen);
+    if (s->listen_fd < 0 || !cfg->nmetrics)
+        return s->listen_fd < 0 ? -1 : 0;
+    /* metrics_listen is a numeric loopback address (config.c). */
+    const psd_node_addr *m = &cfg->metrics[node];
+    struct sockaddr_storage sa;
+    int rc = strchr(m->host, ':')
+                 ? uv_ip6_addr(m->host, m->port, (struct sockaddr_in6 *)&sa)
+                 : uv_ip4_addr(m->host, m->port, (struct sockaddr_in *)&sa);
+    if (rc) {
+        char text[PSW_ADDR_TEXT_MAX];
+        psw_addr_format(m, text, sizeof text);
+        snprintf(err, errlen, "metrics_listen: cannot listen on %s: %s",
+                 text, uv_strerror(rc));
+        return -1;
+    }
+    s->metrics_fd = bind_port((const struct sockaddr *)&sa,
+                              "metrics_listen: ", m, err, errlen);
+    return s->metrics_fd < 0 ? -1 : 0;
+}
+
 int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
                     const char *cfg_path, int node,
                     const psd_start_opts *opts, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->loop = loop;
+    s->listen_fd = s->metrics_fd = -1;
     snprintf(s->cfg_path, sizeof s->cfg_path, "%s", cfg_path);
     if (node < 0 || node >= cfg->nnodes) {
         snprintf(err, errlen, "%s: node %d does not exist (the file lists %d "
@@ -82,12 +144,19 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         psd_config_destroy(cfg);
         return -1;
     }
+
     if (psd_node_init(&s->node, cfg, node, uv_now(loop), err, errlen))
         return -1;
     psd_conns_init(&s->conns, loop, &s->node);
     s->conns.auth = s->auth;
-    return psd_durable_start(&s->dur, loop, &s->node, opts,
-                             on_durable_moved, s, err, errlen);
+    /* The folder's lock, then the ports, then the files: a second psd for
+     * the node says so (rather than "port in use"), and a port another
+     * program holds stops psd before it loads anything. */
+    if (psd_durable_lock(&s->dur, loop, &s->node, on_durable_moved, s, err,
+                         errlen) ||
+        bind_ports(s, &s->node.cfg, node, err, errlen))
+        return -1;
+    return psd_durable_start(&s->dur, opts, err, errlen);
 }
 
 static void on_connection(uv_stream_t *l, int status)
@@ -105,7 +174,7 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     const psd_node *n = &s->node;
     const psd_node_addr *a = n->cfg.nlisten ? &n->cfg.listen[n->index]
                                             : &n->cfg.nodes[n->index];
-    /* The metrics listener is bound before the clients' one: the kernel
+    /* The metrics listener listens before the clients' one: the kernel
      * completes connections to a listening port before the loop runs, so
      * whoever waits for the client port (a supervisor, a test) would
      * otherwise find /metrics refusing for a moment. */
@@ -114,14 +183,20 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
         return -1;
     }
     s->admin.reload_error = s->reload_error;
-    if (n->cfg.nmetrics &&
-        psd_metrics_start(&s->metrics, s->loop, &n->cfg.metrics[n->index],
-                          psd_admin_command, &s->admin, err, errlen))
-        return -1;
+    if (n->cfg.nmetrics) {
+        int fd = s->metrics_fd;
+        s->metrics_fd = -1;          /* the listener's now */
+        if (psd_metrics_start(&s->metrics, s->loop, fd,
+                              &n->cfg.metrics[n->index], psd_admin_command,
+                              &s->admin, err, errlen))
+            return -1;
+    }
     int rc = uv_tcp_init(s->loop, &s->listener);
     if (rc == 0) {
         s->listener.data = s;
-        rc = uv_tcp_bind(&s->listener, (const struct sockaddr *)&s->bind, 0);
+        rc = uv_tcp_open(&s->listener, s->listen_fd);
+        if (rc == 0)
+            s->listen_fd = -1;       /* the handle's now */
     }
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
@@ -133,7 +208,7 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
         return -1;
     }
     uv_tcp_nodelay(&s->listener, 1);
-    /* Bound: from here psd serves, so now its files may change. */
+    /* Listening: from here psd serves, so now its files may change. */
     if (psd_durable_open(&s->dur, err, errlen))
         return -1;
     /* Four looks per heartbeat keep PINGs close to on time; the HELLO
@@ -317,6 +392,12 @@ const char *psd_server_status(psd_server *s)
 
 void psd_server_destroy(psd_server *s)
 {
+    /* Ports bound but never listened on (a start that failed). */
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    if (s->metrics_fd >= 0)
+        close(s->metrics_fd);
+    s->listen_fd = s->metrics_fd = -1;
     psd_journal_close(s->node.journal);
     s->node.journal = NULL;
     psd_request_drop_all(&s->node);

@@ -25,6 +25,8 @@ typedef struct psd_server {
     psd_metrics metrics;         /* /metrics, when metrics_listen is set */
     psd_auth *auth;              /* the token in force and the throttle */
     struct sockaddr_storage bind; /* the node's address, resolved */
+    int listen_fd, metrics_fd;   /* bound by psd_server_init, -1 once
+                                    their listeners own them */
     int stopping;
     char reload_error[200];      /* why the last reload failed; "" */
     uv_timer_t conn_timer;       /* HELLO timeout, heartbeats, dead peers */
@@ -35,7 +37,10 @@ typedef struct psd_server {
 
 /* Takes ownership of *cfg (left zeroed), runs the checks of preflight.h
  * (the token file, host names, protected mode: no non-loopback address
- * without a token), builds node `node`'s tables and restores them from
+ * without a token), binds the node's port and metrics_listen's (not
+ * listening yet: connections are refused while it loads, and a port
+ * another process holds stops it before it loads anything), builds node
+ * `node`'s tables and restores them from
  * its data folder as opts say (psd_durable_start: --skip-snapshot,
  * --drop-table). Returns 0, or -1 with the reasons (one per line) in
  * err. */
@@ -43,9 +48,8 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
                     const char *cfg_path, int node,
                     const psd_start_opts *opts, char *err, size_t errlen);
 
-/* Binds the node's address (and metrics_listen), opens its files for
- * writing (psd_durable_open: nothing is written before the ports are
- * bound) and starts accepting. 0 or -1 with err. */
+/* Listens on the ports psd_server_init bound, opens the node's files for
+ * writing (psd_durable_open) and starts accepting. 0 or -1 with err. */
 int psd_server_listen(psd_server *s, char *err, size_t errlen);
 
 /* Re-reads the config file and applies what can change live (see

@@ -8,7 +8,11 @@
 #include "../proto/status.h"
 
 /* A worker may name a clock at most this far ahead of its last one: more
- * is a client bug, and would make the node wait for ever. */
+ * is a client bug, and would hold its own requests for ever. Not checked
+ * while the node has 0 for the worker: a node that lost its state (started
+ * empty, --skip-snapshot) learns each worker's count from its next CLOCK,
+ * however long the job has run; refused, every ps_clock of a job past
+ * that many clocks would fail on it for good. */
 #define MAX_JUMP 1000000
 
 static int waited_for(const psd_worker *w)
@@ -119,12 +123,16 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         if (w->barrier < y->barrier)
             w->barrier = y->barrier;
         /* Pushes made for this worker id before (by its predecessor, or
-         * by itself before it left) in the clock still in progress are in
-         * that clock's sums, and a new process cannot know which arrived:
-         * it starts at the next clock, so that its pushes do not join
-         * them in one sum (which would weigh this worker more than the
-         * others in that clock's apply). */
-        if (w->clock < w->summed)
+         * by an earlier ps_open of it that left) in the clock still in
+         * progress are in that clock's sums, and a new process cannot know
+         * which arrived: it starts at the next clock, so that its pushes
+         * do not join them in one sum (which would weigh this worker more
+         * than the others in that clock's apply). Not the same client
+         * back after its grace ran out: those pushes are its own, of the
+         * iteration it is in, and its next ps_clock ends that iteration;
+         * moved on a clock, it would skip one (its client takes this
+         * clock as its count) and give the next clock's sum nothing. */
+        if (w->clock < w->summed && w->client_id != client_id)
             w->clock = w->summed;
     }
     if (w->lost_id && w->lost_id != client_id) {
@@ -210,7 +218,7 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
 {
     psd_worker *w = &y->workers[worker];
     uint64_t *mine = barrier ? &w->barrier : &w->clock;
-    if (value == 0 || value > *mine + MAX_JUMP) {
+    if (value == 0 || (*mine && value > *mine + MAX_JUMP)) {
         snprintf(err, errlen, "clock or barrier number out of range");
         return PSW_EINVAL;
     }

@@ -974,12 +974,17 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
     if (!a)
         return 0;
     sum_to to = { t, scale };
+    int err = 0;
     for (uint32_t i = 0; i < a->nshards; i++) {
         shard *s = &a->shards[i];
         int rc = each_row(a, s, apply_sum, &to);
+        if (rc && !err)
+            err = rc;
         /* Emptied even when a row failed part way through, so that no
-         * row is applied twice at the next clock. The chunks and the
-         * slots stay for the next clock. */
+         * row is applied twice at the next clock; and the shards after it
+         * are applied all the same, so that none of this clock's sums is
+         * left to join the next clock's (with its divisor). The chunks
+         * and the slots stay for the next clock. */
         if (a->inl)
             for (size_t j = 0; j < s->hcap; j++)
                 s->slots[j].row = EMPTY;
@@ -988,10 +993,8 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
                 s->cslots[j].row = EMPTY;
         a->rows_held -= s->nrows;
         s->nrows = 0;
-        if (rc)
-            return rc;
     }
-    return 0;
+    return err;
 }
 
 uint64_t psd_table_rows(const psd_table *t)

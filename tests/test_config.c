@@ -18,6 +18,7 @@
 
 #include "../daemon/config.h"
 #include "../daemon/preflight.h"
+#include "../proto/msg.h"
 
 #include "expect.h"
 
@@ -1065,6 +1066,35 @@ static void test_an_endless_line_is_refused_without_reading_on(void **state)
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
+/* Every table goes to each client in HELLO_OK, which clients refuse
+ * beyond PSW_MAX_TABLES tables: a file with more would start a node that
+ * nobody can connect to, so it is refused at the first table too many. */
+static void test_tables_beyond_the_protocol_limit_are_refused(void **state)
+{
+    (void)state;
+    size_t cap = 64 + (size_t)(PSW_MAX_TABLES + 1) * 32, at = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    at += (size_t)snprintf(text, cap, CLUSTER);
+    for (int i = 0; i < PSW_MAX_TABLES; i++)
+        at += (size_t)snprintf(text + at, cap - at, "[table.t%d]\ndim = 1\n",
+                               i);
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    if (load_text(text, &c, path, err) != 0)
+        fail_msg("%d tables: %s", PSW_MAX_TABLES, err);
+    assert_int_equal(c.ntables, PSW_MAX_TABLES);
+    psd_config_destroy(&c);
+    snprintf(text + at, cap - at, "[table.extra]\ndim = 1\n");
+    assert_int_equal(load_text(text, &c, path, err), -1);
+    char want[128];
+    snprintf(want, sizeof want, "%s:%d: [table.extra]: at most %d tables",
+             path, 3 + 2 * PSW_MAX_TABLES, PSW_MAX_TABLES);
+    if (!strstr(err, want))
+        fail_msg("got \"%s\", want \"%s\"", err, want);
+    free(text);
+}
+
 /* Form feed (an editor's page break) and vertical tab are white space,
  * not the control characters a binary file brings. */
 static void test_page_breaks_and_tabs_are_white_space(void **state)
@@ -1537,6 +1567,7 @@ int main(void)
         cmocka_unit_test(test_short_error_buffer_is_truncated_safely),
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
         cmocka_unit_test(test_page_breaks_and_tabs_are_white_space),
+        cmocka_unit_test(test_tables_beyond_the_protocol_limit_are_refused),
         cmocka_unit_test(test_an_endless_line_is_refused_without_reading_on),
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),

@@ -31,6 +31,7 @@
 
 #include "cluster.h"
 #include "psclient.h"
+#include "../proto/msg.h"
 
 #include "expect.h"
 
@@ -319,7 +320,11 @@ static char *run(int *status, const char *fmt, ...)
 }
 
 /* A port some other process listens on: psd exits with status 1 and
- * names the address and the reason, rather than running without it. */
+ * names the address and the reason, rather than running without it. It
+ * says so before it loads anything: with a large snapshot, loading took
+ * minutes, and the log said "no snapshot ... starting from the initial
+ * values" (or "restored") before the refusal. The same for
+ * metrics_listen's port. */
 static void test_a_port_in_use_stops_psd_with_the_address(void **state)
 {
     (void)state;
@@ -334,23 +339,34 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
     char dir[] = "/tmp/psd-port-XXXXXX", ini[64];
     assert_non_null(mkdtemp(dir));
     snprintf(ini, sizeof ini, "%s/c.ini", dir);
-    FILE *f = fopen(ini, "w");
-    assert_non_null(f);
-    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[server]\ndata_dir = %s\n"
-            "[table.t]\ndim = 1\n", port, dir);
-    fclose(f);
-    int st;
-    char *o = run(&st, "timeout 10 %s -c %s -n 0 2>&1", getenv("PSD_BIN")
-                  ? getenv("PSD_BIN") : "build/psd", ini);
+    for (int metrics = 0; metrics < 2; metrics++) {
+        FILE *f = fopen(ini, "w");
+        assert_non_null(f);
+        if (metrics)
+            fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[server]\n"
+                    "data_dir = %s\nmetrics_listen = 127.0.0.1:%d\n"
+                    "[table.t]\ndim = 1\n", cluster_free_port(), dir, port);
+        else
+            fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[server]\n"
+                    "data_dir = %s\n[table.t]\ndim = 1\n", port, dir);
+        fclose(f);
+        int st;
+        char *o = run(&st, "timeout 10 %s -c %s -n 0 2>&1", getenv("PSD_BIN")
+                      ? getenv("PSD_BIN") : "build/psd", ini);
+        char want[128];
+        snprintf(want, sizeof want, "%scannot listen on 127.0.0.1:%d: "
+                 "address already in use", metrics ? "metrics_listen: " : "",
+                 port);
+        EXPECT_INT(st, 1, "psd's exit status with its %sport taken: %s",
+                   metrics ? "metrics " : "", o ? o : "");
+        if (!o || !strstr(o, want))
+            fail_msg("psd said \"%s\", want \"%s\"", o ? o : "", want);
+        if (o && strstr(o, "snapshot"))
+            fail_msg("psd loaded its files before it found its port "
+                     "taken: %s", o);
+        free(o);
+    }
     close(fd);
-    char want[96];
-    snprintf(want, sizeof want, "cannot listen on 127.0.0.1:%d: address "
-             "already in use", port);
-    EXPECT_INT(st, 1, "psd's exit status with its port taken: %s",
-               o ? o : "");
-    if (!o || !strstr(o, want))
-        fail_msg("psd said \"%s\", want \"%s\"", o ? o : "", want);
-    free(o);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
@@ -685,7 +701,7 @@ static void test_psctl_help_names_every_option(void **state)
     (void)state;
     static const char *const opts[] = { "-c INI", "-s HOST:PORT", "-n NODE",
                                         "--json", "-i SECS", "--count N",
-                                        "--timeout SECS" };
+                                        "--timeout SECS", "--version" };
     int st;
     char *o = run(&st, "%s --help", psctl());
     EXPECT_INT(st, 0, "psctl --help exit status");
@@ -1223,6 +1239,11 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
           "(write the option out: --json)" },
         { "-s 127.0.0.1:1 -s 127.0.0.2:1 ping", "psctl: -s given twice" },
         { "-c --json ping", "psctl: -c needs a value, got the option \"--json\"" },
+        /* A typo is named with the one word it is nearest to. */
+        { "-s 127.0.0.1:1 stat", "psctl: unknown command \"stat\" (did you "
+          "mean stats?)" },
+        { "-s 127.0.0.1:1 --jsno ping", "psctl: unexpected argument "
+          "\"--jsno\" (did you mean --json?)" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int st;
@@ -1274,6 +1295,10 @@ static void test_psd_takes_options_in_every_usual_form(void **state)
         { "-c ", "--skip", "psd: unexpected argument \"--skip\" (write the "
           "option out: --skip-snapshot)", 2 },
         { "-c ", "--check=1", "psd: unexpected argument \"--check=1\"", 2 },
+        { "-c ", "--skip-snapshots", "psd: unexpected argument "
+          "\"--skip-snapshots\" (did you mean --skip-snapshot?)", 2 },
+        { "-c ", "--drop-tabel=x", "psd: unexpected argument "
+          "\"--drop-tabel=x\" (did you mean --drop-table?)", 2 },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int st;
@@ -1284,6 +1309,21 @@ static void test_psd_takes_options_in_every_usual_form(void **state)
         if (!o || !strstr(o, cases[k].says))
             fail_msg("psd --check %s%s %s should say \"%s\": %s", cases[k].c,
                      ini, cases[k].rest, cases[k].says, o ? o : "");
+        free(o);
+    }
+    /* --version: the release from psclient.h, for psd and psctl. */
+    char want[64];
+    snprintf(want, sizeof want, " %d.%d.%d (wire protocol %d",
+             PS_VERSION_MAJOR, PS_VERSION_MINOR, PS_VERSION_PATCH,
+             PSW_VERSION);
+    const char *tools[] = { psd, psctl() };
+    for (int k = 0; k < 2; k++) {
+        int st;
+        char *o = run(&st, "%s --version 2>&1", tools[k]);
+        EXPECT_INT(st, 0, "%s --version: %s", tools[k], o ? o : "");
+        if (!o || !strstr(o, want))
+            fail_msg("%s --version should say \"%s\": %s", tools[k], want,
+                     o ? o : "");
         free(o);
     }
     char cmd[128];

@@ -156,10 +156,28 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     join(&y, 0, 1, &owner_a);
     EXPECT_INT(psd_sync_reach(&y, 0, 0, 0, err, sizeof err), PSW_EINVAL,
                "clock 0");
-    EXPECT_INT(psd_sync_reach(&y, 0, 1, 1000001, err, sizeof err),
+    reach(&y, 0, 1, 5);
+    EXPECT_INT(psd_sync_reach(&y, 0, 1, 1000006, err, sizeof err),
                PSW_EINVAL, "barrier a million and one ahead");
     EXPECT_SUBSTR(err, "out of range", "the reason");
-    reach(&y, 0, 1, 1000000);
+    reach(&y, 0, 1, 1000005);
+    psd_sync_destroy(&y);
+}
+
+/* A node that lost its state (started empty) while the job ran past a
+ * million clocks: its counts are 0, and the workers' next CLOCK and
+ * BARRIER tell it where the job is. Refused as a jump, every ps_clock
+ * failed on that node for good. */
+static void test_a_node_at_zero_takes_any_clock(void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 1);
+    join(&y, 0, 1, &owner_a);
+    reach(&y, 0, 0, 2500001);
+    reach(&y, 0, 1, 2500001);
+    EXPECT_INT(psd_sync_advance(&y, 1), 1, "the node's clock moves");
+    EXPECT_U64(y.clock, 2500001, "node clock");
     psd_sync_destroy(&y);
 }
 
@@ -485,6 +503,36 @@ static void test_new_process_for_a_lost_worker_that_did_not_push(
     psd_sync_destroy(&y);
 }
 
+/* The same client back after its grace ran out, having pushed in the
+ * clock in progress (its reply lost with the connection): it goes on at
+ * that clock, its pushes in that clock's sum, and its next clock ends the
+ * iteration. It was moved on a clock, as a new process is: its client
+ * took that clock for its count, so its next ps_clock skipped an
+ * iteration and gave that iteration's sum nothing. */
+static void test_same_client_back_after_its_grace_keeps_its_clock(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    two_workers(&y);
+    for (uint64_t k = 1; k <= 2; k++) {
+        reach(&y, 0, 0, k);
+        reach(&y, 1, 0, k);
+        psd_sync_advance(&y, k);
+    }
+    psd_sync_summed(&y, 1);                 /* a push of iteration 2 */
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2), 0, "lost, grace 2 s");
+    EXPECT_INT(psd_sync_tick(&y, 3000, 2, 0, 10000), 1, "grace over");
+    join(&y, 1, 2, &owner_c);               /* client 2 again */
+    EXPECT_U64(clock_of(&y, 1), 2, "its clock: the iteration it is in");
+    reach(&y, 0, 0, 3);
+    EXPECT_INT(psd_sync_advance(&y, 3001), 0, "the node waits for it");
+    reach(&y, 1, 0, 3);                     /* its next ps_clock */
+    EXPECT_INT(psd_sync_advance(&y, 3002), 1, "then moves");
+    EXPECT_U64(y.clock, 3, "node clock");
+    psd_sync_destroy(&y);
+}
+
 /* The client a new process replaced comes back (its partition healed):
  * refused for good, even once the new process left, so that two processes
  * never train as one worker; a third one may still take the id. */
@@ -558,8 +606,8 @@ static void test_same_client_back_keeps_the_clock_it_pushed_in(void **state)
 }
 
 /* A worker that pushed, then left before its clock (ps_close, or its
- * grace ran out) while the others still compute that iteration: joining
- * again it starts at the next clock, for the same reason. */
+ * grace ran out) while the others still compute that iteration: a new
+ * process joining for it starts at the next clock, for the same reason. */
 static void test_worker_that_pushed_and_left_rejoins_after_its_sums(
     void **state)
 {
@@ -657,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_same_client_reconnecting_takes_its_worker_over),
         cmocka_unit_test(test_clock_moves_when_the_slowest_worker_arrives),
         cmocka_unit_test(test_clock_numbers_out_of_range_are_refused),
+        cmocka_unit_test(test_a_node_at_zero_takes_any_clock),
         cmocka_unit_test(test_barrier_and_clock_move_independently),
         cmocka_unit_test(
             test_lost_worker_is_waited_for_until_its_grace_runs_out),
@@ -677,6 +726,8 @@ int main(void)
             test_new_process_for_a_lost_worker_starts_after_its_sums),
         cmocka_unit_test(
             test_new_process_for_a_lost_worker_that_did_not_push),
+        cmocka_unit_test(
+            test_same_client_back_after_its_grace_keeps_its_clock),
         cmocka_unit_test(test_replaced_client_is_refused_when_it_comes_back),
         cmocka_unit_test(
             test_clients_replaced_after_their_grace_are_refused_too),
