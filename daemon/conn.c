@@ -96,6 +96,7 @@ struct psd_conn {
     uint64_t spent_frames;
     int closing;
     int shutting;                /* psd_conn_shutdown was called */
+    int peer_done;               /* the peer closed its side (EOF) */
 };
 
 typedef struct wreq {
@@ -1151,6 +1152,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
             /* The client has nothing more to send; it may have shut down
              * only its side and still read (shutdown(SHUT_WR) after its
              * last request): what it is owed goes out, then we close. */
+            c->peer_done = 1;
+            c->alive_ms = uv_now(c->set->loop);
             conn_shutdown(c);
         } else {
             if (n != UV_EOF)
@@ -1443,6 +1446,19 @@ void psd_conns_tick(psd_conns *set)
                          cfg->hello_timeout);
                 reject(c, why);
             }
+            continue;
+        }
+        if (now - c->alive_ms >= dead && c->peer_done) {
+            /* Not a vanished peer: one that closed its side (a client
+             * that gave up waiting for a reply and reconnected) and was
+             * owed replies that could not go out since: they wait for
+             * the journal, or it reads no more. */
+            psd_info("closing connection from %s: it closed its side %llu "
+                     "ms ago, and %s", c->peer,
+                     (unsigned long long)(now - c->alive_ms),
+                     c->waiting ? "its replies still wait for the journal"
+                                : "has not read what it is owed");
+            conn_close(c);
             continue;
         }
         if (now - c->alive_ms >= dead) {

@@ -1652,6 +1652,43 @@ static void test_a_slow_fsync_keeps_the_heartbeats_going(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* A client that gives up on a reply held for the fsync reconnects; the
+ * connection it closed still owes that reply, and is closed once
+ * peer_timeout_ms has passed with the reply still held. psd said of it
+ * "nothing heard ... presumed dead" and counted a lost peer, of a client
+ * alive and well on its new connection. */
+static void test_a_connection_closed_by_its_client_is_not_called_dead(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    setenv("PSD_TEST_FSYNC_DELAY_MS", "2500", 1);
+    start(&c, 1, "[server]\nheartbeat_ms = 100\npeer_timeout_ms = 1000\n"
+          "durability = log\nfsync = always\n");
+    unsetenv("PSD_TEST_FSYNC_DELAY_MS");
+    ps_options o = client_options();
+    o.request_timeout_ms = 400;
+    o.max_retries = 30;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = 7;
+    float one = 1.0f;
+    EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)), PS_OK,
+               "a push whose fsync takes 2.5 s");
+    ps_stats_t st;
+    ps_stats(cl, &st);
+    EXPECT_INT(st.reconnects > 0, 1, "the client gave up and reconnected");
+    ps_close(cl);
+    char *log = cluster_log(&c, 0);
+    if (!log || strstr(log, "presumed dead") ||
+        !strstr(log, "it closed its side"))
+        fail_msg("want \"it closed its side\", no \"presumed dead\": %s",
+                 log ? log : "");
+    free(log);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* One node with `server` lines, 10 oracle requests of 4 pushes all
  * acknowledged, then kill -9: returns the oracle's count; its first
  * journal segment's path goes in seg. */
@@ -1947,6 +1984,8 @@ int main(void)
         cmocka_unit_test(
             test_tables_added_moved_or_dropped_keep_the_others_rows),
         cmocka_unit_test(test_a_slow_fsync_keeps_the_heartbeats_going),
+        cmocka_unit_test(
+            test_a_connection_closed_by_its_client_is_not_called_dead),
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
         cmocka_unit_test(
             test_a_journal_past_snapshot_journal_mb_starts_a_snapshot),
