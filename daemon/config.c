@@ -2,6 +2,7 @@
  * settings parses, defaults and checks what inifile.c read. */
 #include "config.h"
 #include "inifile.h"
+#include "near.h"
 #include "../proto/auth.h"
 
 #include <arpa/inet.h>
@@ -637,6 +638,26 @@ static int apply(parser *p, const section *s, const entry *e,
     return -1;
 }
 
+/* The setting of scope sc whose key is nearest to a key the file
+ * misspelt (near.h), or NULL. */
+static const setting *suggest(scope sc, const char *key)
+{
+    const char *names[NSETTINGS + 1];
+    const setting *of[NSETTINGS];
+    size_t n = 0;
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (settings[i].scope == sc) {
+            of[n] = &settings[i];
+            names[n++] = settings[i].key;
+        }
+    names[n] = NULL;
+    const char *w = psd_suggest(key, names);
+    for (size_t i = 0; w && i < n; i++)
+        if (names[i] == w)
+            return of[i];
+    return NULL;
+}
+
 static const setting *find_setting(scope sc, const char *key)
 {
     for (size_t i = 0; i < NSETTINGS; i++)
@@ -687,35 +708,40 @@ static int note(parser *p, psd_config *c, int line, const char *fmt, ...)
 }
 
 /* Applies the entries of one section in file order: unknown and duplicate
- * keys are errors; then required keys must be there. */
+ * keys are errors; then required keys must be there. Every bad entry is
+ * reported (p->more), not only the first. */
 static int apply_section(parser *p, const section *s, char *base,
                          psd_config *c)
 {
+    int bad = 0;
     for (int i = 0; i < s->ini->nentries; i++) {
         const entry *e = &s->ini->entries[i];
         const setting *st = find_setting(s->scope, e->key);
-        if (!st) {
-            fail(p, e->line, "[%s] %s: unknown key", s->name, e->key);
-            return -1;
-        }
         const entry *first = find_entry(s, e->key);
-        if (first != e) {
+        if (!st) {
+            char hint[96] = "";
+            const setting *near = suggest(s->scope, e->key);
+            if (near)
+                snprintf(hint, sizeof hint, " (did you mean %s?)", near->key);
+            fail(p, e->line, "[%s] %s: unknown key%s", s->name, e->key, hint);
+            bad = 1;
+        } else if (first != e) {
             fail(p, e->line, "[%s] %s: duplicate key (first at line %d)",
                  s->name, e->key, first->line);
-            return -1;
+            bad = 1;
+        } else if (apply(p, s, e, st, base, c) < 0) {
+            bad = 1;
         }
-        if (apply(p, s, e, st, base, c) < 0)
-            return -1;
     }
     for (size_t i = 0; i < NSETTINGS; i++) {
         if (settings[i].scope == s->scope &&
             (settings[i].flags & REQUIRED) && !find_entry(s, settings[i].key)) {
             fail(p, s->line, "[%s] %s: required key missing", s->name,
                  settings[i].key);
-            return -1;
+            bad = 1;
         }
     }
-    return 0;
+    return bad ? -1 : 0;
 }
 
 /* Checks of a table that involve more than one of its keys. */
@@ -919,7 +945,7 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
     if (apply_defaults(p, SC_CLUSTER, "cluster", (char *)c, c) < 0 ||
         apply_defaults(p, SC_SERVER, "server", (char *)c, c) < 0)
         return -1;
-    int ntables = 0;
+    int ntables = 0, bad = 0;
     const section *cluster = NULL, *server = NULL;
     for (int i = 0; i < n; i++) {
         ntables += secs[i].scope == SC_TABLE;
@@ -956,11 +982,15 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
             if (apply_defaults(p, SC_TABLE, s->name, base, c) < 0)
                 return -1;
         }
+        /* Each section's errors are all said; a table's own checks need
+         * its values, the file's cross checks below every value. */
         if (apply_section(p, s, base, c) < 0)
-            return -1;
-        if (t && check_table(p, s, t, c) < 0)
-            return -1;
+            bad = 1;
+        else if (t && check_table(p, s, t, c) < 0)
+            bad = 1;
     }
+    if (bad)
+        return -1;
     if (!cluster) {
         fail(p, 0, "[cluster] nodes: required key missing (no [cluster] "
              "section)");
@@ -1042,6 +1072,7 @@ int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen)
                                  scope_of(is->name, strlen(is->name), why,
                                           sizeof why), is };
         }
+        ini.more = 1;            /* every bad value, not only the first */
         build(&ini, secs, ini.nsecs, c);
     }
     free(secs);

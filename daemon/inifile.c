@@ -30,17 +30,34 @@ typedef struct reader {
 __attribute__((format(printf, 3, 0)))
 static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
 {
-    if (ini->failed)
+    if (ini->failed && !ini->more)
         return;
-    ini->failed = 1;
-    if (!ini->err || ini->errlen == 0)
+    ini->failed++;
+    if (!ini->err || ini->errlen == 0 || ini->full)
         return;
-    int n = line > 0
-                ? snprintf(ini->err, ini->errlen, "%s:%d: ", ini->path, line)
-                : snprintf(ini->err, ini->errlen, "%s: ", ini->path);
-    if (n < 0 || (size_t)n >= ini->errlen)
+    char one[600];
+    int n = line > 0 ? snprintf(one, sizeof one, "%s:%d: ", ini->path, line)
+                     : snprintf(one, sizeof one, "%s: ", ini->path);
+    if (n >= 0 && (size_t)n < sizeof one)
+        vsnprintf(one + n, sizeof one - (size_t)n, fmt, ap);
+    if (ini->failed == 1) {      /* the first, cut short if it must be */
+        snprintf(ini->err, ini->errlen, "%s", one);
         return;
-    vsnprintf(ini->err + n, ini->errlen - (size_t)n, fmt, ap);
+    }
+    /* The others whole or not at all; when the next does not fit (or
+     * there are too many to read), a last line says so. */
+    size_t at = strlen(ini->err), room = ini->errlen - at;
+    char more[400];
+    snprintf(more, sizeof more, "\n%s: more errors than these %d (fix them "
+             "and check again)", ini->path, ini->failed - 1);
+    if (ini->failed <= PSD_INI_MAX_ERRORS &&
+        strlen(one) + 1 + strlen(more) < room) {
+        snprintf(ini->err + at, room, "\n%s", one);
+        return;
+    }
+    ini->full = 1;
+    if (strlen(more) < room)
+        snprintf(ini->err + at, room, "%s", more);
 }
 
 void psd_ini_fail(psd_ini *ini, int line, const char *fmt, ...)

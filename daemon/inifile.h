@@ -34,13 +34,19 @@ typedef struct psd_ini_section {
 typedef int (*psd_ini_name_check)(const char *name, size_t n, char *why,
                                   size_t whylen);
 
-/* A file read whole. After an error, later errors are dropped: the first
- * one is what the user sees. */
+/* A file read whole. While it is read, the first error stops it: after a
+ * line that does not parse, what follows means nothing. A caller that
+ * then interprets the entries may set `more`, so that its errors are all
+ * kept, one per line (up to PSD_INI_MAX_ERRORS), and a file with several
+ * bad values is fixed in one pass. */
+#define PSD_INI_MAX_ERRORS 20
 typedef struct psd_ini {
     const char *path;    /* borrowed from the caller of psd_ini_read */
     psd_ini_section *secs;
     int nsecs, cap;
-    int failed;
+    int failed;          /* errors recorded */
+    int more;            /* keep the errors after the first */
+    int full;            /* err holds all it can: later ones are counted */
     char *err;           /* the caller's error buffer */
     size_t errlen;
 } psd_ini;
@@ -57,7 +63,8 @@ void psd_ini_free(psd_ini *ini);
 const psd_ini_entry *psd_ini_find(const psd_ini_section *s, const char *key);
 
 /* Records an error found by the caller while interpreting ini, in the
- * same form and with the same first-error-wins rule. line 0: no line. */
+ * same form: the first only, or with `more` each on a line of its own.
+ * line 0: no line. */
 void psd_ini_fail(psd_ini *ini, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -244,7 +244,7 @@ int main(int argc, char **argv)
     }
 
     psd_config cfg;
-    char err[1024];
+    char err[8192];
     if (psd_config_load(&cfg, path, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 1;

@@ -267,14 +267,30 @@ static int token_file_moved(const psd_server *s, const psd_config *nc,
 void psd_server_reload(psd_server *s)
 {
     psd_config nc;
-    char err[512];
+    char err[8192];
     int moved = 0;
     if (psd_config_load(&nc, s->cfg_path, err, sizeof err) ||
         (moved = token_file_moved(s, &nc, err, sizeof err)) < 0) {
         if (moved < 0)
             psd_config_destroy(&nc);
-        psd_error("reload failed, keeping the running configuration: %s", err);
-        snprintf(s->reload_error, sizeof s->reload_error, "%.190s", err);
+        /* One log line per error (a file may have several), and the
+         * first with their count for psctl stats and /metrics. */
+        int lines = 1;
+        for (const char *q = err; (q = strchr(q, '\n')); q++)
+            lines++;
+        for (const char *q = err; *q;) {
+            size_t len = strcspn(q, "\n");
+            psd_error("reload failed, keeping the running configuration: "
+                      "%.*s", (int)len, q);
+            q += len + (q[len] == '\n');
+        }
+        int first = (int)strcspn(err, "\n");
+        if (lines > 1)
+            snprintf(s->reload_error, sizeof s->reload_error,
+                     "%.*s (and %d more)", first > 170 ? 170 : first, err,
+                     lines - 1);
+        else
+            snprintf(s->reload_error, sizeof s->reload_error, "%.190s", err);
         return;
     }
     int interval = s->node.cfg.snapshot_interval;

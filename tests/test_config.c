@@ -22,7 +22,7 @@
 
 #include "expect.h"
 
-#define ERRLEN 512
+#define ERRLEN 4096
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -272,7 +272,7 @@ static const error_case error_cases[] = {
       "unknown section [clutser]", 0 },
     { "unknown_key_in_server_names_section_and_key",
       CLUSTER "[server]\nmax_frames = 1M\n", 0, 4,
-      "[server] max_frames: unknown key", 1 },
+      "[server] max_frames: unknown key (did you mean max_frame?)", 1 },
     { "unknown_key_in_a_table_names_the_table",
       EMB "learning_rate = 0.1\n", 0, 5,
       "[table.emb] learning_rate: unknown key", 1 },
@@ -1066,6 +1066,61 @@ static void test_an_endless_line_is_refused_without_reading_on(void **state)
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
+/* A file with several bad values says every one, each "PATH:LINE:" on a
+ * line of its own in file order, so that it is fixed in one pass (it said
+ * the first only: one run of psd --check per mistake); the cross checks
+ * that need every value wait for them. Past 20 errors, one line says
+ * there are more. */
+static void test_every_bad_value_is_reported_at_its_line(void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    const char *text = "[cluster]\n"                       /* 1 */
+                       "nodes = 127.0.0.1:7070\n"           /* 2 */
+                       "shards = x\n"                       /* 3 */
+                       "workers = y\n"                      /* 4 */
+                       "[server]\n"                         /* 5 */
+                       "max_conections = 10\n"              /* 6 */
+                       "fsync = q\n"                        /* 7 */
+                       "heartbeat_ms = 1000\n"              /* 8 */
+                       "peer_timeout_ms = 1000\n"           /* 9: cross */
+                       "[table.t]\n"                        /* 10 */
+                       "dim = 0\n"                          /* 11 */
+                       "updater = z\n";                     /* 12 */
+    assert_int_equal(load_text(text, &c, path, err), -1);
+    const int lines[] = { 3, 4, 6, 7, 11, 12 };
+    const char *at = err;
+    for (size_t k = 0; k < sizeof lines / sizeof lines[0]; k++) {
+        char want[PATH_LEN + 16];
+        snprintf(want, sizeof want, "%s%s:%d: ", k ? "\n" : "", path,
+                 lines[k]);
+        if (strncmp(at, want, strlen(want)) != 0)
+            fail_msg("error %zu should begin \"%s\": %s", k, want, err);
+        at = strchr(at + 1, '\n');
+        if (!at && k + 1 < sizeof lines / sizeof lines[0])
+            fail_msg("%zu errors, want %zu: %s", k + 1,
+                     sizeof lines / sizeof lines[0], err);
+    }
+    if (at)
+        fail_msg("more errors than the six bad values: %s", err);
+    EXPECT_SUBSTR(err, "max_conections: unknown key (did you mean "
+                  "max_connections?)", "the typo's hint");
+    assert_null(c.tables);
+
+    /* 25 bad values: 20 said, then one line for the rest. */
+    char many[2048];
+    size_t n = (size_t)snprintf(many, sizeof many, "%s[table.t]\n", CLUSTER);
+    for (int i = 0; i < 25; i++)
+        n += (size_t)snprintf(many + n, sizeof many - n, "bogus%d = 1\n", i);
+    assert_int_equal(load_text(many, &c, path, err), -1);
+    int nl = 0;
+    for (const char *q = err; (q = strchr(q, '\n')); q++)
+        nl++;
+    EXPECT_INT(nl, 20, "lines after the first");
+    EXPECT_SUBSTR(err, "more errors than these 20", "the last line");
+}
+
 /* Every table goes to each client in HELLO_OK, which clients refuse
  * beyond PSW_MAX_TABLES tables: a file with more would start a node that
  * nobody can connect to, so it is refused at the first table too many. */
@@ -1568,6 +1623,7 @@ int main(void)
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
         cmocka_unit_test(test_page_breaks_and_tabs_are_white_space),
         cmocka_unit_test(test_tables_beyond_the_protocol_limit_are_refused),
+        cmocka_unit_test(test_every_bad_value_is_reported_at_its_line),
         cmocka_unit_test(test_an_endless_line_is_refused_without_reading_on),
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),

@@ -1691,6 +1691,36 @@ static void test_a_failed_reload_shows_in_metrics_and_stats(void **state)
                       "configuration: "))
         fail_msg("psctl stats after a failed reload: %s", o ? o : "");
     free(o);
+    /* A file with two bad values: each is logged on its own line, and
+     * the figures give the first with the count of the others. */
+    snprintf(cmd, sizeof cmd, "cp '%s.good' '%s' && printf '[table.zz]\\n"
+             "dim = 0\\nupdater = z\\n' >> '%s'", c.ini, c.ini, c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    EXPECT_INT(cluster_log_wait(&c, 0, "updater: expected", 3000), 1,
+               "the second error is logged");
+    char *log = cluster_log(&c, 0);
+    static const char *const said[] = { "[table.zz] dim: expected",
+                                         "[table.zz] updater: expected" };
+    for (int k = 0; k < 2; k++) {
+        const char *at = log ? strstr(log, said[k]) : NULL;
+        const char *bol = at;
+        while (bol && bol > log && bol[-1] != '\n')
+            bol--;
+        static const char head[] = "psd[0] error: reload failed, keeping "
+                                   "the running configuration: ";
+        const char *tag = bol ? strstr(bol, "psd[0]") : NULL;
+        if (!at || !tag || tag > at ||
+            strncmp(tag, head, sizeof head - 1) != 0)
+            fail_msg("want a \"reload failed\" line saying %s: %s", said[k],
+                     log ? log : "");
+    }
+    free(log);
+    m = http_get(mport, "/metrics");
+    if (!m || !strstr(m, "(and 1 more)"))
+        fail_msg("the reload error should count the other error: %s",
+                 m ? m : "");
+    free(m);
     snprintf(cmd, sizeof cmd, "mv '%s.good' '%s'", c.ini, c.ini);
     assert_int_equal(system(cmd), 0);
     kill(c.pid[0], SIGHUP);
