@@ -1036,6 +1036,20 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
              "durability = log (it is snapshot: pushes acknowledged since "
              "the last snapshot are lost in a crash)") < 0)
         return -1;
+    /* Shard s lives on node s mod N: with fewer shards than nodes, the
+     * nodes past them hold nothing, yet every client connects to every
+     * node, so each of them can keep the cluster from opening. */
+    if (c->shards < (uint32_t)c->nnodes) {
+        const entry *sh = find_entry(cluster, "shards");
+        int idle = c->nnodes - (int)c->shards;
+        if (note(p, c, sh ? sh->line : cluster->line, "[cluster] shards: %u "
+                 "shard%s for %d nodes: node%s %u..%d hold%s no row of any "
+                 "table, though clients need every node to open the cluster "
+                 "(shards >= nodes spreads the rows over all)", c->shards,
+                 c->shards == 1 ? "" : "s", c->nnodes, idle == 1 ? "" : "s",
+                 c->shards, c->nnodes - 1, idle == 1 ? "s" : "") < 0)
+            return -1;
+    }
     /* Dense shard ranges compute rows * shards (proto/layout.h). */
     for (int i = 0, k = 0; i < n; i++) {
         const section *s = &secs[i];

@@ -162,6 +162,15 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
 {
     if (access(folder, W_OK | X_OK) == 0)
         return;
+    /* A read-only file system refuses every user: that one is certain. */
+    if (errno == EROFS) {
+        add(&pf->problems, &pf->nproblems, path, c->data_dir_line,
+            "[server] data_dir: %s is on a read-only file system, so psd "
+            "cannot %s %s", folder, strcmp(folder, dir) ? "create" : "use",
+            dir);
+        pf->data_dir_bad = 1;
+        return;
+    }
     add(&pf->notes, &pf->nnotes, path, c->data_dir_line,
         "[server] data_dir: this user (uid %u) may not write %s, so psd "
         "run as this user cannot %s %s: %s (run --check as the user psd "
@@ -174,6 +183,20 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
 {
     char dir[4096];
     psd_config_data_dir(c, dir, sizeof dir);
+    /* Relative: from the folder psd starts in, which the ini does not
+     * say (systemd starts services in /): the same file started from
+     * another folder would serve an empty model. */
+    if (dir[0] != '/') {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof cwd))
+            snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
+        add(&pf->notes, &pf->nnotes, path, c->data_dir_line,
+            "[server] data_dir: %s is relative: psd takes it from the folder "
+            "it starts in (here %s), not from the ini's; started from "
+            "another folder (systemd starts psd in /), it would not find "
+            "its snapshot and would start empty. Give an absolute path",
+            dir, cwd);
+    }
     char part[sizeof dir];
     for (size_t n = 1; n <= strlen(dir); n++) {
         if (dir[n] != '/' && dir[n] != '\0')

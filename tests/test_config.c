@@ -1499,6 +1499,56 @@ static void test_data_dir_through_a_file_is_refused(void **state)
                  first);
 }
 
+/* A relative data_dir is taken from the folder psd starts in, which the
+ * ini does not say: the same file started elsewhere (systemd starts psd
+ * in /) served an empty model without a word. A note, with the folder it
+ * resolves to now; an absolute one earns none. */
+static void test_relative_data_dir_earns_a_note(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+            "data_dir = psd-test-rel\n", &c);
+    psd_preflight pf;
+    EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems");
+    char cwd[4096], want[4200];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(want, sizeof want, "F:4: [server] data_dir: psd-test-rel is "
+             "relative: psd takes it from the folder it starts in (here %s)",
+             cwd);
+    EXPECT_INT(pf.nnotes, 1, "notes");
+    if (pf.nnotes < 1 || strncmp(pf.notes[0], want, strlen(want)) != 0)
+        fail_msg("want the note \"%s...\", got \"%s\"", want,
+                 pf.nnotes ? pf.notes[0] : "");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+            "data_dir = /tmp/psd-test-abs\n", &c);
+    psd_preflight_run(&pf, &c, "F", 0);
+    EXPECT_INT(pf.nnotes, 0, "notes for an absolute data_dir");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
+}
+
+/* Fewer shards than nodes leaves nodes that hold nothing, yet clients
+ * need them all to open the cluster: a note at the shards line. */
+static void test_fewer_shards_than_nodes_earns_a_note(void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071, "
+            "127.0.0.1:7072\nshards = 1\n", &c);
+    EXPECT_INT(c.nnotes, 1, "notes");
+    if (c.nnotes < 1 || !strstr(c.notes[0], ":3: [cluster] shards: 1 shard "
+                                "for 3 nodes: nodes 1..2 hold no row"))
+        fail_msg("got \"%s\"", c.nnotes ? c.notes[0] : "");
+    psd_config_destroy(&c);
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+            "shards = 2\n", &c);
+    EXPECT_INT(c.nnotes, 0, "notes with as many shards as nodes");
+    psd_config_destroy(&c);
+}
+
 static void test_network_address_without_token_is_refused_with_a_fix(
     void **state)
 {
@@ -1643,6 +1693,8 @@ int main(void)
         cmocka_unit_test(test_token_file_others_can_read_is_refused),
         cmocka_unit_test(test_token_file_missing_or_short_is_refused),
         cmocka_unit_test(test_data_dir_through_a_file_is_refused),
+        cmocka_unit_test(test_relative_data_dir_earns_a_note),
+        cmocka_unit_test(test_fewer_shards_than_nodes_earns_a_note),
         cmocka_unit_test(
             test_network_address_without_token_is_refused_with_a_fix),
         cmocka_unit_test(test_host_names_resolve_or_are_reported),
