@@ -210,6 +210,31 @@ static int same_entry(const psd_node_addr *a, int na, const psd_node_addr *b,
            memcmp(&a[index], &b[index], sizeof *a) == 0;
 }
 
+/* p with repeated slashes made one and a trailing one dropped (the root
+ * stays "/"), into out (at least as large as p). */
+static void tidy_path(const char *p, char *out)
+{
+    size_t n = 0;
+    for (; *p; p++)
+        if (*p != '/' || n == 0 || out[n - 1] != '/')
+            out[n++] = *p;
+    if (n > 1 && out[n - 1] == '/')
+        n--;
+    out[n] = '\0';
+}
+
+/* Whether two data_dir values name one folder by their text: "/d/", "/d"
+ * and "//d" do (no symbolic link is followed: the folder may not exist,
+ * and a relative one depends on where psd started). */
+static int same_path(const char *a, const char *b)
+{
+    char x[sizeof ((psd_config *)0)->data_dir];
+    char y[sizeof x];
+    tidy_path(a, x);
+    tidy_path(b, y);
+    return strcmp(x, y) == 0;
+}
+
 /* What a reload may not change: anything clients or stored rows depend
  * on. 1 with "PATH[:LINE]: what" in why (the line where the file keeps
  * it: a table's section, the nodes line), else 0. index: this node's. */
@@ -221,9 +246,19 @@ static int layout_change(const psd_config *a, const psd_config *b,
     if (a->shards != b->shards)
         return refuse(why, len, path, 0, "shards changed (%u to %u)",
                       a->shards, b->shards);
-    if (a->ntables != b->ntables)
-        return refuse(why, len, path, 0, "tables were added or removed (%d "
-                      "to %d)", a->ntables, b->ntables);
+    if (a->ntables != b->ntables) {
+        /* At the first table the file added, when it added one. */
+        int line = 0;
+        for (int i = 0; i < b->ntables && !line; i++) {
+            int known = 0;
+            for (int k = 0; k < a->ntables && !known; k++)
+                known = !strcmp(a->tables[k].name, b->tables[i].name);
+            if (!known)
+                line = b->tables[i].line;
+        }
+        return refuse(why, len, path, line, "tables were added or removed "
+                      "(%d to %d)", a->ntables, b->ntables);
+    }
     for (int i = 0; i < a->ntables; i++)
         if (table_change(&a->tables[i], &b->tables[i], path, why, len))
             return 1;
@@ -243,8 +278,10 @@ static int layout_change(const psd_config *a, const psd_config *b,
         strcmp(a->auth_token_file, b->auth_token_file))
         return refuse(why, len, path, 0, "auth_token or auth_token_file "
                       "changed");
-    /* The data folder, the journal and its fsync are set up at start. */
-    if (strcmp(a->data_dir, b->data_dir) || a->durability != b->durability ||
+    /* The data folder, the journal and its fsync are set up at start.
+     * The folder as a path: "/d/", "/d" and "//d" are one. */
+    if (!same_path(a->data_dir, b->data_dir) ||
+        a->durability != b->durability ||
         a->fsync != b->fsync)
         return refuse(why, len, path, 0, "data_dir, durability or fsync "
                       "changed");
@@ -344,11 +381,40 @@ static void log_param_changes(const psd_table_conf *was,
                      v1[k]);
 }
 
+/* Logs each server setting a reload changes, as log_param_changes does
+ * for tables: "reloaded" alone left an operator unable to tell whether a
+ * new limit was in force. */
+static void log_setting_changes(const psd_config *a, const psd_config *b)
+{
+    static const char *const levels[] = { "debug", "info", "warn", "error" };
+    if (a->log_level != b->log_level)
+        psd_info("log_level %s -> %s", levels[a->log_level],
+                 levels[b->log_level]);
+    const struct {
+        const char *name;
+        uint64_t was, now;
+    } v[] = {
+#define S(f) { #f, (uint64_t)a->f, (uint64_t)b->f }
+        S(max_output), S(max_connections), S(max_connections_per_addr),
+        S(max_client_memory), S(hello_timeout), S(frame_timeout),
+        S(idle_timeout), S(snapshot_interval), S(snapshot_journal_mb),
+        S(client_ttl), S(max_unacked_pushes), S(max_remembered_pushes),
+        S(worker_grace),
+#undef S
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (v[i].was != v[i].now)
+            psd_info("%s %llu -> %llu", v[i].name,
+                     (unsigned long long)v[i].was,
+                     (unsigned long long)v[i].now);
+}
+
 int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
                     char *why, size_t len)
 {
     if (layout_change(&n->cfg, nc, n->index, path, why, len))
         return -1;
+    log_setting_changes(&n->cfg, nc);
     for (int i = 0; i < n->ntables; i++) {
         const psd_table_conf *t = &nc->tables[i];
         log_param_changes(&n->cfg.tables[i], &t->upd);

@@ -786,6 +786,11 @@ static void sighup_refusals_say_where_the_change_is(void **state)
     char want[600];
     int at = line_of(cl.ini, "[table.t]");
     assert_true(at > 0);
+    /* The same folder written with a slash at its end, or two in a row,
+     * is no change (it was refused as "data_dir ... changed"). */
+    reload_with("s#^data_dir = /\\(.*\\)$#data_dir = //\\1/#");
+    if (!cluster_log_wait(&cl, 0, "reloaded", 10000))
+        fail_msg("data_dir with slashes added: want \"reloaded\"");
     reload_with("s/^dim = 3$/dim = 4/");
     snprintf(want, sizeof want, "%s:%d: [table.t]: its kind, dim or rows "
              "changed", cl.ini, at);
@@ -814,8 +819,8 @@ static void sighup_refusals_say_where_the_change_is(void **state)
      * by name), so here the hint is to restart. */
     reload_with("/^updater = adam$/d;"
                 "s/^\\[table.t\\]$/[table.u]\\ndim = 2\\n[table.t]/");
-    snprintf(want, sizeof want, "%s: tables were added or removed (2 to 3) "
-             "(restart psd to apply that)", cl.ini);
+    snprintf(want, sizeof want, "%s:%d: tables were added or removed (2 to "
+             "3) (restart psd to apply that)", cl.ini, at);
     if (!cluster_log_wait(&cl, 0, "(2 to 3)", 10000) ||
         !cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a table added: want \"%s\" in the log", want);

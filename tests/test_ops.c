@@ -602,14 +602,15 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
     free(o);
     /* Node 1 alone reloads a new lr. */
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "sed -i 's/^lr = 0.001$/lr = 0.002/' '%s'",
-             c.ini);
+    snprintf(cmd, sizeof cmd, "sed -i -e 's/^lr = 0.001$/lr = 0.002/' -e "
+             "'s/^\\[server\\]$/[server]\\nclient_ttl = 300/' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
     kill(c.pid[1], SIGHUP);
     assert_true(cluster_log_wait(&c, 1, "reloaded", 10000));
-    /* The reload says what it changed. */
+    /* The reload says what it changed, server settings too. */
     assert_true(cluster_log_wait(&c, 1, "table 'emb': lr 0.001 -> 0.002",
                                  1000));
+    assert_true(cluster_log_wait(&c, 1, "client_ttl 600 -> 300", 1000));
     o = run(&st, "%s -c %s tables", psctl(), c.ini);
     if (!o || !strstr(o, "adam     lr 0.001, beta1") ||
         !strstr(o, "node 1 differs: lr 0.002, beta1 0.9"))
