@@ -215,8 +215,8 @@ PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t cou
  * ps_last_error says whether it may have been applied (in part: a
  * request spanning several nodes is a part per node, and each node
  * applies its part or not on its own, so a failed push may be in force on
- * some nodes and not on others; pushing it again is safe only through a
- * request that is answered). A push sent again by the library is applied
+ * some nodes and not on others, and a new ps_push of the same gradient
+ * is applied again on those that had it). A push sent again by the library is applied
  * once: the server remembers what it applied. The
  * status of a completed request that failed is remembered for the last
  * 1024 failures. A completed request whose failure may have been
