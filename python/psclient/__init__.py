@@ -685,7 +685,10 @@ class Client:
                 # ps_last_error(NULL): why this thread's ps_open failed
                 # (not on stderr: opts.quiet).
                 why = _LIB.ps_last_error(None).decode("utf-8", "replace")
-                raise _error(rc, f"cannot connect to {self.servers}: {why}")
+                # An ini names a cluster, not a host: say which it is.
+                what = (f"the cluster of {self.servers}"
+                        if os.path.isfile(self.servers) else self.servers)
+                raise _error(rc, f"cannot connect to {what}: {why}")
             self._h = h.value
         except BaseException:
             # A signal handler raised (Ctrl-C) as ps_open returned, before

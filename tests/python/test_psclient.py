@@ -149,7 +149,7 @@ def test_auth_token_and_options_reach_ps_open(monkeypatch):
     assert e.value.code == psclient.PS_EAUTH
 
 
-def test_a_failed_connect_says_why():
+def test_a_failed_connect_says_why(tmp_path):
     """The reason ps_open gives (ps_last_error(NULL), also on stderr, which
     a notebook does not show) is in the exception: the option out of
     range, the address nobody answers on."""
@@ -164,6 +164,13 @@ def test_a_failed_connect_says_why():
     with pytest.raises(psclient.ConnectionError,
                        match=f"127.0.0.1:{port}: connection refused"):
         psclient.connect(f"127.0.0.1:{port}", connect_timeout_ms=200)
+    # An ini is named as the cluster it describes, not as a host.
+    ini = tmp_path / "down.ini"
+    ini.write_text(f"[cluster]\nnodes = 127.0.0.1:{port}\n")
+    with pytest.raises(psclient.ConnectionError,
+                       match=f"cannot connect to the cluster of {ini}: .*"
+                             f"127.0.0.1:{port}"):
+        psclient.connect(str(ini), connect_timeout_ms=200)
 
 
 def test_token_opens_a_cluster_that_requires_one(make_cluster, monkeypatch):
