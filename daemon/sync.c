@@ -222,6 +222,20 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
         snprintf(err, errlen, "clock or barrier number out of range");
         return PSW_EINVAL;
     }
+    /* The client counts one more each call, from the largest count the
+     * nodes gave it: a node further behind missed calls, because it was
+     * down when they were made, or because it came back from an older
+     * snapshot (durability = snapshot and a crash), its rows then missing
+     * those iterations' pushes. It catches up and the job goes on; the
+     * operator should know. */
+    if (value > *mine + 1)
+        psd_warn("worker %d's %s %llu skips %llu past this node's count "
+                 "for it (%llu): this node missed those calls (it was "
+                 "unreachable, or restarted from an older snapshot: its rows "
+                 "lack their pushes)", (int)worker,
+                 barrier ? "barrier" : "clock", (unsigned long long)value,
+                 (unsigned long long)(value - *mine - 1),
+                 (unsigned long long)*mine);
     if (value > *mine)
         *mine = value;
     return 0;

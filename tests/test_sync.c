@@ -164,6 +164,42 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     psd_sync_destroy(&y);
 }
 
+/* A CLOCK more than one past the node's count for the worker means the
+ * node missed calls (down, or back from an older snapshot, its rows
+ * missing those iterations): it takes it, and says so. One more is
+ * quiet. */
+static void test_a_clock_that_skips_is_taken_and_logged(void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 1);
+    join(&y, 0, 1, &owner_a);
+    char path[] = "/tmp/psd-test-sync-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    psd_log_set_level(PSD_LOG_WARN);
+    reach(&y, 0, 0, 1);
+    reach(&y, 0, 0, 2);
+    reach(&y, 0, 0, 6);
+    psd_log_set_level(PSD_LOG_ERROR);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char buf[1024] = "";
+    assert_true(pread(fd, buf, sizeof buf - 1, 0) >= 0);
+    close(fd);
+    EXPECT_SUBSTR(buf, "worker 0's clock 6 skips 3 past this node's count "
+                  "for it (2): this node missed those calls", "the warning");
+    if (strstr(buf, "clock 2 skips"))
+        fail_msg("a clock one past the count is no news: %s", buf);
+    EXPECT_U64(clock_of(&y, 0), 6, "taken");
+    psd_sync_destroy(&y);
+}
+
 /* A node that lost its state (started empty) while the job ran past a
  * million clocks: its counts are 0, and the workers' next CLOCK and
  * BARRIER tell it where the job is. Refused as a jump, every ps_clock
@@ -706,6 +742,7 @@ int main(void)
         cmocka_unit_test(test_clock_moves_when_the_slowest_worker_arrives),
         cmocka_unit_test(test_clock_numbers_out_of_range_are_refused),
         cmocka_unit_test(test_a_node_at_zero_takes_any_clock),
+        cmocka_unit_test(test_a_clock_that_skips_is_taken_and_logged),
         cmocka_unit_test(test_barrier_and_clock_move_independently),
         cmocka_unit_test(
             test_lost_worker_is_waited_for_until_its_grace_runs_out),
