@@ -35,15 +35,17 @@ static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
     ini->failed++;
     if (!ini->err || ini->errlen == 0 || ini->full)
         return;
-    char one[600];
-    int n = line > 0 ? snprintf(one, sizeof one, "%s:%d: ", ini->path, line)
-                     : snprintf(one, sizeof one, "%s: ", ini->path);
-    if (n >= 0 && (size_t)n < sizeof one)
-        vsnprintf(one + n, sizeof one - (size_t)n, fmt, ap);
-    if (ini->failed == 1) {      /* the first, cut short if it must be */
-        snprintf(ini->err, ini->errlen, "%s", one);
+    /* The first in the caller's whole buffer (cut short if it must be),
+     * the others in one line's room. */
+    char line_buf[600];
+    char *one = ini->failed == 1 ? ini->err : line_buf;
+    size_t size = ini->failed == 1 ? ini->errlen : sizeof line_buf;
+    int n = line > 0 ? snprintf(one, size, "%s:%d: ", ini->path, line)
+                     : snprintf(one, size, "%s: ", ini->path);
+    if (n >= 0 && (size_t)n < size)
+        vsnprintf(one + n, size - (size_t)n, fmt, ap);
+    if (ini->failed == 1)
         return;
-    }
     /* The others whole or not at all; when the next does not fit (or
      * there are too many to read), a last line says so. */
     size_t at = strlen(ini->err), room = ini->errlen - at;

@@ -223,16 +223,19 @@ static void tidy_path(const char *p, char *out)
     out[n] = '\0';
 }
 
-/* Whether two data_dir values name one folder by their text: "/d/", "/d"
- * and "//d" do (no symbolic link is followed: the folder may not exist,
- * and a relative one depends on where psd started). */
-static int same_path(const char *a, const char *b)
+/* Whether two configurations keep their files in one folder, as psd
+ * finds it (psd_config_data_dir: $STATE_DIRECTORY in place of the default
+ * data_dir), by its text: "/d/", "/d" and "//d" are one (no symbolic link
+ * is followed: the folder may not exist, and a relative one depends on
+ * where psd started). */
+static int same_data_dir(const psd_config *a, const psd_config *b)
 {
-    char x[sizeof ((psd_config *)0)->data_dir];
-    char y[sizeof x];
-    tidy_path(a, x);
-    tidy_path(b, y);
-    return strcmp(x, y) == 0;
+    char x[4096], y[4096], tx[4096], ty[4096];
+    psd_config_data_dir(a, x, sizeof x);
+    psd_config_data_dir(b, y, sizeof y);
+    tidy_path(x, tx);
+    tidy_path(y, ty);
+    return strcmp(tx, ty) == 0;
 }
 
 /* What a reload may not change: anything clients or stored rows depend
@@ -280,7 +283,7 @@ static int layout_change(const psd_config *a, const psd_config *b,
                       "changed");
     /* The data folder, the journal and its fsync are set up at start.
      * The folder as a path: "/d/", "/d" and "//d" are one. */
-    if (!same_path(a->data_dir, b->data_dir) ||
+    if (!same_data_dir(a, b) ||
         a->durability != b->durability ||
         a->fsync != b->fsync)
         return refuse(why, len, path, 0, "data_dir, durability or fsync "

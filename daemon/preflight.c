@@ -168,8 +168,7 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
             "[server] data_dir: %s is on a read-only file system, so psd "
             "cannot %s %s", folder, strcmp(folder, dir) ? "create" : "use",
             dir);
-        pf->data_dir_bad = 1;
-        return;
+        return;                  /* its files can still be checked */
     }
     add(&pf->notes, &pf->nnotes, path, c->data_dir_line,
         "[server] data_dir: this user (uid %u) may not write %s, so psd "

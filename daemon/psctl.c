@@ -1454,8 +1454,14 @@ static int load_servers_leniently(cluster *c, const char *ini,
         fprintf(stderr, "psctl: %s\npsctl: %s\n", strict_err, err);
         return rc == PSW_ENOMEM ? 1 : 2;
     }
-    fprintf(stderr, "psctl: warning: %s (psd would refuse this file; "
-            "psctl uses its [cluster] nodes)\n", strict_err);
+    /* One line per error of the file (psd_config_load lists them all). */
+    for (const char *q = strict_err; *q;) {
+        size_t len = strcspn(q, "\n");
+        fprintf(stderr, "psctl: warning: %.*s\n", (int)len, q);
+        q += len + (q[len] == '\n');
+    }
+    fprintf(stderr, "psctl: warning: psd would refuse this file; psctl "
+            "uses its [cluster] nodes\n");
     if (!token_len && sv.token_len) {
         memcpy(token, sv.token, sv.token_len);
         token_len = sv.token_len;

@@ -54,15 +54,21 @@ static void on_durable_moved(void *arg)
  * listen on ADDR: reason" in err. Bound by psd itself rather than with
  * uv_tcp_bind, which leaves EADDRINUSE for uv_listen to report: psd binds
  * before it loads its files (minutes for a large snapshot) and listens
- * after, so a port another process holds must show here. SO_REUSEADDR as
- * libuv sets it: a restart binds over the last run's TIME_WAIT. */
+ * after, so a port another process listens on shows here. (Another
+ * process that has only bound it, with SO_REUSEADDR as psd does, as a
+ * second psd loading its files would, is found at listen.) The options
+ * libuv's bind sets: SO_REUSEADDR, so that a restart binds over the last
+ * run's TIME_WAIT, and for IPv6 IPV6_V6ONLY off, so that [::]:P takes
+ * IPv4 clients too whatever net.ipv6.bindv6only says. */
 static int bind_port(const struct sockaddr *sa, const char *prefix,
                      const psd_node_addr *a, char *err, size_t errlen)
 {
-    int one = 1;
+    int one = 1, zero = 0;
     int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd >= 0 &&
         (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+         (sa->sa_family == AF_INET6 &&
+          setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
          bind(fd, sa, sa->sa_family == AF_INET6
                           ? sizeof(struct sockaddr_in6)
                           : sizeof(struct sockaddr_in)))) {
@@ -275,9 +281,15 @@ void psd_server_reload(psd_server *s)
             psd_config_destroy(&nc);
         /* One log line per error (a file may have several), and the
          * first with their count for psctl stats and /metrics. */
-        int lines = 1;
+        int lines = 1, cut = 0;
         for (const char *q = err; (q = strchr(q, '\n')); q++)
             lines++;
+        /* The last line may say that more errors were not listed. */
+        const char *last = strrchr(err, '\n');
+        if (last && strstr(last, ": more errors than these ")) {
+            lines--;
+            cut = 1;
+        }
         for (const char *q = err; *q;) {
             size_t len = strcspn(q, "\n");
             psd_error("reload failed, keeping the running configuration: "
@@ -287,8 +299,8 @@ void psd_server_reload(psd_server *s)
         int first = (int)strcspn(err, "\n");
         if (lines > 1)
             snprintf(s->reload_error, sizeof s->reload_error,
-                     "%.*s (and %d more)", first > 170 ? 170 : first, err,
-                     lines - 1);
+                     "%.*s (and %s%d more)", first > 170 ? 170 : first, err,
+                     cut ? "at least " : "", lines - 1);
         else
             snprintf(s->reload_error, sizeof s->reload_error, "%.190s", err);
         return;

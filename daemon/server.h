@@ -39,7 +39,7 @@ typedef struct psd_server {
  * (the token file, host names, protected mode: no non-loopback address
  * without a token), binds the node's port and metrics_listen's (not
  * listening yet: connections are refused while it loads, and a port
- * another process holds stops it before it loads anything), builds node
+ * another process listens on stops it before it loads anything), builds node
  * `node`'s tables and restores them from
  * its data folder as opts say (psd_durable_start: --skip-snapshot,
  * --drop-table). Returns 0, or -1 with the reasons (one per line) in

@@ -9,11 +9,16 @@
 
 /* A worker may name a clock at most this far ahead of its last one: more
  * is a client bug, and would hold its own requests for ever. Not checked
- * while the node has 0 for the worker: a node that lost its state (started
- * empty, --skip-snapshot) learns each worker's count from its next CLOCK,
- * however long the job has run; refused, every ps_clock of a job past
- * that many clocks would fail on it for good. */
+ * while the node has 0 for the worker (a fresh node, or one that lost its
+ * state: started empty, --skip-snapshot), which cannot tell the two apart:
+ * one that lost its state learns each worker's count from its next CLOCK,
+ * however long the job has run (refused, every ps_clock of a job past that
+ * many clocks failed on it for good). A wrong first value then holds only
+ * that worker's own requests (the others wait for the slowest), and the
+ * jump is logged. MAX_CLOCK bounds every value, so that no count, nor a
+ * count plus one, can wrap. */
 #define MAX_JUMP 1000000
+#define MAX_CLOCK (UINT64_C(1) << 62)
 
 static int waited_for(const psd_worker *w)
 {
@@ -218,7 +223,8 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
 {
     psd_worker *w = &y->workers[worker];
     uint64_t *mine = barrier ? &w->barrier : &w->clock;
-    if (value == 0 || (*mine && value > *mine + MAX_JUMP)) {
+    if (value == 0 || value > MAX_CLOCK ||
+        (*mine && value > *mine + MAX_JUMP)) {
         snprintf(err, errlen, "clock or barrier number out of range");
         return PSW_EINVAL;
     }

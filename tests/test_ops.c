@@ -666,17 +666,24 @@ static void test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse(
     if (cluster_start(&c, 1, 4, "[table.emb]\ndim = 4\n"))
         fail_msg("cluster did not start");
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "echo 'lr = -1' >> '%s'", c.ini);
+    snprintf(cmd, sizeof cmd, "printf 'lr = -1\\nbogus = 1\\n' >> '%s'",
+             c.ini);
     assert_int_equal(system(cmd), 0);
     kill(c.pid[0], SIGHUP);
     assert_true(cluster_log_wait(&c, 0, "reload failed", 10000));
     int st;
     char *o = run(&st, "%s -c %s stats 2>&1", psctl(), c.ini);
     EXPECT_INT(st, 0, "psctl stats exit status");
-    if (!o || !strstr(o, "psctl: warning: ") ||
-        !strstr(o, "(psd would refuse this file; psctl uses its [cluster] "
-                   "nodes)") ||
-        !strstr(o, "last reload FAILED") || !strstr(o, "lr: unknown key"))
+    /* Each of the file's errors on a warning line of its own. */
+    char w1[700], w2[700];
+    snprintf(w1, sizeof w1, "psctl: warning: %s:", c.ini);
+    const char *e1 = o ? strstr(o, w1) : NULL;
+    const char *e2 = e1 ? strstr(e1 + 1, w1) : NULL;
+    snprintf(w2, sizeof w2, "psctl: warning: psd would refuse this file; "
+             "psctl uses its [cluster] nodes");
+    if (!e1 || !e2 || !strstr(e1, "lr: unknown key") ||
+        !strstr(e2, "bogus: unknown key") || !strstr(o, w2) ||
+        !strstr(o, "last reload FAILED"))
         fail_msg("psctl stats on the refused ini: %s", o ? o : "");
     free(o);
     /* A file without nodes is still refused, with both reasons. */

@@ -156,6 +156,12 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     join(&y, 0, 1, &owner_a);
     EXPECT_INT(psd_sync_reach(&y, 0, 0, 0, err, sizeof err), PSW_EINVAL,
                "clock 0");
+    /* At 0 (a fresh node) any value up to 2^62 is taken (the next test),
+     * none past it: no count may wrap. */
+    EXPECT_INT(psd_sync_reach(&y, 0, 0, UINT64_MAX, err, sizeof err),
+               PSW_EINVAL, "clock 2^64 - 1");
+    EXPECT_INT(psd_sync_reach(&y, 0, 1, (UINT64_C(1) << 62) + 1, err,
+                              sizeof err), PSW_EINVAL, "barrier 2^62 + 1");
     reach(&y, 0, 1, 5);
     EXPECT_INT(psd_sync_reach(&y, 0, 1, 1000006, err, sizeof err),
                PSW_EINVAL, "barrier a million and one ahead");
