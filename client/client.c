@@ -617,6 +617,7 @@ static int collect(ps_client *c, int node, ps_stats_t *out)
         all.resends = wire.resends;
         all.duplicates = wire.duplicates;
         all.reconnects = wire.reconnects;
+        all.clocks_skipped = wire.clocks_skipped;
     } else
         all = wire;
     psc_stats_export(&all, out);
@@ -682,6 +683,8 @@ int ps_stats_format(const ps_stats_t *s, char *buf, size_t len)
         (unsigned long long)s->resends, (unsigned long long)s->timeouts);
     if (s->reconnects)
         PUT(", reconnects %llu", (unsigned long long)s->reconnects);
+    if (s->clocks_skipped)
+        PUT(", clocks skipped %llu", (unsigned long long)s->clocks_skipped);
     if (s->backpressure_us)
         PUT(", blocked %.1f ms", (double)s->backpressure_us / 1000.0);
 #undef PUT

@@ -1327,8 +1327,26 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         return;
     }
     /* Resume counting where the node has this worker (a rejoin starts at
-     * the cluster's clock; a node may be ahead after a lost reply). */
+     * the cluster's clock). A reconnection that finds the node ahead of
+     * this client's count (which counts every call made, failed ones too)
+     * means the node let the worker go, its connection lost for longer
+     * than worker_grace, and the job went on without it: its trainer's
+     * next ps_clock ends an iteration the cluster has long passed. Its
+     * calls succeed all the same, so it is said here. */
     if (c->opt.worker >= 0) {
+        uint64_t had = __atomic_load_n(&c->clock, __ATOMIC_RELAXED);
+        if (nc->ever_ready && l_clock > had) {
+            psc_add(&nc->st.clocks_skipped, l_clock - had);
+            if (!c->opt.quiet)
+                fprintf(stderr, "libpsclient: worker %d rejoined %s at clock "
+                        "%llu: its connection was lost for longer than "
+                        "worker_grace, and the job went on without it for "
+                        "%llu clock%s (it had counted %llu)\n",
+                        c->opt.worker, nc->name, (unsigned long long)l_clock,
+                        (unsigned long long)(l_clock - had),
+                        l_clock - had == 1 ? "" : "s",
+                        (unsigned long long)had);
+        }
         atomic_max(&c->clock, l_clock);
         atomic_max(&c->barrier, l_barrier);
     }

@@ -111,10 +111,13 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         on a VM). Costs up to that much CPU per
                                         wait, only while a caller waits anyway.
                                         0..1000000; default 50; 0: never */
-    int quiet;                       /* 1: ps_open does not print why it failed
-                                        on stderr (ps_last_error(NULL) still
-                                        says), for a caller that reports it
-                                        itself; default 0 */
+    int quiet;                       /* 1: nothing on stderr: ps_open does not
+                                        print why it failed (ps_last_error(NULL)
+                                        still says), nor the I/O thread that a
+                                        worker rejoined past clocks it missed
+                                        (ps_stats' clocks_skipped counts them),
+                                        for a caller that reports these itself;
+                                        default 0 */
     char reserved[52];               /* room to grow; ps_options_init zeroes it */
 } ps_options;
 
@@ -313,7 +316,13 @@ typedef struct ps_stats_t {
     uint64_t resends;            /* parts sent again */
     uint64_t duplicates;         /* late or duplicate replies dropped */
     uint64_t reconnects;         /* connections made again after a loss */
-    uint64_t reserved[16];
+    uint64_t clocks_skipped;     /* a worker's clocks the cluster went on
+                                    without it: lost for longer than
+                                    worker_grace, it was let go, and its
+                                    reconnection joined anew at the nodes'
+                                    clock (its count moved on that much;
+                                    also said on stderr unless quiet) */
+    uint64_t reserved[15];
 } ps_stats_t;
 
 /* Fills *out with everything since ps_open or the last ps_stats_reset:

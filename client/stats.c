@@ -78,4 +78,5 @@ void psc_stats_export(const psc_stats *s, ps_stats_t *out)
     out->resends = s->resends;
     out->duplicates = s->duplicates;
     out->reconnects = s->reconnects;
+    out->clocks_skipped = s->clocks_skipped;
 }

@@ -244,6 +244,102 @@ static int clock_n(void *arg)
     return 0;
 }
 
+typedef struct skip_job {
+    int joined, go;              /* pipes: "j" once joined; "g" to go on */
+    const char *errfile;         /* the child's stderr */
+} skip_job;
+
+/* Worker 1: joins, says so, waits for "g" (the test stops this process
+ * meanwhile, for longer than the grace), then waits for its reconnection
+ * to find the job gone on: its count moves to the nodes' clock, and
+ * clocks_skipped says by how much. */
+static int stopped_worker(void *arg)
+{
+    skip_job *j = arg;
+    int fd = open(j->errfile, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHILD_CHECK(fd >= 0 && dup2(fd, 2) == 2, "stderr to %s", j->errfile);
+    ps_client *c = open_worker(cl.spec, 1);
+    CHILD_CHECK(c, "open as worker 1");
+    CHILD_CHECK(write(j->joined, "j", 1) == 1, "write");
+    char b;
+    CHILD_CHECK(read(j->go, &b, 1) == 1 && b == 'g', "read");
+    /* A trainer's next request (here a pull) reconnects. */
+    uint64_t key = 0, k = 0, bar;
+    float v;
+    CHILD_CHECK(ps_wait(c, ps_pull(c, ps_table(c, "t", NULL), &key, 1, &v,
+                                   NULL, NULL)) == 0, "pull: %s",
+                ps_last_error(c));
+    ps_position(c, &k, &bar);
+    CHILD_CHECK(k == 3, "position after the rejoin: %llu, want 3",
+                (unsigned long long)k);
+    ps_stats_t st;
+    CHILD_CHECK(ps_stats(c, &st) == 0 && st.clocks_skipped == 3,
+                "clocks_skipped %llu, want 3",
+                (unsigned long long)st.clocks_skipped);
+    ps_close(c);
+    return 0;
+}
+
+/* A worker whose connection was lost for longer than worker_grace is let
+ * go, and the job goes on without it; when its client reconnects, it
+ * joins anew at the cluster's clock and its calls succeed. Nothing told
+ * its trainer that 3 iterations went by without its gradients: now
+ * ps_stats' clocks_skipped does, and a line on stderr. */
+static void a_worker_let_go_learns_the_clocks_it_missed(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4,
+                                      "workers = 2\nworker_grace = 0\n",
+                                      "[server]\nheartbeat_ms = 50\n"
+                                      "peer_timeout_ms = 300\n"
+                                      "[table.t]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    char errfile[600];
+    snprintf(errfile, sizeof errfile, "%s/worker1.err", cl.dir);
+    int jp[2], gp[2];
+    assert_int_equal(pipe(jp), 0);
+    assert_int_equal(pipe(gp), 0);
+    skip_job j = { jp[1], gp[0], errfile };
+    pid_t pid = spawn(stopped_worker, &j);
+    close(jp[1]);
+    close(gp[0]);
+    struct pollfd pf = { jp[0], POLLIN, 0 };
+    char b = 0;
+    if (poll(&pf, 1, 30000) != 1 || read(jp[0], &b, 1) != 1 || b != 'j') {
+        kill(pid, SIGKILL);
+        reap(pid);
+        fail_msg("worker 1 did not join");
+    }
+    close(jp[0]);
+    ps_client *w0 = open_worker(cl.spec, 0);
+    assert_non_null(w0);
+    kill(pid, SIGSTOP);
+    EXPECT_INT(cluster_log_wait(&cl, 0, "worker 1 lost its connection",
+                                10000), 1, "the node lets worker 1 go");
+    for (int i = 0; i < 3; i++)
+        EXPECT_INT(ps_clock(w0), PS_OK, "worker 0's clock alone");
+    kill(pid, SIGCONT);
+    assert_int_equal(write(gp[1], "g", 1), 1);
+    close(gp[1]);
+    int rc = reap(pid);
+    ps_close(w0);
+    FILE *f = fopen(errfile, "r");
+    char line[1024] = "";
+    if (f) {
+        size_t n = fread(line, 1, sizeof line - 1, f);
+        line[n] = '\0';
+        fclose(f);
+    }
+    if (rc != 0)
+        fail_msg("worker 1 exited %d: %s", rc, line);
+    if (!strstr(line, "libpsclient: worker 1 rejoined") ||
+        !strstr(line, "at clock 3: its connection was lost for longer than "
+                "worker_grace, and the job went on without it for 3 clocks "
+                "(it had counted 0)"))
+        fail_msg("worker 1's stderr: %s", line);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 static void killed_worker_stops_being_waited_for_after_the_grace(void **state)
 {
     (void)state;
@@ -1718,6 +1814,7 @@ int main(void)
         cmocka_unit_test(bsp_pulls_after_each_clock_see_exactly_that_clock),
         cmocka_unit_test(worker_that_leaves_early_is_not_waited_for),
         cmocka_unit_test(killed_worker_stops_being_waited_for_after_the_grace),
+        cmocka_unit_test(a_worker_let_go_learns_the_clocks_it_missed),
         cmocka_unit_test(ssp_pulls_never_see_a_state_older_than_the_bound),
         cmocka_unit_test(barrier_returns_only_when_every_worker_arrived),
         cmocka_unit_test(barrier_wait_log_names_who_has_not_entered),

@@ -100,6 +100,7 @@ import ctypes
 import operator
 import os
 import threading
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -677,6 +678,9 @@ class Client:
         # not print it on stderr as well.
         opts.quiet = 1
         self.worker: int = opts.worker
+        # clocks_skipped as last said (the library's own line on stderr is
+        # off with quiet): a warning at the clock() or barrier() after it.
+        self._skipped_said = 0
 
         h = ctypes.c_void_p()
         try:
@@ -1036,6 +1040,7 @@ class Client:
         h = self._acquire()
         try:
             _LIB.ps_stats_reset(h)
+            self._skipped_said = 0
         finally:
             self._release()
 
@@ -1047,12 +1052,29 @@ class Client:
         returns): it blocks at most sync_timeout_ms, then raises
         TimeoutError."""
         self._simple(_LIB.ps_clock)
+        self._say_skipped()
+
+    def _say_skipped(self) -> None:
+        """Warns (RuntimeWarning) when this worker rejoined past clocks
+        the job went on without it: lost for longer than worker_grace, it
+        was let go, and its calls succeed at the cluster's clock (position()
+        jumped). Counted in stats()["clocks_skipped"]."""
+        n = self.stats()["clocks_skipped"]
+        if n > self._skipped_said:
+            warnings.warn(
+                f"worker {self.worker} rejoined the cluster at clock "
+                f"{self.position()[0]}: its connection was lost for longer "
+                f"than worker_grace, and the job went on without it for "
+                f"{n - self._skipped_said} clock(s)", RuntimeWarning,
+                stacklevel=3)
+        self._skipped_said = n
 
     def barrier(self) -> None:
         """Returns once every live worker has called barrier() as often
         (ps_barrier). Workers only. Like clock(), it cannot be interrupted
         and blocks at most sync_timeout_ms."""
         self._simple(_LIB.ps_barrier)
+        self._say_skipped()
 
     def position(self) -> Tuple[int, int]:
         """(clock, barrier): where this worker stands (ps_position), the

@@ -1424,3 +1424,27 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     m = psclient.read_export(later)
     assert sorted(m) == ["dense", "emb", "seeded"]
     np.testing.assert_array_equal(m["dense"], rows)
+
+
+def test_a_worker_let_go_hears_of_the_clocks_it_missed(make_cluster,
+                                                       monkeypatch):
+    """A worker whose connection was lost for longer than worker_grace
+    rejoins at the cluster's clock, its calls succeeding: the library
+    counts the clocks it missed (stats()["clocks_skipped"]; on stderr it
+    is quiet for the binding), and the next clock() warns. The rejoin
+    itself is tested from C (test_modes); here, the binding's part."""
+    cl = make_cluster(ADAGRAD, cluster_lines="workers = 1\n")
+    with psclient.connect(cl.spec, worker=0) as c:
+        assert c.stats()["clocks_skipped"] == 0
+        c.clock()                                 # nothing missed: quiet
+        real = c.stats
+        monkeypatch.setattr(c, "stats",
+                            lambda node=None: dict(real(), clocks_skipped=3))
+        with pytest.warns(RuntimeWarning, match=r"worker 0 rejoined the "
+                          r"cluster at clock \d+: .* without it for 3 "
+                          r"clock\(s\)"):
+            c.clock()
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")        # said once
+            c.clock()
