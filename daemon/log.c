@@ -57,6 +57,7 @@ void psd_log(psd_log_level level, const char *fmt, ...)
 typedef struct rep {
     char key[REP_TEXT];          /* the text, digit runs as one '#' */
     char first[REP_TEXT];        /* the message logged, for the count */
+    char last[REP_TEXT];         /* the last one counted: its own peer */
     uint64_t start_ms;           /* the window's start */
     unsigned long more;          /* alike messages counted in it */
     psd_log_level level;
@@ -99,10 +100,17 @@ static void copy_text(char *dst, const char *src, size_t cap)
 static void rep_close(rep *r, uint64_t now_ms)
 {
     if (r->more > 0 && r->level >= log_level) {
-        char line[REP_TEXT + 96];
+        char line[2 * REP_TEXT + 96];
         uint64_t secs = (now_ms - r->start_ms + 500) / 1000;
-        snprintf(line, sizeof line, "... and %lu more like \"%s\" in %llu s",
-                 r->more, r->first, (unsigned long long)(secs ? secs : 1));
+        /* The first names one peer (or port): the last says another,
+         * so that the line does not read as if the first were all. */
+        snprintf(line, sizeof line, "... and %lu more like \"%s\" in %llu s"
+                 "%s%s%s", r->more, r->first,
+                 (unsigned long long)(secs ? secs : 1),
+                 r->more > 1 || strcmp(r->last, r->first) ? " (the last: \""
+                                                          : "",
+                 r->more > 1 || strcmp(r->last, r->first) ? r->last : "",
+                 r->more > 1 || strcmp(r->last, r->first) ? "\")" : "");
         log_line(r->level, line);
     }
     r->open = 0;
@@ -128,6 +136,7 @@ static void rep_vlog(uint64_t now_ms, psd_log_level level, const char *fmt,
     }
     if (r && now_ms - r->start_ms < PSD_LOGREP_WINDOW_MS) {
         r->more++;
+        copy_text(r->last, line, sizeof r->last);
         return;
     }
     if (!r)

@@ -33,6 +33,7 @@ void psd_log(psd_log_level level, const char *fmt, ...)
  * the next alike message, or psd_log_flush (call it from a periodic
  * timer), logs one line
  *     ... and 976 more like "refusing 127.0.0.1:4711: ..." in 10 s
+ *         (the last: "refusing 127.0.0.1:5902: ...")
  * and the next one is logged again. So a flood costs two lines per window,
  * a lone message one line, and no count is lost (up to PSD_LOGREP_KINDS
  * kinds at once; a new kind beyond that ends the oldest window early). */
