@@ -570,6 +570,7 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         free(c->metrics);
         c->metrics = nodes;
         c->nmetrics = n;
+        c->metrics_line = e->line;
     } else {
         free(c->nodes);
         c->nodes = nodes;

@@ -143,6 +143,7 @@ typedef struct psd_config {
     /* Lines of the keys whose meaning is checked after parsing (address
      * resolution, the token file), for "PATH:LINE: reason"; 0: absent */
     int nodes_line, listen_line, auth_token_line, auth_token_file_line;
+    int metrics_line;
     int data_dir_line;
 } psd_config;
 

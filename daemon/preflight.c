@@ -111,6 +111,53 @@ static void check_token(psd_preflight *pf, const psd_config *c,
 /* Node i's bind address: resolved, and loopback unless there is a token.
  * own: psd is node i (it must bind there); otherwise a name that does
  * not resolve here is only worth a note. */
+/* The kernel's range of ports for outgoing connections; 0 and 0 when it
+ * cannot be read. */
+static void ephemeral_range(unsigned *lo, unsigned *hi)
+{
+    *lo = *hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (!f)
+        return;
+    if (fscanf(f, "%u %u", lo, hi) != 2)
+        *lo = *hi = 0;
+    fclose(f);
+}
+
+/* A port in that range may be taken, when psd starts, by any program's
+ * outgoing connection (a client of this very cluster among them), and
+ * psd then cannot listen: a note, since the port is free most of the
+ * time. Not reserved ports (net.ipv4.ip_local_reserved_ports): those the
+ * kernel never hands out. */
+static void ephemeral_note(psd_preflight *pf, const char *path, int line,
+                           const char *key, int i, unsigned port)
+{
+    unsigned lo, hi;
+    ephemeral_range(&lo, &hi);
+    if (!lo || port < lo || port > hi)
+        return;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_reserved_ports", "r");
+    if (f) {
+        char buf[4096];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        for (char *t = strtok(buf, ",\n"); t; t = strtok(NULL, ",\n")) {
+            unsigned a, b;
+            int k = sscanf(t, "%u-%u", &a, &b);
+            if ((k == 1 && a == port) || (k == 2 && a <= port && port <= b))
+                return;
+        }
+    }
+    add(&pf->notes, &pf->nnotes, path, line, "[%s] %s: node %d's port %u is "
+        "in this host's ephemeral range (%u-%u, net.ipv4.ip_local_port_range"
+        "): an outgoing connection of any program may hold it when psd "
+        "starts, and psd then cannot listen. Use a port below %u, or reserve "
+        "it (net.ipv4.ip_local_reserved_ports)",
+        strcmp(key, "metrics_listen") ? "cluster" : "server", key, i, port,
+        lo, hi, lo);
+}
+
 static void check_node(psd_preflight *pf, const psd_config *c,
                        const char *path, int i, int own)
 {
@@ -133,8 +180,13 @@ static void check_node(psd_preflight *pf, const psd_config *c,
                 gai_strerror(g));
         return;
     }
-    if (own)
+    if (own) {
         pf->bind = sa;
+        ephemeral_note(pf, path, line, key, i, (unsigned)a->port);
+        if (c->nmetrics)
+            ephemeral_note(pf, path, c->metrics_line, "metrics_listen", i,
+                           (unsigned)c->metrics[i].port);
+    }
     if (pf->token_len || c->auth_token_file[0] || is_loopback(&sa))
         return;
     sa_text(&sa, ip, sizeof ip);

@@ -1530,6 +1530,43 @@ static void test_relative_data_dir_earns_a_note(void **state)
     psd_config_destroy(&c);
 }
 
+/* A node port in the kernel's ephemeral range may be held by some
+ * outgoing connection when psd starts (an operator's psd could not start
+ * for one): a note at the line, for the nodes psd would bind; none for a
+ * port below the range. */
+static void test_a_port_in_the_ephemeral_range_earns_a_note(void **state)
+{
+    (void)state;
+    unsigned lo = 0, hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (!f || fscanf(f, "%u %u", &lo, &hi) != 2 || lo < 1025 || hi < lo) {
+        if (f)
+            fclose(f);
+        skip();
+    }
+    fclose(f);
+    char text[256];
+    snprintf(text, sizeof text, "[cluster]\nnodes = 127.0.0.1:%u, "
+             "127.0.0.1:%u\n[server]\ndata_dir = /tmp/psd-test-eph\n", hi,
+             lo - 1);
+    psd_config c;
+    load_ok(text, &c);
+    psd_preflight pf;
+    EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems");
+    char want[128];
+    snprintf(want, sizeof want, "F:2: [cluster] nodes: node 0's port %u is "
+             "in this host's ephemeral range (%u-%u", hi, lo, hi);
+    if (pf.nnotes < 1 || strncmp(pf.notes[0], want, strlen(want)) != 0)
+        fail_msg("want the note \"%s...\", got %d notes: \"%s\"", want,
+                 pf.nnotes, pf.nnotes ? pf.notes[0] : "");
+    EXPECT_INT(pf.nnotes, 1, "notes (node 0 only: -n 0)");
+    psd_preflight_destroy(&pf);
+    psd_preflight_run(&pf, &c, "F", 1);
+    EXPECT_INT(pf.nnotes, 0, "notes for node 1, below the range");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
+}
+
 /* Fewer shards than nodes leaves nodes that hold nothing, yet clients
  * need them all to open the cluster: a note at the shards line. */
 static void test_fewer_shards_than_nodes_earns_a_note(void **state)
@@ -1695,6 +1732,7 @@ int main(void)
         cmocka_unit_test(test_data_dir_through_a_file_is_refused),
         cmocka_unit_test(test_relative_data_dir_earns_a_note),
         cmocka_unit_test(test_fewer_shards_than_nodes_earns_a_note),
+        cmocka_unit_test(test_a_port_in_the_ephemeral_range_earns_a_note),
         cmocka_unit_test(
             test_network_address_without_token_is_refused_with_a_fix),
         cmocka_unit_test(test_host_names_resolve_or_are_reported),
