@@ -264,7 +264,9 @@ PS_API int ps_wait_all_timeout(ps_client *c, int timeout_ms);
  * that failed (PS_ETIMEDOUT after sync_timeout_ms, a node lost) may be
  * made again: it names the same clock (or barrier) as the failed one,
  * which nodes that already took it answer once they reach it, so the
- * worker stays in step with the others. */
+ * worker stays in step with the others. A worker is one trainer: call
+ * them from one thread of it at a time (two at once each count a clock,
+ * and which one a failure is retried as is then not defined). */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
 

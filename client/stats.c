@@ -30,11 +30,17 @@ void psc_stats_since(const psc_stats *now, const psc_stats *base,
     const uint64_t *b = (const uint64_t *)(const void *)base;
     uint64_t *o = (uint64_t *)(void *)out;
     /* out may be a base that another thread reads (ps_stats_reset while
-     * ps_stats runs): stored as atomically as it is read. */
-    for (size_t i = 0; i < sizeof *now / sizeof(uint64_t); i++)
-        __atomic_store_n(&o[i], __atomic_load_n(&a[i], __ATOMIC_RELAXED) -
-                                    __atomic_load_n(&b[i], __ATOMIC_RELAXED),
-                         __ATOMIC_RELAXED);
+     * ps_stats runs): stored as atomically as it is read. The base word
+     * first: a reset stores in it a value the counter had, and counters
+     * only grow, so the counter read after it is no smaller. Read the
+     * other way round, a reset between the two loads made the difference
+     * wrap (a count near 2^64, from a TSan trial's stress program). The
+     * clamp is for two resets racing each other. */
+    for (size_t i = 0; i < sizeof *now / sizeof(uint64_t); i++) {
+        uint64_t from = __atomic_load_n(&b[i], __ATOMIC_ACQUIRE);
+        uint64_t to = __atomic_load_n(&a[i], __ATOMIC_RELAXED);
+        __atomic_store_n(&o[i], to > from ? to - from : 0, __ATOMIC_RELEASE);
+    }
 }
 
 void psc_stats_sum(psc_stats *dst, const psc_stats *src)
