@@ -618,6 +618,7 @@ static int collect(ps_client *c, int node, ps_stats_t *out)
         all.duplicates = wire.duplicates;
         all.reconnects = wire.reconnects;
         all.clocks_skipped = wire.clocks_skipped;
+        all.barriers_skipped = wire.barriers_skipped;
     } else
         all = wire;
     psc_stats_export(&all, out);
@@ -685,6 +686,9 @@ int ps_stats_format(const ps_stats_t *s, char *buf, size_t len)
         PUT(", reconnects %llu", (unsigned long long)s->reconnects);
     if (s->clocks_skipped)
         PUT(", clocks skipped %llu", (unsigned long long)s->clocks_skipped);
+    if (s->barriers_skipped)
+        PUT(", barriers skipped %llu",
+            (unsigned long long)s->barriers_skipped);
     if (s->backpressure_us)
         PUT(", blocked %.1f ms", (double)s->backpressure_us / 1000.0);
 #undef PUT

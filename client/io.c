@@ -1327,26 +1327,36 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         return;
     }
     /* Resume counting where the node has this worker (a rejoin starts at
-     * the cluster's clock). A reconnection that finds the node ahead of
-     * this client's count (which counts every call made, failed ones too)
-     * means the node let the worker go, its connection lost for longer
-     * than worker_grace, and the job went on without it: its trainer's
-     * next ps_clock ends an iteration the cluster has long passed. Its
-     * calls succeed all the same, so it is said here. */
+     * the cluster's counts). The client's counts already hold every call
+     * made (a failed one is retried under the same number), so a
+     * reconnection that finds the node ahead of them means the node let
+     * the worker go (its connection lost for longer than worker_grace)
+     * and it joined anew at the cluster's clock and barrier count: its
+     * trainer's next ps_clock ends an iteration the cluster has passed,
+     * and its calls succeed all the same, so it is said here. The first
+     * node to answer moves the counts, so a skip is counted once (on that
+     * node's figures: the total is what means something). */
     if (c->opt.worker >= 0) {
         uint64_t had = __atomic_load_n(&c->clock, __ATOMIC_RELAXED);
-        if (nc->ever_ready && l_clock > had) {
-            psc_add(&nc->st.clocks_skipped, l_clock - had);
-            if (!c->opt.quiet)
-                fprintf(stderr, "libpsclient: worker %d rejoined %s at clock "
-                        "%llu: its connection was lost for longer than "
-                        "worker_grace, and the job went on without it for "
-                        "%llu clock%s (it had counted %llu)\n",
-                        c->opt.worker, nc->name, (unsigned long long)l_clock,
-                        (unsigned long long)(l_clock - had),
-                        l_clock - had == 1 ? "" : "s",
-                        (unsigned long long)had);
-        }
+        uint64_t had_b = __atomic_load_n(&c->barrier, __ATOMIC_RELAXED);
+        uint64_t dk = nc->ever_ready && l_clock > had ? l_clock - had : 0;
+        uint64_t db = nc->ever_ready && l_barrier > had_b ? l_barrier - had_b
+                                                         : 0;
+        if (dk)
+            psc_add(&nc->st.clocks_skipped, dk);
+        if (db)
+            psc_add(&nc->st.barriers_skipped, db);
+        if ((dk || db) && !c->opt.quiet)
+            fprintf(stderr, "libpsclient: worker %d rejoined %s, whose "
+                    "counts for it were ahead of its own: it had been let "
+                    "go (its connection lost for longer than worker_grace), "
+                    "and its clock moved on %llu (%llu to %llu) and its "
+                    "barrier count %llu (%llu to %llu), to the cluster's\n",
+                    c->opt.worker, nc->name, (unsigned long long)dk,
+                    (unsigned long long)had,
+                    (unsigned long long)(dk ? l_clock : had),
+                    (unsigned long long)db, (unsigned long long)had_b,
+                    (unsigned long long)(db ? l_barrier : had_b));
         atomic_max(&c->clock, l_clock);
         atomic_max(&c->barrier, l_barrier);
     }

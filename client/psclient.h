@@ -318,13 +318,16 @@ typedef struct ps_stats_t {
     uint64_t resends;            /* parts sent again */
     uint64_t duplicates;         /* late or duplicate replies dropped */
     uint64_t reconnects;         /* connections made again after a loss */
-    uint64_t clocks_skipped;     /* a worker's clocks the cluster went on
-                                    without it: lost for longer than
+    uint64_t clocks_skipped;     /* how far a worker's clock moved on when
+                                    it rejoined: lost for longer than
                                     worker_grace, it was let go, and its
-                                    reconnection joined anew at the nodes'
-                                    clock (its count moved on that much;
-                                    also said on stderr unless quiet) */
-    uint64_t reserved[15];
+                                    reconnection joined anew at the
+                                    cluster's clock (also said on stderr
+                                    unless quiet). In ps_stats' total: per
+                                    node, it is on the node that answered
+                                    first */
+    uint64_t barriers_skipped;   /* the same for its barrier count */
+    uint64_t reserved[14];
 } ps_stats_t;
 
 /* Fills *out with everything since ps_open or the last ps_stats_reset:

@@ -35,7 +35,8 @@ void psc_stats_since(const psc_stats *now, const psc_stats *base,
      * only grow, so the counter read after it is no smaller. Read the
      * other way round, a reset between the two loads made the difference
      * wrap (a count near 2^64, from a TSan trial's stress program). The
-     * clamp is for two resets racing each other. */
+     * clamp guards that rule: a word that stopped being a counter would
+     * read 0, not near 2^64. */
     for (size_t i = 0; i < sizeof *now / sizeof(uint64_t); i++) {
         uint64_t from = __atomic_load_n(&b[i], __ATOMIC_ACQUIRE);
         uint64_t to = __atomic_load_n(&a[i], __ATOMIC_RELAXED);
@@ -85,4 +86,5 @@ void psc_stats_export(const psc_stats *s, ps_stats_t *out)
     out->duplicates = s->duplicates;
     out->reconnects = s->reconnects;
     out->clocks_skipped = s->clocks_skipped;
+    out->barriers_skipped = s->barriers_skipped;
 }

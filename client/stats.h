@@ -27,7 +27,7 @@ typedef struct psc_stats {
     uint64_t payload_sent, payload_received;
     uint64_t backpressure_ns, sync_wait_ns;   /* caller threads: atomic */
     uint64_t timeouts, resends, duplicates, reconnects;
-    uint64_t clocks_skipped;
+    uint64_t clocks_skipped, barriers_skipped;
 } psc_stats;
 
 /* The kind of a request op (PSW_OP_*), or -1 (LEAVE is not counted). */

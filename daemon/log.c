@@ -107,10 +107,9 @@ static void rep_close(rep *r, uint64_t now_ms)
         snprintf(line, sizeof line, "... and %lu more like \"%s\" in %llu s"
                  "%s%s%s", r->more, r->first,
                  (unsigned long long)(secs ? secs : 1),
-                 r->more > 1 || strcmp(r->last, r->first) ? " (the last: \""
-                                                          : "",
-                 r->more > 1 || strcmp(r->last, r->first) ? r->last : "",
-                 r->more > 1 || strcmp(r->last, r->first) ? "\")" : "");
+                 strcmp(r->last, r->first) ? " (the last: \"" : "",
+                 strcmp(r->last, r->first) ? r->last : "",
+                 strcmp(r->last, r->first) ? "\")" : "");
         log_line(r->level, line);
     }
     r->open = 0;

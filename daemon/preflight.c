@@ -138,11 +138,12 @@ static void ephemeral_note(psd_preflight *pf, const char *path, int line,
         return;
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_reserved_ports", "r");
     if (f) {
-        char buf[4096];
+        char buf[65536], *save = NULL;
         size_t n = fread(buf, 1, sizeof buf - 1, f);
         fclose(f);
         buf[n] = '\0';
-        for (char *t = strtok(buf, ",\n"); t; t = strtok(NULL, ",\n")) {
+        for (char *t = strtok_r(buf, ",\n", &save); t;
+             t = strtok_r(NULL, ",\n", &save)) {
             unsigned a, b;
             int k = sscanf(t, "%u-%u", &a, &b);
             if ((k == 1 && a == port) || (k == 2 && a <= port && port <= b))
@@ -159,7 +160,7 @@ static void ephemeral_note(psd_preflight *pf, const char *path, int line,
 }
 
 static void check_node(psd_preflight *pf, const psd_config *c,
-                       const char *path, int i, int own)
+                       const char *path, int i, int own, int one)
 {
     int listen = c->nlisten > 0;
     const psd_node_addr *a = listen ? &c->listen[i] : &c->nodes[i];
@@ -180,8 +181,11 @@ static void check_node(psd_preflight *pf, const psd_config *c,
                 gai_strerror(g));
         return;
     }
-    if (own) {
+    if (own)
         pf->bind = sa;
+    /* This host's range says something of the nodes this host runs: the
+     * one started, or the one --check -n names. */
+    if (own && one) {
         ephemeral_note(pf, path, line, key, i, (unsigned)a->port);
         if (c->nmetrics)
             ephemeral_note(pf, path, c->metrics_line, "metrics_listen", i,
@@ -282,7 +286,7 @@ int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
     check_token(pf, cfg, path);
     check_data_dir(pf, cfg, path);
     for (int i = 0; i < cfg->nnodes; i++)
-        check_node(pf, cfg, path, i, node < 0 || node == i);
+        check_node(pf, cfg, path, i, node < 0 || node == i, node >= 0);
     return pf->nproblems;
 }
 

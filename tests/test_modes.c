@@ -273,9 +273,16 @@ static int stopped_worker(void *arg)
     CHILD_CHECK(k == 3, "position after the rejoin: %llu, want 3",
                 (unsigned long long)k);
     ps_stats_t st;
-    CHILD_CHECK(ps_stats(c, &st) == 0 && st.clocks_skipped == 3,
-                "clocks_skipped %llu, want 3",
-                (unsigned long long)st.clocks_skipped);
+    CHILD_CHECK(ps_stats(c, &st) == 0 && st.clocks_skipped == 3 &&
+                st.barriers_skipped == 0, "clocks_skipped %llu, "
+                "barriers_skipped %llu, want 3 and 0",
+                (unsigned long long)st.clocks_skipped,
+                (unsigned long long)st.barriers_skipped);
+    char line[512];
+    ps_stats_format(&st, line, sizeof line);
+    CHILD_CHECK(strstr(line, ", clocks skipped 3") &&
+                !strstr(line, "barriers skipped"), "the stats line: %s",
+                line);
     ps_close(c);
     return 0;
 }
@@ -333,9 +340,9 @@ static void a_worker_let_go_learns_the_clocks_it_missed(void **state)
     if (rc != 0)
         fail_msg("worker 1 exited %d: %s", rc, line);
     if (!strstr(line, "libpsclient: worker 1 rejoined") ||
-        !strstr(line, "at clock 3: its connection was lost for longer than "
-                "worker_grace, and the job went on without it for 3 clocks "
-                "(it had counted 0)"))
+        !strstr(line, "it had been let go (its connection lost for longer "
+                "than worker_grace), and its clock moved on 3 (0 to 3) and "
+                "its barrier count 0 (0 to 0), to the cluster's"))
         fail_msg("worker 1's stderr: %s", line);
     assert_int_equal(cluster_stop(&cl), 0);
 }

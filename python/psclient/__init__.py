@@ -678,8 +678,9 @@ class Client:
         # not print it on stderr as well.
         opts.quiet = 1
         self.worker: int = opts.worker
-        # clocks_skipped as last said (the library's own line on stderr is
-        # off with quiet): a warning at the clock() or barrier() after it.
+        # clocks_skipped + barriers_skipped as last said (the library's own
+        # line on stderr is off with quiet): a warning at the clock() or
+        # barrier() after it.
         self._skipped_said = 0
 
         h = ctypes.c_void_p()
@@ -1007,7 +1008,9 @@ class Client:
         parts, payload bytes and latency quantiles in microseconds
         (p50_us, p90_us, p99_us, max_us), then frames and bytes on the
         wire, payload among them, time blocked on max_inflight_bytes and
-        in clock/barrier, timeouts, resends, duplicates and reconnects."""
+        in clock/barrier, timeouts, resends, duplicates, reconnects, and
+        clocks_skipped and barriers_skipped (how far this worker's counts
+        moved when it rejoined after being let go)."""
         if node is not None:
             node = _node(node)
         s = _lib.PsStats()
@@ -1055,18 +1058,20 @@ class Client:
         self._say_skipped()
 
     def _say_skipped(self) -> None:
-        """Warns (RuntimeWarning) when this worker rejoined past clocks
-        the job went on without it: lost for longer than worker_grace, it
-        was let go, and its calls succeed at the cluster's clock (position()
-        jumped). Counted in stats()["clocks_skipped"]."""
-        n = self.stats()["clocks_skipped"]
+        """Warns (RuntimeWarning) when this worker rejoined past clocks or
+        barriers the job went on without it: lost for longer than
+        worker_grace, it was let go, and its calls succeed at the
+        cluster's counts (position() jumped). Counted in
+        stats()["clocks_skipped"] and ["barriers_skipped"]."""
+        s = self.stats()
+        n = s["clocks_skipped"] + s["barriers_skipped"]
         if n > self._skipped_said:
             warnings.warn(
-                f"worker {self.worker} rejoined the cluster at clock "
-                f"{self.position()[0]}: its connection was lost for longer "
-                f"than worker_grace, and the job went on without it for "
-                f"{n - self._skipped_said} clock(s)", RuntimeWarning,
-                stacklevel=3)
+                f"worker {self.worker} rejoined the cluster after its "
+                f"connection was lost for longer than worker_grace: its "
+                f"clock and barrier counts moved on {n - self._skipped_said} "
+                f"in all, to the cluster's (it is now at clock "
+                f"{self.position()[0]})", RuntimeWarning, stacklevel=3)
         self._skipped_said = n
 
     def barrier(self) -> None:

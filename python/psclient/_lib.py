@@ -82,7 +82,8 @@ class PsStats(ctypes.Structure):
                 ("backpressure_us", c_uint64), ("sync_wait_us", c_uint64),
                 ("timeouts", c_uint64), ("resends", c_uint64),
                 ("duplicates", c_uint64), ("reconnects", c_uint64),
-                ("clocks_skipped", c_uint64), ("reserved", c_uint64 * 15)]
+                ("clocks_skipped", c_uint64), ("barriers_skipped", c_uint64),
+                ("reserved", c_uint64 * 14)]
 
 
 def stats_dict(s: PsStats) -> dict:
