@@ -496,7 +496,7 @@ static int is_blank(const char *s)
 }
 
 /* metrics_listen is bound as written, by a numeric parser
- * (daemon/metrics.c): a host name would pass here and then stop psd at
+ * (daemon/server.c, bind_ports): a host name would pass here and then stop psd at
  * start without a line, so it is refused here, where the line is known. */
 static int numeric_only(parser *p, const section *s, const entry *e,
                         const setting *st, const psw_addr *a, int n)

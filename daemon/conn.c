@@ -1453,11 +1453,11 @@ void psd_conns_tick(psd_conns *set)
              * that gave up waiting for a reply and reconnected) and was
              * owed replies that could not go out since: they wait for
              * the journal, or it reads no more. */
-            psd_info("closing connection from %s: it closed its side %llu "
-                     "ms ago, and %s", c->peer,
-                     (unsigned long long)(now - c->alive_ms),
-                     c->waiting ? "its replies still wait for the journal"
-                                : "has not read what it is owed");
+            psd_log_rep(PSD_LOG_INFO, "closing connection from %s: it "
+                        "closed its side %llu ms ago, and %s", c->peer,
+                        (unsigned long long)(now - c->alive_ms),
+                        c->waiting ? "its replies still wait for the journal"
+                                   : "has not read what it is owed");
             conn_close(c);
             continue;
         }

@@ -37,7 +37,7 @@ static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
         return;
     /* The first in the caller's whole buffer (cut short if it must be),
      * the others in one line's room. */
-    char line_buf[600];
+    char line_buf[1024];
     char *one = ini->failed == 1 ? ini->err : line_buf;
     size_t size = ini->failed == 1 ? ini->errlen : sizeof line_buf;
     int n = line > 0 ? snprintf(one, size, "%s:%d: ", ini->path, line)
@@ -46,6 +46,8 @@ static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
         vsnprintf(one + n, size - (size_t)n, fmt, ap);
     if (ini->failed == 1)
         return;
+    if (strlen(one) + 1 == size)         /* cut: say so */
+        memcpy(one + size - 4, "...", 4);
     /* The others whole or not at all; when the next does not fit (or
      * there are too many to read), a last line says so. */
     size_t at = strlen(ini->err), room = ini->errlen - at;

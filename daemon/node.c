@@ -290,8 +290,8 @@ static int layout_change(const psd_config *a, const psd_config *b,
                       "changed");
     if (!same_entry(a->metrics, a->nmetrics, b->metrics, b->nmetrics,
                     index))
-        return refuse(why, len, path, 0, "metrics_listen changed (this "
-                      "node's address)");
+        return refuse(why, len, path, b->metrics_line, "metrics_listen "
+                      "changed (this node's address)");
     /* Connected clients size their frames by the value they were told, and
      * pace their heartbeats by the interval. */
     if (a->max_frame != b->max_frame)
@@ -384,6 +384,17 @@ static void log_param_changes(const psd_table_conf *was,
                      v1[k]);
 }
 
+/* The server settings a reload applies as they are (besides log_level
+ * and the tables' hyper-parameters and limits): one list, for the log
+ * and for the copy. worker_grace is read at each loss and tick, so a
+ * worker already lost gets the new grace, counted from its loss. */
+#define RELOADED_SETTINGS(X)                                               \
+    X(max_output) X(max_connections) X(max_connections_per_addr)          \
+    X(max_client_memory) X(hello_timeout) X(frame_timeout)                \
+    X(idle_timeout) X(snapshot_interval) X(snapshot_journal_mb)           \
+    X(client_ttl) X(max_unacked_pushes) X(max_remembered_pushes)          \
+    X(worker_grace)
+
 /* Logs each server setting a reload changes, as log_param_changes does
  * for tables: "reloaded" alone left an operator unable to tell whether a
  * new limit was in force. */
@@ -393,23 +404,12 @@ static void log_setting_changes(const psd_config *a, const psd_config *b)
     if (a->log_level != b->log_level)
         psd_info("log_level %s -> %s", levels[a->log_level],
                  levels[b->log_level]);
-    const struct {
-        const char *name;
-        uint64_t was, now;
-    } v[] = {
-#define S(f) { #f, (uint64_t)a->f, (uint64_t)b->f }
-        S(max_output), S(max_connections), S(max_connections_per_addr),
-        S(max_client_memory), S(hello_timeout), S(frame_timeout),
-        S(idle_timeout), S(snapshot_interval), S(snapshot_journal_mb),
-        S(client_ttl), S(max_unacked_pushes), S(max_remembered_pushes),
-        S(worker_grace),
-#undef S
-    };
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
-        if (v[i].was != v[i].now)
-            psd_info("%s %llu -> %llu", v[i].name,
-                     (unsigned long long)v[i].was,
-                     (unsigned long long)v[i].now);
+#define LOG_CHANGE(f)                                                      \
+    if ((uint64_t)a->f != (uint64_t)b->f)                                  \
+        psd_info("%s %llu -> %llu", #f, (unsigned long long)a->f,          \
+                 (unsigned long long)b->f);
+    RELOADED_SETTINGS(LOG_CHANGE)
+#undef LOG_CHANGE
 }
 
 int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
@@ -427,21 +427,9 @@ int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
         n->cfg.tables[i].allow_nonfinite = t->allow_nonfinite;
     }
     n->cfg.log_level = nc->log_level;
-    n->cfg.max_output = nc->max_output;
-    n->cfg.max_connections = nc->max_connections;
-    n->cfg.max_connections_per_addr = nc->max_connections_per_addr;
-    n->cfg.max_client_memory = nc->max_client_memory;
-    n->cfg.hello_timeout = nc->hello_timeout;
-    n->cfg.frame_timeout = nc->frame_timeout;
-    n->cfg.idle_timeout = nc->idle_timeout;
-    n->cfg.snapshot_interval = nc->snapshot_interval;
-    n->cfg.snapshot_journal_mb = nc->snapshot_journal_mb;
-    n->cfg.client_ttl = nc->client_ttl;
-    n->cfg.max_unacked_pushes = nc->max_unacked_pushes;
-    n->cfg.max_remembered_pushes = nc->max_remembered_pushes;
-    /* Read at each loss and tick: a worker already lost gets the new
-     * grace, counted from its loss. */
-    n->cfg.worker_grace = nc->worker_grace;
+#define COPY(f) n->cfg.f = nc->f;
+    RELOADED_SETTINGS(COPY)
+#undef COPY
     /* Journaled in order with the pushes: a replay applies those before
      * the reload with the old values and those after with the new. */
     (void)psd_node_apply_params(n);

@@ -108,9 +108,6 @@ static void check_token(psd_preflight *pf, const psd_config *c,
             "[server] auth_token_file: %s", why);
 }
 
-/* Node i's bind address: resolved, and loopback unless there is a token.
- * own: psd is node i (it must bind there); otherwise a name that does
- * not resolve here is only worth a note. */
 /* The kernel's range of ports for outgoing connections; 0 and 0 when it
  * cannot be read. */
 static void ephemeral_range(unsigned *lo, unsigned *hi)
@@ -159,6 +156,10 @@ static void ephemeral_note(psd_preflight *pf, const char *path, int line,
         lo, hi, lo);
 }
 
+/* Node i's bind address: resolved, and loopback unless there is a token.
+ * own: psd is node i (it must bind there); otherwise a name that does
+ * not resolve here is only worth a note. one: a single node is checked
+ * (psd's start, --check -n), so this host's port range concerns it. */
 static void check_node(psd_preflight *pf, const psd_config *c,
                        const char *path, int i, int own, int one)
 {

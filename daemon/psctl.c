@@ -1439,6 +1439,17 @@ static int nodes_ready(cluster *c)
  * down, which `psctl stats` is the way to see): the nodes and token as a
  * client reads them (client/nodes.c: [cluster] nodes, [server]
  * auth_token or auth_token_file, nothing else checked). */
+/* Each line of text (psd_config_load gives one per error) on stderr
+ * after prefix. */
+static void say_lines(const char *prefix, const char *text)
+{
+    for (const char *q = text; *q;) {
+        size_t len = strcspn(q, "\n");
+        fprintf(stderr, "%s%.*s\n", prefix, (int)len, q);
+        q += len + (q[len] == '\n');
+    }
+}
+
 static int load_servers_leniently(cluster *c, const char *ini,
                                   const char *strict_err)
 {
@@ -1446,20 +1457,16 @@ static int load_servers_leniently(cluster *c, const char *ini,
     char err[600];
     struct stat st;
     if (stat(ini, &st) || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "psctl: %s\n", strict_err);  /* no file to read */
+        say_lines("psctl: ", strict_err);       /* no file to read */
         return 2;
     }
     int rc = psc_servers_parse(ini, !token_len, &sv, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "psctl: %s\npsctl: %s\n", strict_err, err);
+        say_lines("psctl: ", strict_err);
+        fprintf(stderr, "psctl: %s\n", err);
         return rc == PSW_ENOMEM ? 1 : 2;
     }
-    /* One line per error of the file (psd_config_load lists them all). */
-    for (const char *q = strict_err; *q;) {
-        size_t len = strcspn(q, "\n");
-        fprintf(stderr, "psctl: warning: %.*s\n", (int)len, q);
-        q += len + (q[len] == '\n');
-    }
+    say_lines("psctl: warning: ", strict_err);
     fprintf(stderr, "psctl: warning: psd would refuse this file; psctl "
             "uses its [cluster] nodes\n");
     if (!token_len && sv.token_len) {
@@ -1488,7 +1495,7 @@ static int load_servers(cluster *c, const char *ini, const char *list)
 {
     if (ini) {
         psd_config cfg;
-        char err[1024];
+        char err[8192];          /* every error of the file: as psd */
         if (psd_config_load(&cfg, ini, err, sizeof err))
             return load_servers_leniently(c, ini, err);
         char why[300];

@@ -96,7 +96,7 @@ static int bind_ports(psd_server *s, const psd_config *cfg, int node,
                              errlen);
     if (s->listen_fd < 0 || !cfg->nmetrics)
         return s->listen_fd < 0 ? -1 : 0;
-    /* metrics_listen is a numeric loopback address (config.c). */
+    /* metrics_listen is a numeric address (config.c refuses names). */
     const psd_node_addr *m = &cfg->metrics[node];
     struct sockaddr_storage sa;
     int rc = strchr(m->host, ':')

@@ -119,6 +119,23 @@ static void message_after_the_window_logs_the_count_then_itself(void **state)
     free(log);
 }
 
+/* The same text again and again: the count quotes it once, with no
+ * "(the last: ...)" that repeats it. */
+static void identical_messages_are_quoted_once(void **state)
+{
+    (void)state;
+    int lines;
+    for (int i = 0; i < 4; i++)
+        psd_log_rep_at(100000 + (uint64_t)i, PSD_LOG_WARN, "same %d", 7);
+    psd_log_flush_at(100000 + PSD_LOGREP_WINDOW_MS);
+    char *log = logged(&lines);
+    EXPECT_INT(lines, 2, "lines");
+    if (!strstr(log, "... and 3 more like \"same 7\" in 10 s\n") ||
+        strstr(log, "the last"))
+        fail_msg("got:\n%s", log);
+    free(log);
+}
+
 static void single_message_logs_one_line_and_no_count(void **state)
 {
     (void)state;
@@ -205,6 +222,8 @@ int main(void)
             release),
         cmocka_unit_test_setup_teardown(
             single_message_logs_one_line_and_no_count, capture, release),
+        cmocka_unit_test_setup_teardown(
+            identical_messages_are_quoted_once, capture, release),
         cmocka_unit_test_setup_teardown(
             messages_that_differ_in_words_are_counted_apart, capture,
             release),

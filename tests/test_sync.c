@@ -170,10 +170,10 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     psd_sync_destroy(&y);
 }
 
-/* A CLOCK more than one past the node's count for the worker means the
+/* A CLOCK more than two past the node's count for the worker means the
  * node missed calls (down, or back from an older snapshot, its rows
- * missing those iterations): it takes it, and says so. One more is
- * quiet. */
+ * missing those iterations): it takes it, and says so. One or two more
+ * is quiet (nodes may differ by one without missing anything). */
 static void test_a_clock_that_skips_is_taken_and_logged(void **state)
 {
     (void)state;
@@ -189,7 +189,7 @@ static void test_a_clock_that_skips_is_taken_and_logged(void **state)
     dup2(fd, 2);
     psd_log_set_level(PSD_LOG_WARN);
     reach(&y, 0, 0, 1);
-    reach(&y, 0, 0, 2);
+    reach(&y, 0, 0, 3);                  /* one skipped: nodes may differ */
     reach(&y, 0, 0, 6);
     psd_log_set_level(PSD_LOG_ERROR);
     fflush(stderr);
@@ -198,10 +198,10 @@ static void test_a_clock_that_skips_is_taken_and_logged(void **state)
     char buf[1024] = "";
     assert_true(pread(fd, buf, sizeof buf - 1, 0) >= 0);
     close(fd);
-    EXPECT_SUBSTR(buf, "worker 0's clock 6 skips 3 past this node's count "
-                  "for it (2): this node missed those calls", "the warning");
-    if (strstr(buf, "clock 2 skips"))
-        fail_msg("a clock one past the count is no news: %s", buf);
+    EXPECT_SUBSTR(buf, "worker 0's clock 6 skips 2 past this node's count "
+                  "for it (3): this node missed those calls", "the warning");
+    if (strstr(buf, "clock 3 skips"))
+        fail_msg("a clock that skips one is no news: %s", buf);
     EXPECT_U64(clock_of(&y, 0), 6, "taken");
     psd_sync_destroy(&y);
 }

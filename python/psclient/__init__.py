@@ -682,6 +682,7 @@ class Client:
         # line on stderr is off with quiet): a warning at the clock() or
         # barrier() after it.
         self._skipped_said = 0
+        self._stats_buf = _lib.PsStats()
 
         h = ctypes.c_void_p()
         try:
@@ -1057,14 +1058,24 @@ class Client:
         self._simple(_LIB.ps_clock)
         self._say_skipped()
 
+    def _skipped(self) -> int:
+        """clocks_skipped + barriers_skipped, read without the whole
+        stats() dict: it runs after every clock() and barrier()."""
+        s = self._stats_buf
+        h = self._acquire()
+        try:
+            _LIB.ps_stats(h, ctypes.byref(s))
+        finally:
+            self._release()
+        return s.clocks_skipped + s.barriers_skipped
+
     def _say_skipped(self) -> None:
         """Warns (RuntimeWarning) when this worker rejoined past clocks or
         barriers the job went on without it: lost for longer than
         worker_grace, it was let go, and its calls succeed at the
         cluster's counts (position() jumped). Counted in
         stats()["clocks_skipped"] and ["barriers_skipped"]."""
-        s = self.stats()
-        n = s["clocks_skipped"] + s["barriers_skipped"]
+        n = self._skipped()
         if n > self._skipped_said:
             warnings.warn(
                 f"worker {self.worker} rejoined the cluster after its "
