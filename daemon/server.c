@@ -150,7 +150,6 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         psd_config_destroy(cfg);
         return -1;
     }
-
     if (psd_node_init(&s->node, cfg, node, uv_now(loop), err, errlen))
         return -1;
     psd_conns_init(&s->conns, loop, &s->node);
