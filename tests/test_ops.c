@@ -372,6 +372,44 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A data_dir on a read-only file system refuses every user, so psd
+ * --check reports it as a problem (it was a note for "this user", then
+ * "OK", then a start that failed). Made in a mount namespace of its own
+ * (unshare -m, as root); skipped where that cannot be done. */
+static void test_a_read_only_data_dir_fails_psd_check(void **state)
+{
+    (void)state;
+    int st;
+    char *o = run(&st, "unshare -m sh -c 'mount -t tmpfs -o ro tmpfs /mnt' "
+                  "2>&1");
+    free(o);
+    if (st != 0)
+        skip();                  /* not root, or no mount namespaces */
+    char dir[] = "/tmp/psd-ro-XXXXXX", ini[64], ro[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(ini, sizeof ini, "%s/c.ini", dir);
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    assert_int_equal(mkdir(ro, 0700), 0);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+            "data_dir = %s/sub\n[table.t]\ndim = 1\n", ro);
+    fclose(f);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    o = run(&st, "unshare -m sh -c 'mount -t tmpfs -o ro tmpfs %s && "
+            "%s --check -c %s -n 0' 2>&1", ro, psd, ini);
+    char want[300];
+    snprintf(want, sizeof want, "[server] data_dir: %s is on a read-only "
+             "file system, so psd cannot create %s/sub", ro, ro);
+    EXPECT_INT(st, 1, "psd --check on a read-only data_dir: %s", o ? o : "");
+    if (!o || !strstr(o, want))
+        fail_msg("want \"%s\": %s", want, o ? o : "");
+    free(o);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static const char *psctl(void)
 {
     const char *b = getenv("PSCTL_BIN");
@@ -2197,6 +2235,7 @@ int main(void)
         cmocka_unit_test(test_a_sighup_while_loading_is_a_reload_once_serving),
         cmocka_unit_test(test_watchdog_pings_stop_while_psd_is_stopped),
         cmocka_unit_test(test_a_port_in_use_stops_psd_with_the_address),
+        cmocka_unit_test(test_a_read_only_data_dir_fails_psd_check),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(test_psctl_help_names_every_option),
