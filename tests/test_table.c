@@ -79,6 +79,39 @@ static psd_table_conf conf_make(int dense, uint32_t dim, uint64_t rows,
     return c;
 }
 
+/* malloc, calloc and realloc of everything linked statically into this
+ * test (table.c among it) come here (the Makefile links with --wrap):
+ * when fail_next is set, the next one fails, as out of memory would. */
+static int fail_next;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+
+static int fail_now(void)
+{
+    int f = fail_next;
+    fail_next = 0;
+    return f;
+}
+
+void *__wrap_malloc(size_t n)
+{
+    return fail_now() ? NULL : __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+    return fail_now() ? NULL : __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+    return fail_now() ? NULL : __real_realloc(p, n);
+}
+
 static psd_table *table_make(const psd_table_conf *c, uint32_t shards,
                              int nnodes, int node)
 {
@@ -770,6 +803,51 @@ static void test_max_rows_counts_new_keys_of_a_bsp_sum(void **state)
     EXPECT_U64(psd_table_rows(t), 2, "rows after the clock");
     EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
                "a third key after the clock");
+    psd_table_free(t);
+}
+
+/* Out of memory while a clock's sums are applied (a new row cannot be
+ * made): the shard that failed loses the rest of its sums, and every
+ * other shard is still applied, at this clock. The apply stopped at the
+ * failing shard, and the shards after it kept their sums for the next
+ * clock, where they joined that clock's gradients (and divisor). */
+static void test_an_apply_out_of_memory_still_applies_the_other_shards(
+    void **state)
+{
+    (void)state;
+    enum { N = 64 };
+    psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
+    c.consistency = PSD_CONS_BSP;
+    psd_table *t = table_make(&c, 4, 1, 0);
+    uint64_t keys[N];
+    float ones[N], out[N];
+    for (int i = 0; i < N; i++) {
+        keys[i] = 1000 + (uint64_t)i;
+        ones[i] = 1;
+    }
+    char *k = odd_keys(keys, N), *vv = odd_floats(ones, N);
+    EXPECT_INT(psd_table_accumulate(t, k, N, vv), 0, "accumulate");
+    odd_free(k);
+    odd_free(vv);
+    fail_next = 1;               /* the first row made fails */
+    EXPECT_INT(psd_table_apply_accumulated(t, 1.0f), PSW_ENOMEM, "apply");
+    fail_next = 0;
+    pull_keys(t, keys, N, out, 1);
+    int applied = 0;
+    for (int i = 0; i < N; i++)
+        applied += out[i] == 1.0f;
+    /* One shard of four failed: about three quarters went in. */
+    if (applied < N / 4 || applied == N)
+        fail_msg("%d of %d keys applied, want the other shards' (about "
+                 "%d)", applied, N, 3 * N / 4);
+    EXPECT_U64(psd_table_rows(t), (uint64_t)applied, "rows made");
+    /* The next clock has nothing of this one to apply. */
+    EXPECT_INT(psd_table_apply_accumulated(t, 1.0f), 0, "the next apply");
+    pull_keys(t, keys, N, out, 1);
+    int again = 0;
+    for (int i = 0; i < N; i++)
+        again += out[i] == 1.0f;
+    EXPECT_INT(again, applied, "keys at 1 after the next clock");
     psd_table_free(t);
 }
 
@@ -1558,6 +1636,8 @@ int main(void)
         cmocka_unit_test(test_sparse_pull_of_new_keys_stores_no_row),
         cmocka_unit_test(test_max_rows_refuses_only_pushes_that_add_rows),
         cmocka_unit_test(test_max_rows_counts_new_keys_of_a_bsp_sum),
+        cmocka_unit_test(
+            test_an_apply_out_of_memory_still_applies_the_other_shards),
         cmocka_unit_test(
             test_max_rows_below_rows_held_still_takes_existing_keys),
         cmocka_unit_test(test_sparse_batch_equals_pushing_one_key_at_a_time),
