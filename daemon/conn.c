@@ -480,7 +480,8 @@ static void on_write(uv_write_t *req, int status)
     free(w);
     if (status < 0) {
         if (!c->closing)
-            psd_info("write to %s failed: %s", c->peer, uv_strerror(status));
+            psd_log_rep(PSD_LOG_INFO, "write to %s failed: %s", c->peer,
+                        uv_strerror(status));
         conn_close(c);
         return;
     }
@@ -555,7 +556,8 @@ static void flush(psd_conn *c)
         if (n < 0 && n != UV_EAGAIN) {
             if (iov != small)
                 free(iov);
-            psd_info("write to %s failed: %s", c->peer, uv_strerror(n));
+            psd_log_rep(PSD_LOG_INFO, "write to %s failed: %s", c->peer,
+                        uv_strerror(n));
             conn_close(c);
             return;
         }
@@ -595,7 +597,8 @@ static void flush(psd_conn *c)
         release_rows(c->node, &w->out);
         psw_out_destroy(&w->out);
         free(w);
-        psd_info("write to %s failed: %s", c->peer, uv_strerror(rc));
+        psd_log_rep(PSD_LOG_INFO, "write to %s failed: %s", c->peer,
+                    uv_strerror(rc));
         conn_close(c);
         return;
     }
@@ -1157,7 +1160,8 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
             conn_shutdown(c);
         } else {
             if (n != UV_EOF)
-                psd_info("connection from %s: %s", c->peer, uv_strerror((int)n));
+                psd_log_rep(PSD_LOG_INFO, "connection from %s: %s", c->peer,
+                            uv_strerror((int)n));
             conn_close(c);
         }
         return;

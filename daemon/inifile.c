@@ -9,10 +9,13 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "inifile.h"
 
@@ -120,6 +123,10 @@ static int on_header(reader *p, const char *t, const char *end)
     if (n >= PSD_INI_SECTION_MAX) {
         fail(p->ini, p->line, "section name \"%.*s\" is too long", (int)n,
              name);
+        return -1;
+    }
+    if (p->ini->nsecs >= PSD_INI_SECTIONS_MAX) {
+        fail(p->ini, p->line, "more than %d sections", PSD_INI_SECTIONS_MAX);
         return -1;
     }
     for (int i = 0; i < p->ini->nsecs; i++) {
@@ -350,8 +357,27 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
     if (err && errlen)
         err[0] = '\0';
     reader r = { .ini = ini, .check = check };
-    r.f = fopen(path, "r");
+    /* O_NONBLOCK: a FIFO would wait for a writer at open, and a reload
+     * runs on psd's loop; FIFOs and sockets are refused, other files
+     * read as they are (a device is cut at its first overlong line). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) {
+        fail(ini, 0, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || S_ISFIFO(st.st_mode) ||
+        S_ISSOCK(st.st_mode)) {
+        close(fd);
+        fail(ini, 0, "cannot read: a FIFO or socket, not a file");
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags != -1)
+        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    r.f = fdopen(fd, "r");
     if (!r.f) {
+        close(fd);
         fail(ini, 0, "cannot open: %s", strerror(errno));
         return -1;
     }

@@ -11,6 +11,9 @@
 #include <stddef.h>
 
 #define PSD_INI_SECTION_MAX 80   /* longest section name + 1 */
+/* Sections a file may hold: each new one is checked against the others,
+ * so a file of 100,000 took seconds (and a reload stalled psd's loop). */
+#define PSD_INI_SECTIONS_MAX 8192
 
 /* One `key = value` line, with any continuation lines joined to it by a
  * single space. */

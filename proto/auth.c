@@ -93,8 +93,10 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
         out[0] = '\0';
     /* O_NOFOLLOW is not wanted (a symlink to a secret store is fine), but
      * the checks apply to the file opened, not to a name that may change
-     * in between. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+     * in between. O_NONBLOCK: opening a FIFO would wait for a writer,
+     * and in psd on its loop (a reload), for ever; it is refused below as
+     * not a regular file, whose reads O_NONBLOCK does not change. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         snprintf(why, whylen, "%s: cannot open: %s", path, strerror(errno));
         return -1;

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "../daemon/config.h"
+#include "../daemon/inifile.h"
 #include "../daemon/preflight.h"
 #include "../proto/msg.h"
 
@@ -1121,6 +1122,65 @@ static void test_every_bad_value_is_reported_at_its_line(void **state)
     EXPECT_SUBSTR(err, "more errors than these 20", "the last line");
 }
 
+/* A FIFO as the ini or as the token file is refused at once: opening one
+ * waited for a writer, and a SIGHUP read the file on psd's loop, which
+ * froze every client (a hostile-input trial). The load runs in a child
+ * that an alarm ends should it wait. */
+static void test_a_fifo_is_refused_without_waiting(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/psd-test-fifo-XXXXXX", fifo[64], ini[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/f", dir);
+    snprintf(ini, sizeof ini, "%s/c.ini", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+            "auth_token_file = %s\n", fifo);
+    fclose(f);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        psd_config c;
+        char err[ERRLEN];
+        int ok = psd_config_load(&c, fifo, err, sizeof err) == -1 &&
+                 strstr(err, "a FIFO or socket, not a file");
+        psd_preflight pf;
+        ok = ok && psd_config_load(&c, ini, err, sizeof err) == 0;
+        ok = ok && psd_preflight_run(&pf, &c, "F", 0) > 0 &&
+             strstr(pf.problems[0], "not a regular file");
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    unlink(fifo);
+    unlink(ini);
+    rmdir(dir);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("a FIFO: %s", WIFSIGNALED(st) ? "waited (killed by the "
+                 "alarm)" : "not refused as it should be");
+}
+
+/* At most 8192 sections: each is checked against those before it, and
+ * 100,000 of them took seconds. */
+static void test_sections_beyond_the_limit_are_refused(void **state)
+{
+    (void)state;
+    size_t cap = 64 + (size_t)(PSD_INI_SECTIONS_MAX + 1) * 24, at = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    at += (size_t)snprintf(text, cap, CLUSTER);
+    for (int i = 0; i <= PSD_INI_SECTIONS_MAX; i++)
+        at += (size_t)snprintf(text + at, cap - at, "[table.s%d]\n", i);
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    assert_int_equal(load_text(text, &c, path, err), -1);
+    EXPECT_SUBSTR(err, "more than 8192 sections", "the reason");
+    free(text);
+}
+
 /* Every table goes to each client in HELLO_OK, which clients refuse
  * beyond PSW_MAX_TABLES tables: a file with more would start a node that
  * nobody can connect to, so it is refused at the first table too many. */
@@ -1711,6 +1771,8 @@ int main(void)
         cmocka_unit_test(test_page_breaks_and_tabs_are_white_space),
         cmocka_unit_test(test_tables_beyond_the_protocol_limit_are_refused),
         cmocka_unit_test(test_every_bad_value_is_reported_at_its_line),
+        cmocka_unit_test(test_a_fifo_is_refused_without_waiting),
+        cmocka_unit_test(test_sections_beyond_the_limit_are_refused),
         cmocka_unit_test(test_an_endless_line_is_refused_without_reading_on),
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),
