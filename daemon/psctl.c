@@ -1144,9 +1144,21 @@ static void print_coverage(const cluster *c)
                 sep = ", ";
             }
         printf("): rows, memory and rates are the others' sums\n");
-    } else if (c->only >= 0 && c->n > 1)
+    } else if (c->only >= 0 && c->n > 1) {
         printf("node %d only (-n): rows, memory and rates are its share "
                "of %d nodes\n", id(c, c->only), c->n);
+    } else if (c->only < 0) {
+        /* -s may name fewer nodes than the cluster has: each node says
+         * how many there are. */
+        int total = 0;
+        for (int i = 0; i < c->n && !total; i++)
+            if (c->nodes[i].fd >= 0)
+                total = c->nodes[i].layout.nnodes;
+        if (total > c->n)
+            printf("%d of the cluster's %d nodes asked (-s): rows, memory "
+                   "and rates are their share (-c INI asks every node)\n",
+                   c->n, total);
+    }
 }
 
 static int do_stats(cluster *c, int json, int tables_too)

@@ -581,6 +581,14 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
         snprintf(path, sizeof path, "%s/psd-node%d.snap", c.dir, i);
         EXPECT_INT(stat(path, &sb), 0, "%s exists", path);
     }
+    /* -s with one of the two nodes: the table says it is that node's
+     * share (a new user read half the rows as the table's). */
+    o = run(&st, "%s -s 127.0.0.1:%d tables", psctl(), c.port[0]);
+    EXPECT_INT(st, 0, "psctl -s (one node) tables exit status");
+    if (!o || !strstr(o, "1 of the cluster's 2 nodes asked (-s): rows, "
+                         "memory and rates are their share"))
+        fail_msg("psctl -s one node tables: %s", o ? o : "");
+    free(o);
     o = run(&st, "%s -c %s --count 2 -i 0.2 top", psctl(), c.ini);
     EXPECT_INT(st, 0, "psctl top exit status");
     if (!o || !strstr(o, "psctl top") || !strstr(o, "snapshot 1 in "))
