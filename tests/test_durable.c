@@ -1622,33 +1622,44 @@ static void test_tables_added_moved_or_dropped_keep_the_others_rows(
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
-/* With fsync = always, replies wait for the journal's fsync. A slow one
- * (a disk stalled for seconds, made here with a test knob) must not look
- * like a dead node: psd's heartbeats go out meanwhile, so the client keeps
- * its connection (peer_timeout_ms is 1 s here, ten heartbeats, so a loaded
- * machine does not end it anyway) and is answered once the fsync ends. */
-static void test_a_slow_fsync_keeps_the_heartbeats_going(void **state)
+/* One node whose journal fsyncs take 2.5 s (a test knob: a stalled
+ * disk), fsync = always, heartbeats every 100 ms and peer_timeout_ms
+ * 1 s; one push of the client with these timeouts, which must succeed;
+ * its client's figures go to *st. The node is left running. */
+static void push_through_a_slow_fsync(test_cluster *c, int request_timeout_ms,
+                                      int max_retries, ps_stats_t *st)
 {
-    (void)state;
-    test_cluster c;
     setenv("PSD_TEST_FSYNC_DELAY_MS", "2500", 1);
-    start(&c, 1, "[server]\nheartbeat_ms = 100\npeer_timeout_ms = 1000\n"
+    start(c, 1, "[server]\nheartbeat_ms = 100\npeer_timeout_ms = 1000\n"
           "durability = log\nfsync = always\n");
     unsetenv("PSD_TEST_FSYNC_DELAY_MS");
     ps_options o = client_options();
-    o.request_timeout_ms = 10000;
+    o.request_timeout_ms = request_timeout_ms;
+    o.max_retries = max_retries;
     ps_client *cl;
-    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    assert_int_equal(ps_open(&cl, c->spec, &o), PS_OK);
     int t = ps_table(cl, ORACLE_TABLE, NULL);
     uint64_t key = 7;
     float one = 1.0f;
     EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)), PS_OK,
                "a push whose fsync takes 2.5 s");
+    ps_stats(cl, st);
+    ps_close(cl);
+}
+
+/* With fsync = always, replies wait for the journal's fsync. A slow one
+ * must not look like a dead node: psd's heartbeats go out meanwhile, so
+ * the client keeps its connection (peer_timeout_ms is 1 s here, ten
+ * heartbeats, so a loaded machine does not end it anyway) and is answered
+ * once the fsync ends. */
+static void test_a_slow_fsync_keeps_the_heartbeats_going(void **state)
+{
+    (void)state;
+    test_cluster c;
     ps_stats_t st;
-    ps_stats(cl, &st);
+    push_through_a_slow_fsync(&c, 10000, client_options().max_retries, &st);
     EXPECT_INT((int)st.reconnects, 0, "connections the client gave up on");
     EXPECT_INT((int)st.resends, 0, "parts sent again");
-    ps_close(cl);
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
@@ -1662,24 +1673,9 @@ static void test_a_connection_closed_by_its_client_is_not_called_dead(
 {
     (void)state;
     test_cluster c;
-    setenv("PSD_TEST_FSYNC_DELAY_MS", "2500", 1);
-    start(&c, 1, "[server]\nheartbeat_ms = 100\npeer_timeout_ms = 1000\n"
-          "durability = log\nfsync = always\n");
-    unsetenv("PSD_TEST_FSYNC_DELAY_MS");
-    ps_options o = client_options();
-    o.request_timeout_ms = 400;
-    o.max_retries = 30;
-    ps_client *cl;
-    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
-    int t = ps_table(cl, ORACLE_TABLE, NULL);
-    uint64_t key = 7;
-    float one = 1.0f;
-    EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)), PS_OK,
-               "a push whose fsync takes 2.5 s");
     ps_stats_t st;
-    ps_stats(cl, &st);
+    push_through_a_slow_fsync(&c, 400, 30, &st);
     EXPECT_INT(st.reconnects > 0, 1, "the client gave up and reconnected");
-    ps_close(cl);
     char *log = cluster_log(&c, 0);
     if (!log || strstr(log, "presumed dead") ||
         !strstr(log, "it closed its side"))

@@ -212,6 +212,21 @@ static int join_and_hang(void *arg)
  * node. A worker killed before it joined would never have been seen, and
  * one never seen is waited for without end, not for worker_grace: a fixed
  * sleep before the kill lost that race on a loaded machine. */
+/* Waits up to 30 s for child pid (worker `worker`) to write "j" on fd,
+ * which it closes; a child that does not is killed and the test fails. */
+static void await_joined(int fd, pid_t pid, int worker)
+{
+    struct pollfd pf = { fd, POLLIN, 0 };
+    char b = 0;
+    int ok = poll(&pf, 1, 30000) == 1 && read(fd, &b, 1) == 1 && b == 'j';
+    close(fd);
+    if (!ok) {
+        kill(pid, SIGKILL);
+        reap(pid);
+        fail_msg("worker %d did not join within 30 s", worker);
+    }
+}
+
 static pid_t spawn_joined(int worker)
 {
     int p[2];
@@ -219,15 +234,7 @@ static pid_t spawn_joined(int worker)
     kill_job j = { worker, p[1] };
     pid_t pid = spawn(join_and_hang, &j);
     close(p[1]);
-    struct pollfd pf = { p[0], POLLIN, 0 };
-    char b = 0;
-    int ok = poll(&pf, 1, 30000) == 1 && read(p[0], &b, 1) == 1 && b == 'j';
-    close(p[0]);
-    if (!ok) {
-        kill(pid, SIGKILL);
-        reap(pid);
-        fail_msg("worker %d did not join within 30 s", worker);
-    }
+    await_joined(p[0], pid, worker);
     return pid;
 }
 
@@ -310,14 +317,7 @@ static void a_worker_let_go_learns_the_clocks_it_missed(void **state)
     pid_t pid = spawn(stopped_worker, &j);
     close(jp[1]);
     close(gp[0]);
-    struct pollfd pf = { jp[0], POLLIN, 0 };
-    char b = 0;
-    if (poll(&pf, 1, 30000) != 1 || read(jp[0], &b, 1) != 1 || b != 'j') {
-        kill(pid, SIGKILL);
-        reap(pid);
-        fail_msg("worker 1 did not join");
-    }
-    close(jp[0]);
+    await_joined(jp[0], pid, 1);
     ps_client *w0 = open_worker(cl.spec, 0);
     assert_non_null(w0);
     kill(pid, SIGSTOP);

@@ -62,29 +62,43 @@ static void reach(psd_sync *y, int32_t w, int barrier, uint64_t v)
                barrier ? "barrier" : "clock", (unsigned long long)v);
 }
 
-/* Runs psd_sync_tick (grace 30 s, the log every 10 s) with warnings
- * going to a temporary file; returns what it logged (malloc'd, "" for
- * nothing). */
-static char *tick_log(psd_sync *y, uint64_t now_ms, int holding)
+/* Warnings (and worse) logged between capture_begin and capture_end go
+ * to a temporary file; capture_end returns them (malloc'd, "" for none)
+ * and puts stderr and the level (error: the tests are quiet) back. */
+static int cap_fd = -1, cap_saved = -1;
+
+static void capture_begin(void)
 {
     char path[] = "/tmp/psd-test-sync-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
+    cap_fd = mkstemp(path);
+    assert_true(cap_fd >= 0);
     unlink(path);
     fflush(stderr);
-    int saved = dup(2);
-    dup2(fd, 2);
+    cap_saved = dup(2);
+    dup2(cap_fd, 2);
     psd_log_set_level(PSD_LOG_WARN);
-    psd_sync_tick(y, now_ms, 30, holding, 10000);
+}
+
+static char *capture_end(void)
+{
     psd_log_set_level(PSD_LOG_ERROR);
     fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    dup2(cap_saved, 2);
+    close(cap_saved);
     char *buf = calloc(1, 4096);
     assert_non_null(buf);
-    assert_true(pread(fd, buf, 4095, 0) >= 0);
-    close(fd);
+    assert_true(pread(cap_fd, buf, 4095, 0) >= 0);
+    close(cap_fd);
     return buf;
+}
+
+/* Runs psd_sync_tick (grace 30 s, the log every 10 s) with warnings
+ * captured; returns what it logged (malloc'd, "" for nothing). */
+static char *tick_log(psd_sync *y, uint64_t now_ms, int holding)
+{
+    capture_begin();
+    psd_sync_tick(y, now_ms, 30, holding, 10000);
+    return capture_end();
 }
 
 static void test_join_refuses_ids_out_of_range_and_a_second_client(
@@ -183,28 +197,16 @@ static void test_a_clock_that_skips_is_taken_and_logged(void **state)
     /* The warning is collapsed (psd_warn_rep): an earlier test's skip
      * must not have opened its window. */
     psd_log_flush_all();
-    char path[] = "/tmp/psd-test-sync-XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    unlink(path);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(fd, 2);
-    psd_log_set_level(PSD_LOG_WARN);
+    capture_begin();
     reach(&y, 0, 0, 1);
     reach(&y, 0, 0, 3);                  /* one skipped: nodes may differ */
     reach(&y, 0, 0, 6);
-    psd_log_set_level(PSD_LOG_ERROR);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    char buf[1024] = "";
-    assert_true(pread(fd, buf, sizeof buf - 1, 0) >= 0);
-    close(fd);
+    char *buf = capture_end();
     EXPECT_SUBSTR(buf, "worker 0's clock 6 skips 2 past this node's count "
                   "for it (3): this node missed those calls", "the warning");
     if (strstr(buf, "clock 3 skips"))
         fail_msg("a clock that skips one is no news: %s", buf);
+    free(buf);
     EXPECT_U64(clock_of(&y, 0), 6, "taken");
     psd_sync_destroy(&y);
 }
