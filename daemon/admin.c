@@ -679,7 +679,7 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
                 running ? "true" : "false");
     } else {
         put(&b, "unknown command \"%.*s\" (ping, stats, metrics, rates, "
-            "save)",
+            "save, end-job)",
             (int)(len > 64 ? 64 : len), cmd);
         rc = PSW_EINVAL;
     }

@@ -45,7 +45,8 @@ void psd_admin_stop(psd_admin *a);
 /* Answers one command: "ping", "stats" (JSON), "metrics" (Prometheus
  * text), "rates" (per-second rates over the window, one `name{labels}
  * value` per line like metrics), "save" (JSON: the generation started or
- * already being written).
+ * already being written). "end-job" never reaches it: it changes the
+ * training state, and request.c carries it out.
  * Matches psd_node.admin: returns PSW_OK or a PSW_E* code with *text (a
  * malloc'd string the caller frees, NULL when memory ran out). */
 int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,

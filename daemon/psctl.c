@@ -51,13 +51,20 @@ static void usage(FILE *f)
         "  top      stats and tables, refreshed every second (-i SECS, "
         "--count N);\n"
         "           with --json, each refresh is what --json stats prints\n"
+        "  end-job  ends a bsp/ssp job whose workers stopped at different "
+        "counts\n"
+        "           (one crashed): the next job waits for all workers and "
+        "starts\n"
+        "           where this one ended; refused while a worker is "
+        "connected\n"
         "--json: stdout is one JSON document, for every command: ping, "
-        "stats, tables and\n  save print an array with one object per node "
-        "(tables: the stats documents),\n  layout one object; nodes that do "
-        "not answer are said on stderr.\n"
-        "Exit status: 0 when every node answered (and saved), 1 when one did "
-        "not\nor the nodes describe different layouts, 2 for bad arguments (an ini without a [cluster] nodes line among "
-        "them).\nAn ini psd would refuse is read as a client reads it (its "
+        "stats, tables,\n  save and end-job print an array with one object "
+        "per node (tables: the\n  stats documents), layout one object; nodes "
+        "that do not answer are said on\n  stderr.\n"
+        "Exit status: 0 when every node answered (and saved, or ended the "
+        "job), 1 when\none did not (or a worker is connected, for end-job) "
+        "or the nodes describe\ndifferent layouts, 2 for bad arguments (an "
+        "ini without a [cluster] nodes line\namong them).\nAn ini psd would refuse is read as a client reads it (its "
         "nodes and token),\nwith a warning, so that `psctl -c INI stats` "
         "shows why a reload failed.\n"
         "-n NODE: only node NODE of the ini (with -s: the NODE-th address, "
@@ -1430,6 +1437,150 @@ static int do_top(cluster *c, double interval, int count, int json)
     return bad;
 }
 
+/* What one node answered to end-job. */
+typedef struct ended {
+    int asked, ok, ended, applied;
+    double clock, barrier, let_go;
+    char err[sizeof ((node *)0)->err];
+} ended;
+
+/* Sends cmd ("end-job", or "end-job C B") to node i and reads the
+ * answer's counts into *e. 0, or -1 with the reason in e->err. */
+static int end_one(cluster *c, int i, const char *cmd, ended *e)
+{
+    char *r = command(&c->nodes[i], cmd);
+    if (!r) {
+        snprintf(e->err, sizeof e->err, "%s", c->nodes[i].err);
+        fprintf(stderr, "psctl: node %d (%s): end-job: %s\n", id(c, i),
+                c->nodes[i].addr, c->nodes[i].err);
+        node_close(&c->nodes[i]);
+        e->ok = 0;
+        return -1;
+    }
+    const char *p;
+    e->ok = 1;
+    e->ended |= strstr(r, "\"ended\": true") != NULL;
+    e->applied |= strstr(r, "\"applied_sums\": true") != NULL;
+    e->clock = (p = strstr(r, "\"clock\": ")) ? strtod(p + 9, NULL) : 0;
+    e->barrier = (p = strstr(r, "\"barrier\": ")) ? strtod(p + 11, NULL)
+                                                : 0;
+    e->let_go += (p = strstr(r, "\"let_go\": ")) ? strtod(p + 10, NULL) : 0;
+    free(r);
+    return 0;
+}
+
+/* Ends the job in progress on every node (the ADMIN end-job): each
+ * node's workers become absent at one clock and barrier count, so the
+ * next job waits for all of them and starts there. Nodes with a worker
+ * connected are found first, and then nothing is ended: a job still
+ * training is not cut on some nodes and not others. Then, where the
+ * nodes ended at different counts (one was down for some calls), those
+ * behind are raised to the largest, so that the next job's workers
+ * find one count everywhere. A line per node; with json, an array of
+ * {"node", "address", "ended", "clock", "barrier", "applied_sums",
+ * "let_go"} or {"node", "address", "error"}. */
+static int do_end_job(cluster *c, int json)
+{
+    int bad = 0, busy = 0;
+    ended *e = calloc((size_t)c->n, sizeof *e);
+    if (!e) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < c->n; i++) {
+        if (!want(c, i))
+            continue;
+        samples ss = { 0 };
+        if (fetch(&c->nodes[i], &ss)) {
+            failed(c, i);
+            bad = 1;
+            continue;
+        }
+        char lab[64];
+        snprintf(lab, sizeof lab, "node=\"%d\",state=\"live\"", id(c, i));
+        double live = get(&ss, "psd_workers", lab);
+        free(ss.s);
+        if (live > 0) {
+            fprintf(stderr, "psctl: node %d (%s): %.0f worker%s connected: "
+                    "end-job ends a job whose workers have all stopped "
+                    "(psctl stats lists them)\n", id(c, i), c->nodes[i].addr,
+                    live, live == 1 ? " is" : "s are");
+            busy = 1;
+        }
+    }
+    if (busy) {
+        fprintf(stderr, "psctl: end-job: nothing was ended\n");
+        free(e);
+        return 1;
+    }
+    double top_c = 0, top_b = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (!want(c, i))
+            continue;
+        e[i].asked = 1;
+        if (end_one(c, i, "end-job", &e[i])) {
+            bad = 1;
+            continue;
+        }
+        if (e[i].clock > top_c)
+            top_c = e[i].clock;
+        if (e[i].barrier > top_b)
+            top_b = e[i].barrier;
+    }
+    /* Asked alone (-n), a node is not lined up with the others: psctl
+     * does not know their counts. */
+    for (int i = 0; i < c->n && c->only < 0; i++) {
+        if (!e[i].ok || (e[i].clock == top_c && e[i].barrier == top_b))
+            continue;
+        char cmd[80];
+        snprintf(cmd, sizeof cmd, "end-job %.0f %.0f", top_c, top_b);
+        if (end_one(c, i, cmd, &e[i]))
+            bad = 1;
+    }
+    int first = 1;
+    if (json)
+        printf("[");
+    for (int i = 0; i < c->n; i++) {
+        if (!e[i].asked)
+            continue;
+        if (json) {
+            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
+                   id(c, i));
+            json_str(c->nodes[i].addr);
+            if (e[i].ok)
+                printf(", \"ended\": %s, \"clock\": %.0f, \"barrier\": "
+                       "%.0f, \"applied_sums\": %s, \"let_go\": %.0f}",
+                       e[i].ended ? "true" : "false", e[i].clock,
+                       e[i].barrier, e[i].applied ? "true" : "false",
+                       e[i].let_go);
+            else {
+                printf(", \"error\": ");
+                json_str(e[i].err);
+                printf("}");
+            }
+            first = 0;
+        } else if (e[i].ok) {
+            printf("node %d (%s): %s at clock %.0f, barrier %.0f%s%s\n",
+                   id(c, i), c->nodes[i].addr,
+                   e[i].ended ? "job ended" : "no job in progress",
+                   e[i].clock, e[i].barrier,
+                   e[i].applied ? "; the pushes of the clock in progress "
+                                  "applied as its end" : "",
+                   e[i].let_go > 0 ? "; lost workers' processes are refused "
+                                     "if they come back" : "");
+        }
+    }
+    if (json)
+        printf("]\n");
+    else if (!bad)
+        printf("the next job starts when all its workers have joined\n");
+    else
+        fprintf(stderr, "psctl: end-job: run it again once every node "
+                "answers: the nodes that ended are lined up then\n");
+    free(e);
+    return bad;
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 /* Marks c's nodes unconnected: 0, or 1 when c->nodes could not be
@@ -1591,7 +1742,7 @@ int main(int argc, char **argv)
 {
     static const char *const commands[] = { "ping", "layout", "tables",
                                             "stats", "save", "top",
-                                            NULL };
+                                            "end-job", NULL };
     const size_t ncommands = sizeof commands / sizeof commands[0] - 1;
     const char *ini = NULL, *list = NULL, *cmd = NULL;
     int json = 0, count = 0, only = -1, timeout_s = 600;
@@ -1755,6 +1906,8 @@ int main(int argc, char **argv)
         rc = do_stats(&c, json, 0);
     else if (!strcmp(cmd, "save"))
         rc = do_save(&c, timeout_s, json);
+    else if (!strcmp(cmd, "end-job"))
+        rc = do_end_job(&c, json);
     else                         /* top: the commands were checked above */
         rc = do_top(&c, interval, count, json);
     for (int i = 0; i < c.n; i++)

@@ -1,5 +1,7 @@
 /* The command layer: checks and executes requests, packs replies, holds
  * the ones that wait for a clock or a barrier. See request.h. */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,31 +345,37 @@ static void release(psd_node *n, int kind, uint64_t reached)
     }
 }
 
+/* The node's clock moved past `before` (to n->sync.clock): journals the
+ * move, on a cluster with bsp tables, and applies each bsp table's summed
+ * pushes once, divided by `waited` for aggregate = mean. */
+static void clock_moved(psd_node *n, uint64_t before, int waited)
+{
+    if (n->journal && has_bsp(n)) {
+        uint64_t lsn = psd_journal_clock(n->journal, n->sync.clock,
+                                         (uint32_t)waited);
+        if (lsn)
+            n->clock_lsn = lsn;
+    }
+    for (int i = 0; i < n->ntables; i++) {
+        const psd_table_conf *tc = psd_table_conf_get(n->tables[i]);
+        if (tc->consistency != PSD_CONS_BSP)
+            continue;
+        float scale = tc->aggregate_mean && waited > 0
+                          ? 1.0f / (float)waited : 1.0f;
+        rows_change(n, (uint32_t)i, NULL);
+        if (psd_table_apply_accumulated(n->tables[i], scale))
+            psd_error("table '%s': out of memory applying clock %llu",
+                      tc->name, (unsigned long long)before);
+    }
+}
+
 /* Moves the node's clock and barrier; a clock that moved applies each bsp
  * table's summed pushes once. Then answers what waited for them. */
 static void advance(psd_node *n, uint64_t now_ms)
 {
     uint64_t before = n->sync.clock;
-    if (psd_sync_advance(&n->sync, now_ms)) {
-        int waited = psd_sync_divisor(&n->sync, before);
-        if (n->journal && has_bsp(n)) {
-            uint64_t lsn = psd_journal_clock(n->journal, n->sync.clock,
-                                             (uint32_t)waited);
-            if (lsn)
-                n->clock_lsn = lsn;
-        }
-        for (int i = 0; i < n->ntables; i++) {
-            const psd_table_conf *tc = psd_table_conf_get(n->tables[i]);
-            if (tc->consistency != PSD_CONS_BSP)
-                continue;
-            float scale = tc->aggregate_mean && waited > 0
-                              ? 1.0f / (float)waited : 1.0f;
-            rows_change(n, (uint32_t)i, NULL);
-            if (psd_table_apply_accumulated(n->tables[i], scale))
-                psd_error("table '%s': out of memory applying clock %llu",
-                          tc->name, (unsigned long long)before);
-        }
-    }
+    if (psd_sync_advance(&n->sync, now_ms))
+        clock_moved(n, before, psd_sync_divisor(&n->sync, before));
     release(n, PSW_OP_CLOCK, n->sync.clock);
     release(n, PSW_OP_BARRIER, n->sync.barrier);
 }
@@ -500,12 +508,88 @@ static void admin_error(psd_session *ss, const psw_msg *m, int status,
     psw_pack_reply(ss->out, m->ts, m->part, status, text, 0, 0);
 }
 
+/* "end-job" or "end-job CLOCK BARRIER": ends the job in progress
+ * (psd_sync_end), journaled as every worker's LEAVE at those counts (and
+ * the clock's move, whose sums it applies), so that a replay ends it the
+ * same way; the answer waits until that is durable. */
+static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
+{
+    char args[PSW_TEXT_MAX], *end;
+    size_t len = m->text_len - 7;
+    memcpy(args, m->text + 7, len);
+    args[len] = '\0';
+    unsigned long long c = 0, b = 0;
+    if (len) {
+        const char *p = args + 1;
+        errno = 0;
+        c = strtoull(p, &end, 10);
+        if (end != p && *end == ' ' && isdigit((unsigned char)end[1])) {
+            p = end + 1;
+            b = strtoull(p, &end, 10);
+        } else
+            end = args;
+        if (*end || errno || !isdigit((unsigned char)args[1])) {
+            admin_error(ss, m, PSW_EINVAL, "end-job takes nothing, or the "
+                        "clock and barrier counts to end at (\"end-job "
+                        "CLOCK BARRIER\")");
+            return;
+        }
+    }
+    psd_sync_ended e;
+    char err[256];
+    int rc = psd_sync_end(&n->sync, c, b, &e, err, sizeof err);
+    if (rc) {
+        psd_info("end-job from %s refused: %s", ss->peer, err);
+        admin_error(ss, m, rc, err);
+        return;
+    }
+    if (e.moved)
+        clock_moved(n, e.from, e.divisor);
+    n->changes++;
+    (void)psd_node_journal_workers(n);
+    if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
+        ss->need_lsn = psd_journal_last(n->journal);
+    if (e.in_progress)
+        psd_info("end-job from %s: the job is over at clock %llu, barrier "
+                 "%llu%s%s%s; the next one starts when all %d workers have "
+                 "joined", ss->peer, (unsigned long long)e.clock,
+                 (unsigned long long)e.barrier,
+                 e.pending ? " (the pushes of the clock in progress, which "
+                             "no ps_clock ended, applied as its end)" : "",
+                 e.let_go ? "; the processes of lost workers are refused "
+                            "if they come back" : "",
+                 e.moved && !e.pending ? " (the node's clock moved up to "
+                                         "the workers')" : "",
+                 n->sync.nworkers);
+    else if (e.moved || e.barrier > b)
+        psd_info("end-job from %s: no job in progress; clock and barrier "
+                 "now %llu and %llu", ss->peer, (unsigned long long)e.clock,
+                 (unsigned long long)e.barrier);
+    char text[200];
+    int tl = snprintf(text, sizeof text, "{\"ended\": %s, \"clock\": %llu, "
+                      "\"barrier\": %llu, \"applied_sums\": %s, "
+                      "\"let_go\": %d}\n", e.in_progress ? "true" : "false",
+                      (unsigned long long)e.clock,
+                      (unsigned long long)e.barrier,
+                      e.pending ? "true" : "false", e.let_go);
+    char *p = psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL,
+                             (size_t)tl, 0);
+    if (p)
+        memcpy(p, text, (size_t)tl);
+}
+
 /* An operator's command: the server's hook answers it with text, sent as
- * the reply's payload (cut to what a frame can carry). */
+ * the reply's payload (cut to what a frame can carry); end-job, which
+ * changes the training state, is the node's own. */
 static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
 {
     char *text = NULL;
     size_t len = 0;
+    if (m->text_len >= 7 && !memcmp(m->text, "end-job", 7) &&
+        (m->text_len == 7 || m->text[7] == ' ')) {
+        end_job(n, ss, m);
+        return;
+    }
     if (!n->admin) {
         admin_error(ss, m, PSW_EINVAL, "this node takes no commands");
         return;

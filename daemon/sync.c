@@ -72,6 +72,18 @@ static int job_over(psd_sync *y)
     return 1;
 }
 
+/* The client that lost its connection holding w is refused from now on
+ * (psd_sync_join): a new process took the worker over, or (ended) its
+ * job was ended. The oldest such client is forgotten. */
+static void refuse_lost(psd_worker *w, int ended)
+{
+    memmove(w->replaced, w->replaced + 1,
+            (PSD_REPLACED - 1) * sizeof *w->replaced);
+    w->replaced[PSD_REPLACED - 1] = w->lost_id;
+    w->ended_mask = (w->ended_mask >> 1) |
+                    (ended ? 1u << (PSD_REPLACED - 1) : 0);
+}
+
 int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
                   const void *owner, const char *peer, char *err,
                   size_t errlen)
@@ -89,10 +101,17 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
      * one worker. */
     for (int k = 0; k < PSD_REPLACED; k++)
         if (w->replaced[k] && w->replaced[k] == client_id) {
-            snprintf(err, errlen, "worker %d was taken over by a new process "
-                     "(connected from %s) while this client's connection "
-                     "was lost: this client no longer acts as worker %d",
-                     (int)worker, w->peer, (int)worker);
+            if (w->ended_mask & (1u << k))
+                snprintf(err, errlen, "this client lost its connection as "
+                         "worker %d, and its job was ended since (psctl "
+                         "end-job): this client no longer acts as worker %d; "
+                         "a new job opens new clients", (int)worker,
+                         (int)worker);
+            else
+                snprintf(err, errlen, "worker %d was taken over by a new "
+                         "process (connected from %s) while this client's "
+                         "connection was lost: this client no longer acts "
+                         "as worker %d", (int)worker, w->peer, (int)worker);
             return PSW_EINVAL;
         }
     /* Busy, not invalid: the connection held may be a dead process's
@@ -140,11 +159,8 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         if (w->clock < w->summed && w->client_id != client_id)
             w->clock = w->summed;
     }
-    if (w->lost_id && w->lost_id != client_id) {
-        memmove(w->replaced, w->replaced + 1,
-                (PSD_REPLACED - 1) * sizeof *w->replaced);
-        w->replaced[PSD_REPLACED - 1] = w->lost_id;
-    }
+    if (w->lost_id && w->lost_id != client_id)
+        refuse_lost(w, 0);
     w->lost_id = 0;              /* replaced, or back itself */
     if (w->state == PSD_W_GONE && anew) {
         psd_info("worker %d: a new process takes over from the one that "
@@ -216,6 +232,75 @@ int psd_sync_leave(psd_sync *y, int32_t worker, const void *owner)
                  "next one starts when all %d workers have joined",
                  (unsigned long long)w->clock, y->nworkers);
     return 1;
+}
+
+int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
+                 psd_sync_ended *e, char *err, size_t errlen)
+{
+    memset(e, 0, sizeof *e);
+    if (clock > MAX_CLOCK || barrier > MAX_CLOCK) {
+        snprintf(err, errlen, "clock or barrier count out of range (at most "
+                 "%llu)", (unsigned long long)MAX_CLOCK);
+        return PSW_EINVAL;
+    }
+    /* A connected worker is training: ending its job under it would move
+     * its counts and let a second job's workers in beside it. */
+    for (int i = 0; i < y->nworkers; i++) {
+        const psd_worker *w = &y->workers[i];
+        if (w->state == PSD_W_LIVE) {
+            snprintf(err, errlen, "worker %d is connected (from %s, at "
+                     "clock %llu): end-job ends a job whose workers have "
+                     "all stopped; let it finish (ps_close) or stop its "
+                     "process first", i, w->peer,
+                     (unsigned long long)w->clock);
+            return PSW_EBUSY;
+        }
+    }
+    uint64_t c = y->clock > clock ? y->clock : clock;
+    uint64_t b = y->barrier > barrier ? y->barrier : barrier;
+    for (int i = 0; i < y->nworkers; i++) {
+        const psd_worker *w = &y->workers[i];
+        if (w->clock > c)
+            c = w->clock;
+        if (w->barrier > b)
+            b = w->barrier;
+        /* Pushed into the sums of the clock in progress (summed is at
+         * most the node's clock + 1): acknowledged gradients, applied as
+         * that clock's end would have, not dropped nor left to join the
+         * next job's first sum. */
+        if (w->summed > y->clock)
+            e->pending = 1;
+        if (w->state != PSD_W_ABSENT)
+            e->in_progress = 1;
+    }
+    if (e->pending && c == y->clock)
+        c = y->clock + 1;
+    e->in_progress |= e->pending;
+    e->from = y->clock;
+    e->divisor = psd_sync_divisor(y, y->clock);
+    e->moved = c > y->clock;
+    e->clock = c;
+    e->barrier = b;
+    for (int i = 0; i < y->nworkers; i++) {
+        psd_worker *w = &y->workers[i];
+        /* A lost worker's process may still run (a partition): back, it
+         * would join the next job as a worker of this one. */
+        if (w->lost_id) {
+            refuse_lost(w, 1);
+            w->lost_id = 0;
+            e->let_go++;
+        }
+        w->dirty |= w->state != PSD_W_ABSENT || w->clock != c ||
+                    w->barrier != b;
+        w->state = PSD_W_ABSENT;
+        w->closed = 0;
+        w->owner = NULL;
+        w->clock = c;
+        w->barrier = b;
+    }
+    y->clock = c;
+    y->barrier = b;
+    return 0;
 }
 
 int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
@@ -343,8 +428,11 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
         w->clock = clock;
     if (barrier > w->barrier)
         w->barrier = barrier;
-    if (w->closed)
-        (void)job_over(y);
+    /* The node's barrier too: a bsp replay does not advance (its CLOCK
+     * records move the clock), and the workers now absent all stand at
+     * this barrier, as the node did. */
+    if (w->closed && job_over(y) && w->barrier > y->barrier)
+        y->barrier = w->barrier;
     return 0;
 }
 

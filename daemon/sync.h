@@ -37,6 +37,8 @@ typedef struct psd_worker {
                                 (lost_id), newest last (0: none): refused
                                 for good if they come back. In memory
                                 only, as the node's sessions are */
+    unsigned ended_mask;     /* bit k: replaced[k] was let go by psctl
+                                end-job, not replaced (for its error) */
     char peer[64];           /* where it is connected from, for errors */
     uint64_t gone_ms;        /* when its connection was lost (GONE) */
     uint64_t summed;         /* 1 + the node's clock when its pushes last
@@ -114,6 +116,39 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
  * the clock moved: the bsp sums of the clocks just finished must be
  * applied, once. */
 int psd_sync_advance(psd_sync *y, uint64_t now_ms);
+
+/* What psd_sync_end did. */
+typedef struct psd_sync_ended {
+    uint64_t from;           /* the node's clock before */
+    uint64_t clock, barrier; /* where the job ended: the node's counts and
+                                every worker's now */
+    int moved;               /* the node's clock moved past `from`: the bsp
+                                sums of the clocks after it must be applied
+                                once, with divisor */
+    int divisor;             /* psd_sync_divisor(from), taken before the
+                                workers became absent */
+    int pending;             /* workers had pushed into the sums of the
+                                clock in progress, which no ps_clock ended */
+    int in_progress;         /* 0: every worker was absent at these counts
+                                already (a job that ran its course, or a
+                                second end-job): only counts may have risen */
+    int let_go;              /* processes of lost workers (in their grace,
+                                or let go when it ran out) refused from now
+                                on, as replaced ones are */
+} psd_sync_ended;
+
+/* psctl end-job: ends the job in progress as if every worker had called
+ * ps_close at one clock and one barrier count, so that the next job
+ * waits for all workers to join and starts where this one ended. The
+ * counts are the largest of the workers', the node's, and `clock` and
+ * `barrier` (psctl's, to line the nodes up with each other; 0: none); a
+ * clock in progress that holds pushes in the bsp sums counts as
+ * finished (the caller applies them, as a clock's end would have). A
+ * lost worker's process, should it come back, is refused: its job is
+ * over. Refused with PSW_EBUSY while a worker is connected (err says
+ * which), with PSW_EINVAL for counts above what a clock may reach. */
+int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
+                 psd_sync_ended *e, char *err, size_t errlen);
 
 /* Workers waited for now. */
 int psd_sync_waited(const psd_sync *y);

@@ -713,6 +713,150 @@ static void a_second_job_waits_for_all_its_workers(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+static int push_key(ps_client *c, const char *name, uint64_t key, float v);
+static float pull_key(ps_client *c, const char *name, uint64_t key);
+
+/* A worker of a job whose workers stop apart: `clocks` times pushes +1
+ * to key 3 of `sum` and clocks (and enters a barrier after the third);
+ * then ps_close, or (crash) one more push
+ * and an exit without ps_close, its connection lost mid-iteration. */
+typedef struct apart_arg {
+    int worker, clocks, crash;
+} apart_arg;
+
+static int apart_worker(void *arg)
+{
+    apart_arg *a = arg;
+    ps_client *c = open_worker(cl.spec, a->worker);
+    CHILD_CHECK(c, "open as worker %d", a->worker);
+    int t = ps_table(c, "sum", NULL);
+    uint64_t key = 3;
+    float one = 1;
+    for (int i = 1; i <= a->clocks; i++) {
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        CHILD_CHECK(ps_clock(c) == 0, "worker %d clock %d: %s", a->worker, i,
+                    ps_last_error(c));
+        if (i == 3)
+            CHILD_CHECK(ps_barrier(c) == 0, "worker %d barrier: %s",
+                        a->worker, ps_last_error(c));
+    }
+    if (a->crash) {
+        CHILD_CHECK(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)) == 0,
+                    "push");
+        _exit(0);
+    }
+    ps_close(c);
+    return 0;
+}
+
+/* A worker of the job after end-job: starts at clock 6, barrier 1, and
+ * its first clock waits for the other worker (after delay_ms): the key
+ * holds both workers' pushes on top of the 9 the last job left. */
+static int next_job_worker(void *arg)
+{
+    const int *delay_ms = arg;
+    int w = *delay_ms ? 1 : 0;
+    sleep_ms(*delay_ms);
+    ps_client *c = open_worker(cl.spec, w);
+    CHILD_CHECK(c, "open as worker %d", w);
+    uint64_t at, bar;
+    CHILD_CHECK(ps_position(c, &at, &bar) == 0 && at == 6 && bar == 1,
+                "worker %d starts at clock %llu, barrier %llu; want 6, 1", w,
+                (unsigned long long)at, (unsigned long long)bar);
+    CHILD_CHECK(push_key(c, "sum", 3, 1) == 0, "push");
+    CHILD_CHECK(ps_clock(c) == 0, "worker %d clock: %s", w, ps_last_error(c));
+    float v = pull_key(c, "sum", 3);
+    CHILD_CHECK(v == 11, "worker %d after the next job's first clock: the key "
+                "holds %g, want 11 (a clock went on without the other "
+                "worker, or the last job's last push was lost)", w,
+                (double)v);
+    ps_close(c);
+    return 0;
+}
+
+/* psctl -c INI end-job; its stdout and stderr, and its exit status. */
+static char *end_job(int *status)
+{
+    char cmd[700];
+    const char *b = getenv("PSCTL_BIN");
+    snprintf(cmd, sizeof cmd, "%s -c %s end-job 2>&1", b ? b : "build/psctl",
+             cl.ini);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *out = calloc(1, 8192);
+    assert_non_null(out);
+    size_t n = fread(out, 1, 8191, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+/* A job whose workers stopped apart (worker 0 closed at clock 3, worker
+ * 1 went on alone to 5, pushed into clock 6 and crashed) is not known to
+ * be over: the next job's first worker would train alone. psctl end-job
+ * ends it on both nodes at clock 6: the node holding the crashed
+ * worker's push applies it as that clock's end, the other is lined up
+ * with it; it survives kill -9 (journaled), and the next job waits for
+ * both workers from clock 6. While a worker is connected it is refused
+ * and nothing is ended. */
+static void end_job_ends_a_job_whose_workers_stopped_apart(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n"
+                                      "worker_grace = 60\n",
+                                      "[table.sum]\ndim = 1\n"
+                                      "consistency = bsp\n"
+                                      "[server]\ndurability = log\n"
+                                      "snapshot_interval = 0\n"), 0);
+    apart_arg a = { 0, 3, 0 }, b = { 1, 5, 1 };
+    pid_t pa = spawn(apart_worker, &a), pb = spawn(apart_worker, &b);
+    int bad = reap(pa) | reap(pb);
+    assert_int_equal(bad, 0);
+    for (int i = 0; i < 2; i++)
+        assert_true(cluster_log_wait(&cl, i, "worker 1 lost its connection",
+                                     5000));
+    int st;
+    char *out = end_job(&st);
+    EXPECT_INT(st, 0, "psctl end-job's status: %s", out);
+    const char *first = strstr(out, "job ended at clock 6, barrier 1");
+    if (!first || !strstr(first + 1, "job ended at clock 6, barrier 1") ||
+        !strstr(out, "the pushes of the clock in progress applied as its "
+                     "end; lost workers' processes are refused"))
+        fail_msg("psctl end-job said: %s", out);
+    free(out);
+    assert_true(cluster_log_wait(&cl, 0, "the job is over at clock 6, "
+                                 "barrier 1", 1000));
+    ps_client *r = open_worker(cl.spec, -1);
+    assert_non_null(r);
+    EXPECT_FLOAT(pull_key(r, "sum", 3), 9, "3 + 5 clocks and the last push");
+    ps_close(r);
+    for (int i = 0; i < 2; i++) {
+        cluster_kill(&cl, i, SIGKILL);
+        assert_int_equal(cluster_restart(&cl, i), 0);
+    }
+    int d0 = 0, d1 = 500;
+    pa = spawn(next_job_worker, &d0);
+    pb = spawn(next_job_worker, &d1);
+    bad = reap(pa) | reap(pb);
+    assert_int_equal(bad, 0);
+    ps_client *w = open_worker(cl.spec, 0);
+    assert_non_null(w);
+    out = end_job(&st);
+    EXPECT_INT(st, 1, "psctl end-job with a worker connected");
+    if (!strstr(out, "1 worker is connected: end-job ends a job whose "
+                     "workers have all stopped") ||
+        !strstr(out, "nothing was ended"))
+        fail_msg("psctl end-job said: %s", out);
+    free(out);
+    uint64_t at;
+    EXPECT_INT(ps_position(w, &at, NULL), 0, "ps_position");
+    EXPECT_U64(at, 7, "worker 0 is where it was");
+    ps_close(w);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* Pushes +1 to key 3 of `sum` and clocks, `clocks` times, as worker 0;
  * after each clock the key must hold want0 + the clocks so far (bsp: a
  * pull after ps_clock sees exactly that clock). */
@@ -1834,6 +1978,7 @@ int main(void)
         cmocka_unit_test(sighup_refusals_say_where_the_change_is),
         cmocka_unit_test(sighup_takes_another_nodes_new_metrics_port),
         cmocka_unit_test(a_second_job_waits_for_all_its_workers),
+        cmocka_unit_test(end_job_ends_a_job_whose_workers_stopped_apart),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(

@@ -742,6 +742,127 @@ static void test_a_barrier_and_a_clock_waiting_for_each_other_are_named(
     psd_sync_destroy(&y);
 }
 
+/* psctl end-job: refused while a worker is connected, and then nothing
+ * changes. */
+static void test_end_job_is_refused_while_a_worker_is_connected(void **state)
+{
+    (void)state;
+    psd_sync y;
+    psd_sync_ended e;
+    char err[256];
+    two_workers(&y);
+    reach(&y, 0, 0, 2);
+    EXPECT_INT(psd_sync_leave(&y, 0, &owner_a), 1, "worker 0 leaves");
+    EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), PSW_EBUSY,
+               "end-job with worker 1 connected");
+    if (!strstr(err, "worker 1 is connected (from 127.0.0.1:9, at clock 0)"))
+        fail_msg("the refusal: %s", err);
+    EXPECT_INT(y.workers[0].state, PSD_W_LEFT, "worker 0 still left");
+    EXPECT_INT(y.workers[1].state, PSD_W_LIVE, "worker 1 still live");
+    EXPECT_U64(clock_of(&y, 0), 2, "worker 0's clock");
+    psd_sync_destroy(&y);
+}
+
+/* A job whose workers stopped at different counts: worker 0 closed at
+ * clock 3, worker 1 went on alone to 5, pushed into clock 6 and lost its
+ * connection. end-job ends it at clock 6 (the sums pushed into it count
+ * as its end), both workers absent there, so that the next job waits for
+ * both; the lost client is refused should it come back; the WORKER
+ * records the node journals replay to the same state. */
+static void test_end_job_ends_a_job_whose_workers_stopped_apart(void **state)
+{
+    (void)state;
+    psd_sync y;
+    psd_sync_ended e;
+    char err[256];
+    two_workers(&y);
+    for (uint64_t k = 1; k <= 3; k++) {
+        reach(&y, 0, 0, k);
+        reach(&y, 1, 0, k);
+    }
+    reach(&y, 1, 1, 1);
+    psd_sync_advance(&y, 1);
+    EXPECT_INT(psd_sync_leave(&y, 0, &owner_a), 1, "worker 0 leaves at 3");
+    reach(&y, 1, 0, 4);
+    reach(&y, 1, 0, 5);
+    psd_sync_advance(&y, 2);
+    EXPECT_U64(y.clock, 5, "worker 1 alone moved the clock");
+    psd_sync_summed(&y, 1);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 3, 30), 0, "lost, grace 30 s");
+    while (psd_sync_dirty(&y, 0) >= 0)
+        ;                                    /* journaled so far */
+    EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), 0, "end-job");
+    EXPECT_INT(e.in_progress, 1, "a job was in progress");
+    EXPECT_INT(e.pending, 1, "worker 1's push of clock 6 is in the sums");
+    EXPECT_INT(e.moved, 1, "the clock moved");
+    EXPECT_U64(e.from, 5, "from");
+    EXPECT_U64(e.clock, 6, "the job ends at clock 6");
+    EXPECT_U64(e.barrier, 1, "and at worker 1's barrier");
+    EXPECT_INT(e.divisor, 1, "divided by the one worker whose push it holds");
+    EXPECT_INT(e.let_go, 1, "worker 1's lost client let go");
+    EXPECT_U64(y.clock, 6, "the node's clock");
+    EXPECT_U64(y.barrier, 1, "the node's barrier");
+    for (int w = 0; w < 2; w++) {
+        uint64_t c, b;
+        psd_sync_position(&y, w, &c, &b);
+        EXPECT_INT(y.workers[w].state, PSD_W_ABSENT, "worker %d absent", w);
+        EXPECT_U64(c, 6, "worker %d's clock", w);
+        EXPECT_U64(b, 1, "worker %d's barrier", w);
+    }
+    EXPECT_INT(psd_sync_dirty(&y, 0), 0, "worker 0 to journal");
+    EXPECT_INT(psd_sync_dirty(&y, 1), 1, "worker 1 to journal");
+    EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_b, "h:2", err, sizeof err),
+               PSW_EINVAL, "the lost client back");
+    if (!strstr(err, "its job was ended since (psctl end-job)"))
+        fail_msg("the refusal: %s", err);
+    join(&y, 0, 3, &owner_c);
+    EXPECT_U64(clock_of(&y, 0), 6, "the next job starts at 6");
+    reach(&y, 0, 0, 7);
+    EXPECT_INT(psd_sync_advance(&y, 4), 0, "worker 0 alone does not move it");
+    EXPECT_INT(psd_sync_waited(&y), 2, "both workers waited for");
+    psd_sync_destroy(&y);
+
+    /* The journal's WORKER records: worker 0 left by LEAVE at 3, worker 1
+     * joined; then end-job's, every worker left by LEAVE at 6 and 1 (its
+     * CLOCK record moves the node's clock, in request.c). */
+    psd_sync z;
+    make(&z, 2);
+    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, 10);
+    psd_sync_replay(&z, 1, 1, 0, 2, 5, 1, 10);
+    psd_sync_replay(&z, 0, 0, 1, 1, 6, 1, 10);
+    psd_sync_replay(&z, 1, 0, 1, 2, 6, 1, 10);
+    for (int w = 0; w < 2; w++)
+        EXPECT_INT(z.workers[w].state, PSD_W_ABSENT, "replayed worker %d", w);
+    EXPECT_U64(z.barrier, 1, "the replayed node's barrier");
+    psd_sync_destroy(&z);
+}
+
+/* end-job on a node whose job is over only raises its counts (psctl
+ * lines the nodes up): nothing in progress, no sums; counts above what a
+ * clock may reach are refused. */
+static void test_end_job_again_only_raises_the_counts(void **state)
+{
+    (void)state;
+    psd_sync y;
+    psd_sync_ended e;
+    char err[256];
+    make(&y, 2);
+    EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), 0, "fresh node");
+    EXPECT_INT(e.in_progress, 0, "nothing in progress on a fresh node");
+    EXPECT_INT(e.moved, 0, "nor moved");
+    EXPECT_INT(psd_sync_end(&y, 8, 2, &e, err, sizeof err), 0, "raised");
+    EXPECT_INT(e.in_progress | e.pending | e.let_go, 0, "nothing else");
+    EXPECT_INT(e.moved, 1, "the clock moved");
+    EXPECT_U64(clock_of(&y, 1), 8, "worker 1's clock");
+    EXPECT_U64(y.barrier, 2, "the node's barrier");
+    EXPECT_INT(psd_sync_end(&y, 4, 1, &e, err, sizeof err), 0, "lower");
+    EXPECT_U64(e.clock, 8, "counts never go back");
+    EXPECT_INT(psd_sync_end(&y, (UINT64_C(1) << 62) + 1, 0, &e, err,
+                            sizeof err), PSW_EINVAL, "past 2^62");
+    EXPECT_U64(y.clock, 8, "unchanged by the refusal");
+    psd_sync_destroy(&y);
+}
+
 int main(void)
 {
     /* The state machine logs joins and losses; keep the output to TAP. */
@@ -786,6 +907,9 @@ int main(void)
             test_wait_is_logged_after_10_s_of_holding_not_of_computing),
         cmocka_unit_test(
             test_a_barrier_and_a_clock_waiting_for_each_other_are_named),
+        cmocka_unit_test(test_end_job_is_refused_while_a_worker_is_connected),
+        cmocka_unit_test(test_end_job_ends_a_job_whose_workers_stopped_apart),
+        cmocka_unit_test(test_end_job_again_only_raises_the_counts),
     };
     return cmocka_run_group_tests_name("sync", tests, NULL, NULL);
 }
