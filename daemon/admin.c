@@ -664,19 +664,30 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
         }
         free(r.now);
     } else if (is(cmd, len, "save")) {
-        /* Starts one unless one is running; either way the caller learns
-         * which generation to wait for in stats. */
+        /* Starts one unless one is running, or the newest one holds the
+         * node as it is (the same image again, a whole model's worth of
+         * disk, for each of a script's or a hostile client's repeated
+         * saves); either way the caller learns which generation to wait
+         * for in stats. */
         int running = a->dur->child != 0;
         uint64_t failures = a->dur->st.snapshot_failures;
-        if (!running)
-            psd_durable_snapshot(a->dur);
-        if (!a->dur->child && a->dur->st.snapshot_failures > failures) {
-            put(&b, "snapshot not started: %s", a->dur->st.last_error);
-            rc = PSW_ESERVER;
-        } else
-            put(&b, "{\"generation\": %llu, \"already_running\": %s}\n",
-                (unsigned long long)a->dur->child_gen,
-                running ? "true" : "false");
+        if (!running && psd_durable_current(a->dur)) {
+            put(&b, "{\"generation\": %llu, \"already_running\": false, "
+                "\"current\": true}\n",
+                (unsigned long long)a->dur->st.generation);
+        } else {
+            if (!running)
+                psd_durable_snapshot(a->dur);
+            if (!a->dur->child &&
+                a->dur->st.snapshot_failures > failures) {
+                put(&b, "snapshot not started: %s", a->dur->st.last_error);
+                rc = PSW_ESERVER;
+            } else
+                put(&b, "{\"generation\": %llu, \"already_running\": %s, "
+                    "\"current\": false}\n",
+                    (unsigned long long)a->dur->child_gen,
+                    running ? "true" : "false");
+        }
     } else {
         put(&b, "unknown command \"%.*s\" (ping, stats, metrics, rates, "
             "save, end-job)",

@@ -368,16 +368,21 @@ void psd_durable_snapshot(psd_durable *d)
  * snapshot on disk is current, and the tick says so instead (its age
  * starts over). After a failed snapshot, or with the journal waiting for
  * one (unbased), the tick takes one as before. */
-static void on_interval(uv_timer_t *t)
+int psd_durable_current(const psd_durable *d)
 {
-    psd_durable *d = t->data;
     char path[4200];
     struct stat st;
     psd_snapshot_path(path, sizeof path, d->dir, d->node->index);
     /* (The file is looked for: one an operator moved away is written
      * again.) */
-    if (!d->child && d->saved_changes == d->node->changes &&
-        !d->st.last_error[0] && !d->unbased && stat(path, &st) == 0) {
+    return !d->child && d->saved_changes == d->node->changes &&
+           !d->st.last_error[0] && !d->unbased && stat(path, &st) == 0;
+}
+
+static void on_interval(uv_timer_t *t)
+{
+    psd_durable *d = t->data;
+    if (psd_durable_current(d)) {
         d->st.last_ok_ms = wall_ms();
         psd_debug("snapshot %llu is current (nothing changed since): the "
                   "periodic one is skipped",

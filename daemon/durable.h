@@ -123,6 +123,13 @@ int psd_durable_open(psd_durable *d, char *err, size_t errlen);
  * is the generation being written while d->child is set. */
 void psd_durable_snapshot(psd_durable *d);
 
+/* Whether the newest good snapshot is the node as it stands: none is
+ * being written, nothing changed since it was (node->changes), it is
+ * still in the data folder, the last one did not fail and the journal
+ * waits for none. Then a periodic snapshot is skipped, and `psctl save`
+ * is answered with its generation instead of writing the same image. */
+int psd_durable_current(const psd_durable *d);
+
 /* At stop, once every connection is closed: waits for a running child,
  * then writes the final snapshot in this process and removes the journal
  * it covers. 0, or -1 with the reason in err (the old files are kept). */

@@ -1225,14 +1225,18 @@ static int do_tables(cluster *c, int json)
 /* What became of one node's save. */
 typedef struct saved {
     enum { S_NONE, S_WAITING, S_WRITTEN, S_FAILED } state;
+    int current;                 /* the node's newest snapshot was current:
+                                    nothing new was written */
     double gen, fails, secs;
     char dir[256], err[256];
 } saved;
 
 /* Asks every node to save, then waits until each one's snapshot
- * generation reaches the one it started, or its failures grow. People
- * get a line per node as it finishes; with json, a JSON array in node
- * order once all have, of {"node", "address", "generation", "ok"} with
+ * generation reaches the one it started, or its failures grow (a node
+ * whose newest snapshot is current answers with it, and writes none).
+ * People get a line per node as it finishes; with json, a JSON array in
+ * node order once all have, of {"node", "address", "generation", "ok",
+ * "current"} with
  * "seconds" and "data_dir" when it was written and "error" when not (a
  * failed snapshot, or one still being written at the timeout). Nodes that
  * stop answering are said on stderr, as for --json stats. */
@@ -1264,6 +1268,7 @@ static int do_save(cluster *c, int timeout_s, int json)
         }
         const char *g = strstr(r, "\"generation\": ");
         sv[i].gen = g ? strtod(g + 14, NULL) : 0;
+        sv[i].current = strstr(r, "\"current\": true") != NULL;
         sv[i].state = S_WAITING;
         free(r);
         waiting++;
@@ -1290,7 +1295,11 @@ static int do_save(cluster *c, int timeout_s, int json)
                                    me);
                 get_label(&ss, "psd_node_info", me, "data_dir", sv[i].dir,
                           sizeof sv[i].dir);
-                if (!json)
+                if (!json && sv[i].current)
+                    printf("node %d (%s): snapshot %.0f in %s is current "
+                           "(nothing changed since it was written)\n", me,
+                           c->nodes[i].addr, now, sv[i].dir);
+                else if (!json)
                     printf("node %d (%s): snapshot %.0f written in %.2f s "
                            "to %s\n", me, c->nodes[i].addr, now, sv[i].secs,
                            sv[i].dir);
@@ -1333,8 +1342,9 @@ static int do_save(cluster *c, int timeout_s, int json)
             printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
                    id(c, i));
             json_str(c->nodes[i].addr);
-            printf(", \"generation\": %.0f, \"ok\": %s", sv[i].gen,
-                   sv[i].state == S_WRITTEN ? "true" : "false");
+            printf(", \"generation\": %.0f, \"ok\": %s, \"current\": %s",
+                   sv[i].gen, sv[i].state == S_WRITTEN ? "true" : "false",
+                   sv[i].current ? "true" : "false");
             if (sv[i].state == S_WRITTEN) {
                 printf(", \"seconds\": %.3f, \"data_dir\": ", sv[i].secs);
                 json_str(sv[i].dir);
