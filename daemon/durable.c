@@ -10,6 +10,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -613,6 +614,39 @@ static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
     return 0;
 }
 
+static void lock_path(char *buf, size_t len, const char *dir, int index)
+{
+    snprintf(buf, len, "%s/psd-node%d.lock", dir, index);
+}
+
+long psd_durable_holder(const char *dir, int index)
+{
+    char lock[4200];
+    struct stat st;
+    lock_path(lock, sizeof lock, dir, index);
+    if (stat(lock, &st))
+        return -1;
+    /* Only looked at: taking the lock, even for a moment, could make a
+     * psd starting then give up ("another psd is running"). A line is
+     * "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END", the device
+     * in hex; one of a process waiting for a lock starts "ID: ->". */
+    FILE *f = fopen("/proc/locks", "re");
+    if (!f)
+        return -1;
+    char line[256], type[16];
+    long pid = -1, p;
+    unsigned maj, min;
+    unsigned long long ino;
+    while (pid < 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%llu", type, &p, &maj,
+                   &min, &ino) == 5 && !strcmp(type, "FLOCK") &&
+            ino == (unsigned long long)st.st_ino &&
+            makedev(maj, min) == st.st_dev)
+            pid = p > 0 ? p : 0;
+    fclose(f);
+    return pid;
+}
+
 int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
                      void (*durable_moved)(void *), void *arg, char *err,
                      size_t errlen)
@@ -635,7 +669,7 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
     /* One psd per node and folder: a second one started by mistake must
      * not recover (cut a torn tail, start a segment) under the first. */
     char lock[4200];
-    snprintf(lock, sizeof lock, "%s/psd-node%d.lock", d->dir, n->index);
+    lock_path(lock, sizeof lock, d->dir, n->index);
     d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (d->lock_fd < 0) {
         snprintf(err, errlen, "%s: %s", lock, strerror(errno));

@@ -96,6 +96,11 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
                      void (*durable_moved)(void *), void *arg, char *err,
                      size_t errlen);
 
+/* Whether a psd holds node `index`'s lock in data folder dir (it runs):
+ * its pid (0 when /proc/locks does not say), or -1 when none does or it
+ * cannot be told. Reads /proc/locks and never takes the lock. */
+long psd_durable_holder(const char *dir, int index);
+
 /* After psd_durable_lock: recovers the node from the folder. With
  * skip_snapshot, nothing is read: the node starts from its initial values,
  * and psd_durable_open moves the snapshot and journal files aside (renamed

@@ -5,9 +5,11 @@
 #include <string.h>
 #include <dirent.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "durable.h"
 #include "export.h"
 #include "journal.h"
 #include "node.h"
@@ -404,6 +406,26 @@ int psd_export(const char *ini, int only, const char *const *drop,
                     "%llu journal records after it\n", i,
                     (unsigned long long)no->si.generation, no->snap,
                     (unsigned long long)no->records);
+        /* Beside a live node without a journal the export is as old as
+         * its snapshot, however much it trained since. */
+        char dir[4096];
+        psd_config_data_dir(&cfg, dir, sizeof dir);
+        long pid = cfg.durability == PSD_DUR_SNAPSHOT && no->has_snapshot
+                       ? psd_durable_holder(dir, i) : -1;
+        if (pid >= 0) {
+            char who[32] = "";
+            if (pid > 0)
+                snprintf(who, sizeof who, " (pid %ld)", pid);
+            uint64_t now = (uint64_t)time(NULL) * 1000;
+            fprintf(stderr, "psd --export: node %d: a psd%s runs on this "
+                    "data folder with durability = snapshot: the export "
+                    "holds snapshot %llu, written %.0f s ago, not what the "
+                    "node took since (psctl save first writes what it holds "
+                    "now)\n", i, who,
+                    (unsigned long long)no->si.generation,
+                    now > no->si.created_ms
+                        ? (double)(now - no->si.created_ms) / 1000 : 0.0);
+        }
         else
             fprintf(stderr, "psd --export: node %d: no snapshot; %llu "
                     "journal records\n", i, (unsigned long long)no->records);

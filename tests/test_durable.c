@@ -365,6 +365,47 @@ static long long journal_bytes(const char *dir)
     return n;
 }
 
+/* psd --export beside a live node without a journal holds the node's
+ * last snapshot, however much it trained since: it says so, naming the
+ * psd that runs (seen in /proc/locks, never by taking its lock, which a
+ * psd starting then would find taken); once the node stopped (its final
+ * snapshot written), not. */
+static void test_export_beside_a_live_snapshot_node_says_how_old(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "snapshot_interval = 0\n");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 1, &a, &failed);
+    pid_t p = spawn(psctl_save, c.spec);
+    int st;
+    waitpid(p, &st, 0);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "psctl save");
+    oracle_run_many(c.spec, &o, 1, 10, 1, &a, &failed);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char cmd[1200], want[200];
+    snprintf(cmd, sizeof cmd, "%s --export '%s/model' -c '%s'", psd, c.dir,
+             c.ini);
+    char *out = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, out);
+    snprintf(want, sizeof want, "node 0: a psd (pid %d) runs on this data "
+             "folder with durability = snapshot: the export holds snapshot "
+             "1, written ", (int)c.pid[0]);
+    EXPECT_SUBSTR(out, want, "the export beside the live node");
+    EXPECT_SUBSTR(out, "not what the node took since (psctl save first",
+                  "what to do");
+    free(out);
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    out = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, out);
+    if (!out || strstr(out, "runs on this data folder"))
+        fail_msg("the export of a stopped node: %s", out ? out : "");
+    free(out);
+    cluster_stop(&c);
+}
+
 /* psd --export writes each node's rows, as a restart would load them
  * (snapshot, then the journal after it) but reading only, as .npy files
  * with headers numpy reads (tests/python reads them with numpy itself):
@@ -2020,6 +2061,7 @@ int main(void)
             test_a_snapshot_that_writes_held_records_lets_their_replies_go,
             unmount_small_disk),
         cmocka_unit_test(test_export_writes_each_nodes_rows_as_npy_files),
+        cmocka_unit_test(test_export_beside_a_live_snapshot_node_says_how_old),
         cmocka_unit_test(
             test_fsync_always_without_a_free_descriptor_acks_pushes),
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),
