@@ -1449,10 +1449,17 @@ static int do_top(cluster *c, double interval, int count, int json)
 
 /* What one node answered to end-job. */
 typedef struct ended {
-    int asked, ok, ended, applied;
-    double clock, barrier, let_go;
+    int asked, ok, ended, applied, let_go;
+    unsigned long long clock, barrier;
     char err[sizeof ((node *)0)->err];
 } ended;
+
+/* The number after `key` in a node's JSON answer (0 when absent). */
+static unsigned long long json_u64(const char *r, const char *key)
+{
+    const char *p = strstr(r, key);
+    return p ? strtoull(p + strlen(key), NULL, 10) : 0;
+}
 
 /* Sends cmd ("end-job", or "end-job C B") to node i and reads the
  * answer's counts into *e. 0, or -1 with the reason in e->err. */
@@ -1467,14 +1474,12 @@ static int end_one(cluster *c, int i, const char *cmd, ended *e)
         e->ok = 0;
         return -1;
     }
-    const char *p;
     e->ok = 1;
     e->ended |= strstr(r, "\"ended\": true") != NULL;
     e->applied |= strstr(r, "\"applied_sums\": true") != NULL;
-    e->clock = (p = strstr(r, "\"clock\": ")) ? strtod(p + 9, NULL) : 0;
-    e->barrier = (p = strstr(r, "\"barrier\": ")) ? strtod(p + 11, NULL)
-                                                : 0;
-    e->let_go += (p = strstr(r, "\"let_go\": ")) ? strtod(p + 10, NULL) : 0;
+    e->clock = json_u64(r, "\"clock\": ");
+    e->barrier = json_u64(r, "\"barrier\": ");
+    e->let_go += (int)json_u64(r, "\"let_go\": ");
     free(r);
     return 0;
 }
@@ -1498,10 +1503,18 @@ static int do_end_job(cluster *c, int json)
         return 1;
     }
     for (int i = 0; i < c->n; i++) {
-        if (!want(c, i))
+        if (c->only >= 0 && i != c->only)
             continue;
+        e[i].asked = 1;
+        /* Not reached when psctl connected (said then): not ended. */
+        if (c->nodes[i].fd < 0) {
+            snprintf(e[i].err, sizeof e[i].err, "%s", c->nodes[i].err);
+            bad = 1;
+            continue;
+        }
         samples ss = { 0 };
         if (fetch(&c->nodes[i], &ss)) {
+            snprintf(e[i].err, sizeof e[i].err, "%s", c->nodes[i].err);
             failed(c, i);
             bad = 1;
             continue;
@@ -1511,23 +1524,40 @@ static int do_end_job(cluster *c, int json)
         double live = get(&ss, "psd_workers", lab);
         free(ss.s);
         if (live > 0) {
-            fprintf(stderr, "psctl: node %d (%s): %.0f worker%s connected: "
-                    "end-job ends a job whose workers have all stopped "
-                    "(psctl stats lists them)\n", id(c, i), c->nodes[i].addr,
-                    live, live == 1 ? " is" : "s are");
+            snprintf(e[i].err, sizeof e[i].err, "%.0f worker%s connected: "
+                     "end-job ends a job whose workers have all stopped "
+                     "(psctl stats lists them)", live,
+                     live == 1 ? " is" : "s are");
+            fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
+                    c->nodes[i].addr, e[i].err);
             busy = 1;
         }
     }
     if (busy) {
         fprintf(stderr, "psctl: end-job: nothing was ended\n");
+        if (json) {
+            const char *sep = "";
+            printf("[");
+            for (int i = 0; i < c->n; i++) {
+                if (!e[i].asked)
+                    continue;
+                printf("%s{\"node\": %d, \"address\": ", sep, id(c, i));
+                json_str(c->nodes[i].addr);
+                printf(", \"error\": ");
+                json_str(e[i].err[0] ? e[i].err : "not ended: a worker is "
+                         "connected to another node");
+                printf("}");
+                sep = ",\n";
+            }
+            printf("]\n");
+        }
         free(e);
         return 1;
     }
-    double top_c = 0, top_b = 0;
+    unsigned long long top_c = 0, top_b = 0;
     for (int i = 0; i < c->n; i++) {
         if (!want(c, i))
             continue;
-        e[i].asked = 1;
         if (end_one(c, i, "end-job", &e[i])) {
             bad = 1;
             continue;
@@ -1543,7 +1573,7 @@ static int do_end_job(cluster *c, int json)
         if (!e[i].ok || (e[i].clock == top_c && e[i].barrier == top_b))
             continue;
         char cmd[80];
-        snprintf(cmd, sizeof cmd, "end-job %.0f %.0f", top_c, top_b);
+        snprintf(cmd, sizeof cmd, "end-job %llu %llu", top_c, top_b);
         if (end_one(c, i, cmd, &e[i]))
             bad = 1;
     }
@@ -1558,8 +1588,8 @@ static int do_end_job(cluster *c, int json)
                    id(c, i));
             json_str(c->nodes[i].addr);
             if (e[i].ok)
-                printf(", \"ended\": %s, \"clock\": %.0f, \"barrier\": "
-                       "%.0f, \"applied_sums\": %s, \"let_go\": %.0f}",
+                printf(", \"ended\": %s, \"clock\": %llu, \"barrier\": "
+                       "%llu, \"applied_sums\": %s, \"let_go\": %d}",
                        e[i].ended ? "true" : "false", e[i].clock,
                        e[i].barrier, e[i].applied ? "true" : "false",
                        e[i].let_go);
@@ -1570,13 +1600,13 @@ static int do_end_job(cluster *c, int json)
             }
             first = 0;
         } else if (e[i].ok) {
-            printf("node %d (%s): %s at clock %.0f, barrier %.0f%s%s\n",
+            printf("node %d (%s): %s at clock %llu, barrier %llu%s%s\n",
                    id(c, i), c->nodes[i].addr,
                    e[i].ended ? "job ended" : "no job in progress",
                    e[i].clock, e[i].barrier,
                    e[i].applied ? "; the pushes of the clock in progress "
                                   "applied as its end" : "",
-                   e[i].let_go > 0 ? "; lost workers' processes are refused "
+                   e[i].let_go ? "; lost workers' processes are refused "
                                      "if they come back" : "");
         }
     }

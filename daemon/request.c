@@ -514,26 +514,27 @@ static void admin_error(psd_session *ss, const psw_msg *m, int status,
  * same way; the answer waits until that is durable. */
 static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
 {
-    char args[PSW_TEXT_MAX], *end;
+    char args[PSW_TEXT_MAX], *end = NULL;
     size_t len = m->text_len - 7;
     memcpy(args, m->text + 7, len);
     args[len] = '\0';
     unsigned long long c = 0, b = 0;
-    if (len) {
-        const char *p = args + 1;
+    /* " CLOCK BARRIER", digits only, read to the command's end (a NUL
+     * inside it would hide what follows). */
+    int ok = len == 0;
+    if (len && !memchr(args, '\0', len) && isdigit((unsigned char)args[1])) {
         errno = 0;
-        c = strtoull(p, &end, 10);
-        if (end != p && *end == ' ' && isdigit((unsigned char)end[1])) {
-            p = end + 1;
-            b = strtoull(p, &end, 10);
-        } else
-            end = args;
-        if (*end || errno || !isdigit((unsigned char)args[1])) {
-            admin_error(ss, m, PSW_EINVAL, "end-job takes nothing, or the "
-                        "clock and barrier counts to end at (\"end-job "
-                        "CLOCK BARRIER\")");
-            return;
+        c = strtoull(args + 1, &end, 10);
+        if (*end == ' ' && isdigit((unsigned char)end[1])) {
+            b = strtoull(end + 1, &end, 10);
+            ok = !*end && !errno;
         }
+    }
+    if (!ok) {
+        admin_error(ss, m, PSW_EINVAL, "end-job takes nothing, or the clock "
+                    "and barrier counts to end at (\"end-job CLOCK "
+                    "BARRIER\")");
+        return;
     }
     psd_sync_ended e;
     char err[256];

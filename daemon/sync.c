@@ -238,9 +238,24 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
                  psd_sync_ended *e, char *err, size_t errlen)
 {
     memset(e, 0, sizeof *e);
-    if (clock > MAX_CLOCK || barrier > MAX_CLOCK) {
-        snprintf(err, errlen, "clock or barrier count out of range (at most "
-                 "%llu)", (unsigned long long)MAX_CLOCK);
+    /* The counts given are another node's (psctl lines the nodes up), so
+     * near this node's own, unless it has none (it lost its state): a
+     * count far beyond, from any token holder, would be kept for good and
+     * copied to every node by the next end-job. Half of MAX_CLOCK leaves
+     * a job that starts at 0 on a node that took one the room to go on. */
+    uint64_t own = y->clock > y->barrier ? y->clock : y->barrier;
+    for (int i = 0; i < y->nworkers; i++) {
+        const psd_worker *w = &y->workers[i];
+        if (w->clock > own)
+            own = w->clock;
+        if (w->barrier > own)
+            own = w->barrier;
+    }
+    uint64_t given = clock > barrier ? clock : barrier;
+    if (given > MAX_CLOCK / 2 || (own && given > own + MAX_JUMP)) {
+        snprintf(err, errlen, "clock or barrier count %llu is out of range: "
+                 "this node's largest is %llu", (unsigned long long)given,
+                 (unsigned long long)own);
         return PSW_EINVAL;
     }
     /* A connected worker is training: ending its job under it would move
@@ -277,7 +292,12 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
         c = y->clock + 1;
     e->in_progress |= e->pending;
     e->from = y->clock;
-    e->divisor = psd_sync_divisor(y, y->clock);
+    /* No worker is waited for any more: the sum of the clock in progress
+     * is divided by those whose pushes it holds, as it would be once the
+     * lost ones' grace ran out (not by a lost worker that pushed
+     * nothing). */
+    for (int i = 0; i < y->nworkers; i++)
+        e->divisor += y->workers[i].summed > y->clock;
     e->moved = c > y->clock;
     e->clock = c;
     e->barrier = b;
@@ -290,8 +310,10 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
             w->lost_id = 0;
             e->let_go++;
         }
-        w->dirty |= w->state != PSD_W_ABSENT || w->clock != c ||
-                    w->barrier != b;
+        /* Every worker is journaled, even one absent at these counts
+         * already: a replay ends the job only once each of them has a
+         * LEAVE record (job_over), and one never joined has none. */
+        w->dirty = 1;
         w->state = PSD_W_ABSENT;
         w->closed = 0;
         w->owner = NULL;

@@ -125,8 +125,9 @@ typedef struct psd_sync_ended {
     int moved;               /* the node's clock moved past `from`: the bsp
                                 sums of the clocks after it must be applied
                                 once, with divisor */
-    int divisor;             /* psd_sync_divisor(from), taken before the
-                                workers became absent */
+    int divisor;             /* for aggregate = mean: the workers whose
+                                pushes the sums of the clock in progress
+                                hold (none is waited for any more) */
     int pending;             /* workers had pushed into the sums of the
                                 clock in progress, which no ps_clock ended */
     int in_progress;         /* 0: every worker was absent at these counts
@@ -145,8 +146,10 @@ typedef struct psd_sync_ended {
  * clock in progress that holds pushes in the bsp sums counts as
  * finished (the caller applies them, as a clock's end would have). A
  * lost worker's process, should it come back, is refused: its job is
- * over. Refused with PSW_EBUSY while a worker is connected (err says
- * which), with PSW_EINVAL for counts above what a clock may reach. */
+ * over. Every worker is marked for the journal (psd_sync_dirty). Refused
+ * with PSW_EBUSY while a worker is connected (err says which), with
+ * PSW_EINVAL for counts given above 2^61 or more than a million past
+ * this node's largest (when it has one). */
 int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
                  psd_sync_ended *e, char *err, size_t errlen);
 

@@ -775,13 +775,14 @@ static int next_job_worker(void *arg)
     return 0;
 }
 
-/* psctl -c INI end-job; its stdout and stderr, and its exit status. */
-static char *end_job(int *status)
+/* psctl -c INI end-job with `more` (stderr too unless it redirects
+ * it); its output and exit status. */
+static char *end_job(int *status, const char *more)
 {
     char cmd[700];
     const char *b = getenv("PSCTL_BIN");
-    snprintf(cmd, sizeof cmd, "%s -c %s end-job 2>&1", b ? b : "build/psctl",
-             cl.ini);
+    snprintf(cmd, sizeof cmd, "%s -c %s end-job %s", b ? b : "build/psctl",
+             cl.ini, more);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     char *out = calloc(1, 8192);
@@ -818,7 +819,7 @@ static void end_job_ends_a_job_whose_workers_stopped_apart(void **state)
         assert_true(cluster_log_wait(&cl, i, "worker 1 lost its connection",
                                      5000));
     int st;
-    char *out = end_job(&st);
+    char *out = end_job(&st, "2>&1");
     EXPECT_INT(st, 0, "psctl end-job's status: %s", out);
     const char *first = strstr(out, "job ended at clock 6, barrier 1");
     if (!first || !strstr(first + 1, "job ended at clock 6, barrier 1") ||
@@ -843,18 +844,34 @@ static void end_job_ends_a_job_whose_workers_stopped_apart(void **state)
     assert_int_equal(bad, 0);
     ps_client *w = open_worker(cl.spec, 0);
     assert_non_null(w);
-    out = end_job(&st);
+    out = end_job(&st, "2>&1");
     EXPECT_INT(st, 1, "psctl end-job with a worker connected");
     if (!strstr(out, "1 worker is connected: end-job ends a job whose "
                      "workers have all stopped") ||
         !strstr(out, "nothing was ended"))
         fail_msg("psctl end-job said: %s", out);
     free(out);
+    out = end_job(&st, "--json 2>/dev/null");
+    EXPECT_INT(st, 1, "psctl --json end-job with a worker connected");
+    if (!strstr(out, "[{\"node\": 0, ") ||
+        !strstr(out, "\"error\": \"1 worker is connected: ") ||
+        !strstr(out, "}]\n"))
+        fail_msg("psctl --json end-job said: %s", out);
+    free(out);
     uint64_t at;
     EXPECT_INT(ps_position(w, &at, NULL), 0, "ps_position");
     EXPECT_U64(at, 7, "worker 0 is where it was");
     ps_close(w);
-    assert_int_equal(cluster_stop(&cl), 0);
+    /* A node down: the other ends, and psctl says to run it again. */
+    cluster_kill(&cl, 1, SIGKILL);
+    out = end_job(&st, "2>&1");
+    EXPECT_INT(st, 1, "psctl end-job with node 1 down");
+    if (!strstr(out, "job ended at clock 7") ||
+        !strstr(out, "run it again once every node answers") ||
+        strstr(out, "the next job starts"))
+        fail_msg("psctl end-job with node 1 down said: %s", out);
+    free(out);
+    cluster_stop(&cl);
 }
 
 /* Pushes +1 to key 3 of `sum` and clocks, `clocks` times, as worker 0;

@@ -857,9 +857,65 @@ static void test_end_job_again_only_raises_the_counts(void **state)
     EXPECT_U64(y.barrier, 2, "the node's barrier");
     EXPECT_INT(psd_sync_end(&y, 4, 1, &e, err, sizeof err), 0, "lower");
     EXPECT_U64(e.clock, 8, "counts never go back");
-    EXPECT_INT(psd_sync_end(&y, (UINT64_C(1) << 62) + 1, 0, &e, err,
-                            sizeof err), PSW_EINVAL, "past 2^62");
-    EXPECT_U64(y.clock, 8, "unchanged by the refusal");
+    EXPECT_INT(psd_sync_end(&y, 8 + 1000001, 0, &e, err, sizeof err),
+               PSW_EINVAL, "more than a million past the node's count");
+    EXPECT_INT(psd_sync_end(&y, 0, 8 + 1000000, &e, err, sizeof err), 0,
+               "a million past it");
+    psd_sync_destroy(&y);
+    /* A node with no count of its own takes any up to 2^61: what a
+     * hostile client gives cannot stop the clock's numbers (2^62). */
+    make(&y, 2);
+    EXPECT_INT(psd_sync_end(&y, (UINT64_C(1) << 61) + 1, 0, &e, err,
+                            sizeof err), PSW_EINVAL, "past 2^61");
+    if (!strstr(err, "is out of range: this node's largest is 0"))
+        fail_msg("the refusal: %s", err);
+    EXPECT_U64(y.clock, 0, "unchanged by the refusal");
+    EXPECT_INT(psd_sync_end(&y, UINT64_C(1) << 61, 0, &e, err, sizeof err),
+               0, "2^61");
+    psd_sync_destroy(&y);
+}
+
+/* With aggregate = mean the sum of the clock in progress is divided by
+ * the workers whose pushes it holds, not by a lost one that pushed
+ * nothing (as once its grace ran out). A job that never clocked (worker
+ * 0 joined and was lost, worker 1 never came) is journaled whole: a
+ * WORKER record for each, or the replay leaves worker 0 not waited for
+ * and the next job's worker 1 trains alone. */
+static void test_end_job_divides_by_who_pushed_and_journals_everyone(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    psd_sync_ended e;
+    char err[256];
+    two_workers(&y);
+    reach(&y, 0, 0, 3);
+    reach(&y, 1, 0, 3);
+    psd_sync_advance(&y, 1);
+    psd_sync_summed(&y, 0);
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 2, 30), 0, "0 lost");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 2, 30), 0, "1 lost");
+    EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), 0, "end-job");
+    EXPECT_INT(e.divisor, 1, "worker 0 alone pushed into clock 4");
+    EXPECT_U64(e.clock, 4, "clock 4 counts as finished");
+    psd_sync_destroy(&y);
+
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 2, 30), 0, "0 lost");
+    while (psd_sync_dirty(&y, 0) >= 0)
+        ;
+    EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), 0, "end-job");
+    EXPECT_INT(e.in_progress, 1, "a job that never clocked");
+    EXPECT_INT(psd_sync_dirty(&y, 0), 0, "worker 0 to journal");
+    EXPECT_INT(psd_sync_dirty(&y, 1), 1, "worker 1, never joined, too");
+    psd_sync z;
+    make(&z, 2);
+    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, 10);
+    psd_sync_replay(&z, 0, 0, 1, 1, 0, 0, 10);
+    psd_sync_replay(&z, 1, 0, 1, 0, 0, 0, 10);
+    EXPECT_INT(psd_sync_waited(&z), 2, "both waited for after the replay");
+    psd_sync_destroy(&z);
     psd_sync_destroy(&y);
 }
 
@@ -910,6 +966,8 @@ int main(void)
         cmocka_unit_test(test_end_job_is_refused_while_a_worker_is_connected),
         cmocka_unit_test(test_end_job_ends_a_job_whose_workers_stopped_apart),
         cmocka_unit_test(test_end_job_again_only_raises_the_counts),
+        cmocka_unit_test(
+            test_end_job_divides_by_who_pushed_and_journals_everyone),
     };
     return cmocka_run_group_tests_name("sync", tests, NULL, NULL);
 }
