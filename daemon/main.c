@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "export.h"
+#include "reshard.h"
 #include "journal.h"
 #include "log.h"
 #include "notify.h"
@@ -43,6 +44,16 @@ static void usage(FILE *f)
             "                               into DIR as NumPy .npy files, with "
             "DIR/export.nodeN.json\n"
             "                               listing them, and exit\n"
+            "       psd --reshard DIR -c FILE --to NEW\n"
+            "                               write into DIR the snapshots of "
+            "NEW's nodes, each\n"
+            "                               with the shards NEW gives it, from "
+            "the stopped nodes\n"
+            "                               of FILE (snapshot and journal, "
+            "read only); NEW\n"
+            "                               differs from FILE in its nodes, "
+            "not its shards or\n"
+            "                               tables; and exit\n"
             "\n"
             "At start psd restores the node from its snapshot and journal in "
             "data_dir;\n--skip-snapshot moves them aside (*.skipped.TIME) "
@@ -145,7 +156,8 @@ static void start_thread_pool(uv_loop_t *loop)
 
 int main(int argc, char **argv)
 {
-    const char *path = NULL, *export_dir = NULL;
+    const char *path = NULL, *export_dir = NULL, *reshard_dir = NULL;
+    const char *to = NULL;
     int node = 0, check = 0, skip = 0, node_given = 0, ndrop = 0;
     static const char *drop[64];
 
@@ -159,6 +171,8 @@ int main(int argc, char **argv)
         { "skip-snapshot", no_argument, NULL, 'S' },
         { "drop-table", required_argument, NULL, 'D' },
         { "export", required_argument, NULL, 'E' },
+        { "reshard", required_argument, NULL, 'R' },
+        { "to", required_argument, NULL, 'T' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 }
@@ -171,11 +185,12 @@ int main(int argc, char **argv)
         if (o == -2)
             return 2;
         const char *name = o == 'c' ? "-c" : o == 'E' ? "--export"
+                           : o == 'R' ? "--reshard" : o == 'T' ? "--to"
                            : o == 'D' ? "--drop-table" : NULL;
         if (name && !optarg[0]) {
             fprintf(stderr, "psd: %s: expected %s\n", name,
-                    o == 'c' ? "a file" : o == 'E' ? "a folder"
-                                                   : "a table name");
+                    o == 'c' || o == 'T' ? "a file"
+                    : o == 'E' || o == 'R' ? "a folder" : "a table name");
             return 2;
         }
         switch (o) {
@@ -190,6 +205,12 @@ int main(int argc, char **argv)
             break;
         case 'E':
             export_dir = optarg;
+            break;
+        case 'R':
+            reshard_dir = optarg;
+            break;
+        case 'T':
+            to = optarg;
             break;
         case 'n':
             node_given = 1;
@@ -217,7 +238,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "psd: %s: expected %s\n", a,
                     optopt == 'D' ? "a table name"
                     : optopt == 'n' ? "a node index"
-                    : optopt == 'E' ? "a folder" : "a file");
+                    : optopt == 'E' || optopt == 'R' ? "a folder"
+                                                     : "a file");
             return 2;
         default: {
             char hint[96];
@@ -238,10 +260,24 @@ int main(int argc, char **argv)
                 "journals: it goes with neither --check nor --skip-snapshot\n");
         return 2;
     }
+    if (reshard_dir && (check || skip || export_dir || node_given ||
+                        ndrop || !to)) {
+        fprintf(stderr, "psd: --reshard %s\n", !to
+                ? "needs --to NEW, the ini of the new layout"
+                : "moves every node of a stopped cluster: it goes with none "
+                  "of --check, --skip-snapshot, --export, -n, --drop-table");
+        return 2;
+    }
+    if (to && !reshard_dir) {
+        fprintf(stderr, "psd: --to goes with --reshard DIR\n");
+        return 2;
+    }
     if (!path) {
         usage(stderr);
         return 2;
     }
+    if (reshard_dir)
+        return psd_reshard(path, to, reshard_dir);
 
     psd_config cfg;
     char err[8192];

@@ -997,6 +997,36 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
     return err;
 }
 
+uint64_t psd_table_pending(const psd_table *t)
+{
+    return t->acc ? t->acc->rows_held : 0;
+}
+
+int psd_table_move_shard(psd_table *dst, psd_table *src, uint32_t s,
+                         char *err, size_t errlen)
+{
+    const psd_table_conf *a = &dst->conf, *b = &src->conf;
+    if (a->dense != b->dense || a->dim != b->dim || a->rows != b->rows ||
+        a->upd.kind != b->upd.kind || dst->nshards != src->nshards) {
+        snprintf(err, errlen, "table '%s' differs between the two layouts",
+                 a->name);
+        return -1;
+    }
+    if (s >= dst->nshards || !dst->shards[s].owned || !src->shards[s].owned) {
+        snprintf(err, errlen, "table '%s': shard %u is not owned on both "
+                 "sides", a->name, s);
+        return -1;
+    }
+    shard *d = &dst->shards[s], *o = &src->shards[s];
+    dst->rows_held -= d->nrows;
+    shard_free(d);
+    *d = *o;
+    dst->rows_held += o->nrows;
+    src->rows_held -= o->nrows;
+    memset(o, 0, sizeof *o);     /* src owns nothing of it any more */
+    return 0;
+}
+
 uint64_t psd_table_rows(const psd_table *t)
 {
     return t->rows_held;

@@ -81,6 +81,19 @@ int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
                                const char *vals);
 int psd_table_apply_accumulated(psd_table *t, float scale);
 
+/* Rows in a bsp table's sums of the current clock (0 for other tables):
+ * pushes acknowledged and not applied yet. */
+uint64_t psd_table_pending(const psd_table *t);
+
+/* psd --reshard: moves shard s, its rows with their optimizer state and
+ * step counters, from src (where it is owned) to dst (where it is owned,
+ * and fresh: a dense shard's initial rows are let go), src's and dst's
+ * configurations alike in kind, dim, rows, updater and shards. A bsp
+ * table's sums are not moved (callers refuse a table with some:
+ * psd_table_pending). 0, or -1 with the reason in err. */
+int psd_table_move_shard(psd_table *dst, psd_table *src, uint32_t s,
+                         char *err, size_t errlen);
+
 /* Rows held on this node, and bytes of memory they use (weights, state,
  * index) — for stats and the memory benchmark. */
 uint64_t psd_table_rows(const psd_table *t);

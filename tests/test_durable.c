@@ -365,6 +365,198 @@ static long long journal_bytes(const char *dir)
     return n;
 }
 
+/* The model of the resharding test: a dense adam table, a sparse
+ * adagrad table (optimizer state and step counters that must move with
+ * their rows) and a bsp table (the workers' clock moves with it). */
+#define RESHARD_TABLES                                                    \
+    "[table.w]\nkind = dense\nrows = 1000\ndim = 4\nupdater = adam\n"     \
+    "[table.emb]\ndim = 8\nupdater = adagrad\nlr = 0.1\n"                 \
+    "init = uniform -0.1 0.1\n"                                           \
+    "[table.b]\ndim = 1\nconsistency = bsp\n"
+#define RS_W (1000 * 4)
+#define RS_EMB 500
+#define RS_ALL (RS_W + RS_EMB * 8 + 1)
+
+static uint64_t rs_key(int k)
+{
+    return (uint64_t)k * 7919u + 13u;
+}
+
+/* Round r's gradients, as worker 0: every row of w, RS_EMB keys of emb,
+ * key 7 of b and a clock; then ps_close (the job ran its course). */
+static void rs_push(const char *spec, int r)
+{
+    ps_options o = client_options();
+    o.worker = 0;
+    ps_client *cl;
+    if (ps_open(&cl, spec, &o))
+        fail_msg("ps_open as worker 0 of %s", spec);
+    static float g[RS_W];
+    static uint64_t keys[RS_EMB];
+    for (int i = 0; i < RS_W; i++)
+        g[i] = (float)((i * 37 + r * 11) % 19) / 7.0f - 1.2f;
+    for (int k = 0; k < RS_EMB; k++)
+        keys[k] = rs_key(k);
+    uint64_t seven = 7;
+    float one = (float)(r + 1);
+    EXPECT_INT(ps_wait(cl, ps_push_range(cl, ps_table(cl, "w", NULL), 0,
+                                         1000, g, NULL, NULL)), PS_OK, "w");
+    EXPECT_INT(ps_wait(cl, ps_push(cl, ps_table(cl, "emb", NULL), keys,
+                                   RS_EMB, g, NULL, NULL)), PS_OK, "emb");
+    EXPECT_INT(ps_wait(cl, ps_push(cl, ps_table(cl, "b", NULL), &seven, 1,
+                                   &one, NULL, NULL)), PS_OK, "b");
+    EXPECT_INT(ps_clock(cl), PS_OK, "ps_clock");
+    ps_close(cl);
+}
+
+/* Every row of the model into out (RS_ALL floats). */
+static void rs_pull(const char *spec, float *out)
+{
+    ps_options o = client_options();
+    ps_client *cl;
+    if (ps_open(&cl, spec, &o))
+        fail_msg("ps_open %s", spec);
+    static uint64_t keys[RS_EMB];
+    for (int k = 0; k < RS_EMB; k++)
+        keys[k] = rs_key(k);
+    uint64_t seven = 7;
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, ps_table(cl, "w", NULL), 0,
+                                         1000, out, NULL, NULL)), PS_OK, "w");
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, ps_table(cl, "emb", NULL), keys,
+                                   RS_EMB, out + RS_W, NULL, NULL)), PS_OK,
+               "emb");
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, ps_table(cl, "b", NULL), &seven, 1,
+                                   out + RS_W + RS_EMB * 8, NULL, NULL)),
+               PS_OK, "b");
+    ps_close(cl);
+}
+
+/* psd --reshard moves a stopped 2-node cluster's model onto 3 nodes, node
+ * 0's from its final snapshot and node 1's from its journal alone (kill
+ * -9): every row comes back bit for bit, the workers' clock with it, and
+ * the same push then gives the same rows on both layouts (the optimizer
+ * state and step counters moved with the rows). Refused while a node
+ * runs, into a folder with psd files, and to a layout with other shards
+ * or tables. */
+static void test_reshard_moves_the_model_onto_another_node_count(
+    void **state)
+{
+    (void)state;
+    test_cluster a, b;
+    if (cluster_start_ex(&a, 2, 4, "workers = 1\n", SERVER
+                         "durability = log\nsnapshot_interval = 0\n"
+                         RESHARD_TABLES))
+        fail_msg("cluster a did not start");
+    if (cluster_start_ex(&b, 3, 4, "workers = 1\n", SERVER
+                         "durability = log\nsnapshot_interval = 0\n"
+                         RESHARD_TABLES))
+        fail_msg("cluster b did not start");
+    for (int j = 0; j < 3; j++)
+        EXPECT_INT(term(&b, j), 0, "stop b's node %d", j);
+    rs_push(a.spec, 0);
+    rs_push(a.spec, 1);
+    static float ref[RS_ALL], got[RS_ALL], again[RS_ALL];
+    rs_pull(a.spec, ref);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char cmd[1600], out[400];
+    snprintf(out, sizeof out, "%s/resharded", b.dir);
+    snprintf(cmd, sizeof cmd, "%s --reshard '%s' -c '%s' --to '%s'", psd,
+             out, a.ini, b.ini);
+    int st;
+    char *o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "reshard beside running nodes: %s", o);
+    EXPECT_SUBSTR(o, "node 0: a psd (pid ", "a running node refused");
+    EXPECT_SUBSTR(o, "stop every node first", "what to do");
+    free(o);
+    EXPECT_INT(term(&a, 0), 0, "stop a's node 0 (final snapshot)");
+    cluster_kill(&a, 1, SIGKILL);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "old node 0: snapshot 1 and ", "node 0's snapshot");
+    if (strstr(o, "old node 1: snapshot"))
+        fail_msg("node 1 had no snapshot, only its journal: %s", o);
+    EXPECT_SUBSTR(o, " journal records from ", "node 1's journal");
+    EXPECT_SUBSTR(o, "new node 2: ", "three new nodes");
+    EXPECT_SUBSTR(o, "snapshot 2 written to", "the generation");
+    free(o);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "reshard into a folder with snapshots: %s", o);
+    EXPECT_SUBSTR(o, "holds psd-node", "refused");
+    free(o);
+    char other[600];
+    snprintf(other, sizeof other, "%s/other.ini", b.dir);
+    snprintf(cmd, sizeof cmd, "sed 's/^shards = 4/shards = 8/' '%s' > '%s'",
+             b.ini, other);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s --reshard '%s/x' -c '%s' --to '%s'", psd,
+             b.dir, a.ini, other);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "reshard to other shards: %s", o);
+    EXPECT_SUBSTR(o, "shards = 8 and ", "refused");
+    free(o);
+    snprintf(cmd, sizeof cmd, "sed 's/^updater = adagrad/updater = adam/' "
+             "'%s' > '%s'", b.ini, other);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s --reshard '%s/y' -c '%s' --to '%s'", psd,
+             b.dir, a.ini, other);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "reshard to another updater: %s", o);
+    EXPECT_SUBSTR(o, "table 'emb' differs from ", "refused");
+    EXPECT_SUBSTR(o, "in its updater", "what differs");
+    free(o);
+    static const struct {
+        const char *args, *says;
+    } args[] = {
+        { "--reshard /tmp/x -c A", "psd: --reshard needs --to NEW, the ini "
+          "of the new layout" },
+        { "-c A --to B", "psd: --to goes with --reshard DIR" },
+        { "--reshard /tmp/x -c A --to B -n 1", "psd: --reshard moves every "
+          "node of a stopped cluster: it goes with none of --check, "
+          "--skip-snapshot, --export, -n, --drop-table" },
+    };
+    for (size_t k = 0; k < sizeof args / sizeof args[0]; k++) {
+        snprintf(cmd, sizeof cmd, "%s %s", psd, args[k].args);
+        o = run_out(&st, cmd);
+        EXPECT_INT(st, 2, "%s: %s", cmd, o);
+        EXPECT_SUBSTR(o, args[k].says, "%s", cmd);
+        free(o);
+    }
+    /* b's own files go; the new snapshots take their place. */
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/psd-node*.snap '%s'/psd-node*.j* "
+             "&& mv '%s'/psd-node*.snap '%s'/", b.dir, b.dir, out, b.dir);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+    for (int j = 0; j < 3; j++)
+        if (cluster_restart(&b, j))
+            fail_msg("b's node %d did not start on its new snapshot", j);
+    rs_pull(b.spec, got);
+    for (int i = 0; i < RS_ALL; i++)
+        if (memcmp(&got[i], &ref[i], sizeof got[i]))
+            fail_msg("float %d after resharding: %a, want %a", i,
+                     (double)got[i], (double)ref[i]);
+    for (int i = 0; i < 2; i++)
+        if (cluster_restart(&a, i))
+            fail_msg("a's node %d did not start again", i);
+    rs_push(a.spec, 2);
+    rs_push(b.spec, 2);
+    rs_pull(a.spec, again);
+    rs_pull(b.spec, got);
+    for (int i = 0; i < RS_ALL; i++)
+        if (memcmp(&got[i], &again[i], sizeof got[i]))
+            fail_msg("float %d after a push on both layouts: %a on 3 nodes, "
+                     "%a on 2", i, (double)got[i], (double)again[i]);
+    EXPECT_FLOAT(got[RS_ALL - 1], 6, "b's key 7: 1 + 2 + 3, one per clock");
+    ps_options po = client_options();
+    po.worker = 0;
+    ps_client *w;
+    assert_int_equal(ps_open(&w, b.spec, &po), PS_OK);
+    uint64_t at;
+    EXPECT_INT(ps_position(w, &at, NULL), PS_OK, "ps_position");
+    EXPECT_U64(at, 3, "the workers' clock moved with the model");
+    ps_close(w);
+    cluster_stop(&a);
+    cluster_stop(&b);
+}
+
 /* psd --export beside a live node without a journal holds the node's
  * last snapshot, however much it trained since: it says so, naming the
  * psd that runs (seen in /proc/locks, never by taking its lock, which a
@@ -2061,6 +2253,7 @@ int main(void)
             test_a_snapshot_that_writes_held_records_lets_their_replies_go,
             unmount_small_disk),
         cmocka_unit_test(test_export_writes_each_nodes_rows_as_npy_files),
+        cmocka_unit_test(test_reshard_moves_the_model_onto_another_node_count),
         cmocka_unit_test(test_export_beside_a_live_snapshot_node_says_how_old),
         cmocka_unit_test(
             test_fsync_always_without_a_free_descriptor_acks_pushes),

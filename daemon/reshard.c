@@ -1,0 +1,281 @@
+/* psd --reshard: a stopped cluster's model onto another node count; see
+ * reshard.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "durable.h"
+#include "journal.h"
+#include "node.h"
+#include "request.h"
+#include "reshard.h"
+#include "snapshot.h"
+#include "sync.h"
+#include "table.h"
+#include "../proto/layout.h"
+
+static const char *const cons_name[] = { "async", "bsp", "ssp" };
+
+/* Whether the two layouts hold the same rows: the same shards, and the
+ * same tables in the same order, alike in what decides where a row lives
+ * and what it holds. 0, or -1 with the reason in err. */
+static int same_model(const psd_config *a, const char *ai,
+                      const psd_config *b, const char *bi, char *err,
+                      size_t errlen)
+{
+    if (a->shards != b->shards) {
+        snprintf(err, errlen, "%s has shards = %u and %s shards = %u: psd "
+                 "--reshard moves whole shards between nodes, and a row's "
+                 "shard depends on shards, which must stay", bi,
+                 (unsigned)b->shards, ai, (unsigned)a->shards);
+        return -1;
+    }
+    if (a->ntables != b->ntables) {
+        snprintf(err, errlen, "%s has %d tables and %s %d: psd --reshard "
+                 "moves the tables as they are (add or drop tables at a "
+                 "restart, before or after)", bi, b->ntables, ai,
+                 a->ntables);
+        return -1;
+    }
+    for (int j = 0; j < a->ntables; j++) {
+        const psd_table_conf *x = &a->tables[j], *y = &b->tables[j];
+        const char *what = strcmp(x->name, y->name) ? "name"
+                           : x->dense != y->dense ? "kind"
+                           : x->dim != y->dim ? "dim"
+                           : x->rows != y->rows ? "rows"
+                           : x->upd.kind != y->upd.kind ? "updater"
+                           : x->consistency != y->consistency ? "consistency"
+                                                               : NULL;
+        if (what) {
+            snprintf(err, errlen, "%s:%d: table '%s' differs from %s:%d "
+                     "('%s', %s %s, dim %u, %s) in its %s: psd --reshard "
+                     "moves the tables as they are, in the same order",
+                     bi, y->line, y->name, ai, x->line, x->name,
+                     x->dense ? "dense" : "sparse", cons_name[x->consistency],
+                     x->dim, psd_updater_name(x->upd.kind), what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* out_dir, made when missing, must hold no psd files: snapshots of two
+ * layouts side by side would be mixed up at a start. */
+static int fresh_dir(const char *dir, char *err, size_t errlen)
+{
+    if (mkdir(dir, 0700) && errno != EEXIST) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));)
+        if (!strncmp(e->d_name, "psd-node", 8)) {
+            snprintf(err, errlen, "%s holds %s: give psd --reshard an empty "
+                     "or new folder (a node's data_dir is not one: its files "
+                     "are the old layout's)", dir, e->d_name);
+            found = 1;
+        }
+    closedir(d);
+    return found ? -1 : 0;
+}
+
+/* Loads node i of old_ini into n as a restart would, reading only: its
+ * snapshot, then the journal after it. *gen: the snapshot's generation
+ * (0: none); *next: the journal segment after the last. 0, or -1 with the
+ * reason in err (n is destroyed by the caller either way). */
+static int load_old(const char *ini, int i, psd_node *n, uint64_t *gen,
+                    uint64_t *next, char *err, size_t errlen)
+{
+    psd_config cfg;
+    if (psd_config_load(&cfg, ini, err, errlen))
+        return -1;
+    char dir[4096];
+    psd_config_data_dir(&cfg, dir, sizeof dir);
+    /* A running node goes on changing its rows after they are read. */
+    long pid = psd_durable_holder(dir, i);
+    if (pid >= 0) {
+        char who[32] = "";
+        if (pid > 0)
+            snprintf(who, sizeof who, " (pid %ld)", pid);
+        snprintf(err, errlen, "node %d: a psd%s runs on its data folder %s: "
+                 "stop every node first (SIGTERM writes its final snapshot)",
+                 i, who, dir);
+        psd_config_destroy(&cfg);
+        return -1;
+    }
+    if (psd_node_init(n, &cfg, i, 0, err, errlen))
+        return -1;
+    psd_snap_info si;
+    int rc = psd_snapshot_load(n, dir, 0, &si, NULL, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc == 1 && psd_journal_first(dir, i) == 0) {
+        snprintf(err, errlen, "node %d: no snapshot and no journal in %s: "
+                 "nothing to move (with several hosts, gather every node's "
+                 "psd-nodeN.* files into one folder and name it in a copy "
+                 "of the ini's data_dir)", i, dir);
+        return -1;
+    }
+    *gen = rc == 0 ? si.generation : 0;
+    psd_replay_ctx ctx = { n, 0, NULL, 0, 0 };
+    uint64_t records;
+    if (psd_journal_replay(dir, i, n->shape, rc == 0 ? si.journal_seq : 1,
+                           (size_t)n->cfg.max_frame + 4096,
+                           psd_request_replay, &ctx, next, &records, NULL, 0,
+                           err, errlen))
+        return -1;
+    psd_request_replayed(n, 0);
+    fprintf(stderr, "psd --reshard: old node %d: ", i);
+    if (rc == 0)
+        fprintf(stderr, "snapshot %llu and ", (unsigned long long)*gen);
+    fprintf(stderr, "%llu journal records from %s\n",
+            (unsigned long long)records, dir);
+    return 0;
+}
+
+/* An old node's training state: refused while bsp sums wait (pushes
+ * acknowledged and not applied: psctl end-job applies them); else the
+ * counts its job ended at, as end-job would end it, into *clock and
+ * *barrier (the largest so far). */
+static int job_state(psd_node *n, uint64_t *clock, uint64_t *barrier,
+                     int *in_progress, char *err, size_t errlen)
+{
+    for (int t = 0; t < n->ntables; t++) {
+        uint64_t p = psd_table_pending(n->tables[t]);
+        if (p) {
+            snprintf(err, errlen, "node %d: table '%s' holds the bsp sums "
+                     "of %llu rows pushed in a clock no ps_clock ended: "
+                     "start the nodes, run psctl end-job (it applies them), "
+                     "stop them and reshard", n->index,
+                     psd_table_conf_get(n->tables[t])->name,
+                     (unsigned long long)p);
+            return -1;
+        }
+    }
+    psd_sync_ended e;
+    if (psd_sync_end(&n->sync, 0, 0, &e, err, errlen))
+        return -1;
+    if (e.clock > *clock)
+        *clock = e.clock;
+    if (e.barrier > *barrier)
+        *barrier = e.barrier;
+    *in_progress |= e.in_progress;
+    return 0;
+}
+
+/* Builds node j of new_ini from the old nodes' shards and writes its
+ * snapshot into out_dir. */
+static int write_new(const char *new_ini, int j, psd_node *old, int nold,
+                     uint64_t clock, uint64_t barrier, uint64_t gen,
+                     uint64_t seq, const char *out_dir, char *err,
+                     size_t errlen)
+{
+    psd_config cfg;
+    if (psd_config_load(&cfg, new_ini, err, errlen))
+        return -1;
+    psd_node n;
+    int rc = psd_node_init(&n, &cfg, j, 0, err, errlen);
+    uint64_t rows = 0;
+    for (int t = 0; rc == 0 && t < n.ntables; t++) {
+        for (uint32_t s = 0; rc == 0 && s < n.cfg.shards; s++)
+            if (psw_node_of_shard(s, n.cfg.nnodes) == j)
+                rc = psd_table_move_shard(n.tables[t],
+                                          old[psw_node_of_shard(s, nold)]
+                                              .tables[t], s, err, errlen);
+        rows += psd_table_rows(n.tables[t]);
+    }
+    psd_sync_ended e;
+    psd_snap_info si;
+    if (rc == 0)
+        rc = psd_sync_end(&n.sync, clock, barrier, &e, err, errlen);
+    if (rc == 0)
+        rc = psd_snapshot_write(&n, out_dir, gen, seq, &si, err, errlen);
+    if (rc == 0) {
+        char path[4200];
+        psd_snapshot_path(path, sizeof path, out_dir, j);
+        int mib = si.bytes >= 1 << 20;
+        fprintf(stderr, "psd --reshard: new node %d: %llu rows of %d "
+                "table%s, snapshot %llu written to %s (%.1f %s)\n", j,
+                (unsigned long long)rows, n.ntables,
+                n.ntables == 1 ? "" : "s", (unsigned long long)gen, path,
+                (double)si.bytes / (mib ? 1 << 20 : 1 << 10),
+                mib ? "MiB" : "KiB");
+    }
+    psd_node_destroy(&n);
+    return rc ? -1 : 0;
+}
+
+int psd_reshard(const char *old_ini, const char *new_ini,
+                const char *out_dir)
+{
+    char err[8192];
+    psd_config a, b;
+    if (psd_config_load(&a, old_ini, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    if (psd_config_load(&b, new_ini, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        psd_config_destroy(&a);
+        return 1;
+    }
+    int nold = a.nnodes, nnew = b.nnodes, status = 1, loaded = 0;
+    int in_progress = 0;
+    uint64_t gen = 0, seq = 1, clock = 0, barrier = 0;
+    psd_node *old = NULL;
+    if (same_model(&a, old_ini, &b, new_ini, err, sizeof err) ||
+        fresh_dir(out_dir, err, sizeof err))
+        goto out;
+    old = calloc((size_t)nold, sizeof *old);
+    if (!old) {
+        snprintf(err, sizeof err, "out of memory");
+        goto out;
+    }
+    while (loaded < nold) {
+        uint64_t g = 0, next = 1;
+        psd_node *n = &old[loaded++];   /* destroyed below, even if it
+                                           fails here */
+        if (load_old(old_ini, loaded - 1, n, &g, &next, err, sizeof err) ||
+            job_state(n, &clock, &barrier, &in_progress, err, sizeof err))
+            goto out;
+        if (g > gen)
+            gen = g;
+        if (next > seq)
+            seq = next;
+    }
+    if (in_progress)
+        fprintf(stderr, "psd --reshard: the training job was not over (its "
+                "workers stopped at different counts): it ends here, at "
+                "clock %llu, barrier %llu, as psctl end-job ends one\n",
+                (unsigned long long)clock, (unsigned long long)barrier);
+    /* Above every old generation and segment: a node's new snapshot put
+     * in its old folder is the newest there, and replays none of the
+     * old layout's segments left beside it. */
+    for (int j = 0; j < nnew; j++)
+        if (write_new(new_ini, j, old, nold, clock, barrier, gen + 1, seq,
+                      out_dir, err, sizeof err))
+            goto out;
+    fprintf(stderr, "psd --reshard: %d node%s of %s written to %s as %d "
+            "node%s of %s; put each psd-nodeN.snap in node N's data_dir "
+            "and start the nodes with %s\n", nold, nold == 1 ? "" : "s",
+            old_ini, out_dir, nnew, nnew == 1 ? "" : "s", new_ini, new_ini);
+    status = 0;
+out:
+    if (status)
+        fprintf(stderr, "psd --reshard: %s\n", err);
+    for (int i = 0; i < loaded; i++)
+        psd_node_destroy(&old[i]);
+    free(old);
+    psd_config_destroy(&a);
+    psd_config_destroy(&b);
+    return status;
+}
