@@ -71,9 +71,9 @@ typedef struct nconn {
     int fatal;                    /* refused for good: PS_E*, else 0 */
     int last_status;              /* why the last connection or attempt
                                      ended: what a failed open returns */
-    char last_why[200];
+    char last_why[640];
     int drop_status;              /* why the current one is closing */
-    char drop_why[200];
+    char drop_why[640];          /* a node's refusal is up to PSW_TEXT_MAX */
     uint64_t recv_ns, send_ns;    /* last bytes in, last write out */
     uint64_t ready_ns;            /* when this connection passed HELLO */
     uint64_t down_ns;             /* since when the node has had no
@@ -199,7 +199,7 @@ static int client_closing(ps_client *c)
  * a push may have been applied, which only the sends tell. */
 static void part_fail(ps_client *c, psc_part *p, int status, const char *why)
 {
-    char text[400];
+    char text[1024];
     const char *note = "";
     if (psw_op_has(p->msg.op, PSW_OPF_PUSHES))
         note = p->sends == 0 ? " (never sent: this part was not applied)"
@@ -260,7 +260,7 @@ static void expire_queue(nconn *nc, uint64_t now)
             *pp = p->next;
             nc->q_bytes -= p->wire_bytes;
             p->next = NULL;
-            char why[600];
+            char why[1024];
             if (unreachable)
                 snprintf(why, sizeof why, "request %llu: node %d (%s) "
                          "unreachable for %llu ms (request_timeout_ms x "
@@ -668,7 +668,7 @@ static void requeue_in_flight(nconn *nc, uint64_t now, int status)
     while ((p = fly_pop_oldest(nc)) != NULL) {
         int spent = !p->slow && p->sends > c->opt.max_retries;
         if (spent || now >= p->expire_ns) {
-            char why[400];
+            char why[800];
             snprintf(why, sizeof why, "request %llu: %s%s",
                      (unsigned long long)p->msg.ts, nc->drop_why,
                      spent ? " (no attempts left)" : "");

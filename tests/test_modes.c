@@ -794,6 +794,65 @@ static char *end_job(int *status, const char *more)
     return out;
 }
 
+/* Worker 1, stopped by the test until it says go: its next ps_clock is
+ * refused, with the node's whole reason (the client cut refusals to 150
+ * bytes). */
+static int worker_back_after_end_job(void *arg)
+{
+    skip_job *j = arg;
+    ps_client *c = open_worker(cl.spec, 1);
+    CHILD_CHECK(c, "open as worker 1");
+    CHILD_CHECK(write(j->joined, "j", 1) == 1, "write");
+    char b;
+    CHILD_CHECK(read(j->go, &b, 1) == 1 && b == 'g', "read");
+    CHILD_CHECK(ps_clock(c) == PS_EINVAL, "ps_clock after end-job: %s",
+                ps_last_error(c));
+    CHILD_CHECK(strstr(ps_last_error(c), "refused the connection: this "
+                       "client lost its connection as worker 1, and its job "
+                       "was ended since (psctl end-job): this client no "
+                       "longer acts as worker 1; a new job opens new "
+                       "clients"), "ps_clock after end-job: %s",
+                ps_last_error(c));
+    ps_close(c);
+    return 0;
+}
+
+/* A worker's process that was only cut off (a partition, here SIGSTOP)
+ * while psctl end-job ended its job is refused when it comes back: it
+ * would join the next job as a worker of the last one. */
+static void a_lost_worker_back_after_end_job_is_refused(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4,
+                                      "workers = 2\nworker_grace = 60\n",
+                                      "[server]\nheartbeat_ms = 50\n"
+                                      "peer_timeout_ms = 300\n"
+                                      "[table.t]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    int jp[2], gp[2];
+    assert_int_equal(pipe(jp), 0);
+    assert_int_equal(pipe(gp), 0);
+    skip_job j = { jp[1], gp[0], NULL };
+    pid_t pid = spawn(worker_back_after_end_job, &j);
+    close(jp[1]);
+    close(gp[0]);
+    await_joined(jp[0], pid, 1);
+    kill(pid, SIGSTOP);
+    EXPECT_INT(cluster_log_wait(&cl, 0, "worker 1 lost its connection",
+                                10000), 1, "the node loses worker 1");
+    int st;
+    char *out = end_job(&st, "2>&1");
+    EXPECT_INT(st, 0, "psctl end-job: %s", out);
+    EXPECT_SUBSTR(out, "lost workers' processes are refused if they come "
+                  "back", "psctl end-job");
+    free(out);
+    kill(pid, SIGCONT);
+    assert_int_equal(write(gp[1], "g", 1), 1);
+    close(gp[1]);
+    EXPECT_INT(reap(pid), 0, "worker 1 (see above)");
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* A job whose workers stopped apart (worker 0 closed at clock 3, worker
  * 1 went on alone to 5, pushed into clock 6 and crashed) is not known to
  * be over: the next job's first worker would train alone. psctl end-job
@@ -1996,6 +2055,7 @@ int main(void)
         cmocka_unit_test(sighup_takes_another_nodes_new_metrics_port),
         cmocka_unit_test(a_second_job_waits_for_all_its_workers),
         cmocka_unit_test(end_job_ends_a_job_whose_workers_stopped_apart),
+        cmocka_unit_test(a_lost_worker_back_after_end_job_is_refused),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(
