@@ -42,7 +42,7 @@ DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c dae
               daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/auth.c \
               daemon/preflight.c daemon/conn.c daemon/server.c daemon/notify.c \
               daemon/admin.c daemon/metrics.c daemon/export.c \
-              daemon/reshard.c
+              daemon/reshard.c daemon/npy.c daemon/import.c
 CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/map.c
 

@@ -35,8 +35,8 @@ static uint64_t wall_ms(void)
     return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-/* mkdir -p, the last component 0700 (also when dir ends with '/'). */
-static int make_dir(const char *dir, char *err, size_t errlen)
+/* See durable.h (also when dir ends with '/'). */
+int psd_durable_make_dir(const char *dir, char *err, size_t errlen)
 {
     char p[4096];
     snprintf(p, sizeof p, "%s", dir);
@@ -664,7 +664,7 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
     /* For tests: a disk whose fsync stalls (on the pool's thread). */
     const char *knob = getenv("PSD_TEST_FSYNC_DELAY_MS");
     d->test_fsync_delay_ms = knob ? atoi(knob) : 0;
-    if (make_dir(d->dir, err, errlen))
+    if (psd_durable_make_dir(d->dir, err, errlen))
         return -1;
     /* One psd per node and folder: a second one started by mistake must
      * not recover (cut a torn tail, start a segment) under the first. */

@@ -96,6 +96,10 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
                      void (*durable_moved)(void *), void *arg, char *err,
                      size_t errlen);
 
+/* mkdir -p dir, its last component 0700 (psd's data folder, and psd
+ * --import's). 0, or -1 with "cannot create PATH: reason" in err. */
+int psd_durable_make_dir(const char *dir, char *err, size_t errlen);
+
 /* Whether a psd holds node `index`'s lock in data folder dir (it runs):
  * its pid (0 when /proc/locks does not say), or -1 when none does or it
  * cannot be told. Reads /proc/locks and never takes the lock. */

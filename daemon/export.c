@@ -13,6 +13,7 @@
 #include "export.h"
 #include "journal.h"
 #include "node.h"
+#include "npy.h"
 #include "request.h"
 #include "snapshot.h"
 #include "table.h"
@@ -20,38 +21,6 @@
 /* Keys pulled, and rows written, this many at a time: the rows of a
  * table never need a second copy of the whole table in memory. */
 #define BATCH 65536
-
-/* The .npy format 1.0 (numpy.lib.format): the magic "\x93NUMPY", version
- * 1.0, the header's length (u16, little-endian), then the header, a
- * Python dict literal padded with spaces and a newline so that the data
- * start at a multiple of 64 bytes; the data follow in C order. type is
- * "u8" or "f4", given the host's byte order; dim 0 makes a 1-D array. */
-static int npy_header(FILE *f, const char *type, uint64_t n, uint32_t dim)
-{
-    const uint16_t one = 1;
-    char order = *(const char *)&one ? '<' : '>';
-    char dict[200], shape[64];
-    if (dim)
-        snprintf(shape, sizeof shape, "(%llu, %u)", (unsigned long long)n,
-                 dim);
-    else
-        snprintf(shape, sizeof shape, "(%llu,)", (unsigned long long)n);
-    int len = snprintf(dict, sizeof dict, "{'descr': '%c%s', "
-                       "'fortran_order': False, 'shape': %s, }", order, type,
-                       shape);
-    size_t used = 10 + (size_t)len + 1, pad = (64 - used % 64) % 64;
-    size_t hl = (size_t)len + pad + 1;
-    unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
-                              (unsigned char)(hl & 0xff),
-                              (unsigned char)(hl >> 8) };
-    if (fwrite(pre, 1, sizeof pre, f) != sizeof pre ||
-        fwrite(dict, 1, (size_t)len, f) != (size_t)len)
-        return -1;
-    for (size_t i = 0; i < pad; i++)
-        if (fputc(' ', f) == EOF)
-            return -1;
-    return fputc('\n', f) == EOF ? -1 : 0;
-}
 
 /* Closes f; -1 with err naming path when anything written to it failed. */
 static int finish(FILE *f, const char *path, int failed, char *err,
@@ -92,7 +61,7 @@ static int export_table(psd_table *t, const char *dir, int node,
         free(keys);
         return -1;
     }
-    int bad = npy_header(f, "u8", n, 0) ||
+    int bad = psd_npy_header(f, "u8", n, 0) ||
               (klen && fwrite(keys, 1, klen, f) != klen);
     if (finish(f, path, bad, err, errlen)) {
         free(keys);
@@ -109,7 +78,7 @@ static int export_table(psd_table *t, const char *dir, int node,
         free(keys);
         return -1;
     }
-    bad = npy_header(f, "f4", n, tc->dim);
+    bad = psd_npy_header(f, "f4", n, tc->dim);
     for (uint64_t i = 0; i < n && !bad; i += BATCH) {
         size_t m = (size_t)(n - i < BATCH ? n - i : BATCH);
         /* Every key is a row of this node: a pull creates nothing. */

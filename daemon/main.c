@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "export.h"
+#include "import.h"
 #include "reshard.h"
 #include "journal.h"
 #include "log.h"
@@ -44,6 +45,13 @@ static void usage(FILE *f)
             "                               into DIR as NumPy .npy files, with "
             "DIR/export.nodeN.json\n"
             "                               listing them, and exit\n"
+            "       psd --import DIR -c FILE [-n NODE]\n"
+            "                               write each node's first snapshot "
+            "into its empty\n"
+            "                               data_dir from the .npy files in "
+            "DIR (NAME.npy and\n"
+            "                               NAME.keys.npy per table, or an "
+            "export), and exit\n"
             "       psd --reshard DIR -c FILE --to NEW\n"
             "                               write into DIR the snapshots of "
             "NEW's nodes, each\n"
@@ -157,7 +165,7 @@ static void start_thread_pool(uv_loop_t *loop)
 int main(int argc, char **argv)
 {
     const char *path = NULL, *export_dir = NULL, *reshard_dir = NULL;
-    const char *to = NULL;
+    const char *to = NULL, *import_dir = NULL;
     int node = 0, check = 0, skip = 0, node_given = 0, ndrop = 0;
     static const char *drop[64];
 
@@ -172,6 +180,7 @@ int main(int argc, char **argv)
         { "drop-table", required_argument, NULL, 'D' },
         { "export", required_argument, NULL, 'E' },
         { "reshard", required_argument, NULL, 'R' },
+        { "import", required_argument, NULL, 'I' },
         { "to", required_argument, NULL, 'T' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -186,11 +195,13 @@ int main(int argc, char **argv)
             return 2;
         const char *name = o == 'c' ? "-c" : o == 'E' ? "--export"
                            : o == 'R' ? "--reshard" : o == 'T' ? "--to"
+                           : o == 'I' ? "--import"
                            : o == 'D' ? "--drop-table" : NULL;
         if (name && !optarg[0]) {
             fprintf(stderr, "psd: %s: expected %s\n", name,
                     o == 'c' || o == 'T' ? "a file"
-                    : o == 'E' || o == 'R' ? "a folder" : "a table name");
+                    : o == 'E' || o == 'R' || o == 'I' ? "a folder"
+                                                         : "a table name");
             return 2;
         }
         switch (o) {
@@ -208,6 +219,9 @@ int main(int argc, char **argv)
             break;
         case 'R':
             reshard_dir = optarg;
+            break;
+        case 'I':
+            import_dir = optarg;
             break;
         case 'T':
             to = optarg;
@@ -238,8 +252,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "psd: %s: expected %s\n", a,
                     optopt == 'D' ? "a table name"
                     : optopt == 'n' ? "a node index"
-                    : optopt == 'E' || optopt == 'R' ? "a folder"
-                                                     : "a file");
+                    : optopt == 'E' || optopt == 'R' || optopt == 'I'
+                        ? "a folder" : "a file");
             return 2;
         default: {
             char hint[96];
@@ -268,6 +282,13 @@ int main(int argc, char **argv)
                   "of --check, --skip-snapshot, --export, -n, --drop-table");
         return 2;
     }
+    if (import_dir && (check || skip || export_dir || reshard_dir ||
+                       ndrop)) {
+        fprintf(stderr, "psd: --import writes new nodes' first snapshots: it "
+                "goes with none of --check, --skip-snapshot, --export, "
+                "--reshard, --drop-table\n");
+        return 2;
+    }
     if (to && !reshard_dir) {
         fprintf(stderr, "psd: --to goes with --reshard DIR\n");
         return 2;
@@ -278,6 +299,8 @@ int main(int argc, char **argv)
     }
     if (reshard_dir)
         return psd_reshard(path, to, reshard_dir);
+    if (import_dir)
+        return psd_import(path, node_given ? node : -1, import_dir);
 
     psd_config cfg;
     char err[8192];

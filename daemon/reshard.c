@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "durable.h"
@@ -63,16 +64,15 @@ static int same_model(const psd_config *a, const char *ai,
     return 0;
 }
 
-/* out_dir, made when missing, must hold no psd files: snapshots of two
- * layouts side by side would be mixed up at a start. */
+/* out_dir, when it exists, must be a folder holding no psd files:
+ * snapshots of two layouts side by side would be mixed up at a start. It
+ * is made only when the snapshots are written. */
 static int fresh_dir(const char *dir, char *err, size_t errlen)
 {
-    if (mkdir(dir, 0700) && errno != EEXIST) {
-        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
-        return -1;
-    }
     DIR *d = opendir(dir);
     if (!d) {
+        if (errno == ENOENT)
+            return 0;
         snprintf(err, errlen, "%s: %s", dir, strerror(errno));
         return -1;
     }
@@ -86,6 +86,26 @@ static int fresh_dir(const char *dir, char *err, size_t errlen)
         }
     closedir(d);
     return found ? -1 : 0;
+}
+
+/* 1 + the largest journal segment number of any node in dir (1 when
+ * there is none): a new snapshot naming it, put in that folder, replays
+ * no segment left there, by any layout. */
+static uint64_t past_segments(const char *dir)
+{
+    uint64_t top = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 1;
+    for (struct dirent *e; (e = readdir(d));) {
+        unsigned long long seq;
+        int end = 0;
+        if (sscanf(e->d_name, "psd-node%*d.journal.%llu%n", &seq, &end) == 1 &&
+            e->d_name[end] == '\0' && seq > top)
+            top = seq;
+    }
+    closedir(d);
+    return top + 1;
 }
 
 /* Loads node i of old_ini into n as a restart would, reading only: its
@@ -193,6 +213,18 @@ static int write_new(const char *new_ini, int j, psd_node *old, int nold,
                                               .tables[t], s, err, errlen);
         rows += psd_table_rows(n.tables[t]);
     }
+    /* max_rows is per node: fewer nodes may hold more than it lets a
+     * push create; the rows stay, and the operator should know. */
+    for (int t = 0; rc == 0 && t < n.ntables; t++) {
+        const psd_table_conf *tc = psd_table_conf_get(n.tables[t]);
+        if (tc->max_rows && psd_table_rows(n.tables[t]) > tc->max_rows)
+            fprintf(stderr, "psd --reshard: new node %d holds %llu rows of "
+                    "table '%s', above its max_rows = %llu: pushes that "
+                    "create rows there are refused until max_rows is "
+                    "raised\n", j,
+                    (unsigned long long)psd_table_rows(n.tables[t]),
+                    tc->name, (unsigned long long)tc->max_rows);
+    }
     psd_sync_ended e;
     psd_snap_info si;
     if (rc == 0)
@@ -257,13 +289,29 @@ int psd_reshard(const char *old_ini, const char *new_ini,
                 "workers stopped at different counts): it ends here, at "
                 "clock %llu, barrier %llu, as psctl end-job ends one\n",
                 (unsigned long long)clock, (unsigned long long)barrier);
-    /* Above every old generation and segment: a node's new snapshot put
-     * in its old folder is the newest there, and replays none of the
-     * old layout's segments left beside it. */
+    /* Above every old generation and every segment in the two layouts'
+     * folders: a new snapshot put in either replays none of the segments
+     * left there (the old layout's, or an earlier job's of any node). */
+    char dir[4096];
+    psd_config_data_dir(&a, dir, sizeof dir);
+    if (past_segments(dir) > seq)
+        seq = past_segments(dir);
+    psd_config_data_dir(&b, dir, sizeof dir);
+    if (past_segments(dir) > seq)
+        seq = past_segments(dir);
+    if (psd_durable_make_dir(out_dir, err, sizeof err))
+        goto out;
     for (int j = 0; j < nnew; j++)
         if (write_new(new_ini, j, old, nold, clock, barrier, gen + 1, seq,
-                      out_dir, err, sizeof err))
+                      out_dir, err, sizeof err)) {
+            /* None or all: a rerun would find this folder taken. */
+            for (int k = 0; k < j; k++) {
+                char path[4200];
+                psd_snapshot_path(path, sizeof path, out_dir, k);
+                unlink(path);
+            }
             goto out;
+        }
     fprintf(stderr, "psd --reshard: %d node%s of %s written to %s as %d "
             "node%s of %s; put each psd-nodeN.snap in node N's data_dir "
             "and start the nodes with %s\n", nold, nold == 1 ? "" : "s",

@@ -997,6 +997,18 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
     return err;
 }
 
+int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
+                      int *created)
+{
+    uint64_t held = t->rows_held;
+    rowref r;
+    if (locate(t, key, &r))
+        return PSW_ENOMEM;
+    *created = t->rows_held > held;
+    memcpy(r.w, w, row_bytes(t));
+    return 0;
+}
+
 uint64_t psd_table_pending(const psd_table *t)
 {
     return t->acc ? t->acc->rows_held : 0;

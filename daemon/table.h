@@ -94,6 +94,14 @@ uint64_t psd_table_pending(const psd_table *t);
 int psd_table_move_shard(psd_table *dst, psd_table *src, uint32_t s,
                          char *err, size_t errlen);
 
+/* psd --import: sets the weights of row `key` (owned by this node; a
+ * dense row in range) to w (dim floats), creating a sparse row; its
+ * optimizer state and step counter stay as they are (zero for a row
+ * created here). *created: 1 when a sparse row was created, 0 when it
+ * was held already (and for dense rows). 0, or PSW_ENOMEM. */
+int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
+                      int *created);
+
 /* Rows held on this node, and bytes of memory they use (weights, state,
  * index) — for stats and the memory benchmark. */
 uint64_t psd_table_rows(const psd_table *t);

@@ -470,6 +470,15 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     free(o);
     EXPECT_INT(term(&a, 0), 0, "stop a's node 0 (final snapshot)");
     cluster_kill(&a, 1, SIGKILL);
+    /* A segment an earlier job left in the new layout's folder, past
+     * every one of the old layout's: the new snapshots must name a
+     * segment after it, or node 2 replays it (here: refuses to start). */
+    char stale[600];
+    snprintf(stale, sizeof stale, "%s/psd-node2.journal.0000000009", b.dir);
+    FILE *sf = fopen(stale, "w");
+    assert_non_null(sf);
+    fputs("not a segment of this layout", sf);
+    fclose(sf);
     o = run_out(&st, cmd);
     EXPECT_INT(st, 0, "%s: %s", cmd, o);
     EXPECT_SUBSTR(o, "old node 0: snapshot 1 and ", "node 0's snapshot");
@@ -522,8 +531,9 @@ static void test_reshard_moves_the_model_onto_another_node_count(
         free(o);
     }
     /* b's own files go; the new snapshots take their place. */
-    snprintf(cmd, sizeof cmd, "rm -f '%s'/psd-node*.snap '%s'/psd-node*.j* "
-             "&& mv '%s'/psd-node*.snap '%s'/", b.dir, b.dir, out, b.dir);
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/psd-node*.snap "
+             "'%s'/psd-node[01].j* && mv '%s'/psd-node*.snap '%s'/", b.dir,
+             b.dir, out, b.dir);
     EXPECT_INT(system(cmd), 0, "%s", cmd);
     for (int j = 0; j < 3; j++)
         if (cluster_restart(&b, j))
@@ -555,6 +565,220 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     ps_close(w);
     cluster_stop(&a);
     cluster_stop(&b);
+}
+
+/* Writes an .npy file of n rows of dim values (0: 1-D) of type descr
+ * ("<f4", "<u8", "<i8"), as numpy.save does (version 1.0). */
+static void write_npy(const char *path, const char *descr, uint64_t n,
+                      unsigned dim, const void *data, size_t bytes)
+{
+    char dict[160], shape[64];
+    if (dim)
+        snprintf(shape, sizeof shape, "(%llu, %u)", (unsigned long long)n,
+                 dim);
+    else
+        snprintf(shape, sizeof shape, "(%llu,)", (unsigned long long)n);
+    int len = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': "
+                       "False, 'shape': %s, }", descr, shape);
+    size_t pad = (64 - (10 + (size_t)len + 1) % 64) % 64, hl = len + pad + 1;
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                              (unsigned char)(hl & 0xff),
+                              (unsigned char)(hl >> 8) };
+    fwrite(pre, 1, 10, f);
+    fwrite(dict, 1, (size_t)len, f);
+    for (size_t i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    if (bytes)
+        fwrite(data, 1, bytes, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The tables of the import test's second cluster: w's updater is sgd
+ * there (adam where its rows were trained): an import takes weights. */
+#define IMPORT_TABLES                                                     \
+    "[table.w]\nkind = dense\nrows = 1000\ndim = 4\nupdater = sgd\n"      \
+    "[table.emb]\ndim = 8\nupdater = adagrad\nlr = 0.1\n"                 \
+    "init = uniform -0.1 0.1\n"                                           \
+    "[table.b]\ndim = 1\nconsistency = bsp\n"
+
+/* Starts and stops cluster c (nodes nodes, shards shards) so that its
+ * ini exists and its nodes can be restarted, and empties its data_dir. */
+static void stopped_cluster(test_cluster *c, int nodes, int shards,
+                            const char *tables)
+{
+    char server[600], cmd[600];
+    snprintf(server, sizeof server, "%s%s", SERVER, tables);
+    if (cluster_start_ex(c, nodes, shards, "workers = 1\n", server))
+        fail_msg("cluster did not start");
+    for (int j = 0; j < nodes; j++)
+        EXPECT_INT(term(c, j), 0, "stop node %d", j);
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/psd-node*", c->dir);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+}
+
+/* psd --import starts a cluster from .npy files: an export of a 2-node
+ * cluster (4 shards, w trained with adam) into 3 nodes with 8 shards and
+ * sgd, every weight bit for bit; arrays a user wrote (a dense table's
+ * rows in order, a sparse table's keys as int64), the rows they do not
+ * name at their init. Refused into a folder holding the node's files,
+ * and for each kind of bad array, with nothing written. */
+static void test_import_starts_a_cluster_from_npy_files(void **state)
+{
+    (void)state;
+    test_cluster a, b, c;
+    if (cluster_start_ex(&a, 2, 4, "workers = 1\n", SERVER
+                         "durability = log\n" RESHARD_TABLES))
+        fail_msg("cluster a did not start");
+    stopped_cluster(&b, 3, 8, IMPORT_TABLES);
+    stopped_cluster(&c, 1, 4, IMPORT_TABLES);
+    rs_push(a.spec, 0);
+    rs_push(a.spec, 1);
+    static float ref[RS_ALL], got[RS_ALL];
+    rs_pull(a.spec, ref);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char cmd[1600], exp[400];
+    int st;
+    snprintf(exp, sizeof exp, "%s/export", a.dir);
+    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s'", psd, exp, a.ini);
+    char *o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    free(o);
+    snprintf(cmd, sizeof cmd, "%s --import '%s' -c '%s'", psd, exp, b.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "psd --import: node 2: ", "three nodes");
+    EXPECT_SUBSTR(o, "; snapshot 1 written to ", "what it wrote");
+    free(o);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import into a folder with snapshots: %s", o);
+    EXPECT_SUBSTR(o, "holds its snapshot or journal: psd --import starts a "
+                  "model and never replaces one", "refused");
+    free(o);
+    for (int j = 0; j < 3; j++)
+        if (cluster_restart(&b, j))
+            fail_msg("b's node %d did not start on its import", j);
+    rs_pull(b.spec, got);
+    for (int i = 0; i < RS_ALL; i++)
+        if (memcmp(&got[i], &ref[i], sizeof got[i]))
+            fail_msg("float %d after the import: %a, want %a", i,
+                     (double)got[i], (double)ref[i]);
+    cluster_stop(&a);
+    cluster_stop(&b);
+
+    /* Arrays of one's own, and what is refused. */
+    char dir[400], path[600];
+    snprintf(dir, sizeof dir, "%s/mine", c.dir);
+    EXPECT_INT(mkdir(dir, 0700), 0, "mkdir %s", dir);
+    static float w[1000 * 4], e[3 * 8];
+    for (int i = 0; i < 4000; i++)
+        w[i] = (float)i / 8;
+    for (int i = 0; i < 24; i++)
+        e[i] = -(float)i;
+    int64_t ek[3] = { 5, 1 << 20, 77 };
+    snprintf(path, sizeof path, "%s/w.npy", dir);
+    write_npy(path, "<f4", 1000, 4, w, sizeof w);
+    snprintf(path, sizeof path, "%s/emb.keys.npy", dir);
+    write_npy(path, "<i8", 3, 0, ek, sizeof ek);
+    snprintf(path, sizeof path, "%s/emb.npy", dir);
+    write_npy(path, "<f4", 3, 8, e, sizeof e);
+    snprintf(path, sizeof path, "%s/gone.npy", dir);
+    write_npy(path, "<f4", 1, 1, e, 4);
+    static const struct {
+        const char *file, *descr;
+        uint64_t n;
+        unsigned dim;
+        int64_t value;
+        const char *says;
+    } bad[] = {
+        { "emb.keys.npy", "<i8", 3, 0, -4, "emb.keys.npy: row 1: key -4 is "
+          "negative" },
+        { "emb.keys.npy", "<i8", 3, 0, 5, "emb.keys.npy: row 1: key 5 of "
+          "table 'emb' is given twice (here or in another file)" },
+        { "emb.keys.npy", "<i8", 2, 0, 9, "emb.keys.npy: keys are a 1-D "
+          "array of 3 uint64 or int64, one per row of " },
+        { "emb.npy", "<f4", 3, 4, 0, "emb.npy: table 'emb' has rows of 8 "
+          "float32 values; this array is float32 with shape (3, 4)" },
+        { "w.npy", "<f4", 999, 4, 0, "w.npy: 999 rows, and table 'w' has "
+          "1000: an array without keys holds every row of a dense table" },
+        { "w.npy", "<f8", 1000, 4, 0, "its type is '<f8'" },
+        { "w.keys.npy", "<u8", 1000, 0, 1000, "w.keys.npy: row 1: key 1000 "
+          "is past table 'w' (rows = 1000)" },
+        { "w.npy", "<f4", 1000, 4, 0x7fc00000, "w.npy: row 1 (key 1) holds "
+          "nan, and table 'w' refuses values that are not finite" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        /* Each case spoils one file (the second row), then puts it back. */
+        static char buf[1000 * 4 * 8];
+        size_t item = bad[k].descr[2] == '4' ? 4 : 8;
+        size_t bytes = (size_t)bad[k].n * (bad[k].dim ? bad[k].dim : 1) *
+                       item;
+        memset(buf, 0, sizeof buf);
+        if (!strcmp(bad[k].file, "emb.keys.npy"))
+            memcpy(buf, ek, sizeof ek);
+        else if (!strcmp(bad[k].file, "w.npy") && item == 4)
+            memcpy(buf, w, sizeof w);
+        if (!strcmp(bad[k].file, "w.keys.npy"))
+            for (uint64_t r = 0; r < 1000; r++)
+                memcpy(buf + r * 8, &r, 8);
+        if (bad[k].value) {
+            if (item == 8)
+                memcpy(buf + 8, &bad[k].value, 8);
+            else {
+                uint32_t v = (uint32_t)bad[k].value;
+                memcpy(buf + 4 * 4, &v, 4);
+            }
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, bad[k].file);
+        write_npy(path, bad[k].descr, bad[k].n, bad[k].dim, buf, bytes);
+        snprintf(cmd, sizeof cmd, "%s --import '%s' -c '%s'", psd, dir,
+                 c.ini);
+        o = run_out(&st, cmd);
+        EXPECT_INT(st, 1, "case %zu: %s", k, o);
+        EXPECT_SUBSTR(o, bad[k].says, "case %zu", k);
+        free(o);
+        if (!strcmp(bad[k].file, "w.keys.npy"))
+            unlink(path);
+        else if (!strcmp(bad[k].file, "w.npy"))
+            write_npy(path, "<f4", 1000, 4, w, sizeof w);
+        else if (!strcmp(bad[k].file, "emb.npy"))
+            write_npy(path, "<f4", 3, 8, e, sizeof e);
+        else
+            write_npy(path, "<i8", 3, 0, ek, sizeof ek);
+        snprintf(path, sizeof path, "%s/psd-node0.snap", c.dir);
+        EXPECT_INT(access(path, F_OK), -1, "case %zu wrote a snapshot", k);
+    }
+    snprintf(cmd, sizeof cmd, "%s --import '%s' -c '%s'", psd, dir, c.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "gone.npy: ", "a file of no table");
+    EXPECT_SUBSTR(o, "has no table 'gone': not imported", "said");
+    EXPECT_SUBSTR(o, "table 'b': no ", "a table without files");
+    EXPECT_SUBSTR(o, "node 0: 1000 rows of 'w', 3 rows of 'emb', 0 rows of "
+                  "'b'; snapshot 1 written", "what it did");
+    free(o);
+    if (cluster_restart(&c, 0))
+        fail_msg("c's node 0 did not start on its import");
+    ps_options po = client_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &po), PS_OK);
+    static float back[1000 * 4];
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, ps_table(cl, "w", NULL), 0, 1000,
+                                         back, NULL, NULL)), PS_OK, "pull w");
+    EXPECT_INT(memcmp(back, w, sizeof w), 0, "w as written");
+    uint64_t keys[4] = { 5, 1 << 20, 77, 6 };
+    float eb[4 * 8];
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, ps_table(cl, "emb", NULL), keys, 4, eb,
+                                   NULL, NULL)), PS_OK, "pull emb");
+    EXPECT_INT(memcmp(eb, e, sizeof e), 0, "emb's three keys as written");
+    int init = 1;
+    for (int d = 0; d < 8; d++)
+        init &= eb[24 + d] >= -0.1f && eb[24 + d] < 0.1f && eb[24 + d] != 0;
+    EXPECT_INT(init, 1, "key 6, in no file, at its init");
+    ps_close(cl);
+    cluster_stop(&c);
 }
 
 /* psd --export beside a live node without a journal holds the node's
@@ -2254,6 +2478,7 @@ int main(void)
             unmount_small_disk),
         cmocka_unit_test(test_export_writes_each_nodes_rows_as_npy_files),
         cmocka_unit_test(test_reshard_moves_the_model_onto_another_node_count),
+        cmocka_unit_test(test_import_starts_a_cluster_from_npy_files),
         cmocka_unit_test(test_export_beside_a_live_snapshot_node_says_how_old),
         cmocka_unit_test(
             test_fsync_always_without_a_free_descriptor_acks_pushes),

@@ -1,0 +1,395 @@
+/* psd --import: .npy files into a new cluster's first snapshots; see
+ * import.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config.h"
+#include "durable.h"
+#include "import.h"
+#include "journal.h"
+#include "node.h"
+#include "npy.h"
+#include "snapshot.h"
+#include "table.h"
+#include "../proto/layout.h"
+
+/* Rows read at a time. */
+#define BATCH 65536
+
+/* One array of a table's rows: values, and keys unless a dense table's
+ * whole rows in order. */
+typedef struct source {
+    int table;
+    char vals[4200];
+    char keys[4200];             /* "" for a dense table's rows in order */
+} source;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const source *)a)->vals, ((const source *)b)->vals);
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+static int table_index(const psd_config *cfg, const char *name, size_t len)
+{
+    for (int j = 0; j < cfg->ntables; j++)
+        if (strlen(cfg->tables[j].name) == len &&
+            !memcmp(cfg->tables[j].name, name, len))
+            return j;
+    return -1;
+}
+
+/* The arrays of src_dir for cfg's tables, sorted by name, into *out (*n
+ * of them); files for no table of cfg are said and left. 0, or -1. */
+static int find_sources(const psd_config *cfg, const char *ini,
+                        const char *dir, source **out, int *n, char *err,
+                        size_t errlen)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    source *s = NULL;
+    int cap = 0, k = 0, rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        const char *name = e->d_name;
+        if (name[0] == '.' || !ends_with(name, ".npy") ||
+            ends_with(name, ".keys.npy"))
+            continue;
+        /* Table names hold no dot: NAME.npy or NAME.SUFFIX.npy. */
+        size_t len = strcspn(name, ".");
+        int j = table_index(cfg, name, len);
+        if (j < 0) {
+            fprintf(stderr, "psd --import: %s/%s: %s has no table '%.*s': "
+                    "not imported\n", dir, name, ini, (int)len, name);
+            continue;
+        }
+        if (k == cap) {
+            cap = cap ? cap * 2 : 16;
+            source *g = realloc(s, (size_t)cap * sizeof *s);
+            if (!g) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+                break;
+            }
+            s = g;
+        }
+        source *x = &s[k++];
+        x->table = j;
+        snprintf(x->vals, sizeof x->vals, "%s/%s", dir, name);
+        snprintf(x->keys, sizeof x->keys, "%s/%.*s.keys.npy", dir,
+                 (int)(strlen(name) - 4), name);
+        struct stat st;
+        if (stat(x->keys, &st)) {
+            x->keys[0] = '\0';
+            if (!cfg->tables[j].dense) {
+                snprintf(err, errlen, "%s: table '%s' is sparse: its keys "
+                         "go in %.*s.keys.npy beside it (uint64 or int64, "
+                         "one per row)", x->vals, cfg->tables[j].name,
+                         (int)(strlen(name) - 4), name);
+                rc = -1;
+            }
+        }
+    }
+    closedir(d);
+    if (rc) {
+        free(s);
+        return -1;
+    }
+    if (k)
+        qsort(s, (size_t)k, sizeof *s, by_name);
+    *out = s;
+    *n = k;
+    return 0;
+}
+
+/* What importing one table into the nodes being built needs. */
+typedef struct sink {
+    const psd_config *cfg;
+    const psd_table_conf *tc;
+    int table;
+    psd_node *nodes;             /* cfg->nnodes entries; built ones have
+                                    tables */
+    uint64_t *rows;              /* rows set, per node */
+    unsigned char *seen;         /* dense: one bit per row (no row twice) */
+} sink;
+
+static int owner_of(const sink *k, uint64_t key)
+{
+    uint32_t s = k->tc->dense
+                     ? psw_dense_shard_of(k->tc->rows, k->cfg->shards, key)
+                     : psw_sparse_shard_of(k->cfg->shards, key);
+    return psw_node_of_shard(s, k->cfg->nnodes);
+}
+
+/* Sets row i of an array (its key, its values) on the node owning it,
+ * when that node is built. 0, or -1 with "PATH: reason" in err. */
+static int put(sink *k, const source *x, uint64_t i, uint64_t key,
+               const float *w, char *err, size_t errlen)
+{
+    const psd_table_conf *tc = k->tc;
+    const char *path = x->keys[0] ? x->keys : x->vals;
+    if (tc->dense && key >= tc->rows) {
+        snprintf(err, errlen, "%s: row %llu: key %llu is past table '%s' "
+                 "(rows = %llu)", path, (unsigned long long)i,
+                 (unsigned long long)key, tc->name,
+                 (unsigned long long)tc->rows);
+        return -1;
+    }
+    int node = owner_of(k, key);
+    psd_node *n = &k->nodes[node];
+    if (!n->tables)
+        return 0;                /* another host's (-n) */
+    if (!tc->allow_nonfinite)
+        for (uint32_t d = 0; d < tc->dim; d++)
+            if (!isfinite(w[d])) {
+                snprintf(err, errlen, "%s: row %llu (key %llu) holds %g, and "
+                         "table '%s' refuses values that are not finite "
+                         "(nonfinite = reject)", x->vals,
+                         (unsigned long long)i, (unsigned long long)key,
+                         (double)w[d], tc->name);
+                return -1;
+            }
+    int created;
+    if (tc->dense) {
+        unsigned char bit = (unsigned char)(1u << (key & 7));
+        if (k->seen[key >> 3] & bit)
+            created = 0;
+        else {
+            k->seen[key >> 3] |= bit;
+            created = 1;
+        }
+        if (created && psd_table_set_row(n->tables[k->table], key, w,
+                                         &(int){ 0 }))
+            goto oom;
+    } else if (psd_table_set_row(n->tables[k->table], key, w, &created))
+        goto oom;
+    if (!created) {
+        snprintf(err, errlen, "%s: row %llu: key %llu of table '%s' is "
+                 "given twice (here or in another file)", path,
+                 (unsigned long long)i, (unsigned long long)key, tc->name);
+        return -1;
+    }
+    k->rows[node]++;
+    if (tc->max_rows && !tc->dense && k->rows[node] > tc->max_rows) {
+        snprintf(err, errlen, "%s: table '%s' has max_rows = %llu, and node "
+                 "%d would hold more", path, tc->name,
+                 (unsigned long long)tc->max_rows, node);
+        return -1;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "table '%s': out of memory", tc->name);
+    return -1;
+}
+
+/* Reads one array into the nodes being built. */
+static int import_source(sink *k, const source *x, char *err, size_t errlen)
+{
+    const psd_table_conf *tc = k->tc;
+    psd_npy v, ks = { 0 };
+    if (psd_npy_open(&v, x->vals, err, errlen))
+        return -1;
+    int rc = -1;
+    float *w = NULL;
+    uint64_t *keys = NULL;
+    if (v.kind != 'f' || (v.dim ? v.dim : 1) != tc->dim) {
+        char shape[64];
+        if (v.dim)
+            snprintf(shape, sizeof shape, "(%llu, %u)",
+                     (unsigned long long)v.n, v.dim);
+        else
+            snprintf(shape, sizeof shape, "(%llu,)", (unsigned long long)v.n);
+        snprintf(err, errlen, "%s: table '%s' has rows of %u float32 values; "
+                 "this array is %s with shape %s", x->vals, tc->name,
+                 tc->dim, v.kind == 'f' ? "float32" : "of integers", shape);
+        goto out;
+    }
+    if (x->keys[0]) {
+        if (psd_npy_open(&ks, x->keys, err, errlen))
+            goto out;
+        if (ks.kind == 'f' || ks.dim || ks.n != v.n) {
+            snprintf(err, errlen, "%.2000s: keys are a 1-D array of %llu "
+                     "uint64 or int64, one per row of %.2000s", x->keys,
+                     (unsigned long long)v.n, x->vals);
+            goto out;
+        }
+    } else if (v.n != tc->rows) {
+        snprintf(err, errlen, "%s: %llu rows, and table '%s' has %llu: an "
+                 "array without keys holds every row of a dense table, in "
+                 "order (give the row numbers in a .keys.npy beside it for "
+                 "some of them)", x->vals, (unsigned long long)v.n, tc->name,
+                 (unsigned long long)tc->rows);
+        goto out;
+    }
+    w = malloc((size_t)BATCH * tc->dim * sizeof *w);
+    keys = malloc(BATCH * sizeof *keys);
+    if (!w || !keys) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (uint64_t at = 0; at < v.n;) {
+        long m = psd_npy_read(&v, w, BATCH);
+        long mk = x->keys[0] ? psd_npy_read(&ks, keys, (size_t)(m > 0 ? m
+                                                                      : 0))
+                             : m;
+        if (m <= 0 || mk != m) {
+            snprintf(err, errlen, "%s: %s", mk != m ? x->keys : x->vals,
+                     m == 0 ? "it ended early" : strerror(errno));
+            goto out;
+        }
+        for (long r = 0; r < m; r++) {
+            uint64_t key = x->keys[0] ? keys[r] : at + (uint64_t)r;
+            if (ks.kind == 'i' && (int64_t)key < 0) {
+                snprintf(err, errlen, "%s: row %llu: key %lld is negative",
+                         x->keys, (unsigned long long)(at + (uint64_t)r),
+                         (long long)(int64_t)key);
+                goto out;
+            }
+            if (put(k, x, at + (uint64_t)r, key,
+                    w + (size_t)r * tc->dim, err, errlen))
+                goto out;
+        }
+        at += (uint64_t)m;
+    }
+    rc = 0;
+out:
+    free(w);
+    free(keys);
+    psd_npy_close(&v);
+    psd_npy_close(&ks);
+    return rc;
+}
+
+/* Node i's data folder must hold none of its files, and no psd. */
+static int fresh_node(const psd_config *cfg, int i, char *dir, size_t len,
+                      char *err, size_t errlen)
+{
+    psd_config_data_dir(cfg, dir, len);
+    char snap[4200];
+    psd_snapshot_path(snap, sizeof snap, dir, i);
+    struct stat st;
+    long pid = psd_durable_holder(dir, i);
+    if (pid >= 0 || stat(snap, &st) == 0 || psd_journal_first(dir, i)) {
+        snprintf(err, errlen, "node %d: %s holds %s: psd --import starts a "
+                 "model and never replaces one (move node %d's psd-node%d.* "
+                 "files aside, as psd --skip-snapshot does, or name another "
+                 "data_dir)", i, dir,
+                 pid >= 0 ? "a running psd" : "its snapshot or journal", i,
+                 i);
+        return -1;
+    }
+    return 0;
+}
+
+int psd_import(const char *ini, int only, const char *src_dir)
+{
+    char err[8192], dir[4096];
+    psd_config cfg;
+    if (psd_config_load(&cfg, ini, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    int nn = cfg.nnodes, nsrc = 0, status = 1;
+    source *src = NULL;
+    psd_node *nodes = calloc((size_t)nn, sizeof *nodes);
+    uint64_t *rows = calloc((size_t)nn * (size_t)(cfg.ntables + 1),
+                            sizeof *rows);
+    unsigned char *seen = NULL;
+    if (!nodes || !rows) {
+        snprintf(err, sizeof err, "out of memory");
+        goto out;
+    }
+    if (only >= nn) {
+        snprintf(err, sizeof err, "%s: node %d does not exist (the file "
+                 "lists %d node%s)", ini, only, nn, nn == 1 ? "" : "s");
+        goto out;
+    }
+    if (find_sources(&cfg, ini, src_dir, &src, &nsrc, err, sizeof err))
+        goto out;
+    if (nsrc == 0) {
+        snprintf(err, sizeof err, "%s holds no .npy file of a table of %s",
+                 src_dir, ini);
+        goto out;
+    }
+    for (int i = 0; i < nn; i++) {
+        if (only >= 0 && i != only)
+            continue;
+        psd_config c;
+        if (fresh_node(&cfg, i, dir, sizeof dir, err, sizeof err) ||
+            psd_config_load(&c, ini, err, sizeof err) ||
+            psd_node_init(&nodes[i], &c, i, 0, err, sizeof err))
+            goto out;
+    }
+    for (int j = 0; j < cfg.ntables; j++) {
+        const psd_table_conf *tc = &cfg.tables[j];
+        int files = 0;
+        free(seen);
+        seen = tc->dense ? calloc((size_t)(tc->rows / 8 + 1), 1) : NULL;
+        if (tc->dense && !seen) {
+            snprintf(err, sizeof err, "out of memory");
+            goto out;
+        }
+        sink k = { &cfg, tc, j, nodes, rows + (size_t)j * (size_t)nn, seen };
+        for (int s = 0; s < nsrc; s++)
+            if (src[s].table == j) {
+                if (import_source(&k, &src[s], err, sizeof err))
+                    goto out;
+                files++;
+            }
+        if (!files)
+            fprintf(stderr, "psd --import: table '%s': no %s/%s*.npy: its "
+                    "rows start from its init\n", tc->name, src_dir,
+                    tc->name);
+    }
+    /* Written only once every row of every node was taken. */
+    for (int i = 0; i < nn; i++) {
+        if (!nodes[i].tables)
+            continue;
+        psd_config_data_dir(&cfg, dir, sizeof dir);
+        psd_snap_info si;
+        if (psd_durable_make_dir(dir, err, sizeof err) ||
+            psd_snapshot_write(&nodes[i], dir, 1, 1, &si, err, sizeof err)) {
+            fprintf(stderr, "psd --import: node %d: %s\n", i, err);
+            snprintf(err, sizeof err, "the nodes before node %d were "
+                     "written: remove their snapshots before trying again",
+                     i);
+            goto out;
+        }
+        fprintf(stderr, "psd --import: node %d:", i);
+        for (int j = 0; j < cfg.ntables; j++)
+        {
+            uint64_t r = rows[(size_t)j * (size_t)nn + (size_t)i];
+            fprintf(stderr, "%s %llu row%s of '%s'", j ? "," : "",
+                    (unsigned long long)r, r == 1 ? "" : "s",
+                    cfg.tables[j].name);
+        }
+        char snap[4200];
+        psd_snapshot_path(snap, sizeof snap, dir, i);
+        fprintf(stderr, "; snapshot 1 written to %s\n", snap);
+    }
+    status = 0;
+out:
+    if (status)
+        fprintf(stderr, "psd --import: %s\n", err);
+    for (int i = 0; nodes && i < nn; i++)
+        if (nodes[i].tables)
+            psd_node_destroy(&nodes[i]);
+    free(nodes);
+    free(rows);
+    free(seen);
+    free(src);
+    psd_config_destroy(&cfg);
+    return status;
+}
