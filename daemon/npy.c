@@ -1,8 +1,10 @@
 /* The .npy format, written and read; see npy.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "npy.h"
 
@@ -122,16 +124,26 @@ int psd_npy_open(psd_npy *a, const char *path, char *err, size_t errlen)
 {
     memset(a, 0, sizeof *a);
     char *h = NULL;
-    a->f = fopen(path, "rb");
-    if (!a->f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    /* Opened without waiting: a FIFO would block open() until a writer
+     * came. Only a regular file is read, and then in blocking mode. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st = { 0 };
+    int bad = fd < 0 || fstat(fd, &st);
+    const char *why = bad ? strerror(errno) : NULL;
+    if (!bad && !S_ISREG(st.st_mode)) {
+        bad = 1;
+        why = "not a regular file";
+    }
+    if (!bad && (fcntl(fd, F_SETFL, 0) || !(a->f = fdopen(fd, "rb")))) {
+        bad = 1;
+        why = strerror(errno);
+    }
+    if (bad) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
-    struct stat st;
-    if (fstat(fileno(a->f), &st))
-        FAIL("%s", strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        FAIL("not a regular file");
     unsigned char pre[12];
     if (fread(pre, 1, 10, a->f) != 10 || memcmp(pre, "\x93NUMPY", 6))
         FAIL("not an .npy file (no \\x93NUMPY at its start)");

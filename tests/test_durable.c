@@ -750,6 +750,18 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
         snprintf(path, sizeof path, "%s/psd-node0.snap", c.dir);
         EXPECT_INT(access(path, F_OK), -1, "case %zu wrote a snapshot", k);
     }
+    /* A FIFO is refused, not waited on. */
+    snprintf(path, sizeof path, "%s/w.npy", dir);
+    unlink(path);
+    EXPECT_INT(mkfifo(path, 0600), 0, "mkfifo");
+    snprintf(cmd, sizeof cmd, "timeout 20 %s --import '%s' -c '%s'", psd, dir,
+             c.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "a FIFO: %s", o);
+    EXPECT_SUBSTR(o, "w.npy: not a regular file", "a FIFO");
+    free(o);
+    unlink(path);
+    write_npy(path, "<f4", 1000, 4, w, sizeof w);
     snprintf(cmd, sizeof cmd, "%s --import '%s' -c '%s'", psd, dir, c.ini);
     o = run_out(&st, cmd);
     EXPECT_INT(st, 0, "%s: %s", cmd, o);
