@@ -1340,6 +1340,43 @@ def test_a_connect_interrupted_as_ps_open_returns_closes_its_client(
         assert c.worker == 0
 
 
+def test_an_import_of_arrays_numpy_saved_starts_the_model(cluster,
+                                                          tmp_path):
+    """psd --import writes each node's first snapshot from files np.save
+    wrote as the README shows (int64 keys, numpy's default): the rows come
+    back as saved, those no file names at their init."""
+    psd = os.environ["PSD_BIN"]
+    for i in range(2):
+        cluster.signal(i, signal.SIGTERM)
+    for p in cluster.procs:
+        assert p.wait(timeout=10) == 0
+    for f in os.listdir(cluster.dir):
+        if f.startswith("psd-node"):
+            os.remove(os.path.join(cluster.dir, f))
+    src = tmp_path / "model"
+    src.mkdir()
+    rows = np.arange(300, dtype=F32).reshape(100, 3) / 4
+    np.save(src / "dense.npy", rows)
+    ids = [3, 1 << 40, 77, 12345]
+    vecs = -np.arange(16, dtype=F32).reshape(4, 4)
+    np.save(src / "emb.npy", vecs)
+    np.save(src / "emb.keys.npy", np.array(ids))
+    assert np.load(src / "emb.keys.npy").dtype == np.int64
+    r = subprocess.run([psd, "--import", str(src), "-c", cluster.ini],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "table 'seeded': no " in r.stderr
+    for i in range(2):
+        cluster.procs[i] = cluster._start(i)
+        cluster._wait_up(i)
+    c = psclient.connect(cluster.spec)
+    np.testing.assert_array_equal(c.table("dense").pull_range(0, 100), rows)
+    np.testing.assert_array_equal(c.table("emb").pull(keys_of(*ids)), vecs)
+    seeded = c.table("seeded").pull(keys_of(5, 6))
+    assert ((seeded >= 1) & (seeded < 2)).all()
+    c.close()
+
+
 def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
                                                                 tmp_path):
     """psd --export writes the nodes' snapshots as .npy files and
