@@ -180,8 +180,9 @@ $(BUILD)/test_frame: $(BUILD)/tests/test_frame.o $(PROTO_OBJ)
 # the linker keeps the layering honest.
 D := $(BUILD)/daemon
 $(BUILD)/test_config: $(BUILD)/tests/test_config.o $(D)/config.o $(D)/inifile.o \
-                      $(D)/preflight.o $(BUILD)/proto/addr.o $(BUILD)/proto/auth.o
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP) $(LIBS_CM)
+                      $(D)/preflight.o $(D)/updater.o $(BUILD)/proto/addr.o \
+                      $(BUILD)/proto/auth.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_INI) $(LIBS_MP) $(LIBS_CM) -lm
 $(BUILD)/test_updater: $(BUILD)/tests/test_updater.o $(D)/updater.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM) -lm
 # The allocations of table.c (and the test's own) go through the test's

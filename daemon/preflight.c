@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "preflight.h"
+#include "updater.h"
+#include "../proto/layout.h"
 #include "../proto/auth.h"
 
 typedef char line_t[512];
@@ -280,6 +282,116 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
     writable_note(pf, c, path, dir, dir);
 }
 
+/* Bytes of this host's memory psd may use: MemTotal, or less where the
+ * cgroup it runs in has a limit (systemd's MemoryMax); and MemAvailable
+ * now. 0 when not known. */
+static void host_memory(double *limit, double *avail)
+{
+    *limit = *avail = 0;
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[256];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+            *limit = (double)kb * 1024;
+        else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            *avail = (double)kb * 1024;
+    }
+    if (f)
+        fclose(f);
+    /* cgroup v2: this process's group, then its memory.max ("max": no
+     * limit). */
+    char cg[512] = "", p[700];
+    f = fopen("/proc/self/cgroup", "re");
+    if (f && fgets(line, sizeof line, f) && !strncmp(line, "0::", 3))
+        snprintf(cg, sizeof cg, "%.*s", (int)strcspn(line + 3, "\n"),
+                 line + 3);
+    if (f)
+        fclose(f);
+    snprintf(p, sizeof p, "/sys/fs/cgroup%s/memory.max",
+             strcmp(cg, "/") ? cg : "");
+    f = cg[0] ? fopen(p, "re") : NULL;
+    if (f && fscanf(f, "%llu", &kb) == 1 && (double)kb < *limit)
+        *limit = (double)kb;
+    if (f)
+        fclose(f);
+    if (*avail > *limit)
+        *avail = *limit;
+}
+
+/* Whether node i runs on this host as far as the file can tell: its
+ * address is a loopback one. */
+static int here(const psd_config *c, int i)
+{
+    struct sockaddr_storage sa;
+    const psd_node_addr *a = c->nlisten > 0 ? &c->listen[i] : &c->nodes[i];
+    return resolve(a, &sa) == 0 && is_loopback(&sa);
+}
+
+/* A dense table's rows are all made, and written with their init, when
+ * psd starts: those of node i's shards (node -1: of every node on a
+ * loopback address, which all run here), with their optimizer state,
+ * must fit this host, or the kernel kills psd while it fills them (a
+ * malloc above free memory succeeds, its pages come later), with no word
+ * why. */
+static void check_memory(psd_preflight *pf, const psd_config *c,
+                         const char *path, int node)
+{
+    double need = 0, most = 0, limit, avail;
+    const psd_table_conf *big = NULL;
+    int i = node, nodes = 0;
+    for (int n = 0; n < c->nnodes; n++)
+        if (node < 0 ? here(c, n) : n == node) {
+            nodes++;
+            i = n;
+        }
+    if (nodes == 0)
+        return;
+    for (int t = 0; t < c->ntables; t++) {
+        const psd_table_conf *tc = &c->tables[t];
+        if (!tc->dense)
+            continue;
+        double rows = 0;
+        for (uint32_t s = 0; s < c->shards; s++) {
+            int n = psw_node_of_shard(s, c->nnodes);
+            if (node >= 0 ? n != node : !here(c, n))
+                continue;
+            rows += (double)(psw_dense_shard_start(tc->rows, c->shards, s + 1) -
+                             psw_dense_shard_start(tc->rows, c->shards, s));
+        }
+        double b = rows * tc->dim * 4 *
+                   (1 + psd_updater_state_per_float(tc->upd.kind)) +
+                   (psd_updater_has_step(tc->upd.kind) ? rows * 4 : 0);
+        need += b;
+        if (b > most) {
+            most = b;
+            big = tc;
+        }
+    }
+    host_memory(&limit, &avail);
+    if (!big || limit <= 0 || need <= avail)
+        return;
+    const double gib = 1024.0 * 1024 * 1024;
+    char who[64];
+    if (nodes == 1)
+        snprintf(who, sizeof who, "node %d's", i);
+    else
+        snprintf(who, sizeof who, "the %d node%s on this host (loopback): "
+                 "their", nodes, nodes == 1 ? "" : "s");
+    if (need > limit)
+        add(&pf->problems, &pf->nproblems, path, big->line, "[table.%s]: "
+            "%s rows of dense tables need %.1f GiB with their optimizer "
+            "state (this one %.1f GiB), more than the %.1f GiB psd may use "
+            "on this host: it would be killed while it makes them. Give the "
+            "tables fewer rows, or the cluster more nodes (on other hosts)",
+            big->name, who, need / gib, most / gib, limit / gib);
+    else
+        add(&pf->notes, &pf->nnotes, path, big->line, "[table.%s]: %s rows "
+            "of dense tables need %.1f GiB with their optimizer state, and "
+            "this host has %.1f GiB available now: psd may be killed while "
+            "it makes them", big->name, who, need / gib, avail / gib);
+}
+
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node)
 {
@@ -288,6 +400,11 @@ int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
     check_data_dir(pf, cfg, path);
     for (int i = 0; i < cfg->nnodes; i++)
         check_node(pf, cfg, path, i, node < 0 || node == i, node >= 0);
+    /* This host's memory says something of the nodes it runs: the one
+     * started, or the one --check -n names; without -n, those on a
+     * loopback address. */
+    if (node < cfg->nnodes)
+        check_memory(pf, cfg, path, node);
     return pf->nproblems;
 }
 

@@ -1594,6 +1594,41 @@ static void test_relative_data_dir_earns_a_note(void **state)
  * outgoing connection when psd starts (an operator's psd could not start
  * for one): a note at the line, for the nodes psd would bind; none for a
  * port below the range. */
+/* A dense table whose rows (all made at start, with their init) do not
+ * fit this host's memory is a problem for the node that holds them: the
+ * kernel killed psd while it filled them, without a word. 1.5 PiB
+ * of adam rows over 2 nodes (and step counts): each node's share is
+ * named. */
+static void test_dense_rows_beyond_this_hosts_memory_are_a_problem(
+    void **state)
+{
+    (void)state;
+    psd_config c;
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+            "[server]\ndata_dir = /tmp/psd-test-mem\n"
+            "[table.small]\nkind = dense\nrows = 10\ndim = 1\n"
+            "[table.huge]\nkind = dense\nrows = 4398046511104\ndim = 32\n"
+            "updater = adam\n", &c);
+    psd_preflight pf;
+    EXPECT_INT(psd_preflight_run(&pf, &c, "F", 1), 1, "problems");
+    const char *want = "F:9: [table.huge]: node 1's rows of dense tables "
+                       "need 794624.0 GiB with their optimizer state (this "
+                       "one 794624.0 GiB), more than the ";
+    if (pf.nproblems < 1 || strncmp(pf.problems[0], want, strlen(want)))
+        fail_msg("want \"%s...\", got: %s", want,
+                 pf.nproblems ? pf.problems[0] : "");
+    psd_preflight_destroy(&pf);
+    EXPECT_INT(psd_preflight_run(&pf, &c, "F", -1), 1,
+               "without a node: both on loopback, so on this host");
+    want = "F:9: [table.huge]: the 2 nodes on this host (loopback): their "
+           "rows of dense tables need 1589248.0 GiB";
+    if (pf.nproblems < 1 || strncmp(pf.problems[0], want, strlen(want)))
+        fail_msg("want \"%s...\", got: %s", want,
+                 pf.nproblems ? pf.problems[0] : "");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
+}
+
 static void test_a_port_in_the_ephemeral_range_earns_a_note(void **state)
 {
     (void)state;
@@ -1795,6 +1830,8 @@ int main(void)
         cmocka_unit_test(test_relative_data_dir_earns_a_note),
         cmocka_unit_test(test_fewer_shards_than_nodes_earns_a_note),
         cmocka_unit_test(test_a_port_in_the_ephemeral_range_earns_a_note),
+        cmocka_unit_test(
+            test_dense_rows_beyond_this_hosts_memory_are_a_problem),
         cmocka_unit_test(
             test_network_address_without_token_is_refused_with_a_fix),
         cmocka_unit_test(test_host_names_resolve_or_are_reported),
