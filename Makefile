@@ -59,7 +59,7 @@ EXAMPLES := $(BUILD)/fashion_softmax $(BUILD)/fashion_mlp $(BUILD)/reuters_lr
 UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
               $(BUILD)/test_table $(BUILD)/test_sync $(BUILD)/test_dedup \
               $(BUILD)/test_snapshot $(BUILD)/test_log \
-              $(BUILD)/test_slice $(BUILD)/test_arff
+              $(BUILD)/test_slice $(BUILD)/test_arff $(BUILD)/test_npy
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_auth $(BUILD)/test_modes $(BUILD)/test_proxy \
               $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable \
               $(BUILD)/test_ops $(BUILD)/test_limits $(BUILD)/test_conn \
@@ -196,6 +196,8 @@ $(BUILD)/test_sync: $(BUILD)/tests/test_sync.o $(D)/sync.o $(D)/log.o
 $(BUILD)/test_dedup: $(BUILD)/tests/test_dedup.o $(D)/dedup.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
 $(BUILD)/test_log: $(BUILD)/tests/test_log.o $(D)/log.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
+$(BUILD)/test_npy: $(BUILD)/tests/test_npy.o $(D)/npy.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
 $(BUILD)/test_snapshot: $(BUILD)/tests/test_snapshot.o $(D)/snapshot.o $(D)/journal.o \
                         $(D)/node.o $(D)/table.o $(D)/updater.o $(D)/sync.o \

@@ -375,6 +375,9 @@ int psd_export(const char *ini, int only, const char *const *drop,
                     "%llu journal records after it\n", i,
                     (unsigned long long)no->si.generation, no->snap,
                     (unsigned long long)no->records);
+        else
+            fprintf(stderr, "psd --export: node %d: no snapshot; %llu "
+                    "journal records\n", i, (unsigned long long)no->records);
         /* Beside a live node without a journal the export is as old as
          * its snapshot, however much it trained since. */
         char dir[4096];
@@ -395,9 +398,6 @@ int psd_export(const char *ini, int only, const char *const *drop,
                     now > no->si.created_ms
                         ? (double)(now - no->si.created_ms) / 1000 : 0.0);
         }
-        else
-            fprintf(stderr, "psd --export: node %d: no snapshot; %llu "
-                    "journal records\n", i, (unsigned long long)no->records);
     }
     if (!status)
         fprintf(stderr, "psd --export: %d of %d node%s written to %s "

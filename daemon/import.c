@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "durable.h"
@@ -64,9 +65,19 @@ static int find_sources(const psd_config *cfg, const char *ini,
     int cap = 0, k = 0, rc = 0;
     for (struct dirent *e; rc == 0 && (e = readdir(d));) {
         const char *name = e->d_name;
-        if (name[0] == '.' || !ends_with(name, ".npy") ||
-            ends_with(name, ".keys.npy"))
+        if (name[0] == '.' || !ends_with(name, ".npy"))
             continue;
+        if (ends_with(name, ".keys.npy")) {
+            /* Keys without their rows: said, not taken for nothing. */
+            char vals[4200];
+            struct stat st;
+            snprintf(vals, sizeof vals, "%s/%.*s.npy", dir,
+                     (int)(strlen(name) - 9), name);
+            if (lstat(vals, &st))
+                fprintf(stderr, "psd --import: %s/%s: no %s beside it: not "
+                        "imported\n", dir, name, vals);
+            continue;
+        }
         /* Table names hold no dot: NAME.npy or NAME.SUFFIX.npy. */
         size_t len = strcspn(name, ".");
         int j = table_index(cfg, name, len);
@@ -91,7 +102,10 @@ static int find_sources(const psd_config *cfg, const char *ini,
         snprintf(x->keys, sizeof x->keys, "%s/%.*s.keys.npy", dir,
                  (int)(strlen(name) - 4), name);
         struct stat st;
-        if (stat(x->keys, &st)) {
+        if (lstat(x->keys, &st) == 0 && stat(x->keys, &st)) {
+            snprintf(err, errlen, "%s: %s", x->keys, strerror(errno));
+            rc = -1;             /* a link to nothing: not "no keys" */
+        } else if (lstat(x->keys, &st)) {
             x->keys[0] = '\0';
             if (!cfg->tables[j].dense) {
                 snprintf(err, errlen, "%s: table '%s' is sparse: its keys "
@@ -149,8 +163,9 @@ static int put(sink *k, const source *x, uint64_t i, uint64_t key,
     }
     int node = owner_of(k, key);
     psd_node *n = &k->nodes[node];
-    if (!n->tables)
-        return 0;                /* another host's (-n) */
+    /* Every row is checked, another host's (-n) too, so that the hosts
+     * of one import agree (a sparse key given twice is found only on the
+     * node that owns it). */
     if (!tc->allow_nonfinite)
         for (uint32_t d = 0; d < tc->dim; d++)
             if (!isfinite(w[d])) {
@@ -161,19 +176,15 @@ static int put(sink *k, const source *x, uint64_t i, uint64_t key,
                          (double)w[d], tc->name);
                 return -1;
             }
-    int created;
+    int created = 1;
     if (tc->dense) {
         unsigned char bit = (unsigned char)(1u << (key & 7));
-        if (k->seen[key >> 3] & bit)
-            created = 0;
-        else {
-            k->seen[key >> 3] |= bit;
-            created = 1;
-        }
-        if (created && psd_table_set_row(n->tables[k->table], key, w,
-                                         &(int){ 0 }))
-            goto oom;
-    } else if (psd_table_set_row(n->tables[k->table], key, w, &created))
+        created = !(k->seen[key >> 3] & bit);
+        k->seen[key >> 3] |= bit;
+    }
+    if (created && n->tables &&
+        psd_table_set_row(n->tables[k->table], key, w,
+                          tc->dense ? &(int){ 0 } : &created))
         goto oom;
     if (!created) {
         snprintf(err, errlen, "%s: row %llu: key %llu of table '%s' is "
@@ -181,7 +192,7 @@ static int put(sink *k, const source *x, uint64_t i, uint64_t key,
                  (unsigned long long)i, (unsigned long long)key, tc->name);
         return -1;
     }
-    k->rows[node]++;
+    k->rows[node]++;             /* another host's too (-n): max_rows */
     if (tc->max_rows && !tc->dense && k->rows[node] > tc->max_rows) {
         snprintf(err, errlen, "%s: table '%s' has max_rows = %llu, and node "
                  "%d would hold more", path, tc->name,
@@ -233,14 +244,22 @@ static int import_source(sink *k, const source *x, char *err, size_t errlen)
                  (unsigned long long)tc->rows);
         goto out;
     }
-    w = malloc((size_t)BATCH * tc->dim * sizeof *w);
-    keys = malloc(BATCH * sizeof *keys);
+    /* At most 64 MiB of rows at a time, and no more than the file has. */
+    size_t batch = (size_t)(64u << 20) / ((size_t)tc->dim * sizeof *w);
+    if (batch > BATCH)
+        batch = BATCH;
+    if (batch > v.n)
+        batch = (size_t)v.n;
+    if (batch == 0)
+        batch = 1;
+    w = malloc(batch * tc->dim * sizeof *w);
+    keys = malloc(batch * sizeof *keys);
     if (!w || !keys) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
     for (uint64_t at = 0; at < v.n;) {
-        long m = psd_npy_read(&v, w, BATCH);
+        long m = psd_npy_read(&v, w, batch);
         long mk = x->keys[0] ? psd_npy_read(&ks, keys, (size_t)(m > 0 ? m
                                                                       : 0))
                              : m;
@@ -353,18 +372,23 @@ int psd_import(const char *ini, int only, const char *src_dir)
                     "rows start from its init\n", tc->name, src_dir,
                     tc->name);
     }
-    /* Written only once every row of every node was taken. */
+    /* Written only once every row of every node was taken, into folders
+     * still free (a psd may have started meanwhile); all or none. */
     for (int i = 0; i < nn; i++) {
         if (!nodes[i].tables)
             continue;
-        psd_config_data_dir(&cfg, dir, sizeof dir);
         psd_snap_info si;
-        if (psd_durable_make_dir(dir, err, sizeof err) ||
+        if (fresh_node(&cfg, i, dir, sizeof dir, err, sizeof err) ||
+            psd_durable_make_dir(dir, err, sizeof err) ||
             psd_snapshot_write(&nodes[i], dir, 1, 1, &si, err, sizeof err)) {
-            fprintf(stderr, "psd --import: node %d: %s\n", i, err);
-            snprintf(err, sizeof err, "the nodes before node %d were "
-                     "written: remove their snapshots before trying again",
-                     i);
+            for (int k = 0; k < i; k++) {
+                char snap[4200];
+                if (!nodes[k].tables)
+                    continue;
+                psd_config_data_dir(&cfg, dir, sizeof dir);
+                psd_snapshot_path(snap, sizeof snap, dir, k);
+                unlink(snap);
+            }
             goto out;
         }
         fprintf(stderr, "psd --import: node %d:", i);

@@ -12,7 +12,8 @@
  * NAME.SUFFIX.keys.npy (psd --export's NAME.nodeN files), or for a dense
  * table NAME.npy alone, holding all its rows in order. Every row lands
  * on the node that owns its key under ini; the rows no file names keep
- * their init, and optimizer state starts at zero. Builds every node (only
+ * their init, and optimizer state starts at zero (ftrl's z is set so that
+ * the weight stands: psd_table_set_row). Builds every node (only
  * `only` when >= 0) in memory, checking every row (key in range, no key
  * twice, finite unless the table allows otherwise, max_rows), and only
  * then writes each node's snapshot into its data_dir, which must hold no

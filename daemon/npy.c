@@ -44,23 +44,38 @@ int psd_npy_header(FILE *f, const char *type, uint64_t n, uint32_t dim)
 }
 
 /* The value of 'key' in the header dict h: where it starts (after the
- * colon and spaces), or NULL. */
+ * colon and spaces), or NULL. Only a key of the dict counts (after its
+ * '{' or a ','), not the same text inside another value. */
 static const char *value_of(const char *h, const char *key)
 {
     char q[32];
     snprintf(q, sizeof q, "'%s'", key);
-    const char *p = strstr(h, q);
-    if (!p)
-        return NULL;
-    p += strlen(q);
-    while (*p == ' ')
+    for (const char *p = strstr(h, q); p; p = strstr(p + 1, q)) {
+        const char *b = p;
+        while (b > h && b[-1] == ' ')
+            b--;
+        if (b == h || (b[-1] != '{' && b[-1] != ','))
+            continue;
+        p += strlen(q);
+        while (*p == ' ')
+            p++;
+        if (*p != ':')
+            return NULL;
         p++;
-    if (*p != ':')
-        return NULL;
-    p++;
-    while (*p == ' ')
-        p++;
-    return p;
+        while (*p == ' ')
+            p++;
+        return p;
+    }
+    return NULL;
+}
+
+/* How much of a value to quote in a message: up to its end in the dict. */
+static int quoted(const char *v)
+{
+    int n = 0;
+    while (v[n] && v[n] != ',' && v[n] != '}' && n < 40)
+        n++;
+    return n;
 }
 
 /* Reads a whole number at *p (digits, then an optional L of Python 2). */
@@ -175,18 +190,24 @@ int psd_npy_open(psd_npy *a, const char *path, char *err, size_t errlen)
     if (!d || !fo || !sh)
         FAIL("its header lacks descr, fortran_order or shape: %.120s", h);
     if (strncmp(fo, "False", 5))
-        FAIL("Fortran order (numpy.ascontiguousarray writes C order)");
+        FAIL("Fortran order (save numpy.ascontiguousarray(a): C order)");
     char want = host_order();
-    if (d[0] != '\'' || (d[1] != want && d[1] != '=') || d[4] != '\'' ||
+    if (strnlen(d, 5) < 5 || d[0] != '\'' || (d[1] != want && d[1] != '=') ||
+        d[4] != '\'' ||
         (strncmp(d + 2, "f4", 2) && strncmp(d + 2, "u8", 2) &&
          strncmp(d + 2, "i8", 2)))
-        FAIL("its type is %.12s; psd reads float32 values and uint64 or "
+        FAIL("its type is %.*s; psd reads float32 values and uint64 or "
              "int64 keys in this host's byte order ('%cf4', '%cu8', '%ci8')",
-             d, want, want, want);
+             quoted(d), d, want, want, want);
     a->kind = d[2];
     uint64_t n, dim;
-    if (shape_of(sh, &n, &dim))
-        FAIL("its shape %.40s is not (N,) or (N, D)", sh);
+    if (shape_of(sh, &n, &dim)) {
+        int sl = 0;              /* quoted up to its ')' */
+        while (sh[sl] && sh[sl] != ')' && sl < 40)
+            sl++;
+        FAIL("its shape %.*s is not (N,) or (N, D)", sl + (sh[sl] == ')'),
+             sh);
+    }
     if (dim > 65536)
         FAIL("rows of %llu values (a table's dim is at most 65536)",
              (unsigned long long)dim);

@@ -98,10 +98,16 @@ static uint64_t past_segments(const char *dir)
     if (!d)
         return 1;
     for (struct dirent *e; (e = readdir(d));) {
-        unsigned long long seq;
-        int end = 0;
-        if (sscanf(e->d_name, "psd-node%*d.journal.%llu%n", &seq, &end) == 1 &&
-            e->d_name[end] == '\0' && seq > top)
+        /* psd-nodeN.journal.SEQ, digits only (sscanf would take a sign,
+         * and -1 would wrap the count). */
+        const char *j = strstr(e->d_name, ".journal.");
+        if (strncmp(e->d_name, "psd-node", 8) || !j || !j[9])
+            continue;
+        uint64_t seq = 0;
+        const char *c = j + 9;
+        for (; *c >= '0' && *c <= '9' && seq < UINT64_MAX / 20; c++)
+            seq = seq * 10 + (uint64_t)(*c - '0');
+        if (!*c && seq > top)
             top = seq;
     }
     closedir(d);

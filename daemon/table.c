@@ -1006,6 +1006,18 @@ int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
         return PSW_ENOMEM;
     *created = t->rows_held > held;
     memcpy(r.w, w, row_bytes(t));
+    /* ftrl computes each weight from z and n at every push: with z = 0 the
+     * first push all but wiped an imported weight (w' = (|g| w - g lr) /
+     * (beta + |g|)). z is set so that n = 0 gives w back, as if the row
+     * had been trained to it; with beta = l2 = 0 no z does (the divisor
+     * is 0), and z stays 0. */
+    const psd_updater_params *u = &t->conf.upd;
+    double den = (double)u->beta / u->lr + u->l2;
+    if (u->kind == PSD_UPD_FTRL && den > 0)
+        for (uint32_t k = 0; k < t->conf.dim; k++)
+            r.st[k] = w[k] == 0 ? 0.0f
+                      : (float)(-(double)w[k] * den -
+                                (w[k] > 0 ? u->l1 : -u->l1));
     return 0;
 }
 

@@ -97,8 +97,10 @@ int psd_table_move_shard(psd_table *dst, psd_table *src, uint32_t s,
 /* psd --import: sets the weights of row `key` (owned by this node; a
  * dense row in range) to w (dim floats), creating a sparse row; its
  * optimizer state and step counter stay as they are (zero for a row
- * created here). *created: 1 when a sparse row was created, 0 when it
- * was held already (and for dense rows). 0, or PSW_ENOMEM. */
+ * created here), but for ftrl's z, set so that the weight stands (ftrl
+ * computes a weight from z and n at every push). *created: 1 when a
+ * sparse row was created, 0 when it was held already (and for dense
+ * rows). 0, or PSW_ENOMEM. */
 int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
                       int *created);
 

@@ -602,7 +602,8 @@ static void write_npy(const char *path, const char *descr, uint64_t n,
     "[table.w]\nkind = dense\nrows = 1000\ndim = 4\nupdater = sgd\n"      \
     "[table.emb]\ndim = 8\nupdater = adagrad\nlr = 0.1\n"                 \
     "init = uniform -0.1 0.1\n"                                           \
-    "[table.b]\ndim = 1\nconsistency = bsp\n"
+    "[table.b]\ndim = 1\nconsistency = bsp\n"                            \
+    "[table.f]\ndim = 2\nupdater = ftrl\nlr = 0.1\nl1 = 0.01\n"
 
 /* Starts and stops cluster c (nodes nodes, shards shards) so that its
  * ini exists and its nodes can be restarted, and empties its data_dir. */
@@ -686,6 +687,16 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     write_npy(path, "<f4", 3, 8, e, sizeof e);
     snprintf(path, sizeof path, "%s/gone.npy", dir);
     write_npy(path, "<f4", 1, 1, e, 4);
+    snprintf(path, sizeof path, "%s/lone.keys.npy", dir);
+    write_npy(path, "<u8", 0, 0, NULL, 0);
+    /* An ftrl table's weights stand after a push (its z is set for
+     * them: with z = 0 the first push all but wiped them). */
+    float fw[2] = { 0.5f, -0.25f };
+    uint64_t fk = 9;
+    snprintf(path, sizeof path, "%s/f.npy", dir);
+    write_npy(path, "<f4", 1, 2, fw, sizeof fw);
+    snprintf(path, sizeof path, "%s/f.keys.npy", dir);
+    write_npy(path, "<u8", 1, 0, &fk, sizeof fk);
     static const struct {
         const char *file, *descr;
         uint64_t n;
@@ -750,6 +761,15 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
         snprintf(path, sizeof path, "%s/psd-node0.snap", c.dir);
         EXPECT_INT(access(path, F_OK), -1, "case %zu wrote a snapshot", k);
     }
+    /* Keys that are a link to nothing are not "no keys". */
+    snprintf(path, sizeof path, "%s/w.keys.npy", dir);
+    EXPECT_INT(symlink("/nonexistent/w.keys.npy", path), 0, "symlink");
+    snprintf(cmd, sizeof cmd, "%s --import '%s' -c '%s'", psd, dir, c.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "a dangling keys link: %s", o);
+    EXPECT_SUBSTR(o, "w.keys.npy: No such file or directory", "said");
+    free(o);
+    unlink(path);
     /* A FIFO is refused, not waited on. */
     snprintf(path, sizeof path, "%s/w.npy", dir);
     unlink(path);
@@ -768,8 +788,9 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     EXPECT_SUBSTR(o, "gone.npy: ", "a file of no table");
     EXPECT_SUBSTR(o, "has no table 'gone': not imported", "said");
     EXPECT_SUBSTR(o, "table 'b': no ", "a table without files");
+    EXPECT_SUBSTR(o, "lone.keys.npy: no ", "keys without rows");
     EXPECT_SUBSTR(o, "node 0: 1000 rows of 'w', 3 rows of 'emb', 0 rows of "
-                  "'b'; snapshot 1 written", "what it did");
+                  "'b', 1 row of 'f'; snapshot 1 written", "what it did");
     free(o);
     if (cluster_restart(&c, 0))
         fail_msg("c's node 0 did not start on its import");
@@ -789,8 +810,40 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     for (int d = 0; d < 8; d++)
         init &= eb[24 + d] >= -0.1f && eb[24 + d] < 0.1f && eb[24 + d] != 0;
     EXPECT_INT(init, 1, "key 6, in no file, at its init");
+    float fg[2] = { 0.001f, 0.001f }, fb[2];
+    int ft = ps_table(cl, "f", NULL);
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, ft, &fk, 1, fb, NULL, NULL)), PS_OK,
+               "pull f");
+    EXPECT_INT(memcmp(fb, fw, sizeof fw), 0, "f as written");
+    EXPECT_INT(ps_wait(cl, ps_push(cl, ft, &fk, 1, fg, NULL, NULL)), PS_OK,
+               "push f");
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, ft, &fk, 1, fb, NULL, NULL)), PS_OK,
+               "pull f");
+    if (fabsf(fb[0] - 0.5f) > 0.01f || fabsf(fb[1] + 0.25f) > 0.01f)
+        fail_msg("ftrl's imported weights after one small push: %g %g, want "
+                 "about 0.5 and -0.25", (double)fb[0], (double)fb[1]);
     ps_close(cl);
     cluster_stop(&c);
+
+    /* -n checks the other hosts' rows too, so that they agree: a NaN in
+     * a row of node 1 stops the import of node 0. */
+    test_cluster d;
+    stopped_cluster(&d, 2, 4, IMPORT_TABLES);
+    snprintf(dir, sizeof dir, "%s/nan", d.dir);
+    EXPECT_INT(mkdir(dir, 0700), 0, "mkdir %s", dir);
+    uint32_t nan = 0x7fc00000;
+    memcpy(&w[300 * 4], &nan, 4);    /* row 300: shard 1, node 1 */
+    snprintf(path, sizeof path, "%s/w.npy", dir);
+    write_npy(path, "<f4", 1000, 4, w, sizeof w);
+    snprintf(cmd, sizeof cmd, "%s --import '%s' -c '%s' -n 0", psd, dir,
+             d.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "-n 0 with a NaN in node 1's rows: %s", o);
+    EXPECT_SUBSTR(o, "w.npy: row 300 (key 300) holds nan", "said");
+    free(o);
+    snprintf(path, sizeof path, "%s/psd-node0.snap", d.dir);
+    EXPECT_INT(access(path, F_OK), -1, "node 0's snapshot written");
+    cluster_stop(&d);
 }
 
 /* psd --export beside a live node without a journal holds the node's
@@ -824,6 +877,8 @@ static void test_export_beside_a_live_snapshot_node_says_how_old(
     EXPECT_SUBSTR(out, want, "the export beside the live node");
     EXPECT_SUBSTR(out, "not what the node took since (psctl save first",
                   "what to do");
+    if (strstr(out, "no snapshot"))
+        fail_msg("a node with a snapshot said to have none: %s", out);
     free(out);
     EXPECT_INT(term(&c, 0), 0, "stop");
     out = run_out(&st, cmd);
