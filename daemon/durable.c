@@ -10,7 +10,6 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -624,26 +623,35 @@ long psd_durable_holder(const char *dir, int index)
     char lock[4200];
     struct stat st;
     lock_path(lock, sizeof lock, dir, index);
-    if (stat(lock, &st))
+    int fd = open(lock, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return -1;
     /* Only looked at: taking the lock, even for a moment, could make a
-     * psd starting then give up ("another psd is running"). A line is
-     * "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END", the device
-     * in hex; one of a process waiting for a lock starts "ID: ->". */
-    FILE *f = fopen("/proc/locks", "re");
-    if (!f)
+     * psd starting then give up ("another psd is running"). psd holds an
+     * OFD lock beside its flock (psd_durable_lock), which F_OFD_GETLK
+     * reports without taking it, on any file system and from any PID
+     * namespace; /proc/locks, which may show neither, only names the
+     * pid. */
+    struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET };
+    int held = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    int ok = fstat(fd, &st) == 0;
+    close(fd);
+    if (!held || !ok)
         return -1;
+    /* A line is "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END"
+     * (an OFD lock's says OFDLCK and pid -1); the device differs from
+     * stat's on btrfs, so the inode decides. */
+    FILE *f = fopen("/proc/locks", "re");
     char line[256], type[16];
-    long pid = -1, p;
-    unsigned maj, min;
+    long pid = 0, p;
     unsigned long long ino;
-    while (pid < 0 && fgets(line, sizeof line, f))
-        if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%llu", type, &p, &maj,
-                   &min, &ino) == 5 && !strcmp(type, "FLOCK") &&
-            ino == (unsigned long long)st.st_ino &&
-            makedev(maj, min) == st.st_dev)
-            pid = p > 0 ? p : 0;
-    fclose(f);
+    while (f && pid == 0 && fgets(line, sizeof line, f))
+        if (sscanf(line, "%*d: %15s %*s %*s %ld %*x:%*x:%llu", type, &p,
+                   &ino) == 3 && !strcmp(type, "FLOCK") &&
+            ino == (unsigned long long)st.st_ino && p > 0)
+            pid = p;
+    if (f)
+        fclose(f);
     return pid;
 }
 
@@ -683,6 +691,13 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
         d->lock_fd = -1;
         return -1;
     }
+    /* For psd_durable_holder (psd --export, --import, --reshard): an
+     * OFD lock can be seen by others without taking it, a flock cannot.
+     * The flock stays what keeps a second psd out. */
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+    if (fcntl(d->lock_fd, F_OFD_SETLK, &fl))
+        psd_warn("%s: %s: tools cannot tell that this psd runs", lock,
+                 strerror(errno));
     remove_stale_tmp(d->dir, n->index);
     return 0;
 }

@@ -311,7 +311,7 @@ static void host_memory(double *limit, double *avail)
     snprintf(p, sizeof p, "/sys/fs/cgroup%s/memory.max",
              strcmp(cg, "/") ? cg : "");
     f = cg[0] ? fopen(p, "re") : NULL;
-    if (f && fscanf(f, "%llu", &kb) == 1 && (double)kb < *limit)
+    if (f && fscanf(f, "%llu", &kb) == 1 && (*limit <= 0 || (double)kb < *limit))
         *limit = (double)kb;
     if (f)
         fclose(f);
@@ -339,22 +339,31 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
 {
     double need = 0, most = 0, limit, avail;
     const psd_table_conf *big = NULL;
-    int i = node, nodes = 0;
-    for (int n = 0; n < c->nnodes; n++)
-        if (node < 0 ? here(c, n) : n == node) {
+    /* The nodes counted, each name looked up once: node, and with it
+     * (or without a node) every node on a loopback address, since they
+     * share this host's memory. */
+    char *mine = calloc((size_t)c->nnodes, 1);
+    if (!mine)
+        return;
+    int i = node, nodes = 0, loop_own = node >= 0 && here(c, node);
+    for (int n = 0; n < c->nnodes; n++) {
+        mine[n] = n == node || ((node < 0 || loop_own) && here(c, n));
+        if (mine[n]) {
             nodes++;
             i = n;
         }
-    if (nodes == 0)
+    }
+    if (nodes == 0) {
+        free(mine);
         return;
+    }
     for (int t = 0; t < c->ntables; t++) {
         const psd_table_conf *tc = &c->tables[t];
         if (!tc->dense)
             continue;
         double rows = 0;
         for (uint32_t s = 0; s < c->shards; s++) {
-            int n = psw_node_of_shard(s, c->nnodes);
-            if (node >= 0 ? n != node : !here(c, n))
+            if (!mine[psw_node_of_shard(s, c->nnodes)])
                 continue;
             rows += (double)(psw_dense_shard_start(tc->rows, c->shards, s + 1) -
                              psw_dense_shard_start(tc->rows, c->shards, s));
@@ -368,8 +377,10 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
             big = tc;
         }
     }
+    free(mine);
     host_memory(&limit, &avail);
-    if (!big || limit <= 0 || need <= avail)
+    /* Not known: nothing said (no available figure: no note). */
+    if (!big || limit <= 0 || need <= avail || (need <= limit && avail <= 0))
         return;
     const double gib = 1024.0 * 1024 * 1024;
     char who[64];
