@@ -1610,9 +1610,12 @@ static int do_end_job(cluster *c, int json)
                                      "if they come back" : "");
         }
     }
+    int any = 0;
+    for (int i = 0; i < c->n; i++)
+        any |= e[i].ended;
     if (json)
         printf("]\n");
-    else if (!bad)
+    else if (!bad && any)
         printf("the next job starts when all its workers have joined\n");
     else
         fprintf(stderr, "psctl: end-job: run it again once every node "

@@ -252,6 +252,35 @@ static int write_new(const char *new_ini, int j, psd_node *old, int nold,
     return rc ? -1 : 0;
 }
 
+/* Files in dir of nodes that NEW does not have (node >= nnew: a shrink
+ * leaves them in place): a later layout with that many nodes again would
+ * load them, old rows and counts, beside its fresh snapshots. Said, once
+ * per node. */
+static void stale_nodes(const char *dir, int nnew, const char *new_ini)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char said[64] = "";
+    for (struct dirent *e; (e = readdir(d));) {
+        int k, end = 0;
+        if (sscanf(e->d_name, "psd-node%d.%n", &k, &end) != 1 || !end ||
+            k < nnew || (strncmp(e->d_name + end, "snap", 4) &&
+                         strncmp(e->d_name + end, "journal.", 8)))
+            continue;
+        char mark[16];
+        snprintf(mark, sizeof mark, "<%d>", k);
+        if (strstr(said, mark) || strlen(said) + strlen(mark) >= sizeof said)
+            continue;
+        strcat(said, mark);
+        fprintf(stderr, "psd --reshard: %s holds files of node %d, which %s "
+                "does not have: move %s/psd-node%d.* aside, or a later "
+                "layout of %d or more nodes would load that node's old "
+                "rows\n", dir, k, new_ini, dir, k, k + 1);
+    }
+    closedir(d);
+}
+
 int psd_reshard(const char *old_ini, const char *new_ini,
                 const char *out_dir)
 {
@@ -318,10 +347,18 @@ int psd_reshard(const char *old_ini, const char *new_ini,
             }
             goto out;
         }
+    psd_config_data_dir(&a, dir, sizeof dir);
+    stale_nodes(dir, nnew, new_ini);
+    char ndir[4096];
+    psd_config_data_dir(&b, ndir, sizeof ndir);
+    if (strcmp(ndir, dir))
+        stale_nodes(ndir, nnew, new_ini);
     fprintf(stderr, "psd --reshard: %d node%s of %s written to %s as %d "
-            "node%s of %s; put each psd-nodeN.snap in node N's data_dir "
-            "and start the nodes with %s\n", nold, nold == 1 ? "" : "s",
-            old_ini, out_dir, nnew, nnew == 1 ? "" : "s", new_ini, new_ini);
+            "node%s of %s; put each of psd-node0.snap .. psd-node%d.snap "
+            "in that node's data_dir (a node started without its own "
+            "starts from init) and start the nodes with %s\n", nold,
+            nold == 1 ? "" : "s", old_ini, out_dir, nnew,
+            nnew == 1 ? "" : "s", new_ini, nnew - 1, new_ini);
     status = 0;
 out:
     if (status)

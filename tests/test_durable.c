@@ -563,6 +563,18 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     EXPECT_INT(ps_position(w, &at, NULL), PS_OK, "ps_position");
     EXPECT_U64(at, 3, "the workers' clock moved with the model");
     ps_close(w);
+    /* Back to 2 nodes: node 2's files stay in b's folder, and a later
+     * layout of 3 nodes would load them; said. */
+    for (int j = 0; j < 3; j++)
+        EXPECT_INT(term(&b, j), 0, "stop b's node %d", j);
+    snprintf(cmd, sizeof cmd, "%s --reshard '%s/shrunk' -c '%s' --to '%s'",
+             psd, b.dir, b.ini, a.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "holds files of node 2, which ", "node 2's files");
+    EXPECT_SUBSTR(o, "put each of psd-node0.snap .. psd-node1.snap in that "
+                  "node's data_dir", "what to do");
+    free(o);
     cluster_stop(&a);
     cluster_stop(&b);
 }
