@@ -621,7 +621,6 @@ static void lock_path(char *buf, size_t len, const char *dir, int index)
 long psd_durable_holder(const char *dir, int index)
 {
     char lock[4200];
-    struct stat st;
     lock_path(lock, sizeof lock, dir, index);
     int fd = open(lock, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
@@ -630,29 +629,19 @@ long psd_durable_holder(const char *dir, int index)
      * psd starting then give up ("another psd is running"). psd holds an
      * OFD lock beside its flock (psd_durable_lock), which F_OFD_GETLK
      * reports without taking it, on any file system and from any PID
-     * namespace; /proc/locks, which may show neither, only names the
-     * pid. */
+     * namespace (/proc/locks may show neither). */
     struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET };
     int held = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
-    int ok = fstat(fd, &st) == 0;
+    /* The holder wrote its pid into the file (psd_durable_lock): a pid
+     * found by inode in /proc/locks could be another file system's. */
+    char buf[32] = "";
+    ssize_t n = held ? pread(fd, buf, sizeof buf - 1, 0) : 0;
     close(fd);
-    if (!held || !ok)
+    if (!held)
         return -1;
-    /* A line is "ID: FLOCK ADVISORY WRITE PID MAJ:MIN:INODE START END"
-     * (an OFD lock's says OFDLCK and pid -1); the device differs from
-     * stat's on btrfs, so the inode decides. */
-    FILE *f = fopen("/proc/locks", "re");
-    char line[256], type[16];
-    long pid = 0, p;
-    unsigned long long ino;
-    while (f && pid == 0 && fgets(line, sizeof line, f))
-        if (sscanf(line, "%*d: %15s %*s %*s %ld %*x:%*x:%llu", type, &p,
-                   &ino) == 3 && !strcmp(type, "FLOCK") &&
-            ino == (unsigned long long)st.st_ino && p > 0)
-            pid = p;
-    if (f)
-        fclose(f);
-    return pid;
+    buf[n > 0 ? n : 0] = '\0';
+    long pid = strtol(buf, NULL, 10);
+    return pid > 0 ? pid : 0;
 }
 
 int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
@@ -695,7 +684,10 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
      * OFD lock can be seen by others without taking it, a flock cannot.
      * The flock stays what keeps a second psd out. */
     struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
-    if (fcntl(d->lock_fd, F_OFD_SETLK, &fl))
+    char pid[32];
+    int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (fcntl(d->lock_fd, F_OFD_SETLK, &fl) || ftruncate(d->lock_fd, 0) ||
+        pwrite(d->lock_fd, pid, (size_t)pl, 0) != pl)
         psd_warn("%s: %s: tools cannot tell that this psd runs", lock,
                  strerror(errno));
     remove_stale_tmp(d->dir, n->index);

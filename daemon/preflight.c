@@ -319,13 +319,16 @@ static void host_memory(double *limit, double *avail)
         *avail = *limit;
 }
 
-/* Whether node i runs on this host as far as the file can tell: its
- * address is a loopback one. */
+/* Whether node i runs on this host as far as the file can tell: the
+ * address clients reach it at, or the one it listens on, is a loopback
+ * one (listen = 0.0.0.0:P says nothing of the host). */
 static int here(const psd_config *c, int i)
 {
     struct sockaddr_storage sa;
-    const psd_node_addr *a = c->nlisten > 0 ? &c->listen[i] : &c->nodes[i];
-    return resolve(a, &sa) == 0 && is_loopback(&sa);
+    if (resolve(&c->nodes[i], &sa) == 0 && is_loopback(&sa))
+        return 1;
+    return c->nlisten > 0 && resolve(&c->listen[i], &sa) == 0 &&
+           is_loopback(&sa);
 }
 
 /* A dense table's rows are all made, and written with their init, when

@@ -1615,9 +1615,10 @@ static int do_end_job(cluster *c, int json)
         any |= e[i].ended;
     if (json)
         printf("]\n");
-    else if (!bad && any)
-        printf("the next job starts when all its workers have joined\n");
-    else
+    else if (!bad) {
+        if (any)
+            printf("the next job starts when all its workers have joined\n");
+    } else
         fprintf(stderr, "psctl: end-job: run it again once every node "
                 "answers: the nodes that ended are lined up then\n");
     free(e);

@@ -21,6 +21,9 @@
 
 static const char *const cons_name[] = { "async", "bsp", "ssp" };
 
+/* Node indices a file name may hold (a cluster has at most 4096 nodes). */
+#define PSD_RESHARD_NODES_MAX 4096
+
 /* Whether the two layouts hold the same rows: the same shards, and the
  * same tables in the same order, alike in what decides where a row lives
  * and what it holds. 0, or -1 with the reason in err. */
@@ -259,26 +262,38 @@ static int write_new(const char *new_ini, int j, psd_node *old, int nold,
 static void stale_nodes(const char *dir, int nnew, const char *new_ini)
 {
     DIR *d = opendir(dir);
-    if (!d)
+    unsigned char *said = calloc(PSD_RESHARD_NODES_MAX, 1);
+    if (!d || !said) {
+        if (d)
+            closedir(d);
+        free(said);
         return;
-    char said[64] = "";
+    }
     for (struct dirent *e; (e = readdir(d));) {
-        int k, end = 0;
-        if (sscanf(e->d_name, "psd-node%d.%n", &k, &end) != 1 || !end ||
-            k < nnew || (strncmp(e->d_name + end, "snap", 4) &&
-                         strncmp(e->d_name + end, "journal.", 8)))
+        /* What a start loads: psd-nodeK.snap and psd-nodeK.journal.SEQ
+         * (not a .skipped or .tmp file, nor the lock), K written as psd
+         * writes it. */
+        const char *p = e->d_name + 8, *rest;
+        if (strncmp(e->d_name, "psd-node", 8) || *p < '0' || *p > '9' ||
+            (*p == '0' && p[1] != '.'))
             continue;
-        char mark[16];
-        snprintf(mark, sizeof mark, "<%d>", k);
-        if (strstr(said, mark) || strlen(said) + strlen(mark) >= sizeof said)
+        long k = strtol(p, (char **)&rest, 10);
+        if (*rest++ != '.' || k < nnew || k >= PSD_RESHARD_NODES_MAX)
             continue;
-        strcat(said, mark);
-        fprintf(stderr, "psd --reshard: %s holds files of node %d, which %s "
-                "does not have: move %s/psd-node%d.* aside, or a later "
-                "layout of %d or more nodes would load that node's old "
+        if (strcmp(rest, "snap") &&
+            (strncmp(rest, "journal.", 8) || !rest[8] ||
+             strspn(rest + 8, "0123456789") != strlen(rest + 8)))
+            continue;
+        if (said[k])
+            continue;
+        said[k] = 1;
+        fprintf(stderr, "psd --reshard: %s holds files of node %ld, which %s "
+                "does not have: move %s/psd-node%ld.* aside, or a later "
+                "layout of %ld or more nodes would load that node's old "
                 "rows\n", dir, k, new_ini, dir, k, k + 1);
     }
     closedir(d);
+    free(said);
 }
 
 int psd_reshard(const char *old_ini, const char *new_ini,
@@ -353,12 +368,17 @@ int psd_reshard(const char *old_ini, const char *new_ini,
     psd_config_data_dir(&b, ndir, sizeof ndir);
     if (strcmp(ndir, dir))
         stale_nodes(ndir, nnew, new_ini);
+    char files[64];
+    if (nnew == 1)
+        snprintf(files, sizeof files, "psd-node0.snap");
+    else
+        snprintf(files, sizeof files, "each of psd-node0.snap .. "
+                 "psd-node%d.snap", nnew - 1);
     fprintf(stderr, "psd --reshard: %d node%s of %s written to %s as %d "
-            "node%s of %s; put each of psd-node0.snap .. psd-node%d.snap "
-            "in that node's data_dir (a node started without its own "
-            "starts from init) and start the nodes with %s\n", nold,
-            nold == 1 ? "" : "s", old_ini, out_dir, nnew,
-            nnew == 1 ? "" : "s", new_ini, nnew - 1, new_ini);
+            "node%s of %s; put %s in that node's data_dir (a node started "
+            "without its own starts from init) and start the nodes with "
+            "%s\n", nold, nold == 1 ? "" : "s", old_ini, out_dir, nnew,
+            nnew == 1 ? "" : "s", new_ini, files, new_ini);
     status = 0;
 out:
     if (status)

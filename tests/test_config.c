@@ -1640,6 +1640,29 @@ static void test_dense_rows_beyond_this_hosts_memory_are_a_problem(
         fail_msg("want \"%s...\" among %d problems: %s", want, pf.nproblems,
                  pf.nproblems ? pf.problems[pf.nproblems - 1] : "");
     psd_preflight_destroy(&pf);
+    /* listen = 0.0.0.0 says nothing of the host; the nodes line does. */
+    psd_config_destroy(&c);
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+            "listen = 0.0.0.0:7070, 0.0.0.0:7071\n"
+            "[server]\ndata_dir = /tmp/psd-test-mem\n"
+            "auth_token = 0123456789abcdef0123456789abcdef\n"
+            "[table.small]\nkind = dense\nrows = 10\ndim = 1\n"
+            "[table.huge]\nkind = dense\nrows = 4398046511104\ndim = 32\n"
+            "updater = adam\n", &c);
+    psd_preflight_run(&pf, &c, "F", -1);
+    found = 0;
+    for (int k = 0; k < pf.nproblems; k++)
+        found |= strstr(pf.problems[k], "the 2 nodes on this host") != NULL;
+    if (!found)
+        fail_msg("listen = 0.0.0.0: the two nodes not counted (%d problems: "
+                 "%s)", pf.nproblems, pf.nproblems ? pf.problems[0] : "");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070, ps-b.invalid:7071\n"
+            "[server]\ndata_dir = /tmp/psd-test-mem\n"
+            "[table.small]\nkind = dense\nrows = 10\ndim = 1\n"
+            "[table.huge]\nkind = dense\nrows = 4398046511104\ndim = 32\n"
+            "updater = adam\n", &c);
     /* Without -n, the loopback nodes: node 0 alone here. */
     psd_preflight_run(&pf, &c, "F", -1);
     found = 0;

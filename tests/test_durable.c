@@ -564,14 +564,28 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     EXPECT_U64(at, 3, "the workers' clock moved with the model");
     ps_close(w);
     /* Back to 2 nodes: node 2's files stay in b's folder, and a later
-     * layout of 3 nodes would load them; said. */
+     * layout of 3 nodes would load them; said, for every such node (here
+     * 38 more), not for files a start does not load. */
     for (int j = 0; j < 3; j++)
         EXPECT_INT(term(&b, j), 0, "stop b's node %d", j);
+    for (int k = 3; k <= 40; k++) {
+        char extra[600];
+        snprintf(extra, sizeof extra, "%s/psd-node%d.snap%s", b.dir,
+                 k == 40 ? 2 : k, k == 40 ? ".skipped.123" : "");
+        FILE *xf = fopen(extra, "w");
+        assert_non_null(xf);
+        fclose(xf);
+    }
     snprintf(cmd, sizeof cmd, "%s --reshard '%s/shrunk' -c '%s' --to '%s'",
              psd, b.dir, b.ini, a.ini);
     o = run_out(&st, cmd);
     EXPECT_INT(st, 0, "%s: %s", cmd, o);
     EXPECT_SUBSTR(o, "holds files of node 2, which ", "node 2's files");
+    EXPECT_SUBSTR(o, "holds files of node 39, which ", "node 39's");
+    int named = 0;
+    for (const char *q = o; (q = strstr(q, "holds files of node")); q++)
+        named++;
+    EXPECT_INT(named, 38, "nodes named (2..39, each once)");
     EXPECT_SUBSTR(o, "put each of psd-node0.snap .. psd-node1.snap in that "
                   "node's data_dir", "what to do");
     free(o);

@@ -846,6 +846,13 @@ static void a_lost_worker_back_after_end_job_is_refused(void **state)
     EXPECT_SUBSTR(out, "lost workers' processes are refused if they come "
                   "back", "psctl end-job");
     free(out);
+    /* Again: nothing in progress, and nothing amiss said. */
+    out = end_job(&st, "2>&1");
+    EXPECT_INT(st, 0, "psctl end-job again: %s", out);
+    EXPECT_SUBSTR(out, "no job in progress at clock 0", "psctl end-job again");
+    if (strstr(out, "run it again") || strstr(out, "the next job starts"))
+        fail_msg("psctl end-job with no job in progress said: %s", out);
+    free(out);
     kill(pid, SIGCONT);
     assert_int_equal(write(gp[1], "g", 1), 1);
     close(gp[1]);
