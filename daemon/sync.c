@@ -243,15 +243,14 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
      * count far beyond, from any token holder, would be kept for good and
      * copied to every node by the next end-job. Half of MAX_CLOCK leaves
      * a job that starts at 0 on a node that took one the room to go on. */
-    uint64_t own = y->clock > y->barrier ? y->clock : y->barrier;
+    uint64_t c = y->clock, b = y->barrier;   /* the node's largest */
     for (int i = 0; i < y->nworkers; i++) {
-        const psd_worker *w = &y->workers[i];
-        if (w->clock > own)
-            own = w->clock;
-        if (w->barrier > own)
-            own = w->barrier;
+        if (y->workers[i].clock > c)
+            c = y->workers[i].clock;
+        if (y->workers[i].barrier > b)
+            b = y->workers[i].barrier;
     }
-    uint64_t given = clock > barrier ? clock : barrier;
+    uint64_t own = c > b ? c : b, given = clock > barrier ? clock : barrier;
     if (given > MAX_CLOCK / 2 || (own && given > own + MAX_JUMP)) {
         snprintf(err, errlen, "clock or barrier count %llu is out of range: "
                  "this node's largest is %llu", (unsigned long long)given,
@@ -271,14 +270,12 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
             return PSW_EBUSY;
         }
     }
-    uint64_t c = y->clock > clock ? y->clock : clock;
-    uint64_t b = y->barrier > barrier ? y->barrier : barrier;
+    if (clock > c)
+        c = clock;
+    if (barrier > b)
+        b = barrier;
     for (int i = 0; i < y->nworkers; i++) {
         const psd_worker *w = &y->workers[i];
-        if (w->clock > c)
-            c = w->clock;
-        if (w->barrier > b)
-            b = w->barrier;
         /* Pushed into the sums of the clock in progress (summed is at
          * most the node's clock + 1): acknowledged gradients, applied as
          * that clock's end would have, not dropped nor left to join the

@@ -874,7 +874,7 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
 
 /* psd --export beside a live node without a journal holds the node's
  * last snapshot, however much it trained since: it says so, naming the
- * psd that runs (seen in /proc/locks, never by taking its lock, which a
+ * psd that runs (seen by F_OFD_GETLK, never by taking its lock, which a
  * psd starting then would find taken); once the node stopped (its final
  * snapshot written), not. */
 static void test_export_beside_a_live_snapshot_node_says_how_old(
