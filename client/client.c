@@ -90,7 +90,7 @@ const char *ps_strerror(int code)
 
 /* Why the calling thread's last ps_open failed: there is no client to
  * keep it in, and a binding (Python in a notebook) may not show stderr. */
-static _Thread_local char tls_open_err[600];
+static _Thread_local char tls_open_err[1024];  /* as open_err */
 static _Thread_local int tls_open_quiet;     /* ps_options.quiet */
 
 /* Says why ps_open fails, for ps_last_error(NULL) and, unless the caller

@@ -64,6 +64,8 @@ void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes,
 
 void psc_customer_destroy(psc_customer *cu)
 {
+    for (int i = 0; cu->fails && i < PSC_FAIL_RING; i++)
+        free(cu->fails[i].text);
     free(cu->fails);
     psc_map_destroy(&cu->reqs);
     pthread_mutex_destroy(&cu->mu);
@@ -342,7 +344,12 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
                 cu->fails_forgotten = f->ts;  /* overwritten: forgotten */
             f->ts = r->ts;
             f->status = r->status;
-            fit_text(f->text, sizeof f->text, why);
+            /* Most texts are short: each takes what it needs, not
+             * PSC_TEXT_MAX times the ring. */
+            char text[PSC_TEXT_MAX];
+            fit_text(text, sizeof text, why);
+            free(f->text);
+            f->text = strdup(text);
         } else if (r->ts > cu->fails_forgotten) {
             /* Not recorded, so forgotten: ps_wait must not take it for a
              * success. */
@@ -416,7 +423,8 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
                 &cu->fails[(cu->nfails - 1 - i) % PSC_FAIL_RING];
             if (f->ts == ts) {
                 st = f->status;
-                snprintf(err, errlen, "%s", f->text);
+                snprintf(err, errlen, "%s", f->text ? f->text
+                         : "its reason was lost: memory ran out");
                 break;
             }
         }

@@ -18,11 +18,16 @@
 #include "stats.h"
 
 #define PSC_FAIL_RING 1024       /* failed requests whose status is kept */
+#define PSC_TEXT_MAX 1024        /* a failure's text, NUL included: a
+                                    node's reason (up to 511 bytes) with
+                                    the request and node before it */
 
 typedef struct psc_failure {
     ps_ts ts;
     int status;
-    char text[320];              /* fit_text: a longer one keeps its end */
+    char *text;                  /* owned; fit_text to PSC_TEXT_MAX (a
+                                    longer one keeps its end); NULL when
+                                    memory ran out */
 } psc_failure;
 
 /* A thread inside psc_customer_wait. It sleeps on the customer's
@@ -65,7 +70,7 @@ typedef struct psc_customer {
     size_t inflight_bytes;
     size_t max_inflight_bytes;
     int first_error;             /* since the last psc_customer_wait_all */
-    char first_error_text[320];  /* fit_text, as psc_failure's */
+    char first_error_text[PSC_TEXT_MAX];  /* fit_text, as psc_failure's */
     psc_failure *fails;          /* ring of PSC_FAIL_RING, made on demand */
     uint64_t nfails;
     ps_ts fails_forgotten;       /* newest failure pushed out of the ring */

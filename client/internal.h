@@ -38,7 +38,7 @@ struct ps_client {
     pthread_cond_t open_cv;
     psc_open_state open_state;
     int open_status;             /* PS_E* when PSC_OPEN_FAILED */
-    char open_err[512];
+    char open_err[1024];
 
     /* The cluster as HELLO_OK described it: written by the I/O thread
      * before the open completes, read-only afterwards. */

@@ -1419,7 +1419,24 @@ static void latency_resends_only_past_the_timeout_and_counts_once(
  * bytes that are no frame (a CRC that does not match), once a connection
  * has had three. */
 enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING, MOCK_HOSTILE,
-       MOCK_HOSTILE_ADMIN, MOCK_MUTE_ERROR };
+       MOCK_HOSTILE_ADMIN, MOCK_MUTE_ERROR, MOCK_LONG_ERROR,
+       MOCK_LONG_REFUSAL };
+
+/* A reason as long as a node may send (PSW_TEXT_MAX - 1 bytes), for
+ * MOCK_LONG_ERROR's replies and MOCK_LONG_REFUSAL's HELLO: its end,
+ * LONG_END, is what the caller must still read. */
+#define LONG_END "and this is the end of the reason."
+static const char *long_reason(void)
+{
+    static char t[PSW_TEXT_MAX];
+    if (!t[0]) {
+        size_t n = sizeof t - 1 - strlen(LONG_END);
+        for (size_t i = 0; i < n; i++)
+            t[i] = "word "[i % 5];
+        memcpy(t + n, LONG_END, strlen(LONG_END) + 1);
+    }
+    return t;
+}
 
 /* What MOCK_HOSTILE_ADMIN answers every ADMIN command with. */
 #define HOSTILE_TEXT "no\x1b]0;pwned\x07\x1b[2Jway\r"
@@ -1443,7 +1460,7 @@ static float mock_row(uint64_t key)
 /* Answers the requests of one frame into o (its replies, in one frame;
  * with bogus ones first when `unknown`). Returns the replies packed. */
 static int mock_answer(psw_out *o, const char *body, size_t len,
-                       int unknown, int mute_error)
+                       int unknown, int mute_error, int long_error)
 {
     msgpack_zone z;
     msgpack_object obj;
@@ -1474,10 +1491,11 @@ static int mock_answer(psw_out *o, const char *body, size_t len,
             packed++;
             continue;
         }
-        if (mute_error) {
+        if (mute_error || long_error) {
             /* An error with an empty reason, as a careless server might
-             * send. */
-            psw_pack_reply(o, m.ts, m.part, PSW_ESERVER, NULL, 0, 0);
+             * send, or with the longest a node sends. */
+            psw_pack_reply(o, m.ts, m.part, PSW_ESERVER,
+                           long_error ? long_reason() : NULL, 0, 0);
             packed++;
             continue;
         }
@@ -1547,6 +1565,10 @@ static void *mock_main(void *arg)
                           .nodes = nodes, .ntables = 1, .tables = t,
                           .heartbeat_ms = 1000, .peer_timeout_ms = 60000,
                           .proof_state = PSW_PROOF_NIL };
+        if (mk->mode == MOCK_LONG_REFUSAL) {
+            l.status = PSW_EINVAL;
+            snprintf(l.text, sizeof l.text, "%s", long_reason());
+        }
         psw_out o;
         psw_out_init(&o);
         psw_out_frame_begin(&o);
@@ -1561,7 +1583,8 @@ static void *mock_main(void *arg)
             }
             psw_out_reset(&o);
             int n = mock_answer(&o, f, len, mk->mode == MOCK_UNKNOWN,
-                                mk->mode == MOCK_MUTE_ERROR);
+                                mk->mode == MOCK_MUTE_ERROR,
+                                mk->mode == MOCK_LONG_ERROR);
             free(f);
             if (!n)
                 continue;
@@ -1808,6 +1831,48 @@ static void error_reply_without_a_reason_still_says_what_failed(void **state)
                  text);
 }
 
+/* A node's reason may take PSW_TEXT_MAX - 1 bytes; the caller reads it
+ * whole, end included, from ps_last_error: after a failed request and
+ * after a refused ps_open (the client's summaries cut such a reason at
+ * 320 and 512 bytes, losing its end). */
+static void a_nodes_longest_reason_reaches_the_caller_whole(void **state)
+{
+    (void)state;
+    mock mk;
+    ps_client *cl = mock_open(&mk, MOCK_LONG_ERROR, "long reasons");
+    uint64_t key = 7;
+    float one = 1;
+    ps_ts ts = ps_push(cl, 0, &key, 1, &one, NULL, NULL);
+    int rc = ps_wait(cl, ts);
+    char text[2048];
+    snprintf(text, sizeof text, "%s", ps_last_error(cl));
+    ps_ts ts2 = ps_push(cl, 0, &key, 1, &one, NULL, NULL);
+    int rc_all = ps_wait_all(cl);
+    char all[2048];
+    snprintf(all, sizeof all, "%s", ps_last_error(cl));
+    ps_close(cl);
+    mock_stop(&mk);
+    EXPECT_INT(rc, PS_ESERVER, "status of a push answered ESERVER");
+    EXPECT_SUBSTR(text, long_reason(), "ps_wait's ps_last_error");
+    EXPECT_INT(rc_all, PS_ESERVER, "ps_wait_all after request %lld",
+               (long long)ts2);
+    EXPECT_SUBSTR(all, long_reason(), "ps_wait_all's ps_last_error");
+
+    mock_start(&mk, MOCK_LONG_REFUSAL);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
+    ps_options o = fault_options();
+    o.quiet = 1;
+    cl = NULL;
+    rc = ps_open(&cl, spec, &o);
+    snprintf(text, sizeof text, "%s", ps_last_error(NULL));
+    if (cl)
+        ps_close(cl);
+    mock_stop(&mk);
+    EXPECT_INT(rc, PS_EINVAL, "ps_open refused: %s", text);
+    EXPECT_SUBSTR(text, long_reason(), "ps_open's ps_last_error(NULL)");
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -1855,6 +1920,7 @@ int main(void)
         cmocka_unit_test(hostile_layout_text_reaches_no_terminal),
         cmocka_unit_test(hostile_admin_text_reaches_no_terminal),
         cmocka_unit_test(error_reply_without_a_reason_still_says_what_failed),
+        cmocka_unit_test(a_nodes_longest_reason_reaches_the_caller_whole),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }
