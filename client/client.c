@@ -351,6 +351,32 @@ void ps_close(ps_client *c)
     client_stop(c);
 }
 
+static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
+
+void ps_close_now(ps_client *c)
+{
+    if (!c)
+        return;
+    /* Everything issued so far, and what callbacks issue as theirs
+     * fail, fails instead of being waited for. */
+    psc_customer_abandon(&c->cu, 1);
+    psc_customer_drain(&c->cu);
+    if (c->opt.worker >= 0) {
+        /* Everything before it is over: LEAVE, issued next, goes through.
+         * Waited for one attempt's time at most: a node that cannot
+         * answer counts this worker lost, as after a crash. */
+        psc_customer_abandon(&c->cu, 0);
+        psc_req *r;
+        if (psc_req_control(c->cluster.nnodes, -1, PSW_OP_LEAVE, 0, &r) ==
+            0) {
+            ps_ts ts = submit(c, r, NULL, NULL);
+            if (ts > 0)
+                ps_wait_timeout(c, ts, c->opt.request_timeout_ms);
+        }
+    }
+    client_stop(c);
+}
+
 int ps_table(ps_client *c, const char *name, ps_table_info *info)
 {
     if (!c)

@@ -274,12 +274,13 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
     return ts;
 }
 
-psc_part *psc_customer_take(psc_customer *cu, int *closing)
+psc_part *psc_customer_take(psc_customer *cu, int *closing, ps_ts *abandon)
 {
     pthread_mutex_lock(&cu->mu);
     psc_part *p = cu->sq_head;
     cu->sq_head = cu->sq_tail = NULL;
     *closing = cu->closing;
+    *abandon = cu->abandon_ts;
     pthread_mutex_unlock(&cu->mu);
     return p;
 }
@@ -495,6 +496,15 @@ void psc_customer_drain(psc_customer *cu)
     pthread_mutex_lock(&cu->mu);
     wait_cv(cu, any_in_flight, 0, NULL);
     pthread_mutex_unlock(&cu->mu);
+}
+
+void psc_customer_abandon(psc_customer *cu, int later)
+{
+    pthread_mutex_lock(&cu->mu);
+    cu->abandon_ts = later ? INT64_MAX : cu->last_ts;
+    pthread_mutex_unlock(&cu->mu);
+    if (cu->wake)
+        cu->wake(cu->wake_arg);
 }
 
 void psc_customer_close(psc_customer *cu)

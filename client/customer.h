@@ -75,6 +75,9 @@ typedef struct psc_customer {
     uint64_t nfails;
     ps_ts fails_forgotten;       /* newest failure pushed out of the ring */
     int closing;
+    ps_ts abandon_ts;            /* requests up to it fail with PS_ECLOSED
+                                    wherever they are (ps_close_now); 0:
+                                    none */
     psc_stats *stats;            /* where completions are counted */
     void (*wake)(void *);        /* tells the I/O thread that parts were
                                     queued (for held parts, which the I/O
@@ -99,8 +102,9 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
                           void *arg, int may_wait, char *err, size_t errlen);
 
 /* The I/O thread takes every queued part (a list linked by next, in
- * submission order); *closing says whether the client is closing. */
-psc_part *psc_customer_take(psc_customer *cu, int *closing);
+ * submission order); *closing says whether the client is closing, and
+ * *abandon up to which request everything fails now (0: none). */
+psc_part *psc_customer_take(psc_customer *cu, int *closing, ps_ts *abandon);
 
 /* Settles one part with its reply: copies pulled rows into place, or
  * records the error. Returns 1 when this was the request's last part:
@@ -152,6 +156,12 @@ int psc_customer_wait_all(psc_customer *cu, int timeout_ms, char *err,
 /* Blocks until no request at all is in flight, including those that
  * callbacks issue meanwhile (ps_close). */
 void psc_customer_drain(psc_customer *cu);
+
+/* ps_close_now: requests, wherever they are, fail with PS_ECLOSED
+ * instead of being sent or waited for; every one when `later` (also
+ * those issued from now on), else those issued so far. The I/O thread
+ * acts on it at its next take, which this wakes. */
+void psc_customer_abandon(psc_customer *cu, int later);
 
 /* From now on submits fail with PS_ECLOSED and blocked submitters wake. */
 void psc_customer_close(psc_customer *cu);

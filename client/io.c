@@ -667,12 +667,12 @@ static void requeue_in_flight(nconn *nc, uint64_t now, int status)
     psc_map_init(&nc->fly_map);
     while ((p = fly_pop_oldest(nc)) != NULL) {
         int spent = !p->slow && p->sends > c->opt.max_retries;
-        if (spent || now >= p->expire_ns) {
+        if (spent || now >= p->expire_ns || p->abandoned) {
             char why[800];
             snprintf(why, sizeof why, "request %llu: %s%s",
                      (unsigned long long)p->msg.ts, nc->drop_why,
-                     spent ? " (no attempts left)" : "");
-            part_fail(c, p, status, why);
+                     spent && !p->abandoned ? " (no attempts left)" : "");
+            part_fail(c, p, p->abandoned ? PS_ECLOSED : status, why);
         } else {
             if (tail)
                 tail->next = p;
@@ -1604,12 +1604,52 @@ static void on_batch(uv_timer_t *t)
     send_all(io);
 }
 
+#define ABANDON_WHY "the client closed without waiting for it (ps_close_now)"
+
+/* ps_close_now: every part of a request up to upto fails with
+ * PS_ECLOSED. Queued ones fail at once; one in flight fails as its
+ * connection closes, since a write libuv still holds may read the
+ * caller's buffers, and rows may be arriving straight into out. */
+static void abandon(psc_io *io, ps_ts upto)
+{
+    for (int i = 0; i < io->nnodes; i++) {
+        nconn *nc = io->nodes[i];
+        psc_part **pp = &nc->q_head, *last = NULL;
+        while (*pp) {
+            psc_part *p = *pp;
+            if (p->req->ts > upto) {
+                last = p;
+                pp = &p->next;
+                continue;
+            }
+            *pp = p->next;
+            nc->q_bytes -= p->wire_bytes;
+            p->next = NULL;
+            char why[160];
+            snprintf(why, sizeof why, "request %llu: " ABANDON_WHY,
+                     (unsigned long long)p->msg.ts);
+            part_fail(io->c, p, PS_ECLOSED, why);
+        }
+        nc->q_tail = last;
+        int flying = 0;
+        for (int k = 0; k < 2; k++)
+            for (psc_part *p = nc->fly[k].head; p; p = p->next)
+                if (p->req->ts <= upto) {
+                    p->abandoned = 1;
+                    flying = 1;
+                }
+        if (flying)
+            nc_drop(nc, PS_ECLOSED, ABANDON_WHY);
+    }
+}
+
 static void on_wake(uv_async_t *a)
 {
     psc_io *io = a->data;
     ps_client *c = io->c;
     int closing;
-    psc_part *p = psc_customer_take(&c->cu, &closing);
+    ps_ts upto;
+    psc_part *p = psc_customer_take(&c->cu, &closing, &upto);
     uint64_t bound = bounded_ns(c);
     uint64_t slow_bound = (uint64_t)c->opt.sync_timeout_ms * MS;
 
@@ -1640,6 +1680,8 @@ static void on_wake(uv_async_t *a)
         shutdown_io(io);
         return;
     }
+    if (upto)
+        abandon(io, upto);
     /* A small request may wait batch_delay_us for company; a full batch,
      * or no delay configured, goes now. */
     if (c->opt.batch_delay_us > 0 && queued && queued < BATCH_BYTES) {

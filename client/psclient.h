@@ -158,6 +158,19 @@ PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
  * No other call on `c` may be running or made afterwards. */
 PS_API void ps_close(ps_client *c);
 
+/* Like ps_close, without waiting for outstanding requests: each fails at
+ * once with PS_ECLOSED (its callback runs; a push sent but not answered
+ * may have been applied, and its text says so; one never sent was not),
+ * as do requests callbacks issue meanwhile. A worker then leaves the
+ * training as with ps_close, waiting at most request_timeout_ms for the
+ * nodes' answers (a node that has not answered by then counts the
+ * worker lost, as after a crash: worker_grace). For a program that stops
+ * (Ctrl-C, a fatal error) while a request is held by a stopped node or a
+ * slow bsp/ssp peer: ps_close would wait sync_timeout_ms for it.
+ * NULL is a no-op. No other call on `c` may be running or made
+ * afterwards. */
+PS_API void ps_close_now(ps_client *c);
+
 /* Static text for a status code. */
 PS_API const char *ps_strerror(int code);
 

@@ -39,6 +39,9 @@ typedef struct psc_part {
                                     bounds it, not attempts */
     size_t wire_bytes;           /* what it adds to a frame's budget: its
                                     message and the rows of its reply */
+    int abandoned;               /* ps_close_now gave up on it while in
+                                    flight: it fails with PS_ECLOSED when
+                                    its connection has closed (io.c) */
     int first;                   /* a part of a push sent in two waves
                                     (psc_req.held) that goes first: it
                                     holds a NaN or an infinity */

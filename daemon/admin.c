@@ -689,9 +689,18 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
                     running ? "true" : "false");
         }
     } else {
-        put(&b, "unknown command \"%.*s\" (ping, stats, metrics, rates, "
-            "save, end-job)",
-            (int)(len > 64 ? 64 : len), cmd);
+        /* Shown byte for byte, a NUL or a control byte escaped: "%.*s"
+         * stopped at a NUL ("ping\0junk" read as "ping", unknown). */
+        put(&b, "unknown command \"");
+        for (size_t i = 0; i < len && i < 64; i++) {
+            unsigned char ch = (unsigned char)cmd[i];
+            if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\')
+                put(&b, "%c", ch);
+            else
+                put(&b, "\\x%02x", ch);
+        }
+        put(&b, "%s\" (ping, stats, metrics, rates, save, end-job)",
+            len > 64 ? "..." : "");
         rc = PSW_EINVAL;
     }
     if (b.oom) {

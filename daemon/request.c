@@ -718,7 +718,15 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
                     "(ts 0 could not be told from a retransmission)");
         return;
     }
-    if (pushes && (nrows > SIZE_MAX / rowb || m->vals_len != nrows * rowb)) {
+    if (pushes && nrows > SIZE_MAX / rowb) {
+        /* Their size would wrap round: said as it is. */
+        snprintf(err, sizeof err, "%llu rows of table '%s' (dim %u) are more "
+                 "than any push can carry, got %zu bytes of values",
+                 (unsigned long long)nrows, tc->name, tc->dim, m->vals_len);
+        reply_error(n, ss, m, PSW_EINVAL, err);
+        return;
+    }
+    if (pushes && m->vals_len != nrows * rowb) {
         snprintf(err, sizeof err, "%llu rows of table '%s' need %llu bytes of "
                  "values, got %zu", (unsigned long long)nrows, tc->name,
                  (unsigned long long)(nrows * rowb), m->vals_len);
@@ -1129,7 +1137,8 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
     const psd_table_conf *tc = psd_table_conf_get(t);
     int ranged = psw_op_has(m->op, PSW_OPF_RANGED), owner;
     uint64_t nrows = ranged ? m->count : m->nkeys;
-    if (m->vals_len != nrows * tc->dim * sizeof(float)) {
+    if (nrows > SIZE_MAX / (tc->dim * sizeof(float)) ||
+        m->vals_len != nrows * tc->dim * sizeof(float)) {
         snprintf(err, errlen, "a push of %llu rows of table '%s' with %zu "
                  "bytes of values (dim %u)", (unsigned long long)nrows,
                  tc->name, m->vals_len, tc->dim);

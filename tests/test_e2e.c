@@ -635,6 +635,48 @@ static void request_for_another_nodes_shard_names_the_owner(void **state)
     close(fd);
 }
 
+/* Two refusals whose texts contradicted themselves: a push of 2^62 + 1
+ * rows of dim 4, whose byte count wraps round to the 16 bytes sent, was
+ * "need 16 bytes of values, got 16"; an ADMIN command with a NUL in it
+ * was shown cut at the NUL ("ping\0junk": unknown command "ping"). Both
+ * are refused, and the connection serves on. */
+static void refusals_say_what_was_sent(void **state)
+{
+    (void)state;
+    int fd = raw_connect(shared.port[0]);
+    raw_hello(fd);
+    float vals[4] = { 1, 2, 3, 4 };
+    psw_msg m = { .op = PSW_OP_PUSH_RANGE, .ts = 9, .table = 0,
+                  .first = 0, .count = (1ULL << 62) + 1,
+                  .vals = (const char *)vals, .vals_len = sizeof vals };
+    raw_send_msg(fd, &m);
+    msgpack_zone z;
+    char *f;
+    psw_msg r;
+    raw_read_reply(fd, &r, &z, &f);
+    char text[600];
+    snprintf(text, sizeof text, "%.*s", (int)r.text_len, r.text);
+    EXPECT_INT(r.status, PSW_EINVAL, "a push of 2^62 + 1 rows: %s", text);
+    EXPECT_SUBSTR(text, "4611686018427387905 rows of table 'dense' (dim 4) "
+                  "are more than any push can carry, got 16 bytes",
+                  "a push of 2^62 + 1 rows");
+    msgpack_zone_destroy(&z);
+    free(f);
+    static const char cmd[] = "ping\0junk\x1b";
+    psw_msg a = { .op = PSW_OP_ADMIN, .ts = 10, .text = cmd,
+                  .text_len = sizeof cmd - 1 };
+    raw_send_msg(fd, &a);
+    raw_read_reply(fd, &r, &z, &f);
+    snprintf(text, sizeof text, "%.*s", (int)r.text_len, r.text);
+    EXPECT_INT(r.status, PSW_EINVAL, "ADMIN with a NUL: %s", text);
+    EXPECT_SUBSTR(text, "unknown command \"ping\\x00junk\\x1b\"",
+                  "ADMIN with a NUL");
+    msgpack_zone_destroy(&z);
+    free(f);
+    close(fd);
+    others_still_served();
+}
+
 static void killed_server_fails_requests_instead_of_hanging(void **state)
 {
     (void)state;
@@ -1367,6 +1409,7 @@ int main(void)
         cmocka_unit_test(malformed_frame_closes_only_that_connection),
         cmocka_unit_test(hostile_frames_are_refused_and_the_server_survives),
         cmocka_unit_test(request_for_another_nodes_shard_names_the_owner),
+        cmocka_unit_test(refusals_say_what_was_sent),
         cmocka_unit_test(hello_with_another_protocol_version_is_refused_clearly),
         cmocka_unit_test(killed_server_fails_requests_instead_of_hanging),
         cmocka_unit_test(stopped_server_hangs_requests_no_longer_than_the_timeout),

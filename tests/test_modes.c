@@ -1378,6 +1378,71 @@ static void ssp_bound_holds_after_a_crash(void **state)
         fail_msg("worker 0's pull failed once worker 1 had clocked twice");
 }
 
+static int close_now_status;
+
+static void close_now_done(ps_ts ts, int status, void *arg)
+{
+    (void)ts;
+    (void)arg;
+    close_now_status = status;
+}
+
+/* ps_close_now does not wait for a request a slow ssp peer holds (ps_close
+ * would, sync_timeout_ms): the held pull fails with PS_ECLOSED at once,
+ * its callback runs, and the worker still leaves on every node, so the
+ * job is not held for worker_grace. The Python binding closes so on
+ * Ctrl-C. */
+static void close_now_gives_up_a_held_pull_and_leaves(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n"
+                                      "worker_grace = 600\n",
+                                      "[table.ctr]\nkind = dense\n"
+                                      "dim = 1\nrows = 8\n"
+                                      "consistency = ssp\nstaleness = 1\n"),
+                     0);
+    ps_client *w0 = open_worker_ms(cl.spec, 0, 120000);
+    assert_non_null(w0);
+    int t = ps_table(w0, "ctr", NULL);
+    assert_true(t >= 0);
+    float one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, out[8];
+    assert_int_equal(ps_wait(w0, ps_push_range(w0, t, 0, 8, one, NULL,
+                                               NULL)), 0);
+    assert_int_equal(ps_clock(w0), 0);
+    assert_int_equal(ps_clock(w0), 0);
+    /* Two clocks ahead of worker 1 (never joined), staleness 1: held on
+     * both nodes. */
+    close_now_status = 1;
+    ps_ts ts = ps_pull_range(w0, t, 0, 8, out, close_now_done, NULL);
+    assert_true(ts > 0);
+    EXPECT_INT(ps_wait_timeout(w0, ts, 300), PS_PENDING, "the held pull");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ps_close_now(w0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) +
+                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    EXPECT_INT(close_now_status, PS_ECLOSED, "the held pull's callback");
+    for (int i = 0; i < 2; i++)
+        EXPECT_INT(cluster_log_wait(&cl, i, "worker 0 left", 10000), 1,
+                   "node %d: worker 0 left by its LEAVE", i);
+    /* The sum pushed stands, and worker 1 alone is not held by worker 0
+     * for worker_grace: it left. */
+    ps_client *w1 = open_worker_ms(cl.spec, 1, 5000);
+    assert_non_null(w1);
+    assert_int_equal(ps_clock(w1), 0);
+    assert_int_equal(ps_clock(w1), 0);
+    assert_int_equal(ps_clock(w1), 0);
+    EXPECT_INT(ps_wait(w1, ps_pull_range(w1, t, 0, 8, out, NULL, NULL)), 0,
+               "worker 1's pull after worker 0 left: %s", ps_last_error(w1));
+    EXPECT_INT(out[7] == 1, 1, "row 7 after the push: %g", (double)out[7]);
+    ps_close(w1);
+    assert_int_equal(cluster_stop(&cl), 0);
+    /* A hang guard, not a measure: ps_close would wait 120 s. */
+    if (secs > 30)
+        fail_msg("ps_close_now took %.1f s", secs);
+}
+
 /* The other side of ssp_bound_holds_after_a_crash: when every worker
  * had clocked 3 times before kill -9, the node back from it is at clock 3,
  * so a pull with staleness 1 is answered at once. Taken for one at clock
@@ -2063,6 +2128,7 @@ int main(void)
         cmocka_unit_test(a_second_job_waits_for_all_its_workers),
         cmocka_unit_test(end_job_ends_a_job_whose_workers_stopped_apart),
         cmocka_unit_test(a_lost_worker_back_after_end_job_is_refused),
+        cmocka_unit_test(close_now_gives_up_a_held_pull_and_leaves),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(

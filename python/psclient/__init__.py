@@ -648,6 +648,9 @@ class Client:
         # Arrays of requests an exception cut off from their timestamp
         # (see _hold): kept until ps_wait_all has returned.
         self._held: List[Tuple[np.ndarray, ...]] = []
+        # Whether Ctrl-C (KeyboardInterrupt) cut short a wait of this
+        # client: its __del__ then closes without waiting (close(False)).
+        self._interrupted = False
         self._tables: Dict[str, Table] = {}
         self._forks = _forks
 
@@ -660,6 +663,10 @@ class Client:
         for name, value in fields.items():
             if value is None:
                 continue
+            if isinstance(value, bool):
+                # operator.index takes True as 1: worker=True would join
+                # as worker 1.
+                raise TypeError(f"{name}: expected an int, got a bool")
             try:
                 value = operator.index(value)
             except TypeError:
@@ -705,13 +712,23 @@ class Client:
 
     # -- lifetime --
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         """Waits for calls running in other threads and for every
         outstanding request (reading their statuses, so ``Request.wait()``
         still answers afterwards), leaves the training if this client is a
-        worker, and disconnects. Closing twice is a no-op. A close that
-        an exception (Ctrl-C) cut short while it waited leaves the client
-        open.
+        worker, and disconnects. Closing twice is a no-op.
+
+        With ``wait=False``, or when Ctrl-C (KeyboardInterrupt) cuts the
+        wait for requests short, outstanding requests are not waited for:
+        each fails with ClosedError (a push sent but not answered may have
+        been applied), a worker still leaves (waiting at most
+        request_timeout_ms for the nodes), and the KeyboardInterrupt is
+        raised again once closed (ps_close_now). A request held by a
+        stopped node or a slow bsp/ssp peer would keep a waiting close
+        for up to sync_timeout_ms. Leaving a ``with`` block by Ctrl-C
+        closes so, as does ``__del__`` after Ctrl-C cut one of the
+        client's waits short. Another exception (Ctrl-C before the wait)
+        leaves the client open.
 
         Called from a signal handler (or another object's ``__del__``) that
         runs while its thread is in a call on this client, close() returns
@@ -736,6 +753,8 @@ class Client:
                 self._close_later = me
                 return
             self._closer = me
+            interrupted: Optional[KeyboardInterrupt] = None
+            keep = None
             try:
                 while self._busy:
                     self._cv.wait()
@@ -744,9 +763,17 @@ class Client:
                 # Nothing else runs on the handle from here on: new calls
                 # see _closing and fail, status reads wait for _h to go.
                 h = self._h
-                self._wait_all(h)
-                for req in list(self._pending.values()):
-                    self._read_status(h, req)
+                if wait:
+                    try:
+                        self._wait_all(h)
+                        for req in list(self._pending.values()):
+                            self._read_status(h, req)
+                    except KeyboardInterrupt as e:
+                        interrupted = e
+                if not wait or interrupted:
+                    # The arrays stay referenced until ps_close_now has
+                    # returned: the library may send them until then.
+                    keep = (self._give_up(h), list(self._held))
                 self._pending.clear()
                 self._held.clear()
                 # The handle is forgotten before ps_close frees it: a
@@ -765,9 +792,37 @@ class Client:
             finally:
                 self._closer = None
             try:
-                _LIB.ps_close(h)
+                if keep is None:
+                    _LIB.ps_close(h)
+                else:
+                    _LIB.ps_close_now(h)
+                    del keep
             finally:
                 self._cv.notify_all()
+            if interrupted is not None:
+                raise interrupted
+
+    def _give_up(self, h: int) -> List[Tuple[np.ndarray, ...]]:
+        """close() without waiting: records each unread request's status,
+        as ClosedError for those still in flight (ps_close_now fails them
+        so), and returns their arrays, which the caller keeps until
+        ps_close_now has returned."""
+        bufs = []
+        why = ("the client closed without waiting for it (close(wait="
+               "False), or Ctrl-C while close() waited): a push sent may "
+               "have been applied")
+        for req in list(self._pending.values()):
+            st = _LIB.ps_wait_timeout(h, req.ts, 0)
+            if st == PS_PENDING:
+                st, msg = PS_ECLOSED, why
+            else:
+                msg = (_LIB.ps_last_error(h).decode("utf-8", "replace")
+                       if st else "")
+            if req._status is None:
+                req._status, req._message = st, msg
+            bufs.append(req._bufs)
+            req._bufs = None
+        return bufs
 
     @property
     def closed(self) -> bool:
@@ -784,12 +839,14 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        # Ctrl-C: the user wants out, not to wait for requests a stopped
+        # node or a slow peer holds.
+        self.close(wait=exc_type is not KeyboardInterrupt)
 
     def __del__(self) -> None:
         try:
-            self.close()
+            self.close(wait=not self._interrupted)
         except Exception:
             pass
 
@@ -849,22 +906,28 @@ class Client:
         if later:
             self.close()                 # asked for by a signal handler
 
-    @staticmethod
-    def _wait(h: int, ts: int) -> int:
+    def _wait(self, h: int, ts: int) -> int:
         """ps_wait, in slices during which signal handlers can run (a
         handler that raises ends the wait; the request stays in flight)."""
-        while True:
-            st = _LIB.ps_wait_timeout(h, ts, _WAIT_SLICE_MS)
-            if st != PS_PENDING:
-                return st
+        try:
+            while True:
+                st = _LIB.ps_wait_timeout(h, ts, _WAIT_SLICE_MS)
+                if st != PS_PENDING:
+                    return st
+        except KeyboardInterrupt:
+            self._interrupted = True
+            raise
 
-    @staticmethod
-    def _wait_all(h: int) -> int:
+    def _wait_all(self, h: int) -> int:
         """ps_wait_all, in slices as _wait."""
-        while True:
-            st = _LIB.ps_wait_all_timeout(h, _WAIT_SLICE_MS)
-            if st != PS_PENDING:
-                return st
+        try:
+            while True:
+                st = _LIB.ps_wait_all_timeout(h, _WAIT_SLICE_MS)
+                if st != PS_PENDING:
+                    return st
+        except KeyboardInterrupt:
+            self._interrupted = True
+            raise
 
     def _fail(self, h: int, code: int) -> Error:
         """The exception for code, with this thread's ps_last_error text."""

@@ -161,6 +161,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ps_options_init": (None, [POINTER(PsOptions)]),
         "ps_open": (c_int, [POINTER(c_void_p), c_char_p, POINTER(PsOptions)]),
         "ps_close": (None, [h]),
+        "ps_close_now": (None, [h]),
         "ps_strerror": (c_char_p, [c_int]),
         "ps_last_error": (c_char_p, [h]),
         "ps_table": (c_int, [h, c_char_p, POINTER(PsTableInfo)]),

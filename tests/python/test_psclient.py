@@ -1485,3 +1485,82 @@ def test_a_worker_let_go_hears_of_the_clocks_it_missed(make_cluster,
         with warnings.catch_warnings():
             warnings.simplefilter("error")        # said once
             c.clock()
+
+
+_CTRL_C_CHILD = """
+import signal, sys, numpy as np, psclient
+signal.signal(signal.SIGINT, signal.default_int_handler)
+spec, how = sys.argv[1], sys.argv[2]
+if how == "with":
+    with psclient.connect(spec, worker=0, sync_timeout_ms=120000) as c:
+        t = c.table("ssp")
+        c.clock()
+        print("held", flush=True)
+        t.pull(np.arange(8, dtype=np.uint64))   # worker 1 never clocks
+else:
+    c = psclient.connect(spec, worker=0, sync_timeout_ms=120000)
+    c.clock()
+    req = c.table("ssp").pull_async(np.arange(8, dtype=np.uint64))
+    print("held", flush=True)
+    c.close()                                   # waits for req
+"""
+
+
+@pytest.mark.parametrize("how", ["with", "close"])
+def test_one_ctrl_c_ends_a_worker_whose_pull_is_held(make_cluster, how):
+    """Ctrl-C interrupted the held pull, then close() (from the with
+    block's end, or __del__ at exit) waited for that same pull until
+    sync_timeout_ms: it took three Ctrl-C's to end the program. Now close
+    gives up on requests when Ctrl-C comes (ps_close_now): the program
+    ends at the first, and the worker still leaves on every node, so the
+    other workers are not held for worker_grace."""
+    cl = make_cluster(SSP, cluster_lines="workers = 2\nworker_grace = 600\n")
+    p = subprocess.Popen([sys.executable, "-c", _CTRL_C_CHILD, cl.spec, how],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline() == "held\n", p.stderr.read()
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert "KeyboardInterrupt" in err, err
+    assert p.returncode != 0
+    # A hang guard, not a measure: before, 120 s (sync_timeout_ms).
+    assert took < 20, f"one Ctrl-C took {took:.1f} s to end the program"
+    for i in range(2):
+        assert "worker 0 left" in cl.log(i), cl.log(i)
+
+
+def test_close_without_waiting_fails_what_is_in_flight(make_cluster):
+    """close(wait=False): a request a slow peer holds fails with
+    ClosedError at once instead of being waited for; one already done
+    keeps its result."""
+    cl = make_cluster(SSP, cluster_lines="workers = 2\nworker_grace = 600\n")
+    c = psclient.connect(cl.spec, worker=0, sync_timeout_ms=120000)
+    t = c.table("ssp")
+    keys = np.arange(8, dtype=np.uint64)
+    done = t.push_async(keys, np.ones((8, 1), F32))
+    done.wait()
+    c.clock()
+    held = t.pull_async(keys)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    c.close(wait=False)
+    assert time.monotonic() - t0 < 20
+    assert c.closed
+    assert done.wait() is None
+    with pytest.raises(psclient.ClosedError, match="without waiting"):
+        held.wait()
+
+
+def test_worker_true_is_not_worker_1(cluster):
+    """operator.index takes True for 1: connect(worker=True) joined as
+    worker 1."""
+    with pytest.raises(TypeError, match="bool"):
+        psclient.connect(cluster.spec, worker=True)
