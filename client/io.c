@@ -491,6 +491,12 @@ static void nc_send(nconn *nc)
     ps_client *c = io->c;
     if (nc->state != NC_READY || !nc->q_head)
         return;
+    /* A part whose time ran out while queued (the tick fails those only
+     * for nodes not connected: this one may have just come back, or a
+     * push's second wave was held) fails here: sent, it would be past its
+     * deadline at once, and the tick would drop this healthy connection
+     * for it. */
+    expire_queue(nc, now_ns());
     fail_oversized(nc);
     if (!nc->q_head)
         return;

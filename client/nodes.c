@@ -153,11 +153,19 @@ int psc_servers_parse(const char *servers, int want_token, psc_servers *out,
     out->from_ini = 1;
     ini_read in = { 0 };
     int rc = ini_parse(servers, on_ini, &in);
-    if (rc < 0 || in.oom || !in.nodes) {
+    if (rc == -2 || in.oom) {
+        snprintf(err, errlen, "%s: out of memory reading it", servers);
+        rc = PS_ENOMEM;
+    } else if (rc > 0) {
+        /* A line psd refuses to start with: read past, the client would
+         * go on with a cluster the file may not describe. */
+        snprintf(err, errlen, "%s:%d: not an ini line (\"key = value\" "
+                 "or \"[section]\"); psd --check -c %s says more",
+                 servers, rc, servers);
+        rc = PS_EINVAL;
+    } else if (rc < 0 || !in.nodes) {
         snprintf(err, errlen, "%s: %s", servers,
-                 rc == -1   ? "cannot read the file"
-                 : in.nodes ? "out of memory"
-                            : "no [cluster] nodes line");
+                 rc < 0 ? "cannot read the file" : "no [cluster] nodes line");
         rc = PS_EINVAL;
     } else {
         rc = parse_list(in.nodes, out, err, errlen);

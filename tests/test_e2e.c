@@ -992,6 +992,21 @@ static void failed_open_says_why_in_last_error(void **state)
     EXPECT_SUBSTR(ps_last_error(NULL), "cannot open the ini file "
                   "\"conf/no-such.ini\": No such file or directory",
                   "why ps_open failed");
+    /* A line psd refuses to start with is refused here too (it was read
+     * past: the client connected to the nodes line above it). */
+    char ini[] = "/tmp/psd-e2e-badini-XXXXXX";
+    int ifd = mkstemp(ini);
+    assert_true(ifd >= 0);
+    char body[200];
+    int blen = snprintf(body, sizeof body, "[cluster]\nnodes = %s\n"
+                        "this line is garbage\n", shared.spec);
+    assert_int_equal(write(ifd, body, (size_t)blen), blen);
+    close(ifd);
+    EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "an ini with a bad line");
+    char want[100];
+    snprintf(want, sizeof want, "%s:3: not an ini line", ini);
+    EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
+    unlink(ini);
     EXPECT_INT(ps_open(&c, "localhost", &o), PS_EINVAL, "no port");
     EXPECT_SUBSTR(ps_last_error(NULL), "bad server address \"localhost\"",
                   "why ps_open failed");
