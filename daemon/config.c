@@ -1061,6 +1061,23 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         if (s->scope != SC_TABLE)
             continue;
         const psd_table_conf *t = &c->tables[k++];
+        /* One row with its key must fit a message: a wider row can never
+         * be pushed or pulled (the client refuses every request), so the
+         * table is a mistake psd would only show at the first use. */
+        uint64_t rowb = (uint64_t)t->dim * sizeof(float);
+        if (rowb + 8 > psw_payload_max(c->max_frame)) {
+            const entry *d = find_entry(s, "dim");
+            fail(p, d ? d->line : s->line, "[%s] dim: a row of %u floats "
+                 "(%llu bytes) does not fit a message under [server] "
+                 "max_frame = %llu (a request carries up to %llu bytes of "
+                 "keys and rows); raise max_frame to at least %llu, or "
+                 "lower dim", s->name, t->dim, (unsigned long long)rowb,
+                 (unsigned long long)c->max_frame,
+                 (unsigned long long)psw_payload_max(c->max_frame),
+                 (unsigned long long)(rowb + 8 + PSW_BODY_OVERHEAD +
+                                      PSW_MSG_OVERHEAD));
+            return -1;
+        }
         if (t->dense && t->rows > UINT64_MAX / c->shards) {
             const entry *rows = find_entry(s, "rows");
             fail(p, rows->line, "[%s] rows: rows * shards (%u) overflows "

@@ -422,6 +422,14 @@ static const error_case error_cases[] = {
     { "max_frame_above_1G_is_refused",
       CLUSTER "[server]\nmax_frame = 1025M\n", 0, 4,
       "expected a size 1K..1G", 0 },
+    /* A row no message can carry: every request on the table would be
+     * refused by the client, first seen at its first use. */
+    { "a_row_wider_than_max_frame_is_refused",
+      CLUSTER "[server]\nmax_frame = 1K\n[table.t]\ndim = 300\n", 0, 6,
+      "[table.t] dim: a row of 300 floats (1200 bytes) does not fit a "
+      "message under [server] max_frame = 1024 (a request carries up to 955 "
+      "bytes of keys and rows); raise max_frame to at least 1277, or lower "
+      "dim", 1 },
     { "max_frame_of_2G_is_refused",
       CLUSTER "[server]\nmax_frame = 2G\n", 0, 4, "got \"2G\"", 0 },
     { "size_with_lowercase_suffix_is_refused",
