@@ -292,6 +292,67 @@ out:
 }
 
 /* Node i's data folder must hold none of its files, and no psd. */
+/* An export's manifests (export.nodeK.json) in dir name the node count
+ * it was made of: one whose other nodes' files are missing would start
+ * their rows from init without a word (psd --export -n K writes one
+ * node; the others come from their hosts). -1 with err then, else 0
+ * (also when dir holds no manifest: arrays of one's own). */
+static int whole_export(const char *dir, char *err, size_t errlen)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;                /* find_sources says why */
+    int nodes = -1, have = 0, other = 0;
+    unsigned char *seen = calloc(65536, 1);
+    for (struct dirent *e; seen && (e = readdir(d));) {
+        int k, end = 0;
+        if (sscanf(e->d_name, "export.node%d.json%n", &k, &end) != 1 ||
+            e->d_name[end] || k < 0 || k > 65535)
+            continue;
+        char path[4400], buf[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        static const char key[] = "\"nodes\": ";
+        const char *p = strstr(buf, key);
+        int m = p ? atoi(p + sizeof key - 1) : 0;
+        if (m < 1 || m > 65536 || k >= m || (nodes >= 0 && m != nodes)) {
+            other = 1;
+            continue;
+        }
+        nodes = m;
+        have += !seen[k];
+        seen[k] = 1;
+    }
+    closedir(d);
+    int rc = 0;
+    if (!seen) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    } else if (other) {
+        snprintf(err, errlen, "%s holds export manifests (export.nodeK.json) "
+                 "of clusters of different node counts, or unreadable: "
+                 "gather one export's files only", dir);
+        rc = -1;
+    } else if (nodes > 0 && have < nodes) {
+        int missing = 0;
+        while (seen[missing])
+            missing++;
+        snprintf(err, errlen, "%s holds the export of %d of its %d nodes "
+                 "(no export.node%d.json, among others): the rows of the "
+                 "nodes missing would start from init. Put every node's "
+                 "export there (psd --export DIR -c INI -n K on the host of "
+                 "node K), or, to import only the rows present, move the "
+                 "export.node*.json files aside", dir, have, nodes, missing);
+        rc = -1;
+    }
+    free(seen);
+    return rc;
+}
+
 static int fresh_node(const psd_config *cfg, int i, char *dir, size_t len,
                       char *err, size_t errlen)
 {
@@ -335,7 +396,8 @@ int psd_import(const char *ini, int only, const char *src_dir)
                  "lists %d node%s)", ini, only, nn, nn == 1 ? "" : "s");
         goto out;
     }
-    if (find_sources(&cfg, ini, src_dir, &src, &nsrc, err, sizeof err))
+    if (whole_export(src_dir, err, sizeof err) ||
+        find_sources(&cfg, ini, src_dir, &src, &nsrc, err, sizeof err))
         goto out;
     if (nsrc == 0) {
         snprintf(err, sizeof err, "%s holds no .npy file of a table of %s",
@@ -373,24 +435,43 @@ int psd_import(const char *ini, int only, const char *src_dir)
                     tc->name);
     }
     /* Written only once every row of every node was taken, into folders
-     * still free (a psd may have started meanwhile); all or none. */
+     * still free (a psd may have started meanwhile); all or none, even
+     * if cut off: each staged (psd-nodeK.snap.staged, loaded by no
+     * start) before any is renamed into place. */
+    int staged = 0, committed = 0;
+    for (; staged < nn; staged++) {
+        psd_snap_info si;
+        if (nodes[staged].tables &&
+            (fresh_node(&cfg, staged, dir, sizeof dir, err, sizeof err) ||
+             psd_durable_make_dir(dir, err, sizeof err) ||
+             psd_snapshot_stage(&nodes[staged], dir, 1, 1, &si, err,
+                                sizeof err)))
+            break;
+    }
+    for (; staged == nn && committed < nn; committed++) {
+        psd_config_data_dir(&cfg, dir, sizeof dir);
+        if (nodes[committed].tables &&
+            psd_snapshot_commit_staged(dir, committed, err, sizeof err))
+            break;
+    }
+    if (committed < nn) {
+        for (int k = 0; k < nn; k++) {
+            char snap[4200];
+            if (!nodes[k].tables)
+                continue;
+            psd_config_data_dir(&cfg, dir, sizeof dir);
+            psd_snapshot_path(snap, sizeof snap, dir, k);
+            if (k < committed)
+                unlink(snap);
+            psd_snapshot_staged_path(snap, sizeof snap, dir, k);
+            unlink(snap);
+        }
+        goto out;
+    }
     for (int i = 0; i < nn; i++) {
         if (!nodes[i].tables)
             continue;
-        psd_snap_info si;
-        if (fresh_node(&cfg, i, dir, sizeof dir, err, sizeof err) ||
-            psd_durable_make_dir(dir, err, sizeof err) ||
-            psd_snapshot_write(&nodes[i], dir, 1, 1, &si, err, sizeof err)) {
-            for (int k = 0; k < i; k++) {
-                char snap[4200];
-                if (!nodes[k].tables)
-                    continue;
-                psd_config_data_dir(&cfg, dir, sizeof dir);
-                psd_snapshot_path(snap, sizeof snap, dir, k);
-                unlink(snap);
-            }
-            goto out;
-        }
+        psd_config_data_dir(&cfg, dir, sizeof dir);
         fprintf(stderr, "psd --import: node %d:", i);
         for (int j = 0; j < cfg.ntables; j++)
         {

@@ -297,6 +297,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* A tool whose output goes to a pipe closed early (psd --reshard ...
+     * | head) gets a write error, not SIGPIPE in the middle of writing
+     * its files; the daemon, a write error for a peer that vanished. */
+    signal(SIGPIPE, SIG_IGN);
     if (reshard_dir)
         return psd_reshard(path, to, reshard_dir);
     if (import_dir)
@@ -412,9 +416,8 @@ int main(int argc, char **argv)
      * blocks in its heap after they are freed.) */
     mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 #endif
-    /* A peer that vanishes must cost a write error, not the process; a
-     * full disk or a file size limit, an error, not the process. */
-    signal(SIGPIPE, SIG_IGN);
+    /* A full disk or a file size limit must cost an error, not the
+     * process (SIGPIPE is ignored above). */
     signal(SIGXFSZ, SIG_IGN);
     psd_log_init(node, cfg.log_level);
     for (int i = 0; i < cfg.nnotes; i++)

@@ -80,13 +80,21 @@ static int fresh_dir(const char *dir, char *err, size_t errlen)
         return -1;
     }
     int found = 0;
-    for (struct dirent *e; !found && (e = readdir(d));)
-        if (!strncmp(e->d_name, "psd-node", 8)) {
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "psd-node", 8))
+            continue;
+        if (n > 7 && !strcmp(e->d_name + n - 7, ".staged"))
+            snprintf(err, errlen, "%s holds %s, left by a psd --reshard or "
+                     "--import that was cut off before it finished: remove "
+                     "%s/psd-node*.staged and run it again", dir, e->d_name,
+                     dir);
+        else
             snprintf(err, errlen, "%s holds %s: give psd --reshard an empty "
                      "or new folder (a node's data_dir is not one: its files "
                      "are the old layout's)", dir, e->d_name);
-            found = 1;
-        }
+        found = 1;
+    }
     closedir(d);
     return found ? -1 : 0;
 }
@@ -239,7 +247,7 @@ static int write_new(const char *new_ini, int j, psd_node *old, int nold,
     if (rc == 0)
         rc = psd_sync_end(&n.sync, clock, barrier, &e, err, errlen);
     if (rc == 0)
-        rc = psd_snapshot_write(&n, out_dir, gen, seq, &si, err, errlen);
+        rc = psd_snapshot_stage(&n, out_dir, gen, seq, &si, err, errlen);
     if (rc == 0) {
         char path[4200];
         psd_snapshot_path(path, sizeof path, out_dir, j);
@@ -351,17 +359,30 @@ int psd_reshard(const char *old_ini, const char *new_ini,
         seq = past_segments(dir);
     if (psd_durable_make_dir(out_dir, err, sizeof err))
         goto out;
-    for (int j = 0; j < nnew; j++)
-        if (write_new(new_ini, j, old, nold, clock, barrier, gen + 1, seq,
-                      out_dir, err, sizeof err)) {
-            /* None or all: a rerun would find this folder taken. */
-            for (int k = 0; k < j; k++) {
-                char path[4200];
-                psd_snapshot_path(path, sizeof path, out_dir, k);
+    /* All or none, even if cut off (a kill, a closed pipe): every node
+     * staged (psd-nodeK.snap.staged, loaded by no start) before any is
+     * renamed into place. */
+    int staged = 0, committed = 0;
+    while (staged < nnew &&
+           write_new(new_ini, staged, old, nold, clock, barrier, gen + 1,
+                     seq, out_dir, err, sizeof err) == 0)
+        staged++;
+    while (staged == nnew && committed < nnew &&
+           psd_snapshot_commit_staged(out_dir, committed, err,
+                                      sizeof err) == 0)
+        committed++;
+    if (committed < nnew) {
+        /* A rerun would find this folder taken: nothing is left. */
+        for (int k = 0; k < nnew; k++) {
+            char path[4200];
+            psd_snapshot_path(path, sizeof path, out_dir, k);
+            if (k < committed)
                 unlink(path);
-            }
-            goto out;
+            psd_snapshot_staged_path(path, sizeof path, out_dir, k);
+            unlink(path);
         }
+        goto out;
+    }
     psd_config_data_dir(&a, dir, sizeof dir);
     stale_nodes(dir, nnew, new_ini);
     char ndir[4096];

@@ -171,12 +171,19 @@ static int write_body(const psd_node *n, writer *w, psd_sink *o,
     return sec_end(w, o, start) || w_flush(w);
 }
 
-int psd_snapshot_write(const psd_node *n, const char *dir,
-                       uint64_t generation, uint64_t journal_seq,
-                       psd_snap_info *info, char *err, size_t errlen)
+void psd_snapshot_staged_path(char *buf, size_t len, const char *dir,
+                              int node)
 {
-    char path[4200], tmp[4300];
-    psd_snapshot_path(path, sizeof path, dir, n->index);
+    snprintf(buf, len, "%s/psd-node%d.snap.staged", dir, node);
+}
+
+/* Writes n's snapshot under path (through a .tmp file, fsynced, renamed
+ * into place, then the folder fsynced). */
+static int write_to(const psd_node *n, const char *dir, const char *path,
+                    uint64_t generation, uint64_t journal_seq,
+                    psd_snap_info *info, char *err, size_t errlen)
+{
+    char tmp[4300];
     /* Named for the writer: a writer that outlived its psd can never
      * rename a newer psd's unfinished file, or the reverse. */
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -230,6 +237,49 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
     if (info)
         *info = (psd_snap_info){ generation, journal_seq, created, w.off,
                                  n->shape, (uint32_t)n->ntables };
+    return 0;
+}
+
+int psd_snapshot_write(const psd_node *n, const char *dir,
+                       uint64_t generation, uint64_t journal_seq,
+                       psd_snap_info *info, char *err, size_t errlen)
+{
+    char path[4200];
+    psd_snapshot_path(path, sizeof path, dir, n->index);
+    return write_to(n, dir, path, generation, journal_seq, info, err,
+                    errlen);
+}
+
+int psd_snapshot_stage(const psd_node *n, const char *dir,
+                       uint64_t generation, uint64_t journal_seq,
+                       psd_snap_info *info, char *err, size_t errlen)
+{
+    char path[4200];
+    psd_snapshot_staged_path(path, sizeof path, dir, n->index);
+    if (write_to(n, dir, path, generation, journal_seq, info, err,
+                 errlen) < 0)
+        return -1;
+    if (errlen && err[0]) {      /* the folder's fsync failed */
+        unlink(path);
+        return -1;
+    }
+    return 0;
+}
+
+int psd_snapshot_commit_staged(const char *dir, int node, char *err,
+                               size_t errlen)
+{
+    char from[4200], to[4200];
+    psd_snapshot_staged_path(from, sizeof from, dir, node);
+    psd_snapshot_path(to, sizeof to, dir, node);
+    if (rename(from, to)) {
+        snprintf(err, errlen, "rename %s: %s", from, strerror(errno));
+        return -1;
+    }
+    if (psd_fsync_dir(dir) && psd_fsync_dir(dir)) {
+        snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
+        return -1;
+    }
     return 0;
 }
 
@@ -349,7 +399,9 @@ static int header_fits(const header *hd, int node, const psd_config *cfg,
         snprintf(why, whylen, "taken under another layout (%u nodes, %u "
                  "shards, %u tables; the config has %d nodes, %u shards, %d "
                  "tables): a snapshot only fits the node count and shards "
-                 "that wrote it", hd->nnodes, hd->shards, hd->ntables,
+                 "that wrote it (to keep the model: psd --reshard onto "
+                 "another node count, psd --export then psd --import onto "
+                 "other shards)", hd->nnodes, hd->shards, hd->ntables,
                  cfg->nnodes, cfg->shards, cfg->ntables);
         return -1;
     }
@@ -514,7 +566,9 @@ static int read_sections(reader *r, const header *hd, const target *g,
             }
             if (tc && t->upd != (uint32_t)tc->upd.kind)
                 BAD("table '%s': its updater changed since the snapshot, so "
-                    "its optimizer state does not fit", tc->name);
+                    "its optimizer state does not fit (to keep the weights "
+                    "under another updater: psd --export with the old "
+                    "ini, then psd --import into the new one)", tc->name);
             /* A dropped table's header is the file's word alone: it
              * must be one the config could have described, or the sizes
              * read past below could overflow. */

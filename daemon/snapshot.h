@@ -67,6 +67,20 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
                        uint64_t generation, uint64_t journal_seq,
                        psd_snap_info *info, char *err, size_t errlen);
 
+/* For tools that write several nodes all or none (psd --reshard, psd
+ * --import): psd_snapshot_stage writes node n's snapshot as
+ * dir/psd-nodeN.snap.staged (fsynced, folder too; -1 with err, and no
+ * file, otherwise), which no start loads; once every node's is staged,
+ * psd_snapshot_commit_staged renames each into place. A tool cut off
+ * while it stages leaves .staged files only. */
+void psd_snapshot_staged_path(char *buf, size_t len, const char *dir,
+                              int node);
+int psd_snapshot_stage(const psd_node *n, const char *dir,
+                       uint64_t generation, uint64_t journal_seq,
+                       psd_snap_info *info, char *err, size_t errlen);
+int psd_snapshot_commit_staged(const char *dir, int node, char *err,
+                               size_t errlen);
+
 /* Loads node n's snapshot from dir into n, whose tables must be fresh
  * (psd_node_init). Returns 0 and fills *info; 1 when there is no
  * snapshot; -1 with "FILE: offset N: reason" in err when the file cannot

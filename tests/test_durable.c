@@ -492,6 +492,26 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     EXPECT_INT(st, 1, "reshard into a folder with snapshots: %s", o);
     EXPECT_SUBSTR(o, "holds psd-node", "refused");
     free(o);
+    /* Cut off (kill -9) while node 1's snapshot is written: node 0's
+     * was in place, and a start of the new layout took node 1 for a
+     * node without data. Now nothing is in place until every node's
+     * snapshot is, and a rerun says what the cut-off run left. */
+    char cut[1900];
+    snprintf(cut, sizeof cut, "PSD_TEST_SNAPSHOT_PAUSE=renamed:2000 timeout "
+             "-s KILL 3 %s --reshard '%s/cut' -c '%s' --to '%s'; ls '%s/cut'",
+             psd, b.dir, a.ini, b.ini, b.dir);
+    o = run_out(&st, cut);
+    EXPECT_SUBSTR(o, "psd-node0.snap.staged", "node 0 staged: %s", cut);
+    if (strstr(o, "psd-node0.snap\n") || strstr(o, "psd-node1.snap\n"))
+        fail_msg("a reshard cut off left snapshots in place: %s", o);
+    free(o);
+    snprintf(cut, sizeof cut, "%s --reshard '%s/cut' -c '%s' --to '%s'",
+             psd, b.dir, a.ini, b.ini);
+    o = run_out(&st, cut);
+    EXPECT_INT(st, 1, "reshard into what a cut-off one left: %s", o);
+    EXPECT_SUBSTR(o, ".staged, left by a psd --reshard or --import that was "
+                  "cut off before it finished", "refused");
+    free(o);
     char other[600];
     snprintf(other, sizeof other, "%s/other.ini", b.dir);
     snprintf(cmd, sizeof cmd, "sed 's/^shards = 4/shards = 8/' '%s' > '%s'",
@@ -673,7 +693,20 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     char *o = run_out(&st, cmd);
     EXPECT_INT(st, 0, "%s: %s", cmd, o);
     free(o);
+    /* An export of 1 of its 2 nodes (psd --export -n 0, node 1's files
+     * not yet gathered) was taken: node 1's rows started from init. */
+    char m1[600], m1away[600];
+    snprintf(m1, sizeof m1, "%s/export.node1.json", exp);
+    snprintf(m1away, sizeof m1away, "%s/node1.json.away", a.dir);
+    EXPECT_INT(rename(m1, m1away), 0, "move %s aside", m1);
     snprintf(cmd, sizeof cmd, "%s --import '%s' -c '%s'", psd, exp, b.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import of half an export: %s", o);
+    EXPECT_SUBSTR(o, "holds the export of 1 of its 2 nodes (no "
+                  "export.node1.json, among others): the rows of the nodes "
+                  "missing would start from init", "refused");
+    free(o);
+    EXPECT_INT(rename(m1away, m1), 0, "put %s back", m1);
     o = run_out(&st, cmd);
     EXPECT_INT(st, 0, "%s: %s", cmd, o);
     EXPECT_SUBSTR(o, "psd --import: node 2: ", "three nodes");
@@ -2043,6 +2076,9 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     expect_refusal(&c, snap, "another layout");
     /* psd --check says so before a start is tried. */
     expect_psd_check(&c, 0, NULL, 1, "another layout");
+    expect_psd_check(&c, 0, NULL, 1, "(to keep the model: psd --reshard onto "
+                     "another node count, psd --export then psd --import "
+                     "onto other shards)");
     expect_psd_check(&c, 0, NULL, 1, "(node 0 cannot start from its files: "
                      "put back what changed or is missing, the ini or the "
                      "file named; only if they are lost for good, "

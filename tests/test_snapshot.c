@@ -715,6 +715,9 @@ static void test_tables_are_matched_by_name(void **state)
         "[table.sgd]\nkind = dense\nrows = 20\ndim = 2\nupdater = sum\n"
         T_BSP "[table.fresh]\ndim = 5\n";
     EXPECT_INT(load_into(&b, upd, NULL, &tm, err), -1, "updater changed");
+    EXPECT_SUBSTR(err, "(to keep the weights under another updater: psd "
+                  "--export with the old ini, then psd --import into the "
+                  "new one)", "the way to keep them");
     EXPECT_INT(strstr(err, "table 'sgd': its updater changed") != NULL, 1,
                "%s", err);
     /* Its consistency mode, which only the shape holds: with a table
