@@ -354,6 +354,18 @@ int main(int argc, char **argv)
             if (node_given && i != node)
                 continue;
             char why[1024];
+            /* Not a failure: --check before a SIGHUP runs beside the
+             * node; but a start would be refused while it runs. */
+            long holder = psd_durable_holder(dir, i);
+            if (holder >= 0) {
+                char pid[32] = "";
+                if (holder > 0)
+                    snprintf(pid, sizeof pid, " (pid %ld)", holder);
+                printf("%s: node %d runs now: a psd%s holds its lock in %s, "
+                       "so a second psd for it is refused until that one "
+                       "stops (SIGHUP reloads it in place)\n", path, i, pid,
+                       dir);
+            }
             psd_snap_info si;
             psd_snap_tables tm = { .drop = drop, .ndrop = ndrop };
             int rc = psd_snapshot_check(dir, i, &cfg, &tm, &si, why,

@@ -2065,6 +2065,12 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     ps_options o = client_options();
     int a, failed;
     oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    /* Beside the running node (--check before a SIGHUP): OK, and says a
+     * second psd for the node would be refused (it said OK alone). */
+    char runs[160];
+    snprintf(runs, sizeof runs, "node 0 runs now: a psd (pid %d) holds its "
+             "lock in ", (int)c.pid[0]);
+    expect_psd_check(&c, 0, NULL, 0, runs);
     EXPECT_INT(term(&c, 0), 0, "stop");
     /* Same file, 8 shards instead of 4. */
     char cmd[600];
