@@ -171,6 +171,9 @@ os.register_at_fork(after_in_child=_count_fork)
 _FORKED = ("this client was opened before fork(): its I/O thread stayed "
            "in the parent; connect again in this process")
 
+_ABANDONED = ("the client is closing without waiting for requests "
+              "(close(wait=False), or Ctrl-C)")
+
 def strerror(code: int) -> str:
     """The library's text for a status code (ps_strerror)."""
     return _LIB.ps_strerror(code).decode("utf-8", "replace")
@@ -432,6 +435,11 @@ class Request:
         """
         if self._status is None:
             self._client._settle(self)
+        if self._status is None:
+            # A close cut short after it let go of the handle (Ctrl-C
+            # twice) may not have read it: unknown is not success.
+            raise ClosedError(PS_ECLOSED, "the client closed before this "
+                              "request's status was read")
         if self._status:
             raise _error(self._status, self._message)
         return self._out
@@ -651,6 +659,9 @@ class Client:
         # Whether Ctrl-C (KeyboardInterrupt) cut short a wait of this
         # client: its __del__ then closes without waiting (close(False)).
         self._interrupted = False
+        # Set by a close that does not wait: waits in other threads end
+        # (ClosedError) instead of holding that close for their requests.
+        self._abandon = False
         self._tables: Dict[str, Table] = {}
         self._forks = _forks
 
@@ -725,10 +736,14 @@ class Client:
         request_timeout_ms for the nodes), and the KeyboardInterrupt is
         raised again once closed (ps_close_now). A request held by a
         stopped node or a slow bsp/ssp peer would keep a waiting close
-        for up to sync_timeout_ms. Leaving a ``with`` block by Ctrl-C
-        closes so, as does ``__del__`` after Ctrl-C cut one of the
-        client's waits short. Another exception (Ctrl-C before the wait)
-        leaves the client open.
+        for up to sync_timeout_ms. Calls of other threads that wait for a
+        request end too, with ClosedError, within 0.1 s; their clock() and
+        barrier() are waited for (they cannot be interrupted). Leaving a
+        ``with`` block by Ctrl-C closes so, as does ``__del__`` after
+        Ctrl-C cut one of the client's waits short. An exception before
+        the close lets go of the client (Ctrl-C while it waits for other
+        threads' calls) leaves it open; one after, the close goes on and
+        it is raised once closed.
 
         Called from a signal handler (or another object's ``__del__``) that
         runs while its thread is in a call on this client, close() returns
@@ -753,9 +768,15 @@ class Client:
                 self._close_later = me
                 return
             self._closer = me
-            interrupted: Optional[KeyboardInterrupt] = None
+            # An exception to raise once closed: Ctrl-C that cut the wait
+            # short, or one that came after the handle was let go.
+            late: Optional[BaseException] = None
             keep = None
             try:
+                if not wait:
+                    # Waits in other threads end within a slice instead
+                    # of holding this close for their requests.
+                    self._abandon = True
                 while self._busy:
                     self._cv.wait()
                 if self._h is None:          # another thread closed it
@@ -769,26 +790,33 @@ class Client:
                         for req in list(self._pending.values()):
                             self._read_status(h, req)
                     except KeyboardInterrupt as e:
-                        interrupted = e
-                if not wait or interrupted:
+                        late = e
+                if not wait or late is not None:
                     # The arrays stay referenced until ps_close_now has
                     # returned: the library may send them until then.
-                    keep = (self._give_up(h), list(self._held))
-                self._pending.clear()
-                self._held.clear()
+                    keep = (list(self._held),
+                            [r._bufs for r in self._pending.values()])
+                pending = list(self._pending.values())
                 # The handle is forgotten before ps_close frees it: a
                 # signal handler that raises runs as ps_close returns, and
                 # a handle still set then would reach the library again at
-                # the next close() or __del__.
+                # the next close() or __del__. From here on the close goes
+                # through whatever is raised.
                 self._h = None
-            except BaseException:
-                # A signal handler raised (Ctrl-C) before anything was
-                # closed: the client stays open, or status reads would
-                # wait for a close that never comes.
+                if keep is not None:
+                    self._give_up(h, pending)
+                self._pending.clear()
+                self._held.clear()
+            except BaseException as e:
                 if self._h is not None:
+                    # A signal handler raised (Ctrl-C) before anything was
+                    # closed: the client stays open, or status reads would
+                    # wait for a close that never comes.
                     self._closing = False
-                self._cv.notify_all()
-                raise
+                    self._abandon = False
+                    self._cv.notify_all()
+                    raise
+                late = e
             finally:
                 self._closer = None
             try:
@@ -796,22 +824,29 @@ class Client:
                     _LIB.ps_close(h)
                 else:
                     _LIB.ps_close_now(h)
+                    # Done with them now, statuses read or not (a second
+                    # Ctrl-C may have cut _give_up short).
+                    for req in pending:
+                        if req._status is None:
+                            req._status = PS_ECLOSED
+                            req._message = _ABANDONED
+                        req._bufs = None
                     del keep
             finally:
                 self._cv.notify_all()
-            if interrupted is not None:
-                raise interrupted
+            if late is not None:
+                raise late
 
-    def _give_up(self, h: int) -> List[Tuple[np.ndarray, ...]]:
+    @staticmethod
+    def _give_up(h: int, pending: List[Request]) -> None:
         """close() without waiting: records each unread request's status,
         as ClosedError for those still in flight (ps_close_now fails them
-        so), and returns their arrays, which the caller keeps until
-        ps_close_now has returned."""
-        bufs = []
+        so). Their arrays are the caller's to keep until ps_close_now has
+        returned."""
         why = ("the client closed without waiting for it (close(wait="
                "False), or Ctrl-C while close() waited): a push sent may "
                "have been applied")
-        for req in list(self._pending.values()):
+        for req in pending:
             st = _LIB.ps_wait_timeout(h, req.ts, 0)
             if st == PS_PENDING:
                 st, msg = PS_ECLOSED, why
@@ -820,9 +855,7 @@ class Client:
                        if st else "")
             if req._status is None:
                 req._status, req._message = st, msg
-            bufs.append(req._bufs)
             req._bufs = None
-        return bufs
 
     @property
     def closed(self) -> bool:
@@ -914,6 +947,8 @@ class Client:
                 st = _LIB.ps_wait_timeout(h, ts, _WAIT_SLICE_MS)
                 if st != PS_PENDING:
                     return st
+                if self._abandon:
+                    raise ClosedError(PS_ECLOSED, _ABANDONED)
         except KeyboardInterrupt:
             self._interrupted = True
             raise
@@ -925,6 +960,8 @@ class Client:
                 st = _LIB.ps_wait_all_timeout(h, _WAIT_SLICE_MS)
                 if st != PS_PENDING:
                     return st
+                if self._abandon:
+                    raise ClosedError(PS_ECLOSED, _ABANDONED)
         except KeyboardInterrupt:
             self._interrupted = True
             raise

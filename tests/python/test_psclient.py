@@ -1565,3 +1565,76 @@ def test_worker_true_is_not_worker_1(cluster):
     worker 1."""
     with pytest.raises(TypeError, match="bool"):
         psclient.connect(cluster.spec, worker=True)
+
+
+def test_close_without_waiting_ends_other_threads_waits(make_cluster):
+    """close(wait=False) first waited for every other thread's running
+    call: a thread in a pull a slow ssp peer held kept it (and Ctrl-C in
+    a with block) for sync_timeout_ms. Their waits now end with
+    ClosedError."""
+    cl = make_cluster(SSP, cluster_lines="workers = 2\nworker_grace = 600\n")
+    c = psclient.connect(cl.spec, worker=0, sync_timeout_ms=120000)
+    t = c.table("ssp")
+    keys = np.arange(8, dtype=np.uint64)
+    c.clock()
+    got = {}
+
+    def pull():
+        try:
+            t.pull(keys)
+            got["result"] = "answered"
+        except psclient.Error as e:
+            got["result"] = e
+
+    th = threading.Thread(target=pull)
+    th.start()
+    time.sleep(0.5)                      # held: worker 1 never clocks
+    t0 = time.monotonic()
+    c.close(wait=False)
+    took = time.monotonic() - t0
+    th.join(30)
+    assert not th.is_alive()
+    assert isinstance(got["result"], psclient.ClosedError), got
+    assert took < 20, f"close(wait=False) took {took:.1f} s"
+
+
+def test_a_second_ctrl_c_during_a_close_without_waiting_still_closes(
+        make_cluster, monkeypatch):
+    """An exception (a second Ctrl-C) while close(wait=False) recorded the
+    statuses left the client open, its in-flight arrays let go (the
+    library would send them from freed memory) and requests it had marked
+    failed. Past the point where it lets go of the handle, the close goes
+    on, and the exception comes after."""
+    cl = make_cluster()
+    c = psclient.connect(cl.spec, request_timeout_ms=20000, max_retries=0,
+                         connect_timeout_ms=1000)
+    d = c.table("dense")
+    d.pull_range(0, 100)                     # both nodes answer
+    cl.signal(1, signal.SIGSTOP)
+    try:
+        grads = np.ones((100, 3), F32)
+        alive = weakref.ref(grads)
+        reqs = [d.push_range_async(0, grads) for _ in range(3)]
+        del grads
+        real = psclient._LIB.ps_wait_timeout
+        calls = []
+
+        def interrupted(h, ts, ms):
+            if ms == 0:
+                calls.append(ts)
+                if len(calls) == 2:
+                    raise KeyboardInterrupt
+            return real(h, ts, ms)
+
+        monkeypatch.setattr(psclient._LIB, "ps_wait_timeout", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            c.close(wait=False)
+        monkeypatch.setattr(psclient._LIB, "ps_wait_timeout", real)
+        assert c.closed
+        for r in reqs:
+            with pytest.raises(psclient.ClosedError):
+                r.wait()
+        gc.collect()
+        assert alive() is None           # let go once ps_close_now returned
+    finally:
+        cl.signal(1, signal.SIGCONT)
