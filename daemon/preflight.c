@@ -187,8 +187,10 @@ static void check_node(psd_preflight *pf, const psd_config *c,
     if (own)
         pf->bind = sa;
     /* This host's range says something of the nodes this host runs: the
-     * one started, or the one --check -n names. */
-    if (own && one) {
+     * one started, the one --check -n names, and without -n those on a
+     * loopback address (plain --check, as the README shows it, said
+     * nothing of them). */
+    if (own && (one || is_loopback(&sa))) {
         ephemeral_note(pf, path, line, key, i, (unsigned)a->port);
         if (c->nmetrics)
             ephemeral_note(pf, path, c->metrics_line, "metrics_listen", i,

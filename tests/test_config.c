@@ -1703,6 +1703,14 @@ static void test_a_port_in_the_ephemeral_range_earns_a_note(void **state)
     psd_preflight_run(&pf, &c, "F", 1);
     EXPECT_INT(pf.nnotes, 0, "notes for node 1, below the range");
     psd_preflight_destroy(&pf);
+    /* Without -n, the nodes on a loopback address run here: node 0's
+     * port is noted too (plain --check said nothing). */
+    psd_preflight_run(&pf, &c, "F", -1);
+    EXPECT_INT(pf.nnotes, 1, "notes without -n");
+    if (pf.nnotes < 1 || strncmp(pf.notes[0], want, strlen(want)) != 0)
+        fail_msg("without -n, want the note \"%s...\", got \"%s\"", want,
+                 pf.nnotes ? pf.notes[0] : "");
+    psd_preflight_destroy(&pf);
     psd_config_destroy(&c);
 }
 
