@@ -524,8 +524,11 @@ static void nc_send(nconn *nc)
             p->sent_ns = now;
             p->seq = nc->sends++;
             p->direct = 0;
-            /* An attempt never outlasts the part's bounded time. */
-            p->attempt_ns = p->slow || now + attempt > p->expire_ns
+            /* An attempt never outlasts the part's bounded time. A part
+             * a node may hold (slow) is sent again each attempt's time
+             * on the same connection (resend_held), its bound being its
+             * own (sync_timeout_ms). */
+            p->attempt_ns = !p->slow && now + attempt > p->expire_ns
                                 ? p->expire_ns : now + attempt;
             int k = psc_stat_kind(p->msg.op);
             if (k >= 0) {
@@ -563,6 +566,55 @@ static void nc_send(nconn *nc)
         /* The parts still queued and those in flight fail or are resent
          * with the drop, like any on a lost connection. */
         nc_write_failed(nc, rc, "requests");
+    }
+}
+
+/* Sends again, on this live connection, each part a node may hold (a
+ * clock, a barrier, an ssp pull) that has had no answer for an attempt's
+ * time (request_timeout_ms): its frame, or the answer's, may have been
+ * lost without the connection breaking, and it would otherwise wait for
+ * sync_timeout_ms (ten minutes by default). A node keeps one copy of a
+ * held request (the same ts and part) and answers the others as it
+ * answers any copy: a second answer is a duplicate here. The frames copy
+ * the parts' keys and values: the first copy's answer may complete a part
+ * (its buffers handed back to the caller) while this write is queued. */
+static void resend_held(nconn *nc, uint64_t now)
+{
+    const ps_client *c = nc->io->c;
+    uint64_t attempt = (uint64_t)c->opt.request_timeout_ms * MS;
+    wreq *w = NULL;
+    uint64_t frames = 0;
+    for (psc_part *p = nc->fly[1].head; p; p = p->next) {
+        if (now < p->attempt_ns || now >= p->expire_ns || p == nc->direct)
+            continue;
+        if (!w) {
+            w = malloc(sizeof *w);
+            if (!w)
+                return;          /* the next tick tries again */
+            psw_out_init(&w->out);
+        }
+        psw_out_frame_begin(&w->out);
+        if (frames == 0)
+            pack_ack(nc, &w->out);
+        psw_pack_request(&w->out, &p->msg);
+        psw_out_frame_end(&w->out);
+        frames++;
+        p->sends++;
+        p->attempt_ns = now + attempt;
+        psc_add(&nc->st.resends, 1);
+    }
+    if (!w)
+        return;
+    for (size_t i = 0; i < w->out.nsegs && !w->out.oom; i++)
+        if (w->out.segs[i].tag != PSW_TAG_OWNED &&
+            !psw_out_seg_own(&w->out, i))
+            w->out.oom = 1;
+    psc_add(&nc->st.frames_sent, frames);
+    int rc = nc_write(nc, w);
+    if (rc) {
+        psw_out_destroy(&w->out);
+        free(w);
+        nc_write_failed(nc, rc, "requests sent again");
     }
 }
 
@@ -1745,6 +1797,7 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
                  c->opt.sync_timeout_ms, WHO_HINT);
         part_fail(c, p, PS_ETIMEDOUT, why);
     }
+    resend_held(nc, now);
     psc_part *p = nc->fly[0].head;
     if (p && now >= p->attempt_ns) {
         psc_add(&nc->st.timeouts, 1);

@@ -99,7 +99,13 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         cannot be reached fails them as
                                         any request, after
                                         request_timeout_ms x
-                                        (max_retries + 1) */
+                                        (max_retries + 1). Meanwhile
+                                        each is sent again every
+                                        request_timeout_ms on the same
+                                        connection (a lost frame would
+                                        hold it until this bound; the
+                                        node keeps one copy), counted
+                                        in ps_stats' resends */
     int busy_poll_us;                /* while a thread waits in ps_wait (or
                                         ps_wait_all, or on backpressure) and a
                                         request is in flight, the I/O thread

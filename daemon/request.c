@@ -293,6 +293,12 @@ static void answer(psd_node *n, psd_session *ss, const psw_msg *m, int status,
 static int hold(psd_node *n, psd_session *ss, const psw_msg *m, int kind,
                 uint64_t need)
 {
+    /* A client sends a request held this long again (a lost frame would
+     * otherwise hold it for sync_timeout_ms): one copy is kept, answered
+     * when it is released. */
+    for (const psd_held *x = n->held; x; x = x->next)
+        if (x->ss == ss && x->msg.ts == m->ts && x->msg.part == m->part)
+            return 0;
     psd_held *h = calloc(1, sizeof *h);
     if (!h)
         return PSW_ENOMEM;

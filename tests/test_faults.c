@@ -310,6 +310,100 @@ static void flipped_bits_in_large_pushes_are_never_applied(void **state)
 /* psd stopped (SIGSTOP) for twice the attempt timeout, then resumed: the
  * pushes it had buffered are applied when it resumes, and the copies the
  * client sent meanwhile on a new connection are not applied again. */
+/* A bsp worker through a proxy that loses frames: each step pushes a
+ * 1 to every row of `b`, then clocks. */
+typedef struct lossy_worker {
+    const char *spec;
+    int worker, steps, failed;
+    char why[300];
+} lossy_worker;
+
+#define LOSSY_ROWS 8
+
+static void *lossy_worker_main(void *arg)
+{
+    lossy_worker *w = arg;
+    ps_options o = fault_options();
+    o.worker = w->worker;
+    o.sync_timeout_ms = 5000;
+    ps_client *c = NULL;
+    if (ps_open(&c, w->spec, &o)) {
+        w->failed = -1;
+        snprintf(w->why, sizeof w->why, "ps_open: %s", ps_last_error(NULL));
+        return NULL;
+    }
+    int t = ps_table(c, "b", NULL);
+    float ones[LOSSY_ROWS];
+    for (int i = 0; i < LOSSY_ROWS; i++)
+        ones[i] = 1;
+    for (int s = 0; s < w->steps; s++) {
+        int rc = ps_wait(c, ps_push_range(c, t, 0, LOSSY_ROWS, ones, NULL,
+                                          NULL));
+        if (rc == 0)
+            rc = ps_clock(c);
+        if (rc) {
+            if (!w->failed++)
+                snprintf(w->why, sizeof w->why, "step %d: %s", s,
+                         ps_last_error(c));
+            s--;                 /* the same step again */
+            if (w->failed > 50)
+                break;
+        }
+    }
+    ps_close(c);
+    return NULL;
+}
+
+/* A clock (or an ssp pull) that a node may hold was sent once: a frame
+ * lost on a live connection, or its answer's, held the whole bsp job for
+ * sync_timeout_ms, then failed with "waiting for other workers". Such a
+ * request is sent again each request_timeout_ms; the node keeps one copy. */
+static void lost_clock_frames_are_sent_again_not_waited_for(void **state)
+{
+    (void)state;
+    rig r;
+    char direct[128];
+    rig_start(&r, 2, "workers = 2\n", SERVER
+              "[table.b]\nkind = dense\nrows = 8\ndim = 1\nupdater = sum\n"
+              "consistency = bsp\n");
+    direct_spec(&r, direct, sizeof direct);
+    rig_faults(&r, FP_BOTH, &(fp_faults){ .drop = 0.15, .skip_frames = 1 });
+    lossy_worker w[2] = { { r.c.spec, 0, 20, 0, "" },
+                          { r.c.spec, 1, 20, 0, "" } };
+    pthread_t th[2];
+    double t0 = now_s();
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, lossy_worker_main, &w[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    double took = now_s() - t0;
+    rig_faults(&r, FP_BOTH, &(fp_faults){ 0 });
+    fp_counts k[2];
+    fp_stats(r.p[0], &k[0]);
+    fp_stats(r.p[1], &k[1]);
+    print_message("# 20 bsp steps of 2 workers, 15%% of frames lost: %.1f s; "
+                  "dropped %llu up, %llu down\n", took,
+                  (unsigned long long)(k[0].dir[FP_UP].dropped +
+                                       k[1].dir[FP_UP].dropped),
+                  (unsigned long long)(k[0].dir[FP_DOWN].dropped +
+                                       k[1].dir[FP_DOWN].dropped));
+    for (int i = 0; i < 2; i++)
+        EXPECT_INT(w[i].failed, 0, "worker %d's failed steps (%s)", i,
+                   w[i].why);
+    ps_options o = fault_options();
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, direct, &o), 0);
+    float got[LOSSY_ROWS];
+    assert_int_equal(ps_wait(c, ps_pull_range(c, ps_table(c, "b", NULL), 0,
+                                              LOSSY_ROWS, got, NULL, NULL)),
+                     0);
+    ps_close(c);
+    for (int i = 0; i < LOSSY_ROWS; i++)
+        EXPECT_FLOAT(got[i], 40, "row %d: 2 workers x 20 steps, once each",
+                     i);
+    rig_stop(&r);
+}
+
 static void stopped_server_resumed_applies_every_push_once(void **state)
 {
     (void)state;
@@ -1887,6 +1981,7 @@ int main(void)
         cmocka_unit_test(
             half_the_frames_dropped_both_ways_loses_and_doubles_nothing),
         cmocka_unit_test(duplicated_and_reordered_frames_are_applied_once),
+        cmocka_unit_test(lost_clock_frames_are_sent_again_not_waited_for),
         cmocka_unit_test(flipped_bits_are_caught_and_never_applied),
         cmocka_unit_test(flipped_bits_in_large_replies_never_complete_a_pull),
         cmocka_unit_test(flipped_bits_in_large_pushes_are_never_applied),
