@@ -726,10 +726,13 @@ static void requeue_in_flight(nconn *nc, uint64_t now, int status)
     while ((p = fly_pop_oldest(nc)) != NULL) {
         int spent = !p->slow && p->sends > c->opt.max_retries;
         if (spent || now >= p->expire_ns || p->abandoned) {
+            /* The connection's reason may be another request's ("no
+             * reply ... to request 2959"): said as the connection's. */
             char why[800];
-            snprintf(why, sizeof why, "request %llu: %s%s",
-                     (unsigned long long)p->msg.ts, nc->drop_why,
-                     spent && !p->abandoned ? " (no attempts left)" : "");
+            snprintf(why, sizeof why, "request %llu%s: its connection "
+                     "closed: %s", (unsigned long long)p->msg.ts,
+                     spent && !p->abandoned ? " (no attempts left)" : "",
+                     nc->drop_why);
             part_fail(c, p, p->abandoned ? PS_ECLOSED : status, why);
         } else {
             if (tail)

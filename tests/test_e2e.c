@@ -727,10 +727,26 @@ static void stopped_server_hangs_requests_no_longer_than_the_timeout(void **stat
     int t = table_id(c, "counts");
     uint64_t key = 1;
     float v;
+    o.max_retries = 0;
+    ps_client *c0 = NULL;
+    assert_int_equal(ps_open(&c0, one.spec, &o), 0);
     kill(one.pid[0], SIGSTOP);
     ps_ts ts = ps_pull(c, t, &key, 1, &v, NULL, NULL);
     assert_int_equal(ps_wait(c, ts), PS_ETIMEDOUT);
+    /* Two in flight without retries: the second fails with the first's
+     * timeout, said as its connection's (it read "request 3: no reply
+     * ... to request 2", as if the two were mixed up). */
+    float v2;
+    ps_ts first = ps_pull(c0, t, &key, 1, &v, NULL, NULL);
+    ps_ts second = ps_pull(c0, t, &key, 1, &v2, NULL, NULL);
+    EXPECT_INT(ps_wait(c0, first), PS_ETIMEDOUT, "the first pull");
+    EXPECT_INT(ps_wait(c0, second), PS_ETIMEDOUT, "the second pull");
+    char want[160];
+    snprintf(want, sizeof want, "request %lld (no attempts left): its "
+             "connection closed: no reply from ", (long long)second);
+    EXPECT_SUBSTR(ps_last_error(c0), want, "the second pull's reason");
     kill(one.pid[0], SIGCONT);
+    ps_close(c0);
     ps_close(c);
     assert_int_equal(cluster_stop(&one), 0);
 }
