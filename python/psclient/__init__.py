@@ -1105,10 +1105,11 @@ class Client:
     def stats(self, node: Optional[int] = None) -> dict:
         """What the client measured since it was opened or since
         reset_stats() (ps_stats; for one node of the cluster, ps_stats_node):
-        per kind of request ("push", "pull", ...; every kind, zeros for
-        those not used) the requests, errors, parts, payload bytes and
-        latency quantiles in microseconds (p50_us, p90_us, p99_us,
-        max_us), then frames and bytes on the
+        per kind of request used since ("push", "pull", ...; a kind with
+        no request is absent: ``stats().get("push")`` is None then) the
+        requests, errors, parts, payload bytes and latency quantiles in
+        microseconds (p50_us, p90_us, p99_us, max_us), then frames and
+        bytes on the
         wire, payload among them, time blocked on max_inflight_bytes and
         in clock/barrier, timeouts, resends, duplicates, reconnects, and
         clocks_skipped and barriers_skipped (how far this worker's counts

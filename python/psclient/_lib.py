@@ -87,13 +87,13 @@ class PsStats(ctypes.Structure):
 
 
 def stats_dict(s: PsStats) -> dict:
-    """A PsStats as a plain dict: one sub-dict per kind of request (every
-    kind, zeros for those not used: stats()["push"] after reset_stats()
-    reads 0 requests, not a KeyError), then the connection-wide counters."""
+    """A PsStats as a plain dict: one sub-dict per kind of request (only
+    the kinds that were used), then the connection-wide counters."""
     out = {}
     for i, kind in enumerate(STAT_KINDS):
         o = s.op[i]
-        out[kind] = {name: getattr(o, name) for name, _ in o._fields_}
+        if o.requests or o.parts:
+            out[kind] = {name: getattr(o, name) for name, _ in o._fields_}
     for name, _ in PsStats._fields_:
         if name not in ("op", "reserved"):
             out[name] = getattr(s, name)
