@@ -602,6 +602,14 @@ static void resend_held(nconn *nc, uint64_t now)
         p->sends++;
         p->attempt_ns = now + attempt;
         psc_add(&nc->st.resends, 1);
+        /* Counted as nc_send counts a part sent: "resends included". */
+        int k = psc_stat_kind(p->msg.op);
+        if (k >= 0) {
+            psc_add(&nc->st.op[k].parts, 1);
+            psc_add(&nc->st.op[k].payload_sent,
+                    8 * p->msg.nkeys + p->msg.vals_len);
+        }
+        psc_add(&nc->st.payload_sent, 8 * p->msg.nkeys + p->msg.vals_len);
     }
     if (!w)
         return;

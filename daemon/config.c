@@ -1061,11 +1061,13 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         if (s->scope != SC_TABLE)
             continue;
         const psd_table_conf *t = &c->tables[k++];
-        /* One row with its key must fit a message: a wider row can never
-         * be pushed or pulled (the client refuses every request), so the
+        /* One row must fit a message (with its key, unless the table is
+         * dense: a range of rows carries none): a wider row can never be
+         * pushed or pulled (the client refuses every request), so the
          * table is a mistake psd would only show at the first use. */
         uint64_t rowb = (uint64_t)t->dim * sizeof(float);
-        if (rowb + 8 > psw_payload_max(c->max_frame)) {
+        uint64_t key = t->dense ? 0 : 8;
+        if (rowb + key > psw_payload_max(c->max_frame)) {
             const entry *d = find_entry(s, "dim");
             fail(p, d ? d->line : s->line, "[%s] dim: a row of %u floats "
                  "(%llu bytes) does not fit a message under [server] "
@@ -1074,7 +1076,7 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
                  "lower dim", s->name, t->dim, (unsigned long long)rowb,
                  (unsigned long long)c->max_frame,
                  (unsigned long long)psw_payload_max(c->max_frame),
-                 (unsigned long long)(rowb + 8 + PSW_BODY_OVERHEAD +
+                 (unsigned long long)(rowb + key + PSW_BODY_OVERHEAD +
                                       PSW_MSG_OVERHEAD));
             return -1;
         }

@@ -438,7 +438,7 @@ int psd_import(const char *ini, int only, const char *src_dir)
      * still free (a psd may have started meanwhile); all or none, even
      * if cut off: each staged (psd-nodeK.snap.staged, loaded by no
      * start) before any is renamed into place. */
-    int staged = 0, committed = 0;
+    int staged = 0;
     for (; staged < nn; staged++) {
         psd_snap_info si;
         if (nodes[staged].tables &&
@@ -448,26 +448,33 @@ int psd_import(const char *ini, int only, const char *src_dir)
                                 sizeof err)))
             break;
     }
-    for (; staged == nn && committed < nn; committed++) {
-        psd_config_data_dir(&cfg, dir, sizeof dir);
-        if (nodes[committed].tables &&
-            psd_snapshot_commit_staged(dir, committed, err, sizeof err))
-            break;
-    }
-    if (committed < nn) {
-        for (int k = 0; k < nn; k++) {
+    /* The folders checked again just before the renames: staging a big
+     * model takes a while, and a psd started meanwhile must not have its
+     * snapshot replaced under it. */
+    unsigned char *want = calloc(nn > 0 ? (size_t)nn : 1, 1);
+    int rc = staged < nn || !want ? -1 : 0;
+    if (!want)
+        snprintf(err, sizeof err, "out of memory");
+    for (int i = 0; rc == 0 && i < nn; i++)
+        if (nodes[i].tables) {
+            want[i] = 1;
+            if (fresh_node(&cfg, i, dir, sizeof dir, err, sizeof err))
+                rc = -1;
+        }
+    psd_config_data_dir(&cfg, dir, sizeof dir);
+    if (rc == 0)
+        rc = psd_snapshot_commit_all(dir, want, nn, err, sizeof err);
+    else
+        for (int k = 0; k < nn && k <= staged; k++) {
             char snap[4200];
             if (!nodes[k].tables)
                 continue;
-            psd_config_data_dir(&cfg, dir, sizeof dir);
-            psd_snapshot_path(snap, sizeof snap, dir, k);
-            if (k < committed)
-                unlink(snap);
             psd_snapshot_staged_path(snap, sizeof snap, dir, k);
             unlink(snap);
         }
+    free(want);
+    if (rc)
         goto out;
-    }
     for (int i = 0; i < nn; i++) {
         if (!nodes[i].tables)
             continue;

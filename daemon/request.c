@@ -293,12 +293,6 @@ static void answer(psd_node *n, psd_session *ss, const psw_msg *m, int status,
 static int hold(psd_node *n, psd_session *ss, const psw_msg *m, int kind,
                 uint64_t need)
 {
-    /* A client sends a request held this long again (a lost frame would
-     * otherwise hold it for sync_timeout_ms): one copy is kept, answered
-     * when it is released. */
-    for (const psd_held *x = n->held; x; x = x->next)
-        if (x->ss == ss && x->msg.ts == m->ts && x->msg.part == m->part)
-            return 0;
     psd_held *h = calloc(1, sizeof *h);
     if (!h)
         return PSW_ENOMEM;
@@ -326,6 +320,22 @@ static int hold(psd_node *n, psd_session *ss, const psw_msg *m, int kind,
     while (*pp)
         pp = &(*pp)->next;
     *pp = h;
+    return 0;
+}
+
+/* Whether the session holds this request already: a client sends a
+ * request held past request_timeout_ms again (a lost frame would
+ * otherwise hold it for sync_timeout_ms). The copy is dropped before it
+ * is counted or checked: the one held is answered, once. Only sessions
+ * with something held are walked. */
+static int held_already(const psd_node *n, const psd_session *ss,
+                        const psw_msg *m)
+{
+    if (!ss->held_bytes)
+        return 0;
+    for (const psd_held *x = n->held; x; x = x->next)
+        if (x->ss == ss && x->msg.ts == m->ts && x->msg.part == m->part)
+            return 1;
     return 0;
 }
 
@@ -698,6 +708,8 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         admin(n, ss, m);
         return;
     }
+    if (held_already(n, ss, m))
+        return;
     n->stats.requests++;
     if (psw_op_has(m->op, PSW_OPF_CONTROL)) {
         control(n, ss, m, now_ms);

@@ -81,10 +81,9 @@ static int fresh_dir(const char *dir, char *err, size_t errlen)
     }
     int found = 0;
     for (struct dirent *e; !found && (e = readdir(d));) {
-        size_t n = strlen(e->d_name);
         if (strncmp(e->d_name, "psd-node", 8))
             continue;
-        if (n > 7 && !strcmp(e->d_name + n - 7, ".staged"))
+        if (strstr(e->d_name, ".staged"))
             snprintf(err, errlen, "%s holds %s, left by a psd --reshard or "
                      "--import that was cut off before it finished: remove "
                      "%s/psd-node*.staged and run it again", dir, e->d_name,
@@ -362,27 +361,32 @@ int psd_reshard(const char *old_ini, const char *new_ini,
     /* All or none, even if cut off (a kill, a closed pipe): every node
      * staged (psd-nodeK.snap.staged, loaded by no start) before any is
      * renamed into place. */
-    int staged = 0, committed = 0;
+    int staged = 0;
     while (staged < nnew &&
            write_new(new_ini, staged, old, nold, clock, barrier, gen + 1,
                      seq, out_dir, err, sizeof err) == 0)
         staged++;
-    while (staged == nnew && committed < nnew &&
-           psd_snapshot_commit_staged(out_dir, committed, err,
-                                      sizeof err) == 0)
-        committed++;
-    if (committed < nnew) {
+    unsigned char *want = calloc(nnew > 0 ? (size_t)nnew : 1, 1);
+    for (int k = 0; want && k < nnew; k++)
+        want[k] = 1;
+    /* commit_all clears up after itself; before it, this does. */
+    int tried = staged == nnew && want;
+    int rc = tried ? psd_snapshot_commit_all(out_dir, want, nnew, err,
+                                             sizeof err)
+                   : -1;
+    if (!want)
+        snprintf(err, sizeof err, "out of memory");
+    free(want);
+    if (!tried) {
         /* A rerun would find this folder taken: nothing is left. */
-        for (int k = 0; k < nnew; k++) {
+        for (int k = 0; k <= staged && k < nnew; k++) {
             char path[4200];
-            psd_snapshot_path(path, sizeof path, out_dir, k);
-            if (k < committed)
-                unlink(path);
             psd_snapshot_staged_path(path, sizeof path, out_dir, k);
             unlink(path);
         }
-        goto out;
     }
+    if (rc)
+        goto out;
     psd_config_data_dir(&a, dir, sizeof dir);
     stale_nodes(dir, nnew, new_ini);
     char ndir[4096];

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -266,6 +268,50 @@ int psd_snapshot_stage(const psd_node *n, const char *dir,
     return 0;
 }
 
+int psd_snapshot_commit_all(const char *dir, const unsigned char *want,
+                            int nnodes, char *err, size_t errlen)
+{
+    /* A signal that ends the process between two renames would leave
+     * some nodes' snapshots in place: held off until all are (SIGKILL
+     * cannot be; a start then finds the .staged file left). */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    sigaddset(&block, SIGQUIT);
+    sigaddset(&block, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int done = 0, rc = 0;
+    for (; done < nnodes; done++)
+        if (want[done] &&
+            psd_snapshot_commit_staged(dir, done, err, errlen)) {
+            rc = -1;
+            break;
+        }
+    if (rc) {
+        /* None, then: the renamed ones go, with every staged one. */
+        for (int k = 0; k < nnodes; k++) {
+            char path[4200];
+            if (!want[k])
+                continue;
+            if (k < done) {
+                psd_snapshot_path(path, sizeof path, dir, k);
+                unlink(path);
+            }
+            psd_snapshot_staged_path(path, sizeof path, dir, k);
+            unlink(path);
+        }
+    } else if (psd_fsync_dir(dir) && psd_fsync_dir(dir)) {
+        snprintf(err, errlen, "every snapshot is in place in %s, but the "
+                 "folder's fsync failed (%s): a power loss may take them "
+                 "back", dir, strerror(errno));
+        rc = -2;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
 int psd_snapshot_commit_staged(const char *dir, int node, char *err,
                                size_t errlen)
 {
@@ -274,10 +320,6 @@ int psd_snapshot_commit_staged(const char *dir, int node, char *err,
     psd_snapshot_path(to, sizeof to, dir, node);
     if (rename(from, to)) {
         snprintf(err, errlen, "rename %s: %s", from, strerror(errno));
-        return -1;
-    }
-    if (psd_fsync_dir(dir) && psd_fsync_dir(dir)) {
-        snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
         return -1;
     }
     return 0;
@@ -684,6 +726,25 @@ bad:
 
 #undef BAD
 
+/* No snapshot, but a staged one: psd --reshard or --import was cut off
+ * before this node's took its name (others' may have theirs). Starting
+ * from init would serve an empty model beside nodes with theirs. 1 (and
+ * err) then, else 0. */
+static int staged_left(const char *dir, int node, char *err, size_t errlen)
+{
+    char staged[4200];
+    struct stat st;
+    psd_snapshot_staged_path(staged, sizeof staged, dir, node);
+    if (stat(staged, &st))
+        return 0;
+    snprintf(err, errlen, "%s: no snapshot of node %d beside it: a psd "
+             "--reshard or --import was cut off before its snapshots took "
+             "their names; run it again into a fresh folder (remove the "
+             "psd-node*.staged files), or remove this file to start the "
+             "node from init", staged, node);
+    return 1;
+}
+
 int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
                        psd_snap_tables *tables, psd_snap_info *info,
                        char *err, size_t errlen)
@@ -694,7 +755,7 @@ int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
     reader r = { .fd = open(path, O_RDONLY | O_CLOEXEC) };
     if (r.fd < 0) {
         if (errno == ENOENT)
-            return 1;
+            return staged_left(dir, node, err, errlen) ? -1 : 1;
         int e = errno;
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
         return e == EACCES || e == EPERM ? 2 : -1;
@@ -739,7 +800,7 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
     uint64_t at = 0;             /* where the failing part starts */
     if (r.fd < 0) {
         if (errno == ENOENT)
-            return 1;
+            return staged_left(dir, n->index, err, errlen) ? -1 : 1;
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }

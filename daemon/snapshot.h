@@ -71,8 +71,11 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
  * --import): psd_snapshot_stage writes node n's snapshot as
  * dir/psd-nodeN.snap.staged (fsynced, folder too; -1 with err, and no
  * file, otherwise), which no start loads; once every node's is staged,
- * psd_snapshot_commit_staged renames each into place. A tool cut off
- * while it stages leaves .staged files only. */
+ * psd_snapshot_commit_staged renames each into place (the caller fsyncs
+ * the folders after: a rename is all it may fail on). A tool cut off
+ * while it stages leaves .staged files only; one cut off while it
+ * renames, a .staged file beside which a start or --check of that node
+ * refuses (psd_snapshot_load, psd_snapshot_check). */
 void psd_snapshot_staged_path(char *buf, size_t len, const char *dir,
                               int node);
 int psd_snapshot_stage(const psd_node *n, const char *dir,
@@ -80,6 +83,13 @@ int psd_snapshot_stage(const psd_node *n, const char *dir,
                        psd_snap_info *info, char *err, size_t errlen);
 int psd_snapshot_commit_staged(const char *dir, int node, char *err,
                                size_t errlen);
+/* Renames the staged snapshot of every node k with want[k] into place in
+ * dir, with SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE held off, then
+ * fsyncs dir. 0; -1 with err when a rename failed (then none is in
+ * place, and the staged files are gone); -2 with err when only the
+ * folder's fsync failed (all are in place). */
+int psd_snapshot_commit_all(const char *dir, const unsigned char *want,
+                            int nnodes, char *err, size_t errlen);
 
 /* Loads node n's snapshot from dir into n, whose tables must be fresh
  * (psd_node_init). Returns 0 and fills *info; 1 when there is no

@@ -1443,6 +1443,59 @@ static void close_now_gives_up_a_held_pull_and_leaves(void **state)
         fail_msg("ps_close_now took %.1f s", secs);
 }
 
+/* A pull an ssp table holds past request_timeout_ms is sent again each
+ * attempt's time (a lost frame would hold it for sync_timeout_ms); the
+ * node keeps the one held and counts it once, answered once, with the
+ * rows of when it is released. */
+static void a_held_pull_sent_again_is_held_and_counted_once(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.ctr]\nkind = dense\n"
+                                      "dim = 1\nrows = 4\n"
+                                      "consistency = ssp\nstaleness = 0\n"),
+                     0);
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.request_timeout_ms = 200;
+    ps_client *w0 = NULL, *w1 = open_worker(cl.spec, 1);
+    assert_int_equal(ps_open(&w0, cl.spec, &o), 0);
+    assert_non_null(w1);
+    int t = ps_table(w0, "ctr", NULL);
+    float one[4] = { 1, 1, 1, 1 }, out[4] = { 0 };
+    assert_int_equal(ps_clock(w0), 0);
+    ps_stats_reset(w0);
+    ps_ts ts = ps_pull_range(w0, t, 0, 4, out, NULL, NULL);
+    EXPECT_INT(ps_wait_timeout(w0, ts, 1500), PS_PENDING, "held for w1");
+    assert_int_equal(ps_wait(w1, ps_push_range(w1, t, 0, 4, one, NULL,
+                                               NULL)), 0);
+    assert_int_equal(ps_clock(w1), 0);
+    EXPECT_INT(ps_wait(w0, ts), 0, "the held pull: %s", ps_last_error(w0));
+    EXPECT_FLOAT(out[3], 1, "its rows as of its release");
+    ps_stats_t st;
+    ps_stats(w0, &st);
+    EXPECT_INT(st.resends >= 3, 1, "sent again while held: %llu resends",
+               (unsigned long long)st.resends);
+    EXPECT_INT(st.op[PS_STAT_PULL_RANGE].parts == 1 + st.resends, 1,
+               "parts count the copies (resends included): %llu parts",
+               (unsigned long long)st.op[PS_STAT_PULL_RANGE].parts);
+    const char *b = getenv("PSCTL_BIN");
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "%s -c %s --json stats", b ? b : "build/psctl",
+             cl.ini);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    static char js[65536];
+    size_t n = fread(js, 1, sizeof js - 1, p);
+    js[n] = '\0';
+    pclose(p);
+    EXPECT_SUBSTR(js, "\"pulls\": 1,", "the node counts the pull once");
+    ps_close(w0);
+    ps_close(w1);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* The other side of ssp_bound_holds_after_a_crash: when every worker
  * had clocked 3 times before kill -9, the node back from it is at clock 3,
  * so a pull with staleness 1 is answered at once. Taken for one at clock
@@ -2129,6 +2182,7 @@ int main(void)
         cmocka_unit_test(end_job_ends_a_job_whose_workers_stopped_apart),
         cmocka_unit_test(a_lost_worker_back_after_end_job_is_refused),
         cmocka_unit_test(close_now_gives_up_a_held_pull_and_leaves),
+        cmocka_unit_test(a_held_pull_sent_again_is_held_and_counted_once),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(

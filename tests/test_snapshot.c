@@ -787,6 +787,54 @@ static void test_a_failed_write_keeps_the_old_snapshot(void **state)
     free(now);
 }
 
+/* The tools' all-or-none writes (psd --reshard, --import): staged
+ * snapshots are loaded by no start; committed, they all are. A node whose
+ * snapshot stayed staged (a tool killed between two renames) is refused
+ * by a start and by --check, where it started from init beside nodes
+ * with their model. */
+static void test_staged_snapshots_take_their_names_all_at_once(void **state)
+{
+    (void)state;
+    psd_node a, b;
+    char err[ERRLEN], path[128];
+    psd_snap_info si;
+    trained_node(&a, 16, 8);
+    assert_int_equal(psd_snapshot_stage(&a, dir, 3, 1, &si, err,
+                                        sizeof err), 0);
+    psd_snapshot_path(path, sizeof path, dir, 1);
+    EXPECT_INT(access(path, F_OK), -1, "staged: no snapshot yet");
+    make_node(&b, 1, 16, 8);
+    EXPECT_INT(psd_snapshot_load(&b, dir, 0, &si, NULL, err, ERRLEN), -1,
+               "a start beside a staged snapshot only");
+    EXPECT_SUBSTR(err, "psd-node1.snap.staged: no snapshot of node 1 beside "
+                  "it: a psd --reshard or --import was cut off", "why");
+    psd_snap_tables tm = { 0 };
+    EXPECT_INT(psd_snapshot_check(dir, 1, &b.cfg, &tm, &si, err, ERRLEN), -1,
+               "--check beside a staged snapshot only");
+    psd_node_destroy(&b);
+    unsigned char want[2] = { 0, 1 };
+    EXPECT_INT(psd_snapshot_commit_all(dir, want, 2, err, sizeof err), 0,
+               "commit: %s", err);
+    EXPECT_INT(access(path, F_OK), 0, "committed: the snapshot is there");
+    make_node(&b, 1, 16, 8);
+    EXPECT_INT(psd_snapshot_load(&b, dir, 0, &si, NULL, err, ERRLEN), 0,
+               "a start on the committed snapshot: %s", err);
+    EXPECT_U64(si.generation, 3, "its generation");
+    psd_node_destroy(&b);
+    /* A rename that fails (node 0 was never staged): none is in place. */
+    unlink(path);
+    assert_int_equal(psd_snapshot_stage(&a, dir, 4, 1, &si, err,
+                                        sizeof err), 0);
+    unsigned char both[2] = { 1, 1 };
+    EXPECT_INT(psd_snapshot_commit_all(dir, both, 2, err, sizeof err), -1,
+               "commit with node 0 not staged");
+    EXPECT_INT(access(path, F_OK), -1, "node 1's not in place either");
+    char staged[160];
+    psd_snapshot_staged_path(staged, sizeof staged, dir, 1);
+    EXPECT_INT(access(staged, F_OK), -1, "nor left staged");
+    psd_node_destroy(&a);
+}
+
 /* ---- the journal ------------------------------------------------------ */
 
 typedef struct seen {
@@ -1261,6 +1309,9 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_failed_write_keeps_the_old_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_staged_snapshots_take_their_names_all_at_once, setup,
+            teardown),
         cmocka_unit_test_setup_teardown(
             test_the_journal_replays_segments_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(
