@@ -524,6 +524,11 @@ static int move_aside(const char *dir, int node, char *err, size_t errlen)
     psd_snapshot_path(from, sizeof from, dir, node);
     if (set_aside(from, t, err, errlen))
         return -1;
+    /* A staged snapshot a cut-off --reshard or --import left: a start
+     * refuses beside it, and --skip-snapshot means start empty. */
+    psd_snapshot_staged_path(from, sizeof from, dir, node);
+    if (set_aside(from, t, err, errlen))
+        return -1;
     uint64_t s, prev = 0;
     while ((s = psd_journal_first(dir, node)) != 0) {
         psd_journal_path(from, sizeof from, dir, node, s);
