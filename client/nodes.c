@@ -78,13 +78,19 @@ static size_t value_len(const char *v)
 static void append(ini_read *in, char **dst, const char *value)
 {
     size_t have = *dst ? strlen(*dst) : 0, add = value_len(value);
-    char *p = realloc(*dst, have + add + 2);
+    /* Not realloc: the value may be a token, and the old block would be
+     * freed unwiped. */
+    char *p = malloc(have + add + 2);
     if (!p) {
         in->oom = 1;
         return;
     }
-    if (have)
+    if (have) {
+        memcpy(p, *dst, have);
+        psw_wipe(*dst, have);
         p[have++] = ' ';
+    }
+    free(*dst);
     memcpy(p + have, value, add);
     p[have + add] = '\0';
     *dst = p;

@@ -124,14 +124,16 @@ uint64_t psd_auth_admit(psd_auth *a, const char *ip, uint64_t now_ms)
 }
 
 void psd_auth_failed(psd_auth *a, const char *ip, const char *peer,
-                     const char *why, uint64_t now_ms)
+                     const char *why, int guess, uint64_t now_ms)
 {
     a->failures++;
-    source *s = take(a, ip);
-    s->fails++;
-    s->last_fail_ms = now_ms;
-    if (s->next_ms < now_ms + delay(s->fails))
-        s->next_ms = now_ms + delay(s->fails);
+    if (guess) {
+        source *s = take(a, ip);
+        s->fails++;
+        s->last_fail_ms = now_ms;
+        if (s->next_ms < now_ms + delay(s->fails))
+            s->next_ms = now_ms + delay(s->fails);
+    }
     psd_auth_tick(a, now_ms);
     if (a->window_ms) {
         a->held++;

@@ -40,12 +40,15 @@ void psd_auth_prove(const psd_auth *a, const psw_transcript *t,
  * again at. */
 uint64_t psd_auth_admit(psd_auth *a, const char *ip, uint64_t now_ms);
 
-/* An attempt from peer (ip:port) failed: the throttle counts it for ip,
- * and one log line says why, except that failures within 10 s of a
- * logged one are counted and summed up in one line ("... and N more like
- * this in 10 s") when the window ends. */
+/* An attempt from peer (ip:port) failed: one log line says why, except
+ * that failures within 10 s of a logged one are counted and summed up in
+ * one line ("... and N more like this in 10 s") when the window ends. A
+ * guess (a wrong proof, checked in its admitted turn) counts for ip's
+ * throttle; a malformed or out-of-order handshake does not: it guesses
+ * nothing, never waited for admission, and counted, it let anyone at
+ * the address keep the address's real clients out for good. */
 void psd_auth_failed(psd_auth *a, const char *ip, const char *peer,
-                     const char *why, uint64_t now_ms);
+                     const char *why, int guess, uint64_t now_ms);
 
 /* An attempt from ip succeeded: its failures are forgotten. */
 void psd_auth_succeeded(psd_auth *a, const char *ip);

@@ -665,10 +665,10 @@ static void refuse_hello(psd_conn *c, int status, const char *why)
 
 /* Anything wrong before a client has authenticated, on a node with a
  * token: counted by the throttle, logged (collapsed), answered EAUTH. */
-static void refuse_auth(psd_conn *c, const char *why)
+static void refuse_auth_as(psd_conn *c, const char *why, int guess)
 {
     char text[300];
-    psd_auth_failed(c->set->auth, c->ip, c->peer, why,
+    psd_auth_failed(c->set->auth, c->ip, c->peer, why, guess,
                     uv_now(c->set->loop));
     snprintf(text, sizeof text, "authentication failed: %s", why);
     c->node->stats.auth_failures++;
@@ -681,6 +681,14 @@ static void refuse_auth(psd_conn *c, const char *why)
     pause_reading(c);
     flush(c);
     maybe_finish(c);
+}
+
+/* A handshake refused before any proof was checked (malformed, out of
+ * order, no token): not a guess, so the address's throttle is left as
+ * it is (see psd_auth_failed). */
+static void refuse_auth(psd_conn *c, const char *why)
+{
+    refuse_auth_as(c, why, 0);
 }
 
 /* The HELLO is accepted (and the client authenticated, when there is a
@@ -772,7 +780,8 @@ static void handle_hello(psd_conn *c, const msgpack_object *msg)
 static void check_proof(psd_conn *c)
 {
     if (psd_auth_check(c->set->auth, &c->tr, c->proof, c->proof_len)) {
-        refuse_auth(c, "wrong token (the client's proof does not match)");
+        refuse_auth_as(c, "wrong token (the client's proof does not match)",
+                       1);
         return;
     }
     psd_auth_succeeded(c->set->auth, c->ip);

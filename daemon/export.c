@@ -1,5 +1,6 @@
 /* psd --export: node snapshots to NumPy .npy files; see export.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,21 @@
 #include "request.h"
 #include "snapshot.h"
 #include "table.h"
+
+/* Opens path for writing as the model's own files are (0600, not
+ * followed through a symbolic link): an export is the whole model, and
+ * umask 022 made it readable by every local user. */
+static FILE *open_private(const char *path, const char *mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
+                            O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, mode);
+    if (!f)
+        close(fd);
+    return f;
+}
 
 /* Keys pulled, and rows written, this many at a time: the rows of a
  * table never need a second copy of the whole table in memory. */
@@ -55,7 +71,7 @@ static int export_table(psd_table *t, const char *dir, int node,
     *count = n;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.node%d.keys.npy", dir, tc->name, node);
-    FILE *f = fopen(path, "wb");
+    FILE *f = open_private(path, "wb");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         free(keys);
@@ -70,7 +86,7 @@ static int export_table(psd_table *t, const char *dir, int node,
     snprintf(path, sizeof path, "%s/%s.node%d.npy", dir, tc->name, node);
     size_t rowb = (size_t)tc->dim * sizeof(float);
     char *rows = malloc((n < BATCH ? (n ? n : 1) : BATCH) * rowb);
-    f = rows ? fopen(path, "wb") : NULL;
+    f = rows ? open_private(path, "wb") : NULL;
     if (!f) {
         snprintf(err, errlen, "%s: %s", path,
                  rows ? strerror(errno) : "out of memory");
@@ -128,7 +144,7 @@ static int write_manifest(const char *dir, const char *ini,
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/export.node%d.json", dir, i);
-    FILE *f = fopen(path, "w");
+    FILE *f = open_private(path, "w");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
@@ -201,11 +217,11 @@ static int clear_node(const char *dir, int i, char *err, size_t errlen)
     return rc;
 }
 
-/* Makes dir, or takes it as it is. */
+/* Makes dir (0700, as data_dir), or takes it as it is. */
 static int make_out(const char *dir, char *err, size_t errlen)
 {
     struct stat st;
-    if (mkdir(dir, 0755) == 0)
+    if (mkdir(dir, 0700) == 0)
         return 0;
     if (errno == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
         return 0;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "inifile.h"
+#include "../proto/auth.h"
 
 /* State of one read: the file, where we are, and what inih is about to
  * hand to on_value. */
@@ -262,14 +263,19 @@ static int append_piece(reader *p, const char *piece)
     while (end > piece && isspace((unsigned char)end[-1]))
         end--;
     size_t old = strlen(e->value), add = (size_t)(end - piece);
-    char *v = realloc(e->value, old + add + 2);
+    /* Not realloc: a value may be a token, and the old block would be
+     * freed unwiped. */
+    char *v = malloc(old + add + 2);
     if (!v) {
         fail(p->ini, 0, "out of memory");
         return -1;
     }
+    memcpy(v, e->value, old);
     v[old] = ' ';
     memcpy(v + old + 1, piece, add);
     v[old + 1 + add] = '\0';
+    psw_wipe(e->value, old);
+    free(e->value);
     e->value = v;
     if (!e->cont_line)
         e->cont_line = p->line;
@@ -329,8 +335,12 @@ void psd_ini_free(psd_ini *ini)
 {
     for (int i = 0; i < ini->nsecs; i++) {
         for (int j = 0; j < ini->secs[i].nentries; j++) {
-            free(ini->secs[i].entries[j].key);
-            free(ini->secs[i].entries[j].value);
+            /* Values wiped: one may be an inline auth_token. */
+            psd_ini_entry *e = &ini->secs[i].entries[j];
+            free(e->key);
+            if (e->value)
+                psw_wipe(e->value, strlen(e->value));
+            free(e->value);
         }
         free(ini->secs[i].entries);
     }

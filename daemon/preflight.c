@@ -196,6 +196,29 @@ static void check_node(psd_preflight *pf, const psd_config *c,
             ephemeral_note(pf, path, c->metrics_line, "metrics_listen", i,
                            (unsigned)c->metrics[i].port);
     }
+    /* /metrics answers anyone who reaches it (Prometheus scrapes it
+     * without a token): off loopback without a token it told a network
+     * the data folder, tables and hyper-parameters, which protected mode
+     * promises no address does. With a token, said once as a note. */
+    struct sockaddr_storage ms;
+    if (c->nmetrics && own && resolve(&c->metrics[i], &ms) == 0 &&
+        !is_loopback(&ms)) {
+        char mtext[PSW_ADDR_TEXT_MAX];
+        psw_addr_format(&c->metrics[i], mtext, sizeof mtext);
+        if (!pf->token_len && !c->auth_token_file[0])
+            add(&pf->problems, &pf->nproblems, path, c->metrics_line,
+                "[server] metrics_listen: node %d would serve /metrics on "
+                "%s, which is not a loopback address, and [server] has no "
+                "auth_token: psd refuses to serve anything on a network "
+                "unauthenticated. Set auth_token_file, or serve /metrics on "
+                "a loopback address", i, mtext);
+        else if (one)
+            add(&pf->notes, &pf->nnotes, path, c->metrics_line,
+                "[server] metrics_listen: node %d serves /metrics on %s "
+                "without authentication (the token guards the clients' "
+                "port only): its tables, hyper-parameters and data folder "
+                "are readable from the network", i, mtext);
+    }
     if (pf->token_len || c->auth_token_file[0] || is_loopback(&sa))
         return;
     sa_text(&sa, ip, sizeof ip);

@@ -547,6 +547,41 @@ static void failures_are_throttled_and_logged_once_per_window(void **state)
     assert_int_equal(cluster_stop(&one), 0);
 }
 
+/* Junk before the HELLO (here a frame with a wrong CRC) guesses no
+ * token and waits for no turn: counted by the throttle, a stream of it
+ * pushed the address's next turn on and on, and kept every real client
+ * at that address out (parked until hello_timeout) without a token. Now
+ * only wrong proofs count. */
+static void junk_before_the_hello_does_not_lock_the_address_out(
+    void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
+                                   "auth_token = " TOKEN "\n"), 0);
+    static const unsigned char junk[] = { 0, 0, 0, 5, 0x90, 0, 0, 0, 0 };
+    for (int i = 0; i < 20; i++) {
+        int fd = raw_connect(one.port[0]);
+        raw_send(fd, junk, sizeof junk);
+        assert_true(raw_closed(fd));
+        close(fd);
+    }
+    ps_client *c;
+    ps_options o = opts(TOKEN);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", one.port[0]);
+    double t0 = now_ms();
+    assert_int_equal(ps_open(&c, spec, &o), PS_OK);
+    double took = now_ms() - t0;
+    ps_close(c);
+    /* 20 counted failures make the next turn 2 s away. */
+    if (took > 1500)
+        fail_msg("the right token took %.0f ms to get in after junk "
+                 "frames: the address was throttled", took);
+    assert_true(cluster_log_wait(&one, 0, "authentication failed for", 100));
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
 /* Attempts from one address that arrive together, on connections of
  * their own, wait their turns too: one is checked per delay, not all of
  * them once the first delay ends (which would let a client try as many
@@ -838,6 +873,8 @@ int main(void)
         cmocka_unit_test(reconnection_authenticates_again),
         cmocka_unit_test(failures_are_throttled_and_logged_once_per_window),
         cmocka_unit_test(parallel_failures_are_throttled_one_per_delay),
+        cmocka_unit_test(
+            junk_before_the_hello_does_not_lock_the_address_out),
         cmocka_unit_test(token_file_changed_under_sighup_is_refused_loudly),
     };
     return cmocka_run_group_tests_name("auth", tests, group_setup,

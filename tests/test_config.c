@@ -1771,6 +1771,32 @@ static void test_network_address_without_token_is_refused_with_a_fix(
                        sizeof first, NULL);
     if (n)
         fail_msg("got \"%s\", want no problem: there is a token", first);
+    /* /metrics answers without a token: off loopback without one, it was
+     * served to the network, data folder, tables and all. */
+    n = preflight_text("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+                       "metrics_listen = 0.0.0.0:9470\n", 0, first,
+                       sizeof first, NULL);
+    expect_problem(n, first, "F:4: [server] metrics_listen: node 0 would "
+                   "serve /metrics on 0.0.0.0:9470, which is not a loopback "
+                   "address, and [server] has no auth_token");
+    n = preflight_text("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+                       "metrics_listen = 127.0.0.1:9470\n", 0, first,
+                       sizeof first, NULL);
+    if (n)
+        fail_msg("got \"%s\", want no problem: /metrics on loopback", first);
+    psd_config c;
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+            "metrics_listen = 0.0.0.0:9470\n"
+            "auth_token = 0123456789abcdef\n", &c);
+    psd_preflight pf;
+    EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems with a token");
+    int said = 0;
+    for (int i = 0; i < pf.nnotes; i++)
+        said |= strstr(pf.notes[i], "serves /metrics on 0.0.0.0:9470 without "
+                       "authentication") != NULL;
+    EXPECT_INT(said, 1, "a note that /metrics is open to the network");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
 }
 
 static void test_host_names_resolve_or_are_reported(void **state)

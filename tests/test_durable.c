@@ -985,6 +985,19 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
     EXPECT_SUBSTR(o, "2 of 2 nodes written to", "what it says");
     free(o);
     expect_exported_w(out, 1);
+    /* The whole model, private as data_dir's files (umask 022 left it
+     * readable by every local user). */
+    static const char *const mine[] = { "", "/w.node0.npy",
+                                        "/w.node0.keys.npy",
+                                        "/export.node1.json" };
+    for (size_t k = 0; k < sizeof mine / sizeof mine[0]; k++) {
+        char fp[600];
+        struct stat fs;
+        snprintf(fp, sizeof fp, "%s%s", out, mine[k]);
+        assert_int_equal(stat(fp, &fs), 0);
+        EXPECT_INT((int)(fs.st_mode & 077), 0, "%s: mode %o", fp,
+                   (unsigned)(fs.st_mode & 0777));
+    }
     EXPECT_INT((int)(journal_bytes(c.dir) - before), 0,
                "journal bytes changed by the export");
     /* A snapshot, then a push in the journal only: both are in. */
