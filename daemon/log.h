@@ -11,6 +11,10 @@
 
 void psd_log_init(int node, psd_log_level level);
 void psd_log_set_level(psd_log_level level);
+/* "<N>", the syslog priority of level, when stderr is systemd's journal
+ * (journald keeps it as the line's priority), else "": for lines written
+ * to stderr by hand, such as psd's fatal "psd: ..." ones. */
+const char *psd_log_prefix(psd_log_level level);
 void psd_log(psd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

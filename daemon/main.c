@@ -309,7 +309,7 @@ int main(int argc, char **argv)
     psd_config cfg;
     char err[8192];
     if (psd_config_load(&cfg, path, err, sizeof err)) {
-        fprintf(stderr, "%s\n", err);
+        fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR), err);
         return 1;
     }
     /* A table the file still has is never dropped: naming one is a
@@ -415,7 +415,8 @@ int main(int argc, char **argv)
         return bad ? 1 : 0;
     }
     if (psw_auth_init()) {
-        fprintf(stderr, "psd: libsodium cannot start\n");
+        fprintf(stderr, "%spsd: libsodium cannot start\n",
+                psd_log_prefix(PSD_LOG_ERROR));
         psd_config_destroy(&cfg);
         return 1;
     }
@@ -466,7 +467,8 @@ int main(int argc, char **argv)
                              sizeof err) == 0;
     sigprocmask(SIG_BLOCK, &stop, NULL);
     if (!ok || psd_server_listen(&srv, err, sizeof err)) {
-        fprintf(stderr, "psd: %s\n", err);
+        /* The journal's priority too: journalctl -p err shows it. */
+        fprintf(stderr, "%spsd: %s\n", psd_log_prefix(PSD_LOG_ERROR), err);
         psd_server_destroy(&srv);
         uv_loop_close(&loop);
         return 1;

@@ -254,11 +254,17 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
             dir);
         return;                  /* its files can still be checked */
     }
-    add(&pf->notes, &pf->nnotes, path, c->data_dir_line,
+    /* Under systemd ($INVOCATION_ID: ExecStartPre, ExecReload), --check
+     * runs as the service's user: then it is certain. */
+    int certain = getenv("INVOCATION_ID") != NULL;
+    add(certain ? &pf->problems : &pf->notes,
+        certain ? &pf->nproblems : &pf->nnotes, path, c->data_dir_line,
         "[server] data_dir: this user (uid %u) may not write %s, so psd "
-        "run as this user cannot %s %s: %s (run --check as the user psd "
-        "runs as)", (unsigned)getuid(), folder,
-        strcmp(folder, dir) ? "create" : "use", dir, strerror(errno));
+        "run as this user cannot %s %s: %s%s", (unsigned)getuid(), folder,
+        strcmp(folder, dir) ? "create" : "use", dir, strerror(errno),
+        certain ? " (under systemd: give the unit ReadWritePaths= for it, "
+                  "or leave data_dir to StateDirectory=)"
+                : " (run --check as the user psd runs as)");
 }
 
 static void check_data_dir(psd_preflight *pf, const psd_config *c,
@@ -407,10 +413,20 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
     }
     free(mine);
     host_memory(&limit, &avail);
-    /* Not known: nothing said (no available figure: no note). */
+    const double gib = 1024.0 * 1024 * 1024;
+    /* Not known (a unit with ProcSubset=pid hides /proc/meminfo): said
+     * when the rows are big enough to matter, since nothing else would
+     * stop psd from being killed while it makes them. */
+    if (big && limit <= 0 && need >= gib) {
+        add(&pf->notes, &pf->nnotes, path, big->line, "[table.%s]: dense "
+            "tables need %.1f GiB here with their optimizer state, and "
+            "this host's memory cannot be read (/proc/meminfo, and no "
+            "cgroup memory.max): not checked", big->name, need / gib);
+        return;
+    }
+    /* No available figure: no note. */
     if (!big || limit <= 0 || need <= avail || (need <= limit && avail <= 0))
         return;
-    const double gib = 1024.0 * 1024 * 1024;
     char who[64];
     if (nodes == 1)
         snprintf(who, sizeof who, "node %d's", i);

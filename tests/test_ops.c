@@ -2235,6 +2235,38 @@ static void test_a_replay_applies_each_push_with_the_lr_it_had(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* Under systemd, stderr is the journal's stream ($JOURNAL_STREAM names
+ * it): each line starts with its syslog priority, which journald keeps
+ * (every line came in at info, so journalctl -p err found nothing); a
+ * fatal "psd: ..." line is an error too. Elsewhere, lines stay as they
+ * were. */
+static void lines_carry_their_priority_to_the_journal(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/psd-journal-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char ini[128];
+    snprintf(ini, sizeof ini, "%s/bad.ini", dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:7070\n[table.t]\ndim = 0\n");
+    fclose(f);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    int st;
+    char *o = run(&st, "sh -c 'exec 2>\"$1/err\"; JOURNAL_STREAM=$(stat -c "
+                  "%%d:%%i \"$1/err\") exec \"$2\" -c \"$3\"' _ %s %s %s; "
+                  "cat %s/err", dir, psd, ini, dir);
+    EXPECT_INT(strncmp(o ? o : "", "<3>", 3), 0, "to the journal: %s", o);
+    EXPECT_SUBSTR(o, "bad.ini:4: [table.t] dim:", "the reason");
+    free(o);
+    o = run(&st, "%s -c %s 2>&1", psd, ini);
+    EXPECT_INT(o && o[0] == '<', 0, "not to the journal: %s", o);
+    free(o);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -2282,6 +2314,7 @@ int main(void)
         cmocka_unit_test(
             test_a_replay_remembers_only_what_clients_had_not_acked),
         cmocka_unit_test(test_only_the_main_thread_takes_stop_signals),
+        cmocka_unit_test(lines_carry_their_priority_to_the_journal),
     };
     int failed = cmocka_run_group_tests_name("operations", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
