@@ -465,10 +465,17 @@ static void metrics_text(psd_admin *a, tbuf *b)
     for (int k = 0; k < PSD_LAT_KINDS; k++) {
         const uint64_t *h = n->latency[k];
         static const double qs[] = { 0.5, 0.9, 0.99 };
-        for (size_t q = 0; q < 3; q++)
+        /* No observation: NaN, as Prometheus' own clients write (0 read
+         * as "no time at all"). */
+        int none = hist_count(h) == 0;
+        for (size_t q = 0; q < 3; q++) {
             put(b, "psd_request_service_seconds{node=\"%d\",kind=\"%s\","
-                "quantile=\"%g\"} %.9f\n", i, lat_names[k], qs[q],
-                (double)psw_hist_quantile(h, qs[q]) / 1e9);
+                "quantile=\"%g\"} ", i, lat_names[k], qs[q]);
+            if (none)
+                put(b, "NaN\n");
+            else
+                put(b, "%.9f\n", (double)psw_hist_quantile(h, qs[q]) / 1e9);
+        }
         /* A summary has its _sum too: rate(_sum) / rate(_count) is the
          * mean, which quantiles cannot give. */
         put(b, "psd_request_service_seconds_sum{node=\"%d\",kind=\"%s\"} "

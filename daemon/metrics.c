@@ -17,6 +17,7 @@ typedef struct mconn {
     psd_metrics *m;
     struct mconn *prev, *next;   /* m->head's list, while not closing */
     int answered;                /* a response is being written */
+    int head;                    /* a HEAD request: the headers only */
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_write_t wr;
@@ -72,6 +73,8 @@ static void respond(mconn *c, const char *status, const char *type,
         return;
     }
     memcpy(c->resp, head, (size_t)hn);
+    if (c->head)
+        len = 0;                 /* Content-Length says the GET's */
     memcpy(c->resp + hn, body, len);
     uv_buf_t b = uv_buf_init(c->resp, (unsigned)((size_t)hn + len));
     c->wr.data = c;
@@ -93,8 +96,10 @@ static void answer(mconn *c)
         return;
     }
     path[strcspn(path, "?")] = '\0';
-    if (strcmp(method, "GET") != 0) {
-        respond(c, "405 Method Not Allowed", text, "only GET\n", 9);
+    /* HEAD too: HTTP asks it of every server, and probes use it. */
+    c->head = strcmp(method, "HEAD") == 0;
+    if (strcmp(method, "GET") != 0 && !c->head) {
+        respond(c, "405 Method Not Allowed", text, "only GET or HEAD\n", 17);
         return;
     }
     if (strcmp(path, "/metrics") != 0 && strcmp(path, "/") != 0) {

@@ -416,8 +416,16 @@ static const char *psctl(void)
     return b ? b : "build/psctl";
 }
 
+static char *http_req(int port, const char *method, const char *path);
+
 /* GET path from 127.0.0.1:port; the whole response, malloc'd. */
 static char *http_get(int port, const char *path)
+{
+    return http_req(port, "GET", path);
+}
+
+/* `method` path from 127.0.0.1:port; the whole response, malloc'd. */
+static char *http_req(int port, const char *method, const char *path)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = { .sin_family = AF_INET,
@@ -432,8 +440,8 @@ static char *http_get(int port, const char *path)
     struct timeval tv = { 5, 0 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n",
-                     path);
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: x\r\n\r\n",
+                     method, path);
     if (write(fd, req, (size_t)n) != n) {
         close(fd);
         return NULL;
@@ -557,6 +565,29 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
         double sum = value_of(m, p);
         if (!(sum > 0 && sum < 60))
             fail_msg("%s%g on node %d", p, sum, i);
+        /* A kind with no request has no quantiles: NaN, as Prometheus'
+         * clients write (it read 0, "no time at all"); one with requests,
+         * a number. */
+        static const char *const kinds[] = { "push", "pull", "pushpull",
+                                             "control" };
+        int empty = 0;
+        for (int k = 0; k < 4; k++) {
+            snprintf(p, sizeof p, "psd_request_service_seconds_count{node="
+                     "\"%d\",kind=\"%s\"} ", i, kinds[k]);
+            int none = value_of(m, p) == 0;
+            empty += none;
+            snprintf(p, sizeof p, "psd_request_service_seconds{node=\"%d\","
+                     "kind=\"%s\",quantile=\"0.99\"} NaN\n", i, kinds[k]);
+            EXPECT_INT(strstr(m, p) != NULL, none, "%s on node %d", p, i);
+        }
+        EXPECT_INT(empty > 0 && empty < 4, 1, "kinds without requests on "
+                   "node %d", i);
+        free(m);
+        /* HEAD: the headers of the GET, no body (it was 405). */
+        m = http_req(mport[i], "HEAD", "/metrics");
+        if (!m || strncmp(m, "HTTP/1.1 200 OK\r\n", 17) ||
+            !strstr(m, "Content-Length: ") || strstr(m, "psd_up"))
+            fail_msg("HEAD /metrics on node %d: %.300s", i, m ? m : "");
         free(m);
     }
     EXPECT_INT((int)pushed, 3 * KEYS, "keys pushed, from /metrics");
