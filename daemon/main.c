@@ -22,6 +22,20 @@
 #include "server.h"
 #include "snapshot.h"
 
+/* Writes text to stderr as errors, each of its lines after `pre` and
+ * with the journal's error priority when stderr is the journal (journald
+ * makes each line a record: "<3>" on the first alone left the others
+ * at info). */
+static void say_errors(const char *pre, const char *text)
+{
+    const char *prio = psd_log_prefix(PSD_LOG_ERROR);
+    while (*text) {
+        size_t n = strcspn(text, "\n");
+        fprintf(stderr, "%s%s%.*s\n", prio, pre, (int)n, text);
+        text += n + (text[n] == '\n');
+    }
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -309,7 +323,7 @@ int main(int argc, char **argv)
     psd_config cfg;
     char err[8192];
     if (psd_config_load(&cfg, path, err, sizeof err)) {
-        fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR), err);
+        say_errors("", err);
         return 1;
     }
     /* A table the file still has is never dropped: naming one is a
@@ -337,9 +351,9 @@ int main(int argc, char **argv)
         psd_preflight pf;
         int bad = 0;
         if (node_given && node >= cfg.nnodes) {
-            fprintf(stderr, "%s: node %d does not exist (the file lists %d "
-                    "node%s)\n", path, node, cfg.nnodes,
-                    cfg.nnodes == 1 ? "" : "s");
+            fprintf(stderr, "%s%s: node %d does not exist (the file lists %d "
+                    "node%s)\n", psd_log_prefix(PSD_LOG_ERROR), path, node,
+                    cfg.nnodes, cfg.nnodes == 1 ? "" : "s");
             bad = 1;
         }
         bad += psd_preflight_run(&pf, &cfg, path, node_given ? node : -1);
@@ -387,11 +401,11 @@ int main(int argc, char **argv)
             if (rc < 0) {
                 /* Not always the ini: a snapshot may be missing or
                  * damaged while the file is as it was. */
-                fprintf(stderr, "%s (node %d cannot start from its files: put "
-                        "back what changed or is missing, the ini or the "
+                fprintf(stderr, "%s%s (node %d cannot start from its files: "
+                        "put back what changed or is missing, the ini or the "
                         "file named; only if they are lost for good, "
                         "--skip-snapshot sets them aside and starts that node "
-                        "empty)\n", why, i);
+                        "empty)\n", psd_log_prefix(PSD_LOG_ERROR), why, i);
                 bad++;
             } else if (rc == 2) {
                 /* Not proof of anything: psd may run as another user. */
@@ -404,7 +418,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < pf.nnotes; i++)
             printf("%s\n", pf.notes[i]);
         for (int i = 0; i < pf.nproblems; i++)
-            fprintf(stderr, "%s\n", pf.problems[i]);
+            say_errors("", pf.problems[i]);
         if (!bad)
             printf("%s: OK (%d node%s, %u shards, %d table%s%s)\n", path,
                    cfg.nnodes, cfg.nnodes == 1 ? "" : "s", cfg.shards,
@@ -468,7 +482,7 @@ int main(int argc, char **argv)
     sigprocmask(SIG_BLOCK, &stop, NULL);
     if (!ok || psd_server_listen(&srv, err, sizeof err)) {
         /* The journal's priority too: journalctl -p err shows it. */
-        fprintf(stderr, "%spsd: %s\n", psd_log_prefix(PSD_LOG_ERROR), err);
+        say_errors("psd: ", err);
         psd_server_destroy(&srv);
         uv_loop_close(&loop);
         return 1;

@@ -254,16 +254,20 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
             dir);
         return;                  /* its files can still be checked */
     }
-    /* Under systemd ($INVOCATION_ID: ExecStartPre, ExecReload), --check
-     * runs as the service's user: then it is certain. */
-    int certain = getenv("INVOCATION_ID") != NULL;
+    /* Run by systemd as a unit's command (ExecStartPre, ExecStart:
+     * $SYSTEMD_EXEC_PID is this process), psd runs as the service's user:
+     * then it is certain. ($INVOCATION_ID alone is inherited by anything
+     * a service starts, as any user.) */
+    const char *ep = getenv("SYSTEMD_EXEC_PID");
+    int certain = ep && strtol(ep, NULL, 10) == (long)getpid();
     add(certain ? &pf->problems : &pf->notes,
         certain ? &pf->nproblems : &pf->nnotes, path, c->data_dir_line,
         "[server] data_dir: this user (uid %u) may not write %s, so psd "
         "run as this user cannot %s %s: %s%s", (unsigned)getuid(), folder,
         strcmp(folder, dir) ? "create" : "use", dir, strerror(errno),
-        certain ? " (under systemd: give the unit ReadWritePaths= for it, "
-                  "or leave data_dir to StateDirectory=)"
+        certain ? " (run by systemd as the service's user: give the unit "
+                  "ReadWritePaths= for it, or leave data_dir to "
+                  "StateDirectory=)"
                 : " (run --check as the user psd runs as)");
 }
 

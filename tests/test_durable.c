@@ -2108,22 +2108,30 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     /* Run by a user who may not read the data folder (psd may run as
      * another user), --check cannot tell, and says so without failing. */
     assert_int_equal(chmod(c.dir, 0711), 0);
-    expect_psd_check_as(&c, "env -u INVOCATION_ID setpriv --reuid=65534 "
+    expect_psd_check_as(&c, "env -u SYSTEMD_EXEC_PID setpriv --reuid=65534 "
                         "--regid=65534 "
                         "--clear-groups", 0, NULL, 0, "were not checked");
     /* Nor may it write the folder: psd run as this user would not start,
      * and --check says that too. */
-    expect_psd_check_as(&c, "env -u INVOCATION_ID setpriv --reuid=65534 "
+    expect_psd_check_as(&c, "env -u SYSTEMD_EXEC_PID setpriv --reuid=65534 "
                         "--regid=65534 "
                         "--clear-groups", 0, NULL, 0, "(uid 65534) may not "
                         "write");
-    /* Under systemd (ExecStartPre), --check runs as the service's user:
-     * then it is certain, and --check fails (it said OK, and the start
-     * failed on the lock file). */
-    expect_psd_check_as(&c, "env INVOCATION_ID=0123 setpriv --reuid=65534 "
-                        "--regid=65534 --clear-groups", 0, NULL, 1,
-                        "(under systemd: give the unit ReadWritePaths= for "
-                        "it, or leave data_dir to StateDirectory=)");
+    /* Run by systemd as the unit's command (ExecStartPre: its
+     * $SYSTEMD_EXEC_PID is psd's own pid), --check runs as the service's
+     * user: then it is certain, and --check fails (it said OK, and the
+     * start failed on the lock file). */
+    expect_psd_check_as(&c, "sh -c 'export SYSTEMD_EXEC_PID=$$; exec setpriv "
+                        "--reuid=65534 --regid=65534 --clear-groups \"$0\" "
+                        "\"$@\"'", 0, NULL, 1,
+                        "(run by systemd as the service's user: give the "
+                        "unit ReadWritePaths= for it, or leave data_dir to "
+                        "StateDirectory=)");
+    /* Inherited from a service by another process ($INVOCATION_ID, or a
+     * $SYSTEMD_EXEC_PID that is not psd's), it proves nothing. */
+    expect_psd_check_as(&c, "env INVOCATION_ID=0123 SYSTEMD_EXEC_PID=1 "
+                        "setpriv --reuid=65534 --regid=65534 --clear-groups",
+                        0, NULL, 0, "(run --check as the user psd runs as)");
     assert_int_equal(chmod(c.dir, 0700), 0);
     /* Back to 4 shards, but the table's dim changed. */
     snprintf(cmd, sizeof cmd, "sed -i -e 's/^shards = 8$/shards = 4/' "

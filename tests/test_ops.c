@@ -2293,6 +2293,26 @@ static void lines_carry_their_priority_to_the_journal(void **state)
     o = run(&st, "%s -c %s 2>&1", psd, ini);
     EXPECT_INT(o && o[0] == '<', 0, "not to the journal: %s", o);
     free(o);
+    /* A start refused for two reasons: journald makes each line a
+     * record, so each carries the priority (the second came in at
+     * info). */
+    f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 0.0.0.0:7070\n[server]\n"
+            "metrics_listen = 0.0.0.0:7071\n[table.t]\ndim = 1\n");
+    fclose(f);
+    o = run(&st, "sh -c 'exec 2>\"$1/err\"; JOURNAL_STREAM=$(stat -c "
+            "%%d:%%i \"$1/err\") exec \"$2\" -c \"$3\" -n 0' _ %s %s %s; "
+            "cat %s/err", dir, psd, ini, dir);
+    int lines = 0, marked = 0;
+    for (const char *l = o; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1
+                                                         : l + strlen(l)) {
+        lines++;
+        marked += strncmp(l, "<3>", 3) == 0 || strncmp(l, "<4>", 3) == 0;
+    }
+    EXPECT_INT(lines >= 2 && marked == lines, 1, "every line marked: %s", o);
+    EXPECT_SUBSTR(o, "<3>", "an error among them");
+    free(o);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
