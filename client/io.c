@@ -573,9 +573,9 @@ static void nc_send(nconn *nc)
  * clock, a barrier, an ssp pull) that has had no answer for an attempt's
  * time (request_timeout_ms): its frame, or the answer's, may have been
  * lost without the connection breaking, and it would otherwise wait for
- * sync_timeout_ms (ten minutes by default). A node keeps one copy of a
- * held request (the same ts and part) and answers the others as it
- * answers any copy: a second answer is a duplicate here. The frames copy
+ * sync_timeout_ms (ten minutes by default). A node drops a copy of a
+ * request it holds (the same ts and part); one it answered already it
+ * answers again, a duplicate here. The frames copy
  * the parts' keys and values: the first copy's answer may complete a part
  * (its buffers handed back to the caller) while this write is queued. */
 static void resend_held(nconn *nc, uint64_t now)
