@@ -42,9 +42,13 @@ Blocking and asynchronous calls
     ``vals`` and writes ``out`` until then (a part sent again is read
     again), so they must not change until the request completed, and
     ``out`` holds the rows once ``wait()`` returned. The client reads the
-    status of dropped requests when more than 1024 of them are unread, at
-    ``Client.wait_all()`` and at ``Client.close()``, so wait for your
-    requests or call ``wait_all()``.
+    status of dropped requests as they complete, oldest first (each call
+    that issues a request reads those done, never waiting; one still in
+    flight holds back those after it), when more than 1024 of them are
+    unread, at ``Client.wait_all()`` and at ``Client.close()``; their
+    arrays go then. Wait for your requests or call ``wait_all()``.
+    Clients, tables and requests cannot be copied or pickled: connect in
+    each process.
     The library remembers the last 1024 failures: a request whose status
     is read after more than 1024 requests failed after it raises
     InvalidError (its status is no longer known), never a false success.
@@ -101,7 +105,7 @@ import operator
 import os
 import threading
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -450,6 +454,13 @@ class Request:
         close()). False says nothing: the request may have completed."""
         return self._status is not None
 
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        # A copy would share the library's client: the copy's close (its
+        # __del__) freed it under the original.
+        raise TypeError(f"a psclient {type(self).__name__} cannot be copied "
+                        f"or pickled: connect in each process (with "
+                        f"multiprocessing, in the worker)")
+
     def __repr__(self) -> str:
         state = ("pending" if self._status is None else
                  "ok" if self._status == 0 else
@@ -482,6 +493,13 @@ class Table:
         self.dim = info.dim
         self.rows = info.rows
         self.dense = bool(info.dense)
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        # A copy would share the library's client: the copy's close (its
+        # __del__) freed it under the original.
+        raise TypeError(f"a psclient {type(self).__name__} cannot be copied "
+                        f"or pickled: connect in each process (with "
+                        f"multiprocessing, in the worker)")
 
     def __repr__(self) -> str:
         kind = f"dense, {self.rows} rows" if self.dense else "sparse"
@@ -883,6 +901,13 @@ class Client:
         except Exception:
             pass
 
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        # A copy would share the library's client: the copy's close (its
+        # __del__) freed it under the original.
+        raise TypeError(f"a psclient {type(self).__name__} cannot be copied "
+                        f"or pickled: connect in each process (with "
+                        f"multiprocessing, in the worker)")
+
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         who = f"worker {self.worker}" if self.worker >= 0 else "reader"
@@ -1018,6 +1043,11 @@ class Client:
             with self._cv:
                 self._pending[ts] = req
                 settled = True
+            # The oldest requests that completed let go of their arrays
+            # now: kept until their status was read, 1024 dropped pulls
+            # of 64 MiB held 64 GiB.
+            self._sweep(h)
+            with self._cv:
                 oldest = (next(iter(self._pending.values()))
                           if len(self._pending) > _MAX_UNREAD else None)
         except BaseException:
@@ -1031,6 +1061,26 @@ class Client:
             # unread: read the oldest status (usually complete already).
             self._settle(oldest)
         return req
+
+    def _sweep(self, h: int) -> None:
+        """Reads the status of the oldest unread requests that have
+        completed, oldest first, up to the first still in flight; never
+        waits. Called with h in use."""
+        while True:
+            with self._cv:
+                req = next(iter(self._pending.values()), None)
+            if req is None:
+                return
+            st = _LIB.ps_wait_timeout(h, req.ts, 0)
+            if st == PS_PENDING:
+                return
+            msg = (_LIB.ps_last_error(h).decode("utf-8", "replace")
+                   if st else "")
+            with self._cv:
+                if req._status is None:
+                    req._status, req._message = st, msg
+                req._bufs = None
+                self._pending.pop(req.ts, None)
 
     def _read_status(self, h: int, req: Request) -> None:
         """ps_wait for req on handle h; records the status and lets go of

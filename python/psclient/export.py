@@ -11,12 +11,15 @@ loads libpsclient."""
 
 import json
 import os
+import re
 import sys
 from typing import Dict, Tuple, Union
 
 import numpy as np
 
 Exported = Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]
+
+_MANIFEST = re.compile(r"export\.node(\d+)\.json")
 
 
 def read_export(path: Union[str, os.PathLike],
@@ -35,14 +38,26 @@ def read_export(path: Union[str, os.PathLike],
     # (psd --export -n, on several hosts) gather in one folder.
     manifests = []
     for name in sorted(os.listdir(path)):
-        if name.startswith("export.node") and name.endswith(".json"):
-            with open(os.path.join(path, name), encoding="utf-8") as f:
+        # export.nodeN.json exactly, as psd names them (not a copy a file
+        # manager made, "export.node0 (copy).json").
+        if not _MANIFEST.fullmatch(name):
+            continue
+        where = os.path.join(path, name)
+        try:
+            with open(where, encoding="utf-8") as f:
                 m = json.load(f)
-            if m.get("format") != 1:
-                raise ValueError(f"{path}/{name}: export format "
-                                 f"{m.get('format')!r}, this psclient "
-                                 f"reads 1")
-            manifests.append(m)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{where}: not a manifest psd --export wrote: "
+                             f"{e}") from None
+        if not isinstance(m, dict) or m.get("format") != 1:
+            raise ValueError(f"{where}: export format "
+                             f"{m.get('format') if isinstance(m, dict) else m!r}"
+                             f", this psclient reads 1")
+        if (m.get("node") != int(_MANIFEST.fullmatch(name).group(1)) or
+                not all(k in m for k in ("nodes", "shards", "tables"))):
+            raise ValueError(f"{where}: not a manifest psd --export wrote "
+                             f"(its node, nodes, shards or tables)")
+        manifests.append(m)
     if not manifests:
         raise ValueError(f"{path}: no export.nodeN.json: not a folder "
                          f"psd --export wrote")
@@ -72,11 +87,16 @@ def read_export(path: Union[str, os.PathLike],
         dim = int(t["dim"])
         keys, values = [], []
         for part in t["files"]:
-            k = np.load(os.path.join(path, part["keys"]))
-            v = np.load(os.path.join(path, part["values"]))
+            try:
+                k = np.load(os.path.join(path, part["keys"]))
+                v = np.load(os.path.join(path, part["values"]))
+                count = part["count"]
+            except (OSError, ValueError, KeyError) as e:
+                raise ValueError(f"{path}: table {t['name']!r}: "
+                                 f"{part.get('values', '?')}: {e!r}") from None
             if (k.dtype != np.uint64 or v.dtype != np.float32 or
-                    k.shape != (part["count"],) or
-                    v.shape != (part["count"], dim)):
+                    k.shape != (count,) or
+                    v.shape != (count, dim)):
                 raise ValueError(f"{path}: {part['values']} does not match "
                                  f"its export.nodeN.json (table {t['name']!r})")
             keys.append(k)

@@ -1449,6 +1449,16 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     both = psclient.read_export(one)
     np.testing.assert_array_equal(both["dense"], rows)
     assert sorted(both["emb"][0].tolist()) == sorted(keys.tolist())
+    # A copy a file manager made is not a manifest (it made the export
+    # "manifests of nodes [0, 0, 1]"); an empty manifest is named.
+    import shutil
+    shutil.copy(one / "export.node0.json", one / "export.node0 (copy).json")
+    np.testing.assert_array_equal(psclient.read_export(one)["dense"], rows)
+    (one / "export.node0 (copy).json").unlink()
+    (one / "export.node1.json").write_text("")
+    with pytest.raises(ValueError, match=r"export\.node1\.json: not a "
+                       r"manifest psd --export wrote"):
+        psclient.read_export(one)
     # A dense table added to the ini since the snapshots holds no trained
     # row: left out of the export, which still reads whole.
     with open(cluster.ini, "a") as f:
@@ -1637,3 +1647,40 @@ def test_a_second_ctrl_c_during_a_close_without_waiting_still_closes(
         assert alive() is None           # let go once ps_close_now returned
     finally:
         cl.signal(1, signal.SIGCONT)
+
+
+def test_clients_tables_and_requests_are_not_copied(cluster):
+    """copy.copy(client) shared the library's client: the copy's __del__
+    closed it under the original (a double free at exit). Pickling said
+    "cannot pickle '_thread.RLock' object"."""
+    import copy
+    import pickle
+    c = psclient.connect(cluster.spec)
+    t = c.table("emb")
+    r = t.pull_async(keys_of(1))
+    for thing in (c, t, r):
+        for how in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="cannot be copied or "
+                               "pickled: connect in each process"):
+                how(thing)
+    r.wait()
+    t.pull(keys_of(1))                       # the client still works
+    c.close()
+
+
+def test_dropped_requests_let_go_of_their_arrays_once_done(cluster):
+    """A dropped request kept its arrays until its status was read (at
+    1024 unread, wait_all or close): 40 dropped 64 MiB pulls held 2.5 GB.
+    They go once done, at the next request issued."""
+    with psclient.connect(cluster.spec) as c:
+        d = c.table("dense")
+        refs = []
+        for _ in range(5):
+            out = np.zeros((100, 3), F32)
+            refs.append(weakref.ref(out))
+            d.pull_range_async(0, 100, out=out)      # handle dropped
+            del out
+        d.pull_range(0, 100)                     # all done by now
+        d.pull_range_async(0, 1)                 # issues: reads them
+        gc.collect()
+        assert [r() is None for r in refs] == [True] * 5
