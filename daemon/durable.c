@@ -238,6 +238,15 @@ static void on_sigchld(uv_signal_t *h, int sig)
         snprintf(text, sizeof text, "the writer %s %d",
                  WIFSIGNALED(st) ? "was killed by signal" : "exited with",
                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    if (!ok) {
+        /* A writer killed (the OOM killer, say) leaves its unfinished
+         * file, named for its pid: removed here, or each failure left up
+         * to a model's size on disk until the next start. */
+        char snap[4200], tmp[4300];
+        psd_snapshot_path(snap, sizeof snap, d->dir, d->node->index);
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", snap, (long)r);
+        unlink(tmp);
+    }
     child_done(d, ok, text);
 }
 
@@ -726,9 +735,15 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     } else if (d->skip)
         psd_info("--skip-snapshot: starting from the initial values; the "
                  "files in %s are set aside once this node listens", d->dir);
-    else
+    else if (!psd_journal_first(d->dir, n->index))
         psd_info("no snapshot in %s: starting from the initial values",
                  d->dir);
+    else
+        /* The replay says whether it may (a journal from segment 1), or
+         * refuses: "starting from the initial values" then said the
+         * opposite of what happened. */
+        psd_info("no snapshot in %s: replaying the journal onto the "
+                 "initial values", d->dir);
     if (tm.map)
         log_new_tables(n, &tm);
     /* Segments before the snapshot's are covered by it (a crash may have

@@ -1308,6 +1308,40 @@ static int files_like(const char *dir, const char *prefix)
     return n;
 }
 
+/* A forked snapshot writer killed while it writes (the OOM killer, say)
+ * left its unfinished psd-node0.snap.tmp.PID until psd's next start: a
+ * model's size on disk per failure. psd removes it when it sees the
+ * writer die, and says the snapshot failed. */
+static void test_a_killed_snapshot_writer_leaves_no_file(void **state)
+{
+    (void)state;
+    test_cluster c;
+    /* Every write pauses 3 s (the final one at the stop too): time to
+     * kill the forked one. */
+    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:3000", 1);
+    start(&c, 1, SERVER "snapshot_interval = 0\n");
+    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    pid_t saver = spawn(psctl_save, c.spec);
+    EXPECT_INT(cluster_log_wait(&c, 0, "at written for", 10000), 1,
+               "the writer paused");
+    char *log = cluster_log(&c, 0);
+    const char *at = log ? strstr(log, "test pause: snapshot writer ") : NULL;
+    long writer = at ? atol(at + strlen("test pause: snapshot writer ")) : 0;
+    free(log);
+    assert_true(writer > 0 && writer != (long)c.pid[0]);
+    EXPECT_INT(files_like(c.dir, "psd-node0.snap.tmp."), 1, "its file");
+    kill((pid_t)writer, SIGKILL);
+    EXPECT_INT(cluster_log_wait(&c, 0, "the writer was killed by signal 9",
+                                10000), 1, "the failure said");
+    reap(saver);
+    EXPECT_INT(files_like(c.dir, "psd-node0.snap.tmp."), 0,
+               "files left by the killed writer");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* 30 rounds: +1 to every row of an 8 MB table, a snapshot (the final one
  * at SIGTERM, written by psd itself, or one asked for with psctl save,
  * written by a forked writer that dies with psd), and kill -9 at a random
@@ -2624,6 +2658,7 @@ int main(void)
             test_a_snapshot_killed_before_its_rename_leaves_the_old_one),
         cmocka_unit_test(
             test_a_snapshot_killed_after_its_rename_is_the_new_one),
+        cmocka_unit_test(test_a_killed_snapshot_writer_leaves_no_file),
         cmocka_unit_test(
             test_snapshots_killed_at_random_moments_load_old_or_new_whole),
         cmocka_unit_test(
