@@ -401,6 +401,16 @@ def _addr(a: np.ndarray) -> int:
 
 # ---- requests ---------------------------------------------------------------
 
+
+def _not_copied(self: object, protocol: object) -> NoReturn:
+    """__reduce_ex__ of Client, Table and Request: copy, deepcopy and
+    pickle raise. A copy would share the library's client, and the copy's
+    close (its __del__) freed it under the original."""
+    raise TypeError(f"a psclient {type(self).__name__} cannot be copied or "
+                    f"pickled: connect in each process (with "
+                    f"multiprocessing, in the worker)")
+
+
 class Request:
     """An asynchronous request in flight, returned by the ``*_async`` calls.
 
@@ -454,12 +464,7 @@ class Request:
         close()). False says nothing: the request may have completed."""
         return self._status is not None
 
-    def __reduce_ex__(self, protocol: object) -> NoReturn:
-        # A copy would share the library's client: the copy's close (its
-        # __del__) freed it under the original.
-        raise TypeError(f"a psclient {type(self).__name__} cannot be copied "
-                        f"or pickled: connect in each process (with "
-                        f"multiprocessing, in the worker)")
+    __reduce_ex__ = _not_copied
 
     def __repr__(self) -> str:
         state = ("pending" if self._status is None else
@@ -494,12 +499,7 @@ class Table:
         self.rows = info.rows
         self.dense = bool(info.dense)
 
-    def __reduce_ex__(self, protocol: object) -> NoReturn:
-        # A copy would share the library's client: the copy's close (its
-        # __del__) freed it under the original.
-        raise TypeError(f"a psclient {type(self).__name__} cannot be copied "
-                        f"or pickled: connect in each process (with "
-                        f"multiprocessing, in the worker)")
+    __reduce_ex__ = _not_copied
 
     def __repr__(self) -> str:
         kind = f"dense, {self.rows} rows" if self.dense else "sparse"
@@ -901,12 +901,7 @@ class Client:
         except Exception:
             pass
 
-    def __reduce_ex__(self, protocol: object) -> NoReturn:
-        # A copy would share the library's client: the copy's close (its
-        # __del__) freed it under the original.
-        raise TypeError(f"a psclient {type(self).__name__} cannot be copied "
-                        f"or pickled: connect in each process (with "
-                        f"multiprocessing, in the worker)")
+    __reduce_ex__ = _not_copied
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
