@@ -479,6 +479,18 @@ static size_t frame_parts(const nconn *nc)
     return n;
 }
 
+/* Counts part p sent (once per copy): its kind's parts and payload. */
+static void count_sent(nconn *nc, const psc_part *p)
+{
+    uint64_t payload = 8 * p->msg.nkeys + p->msg.vals_len;
+    int k = psc_stat_kind(p->msg.op);
+    if (k >= 0) {
+        psc_add(&nc->st.op[k].parts, 1);
+        psc_add(&nc->st.op[k].payload_sent, payload);
+    }
+    psc_add(&nc->st.payload_sent, payload);
+}
+
 /* Sends everything queued: small parts share frames, and the frames go
  * out in writes of about WRITE_BYTES, each started as soon as it is built,
  * so that the kernel carries the first frames while the next ones are
@@ -530,13 +542,7 @@ static void nc_send(nconn *nc)
              * own (sync_timeout_ms). */
             p->attempt_ns = !p->slow && now + attempt > p->expire_ns
                                 ? p->expire_ns : now + attempt;
-            int k = psc_stat_kind(p->msg.op);
-            if (k >= 0) {
-                psc_add(&nc->st.op[k].parts, 1);
-                psc_add(&nc->st.op[k].payload_sent,
-                        8 * p->msg.nkeys + p->msg.vals_len);
-            }
-            psc_add(&nc->st.payload_sent, 8 * p->msg.nkeys + p->msg.vals_len);
+            count_sent(nc, p);
             fly_append(nc, p);
             if (psc_map_put(&nc->fly_map, fly_key(p->msg.ts, p->msg.part), p))
                 w->out.oom = 1;
@@ -602,14 +608,7 @@ static void resend_held(nconn *nc, uint64_t now)
         p->sends++;
         p->attempt_ns = now + attempt;
         psc_add(&nc->st.resends, 1);
-        /* Counted as nc_send counts a part sent: "resends included". */
-        int k = psc_stat_kind(p->msg.op);
-        if (k >= 0) {
-            psc_add(&nc->st.op[k].parts, 1);
-            psc_add(&nc->st.op[k].payload_sent,
-                    8 * p->msg.nkeys + p->msg.vals_len);
-        }
-        psc_add(&nc->st.payload_sent, 8 * p->msg.nkeys + p->msg.vals_len);
+        count_sent(nc, p);       /* "resends included" */
     }
     if (!w)
         return;

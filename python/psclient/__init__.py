@@ -959,12 +959,14 @@ class Client:
         if later:
             self.close()                 # asked for by a signal handler
 
-    def _wait(self, h: int, ts: int) -> int:
-        """ps_wait, in slices during which signal handlers can run (a
-        handler that raises ends the wait; the request stays in flight)."""
+    def _sliced(self, wait_slice) -> int:
+        """Calls wait_slice() (a wait of _WAIT_SLICE_MS) until it returns
+        something else than PS_PENDING: signal handlers run between the
+        slices (one that raises ends the wait; requests stay in flight),
+        and a close that does not wait ends it (ClosedError)."""
         try:
             while True:
-                st = _LIB.ps_wait_timeout(h, ts, _WAIT_SLICE_MS)
+                st = wait_slice()
                 if st != PS_PENDING:
                     return st
                 if self._abandon:
@@ -973,18 +975,15 @@ class Client:
             self._interrupted = True
             raise
 
+    def _wait(self, h: int, ts: int) -> int:
+        """ps_wait, in slices (_sliced)."""
+        return self._sliced(lambda: _LIB.ps_wait_timeout(h, ts,
+                                                        _WAIT_SLICE_MS))
+
     def _wait_all(self, h: int) -> int:
-        """ps_wait_all, in slices as _wait."""
-        try:
-            while True:
-                st = _LIB.ps_wait_all_timeout(h, _WAIT_SLICE_MS)
-                if st != PS_PENDING:
-                    return st
-                if self._abandon:
-                    raise ClosedError(PS_ECLOSED, _ABANDONED)
-        except KeyboardInterrupt:
-            self._interrupted = True
-            raise
+        """ps_wait_all, in slices (_sliced)."""
+        return self._sliced(lambda: _LIB.ps_wait_all_timeout(h,
+                                                            _WAIT_SLICE_MS))
 
     def _fail(self, h: int, code: int) -> Error:
         """The exception for code, with this thread's ps_last_error text."""
