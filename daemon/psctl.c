@@ -7,6 +7,7 @@
  * (stats and tables: each node's "stats" document as is). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -722,12 +723,19 @@ static void print_node(const node *nd, int i, const samples *ss)
            human(nodev(ss, "psd_keys_pushed_per_second", i)),
            human(nodev(ss, "psd_keys_pulled_per_second", i)),
            human(nodev(ss, "psd_request_errors_per_second", i)));
-    printf("  service time: push p50 %.0f us p99 %.0f us, pull p50 %.0f us "
-           "p99 %.0f us, pushpull p50 %.0f us p99 %.0f us\n",
-           lat_us(ss, i, "push", "0.5"), lat_us(ss, i, "push", "0.99"),
-           lat_us(ss, i, "pull", "0.5"), lat_us(ss, i, "pull", "0.99"),
-           lat_us(ss, i, "pushpull", "0.5"),
-           lat_us(ss, i, "pushpull", "0.99"));
+    /* A kind with no request has NaN quantiles in /metrics: "-". */
+    static const char *const kinds[] = { "push", "pull", "pushpull" };
+    printf("  service time:");
+    for (int k = 0; k < 3; k++) {
+        double p50 = lat_us(ss, i, kinds[k], "0.5");
+        double p99 = lat_us(ss, i, kinds[k], "0.99");
+        if (isnan(p50) || isnan(p99))
+            printf("%s %s -", k ? "," : "", kinds[k]);
+        else
+            printf("%s %s p50 %.0f us p99 %.0f us", k ? "," : "", kinds[k],
+                   p50, p99);
+    }
+    printf("\n");
     char lab[64];
     snprintf(lab, sizeof lab, "node=\"%d\",state=\"live\"", i);
     double live = get(ss, "psd_workers", lab);

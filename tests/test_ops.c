@@ -537,6 +537,10 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     if (!o || !strstr(o, "journal (fsync = everysec)") ||
         !strstr(o, "no snapshot yet"))
         fail_msg("psctl stats: %s", o ? o : "");
+    /* A kind without requests reads "-" (NaN in /metrics: it read "p50
+     * nan us"), one with requests its figures. */
+    if (!o || strstr(o, "nan") || !strstr(o, "service time: push p50 "))
+        fail_msg("psctl stats' service times: %s", o ? o : "");
     free(o);
 
     /* /metrics: the keys pushed and pulled, summed over both nodes, are

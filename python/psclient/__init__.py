@@ -356,6 +356,9 @@ def _count_rows(name: str, a: object, dim: int) -> int:
 
 
 def _uint64(name: str, v: object) -> int:
+    if isinstance(v, bool):
+        # operator.index takes True as 1 (row 1), as connect() refuses.
+        raise TypeError(f"{name}: expected an int, got a bool")
     try:
         i = operator.index(v)
     except TypeError:

@@ -1571,9 +1571,12 @@ def test_close_without_waiting_fails_what_is_in_flight(make_cluster):
 
 def test_worker_true_is_not_worker_1(cluster):
     """operator.index takes True for 1: connect(worker=True) joined as
-    worker 1."""
+    worker 1, and pull_range(True, 1) read row 1."""
     with pytest.raises(TypeError, match="bool"):
         psclient.connect(cluster.spec, worker=True)
+    with psclient.connect(cluster.spec) as c:
+        with pytest.raises(TypeError, match="bool"):
+            c.table("dense").pull_range(True, 1)
 
 
 def test_close_without_waiting_ends_other_threads_waits(make_cluster):
