@@ -231,7 +231,7 @@ $(BUILD)/mh_client: $(BUILD)/tests/mh_client.o $(BUILD)/tests/oracle.o $(SOLIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) -lpthread
 
 # Token authentication against real nodes, raw sockets and impostors.
-$(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o $(PROTO_OBJ) $(SOLIB) $(PSD)
+$(BUILD)/test_auth: $(BUILD)/tests/test_auth.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o $(BUILD)/daemon/auth.o $(BUILD)/daemon/log.o $(PROTO_OBJ) $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_MP) $(LIBS_CM) -lpthread
 
 $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)

@@ -268,6 +268,19 @@ int psd_snapshot_stage(const psd_node *n, const char *dir,
     return 0;
 }
 
+/* Renames node's staged snapshot in dir into place. */
+static int commit_staged(const char *dir, int node, char *err, size_t errlen)
+{
+    char from[4200], to[4200];
+    psd_snapshot_staged_path(from, sizeof from, dir, node);
+    psd_snapshot_path(to, sizeof to, dir, node);
+    if (rename(from, to)) {
+        snprintf(err, errlen, "rename %s: %s", from, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int psd_snapshot_commit_all(const char *dir, const unsigned char *want,
                             int nnodes, char *err, size_t errlen)
 {
@@ -285,7 +298,7 @@ int psd_snapshot_commit_all(const char *dir, const unsigned char *want,
     int done = 0, rc = 0;
     for (; done < nnodes; done++)
         if (want[done] &&
-            psd_snapshot_commit_staged(dir, done, err, errlen)) {
+            commit_staged(dir, done, err, errlen)) {
             rc = -1;
             break;
         }
@@ -310,19 +323,6 @@ int psd_snapshot_commit_all(const char *dir, const unsigned char *want,
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
-}
-
-int psd_snapshot_commit_staged(const char *dir, int node, char *err,
-                               size_t errlen)
-{
-    char from[4200], to[4200];
-    psd_snapshot_staged_path(from, sizeof from, dir, node);
-    psd_snapshot_path(to, sizeof to, dir, node);
-    if (rename(from, to)) {
-        snprintf(err, errlen, "rename %s: %s", from, strerror(errno));
-        return -1;
-    }
-    return 0;
 }
 
 /* ---- reading -------------------------------------------------------- */

@@ -71,8 +71,7 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
  * --import): psd_snapshot_stage writes node n's snapshot as
  * dir/psd-nodeN.snap.staged (fsynced, folder too; -1 with err, and no
  * file, otherwise), which no start loads; once every node's is staged,
- * psd_snapshot_commit_staged renames each into place (the caller fsyncs
- * the folders after: a rename is all it may fail on). A tool cut off
+ * psd_snapshot_commit_all renames them into place. A tool cut off
  * while it stages leaves .staged files only; one cut off while it
  * renames, a .staged file beside which a start or --check of that node
  * refuses (psd_snapshot_load, psd_snapshot_check). */
@@ -81,8 +80,6 @@ void psd_snapshot_staged_path(char *buf, size_t len, const char *dir,
 int psd_snapshot_stage(const psd_node *n, const char *dir,
                        uint64_t generation, uint64_t journal_seq,
                        psd_snap_info *info, char *err, size_t errlen);
-int psd_snapshot_commit_staged(const char *dir, int node, char *err,
-                               size_t errlen);
 /* Renames the staged snapshot of every node k with want[k] into place in
  * dir, with SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE held off, then
  * fsyncs dir. 0; -1 with err when a rename failed (then none is in

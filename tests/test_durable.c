@@ -497,9 +497,13 @@ static void test_reshard_moves_the_model_onto_another_node_count(
      * node without data. Now nothing is in place until every node's
      * snapshot is, and a rerun says what the cut-off run left. */
     char cut[1900];
-    snprintf(cut, sizeof cut, "PSD_TEST_SNAPSHOT_PAUSE=renamed:2000 timeout "
-             "-s KILL 3 %s --reshard '%s/cut' -c '%s' --to '%s'; ls '%s/cut'",
-             psd, b.dir, a.ini, b.ini, b.dir);
+    /* Killed once node 1's snapshot is written (its writer's pause at
+     * "renamed" said a second time), not after a time. */
+    snprintf(cut, sizeof cut, "PSD_TEST_SNAPSHOT_PAUSE=renamed:30000 %s "
+             "--reshard '%s/cut' -c '%s' --to '%s' 2>'%s/cut.log' & p=$!; "
+             "for i in $(seq 600); do [ $(grep -c 'at renamed' '%s/cut.log') "
+             "-ge 2 ] && break; sleep 0.05; done; kill -9 $p; wait $p; "
+             "ls '%s/cut'", psd, b.dir, a.ini, b.ini, b.dir, b.dir, b.dir);
     o = run_out(&st, cut);
     EXPECT_SUBSTR(o, "psd-node0.snap.staged", "node 0 staged: %s", cut);
     if (strstr(o, "psd-node0.snap\n") || strstr(o, "psd-node1.snap\n"))

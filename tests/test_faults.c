@@ -1906,17 +1906,23 @@ static void hostile_admin_text_reaches_no_terminal(void **state)
 
 /* An error reply without a reason still gives ps_last_error a text:
  * the status's meaning and the node, never an empty string. */
+/* Pushes 1 to key 7 and waits: its status, its ps_last_error in text. */
+static int push_one(ps_client *cl, char *text, size_t len)
+{
+    uint64_t key = 7;
+    float one = 1;
+    int rc = ps_wait(cl, ps_push(cl, 0, &key, 1, &one, NULL, NULL));
+    snprintf(text, len, "%s", ps_last_error(cl));
+    return rc;
+}
+
 static void error_reply_without_a_reason_still_says_what_failed(void **state)
 {
     (void)state;
     mock mk;
     ps_client *cl = mock_open(&mk, MOCK_MUTE_ERROR, "errors without reason");
-    uint64_t key = 7;
-    float one = 1;
-    ps_ts ts = ps_push(cl, 0, &key, 1, &one, NULL, NULL);
-    int rc = ps_wait(cl, ts);
     char text[256];
-    snprintf(text, sizeof text, "%s", ps_last_error(cl));
+    int rc = push_one(cl, text, sizeof text);
     ps_close(cl);
     mock_stop(&mk);
     EXPECT_INT(rc, PS_ESERVER, "status of a push answered ESERVER");
@@ -1934,12 +1940,10 @@ static void a_nodes_longest_reason_reaches_the_caller_whole(void **state)
     (void)state;
     mock mk;
     ps_client *cl = mock_open(&mk, MOCK_LONG_ERROR, "long reasons");
+    char text[2048];
+    int rc = push_one(cl, text, sizeof text);
     uint64_t key = 7;
     float one = 1;
-    ps_ts ts = ps_push(cl, 0, &key, 1, &one, NULL, NULL);
-    int rc = ps_wait(cl, ts);
-    char text[2048];
-    snprintf(text, sizeof text, "%s", ps_last_error(cl));
     ps_ts ts2 = ps_push(cl, 0, &key, 1, &one, NULL, NULL);
     int rc_all = ps_wait_all(cl);
     char all[2048];

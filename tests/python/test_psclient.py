@@ -1532,17 +1532,14 @@ def test_one_ctrl_c_ends_a_worker_whose_pull_is_held(make_cluster, how):
         assert p.stdout.readline() == "held\n", p.stderr.read()
         time.sleep(0.5)
         p.send_signal(signal.SIGINT)
-        t0 = time.monotonic()
+        # Before, it ended only after sync_timeout_ms (120 s): past this.
         _, err = p.communicate(timeout=60)
-        took = time.monotonic() - t0
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
     assert "KeyboardInterrupt" in err, err
     assert p.returncode != 0
-    # A hang guard, not a measure: before, 120 s (sync_timeout_ms).
-    assert took < 20, f"one Ctrl-C took {took:.1f} s to end the program"
     for i in range(2):
         assert "worker 0 left" in cl.log(i), cl.log(i)
 
@@ -1560,9 +1557,7 @@ def test_close_without_waiting_fails_what_is_in_flight(make_cluster):
     c.clock()
     held = t.pull_async(keys)
     time.sleep(0.3)
-    t0 = time.monotonic()
     c.close(wait=False)
-    assert time.monotonic() - t0 < 20
     assert c.closed
     assert done.wait() is None
     with pytest.raises(psclient.ClosedError, match="without waiting"):
@@ -1601,13 +1596,11 @@ def test_close_without_waiting_ends_other_threads_waits(make_cluster):
     th = threading.Thread(target=pull)
     th.start()
     time.sleep(0.5)                      # held: worker 1 never clocks
-    t0 = time.monotonic()
     c.close(wait=False)
-    took = time.monotonic() - t0
     th.join(30)
     assert not th.is_alive()
+    # Before, the pull ended with TimeoutError after sync_timeout_ms.
     assert isinstance(got["result"], psclient.ClosedError), got
-    assert took < 20, f"close(wait=False) took {took:.1f} s"
 
 
 def test_a_second_ctrl_c_during_a_close_without_waiting_still_closes(
