@@ -1032,6 +1032,11 @@ class Client:
         h = self._acquire()
         settled = False          # refused, or registered in _pending
         try:
+            # The oldest requests that completed let go of their arrays
+            # now: kept until their status was read, 1024 dropped pulls
+            # of 64 MiB held 64 GiB. Before this one is issued: it would
+            # be looked at in vain (still in flight), one C call a submit.
+            self._sweep(h)
             ts = fn(h, *args)
             if ts < 0:
                 settled = True
@@ -1040,11 +1045,6 @@ class Client:
             with self._cv:
                 self._pending[ts] = req
                 settled = True
-            # The oldest requests that completed let go of their arrays
-            # now: kept until their status was read, 1024 dropped pulls
-            # of 64 MiB held 64 GiB.
-            self._sweep(h)
-            with self._cv:
                 oldest = (next(iter(self._pending.values()))
                           if len(self._pending) > _MAX_UNREAD else None)
         except BaseException:
