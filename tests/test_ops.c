@@ -1709,6 +1709,31 @@ static void test_a_reload_checks_the_file_before_it_signals(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A node that cannot start (a bad line, a port held) fails alike at every
+ * try. systemd stops restarting a unit after StartLimitBurst starts within
+ * StartLimitIntervalSec; its defaults (5 in 10 s) are never reached when
+ * each try waits RestartSec=2s, so the unit retried a bad file for good.
+ * The limit must be reachable: the start it refuses, the one after
+ * StartLimitBurst starts RestartSec apart, must come inside the interval
+ * that began with the first. */
+static void test_the_unit_gives_up_on_a_node_that_cannot_start(void **state)
+{
+    (void)state;
+    char iv[64], burst[64], sec[64];
+    unit_line("conf/psd.service", "StartLimitIntervalSec", iv, sizeof iv);
+    unit_line("conf/psd.service", "StartLimitBurst", burst, sizeof burst);
+    unit_line("conf/psd.service", "RestartSec", sec, sizeof sec);
+    long i = strtol(iv, NULL, 10), b = strtol(burst, NULL, 10),
+         r = strtol(sec, NULL, 10);
+    if (i <= 0 || b <= 0 || r <= 0)
+        fail_msg("StartLimitIntervalSec=%s StartLimitBurst=%s RestartSec=%s:"
+                 " want all three, in seconds", iv, burst, sec);
+    if (b * r >= i)
+        fail_msg("start %ld comes %ld s after the first, not inside "
+                 "StartLimitIntervalSec=%ld: the limit is never reached",
+                 b + 1, b * r, i);
+}
+
 /* psctl stats and top say each node's own snapshot error: the text
  * labels (error, data_dir, durability, fsync) were read from the first
  * node's figures for every node, so node 1's failed snapshot showed
@@ -2355,6 +2380,7 @@ int main(void)
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
         cmocka_unit_test(test_a_reload_checks_the_file_before_it_signals),
+        cmocka_unit_test(test_the_unit_gives_up_on_a_node_that_cannot_start),
         cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
         cmocka_unit_test(test_a_failed_reload_shows_in_metrics_and_stats),
         cmocka_unit_test(test_psctl_errors_are_not_client_request_errors),
