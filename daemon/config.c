@@ -314,7 +314,9 @@ static int parse_float(const char *s, float *out)
 static int float_in_range(float v, frange r)
 {
     switch (r) {
-    case F_POS: return v > 0;
+    /* A normal float: ftrl divides by lr (1 / 1e-39 is an infinity,
+     * which made every row NaN at its first push). */
+    case F_POS: return v >= FLT_MIN;
     case F_NONNEG: return v >= 0;
     case F_UNIT: return v >= 0 && v < 1;
     }
@@ -354,7 +356,7 @@ static void describe(const setting *st, char *buf, size_t len)
                  "suffix)", lo, hi);
         break;
     case T_FLOAT:
-        snprintf(buf, len, "%s", st->frange == F_POS ? "a number > 0"
+        snprintf(buf, len, "%s", st->frange == F_POS ? "a number > 0 (1.2e-38 or more)"
                  : st->frange == F_NONNEG ? "a number >= 0"
                  : "a number in [0, 1)");
         break;

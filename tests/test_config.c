@@ -337,8 +337,8 @@ static const error_case error_cases[] = {
       CLUSTER "[table.emb]\ndim = 16;x\n", 0, 4, "got \"16;x\"", 0 },
     { "continued_scalar_is_refused_naming_both_lines",
       EMB "lr = 0.1\n  0.2\n", 0, 5,
-      "[table.emb] lr: expected a number > 0, got \"0.1 0.2\" "
-      "(continued on line 6)", 1 },
+      "[table.emb] lr: expected a number > 0 (1.2e-38 or more), got "
+      "\"0.1 0.2\" (continued on line 6)", 1 },
     { "indented_key_continues_the_value_above_and_is_refused",
       EMB "  lr = 0.1\n", 0, 4,
       "[table.emb] dim: expected an integer 1..65536, got \"4 lr = 0.1\" "
@@ -592,7 +592,12 @@ static const error_case error_cases[] = {
     /* tables: hyper-parameters */
     { "zero_lr_is_refused",
       EMB "lr = 0\n", 0, 5,
-      "[table.emb] lr: expected a number > 0, got \"0\"", 1 },
+      "[table.emb] lr: expected a number > 0 (1.2e-38 or more), got \"0\"",
+      1 },
+    /* ftrl divides by lr: 1 / 1e-39 is an infinity as a float, and every
+     * row the table pushed to became NaN. */
+    { "lr_below_the_normal_floats_is_refused",
+      EMB "lr = 1e-39\n", 0, 5, "got \"1e-39\"", 0 },
     { "negative_lr_is_refused",
       EMB "lr = -0.1\n", 0, 5, "got \"-0.1\"", 0 },
     { "nan_lr_is_refused",
