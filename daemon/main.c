@@ -311,6 +311,20 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* Reading the file, then loading the snapshot and the journal, may
+     * take minutes, and until the loop's handler is in place a SIGHUP
+     * would end psd (its default action; systemd does not restart a
+     * service a SIGHUP ended). Held back from here on, before the file is
+     * read (a reload sent right after a start killed psd while it parsed
+     * a file of many tables), it becomes a reload once psd serves. The
+     * tools (--check, --export, --reshard, --import) keep the default: a
+     * hangup ends them. Before SIGPIPE is ignored, which tests take as
+     * the sign that psd's main() runs. */
+    sigset_t hup;
+    sigemptyset(&hup);
+    sigaddset(&hup, SIGHUP);
+    if (!check && !export_dir && !reshard_dir && !import_dir)
+        sigprocmask(SIG_BLOCK, &hup, NULL);
     /* A tool whose output goes to a pipe closed early (psd --reshard ...
      * | head) gets a write error, not SIGPIPE in the middle of writing
      * its files; the daemon, a write error for a peer that vanished. */
@@ -450,14 +464,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < cfg.nnotes; i++)
         psd_warn("%s", cfg.notes[i]);
 
-    /* Loading the snapshot and the journal may take minutes, and until
-     * the loop's handler is in place a SIGHUP would end psd (its default
-     * action; systemd does not restart a service a SIGHUP ended). Held
-     * back meanwhile, it becomes a reload once psd serves. */
-    sigset_t hup;
-    sigemptyset(&hup);
-    sigaddset(&hup, SIGHUP);
-    sigprocmask(SIG_BLOCK, &hup, NULL);
     uv_loop_t loop;
     uv_loop_init(&loop);
     static psd_server srv;
