@@ -38,6 +38,7 @@
                                      262 bytes fit */
 #define BACKOFF_MIN_MS 50         /* reconnect delays double from here */
 #define BACKOFF_MAX_MS 2000       /* up to here, with jitter */
+#define LAST_TRY_MS 100           /* ps_open's last attempt, before its end */
 #define MS 1000000ULL             /* ns per ms */
 #define ADDRS_MAX 8               /* addresses kept of a name that has more */
 
@@ -701,8 +702,19 @@ static void schedule_retry(nconn *nc)
         b = BACKOFF_MAX_MS;
     nc->backoff_ms = b;
     io->rng = psw_mix64(io->rng + 0x9e3779b97f4a7c15ULL);
-    uint64_t delay = b / 2 + io->rng % (b / 2 + 1);
-    nc->retry_ns = now_ns() + delay * MS;
+    uint64_t delay = b / 2 + io->rng % (b / 2 + 1), now = now_ns();
+    nc->retry_ns = now + delay * MS;
+    /* ps_open makes one last attempt LAST_TRY_MS before its deadline
+     * rather than let the delay run past it: a worker id held by a
+     * vanished host's connection is freed once the node notices
+     * (peer_timeout_ms, 4 s by default, against 5 s of connect_timeout_ms)
+     * and delays near the top leave gaps of up to 2 s, so a replacement
+     * started at once often gave up with PS_EBUSY in between. */
+    if (io->c->open_state == PSC_OPENING && io->open_ns > LAST_TRY_MS * MS) {
+        uint64_t last = io->open_ns - LAST_TRY_MS * MS;
+        if (now < last && nc->retry_ns > last)
+            nc->retry_ns = last;
+    }
     arm_retry(io);
 }
 

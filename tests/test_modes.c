@@ -588,6 +588,46 @@ static void misuse_gets_clear_errors(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+/* The replacement of worker 0, started while the id is still held: its
+ * ps_open has 5 s (the default), and the id is freed 4.5 s after it
+ * began. */
+static int replacement_of_worker_0(void *arg)
+{
+    (void)arg;
+    sleep_ms(200);             /* the parent holds worker 0 by then */
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.connect_timeout_ms = 5000;
+    ps_client *c = NULL;
+    int rc = ps_open(&c, cl.spec, &o);
+    CHILD_CHECK(rc == PS_OK, "ps_open of the replacement: %d (%s)", rc,
+                ps_last_error(NULL));
+    ps_close(c);
+    return 0;
+}
+
+/* ps_open retries a worker id held by another connection (a vanished
+ * host's, until the node notices: peer_timeout_ms) with delays that grow
+ * to 1-2 s, and makes a last attempt just before connect_timeout_ms
+ * rather than let a delay run past it. Freed 0.5 s before the end: with
+ * the delays alone the attempt after the release mostly came too late
+ * (PS_EBUSY, "worker 0 is already connected"; seen with peer_timeout_ms
+ * of 4 s against 5 s). */
+static void a_replacement_tries_once_more_before_its_open_gives_up(
+    void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start(&cl, 1, 4, BSP_TABLES), 0);
+    pid_t pid = spawn(replacement_of_worker_0, NULL);
+    ps_client *w0 = open_worker(cl.spec, 0);
+    assert_non_null(w0);
+    sleep_ms(4700);
+    ps_close(w0);
+    EXPECT_INT(reap(pid), 0, "the replacement opened");
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 typedef struct rejoin_job {
     int worker;
     int clocks;
@@ -2165,6 +2205,7 @@ int main(void)
         cmocka_unit_test(barrier_wait_log_names_who_has_not_entered),
         cmocka_unit_test(worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock),
         cmocka_unit_test(misuse_gets_clear_errors),
+        cmocka_unit_test(a_replacement_tries_once_more_before_its_open_gives_up),
         cmocka_unit_test(
             worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
         cmocka_unit_test(sighup_applies_a_new_worker_grace),
