@@ -230,7 +230,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     if (tok && !*tok)
         tok = NULL;
     psc_servers sv;
-    int rc = psc_servers_parse(servers, tok == NULL, &sv, err, sizeof err);
+    int rc = psc_servers_parse(servers, tok == NULL, 0, &sv, err, sizeof err);
     if (rc) {
         open_failed("%s", err);
         client_free(c);

@@ -133,8 +133,51 @@ static int ini_token(const char *path, const ini_read *in, psc_servers *out,
     return 0;
 }
 
-int psc_servers_parse(const char *servers, int want_token, psc_servers *out,
-                      char *err, size_t errlen)
+/* Hands inih the file a physical line at a time. inih's own reading cuts
+ * a line longer than its buffer into pieces it numbers as lines of their
+ * own: an error then named the line after the long one, and a value was
+ * cut short. psd and psd --check refuse such a line by its number. */
+typedef struct ini_lines {
+    FILE *f;
+    char *buf;                   /* getline's; freed by the caller */
+    size_t cap;
+    int line;                    /* physical lines read */
+    int too_long;                /* the first line longer than inih takes
+                                    (0: none) */
+    int lenient;                 /* read such a line as an empty one
+                                    rather than stop there */
+    size_t max;                  /* the longest line inih takes */
+} ini_lines;
+
+static char *next_line(char *out, int size, void *stream)
+{
+    ini_lines *r = stream;
+    ssize_t n = getline(&r->buf, &r->cap, r->f);
+    if (n <= 0)
+        return NULL;
+    r->line++;
+    size_t len = (size_t)n;
+    if (len > 0 && r->buf[len - 1] == '\n')
+        len--;
+    if (len > 0 && r->buf[len - 1] == '\r')
+        len--;
+    /* As psd counts: the line, its end of line and inih's terminator. */
+    r->max = size < 4 ? 0 : (size_t)size - 3;
+    if (len > r->max) {
+        if (!r->too_long)
+            r->too_long = r->line;
+        if (!r->lenient)
+            return NULL;
+        snprintf(out, (size_t)size, "\n");
+        return out;
+    }
+    memcpy(out, r->buf, (size_t)n);
+    out[n] = '\0';
+    return out;
+}
+
+int psc_servers_parse(const char *servers, int want_token, int lenient,
+                      psc_servers *out, char *err, size_t errlen)
 {
     struct stat st;
     memset(out, 0, sizeof *out);
@@ -158,11 +201,20 @@ int psc_servers_parse(const char *servers, int want_token, psc_servers *out,
     }
     out->from_ini = 1;
     ini_read in = { 0 };
-    int rc = ini_parse(servers, on_ini, &in);
+    ini_lines lines = { .f = fopen(servers, "r"), .lenient = lenient };
+    int rc = lines.f ? ini_parse_stream(next_line, &lines, on_ini, &in) : -1;
+    if (lines.f)
+        fclose(lines.f);
+    free(lines.buf);
     if (rc == -2 || in.oom) {
         snprintf(err, errlen, "%s: out of memory reading it", servers);
         rc = PS_ENOMEM;
-    } else if (rc > 0) {
+    } else if (lines.too_long && !lenient) {
+        snprintf(err, errlen, "%s:%d: line too long (max %zu bytes); psd "
+                 "--check -c %s says more", servers, lines.too_long,
+                 lines.max, servers);
+        rc = PS_EINVAL;
+    } else if (rc > 0 && !lenient) {
         /* A line psd refuses to start with: read past, the client would
          * go on with a cluster the file may not describe. */
         snprintf(err, errlen, "%s:%d: not an ini line (\"key = value\" "

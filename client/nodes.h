@@ -27,9 +27,11 @@ typedef struct psc_servers {
 } psc_servers;
 
 /* Fills *out. want_token: also read the ini's token (the caller has none
- * from its options or the environment). Returns 0, or PS_EINVAL /
- * PS_ENOMEM with a reason in err. */
-int psc_servers_parse(const char *servers, int want_token, psc_servers *out,
-                      char *err, size_t errlen);
+ * from its options or the environment). lenient: lines of the ini that
+ * are not "key = value" or "[section]", or too long, are read past (psctl
+ * on a file psd refuses); otherwise they are refused with their line
+ * number. Returns 0, or PS_EINVAL / PS_ENOMEM with a reason in err. */
+int psc_servers_parse(const char *servers, int want_token, int lenient,
+                      psc_servers *out, char *err, size_t errlen);
 
 #endif

@@ -384,6 +384,21 @@ static void log_param_changes(const psd_table_conf *was,
                      v1[k]);
 }
 
+/* The same for a table's limits (max_rows, nonfinite), which a reload
+ * applied without a word. */
+static void log_limit_changes(const psd_table_conf *was,
+                              const psd_table_conf *now)
+{
+    if (was->max_rows != now->max_rows)
+        psd_info("table '%s': max_rows %llu -> %llu", was->name,
+                 (unsigned long long)was->max_rows,
+                 (unsigned long long)now->max_rows);
+    if (was->allow_nonfinite != now->allow_nonfinite)
+        psd_info("table '%s': nonfinite %s -> %s", was->name,
+                 was->allow_nonfinite ? "allow" : "reject",
+                 now->allow_nonfinite ? "allow" : "reject");
+}
+
 /* The server settings a reload applies as they are (besides log_level
  * and the tables' hyper-parameters and limits): one list, for the log
  * and for the copy. worker_grace is read at each loss and tick, so a
@@ -421,6 +436,7 @@ int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
     for (int i = 0; i < n->ntables; i++) {
         const psd_table_conf *t = &nc->tables[i];
         log_param_changes(&n->cfg.tables[i], &t->upd);
+        log_limit_changes(&n->cfg.tables[i], t);
         psd_table_set_limits(n->tables[i], t->max_rows, t->allow_nonfinite);
         n->cfg.tables[i].upd = t->upd;
         n->cfg.tables[i].max_rows = t->max_rows;

@@ -1675,7 +1675,7 @@ static int load_servers_leniently(cluster *c, const char *ini,
         say_lines("psctl: ", strict_err);       /* no file to read */
         return 2;
     }
-    int rc = psc_servers_parse(ini, !token_len, &sv, err, sizeof err);
+    int rc = psc_servers_parse(ini, !token_len, 1, &sv, err, sizeof err);
     if (rc) {
         say_lines("psctl: ", strict_err);
         fprintf(stderr, "psctl: %s\n", err);

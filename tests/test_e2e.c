@@ -1022,6 +1022,16 @@ static void failed_open_says_why_in_last_error(void **state)
     char want[100];
     snprintf(want, sizeof want, "%s:3: not an ini line", ini);
     EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
+    /* A line too long, named by its own number as psd names it: inih cut
+     * it, and the error named the line after it (from the reload trial). */
+    FILE *lf = fopen(ini, "w");
+    assert_non_null(lf);
+    fprintf(lf, "[cluster]\nnodes = %s\n;%0300d\n[table.t]\ndim = 1\n",
+            shared.spec, 0);
+    fclose(lf);
+    EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "an ini with a long line");
+    snprintf(want, sizeof want, "%s:3: line too long (max 197 bytes)", ini);
+    EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
     unlink(ini);
     EXPECT_INT(ps_open(&c, "localhost", &o), PS_EINVAL, "no port");
     EXPECT_SUBSTR(ps_last_error(NULL), "bad server address \"localhost\"",

@@ -1106,15 +1106,21 @@ static void sighup_takes_another_nodes_new_metrics_port(void **state)
     char extra[300];
     int m1 = cluster_free_port();
     snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d, "
-             "127.0.0.1:%d\n[table.t]\ndim = 1\nupdater = sgd\nlr = 0.5\n",
-             cluster_free_port(), m1);
+             "127.0.0.1:%d\n[table.t]\ndim = 1\nupdater = sgd\nlr = 0.5\n"
+             "max_rows = 100\n", cluster_free_port(), m1);
     assert_int_equal(cluster_start_ex(&cl, 2, 4, "", extra), 0);
-    char expr[200];
-    snprintf(expr, sizeof expr, "s/:%d$/:%d/;s/^lr = 0.5$/lr = 0.25/", m1,
+    char expr[300];
+    snprintf(expr, sizeof expr, "s/:%d$/:%d/;s/^lr = 0.5$/lr = 0.25/;"
+             "s/^max_rows = 100$/max_rows = 50\\nnonfinite = allow/", m1,
              cluster_free_port());
     reload_with(expr);
     assert_true(cluster_log_wait(&cl, 0, "table 't': lr 0.5 -> 0.25",
                                  10000));
+    /* A table's limits too (applied without a word before). */
+    assert_true(cluster_log_wait(&cl, 0, "table 't': max_rows 100 -> 50",
+                                 10000));
+    assert_true(cluster_log_wait(&cl, 0, "table 't': nonfinite reject -> "
+                                 "allow", 10000));
     kill(cl.pid[1], SIGHUP);
     assert_true(cluster_log_wait(&cl, 1, "metrics_listen changed (this "
                                  "node's address) (restart psd to apply "

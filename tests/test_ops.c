@@ -767,6 +767,18 @@ static void test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse(
         !strstr(o, "last reload FAILED"))
         fail_msg("psctl stats on the refused ini: %s", o ? o : "");
     free(o);
+    /* A line that is no ini line at all, and one too long (from the
+     * reload trial: psctl refused the whole file, exit 2). */
+    snprintf(cmd, sizeof cmd, "printf 'dim 4\\n;%%0300d\\n' 0 >> '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    o = run(&st, "%s -c %s stats 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl stats on a file with a syntax error: %s",
+               o ? o : "");
+    snprintf(w1, sizeof w1, "psctl: warning: %s:", c.ini);
+    if (!o || !strstr(o, w1) || !strstr(o, w2) ||
+        !strstr(o, "last reload FAILED"))
+        fail_msg("psctl stats on a file with a syntax error: %s", o ? o : "");
+    free(o);
     /* A file without nodes is still refused, with both reasons. */
     snprintf(cmd, sizeof cmd, "%s.nonodes", c.ini);
     FILE *f = fopen(cmd, "w");
