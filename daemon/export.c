@@ -1,4 +1,5 @@
 /* psd --export: node snapshots to NumPy .npy files; see export.h. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -186,16 +187,32 @@ static int write_manifest(const char *dir, const char *ini,
 /* Removes what an earlier export of node i left in dir (its manifest
  * first, then TABLE.nodeI.npy and TABLE.nodeI.keys.npy): tables dropped
  * since must not linger beside the new files. */
+/* Whether name is one of the files an export writes for node i (any
+ * node when i < 0): export.nodeI.json, TABLE.nodeI.npy and
+ * TABLE.nodeI.keys.npy. */
+static int node_file(const char *name, int i)
+{
+    const char *at = NULL;
+    for (const char *p = strstr(name, ".node"); p; p = strstr(p + 1, ".node"))
+        at = p;
+    if (!at || at == name || !isdigit((unsigned char)at[5]))
+        return 0;
+    char *end;
+    errno = 0;
+    long k = strtol(at + 5, &end, 10);
+    if (errno || (i >= 0 && k != i))
+        return 0;
+    if (!strcmp(end, ".json"))
+        return (size_t)(at - name) == 6 && !strncmp(name, "export", 6);
+    return !strcmp(end, ".npy") || !strcmp(end, ".keys.npy");
+}
+
+/* Removes node i's files of an earlier export from dir, or every node's
+ * for i < 0 (a whole export: an earlier one of more nodes left its last
+ * nodes' files, and the folder read as clusters of two node counts). */
 static int clear_node(const char *dir, int i, char *err, size_t errlen)
 {
-    char path[4200], a[48], b[48];
-    snprintf(path, sizeof path, "%s/export.node%d.json", dir, i);
-    if (unlink(path) && errno != ENOENT) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    int la = snprintf(a, sizeof a, ".node%d.npy", i);
-    int lb = snprintf(b, sizeof b, ".node%d.keys.npy", i);
+    char path[4200];
     DIR *d = opendir(dir);
     if (!d) {
         snprintf(err, errlen, "%s: %s", dir, strerror(errno));
@@ -203,9 +220,7 @@ static int clear_node(const char *dir, int i, char *err, size_t errlen)
     }
     int rc = 0;
     for (struct dirent *e; rc == 0 && (e = readdir(d));) {
-        size_t n = strlen(e->d_name);
-        if (!((n > (size_t)la && !strcmp(e->d_name + n - la, a)) ||
-              (n > (size_t)lb && !strcmp(e->d_name + n - lb, b))))
+        if (!node_file(e->d_name, i))
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (unlink(path) && errno != ENOENT) {
@@ -346,12 +361,11 @@ int psd_export(const char *ini, int only, const char *const *drop,
      * any: one that fails partway must not leave a folder of old and new
      * nodes that reads as one model. */
     struct stat st;
-    for (int i = 0; i < cfg.nnodes && !status && only < 0; i++)
-        if (stat(out_dir, &st) == 0 && clear_node(out_dir, i, err,
-                                                  sizeof err)) {
-            fprintf(stderr, "psd --export: %s\n", err);
-            status = 1;
-        }
+    if (!status && only < 0 && stat(out_dir, &st) == 0 &&
+        clear_node(out_dir, -1, err, sizeof err)) {
+        fprintf(stderr, "psd --export: %s\n", err);
+        status = 1;
+    }
     for (int i = 0; i < cfg.nnodes && !status; i++) {
         if (only >= 0 && i != only)
             continue;

@@ -693,10 +693,32 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     char cmd[1600], exp[400];
     int st;
     snprintf(exp, sizeof exp, "%s/export", a.dir);
+    /* The folder held an earlier export of 3 nodes: a whole export
+     * replaces every node's files, node 2's too (they stayed, and the
+     * folder read as clusters of two node counts), and nothing else. */
+    EXPECT_INT(mkdir(exp, 0700), 0, "mkdir %s", exp);
+    static const char *const old_files[] = {
+        "export.node2.json", "w.node2.npy", "emb.node2.keys.npy",
+        "emb.node2.npy", "notes.node2.txt", "mine.npy", "export.json"
+    };
+    for (int k = 0; k < 7; k++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", exp, old_files[k]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
     snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s'", psd, exp, a.ini);
     char *o = run_out(&st, cmd);
     EXPECT_INT(st, 0, "%s: %s", cmd, o);
     free(o);
+    for (int k = 0; k < 7; k++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", exp, old_files[k]);
+        EXPECT_INT(access(p, F_OK) == 0, k >= 4, "%s after the export", p);
+        if (k >= 4)
+            unlink(p);
+    }
     /* An export of 1 of its 2 nodes (psd --export -n 0, node 1's files
      * not yet gathered) was taken: node 1's rows started from init. */
     char m1[600], m1away[600];
