@@ -449,7 +449,22 @@ int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
     /* Journaled in order with the pushes: a replay applies those before
      * the reload with the old values and those after with the new. */
     (void)psd_node_apply_params(n);
+    psd_node_warn_full(n);
     return 0;
+}
+
+void psd_node_warn_full(const psd_node *n)
+{
+    for (int i = 0; i < n->ntables; i++) {
+        const psd_table_conf *t = &n->cfg.tables[i];
+        uint64_t rows = psd_table_rows(n->tables[i]);
+        if (t->max_rows && rows > t->max_rows)
+            psd_warn("table '%s': this node holds %llu rows, above its "
+                     "max_rows = %llu: pushes that would create rows here "
+                     "are refused (PS_EFULL) until max_rows is raised",
+                     t->name, (unsigned long long)rows,
+                     (unsigned long long)t->max_rows);
+    }
 }
 
 int psd_node_commit(psd_node *n)

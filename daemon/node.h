@@ -164,4 +164,9 @@ int psd_node_commit(psd_node *n);
 /* Rows and bytes of every table on this node. */
 void psd_node_size(const psd_node *n, uint64_t *rows, uint64_t *bytes);
 
+/* Warns of each table holding more rows on this node than its max_rows
+ * (a restart or a reload lowered it, or a reshard onto fewer nodes): the
+ * rows stay, and pushes that would create rows are refused. */
+void psd_node_warn_full(const psd_node *n);
+
 #endif

@@ -241,6 +241,7 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
              psd_auth_on(s->auth) ? "; clients must authenticate" : "",
              n->ntables, n->cfg.shards, (unsigned long long)rows,
              (double)bytes / (1 << 20));
+    psd_node_warn_full(n);
     return 0;
 }
 

@@ -2309,6 +2309,36 @@ static int log_count(const test_cluster *c, int i, const char *text)
     return n;
 }
 
+/* A node above a table's max_rows (a reload or restart lowered it) says
+ * so, at the reload and at its next start: the rows stay, and pushes
+ * creating rows are refused with nothing in the log to tell why. */
+static void test_a_node_above_max_rows_says_so(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.c]\ndim = 1\nmax_rows = 100\n"))
+        fail_msg("cluster did not start");
+    EXPECT_INT(push_ones(c.spec, 10, 1), PS_OK, "10 rows");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^max_rows = 100$/max_rows = 5/' "
+             "'%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    const char *said = "table 'c': this node holds 10 rows, above its "
+                       "max_rows = 5";
+    if (!cluster_log_wait(&c, 0, said, 10000))
+        fail_msg("no warning at the reload");
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 0, 20000), 0, "stops");
+    if (cluster_restart(&c, 0))
+        fail_msg("did not start again");
+    for (int k = 0; k < 500 && log_count(&c, 0, said) < 2; k++)
+        sleep_ms(10);
+    EXPECT_INT(log_count(&c, 0, said), 2, "warnings: the reload's, then the "
+               "start's");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* Sets lr in the ini and, unless reload is 0, SIGHUPs node 0 and waits
  * for its (reloads)th "reloaded". */
 static void set_lr(test_cluster *c, const char *from, const char *to,
@@ -2476,6 +2506,7 @@ int main(void)
         cmocka_unit_test(
             test_a_replay_remembers_only_what_clients_had_not_acked),
         cmocka_unit_test(test_only_the_main_thread_takes_stop_signals),
+        cmocka_unit_test(test_a_node_above_max_rows_says_so),
         cmocka_unit_test(
             test_a_sighup_while_psd_starts_is_a_reload_once_it_serves),
         cmocka_unit_test(lines_carry_their_priority_to_the_journal),
