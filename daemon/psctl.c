@@ -50,8 +50,10 @@ static void usage(FILE *f)
         "  save     every node writes a snapshot now; waits for the result\n"
         "           (at most --timeout SECS, default 600)\n"
         "  top      stats and tables, refreshed every second (-i SECS, "
-        "--count N);\n"
-        "           with --json, each refresh is what --json stats prints\n"
+        "--count N;\n"
+        "           0, the default: until Ctrl-C); with --json, each "
+        "refresh is\n"
+        "           what --json stats prints (one array after another)\n"
         "  end-job  ends a bsp/ssp job whose workers stopped at different "
         "counts\n"
         "           (one crashed): the next job waits for all workers and "
@@ -61,10 +63,12 @@ static void usage(FILE *f)
         "--json: stdout is one JSON document, for every command: ping, "
         "stats, tables,\n  save and end-job print an array with one object "
         "per node (tables: the\n  stats documents), layout one object; nodes "
-        "that do not answer are said on\n  stderr.\n"
+        "that do not answer are said on\n  stderr (end-job lists them too, "
+        "with \"error\": not ended).\n"
         "Exit status: 0 when every node answered (and saved, or ended the "
         "job), 1 when\none did not (or a worker is connected, for end-job) "
-        "or the nodes describe\ndifferent layouts, 2 for bad arguments (an "
+        "or the nodes describe\ndifferent layouts (end-job then ends "
+        "nothing) or the output cannot be\nwritten, 2 for bad arguments (an "
         "ini without a [cluster] nodes line\namong them).\nAn ini psd would refuse is read as a client reads it (its "
         "nodes and token),\nwith a warning, so that `psctl -c INI stats` "
         "shows why a reload failed.\n"
@@ -91,6 +95,8 @@ typedef struct node {
                                     -1 before */
     uint64_t ts;
     char err[300];
+    int refused;                 /* the last command's error is the node's
+                                    answer, not a lost connection */
 } node;
 
 /* The cluster's token ($PSD_AUTH_TOKEN, else the ini's auth_token or
@@ -409,6 +415,7 @@ static int take_reply(node *nd, const msgpack_object *msg, void *arg)
     /* The node's texts go to a terminal: an escape sequence in them must
      * not act there (a node writes none; admin.c escapes them). */
     if (m.status != PSW_OK) {
+        nd->refused = 1;
         int n = snprintf(nd->err, sizeof nd->err, "%s: %.*s",
                          psw_strerror(m.status), (int)m.text_len,
                          m.text ? m.text : "");
@@ -449,6 +456,7 @@ static char *command(node *nd, const char *cmd)
 {
     psw_msg m = { .op = PSW_OP_ADMIN, .ts = ++nd->ts, .text = cmd,
                   .text_len = strlen(cmd) };
+    nd->refused = 0;
     int rc = send_request(nd, &m);
     answer a = { m.ts, NULL, 0 };
     if (rc || receive(nd, take_reply, &a))
@@ -854,6 +862,7 @@ typedef struct cluster {
     node *nodes;
     int n;
     int only;                    /* -n: one node, or -1 */
+    int from_ini;                /* the nodes are an ini's (-c), not -s */
 } cluster;
 
 /* The index node i of psctl's list goes by: its own once it answered (a
@@ -1169,7 +1178,11 @@ static void print_coverage(const cluster *c)
         for (int i = 0; i < c->n && !total; i++)
             if (c->nodes[i].fd >= 0)
                 total = c->nodes[i].layout.nnodes;
-        if (total > c->n)
+        if (total > c->n && c->from_ini)
+            printf("%d of the cluster's %d nodes asked (the ini names "
+                   "%d): rows, memory and rates are their share\n", c->n,
+                   total, c->n);
+        else if (total > c->n)
             printf("%d of the cluster's %d nodes asked (-s): rows, memory "
                    "and rates are their share (-c INI asks every node)\n",
                    c->n, total);
@@ -1270,6 +1283,12 @@ static int do_save(cluster *c, int timeout_s, int json)
         free(ss.s);
         char *r = command(&c->nodes[i], "save");
         if (!r) {
+            /* A node that refused answered: it is listed, with why. */
+            if (c->nodes[i].refused) {
+                sv[i].state = S_FAILED;
+                snprintf(sv[i].err, sizeof sv[i].err, "%s",
+                         c->nodes[i].err);
+            }
             failed(c, i);
             bad = 1;
             continue;
@@ -1334,6 +1353,11 @@ static int do_save(cluster *c, int timeout_s, int json)
                     sv[i].state = S_FAILED;
                     snprintf(sv[i].err, sizeof sv[i].err, "still writing "
                              "after %d s", timeout_s);
+                    if (!json)
+                        printf("node %d (%s): snapshot %.0f still being "
+                               "written after %d s (--timeout): see psctl "
+                               "stats\n", id(c, i), c->nodes[i].addr,
+                               sv[i].gen, timeout_s);
                 }
             bad = 1;
             break;
@@ -1432,7 +1456,8 @@ static int do_top(cluster *c, double interval, int count, int json)
         }
         if (json) {
             bad = do_stats(c, 1, 0) || not_answering(c);
-            fflush(stdout);
+            if (fflush(stdout) || ferror(stdout))
+                return 1;        /* stdout is gone (| head): main says */
             continue;
         }
         if (tty)
@@ -1448,7 +1473,10 @@ static int do_top(cluster *c, double interval, int count, int json)
                 printf("node %d  %s  NOT ANSWERING: %s\n", id(c, i),
                        c->nodes[i].addr,
                        c->nodes[i].err);
-        fflush(stdout);
+        /* SIGPIPE is ignored: a reader that went (| head) shows here,
+         * and top stopped only at Ctrl-C. */
+        if (fflush(stdout) || ferror(stdout))
+            return 1;
     }
     /* As every command: 1 when a node asked did not answer (at the last
      * refresh), for a script that runs top --count N. */
@@ -1457,8 +1485,9 @@ static int do_top(cluster *c, double interval, int count, int json)
 
 /* What one node answered to end-job. */
 typedef struct ended {
-    int asked, ok, ended, applied, let_go;
+    int asked, ok, ended, applied, let_go, lined_up;
     unsigned long long clock, barrier;
+    unsigned long long was_clock, was_barrier;   /* before the line-up */
     char err[sizeof ((node *)0)->err];
 } ended;
 
@@ -1582,8 +1611,12 @@ static int do_end_job(cluster *c, int json)
             continue;
         char cmd[80];
         snprintf(cmd, sizeof cmd, "end-job %llu %llu", top_c, top_b);
+        e[i].was_clock = e[i].clock;
+        e[i].was_barrier = e[i].barrier;
         if (end_one(c, i, cmd, &e[i]))
             bad = 1;
+        else
+            e[i].lined_up = 1;
     }
     int first = 1;
     if (json)
@@ -1597,10 +1630,11 @@ static int do_end_job(cluster *c, int json)
             json_str(c->nodes[i].addr);
             if (e[i].ok)
                 printf(", \"ended\": %s, \"clock\": %llu, \"barrier\": "
-                       "%llu, \"applied_sums\": %s, \"let_go\": %d}",
+                       "%llu, \"applied_sums\": %s, \"let_go\": %d, "
+                       "\"lined_up\": %s}",
                        e[i].ended ? "true" : "false", e[i].clock,
                        e[i].barrier, e[i].applied ? "true" : "false",
-                       e[i].let_go);
+                       e[i].let_go, e[i].lined_up ? "true" : "false");
             else {
                 printf(", \"error\": ");
                 json_str(e[i].err);
@@ -1608,10 +1642,15 @@ static int do_end_job(cluster *c, int json)
             }
             first = 0;
         } else if (e[i].ok) {
-            printf("node %d (%s): %s at clock %llu, barrier %llu%s%s\n",
+            char moved[120] = "";
+            if (e[i].lined_up)
+                snprintf(moved, sizeof moved, " (raised from clock %llu, "
+                         "barrier %llu, to line up with the other nodes)",
+                         e[i].was_clock, e[i].was_barrier);
+            printf("node %d (%s): %s at clock %llu, barrier %llu%s%s%s\n",
                    id(c, i), c->nodes[i].addr,
                    e[i].ended ? "job ended" : "no job in progress",
-                   e[i].clock, e[i].barrier,
+                   e[i].clock, e[i].barrier, moved,
                    e[i].applied ? "; the pushes of the clock in progress "
                                   "applied as its end" : "",
                    e[i].let_go ? "; lost workers' processes are refused "
@@ -1755,7 +1794,7 @@ static int number_arg(const char *flag, const char *s, double lo, double hi,
     char *end;
     errno = 0;
     double v = integer ? (double)strtol(s, &end, 10) : strtod(s, &end);
-    if (end == s || *end || errno || v < lo || v > hi) {
+    if (end == s || *end || errno || v != v || v < lo || v > hi) {
         if (integer)
             fprintf(stderr, "psctl: %s: expected an integer %.0f..%.0f, got "
                     "\"%s\"\n", flag, lo, hi, s);
@@ -1783,6 +1822,16 @@ static int check_list(const char *list)
             (v = strtol(port, &end, 10), *end) || v < 1 || v > 65535) {
             fprintf(stderr, "psctl: -s: \"%s\" is not HOST:PORT\n", one);
             return -1;
+        }
+        /* Named twice, a node's rows and rates counted twice, and a
+         * save or end-job was sent to it twice. */
+        for (const char *q = list; q < p;) {
+            size_t m = strcspn(q, ",");
+            if (m == n && !memcmp(q, p, n)) {
+                fprintf(stderr, "psctl: -s: \"%s\" is given twice\n", one);
+                return -1;
+            }
+            q += m + 1;
         }
         if (!p[n])
             return 0;
@@ -1929,7 +1978,7 @@ int main(int argc, char **argv)
         }
         memcpy(token, env, token_len);
     }
-    cluster c = { NULL, 0, only };
+    cluster c = { NULL, 0, only, ini != NULL };
     int loaded = load_servers(&c, ini, list);
     if (loaded)
         return loaded;
@@ -1946,9 +1995,16 @@ int main(int argc, char **argv)
         free(c.nodes);
         return 2;
     }
-    int rc, bad = open_all(&c, 0);
-    bad |= layouts_differ(&c);
-    if (!strcmp(cmd, "ping"))
+    int rc, bad = open_all(&c, 0), differ = layouts_differ(&c);
+    bad |= differ;
+    if (differ && !strcmp(cmd, "end-job")) {
+        /* Nodes of two layouts may be two clusters (a -s list mixing
+         * them): lining their counts up would move the other's. */
+        fprintf(stderr, "psctl: end-job: the nodes answered with different "
+                "layouts (above), as nodes of two clusters would: nothing "
+                "was ended (ask one cluster's nodes, or one node with -n)\n");
+        rc = 1;
+    } else if (!strcmp(cmd, "ping"))
         rc = do_ping(&c, json);
     else if (!strcmp(cmd, "layout"))
         rc = do_layout(&c, json);
@@ -1966,5 +2022,13 @@ int main(int argc, char **argv)
         if (c.nodes[i].fd >= 0)
             node_close(&c.nodes[i]);
     free(c.nodes);
+    /* Output a script reads must not end short with status 0 (a full
+     * disk); a reader that went (| head) needs no word. */
+    if (fflush(stdout) || ferror(stdout)) {
+        if (errno != EPIPE)
+            fprintf(stderr, "psctl: writing the output: %s\n",
+                    strerror(errno));
+        return 1;
+    }
     return rc ? rc : bad;
 }

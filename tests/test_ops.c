@@ -795,6 +795,69 @@ static void test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* What the psctl trial found (each fails on the code before):
+ * - an address given twice in -s was asked twice (its rows counted
+ *   twice, a save sent twice): refused as an argument;
+ * - -i nan was taken (top refreshed in a tight loop): refused;
+ * - output that could not be written (a full disk) ended with status 0;
+ * - `top | head` never ended (SIGPIPE is ignored): it ends when the
+ *   reader goes;
+ * - end-job sent to nodes of two layouts (a -s list naming two clusters)
+ *   lined the other cluster's clock up: refused, nothing ended;
+ * - an ini naming fewer nodes than the cluster has was blamed on -s. */
+static int log_count(const test_cluster *c, int i, const char *text);
+
+static void test_psctl_checks_its_arguments_and_its_output(void **state)
+{
+    (void)state;
+    test_cluster a, b;
+    if (cluster_start(&a, 2, 4, "[table.emb]\ndim = 4\n"))
+        fail_msg("cluster a did not start");
+    if (cluster_start(&b, 1, 4, "[table.other]\ndim = 2\n"))
+        fail_msg("cluster b did not start");
+    char addr0[64], addr1[64], both[200];
+    snprintf(addr0, sizeof addr0, "127.0.0.1:%d", a.port[0]);
+    snprintf(addr1, sizeof addr1, "127.0.0.1:%d", b.port[0]);
+    int st;
+    char *o = run(&st, "%s -s %s,%s tables 2>&1", psctl(), addr0, addr0);
+    EXPECT_INT(st, 2, "an address given twice: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "is given twice", "why");
+    free(o);
+    o = run(&st, "%s -s %s top -i nan --count 1 2>&1", psctl(), addr0);
+    EXPECT_INT(st, 2, "-i nan: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s -s %s stats 2>&1 >/dev/full", psctl(), addr0);
+    EXPECT_INT(st, 1, "stats to a full disk: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "psctl: writing the output: No space left on device",
+                  "why");
+    free(o);
+    /* Bounded by timeout: without the fix top ran until it was killed
+     * (status 124). */
+    o = run(&st, "bash -c 'timeout 60 %s -s %s top -i 0.05 | head -c 10 "
+            ">/dev/null; exit ${PIPESTATUS[0]}' 2>&1", psctl(), addr0);
+    EXPECT_INT(st, 1, "top | head: %s", o ? o : "");
+    free(o);
+    snprintf(both, sizeof both, "%s,%s", addr0, addr1);
+    o = run(&st, "%s -s %s end-job 2>&1", psctl(), both);
+    EXPECT_INT(st, 1, "end-job across two clusters: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "nothing was ended", "why");
+    free(o);
+    EXPECT_INT(log_count(&b, 0, "end-job"), 0, "cluster b was not asked");
+    /* An ini naming one of a's two nodes. */
+    char ini[600];
+    snprintf(ini, sizeof ini, "%s/one.ini", a.dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = %s\n[table.emb]\ndim = 4\n", addr0);
+    fclose(f);
+    o = run(&st, "%s -c %s tables 2>&1", psctl(), ini);
+    EXPECT_SUBSTR(o, "1 of the cluster's 2 nodes asked (the ini names 1)",
+                  "the note");
+    free(o);
+    EXPECT_INT(cluster_stop(&a), 0, "a stops cleanly");
+    EXPECT_INT(cluster_stop(&b), 0, "b stops cleanly");
+}
+
 /* psctl --help names every option psctl takes: docs/durability.md sends
  * operators to `psctl save --timeout`, and the help is where they look. */
 static void test_psctl_help_names_every_option(void **state)
@@ -2473,6 +2536,7 @@ int main(void)
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(test_psctl_help_names_every_option),
         cmocka_unit_test(test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse),
+        cmocka_unit_test(test_psctl_checks_its_arguments_and_its_output),
         cmocka_unit_test(test_psctl_shows_the_hyper_parameters_in_force),
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
