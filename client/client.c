@@ -294,6 +294,21 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     return 0;
 }
 
+/* A call that waits for the I/O thread, made on it (from a completion
+ * callback): it would wait for itself, and it hung for good (ps_close
+ * would join its own thread). Refused, saying why: 1 when it is. */
+static int from_callback(ps_client *c, const char *what)
+{
+    if (!psc_io_on_thread(c))
+        return 0;
+    psc_set_error(c, "%s from a completion callback: callbacks run on the "
+                  "client's I/O thread, which %s waits for, so it would "
+                  "never return; call it from another thread (a callback "
+                  "may poll with ps_wait_timeout(c, ts, 0), its own request "
+                  "reading as PS_PENDING)", what, what);
+    return 1;
+}
+
 int ps_wait_all(ps_client *c)
 {
     return ps_wait_all_timeout(c, -1);
@@ -302,6 +317,8 @@ int ps_wait_all(ps_client *c)
 int ps_wait_all_timeout(ps_client *c, int timeout_ms)
 {
     if (!c)
+        return PS_EINVAL;
+    if (timeout_ms != 0 && from_callback(c, "ps_wait_all"))
         return PS_EINVAL;
     char err[sizeof c->cu.first_error_text];
     int st = psc_customer_wait_all(&c->cu, timeout_ms, err, sizeof err);
@@ -338,9 +355,20 @@ static int wait_for_start(ps_client *c)
     return control(c, PSW_OP_CLOCK, -1, start);
 }
 
+/* ps_close and ps_close_now return nothing: from a callback the reason
+ * goes to stderr too, and the client stays open. */
+static int close_from_callback(ps_client *c, const char *what)
+{
+    if (!from_callback(c, what))
+        return 0;
+    fprintf(stderr, "libpsclient: %s: %s (the client was not closed)\n",
+            what, ps_last_error(c));
+    return 1;
+}
+
 void ps_close(ps_client *c)
 {
-    if (!c)
+    if (!c || close_from_callback(c, "ps_close"))
         return;
     /* Every request, also those callbacks issue while it waits. */
     psc_customer_drain(&c->cu);
@@ -355,7 +383,7 @@ static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
 
 void ps_close_now(ps_client *c)
 {
-    if (!c)
+    if (!c || close_from_callback(c, "ps_close_now"))
         return;
     /* Everything issued so far, and what callbacks issue as theirs
      * fail, fails instead of being waited for. */
@@ -526,6 +554,8 @@ int ps_wait_timeout(ps_client *c, ps_ts ts, int timeout_ms)
      * ps_last_error, instead of "request -8 was never issued". */
     if (ts < 0 && ts >= PS_EFULL)
         return (int)ts;
+    if (timeout_ms != 0 && from_callback(c, "ps_wait"))
+        return PS_EINVAL;
     char err[sizeof c->cu.first_error_text];   /* as psc_failure's text */
     int st = psc_customer_wait(&c->cu, ts, timeout_ms, err, sizeof err);
     if (st < 0)
@@ -585,7 +615,7 @@ int ps_clock(ps_client *c)
 {
     if (!c)
         return PS_EINVAL;
-    if (!is_worker(c, "ps_clock"))
+    if (!is_worker(c, "ps_clock") || from_callback(c, "ps_clock"))
         return PS_EINVAL;
     if (!has_sync_tables(c)) {
         psc_set_error(c, "ps_clock: the cluster has no bsp or ssp table; "
@@ -725,7 +755,7 @@ int ps_barrier(ps_client *c)
 {
     if (!c)
         return PS_EINVAL;
-    if (!is_worker(c, "ps_barrier"))
+    if (!is_worker(c, "ps_barrier") || from_callback(c, "ps_barrier"))
         return PS_EINVAL;
     /* node 0 keeps barriers */
     return sync_call(c, PSW_OP_BARRIER, 0, &c->barrier, &c->barrier_failed);

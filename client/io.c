@@ -1763,12 +1763,16 @@ static void on_wake(uv_async_t *a)
     if (upto)
         abandon(io, upto);
     /* A small request may wait batch_delay_us for company; a full batch,
-     * or no delay configured, goes now. */
+     * or no delay configured, goes now. libuv's timers count whole
+     * milliseconds: the delay is rounded down, never up (rounded up, 1 us
+     * cost every request a millisecond), and one under 1 ms waits for the
+     * loop's next turn: the requests other threads submit meanwhile go
+     * with it. */
     if (c->opt.batch_delay_us > 0 && queued && queued < BATCH_BYTES) {
         if (!io->batch_armed) {
             io->batch_armed = 1;
             uv_timer_start(&io->batch, on_batch,
-                           (uint64_t)(c->opt.batch_delay_us + 999) / 1000, 0);
+                           (uint64_t)c->opt.batch_delay_us / 1000, 0);
         }
         return;
     }

@@ -32,8 +32,15 @@ typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E*
 
 /* Completion callback: runs exactly once for every accepted request, on the
  * I/O thread, with the request's status (PS_OK or a PS_E* code). It must
- * not block and must not call ps_wait/ps_wait_all/ps_close. When it runs,
- * the request's buffers are no longer used by the library. */
+ * not block. It may issue requests; the calls that wait for the I/O thread
+ * (ps_wait and ps_wait_all with a timeout other than 0, ps_clock,
+ * ps_barrier, ps_close, ps_close_now) return PS_EINVAL there, or for the
+ * two closes do nothing but say so on stderr, rather than wait for the
+ * thread they run on. Polling (a timeout of 0) is allowed: the callback's
+ * own request reads as PS_PENDING until it returns. ps_last_error on the
+ * I/O thread is that thread's own: a failure's text reaches the thread
+ * that waits for the request. When it runs, the request's buffers are no
+ * longer used by the library. */
 typedef void (*ps_done_fn)(ps_ts ts, int status, void *arg);
 
 /* Status codes. All errors are negative. The values also travel on the wire. */
@@ -86,7 +93,9 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         have passed since the call */
     int batch_delay_us;              /* how long a small request may wait for company,
                                         0..1000000; default 0: send as soon as
-                                        the I/O thread runs */
+                                        the I/O thread runs. In whole ms, rounded
+                                        down: under 1000, the I/O loop's next turn
+                                        (what other threads submit meanwhile) */
     size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB */
     const char *auth_token;          /* the cluster's token (16..255 bytes); NULL or "":
                                         $PSD_AUTH_TOKEN, else the ini's auth_token /

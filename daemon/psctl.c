@@ -1249,7 +1249,7 @@ typedef struct saved {
     int current;                 /* the node's newest snapshot was current:
                                     nothing new was written */
     double gen, fails, secs;
-    char dir[256], err[256];
+    char dir[256], err[sizeof ((node *)0)->err];
 } saved;
 
 /* Asks every node to save, then waits until each one's snapshot

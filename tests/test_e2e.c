@@ -516,6 +516,59 @@ static void count_cb(ps_ts ts, int status, void *arg)
     pthread_mutex_unlock(&cb_mu);
 }
 
+/* What a callback got from the calls that wait for the I/O thread it
+ * runs on. */
+static struct {
+    ps_client *c;
+    int wait, wait_all, poll, poll_all, done;
+    char why[1024];
+} in_cb;
+
+static void calls_back_cb(ps_ts ts, int status, void *arg)
+{
+    (void)status;
+    (void)arg;
+    in_cb.wait = ps_wait(in_cb.c, ts);
+    snprintf(in_cb.why, sizeof in_cb.why, "%s", ps_last_error(in_cb.c));
+    in_cb.wait_all = ps_wait_all(in_cb.c);
+    in_cb.poll = ps_wait_timeout(in_cb.c, ts, 0);
+    in_cb.poll_all = ps_wait_all_timeout(in_cb.c, 0);
+    ps_close_now(in_cb.c);        /* say so, and leave the client open */
+    ps_close(in_cb.c);
+    __atomic_store_n(&in_cb.done, 1, __ATOMIC_RELEASE);
+}
+
+/* A callback that calls what waits for the I/O thread (ps_wait on its own
+ * request, ps_close_now, ps_close) hung for good: the call waited for the
+ * thread it ran on. Refused with PS_EINVAL and the reason; polls answer;
+ * the closes do nothing, and the client goes on. */
+static void a_callback_cannot_wait_for_its_own_thread(void **state)
+{
+    (void)state;
+    ps_client *c = open_or_fail(shared.spec);
+    memset(&in_cb, 0, sizeof in_cb);
+    in_cb.c = c;
+    int t = table_id(c, "counts");
+    uint64_t key = 515151;
+    float one = 1, out = 0;
+    ps_ts ts = ps_push(c, t, &key, 1, &one, calls_back_cb, NULL);
+    assert_true(ts > 0);
+    EXPECT_INT(ps_wait(c, ts), PS_OK, "the push");
+    for (int k = 0; k < 1000 && !__atomic_load_n(&in_cb.done,
+                                                 __ATOMIC_ACQUIRE); k++)
+        usleep(1000);
+    EXPECT_INT(in_cb.done, 1, "the callback returned");
+    EXPECT_INT(in_cb.wait, PS_EINVAL, "ps_wait in a callback");
+    EXPECT_SUBSTR(in_cb.why, "ps_wait from a completion callback", "why");
+    EXPECT_INT(in_cb.wait_all, PS_EINVAL, "ps_wait_all in a callback");
+    EXPECT_INT(in_cb.poll, PS_PENDING, "its own request, polled");
+    EXPECT_INT(in_cb.poll_all, PS_PENDING, "all, polled");
+    EXPECT_INT(ps_wait(c, ps_pull(c, t, &key, 1, &out, NULL, NULL)), PS_OK,
+               "the client goes on");
+    EXPECT_INT(out == 1.0f, 1, "the push applied once: %g", (double)out);
+    ps_close(c);
+}
+
 static void every_callback_runs_exactly_once(void **state)
 {
     (void)state;
@@ -1462,6 +1515,7 @@ int main(void)
         cmocka_unit_test(small_requests_share_frames),
         cmocka_unit_test(busy_poll_settings_serve_and_bad_ones_are_refused),
         cmocka_unit_test(failed_open_says_why_in_last_error),
+        cmocka_unit_test(a_callback_cannot_wait_for_its_own_thread),
         cmocka_unit_test(open_without_a_place_for_the_client_is_einval),
         cmocka_unit_test(inflight_bytes_never_exceed_the_limit),
         cmocka_unit_test(reader_that_stops_reading_loses_nothing),
