@@ -1108,7 +1108,11 @@ static void nc_connect(nconn *nc)
         const psc_addr *a = &io->seeds[io->seed_i];
         struct addrinfo hints = { 0 }, *res = NULL;
         hints.ai_socktype = SOCK_STREAM;
-        snprintf(nc->name, sizeof nc->name, "%s:%s", a->host, a->port);
+        /* An IPv6 host in brackets, as the address is written: the
+         * port's colon is otherwise one of its own. */
+        snprintf(nc->name, sizeof nc->name, strchr(a->host, ':') ? "[%s]:%s"
+                                                                 : "%s:%s",
+                 a->host, a->port);
         /* Seeds may be host names; resolving blocks only ps_open. */
         int g = getaddrinfo(a->host, a->port, &hints, &res);
         nc->nsa = 0;

@@ -1210,7 +1210,7 @@ static void peer_name(uv_tcp_t *t, char *out, size_t cap, char *ip,
             port = ntohs(a->sin_port);
         }
     }
-    snprintf(out, cap, "%s:%d", ip, port);
+    snprintf(out, cap, strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
 }
 
 void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node)

@@ -884,6 +884,44 @@ static int ping_node(node *nd)
 /* Every node is sent its HELLO before psctl waits for any answer, and
  * all answers share one REPLY_MS: nodes that accept and hang (stopped,
  * or a loop stuck) cost that time once, not once each. */
+/* A psd reached at two of the addresses asked: an ini's node i that
+ * answers as another node (two ways of writing one address, such as
+ * localhost and 127.0.0.1, and node i not running), or two -s entries
+ * answering as one node of one layout. Asked twice, it was listed, saved
+ * and counted twice, and the node missing never said so. The second is
+ * closed as not answering: 1 when one was. */
+static int same_node_twice(cluster *c, int quiet)
+{
+    int bad = 0;
+    for (int i = 0; i < c->n; i++) {
+        node *nd = &c->nodes[i];
+        if (nd->fd < 0 || nd->index < 0)
+            continue;
+        int j = 0;
+        while (j < i && (c->nodes[j].fd < 0 || c->nodes[j].index != nd->index ||
+                         c->nodes[j].layout.epoch != nd->layout.epoch))
+            j++;
+        if (c->from_ini && nd->index != i)
+            snprintf(nd->err, sizeof nd->err, "the psd at this address is "
+                     "node %d, not node %d of the ini (the same address "
+                     "written two ways?): node %d did not answer",
+                     nd->index, i, i);
+        else if (j < i)
+            snprintf(nd->err, sizeof nd->err, "the psd at this address is "
+                     "node %d, already asked at %.200s", nd->index,
+                     c->nodes[j].addr);
+        else
+            continue;
+        nd->index = -1;          /* labelled by its place from here on */
+        node_close(nd);
+        if (!quiet)
+            fprintf(stderr, "psctl: node %d (%s): %s\n", i, nd->addr,
+                    nd->err);
+        bad = 1;
+    }
+    return bad;
+}
+
 static int open_all(cluster *c, int quiet)
 {
     int bad = 0;
@@ -965,6 +1003,7 @@ static int open_all(cluster *c, int quiet)
                         c->nodes[i].addr, c->nodes[i].err);
             bad = 1;
         }
+    bad |= same_node_twice(c, quiet);
     free(p);
     free(at);
     free(asked);
@@ -1771,17 +1810,17 @@ static int load_servers(cluster *c, const char *ini, const char *list)
                             sizeof c->nodes[i].addr);
         psd_config_destroy(&cfg);
     } else {
-        c->n = 1;
-        for (const char *p = list; *p; p++)
-            c->n += *p == ',';
-        c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
-        const char *p = list;
-        for (int i = 0; c->nodes && i < c->n; i++) {
-            size_t n = strcspn(p, ",");
-            snprintf(c->nodes[i].addr, sizeof c->nodes[i].addr, "%.*s",
-                     (int)n, p);
-            p += n + (p[n] == ',');
+        psw_addr *a = NULL;
+        psw_addr_error e;
+        if (psw_addr_list_parse(list, 4096, &a, &c->n, &e)) {
+            fprintf(stderr, "psctl: -s: %s\n", e.why);   /* checked */
+            return 1;
         }
+        c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
+        for (int i = 0; c->nodes && i < c->n; i++)
+            psw_addr_format(&a[i], c->nodes[i].addr,
+                            sizeof c->nodes[i].addr);
+        free(a);
     }
     return nodes_ready(c);
 }
@@ -1812,31 +1851,34 @@ static int number_arg(const char *flag, const char *s, double lo, double hi,
  * is a usage error (2), not a node that cannot be reached (1). */
 static int check_list(const char *list)
 {
-    for (const char *p = list;;) {
-        size_t n = strcspn(p, ",");
-        char one[PSW_ADDR_MAX + 8], host[PSW_ADDR_MAX], port[16], *end;
-        snprintf(one, sizeof one, "%.*s", (int)n, p);
-        long v = 0;
-        if (n >= sizeof one ||
-            split(one, host, sizeof host, port, sizeof port) ||
-            (v = strtol(port, &end, 10), *end) || v < 1 || v > 65535) {
-            fprintf(stderr, "psctl: -s: \"%s\" is not HOST:PORT\n", one);
-            return -1;
-        }
-        /* Named twice, a node's rows and rates counted twice, and a
-         * save or end-job was sent to it twice. */
-        for (const char *q = list; q < p;) {
-            size_t m = strcspn(q, ",");
-            if (m == n && !memcmp(q, p, n)) {
-                fprintf(stderr, "psctl: -s: \"%s\" is given twice\n", one);
-                return -1;
-            }
-            q += m + 1;
-        }
-        if (!p[n])
-            return 0;
-        p += n + 1;
+    /* The grammar ps_open and psd take ("[v6]:port", blanks around an
+     * entry), not one of psctl's own: "fd77::1:7070" was taken here and
+     * refused by them, and ", [::1]:7070" refused here. */
+    psw_addr *a = NULL;
+    int n = 0;
+    psw_addr_error e;
+    int rc = psw_addr_list_parse(list, 4096, &a, &n, &e);
+    free(a);
+    if (rc == -2) {
+        fprintf(stderr, "psctl: out of memory\n");
+        return -1;
     }
+    if (rc == 0)
+        return 0;
+    /* Named twice, a node's rows and rates were counted twice, and a
+     * save or end-job was sent to it twice. */
+    if (e.first)
+        fprintf(stderr, "psctl: -s: \"%s\" is given twice (entries %d and "
+                "%d)\n", e.item, e.first, e.entry);
+    else if (e.entry && !e.item[0])
+        fprintf(stderr, "psctl: -s: entry %d is empty, in \"%s\"\n",
+                e.entry, list);
+    else if (e.entry)
+        fprintf(stderr, "psctl: -s: entry %d, \"%s\": %s\n", e.entry,
+                e.item, e.why);
+    else
+        fprintf(stderr, "psctl: -s: %s\n", e.why);
+    return -1;
 }
 
 int main(int argc, char **argv)

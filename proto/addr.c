@@ -92,10 +92,19 @@ int psw_addr_parse(const char *s, size_t len, psw_addr *a, char *why,
                        af == AF_INET6 ? "IPv6" : "IPv4");
         memcpy(tmp, host, hlen);
         tmp[hlen] = '\0';
+        if (af == AF_INET6 && memchr(tmp, '%', hlen))
+            return WHY("an IPv6 zone (%%eth0) is not taken, nor link-local "
+                       "addresses: use a global or fd00::/8 one");
         if (inet_pton(af, tmp, bin) != 1 ||
             !inet_ntop(af, bin, a->host, sizeof a->host))
             return WHY("expected a numeric %s address",
                        af == AF_INET6 ? "IPv6" : "IPv4");
+        /* fe80::/10 means nothing without the interface it is on: psd
+         * could not listen on one ("invalid argument") and a client not
+         * connect, while psd --check took it. */
+        if (af == AF_INET6 && bin[0] == 0xfe && (bin[1] & 0xc0) == 0x80)
+            return WHY("a link-local IPv6 address (it needs a zone, which "
+                       "is not taken): use a global or fd00::/8 one");
     }
     long p = 0;
     for (size_t i = 0; i < plen; i++) {

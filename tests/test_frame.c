@@ -979,6 +979,7 @@ static void addresses_parse_in_every_form(void **state)
     static const struct { const char *in, *host; int port, kind; } ok[] = {
         { "127.0.0.1:7070", "127.0.0.1", 7070, PSW_HOST_IPV4 },
         { " [0:0::1]:1 ", "::1", 1, PSW_HOST_IPV6 },
+        { "[fec0::1]:1", "fec0::1", 1, PSW_HOST_IPV6 },   /* past fe80::/10 */
         { "ps-0.example:65535", "ps-0.example", 65535, PSW_HOST_NAME },
         { "localhost:7070", "localhost", 7070, PSW_HOST_NAME },
         { "trainer_ps_0:80", "trainer_ps_0", 80, PSW_HOST_NAME },
@@ -992,6 +993,11 @@ static void addresses_parse_in_every_form(void **state)
         { "a b:1", "expected a host name" },
         { "1.2.3:1", "expected a numeric IPv4 address" },
         { "[::g]:1", "expected a numeric IPv6 address" },
+        /* Link-local: psd could not bind one, nor a client connect,
+         * without the zone the grammar does not take. */
+        { "[fe80::1]:1", "a link-local IPv6 address" },
+        { "[FEBF::1]:1", "a link-local IPv6 address" },
+        { "[fe80::1%eth0]:1", "an IPv6 zone (%eth0) is not taken" },
         { "h:0", "expected a port 1..65535" },
         { "h:65536", "expected a port 1..65535" },
         { "h:+1", "expected a port 1..65535" },

@@ -843,6 +843,20 @@ static void test_psctl_checks_its_arguments_and_its_output(void **state)
     EXPECT_SUBSTR(o, "nothing was ended", "why");
     free(o);
     EXPECT_INT(log_count(&b, 0, "end-job"), 0, "cluster b was not asked");
+    /* -s takes the grammar psd and ps_open take: blanks around an entry
+     * (refused), "host:port" of a name. */
+    snprintf(both, sizeof both, "%s, localhost:%d", addr0, a.port[1]);
+    o = run(&st, "%s -s '%s' ping 2>&1", psctl(), both);
+    EXPECT_INT(st, 0, "-s with a blank after the comma: %s", o ? o : "");
+    free(o);
+    /* One psd at two addresses: node 0 as localhost and as 127.0.0.1,
+     * node 1 missing. It was asked twice and psctl exited 0. */
+    snprintf(both, sizeof both, "localhost:%d,%s", a.port[0], addr0);
+    o = run(&st, "%s -s %s ping 2>&1", psctl(), both);
+    EXPECT_INT(st, 1, "one node at two addresses: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "the psd at this address is node 0, already asked at",
+                  "why");
+    free(o);
     /* An ini naming one of a's two nodes. */
     char ini[600];
     snprintf(ini, sizeof ini, "%s/one.ini", a.dir);
@@ -856,6 +870,71 @@ static void test_psctl_checks_its_arguments_and_its_output(void **state)
     free(o);
     EXPECT_INT(cluster_stop(&a), 0, "a stops cleanly");
     EXPECT_INT(cluster_stop(&b), 0, "b stops cleanly");
+}
+
+/* A node on IPv6 loopback: served, reached by ps_open and psctl, and
+ * each message writes its address in brackets ("cannot connect to
+ * ::1:7071" read as a port of the address). */
+static void test_an_ipv6_node_is_served_and_named_in_brackets(void **state)
+{
+    (void)state;
+    int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 lo6 = { .sin6_family = AF_INET6 };
+    lo6.sin6_addr = in6addr_loopback;
+    int have = probe >= 0 && bind(probe, (struct sockaddr *)&lo6,
+                                  sizeof lo6) == 0;
+    if (probe >= 0)
+        close(probe);
+    if (!have) {
+        printf("# no IPv6 loopback here: skipped\n");
+        skip();
+    }
+    test_cluster c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.dir, sizeof c.dir, "/tmp/psd-test-XXXXXX");
+    assert_non_null(mkdtemp(c.dir));
+    snprintf(c.ini, sizeof c.ini, "%s/cluster.ini", c.dir);
+    c.n = 1;
+    c.port[0] = cluster_free_port();
+    char spec[64];
+    snprintf(spec, sizeof spec, "[::1]:%d", c.port[0]);
+    FILE *f = fopen(c.ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = %s\n[server]\ndata_dir = %s\n"
+            "[table.t]\ndim = 1\n", spec, c.dir);
+    fclose(f);
+    cluster_launch(&c, 0, NULL);
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 5000;
+    o.quiet = 1;
+    ps_client *cl = NULL;
+    EXPECT_INT(ps_open(&cl, spec, &o), PS_OK, "ps_open %s: %s", spec,
+               ps_last_error(NULL));
+    if (cl) {
+        uint64_t key = 7;
+        float g = 2, out = 0;
+        int t = ps_table(cl, "t", NULL);
+        EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &g, NULL, NULL)),
+                   PS_OK, "push");
+        EXPECT_INT(ps_wait(cl, ps_pull(cl, t, &key, 1, &out, NULL, NULL)),
+                   PS_OK, "pull");
+        EXPECT_INT(out == 2.0f, 1, "the row: %g", (double)out);
+        ps_close(cl);
+    }
+    int st;
+    char *r = run(&st, "%s -s '%s' ping 2>&1", psctl(), spec);
+    EXPECT_INT(st, 0, "psctl ping: %s", r ? r : "");
+    EXPECT_SUBSTR(r, spec, "psctl names the node in brackets");
+    free(r);
+    /* Nobody on this port: the reason names it in brackets. */
+    char none[64];
+    snprintf(none, sizeof none, "[::1]:%d", cluster_free_port());
+    o.connect_timeout_ms = 300;
+    cl = NULL;
+    EXPECT_INT(ps_open(&cl, none, &o) != PS_OK, 1, "nobody at %s", none);
+    EXPECT_SUBSTR(ps_last_error(NULL), none, "the reason names it");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
 /* psctl --help names every option psctl takes: docs/durability.md sends
@@ -1392,8 +1471,12 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
         { "-c /etc/hosts -s 127.0.0.1:1 ping", "psctl: -c and -s" },
         { "-s 127.0.0.1:1 ping -n", "psctl: -n needs a value" },
         { "-s 127.0.0.1:1 ping --timeout", "psctl: --timeout needs a value" },
-        { "-s 127.0.0.1:1, ping", "psctl: -s: \"\" is not HOST:PORT" },
-        { "-s 127.0.0.1 ping", "psctl: -s: \"127.0.0.1\" is not HOST:PORT" },
+        { "-s 127.0.0.1:1, ping", "psctl: -s: entry 2 is empty, in "
+          "\"127.0.0.1:1,\"" },
+        { "-s 127.0.0.1 ping", "psctl: -s: entry 1, \"127.0.0.1\": expected "
+          "host:port, IPv4:port or [IPv6]:port" },
+        { "-s fd77::1:7070 ping", "psctl: -s: entry 1, \"fd77::1:7070\": "
+          "expected host:port" },
         { "-s 127.0.0.1:1 ping stats", "psctl: one command, got \"ping\" "
           "and \"stats\"" },
         { "-c /nonexistent/psd.ini ping", "psctl: /nonexistent/psd.ini: "
@@ -2537,6 +2620,7 @@ int main(void)
         cmocka_unit_test(test_psctl_help_names_every_option),
         cmocka_unit_test(test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse),
         cmocka_unit_test(test_psctl_checks_its_arguments_and_its_output),
+        cmocka_unit_test(test_an_ipv6_node_is_served_and_named_in_brackets),
         cmocka_unit_test(test_psctl_shows_the_hyper_parameters_in_force),
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
