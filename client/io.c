@@ -69,6 +69,9 @@ typedef struct nconn {
     uint64_t retry_ns;            /* IDLE: no new attempt before then */
     uint64_t backoff_ms;          /* the last delay; 0 after a success */
     int ever_ready;               /* a later HELLO_OK is a reconnection */
+    uint64_t w_clock;             /* the clock count this node gave our
+                                     worker at its last HELLO_OK */
+    int w_known;                  /* w_clock was given */
     int fatal;                    /* refused for good: PS_E*, else 0 */
     int last_status;              /* why the last connection or attempt
                                      ended: what a failed open returns */
@@ -1419,10 +1422,30 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
      * trainer's next ps_clock ends an iteration the cluster has passed,
      * and its calls succeed all the same, so it is said here. The first
      * node to answer moves the counts, so a skip is counted once (on that
-     * node's figures: the total is what means something). */
+     * node's figures: the total is what means something).
+     *
+     * A reconnection moves the clock count only as far as every node has
+     * it: one node that let the worker go (its link to that node cut for
+     * longer than worker_grace) may have moved on with the other workers
+     * alone, while the other nodes still wait for this worker's next
+     * clock. Moved to that one node's count, the worker named each clock
+     * one further than its iteration for the rest of the job, on every
+     * node: each clock summed its step i with the others' step i + 1.
+     * Let go by every node, it moves once the last has answered (each
+     * node's count is then the cluster's). At ps_open the largest is
+     * taken, as before: a new process starts after its predecessor's
+     * sums, which nodes may hold one clock apart. The barrier count has
+     * one keeper, node 0. */
     if (c->opt.worker >= 0) {
         uint64_t had = __atomic_load_n(&c->clock, __ATOMIC_RELAXED);
         uint64_t had_b = __atomic_load_n(&c->barrier, __ATOMIC_RELAXED);
+        nc->w_clock = l_clock;
+        nc->w_known = 1;
+        for (int i = 0; nc->ever_ready && i < io->nnodes; i++) {
+            const nconn *o = io->nodes[i];
+            if (o != nc && o->w_known && o->w_clock < l_clock)
+                l_clock = o->w_clock;
+        }
         uint64_t dk = nc->ever_ready && l_clock > had ? l_clock - had : 0;
         uint64_t db = nc->ever_ready && l_barrier > had_b ? l_barrier - had_b
                                                          : 0;

@@ -744,6 +744,116 @@ static void silent_partition_is_noticed_within_the_heartbeat_bound(
     rig_stop(&r);
 }
 
+/* Whether node `port`'s stats say worker w is live at clock `clock`
+ * (psctl asks the node directly, not through its proxy). */
+static int node_has_worker_at(int port, int w, int clock)
+{
+    char cmd[400], want[80];
+    const char *b = getenv("PSCTL_BIN");
+    snprintf(cmd, sizeof cmd, "timeout 10 %s -s 127.0.0.1:%d --json stats "
+             "2>/dev/null", b ? b : "build/psctl", port);
+    snprintf(want, sizeof want, "{\"worker\": %d, \"state\": \"live\", "
+             "\"clock\": %d,", w, clock);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return 0;
+    static char out[1 << 16];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    return strstr(out, want) != NULL;
+}
+
+/* Pushes v to every row of table b (16 rows over both nodes). */
+static int push_all(ps_client *c, float v)
+{
+    float g[16];
+    for (int i = 0; i < 16; i++)
+        g[i] = v;
+    int t = ps_table(c, "b", NULL);
+    return ps_wait(c, ps_push_range(c, t, 0, 16, g, NULL, NULL));
+}
+
+/* A bsp worker let go by one node only (its link to node 1 lost with
+ * worker_grace = 0, here a reset in the middle of its push) while the
+ * other worker had clocked: node 1 moved on without it, and gave it that
+ * clock when it came back. Its client took the count (the largest any
+ * node gave), so the worker named each later clock one further than its
+ * iteration, on every node, for the rest of the job: its step i was
+ * summed with the other's step i + 1, and its ps_clock here waited for a
+ * clock the other worker never called (sync_timeout_ms). It keeps its
+ * own count, as node 0 does: node 1's one clock is the only one mixed. */
+static void a_worker_let_go_by_one_node_keeps_its_clock(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 2, "workers = 2\nworker_grace = 0\n",
+              "[server]\nheartbeat_ms = 10000\npeer_timeout_ms = 30000\n"
+              "[table.b]\nkind = dense\nrows = 16\ndim = 1\n"
+              "consistency = bsp\n");
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 20000;   /* no resent CLOCK crosses the proxy */
+    o.sync_timeout_ms = 8000;
+    ps_client *w[2];
+    for (int i = 0; i < 2; i++) {
+        o.worker = i;
+        assert_int_equal(ps_open(&w[i], r.c.spec, &o), PS_OK);
+    }
+    /* Iteration 1, together. */
+    clocker k = { w[1], -1, "" };
+    pthread_t th;
+    EXPECT_INT(push_all(w[0], 1), PS_OK, "worker 0's push 1");
+    EXPECT_INT(push_all(w[1], 10), PS_OK, "worker 1's push 1");
+    pthread_create(&th, NULL, clock_once, &k);
+    EXPECT_INT(ps_clock(w[0]), PS_OK, "worker 0's clock 1");
+    pthread_join(th, NULL);
+    EXPECT_INT(k.rc, PS_OK, "worker 1's clock 1");
+    /* Iteration 2: worker 1 pushes and clocks, held by both nodes. */
+    EXPECT_INT(push_all(w[1], 10), PS_OK, "worker 1's push 2");
+    pthread_create(&th, NULL, clock_once, &k);
+    int held = 0;
+    for (int t = 0; t < 500 && !held; t++) {
+        held = node_has_worker_at(r.c.port[1], 1, 2);
+        if (!held)
+            sleep_ms(10);
+    }
+    EXPECT_INT(held, 1, "node 1 has worker 1's clock 2");
+    /* Worker 0's connection to node 1 is reset by its push: node 1 lets
+     * it go at once and, waiting for worker 1 alone, ends clock 2. */
+    fp_set(r.p[1], FP_UP, &(fp_faults){ .cut_after = 1 });
+    EXPECT_INT(push_all(w[0], 1), PS_OK, "worker 0's push 2 (resent)");
+    EXPECT_INT(ps_clock(w[0]), PS_OK, "worker 0's clock 2: %s",
+               ps_last_error(w[0]));
+    pthread_join(th, NULL);
+    EXPECT_INT(k.rc, PS_OK, "worker 1's clock 2");
+    uint64_t at0 = 0, at1 = 0;
+    ps_position(w[0], &at0, NULL);
+    ps_position(w[1], &at1, NULL);
+    EXPECT_INT((int)at0, 2, "worker 0's clock count");
+    EXPECT_INT((int)at1, 2, "worker 1's clock count");
+    ps_stats_t st;
+    ps_stats(w[0], &st);
+    EXPECT_INT((int)st.clocks_skipped, 0, "clocks skipped");
+    /* Iteration 3, together: every row holds each step of both. */
+    EXPECT_INT(push_all(w[0], 1), PS_OK, "worker 0's push 3");
+    EXPECT_INT(push_all(w[1], 10), PS_OK, "worker 1's push 3");
+    pthread_create(&th, NULL, clock_once, &k);
+    EXPECT_INT(ps_clock(w[0]), PS_OK, "worker 0's clock 3");
+    pthread_join(th, NULL);
+    EXPECT_INT(k.rc, PS_OK, "worker 1's clock 3");
+    float rows[16];
+    int t = ps_table(w[0], "b", NULL);
+    EXPECT_INT(ps_wait(w[0], ps_pull_range(w[0], t, 0, 16, rows, NULL,
+                                           NULL)), PS_OK, "pull");
+    for (int i = 0; i < 16; i++)
+        EXPECT_FLOAT(rows[i], 33.0f, "row %d after 3 iterations of 1 + 10",
+                     i);
+    ps_close(w[0]);
+    ps_close(w[1]);
+    rig_stop(&r);
+}
+
 /* A push that one node applied and another never answered fails with a
  * detail that names the silent node and ends saying the push was applied
  * in part: the trainer's one clue that a retry would apply it twice on
@@ -1999,6 +2109,7 @@ int main(void)
             killed_and_restarted_node_is_a_pause_for_the_clients),
         cmocka_unit_test(
             silent_partition_is_noticed_within_the_heartbeat_bound),
+        cmocka_unit_test(a_worker_let_go_by_one_node_keeps_its_clock),
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
         cmocka_unit_test(busy_open_whose_time_runs_out_in_backoff_returns),
