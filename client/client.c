@@ -356,13 +356,14 @@ static int wait_for_start(ps_client *c)
 }
 
 /* ps_close and ps_close_now return nothing: from a callback the reason
- * goes to stderr too, and the client stays open. */
+ * goes to stderr too (unless quiet), and the client stays open. */
 static int close_from_callback(ps_client *c, const char *what)
 {
     if (!from_callback(c, what))
         return 0;
-    fprintf(stderr, "libpsclient: %s: %s (the client was not closed)\n",
-            what, ps_last_error(c));
+    if (!c->opt.quiet)
+        fprintf(stderr, "libpsclient: %s: %s (the client was not closed)\n",
+                what, ps_last_error(c));
     return 1;
 }
 

@@ -123,6 +123,10 @@ typedef struct nconn {
 struct psc_io {
     ps_client *c;
     pthread_t thread;
+    pthread_t self;               /* the I/O thread's id, as it sees it:
+                                     set by it before anything runs on
+                                     it, published by self_set */
+    int self_set;
     uv_loop_t loop;
     uv_async_t wake;
     uv_timer_t tick;
@@ -1920,6 +1924,10 @@ static void run(psc_io *io);
 static void *io_main(void *arg)
 {
     psc_io *io = arg;
+    /* Its own id, not io->thread, which pthread_create writes from the
+     * calling thread, maybe after this thread has run a callback. */
+    io->self = pthread_self();
+    __atomic_store_n(&io->self_set, 1, __ATOMIC_RELEASE);
     /* SIGPIPE from a write to a vanished server goes to this thread;
      * blocking it here leaves the trainer's own handling untouched. */
     sigset_t set;
@@ -2010,7 +2018,8 @@ void psc_io_wake(ps_client *c)
 
 int psc_io_on_thread(const ps_client *c)
 {
-    return c->io && pthread_equal(pthread_self(), c->io->thread);
+    return c->io && __atomic_load_n(&c->io->self_set, __ATOMIC_ACQUIRE) &&
+           pthread_equal(pthread_self(), c->io->self);
 }
 
 void psc_io_stop(ps_client *c)

@@ -139,8 +139,6 @@ static int ini_token(const char *path, const ini_read *in, psc_servers *out,
  * cut short. psd and psd --check refuse such a line by its number. */
 typedef struct ini_lines {
     FILE *f;
-    char *buf;                   /* getline's; freed by the caller */
-    size_t cap;
     int line;                    /* physical lines read */
     int too_long;                /* the first line longer than inih takes
                                     (0: none) */
@@ -149,30 +147,44 @@ typedef struct ini_lines {
     size_t max;                  /* the longest line inih takes */
 } ini_lines;
 
+/* Reads at most what inih's buffer takes, as psd does: the rest of a line
+ * too long is read past, never held (a file of one endless line would
+ * otherwise be read whole into memory). */
 static char *next_line(char *out, int size, void *stream)
 {
     ini_lines *r = stream;
-    ssize_t n = getline(&r->buf, &r->cap, r->f);
-    if (n <= 0)
+    if (size < 4)
         return NULL;
+    r->max = (size_t)size - 3;   /* the line, its end and inih's NUL */
+    size_t n = 0;
+    int ch = EOF, over = 0;
+    while ((ch = getc(r->f)) != EOF) {
+        if (n == (size_t)size - 1) {
+            over = 1;
+            while (ch != '\n' && (ch = getc(r->f)) != EOF)
+                ;
+            break;
+        }
+        out[n++] = (char)ch;
+        if (ch == '\n')
+            break;
+    }
+    if (n == 0 && !over)
+        return NULL;
+    out[n] = '\0';
     r->line++;
-    size_t len = (size_t)n;
-    if (len > 0 && r->buf[len - 1] == '\n')
+    size_t len = n;
+    if (len > 0 && out[len - 1] == '\n')
         len--;
-    if (len > 0 && r->buf[len - 1] == '\r')
+    if (len > 0 && out[len - 1] == '\r')
         len--;
-    /* As psd counts: the line, its end of line and inih's terminator. */
-    r->max = size < 4 ? 0 : (size_t)size - 3;
-    if (len > r->max) {
+    if (over || len > r->max) {
         if (!r->too_long)
             r->too_long = r->line;
         if (!r->lenient)
             return NULL;
         snprintf(out, (size_t)size, "\n");
-        return out;
     }
-    memcpy(out, r->buf, (size_t)n);
-    out[n] = '\0';
     return out;
 }
 
@@ -205,7 +217,10 @@ int psc_servers_parse(const char *servers, int want_token, int lenient,
     int rc = lines.f ? ini_parse_stream(next_line, &lines, on_ini, &in) : -1;
     if (lines.f)
         fclose(lines.f);
-    free(lines.buf);
+    /* inih goes on past a bad line: the first error is the one named,
+     * as psd names it. */
+    if (rc > 0 && lines.too_long && rc < lines.too_long)
+        lines.too_long = 0;
     if (rc == -2 || in.oom) {
         snprintf(err, errlen, "%s: out of memory reading it", servers);
         rc = PS_ENOMEM;

@@ -184,9 +184,6 @@ static int write_manifest(const char *dir, const char *ini,
     return finish(f, path, 0, err, errlen);
 }
 
-/* Removes what an earlier export of node i left in dir (its manifest
- * first, then TABLE.nodeI.npy and TABLE.nodeI.keys.npy): tables dropped
- * since must not linger beside the new files. */
 /* Whether name is one of the files an export writes for node i (any
  * node when i < 0): export.nodeI.json, TABLE.nodeI.npy and
  * TABLE.nodeI.keys.npy. */
@@ -209,7 +206,10 @@ static int node_file(const char *name, int i)
 
 /* Removes node i's files of an earlier export from dir, or every node's
  * for i < 0 (a whole export: an earlier one of more nodes left its last
- * nodes' files, and the folder read as clusters of two node counts). */
+ * nodes' files, and the folder read as clusters of two node counts).
+ * Tables dropped since must not linger beside the new files either. The
+ * manifests go first: one that fails partway leaves no manifest naming
+ * files that are gone. */
 static int clear_node(const char *dir, int i, char *err, size_t errlen)
 {
     char path[4200];
@@ -219,13 +219,18 @@ static int clear_node(const char *dir, int i, char *err, size_t errlen)
         return -1;
     }
     int rc = 0;
-    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
-        if (!node_file(e->d_name, i))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (unlink(path) && errno != ENOENT) {
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
-            rc = -1;
+    for (int manifests = 1; manifests >= 0 && rc == 0; manifests--) {
+        rewinddir(d);
+        for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+            size_t n = strlen(e->d_name);
+            int json = n > 5 && !strcmp(e->d_name + n - 5, ".json");
+            if (json != manifests || !node_file(e->d_name, i))
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (unlink(path) && errno != ENOENT) {
+                snprintf(err, errlen, "%s: %s", path, strerror(errno));
+                rc = -1;
+            }
         }
     }
     closedir(d);

@@ -884,12 +884,13 @@ static int ping_node(node *nd)
 /* Every node is sent its HELLO before psctl waits for any answer, and
  * all answers share one REPLY_MS: nodes that accept and hang (stopped,
  * or a loop stuck) cost that time once, not once each. */
-/* A psd reached at two of the addresses asked: an ini's node i that
- * answers as another node (two ways of writing one address, such as
- * localhost and 127.0.0.1, and node i not running), or two -s entries
- * answering as one node of one layout. Asked twice, it was listed, saved
- * and counted twice, and the node missing never said so. The second is
- * closed as not answering: 1 when one was. */
+/* A psd reached at two of the addresses asked (one address written two
+ * ways, such as localhost and 127.0.0.1, in an ini whose node at the
+ * second is not running, or in a -s list): two entries answering as one
+ * node of one layout. Asked twice, it was listed, saved and counted
+ * twice, and the node missing never said so. The second is closed as not
+ * answering: 1 when one was. An entry answering as another index than
+ * its place is not one: an ini may name some of the nodes. */
 static int same_node_twice(cluster *c, int quiet)
 {
     int bad = 0;
@@ -901,17 +902,11 @@ static int same_node_twice(cluster *c, int quiet)
         while (j < i && (c->nodes[j].fd < 0 || c->nodes[j].index != nd->index ||
                          c->nodes[j].layout.epoch != nd->layout.epoch))
             j++;
-        if (c->from_ini && nd->index != i)
-            snprintf(nd->err, sizeof nd->err, "the psd at this address is "
-                     "node %d, not node %d of the ini (the same address "
-                     "written two ways?): node %d did not answer",
-                     nd->index, i, i);
-        else if (j < i)
-            snprintf(nd->err, sizeof nd->err, "the psd at this address is "
-                     "node %d, already asked at %.200s", nd->index,
-                     c->nodes[j].addr);
-        else
+        if (j == i)
             continue;
+        snprintf(nd->err, sizeof nd->err, "the psd at this address is node "
+                 "%d, already asked at %.200s (one address written two "
+                 "ways?)", nd->index, c->nodes[j].addr);
         nd->index = -1;          /* labelled by its place from here on */
         node_close(nd);
         if (!quiet)
@@ -1434,6 +1429,21 @@ static int do_save(cluster *c, int timeout_s, int json)
 
 static volatile sig_atomic_t stop;
 
+/* Whether stdout took what was written so far; the first failure's errno
+ * is kept (later calls change errno; EPIPE, a reader that went, is not
+ * worth a word). SIGPIPE is ignored, so this is how a gone reader shows. */
+static int out_errno;
+
+static int stdout_ok(void)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return 1;
+    if (!out_errno)
+        out_errno = errno ? errno : EIO;
+    return 0;
+}
+
 static void on_int(int sig)
 {
     (void)sig;
@@ -1495,7 +1505,7 @@ static int do_top(cluster *c, double interval, int count, int json)
         }
         if (json) {
             bad = do_stats(c, 1, 0) || not_answering(c);
-            if (fflush(stdout) || ferror(stdout))
+            if (!stdout_ok())
                 return 1;        /* stdout is gone (| head): main says */
             continue;
         }
@@ -1514,7 +1524,7 @@ static int do_top(cluster *c, double interval, int count, int json)
                        c->nodes[i].err);
         /* SIGPIPE is ignored: a reader that went (| head) shows here,
          * and top stopped only at Ctrl-C. */
-        if (fflush(stdout) || ferror(stdout))
+        if (!stdout_ok())
             return 1;
     }
     /* As every command: 1 when a node asked did not answer (at the last
@@ -1569,7 +1579,7 @@ static int end_one(cluster *c, int i, const char *cmd, ended *e)
  * behind are raised to the largest, so that the next job's workers
  * find one count everywhere. A line per node; with json, an array of
  * {"node", "address", "ended", "clock", "barrier", "applied_sums",
- * "let_go"} or {"node", "address", "error"}. */
+ * "let_go", "lined_up"} or {"node", "address", "error"}. */
 static int do_end_job(cluster *c, int json)
 {
     int bad = 0, busy = 0;
@@ -2045,6 +2055,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "psctl: end-job: the nodes answered with different "
                 "layouts (above), as nodes of two clusters would: nothing "
                 "was ended (ask one cluster's nodes, or one node with -n)\n");
+        if (json) {
+            printf("[");
+            for (int i = 0; i < c.n; i++) {
+                printf("%s{\"node\": %d, \"address\": ", i ? ",\n" : "",
+                       id(&c, i));
+                json_str(c.nodes[i].addr);
+                printf(", \"error\": \"not ended: the nodes answered with "
+                       "different layouts\"}");
+            }
+            printf("]\n");
+        }
         rc = 1;
     } else if (!strcmp(cmd, "ping"))
         rc = do_ping(&c, json);
@@ -2066,10 +2087,10 @@ int main(int argc, char **argv)
     free(c.nodes);
     /* Output a script reads must not end short with status 0 (a full
      * disk); a reader that went (| head) needs no word. */
-    if (fflush(stdout) || ferror(stdout)) {
-        if (errno != EPIPE)
+    if (!stdout_ok()) {
+        if (out_errno != EPIPE)
             fprintf(stderr, "psctl: writing the output: %s\n",
-                    strerror(errno));
+                    strerror(out_errno));
         return 1;
     }
     return rc ? rc : bad;

@@ -1085,6 +1085,15 @@ static void failed_open_says_why_in_last_error(void **state)
     EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "an ini with a long line");
     snprintf(want, sizeof want, "%s:3: line too long (max 197 bytes)", ini);
     EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
+    /* The first error, as psd names it: a bad line before a long one. */
+    lf = fopen(ini, "w");
+    assert_non_null(lf);
+    fprintf(lf, "[cluster]\nnodes = %s\ngarbage\n;%0300d\n", shared.spec,
+            0);
+    fclose(lf);
+    EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "a bad line, then a long one");
+    snprintf(want, sizeof want, "%s:3: not an ini line", ini);
+    EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
     unlink(ini);
     EXPECT_INT(ps_open(&c, "localhost", &o), PS_EINVAL, "no port");
     EXPECT_SUBSTR(ps_last_error(NULL), "bad server address \"localhost\"",

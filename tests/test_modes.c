@@ -591,20 +591,25 @@ static void misuse_gets_clear_errors(void **state)
 /* The replacement of worker 0, started while the id is still held: its
  * ps_open has 5 s (the default), and the id is freed 4.5 s after it
  * began. */
-static int replacement_of_worker_0(void *arg)
+typedef struct replacement {
+    int rc;
+    char why[1024];
+} replacement;
+
+static void *replace_worker_0(void *arg)
 {
-    (void)arg;
-    sleep_ms(200);             /* the parent holds worker 0 by then */
+    replacement *r = arg;
     ps_options o;
     ps_options_init(&o);
     o.worker = 0;
     o.connect_timeout_ms = 5000;
+    o.quiet = 1;
     ps_client *c = NULL;
-    int rc = ps_open(&c, cl.spec, &o);
-    CHILD_CHECK(rc == PS_OK, "ps_open of the replacement: %d (%s)", rc,
-                ps_last_error(NULL));
-    ps_close(c);
-    return 0;
+    r->rc = ps_open(&c, cl.spec, &o);
+    snprintf(r->why, sizeof r->why, "%s", ps_last_error(NULL));
+    if (c)
+        ps_close(c);
+    return NULL;
 }
 
 /* ps_open retries a worker id held by another connection (a vanished
@@ -613,18 +618,21 @@ static int replacement_of_worker_0(void *arg)
  * rather than let a delay run past it. Freed 0.5 s before the end: with
  * the delays alone the attempt after the release mostly came too late
  * (PS_EBUSY, "worker 0 is already connected"; seen with peer_timeout_ms
- * of 4 s against 5 s). */
+ * of 4 s against 5 s). Worker 0 is held before the replacement starts. */
 static void a_replacement_tries_once_more_before_its_open_gives_up(
     void **state)
 {
     (void)state;
     assert_int_equal(cluster_start(&cl, 1, 4, BSP_TABLES), 0);
-    pid_t pid = spawn(replacement_of_worker_0, NULL);
     ps_client *w0 = open_worker(cl.spec, 0);
     assert_non_null(w0);
-    sleep_ms(4700);
+    replacement r = { -1, "" };
+    pthread_t th;
+    pthread_create(&th, NULL, replace_worker_0, &r);
+    sleep_ms(4500);
     ps_close(w0);
-    EXPECT_INT(reap(pid), 0, "the replacement opened");
+    pthread_join(th, NULL);
+    EXPECT_INT(r.rc, PS_OK, "the replacement's ps_open: %s", r.why);
     assert_int_equal(cluster_stop(&cl), 0);
 }
 

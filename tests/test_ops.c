@@ -842,9 +842,14 @@ static void test_psctl_checks_its_arguments_and_its_output(void **state)
     EXPECT_INT(st, 1, "end-job across two clusters: %s", o ? o : "");
     EXPECT_SUBSTR(o, "nothing was ended", "why");
     free(o);
+    o = run(&st, "%s -s %s --json end-job 2>/dev/null", psctl(), both);
+    EXPECT_INT(st, 1, "--json end-job across two clusters: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "\"error\": \"not ended: the nodes answered with "
+                  "different layouts\"", "its JSON");
+    free(o);
     EXPECT_INT(log_count(&b, 0, "end-job"), 0, "cluster b was not asked");
     /* -s takes the grammar psd and ps_open take: blanks around an entry
-     * (refused), "host:port" of a name. */
+     * (psctl refused them), "host:port" of a name. */
     snprintf(both, sizeof both, "%s, localhost:%d", addr0, a.port[1]);
     o = run(&st, "%s -s '%s' ping 2>&1", psctl(), both);
     EXPECT_INT(st, 0, "-s with a blank after the comma: %s", o ? o : "");
@@ -867,6 +872,17 @@ static void test_psctl_checks_its_arguments_and_its_output(void **state)
     o = run(&st, "%s -c %s tables 2>&1", psctl(), ini);
     EXPECT_SUBSTR(o, "1 of the cluster's 2 nodes asked (the ini names 1)",
                   "the note");
+    free(o);
+    /* An ini naming node 1 alone: node 1, not a node answering at another
+     * node's address. */
+    f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[table.emb]\ndim = 4\n",
+            a.port[1]);
+    fclose(f);
+    o = run(&st, "%s -c %s ping 2>&1", psctl(), ini);
+    EXPECT_INT(st, 0, "an ini naming node 1 alone: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "pong from node 1", "node 1 answered");
     free(o);
     EXPECT_INT(cluster_stop(&a), 0, "a stops cleanly");
     EXPECT_INT(cluster_stop(&b), 0, "b stops cleanly");
