@@ -174,6 +174,17 @@ int cluster_start_opts(test_cluster *c, int nodes, int shards, int proxied,
     return 0;
 }
 
+int cluster_prepare(test_cluster *c, int n)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->dir, sizeof c->dir, "/tmp/psd-test-XXXXXX");
+    if (!mkdtemp(c->dir))
+        return -1;
+    snprintf(c->ini, sizeof c->ini, "%s/cluster.ini", c->dir);
+    c->n = n;
+    return 0;
+}
+
 int cluster_restart(test_cluster *c, int i)
 {
     if (cluster_alive(c, i))

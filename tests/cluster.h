@@ -49,6 +49,11 @@ int cluster_restart(test_cluster *c, int i);
  * "--skip-snapshot"), or NULL. Fails when psd does not come up. */
 int cluster_restart_with(test_cluster *c, int i, const char *arg);
 
+/* An empty cluster of n nodes whose ini the test writes itself (at
+ * c->ini, in its own folder c->dir, with ports of its choosing) before
+ * cluster_launch. 0, or -1 when the folder cannot be made. */
+int cluster_prepare(test_cluster *c, int n);
+
 /* Starts node i (killing it first if it runs) without waiting for it:
  * for a start that is expected to fail, or a slow one (cluster_wait_up). */
 void cluster_launch(test_cluster *c, int i, const char *arg);

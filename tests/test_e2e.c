@@ -1452,11 +1452,7 @@ static void layout_node_that_does_not_resolve_fails_open_cleanly(
 {
     (void)state;
     test_cluster c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.dir, sizeof c.dir, "/tmp/psd-test-XXXXXX");
-    assert_non_null(mkdtemp(c.dir));
-    snprintf(c.ini, sizeof c.ini, "%s/cluster.ini", c.dir);
-    c.n = 3;
+    assert_int_equal(cluster_prepare(&c, 3), 0);
     c.port[0] = cluster_free_port();
     c.port[2] = cluster_free_port();
     FILE *f = fopen(c.ini, "w");

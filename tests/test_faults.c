@@ -774,6 +774,20 @@ static int push_all(ps_client *c, float v)
     return ps_wait(c, ps_push_range(c, t, 0, 16, g, NULL, NULL));
 }
 
+/* Iteration n of both workers: worker 0 pushes 1 to every row, worker 1
+ * 10, and both clock (worker 1 on a thread of its own). */
+static void iterate_together(ps_client *w[2], int n)
+{
+    clocker k = { w[1], -1, "" };
+    pthread_t th;
+    EXPECT_INT(push_all(w[0], 1), PS_OK, "worker 0's push %d", n);
+    EXPECT_INT(push_all(w[1], 10), PS_OK, "worker 1's push %d", n);
+    pthread_create(&th, NULL, clock_once, &k);
+    EXPECT_INT(ps_clock(w[0]), PS_OK, "worker 0's clock %d", n);
+    pthread_join(th, NULL);
+    EXPECT_INT(k.rc, PS_OK, "worker 1's clock %d: %s", n, k.why);
+}
+
 /* A bsp worker let go by one node only (its link to node 1 lost with
  * worker_grace = 0, here a reset in the middle of its push) while the
  * other worker had clocked: node 1 moved on without it, and gave it that
@@ -800,15 +814,9 @@ static void a_worker_let_go_by_one_node_keeps_its_clock(void **state)
         o.worker = i;
         assert_int_equal(ps_open(&w[i], r.c.spec, &o), PS_OK);
     }
-    /* Iteration 1, together. */
+    iterate_together(w, 1);
     clocker k = { w[1], -1, "" };
     pthread_t th;
-    EXPECT_INT(push_all(w[0], 1), PS_OK, "worker 0's push 1");
-    EXPECT_INT(push_all(w[1], 10), PS_OK, "worker 1's push 1");
-    pthread_create(&th, NULL, clock_once, &k);
-    EXPECT_INT(ps_clock(w[0]), PS_OK, "worker 0's clock 1");
-    pthread_join(th, NULL);
-    EXPECT_INT(k.rc, PS_OK, "worker 1's clock 1");
     /* Iteration 2: worker 1 pushes and clocks, held by both nodes. */
     EXPECT_INT(push_all(w[1], 10), PS_OK, "worker 1's push 2");
     pthread_create(&th, NULL, clock_once, &k);
@@ -835,13 +843,8 @@ static void a_worker_let_go_by_one_node_keeps_its_clock(void **state)
     ps_stats_t st;
     ps_stats(w[0], &st);
     EXPECT_INT((int)st.clocks_skipped, 0, "clocks skipped");
-    /* Iteration 3, together: every row holds each step of both. */
-    EXPECT_INT(push_all(w[0], 1), PS_OK, "worker 0's push 3");
-    EXPECT_INT(push_all(w[1], 10), PS_OK, "worker 1's push 3");
-    pthread_create(&th, NULL, clock_once, &k);
-    EXPECT_INT(ps_clock(w[0]), PS_OK, "worker 0's clock 3");
-    pthread_join(th, NULL);
-    EXPECT_INT(k.rc, PS_OK, "worker 1's clock 3");
+    /* Iteration 3: every row then holds each step of both. */
+    iterate_together(w, 3);
     float rows[16];
     int t = ps_table(w[0], "b", NULL);
     EXPECT_INT(ps_wait(w[0], ps_pull_range(w[0], t, 0, 16, rows, NULL,

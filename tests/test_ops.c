@@ -906,11 +906,7 @@ static void test_an_ipv6_node_is_served_and_named_in_brackets(void **state)
         skip();
     }
     test_cluster c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.dir, sizeof c.dir, "/tmp/psd-test-XXXXXX");
-    assert_non_null(mkdtemp(c.dir));
-    snprintf(c.ini, sizeof c.ini, "%s/cluster.ini", c.dir);
-    c.n = 1;
+    assert_int_equal(cluster_prepare(&c, 1), 0);
     c.port[0] = cluster_free_port();
     char spec[64];
     snprintf(spec, sizeof spec, "[::1]:%d", c.port[0]);
