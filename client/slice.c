@@ -219,6 +219,11 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
     }
     int used = 0, one = -1;
     nodemap map;
+    /* Read only with home set, but gcc -O1 (ThreadSanitizer's builds)
+     * cannot tell; the table of nodes is left unset, not cleared per
+     * request. */
+    map.use = 0;
+    map.mask = 0;
     if (home)
         nodemap_init(&map, sh);
     for (size_t i = 0; i < n; i++) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "preflight.h"
@@ -244,6 +245,24 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
                           const char *path, const char *folder,
                           const char *dir)
 {
+    /* The kernel's own file systems take no files, whoever asks: root
+     * passes access() there, and psd then failed at start ("cannot
+     * create /proc/x", or no lock file in /proc) while --check said OK. */
+    struct statfs fs;
+    if (statfs(folder, &fs) == 0) {
+        const char *kind = fs.f_type == 0x9fa0 ? "proc"              /* PROC */
+                           : fs.f_type == 0x62656572 ? "sysfs"       /* SYSFS */
+                           : fs.f_type == 0x63677270 ? "cgroup2"     /* CGROUP2 */
+                           : fs.f_type == 0x27e0eb ? "cgroup" : NULL;
+        if (kind) {
+            add(&pf->problems, &pf->nproblems, path, c->data_dir_line,
+                "[server] data_dir: %s is on the kernel's %s file system, "
+                "where psd cannot %s %s: give a folder on a disk", folder,
+                kind, strcmp(folder, dir) ? "create" : "keep files in", dir);
+            pf->data_dir_bad = 1;
+            return;
+        }
+    }
     if (access(folder, W_OK | X_OK) == 0)
         return;
     /* A read-only file system refuses every user: that one is certain. */

@@ -154,6 +154,18 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         return -1;
     psd_conns_init(&s->conns, loop, &s->node);
     s->conns.auth = s->auth;
+    /* The folder first, named by the line that gives it: "cannot create
+     * /x" alone left the operator to find which setting said /x. */
+    char dir[4096], why[4400];
+    psd_config_data_dir(&s->node.cfg, dir, sizeof dir);
+    if (psd_durable_make_dir(dir, why, sizeof why)) {
+        if (s->node.cfg.data_dir_line > 0)
+            snprintf(err, errlen, "%s:%d: [server] data_dir: %s", cfg_path,
+                     s->node.cfg.data_dir_line, why);
+        else
+            snprintf(err, errlen, "%s: [server] data_dir: %s", cfg_path, why);
+        return -1;
+    }
     /* The folder's lock, then the ports, then the files: a second psd for
      * the node says so (rather than "port in use"), and a port another
      * program holds stops psd before it loads anything. */

@@ -410,6 +410,69 @@ static void test_a_read_only_data_dir_fails_psd_check(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A data_dir on the kernel's own file systems: root may write there by
+ * access(), so psd --check said OK and the start failed ("cannot create
+ * /proc/x", no line). Refused now by both, at data_dir's line. And a
+ * folder psd cannot make at start (run as a user who may not, which
+ * --check as root only notes) names the line too. */
+static void test_a_data_dir_psd_cannot_make_is_named_by_its_line(
+    void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/psd-kfs-XXXXXX", ini[64];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0755), 0);
+    snprintf(ini, sizeof ini, "%s/c.ini", dir);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    static const char *const kernel[] = { "/proc/psd-test-x", "/sys/psd-x" };
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(ini, "w");
+        assert_non_null(f);
+        fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[server]\n"
+                "data_dir = %s\n[table.t]\ndim = 1\n", cluster_free_port(),
+                kernel[k]);
+        fclose(f);
+        char want[200];
+        snprintf(want, sizeof want, "%s:4: [server] data_dir: ", ini);
+        int st;
+        char *o = run(&st, "%s --check -c %s -n 0 2>&1", psd, ini);
+        EXPECT_INT(st, 1, "psd --check, data_dir = %s: %s", kernel[k],
+                   o ? o : "");
+        EXPECT_SUBSTR(o, want, "--check names the line");
+        EXPECT_SUBSTR(o, "file system, where psd cannot create", "why");
+        free(o);
+        o = run(&st, "%s -c %s -n 0 2>&1", psd, ini);
+        EXPECT_INT(st, 1, "psd, data_dir = %s: %s", kernel[k], o ? o : "");
+        EXPECT_SUBSTR(o, want, "the start names the line");
+        free(o);
+    }
+    /* As nobody, in a folder only root may write. */
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[server]\n"
+            "data_dir = %s/sub\n[table.t]\ndim = 1\n", cluster_free_port(),
+            dir);
+    fclose(f);
+    assert_int_equal(chmod(ini, 0644), 0);
+    int st;
+    char *o = run(&st, "setpriv --reuid=65534 --regid=65534 --clear-groups "
+                  "true 2>&1");
+    free(o);
+    if (st == 0) {
+        o = run(&st, "env -u SYSTEMD_EXEC_PID setpriv --reuid=65534 "
+                "--regid=65534 --clear-groups %s -c %s -n 0 2>&1", psd, ini);
+        char want[200];
+        snprintf(want, sizeof want, "%s:4: [server] data_dir: cannot create "
+                 "%s/sub", ini, dir);
+        EXPECT_INT(st, 1, "psd as nobody: %s", o ? o : "");
+        EXPECT_SUBSTR(o, want, "the start names the line");
+        free(o);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static const char *psctl(void)
 {
     const char *b = getenv("PSCTL_BIN");
@@ -2627,6 +2690,7 @@ int main(void)
         cmocka_unit_test(test_watchdog_pings_stop_while_psd_is_stopped),
         cmocka_unit_test(test_a_port_in_use_stops_psd_with_the_address),
         cmocka_unit_test(test_a_read_only_data_dir_fails_psd_check),
+        cmocka_unit_test(test_a_data_dir_psd_cannot_make_is_named_by_its_line),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
         cmocka_unit_test(test_psctl_help_names_every_option),
