@@ -142,6 +142,22 @@ static int goes_in_two_waves(int op, int nparts, const float *vals,
  * add work per message without shortening the pipeline. Measured with
  * psbench, 1 in flight: 1 MiB dense pushes 1.9 -> 3.3 GB/s with 256 KiB
  * parts, 65,536-key dim-1 sparse pushes 54 -> 44 M keys/s. */
+static uint64_t part_budget(size_t rowb)
+{
+    return rowb <= NARROW_ROW ? PART_BYTES_NARROW
+                              : PART_BYTES - PSW_BODY_OVERHEAD -
+                                    PSW_MSG_OVERHEAD;
+}
+
+/* Whether the server's max_frame, not the part size, cut the parts: a
+ * request refused for its count of messages then says which to raise. */
+static const char *cut_by_frame(const psc_shape *sh, size_t rowb)
+{
+    return sh->max_payload < part_budget(rowb)
+               ? " (the server's max_frame sets the rows per message)"
+               : "";
+}
+
 static size_t rows_per_part(const psc_shape *sh, size_t rowb)
 {
     /* A wide part's frame, with its headers, stays within the 256 KiB
@@ -151,9 +167,7 @@ static size_t rows_per_part(const psc_shape *sh, size_t rowb)
      * of exactly 256 KiB of rows (64 rows of dim 1024) went out one per
      * write each way: 16 MiB push_range 2.8 -> 3.9 GB/s, pull_range
      * 3.6 -> 7.2 GB/s (1 in flight, one node). */
-    uint64_t budget = rowb <= NARROW_ROW
-                          ? PART_BYTES_NARROW
-                          : PART_BYTES - PSW_BODY_OVERHEAD - PSW_MSG_OVERHEAD;
+    uint64_t budget = part_budget(rowb);
     /* A smaller max_frame makes smaller parts, never a refusal. */
     if (budget > sh->max_payload)
         budget = sh->max_payload;
@@ -276,7 +290,9 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
     }
     if (nparts > 65535) {
         snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
-                 "%zu messages; at most 65535", n, t->name, nparts);
+                 "%zu messages of %zu rows; at most 65535: split the "
+                 "request%s", n, t->name, nparts, rpp,
+                 cut_by_frame(sh, rowb + 8));
         free(count);
         free(home);
         return PS_ETOOBIG;
@@ -404,8 +420,11 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
         row = run_end(sh, row, first + count, rpp);
     if (nparts > 65535) {
         snprintf(err, errlen, "rows %llu..%llu of table '%s' need more than "
-                 "65535 messages; split the range", (unsigned long long)first,
-                 (unsigned long long)(first + count - 1), t->name);
+                 "65535 messages of %llu rows: split the range%s",
+                 (unsigned long long)first,
+                 (unsigned long long)(first + count - 1), t->name,
+                 (unsigned long long)rpp,
+                 cut_by_frame(sh, (size_t)t->dim * sizeof(float)));
         return PS_ETOOBIG;
     }
     psc_req *r = req_alloc(nparts, 0, NULL);

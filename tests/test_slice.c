@@ -506,6 +506,23 @@ static void test_keyed_request_over_max_payload_is_cut_into_parts(void **state)
     EXPECT_SUBSTR(err, "max_frame", "message");
     /* Splitting cannot help a row wider than a message: say what can. */
     EXPECT_SUBSTR(err, "raise max_frame", "message");
+
+    /* More than 65535 messages, their rows cut by a small max_frame: the
+     * refusal says so (it named neither what to split nor max_frame). */
+    sh.max_payload = 32;              /* one keyed row of dim 3 a message */
+    size_t many = 70000 * 2;
+    uint64_t *mk = calloc(many, sizeof *mk);
+    float *mv = calloc(many * DIM, sizeof *mv);
+    assert_non_null(mk);
+    assert_non_null(mv);
+    for (size_t i = 0; i < many; i++)
+        mk[i] = i;
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSH, mk, many, mv, NULL, &r, err,
+                           sizeof err), PS_ETOOBIG, "140000 rows, 2 a message");
+    EXPECT_SUBSTR(err, "at most 65535: split the request (the server's "
+                  "max_frame sets the rows per message)", "message");
+    free(mk);
+    free(mv);
 }
 
 /* ---- range requests ------------------------------------------------- */
@@ -776,6 +793,17 @@ static void test_range_over_max_payload_is_cut_into_parts(void **state)
     EXPECT_SUBSTR(err, "max_frame", "message");
     /* Splitting cannot help a row wider than a message: say what can. */
     EXPECT_SUBSTR(err, "raise max_frame", "message");
+
+    /* More than 65535 messages, their rows cut by a small max_frame: the
+     * refusal says so (it named only the range to split). */
+    psw_table_desc big = desc_make(1, DIM, 200000);
+    psc_shape bsh = shape_make(&big, 1, 16);
+    bsh.max_payload = 32;             /* two rows */
+    EXPECT_INT(psc_req_range(&bsh, PSW_OP_PULL_RANGE, 0, 200000, NULL, buf,
+                            &r, err, sizeof err), PS_ETOOBIG,
+               "200000 rows, 2 a message");
+    EXPECT_SUBSTR(err, "65535 messages of 2 rows: split the range (the "
+                  "server's max_frame sets the rows per message)", "message");
 }
 
 /* A wide part's frame, headers included, fits the 256 KiB that the I/O
