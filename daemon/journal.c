@@ -793,6 +793,21 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                                            : why);
                     break;
                 }
+                /* The unfinished end of the last write, which psd could
+                 * not cut (the file is not its user's to write): not
+                 * damage, and "truncated record" alone sent the operator
+                 * to cut the file by hand. */
+                if (torn && seq == s.hi) {
+                    snprintf(err, errlen, "%s: offset %llu: %s: the end of "
+                             "a write that a crash left unfinished, which "
+                             "psd could not cut off: %s (give psd's user "
+                             "write access to the file)", path,
+                             (unsigned long long)off,
+                             torn == 2 ? "zeros to the end of the file" : why,
+                             strerror(errno));
+                    rc = -1;
+                    break;
+                }
                 snprintf(err, errlen, "%s: offset %llu: %s%s%s", path,
                          (unsigned long long)off, why, e ? ": " : "",
                          e ? strerror(e) : "");

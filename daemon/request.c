@@ -1169,7 +1169,25 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
         return -1;
     psd_dclient *dc = psd_dedup_attach(n->dedup, r->client_id,
                                        r->incarnation, rc_->now_ms);
-    if (!dc || psd_dedup_record(dc, m->ts, m->part, r->status)) {
+    if (!dc) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* psd journals a push once, after its check against this memory; a
+     * record of one already applied is a copy that psd did not write (a
+     * block of the file written twice): applied again, the replay gave
+     * that push twice. Skipped, as the live node skips a retransmission. */
+    int seen_status;
+    if (psd_dedup_seen(dc, m->ts, m->part, &seen_status)) {
+        psd_dedup_detach(n->dedup, dc, rc_->now_ms);
+        psd_warn("journal: a record of push %llu (part %u) of client "
+                 "%016llx, applied already, is there again: skipped",
+                 (unsigned long long)m->ts, (unsigned)m->part,
+                 (unsigned long long)r->client_id);
+        return 0;
+    }
+    if (psd_dedup_record(dc, m->ts, m->part, r->status)) {
+        psd_dedup_detach(n->dedup, dc, rc_->now_ms);
         snprintf(err, errlen, "out of memory");
         return -1;
     }

@@ -545,6 +545,13 @@ static int read_sections(reader *r, const header *hd, const target *g,
     uint32_t crc;
     uint32_t tables_seen = 0;
     int sync_seen = 0, dedup_seen = 0, dropped = 0;
+    /* Written under this very layout (the header, whose CRC checked,
+     * says so): a table header that differs from the config's table is
+     * damage, which its section's CRC tells only once the section is read
+     * whole. Told here, it was taken for a changed config ("not in the
+     * config: --drop-table ...", "its updater changed"). */
+    int written_here = hd->shape == psd_config_shape(cfg) &&
+                       nt == (uint32_t)cfg->ntables;
     if (g->tm)
         g->tm->added_names[0] = g->tm->dropped_names[0] = '\0';
     for (;;) {
@@ -567,6 +574,19 @@ static int read_sections(reader *r, const header *hd, const target *g,
                 r_read(r, t->name, len))
                 BAD("table %u: truncated or bad table header", aux);
             t->name[len] = '\0';
+            if (written_here) {
+                const psd_table_conf *w = &cfg->tables[aux];
+                if (strcmp(t->name, w->name) || t->dense != (w->dense != 0) ||
+                    t->dim != w->dim || t->rows != w->rows ||
+                    t->upd != (uint32_t)w->upd.kind)
+                    BAD("table %u: its header is damaged: the snapshot was "
+                        "written under this very layout (shape %016llx), "
+                        "where table %u is '%s', and the header says '%.*s' "
+                        "(%s, dim %u, rows %llu, updater %u)", aux,
+                        (unsigned long long)hd->shape, aux, w->name, 64,
+                        t->name, t->dense ? "dense" : "sparse", t->dim,
+                        (unsigned long long)t->rows, t->upd);
+            }
             int j = g->tm ? conf_index(cfg, t->name) : (int)aux;
             const psd_table_conf *tc = j >= 0 ? &cfg->tables[j] : NULL;
             if (!g->tm && (strcmp(t->name, tc->name) ||

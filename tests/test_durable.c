@@ -2011,6 +2011,65 @@ static void test_a_journal_past_snapshot_journal_mb_starts_a_snapshot(
     cluster_stop(&c);
 }
 
+/* A journal whose last record is there twice (a block written twice,
+ * not by psd, which journals a push once): the copy of a push already
+ * applied is skipped, as a retransmission is, with a warning; the
+ * replay gave it twice (the push's key is in the memory of applied
+ * pushes when the copy comes). */
+static void test_a_journal_record_there_twice_is_applied_once(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nsnapshot_interval = 0\n");
+    ps_options o = client_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = (1ull << 41) + 7;
+    float one = 1, got = 0;
+    for (int i = 0; i < 3; i++)
+        EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)),
+                   PS_OK, "push %d", i);
+    ps_close(cl);
+    cluster_kill(&c, 0, SIGKILL);
+    char seg[600];
+    snprintf(seg, sizeof seg, "%s/psd-node0.journal.0000000001", c.dir);
+    FILE *f = fopen(seg, "r+b");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    /* Records: u32 body length, two u32 CRCs, the body. The last PUSH is
+     * the last record whose body is the largest (a push's rows and key;
+     * the ACKs and the close after it are smaller). */
+    size_t off = 0, last = 0, last_len = 0;
+    while (off + 12 <= len) {
+        uint32_t blen;
+        memcpy(&blen, buf + off, 4);
+        if (off + 12 + blen > len)
+            break;
+        if (blen >= last_len) {
+            last = off;
+            last_len = blen;
+        }
+        off += 12 + blen;
+    }
+    EXPECT_INT(off == len && last_len > 0, 1, "records walked to the end");
+    fseek(f, 0, SEEK_END);
+    EXPECT_INT((int)fwrite(buf + last, 1, 12 + last_len, f),
+               (int)(12 + last_len), "the copy appended");
+    fclose(f);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, t, &key, 1, &got, NULL, NULL)), PS_OK,
+               "pull");
+    EXPECT_INT((int)got, 3, "each push once");
+    EXPECT_INT(cluster_log_wait(&c, 0, "applied already, is there again: "
+                                "skipped", 2000), 1, "said");
+    ps_close(cl);
+    cluster_stop(&c);
+}
+
 static void damage(const char *path, long off, int cut)
 {
     FILE *f = fopen(path, "r+b");
@@ -2685,6 +2744,7 @@ int main(void)
         cmocka_unit_test(
             test_a_snapshot_killed_after_its_rename_is_the_new_one),
         cmocka_unit_test(test_a_killed_snapshot_writer_leaves_no_file),
+        cmocka_unit_test(test_a_journal_record_there_twice_is_applied_once),
         cmocka_unit_test(
             test_snapshots_killed_at_random_moments_load_old_or_new_whole),
         cmocka_unit_test(
