@@ -3,6 +3,7 @@
  * thin step: slicing (slice.c) builds the request, the Customer
  * (customer.c) tracks it, the I/O thread (io.c) carries it. */
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,38 @@ void ps_options_init(ps_options *o)
 
 /* ---- public API ----------------------------------------------------- */
 
+/* fork() copies the client but not its I/O thread: in the child every
+ * request was taken and never sent, every wait hung (the request's time
+ * limit is the I/O thread's), and ps_close of a worker hung on its LEAVE.
+ * Each process counts the forks it came from (a handler run in the child,
+ * registered at the first ps_open); a client opened under another count
+ * is refused, PS_ECLOSED, and ps_close only forgets it (freeing it would
+ * take locks that a thread of the parent may have held at the fork). */
+static unsigned fork_count;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    fork_count++;                /* the child has this one thread */
+}
+
+static void watch_forks(void)
+{
+    (void)pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+static int forked(ps_client *c, const char *what)
+{
+    if (__atomic_load_n(&fork_count, __ATOMIC_RELAXED) == c->forks)
+        return 0;
+    psc_set_error(c, "%s: this client was opened before a fork(), by the "
+                  "parent process: its I/O thread did not come along, so it "
+                  "cannot be used here; open a new client in this process",
+                  what);
+    return 1;
+}
+
+
 static uint64_t random_id(void)
 {
     uint64_t v = 0;
@@ -203,6 +236,8 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         open_failed("out of memory");
         return PS_ENOMEM;
     }
+    pthread_once(&fork_once, watch_forks);
+    c->forks = __atomic_load_n(&fork_count, __ATOMIC_RELAXED);
     if (o)
         c->opt = *o;
     else
@@ -318,6 +353,8 @@ int ps_wait_all_timeout(ps_client *c, int timeout_ms)
 {
     if (!c)
         return PS_EINVAL;
+    if (forked(c, "ps_wait_all"))
+        return PS_ECLOSED;
     if (timeout_ms != 0 && from_callback(c, "ps_wait_all"))
         return PS_EINVAL;
     char err[sizeof c->cu.first_error_text];
@@ -369,7 +406,7 @@ static int close_from_callback(ps_client *c, const char *what)
 
 void ps_close(ps_client *c)
 {
-    if (!c || close_from_callback(c, "ps_close"))
+    if (!c || forked(c, "ps_close") || close_from_callback(c, "ps_close"))
         return;
     /* Every request, also those callbacks issue while it waits. */
     psc_customer_drain(&c->cu);
@@ -384,7 +421,8 @@ static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
 
 void ps_close_now(ps_client *c)
 {
-    if (!c || close_from_callback(c, "ps_close_now"))
+    if (!c || forked(c, "ps_close_now") ||
+        close_from_callback(c, "ps_close_now"))
         return;
     /* Everything issued so far, and what callbacks issue as theirs
      * fail, fails instead of being waited for. */
@@ -435,6 +473,10 @@ int ps_table(ps_client *c, const char *name, ps_table_info *info)
 static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg)
 {
     char err[128];
+    if (forked(c, "a request")) {
+        psc_req_free(r);
+        return PS_ECLOSED;
+    }
     ps_ts ts = psc_customer_submit(&c->cu, r, cb, arg, !psc_io_on_thread(c),
                                    err, sizeof err);
     if (ts < 0) {
@@ -555,6 +597,8 @@ int ps_wait_timeout(ps_client *c, ps_ts ts, int timeout_ms)
      * ps_last_error, instead of "request -8 was never issued". */
     if (ts < 0 && ts >= PS_EFULL)
         return (int)ts;
+    if (forked(c, "ps_wait"))
+        return PS_ECLOSED;
     if (timeout_ms != 0 && from_callback(c, "ps_wait"))
         return PS_EINVAL;
     char err[sizeof c->cu.first_error_text];   /* as psc_failure's text */

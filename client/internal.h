@@ -28,6 +28,8 @@ struct ps_client {
     size_t token_len;
     uint64_t client_id;          /* random per client */
     uint64_t incarnation;        /* when it was opened, in ns */
+    unsigned forks;              /* the process's fork count at ps_open
+                                    (client.c, forked) */
 
     psc_customer cu;             /* requests, under its own lock */
     psc_stats stats;             /* per request (the Customer counts) */

@@ -3,7 +3,15 @@
  *
  * Every call is thread-safe. A background I/O thread owns the sockets, so
  * communication overlaps the caller's compute. Several clients may live in
- * one process. Link with `pkg-config --cflags --libs psclient`. */
+ * one process. Link with `pkg-config --cflags --libs psclient`.
+ *
+ * fork(): a client does not survive it. In the child, requests, waits and
+ * closes on a client opened before the fork return PS_ECLOSED (ps_close
+ * only forgets it); ps_table, ps_position and ps_stats still read what it
+ * knew. Open a new client in the child. The child also holds copies of
+ * the parent's sockets: while it lives, a parent that dies is noticed by
+ * the nodes only after peer_timeout_ms (as a vanished host is), not at
+ * once, which delays a bsp worker's replacement by as much. */
 #ifndef PSCLIENT_H
 #define PSCLIENT_H
 

@@ -569,6 +569,45 @@ static void a_callback_cannot_wait_for_its_own_thread(void **state)
     ps_close(c);
 }
 
+/* fork() copies a client but not its I/O thread. In the child, a push
+ * was taken and never sent, ps_wait hung (the time limit is the I/O
+ * thread's) and so did ps_close of a worker: each is refused now,
+ * PS_ECLOSED, saying why, and ps_close only forgets the client. The
+ * parent's client goes on. A child that hangs is ended by its alarm. */
+static void a_client_used_after_fork_is_refused_not_hung(void **state)
+{
+    (void)state;
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "counts");
+    uint64_t key = 626262;
+    float one = 1, got = 0;
+    EXPECT_INT(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)), PS_OK,
+               "the parent's push before the fork");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        ps_ts ts = ps_push(c, t, &key, 1, &one, NULL, NULL);
+        int bad = ts != PS_ECLOSED;
+        bad |= strstr(ps_last_error(c), "opened before a fork()") == NULL;
+        bad |= ps_wait(c, 1) != PS_ECLOSED;
+        bad |= ps_wait_all(c) != PS_ECLOSED;
+        ps_close(c);
+        _exit(bad);
+    }
+    EXPECT_INT(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)), PS_OK,
+               "the parent's push after the fork");
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0,
+               "the child's calls were refused (142: it hung)");
+    EXPECT_INT(ps_wait(c, ps_pull(c, t, &key, 1, &got, NULL, NULL)), PS_OK,
+               "pull");
+    EXPECT_INT((int)got, 2, "the parent's two pushes, none of the child's");
+    ps_close(c);
+}
+
 static void every_callback_runs_exactly_once(void **state)
 {
     (void)state;
@@ -1521,6 +1560,7 @@ int main(void)
         cmocka_unit_test(busy_poll_settings_serve_and_bad_ones_are_refused),
         cmocka_unit_test(failed_open_says_why_in_last_error),
         cmocka_unit_test(a_callback_cannot_wait_for_its_own_thread),
+        cmocka_unit_test(a_client_used_after_fork_is_refused_not_hung),
         cmocka_unit_test(open_without_a_place_for_the_client_is_einval),
         cmocka_unit_test(inflight_bytes_never_exceed_the_limit),
         cmocka_unit_test(reader_that_stops_reading_loses_nothing),

@@ -58,9 +58,12 @@ Threads and processes
     A Client may be shared by threads. ``close()`` waits for calls running
     in other threads, then for every outstanding request. A Client does not
     survive ``fork()``: in the child it reads as closed and its calls raise
-    ClosedError (the parent's client is unaffected). Open one per process
-    (``multiprocessing`` with the "spawn" or "forkserver" start method, or
-    connect in the child).
+    ClosedError (the parent's client is unaffected; a fork Python does not
+    see, one made in C, gets ClosedError from the library). Open one per
+    process (``multiprocessing`` with the "spawn" or "forkserver" start
+    method, or connect in the child). A forked child that outlives its
+    parent (a DataLoader worker) keeps copies of the parent's sockets:
+    the nodes notice the parent's death only after ``peer_timeout_ms``.
 
 Errors
     A failed call raises ``psclient.Error`` (``.code``: the PS_E* code,
