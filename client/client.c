@@ -660,6 +660,8 @@ int ps_clock(ps_client *c)
 {
     if (!c)
         return PS_EINVAL;
+    if (forked(c, "ps_clock"))  /* before the count moves */
+        return PS_ECLOSED;
     if (!is_worker(c, "ps_clock") || from_callback(c, "ps_clock"))
         return PS_EINVAL;
     if (!has_sync_tables(c)) {
@@ -800,6 +802,8 @@ int ps_barrier(ps_client *c)
 {
     if (!c)
         return PS_EINVAL;
+    if (forked(c, "ps_barrier"))
+        return PS_ECLOSED;
     if (!is_worker(c, "ps_barrier") || from_callback(c, "ps_barrier"))
         return PS_EINVAL;
     /* node 0 keeps barriers */

@@ -798,13 +798,15 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                  * damage, and "truncated record" alone sent the operator
                  * to cut the file by hand. */
                 if (torn && seq == s.hi) {
+                    int te = errno;
                     snprintf(err, errlen, "%s: offset %llu: %s: the end of "
                              "a write that a crash left unfinished, which "
-                             "psd could not cut off: %s (give psd's user "
-                             "write access to the file)", path,
+                             "psd could not cut off: %s%s", path,
                              (unsigned long long)off,
                              torn == 2 ? "zeros to the end of the file" : why,
-                             strerror(errno));
+                             strerror(te),
+                             te == EACCES ? " (give psd's user write access "
+                                            "to the file)" : "");
                     rc = -1;
                     break;
                 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
+#include <linux/magic.h>
 
 #include "preflight.h"
 #include "updater.h"
@@ -248,12 +249,24 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
     /* The kernel's own file systems take no files, whoever asks: root
      * passes access() there, and psd then failed at start ("cannot
      * create /proc/x", or no lock file in /proc) while --check said OK. */
+    static const struct {
+        long magic;
+        const char *name;
+    } kernel_fs[] = {
+        { PROC_SUPER_MAGIC, "proc" },       { SYSFS_MAGIC, "sysfs" },
+        { CGROUP_SUPER_MAGIC, "cgroup" },   { CGROUP2_SUPER_MAGIC, "cgroup2" },
+        { DEBUGFS_MAGIC, "debugfs" },       { TRACEFS_MAGIC, "tracefs" },
+        { SECURITYFS_MAGIC, "securityfs" }, { BPF_FS_MAGIC, "bpf" },
+        { PSTOREFS_MAGIC, "pstore" },       { DEVPTS_SUPER_MAGIC, "devpts" },
+        { EFIVARFS_MAGIC, "efivarfs" },
+    };
     struct statfs fs;
     if (statfs(folder, &fs) == 0) {
-        const char *kind = fs.f_type == 0x9fa0 ? "proc"              /* PROC */
-                           : fs.f_type == 0x62656572 ? "sysfs"       /* SYSFS */
-                           : fs.f_type == 0x63677270 ? "cgroup2"     /* CGROUP2 */
-                           : fs.f_type == 0x27e0eb ? "cgroup" : NULL;
+        const char *kind = NULL;
+        for (size_t k = 0; !kind && k < sizeof kernel_fs / sizeof *kernel_fs;
+             k++)
+            if ((unsigned long)fs.f_type == (unsigned long)kernel_fs[k].magic)
+                kind = kernel_fs[k].name;
         if (kind) {
             add(&pf->problems, &pf->nproblems, path, c->data_dir_line,
                 "[server] data_dir: %s is on the kernel's %s file system, "

@@ -509,8 +509,8 @@ static void test_keyed_request_over_max_payload_is_cut_into_parts(void **state)
 
     /* More than 65535 messages, their rows cut by a small max_frame: the
      * refusal says so (it named neither what to split nor max_frame). */
-    sh.max_payload = 32;              /* one keyed row of dim 3 a message */
-    size_t many = 70000 * 2;
+    sh.max_payload = 32;              /* one keyed row of dim 4 (24 bytes) */
+    size_t many = 70000;
     uint64_t *mk = calloc(many, sizeof *mk);
     float *mv = calloc(many * DIM, sizeof *mv);
     assert_non_null(mk);
@@ -518,9 +518,10 @@ static void test_keyed_request_over_max_payload_is_cut_into_parts(void **state)
     for (size_t i = 0; i < many; i++)
         mk[i] = i;
     EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSH, mk, many, mv, NULL, &r, err,
-                           sizeof err), PS_ETOOBIG, "140000 rows, 2 a message");
-    EXPECT_SUBSTR(err, "at most 65535: split the request (the server's "
-                  "max_frame sets the rows per message)", "message");
+                           sizeof err), PS_ETOOBIG, "70000 rows, 1 a message");
+    EXPECT_SUBSTR(err, "needs 70000 messages of 1 rows; at most 65535: split "
+                  "the request (the server's max_frame sets the rows per "
+                  "message)", "message");
     free(mk);
     free(mv);
 }
