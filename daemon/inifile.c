@@ -46,8 +46,14 @@ static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
     size_t size = ini->failed == 1 ? ini->errlen : sizeof line_buf;
     int n = line > 0 ? snprintf(one, size, "%s:%d: ", ini->path, line)
                      : snprintf(one, size, "%s: ", ini->path);
-    if (n >= 0 && (size_t)n < size)
+    if (n >= 0 && (size_t)n < size) {
         vsnprintf(one + n, size - (size_t)n, fmt, ap);
+        /* The file's text quoted back: a vertical tab or form feed, which
+         * the reader takes as white space, must not reach a terminal. */
+        for (char *q = one + n; *q; q++)
+            if ((unsigned char)*q < 0x20 && *q != '\t' && *q != '\n')
+                *q = '?';
+    }
     if (ini->failed == 1)
         return;
     if (strlen(one) + 1 == size)         /* cut: say so */

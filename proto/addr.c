@@ -162,6 +162,11 @@ static int list_parse(const char *line, int max, int unique, psw_addr **out,
             tl--;
         e->entry = k + 1;
         snprintf(e->item, sizeof e->item, "%.*s", (int)tl, p + skip);
+        /* Quoted back in errors that reach a terminal (psctl -s, ps_open's
+         * stderr): an escape sequence in it must not act there. */
+        for (char *c = e->item; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f)
+                *c = '?';
         if (tl == 0) {
             snprintf(e->why, sizeof e->why, "entry %d is empty", k + 1);
             free(a);

@@ -319,6 +319,12 @@ static const error_case error_cases[] = {
     { "control_character_is_refused_without_echoing_it",
       CLUSTER "[server]\nlog_level = info\x1b[31m\n", 0, 4,
       "unexpected control character 0x1b (byte 17 of the line)", 1 },
+    /* A vertical tab is white space to the reader; quoted back in an
+     * error, it is not written to the terminal as it is. */
+    { "vertical_tab_in_a_value_is_not_echoed",
+      CLUSTER "[server]\nlog_level = wa\vrn\n", 0, 4,
+      "[server] log_level: expected debug | info | warn | error, got "
+      "\"wa?rn\"", 1 },
     { "carriage_return_inside_a_line_is_refused",
       CLUSTER "[server]\nlog_level = in\rfo\r\n", 0, 4,
       "unexpected control character 0x0d (byte 15 of the line)", 1 },

@@ -1052,6 +1052,11 @@ static void addresses_parse_in_every_form(void **state)
     EXPECT_INT(e.entry, 2, "duplicate");
     assert_int_equal(psw_addr_list_parse("a:1,b:2,c:3", 2, &list, &n, &e), -1);
     assert_int_equal(psw_addr_list_parse("  ", 2, &list, &n, &e), -1);
+    /* The entry quoted back reaches terminals (psctl -s, ps_open's
+     * stderr): its control bytes do not. */
+    assert_int_equal(psw_addr_list_parse("a:1,\x1b]0;x\a\x1b[2Jb:1", 8, &list,
+                                         &n, &e), -1);
+    assert_string_equal(e.item, "?]0;x??[2Jb:1");
 }
 
 int main(void)
