@@ -1899,6 +1899,7 @@ int main(int argc, char **argv)
     const size_t ncommands = sizeof commands / sizeof commands[0] - 1;
     const char *ini = NULL, *list = NULL, *cmd = NULL;
     int json = 0, count = 0, only = -1, timeout_s = 600;
+    int for_top = 0, for_save = 0;   /* -i or --count; --timeout */
     double interval = 1.0, v;
     /* Every argument is checked before psctl connects to anything: a
      * mistake says what it is at once, with status 2. getopt_long takes
@@ -1941,16 +1942,19 @@ int main(int argc, char **argv)
         case 'i':
             if (number_arg("-i", optarg, 0.01, 86400, 0, &interval))
                 return 2;
+            for_top = 1;
             break;
         case O_COUNT:
             if (number_arg("--count", optarg, 0, 1e9, 1, &v))
                 return 2;
             count = (int)v;
+            for_top = 1;
             break;
         case O_TIMEOUT:
             if (number_arg("--timeout", optarg, 1, 1e9, 1, &v))
                 return 2;
             timeout_s = (int)v;
+            for_save = 1;
             break;
         case O_JSON:
             json = 1;
@@ -1994,6 +1998,16 @@ int main(int argc, char **argv)
                 near ? " (did you mean " : "", near ? near : "",
                 near ? "?)" : "");
         usage(stderr);
+        return 2;
+    }
+    /* An option of another command was taken without a word: `ping
+     * --timeout 5` pinged with the fixed answer limit it does not set. */
+    if ((for_top && strcmp(cmd, "top")) || (for_save && strcmp(cmd, "save"))) {
+        if (for_top && strcmp(cmd, "top"))
+            fprintf(stderr, "psctl: -i and --count go with top, not %s\n",
+                    cmd);
+        else
+            fprintf(stderr, "psctl: --timeout goes with save, not %s\n", cmd);
         return 2;
     }
     if (ini && list) {

@@ -1111,8 +1111,8 @@ static void test_psctl_top_json_prints_json_at_each_refresh(void **state)
     /* A node that stops answering after the first refresh makes top exit
      * 1, as any command with a node that did not answer (it exited 0). */
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "%s -c %s --count 3 -i 0.5 --timeout 2 top "
-             "--json >/dev/null 2>&1", psctl(), c.ini);
+    snprintf(cmd, sizeof cmd, "%s -c %s --count 3 -i 0.5 top --json "
+             ">/dev/null 2>&1", psctl(), c.ini);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     sleep_ms(250);
@@ -1546,6 +1546,13 @@ static void test_psctl_refuses_bad_arguments_before_connecting(void **state)
         { "-c /etc/hosts -s 127.0.0.1:1 ping", "psctl: -c and -s" },
         { "-s 127.0.0.1:1 ping -n", "psctl: -n needs a value" },
         { "-s 127.0.0.1:1 ping --timeout", "psctl: --timeout needs a value" },
+        /* An option of another command (it was taken without a word). */
+        { "-s 127.0.0.1:1 ping --timeout 5", "psctl: --timeout goes with "
+          "save, not ping" },
+        { "-s 127.0.0.1:1 stats -i 2", "psctl: -i and --count go with top, "
+          "not stats" },
+        { "-s 127.0.0.1:1 --count 2 save", "psctl: -i and --count go with "
+          "top, not save" },
         { "-s 127.0.0.1:1, ping", "psctl: -s: entry 2 is empty, in "
           "\"127.0.0.1:1,\"" },
         { "-s 127.0.0.1 ping", "psctl: -s: entry 1, \"127.0.0.1\": expected "
