@@ -648,6 +648,9 @@ static int is_worker(ps_client *c, const char *what)
 static int sync_call(ps_client *c, int op, int node, uint64_t *count,
                      uint64_t *failed)
 {
+    /* Before the count moves: submit would refuse it after. */
+    if (forked(c, op == PSW_OP_CLOCK ? "ps_clock" : "ps_barrier"))
+        return PS_ECLOSED;
     uint64_t next = __atomic_load_n(failed, __ATOMIC_RELAXED);
     if (!next)
         next = __atomic_add_fetch(count, 1, __ATOMIC_RELAXED);
@@ -660,8 +663,6 @@ int ps_clock(ps_client *c)
 {
     if (!c)
         return PS_EINVAL;
-    if (forked(c, "ps_clock"))  /* before the count moves */
-        return PS_ECLOSED;
     if (!is_worker(c, "ps_clock") || from_callback(c, "ps_clock"))
         return PS_EINVAL;
     if (!has_sync_tables(c)) {
@@ -802,8 +803,6 @@ int ps_barrier(ps_client *c)
 {
     if (!c)
         return PS_EINVAL;
-    if (forked(c, "ps_barrier"))
-        return PS_ECLOSED;
     if (!is_worker(c, "ps_barrier") || from_callback(c, "ps_barrier"))
         return PS_EINVAL;
     /* node 0 keeps barriers */

@@ -675,8 +675,6 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
     /* For tests: a disk whose fsync stalls (on the pool's thread). */
     const char *knob = getenv("PSD_TEST_FSYNC_DELAY_MS");
     d->test_fsync_delay_ms = knob ? atoi(knob) : 0;
-    if (psd_durable_make_dir(d->dir, err, errlen))
-        return -1;
     /* One psd per node and folder: a second one started by mistake must
      * not recover (cut a torn tail, start a segment) under the first. */
     char lock[4200];

@@ -86,8 +86,9 @@ typedef struct psd_start_opts {
 } psd_start_opts;
 
 /* Takes node n's data folder (data_dir, or $STATE_DIRECTORY when systemd
- * set it and data_dir was left at its default), creating it when missing:
- * locks psd-nodeN.lock in it, so that a second psd started as the same
+ * set it and data_dir was left at its default), which the caller made
+ * (psd_durable_make_dir, naming data_dir's line when it cannot): locks
+ * psd-nodeN.lock in it, so that a second psd started as the same
  * node with the same folder stops here, and removes a dead writer's
  * temporary snapshot file. Returns 0, or -1 with the reason in err (psd
  * must not start). durable_moved(arg) is called when replies that waited

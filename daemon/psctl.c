@@ -1794,7 +1794,8 @@ static int load_servers_leniently(cluster *c, const char *ini,
 /* 0, or the exit status: 2 for an ini (or its token file) psctl cannot
  * take, like any other argument it cannot take, since 1 says that a node
  * did not answer; 1 when memory runs out. */
-static int load_servers(cluster *c, const char *ini, const char *list)
+static int load_servers(cluster *c, const char *ini, const psw_addr *list,
+                        int nlist)
 {
     if (ini) {
         psd_config cfg;
@@ -1820,17 +1821,11 @@ static int load_servers(cluster *c, const char *ini, const char *list)
                             sizeof c->nodes[i].addr);
         psd_config_destroy(&cfg);
     } else {
-        psw_addr *a = NULL;
-        psw_addr_error e;
-        if (psw_addr_list_parse(list, 4096, &a, &c->n, &e)) {
-            fprintf(stderr, "psctl: -s: %s\n", e.why);   /* checked */
-            return 1;
-        }
+        c->n = nlist;
         c->nodes = calloc((size_t)c->n, sizeof *c->nodes);
         for (int i = 0; c->nodes && i < c->n; i++)
-            psw_addr_format(&a[i], c->nodes[i].addr,
+            psw_addr_format(&list[i], c->nodes[i].addr,
                             sizeof c->nodes[i].addr);
-        free(a);
     }
     return nodes_ready(c);
 }
@@ -1856,19 +1851,16 @@ static int number_arg(const char *flag, const char *s, double lo, double hi,
     return 0;
 }
 
-/* Whether every entry of a -s list is HOST:PORT with a port 1..65535;
- * says which is not otherwise. Checked before connecting, so that a typo
- * is a usage error (2), not a node that cannot be reached (1). */
-static int check_list(const char *list)
+/* Parses a -s list into *a (malloc'd) and *n, or says which entry is
+ * not HOST:PORT. Done before connecting, so that a typo is a usage error
+ * (2), not a node that cannot be reached (1). */
+static int parse_servers(const char *list, psw_addr **a, int *n)
 {
     /* The grammar ps_open and psd take ("[v6]:port", blanks around an
      * entry), not one of psctl's own: "fd77::1:7070" was taken here and
      * refused by them, and ", [::1]:7070" refused here. */
-    psw_addr *a = NULL;
-    int n = 0;
     psw_addr_error e;
-    int rc = psw_addr_list_parse(list, 4096, &a, &n, &e);
-    free(a);
+    int rc = psw_addr_list_parse(list, 4096, a, n, &e);
     if (rc == -2) {
         fprintf(stderr, "psctl: out of memory\n");
         return -1;
@@ -2015,14 +2007,13 @@ int main(int argc, char **argv)
                 "the nodes from the ini)\n");
         return 2;
     }
-    if (list && check_list(list))
-        return 2;
     if (!ini && !list)
         ini = access("/etc/psd/psd.ini", R_OK) == 0 ? "/etc/psd/psd.ini"
                                                      : NULL;
     int default_list = !ini && !list;
     if (default_list)
         list = "127.0.0.1:7070";
+
     signal(SIGPIPE, SIG_IGN);
     if (psw_auth_init()) {
         fprintf(stderr, "psctl: libsodium cannot start\n");
@@ -2045,7 +2036,12 @@ int main(int argc, char **argv)
         memcpy(token, env, token_len);
     }
     cluster c = { NULL, 0, only, ini != NULL };
-    int loaded = load_servers(&c, ini, list);
+    psw_addr *addrs = NULL;
+    int naddrs = 0;
+    if (list && parse_servers(list, &addrs, &naddrs))
+        return 2;
+    int loaded = load_servers(&c, ini, addrs, naddrs);
+    free(addrs);
     if (loaded)
         return loaded;
     if (only >= c.n) {

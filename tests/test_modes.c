@@ -636,6 +636,33 @@ static void a_replacement_tries_once_more_before_its_open_gives_up(
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+/* A worker's ps_clock in a forked child is refused before it moves the
+ * client's count (test_e2e has the rest of fork): the count it reads
+ * stays what it was. */
+static void a_forked_workers_clock_is_refused_before_it_counts(
+    void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start(&cl, 1, 4, BSP_TABLES), 0);
+    ps_client *w0 = open_worker(cl.spec, 0);
+    assert_non_null(w0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        uint64_t at = 7;
+        int bad = ps_clock(w0) != PS_ECLOSED;
+        bad |= ps_barrier(w0) != PS_ECLOSED;
+        bad |= ps_position(w0, &at, NULL) != 0 || at != 0;
+        _exit(bad);
+    }
+    EXPECT_INT(reap(pid), 0, "the child's clock and barrier were refused, "
+               "its count unmoved (142: it hung)");
+    ps_close(w0);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 typedef struct rejoin_job {
     int worker;
     int clocks;
@@ -2220,6 +2247,7 @@ int main(void)
         cmocka_unit_test(worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock),
         cmocka_unit_test(misuse_gets_clear_errors),
         cmocka_unit_test(a_replacement_tries_once_more_before_its_open_gives_up),
+        cmocka_unit_test(a_forked_workers_clock_is_refused_before_it_counts),
         cmocka_unit_test(
             worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
         cmocka_unit_test(sighup_applies_a_new_worker_grace),

@@ -949,16 +949,23 @@ static void test_the_journal_replays_segments_in_order(void **state)
     EXPECT_U64(psd_journal_first(dir, 2), 0, "all gone");
 }
 
+/* Segment 1 of node 2's journal with four pushes; its path into path. */
+static void four_pushes(char *path, size_t len)
+{
+    char err[ERRLEN];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    put_pushes(j, 0, 4);
+    psd_journal_close(j);
+    psd_journal_path(path, len, dir, 2, 1);
+}
+
 static void test_a_torn_last_record_is_cut_and_damage_elsewhere_refused(
     void **state)
 {
     (void)state;
     char err[ERRLEN], path[128];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
-    assert_non_null(j);
-    put_pushes(j, 0, 4);
-    psd_journal_close(j);
-    psd_journal_path(path, sizeof path, dir, 2, 1);
+    four_pushes(path, sizeof path);
     size_t len;
     char *good = read_file(path, &len);
     /* A crash cut the last record at any byte: the three before it
@@ -992,7 +999,7 @@ static void test_a_torn_last_record_is_cut_and_damage_elsewhere_refused(
     }
     /* A torn record that is not the last segment's is damage too. */
     write_file(path, good, len - 3);
-    j = psd_journal_open(dir, 2, 0xabc, 2, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 2, err, sizeof err);
     put_pushes(j, 4, 1);
     psd_journal_close(j);
     seen s;
@@ -1014,12 +1021,8 @@ static void test_a_torn_tail_psd_may_not_cut_says_so(void **state)
     (void)state;
     if (getuid() != 0)
         skip();
-    char err[ERRLEN], path[128];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
-    assert_non_null(j);
-    put_pushes(j, 0, 4);
-    psd_journal_close(j);
-    psd_journal_path(path, sizeof path, dir, 2, 1);
+    char path[128];
+    four_pushes(path, sizeof path);
     size_t len;
     char *good = read_file(path, &len);
     write_file(path, good, len - 3);
@@ -1280,11 +1283,7 @@ static void test_a_read_error_is_not_taken_for_a_torn_tail(void **state)
 {
     (void)state;
     char err[ERRLEN], path[128];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
-    assert_non_null(j);
-    put_pushes(j, 0, 4);
-    psd_journal_close(j);
-    psd_journal_path(path, sizeof path, dir, 2, 1);
+    four_pushes(path, sizeof path);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     /* The disk fails in the middle of the second push, in the last
