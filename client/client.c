@@ -2,6 +2,8 @@
  * lookup, the request calls, waits, clocks and barriers. Each call is a
  * thin step: slicing (slice.c) builds the request, the Customer
  * (customer.c) tracks it, the I/O thread (io.c) carries it. */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -145,9 +147,15 @@ static void on_fork_child(void)
     fork_count++;                /* the child has this one thread */
 }
 
+/* Whether fd 2 was closed at the first ps_open: the library's sockets
+ * may then take it, and a line for stderr would go into a node's
+ * connection (read there as a frame). Every client is quiet then. */
+static int stderr_closed;
+
 static void watch_forks(void)
 {
     (void)pthread_atfork(NULL, NULL, on_fork_child);
+    stderr_closed = fcntl(STDERR_FILENO, F_GETFD) < 0 && errno == EBADF;
 }
 
 static int forked(ps_client *c, const char *what)
@@ -242,6 +250,8 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         c->opt = *o;
     else
         ps_options_init(&c->opt);
+    if (stderr_closed)
+        c->opt.quiet = tls_open_quiet = 1;
     if (c->opt.sync_timeout_ms <= 0)
         c->opt.sync_timeout_ms = 600000;     /* options from before it existed */
     if (bad_options(&c->opt, err, sizeof err)) {
@@ -301,10 +311,11 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     int nseeds = sv.nseeds;
     c->client_id = random_id();
     c->incarnation = uv_hrtime();
-    if (psc_io_start(c, seeds, nseeds)) {
-        open_failed("cannot start the I/O thread");
+    int src = psc_io_start(c, seeds, nseeds, err, sizeof err);
+    if (src) {
+        open_failed("cannot start the I/O thread: %s", err);
         client_free(c);
-        return PS_ENOMEM;
+        return src;
     }
     c->cu.wake = wake_io;
     c->cu.wake_arg = c;

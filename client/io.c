@@ -7,6 +7,7 @@
  * jitter, and every unanswered part is sent again (the server applies a
  * push once, whatever the copies); a part fails only when its bounded
  * time is up. Idle connections carry PINGs both ways. See io.h. */
+#include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -276,6 +277,14 @@ static void expire_queue(nconn *nc, uint64_t now)
                          (unsigned long long)p->msg.ts, nc->node, nc->name,
                          (unsigned long long)((now - nc->down_ns) / MS),
                          nc->last_why[0] ? nc->last_why : "not connected");
+            else if (nc->state == NC_READY)
+                /* Connected, yet never sent (nc_send): it was held. */
+                snprintf(why, sizeof why, "request %llu: not sent to node "
+                         "%d (%s) within its bounded time (request_timeout_ms "
+                         "x (max_retries + 1)): it waited until the node was "
+                         "connected again, or behind a push of non-finite "
+                         "values, whose parts holding them go first, alone",
+                         (unsigned long long)p->msg.ts, nc->node, nc->name);
             else
                 snprintf(why, sizeof why, "request %llu: node %d (%s) did "
                          "not answer within its bounded time: %s",
@@ -1371,6 +1380,17 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     }
     uint64_t l_clock = l.worker_clock, l_barrier = l.worker_barrier;
     uint64_t l_max_frame = l.max_frame;
+    if (l.status > PSW_OK || l.status < PS_EFULL) {
+        /* A code this client does not know (a newer psd): PS_EPROTO, as
+         * for a reply, so that ps_open and the requests it fails return
+         * only PS_E* codes; the code and the reason go in the text. */
+        nc->fatal = PS_EPROTO;
+        nc_drop(nc, PS_EPROTO, "%s refused the connection with status %d, "
+                "which this client does not know: %s", who(nc),
+                (int)l.status, l.text);
+        psw_cluster_free(&l);
+        return;
+    }
     if (l.status != PSW_OK) {
         if (refusal_is_final(l.status))
             nc->fatal = l.status;
@@ -1971,9 +1991,11 @@ static void run(psc_io *io)
 
 /* ---- start, stop, stats ----------------------------------------------- */
 
-int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds)
+int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds, char *why,
+                 size_t whylen)
 {
     psc_io *io = calloc(1, sizeof *io);
+    snprintf(why, whylen, "out of memory");
     if (!io) {
         free(seeds);
         return PS_ENOMEM;
@@ -1984,20 +2006,30 @@ int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds)
     io->rng = c->client_id;
     io->open_ns = now_ns() + (uint64_t)c->opt.connect_timeout_ms * MS;
     io->seed = nc_new(io, -1);
-    if (!io->seed || uv_loop_init(&io->loop)) {
+    int rc = io->seed ? uv_loop_init(&io->loop) : UV_ENOMEM;
+    if (rc == 0 && (rc = uv_async_init(&io->loop, &io->wake, on_wake)))
+        uv_loop_close(&io->loop);
+    if (rc) {
+        /* Mostly fds: libuv's loop takes a few of its own. */
+        snprintf(why, whylen, "its event loop: %s%s", uv_strerror(rc),
+                 rc == UV_EMFILE || rc == UV_ENFILE
+                     ? " (raise the limit on open files: ulimit -n)" : "");
         nc_free(io->seed);
         free(seeds);
         free(io);
-        return PS_ENOMEM;
+        return rc == UV_ENOMEM ? PS_ENOMEM : PS_ECONN;
     }
-    uv_async_init(&io->loop, &io->wake, on_wake);
     uv_timer_init(&io->loop, &io->tick);
     uv_timer_init(&io->loop, &io->batch);
     uv_timer_init(&io->loop, &io->retry);
     io->wake.data = io->tick.data = io->batch.data = io->retry.data = io;
     start_tick(io);
     c->io = io;
-    if (pthread_create(&io->thread, NULL, io_main, io)) {
+    int trc = pthread_create(&io->thread, NULL, io_main, io);
+    if (trc) {
+        snprintf(why, whylen, "its thread: %s%s", strerror(trc),
+                 trc == EAGAIN ? " (a limit on threads or processes: "
+                                 "ulimit -u)" : "");
         uv_close((uv_handle_t *)&io->wake, NULL);
         uv_close((uv_handle_t *)&io->tick, NULL);
         uv_close((uv_handle_t *)&io->batch, NULL);
@@ -2030,7 +2062,7 @@ void psc_io_stop(ps_client *c)
     psc_customer_close(&c->cu);
     uv_async_send(&io->wake);
     pthread_join(io->thread, NULL);
-    if (uv_loop_close(&io->loop))
+    if (uv_loop_close(&io->loop) && !c->opt.quiet)
         fprintf(stderr, "libpsclient: event loop closed with open handles\n");
     io_free(io);
     c->io = NULL;

@@ -15,8 +15,10 @@ typedef struct psc_io psc_io;
 /* Starts the I/O thread of c, which connects to the seeds (tried in
  * order) until one answers HELLO_OK, adopts its layout and connects to
  * every node; it then ends the open with c->open_state. Takes ownership
- * of seeds. Returns 0 or PS_ENOMEM. */
-int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds);
+ * of seeds. Returns 0, or PS_ENOMEM (memory, or a thread the system would
+ * not give) or PS_ECONN (fds for the event loop) with why. */
+int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds, char *why,
+                 size_t whylen);
 
 /* Wakes the I/O thread: parts were submitted to the Customer. */
 void psc_io_wake(ps_client *c);

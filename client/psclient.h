@@ -75,7 +75,11 @@ enum {
                            nonfinite = reject: the push is refused whole,
                            on every node and at any size (its parts
                            without such a value are sent only once those
-                           with one were applied). Only while a SIGHUP has set
+                           with one were answered; meanwhile every request
+                           issued after it waits too, on every node, so
+                           that requests keep their order: a node down
+                           holds them all up to their bounded time). Only
+                           while a SIGHUP has set
                            nonfinite differently on some nodes can a node
                            that allows them apply its part; the error's
                            text then says "applied in part" */

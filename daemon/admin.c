@@ -9,6 +9,7 @@
 #include "admin.h"
 #include "journal.h"
 #include "updater.h"
+#include "version.h"
 #include "../proto/status.h"
 
 /* ---- a growing text ------------------------------------------------- */
@@ -267,7 +268,8 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     put(b, "{\"node\": %d, \"nodes\": %d, \"address\": ", n->index,
         n->cfg.nnodes);
     put_json_str(b, n->cluster.nodes[n->index]);
-    put(b, ", \"pid\": %ld, \"uptime_s\": %.1f, \"shards\": %u,\n",
+    put(b, ", \"version\": \"" PSD_RELEASE "\", \"pid\": %ld, \"uptime_s\": "
+        "%.1f, \"shards\": %u,\n",
         (long)getpid(), (double)(now - a->start_ms) / 1000.0, n->cfg.shards);
     put(b, " \"memory\": {\"rss_bytes\": %llu, \"table_bytes\": %llu, "
         "\"rows\": %llu},\n", (unsigned long long)rss_bytes(),
@@ -454,6 +456,9 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_remembered_pushes", "gauge", "Applied pushes remembered "
            "so that a retransmission is not applied again.", i,
            (double)dpushes);
+    metric(b, "psd_remembered_clients", "gauge", "Clients remembered for "
+           "exactly-once: connected, or gone holding pushes not yet "
+           "acknowledged (for client_ttl).", i, (double)dclients);
     metric(b, "psd_unacked_refusals_total", "counter", "Pushes refused at "
            "max_unacked_pushes or max_remembered_pushes.", i,
            (double)s->unacked_refusals);
@@ -574,13 +579,13 @@ static void info_text(psd_admin *a, tbuf *b)
 {
     psd_node *n = a->node;
     metric_head(b, "psd_node_info", "gauge", "The node's address, data "
-                "folder and durability settings.");
+                "folder, durability settings and release.");
     put(b, "psd_node_info{node=\"%d\",nodes=\"%d\",address=\"", n->index,
         n->cfg.nnodes);
     put_label(b, n->cluster.nodes[n->index]);
     put(b, "\",data_dir=\"");
     put_label(b, a->dur->dir);
-    put(b, "\",durability=\"%s\",fsync=\"%s\"} 1\n",
+    put(b, "\",durability=\"%s\",fsync=\"%s\",version=\"" PSD_RELEASE "\"} 1\n",
         n->journal ? "log" : "snapshot", psd_fsync_name(a->dur->fsync_mode));
     metric_head(b, "psd_snapshot_last_error_info", "gauge", "Why the last "
                 "snapshot failed (empty after a success).");

@@ -136,11 +136,33 @@ psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
     return c;
 }
 
+/* Takes c out of d's chains and counts and frees it. */
+static void forget(psd_dedup *d, psd_dclient *c)
+{
+    psd_dclient **pp = &d->bucket[client_hash(c->id, c->incarnation) &
+                                  (d->nbuckets - 1)];
+    while (*pp != c)
+        pp = &(*pp)->next;
+    *pp = c->next;
+    d->live -= c->live;
+    d->nclients--;
+    client_free(c);
+}
+
 void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms)
 {
-    (void)d;
-    if (c->nconns > 0 && --c->nconns == 0)
-        c->idle_since = now_ms;
+    if (c->nconns == 0 || --c->nconns > 0)
+        return;
+    /* With nothing of it to remember (a reader, a client whose every
+     * push was acknowledged) it would cost memory for client_ttl, for
+     * nothing: a client sends no acknowledged request again. Forgotten
+     * now, so that what a node keeps of clients gone is bounded by
+     * max_remembered_pushes, however many connect and leave. */
+    if (!c->live) {
+        forget(d, c);
+        return;
+    }
+    c->idle_since = now_ms;
 }
 
 int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
@@ -298,14 +320,7 @@ int psd_dedup_forget_idlest(psd_dedup *d, uint64_t *client_id,
     *incarnation = best->incarnation;
     *pushes = best->live;
     *idle_since = best->idle_since;
-    psd_dclient **pp = &d->bucket[client_hash(best->id, best->incarnation) &
-                                  (d->nbuckets - 1)];
-    while (*pp != best)
-        pp = &(*pp)->next;
-    *pp = best->next;
-    d->live -= best->live;
-    d->nclients--;
-    client_free(best);
+    forget(d, best);
     return 1;
 }
 
@@ -408,7 +423,6 @@ int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        psd_dedup_detach(d, c, now_ms);
         psd_dedup_ack(c, low, UINT64_MAX);
         for (uint64_t k = 0; k < count; k++) {
             uint64_t ts;
@@ -418,14 +432,17 @@ int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
                 psd_get(in, &st, 4)) {
                 snprintf(err, errlen, "truncated in the pushes of client "
                          "%016llx", (unsigned long long)id);
+                psd_dedup_detach(d, c, now_ms);
                 return -1;
             }
             if (psd_dedup_record(c, ts, part, st)) {
                 snprintf(err, errlen, "out of memory");
+                psd_dedup_detach(d, c, now_ms);
                 return -1;
             }
         }
         order_ring(c);
+        psd_dedup_detach(d, c, now_ms);   /* forgets one with no pushes */
     }
     return 0;
 }

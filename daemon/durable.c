@@ -148,8 +148,8 @@ static void start_fsync(psd_durable *d)
          * reported through the pool (the work does nothing), so that the
          * replies it frees go out from the loop, not from inside the
          * flush of the connection that called us. */
-        psd_warn("journal: dup: %s; fsync on the event loop",
-                 strerror(errno));
+        psd_warn_rep("journal: dup: %s; fsync on the event loop",
+                     strerror(errno));        /* at every push: collapsed */
         d->fsync_rc = fsync(psd_journal_fd(j)) ? errno : 0;
     }
     d->fsync_work.data = d;

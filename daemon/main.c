@@ -182,6 +182,7 @@ int main(int argc, char **argv)
     const char *to = NULL, *import_dir = NULL;
     int node = 0, check = 0, skip = 0, node_given = 0, ndrop = 0;
     static const char *drop[64];
+    psd_hold_std_fds();
 
     /* getopt_long, so that each option takes its value in every usual
      * form: -n 1, -n1, --node 1, --node=1. Its own messages are off:
@@ -465,7 +466,13 @@ int main(int argc, char **argv)
         psd_warn("%s", cfg.notes[i]);
 
     uv_loop_t loop;
-    uv_loop_init(&loop);
+    int lrc = uv_loop_init(&loop);
+    if (lrc) {
+        /* Too few fds (prlimit --nofile) for libuv's own: said, not a
+         * crash inside the loop that never was. */
+        psd_error("cannot start the event loop: %s", uv_strerror(lrc));
+        return 1;
+    }
     static psd_server srv;
     /* A SIGTERM or SIGINT during loading ends psd at once (nothing is
      * lost: what it loads is on disk). From the moment it listens, a

@@ -2,13 +2,32 @@
 #ifndef PSD_OPTS_H
 #define PSD_OPTS_H
 
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "near.h"
 #include "psclient.h"
 #include "../proto/msg.h"
+
+/* Opens /dev/null on whichever of fds 0, 1 and 2 the caller left closed
+ * (psd started with `2>&-`): else the first files and sockets opened take
+ * them, and log lines and output go into a socket, a pipe of libuv's or
+ * a snapshot being written. Call first in main(). */
+static inline void psd_hold_std_fds(void)
+{
+    int fd;
+    while ((fd = open("/dev/null", O_RDWR | O_CLOEXEC)) >= 0 &&
+           fd <= STDERR_FILENO) {
+        /* The standard fds are inherited as they were: not close-on-exec
+         * (psd execs nothing, but keep the usual meaning). */
+        fcntl(fd, F_SETFD, 0);
+    }
+    if (fd > STDERR_FILENO)
+        close(fd);
+}
 
 /* --version: the release (libpsclient's, which psd and psctl ship with)
  * and the wire protocol this build speaks, which is what decides whether

@@ -562,6 +562,11 @@ static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
     }
     if (e.moved)
         clock_moved(n, e.from, e.divisor);
+    /* What waited for the counts it moved goes now, as after any move: a
+     * CLOCK or an ssp pull a session sent before its LEAVE (it is no
+     * worker now, so end-job was not refused for it). */
+    release(n, PSW_OP_CLOCK, n->sync.clock);
+    release(n, PSW_OP_BARRIER, n->sync.barrier);
     n->changes++;
     (void)psd_node_journal_workers(n);
     if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
@@ -685,8 +690,10 @@ typedef struct badset {
 
 static int is_bad(const psd_session *ss, const badset *bad, uint64_t ts)
 {
-    if (ts == ss->bad_ts)
-        return 1;
+    uint64_t k = ss->nbad < PSD_BAD_TS ? ss->nbad : PSD_BAD_TS;
+    for (uint64_t i = 0; i < k; i++)
+        if (ss->bad_ts[i] == ts)
+            return 1;
     for (int i = 0; i < bad->n; i++)
         if (bad->ts[i] == ts)
             return 1;
@@ -985,7 +992,7 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
         }
         bad_ts[bad.n++] = x->ts;
         bad.ts = bad_ts;
-        ss->bad_ts = x->ts;
+        ss->bad_ts[ss->nbad++ % PSD_BAD_TS] = x->ts;
     }
     psw_out_frame_begin(ss->out);
     /* One clock read per request: each one's service time runs from the

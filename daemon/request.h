@@ -15,6 +15,10 @@
 #include "../proto/frame.h"
 #include "../proto/msg.h"
 
+/* Pushes refused for a non-finite value a connection remembers, so that
+ * their parts in later frames are refused too (PROTOCOL.md, check 9). */
+#define PSD_BAD_TS 16
+
 /* What the command layer knows of one connection. Owned by the
  * connection, which must call psd_request_closed before it goes away. */
 typedef struct psd_session {
@@ -34,9 +38,11 @@ typedef struct psd_session {
     uint64_t held_bytes;         /* memory its held requests stand for:
                                     their copied keys and the bound of
                                     each one's reply (request.c keeps it) */
-    uint64_t bad_ts;             /* the last push refused for a non-finite
-                                    value: its other parts are refused too
-                                    (0: none; pushes have ts >= 1) */
+    uint64_t bad_ts[PSD_BAD_TS]; /* the last pushes refused for a
+                                    non-finite value, a ring: their other
+                                    parts are refused too, in later frames */
+    uint64_t nbad;               /* pushes refused so far (the ring holds
+                                    the last PSD_BAD_TS of them) */
     /* Called after a held reply was packed into out outside of
      * psd_request_frame (the clock moved for another connection, or on
      * a tick): the connection should send it. */

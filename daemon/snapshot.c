@@ -196,9 +196,16 @@ static int write_to(const psd_node *n, const char *dir, const char *path,
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
+    /* Memory short (the tables took it: a limit on the address space, a
+     * full machine) must not cost the snapshot that keeps them, above all
+     * the final one: the buffer then comes from psd's image, where it was
+     * counted at start. One writer at a time uses it (a forked writer has
+     * its own copy). */
+    static char spare[BUF_BYTES];
     w.buf = malloc(BUF_BYTES);
-    if (!w.buf)
-        w.err = ENOMEM;
+    int own = w.buf != NULL;
+    if (!own)
+        w.buf = spare;
     psd_sink o = { w_write, &w };
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -215,7 +222,8 @@ static int write_to(const psd_node *n, const char *dir, const char *path,
     }
     if (close(w.fd) && rc == 0)
         w.err = errno, rc = -1;
-    free(w.buf);
+    if (own)
+        free(w.buf);
     if (rc == 0) {
         pause_at("fsynced");
         what = "rename";

@@ -439,7 +439,7 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
         return -1;
     psd_worker *w = &y->workers[worker];
     w->state = joined ? PSD_W_GONE : PSD_W_LEFT;
-    w->closed = !joined && closed;
+    w->closed = !joined && (closed || y->legacy_leaves);
     w->owner = NULL;
     w->gone_ms = now_ms;
     w->client_id = client_id;
@@ -603,7 +603,9 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
                      closed, st);
             return -1;
         }
-        w.closed = closed;
+        /* Format 1 and 2: every leave counts as a close (the older
+         * psd's rule, psd_sync_load's comment in sync.h). */
+        w.closed = closed || (format < 3 && st == PSD_W_LEFT);
         if (i >= (uint32_t)y->nworkers)
             continue;
         w.state = (psd_wstate)st;
@@ -613,6 +615,12 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
         }
         y->workers[i] = w;
     }
+    y->legacy_leaves = format < 3;
+    if (y->legacy_leaves && job_over(y) && y->nworkers > 1)
+        psd_info("the snapshot (format %d, an older psd's) has every worker "
+                 "left at clock %llu: that job is over, and the next one "
+                 "starts when all %d workers have joined", format,
+                 (unsigned long long)y->workers[0].clock, y->nworkers);
     y->wait[0] = y->wait[1] = (psd_wait){ now_ms, now_ms };
     return 0;
 }

@@ -62,6 +62,9 @@ typedef struct psd_sync {
     uint64_t clock;          /* clocks finished by every waited-for worker */
     uint64_t barrier;        /* barriers every such worker passed */
     psd_wait wait[2];        /* for the log: [0] the clock, [1] the barrier */
+    int legacy_leaves;       /* loaded from a snapshot older than `closed`
+                                (format 1 or 2): a leave replayed after it
+                                counts as a close (psd_sync_load) */
 } psd_sync;
 
 /* What psd_sync_tick is told is held: requests that wait on the clock (a
@@ -189,7 +192,12 @@ int psd_sync_save(const psd_sync *y, psd_sink *out);
  * being waited for). A cluster whose `workers` changed keeps the first
  * workers that fit. format is the snapshot's: 1 was written before
  * `summed` was saved (then no worker counts as having pushed into the
- * sums), 2 before `closed` (no worker counts as left by its own close).
+ * sums), 2 before `closed`. The psd that wrote formats 1 and 2 did not
+ * tell a close from a grace that ran out: it took a job for over when
+ * every worker had left at one clock and barrier count. So does this
+ * load, for such a snapshot and for the leaves replayed after it
+ * (legacy_leaves); else the first job after an upgrade would go on
+ * without the workers the older psd would have waited for.
  * 0, or -1 with the reason in err. */
 int psd_sync_load(psd_sync *y, psd_source *in, int format,
                   uint64_t now_ms, char *err, size_t errlen);

@@ -111,11 +111,17 @@ int raw_closed(int fd)
 
 int raw_hello_as(int fd, uint64_t id, uint64_t incarnation)
 {
+    return raw_hello_worker(fd, id, incarnation, -1);
+}
+
+int raw_hello_worker(int fd, uint64_t id, uint64_t incarnation,
+                     int32_t worker)
+{
     psw_out o;
     psw_out_init(&o);
     psw_out_frame_begin(&o);
     psw_hello h = { .version = PSW_VERSION, .client_id = id,
-                    .incarnation = incarnation, .worker = -1 };
+                    .incarnation = incarnation, .worker = worker };
     psw_pack_hello(&o, &h);
     psw_out_frame_end(&o);
     raw_send_out(fd, &o);

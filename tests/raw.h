@@ -32,6 +32,9 @@ void raw_send_msgs(int fd, const psw_msg *m, int n);
 /* Sends a HELLO (a reader with the given client id and incarnation) and
  * returns the status of the HELLO_OK (-100 when none came). */
 int raw_hello_as(int fd, uint64_t id, uint64_t incarnation);
+/* The same as worker `worker` (-1: a reader). */
+int raw_hello_worker(int fd, uint64_t id, uint64_t incarnation,
+                     int32_t worker);
 
 /* Whether the server closed the connection (EOF or reset) before the
  * receive timeout. */

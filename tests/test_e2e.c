@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -606,6 +607,40 @@ static void a_client_used_after_fork_is_refused_not_hung(void **state)
                "pull");
     EXPECT_INT((int)got, 2, "the parent's two pushes, none of the child's");
     ps_close(c);
+}
+
+/* A process without a free fd: ps_open said "cannot start the I/O
+ * thread" with PS_ENOMEM, "out of memory" to the caller (a MemoryError in
+ * Python); it says what ran out, and what to raise. In a child whose
+ * limit on open files is its lowest free fd. */
+static void an_open_without_fds_says_so(void **state)
+{
+    (void)state;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        int lowest = dup(0);
+        close(lowest);
+        struct rlimit rl = { (rlim_t)lowest, (rlim_t)lowest };
+        if (lowest < 0 || setrlimit(RLIMIT_NOFILE, &rl))
+            _exit(2);
+        ps_options o;
+        ps_options_init(&o);
+        o.quiet = 1;
+        o.connect_timeout_ms = 1000;
+        ps_client *c = NULL;
+        int rc = ps_open(&c, shared.spec, &o);
+        const char *why = ps_last_error(NULL);
+        _exit(rc == PS_ECONN && c == NULL && strstr(why, "too many open "
+              "files") && strstr(why, "ulimit -n") ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0,
+               "ps_open without a free fd: PS_ECONN naming the fd limit "
+               "(1: another code or text)");
 }
 
 static void every_callback_runs_exactly_once(void **state)
@@ -1561,6 +1596,7 @@ int main(void)
         cmocka_unit_test(failed_open_says_why_in_last_error),
         cmocka_unit_test(a_callback_cannot_wait_for_its_own_thread),
         cmocka_unit_test(a_client_used_after_fork_is_refused_not_hung),
+        cmocka_unit_test(an_open_without_fds_says_so),
         cmocka_unit_test(open_without_a_place_for_the_client_is_einval),
         cmocka_unit_test(inflight_bytes_never_exceed_the_limit),
         cmocka_unit_test(reader_that_stops_reading_loses_nothing),

@@ -1627,7 +1627,7 @@ static void latency_resends_only_past_the_timeout_and_counts_once(
  * has had three. */
 enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING, MOCK_HOSTILE,
        MOCK_HOSTILE_ADMIN, MOCK_MUTE_ERROR, MOCK_LONG_ERROR,
-       MOCK_LONG_REFUSAL };
+       MOCK_LONG_REFUSAL, MOCK_UNKNOWN_REFUSAL };
 
 /* A reason as long as a node may send (PSW_TEXT_MAX - 1 bytes), for
  * MOCK_LONG_ERROR's replies and MOCK_LONG_REFUSAL's HELLO: its end,
@@ -1775,6 +1775,10 @@ static void *mock_main(void *arg)
         if (mk->mode == MOCK_LONG_REFUSAL) {
             l.status = PSW_EINVAL;
             snprintf(l.text, sizeof l.text, "%s", long_reason());
+        }
+        if (mk->mode == MOCK_UNKNOWN_REFUSAL) {
+            l.status = -20;      /* a code a newer psd might add */
+            snprintf(l.text, sizeof l.text, "a newer refusal");
         }
         psw_out o;
         psw_out_init(&o);
@@ -2084,6 +2088,31 @@ static void a_nodes_longest_reason_reaches_the_caller_whole(void **state)
     EXPECT_SUBSTR(text, long_reason(), "ps_open's ps_last_error(NULL)");
 }
 
+/* A refusal with a code this client does not know (a newer psd's) is
+ * PS_EPROTO, as an unknown code in a reply is, with the code and the
+ * reason in the text: ps_open returned -20, outside the PS_E* codes
+ * psclient.h promises. */
+static void refusal_with_an_unknown_code_is_eproto(void **state)
+{
+    (void)state;
+    mock mk;
+    mock_start(&mk, MOCK_UNKNOWN_REFUSAL);
+    char spec[64], text[1024];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
+    ps_options o = fault_options();
+    o.quiet = 1;
+    ps_client *cl = NULL;
+    int rc = ps_open(&cl, spec, &o);
+    snprintf(text, sizeof text, "%s", ps_last_error(NULL));
+    if (cl)
+        ps_close(cl);
+    mock_stop(&mk);
+    EXPECT_INT(rc, PS_EPROTO, "ps_open refused with status -20: %s", text);
+    EXPECT_SUBSTR(text, "status -20, which this client does not know",
+                  "ps_open's ps_last_error(NULL)");
+    EXPECT_SUBSTR(text, "a newer refusal", "the node's reason");
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -2134,6 +2163,7 @@ int main(void)
         cmocka_unit_test(hostile_admin_text_reaches_no_terminal),
         cmocka_unit_test(error_reply_without_a_reason_still_says_what_failed),
         cmocka_unit_test(a_nodes_longest_reason_reaches_the_caller_whole),
+        cmocka_unit_test(refusal_with_an_unknown_code_is_eproto),
     };
     return cmocka_run_group_tests_name("faults", tests, NULL, NULL);
 }

@@ -2407,6 +2407,173 @@ static void remembered_pushes_are_bounded_per_client_and_per_node(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Clients that say HELLO and leave, as many as anyone who can reach the
+ * port likes, cost a node nothing once gone: it remembers a client past
+ * its last connection only while it holds pushes the client has not
+ * acknowledged, so what it keeps of clients gone is bounded by
+ * max_remembered_pushes (each one cost ~150 bytes for client_ttl, with
+ * no bound on their number). A client whose every push was acknowledged
+ * is forgotten at its close too; one that left pushes unacknowledged is
+ * kept, and its retransmission is recognised when it comes back. */
+static void clients_gone_with_nothing_unacknowledged_are_forgotten(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport = cluster_free_port();
+    char conf[256];
+    snprintf(conf, sizeof conf, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             SPARSE, mport);
+    if (cluster_start(&c, 1, 4, conf))
+        fail_msg("cluster did not start");
+    for (uint64_t id = 1000; id < 1300; id++)
+        close(raw_client(&c, id));
+    int a = raw_client(&c, 5000);             /* pushes, all acknowledged */
+    raw_pushes_ok(a, 1, 3);
+    psw_msg ack = { .op = PSW_OP_ACK, .value = 4 };
+    raw_send_msgs(a, &ack, 1);
+    int b = raw_client(&c, 5001);             /* leaves 2 unacknowledged */
+    raw_pushes_ok(b, 1, 2);
+    close(a);
+    close(b);
+    double clients = -1;
+    for (int i = 0; i < 200 && clients != 1; i++) {
+        sleep_ms(20);
+        clients = raw_node_metric(mport, "psd_remembered_clients");
+    }
+    EXPECT_INT((int)clients, 1, "clients remembered once 302 have left "
+               "(only the one holding pushes)");
+    EXPECT_INT((int)raw_node_metric(mport, "psd_remembered_pushes"), 2,
+               "pushes remembered");
+    b = raw_client(&c, 5001);
+    EXPECT_INT(raw_push_acked(b, 2, 0, NULL, 0), 0, "b's push 2 again");
+    EXPECT_INT((int)raw_node_metric(mport, "psd_duplicate_pushes_total"), 1,
+               "b's push 2 recognised, not applied again");
+    close(b);
+    ps_client *h = open_or_fail(c.spec);
+    honest_add(h, "counts", 3, 3 + 2 + 1);    /* a's 3, b's 2, this 1 */
+    ps_close(h);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* A push of values `v` (one each) to rows `keys` of table 0 as part
+ * `part` of request ts; its reply's status. */
+static int raw_push_part(int fd, uint64_t ts, uint32_t part,
+                         const uint64_t *keys, const float *v, uint32_t n)
+{
+    psw_msg m = { .op = PSW_OP_PUSH, .ts = ts, .part = part, .table = 0,
+                  .keys = (const char *)keys, .nkeys = n,
+                  .vals = (const char *)v, .vals_len = 4 * n };
+    raw_send_msgs(fd, &m, 1);
+    psw_msg r;
+    msgpack_zone z;
+    char *f;
+    raw_read_reply(fd, &r, &z, &f);
+    EXPECT_U64(r.ts, ts, "reply's ts");
+    int st = r.status;
+    msgpack_zone_destroy(&z);
+    free(f);
+    return st;
+}
+
+/* The parts of a push refused for a non-finite value are refused in
+ * later frames too (PROTOCOL.md, check 9), also when another push was
+ * refused in between: the connection remembered only the last one, and
+ * applied push 5's later part. */
+static void parts_of_refused_pushes_are_refused_after_another_refusal(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    int fd = start_dense_raw(&c, 4, "");
+    const float nan = NAN, one = 1;
+    const uint64_t k1 = 1, k2 = 2, k3 = 3, k4 = 4;
+    EXPECT_INT(raw_push_part(fd, 5, 0, &k1, &nan, 1), PSW_ENONFINITE,
+               "push 5, part 0 (NaN)");
+    EXPECT_INT(raw_push_part(fd, 6, 0, &k2, &nan, 1), PSW_ENONFINITE,
+               "push 6, part 0 (NaN)");
+    EXPECT_INT(raw_push_part(fd, 5, 1, &k3, &one, 1), PSW_ENONFINITE,
+               "push 5, part 1, after push 6 was refused");
+    EXPECT_INT(raw_push_part(fd, 7, 0, &k4, &one, 1), PSW_OK, "push 7");
+    ps_client *h = open_or_fail(c.spec);
+    uint64_t keys[4] = { 1, 2, 3, 4 };
+    float out[4];
+    wait_ok(h, ps_pull(h, 0, keys, 4, out, NULL, NULL));
+    for (int i = 0; i < 4; i++)
+        if (out[i] != (i == 3 ? 3.5f : 2.5f))
+            fail_msg("row %d is %g, want %g", i + 1, (double)out[i],
+                     i == 3 ? 3.5 : 2.5);
+    ps_close(h);
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* Reads replies on fd for up to ms (PINGs skipped): the status of the
+ * reply to ts, or -100 when none came. */
+static int raw_reply_within(int fd, uint64_t ts, int ms)
+{
+    struct timeval tv = { 0, 200 * 1000 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    double end = now_s() + ms / 1000.0;
+    int status = -100;
+    while (status == -100 && now_s() < end) {
+        size_t len;
+        char *f = raw_read_frame(fd, &len);
+        if (!f)
+            continue;            /* the 200 ms receive timeout */
+        msgpack_zone z;
+        msgpack_object obj;
+        const msgpack_object *msgs;
+        char err[128];
+        msgpack_zone_init(&z, 4096);
+        int n = psw_frame_decode(f, len, &z, &obj, err, sizeof err)
+                    ? -1
+                    : psw_frame_messages(&obj, 8, &msgs, err, sizeof err);
+        for (int i = 0; i < n; i++) {
+            psw_msg m;
+            if (psw_msg_decode(&msgs[i], &m, err, sizeof err) == 0 &&
+                m.op == PSW_OP_REPLY && m.ts == ts)
+                status = m.status;
+        }
+        msgpack_zone_destroy(&z);
+        free(f);
+    }
+    return status;
+}
+
+/* end-job moves the node's clock; what waited for it goes then, as after
+ * any move: a CLOCK a worker sent before its LEAVE (a client of its own
+ * may do that) stayed held after end-job answered, until some worker
+ * joined. */
+static void end_job_answers_what_waited_for_the_clock(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 2\n",
+                         "[table.b]\ndim = 1\nconsistency = bsp\n"))
+        fail_msg("cluster did not start");
+    int w0 = raw_connect(c.port[0]), w1 = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_worker(w0, 700, 1, 0), 0, "worker 0's HELLO");
+    EXPECT_INT(raw_hello_worker(w1, 701, 1, 1), 0, "worker 1's HELLO");
+    psw_msg clock = { .op = PSW_OP_CLOCK, .ts = 1, .value = 1 };
+    raw_send_msgs(w0, &clock, 1);
+    psw_msg leave = { .op = PSW_OP_LEAVE, .ts = 2 };
+    raw_send_msgs(w0, &leave, 1);
+    EXPECT_INT(raw_reply_within(w0, 2, 3000), 0, "worker 0's LEAVE");
+    close(w1);                   /* lost: in its worker_grace (30 s) */
+    sleep_ms(200);
+    int r = raw_client(&c, 702);
+    psw_msg end = { .op = PSW_OP_ADMIN, .ts = 1, .text = "end-job",
+                    .text_len = 7 };
+    raw_send_msgs(r, &end, 1);
+    EXPECT_INT(raw_reply_within(r, 1, 3000), 0, "end-job");
+    EXPECT_INT(raw_reply_within(w0, 1, 2000), 0,
+               "worker 0's CLOCK, held, once end-job moved the clock");
+    close(w0);
+    close(r);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A client that starts again (a new process, or a client object made
  * anew) counts its timestamps from 1 again. With the same client id but a
  * new incarnation it is another client: its pushes are applied, not taken
@@ -2735,6 +2902,9 @@ int main(void)
         cmocka_unit_test_teardown(admin_answer_after_a_large_pull_stays_within_max_frame, teardown),
         cmocka_unit_test_teardown(remembered_pushes_are_bounded_per_client_and_per_node, teardown),
         cmocka_unit_test_teardown(a_new_incarnation_counting_from_ts_1_has_its_pushes_applied, teardown),
+        cmocka_unit_test_teardown(clients_gone_with_nothing_unacknowledged_are_forgotten, teardown),
+        cmocka_unit_test_teardown(parts_of_refused_pushes_are_refused_after_another_refusal, teardown),
+        cmocka_unit_test_teardown(end_job_answers_what_waited_for_the_clock, teardown),
         cmocka_unit_test_teardown(remembered_pushes_and_rss_stay_flat_over_a_long_run, teardown),
         cmocka_unit_test_teardown(frames_beyond_a_turns_share_run_in_order_and_all_complete, teardown),
     };

@@ -589,7 +589,11 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
 
     o = run(&st, "%s -c %s --json stats", psctl(), c.ini);
     EXPECT_INT(st, 0, "psctl --json stats exit status");
+    char release[64];            /* which psd each node runs */
+    snprintf(release, sizeof release, "\"version\": \"%d.%d.%d\"",
+             PS_VERSION_MAJOR, PS_VERSION_MINOR, PS_VERSION_PATCH);
     if (!o || !strstr(o, "\"node\": 0") || !strstr(o, "\"node\": 1") ||
+        !strstr(o, release) ||
         !strstr(o, "\"journal\": {\"enabled\": true") ||
         !strstr(o, "\"tables\": ["))
         fail_msg("psctl --json stats: %s", o ? o : "");
@@ -597,9 +601,18 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
 
     o = run(&st, "%s -c %s stats", psctl(), c.ini);
     EXPECT_INT(st, 0, "psctl stats exit status");
+    snprintf(release, sizeof release, "  psd %d.%d.%d  up ",
+             PS_VERSION_MAJOR, PS_VERSION_MINOR, PS_VERSION_PATCH);
     if (!o || !strstr(o, "journal (fsync = everysec)") ||
-        !strstr(o, "no snapshot yet"))
+        !strstr(o, "no snapshot yet") || !strstr(o, release))
         fail_msg("psctl stats: %s", o ? o : "");
+    char *log = cluster_log(&c, 0);
+    snprintf(release, sizeof release, "; psd %d.%d.%d, wire protocol %d",
+             PS_VERSION_MAJOR, PS_VERSION_MINOR, PS_VERSION_PATCH,
+             PSW_VERSION);
+    if (!log || !strstr(log, release))
+        fail_msg("node 0's start line lacks \"%s\"", release);
+    free(log);
     /* A kind without requests reads "-" (NaN in /metrics: it read "p50
      * nan us"), one with requests its figures. */
     if (!o || strstr(o, "nan") || !strstr(o, "service time: push p50 "))
@@ -856,6 +869,58 @@ static void test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse(
     free(o);
     unlink(cmd);
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* psd started with its standard fds closed (`<&- >&- 2>&-`, as some
+ * scripts and supervisors do): libuv's own pipe took fds 1 and 2, so log
+ * lines went into it (psd hung in write() for good once it was full),
+ * and every snapshot's writer died on libuv's check in the forked child
+ * ("the writer was killed by signal 6"). psd opens /dev/null on them. */
+static void test_psd_with_its_standard_fds_closed_saves_and_stops(
+    void **state)
+{
+    (void)state;
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    test_cluster c;
+    assert_int_equal(cluster_prepare(&c, 1), 0);
+    c.port[0] = cluster_free_port();
+    snprintf(c.spec, sizeof c.spec, "127.0.0.1:%d", c.port[0]);
+    FILE *f = fopen(c.ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = %s\n[server]\ndata_dir = %s\n"
+            "log_level = debug\n[table.t]\ndim = 1\n", c.spec, c.dir);
+    fclose(f);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(0);
+        close(1);
+        close(2);
+        execl(psd, psd, "-c", c.ini, (char *)NULL);
+        _exit(127);
+    }
+    c.pid[0] = pid;
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 5000;
+    o.quiet = 1;
+    ps_client *cl = NULL;
+    EXPECT_INT(ps_open(&cl, c.spec, &o), PS_OK, "ps_open: %s",
+               ps_last_error(NULL));
+    uint64_t key = 0;
+    float one = 1;
+    for (int i = 0; i < 20; i++)
+        EXPECT_INT(ps_wait(cl, ps_push(cl, 0, &key, 1, &one, NULL, NULL)),
+                   PS_OK, "push %d", i);
+    ps_close(cl);
+    int st;
+    char *out = run(&st, "%s -s %s save 2>&1", psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl save: %s", out ? out : "");
+    free(out);
+    char snap[400];
+    snprintf(snap, sizeof snap, "%s/psd-node0.snap", c.dir);
+    EXPECT_INT(access(snap, F_OK), 0, "%s after psctl save", snap);
+    assert_int_equal(cluster_stop(&c), 0);
 }
 
 /* What the psctl trial found (each fails on the code before):
@@ -2703,6 +2768,7 @@ int main(void)
         cmocka_unit_test(test_psctl_help_names_every_option),
         cmocka_unit_test(test_psctl_reads_the_nodes_of_an_ini_psd_would_refuse),
         cmocka_unit_test(test_psctl_checks_its_arguments_and_its_output),
+        cmocka_unit_test(test_psd_with_its_standard_fds_closed_saves_and_stops),
         cmocka_unit_test(test_an_ipv6_node_is_served_and_named_in_brackets),
         cmocka_unit_test(test_psctl_shows_the_hyper_parameters_in_force),
         cmocka_unit_test(

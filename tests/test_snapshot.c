@@ -507,6 +507,73 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
     psd_node_destroy(&b);
 }
 
+/* Node 1 of the test layout with both workers at clock 4: worker 0
+ * left, not by a close, worker 1 as `st1`; saved as format v (3: as
+ * written today), then loaded into b. */
+static void load_left_workers(psd_node *b, uint32_t v, psd_wstate st1)
+{
+    psd_node a;
+    char err[ERRLEN], path[128];
+    trained_node(&a, 4, 2);
+    for (int i = 0; i < 2; i++) {
+        psd_worker *w = &a.sync.workers[i];
+        w->state = i ? st1 : PSD_W_LEFT;
+        w->owner = NULL;
+        w->closed = 0;
+        w->clock = 4;
+        w->barrier = 1;
+    }
+    if (psd_snapshot_write(&a, dir, 1, 1, NULL, err, sizeof err))
+        fail_msg("write: %s", err);
+    psd_snapshot_path(path, sizeof path, dir, 1);
+    if (v < 3)
+        as_format(path, v);
+    make_node(b, 1, 4, 2);
+    if (psd_snapshot_load(b, dir, 2000, NULL, NULL, err, sizeof err))
+        fail_msg("format %u: %s", v, err);
+    psd_node_destroy(&a);
+}
+
+/* The psd that wrote formats 1 and 2 did not say whether a worker left
+ * by its own close: it took a job for over when every worker had left
+ * at one clock and barrier count, and the next job waited for all of
+ * them. Read by this psd, such a snapshot ends the job the same way (it
+ * took every worker for one lost, and the first job after an upgrade
+ * went on with the first worker alone); so does a leave replayed from
+ * the journal after it. A snapshot of today's format whose workers were
+ * lost, not closed, keeps its job going, as before. */
+static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
+    void **state)
+{
+    (void)state;
+    psd_node b;
+    for (uint32_t v = 1; v <= 2; v++) {
+        load_left_workers(&b, v, PSD_W_LEFT);
+        for (int i = 0; i < 2; i++)
+            EXPECT_INT(b.sync.workers[i].state, PSD_W_ABSENT,
+                       "format %u, worker %d", v, i);
+        psd_node_destroy(&b);
+    }
+    /* Worker 1 still live when it was written: its leave comes from the
+     * journal. */
+    load_left_workers(&b, 2, PSD_W_LIVE);
+    EXPECT_INT(b.sync.workers[0].state, PSD_W_LEFT, "before the replay");
+    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, 2000), 0);
+    for (int i = 0; i < 2; i++)
+        EXPECT_INT(b.sync.workers[i].state, PSD_W_ABSENT,
+                   "after the replayed leave, worker %d", i);
+    psd_node_destroy(&b);
+    /* Today's format: lost workers leave a job that goes on. */
+    load_left_workers(&b, 3, PSD_W_LEFT);
+    for (int i = 0; i < 2; i++)
+        EXPECT_INT(b.sync.workers[i].state, PSD_W_LEFT,
+                   "format 3, lost worker %d", i);
+    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, 2000), 0);
+    EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
+               "format 3, a lost worker replayed");
+    psd_node_destroy(&b);
+}
+
 /* A header whose CRC checks but whose journal_seq is near 2^64 (no node
  * rotates its journal that often) is refused: taken as it is, the start
  * would delete every journal segment below it. */
@@ -1389,6 +1456,9 @@ int main(void)
             test_a_read_error_is_not_taken_for_a_torn_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_snapshots_of_formats_1_and_2_still_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_an_older_snapshot_whose_workers_all_left_ends_the_job,
+            setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_journal_seq_out_of_range_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(

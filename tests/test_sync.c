@@ -360,8 +360,9 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
 /* A snapshot taken between the first and the last close of a job keeps
  * who closed: after the restart, the others' closes still end the job, and
  * the next job waits for all its workers. A snapshot of format 2 (no
- * `closed`) loads with nobody closed, and a `closed` byte that does not
- * fit its state is refused. */
+ * `closed`) loads with every leave taken for a close (the older psd that
+ * wrote it ended a job once all had left at one count), and a `closed`
+ * byte that does not fit its state is refused. */
 static void test_a_job_end_survives_a_snapshot_between_the_closes(
     void **state)
 {
@@ -411,8 +412,10 @@ static void test_a_job_end_survives_a_snapshot_between_the_closes(
     psd_source in2 = { mem_get, &f2 };
     if (psd_sync_load(&z, &in2, 2, 100, err, sizeof err))
         fail_msg("load of format 2: %s", err);
-    EXPECT_INT(z.workers[0].state == PSD_W_LEFT && !z.workers[0].closed, 1,
-               "format 2: left, not known to have closed");
+    EXPECT_INT(z.workers[0].state == PSD_W_LEFT && z.workers[0].closed, 1,
+               "format 2: a leave counts as a close, as the psd that "
+               "wrote it judged at the next join");
+    EXPECT_INT(z.workers[1].state, PSD_W_GONE, "format 2: worker 1 lost");
     psd_sync_destroy(&z);
 
     /* closed = 1 on a worker that is not LEFT (worker 1, lost). */

@@ -22,6 +22,39 @@ Exported = Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]
 _MANIFEST = re.compile(r"export\.node(\d+)\.json")
 
 
+def _older_manifests(path: Union[str, os.PathLike]) -> list:
+    """The manifests of an export written by a psd of before export.nodeN.json
+    (one export.json for every node, each table listing its nodes' files),
+    as one per node, the shape read_export takes; [] when there is none.
+    ``psd --import`` reads both layouts too."""
+    where = os.path.join(path, "export.json")
+    try:
+        with open(where, encoding="utf-8") as f:
+            m = json.load(f)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{where}: not a manifest psd --export wrote: "
+                         f"{e}") from None
+    if not isinstance(m, dict) or m.get("format") != 1:
+        raise ValueError(f"{where}: export format "
+                         f"{m.get('format') if isinstance(m, dict) else m!r}"
+                         f", this psclient reads 1")
+    try:
+        nodes = sorted({int(s["node"]) for s in m["snapshots"]} |
+                       {int(f["node"]) for t in m["tables"]
+                        for f in t["files"]})
+        return [{"node": i, "nodes": m["nodes"], "shards": m["shards"],
+                 "tables": [dict({k: v for k, v in t.items()
+                                  if k != "files"}, **f)
+                            for t in m["tables"] for f in t["files"]
+                            if int(f["node"]) == i]}
+                for i in nodes]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{where}: not a manifest psd --export wrote (its "
+                         f"snapshots, nodes, shards or tables)") from None
+
+
 def read_export(path: Union[str, os.PathLike],
                 partial: bool = False) -> Dict[str, Exported]:
     """The tables of the export in folder ``path``, by name.
@@ -58,6 +91,8 @@ def read_export(path: Union[str, os.PathLike],
             raise ValueError(f"{where}: not a manifest psd --export wrote "
                              f"(its node, nodes, shards or tables)")
         manifests.append(m)
+    if not manifests:
+        manifests = _older_manifests(path)
     if not manifests:
         raise ValueError(f"{path}: no export.nodeN.json: not a folder "
                          f"psd --export wrote")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 import ctypes
 import gc
+import json
 import multiprocessing
 import os
 import pydoc
@@ -1416,6 +1417,32 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     assert dict(zip(k.tolist(), v.tolist())) == {
         int(x): vals[i].tolist() for i, x in enumerate(keys)}
     assert m["seeded"][0].size == 0 and m["seeded"][1].shape == (0, 2)
+    # The layout a psd before export.nodeN.json wrote (one export.json,
+    # each table listing its nodes' files) reads the same: it said "not a
+    # folder psd --export wrote".
+    import shutil
+    older = tmp_path / "older"
+    shutil.copytree(out, older)
+    per = [json.loads((older / f"export.node{i}.json").read_text())
+           for i in range(2)]
+    tables = {}
+    for mf in per:
+        for t in mf["tables"]:
+            tables.setdefault(t["name"], dict(
+                {k: t[k] for k in ("name", "kind", "dim", "rows",
+                                   "updater")}, files=[]))["files"].append(
+                {"node": mf["node"], "keys": t["keys"],
+                 "values": t["values"], "count": t["count"]})
+        (older / f"export.node{mf['node']}.json").unlink()
+    (older / "export.json").write_text(json.dumps(
+        {"format": 1, "ini": cluster.ini, "nodes": 2, "shards": per[0]["shards"],
+         "snapshots": [dict(mf["snapshot"], node=mf["node"]) for mf in per],
+         "tables": list(tables.values())}))
+    o = psclient.read_export(older)
+    assert sorted(o) == sorted(m)
+    np.testing.assert_array_equal(o["dense"], rows)
+    assert dict(zip(o["emb"][0].tolist(), o["emb"][1].tolist())) == dict(
+        zip(k.tolist(), v.tolist()))
     # export.py alone (numpy only, no libpsclient) gathers it into a .npz.
     npz = tmp_path / "model.npz"
     env = {k: v for k, v in os.environ.items()
@@ -1451,7 +1478,6 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     assert sorted(both["emb"][0].tolist()) == sorted(keys.tolist())
     # A copy a file manager made is not a manifest (it made the export
     # "manifests of nodes [0, 0, 1]"); an empty manifest is named.
-    import shutil
     shutil.copy(one / "export.node0.json", one / "export.node0 (copy).json")
     np.testing.assert_array_equal(psclient.read_export(one)["dense"], rows)
     (one / "export.node0 (copy).json").unlink()
