@@ -153,12 +153,13 @@ void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms)
 {
     if (c->nconns == 0 || --c->nconns > 0)
         return;
-    /* With nothing of it to remember (a reader, a client whose every
-     * push was acknowledged) it would cost memory for client_ttl, for
-     * nothing: a client sends no acknowledged request again. Forgotten
-     * now, so that what a node keeps of clients gone is bounded by
-     * max_remembered_pushes, however many connect and leave. */
-    if (!c->live) {
+    /* A client that never pushed nor acknowledged (a reader, psctl, a
+     * HELLO alone) holds nothing a later push would be checked against:
+     * kept for client_ttl it would cost memory for nothing, and any
+     * number of them could come and go. Forgotten now. One with a mark
+     * is kept: a copy of a push below it, late on a connection of its
+     * own, must still not be applied. */
+    if (!c->live && !c->low) {
         forget(d, c);
         return;
     }
@@ -442,7 +443,7 @@ int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
             }
         }
         order_ring(c);
-        psd_dedup_detach(d, c, now_ms);   /* forgets one with no pushes */
+        psd_dedup_detach(d, c, now_ms);   /* forgets one with nothing */
     }
     return 0;
 }

@@ -251,8 +251,12 @@ uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
     if (!b)
         return 0;
     b[1] = (char)(joined != 0);
-    /* In what was padding: a psd that predates it reads it as a leave. */
+    /* In what was padding: a psd that predates it reads it as a leave.
+     * Byte 3 says byte 2 is written: a record of a psd before it (which
+     * wrote 0 there whether the leave was a close or not) reads as "not
+     * known" (psd_sync_replay). */
     b[2] = (char)(!joined && closed);
+    b[3] = 1;
     memcpy(b + 4, &worker, 4);
     memcpy(b + 8, &client_id, 8);
     memcpy(b + 16, &clock, 8);
@@ -536,10 +540,11 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         return 0;
     }
     if (r->type == PSD_J_WORKER) {
-        if (len != WORKER_BODY || (unsigned char)b[1] > 1)
+        if (len != WORKER_BODY || (unsigned char)b[1] > 1 ||
+            (unsigned char)b[3] > 1)
             return -1;
         r->joined = b[1];
-        r->closed = !b[1] && b[2] != 0;
+        r->closed = b[3] ? !b[1] && b[2] != 0 : -1;
         memcpy(&r->worker, b + 4, 4);
         memcpy(&r->client_id, b + 8, 8);
         memcpy(&r->clock, b + 16, 8);

@@ -36,7 +36,10 @@ typedef struct psd_jrecord {
     uint64_t barrier;            /* worker: its barrier count */
     int32_t worker;              /* worker: its index */
     int joined;                  /* worker: 1 joined, 0 left */
-    int closed;                  /* worker: left by its LEAVE (ps_close) */
+    int closed;                  /* worker: left by its LEAVE (ps_close);
+                                    -1: not known (a record of a psd that
+                                    did not write it: a leave of either
+                                    kind reads 0 there) */
     uint32_t waited;             /* clock: the divisor of aggregate = mean
                                     then (psd_sync_divisor) */
     psd_updater_params params;   /* params: table msg.table's updater

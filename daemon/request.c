@@ -562,15 +562,19 @@ static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
     }
     if (e.moved)
         clock_moved(n, e.from, e.divisor);
-    /* What waited for the counts it moved goes now, as after any move: a
-     * CLOCK or an ssp pull a session sent before its LEAVE (it is no
-     * worker now, so end-job was not refused for it). */
-    release(n, PSW_OP_CLOCK, n->sync.clock);
-    release(n, PSW_OP_BARRIER, n->sync.barrier);
     n->changes++;
     (void)psd_node_journal_workers(n);
     if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
         ss->need_lsn = psd_journal_last(n->journal);
+    /* What waited for the counts it moved goes now, as after any move (a
+     * CLOCK or an ssp pull a session sent before its LEAVE: it is no
+     * worker now, so end-job was not refused for it), once the move is
+     * as durable as a clock's: its WORKER records, just journaled, hold
+     * the barrier. */
+    if (n->journal && psd_journal_last(n->journal) > n->clock_lsn)
+        n->clock_lsn = psd_journal_last(n->journal);
+    release(n, PSW_OP_CLOCK, n->sync.clock);
+    release(n, PSW_OP_BARRIER, n->sync.barrier);
     if (e.in_progress)
         psd_info("end-job from %s: the job is over at clock %llu, barrier "
                  "%llu%s%s%s; the next one starts when all %d workers have "

@@ -439,7 +439,7 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
         return -1;
     psd_worker *w = &y->workers[worker];
     w->state = joined ? PSD_W_GONE : PSD_W_LEFT;
-    w->closed = !joined && (closed || y->legacy_leaves);
+    w->closed = !joined && (closed > 0 || (closed < 0 && y->legacy_leaves));
     w->owner = NULL;
     w->gone_ms = now_ms;
     w->client_id = client_id;

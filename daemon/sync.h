@@ -64,7 +64,8 @@ typedef struct psd_sync {
     psd_wait wait[2];        /* for the log: [0] the clock, [1] the barrier */
     int legacy_leaves;       /* loaded from a snapshot older than `closed`
                                 (format 1 or 2): a leave replayed after it
-                                counts as a close (psd_sync_load) */
+                                whose record does not say (an older
+                                psd's) counts as a close (psd_sync_load) */
 } psd_sync;
 
 /* What psd_sync_tick is told is held: requests that wait on the clock (a
@@ -195,9 +196,10 @@ int psd_sync_save(const psd_sync *y, psd_sink *out);
  * sums), 2 before `closed`. The psd that wrote formats 1 and 2 did not
  * tell a close from a grace that ran out: it took a job for over when
  * every worker had left at one clock and barrier count. So does this
- * load, for such a snapshot and for the leaves replayed after it
- * (legacy_leaves); else the first job after an upgrade would go on
- * without the workers the older psd would have waited for.
+ * load, for such a snapshot and for the leaves of that psd replayed after
+ * it (legacy_leaves; this psd's own records say which kind each leave
+ * was); else the first job after an upgrade would go on without the
+ * workers the older psd would have waited for.
  * 0, or -1 with the reason in err. */
 int psd_sync_load(psd_sync *y, psd_source *in, int format,
                   uint64_t now_ms, char *err, size_t errlen);
@@ -210,7 +212,9 @@ int psd_sync_dirty(psd_sync *y, int from);
 
 /* Replays a worker's journaled join (joined 1: waited for, lost at now_ms
  * so that its grace starts, with the clock and barrier it had) or leave
- * (joined 0; closed: by its LEAVE, which may end the job as it did live).
+ * (joined 0; closed 1: by its LEAVE, which may end the job as it did live;
+ * -1: not known, a record of an older psd, taken for a close after a
+ * snapshot of format 1 or 2 (legacy_leaves) and else for a lost worker).
  * -1 when worker is out of range. */
 int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,

@@ -539,9 +539,10 @@ static void load_left_workers(psd_node *b, uint32_t v, psd_wstate st1)
  * at one clock and barrier count, and the next job waited for all of
  * them. Read by this psd, such a snapshot ends the job the same way (it
  * took every worker for one lost, and the first job after an upgrade
- * went on with the first worker alone); so does a leave replayed from
- * the journal after it. A snapshot of today's format whose workers were
- * lost, not closed, keeps its job going, as before. */
+ * went on with the first worker alone); so does a leave of that psd
+ * replayed from the journal after it, while this psd's own records say
+ * which kind of leave each was. A snapshot of today's format whose
+ * workers were lost, not closed, keeps its job going, as before. */
 static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
     void **state)
 {
@@ -555,13 +556,22 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
         psd_node_destroy(&b);
     }
     /* Worker 1 still live when it was written: its leave comes from the
-     * journal. */
+     * journal, in a record of the older psd (closed not known: -1). */
     load_left_workers(&b, 2, PSD_W_LIVE);
     EXPECT_INT(b.sync.workers[0].state, PSD_W_LEFT, "before the replay");
-    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, 2000), 0);
+    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, -1, 12, 4, 1, 2000), 0);
     for (int i = 0; i < 2; i++)
         EXPECT_INT(b.sync.workers[i].state, PSD_W_ABSENT,
-                   "after the replayed leave, worker %d", i);
+                   "after the older psd's leave, worker %d", i);
+    psd_node_destroy(&b);
+    /* This psd's own record after such a snapshot (it crashed before its
+     * first snapshot) says the leave was a lost worker's: the job goes
+     * on, as it did live. */
+    load_left_workers(&b, 2, PSD_W_LIVE);
+    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, 2000), 0);
+    EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
+               "a lost worker in this psd's record");
+    EXPECT_INT(b.sync.workers[1].closed, 0, "not closed");
     psd_node_destroy(&b);
     /* Today's format: lost workers leave a job that goes on. */
     load_left_workers(&b, 3, PSD_W_LEFT);
