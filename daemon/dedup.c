@@ -33,6 +33,7 @@ struct psd_dclient {
     uint64_t *ring;
     size_t rhead, live, rcap;    /* rcap: a power of two, or 0 */
     uint64_t last_ts;            /* of the latest record */
+    uint64_t sent;               /* the largest ts of any request of it */
     uint64_t journaled;          /* the mark last handed to the journal */
     int nconns;                  /* connections attached */
     uint64_t idle_since;         /* when nconns fell to 0 */
@@ -247,6 +248,17 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
     c->owner->live++;
     c->last_ts = ts;
     return 0;
+}
+
+void psd_dedup_sent(psd_dclient *c, uint64_t ts)
+{
+    if (ts > c->sent)
+        c->sent = ts;
+}
+
+uint64_t psd_dedup_ack_bound(const psd_dclient *c)
+{
+    return c->sent + 1 > c->low ? c->sent + 1 : c->low;
 }
 
 uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every)

@@ -40,6 +40,17 @@ int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
  * runs out (the push is then not protected against a retry). */
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status);
 
+/* Client c sent a request of timestamp ts (any op, on any connection). */
+void psd_dedup_sent(psd_dclient *c, uint64_t ts);
+
+/* The largest mark an ACK of c may set: one past the largest ts it sent
+ * (no request it has not sent can be complete), or its mark when higher
+ * (a client loaded from a snapshot has sent nothing since). A connection
+ * that holds the same identity (the token lets anyone claim one) would
+ * otherwise mark every later push of the client a stale copy, answered
+ * OK and never applied. */
+uint64_t psd_dedup_ack_bound(const psd_dclient *c);
+
 /* ACK: every request of the client below ts `upto` is complete. Returns
  * the mark to journal, or 0: a mark is journaled once it has moved at
  * least `every` requests past the last one journaled (a replay then

@@ -2458,6 +2458,33 @@ static void clients_gone_that_never_pushed_are_forgotten(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A second connection holding a client's identity (anyone with the token
+ * may claim one) sent an ACK far above anything the client had sent: the
+ * client's later pushes were taken for stale copies, answered OK and
+ * never applied. An ACK is cut to one past the largest ts the client
+ * sent. */
+static void an_ack_above_every_request_sent_marks_nothing_complete(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, SPARSE))
+        fail_msg("cluster did not start");
+    int a = raw_client(&c, 6000), b = raw_client(&c, 6000);
+    raw_pushes_ok(a, 1, 1);
+    psw_msg ack = { .op = PSW_OP_ACK, .value = (uint64_t)1 << 40 };
+    raw_send_msgs(b, &ack, 1);
+    raw_ping(b);                 /* psd has read b's frame */
+    sleep_ms(100);
+    raw_pushes_ok(a, 2, 3);
+    close(a);
+    close(b);
+    ps_client *h = open_or_fail(c.spec);
+    honest_add(h, "counts", 3, 3 + 1);        /* a's 3 pushes, this 1 */
+    ps_close(h);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A push of values `v` (one each) to rows `keys` of table 0 as part
  * `part` of request ts; its reply's status. */
 static int raw_push_part(int fd, uint64_t ts, uint32_t part,
@@ -2905,6 +2932,7 @@ int main(void)
         cmocka_unit_test_teardown(remembered_pushes_are_bounded_per_client_and_per_node, teardown),
         cmocka_unit_test_teardown(a_new_incarnation_counting_from_ts_1_has_its_pushes_applied, teardown),
         cmocka_unit_test_teardown(clients_gone_that_never_pushed_are_forgotten, teardown),
+        cmocka_unit_test_teardown(an_ack_above_every_request_sent_marks_nothing_complete, teardown),
         cmocka_unit_test_teardown(parts_of_refused_pushes_are_refused_after_another_refusal, teardown),
         cmocka_unit_test_teardown(end_job_answers_what_waited_for_the_clock, teardown),
         cmocka_unit_test_teardown(remembered_pushes_and_rss_stay_flat_over_a_long_run, teardown),
