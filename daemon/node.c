@@ -185,7 +185,10 @@ static int table_change(const psd_table_conf *x, const psd_table_conf *y,
     if (x->init.kind != y->init.kind || x->init.a != y->init.a ||
         x->init.b != y->init.b || x->init.seed != y->init.seed)
         return refuse(why, len, path, y->line, "[table.%s]: its init or "
-                      "seed changed (an initializer changed)", y->name);
+                      "seed changed (an initializer changed; it makes only "
+                      "rows not made yet: after a restart the rows the "
+                      "snapshot holds keep their values; to start the "
+                      "table over, give it a new name)", y->name);
     if (x->consistency != y->consistency || x->staleness != y->staleness)
         return refuse(why, len, path, y->line, "[table.%s]: its consistency "
                       "or staleness changed (a consistency mode changed)",

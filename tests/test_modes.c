@@ -1226,9 +1226,18 @@ static void sighup_refusals_say_where_the_change_is(void **state)
     if (!cluster_log_wait(&cl, 0, "[table.t]: its updater", 10000) ||
         !cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a new updater of table t: want \"%s\" in the log", want);
+    /* A new init: a restart takes it, but only for rows not made yet;
+     * the refusal says so (it said "restart psd to apply that", and the
+     * restart kept every row the snapshot held). */
+    reload_with("s/^updater = adam$/init = constant 5/");
+    if (!cluster_log_wait(&cl, 0, "its init or seed changed (an "
+                          "initializer changed; it makes only rows not made "
+                          "yet: after a restart the rows the snapshot holds "
+                          "keep their values", 10000))
+        fail_msg("a new init of table t: want what a restart keeps");
     /* A table added: a restart takes it (the snapshot's tables are found
      * by name), so here the hint is to restart. */
-    reload_with("/^updater = adam$/d;"
+    reload_with("/^init = constant 5$/d;"
                 "s/^\\[table.t\\]$/[table.u]\\ndim = 2\\n[table.t]/");
     snprintf(want, sizeof want, "%s:%d: tables were added or removed (2 to "
              "3) (restart psd to apply that)", cl.ini, at);

@@ -23,6 +23,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -893,6 +894,7 @@ static void test_psd_with_its_standard_fds_closed_saves_and_stops(
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);   /* gone with a failed test */
         close(0);
         close(1);
         close(2);
