@@ -457,8 +457,8 @@ static void metrics_text(psd_admin *a, tbuf *b)
            "so that a retransmission is not applied again.", i,
            (double)dpushes);
     metric(b, "psd_remembered_clients", "gauge", "Clients remembered for "
-           "exactly-once: connected, or gone holding pushes not yet "
-           "acknowledged (for client_ttl).", i, (double)dclients);
+           "exactly-once: connected, or gone after pushing here (for "
+           "client_ttl).", i, (double)dclients);
     metric(b, "psd_unacked_refusals_total", "counter", "Pushes refused at "
            "max_unacked_pushes or max_remembered_pushes.", i,
            (double)s->unacked_refusals);

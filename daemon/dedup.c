@@ -33,7 +33,8 @@ struct psd_dclient {
     uint64_t *ring;
     size_t rhead, live, rcap;    /* rcap: a power of two, or 0 */
     uint64_t last_ts;            /* of the latest record */
-    uint64_t sent;               /* the largest ts of any request of it */
+    int pushed;                  /* it sent this node a push (or a
+                                    snapshot says it may have) */
     uint64_t journaled;          /* the mark last handed to the journal */
     int nconns;                  /* connections attached */
     uint64_t idle_since;         /* when nconns fell to 0 */
@@ -154,13 +155,14 @@ void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms)
 {
     if (c->nconns == 0 || --c->nconns > 0)
         return;
-    /* A client that never pushed nor acknowledged (a reader, psctl, a
-     * HELLO alone) holds nothing a later push would be checked against:
-     * kept for client_ttl it would cost memory for nothing, and any
-     * number of them could come and go. Forgotten now. One with a mark
-     * is kept: a copy of a push below it, late on a connection of its
-     * own, must still not be applied. */
-    if (!c->live && !c->low) {
+    /* A client that never sent this node a push (a reader, psctl, a
+     * HELLO alone; its ACKs move a mark no push is checked against) holds
+     * nothing a later push would be checked against: kept for client_ttl
+     * it would cost memory for nothing, and any number of them could come
+     * and go. Forgotten now. One that pushed is kept with its mark: a
+     * copy of a push below it, late on a connection of its own, must
+     * still not be applied. */
+    if (!c->live && !c->pushed) {
         forget(d, c);
         return;
     }
@@ -232,8 +234,14 @@ static int resize_ring(psd_dclient *c, size_t cap)
     return 0;
 }
 
+void psd_dedup_pushed(psd_dclient *c)
+{
+    c->pushed = 1;
+}
+
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
 {
+    c->pushed = 1;
     if (ts < c->low || ts == 0)
         return 0;
     if (c->live == c->rcap &&
@@ -248,17 +256,6 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
     c->owner->live++;
     c->last_ts = ts;
     return 0;
-}
-
-void psd_dedup_sent(psd_dclient *c, uint64_t ts)
-{
-    if (ts > c->sent)
-        c->sent = ts;
-}
-
-uint64_t psd_dedup_ack_bound(const psd_dclient *c)
-{
-    return c->sent + 1 > c->low ? c->sent + 1 : c->low;
 }
 
 uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every)
@@ -437,6 +434,7 @@ int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
             return -1;
         }
         psd_dedup_ack(c, low, UINT64_MAX);
+        c->pushed |= low > 0;    /* a reader's mark too: kept, as before */
         for (uint64_t k = 0; k < count; k++) {
             uint64_t ts;
             uint32_t part;

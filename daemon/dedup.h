@@ -24,8 +24,8 @@ void psd_dedup_free(psd_dedup *d);
 /* The state of a client, created when absent (NULL only when memory runs
  * out). Each connection that uses it attaches once and detaches when it
  * closes: a client with no connection attached starts to age, or, when it
- * never pushed nor acknowledged anything, is forgotten at once; c must not
- * be used after its last detach. */
+ * never sent this node a push (psd_dedup_pushed, psd_dedup_record), is
+ * forgotten at once; c must not be used after its last detach. */
 psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
                               uint64_t incarnation, uint64_t now_ms);
 void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms);
@@ -35,21 +35,14 @@ void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms);
 int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
                    int *status);
 
+/* Client c sent a push (applied or not): it is remembered past its last
+ * connection, with its mark, for client_ttl. */
+void psd_dedup_pushed(psd_dclient *c);
+
 /* Records that push (ts, part) was applied, with its status (a push that
  * failed part-way still changed rows, so it counts). 0, or -1 when memory
  * runs out (the push is then not protected against a retry). */
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status);
-
-/* Client c sent a request of timestamp ts (any op, on any connection). */
-void psd_dedup_sent(psd_dclient *c, uint64_t ts);
-
-/* The largest mark an ACK of c may set: one past the largest ts it sent
- * (no request it has not sent can be complete), or its mark when higher
- * (a client loaded from a snapshot has sent nothing since). A connection
- * that holds the same identity (the token lets anyone claim one) would
- * otherwise mark every later push of the client a stale copy, answered
- * OK and never applied. */
-uint64_t psd_dedup_ack_bound(const psd_dclient *c);
 
 /* ACK: every request of the client below ts `upto` is complete. Returns
  * the mark to journal, or 0: a mark is journaled once it has moved at

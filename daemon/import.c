@@ -291,6 +291,50 @@ out:
     return rc;
 }
 
+/* The first file manifest `path` (in dir) lists that dir does not hold,
+ * in missing (empty when all are there): a manifest whose node's files
+ * were not all copied would import that node's rows of those tables as
+ * their init, without a word. Names are "keys" and "values" strings, of
+ * table names (letters, digits, _ and -) and ".nodeK[.keys].npy". */
+static void missing_listed(const char *dir, const char *path, char *missing,
+                           size_t len)
+{
+    missing[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t cap = 1 << 16, n = 0, k;
+    char *buf = malloc(cap);
+    while (buf && (k = fread(buf + n, 1, cap - 1 - n, f)) > 0) {
+        n += k;
+        if (n == cap - 1 && cap < ((size_t)64 << 20)) {
+            char *b = realloc(buf, cap * 2);
+            if (!b)
+                break;
+            buf = b;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (!buf)
+        return;
+    buf[n] = '\0';
+    static const char *const keys[] = { "\"keys\": \"", "\"values\": \"" };
+    for (int j = 0; j < 2 && !missing[0]; j++)
+        for (const char *p = buf; !missing[0] && (p = strstr(p, keys[j]));) {
+            p += strlen(keys[j]);
+            size_t l = strcspn(p, "\"/\\");
+            if (p[l] == '"' && l > 0 && l < 200) {
+                char file[4500];
+                snprintf(file, sizeof file, "%s/%.*s", dir, (int)l, p);
+                if (access(file, F_OK))
+                    snprintf(missing, len, "%.*s", (int)l, p);
+            }
+            p += l;
+        }
+    free(buf);
+}
+
 /* Node i's data folder must hold none of its files, and no psd. */
 /* An export's manifests (export.nodeK.json) in dir name the node count
  * it was made of: one whose other nodes' files are missing would start
@@ -303,6 +347,7 @@ static int whole_export(const char *dir, char *err, size_t errlen)
     if (!d)
         return 0;                /* find_sources says why */
     int nodes = -1, have = 0, other = 0;
+    char gone[256] = "", lister[300] = "";
     unsigned char *seen = calloc(65536, 1);
     for (struct dirent *e; seen && (e = readdir(d));) {
         int k, end = 0;
@@ -326,6 +371,11 @@ static int whole_export(const char *dir, char *err, size_t errlen)
         nodes = m;
         have += !seen[k];
         seen[k] = 1;
+        if (!gone[0]) {
+            missing_listed(dir, path, gone, sizeof gone);
+            if (gone[0])
+                snprintf(lister, sizeof lister, "%s", e->d_name);
+        }
     }
     closedir(d);
     int rc = 0;
@@ -347,6 +397,12 @@ static int whole_export(const char *dir, char *err, size_t errlen)
                  "export there (psd --export DIR -c INI -n K on the host of "
                  "node K), or, to import only the rows present, move the "
                  "export.node*.json files aside", dir, have, nodes, missing);
+        rc = -1;
+    } else if (gone[0]) {
+        snprintf(err, errlen, "%s/%s lists %s, which %s does not hold: its "
+                 "rows would start from init. Copy that node's export whole, "
+                 "or, to import only the rows present, move the "
+                 "export.node*.json files aside", dir, lister, gone, dir);
         rc = -1;
     }
     free(seen);

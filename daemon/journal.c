@@ -544,7 +544,9 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
             (unsigned char)b[3] > 1)
             return -1;
         r->joined = b[1];
-        r->closed = b[3] ? !b[1] && b[2] != 0 : -1;
+        /* Byte 2 set is a close whoever wrote it (psd wrote it so from
+         * the day byte 2 was written, before byte 3 was). */
+        r->closed = b[3] || b[2] ? !b[1] && b[2] != 0 : -1;
         memcpy(&r->worker, b + 4, 4);
         memcpy(&r->client_id, b + 8, 8);
         memcpy(&r->clock, b + 16, 8);

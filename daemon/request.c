@@ -504,9 +504,8 @@ static void session(psd_node *n, psd_session *ss, const psw_msg *m,
 {
     if (m->op == PSW_OP_ACK) {
         psd_dclient *dc = dedup_of(n, ss, now_ms);
-        uint64_t upto = dc && m->value > psd_dedup_ack_bound(dc)
-                            ? psd_dedup_ack_bound(dc) : m->value;
-        uint64_t mark = dc ? psd_dedup_ack(dc, upto, ACK_JOURNAL_EVERY) : 0;
+        uint64_t mark = dc ? psd_dedup_ack(dc, m->value, ACK_JOURNAL_EVERY)
+                           : 0;
         /* Lost for want of memory, it costs only memory after a replay;
          * the next one catches up. */
         if (mark && n->journal)
@@ -715,8 +714,8 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         session(n, ss, m, now_ms);
         return;
     }
-    if (ss->dedup)
-        psd_dedup_sent(ss->dedup, m->ts);
+    if (ss->dedup && psw_op_has(m->op, PSW_OPF_PUSHES))
+        psd_dedup_pushed(ss->dedup);
     /* An operator's command is not counted with the clients' requests. */
     if (m->op == PSW_OP_ADMIN) {
         admin(n, ss, m);

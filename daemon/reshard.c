@@ -24,6 +24,31 @@ static const char *const cons_name[] = { "async", "bsp", "ssp" };
 /* Node indices a file name may hold (a cluster has at most 4096 nodes). */
 #define PSD_RESHARD_NODES_MAX 4096
 
+/* Whether the new layout names the very nodes of the old one (their
+ * count and addresses): clients would take the moved cluster for the one
+ * they knew (the layout they compare is the same) and send again pushes
+ * it applied, whose memory does not move. Nothing moves between such
+ * layouts but folders. 1 with the reason in err. */
+static int same_nodes(const psd_config *a, const char *ai,
+                      const psd_config *b, const char *bi, char *err,
+                      size_t errlen)
+{
+    if (a->nnodes != b->nnodes)
+        return 0;
+    for (int i = 0; i < a->nnodes; i++)
+        if (strcmp(a->nodes[i].host, b->nodes[i].host) ||
+            a->nodes[i].port != b->nodes[i].port)
+            return 0;
+    snprintf(err, errlen, "psd --reshard: %s names the same %d node%s at the "
+             "same addresses as %s: nothing to move between them but the "
+             "folders (copy each node's data_dir with its files: cp -a); "
+             "moved this way, the nodes would forget the pushes they "
+             "applied while their clients took them for the same cluster, "
+             "and a push sent again would be applied twice", bi, b->nnodes,
+             b->nnodes == 1 ? "" : "s", ai);
+    return 1;
+}
+
 /* Whether the two layouts hold the same rows: the same shards, and the
  * same tables in the same order, alike in what decides where a row lives
  * and what it holds. 0, or -1 with the reason in err. */
@@ -322,6 +347,7 @@ int psd_reshard(const char *old_ini, const char *new_ini,
     uint64_t gen = 0, seq = 1, clock = 0, barrier = 0;
     psd_node *old = NULL;
     if (same_model(&a, old_ini, &b, new_ini, err, sizeof err) ||
+        same_nodes(&a, old_ini, &b, new_ini, err, sizeof err) ||
         fresh_dir(out_dir, err, sizeof err))
         goto out;
     old = calloc((size_t)nold, sizeof *old);

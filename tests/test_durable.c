@@ -537,6 +537,18 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     EXPECT_SUBSTR(o, "table 'emb' differs from ", "refused");
     EXPECT_SUBSTR(o, "in its updater", "what differs");
     free(o);
+    /* The same nodes at the same addresses (another data_dir): clients
+     * would take the moved cluster for the old one and send again pushes
+     * it applied (it was taken, and a retransmission applied twice). */
+    snprintf(cmd, sizeof cmd, "sed 's#^data_dir = .*#data_dir = %s/z#' '%s' "
+             "> '%s'", b.dir, a.ini, other);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "%s --reshard '%s/z' -c '%s' --to '%s'", psd,
+             b.dir, a.ini, other);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "reshard onto the same nodes: %s", o);
+    EXPECT_SUBSTR(o, "names the same 2 nodes at the same addresses", "refused");
+    free(o);
     static const struct {
         const char *args, *says;
     } args[] = {
@@ -733,6 +745,19 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
                   "missing would start from init", "refused");
     free(o);
     EXPECT_INT(rename(m1away, m1), 0, "put %s back", m1);
+    /* Every manifest there, one of the files it lists not (a copy left
+     * it out): that node's rows of the table started from init, with
+     * status 0 and no word. */
+    char e1[600], e1away[600];
+    snprintf(e1, sizeof e1, "%s/emb.node1.npy", exp);
+    snprintf(e1away, sizeof e1away, "%s/emb.node1.npy.away", a.dir);
+    EXPECT_INT(rename(e1, e1away), 0, "move %s aside", e1);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import of an export missing a file: %s", o);
+    EXPECT_SUBSTR(o, "/export.node1.json lists emb.node1.npy, which ",
+                  "refused");
+    free(o);
+    EXPECT_INT(rename(e1away, e1), 0, "put %s back", e1);
     o = run_out(&st, cmd);
     EXPECT_INT(st, 0, "%s: %s", cmd, o);
     EXPECT_SUBSTR(o, "psd --import: node 2: ", "three nodes");
