@@ -13,6 +13,7 @@
  * (dim 1 and sum, assign or sgd) do keep it in such a 16-byte slot with
  * the key, and have no chunks: their pushes and pulls touch one cache
  * line per key. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -997,6 +998,36 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
     return err;
 }
 
+/* ftrl's z for which a push of a zero gradient (n = 0) gives w back, in
+ * the float arithmetic update_ftrl does it in (daemon/updater.c): z from
+ * the formula in double, rounded, is an ulp off for most weights, and the
+ * first push moved every imported weight by one. So the float z nearest
+ * is walked, ulp by ulp, to one that gives w exactly, or the closest one
+ * near. 0 where no z gives w (w 0, or beta = l2 = 0: the divisor is 0). */
+static float ftrl_z_for(const psd_updater_params *u, float w)
+{
+    const float inv_alpha = 1.0f / u->lr;
+    const float den = (u->beta + sqrtf(0.0f)) * inv_alpha + u->l2;
+    if (w == 0 || !(den > 0))
+        return 0.0f;
+    float z = (float)(-(double)w * ((double)u->beta / u->lr + u->l2) -
+                      (w > 0 ? u->l1 : -u->l1));
+    float best = z, err = INFINITY;
+    for (int i = 0; i < 16; i++) {
+        float got = fabsf(z) <= u->l1 ? 0.0f
+                                      : -(z - copysignf(u->l1, z)) / den;
+        if (got == w)
+            return z;
+        if (fabsf(got - w) < err) {
+            err = fabsf(got - w);
+            best = z;
+        }
+        /* w falls as z rises */
+        z = nextafterf(z, got > w ? INFINITY : -INFINITY);
+    }
+    return best;
+}
+
 int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
                       int *created)
 {
@@ -1012,12 +1043,9 @@ int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
      * had been trained to it; with beta = l2 = 0 no z does (the divisor
      * is 0), and z stays 0. */
     const psd_updater_params *u = &t->conf.upd;
-    double den = (double)u->beta / u->lr + u->l2;
-    if (u->kind == PSD_UPD_FTRL && den > 0)
+    if (u->kind == PSD_UPD_FTRL)
         for (uint32_t k = 0; k < t->conf.dim; k++)
-            r.st[k] = w[k] == 0 ? 0.0f
-                      : (float)(-(double)w[k] * den -
-                                (w[k] > 0 ? u->l1 : -u->l1));
+            r.st[k] = ftrl_z_for(u, w[k]);
     return 0;
 }
 

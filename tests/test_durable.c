@@ -925,6 +925,17 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     EXPECT_INT(ps_wait(cl, ps_pull(cl, ft, &fk, 1, fb, NULL, NULL)), PS_OK,
                "pull f");
     EXPECT_INT(memcmp(fb, fw, sizeof fw), 0, "f as written");
+    /* A gradient of zero leaves them bit for bit (z from the formula in
+     * double was an ulp off for 0.5: it read 0.49999994 after the push). */
+    float zero[2] = { 0, 0 };
+    EXPECT_INT(ps_wait(cl, ps_push(cl, ft, &fk, 1, zero, NULL, NULL)), PS_OK,
+               "push f, zeros");
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, ft, &fk, 1, fb, NULL, NULL)), PS_OK,
+               "pull f");
+    if (memcmp(fb, fw, sizeof fw))
+        fail_msg("ftrl's imported weights after a push of zeros: %.9g %.9g, "
+                 "want %.9g %.9g", (double)fb[0], (double)fb[1],
+                 (double)fw[0], (double)fw[1]);
     EXPECT_INT(ps_wait(cl, ps_push(cl, ft, &fk, 1, fg, NULL, NULL)), PS_OK,
                "push f");
     EXPECT_INT(ps_wait(cl, ps_pull(cl, ft, &fk, 1, fb, NULL, NULL)), PS_OK,
