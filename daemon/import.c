@@ -291,13 +291,15 @@ out:
     return rc;
 }
 
-/* The first file manifest `path` (in dir) lists that dir does not hold,
- * in missing (empty when all are there): a manifest whose node's files
- * were not all copied would import that node's rows of those tables as
- * their init, without a word. Names are "keys" and "values" strings, of
- * table names (letters, digits, _ and -) and ".nodeK[.keys].npy". */
-static void missing_listed(const char *dir, const char *path, char *missing,
-                           size_t len)
+/* The first file of a table of cfg that manifest `path` (in dir) lists
+ * and dir does not hold, in missing (empty when all are there): a
+ * manifest whose node's files were not all copied would import that
+ * node's rows of those tables as their init, without a word. Names are
+ * "keys" and "values" strings, of table names (letters, digits, _ and -)
+ * and ".nodeK[.keys].npy", as psd --export writes them (a manifest over
+ * 64 MiB, far past psd's, is read that far). */
+static void missing_listed(const psd_config *cfg, const char *dir,
+                           const char *path, char *missing, size_t len)
 {
     missing[0] = '\0';
     FILE *f = fopen(path, "r");
@@ -324,7 +326,11 @@ static void missing_listed(const char *dir, const char *path, char *missing,
         for (const char *p = buf; !missing[0] && (p = strstr(p, keys[j]));) {
             p += strlen(keys[j]);
             size_t l = strcspn(p, "\"/\\");
-            if (p[l] == '"' && l > 0 && l < 200) {
+            /* Only tables of cfg: the others are not imported (said
+             * by find_sources), so their files may well be gone. */
+            const char *dot = memchr(p, '.', l);
+            if (p[l] == '"' && l > 0 && l < 200 && dot &&
+                table_index(cfg, p, (size_t)(dot - p)) >= 0) {
                 char file[4500];
                 snprintf(file, sizeof file, "%s/%.*s", dir, (int)l, p);
                 if (access(file, F_OK))
@@ -341,7 +347,8 @@ static void missing_listed(const char *dir, const char *path, char *missing,
  * their rows from init without a word (psd --export -n K writes one
  * node; the others come from their hosts). -1 with err then, else 0
  * (also when dir holds no manifest: arrays of one's own). */
-static int whole_export(const char *dir, char *err, size_t errlen)
+static int whole_export(const psd_config *cfg, const char *dir, char *err,
+                        size_t errlen)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -372,7 +379,7 @@ static int whole_export(const char *dir, char *err, size_t errlen)
         have += !seen[k];
         seen[k] = 1;
         if (!gone[0]) {
-            missing_listed(dir, path, gone, sizeof gone);
+            missing_listed(cfg, dir, path, gone, sizeof gone);
             if (gone[0])
                 snprintf(lister, sizeof lister, "%s", e->d_name);
         }
@@ -452,7 +459,7 @@ int psd_import(const char *ini, int only, const char *src_dir)
                  "lists %d node%s)", ini, only, nn, nn == 1 ? "" : "s");
         goto out;
     }
-    if (whole_export(src_dir, err, sizeof err) ||
+    if (whole_export(&cfg, src_dir, err, sizeof err) ||
         find_sources(&cfg, ini, src_dir, &src, &nsrc, err, sizeof err))
         goto out;
     if (nsrc == 0) {

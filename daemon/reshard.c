@@ -39,7 +39,7 @@ static int same_nodes(const psd_config *a, const char *ai,
         if (strcmp(a->nodes[i].host, b->nodes[i].host) ||
             a->nodes[i].port != b->nodes[i].port)
             return 0;
-    snprintf(err, errlen, "psd --reshard: %s names the same %d node%s at the "
+    snprintf(err, errlen, "%s names the same %d node%s at the "
              "same addresses as %s: nothing to move between them but the "
              "folders (copy each node's data_dir with its files: cp -a); "
              "moved this way, the nodes would forget the pushes they "
