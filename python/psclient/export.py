@@ -22,17 +22,13 @@ Exported = Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]
 _MANIFEST = re.compile(r"export\.node(\d+)\.json")
 
 
-def _older_manifests(path: Union[str, os.PathLike]) -> list:
-    """The manifests of an export written by a psd of before export.nodeN.json
-    (one export.json for every node, each table listing its nodes' files),
-    as one per node, the shape read_export takes; [] when there is none.
-    ``psd --import`` reads both layouts too."""
-    where = os.path.join(path, "export.json")
+def _manifest(where: str) -> dict:
+    """The JSON object of manifest ``where`` (format 1), or ValueError."""
     try:
         with open(where, encoding="utf-8") as f:
             m = json.load(f)
     except FileNotFoundError:
-        return []
+        raise
     except (OSError, ValueError) as e:
         raise ValueError(f"{where}: not a manifest psd --export wrote: "
                          f"{e}") from None
@@ -40,6 +36,19 @@ def _older_manifests(path: Union[str, os.PathLike]) -> list:
         raise ValueError(f"{where}: export format "
                          f"{m.get('format') if isinstance(m, dict) else m!r}"
                          f", this psclient reads 1")
+    return m
+
+
+def _older_manifests(path: Union[str, os.PathLike]) -> list:
+    """The manifests of an export written by a psd of before export.nodeN.json
+    (one export.json for every node, each table listing its nodes' files),
+    as one per node, the shape read_export takes; [] when there is none.
+    ``psd --import`` reads both layouts too."""
+    where = os.path.join(path, "export.json")
+    try:
+        m = _manifest(where)
+    except FileNotFoundError:
+        return []
     try:
         nodes = sorted({int(s["node"]) for s in m["snapshots"]} |
                        {int(f["node"]) for t in m["tables"]
@@ -77,15 +86,10 @@ def read_export(path: Union[str, os.PathLike],
             continue
         where = os.path.join(path, name)
         try:
-            with open(where, encoding="utf-8") as f:
-                m = json.load(f)
-        except (OSError, ValueError) as e:
+            m = _manifest(where)
+        except FileNotFoundError as e:   # gone since listdir
             raise ValueError(f"{where}: not a manifest psd --export wrote: "
                              f"{e}") from None
-        if not isinstance(m, dict) or m.get("format") != 1:
-            raise ValueError(f"{where}: export format "
-                             f"{m.get('format') if isinstance(m, dict) else m!r}"
-                             f", this psclient reads 1")
         if (m.get("node") != int(_MANIFEST.fullmatch(name).group(1)) or
                 not all(k in m for k in ("nodes", "shards", "tables"))):
             raise ValueError(f"{where}: not a manifest psd --export wrote "
