@@ -118,6 +118,8 @@ const char *ps_last_error(ps_client *c)
 
 void ps_options_init(ps_options *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     o->worker = -1;
     o->connect_timeout_ms = 5000;
@@ -773,6 +775,13 @@ int ps_stats_format(const ps_stats_t *s, char *buf, size_t len)
 {
     size_t at = 0;
     int n;
+    if (!buf)
+        len = 0;                 /* the length needed, written nowhere */
+    if (!s) {
+        if (len)
+            buf[0] = '\0';
+        return PS_EINVAL;
+    }
 #define PUT(...)                                                            \
     do {                                                                    \
         n = snprintf(buf + (at < len ? at : len), at < len ? len - at : 0, \

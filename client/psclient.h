@@ -148,7 +148,7 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
     char reserved[52];               /* room to grow; ps_options_init zeroes it */
 } ps_options;
 
-/* Fills *o with the defaults above. */
+/* Fills *o with the defaults above (o NULL: nothing). */
 PS_API void ps_options_init(ps_options *o);
 
 /* Connects to a psd cluster. `servers` is "host:port[,host:port...]" naming
@@ -380,7 +380,8 @@ PS_API void ps_stats_reset(ps_client *c);
 
 /* One line for people, e.g. "push 100 p50 120 us p99 540 us, pull ...,
  * overhead 1.8%, resends 0, timeouts 0": written to buf (len bytes, NUL
- * terminated, cut if short); returns the length it needed. */
+ * terminated, cut if short; buf NULL: nowhere); returns the length it
+ * needed, or PS_EINVAL for s NULL. */
 PS_API int ps_stats_format(const ps_stats_t *s, char *buf, size_t len);
 
 #ifdef __cplusplus

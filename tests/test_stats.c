@@ -248,6 +248,12 @@ static void test_a_scripted_sequence_is_counted_exactly(void **state)
     EXPECT_INT(ps_stats_format(&s, tiny, sizeof tiny), n,
                "a short buffer still reports the length needed");
     EXPECT_INT((int)strlen(tiny), 7, "cut to fit");
+    /* NULLs answered, not dereferenced (each crashed). */
+    EXPECT_INT(ps_stats_format(&s, NULL, 64), n, "buf NULL: the length");
+    EXPECT_INT(ps_stats_format(NULL, tiny, sizeof tiny), PS_EINVAL,
+               "stats NULL");
+    EXPECT_INT(tiny[0], '\0', "an empty line for stats NULL");
+    ps_options_init(NULL);
 
     ps_stats_t node0;
     assert_int_equal(ps_stats_node(c, 0, &node0), PS_OK);
