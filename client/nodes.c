@@ -241,7 +241,10 @@ int psc_servers_parse(const char *servers, int want_token, int lenient,
                  rc < 0 ? "cannot read the file" : "no [cluster] nodes line");
         rc = PS_EINVAL;
     } else {
-        rc = parse_list(in.nodes, out, err, errlen);
+        char why[600];
+        rc = parse_list(in.nodes, out, why, sizeof why);
+        if (rc == PS_EINVAL)     /* which file said it */
+            snprintf(err, errlen, "%s: [cluster] nodes: %s", servers, why);
         if (rc == 0 && want_token)
             rc = ini_token(servers, &in, out, err, errlen);
         if (rc) {

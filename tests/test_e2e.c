@@ -1168,6 +1168,14 @@ static void failed_open_says_why_in_last_error(void **state)
     EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "a bad line, then a long one");
     snprintf(want, sizeof want, "%s:3: not an ini line", ini);
     EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
+    /* A bad nodes line says which file it is in (it did not). */
+    lf = fopen(ini, "w");
+    assert_non_null(lf);
+    fprintf(lf, "[cluster]\nnodes =\n");
+    fclose(lf);
+    EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "an empty nodes line");
+    snprintf(want, sizeof want, "%s: [cluster] nodes: bad server list", ini);
+    EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
     unlink(ini);
     EXPECT_INT(ps_open(&c, "localhost", &o), PS_EINVAL, "no port");
     EXPECT_SUBSTR(ps_last_error(NULL), "bad server address \"localhost\"",
