@@ -233,7 +233,7 @@ static int wait_for_start(ps_client *c);
 
 int ps_open(ps_client **out, const char *servers, const ps_options *o)
 {
-    char err[1024];
+    char err[1024] = "";
     tls_open_err[0] = '\0';
     tls_open_quiet = o && o->quiet;
     if (!out) {

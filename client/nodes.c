@@ -22,6 +22,7 @@ static int parse_list(const char *list, psc_servers *out, char *err,
     psw_addr_error e;
     int n;
     int rc = psw_addr_list_parse(list, PSW_MAX_NODES, &a, &n, &e);
+    snprintf(err, errlen, "out of memory reading the server list");
     if (rc == -2)
         return PS_ENOMEM;
     if (rc < 0) {
