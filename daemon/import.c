@@ -271,7 +271,9 @@ static int import_source(sink *k, const source *x, char *err, size_t errlen)
         for (long r = 0; r < m; r++) {
             uint64_t key = x->keys[0] ? keys[r] : at + (uint64_t)r;
             if (ks.kind == 'i' && (int64_t)key < 0) {
-                snprintf(err, errlen, "%s: row %llu: key %lld is negative",
+                snprintf(err, errlen, "%s: row %llu: key %lld is negative "
+                         "(keys of 2^63 and more go as uint64: "
+                         "ids.view(np.uint64))",
                          x->keys, (unsigned long long)(at + (uint64_t)r),
                          (long long)(int64_t)key);
                 goto out;

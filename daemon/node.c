@@ -156,7 +156,7 @@ static int refuse(char *why, size_t len, const char *path, int line,
     return 1;
 }
 
-static int same_nodes(const psd_config *a, const psd_config *b)
+int psd_config_same_nodes(const psd_config *a, const psd_config *b)
 {
     if (a->nnodes != b->nnodes)
         return 0;
@@ -247,7 +247,7 @@ static int same_data_dir(const psd_config *a, const psd_config *b)
 static int layout_change(const psd_config *a, const psd_config *b,
                          int index, const char *path, char *why, size_t len)
 {
-    if (!same_nodes(a, b))
+    if (!psd_config_same_nodes(a, b))
         return refuse(why, len, path, b->nodes_line, "nodes changed");
     if (a->shards != b->shards)
         return refuse(why, len, path, 0, "shards changed (%u to %u)",

@@ -104,6 +104,10 @@ typedef struct psd_node {
  * move and keep its data). Snapshots and journal segments carry it. */
 uint64_t psd_config_shape(const psd_config *c);
 
+/* Whether a and b name the same nodes: their count, and each one's host
+ * (as written) and port, in order. */
+int psd_config_same_nodes(const psd_config *a, const psd_config *b);
+
 /* The shape in steps, for a snapshot that lists its tables (snapshot.c
  * checks one taken under other tables): begin, then each table in order.
  * psd_config_shape(c) is these over c's tables. */

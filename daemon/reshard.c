@@ -33,12 +33,8 @@ static int same_nodes(const psd_config *a, const char *ai,
                       const psd_config *b, const char *bi, char *err,
                       size_t errlen)
 {
-    if (a->nnodes != b->nnodes)
+    if (!psd_config_same_nodes(a, b))
         return 0;
-    for (int i = 0; i < a->nnodes; i++)
-        if (strcmp(a->nodes[i].host, b->nodes[i].host) ||
-            a->nodes[i].port != b->nodes[i].port)
-            return 0;
     snprintf(err, errlen, "%s names the same %d node%s at the "
              "same addresses as %s: nothing to move between them but the "
              "folders (copy each node's data_dir with its files: cp -a); "

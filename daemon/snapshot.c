@@ -399,8 +399,12 @@ static int read_header(reader *r, header *hd, char *why, size_t whylen)
     else if (psw_crc32c(0, h, 60) != crc)
         snprintf(why, whylen, "header CRC mismatch");
     else if (u < 1 || u > PSD_SNAPSHOT_VERSION)
-        snprintf(why, whylen, "format version %u, this psd reads 1..%d", u,
-                 PSD_SNAPSHOT_VERSION);
+        snprintf(why, whylen, "format version %u, this psd reads 1..%d%s", u,
+                 PSD_SNAPSHOT_VERSION, u > PSD_SNAPSHOT_VERSION
+                     ? " (a newer psd wrote it: run that one, or go back to "
+                       "the copy of data_dir or the export kept from before "
+                       "the upgrade; --skip-snapshot would start without "
+                       "the model)" : "");
     else {
         memset(hd, 0, sizeof *hd);
         hd->version = u;

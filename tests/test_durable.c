@@ -824,7 +824,8 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
         const char *says;
     } bad[] = {
         { "emb.keys.npy", "<i8", 3, 0, -4, "emb.keys.npy: row 1: key -4 is "
-          "negative" },
+          "negative (keys of 2^63 and more go as uint64: "
+          "ids.view(np.uint64))" },
         { "emb.keys.npy", "<i8", 3, 0, 5, "emb.keys.npy: row 1: key 5 of "
           "table 'emb' is given twice (here or in another file)" },
         { "emb.keys.npy", "<i8", 2, 0, 9, "emb.keys.npy: keys are a 1-D "

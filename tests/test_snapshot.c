@@ -502,6 +502,8 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
                "format 4");
     EXPECT_INT(strstr(err, "format version 4, this psd reads 1..3") != NULL, 1,
                "%s", err);
+    EXPECT_INT(strstr(err, "a newer psd wrote it") != NULL, 1,
+               "what to do after a downgrade: %s", err);
     free(f), free(ia.p), free(ib.p);
     psd_node_destroy(&a);
     psd_node_destroy(&b);
