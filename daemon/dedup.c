@@ -33,8 +33,8 @@ struct psd_dclient {
     uint64_t *ring;
     size_t rhead, live, rcap;    /* rcap: a power of two, or 0 */
     uint64_t last_ts;            /* of the latest record */
-    int pushed;                  /* it sent this node a push (or a
-                                    snapshot says it may have) */
+    int pushed;                  /* it sent this node a push, or a
+                                    snapshot holds it */
     uint64_t journaled;          /* the mark last handed to the journal */
     int nconns;                  /* connections attached */
     uint64_t idle_since;         /* when nconns fell to 0 */
@@ -434,7 +434,11 @@ int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
             return -1;
         }
         psd_dedup_ack(c, low, UINT64_MAX);
-        c->pushed |= low > 0;    /* a reader's mark too: kept, as before */
+        /* A client the snapshot holds was kept when it was written (a
+         * reader then connected too): kept again, so that a node written
+         * and loaded holds what it held (a push of ts 0 replayed from the
+         * journal left one with neither mark nor pushes). */
+        c->pushed = 1;
         for (uint64_t k = 0; k < count; k++) {
             uint64_t ts;
             uint32_t part;
