@@ -24,8 +24,9 @@ void psd_dedup_free(psd_dedup *d);
 /* The state of a client, created when absent (NULL only when memory runs
  * out). Each connection that uses it attaches once and detaches when it
  * closes: a client with no connection attached starts to age, or, when it
- * never sent this node a push (psd_dedup_pushed, psd_dedup_record), is
- * forgotten at once; c must not be used after its last detach. */
+ * never sent this node a push (psd_dedup_pushed, psd_dedup_record) and was
+ * not loaded from a snapshot, is forgotten at once; c must not be used
+ * after its last detach. */
 psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
                               uint64_t incarnation, uint64_t now_ms);
 void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms);
