@@ -142,7 +142,7 @@ void ps_options_init(ps_options *o)
  * is refused, PS_ECLOSED, and ps_close only forgets it (freeing it would
  * take locks that a thread of the parent may have held at the fork). */
 static unsigned fork_count;
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static pthread_once_t first_open_once = PTHREAD_ONCE_INIT;
 
 static void on_fork_child(void)
 {
@@ -154,7 +154,7 @@ static void on_fork_child(void)
  * connection (read there as a frame). Every client is quiet then. */
 static int stderr_closed;
 
-static void watch_forks(void)
+static void at_first_open(void)
 {
     (void)pthread_atfork(NULL, NULL, on_fork_child);
     stderr_closed = fcntl(STDERR_FILENO, F_GETFD) < 0 && errno == EBADF;
@@ -246,7 +246,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         open_failed("out of memory");
         return PS_ENOMEM;
     }
-    pthread_once(&fork_once, watch_forks);
+    pthread_once(&first_open_once, at_first_open);
     c->forks = __atomic_load_n(&fork_count, __ATOMIC_RELAXED);
     if (o)
         c->opt = *o;

@@ -36,8 +36,8 @@ void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms);
 int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
                    int *status);
 
-/* Client c sent a push (applied or not): it is remembered past its last
- * connection, with its mark, for client_ttl. */
+/* Client c sent a valid push (applied, or refused at a limit): it is
+ * remembered past its last connection, with its mark, for client_ttl. */
 void psd_dedup_pushed(psd_dclient *c);
 
 /* Records that push (ts, part) was applied, with its status (a push that

@@ -714,8 +714,6 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         session(n, ss, m, now_ms);
         return;
     }
-    if (ss->dedup && psw_op_has(m->op, PSW_OPF_PUSHES))
-        psd_dedup_pushed(ss->dedup);
     /* An operator's command is not counted with the clients' requests. */
     if (m->op == PSW_OP_ADMIN) {
         admin(n, ss, m);
@@ -815,6 +813,8 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     /* A push seen before (a retransmission) is answered as it was the
      * first time, without applying it again; a pushpull still pulls. */
     psd_dclient *dc = pushes ? dedup_of(n, ss, now_ms) : NULL;
+    if (dc)                      /* remembered past its close from now */
+        psd_dedup_pushed(dc);
     int seen_status;
     if (dc && psd_dedup_seen(dc, m->ts, m->part, &seen_status)) {
         n->stats.duplicates++;
