@@ -132,8 +132,19 @@ static void reply_error(psd_node *n, psd_session *ss, const psw_msg *m,
     n->stats.request_errors++;
     if (psw_op_has(m->op, PSW_OPF_TABLE) && m->table < (uint32_t)n->ntables)
         n->tstats[m->table].errors++;
-    psd_debug("request %llu from %s: %s", (unsigned long long)m->ts, ss->peer,
-              text);
+    /* A node short of memory is the operator's to hear of, not only the
+     * client's: it refuses or applies in part until memory is freed. */
+    if (status == PSW_ENOMEM && psw_op_has(m->op, PSW_OPF_TABLE) &&
+        m->table < (uint32_t)n->ntables)
+        psd_warn_rep("table '%s': request %llu from %s: %s",
+                     psd_table_conf_get(n->tables[m->table])->name,
+                     (unsigned long long)m->ts, ss->peer, text);
+    else if (status == PSW_ENOMEM)
+        psd_warn_rep("request %llu from %s: %s", (unsigned long long)m->ts,
+                     ss->peer, text);
+    else
+        psd_debug("request %llu from %s: %s", (unsigned long long)m->ts,
+                  ss->peer, text);
     psw_pack_reply(ss->out, m->ts, m->part, status, text, 0, 0);
 }
 

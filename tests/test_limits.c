@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -2876,6 +2878,69 @@ static void frames_beyond_a_turns_share_run_in_order_and_all_complete(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A node out of memory says so in its log, naming the table and the
+ * client: a sparse push that could not create its rows was answered
+ * PS_ENOMEM ("applied in part") while the node's log stayed silent, so
+ * the operator of a node near its memory limit heard nothing. psd runs
+ * under an address-space limit (a shell that sets `ulimit -v` and execs
+ * it); AddressSanitizer cannot run under one, so a sanitized psd skips. */
+static void a_push_refused_for_memory_is_logged(void **state)
+{
+    (void)state;
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char cmd[700], wrap[300], real[PATH_MAX];
+    snprintf(cmd, sizeof cmd, "grep -q __asan_init '%s'", psd);
+    if (system(cmd) == 0) {
+        print_message("# psd is built with AddressSanitizer, which cannot "
+                      "run under an address-space limit\n");
+        skip();
+    }
+    if (!realpath(psd, real))
+        fail_msg("%s: %s", psd, strerror(errno));
+    test_cluster c;
+    snprintf(wrap, sizeof wrap, "/tmp/psd-oom-%d.sh", (int)getpid());
+    FILE *f = fopen(wrap, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\nulimit -v 150000 && exec '%s' \"$@\"\n", real);
+    fclose(f);
+    assert_int_equal(chmod(wrap, 0700), 0);
+    char *was = getenv("PSD_BIN") ? strdup(getenv("PSD_BIN")) : NULL;
+    setenv("PSD_BIN", wrap, 1);
+    int rc = cluster_start(&c, 1, 4, "[table.s]\ndim = 16\nupdater = sum\n");
+    if (was)
+        setenv("PSD_BIN", was, 1);
+    else
+        unsetenv("PSD_BIN");
+    free(was);
+    unlink(wrap);
+    if (rc)
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec);
+    int s = ps_table(a, "s", NULL);
+    enum { N = 65536, DIM = 16 };
+    uint64_t *keys = malloc(N * sizeof *keys);
+    float *g = malloc(sizeof(float) * N * DIM);
+    assert_non_null(keys && g);
+    for (int i = 0; i < N * DIM; i++)
+        g[i] = 1;
+    /* 4 MiB of new rows a push: 150 MB runs out within 40. */
+    rc = 0;
+    for (int b = 0; b < 40 && rc == 0; b++) {
+        for (int i = 0; i < N; i++)
+            keys[i] = (uint64_t)b * N + (uint64_t)i;
+        rc = ps_wait(a, ps_push(a, s, keys, N, g, NULL, NULL));
+    }
+    EXPECT_INT(rc, PS_ENOMEM, "the push that ran out: %s", ps_last_error(a));
+    free(keys);
+    free(g);
+    /* Logged before the reply was packed, so the line is there now. */
+    if (log_lines_with(&c, "warn: table 's': request ") < 1 ||
+        log_lines_with(&c, ": out of memory creating rows") < 1)
+        fail_msg("no warning of it in the log:\n%s", cluster_log(&c, 0));
+    ps_close(a);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -2918,6 +2983,7 @@ int main(void)
         cmocka_unit_test_teardown(clients_gone_that_never_pushed_are_forgotten, teardown),
         cmocka_unit_test_teardown(parts_of_refused_pushes_are_refused_after_another_refusal, teardown),
         cmocka_unit_test_teardown(end_job_answers_what_waited_for_the_clock, teardown),
+        cmocka_unit_test_teardown(a_push_refused_for_memory_is_logged, teardown),
         cmocka_unit_test_teardown(remembered_pushes_and_rss_stay_flat_over_a_long_run, teardown),
         cmocka_unit_test_teardown(frames_beyond_a_turns_share_run_in_order_and_all_complete, teardown),
     };
