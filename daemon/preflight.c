@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -409,12 +410,18 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
 {
     double need = 0, most = 0, limit, avail;
     const psd_table_conf *big = NULL;
+    /* Each node is its own process, under its own address-space limit
+     * (ulimit -v, LimitAS=): what the largest one needs is held to it. */
+    double *per = calloc((size_t)c->nnodes, sizeof *per);
     /* The nodes counted, each name looked up once: node, and with it
      * (or without a node) every node on a loopback address, since they
      * share this host's memory. */
     char *mine = calloc((size_t)c->nnodes, 1);
-    if (!mine)
+    if (!mine || !per) {
+        free(mine);
+        free(per);
         return;
+    }
     int i = node, nodes = 0, loop_own = node >= 0 && here(c, node);
     for (int n = 0; n < c->nnodes; n++) {
         mine[n] = n == node || ((node < 0 || loop_own) && here(c, n));
@@ -425,31 +432,53 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
     }
     if (nodes == 0) {
         free(mine);
+        free(per);
         return;
     }
     for (int t = 0; t < c->ntables; t++) {
         const psd_table_conf *tc = &c->tables[t];
         if (!tc->dense)
             continue;
-        double rows = 0;
-        for (uint32_t s = 0; s < c->shards; s++) {
-            if (!mine[psw_node_of_shard(s, c->nnodes)])
-                continue;
-            rows += (double)(psw_dense_shard_start(tc->rows, c->shards, s + 1) -
-                             psw_dense_shard_start(tc->rows, c->shards, s));
-        }
-        double b = rows * tc->dim * 4 *
+        double rows = 0, per_row = tc->dim * 4.0 *
                    (1 + psd_updater_state_per_float(tc->upd.kind)) +
-                   (psd_updater_has_step(tc->upd.kind) ? rows * 4 : 0);
+                   (psd_updater_has_step(tc->upd.kind) ? 4 : 0);
+        for (uint32_t s = 0; s < c->shards; s++) {
+            int at = psw_node_of_shard(s, c->nnodes);
+            if (!mine[at])
+                continue;
+            double r = (double)(psw_dense_shard_start(tc->rows, c->shards,
+                                                      s + 1) -
+                                psw_dense_shard_start(tc->rows, c->shards, s));
+            rows += r;
+            per[at] += r * per_row;
+        }
+        double b = rows * per_row;
         need += b;
         if (b > most) {
             most = b;
             big = tc;
         }
     }
-    free(mine);
-    host_memory(&limit, &avail);
     const double gib = 1024.0 * 1024 * 1024;
+    struct rlimit as;
+    /* The node asked for, whose process this limit is (or will be); for
+     * every node, the one that needs most. */
+    int worst = node;
+    for (int n = 0; node < 0 && n < c->nnodes; n++)
+        if (mine[n] && (worst < 0 || per[n] > per[worst]))
+            worst = n;
+    if (big && worst >= 0 && getrlimit(RLIMIT_AS, &as) == 0 &&
+        as.rlim_cur != RLIM_INFINITY && per[worst] > (double)as.rlim_cur)
+        add(&pf->problems, &pf->nproblems, path, big->line, "[table.%s]: "
+            "node %d's rows of dense tables need %.2f GiB with their "
+            "optimizer state, more than the %.2f GiB of address space a "
+            "process may have here (ulimit -v; LimitAS= in a unit): it "
+            "would fail to make them. Raise the limit, or give the tables "
+            "fewer rows or the cluster more nodes", big->name, worst,
+            per[worst] / gib, (double)as.rlim_cur / gib);
+    free(mine);
+    free(per);
+    host_memory(&limit, &avail);
     /* Not known (a unit with ProcSubset=pid hides /proc/meminfo): said
      * when the rows are big enough to matter, since nothing else would
      * stop psd from being killed while it makes them. */

@@ -481,7 +481,22 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
     }
     return t;
 oom:
-    snprintf(err, errlen, "table '%s': out of memory", conf->name);
+    if (t && t->shards && conf->dense) {
+        /* What the rows needed, for the operator to size the node by (a
+         * bare "out of memory" left them to work it out). */
+        double rows = 0;
+        for (uint32_t i = 0; i < shards; i++)
+            if (psw_node_of_shard(i, nnodes) == node)
+                rows += (double)(psw_dense_shard_start(conf->rows, shards,
+                                                       i + 1) -
+                                 psw_dense_shard_start(conf->rows, shards, i));
+        double b = rows * conf->dim * 4 * (1 + t->nstate) +
+                   (t->has_step ? rows * 4 : 0);
+        snprintf(err, errlen, "table '%s': out of memory making its %.0f "
+                 "rows here (%.2f GiB with their optimizer state)",
+                 conf->name, rows, b / (1024.0 * 1024 * 1024));
+    } else
+        snprintf(err, errlen, "table '%s': out of memory", conf->name);
     psd_table_free(t);
     return NULL;
 }
