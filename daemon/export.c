@@ -135,6 +135,7 @@ typedef struct node_out {
     char snap[4200];
     uint64_t records;            /* journal records replayed */
     int64_t *rows;               /* per table of the ini */
+    int cleared;                 /* its earlier files removed: writing */
 } node_out;
 
 /* DIR/export.nodeN.json: node i's files, so that the exports of nodes
@@ -329,6 +330,7 @@ static int export_node(const char *ini, int i, const char *const *drop,
     if (rc == 0)
         rc = make_out(out_dir, err, errlen) ||
              clear_node(out_dir, i, err, errlen);
+    o->cleared = rc == 0;
     for (int j = 0; j < ntables && rc == 0; j++) {
         uint64_t count = 0;
         if (o->rows[j] < 0)
@@ -366,7 +368,8 @@ int psd_export(const char *ini, int only, const char *const *drop,
      * any: one that fails partway must not leave a folder of old and new
      * nodes that reads as one model. */
     struct stat st;
-    if (!status && only < 0 && stat(out_dir, &st) == 0 &&
+    int existed = stat(out_dir, &st) == 0;
+    if (!status && only < 0 && existed &&
         clear_node(out_dir, -1, err, sizeof err)) {
         fprintf(stderr, "psd --export: %s\n", err);
         status = 1;
@@ -438,6 +441,19 @@ int psd_export(const char *ini, int only, const char *const *drop,
         fprintf(stderr, "psd --export: %d of %d node%s written to %s "
                 "(export.nodeN.json lists each node's files)\n", exported,
                 cfg.nnodes, cfg.nnodes == 1 ? "" : "s", out_dir);
+    else if ((only < 0 || no->cleared) && stat(out_dir, &st) == 0) {
+        /* A failed export takes back what it wrote (a disk that filled
+         * left gigabytes of tables no manifest named): the nodes it
+         * exported, and the files of the one that failed. One node's
+         * export (-n) that failed before it removed that node's earlier
+         * files leaves them, whole. The folder goes too when this export
+         * made it and nothing else is in it. */
+        if (clear_node(out_dir, only, err, sizeof err))
+            fprintf(stderr, "psd --export: removing what it wrote: %s\n",
+                    err);
+        else if (!existed)
+            (void)rmdir(out_dir);
+    }
     free(rows);
     free(no);
     psd_config_destroy(&cfg);

@@ -1111,6 +1111,32 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
     free(o);
     EXPECT_INT(access(stale, F_OK), -1, "%s after a new export", stale);
     expect_exported_w(out, 3);
+    /* An export that fails takes back what it wrote: node 1's snapshot
+     * damaged, node 0's tables were left in a new folder with no export
+     * that named them (a disk that filled left gigabytes so). A node's
+     * own export (-n) that fails before it writes keeps that node's
+     * earlier files whole. */
+    char snap[300], keep[320], fresh[300];
+    snprintf(snap, sizeof snap, "%s/psd-node1.snap", c.dir);
+    snprintf(keep, sizeof keep, "%s.kept", snap);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s' && printf 'XXXXXXXX' | dd "
+             "of='%s' bs=1 seek=200 conv=notrunc status=none", snap, keep,
+             snap);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+    snprintf(fresh, sizeof fresh, "%s/model2", c.dir);
+    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s'", psd, fresh, c.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "psd --export: node 1: ", "%s", cmd);
+    free(o);
+    EXPECT_INT(access(fresh, F_OK), -1, "%s after a failed export", fresh);
+    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s' -n 1", psd, out,
+             c.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "%s: %s", cmd, o);
+    free(o);
+    expect_exported_w(out, 3);
+    EXPECT_INT(rename(keep, snap), 0, "putting %s back", snap);
     static const struct {
         const char *args, *says;
         int status;
