@@ -62,7 +62,9 @@ enum {
     PS_EAUTH = -6,      /* authentication failed */
     PS_ENOTABLE = -7,   /* no such table */
     PS_EKEY = -8,       /* key or row out of the table's range */
-    PS_ETOOBIG = -9,    /* a request piece exceeds the server's max_frame */
+    PS_ETOOBIG = -9,    /* a request piece exceeds the server's max_frame,
+                           or a request is beyond what one request can be
+                           (more than 2^32 - 1 keys, or 65,535 parts) */
     PS_ECLOSED = -10,   /* the client is closing */
     PS_ESERVER = -11,   /* the server failed to carry out the request */
     PS_ENOTOWNER = -12, /* the server does not own that shard (layout mismatch) */
@@ -102,7 +104,15 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
     int max_retries;                 /* default 2: a request is sent at most 1 + max_retries
                                         times and fails with PS_ETIMEDOUT
                                         once request_timeout_ms x (max_retries + 1)
-                                        have passed since the call */
+                                        have passed since the call, or
+                                        sooner when its last attempt ends
+                                        with its connection: a part
+                                        unanswered in time closes its
+                                        connection, and every part in
+                                        flight on it has had that attempt
+                                        (its error says "no attempts
+                                        left" and why the connection
+                                        closed) */
     int batch_delay_us;              /* how long a small request may wait for company,
                                         0..1000000; default 0: send as soon as
                                         the I/O thread runs. In whole ms, rounded
@@ -231,7 +241,8 @@ PS_API int ps_table(ps_client *c, const char *name, ps_table_info *info);
  * Timestamps number a client's accepted requests one by one from 1; a
  * call that fails takes none, and each ps_clock and ps_barrier sent takes
  * one too, so a push right after a ps_clock is numbered 2 past the one
- * before it. A call blocks while more than max_inflight_bytes are in
+ * before it (so does the CLOCK a worker's ps_open sends when it rejoins a
+ * bsp job past clock 0: its first request is then 2). A call blocks while more than max_inflight_bytes are in
  * flight. */
 PS_API ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
                      const float *vals, ps_done_fn cb, void *arg);
@@ -354,7 +365,9 @@ typedef struct ps_stats_t {
                                                  overhead */
     uint64_t backpressure_us;    /* callers blocked on max_inflight_bytes */
     uint64_t sync_wait_us;       /* callers inside ps_clock / ps_barrier */
-    uint64_t timeouts;           /* attempts that got no reply in time */
+    uint64_t timeouts;           /* connections closed for a part
+                                    unanswered in time (one however many
+                                    parts were in flight on it) */
     uint64_t resends;            /* parts sent again */
     uint64_t duplicates;         /* late or duplicate replies dropped */
     uint64_t reconnects;         /* connections made again after a loss */
