@@ -108,6 +108,7 @@ import operator
 import os
 import threading
 import warnings
+import weakref
 from typing import Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -375,6 +376,9 @@ def _uint64(name: str, v: object) -> int:
 def _node(v: object) -> int:
     """A node number for ps_stats_node, whose argument is a C int: ctypes
     would cut a bigger one to its low 32 bits (2**32 reading node 0)."""
+    if isinstance(v, bool):
+        # operator.index takes True as 1: stats(True) read node 1.
+        raise TypeError("node: expected an int, got a bool")
     try:
         i = operator.index(v)
     except TypeError:
@@ -431,7 +435,11 @@ class Request:
     def __init__(self, client: "Client", ts: int, bufs: Tuple[np.ndarray, ...],
                  out: Optional[np.ndarray]) -> None:
         self._ts = ts
-        self._client = client
+        # Weak: the client's _pending holds the request, and a strong
+        # reference back made a cycle that kept a dropped client (and its
+        # worker id, its connections) open until the garbage collector
+        # ran. A client dropped meanwhile closed, reading this status.
+        self._client = weakref.ref(client)
         self._bufs: Optional[Tuple[np.ndarray, ...]] = bufs
         self._out = out
         self._status: Optional[int] = None
@@ -453,8 +461,9 @@ class Request:
         same result. InvalidError when its status is no longer known: more
         than 1024 requests failed after it before its status was read.
         """
-        if self._status is None:
-            self._client._settle(self)
+        client = self._client()
+        if self._status is None and client is not None:
+            client._settle(self)
         if self._status is None:
             # A close cut short after it let go of the handle (Ctrl-C
             # twice) may not have read it: unknown is not success.
@@ -484,26 +493,50 @@ class Request:
 class Table:
     """A table of the cluster, from ``Client.table(name)``.
 
-    Attributes: ``id``, ``name``, ``dim`` (floats per row), ``rows`` (dense
-    tables: the row count; sparse: 0) and ``dense``. Keys are uint64 row
-    numbers (dense) or any uint64 (sparse); see the package docstring for
-    the arrays. Every blocking call releases the GIL while it waits.
+    Attributes (read-only: the library sizes what it writes by the
+    table's own, and a ``dim`` set smaller overran ``out``): ``id``,
+    ``name``, ``dim`` (floats per row), ``rows`` (dense tables: the row
+    count; sparse: 0) and ``dense``. Keys are uint64 row numbers (dense) or
+    any uint64 (sparse); see the package docstring for the arrays. Every
+    blocking call releases the GIL while it waits.
     """
 
-    id: int
-    name: str
-    dim: int
-    rows: int
-    dense: bool
+    __slots__ = ("_client", "_id", "_name", "_dim", "_rows", "_dense",
+                 "__weakref__")
 
     def __init__(self, client: "Client", name: str,
                  info: _lib.PsTableInfo) -> None:
         self._client = client
-        self.id = info.id
-        self.name = name
-        self.dim = info.dim
-        self.rows = info.rows
-        self.dense = bool(info.dense)
+        self._id = int(info.id)
+        self._name = name
+        self._dim = int(info.dim)
+        self._rows = int(info.rows)
+        self._dense = bool(info.dense)
+
+    @property
+    def id(self) -> int:
+        """The table's number in the cluster."""
+        return self._id
+
+    @property
+    def name(self) -> str:
+        """The table's name, as in ``[table.NAME]``."""
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        """Floats per row."""
+        return self._dim
+
+    @property
+    def rows(self) -> int:
+        """A dense table's row count; 0 for a sparse one."""
+        return self._rows
+
+    @property
+    def dense(self) -> bool:
+        """Whether the table is dense (rows 0..rows-1)."""
+        return self._dense
 
     __reduce_ex__ = _not_copied
 
@@ -686,7 +719,11 @@ class Client:
         # Set by a close that does not wait: waits in other threads end
         # (ClosedError) instead of holding that close for their requests.
         self._abandon = False
-        self._tables: Dict[str, Table] = {}
+        # Weak: each Table holds its client, and a dict of strong ones
+        # made a cycle that kept a dropped client open until the garbage
+        # collector ran (a worker id stayed taken: PS_EBUSY on reconnect).
+        self._tables: "weakref.WeakValueDictionary[str, Table]" = \
+            weakref.WeakValueDictionary()
         self._forks = _forks
 
         fields: Dict[str, Optional[int]] = {"worker": worker}
@@ -1011,6 +1048,9 @@ class Client:
         h = self._acquire()
         settled = False          # nothing of this call is in flight
         try:
+            # Dropped async requests that completed let go of their
+            # arrays here too, not only at the next *_async call.
+            self._sweep(h)
             ts = fn(h, *args)
             if ts < 0:
                 settled = True
@@ -1114,7 +1154,11 @@ class Client:
     def table(self, name: str) -> Table:
         """The table called ``name``; raises TableError if the cluster has
         none."""
-        cname = _cstr("name", name)     # first: a list is no cache key
+        if not isinstance(name, str):
+            # bytes made a second Table beside the str one, named
+            # "b'emb'" in messages; a bytearray is no cache key.
+            raise TypeError(f"name: expected a str, got {_describe(name)}")
+        cname = _cstr("name", name)
         t = self._tables.get(name)
         if t is not None:
             if self.closed:      # as any other call on a closed client

@@ -39,6 +39,33 @@ def _manifest(where: str) -> dict:
     return m
 
 
+def _int(v: object, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _checked(where: str, m: dict) -> dict:
+    """m, if it has the shape of a node's manifest: its numbers and its
+    tables' entries, each of the type psd writes; else ValueError naming
+    where. A damaged or hand-made manifest raised TypeError or KeyError
+    from deep in read_export, and export.py's command line a traceback."""
+    tables = m.get("tables")
+    ok = (_int(m.get("node"), 0) and _int(m.get("nodes"), 1) and
+          _int(m.get("shards"), 1) and isinstance(tables, list))
+    for t in tables if ok else []:
+        ok = (isinstance(t, dict) and isinstance(t.get("name"), str) and
+              t.get("kind") in ("dense", "sparse") and
+              _int(t.get("dim"), 1) and _int(t.get("rows"), 0) and
+              _int(t.get("count"), 0) and isinstance(t.get("keys"), str) and
+              isinstance(t.get("values"), str))
+        if not ok:
+            raise ValueError(f"{where}: not a manifest psd --export wrote "
+                             f"(a table entry: {t!r:.200})")
+    if not ok:
+        raise ValueError(f"{where}: not a manifest psd --export wrote (its "
+                         f"node, nodes, shards or tables)")
+    return m
+
+
 def _older_manifests(path: Union[str, os.PathLike]) -> list:
     """The manifests of an export written by a psd of before export.nodeN.json
     (one export.json for every node, each table listing its nodes' files),
@@ -53,13 +80,14 @@ def _older_manifests(path: Union[str, os.PathLike]) -> list:
         nodes = sorted({int(s["node"]) for s in m["snapshots"]} |
                        {int(f["node"]) for t in m["tables"]
                         for f in t["files"]})
-        return [{"node": i, "nodes": m["nodes"], "shards": m["shards"],
-                 "tables": [dict({k: v for k, v in t.items()
-                                  if k != "files"}, **f)
-                            for t in m["tables"] for f in t["files"]
-                            if int(f["node"]) == i]}
+        return [_checked(where, {
+                    "node": i, "nodes": m["nodes"], "shards": m["shards"],
+                    "tables": [dict({k: v for k, v in t.items()
+                                     if k != "files"}, **f)
+                               for t in m["tables"] for f in t["files"]
+                               if int(f["node"]) == i]})
                 for i in nodes]
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         raise ValueError(f"{where}: not a manifest psd --export wrote (its "
                          f"snapshots, nodes, shards or tables)") from None
 
@@ -90,11 +118,10 @@ def read_export(path: Union[str, os.PathLike],
         except FileNotFoundError as e:   # gone since listdir
             raise ValueError(f"{where}: not a manifest psd --export wrote: "
                              f"{e}") from None
-        if (m.get("node") != int(_MANIFEST.fullmatch(name).group(1)) or
-                not all(k in m for k in ("nodes", "shards", "tables"))):
+        if m.get("node") != int(_MANIFEST.fullmatch(name).group(1)):
             raise ValueError(f"{where}: not a manifest psd --export wrote "
                              f"(its node, nodes, shards or tables)")
-        manifests.append(m)
+        manifests.append(_checked(where, m))
     if not manifests:
         manifests = _older_manifests(path)
     if not manifests:

@@ -275,6 +275,70 @@ def test_table_reports_its_shape_and_unknown_tables_raise(cluster):
         assert isinstance(err.value, LookupError)
 
 
+def test_a_tables_shape_is_read_only(cluster):
+    """The library writes rows of the table's own dim: a dim set smaller
+    in Python sized out too small, and a pull overran it (a segfault)."""
+    with psclient.connect(cluster.spec) as c:
+        d = c.table("dense")
+        for attr, value in (("dim", 1), ("id", 0), ("rows", 1),
+                            ("dense", False), ("name", "emb")):
+            with pytest.raises(AttributeError):
+                setattr(d, attr, value)
+        assert d.pull(np.arange(100, dtype=U64)).shape == (100, 3)
+        # Names are str: bytes made a second Table, named "b'dense'".
+        with pytest.raises(TypeError, match="name: expected a str"):
+            c.table(b"dense")
+        with pytest.raises(TypeError, match="name: expected a str"):
+            c.table(bytearray(b"dense"))
+        with pytest.raises(TypeError, match="got a bool"):
+            c.stats(True)
+
+
+def test_a_dropped_client_closes_at_once(cluster):
+    """Its tables and requests refer to it: each held it in a cycle, so a
+    client dropped after c.table() stayed open until the garbage collector
+    ran, and connecting again as its worker was refused (PS_EBUSY)."""
+    def train():
+        c = psclient.connect(cluster.spec, worker=0)
+        t = c.table("emb")
+        t.push(keys_of(1, 2), np.ones((2, 4), F32))
+        t.pull_async(keys_of(1, 2))        # dropped unread
+        return weakref.ref(c)
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        gone = train()
+        assert gone() is None
+        with psclient.connect(cluster.spec, worker=0,
+                              connect_timeout_ms=1500) as c:
+            assert c.worker == 0
+            r = c.table("emb").pull_async(keys_of(1))
+            del c
+        # Its client closed as the with block ended; the status was read.
+        np.testing.assert_array_equal(r.wait(), np.ones((1, 4), F32))
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_blocking_calls_let_go_of_dropped_requests_that_completed(cluster):
+    """The package docstring: each call that issues a request reads the
+    dropped ones that are done. Blocking calls did not, so the arrays of
+    dropped async pulls stayed until the next *_async call."""
+    with psclient.connect(cluster.spec) as c:
+        d = c.table("dense")
+        outs = []
+        for _ in range(5):
+            out = np.empty((100, 3), F32)
+            outs.append(weakref.ref(out))
+            d.pull_range_async(0, 100, out)      # dropped unread
+            del out
+        time.sleep(0.5)                          # done by now, unread
+        d.pull(keys_of(1))
+        assert [o() for o in outs] == [None] * 5
+
+
 def test_connect_takes_the_ini_path_too(cluster):
     with psclient.connect(Path(cluster.ini)) as c:
         assert c.table("dense").rows == 100
@@ -1497,6 +1561,36 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     m = psclient.read_export(later)
     assert sorted(m) == ["dense", "emb", "seeded"]
     np.testing.assert_array_equal(m["dense"], rows)
+
+
+@pytest.mark.parametrize("manifest", [
+    {"tables": 5},
+    {"nodes": "x"},
+    {"shards": 0},
+    {"tables": [{"name": "w", "dim": 2, "rows": 4, "keys": "k.npy",
+                 "values": "v.npy", "count": 0}]},          # no kind
+    {"tables": [{"name": "w", "kind": "dense", "dim": "2", "rows": 4,
+                 "keys": "k.npy", "values": "v.npy", "count": 0}]},
+    {"tables": ["w"]},
+])
+def test_a_damaged_manifest_is_a_value_error(tmp_path, manifest):
+    """A manifest of the wrong shape raised TypeError or KeyError from
+    deep in read_export, and export.py's command line a traceback."""
+    m = {"format": 1, "node": 0, "nodes": 1, "shards": 4, "tables": []}
+    m.update(manifest)
+    (tmp_path / "export.node0.json").write_text(json.dumps(m))
+    with pytest.raises(ValueError, match=r"export\.node0\.json: not a "
+                       r"manifest psd --export wrote"):
+        psclient.read_export(tmp_path)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PSCLIENT_LIB", "PYTHONPATH")}
+    r = subprocess.run([sys.executable,
+                        str(SRC / "python" / "psclient" / "export.py"),
+                        str(tmp_path), str(tmp_path / "o.npz")],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       cwd=str(tmp_path))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "not a manifest psd --export wrote" in r.stderr
 
 
 def test_a_worker_let_go_hears_of_the_clocks_it_missed(make_cluster,
