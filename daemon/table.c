@@ -1115,6 +1115,10 @@ size_t psd_table_bytes(const psd_table *t)
                      (per_row + sizeof(uint64_t)) +
                  s->hcap * sizeof(cslot) + s->nchunks * 3 * sizeof(void *);
     }
+    /* A bsp table's sums of the clock in progress: kept between clocks,
+     * as much again as the rows pushed (they went uncounted). */
+    if (t->acc)
+        b += psd_table_bytes(t->acc);
     return b;
 }
 
