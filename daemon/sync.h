@@ -47,6 +47,9 @@ typedef struct psd_worker {
                                 the journal last heard (psd_sync_dirty) */
     int closed;              /* LEFT by its own LEAVE (ps_close), not by a
                                 grace that ran out: the job may be over */
+    uint64_t said_ms;        /* start of the window of its log lines */
+    unsigned said;           /* join, loss and leave lines in it */
+    unsigned unsaid;         /* those past the burst: counted, not logged */
 } psd_worker;
 
 /* A wait the node reports ("waiting for"), of the clock or the barrier. */
@@ -62,6 +65,8 @@ typedef struct psd_sync {
     uint64_t clock;          /* clocks finished by every waited-for worker */
     uint64_t barrier;        /* barriers every such worker passed */
     psd_wait wait[2];        /* for the log: [0] the clock, [1] the barrier */
+    uint64_t now_ms;         /* the latest time the node gave (advance,
+                                lost, tick): for the rate of log lines */
     int legacy_leaves;       /* loaded from a snapshot older than `closed`
                                 (format 1 or 2): a leave replayed after it
                                 whose record does not say (an older

@@ -922,6 +922,56 @@ static void test_end_job_divides_by_who_pushed_and_journals_everyone(
     psd_sync_destroy(&y);
 }
 
+/* Lines in text that contain what. */
+static int lines_with(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p++)
+        n++;
+    return n;
+}
+
+/* A worker's process that opens and closes in a loop wrote a join and a
+ * leave line each time (400 lines in 0.5 s, naming no peer): the first
+ * few of each 10 s are logged, with the peer, the rest summed up in one
+ * line by the tick after the window. Per worker: another worker lost in
+ * the same burst is still said. */
+static void test_a_flapping_workers_lines_are_few_and_name_its_peer(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    int a, b;
+    join(&y, 1, 7, &b);
+    capture_begin();
+    psd_log_set_level(PSD_LOG_INFO);
+    psd_sync_advance(&y, 1000);
+    for (int i = 0; i < 100; i++) {
+        join(&y, 0, 100 + (uint64_t)i, &a);
+        psd_sync_leave(&y, 0, &a);
+    }
+    psd_sync_lost(&y, 1, &b, 1500, 30);
+    psd_sync_tick(&y, 12000, 30, 0, 10000);
+    char *log = capture_end();
+    int said = lines_with(log, "worker 0 left (from 127.0.0.1:9)") +
+               lines_with(log, "worker 0 rejoined at clock 0 (from "
+                               "127.0.0.1:9)");
+    if (said < 1 || said > 4)
+        fail_msg("%d join and leave lines of worker 0, want 1..4:\n%s", said,
+                 log);
+    char want[128];
+    snprintf(want, sizeof want, "worker 0: %d more joins, losses and leaves "
+             "in 11 s, not logged (the last from 127.0.0.1:9)", 199 - said);
+    if (!strstr(log, want))
+        fail_msg("no \"%s\" in:\n%s", want, log);
+    EXPECT_INT(lines_with(log, "worker 1 lost its connection (from "
+                          "127.0.0.1:9); waiting up to 30 s"), 1,
+               "worker 1's loss, in the same burst:\n%s", log);
+    free(log);
+    psd_sync_destroy(&y);
+}
+
 int main(void)
 {
     /* The state machine logs joins and losses; keep the output to TAP. */
@@ -971,6 +1021,8 @@ int main(void)
         cmocka_unit_test(test_end_job_again_only_raises_the_counts),
         cmocka_unit_test(
             test_end_job_divides_by_who_pushed_and_journals_everyone),
+        cmocka_unit_test(
+            test_a_flapping_workers_lines_are_few_and_name_its_peer),
     };
     return cmocka_run_group_tests_name("sync", tests, NULL, NULL);
 }
