@@ -72,9 +72,12 @@ uint64_t psd_config_shape(const psd_config *c)
     return h;
 }
 
-/* The layout epoch identifies this shape of the cluster and where its
- * nodes are: clients compare it across nodes so they never mix two
- * layouts. */
+/* The layout epoch identifies this shape of the cluster, where its
+ * nodes are and how many workers a synchronous job has: clients compare
+ * it across nodes so they never mix two layouts. A node started with
+ * another `workers` than the others waited for a worker that never came
+ * while the rest moved on: the job hung with no error. Mixed in only when
+ * set, so that an asynchronous cluster's epoch is an earlier release's. */
 static uint64_t layout_epoch(const psd_config *c)
 {
     uint64_t h = psd_config_shape(c);
@@ -83,6 +86,8 @@ static uint64_t layout_epoch(const psd_config *c)
             MIX(h, (unsigned char)*p);
         MIX(h, c->nodes[i].port);
     }
+    if (c->workers > 0)
+        MIX(h, c->workers);
     return h;
 }
 
@@ -268,6 +273,11 @@ static int layout_change(const psd_config *a, const psd_config *b,
     for (int i = 0; i < a->ntables; i++)
         if (table_change(&a->tables[i], &b->tables[i], path, why, len))
             return 1;
+    /* The workers' state is sized at start (and saved in snapshots): a
+     * node that kept waiting for the old count must not say it reloaded. */
+    if (a->workers != b->workers)
+        return refuse(why, len, path, 0, "workers changed (%d to %d)",
+                      a->workers, b->workers);
     /* Each part of the epoch was compared above; this stays true to it
      * should one be added there and not here. */
     if (layout_epoch(a) != layout_epoch(b))
@@ -275,11 +285,6 @@ static int layout_change(const psd_config *a, const psd_config *b,
     if (!same_entry(a->listen, a->nlisten, b->listen, b->nlisten, index))
         return refuse(why, len, path, b->listen_line, "listen changed "
                       "(this node's address)");
-    /* The workers' state is sized at start (and saved in snapshots): a
-     * node that kept waiting for the old count must not say it reloaded. */
-    if (a->workers != b->workers)
-        return refuse(why, len, path, 0, "workers changed (%d to %d)",
-                      a->workers, b->workers);
     if (strcmp(a->auth_token, b->auth_token) ||
         strcmp(a->auth_token_file, b->auth_token_file))
         return refuse(why, len, path, 0, "auth_token or auth_token_file "

@@ -1130,6 +1130,9 @@ static int layouts_differ(const cluster *c)
             fprintf(stderr, "%s%s", k ? ", " : "; nodes ", l->nodes[k]);
         fprintf(stderr, "\n");
     }
+    /* What the epoch holds beyond the lines above. */
+    fprintf(stderr, "  (the epoch also holds each table's updater and "
+            "[cluster] workers: lines alike above differ in those)\n");
     return 1;
 }
 

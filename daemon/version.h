@@ -1,4 +1,4 @@
-/* psd's release as text ("0.3.0"), for its start line, /metrics and the
+/* psd's release as text ("0.3.1"), for its start line, /metrics and the
  * stats: libpsclient's (psclient.h), which psd and psctl ship with, so
  * that a half-upgraded cluster shows which node runs what. */
 #ifndef PSD_VERSION_H

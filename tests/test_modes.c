@@ -2244,6 +2244,48 @@ static void async_bsp_and_ssp_tables_in_one_cluster(void **state)
                  3 * MIX_CLOCKS);
 }
 
+/* A node started with another `workers` than the others (one ini edited
+ * on one host) waited for a worker that never came while the others
+ * moved on: every worker blocked in its first ps_clock with no error.
+ * The layout epoch holds `workers`, so clients refuse the mix at
+ * ps_open, as for another table list, and psctl says the nodes
+ * disagree. */
+static void a_node_with_another_workers_count_is_refused(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n",
+                                      "[table.b]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    kill(cl.pid[1], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&cl, 1, 10000), 0, "node 1 stops");
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^workers = 2$/workers = 3/' '%s'",
+             cl.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&cl, 1))
+        fail_msg("node 1 did not restart with workers = 3");
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.connect_timeout_ms = 5000;
+    o.quiet = 1;
+    ps_client *w0 = NULL;
+    EXPECT_INT(ps_open(&w0, cl.spec, &o), PS_EPROTO, "ps_open of a mix");
+    EXPECT_SUBSTR(ps_last_error(NULL), "describes a different cluster "
+                  "layout", "why");
+    const char *b = getenv("PSCTL_BIN");
+    snprintf(cmd, sizeof cmd, "%s -c %s ping 2>&1",
+             b ? b : "build/psctl", cl.ini);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    static char out[8192];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    EXPECT_INT(WEXITSTATUS(pclose(p)), 1, "psctl ping: %s", out);
+    EXPECT_SUBSTR(out, "[cluster] workers", "psctl ping");
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -2298,6 +2340,7 @@ int main(void)
         cmocka_unit_test(barrier_returns_when_a_worker_left),
         cmocka_unit_test(barrier_returns_when_a_worker_died),
         cmocka_unit_test(async_bsp_and_ssp_tables_in_one_cluster),
+        cmocka_unit_test(a_node_with_another_workers_count_is_refused),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }
