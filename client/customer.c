@@ -301,14 +301,21 @@ static void count(psc_customer *cu, const psc_req *r, uint64_t now_ns)
 }
 
 /* A push that failed on one node after another applied its part was
- * applied in part: the caller must know. */
+ * applied in part: the caller must know. So must one whose first failure
+ * was a part never sent ("this part was not applied") while another part
+ * was sent and not answered: that text alone read as nothing applied,
+ * and a push made again was applied twice where the other had landed. */
 static void note_partial(psc_req *r)
 {
-    if (r->status == PS_OK || r->nok == 0 ||
-        !psw_op_has(r->op, PSW_OPF_PUSHES))
+    if (r->status == PS_OK || !psw_op_has(r->op, PSW_OPF_PUSHES))
         return;
-    append_error(r, " (other parts of this push were applied: it was "
-                    "applied in part)");
+    if (r->nok)
+        append_error(r, " (other parts of this push were applied: it was "
+                        "applied in part)");
+    else if (r->unanswered && r->error &&
+             !strstr(r->error, "(sent but not answered"))
+        append_error(r, " (another part of this push was sent but not "
+                        "answered: it may have been applied in part)");
 }
 
 void psc_customer_complete(psc_customer *cu, psc_req *r)

@@ -210,10 +210,12 @@ static void part_fail(ps_client *c, psc_part *p, int status, const char *why)
 {
     char text[1024];
     const char *note = "";
-    if (psw_op_has(p->msg.op, PSW_OPF_PUSHES))
+    if (psw_op_has(p->msg.op, PSW_OPF_PUSHES)) {
         note = p->sends == 0 ? " (never sent: this part was not applied)"
                              : " (sent but not answered: it may have been "
                                "applied)";
+        p->req->unanswered += p->sends > 0;
+    }
     snprintf(text, sizeof text, "%s%s", why, note);
     if (psc_part_fail(p, status, text))
         psc_customer_complete(&c->cu, p->req);

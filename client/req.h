@@ -54,6 +54,9 @@ struct psc_req {
     uint64_t submit_ns;          /* when the Customer accepted it */
     int pending;                 /* parts not answered yet */
     int nok;                     /* parts answered with PS_OK */
+    int unanswered;              /* parts of a push that failed sent but
+                                    not answered: they may have been
+                                    applied (io.c, part_fail) */
     int status;                  /* first error, or PS_OK */
     char *error;                 /* detail of that error, owned, or NULL */
     ps_done_fn cb;

@@ -891,6 +891,52 @@ static void push_applied_in_part_says_so_in_full(void **state)
     rig_stop(&r);
 }
 
+/* A push whose part to one node was never sent (its connection refused)
+ * and whose part to the other was sent, applied and not answered: its
+ * error was the first failure's alone, "never sent: this part was not
+ * applied", so a trainer that trusted it and pushed again applied the
+ * gradient twice on the other node. It now says another part may have
+ * been applied, whichever part failed first. */
+static void push_not_sent_to_one_node_says_the_other_may_have_it(
+    void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 2, "", SERVER "[table.d]\nkind = dense\nrows = 64\n"
+              "dim = 1\nupdater = sum\n");
+    ps_options o = fault_options();
+    o.request_timeout_ms = 300;
+    o.max_retries = 1;
+    ps_client *c;
+    assert_int_equal(ps_open(&c, r.c.spec, &o), PS_OK);
+    int t = ps_table(c, "d", NULL);
+    float g[64], out[64];
+    for (int i = 0; i < 64; i++)
+        g[i] = 1.0f;
+    fp_refuse(r.p[0], 1);
+    fp_reset_all(r.p[0]);
+    fp_set(r.p[1], FP_DOWN, &(fp_faults){ .blackhole = 1 });
+    EXPECT_INT(ps_wait(c, ps_push_range(c, t, 0, 64, g, NULL, NULL)),
+               PS_ETIMEDOUT, "a push node 0 never gets, node 1 never answers");
+    char e[2048];
+    snprintf(e, sizeof e, "%s", ps_last_error(c));
+    if (!strstr(e, "may have been applied"))
+        fail_msg("ps_last_error does not say a part may have been applied: "
+                 "%s", e);
+    fp_refuse(r.p[0], 0);
+    fp_set(r.p[1], FP_DOWN, &(fp_faults){ 0 });
+    EXPECT_INT(ps_wait(c, ps_pull_range(c, t, 0, 64, out, NULL, NULL)), PS_OK,
+               "the pull after: %s", ps_last_error(c));
+    int applied = 0;
+    for (int i = 0; i < 64; i++)
+        applied += out[i] == 1.0f;
+    if (applied == 0 || applied == 64)
+        fail_msg("%d of 64 rows applied, want node 1's only (%s)", applied,
+                 e);
+    ps_close(c);
+    rig_stop(&r);
+}
+
 static void *clock_in_thread(void *arg)
 {
     return (void *)(intptr_t)ps_clock((ps_client *)arg);
@@ -2148,6 +2194,7 @@ int main(void)
         cmocka_unit_test(
             replacement_for_a_vanished_worker_gets_in_once_psd_lets_go),
         cmocka_unit_test(push_applied_in_part_says_so_in_full),
+        cmocka_unit_test(push_not_sent_to_one_node_says_the_other_may_have_it),
         cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
