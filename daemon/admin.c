@@ -297,9 +297,11 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     size_t dclients, dpushes, dbytes;
     psd_dedup_size(n->dedup, &dclients, &dpushes, &dbytes);
     put(b, " \"exactly_once\": {\"clients\": %zu, \"pushes\": %zu, "
-        "\"bytes\": %zu, \"refused\": %llu, \"forgotten_early\": %llu},\n",
+        "\"bytes\": %zu, \"refused\": %llu, \"forgotten_early\": %llu, "
+        "\"expired\": %llu},\n",
         dclients, dpushes, dbytes, (unsigned long long)s->unacked_refusals,
-        (unsigned long long)s->clients_forgotten);
+        (unsigned long long)s->clients_forgotten,
+        (unsigned long long)s->clients_expired);
     put(b, " \"per_second\": {\"window_s\": %.1f, \"requests\": %.1f, "
         "\"pushes\": %.1f, \"pulls\": %.1f, \"keys_pushed\": %.1f, "
         "\"keys_pulled\": %.1f, \"errors\": %.1f},\n", r->secs,
@@ -465,6 +467,9 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_clients_forgotten_early_total", "counter", "Clients "
            "without a connection forgotten before client_ttl to make room "
            "at max_remembered_pushes.", i, (double)s->clients_forgotten);
+    metric(b, "psd_clients_expired_total", "counter", "Clients without a "
+           "connection forgotten after client_ttl.", i,
+           (double)s->clients_expired);
     metric_head(b, "psd_request_service_seconds", "summary", "Time spent "
                 "executing one request, by kind.");
     for (int k = 0; k < PSD_LAT_KINDS; k++) {

@@ -334,19 +334,26 @@ int psd_dedup_forget_idlest(psd_dedup *d, uint64_t *client_id,
     return 1;
 }
 
-void psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms)
+size_t psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms,
+                        size_t *unacked_clients, size_t *unacked)
 {
+    size_t gone = 0;
+    *unacked_clients = *unacked = 0;
     for (size_t i = 0; i < d->nbuckets; i++)
         for (psd_dclient **pp = &d->bucket[i]; *pp;) {
             psd_dclient *c = *pp;
             if (c->nconns == 0 && now_ms - c->idle_since >= ttl_ms) {
                 *pp = c->next;
                 d->live -= c->live;
+                *unacked_clients += c->live > 0;
+                *unacked += c->live;
+                gone++;
                 client_free(c);
                 d->nclients--;
             } else
                 pp = &c->next;
         }
+    return gone;
 }
 
 void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,

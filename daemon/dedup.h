@@ -69,8 +69,12 @@ int psd_dedup_forget_idlest(psd_dedup *d, uint64_t *client_id,
                             uint64_t *incarnation, size_t *pushes,
                             uint64_t *idle_since);
 
-/* Forgets clients that have had no connection for ttl_ms. */
-void psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms);
+/* Forgets clients that have had no connection for ttl_ms. Returns how
+ * many; *unacked_clients and *unacked get how many of them held pushes
+ * they never acknowledged, and how many such pushes (a copy of one sent
+ * after this is applied again). */
+size_t psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms,
+                        size_t *unacked_clients, size_t *unacked);
 
 /* Writes every client's mark and remembered pushes (live ones only), so
  * that a restarted node still refuses to apply a push twice. 0 or -1. */

@@ -30,6 +30,7 @@ typedef struct psd_stats {
     uint64_t unacked_refusals;   /* pushes refused at max_unacked_pushes or
                                     max_remembered_pushes */
     uint64_t clients_forgotten;  /* before client_ttl, to make room */
+    uint64_t clients_expired;    /* at client_ttl */
     uint64_t pushes, pulls;      /* requests that carried rows in or out */
     uint64_t keys_pushed, keys_pulled;
     uint64_t journal_errors;     /* failed journal writes */

@@ -1094,7 +1094,19 @@ void psd_request_tick(psd_node *n, uint64_t now_ms)
         (void)psd_node_journal_workers(n);
         advance(n, now_ms);
     }
-    psd_dedup_expire(n->dedup, now_ms, (uint64_t)n->cfg.client_ttl * 1000);
+    size_t uclients, unacked;
+    n->stats.clients_expired +=
+        psd_dedup_expire(n->dedup, now_ms, (uint64_t)n->cfg.client_ttl * 1000,
+                         &uclients, &unacked);
+    /* A client gone for client_ttl with pushes it never heard answered
+     * may still send them (a partition longer than its own bound cannot
+     * last that long with the defaults, but client_ttl may be set
+     * shorter): the operator hears that a copy would be applied again. */
+    if (uclients)
+        psd_warn_rep("forgot %zu clients gone for client_ttl (%u s) with "
+                     "%zu pushes they had not acknowledged: a copy of one "
+                     "sent now would be applied again", uclients,
+                     (unsigned)n->cfg.client_ttl, unacked);
 }
 
 void psd_request_replayed(psd_node *n, uint64_t now_ms)

@@ -104,11 +104,17 @@ static void test_clients_without_connections_expire_after_the_ttl(
     psd_dedup_record(a, 1, 0, PSW_OK);
     psd_dedup_record(b, 1, 0, PSW_OK);
     psd_dedup_detach(d, a, 2000);
-    size_t clients, entries, bytes;
-    psd_dedup_expire(d, 2999, 1000);
+    size_t clients, entries, bytes, uc, un;
+    EXPECT_INT((int)psd_dedup_expire(d, 2999, 1000, &uc, &un), 0,
+               "forgotten before the ttl");
     psd_dedup_size(d, &clients, &entries, &bytes);
     EXPECT_INT(clients, 2, "clients before the ttl");
-    psd_dedup_expire(d, 3000, 1000);
+    /* a's push was never acknowledged: the caller hears of it (the node
+     * logs that a copy would be applied again). */
+    EXPECT_INT((int)psd_dedup_expire(d, 3000, 1000, &uc, &un), 1,
+               "forgotten at the ttl");
+    EXPECT_INT((int)uc, 1, "of them with pushes not acknowledged");
+    EXPECT_INT((int)un, 1, "such pushes");
     psd_dedup_size(d, &clients, &entries, &bytes);
     EXPECT_INT(clients, 1, "clients after the ttl (b is attached)");
     /* Coming back before the ttl keeps the memory. */
@@ -117,7 +123,7 @@ static void test_clients_without_connections_expire_after_the_ttl(
     int st;
     EXPECT_INT(psd_dedup_seen(b2, 1, 0, &st), 1, "b's push after a "
                "reconnection");
-    psd_dedup_expire(d, 10000, 1000);
+    psd_dedup_expire(d, 10000, 1000, &uc, &un);
     psd_dedup_size(d, &clients, &entries, &bytes);
     EXPECT_INT(clients, 1, "clients while b is attached");
     psd_dedup_free(d);
