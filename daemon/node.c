@@ -76,8 +76,9 @@ uint64_t psd_config_shape(const psd_config *c)
  * nodes are and how many workers a synchronous job has: clients compare
  * it across nodes so they never mix two layouts. A node started with
  * another `workers` than the others waited for a worker that never came
- * while the rest moved on: the job hung with no error. Mixed in only when
- * set, so that an asynchronous cluster's epoch is an earlier release's. */
+ * while the rest moved on: the job hung with no error. Mixed in only
+ * above the default 1 (1 against 2 still differs), so that a cluster
+ * with the default has an earlier release's epoch. */
 static uint64_t layout_epoch(const psd_config *c)
 {
     uint64_t h = psd_config_shape(c);
@@ -86,7 +87,7 @@ static uint64_t layout_epoch(const psd_config *c)
             MIX(h, (unsigned char)*p);
         MIX(h, c->nodes[i].port);
     }
-    if (c->workers > 0)
+    if (c->workers > 1)
         MIX(h, c->workers);
     return h;
 }
