@@ -50,7 +50,8 @@ Blocking and asynchronous calls
     Clients, tables and requests cannot be copied or pickled: connect in
     each process.
     The library remembers the last 1024 failures: a request whose status
-    is read after more than 1024 requests failed after it raises
+    was not read before more than 1024 requests numbered after it failed
+    (a request still in flight ahead of it holds the reading back) raises
     InvalidError (its status is no longer known), never a false success.
     Requests are numbered from 1 (``Request.ts``), one per call.
 
