@@ -98,16 +98,20 @@ static void say_unsaid(psd_worker *w, int id, uint64_t now_ms)
 {
     if (now_ms - w->said_ms < SAY_WINDOW_MS)
         return;
+    /* A warning when losses are among them: at log_level = warn the
+     * loss lines themselves are the ones seen. */
     if (w->unsaid)
-        psd_info("worker %d: %u more joins, losses and leaves in %.0f s, "
-                 "not logged (the last from %s)", id, w->unsaid,
-                 (double)(now_ms - w->said_ms) / 1000, w->peer);
+        psd_log(w->unsaid_lost ? PSD_LOG_WARN : PSD_LOG_INFO,
+                "worker %d: %u more joins, losses and leaves in %.0f s, "
+                "not logged (%u of them losses; the last from %s)", id,
+                w->unsaid, (double)(now_ms - w->said_ms) / 1000,
+                w->unsaid_lost, w->peer);
     w->said_ms = now_ms;
-    w->said = w->unsaid = 0;
+    w->said = w->unsaid = w->unsaid_lost = 0;
 }
 
-/* Whether worker id's next line is logged. */
-static int say(psd_sync *y, int id)
+/* Whether worker id's next line is logged (lost: a loss's). */
+static int say(psd_sync *y, int id, int lost)
 {
     psd_worker *w = &y->workers[id];
     say_unsaid(w, id, y->now_ms);
@@ -118,6 +122,7 @@ static int say(psd_sync *y, int id)
         return 1;
     }
     w->unsaid++;
+    w->unsaid_lost += lost;
     return 0;
 }
 
@@ -200,13 +205,13 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         refuse_lost(w, 0);
     w->lost_id = 0;              /* replaced, or back itself */
     if (w->state == PSD_W_GONE && anew) {
-        if (say(y, worker))
+        if (say(y, worker, 0))
             psd_info("worker %d: a new process from %s takes over from the "
                      "one that lost its connection, at clock %llu (that "
                      "one's was %llu)", (int)worker, peer,
                      (unsigned long long)w->clock, (unsigned long long)was);
     } else if ((w->state == PSD_W_GONE || w->state == PSD_W_LEFT) &&
-               say(y, worker))
+               say(y, worker, 0))
         psd_info("worker %d %s at clock %llu (from %s)", (int)worker,
                  w->state == PSD_W_GONE ? "is back" : "rejoined",
                  (unsigned long long)w->clock, peer);
@@ -247,7 +252,7 @@ int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
     w->gone_ms = now_ms;
     w->lost_id = w->client_id;   /* kept past worker_grace: it may live */
     y->now_ms = now_ms;
-    if (say(y, worker))
+    if (say(y, worker, 1))
         psd_warn("worker %d lost its connection (from %s); waiting up to %d "
                  "s for it", (int)worker, w->peer, grace_s);
     if (grace_s > 0)
@@ -267,7 +272,7 @@ int psd_sync_leave(psd_sync *y, int32_t worker, const void *owner)
     w->owner = NULL;
     w->dirty = 1;
     w->closed = 1;
-    if (say(y, worker))
+    if (say(y, worker, 0))
         psd_info("worker %d left (from %s)", (int)worker, w->peer);
     if (job_over(y) && y->nworkers > 1)
         psd_info("every worker left at clock %llu: the job is over, and the "

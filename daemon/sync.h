@@ -50,6 +50,7 @@ typedef struct psd_worker {
     uint64_t said_ms;        /* start of the window of its log lines */
     unsigned said;           /* join, loss and leave lines in it */
     unsigned unsaid;         /* those past the burst: counted, not logged */
+    unsigned unsaid_lost;    /* of them, losses of its connection */
 } psd_worker;
 
 /* A wait the node reports ("waiting for"), of the clock or the barrier. */

@@ -962,12 +962,25 @@ static void test_a_flapping_workers_lines_are_few_and_name_its_peer(
                  log);
     char want[128];
     snprintf(want, sizeof want, "worker 0: %d more joins, losses and leaves "
-             "in 11 s, not logged (the last from 127.0.0.1:9)", 199 - said);
+             "in 11 s, not logged (0 of them losses; the last from "
+             "127.0.0.1:9)", 199 - said);
     if (!strstr(log, want))
         fail_msg("no \"%s\" in:\n%s", want, log);
     EXPECT_INT(lines_with(log, "worker 1 lost its connection (from "
                           "127.0.0.1:9); waiting up to 30 s"), 1,
                "worker 1's loss, in the same burst:\n%s", log);
+    free(log);
+    /* Losses past the burst are summed up as a warning: at log_level =
+     * warn the loss lines are the ones an operator sees. */
+    capture_begin();
+    for (int i = 0; i < 10; i++) {
+        join(&y, 1, 7, &b);
+        psd_sync_lost(&y, 1, &b, 20000, 30);
+    }
+    psd_sync_tick(&y, 31000, 30, 0, 10000);
+    log = capture_end();
+    if (!strstr(log, "warn: worker 1: ") || !strstr(log, "of them losses"))
+        fail_msg("no warning of worker 1's losses past the burst:\n%s", log);
     free(log);
     psd_sync_destroy(&y);
 }
