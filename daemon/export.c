@@ -441,7 +441,8 @@ int psd_export(const char *ini, int only, const char *const *drop,
         fprintf(stderr, "psd --export: %d of %d node%s written to %s "
                 "(export.nodeN.json lists each node's files)\n", exported,
                 cfg.nnodes, cfg.nnodes == 1 ? "" : "s", out_dir);
-    else if ((only < 0 || no->cleared) && stat(out_dir, &st) == 0) {
+    else if (no && (only < 0 || no->cleared) && stat(out_dir, &st) == 0 &&
+             S_ISDIR(st.st_mode)) {
         /* A failed export takes back what it wrote (a disk that filled
          * left gigabytes of tables no manifest named): the nodes it
          * exported, and the files of the one that failed. One node's

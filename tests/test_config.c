@@ -1726,9 +1726,12 @@ static void test_dense_rows_beyond_the_address_space_limit_are_a_problem(
         int rc = setrlimit(RLIMIT_AS, &as) ? -1
                  : psd_preflight_run(&pf, &c, "F", 0);
         char out[1024] = "setrlimit failed";
-        if (rc >= 0)
-            snprintf(out, sizeof out, "%d %s", rc,
-                     pf.nproblems ? pf.problems[0] : "(no problem)");
+        /* The problem among any others (a small host's memory). */
+        for (int k = 0; rc >= 0 && k < pf.nproblems; k++)
+            if (strstr(pf.problems[k], "address space") || k == 0)
+                snprintf(out, sizeof out, "%s", pf.problems[k]);
+        if (rc == 0)
+            snprintf(out, sizeof out, "(no problem)");
         (void)!write(fds[1], out, strlen(out));
         _exit(0);
     }
@@ -1739,18 +1742,22 @@ static void test_dense_rows_beyond_the_address_space_limit_are_a_problem(
     close(fds[0]);
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
-    const char *want = "1 F:9: [table.huge]: node 0's rows of dense tables "
+    const char *want = "F:9: [table.huge]: node 0's rows of dense tables "
                        "need 2.00 GiB with their optimizer state, more than "
                        "the 1.00 GiB of address space a process may have "
                        "here (ulimit -v; LimitAS= in a unit)";
     if (strncmp(got, want, strlen(want)))
         fail_msg("want \"%s...\", got: %s", want, got);
-    /* Without the limit, the same file passes (2 GiB fit this host). */
-    psd_preflight pf;
-    psd_preflight_run(&pf, &c, "F", 0);
-    if (has_problem(&pf, "address space"))
-        fail_msg("no limit, yet: %s", pf.problems[0]);
-    psd_preflight_destroy(&pf);
+    /* Without the limit (main lifted this runner's soft one), the same
+     * file has no such problem. */
+    struct rlimit mine;
+    if (getrlimit(RLIMIT_AS, &mine) == 0 && mine.rlim_cur == RLIM_INFINITY) {
+        psd_preflight pf;
+        psd_preflight_run(&pf, &c, "F", 0);
+        if (has_problem(&pf, "address space"))
+            fail_msg("no limit, yet: %s", pf.problems[0]);
+        psd_preflight_destroy(&pf);
+    }
     psd_config_destroy(&c);
 #endif
 }
@@ -1944,6 +1951,14 @@ static void test_repo_cluster_2_ini_parses_with_its_tables(void **state)
 
 int main(void)
 {
+    /* The memory checks hold a node's rows to this process's address
+     * space limit: a runner under `ulimit -v` (soft) would add that
+     * problem to every test of them. Lifted as far as the hard limit. */
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != as.rlim_max) {
+        as.rlim_cur = as.rlim_max;
+        (void)setrlimit(RLIMIT_AS, &as);
+    }
     const struct CMUnitTest valid[] = {
         cmocka_unit_test(test_design_example_with_ssp_parses_with_its_values),
         cmocka_unit_test(test_defaults_fill_every_absent_key),
