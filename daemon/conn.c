@@ -1443,10 +1443,35 @@ void psd_conns_tick(psd_conns *set)
     uint64_t dead = (uint64_t)cfg->peer_timeout_ms;
     uint64_t beat = (uint64_t)cfg->heartbeat_ms;
     uint64_t whole = (uint64_t)cfg->frame_timeout * 1000;
+    /* Ticks come several times a heartbeat. A gap of two heartbeats since
+     * the last one is the loop's own stall (a sparse shard's hash table
+     * doubling, a long apply): it read nothing meanwhile, so the bytes
+     * peers sent wait unread, and their silence must not count it. This
+     * tick runs before the loop polls them: each clock below moves on by
+     * the gap (a node stalled 23 s closed its healthy clients as "presumed
+     * dead", and a worker's loss then began its worker_grace). */
+    uint64_t stall = set->tick_ms && now - set->tick_ms > 2 * beat
+                         ? now - set->tick_ms : 0;
+    set->tick_ms = now;
+    if (stall >= 1000)
+        psd_warn_rep("the event loop was blocked for %llu ms (a long "
+                     "request, a sparse table growing): peers' silence "
+                     "during it is not counted",
+                     (unsigned long long)stall);
     for (psd_conn *c = set->head, *n; c; c = n) {
         n = c->next;
         if (c->closing)
             continue;
+        if (stall) {
+            /* Not past now: one set in the turn that stalled is recent. */
+            c->accepted_ms = c->accepted_ms + stall < now
+                                 ? c->accepted_ms + stall : now;
+            c->alive_ms = c->alive_ms + stall < now ? c->alive_ms + stall
+                                                    : now;
+            if (c->frame_ms)
+                c->frame_ms = c->frame_ms + stall < now
+                                  ? c->frame_ms + stall : now;
+        }
         char why[160];
         if (!c->hello_done) {
             if (c->parked && now >= c->park_until_ms &&

@@ -38,6 +38,7 @@ typedef struct psd_conns {
     uv_check_t turn_check;       /* counts loop turns */
     uv_idle_t resume_idle;       /* active while some connection waits */
     uint64_t turn;
+    uint64_t tick_ms;            /* loop time of the last psd_conns_tick */
     psd_conn *deferred, *deferred_tail;
     int turn_handles;            /* the two handles are initialised */
     /* A connection psd has no memory for is still taken off the listener

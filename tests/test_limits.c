@@ -2878,6 +2878,36 @@ static void frames_beyond_a_turns_share_run_in_order_and_all_complete(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A node whose loop stalls (stopped here for 2 s; a sparse shard's hash
+ * table doubling stalled one for 23 s) reads nothing meanwhile: its
+ * clients' bytes wait unread. It closed every connection as "presumed
+ * dead" when it came back, before reading them, and a worker's loss then
+ * began its worker_grace. A stall does not count as the peers' silence
+ * now, and the node says it was blocked. */
+static void a_stalled_loop_does_not_presume_its_peers_dead(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nheartbeat_ms = 100\n"
+                                "peer_timeout_ms = 400\n" SPARSE))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello(fd), 0, "HELLO");
+    pinger_start(&fd, 1);
+    sleep_ms(300);
+    kill(c.pid[0], SIGSTOP);
+    sleep_ms(2000);
+    kill(c.pid[0], SIGCONT);
+    EXPECT_INT(cluster_log_wait(&c, 0, "the event loop was blocked for ",
+                                5000), 1, "the stall, said");
+    sleep_ms(500);
+    EXPECT_INT(log_lines_with(&c, "presumed dead"), 0,
+               "connections closed for the node's own stall");
+    pinger_stop();
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A node out of memory says so in its log, naming the table and the
  * client: a sparse push that could not create its rows was answered
  * PS_ENOMEM ("applied in part") while the node's log stayed silent, so
@@ -2987,6 +3017,7 @@ int main(void)
         cmocka_unit_test_teardown(parts_of_refused_pushes_are_refused_after_another_refusal, teardown),
         cmocka_unit_test_teardown(end_job_answers_what_waited_for_the_clock, teardown),
         cmocka_unit_test_teardown(a_push_refused_for_memory_is_logged, teardown),
+        cmocka_unit_test_teardown(a_stalled_loop_does_not_presume_its_peers_dead, teardown),
         cmocka_unit_test_teardown(remembered_pushes_and_rss_stay_flat_over_a_long_run, teardown),
         cmocka_unit_test_teardown(frames_beyond_a_turns_share_run_in_order_and_all_complete, teardown),
     };
