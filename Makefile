@@ -63,7 +63,7 @@ UNIT_TESTS := $(BUILD)/test_frame $(BUILD)/test_config $(BUILD)/test_updater \
 E2E_TESTS  := $(BUILD)/test_e2e $(BUILD)/test_auth $(BUILD)/test_modes $(BUILD)/test_proxy \
               $(BUILD)/test_faults $(BUILD)/test_stats $(BUILD)/test_durable \
               $(BUILD)/test_ops $(BUILD)/test_limits $(BUILD)/test_conn \
-              $(BUILD)/test_numerics
+              $(BUILD)/test_numerics $(BUILD)/test_ts
 TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS) $(BUILD)/mh_client
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -238,6 +238,10 @@ $(BUILD)/test_modes: $(BUILD)/tests/test_modes.o $(BUILD)/tests/cluster.o $(SOLI
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lpthread
 $(BUILD)/test_numerics: $(BUILD)/tests/test_numerics.o $(BUILD)/tests/cluster.o $(SOLIB) $(PSD)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_CM) -lm -lpthread
+# Linked with the static library: the test reaches into struct ps_client.
+$(BUILD)/test_ts: $(BUILD)/tests/test_ts.o $(BUILD)/tests/cluster.o $(ALIB) $(PSD)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(ALIB) $(LIBS_UV) $(LIBS_MP) \
+	    $(LIBS_INI) $(LIBS_CM) -lm -lpthread
 
 # The fault-injection proxy (tests/faultproxy.h): a command for scripts
 # and a test of its own, with no psd or client code in either.

@@ -449,17 +449,30 @@ static void fly_append(nconn *nc, psc_part *p)
     l->tail = p;
 }
 
-/* The in-flight map's key of (ts, part). Parts are numbered below 65536
- * (slice.c) and timestamps stay below 2^48, so keys are unique; a reply
- * naming a (ts, part) outside those ranges was never sent (fly_sent). */
+/* The in-flight map's key of (ts, part): parts are numbered below 65536
+ * (slice.c), and the low 48 bits of ts tell apart the timestamps in
+ * flight at once (fly_find checks the whole). A reply naming a part
+ * outside that range was never sent (fly_sent). */
 static uint64_t fly_key(uint64_t ts, uint32_t part)
 {
     return ts << 16 | part;
 }
 
-static int fly_sent(uint64_t ts, uint64_t part)
+static int fly_sent(uint64_t part)
 {
-    return part <= 0xffff && ts >> 48 == 0;
+    return part <= 0xffff;
+}
+
+/* The part in flight that a reply of (ts, part) answers, or NULL. The
+ * key keeps 48 bits of ts: the part found must have the whole of it (a
+ * timestamp of 2^48 and more was taken for one never sent, and every
+ * request from then on failed unanswered). */
+static psc_part *fly_find(nconn *nc, uint64_t ts, uint64_t part)
+{
+    psc_part *p = fly_sent(part)
+                      ? psc_map_get(&nc->fly_map, fly_key(ts, (uint32_t)part))
+                      : NULL;
+    return p && (uint64_t)p->msg.ts == ts ? p : NULL;
 }
 
 /* Tells the server which requests it may forget, in the open frame, when
@@ -1042,8 +1055,8 @@ static void divert_rows(nconn *nc)
         int rc = reply_rows_at(m, n, &ts, &part, &at, &hdr, &len);
         if (rc == 0)
             return;
-        if (rc > 0 && n < at + len && fly_sent(ts, part)) {
-            psc_part *p = psc_map_get(&nc->fly_map, fly_key(ts, (uint32_t)part));
+        if (rc > 0 && n < at + len) {
+            psc_part *p = fly_find(nc, ts, part);
             size_t rows = p && p->msg.op == PSW_OP_PULL_RANGE
                               ? (size_t)p->msg.count : p ? p->msg.nkeys : 0;
             if (p && p->out && !p->pos &&
@@ -1525,9 +1538,9 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
 static void handle_reply(nconn *nc, const psw_msg *m)
 {
     ps_client *c = nc->io->c;
-    psc_part *p = fly_sent(m->ts, m->part)
-                      ? psc_map_del(&nc->fly_map, fly_key(m->ts, m->part))
-                      : NULL;
+    psc_part *p = fly_find(nc, m->ts, m->part);
+    if (p)
+        psc_map_del(&nc->fly_map, fly_key(m->ts, m->part));
     if (!p) {
         psc_add(&nc->st.duplicates, 1);
         return;

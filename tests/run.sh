@@ -25,7 +25,7 @@ here=$(dirname "$0")
 for t in test_frame test_config test_updater test_table test_sync test_dedup test_snapshot test_log test_npy \
          test_slice \
          test_arff test_proxy test_e2e test_auth test_modes test_faults test_stats test_durable \
-         test_ops test_limits test_conn test_numerics \
+         test_ops test_limits test_conn test_numerics test_ts \
          test_fuzz_regressions.sh test_install.sh test_examples.sh \
          test_python.sh test_multihost.sh; do
     echo "# ---- $t"
