@@ -1538,9 +1538,18 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
 static void handle_reply(nconn *nc, const psw_msg *m)
 {
     ps_client *c = nc->io->c;
-    psc_part *p = fly_find(nc, m->ts, m->part);
-    if (p)
-        psc_map_del(&nc->fly_map, fly_key(m->ts, m->part));
+    /* One look-up: taken out, and put back in the case that never comes
+     * in one client's life (another part whose timestamp differs by a
+     * multiple of 2^48 under the same key). */
+    psc_part *p = fly_sent(m->part)
+                      ? psc_map_del(&nc->fly_map, fly_key(m->ts, m->part))
+                      : NULL;
+    if (p && (uint64_t)p->msg.ts != m->ts) {
+        /* Out of memory, it stays in flight unmapped: its reply is then
+         * dropped, it times out and goes again (the map is rebuilt). */
+        (void)psc_map_put(&nc->fly_map, fly_key(m->ts, m->part), p);
+        p = NULL;
+    }
     if (!p) {
         psc_add(&nc->st.duplicates, 1);
         return;
