@@ -16,7 +16,9 @@
  * many clocks failed on it for good). A wrong first value then holds only
  * that worker's own requests (the others wait for the slowest), and the
  * jump is logged. MAX_CLOCK bounds every value, so that no count, nor a
- * count plus one, can wrap. */
+ * count plus one, can wrap; a first value, on a node with no count, is
+ * at most half of it (as psd_sync_end's), so that what a hostile client
+ * gives leaves 2^61 more clocks. */
 #define MAX_JUMP 1000000
 #define MAX_CLOCK (UINT64_C(1) << 62)
 
@@ -374,9 +376,27 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
 {
     psd_worker *w = &y->workers[worker];
     uint64_t *mine = barrier ? &w->barrier : &w->clock;
-    if (value == 0 || value > MAX_CLOCK ||
-        (*mine && value > *mine + MAX_JUMP)) {
-        snprintf(err, errlen, "clock or barrier number out of range");
+    /* From 0, bounded by the other workers' counts when some has one: a
+     * first value far past all of them is a bug, not a lost state (a
+     * CLOCK of 2^62 to a fresh node was taken, and every later one
+     * refused: the worker was stuck for good, restarts included). */
+    uint64_t base = *mine;
+    for (int i = 0; !base && i < y->nworkers; i++) {
+        uint64_t v = barrier ? y->workers[i].barrier : y->workers[i].clock;
+        if (v > base)
+            base = v;
+    }
+    uint64_t most = base ? base + MAX_JUMP : MAX_CLOCK / 2;
+    if (most > MAX_CLOCK)
+        most = MAX_CLOCK;
+    if (value == 0 || value > most) {
+        snprintf(err, errlen, "%s %llu is out of range: at most %llu (%s)",
+                 barrier ? "barrier" : "clock", (unsigned long long)value,
+                 (unsigned long long)most,
+                 *mine ? "1000000 past this worker's count on this node"
+                 : base ? "1000000 past the largest count of this node's "
+                          "workers"
+                        : "2^61, with no count on this node");
         return PSW_EINVAL;
     }
     /* The client counts one more each call, from the largest count the

@@ -182,6 +182,26 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     EXPECT_SUBSTR(err, "out of range", "the reason");
     reach(&y, 0, 1, 1000005);
     psd_sync_destroy(&y);
+    /* A first value on a node with no count: at most 2^61, so that what a
+     * client gives leaves room (a CLOCK of 2^62 was taken, and each later
+     * one refused: the worker stuck for good). With counts of other
+     * workers here: at most a million past the largest. */
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    EXPECT_INT(psd_sync_reach(&y, 0, 0, UINT64_C(1) << 62, err, sizeof err),
+               PSW_EINVAL, "a first clock of 2^62");
+    EXPECT_SUBSTR(err, "clock 4611686018427387904 is out of range: at most "
+                  "2305843009213693952 (2^61, with no count on this node)",
+                  "the reason");
+    reach(&y, 1, 0, 7);
+    EXPECT_INT(psd_sync_reach(&y, 0, 0, 1000008, err, sizeof err),
+               PSW_EINVAL, "a first clock far past worker 1's");
+    EXPECT_SUBSTR(err, "at most 1000007 (1000000 past the largest count of "
+                  "this node's workers)", "the reason");
+    reach(&y, 0, 0, 1000007);
+    reach(&y, 0, 0, 1000008);
+    psd_sync_destroy(&y);
 }
 
 /* A CLOCK more than two past the node's count for the worker means the
