@@ -89,6 +89,16 @@ static uint64_t layout_epoch(const psd_config *c)
     }
     if (c->workers > 1)
         MIX(h, c->workers);
+    /* The rest of what a synchronous table's nodes must agree on (no
+     * reload changes them): an ssp table's staleness, a bsp table's
+     * aggregate. Only for such tables, as workers. */
+    for (int i = 0; i < c->ntables; i++) {
+        const psd_table_conf *t = &c->tables[i];
+        if (t->consistency == PSD_CONS_SSP)
+            MIX(h, t->staleness + 1);
+        else if (t->consistency == PSD_CONS_BSP)
+            MIX(h, t->aggregate_mean + 1);
+    }
     return h;
 }
 

@@ -2247,9 +2247,9 @@ static void async_bsp_and_ssp_tables_in_one_cluster(void **state)
 /* A node started with another `workers` than the others (one ini edited
  * on one host) waited for a worker that never came while the others
  * moved on: every worker blocked in its first ps_clock with no error.
- * The layout epoch holds `workers`, so clients refuse the mix at
- * ps_open, as for another table list, and psctl says the nodes
- * disagree. */
+ * The layout epoch holds `workers` (and a bsp table's aggregate), so
+ * clients refuse the mix at ps_open, as for another table list, and
+ * psctl says the nodes disagree. */
 static void a_node_with_another_workers_count_is_refused(void **state)
 {
     (void)state;
@@ -2283,6 +2283,17 @@ static void a_node_with_another_workers_count_is_refused(void **state)
     out[n] = '\0';
     EXPECT_INT(WEXITSTATUS(pclose(p)), 1, "psctl ping: %s", out);
     EXPECT_SUBSTR(out, "[cluster] workers", "psctl ping");
+    /* The same workers again, but node 1's bsp table averages where node
+     * 0's sums: the epoch holds that too. */
+    kill(cl.pid[1], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&cl, 1, 10000), 0, "node 1 stops");
+    snprintf(cmd, sizeof cmd, "sed -i 's/^workers = 3$/workers = 2/; "
+             "s/^consistency = bsp$/consistency = bsp\\naggregate = mean/' "
+             "'%s'", cl.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&cl, 1))
+        fail_msg("node 1 did not restart with aggregate = mean");
+    EXPECT_INT(ps_open(&w0, cl.spec, &o), PS_EPROTO, "ps_open of a mix");
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
