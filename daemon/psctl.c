@@ -1131,8 +1131,9 @@ static int layouts_differ(const cluster *c)
         fprintf(stderr, "\n");
     }
     /* What the epoch holds beyond the lines above. */
-    fprintf(stderr, "  (the epoch also holds each table's updater and "
-            "[cluster] workers: lines alike above differ in those)\n");
+    fprintf(stderr, "  (the epoch also holds each table's updater, "
+            "staleness and aggregate, and [cluster] workers: lines alike "
+            "above differ in those)\n");
     return 1;
 }
 
