@@ -105,16 +105,30 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* What alike messages share: the text with each run of digits as '#'. */
+/* Whether c is part of an address's number: a digit, or, within the
+ * brackets of an IPv6 address ("[fe80::1]:7070"), a hex digit, ':' or
+ * '.' (with digits alone, every IPv6 peer was a kind of its own, and a
+ * flood from many of them a line each). */
+static int number_char(char c, int in_brackets)
+{
+    return (c >= '0' && c <= '9') ||
+           (in_brackets && ((c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+                            c == ':' || c == '.'));
+}
+
+/* What alike messages share: the text with each run of an address's
+ * number characters as '#'. */
 static void rep_key(const char *line, char *key, size_t cap)
 {
     size_t k = 0;
+    int in = 0;
     for (const char *p = line; *p && k + 1 < cap; p++) {
-        if (*p >= '0' && *p <= '9') {
+        if (number_char(*p, in)) {
             if (k == 0 || key[k - 1] != '#')
                 key[k++] = '#';
         } else
             key[k++] = *p;
+        in = *p == '[' ? 1 : *p == ']' ? 0 : in;
     }
     key[k] = '\0';
 }

@@ -212,6 +212,29 @@ static void messages_below_the_level_are_counted_silently(void **state)
     free(log);
 }
 
+/* Peers on IPv6 are alike however their hex digits differ: each
+ * address was a kind of its own, so a flood from many was a line each. */
+static void ipv6_peers_are_alike(void **state)
+{
+    (void)state;
+    int lines;
+    static const char *const peers[] = { "[2001:db8::1]:40000",
+                                         "[fe80::abcd:ef]:40001",
+                                         "[::ffff:10.0.0.2]:5",
+                                         "[2001:db8:aaaa::ff]:7" };
+    for (int i = 0; i < 4; i++)
+        psd_log_rep_at(300000 + (uint64_t)i, PSD_LOG_WARN,
+                       "refusing %s: max_connections (4) reached", peers[i]);
+    char *log = logged(&lines);
+    EXPECT_INT(lines, 1, "lines after 4 refusals of IPv6 peers:\n%s", log);
+    free(log);
+    psd_log_flush_at(300000 + PSD_LOGREP_WINDOW_MS);
+    log = logged(&lines);
+    if (!strstr(log, "... and 3 more like \"refusing [2001:db8::1]:40000"))
+        fail_msg("got:\n%s", log);
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +254,8 @@ int main(void)
                                         capture, release),
         cmocka_unit_test_setup_teardown(
             messages_below_the_level_are_counted_silently, capture, release),
+        cmocka_unit_test_setup_teardown(ipv6_peers_are_alike, capture,
+                                        release),
     };
     return cmocka_run_group_tests_name("log", tests, NULL, NULL);
 }
