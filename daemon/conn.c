@@ -926,10 +926,17 @@ static void on_resume(uv_idle_t *h)
         uv_idle_stop(h);
 }
 
+static void conns_check(psd_conns *set);
+
 static void on_turn(uv_check_t *h)
 {
     psd_conns *set = h->data;
     set->turn++;
+    /* After the poll of a turn whose tick came late (psd_conns_tick). */
+    if (set->recheck) {
+        set->recheck = 0;
+        conns_check(set);
+    }
 }
 
 /* The two handles behind fairness, made on the first accept (so that a
@@ -1434,44 +1441,20 @@ static void send_ping(psd_conn *c)
     c->sent_ms = uv_now(c->set->loop);
 }
 
-void psd_conns_tick(psd_conns *set)
+/* The timeouts of every connection (HELLO, silence, a frame arriving),
+ * then the PINGs due. */
+static void conns_check(psd_conns *set)
 {
     const psd_config *cfg = &set->node->cfg;
     uint64_t now = uv_now(set->loop);
-    psd_auth_tick(set->auth, now);
     uint64_t hello = (uint64_t)cfg->hello_timeout * 1000;
     uint64_t dead = (uint64_t)cfg->peer_timeout_ms;
     uint64_t beat = (uint64_t)cfg->heartbeat_ms;
     uint64_t whole = (uint64_t)cfg->frame_timeout * 1000;
-    /* Ticks come several times a heartbeat. A gap of two heartbeats since
-     * the last one is the loop's own stall (a sparse shard's hash table
-     * doubling, a long apply): it read nothing meanwhile, so the bytes
-     * peers sent wait unread, and their silence must not count it. This
-     * tick runs before the loop polls them: each clock below moves on by
-     * the gap (a node stalled 23 s closed its healthy clients as "presumed
-     * dead", and a worker's loss then began its worker_grace). */
-    uint64_t stall = set->tick_ms && now - set->tick_ms > 2 * beat
-                         ? now - set->tick_ms : 0;
-    set->tick_ms = now;
-    if (stall >= 1000)
-        psd_warn_rep("the event loop was blocked for %llu ms (a long "
-                     "request, a sparse table growing): peers' silence "
-                     "during it is not counted",
-                     (unsigned long long)stall);
     for (psd_conn *c = set->head, *n; c; c = n) {
         n = c->next;
         if (c->closing)
             continue;
-        if (stall) {
-            /* Not past now: one set in the turn that stalled is recent. */
-            c->accepted_ms = c->accepted_ms + stall < now
-                                 ? c->accepted_ms + stall : now;
-            c->alive_ms = c->alive_ms + stall < now ? c->alive_ms + stall
-                                                    : now;
-            if (c->frame_ms)
-                c->frame_ms = c->frame_ms + stall < now
-                                  ? c->frame_ms + stall : now;
-        }
         char why[160];
         if (!c->hello_done) {
             if (c->parked && now >= c->park_until_ms &&
@@ -1531,6 +1514,33 @@ void psd_conns_tick(psd_conns *set)
             trim(c);
     }
     psd_log_flush();
+}
+
+void psd_conns_tick(psd_conns *set)
+{
+    uint64_t now = uv_now(set->loop);
+    psd_auth_tick(set->auth, now);
+    /* A tick more than two periods late comes after the loop's own stall
+     * (a sparse shard's hash table doubling, a long apply): nothing was
+     * read meanwhile, and what peers sent waits unread, since timers run
+     * before the loop polls. Judged now, healthy peers were closed as
+     * "presumed dead" (a node stalled 23 s lost every client, a worker's
+     * loss beginning its grace). The checks then wait for this turn's
+     * poll, which reads what they sent: on_turn runs them right after it.
+     * A loop slow at every turn still checks at every turn. */
+    uint64_t period = set->tick_period ? set->tick_period : 250;
+    uint64_t gap = set->tick_ms ? now - set->tick_ms : 0;
+    set->tick_ms = now;
+    if (gap > 2 * period && set->turn_handles) {
+        if (gap >= 1000)
+            psd_warn_rep("the event loop was blocked for %llu ms (a long "
+                         "request, a sparse table growing): connections "
+                         "are judged once what they sent meanwhile is read",
+                         (unsigned long long)gap);
+        set->recheck = 1;
+        return;
+    }
+    conns_check(set);
 }
 
 void psd_conns_durable(psd_conns *set)

@@ -39,6 +39,9 @@ typedef struct psd_conns {
     uv_idle_t resume_idle;       /* active while some connection waits */
     uint64_t turn;
     uint64_t tick_ms;            /* loop time of the last psd_conns_tick */
+    uint64_t tick_period;        /* its period, set by the owner (ms) */
+    int recheck;                 /* a late tick left the checks to the
+                                    turn's check phase, after its poll */
     psd_conn *deferred, *deferred_tail;
     int turn_handles;            /* the two handles are initialised */
     /* A connection psd has no memory for is still taken off the listener

@@ -238,6 +238,7 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
         period = 250;
     uv_timer_init(s->loop, &s->conn_timer);
     s->conn_timer.data = s;
+    s->conns.tick_period = period;
     uv_timer_start(&s->conn_timer, on_conn_tick, period, period);
     uv_timer_init(s->loop, &s->mode_timer);
     s->mode_timer.data = s;

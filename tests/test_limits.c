@@ -2906,6 +2906,27 @@ static void a_stalled_loop_does_not_presume_its_peers_dead(void **state)
     pinger_stop();
     close(fd);
     assert_int_equal(cluster_stop(&c), 0);
+    /* A loop late at every tick still judges its connections (after each
+     * turn's poll): one that never sends its HELLO is closed. Stopped
+     * 60 ms and run 2 ms, over and over, at heartbeat_ms 10. */
+    if (cluster_start(&c, 1, 4, "[server]\nheartbeat_ms = 10\n"
+                                "peer_timeout_ms = 50\nhello_timeout = 1\n"
+                                SPARSE))
+        fail_msg("cluster did not start");
+    fd = raw_connect(c.port[0]);
+    int closed = 0;
+    for (int i = 0; i < 80 && !closed; i++) {
+        kill(c.pid[0], SIGSTOP);
+        sleep_ms(60);
+        kill(c.pid[0], SIGCONT);
+        sleep_ms(2);
+        closed = log_lines_with(&c, "no HELLO within 1 s") > 0;
+    }
+    kill(c.pid[0], SIGCONT);
+    EXPECT_INT(closed, 1, "a connection without HELLO closed, the loop "
+               "late at every tick");
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
 }
 
 /* A node out of memory says so in its log, naming the table and the
