@@ -381,7 +381,7 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
      * CLOCK of 2^62 to a fresh node was taken, and every later one
      * refused: the worker was stuck for good, restarts included). */
     uint64_t base = *mine;
-    for (int i = 0; !base && i < y->nworkers; i++) {
+    for (int i = 0; !*mine && i < y->nworkers; i++) {
         uint64_t v = barrier ? y->workers[i].barrier : y->workers[i].clock;
         if (v > base)
             base = v;

@@ -202,6 +202,16 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     reach(&y, 0, 0, 1000007);
     reach(&y, 0, 0, 1000008);
     psd_sync_destroy(&y);
+    /* The largest of them, not the first found: workers of an async job
+     * may be more than a million apart. */
+    make(&y, 3);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    join(&y, 2, 3, &owner_c);
+    reach(&y, 0, 0, 10);
+    reach(&y, 1, 0, 1500000);
+    reach(&y, 2, 0, 1500001);
+    psd_sync_destroy(&y);
 }
 
 /* A CLOCK more than two past the node's count for the worker means the
