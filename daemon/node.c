@@ -127,6 +127,8 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    for (int i = 0; i < n->cfg.ntables; i++)
+        n->sync.synchronous |= n->cfg.tables[i].consistency != PSD_CONS_ASYNC;
     build_cluster(n);
     for (int i = 0; i < n->cfg.ntables; i++) {
         n->tables[i] = psd_table_new(&n->cfg.tables[i], n->cfg.shards,

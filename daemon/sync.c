@@ -376,12 +376,15 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
 {
     psd_worker *w = &y->workers[worker];
     uint64_t *mine = barrier ? &w->barrier : &w->clock;
-    /* From 0, bounded by the other workers' counts when some has one: a
-     * first value far past all of them is a bug, not a lost state (a
-     * CLOCK of 2^62 to a fresh node was taken, and every later one
-     * refused: the worker was stuck for good, restarts included). */
+    /* From 0, bounded by the other workers' counts when some has one and
+     * they stay close (barriers always; clocks with bsp or ssp tables, an
+     * async job's workers may be any distance apart): a first value far
+     * past all of them is a bug, not a lost state (a CLOCK of 2^62 to a
+     * fresh node was taken, and every later one refused: the worker was
+     * stuck for good, restarts included). */
     uint64_t base = *mine;
-    for (int i = 0; !*mine && i < y->nworkers; i++) {
+    for (int i = 0; !*mine && (barrier || y->synchronous) && i < y->nworkers;
+         i++) {
         uint64_t v = barrier ? y->workers[i].barrier : y->workers[i].clock;
         if (v > base)
             base = v;

@@ -66,6 +66,8 @@ typedef struct psd_sync {
     uint64_t clock;          /* clocks finished by every waited-for worker */
     uint64_t barrier;        /* barriers every such worker passed */
     psd_wait wait[2];        /* for the log: [0] the clock, [1] the barrier */
+    int synchronous;         /* the node has bsp or ssp tables: workers'
+                                clocks stay close (set by the owner) */
     uint64_t now_ms;         /* the latest time the node gave (advance,
                                 lost, tick): for the rate of log lines */
     int legacy_leaves;       /* loaded from a snapshot older than `closed`

@@ -187,6 +187,7 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
      * one refused: the worker stuck for good). With counts of other
      * workers here: at most a million past the largest. */
     make(&y, 2);
+    y.synchronous = 1;                   /* a node with bsp or ssp tables */
     join(&y, 0, 1, &owner_a);
     join(&y, 1, 2, &owner_b);
     EXPECT_INT(psd_sync_reach(&y, 0, 0, UINT64_C(1) << 62, err, sizeof err),
@@ -202,15 +203,22 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     reach(&y, 0, 0, 1000007);
     reach(&y, 0, 0, 1000008);
     psd_sync_destroy(&y);
-    /* The largest of them, not the first found: workers of an async job
-     * may be more than a million apart. */
+    /* An async job's workers may be any distance apart: their clocks are
+     * bounded by their own counts only (on a node restarted empty, a
+     * slow worker's CLOCK came first and the fast one's were refused).
+     * Barriers hold every worker, so they are bounded as before; and the
+     * largest of the others' counts is taken, not the first found. */
     make(&y, 3);
     join(&y, 0, 1, &owner_a);
     join(&y, 1, 2, &owner_b);
     join(&y, 2, 3, &owner_c);
     reach(&y, 0, 0, 10);
     reach(&y, 1, 0, 1500000);
-    reach(&y, 2, 0, 1500001);
+    reach(&y, 0, 1, 10);
+    reach(&y, 1, 1, 1000010);
+    EXPECT_INT(psd_sync_reach(&y, 2, 1, 1000010 + 1000001, err, sizeof err),
+               PSW_EINVAL, "a barrier a million past the largest");
+    reach(&y, 2, 1, 1000010 + 1000000);
     psd_sync_destroy(&y);
 }
 
