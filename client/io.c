@@ -31,8 +31,8 @@
 /* What a trainer whose clock, barrier or ssp pull timed out reads next:
  * the node knows whom it waits for, the client does not. */
 #define WHO_HINT                                                            \
-    "the node's log says whom it waits for; psctl stats lists each "       \
-    "worker's clock and barrier"
+    "the node's log says whom it waits for, after 10 s of waiting; "       \
+    "psctl --json stats lists each worker's state, clock and barrier"
 
 #define BATCH_BYTES (64 * 1024)   /* a queue this full is sent at once */
 #define HELLO_MAX_REPLY (2 << 20) /* layout frames: 4096 nodes of up to

@@ -355,8 +355,9 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     for (int i = 0; i < n->sync.nworkers; i++) {
         const psd_worker *w = &n->sync.workers[i];
         put(b, "%s{\"worker\": %d, \"state\": \"%s\", \"clock\": %llu, "
-            "\"peer\": ", i ? ", " : "", i, worker_states[w->state],
-            (unsigned long long)w->clock);
+            "\"barrier\": %llu, \"peer\": ", i ? ", " : "", i,
+            worker_states[w->state], (unsigned long long)w->clock,
+            (unsigned long long)w->barrier);
         put_json_str(b, w->peer);
         put(b, "}");
     }

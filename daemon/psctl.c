@@ -754,8 +754,12 @@ static void print_node(const node *nd, int i, const samples *ss)
     double gone = get(ss, "psd_workers", lab);
     snprintf(lab, sizeof lab, "node=\"%d\",state=\"left\"", i);
     double left = get(ss, "psd_workers", lab);
-    printf("  workers: %.0f live, %.0f lost (in grace), %.0f left; clock "
-           "%.0f\n", live, gone, left, nodev(ss, "psd_clock", i));
+    snprintf(lab, sizeof lab, "node=\"%d\",state=\"absent\"", i);
+    double absent = get(ss, "psd_workers", lab);
+    /* Those never joined too: a bsp job waits for them as for the rest. */
+    printf("  workers: %.0f live, %.0f lost (in grace), %.0f left, %.0f "
+           "never joined; clock %.0f (--json stats: each one's)\n", live,
+           gone, left, absent, nodev(ss, "psd_clock", i));
     char err[256], dur[16], fs[16], dir[256];
     get_label(ss, "psd_snapshot_last_error_info", i, "error", err,
               sizeof err);

@@ -2297,6 +2297,46 @@ static void a_node_with_another_workers_count_is_refused(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+/* A clock that timed out points to where the trainer finds whom the job
+ * waits for, and that is there: its text named "psctl stats" for each
+ * worker's clock and barrier, which printed counts only (and left out
+ * the workers never joined). */
+static void a_clock_timed_out_points_to_each_workers_position(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.b]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.sync_timeout_ms = 500;
+    ps_client *w0 = NULL;
+    assert_int_equal(ps_open(&w0, cl.spec, &o), PS_OK);
+    EXPECT_INT(ps_clock(w0), PS_ETIMEDOUT, "worker 1 never came");
+    EXPECT_SUBSTR(ps_last_error(w0), "psctl --json stats lists each "
+                  "worker's state, clock and barrier", "the hint");
+    const char *b = getenv("PSCTL_BIN");
+    char cmd[700];
+    static char out[65536];
+    for (int json = 0; json < 2; json++) {
+        snprintf(cmd, sizeof cmd, "%s -c %s %sstats 2>&1",
+                 b ? b : "build/psctl", cl.ini, json ? "--json " : "");
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        size_t n = fread(out, 1, sizeof out - 1, p);
+        out[n] = '\0';
+        pclose(p);
+        EXPECT_SUBSTR(out, json ? "{\"worker\": 1, \"state\": \"absent\", "
+                                  "\"clock\": 0, \"barrier\": 0, \"peer\""
+                                : "workers: 1 live, 0 lost (in grace), 0 "
+                                  "left, 1 never joined; clock 0",
+                      "%s", cmd);
+    }
+    ps_close_now(w0);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -2352,6 +2392,7 @@ int main(void)
         cmocka_unit_test(barrier_returns_when_a_worker_died),
         cmocka_unit_test(async_bsp_and_ssp_tables_in_one_cluster),
         cmocka_unit_test(a_node_with_another_workers_count_is_refused),
+        cmocka_unit_test(a_clock_timed_out_points_to_each_workers_position),
     };
     return cmocka_run_group_tests_name("modes", tests, NULL, NULL);
 }
