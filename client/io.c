@@ -32,7 +32,8 @@
  * the node knows whom it waits for, the client does not. */
 #define WHO_HINT                                                            \
     "the node's log says whom it waits for, after 10 s of waiting; "       \
-    "psctl --json stats lists each worker's state, clock and barrier"
+    "psctl --json stats lists each worker's state, clock and barrier; "    \
+    "psctl end-job ends a job an earlier run left half-done"
 
 #define BATCH_BYTES (64 * 1024)   /* a queue this full is sent at once */
 #define HELLO_MAX_REPLY (2 << 20) /* layout frames: 4096 nodes of up to
@@ -1891,7 +1892,7 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
             nc->direct = NULL;
         }
         psc_map_del(&nc->fly_map, fly_key(p->msg.ts, p->msg.part));
-        char why[512];
+        char why[800];
         snprintf(why, sizeof why, "request %llu: no answer from %s within "
                  "sync_timeout_ms (%d ms): waiting for other workers (%s)",
                  (unsigned long long)p->msg.ts, nc->name,

@@ -200,8 +200,19 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
          * iteration it is in, and its next ps_clock ends that iteration;
          * moved on a clock, it would skip one (its client takes this
          * clock as its count) and give the next clock's sum nothing. */
-        if (w->clock < w->summed && w->client_id != client_id)
+        if (w->clock < w->summed && w->client_id != client_id) {
             w->clock = w->summed;
+            /* Right when a process replaces one that died mid-step; a
+             * new job's trainer, after a run that stopped half-way, is
+             * one clock ahead of its peers, and the job waits for ever. */
+            psd_warn_rep("worker %d (from %s) starts at clock %llu, one past "
+                         "the node's clock %llu: an earlier process of it "
+                         "pushed in clock %llu and those pushes stand. If "
+                         "this is a new job, run psctl end-job first",
+                         (int)worker, peer, (unsigned long long)w->clock,
+                         (unsigned long long)y->clock,
+                         (unsigned long long)y->clock);
+        }
     }
     if (w->lost_id && w->lost_id != client_id)
         refuse_lost(w, 0);
