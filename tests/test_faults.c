@@ -925,6 +925,10 @@ static void push_not_sent_to_one_node_says_the_other_may_have_it(
                  "%s", e);
     fp_refuse(r.p[0], 0);
     fp_set(r.p[1], FP_DOWN, &(fp_faults){ 0 });
+    /* A new client: this one may be in its reconnection backoff to node
+     * 0 for longer than its short bound. */
+    ps_close_now(c);
+    assert_int_equal(ps_open(&c, r.c.spec, NULL), PS_OK);
     EXPECT_INT(ps_wait(c, ps_pull_range(c, t, 0, 64, out, NULL, NULL)), PS_OK,
                "the pull after: %s", ps_last_error(c));
     int applied = 0;
