@@ -119,7 +119,9 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         down: under 1000, the I/O loop's next turn
                                         (what other threads submit meanwhile) */
     size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB */
-    const char *auth_token;          /* the cluster's token (16..255 bytes); NULL or "":
+    const char *auth_token;          /* the cluster's token (16..255 bytes; one final
+                                        line break is dropped, as psd drops it from
+                                        auth_token_file); NULL or "":
                                         $PSD_AUTH_TOKEN, else the ini's auth_token /
                                         auth_token_file when ps_open is given the ini,
                                         else none. Copied by ps_open */

@@ -225,6 +225,16 @@ static void right_token_opens_and_serves_both_nodes(void **state)
         fail_msg("ps_open: got %d (%s), want 0", rc, msg);
     push_pull_works(c);
     ps_close(c);
+    /* The token as read whole from its file: one final line break goes,
+     * as psd drops it from auth_token_file (it was refused for it). */
+    static const char *const read_whole[] = { TOKEN "\n", TOKEN "\r\n" };
+    for (int i = 0; i < 2; i++) {
+        rc = open_capture(&c, shared.spec, read_whole[i], msg, sizeof msg);
+        if (rc != PS_OK)
+            fail_msg("ps_open with the token and %s: got %d (%s), want 0",
+                     i ? "CR LF" : "LF", rc, msg);
+        ps_close(c);
+    }
 }
 
 static void token_comes_from_environment_then_from_the_ini(void **state)
