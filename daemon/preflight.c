@@ -236,6 +236,9 @@ static void check_node(psd_preflight *pf, const psd_config *c,
         listen ? "listen = 127.0.0.1:PORT" : "[cluster] listen");
 }
 
+/* Below this much free space in data_dir's file system: a note. */
+#define PF_LOW_DISK_MIB 64.0
+
 /* The data folder: psd creates what is missing of it at start, so only a
  * part of its path that exists and is not a folder makes that fail for
  * certain. A folder this user may not write (the data folder, or the last
@@ -276,6 +279,16 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
             pf->data_dir_bad = 1;
             return;
         }
+        /* A full disk passed --check, then psd stopped at start ("cannot
+         * write the journal"); nearly full, it refuses pushes soon. */
+        double free_mib = (double)fs.f_bavail * (double)fs.f_bsize /
+                          (1024.0 * 1024);
+        if (free_mib < PF_LOW_DISK_MIB)
+            add(&pf->notes, &pf->nnotes, path,
+                c->data_dir_line, "[server] data_dir: the file system of %s "
+                "has %.1f MiB free: psd keeps its journal and snapshots "
+                "there, and refuses pushes while it cannot write them",
+                folder, free_mib);
     }
     if (access(folder, W_OK | X_OK) == 0)
         return;

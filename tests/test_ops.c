@@ -377,7 +377,7 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
  * --check reports it as a problem (it was a note for "this user", then
  * "OK", then a start that failed). Made in a mount namespace of its own
  * (unshare -m, as root); skipped where that cannot be done. */
-static void test_a_read_only_data_dir_fails_psd_check(void **state)
+static void test_a_read_only_or_nearly_full_data_dir_is_reported_by_psd_check(void **state)
 {
     (void)state;
     int st;
@@ -403,6 +403,18 @@ static void test_a_read_only_data_dir_fails_psd_check(void **state)
     snprintf(want, sizeof want, "[server] data_dir: %s is on a read-only "
              "file system, so psd cannot create %s/sub", ro, ro);
     EXPECT_INT(st, 1, "psd --check on a read-only data_dir: %s", o ? o : "");
+    if (!o || !strstr(o, want))
+        fail_msg("want \"%s\": %s", want, o ? o : "");
+    free(o);
+    /* Nearly full (a full one passed --check, then psd stopped at start
+     * unable to write its journal): a note, with the room left. */
+    o = run(&st, "unshare -m sh -c 'mount -t tmpfs -o size=2m tmpfs %s && "
+            "%s --check -c %s -n 0' 2>&1", ro, psd, ini);
+    snprintf(want, sizeof want, "[server] data_dir: the file system of %s "
+             "has 2.0 MiB free: psd keeps its journal and snapshots there",
+             ro);
+    EXPECT_INT(st, 0, "psd --check on a nearly full data_dir: %s",
+               o ? o : "");
     if (!o || !strstr(o, want))
         fail_msg("want \"%s\": %s", want, o ? o : "");
     free(o);
@@ -2763,7 +2775,7 @@ int main(void)
         cmocka_unit_test(test_a_sighup_while_loading_is_a_reload_once_serving),
         cmocka_unit_test(test_watchdog_pings_stop_while_psd_is_stopped),
         cmocka_unit_test(test_a_port_in_use_stops_psd_with_the_address),
-        cmocka_unit_test(test_a_read_only_data_dir_fails_psd_check),
+        cmocka_unit_test(test_a_read_only_or_nearly_full_data_dir_is_reported_by_psd_check),
         cmocka_unit_test(test_a_data_dir_psd_cannot_make_is_named_by_its_line),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
