@@ -284,12 +284,10 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         return rc;
     }
     if (tok) {
-        size_t n = strlen(tok);
         /* One line break at the end goes, as psd drops it from the ini's
          * auth_token_file: a token read from that file whole (Python's
          * open(f).read()) was refused for its newline. */
-        if (n && tok[n - 1] == '\n')
-            n -= 1 + (n > 1 && tok[n - 2] == '\r');
+        size_t n = psw_token_trim(tok, strlen(tok));
         if (n < sizeof c->token) {
             memcpy(c->token, tok, n);
             c->token_len = n;

@@ -756,10 +756,18 @@ static void print_node(const node *nd, int i, const samples *ss)
     double left = get(ss, "psd_workers", lab);
     snprintf(lab, sizeof lab, "node=\"%d\",state=\"absent\"", i);
     double absent = get(ss, "psd_workers", lab);
-    /* Those never joined too: a bsp job waits for them as for the rest. */
-    printf("  workers: %.0f live, %.0f lost (in grace), %.0f left, %.0f "
-           "never joined; clock %.0f (--json stats: each one's)\n", live,
-           gone, left, absent, nodev(ss, "psd_clock", i));
+    /* Those never joined too, where a bsp or ssp table waits for them as
+     * for the rest (an async cluster's default worker is no news). */
+    int sync_tables = 0;
+    for (int t = 0; t < nd->layout.ntables; t++)
+        sync_tables |= nd->layout.tables[t].consistency != 0;
+    if (sync_tables)
+        printf("  workers: %.0f live, %.0f lost (in grace), %.0f left, %.0f "
+               "never joined; clock %.0f (--json stats: each one's)\n",
+               live, gone, left, absent, nodev(ss, "psd_clock", i));
+    else
+        printf("  workers: %.0f live, %.0f lost (in grace), %.0f left; "
+               "clock %.0f\n", live, gone, left, nodev(ss, "psd_clock", i));
     char err[256], dur[16], fs[16], dir[256];
     get_label(ss, "psd_snapshot_last_error_info", i, "error", err,
               sizeof err);
@@ -2099,7 +2107,7 @@ int main(int argc, char **argv)
     const char *env = getenv("PSD_AUTH_TOKEN");
     if (env && *env) {
         char why[160];
-        token_len = strlen(env);
+        token_len = psw_token_trim(env, strlen(env));   /* as ps_open */
         if (token_len >= sizeof token) {
             fprintf(stderr, "psctl: PSD_AUTH_TOKEN is longer than %d bytes\n",
                     PSW_AUTH_TOKEN_MAX);

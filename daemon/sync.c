@@ -202,16 +202,18 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
          * clock as its count) and give the next clock's sum nothing. */
         if (w->clock < w->summed && w->client_id != client_id) {
             w->clock = w->summed;
-            /* Right when a process replaces one that died mid-step; a
-             * new job's trainer, after a run that stopped half-way, is
-             * one clock ahead of its peers, and the job waits for ever. */
-            psd_warn_rep("worker %d (from %s) starts at clock %llu, one past "
-                         "the node's clock %llu: an earlier process of it "
-                         "pushed in clock %llu and those pushes stand. If "
-                         "this is a new job, run psctl end-job first",
-                         (int)worker, peer, (unsigned long long)w->clock,
-                         (unsigned long long)y->clock,
-                         (unsigned long long)y->clock);
+            /* Right when a process replaces one that died mid-step (so
+             * info, not a warning); a new job's trainer, after a run that
+             * stopped half-way, is one clock ahead of its peers, and the
+             * job waits for ever: the line says what to do then. */
+            psd_log_rep(PSD_LOG_INFO, "worker %d (from %s) starts at clock "
+                        "%llu, one past the node's clock %llu: an earlier "
+                        "process of it pushed in clock %llu and those pushes "
+                        "stand. If this is a new job, run psctl end-job "
+                        "first", (int)worker, peer,
+                        (unsigned long long)w->clock,
+                        (unsigned long long)y->clock,
+                        (unsigned long long)y->clock);
         }
     }
     if (w->lost_id && w->lost_id != client_id)
@@ -410,7 +412,7 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
                  *mine ? "1000000 past this worker's count on this node"
                  : base ? "1000000 past the largest count of this node's "
                           "workers"
-                        : "2^61, with no count on this node");
+                        : "2^61, with no count of this worker on this node");
         return PSW_EINVAL;
     }
     /* The client counts one more each call, from the largest count the

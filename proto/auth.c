@@ -83,6 +83,16 @@ int psw_token_check(const char *token, size_t len, char *why, size_t whylen)
     return 0;
 }
 
+size_t psw_token_trim(const char *token, size_t len)
+{
+    size_t n = len;
+    if (n && token[n - 1] == '\n')
+        n--;
+    if (n && token[n - 1] == '\r')
+        n--;
+    return n ? n : len;
+}
+
 int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
                         char *why, size_t whylen)
 {
@@ -129,10 +139,7 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
             break;
     }
     close(fd);
-    if (n && buf[n - 1] == '\n')
-        n--;
-    if (n && buf[n - 1] == '\r')
-        n--;
+    n = psw_token_trim(buf, n);
     char reason[160];
     if (n >= sizeof buf - 2 || psw_token_check(buf, n, reason, sizeof reason)) {
         if (n >= sizeof buf - 2)

@@ -48,6 +48,12 @@ int psw_auth_verify(const char *token, size_t len, int role,
 /* Checks a token's length and bytes. 0, or -1 with the reason in why. */
 int psw_token_check(const char *token, size_t len, char *why, size_t whylen);
 
+/* The length of token less one final line break (LF, CR or CRLF), as a
+ * token file's is read; len itself when that would leave nothing (a
+ * token of a line break alone is refused by psw_token_check, not taken
+ * for none). */
+size_t psw_token_trim(const char *token, size_t len);
+
 /* Reads a token from path: the whole file less one final newline (LF or
  * CRLF). Refuses a file that is not a regular file, that its group or
  * others may access (mode & 077, as ssh does with keys; the reason says

@@ -235,6 +235,20 @@ static void right_token_opens_and_serves_both_nodes(void **state)
                      i ? "CR LF" : "LF", rc, msg);
         ps_close(c);
     }
+    /* A line break alone is a bad token, not none (which would take the
+     * ini's, or none at all). */
+    EXPECT_INT(open_capture(&c, shared.spec, "\n", msg, sizeof msg),
+               PS_EAUTH, "a token of a line break alone");
+    EXPECT_SUBSTR(msg, "a token must be 16..255 bytes, got 1", "why");
+    /* psctl reads PSD_AUTH_TOKEN as ps_open does. */
+    const char *b = getenv("PSCTL_BIN");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "%s -s %s ping >/dev/null 2>&1",
+             b ? b : "build/psctl", shared.spec);
+    setenv("PSD_AUTH_TOKEN", TOKEN "\n", 1);
+    rc = system(cmd);
+    unsetenv("PSD_AUTH_TOKEN");
+    EXPECT_INT(rc, 0, "psctl with the token and a line break");
 }
 
 static void token_comes_from_environment_then_from_the_ini(void **state)

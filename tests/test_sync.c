@@ -193,7 +193,8 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     EXPECT_INT(psd_sync_reach(&y, 0, 0, UINT64_C(1) << 62, err, sizeof err),
                PSW_EINVAL, "a first clock of 2^62");
     EXPECT_SUBSTR(err, "clock 4611686018427387904 is out of range: at most "
-                  "2305843009213693952 (2^61, with no count on this node)",
+                  "2305843009213693952 (2^61, with no count of this worker "
+                  "on this node)",
                   "the reason");
     reach(&y, 1, 0, 7);
     EXPECT_INT(psd_sync_reach(&y, 0, 0, 1000008, err, sizeof err),
@@ -711,6 +712,7 @@ static void test_worker_that_pushed_and_left_rejoins_after_its_sums(
      * peers, and the job would wait for ever: said, naming the way out. */
     psd_log_flush_all();
     capture_begin();
+    psd_log_set_level(PSD_LOG_INFO);
     join(&y, 1, 4, &owner_c);
     char *log = capture_end();
     EXPECT_SUBSTR(log, "worker 1 (from 127.0.0.1:9) starts at clock 1, one "
