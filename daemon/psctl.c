@@ -1517,9 +1517,17 @@ static volatile sig_atomic_t stop;
  * is kept (later calls change errno; EPIPE, a reader that went, is not
  * worth a word). SIGPIPE is ignored, so this is how a gone reader shows. */
 static int out_errno;
+/* Whether fd 1 was closed when psctl started: psd_hold_std_fds put
+ * /dev/null there, which takes every write, so psctl said nothing and
+ * exited 0 (and top ran for ever) with its output thrown away. */
+static int out_closed;
 
 static int stdout_ok(void)
 {
+    if (out_closed) {
+        out_errno = EBADF;
+        return 0;
+    }
     errno = 0;
     if (fflush(stdout) == 0 && !ferror(stdout))
         return 1;
@@ -1977,6 +1985,7 @@ int main(int argc, char **argv)
     int json = 0, count = 0, only = -1, timeout_s = 600;
     int for_top = 0, for_save = 0;   /* -i or --count; --timeout */
     double interval = 1.0, v;
+    out_closed = fcntl(1, F_GETFD) < 0 && errno == EBADF;
     psd_hold_std_fds();
     /* Every argument is checked before psctl connects to anything: a
      * mistake says what it is at once, with status 2. getopt_long takes
@@ -2183,7 +2192,10 @@ int main(int argc, char **argv)
     /* Output a script reads must not end short with status 0 (a full
      * disk); a reader that went (| head) needs no word. */
     if (!stdout_ok()) {
-        if (out_errno != EPIPE)
+        if (out_closed)
+            fprintf(stderr, "psctl: standard output is closed: nothing "
+                    "written\n");
+        else if (out_errno != EPIPE)
             fprintf(stderr, "psctl: writing the output: %s\n",
                     strerror(out_errno));
         return 1;

@@ -973,6 +973,15 @@ static void test_psctl_checks_its_arguments_and_its_output(void **state)
     EXPECT_SUBSTR(o, "psctl: writing the output: No space left on device",
                   "why");
     free(o);
+    /* A closed stdout is no place for output either (it exited 0, and top
+     * ran for ever, into the /dev/null psctl puts on a closed fd). */
+    o = run(&st, "%s -s %s stats 2>&1 >&-", psctl(), addr0);
+    EXPECT_INT(st, 1, "stats to a closed stdout: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "psctl: standard output is closed", "why");
+    free(o);
+    o = run(&st, "timeout 60 %s -s %s top -i 0.05 2>&1 >&-", psctl(), addr0);
+    EXPECT_INT(st, 1, "top to a closed stdout: %s", o ? o : "");
+    free(o);
     /* Bounded by timeout: without the fix top ran until it was killed
      * (status 124). */
     o = run(&st, "bash -c 'timeout 60 %s -s %s top -i 0.05 | head -c 10 "
