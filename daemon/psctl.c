@@ -504,7 +504,9 @@ static void node_close(node *nd)
 
 typedef struct sample {
     char name[64];
-    char labels[384];            /* inside the braces */
+    char *labels;                /* inside the braces; owned (an escaped
+                                    data_dir and address passed a fixed
+                                    384 bytes and were cut short) */
     double v;
 } sample;
 
@@ -512,6 +514,15 @@ typedef struct samples {
     sample *s;
     int n, cap;
 } samples;
+
+static void samples_free(samples *ss)
+{
+    for (int i = 0; i < ss->n; i++)
+        free(ss->s[i].labels);
+    free(ss->s);
+    ss->s = NULL;
+    ss->n = ss->cap = 0;
+}
 
 /* Appends the `name{labels} value` lines of text; comments skipped. */
 static void parse_lines(samples *out, const char *text)
@@ -535,7 +546,8 @@ static void parse_lines(samples *out, const char *text)
         memcpy(s->name, l, n);
         s->name[n] = '\0';
         const char *p = l + n;
-        s->labels[0] = '\0';
+        const char *lab = "";
+        size_t labn = 0;
         if (*p == '{') {
             /* Label values may hold escaped quotes; find the closing brace
              * outside quotes. */
@@ -549,13 +561,13 @@ static void parse_lines(samples *out, const char *text)
             }
             if (*q != '}')
                 continue;
-            snprintf(s->labels, sizeof s->labels, "%.*s", (int)(q - p - 1),
-                     p + 1);
+            lab = p + 1;
+            labn = (size_t)(q - p - 1);
             p = q + 1;
         }
         char *end;
         s->v = strtod(p, &end);
-        if (end != p)
+        if (end != p && (s->labels = strndup(lab, labn)) != NULL)
             out->n++;
     }
 }
@@ -1341,7 +1353,7 @@ static int do_stats(cluster *c, int json, int tables_too)
         print_coverage(c);
         print_params(l, &all);
     }
-    free(all.s);
+    samples_free(&all);
     return bad;
 }
 
@@ -1357,7 +1369,7 @@ static int do_tables(cluster *c, int json)
         print_coverage(c);
         print_params(l, &all);
     }
-    free(all.s);
+    samples_free(&all);
     return bad || !l;
 }
 
@@ -1398,7 +1410,7 @@ static int do_save(cluster *c, int timeout_s, int json)
             continue;
         }
         sv[i].fails = nodev(&ss, "psd_snapshot_failures_total", id(c, i));
-        free(ss.s);
+        samples_free(&ss);
         char *r = command(&c->nodes[i], "save");
         if (!r) {
             /* A node that refused answered: it is listed, with why. */
@@ -1461,7 +1473,7 @@ static int do_save(cluster *c, int timeout_s, int json)
                 waiting--;
                 bad = 1;
             }
-            free(ss.s);
+            samples_free(&ss);
         }
         if (waiting && now_ms() > deadline) {
             fprintf(stderr, "psctl: %d node(s) still writing after %d s\n",
@@ -1700,7 +1712,7 @@ static int do_end_job(cluster *c, int json)
         char lab[64];
         snprintf(lab, sizeof lab, "node=\"%d\",state=\"live\"", id(c, i));
         double live = get(&ss, "psd_workers", lab);
-        free(ss.s);
+        samples_free(&ss);
         if (live > 0) {
             snprintf(e[i].err, sizeof e[i].err, "%.0f worker%s connected: "
                      "end-job ends a job whose workers have all stopped "

@@ -1100,6 +1100,40 @@ static void test_an_ipv6_node_is_served_and_named_in_brackets(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* A data_dir of many backslashes (each escaped as two in /metrics'
+ * labels) is said whole by psctl stats and save: the labels were cut at
+ * 384 bytes, the folder with them. */
+static void test_psctl_says_a_long_data_dir_whole(void **state)
+{
+    (void)state;
+    test_cluster c;
+    assert_int_equal(cluster_prepare(&c, 1), 0);
+    c.port[0] = cluster_free_port();
+    char dir[400];
+    int n = snprintf(dir, sizeof dir, "%s/", c.dir);
+    for (int i = 0; i < 160; i++)        /* the line within inih's 197 */
+        dir[n++] = '\\';
+    dir[n] = '\0';
+    FILE *f = fopen(c.ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d\n[server]\ndata_dir = %s\n"
+            "[table.t]\ndim = 1\n", c.port[0], dir);
+    fclose(f);
+    cluster_launch(&c, 0, NULL);
+    assert_int_equal(cluster_wait_up(&c, 0, 5000), 0);
+    int st;
+    for (int k = 0; k < 2; k++) {
+        char *o = run(&st, "%s -c %s %s 2>&1", psctl(), c.ini,
+                      k ? "save" : "stats");
+        EXPECT_INT(st, 0, "psctl %s: %s", k ? "save" : "stats", o ? o : "");
+        if (!o || !strstr(o, dir))
+            fail_msg("psctl %s does not say %s whole: %s", k ? "save" :
+                     "stats", dir, o ? o : "");
+        free(o);
+    }
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* psctl --help names every option psctl takes: docs/durability.md sends
  * operators to `psctl save --timeout`, and the help is where they look. */
 static void test_psctl_help_names_every_option(void **state)
@@ -2793,6 +2827,7 @@ int main(void)
         cmocka_unit_test(test_psctl_checks_its_arguments_and_its_output),
         cmocka_unit_test(test_psd_with_its_standard_fds_closed_saves_and_stops),
         cmocka_unit_test(test_an_ipv6_node_is_served_and_named_in_brackets),
+        cmocka_unit_test(test_psctl_says_a_long_data_dir_whole),
         cmocka_unit_test(test_psctl_shows_the_hyper_parameters_in_force),
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
