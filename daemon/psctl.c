@@ -1269,11 +1269,30 @@ static int do_layout(cluster *c, int json)
 static int fetch_all(cluster *c, samples *all)
 {
     int bad = 0;
-    for (int i = 0; i < c->n; i++)
-        if (want(c, i) && fetch(&c->nodes[i], all)) {
+    for (int i = 0; i < c->n; i++) {
+        if (!want(c, i))
+            continue;
+        /* Figures are found by node number: another cluster's node of a
+         * number asked already (-s naming two clusters) would be shown
+         * with the first one's figures. */
+        int j = 0;
+        while (j < i && (!want(c, j) || c->nodes[j].index < 0 ||
+                         c->nodes[j].index != c->nodes[i].index))
+            j++;
+        if (j < i) {
+            snprintf(c->nodes[i].err, sizeof c->nodes[i].err, "another "
+                     "cluster's node %d was asked first (at %.120s): its "
+                     "figures are not shown (give -s one cluster's nodes)",
+                     c->nodes[i].index, c->nodes[j].addr);
+            failed(c, i);
+            bad = 1;
+            continue;
+        }
+        if (fetch(&c->nodes[i], all)) {
             failed(c, i);
             bad = 1;
         }
+    }
     return bad;
 }
 

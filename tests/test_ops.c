@@ -999,6 +999,16 @@ static void test_psctl_checks_its_arguments_and_its_output(void **state)
                   "different layouts\"", "its JSON");
     free(o);
     EXPECT_INT(log_count(&b, 0, "end-job"), 0, "cluster b was not asked");
+    /* Stats of two clusters' node 0: the second is not shown with the
+     * first one's figures (they are found by node number). */
+    o = run(&st, "%s -s %s stats 2>&1", psctl(), both);
+    EXPECT_INT(st, 1, "stats across two clusters: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "another cluster's node 0 was asked first", "why");
+    char head[100];
+    snprintf(head, sizeof head, "node 0  %s  psd", addr1);
+    if (o && strstr(o, head))
+        fail_msg("cluster b's node shown with figures: %s", o);
+    free(o);
     /* -s takes the grammar psd and ps_open take: blanks around an entry
      * (psctl refused them), "host:port" of a name. */
     snprintf(both, sizeof both, "%s, localhost:%d", addr0, a.port[1]);
