@@ -1246,11 +1246,19 @@ static int do_layout(cluster *c, int json)
     for (int i = 0; i < l->nnodes; i++) {
         /* Said only of the nodes psctl asked (all of them with -c). */
         int asked = 0, answers = 0;
-        for (int k = 0; k < c->n; k++)
-            if (id(c, k) == i) {
+        for (int k = 0; k < c->n; k++) {
+            /* One that never answered has no number of its own: with -c
+             * its place is its number; with -s, it is the node whose
+             * address it is, if any (its place named another node). */
+            const node *nd = &c->nodes[k];
+            int is = nd->index >= 0 || c->from_ini
+                         ? id(c, k) == i
+                         : strcmp(nd->addr, l->nodes[i]) == 0;
+            if (is) {
                 asked = 1;
-                answers |= c->nodes[k].fd >= 0;
+                answers |= nd->fd >= 0;
             }
+        }
         printf("  node %d  %s%s\n", i, l->nodes[i],
                asked && !answers ? "  (not answering)" : "");
     }

@@ -588,6 +588,15 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
         !strstr(o, "table w                    dense  dim 2, 100 rows"))
         fail_msg("psctl layout: %s", o ? o : "");
     free(o);
+    /* -s with node 0 and an address nobody listens on: node 1 (up, not
+     * asked) is not said to be "not answering" for that address. */
+    o = run(&st, "%s -s 127.0.0.1:%d,127.0.0.1:%d layout 2>/dev/null",
+            psctl(), c.port[0], cluster_free_port());
+    EXPECT_INT(st, 1, "psctl layout with a dead address: %s", o ? o : "");
+    if (!o || strstr(o, "(not answering)"))
+        fail_msg("psctl layout says a node it did not ask is not "
+                 "answering: %s", o ? o : "");
+    free(o);
 
     /* Rows: every key pushed made one row, on one node or the other. */
     o = run(&st, "%s -c %s tables", psctl(), c.ini);
