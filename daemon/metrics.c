@@ -11,6 +11,7 @@
 #define REQ_MAX 8192
 #define TIMEOUT_MS 5000
 #define MAX_OPEN 16
+#define BACKLOG 64               /* connections the kernel queues for us */
 #define STOP_GRACE_MS 1000       /* for a request begun when psd stops */
 
 typedef struct mconn {
@@ -208,7 +209,12 @@ static void on_connection(uv_stream_t *l, int status)
         live++;
     }
     *at = c;
-    if (uv_accept(l, (uv_stream_t *)&c->tcp) || m->open > 2 * MAX_OPEN) {
+    /* Those closing still count in m->open until the loop turn ends,
+     * and a turn takes up to the backlog's connections: below this
+     * bound they never shut out a scrape (at 2 * MAX_OPEN, a burst of 33
+     * idle connections did, the scrape accepted in the same turn). */
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) ||
+        m->open > MAX_OPEN + 2 * BACKLOG) {
         mclose(c);
         return;
     }
@@ -216,8 +222,7 @@ static void on_connection(uv_stream_t *l, int status)
      * room, not the newcomer. A scrape sends its request at once, so
      * connections that send nothing (or never end their request) cannot
      * keep Prometheus out; only when every one is being answered is the
-     * newcomer closed. Those closing still count in m->open until their
-     * handles are closed, hence its looser bound above. */
+     * newcomer closed. */
     if (live >= MAX_OPEN) {
         mconn *old = m->head;
         while (old && old->answered)
@@ -252,7 +257,7 @@ int psd_metrics_start(psd_metrics *m, uv_loop_t *loop, int fd,
             close(fd);
     }
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&m->listener, 64, on_connection);
+        rc = uv_listen((uv_stream_t *)&m->listener, BACKLOG, on_connection);
     char where[PSW_ADDR_TEXT_MAX];
     psw_addr_format(a, where, sizeof where);
     if (rc) {

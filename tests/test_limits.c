@@ -707,6 +707,34 @@ static void shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing(
 /* A metrics request read while the node stops (it waits for a client
  * that reads nothing) is answered, and the node still stops cleanly,
  * although the per-second window is gone by then. */
+/* A burst of idle connections to /metrics does not shut a scrape out:
+ * the oldest without a whole request make room, and the ones closing
+ * for it counted against a bound of 32 until the loop turn ended, so a
+ * scrape accepted in the same turn as 40 idle ones was reset. */
+static void a_burst_of_idle_connections_does_not_shut_out_a_scrape(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport = cluster_free_port();
+    char extra[256];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             SPARSE, mport);
+    if (cluster_start(&c, 1, 4, extra))
+        fail_msg("cluster did not start");
+    for (int round = 0; round < 3; round++) {
+        int idle[60];
+        for (int i = 0; i < 60; i++)
+            idle[i] = raw_connect(mport);
+        double up = raw_node_metric(mport, "psd_uptime_seconds");
+        EXPECT_INT(up >= 0, 1, "round %d: the scrape after 60 idle "
+                   "connections got %g", round, up);
+        for (int i = 0; i < 60; i++)
+            close(idle[i]);
+    }
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 static void metrics_asked_while_stopping_are_answered(void **state)
 {
     (void)state;
@@ -3010,6 +3038,7 @@ int main(void)
         cmocka_unit_test_teardown(shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing, teardown),
         cmocka_unit_test_teardown(a_reader_that_never_reads_is_closed_and_costs_others_nothing, teardown),
         cmocka_unit_test_teardown(metrics_asked_while_stopping_are_answered, teardown),
+        cmocka_unit_test_teardown(a_burst_of_idle_connections_does_not_shut_out_a_scrape, teardown),
         cmocka_unit_test_teardown(frame_that_stops_half_way_is_closed_after_frame_timeout, teardown),
         cmocka_unit_test_teardown(frame_of_too_many_elements_is_refused, teardown),
         cmocka_unit_test_teardown(count_and_length_bombs_close_at_once_and_cost_no_memory, teardown),
