@@ -361,7 +361,7 @@ def _count_rows(name: str, a: object, dim: int) -> int:
 
 
 def _uint64(name: str, v: object) -> int:
-    if isinstance(v, bool):
+    if isinstance(v, (bool, np.bool_)):
         # operator.index takes True as 1 (row 1), as connect() refuses.
         raise TypeError(f"{name}: expected an int, got a bool")
     try:
@@ -377,7 +377,7 @@ def _uint64(name: str, v: object) -> int:
 def _node(v: object) -> int:
     """A node number for ps_stats_node, whose argument is a C int: ctypes
     would cut a bigger one to its low 32 bits (2**32 reading node 0)."""
-    if isinstance(v, bool):
+    if isinstance(v, (bool, np.bool_)):
         # operator.index takes True as 1: stats(True) read node 1.
         raise TypeError("node: expected an int, got a bool")
     try:
@@ -736,7 +736,7 @@ class Client:
         for name, value in fields.items():
             if value is None:
                 continue
-            if isinstance(value, bool):
+            if isinstance(value, (bool, np.bool_)):
                 # operator.index takes True as 1: worker=True would join
                 # as worker 1.
                 raise TypeError(f"{name}: expected an int, got a bool")
@@ -897,7 +897,10 @@ class Client:
             finally:
                 self._cv.notify_all()
             if late is not None:
-                raise late
+                try:                     # as wait_all: no frame cycle
+                    raise late
+                finally:
+                    del late
 
     @staticmethod
     def _give_up(h: int, pending: List[Request]) -> None:
@@ -1195,7 +1198,14 @@ class Client:
         finally:
             self._release()
         if err is not None:
-            raise err
+            # Not `raise err`: the frame would hold the exception that
+            # holds the frame (its traceback), and self with them, so a
+            # client dropped after a failed wait_all stayed open (its
+            # worker id taken) until the garbage collector ran.
+            try:
+                raise err
+            finally:
+                del err
 
     def stats(self, node: Optional[int] = None) -> dict:
         """What the client measured since it was opened or since

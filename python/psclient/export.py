@@ -29,9 +29,10 @@ def _manifest(where: str) -> dict:
             m = json.load(f)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
+        # RecursionError: JSON nested deeper than the parser goes.
         raise ValueError(f"{where}: not a manifest psd --export wrote: "
-                         f"{e}") from None
+                         f"{type(e).__name__}: {str(e)[:200]}") from None
     if not isinstance(m, dict) or m.get("format") != 1:
         raise ValueError(f"{where}: export format "
                          f"{m.get('format') if isinstance(m, dict) else m!r}"
@@ -160,7 +161,9 @@ def read_export(path: Union[str, os.PathLike],
             except (OSError, ValueError, KeyError) as e:
                 raise ValueError(f"{path}: table {t['name']!r}: "
                                  f"{part.get('values', '?')}: {e!r}") from None
-            if (k.dtype != np.uint64 or v.dtype != np.float32 or
+            if (not isinstance(k, np.ndarray) or
+                    not isinstance(v, np.ndarray) or   # an .npz: NpzFile
+                    k.dtype != np.uint64 or v.dtype != np.float32 or
                     k.shape != (count,) or
                     v.shape != (count, dim)):
                 raise ValueError(f"{path}: {part['values']} does not match "

@@ -292,6 +292,13 @@ def test_a_tables_shape_is_read_only(cluster):
             c.table(bytearray(b"dense"))
         with pytest.raises(TypeError, match="got a bool"):
             c.stats(True)
+        # numpy's bools too (operator.index takes them as 0 and 1).
+        with pytest.raises(TypeError, match="got a bool"):
+            c.stats(np.True_)
+        with pytest.raises(TypeError, match="got a bool"):
+            d.pull_range(np.True_, 1)
+    with pytest.raises(TypeError, match="got a bool"):
+        psclient.connect(cluster.spec, worker=np.True_)
 
 
 def test_a_dropped_client_closes_at_once(cluster):
@@ -317,6 +324,28 @@ def test_a_dropped_client_closes_at_once(cluster):
             del c
         # Its client closed as the with block ended; the status was read.
         np.testing.assert_array_equal(r.wait(), np.ones((1, 4), F32))
+    finally:
+        if was:
+            gc.enable()
+
+
+def test_a_client_dropped_after_a_failed_wait_all_closes_at_once(cluster):
+    """wait_all raised the error it kept in a local: its frame held the
+    exception holding the frame, and the client with it, open with its
+    worker id until the garbage collector ran."""
+    def train():
+        c = psclient.connect(cluster.spec, worker=0)
+        c.table("dense").push_range_async(0, np.full((1, 3), np.nan, F32))
+        with pytest.raises(psclient.NonFiniteError):
+            c.wait_all()
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        train()
+        with psclient.connect(cluster.spec, worker=0,
+                              connect_timeout_ms=1500) as c:
+            assert c.worker == 0
     finally:
         if was:
             gc.enable()
@@ -1606,15 +1635,24 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     {"tables": [{"name": "w", "kind": "dense", "dim": "2", "rows": 4,
                  "keys": "k.npy", "values": "v.npy", "count": 0}]},
     {"tables": ["w"]},
+    {"tables": [{"name": "w", "kind": "sparse", "dim": 1, "rows": 0,
+                 "keys": "z.npz", "values": "z.npz", "count": 0}]},
+    "nested past the parser",
 ])
 def test_a_damaged_manifest_is_a_value_error(tmp_path, manifest):
     """A manifest of the wrong shape raised TypeError or KeyError from
     deep in read_export, and export.py's command line a traceback."""
-    m = {"format": 1, "node": 0, "nodes": 1, "shards": 4, "tables": []}
-    m.update(manifest)
-    (tmp_path / "export.node0.json").write_text(json.dumps(m))
-    with pytest.raises(ValueError, match=r"export\.node0\.json: not a "
-                       r"manifest psd --export wrote"):
+    if isinstance(manifest, str):
+        text = '{"format": 1, "tables": ' + "[" * 100000
+    else:
+        m = {"format": 1, "node": 0, "nodes": 1, "shards": 4, "tables": []}
+        m.update(manifest)
+        text = json.dumps(m)
+    (tmp_path / "export.node0.json").write_text(text)
+    np.savez(tmp_path / "z.npz", a=np.zeros(0, U64))   # not an .npy
+    with pytest.raises(ValueError, match=r"(export\.node0\.json: not a "
+                       r"manifest psd --export wrote)|(does not match its "
+                       r"export\.nodeN\.json)"):
         psclient.read_export(tmp_path)
     env = {k: v for k, v in os.environ.items()
            if k not in ("PSCLIENT_LIB", "PYTHONPATH")}
@@ -1624,7 +1662,8 @@ def test_a_damaged_manifest_is_a_value_error(tmp_path, manifest):
                        capture_output=True, text=True, timeout=60, env=env,
                        cwd=str(tmp_path))
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert "not a manifest psd --export wrote" in r.stderr
+    assert ("not a manifest psd --export wrote" in r.stderr or
+            "does not match its export.nodeN.json" in r.stderr)
 
 
 def test_a_worker_let_go_hears_of_the_clocks_it_missed(make_cluster,
