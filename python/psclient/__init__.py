@@ -951,6 +951,11 @@ class Client:
     __reduce_ex__ = _not_copied
 
     def __repr__(self) -> str:
+        if not hasattr(self, "worker"):
+            # __init__ raised before it connected: a debugger showing the
+            # frame's locals calls this too.
+            return f"<psclient.Client {getattr(self, 'servers', '?')!r}, " \
+                   f"not connected>"
         state = "closed" if self.closed else "open"
         who = f"worker {self.worker}" if self.worker >= 0 else "reader"
         return f"<psclient.Client {self.servers!r} {who}, {state}>"

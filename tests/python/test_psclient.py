@@ -299,6 +299,9 @@ def test_a_tables_shape_is_read_only(cluster):
             d.pull_range(np.True_, 1)
     with pytest.raises(TypeError, match="got a bool"):
         psclient.connect(cluster.spec, worker=np.True_)
+    # A client whose __init__ raised (a debugger shows it) has a repr.
+    half = object.__new__(psclient.Client)
+    assert "not connected" in repr(half)
 
 
 def test_a_dropped_client_closes_at_once(cluster):
