@@ -34,9 +34,11 @@ trap 'exit 143' TERM
 if ! (cd "$TMP" && apt-get download -q weka); then
     say "apt-get download weka failed; updating apt's package lists" \
         "(${SUDO:+sudo }apt-get update) and trying again"
-    $SUDO apt-get update -qq || fail "apt-get update failed"
+    OFFLINE="(offline? copy ReutersGrain-train.arff and ReutersGrain-test.arff
+from Debian's weka package, usr/share/doc/weka/examples, into $DIR)"
+    $SUDO apt-get update -qq || fail "apt-get update failed $OFFLINE"
     (cd "$TMP" && apt-get download -q weka) ||
-        fail "cannot download Debian's weka package"
+        fail "cannot download Debian's weka package $OFFLINE"
 fi
 deb=""
 for f in "$TMP"/weka_*_all.deb; do
