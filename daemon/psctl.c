@@ -97,6 +97,8 @@ typedef struct node {
     char err[300];
     int refused;                 /* the last command's error is the node's
                                     answer, not a lost connection */
+    int shadowed;                /* answered, but another cluster's node of
+                                    its number was asked first: not shown */
 } node;
 
 /* The cluster's token ($PSD_AUTH_TOKEN, else the ini's auth_token or
@@ -1207,6 +1209,48 @@ static const psw_cluster *any_layout(const cluster *c)
     return NULL;
 }
 
+/* Whether the addresses a and b ("host:port" texts) are one place: the
+ * same port, and hosts alike or resolving to a common address (an -s
+ * entry "localhost:7071" is the layout's "127.0.0.1:7071"). */
+static int same_place(const char *a, const char *b)
+{
+    psw_addr x, y;
+    char why[128];
+    if (psw_addr_parse(a, strlen(a), &x, why, sizeof why) ||
+        psw_addr_parse(b, strlen(b), &y, why, sizeof why) || x.port != y.port)
+        return 0;
+    if (psw_addr_same(&x, &y))
+        return 1;
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ra, *rb;
+    if (getaddrinfo(x.host, NULL, &hints, &ra))
+        return 0;
+    if (getaddrinfo(y.host, NULL, &hints, &rb)) {
+        freeaddrinfo(ra);
+        return 0;
+    }
+    int same = 0;
+    for (const struct addrinfo *p = ra; p && !same; p = p->ai_next)
+        for (const struct addrinfo *q = rb; q && !same; q = q->ai_next) {
+            if (p->ai_family != q->ai_family)
+                continue;
+            if (p->ai_family == AF_INET)
+                same = !memcmp(
+                    &((const struct sockaddr_in *)(void *)p->ai_addr)->sin_addr,
+                    &((const struct sockaddr_in *)(void *)q->ai_addr)->sin_addr,
+                    sizeof(struct in_addr));
+            else if (p->ai_family == AF_INET6)
+                same = !memcmp(
+                    &((const struct sockaddr_in6 *)(void *)p->ai_addr)
+                         ->sin6_addr,
+                    &((const struct sockaddr_in6 *)(void *)q->ai_addr)
+                         ->sin6_addr,
+                    sizeof(struct in6_addr));
+        }
+    freeaddrinfo(ra);
+    freeaddrinfo(rb);
+    return same;
+}
+
 static int do_layout(cluster *c, int json)
 {
     const psw_cluster *l = any_layout(c);
@@ -1249,11 +1293,12 @@ static int do_layout(cluster *c, int json)
         for (int k = 0; k < c->n; k++) {
             /* One that never answered has no number of its own: with -c
              * its place is its number; with -s, it is the node whose
-             * address it is, if any (its place named another node). */
+             * address it is, written alike or resolving alike (its place
+             * in the list named another node). */
             const node *nd = &c->nodes[k];
             int is = nd->index >= 0 || c->from_ini
                          ? id(c, k) == i
-                         : strcmp(nd->addr, l->nodes[i]) == 0;
+                         : same_place(nd->addr, l->nodes[i]);
             if (is) {
                 asked = 1;
                 answers |= nd->fd >= 0;
@@ -1288,6 +1333,7 @@ static int fetch_all(cluster *c, samples *all)
                          c->nodes[j].index != c->nodes[i].index))
             j++;
         if (j < i) {
+            c->nodes[i].shadowed = 1;
             snprintf(c->nodes[i].err, sizeof c->nodes[i].err, "another "
                      "cluster's node %d was asked first (at %.120s): its "
                      "figures are not shown (give -s one cluster's nodes)",
@@ -1309,18 +1355,24 @@ static int fetch_all(cluster *c, samples *all)
  * of the table alone (stderr may go elsewhere) must be told so. */
 static void print_coverage(const cluster *c)
 {
-    int asked = 0, missing = 0;
+    int asked = 0, missing = 0, shadowed = 0;
     for (int i = 0; i < c->n; i++)
         if (c->only < 0 || i == c->only) {
             asked++;
-            missing += c->nodes[i].fd < 0;
+            shadowed += c->nodes[i].shadowed;
+            missing += c->nodes[i].fd < 0 && !c->nodes[i].shadowed;
         }
+    if (shadowed)
+        printf("partial: %d of %d addresses asked are another cluster's "
+               "node of a number shown already: not counted\n", shadowed,
+               asked);
     if (missing) {
         printf("partial: %d of %d node%s did not answer (", missing, asked,
                asked == 1 ? "" : "s");
         const char *sep = "";
         for (int i = 0; i < c->n; i++)
-            if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0) {
+            if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0 &&
+                !c->nodes[i].shadowed) {
                 printf("%snode %d", sep, id(c, i));
                 sep = ", ";
             }
@@ -1650,8 +1702,9 @@ static int do_top(cluster *c, double interval, int count, int json)
         bad = do_stats(c, 0, 1) || not_answering(c);
         for (int i = 0; i < c->n; i++)
             if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0)
-                printf("node %d  %s  NOT ANSWERING: %s\n", id(c, i),
+                printf("node %d  %s  %s: %s\n", id(c, i),
                        c->nodes[i].addr,
+                       c->nodes[i].shadowed ? "NOT SHOWN" : "NOT ANSWERING",
                        c->nodes[i].err);
         /* SIGPIPE is ignored: a reader that went (| head) shows here,
          * and top stopped only at Ctrl-C. */

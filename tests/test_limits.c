@@ -704,13 +704,25 @@ static void shutdown_does_not_wait_for_ever_on_a_client_that_reads_nothing(
     cluster_stop(&c);
 }
 
-/* A metrics request read while the node stops (it waits for a client
- * that reads nothing) is answered, and the node still stops cleanly,
- * although the per-second window is gone by then. */
+typedef struct resume_later {
+    pid_t pid;
+    int ms;
+} resume_later;
+
+static void *resume_after(void *arg)
+{
+    const resume_later *r = arg;
+    sleep_ms(r->ms);
+    kill(r->pid, SIGCONT);
+    return NULL;
+}
+
 /* A burst of idle connections to /metrics does not shut a scrape out:
  * the oldest without a whole request make room, and the ones closing
  * for it counted against a bound of 32 until the loop turn ended, so a
- * scrape accepted in the same turn as 40 idle ones was reset. */
+ * scrape accepted in the same turn as 33 idle ones was reset. The node
+ * is stopped while they queue (the backlog holds 64), so that it takes
+ * them all in one turn when it resumes. */
 static void a_burst_of_idle_connections_does_not_shut_out_a_scrape(
     void **state)
 {
@@ -723,18 +735,26 @@ static void a_burst_of_idle_connections_does_not_shut_out_a_scrape(
     if (cluster_start(&c, 1, 4, extra))
         fail_msg("cluster did not start");
     for (int round = 0; round < 3; round++) {
-        int idle[60];
-        for (int i = 0; i < 60; i++)
+        int idle[50];
+        kill(c.pid[0], SIGSTOP);
+        for (int i = 0; i < 50; i++)
             idle[i] = raw_connect(mport);
+        resume_later r = { c.pid[0], 300 };
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, resume_after, &r), 0);
         double up = raw_node_metric(mport, "psd_uptime_seconds");
-        EXPECT_INT(up >= 0, 1, "round %d: the scrape after 60 idle "
+        pthread_join(th, NULL);
+        EXPECT_INT(up >= 0, 1, "round %d: the scrape after 50 idle "
                    "connections got %g", round, up);
-        for (int i = 0; i < 60; i++)
+        for (int i = 0; i < 50; i++)
             close(idle[i]);
     }
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A metrics request read while the node stops (it waits for a client
+ * that reads nothing) is answered, and the node still stops cleanly,
+ * although the per-second window is gone by then. */
 static void metrics_asked_while_stopping_are_answered(void **state)
 {
     (void)state;

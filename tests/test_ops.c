@@ -752,6 +752,13 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
                          "share of 2 nodes") || strstr(o, "partial"))
         fail_msg("psctl -n 0 tables: %s", o ? o : "");
     free(o);
+    /* The down node given to -s as another text of its address: it is
+     * still the layout's node 1, not answering. */
+    o = run(&st, "%s -s 127.0.0.1:%d,localhost:%d layout 2>/dev/null",
+            psctl(), c.port[0], c.port[1]);
+    EXPECT_INT(st, 1, "psctl layout with node 1 down: %s", o ? o : "");
+    EXPECT_SUBSTR(o, "(not answering)", "node 1 written as localhost");
+    free(o);
     cluster_restart(&c, 1);
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
