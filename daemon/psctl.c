@@ -1228,24 +1228,13 @@ static int same_place(const char *a, const char *b)
         freeaddrinfo(ra);
         return 0;
     }
+    /* Resolved without a service, both have port 0: the whole sockaddrs
+     * compare. */
     int same = 0;
     for (const struct addrinfo *p = ra; p && !same; p = p->ai_next)
-        for (const struct addrinfo *q = rb; q && !same; q = q->ai_next) {
-            if (p->ai_family != q->ai_family)
-                continue;
-            if (p->ai_family == AF_INET)
-                same = !memcmp(
-                    &((const struct sockaddr_in *)(void *)p->ai_addr)->sin_addr,
-                    &((const struct sockaddr_in *)(void *)q->ai_addr)->sin_addr,
-                    sizeof(struct in_addr));
-            else if (p->ai_family == AF_INET6)
-                same = !memcmp(
-                    &((const struct sockaddr_in6 *)(void *)p->ai_addr)
-                         ->sin6_addr,
-                    &((const struct sockaddr_in6 *)(void *)q->ai_addr)
-                         ->sin6_addr,
-                    sizeof(struct in6_addr));
-        }
+        for (const struct addrinfo *q = rb; q && !same; q = q->ai_next)
+            same = p->ai_addrlen == q->ai_addrlen &&
+                   !memcmp(p->ai_addr, q->ai_addr, p->ai_addrlen);
     freeaddrinfo(ra);
     freeaddrinfo(rb);
     return same;

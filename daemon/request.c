@@ -134,15 +134,14 @@ static void reply_error(psd_node *n, psd_session *ss, const psw_msg *m,
         n->tstats[m->table].errors++;
     /* A node short of memory is the operator's to hear of, not only the
      * client's: it refuses or applies in part until memory is freed. */
-    if (status == PSW_ENOMEM && psw_op_has(m->op, PSW_OPF_TABLE) &&
-        m->table < (uint32_t)n->ntables)
-        psd_warn_rep("table '%s': request %llu from %s: %s",
-                     psd_table_conf_get(n->tables[m->table])->name,
-                     (unsigned long long)m->ts, ss->peer, text);
-    else if (status == PSW_ENOMEM)
-        psd_warn_rep("request %llu from %s: %s", (unsigned long long)m->ts,
-                     ss->peer, text);
-    else
+    if (status == PSW_ENOMEM) {
+        int t = psw_op_has(m->op, PSW_OPF_TABLE) &&
+                m->table < (uint32_t)n->ntables;
+        psd_warn_rep("%s%s%srequest %llu from %s: %s", t ? "table '" : "",
+                     t ? psd_table_conf_get(n->tables[m->table])->name : "",
+                     t ? "': " : "", (unsigned long long)m->ts, ss->peer,
+                     text);
+    } else
         psd_debug("request %llu from %s: %s", (unsigned long long)m->ts,
                   ss->peer, text);
     psw_pack_reply(ss->out, m->ts, m->part, status, text, 0, 0);

@@ -309,6 +309,33 @@ int cluster_log_wait(const test_cluster *c, int i, const char *text, int ms)
     return 0;
 }
 
+char *cluster_psctl(const test_cluster *c, int *status, const char *args)
+{
+    const char *b = getenv("PSCTL_BIN");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s -c '%s' %s 2>&1", b ? b : "build/psctl",
+             c->ini, args);
+    *status = -1;
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return NULL;
+    size_t cap = 1 << 16, n = 0, k;
+    char *out = malloc(cap + 1);
+    while (out && (k = fread(out + n, 1, cap - n, p)) > 0)
+        if ((n += k) == cap) {
+            char *more = realloc(out, 2 * cap + 1);
+            if (!more)
+                break;
+            out = more;
+            cap *= 2;
+        }
+    int st = pclose(p);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (out)
+        out[n] = '\0';
+    return out;
+}
+
 char *cluster_log(const test_cluster *c, int i)
 {
     char path[400];

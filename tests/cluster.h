@@ -89,6 +89,11 @@ int cluster_log_wait(const test_cluster *c, int i, const char *text, int ms);
 /* Returns the contents of node i's log (malloc'd, caller frees). */
 char *cluster_log(const test_cluster *c, int i);
 
+/* Runs `psctl -c INI ARGS 2>&1` ($PSCTL_BIN, else build/psctl) on the
+ * cluster's ini; returns what it wrote (malloc'd, caller frees; "" when
+ * it wrote nothing) and its exit status in *status (-1: not run). */
+char *cluster_psctl(const test_cluster *c, int *status, const char *args);
+
 /* Forks a child that runs fn(arg) and exits with its return value; the
  * child dies with the test process. Returns its pid. */
 pid_t spawn(int (*fn)(void *), void *arg);

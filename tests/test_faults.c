@@ -967,18 +967,11 @@ static void a_client_forgotten_with_unacked_pushes_is_logged(void **state)
                                 "not acknowledged", 10000), 1,
                "the warning");
     fp_set(r.p[0], FP_DOWN, &(fp_faults){ 0 });      /* psctl's replies */
-    const char *b = getenv("PSCTL_BIN");
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "%s -c %s --json stats", b ? b : "build/psctl",
-             r.c.ini);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    static char js[65536];
-    size_t n = fread(js, 1, sizeof js - 1, p);
-    js[n] = '\0';
-    pclose(p);
+    int st;
+    char *js = cluster_psctl(&r.c, &st, "--json stats");
     EXPECT_SUBSTR(js, "\"forgotten_early\": 0, \"expired\": 1}",
                   "counted");
+    free(js);
     rig_stop(&r);
 }
 

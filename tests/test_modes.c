@@ -2273,16 +2273,11 @@ static void a_node_with_another_workers_count_is_refused(void **state)
     EXPECT_INT(ps_open(&w0, cl.spec, &o), PS_EPROTO, "ps_open of a mix");
     EXPECT_SUBSTR(ps_last_error(NULL), "describes a different cluster "
                   "layout", "why");
-    const char *b = getenv("PSCTL_BIN");
-    snprintf(cmd, sizeof cmd, "%s -c %s ping 2>&1",
-             b ? b : "build/psctl", cl.ini);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    static char out[8192];
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = '\0';
-    EXPECT_INT(WEXITSTATUS(pclose(p)), 1, "psctl ping: %s", out);
+    int st;
+    char *out = cluster_psctl(&cl, &st, "ping");
+    EXPECT_INT(st, 1, "psctl ping: %s", out ? out : "");
     EXPECT_SUBSTR(out, "[cluster] workers", "psctl ping");
+    free(out);
     /* The same workers again, but node 1's bsp table averages where node
      * 0's sums: the epoch holds that too. */
     kill(cl.pid[1], SIGTERM);
@@ -2316,22 +2311,15 @@ static void a_clock_timed_out_points_to_each_workers_position(void **state)
     EXPECT_INT(ps_clock(w0), PS_ETIMEDOUT, "worker 1 never came");
     EXPECT_SUBSTR(ps_last_error(w0), "psctl --json stats lists each "
                   "worker's state, clock and barrier", "the hint");
-    const char *b = getenv("PSCTL_BIN");
-    char cmd[700];
-    static char out[65536];
     for (int json = 0; json < 2; json++) {
-        snprintf(cmd, sizeof cmd, "%s -c %s %sstats 2>&1",
-                 b ? b : "build/psctl", cl.ini, json ? "--json " : "");
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        size_t n = fread(out, 1, sizeof out - 1, p);
-        out[n] = '\0';
-        pclose(p);
+        int st;
+        char *out = cluster_psctl(&cl, &st, json ? "--json stats" : "stats");
         EXPECT_SUBSTR(out, json ? "{\"worker\": 1, \"state\": \"absent\", "
                                   "\"clock\": 0, \"barrier\": 0, \"peer\""
                                 : "workers: 1 live, 0 lost (in grace), 0 "
                                   "left, 1 never joined; clock 0",
-                      "%s", cmd);
+                      "psctl %sstats", json ? "--json " : "");
+        free(out);
     }
     ps_close_now(w0);
     assert_int_equal(cluster_stop(&cl), 0);
