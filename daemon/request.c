@@ -1085,8 +1085,17 @@ static int holding(const psd_node *n)
     return h;
 }
 
+/* Old hash slots moved per tick (every 100 ms), over all tables: a few
+ * milliseconds of work, so that a sparse shard that stopped growing
+ * drops its old slots (and its lookups their second probe) within
+ * minutes even at 10^8 slots, while the loop stays free to serve. */
+#define TIDY_SLOTS_PER_TICK ((size_t)1 << 17)
+
 void psd_request_tick(psd_node *n, uint64_t now_ms)
 {
+    size_t tidy = TIDY_SLOTS_PER_TICK;
+    for (int i = 0; i < n->ntables && tidy; i++)
+        tidy -= psd_table_tidy(n->tables[i], tidy);
     if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, holding(n),
                       WAIT_LOG_MS)) {
         n->changes++;            /* a worker's grace ran out */

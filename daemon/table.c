@@ -41,7 +41,7 @@
  * insertion. */
 typedef struct hslot {
     uint64_t key;
-    uint32_t row;
+    uint32_t row1;           /* the row number + 1; 0 marks a free slot */
     float inl;
 } hslot;
 
@@ -51,9 +51,15 @@ typedef struct hslot {
  * when the tags match, so a lookup costs the slot's cache line and the
  * row's, as a slot holding the key would; growing reads no keys. */
 typedef struct cslot {
-    uint32_t row;            /* EMPTY marks a free slot */
+    uint32_t row1;           /* the row number + 1; 0 marks a free slot */
     uint32_t tag;            /* psw_mix64(key) >> 32 */
 } cslot;
+
+/* A slot's row, EMPTY for a free one. Rows are stored plus one so that
+ * zeroed memory is free slots: a doubled slot array comes from calloc,
+ * whose fresh pages the kernel zeroes as they are first touched, rather
+ * than from a pass over gigabytes writing EMPTY. */
+#define ROW(x) ((uint32_t)((x).row1 - 1u))
 
 /* Chunk tables grow their slots past 3/4 full (inline ones past 1/2): a
  * probe that finds the key stays about 2.5 slots long, one that misses
@@ -73,9 +79,19 @@ typedef struct shard {
     /* sparse: key -> row number; slots (inline tables) or cslots (the
      * others, whose rows live in chunks: rc holds records of key and
      * weights, stc and stepc the state and step counters) */
-    hslot *slots;            /* row EMPTY marks a free slot */
+    hslot *slots;
     cslot *cslots;
     size_t hcap;             /* power of two */
+    /* While the slots double: the old ones (oslots or ocslots, ocap of
+     * them), of which [moved, ocap) are still to move (grow_step);
+     * NULL otherwise. */
+    hslot *oslots;
+    cslot *ocslots;
+    size_t ocap, moved;
+    /* The doubled slots being readied (grow_ready), of which `ready`
+     * bytes are zeroed; NULL otherwise. */
+    void *next;
+    size_t ready;
     char **rc;
     float **stc;
     uint32_t **stepc;
@@ -158,6 +174,9 @@ static void shard_free(shard *s)
     free(s->steps);
     free(s->slots);
     free(s->cslots);
+    free(s->oslots);
+    free(s->ocslots);
+    free(s->next);
     for (size_t i = 0; i < s->nchunks; i++) {
         free(s->rc[i]);
         if (s->stc)
@@ -186,59 +205,167 @@ static size_t slot_of(uint64_t h, size_t cap)
     return (size_t)((h >> 32) | (h << 32)) & (cap - 1);
 }
 
-static int hash_grow(shard *s)
+/* The first free slot on the probe that starts at slot j: where a new
+ * slot goes. */
+static size_t hslot_free(const hslot *slots, size_t cap, size_t j)
 {
-    size_t cap = s->hcap ? 2 * s->hcap : 64;
-    hslot *n = malloc(cap * sizeof *n);
-    if (!n)
-        return -1;
-    want_huge(n, cap * sizeof *n);
-    for (size_t i = 0; i < cap; i++)
-        n[i].row = EMPTY;
-    for (size_t i = 0; i < s->hcap; i++) {
-        if (s->slots[i].row == EMPTY)
-            continue;
-        size_t j = slot_of(psw_mix64(s->slots[i].key), cap);
-        while (n[j].row != EMPTY)
-            j = (j + 1) & (cap - 1);
-        n[j] = s->slots[i];
-    }
-    free(s->slots);
-    s->slots = n;
-    s->hcap = cap;
-    return 0;
-}
-
-/* The first free slot on the probe of a key whose tag is `tag`: where a
- * new slot goes. */
-static size_t cslot_free(const cslot *slots, size_t cap, uint32_t tag)
-{
-    size_t j = tag & (cap - 1);
-    while (slots[j].row != EMPTY)
+    while (slots[j].row1)
         j = (j + 1) & (cap - 1);
     return j;
 }
 
-/* Doubles a chunk table's slots; the tags say where each one goes. */
-static int cslots_grow(shard *s)
+static size_t cslot_free(const cslot *slots, size_t cap, uint32_t tag)
 {
-    size_t cap = s->hcap ? 2 * s->hcap : 64;
-    if ((uint64_t)cap > CSLOTS_MAX)
-        return -1;
-    cslot *n = malloc(cap * sizeof *n);
-    if (!n)
-        return -1;
-    want_huge(n, cap * sizeof *n);
-    memset(n, 0xff, cap * sizeof *n);     /* row EMPTY */
-    for (size_t i = 0; i < s->hcap; i++) {
-        cslot x = s->cslots[i];
-        if (x.row != EMPTY)
-            n[cslot_free(n, cap, x.tag)] = x;
+    size_t j = tag & (cap - 1);
+    while (slots[j].row1)
+        j = (j + 1) & (cap - 1);
+    return j;
+}
+
+/* ---- growing a shard's slots, a few at a time ------------------------
+ *
+ * Doubling a sparse shard's slots in one go stopped the node: 3.2 s at
+ * 33.5 M rows of one float (8 s before huge pages), every client waiting
+ * and timing out. So, as redis's dict does, a shard's slots grow
+ * incrementally: the doubled array is allocated, the old one kept, and
+ * its slots moved over in order, GROW_STEP of them for each row created
+ * and more at each of the node's ticks (psd_table_tidy). While both
+ * exist a lookup probes the new slots, then the old ones; rows are only
+ * created in the new ones. A moved slot stays in the old array as it was,
+ * so that a probe of the old array through it still reaches the slots
+ * after it; a slot not moved yet is its key's only one (an inline row's
+ * float is updated there). */
+
+/* Old slots moved per row created. The doubled slots take another
+ * doubling's worth of rows (inline: ocap / 2 at load 1/2; chunk tables
+ * 3/4 * ocap) before they need to grow again; at 16 a row the move ends
+ * after ocap / 16 rows, a twelfth (chunk tables) or an eighth (inline) of
+ * the rows held when it began. Until then the old slots are held too: a
+ * chunk table of dim 8 costs up to 11 bytes a key more, an inline one
+ * half as much again as its slots. */
+#define GROW_STEP 16
+
+/* Moves up to `budget` old slots of s; frees the old array when every
+ * slot has moved. Returns how many slots it looked at. */
+static size_t grow_step(shard *s, size_t budget)
+{
+    size_t did = s->ocap - s->moved < budget ? s->ocap - s->moved : budget;
+    size_t end = s->moved + did, m = s->hcap - 1;
+    if (s->oslots) {
+        for (size_t i = s->moved; i < end; i++) {
+            hslot x = s->oslots[i];
+            if (x.row1)
+                s->slots[hslot_free(s->slots, s->hcap,
+                                    slot_of(psw_mix64(x.key), s->hcap))] = x;
+        }
+    } else if (s->ocslots) {
+        for (size_t i = s->moved; i < end; i++) {
+            cslot x = s->ocslots[i];
+            if (x.row1) {
+                size_t j = x.tag & m;
+                while (s->cslots[j].row1)
+                    j = (j + 1) & m;
+                s->cslots[j] = x;
+            }
+        }
     }
-    free(s->cslots);
-    s->cslots = n;
+    s->moved = end;
+    if (end == s->ocap) {
+        free(s->oslots);
+        free(s->ocslots);
+        s->oslots = NULL;
+        s->ocslots = NULL;
+        s->ocap = s->moved = 0;
+    }
+    return did;
+}
+
+/* The rows a shard holds when its next row makes the slots double. */
+static uint64_t grow_at(const psd_table *t, const shard *s)
+{
+    return t->inl ? s->hcap / 2 : s->hcap / CLOAD_DEN * CLOAD_NUM;
+}
+
+/* Moving slots is half of a doubling's cost; the other half is the
+ * kernel zeroing the new array's pages as they are first touched, and
+ * random probes touch them all at once: 0.5 s for 512 MiB here, on the
+ * push that began the doubling. So the doubled array is allocated when
+ * the shard is hcap / 16 rows short of doubling, and zeroed a slice for
+ * each row created after that (READY_SLOTS slots' worth: done with room
+ * to spare). Memory in use rises that much earlier; arrays under 1024
+ * slots are just allocated when needed. Called after a row is created. */
+#define READY_SLOTS 48
+
+static void grow_ready(const psd_table *t, shard *s)
+{
+    size_t size = t->inl ? sizeof(hslot) : sizeof(cslot);
+    size_t bytes = 2 * s->hcap * size;
+    if (s->hcap < 1024 || s->nrows + s->hcap / 16 < grow_at(t, s) ||
+        (!t->inl && (uint64_t)2 * s->hcap > CSLOTS_MAX))
+        return;
+    if (!s->next) {
+        if (!(s->next = malloc(bytes)))
+            return;              /* grow_start tries again, or says so */
+        want_huge(s->next, bytes);
+        s->ready = 0;
+    }
+    size_t k = READY_SLOTS * size;
+    if (k > bytes - s->ready)
+        k = bytes - s->ready;
+    memset((char *)s->next + s->ready, 0, k);
+    s->ready += k;
+}
+
+/* Starts doubling s's slots (moving the rest of a doubling still under
+ * way first). 0, or -1 when memory runs out (s unchanged but for the
+ * earlier doubling finished) or the shard is at its limit of slots. */
+static int grow_start(const psd_table *t, shard *s)
+{
+    if (s->ocap)
+        (void)grow_step(s, s->ocap);
+    size_t cap = s->hcap ? 2 * s->hcap : 64;
+    size_t size = t->inl ? sizeof(hslot) : sizeof(cslot);
+    if (!t->inl && (uint64_t)cap > CSLOTS_MAX)
+        return -1;
+    void *n = s->next;
+    if (n) {                     /* readied: zero what is left */
+        memset((char *)n + s->ready, 0, cap * size - s->ready);
+        s->next = NULL;
+        s->ready = 0;
+    } else {
+        if (!(n = calloc(cap, size)))
+            return -1;
+        want_huge(n, cap * size);
+    }
+    if (t->inl) {
+        s->oslots = s->slots;
+        s->slots = n;
+    } else {
+        s->ocslots = s->cslots;
+        s->cslots = n;
+    }
+    s->ocap = s->hcap;
+    s->moved = 0;
     s->hcap = cap;
+    if (!s->ocap) {              /* the first slots: nothing to move */
+        free(s->oslots);
+        free(s->ocslots);
+        s->oslots = NULL;
+        s->ocslots = NULL;
+    }
     return 0;
+}
+
+/* Inline shards: the live slots are s->slots and, while they grow, the
+ * old ones not moved yet. Span 0 or 1 of them, and its length. */
+static size_t hspan(const shard *s, int which, hslot **p)
+{
+    if (!which) {
+        *p = s->slots;
+        return s->slots ? s->hcap : 0;
+    }
+    *p = s->oslots ? s->oslots + s->moved : NULL;
+    return s->oslots ? s->ocap - s->moved : 0;
 }
 
 static int chunk_add(psd_table *t, shard *s)
@@ -289,18 +416,30 @@ static float init_inline(const psd_table *t, uint64_t key)
     return v;
 }
 
-/* Inline tables: the slot of `key` (hash h), or NULL when it has no row. */
+/* Inline tables: the slot of `key` (hash h) in slots of capacity cap,
+ * or NULL. */
+static hslot *hslot_find(hslot *slots, size_t cap, uint64_t key, uint64_t h)
+{
+    size_t j = slot_of(h, cap);
+    while (slots[j].row1) {
+        if (slots[j].key == key)
+            return &slots[j];
+        j = (j + 1) & (cap - 1);
+    }
+    return NULL;
+}
+
+/* Inline tables: the slot of `key` (hash h), or NULL when it has no row:
+ * in the slots, or while they grow in the old ones (where a moved key is
+ * never looked for: the new slots have it). */
 static hslot *slot_find(const shard *s, uint64_t key, uint64_t h)
 {
     if (!s->hcap)
         return NULL;
-    size_t j = slot_of(h, s->hcap);
-    while (s->slots[j].row != EMPTY) {
-        if (s->slots[j].key == key)
-            return &s->slots[j];
-        j = (j + 1) & (s->hcap - 1);
-    }
-    return NULL;
+    hslot *x = hslot_find(s->slots, s->hcap, key, h);
+    if (!x && s->oslots)
+        x = hslot_find(s->oslots, s->ocap, key, h);
+    return x;
 }
 
 /* Inline tables: the slot of `key` (hash h), creating and initialising
@@ -314,17 +453,17 @@ static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
     if (s->nrows >= EMPTY - 1)
         return NULL;
     /* Keep the load factor at or below 1/2: probes stay short. */
-    if ((s->nrows + 1) * 2 > s->hcap && hash_grow(s))
+    if ((s->nrows + 1) * 2 > s->hcap && grow_start(t, s))
         return NULL;
     uint32_t row = (uint32_t)s->nrows++;
     t->rows_held++;
-    size_t j = slot_of(h, s->hcap);
-    while (s->slots[j].row != EMPTY)
-        j = (j + 1) & (s->hcap - 1);
-    x = &s->slots[j];
+    x = &s->slots[hslot_free(s->slots, s->hcap, slot_of(h, s->hcap))];
     x->key = key;
-    x->row = row;
+    x->row1 = row + 1;
     x->inl = init_inline(t, key);
+    if (s->oslots)               /* x is in the new slots: it stays put */
+        (void)grow_step(s, GROW_STEP);
+    grow_ready(t, s);
     return x;
 }
 
@@ -348,26 +487,41 @@ static float *rec_w(char *r)
     return (float *)(void *)(r + sizeof(uint64_t));
 }
 
-/* Chunk tables: the index of the slot holding `key` (hash h), or of the
- * free slot where its probe ends. s must have slots. */
-static size_t cslot_probe(const psd_table *t, const shard *s, uint64_t key,
+/* Chunk tables: the index of the slot holding `key` (hash h) in slots of
+ * capacity cap, or of the free slot where its probe ends. */
+static size_t cslot_probe(const psd_table *t, const shard *s,
+                          const cslot *slots, size_t cap, uint64_t key,
                           uint64_t h)
 {
     uint32_t tag = (uint32_t)(h >> 32);
-    size_t m = s->hcap - 1, j = tag & m;
+    size_t m = cap - 1, j = tag & m;
     for (;; j = (j + 1) & m) {
-        cslot x = s->cslots[j];
-        if (x.row == EMPTY ||
-            (x.tag == tag && rec_key(rec_at(t, s, x.row)) == key))
+        cslot x = slots[j];
+        if (!x.row1 ||
+            (x.tag == tag && rec_key(rec_at(t, s, ROW(x))) == key))
             return j;
     }
+}
+
+/* Chunk tables: the row of `key` (hash h) in the old slots of a shard
+ * whose slots grow, or EMPTY. */
+static uint32_t crow_find_old(const psd_table *t, const shard *s,
+                              uint64_t key, uint64_t h)
+{
+    if (!s->ocslots)
+        return EMPTY;
+    return ROW(s->ocslots[cslot_probe(t, s, s->ocslots, s->ocap, key, h)]);
 }
 
 /* Chunk tables: the row of `key` (hash h), or EMPTY when it has none. */
 static uint32_t crow_find(const psd_table *t, const shard *s, uint64_t key,
                           uint64_t h)
 {
-    return s->hcap ? s->cslots[cslot_probe(t, s, key, h)].row : EMPTY;
+    if (!s->hcap)
+        return EMPTY;
+    uint32_t row =
+        ROW(s->cslots[cslot_probe(t, s, s->cslots, s->hcap, key, h)]);
+    return row != EMPTY ? row : crow_find_old(t, s, key, h);
 }
 
 /* Chunk tables: the row of `key` (hash h), creating and initialising it
@@ -377,12 +531,15 @@ static uint32_t crow_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
 {
     size_t j = 0;
     if (s->hcap) {
-        j = cslot_probe(t, s, key, h);
-        if (s->cslots[j].row != EMPTY)
-            return s->cslots[j].row;
+        j = cslot_probe(t, s, s->cslots, s->hcap, key, h);
+        if (s->cslots[j].row1)
+            return ROW(s->cslots[j]);
+        uint32_t row = crow_find_old(t, s, key, h);
+        if (row != EMPTY)
+            return row;
     }
     if ((s->nrows + 1) * CLOAD_DEN > (uint64_t)s->hcap * CLOAD_NUM) {
-        if (cslots_grow(s))
+        if (grow_start(t, s))
             return EMPTY;
         j = cslot_free(s->cslots, s->hcap, (uint32_t)(h >> 32));
     }
@@ -390,11 +547,14 @@ static uint32_t crow_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
         return EMPTY;
     uint32_t row = (uint32_t)s->nrows++;
     t->rows_held++;
-    s->cslots[j].row = row;
+    s->cslots[j].row1 = row + 1;
     s->cslots[j].tag = (uint32_t)(h >> 32);
     char *r = rec_at(t, s, row);
     memcpy(r, &key, sizeof key);
     psd_init_row(&t->conf.init, key, rec_w(r), t->conf.dim);
+    if (s->ocslots)
+        (void)grow_step(s, GROW_STEP);
+    grow_ready(t, s);
     return row;
 }
 
@@ -674,8 +834,25 @@ static uint64_t hash_ahead(const psd_table *t, const char *keys, size_t i)
             __builtin_prefetch(&s->cslots[j]);
             __builtin_prefetch(&s->cslots[(j + 7) & (s->hcap - 1)]);
         }
+        /* Growing: a key not moved yet is in the old slots. */
+        if (s->oslots)
+            __builtin_prefetch(&s->oslots[slot_of(h, s->ocap)]);
+        else if (s->ocslots)
+            __builtin_prefetch(&s->ocslots[slot_of(h, s->ocap)]);
     }
     return h;
+}
+
+/* Chunk tables: the row of the first slot on the probe of tag in slots
+ * of capacity cap whose tag matches, or EMPTY. */
+static uint32_t tag_row(const cslot *slots, size_t cap, uint32_t tag)
+{
+    size_t m = cap - 1;
+    for (size_t j = tag & m;; j = (j + 1) & m) {
+        cslot x = slots[j];
+        if (!x.row1 || x.tag == tag)
+            return ROW(x);
+    }
 }
 
 /* Chunk tables: the row of the first slot on h's probe whose tag
@@ -689,19 +866,15 @@ static cand record_ahead(const psd_table *t, uint64_t h)
     if (!s->hcap)
         return c;
     uint32_t tag = (uint32_t)(h >> 32);
-    size_t m = s->hcap - 1;
-    for (size_t j = tag & m;; j = (j + 1) & m) {
-        cslot x = s->cslots[j];
-        if (x.row == EMPTY)
-            return c;
-        if (x.tag == tag) {
-            c.row = x.row;
-            c.rec = rec_at(t, s, x.row);
-            __builtin_prefetch(c.rec);
-            __builtin_prefetch(c.rec + t->rec - 1);
-            return c;
-        }
+    c.row = tag_row(s->cslots, s->hcap, tag);
+    if (c.row == EMPTY && s->ocslots)
+        c.row = tag_row(s->ocslots, s->ocap, tag);
+    if (c.row != EMPTY) {
+        c.rec = rec_at(t, s, c.row);
+        __builtin_prefetch(c.rec);
+        __builtin_prefetch(c.rec + t->rec - 1);
     }
+    return c;
 }
 
 static void walk_start(const psd_table *t, walk *w, const char *keys,
@@ -979,9 +1152,13 @@ static int each_row(const psd_table *t, shard *s,
 {
     int rc = 0;
     if (t->inl) {
-        for (size_t j = 0; j < s->hcap && !rc; j++)
-            if (s->slots[j].row != EMPTY)
-                rc = fn(ctx, s->slots[j].key, &s->slots[j].inl);
+        for (int a = 0; a < 2; a++) {
+            hslot *x;
+            size_t n = hspan(s, a, &x);
+            for (size_t j = 0; j < n && !rc; j++)
+                if (x[j].row1)
+                    rc = fn(ctx, x[j].key, &x[j].inl);
+        }
     } else
         for (uint32_t r = 0; r < s->nrows && !rc; r++) {
             char *x = rec_at(t, s, r);
@@ -1028,13 +1205,18 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
          * row is applied twice at the next clock; and the shards after it
          * are applied all the same, so that none of this clock's sums is
          * left to join the next clock's (with its divisor). The chunks
-         * and the slots stay for the next clock. */
-        if (a->inl)
-            for (size_t j = 0; j < s->hcap; j++)
-                s->slots[j].row = EMPTY;
-        else
-            for (size_t j = 0; j < s->hcap; j++)
-                s->cslots[j].row = EMPTY;
+         * and the slots stay for the next clock (old ones that were
+         * still moving go). */
+        if (s->hcap)
+            memset(a->inl ? (void *)s->slots : (void *)s->cslots, 0,
+                   s->hcap * (a->inl ? sizeof(hslot) : sizeof(cslot)));
+        free(s->oslots);
+        free(s->ocslots);
+        free(s->next);
+        s->oslots = NULL;
+        s->ocslots = NULL;
+        s->next = NULL;
+        s->ocap = s->moved = s->ready = 0;
         a->rows_held -= s->nrows;
         s->nrows = 0;
     }
@@ -1092,6 +1274,17 @@ int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
     return 0;
 }
 
+size_t psd_table_tidy(psd_table *t, size_t budget)
+{
+    size_t did = 0;
+    for (uint32_t i = 0; i < t->nshards && did < budget; i++)
+        if (t->shards[i].ocap)
+            did += grow_step(&t->shards[i], budget - did);
+    if (t->acc && did < budget)
+        did += psd_table_tidy(t->acc, budget - did);
+    return did;
+}
+
 uint64_t psd_table_pending(const psd_table *t)
 {
     return t->acc ? t->acc->rows_held : 0;
@@ -1137,11 +1330,12 @@ size_t psd_table_bytes(const psd_table *t)
         if (t->conf.dense)
             b += (size_t)s->nrows * per_row;
         else if (t->inl)
-            b += s->hcap * sizeof(hslot);
+            b += (s->hcap + s->ocap) * sizeof(hslot) + s->ready;
         else    /* records hold the key too */
             b += (s->nchunks << t->chunk_bits) *
                      (per_row + sizeof(uint64_t)) +
-                 s->hcap * sizeof(cslot) + s->nchunks * 3 * sizeof(void *);
+                 (s->hcap + s->ocap) * sizeof(cslot) + s->ready +
+                 s->nchunks * 3 * sizeof(void *);
     }
     /* A bsp table's sums of the clock in progress: kept between clocks,
      * as much again as the rows pushed (they went uncounted). */
@@ -1217,9 +1411,13 @@ static int put_sparse_keys(const psd_table *t, const shard *s, psd_sink *o)
         return -1;
     int rc = 0;
     if (t->inl) {
-        for (size_t j = 0; j < s->hcap; j++)
-            if (s->slots[j].row != EMPTY)
-                keys[s->slots[j].row] = s->slots[j].key;
+        for (int a = 0; a < 2; a++) {
+            hslot *x;
+            size_t m = hspan(s, a, &x);
+            for (size_t j = 0; j < m; j++)
+                if (x[j].row1)
+                    keys[ROW(x[j])] = x[j].key;
+        }
         rc = put(o, keys, n * sizeof *keys);
     } else
         for (size_t first = 0; first < n && !rc; first += crows) {
@@ -1242,9 +1440,13 @@ static int put_sparse_rows(const psd_table *t, const shard *s, psd_sink *o)
         float *w = malloc((size_t)(s->nrows ? s->nrows : 1) * sizeof *w);
         if (!w)
             return -1;
-        for (size_t j = 0; j < s->hcap; j++)
-            if (s->slots[j].row != EMPTY)
-                w[s->slots[j].row] = s->slots[j].inl;
+        for (int a = 0; a < 2; a++) {
+            hslot *x;
+            size_t m = hspan(s, a, &x);
+            for (size_t j = 0; j < m; j++)
+                if (x[j].row1)
+                    w[ROW(x[j])] = x[j].inl;
+        }
         int rc = put(o, w, (size_t)s->nrows * sizeof *w);
         free(w);
         return rc;
@@ -1342,9 +1544,13 @@ static int get_sparse_rows(psd_table *t, shard *s, psd_source *in)
             free(w);
             return -1;
         }
-        for (size_t j = 0; j < s->hcap; j++)
-            if (s->slots[j].row != EMPTY)
-                s->slots[j].inl = w[s->slots[j].row];
+        for (int a = 0; a < 2; a++) {
+            hslot *x;
+            size_t m = hspan(s, a, &x);
+            for (size_t j = 0; j < m; j++)
+                if (x[j].row1)
+                    x[j].inl = w[ROW(x[j])];
+        }
         free(w);
         return 0;
     }

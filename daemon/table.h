@@ -81,6 +81,13 @@ int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
                                const char *vals);
 int psd_table_apply_accumulated(psd_table *t, float scale);
 
+/* A sparse shard's slots double a few at a time (a lookup probes the
+ * doubled slots, then the old ones not moved yet), as rows are created;
+ * this moves up to `budget` more old slots of t's growing shards, so that
+ * a table no longer growing finishes (the node calls it at its ticks).
+ * Returns how many slots it looked at: under budget when none is left. */
+size_t psd_table_tidy(psd_table *t, size_t budget);
+
 /* Rows in a bsp table's sums of the current clock (0 for other tables):
  * pushes acknowledged and not applied yet. */
 uint64_t psd_table_pending(const psd_table *t);

@@ -1270,6 +1270,112 @@ static void test_sparse_grown_table_saves_and_loads_bit_for_bit(void **state)
     grown_round_trip(PSD_UPD_ADAM, 3);
 }
 
+/* Pulls keys[first..first + n) of a table of dim `dim` (sum) whose key
+ * i was pushed `times` times with row (i + 1, i + 1, ...): each must
+ * read times * (i + 1). */
+static void expect_sums(psd_table *t, const uint64_t *keys, size_t first,
+                        size_t n, uint32_t dim, float times, const char *when)
+{
+    float *out = malloc((n ? n : 1) * dim * sizeof *out);
+    assert_non_null(out);
+    pull_keys(t, keys + first, n, out, dim);
+    for (size_t i = 0; i < n * dim; i++) {
+        float want = times * (float)(first + i / dim + 1);
+        if (out[i] != want)
+            fail_msg("dim %u, %s: key %zu reads %g, want %g", dim, when,
+                     first + i / dim, out[i], want);
+    }
+    free(out);
+}
+
+/* A shard's slots double a few at a time: the push that makes the slots
+ * double moves only a few of the old ones (psd_table_tidy finds the rest
+ * to move), and while both arrays are in use every key is found, pushes
+ * to old and new rows land, a snapshot saves every row and loads back,
+ * and the keys are all listed; rows kept in their slots (dim 1) and in
+ * chunks (dim 4). Before, a doubling moved every slot in the push that
+ * caused it: 3.2 s of a stopped node at 33.5 M rows. */
+static void test_sparse_slots_double_a_few_at_a_time(void **state)
+{
+    (void)state;
+    enum { N = 60000 };
+    for (uint32_t dim = 1; dim <= 4; dim += 3) {
+        psd_table_conf c = conf_make(0, dim, 0, PSD_UPD_SUM);
+        psd_table *t = table_make(&c, 1, 1, 0);
+        uint64_t *keys = malloc(N * sizeof *keys);
+        float *v = malloc((size_t)N * dim * sizeof *v);
+        assert_true(keys && v);
+        for (size_t i = 0; i < N; i++) {
+            keys[i] = psw_mix64(i ^ 0x5bd1e995u);
+            for (uint32_t j = 0; j < dim; j++)
+                v[i * dim + j] = (float)(i + 1);
+        }
+        /* One key a push until one begins a doubling of 8192 slots or
+         * more: tidy then finds a slot to move (one, moved now). */
+        size_t n = 0, grew = 0;
+        while (n < N / 2 && !grew) {
+            push_keys(t, keys + n, 1, v + n * dim, dim);
+            n++;
+            if (psd_table_tidy(t, 1) && n > 4096)
+                grew = n;
+        }
+        assert_true(grew);
+        /* Mid-doubling: every key found, pushes to the first keys (in
+         * old slots or moved) and to new ones land. */
+        expect_sums(t, keys, 0, n, dim, 1, "just after the doubling began");
+        push_keys(t, keys, n, v, dim);
+        push_keys(t, keys, n, v, dim);
+        push_keys(t, keys + n, 100, v + n * dim, dim);
+        n += 100;
+        expect_sums(t, keys, 0, n - 100, dim, 3, "pushed twice more mid-way");
+        expect_sums(t, keys, n - 100, 100, dim, 1, "new keys mid-way");
+        push_keys(t, keys + n - 100, 100, v + (n - 100) * dim, dim);
+        push_keys(t, keys + n - 100, 100, v + (n - 100) * dim, dim);
+        /* Every key listed, and saved and loaded. */
+        uint64_t *got = malloc(n * sizeof *got);
+        assert_non_null(got);
+        EXPECT_INT(psd_table_keys(t, got), 0, "psd_table_keys");
+        EXPECT_U64(psd_table_rows(t), n, "rows");
+        for (size_t i = 0; i < n; i++)   /* listed in row order */
+            if (got[i] != keys[i])
+                fail_msg("dim %u: row %zu is key %llx, want %llx", dim, i,
+                         (unsigned long long)got[i],
+                         (unsigned long long)keys[i]);
+        membuf m = { 0 };
+        psd_table *u = save_and_reload(t, &c, 1, &m);
+        expect_sums(u, keys, 0, n, dim, 3, "loaded from a mid-doubling save");
+        free(m.p);
+        psd_table_free(u);
+        /* What is left to move is most of the old slots: 101 new rows
+         * moved 16 each. */
+        size_t mid = psd_table_bytes(t);
+        size_t left = psd_table_tidy(t, SIZE_MAX);
+        if (left < 4096)
+            fail_msg("dim %u: %zu old slots left to move after %zu rows "
+                     "(doubling at row %zu), want most of them", dim, left,
+                     n - grew + 1, grew);
+        EXPECT_U64(psd_table_tidy(t, SIZE_MAX), 0, "slots left after tidy");
+        if (psd_table_bytes(t) >= mid)
+            fail_msg("dim %u: %zu bytes after the doubling ended, %zu "
+                     "during it", dim, psd_table_bytes(t), mid);
+        expect_sums(t, keys, 0, n, dim, 3, "after the doubling ended");
+        /* And on to the end, across more doublings, tidying in steps. */
+        for (size_t i = n; i < N; i += 1000) {
+            size_t m2 = N - i < 1000 ? N - i : 1000;
+            push_keys(t, keys + i, m2, v + i * dim, dim);
+            (void)psd_table_tidy(t, 3000);
+        }
+        push_keys(t, keys, n, v, dim);
+        push_keys(t, keys, n, v, dim);
+        expect_sums(t, keys, 0, n, dim, 5, "after more doublings");
+        expect_sums(t, keys, n, N - n, dim, 1, "keys of the later pushes");
+        free(got);
+        free(keys);
+        free(v);
+        psd_table_free(t);
+    }
+}
+
 /* Appends n bytes to a byte string being built. */
 static size_t bytes_add(char *buf, size_t at, const void *p, size_t n)
 {
@@ -1427,9 +1533,14 @@ static void test_sparse_keys_zero_and_uint64_max_work(void **state)
 
 /* A sparse table of dim 8 (sum) in one shard (so no other shard's partly
  * used chunk counts), grown across doublings of its slots: from 90,000
- * keys on (where a chunk's unused rows weigh under 2 bytes per key), every
- * size costs at most 64 bytes per key (2x its floats), right after each of
- * three doublings too; every key keeps its row. */
+ * keys on (where a chunk's unused rows weigh under 2 bytes per key), it
+ * costs at most 64 bytes per key (2x its floats) right after each of
+ * three doublings (the most, with the slots at their emptiest) and at the
+ * end; around a doubling, while the doubled slots are readied and then
+ * the old ones moved out, one more slot array is held (at most 16 bytes
+ * of slots per key of the 3/4 that fill them, of which 2/3 before the
+ * doubling), so at most 64 + 12 bytes at every size; every key keeps its
+ * row. */
 static void test_sparse_dim8_keys_cost_at_most_64_bytes_across_growths(
     void **state)
 {
@@ -1442,7 +1553,8 @@ static void test_sparse_dim8_keys_cost_at_most_64_bytes_across_growths(
     float *v = malloc(batch * dim * sizeof *v);
     float *out = malloc(batch * dim * sizeof *out);
     assert_true(keys && v && out);
-    double worst = 0;
+    double worst = 0, worst_around = 0;
+    int doublings = 0;
     for (size_t b = 0; b < nkeys; b += batch) {
         for (size_t i = 0; i < batch; i++) {
             keys[b + i] = psw_mix64(b + i) ^ 0x9e3779b97f4a7c15ull;
@@ -1450,15 +1562,30 @@ static void test_sparse_dim8_keys_cost_at_most_64_bytes_across_growths(
                 v[i * dim + j] = (float)((b + i) % 1000) + (float)j / 8;
         }
         push_keys(t, keys + b, batch, v, dim);
-        double per = (double)psd_table_bytes(t) / (double)(b + batch);
-        if (b + batch >= 90000 && per > worst)
-            worst = per;
-        if (b + batch >= 90000 && per > 64.0)
-            fail_msg("%zu keys of dim 8: got %.1f bytes per key, want <= 64",
-                     b + batch, per);
+        size_t n = b + batch;
+        double around = (double)psd_table_bytes(t) / (double)n;
+        if (n >= 90000 && around > worst_around)
+            worst_around = around;
+        if (n >= 90000 && around > 64.0 + 12)
+            fail_msg("%zu keys of dim 8: got %.1f bytes per key, want <= "
+                     "76", n, around);
+        /* The node's ticks would end a doubling under way. */
+        int ended = psd_table_tidy(t, SIZE_MAX) > 0;
+        doublings += n >= 90000 && ended;
+        double per = (double)psd_table_bytes(t) / (double)n;
+        if (n >= 90000 && (ended || n == nkeys)) {
+            if (per > worst)
+                worst = per;
+            if (per > 64.0)
+                fail_msg("%zu keys of dim 8, right after a doubling or at "
+                         "the end: got %.1f bytes per key, want <= 64", n,
+                         per);
+        }
     }
     print_message("# sparse dim 8, 90k..420k keys: at most %.1f bytes per "
-                  "key\n", worst);
+                  "key after a doubling, %.1f around one\n", worst,
+                  worst_around);
+    EXPECT_INT(doublings, 3, "doublings from 90,000 to 420,000 keys");
     EXPECT_U64(psd_table_rows(t), nkeys, "rows");
     for (size_t b = 0; b < nkeys; b += batch) {
         pull_keys(t, keys + b, batch, out, dim);
@@ -1658,6 +1785,7 @@ int main(void)
         cmocka_unit_test(
             test_sparse_save_load_round_trips_inline_and_chunked_rows),
         cmocka_unit_test(test_sparse_grown_table_saves_and_loads_bit_for_bit),
+        cmocka_unit_test(test_sparse_slots_double_a_few_at_a_time),
         cmocka_unit_test(
             test_load_refuses_sums_of_keys_this_node_does_not_hold),
         cmocka_unit_test(
