@@ -352,8 +352,9 @@ static void describe(const setting *st, char *buf, size_t len)
     case T_SIZE:
         format_size(lo, sizeof lo, st->min);
         format_size(hi, sizeof hi, st->max);
-        snprintf(buf, len, "a size %s..%s (bytes, or with a K, M, G or T "
-                 "suffix)", lo, hi);
+        snprintf(buf, len, "a size %s..%s (bytes, or with a %s suffix)",
+                 lo, hi,
+                 st->max >= (uint64_t)1 << 40 ? "K, M, G or T" : "K, M or G");
         break;
     case T_FLOAT:
         snprintf(buf, len, "%s", st->frange == F_POS ? "a number > 0 (1.2e-38 or more)"

@@ -86,7 +86,8 @@ static void usage(FILE *f)
             "\n"
             "Logs go to stderr. SIGTERM/SIGINT: finish in-flight work, write a "
             "final\nsnapshot and exit 0 (1 when that snapshot failed). "
-            "Bad arguments exit 2.\nSIGHUP: re-read FILE and apply "
+            "Bad arguments exit 2\n(a NODE that FILE does not list is an "
+            "error of FILE's: 1). SIGHUP: re-read FILE and\napply "
             "hyper-parameters and limits.\n"
             "--version: psd's release and the wire protocols it speaks.\n");
 }

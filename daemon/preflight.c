@@ -202,9 +202,11 @@ static void check_node(psd_preflight *pf, const psd_config *c,
     /* /metrics answers anyone who reaches it (Prometheus scrapes it
      * without a token): off loopback without a token it told a network
      * the data folder, tables and hyper-parameters, which protected mode
-     * promises no address does. With a token, said once as a note. */
+     * promises no address does. With a token, said as a note. Of every
+     * node the check covers, as for the clients' address below (plain
+     * --check said nothing of it). */
     struct sockaddr_storage ms;
-    if (c->nmetrics && own && resolve(&c->metrics[i], &ms) == 0 &&
+    if (c->nmetrics && resolve(&c->metrics[i], &ms) == 0 &&
         !is_loopback(&ms)) {
         char mtext[PSW_ADDR_TEXT_MAX];
         psw_addr_format(&c->metrics[i], mtext, sizeof mtext);
@@ -215,7 +217,7 @@ static void check_node(psd_preflight *pf, const psd_config *c,
                 "auth_token: psd refuses to serve anything on a network "
                 "unauthenticated. Set auth_token_file, or serve /metrics on "
                 "a loopback address", i, mtext);
-        else if (one)
+        else
             add(&pf->notes, &pf->nnotes, path, c->metrics_line,
                 "[server] metrics_listen: node %d serves /metrics on %s "
                 "without authentication (the token guards the clients' "

@@ -424,8 +424,8 @@ static const error_case error_cases[] = {
     /* [server] */
     { "max_frame_below_1K_is_refused",
       CLUSTER "[server]\nmax_frame = 1023\n", 0, 4,
-      "[server] max_frame: expected a size 1K..1G (bytes, or with a K, M, "
-      "G or T suffix), got \"1023\"", 1 },
+      "[server] max_frame: expected a size 1K..1G (bytes, or with a K, M "
+      "or G suffix), got \"1023\"", 1 },
     { "max_frame_above_1G_is_refused",
       CLUSTER "[server]\nmax_frame = 1025M\n", 0, 4,
       "expected a size 1K..1G", 0 },
@@ -1866,14 +1866,26 @@ static void test_network_address_without_token_is_refused_with_a_fix(
             "metrics_listen = 0.0.0.0:9470\n"
             "auth_token = 0123456789abcdef\n", &c);
     psd_preflight pf;
-    EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems with a token");
-    int said = 0;
-    for (int i = 0; i < pf.nnotes; i++)
-        said |= strstr(pf.notes[i], "serves /metrics on 0.0.0.0:9470 without "
-                       "authentication") != NULL;
-    EXPECT_INT(said, 1, "a note that /metrics is open to the network");
-    psd_preflight_destroy(&pf);
+    /* Of node 0 (psd's start, --check -n 0), and of every node (plain
+     * --check, which said nothing of it). */
+    for (int node = 0; node >= -1; node--) {
+        EXPECT_INT(psd_preflight_run(&pf, &c, "F", node), 0,
+                   "problems with a token (node %d)", node);
+        int said = 0;
+        for (int i = 0; i < pf.nnotes; i++)
+            said |= strstr(pf.notes[i], "serves /metrics on 0.0.0.0:9470 "
+                           "without authentication") != NULL;
+        EXPECT_INT(said, 1, "a note that /metrics is open to the network "
+                   "(node %d)", node);
+        psd_preflight_destroy(&pf);
+    }
     psd_config_destroy(&c);
+    n = preflight_text("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+                       "metrics_listen = 0.0.0.0:9470\n", -1, first,
+                       sizeof first, NULL);
+    expect_problem(n, first, "F:4: [server] metrics_listen: node 0 would "
+                   "serve /metrics on 0.0.0.0:9470, which is not a loopback "
+                   "address, and [server] has no auth_token");
 }
 
 static void test_host_names_resolve_or_are_reported(void **state)
