@@ -33,15 +33,60 @@ static int kernel_port(void)
     return ntohs(a.sin_port);
 }
 
+/* Whether nothing is bound to 127.0.0.1:port now (nor to the wildcard
+ * address, nor in TIME_WAIT: the bind has no SO_REUSEADDR). */
+static int port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* PSD_TEST_PORTS=LO-HI: the range this test program takes its ports
+ * from, in turn, each checked free when taken. tests/run.sh runs several
+ * programs at once and gives each its own range below the kernel's
+ * ephemeral ports, so that no two pick the same port: the kernel hands
+ * the same free port to binds close together, in one process or two.
+ * 0 when unset (or malformed: the kernel's ports then). */
+static int range_port(void)
+{
+    static int lo = -1, hi, at;
+    if (lo < 0) {
+        const char *r = getenv("PSD_TEST_PORTS");
+        lo = hi = 0;
+        if (r && sscanf(r, "%d-%d", &lo, &hi) != 2)
+            lo = hi = 0;
+        if (lo < 1024 || hi > 65535 || hi < lo)
+            lo = hi = 0;
+    }
+    if (!lo)
+        return 0;
+    for (int tries = 0; tries <= hi - lo; tries++) {
+        int port = lo + at++ % (hi - lo + 1);
+        if (port_free(port))
+            return port;
+    }
+    return -1;
+}
+
 /* A port the kernel just handed out: free now, and unlikely to be handed
  * out again within the second it takes psd to bind it. The kernel may
  * hand out the port it gave the call before (it is free again once that
  * socket closed), so the last ports returned are never returned again:
- * two nodes of one cluster, started a moment later, would both get it. */
+ * two nodes of one cluster, started a moment later, would both get it.
+ * Under tests/run.sh, a port of this program's range (range_port). */
 int cluster_free_port(void)
 {
     static int recent[64];
     static unsigned next;
+    int ranged = range_port();
+    if (ranged)
+        return ranged;
     for (int tries = 0; tries < 100; tries++) {
         int port = kernel_port(), seen = 0;
         if (port < 0)

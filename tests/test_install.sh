@@ -40,8 +40,12 @@ check "a trainer compiles and links with only pkg-config --cflags --libs psclien
 check "the shared library exports only ps_* symbols" \
     sh -c "! nm -D --defined-only '$stage/root$prefix/lib/libpsclient.so' | awk '{print \$3}' | grep -v '^ps_' | grep ."
 
-# A one-node cluster on a port that is free now.
-port=$((20000 + $$ % 20000))
+# A one-node cluster on a port that is free now: of this program's own
+# range when tests/run.sh gives it one (PSD_TEST_PORTS=LO-HI).
+case ${PSD_TEST_PORTS:-} in
+[0-9]*-[0-9]*) port=$((${PSD_TEST_PORTS%-*} + $$ % 100)) ;;
+*) port=$((20000 + $$ % 20000)) ;;
+esac
 ok=0
 for try in 1 2 3 4 5; do
     cat >"$stage/c.ini" <<INI

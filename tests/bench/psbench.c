@@ -488,7 +488,8 @@ static void on_signal(int sig)
 /* Starts `nodes` psd nodes (16 shards, MAX_WORKERS workers, warnings only,
  * the --server-conf lines) with the given tables, through tests/cluster.c,
  * which runs $PSD_BIN (main sets it from --psd). Returns 0 or -1. */
-static int bench_start(test_cluster *c, int nodes, const char *tables)
+static int bench_start_shards(test_cluster *c, int nodes, int shards,
+                              const char *tables)
 {
     char workers[32], *extra;
     snprintf(workers, sizeof workers, "workers = %d\n", MAX_WORKERS);
@@ -497,11 +498,16 @@ static int bench_start(test_cluster *c, int nodes, const char *tables)
         return -1;
     memset(c, 0, sizeof *c);   /* on_signal may look at it from now on */
     live = c;
-    int r = cluster_start_ex(c, nodes, 16, workers, extra);
+    int r = cluster_start_ex(c, nodes, shards, workers, extra);
     free(extra);
     if (r)
         live = NULL;
     return r;
+}
+
+static int bench_start(test_cluster *c, int nodes, const char *tables)
+{
+    return bench_start_shards(c, nodes, 16, tables);
 }
 
 static int bench_stop(test_cluster *c)
@@ -1189,6 +1195,124 @@ static void run_fairness(void)
     printf("target (issue 12 item 5): light p99 <= 5000 us with the heavy "
            "client: %s (%.0f us)\n", p99_heavy <= 5000 ? "PASS" : "MISS",
            p99_heavy);
+    if (bench_stop(&cl))
+        failures++;
+}
+
+/* Growth: one node, a sparse table of dim 1 (sum) in one shard, filled
+ * by pushes of GROWTH_KEYS new keys (1 in flight) up to opt_growth rows
+ * while another client pulls one key (4 B, 1 in flight): the slowest push
+ * against the median one, and the light client's p99 and max. A shard
+ * whose slots doubled all at once stopped the node for seconds at tens
+ * of millions of rows, every client waiting. */
+#define GROWTH_KEYS 65536
+static uint64_t opt_growth;
+
+static int growth_fill(const char *spec)
+{
+    ps_client *c;
+    if (ps_open(&c, spec, NULL))
+        return 2;
+    int t = ps_table(c, "g", NULL);
+    uint64_t *keys = malloc(GROWTH_KEYS * sizeof *keys);
+    float *vals = malloc(GROWTH_KEYS * sizeof *vals);
+    if (t < 0 || !keys || !vals)
+        return 3;
+    for (size_t i = 0; i < GROWTH_KEYS; i++)
+        vals[i] = 1.0f;
+    int bad = 0;
+    size_t n = 0;
+    for (uint64_t first = 0; first < opt_growth && !bad;
+         first += GROWTH_KEYS) {
+        for (size_t i = 0; i < GROWTH_KEYS; i++)
+            keys[i] = psw_mix64(first + i + 1);
+        uint64_t t0 = now_ns();
+        ps_ts ts = ps_push(c, t, keys, GROWTH_KEYS, vals, NULL, NULL);
+        if (ts < 0 || ps_wait(c, ts))
+            bad = 1;
+        uint64_t lat = now_ns() - t0;
+        if (n < MAX_SAMPLES)
+            shm->samples[0][n++] = lat > UINT32_MAX ? UINT32_MAX
+                                                    : (uint32_t)lat;
+    }
+    shm->w[0].nsamples = n;
+    if (bad)
+        fprintf(stderr, "psbench: growth fill: %s\n", ps_last_error(c));
+    ps_close(c);
+    return bad ? 4 : 0;
+}
+
+static int growth_light(const char *spec)
+{
+    ps_client *c;
+    if (ps_open(&c, spec, NULL))
+        return 2;
+    int t = ps_table(c, "g", NULL);
+    if (t < 0)
+        return 3;
+    uint64_t key = psw_mix64(1);
+    float out;
+    size_t n = 0;
+    int bad = 0;
+    while (!atomic_load(&shm->go) && !bad) {
+        uint64_t t0 = now_ns();
+        ps_ts ts = ps_pull(c, t, &key, 1, &out, NULL, NULL);
+        if (ts < 0 || ps_wait(c, ts))
+            bad = 1;
+        uint64_t lat = now_ns() - t0;
+        if (n < MAX_SAMPLES)
+            shm->samples[1][n++] = lat > UINT32_MAX ? UINT32_MAX
+                                                    : (uint32_t)lat;
+    }
+    shm->w[1].nsamples = n;
+    if (bad)
+        fprintf(stderr, "psbench: growth light client: %s\n",
+                ps_last_error(c));
+    ps_close(c);
+    return bad ? 4 : 0;
+}
+
+static void run_growth(void)
+{
+    test_cluster cl;
+    cells_alloc();
+    printf("\n== growth: a sparse table of dim 1 (sum) in 1 shard on 1 node "
+           "filled to %llu rows by pushes of %d new keys (1 in flight), "
+           "while another client pulls 1 key (1 in flight) ==\n",
+           (unsigned long long)opt_growth, GROWTH_KEYS);
+    if (bench_start_shards(&cl, 1, 1, "[table.g]\nkind = sparse\ndim = 1\n"
+                           "updater = sum\n")) {
+        failures++;
+        return;
+    }
+    memset(shm, 0, offsetof(bench_shm, samples));
+    uint64_t t0 = now_ns();
+    pid_t light = fork_child();
+    if (light == 0)
+        _exit(growth_light(cl.spec));
+    pid_t fill = fork_child();
+    if (fill == 0)
+        _exit(growth_fill(cl.spec));
+    int st = reap_within(fill, 900000);
+    atomic_store(&shm->go, 1);
+    st |= reap_within(light, 60000);
+    double secs = (double)(now_ns() - t0) / 1e9;
+    if (st)
+        failures++;
+    for (int w = 0; w < 2; w++)
+        qsort(shm->samples[w], shm->w[w].nsamples, sizeof(uint32_t),
+              cmp_u32);
+    const uint32_t *p = shm->samples[0], *l = shm->samples[1];
+    size_t np = shm->w[0].nsamples, nl = shm->w[1].nsamples;
+    double med = pct(p, np, 0.5) / 1e6, worst = np ? p[np - 1] / 1e6 : NAN;
+    printf("%-34s %10s %10s %10s\n", "", "p50 ms", "p99 ms", "max ms");
+    printf("%-34s %10.2f %10.2f %10.2f\n", "push of 65,536 new keys", med,
+           pct(p, np, 0.99) / 1e6, worst);
+    printf("%-34s %10.3f %10.3f %10.2f\n", "light client's 1-key pull",
+           pct(l, nl, 0.5) / 1e6, pct(l, nl, 0.99) / 1e6,
+           nl ? l[nl - 1] / 1e6 : NAN);
+    printf("%zu pushes, %zu light pulls, %.1f s; slowest push / median "
+           "push: %.1fx\n", np, nl, secs, worst / med);
     if (bench_stop(&cl))
         failures++;
 }
@@ -2530,7 +2654,7 @@ static void usage(void)
             "               [--pslite PATH] [--no-side-by-side] [--rounds N]\n"
             "               [--pair-ms N] [--pair-warm-ms N]\n"
             "               [--fairness [--fair-heavy-inflight N] [--fair-split]]\n"
-            "               [--scale]\n"
+            "               [--scale] [--growth ROWS]\n"
             "               [--sparse-curve MAXEXP] [--sparse-keys N]\n"
             "The filters (--op ... --nodes) keep only the matching cells.\n"
             "--pslite PATH: ps-lite's psl_bench, measured on the same cells\n"
@@ -2545,6 +2669,9 @@ static void usage(void)
             "--fair-split pins psd to CPU 0 and both clients to CPU 1.\n"
             "--scale: 4 vs 64 worker processes, 4 KiB pulls, 8 in flight, 2\n"
             "nodes; psd's RSS for 1,000 idle connections (item 6).\n"
+            "--growth ROWS: pushes of 65,536 new keys into one sparse shard\n"
+            "up to ROWS rows, beside a light client's 1-key pulls: the\n"
+            "slowest push and pull, where the shard's slots double.\n"
             "--sparse-curve E: RSS per key of a sparse dim-8 table of 10^6\n"
             "... 10^E keys against its raw floats (item 6); --sparse-keys N\n"
             "measures N keys too (up to 8 times).\n"
@@ -2595,6 +2722,8 @@ int main(int argc, char **argv)
             opt_fair_split = 1;
         else if (!strcmp(a, "--scale"))
             opt_scale = 1;
+        else if (!strcmp(a, "--growth") && i + 1 < argc)
+            opt_growth = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "--no-baselines"))
             opt_baselines = 0;
         else if (!strcmp(a, "--server-conf") && i + 1 < argc)
@@ -2664,6 +2793,8 @@ int main(int argc, char **argv)
         run_fairness();
     if (opt_scale)
         run_scale();
+    if (opt_growth)
+        run_growth();
     if (opt_sparse_curve >= 6 || opt_nsparse_keys)
         run_sparse_curve();
     targets_build();

@@ -22,13 +22,47 @@ PR_SET_PDEATHSIG = 1
 
 
 _recent_ports: List[int] = []
+_range_at = 0
+
+
+def _range_port() -> int:
+    """A port of PSD_TEST_PORTS=LO-HI (tests/run.sh gives each program it
+    runs at once a range of its own, below the kernel's ephemeral ports),
+    taken in turn and free now (nothing bound, nor in TIME_WAIT); 0 when
+    unset. Each process starts at a point of the range set by its pid, so
+    that shell tests asking a new Python for ports do not go back to the
+    ports of the cluster they just stopped."""
+    global _range_at
+    try:
+        lo, hi = (int(x) for x in os.environ["PSD_TEST_PORTS"].split("-"))
+    except (KeyError, ValueError):
+        return 0
+    if lo < 1024 or hi > 65535 or hi < lo:
+        return 0
+    n = hi - lo + 1
+    if not _range_at:
+        _range_at = os.getpid() * 7
+    for _ in range(n):
+        port = lo + _range_at % n
+        _range_at += 1
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port in PSD_TEST_PORTS")
 
 
 def free_port() -> int:
     """A port the kernel just handed out, free now, and none of the last
     64 this process was given: the kernel may hand the same free port to
     two binds in a row (a cluster of two nodes once got one port for
-    both), as tests/cluster.c's cluster_free_port also guards against."""
+    both), as tests/cluster.c's cluster_free_port also guards against.
+    Under tests/run.sh, a port of this program's range (_range_port)."""
+    ranged = _range_port()
+    if ranged:
+        return ranged
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
