@@ -12,7 +12,13 @@
  * (tests/bench/README.md, section 5b). Tables whose row is one float
  * (dim 1 and sum, assign or sgd) do keep it in such a 16-byte slot with
  * the key, and have no chunks: their pushes and pulls touch one cache
- * line per key. */
+ * line per key.
+ *
+ * Around a doubling of a shard's slots one more slot array is held: the
+ * doubled one, zeroed over the last hcap / 16 rows before (at most 2 * 8
+ * bytes of slots per key of dim 8 more), then the old one until its slots
+ * have moved over the rows after (hcap / 16 rows; 8 * 4 / 3 bytes per
+ * key at the most). See "growing a shard's slots" below. */
 #define _DEFAULT_SOURCE          /* madvise's MADV_HUGEPAGE */
 #include <math.h>
 #include <stdint.h>
@@ -38,7 +44,7 @@
  * order rows are saved in) and the float, which takes the otherwise
  * padded last four bytes. A push or pull touches one cache line per key.
  * Such rows move when the slots grow: no pointer to one outlives the next
- * insertion. */
+ * insertion or psd_table_tidy. */
 typedef struct hslot {
     uint64_t key;
     uint32_t row1;           /* the row number + 1; 0 marks a free slot */
@@ -56,9 +62,9 @@ typedef struct cslot {
 } cslot;
 
 /* A slot's row, EMPTY for a free one. Rows are stored plus one so that
- * zeroed memory is free slots: a doubled slot array comes from calloc,
- * whose fresh pages the kernel zeroes as they are first touched, rather
- * than from a pass over gigabytes writing EMPTY. */
+ * zeroed memory is free slots: a doubled slot array is zeroed a slice at
+ * a time before it is needed (grow_ready; calloc for small ones), rather
+ * than by a pass over gigabytes writing EMPTY when it is. */
 #define ROW(x) ((uint32_t)((x).row1 - 1u))
 
 /* Chunk tables grow their slots past 3/4 full (inline ones past 1/2): a
@@ -89,9 +95,12 @@ typedef struct shard {
     cslot *ocslots;
     size_t ocap, moved;
     /* The doubled slots being readied (grow_ready), of which `ready`
-     * bytes are zeroed; NULL otherwise. */
+     * bytes are zeroed; NULL otherwise. ready_rows: nrows at the last
+     * psd_table_tidy, ready_idle: its calls since a row was created. */
     void *next;
     size_t ready;
+    uint64_t ready_rows;
+    unsigned ready_idle;
     char **rc;
     float **stc;
     uint32_t **stepc;
@@ -291,9 +300,11 @@ static uint64_t grow_at(const psd_table *t, const shard *s)
  * random probes touch them all at once: 0.5 s for 512 MiB here, on the
  * push that began the doubling. So the doubled array is allocated when
  * the shard is hcap / 16 rows short of doubling, and zeroed a slice for
- * each row created after that (READY_SLOTS slots' worth: done with room
- * to spare). Memory in use rises that much earlier; arrays under 1024
- * slots are just allocated when needed. Called after a row is created. */
+ * each row created after that (READY_SLOTS slots' worth: done with a
+ * third of those rows to spare). The memory is in use that much earlier
+ * (a shard that stops growing there lets it go after READY_IDLE_TICKS);
+ * arrays under 1024 slots are just allocated when needed. Called after a
+ * row is created. */
 #define READY_SLOTS 48
 
 static void grow_ready(const psd_table *t, shard *s)
@@ -444,7 +455,8 @@ static hslot *slot_find(const shard *s, uint64_t key, uint64_t h)
 
 /* Inline tables: the slot of `key` (hash h), creating and initialising
  * its row when absent. Returns NULL when memory runs out. The pointer is
- * valid until the next row is created in s (the slots may move). */
+ * valid until the next row is created in s or the next psd_table_tidy
+ * (the slots may move). */
 static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
 {
     hslot *x = slot_find(s, key, h);
@@ -1274,12 +1286,31 @@ int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
     return 0;
 }
 
+/* Ticks without a row created after which a readied array is let go:
+ * a shard that stopped growing a few rows short of doubling would hold
+ * it for good. Ten seconds of the node's ticks: a table still growing,
+ * however slowly, keeps it (and its doubling stays short). */
+#define READY_IDLE_TICKS 100
+
 size_t psd_table_tidy(psd_table *t, size_t budget)
 {
     size_t did = 0;
-    for (uint32_t i = 0; i < t->nshards && did < budget; i++)
-        if (t->shards[i].ocap)
-            did += grow_step(&t->shards[i], budget - did);
+    for (uint32_t i = 0; i < t->nshards; i++) {
+        shard *s = &t->shards[i];
+        if (s->ocap && did < budget)
+            did += grow_step(s, budget - did);
+        if (!s->next)
+            continue;
+        if (s->nrows != s->ready_rows) {
+            s->ready_rows = s->nrows;
+            s->ready_idle = 0;
+        } else if (++s->ready_idle >= READY_IDLE_TICKS) {
+            free(s->next);
+            s->next = NULL;
+            s->ready = 0;
+            s->ready_idle = 0;
+        }
+    }
     if (t->acc && did < budget)
         did += psd_table_tidy(t->acc, budget - did);
     return did;

@@ -1376,6 +1376,53 @@ static void test_sparse_slots_double_a_few_at_a_time(void **state)
     }
 }
 
+/* A shard that stops growing a few rows short of a doubling lets the
+ * doubled slots readied for it go after some idle ticks (it held them for
+ * good: 2.6x the table's bytes at dim 1), and its doubling later still
+ * keeps every key. */
+static void test_a_readied_slot_array_is_let_go_when_growth_stops(
+    void **state)
+{
+    (void)state;
+    enum { N = 40000 };
+    psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 1, 1, 0);
+    uint64_t *keys = malloc(N * sizeof *keys);
+    float *v = malloc(N * sizeof *v);
+    assert_true(keys && v);
+    for (size_t i = 0; i < N; i++) {
+        keys[i] = psw_mix64(i + 77);
+        v[i] = (float)(i + 1);
+    }
+    /* One key a push, past 2048 rows, until the bytes grow while no
+     * doubling is under way: the next one's slots are being readied. */
+    size_t n = 0, base = 0;
+    int readying = 0;
+    while (n < N / 2 && !readying) {
+        size_t before = psd_table_bytes(t);
+        push_keys(t, keys + n, 1, v + n, 1);
+        n++;
+        int moving = psd_table_tidy(t, SIZE_MAX) > 0;
+        readying = n > 2048 && !moving && psd_table_bytes(t) > before;
+        base = before;
+    }
+    assert_true(readying);
+    size_t held = psd_table_bytes(t);
+    for (int i = 0; i < 5; i++)
+        (void)psd_table_tidy(t, SIZE_MAX);
+    EXPECT_U64(psd_table_bytes(t), held, "bytes a few idle ticks later");
+    for (int i = 0; i < 1000; i++)
+        (void)psd_table_tidy(t, SIZE_MAX);
+    EXPECT_U64(psd_table_bytes(t), base, "bytes after 1000 idle ticks");
+    for (size_t i = n; i < N; i += 500)
+        push_keys(t, keys + i, N - i < 500 ? N - i : 500, v + i, 1);
+    (void)psd_table_tidy(t, SIZE_MAX);
+    expect_sums(t, keys, 0, N, 1, 1, "after the doubling came after all");
+    free(keys);
+    free(v);
+    psd_table_free(t);
+}
+
 /* Appends n bytes to a byte string being built. */
 static size_t bytes_add(char *buf, size_t at, const void *p, size_t n)
 {
@@ -1536,11 +1583,11 @@ static void test_sparse_keys_zero_and_uint64_max_work(void **state)
  * keys on (where a chunk's unused rows weigh under 2 bytes per key), it
  * costs at most 64 bytes per key (2x its floats) right after each of
  * three doublings (the most, with the slots at their emptiest) and at the
- * end; around a doubling, while the doubled slots are readied and then
- * the old ones moved out, one more slot array is held (at most 16 bytes
- * of slots per key of the 3/4 that fill them, of which 2/3 before the
- * doubling), so at most 64 + 12 bytes at every size; every key keeps its
- * row. */
+ * end; around a doubling one more slot array is held: just before it, the
+ * doubled slots being readied (2 * 8 bytes per slot, 21.3 a key with the
+ * slots 3/4 full, then 10.7 a key of their own), just after it the old
+ * ones (10.7 a key), so at most 76 bytes at every size; every key keeps
+ * its row. */
 static void test_sparse_dim8_keys_cost_at_most_64_bytes_across_growths(
     void **state)
 {
@@ -1786,6 +1833,7 @@ int main(void)
             test_sparse_save_load_round_trips_inline_and_chunked_rows),
         cmocka_unit_test(test_sparse_grown_table_saves_and_loads_bit_for_bit),
         cmocka_unit_test(test_sparse_slots_double_a_few_at_a_time),
+        cmocka_unit_test(test_a_readied_slot_array_is_let_go_when_growth_stops),
         cmocka_unit_test(
             test_load_refuses_sums_of_keys_this_node_does_not_hold),
         cmocka_unit_test(
