@@ -1,6 +1,7 @@
 /* psd: the parameter server daemon. Parses the command line, loads the
  * config, runs one libuv loop, and handles signals: SIGTERM/SIGINT stop
  * cleanly, SIGHUP reloads. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #ifdef __GLIBC__
@@ -34,6 +35,20 @@ static void say_errors(const char *pre, const char *text)
         fprintf(stderr, "%s%s%.*s\n", prio, pre, (int)n, text);
         text += n + (text[n] == '\n');
     }
+}
+
+/* What --help, --version and --check print must not end short with
+ * status 0 (a full disk): rc, or 1 when stdout did not take it all (a
+ * reader that went, | head, needs no word). */
+static int out_done(int rc)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    if (errno != EPIPE)
+        fprintf(stderr, "psd: writing the output: %s\n",
+                strerror(errno ? errno : EIO));
+    return rc ? rc : 1;
 }
 
 static void usage(FILE *f)
@@ -260,10 +275,10 @@ int main(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            return out_done(0);
         case 'V':
             psd_version("psd", 1);
-            return 0;
+            return out_done(0);
         case ':':
             fprintf(stderr, "psd: %s: expected %s\n", a,
                     optopt == 'D' ? "a table name"
@@ -442,7 +457,7 @@ int main(int argc, char **argv)
                    pf.token_len ? ", clients must authenticate" : "");
         psd_preflight_destroy(&pf);
         psd_config_destroy(&cfg);
-        return bad ? 1 : 0;
+        return out_done(bad ? 1 : 0);
     }
     if (psw_auth_init()) {
         fprintf(stderr, "%spsd: libsodium cannot start\n",

@@ -11,6 +11,13 @@
 # Setting VERBOSE=1 after sourcing also reports each node's start and
 # clean exit.
 
+# Run by itself it would define functions and end: say what to run.
+case ${0##*/} in
+cluster.sh)
+    echo "examples/cluster.sh: helpers sourced by the examples/run_*.sh scripts (make run, make run-modes, ...); run one of those" >&2
+    exit 2 ;;
+esac
+
 UP_TIMEOUT=10       # seconds for every node to accept connections
 STOP_TIMEOUT=5      # seconds between SIGTERM and SIGKILL
 VERBOSE=0

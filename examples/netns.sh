@@ -15,6 +15,13 @@
 #   /etc/netns folders; safe to call twice and after a partial netns_up.
 # in_ns NS CMD...: runs CMD in namespace NS.
 
+# Run by itself it would define functions and end: say what to run.
+case ${0##*/} in
+netns.sh)
+    echo "examples/netns.sh: helpers sourced by make run-cluster (or examples/run_cluster.sh BUILD_DIR) and tests/test_multihost.sh; run one of those" >&2
+    exit 2 ;;
+esac
+
 IP=$(command -v ip 2>/dev/null || echo /usr/sbin/ip)
 NETNS_ADDR_0=10.200.0.1
 NETNS_ADDR_1=10.200.0.2

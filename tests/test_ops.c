@@ -957,7 +957,8 @@ static void test_psd_with_its_standard_fds_closed_saves_and_stops(
  * - an address given twice in -s was asked twice (its rows counted
  *   twice, a save sent twice): refused as an argument;
  * - -i nan was taken (top refreshed in a tight loop): refused;
- * - output that could not be written (a full disk) ended with status 0;
+ * - output that could not be written (a full disk) ended with status 0
+ *   (psd --version, --help and --check too);
  * - `top | head` never ended (SIGPIPE is ignored): it ends when the
  *   reader goes;
  * - end-job sent to nodes of two layouts (a -s list naming two clusters)
@@ -998,6 +999,20 @@ static void test_psctl_checks_its_arguments_and_its_output(void **state)
     o = run(&st, "timeout 60 %s -s %s top -i 0.05 2>&1 >&-", psctl(), addr0);
     EXPECT_INT(st, 1, "top to a closed stdout: %s", o ? o : "");
     free(o);
+    /* psd's own printing commands too (they exited 0). */
+    const char *pbin = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    static const char *const prints[] = { "--version", "--help",
+                                          "--check -c" };
+    for (size_t i = 0; i < sizeof prints / sizeof *prints; i++) {
+        int chk = i == 2;
+        o = run(&st, "%s %s %s 2>&1 >/dev/full", pbin, prints[i],
+                chk ? a.ini : "");
+        EXPECT_INT(st, 1, "psd %s to a full disk: %s", prints[i],
+                   o ? o : "");
+        EXPECT_SUBSTR(o, "psd: writing the output: No space left on device",
+                      "why");
+        free(o);
+    }
     /* Bounded by timeout: without the fix top ran until it was killed
      * (status 124). */
     o = run(&st, "bash -c 'timeout 60 %s -s %s top -i 0.05 | head -c 10 "
