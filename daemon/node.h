@@ -61,6 +61,7 @@ typedef struct psd_node {
     uint64_t shape;              /* hash of node count, shards and tables:
                                     what a snapshot or journal must match */
     psd_sync sync;               /* workers, clocks, barriers */
+    uint64_t tidy_requests;      /* stats.requests at the last tick */
     uint64_t changes;            /* counts what may change what a snapshot
                                     holds (pushes, clocks, barriers, leaves,
                                     joins, lost connections, expired

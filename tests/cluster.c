@@ -295,14 +295,15 @@ int cluster_stop(test_cluster *c)
     for (int i = 0; i < c->n; i++) {
         if (c->pid[i] <= 0)
             continue;
-        int st = 0, t;
-        for (t = 0; t < 1000; t++) {
+        int st = 0, t, tries = (c->stop_ms > 0 ? c->stop_ms : 10000) / 10;
+        for (t = 0; t < tries; t++) {
             if (waitpid(c->pid[i], &st, WNOHANG) == c->pid[i])
                 break;
             sleep_ms(10);
         }
-        if (t == 1000) {
-            fprintf(stderr, "psd node %d ignored SIGTERM for 10 s\n", i);
+        if (t == tries) {
+            fprintf(stderr, "psd node %d ignored SIGTERM for %d s\n", i,
+                    tries / 100);
             kill(c->pid[i], SIGKILL);
             waitpid(c->pid[i], &st, 0);
             bad = 1;

@@ -20,6 +20,9 @@ typedef struct test_cluster {
     char dir[256];               /* temp dir: ini file and logs */
     char ini[300];
     char spec[256];              /* "127.0.0.1:pub0,127.0.0.1:pub1" */
+    int stop_ms;                 /* cluster_stop's bound on a node's exit
+                                    after SIGTERM (its final snapshot);
+                                    0: 10 s */
 } test_cluster;
 
 /* Writes an ini with `nodes` nodes on free ports, `shards` shards and
