@@ -31,12 +31,33 @@ mkdir -p "$OUT" || fail "cannot create $OUT"
 rm -f "$OUT"/*.ini "$OUT"/*.log "$OUT"/*.out "$OUT"/*.err
 
 # free_ports N: N distinct ports nothing listens on now, asked of the
-# kernel all at once (one at a time, it may hand out the same port twice).
+# kernel all at once (one at a time, it may hand out the same port twice);
+# under tests/run.sh, from the range it gives this program
+# (PSD_TEST_PORTS=LO-HI), where no other program running beside it looks.
 free_ports() {
-    python3 -c 'import socket, sys
-ss = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
+    python3 -c 'import os, socket, sys
+n = int(sys.argv[1])
+ss = [socket.socket() for _ in range(n)]
+try:
+    lo, hi = (int(x) for x in os.environ["PSD_TEST_PORTS"].split("-"))
+except (KeyError, ValueError):
+    lo = hi = 0
+if lo:
+    got, p = 0, lo + os.getpid() % (hi - lo + 1)
+    for _ in range(hi - lo + 1):
+        try:
+            ss[got].bind(("127.0.0.1", p))
+            got += 1
+        except OSError:
+            pass
+        if got == n:
+            break
+        p = lo if p == hi else p + 1
+    if got < n:
+        sys.exit("no free ports in PSD_TEST_PORTS")
+else:
+    for s in ss:
+        s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
 }
 

@@ -295,15 +295,16 @@ int cluster_stop(test_cluster *c)
     for (int i = 0; i < c->n; i++) {
         if (c->pid[i] <= 0)
             continue;
-        int st = 0, t, tries = (c->stop_ms > 0 ? c->stop_ms : 10000) / 10;
+        int ms = c->stop_ms > 0 ? c->stop_ms : 10000;
+        int st = 0, t, tries = ms < 10 ? 1 : ms / 10;
         for (t = 0; t < tries; t++) {
             if (waitpid(c->pid[i], &st, WNOHANG) == c->pid[i])
                 break;
             sleep_ms(10);
         }
         if (t == tries) {
-            fprintf(stderr, "psd node %d ignored SIGTERM for %d s\n", i,
-                    tries / 100);
+            fprintf(stderr, "psd node %d ignored SIGTERM for %.1f s\n", i,
+                    ms / 1000.0);
             kill(c->pid[i], SIGKILL);
             waitpid(c->pid[i], &st, 0);
             bad = 1;

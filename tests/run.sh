@@ -17,18 +17,23 @@ export CMOCKA_MESSAGE_OUTPUT=TAP
 # the sanitizer build; let malloc fail instead of aborting.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-allocator_may_return_null=1:detect_leaks=1}
 
-# Programs run PSD_TEST_JOBS at a time (3 by default; most of their time
-# is spent waiting on sockets, timers and psd processes: the C programs
-# take 22 s of CPU in 250 s of wall time on a 2-core VM). Each gets its
-# own range of loopback ports below the kernel's ephemeral ones
-# (PSD_TEST_PORTS=LO-HI, read by tests/cluster.c and
-# tests/python/psdcluster.py), so that two programs never pick one port.
-# Their reports are printed in the order of the list, each whole, with
-# the seconds it took.
+# Programs run PSD_TEST_JOBS at a time (1, 2 or 3, the default; most of
+# their time is spent waiting on sockets, timers and psd processes: the C
+# programs take 22 s of CPU in 250 s of wall time on a 2-core VM). Each
+# gets its own range of loopback ports below the kernel's ephemeral ones
+# (PSD_TEST_PORTS=LO-HI, read by tests/cluster.c, tests/python/
+# psdcluster.py, test_install.sh and examples/run_faults.sh), so that no
+# two programs pick one port; and each run of this script its own block
+# of them (up to four runs at once on a host, make test beside make
+# sanitize; a fifth runs one program at a time on the kernel's ports).
+# Reports are printed in the order of the list as soon as each one and
+# those before it are done, each whole, with the seconds it took.
 here=$(dirname "$0")
-jobs=${PSD_TEST_JOBS:-3}
-case $jobs in ''|*[!0-9]*|0) jobs=1 ;; esac
-[ "$jobs" -gt 3 ] && jobs=3      # three ranges of ports below 32768
+case ${PSD_TEST_JOBS:-3} in
+1) jobs=1 ;;
+2) jobs=2 ;;
+*) jobs=3 ;;
+esac
 tests="test_frame test_config test_updater test_table test_sync test_dedup
        test_snapshot test_log test_npy test_slice test_arff test_proxy
        test_e2e test_auth test_modes test_faults test_stats test_durable
@@ -39,21 +44,57 @@ tests="test_frame test_config test_updater test_table test_sync test_dedup
 first="test_durable test_modes test_faults test_ops test_python.sh
        test_limits test_multihost.sh test_auth test_conn test_examples.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psd-run.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 130' INT TERM
+
+# This run's block of 3000 ports (20000 + 3000 * block), held by a lock
+# folder naming this shell; a lock whose shell is gone is taken over.
+block=0
+while :; do
+    lock=${TMPDIR:-/tmp}/psd-test-ports.$block
+    if mkdir "$lock" 2>/dev/null; then
+        echo $$ >"$lock/pid"
+        break
+    fi
+    owner=$(cat "$lock/pid" 2>/dev/null)
+    if [ -n "$owner" ] && ! kill -0 "$owner" 2>/dev/null; then
+        rm -rf "$lock"
+        continue
+    fi
+    block=$((block + 1))
+    if [ "$block" -ge 4 ]; then
+        echo "# four other runs hold the test port blocks: one program at" \
+             "a time, on the kernel's ports"
+        block=
+        lock=
+        jobs=1
+        break
+    fi
+done
+cleanup() {
+    rm -rf "$tmp"
+    [ -n "$lock" ] && rm -rf "$lock"
+}
+trap cleanup EXIT
+# Slots are background jobs, which ignore SIGINT: on Ctrl-C (or TERM)
+# every process of the group goes, test programs and their psd nodes
+# included (psd nodes also go with their test program, PR_SET_PDEATHSIG).
+trap 'trap "" INT TERM; kill -TERM 0 2>/dev/null; exit 130' INT TERM
 
 # run_one TEST SLOT: runs one program, its report, status and seconds
-# into $tmp.
+# into $tmp (the status last: the main loop waits for it).
 run_one() {
-    lo=$((20000 + $2 * 4000))
+    ports=
+    if [ -n "$block" ]; then
+        lo=$((20000 + block * 3000 + $2 * 1000))
+        ports=$lo-$((lo + 999))
+    fi
     t0=$(date +%s)
     case $1 in
-    *.sh) PSD_TEST_PORTS=$lo-$((lo + 3999)) sh "$here/$1" "$BUILD" \
-              >"$tmp/$1.out" 2>&1 ;;
-    *) PSD_TEST_PORTS=$lo-$((lo + 3999)) "$BUILD/$1" >"$tmp/$1.out" 2>&1 ;;
+    *.sh) PSD_TEST_PORTS=$ports sh "$here/$1" "$BUILD" >"$tmp/$1.out" 2>&1 ;;
+    *) PSD_TEST_PORTS=$ports "$BUILD/$1" >"$tmp/$1.out" 2>&1 ;;
     esac
-    echo $? >"$tmp/$1.rc"
+    rc=$?
     echo $(($(date +%s) - t0)) >"$tmp/$1.secs"
+    echo $rc >"$tmp/$1.rc.new" && mv "$tmp/$1.rc.new" "$tmp/$1.rc"
 }
 
 # A slot takes the next program nobody has taken (mkdir is atomic).
@@ -65,17 +106,31 @@ slot() {
 }
 
 i=0
+slots=
 while [ "$i" -lt "$jobs" ]; do
     slot "$i" &
+    slots="$slots $!"
     i=$((i + 1))
 done
-wait
+
+# Whether a slot still runs.
+slots_alive() {
+    for pid in $slots; do
+        kill -0 "$pid" 2>/dev/null && return 0
+    done
+    return 1
+}
 
 passed=0
 failed=0
 skipped=0
 skips=""
 for t in $tests; do
+    # Its turn in the list: wait for it (a slot writes .rc last; with no
+    # slot left, it never ran: a failure below).
+    while [ ! -f "$tmp/$t.rc" ] && slots_alive; do
+        sleep 1
+    done
     echo "# ---- $t ($(cat "$tmp/$t.secs" 2>/dev/null || echo '?') s)"
     out=$(cat "$tmp/$t.out" 2>/dev/null)
     rc=$(cat "$tmp/$t.rc" 2>/dev/null || echo 1)
@@ -96,6 +151,7 @@ SKIP: $t: $(printf '%s\n' "$out" | sed -n 's/^\(not \)\{0,1\}ok .*# SKIP //p' | 
     passed=$((passed + p))
     failed=$((failed + f))
 done
+wait
 [ "$skipped" -gt 0 ] && printf '%s\n%d skipped\n' "$skips" "$skipped"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

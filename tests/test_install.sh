@@ -67,7 +67,8 @@ INI
         sleep 0.05
     done
     [ $ok = 1 ] && break
-    wait "$pid" 2>/dev/null; pid=; port=$((port + 1))
+    # Not listening within 5 s (a taken port ends it; a slow start not).
+    kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=; port=$((port + 1))
 done
 check "the installed trainer pushes to and pulls from the installed psd" \
     env LD_LIBRARY_PATH="$stage/root$prefix/lib" "$stage/trainer" "127.0.0.1:$port"
