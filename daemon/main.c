@@ -39,7 +39,8 @@ static void say_errors(const char *pre, const char *text)
 
 /* What --help, --version and --check print must not end short with
  * status 0 (a full disk): rc, or 1 when stdout did not take it all (a
- * reader that went, | head, needs no word). */
+ * reader that went needs no word: | head ends --check with EPIPE here,
+ * --help and --version with SIGPIPE, not ignored yet). */
 static int out_done(int rc)
 {
     errno = 0;

@@ -202,9 +202,9 @@ static void check_node(psd_preflight *pf, const psd_config *c,
     /* /metrics answers anyone who reaches it (Prometheus scrapes it
      * without a token): off loopback without a token it told a network
      * the data folder, tables and hyper-parameters, which protected mode
-     * promises no address does. With a token, said as a note. Of every
-     * node the check covers, as for the clients' address below (plain
-     * --check said nothing of it). */
+     * promises no address does: refused, for every node, as the clients'
+     * address is below. With a token, a note, of this node (start, -n)
+     * or of every node (plain --check, which said nothing of it). */
     struct sockaddr_storage ms;
     if (c->nmetrics && resolve(&c->metrics[i], &ms) == 0 &&
         !is_loopback(&ms)) {
@@ -217,7 +217,7 @@ static void check_node(psd_preflight *pf, const psd_config *c,
                 "auth_token: psd refuses to serve anything on a network "
                 "unauthenticated. Set auth_token_file, or serve /metrics on "
                 "a loopback address", i, mtext);
-        else
+        else if (own || !one)
             add(&pf->notes, &pf->nnotes, path, c->metrics_line,
                 "[server] metrics_listen: node %d serves /metrics on %s "
                 "without authentication (the token guards the clients' "

@@ -1089,18 +1089,28 @@ static int holding(const psd_node *n)
  * random write each, 3-4 ms of work in a large shard, so that a sparse
  * shard that stopped growing drops its old slots (and its lookups their
  * second probe) while the loop stays free to serve (rows created move 16
- * each, faster). A tick after one that saw no request moves 8 times as
- * many (25-30 ms): 10^8 slots of a table at rest in about 40 s, where
- * they held a few hundred MB for minutes. */
+ * each, faster). After a second without a request, 8 times as many a
+ * tick (25-30 ms): 10^8 slots of a table at rest in about 40 s, where
+ * they held a few hundred MB for minutes; a trainer pausing between
+ * steps for less than that is not slowed by it. */
 #define TIDY_SLOTS_PER_TICK ((size_t)1 << 15)
+#define TIDY_IDLE_TICKS 10
 
 void psd_request_tick(psd_node *n, uint64_t now_ms)
 {
     size_t tidy = TIDY_SLOTS_PER_TICK;
-    if (n->stats.requests == n->tidy_requests)
+    if (n->stats.requests != n->tidy_requests) {
+        n->tidy_requests = n->stats.requests;
+        n->tidy_idle = 0;
+    } else if (++n->tidy_idle >= TIDY_IDLE_TICKS)
         tidy *= 8;
-    n->tidy_requests = n->stats.requests;
-    for (int i = 0; i < n->ntables && tidy; i++)
+    /* While a forked writer runs, every page written is copied for it:
+     * the ticks leave the slots be (pushes still move some). */
+    if (n->writer_forked)
+        tidy = 0;
+    /* Every table, the budget spent or not: each counts its idle ticks
+     * (a readied slot array is let go after some). */
+    for (int i = 0; i < n->ntables; i++)
         tidy -= psd_table_tidy(n->tables[i], tidy);
     if (psd_sync_tick(&n->sync, now_ms, n->cfg.worker_grace, holding(n),
                       WAIT_LOG_MS)) {

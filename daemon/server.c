@@ -33,6 +33,7 @@ static void on_conn_tick(uv_timer_t *t)
 static void on_mode_tick(uv_timer_t *t)
 {
     psd_server *s = t->data;
+    s->node.writer_forked = s->dur.child != 0;
     psd_request_tick(&s->node, uv_now(s->loop));
     /* A journal that failed (disk full) is tried again: the replies of the
      * pushes it holds wait for it, and new pushes are refused until then. */

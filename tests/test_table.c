@@ -1278,7 +1278,11 @@ static void expect_sums(psd_table *t, const uint64_t *keys, size_t first,
 {
     float *out = malloc((n ? n : 1) * dim * sizeof *out);
     assert_non_null(out);
-    pull_keys(t, keys + first, n, out, dim);
+    /* 200 keys a pull: requests of 256 keys and more move old slots
+     * (grow_help), and the doubling under way must stay under way. */
+    for (size_t i = 0; i < n; i += 200)
+        pull_keys(t, keys + first + i, n - i < 200 ? n - i : 200,
+                  out + i * dim, dim);
     for (size_t i = 0; i < n * dim; i++) {
         float want = times * (float)(first + i / dim + 1);
         if (out[i] != want)
@@ -1323,8 +1327,10 @@ static void test_sparse_slots_double_a_few_at_a_time(void **state)
         /* Mid-doubling: every key found, pushes to the first keys (in
          * old slots or moved) and to new ones land. */
         expect_sums(t, keys, 0, n, dim, 1, "just after the doubling began");
-        push_keys(t, keys, n, v, dim);
-        push_keys(t, keys, n, v, dim);
+        for (int twice = 0; twice < 2; twice++)
+            for (size_t i = 0; i < n; i += 200)
+                push_keys(t, keys + i, n - i < 200 ? n - i : 200,
+                          v + i * dim, dim);
         push_keys(t, keys + n, 100, v + n * dim, dim);
         n += 100;
         expect_sums(t, keys, 0, n - 100, dim, 3, "pushed twice more mid-way");
@@ -1374,6 +1380,47 @@ static void test_sparse_slots_double_a_few_at_a_time(void **state)
         free(v);
         psd_table_free(t);
     }
+}
+
+/* Large requests move old slots of a doubling (one a key): a table that
+ * creates no more rows ends its doubling with the requests it serves
+ * (its lookups paid a second probe for every key not moved yet, for as
+ * long as the ticks took: a benchmark's whole measurement). */
+static void test_large_requests_finish_a_doubling(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
+    psd_table *t = table_make(&c, 1, 1, 0);
+    uint64_t *keys = malloc(N * sizeof *keys);
+    float *v = malloc(N * sizeof *v);
+    assert_true(keys && v);
+    for (size_t i = 0; i < N; i++) {
+        keys[i] = psw_mix64(i + 991);
+        v[i] = (float)(i + 1);
+    }
+    size_t n = 0;
+    int grew = 0;
+    while (n < N && !grew) {
+        push_keys(t, keys + n, 1, v + n, 1);
+        n++;
+        grew = psd_table_tidy(t, 1) && n > 4096;
+    }
+    assert_true(grew);
+    /* Pulls of every key, the same rows each time: the old slots (twice
+     * as many as keys, at most) are all moved by the third. */
+    float *out = malloc(n * sizeof *out);
+    assert_non_null(out);
+    for (int i = 0; i < 3; i++)
+        pull_keys(t, keys, n, out, 1);
+    EXPECT_U64(psd_table_tidy(t, SIZE_MAX), 0, "old slots left after three "
+               "pulls of %zu keys", n);
+    for (size_t i = 0; i < n; i++)
+        EXPECT_FLOAT(out[i], (float)(i + 1), "key %zu", i);
+    free(out);
+    free(keys);
+    free(v);
+    psd_table_free(t);
 }
 
 /* A shard that stops growing a few rows short of a doubling lets the
@@ -1834,6 +1881,7 @@ int main(void)
         cmocka_unit_test(test_sparse_grown_table_saves_and_loads_bit_for_bit),
         cmocka_unit_test(test_sparse_slots_double_a_few_at_a_time),
         cmocka_unit_test(test_a_readied_slot_array_is_let_go_when_growth_stops),
+        cmocka_unit_test(test_large_requests_finish_a_doubling),
         cmocka_unit_test(
             test_load_refuses_sums_of_keys_this_node_does_not_hold),
         cmocka_unit_test(

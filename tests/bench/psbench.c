@@ -1285,6 +1285,7 @@ static void run_growth(void)
         failures++;
         return;
     }
+    cl.stop_ms = 300000;         /* its final snapshot: every row */
     memset(shm, 0, offsetof(bench_shm, samples));
     uint64_t t0 = now_ns();
     pid_t light = fork_child();
@@ -1877,7 +1878,7 @@ static void mem_one(memrow *m, long rss_empty)
             break;
         prev = m->rss_after;
     }
-    if (m->rest_ms > 0) {
+    if (m->rest_ms > 0 && !st) {
         /* Then until it stops falling: 3 s alike (old slots are let go a
          * shard at a time, every second or two), at most a minute. */
         sleep_us((unsigned)m->rest_ms * 1000u);
@@ -1887,6 +1888,11 @@ static void mem_one(memrow *m, long rss_empty)
             long r = rss_kib(cl.pid[0]);
             same = r == m->rss_rest ? same + 1 : 0;
             m->rss_rest = r;
+        }
+        if (m->rss_rest < 0) {   /* psd is gone */
+            fprintf(stderr, "psbench: psd ended while the table rested\n");
+            m->failed = 1;
+            failures++;
         }
     }
     if (st) {
@@ -1990,7 +1996,8 @@ static void run_sparse_curve(void)
     }
     printf("total: right after the fill; rest: at rest (11 s later, then "
            "3 s unchanged), when the\nslot arrays a doubling holds (readied "
-           "before it, old after it) have been let go.\ntarget (issue 12 "
+           "before it, old after it) have been let go; secs: the cell's "
+           "time, start,\nfill, rest and stop.\ntarget (issue 12 "
            "item 6): <= 2.00 xfloats at 10^8 keys (at rest)\n");
 }
 
