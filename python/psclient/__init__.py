@@ -764,23 +764,50 @@ class Client:
         self._skipped_said = 0
         self._stats_buf = _lib.PsStats()
 
-        h = ctypes.c_void_p()
-        try:
+        # ps_open runs in a thread of its own while this one waits for it
+        # a little at a time: a signal handler (Ctrl-C) runs only between
+        # Python's steps, and ps_open may wait connect_timeout_ms (and a
+        # worker's first clock, sync_timeout_ms) on nodes that do not
+        # answer. Interrupted, the wait ends at once; a connection the
+        # thread makes after that is closed by the thread.
+        lock = threading.Lock()
+        got: dict = {}
+
+        def opener() -> None:
+            h = ctypes.c_void_p()
             rc = _LIB.ps_open(ctypes.byref(h), servers, ctypes.byref(opts))
+            # ps_last_error(NULL): why this thread's ps_open failed (not
+            # on stderr: opts.quiet).
+            why = ("" if rc == PS_OK else
+                   _LIB.ps_last_error(None).decode("utf-8", "replace"))
+            with lock:
+                if got.get("abandoned"):
+                    if h.value:
+                        _LIB.ps_close(h.value)
+                    return
+                got.update(rc=rc, h=h.value, why=why)
+
+        t = threading.Thread(target=opener, name="psclient-connect",
+                             daemon=True)
+        t.start()
+        try:
+            while t.is_alive():
+                t.join(0.05)
+            rc = got.get("rc", PS_ECLOSED)
             if rc != PS_OK:
-                # ps_last_error(NULL): why this thread's ps_open failed
-                # (not on stderr: opts.quiet).
-                why = _LIB.ps_last_error(None).decode("utf-8", "replace")
                 # An ini names a cluster, not a host: say which it is.
                 what = (f"the cluster of {self.servers}"
                         if os.path.isfile(self.servers) else self.servers)
-                raise _error(rc, f"cannot connect to {what}: {why}")
-            self._h = h.value
+                raise _error(rc, f"cannot connect to {what}: "
+                                 f"{got.get('why', 'it did not finish')}")
+            self._h = got["h"]
         except BaseException:
-            # A signal handler raised (Ctrl-C) as ps_open returned, before
-            # the handle was kept: nothing else could ever close it.
-            if self._h is None and h.value:
-                _LIB.ps_close(h.value)
+            # Interrupted (Ctrl-C) before the handle was kept: nothing else
+            # could ever close it.
+            with lock:
+                if self._h is None and got.get("h"):
+                    _LIB.ps_close(got["h"])
+                got["abandoned"] = True
             raise
 
     # -- lifetime --
@@ -1349,8 +1376,9 @@ def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
     A new process for a bsp worker lost in the middle of an iteration
     starts after that iteration: this returns once the other workers have
     finished it (up to ``sync_timeout_ms``; see ps_open in psclient.h).
-    Like clock(), that wait cannot be interrupted (Ctrl-C is seen once it
-    returns).
+    Ctrl-C (KeyboardInterrupt) ends any of these waits at once: the
+    connecting goes on in a thread of its own, which closes what it
+    opened when it finishes.
     Raises an Error subclass (ConnectionError, TimeoutError, AuthError,
     InvalidError...) when the connection cannot be made.
     """

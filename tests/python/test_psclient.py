@@ -1716,6 +1716,43 @@ else:
 """
 
 
+_CONNECT_CHILD = """
+import signal, sys, psclient
+signal.signal(signal.SIGINT, signal.default_int_handler)
+print("connecting", flush=True)
+psclient.connect(sys.argv[1], connect_timeout_ms=120000)
+"""
+
+
+def test_ctrl_c_ends_a_connect_to_a_node_that_does_not_answer():
+    """connect() waited in ps_open, where Python runs no signal handler:
+    Ctrl-C did nothing until connect_timeout_ms (5 s by default, 120 s
+    here) had passed. Now the connect waits in a thread of its own and
+    the first Ctrl-C ends it."""
+    import socket
+    mute = socket.socket()       # takes connections, never answers
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    port = mute.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-c", _CONNECT_CHILD,
+                          f"127.0.0.1:{port}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline() == "connecting\n", p.stderr.read()
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        # Before, it ended only after connect_timeout_ms (120 s).
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        mute.close()
+    assert "KeyboardInterrupt" in err, err
+    assert p.returncode != 0
+
+
 @pytest.mark.parametrize("how", ["with", "close"])
 def test_one_ctrl_c_ends_a_worker_whose_pull_is_held(make_cluster, how):
     """Ctrl-C interrupted the held pull, then close() (from the with
