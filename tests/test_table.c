@@ -1292,6 +1292,23 @@ static void expect_sums(psd_table *t, const uint64_t *keys, size_t first,
     free(out);
 }
 
+/* Pushes keys[n..] one a push (rows of dim floats from v) until one
+ * begins a doubling of a shard's slots once more than `after` rows are
+ * held: psd_table_tidy then finds a slot to move (one, moved now).
+ * Returns the rows held, or 0 when max keys went by without one. */
+static size_t push_until_doubling(psd_table *t, const uint64_t *keys,
+                                  const float *v, uint32_t dim, size_t max,
+                                  size_t after)
+{
+    for (size_t n = 0; n < max;) {
+        push_keys(t, keys + n, 1, v + n * dim, dim);
+        n++;
+        if (psd_table_tidy(t, 1) && n > after)
+            return n;
+    }
+    return 0;
+}
+
 /* A shard's slots double a few at a time: the push that makes the slots
  * double moves only a few of the old ones (psd_table_tidy finds the rest
  * to move), and while both arrays are in use every key is found, pushes
@@ -1314,15 +1331,9 @@ static void test_sparse_slots_double_a_few_at_a_time(void **state)
             for (uint32_t j = 0; j < dim; j++)
                 v[i * dim + j] = (float)(i + 1);
         }
-        /* One key a push until one begins a doubling of 8192 slots or
-         * more: tidy then finds a slot to move (one, moved now). */
-        size_t n = 0, grew = 0;
-        while (n < N / 2 && !grew) {
-            push_keys(t, keys + n, 1, v + n * dim, dim);
-            n++;
-            if (psd_table_tidy(t, 1) && n > 4096)
-                grew = n;
-        }
+        /* A doubling of 8192 slots or more begins. */
+        size_t n = push_until_doubling(t, keys, v, dim, N / 2, 4096);
+        size_t grew = n;
         assert_true(grew);
         /* Mid-doubling: every key found, pushes to the first keys (in
          * old slots or moved) and to new ones land. */
@@ -1399,14 +1410,8 @@ static void test_large_requests_finish_a_doubling(void **state)
         keys[i] = psw_mix64(i + 991);
         v[i] = (float)(i + 1);
     }
-    size_t n = 0;
-    int grew = 0;
-    while (n < N && !grew) {
-        push_keys(t, keys + n, 1, v + n, 1);
-        n++;
-        grew = psd_table_tidy(t, 1) && n > 4096;
-    }
-    assert_true(grew);
+    size_t n = push_until_doubling(t, keys, v, 1, N, 4096);
+    assert_true(n);
     /* Pulls of every key, the same rows each time: the old slots (twice
      * as many as keys, at most) are all moved by the third. */
     float *out = malloc(n * sizeof *out);

@@ -1716,6 +1716,26 @@ else:
 """
 
 
+def _ctrl_c_child(code: str, args: list, ready: str) -> None:
+    """Runs Python code with args in a child, waits for it to print the
+    line `ready`, sends it one SIGINT, and expects it to end of a
+    KeyboardInterrupt within 60 s."""
+    p = subprocess.Popen([sys.executable, "-c", code, *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline() == ready + "\n", p.stderr.read()
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert "KeyboardInterrupt" in err, err
+    assert p.returncode != 0
+
+
 _CONNECT_CHILD = """
 import signal, sys, psclient
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -1734,23 +1754,11 @@ def test_ctrl_c_ends_a_connect_to_a_node_that_does_not_answer():
     mute.bind(("127.0.0.1", 0))
     mute.listen(8)
     port = mute.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-c", _CONNECT_CHILD,
-                          f"127.0.0.1:{port}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
     try:
-        assert p.stdout.readline() == "connecting\n", p.stderr.read()
-        time.sleep(0.5)
-        p.send_signal(signal.SIGINT)
         # Before, it ended only after connect_timeout_ms (120 s).
-        _, err = p.communicate(timeout=60)
+        _ctrl_c_child(_CONNECT_CHILD, [f"127.0.0.1:{port}"], "connecting")
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
         mute.close()
-    assert "KeyboardInterrupt" in err, err
-    assert p.returncode != 0
 
 
 @pytest.mark.parametrize("how", ["with", "close"])
@@ -1762,21 +1770,8 @@ def test_one_ctrl_c_ends_a_worker_whose_pull_is_held(make_cluster, how):
     ends at the first, and the worker still leaves on every node, so the
     other workers are not held for worker_grace."""
     cl = make_cluster(SSP, cluster_lines="workers = 2\nworker_grace = 600\n")
-    p = subprocess.Popen([sys.executable, "-c", _CTRL_C_CHILD, cl.spec, how],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    try:
-        assert p.stdout.readline() == "held\n", p.stderr.read()
-        time.sleep(0.5)
-        p.send_signal(signal.SIGINT)
-        # Before, it ended only after sync_timeout_ms (120 s): past this.
-        _, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert "KeyboardInterrupt" in err, err
-    assert p.returncode != 0
+    # Before, it ended only after sync_timeout_ms (120 s): past the bound.
+    _ctrl_c_child(_CTRL_C_CHILD, [cl.spec, how], "held")
     for i in range(2):
         assert "worker 0 left" in cl.log(i), cl.log(i)
 
