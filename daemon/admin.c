@@ -453,6 +453,23 @@ static void metrics_text(psd_admin *a, tbuf *b)
            (double)s->requests);
     metric(b, "psd_request_errors_total", "counter", "Requests answered "
            "with an error.", i, (double)s->request_errors);
+    /* Which errors: a node refusing keys of another layout (ENOTOWNER)
+     * or pushes at max_rows (EFULL) reads apart from bad requests. The
+     * statuses seen so far, by their psclient.h names. */
+    static const char *const status_names[PSD_STATUSES] = {
+        "", "EINVAL", "ENOMEM", "ECONN", "ETIMEDOUT", "EPROTO", "EAUTH",
+        "ENOTABLE", "EKEY", "ETOOBIG", "ECLOSED", "ESERVER", "ENOTOWNER",
+        "EBUSY", "ENONFINITE", "EFULL" };
+    _Static_assert(PSW_EFULL == -(PSD_STATUSES - 1),
+                   "a status without a name in /metrics");
+    metric_head(b, "psd_request_errors_by_status_total", "counter",
+                "Requests answered with an error, by status (the PS_ codes "
+                "of psclient.h); statuses not seen yet are left out.");
+    for (int k = 1; k < PSD_STATUSES; k++)
+        if (s->errors_by[k])
+            put(b, "psd_request_errors_by_status_total{node=\"%d\","
+                "status=\"%s\"} %llu\n", i, status_names[k],
+                (unsigned long long)s->errors_by[k]);
     metric(b, "psd_duplicate_pushes_total", "counter", "Retransmitted "
            "pushes recognised and not applied again.", i,
            (double)s->duplicates);

@@ -15,6 +15,9 @@
 #include "../proto/hist.h"
 #include "../proto/msg.h"
 
+/* Error statuses a reply may carry: -1 .. -(PSD_STATUSES - 1). */
+#define PSD_STATUSES 16
+
 typedef struct psd_stats {
     uint64_t conns_accepted;
     uint64_t conns_refused;      /* over max_connections(_per_addr) */
@@ -26,6 +29,8 @@ typedef struct psd_stats {
     uint64_t frames;
     uint64_t requests;
     uint64_t request_errors;     /* requests answered with an error */
+    uint64_t errors_by[PSD_STATUSES]; /* of them, by status: [-status]
+                                    (PSW_EINVAL = -1 .. PSW_EFULL = -15) */
     uint64_t duplicates;         /* retransmitted pushes not applied again */
     uint64_t unacked_refusals;   /* pushes refused at max_unacked_pushes or
                                     max_remembered_pushes */

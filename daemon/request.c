@@ -130,6 +130,8 @@ static void reply_error(psd_node *n, psd_session *ss, const psw_msg *m,
                         int status, const char *text)
 {
     n->stats.request_errors++;
+    if (status < 0 && status > -PSD_STATUSES)
+        n->stats.errors_by[-status]++;
     if (psw_op_has(m->op, PSW_OPF_TABLE) && m->table < (uint32_t)n->ntables)
         n->tstats[m->table].errors++;
     /* A node short of memory is the operator's to hear of, not only the

@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2280,6 +2281,42 @@ static void test_psctl_errors_are_not_client_request_errors(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* /metrics says which errors requests got, by status: a sparse table's
+ * pushes refused at max_rows read apart from pushes holding a NaN (only
+ * the total was counted). */
+static void test_request_errors_are_counted_by_status(void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport = start_with_metrics(&c, "[table.full]\nmax_rows = 1\n"
+                                       "dim = 1\n[table.d]\nkind = dense\n"
+                                       "rows = 4\ndim = 1\n");
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, NULL), 0);
+    int tf = ps_table(cl, "full", NULL), td = ps_table(cl, "d", NULL);
+    uint64_t keys[2] = { 1, 2 };
+    float v[4] = { 1, 1, 1, 1 }, nan[2] = { 1, NAN };
+    EXPECT_INT(ps_wait(cl, ps_push(cl, tf, keys, 2, v, NULL, NULL)),
+               PS_EFULL, "two rows into max_rows = 1");
+    for (int i = 0; i < 2; i++)
+        EXPECT_INT(ps_wait(cl, ps_push_range(cl, td, 0, 2, nan, NULL, NULL)),
+                   PS_ENONFINITE, "a NaN pushed");
+    ps_close(cl);
+    char *m = http_get(mport, "/metrics");
+    EXPECT_INT((int)(m ? value_of(m, "psd_request_errors_by_status_total{"
+                                     "node=\"0\",status=\"EFULL\"} ")
+                       : -1), 1, "EFULL errors");
+    EXPECT_INT((int)(m ? value_of(m, "psd_request_errors_by_status_total{"
+                                     "node=\"0\",status=\"ENONFINITE\"} ")
+                       : -1), 2, "ENONFINITE errors");
+    EXPECT_INT((int)(m ? value_of(m, "psd_request_errors_total{node=\"0\"} ")
+                       : -1), 3, "request errors");
+    if (m && strstr(m, "status=\"EINVAL\""))
+        fail_msg("a status never seen is listed");
+    free(m);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Pushes +1 to keys 1..n of table "c" `times` times; PS_OK or an error. */
 static int push_ones(const char *spec, int n, int times)
 {
@@ -2891,6 +2928,7 @@ int main(void)
         cmocka_unit_test(test_psctl_stats_says_each_nodes_own_snapshot_error),
         cmocka_unit_test(test_a_failed_reload_shows_in_metrics_and_stats),
         cmocka_unit_test(test_psctl_errors_are_not_client_request_errors),
+        cmocka_unit_test(test_request_errors_are_counted_by_status),
         cmocka_unit_test(
             test_a_restart_loads_the_snapshot_then_the_journal_after_it),
         cmocka_unit_test(test_reloads_do_not_put_off_the_periodic_snapshot),
