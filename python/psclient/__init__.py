@@ -1209,7 +1209,13 @@ class Client:
                 raise self._fail(h, rc)
         finally:
             self._release()
-        t = self._tables[name] = Table(self, name, info)
+        # Two threads asking for a new table at once both get the one
+        # kept first (each made a Table of its own before).
+        made = Table(self, name, info)
+        with self._cv:
+            t = self._tables.get(name)
+            if t is None:
+                self._tables[name] = t = made
         return t
 
     def wait_all(self) -> None:

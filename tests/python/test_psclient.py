@@ -261,6 +261,37 @@ def test_connect_to_nothing_raises_connection_error():
 
 # ---- every call -------------------------------------------------------------
 
+def test_threads_asking_for_a_new_table_at_once_get_one_object(
+        cluster, monkeypatch):
+    """c.table(name) from several threads at once, for a table not asked
+    for yet: each thread made a Table of its own (two objects for one
+    table, both working). Table's constructor is slowed here so that the
+    threads meet in it, as they could by chance."""
+    made = psclient.Table.__init__
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.05)
+        made(self, *args, **kwargs)
+
+    monkeypatch.setattr(psclient.Table, "__init__", slow)
+    with psclient.connect(cluster.spec) as c:
+        start = threading.Barrier(8)
+        got = []
+
+        def ask():
+            start.wait()
+            got.append(c.table("emb"))
+
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 8
+        assert all(t is got[0] for t in got)
+        assert c.table("emb") is got[0]
+
+
 def test_table_reports_its_shape_and_unknown_tables_raise(cluster):
     with psclient.connect(cluster.spec) as c:
         d = c.table("dense")
