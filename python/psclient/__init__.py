@@ -774,12 +774,17 @@ class Client:
         got: dict = {}
 
         def opener() -> None:
-            h = ctypes.c_void_p()
-            rc = _LIB.ps_open(ctypes.byref(h), servers, ctypes.byref(opts))
-            # ps_last_error(NULL): why this thread's ps_open failed (not
-            # on stderr: opts.quiet).
-            why = ("" if rc == PS_OK else
-                   _LIB.ps_last_error(None).decode("utf-8", "replace"))
+            try:
+                h = ctypes.c_void_p()
+                rc = _LIB.ps_open(ctypes.byref(h), servers,
+                                  ctypes.byref(opts))
+                # ps_last_error(NULL): why this thread's ps_open failed
+                # (not on stderr: opts.quiet).
+                why = ("" if rc == PS_OK else
+                       _LIB.ps_last_error(None).decode("utf-8", "replace"))
+            except BaseException as e:   # handed to the caller
+                got["exc"] = e
+                return
             with lock:
                 if got.get("abandoned"):
                     if h.value:
@@ -789,10 +794,12 @@ class Client:
 
         t = threading.Thread(target=opener, name="psclient-connect",
                              daemon=True)
-        t.start()
         try:
+            t.start()
             while t.is_alive():
                 t.join(0.05)
+            if "exc" in got:
+                raise got["exc"]
             rc = got.get("rc", PS_ECLOSED)
             if rc != PS_OK:
                 # An ini names a cluster, not a host: say which it is.
@@ -803,11 +810,20 @@ class Client:
             self._h = got["h"]
         except BaseException:
             # Interrupted (Ctrl-C) before the handle was kept: nothing else
-            # could ever close it.
-            with lock:
-                if self._h is None and got.get("h"):
-                    _LIB.ps_close(got["h"])
-                got["abandoned"] = True
+            # could ever close it. Said first, in one step (a second Ctrl-C
+            # may come at any point below): from here on the thread closes
+            # what it opens; one it kept already is closed here, the lock
+            # taken again if a Ctrl-C cuts the taking short.
+            got["abandoned"] = True
+            while True:
+                try:
+                    with lock:
+                        h = got.pop("h", None) if self._h is None else None
+                    break
+                except KeyboardInterrupt:
+                    continue
+            if h:
+                _LIB.ps_close(h)
             raise
 
     # -- lifetime --
@@ -1384,7 +1400,9 @@ def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
     finished it (up to ``sync_timeout_ms``; see ps_open in psclient.h).
     Ctrl-C (KeyboardInterrupt) ends any of these waits at once: the
     connecting goes on in a thread of its own, which closes what it
-    opened when it finishes.
+    opened when it finishes (while the process lives; a worker id it
+    held is taken until then, so connecting again at once as the same
+    worker may wait for it).
     Raises an Error subclass (ConnectionError, TimeoutError, AuthError,
     InvalidError...) when the connection cannot be made.
     """
