@@ -527,6 +527,31 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
             "it makes them", big->name, who, need / gib, avail / gib);
 }
 
+/* Bytes a remembered push may take at the most (a slot of its client's
+ * table at low load, and its place in the client's ring; conf/psd.ini,
+ * max_client_memory's E). */
+#define REMEMBERED_PUSH_BYTES 288
+
+/* max_remembered_pushes is a bound on what a node may hold, not what it
+ * needs: said when it is a bound this host could not honour (up to 17
+ * billion pushes passed with no word, some 4.5 TiB). */
+static void check_remembered(psd_preflight *pf, const psd_config *c,
+                             const char *path)
+{
+    double limit, avail, gib = 1024.0 * 1024 * 1024;
+    double most = (double)c->max_remembered_pushes * REMEMBERED_PUSH_BYTES;
+    host_memory(&limit, &avail);
+    if (limit <= 0 || most <= limit)
+        return;
+    add(&pf->notes, &pf->nnotes, path, 0, "[server] max_remembered_pushes "
+        "= %llu: remembering that many pushes could take up to %.1f GiB "
+        "(%d bytes each), more than the %.1f GiB psd may use on this "
+        "host: a node would be killed before it reached the limit. Lower "
+        "it (the default, 2097152, is up to 576 MiB)",
+        (unsigned long long)c->max_remembered_pushes, most / gib,
+        REMEMBERED_PUSH_BYTES, limit / gib);
+}
+
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node)
 {
@@ -540,6 +565,7 @@ int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
      * loopback address. */
     if (node < cfg->nnodes)
         check_memory(pf, cfg, path, node);
+    check_remembered(pf, cfg, path);
     return pf->nproblems;
 }
 

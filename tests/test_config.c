@@ -1888,6 +1888,33 @@ static void test_network_address_without_token_is_refused_with_a_fix(
                    "address, and [server] has no auth_token");
 }
 
+/* max_remembered_pushes beyond what this host could hold is noted (17
+ * billion pushes, up to 4.5 TiB, passed with no word); the default is
+ * not. */
+static void test_remembered_pushes_beyond_this_host_are_noted(void **state)
+{
+    (void)state;
+    static const char *const files[2] = {
+        "[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+        "max_remembered_pushes = 17179869184\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\n" };
+    for (int k = 0; k < 2; k++) {
+        psd_config c;
+        load_ok(files[k], &c);
+        psd_preflight pf;
+        EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems");
+        int said = 0;
+        for (int i = 0; i < pf.nnotes; i++)
+            said |= strstr(pf.notes[i], "max_remembered_pushes = "
+                           "17179869184: remembering that many pushes could "
+                           "take up to 4608.0 GiB") != NULL;
+        EXPECT_INT(said, k == 0, "a note of max_remembered_pushes (%s)",
+                   k ? "default" : "17179869184");
+        psd_preflight_destroy(&pf);
+        psd_config_destroy(&c);
+    }
+}
+
 static void test_host_names_resolve_or_are_reported(void **state)
 {
     (void)state;
@@ -2024,6 +2051,7 @@ int main(void)
         cmocka_unit_test(
             test_network_address_without_token_is_refused_with_a_fix),
         cmocka_unit_test(test_host_names_resolve_or_are_reported),
+        cmocka_unit_test(test_remembered_pushes_beyond_this_host_are_noted),
     };
     struct CMUnitTest errors[NERROR_CASES];
     for (size_t i = 0; i < NERROR_CASES; i++) {
