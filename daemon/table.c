@@ -367,16 +367,40 @@ static int grow_start(const psd_table *t, shard *s)
     return 0;
 }
 
-/* Inline shards: the live slots are s->slots and, while they grow, the
- * old ones not moved yet. Span 0 or 1 of them, and its length. */
-static size_t hspan(const shard *s, int which, hslot **p)
+/* Inline shards: calls fn(ctx, slot) for every slot holding a row, in
+ * s->slots and, while they grow, in the old slots not moved yet (each row
+ * once), until fn returns non-zero, which it returns. */
+static int each_hslot(const shard *s, int (*fn)(void *ctx, hslot *x),
+                      void *ctx)
 {
-    if (!which) {
-        *p = s->slots;
-        return s->slots ? s->hcap : 0;
-    }
-    *p = s->oslots ? s->oslots + s->moved : NULL;
-    return s->oslots ? s->ocap - s->moved : 0;
+    int rc = 0;
+    for (size_t j = 0; s->slots && j < s->hcap && !rc; j++)
+        if (s->slots[j].row1)
+            rc = fn(ctx, &s->slots[j]);
+    for (size_t j = s->moved; s->oslots && j < s->ocap && !rc; j++)
+        if (s->oslots[j].row1)
+            rc = fn(ctx, &s->oslots[j]);
+    return rc;
+}
+
+/* each_hslot's fns for saving and loading inline rows: a key or a weight
+ * to or from its place, by row number, in the array ctx. */
+static int slot_key_out(void *ctx, hslot *x)
+{
+    ((uint64_t *)ctx)[ROW(*x)] = x->key;
+    return 0;
+}
+
+static int slot_w_out(void *ctx, hslot *x)
+{
+    ((float *)ctx)[ROW(*x)] = x->inl;
+    return 0;
+}
+
+static int slot_w_in(void *ctx, hslot *x)
+{
+    x->inl = ((const float *)ctx)[ROW(*x)];
+    return 0;
 }
 
 static int chunk_add(psd_table *t, shard *s)
@@ -1176,23 +1200,30 @@ int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
 
 /* Calls fn(ctx, key, weights) for every row of sparse shard s, wherever
  * rows live, until fn returns non-zero, which it returns. */
+typedef struct row_fn {
+    int (*fn)(void *ctx, uint64_t key, float *w);
+    void *ctx;
+} row_fn;
+
+/* each_hslot's fn for each_row. */
+static int slot_row(void *ctx, hslot *x)
+{
+    const row_fn *r = ctx;
+    return r->fn(r->ctx, x->key, &x->inl);
+}
+
 static int each_row(const psd_table *t, shard *s,
                     int (*fn)(void *ctx, uint64_t key, float *w), void *ctx)
 {
-    int rc = 0;
     if (t->inl) {
-        for (int a = 0; a < 2; a++) {
-            hslot *x;
-            size_t n = hspan(s, a, &x);
-            for (size_t j = 0; j < n && !rc; j++)
-                if (x[j].row1)
-                    rc = fn(ctx, x[j].key, &x[j].inl);
-        }
-    } else
-        for (uint32_t r = 0; r < s->nrows && !rc; r++) {
-            char *x = rec_at(t, s, r);
-            rc = fn(ctx, rec_key(x), rec_w(x));
-        }
+        row_fn r = { fn, ctx };
+        return each_hslot(s, slot_row, &r);
+    }
+    int rc = 0;
+    for (uint32_t r = 0; r < s->nrows && !rc; r++) {
+        char *x = rec_at(t, s, r);
+        rc = fn(ctx, rec_key(x), rec_w(x));
+    }
     return rc;
 }
 
@@ -1459,13 +1490,7 @@ static int put_sparse_keys(const psd_table *t, const shard *s, psd_sink *o)
         return -1;
     int rc = 0;
     if (t->inl) {
-        for (int a = 0; a < 2; a++) {
-            hslot *x;
-            size_t m = hspan(s, a, &x);
-            for (size_t j = 0; j < m; j++)
-                if (x[j].row1)
-                    keys[ROW(x[j])] = x[j].key;
-        }
+        (void)each_hslot(s, slot_key_out, keys);
         rc = put(o, keys, n * sizeof *keys);
     } else
         for (size_t first = 0; first < n && !rc; first += crows) {
@@ -1488,13 +1513,7 @@ static int put_sparse_rows(const psd_table *t, const shard *s, psd_sink *o)
         float *w = malloc((size_t)(s->nrows ? s->nrows : 1) * sizeof *w);
         if (!w)
             return -1;
-        for (int a = 0; a < 2; a++) {
-            hslot *x;
-            size_t m = hspan(s, a, &x);
-            for (size_t j = 0; j < m; j++)
-                if (x[j].row1)
-                    w[ROW(x[j])] = x[j].inl;
-        }
+        (void)each_hslot(s, slot_w_out, w);
         int rc = put(o, w, (size_t)s->nrows * sizeof *w);
         free(w);
         return rc;
@@ -1592,13 +1611,7 @@ static int get_sparse_rows(psd_table *t, shard *s, psd_source *in)
             free(w);
             return -1;
         }
-        for (int a = 0; a < 2; a++) {
-            hslot *x;
-            size_t m = hspan(s, a, &x);
-            for (size_t j = 0; j < m; j++)
-                if (x[j].row1)
-                    x[j].inl = w[ROW(x[j])];
-        }
+        (void)each_hslot(s, slot_w_in, w);
         free(w);
         return 0;
     }

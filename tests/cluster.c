@@ -16,13 +16,21 @@
 
 #include "cluster.h"
 
+/* 127.0.0.1:port. */
+static struct sockaddr_in loopback(int port)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+}
+
 /* One port the kernel hands out now (bind to port 0), or -1. */
 static int kernel_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
+    struct sockaddr_in a = loopback(0);
     socklen_t len = sizeof a;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
         getsockname(fd, (struct sockaddr *)&a, &len)) {
         if (fd >= 0)
@@ -38,9 +46,7 @@ static int kernel_port(void)
 static int port_free(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct sockaddr_in a = loopback(port);
     int ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
     if (fd >= 0)
         close(fd);
@@ -104,9 +110,7 @@ int cluster_free_port(void)
 static int port_open(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct sockaddr_in a = loopback(port);
     int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
     if (fd >= 0)
         close(fd);

@@ -649,6 +649,14 @@ static ps_ts issue(wctx *x, long i, int slot)
     }
 }
 
+/* Keeps one latency (ns) in samples, which holds *n of MAX_SAMPLES:
+ * clamped to what a uint32_t holds (4.3 s), dropped when full. */
+static void sample_put(uint32_t *samples, size_t *n, uint64_t lat)
+{
+    if (*n < MAX_SAMPLES)
+        samples[(*n)++] = lat > UINT32_MAX ? UINT32_MAX : (uint32_t)lat;
+}
+
 /* Issues requests until `end` (and at least min_reqs), keeping up to
  * window in flight and waiting on the oldest. When res is set, records
  * the latency of each request that completed by `end`: at 1 in flight
@@ -696,9 +704,7 @@ static long run_phase(wctx *x, uint64_t end, long min_reqs, wres *res,
             continue;
         }
         if (res && t <= end && res->nsamples < MAX_SAMPLES) {
-            uint64_t lat = t - x->t_issue[slot];
-            samples[res->nsamples++] = lat > UINT32_MAX ? UINT32_MAX
-                                                        : (uint32_t)lat;
+            sample_put(samples, &res->nsamples, t - x->t_issue[slot]);
             counted++;
         }
     }
@@ -1208,67 +1214,44 @@ static void run_fairness(void)
 #define GROWTH_KEYS 65536
 static uint64_t opt_growth;
 
-static int growth_fill(const char *spec)
+/* One client of the growth run: the filler (heavy: pushes of
+ * GROWTH_KEYS new keys up to opt_growth rows; samples in shm->samples[0])
+ * or the light client (1-key pulls until shm->go; samples[1]). */
+static int growth_client(const char *spec, int heavy)
 {
     ps_client *c;
     if (ps_open(&c, spec, NULL))
         return 2;
-    int t = ps_table(c, "g", NULL);
-    uint64_t *keys = malloc(GROWTH_KEYS * sizeof *keys);
-    float *vals = malloc(GROWTH_KEYS * sizeof *vals);
+    int t = ps_table(c, "g", NULL), w = !heavy;
+    size_t nkeys = heavy ? GROWTH_KEYS : 1;
+    uint64_t *keys = malloc(nkeys * sizeof *keys);
+    float *vals = malloc(nkeys * sizeof *vals);
     if (t < 0 || !keys || !vals)
         return 3;
-    for (size_t i = 0; i < GROWTH_KEYS; i++)
+    for (size_t i = 0; i < nkeys; i++)
         vals[i] = 1.0f;
+    keys[0] = psw_mix64(1);
     int bad = 0;
     size_t n = 0;
-    for (uint64_t first = 0; first < opt_growth && !bad;
-         first += GROWTH_KEYS) {
-        for (size_t i = 0; i < GROWTH_KEYS; i++)
+    for (uint64_t first = 0; !bad && (heavy ? first < opt_growth
+                                            : !atomic_load(&shm->go));
+         first += nkeys) {
+        for (size_t i = 0; heavy && i < nkeys; i++)
             keys[i] = psw_mix64(first + i + 1);
         uint64_t t0 = now_ns();
-        ps_ts ts = ps_push(c, t, keys, GROWTH_KEYS, vals, NULL, NULL);
+        ps_ts ts = heavy ? ps_push(c, t, keys, nkeys, vals, NULL, NULL)
+                         : ps_pull(c, t, keys, 1, vals, NULL, NULL);
         if (ts < 0 || ps_wait(c, ts))
             bad = 1;
-        uint64_t lat = now_ns() - t0;
-        if (n < MAX_SAMPLES)
-            shm->samples[0][n++] = lat > UINT32_MAX ? UINT32_MAX
-                                                    : (uint32_t)lat;
+        sample_put(shm->samples[w], &n, now_ns() - t0);
     }
-    shm->w[0].nsamples = n;
+    shm->w[w].nsamples = n;
     if (bad)
-        fprintf(stderr, "psbench: growth fill: %s\n", ps_last_error(c));
+        fprintf(stderr, "psbench: growth %s: %s\n",
+                heavy ? "fill" : "light client", ps_last_error(c));
     ps_close(c);
-    return bad ? 4 : 0;
-}
-
-static int growth_light(const char *spec)
-{
-    ps_client *c;
-    if (ps_open(&c, spec, NULL))
-        return 2;
-    int t = ps_table(c, "g", NULL);
-    if (t < 0)
-        return 3;
-    uint64_t key = psw_mix64(1);
-    float out;
-    size_t n = 0;
-    int bad = 0;
-    while (!atomic_load(&shm->go) && !bad) {
-        uint64_t t0 = now_ns();
-        ps_ts ts = ps_pull(c, t, &key, 1, &out, NULL, NULL);
-        if (ts < 0 || ps_wait(c, ts))
-            bad = 1;
-        uint64_t lat = now_ns() - t0;
-        if (n < MAX_SAMPLES)
-            shm->samples[1][n++] = lat > UINT32_MAX ? UINT32_MAX
-                                                    : (uint32_t)lat;
-    }
-    shm->w[1].nsamples = n;
-    if (bad)
-        fprintf(stderr, "psbench: growth light client: %s\n",
-                ps_last_error(c));
-    ps_close(c);
+    free(keys);
+    free(vals);
     return bad ? 4 : 0;
 }
 
@@ -1290,10 +1273,10 @@ static void run_growth(void)
     uint64_t t0 = now_ns();
     pid_t light = fork_child();
     if (light == 0)
-        _exit(growth_light(cl.spec));
+        _exit(growth_client(cl.spec, 0));
     pid_t fill = fork_child();
     if (fill == 0)
-        _exit(growth_fill(cl.spec));
+        _exit(growth_client(cl.spec, 1));
     int st = reap_within(fill, 900000);
     atomic_store(&shm->go, 1);
     st |= reap_within(light, 60000);
