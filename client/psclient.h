@@ -85,8 +85,10 @@ enum {
                            nonfinite differently on some nodes can a node
                            that allows them apply its part; the error's
                            text then says "applied in part" */
-    PS_EFULL = -15,     /* a sparse table holds max_rows rows on a node: a
-                           push that would add rows is refused (pulls work) */
+    PS_EFULL = -15,     /* a sparse table holds max_rows rows on a node (or
+                           one shard the 2^32 - 2 or 3 * 2^30 rows a shard
+                           can hold): a push that would add rows there is
+                           refused (pulls work) */
     PS_PENDING = 1      /* not an error: from ps_wait_timeout and
                            ps_wait_all_timeout only, what they wait for is
                            still in flight */

@@ -120,6 +120,7 @@ struct psd_table {
     shard *shards;
     uint64_t rows_held;      /* sum of the shards' nrows */
     uint64_t acc_new;        /* bsp, sparse: keys in acc with no row here */
+    uint64_t shard_rows_max; /* sparse: rows one shard can index */
     float *scratch;          /* one row: an initial row being made */
     struct psd_table *acc;   /* bsp: this clock's summed pushes, or NULL */
 };
@@ -486,7 +487,7 @@ static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
     hslot *x = slot_find(s, key, h);
     if (x)
         return x;
-    if (s->nrows >= EMPTY - 1)
+    if (s->nrows >= t->shard_rows_max)
         return NULL;
     /* Keep the load factor at or below 1/2: probes stay short. */
     if ((s->nrows + 1) * 2 > s->hcap && grow_start(t, s))
@@ -574,6 +575,8 @@ static uint32_t crow_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
         if (row != EMPTY)
             return row;
     }
+    if (s->nrows >= t->shard_rows_max)
+        return EMPTY;
     if ((s->nrows + 1) * CLOAD_DEN > (uint64_t)s->hcap * CLOAD_NUM) {
         if (grow_start(t, s))
             return EMPTY;
@@ -683,6 +686,10 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
     t->inl = !conf->dense && conf->dim == 1 && t->nstate == 0 &&
              !t->has_step;
     t->shard_mask = (shards & (shards - 1)) == 0 ? shards - 1 : 0;
+    /* Rows are numbered in 32 bits (EMPTY is none); chunked shards' slots
+     * also stop doubling at CSLOTS_MAX, 3/4 full. */
+    t->shard_rows_max = t->inl ? EMPTY - 1
+                               : CSLOTS_MAX / CLOAD_DEN * CLOAD_NUM;
     t->chunk_bits = CHUNK_BITS_MAX;
     while (t->chunk_bits > 0 &&
            ((size_t)1 << t->chunk_bits) * row_bytes(t) > CHUNK_BYTES)
@@ -754,6 +761,17 @@ void psd_table_set_limits(psd_table *t, uint64_t max_rows,
 {
     t->conf.max_rows = max_rows;
     t->conf.allow_nonfinite = allow_nonfinite;
+}
+
+uint64_t psd_table_shard_rows_max(const psd_table *t)
+{
+    return t->conf.dense ? 0 : t->shard_rows_max;
+}
+
+void psd_table_lower_shard_rows_max(psd_table *t, uint64_t rows)
+{
+    if (!t->conf.dense && rows < t->shard_rows_max)
+        t->shard_rows_max = rows;
 }
 
 static uint32_t shard_of(const psd_table *t, uint64_t key)
@@ -1077,10 +1095,41 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The shard of the first of the distinct new keys nk[0..m) that would
+ * take its shard past shard_rows_max, or -1. */
+static int64_t shard_overfull(const psd_table *t, const uint64_t *nk,
+                              size_t m, uint64_t *adds)
+{
+    uint64_t *per = calloc(t->nshards, sizeof *per);
+    if (!per)
+        return -2;
+    int64_t full = -1;
+    for (size_t i = 0; i < m && full < 0; i++) {
+        uint32_t j = shard_of_hash(t, psw_mix64(nk[i]));
+        if (t->shards[j].nrows + ++per[j] > t->shard_rows_max)
+            full = j;
+    }
+    if (full >= 0) {
+        *adds = 0;
+        for (size_t i = 0; i < m; i++)
+            *adds += shard_of_hash(t, psw_mix64(nk[i])) == (uint32_t)full;
+    }
+    free(per);
+    return full;
+}
+
 int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
                            char *err, size_t errlen)
 {
-    if (t->conf.dense || t->conf.max_rows == 0)
+    if (t->conf.dense)
+        return 0;
+    /* A shard's own limit matters only to a push that could reach it
+     * (never while the node's rows of the table stay under it). */
+    int near_cap = 0;
+    if (t->rows_held + n > t->shard_rows_max)
+        for (uint32_t i = 0; i < t->nshards && !near_cap; i++)
+            near_cap = t->shards[i].nrows + n > t->shard_rows_max;
+    if (t->conf.max_rows == 0 && !near_cap)
         return 0;
     uint64_t held = t->rows_held + t->acc_new, fresh = 0;
     walk w;
@@ -1089,10 +1138,11 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
         fresh += !has_key(t, psw_key_at(keys, i), walk_hash(t, &w, i));
     /* A push that creates no row always goes on, even when a reload
      * lowered max_rows below the rows held (or a snapshot brought more). */
-    if (fresh == 0 || held + fresh <= t->conf.max_rows)
+    if (fresh == 0 ||
+        (!near_cap && held + fresh <= t->conf.max_rows))
         return 0;
-    /* Over the limit counting repeats: count each new key once. */
-    uint64_t *nk = malloc((size_t)(fresh ? fresh : 1) * sizeof *nk);
+    /* Over a limit counting repeats: count each new key once. */
+    uint64_t *nk = malloc((size_t)fresh * sizeof *nk);
     if (!nk) {
         snprintf(err, errlen, "out of memory counting the new keys");
         return PSW_ENOMEM;
@@ -1106,9 +1156,28 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
     qsort(nk, m, sizeof *nk, cmp_u64);
     size_t distinct = 0;
     for (size_t i = 0; i < m; i++)
-        distinct += i == 0 || nk[i] != nk[i - 1];
+        if (i == 0 || nk[i] != nk[i - 1])
+            nk[distinct++] = nk[i];
+    uint64_t adds = 0;
+    int64_t full = near_cap ? shard_overfull(t, nk, distinct, &adds) : -1;
     free(nk);
-    if (held + distinct <= t->conf.max_rows)
+    if (full == -2) {
+        snprintf(err, errlen, "out of memory counting the new keys");
+        return PSW_ENOMEM;
+    }
+    /* The shard's limit is structural (32-bit row numbers): no reload
+     * lifts it, more shards do (psd --reshard). */
+    if (full >= 0) {
+        snprintf(err, errlen, "table '%s': shard %lld holds %llu rows of the "
+                 "%llu one shard can hold: this push would add %llu more "
+                 "(more shards spread the rows: psd --reshard)",
+                 t->conf.name, (long long)full,
+                 (unsigned long long)t->shards[full].nrows,
+                 (unsigned long long)t->shard_rows_max,
+                 (unsigned long long)adds);
+        return PSW_EFULL;
+    }
+    if (t->conf.max_rows == 0 || held + distinct <= t->conf.max_rows)
         return 0;
     snprintf(err, errlen, "table '%s' holds %llu rows on this node "
              "(max_rows = %llu): this push would add %zu more",
@@ -1680,8 +1749,10 @@ static int load_shards(psd_table *t, psd_source *in, char *err,
         }
         if (s->nrows != 0)
             LOADFAIL("shard %u already has rows", i);
-        if (n >= EMPTY - 1)
-            LOADFAIL("shard %u claims %llu rows", i, (unsigned long long)n);
+        if (n > t->shard_rows_max)
+            LOADFAIL("shard %u claims %llu rows, more than one shard can "
+                     "hold (%llu)", i, (unsigned long long)n,
+                     (unsigned long long)t->shard_rows_max);
         /* Keys come in a bounded batch at a time, so a hostile count
          * costs only what the file really holds. */
         uint64_t batch[1024];

@@ -31,6 +31,14 @@ void psd_table_set_params(psd_table *t, const psd_updater_params *p);
 void psd_table_set_limits(psd_table *t, uint64_t max_rows,
                           int allow_nonfinite);
 
+/* The rows one shard of a sparse table can hold: 2^32 - 2 where rows
+ * live in their slots, 3 * 2^30 in chunks (32-bit row numbers; chunked
+ * slots stop doubling at 2^32); 0 for a dense table. Lowering it is for
+ * tests of that limit, which no machine of today's memory reaches in a
+ * test's time. */
+uint64_t psd_table_shard_rows_max(const psd_table *t);
+void psd_table_lower_shard_rows_max(psd_table *t, uint64_t rows);
+
 /* Checks that every key (n little-endian uint64 at `keys`, unaligned) is
  * valid for the table and owned by this node. Returns 0, PSW_EKEY or
  * PSW_ENOTOWNER (*owner set to the owning node) with a reason in err. */
@@ -40,11 +48,12 @@ int psd_table_check_keys(const psd_table *t, const char *keys, size_t n,
 int psd_table_check_range(const psd_table *t, uint64_t first, uint64_t count,
                           int *owner, char *err, size_t errlen);
 
-/* For a push of n keys to a sparse table with max_rows: 0 when the rows
- * it would create (each new key counted once; on a bsp table, with the
- * keys of the current clock's sum that are new too) keep the table
- * within max_rows on this node, else PSW_EFULL with the reason in err
- * (or PSW_ENOMEM). Always 0 for dense tables and max_rows = 0. */
+/* For a push of n keys to a sparse table: 0 when the rows it would
+ * create (each new key counted once; on a bsp table, with the keys of
+ * the current clock's sum that are new too) keep the table within
+ * max_rows on this node, and each shard within the rows one shard can
+ * hold (psd_table_shard_rows_max), else PSW_EFULL with the reason in err
+ * (or PSW_ENOMEM). Always 0 for dense tables. */
 int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
                            char *err, size_t errlen);
 

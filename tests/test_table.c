@@ -1134,6 +1134,79 @@ static int load_from(psd_table *t, membuf *m, char *err, size_t errlen)
     return psd_table_load(t, &in, err, errlen);
 }
 
+/* A shard holds at most psd_table_shard_rows_max rows (32-bit row
+ * numbers; lowered here to 50): a push that would take a shard past it is
+ * refused before anything changes, as max_rows refuses, naming the shard
+ * and what to do (it was "out of memory creating rows", after the keys
+ * before applied); pushes to held rows and to other shards go on, and a
+ * snapshot whose shard holds more than that is refused on load. For rows
+ * in their slots (dim 1, sum) and in chunks (dim 2, adagrad). */
+static void test_a_full_shard_refuses_new_rows_by_name(void **state)
+{
+    (void)state;
+    const uint32_t dims[2] = { 1, 2 };
+    const psd_updater_kind kinds[2] = { PSD_UPD_SUM, PSD_UPD_ADAGRAD };
+    for (int v = 0; v < 2; v++) {
+        psd_table_conf c = conf_make(0, dims[v], 0, kinds[v]);
+        psd_table *t = table_make(&c, 4, 1, 0);
+        EXPECT_U64(psd_table_shard_rows_max(t),
+                   dims[v] == 1 ? 4294967294ull : 3221225472ull,
+                   "the most a shard holds, dim %u", dims[v]);
+        psd_table_lower_shard_rows_max(t, 50);
+        char err[256] = "";
+        float g[2] = { 1, 1 };
+        uint64_t k = 0;
+        int rc = 0;
+        /* One new key a push until a shard is full: about 4 * 50 keys. */
+        for (; k < 1000 && !(rc = growth(t, &k, 1, err, sizeof err)); k++)
+            push_keys(t, &k, 1, g, dims[v]);
+        EXPECT_INT(rc, PSW_EFULL, "dim %u: key %llu into a full shard",
+                   dims[v], (unsigned long long)k);
+        uint64_t rows = psd_table_rows(t);
+        if (rows < 150 || rows > 200)
+            fail_msg("dim %u: %llu rows when a shard of 4 filled", dims[v],
+                     (unsigned long long)rows);
+        if (!strstr(err, "table 'emb_sparse': shard ") ||
+            !strstr(err, " holds 50 rows of the 50 one shard can hold: "
+                         "this push would add 1 more (more shards spread "
+                         "the rows: psd --reshard)"))
+            fail_msg("dim %u: got \"%s\"", dims[v], err);
+        /* The batch names the full shard however many keys it has. */
+        uint64_t batch[3] = { k, k, 0 };
+        EXPECT_INT(growth(t, batch, 3, err, sizeof err), PSW_EFULL,
+                   "dim %u: a batch with the key twice", dims[v]);
+        if (!strstr(err, "this push would add 1 more"))
+            fail_msg("dim %u: a repeated key counted twice: \"%s\"",
+                     dims[v], err);
+        /* Held rows take pushes; a key of a shard with room is a row. */
+        uint64_t held[2] = { 0, k - 1 };
+        EXPECT_INT(growth(t, held, 2, err, sizeof err), 0,
+                   "dim %u: pushes to held rows (%s)", dims[v], err);
+        uint64_t other = k + 1;
+        while (growth(t, &other, 1, err, sizeof err) == PSW_EFULL &&
+               other < k + 1000)
+            other++;
+        EXPECT_INT(growth(t, &other, 1, err, sizeof err), 0,
+                   "dim %u: a key of a shard with room", dims[v]);
+        push_keys(t, &other, 1, g, dims[v]);
+        EXPECT_U64(psd_table_rows(t), rows + 1, "dim %u: rows", dims[v]);
+        /* A snapshot's full shard is more than a lower limit takes. */
+        membuf m = { 0 };
+        psd_sink o = { mem_put, &m };
+        EXPECT_INT(psd_table_save(t, &o), 0, "save");
+        psd_table *u = table_make(&c, 4, 1, 0);
+        psd_table_lower_shard_rows_max(u, 49);
+        EXPECT_INT(load_from(u, &m, err, sizeof err), -1,
+                   "dim %u: load into shards of 49 rows", dims[v]);
+        if (!strstr(err, " claims 50 rows, more than one shard can hold "
+                         "(49)"))
+            fail_msg("dim %u: load said \"%s\"", dims[v], err);
+        psd_table_free(u);
+        free(m.p);
+        psd_table_free(t);
+    }
+}
+
 /* The sums of a bsp clock become rows of the table when the clock ends,
  * so a load refuses a sum whose key is no row of this node: a dense row
  * past the table's end (applying it would write outside the shard), or a
@@ -1873,6 +1946,7 @@ int main(void)
         cmocka_unit_test(test_sparse_keys_with_equal_hash_halves_stay_apart),
         cmocka_unit_test(test_sparse_pull_of_new_keys_stores_no_row),
         cmocka_unit_test(test_max_rows_refuses_only_pushes_that_add_rows),
+        cmocka_unit_test(test_a_full_shard_refuses_new_rows_by_name),
         cmocka_unit_test(test_max_rows_counts_new_keys_of_a_bsp_sum),
         cmocka_unit_test(
             test_an_apply_out_of_memory_still_applies_the_other_shards),

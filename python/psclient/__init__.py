@@ -278,8 +278,9 @@ class NonFiniteError(InvalidError):
 
 
 class TableFullError(Error):
-    """PS_EFULL: a sparse table holds max_rows rows on a node; that node
-    refuses its part of a push that would add rows (pulls still work), and
+    """PS_EFULL: a sparse table holds max_rows rows on a node (or one of its
+    shards as many as a shard can hold); that node refuses its part of a
+    push that would add rows there (pulls still work), and
     the parts on other nodes may have been applied (``message`` says so)."""
 
 
