@@ -76,7 +76,7 @@ void oracle_run_many(const char *spec, const ps_options *opt, int jobs,
 }
 
 void oracle_run_until(const char *spec, const ps_options *opt, int jobs,
-                      int pushes, int inflight, volatile int *stop,
+                      int pushes, int inflight, atomic_int *stop,
                       int *acked, int *failed)
 {
     pthread_t th[8];

@@ -7,6 +7,7 @@
 #ifndef TEST_ORACLE_H
 #define TEST_ORACLE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "psclient.h"
@@ -18,7 +19,7 @@ typedef struct oracle_job {
     const char *spec;            /* servers for ps_open */
     ps_options opt;
     int pushes, inflight;
-    volatile int *stop;          /* when set and nonzero: push no more */
+    atomic_int *stop;            /* when set and nonzero: push no more */
     int acked, failed;           /* results */
     char last_error[300];
     int nkeys;                   /* keys 0..nkeys-1; 0: ORACLE_KEYS */
@@ -38,7 +39,7 @@ void oracle_run_many(const char *spec, const ps_options *opt, int jobs,
 /* As oracle_run_many, but the clients stop pushing (and drain what is in
  * flight) once *stop becomes nonzero; pushes is then an upper bound. */
 void oracle_run_until(const char *spec, const ps_options *opt, int jobs,
-                      int pushes, int inflight, volatile int *stop,
+                      int pushes, int inflight, atomic_int *stop,
                       int *acked, int *failed);
 
 /* Pulls every key through spec and checks lo <= value <= hi. Returns 0,

@@ -24,6 +24,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -121,7 +122,7 @@ static void test_sigterm_then_restart_keeps_every_push(void **state)
 typedef struct workload {
     const char *spec;
     ps_options opt;
-    volatile int stop, finished;
+    atomic_int stop, finished;
     int acked, failed;
 } workload;
 
@@ -1162,7 +1163,7 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
 
 typedef struct pusher {
     const char *spec;
-    volatile int stop;
+    atomic_int stop;
     int acked, failed, unclear;  /* unclear: failures that do not say
                                     whether the push was applied */
     char last_error[300];

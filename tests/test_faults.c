@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -464,7 +465,7 @@ static void a_huge_bounded_time_does_not_wrap_round(void **state)
 typedef struct issuer {
     ps_client *cl;
     int pushes;
-    volatile int issued;         /* ps_push calls that returned */
+    atomic_int issued;           /* ps_push calls that returned */
     int failed;
 } issuer;
 
@@ -1571,7 +1572,7 @@ static void connections_cut_mid_frame_lose_and_double_nothing(void **state)
     char direct[128];
     rig_start(&r, 2, "workers = 1\n", SERVER TABLES);
     direct_spec(&r, direct, sizeof direct);
-    volatile int stop = 0;
+    atomic_int stop = 0;
     oracle_job j[2];
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
@@ -1735,7 +1736,7 @@ static const char *long_reason(void)
 
 typedef struct mock {
     int listen_fd, port, mode;
-    volatile int stop;
+    atomic_int stop;
     int conns;                   /* connections accepted */
     int replies;                 /* replies written, extras included */
     pthread_t th;

@@ -19,6 +19,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -245,7 +246,7 @@ static struct {
     int fds[16];
     int n;
     int running;
-    volatile int stop;
+    atomic_int stop;
 } pinger;
 
 static void *ping_loop(void *arg)
