@@ -1093,14 +1093,20 @@ static void process(psd_conn *c)
         int rc = psw_reader_next(&c->rd, &body, &len);
         if (rc == 0)
             break;
+        /* A frame that is not whole (a CRC that does not match, a
+         * length past the limit) is what a damaged network makes as
+         * well as a hostile peer: the connection ends, as after the
+         * HELLO, and the client may dial again. Refusing it as an
+         * authentication failure made one flipped bit in a handshake
+         * lock a client out for good (the client never retries PS_EAUTH)
+         * and counted the network's faults as guesses. What an intact
+         * frame says before the client authenticated is still judged by
+         * the handshake (refuse_auth). */
         if (rc < 0) {
             char why[160];
             snprintf(why, sizeof why, "%s%s", c->rd.why,
                      c->hello_done ? "" : " (before HELLO)");
-            if (!c->hello_done && psd_auth_on(c->set->auth))
-                refuse_auth(c, why);
-            else
-                reject(c, why);
+            reject(c, why);
             return;
         }
         int wait = handle_frame(c, body, len);

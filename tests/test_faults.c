@@ -216,6 +216,51 @@ static void flipped_bits_are_caught_and_never_applied(void **state)
     EXPECT_INT(k.dir[FP_DOWN].corrupted > 0, 1, "replies corrupted");
 }
 
+/* With a token, bits flipped in every frame a client sends for a while,
+ * its handshakes' too, only cost connections: the client dials again, and
+ * the push waiting meanwhile is applied once when the network heals (a
+ * damaged first frame was refused as an authentication failure, which a
+ * client never retries: every later push to that node failed with
+ * PS_EAUTH, however clean the network became). */
+static void flipped_bits_in_handshakes_lose_connections_not_the_node(
+    void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "", SERVER "auth_token = fault-test-token-0123456789\n"
+              TABLES);
+    ps_options o = fault_options();
+    o.auth_token = "fault-test-token-0123456789";
+    ps_client *c;
+    EXPECT_INT(ps_open(&c, r.c.spec, &o), PS_OK, "open (%s)",
+               ps_last_error(NULL));
+    int t = ps_table(c, ORACLE_TABLE, NULL);
+    const uint64_t key = 5;
+    const float one = 1;
+    EXPECT_INT(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)), PS_OK,
+               "a push on a clean network");
+    rig_faults(&r, FP_UP, &(fp_faults){ .corrupt = 1.0 });
+    int64_t ts = ps_push(c, t, &key, 1, &one, NULL, NULL);
+    sleep_ms(1000);
+    rig_faults(&r, FP_BOTH, &(fp_faults){ 0 });
+    int rc = ps_wait(c, ts);
+    if (rc != PS_OK)
+        fail_msg("the push through damaged handshakes: %s (%s)",
+                 ps_strerror(rc), ps_last_error(c));
+    fp_counts k;
+    fp_stats(r.p[0], &k);
+    if (k.accepted < 3 || !k.dir[FP_UP].corrupted)
+        fail_msg("%llu connections, %llu frames corrupted on the way up: "
+                 "no handshake was damaged", (unsigned long long)k.accepted,
+                 (unsigned long long)k.dir[FP_UP].corrupted);
+    float got = 0;
+    EXPECT_INT(ps_wait(c, ps_pull(c, t, &key, 1, &got, NULL, NULL)), PS_OK,
+               "a pull after (%s)", ps_last_error(c));
+    EXPECT_FLOAT(got, 2, "key 5 after two pushes");
+    ps_close(c);
+    rig_stop(&r);
+}
+
 /* Replies of large rows are read straight into the caller's buffer,
  * before the frame's CRC can be checked: with bits flipped in half of the
  * reply frames, a pull still completes only with the rows psd sent (the
@@ -2214,6 +2259,8 @@ int main(void)
         cmocka_unit_test(duplicated_and_reordered_frames_are_applied_once),
         cmocka_unit_test(lost_clock_frames_are_sent_again_not_waited_for),
         cmocka_unit_test(flipped_bits_are_caught_and_never_applied),
+        cmocka_unit_test(
+            flipped_bits_in_handshakes_lose_connections_not_the_node),
         cmocka_unit_test(flipped_bits_in_large_replies_never_complete_a_pull),
         cmocka_unit_test(flipped_bits_in_large_pushes_are_never_applied),
         cmocka_unit_test(stopped_server_resumed_applies_every_push_once),
