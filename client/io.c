@@ -1863,9 +1863,12 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
         now > nc->hello_ns) {
         char where[400];
         addr_label(nc, where, sizeof where);
+        /* "reconnecting": a request failing with this text may have
+         * been sent long after the first connection was made. */
         nc_drop(nc, PS_ETIMEDOUT, "no answer from %s within %llu ms of "
-                "connecting", where,
-                (unsigned long long)((nc->hello_ns - nc->connect_ns) / MS));
+                "%s", where,
+                (unsigned long long)((nc->hello_ns - nc->connect_ns) / MS),
+                nc->ever_ready ? "reconnecting" : "connecting");
         return;
     }
     if (nc->state != NC_READY) {
