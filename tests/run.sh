@@ -47,8 +47,19 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/psd-run.XXXXXX") || exit 1
 
 # This run's block of 3000 ports (20000 + 3000 * block), held by a lock
 # folder naming this shell; a lock whose shell is gone is taken over.
+# Only blocks below the kernel's ephemeral ports (ip_local_port_range,
+# 32768 by default) are used: a port the kernel may hand any outgoing
+# connection meanwhile is no test's to count on.
+eph=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+case $eph in
+''|*[!0-9]*) eph=32768 ;;
+esac
+blocks=$(( (eph - 20000) / 3000 ))
+[ "$blocks" -gt 4 ] && blocks=4
+[ "$blocks" -lt 0 ] && blocks=0
 block=0
-while :; do
+lock=
+while [ "$block" -lt "$blocks" ]; do
     lock=${TMPDIR:-/tmp}/psd-test-ports.$block
     if mkdir "$lock" 2>/dev/null; then
         echo $$ >"$lock/pid"
@@ -60,15 +71,20 @@ while :; do
         continue
     fi
     block=$((block + 1))
-    if [ "$block" -ge 4 ]; then
-        echo "# four other runs hold the test port blocks: one program at" \
-             "a time, on the kernel's ports"
-        block=
-        lock=
-        jobs=1
-        break
-    fi
+    lock=
 done
+if [ "$block" -ge "$blocks" ]; then
+    if [ "$blocks" -eq 0 ]; then
+        echo "# the kernel's ephemeral ports start at $eph, below the test" \
+             "port blocks (20000 and up): one program at a time, on the" \
+             "kernel's ports"
+    else
+        echo "# $blocks other runs hold the test port blocks: one program" \
+             "at a time, on the kernel's ports"
+    fi
+    block=
+    jobs=1
+fi
 cleanup() {
     rm -rf "$tmp"
     [ -n "$lock" ] && rm -rf "$lock"
