@@ -84,7 +84,10 @@ enum {
                            while a SIGHUP has set
                            nonfinite differently on some nodes can a node
                            that allows them apply its part; the error's
-                           text then says "applied in part" */
+                           text then says "applied in part" (and a push
+                           whose every such value goes to nodes that allow
+                           them succeeds; psctl tables names the nodes
+                           that differ) */
     PS_EFULL = -15,     /* a sparse table holds max_rows rows on a node (or
                            one shard the 2^32 - 2 or 3 * 2^30 rows a shard
                            can hold): a push that would add rows there is

@@ -347,7 +347,11 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
          * on some nodes and not others). */
         put(b, ", \"params\": {");
         put_params(b, &tc->upd, 1);
-        put(b, "}}");
+        /* The limits a reload changes too: a node that took a different
+         * nonfinite or max_rows applies what the others refuse. */
+        put(b, "}, \"nonfinite\": \"%s\", \"max_rows\": %llu}",
+            tc->allow_nonfinite ? "allow" : "reject",
+            (unsigned long long)tc->max_rows);
     }
     put(b, "],\n \"workers\": {\"expected\": %d, \"clock\": %llu, "
         "\"barrier\": %llu, \"list\": [", n->sync.nworkers,
@@ -620,14 +624,17 @@ static void info_text(psd_admin *a, tbuf *b)
     put(b, "psd_journal_error_info{node=\"%d\",error=\"", n->index);
     put_label(b, n->journal_error);
     put(b, "\"} 1\n");
-    metric_head(b, "psd_table_info", "gauge", "A table's updater and the "
-                "hyper-parameters in force on this node (after reloads).");
+    metric_head(b, "psd_table_info", "gauge", "A table's updater, the "
+                "hyper-parameters in force on this node (after reloads), "
+                "its nonfinite policy and max_rows (0: no limit).");
     for (int t = 0; t < n->ntables; t++) {
         const psd_table_conf *tc = psd_table_conf_get(n->tables[t]);
         put(b, "psd_table_info{node=\"%d\",table=\"%s\",updater=\"%s\","
             "params=\"", n->index, tc->name, psd_updater_name(tc->upd.kind));
         put_params(b, &tc->upd, 0);
-        put(b, "\"} 1\n");
+        put(b, "\",nonfinite=\"%s\",max_rows=\"%llu\"} 1\n",
+            tc->allow_nonfinite ? "allow" : "reject",
+            (unsigned long long)tc->max_rows);
     }
     metric_head(b, "psd_config_reload_error_info", "gauge", "Why the file "
                 "of the last SIGHUP was refused (empty after one that "

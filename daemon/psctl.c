@@ -44,7 +44,9 @@ static void usage(FILE *f)
         "  ping     round trip to every node\n"
         "  layout   nodes, shards and tables, as the cluster describes itself\n"
         "  tables   per table: rows, memory, pushes/pulls and keys per second;\n"
-        "           its updater and the hyper-parameters in force\n"
+        "           its updater, the hyper-parameters in force, and\n"
+        "           nonfinite and max_rows where not the defaults (nodes\n"
+        "           that differ are named)\n"
         "  stats    per node: memory, connections, rates, service times,\n"
         "           workers, snapshot and journal\n"
         "  save     every node writes a snapshot now; waits for the result\n"
@@ -867,12 +869,31 @@ static int *table_of_samples(const psw_cluster *l, const samples *all)
     return of;
 }
 
-/* Per table, its updater and the hyper-parameters in force, as the first
- * node that answered has them, and every other node whose differ (a
- * reload that reached only some nodes). */
+/* The settings of a psd_table_info sample a reload changes: its
+ * hyper-parameters, then nonfinite and max_rows where they are not the
+ * defaults (reject, 0 = no limit; older nodes say neither). */
+static void table_settings(const char *labels, char *out, size_t len)
+{
+    char params[192], nonfinite[16], max_rows[32];
+    label_value(labels, "params", params, sizeof params);
+    label_value(labels, "nonfinite", nonfinite, sizeof nonfinite);
+    label_value(labels, "max_rows", max_rows, sizeof max_rows);
+    int at = snprintf(out, len, "%s", params);
+    if (nonfinite[0] && strcmp(nonfinite, "reject"))
+        at += snprintf(out + at, len - (size_t)at, "%snonfinite %s",
+                       at ? ", " : "", nonfinite);
+    if (max_rows[0] && strcmp(max_rows, "0"))
+        snprintf(out + at, len - (size_t)at, "%smax_rows %s", at ? ", " : "",
+                 max_rows);
+}
+
+/* Per table, its updater and the settings in force, as the first node
+ * that answered has them, and every other node whose differ (a reload
+ * that reached only some nodes). */
 static void print_params(const psw_cluster *l, const samples *all)
 {
-    printf("%-20s %-8s %s\n", "table", "updater", "hyper-parameters in force");
+    printf("%-20s %-8s %s\n", "table", "updater",
+           "hyper-parameters and limits in force");
     int *of = table_of_samples(l, all);
     int *first = malloc((size_t)(l->ntables ? l->ntables : 1) * sizeof *first);
     if (!of || !first) {
@@ -893,16 +914,16 @@ static void print_params(const psw_cluster *l, const samples *all)
     for (int t = 0; t < l->ntables; t++) {
         if (first[t] < 0)
             continue;
-        char params[192], upd[32], other[192], at[16];
+        char params[256], upd[32], other[256], at[16];
         label_value(all->s[first[t]].labels, "updater", upd, sizeof upd);
-        label_value(all->s[first[t]].labels, "params", params, sizeof params);
+        table_settings(all->s[first[t]].labels, params, sizeof params);
         printf("%-20s %-8s %s\n", l->tables[t].name, upd,
                params[0] ? params : "-");
         for (int i = first[t] + 1; i < all->n; i++) {
             const sample *s = &all->s[i];
             if (of[i] != t || strcmp(s->name, "psd_table_info"))
                 continue;
-            label_value(s->labels, "params", other, sizeof other);
+            table_settings(s->labels, other, sizeof other);
             label_value(s->labels, "node", at, sizeof at);
             if (strcmp(other, params))
                 printf("%-20s %-8s node %s differs: %s\n", "", "", at,

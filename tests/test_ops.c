@@ -764,9 +764,11 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
-/* The hyper-parameters each node runs with, after reloads, are visible:
- * `psctl tables` names them and says which node differs (a SIGHUP that
- * reached only some nodes), `--json stats` and /metrics carry them. */
+/* The hyper-parameters each node runs with, after reloads, are visible,
+ * and nonfinite and max_rows too (a node that took allow applies what the
+ * others refuse): `psctl tables` names them and says which node differs
+ * (a SIGHUP that reached only some nodes), `--json stats` and /metrics
+ * carry them. */
 static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
 {
     (void)state;
@@ -787,9 +789,10 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
                          "epsilon 1e-08\n") || strstr(o, "differs"))
         fail_msg("psctl tables before the reload: %s", o ? o : "");
     free(o);
-    /* Node 1 alone reloads a new lr. */
+    /* Node 1 alone reloads a new lr, nonfinite and max_rows. */
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "sed -i -e 's/^lr = 0.001$/lr = 0.002/' -e "
+    snprintf(cmd, sizeof cmd, "sed -i -e 's/^lr = 0.001$/lr = 0.002\\n"
+             "nonfinite = allow\\nmax_rows = 50/' -e "
              "'s/^\\[server\\]$/[server]\\nclient_ttl = 300/' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
     kill(c.pid[1], SIGHUP);
@@ -800,21 +803,26 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
     assert_true(cluster_log_wait(&c, 1, "client_ttl 600 -> 300", 1000));
     o = run(&st, "%s -c %s tables", psctl(), c.ini);
     if (!o || !strstr(o, "adam     lr 0.001, beta1") ||
-        !strstr(o, "node 1 differs: lr 0.002, beta1 0.9"))
+        !strstr(o, "node 1 differs: lr 0.002, beta1 0.9, beta2 0.999, "
+                   "epsilon 1e-08, nonfinite allow, max_rows 50\n"))
         fail_msg("psctl tables after node 1 reloaded: %s", o ? o : "");
     free(o);
     o = run(&st, "%s -c %s --json stats | python3 -c 'import json,sys; "
             "d = json.load(sys.stdin); print([t[\"params\"] for n in d "
-            "for t in n[\"tables\"]])'", psctl(), c.ini);
+            "for t in n[\"tables\"]], [(t[\"nonfinite\"], t[\"max_rows\"]) "
+            "for n in d for t in n[\"tables\"]])'", psctl(), c.ini);
     EXPECT_INT(st, 0, "psctl --json stats through python3");
     if (!o || !strstr(o, "[{'lr': 0.001, 'beta1': 0.9, 'beta2': 0.999, "
-                         "'epsilon': 1e-08}, {}, {'lr': 0.002, "))
+                         "'epsilon': 1e-08}, {}, {'lr': 0.002, ") ||
+        !strstr(o, "[('reject', 0), ('reject', 0), ('allow', 50), "
+                   "('reject', 0)]"))
         fail_msg("psctl --json stats params: %s", o ? o : "");
     free(o);
     char *m = http_get(mport, "/metrics");
     if (!m || !strstr(m, "psd_table_info{node=\"0\",table=\"emb\","
                          "updater=\"adam\",params=\"lr 0.001, beta1 0.9, "
-                         "beta2 0.999, epsilon 1e-08\"} 1"))
+                         "beta2 0.999, epsilon 1e-08\",nonfinite=\"reject\","
+                         "max_rows=\"0\"} 1"))
         fail_msg("/metrics has no psd_table_info for emb: %s", m ? m : "");
     free(m);
     /* A rolling restart half done: node 1 restarted with a table added
