@@ -257,6 +257,20 @@ static void put_params(tbuf *b, const psd_updater_params *p, int json)
             pv[k]);
 }
 
+/* A table's init as the ini writes it: `uniform -0.1 0.1`. */
+static void put_init(tbuf *b, const psd_init_params *ip)
+{
+    static const char *const names[] = { "zeros", "constant", "uniform",
+                                         "normal" };
+    int args = ip->kind == PSD_INIT_ZEROS ? 0
+               : ip->kind == PSD_INIT_CONSTANT ? 1 : 2;
+    put(b, "%s", names[ip->kind]);
+    if (args >= 1)
+        put(b, " %.7g", (double)ip->a);
+    if (args == 2)
+        put(b, " %.7g", (double)ip->b);
+}
+
 static void stats_json(psd_admin *a, const rates *r, tbuf *b)
 {
     psd_node *n = a->node;
@@ -349,9 +363,13 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         put_params(b, &tc->upd, 1);
         /* The limits a reload changes too: a node that took a different
          * nonfinite or max_rows applies what the others refuse. */
-        put(b, "}, \"nonfinite\": \"%s\", \"max_rows\": %llu}",
-            tc->allow_nonfinite ? "allow" : "reject",
+        put(b, "}, \"nonfinite\": \"%s\", \"max_rows\": %llu, "
+            "\"init\": \"", tc->allow_nonfinite ? "allow" : "reject",
             (unsigned long long)tc->max_rows);
+        /* And what makes its new rows: nodes started with another init
+         * or seed make other rows, which no client can tell. */
+        put_init(b, &tc->init);
+        put(b, "\", \"seed\": %llu}", (unsigned long long)tc->init.seed);
     }
     put(b, "],\n \"workers\": {\"expected\": %d, \"clock\": %llu, "
         "\"barrier\": %llu, \"list\": [", n->sync.nworkers,
@@ -626,15 +644,18 @@ static void info_text(psd_admin *a, tbuf *b)
     put(b, "\"} 1\n");
     metric_head(b, "psd_table_info", "gauge", "A table's updater, the "
                 "hyper-parameters in force on this node (after reloads), "
-                "its nonfinite policy and max_rows (0: no limit).");
+                "its nonfinite policy and max_rows (0: no limit), and the "
+                "init and seed of its new rows.");
     for (int t = 0; t < n->ntables; t++) {
         const psd_table_conf *tc = psd_table_conf_get(n->tables[t]);
         put(b, "psd_table_info{node=\"%d\",table=\"%s\",updater=\"%s\","
             "params=\"", n->index, tc->name, psd_updater_name(tc->upd.kind));
         put_params(b, &tc->upd, 0);
-        put(b, "\",nonfinite=\"%s\",max_rows=\"%llu\"} 1\n",
+        put(b, "\",nonfinite=\"%s\",max_rows=\"%llu\",init=\"",
             tc->allow_nonfinite ? "allow" : "reject",
             (unsigned long long)tc->max_rows);
+        put_init(b, &tc->init);
+        put(b, "\",seed=\"%llu\"} 1\n", (unsigned long long)tc->init.seed);
     }
     metric_head(b, "psd_config_reload_error_info", "gauge", "Why the file "
                 "of the last SIGHUP was refused (empty after one that "

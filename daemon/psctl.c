@@ -45,8 +45,8 @@ static void usage(FILE *f)
         "  layout   nodes, shards and tables, as the cluster describes itself\n"
         "  tables   per table: rows, memory, pushes/pulls and keys per second;\n"
         "           its updater, the hyper-parameters in force, and\n"
-        "           nonfinite and max_rows where not the defaults (nodes\n"
-        "           that differ are named)\n"
+        "           nonfinite, max_rows, init and seed where not the\n"
+        "           defaults (nodes that differ are named)\n"
         "  stats    per node: memory, connections, rates, service times,\n"
         "           workers, snapshot and journal\n"
         "  save     every node writes a snapshot now; waits for the result\n"
@@ -869,22 +869,26 @@ static int *table_of_samples(const psw_cluster *l, const samples *all)
     return of;
 }
 
-/* The settings of a psd_table_info sample a reload changes: its
- * hyper-parameters, then nonfinite and max_rows where they are not the
- * defaults (reject, 0 = no limit; older nodes say neither). */
+/* The settings of a psd_table_info sample that nodes may hold apart
+ * (no client can tell): its hyper-parameters, then nonfinite, max_rows,
+ * init and seed where they are not the defaults (reject, 0 = no limit,
+ * zeros, 0; older nodes say none of these four). */
 static void table_settings(const char *labels, char *out, size_t len)
 {
-    char params[192], nonfinite[16], max_rows[32];
-    label_value(labels, "params", params, sizeof params);
-    label_value(labels, "nonfinite", nonfinite, sizeof nonfinite);
-    label_value(labels, "max_rows", max_rows, sizeof max_rows);
-    int at = snprintf(out, len, "%s", params);
-    if (nonfinite[0] && strcmp(nonfinite, "reject"))
-        at += snprintf(out + at, len - (size_t)at, "%snonfinite %s",
-                       at ? ", " : "", nonfinite);
-    if (max_rows[0] && strcmp(max_rows, "0"))
-        snprintf(out + at, len - (size_t)at, "%smax_rows %s", at ? ", " : "",
-                 max_rows);
+    static const char *const keys[] = { "nonfinite", "max_rows", "init",
+                                        "seed" };
+    static const char *const defaults[] = { "reject", "0", "zeros", "0" };
+    label_value(labels, "params", out, len);
+    size_t at = strlen(out);
+    for (int k = 0; k < 4; k++) {
+        char v[64];
+        label_value(labels, keys[k], v, sizeof v);
+        if (!v[0] || !strcmp(v, defaults[k]) || at >= len)
+            continue;
+        int w = snprintf(out + at, len - at, "%s%s %s", at ? ", " : "",
+                         keys[k], v);
+        at = w < 0 ? len : at + (size_t)w;
+    }
 }
 
 /* Per table, its updater and the settings in force, as the first node

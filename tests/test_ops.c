@@ -777,7 +777,8 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
     snprintf(extra, sizeof extra,
              "[server]\nmetrics_listen = 127.0.0.1:%d, 127.0.0.1:%d\n"
              "[table.emb]\ndim = 4\nupdater = adam\nlr = 0.001\n"
-             "[table.w]\nkind = dense\nrows = 10\ndim = 1\n", mport,
+             "[table.w]\nkind = dense\nrows = 10\ndim = 1\n"
+             "init = uniform -0.1 0.1\nseed = 7\n", mport,
              cluster_free_port());
     test_cluster c;
     if (cluster_start(&c, 2, 4, extra))
@@ -786,7 +787,9 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
     char *o = run(&st, "%s -c %s tables", psctl(), c.ini);
     EXPECT_INT(st, 0, "psctl tables exit status");
     if (!o || !strstr(o, "adam     lr 0.001, beta1 0.9, beta2 0.999, "
-                         "epsilon 1e-08\n") || strstr(o, "differs"))
+                         "epsilon 1e-08\n") ||
+        !strstr(o, "sum      init uniform -0.1 0.1, seed 7\n") ||
+        strstr(o, "differs"))
         fail_msg("psctl tables before the reload: %s", o ? o : "");
     free(o);
     /* Node 1 alone reloads a new lr, nonfinite and max_rows. */
@@ -809,20 +812,22 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
     free(o);
     o = run(&st, "%s -c %s --json stats | python3 -c 'import json,sys; "
             "d = json.load(sys.stdin); print([t[\"params\"] for n in d "
-            "for t in n[\"tables\"]], [(t[\"nonfinite\"], t[\"max_rows\"]) "
-            "for n in d for t in n[\"tables\"]])'", psctl(), c.ini);
+            "for t in n[\"tables\"]], [(t[\"nonfinite\"], t[\"max_rows\"], "
+            "t[\"init\"], t[\"seed\"]) for n in d for t in n[\"tables\"]])'",
+            psctl(), c.ini);
     EXPECT_INT(st, 0, "psctl --json stats through python3");
     if (!o || !strstr(o, "[{'lr': 0.001, 'beta1': 0.9, 'beta2': 0.999, "
                          "'epsilon': 1e-08}, {}, {'lr': 0.002, ") ||
-        !strstr(o, "[('reject', 0), ('reject', 0), ('allow', 50), "
-                   "('reject', 0)]"))
+        !strstr(o, "[('reject', 0, 'zeros', 0), ('reject', 0, 'uniform "
+                   "-0.1 0.1', 7), ('allow', 50, 'zeros', 0), ('reject', 0, "
+                   "'uniform -0.1 0.1', 7)]"))
         fail_msg("psctl --json stats params: %s", o ? o : "");
     free(o);
     char *m = http_get(mport, "/metrics");
     if (!m || !strstr(m, "psd_table_info{node=\"0\",table=\"emb\","
                          "updater=\"adam\",params=\"lr 0.001, beta1 0.9, "
                          "beta2 0.999, epsilon 1e-08\",nonfinite=\"reject\","
-                         "max_rows=\"0\"} 1"))
+                         "max_rows=\"0\",init=\"zeros\",seed=\"0\"} 1"))
         fail_msg("/metrics has no psd_table_info for emb: %s", m ? m : "");
     free(m);
     /* A rolling restart half done: node 1 restarted with a table added
