@@ -723,6 +723,7 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
                                              &tm, err, errlen);
     if (rc < 0)
         return -1;
+    int rc_snap = rc;
     if (rc == 0) {
         d->st.generation = si.generation;
         d->st.last_ok_ms = si.created_ms;
@@ -769,6 +770,29 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
         return -1;
     if (cut[0])
         psd_warn("journal: %s", cut);
+    /* A snapshot written under durability = log names the segment its
+     * rotation made (and fsync'd into the folder) before the image was
+     * taken, always 2 or more, so that segment is there unless someone
+     * took it: the pushes acknowledged since then are gone, and nothing
+     * else would say so (a replay of no segment at all is an empty one).
+     * Snapshots written under durability = snapshot, and by psd --reshard,
+     * name a segment that was never made: after those this is said once,
+     * harmlessly (psd --import's name segment 1, never said). */
+    if (rc_snap == 0 && !d->skip && n->cfg.durability == PSD_DUR_LOG &&
+        si.journal_seq >= 2 &&
+        !psd_journal_has(d->dir, n->index, si.journal_seq)) {
+        char path[4200];
+        psd_journal_path(path, sizeof path, d->dir, n->index,
+                         si.journal_seq);
+        psd_warn("journal: %s is missing, the segment snapshot %llu says "
+                 "the pushes after it are in: if this node ran with "
+                 "durability = log when that snapshot was written, the "
+                 "pushes it acknowledged since are lost (a file removed, a "
+                 "data folder restored without its journal); on the first "
+                 "start after a switch from durability = snapshot, or on "
+                 "a snapshot psd --reshard wrote, this is expected",
+                 path, (unsigned long long)si.generation);
+    }
     if (ctx.skipped)
         psd_info("journal: %llu pushes to dropped tables skipped",
                  (unsigned long long)ctx.skipped);

@@ -508,6 +508,14 @@ static void note_seq(const char *dir, int node, uint64_t seq, void *arg)
         s->hi = seq;
 }
 
+int psd_journal_has(const char *dir, int node, uint64_t seq)
+{
+    char path[4200];
+    struct stat st;
+    psd_journal_path(path, sizeof path, dir, node, seq);
+    return stat(path, &st) == 0;
+}
+
 uint64_t psd_journal_first(const char *dir, int node)
 {
     span s = { UINT64_MAX, 0 };

@@ -121,6 +121,9 @@ void psd_journal_prune(const char *dir, int node, uint64_t below);
 /* The lowest segment number present, or 0 when there is none. */
 uint64_t psd_journal_first(const char *dir, int node);
 
+/* Whether segment seq of node is in dir. */
+int psd_journal_has(const char *dir, int node, uint64_t seq);
+
 /* Replays node's segments from `from` on, in order, calling apply for each
  * push, clock and params record (a segment written by another node or under
  * another layout shape is refused, and so are segments that start after

@@ -2657,6 +2657,47 @@ static int push_then_remove_data_dir(test_cluster *c, char *data,
     return a;
 }
 
+/* A journal taken from the folder while the node was down (a file
+ * removed by hand, a data folder restored without its journal): the
+ * pushes acknowledged after the snapshot are gone, and the start says so,
+ * naming the segment (it said nothing: a replay of no segment at all is an
+ * empty one). A stop and start with the journal whole says nothing of the
+ * kind, nor does the start after that. */
+static void test_a_journal_removed_while_down_is_said_at_start(void **state)
+{
+    (void)state;
+    static const char said[] = "is missing, the segment snapshot";
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nfsync = always\n"
+          "snapshot_interval = 0\n");
+    ps_options o = client_options();
+    int a, b, failed;
+    oracle_run_many(c.spec, &o, 1, 20, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the stop");
+    EXPECT_INT(term(&c, 0), 0, "stop (the final snapshot)");
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "pushes after the snapshot");
+    char *log = cluster_log(&c, 0);
+    EXPECT_INT(log && strstr(log, said) != NULL, 0,
+               "a start with the journal whole warned: %s", log ? log : "");
+    free(log);
+    cluster_kill(&c, 0, SIGKILL);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -f '%s'/psd-node0.journal.*", c.dir);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart without the journal");
+    EXPECT_INT(cluster_log_wait(&c, 0, said, 3000), 1,
+               "the start says the journal is missing");
+    EXPECT_INT(cluster_log_wait(&c, 0, "psd-node0.journal.0000000002 is "
+                                "missing, the segment snapshot 1 says", 100),
+               1, "naming the segment and the snapshot");
+    expect_count(c.spec, a, "the snapshot's pushes, not the journal's");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* The data folder removed under a running node: the journal's
  * descriptor still takes writes, but into a file no restart will find.
  * Acknowledging a push whose record went there would break the promise
@@ -2851,6 +2892,7 @@ int main(void)
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
         cmocka_unit_test(
             test_a_journal_past_snapshot_journal_mb_starts_a_snapshot),
+        cmocka_unit_test(test_a_journal_removed_while_down_is_said_at_start),
         cmocka_unit_test(test_a_removed_data_dir_refuses_pushes),
         cmocka_unit_test(test_a_removed_data_dir_made_again_is_saved_to),
         cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
