@@ -775,9 +775,12 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
      * taken, always 2 or more, so that segment is there unless someone
      * took it: the pushes acknowledged since then are gone, and nothing
      * else would say so (a replay of no segment at all is an empty one).
-     * Snapshots written under durability = snapshot, and by psd --reshard,
-     * name a segment that was never made: after those this is said once,
-     * harmlessly (psd --import's name segment 1, never said). */
+     * Snapshots written by psd --reshard, and under durability = snapshot
+     * in a folder that had held a journal, name a segment that was never
+     * made: after those this is said once, harmlessly (psd --import's, and
+     * those of a folder that never held a journal, name segment 1: never
+     * said). A start whose tables changed writes its snapshot just before
+     * the journal makes that segment: a crash in between says it too. */
     if (rc_snap == 0 && !d->skip && n->cfg.durability == PSD_DUR_LOG &&
         si.journal_seq >= 2 &&
         !psd_journal_has(d->dir, n->index, si.journal_seq)) {
@@ -789,8 +792,8 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
                  "durability = log when that snapshot was written, the "
                  "pushes it acknowledged since are lost (a file removed, a "
                  "data folder restored without its journal); on the first "
-                 "start after a switch from durability = snapshot, or on "
-                 "a snapshot psd --reshard wrote, this is expected",
+                 "start on a snapshot psd --reshard wrote, or after a "
+                 "switch from durability = snapshot, this is expected",
                  path, (unsigned long long)si.generation);
     }
     if (ctx.skipped)

@@ -870,25 +870,30 @@ static int *table_of_samples(const psw_cluster *l, const samples *all)
 }
 
 /* The settings of a psd_table_info sample that nodes may hold apart
- * (no client can tell): its hyper-parameters, then nonfinite, max_rows,
- * init and seed where they are not the defaults (reject, 0 = no limit,
- * zeros, 0; older nodes say none of these four). */
-static void table_settings(const char *labels, char *out, size_t len)
+ * (no client can tell): its hyper-parameters, then, when `limits`,
+ * nonfinite, max_rows, init and seed where they are not the defaults
+ * (reject, 0 = no limit, zeros, 0). Returns whether the sample carries
+ * those four (nodes of 0.3.1 and before do not). */
+static int table_settings(const char *labels, int limits, char *out,
+                          size_t len)
 {
     static const char *const keys[] = { "nonfinite", "max_rows", "init",
                                         "seed" };
     static const char *const defaults[] = { "reject", "0", "zeros", "0" };
     label_value(labels, "params", out, len);
     size_t at = strlen(out);
+    int has = 0;
     for (int k = 0; k < 4; k++) {
         char v[64];
         label_value(labels, keys[k], v, sizeof v);
-        if (!v[0] || !strcmp(v, defaults[k]) || at >= len)
+        has |= v[0] != '\0';
+        if (!limits || !v[0] || !strcmp(v, defaults[k]) || at >= len)
             continue;
         int w = snprintf(out + at, len - at, "%s%s %s", at ? ", " : "",
                          keys[k], v);
         at = w < 0 ? len : at + (size_t)w;
     }
+    return has;
 }
 
 /* Per table, its updater and the settings in force, as the first node
@@ -919,17 +924,26 @@ static void print_params(const psw_cluster *l, const samples *all)
         if (first[t] < 0)
             continue;
         char params[256], upd[32], other[256], at[16];
-        label_value(all->s[first[t]].labels, "updater", upd, sizeof upd);
-        table_settings(all->s[first[t]].labels, params, sizeof params);
+        const char *head = all->s[first[t]].labels;
+        label_value(head, "updater", upd, sizeof upd);
+        int has = table_settings(head, 1, params, sizeof params);
         printf("%-20s %-8s %s\n", l->tables[t].name, upd,
                params[0] ? params : "-");
         for (int i = first[t] + 1; i < all->n; i++) {
             const sample *s = &all->s[i];
             if (of[i] != t || strcmp(s->name, "psd_table_info"))
                 continue;
-            table_settings(s->labels, other, sizeof other);
+            /* A node of an older release says only its hyper-parameters:
+             * those are compared, not limits it does not report. */
+            char mine[256];
+            int both = has && table_settings(s->labels, 1, other,
+                                             sizeof other);
+            if (!both) {
+                table_settings(s->labels, 0, other, sizeof other);
+                table_settings(head, 0, mine, sizeof mine);
+            }
             label_value(s->labels, "node", at, sizeof at);
-            if (strcmp(other, params))
+            if (strcmp(other, both ? params : mine))
                 printf("%-20s %-8s node %s differs: %s\n", "", "", at,
                        other[0] ? other : "-");
         }

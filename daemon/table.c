@@ -78,6 +78,8 @@ typedef struct cslot {
 typedef struct shard {
     int owned;
     uint64_t nrows;          /* rows held */
+    uint64_t acc_new;        /* bsp, sparse: keys of this clock's sum in
+                                this shard with no row here yet */
     /* dense: rows first..first+nrows-1, contiguous */
     uint64_t first;
     float *w, *st;
@@ -1106,7 +1108,8 @@ static int64_t shard_overfull(const psd_table *t, const uint64_t *nk,
     int64_t full = -1;
     for (size_t i = 0; i < m && full < 0; i++) {
         uint32_t j = shard_of_hash(t, psw_mix64(nk[i]));
-        if (t->shards[j].nrows + ++per[j] > t->shard_rows_max)
+        const shard *s = &t->shards[j];
+        if (s->nrows + s->acc_new + ++per[j] > t->shard_rows_max)
             full = j;
     }
     if (full >= 0) {
@@ -1126,9 +1129,10 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
     /* A shard's own limit matters only to a push that could reach it
      * (never while the node's rows of the table stay under it). */
     int near_cap = 0;
-    if (t->rows_held + n > t->shard_rows_max)
+    if (t->rows_held + t->acc_new + n > t->shard_rows_max)
         for (uint32_t i = 0; i < t->nshards && !near_cap; i++)
-            near_cap = t->shards[i].nrows + n > t->shard_rows_max;
+            near_cap = t->shards[i].nrows + t->shards[i].acc_new + n >
+                       t->shard_rows_max;
     if (t->conf.max_rows == 0 && !near_cap)
         return 0;
     uint64_t held = t->rows_held + t->acc_new, fresh = 0;
@@ -1168,11 +1172,16 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
     /* The shard's limit is structural (32-bit row numbers): no reload
      * lifts it, more shards do (psd --reshard). */
     if (full >= 0) {
-        snprintf(err, errlen, "table '%s': shard %lld holds %llu rows of the "
-                 "%llu one shard can hold: this push would add %llu more "
+        const shard *s = &t->shards[full];
+        char sums[80] = "";
+        if (s->acc_new)
+            snprintf(sums, sizeof sums, " (%llu of them keys of the current "
+                     "clock's sum)", (unsigned long long)s->acc_new);
+        snprintf(err, errlen, "table '%s': shard %lld holds %llu rows%s of "
+                 "the %llu one shard can hold: this push would add %llu more "
                  "(more shards spread the rows: psd --reshard)",
                  t->conf.name, (long long)full,
-                 (unsigned long long)t->shards[full].nrows,
+                 (unsigned long long)(s->nrows + s->acc_new), sums,
                  (unsigned long long)t->shard_rows_max,
                  (unsigned long long)adds);
         return PSW_EFULL;
@@ -1242,10 +1251,12 @@ int psd_table_accumulate(psd_table *t, const char *keys, size_t n,
     size_t rb = row_bytes(t);
     for (size_t i = 0; i < n; i++) {
         uint64_t k = psw_key_at(keys, i);
-        int fresh = !has_key(t, k, psw_mix64(k));
+        uint64_t h = psw_mix64(k);
+        int fresh = !has_key(t, k, h);
         if (psd_table_push(a, keys + 8 * i, 1, vals + i * rb))
             return PSW_ENOMEM;
         t->acc_new += fresh;
+        t->shards[shard_of_hash(t, h)].acc_new += fresh;
     }
     return 0;
 }
@@ -1321,6 +1332,8 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
 {
     psd_table *a = t->acc;
     t->acc_new = 0;
+    for (uint32_t i = 0; i < t->nshards; i++)
+        t->shards[i].acc_new = 0;
     if (!a)
         return 0;
     sum_to to = { t, scale };
@@ -1782,7 +1795,7 @@ static int load_shards(psd_table *t, psd_source *in, char *err,
 
 /* One walk over the sums of a clock just loaded into t's side table. */
 typedef struct sums_walk {
-    const psd_table *t;
+    psd_table *t;
     uint64_t key;                /* the key looked at last */
     uint64_t fresh;              /* sparse keys t holds no row of yet */
 } sums_walk;
@@ -1794,16 +1807,18 @@ typedef struct sums_walk {
 static int walk_sum(void *ctx, uint64_t key, float *w)
 {
     sums_walk *sw = ctx;
-    const psd_table *t = sw->t;
+    psd_table *t = sw->t;
     (void)w;
     sw->key = key;
     if (t->conf.dense)
         return key >= t->conf.rows || !t->shards[shard_of(t, key)].owned;
     uint64_t h = psw_mix64(key);
-    const shard *s = &t->shards[shard_of_hash(t, h)];
+    shard *s = &t->shards[shard_of_hash(t, h)];
     if (!s->owned)
         return 1;
-    sw->fresh += !sparse_has(t, s, key, h);
+    int fresh = !sparse_has(t, s, key, h);
+    sw->fresh += fresh;
+    s->acc_new += fresh;
     return 0;
 }
 

@@ -2662,7 +2662,7 @@ static int push_then_remove_data_dir(test_cluster *c, char *data,
  * pushes acknowledged after the snapshot are gone, and the start says so,
  * naming the segment (it said nothing: a replay of no segment at all is an
  * empty one). A stop and start with the journal whole says nothing of the
- * kind, nor does the start after that. */
+ * kind. */
 static void test_a_journal_removed_while_down_is_said_at_start(void **state)
 {
     (void)state;

@@ -1140,7 +1140,8 @@ static int load_from(psd_table *t, membuf *m, char *err, size_t errlen)
  * and what to do (it was "out of memory creating rows", after the keys
  * before applied); pushes to held rows and to other shards go on, and a
  * snapshot whose shard holds more than that is refused on load. For rows
- * in their slots (dim 1, sum) and in chunks (dim 2, adagrad). */
+ * in their slots (dim 1, sum) and in chunks (dim 2, adagrad), and with
+ * the keys of a bsp clock's sum. */
 static void test_a_full_shard_refuses_new_rows_by_name(void **state)
 {
     (void)state;
@@ -1205,6 +1206,44 @@ static void test_a_full_shard_refuses_new_rows_by_name(void **state)
         free(m.p);
         psd_table_free(t);
     }
+    /* bsp: the keys of the current clock's sum become rows when it ends,
+     * so they count (they were each checked alone: a clock's pushes
+     * together passed the limit, and its end lost the sums past it),
+     * also after a save and load in the middle of the clock. */
+    psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
+    c.consistency = PSD_CONS_BSP;
+    psd_table *t = table_make(&c, 1, 1, 0);
+    psd_table_lower_shard_rows_max(t, 2);
+    char err[256] = "";
+    const uint64_t ab[2] = { 1, 2 }, cc[1] = { 3 };
+    const float v[2] = { 1, 1 };
+    EXPECT_INT(growth(t, ab, 2, err, sizeof err), 0, "bsp: two keys (%s)",
+               err);
+    char *k = odd_keys(ab, 2), *vv = odd_floats(v, 2);
+    EXPECT_INT(psd_table_accumulate(t, k, 2, vv), 0, "bsp: accumulate");
+    odd_free(k);
+    odd_free(vv);
+    EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
+               "bsp: a third key while two wait in the sum");
+    if (!strstr(err, "shard 0 holds 2 rows (2 of them keys of the current "
+                     "clock's sum) of the 2 one shard can hold"))
+        fail_msg("bsp: got \"%s\"", err);
+    EXPECT_INT(growth(t, ab, 2, err, sizeof err), 0, "bsp: the summed keys");
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
+    EXPECT_INT(psd_table_save(t, &o), 0, "bsp: save mid-clock");
+    psd_table *u = table_make(&c, 1, 1, 0);
+    psd_table_lower_shard_rows_max(u, 2);
+    EXPECT_INT(load_from(u, &m, err, sizeof err), 0, "bsp: load (%s)", err);
+    EXPECT_INT(growth(u, cc, 1, err, sizeof err), PSW_EFULL,
+               "bsp: a third key after a load mid-clock");
+    free(m.p);
+    psd_table_free(u);
+    EXPECT_INT(psd_table_apply_accumulated(t, 1.0f), 0, "bsp: apply");
+    EXPECT_U64(psd_table_rows(t), 2, "bsp: rows after the clock");
+    EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
+               "bsp: a third key after the clock");
+    psd_table_free(t);
 }
 
 /* The sums of a bsp clock become rows of the table when the clock ends,
