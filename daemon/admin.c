@@ -102,10 +102,17 @@ static void put_json_str(tbuf *b, const char *s)
 
 /* ---- the counters and their window ------------------------------------ */
 
-/* Node counters first, then four per table; rates are computed for each. */
+/* Node counters first, then four per table, then the service time
+ * histograms (lat_at); rates, and quantiles over the window, are
+ * computed from them. */
 enum { C_REQUESTS, C_FRAMES, C_ERRORS, C_PUSHES, C_PULLS, C_KEYS_PUSHED,
        C_KEYS_PULLED, C_DUPLICATES, C_NODE };
 enum { T_PUSHES, T_PULLS, T_KEYS_PUSHED, T_KEYS_PULLED, T_PER };
+
+static size_t lat_at(const psd_admin *a)
+{
+    return C_NODE + (size_t)a->node->ntables * T_PER;
+}
 
 static void collect(const psd_admin *a, uint64_t *v)
 {
@@ -126,6 +133,7 @@ static void collect(const psd_admin *a, uint64_t *v)
         w[T_KEYS_PUSHED] = t->keys_pushed;
         w[T_KEYS_PULLED] = t->keys_pulled;
     }
+    memcpy(v + lat_at(a), a->node->latency, sizeof a->node->latency);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -148,7 +156,8 @@ int psd_admin_init(psd_admin *a, uv_loop_t *loop, psd_node *n,
     a->conns = conns;
     a->dur = dur;
     a->start_ms = uv_now(loop);
-    a->width = C_NODE + (size_t)n->ntables * T_PER;
+    a->width = C_NODE + (size_t)n->ntables * T_PER +
+               (size_t)PSD_LAT_KINDS * PSW_HIST_N;
     a->ring = calloc((PSD_ADMIN_WINDOW + 1) * a->width, sizeof *a->ring);
     if (!a->ring)
         return -1;
@@ -202,6 +211,17 @@ static int rates_begin(const psd_admin *a, rates *r)
 static double rate(const rates *r, size_t i)
 {
     return r->secs > 0.05 ? (double)(r->now[i] - r->base[i]) / r->secs : 0;
+}
+
+/* The service times of kind k over the window, into h (PSW_HIST_N): the
+ * node's own quantiles are over its whole life, which after a day says
+ * little of the last seconds. */
+static void window_hist(const psd_admin *a, const rates *r, int k,
+                        uint64_t *h)
+{
+    size_t at = lat_at(a) + (size_t)k * PSW_HIST_N;
+    for (size_t i = 0; i < PSW_HIST_N; i++)
+        h[i] = r->now[at + i] - r->base[at + i];
 }
 
 /* Seconds since the newest good snapshot, or -1 when there is none. The
@@ -326,6 +346,20 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         const uint64_t *h = n->latency[k];
         put(b, "%s\"%s\": {\"count\": %llu, \"p50\": %.1f, \"p90\": %.1f, "
             "\"p99\": %.1f, \"max\": %.1f}", k ? ", " : "", lat_names[k],
+            (unsigned long long)hist_count(h),
+            (double)psw_hist_quantile(h, 0.5) / 1e3,
+            (double)psw_hist_quantile(h, 0.9) / 1e3,
+            (double)psw_hist_quantile(h, 0.99) / 1e3,
+            (double)psw_hist_max(h) / 1e3);
+    }
+    /* The same over the rates' window (zeros for a kind without a
+     * request in it). */
+    put(b, "},\n \"service_us_recent\": {\"window_s\": %.1f", r->secs);
+    for (int k = 0; k < PSD_LAT_KINDS; k++) {
+        uint64_t h[PSW_HIST_N];
+        window_hist(a, r, k, h);
+        put(b, ", \"%s\": {\"count\": %llu, \"p50\": %.1f, \"p90\": %.1f, "
+            "\"p99\": %.1f, \"max\": %.1f}", lat_names[k],
             (unsigned long long)hist_count(h),
             (double)psw_hist_quantile(h, 0.5) / 1e3,
             (double)psw_hist_quantile(h, 0.9) / 1e3,
@@ -695,6 +729,21 @@ static void rates_text(psd_admin *a, const rates *r, tbuf *b)
             put(b, "%s{node=\"%d\",table=\"%s\"} %.3f\n", tr[k], i,
                 psd_table_conf_get(n->tables[t])->name,
                 rate(r, C_NODE + (size_t)t * T_PER + (size_t)k));
+    /* Service times over the window; NaN for a kind without a request in
+     * it, as psd_request_service_seconds has. */
+    for (int k = 0; k < PSD_LAT_KINDS; k++) {
+        uint64_t h[PSW_HIST_N];
+        window_hist(a, r, k, h);
+        static const double qs[] = { 0.5, 0.9, 0.99 };
+        for (size_t q = 0; q < 3; q++) {
+            put(b, "psd_request_service_recent_seconds{node=\"%d\",kind="
+                "\"%s\",quantile=\"%g\"} ", i, lat_names[k], qs[q]);
+            if (hist_count(h) == 0)
+                put(b, "NaN\n");
+            else
+                put(b, "%.9f\n", (double)psw_hist_quantile(h, qs[q]) / 1e9);
+        }
+    }
 }
 
 /* ---- commands --------------------------------------------------------- */

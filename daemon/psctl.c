@@ -578,7 +578,10 @@ static void parse_lines(samples *out, const char *text)
 
 /* The value of name whose labels contain every "k=\"v\"" in want (a
  * comma-separated list, or ""); NAN-free: 0 when absent. */
-static double get(const samples *ss, const char *name, const char *want)
+/* The value of the first sample called name whose labels hold each of
+ * want's comma-separated pairs; `missing` when there is none. */
+static double get_or(const samples *ss, const char *name, const char *want,
+                     double missing)
 {
     for (int i = 0; i < ss->n; i++) {
         if (strcmp(ss->s[i].name, name))
@@ -592,7 +595,12 @@ static double get(const samples *ss, const char *name, const char *want)
         if (ok)
             return ss->s[i].v;
     }
-    return 0;
+    return missing;
+}
+
+static double get(const samples *ss, const char *name, const char *want)
+{
+    return get_or(ss, name, want, 0);
 }
 
 /* The value of label `key` in labels (unescaped), or "". */
@@ -723,12 +731,15 @@ static double sum(const samples *ss, const char *name, int i)
     return v;
 }
 
+/* Over the rates' window (the last 10 s); over the node's life from a
+ * node of 0.3.1 or before, which says only that. */
 static double lat_us(const samples *ss, int i, const char *kind, const char *q)
 {
     char lab[96];
     snprintf(lab, sizeof lab, "node=\"%d\",kind=\"%s\",quantile=\"%s\"", i,
              kind, q);
-    return get(ss, "psd_request_service_seconds", lab) * 1e6;
+    double v = get_or(ss, "psd_request_service_recent_seconds", lab, -1);
+    return (v < 0 ? get(ss, "psd_request_service_seconds", lab) : v) * 1e6;
 }
 
 static void print_node(const node *nd, int i, const samples *ss)
@@ -750,9 +761,15 @@ static void print_node(const node *nd, int i, const samples *ss)
            human(nodev(ss, "psd_keys_pushed_per_second", i)),
            human(nodev(ss, "psd_keys_pulled_per_second", i)),
            human(nodev(ss, "psd_request_errors_per_second", i)));
-    /* A kind with no request has NaN quantiles in /metrics: "-". */
+    /* A kind with no request in the window has NaN quantiles: "-". */
     static const char *const kinds[] = { "push", "pull", "pushpull" };
-    printf("  service time:");
+    char lab0[32];
+    snprintf(lab0, sizeof lab0, "node=\"%d\"", i);
+    if (get_or(ss, "psd_request_service_recent_seconds", lab0, -1) == -1)
+        printf("  service time (since the start):");
+    else
+        printf("  service time (last %.0f s):",
+               nodev(ss, "psd_rate_window_seconds", i));
     for (int k = 0; k < 3; k++) {
         double p50 = lat_us(ss, i, kinds[k], "0.5");
         double p99 = lat_us(ss, i, kinds[k], "0.99");

@@ -692,7 +692,8 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     free(log);
     /* A kind without requests reads "-" (NaN in /metrics: it read "p50
      * nan us"), one with requests its figures. */
-    if (!o || strstr(o, "nan") || !strstr(o, "service time: push p50 "))
+    if (!o || strstr(o, "nan") || !strstr(o, "service time (last ") ||
+        !strstr(o, " s): push p50 "))
         fail_msg("psctl stats' service times: %s", o ? o : "");
     free(o);
 
@@ -816,6 +817,53 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     free(o);
     cluster_restart(&c, 1);
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
+/* Service times over the last 10 s, the rates' window, beside those over
+ * the node's life (which after a day say little of the last seconds):
+ * `--json stats` has both, psctl stats shows the recent ones, and a kind
+ * without a request in the window reads "-" there (NaN in the rates). */
+static void test_recent_service_times_leave_the_window(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.emb]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, NULL), PS_OK);
+    int t = ps_table(cl, "emb", NULL);
+    const uint64_t key = 1;
+    const float one = 1;
+    for (int i = 0; i < 3; i++)
+        EXPECT_INT(ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL)),
+                   PS_OK, "push %d", i);
+    ps_close(cl);
+    static const char counts[] = "%s -c %s --json stats | python3 -c 'import "
+        "json,sys; d = json.load(sys.stdin)[0]; print(d[\"service_us\"]"
+        "[\"push\"][\"count\"], d[\"service_us_recent\"][\"push\"]"
+        "[\"count\"])'";
+    int st;
+    char *o = run(&st, counts, psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl --json stats: %s", o ? o : "");
+    if (!o || strcmp(o, "3 3\n"))
+        fail_msg("push service counts, life and recent: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s -c %s stats", psctl(), c.ini);
+    if (!o || !strstr(o, "s): push p50 "))
+        fail_msg("psctl stats with recent pushes: %s", o ? o : "");
+    free(o);
+    /* The window is 10 s: past it, the pushes are of the node's life
+     * only. */
+    sleep_ms(11500);
+    o = run(&st, counts, psctl(), c.ini);
+    if (!o || strcmp(o, "3 0\n"))
+        fail_msg("push service counts after the window: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s -c %s stats", psctl(), c.ini);
+    if (!o || !strstr(o, "s): push -, pull -, pushpull -\n"))
+        fail_msg("psctl stats after the window: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
 /* The hyper-parameters each node runs with, after reloads, are visible,
@@ -2975,6 +3023,7 @@ int main(void)
         cmocka_unit_test(test_an_ipv6_node_is_served_and_named_in_brackets),
         cmocka_unit_test(test_psctl_says_a_long_data_dir_whole),
         cmocka_unit_test(test_psctl_shows_the_hyper_parameters_in_force),
+        cmocka_unit_test(test_recent_service_times_leave_the_window),
         cmocka_unit_test(
             test_psctl_top_keeps_its_connections_between_refreshes),
         cmocka_unit_test(test_psctl_top_json_prints_json_at_each_refresh),
