@@ -732,7 +732,7 @@ static double sum(const samples *ss, const char *name, int i)
 }
 
 /* Over the rates' window (the last 10 s); over the node's life from a
- * node of 0.3.1 or before, which says only that. */
+ * node of a release before them, which says only that. */
 static double lat_us(const samples *ss, int i, const char *kind, const char *q)
 {
     char lab[96];
@@ -890,7 +890,7 @@ static int *table_of_samples(const psw_cluster *l, const samples *all)
  * (no client can tell): its hyper-parameters, then, when `limits`,
  * nonfinite, max_rows, init and seed where they are not the defaults
  * (reject, 0 = no limit, zeros, 0). Returns whether the sample carries
- * those four (nodes of 0.3.1 and before do not). */
+ * those four (nodes of a release before them do not). */
 static int table_settings(const char *labels, int limits, char *out,
                           size_t len)
 {
