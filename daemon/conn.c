@@ -1105,7 +1105,9 @@ static void process(psd_conn *c)
         if (rc < 0) {
             char why[160];
             snprintf(why, sizeof why, "%s%s", c->rd.why,
-                     c->hello_done ? "" : " (before HELLO)");
+                     c->hello_done  ? ""
+                     : c->challenged ? " (before AUTH)"
+                                     : " (before HELLO)");
             reject(c, why);
             return;
         }
