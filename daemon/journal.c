@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "journal.h"
@@ -633,19 +634,32 @@ static size_t read_full(int fd, void *p, size_t n, int *e)
 
 /* Where a crash can leave zeros: a filesystem may put a file's new size on
  * disk before the data written into it (ext4 mounted with data=writeback,
- * a disk whose write cache lies), and page by page, so an append cut by a
- * power loss can end in zeros from a page boundary on. */
+ * a disk whose write cache lies), and block by block, so an append cut by
+ * a power loss can end in zeros from a block boundary on: a page's (4096
+ * bytes), or the file system's block where that is smaller (ext4 of 1 KiB
+ * blocks, which mkfs picks under 512 MiB: a tail zero from a 1 KiB
+ * boundary was refused there, and psd did not start until it was cut by
+ * hand). */
 #define TAIL_PAGE 4096
 
+static uint64_t tail_block(int fd)
+{
+    struct statfs fs;
+    if (fstatfs(fd, &fs) == 0 && fs.f_bsize >= 512 &&
+        fs.f_bsize < TAIL_PAGE && (fs.f_bsize & (fs.f_bsize - 1)) == 0)
+        return (uint64_t)fs.f_bsize;
+    return TAIL_PAGE;
+}
+
 /* Whether the bad record at off, in the newest segment, is such a tail:
- * every byte from off, or from a page boundary before end (where the
- * record would end; off + HDR when its header is not to be trusted), to
- * the end of the file is zero, and there is at least one. The run of
- * zeros may start before that boundary, since what was written before it
- * can end in zero bytes (a key's high bytes, a value of 0). Data that
- * made it to disk and then went bad (a flipped bit) is not zeros to the
- * end, so it is still refused, unless the record's own data is zeros from
- * a page on: no reader can tell that from a torn write (docs/durability.md
+ * every byte from off, or from a block boundary (tail_block) before end
+ * (where the record would end; off + HDR when its header is not to be
+ * trusted), to the end of the file is zero, and there is at least one.
+ * The run of zeros may start before that boundary, since what was written
+ * before it can end in zero bytes (a key's high bytes, a value of 0).
+ * Data that made it to disk and then went bad (a flipped bit) is not
+ * zeros to the end, so it is still refused, unless the record's own data
+ * is zeros from a block on: no reader can tell that from a torn write (docs/durability.md
  * §6 says so). Reads from off on; sets *e when reading fails. */
 static int unwritten_tail(int fd, uint64_t off, uint64_t end, int *e)
 {
@@ -670,9 +684,10 @@ static int unwritten_tail(int fd, uint64_t off, uint64_t end, int *e)
         return 0;                /* no zeros at the end, or nothing there */
     if (zero_from == off)
         return 1;
-    /* The first page boundary the zeros cover from: inside the record,
+    /* The first block boundary the zeros cover from: inside the record,
      * and before the end of the file. */
-    uint64_t page = (zero_from + TAIL_PAGE - 1) / TAIL_PAGE * TAIL_PAGE;
+    uint64_t blk = tail_block(fd);
+    uint64_t page = (zero_from + blk - 1) / blk * blk;
     return page < end && page < at;
 }
 

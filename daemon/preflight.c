@@ -291,19 +291,6 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
                 "has %.1f MiB free: psd keeps its journal and snapshots "
                 "there, and refuses pushes while it cannot write them",
                 folder, free_mib);
-        /* Replay tells a journal tail a crash left zero (unwritten
-         * blocks) from damage at 4096-byte pages: on smaller blocks such
-         * a tail is refused, and psd does not start until it is cut. */
-        if (c->durability == PSD_DUR_LOG && fs.f_bsize > 0 &&
-            fs.f_bsize < 4096)
-            add(&pf->notes, &pf->nnotes, path, c->data_dir_line,
-                "[server] data_dir: the file system of %s has %ld-byte "
-                "blocks: a crash can leave the journal's last record zero "
-                "from a block boundary, which psd tells from damage only at "
-                "4096-byte pages, so it would refuse to start until the "
-                "file is cut (docs/durability.md, Known limitations); a "
-                "file system of 4 KiB blocks avoids it", folder,
-                (long)fs.f_bsize);
     }
     if (access(folder, W_OK | X_OK) == 0)
         return;

@@ -424,60 +424,6 @@ static void test_a_read_only_or_nearly_full_data_dir_is_reported_by_psd_check(vo
     assert_int_equal(system(cmd), 0);
 }
 
-/* A data_dir on blocks under 4 KiB (ext4 with 1 KiB blocks, which mkfs
- * picks under 512 MiB): replay tells a torn journal tail at 4096-byte
- * pages, so a crash there can leave one psd refuses until it is cut.
- * psd --check notes it with durability = log, not without a journal.
- * Made on a loop file system in a mount namespace of its own (as root);
- * skipped where that cannot be done. */
-static void test_a_data_dir_of_small_blocks_is_noted_by_psd_check(
-    void **state)
-{
-    (void)state;
-    char dir[] = "/tmp/psd-blk-XXXXXX", img[64], mnt[64], ini[64];
-    assert_non_null(mkdtemp(dir));
-    snprintf(img, sizeof img, "%s/img", dir);
-    snprintf(mnt, sizeof mnt, "%s/mnt", dir);
-    snprintf(ini, sizeof ini, "%s/c.ini", dir);
-    assert_int_equal(mkdir(mnt, 0700), 0);
-    int st;
-    char *o = run(&st, "truncate -s 8M %s && mkfs.ext4 -q -F -b 1024 %s && "
-                  "unshare -m sh -c 'mount -o loop %s %s' 2>&1", img, img,
-                  img, mnt);
-    free(o);
-    if (st != 0) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        assert_int_equal(system(cmd), 0);
-        skip();                  /* not root, no mkfs.ext4 or no loop */
-    }
-    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
-    char want[300];
-    snprintf(want, sizeof want, "[server] data_dir: the file system of %s "
-             "has 1024-byte blocks: a crash can leave the journal's last "
-             "record zero from a block boundary", mnt);
-    for (int log = 1; log >= 0; log--) {
-        FILE *f = fopen(ini, "w");
-        assert_non_null(f);
-        fprintf(f, "[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
-                "data_dir = %s/sub\ndurability = %s\n[table.t]\ndim = 1\n",
-                mnt, log ? "log" : "snapshot");
-        fclose(f);
-        o = run(&st, "unshare -m sh -c 'mount -o loop %s %s && "
-                "%s --check -c %s -n 0' 2>&1", img, mnt, psd, ini);
-        EXPECT_INT(st, 0, "psd --check (durability = %s): %s",
-                   log ? "log" : "snapshot", o ? o : "");
-        if (!o || (strstr(o, want) != NULL) != log)
-            fail_msg("durability = %s: want%s \"%s\": %s",
-                     log ? "log" : "snapshot", log ? "" : " no", want,
-                     o ? o : "");
-        free(o);
-    }
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
 /* A data_dir on the kernel's own file systems: root may write there by
  * access(), so psd --check said OK and the start failed ("cannot create
  * /proc/x", no line). Refused now by both, at data_dir's line. And a
@@ -3012,7 +2958,6 @@ int main(void)
         cmocka_unit_test(test_watchdog_pings_stop_while_psd_is_stopped),
         cmocka_unit_test(test_a_port_in_use_stops_psd_with_the_address),
         cmocka_unit_test(test_a_read_only_or_nearly_full_data_dir_is_reported_by_psd_check),
-        cmocka_unit_test(test_a_data_dir_of_small_blocks_is_noted_by_psd_check),
         cmocka_unit_test(test_a_data_dir_psd_cannot_make_is_named_by_its_line),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
         cmocka_unit_test(test_psctl_authenticates_with_the_clusters_token),
