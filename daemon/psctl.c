@@ -886,25 +886,24 @@ static int *table_of_samples(const psw_cluster *l, const samples *all)
     return of;
 }
 
-/* The settings of a psd_table_info sample that nodes may hold apart
- * (no client can tell): its hyper-parameters, then, when `limits`,
- * nonfinite, max_rows, init and seed where they are not the defaults
- * (reject, 0 = no limit, zeros, 0). Returns whether the sample carries
- * those four (nodes of a release before them do not). */
-static int table_settings(const char *labels, int limits, char *out,
-                          size_t len)
+/* The limits and init of a psd_table_info sample, which nodes may hold
+ * apart with no client able to tell: nonfinite, max_rows, init and seed
+ * where they are not the defaults (reject, 0 = no limit, zeros, 0), as
+ * "nonfinite allow, seed 7" (empty when all are). Returns whether the
+ * sample carries them (nodes of a release before them do not). */
+static int table_limits(const char *labels, char *out, size_t len)
 {
     static const char *const keys[] = { "nonfinite", "max_rows", "init",
                                         "seed" };
     static const char *const defaults[] = { "reject", "0", "zeros", "0" };
-    label_value(labels, "params", out, len);
-    size_t at = strlen(out);
+    size_t at = 0;
     int has = 0;
+    out[0] = '\0';
     for (int k = 0; k < 4; k++) {
         char v[64];
         label_value(labels, keys[k], v, sizeof v);
         has |= v[0] != '\0';
-        if (!limits || !v[0] || !strcmp(v, defaults[k]) || at >= len)
+        if (!v[0] || !strcmp(v, defaults[k]) || at >= len)
             continue;
         int w = snprintf(out + at, len - at, "%s%s %s", at ? ", " : "",
                          keys[k], v);
@@ -913,9 +912,20 @@ static int table_settings(const char *labels, int limits, char *out,
     return has;
 }
 
+/* "params, limits", either part possibly empty; "-" when both are. */
+static const char *joined(const char *params, const char *limits, char *out,
+                          size_t len)
+{
+    snprintf(out, len, "%s%s%s", params, params[0] && limits[0] ? ", " : "",
+             limits);
+    return out[0] ? out : "-";
+}
+
 /* Per table, its updater and the settings in force, as the first node
  * that answered has them, and every other node whose differ (a reload
- * that reached only some nodes). */
+ * that reached only some nodes). Limits and init are those of the first
+ * node that reports them: a node of an older release (node 0 not yet
+ * upgraded, say) neither shows nor hides them. */
 static void print_params(const psw_cluster *l, const samples *all)
 {
     printf("%-20s %-8s %s\n", "table", "updater",
@@ -940,29 +950,27 @@ static void print_params(const psw_cluster *l, const samples *all)
     for (int t = 0; t < l->ntables; t++) {
         if (first[t] < 0)
             continue;
-        char params[256], upd[32], other[256], at[16];
+        char params[192], lim[192] = "", upd[32], line[400], at[16];
         const char *head = all->s[first[t]].labels;
         label_value(head, "updater", upd, sizeof upd);
-        int has = table_settings(head, 1, params, sizeof params);
+        label_value(head, "params", params, sizeof params);
+        int has = 0;
+        for (int i = first[t]; i < all->n && !has; i++)
+            if (of[i] == t && !strcmp(all->s[i].name, "psd_table_info"))
+                has = table_limits(all->s[i].labels, lim, sizeof lim);
         printf("%-20s %-8s %s\n", l->tables[t].name, upd,
-               params[0] ? params : "-");
+               joined(params, lim, line, sizeof line));
         for (int i = first[t] + 1; i < all->n; i++) {
             const sample *s = &all->s[i];
             if (of[i] != t || strcmp(s->name, "psd_table_info"))
                 continue;
-            /* A node of an older release says only its hyper-parameters:
-             * those are compared, not limits it does not report. */
-            char mine[256];
-            int both = has && table_settings(s->labels, 1, other,
-                                             sizeof other);
-            if (!both) {
-                table_settings(s->labels, 0, other, sizeof other);
-                table_settings(head, 0, mine, sizeof mine);
-            }
+            char p2[192], l2[192];
+            label_value(s->labels, "params", p2, sizeof p2);
+            int has2 = table_limits(s->labels, l2, sizeof l2);
             label_value(s->labels, "node", at, sizeof at);
-            if (strcmp(other, both ? params : mine))
+            if (strcmp(p2, params) || (has && has2 && strcmp(l2, lim)))
                 printf("%-20s %-8s node %s differs: %s\n", "", "", at,
-                       other[0] ? other : "-");
+                       joined(p2, l2, line, sizeof line));
         }
     }
     free(of);
