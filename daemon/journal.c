@@ -659,8 +659,9 @@ static uint64_t tail_block(int fd)
  * before it can end in zero bytes (a key's high bytes, a value of 0).
  * Data that made it to disk and then went bad (a flipped bit) is not
  * zeros to the end, so it is still refused, unless the record's own data
- * is zeros from a block on: no reader can tell that from a torn write (docs/durability.md
- * §6 says so). Reads from off on; sets *e when reading fails. */
+ * is zeros from a block on: no reader can tell that from a torn write
+ * (docs/durability.md §6 says so). Reads from off on; sets *e when
+ * reading fails. */
 static int unwritten_tail(int fd, uint64_t off, uint64_t end, int *e)
 {
     if (lseek(fd, (off_t)off, SEEK_SET) < 0) {

@@ -36,6 +36,7 @@
 #include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -2706,14 +2707,18 @@ static void test_a_tail_zero_from_a_small_block_is_cut(void **state)
     char *out = run_out(&st, cmd);
     EXPECT_INT(st, 0, "psd --export on 1 KiB blocks: %s", out ? out : "");
     free(out);
-    /* On this file system (4 KiB pages or more): damage. */
-    snprintf(cmd, sizeof cmd, "'%s' --export '%s/out2' -c '%s' -n 0", psd,
-             c.dir, c.ini);
-    out = run_out(&st, cmd);
-    EXPECT_INT(st != 0 && out && strstr(out, "record CRC mismatch"), 1,
-               "psd --export of the same segment on 4 KiB blocks: %s",
-               out ? out : "");
-    free(out);
+    /* On this file system, of 4 KiB blocks or more (where it is not, the
+     * same bytes are a torn tail here too): damage. */
+    struct statfs fs;
+    if (statfs(c.dir, &fs) == 0 && fs.f_bsize >= 4096) {
+        snprintf(cmd, sizeof cmd, "'%s' --export '%s/out2' -c '%s' -n 0",
+                 psd, c.dir, c.ini);
+        out = run_out(&st, cmd);
+        EXPECT_INT(st != 0 && out && strstr(out, "record CRC mismatch"), 1,
+                   "psd --export of the same segment on 4 KiB blocks: %s",
+                   out ? out : "");
+        free(out);
+    }
     cluster_stop(&c);
 }
 
