@@ -768,8 +768,10 @@ static void print_node(const node *nd, int i, const samples *ss)
     if (get_or(ss, "psd_request_service_recent_seconds", lab0, -1) == -1)
         printf("  service time (since the start):");
     else
-        printf("  service time (last %.0f s):",
-               nodev(ss, "psd_rate_window_seconds", i));
+        /* Whole seconds, as the uptime beside it (3.6 s read "last 4 s"
+         * next to "up 0h00m03s"). */
+        printf("  service time (last %d s):",
+               (int)nodev(ss, "psd_rate_window_seconds", i));
     for (int k = 0; k < 3; k++) {
         double p50 = lat_us(ss, i, kinds[k], "0.5");
         double p99 = lat_us(ss, i, kinds[k], "0.99");
