@@ -291,6 +291,64 @@ static void put_init(tbuf *b, const psd_init_params *ip)
         put(b, " %.7g", (double)ip->b);
 }
 
+/* `"service_us": {"push": {"count": N, "p50": ...}, ...}` of the
+ * histograms hist(ctx, k, h) gives for each kind k: the node's own, or
+ * those of the rates' window. `head` opens the object. */
+static void put_service_json(tbuf *b, const char *head,
+                             void (*hist)(void *ctx, int k, uint64_t *h),
+                             void *ctx)
+{
+    put(b, "%s", head);
+    for (int k = 0; k < PSD_LAT_KINDS; k++) {
+        uint64_t h[PSW_HIST_N];
+        hist(ctx, k, h);
+        put(b, "%s\"%s\": {\"count\": %llu, \"p50\": %.1f, \"p90\": "
+            "%.1f, \"p99\": %.1f, \"max\": %.1f}", k ? ", " : "",
+            lat_names[k], (unsigned long long)hist_count(h),
+            (double)psw_hist_quantile(h, 0.5) / 1e3,
+            (double)psw_hist_quantile(h, 0.9) / 1e3,
+            (double)psw_hist_quantile(h, 0.99) / 1e3,
+            (double)psw_hist_max(h) / 1e3);
+    }
+    put(b, "},\n");
+}
+
+/* Lines `NAME{node="I",kind="K",quantile="Q"} seconds` of h, for the
+ * quantiles Prometheus summaries give: NaN when h is empty, as their
+ * clients write (0 would read "no time at all"). */
+static void put_quantiles(tbuf *b, const char *name, int node, int k,
+                          const uint64_t *h)
+{
+    static const double qs[] = { 0.5, 0.9, 0.99 };
+    int none = hist_count(h) == 0;
+    for (size_t q = 0; q < 3; q++) {
+        put(b, "%s{node=\"%d\",kind=\"%s\",quantile=\"%g\"} ", name, node,
+            lat_names[k], qs[q]);
+        if (none)
+            put(b, "NaN\n");
+        else
+            put(b, "%.9f\n", (double)psw_hist_quantile(h, qs[q]) / 1e9);
+    }
+}
+
+/* put_service_json's sources: the node's histograms, and the window's. */
+static void life_hist(void *ctx, int k, uint64_t *h)
+{
+    const psd_admin *a = ctx;
+    memcpy(h, a->node->latency[k], sizeof a->node->latency[k]);
+}
+
+typedef struct window_src {
+    const psd_admin *a;
+    const rates *r;
+} window_src;
+
+static void recent_hist(void *ctx, int k, uint64_t *h)
+{
+    const window_src *w = ctx;
+    window_hist(w->a, w->r, k, h);
+}
+
 static void stats_json(psd_admin *a, const rates *r, tbuf *b)
 {
     psd_node *n = a->node;
@@ -341,32 +399,15 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         "\"keys_pulled\": %.1f, \"errors\": %.1f},\n", r->secs,
         rate(r, C_REQUESTS), rate(r, C_PUSHES), rate(r, C_PULLS),
         rate(r, C_KEYS_PUSHED), rate(r, C_KEYS_PULLED), rate(r, C_ERRORS));
-    put(b, " \"service_us\": {");
-    for (int k = 0; k < PSD_LAT_KINDS; k++) {
-        const uint64_t *h = n->latency[k];
-        put(b, "%s\"%s\": {\"count\": %llu, \"p50\": %.1f, \"p90\": %.1f, "
-            "\"p99\": %.1f, \"max\": %.1f}", k ? ", " : "", lat_names[k],
-            (unsigned long long)hist_count(h),
-            (double)psw_hist_quantile(h, 0.5) / 1e3,
-            (double)psw_hist_quantile(h, 0.9) / 1e3,
-            (double)psw_hist_quantile(h, 0.99) / 1e3,
-            (double)psw_hist_max(h) / 1e3);
-    }
+    put_service_json(b, " \"service_us\": {", life_hist, a);
     /* The same over the rates' window (zeros for a kind without a
      * request in it). */
-    put(b, "},\n \"service_us_recent\": {\"window_s\": %.1f", r->secs);
-    for (int k = 0; k < PSD_LAT_KINDS; k++) {
-        uint64_t h[PSW_HIST_N];
-        window_hist(a, r, k, h);
-        put(b, ", \"%s\": {\"count\": %llu, \"p50\": %.1f, \"p90\": %.1f, "
-            "\"p99\": %.1f, \"max\": %.1f}", lat_names[k],
-            (unsigned long long)hist_count(h),
-            (double)psw_hist_quantile(h, 0.5) / 1e3,
-            (double)psw_hist_quantile(h, 0.9) / 1e3,
-            (double)psw_hist_quantile(h, 0.99) / 1e3,
-            (double)psw_hist_max(h) / 1e3);
-    }
-    put(b, "},\n \"tables\": [");
+    char head[64];
+    snprintf(head, sizeof head, " \"service_us_recent\": {\"window_s\": "
+             "%.1f, ", r->secs);
+    window_src ws = { a, r };
+    put_service_json(b, head, recent_hist, &ws);
+    put(b, " \"tables\": [");
     for (int i = 0; i < n->ntables; i++) {
         const psd_table *t = n->tables[i];
         const psd_table_conf *tc = psd_table_conf_get(t);
@@ -512,19 +553,15 @@ static void metrics_text(psd_admin *a, tbuf *b)
     /* Which errors: a node refusing keys of another layout (ENOTOWNER)
      * or pushes at max_rows (EFULL) reads apart from bad requests. The
      * statuses seen so far, by their psclient.h names. */
-    static const char *const status_names[PSD_STATUSES] = {
-        "", "EINVAL", "ENOMEM", "ECONN", "ETIMEDOUT", "EPROTO", "EAUTH",
-        "ENOTABLE", "EKEY", "ETOOBIG", "ECLOSED", "ESERVER", "ENOTOWNER",
-        "EBUSY", "ENONFINITE", "EFULL" };
     _Static_assert(PSW_EFULL == -(PSD_STATUSES - 1),
-                   "a status without a name in /metrics");
+                   "a status /metrics cannot count");
     metric_head(b, "psd_request_errors_by_status_total", "counter",
                 "Requests answered with an error, by status (the PS_ codes "
                 "of psclient.h); statuses not seen yet are left out.");
     for (int k = 1; k < PSD_STATUSES; k++)
         if (s->errors_by[k])
             put(b, "psd_request_errors_by_status_total{node=\"%d\","
-                "status=\"%s\"} %llu\n", i, status_names[k],
+                "status=\"%s\"} %llu\n", i, psw_status_name(-k),
                 (unsigned long long)s->errors_by[k]);
     metric(b, "psd_duplicate_pushes_total", "counter", "Retransmitted "
            "pushes recognised and not applied again.", i,
@@ -548,18 +585,7 @@ static void metrics_text(psd_admin *a, tbuf *b)
                 "executing one request, by kind.");
     for (int k = 0; k < PSD_LAT_KINDS; k++) {
         const uint64_t *h = n->latency[k];
-        static const double qs[] = { 0.5, 0.9, 0.99 };
-        /* No observation: NaN, as Prometheus' own clients write (0 read
-         * as "no time at all"). */
-        int none = hist_count(h) == 0;
-        for (size_t q = 0; q < 3; q++) {
-            put(b, "psd_request_service_seconds{node=\"%d\",kind=\"%s\","
-                "quantile=\"%g\"} ", i, lat_names[k], qs[q]);
-            if (none)
-                put(b, "NaN\n");
-            else
-                put(b, "%.9f\n", (double)psw_hist_quantile(h, qs[q]) / 1e9);
-        }
+        put_quantiles(b, "psd_request_service_seconds", i, k, h);
         /* A summary has its _sum too: rate(_sum) / rate(_count) is the
          * mean, which quantiles cannot give. */
         put(b, "psd_request_service_seconds_sum{node=\"%d\",kind=\"%s\"} "
@@ -734,15 +760,7 @@ static void rates_text(psd_admin *a, const rates *r, tbuf *b)
     for (int k = 0; k < PSD_LAT_KINDS; k++) {
         uint64_t h[PSW_HIST_N];
         window_hist(a, r, k, h);
-        static const double qs[] = { 0.5, 0.9, 0.99 };
-        for (size_t q = 0; q < 3; q++) {
-            put(b, "psd_request_service_recent_seconds{node=\"%d\",kind="
-                "\"%s\",quantile=\"%g\"} ", i, lat_names[k], qs[q]);
-            if (hist_count(h) == 0)
-                put(b, "NaN\n");
-            else
-                put(b, "%.9f\n", (double)psw_hist_quantile(h, qs[q]) / 1e9);
-        }
+        put_quantiles(b, "psd_request_service_recent_seconds", i, k, h);
     }
 }
 

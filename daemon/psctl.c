@@ -576,12 +576,10 @@ static void parse_lines(samples *out, const char *text)
     }
 }
 
-/* The value of name whose labels contain every "k=\"v\"" in want (a
- * comma-separated list, or ""); NAN-free: 0 when absent. */
-/* The value of the first sample called name whose labels hold each of
- * want's comma-separated pairs; `missing` when there is none. */
-static double get_or(const samples *ss, const char *name, const char *want,
-                     double missing)
+/* The first sample called name whose labels contain every "k=\"v\"" of
+ * want (a comma-separated list, or ""), or NULL. */
+static const sample *find(const samples *ss, const char *name,
+                          const char *want)
 {
     for (int i = 0; i < ss->n; i++) {
         if (strcmp(ss->s[i].name, name))
@@ -593,14 +591,16 @@ static double get_or(const samples *ss, const char *name, const char *want,
              t = strtok_r(NULL, ",", &save))
             ok = strstr(ss->s[i].labels, t) != NULL;
         if (ok)
-            return ss->s[i].v;
+            return &ss->s[i];
     }
-    return missing;
+    return NULL;
 }
 
+/* Its value; 0 when there is none. */
 static double get(const samples *ss, const char *name, const char *want)
 {
-    return get_or(ss, name, want, 0);
+    const sample *x = find(ss, name, want);
+    return x ? x->v : 0;
 }
 
 /* The value of label `key` in labels (unescaped), or "". */
@@ -731,15 +731,15 @@ static double sum(const samples *ss, const char *name, int i)
     return v;
 }
 
-/* Over the rates' window (the last 10 s); over the node's life from a
- * node of a release before them, which says only that. */
-static double lat_us(const samples *ss, int i, const char *kind, const char *q)
+/* Quantile q of node i's service times of kind, in us, from metric
+ * (psd_request_service_seconds or its _recent_ form). */
+static double lat_us(const samples *ss, const char *metric, int i,
+                     const char *kind, const char *q)
 {
     char lab[96];
     snprintf(lab, sizeof lab, "node=\"%d\",kind=\"%s\",quantile=\"%s\"", i,
              kind, q);
-    double v = get_or(ss, "psd_request_service_recent_seconds", lab, -1);
-    return (v < 0 ? get(ss, "psd_request_service_seconds", lab) : v) * 1e6;
+    return get(ss, metric, lab) * 1e6;
 }
 
 static void print_node(const node *nd, int i, const samples *ss)
@@ -763,18 +763,22 @@ static void print_node(const node *nd, int i, const samples *ss)
            human(nodev(ss, "psd_request_errors_per_second", i)));
     /* A kind with no request in the window has NaN quantiles: "-". */
     static const char *const kinds[] = { "push", "pull", "pushpull" };
+    /* Over the rates' window (the last 10 s); over the node's life from a
+     * node of a release before that, which says only that. */
     char lab0[32];
     snprintf(lab0, sizeof lab0, "node=\"%d\"", i);
-    if (get_or(ss, "psd_request_service_recent_seconds", lab0, -1) == -1)
+    const char *metric = "psd_request_service_recent_seconds";
+    if (!find(ss, metric, lab0)) {
+        metric = "psd_request_service_seconds";
         printf("  service time (since the start):");
-    else
+    } else
         /* Whole seconds, as the uptime beside it (3.6 s read "last 4 s"
          * next to "up 0h00m03s"). */
         printf("  service time (last %d s):",
                (int)nodev(ss, "psd_rate_window_seconds", i));
     for (int k = 0; k < 3; k++) {
-        double p50 = lat_us(ss, i, kinds[k], "0.5");
-        double p99 = lat_us(ss, i, kinds[k], "0.99");
+        double p50 = lat_us(ss, metric, i, kinds[k], "0.5");
+        double p99 = lat_us(ss, metric, i, kinds[k], "0.99");
         if (isnan(p50) || isnan(p99))
             printf("%s %s -", k ? "," : "", kinds[k]);
         else

@@ -1097,26 +1097,25 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The shard of the first of the distinct new keys nk[0..m) that would
- * take its shard past shard_rows_max, or -1. */
+/* A shard that the distinct new keys nk[0..m) would take past
+ * shard_rows_max (counting the keys of a bsp clock's sum), with how many
+ * of them it would take (*adds); -1 when none would, -2 when memory runs
+ * out. */
 static int64_t shard_overfull(const psd_table *t, const uint64_t *nk,
                               size_t m, uint64_t *adds)
 {
     uint64_t *per = calloc(t->nshards, sizeof *per);
     if (!per)
         return -2;
+    for (size_t i = 0; i < m; i++)
+        per[shard_of_hash(t, psw_mix64(nk[i]))]++;
     int64_t full = -1;
-    for (size_t i = 0; i < m && full < 0; i++) {
-        uint32_t j = shard_of_hash(t, psw_mix64(nk[i]));
-        const shard *s = &t->shards[j];
-        if (s->nrows + s->acc_new + ++per[j] > t->shard_rows_max)
+    for (uint32_t j = 0; j < t->nshards && full < 0; j++)
+        if (per[j] && t->shards[j].nrows + t->shards[j].acc_new + per[j] >
+                          t->shard_rows_max)
             full = j;
-    }
-    if (full >= 0) {
-        *adds = 0;
-        for (size_t i = 0; i < m; i++)
-            *adds += shard_of_hash(t, psw_mix64(nk[i])) == (uint32_t)full;
-    }
+    if (full >= 0)
+        *adds = per[full];
     free(per);
     return full;
 }

@@ -37,6 +37,17 @@ void psw_range_error(char *err, size_t errlen, const char *table,
                  (unsigned long long)rows);
 }
 
+const char *psw_status_name(int code)
+{
+    static const char *const names[] = {
+        "OK", "EINVAL", "ENOMEM", "ECONN", "ETIMEDOUT", "EPROTO", "EAUTH",
+        "ENOTABLE", "EKEY", "ETOOBIG", "ECLOSED", "ESERVER", "ENOTOWNER",
+        "EBUSY", "ENONFINITE", "EFULL" };
+    _Static_assert(sizeof names / sizeof names[0] == 1 - PSW_EFULL,
+                   "a status without a name");
+    return code <= 0 && code >= PSW_EFULL ? names[-code] : NULL;
+}
+
 const char *psw_strerror(int code)
 {
     switch (code) {

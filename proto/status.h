@@ -23,11 +23,16 @@ enum {
     PSW_ENOTOWNER = -12, /* the shard lives on another node */
     PSW_EBUSY = -13,     /* the server is at a limit: try again later */
     PSW_ENONFINITE = -14,/* a pushed value is NaN or infinite */
-    PSW_EFULL = -15      /* a sparse table holds max_rows rows on a node */
+    PSW_EFULL = -15      /* a sparse table holds max_rows rows on a node,
+                            or a shard as many as one can hold */
 };
 
 /* Returns a static English description of a status code. */
 const char *psw_strerror(int code);
+
+/* The name of a status as psclient.h spells it without its PS_ prefix
+ * ("EFULL"), or NULL for a code that is none of them. */
+const char *psw_status_name(int code);
 
 /* The text of a range refused with PSW_EKEY (count 0, or rows past the
  * end of a table of `rows` rows), into err: the daemon and the client

@@ -778,32 +778,74 @@ static void test_max_rows_refuses_only_pushes_that_add_rows(void **state)
     psd_table_free(t);
 }
 
-/* On a bsp table, keys summed in the current clock become rows when the
- * clock ends: they count against max_rows before that. */
-static void test_max_rows_counts_new_keys_of_a_bsp_sum(void **state)
+/* Loads m into t; returns psd_table_load's result, err its reason. */
+static int load_from(psd_table *t, membuf *m, char *err, size_t errlen)
 {
-    (void)state;
+    psd_source in = { mem_get, m };
+    err[0] = '\0';
+    return psd_table_load(t, &in, err, errlen);
+}
+
+/* On a bsp table, keys summed in the current clock become rows when the
+ * clock ends: they count against max_rows before that, and against the
+ * rows one shard can hold (lowered to 2 here; each push of a clock was
+ * checked alone, so together they passed it and the clock's end lost the
+ * sums past it), also after a save and load in the middle of the clock. */
+static psd_table *bsp_table_limited(int shard_limit)
+{
     psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
     c.consistency = PSD_CONS_BSP;
-    c.max_rows = 2;
-    psd_table *t = table_make(&c, 4, 1, 0);
-    char err[256] = "";
-    const uint64_t ab[2] = { 1, 2 }, cc[1] = { 3 };
-    const float v[2] = { 1, 1 };
-    char *k = odd_keys(ab, 2), *vv = odd_floats(v, 2);
-    EXPECT_INT(psd_table_accumulate(t, k, 2, vv), 0, "accumulate");
-    odd_free(k);
-    odd_free(vv);
-    EXPECT_U64(psd_table_rows(t), 0, "rows before the clock ends");
-    EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
-               "a third key while two wait in the sum");
-    EXPECT_INT(growth(t, ab, 2, err, sizeof err), 0,
-               "the summed keys again");
-    EXPECT_INT(psd_table_apply_accumulated(t, 1.0f), 0, "apply");
-    EXPECT_U64(psd_table_rows(t), 2, "rows after the clock");
-    EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
-               "a third key after the clock");
-    psd_table_free(t);
+    c.max_rows = shard_limit ? 0 : 2;
+    psd_table *t = table_make(&c, shard_limit ? 1 : 4, 1, 0);
+    if (shard_limit)
+        psd_table_lower_shard_rows_max(t, 2);
+    return t;
+}
+
+static void test_row_limits_count_new_keys_of_a_bsp_sum(void **state)
+{
+    (void)state;
+    static const char *const said[2] = {
+        "table 'emb_sparse' holds 2 rows on this node (max_rows = 2): this "
+        "push would add 1 more",
+        "shard 0 holds 2 rows (2 of them keys of the current clock's sum) "
+        "of the 2 one shard can hold" };
+    for (int lim = 0; lim < 2; lim++) {
+        const char *what = lim ? "a shard's rows" : "max_rows";
+        psd_table *t = bsp_table_limited(lim);
+        char err[256] = "";
+        const uint64_t ab[2] = { 1, 2 }, cc[1] = { 3 };
+        const float v[2] = { 1, 1 };
+        char *k = odd_keys(ab, 2), *vv = odd_floats(v, 2);
+        EXPECT_INT(psd_table_accumulate(t, k, 2, vv), 0, "%s: accumulate",
+                   what);
+        odd_free(k);
+        odd_free(vv);
+        EXPECT_U64(psd_table_rows(t), 0, "%s: rows before the clock ends",
+                   what);
+        EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
+                   "%s: a third key while two wait in the sum", what);
+        if (!strstr(err, said[lim]))
+            fail_msg("%s: got \"%s\"", what, err);
+        EXPECT_INT(growth(t, ab, 2, err, sizeof err), 0,
+                   "%s: the summed keys again", what);
+        membuf m = { 0 };
+        psd_sink o = { mem_put, &m };
+        EXPECT_INT(psd_table_save(t, &o), 0, "%s: save mid-clock", what);
+        psd_table *u = bsp_table_limited(lim);
+        EXPECT_INT(load_from(u, &m, err, sizeof err), 0, "%s: load (%s)",
+                   what, err);
+        EXPECT_INT(growth(u, cc, 1, err, sizeof err), PSW_EFULL,
+                   "%s: a third key after a load mid-clock", what);
+        free(m.p);
+        psd_table_free(u);
+        EXPECT_INT(psd_table_apply_accumulated(t, 1.0f), 0, "%s: apply",
+                   what);
+        EXPECT_U64(psd_table_rows(t), 2, "%s: rows after the clock", what);
+        EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
+                   "%s: a third key after the clock", what);
+        psd_table_free(t);
+    }
 }
 
 /* Out of memory while a clock's sums are applied (a new row cannot be
@@ -1126,13 +1168,6 @@ static void mem_add(membuf *m, const void *p, size_t n)
     EXPECT_INT(mem_put(m, p, n), 0, "mem_put");
 }
 
-/* Loads m into t; returns psd_table_load's result, err its reason. */
-static int load_from(psd_table *t, membuf *m, char *err, size_t errlen)
-{
-    psd_source in = { mem_get, m };
-    err[0] = '\0';
-    return psd_table_load(t, &in, err, errlen);
-}
 
 /* A shard holds at most psd_table_shard_rows_max rows (32-bit row
  * numbers; lowered here to 50): a push that would take a shard past it is
@@ -1140,8 +1175,8 @@ static int load_from(psd_table *t, membuf *m, char *err, size_t errlen)
  * and what to do (it was "out of memory creating rows", after the keys
  * before applied); pushes to held rows and to other shards go on, and a
  * snapshot whose shard holds more than that is refused on load. For rows
- * in their slots (dim 1, sum) and in chunks (dim 2, adagrad), and with
- * the keys of a bsp clock's sum. */
+ * in their slots (dim 1, sum) and in chunks (dim 2, adagrad). The keys
+ * of a bsp clock's sum: test_row_limits_count_new_keys_of_a_bsp_sum. */
 static void test_a_full_shard_refuses_new_rows_by_name(void **state)
 {
     (void)state;
@@ -1206,44 +1241,6 @@ static void test_a_full_shard_refuses_new_rows_by_name(void **state)
         free(m.p);
         psd_table_free(t);
     }
-    /* bsp: the keys of the current clock's sum become rows when it ends,
-     * so they count (they were each checked alone: a clock's pushes
-     * together passed the limit, and its end lost the sums past it),
-     * also after a save and load in the middle of the clock. */
-    psd_table_conf c = conf_make(0, 1, 0, PSD_UPD_SUM);
-    c.consistency = PSD_CONS_BSP;
-    psd_table *t = table_make(&c, 1, 1, 0);
-    psd_table_lower_shard_rows_max(t, 2);
-    char err[256] = "";
-    const uint64_t ab[2] = { 1, 2 }, cc[1] = { 3 };
-    const float v[2] = { 1, 1 };
-    EXPECT_INT(growth(t, ab, 2, err, sizeof err), 0, "bsp: two keys (%s)",
-               err);
-    char *k = odd_keys(ab, 2), *vv = odd_floats(v, 2);
-    EXPECT_INT(psd_table_accumulate(t, k, 2, vv), 0, "bsp: accumulate");
-    odd_free(k);
-    odd_free(vv);
-    EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
-               "bsp: a third key while two wait in the sum");
-    if (!strstr(err, "shard 0 holds 2 rows (2 of them keys of the current "
-                     "clock's sum) of the 2 one shard can hold"))
-        fail_msg("bsp: got \"%s\"", err);
-    EXPECT_INT(growth(t, ab, 2, err, sizeof err), 0, "bsp: the summed keys");
-    membuf m = { 0 };
-    psd_sink o = { mem_put, &m };
-    EXPECT_INT(psd_table_save(t, &o), 0, "bsp: save mid-clock");
-    psd_table *u = table_make(&c, 1, 1, 0);
-    psd_table_lower_shard_rows_max(u, 2);
-    EXPECT_INT(load_from(u, &m, err, sizeof err), 0, "bsp: load (%s)", err);
-    EXPECT_INT(growth(u, cc, 1, err, sizeof err), PSW_EFULL,
-               "bsp: a third key after a load mid-clock");
-    free(m.p);
-    psd_table_free(u);
-    EXPECT_INT(psd_table_apply_accumulated(t, 1.0f), 0, "bsp: apply");
-    EXPECT_U64(psd_table_rows(t), 2, "bsp: rows after the clock");
-    EXPECT_INT(growth(t, cc, 1, err, sizeof err), PSW_EFULL,
-               "bsp: a third key after the clock");
-    psd_table_free(t);
 }
 
 /* The sums of a bsp clock become rows of the table when the clock ends,
@@ -1986,7 +1983,7 @@ int main(void)
         cmocka_unit_test(test_sparse_pull_of_new_keys_stores_no_row),
         cmocka_unit_test(test_max_rows_refuses_only_pushes_that_add_rows),
         cmocka_unit_test(test_a_full_shard_refuses_new_rows_by_name),
-        cmocka_unit_test(test_max_rows_counts_new_keys_of_a_bsp_sum),
+        cmocka_unit_test(test_row_limits_count_new_keys_of_a_bsp_sum),
         cmocka_unit_test(
             test_an_apply_out_of_memory_still_applies_the_other_shards),
         cmocka_unit_test(
