@@ -331,6 +331,38 @@ static void put_quantiles(tbuf *b, const char *name, int node, int k,
     }
 }
 
+/* Lines `NAME_bucket{node="I",kind="K",le="S"} count`, cumulative, for
+ * le from 2^13 ns (8 us) to 2^34 ns (17 s) and +Inf, then _sum and
+ * _count. A power of two is where one of h's octaves starts (hist.h), so
+ * each bucket counts exactly the requests that took less than its le: no
+ * bucket of h straddles one. Powers of two keep the lines few (23 a
+ * kind); histogram_quantile interpolates within a doubling. */
+static void put_buckets(tbuf *b, const char *name, int node, int k,
+                        const uint64_t *h, uint64_t sum_ns)
+{
+    enum { LE_FIRST = 13, LE_LAST = 34 };
+    _Static_assert((LE_LAST - 2) * PSW_HIST_SUB < PSW_HIST_N,
+                   "a bucket past the histogram's last");
+    uint64_t below = 0;
+    size_t next = 0;
+    for (int e = LE_FIRST; e <= LE_LAST; e++) {
+        /* 2^e ns starts octave e - 2: h's bucket (e - 2) * SUB. */
+        size_t end = (size_t)(e - 2) * PSW_HIST_SUB;
+        for (; next < end; next++)
+            below += h[next];
+        put(b, "%s_bucket{node=\"%d\",kind=\"%s\",le=\"%.9g\"} %llu\n",
+            name, node, lat_names[k], (double)(UINT64_C(1) << e) / 1e9,
+            (unsigned long long)below);
+    }
+    uint64_t all = hist_count(h);
+    put(b, "%s_bucket{node=\"%d\",kind=\"%s\",le=\"+Inf\"} %llu\n", name,
+        node, lat_names[k], (unsigned long long)all);
+    put(b, "%s_sum{node=\"%d\",kind=\"%s\"} %.9f\n", name, node,
+        lat_names[k], (double)sum_ns / 1e9);
+    put(b, "%s_count{node=\"%d\",kind=\"%s\"} %llu\n", name, node,
+        lat_names[k], (unsigned long long)all);
+}
+
 /* put_service_json's sources: the node's histograms, and the window's. */
 static void life_hist(void *ctx, int k, uint64_t *h)
 {
@@ -593,6 +625,13 @@ static void metrics_text(psd_admin *a, tbuf *b)
         put(b, "psd_request_service_seconds_count{node=\"%d\",kind=\"%s\"} "
             "%llu\n", i, lat_names[k], (unsigned long long)hist_count(h));
     }
+    metric_head(b, "psd_request_service_hist_seconds", "histogram", "The "
+                "times of psd_request_service_seconds as a histogram, which "
+                "Prometheus can add up across nodes and over a window "
+                "(histogram_quantile); le = 2^k ns, each bucket exact.");
+    for (int k = 0; k < PSD_LAT_KINDS; k++)
+        put_buckets(b, "psd_request_service_hist_seconds", i, k,
+                    n->latency[k], n->latency_sum[k]);
     static const struct {
         const char *name, *type, *help;
     } tm[] = {

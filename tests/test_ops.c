@@ -543,6 +543,60 @@ static double value_of(const char *text, const char *prefix)
     return -1;
 }
 
+/* Checks /metrics' histogram of kind's service times on node i against
+ * its summary: buckets cumulative, +Inf, _count and _sum the summary's,
+ * and the summary's p50 (the middle of the log-linear bucket holding the
+ * median) between the le that first holds half the requests and the le
+ * before it: a bucket counted an octave off fails that. */
+static void check_service_histogram(const char *m, int i, const char *kind)
+{
+    char p[128];
+    snprintf(p, sizeof p, "psd_request_service_seconds_count{node=\"%d\","
+             "kind=\"%s\"} ", i, kind);
+    double count = value_of(m, p);
+    snprintf(p, sizeof p, "psd_request_service_seconds_sum{node=\"%d\","
+             "kind=\"%s\"} ", i, kind);
+    double sum = value_of(m, p);
+    snprintf(p, sizeof p, "psd_request_service_seconds{node=\"%d\","
+             "kind=\"%s\",quantile=\"0.5\"} ", i, kind);
+    double p50 = value_of(m, p);
+    snprintf(p, sizeof p, "psd_request_service_hist_seconds_bucket{node="
+             "\"%d\",kind=\"%s\",le=\"", i, kind);
+    double prev = -1, prev_le = 0, median_le = -1, median_from = 0;
+    int buckets = 0, inf = 0;
+    for (const char *l = strstr(m, p); l && !strncmp(l, p, strlen(p));
+         l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *q = l + strlen(p);
+        double le = strncmp(q, "+Inf\"", 5) ? strtod(q, NULL) : INFINITY;
+        const char *v = strstr(q, "} ");
+        double n = v ? strtod(v + 2, NULL) : -1;
+        if (!(le > prev_le) || n < prev || n > count)
+            fail_msg("%s bucket %d: le %g after %g, %g after %g of %g", kind,
+                     buckets, le, prev_le, n, prev, count);
+        if (median_le < 0 && count > 0 && n > count / 2) {
+            median_le = le;
+            median_from = prev_le;
+        }
+        inf = isinf(le) && n == count;
+        prev = n;
+        prev_le = le;
+        buckets++;
+    }
+    EXPECT_INT(buckets, 23, "node %d's %s buckets", i, kind);
+    EXPECT_INT(inf, 1, "node %d's %s +Inf bucket (last) is the count", i,
+               kind);
+    snprintf(p, sizeof p, "psd_request_service_hist_seconds_count{node="
+             "\"%d\",kind=\"%s\"} ", i, kind);
+    EXPECT_INT(value_of(m, p) == count, 1, "node %d's %s _count", i, kind);
+    snprintf(p, sizeof p, "psd_request_service_hist_seconds_sum{node="
+             "\"%d\",kind=\"%s\"} ", i, kind);
+    EXPECT_INT(fabs(value_of(m, p) - sum) < 1e-6, 1, "node %d's %s _sum", i,
+               kind);
+    if (count > 0 && !(p50 >= median_from && p50 < median_le))
+        fail_msg("node %d's %s p50 %g s outside the buckets' [%g, %g)", i,
+                 kind, p50, median_from, median_le);
+}
+
 #define KEYS 500
 
 static void test_psctl_and_metrics_report_what_clients_did(void **state)
@@ -686,6 +740,8 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
         }
         EXPECT_INT(empty > 0 && empty < 4, 1, "kinds without requests on "
                    "node %d", i);
+        for (int k = 0; k < 4; k++)
+            check_service_histogram(m, i, kinds[k]);
         free(m);
         /* HEAD: the headers of the GET, no body (it was 405). */
         m = http_req(mport[i], "HEAD", "/metrics");
