@@ -704,16 +704,28 @@ typedef struct badset {
     int n;
 } badset;
 
-static int is_bad(const psd_session *ss, const badset *bad, uint64_t ts)
+/* Whether the connection's memory of refused pushes holds ts. */
+static int remembered_bad(const psd_session *ss, uint64_t ts)
 {
     uint64_t k = ss->nbad < PSD_BAD_TS ? ss->nbad : PSD_BAD_TS;
     for (uint64_t i = 0; i < k; i++)
         if (ss->bad_ts[i] == ts)
             return 1;
-    for (int i = 0; i < bad->n; i++)
-        if (bad->ts[i] == ts)
-            return 1;
     return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether push ts is refused in this frame: bad->ts is sorted and holds
+ * every such push, also those remembered from earlier frames. */
+static int is_bad(const badset *bad, uint64_t ts)
+{
+    return bad->n && bsearch(&ts, bad->ts, (size_t)bad->n, sizeof ts,
+                             cmp_u64) != NULL;
 }
 
 static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
@@ -811,7 +823,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     /* A NaN or an infinity would spoil the rows for good (and an
      * optimizer's state with them): the whole push is refused, every part
      * of it that reaches this node from this frame on. */
-    if (pushes && !tc->allow_nonfinite && is_bad(ss, bad, m->ts)) {
+    if (pushes && !tc->allow_nonfinite && is_bad(bad, m->ts)) {
         if (values_nonfinite(ss, m))
             describe_nonfinite(n, m, err, sizeof err);
         else
@@ -989,8 +1001,15 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
                  (unsigned long long)n->cfg.max_frame);
         return PSW_ETOOBIG;
     }
-    /* Pushes holding a NaN or an infinity, found before anything of the
-     * frame runs, so that no part of such a push is applied. */
+    /* The pushes refused in this frame, found before anything of it
+     * runs, so that no part of such a push is applied: those holding a NaN
+     * or an infinity, and those the connection remembers refusing. All
+     * are looked up in the memory as it was before the frame; only then
+     * does it take the frame's own: a frame's many refusals would push
+     * out a remembered push whose parts in this frame are still to be
+     * refused (a trial's thousand NaN pushes in flight had some applied).
+     * Sorted once, for lookups in O(log n) per message: a frame holds up
+     * to PSW_MAX_MSGS. */
     uint64_t one_bad, *bad_ts = &one_bad;
     badset bad = { bad_ts, 0 };
     for (int i = 0; i < count; i++) {
@@ -998,7 +1017,7 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
         if (!psw_op_has(x->op, PSW_OPF_PUSHES) ||
             x->table >= (uint32_t)n->ntables ||
             psd_table_conf_get(n->tables[x->table])->allow_nonfinite ||
-            !values_nonfinite(ss, x) || is_bad(ss, &bad, x->ts))
+            (!remembered_bad(ss, x->ts) && !values_nonfinite(ss, x)))
             continue;
         if (bad.n == 1 && bad_ts == &one_bad) {
             bad_ts = malloc((size_t)count * sizeof *bad_ts);
@@ -1009,9 +1028,14 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
             bad_ts[0] = one_bad;
         }
         bad_ts[bad.n++] = x->ts;
-        bad.ts = bad_ts;
-        ss->bad_ts[ss->nbad++ % PSD_BAD_TS] = x->ts;
     }
+    bad.ts = bad_ts;
+    if (bad.n > 1)
+        qsort(bad_ts, (size_t)bad.n, sizeof *bad_ts, cmp_u64);
+    for (int i = 0; i < bad.n; i++)
+        if ((i == 0 || bad_ts[i] != bad_ts[i - 1]) &&
+            !remembered_bad(ss, bad_ts[i]))
+            ss->bad_ts[ss->nbad++ % PSD_BAD_TS] = bad_ts[i];
     psw_out_frame_begin(ss->out);
     /* One clock read per request: each one's service time runs from the
      * previous read (the frame's start, or the end of the request before). */

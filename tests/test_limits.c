@@ -2127,6 +2127,40 @@ static void nan_push_across_nodes_is_refused_on_every_node(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A thousand pushes of NaN in flight at once, each refused whole. A push
+ * of the 100 rows is several messages per node (its shards alternate
+ * between the nodes), and the client packs many pushes into a frame, so
+ * some pushes straddle two frames. psd skipped, in a frame, the pushes
+ * its memory of the last 16 refused ones already held, and then filled
+ * that memory with the frame's others: such a push's parts in the frame
+ * were applied, NaN and all (a trial's find: rows 75-99 NaN for good). */
+static void many_nan_pushes_in_flight_are_each_refused(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 16,
+                      "[table.d]\nkind = dense\nrows = 100\ndim = 4\n"
+                      "updater = sum\n"))
+        fail_msg("cluster did not start");
+    ps_client *a = open_or_fail(c.spec);
+    int d = ps_table(a, "d", NULL);
+    enum { N = 2000, ROWS = 100, DIM = 4 };
+    static float g[ROWS * DIM], out[ROWS * DIM];
+    for (int i = 0; i < ROWS * DIM; i++)
+        g[i] = NAN;
+    for (int i = 0; i < N; i++)
+        if (ps_push_range(a, d, 0, ROWS, g, NULL, NULL) <= 0)
+            fail_msg("push %d: %s", i, ps_last_error(a));
+    EXPECT_INT(ps_wait_all(a), PS_ENONFINITE, "the pushes of NaN");
+    wait_ok(a, ps_pull_range(a, d, 0, ROWS, out, NULL, NULL));
+    for (int i = 0; i < ROWS * DIM; i++)
+        if (out[i] != 0)
+            fail_msg("row %d of d is %g, want 0 (nothing applied)", i / DIM,
+                     (double)out[i]);
+    ps_close(a);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A push larger than max_frame per node travels in several frames to one
  * node, and psd checks a frame at a time: one NaN in its last row must
  * still leave every row as it was (before, the frames ahead of the NaN's
@@ -3077,6 +3111,7 @@ int main(void)
         cmocka_unit_test_teardown(table_at_max_rows_refuses_pushes_that_add_rows, teardown),
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
         cmocka_unit_test_teardown(nan_push_across_nodes_is_refused_on_every_node, teardown),
+        cmocka_unit_test_teardown(many_nan_pushes_in_flight_are_each_refused, teardown),
         cmocka_unit_test_teardown(nan_push_over_several_frames_is_refused_whole, teardown),
         cmocka_unit_test_teardown(pull_behind_allowed_nan_push_sees_it_on_every_node, teardown),
         cmocka_unit_test_teardown(refused_nan_push_is_not_replayed_after_a_crash, teardown),
