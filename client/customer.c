@@ -238,10 +238,15 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
         cu->cv_waiters--;
         psc_add_shared(&cu->stats->backpressure_ns, uv_hrtime() - t0);
     }
-    if (cu->closing) {
+    /* Also once ps_close_now gives everything up (abandon_ts INT64_MAX):
+     * a request a callback issues then would fail at once and run its
+     * callback, which may issue it again (a retry on failure), and the
+     * close never ended. Refused here, no callback runs. */
+    if (cu->closing || cu->abandon_ts == INT64_MAX) {
         pthread_mutex_unlock(&cu->mu);
         psc_req_free(r);
-        snprintf(err, errlen, "the client is closing");
+        snprintf(err, errlen, cu->closing ? "the client is closing"
+                 : "the client is closing (ps_close_now)");
         return PS_ECLOSED;
     }
     ps_ts ts = cu->last_ts + 1;

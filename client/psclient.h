@@ -204,8 +204,10 @@ PS_API void ps_close(ps_client *c);
 
 /* Like ps_close, without waiting for outstanding requests: each fails at
  * once with PS_ECLOSED (its callback runs; a push sent but not answered
- * may have been applied, and its text says so; one never sent was not),
- * as do requests callbacks issue meanwhile. A worker then leaves the
+ * may have been applied, and its text says so; one never sent was not).
+ * A request a callback issues meanwhile is refused: the call returns
+ * PS_ECLOSED and no callback runs for it (a callback that retries what
+ * failed would otherwise keep the close from ending). A worker then leaves the
  * training as with ps_close, waiting at most request_timeout_ms for the
  * nodes' answers (a node that has not answered by then counts the
  * worker lost, as after a crash: worker_grace). For a program that stops

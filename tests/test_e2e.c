@@ -7,6 +7,7 @@
 #include <math.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -568,6 +569,68 @@ static void a_callback_cannot_wait_for_its_own_thread(void **state)
                "the client goes on");
     EXPECT_INT(out == 1.0f, 1, "the push applied once: %g", (double)out);
     ps_close(c);
+}
+
+/* A callback that issues its push again whenever it ends, as one that
+ * retries on failure does: ps_close_now failed the push, the callback
+ * issued it again, which failed at once, and so on: the close never
+ * ended, the I/O thread spinning (an API trial's find). A push issued
+ * once ps_close_now gave up is refused by the call now, PS_ECLOSED, and
+ * no callback runs for it. In a child, so that a hang is ended by its
+ * alarm. */
+static struct {
+    ps_client *c;
+    int t;
+    atomic_int runs, refused, other;
+} retry;
+
+static void push_again_cb(ps_ts ts, int status, void *arg)
+{
+    (void)ts;
+    (void)status;
+    (void)arg;
+    atomic_fetch_add(&retry.runs, 1);
+    uint64_t key = 737373;
+    float one = 1;
+    ps_ts r = ps_push(retry.c, retry.t, &key, 1, &one, push_again_cb, NULL);
+    if (r == PS_ECLOSED)
+        atomic_fetch_add(&retry.refused, 1);
+    else if (r < 0)
+        atomic_fetch_add(&retry.other, 1);
+}
+
+static void close_now_ends_when_callbacks_push_again(void **state)
+{
+    (void)state;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20);
+        retry.c = open_or_fail(shared.spec);
+        retry.t = table_id(retry.c, "counts");
+        uint64_t key = 737373;
+        float one = 1;
+        for (int i = 0; i < 4; i++)
+            if (ps_push(retry.c, retry.t, &key, 1, &one, push_again_cb,
+                        NULL) <= 0)
+                _exit(2);
+        while (atomic_load(&retry.runs) < 100)
+            usleep(1000);
+        ps_close_now(retry.c);
+        /* Each of the 4 chains ends at a refused push. */
+        _exit(atomic_load(&retry.refused) == 4 &&
+                      atomic_load(&retry.other) == 0
+                  ? 0
+                  : 3);
+    }
+    assert_true(pid > 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (WIFSIGNALED(st))
+        fail_msg("ps_close_now did not return (signal %d)", WTERMSIG(st));
+    EXPECT_INT(WEXITSTATUS(st), 0, "the child's verdict (3: not each chain "
+               "refused once)");
 }
 
 /* fork() copies a client but not its I/O thread. In the child, a push
@@ -1603,6 +1666,7 @@ int main(void)
         cmocka_unit_test(busy_poll_settings_serve_and_bad_ones_are_refused),
         cmocka_unit_test(failed_open_says_why_in_last_error),
         cmocka_unit_test(a_callback_cannot_wait_for_its_own_thread),
+        cmocka_unit_test(close_now_ends_when_callbacks_push_again),
         cmocka_unit_test(a_client_used_after_fork_is_refused_not_hung),
         cmocka_unit_test(an_open_without_fds_says_so),
         cmocka_unit_test(open_without_a_place_for_the_client_is_einval),
