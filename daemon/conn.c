@@ -1,5 +1,6 @@
 /* One client connection: the transport half of serving a client; see
  * conn.h. What each request does is request.c's business. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,10 @@
 #include "log.h"
 #include "request.h"
 #include "../proto/status.h"
+
+/* Connections being refused that the open files limit leaves room for
+ * beside fd_room, out of psd's PSD_FD_RESERVE (psd_conn_accept). */
+#define FD_REFUSING 16
 
 /* Before HELLO a peer may send only a small frame (redis does the same
  * before AUTH): nothing large is buffered for an unknown peer. */
@@ -258,6 +263,12 @@ static void on_close(uv_handle_t *h)
         psw_out_destroy(&c->spare);
     psd_debug("connection from %s closed", c->peer);
     free(c);
+    /* A descriptor came free: a connection left waiting is taken. */
+    uv_stream_t *l = set->accept_waiting;
+    if (l && set->n - FD_REFUSING < set->fd_room) {
+        set->accept_waiting = NULL;
+        psd_conn_accept(set, l);
+    }
 }
 
 static void pause_reading(psd_conn *c)
@@ -1233,6 +1244,7 @@ void psd_conns_init(psd_conns *set, uv_loop_t *loop, psd_node *node)
     memset(set, 0, sizeof *set);
     set->loop = loop;
     set->node = node;
+    set->fd_room = INT_MAX;
     node->detach = detach_rows;
     node->detach_arg = set;
 }
@@ -1326,6 +1338,17 @@ static void drop_pending(psd_conns *set, uv_stream_t *listener)
 void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
 {
     psd_node *node = set->node;
+    /* With fd_room connections open and FD_REFUSING more being refused
+     * (a refusal takes a few loop turns to be written and closed), a
+     * newcomer waits in the listener's backlog until one has closed
+     * (on_close): libuv stops watching a listener whose callback did not
+     * take its connection, until uv_accept. Taken at once, a burst of
+     * newcomers used up the descriptors, and the kernel refused the next
+     * ones, which libuv closes unseen. */
+    if (set->n - FD_REFUSING >= set->fd_room) {
+        set->accept_waiting = listener;
+        return;
+    }
     psd_conn *c = calloc(1, sizeof *c);
     if (!c) {
         drop_pending(set, listener);
@@ -1372,9 +1395,17 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
             open--;
         }
     }
-    if (!why[0] && open > node->cfg.max_connections) {
-        snprintf(why, sizeof why, "max_connections (%d) reached",
-                 node->cfg.max_connections);
+    /* The open files limit may leave room for fewer (server.c): refused
+     * the same way, rather than reset by the kernel unseen. */
+    int cap = node->cfg.max_connections < set->fd_room
+                  ? node->cfg.max_connections : set->fd_room;
+    if (!why[0] && open > cap) {
+        if (cap == node->cfg.max_connections)
+            snprintf(why, sizeof why, "max_connections (%d) reached", cap);
+        else
+            snprintf(why, sizeof why, "the open files limit leaves room for "
+                     "%d connections (max_connections %d)", cap,
+                     node->cfg.max_connections);
         if (evict_idle(set, c, NULL, why))
             why[0] = '\0';
     }
@@ -1575,6 +1606,7 @@ void psd_conns_shutdown(psd_conns *set)
     /* The owner has closed the listener, and with it the connection
      * libuv held for it: nothing is left to take off it. */
     set->drop_waiting = NULL;
+    set->accept_waiting = NULL;
     if (set->turn_handles) {
         set->turn_handles = 0;
         uv_close((uv_handle_t *)&set->turn_check, NULL);

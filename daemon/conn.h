@@ -29,6 +29,12 @@ typedef struct psd_conns {
                                     by the owner before the first accept */
     psd_conn *head;              /* doubly linked list */
     int n;
+    int fd_room;                 /* connections the open files limit
+                                    leaves room for (psd_fd_room), set by
+                                    the owner: max_connections is at most
+                                    this. INT_MAX: no limit */
+    uv_stream_t *accept_waiting; /* a listener whose pending connection
+                                    waits for descriptors to be freed */
     uint64_t mem;                /* buffers of all open connections, as
                                     counted against max_client_memory */
     /* Fairness: a connection that has read or executed its share of one

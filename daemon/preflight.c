@@ -1,6 +1,7 @@
 /* The checks psd makes before it starts; see preflight.h. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -552,6 +553,54 @@ static void check_remembered(psd_preflight *pf, const psd_config *c,
         REMEMBERED_PUSH_BYTES, limit / gib);
 }
 
+int psd_fd_room(int want, int raise)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r))
+        return INT_MAX;
+    rlim_t need = (rlim_t)want + PSD_FD_RESERVE;
+    if (raise && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < need) {
+        struct rlimit up = r;
+        up.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max > need
+                          ? need : r.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            r = up;
+    }
+    rlim_t have = raise ? r.rlim_cur : r.rlim_max;
+    if (have == RLIM_INFINITY || have - PSD_FD_RESERVE >= (rlim_t)INT_MAX)
+        return INT_MAX;
+    return have > PSD_FD_RESERVE ? (int)(have - PSD_FD_RESERVE) : 0;
+}
+
+/* The open files limit against max_connections: at the limit, the kernel
+ * refuses a connection's descriptor and libuv closes it unseen (no log
+ * line, no count, psctl shut out with the clients), and psd's own files
+ * fail (the journal's next segment, snapshots, a reload's ini). psd
+ * lifts the soft limit toward what it needs at start (psd_fd_room); what
+ * the hard limit leaves is said here, and then psd treats its room as
+ * max_connections. */
+static void check_files(psd_preflight *pf, const psd_config *c,
+                        const char *path)
+{
+    int room = psd_fd_room(c->max_connections, 0);
+    struct rlimit r;
+    if (room >= c->max_connections || getrlimit(RLIMIT_NOFILE, &r))
+        return;
+    if (room < 1)
+        add(&pf->problems, &pf->nproblems, path, 0, "the open files limit "
+            "is %llu here (ulimit -n; LimitNOFILE= in a unit): psd keeps %d "
+            "for its own files, which leaves none for a connection. Raise "
+            "it", (unsigned long long)r.rlim_max, PSD_FD_RESERVE);
+    else
+        add(&pf->notes, &pf->nnotes, path, 0, "[server] max_connections = "
+            "%d, but the open files limit is %llu here (ulimit -n; "
+            "LimitNOFILE= in a unit): psd takes %d connections and refuses "
+            "more as at max_connections, keeping %d files for its own (the "
+            "journal, snapshots, a reload). Raise the limit for more",
+            c->max_connections, (unsigned long long)r.rlim_max, room,
+            PSD_FD_RESERVE);
+}
+
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node)
 {
@@ -566,6 +615,7 @@ int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
     if (node < cfg->nnodes)
         check_memory(pf, cfg, path, node);
     check_remembered(pf, cfg, path);
+    check_files(pf, cfg, path);
     return pf->nproblems;
 }
 

@@ -33,6 +33,17 @@ typedef struct psd_preflight {
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node);
 
+/* Files psd keeps for its own beside its connections: listeners, the
+ * journal and its next segment, a snapshot, a reload's ini, libuv's. */
+#define PSD_FD_RESERVE 64
+
+/* The connections the open files limit (RLIMIT_NOFILE) leaves room for,
+ * after PSD_FD_RESERVE: with raise, psd's start, the soft limit is first
+ * lifted toward want + PSD_FD_RESERVE (at most to the hard limit) and
+ * the room is under it; without, the room under the hard limit (what a
+ * start could lift it to). INT_MAX without a limit. */
+int psd_fd_room(int want, int raise);
+
 /* Wipes the token and frees the lists. */
 void psd_preflight_destroy(psd_preflight *pf);
 

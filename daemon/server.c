@@ -156,6 +156,9 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         return -1;
     psd_conns_init(&s->conns, loop, &s->node);
     s->conns.auth = s->auth;
+    /* The soft open files limit lifted toward max_connections and psd's
+     * own files (preflight said what the hard limit leaves). */
+    s->conns.fd_room = psd_fd_room(s->node.cfg.max_connections, 1);
     /* The folder first, named by the line that gives it: "cannot create
      * /x" alone left the operator to find which setting said /x. */
     char dir[4096], why[4400];
@@ -372,6 +375,14 @@ void psd_server_reload(psd_server *s)
      * snapshot off for ever. */
     if (s->node.cfg.snapshot_interval != interval)
         psd_durable_reload(&s->dur);
+    int room = psd_fd_room(s->node.cfg.max_connections, 1);
+    if (room < s->node.cfg.max_connections && room != s->conns.fd_room)
+        psd_warn("%s: [server] max_connections = %d, but the open files "
+                 "limit leaves room for %d connections (ulimit -n; "
+                 "LimitNOFILE= in a unit): more are refused as at "
+                 "max_connections", s->cfg_path, s->node.cfg.max_connections,
+                 room);
+    s->conns.fd_room = room;
     psd_info("reloaded %s", s->cfg_path);
 }
 

@@ -7,7 +7,7 @@
  * processes, raw sockets speaking the protocol by hand for the bad
  * behaviour, and a libpsclient client that keeps working and checks its
  * results meanwhile. PSD_TEST_ONLY='*pattern*' runs the matching tests. */
-#define _DEFAULT_SOURCE
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -1743,6 +1744,80 @@ static void silent_connection_after_hello_is_closed(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* The open files limit below max_connections: at it, the kernel refused
+ * each newcomer's descriptor and libuv closed the connection unseen (no
+ * log line, no count, psctl shut out with the clients), and psd's own
+ * files failed (snapshots, the journal's next segment). psd now takes as
+ * many connections as the limit leaves room for beside PSD_FD_RESERVE
+ * (64) of its own and refuses more as at max_connections; a reload
+ * reads the limit again (here lowered under the running node, 100: room
+ * for 36), and --check says it. */
+static void connections_past_the_open_files_limit_are_refused_by_name(
+    void **state)
+{
+    (void)state;
+    enum { LIMIT = 100, ROOM = LIMIT - 64, EXTRA = 80 };
+    test_cluster c;
+    int mport = cluster_free_port();
+    char conf[256];
+    snprintf(conf, sizeof conf, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             SPARSE, mport);
+    if (cluster_start(&c, 1, 4, conf))
+        fail_msg("cluster did not start");
+    struct rlimit lim = { LIMIT, LIMIT };
+    if (prlimit(c.pid[0], RLIMIT_NOFILE, &lim, NULL))
+        fail_msg("prlimit: %s", strerror(errno));
+    kill(c.pid[0], SIGHUP);
+    char want[160];
+    snprintf(want, sizeof want, "max_connections = 1024, but the open files "
+             "limit leaves room for %d connections", ROOM);
+    EXPECT_INT(cluster_log_wait(&c, 0, want, 5000), 1, "the reload's warning");
+    double refused0 = raw_node_metric(mport, "psd_connections_refused_total");
+    int kept[ROOM], extra[EXTRA];
+    for (int i = 0; i < ROOM; i++) {
+        kept[i] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(kept[i], 700 + (uint64_t)i), 0, "HELLO %d",
+                   i);
+    }
+    /* Not idle: a HELLO'd connection is for idle_timeout (60 s), and
+     * peer_timeout_ms is longer than this test. */
+    for (int i = 0; i < EXTRA; i++)
+        extra[i] = raw_connect(c.port[0]);
+    int refused = 0;
+    for (int i = 0; i < EXTRA; i++)
+        refused += raw_hello_id(extra[i], 900 + (uint64_t)i) == PSW_EBUSY;
+    EXPECT_INT(refused, EXTRA, "connections refused with EBUSY (not reset)");
+    snprintf(want, sizeof want, "the open files limit leaves room for %d "
+             "connections (max_connections 1024)", ROOM);
+    EXPECT_INT(log_lines_with(&c, want) > 0, 1, "the refusals' reason");
+    double refused_m = raw_node_metric(mport, "psd_connections_refused_total");
+    EXPECT_INT((long long)(refused_m - refused0), EXTRA,
+               "psd_connections_refused_total rose by");
+    for (int i = 0; i < EXTRA; i++)
+        close(extra[i]);
+    for (int i = 0; i < ROOM; i++)
+        close(kept[i]);
+    sleep_ms(200);
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 4, 1);
+    ps_close(honest);
+    /* --check under the same limit says what psd will take. */
+    char cmd[1024], out[4096] = "";
+    snprintf(cmd, sizeof cmd, "sh -c 'ulimit -n %d && exec \"%s\" --check "
+             "-c \"%s\"' 2>&1", LIMIT, getenv("PSD_BIN"), c.ini);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = '\0';
+    if (p)
+        pclose(p);
+    snprintf(want, sizeof want, "the open files limit is %d here (ulimit -n; "
+             "LimitNOFILE= in a unit): psd takes %d connections", LIMIT, ROOM);
+    if (!strstr(out, want))
+        fail_msg("psd --check under ulimit -n %d: %s", LIMIT, out);
+    /* Its own files were kept: the final snapshot is written. */
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* One address may not take every slot: beyond max_connections_per_addr
  * (none of its connections idle long enough to make room) it is refused
  * with EBUSY while clients from elsewhere get in; the flood of refusals
@@ -3107,6 +3182,7 @@ int main(void)
         cmocka_unit_test_teardown(silent_connection_after_hello_is_closed, teardown),
         cmocka_unit_test_teardown(one_address_cannot_take_every_slot_and_floods_no_log, teardown),
         cmocka_unit_test_teardown(a_flood_past_max_connections_is_refused_with_bounded_fds, teardown),
+        cmocka_unit_test_teardown(connections_past_the_open_files_limit_are_refused_by_name, teardown),
         cmocka_unit_test_teardown(pulls_of_never_pushed_keys_do_not_grow_the_node, teardown),
         cmocka_unit_test_teardown(table_at_max_rows_refuses_pushes_that_add_rows, teardown),
         cmocka_unit_test_teardown(nan_push_is_refused_whole_and_changes_nothing, teardown),
