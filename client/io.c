@@ -1865,8 +1865,13 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
         addr_label(nc, where, sizeof where);
         /* "reconnecting": a request failing with this text may have
          * been sent long after the first connection was made. */
-        nc_drop(nc, PS_ETIMEDOUT, "no answer from %s within %llu ms of "
-                "%s", where,
+        /* Connected, the HELLO sent, no answer: the useful clue is that
+         * something takes connections there. */
+        nc_drop(nc, PS_ETIMEDOUT, nc->state == NC_HELLO
+                    ? "connected to %s, but no answer to the handshake "
+                      "within %llu ms of %s (a stopped psd, or not a psd "
+                      "on that port)"
+                    : "no answer from %s within %llu ms of %s", where,
                 (unsigned long long)((nc->hello_ns - nc->connect_ns) / MS),
                 nc->ever_ready ? "reconnecting" : "connecting");
         return;
@@ -1945,11 +1950,14 @@ static void on_tick(uv_timer_t *t)
         for (int i = 0; !nc && i < io->nnodes; i++)
             if (io->nodes[i]->state != NC_READY)
                 nc = io->nodes[i];
+        /* Dropped in this tick (tick_node): its reason is not the last
+         * one yet. */
+        const char *why = !nc ? "" : nc->state == NC_CLOSING ? nc->drop_why
+                                                              : nc->last_why;
         open_done(io, nc && nc->last_status ? nc->last_status : PS_ETIMEDOUT,
                   "no connection to %s within connect_timeout_ms (%d ms)%s%s",
                   nc ? nc->name : "the cluster", c->opt.connect_timeout_ms,
-                  nc && nc->last_why[0] ? ": " : "",
-                  nc ? nc->last_why : "");
+                  why[0] ? ": " : "", why);
     }
 }
 

@@ -1191,6 +1191,21 @@ static void failed_open_says_why_in_last_error(void **state)
     snprintf(port_s, sizeof port_s, "%d", port);
     EXPECT_INT(strstr(ps_last_error(NULL), port_s) != NULL, 1,
                "the address nobody answers on: '%s'", ps_last_error(NULL));
+    /* A port that takes the connection and never answers (the kernel
+     * completes it for a listener that does not accept): said as such,
+     * not as if nothing were there. */
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in la = { .sin_family = AF_INET,
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t llen = sizeof la;
+    assert_true(lfd >= 0 && bind(lfd, (struct sockaddr *)&la, sizeof la) == 0 &&
+                listen(lfd, 8) == 0 &&
+                getsockname(lfd, (struct sockaddr *)&la, &llen) == 0);
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", ntohs(la.sin_port));
+    EXPECT_INT(ps_open(&c, spec, &o), PS_ETIMEDOUT, "a silent port");
+    EXPECT_SUBSTR(ps_last_error(NULL), "but no answer to the handshake "
+                  "within", "why ps_open failed");
+    close(lfd);
     /* An ini path with a typo is named as a file that is not there, not
      * as a bad server address; a word that is neither keeps the
      * address's reason. */
