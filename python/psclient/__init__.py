@@ -600,8 +600,10 @@ class Table:
     def _pull_range(self, first: int, count: int, out: Optional[np.ndarray]):
         first = _uint64("first", first)
         count = _uint64("count", count)
-        if out is None:
-            self._check_range(first, count)     # before allocating count rows
+        # Before allocating count rows, and before out's shape is checked
+        # against count: a range past the table is a KeyError with or
+        # without out (with out it was a ValueError of 2^64 rows).
+        self._check_range(first, count)
         out = _out_rows(out, count, self.dim)
         return (_LIB.ps_pull_range, (self.id, first, count, _addr(out), None,
                                      None), (out,), out)
@@ -846,7 +848,12 @@ class Client:
         request end too, with ClosedError, within 0.1 s; their clock() and
         barrier() are waited for (they cannot be interrupted). Leaving a
         ``with`` block by Ctrl-C closes so, as does ``__del__`` after
-        Ctrl-C cut one of the client's waits short. An exception before
+        Ctrl-C cut one of the client's waits short. Otherwise ``__del__``
+        (a client dropped, or still open when the interpreter exits)
+        waits as close() does, so that pushes issued are not lost: with a
+        node that does not answer, up to request_timeout_ms x
+        (max_retries + 1) per request it holds (30 s by default); Ctrl-C
+        cuts it short. An exception before
         the close lets go of the client (Ctrl-C while it waits for other
         threads' calls) leaves it open; one after, the close goes on and
         it is raised once closed.

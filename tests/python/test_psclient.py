@@ -520,6 +520,10 @@ def test_a_range_past_the_table_raises_key_error_before_allocating_out(
             assert e.value.code == psclient.PS_EKEY
             with pytest.raises(psclient.KeyError):
                 t.pull_range_async(first, count)
+            # With out, the same KeyError (it was a ValueError about out's
+            # shape against 2^62 rows).
+            with pytest.raises(psclient.KeyError):
+                t.pull_range(first, count, out=np.zeros((2, 4), np.float32))
         with pytest.raises(psclient.InvalidError, match="an empty range"):
             t.pull_range(5, 0)
         with pytest.raises(psclient.InvalidError,
