@@ -334,9 +334,11 @@ static void put_quantiles(tbuf *b, const char *name, int node, int k,
 /* Lines `NAME_bucket{node="I",kind="K",le="S"} count`, cumulative, for
  * le from 2^13 ns (8 us) to 2^34 ns (17 s) and +Inf, then _sum and
  * _count. A power of two is where one of h's octaves starts (hist.h), so
- * each bucket counts exactly the requests that took less than its le: no
- * bucket of h straddles one. Powers of two keep the lines few (23 a
- * kind); histogram_quantile interpolates within a doubling. */
+ * each bucket counts exactly the requests that took less than its le
+ * (Prometheus' "at most": a request of exactly 2^e ns, counted in the
+ * next bucket, is the only difference): no bucket of h straddles one.
+ * Powers of two keep the lines few (23 a kind); histogram_quantile
+ * interpolates within a doubling. */
 static void put_buckets(tbuf *b, const char *name, int node, int k,
                         const uint64_t *h, uint64_t sum_ns)
 {
@@ -559,7 +561,8 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_connections_accepted_total", "counter", "Connections "
            "accepted.", i, (double)s->conns_accepted);
     metric(b, "psd_connections_refused_total", "counter", "Connections "
-           "refused at max_connections or max_connections_per_addr.", i,
+           "refused at max_connections, max_connections_per_addr or the room "
+           "the open files limit leaves.", i,
            (double)s->conns_refused);
     metric(b, "psd_connections_evicted_total", "counter", "Idle "
            "connections closed to make room for a new one.", i,

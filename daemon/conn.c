@@ -1340,11 +1340,13 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
     psd_node *node = set->node;
     /* With fd_room connections open and FD_REFUSING more being refused
      * (a refusal takes a few loop turns to be written and closed), a
-     * newcomer waits in the listener's backlog until one has closed
-     * (on_close): libuv stops watching a listener whose callback did not
-     * take its connection, until uv_accept. Taken at once, a burst of
-     * newcomers used up the descriptors, and the kernel refused the next
-     * ones, which libuv closes unseen. */
+     * newcomer is left with libuv (which accepted it from the kernel
+     * and holds its descriptor) until one has closed (on_close): libuv
+     * stops watching a listener whose callback did not take its
+     * connection, until uv_accept, so those after it wait in the
+     * kernel's listen queue. Taken at once, a burst of newcomers used
+     * up the descriptors, and the kernel refused the next ones, which
+     * libuv closes unseen. */
     if (set->n - FD_REFUSING >= set->fd_room) {
         set->accept_waiting = listener;
         return;

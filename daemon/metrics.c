@@ -12,6 +12,8 @@
 #define TIMEOUT_MS 5000
 #define MAX_OPEN 16
 #define BACKLOG 64               /* connections the kernel queues for us */
+_Static_assert(PSD_METRICS_FDS == MAX_OPEN + 2 * BACKLOG + 1,
+               "metrics.h's count of descriptors");
 #define STOP_GRACE_MS 1000       /* for a request begun when psd stops */
 
 typedef struct mconn {

@@ -15,6 +15,11 @@
 
 #include "config.h"
 
+/* Descriptors /metrics may hold at once: its connections, and those a
+ * burst leaves closing within a loop turn (metrics.c), plus the listener:
+ * the open files limit keeps them beside psd's own (psd_fd_room). */
+#define PSD_METRICS_FDS (16 + 2 * 64 + 1)
+
 typedef struct psd_metrics {
     uv_loop_t *loop;
     uv_tcp_t listener;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <linux/magic.h>
 
+#include "metrics.h"
 #include "preflight.h"
 #include "updater.h"
 #include "../proto/layout.h"
@@ -553,12 +554,17 @@ static void check_remembered(psd_preflight *pf, const psd_config *c,
         REMEMBERED_PUSH_BYTES, limit / gib);
 }
 
-int psd_fd_room(int want, int raise)
+int psd_fd_reserve(const psd_config *c)
+{
+    return PSD_FD_RESERVE + (c->nmetrics ? PSD_METRICS_FDS : 0);
+}
+
+int psd_fd_room(int want, int reserve, int raise)
 {
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r))
         return INT_MAX;
-    rlim_t need = (rlim_t)want + PSD_FD_RESERVE;
+    rlim_t need = (rlim_t)want + (rlim_t)reserve;
     if (raise && r.rlim_cur != RLIM_INFINITY && r.rlim_cur < need) {
         struct rlimit up = r;
         up.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max > need
@@ -567,9 +573,14 @@ int psd_fd_room(int want, int raise)
             r = up;
     }
     rlim_t have = raise ? r.rlim_cur : r.rlim_max;
-    if (have == RLIM_INFINITY || have - PSD_FD_RESERVE >= (rlim_t)INT_MAX)
+    /* rlim_t is unsigned: a limit under the reserve is no room, not a
+     * difference that wraps around to "no limit". */
+    if (have == RLIM_INFINITY)
         return INT_MAX;
-    return have > PSD_FD_RESERVE ? (int)(have - PSD_FD_RESERVE) : 0;
+    if (have <= (rlim_t)reserve)
+        return 0;
+    return have - (rlim_t)reserve >= (rlim_t)INT_MAX
+               ? INT_MAX : (int)(have - (rlim_t)reserve);
 }
 
 /* The open files limit against max_connections: at the limit, the kernel
@@ -582,23 +593,25 @@ int psd_fd_room(int want, int raise)
 static void check_files(psd_preflight *pf, const psd_config *c,
                         const char *path)
 {
-    int room = psd_fd_room(c->max_connections, 0);
+    int reserve = psd_fd_reserve(c);
+    int room = psd_fd_room(c->max_connections, reserve, 0);
     struct rlimit r;
     if (room >= c->max_connections || getrlimit(RLIMIT_NOFILE, &r))
         return;
     if (room < 1)
         add(&pf->problems, &pf->nproblems, path, 0, "the open files limit "
             "is %llu here (ulimit -n; LimitNOFILE= in a unit): psd keeps %d "
-            "for its own files, which leaves none for a connection. Raise "
-            "it", (unsigned long long)r.rlim_max, PSD_FD_RESERVE);
+            "for its own files%s, which leaves none for a connection. Raise "
+            "it", (unsigned long long)r.rlim_max, reserve,
+            c->nmetrics ? " and /metrics" : "");
     else
         add(&pf->notes, &pf->nnotes, path, 0, "[server] max_connections = "
             "%d, but the open files limit is %llu here (ulimit -n; "
-            "LimitNOFILE= in a unit): psd takes %d connections and refuses "
+            "LimitNOFILE= in a unit): psd takes %d connection%s and refuses "
             "more as at max_connections, keeping %d files for its own (the "
-            "journal, snapshots, a reload). Raise the limit for more",
+            "journal, snapshots, a reload%s). Raise the limit for more",
             c->max_connections, (unsigned long long)r.rlim_max, room,
-            PSD_FD_RESERVE);
+            room == 1 ? "" : "s", reserve, c->nmetrics ? ", /metrics" : "");
 }
 
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,

@@ -33,16 +33,23 @@ typedef struct psd_preflight {
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node);
 
-/* Files psd keeps for its own beside its connections: listeners, the
- * journal and its next segment, a snapshot, a reload's ini, libuv's. */
+/* Files psd keeps for its own beside its connections: the listener,
+ * the journal and its next segment, a snapshot, a reload's ini, libuv's,
+ * and the refusals under way (conn.c). /metrics' take PSD_METRICS_FDS
+ * more. */
 #define PSD_FD_RESERVE 64
 
+/* The files psd keeps for its own under c: PSD_FD_RESERVE, and
+ * PSD_METRICS_FDS with a metrics_listen. */
+int psd_fd_reserve(const psd_config *c);
+
 /* The connections the open files limit (RLIMIT_NOFILE) leaves room for,
- * after PSD_FD_RESERVE: with raise, psd's start, the soft limit is first
- * lifted toward want + PSD_FD_RESERVE (at most to the hard limit) and
- * the room is under it; without, the room under the hard limit (what a
- * start could lift it to). INT_MAX without a limit. */
-int psd_fd_room(int want, int raise);
+ * after `reserve` of psd's own: with raise, psd's start and reloads, the
+ * soft limit is first lifted toward want + reserve (at most to the hard
+ * limit) and the room is under it; without, the room under the hard
+ * limit (what a start could lift it to). INT_MAX without a limit, 0 when
+ * the limit is at most the reserve. */
+int psd_fd_room(int want, int reserve, int raise);
 
 /* Wipes the token and frees the lists. */
 void psd_preflight_destroy(psd_preflight *pf);

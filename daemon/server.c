@@ -158,7 +158,8 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
     s->conns.auth = s->auth;
     /* The soft open files limit lifted toward max_connections and psd's
      * own files (preflight said what the hard limit leaves). */
-    s->conns.fd_room = psd_fd_room(s->node.cfg.max_connections, 1);
+    s->conns.fd_room = psd_fd_room(s->node.cfg.max_connections,
+                                   psd_fd_reserve(&s->node.cfg), 1);
     /* The folder first, named by the line that gives it: "cannot create
      * /x" alone left the operator to find which setting said /x. */
     char dir[4096], why[4400];
@@ -375,7 +376,8 @@ void psd_server_reload(psd_server *s)
      * snapshot off for ever. */
     if (s->node.cfg.snapshot_interval != interval)
         psd_durable_reload(&s->dur);
-    int room = psd_fd_room(s->node.cfg.max_connections, 1);
+    int room = psd_fd_room(s->node.cfg.max_connections,
+                           psd_fd_reserve(&s->node.cfg), 1);
     if (room < s->node.cfg.max_connections && room != s->conns.fd_room)
         psd_warn("%s: [server] max_connections = %d, but the open files "
                  "limit leaves room for %d connections (ulimit -n; "
@@ -403,7 +405,8 @@ void psd_server_stop(psd_server *s)
     psd_info("stopping: %llu connections served, %llu requests in %llu "
              "frames (%llu answered with an error), %llu connections closed "
              "for protocol errors (%llu of them a frame past frame_timeout), "
-             "%llu refused at max_connections(_per_addr), %llu idle ones "
+             "%llu refused at max_connections(_per_addr) or the open files "
+             "limit, %llu idle ones "
              "closed to make room, %llu closed at max_client_memory, %llu "
              "failed authentications",
              (unsigned long long)st->conns_accepted,

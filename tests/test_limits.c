@@ -1748,15 +1748,17 @@ static void silent_connection_after_hello_is_closed(void **state)
  * each newcomer's descriptor and libuv closed the connection unseen (no
  * log line, no count, psctl shut out with the clients), and psd's own
  * files failed (snapshots, the journal's next segment). psd now takes as
- * many connections as the limit leaves room for beside PSD_FD_RESERVE
- * (64) of its own and refuses more as at max_connections; a reload
- * reads the limit again (here lowered under the running node, 100: room
- * for 36), and --check says it. */
+ * many connections as the limit leaves room for beside its own files
+ * (64, and 145 for /metrics) and refuses more as at max_connections; a
+ * reload reads the limit again (here lowered under the running node, to
+ * 300: room for 91), and --check says it. The newcomers come at once,
+ * more than the limit leaves after those kept: taken all at once, they
+ * would use up the descriptors before the refusals close. */
 static void connections_past_the_open_files_limit_are_refused_by_name(
     void **state)
 {
     (void)state;
-    enum { LIMIT = 100, ROOM = LIMIT - 64, EXTRA = 80 };
+    enum { LIMIT = 300, ROOM = LIMIT - 64 - 145, EXTRA = 240 };
     test_cluster c;
     int mport = cluster_free_port();
     char conf[256];
@@ -1802,7 +1804,7 @@ static void connections_past_the_open_files_limit_are_refused_by_name(
     honest_add(honest, "counts", 4, 1);
     ps_close(honest);
     /* --check under the same limit says what psd will take. */
-    char cmd[1024], out[4096] = "";
+    char cmd[1024], out[8192] = "";
     snprintf(cmd, sizeof cmd, "sh -c 'ulimit -n %d && exec \"%s\" --check "
              "-c \"%s\"' 2>&1", LIMIT, getenv("PSD_BIN"), c.ini);
     FILE *p = popen(cmd, "r");
@@ -1814,6 +1816,18 @@ static void connections_past_the_open_files_limit_are_refused_by_name(
              "LimitNOFILE= in a unit): psd takes %d connections", LIMIT, ROOM);
     if (!strstr(out, want))
         fail_msg("psd --check under ulimit -n %d: %s", LIMIT, out);
+    /* Under its own files and /metrics' (209 here): refused, not taken
+     * for no limit at all (rlim_t is unsigned: 40 - 209 wrapped). */
+    snprintf(cmd, sizeof cmd, "sh -c 'ulimit -n 40 && exec \"%s\" --check "
+             "-c \"%s\"' 2>&1; echo \"exit $?\"", getenv("PSD_BIN"), c.ini);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = '\0';
+    if (p)
+        pclose(p);
+    if (!strstr(out, "which leaves none for a connection") ||
+        !strstr(out, "exit 1"))
+        fail_msg("psd --check under ulimit -n 40: %s", out);
     /* Its own files were kept: the final snapshot is written. */
     assert_int_equal(cluster_stop(&c), 0);
 }
