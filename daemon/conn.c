@@ -1573,7 +1573,15 @@ void psd_conns_tick(psd_conns *set)
     uint64_t gap = set->tick_ms ? now - set->tick_ms : 0;
     set->tick_ms = now;
     if (gap > 2 * period && set->turn_handles) {
-        if (gap >= 1000)
+        if (gap >= 1000 && set->node->writer_forked)
+            psd_warn_rep("the event loop was blocked for %llu ms (a "
+                         "snapshot writer runs: the first write to each "
+                         "page of the tables since its fork copies that "
+                         "page, so pushes run slower until most are copied; "
+                         "docs/durability.md, \"The forked writer\"): "
+                         "connections are judged once what they sent "
+                         "meanwhile is read", (unsigned long long)gap);
+        else if (gap >= 1000)
             psd_warn_rep("the event loop was blocked for %llu ms (a long "
                          "request, a sparse table growing): connections "
                          "are judged once what they sent meanwhile is read",

@@ -217,6 +217,7 @@ static void child_done(psd_durable *d, int ok, const char *text)
                   (unsigned long long)d->child_gen, text);
     }
     d->child = 0;
+    d->node->writer_forked = 0;
 }
 
 static void on_sigchld(uv_signal_t *h, int sig)
@@ -366,6 +367,9 @@ void psd_durable_snapshot(psd_durable *d)
         return;
     }
     d->child = pid;
+    /* Said at once (the ticks also set it): a stall right after the
+     * fork is the pages pushes copy for the writer (psd_conns_tick). */
+    d->node->writer_forked = 1;
     d->child_pipe = fds[0];
     psd_debug("snapshot %llu: writer %d started", (unsigned long long)d->child_gen,
               (int)pid);
