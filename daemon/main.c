@@ -422,7 +422,11 @@ int main(int argc, char **argv)
                     dir, i, rc == 0 ? si.shape : psd_config_shape(&cfg),
                     rc == 0 && si.journal_seq ? si.journal_seq : 1, why,
                     sizeof why);
-            if (rc == 0 && tm.map)
+            if (rc == 0 && tm.map && !tm.added && !tm.dropped)
+                printf("%s: node %d's snapshot holds the file's tables in "
+                       "another order: kept by name; psd writes a snapshot "
+                       "in the file's order when it starts\n", path, i);
+            else if (rc == 0 && tm.map)
                 printf("%s: node %d's snapshot holds other tables than the "
                        "file: %u kept by name, %d new (from their init), %d "
                        "dropped (--drop-table); psd writes a snapshot of the "

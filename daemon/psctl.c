@@ -795,14 +795,16 @@ static void print_node(const node *nd, int i, const samples *ss)
     double left = get(ss, "psd_workers", lab);
     snprintf(lab, sizeof lab, "node=\"%d\",state=\"absent\"", i);
     double absent = get(ss, "psd_workers", lab);
-    /* Those never joined too, where a bsp or ssp table waits for them as
-     * for the rest (an async cluster's default worker is no news). */
+    /* Those absent too, where a bsp or ssp table waits for them as for
+     * the rest (an async cluster's default worker is no news): not in a
+     * job now, never joined or back from one that is over ("never
+     * joined" read, after every clean job, as if no trainer had come). */
     int sync_tables = 0;
     for (int t = 0; t < nd->layout.ntables; t++)
         sync_tables |= nd->layout.tables[t].consistency != 0;
     if (sync_tables)
         printf("  workers: %.0f live, %.0f lost (in grace), %.0f left, %.0f "
-               "never joined; clock %.0f (--json stats: each one's)\n",
+               "not joined; clock %.0f (--json stats: each one's)\n",
                live, gone, left, absent, nodev(ss, "psd_clock", i));
     else
         printf("  workers: %.0f live, %.0f lost (in grace), %.0f left; "
@@ -1905,10 +1907,14 @@ static int do_end_job(cluster *c, int json)
         snprintf(cmd, sizeof cmd, "end-job %llu %llu", top_c, top_b);
         e[i].was_clock = e[i].clock;
         e[i].was_barrier = e[i].barrier;
+        /* Barriers are node 0's (ps_barrier goes there alone): another
+         * node's barrier count moves only here, so raising it is routine,
+         * not a node that fell behind (every clean job read so). */
         if (end_one(c, i, cmd, &e[i]))
             bad = 1;
         else
-            e[i].lined_up = 1;
+            e[i].lined_up = e[i].was_clock != top_c ||
+                            (id(c, i) == 0 && e[i].was_barrier != top_b);
     }
     int first = 1;
     if (json)

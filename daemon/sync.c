@@ -604,8 +604,11 @@ static void report(psd_sync *y, int barrier, int holding, uint64_t now_ms,
      * sync_timeout_ms ends it. */
     int stuck = listed && crossed == listed &&
                 (holding & (barrier ? PSD_HOLD_CLOCK : PSD_HOLD_BARRIER));
+    /* Named as the workers count it (psctl --json stats: a worker in
+     * ps_barrier for the 4th time is "barrier": 4): the one waited for,
+     * past the count every worker reached. The log named that count. */
     psd_warn("%s %llu: waiting %llu s for workers %s%s",
-             barrier ? "barrier" : "clock", (unsigned long long)reached,
+             barrier ? "barrier" : "clock", (unsigned long long)reached + 1,
              (unsigned long long)(now_ms - wt->since_ms) / 1000, who,
              stuck ? ": workers in ps_barrier and workers in ps_clock wait "
                      "for each other (their calls do not match: one worker "

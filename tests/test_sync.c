@@ -749,13 +749,13 @@ static void test_wait_is_logged_after_10_s_of_holding_not_of_computing(
     for (uint64_t t = 15200; t < 25000; t += 100)
         free(tick_log(&y, t, PSD_HOLD_CLOCK));
     log = tick_log(&y, 25000, PSD_HOLD_CLOCK);
-    EXPECT_SUBSTR(log, "clock 0: waiting 10 s for workers 1 (at this clock)",
+    EXPECT_SUBSTR(log, "clock 1: waiting 10 s for workers 1 (at this clock)",
                   "after 10 s of holding");
     free(log);
     for (uint64_t t = 25100; t < 35000; t += 100)
         free(tick_log(&y, t, PSD_HOLD_CLOCK));
     log = tick_log(&y, 35000, PSD_HOLD_CLOCK);
-    EXPECT_SUBSTR(log, "clock 0: waiting 20 s for workers 1 (at this clock)",
+    EXPECT_SUBSTR(log, "clock 1: waiting 20 s for workers 1 (at this clock)",
                   "after 20 s of holding");
     free(log);
     psd_sync_destroy(&y);
@@ -778,10 +778,10 @@ static void test_a_barrier_and_a_clock_waiting_for_each_other_are_named(
     int both = PSD_HOLD_CLOCK | PSD_HOLD_BARRIER;
     free(tick_log(&y, 100, both));
     char *log = tick_log(&y, 10100, both);
-    EXPECT_SUBSTR(log, "clock 0: waiting 10 s for workers 1 (in barrier 1): "
+    EXPECT_SUBSTR(log, "clock 1: waiting 10 s for workers 1 (in barrier 1): "
                   "workers in ps_barrier and workers in ps_clock wait for "
                   "each other", "the clock's side");
-    EXPECT_SUBSTR(log, "barrier 0: waiting 10 s for workers 0 (at clock 1): "
+    EXPECT_SUBSTR(log, "barrier 1: waiting 10 s for workers 0 (at clock 1): "
                   "workers in ps_barrier and workers in ps_clock wait for "
                   "each other", "the barrier's side");
     free(log);
@@ -790,7 +790,7 @@ static void test_a_barrier_and_a_clock_waiting_for_each_other_are_named(
     reach(&y, 1, 1, 1);                  /* worker 0 still computes */
     free(tick_log(&y, 100, PSD_HOLD_BARRIER));
     log = tick_log(&y, 10100, PSD_HOLD_BARRIER);
-    EXPECT_SUBSTR(log, "barrier 0: waiting 10 s for workers 0 (at this "
+    EXPECT_SUBSTR(log, "barrier 1: waiting 10 s for workers 0 (at this "
                   "barrier)\n", "an ordinary wait");
     free(log);
     psd_sync_destroy(&y);
