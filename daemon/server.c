@@ -255,11 +255,12 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     uint64_t rows, bytes;
     psd_node_size(n, &rows, &bytes);
     psd_info("node %d of %d listening on %s (clients are told %s%s): %d "
-             "tables, %u shards, %llu rows here (%.1f MiB); psd "
+             "table%s, %u shard%s, %llu rows here (%.1f MiB); psd "
              PSD_RELEASE ", wire protocol %d", n->index,
              n->cfg.nnodes, text, n->cluster.nodes[n->index],
              psd_auth_on(s->auth) ? "; clients must authenticate" : "",
-             n->ntables, n->cfg.shards, (unsigned long long)rows,
+             n->ntables, n->ntables == 1 ? "" : "s", n->cfg.shards,
+             n->cfg.shards == 1 ? "" : "s", (unsigned long long)rows,
              (double)bytes / (1 << 20), PSW_VERSION);
     psd_node_warn_full(n);
     return 0;
