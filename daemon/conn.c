@@ -11,8 +11,8 @@
 #include "request.h"
 #include "../proto/status.h"
 
-/* Connections being refused that the open files limit leaves room for
- * beside fd_room, out of psd's PSD_FD_RESERVE (psd_conn_accept). */
+/* Connections being refused at once, beside the fd_room open: the open
+ * files limit keeps them out of psd's PSD_FD_RESERVE (psd_conn_accept). */
 #define FD_REFUSING 16
 
 /* Before HELLO a peer may send only a small frame (redis does the same
@@ -46,6 +46,8 @@ struct psd_conn {
     psd_conns *set;
     psd_node *node;
     psd_conn *prev, *next;
+    int refusing;                /* refused at accept, still closing:
+                                    counted in set->refusing */
     char peer[64];               /* "host:port" */
     psd_session ss;              /* what request.c knows of us */
     psw_reader rd;
@@ -262,10 +264,13 @@ static void on_close(uv_handle_t *h)
     if (c->has_spare)
         psw_out_destroy(&c->spare);
     psd_debug("connection from %s closed", c->peer);
+    int refused = c->refusing;
     free(c);
-    /* A descriptor came free: a connection left waiting is taken. */
+    if (refused)
+        set->refusing--;
+    /* A refusal ended: a connection left waiting is taken. */
     uv_stream_t *l = set->accept_waiting;
-    if (l && set->n - FD_REFUSING < set->fd_room) {
+    if (l && set->refusing < FD_REFUSING) {
         set->accept_waiting = NULL;
         psd_conn_accept(set, l);
     }
@@ -1338,16 +1343,18 @@ static void drop_pending(psd_conns *set, uv_stream_t *listener)
 void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
 {
     psd_node *node = set->node;
-    /* With fd_room connections open and FD_REFUSING more being refused
-     * (a refusal takes a few loop turns to be written and closed), a
-     * newcomer is left with libuv (which accepted it from the kernel
-     * and holds its descriptor) until one has closed (on_close): libuv
-     * stops watching a listener whose callback did not take its
-     * connection, until uv_accept, so those after it wait in the
-     * kernel's listen queue. Taken at once, a burst of newcomers used
-     * up the descriptors, and the kernel refused the next ones, which
-     * libuv closes unseen. */
-    if (set->n - FD_REFUSING >= set->fd_room) {
+    /* With FD_REFUSING newcomers being refused (a refusal takes a few
+     * loop turns to be written and closed), the next is left with libuv
+     * (which accepted it from the kernel and holds its descriptor) until
+     * one of them has closed (on_close): libuv stops watching a listener
+     * whose callback did not take its connection, until uv_accept, so
+     * those after it wait in the kernel's listen queue. Taken at once, a
+     * burst of newcomers used up the descriptors, and the kernel refused
+     * the next ones, which libuv closes unseen. Bounded by the refusals,
+     * not by the connections open: a reload that lowered the room under
+     * them left every newcomer waiting, none refused nor an idle one
+     * closed for it, until a client left. */
+    if (set->refusing >= FD_REFUSING) {
         set->accept_waiting = listener;
         return;
     }
@@ -1413,6 +1420,8 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
     }
     if (why[0]) {
         node->stats.conns_refused++;
+        c->refusing = 1;
+        set->refusing++;
         /* A typed refusal, so the client knows to come back later rather
          * than seeing a reset. */
         refuse_hello(c, PSW_EBUSY, why);

@@ -34,7 +34,9 @@ typedef struct psd_conns {
                                     the owner: max_connections is at most
                                     this. INT_MAX: no limit */
     uv_stream_t *accept_waiting; /* a listener whose pending connection
-                                    waits for descriptors to be freed */
+                                    waits for a refusal to end */
+    int refusing;                /* connections refused at accept, not
+                                    closed yet */
     uint64_t mem;                /* buffers of all open connections, as
                                     counted against max_client_memory */
     /* Fairness: a connection that has read or executed its share of one

@@ -569,7 +569,9 @@ int psd_fd_room(int want, int reserve, int raise)
         struct rlimit up = r;
         up.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max > need
                           ? need : r.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+        /* At the hard limit already: nothing to ask (psd asks at each
+         * tick). */
+        if (up.rlim_cur != r.rlim_cur && setrlimit(RLIMIT_NOFILE, &up) == 0)
             r = up;
     }
     rlim_t have = raise ? r.rlim_cur : r.rlim_max;

@@ -16,6 +16,30 @@
 
 #define MODE_TICK_MS 100
 
+/* The connections the open files limit leaves room for, read again (its
+ * soft limit lifted as at start): at a reload, and at each tick, since
+ * `prlimit --pid` changes it under a running psd (the kernel then reset
+ * newcomers past it unseen). Said when it leaves fewer than
+ * max_connections, and when that ends. */
+static void fd_room_update(psd_server *s)
+{
+    const psd_config *cfg = &s->node.cfg;
+    int room = psd_fd_room(cfg->max_connections, psd_fd_reserve(cfg), 1);
+    int was = s->conns.fd_room;
+    s->conns.fd_room = room;
+    int short_now = room < cfg->max_connections;
+    if (room == was || (!short_now && was >= cfg->max_connections))
+        return;
+    if (short_now)
+        psd_warn("%s: [server] max_connections = %d, but the open files "
+                 "limit leaves room for %d connections (ulimit -n; "
+                 "LimitNOFILE= in a unit; prlimit): more are refused as at "
+                 "max_connections", s->cfg_path, cfg->max_connections, room);
+    else
+        psd_info("the open files limit leaves room for max_connections "
+                 "(%d) again", cfg->max_connections);
+}
+
 static void on_conn_tick(uv_timer_t *t)
 {
     psd_server *s = t->data;
@@ -27,6 +51,7 @@ static void on_conn_tick(uv_timer_t *t)
         uv_close((uv_handle_t *)t, NULL);
         return;
     }
+    fd_room_update(s);
     psd_conns_tick(&s->conns);
 }
 
@@ -377,15 +402,7 @@ void psd_server_reload(psd_server *s)
      * snapshot off for ever. */
     if (s->node.cfg.snapshot_interval != interval)
         psd_durable_reload(&s->dur);
-    int room = psd_fd_room(s->node.cfg.max_connections,
-                           psd_fd_reserve(&s->node.cfg), 1);
-    if (room < s->node.cfg.max_connections && room != s->conns.fd_room)
-        psd_warn("%s: [server] max_connections = %d, but the open files "
-                 "limit leaves room for %d connections (ulimit -n; "
-                 "LimitNOFILE= in a unit): more are refused as at "
-                 "max_connections", s->cfg_path, s->node.cfg.max_connections,
-                 room);
-    s->conns.fd_room = room;
+    fd_room_update(s);
     psd_info("reloaded %s", s->cfg_path);
 }
 
