@@ -68,8 +68,9 @@ typedef struct psd_node {
     psd_sync sync;               /* workers, clocks, barriers */
     uint64_t tidy_requests;      /* stats.requests at the last tick */
     unsigned tidy_idle;          /* ticks since one saw a request */
-    int writer_forked;           /* a forked snapshot writer runs (the
-                                    server says so before each tick) */
+    int writer_forked;           /* a forked snapshot writer runs (set at
+                                    the fork and at its end, durable.c,
+                                    and before each mode tick) */
     uint64_t changes;            /* counts what may change what a snapshot
                                     holds (pushes, clocks, barriers, leaves,
                                     joins, lost connections, expired

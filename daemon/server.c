@@ -25,10 +25,14 @@ static void fd_room_update(psd_server *s)
 {
     const psd_config *cfg = &s->node.cfg;
     int room = psd_fd_room(cfg->max_connections, psd_fd_reserve(cfg), 1);
-    int was = s->conns.fd_room;
+    int was = s->conns.fd_room, was_max = s->fd_max;
     s->conns.fd_room = room;
-    int short_now = room < cfg->max_connections;
-    if (room == was || (!short_now && was >= cfg->max_connections))
+    s->fd_max = cfg->max_connections;
+    /* A reload may change max_connections with the room as it was. */
+    int short_now = room < cfg->max_connections, short_was = was < was_max;
+    if (room == was && cfg->max_connections == was_max)
+        return;
+    if (!short_now && !short_was)
         return;
     if (short_now)
         psd_warn("%s: [server] max_connections = %d, but the open files "
@@ -185,6 +189,7 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
      * own files (preflight said what the hard limit leaves). */
     s->conns.fd_room = psd_fd_room(s->node.cfg.max_connections,
                                    psd_fd_reserve(&s->node.cfg), 1);
+    s->fd_max = s->node.cfg.max_connections;
     /* The folder first, named by the line that gives it: "cannot create
      * /x" alone left the operator to find which setting said /x. */
     char dir[4096], why[4400];

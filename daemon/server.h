@@ -17,6 +17,8 @@
 typedef struct psd_server {
     uv_loop_t *loop;
     char cfg_path[4096];
+    int fd_max;                  /* max_connections at the last look at
+                                    the open files limit (fd_room_update) */
     psd_node node;
     psd_durable dur;             /* snapshots and the journal */
     uv_tcp_t listener;

@@ -592,8 +592,7 @@ static void report(psd_sync *y, int barrier, int holding, uint64_t now_ms,
             snprintf(st, sizeof st, "%s",
                      w->state == PSD_W_ABSENT ? "not joined"
                      : w->state == PSD_W_GONE ? "connection lost"
-                     : barrier               ? "at this barrier"
-                                              : "at this clock");
+                                              : "not in it yet");
         listed++;
         crossed += across;
         at += (size_t)snprintf(who + at, sizeof who - at, "%s%d (%s)",

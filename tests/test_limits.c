@@ -1754,6 +1754,16 @@ static void silent_connection_after_hello_is_closed(void **state)
  * 300: room for 91), and --check says it. The newcomers come at once,
  * more than the limit leaves after those kept: taken all at once, they
  * would use up the descriptors before the refusals close. */
+/* A raw connection whose reads give up after 10 s: a newcomer psd holds
+ * back for good fails the test rather than hanging it. */
+static int raw_connect_within(int port)
+{
+    int fd = raw_connect(port);
+    struct timeval tv = { 10, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
 static void connections_past_the_open_files_limit_are_refused_by_name(
     void **state)
 {
@@ -1779,13 +1789,13 @@ static void connections_past_the_open_files_limit_are_refused_by_name(
     double refused0 = raw_node_metric(mport, "psd_connections_refused_total");
     int kept[ROOM], extra[EXTRA];
     for (int i = 0; i < ROOM; i++) {
-        kept[i] = raw_connect(c.port[0]);
+        kept[i] = raw_connect_within(c.port[0]);
         EXPECT_INT(raw_hello_id(kept[i], 700 + (uint64_t)i), 0, "HELLO %d",
                    i);
     }
     /* Not idle: a HELLO'd connection is for idle_timeout (60 s). */
     for (int i = 0; i < EXTRA; i++)
-        extra[i] = raw_connect(c.port[0]);
+        extra[i] = raw_connect_within(c.port[0]);
     int refused = 0;
     for (int i = 0; i < EXTRA; i++)
         refused += raw_hello_id(extra[i], 900 + (uint64_t)i) == PSW_EBUSY;
@@ -1807,7 +1817,7 @@ static void connections_past_the_open_files_limit_are_refused_by_name(
     snprintf(want, sizeof want, "leaves room for %d connections", ROOM - 40);
     EXPECT_INT(cluster_log_wait(&c, 0, want, 5000), 1, "the tick's warning");
     for (int i = 0; i < 20; i++) {
-        extra[i] = raw_connect(c.port[0]);
+        extra[i] = raw_connect_within(c.port[0]);
         EXPECT_INT(raw_hello_id(extra[i], 1900 + (uint64_t)i), PSW_EBUSY,
                    "a newcomer under the lowered limit, %d", i);
     }

@@ -749,13 +749,13 @@ static void test_wait_is_logged_after_10_s_of_holding_not_of_computing(
     for (uint64_t t = 15200; t < 25000; t += 100)
         free(tick_log(&y, t, PSD_HOLD_CLOCK));
     log = tick_log(&y, 25000, PSD_HOLD_CLOCK);
-    EXPECT_SUBSTR(log, "clock 1: waiting 10 s for workers 1 (at this clock)",
+    EXPECT_SUBSTR(log, "clock 1: waiting 10 s for workers 1 (not in it yet)",
                   "after 10 s of holding");
     free(log);
     for (uint64_t t = 25100; t < 35000; t += 100)
         free(tick_log(&y, t, PSD_HOLD_CLOCK));
     log = tick_log(&y, 35000, PSD_HOLD_CLOCK);
-    EXPECT_SUBSTR(log, "clock 1: waiting 20 s for workers 1 (at this clock)",
+    EXPECT_SUBSTR(log, "clock 1: waiting 20 s for workers 1 (not in it yet)",
                   "after 20 s of holding");
     free(log);
     psd_sync_destroy(&y);
@@ -790,8 +790,8 @@ static void test_a_barrier_and_a_clock_waiting_for_each_other_are_named(
     reach(&y, 1, 1, 1);                  /* worker 0 still computes */
     free(tick_log(&y, 100, PSD_HOLD_BARRIER));
     log = tick_log(&y, 10100, PSD_HOLD_BARRIER);
-    EXPECT_SUBSTR(log, "barrier 1: waiting 10 s for workers 0 (at this "
-                  "barrier)\n", "an ordinary wait");
+    EXPECT_SUBSTR(log, "barrier 1: waiting 10 s for workers 0 (not in it "
+                  "yet)\n", "an ordinary wait");
     free(log);
     psd_sync_destroy(&y);
 }

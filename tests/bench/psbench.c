@@ -765,8 +765,8 @@ static int worker_main(const cell *c, int w, const char *spec)
     }
     /* A pull makes no sparse row (a key never pushed reads its initial
      * row, computed afresh): a pull cell run alone (--op pull) measured
-     * misses of an empty table, up to twice as fast as pulls of rows
-     * (65,536 keys, 2 nodes, 64 in flight: 85-98 against 40 M keys/s).
+     * misses of an empty table, faster than pulls of rows (65,536 keys,
+     * 2 nodes, 64 in flight: 85-98 against 69 M keys/s).
      * Its keys are pushed once first, as the matrix's push cells do. */
     if (!T->dense && c->op == OP_PULL)
         for (int j = 0; j < x.npool; j++)
