@@ -448,6 +448,18 @@ static int header_fits(const header *hd, int node, const psd_config *cfg,
                  node);
         return -1;
     }
+    if (strict && hd->nnodes == (uint32_t)cfg->nnodes &&
+        hd->shards == cfg->shards && hd->ntables != (uint32_t)cfg->ntables) {
+        /* Only psd --reshard reads strictly: its own advice ("psd
+         * --reshard onto another node count") sent the operator back to
+         * the command that failed. */
+        snprintf(why, whylen, "holds %u tables, the config %d: psd "
+                 "--reshard moves the tables as they are; to add or remove "
+                 "one, start the nodes once with the new tables "
+                 "(--drop-table for one removed), stop them, then reshard",
+                 hd->ntables, cfg->ntables);
+        return -1;
+    }
     if (hd->nnodes != (uint32_t)cfg->nnodes || hd->shards != cfg->shards ||
         (strict && hd->ntables != (uint32_t)cfg->ntables)) {
         snprintf(why, whylen, "taken under another layout (%u nodes, %u "
@@ -605,7 +617,9 @@ static int read_sections(reader *r, const header *hd, const target *g,
                            t->dense != (tc->dense != 0) ||
                            t->dim != tc->dim || t->rows != tc->rows))
                 BAD("table %u is '%s' (%s, dim %u, rows %llu) in the "
-                    "snapshot, '%s' (%s, dim %u, rows %llu) in the config",
+                    "snapshot, '%s' (%s, dim %u, rows %llu) in the config "
+                    "(--reshard takes tables in the snapshot's order: give "
+                    "the sections that order, or start once in the new)",
                     aux, t->name, t->dense ? "dense" : "sparse", t->dim,
                     (unsigned long long)t->rows, tc->name,
                     tc->dense ? "dense" : "sparse", tc->dim,

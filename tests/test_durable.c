@@ -539,6 +539,25 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     EXPECT_SUBSTR(o, "table 'emb' differs from ", "refused");
     EXPECT_SUBSTR(o, "in its updater", "what differs");
     free(o);
+    /* A table added to both files: the old nodes' snapshots hold one
+     * table fewer. Said as such, with the way to do it (it advised "psd
+     * --reshard onto another node count", the command that failed). */
+    char plus_a[600], plus_b[600];
+    snprintf(plus_a, sizeof plus_a, "%s/plus_a.ini", b.dir);
+    snprintf(plus_b, sizeof plus_b, "%s/plus_b.ini", b.dir);
+    char cp[3200];
+    snprintf(cp, sizeof cp, "cp '%s' '%s' && cp '%s' '%s' && printf "
+             "'[table.extra]\\ndim = 1\\n' | tee -a '%s' >> '%s'", a.ini,
+             plus_a, b.ini, plus_b, plus_a, plus_b);
+    EXPECT_INT(system(cp), 0, "%s", cp);
+    snprintf(cmd, sizeof cmd, "%s --reshard '%s/p' -c '%s' --to '%s'", psd,
+             b.dir, plus_a, plus_b);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "reshard with a table added: %s", o);
+    EXPECT_SUBSTR(o, "psd --reshard moves the tables as they are; to add or "
+                  "remove one, start the nodes once with the new tables",
+                  "refused, saying how");
+    free(o);
     /* The same nodes at the same addresses (another data_dir): clients
      * would take the moved cluster for the old one and send again pushes
      * it applied (it was taken, and a retransmission applied twice). */
