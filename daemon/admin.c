@@ -292,16 +292,14 @@ static void put_init(tbuf *b, const psd_init_params *ip)
 }
 
 /* `"service_us": {"push": {"count": N, "p50": ...}, ...}` of the
- * histograms hist(ctx, k, h) gives for each kind k: the node's own, or
- * those of the rates' window. `head` opens the object. */
+ * histograms hs, one per kind: the node's own, or those of the rates'
+ * window. `head` opens the object. */
 static void put_service_json(tbuf *b, const char *head,
-                             void (*hist)(void *ctx, int k, uint64_t *h),
-                             void *ctx)
+                             const uint64_t (*hs)[PSW_HIST_N])
 {
     put(b, "%s", head);
     for (int k = 0; k < PSD_LAT_KINDS; k++) {
-        uint64_t h[PSW_HIST_N];
-        hist(ctx, k, h);
+        const uint64_t *h = hs[k];
         put(b, "%s\"%s\": {\"count\": %llu, \"p50\": %.1f, \"p90\": "
             "%.1f, \"p99\": %.1f, \"max\": %.1f}", k ? ", " : "",
             lat_names[k], (unsigned long long)hist_count(h),
@@ -365,24 +363,6 @@ static void put_buckets(tbuf *b, const char *name, int node, int k,
         lat_names[k], (unsigned long long)all);
 }
 
-/* put_service_json's sources: the node's histograms, and the window's. */
-static void life_hist(void *ctx, int k, uint64_t *h)
-{
-    const psd_admin *a = ctx;
-    memcpy(h, a->node->latency[k], sizeof a->node->latency[k]);
-}
-
-typedef struct window_src {
-    const psd_admin *a;
-    const rates *r;
-} window_src;
-
-static void recent_hist(void *ctx, int k, uint64_t *h)
-{
-    const window_src *w = ctx;
-    window_hist(w->a, w->r, k, h);
-}
-
 static void stats_json(psd_admin *a, const rates *r, tbuf *b)
 {
     psd_node *n = a->node;
@@ -433,14 +413,17 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         "\"keys_pulled\": %.1f, \"errors\": %.1f},\n", r->secs,
         rate(r, C_REQUESTS), rate(r, C_PUSHES), rate(r, C_PULLS),
         rate(r, C_KEYS_PUSHED), rate(r, C_KEYS_PULLED), rate(r, C_ERRORS));
-    put_service_json(b, " \"service_us\": {", life_hist, a);
+    put_service_json(b, " \"service_us\": {",
+                     (const uint64_t (*)[PSW_HIST_N])n->latency);
     /* The same over the rates' window (zeros for a kind without a
      * request in it). */
     char head[64];
     snprintf(head, sizeof head, " \"service_us_recent\": {\"window_s\": "
              "%.1f, ", r->secs);
-    window_src ws = { a, r };
-    put_service_json(b, head, recent_hist, &ws);
+    uint64_t recent[PSD_LAT_KINDS][PSW_HIST_N];
+    for (int k = 0; k < PSD_LAT_KINDS; k++)
+        window_hist(a, r, k, recent[k]);
+    put_service_json(b, head, (const uint64_t (*)[PSW_HIST_N])recent);
     put(b, " \"tables\": [");
     for (int i = 0; i < n->ntables; i++) {
         const psd_table *t = n->tables[i];

@@ -599,38 +599,33 @@ static void push_again_cb(ps_ts ts, int status, void *arg)
         atomic_fetch_add(&retry.other, 1);
 }
 
+/* The child: 4 chains of pushes, then ps_close_now; 0 when each chain
+ * ended at one refused push. Its alarm ends a close that hangs. */
+static int close_now_with_retrying_callbacks(void *arg)
+{
+    (void)arg;
+    alarm(20);
+    retry.c = open_or_fail(shared.spec);
+    retry.t = table_id(retry.c, "counts");
+    uint64_t key = 737373;
+    float one = 1;
+    for (int i = 0; i < 4; i++)
+        if (ps_push(retry.c, retry.t, &key, 1, &one, push_again_cb, NULL) <= 0)
+            return 2;
+    while (atomic_load(&retry.runs) < 100)
+        usleep(1000);
+    ps_close_now(retry.c);
+    return atomic_load(&retry.refused) == 4 && atomic_load(&retry.other) == 0
+               ? 0 : 3;
+}
+
 static void close_now_ends_when_callbacks_push_again(void **state)
 {
     (void)state;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        alarm(20);
-        retry.c = open_or_fail(shared.spec);
-        retry.t = table_id(retry.c, "counts");
-        uint64_t key = 737373;
-        float one = 1;
-        for (int i = 0; i < 4; i++)
-            if (ps_push(retry.c, retry.t, &key, 1, &one, push_again_cb,
-                        NULL) <= 0)
-                _exit(2);
-        while (atomic_load(&retry.runs) < 100)
-            usleep(1000);
-        ps_close_now(retry.c);
-        /* Each of the 4 chains ends at a refused push. */
-        _exit(atomic_load(&retry.refused) == 4 &&
-                      atomic_load(&retry.other) == 0
-                  ? 0
-                  : 3);
-    }
-    assert_true(pid > 0);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    if (WIFSIGNALED(st))
-        fail_msg("ps_close_now did not return (signal %d)", WTERMSIG(st));
-    EXPECT_INT(WEXITSTATUS(st), 0, "the child's verdict (3: not each chain "
-               "refused once)");
+    int st = reap(spawn(close_now_with_retrying_callbacks, NULL));
+    if (st == 128 + SIGALRM)
+        fail_msg("ps_close_now did not return");
+    EXPECT_INT(st, 0, "the child's verdict (3: not each chain refused once)");
 }
 
 /* fork() copies a client but not its I/O thread. In the child, a push
