@@ -660,22 +660,55 @@ static int is_worker(ps_client *c, const char *what)
  * call failed with. A call that failed (a timeout, a lost node) may have
  * been taken by some nodes; the same number again is taken by the others
  * and answered by those when they reach it, where the next number would
- * put this worker one clock (or barrier) ahead of the others for good. */
+ * put this worker one clock (or barrier) ahead of the others for good.
+ * One that gave up waiting after timeout_ms (PS_PENDING) is still under
+ * way: the next call waits for its request rather than send another. */
 static int sync_call(ps_client *c, int op, int node, uint64_t *count,
-                     uint64_t *failed)
+                     uint64_t *failed, ps_ts *pending, uint64_t *since,
+                     int timeout_ms)
 {
     /* Before the count moves: submit would refuse it after. */
     if (forked(c, op == PSW_OP_CLOCK ? "ps_clock" : "ps_barrier"))
         return PS_ECLOSED;
+    ps_ts ts = *pending;
     uint64_t next = __atomic_load_n(failed, __ATOMIC_RELAXED);
-    if (!next)
-        next = __atomic_add_fetch(count, 1, __ATOMIC_RELAXED);
-    int rc = control(c, op, node, next);
-    __atomic_store_n(failed, rc == PS_OK ? 0 : next, __ATOMIC_RELAXED);
+    if (!ts) {
+        if (!next)
+            next = __atomic_add_fetch(count, 1, __ATOMIC_RELAXED);
+        psc_req *r;
+        int rc = psc_req_control(c->cluster.nnodes, node, op, next, &r);
+        if (rc) {
+            psc_set_error(c, "out of memory");
+            __atomic_store_n(failed, next, __ATOMIC_RELAXED);
+            return rc;
+        }
+        *since = uv_hrtime();
+        ts = submit(c, r, NULL, NULL);
+        if (ts < 0) {
+            __atomic_store_n(failed, next, __ATOMIC_RELAXED);
+            return (int)ts;
+        }
+        /* Named again by a call after a failure, as after PS_PENDING. */
+        __atomic_store_n(failed, next, __ATOMIC_RELAXED);
+    }
+    int rc = ps_wait_timeout(c, ts, timeout_ms);
+    if (rc == PS_PENDING) {
+        *pending = ts;
+        return rc;
+    }
+    *pending = 0;
+    psc_add_shared(&c->stats.sync_wait_ns, uv_hrtime() - *since);
+    if (rc == PS_OK)
+        __atomic_store_n(failed, 0, __ATOMIC_RELAXED);
     return rc;
 }
 
 int ps_clock(ps_client *c)
+{
+    return ps_clock_timeout(c, -1);
+}
+
+int ps_clock_timeout(ps_client *c, int timeout_ms)
 {
     if (!c)
         return PS_EINVAL;
@@ -686,7 +719,8 @@ int ps_clock(ps_client *c)
                       "async tables have no clocks");
         return PS_EINVAL;
     }
-    return sync_call(c, PSW_OP_CLOCK, -1, &c->clock, &c->clock_failed);
+    return sync_call(c, PSW_OP_CLOCK, -1, &c->clock, &c->clock_failed,
+                     &c->clock_pending, &c->clock_since, timeout_ms);
 }
 
 int ps_position(ps_client *c, uint64_t *clock, uint64_t *barrier)
@@ -824,10 +858,16 @@ int ps_stats_format(const ps_stats_t *s, char *buf, size_t len)
 
 int ps_barrier(ps_client *c)
 {
+    return ps_barrier_timeout(c, -1);
+}
+
+int ps_barrier_timeout(ps_client *c, int timeout_ms)
+{
     if (!c)
         return PS_EINVAL;
     if (!is_worker(c, "ps_barrier") || from_callback(c, "ps_barrier"))
         return PS_EINVAL;
     /* node 0 keeps barriers */
-    return sync_call(c, PSW_OP_BARRIER, 0, &c->barrier, &c->barrier_failed);
+    return sync_call(c, PSW_OP_BARRIER, 0, &c->barrier, &c->barrier_failed,
+                     &c->barrier_pending, &c->barrier_since, timeout_ms);
 }

@@ -55,6 +55,13 @@ struct ps_client {
     uint64_t clock_failed;       /* the number the last ps_clock failed
                                     with, named again by the next; 0 */
     uint64_t barrier_failed;     /* the same for ps_barrier (atomics) */
+    ps_ts clock_pending;         /* a ps_clock_timeout that returned
+                                    PS_PENDING: its request, waited for
+                                    by the next call instead of a new
+                                    one; 0 */
+    ps_ts barrier_pending;       /* the same for ps_barrier_timeout */
+    uint64_t clock_since;        /* uv_hrtime when the pending one was */
+    uint64_t barrier_since;      /* sent: for sync_wait_us */
 };
 
 /* Records the detail of a failure for ps_last_error on this thread. */

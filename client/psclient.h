@@ -33,7 +33,7 @@ extern "C" {
  * and psctl print them for --version. */
 #define PS_VERSION_MAJOR 0
 #define PS_VERSION_MINOR 3
-#define PS_VERSION_PATCH 1
+#define PS_VERSION_PATCH 2
 
 typedef struct ps_client ps_client;  /* opaque */
 typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E* code */
@@ -329,6 +329,15 @@ PS_API int ps_wait_all_timeout(ps_client *c, int timeout_ms);
  * and which one a failure is retried as is then not defined). */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
+/* ps_clock and ps_barrier that give up waiting after timeout_ms
+ * milliseconds (0: only look; < 0: no limit, as ps_clock and ps_barrier)
+ * and then return PS_PENDING: the clock (or barrier) is still under way,
+ * and the next ps_clock or ps_clock_timeout (ps_barrier...) waits for it
+ * instead of sending another, returning once it is done. A trainer waits
+ * in slices so that it can be interrupted (the Python binding's Ctrl-C)
+ * or do other work meanwhile; sync_timeout_ms still bounds the whole. */
+PS_API int ps_clock_timeout(ps_client *c, int timeout_ms);
+PS_API int ps_barrier_timeout(ps_client *c, int timeout_ms);
 
 /* Where this worker stands: the numbers of its last ps_clock and
  * ps_barrier (one that failed counts: the next call retries its number),

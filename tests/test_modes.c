@@ -526,6 +526,67 @@ static void barrier_wait_log_names_who_has_not_entered(void **state)
                  "worker 2 alone", got);
 }
 
+/* ps_clock_timeout and ps_barrier_timeout give up waiting with
+ * PS_PENDING, and the next call waits for the same clock (barrier)
+ * instead of sending another: the Python binding waits so, in slices,
+ * for Ctrl-C. Counting a second clock would put worker 0 one iteration
+ * ahead of worker 1 for good, its pushes summed into the wrong one. */
+static void clock_and_barrier_wait_in_slices(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n",
+                                      BSP_TABLES), 0);
+    ps_client *w0 = open_worker(cl.spec, 0), *w1 = open_worker(cl.spec, 1);
+    ps_client *r = open_worker(cl.spec, -1);
+    assert_non_null(w0);
+    assert_non_null(w1);
+    assert_non_null(r);
+    int sgd = ps_table(w0, "sgd", NULL);
+    float one = 1, two = 2, got[2] = { 0 }, want = -3;
+    for (int round = 1; round <= 2; round++) {
+        assert_true(ps_wait(w0, ps_push_range(w0, sgd, 5, 1, (float[]){ one,
+                                              one }, NULL, NULL)) == 0);
+        assert_int_equal(ps_clock_timeout(w0, 50), PS_PENDING);
+        assert_int_equal(ps_clock_timeout(w0, 0), PS_PENDING);
+        assert_int_equal(ps_clock_timeout(w0, 20), PS_PENDING);
+        uint64_t k = 0, b = 0;
+        assert_int_equal(ps_position(w0, &k, &b), 0);
+        assert_int_equal((int)k, round);
+        /* Nothing applied before worker 1's clock. */
+        assert_int_equal(ps_wait(r, ps_pull_range(r, sgd, 5, 1, got, NULL,
+                                                  NULL)), 0);
+        assert_true(got[0] == want + 3);
+        assert_true(ps_wait(w1, ps_push_range(w1, sgd, 5, 1, (float[]){ two,
+                                              two }, NULL, NULL)) == 0);
+        assert_int_equal(ps_clock(w1), 0);
+        assert_int_equal(ps_clock_timeout(w0, 10000), 0);
+        assert_int_equal(ps_position(w0, &k, &b), 0);
+        assert_int_equal((int)k, round);
+        assert_int_equal(ps_wait(r, ps_pull_range(r, sgd, 5, 1, got, NULL,
+                                                  NULL)), 0);
+        if (got[0] != want || got[1] != want)
+            fail_msg("round %d: row 5 is %g %g, want %g (both workers' "
+                     "gradients applied once)", round, got[0], got[1], want);
+        want -= 3;
+
+        assert_int_equal(ps_barrier_timeout(w1, 30), PS_PENDING);
+        assert_int_equal(ps_barrier_timeout(w1, 0), PS_PENDING);
+        assert_int_equal(ps_position(w1, &k, &b), 0);
+        assert_int_equal((int)b, round);
+        assert_int_equal(ps_barrier_timeout(w0, -1), 0);
+        assert_int_equal(ps_barrier(w1), 0);
+        assert_int_equal(ps_position(w1, &k, &b), 0);
+        assert_int_equal((int)b, round);
+    }
+    assert_int_equal(ps_clock_timeout(r, 10), PS_EINVAL);
+    assert_int_equal(ps_barrier_timeout(r, 10), PS_EINVAL);
+    assert_non_null(strstr(ps_last_error(r), "not a worker"));
+    ps_close(r);
+    ps_close(w1);
+    ps_close(w0);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 static void misuse_gets_clear_errors(void **state)
 {
     (void)state;
@@ -2370,6 +2431,7 @@ int main(void)
         cmocka_unit_test(barrier_returns_only_when_every_worker_arrived),
         cmocka_unit_test(barrier_wait_log_names_who_has_not_entered),
         cmocka_unit_test(worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock),
+        cmocka_unit_test(clock_and_barrier_wait_in_slices),
         cmocka_unit_test(misuse_gets_clear_errors),
         cmocka_unit_test(a_replacement_tries_once_more_before_its_open_gives_up),
         cmocka_unit_test(a_forked_workers_clock_is_refused_before_it_counts),

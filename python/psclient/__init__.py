@@ -845,8 +845,8 @@ class Client:
         raised again once closed (ps_close_now). A request held by a
         stopped node or a slow bsp/ssp peer would keep a waiting close
         for up to sync_timeout_ms. Calls of other threads that wait for a
-        request end too, with ClosedError, within 0.1 s; their clock() and
-        barrier() are waited for (they cannot be interrupted). Leaving a
+        request, a clock() or a barrier() end too, with ClosedError, within
+        0.1 s. Leaving a
         ``with`` block by Ctrl-C closes so, as does ``__del__`` after
         Ctrl-C cut one of the client's waits short. Otherwise ``__del__``
         (a client dropped, or still open when the interpreter exits)
@@ -1202,15 +1202,6 @@ class Client:
         finally:
             self._release()
 
-    def _simple(self, fn) -> None:
-        h = self._acquire()
-        try:
-            st = fn(h)
-            if st != PS_OK:
-                raise self._fail(h, st)
-        finally:
-            self._release()
-
     def table(self, name: str) -> Table:
         """The table called ``name``; raises TableError if the cluster has
         none."""
@@ -1320,12 +1311,23 @@ class Client:
     def clock(self) -> None:
         """This worker finished its current iteration (ps_clock). On a
         cluster with bsp tables it returns once every live worker has, and
-        the iteration's pushes were applied. Workers only. Unlike waits
-        for requests, it cannot be interrupted (Ctrl-C is seen once it
-        returns): it blocks at most sync_timeout_ms, then raises
-        TimeoutError."""
-        self._simple(_LIB.ps_clock)
+        the iteration's pushes were applied. Workers only. It blocks at
+        most sync_timeout_ms, then raises TimeoutError. Ctrl-C ends the
+        wait as it does a request's (KeyboardInterrupt): the clock is still
+        under way, and the next clock() waits for that one rather than
+        count another."""
+        self._sync(_LIB.ps_clock_timeout)
         self._say_skipped()
+
+    def _sync(self, fn) -> None:
+        """ps_clock_timeout or ps_barrier_timeout, in slices (_sliced)."""
+        h = self._acquire()
+        try:
+            st = self._sliced(lambda: fn(h, _WAIT_SLICE_MS))
+            if st != PS_OK:
+                raise self._fail(h, st)
+        finally:
+            self._release()
 
     def _skipped(self) -> int:
         """clocks_skipped + barriers_skipped, read without the whole
@@ -1356,9 +1358,10 @@ class Client:
 
     def barrier(self) -> None:
         """Returns once every live worker has called barrier() as often
-        (ps_barrier). Workers only. Like clock(), it cannot be interrupted
-        and blocks at most sync_timeout_ms."""
-        self._simple(_LIB.ps_barrier)
+        (ps_barrier). Workers only. Like clock(), it blocks at most
+        sync_timeout_ms, and after Ctrl-C the next barrier() waits for the
+        one cut short."""
+        self._sync(_LIB.ps_barrier_timeout)
         self._say_skipped()
 
     def position(self) -> Tuple[int, int]:

@@ -900,6 +900,51 @@ def test_bsp_clock_applies_each_iteration_once_and_barrier_joins(make_cluster):
         np.testing.assert_array_equal(t.pull(k), np.full((3, 2), 9))
 
 
+@pytest.mark.parametrize("call", ["clock", "barrier"])
+def test_ctrl_c_interrupts_a_clock_or_barrier_and_the_next_call_finishes_it(
+        make_cluster, call):
+    """clock() and barrier() blocked in the library, where no signal
+    handler runs, until every worker came or sync_timeout_ms (10 min by
+    default) passed: Ctrl-C did nothing meanwhile. They wait in slices now
+    (ps_clock_timeout, ps_barrier_timeout); the one cut short stays under
+    way, and the next call waits for it: it counts no second clock, and
+    the iteration's pushes are applied once."""
+    cl = make_cluster(BSP, cluster_lines="workers = 2\n")
+    k = keys_of(1, 2, 3)
+    with psclient.connect(cl.spec, worker=0, sync_timeout_ms=60000) as w0, \
+            psclient.connect(cl.spec, worker=1, sync_timeout_ms=60000) as w1:
+        t0, t1 = w0.table("bsp"), w1.table("bsp")
+        t0.push(k, np.ones((3, 2), F32))
+        old = signal.signal(signal.SIGALRM, _raise_interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            began = time.monotonic()
+            with pytest.raises(_Interrupt):
+                getattr(w0, call)()              # worker 1 is not there
+            assert time.monotonic() - began < 5
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        at = (1, 0) if call == "clock" else (0, 1)
+        assert w0.position() == at
+        t1.push(k, np.full((3, 2), 2, F32))
+        with ThreadPoolExecutor(1) as ex:
+            other = ex.submit(getattr(w1, call))
+            getattr(w0, call)()                  # finishes the one cut short
+            other.result(timeout=60)
+        assert w0.position() == at and w1.position() == at
+        if call == "clock":
+            np.testing.assert_array_equal(t0.pull(k), np.full((3, 2), 3))
+        # Both go on in step.
+        with ThreadPoolExecutor(1) as ex:
+            other = ex.submit(getattr(w1, call))
+            getattr(w0, call)()
+            other.result(timeout=60)
+        assert w0.position() == tuple(2 * x for x in at)
+        if call == "clock":
+            np.testing.assert_array_equal(t0.pull(k), np.full((3, 2), 3))
+
+
 ADAGRAD = """
 [table.steps]
 kind = sparse
