@@ -41,7 +41,8 @@ int psd_updater_params_list(const psd_updater_params *p, const char **names,
  *         sigma = (sqrt(n + g^2) - sqrt(n)) / alpha; z += g - sigma w;
  *         n += g^2; w = |z| <= l1 ? 0
  *                       : -(z - sgn(z) l1) / ((beta + sqrt(n)) / alpha + l2)
- *         (and w = 0 when that divisor is 0: beta = l2 = 0 and n = 0) */
+ *         (and w = 0 when that divisor is 0: beta = l2 = 0 and n = 0;
+ *         TensorFlow's Ftrl adds 2 l2 there, conf/psd.ini says so) */
 void psd_update_row(const psd_updater_params *p, float *w, float *state,
                     uint32_t *step, const psd_ufloat *g, uint32_t dim);
 
