@@ -749,6 +749,14 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
                  "initial values", d->dir);
     if (tm.map)
         log_new_tables(n, &tm);
+    /* A name that matched nothing is most likely a typo'd one: the table
+     * meant, if the snapshot holds it, refuses the start by itself. */
+    for (int i = 0; i < opts->ndrop; i++)
+        if (!(tm.drop_used >> i & 1))
+            psd_warn("--drop-table %s: %s: nothing dropped for it",
+                     opts->drop[i], rc == 0 ? "the snapshot holds no table "
+                     "of that name" : d->skip ? "--skip-snapshot reads no "
+                     "snapshot" : "there is no snapshot");
     /* Segments before the snapshot's are covered by it (a crash may have
      * come between its rename and their removal). */
     if (rc == 0)

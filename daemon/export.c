@@ -136,6 +136,8 @@ typedef struct node_out {
     uint64_t records;            /* journal records replayed */
     int64_t *rows;               /* per table of the ini */
     int cleared;                 /* its earlier files removed: writing */
+    uint64_t drop_used;          /* the --drop-table names its snapshot had
+                                    (psd_snap_tables) */
 } node_out;
 
 /* DIR/export.nodeN.json: node i's files, so that the exports of nodes
@@ -295,6 +297,7 @@ static int export_node(const char *ini, int i, const char *const *drop,
     psd_snap_tables tm = { .drop = drop, .ndrop = ndrop };
     int rc = psd_snapshot_load(&n, dir, 0, &o->si, &tm, err, errlen);
     o->has_snapshot = rc == 0;
+    o->drop_used = tm.drop_used;
     if (rc == 1 && psd_journal_first(dir, i) == 0) {
         psd_node_destroy(&n);
         return 1;
@@ -408,6 +411,11 @@ int psd_export(const char *ini, int only, const char *const *drop,
                 fprintf(stderr, "psd --export: node %d: table '%s' is in %s "
                         "but not in its snapshot (added since): not "
                         "exported\n", i, cfg.tables[j].name, ini);
+        for (int k = 0; no->has_snapshot && k < ndrop; k++)
+            if (!(no->drop_used >> k & 1))
+                fprintf(stderr, "psd --export: node %d: --drop-table %s: its "
+                        "snapshot holds no table of that name: nothing "
+                        "dropped for it\n", i, drop[k]);
         if (no->has_snapshot)
             fprintf(stderr, "psd --export: node %d: snapshot %llu of %s and "
                     "%llu journal records after it\n", i,

@@ -433,6 +433,11 @@ int main(int argc, char **argv)
                        "new tables when it starts\n", path, i,
                        si.ntables - (uint32_t)tm.dropped, tm.added,
                        tm.dropped);
+            for (int k = 0; rc == 0 && k < ndrop; k++)
+                if (!(tm.drop_used >> k & 1))
+                    printf("%s: --drop-table %s: node %d's snapshot holds no "
+                           "table of that name: nothing dropped for it\n",
+                           path, drop[k], i);
             free(tm.map);
             if (rc < 0) {
                 /* Not always the ini: a snapshot may be missing or

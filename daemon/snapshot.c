@@ -505,11 +505,14 @@ static int conf_index(const psd_config *cfg, const char *name)
     return -1;
 }
 
-static int is_dropped(const psd_snap_tables *tm, const char *name)
+/* Whether name is one of --drop-table's, marking it used. */
+static int is_dropped(psd_snap_tables *tm, const char *name)
 {
-    for (int i = 0; i < tm->ndrop; i++)
-        if (!strcmp(tm->drop[i], name))
+    for (int i = 0; i < tm->ndrop && i < 64; i++)
+        if (!strcmp(tm->drop[i], name)) {
+            tm->drop_used |= (uint64_t)1 << i;
             return 1;
+        }
     return 0;
 }
 
@@ -576,8 +579,10 @@ static int read_sections(reader *r, const header *hd, const target *g,
      * config: --drop-table ...", "its updater changed"). */
     int written_here = hd->shape == psd_config_shape(cfg) &&
                        nt == (uint32_t)cfg->ntables;
-    if (g->tm)
+    if (g->tm) {
         g->tm->added_names[0] = g->tm->dropped_names[0] = '\0';
+        g->tm->drop_used = 0;
+    }
     for (;;) {
         *at = r->off;
         r->crc = 0;

@@ -35,7 +35,9 @@ typedef struct psd_snap_info {
  * docs/durability.md, "Adding, removing and reordering tables". */
 typedef struct psd_snap_tables {
     const char *const *drop;     /* in: names, not owned */
-    int ndrop;
+    int ndrop;                   /* at most 64 */
+    uint64_t drop_used;          /* out: bit i set when drop[i] named a
+                                    table of the snapshot */
     /* out: the snapshot's table i is the config's map[i], or -1 when it
      * was dropped; nmap entries. NULL when the tables are the config's,
      * in its order. malloc'd: the caller frees it. */

@@ -2509,6 +2509,20 @@ static void test_tables_added_moved_or_dropped_keep_the_others_rows(
     EXPECT_INT(ps_table(cl, "emb", NULL) < 0, 1, "emb is gone");
     ps_close(cl);
     expect_count(c.spec, a1 + a2 + a3, "after emb was dropped");
+    /* A name no snapshot table has (a typo) is said, not passed over. */
+    expect_psd_check(&c, 0, "--drop-table embb", 0, "--drop-table embb: "
+                     "node 0's snapshot holds no table of that name: nothing "
+                     "dropped for it");
+    if (cluster_restart_with(&c, 0, "--drop-table=embb"))
+        fail_msg("--drop-table=embb: psd did not start");
+    char *typo_log = cluster_log(&c, 0);
+    int said = typo_log && strstr(typo_log, "--drop-table embb: the "
+                                  "snapshot holds no table of that name: "
+                                  "nothing dropped for it");
+    free(typo_log);
+    EXPECT_INT(said, 1, "the start names the --drop-table that "
+               "dropped nothing");
+    expect_count(c.spec, a1 + a2 + a3, "after the restart");
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
