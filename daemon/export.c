@@ -138,6 +138,8 @@ typedef struct node_out {
     int cleared;                 /* its earlier files removed: writing */
     uint64_t drop_used;          /* the --drop-table names its snapshot had
                                     (psd_snap_tables) */
+    uint64_t *pending;           /* per table of the ini: rows of a bsp
+                                    clock's sums not applied yet */
 } node_out;
 
 /* DIR/export.nodeN.json: node i's files, so that the exports of nodes
@@ -340,6 +342,7 @@ static int export_node(const char *ini, int i, const char *const *drop,
             continue;
         rc = export_table(n.tables[j], out_dir, i, &count, err, errlen);
         o->rows[j] = (int64_t)count;
+        o->pending[j] = psd_table_pending(n.tables[j]);
     }
     if (rc == 0)
         rc = write_manifest(out_dir, ini, &n.cfg, i, o, err, errlen);
@@ -364,7 +367,8 @@ int psd_export(const char *ini, int only, const char *const *drop,
     }
     node_out *no = calloc(1, sizeof *no);
     int64_t *rows = calloc((size_t)cfg.ntables + 1, sizeof *rows);
-    int status = !no || !rows, exported = 0;
+    uint64_t *pending = calloc((size_t)cfg.ntables + 1, sizeof *pending);
+    int status = !no || !rows || !pending, exported = 0;
     if (status)
         fprintf(stderr, "psd --export: out of memory\n");
     /* A whole export replaces every node's earlier files before it writes
@@ -383,7 +387,9 @@ int psd_export(const char *ini, int only, const char *const *drop,
         int rc = 2;
         for (int tries = 0; rc == 2 && tries < 5; tries++) {
             memset(no, 0, sizeof *no);
+            memset(pending, 0, ((size_t)cfg.ntables + 1) * sizeof *pending);
             no->rows = rows;
+            no->pending = pending;
             rc = export_node(ini, i, drop, ndrop, out_dir, no, cfg.ntables,
                              err, sizeof err);
             if (rc == 2)
@@ -406,6 +412,16 @@ int psd_export(const char *ini, int only, const char *const *drop,
             break;
         }
         exported++;
+        /* README says so too; here the rows it leaves out are counted. */
+        for (int j = 0; j < cfg.ntables; j++)
+            if (pending[j])
+                fprintf(stderr, "psd --export: node %d: table '%s' (bsp) "
+                        "holds the sums of %llu row%s of a clock not ended: "
+                        "not in the export (psctl end-job on the running "
+                        "nodes applies them once the job's workers are gone; "
+                        "export after it)\n", i, cfg.tables[j].name,
+                        (unsigned long long)pending[j],
+                        pending[j] == 1 ? "" : "s");
         for (int j = 0; j < cfg.ntables; j++)
             if (rows[j] < 0)
                 fprintf(stderr, "psd --export: node %d: table '%s' is in %s "
@@ -464,6 +480,7 @@ int psd_export(const char *ini, int only, const char *const *drop,
             (void)rmdir(out_dir);
     }
     free(rows);
+    free(pending);
     free(no);
     psd_config_destroy(&cfg);
     return status;

@@ -1041,6 +1041,39 @@ static void test_export_beside_a_live_snapshot_node_says_how_old(
     cluster_stop(&c);
 }
 
+/* A bsp table's sums of a clock not ended are not in an export (the
+ * README says so): the export counts the rows it leaves out. */
+static void test_export_counts_the_bsp_sums_it_leaves_out(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 2\n", SERVER
+                         "[table.b]\ndim = 1\nconsistency = bsp\n"))
+        fail_msg("cluster did not start");
+    ps_options o = client_options();
+    o.worker = 0;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    uint64_t keys[3] = { 1, 2, 3 };
+    float g[3] = { 1, 2, 3 };
+    EXPECT_INT(ps_wait(cl, ps_push(cl, 0, keys, 3, g, NULL, NULL)), PS_OK,
+               "push");
+    ps_close(cl);                /* worker 1 never came: the clock is open */
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s --export '%s/model' -c '%s'", psd, c.dir,
+             c.ini);
+    int st;
+    char *out = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "%s: %s", cmd, out);
+    EXPECT_SUBSTR(out, "node 0: table 'b' (bsp) holds the sums of 3 rows of "
+                  "a clock not ended: not in the export (psctl end-job",
+                  "the export");
+    free(out);
+    cluster_stop(&c);
+}
+
 /* psd --export writes each node's rows, as a restart would load them
  * (snapshot, then the journal after it) but reading only, as .npy files
  * with headers numpy reads (tests/python reads them with numpy itself):
@@ -3018,6 +3051,7 @@ int main(void)
         cmocka_unit_test(test_reshard_moves_the_model_onto_another_node_count),
         cmocka_unit_test(test_import_starts_a_cluster_from_npy_files),
         cmocka_unit_test(test_export_beside_a_live_snapshot_node_says_how_old),
+        cmocka_unit_test(test_export_counts_the_bsp_sums_it_leaves_out),
         cmocka_unit_test(
             test_fsync_always_without_a_free_descriptor_acks_pushes),
         cmocka_unit_test(test_a_damaged_snapshot_stops_psd_until_skipped),
