@@ -805,15 +805,37 @@ static void requeue_in_flight(nconn *nc, uint64_t now, int status)
 /* Takes a lookup's addresses for nc's next attempts. The address in use
  * stays first choice while the name still has it, so that a reconnection
  * does not go through the dead ones again. */
-static void take_addrs(nconn *nc, const struct addrinfo *res)
+/* Whether sa is an IPv6 link-local address (fe80::/10): without the
+ * zone (interface) it is on, which node addresses do not take, nothing
+ * can connect to it ("invalid argument"). */
+static int link_local(const struct sockaddr *sa)
+{
+    struct sockaddr_in6 a6;
+    if (sa->sa_family != AF_INET6)
+        return 0;
+    memcpy(&a6, sa, sizeof a6);
+    return IN6_IS_ADDR_LINKLOCAL(&a6.sin6_addr);
+}
+
+/* Takes the addresses of res that can be connected to, keeping the one
+ * in use when it is among them. An answer with none (only link-local
+ * ones) leaves nc's as they were. Returns how many were link-local. */
+static int take_addrs(nconn *nc, const struct addrinfo *res)
 {
     struct sockaddr_storage cur = nc->sa[nc->sa_i];
-    int had = nc->nsa > 0;
+    int had = nc->nsa > 0, usable = 0, local = 0;
+    for (const struct addrinfo *a = res; a; a = a->ai_next) {
+        local += link_local(a->ai_addr);
+        usable += !link_local(a->ai_addr) &&
+                  a->ai_addrlen <= sizeof nc->sa[0];
+    }
+    if (!usable)
+        return local;
     nc->nsa = 0;
     nc->sa_i = 0;
     for (const struct addrinfo *a = res; a && nc->nsa < ADDRS_MAX;
          a = a->ai_next) {
-        if (a->ai_addrlen > sizeof nc->sa[0])
+        if (a->ai_addrlen > sizeof nc->sa[0] || link_local(a->ai_addr))
             continue;
         memset(&nc->sa[nc->nsa], 0, sizeof nc->sa[0]);
         memcpy(&nc->sa[nc->nsa], a->ai_addr, a->ai_addrlen);
@@ -821,6 +843,7 @@ static void take_addrs(nconn *nc, const struct addrinfo *res)
             nc->sa_i = nc->nsa;
         nc->nsa++;
     }
+    return local;
 }
 
 static void on_resolved(uv_getaddrinfo_t *req, int status,
@@ -1146,18 +1169,24 @@ static void nc_connect(nconn *nc)
                                                                  : "%s:%s",
                  a->host, a->port);
         /* Seeds may be host names; resolving blocks only ps_open. */
-        int g = getaddrinfo(a->host, a->port, &hints, &res);
+        int g = getaddrinfo(a->host, a->port, &hints, &res), local = 0;
         nc->nsa = 0;
         if (!g && res)
-            take_addrs(nc, res);
+            local = take_addrs(nc, res);
         if (res)
             freeaddrinfo(res);
         if (g || !nc->nsa) {
             nc->reached = 0;
             nc->state = NC_CONNECTING;       /* so nc_drop closes it */
             uv_tcp_init(&io->loop, &nc->tcp);
-            nc_drop(nc, PS_ECONN, "cannot resolve %s: %s", nc->name,
-                    g ? gai_strerror(g) : "no address");
+            if (!g && local)
+                nc_drop(nc, PS_ECONN, "%s resolves only to link-local IPv6 "
+                        "addresses (fe80::/10), which need a zone, not "
+                        "taken in node addresses: use a name or address of "
+                        "a global or fd00::/8 one", nc->name);
+            else
+                nc_drop(nc, PS_ECONN, "cannot resolve %s: %s", nc->name,
+                        g ? gai_strerror(g) : "no address");
             return;
         }
     }
@@ -1288,10 +1317,16 @@ static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
         return -1;
     }
     nc->nsa = 0;
-    take_addrs(nc, res);
+    int local = take_addrs(nc, res);
     freeaddrinfo(res);
     if (!nc->nsa) {
-        snprintf(why, whylen, "cannot resolve it: no usable address");
+        if (local)
+            snprintf(why, whylen, "it resolves only to link-local IPv6 "
+                     "addresses (fe80::/10), which need a zone, not taken "
+                     "in node addresses: use a name or address of a global "
+                     "or fd00::/8 one");
+        else
+            snprintf(why, whylen, "cannot resolve it: no usable address");
         return -1;
     }
     return 0;
@@ -1437,6 +1472,17 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     if (io->nodes) {
         /* Every node must describe the same cluster, and be the node we
          * meant to reach. */
+        if (l.epoch == c->cluster.epoch && l.node_index != nc->node) {
+            /* The same layout: another node of it answers here. */
+            nc->fatal = PS_EPROTO;
+            nc_drop(nc, PS_EPROTO, "%s is answered by node %d of this "
+                    "cluster, where the nodes list puts node %d: two "
+                    "entries of the list reach the same psd (one address "
+                    "written two ways, or a name resolving to another "
+                    "node's address?)", nc->name, l.node_index, nc->node);
+            psw_cluster_free(&l);
+            return;
+        }
         if (l.epoch != c->cluster.epoch || l.node_index != nc->node) {
             nc->fatal = PS_EPROTO;
             nc_drop(nc, PS_EPROTO, "%s describes a different cluster layout "

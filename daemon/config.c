@@ -801,35 +801,19 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t,
     return 0;
 }
 
-/* The address a listener bound to a takes, for comparing binds: an
- * IPv4-mapped IPv6 address ([::ffff:a.b.c.d]) takes the IPv4 address it
- * maps. *v4 says whether that is IPv4. */
-static const char *bind_host(const psw_addr *a, int *v4)
-{
-    static const char mapped[] = "::ffff:";
-    *v4 = a->kind == PSW_HOST_IPV4;
-    if (a->kind == PSW_HOST_IPV6 &&
-        strncasecmp(a->host, mapped, sizeof mapped - 1) == 0 &&
-        strchr(a->host + sizeof mapped - 1, '.')) {
-        *v4 = 1;
-        return a->host + sizeof mapped - 1;
-    }
-    return a->host;
-}
-
 /* How two listeners on one host, bound as psd binds them (libuv:
  * SO_REUSEADDR, and IPV6_V6ONLY off whatever net.ipv6.bindv6only says),
  * could not both listen. Linux refuses a second listener on the same
  * address and port, one beside [::]:P on any address, IPv4 included, and
- * one beside 0.0.0.0:P on any IPv4 address. A name is compared as
- * written: what it resolves to is not known here, except that [::] takes
- * it too. */
+ * one beside 0.0.0.0:P on any IPv4 address; an IPv4-mapped address
+ * ([::ffff:a.b.c.d]) is the IPv4 one. A name is compared as written: what
+ * it resolves to is not known here, except that [::] takes it too. */
 typedef enum { CLASH_NONE, CLASH_SAME, CLASH_ANY6, CLASH_ANY4 } clash;
 
 static int is_any(const psw_addr *a, const char *any)
 {
     int v4;
-    return a->kind != PSW_HOST_NAME && strcmp(bind_host(a, &v4), any) == 0;
+    return a->kind != PSW_HOST_NAME && strcmp(psw_addr_host(a, &v4), any) == 0;
 }
 
 static clash binds_clash(const psw_addr *a, const psw_addr *b)
@@ -837,7 +821,7 @@ static clash binds_clash(const psw_addr *a, const psw_addr *b)
     if (a->port != b->port)
         return CLASH_NONE;
     int a4, b4;
-    const char *ha = bind_host(a, &a4), *hb = bind_host(b, &b4);
+    const char *ha = psw_addr_host(a, &a4), *hb = psw_addr_host(b, &b4);
     if (is_any(a, "::") || is_any(b, "::"))
         return CLASH_ANY6;
     if (a->kind == PSW_HOST_NAME || b->kind == PSW_HOST_NAME)
@@ -892,7 +876,8 @@ static int bind_clashes(parser *p, const section *cluster,
             const psw_addr *a = mu ? &c->metrics[i] : &client[i];
             clash why = binds_clash(a, b);
             if (why == CLASH_NONE ||
-                strcasecmp(c->nodes[i].host, c->nodes[j].host) != 0)
+                strcasecmp(psw_addr_host(&c->nodes[i], NULL),
+                           psw_addr_host(&c->nodes[j], NULL)) != 0)
                 continue;
             /* x is the socket reported at its line, y the other. */
             int swap = mu && !mv && !c->nlisten;
@@ -907,7 +892,7 @@ static int bind_clashes(parser *p, const section *cluster,
                 int v4;
                 fail(p, ex->line, "%s clashes with %s: both take port %d of "
                      "address %s on host %s%s", nx, ny, x->port,
-                     bind_host(x, &v4), c->nodes[j].host, note);
+                     psw_addr_host(x, &v4), c->nodes[j].host, note);
             } else {
                 const char *any = why == CLASH_ANY6 ? "::" : "0.0.0.0";
                 psw_addr_format(is_any(x, any) ? x : y, text, sizeof text);

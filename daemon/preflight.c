@@ -89,6 +89,61 @@ static void sa_text(const struct sockaddr_storage *sa, char *out, size_t cap)
     snprintf(out, cap, "%s", host);
 }
 
+int psd_bind_tcp(const struct sockaddr *sa)
+{
+    int one = 1, zero = 0;
+    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        (sa->sa_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
+        bind(fd, sa, sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                               : sizeof(struct sockaddr_in))) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+const char *psd_bind_hint(int err)
+{
+    switch (err) {
+    case EADDRNOTAVAIL:
+        return " (not an address of this host: is this the host of that "
+               "node? psd -n NODE starts another one)";
+    case EADDRINUSE:
+        return " (another program, or a psd, listens there: ss -ltnp "
+               "names it)";
+    case EACCES:
+        return " (a port below 1024 takes root or CAP_NET_BIND_SERVICE)";
+    default:
+        return "";
+    }
+}
+
+/* Whether sa is an address a node can be reached at from elsewhere:
+ * neither a wildcard (0.0.0.0, ::) nor IPv6 link-local. *why says which
+ * it is otherwise. */
+static int reachable(const struct sockaddr_storage *sa, const char **why)
+{
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        *why = "a wildcard";
+        return a->sin_addr.s_addr != htonl(INADDR_ANY);
+    }
+    if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+        *why = "a wildcard";
+        if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr))
+            return 0;
+        *why = "link-local";
+        return !IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr);
+    }
+    return 1;
+}
+
 /* The token in force, from auth_token or auth_token_file. */
 static void check_token(psd_preflight *pf, const psd_config *c,
                         const char *path)
@@ -189,8 +244,67 @@ static void check_node(psd_preflight *pf, const psd_config *c,
                 gai_strerror(g));
         return;
     }
+    /* The bind address, then the one clients are told (the same
+     * without listen). A literal link-local address is refused with the
+     * file's syntax (addr.c); a name's passed, and psd failed to listen
+     * ("invalid argument") or clients to connect. A wildcard told to
+     * clients reaches this node from its own host alone (a client
+     * elsewhere connects to itself): wildcards are bound with listen. */
+    struct sockaddr_storage told = sa;
+    int known = !listen || resolve(&c->nodes[i], &told) == 0;
+    for (int k = 0; k < 1 + (listen && known); k++) {
+        const psd_node_addr *x = k ? &c->nodes[i] : a;
+        const struct sockaddr_storage *xs = k ? &told : &sa;
+        const char *what;
+        char xtext[PSW_ADDR_TEXT_MAX];
+        psw_addr_format(x, xtext, sizeof xtext);
+        if (x->kind != PSW_HOST_NAME || reachable(xs, &what) ||
+            strcmp(what, "link-local"))
+            continue;
+        sa_text(xs, ip, sizeof ip);
+        add(own ? &pf->problems : &pf->notes,
+            own ? &pf->nproblems : &pf->nnotes, path,
+            k ? c->nodes_line : line, "[cluster] %s: node %d's address %s "
+            "resolves to %s, a link-local IPv6 address (fe80::/10), which "
+            "needs a zone, not taken in node addresses: %s. Use a name of a "
+            "global or fd00::/8 address", k ? "nodes" : key, i, xtext, ip,
+            k ? "clients cannot connect to it"
+              : listen ? "psd cannot listen there"
+                       : "psd cannot listen there nor clients connect");
+        return;
+    }
+    const char *what;
+    if ((own || !one) && known && !reachable(&told, &what) &&
+        strcmp(what, "a wildcard") == 0) {
+        char ntext[PSW_ADDR_TEXT_MAX];
+        psw_addr_format(&c->nodes[i], ntext, sizeof ntext);
+        add(&pf->notes, &pf->nnotes, path, c->nodes_line, "[cluster] nodes: "
+            "node %d's address %s is a wildcard: clients are told it, and "
+            "reach this node by it only from its own host. Give the host's "
+            "address in nodes, and the wildcard in [cluster] listen", i,
+            ntext);
+    }
     if (own)
         pf->bind = sa;
+    /* The node psd starts, or that --check -n names, binds here: an
+     * address this host does not have (the wrong -n, the wrong host)
+     * stopped psd with "address not available" and no line, while
+     * --check said OK. A port in use is not judged here: --check runs
+     * beside the live node before a SIGHUP. */
+    if (own && one) {
+        int fd = psd_bind_tcp((const struct sockaddr *)&sa);
+        if (fd >= 0)
+            close(fd);
+        else if (fd == -EADDRNOTAVAIL) {
+            sa_text(&sa, ip, sizeof ip);
+            add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: "
+                "node %d cannot listen on %s%s%s: it is not an address of "
+                "this host: is this the host of node %d? (psd -n NODE "
+                "starts another one)", key, i, text,
+                a->kind == PSW_HOST_NAME ? " = " : "",
+                a->kind == PSW_HOST_NAME ? ip : "", i);
+        }
+    }
     /* This host's range says something of the nodes this host runs: the
      * one started, the one --check -n names, and without -n those on a
      * loopback address (plain --check, as the README shows it, said

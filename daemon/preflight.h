@@ -51,6 +51,16 @@ int psd_fd_reserve(const psd_config *c);
  * the limit is at most the reserve. */
 int psd_fd_room(int want, int reserve, int raise);
 
+/* A TCP socket bound to sa as psd binds its listeners: SO_REUSEADDR, so
+ * that a restart binds over the last run's TIME_WAIT, and for IPv6
+ * IPV6_V6ONLY off, so that [::]:P takes IPv4 clients too whatever
+ * net.ipv6.bindv6only says. The socket (close-on-exec), or -errno. */
+int psd_bind_tcp(const struct sockaddr *sa);
+
+/* What a bind's errno (positive) most likely means for a node's address,
+ * " (...)" to follow the error, or "". */
+const char *psd_bind_hint(int err);
+
 /* Wipes the token and frees the lists. */
 void psd_preflight_destroy(psd_preflight *pf);
 

@@ -81,38 +81,32 @@ static void on_durable_moved(void *arg)
     psd_conns_durable(&s->conns);
 }
 
-/* A socket bound to sa, not yet listening, or -1 with "PREFIX: cannot
- * listen on ADDR: reason" in err. Bound by psd itself rather than with
- * uv_tcp_bind, which leaves EADDRINUSE for uv_listen to report: psd binds
- * before it loads its files (minutes for a large snapshot) and listens
- * after, so a port another process listens on shows here. (Another
- * process that has only bound it, with SO_REUSEADDR as psd does, as a
- * second psd loading its files would, is found at listen.) The options
- * libuv's bind sets: SO_REUSEADDR, so that a restart binds over the last
- * run's TIME_WAIT, and for IPv6 IPV6_V6ONLY off, so that [::]:P takes
- * IPv4 clients too whatever net.ipv6.bindv6only says. */
-static int bind_port(const struct sockaddr *sa, const char *prefix,
-                     const psd_node_addr *a, char *err, size_t errlen)
+/* A socket bound to sa, not yet listening, or -1 with "PATH:LINE: [SEC]
+ * KEY: node N cannot listen on ADDR: reason (hint)" in err: the line to
+ * change, which "cannot listen on ADDR" alone left to be found. Bound by
+ * psd itself (psd_bind_tcp, with the options libuv's bind sets) rather
+ * than with uv_tcp_bind, which leaves EADDRINUSE for uv_listen to report:
+ * psd binds before it loads its files (minutes for a large snapshot) and
+ * listens after, so a port another process listens on shows here.
+ * (Another process that has only bound it, with SO_REUSEADDR as psd does,
+ * as a second psd loading its files would, is found at listen.) */
+static int bind_port(const struct sockaddr *sa, const char *path, int line,
+                     const char *key, int node, const psd_node_addr *a,
+                     char *err, size_t errlen)
 {
-    int one = 1, zero = 0;
-    int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 &&
-        (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
-         (sa->sa_family == AF_INET6 &&
-          setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero)) ||
-         bind(fd, sa, sa->sa_family == AF_INET6
-                          ? sizeof(struct sockaddr_in6)
-                          : sizeof(struct sockaddr_in)))) {
-        int e = errno;
-        close(fd);
-        fd = -1;
-        errno = e;
-    }
+    int fd = psd_bind_tcp(sa);
     if (fd < 0) {
-        char text[PSW_ADDR_TEXT_MAX];
+        char text[PSW_ADDR_TEXT_MAX], where[4200];
         psw_addr_format(a, text, sizeof text);
-        snprintf(err, errlen, "%scannot listen on %s: %s", prefix, text,
-                 uv_strerror(uv_translate_sys_error(errno)));
+        if (line > 0)
+            snprintf(where, sizeof where, "%s:%d: ", path, line);
+        else
+            snprintf(where, sizeof where, "%s: ", path);
+        snprintf(err, errlen, "%s[%s] %s: node %d cannot listen on %s: %s%s",
+                 where, strcmp(key, "metrics_listen") ? "cluster" : "server",
+                 key, node, text, uv_strerror(uv_translate_sys_error(-fd)),
+                 psd_bind_hint(-fd));
+        return -1;
     }
     return fd;
 }
@@ -121,9 +115,11 @@ static int bind_port(const struct sockaddr *sa, const char *prefix,
 static int bind_ports(psd_server *s, const psd_config *cfg, int node,
                       char *err, size_t errlen)
 {
-    const psd_node_addr *a = cfg->nlisten ? &cfg->listen[node]
-                                          : &cfg->nodes[node];
-    s->listen_fd = bind_port((const struct sockaddr *)&s->bind, "", a, err,
+    int listen = cfg->nlisten > 0;
+    const psd_node_addr *a = listen ? &cfg->listen[node] : &cfg->nodes[node];
+    s->listen_fd = bind_port((const struct sockaddr *)&s->bind, s->cfg_path,
+                             listen ? cfg->listen_line : cfg->nodes_line,
+                             listen ? "listen" : "nodes", node, a, err,
                              errlen);
     if (s->listen_fd < 0 || !cfg->nmetrics)
         return s->listen_fd < 0 ? -1 : 0;
@@ -136,12 +132,14 @@ static int bind_ports(psd_server *s, const psd_config *cfg, int node,
     if (rc) {
         char text[PSW_ADDR_TEXT_MAX];
         psw_addr_format(m, text, sizeof text);
-        snprintf(err, errlen, "metrics_listen: cannot listen on %s: %s",
-                 text, uv_strerror(rc));
+        snprintf(err, errlen, "%s:%d: [server] metrics_listen: node %d "
+                 "cannot listen on %s: %s", s->cfg_path, cfg->metrics_line,
+                 node, text, uv_strerror(rc));
         return -1;
     }
-    s->metrics_fd = bind_port((const struct sockaddr *)&sa,
-                              "metrics_listen: ", m, err, errlen);
+    s->metrics_fd = bind_port((const struct sockaddr *)&sa, s->cfg_path,
+                              cfg->metrics_line, "metrics_listen", node, m,
+                              err, errlen);
     return s->metrics_fd < 0 ? -1 : 0;
 }
 

@@ -120,9 +120,27 @@ int psw_addr_parse(const char *s, size_t len, psw_addr *a, char *why,
     return 0;
 }
 
+const char *psw_addr_host(const psw_addr *a, int *v4)
+{
+    static const char mapped[] = "::ffff:";
+    int four = a->kind == PSW_HOST_IPV4;
+    const char *h = a->host;
+    if (a->kind == PSW_HOST_IPV6 &&
+        strncasecmp(h, mapped, sizeof mapped - 1) == 0 &&
+        strchr(h + sizeof mapped - 1, '.')) {
+        four = 1;
+        h += sizeof mapped - 1;
+    }
+    if (v4)
+        *v4 = four;
+    return h;
+}
+
 int psw_addr_same(const psw_addr *a, const psw_addr *b)
 {
-    return a->port == b->port && strcasecmp(a->host, b->host) == 0;
+    int a4, b4;
+    const char *ha = psw_addr_host(a, &a4), *hb = psw_addr_host(b, &b4);
+    return a->port == b->port && a4 == b4 && strcasecmp(ha, hb) == 0;
 }
 
 /* Both list parsers; unique: a repeated address is an error. */

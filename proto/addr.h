@@ -52,7 +52,13 @@ int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
 int psw_addr_bind_list_parse(const char *line, int max, psw_addr **out,
                              int *n, psw_addr_error *e);
 
-/* 1 when a and b are the same address (host compared without case). */
+/* The host a reaches: its own, but the IPv4 address an IPv4-mapped IPv6
+ * one ([::ffff:a.b.c.d]) maps, which is the same socket. *v4 (may be
+ * NULL) says whether it is IPv4. Points into a. */
+const char *psw_addr_host(const psw_addr *a, int *v4);
+
+/* 1 when a and b are the same address (host compared without case, an
+ * IPv4-mapped one as the IPv4 address: psw_addr_host). */
 int psw_addr_same(const psw_addr *a, const psw_addr *b);
 
 /* Writes "host:port" ("[v6]:port" for IPv6) to out (cap bytes, cut if

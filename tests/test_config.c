@@ -366,6 +366,9 @@ static const error_case error_cases[] = {
     { "duplicate_ipv6_node_spelled_differently_is_refused",
       "[cluster]\nnodes = [::1]:7070, [0:0::1]:7070\n", 0, 2,
       "duplicate node \"[0:0::1]:7070\" (entries 1 and 2)", 0 },
+    { "ipv4_mapped_node_beside_its_ipv4_address_is_a_duplicate",
+      "[cluster]\nnodes = [::ffff:127.0.0.1]:7070, 127.0.0.1:7070\n", 0, 2,
+      "duplicate node \"127.0.0.1:7070\" (entries 1 and 2)", 0 },
     { "host_name_with_a_bad_character_is_refused",
       "[cluster]\nnodes = ps-0!:7070\n", 0, 2,
       "[cluster] nodes: expected a host name", 0 },
@@ -1521,9 +1524,11 @@ static void test_private_token_file_is_read_without_its_newline(void **state)
     (void)state;
     char path[PATH_LEN], text[512], first[512], token[256];
     token_file(path, 0600, "0123456789abcdefXYZ\n");
+    /* Every node (-1): node 0 alone would be bound, and 10.1.2.3 is not
+     * this host's. */
     snprintf(text, sizeof text, "[cluster]\nnodes = 10.1.2.3:7070\n"
              "[server]\nauth_token_file = %s\n", path);
-    int n = preflight_text(text, 0, first, sizeof first, token);
+    int n = preflight_text(text, -1, first, sizeof first, token);
     unlink(path);
     if (n)
         fail_msg("got \"%s\", want no problem", first);
@@ -1844,10 +1849,17 @@ static void test_network_address_without_token_is_refused_with_a_fix(
     if (n)
         fail_msg("got \"%s\", want no problem: only loopback is bound", first);
     n = preflight_text("[cluster]\nnodes = 10.1.2.3:7070\n[server]\n"
-                       "auth_token = 0123456789abcdef\n", 0, first,
+                       "auth_token = 0123456789abcdef\n", -1, first,
                        sizeof first, NULL);
     if (n)
         fail_msg("got \"%s\", want no problem: there is a token", first);
+    /* Node 0 is started here: it must bind 10.1.2.3, which this host
+     * does not have (psd failed at start, --check -n said OK). */
+    n = preflight_text("[cluster]\nnodes = 10.1.2.3:7070\n[server]\n"
+                       "auth_token = 0123456789abcdef\n", 0, first,
+                       sizeof first, NULL);
+    expect_problem(n, first, "F:2: [cluster] nodes: node 0 cannot listen on "
+                   "10.1.2.3:7070: it is not an address of this host");
     /* /metrics answers without a token: off loopback without one, it was
      * served to the network, data folder, tables and all. */
     n = preflight_text("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
