@@ -56,7 +56,7 @@ void psc_customer_init(psc_customer *cu, size_t max_inflight_bytes,
     cond_init_monotonic(&cu->cv);
     for (int i = 0; i < PSC_WAIT_CVS; i++)
         cond_init_monotonic(&cu->wait_cv[i]);
-    psc_map_init(&cu->reqs);
+    psw_map_init(&cu->reqs);
     cu->max_inflight_bytes = max_inflight_bytes;
     cu->low = 1;
     cu->stats = stats;
@@ -67,7 +67,7 @@ void psc_customer_destroy(psc_customer *cu)
     for (int i = 0; cu->fails && i < PSC_FAIL_RING; i++)
         free(cu->fails[i].text);
     free(cu->fails);
-    psc_map_destroy(&cu->reqs);
+    psw_map_destroy(&cu->reqs);
     pthread_mutex_destroy(&cu->mu);
     pthread_cond_destroy(&cu->cv);
     for (int i = 0; i < PSC_WAIT_CVS; i++)
@@ -252,7 +252,7 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
     ps_ts ts = cu->last_ts + 1;
     set_ts(r, ts);
     r->submit_ns = uv_hrtime();
-    if (psc_map_put(&cu->reqs, (uint64_t)ts, r)) {
+    if (psw_map_put(&cu->reqs, (uint64_t)ts, r)) {
         pthread_mutex_unlock(&cu->mu);
         psc_req_free(r);
         snprintf(err, errlen, "out of memory");
@@ -336,13 +336,13 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
         r->cb(r->ts, r->status, r->arg);
     count(cu, r, now_ns);
     pthread_mutex_lock(&cu->mu);
-    psc_map_del(&cu->reqs, (uint64_t)r->ts);
+    psw_map_del(&cu->reqs, (uint64_t)r->ts);
     /* Requests complete out of order. The mark is the oldest incomplete
      * one, so only its completion moves it: past every complete one, one
      * map lookup a step (amortized O(1) per request). */
     if (r->ts == cu->low) {
         ps_ts low = cu->low + 1;
-        while (low <= cu->last_ts && !psc_map_get(&cu->reqs, (uint64_t)low))
+        while (low <= cu->last_ts && !psw_map_get(&cu->reqs, (uint64_t)low))
             low++;
         __atomic_store_n(&cu->low, low, __ATOMIC_RELAXED);
     }
@@ -403,7 +403,7 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
         snprintf(err, errlen, "request %lld was never issued", (long long)ts);
         return PS_EINVAL;
     }
-    if (psc_map_get(&cu->reqs, (uint64_t)ts)) {
+    if (psw_map_get(&cu->reqs, (uint64_t)ts)) {
         if (timeout_ms == 0) {
             pthread_mutex_unlock(&cu->mu);
             return PS_PENDING;
@@ -415,7 +415,7 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
         cu->waiters = &w;
         __atomic_add_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
         int late = 0;
-        while (psc_map_get(&cu->reqs, (uint64_t)ts) && !late)
+        while (psw_map_get(&cu->reqs, (uint64_t)ts) && !late)
             late = cond_wait_until(&cu->wait_cv[ts % PSC_WAIT_CVS], &cu->mu,
                                    timeout_ms > 0 ? &end : NULL);
         __atomic_sub_fetch(&cu->sleepers, 1, __ATOMIC_RELAXED);
@@ -423,7 +423,7 @@ int psc_customer_wait(psc_customer *cu, ps_ts ts, int timeout_ms, char *err,
         while (*pp != &w)
             pp = &(*pp)->next;
         *pp = w.next;
-        if (psc_map_get(&cu->reqs, (uint64_t)ts)) {
+        if (psw_map_get(&cu->reqs, (uint64_t)ts)) {
             pthread_mutex_unlock(&cu->mu);
             return PS_PENDING;
         }

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "map.h"
+#include "../proto/map.h"
 #include "req.h"
 #include "stats.h"
 
@@ -63,7 +63,7 @@ typedef struct psc_customer {
                                     (customer.c: a connection keeps its
                                     order), in submission order */
     int holding;                 /* such pushes: 0 or 1 */
-    psc_map reqs;                /* ts -> request not yet complete */
+    psw_map reqs;                /* ts -> request not yet complete */
     ps_ts last_ts;
     ps_ts low;                   /* every request below it is complete
                                     (atomic: the I/O thread acks it) */

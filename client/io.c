@@ -20,7 +20,7 @@
 #include "customer.h"
 #include "internal.h"
 #include "io.h"
-#include "map.h"
+#include "../proto/map.h"
 #include "stats.h"
 #include "../proto/frame.h"
 #include "../proto/auth.h"
@@ -109,7 +109,7 @@ typedef struct nconn {
                                      message, when inside one */
     psc_part *direct;             /* the part whose rows go to out now */
     msgpack_zone zone;
-    psc_map fly_map;              /* (ts << 16 | part) -> part in flight */
+    psw_map fly_map;              /* (ts << 16 | part) -> part in flight */
     plist fly[2];                 /* in flight, oldest first: [0] requests,
                                      [1] parts that may wait for other
                                      workers (bounded by sync_timeout_ms) */
@@ -168,7 +168,7 @@ static nconn *nc_new(psc_io *io, int node)
     nc->io = io;
     nc->node = node;
     nc->state = NC_IDLE;
-    psc_map_init(&nc->fly_map);
+    psw_map_init(&nc->fly_map);
     msgpack_zone_init(&nc->zone, 8192);
     psw_reader_init(&nc->rd, HELLO_MAX_REPLY);
     return nc;
@@ -178,7 +178,7 @@ static void nc_free(nconn *nc)
 {
     if (!nc)
         return;
-    psc_map_destroy(&nc->fly_map);
+    psw_map_destroy(&nc->fly_map);
     msgpack_zone_destroy(&nc->zone);
     psw_reader_destroy(&nc->rd);
     free(nc);
@@ -471,7 +471,7 @@ static int fly_sent(uint64_t part)
 static psc_part *fly_find(nconn *nc, uint64_t ts, uint64_t part)
 {
     psc_part *p = fly_sent(part)
-                      ? psc_map_get(&nc->fly_map, fly_key(ts, (uint32_t)part))
+                      ? psw_map_get(&nc->fly_map, fly_key(ts, (uint32_t)part))
                       : NULL;
     return p && (uint64_t)p->msg.ts == ts ? p : NULL;
 }
@@ -577,7 +577,7 @@ static void nc_send(nconn *nc)
                                 ? p->expire_ns : now + attempt;
             count_sent(nc, p);
             fly_append(nc, p);
-            if (psc_map_put(&nc->fly_map, fly_key(p->msg.ts, p->msg.part), p))
+            if (psw_map_put(&nc->fly_map, fly_key(p->msg.ts, p->msg.part), p))
                 w->out.oom = 1;
         }
         psw_out_frame_end(&w->out);
@@ -772,8 +772,8 @@ static void requeue_in_flight(nconn *nc, uint64_t now, int status)
 {
     ps_client *c = nc->io->c;
     psc_part *head = NULL, *tail = NULL, *p;
-    psc_map_destroy(&nc->fly_map);
-    psc_map_init(&nc->fly_map);
+    psw_map_destroy(&nc->fly_map);
+    psw_map_init(&nc->fly_map);
     while ((p = fly_pop_oldest(nc)) != NULL) {
         int spent = !p->slow && p->sends > c->opt.max_retries;
         if (spent || now >= p->expire_ns || p->abandoned) {
@@ -1589,12 +1589,12 @@ static void handle_reply(nconn *nc, const psw_msg *m)
      * in one client's life (another part whose timestamp differs by a
      * multiple of 2^48 under the same key). */
     psc_part *p = fly_sent(m->part)
-                      ? psc_map_del(&nc->fly_map, fly_key(m->ts, m->part))
+                      ? psw_map_del(&nc->fly_map, fly_key(m->ts, m->part))
                       : NULL;
     if (p && (uint64_t)p->msg.ts != m->ts) {
         /* Out of memory, it stays in flight unmapped: its reply is then
          * dropped, it times out and goes again (the map is rebuilt). */
-        (void)psc_map_put(&nc->fly_map, fly_key(m->ts, m->part), p);
+        (void)psw_map_put(&nc->fly_map, fly_key(m->ts, m->part), p);
         p = NULL;
     }
     if (!p) {
@@ -1945,7 +1945,7 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
             psw_reader_undivert(&nc->rd);
             nc->direct = NULL;
         }
-        psc_map_del(&nc->fly_map, fly_key(p->msg.ts, p->msg.part));
+        psw_map_del(&nc->fly_map, fly_key(p->msg.ts, p->msg.part));
         char why[800];
         snprintf(why, sizeof why, "request %llu: no answer from %s within "
                  "sync_timeout_ms (%d ms): waiting for other workers (%s)",

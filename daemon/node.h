@@ -78,6 +78,8 @@ typedef struct psd_node {
                                     is skipped while it stands still */
     psd_dedup *dedup;            /* applied pushes per client */
     struct psd_held *held;       /* held replies, oldest first (request.c) */
+    struct psd_held **held_tail; /* where the next one is linked (the last
+                                    one's next, or &held) */
     psd_stats stats;
     psd_table_stats *tstats;     /* ntables entries, owned */
     uint64_t latency[PSD_LAT_KINDS][PSW_HIST_N];   /* ns histograms */

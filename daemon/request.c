@@ -23,6 +23,8 @@
  * bsp cluster, and ssp pulls) or barrier (PSW_OP_BARRIER) reaches need. */
 typedef struct psd_held {
     struct psd_held *next;
+    struct psd_held *same;       /* the session's others under its key in
+                                    ss->held (held_key) */
     psd_session *ss;
     int kind;
     uint64_t need;
@@ -299,6 +301,13 @@ static void answer(psd_node *n, psd_session *ss, const psw_msg *m, int status,
 
 /* ---- held replies --------------------------------------------------- */
 
+/* The key of a held request in its session's map: (ts, part) folded to
+ * 64 bits; entries that share one are chained (psd_held.same). */
+static uint64_t held_key(uint64_t ts, uint32_t part)
+{
+    return ts ^ ((uint64_t)part << 40);
+}
+
 /* Keeps m until the node's clock (or barrier, by kind) reaches need. A
  * held pull keeps a copy of its keys; its pushes were applied already.
  * Returns 0 or PSW_ENOMEM. */
@@ -326,29 +335,58 @@ static int hold(psd_node *n, psd_session *ss, const psw_msg *m, int kind,
         memcpy(h->keys, m->keys, m->nkeys * 8);
         h->msg.keys = h->keys;
     }
+    uint64_t key = held_key(m->ts, m->part);
+    h->same = psw_map_get(&ss->held, key);
+    if (psw_map_put(&ss->held, key, h)) {
+        free(h->keys);
+        free(h);
+        return PSW_ENOMEM;
+    }
     ss->held_bytes += h->bytes;
-    /* Appended at the end, so held replies go out in arrival order. */
-    psd_held **pp = &n->held;
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = h;
+    /* Appended at the end, so held replies go out in arrival order; the
+     * tail is kept: a frame of thousands held walked the list for each. */
+    if (!n->held)
+        n->held_tail = &n->held;
+    *n->held_tail = h;
+    n->held_tail = &h->next;
     return 0;
 }
 
 /* Whether the session holds this request already: a client sends a
  * request held past request_timeout_ms again (a lost frame would
  * otherwise hold it for sync_timeout_ms). The copy is dropped before it
- * is counted or checked: the one held is answered, once. Only sessions
- * with something held are walked. */
-static int held_already(const psd_node *n, const psd_session *ss,
-                        const psw_msg *m)
+ * is counted or checked: the one held is answered, once. Looked up in
+ * the session's map: a scan of every held request for each message made
+ * a frame of 32,000 held barriers stop the loop for seconds. */
+static int held_already(const psd_session *ss, const psw_msg *m)
 {
     if (!ss->held_bytes)
         return 0;
-    for (const psd_held *x = n->held; x; x = x->next)
-        if (x->ss == ss && x->msg.ts == m->ts && x->msg.part == m->part)
+    for (const psd_held *x = psw_map_get(&ss->held, held_key(m->ts, m->part));
+         x; x = x->same)
+        if (x->msg.ts == m->ts && x->msg.part == m->part)
             return 1;
     return 0;
+}
+
+/* Takes h out of its session's map and count (not out of n->held). */
+static void held_forget(psd_held *h)
+{
+    psd_session *ss = h->ss;
+    uint64_t key = held_key(h->msg.ts, h->msg.part);
+    psd_held *first = psw_map_get(&ss->held, key);
+    if (first == h) {
+        if (h->same)
+            (void)psw_map_put(&ss->held, key, h->same);  /* replaces */
+        else
+            (void)psw_map_del(&ss->held, key);
+    } else
+        for (psd_held *x = first; x; x = x->same)
+            if (x->same == h) {
+                x->same = h->same;
+                break;
+            }
+    ss->held_bytes -= h->bytes;
 }
 
 static void held_free(psd_held *h)
@@ -365,12 +403,13 @@ static void release(psd_node *n, int kind, uint64_t reached)
         psd_held *h = *pp;
         if (h->kind == kind && h->need <= reached) {
             *pp = h->next;
-            h->ss->held_bytes -= h->bytes;
+            held_forget(h);
             answer(n, h->ss, &h->msg, PSW_OK, NULL);
             held_free(h);
         } else
             pp = &h->next;
     }
+    n->held_tail = pp;
 }
 
 /* The node's clock moved past `before` (to n->sync.clock): journals the
@@ -401,11 +440,16 @@ static void clock_moved(psd_node *n, uint64_t before, int waited)
  * table's summed pushes once. Then answers what waited for them. */
 static void advance(psd_node *n, uint64_t now_ms)
 {
-    uint64_t before = n->sync.clock;
+    uint64_t before = n->sync.clock, barrier = n->sync.barrier;
     if (psd_sync_advance(&n->sync, now_ms))
         clock_moved(n, before, psd_sync_divisor(&n->sync, before));
-    release(n, PSW_OP_CLOCK, n->sync.clock);
-    release(n, PSW_OP_BARRIER, n->sync.barrier);
+    /* Only a count that moved releases anything (a request is held only
+     * while the count it waits for is below its need): a walk over every
+     * held reply for each CLOCK or BARRIER of a frame was quadratic. */
+    if (n->sync.clock != before)
+        release(n, PSW_OP_CLOCK, n->sync.clock);
+    if (n->sync.barrier != barrier)
+        release(n, PSW_OP_BARRIER, n->sync.barrier);
 }
 
 /* ---- control messages ----------------------------------------------- */
@@ -743,7 +787,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         admin(n, ss, m);
         return;
     }
-    if (held_already(n, ss, m))
+    if (held_already(ss, m))
         return;
     n->stats.requests++;
     if (psw_op_has(m->op, PSW_OPF_CONTROL)) {
@@ -1081,15 +1125,18 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
     if (ss->worker >= 0)
         n->changes++;
     psd_held **pp = &n->held;
-    while (*pp) {
+    while (ss->held_bytes && *pp) {
         psd_held *h = *pp;
         if (h->ss == ss) {
             *pp = h->next;
-            ss->held_bytes -= h->bytes;
+            held_forget(h);
             held_free(h);
         } else
             pp = &h->next;
     }
+    if (!*pp)
+        n->held_tail = pp;
+    psw_map_destroy(&ss->held);
     if (ss->dedup)
         psd_dedup_detach(n->dedup, ss->dedup, now_ms);
     ss->dedup = NULL;
@@ -1309,6 +1356,8 @@ void psd_request_drop_all(psd_node *n)
     while (n->held) {
         psd_held *h = n->held;
         n->held = h->next;
+        held_forget(h);
         held_free(h);
     }
+    n->held_tail = &n->held;
 }

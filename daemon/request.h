@@ -13,6 +13,7 @@
 
 #include "node.h"
 #include "../proto/frame.h"
+#include "../proto/map.h"
 #include "../proto/msg.h"
 
 /* Pushes refused for a non-finite value a connection remembers, so that
@@ -38,6 +39,8 @@ typedef struct psd_session {
     uint64_t held_bytes;         /* memory its held requests stand for:
                                     their copied keys and the bound of
                                     each one's reply (request.c keeps it) */
+    psw_map held;                /* its held requests by (ts, part), to
+                                    find one sent again; zeroed is empty */
     uint64_t bad_ts[PSD_BAD_TS]; /* the last pushes refused for a
                                     non-finite value, a ring: their other
                                     parts are refused too, in later frames */

@@ -2791,6 +2791,84 @@ static void end_job_answers_what_waited_for_the_clock(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Held requests are found by (ts, part) in their session's map and
+ * appended at the list's tail, and only a count that moved walks the
+ * list: each of a frame's BARRIERs walked every held one (twice), so a
+ * worker's 200 KB frame of 32,000 barriers stopped the loop for 8-12 s
+ * and a few frames more for minutes, no handshake answered meanwhile (a
+ * hostile-client trial). Here 60,000 are held (two frames, the second
+ * sending the first 5,000 again, as a client resends what is held past
+ * its request_timeout_ms): a reader's pull still gets its answer (a
+ * bound against a hang: the old psd took minutes), and once worker 1's
+ * barrier comes each held one is answered exactly once. */
+#define HELD_MANY 60000
+static void many_held_barriers_keep_the_loop_serving_and_answer_once(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 2\n", "[table.a]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int w0 = raw_connect(c.port[0]);
+    EXPECT_INT(raw_hello_worker(w0, 710, 1, 0), 0, "worker 0's HELLO");
+    psw_msg *m = calloc(HELD_MANY / 2, sizeof *m);
+    assert_non_null(m);
+    for (int f = 0; f < 3; f++) {
+        /* ts 1..30000, 30001..60000, then 1..5000 again */
+        int n = f < 2 ? HELD_MANY / 2 : 5000;
+        for (int i = 0; i < n; i++)
+            m[i] = (psw_msg){ .op = PSW_OP_BARRIER, .value = 1,
+                              .ts = (uint64_t)(f == 1 ? HELD_MANY / 2 : 0) +
+                                    (uint64_t)i + 1 };
+        raw_send_msgs(w0, m, n);
+    }
+    free(m);
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 20000;
+    o.max_retries = 0;
+    ps_client *r;
+    assert_int_equal(ps_open(&r, c.spec, &o), 0);
+    uint64_t key = 5;
+    float v;
+    EXPECT_INT(ps_wait(r, ps_pull(r, 0, &key, 1, &v, NULL, NULL)), PS_OK,
+               "a reader's pull while %d barriers are held", HELD_MANY);
+    ps_options_init(&o);
+    o.worker = 1;
+    ps_client *w1;
+    assert_int_equal(ps_open(&w1, c.spec, &o), 0);
+    EXPECT_INT(ps_barrier(w1), PS_OK, "worker 1's barrier");
+    unsigned char *seen = calloc(HELD_MANY + 1, 1);
+    assert_non_null(seen);
+    psw_msg *rep = calloc(65536, sizeof *rep);
+    assert_non_null(rep);
+    int got = 0, twice = 0, bad = 0;
+    while (got < HELD_MANY) {
+        msgpack_zone z;
+        char *frame;
+        int k = raw_read_replies(w0, rep, 65536, &z, &frame);
+        for (int i = 0; i < k; i++) {
+            if (rep[i].status != PSW_OK || rep[i].ts < 1 ||
+                rep[i].ts > HELD_MANY)
+                bad++;
+            else if (seen[rep[i].ts]++)
+                twice++;
+            else
+                got++;
+        }
+        msgpack_zone_destroy(&z);
+        free(frame);
+    }
+    EXPECT_INT(bad, 0, "replies not OK or for requests never sent");
+    EXPECT_INT(twice, 0, "held barriers answered twice");
+    free(rep);
+    free(seen);
+    ps_close(w1);
+    ps_close(r);
+    close(w0);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A client that starts again (a new process, or a client object made
  * anew) counts its timestamps from 1 again. With the same client id but a
  * new incarnation it is another client: its pushes are applied, not taken
@@ -3242,6 +3320,7 @@ int main(void)
         cmocka_unit_test_teardown(clients_gone_that_never_pushed_are_forgotten, teardown),
         cmocka_unit_test_teardown(parts_of_refused_pushes_are_refused_after_another_refusal, teardown),
         cmocka_unit_test_teardown(end_job_answers_what_waited_for_the_clock, teardown),
+        cmocka_unit_test_teardown(many_held_barriers_keep_the_loop_serving_and_answer_once, teardown),
         cmocka_unit_test_teardown(a_push_refused_for_memory_is_logged, teardown),
         cmocka_unit_test_teardown(a_stalled_loop_does_not_presume_its_peers_dead, teardown),
         cmocka_unit_test_teardown(remembered_pushes_and_rss_stay_flat_over_a_long_run, teardown),

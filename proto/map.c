@@ -3,20 +3,20 @@
 #include <stdlib.h>
 
 #include "map.h"
-#include "../proto/layout.h"
+#include "layout.h"
 
-void psc_map_init(psc_map *m)
+void psw_map_init(psw_map *m)
 {
     m->keys = NULL;
     m->vals = NULL;
     m->cap = m->n = 0;
 }
 
-void psc_map_destroy(psc_map *m)
+void psw_map_destroy(psw_map *m)
 {
     free(m->keys);
     free(m->vals);
-    psc_map_init(m);
+    psw_map_init(m);
 }
 
 static size_t slot(uint64_t key, size_t cap)
@@ -24,7 +24,7 @@ static size_t slot(uint64_t key, size_t cap)
     return (size_t)psw_mix64(key) & (cap - 1);
 }
 
-static int grow(psc_map *m)
+static int grow(psw_map *m)
 {
     size_t cap = m->cap ? 2 * m->cap : 64;
     uint64_t *k = malloc(cap * sizeof *k);
@@ -51,7 +51,7 @@ static int grow(psc_map *m)
     return 0;
 }
 
-int psc_map_put(psc_map *m, uint64_t key, void *val)
+int psw_map_put(psw_map *m, uint64_t key, void *val)
 {
     if ((m->n + 1) * 2 > m->cap && grow(m))
         return -1;
@@ -65,7 +65,7 @@ int psc_map_put(psc_map *m, uint64_t key, void *val)
     return 0;
 }
 
-void *psc_map_get(const psc_map *m, uint64_t key)
+void *psw_map_get(const psw_map *m, uint64_t key)
 {
     if (!m->cap)
         return NULL;
@@ -78,7 +78,7 @@ void *psc_map_get(const psc_map *m, uint64_t key)
     return NULL;
 }
 
-void *psc_map_del(psc_map *m, uint64_t key)
+void *psw_map_del(psw_map *m, uint64_t key)
 {
     if (!m->cap)
         return NULL;
