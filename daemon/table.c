@@ -121,6 +121,12 @@ struct psd_table {
     uint32_t shard_mask;     /* nshards - 1 when a power of two, else 0 */
     shard *shards;
     uint64_t rows_held;      /* sum of the shards' nrows */
+    uint64_t made;           /* rows its shards ever created */
+    uint64_t tidy_made;      /* made at the last psd_table_tidy that left
+                                no shard with slots to move or readied
+                                memory, or UINT64_MAX: only a row created
+                                since gives one either, so the ticks skip
+                                the walk over every shard until then */
     uint64_t acc_new;        /* bsp, sparse: keys in acc with no row here */
     uint64_t shard_rows_max; /* sparse: rows one shard can index */
     float *scratch;          /* one row: an initial row being made */
@@ -496,6 +502,7 @@ static hslot *slot_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
         return NULL;
     uint32_t row = (uint32_t)s->nrows++;
     t->rows_held++;
+    t->made++;
     x = &s->slots[hslot_free(s->slots, s->hcap, slot_of(h, s->hcap))];
     x->key = key;
     x->row1 = row + 1;
@@ -588,6 +595,7 @@ static uint32_t crow_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
         return EMPTY;
     uint32_t row = (uint32_t)s->nrows++;
     t->rows_held++;
+    t->made++;
     s->cslots[j].row1 = row + 1;
     s->cslots[j].tag = (uint32_t)(h >> 32);
     char *r = rec_at(t, s, row);
@@ -681,6 +689,7 @@ psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
         goto oom;
     t->conf = *conf;
     t->nshards = shards;
+    t->tidy_made = UINT64_MAX;
     t->nnodes = nnodes;
     t->node = node;
     t->nstate = psd_updater_state_per_float(conf->upd.kind);
@@ -1424,10 +1433,12 @@ int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
 size_t psd_table_tidy(psd_table *t, size_t budget)
 {
     size_t did = 0;
-    for (uint32_t i = 0; i < t->nshards; i++) {
+    int busy = 0;
+    for (uint32_t i = 0; t->tidy_made != t->made && i < t->nshards; i++) {
         shard *s = &t->shards[i];
         if (s->ocap && did < budget)
             did += grow_step(s, budget - did);
+        busy |= s->ocap != 0 || s->next != NULL;
         if (!s->next)
             continue;
         if (s->nrows != s->ready_rows) {
@@ -1439,7 +1450,10 @@ size_t psd_table_tidy(psd_table *t, size_t budget)
             s->ready = 0;
             s->ready_idle = 0;
         }
+        busy |= s->next != NULL;
     }
+    if (t->tidy_made != t->made)
+        t->tidy_made = busy ? UINT64_MAX : t->made;
     if (t->acc)                  /* its idle ticks count too */
         did += psd_table_tidy(t->acc, budget - did);
     return did;
@@ -1470,6 +1484,7 @@ int psd_table_move_shard(psd_table *dst, psd_table *src, uint32_t s,
     shard_free(d);
     *d = *o;
     dst->rows_held += o->nrows;
+    dst->tidy_made = UINT64_MAX;     /* the shard may have slots to move */
     src->rows_held -= o->nrows;
     memset(o, 0, sizeof *o);     /* src owns nothing of it any more */
     return 0;
