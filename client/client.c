@@ -518,6 +518,25 @@ static int shape_of(ps_client *c, int table, psc_shape *sh)
     return 0;
 }
 
+/* A push to a bsp table while this worker's clock is under way (a
+ * ps_clock_timeout that returned PS_PENDING) would be summed into the
+ * clock already sent, not the next: refused until the clock is done. */
+static int clock_under_way(ps_client *c, int op, const psc_shape *sh)
+{
+    if (!__atomic_load_n(&c->clock_pending, __ATOMIC_RELAXED) ||
+        !psw_op_has(op, PSW_OPF_PUSHES) ||
+        sh->table->consistency != PSW_CONS_BSP)
+        return 0;
+    psc_set_error(c, "a push to bsp table '%s' while this worker's clock "
+                  "%llu is under way (ps_clock_timeout returned PS_PENDING) "
+                  "would count in that clock: call ps_clock (or "
+                  "ps_clock_timeout until it returns PS_OK) first",
+                  sh->table->name,
+                  (unsigned long long)__atomic_load_n(&c->clock_failed,
+                                                      __ATOMIC_RELAXED));
+    return 1;
+}
+
 static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
                    size_t n, const float *vals, float *out, ps_done_fn cb,
                    void *arg)
@@ -530,6 +549,8 @@ static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
     int rc = shape_of(c, table, &sh);
     if (rc)
         return rc;
+    if (clock_under_way(c, op, &sh))
+        return PS_EINVAL;
     if (n == 0 || !keys || (op != PSW_OP_PULL && !vals) ||
         (op != PSW_OP_PUSH && !out)) {
         psc_set_error(c, "%s", n == 0 ? "no keys given" : "a buffer is NULL");
@@ -555,6 +576,8 @@ static ps_ts ranged(ps_client *c, int op, int table, uint64_t first,
     int rc = shape_of(c, table, &sh);
     if (rc)
         return rc;
+    if (clock_under_way(c, op, &sh))
+        return PS_EINVAL;
     if ((op == PSW_OP_PUSH_RANGE && !vals) || (op == PSW_OP_PULL_RANGE && !out)) {
         psc_set_error(c, "a buffer is NULL");
         return PS_EINVAL;
@@ -664,13 +687,13 @@ static int is_worker(ps_client *c, const char *what)
  * One that gave up waiting after timeout_ms (PS_PENDING) is still under
  * way: the next call waits for its request rather than send another. */
 static int sync_call(ps_client *c, int op, int node, uint64_t *count,
-                     uint64_t *failed, ps_ts *pending, uint64_t *since,
-                     int timeout_ms)
+                     uint64_t *failed, ps_ts *pending, int timeout_ms)
 {
     /* Before the count moves: submit would refuse it after. */
     if (forked(c, op == PSW_OP_CLOCK ? "ps_clock" : "ps_barrier"))
         return PS_ECLOSED;
-    ps_ts ts = *pending;
+    uint64_t t0 = uv_hrtime();
+    ps_ts ts = __atomic_load_n(pending, __ATOMIC_RELAXED);
     uint64_t next = __atomic_load_n(failed, __ATOMIC_RELAXED);
     if (!ts) {
         if (!next)
@@ -682,7 +705,6 @@ static int sync_call(ps_client *c, int op, int node, uint64_t *count,
             __atomic_store_n(failed, next, __ATOMIC_RELAXED);
             return rc;
         }
-        *since = uv_hrtime();
         ts = submit(c, r, NULL, NULL);
         if (ts < 0) {
             __atomic_store_n(failed, next, __ATOMIC_RELAXED);
@@ -692,12 +714,12 @@ static int sync_call(ps_client *c, int op, int node, uint64_t *count,
         __atomic_store_n(failed, next, __ATOMIC_RELAXED);
     }
     int rc = ps_wait_timeout(c, ts, timeout_ms);
-    if (rc == PS_PENDING) {
-        *pending = ts;
+    /* The time spent inside the calls, not between them. */
+    psc_add_shared(&c->stats.sync_wait_ns, uv_hrtime() - t0);
+    /* Atomics: another thread's push reads it (clock_under_way). */
+    __atomic_store_n(pending, rc == PS_PENDING ? ts : 0, __ATOMIC_RELAXED);
+    if (rc == PS_PENDING)
         return rc;
-    }
-    *pending = 0;
-    psc_add_shared(&c->stats.sync_wait_ns, uv_hrtime() - *since);
     if (rc == PS_OK)
         __atomic_store_n(failed, 0, __ATOMIC_RELAXED);
     return rc;
@@ -720,7 +742,7 @@ int ps_clock_timeout(ps_client *c, int timeout_ms)
         return PS_EINVAL;
     }
     return sync_call(c, PSW_OP_CLOCK, -1, &c->clock, &c->clock_failed,
-                     &c->clock_pending, &c->clock_since, timeout_ms);
+                     &c->clock_pending, timeout_ms);
 }
 
 int ps_position(ps_client *c, uint64_t *clock, uint64_t *barrier)
@@ -869,5 +891,5 @@ int ps_barrier_timeout(ps_client *c, int timeout_ms)
         return PS_EINVAL;
     /* node 0 keeps barriers */
     return sync_call(c, PSW_OP_BARRIER, 0, &c->barrier, &c->barrier_failed,
-                     &c->barrier_pending, &c->barrier_since, timeout_ms);
+                     &c->barrier_pending, timeout_ms);
 }

@@ -58,10 +58,8 @@ struct ps_client {
     ps_ts clock_pending;         /* a ps_clock_timeout that returned
                                     PS_PENDING: its request, waited for
                                     by the next call instead of a new
-                                    one; 0 */
+                                    one; 0 (atomics) */
     ps_ts barrier_pending;       /* the same for ps_barrier_timeout */
-    uint64_t clock_since;        /* uv_hrtime when the pending one was */
-    uint64_t barrier_since;      /* sent: for sync_wait_us */
 };
 
 /* Records the detail of a failure for ps_last_error on this thread. */

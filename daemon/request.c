@@ -7,9 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/random.h>
 
 #include "log.h"
 #include "request.h"
+#include "../proto/layout.h"
 #include "../proto/status.h"
 
 #define WAIT_LOG_MS 10000        /* how often to say who is waited for */
@@ -301,11 +304,26 @@ static void answer(psd_node *n, psd_session *ss, const psw_msg *m, int status,
 
 /* ---- held replies --------------------------------------------------- */
 
-/* The key of a held request in its session's map: (ts, part) folded to
- * 64 bits; entries that share one are chained (psd_held.same). */
+/* The key of a held request in its session's map: (ts, part) mixed with
+ * a secret drawn once per process, so that a client cannot choose pairs
+ * that share a key (a plain fold let 30,000 barriers share one chain,
+ * walked for each: seconds again). Entries that share one all the same
+ * are chained (psd_held.same). */
 static uint64_t held_key(uint64_t ts, uint32_t part)
 {
-    return ts ^ ((uint64_t)part << 40);
+    static uint64_t seed[2];
+    static int seeded;
+    if (!seeded) {
+        if (getrandom(seed, sizeof seed, 0) != (ssize_t)sizeof seed) {
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            seed[0] = (uint64_t)t.tv_nsec ^ (uint64_t)t.tv_sec << 30 ^
+                      (uint64_t)getpid() << 44;
+            seed[1] = psw_mix64(seed[0] ^ (uintptr_t)&seeded);
+        }
+        seeded = 1;
+    }
+    return psw_mix64(ts ^ seed[0]) ^ psw_mix64((uint64_t)part ^ seed[1]);
 }
 
 /* Keeps m until the node's clock (or barrier, by kind) reaches need. A

@@ -505,15 +505,17 @@ static int conf_index(const psd_config *cfg, const char *name)
     return -1;
 }
 
-/* Whether name is one of --drop-table's, marking it used. */
+/* Whether name is one of --drop-table's, marking it used (each time it
+ * is given: a name given twice is not "nothing dropped" the second). */
 static int is_dropped(psd_snap_tables *tm, const char *name)
 {
+    int found = 0;
     for (int i = 0; i < tm->ndrop && i < 64; i++)
         if (!strcmp(tm->drop[i], name)) {
             tm->drop_used |= (uint64_t)1 << i;
-            return 1;
+            found = 1;
         }
-    return 0;
+    return found;
 }
 
 /* Whether the shape the snapshot was taken under is that of its own

@@ -53,6 +53,17 @@ static int grow(psw_map *m)
 
 int psw_map_put(psw_map *m, uint64_t key, void *val)
 {
+    /* A key there already is replaced in place: that never fails (a
+     * caller replacing a value it is about to free relies on it). */
+    if (m->cap) {
+        size_t j = slot(key, m->cap);
+        while (m->vals[j] && m->keys[j] != key)
+            j = (j + 1) & (m->cap - 1);
+        if (m->vals[j]) {
+            m->vals[j] = val;
+            return 0;
+        }
+    }
     if ((m->n + 1) * 2 > m->cap && grow(m))
         return -1;
     size_t j = slot(key, m->cap);

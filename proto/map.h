@@ -16,7 +16,8 @@ typedef struct psw_map {
 
 void psw_map_init(psw_map *m);
 void psw_map_destroy(psw_map *m);
-/* Inserts or replaces; val must not be NULL. Returns 0 or -1 (no memory). */
+/* Inserts or replaces; val must not be NULL. Returns 0 or -1 (no memory
+ * for a new key; replacing never fails). */
 int psw_map_put(psw_map *m, uint64_t key, void *val);
 void *psw_map_get(const psw_map *m, uint64_t key);
 /* Removes key and returns its value, or NULL. */

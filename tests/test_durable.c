@@ -2315,6 +2315,21 @@ static void expect_psd_check(const test_cluster *c, int node, const char *arg,
     expect_psd_check_as(c, NULL, node, arg, status, want);
 }
 
+/* psd --check with arg must not print `unwanted`. */
+static void expect_psd_check_not(const test_cluster *c, int node,
+                                 const char *arg, const char *unwanted)
+{
+    const char *psd = getenv("PSD_BIN");
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "'%s' --check -c '%s' -n %d %s",
+             psd ? psd : "build/psd", c->ini, node, arg);
+    int st;
+    char *out = run_out(&st, cmd);
+    if (!out || strstr(out, unwanted))
+        fail_msg("%s printed \"%s\":\n%s", cmd, unwanted, out ? out : "");
+    free(out);
+}
+
 static void test_a_snapshot_of_another_layout_stops_psd(void **state)
 {
     (void)state;
@@ -2532,6 +2547,11 @@ static void test_tables_added_moved_or_dropped_keep_the_others_rows(
     expect_psd_check(&c, 0, NULL, 1, "--drop-table emb to let its rows go");
     expect_psd_check(&c, 0, "--drop-table emb", 0, "0 new (from their "
                      "init), 1 dropped");
+    /* Given twice: no "nothing dropped" for the second. */
+    expect_psd_check(&c, 0, "--drop-table emb --drop-table emb", 0,
+                     "1 dropped");
+    expect_psd_check_not(&c, 0, "--drop-table emb --drop-table emb",
+                         "nothing dropped");
     expect_psd_check(&c, 0, "--drop-table " ORACLE_TABLE, 1, "psd never "
                      "drops a table the file has: remove --drop-table "
                      ORACLE_TABLE);

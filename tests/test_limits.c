@@ -2796,12 +2796,13 @@ static void end_job_answers_what_waited_for_the_clock(void **state)
  * list: each of a frame's BARRIERs walked every held one (twice), so a
  * worker's 200 KB frame of 32,000 barriers stopped the loop for 8-12 s
  * and a few frames more for minutes, no handshake answered meanwhile (a
- * hostile-client trial). Here 60,000 are held (two frames, the second
- * sending the first 5,000 again, as a client resends what is held past
+ * hostile-client trial). Here 90,000 are held (three frames, the last
+ * two's (ts, part) chosen so that a plain fold of them gives one key,
+ * then the first 5,000 again, as a client resends what is held past
  * its request_timeout_ms): a reader's pull still gets its answer (a
  * bound against a hang: the old psd took minutes), and once worker 1's
  * barrier comes each held one is answered exactly once. */
-#define HELD_MANY 60000
+#define HELD_MANY 90000
 static void many_held_barriers_keep_the_loop_serving_and_answer_once(
     void **state)
 {
@@ -2811,15 +2812,19 @@ static void many_held_barriers_keep_the_loop_serving_and_answer_once(
         fail_msg("cluster did not start");
     int w0 = raw_connect(c.port[0]);
     EXPECT_INT(raw_hello_worker(w0, 710, 1, 0), 0, "worker 0's HELLO");
-    psw_msg *m = calloc(HELD_MANY / 2, sizeof *m);
+    psw_msg *m = calloc(HELD_MANY / 3, sizeof *m);
     assert_non_null(m);
-    for (int f = 0; f < 3; f++) {
-        /* ts 1..30000, 30001..60000, then 1..5000 again */
-        int n = f < 2 ? HELD_MANY / 2 : 5000;
-        for (int i = 0; i < n; i++)
+    for (int f = 0; f < 4; f++) {
+        /* ts 1..30000; then (k << 40 | 1, part k) for k = 1..60000, which
+         * a plain fold of (ts, part) gave one key; then 1..5000 again */
+        int n = f < 3 ? HELD_MANY / 3 : 5000;
+        for (int i = 0; i < n; i++) {
+            uint64_t k = (uint64_t)i + 1 + (f == 2 ? HELD_MANY / 3 : 0);
+            int odd = f == 1 || f == 2;
             m[i] = (psw_msg){ .op = PSW_OP_BARRIER, .value = 1,
-                              .ts = (uint64_t)(f == 1 ? HELD_MANY / 2 : 0) +
-                                    (uint64_t)i + 1 };
+                              .ts = odd ? k << 40 | 1 : k,
+                              .part = odd ? (uint32_t)k : 0 };
+        }
         raw_send_msgs(w0, m, n);
     }
     free(m);
@@ -2848,10 +2853,16 @@ static void many_held_barriers_keep_the_loop_serving_and_answer_once(
         char *frame;
         int k = raw_read_replies(w0, rep, 65536, &z, &frame);
         for (int i = 0; i < k; i++) {
-            if (rep[i].status != PSW_OK || rep[i].ts < 1 ||
-                rep[i].ts > HELD_MANY)
+            uint64_t ts = rep[i].ts, at = ts;
+            if (ts >> 40)        /* the second frame's */
+                at = (ts & (((uint64_t)1 << 40) - 1)) == 1 &&
+                     rep[i].part == ts >> 40 ? HELD_MANY / 3 + (ts >> 40)
+                                             : 0;
+            else if (rep[i].part)
+                at = 0;
+            if (rep[i].status != PSW_OK || at < 1 || at > HELD_MANY)
                 bad++;
-            else if (seen[rep[i].ts]++)
+            else if (seen[at]++)
                 twice++;
             else
                 got++;

@@ -549,6 +549,10 @@ static void clock_and_barrier_wait_in_slices(void **state)
         assert_int_equal(ps_clock_timeout(w0, 50), PS_PENDING);
         assert_int_equal(ps_clock_timeout(w0, 0), PS_PENDING);
         assert_int_equal(ps_clock_timeout(w0, 20), PS_PENDING);
+        /* A push now would count in the clock under way: refused. */
+        assert_int_equal(ps_push_range(w0, sgd, 5, 1, (float[]){ 10, 10 },
+                                       NULL, NULL), PS_EINVAL);
+        assert_non_null(strstr(ps_last_error(w0), "is under way"));
         uint64_t k = 0, b = 0;
         assert_int_equal(ps_position(w0, &k, &b), 0);
         assert_int_equal((int)k, round);
@@ -578,6 +582,18 @@ static void clock_and_barrier_wait_in_slices(void **state)
         assert_int_equal(ps_position(w1, &k, &b), 0);
         assert_int_equal((int)b, round);
     }
+    /* sync_wait_us counts the time inside the calls, not a pause
+     * between them (2 s here; it counted them). */
+    ps_stats_reset(w0);
+    assert_int_equal(ps_clock_timeout(w0, 0), PS_PENDING);
+    assert_int_equal(ps_clock(w1), 0);
+    usleep(2000 * 1000);
+    assert_int_equal(ps_clock_timeout(w0, 0), 0);
+    ps_stats_t st;
+    assert_int_equal(ps_stats(w0, &st), 0);
+    if (st.sync_wait_us >= 1000000)
+        fail_msg("sync_wait_us is %llu after two calls that did not wait",
+                 (unsigned long long)st.sync_wait_us);
     assert_int_equal(ps_clock_timeout(r, 10), PS_EINVAL);
     assert_int_equal(ps_barrier_timeout(r, 10), PS_EINVAL);
     assert_non_null(strstr(ps_last_error(r), "not a worker"));

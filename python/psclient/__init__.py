@@ -1315,7 +1315,8 @@ class Client:
         most sync_timeout_ms, then raises TimeoutError. Ctrl-C ends the
         wait as it does a request's (KeyboardInterrupt): the clock is still
         under way, and the next clock() waits for that one rather than
-        count another."""
+        count another; until it has, a push to a bsp table raises
+        InvalidError (it would count in that clock)."""
         self._sync(_LIB.ps_clock_timeout)
         self._say_skipped()
 
