@@ -156,10 +156,19 @@ $(SOLIB): $(PIC_OBJ)
 $(ALIB): $(PIC_OBJ)
 	rm -f $@; ar rcs $@ $^
 
+# psclient.h needs none of the libraries libpsclient links: their flags
+# for a static link are written out (Libs.private) rather than named as
+# Requires.private, which pkg-config resolves for every query, so that
+# `pkg-config --cflags --libs psclient` also works where their -dev
+# packages are not installed.
+PC_SED = -e 's\#@PREFIX@\#$(PREFIX)\#' \
+         -e 's\#@LIBDIR@\#$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))\#' \
+         -e 's\#@VERSION@\#$(VERSION)\#' \
+         -e 's\#@LIBS_PRIVATE@\#$(shell pkg-config --libs --static libuv $(MSGPACK_PC) inih libisal libsodium)\#'
+
 $(PCFILE): client/psclient.pc.in Makefile
 	@mkdir -p $(@D)
-	sed -e 's#@PREFIX@#$(PREFIX)#' -e 's#@LIBDIR@#$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))#' \
-	    -e 's#@VERSION@#$(VERSION)#' -e 's#@MSGPACK_PC@#$(MSGPACK_PC)#' $< > $@
+	sed $(PC_SED) $< > $@
 
 # Examples and tests link the shared library from the build tree.
 CLIENT_LINK = -L$(BUILD) -Wl,-rpath,'$$ORIGIN' -lpsclient
@@ -534,13 +543,12 @@ install: $(PSD) $(PSCTL) $(SOLIB) $(ALIB)
 	sed 's#/usr/local/bin/#$(PREFIX)/bin/#g' conf/psd.service > $(DESTDIR)$(UNITDIR)/psd.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/psd.service
 	install -m 644 client/psclient.h $(DESTDIR)$(PREFIX)/include/psclient.h
+	rm -f $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION).*   # an earlier release's
 	install -m 755 $(SOLIB) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so
 	install -m 644 $(ALIB) $(DESTDIR)$(LIBDIR)/libpsclient.a
-	sed -e 's#@PREFIX@#$(PREFIX)#' -e 's#@LIBDIR@#$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))#' \
-	    -e 's#@VERSION@#$(VERSION)#' -e 's#@MSGPACK_PC@#$(MSGPACK_PC)#' \
-	    client/psclient.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+	sed $(PC_SED) client/psclient.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
 	install -d $(DESTDIR)$(PYDIR)/psclient
 	install -m 644 $(PY_SRC) $(DESTDIR)$(PYDIR)/psclient/
 	printf '# Written by make install: libpsclient.so.0 is in this folder,\n# relative to the package.\nLIBDIR = "%s"\n' \
@@ -550,7 +558,7 @@ install: $(PSD) $(PSCTL) $(SOLIB) $(ALIB)
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/psd $(DESTDIR)$(PREFIX)/bin/psctl \
 	      $(DESTDIR)$(UNITDIR)/psd.service $(DESTDIR)$(PREFIX)/include/psclient.h \
-	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION) \
+	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION).* \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so $(DESTDIR)$(LIBDIR)/libpsclient.a \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc

@@ -458,8 +458,9 @@ const char *psd_server_status(psd_server *s)
     static char line[512];
     const psd_node *n = &s->node;
     int k = snprintf(line, sizeof line, "node %d of %d serving %s: %d "
-                     "tables, snapshot generation %llu", n->index,
+                     "table%s, snapshot generation %llu", n->index,
                      n->cfg.nnodes, n->cluster.nodes[n->index], n->ntables,
+                     n->ntables == 1 ? "" : "s",
                      (unsigned long long)s->dur.st.generation);
     /* What `systemctl status` shows after `systemctl reload`: a reload
      * that kept the old configuration must not look like one that took. */

@@ -14,7 +14,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo "1..10"
+echo "1..13"
 n=0
 check() {       # check DESCRIPTION COMMAND...
     n=$((n + 1)); d=$1; shift
@@ -36,6 +36,19 @@ pc="pkg-config --define-variable=prefix=$stage/root$prefix"
 export PKG_CONFIG_PATH="$stage/root$prefix/lib/pkgconfig"
 check "a trainer compiles and links with only pkg-config --cflags --libs psclient" \
     sh -c "${CC:-cc} ${SAN:-} -o '$stage/trainer' '$top/tests/install/trainer.c' \$($pc --cflags --libs psclient)"
+
+# A machine with libpsclient but without its dependencies' -dev packages
+# (their .pc files): psclient.pc named them in Requires.private, which
+# pkg-config resolves for every query, and the line above failed there.
+only="$stage/pconly"
+mkdir -p "$only" && cp "$stage/root$prefix/lib/pkgconfig/psclient.pc" "$only/"
+check "pkg-config --cflags --libs psclient needs no other .pc file" \
+    sh -c "PKG_CONFIG_LIBDIR='$only' PKG_CONFIG_PATH= $pc --cflags --libs psclient"
+check "a trainer links libpsclient.a with pkg-config --static" \
+    sh -c "${CC:-cc} ${SAN:-} -o '$stage/trainer-static' '$top/tests/install/trainer.c' \
+           \$($pc --cflags psclient) '$stage/root$prefix/lib/libpsclient.a' \
+           \$($pc --static --libs-only-other --libs-only-l psclient | sed 's/-lpsclient//') &&
+           ! ldd '$stage/trainer-static' | grep -q libpsclient"
 
 check "the shared library exports only ps_* symbols" \
     sh -c "! nm -D --defined-only '$stage/root$prefix/lib/libpsclient.so' | awk '{print \$3}' | grep -v '^ps_' | grep ."
@@ -117,3 +130,11 @@ check "the installed unit names X/bin/psd and passes systemd-analyze verify with
                out=\$(systemd-analyze verify '$other/lib/systemd/system/psd.service' 2>&1) &&
                test -z \"\$out\" || { echo \"\$out\"; exit 1; }
            fi"
+
+# make uninstall takes back what make install put, and an earlier
+# release's library (libpsclient.so.0.X.Y) that an upgrade left.
+touch "$stage/root$prefix/lib/libpsclient.so.0.0.1"
+check "make uninstall leaves nothing of psd in the stage" \
+    sh -c "make -s -C '$top' BUILD='$BUILD' DESTDIR='$stage/root' PREFIX=$prefix uninstall >/dev/null &&
+           left=\$(find '$stage/root' -type f -o -type l) && test -z \"\$left\" ||
+           { echo \"left: \$left\"; exit 1; }"

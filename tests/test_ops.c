@@ -2288,6 +2288,13 @@ static void test_the_unit_checks_the_node_it_starts(void **state)
     const char *args = strstr(start, " -c ");
     if (!args || !strstr(args, " -n "))
         fail_msg("ExecStart=%s has no -c FILE -n NODE", start);
+    /* The node from PSD_NODE, which a drop-in sets and `make install`
+     * does not overwrite (it rewrote an -n edited in the unit). */
+    char env[128];
+    unit_line("conf/psd.service", "Environment", env, sizeof env);
+    if (!strstr(args, " -n ${PSD_NODE}") || strcmp(env, "PSD_NODE=0") != 0)
+        fail_msg("ExecStart=%s, Environment=%s: want -n ${PSD_NODE} and "
+                 "PSD_NODE=0", start, env);
     if (!strstr(pre, " --check") || !strstr(pre, args))
         fail_msg("ExecStartPre=%s does not check what ExecStart=%s runs",
                  pre, start);
@@ -2354,6 +2361,7 @@ static void test_a_reload_checks_the_file_before_it_signals(void **state)
     snprintf(cmd, sizeof cmd, "%s%.*s -c %s%s 2>&1", psd,
              (int)(c_at - strchr(check, ' ')), strchr(check, ' '), ini,
              file_end);
+    setenv("PSD_NODE", "0", 1);  /* as the unit's Environment= */
     for (int bad = 1; bad >= 0; bad--) {
         FILE *f = fopen(ini, "w");
         assert_non_null(f);
