@@ -39,7 +39,7 @@ LIBS_CM  = $(shell pkg-config --libs cmocka)
 PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c proto/hist.c proto/addr.c proto/auth.c \
               proto/map.c
 DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c daemon/table.c \
-              daemon/sync.c daemon/dedup.c daemon/node.c daemon/request.c \
+              daemon/sync.c daemon/dedup.c daemon/secret.c daemon/node.c daemon/request.c \
               daemon/journal.c daemon/snapshot.c daemon/durable.c daemon/auth.c \
               daemon/preflight.c daemon/conn.c daemon/server.c daemon/notify.c \
               daemon/admin.c daemon/metrics.c daemon/export.c \
@@ -203,7 +203,7 @@ $(BUILD)/test_table: $(BUILD)/tests/test_table.o $(D)/table.o $(D)/updater.o \
 	    -o $@ $^ $(LIBS_CM) -lm
 $(BUILD)/test_sync: $(BUILD)/tests/test_sync.o $(D)/sync.o $(D)/log.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
-$(BUILD)/test_dedup: $(BUILD)/tests/test_dedup.o $(D)/dedup.o
+$(BUILD)/test_dedup: $(BUILD)/tests/test_dedup.o $(D)/dedup.o $(D)/secret.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
 $(BUILD)/test_log: $(BUILD)/tests/test_log.o $(D)/log.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
@@ -211,7 +211,8 @@ $(BUILD)/test_npy: $(BUILD)/tests/test_npy.o $(D)/npy.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
 $(BUILD)/test_snapshot: $(BUILD)/tests/test_snapshot.o $(D)/snapshot.o $(D)/journal.o \
                         $(D)/node.o $(D)/table.o $(D)/updater.o $(D)/sync.o \
-                        $(D)/dedup.o $(D)/config.o $(D)/inifile.o $(D)/log.o $(PROTO_OBJ)
+                        $(D)/dedup.o $(D)/secret.o $(D)/config.o $(D)/inifile.o $(D)/log.o \
+                        $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -Wl,--wrap=read,--wrap=fread -o $@ $^ $(LIBS_MP) $(LIBS_INI) \
 	    $(LIBS_CM) -lm
 $(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD)/client/stats.o \
@@ -425,7 +426,7 @@ FUZZ_OBJ_config  := $(FZ)/fuzz_config.o daemon/config.o daemon/inifile.o \
 # A node with its tables, as request.c serves it.
 FUZZ_NODE_OBJ    := daemon/request.o daemon/node.o daemon/config.o \
                     daemon/inifile.o daemon/table.o daemon/updater.o \
-                    daemon/sync.o daemon/dedup.o daemon/journal.o \
+                    daemon/sync.o daemon/dedup.o daemon/secret.o daemon/journal.o \
                     daemon/log.o $(PROTO_SRC:.c=.o)
 FUZZ_OBJ_request := $(FZ)/fuzz_request.o $(FZ)/decode.o $(FZ)/disk.o \
                     $(FUZZ_NODE_OBJ)

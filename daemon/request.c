@@ -7,11 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
-#include <sys/random.h>
 
 #include "log.h"
 #include "request.h"
+#include "secret.h"
 #include "../proto/layout.h"
 #include "../proto/status.h"
 
@@ -311,19 +310,7 @@ static void answer(psd_node *n, psd_session *ss, const psw_msg *m, int status,
  * are chained (psd_held.same). */
 static uint64_t held_key(uint64_t ts, uint32_t part)
 {
-    static uint64_t seed[2];
-    static int seeded;
-    if (!seeded) {
-        if (getrandom(seed, sizeof seed, 0) != (ssize_t)sizeof seed) {
-            struct timespec t;
-            clock_gettime(CLOCK_MONOTONIC, &t);
-            seed[0] = (uint64_t)t.tv_nsec ^ (uint64_t)t.tv_sec << 30 ^
-                      (uint64_t)getpid() << 44;
-            seed[1] = psw_mix64(seed[0] ^ (uintptr_t)&seeded);
-        }
-        seeded = 1;
-    }
-    return psw_mix64(ts ^ seed[0]) ^ psw_mix64((uint64_t)part ^ seed[1]);
+    return psd_secret_mix(0, ts) ^ psd_secret_mix(1, part);
 }
 
 /* Keeps m until the node's clock (or barrier, by kind) reaches need. A

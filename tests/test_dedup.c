@@ -129,6 +129,38 @@ static void test_clients_without_connections_expire_after_the_ttl(
     psd_dedup_free(d);
 }
 
+/* A client that pushed, had it all acknowledged and left is kept for
+ * client_ttl by its mark alone: a late copy of its push is still seen
+ * as complete, and it costs its struct, not a table and a ring (a trial
+ * counted 533 bytes a client against conf/psd.ini's "about 200"). */
+static void test_a_client_gone_with_everything_acked_keeps_only_its_mark(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    enum { N = 1000 };
+    for (uint64_t id = 1; id <= N; id++) {
+        psd_dclient *c = psd_dedup_attach(d, id, 1, 1000);
+        assert_int_equal(psd_dedup_record(c, 1, 0, PSW_OK), 0);
+        psd_dedup_ack(c, 2, UINT64_MAX);
+        psd_dedup_detach(d, c, 1000);
+    }
+    size_t clients, entries, bytes;
+    psd_dedup_size(d, &clients, &entries, &bytes);
+    EXPECT_INT((int)clients, N, "clients kept");
+    if (bytes / N > 200)
+        fail_msg("%zu bytes a client kept with nothing live", bytes / N);
+    psd_dclient *c = psd_dedup_attach(d, 7, 1, 1500);
+    int st = -99;
+    EXPECT_INT(psd_dedup_seen(c, 1, 0, &st), 1, "a late copy of its push");
+    EXPECT_INT(st, PSW_OK, "answered as complete");
+    /* And it pushes again as before. */
+    assert_int_equal(psd_dedup_record(c, 2, 0, PSW_OK), 0);
+    EXPECT_INT(psd_dedup_seen(c, 2, 0, &st), 1, "its next push");
+    EXPECT_INT(psd_dedup_seen(c, 3, 0, &st), 0, "a push it never sent");
+    psd_dedup_free(d);
+}
+
 static void test_many_clients_each_keep_their_own_pushes(void **state)
 {
     (void)state;
@@ -341,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_memory_stays_flat_with_a_sliding_window),
         cmocka_unit_test(
             test_clients_without_connections_expire_after_the_ttl),
+        cmocka_unit_test(test_a_client_gone_with_everything_acked_keeps_only_its_mark),
         cmocka_unit_test(test_many_clients_each_keep_their_own_pushes),
         cmocka_unit_test(test_memory_comes_back_when_a_burst_is_acked),
         cmocka_unit_test(
