@@ -161,10 +161,12 @@ $(ALIB): $(PIC_OBJ)
 # Requires.private, which pkg-config resolves for every query, so that
 # `pkg-config --cflags --libs psclient` also works where their -dev
 # packages are not installed.
+PC_DEPS = libuv $(MSGPACK_PC) inih libisal libsodium
+PC_LIBS = $(shell pkg-config --libs --static $(PC_DEPS))
 PC_SED = -e 's\#@PREFIX@\#$(PREFIX)\#' \
          -e 's\#@LIBDIR@\#$(patsubst $(PREFIX)%,$${prefix}%,$(LIBDIR))\#' \
          -e 's\#@VERSION@\#$(VERSION)\#' \
-         -e 's\#@LIBS_PRIVATE@\#$(shell pkg-config --libs --static libuv $(MSGPACK_PC) inih libisal libsodium)\#'
+         -e 's\#@LIBS_PRIVATE@\#$(PC_LIBS)\#'
 
 $(PCFILE): client/psclient.pc.in Makefile
 	@mkdir -p $(@D)
@@ -537,6 +539,9 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 # psclient.pc and the unit are written here, from the PREFIX and LIBDIR of
 # this command (not those of an earlier `make`).
 install: $(PSD) $(PSCTL) $(SOLIB) $(ALIB)
+	@test -n "$(PC_LIBS)" || { echo "make install: pkg-config cannot resolve" \
+	    "libpsclient's dependencies ($(PC_DEPS)) for psclient.pc: is" \
+	    "PKG_CONFIG_PATH kept (sudo resets it)?" >&2; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
 	install -d $(DESTDIR)$(UNITDIR)
 	install -m 755 $(PSD) $(DESTDIR)$(PREFIX)/bin/psd
@@ -544,10 +549,12 @@ install: $(PSD) $(PSCTL) $(SOLIB) $(ALIB)
 	sed 's#/usr/local/bin/#$(PREFIX)/bin/#g' conf/psd.service > $(DESTDIR)$(UNITDIR)/psd.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/psd.service
 	install -m 644 client/psclient.h $(DESTDIR)$(PREFIX)/include/psclient.h
-	rm -f $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION).*   # an earlier release's
 	install -m 755 $(SOLIB) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so
+	# an earlier release's library, once the links name the new one
+	find $(DESTDIR)$(LIBDIR) -maxdepth 1 -name 'libpsclient.so.$(SOVERSION).*' \
+	    ! -name 'libpsclient.so.$(VERSION)' -delete
 	install -m 644 $(ALIB) $(DESTDIR)$(LIBDIR)/libpsclient.a
 	sed $(PC_SED) client/psclient.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
 	install -d $(DESTDIR)$(PYDIR)/psclient

@@ -518,22 +518,24 @@ static int shape_of(ps_client *c, int table, psc_shape *sh)
     return 0;
 }
 
-/* A push to a bsp table while this worker's clock is under way (a
- * ps_clock_timeout that returned PS_PENDING) would be summed into the
- * clock already sent, not the next: refused until the clock is done. */
+/* A push to a bsp table while this worker's clock is not done (a
+ * ps_clock_timeout that returned PS_PENDING, or a ps_clock that failed:
+ * nodes may have taken it, and the next call names it again) would be
+ * summed into that clock, not the next: refused until a call for it
+ * returns PS_OK. clock_failed holds its number meanwhile. */
 static int clock_under_way(ps_client *c, int op, const psc_shape *sh)
 {
-    if (!__atomic_load_n(&c->clock_pending, __ATOMIC_RELAXED) ||
-        !psw_op_has(op, PSW_OPF_PUSHES) ||
+    uint64_t k = __atomic_load_n(&c->clock_failed, __ATOMIC_RELAXED);
+    if (!k || !psw_op_has(op, PSW_OPF_PUSHES) ||
         sh->table->consistency != PSW_CONS_BSP)
         return 0;
     psc_set_error(c, "a push to bsp table '%s' while this worker's clock "
-                  "%llu is under way (ps_clock_timeout returned PS_PENDING) "
-                  "would count in that clock: call ps_clock (or "
-                  "ps_clock_timeout until it returns PS_OK) first",
-                  sh->table->name,
-                  (unsigned long long)__atomic_load_n(&c->clock_failed,
-                                                      __ATOMIC_RELAXED));
+                  "%llu is not done (%s) would count in that clock: call "
+                  "ps_clock (or ps_clock_timeout) until it returns PS_OK "
+                  "first", sh->table->name, (unsigned long long)k,
+                  __atomic_load_n(&c->clock_pending, __ATOMIC_RELAXED)
+                      ? "ps_clock_timeout returned PS_PENDING"
+                      : "the last ps_clock failed");
     return 1;
 }
 

@@ -336,9 +336,10 @@ PS_API int ps_barrier(ps_client *c);
  * instead of sending another, returning once it is done. A trainer waits
  * in slices so that it can be interrupted (the Python binding's Ctrl-C)
  * or do other work meanwhile; sync_timeout_ms still bounds the whole.
- * While a clock is under way so, a push to a bsp table (it would count in
- * that clock) is refused with PS_EINVAL; pulls and other tables' pushes
- * are not. */
+ * While a clock is under way so, or after a ps_clock that failed, a push
+ * to a bsp table (it would count in that clock) is refused with PS_EINVAL
+ * until a call for that clock returns PS_OK; pulls and other tables'
+ * pushes are not. */
 PS_API int ps_clock_timeout(ps_client *c, int timeout_ms);
 PS_API int ps_barrier_timeout(ps_client *c, int timeout_ms);
 

@@ -589,6 +589,9 @@ static uint32_t crow_get(psd_table *t, shard *s, uint64_t key, uint64_t h)
     if ((s->nrows + 1) * CLOAD_DEN > (uint64_t)s->hcap * CLOAD_NUM) {
         if (grow_start(t, s))
             return EMPTY;
+        /* Old slots to move, also if the row is not made after all (a
+         * chunk that memory refuses): the ticks must walk this shard. */
+        t->tidy_made = UINT64_MAX;
         j = cslot_free(s->cslots, s->hcap, (uint32_t)(h >> 32));
     }
     if (s->nrows == (uint64_t)s->nchunks << t->chunk_bits && chunk_add(t, s))

@@ -47,7 +47,7 @@ check "pkg-config --cflags --libs psclient needs no other .pc file" \
 check "a trainer links libpsclient.a with pkg-config --static" \
     sh -c "${CC:-cc} ${SAN:-} -o '$stage/trainer-static' '$top/tests/install/trainer.c' \
            \$($pc --cflags psclient) '$stage/root$prefix/lib/libpsclient.a' \
-           \$($pc --static --libs-only-other --libs-only-l psclient | sed 's/-lpsclient//') &&
+           \$($pc --static --libs psclient | sed 's/-lpsclient//') &&
            ! ldd '$stage/trainer-static' | grep -q libpsclient"
 
 check "the shared library exports only ps_* symbols" \

@@ -1315,8 +1315,9 @@ class Client:
         most sync_timeout_ms, then raises TimeoutError. Ctrl-C ends the
         wait as it does a request's (KeyboardInterrupt): the clock is still
         under way, and the next clock() waits for that one rather than
-        count another; until it has, a push to a bsp table raises
-        InvalidError (it would count in that clock)."""
+        count another; until it has (or after a clock() that failed,
+        until one succeeds), a push to a bsp table raises InvalidError (it
+        would count in that clock)."""
         self._sync(_LIB.ps_clock_timeout)
         self._say_skipped()
 
