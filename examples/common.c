@@ -33,7 +33,8 @@ void complain(const char *fmt, ...)
 
 int report_failure(ps_client *c, const char *what, int rc)
 {
-    const char *detail = c ? ps_last_error(c) : "";
+    /* NULL: a failed ps_open's detail, kept for this thread. */
+    const char *detail = ps_last_error(c);
     if (detail && *detail)
         complain("%s: %s (%s)", what, ps_strerror(rc), detail);
     else

@@ -27,8 +27,8 @@ void complain_as(const char *fmt, ...) PRINTF_LIKE(1, 2);
 void complain(const char *fmt, ...) PRINTF_LIKE(1, 2);
 
 /* Reports a failed psd call: what we were doing, the code's text and the
- * library's detail from c (which may be NULL). Returns -1 so callers can
- * `return report_failure(...)`. */
+ * library's detail from c (NULL: a failed ps_open's, kept for this
+ * thread). Returns -1 so callers can `return report_failure(...)`. */
 int report_failure(ps_client *c, const char *what, int rc);
 
 /* A failed request whose cause may pass: a node unreachable or silent for

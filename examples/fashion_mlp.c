@@ -233,8 +233,9 @@ static int open_tables(const options *o, trainer *tr)
 
     int rc = ps_open(&tr->c, o->servers, &po);
     if (rc < 0) {
-        complain("cannot connect to %s: %s", o->servers, ps_strerror(rc));
-        return -1;
+        char what[300];
+        snprintf(what, sizeof what, "cannot connect to %s", o->servers);
+        return report_failure(NULL, what, rc);
     }
     char n1[32], n2[32];
     snprintf(n1, sizeof n1, "W1_%s", mode_names[o->mode]);

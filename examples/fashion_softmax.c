@@ -164,8 +164,9 @@ static int open_table(const options *o, ps_client **c, int *table)
 
     int rc = ps_open(c, o->servers, &po);
     if (rc < 0) {
-        complain("cannot connect to %s: %s", o->servers, ps_strerror(rc));
-        return -1;
+        char what[300];
+        snprintf(what, sizeof what, "cannot connect to %s", o->servers);
+        return report_failure(NULL, what, rc);
     }
     uint32_t dim;
     *table = find_table(*c, o->table, SOFTMAX_ROWS, SOFTMAX_CLASSES,

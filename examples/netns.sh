@@ -28,6 +28,7 @@ NETNS_ADDR_1=10.200.0.2
 NETNS_ADDR_W=10.200.0.3
 NETNS_ALL=""
 NETNS_WHY=""
+NETNS_MADE_ETC=""
 
 in_ns() {
     ns=$1
@@ -45,6 +46,8 @@ netns_down() {
         "$IP" netns del "$ns" 2>/dev/null
         rm -rf "/etc/netns/$ns"
     done
+    # /etc/netns itself when netns_up made it (and nothing else is in it).
+    [ -n "$NETNS_MADE_ETC" ] && rmdir /etc/netns 2>/dev/null
     NETNS_ALL=""
 }
 
@@ -84,6 +87,7 @@ netns_up() {
         netns_down
         return 1
     fi
+    [ -d /etc/netns ] || NETNS_MADE_ETC=1
     for ns in "$NS_0" "$NS_1" "$NS_W"; do
         mkdir -p "/etc/netns/$ns" &&
         printf '127.0.0.1 localhost\n%s ps-0\n%s ps-1\n%s workers\n' \

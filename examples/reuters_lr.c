@@ -288,8 +288,9 @@ static int open_table(const options *o, int worker, ps_client **c,
 
     int rc = ps_open(c, o->servers, &po);
     if (rc < 0) {
-        complain("cannot connect to %s: %s", o->servers, ps_strerror(rc));
-        return -1;
+        char what[300];
+        snprintf(what, sizeof what, "cannot connect to %s", o->servers);
+        return report_failure(NULL, what, rc);
     }
     ps_table_info info;
     rc = ps_table(*c, o->table, &info);
@@ -455,11 +456,16 @@ static int run_worker(const options *o, int worker, const arff_set *train)
     }
     if (finish_push(&tr) < 0)
         goto done;
-    printf("worker %d: %zu documents x %d epochs in %zu steps, %.0f keys "
-           "per push on average; train loss %.4f in epoch 1, %.4f in epoch "
-           "%d (%.2f s)\n", worker, n, o->epochs, tr.steps,
-           (double)tr.keys_pushed / (double)tr.steps, first_loss, loss,
-           o->epochs, now() - t0);
+    char losses[80];
+    if (o->epochs > 1)
+        snprintf(losses, sizeof losses, "%.4f in epoch 1, %.4f in epoch %d",
+                 first_loss, loss, o->epochs);
+    else
+        snprintf(losses, sizeof losses, "%.4f", loss);
+    printf("worker %d: %zu documents x %d epoch%s in %zu steps, %.0f keys "
+           "per push on average; train loss %s (%.2f s)\n", worker, n,
+           o->epochs, o->epochs == 1 ? "" : "s", tr.steps,
+           (double)tr.keys_pushed / (double)tr.steps, losses, now() - t0);
     rc = 0;
 done:
     /* ps_close waits for a push still borrowing tr.buf. */

@@ -34,6 +34,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+# A closed terminal or a dropped ssh session: psd takes SIGHUP for a
+# reload and would run on, so the script cleans up as for Ctrl-C.
+trap 'exit 129' HUP
 
 [ -x "$build/psd" ] && [ -x "$build/fashion_softmax" ] ||
     fail "$build/psd or fashion_softmax missing; run make first"

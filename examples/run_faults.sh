@@ -30,10 +30,11 @@ OUT="$BUILD/faults"     # ini files and logs, kept after the run
 mkdir -p "$OUT" || fail "cannot create $OUT"
 rm -f "$OUT"/*.ini "$OUT"/*.log "$OUT"/*.out "$OUT"/*.err
 
-# free_ports N: N distinct ports nothing listens on now, asked of the
-# kernel all at once (one at a time, it may hand out the same port twice);
-# under tests/run.sh, from the range it gives this program
-# (PSD_TEST_PORTS=LO-HI), where no other program running beside it looks.
+# free_ports N: N distinct ports nothing listens on now, all bound at
+# once while they are chosen (one at a time, the same port could come
+# twice); under tests/run.sh, from the range it gives this program
+# (PSD_TEST_PORTS=LO-HI), where no other program running beside it looks;
+# otherwise below the kernel's ephemeral range.
 free_ports() {
     python3 -c 'import os, socket, sys
 n = int(sys.argv[1])
@@ -56,8 +57,20 @@ if lo:
     if got < n:
         sys.exit("no free ports in PSD_TEST_PORTS")
 else:
-    for s in ss:
-        s.bind(("127.0.0.1", 0))
+    # Below the ephemeral ports of the kernel (32768 by default), which
+    # any outgoing connection may hold when a node restarts (psd warns
+    # of them), and below the ranges tests/run.sh gives its programs:
+    # from 10000 up, starting anywhere in the first half.
+    got, p = 0, 10000 + os.getpid() % 5000
+    while got < n and p < 20000:
+        try:
+            ss[got].bind(("127.0.0.1", p))
+            got += 1
+        except OSError:
+            pass
+        p += 1
+    if got < n:
+        sys.exit("no free ports between 10000 and 19999")
 print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
 }
 

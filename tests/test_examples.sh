@@ -318,11 +318,13 @@ check "run_faults.sh whose workers fail points to a folder that holds their logs
 # ctrl_c DIR SCRIPT ARGS...: runs SCRIPT as a terminal runs a foreground
 # job (its own process group, SIGINT not ignored), waits until both
 # stand-in workers run, sends SIGINT to the whole group as Ctrl-C does and
-# expects the script to end with status 130 within 20 s.
+# expects the script to end with status 130 within 20 s. STOP_SIG=SIGHUP:
+# a hangup instead (a closed terminal), status 129.
 ctrl_c() {
     "$PYTHON" - "$@" <<'EOF'
 import os, signal, subprocess, sys, time
 d, cmd = sys.argv[1], ["sh"] + sys.argv[2:]
+sig = getattr(signal, os.environ.get("STOP_SIG", "SIGINT"))
 env = dict(os.environ, TMPDIR=os.path.join(d, "tmp"))
 p = subprocess.Popen(cmd, env=env, start_new_session=True,
                      preexec_fn=lambda: signal.signal(signal.SIGINT,
@@ -337,14 +339,14 @@ while time.time() < end and p.poll() is None:
 else:
     sys.exit(f"the stand-in workers never ran (status {p.poll()})")
 time.sleep(0.3)
-os.killpg(p.pid, signal.SIGINT)
+os.killpg(p.pid, sig)
 try:
     rc = p.wait(timeout=20)
 except subprocess.TimeoutExpired:
     os.killpg(p.pid, signal.SIGKILL)
-    sys.exit("still running 20 s after Ctrl-C")
-if rc != 130:
-    sys.exit(f"got status {rc} after Ctrl-C, want 130")
+    sys.exit(f"still running 20 s after {sig.name}")
+if rc != 128 + sig:
+    sys.exit(f"got status {rc} after {sig.name}, want {128 + sig}")
 EOF
 }
 
@@ -365,5 +367,33 @@ faults_ctrl_c() {
 }
 check "run_faults.sh stopped by Ctrl-C stops its psd nodes and workers and removes its temporary folder" \
     faults_ctrl_c
+
+# run_cluster.sh's nodes run in network namespaces (root only). psd takes
+# SIGHUP for a reload: a hangup of the script (a closed terminal) left
+# them running, with their namespaces and token, until the script traps
+# it as it does Ctrl-C.
+cluster_hangup() {
+    f=$tmp/hup
+    fake_build "$f" hang || return 1
+    before=$(ip netns list 2>/dev/null | sed -n 's/^\(psd-rc[^ ]*\).*/\1/p')
+    STOP_SIG=SIGHUP ctrl_c "$f" "$top/examples/run_cluster.sh" "$f"
+    ok=$?
+    leftovers "$f" || ok=1      # kills what it finds
+    for ns in $(ip netns list 2>/dev/null | sed -n 's/^\(psd-rc[^ ]*\).*/\1/p'); do
+        case " $(echo $before) " in *" $ns "*) continue ;; esac
+        echo "network namespace left: $ns"
+        ip netns del "$ns"; rm -rf "/etc/netns/$ns"
+        ok=1
+    done
+    return $ok
+}
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null &&
+   unshare -n true 2>/dev/null; then
+    check "run_cluster.sh hung up (SIGHUP) stops its psd nodes and workers and removes its namespaces and temporary folder" \
+        cluster_hangup
+else
+    n=$((n + 1))
+    echo "ok $n - run_cluster.sh hung up # SKIP needs root and network namespaces"
+fi
 
 echo "1..$n"
