@@ -404,6 +404,18 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Skips the running test where a mount namespace of its own cannot be
+ * made (not root, or no namespaces here). */
+static void need_mount_namespaces(void)
+{
+    int st;
+    char *o = run(&st, "unshare -m sh -c 'mount -t tmpfs -o ro tmpfs /mnt' "
+                  "2>&1");
+    free(o);
+    if (st != 0)
+        skip();
+}
+
 /* In a child of its own mount namespace where /etc/hosts is `hosts`:
  * ps_open of spec, whose error text goes to the pipe. */
 static void open_under_hosts(const char *hosts, const char *spec, int out)
@@ -435,12 +447,9 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
     void **state)
 {
     (void)state;
+    need_mount_namespaces();
     int st;
-    char *o = run(&st, "unshare -m sh -c 'mount -t tmpfs -o ro tmpfs /mnt' "
-                  "2>&1");
-    free(o);
-    if (st != 0)
-        skip();                  /* not root, or no mount namespaces */
+    char *o;
     char dir[] = "/tmp/psd-ll-XXXXXX", ini[64], hosts[64];
     assert_non_null(mkdtemp(dir));
     snprintf(ini, sizeof ini, "%s/c.ini", dir);
@@ -522,12 +531,9 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
 static void test_a_read_only_or_nearly_full_data_dir_is_reported_by_psd_check(void **state)
 {
     (void)state;
+    need_mount_namespaces();
     int st;
-    char *o = run(&st, "unshare -m sh -c 'mount -t tmpfs -o ro tmpfs /mnt' "
-                  "2>&1");
-    free(o);
-    if (st != 0)
-        skip();                  /* not root, or no mount namespaces */
+    char *o;
     char dir[] = "/tmp/psd-ro-XXXXXX", ini[64], ro[64];
     assert_non_null(mkdtemp(dir));
     snprintf(ini, sizeof ini, "%s/c.ini", dir);
