@@ -13,4 +13,10 @@
  * life of the process and unknown outside it. */
 uint64_t psd_secret_mix(unsigned which, uint64_t x);
 
+/* Fixes the secret from seed, before its first use: for programs that
+ * must write the same bytes at every run (the fuzzers' seed corpus, whose
+ * snapshots list exactly-once's entries in the order of its hashed slots)
+ * and fuzz targets, whose runs must repeat. Never in psd itself. */
+void psd_secret_fix(uint64_t seed);
+
 #endif

@@ -35,6 +35,9 @@ long long fuzz_disk_size(const char *path);
 /* The fixed cluster of request_conf.h, loaded on the first call. */
 const psd_config *fuzz_disk_config(void);
 
+/* The secret fuzz_disk_config fixes (make_seeds fixes it first thing). */
+#define FUZZ_SECRET 0x5eed5eed5eed5eedULL
+
 /* Builds node `index` of the fixed cluster afresh, as psd does before it
  * recovers (psd_node_init); psd_node_destroy frees it. */
 void fuzz_disk_node(psd_node *n, int index, uint64_t now_ms);

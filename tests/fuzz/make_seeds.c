@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "disk.h"
+#include "../../daemon/secret.h"
 #include "fuzz.h"
 #include "request_conf.h"
 #include "../../daemon/journal.h"
@@ -1146,6 +1147,7 @@ int main(int argc, char **argv)
         return 2;
     }
     outdir = argv[1];
+    psd_secret_fix(FUZZ_SECRET);         /* the same bytes at every run */
     if (mkdir(outdir, 0777) && errno != EEXIST)
         die(outdir);
     psw_out_init(&out);
