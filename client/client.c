@@ -530,12 +530,11 @@ static int clock_under_way(ps_client *c, int op, const psc_shape *sh)
         sh->table->consistency != PSW_CONS_BSP)
         return 0;
     psc_set_error(c, "a push to bsp table '%s' while this worker's clock "
-                  "%llu is not done (%s) would count in that clock: call "
-                  "ps_clock (or ps_clock_timeout) until it returns PS_OK "
-                  "first", sh->table->name, (unsigned long long)k,
+                  "%llu is %s would count in that clock: it is refused "
+                  "until a clock call (ps_clock; clock() in Python) for it "
+                  "succeeds", sh->table->name, (unsigned long long)k,
                   __atomic_load_n(&c->clock_pending, __ATOMIC_RELAXED)
-                      ? "ps_clock_timeout returned PS_PENDING"
-                      : "the last ps_clock failed");
+                      ? "under way" : "not done (the last call failed)");
     return 1;
 }
 
@@ -714,14 +713,16 @@ static int sync_call(ps_client *c, int op, int node, uint64_t *count,
         }
         /* Named again by a call after a failure, as after PS_PENDING. */
         __atomic_store_n(failed, next, __ATOMIC_RELAXED);
+        /* Under way from now (atomics: another thread's push reads it,
+         * clock_under_way), not only once a wait gave up. */
+        __atomic_store_n(pending, ts, __ATOMIC_RELAXED);
     }
     int rc = ps_wait_timeout(c, ts, timeout_ms);
     /* The time spent inside the calls, not between them. */
     psc_add_shared(&c->stats.sync_wait_ns, uv_hrtime() - t0);
-    /* Atomics: another thread's push reads it (clock_under_way). */
-    __atomic_store_n(pending, rc == PS_PENDING ? ts : 0, __ATOMIC_RELAXED);
     if (rc == PS_PENDING)
         return rc;
+    __atomic_store_n(pending, 0, __ATOMIC_RELAXED);
     if (rc == PS_OK)
         __atomic_store_n(failed, 0, __ATOMIC_RELAXED);
     return rc;
@@ -745,6 +746,16 @@ int ps_clock_timeout(ps_client *c, int timeout_ms)
     }
     return sync_call(c, PSW_OP_CLOCK, -1, &c->clock, &c->clock_failed,
                      &c->clock_pending, timeout_ms);
+}
+
+int ps_sync_outstanding(ps_client *c, int barrier)
+{
+    if (!c)
+        return PS_EINVAL;
+    /* failed holds the number from the moment a call sends it until a
+     * call for it succeeds (sync_call). */
+    return __atomic_load_n(barrier ? &c->barrier_failed : &c->clock_failed,
+                           __ATOMIC_RELAXED) != 0;
 }
 
 int ps_position(ps_client *c, uint64_t *clock, uint64_t *barrier)

@@ -325,8 +325,8 @@ PS_API int ps_wait_all_timeout(ps_client *c, int timeout_ms);
  * made again: it names the same clock (or barrier) as the failed one,
  * which nodes that already took it answer once they reach it, so the
  * worker stays in step with the others. A worker is one trainer: call
- * them from one thread of it at a time (two at once each count a clock,
- * and which one a failure is retried as is then not defined). */
+ * them from one thread of it at a time (with two at once, which clock
+ * each counts, and which one a failure is retried as, is not defined). */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
 /* ps_clock and ps_barrier that give up waiting after timeout_ms
@@ -342,6 +342,12 @@ PS_API int ps_barrier(ps_client *c);
  * pushes are not. */
 PS_API int ps_clock_timeout(ps_client *c, int timeout_ms);
 PS_API int ps_barrier_timeout(ps_client *c, int timeout_ms);
+/* 1 when this worker's last ps_clock (barrier != 0: ps_barrier) is not
+ * done: it returned PS_PENDING, or it failed, so the next call names the
+ * same clock; 0 when it succeeded (or none was made); PS_EINVAL for a
+ * NULL c. For a binding whose wait an exception cut short, to tell a
+ * clock still under way from one that completed as it was cut. */
+PS_API int ps_sync_outstanding(ps_client *c, int barrier);
 
 /* Where this worker stands: the numbers of its last ps_clock and
  * ps_barrier (one that failed counts: the next call retries its number),

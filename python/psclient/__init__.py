@@ -1315,17 +1315,38 @@ class Client:
         most sync_timeout_ms, then raises TimeoutError. Ctrl-C ends the
         wait as it does a request's (KeyboardInterrupt): the clock is still
         under way, and the next clock() waits for that one rather than
-        count another; until it has (or after a clock() that failed,
-        until one succeeds), a push to a bsp table raises InvalidError (it
-        would count in that clock)."""
-        self._sync(_LIB.ps_clock_timeout)
+        count another (a Ctrl-C that lands as the clock completes says so
+        instead: "clock N completed as the interrupt came"); until it has
+        (or after a
+        clock() that failed, until one succeeds), a push to a bsp table
+        raises InvalidError (it would count in that clock). Call it from
+        one thread of a worker at a time."""
+        self._sync(_LIB.ps_clock_timeout, 0)
         self._say_skipped()
 
-    def _sync(self, fn) -> None:
-        """ps_clock_timeout or ps_barrier_timeout, in slices (_sliced)."""
+    def _sync(self, fn, barrier: int) -> None:
+        """ps_clock_timeout or ps_barrier_timeout, in slices (_sliced).
+        A Ctrl-C that lands as the clock completes is raised as the
+        library call returns, its status lost: the clock is done, where a
+        bare KeyboardInterrupt says it is under way and that the next
+        clock() finishes it (a trial's worker then counted one clock
+        ahead of the others). ps_sync_outstanding tells the two apart, and
+        the KeyboardInterrupt says which."""
         h = self._acquire()
         try:
-            st = self._sliced(lambda: fn(h, _WAIT_SLICE_MS))
+            was = self._interrupted
+            try:
+                st = self._sliced(lambda: fn(h, _WAIT_SLICE_MS))
+            except KeyboardInterrupt:
+                if _LIB.ps_sync_outstanding(h, barrier) != 0:
+                    raise
+                self._interrupted = was      # no wait was cut short
+                what = "barrier" if barrier else "clock"
+                k, b = self.position()
+                raise KeyboardInterrupt(
+                    f"{what} {b if barrier else k} completed as the "
+                    f"interrupt came: it is done, and the next {what}() "
+                    f"counts the next one") from None
             if st != PS_OK:
                 raise self._fail(h, st)
         finally:
@@ -1363,7 +1384,7 @@ class Client:
         (ps_barrier). Workers only. Like clock(), it blocks at most
         sync_timeout_ms, and after Ctrl-C the next barrier() waits for the
         one cut short."""
-        self._sync(_LIB.ps_barrier_timeout)
+        self._sync(_LIB.ps_barrier_timeout, 1)
         self._say_skipped()
 
     def position(self) -> Tuple[int, int]:

@@ -183,6 +183,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ps_barrier": (c_int, [h]),
         "ps_clock_timeout": (c_int, [h, c_int]),
         "ps_barrier_timeout": (c_int, [h, c_int]),
+        "ps_sync_outstanding": (c_int, [h, c_int]),
         "ps_position": (c_int, [h, POINTER(c_uint64), POINTER(c_uint64)]),
         "ps_stats": (c_int, [h, POINTER(PsStats)]),
         "ps_stats_node": (c_int, [h, c_int, POINTER(PsStats)]),

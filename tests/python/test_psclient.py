@@ -901,6 +901,54 @@ def test_bsp_clock_applies_each_iteration_once_and_barrier_joins(make_cluster):
 
 
 @pytest.mark.parametrize("call", ["clock", "barrier"])
+def test_a_ctrl_c_that_lands_as_the_clock_completes_says_it_is_done(
+        make_cluster, monkeypatch, call):
+    """A Ctrl-C is raised as the library call that waited returns: one
+    that lands as the clock completes lost its status, and clock() raised
+    KeyboardInterrupt with the clock done, where the docstring says it is
+    under way and the next call finishes it (a trial's user re-ran the
+    loop one clock ahead of the other worker). The binding asks the
+    library (ps_sync_outstanding), and the KeyboardInterrupt says the
+    clock is done. Here the landing is made sure of: the library's
+    function raises as it returns PS_OK."""
+    cl = make_cluster(BSP, cluster_lines="workers = 2\n")
+    k = keys_of(1, 2, 3)
+    with psclient.connect(cl.spec, worker=0, sync_timeout_ms=60000) as w0, \
+            psclient.connect(cl.spec, worker=1, sync_timeout_ms=60000) as w1:
+        t0 = w0.table("bsp")
+        name = "ps_clock_timeout" if call == "clock" else "ps_barrier_timeout"
+        real = getattr(psclient._LIB, name)
+
+        def landing(h, ms):
+            st = real(h, ms)
+            if st == psclient.PS_OK:
+                raise KeyboardInterrupt
+            return st
+
+        t0.push(k, np.ones((3, 2), F32))
+        with ThreadPoolExecutor(1) as ex:
+            other = ex.submit(getattr(w1, call))
+            monkeypatch.setattr(psclient._LIB, name, landing)
+            with pytest.raises(KeyboardInterrupt) as got:
+                getattr(w0, call)()
+            monkeypatch.undo()
+            other.result(timeout=60)
+        assert str(got.value) == (f"{call} 1 completed as the interrupt "
+                                  f"came: it is done, and the next {call}() "
+                                  f"counts the next one"), str(got.value)
+        at = (1, 0) if call == "clock" else (0, 1)
+        assert w0.position() == at and w1.position() == at
+        # The next call counts the next clock on both, in step.
+        with ThreadPoolExecutor(1) as ex:
+            other = ex.submit(getattr(w1, call))
+            getattr(w0, call)()
+            other.result(timeout=60)
+        assert w0.position() == tuple(2 * x for x in at)
+        if call == "clock":
+            np.testing.assert_array_equal(t0.pull(k), np.full((3, 2), 1))
+
+
+@pytest.mark.parametrize("call", ["clock", "barrier"])
 def test_ctrl_c_interrupts_a_clock_or_barrier_and_the_next_call_finishes_it(
         make_cluster, call):
     """clock() and barrier() blocked in the library, where no signal
