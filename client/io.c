@@ -805,18 +805,6 @@ static void requeue_in_flight(nconn *nc, uint64_t now, int status)
 /* Takes a lookup's addresses for nc's next attempts. The address in use
  * stays first choice while the name still has it, so that a reconnection
  * does not go through the dead ones again. */
-/* Whether sa is an IPv6 link-local address (fe80::/10): without the
- * zone (interface) it is on, which node addresses do not take, nothing
- * can connect to it ("invalid argument"). */
-static int link_local(const struct sockaddr *sa)
-{
-    struct sockaddr_in6 a6;
-    if (sa->sa_family != AF_INET6)
-        return 0;
-    memcpy(&a6, sa, sizeof a6);
-    return IN6_IS_ADDR_LINKLOCAL(&a6.sin6_addr);
-}
-
 /* Takes the addresses of res that can be connected to, keeping the one
  * in use when it is among them. An answer with none (only link-local
  * ones) leaves nc's as they were. Returns how many were link-local. */
@@ -825,9 +813,9 @@ static int take_addrs(nconn *nc, const struct addrinfo *res)
     struct sockaddr_storage cur = nc->sa[nc->sa_i];
     int had = nc->nsa > 0, usable = 0, local = 0;
     for (const struct addrinfo *a = res; a; a = a->ai_next) {
-        local += link_local(a->ai_addr);
-        usable += !link_local(a->ai_addr) &&
-                  a->ai_addrlen <= sizeof nc->sa[0];
+        int ll = psw_addr_link_local(a->ai_addr);
+        local += ll;
+        usable += !ll && a->ai_addrlen <= sizeof nc->sa[0];
     }
     if (!usable)
         return local;
@@ -835,7 +823,8 @@ static int take_addrs(nconn *nc, const struct addrinfo *res)
     nc->sa_i = 0;
     for (const struct addrinfo *a = res; a && nc->nsa < ADDRS_MAX;
          a = a->ai_next) {
-        if (a->ai_addrlen > sizeof nc->sa[0] || link_local(a->ai_addr))
+        if (a->ai_addrlen > sizeof nc->sa[0] ||
+            psw_addr_link_local(a->ai_addr))
             continue;
         memset(&nc->sa[nc->nsa], 0, sizeof nc->sa[0]);
         memcpy(&nc->sa[nc->nsa], a->ai_addr, a->ai_addrlen);
@@ -1180,10 +1169,8 @@ static void nc_connect(nconn *nc)
             nc->state = NC_CONNECTING;       /* so nc_drop closes it */
             uv_tcp_init(&io->loop, &nc->tcp);
             if (!g && local)
-                nc_drop(nc, PS_ECONN, "%s resolves only to link-local IPv6 "
-                        "addresses (fe80::/10), which need a zone, not "
-                        "taken in node addresses: use a name or address of "
-                        "a global or fd00::/8 one", nc->name);
+                nc_drop(nc, PS_ECONN, "%s resolves only to link-local "
+                        "addresses: " PSW_LINK_LOCAL_WHY, nc->name);
             else
                 nc_drop(nc, PS_ECONN, "cannot resolve %s: %s", nc->name,
                         g ? gai_strerror(g) : "no address");
@@ -1321,10 +1308,8 @@ static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
     freeaddrinfo(res);
     if (!nc->nsa) {
         if (local)
-            snprintf(why, whylen, "it resolves only to link-local IPv6 "
-                     "addresses (fe80::/10), which need a zone, not taken "
-                     "in node addresses: use a name or address of a global "
-                     "or fd00::/8 one");
+            snprintf(why, whylen, "it resolves only to link-local "
+                     "addresses: " PSW_LINK_LOCAL_WHY);
         else
             snprintf(why, whylen, "cannot resolve it: no usable address");
         return -1;

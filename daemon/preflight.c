@@ -123,25 +123,16 @@ const char *psd_bind_hint(int err)
     }
 }
 
-/* Whether sa is an address a node can be reached at from elsewhere:
- * neither a wildcard (0.0.0.0, ::) nor IPv6 link-local. *why says which
- * it is otherwise. */
-static int reachable(const struct sockaddr_storage *sa, const char **why)
+/* Whether sa is a wildcard (0.0.0.0, ::): bound, every address of the
+ * host; told to a client, its own host. */
+static int is_wildcard(const struct sockaddr_storage *sa)
 {
-    if (sa->ss_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
-        *why = "a wildcard";
-        return a->sin_addr.s_addr != htonl(INADDR_ANY);
-    }
-    if (sa->ss_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
-        *why = "a wildcard";
-        if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr))
-            return 0;
-        *why = "link-local";
-        return !IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr);
-    }
-    return 1;
+    if (sa->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)sa)->sin_addr.s_addr ==
+               htonl(INADDR_ANY);
+    return sa->ss_family == AF_INET6 &&
+           IN6_IS_ADDR_UNSPECIFIED(
+               &((const struct sockaddr_in6 *)sa)->sin6_addr);
 }
 
 /* The token in force, from auth_token or auth_token_file. */
@@ -255,27 +246,23 @@ static void check_node(psd_preflight *pf, const psd_config *c,
     for (int k = 0; k < 1 + (listen && known); k++) {
         const psd_node_addr *x = k ? &c->nodes[i] : a;
         const struct sockaddr_storage *xs = k ? &told : &sa;
-        const char *what;
         char xtext[PSW_ADDR_TEXT_MAX];
-        psw_addr_format(x, xtext, sizeof xtext);
-        if (x->kind != PSW_HOST_NAME || reachable(xs, &what) ||
-            strcmp(what, "link-local"))
+        if (x->kind != PSW_HOST_NAME ||
+            !psw_addr_link_local((const struct sockaddr *)xs))
             continue;
+        psw_addr_format(x, xtext, sizeof xtext);
         sa_text(xs, ip, sizeof ip);
         add(own ? &pf->problems : &pf->notes,
             own ? &pf->nproblems : &pf->nnotes, path,
             k ? c->nodes_line : line, "[cluster] %s: node %d's address %s "
-            "resolves to %s, a link-local IPv6 address (fe80::/10), which "
-            "needs a zone, not taken in node addresses: %s. Use a name of a "
-            "global or fd00::/8 address", k ? "nodes" : key, i, xtext, ip,
+            "resolves to %s, a link-local address, so %s: "
+            PSW_LINK_LOCAL_WHY, k ? "nodes" : key, i, xtext, ip,
             k ? "clients cannot connect to it"
               : listen ? "psd cannot listen there"
                        : "psd cannot listen there nor clients connect");
         return;
     }
-    const char *what;
-    if ((own || !one) && known && !reachable(&told, &what) &&
-        strcmp(what, "a wildcard") == 0) {
+    if ((own || !one) && known && is_wildcard(&told)) {
         char ntext[PSW_ADDR_TEXT_MAX];
         psw_addr_format(&c->nodes[i], ntext, sizeof ntext);
         add(&pf->notes, &pf->nnotes, path, c->nodes_line, "[cluster] nodes: "

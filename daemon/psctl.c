@@ -163,18 +163,13 @@ static int dial(node *nd)
                     SOCK_NONBLOCK, 0);
         if (fd < 0)
             continue;
-        struct sockaddr_in6 a6;
-        if (ai->ai_family == AF_INET6 && ai->ai_addrlen >= sizeof a6) {
-            memcpy(&a6, ai->ai_addr, sizeof a6);
-            /* Unusable without a zone: said as such, not EINVAL. */
-            if (IN6_IS_ADDR_LINKLOCAL(&a6.sin6_addr) && !a6.sin6_scope_id) {
-                snprintf(nd->err, sizeof nd->err, "%.*s resolves to a "
-                         "link-local IPv6 address (fe80::/10), which needs "
-                         "a zone, not taken in node addresses", 96, host);
-                close(fd);
-                fd = -1;
-                continue;
-            }
+        /* Unusable without a zone: said as such, not EINVAL. */
+        if (psw_addr_link_local(ai->ai_addr)) {
+            snprintf(nd->err, sizeof nd->err, "%.*s resolves to a link-local "
+                     "address: " PSW_LINK_LOCAL_WHY, 96, host);
+            close(fd);
+            fd = -1;
+            continue;
         }
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
             (errno == EINPROGRESS && wait_fd(fd, POLLOUT, CONNECT_MS) > 0)) {

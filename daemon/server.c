@@ -90,22 +90,30 @@ static void on_durable_moved(void *arg)
  * listens after, so a port another process listens on shows here.
  * (Another process that has only bound it, with SO_REUSEADDR as psd does,
  * as a second psd loading its files would, is found at listen.) */
+static void bind_error(char *err, size_t errlen, const char *path, int line,
+                       const char *key, int node, const psd_node_addr *a,
+                       const char *why, const char *hint)
+{
+    char text[PSW_ADDR_TEXT_MAX], where[4200];
+    psw_addr_format(a, text, sizeof text);
+    if (line > 0)
+        snprintf(where, sizeof where, "%s:%d: ", path, line);
+    else
+        snprintf(where, sizeof where, "%s: ", path);
+    snprintf(err, errlen, "%s[%s] %s: node %d cannot listen on %s: %s%s",
+             where, strcmp(key, "metrics_listen") ? "cluster" : "server", key,
+             node, text, why, hint);
+}
+
 static int bind_port(const struct sockaddr *sa, const char *path, int line,
                      const char *key, int node, const psd_node_addr *a,
                      char *err, size_t errlen)
 {
     int fd = psd_bind_tcp(sa);
     if (fd < 0) {
-        char text[PSW_ADDR_TEXT_MAX], where[4200];
-        psw_addr_format(a, text, sizeof text);
-        if (line > 0)
-            snprintf(where, sizeof where, "%s:%d: ", path, line);
-        else
-            snprintf(where, sizeof where, "%s: ", path);
-        snprintf(err, errlen, "%s[%s] %s: node %d cannot listen on %s: %s%s",
-                 where, strcmp(key, "metrics_listen") ? "cluster" : "server",
-                 key, node, text, uv_strerror(uv_translate_sys_error(-fd)),
-                 psd_bind_hint(-fd));
+        bind_error(err, errlen, path, line, key, node, a,
+                   uv_strerror(uv_translate_sys_error(-fd)),
+                   psd_bind_hint(-fd));
         return -1;
     }
     return fd;
@@ -130,11 +138,8 @@ static int bind_ports(psd_server *s, const psd_config *cfg, int node,
                  ? uv_ip6_addr(m->host, m->port, (struct sockaddr_in6 *)&sa)
                  : uv_ip4_addr(m->host, m->port, (struct sockaddr_in *)&sa);
     if (rc) {
-        char text[PSW_ADDR_TEXT_MAX];
-        psw_addr_format(m, text, sizeof text);
-        snprintf(err, errlen, "%s:%d: [server] metrics_listen: node %d "
-                 "cannot listen on %s: %s", s->cfg_path, cfg->metrics_line,
-                 node, text, uv_strerror(rc));
+        bind_error(err, errlen, s->cfg_path, cfg->metrics_line,
+                   "metrics_listen", node, m, uv_strerror(rc), "");
         return -1;
     }
     s->metrics_fd = bind_port((const struct sockaddr *)&sa, s->cfg_path,

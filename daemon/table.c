@@ -1441,7 +1441,7 @@ size_t psd_table_tidy(psd_table *t, size_t budget)
         shard *s = &t->shards[i];
         if (s->ocap && did < budget)
             did += grow_step(s, budget - did);
-        busy |= s->ocap != 0 || s->next != NULL;
+        busy |= s->ocap != 0;
         if (!s->next)
             continue;
         if (s->nrows != s->ready_rows) {

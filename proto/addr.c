@@ -1,6 +1,7 @@
 /* The grammar of node addresses, shared by psd and libpsclient; see
  * addr.h. */
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,15 @@ const char *psw_addr_host(const psw_addr *a, int *v4)
     if (v4)
         *v4 = four;
     return h;
+}
+
+int psw_addr_link_local(const struct sockaddr *sa)
+{
+    struct sockaddr_in6 a6;
+    if (sa->sa_family != AF_INET6)
+        return 0;
+    memcpy(&a6, sa, sizeof a6);      /* sa may be a sockaddr's alignment */
+    return IN6_IS_ADDR_LINKLOCAL(&a6.sin6_addr);
 }
 
 int psw_addr_same(const psw_addr *a, const psw_addr *b)

@@ -52,6 +52,20 @@ int psw_addr_list_parse(const char *line, int max, psw_addr **out, int *n,
 int psw_addr_bind_list_parse(const char *line, int max, psw_addr **out,
                              int *n, psw_addr_error *e);
 
+/* Why an IPv6 link-local address (fe80::/10) cannot be a node's, for
+ * the messages of psd, psctl and libpsclient alike. */
+#define PSW_LINK_LOCAL_WHY                                                 \
+    "link-local IPv6 addresses (fe80::/10) need a zone, which node "      \
+    "addresses do not take: use a name or address of a global or "        \
+    "fd00::/8 one"
+
+struct sockaddr;
+
+/* 1 when sa (any family) is an IPv6 link-local address: resolved from a
+ * name, nothing can connect to it nor listen there without a zone
+ * ("invalid argument"). */
+int psw_addr_link_local(const struct sockaddr *sa);
+
 /* The host a reaches: its own, but the IPv4 address an IPv4-mapped IPv6
  * one ([::ffff:a.b.c.d]) maps, which is the same socket. *v4 (may be
  * NULL) says whether it is IPv4. Points into a. */

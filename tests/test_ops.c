@@ -470,8 +470,9 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
                                             : "build/psctl";
     char want[300];
     snprintf(want, sizeof want, "%s:2: [cluster] nodes: node 0's address "
-             "llname:%d resolves to fe80::fc:ff:fe00:1, a link-local IPv6 "
-             "address (fe80::/10), which needs a zone", ini, port);
+             "llname:%d resolves to fe80::fc:ff:fe00:1, a link-local "
+             "address, so psd cannot listen there nor clients connect: "
+             "link-local IPv6 addresses (fe80::/10) need a zone", ini, port);
     for (int check = 0; check < 2; check++) {
         o = run(&st, "unshare -m sh -c 'mount --bind %s /etc/hosts && "
                 "timeout 10 %s -c %s -n 0 %s' 2>&1", hosts, psd, ini,
@@ -484,8 +485,8 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
     }
     o = run(&st, "unshare -m sh -c 'mount --bind %s /etc/hosts && "
             "timeout 10 %s -s llname:%d ping' 2>&1", hosts, psctl, port);
-    if (!o || !strstr(o, "llname resolves to a link-local IPv6 address "
-                         "(fe80::/10), which needs a zone"))
+    if (!o || !strstr(o, "llname resolves to a link-local address: "
+                         "link-local IPv6 addresses (fe80::/10) need a zone"))
         fail_msg("psctl said \"%s\"", o ? o : "");
     free(o);
     int fds[2];
@@ -503,7 +504,8 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
     close(fds[0]);
     waitpid(p, &st, 0);
     EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "ps_open's child");
-    if (!strstr(why, "resolves only to link-local IPv6 addresses"))
+    if (!strstr(why, "resolves only to link-local addresses: link-local "
+                     "IPv6 addresses (fe80::/10) need a zone"))
         fail_msg("ps_open said \"%s\"", why);
     /* A wildcard told to clients: a note, the node still starts. */
     f = fopen(ini, "w");

@@ -900,6 +900,15 @@ def test_bsp_clock_applies_each_iteration_once_and_barrier_joins(make_cluster):
         np.testing.assert_array_equal(t.pull(k), np.full((3, 2), 9))
 
 
+def _in_step(w0, w1, call: str) -> None:
+    """w1's clock() (or barrier()) in a thread and w0's here: each returns
+    once both came."""
+    with ThreadPoolExecutor(1) as ex:
+        other = ex.submit(getattr(w1, call))
+        getattr(w0, call)()
+        other.result(timeout=60)
+
+
 @pytest.mark.parametrize("call", ["clock", "barrier"])
 def test_a_ctrl_c_that_lands_as_the_clock_completes_says_it_is_done(
         make_cluster, monkeypatch, call):
@@ -939,10 +948,7 @@ def test_a_ctrl_c_that_lands_as_the_clock_completes_says_it_is_done(
         at = (1, 0) if call == "clock" else (0, 1)
         assert w0.position() == at and w1.position() == at
         # The next call counts the next clock on both, in step.
-        with ThreadPoolExecutor(1) as ex:
-            other = ex.submit(getattr(w1, call))
-            getattr(w0, call)()
-            other.result(timeout=60)
+        _in_step(w0, w1, call)
         assert w0.position() == tuple(2 * x for x in at)
         if call == "clock":
             np.testing.assert_array_equal(t0.pull(k), np.full((3, 2), 1))
@@ -976,18 +982,12 @@ def test_ctrl_c_interrupts_a_clock_or_barrier_and_the_next_call_finishes_it(
         at = (1, 0) if call == "clock" else (0, 1)
         assert w0.position() == at
         t1.push(k, np.full((3, 2), 2, F32))
-        with ThreadPoolExecutor(1) as ex:
-            other = ex.submit(getattr(w1, call))
-            getattr(w0, call)()                  # finishes the one cut short
-            other.result(timeout=60)
+        _in_step(w0, w1, call)                   # w0's finishes the one cut short
         assert w0.position() == at and w1.position() == at
         if call == "clock":
             np.testing.assert_array_equal(t0.pull(k), np.full((3, 2), 3))
         # Both go on in step.
-        with ThreadPoolExecutor(1) as ex:
-            other = ex.submit(getattr(w1, call))
-            getattr(w0, call)()
-            other.result(timeout=60)
+        _in_step(w0, w1, call)
         assert w0.position() == tuple(2 * x for x in at)
         if call == "clock":
             np.testing.assert_array_equal(t0.pull(k), np.full((3, 2), 3))
