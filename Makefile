@@ -70,7 +70,7 @@ TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS) $(BUILD)/mh_client
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all test run run-modes run-faults run-torch soak bench bench-durability bench-zerocopy sanitize \
-        install uninstall clean deps
+        install uninstall clean deps help
 all: $(PSD) $(PSCTL) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
 # ---- dependencies ---------------------------------------------------------
@@ -549,7 +549,8 @@ install: $(PSD) $(PSCTL) $(SOLIB) $(ALIB)
 	sed 's#/usr/local/bin/#$(PREFIX)/bin/#g' conf/psd.service > $(DESTDIR)$(UNITDIR)/psd.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/psd.service
 	install -m 644 client/psclient.h $(DESTDIR)$(PREFIX)/include/psclient.h
-	install -m 755 $(SOLIB) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION)
+	# 644, as Debian installs shared libraries: loaded, never executed
+	install -m 644 $(SOLIB) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so
 	# an earlier release's library, once the links name the new one
@@ -574,3 +575,20 @@ uninstall:
 
 clean:
 	rm -rf build build-san build-fuzz
+
+help:
+	@echo 'make run          a 2-node cluster from conf/ trains on Fashion-MNIST (2 workers)'
+	@echo 'make test         builds everything and runs the whole suite'
+	@echo 'make all          psd, psctl, libpsclient (.so, .a, .pc), the example trainers'
+	@echo 'make sanitize     the suite under ASan + UBSan (build-san/)'
+	@echo 'make bench        benchmarks against baselines and ps-lite (PSLITE_HARNESS=DIR)'
+	@echo 'make bench-durability, make bench-zerocopy   parts of make bench alone'
+	@echo 'make run-modes    async, bsp and ssp training compared (about 2 minutes)'
+	@echo 'make run-sparse   sparse logistic regression on Reuters (downloads its data)'
+	@echo 'make run-torch    a PyTorch CNN whose parameters live in psd'
+	@echo 'make run-faults   the Fashion-MNIST demo through dropped frames and a node restart'
+	@echo 'make run-cluster  nodes and workers in network namespaces, with a token (root)'
+	@echo 'make soak         rounds of random faults under ASan (SOAK_ROUNDS, SOAK_SEED)'
+	@echo 'make fuzz         the libFuzzer targets (clang; fuzz-build, fuzz-seeds)'
+	@echo 'make install, make uninstall   PREFIX (/usr/local), LIBDIR, DESTDIR, UNITDIR, PYDIR'
+	@echo 'make clean        removes build/, build-san/, build-fuzz/'

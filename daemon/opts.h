@@ -102,14 +102,31 @@ static inline const char *psd_opt_refused(char *const *argv, int optind_,
     return buf;
 }
 
+/* Whether arg is one of the options themselves ("--check", "-c",
+ * "--export=DIR"): a value of a list option that is one was forgotten. */
+static inline int psd_opt_is_option(const char *arg, const char *shorts,
+                                    const struct option *longs)
+{
+    if (arg[0] != '-')
+        return 0;
+    if (arg[1] != '-')
+        return arg[1] && arg[1] != ':' && !arg[2] && strchr(shorts, arg[1]);
+    size_t n = strcspn(arg + 2, "=");
+    for (const struct option *l = longs; l->name; l++)
+        if (strlen(l->name) == n && memcmp(l->name, arg + 2, n) == 0)
+            return 1;
+    return 0;
+}
+
 /* getopt_long with those rules, for prog ("psd", "psctl"): the option,
  * -1 at the end, or -2 after saying on stderr what is wrong (the caller
  * exits with status 2): a long option cut short; an option given twice,
  * whose second value would silently win; a value that is the next option
  * (--export -c FILE: a value forgotten, not a folder named "-c"; a
  * negative number is a value). Options in `lists` (their vals) take one
- * value each time they are given, any value: they may repeat (psd
- * --drop-table; a table's name may start with '-'). For '?' and ':',
+ * value each time they are given, any value but an option of this
+ * program as the next argument: they may repeat (psd --drop-table; a
+ * table's name may start with '-'). For '?' and ':',
  * *refused is the argument refused, as given. Messages of getopt_long's
  * own are off (opterr): the caller says what is wrong in its words. Call
  * it for one command line per process: it remembers what it returned. */
@@ -144,6 +161,16 @@ static inline int psd_getopt(int argc, char *const *argv, const char *shorts,
         !(optarg[1] >= '0' && optarg[1] <= '9') && optarg[1] != '.') {
         fprintf(stderr, "%s: %s needs a value, got the option \"%s\"\n",
                 prog, name, optarg);
+        return -2;
+    }
+    /* A list option's value may start with '-', but not be an option of
+     * this program given as the next argument (--drop-table --check:
+     * the name forgotten); --drop-table=--check names such a table. */
+    if (optarg && list && optarg == argv[optind - 1] &&
+        psd_opt_is_option(optarg, shorts, longs)) {
+        fprintf(stderr, "%s: %s needs a value, got the option \"%s\" (a "
+                "value that is written so: %s=%s)\n", prog, name, optarg,
+                name, optarg);
         return -2;
     }
     if (!list && o < 512 && seen[o]++) {

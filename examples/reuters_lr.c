@@ -687,12 +687,22 @@ static int evaluate(const options *o, const arff_set *test,
     if (train) {
         size_t pushed = count_keys(train, NULL);
         size_t seen = pushed ? count_keys(train, test) : 0;
-        if (seen)
+        /* With --eval nothing was pushed by this run: the table holds
+         * what the runs that trained it pushed. */
+        if (seen && !o->eval)
             printf("keys in the table: %zu of the %llu possible, the ones "
                    "of the training set (bias included), pushed by the "
                    "workers\n"
                    "  %zu more only in the test set were pulled: they read "
                    "their initial row (0) and take no room\n", pushed,
+                   (unsigned long long)ARFF_KEY_SPACE + 1, seen - pushed);
+        else if (seen)
+            printf("keys of the training set: %zu of the %llu possible "
+                   "(bias included), the ones a run that trained on it "
+                   "pushed\n"
+                   "  %zu more only in the test set were pulled: where no "
+                   "run pushed them they read their initial row (0) and "
+                   "take no room\n", pushed,
                    (unsigned long long)ARFF_KEY_SPACE + 1, seen - pushed);
     }
     rc = 0;

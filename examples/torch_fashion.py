@@ -46,12 +46,47 @@ import time
 import traceback
 from typing import Dict, List, Optional, Tuple
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(HERE)
+DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+
+
+# Before the imports below: --help needs neither numpy nor torch.
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.
+                                 RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(TOP, "build"),
+                    help="the build tree with psd and libpsclient.so.0 "
+                         "(default: build/ of this source tree; the "
+                         "environment's PSD_BIN and PSCLIENT_LIB win)")
+    ap.add_argument("--ini", default=os.path.join(TOP, "conf",
+                                                  "torch-fashion.ini"),
+                    help="the cluster's ini (default conf/torch-fashion.ini)")
+    ap.add_argument("--data", default=DEFAULT_DATA,
+                    help=f"Fashion-MNIST IDX files (default {DEFAULT_DATA})")
+    ap.add_argument("--modes", default="async,bsp",
+                    help="comma-separated modes to run (default async,bsp)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="worker processes (default: the ini's workers)")
+    ap.add_argument("--epochs", type=int, default=3,
+                    help="passes over the training set (default 3)")
+    ap.add_argument("--batch", type=int, default=32,
+                    help="examples per worker and step (default 32)")
+    ap.add_argument("--max-diff", type=float, default=1.0,
+                    help="points of final test accuracy bsp may differ "
+                         "from the single process (default 1)")
+    return ap.parse_args()
+
+
 try:
     import numpy as np
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 except ImportError as e:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        parse_args()
     # A python3 other than Debian's (a pyenv or a venv first on PATH) does
     # not see the packages apt installs.
     print(f"torch_fashion: {sys.executable} cannot import {e.name}: this "
@@ -60,9 +95,6 @@ except ImportError as e:
           f"`make run-torch` does both.", file=sys.stderr)
     sys.exit(2)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TOP = os.path.dirname(HERE)
-
 # Run from a source tree without `make install`: the binding from python/,
 # psd nodes through the tests' helper (free ports, a folder of their own,
 # killed if this process dies), libpsclient from --build (see below).
@@ -70,7 +102,6 @@ sys.path[:0] = [os.path.join(TOP, "python"), os.path.join(TOP, "tests",
                                                           "python")]
 
 SHUFFLE_SEED = 20240613
-DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 
 
 # ---- data --------------------------------------------------------------------
@@ -463,33 +494,6 @@ def run_single(args, sections) -> List[Tuple]:
 
 
 # ---- main --------------------------------------------------------------------
-
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.
-                                 RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default=os.path.join(TOP, "build"),
-                    help="the build tree with psd and libpsclient.so.0 "
-                         "(default: build/ of this source tree; the "
-                         "environment's PSD_BIN and PSCLIENT_LIB win)")
-    ap.add_argument("--ini", default=os.path.join(TOP, "conf",
-                                                  "torch-fashion.ini"),
-                    help="the cluster's ini (default conf/torch-fashion.ini)")
-    ap.add_argument("--data", default=DEFAULT_DATA,
-                    help=f"Fashion-MNIST IDX files (default {DEFAULT_DATA})")
-    ap.add_argument("--modes", default="async,bsp",
-                    help="comma-separated modes to run (default async,bsp)")
-    ap.add_argument("--workers", type=int, default=None,
-                    help="worker processes (default: the ini's workers)")
-    ap.add_argument("--epochs", type=int, default=3,
-                    help="passes over the training set (default 3)")
-    ap.add_argument("--batch", type=int, default=32,
-                    help="examples per worker and step (default 32)")
-    ap.add_argument("--max-diff", type=float, default=1.0,
-                    help="points of final test accuracy bsp may differ "
-                         "from the single process (default 1)")
-    return ap.parse_args()
-
 
 def main() -> int:
     args = parse_args()

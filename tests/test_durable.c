@@ -1199,6 +1199,12 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
           "goes with neither --check nor --skip-snapshot", 2 },
         { "-n 5", "node 5 does not exist (the file lists 2 nodes)", 1 },
         { "--drop-table=", "psd: --drop-table: expected a table name", 2 },
+        /* the name forgotten: not a table named "--check" */
+        { "--drop-table --check", "psd: --drop-table needs a value, got "
+          "the option \"--check\" (a value that is written so: "
+          "--drop-table=--check)", 2 },
+        { "--drop-table -n 1", "psd: --drop-table needs a value, got the "
+          "option \"-n\"", 2 },
         { "--export -c", "psd: --export needs a value, got the option "
           "\"-c\"", 2 },
         { "--export x", "psd: --export given twice", 2 },

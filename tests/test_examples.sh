@@ -202,8 +202,12 @@ torch_missing() {
         cat "$tmp/cmd.out"
         return 1
     fi
+    # Its options are read before it needs either.
+    expect_status 0 "$PYTHON" -S "$top/examples/torch_fashion.py" --help ||
+        return 1
+    expect_output "usage: torch_fashion.py" || return 1
 }
-check "torch_fashion.py under a python without numpy and torch says what it needs (status 2, no traceback)" \
+check "torch_fashion.py under a python without numpy and torch says what it needs (status 2, no traceback), and --help works there" \
     torch_missing
 
 # ---- conf/ ---------------------------------------------------------------

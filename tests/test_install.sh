@@ -30,7 +30,8 @@ check "make install into DESTDIR puts psd, the header, the libraries and psclien
            test -f '$stage/root$prefix/include/psclient.h' &&
            test -f '$stage/root$prefix/lib/libpsclient.a' &&
            test -f '$stage/root$prefix/lib/pkgconfig/psclient.pc' &&
-           readelf -d '$stage/root$prefix/lib/libpsclient.so' | grep -q 'SONAME.*libpsclient.so.0]'"
+           readelf -d '$stage/root$prefix/lib/libpsclient.so' | grep -q 'SONAME.*libpsclient.so.0]' &&
+           test \$(stat -L -c %a '$stage/root$prefix/lib/libpsclient.so') = 644"
 
 pc="pkg-config --define-variable=prefix=$stage/root$prefix"
 export PKG_CONFIG_PATH="$stage/root$prefix/lib/pkgconfig"
