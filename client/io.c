@@ -1472,7 +1472,9 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
             nc->fatal = PS_EPROTO;
             nc_drop(nc, PS_EPROTO, "%s describes a different cluster layout "
                     "(node %d, epoch %016llx; expected node %d, epoch "
-                    "%016llx): are all nodes running the same ini file?",
+                    "%016llx): are all nodes running the same ini file "
+                    "(and, in a rolling upgrade, releases that agree on "
+                    "what the layout holds: README, \"Upgrading psd\")?",
                     nc->name, l.node_index, (unsigned long long)l.epoch,
                     nc->node, (unsigned long long)c->cluster.epoch);
             psw_cluster_free(&l);

@@ -1239,7 +1239,9 @@ static int layouts_differ(const cluster *c)
     /* What the epoch holds beyond the lines above. */
     fprintf(stderr, "  (the epoch also holds each table's updater, "
             "staleness and aggregate, and [cluster] workers: lines alike "
-            "above differ in those)\n");
+            "above differ in those, or the nodes run releases that do not "
+            "agree on what the epoch holds (psctl stats shows each node's "
+            "release; README, \"Upgrading psd\"))\n");
     return 1;
 }
 

@@ -1104,6 +1104,7 @@ static void test_psctl_shows_the_hyper_parameters_in_force(void **state)
     o = run(&st, "%s -c %s ping 2>&1", psctl(), c.ini);
     EXPECT_INT(st, 1, "psctl ping exit status with two layouts");
     if (!o || !strstr(o, "the nodes disagree on the layout") ||
+        !strstr(o, "or the nodes run releases that do not agree") ||
         !strstr(o, "4 shards, tables emb (sparse, dim 4, async), w (dense, "
                    "dim 1, 10 rows, async); nodes") ||
         !strstr(o, "4 shards, tables emb (sparse, dim 4, async), w (dense, "
