@@ -238,6 +238,15 @@ static double snapshot_age(const psd_durable_stats *d)
     return wall > d->last_ok_ms ? (double)(wall - d->last_ok_ms) / 1e3 : 0;
 }
 
+/* How long the running snapshot writer has run; 0 when none runs. */
+static double running_s(const psd_durable *dur)
+{
+    if (!dur->child)
+        return 0;
+    double s = (double)(uv_hrtime() - dur->child_start_ns) / 1e9;
+    return s > 0 ? s : 1e-9;
+}
+
 static uint64_t rss_bytes(void)
 {
     unsigned long long size, resident;
@@ -479,13 +488,15 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     put_json_str(b, a->dur->dir);
     put(b, ", \"interval_s\": %d, \"journal_mb\": %d, \"generation\": %llu, "
         "\"age_s\": %.1f, "
-        "\"running\": %s, \"written\": %llu, \"failures\": %llu, "
+        "\"running\": %s, \"running_s\": %.1f, \"written\": %llu, "
+        "\"failures\": %llu, "
         "\"last_bytes\": %llu, \"last_seconds\": %.3f, \"last_fork_ms\": %.3f,"
         " \"last_error\": ", n->cfg.snapshot_interval,
         n->cfg.snapshot_journal_mb,
         (unsigned long long)d->generation,
         snapshot_age(d),
-        a->dur->child ? "true" : "false", (unsigned long long)d->snapshots,
+        a->dur->child ? "true" : "false", running_s(a->dur),
+        (unsigned long long)d->snapshots,
         (unsigned long long)d->snapshot_failures,
         (unsigned long long)d->last_bytes, d->last_seconds, d->last_pause_ms);
     put_json_str(b, d->last_error);
@@ -661,6 +672,9 @@ static void metrics_text(psd_admin *a, tbuf *b)
            "snapshot, or since a periodic tick found it current (nothing "
            "changed since; -1: none).", i,
            snapshot_age(d));
+    metric(b, "psd_snapshot_running_seconds", "gauge", "How long the "
+           "snapshot being written has been running (0: none is).", i,
+           running_s(a->dur));
     metric(b, "psd_snapshots_total", "counter", "Snapshots written.", i,
            (double)d->snapshots);
     metric(b, "psd_snapshot_failures_total", "counter", "Snapshots that "

@@ -753,9 +753,11 @@ static int apply_section(parser *p, const section *s, char *base,
 }
 
 /* Checks of a table that involve more than one of its keys. */
-static int check_table(parser *p, const section *s, const psd_table_conf *t,
+static int check_table(parser *p, const section *s, psd_table_conf *t,
                        psd_config *c)
 {
+    const entry *cons = find_entry(s, "consistency");
+    t->consistency_line = cons ? cons->line : 0;
     const entry *rows = find_entry(s, "rows");
     if (t->dense && !rows) {
         fail(p, s->line, "[%s] rows: required key missing (kind = dense)",
@@ -778,6 +780,7 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t,
      * own example (docs/design.md) sets it on an async table, so it is not
      * an error; a note says so, in case the user meant mode = ssp. */
     const entry *st = find_entry(s, "staleness");
+    t->staleness_line = st ? st->line : 0;
     if (st && t->consistency != PSD_CONS_SSP &&
         note(p, c, st->line, "[%s] staleness has no effect unless "
              "consistency = ssp (it is %s)", s->name,
@@ -788,6 +791,7 @@ static int check_table(parser *p, const section *s, const psd_table_conf *t,
      * an ssp table meant to average would take steps `workers` times too
      * large. aggregate = sum is what such tables do anyway. */
     const entry *ag = find_entry(s, "aggregate");
+    t->aggregate_line = ag ? ag->line : 0;
     if (ag && t->aggregate_mean && t->consistency != PSD_CONS_BSP &&
         note(p, c, ag->line, "[%s] aggregate = mean has no effect unless "
              "consistency = bsp (it is %s)", s->name,

@@ -68,6 +68,9 @@ typedef struct psd_table_conf {
     uint64_t max_rows;           /* sparse: rows one node may hold; a push
                                     that would create more is refused;
                                     0 (default): no limit */
+    int consistency_line;        /* lines of those keys, 0 where the */
+    int staleness_line;          /* section has none: a reload refused */
+    int aggregate_line;          /* for one names it */
 } psd_table_conf;
 
 #define PSD_NOTE_MAX 256

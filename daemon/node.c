@@ -185,8 +185,15 @@ int psd_config_same_nodes(const psd_config *a, const psd_config *b)
     return 1;
 }
 
+/* A key's line in the file just read, else its table's section line
+ * (the key was left out: its default). */
+static int line_of(int key_line, const psd_table_conf *t)
+{
+    return key_line ? key_line : t->line;
+}
+
 /* What a reload may not change of one table, said at its section's line
- * of b (the file just read). */
+ * of b (the file just read), or at the key's where it has one. */
 static int table_change(const psd_table_conf *x, const psd_table_conf *y,
                         const char *path, char *why, size_t len)
 {
@@ -207,15 +214,26 @@ static int table_change(const psd_table_conf *x, const psd_table_conf *y,
                       "rows not made yet: after a restart the rows the "
                       "snapshot holds keep their values; to start the "
                       "table over, give it a new name)", y->name);
-    if (x->consistency != y->consistency || x->staleness != y->staleness)
-        return refuse(why, len, path, y->line, "[table.%s]: its consistency "
-                      "or staleness changed (a consistency mode changed)",
-                      y->name);
+    /* Every node must hold one mode, bound and aggregate for a table
+     * (the layout epoch holds them), and a reload reaches one node at a
+     * time. staleness off ssp and aggregate off bsp do nothing, so a
+     * change to them is no change. */
+    if (x->consistency != y->consistency)
+        return refuse(why, len, path, line_of(y->consistency_line, y),
+                      "[table.%s] consistency changed (%s to %s)", y->name, psd_consistency_name(x->consistency),
+                      psd_consistency_name(y->consistency));
+    if (y->consistency == PSD_CONS_SSP && x->staleness != y->staleness)
+        return refuse(why, len, path, line_of(y->staleness_line, y),
+                      "[table.%s] staleness changed (%d to %d)",
+                      y->name, x->staleness, y->staleness);
     /* Each table keeps its own copy, which a reload does not update: a
      * node still summing (or averaging) must not say it reloaded. */
-    if (x->aggregate_mean != y->aggregate_mean)
-        return refuse(why, len, path, y->line, "[table.%s]: its aggregate "
-                      "changed (a table's aggregate changed)", y->name);
+    if (y->consistency == PSD_CONS_BSP &&
+        x->aggregate_mean != y->aggregate_mean)
+        return refuse(why, len, path, line_of(y->aggregate_line, y),
+                      "[table.%s] aggregate changed (%s to %s)",
+                      y->name, x->aggregate_mean ? "mean" : "sum",
+                      y->aggregate_mean ? "mean" : "sum");
     return 0;
 }
 

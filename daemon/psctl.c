@@ -50,7 +50,8 @@ static void usage(FILE *f)
         "  stats    per node: memory, connections, rates, service times,\n"
         "           workers, snapshot and journal\n"
         "  save     every node writes a snapshot now; waits for the result\n"
-        "           (at most --timeout SECS, default 600)\n"
+        "           (at most --timeout SECS, default 600, once every node\n"
+        "           answered or 10 s passed)\n"
         "  top      stats and tables, refreshed every second (-i SECS, "
         "--count N;\n"
         "           0, the default: until Ctrl-C); with --json, each "
@@ -101,7 +102,16 @@ typedef struct node {
                                     answer, not a lost connection */
     int shadowed;                /* answered, but another cluster's node of
                                     its number was asked first: not shown */
+    int ready;                   /* its handshake is done */
+    uint64_t sent_ms;            /* when the last frame went to it */
 } node;
+
+/* Every node psctl asks (main sets them): while one is waited for, they
+ * all hear a PING every heartbeat_ms, as from a client, or they close
+ * the connection as a dead peer's (peer_timeout_ms) while a node that
+ * stopped answering keeps psctl waiting up to REPLY_MS. */
+static node *all_nodes;
+static int all_n;
 
 /* The cluster's token ($PSD_AUTH_TOKEN, else the ini's auth_token or
  * auth_token_file), or none. */
@@ -221,6 +231,7 @@ static int send_out(node *nd, psw_out *o)
             left -= (size_t)k;
         }
     }
+    nd->sent_ms = now_ms();
     return 0;
 }
 
@@ -239,6 +250,25 @@ static int text_answer(const psw_reader *rd, char *out, size_t cap)
     memcpy(out, p, k);
     out[k] = '\0';
     return 1;
+}
+
+static int ping_node(node *nd);
+
+/* A PING to each node whose handshake is done and that was sent nothing
+ * for its heartbeat_ms (the one waited for too: its answer may take
+ * long). One that fails is left as it is: the next command on it says
+ * why. */
+static void keep_alive(void)
+{
+    uint64_t t = now_ms();
+    for (int i = 0; i < all_n; i++) {
+        node *nd = &all_nodes[i];
+        uint64_t beat = nd->layout.heartbeat_ms ? nd->layout.heartbeat_ms
+                                                : 1000;
+        if (nd->fd >= 0 && nd->ready &&
+            t - nd->sent_ms >= beat)
+            (void)ping_node(nd);
+    }
 }
 
 /* Reads frames until one whose first message decodes with `take`, until
@@ -288,11 +318,19 @@ static int receive_until(node *nd, take_fn take, void *arg,
                 return got > 0 ? 0 : -1;
             continue;            /* a PING, or a frame of something else */
         }
-        uint64_t t = now_ms();
         if (deadline == 0 && wait_fd(nd->fd, POLLIN, 0) <= 0)
             return 1;
-        if (deadline && (t >= deadline ||
-                         wait_fd(nd->fd, POLLIN, (int)(deadline - t)) <= 0)) {
+        /* In slices, so that the other nodes are kept meanwhile. */
+        int ready = 0;
+        for (uint64_t t; deadline && !ready && (t = now_ms()) < deadline;) {
+            keep_alive();
+            uint64_t ms = deadline - t < 250 ? deadline - t : 250;
+            int w = wait_fd(nd->fd, POLLIN, (int)ms);
+            if (w < 0)
+                break;
+            ready = w > 0;
+        }
+        if (deadline && !ready) {
             snprintf(nd->err, sizeof nd->err, "no answer within %d s",
                      REPLY_MS / 1000);
             return -1;
@@ -485,6 +523,7 @@ static void node_close(node *nd);
 static int node_open(node *nd)
 {
     nd->fd = -1;
+    nd->ready = 0;
     psw_reader_init(&nd->rd, MAX_FRAME);
     if (dial(nd) || hello_send(nd)) {
         node_close(nd);
@@ -500,6 +539,7 @@ static int node_handshake(node *nd)
     int rc = receive_until(nd, take_hello_ok, NULL, 0);
     if (rc < 0)
         node_close(nd);
+    nd->ready = rc == 0;
     return rc;
 }
 
@@ -508,6 +548,7 @@ static void node_close(node *nd)
     if (nd->fd >= 0)
         close(nd->fd);
     nd->fd = -1;
+    nd->ready = 0;
     psw_reader_destroy(&nd->rd);
     psw_cluster_free(&nd->layout);
 }
@@ -835,6 +876,11 @@ static void print_node(const node *nd, int i, const samples *ss)
         printf("  no snapshot yet in %s, %.0f failed", dir,
                nodev(ss, "psd_snapshot_failures_total", i));
     printf("%s%s\n", err[0] ? "; last error: " : "", err);
+    /* psctl save --timeout sends here a snapshot still being written. */
+    double running = nodev(ss, "psd_snapshot_running_seconds", i);
+    if (running > 0)
+        printf("  snapshot %.0f being written, for %.1f s\n", gen + 1,
+               running);
     if (!strcmp(dur, "log")) {
         char jerr[256];
         get_label(ss, "psd_journal_error_info", i, "error", jerr,
@@ -1126,12 +1172,15 @@ static int open_all(cluster *c, int quiet)
         uint64_t t = now_ms();
         if (np == 0 || t >= deadline)
             break;
-        /* The nodes done meanwhile hear a PING every heartbeat_ms, as
-         * they would from a client, or they close the connection as a
-         * dead peer's while another node keeps psctl waiting. */
+        /* The nodes done meanwhile, and those open before (psctl top
+         * redialling the nodes that did not answer), hear a PING every
+         * heartbeat_ms, as they would from a client, or they close the
+         * connection as a dead peer's while another node keeps psctl
+         * waiting. */
         if (t >= pinged + beat) {
             for (int i = 0; i < c->n; i++)
-                if (asked[i] == 2 && ping_node(&c->nodes[i])) {
+                if (asked[i] != 1 && c->nodes[i].ready &&
+                    ping_node(&c->nodes[i])) {
                     asked[i] = 0;
                     node_close(&c->nodes[i]);
                     if (!quiet)
@@ -1367,6 +1416,8 @@ static int do_layout(cluster *c, int json)
              * address it is, written alike or resolving alike (its place
              * in the list named another node). */
             const node *nd = &c->nodes[k];
+            if (c->only >= 0 && k != c->only)
+                continue;        /* -n: the others were not asked */
             int is = nd->index >= 0 || c->from_ini
                          ? id(c, k) == i
                          : same_place(nd->addr, l->nodes[i]);
@@ -2318,6 +2369,8 @@ int main(int argc, char **argv)
         free(c.nodes);
         return 2;
     }
+    all_nodes = c.nodes;
+    all_n = c.n;
     int rc, bad = open_all(&c, 0), differ = layouts_differ(&c);
     bad |= differ;
     if (differ && !strcmp(cmd, "end-job")) {

@@ -1274,7 +1274,52 @@ static void sighup_changing_workers_or_aggregate_is_refused(void **state)
     free(log);
     reload_with("s/^workers = 1$/workers = 2/;"
                 "s/^consistency = bsp$/consistency = bsp\\naggregate = mean/");
-    assert_true(cluster_log_wait(&cl, 0, "aggregate changed", 10000));
+    assert_true(cluster_log_wait(&cl, 0, "aggregate changed (sum to mean)",
+                                 10000));
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
+/* The number of the first line of path holding text: 0 when none does. */
+static int ini_line_of(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int n = 0, at = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        n++;
+        if (!at && strstr(line, text))
+            at = n;
+    }
+    if (f)
+        fclose(f);
+    return at;
+}
+
+/* An ssp table's staleness cannot change by reload (every node must hold
+ * one bound, and a reload reaches one node at a time): refused at its
+ * line, saying what changed. It was refused at the section's line as "its
+ * consistency or staleness changed (a consistency mode changed)". An
+ * async table's staleness does nothing: changing it is no change. */
+static void sighup_changing_staleness_names_its_line(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.s]\ndim = 1\n"
+                                      "consistency = ssp\nstaleness = 2\n"
+                                      "[table.a]\ndim = 1\n"
+                                      "staleness = 3\n"), 0);
+    reload_with("s/^staleness = 3$/staleness = 4/");
+    assert_true(cluster_log_wait(&cl, 0, "reloaded ", 10000));
+    reload_with("s/^staleness = 2$/staleness = 5/");
+    assert_true(cluster_log_wait(&cl, 0, "reload refused", 10000));
+    char want[600];
+    snprintf(want, sizeof want, "%s:%d: [table.s] staleness changed (2 to "
+             "5) (restart psd to apply that)", cl.ini,
+             ini_line_of(cl.ini, "staleness = 5"));
+    char *log = cluster_log(&cl, 0);
+    if (!log || !strstr(log, want))
+        fail_msg("want \"%s\" in: %s", want, log ? log : "");
+    free(log);
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
@@ -2494,6 +2539,7 @@ int main(void)
             worker_joining_after_a_journal_replay_starts_at_the_nodes_clock),
         cmocka_unit_test(sighup_applies_a_new_worker_grace),
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
+        cmocka_unit_test(sighup_changing_staleness_names_its_line),
         cmocka_unit_test(sighup_refusals_say_where_the_change_is),
         cmocka_unit_test(sighup_takes_another_nodes_new_metrics_port),
         cmocka_unit_test(a_second_job_waits_for_all_its_workers),

@@ -34,6 +34,7 @@
 #include <cmocka.h>
 
 #include "cluster.h"
+#include "faultproxy.h"
 #include "psclient.h"
 #include "../proto/msg.h"
 
@@ -2219,6 +2220,58 @@ static void test_psctl_waits_for_hung_nodes_together(void **state)
                  "10 s (one reply time)", s);
 }
 
+/* A node that stops answering (a loop frozen, a host gone quiet) keeps
+ * psctl waiting up to its reply time, 10 s; the other nodes hear a PING
+ * meanwhile, as from a client. They did not, and closed psctl's
+ * connection as a dead peer's after peer_timeout_ms (4 s): `psctl save`
+ * reported the nodes that had saved as failed ("connection closed by the
+ * node", no line of theirs), and `psctl top` showed them NOT ANSWERING
+ * at every other refresh. */
+static void test_psctl_keeps_the_other_nodes_while_one_hangs(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 2, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    /* Node 0 behind a proxy that passes its HELLO_OK and drops all it
+     * sends after it: the handshake is done, no command is answered, and
+     * node 0 hears psctl, so it is not the one to close. */
+    char err[128];
+    fp_proxy *p = fp_start("127.0.0.1", c.port[0], 1, err, sizeof err);
+    if (!p)
+        fail_msg("proxy: %s", err);
+    fp_faults f = { .drop = 1.0, .skip_frames = 1 };
+    fp_set(p, FP_DOWN, &f);
+    char list[96];
+    snprintf(list, sizeof list, "127.0.0.1:%d,127.0.0.1:%d", fp_port(p),
+             c.port[1]);
+    int st;
+    char *o = run(&st, "%s -s %s save 2>&1", psctl(), list);
+    EXPECT_INT(st, 1, "psctl save with node 0 not answering: %s",
+               o ? o : "");
+    if (!o || count_in(o, "no answer within 10 s") != 1 ||
+        strstr(o, "psctl: node 1") ||
+        !strstr(o, "node 1 (") || !strstr(o, "snapshot 1 written"))
+        fail_msg("psctl save should report node 1's snapshot while node 0 "
+                 "does not answer: %s", o ? o : "");
+    free(o);
+    fp_stop(p);
+    /* Node 0 stopped: each refresh of top redials it and waits for its
+     * handshake, node 1's connection open from the refresh before. */
+    kill(c.pid[0], SIGSTOP);
+    o = run(&st, "%s -c %s top --count 2 -i 1 2>&1", psctl(), c.ini);
+    kill(c.pid[0], SIGCONT);
+    EXPECT_INT(st, 1, "psctl top with node 0 stopped: %s", o ? o : "");
+    char one[64];
+    snprintf(one, sizeof one, "node 1  127.0.0.1:%d  NOT", c.port[1]);
+    if (!o || count_in(o, "NOT ANSWERING") != 2 || strstr(o, one) ||
+        strstr(o, "psctl: node 1"))
+        fail_msg("psctl top should show node 1 at both refreshes and node "
+                 "0 as not answering: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
+}
+
 /* psctl -s may name any nodes of a cluster, in any order (an operator
  * looking at one host): each is reported as the node it says it is.
  * psctl took the i-th address for node i, so `-s <node 1> stats` read
@@ -2248,6 +2301,13 @@ static void test_psctl_names_each_node_by_its_own_index(void **state)
     char both[128];
     snprintf(both, sizeof both, "127.0.0.1:%d,127.0.0.1:%d", c.port[1],
              c.port[0]);
+    /* -n: the nodes not asked are not "not answering". */
+    o = run(&st, "%s -c %s -n 1 layout", psctl(), c.ini);
+    EXPECT_INT(st, 0, "psctl -n 1 layout");
+    if (!o || !strstr(o, "  node 0  ") || !strstr(o, "  node 1  ") ||
+        strstr(o, "not answering"))
+        fail_msg("psctl -n 1 layout: %s", o ? o : "");
+    free(o);
     o = run(&st, "%s -s %s --json ping", psctl(), both);
     EXPECT_INT(st, 0, "psctl -s <node 1>,<node 0> --json ping");
     if (!json_holds(c.dir, o, "[e[\"node\"] for e in d] == [1, 0]"))
@@ -2693,7 +2753,21 @@ static void test_a_restart_loads_the_snapshot_then_the_journal_after_it(
     if (rc)
         fail_msg("no restart");
     o = run(&st, "%s -s %s --timeout 1 save 2>&1", psctl(), c.spec);
-    free(o);                     /* times out: the writer sleeps */
+    /* It times out (the writer sleeps) and sends the operator to psctl
+     * stats, which says so (it did not; /metrics neither). */
+    if (!o || !strstr(o, "still being written after 1 s (--timeout): see "
+                         "psctl stats"))
+        fail_msg("psctl save --timeout 1: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s -s %s stats 2>&1", psctl(), c.spec);
+    if (!o || !strstr(o, " being written, for "))
+        fail_msg("psctl stats while a snapshot is written: %s", o ? o : "");
+    free(o);
+    o = run(&st, "%s -s %s --json stats 2>&1", psctl(), c.spec);
+    if (!json_holds(c.dir, o, "d[0][\"snapshot\"][\"running\"] and "
+                              "d[0][\"snapshot\"][\"running_s\"] > 0"))
+        fail_msg("psctl --json stats while a snapshot is written");
+    free(o);
     cluster_kill(&c, 0, SIGKILL);
     if (cluster_restart(&c, 0))
         fail_msg("the restart could not start while the old writer slept "
@@ -3205,6 +3279,7 @@ int main(void)
         cmocka_unit_test(test_psd_takes_options_in_every_usual_form),
         cmocka_unit_test(test_psctl_says_when_a_server_is_not_psd),
         cmocka_unit_test(test_psctl_waits_for_hung_nodes_together),
+        cmocka_unit_test(test_psctl_keeps_the_other_nodes_while_one_hangs),
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
         cmocka_unit_test(test_a_reload_checks_the_file_before_it_signals),
