@@ -244,7 +244,7 @@ static double running_s(const psd_durable *dur)
     if (!dur->child)
         return 0;
     double s = (double)(uv_hrtime() - dur->child_start_ns) / 1e9;
-    return s > 0 ? s : 1e-9;
+    return s > 0.001 ? s : 0.001;    /* running: never reads as 0 */
 }
 
 static uint64_t rss_bytes(void)
@@ -488,7 +488,7 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     put_json_str(b, a->dur->dir);
     put(b, ", \"interval_s\": %d, \"journal_mb\": %d, \"generation\": %llu, "
         "\"age_s\": %.1f, "
-        "\"running\": %s, \"running_s\": %.1f, \"written\": %llu, "
+        "\"running\": %s, \"running_s\": %.3f, \"written\": %llu, "
         "\"failures\": %llu, "
         "\"last_bytes\": %llu, \"last_seconds\": %.3f, \"last_fork_ms\": %.3f,"
         " \"last_error\": ", n->cfg.snapshot_interval,

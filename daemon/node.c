@@ -220,7 +220,8 @@ static int table_change(const psd_table_conf *x, const psd_table_conf *y,
      * change to them is no change. */
     if (x->consistency != y->consistency)
         return refuse(why, len, path, line_of(y->consistency_line, y),
-                      "[table.%s] consistency changed (%s to %s)", y->name, psd_consistency_name(x->consistency),
+                      "[table.%s] consistency changed (%s to %s)", y->name,
+                      psd_consistency_name(x->consistency),
                       psd_consistency_name(y->consistency));
     if (y->consistency == PSD_CONS_SSP && x->staleness != y->staleness)
         return refuse(why, len, path, line_of(y->staleness_line, y),

@@ -102,15 +102,27 @@ static inline const char *psd_opt_refused(char *const *argv, int optind_,
     return buf;
 }
 
-/* Whether arg is one of the options themselves ("--check", "-c",
- * "--export=DIR"): a value of a list option that is one was forgotten. */
+/* Whether arg is one of the options themselves, in any form getopt
+ * takes ("--check", "--export=DIR", "-c", "-cFILE", "-n1", flags run
+ * together, and "--", the end of the options): a value of a list option
+ * that is one was forgotten. */
 static inline int psd_opt_is_option(const char *arg, const char *shorts,
                                     const struct option *longs)
 {
-    if (arg[0] != '-')
+    if (arg[0] != '-' || !arg[1])
         return 0;
-    if (arg[1] != '-')
-        return arg[1] && arg[1] != ':' && !arg[2] && strchr(shorts, arg[1]);
+    if (arg[1] != '-') {
+        for (const char *a = arg + 1; *a; a++) {
+            const char *o = *a != ':' ? strchr(shorts, *a) : NULL;
+            if (!o)
+                return 0;
+            if (o[1] == ':')     /* takes a value: the rest is it */
+                return 1;
+        }
+        return 1;
+    }
+    if (!arg[2])
+        return 1;
     size_t n = strcspn(arg + 2, "=");
     for (const struct option *l = longs; l->name; l++)
         if (strlen(l->name) == n && memcmp(l->name, arg + 2, n) == 0)

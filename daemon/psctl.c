@@ -50,8 +50,8 @@ static void usage(FILE *f)
         "  stats    per node: memory, connections, rates, service times,\n"
         "           workers, snapshot and journal\n"
         "  save     every node writes a snapshot now; waits for the result\n"
-        "           (at most --timeout SECS, default 600, once every node\n"
-        "           answered or 10 s passed)\n"
+        "           (at most --timeout SECS, default 600, counted from\n"
+        "           when the nodes answered: at most 10 s)\n"
         "  top      stats and tables, refreshed every second (-i SECS, "
         "--count N;\n"
         "           0, the default: until Ctrl-C); with --json, each "
@@ -256,8 +256,10 @@ static int ping_node(node *nd);
 
 /* A PING to each node whose handshake is done and that was sent nothing
  * for its heartbeat_ms (the one waited for too: its answer may take
- * long). One that fails is left as it is: the next command on it says
- * why. */
+ * long). Only where the socket takes it at once: a node that reads
+ * nothing must not hold up the wait for another. One that fails is
+ * left as it is, its error too (a refusal not yet said): the next
+ * command on it says why it failed. */
 static void keep_alive(void)
 {
     uint64_t t = now_ms();
@@ -265,9 +267,15 @@ static void keep_alive(void)
         node *nd = &all_nodes[i];
         uint64_t beat = nd->layout.heartbeat_ms ? nd->layout.heartbeat_ms
                                                 : 1000;
-        if (nd->fd >= 0 && nd->ready &&
-            t - nd->sent_ms >= beat)
-            (void)ping_node(nd);
+        if (nd->fd < 0 || !nd->ready || t - nd->sent_ms < beat ||
+            wait_fd(nd->fd, POLLOUT, 0) <= 0)
+            continue;
+        char keep[sizeof nd->err];
+        memcpy(keep, nd->err, sizeof keep);
+        if (ping_node(nd)) {
+            memcpy(nd->err, keep, sizeof keep);
+            nd->sent_ms = t;     /* not again at every slice */
+        }
     }
 }
 

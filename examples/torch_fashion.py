@@ -85,7 +85,9 @@ try:
     import torch.nn as nn
     import torch.nn.functional as F
 except ImportError as e:
-    if {"-h", "--help"} & set(sys.argv[1:]):
+    # argparse takes --help cut short too (--he)
+    if any(a == "-h" or (len(a) > 2 and "--help".startswith(a))
+           for a in sys.argv[1:]):
         parse_args()
     # A python3 other than Debian's (a pyenv or a venv first on PATH) does
     # not see the packages apt installs.

@@ -1205,6 +1205,8 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
           "--drop-table=--check)", 2 },
         { "--drop-table -n 1", "psd: --drop-table needs a value, got the "
           "option \"-n\"", 2 },
+        { "--drop-table -n1", "psd: --drop-table needs a value, got the "
+          "option \"-n1\"", 2 },
         { "--export -c", "psd: --export needs a value, got the option "
           "\"-c\"", 2 },
         { "--export x", "psd: --export given twice", 2 },

@@ -2747,7 +2747,9 @@ static void test_a_restart_loads_the_snapshot_then_the_journal_after_it(
     /* A writer paused inside its work when psd is killed: the restart
      * binds at once all the same. */
     cluster_kill(&c, 0, SIGKILL);
-    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:3000", 1);
+    /* Long enough for save --timeout 1 and the stats after it on a
+     * loaded machine; the kill below ends the writer with its psd. */
+    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:10000", 1);
     int rc = cluster_restart(&c, 0);
     unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
     if (rc)
