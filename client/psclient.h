@@ -117,13 +117,21 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         flight on it has had that attempt
                                         (its error says "no attempts
                                         left" and why the connection
-                                        closed) */
+                                        closed). Time is looked at every
+                                        quarter of the smallest of
+                                        request_timeout_ms,
+                                        connect_timeout_ms and the
+                                        cluster's heartbeat (5 to 100
+                                        ms): a part is judged up to about
+                                        two such periods after its time */
     int batch_delay_us;              /* how long a small request may wait for company,
                                         0..1000000; default 0: send as soon as
                                         the I/O thread runs. In whole ms, rounded
                                         down: under 1000, the I/O loop's next turn
                                         (what other threads submit meanwhile) */
-    size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB */
+    size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB.
+                                        A lone request always goes, whatever its size:
+                                        0 means one request at a time */
     const char *auth_token;          /* the cluster's token (16..255 bytes; one final
                                         line break is dropped, as psd drops it from
                                         auth_token_file); NULL or "":
@@ -169,8 +177,10 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
 PS_API void ps_options_init(ps_options *o);
 
 /* Connects to a psd cluster. `servers` is "host:port[,host:port...]" naming
- * any psd nodes (the full layout is fetched from them; hosts may be names),
- * or the path of the cluster's ini file (its [cluster] nodes are used). `o`
+ * any psd nodes (the full layout is fetched from them; hosts may be names:
+ * the first entry that answers describes the cluster, the rest are tried
+ * only while none has, so an entry of another cluster after it is never
+ * asked), or the path of the cluster's ini file (its [cluster] nodes are used). `o`
  * may be NULL for defaults; it is copied. With a token (see auth_token)
  * every node must prove it knows it, and the client proves it too; a
  * wrong or missing token fails with PS_EAUTH at once, naming the node.
@@ -339,7 +349,9 @@ PS_API int ps_barrier(ps_client *c);
  * While a clock is under way so, or after a ps_clock that failed, a push
  * to a bsp table (it would count in that clock) is refused with PS_EINVAL
  * until a call for that clock returns PS_OK; pulls and other tables'
- * pushes are not. */
+ * pushes are not. From a completion callback they return PS_EINVAL, as
+ * ps_clock does, with a timeout of 0 too: a call may send the CLOCK, and
+ * the clock's state belongs to the trainer's thread. */
 PS_API int ps_clock_timeout(ps_client *c, int timeout_ms);
 PS_API int ps_barrier_timeout(ps_client *c, int timeout_ms);
 /* 1 when this worker's last ps_clock (barrier != 0: ps_barrier) is not

@@ -2128,7 +2128,9 @@ static int load_servers(cluster *c, const char *ini, const psw_addr *list,
                    psw_token_read_file(cfg.auth_token_file, token,
                                        sizeof token, &token_len, why,
                                        sizeof why)) {
-            fprintf(stderr, "psctl: %s\n", why);
+            /* Where the file is named, as psd and libpsclient say it. */
+            fprintf(stderr, "psctl: %s:%d: [server] auth_token_file: %s\n",
+                    ini, cfg.auth_token_file_line, why);
             psd_config_destroy(&cfg);
             return 2;
         }

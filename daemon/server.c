@@ -256,7 +256,7 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     }
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
-    char text[PSW_ADDR_TEXT_MAX];
+    char text[PSW_ADDR_TEXT_MAX + INET6_ADDRSTRLEN + 8];
     psw_addr_format(a, text, sizeof text);
     if (rc) {
         snprintf(err, errlen, "cannot listen on %s: %s", text,
@@ -264,6 +264,25 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
         return -1;
     }
     uv_tcp_nodelay(&s->listener, 1);
+    /* A name may resolve to several addresses, of which psd binds the
+     * first: the log says which, for the operator who finds the others
+     * refusing. */
+    if (a->kind == PSW_HOST_NAME) {
+        struct sockaddr_storage ss;
+        int len = sizeof ss;
+        char ip[INET6_ADDRSTRLEN] = "";
+        if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss,
+                               &len) == 0 &&
+            (ss.ss_family == AF_INET6
+                 ? uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip)
+                 : uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip)) ==
+                0) {
+            size_t at = strlen(text);
+            snprintf(text + at, sizeof text - at,
+                     ss.ss_family == AF_INET6 ? ", bound at [%s]"
+                                              : ", bound at %s", ip);
+        }
+    }
     /* Listening: from here psd serves, so now its files may change. */
     if (psd_durable_open(&s->dur, err, errlen))
         return -1;

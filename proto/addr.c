@@ -20,6 +20,10 @@ static int valid_name(const char *h, size_t n)
     size_t label = 0;
     if (n == 0 || n >= PSW_HOST_MAX)
         return 0;
+    /* A fully qualified name may end in the root's dot ("ps0.example."),
+     * kept as written: the resolver then tries no search domain. */
+    if (n > 1 && h[n - 1] == '.')
+        n--;
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)h[i];
         if (ch == '.') {

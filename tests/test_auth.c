@@ -729,8 +729,24 @@ static void token_file_changed_under_sighup_is_refused_loudly(void **state)
     }
     push_pull_works(c);
     ps_close(c);
-    assert_int_equal(cluster_stop(&one), 0);
+    /* psctl names the ini's line of a token file it cannot read, as psd
+     * and libpsclient do (it named the token file alone). */
     unlink(path);
+    const char *b = getenv("PSCTL_BIN");
+    char cmd[700], out[600] = "";
+    snprintf(cmd, sizeof cmd, "%s -c %s ping 2>&1", b ? b : "build/psctl",
+             one.ini);
+    FILE *p = popen(cmd, "r");
+    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = '\0';
+    int st = p ? pclose(p) : -1;
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2, "psctl: %s", out);
+    char want[400];
+    snprintf(want, sizeof want, "psctl: %s:", one.ini);
+    if (!strstr(out, want) || !strstr(out, ": [server] auth_token_file: ") ||
+        !strstr(out, "cannot open"))
+        fail_msg("psctl with its token file gone: %s", out);
+    assert_int_equal(cluster_stop(&one), 0);
 }
 
 /* ---- impostors ------------------------------------------------------- */

@@ -983,12 +983,15 @@ static void addresses_parse_in_every_form(void **state)
         { "ps-0.example:65535", "ps-0.example", 65535, PSW_HOST_NAME },
         { "localhost:7070", "localhost", 7070, PSW_HOST_NAME },
         { "trainer_ps_0:80", "trainer_ps_0", 80, PSW_HOST_NAME },
+        { "localhost.:7070", "localhost.", 7070, PSW_HOST_NAME }, /* FQDN */
     };
     static const struct { const char *in, *why; } bad[] = {
         { "127.0.0.1", "expected host:port" },
         { "::1:7070", "expected host:port" },
         { "[::1]7070", "expected host:port" },
         { "a..b:1", "expected a host name" },
+        { "a..:1", "expected a host name" },
+        { "-.:1", "expected a host name" },
         { "-a:1", "expected a host name" },
         { "a b:1", "expected a host name" },
         { "1.2.3:1", "expected a numeric IPv4 address" },

@@ -522,6 +522,20 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
     if (!o || !strstr(o, want))
         fail_msg("psd --check said \"%s\", want \"%s\"", o ? o : "", want);
     free(o);
+    /* A name: the start line says the address bound (a name may have
+     * several; psd binds the first). */
+    f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = localhost:%d\n[server]\ndata_dir = %s\n"
+            "[table.t]\ndim = 1\n", port, dir);
+    fclose(f);
+    o = run(&st, "unshare -m sh -c 'mount --bind %s /etc/hosts && "
+            "timeout 2 %s -c %s' 2>&1", hosts, psd, ini);
+    snprintf(want, sizeof want, "listening on localhost:%d, bound at "
+             "127.0.0.1 (clients are told localhost:%d)", port, port);
+    if (!o || !strstr(o, want))
+        fail_msg("psd said \"%s\", want \"%s\"", o ? o : "", want);
+    free(o);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
