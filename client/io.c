@@ -1902,8 +1902,10 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
          * something takes connections there. */
         nc_drop(nc, PS_ETIMEDOUT, nc->state == NC_HELLO
                     ? "connected to %s, but no answer to the handshake "
-                      "within %llu ms of %s (a stopped psd, or not a psd "
-                      "on that port)"
+                      "within %llu ms of %s (a stopped psd, one too busy "
+                      "to answer in time (raise connect_timeout_ms when "
+                      "many clients start at once), or not a psd on that "
+                      "port)"
                     : "no answer from %s within %llu ms of %s", where,
                 (unsigned long long)((nc->hello_ns - nc->connect_ns) / MS),
                 nc->ever_ready ? "reconnecting" : "connecting");
