@@ -1189,9 +1189,6 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     if (n == 0 || c->closing)
         return;
     if (n < 0) {
-        /* The client's end, as when its ps_open gave up (sync.h,
-         * silent): not a connection the node gave up on. */
-        c->ss.peer_closed = n != UV_ENOBUFS;
         if (n == UV_ENOBUFS)
             reject(c, "out of memory for the receive buffer");
         else if (n == UV_EOF && c->hello_done) {

@@ -564,18 +564,11 @@ static int room_for(psd_node *n, psd_dclient *dc, uint64_t ts,
 static void session(psd_node *n, psd_session *ss, const psw_msg *m,
                     uint64_t now_ms)
 {
-    /* Written now: a PING has no reply whose flush would write it, and
-     * a node killed before another reply would replay without this
-     * worker (waited for as never come, not for its grace). */
-    if (psd_sync_heard(&n->sync, ss->worker, ss) &&
-        psd_node_journal_workers(n) == 0)
-        (void)psd_node_commit(n);
+    psd_sync_heard(&n->sync, ss->worker, ss);
     if (m->op == PSW_OP_WITHDRAW) {
         /* Who is waited for is unchanged (ABSENT is waited for, as LIVE
-         * was), so nothing moves. The join journaled when it was first
-         * heard from stays (the journal has no 'not joined' but the end
-         * of a job): a node that crashes before its next snapshot takes
-         * it for lost, as before 0.3.3. */
+         * was), so nothing moves and nothing is journaled: the join of a
+         * fresh worker never was. */
         if (psd_sync_withdraw(&n->sync, ss->worker, ss))
             ss->worker = -1;
         return;
@@ -813,7 +806,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         return;
     n->stats.requests++;
     /* A worker's first request joins it for good (sync.h, fresh), its
-     * join journaled, if it was not, before what the request does. */
+     * join journaled before what the request does. */
     if (psd_sync_acted(&n->sync, ss->worker, ss))
         (void)psd_node_journal_workers(n);
     if (psw_op_has(m->op, PSW_OPF_CONTROL)) {
@@ -1167,12 +1160,9 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
         psd_dedup_detach(n->dedup, ss->dedup, now_ms);
     ss->dedup = NULL;
     int moved = psd_sync_lost(&n->sync, ss->worker, ss, now_ms,
-                              n->cfg.worker_grace, ss->peer_closed);
-    /* Also a silent worker's join, never journaled until now; written at
-     * once, as a loss has no reply to flush it. */
-    if (n->journal && psd_sync_dirty_any(&n->sync) &&
-        psd_node_journal_workers(n) == 0)
-        (void)psd_node_commit(n);
+                              n->cfg.worker_grace);
+    /* Also a fresh worker's join, never journaled until now. */
+    (void)psd_node_journal_workers(n);
     if (moved)
         advance(n, now_ms);
 }

@@ -28,8 +28,6 @@ typedef struct psd_session {
     struct psd_dclient *dedup;   /* this client's applied pushes, attached
                                     at its first push or ACK */
     int32_t worker;              /* the worker id it joined as, or -1 */
-    int peer_closed;             /* the client ended the connection (EOF,
-                                    reset), not a silence the node judged */
     const char *peer;            /* "host:port", for logs and errors */
     psw_out *out;                /* where replies are packed */
     uint64_t need_lsn;           /* the journal record its replies packed

@@ -266,28 +266,15 @@ int psd_sync_acted(psd_sync *y, int32_t worker, const void *owner)
 {
     if (!psd_sync_holds(y, worker, owner) || !y->workers[worker].fresh)
         return 0;
-    psd_worker *w = &y->workers[worker];
-    int was = w->silent;
-    w->fresh = w->silent = 0;
-    w->dirty |= was;
-    return was;
-}
-
-int psd_sync_dirty_any(const psd_sync *y)
-{
-    for (int i = 0; i < y->nworkers; i++)
-        if (y->workers[i].dirty)
-            return 1;
-    return 0;
-}
-
-int psd_sync_heard(psd_sync *y, int32_t worker, const void *owner)
-{
-    if (!psd_sync_holds(y, worker, owner) || !y->workers[worker].silent)
-        return 0;
-    y->workers[worker].silent = 0;
-    y->workers[worker].dirty = 1;    /* its join, journaled from here */
+    y->workers[worker].fresh = y->workers[worker].silent = 0;
+    y->workers[worker].dirty = 1;
     return 1;
+}
+
+void psd_sync_heard(psd_sync *y, int32_t worker, const void *owner)
+{
+    if (psd_sync_holds(y, worker, owner))
+        y->workers[worker].silent = 0;
 }
 
 int psd_sync_withdraw(psd_sync *y, int32_t worker, const void *owner)
@@ -306,14 +293,14 @@ int psd_sync_withdraw(psd_sync *y, int32_t worker, const void *owner)
 }
 
 int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
-                  uint64_t now_ms, int grace_s, int by_client)
+                  uint64_t now_ms, int grace_s)
 {
     if (!psd_sync_holds(y, worker, owner))
         return 0;
     psd_worker *w = &y->workers[worker];
     w->owner = NULL;
     y->now_ms = now_ms;
-    if (w->silent && by_client) {
+    if (w->silent) {
         w->fresh = w->silent = 0;
         w->state = PSD_W_ABSENT;
         if (say(y, worker, 0))
@@ -323,8 +310,8 @@ int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
                      "that has not come", (int)worker, w->peer);
         return 0;
     }
-    w->dirty |= w->silent;       /* its join, not journaled while silent */
-    w->fresh = w->silent = 0;
+    w->dirty |= w->fresh;        /* its join, not journaled while fresh */
+    w->fresh = 0;
     w->state = PSD_W_GONE;
     w->gone_ms = now_ms;
     w->lost_id = w->client_id;   /* kept past worker_grace: it may live */

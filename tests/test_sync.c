@@ -133,7 +133,7 @@ static void test_same_client_reconnecting_takes_its_worker_over(
     EXPECT_INT(psd_sync_holds(&y, 0, &owner_a), 0, "old session holds");
     EXPECT_INT(psd_sync_holds(&y, 0, &owner_b), 1, "new session holds");
     /* The old connection closing later must not mark the worker lost. */
-    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0, 1), 0, "old session lost");
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0), 0, "old session lost");
     EXPECT_INT(psd_sync_waited(&y), 1, "workers waited for");
     EXPECT_INT(psd_sync_holds(&y, 0, &owner_b), 1, "new session holds");
     psd_sync_destroy(&y);
@@ -290,7 +290,7 @@ static void test_lost_worker_is_waited_for_until_its_grace_runs_out(
     psd_sync y;
     two_workers(&y);
     reach(&y, 0, 0, 1);
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2, 1), 0, "lost, grace 2 s");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2), 0, "lost, grace 2 s");
     EXPECT_INT(psd_sync_tick(&y, 2999, 2, 0, 10000), 0, "tick before 2 s");
     EXPECT_INT(psd_sync_waited(&y), 2, "still waited for");
     EXPECT_INT(psd_sync_tick(&y, 3000, 2, 0, 10000), 1, "tick at 2 s");
@@ -319,7 +319,7 @@ static void test_a_worker_whose_open_failed_never_joined(void **state)
                                            sizeof err), 0, "worker 1 joins")
     JOIN1(2);
     EXPECT_INT(y.workers[1].dirty, 0, "a fresh join is not journaled");
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0, 1), 0, "silent, closed");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0), 0, "silent, lost");
     EXPECT_INT(y.workers[1].state, PSD_W_ABSENT, "not joined");
     EXPECT_INT(psd_sync_waited(&y), 2, "still waited for");
     reach(&y, 0, 0, 1);
@@ -328,7 +328,7 @@ static void test_a_worker_whose_open_failed_never_joined(void **state)
     psd_sync_heard(&y, 1, &owner_b);     /* PINGs while its open waits */
     EXPECT_INT(psd_sync_withdraw(&y, 1, &owner_b), 1, "withdrawn");
     EXPECT_INT(y.workers[1].state, PSD_W_ABSENT, "not joined");
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 12, 0, 1), 0, "then its close");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 12, 0), 0, "then its close");
     /* A snapshot while silent: not joined; heard from: joined. */
     JOIN1(4);
     membuf m = { 0 };
@@ -343,15 +343,6 @@ static void test_a_worker_whose_open_failed_never_joined(void **state)
     EXPECT_INT(z.workers[0].state, PSD_W_GONE, "a joined one loaded");
     psd_sync_destroy(&z);
     free(m.p);
-    /* Silent, and judged dead by the node (a partition right after its
-     * open): lost, as ever. */
-    psd_sync y2;
-    make(&y2, 2);
-    EXPECT_INT(psd_sync_join(&y2, 1, 6, &owner_b, "h:6", err, sizeof err), 0,
-               "a silent worker");
-    EXPECT_INT(psd_sync_lost(&y2, 1, &owner_b, 5, 0, 0), 1, "timed out");
-    EXPECT_INT(y2.workers[1].state, PSD_W_LEFT, "let go (grace 0)");
-    psd_sync_destroy(&y2);
     /* A request ends fresh: a WITHDRAW after it does nothing. */
     EXPECT_INT(psd_sync_acted(&y, 1, &owner_b), 1, "its first request");
     EXPECT_INT(y.workers[1].dirty, 1, "its join journaled with it");
@@ -359,11 +350,12 @@ static void test_a_worker_whose_open_failed_never_joined(void **state)
     EXPECT_INT(psd_sync_acted(&y, 0, &owner_b), 0, "another's session");
     EXPECT_INT(psd_sync_withdraw(&y, 1, &owner_b), 0, "no withdraw now");
     EXPECT_INT(y.workers[1].state, PSD_W_LIVE, "joined");
-    /* Heard from (its join journaled then), no request, lost: lost
-     * (grace 0: let go at once). */
-    EXPECT_INT(y.workers[0].dirty, 1, "worker 0, heard from");
-    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 15, 0, 1), 1, "heard, lost");
+    /* Heard from, no request, lost: lost (grace 0: let go at once), its
+     * join journaled then. */
+    EXPECT_INT(y.workers[0].dirty, 0, "worker 0's fresh join");
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 15, 0), 1, "heard, lost");
     EXPECT_INT(y.workers[0].state, PSD_W_LEFT, "let go");
+    EXPECT_INT(y.workers[0].dirty, 1, "its join journaled with its loss");
 #undef JOIN1
     psd_sync_destroy(&y);
 }
@@ -374,7 +366,7 @@ static void test_lost_worker_with_no_grace_stops_being_waited_for_at_once(
     (void)state;
     psd_sync y;
     two_workers(&y);
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0, 1), 1, "lost, grace 0");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0), 1, "lost, grace 0");
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for");
     psd_sync_destroy(&y);
 }
@@ -461,7 +453,7 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     reach(&y, 1, 0, 3);
     psd_sync_advance(&y, 1);
     psd_sync_leave(&y, 0, &owner_a);
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0, 1), 1, "lost, grace 0");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0), 1, "lost, grace 0");
     join(&y, 1, 9, &owner_c);
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 1's replacement");
     psd_sync_destroy(&y);
@@ -603,7 +595,7 @@ static void test_worker_ahead_that_left_and_rejoins_keeps_its_clock(
     two_workers(&y);
     for (uint64_t k = 1; k <= 3; k++)       /* ssp: clocks do not wait */
         reach(&y, 0, 0, k);
-    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0, 1), 1, "lost, grace 0");
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 5, 0), 1, "lost, grace 0");
     psd_sync_advance(&y, 5);
     EXPECT_U64(y.clock, 0, "node clock: worker 1 is at 0");
     /* The same client back: it goes on counting from 3. */
@@ -634,7 +626,7 @@ static void test_new_process_for_a_lost_worker_starts_after_its_sums(
     }
     reach(&y, 0, 0, 3);
     psd_sync_summed(&y, 1);                 /* a push of iteration 3 */
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30, 1), 0, "lost, grace 30 s");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
     join(&y, 1, 3, &owner_c);
     EXPECT_U64(clock_of(&y, 1), 3, "the new process's clock");
     EXPECT_INT(psd_sync_advance(&y, 11), 1, "the node's clock moves");
@@ -656,7 +648,7 @@ static void test_new_process_for_a_lost_worker_that_did_not_push(
     reach(&y, 1, 0, 1);
     psd_sync_advance(&y, 1);
     reach(&y, 0, 0, 2);
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30, 1), 0, "lost, grace 30 s");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
     join(&y, 1, 3, &owner_c);
     EXPECT_U64(clock_of(&y, 1), 1, "the new process's clock");
     EXPECT_INT(psd_sync_advance(&y, 11), 0, "the node waits for it");
@@ -681,7 +673,7 @@ static void test_same_client_back_after_its_grace_keeps_its_clock(
         psd_sync_advance(&y, k);
     }
     psd_sync_summed(&y, 1);                 /* a push of iteration 2 */
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2, 1), 0, "lost, grace 2 s");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2), 0, "lost, grace 2 s");
     EXPECT_INT(psd_sync_tick(&y, 3000, 2, 0, 10000), 1, "grace over");
     join(&y, 1, 2, &owner_c);               /* client 2 again */
     EXPECT_U64(clock_of(&y, 1), 2, "its clock: the iteration it is in");
@@ -702,7 +694,7 @@ static void test_replaced_client_is_refused_when_it_comes_back(void **state)
     psd_sync y;
     char err[200];
     two_workers(&y);
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30, 1), 0, "lost, grace 30 s");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
     join(&y, 1, 3, &owner_c);
     EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_b, "h:2", err, sizeof err),
                PSW_EINVAL, "the replaced client, while the new one holds it");
@@ -729,13 +721,13 @@ static void test_clients_replaced_after_their_grace_are_refused_too(
     char err[200];
     int owner_d, owner_e;
     two_workers(&y);
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 1, 1), 0, "lost, grace 1 s");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 1), 0, "lost, grace 1 s");
     psd_sync_tick(&y, 2000, 1, 0, 10000);
     EXPECT_INT(y.workers[1].state, PSD_W_LEFT, "no longer waited for");
     join(&y, 1, 3, &owner_c);                /* client 3 replaces 2 */
     EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_b, "h:2", err, sizeof err),
                PSW_EINVAL, "client 2, replaced after its grace");
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 3000, 30, 1), 0, "3 lost too");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 3000, 30), 0, "3 lost too");
     join(&y, 1, 4, &owner_d);                /* client 4 replaces 3 */
     EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_b, "h:2", err, sizeof err),
                PSW_EINVAL, "client 2, two replacements ago");
@@ -758,7 +750,7 @@ static void test_same_client_back_keeps_the_clock_it_pushed_in(void **state)
     two_workers(&y);
     reach(&y, 0, 0, 1);
     psd_sync_summed(&y, 1);
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30, 1), 0, "lost, grace 30 s");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
     join(&y, 1, 2, &owner_c);
     EXPECT_U64(clock_of(&y, 1), 0, "the clock it had");
     EXPECT_INT(psd_sync_advance(&y, 11), 0, "the node waits for it");
@@ -913,7 +905,7 @@ static void test_end_job_ends_a_job_whose_workers_stopped_apart(void **state)
     psd_sync_advance(&y, 2);
     EXPECT_U64(y.clock, 5, "worker 1 alone moved the clock");
     psd_sync_summed(&y, 1);
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 3, 30, 1), 0, "lost, grace 30 s");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 3, 30), 0, "lost, grace 30 s");
     while (psd_sync_dirty(&y, 0) >= 0)
         ;                                    /* journaled so far */
     EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), 0, "end-job");
@@ -1018,8 +1010,8 @@ static void test_end_job_divides_by_who_pushed_and_journals_everyone(
     reach(&y, 1, 0, 3);
     psd_sync_advance(&y, 1);
     psd_sync_summed(&y, 0);
-    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 2, 30, 1), 0, "0 lost");
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 2, 30, 1), 0, "1 lost");
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 2, 30), 0, "0 lost");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 2, 30), 0, "1 lost");
     EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), 0, "end-job");
     EXPECT_INT(e.divisor, 1, "worker 0 alone pushed into clock 4");
     EXPECT_U64(e.clock, 4, "clock 4 counts as finished");
@@ -1027,7 +1019,7 @@ static void test_end_job_divides_by_who_pushed_and_journals_everyone(
 
     make(&y, 2);
     join(&y, 0, 1, &owner_a);
-    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 2, 30, 1), 0, "0 lost");
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 2, 30), 0, "0 lost");
     while (psd_sync_dirty(&y, 0) >= 0)
         ;
     EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), 0, "end-job");
@@ -1073,7 +1065,7 @@ static void test_a_flapping_workers_lines_are_few_and_name_its_peer(
         join(&y, 0, 100 + (uint64_t)i, &a);
         psd_sync_leave(&y, 0, &a);
     }
-    psd_sync_lost(&y, 1, &b, 1500, 30, 1);
+    psd_sync_lost(&y, 1, &b, 1500, 30);
     psd_sync_tick(&y, 12000, 30, 0, 10000);
     char *log = capture_end();
     int said = lines_with(log, "worker 0 left (from 127.0.0.1:9)") +
@@ -1097,7 +1089,7 @@ static void test_a_flapping_workers_lines_are_few_and_name_its_peer(
     capture_begin();
     for (int i = 0; i < 10; i++) {
         join(&y, 1, 7, &b);
-        psd_sync_lost(&y, 1, &b, 20000, 30, 1);
+        psd_sync_lost(&y, 1, &b, 20000, 30);
     }
     psd_sync_tick(&y, 31000, 30, 0, 10000);
     log = capture_end();
