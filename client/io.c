@@ -140,7 +140,6 @@ struct psc_io {
     psc_addr *seeds;              /* ps_open's addresses, tried in order */
     uint64_t cut_max;             /* the largest c->max_frame ever was */
     int nseeds, seed_i;
-    int withdrawn;                /* a failed open sent its WITHDRAWs */
     nconn *seed;                  /* connection to a seed, until the layout
                                      is known */
     nconn **nodes;                /* one per node of the layout */
@@ -1374,11 +1373,6 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
     return 0;
 }
 
-static int c_is_worker(const psc_io *io)
-{
-    return io->c->opt.worker >= 0;
-}
-
 static void check_open(psc_io *io)
 {
     if (io->c->open_state != PSC_OPENING || !io->nodes)
@@ -1386,14 +1380,6 @@ static void check_open(psc_io *io)
     for (int i = 0; i < io->nnodes; i++)
         if (io->nodes[i]->state != NC_READY)
             return;
-    /* A worker's PING to every node, before ps_open returns: each node
-     * hears from it after its HELLO, so it knows the open completed (a
-     * worker it never hears from is taken for one whose open failed). */
-    for (int i = 0; c_is_worker(io) && i < io->nnodes; i++)
-        nc_ping(io->nodes[i]);
-    for (int i = 0; i < io->nnodes; i++)
-        if (io->nodes[i]->state != NC_READY)
-            return;              /* a PING's write failed: it reconnects */
     open_done(io, PS_OK, "%s", "");
 }
 
@@ -1576,10 +1562,6 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     __atomic_store_n(&c->max_frame, least, __ATOMIC_RELAXED);
     if (least > io->cut_max)
         io->cut_max = least;
-    /* Back after the open (a reconnection): heard from at once too,
-     * whether requests wait or not. */
-    if (c_is_worker(io) && c->open_state == PSC_OPEN)
-        nc_ping(nc);
     check_open(io);
     nc_send(nc);
 }
@@ -1756,46 +1738,9 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 /* ---- the I/O thread -------------------------------------------------- */
 
 /* Ends ps_open's wait: the client is open (status PS_OK) or failed. */
-/* A worker's ps_open that fails says so to every node whose handshake
- * was done (WITHDRAW, PROTOCOL.md §6.3): such a node took the worker in,
- * and on its own would count it lost when the connection closes, let it
- * go after worker_grace and end a clock without it, while a node that
- * never saw it waits for it. The frame goes to the kernel at once (an
- * idle connection's write is made in the call), before the close. */
-static void withdraw_all(psc_io *io)
-{
-    if (io->withdrawn)           /* a failed write's drop ends the open */
-        return;
-    io->withdrawn = 1;
-    for (int i = 0; i < io->nnodes; i++) {
-        nconn *nc = io->nodes[i];
-        if (nc->state != NC_READY)
-            continue;
-        wreq *w = malloc(sizeof *w);
-        if (!w)
-            return;              /* counted lost instead: as before */
-        psw_out_init(&w->out);
-        psw_msg m = { .op = PSW_OP_WITHDRAW };
-        psw_out_frame_begin(&w->out);
-        psw_pack_request(&w->out, &m);
-        psw_out_frame_end(&w->out);
-        psc_add(&nc->st.frames_sent, 1);
-        int rc = nc_write(nc, w);
-        if (rc) {
-            psw_out_destroy(&w->out);
-            free(w);
-            nc_write_failed(nc, rc, "a WITHDRAW");
-        }
-    }
-}
-
 static void open_done(psc_io *io, int status, const char *fmt, ...)
 {
     ps_client *c = io->c;
-    /* open_state is written on this thread only: read without the lock. */
-    if (status != PS_OK && c->opt.worker >= 0 &&
-        c->open_state == PSC_OPENING)
-        withdraw_all(io);
     pthread_mutex_lock(&c->open_mu);
     if (c->open_state == PSC_OPENING) {
         va_list ap;

@@ -559,20 +559,10 @@ static int room_for(psd_node *n, psd_dclient *dc, uint64_t ts,
  * count against max_remembered_pushes, of a whole snapshot interval). */
 #define ACK_JOURNAL_EVERY 256
 
-/* PING (liveness only: the connection noted the bytes), ACK and
- * WITHDRAW. */
+/* PING (liveness only: the connection noted the bytes) and ACK. */
 static void session(psd_node *n, psd_session *ss, const psw_msg *m,
                     uint64_t now_ms)
 {
-    psd_sync_heard(&n->sync, ss->worker, ss);
-    if (m->op == PSW_OP_WITHDRAW) {
-        /* Who is waited for is unchanged (ABSENT is waited for, as LIVE
-         * was), so nothing moves and nothing is journaled: the join of a
-         * fresh worker never was. */
-        if (psd_sync_withdraw(&n->sync, ss->worker, ss))
-            ss->worker = -1;
-        return;
-    }
     if (m->op == PSW_OP_ACK) {
         psd_dclient *dc = dedup_of(n, ss, now_ms);
         uint64_t mark = dc ? psd_dedup_ack(dc, m->value, ACK_JOURNAL_EVERY)
@@ -805,10 +795,6 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     if (held_already(ss, m))
         return;
     n->stats.requests++;
-    /* A worker's first request joins it for good (sync.h, fresh), its
-     * join journaled before what the request does. */
-    if (psd_sync_acted(&n->sync, ss->worker, ss))
-        (void)psd_node_journal_workers(n);
     if (psw_op_has(m->op, PSW_OPF_CONTROL)) {
         control(n, ss, m, now_ms);
         return;
@@ -1159,12 +1145,11 @@ void psd_request_closed(psd_node *n, psd_session *ss, uint64_t now_ms)
     if (ss->dedup)
         psd_dedup_detach(n->dedup, ss->dedup, now_ms);
     ss->dedup = NULL;
-    int moved = psd_sync_lost(&n->sync, ss->worker, ss, now_ms,
-                              n->cfg.worker_grace);
-    /* Also a fresh worker's join, never journaled until now. */
-    (void)psd_node_journal_workers(n);
-    if (moved)
+    if (psd_sync_lost(&n->sync, ss->worker, ss, now_ms,
+                      n->cfg.worker_grace)) {
+        (void)psd_node_journal_workers(n);
         advance(n, now_ms);
+    }
 }
 
 /* What held requests wait on (PSD_HOLD_* bits), for the "waiting for"

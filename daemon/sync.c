@@ -230,13 +230,7 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
         psd_info("worker %d %s at clock %llu (from %s)", (int)worker,
                  w->state == PSD_W_GONE ? "is back" : "rejoined",
                  (unsigned long long)w->clock, peer);
-    /* From ABSENT it is fresh: joined here, maybe on no other node, its
-     * ps_open not done (journaled once it sends a request). */
-    int fresh = w->state == PSD_W_ABSENT ||
-                (w->fresh && w->state == PSD_W_LIVE);
-    w->dirty |= !fresh &&
-                (w->state != PSD_W_LIVE || w->client_id != client_id);
-    w->fresh = w->silent = fresh;
+    w->dirty |= w->state != PSD_W_LIVE || w->client_id != client_id;
     w->state = PSD_W_LIVE;
     w->closed = 0;
     w->owner = owner;
@@ -262,36 +256,6 @@ void psd_sync_position(const psd_sync *y, int32_t worker, uint64_t *clock,
     }
 }
 
-int psd_sync_acted(psd_sync *y, int32_t worker, const void *owner)
-{
-    if (!psd_sync_holds(y, worker, owner) || !y->workers[worker].fresh)
-        return 0;
-    y->workers[worker].fresh = y->workers[worker].silent = 0;
-    y->workers[worker].dirty = 1;
-    return 1;
-}
-
-void psd_sync_heard(psd_sync *y, int32_t worker, const void *owner)
-{
-    if (psd_sync_holds(y, worker, owner))
-        y->workers[worker].silent = 0;
-}
-
-int psd_sync_withdraw(psd_sync *y, int32_t worker, const void *owner)
-{
-    if (!psd_sync_holds(y, worker, owner) || !y->workers[worker].fresh)
-        return 0;
-    psd_worker *w = &y->workers[worker];
-    w->fresh = w->silent = 0;
-    w->state = PSD_W_ABSENT;
-    w->owner = NULL;
-    if (say(y, worker, 0))
-        psd_info("worker %d withdrew (from %s): its ps_open failed, so it "
-                 "has not joined; waited for as one that has not come",
-                 (int)worker, w->peer);
-    return 1;
-}
-
 int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
                   uint64_t now_ms, int grace_s)
 {
@@ -299,22 +263,10 @@ int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
         return 0;
     psd_worker *w = &y->workers[worker];
     w->owner = NULL;
-    y->now_ms = now_ms;
-    if (w->silent) {
-        w->fresh = w->silent = 0;
-        w->state = PSD_W_ABSENT;
-        if (say(y, worker, 0))
-            psd_info("worker %d closed its connection (from %s) before it "
-                     "was heard from after its HELLO: its ps_open did not "
-                     "complete, so it has not joined; waited for as one "
-                     "that has not come", (int)worker, w->peer);
-        return 0;
-    }
-    w->dirty |= w->fresh;        /* its join, not journaled while fresh */
-    w->fresh = 0;
     w->state = PSD_W_GONE;
     w->gone_ms = now_ms;
     w->lost_id = w->client_id;   /* kept past worker_grace: it may live */
+    y->now_ms = now_ms;
     if (say(y, worker, 1))
         psd_warn("worker %d lost its connection (from %s); waiting up to %d "
                  "s for it", (int)worker, w->peer, grace_s);
@@ -335,7 +287,6 @@ int psd_sync_leave(psd_sync *y, int32_t worker, const void *owner)
     w->owner = NULL;
     w->dirty = 1;
     w->closed = 1;
-    w->fresh = w->silent = 0;
     if (say(y, worker, 0))
         psd_info("worker %d left (from %s)", (int)worker, w->peer);
     if (job_over(y) && y->nworkers > 1)
@@ -700,8 +651,7 @@ int psd_sync_save(const psd_sync *y, psd_sink *out)
         return -1;
     for (int i = 0; i < y->nworkers; i++) {
         const psd_worker *w = &y->workers[i];
-        /* A silent worker's client may never have had the answer. */
-        uint32_t st = (uint32_t)(w->silent ? PSD_W_ABSENT : w->state);
+        uint32_t st = (uint32_t)w->state;
         if (psd_put(out, &st, 4) || psd_put(out, &w->clock, 8) ||
             psd_put(out, &w->barrier, 8) || psd_put(out, &w->client_id, 8) ||
             psd_put(out, &w->summed, 8))

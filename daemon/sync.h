@@ -47,14 +47,6 @@ typedef struct psd_worker {
                                 the journal last heard (psd_sync_dirty) */
     int closed;              /* LEFT by its own LEAVE (ps_close), not by a
                                 grace that ran out: the job may be over */
-    int fresh;               /* LIVE from ABSENT, no request since
-                                (psd_sync_acted): a WITHDRAW returns it to
-                                ABSENT; its join is not journaled yet */
-    int silent;              /* fresh, and nothing at all heard since its
-                                HELLO (psd_sync_heard): its client may
-                                never have had the answer (its ps_open
-                                gave up first), so a loss returns it to
-                                ABSENT, and a snapshot saves it so */
     uint64_t said_ms;        /* start of the window of its log lines */
     unsigned said;           /* join, loss and leave lines in it */
     unsigned unsaid;         /* those past the burst: counted, not logged */
@@ -115,29 +107,9 @@ int psd_sync_holds(const psd_sync *y, int32_t worker, const void *owner);
 void psd_sync_position(const psd_sync *y, int32_t worker, uint64_t *clock,
                        uint64_t *barrier);
 
-/* owner, holding worker, sends a request (anything but a session
- * message): a worker that joined from ABSENT is joined for good from
- * here. Returns 1 when it was fresh: its join is to be journaled now,
- * before what the request does. 0 otherwise, and for a session that
- * holds no worker. */
-int psd_sync_acted(psd_sync *y, int32_t worker, const void *owner);
-
-/* owner, holding worker, sent something (a PING, an ACK, a request)
- * after its HELLO: its client had the answer. */
-void psd_sync_heard(psd_sync *y, int32_t worker, const void *owner);
-
-/* WITHDRAW: owner's ps_open failed (another node did not answer in
- * time), so its worker did not join: a fresh one goes back to ABSENT, as
- * every node that never saw it has it, instead of being lost on this node
- * alone (let go after worker_grace, a clock ended without it while the
- * other nodes waited for it). Returns 1 when it did. */
-int psd_sync_withdraw(psd_sync *y, int32_t worker, const void *owner);
-
 /* owner's connection was lost: its worker is waited for grace_s more
- * seconds (GONE), or not at all when grace_s is 0. A silent worker (see
- * psd_worker) goes back to ABSENT instead, as on the nodes its client's
- * failed ps_open never reached. Returns 1 when that changed who is waited
- * for (then call psd_sync_advance). */
+ * seconds (GONE), or not at all when grace_s is 0. Returns 1 when that
+ * changed who is waited for (then call psd_sync_advance). */
 int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
                   uint64_t now_ms, int grace_s);
 

@@ -30,8 +30,6 @@ enum psw_op {
     PSW_OP_ACK = 4,        /* client: requests below `value` are complete */
     PSW_OP_CHALLENGE = 5,  /* server, before HELLO_OK when it has a token */
     PSW_OP_AUTH = 6,       /* client: its proof, answering CHALLENGE */
-    PSW_OP_WITHDRAW = 7,   /* client: its worker's ps_open failed, the
-                              worker did not join (PROTOCOL.md §6.3) */
     PSW_OP_PUSH = 10,
     PSW_OP_PULL = 11,
     PSW_OP_PUSHPULL = 12,

@@ -1623,76 +1623,6 @@ static void a_stand_in_releases_a_worker_that_never_came(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
-/* A worker whose ps_open failed part way (one node stopped) had joined
- * on the node that answered: that node counted it lost when the open
- * gave up, let it go after worker_grace and ended the next clock with
- * the other worker's push alone, while a node that never saw it waited
- * for it: the nodes' rows then held different iterations (the scale
- * trial: 64 workers starting at once on 16 nodes, one node applying 6
- * workers' gradients of 64). Now the client withdraws from the nodes
- * that answered, and a node that reads the HELLO only after the client
- * gave up (node 1 here, once it runs again) never hears from it: on
- * every node alike the worker has not joined. */
-static void a_worker_whose_open_failed_part_way_is_not_joined(void **state)
-{
-    (void)state;
-    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n"
-                                      "worker_grace = 1\n",
-                                      "[table.t]\nkind = dense\nrows = 8\n"
-                                      "dim = 1\nconsistency = bsp\n"), 0);
-    /* Worker 1's open reaches node 0 (its seed) and not node 1. */
-    kill(cl.pid[1], SIGSTOP);
-    char seed[64];
-    snprintf(seed, sizeof seed, "127.0.0.1:%d", cl.port[0]);
-    ps_options o;
-    ps_options_init(&o);
-    o.worker = 1;
-    o.connect_timeout_ms = 1000;
-    o.quiet = 1;
-    ps_client *w1 = NULL;
-    int rc = ps_open(&w1, seed, &o);
-    kill(cl.pid[1], SIGCONT);
-    assert_int_not_equal(rc, PS_OK);
-    EXPECT_INT(cluster_log_wait(&cl, 0, "worker 1 withdrew",
-                                5000), 1, "node 0 says worker 1 did not join");
-    EXPECT_INT(cluster_log_wait(&cl, 1, "before it was heard from after its "
-                                "HELLO", 5000), 1, "node 1, reading the "
-               "HELLO late, says worker 1 did not join");
-    sleep_ms(1500);                  /* past worker_grace */
-    uint64_t rows[8];
-    float one[8], two[8], got[8];
-    for (int r = 0; r < 8; r++) {
-        rows[r] = (uint64_t)r;
-        one[r] = 1;
-        two[r] = 2;
-    }
-    ps_client *w0 = open_worker(cl.spec, 0);
-    assert_non_null(w0);
-    int t0 = ps_table(w0, "t", NULL);
-    assert_int_equal(ps_wait(w0, ps_push(w0, t0, rows, 8, one, NULL, NULL)),
-                     0);
-    /* Worker 0's clock is sent; it is held for worker 1 on both nodes. */
-    EXPECT_INT(ps_clock_timeout(w0, 300), PS_PENDING, "worker 0's clock "
-               "before worker 1 came: %s", ps_last_error(w0));
-    w1 = open_worker(cl.spec, 1);
-    assert_non_null(w1);
-    int t1 = ps_table(w1, "t", NULL);
-    assert_int_equal(ps_wait(w1, ps_push(w1, t1, rows, 8, two, NULL, NULL)),
-                     0);
-    EXPECT_INT(ps_clock(w1), PS_OK, "worker 1's clock: %s",
-               ps_last_error(w1));
-    EXPECT_INT(ps_clock(w0), PS_OK, "worker 0's clock: %s",
-               ps_last_error(w0));
-    assert_int_equal(ps_wait(w0, ps_pull(w0, t0, rows, 8, got, NULL, NULL)),
-                     0);
-    for (int r = 0; r < 8; r++)
-        EXPECT_INT(got[r] == 3, 1, "row %d after clock 1: %g, want 3 (both "
-                   "workers' pushes, on both nodes)", r, (double)got[r]);
-    ps_close(w1);
-    ps_close(w0);
-    assert_int_equal(cluster_stop(&cl), 0);
-}
-
 /* A node back from kill -9 (journal, no snapshot) still holds an ssp pull
  * by the clock its worker had reached: worker 0 clocked 3 times, worker
  * 1 never, so with staleness 1 worker 0 may not read until worker 1 has
@@ -2625,7 +2555,6 @@ int main(void)
         cmocka_unit_test(
             mean_counts_a_worker_that_pushed_then_left_across_a_restart),
         cmocka_unit_test(a_stand_in_releases_a_worker_that_never_came),
-        cmocka_unit_test(a_worker_whose_open_failed_part_way_is_not_joined),
         cmocka_unit_test(ssp_bound_holds_after_a_crash),
         cmocka_unit_test(ssp_pulls_go_on_after_a_crash_when_all_clocked),
         cmocka_unit_test(

@@ -36,9 +36,6 @@ static void join(psd_sync *y, int32_t w, uint64_t client, const void *owner)
     if (rc)
         print_error("join of worker %d: %s\n", (int)w, err);
     EXPECT_INT(rc, 0, "psd_sync_join of worker %d", (int)w);
-    /* Its client's ps_open completed: the PING it sends every node then
-     * (test_a_worker_whose_open_failed_never_joined has the others). */
-    psd_sync_heard(y, w, owner);
 }
 
 /* Workers 0 and 1 of two, joined as clients 1 and 2 (owners a and b). */
@@ -297,66 +294,6 @@ static void test_lost_worker_is_waited_for_until_its_grace_runs_out(
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for after the grace");
     EXPECT_INT(psd_sync_advance(&y, 3000), 1, "clock moves without it");
     EXPECT_U64(y.clock, 1, "node clock");
-    psd_sync_destroy(&y);
-}
-
-/* A worker whose ps_open failed did not join, on any node: one whose
- * client withdrew (the node answered, another did not), and one never
- * heard from after its HELLO (the client gave up before the answer came)
- * go back to ABSENT, waited for as ones that never came, instead of lost
- * (let go after worker_grace, a clock ended without them here while the
- * nodes they never reached waited). Heard from, a loss is a loss; a
- * request ends the withdraw; its join is journaled with its first
- * request, and a snapshot saves a silent worker as not joined. */
-static void test_a_worker_whose_open_failed_never_joined(void **state)
-{
-    (void)state;
-    psd_sync y;
-    make(&y, 2);
-    join(&y, 0, 1, &owner_a);
-    char err[160];
-#define JOIN1(id) EXPECT_INT(psd_sync_join(&y, 1, id, &owner_b, "h:2", err, \
-                                           sizeof err), 0, "worker 1 joins")
-    JOIN1(2);
-    EXPECT_INT(y.workers[1].dirty, 0, "a fresh join is not journaled");
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0), 0, "silent, lost");
-    EXPECT_INT(y.workers[1].state, PSD_W_ABSENT, "not joined");
-    EXPECT_INT(psd_sync_waited(&y), 2, "still waited for");
-    reach(&y, 0, 0, 1);
-    EXPECT_INT(psd_sync_advance(&y, 10), 0, "the clock waits for it");
-    JOIN1(3);
-    psd_sync_heard(&y, 1, &owner_b);     /* PINGs while its open waits */
-    EXPECT_INT(psd_sync_withdraw(&y, 1, &owner_b), 1, "withdrawn");
-    EXPECT_INT(y.workers[1].state, PSD_W_ABSENT, "not joined");
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 12, 0), 0, "then its close");
-    /* A snapshot while silent: not joined; heard from: joined. */
-    JOIN1(4);
-    membuf m = { 0 };
-    psd_sink o = { mem_put, &m };
-    assert_int_equal(psd_sync_save(&y, &o), 0);
-    psd_sync z;
-    make(&z, 2);
-    psd_source in = { mem_get, &m };
-    if (psd_sync_load(&z, &in, 3, 100, err, sizeof err))
-        fail_msg("load: %s", err);
-    EXPECT_INT(z.workers[1].state, PSD_W_ABSENT, "a silent worker loaded");
-    EXPECT_INT(z.workers[0].state, PSD_W_GONE, "a joined one loaded");
-    psd_sync_destroy(&z);
-    free(m.p);
-    /* A request ends fresh: a WITHDRAW after it does nothing. */
-    EXPECT_INT(psd_sync_acted(&y, 1, &owner_b), 1, "its first request");
-    EXPECT_INT(y.workers[1].dirty, 1, "its join journaled with it");
-    EXPECT_INT(psd_sync_acted(&y, 1, &owner_b), 0, "its second");
-    EXPECT_INT(psd_sync_acted(&y, 0, &owner_b), 0, "another's session");
-    EXPECT_INT(psd_sync_withdraw(&y, 1, &owner_b), 0, "no withdraw now");
-    EXPECT_INT(y.workers[1].state, PSD_W_LIVE, "joined");
-    /* Heard from, no request, lost: lost (grace 0: let go at once), its
-     * join journaled then. */
-    EXPECT_INT(y.workers[0].dirty, 0, "worker 0's fresh join");
-    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 15, 0), 1, "heard, lost");
-    EXPECT_INT(y.workers[0].state, PSD_W_LEFT, "let go");
-    EXPECT_INT(y.workers[0].dirty, 1, "its join journaled with its loss");
-#undef JOIN1
     psd_sync_destroy(&y);
 }
 
@@ -1114,7 +1051,6 @@ int main(void)
         cmocka_unit_test(test_barrier_and_clock_move_independently),
         cmocka_unit_test(
             test_lost_worker_is_waited_for_until_its_grace_runs_out),
-        cmocka_unit_test(test_a_worker_whose_open_failed_never_joined),
         cmocka_unit_test(
             test_lost_worker_with_no_grace_stops_being_waited_for_at_once),
         cmocka_unit_test(
