@@ -1279,21 +1279,7 @@ static void sighup_changing_workers_or_aggregate_is_refused(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
-/* The number of the first line of path holding text: 0 when none does. */
-static int ini_line_of(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "r");
-    char line[512];
-    int n = 0, at = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        n++;
-        if (!at && strstr(line, text))
-            at = n;
-    }
-    if (f)
-        fclose(f);
-    return at;
-}
+static int line_of(const char *file, const char *text);
 
 /* An ssp table's staleness cannot change by reload (every node must hold
  * one bound, and a reload reaches one node at a time): refused at its
@@ -1315,7 +1301,7 @@ static void sighup_changing_staleness_names_its_line(void **state)
     char want[600];
     snprintf(want, sizeof want, "%s:%d: [table.s] staleness changed (2 to "
              "5) (restart psd to apply that)", cl.ini,
-             ini_line_of(cl.ini, "staleness = 5"));
+             line_of(cl.ini, "staleness = 5"));
     char *log = cluster_log(&cl, 0);
     if (!log || !strstr(log, want))
         fail_msg("want \"%s\" in: %s", want, log ? log : "");
