@@ -517,7 +517,9 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     put(b, "},\n \"reload\": {\"ok\": %s, \"error\": ",
         re[0] ? "false" : "true");
     put_json_str(b, re);
-    put(b, "}}\n");
+    put(b, ", \"applied\": %llu, \"refused\": %llu}}\n",
+        (unsigned long long)s->reloads,
+        (unsigned long long)s->reloads_refused);
 }
 
 /* ---- metrics (Prometheus text format 0.0.4) ------------------------------ */
@@ -700,6 +702,14 @@ static void metrics_text(psd_admin *a, tbuf *b)
            "file of the last SIGHUP was refused and the previous "
            "configuration runs.", i,
            !(a->reload_error && a->reload_error[0]));
+    /* A refused reload followed by a good one between two scrapes shows
+     * here, not in the gauge above. */
+    metric_head(b, "psd_config_reloads_total", "counter", "SIGHUPs, by "
+                "whether the file was applied or refused.");
+    put(b, "psd_config_reloads_total{node=\"%d\",result=\"applied\"} %llu\n"
+        "psd_config_reloads_total{node=\"%d\",result=\"refused\"} %llu\n",
+        i, (unsigned long long)s->reloads, i,
+        (unsigned long long)s->reloads_refused);
 }
 
 /* A label value: backslash, quote and newline escaped. */

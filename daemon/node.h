@@ -40,6 +40,8 @@ typedef struct psd_stats {
     uint64_t keys_pushed, keys_pulled;
     uint64_t journal_errors;     /* failed journal writes */
     uint64_t auth_failures;      /* connections refused with EAUTH */
+    uint64_t reloads;            /* SIGHUPs whose file was applied */
+    uint64_t reloads_refused;    /* ... whose file was refused */
 } psd_stats;
 
 /* Per table, on this node. */

@@ -376,6 +376,7 @@ void psd_server_reload(psd_server *s)
                      cut ? "at least " : "", lines - 1);
         else
             snprintf(s->reload_error, sizeof s->reload_error, "%.190s", err);
+        s->node.stats.reloads_refused++;
         return;
     }
     int interval = s->node.cfg.snapshot_interval;
@@ -420,8 +421,10 @@ void psd_server_reload(psd_server *s)
                  : layout == PSD_RESTART_DROPS
                      ? "restart psd with --drop-table to apply that"
                      : "restart psd to apply that");
+        s->node.stats.reloads_refused++;
         return;
     }
+    s->node.stats.reloads++;
     s->reload_error[0] = '\0';
     psd_log_set_level(s->node.cfg.log_level);
     /* Re-arming starts the interval over: only a new value may do that,

@@ -2604,7 +2604,20 @@ static void test_a_failed_reload_shows_in_metrics_and_stats(void **state)
     m = http_get(mport, "/metrics");
     EXPECT_INT((int)(m ? value_of(m, metric) : -1), 1, "after a good "
                "reload");
+    /* Counted too: two refused, then one applied, which the gauge alone
+     * no longer shows (the soak trial's gap). */
+    EXPECT_INT((int)(m ? value_of(m, "psd_config_reloads_total{node=\"0\","
+                                     "result=\"refused\"} ") : -1), 2,
+               "reloads refused");
+    EXPECT_INT((int)(m ? value_of(m, "psd_config_reloads_total{node=\"0\","
+                                     "result=\"applied\"} ") : -1), 1,
+               "reloads applied");
     free(m);
+    o = run(&st, "%s -s %s --json stats", psctl(), c.spec);
+    if (!json_holds(c.dir, o, "d[0][\"reload\"][\"applied\"] == 1 and "
+                    "d[0][\"reload\"][\"refused\"] == 2"))
+        fail_msg("psctl --json stats' reload counts");
+    free(o);
     o = run(&st, "%s -s %s stats", psctl(), c.spec);
     if (!o || strstr(o, "reload FAILED"))
         fail_msg("psctl stats after a good reload: %s", o ? o : "");
