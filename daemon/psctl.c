@@ -56,7 +56,9 @@ static void usage(FILE *f)
         "--count N;\n"
         "           0, the default: until Ctrl-C); with --json, each "
         "refresh is\n"
-        "           what --json stats prints (one array after another)\n"
+        "           what --json stats prints (one array after another);\n"
+        "           a node not answering is asked again at each refresh,\n"
+        "           for up to the interval (at least 1 s)\n"
         "  end-job  ends a bsp/ssp job whose workers stopped at different "
         "counts\n"
         "           (one crashed): the next job waits for all workers and "
@@ -1145,7 +1147,9 @@ static int same_node_twice(cluster *c, int quiet)
     return bad;
 }
 
-static int open_all(cluster *c, int quiet)
+/* wait_ms: how long the handshakes may take (REPLY_MS; top redialling
+ * the nodes that did not answer waits a refresh's interval). */
+static int open_all(cluster *c, int quiet, int wait_ms)
 {
     int bad = 0;
     char *asked = calloc((size_t)c->n, 1);   /* 1: HELLO sent, 2: done */
@@ -1168,7 +1172,7 @@ static int open_all(cluster *c, int quiet)
      * waits for our AUTH only hello_timeout, however long another takes. */
     struct pollfd *p = calloc((size_t)c->n, sizeof *p);
     int *at = calloc((size_t)c->n, sizeof *at);
-    uint64_t deadline = now_ms() + REPLY_MS, beat = 1000;
+    uint64_t deadline = now_ms() + (uint64_t)wait_ms, beat = 1000;
     uint64_t pinged = now_ms();
     for (;;) {
         int np = 0;
@@ -1221,8 +1225,8 @@ static int open_all(cluster *c, int quiet)
     for (int i = 0; i < c->n; i++)
         if (asked[i] == 1) {     /* no answer in time (or no memory) */
             snprintf(c->nodes[i].err, sizeof c->nodes[i].err,
-                     p && at ? "no answer within %d s" : "out of memory",
-                     REPLY_MS / 1000);
+                     p && at ? "no answer within %g s" : "out of memory",
+                     wait_ms / 1000.0);
             node_close(&c->nodes[i]);
             if (!quiet)
                 fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
@@ -1814,7 +1818,11 @@ static int do_top(cluster *c, double interval, int count, int json)
             idle(c, interval);
             if (stop)
                 break;
-            open_all(c, 1);      /* nodes that came back */
+            /* Nodes that came back; one that still does not answer (a
+             * loop stopped) holds each refresh up to the interval, at
+             * least 1 s, not REPLY_MS. */
+            double w = interval < 1 ? 1000 : interval * 1000;
+            open_all(c, 1, w < REPLY_MS ? (int)w : REPLY_MS);
         }
         if (json) {
             bad = do_stats(c, 1, 0) || not_answering(c);
@@ -2381,7 +2389,7 @@ int main(int argc, char **argv)
     }
     all_nodes = c.nodes;
     all_n = c.n;
-    int rc, bad = open_all(&c, 0), differ = layouts_differ(&c);
+    int rc, bad = open_all(&c, 0, REPLY_MS), differ = layouts_differ(&c);
     bad |= differ;
     if (differ && !strcmp(cmd, "end-job")) {
         /* Nodes of two layouts may be two clusters (a -s list mixing
