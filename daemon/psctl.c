@@ -875,7 +875,13 @@ static void print_node(const node *nd, int i, const samples *ss)
     get_label(ss, "psd_node_info", i, "fsync", fs, sizeof fs);
     get_label(ss, "psd_node_info", i, "data_dir", dir, sizeof dir);
     double gen = nodev(ss, "psd_snapshot_generation", i);
-    if (gen > 0)
+    /* One this process did not write: the times below would be zeros,
+     * read as a snapshot written in no time. */
+    if (gen > 0 && nodev(ss, "psd_snapshots_total", i) == 0)
+        printf("  snapshot %.0f in %s, %.0f s old (loaded at start), %.0f "
+               "failed", gen, dir, nodev(ss, "psd_snapshot_age_seconds", i),
+               nodev(ss, "psd_snapshot_failures_total", i));
+    else if (gen > 0)
         printf("  snapshot %.0f in %s, %.0f s old, took %.2f s (fork "
                "%.2f ms), %.0f failed", gen, dir,
                nodev(ss, "psd_snapshot_age_seconds", i),

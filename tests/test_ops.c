@@ -2311,8 +2311,19 @@ static void test_psctl_names_each_node_by_its_own_index(void **state)
     EXPECT_INT(st, 0, "psctl -s <node 1> stats");
     /* psctl's own connection is open, and a snapshot was written. */
     if (!o || strncmp(o, "node 1 ", 7) || strstr(o, "connections 0\n") ||
-        !strstr(o, "snapshot 1 in "))
+        !strstr(o, "snapshot 1 in ") || strstr(o, "loaded at start"))
         fail_msg("psctl -s <node 1> stats: %s", o ? o : "");
+    free(o);
+    /* Restarted, it has the snapshot it loaded: not one it wrote in no
+     * time ("took 0.00 s (fork 0.00 ms)", the scale trial). */
+    kill(c.pid[1], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 1, 10000), 0, "node 1 stops");
+    if (cluster_restart(&c, 1))
+        fail_msg("node 1 did not restart");
+    o = run(&st, "%s -s %s stats", psctl(), one);
+    if (!o || !strstr(o, " s old (loaded at start), 0 failed") ||
+        strstr(o, "took 0.00 s"))
+        fail_msg("psctl -s <node 1> stats after a restart: %s", o ? o : "");
     free(o);
     char both[128];
     snprintf(both, sizeof both, "127.0.0.1:%d,127.0.0.1:%d", c.port[1],
