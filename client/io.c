@@ -802,12 +802,11 @@ static void requeue_in_flight(nconn *nc, uint64_t now, int status)
     nc->q_head = head;
 }
 
-/* Takes a lookup's addresses for nc's next attempts. The address in use
- * stays first choice while the name still has it, so that a reconnection
- * does not go through the dead ones again. */
-/* Takes the addresses of res that can be connected to, keeping the one
- * in use when it is among them. An answer with none (only link-local
- * ones) leaves nc's as they were. Returns how many were link-local. */
+/* Takes a lookup's addresses that can be connected to for nc's next
+ * attempts. The address in use stays first choice while the name still
+ * has it, so that a reconnection does not go through the dead ones
+ * again. An answer with none (only link-local ones) leaves nc's as they
+ * were. Returns how many were link-local. */
 static int take_addrs(nconn *nc, const struct addrinfo *res)
 {
     struct sockaddr_storage cur = nc->sa[nc->sa_i];

@@ -77,7 +77,7 @@ static int resolve(const psd_node_addr *a, struct sockaddr_storage *out)
     return g;
 }
 
-static void sa_text(const struct sockaddr_storage *sa, char *out, size_t cap)
+void psd_sa_text(const struct sockaddr_storage *sa, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN] = "?";
     if (sa->ss_family == AF_INET6)
@@ -251,7 +251,7 @@ static void check_node(psd_preflight *pf, const psd_config *c,
             !psw_addr_link_local((const struct sockaddr *)xs))
             continue;
         psw_addr_format(x, xtext, sizeof xtext);
-        sa_text(xs, ip, sizeof ip);
+        psd_sa_text(xs, ip, sizeof ip);
         add(own ? &pf->problems : &pf->notes,
             own ? &pf->nproblems : &pf->nnotes, path,
             k ? c->nodes_line : line, "[cluster] %s: node %d's address %s "
@@ -283,7 +283,7 @@ static void check_node(psd_preflight *pf, const psd_config *c,
         if (fd >= 0)
             close(fd);
         else if (fd == -EADDRNOTAVAIL) {
-            sa_text(&sa, ip, sizeof ip);
+            psd_sa_text(&sa, ip, sizeof ip);
             add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: "
                 "node %d cannot listen on %s%s%s: it is not an address of "
                 "this host: is this the host of node %d? (psd -n NODE "
@@ -329,7 +329,7 @@ static void check_node(psd_preflight *pf, const psd_config *c,
     }
     if (pf->token_len || c->auth_token_file[0] || is_loopback(&sa))
         return;
-    sa_text(&sa, ip, sizeof ip);
+    psd_sa_text(&sa, ip, sizeof ip);
     add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: node %d "
         "would listen on %s%s%s, which is not a loopback address, and "
         "[server] has no auth_token: psd refuses to serve unauthenticated "

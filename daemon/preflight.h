@@ -56,6 +56,8 @@ int psd_fd_room(int want, int reserve, int raise);
  * IPV6_V6ONLY off, so that [::]:P takes IPv4 clients too whatever
  * net.ipv6.bindv6only says. The socket (close-on-exec), or -errno. */
 int psd_bind_tcp(const struct sockaddr *sa);
+/* sa's numeric address, without its port, into out. */
+void psd_sa_text(const struct sockaddr_storage *sa, char *out, size_t cap);
 
 /* What a bind's errno (positive) most likely means for a node's address,
  * " (...)" to follow the error, or "". */

@@ -1158,7 +1158,7 @@ static int same_node_twice(cluster *c, int quiet)
 static int open_all(cluster *c, int quiet, int wait_ms)
 {
     int bad = 0;
-    char *asked = calloc((size_t)c->n, 1);   /* 1: HELLO sent, 2: done */
+    char *asked = calloc((size_t)c->n, 1);   /* 1: its handshake awaited */
     if (!asked) {
         fprintf(stderr, "psctl: out of memory\n");
         return 1;
@@ -1178,8 +1178,7 @@ static int open_all(cluster *c, int quiet, int wait_ms)
      * waits for our AUTH only hello_timeout, however long another takes. */
     struct pollfd *p = calloc((size_t)c->n, sizeof *p);
     int *at = calloc((size_t)c->n, sizeof *at);
-    uint64_t deadline = now_ms() + (uint64_t)wait_ms, beat = 1000;
-    uint64_t pinged = now_ms();
+    uint64_t deadline = now_ms() + (uint64_t)wait_ms;
     for (;;) {
         int np = 0;
         for (int i = 0; p && at && i < c->n; i++)
@@ -1191,35 +1190,17 @@ static int open_all(cluster *c, int quiet, int wait_ms)
         if (np == 0 || t >= deadline)
             break;
         /* The nodes done meanwhile, and those open before (psctl top
-         * redialling the nodes that did not answer), hear a PING every
-         * heartbeat_ms, as they would from a client, or they close the
-         * connection as a dead peer's while another node keeps psctl
-         * waiting. */
-        if (t >= pinged + beat) {
-            for (int i = 0; i < c->n; i++)
-                if (asked[i] != 1 && c->nodes[i].ready &&
-                    ping_node(&c->nodes[i])) {
-                    asked[i] = 0;
-                    node_close(&c->nodes[i]);
-                    if (!quiet)
-                        fprintf(stderr, "psctl: node %d (%s): %s\n",
-                                id(c, i), c->nodes[i].addr,
-                                c->nodes[i].err);
-                    bad = 1;
-                }
-            pinged = t;
-        }
-        uint64_t until = pinged + beat < deadline ? pinged + beat : deadline;
-        if (poll(p, (nfds_t)np, (int)(until - t)) < 0 && errno != EINTR)
+         * redialling the nodes that did not answer), are kept alive, in
+         * slices as receive_until does. */
+        keep_alive();
+        uint64_t ms = deadline - t < 250 ? deadline - t : 250;
+        if (poll(p, (nfds_t)np, (int)ms) < 0 && errno != EINTR)
             break;
         for (int k = 0; k < np; k++) {
             int i = at[k], rc;
             if (!p[k].revents || (rc = node_handshake(&c->nodes[i])) > 0)
                 continue;
-            asked[i] = rc == 0 ? 2 : 0;
-            if (rc == 0 && c->nodes[i].layout.heartbeat_ms &&
-                c->nodes[i].layout.heartbeat_ms < beat)
-                beat = c->nodes[i].layout.heartbeat_ms;
+            asked[i] = 0;
             if (rc < 0) {
                 if (!quiet)
                     fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),

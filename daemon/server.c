@@ -268,20 +268,12 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
      * first: the log says which, for the operator who finds the others
      * refusing. */
     if (a->kind == PSW_HOST_NAME) {
-        struct sockaddr_storage ss;
-        int len = sizeof ss;
-        char ip[INET6_ADDRSTRLEN] = "";
-        if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss,
-                               &len) == 0 &&
-            (ss.ss_family == AF_INET6
-                 ? uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip)
-                 : uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof ip)) ==
-                0) {
-            size_t at = strlen(text);
-            snprintf(text + at, sizeof text - at,
-                     ss.ss_family == AF_INET6 ? ", bound at [%s]"
-                                              : ", bound at %s", ip);
-        }
+        char ip[INET6_ADDRSTRLEN];
+        psd_sa_text(&s->bind, ip, sizeof ip);
+        size_t at = strlen(text);
+        snprintf(text + at, sizeof text - at,
+                 s->bind.ss_family == AF_INET6 ? ", bound at [%s]"
+                                               : ", bound at %s", ip);
     }
     /* Listening: from here psd serves, so now its files may change. */
     if (psd_durable_open(&s->dur, err, errlen))

@@ -1317,10 +1317,9 @@ class Client:
         under way, and the next clock() waits for that one rather than
         count another (a Ctrl-C that lands as the clock completes says so
         instead: "clock N completed as the interrupt came"); until it has
-        (or after a
-        clock() that failed, until one succeeds), a push to a bsp table
-        raises InvalidError (it would count in that clock). Call it from
-        one thread of a worker at a time."""
+        (or after a clock() that failed, until one succeeds), a push to a
+        bsp table raises InvalidError (it would count in that clock). Call
+        it from one thread of a worker at a time."""
         self._sync(_LIB.ps_clock_timeout, 0)
         self._say_skipped()
 
