@@ -74,6 +74,10 @@ typedef struct nconn {
     uint64_t w_clock;             /* the clock count this node gave our
                                      worker at its last HELLO_OK */
     int w_known;                  /* w_clock was given */
+    uint32_t version;             /* the protocol version our HELLOs take:
+                                     a worker's 4, or 3 once the node
+                                     refused 4 (an older release); a
+                                     reader's 3 (proto/msg.h) */
     int fatal;                    /* refused for good: PS_E*, else 0 */
     int last_status;              /* why the last connection or attempt
                                      ended: what a failed open returns */
@@ -168,6 +172,7 @@ static nconn *nc_new(psc_io *io, int node)
     nc->io = io;
     nc->node = node;
     nc->state = NC_IDLE;
+    nc->version = io->c->opt.worker >= 0 ? PSW_VERSION : PSW_VERSION_READER;
     psw_map_init(&nc->fly_map);
     msgpack_zone_init(&nc->zone, 8192);
     psw_reader_init(&nc->rd, HELLO_MAX_REPLY);
@@ -679,6 +684,34 @@ static void nc_ping(nconn *nc)
     }
 }
 
+/* A frame with an OPENED (protocol version 4): this worker's open
+ * reached every node, or (after a reconnection) did long ago, so the
+ * node takes it in for good; until then, a connection lost takes back
+ * its HELLO there (PROTOCOL.md, section 10.1). */
+static void nc_opened(nconn *nc)
+{
+    if (nc->version < 4 || nc->io->c->opt.worker < 0)
+        return;
+    wreq *w = malloc(sizeof *w);
+    if (!w) {
+        /* Not sent, the node still has it pending; its first request
+         * takes it in too. */
+        return;
+    }
+    psw_out_init(&w->out);
+    psw_msg m = { .op = PSW_OP_OPENED };
+    psw_out_frame_begin(&w->out);
+    psw_pack_request(&w->out, &m);
+    psw_out_frame_end(&w->out);
+    psc_add(&nc->st.frames_sent, 1);
+    int rc = nc_write(nc, w);
+    if (rc) {
+        psw_out_destroy(&w->out);
+        free(w);
+        nc_write_failed(nc, rc, "an OPENED");
+    }
+}
+
 static void nc_send_hello(nconn *nc)
 {
     psc_io *io = nc->io;
@@ -692,12 +725,12 @@ static void nc_send_hello(nconn *nc)
     /* A fresh nonce per connection: the node's proof must cover it, so an
      * answer recorded on another connection is worth nothing here. */
     nc->challenged = 0;
-    nc->tr = (psw_transcript){ .version = PSW_VERSION,
+    nc->tr = (psw_transcript){ .version = nc->version,
                                .client_id = c->client_id,
                                .incarnation = c->incarnation,
                                .worker = c->opt.worker };
     psw_auth_nonce(nc->tr.cnonce);
-    psw_hello h = { PSW_VERSION, c->client_id, c->incarnation,
+    psw_hello h = { nc->version, c->client_id, c->incarnation,
                     c->opt.worker, (const char *)nc->tr.cnonce,
                     PSW_NONCE_LEN };
     psw_out_frame_begin(&w->out);
@@ -1379,6 +1412,10 @@ static void check_open(psc_io *io)
     for (int i = 0; i < io->nnodes; i++)
         if (io->nodes[i]->state != NC_READY)
             return;
+    /* Every node answered: each may take this worker in for good. Until
+     * now a failed open left every node as it was. */
+    for (int i = 0; i < io->nnodes; i++)
+        nc_opened(io->nodes[i]);
     open_done(io, PS_OK, "%s", "");
 }
 
@@ -1423,6 +1460,19 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
         nc_drop(nc, PS_EPROTO, "%s refused the connection with status %d, "
                 "which this client does not know: %s", who(nc),
                 (int)l.status, l.text);
+        psw_cluster_free(&l);
+        return;
+    }
+    /* A node of a release before 0.3.4 speaks up to version 3: asked
+     * again in it, it takes this worker in at its HELLO, as before
+     * (without section 10.1's pending join there). The refusal's version
+     * field is the node's own. */
+    if (l.status == PSW_EPROTO && nc->version > PSW_VERSION_READER &&
+        l.version >= PSW_VERSION_READER && l.version < nc->version) {
+        nc->version = PSW_VERSION_READER;
+        nc_drop(nc, PS_ECONN, "%s speaks protocol version %u, not %d: "
+                "connecting again in version %d", who(nc), l.version,
+                PSW_VERSION, PSW_VERSION_READER);
         psw_cluster_free(&l);
         return;
     }
@@ -1562,6 +1612,10 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     if (least > io->cut_max)
         io->cut_max = least;
     check_open(io);
+    /* A reconnection of an open client: taken in at once (at its next
+     * request the node would anyway). */
+    if (c->open_state == PSC_OPEN)
+        nc_opened(nc);
     nc_send(nc);
 }
 

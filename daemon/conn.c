@@ -1027,6 +1027,11 @@ static int handle_frame(psd_conn *c, const char *body, size_t len)
             snprintf(err, sizeof err, "a reply sent to the server");
             bad = 1;
         }
+        if (!bad && m[i].op == PSW_OP_OPENED && c->version < 4) {
+            snprintf(err, sizeof err, "an OPENED on a connection of "
+                     "protocol version %d (it is version 4's)", c->version);
+            bad = 1;
+        }
         /* The handshake's ops are no request: named as what they are,
          * not as an unknown op. */
         const msgpack_object *o = &msgs[i];

@@ -440,10 +440,12 @@ static int hello_send(node *nd)
     if (getrandom(&id, sizeof id, 0) != sizeof id)
         id = (uint64_t)getpid() << 32 ^ now_ms();
     nd->challenged = 0;
-    nd->tr = (psw_transcript){ .version = PSW_VERSION, .client_id = id,
+    nd->tr = (psw_transcript){ .version = PSW_VERSION_READER,
+                               .client_id = id,
                                .incarnation = 1, .worker = -1 };
     psw_auth_nonce(nd->tr.cnonce);
-    psw_hello h = { PSW_VERSION, id, 1, -1, (const char *)nd->tr.cnonce,
+    psw_hello h = { PSW_VERSION_READER, id, 1, -1,
+                    (const char *)nd->tr.cnonce,
                     PSW_NONCE_LEN };
     psw_out o;
     psw_out_init(&o);

@@ -559,10 +559,34 @@ static int room_for(psd_node *n, psd_dclient *dc, uint64_t ts,
  * count against max_remembered_pushes, of a whole snapshot interval). */
 #define ACK_JOURNAL_EVERY 256
 
-/* PING (liveness only: the connection noted the bytes) and ACK. */
+/* A worker whose join was pending (a version 4 HELLO) completed its open:
+ * its OPENED came, or a request (which its client sends only once open).
+ * From now on it is taken in for good and journaled. */
+static void confirm_join(psd_node *n, psd_session *ss, uint64_t now_ms)
+{
+    ss->joining = 0;
+    if (psd_sync_confirm(&n->sync, ss->worker, ss)) {
+        n->changes++;
+        /* Written now: an OPENED has no reply whose flush would write it
+         * (a HELLO's record went out with its HELLO_OK), and a worker
+         * lost after it must come back from a replay as lost, not as
+         * never joined. */
+        if (psd_node_journal_workers(n) == 0)
+            (void)psd_node_commit(n);
+        advance(n, now_ms);      /* its own position counts from now on */
+    }
+}
+
+/* PING (liveness only: the connection noted the bytes), ACK and OPENED. */
 static void session(psd_node *n, psd_session *ss, const psw_msg *m,
                     uint64_t now_ms)
 {
+    if (m->op == PSW_OP_OPENED) {
+        /* Nothing pending (a reader's, a repeat): nothing to do. */
+        if (ss->joining)
+            confirm_join(n, ss, now_ms);
+        return;
+    }
     if (m->op == PSW_OP_ACK) {
         psd_dclient *dc = dedup_of(n, ss, now_ms);
         uint64_t mark = dc ? psd_dedup_ack(dc, m->value, ACK_JOURNAL_EVERY)
@@ -787,6 +811,10 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         session(n, ss, m, now_ms);
         return;
     }
+    /* A request comes only from a client whose open completed: a client
+     * that sends no OPENED is taken in at its first one. */
+    if (ss->joining && m->op != PSW_OP_ADMIN)
+        confirm_join(n, ss, now_ms);
     /* An operator's command is not counted with the clients' requests. */
     if (m->op == PSW_OP_ADMIN) {
         admin(n, ss, m);
@@ -1005,11 +1033,19 @@ int psd_request_hello(psd_node *n, psd_session *ss, const psw_hello *h,
 {
     if (h->worker >= 0) {
         n->changes++;            /* a worker joins (not psctl, a reader) */
-        int rc = psd_sync_join(&n->sync, h->worker, h->client_id, ss,
-                               ss->peer, why, whylen);
+        /* Version 4: pending until the client says its open completed
+         * on every node (OPENED), so that an open that fails part way
+         * leaves this node as it leaves those the HELLO never reached. */
+        int pending = h->version >= 4;
+        int rc = pending ? psd_sync_join_pending(&n->sync, h->worker,
+                                                 h->client_id, ss, ss->peer,
+                                                 why, whylen)
+                         : psd_sync_join(&n->sync, h->worker, h->client_id,
+                                         ss, ss->peer, why, whylen);
         if (rc)
             return rc;
         ss->worker = h->worker;
+        ss->joining = pending && n->sync.workers[h->worker].pending;
         (void)psd_node_journal_workers(n);
         /* A new process for a lost worker may start a clock further on:
          * if that one was the slowest, the node's clock moves now. */

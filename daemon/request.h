@@ -28,6 +28,8 @@ typedef struct psd_session {
     struct psd_dclient *dedup;   /* this client's applied pushes, attached
                                     at its first push or ACK */
     int32_t worker;              /* the worker id it joined as, or -1 */
+    int joining;                 /* its join is pending (a version 4 HELLO)
+                                    until its OPENED or first request */
     const char *peer;            /* "host:port", for logs and errors */
     psw_out *out;                /* where replies are packed */
     uint64_t need_lsn;           /* the journal record its replies packed

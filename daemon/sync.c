@@ -30,10 +30,15 @@ static int waited_for(const psd_worker *w)
 int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms)
 {
     memset(y, 0, sizeof *y);
-    y->workers = calloc(nworkers > 0 ? (size_t)nworkers : 1,
-                        sizeof *y->workers);
-    if (!y->workers)
+    size_t n = nworkers > 0 ? (size_t)nworkers : 1;
+    y->workers = calloc(n, sizeof *y->workers);
+    y->prior = calloc(n, sizeof *y->prior);
+    if (!y->workers || !y->prior) {
+        free(y->workers);
+        free(y->prior);
+        memset(y, 0, sizeof *y);
         return -1;
+    }
     y->nworkers = nworkers;
     y->wait[0] = y->wait[1] = (psd_wait){ now_ms, now_ms };
     y->now_ms = now_ms;
@@ -43,6 +48,7 @@ int psd_sync_init(psd_sync *y, int nworkers, uint64_t now_ms)
 void psd_sync_destroy(psd_sync *y)
 {
     free(y->workers);
+    free(y->prior);
     memset(y, 0, sizeof *y);
 }
 
@@ -128,9 +134,9 @@ static int say(psd_sync *y, int id, int lost)
     return 0;
 }
 
-int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
-                  const void *owner, const char *peer, char *err,
-                  size_t errlen)
+static int join(psd_sync *y, int32_t worker, uint64_t client_id,
+                const void *owner, const char *peer, int pending, char *err,
+                size_t errlen)
 {
     if (worker < 0 || worker >= y->nworkers) {
         snprintf(err, errlen, "worker %d is out of range: the cluster has "
@@ -185,6 +191,14 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
     int anew = w->state == PSD_W_ABSENT || w->state == PSD_W_LEFT ||
                (w->state == PSD_W_GONE && w->client_id != client_id);
     uint64_t was = w->clock;
+    /* What a pending join goes back to (psd_sync_join_pending): the
+     * worker as it was, unless it was LIVE (this client's connection
+     * taken over: pending still if it was, confirmed if not). */
+    if (pending && w->state != PSD_W_LIVE) {
+        y->prior[worker] = *w;
+        w->pending = 1;
+    } else if (!pending)
+        w->pending = 0;
     if (anew) {
         if (w->clock < y->clock)
             w->clock = y->clock;
@@ -239,6 +253,49 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
     return 0;
 }
 
+int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
+                  const void *owner, const char *peer, char *err,
+                  size_t errlen)
+{
+    return join(y, worker, client_id, owner, peer, 0, err, errlen);
+}
+
+int psd_sync_join_pending(psd_sync *y, int32_t worker, uint64_t client_id,
+                          const void *owner, const char *peer, char *err,
+                          size_t errlen)
+{
+    return join(y, worker, client_id, owner, peer, 1, err, errlen);
+}
+
+int psd_sync_confirm(psd_sync *y, int32_t worker, const void *owner)
+{
+    if (!psd_sync_holds(y, worker, owner) || !y->workers[worker].pending)
+        return 0;
+    y->workers[worker].pending = 0;
+    return 1;
+}
+
+/* A pending worker's connection was lost before its open completed: it
+ * is put back as it was before its HELLO (psd_sync_join_pending), its
+ * log lines' window excepted. */
+static void unjoin(psd_sync *y, int32_t worker)
+{
+    psd_worker *w = &y->workers[worker], p = y->prior[worker];
+    char peer[sizeof w->peer];
+    memcpy(peer, w->peer, sizeof peer);
+    p.said_ms = w->said_ms;
+    p.said = w->said;
+    p.unsaid = w->unsaid;
+    p.unsaid_lost = w->unsaid_lost;
+    p.pending = 0;
+    *w = p;
+    if (say(y, worker, 1))
+        psd_info("worker %d (from %s) lost its connection before its open "
+                 "completed (its client had not heard from every node): "
+                 "not taken in, the worker is as it was before", (int)worker,
+                 peer);
+}
+
 int psd_sync_holds(const psd_sync *y, int32_t worker, const void *owner)
 {
     return worker >= 0 && worker < y->nworkers &&
@@ -262,11 +319,15 @@ int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
     if (!psd_sync_holds(y, worker, owner))
         return 0;
     psd_worker *w = &y->workers[worker];
+    y->now_ms = now_ms;
+    if (w->pending) {
+        unjoin(y, worker);
+        return 1;
+    }
     w->owner = NULL;
     w->state = PSD_W_GONE;
     w->gone_ms = now_ms;
     w->lost_id = w->client_id;   /* kept past worker_grace: it may live */
-    y->now_ms = now_ms;
     if (say(y, worker, 1))
         psd_warn("worker %d lost its connection (from %s); waiting up to %d "
                  "s for it", (int)worker, w->peer, grace_s);
@@ -445,6 +506,11 @@ static uint64_t slowest(const psd_sync *y, int barrier)
     for (int i = 0; i < y->nworkers; i++) {
         const psd_worker *w = &y->workers[i];
         uint64_t v = barrier ? w->barrier : w->clock;
+        /* A pending worker holds the node where it did before its HELLO
+         * too: not moved on by a join that may yet be undone. */
+        const psd_worker *p = &y->prior[i];
+        if (w->pending && waited_for(p) && (barrier ? p->barrier : p->clock) < v)
+            v = barrier ? p->barrier : p->clock;
         if (v > hi)
             hi = v;
         if (waited_for(w) && v < lo)
@@ -499,7 +565,9 @@ int psd_sync_divisor(const psd_sync *y, uint64_t from)
 {
     int n = 0;
     for (int i = 0; i < y->nworkers; i++) {
-        const psd_worker *w = &y->workers[i];
+        /* A pending worker counts as it did before its HELLO. */
+        const psd_worker *w = y->workers[i].pending ? &y->prior[i]
+                                                    : &y->workers[i];
         n += waited_for(w) || w->summed > from;
     }
     return n;
@@ -508,7 +576,7 @@ int psd_sync_divisor(const psd_sync *y, uint64_t from)
 int psd_sync_dirty(psd_sync *y, int from)
 {
     for (int i = from < 0 ? 0 : from; i < y->nworkers; i++)
-        if (y->workers[i].dirty) {
+        if (y->workers[i].dirty && !y->workers[i].pending) {
             y->workers[i].dirty = 0;
             return i;
         }
@@ -650,7 +718,10 @@ int psd_sync_save(const psd_sync *y, psd_sink *out)
         psd_put(out, &n, 4))
         return -1;
     for (int i = 0; i < y->nworkers; i++) {
-        const psd_worker *w = &y->workers[i];
+        /* A pending worker as it was before its HELLO: a node restarted
+         * from this snapshot has not taken it in. */
+        const psd_worker *w = y->workers[i].pending ? &y->prior[i]
+                                                    : &y->workers[i];
         uint32_t st = (uint32_t)w->state;
         if (psd_put(out, &st, 4) || psd_put(out, &w->clock, 8) ||
             psd_put(out, &w->barrier, 8) || psd_put(out, &w->client_id, 8) ||

@@ -51,6 +51,10 @@ typedef struct psd_worker {
     unsigned said;           /* join, loss and leave lines in it */
     unsigned unsaid;         /* those past the burst: counted, not logged */
     unsigned unsaid_lost;    /* of them, losses of its connection */
+    int pending;             /* LIVE by a HELLO whose open is not known to
+                                have completed (a version 4 worker before
+                                its OPENED): lost before it, the worker is
+                                as it was before that HELLO (prior) */
 } psd_worker;
 
 /* A wait the node reports ("waiting for"), of the clock or the barrier. */
@@ -62,6 +66,8 @@ typedef struct psd_wait {
 
 typedef struct psd_sync {
     psd_worker *workers;     /* nworkers entries, owned */
+    psd_worker *prior;       /* nworkers entries, owned: a pending worker's
+                                state before its HELLO (workers[i].pending) */
     int nworkers;
     uint64_t clock;          /* clocks finished by every waited-for worker */
     uint64_t barrier;        /* barriers every such worker passed */
@@ -99,6 +105,28 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
                   const void *owner, const char *peer, char *err,
                   size_t errlen);
 
+/* The same for a HELLO that joins pending (protocol version 4): the
+ * worker is LIVE, but until psd_sync_confirm its client may yet fail its
+ * open (another node did not answer in time), and a node cannot tell
+ * that from a crash. So, until confirmed: a loss of its connection puts
+ * the worker back as it was before the HELLO (psd_sync_lost), as on a
+ * node the HELLO never reached, where a failed open's worker would
+ * otherwise be waited for while this node let it go after worker_grace
+ * and ended clocks without it; it is not journaled (psd_sync_dirty),
+ * and a snapshot saves it as it was; and it holds the node's clock and
+ * barrier where it did before, never further on (its join may have moved
+ * it past them), nor counts in a mean's divisor other than as before. A
+ * HELLO of the same client on another connection keeps it pending; one
+ * that does not join pending confirms it. */
+int psd_sync_join_pending(psd_sync *y, int32_t worker, uint64_t client_id,
+                          const void *owner, const char *peer, char *err,
+                          size_t errlen);
+
+/* The worker `owner` holds completed its open (OPENED, or its first
+ * request): taken in for good, journaled from now on. Returns 1 when it
+ * was pending (then journal the workers: psd_sync_dirty has it). */
+int psd_sync_confirm(psd_sync *y, int32_t worker, const void *owner);
+
 /* Whether `owner` holds `worker` now (a session whose worker was taken
  * over by a reconnection of the same client does not). */
 int psd_sync_holds(const psd_sync *y, int32_t worker, const void *owner);
@@ -108,8 +136,10 @@ void psd_sync_position(const psd_sync *y, int32_t worker, uint64_t *clock,
                        uint64_t *barrier);
 
 /* owner's connection was lost: its worker is waited for grace_s more
- * seconds (GONE), or not at all when grace_s is 0. Returns 1 when that
- * changed who is waited for (then call psd_sync_advance). */
+ * seconds (GONE), or not at all when grace_s is 0; a pending one
+ * (psd_sync_join_pending) is put back as it was before its HELLO.
+ * Returns 1 when that changed who is waited for (then call
+ * psd_sync_advance and journal the workers). */
 int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
                   uint64_t now_ms, int grace_s);
 

@@ -23,6 +23,7 @@ static const psw_op_info ops[] = {
     [PSW_OP_REPLY] = { 7, 0 },
     [PSW_OP_PING] = { 1, PSW_OPF_SESSION },
     [PSW_OP_ACK] = { 2, PSW_OPF_SESSION },
+    [PSW_OP_OPENED] = { 1, PSW_OPF_SESSION },
     [PSW_OP_ADMIN] = { 4, PSW_OPF_ADMIN },
 };
 #undef T

@@ -15,9 +15,15 @@
 
 /* The version this code speaks, and the oldest a server still accepts
  * (version 2 has no authentication: only a server without a token takes
- * it, and answers it exactly as version 2 did). */
-#define PSW_VERSION 3
+ * it, and answers it exactly as version 2 did). Version 4 differs from 3
+ * only for workers: a worker's HELLO of version 4 joins it pending, and
+ * the node takes it in at the OPENED its client sends once every node
+ * answered (PROTOCOL.md, section 10.1); a reader has nothing to gain from
+ * it, so readers (psctl, a client with no worker id) send version 3,
+ * which every node since release 0.3.0 speaks. */
+#define PSW_VERSION 4
 #define PSW_VERSION_MIN 2
+#define PSW_VERSION_READER 3
 
 /* Op codes. A new op needs: a row in psw_ops (msg.c: its fields and
  * properties), its fields in psw_pack_request / psw_msg_decode, a section
@@ -30,6 +36,8 @@ enum psw_op {
     PSW_OP_ACK = 4,        /* client: requests below `value` are complete */
     PSW_OP_CHALLENGE = 5,  /* server, before HELLO_OK when it has a token */
     PSW_OP_AUTH = 6,       /* client: its proof, answering CHALLENGE */
+    PSW_OP_OPENED = 7,     /* client, version 4 worker: its open reached
+                              every node; no reply */
     PSW_OP_PUSH = 10,
     PSW_OP_PULL = 11,
     PSW_OP_PUSHPULL = 12,
@@ -51,8 +59,8 @@ enum {
     PSW_OPF_RANGED = 4,    /* first + count instead of a key list */
     PSW_OPF_TABLE = 8,     /* names a table */
     PSW_OPF_CONTROL = 16,  /* CLOCK, BARRIER, LEAVE: training-mode control */
-    PSW_OPF_SESSION = 32,  /* PING, ACK: about the connection, no ts, no
-                              part, no reply */
+    PSW_OPF_SESSION = 32,  /* PING, ACK, OPENED: about the connection, no
+                              ts, no part, no reply */
     PSW_OPF_ADMIN = 64     /* ADMIN: a command STR, a text reply */
 };
 

@@ -911,6 +911,96 @@ static void a_worker_let_go_by_one_node_keeps_its_clock(void **state)
     rig_stop(&r);
 }
 
+/* The state node `port`'s stats give worker w ("absent", "live", ...),
+ * into st (empty when psctl could not tell). */
+static void node_worker_state(int port, int w, char *st, size_t len)
+{
+    char cmd[400], want[80];
+    const char *b = getenv("PSCTL_BIN");
+    snprintf(cmd, sizeof cmd, "timeout 10 %s -s 127.0.0.1:%d --json stats "
+             "2>/dev/null", b ? b : "build/psctl", port);
+    snprintf(want, sizeof want, "{\"worker\": %d, \"state\": \"", w);
+    st[0] = '\0';
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return;
+    static char out[1 << 16];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    const char *at = strstr(out, want);
+    if (at) {
+        at += strlen(want);
+        size_t k = strcspn(at, "\"");
+        snprintf(st, len, "%.*s", (int)(k < len ? k : len - 1), at);
+    }
+}
+
+/* A bsp worker whose ps_open failed part way (node 1 never got its
+ * HELLO: here the proxy swallows it; in the scale trial, 64 workers
+ * opening at once on 16 busy nodes) was taken in by node 0, which
+ * answered it, let go after worker_grace ("left" there, "absent" on
+ * node 1), so node 0 ended the next clock without it while node 1 waited
+ * for it (the scale trial's rows were short; here, with worker 1 opened
+ * again, the two workers' first clocks did not return in 2 minutes). A
+ * worker's HELLO is now
+ * pending until its client says every node answered (OPENED, protocol
+ * version 4): lost before, node 0 puts it back as absent, as node 1 has
+ * it, and both wait for it. */
+static void a_worker_whose_open_failed_part_way_joins_no_node(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 2, "workers = 2\nworker_grace = 1\n",
+              "[table.b]\nkind = dense\nrows = 16\ndim = 1\n"
+              "consistency = bsp\n");
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 1500;
+    o.quiet = 1;
+    o.worker = 1;
+    ps_client *w[2];
+    fp_set(r.p[1], FP_UP, &(fp_faults){ .blackhole = 1 });
+    EXPECT_INT(ps_open(&w[1], r.c.spec, &o), PS_ETIMEDOUT,
+               "worker 1's open, node 1 never hearing its HELLO");
+    fp_set(r.p[1], FP_UP, &(fp_faults){ 0 });
+    assert_true(cluster_log_wait(&r.c, 0, "before its open completed",
+                                 5000));
+    sleep_ms(2500);                 /* worker_grace, and ticks, passed */
+    char st[32];
+    for (int i = 0; i < 2; i++) {
+        node_worker_state(r.c.port[i], 1, st, sizeof st);
+        EXPECT_STR(st, "absent", "worker 1 on node %d after its failed open "
+                   "and worker_grace", i);
+    }
+    /* Worker 0 clocks first: every node waits for worker 1. */
+    o.quiet = 0;
+    o.connect_timeout_ms = 5000;
+    o.worker = 0;
+    assert_int_equal(ps_open(&w[0], r.c.spec, &o), PS_OK);
+    EXPECT_INT(push_all(w[0], 1), PS_OK, "worker 0's push");
+    clocker k = { w[0], -1, "" };
+    pthread_t th;
+    pthread_create(&th, NULL, clock_once, &k);
+    sleep_ms(300);
+    o.worker = 1;
+    assert_int_equal(ps_open(&w[1], r.c.spec, &o), PS_OK);
+    EXPECT_INT(push_all(w[1], 10), PS_OK, "worker 1's push");
+    EXPECT_INT(ps_clock(w[1]), PS_OK, "worker 1's clock");
+    pthread_join(th, NULL);
+    EXPECT_INT(k.rc, PS_OK, "worker 0's clock: %s", k.why);
+    float rows[16];
+    int t = ps_table(w[0], "b", NULL);
+    EXPECT_INT(ps_wait(w[0], ps_pull_range(w[0], t, 0, 16, rows, NULL,
+                                           NULL)), PS_OK, "pull");
+    for (int i = 0; i < 16; i++)
+        EXPECT_FLOAT(rows[i], 11.0f, "row %d after one iteration of 1 + 10",
+                     i);
+    ps_close(w[0]);
+    ps_close(w[1]);
+    rig_stop(&r);
+}
+
 /* A push that one node applied and another never answered fails with a
  * detail that names the silent node and ends saying the push was applied
  * in part: the trainer's one clue that a retry would apply it twice on
@@ -1765,7 +1855,12 @@ static void latency_resends_only_past_the_timeout_and_counts_once(
  * has had three. */
 enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING, MOCK_HOSTILE,
        MOCK_HOSTILE_ADMIN, MOCK_MUTE_ERROR, MOCK_LONG_ERROR,
-       MOCK_LONG_REFUSAL, MOCK_UNKNOWN_REFUSAL };
+       MOCK_LONG_REFUSAL, MOCK_UNKNOWN_REFUSAL, MOCK_V3 };
+
+/* MOCK_V3 plays a node of a release before 0.3.4, which speaks protocol
+ * versions 2..3: it refuses a HELLO of version 4 as such a node does
+ * (status -5, its own version in the refusal) and records what came. */
+#define MOCK_SEEN 8
 
 /* A reason as long as a node may send (PSW_TEXT_MAX - 1 bytes), for
  * MOCK_LONG_ERROR's replies and MOCK_LONG_REFUSAL's HELLO: its end,
@@ -1792,8 +1887,51 @@ typedef struct mock {
     atomic_int stop;
     int conns;                   /* connections accepted */
     int replies;                 /* replies written, extras included */
+    int versions[MOCK_SEEN];     /* MOCK_V3: the HELLOs' versions, in order */
+    int nversions;
+    int opened;                  /* MOCK_V3: OPENED messages received */
     pthread_t th;
 } mock;
+
+/* The version of the HELLO in frame body f (-1: none). */
+static int mock_hello_version(const char *f, size_t len)
+{
+    msgpack_zone z;
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    psw_hello h;
+    char err[128];
+    int v = -1;
+    msgpack_zone_init(&z, 4096);
+    if (!psw_frame_decode(f, len, &z, &obj, err, sizeof err) &&
+        psw_frame_messages(&obj, 1, &msgs, err, sizeof err) == 1 &&
+        !psw_hello_decode(&msgs[0], &h, err, sizeof err))
+        v = (int)h.version;
+    msgpack_zone_destroy(&z);
+    return v;
+}
+
+/* The OPENED messages in frame body f. */
+static int mock_count_opened(const char *f, size_t len)
+{
+    msgpack_zone z;
+    msgpack_object obj;
+    const msgpack_object *msgs;
+    char err[128];
+    int n = 0;
+    msgpack_zone_init(&z, 4096);
+    int k = psw_frame_decode(f, len, &z, &obj, err, sizeof err)
+                ? -1
+                : psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err,
+                                     sizeof err);
+    for (int i = 0; i < k; i++) {
+        psw_msg m;
+        n += !psw_msg_decode(&msgs[i], &m, err, sizeof err) &&
+             m.op == PSW_OP_OPENED;
+    }
+    msgpack_zone_destroy(&z);
+    return n;
+}
 
 /* The row the mock serves for `key` (dim 1): never what a wrong reply
  * carries. */
@@ -1897,13 +2035,36 @@ static void *mock_main(void *arg)
             close(fd);
             continue;
         }
+        int hv = mock_hello_version(f, len);
         free(f);                 /* the HELLO */
+        if (mk->mode == MOCK_V3 && mk->nversions < MOCK_SEEN)
+            mk->versions[mk->nversions++] = hv;
+        if (mk->mode == MOCK_V3 && (hv < 2 || hv > 3)) {
+            psw_cluster r = { .status = PSW_EPROTO, .version = 3,
+                              .shards = 1, .max_frame = 1 << 20,
+                              .heartbeat_ms = 1000,
+                              .peer_timeout_ms = 60000,
+                              .proof_state = PSW_PROOF_NIL };
+            snprintf(r.text, sizeof r.text, "protocol version %d is not "
+                     "supported (this server speaks 2..3)", hv);
+            psw_out o;
+            psw_out_init(&o);
+            psw_out_frame_begin(&o);
+            psw_pack_hello_ok(&o, &r);
+            psw_out_frame_end(&o);
+            raw_send_out(fd, &o);
+            psw_out_destroy(&o);
+            close(fd);
+            continue;
+        }
         char nodes[2][PSW_ADDR_MAX];
         snprintf(nodes[0], sizeof nodes[0], "127.0.0.1:%d", mk->port);
         /* A second node whose address is an escape sequence. */
         snprintf(nodes[1], sizeof nodes[1], "\x1b]0;pwned\x07\x1b[2J:7071");
         psw_table_desc t[1] = { { 0, "t", 0, 1, 0, 0 } };
-        psw_cluster l = { .status = PSW_OK, .version = PSW_VERSION,
+        psw_cluster l = { .status = PSW_OK,
+                          .version = mk->mode == MOCK_V3 ? (uint32_t)hv
+                                                         : PSW_VERSION,
                           .node_index = 0, .epoch = 1,
                           .max_frame = 1 << 20, .shards = 4,
                           .nnodes = mk->mode == MOCK_HOSTILE ? 2 : 1,
@@ -1926,6 +2087,8 @@ static void *mock_main(void *arg)
         raw_send_out(fd, &o);
         int frames = 0;
         while (mock_wait(mk, fd) && (f = raw_read_frame(fd, &len))) {
+            if (mk->mode == MOCK_V3)
+                mk->opened += mock_count_opened(f, len);
             if (mk->mode == MOCK_LATE && conn == 1) {
                 free(f);         /* swallowed: the client times out */
                 continue;
@@ -2251,6 +2414,41 @@ static void refusal_with_an_unknown_code_is_eproto(void **state)
     EXPECT_SUBSTR(text, "a newer refusal", "the node's reason");
 }
 
+/* A worker of this release (protocol 4) against a node of an earlier
+ * one (2..3, which refuses 4): it connects again in version 3, opens,
+ * and sends that node no OPENED (version 4's, a violation in 3); a
+ * reader speaks 3 from the start, so an older node never logs a
+ * refusal for it. */
+static void a_worker_falls_back_to_version_3_with_an_older_node(
+    void **state)
+{
+    (void)state;
+    mock mk;
+    mock_start(&mk, MOCK_V3);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", mk.port);
+    ps_options o = fault_options();
+    o.worker = 0;
+    ps_client *cl = NULL;
+    int rc = ps_open(&cl, spec, &o);
+    EXPECT_INT(rc, PS_OK, "the worker's ps_open: %s", ps_last_error(NULL));
+    uint64_t key = 3;
+    float v = 0;
+    EXPECT_INT(ps_wait(cl, ps_pull(cl, 0, &key, 1, &v, NULL, NULL)), PS_OK,
+               "a pull");
+    EXPECT_FLOAT(v, mock_row(3), "the row");
+    ps_close(cl);
+    o.worker = -1;
+    EXPECT_INT(ps_open(&cl, spec, &o), PS_OK, "a reader's ps_open");
+    ps_close(cl);
+    mock_stop(&mk);
+    EXPECT_INT(mk.nversions, 3, "HELLOs");
+    EXPECT_INT(mk.versions[0], 4, "the worker's first HELLO");
+    EXPECT_INT(mk.versions[1], 3, "its second");
+    EXPECT_INT(mk.versions[2], 3, "the reader's");
+    EXPECT_INT(mk.opened, 0, "OPENED messages sent to a version 3 node");
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -2282,6 +2480,8 @@ int main(void)
         cmocka_unit_test(
             silent_partition_is_noticed_within_the_heartbeat_bound),
         cmocka_unit_test(a_worker_let_go_by_one_node_keeps_its_clock),
+        cmocka_unit_test(a_worker_whose_open_failed_part_way_joins_no_node),
+        cmocka_unit_test(a_worker_falls_back_to_version_3_with_an_older_node),
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
         cmocka_unit_test(busy_open_whose_time_runs_out_in_backoff_returns),

@@ -38,6 +38,18 @@ static void join(psd_sync *y, int32_t w, uint64_t client, const void *owner)
     EXPECT_INT(rc, 0, "psd_sync_join of worker %d", (int)w);
 }
 
+/* A version 4 HELLO: the join is pending until confirmed. */
+static void join_pending(psd_sync *y, int32_t w, uint64_t client,
+                         const void *owner)
+{
+    char err[160];
+    int rc = psd_sync_join_pending(y, w, client, owner, "127.0.0.1:10", err,
+                                   sizeof err);
+    if (rc)
+        print_error("pending join of worker %d: %s\n", (int)w, err);
+    EXPECT_INT(rc, 0, "psd_sync_join_pending of worker %d", (int)w);
+}
+
 /* Workers 0 and 1 of two, joined as clients 1 and 2 (owners a and b). */
 static void two_workers(psd_sync *y)
 {
@@ -796,6 +808,131 @@ static void test_a_barrier_and_a_clock_waiting_for_each_other_are_named(
     psd_sync_destroy(&y);
 }
 
+/* A worker whose open failed part way (its client gave up before every
+ * node answered) lost its connection before its OPENED: this node puts
+ * it back as it was before the HELLO, absent and waited for, as on the
+ * nodes its HELLO never reached; it never lets it go after a grace, and
+ * never journals it. Confirmed, the same loss is an ordinary one. */
+static void test_a_pending_join_lost_before_its_open_completed_is_undone(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join_pending(&y, 1, 2, &owner_b);
+    EXPECT_INT(y.workers[1].state, PSD_W_LIVE, "pending: live");
+    EXPECT_INT(psd_sync_dirty(&y, 0), 0, "worker 0 is journaled");
+    EXPECT_INT(psd_sync_dirty(&y, 1), -1, "a pending worker is not");
+    EXPECT_INT(psd_sync_confirm(&y, 1, &owner_a), 0, "not owner a's");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2), 1,
+               "lost before its open completed: undone");
+    EXPECT_INT(y.workers[1].state, PSD_W_ABSENT, "as before its HELLO");
+    EXPECT_INT(psd_sync_dirty(&y, 0), -1, "nothing to journal");
+    reach(&y, 0, 0, 1);
+    EXPECT_INT(psd_sync_tick(&y, 5000, 2, 0, 10000), 0, "no grace runs out");
+    EXPECT_INT(psd_sync_advance(&y, 5000), 0, "worker 1 still waited for");
+    EXPECT_INT(psd_sync_waited(&y), 2, "both waited for");
+
+    /* The same worker's open completing: confirmed, then lost. */
+    join_pending(&y, 1, 3, &owner_c);
+    EXPECT_INT(psd_sync_confirm(&y, 1, &owner_c), 1, "OPENED");
+    EXPECT_INT(psd_sync_confirm(&y, 1, &owner_c), 0, "a second OPENED");
+    EXPECT_INT(psd_sync_dirty(&y, 0), 1, "journaled once confirmed");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 6000, 2), 0, "lost, grace 2 s");
+    EXPECT_INT(y.workers[1].state, PSD_W_GONE, "gone");
+    EXPECT_INT(psd_sync_tick(&y, 8000, 2, 0, 10000), 1, "its grace ran out");
+    EXPECT_INT(psd_sync_advance(&y, 8000), 1, "the clock moves without it");
+    psd_sync_destroy(&y);
+}
+
+/* A new process for a lost worker whose open is pending: its join put it
+ * after its predecessor's sums, a clock further on, but until confirmed
+ * it holds the node where the lost one did, so that no node ends a clock
+ * that the nodes its HELLO never reached still wait on; undone, the lost
+ * process is lost as before (its grace from when it was lost, and not
+ * refused if it comes back). */
+static void test_a_pending_new_process_holds_the_node_where_it_was(
+    void **state)
+{
+    (void)state;
+    psd_sync y;
+    two_workers(&y);
+    for (uint64_t k = 1; k <= 2; k++) {
+        reach(&y, 0, 0, k);
+        reach(&y, 1, 0, k);
+        psd_sync_advance(&y, k);
+    }
+    reach(&y, 0, 0, 3);
+    psd_sync_summed(&y, 1);                 /* a push of iteration 3 */
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
+    join_pending(&y, 1, 3, &owner_c);
+    EXPECT_U64(clock_of(&y, 1), 3, "the new process's clock");
+    EXPECT_INT(psd_sync_advance(&y, 11), 0, "held where the lost one was");
+    EXPECT_U64(y.clock, 2, "node clock");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 12, 30), 1, "its open failed");
+    EXPECT_INT(y.workers[1].state, PSD_W_GONE, "the lost one, as before");
+    EXPECT_U64(clock_of(&y, 1), 2, "its clock");
+    EXPECT_INT(psd_sync_tick(&y, 10 + 29999, 30, 0, 100000), 0,
+               "its grace counts from its own loss");
+    EXPECT_INT(psd_sync_tick(&y, 10 + 30000, 30, 0, 100000), 1,
+               "and runs out then");
+    join(&y, 1, 2, &owner_b);               /* not refused as replaced */
+
+    /* Confirmed, the new process's join counts. */
+    psd_sync z;
+    two_workers(&z);
+    reach(&z, 0, 0, 1);
+    psd_sync_summed(&z, 1);
+    EXPECT_INT(psd_sync_lost(&z, 1, &owner_b, 10, 30), 0, "lost");
+    join_pending(&z, 1, 3, &owner_c);
+    EXPECT_INT(psd_sync_advance(&z, 11), 0, "held while pending");
+    EXPECT_INT(psd_sync_divisor(&z, 0), 2, "counted as the lost one");
+    EXPECT_INT(psd_sync_confirm(&z, 1, &owner_c), 1, "OPENED");
+    EXPECT_INT(psd_sync_advance(&z, 12), 1, "the node's clock moves");
+    EXPECT_U64(z.clock, 1, "node clock");
+    psd_sync_destroy(&y);
+    psd_sync_destroy(&z);
+}
+
+/* The same client's second connection (its first not yet seen closed)
+ * keeps the join pending; a snapshot taken meanwhile has the worker as
+ * it was before the HELLO, so a node restarted from it has not taken it
+ * in either. */
+static void test_a_pending_join_is_saved_as_it_was(void **state)
+{
+    (void)state;
+    char err[256];
+    psd_sync y;
+    make(&y, 2);
+    join(&y, 0, 1, &owner_a);
+    join_pending(&y, 1, 2, &owner_b);
+    join_pending(&y, 1, 2, &owner_c);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 30), 0,
+               "the taken-over connection's loss changes nothing");
+    EXPECT_INT(y.workers[1].pending, 1, "still pending");
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
+    assert_int_equal(psd_sync_save(&y, &o), 0);
+    psd_sync z;
+    make(&z, 2);
+    psd_source in = { mem_get, &m };
+    if (psd_sync_load(&z, &in, 3, 100, err, sizeof err))
+        fail_msg("load: %s", err);
+    EXPECT_INT(z.workers[0].state, PSD_W_GONE, "worker 0 joined: lost");
+    EXPECT_INT(z.workers[1].state, PSD_W_ABSENT, "worker 1 never joined");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 6, 30), 1, "undone");
+    EXPECT_INT(y.workers[1].state, PSD_W_ABSENT, "absent");
+    /* A version 3 HELLO of the same client confirms at once. */
+    join_pending(&y, 1, 2, &owner_b);
+    join(&y, 1, 2, &owner_c);
+    EXPECT_INT(y.workers[1].pending, 0, "confirmed by a version 3 HELLO");
+    psd_sync_destroy(&y);
+    psd_sync_destroy(&z);
+    free(m.p);
+}
+
+
 /* psctl end-job: refused while a worker is connected, and then nothing
  * changes. */
 static void test_end_job_is_refused_while_a_worker_is_connected(void **state)
@@ -1071,6 +1208,10 @@ int main(void)
         cmocka_unit_test(
             test_same_client_back_after_its_grace_keeps_its_clock),
         cmocka_unit_test(test_replaced_client_is_refused_when_it_comes_back),
+        cmocka_unit_test(
+            test_a_pending_join_lost_before_its_open_completed_is_undone),
+        cmocka_unit_test(test_a_pending_new_process_holds_the_node_where_it_was),
+        cmocka_unit_test(test_a_pending_join_is_saved_as_it_was),
         cmocka_unit_test(
             test_clients_replaced_after_their_grace_are_refused_too),
         cmocka_unit_test(test_same_client_back_keeps_the_clock_it_pushed_in),

@@ -434,6 +434,8 @@ static void request_seeds(void)
     for (int w = 0; w < 2; w++) {
         begin();
         pack_hello(PSW_VERSION, 10 + (uint64_t)w, 1, w, NULL);
+        if (w == 0)              /* version 4: worker 1's first push */
+            pack_control(PSW_OP_OPENED, 0, 0, 0);  /* takes it in */
         pack_keys(PSW_OP_PUSH, 1, FUZZ_T_DENSE_ADAM_BSP, b2, 2, v, 4);
         pack_keys(PSW_OP_PUSH, 2, FUZZ_T_SPARSE_SGD_BSP, s2, 1, v, 1);
         pack_range(PSW_OP_PUSH_RANGE, 3, FUZZ_T_DENSE_ADAM_BSP, b2[0], 2, v,
