@@ -78,6 +78,8 @@ typedef struct nconn {
                                      a worker's 4, or 3 once the node
                                      refused 4 (an older release); a
                                      reader's 3 (proto/msg.h) */
+    int fell_back;                /* refused 4 by that node just now: the
+                                     same address again, at once, in 3 */
     int fatal;                    /* refused for good: PS_E*, else 0 */
     int last_status;              /* why the last connection or attempt
                                      ended: what a failed open returns */
@@ -164,6 +166,12 @@ static uint64_t now_ns(void)
     return uv_hrtime();
 }
 
+/* The protocol version a connection's HELLO takes first (proto/msg.h). */
+static uint32_t hello_version(const ps_client *c)
+{
+    return c->opt.worker >= 0 ? PSW_VERSION : PSW_VERSION_READER;
+}
+
 static nconn *nc_new(psc_io *io, int node)
 {
     nconn *nc = calloc(1, sizeof *nc);
@@ -172,7 +180,7 @@ static nconn *nc_new(psc_io *io, int node)
     nc->io = io;
     nc->node = node;
     nc->state = NC_IDLE;
-    nc->version = io->c->opt.worker >= 0 ? PSW_VERSION : PSW_VERSION_READER;
+    nc->version = hello_version(io->c);
     psw_map_init(&nc->fly_map);
     msgpack_zone_init(&nc->zone, 8192);
     psw_reader_init(&nc->rd, HELLO_MAX_REPLY);
@@ -929,6 +937,11 @@ static void on_nc_closed(uv_handle_t *h)
     if (!nc->down_ns && nc->ever_ready)
         nc->down_ns = now;
     requeue_in_flight(nc, now, PS_ETIMEDOUT);
+    /* Refused version 4 by an older node (handle_hello_ok): the same
+     * address again, at once, in version 3; not the next seed, which
+     * may be a node of this release. */
+    int again = nc->fell_back;
+    nc->fell_back = 0;
     /* An address that did not connect: the name's next one, at once (a
      * lookup started now would replace the list being walked). */
     int next_addr = !nc->reached && nc->sa_i + 1 < nc->nsa &&
@@ -941,6 +954,10 @@ static void on_nc_closed(uv_handle_t *h)
                       nc->drop_why, c->opt.connect_timeout_ms);
             return;
         }
+        if (again) {
+            nc_dial(nc);
+            return;
+        }
         if (next_addr) {
             nc->sa_i++;
             nc_dial(nc);
@@ -948,23 +965,26 @@ static void on_nc_closed(uv_handle_t *h)
         }
         if (nc == io->seed && io->seed_i + 1 < io->nseeds) {
             io->seed_i++;         /* try the next address we were given */
+            nc->version = hello_version(c);  /* another node */
             nc_connect(nc);
             return;
         }
-        if (nc == io->seed)
+        if (nc == io->seed && io->nseeds > 1) {
             io->seed_i = 0;       /* all tried: again from the first */
+            nc->version = hello_version(c);
+        }
         nc->sa_i = 0;
         schedule_retry(nc);
         return;
     }
-    if (next_addr) {
-        nc->sa_i++;
+    if (again || next_addr) {
+        nc->sa_i += !again;
         nc_dial(nc);
         return;
     }
     if (!nc->reached)
         nc->sa_i = 0;             /* none connected: from the first again */
-    if (nc->q_head)
+    if (nc->q_head || c->opt.worker >= 0)
         schedule_retry(nc);
 }
 
@@ -1256,8 +1276,12 @@ static void nc_dial(nconn *nc)
 }
 
 /* Whether a connection waits to be made again at retry_ns: idle, not
- * refused for good, and with a reason to exist (parts queued, or ps_open
- * still waiting). on_retry and arm_retry must agree on it: a connection
+ * refused for good, and with a reason to exist (parts queued, ps_open
+ * still waiting, or a worker's: a node lets a worker it has no
+ * connection from go after worker_grace, and takes a worker whose
+ * connection closed before its OPENED arrived for one never joined, so
+ * a worker between requests, its OPENED lost with its connection, is
+ * made known again at once, not at its next request). on_retry and arm_retry must agree on it: a connection
  * the timer waits for but on_retry will not make re-arms the timer at
  * 0 ms from its own callback, and libuv 1.44 runs such a timer again in
  * the same pass, forever (the loop never polls, so not even ps_close's
@@ -1265,7 +1289,7 @@ static void nc_dial(nconn *nc)
 static int awaits_retry(const nconn *nc, int opening)
 {
     return nc && nc->state == NC_IDLE && !nc->fatal &&
-           (nc->q_head || opening);
+           (nc->q_head || opening || nc->io->c->opt.worker >= 0);
 }
 
 /* Whether a connection should be (re)made now: waiting, and past its
@@ -1470,6 +1494,7 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     if (l.status == PSW_EPROTO && nc->version > PSW_VERSION_READER &&
         l.version >= PSW_VERSION_READER && l.version < nc->version) {
         nc->version = PSW_VERSION_READER;
+        nc->fell_back = 1;
         nc_drop(nc, PS_ECONN, "%s speaks protocol version %u, not %d: "
                 "connecting again in version %d", who(nc), l.version,
                 PSW_VERSION, PSW_VERSION_READER);
@@ -1611,10 +1636,12 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     __atomic_store_n(&c->max_frame, least, __ATOMIC_RELAXED);
     if (least > io->cut_max)
         io->cut_max = least;
-    check_open(io);
     /* A reconnection of an open client: taken in at once (at its next
-     * request the node would anyway). */
-    if (c->open_state == PSC_OPEN)
+     * request the node would anyway). Not the connection that completes
+     * the open: check_open sends every node its OPENED then. */
+    int was_open = c->open_state == PSC_OPEN;
+    check_open(io);
+    if (was_open)
         nc_opened(nc);
     nc_send(nc);
 }

@@ -482,7 +482,9 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
             worker_states[w->state], (unsigned long long)w->clock,
             (unsigned long long)w->barrier);
         put_json_str(b, w->peer);
-        put(b, "}");
+        /* Live by a HELLO whose open has not completed (PROTOCOL.md,
+         * section 10.1): not yet taken in for good. */
+        put(b, ", \"pending\": %s}", w->pending ? "true" : "false");
     }
     put(b, "]},\n \"snapshot\": {\"dir\": ");
     put_json_str(b, a->dur->dir);

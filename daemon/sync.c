@@ -275,6 +275,15 @@ int psd_sync_confirm(psd_sync *y, int32_t worker, const void *owner)
     return 1;
 }
 
+/* job_over, said. */
+static void end_if_over(psd_sync *y, uint64_t clock)
+{
+    if (job_over(y) && y->nworkers > 1)
+        psd_info("every worker left at clock %llu: the job is over, and the "
+                 "next one starts when all %d workers have joined",
+                 (unsigned long long)clock, y->nworkers);
+}
+
 /* A pending worker's connection was lost before its open completed: it
  * is put back as it was before its HELLO (psd_sync_join_pending), its
  * log lines' window excepted. */
@@ -322,6 +331,12 @@ int psd_sync_lost(psd_sync *y, int32_t worker, const void *owner,
     y->now_ms = now_ms;
     if (w->pending) {
         unjoin(y, worker);
+        /* Back as left by its LEAVE, it may be the last worker of a job
+         * that ran its course: the others' LEAVEs, while this one was
+         * pending, could not end the job (a node the HELLO never reached
+         * did, and this node's journal does in a replay). */
+        if (w->state == PSD_W_LEFT && w->closed)
+            end_if_over(y, w->clock);
         return 1;
     }
     w->owner = NULL;
@@ -350,10 +365,7 @@ int psd_sync_leave(psd_sync *y, int32_t worker, const void *owner)
     w->closed = 1;
     if (say(y, worker, 0))
         psd_info("worker %d left (from %s)", (int)worker, w->peer);
-    if (job_over(y) && y->nworkers > 1)
-        psd_info("every worker left at clock %llu: the job is over, and the "
-                 "next one starts when all %d workers have joined",
-                 (unsigned long long)w->clock, y->nworkers);
+    end_if_over(y, w->clock);
     return 1;
 }
 

@@ -113,9 +113,10 @@ int psd_sync_join(psd_sync *y, int32_t worker, uint64_t client_id,
  * node the HELLO never reached, where a failed open's worker would
  * otherwise be waited for while this node let it go after worker_grace
  * and ended clocks without it; it is not journaled (psd_sync_dirty),
- * and a snapshot saves it as it was; and it holds the node's clock and
- * barrier where it did before, never further on (its join may have moved
- * it past them), nor counts in a mean's divisor other than as before. A
+ * and a snapshot saves it as it was; and it never lets the node's clock
+ * and barrier move further than its state before would (its join may
+ * have moved it past them; being live it may hold them meanwhile), nor
+ * counts in a mean's divisor other than as before. A
  * HELLO of the same client on another connection keeps it pending; one
  * that does not join pending confirms it. */
 int psd_sync_join_pending(psd_sync *y, int32_t worker, uint64_t client_id,

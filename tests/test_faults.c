@@ -1855,11 +1855,13 @@ static void latency_resends_only_past_the_timeout_and_counts_once(
  * has had three. */
 enum { MOCK_TWICE, MOCK_UNKNOWN, MOCK_LATE, MOCK_TRAILING, MOCK_HOSTILE,
        MOCK_HOSTILE_ADMIN, MOCK_MUTE_ERROR, MOCK_LONG_ERROR,
-       MOCK_LONG_REFUSAL, MOCK_UNKNOWN_REFUSAL, MOCK_V3 };
+       MOCK_LONG_REFUSAL, MOCK_UNKNOWN_REFUSAL, MOCK_V3, MOCK_V3_GONE };
 
 /* MOCK_V3 plays a node of a release before 0.3.4, which speaks protocol
  * versions 2..3: it refuses a HELLO of version 4 as such a node does
- * (status -5, its own version in the refusal) and records what came. */
+ * (status -5, its own version in the refusal). MOCK_V3_GONE does too,
+ * then closes every later connection unanswered, as a node going away
+ * would. Every mock records the HELLOs' versions and the OPENEDs. */
 #define MOCK_SEEN 8
 
 /* A reason as long as a node may send (PSW_TEXT_MAX - 1 bytes), for
@@ -1887,9 +1889,9 @@ typedef struct mock {
     atomic_int stop;
     int conns;                   /* connections accepted */
     int replies;                 /* replies written, extras included */
-    int versions[MOCK_SEEN];     /* MOCK_V3: the HELLOs' versions, in order */
+    int versions[MOCK_SEEN];     /* the HELLOs' versions, in order */
     int nversions;
-    int opened;                  /* MOCK_V3: OPENED messages received */
+    int opened;                  /* OPENED messages received */
     pthread_t th;
 } mock;
 
@@ -2037,9 +2039,14 @@ static void *mock_main(void *arg)
         }
         int hv = mock_hello_version(f, len);
         free(f);                 /* the HELLO */
-        if (mk->mode == MOCK_V3 && mk->nversions < MOCK_SEEN)
+        if (mk->nversions < MOCK_SEEN)
             mk->versions[mk->nversions++] = hv;
-        if (mk->mode == MOCK_V3 && (hv < 2 || hv > 3)) {
+        if (mk->mode == MOCK_V3_GONE && mk->nversions > 1) {
+            close(fd);
+            continue;
+        }
+        if ((mk->mode == MOCK_V3 || mk->mode == MOCK_V3_GONE) &&
+            (hv < 2 || hv > 3)) {
             psw_cluster r = { .status = PSW_EPROTO, .version = 3,
                               .shards = 1, .max_frame = 1 << 20,
                               .heartbeat_ms = 1000,
@@ -2087,8 +2094,7 @@ static void *mock_main(void *arg)
         raw_send_out(fd, &o);
         int frames = 0;
         while (mock_wait(mk, fd) && (f = raw_read_frame(fd, &len))) {
-            if (mk->mode == MOCK_V3)
-                mk->opened += mock_count_opened(f, len);
+            mk->opened += mock_count_opened(f, len);
             if (mk->mode == MOCK_LATE && conn == 1) {
                 free(f);         /* swallowed: the client times out */
                 continue;
@@ -2449,6 +2455,74 @@ static void a_worker_falls_back_to_version_3_with_an_older_node(
     EXPECT_INT(mk.opened, 0, "OPENED messages sent to a version 3 node");
 }
 
+/* The seeds an older node (first) and a node of this release: the
+ * older one's refusal of version 4 made the client ask the next seed in
+ * version 3 too, which then took the worker in at its HELLO, without the
+ * pending join, for the client's whole life (the review's case). The
+ * older node is asked again in version 3 (here it has gone away), the
+ * next seed in version 4, and it gets one OPENED (the connection that
+ * completed the open sent a second one). */
+static void a_fallback_stays_with_the_node_that_refused(void **state)
+{
+    (void)state;
+    mock old, cur;
+    mock_start(&old, MOCK_V3_GONE);
+    mock_start(&cur, MOCK_TWICE);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d,127.0.0.1:%d", old.port,
+             cur.port);
+    ps_options o = fault_options();
+    o.worker = 0;
+    o.quiet = 1;
+    ps_client *cl = NULL;
+    EXPECT_INT(ps_open(&cl, spec, &o), PS_OK, "ps_open: %s",
+               ps_last_error(NULL));
+    ps_close(cl);
+    mock_stop(&old);
+    mock_stop(&cur);
+    EXPECT_INT(old.nversions >= 2 && old.versions[0] == 4 &&
+               old.versions[1] == 3, 1, "the older node was asked in "
+               "version 4, then at once in version 3");
+    EXPECT_INT(cur.nversions, 1, "HELLOs to the node of this release");
+    EXPECT_INT(cur.versions[0], 4, "in version 4");
+    EXPECT_INT(cur.opened, 1, "OPENED messages it got");
+}
+
+/* A worker whose open completed and that then sent nothing before its
+ * process died: its OPENED alone took it in, so every node lets it go
+ * after worker_grace ("left"), where one never taken in stays "absent",
+ * waited for. */
+static void an_opened_worker_that_died_silent_is_let_go(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 2, "workers = 2\nworker_grace = 1\n",
+              "[table.b]\nkind = dense\nrows = 16\ndim = 1\n"
+              "consistency = bsp\n");
+    pid_t pid = fork();
+    if (pid == 0) {
+        ps_options o;
+        ps_options_init(&o);
+        o.worker = 1;
+        o.quiet = 1;
+        ps_client *c;
+        if (ps_open(&c, r.c.spec, &o) != PS_OK)
+            _exit(1);
+        sleep_ms(200);           /* its OPENED on its way */
+        _exit(0);                /* no LEAVE, no request */
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    EXPECT_INT(WIFEXITED(st) && WEXITSTATUS(st) == 0, 1, "the worker opened");
+    sleep_ms(2500);              /* worker_grace, and ticks, passed */
+    char s[32];
+    for (int i = 0; i < 2; i++) {
+        node_worker_state(r.c.port[i], 1, s, sizeof s);
+        EXPECT_STR(s, "left", "worker 1 on node %d", i);
+    }
+    rig_stop(&r);
+}
+
 int main(void)
 {
     const char *env = getenv("PSD_TEST_SEED");
@@ -2482,6 +2556,8 @@ int main(void)
         cmocka_unit_test(a_worker_let_go_by_one_node_keeps_its_clock),
         cmocka_unit_test(a_worker_whose_open_failed_part_way_joins_no_node),
         cmocka_unit_test(a_worker_falls_back_to_version_3_with_an_older_node),
+        cmocka_unit_test(a_fallback_stays_with_the_node_that_refused),
+        cmocka_unit_test(an_opened_worker_that_died_silent_is_let_go),
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
         cmocka_unit_test(busy_open_whose_time_runs_out_in_backoff_returns),

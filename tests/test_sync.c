@@ -895,6 +895,34 @@ static void test_a_pending_new_process_holds_the_node_where_it_was(
     psd_sync_destroy(&z);
 }
 
+/* Worker 0 closed; a new process of it was pending on this node (its
+ * HELLO reached no other) when worker 1 closed too, so this node could
+ * not end the job then, where the others did. Its open failing, the
+ * worker is back as closed, and the job ends here too: else this node
+ * let the next job's first worker train alone while the others waited
+ * for every worker (the review's case). */
+static void test_an_undone_join_lets_the_job_end(void **state)
+{
+    (void)state;
+    psd_sync y;
+    two_workers(&y);
+    reach(&y, 0, 0, 1);
+    reach(&y, 1, 0, 1);
+    psd_sync_advance(&y, 1);
+    EXPECT_INT(psd_sync_leave(&y, 0, &owner_a), 1, "worker 0 closes");
+    join_pending(&y, 0, 3, &owner_c);
+    EXPECT_INT(psd_sync_leave(&y, 1, &owner_b), 1, "worker 1 closes");
+    EXPECT_INT(y.workers[1].state, PSD_W_LEFT, "the job is not over yet");
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_c, 5, 30), 1, "its open failed");
+    for (int w = 0; w < 2; w++)
+        EXPECT_INT(y.workers[w].state, PSD_W_ABSENT, "worker %d: the job "
+                   "ran its course", w);
+    join(&y, 0, 4, &owner_a);
+    reach(&y, 0, 0, 2);
+    EXPECT_INT(psd_sync_advance(&y, 6), 0, "the next job waits for all");
+    psd_sync_destroy(&y);
+}
+
 /* The same client's second connection (its first not yet seen closed)
  * keeps the join pending; a snapshot taken meanwhile has the worker as
  * it was before the HELLO, so a node restarted from it has not taken it
@@ -1212,6 +1240,7 @@ int main(void)
             test_a_pending_join_lost_before_its_open_completed_is_undone),
         cmocka_unit_test(test_a_pending_new_process_holds_the_node_where_it_was),
         cmocka_unit_test(test_a_pending_join_is_saved_as_it_was),
+        cmocka_unit_test(test_an_undone_join_lets_the_job_end),
         cmocka_unit_test(
             test_clients_replaced_after_their_grace_are_refused_too),
         cmocka_unit_test(test_same_client_back_keeps_the_clock_it_pushed_in),
