@@ -1987,7 +1987,12 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
                       "many clients start at once), or not a psd on that "
                       "port)"
                     : "no answer from %s within %llu ms of %s", where,
-                (unsigned long long)((nc->hello_ns - nc->connect_ns) / MS),
+                /* The time it had, which the open's end may have cut
+                 * below nothing (dialled after it: hello_ns before
+                 * connect_ns read as 18446744073701 ms). */
+                (unsigned long long)(nc->hello_ns > nc->connect_ns
+                                         ? (nc->hello_ns - nc->connect_ns) / MS
+                                         : 0),
                 nc->ever_ready ? "reconnecting" : "connecting");
         return;
     }

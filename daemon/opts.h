@@ -32,11 +32,13 @@ static inline void psd_hold_std_fds(void)
 /* --version: the release (libpsclient's, which psd and psctl ship with)
  * and the wire protocol this build speaks, which is what decides whether
  * a node and a client of different releases can talk; a server (psd) also
- * says which older clients it still accepts. */
+ * says which older clients it still accepts. psctl, a reader, speaks a
+ * reader's version (proto/msg.h). */
 static inline void psd_version(const char *prog, int server)
 {
     printf("%s %d.%d.%d (wire protocol %d", prog, PS_VERSION_MAJOR,
-           PS_VERSION_MINOR, PS_VERSION_PATCH, PSW_VERSION);
+           PS_VERSION_MINOR, PS_VERSION_PATCH,
+           server ? PSW_VERSION : PSW_VERSION_READER);
     if (server)
         printf("; accepts clients of %d to %d", PSW_VERSION_MIN, PSW_VERSION);
     printf(")\n");

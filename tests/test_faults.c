@@ -748,7 +748,10 @@ static void killed_and_restarted_node_is_a_pause_for_the_clients(
  * comes back when the link does. */
 /* One node, two bsp workers (grace 1 s): worker 0 straight to the node
  * (direct: its address), worker 1 through the proxy, which then swallows
- * everything both ways, as a vanished host would. */
+ * everything both ways, as a vanished host would. Worker 1 has been
+ * answered a pull first: a worker at work, taken in for good (a worker
+ * partitioned as its open completes may have its OPENED swallowed, and
+ * the node then takes it for one whose open failed: PROTOCOL.md 10.1). */
 static void partition_worker_1(rig *r, char *direct, size_t len,
                                ps_client **w0, ps_client **w1)
 {
@@ -760,6 +763,11 @@ static void partition_worker_1(rig *r, char *direct, size_t len,
     assert_int_equal(ps_open(w0, direct, &o), PS_OK);
     o.worker = 1;
     assert_int_equal(ps_open(w1, r->c.spec, &o), PS_OK);
+    uint64_t key = 1;
+    float v;
+    assert_int_equal(ps_wait(*w1, ps_pull(*w1, ps_table(*w1, "w", NULL),
+                                          &key, 1, &v, NULL, NULL)),
+                     PS_OK);
     fp_set(r->p[0], FP_BOTH, &(fp_faults){ .blackhole = 1 });
 }
 

@@ -2095,13 +2095,14 @@ static void test_psd_takes_options_in_every_usual_form(void **state)
                      ini, cases[k].rest, cases[k].says, o ? o : "");
         free(o);
     }
-    /* --version: the release from psclient.h, for psd and psctl. */
-    char want[64];
-    snprintf(want, sizeof want, " %d.%d.%d (wire protocol %d",
-             PS_VERSION_MAJOR, PS_VERSION_MINOR, PS_VERSION_PATCH,
-             PSW_VERSION);
+    /* --version: the release from psclient.h, for psd and psctl, and the
+     * protocol each speaks (psctl a reader's). */
     const char *tools[] = { psd, psctl() };
     for (int k = 0; k < 2; k++) {
+        char want[64];
+        snprintf(want, sizeof want, " %d.%d.%d (wire protocol %d",
+                 PS_VERSION_MAJOR, PS_VERSION_MINOR, PS_VERSION_PATCH,
+                 k == 0 ? PSW_VERSION : PSW_VERSION_READER);
         int st;
         char *o = run(&st, "%s --version 2>&1", tools[k]);
         EXPECT_INT(st, 0, "%s --version: %s", tools[k], o ? o : "");
