@@ -427,7 +427,10 @@ void ps_close(ps_client *c)
     /* Every request, also those callbacks issue while it waits. */
     psc_customer_drain(&c->cu);
     /* A worker says goodbye, so bsp/ssp tables stop waiting for it at
-     * once instead of after worker_grace. */
+     * once instead of after worker_grace. A node that answered it holds
+     * a reader's connection from then on: lost, it is not made again
+     * (a new HELLO would join the worker anew there). */
+    __atomic_store_n(&c->leaving, 1, __ATOMIC_RELAXED);
     if (c->opt.worker >= 0)
         control(c, PSW_OP_LEAVE, -1, 0);
     client_stop(c);
@@ -444,6 +447,7 @@ void ps_close_now(ps_client *c)
      * fail, fails instead of being waited for. */
     psc_customer_abandon(&c->cu, 1);
     psc_customer_drain(&c->cu);
+    __atomic_store_n(&c->leaving, 1, __ATOMIC_RELAXED);  /* as ps_close */
     if (c->opt.worker >= 0) {
         /* Everything before it is over: LEAVE, issued next, goes through.
          * Waited for one attempt's time at most: a node that cannot

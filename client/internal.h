@@ -52,6 +52,10 @@ struct ps_client {
     struct psc_io *io;           /* the I/O thread's own state */
     uint64_t clock, barrier;     /* ps_clock / ps_barrier calls made
                                     (atomics) */
+    int leaving;                 /* ps_close or ps_close_now is sending
+                                    LEAVE (atomic): a connection is no
+                                    longer made again for a worker with
+                                    nothing to send (io.c, keeps_up) */
     uint64_t clock_failed;       /* the number the last ps_clock failed
                                     with, named again by the next; 0 */
     uint64_t barrier_failed;     /* the same for ps_barrier (atomics) */

@@ -172,6 +172,21 @@ static uint32_t hello_version(const ps_client *c)
     return c->opt.worker >= 0 ? PSW_VERSION : PSW_VERSION_READER;
 }
 
+/* Whether nc is made again when lost, with nothing to send: an open
+ * worker's connections are (PROTOCOL.md, section 12): a node lets a
+ * worker it has no connection from go after worker_grace, and takes one
+ * whose connection closed before its OPENED arrived for one never
+ * joined. Not a failed open's seed, nor once ps_close sends LEAVE (a
+ * node that answered it would take a new HELLO for a new join). Read on
+ * the I/O thread, which writes open_state. */
+static int keeps_up(const nconn *nc)
+{
+    const ps_client *c = nc->io->c;
+    return c->opt.worker >= 0 && c->open_state == PSC_OPEN &&
+           nc != nc->io->seed &&
+           !__atomic_load_n(&c->leaving, __ATOMIC_RELAXED);
+}
+
 static nconn *nc_new(psc_io *io, int node)
 {
     nconn *nc = calloc(1, sizeof *nc);
@@ -945,7 +960,8 @@ static void on_nc_closed(uv_handle_t *h)
     /* An address that did not connect: the name's next one, at once (a
      * lookup started now would replace the list being walked). */
     int next_addr = !nc->reached && nc->sa_i + 1 < nc->nsa &&
-                    (nc->q_head || c->open_state == PSC_OPENING);
+                    (nc->q_head || c->open_state == PSC_OPENING ||
+                     keeps_up(nc));
     if (!next_addr)
         re_resolve(nc);
     if (c->open_state == PSC_OPENING) {
@@ -984,7 +1000,7 @@ static void on_nc_closed(uv_handle_t *h)
     }
     if (!nc->reached)
         nc->sa_i = 0;             /* none connected: from the first again */
-    if (nc->q_head || c->opt.worker >= 0)
+    if (nc->q_head || keeps_up(nc))
         schedule_retry(nc);
 }
 
@@ -1277,19 +1293,15 @@ static void nc_dial(nconn *nc)
 
 /* Whether a connection waits to be made again at retry_ns: idle, not
  * refused for good, and with a reason to exist (parts queued, ps_open
- * still waiting, or a worker's: a node lets a worker it has no
- * connection from go after worker_grace, and takes a worker whose
- * connection closed before its OPENED arrived for one never joined, so
- * a worker between requests, its OPENED lost with its connection, is
- * made known again at once, not at its next request). on_retry and arm_retry must agree on it: a connection
- * the timer waits for but on_retry will not make re-arms the timer at
- * 0 ms from its own callback, and libuv 1.44 runs such a timer again in
- * the same pass, forever (the loop never polls, so not even ps_close's
- * wake gets in). */
+ * still waiting, or an open worker's: keeps_up). on_retry and arm_retry
+ * must agree on it: a connection the timer waits for but on_retry will
+ * not make re-arms the timer at 0 ms from its own callback, and libuv
+ * 1.44 runs such a timer again in the same pass, forever (the loop never
+ * polls, so not even ps_close's wake gets in). */
 static int awaits_retry(const nconn *nc, int opening)
 {
     return nc && nc->state == NC_IDLE && !nc->fatal &&
-           (nc->q_head || opening || nc->io->c->opt.worker >= 0);
+           (nc->q_head || opening || keeps_up(nc));
 }
 
 /* Whether a connection should be (re)made now: waiting, and past its

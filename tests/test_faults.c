@@ -1009,6 +1009,36 @@ static void a_worker_whose_open_failed_part_way_joins_no_node(void **state)
     rig_stop(&r);
 }
 
+/* An open worker with nothing to send whose connection is reset (here
+ * by the proxy, at its OPENED or its next PING): its client makes the
+ * connection again at once, so the node has it back long before
+ * worker_grace runs out. It waited for the worker's next request: the
+ * node let an idle worker go ("left"), and one whose OPENED was lost
+ * with its connection it took for one never joined ("absent"). */
+static void an_idle_workers_lost_connection_is_made_again(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "workers = 2\nworker_grace = 1\n",
+              SERVER "[table.w]\ndim = 1\nconsistency = bsp\n");
+    ps_options o = fault_options();
+    o.worker = 1;
+    ps_client *w1;
+    assert_int_equal(ps_open(&w1, r.c.spec, &o), PS_OK);
+    /* The next bytes up, its OPENED or a PING, reset the connection. */
+    fp_set(r.p[0], FP_UP, &(fp_faults){ .cut_after = 1 });
+    assert_true(cluster_log_wait(&r.c, 0, "connection reset by peer", 5000));
+    sleep_ms(2500);              /* worker_grace, and ticks, passed */
+    char st[32];
+    node_worker_state(r.c.port[0], 1, st, sizeof st);
+    EXPECT_STR(st, "live", "worker 1, reset with nothing to send");
+    ps_stats_t s;
+    ps_stats(w1, &s);
+    EXPECT_INT(s.reconnects >= 1, 1, "the worker's client reconnected");
+    ps_close(w1);
+    rig_stop(&r);
+}
+
 /* A push that one node applied and another never answered fails with a
  * detail that names the silent node and ends saying the push was applied
  * in part: the trainer's one clue that a retry would apply it twice on
@@ -2566,6 +2596,7 @@ int main(void)
         cmocka_unit_test(a_worker_falls_back_to_version_3_with_an_older_node),
         cmocka_unit_test(a_fallback_stays_with_the_node_that_refused),
         cmocka_unit_test(an_opened_worker_that_died_silent_is_let_go),
+        cmocka_unit_test(an_idle_workers_lost_connection_is_made_again),
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
         cmocka_unit_test(busy_open_whose_time_runs_out_in_backoff_returns),
