@@ -1839,6 +1839,16 @@ static void open_done(psc_io *io, int status, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(c->open_err, sizeof c->open_err, fmt, ap);
         va_end(ap);
+        /* What a bsp or ssp job then waits for: the worker again. */
+        size_t n = strlen(c->open_err);
+        if (c->opt.worker >= 0 && n < sizeof c->open_err &&
+            (status == PS_ETIMEDOUT || status == PS_ECONN ||
+             status == PS_EBUSY))
+            snprintf(c->open_err + n, sizeof c->open_err - n,
+                     "; worker %d's open did not complete, and nodes of "
+                     "release 0.3.4 or later have not taken it in: they "
+                     "wait for it as for one that never came (start it "
+                     "again)", c->opt.worker);
         c->open_status = status;
         c->open_state = status == PS_OK ? PSC_OPEN : PSC_OPEN_FAILED;
         pthread_cond_broadcast(&c->open_cv);

@@ -670,6 +670,12 @@ static void metrics_text(psd_admin *a, tbuf *b)
         put(b, "psd_workers{node=\"%d\",state=\"%s\"} %d\n", i,
             worker_states[st], c);
     }
+    int opening = 0;
+    for (int w = 0; w < n->sync.nworkers; w++)
+        opening += n->sync.workers[w].pending;
+    metric(b, "psd_workers_opening", "gauge", "Workers live by a HELLO "
+           "whose open has not completed (protocol 4: taken in at their "
+           "OPENED).", i, (double)opening);
     metric(b, "psd_snapshot_generation", "gauge", "Generation of the newest "
            "good snapshot (0: none).", i, (double)d->generation);
     metric(b, "psd_snapshot_age_seconds", "gauge", "Age of the newest good "

@@ -1597,7 +1597,8 @@ void psd_conns_tick(psd_conns *set)
                          "meanwhile is read", (unsigned long long)gap);
         else if (gap >= 1000)
             psd_warn_rep("the event loop was blocked for %llu ms (a long "
-                         "request, a sparse table growing): connections "
+                         "request, a sparse table growing, or psd not "
+                         "running: stopped, or short of CPU): connections "
                          "are judged once what they sent meanwhile is read",
                          (unsigned long long)gap);
         set->recheck = 1;

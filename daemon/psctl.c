@@ -863,10 +863,16 @@ static void print_node(const node *nd, int i, const samples *ss)
     int sync_tables = 0;
     for (int t = 0; t < nd->layout.ntables; t++)
         sync_tables |= nd->layout.tables[t].consistency != 0;
+    /* Live workers whose open has not completed (protocol 4): taken in
+     * only at their OPENED. */
+    double opening = nodev(ss, "psd_workers_opening", i);
+    char op[48] = "";
+    if (opening > 0)
+        snprintf(op, sizeof op, " (%.0f of them opening)", opening);
     if (sync_tables)
-        printf("  workers: %.0f live, %.0f lost (in grace), %.0f left, %.0f "
-               "not joined; clock %.0f (--json stats: each one's)\n",
-               live, gone, left, absent, nodev(ss, "psd_clock", i));
+        printf("  workers: %.0f live%s, %.0f lost (in grace), %.0f left, "
+               "%.0f not joined; clock %.0f (--json stats: each one's)\n",
+               live, op, gone, left, absent, nodev(ss, "psd_clock", i));
     else
         printf("  workers: %.0f live, %.0f lost (in grace), %.0f left; "
                "clock %.0f\n", live, gone, left, nodev(ss, "psd_clock", i));
