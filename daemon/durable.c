@@ -823,6 +823,16 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     if (records)
         psd_info("replayed %llu journal records in %.2f s",
                  (unsigned long long)records, since_s(t1));
+    /* Who the node waits for now, from the snapshot and the journal's
+     * WORKER records (which the count above leaves out): until a client
+     * reconnects, the log said nothing of them. */
+    int k[4];
+    psd_sync_count(&n->sync, k);
+    if (k[PSD_W_GONE] || k[PSD_W_LEFT])
+        psd_info("workers as loaded: clock %llu; %d lost (each waited for "
+                 "worker_grace from now), %d left, %d not joined",
+                 (unsigned long long)n->sync.clock, k[PSD_W_GONE],
+                 k[PSD_W_LEFT], k[PSD_W_ABSENT]);
     d->st.recovery_seconds = since_s(t0);
     d->retabled = retabled;
     return 0;

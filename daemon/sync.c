@@ -559,6 +559,13 @@ int psd_sync_waited(const psd_sync *y)
     return n;
 }
 
+void psd_sync_count(const psd_sync *y, int count[4])
+{
+    memset(count, 0, 4 * sizeof *count);
+    for (int i = 0; i < y->nworkers; i++)
+        count[y->workers[i].state]++;
+}
+
 void psd_sync_summed(psd_sync *y, int32_t worker)
 {
     if (worker >= 0 && worker < y->nworkers)

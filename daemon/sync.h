@@ -199,6 +199,9 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
 /* Workers waited for now. */
 int psd_sync_waited(const psd_sync *y);
 
+/* count[s]: the workers in state s (psd_wstate). */
+void psd_sync_count(const psd_sync *y, int count[4]);
+
 /* worker (-1: none) pushed to a bsp table: its push is in the sums of the
  * clock in progress. */
 void psd_sync_summed(psd_sync *y, int32_t worker);

@@ -944,6 +944,23 @@ static void node_worker_state(int port, int w, char *st, size_t len)
     }
 }
 
+/* ps_open on a thread of its own, so the test can look meanwhile. */
+typedef struct opener {
+    ps_client **c;
+    const char *spec;
+    ps_options o;
+    int rc;
+    char why[1024];              /* ps_last_error(NULL) of that thread */
+} opener;
+
+static void *open_in_thread(void *arg)
+{
+    opener *op = arg;
+    op->rc = ps_open(op->c, op->spec, &op->o);
+    snprintf(op->why, sizeof op->why, "%s", ps_last_error(NULL));
+    return NULL;
+}
+
 /* A bsp worker whose ps_open failed part way (node 1 never got its
  * HELLO: here the proxy swallows it; in the scale trial, 64 workers
  * opening at once on 16 busy nodes) was taken in by node 0, which
@@ -969,8 +986,31 @@ static void a_worker_whose_open_failed_part_way_joins_no_node(void **state)
     o.worker = 1;
     ps_client *w[2];
     fp_set(r.p[1], FP_UP, &(fp_faults){ .blackhole = 1 });
-    EXPECT_INT(ps_open(&w[1], r.c.spec, &o), PS_ETIMEDOUT,
-               "worker 1's open, node 1 never hearing its HELLO");
+    opener op = { &w[1], r.c.spec, o, 0, "" };
+    pthread_t th0;
+    pthread_create(&th0, NULL, open_in_thread, &op);
+    /* While it hangs: node 0 has it live, its open not completed. */
+    int seen = 0;
+    char cmd[300];
+    const char *b = getenv("PSCTL_BIN");
+    snprintf(cmd, sizeof cmd, "timeout 10 %s -s 127.0.0.1:%d stats 2>&1",
+             b ? b : "build/psctl", r.c.port[0]);
+    for (int k = 0; k < 20 && !seen; k++) {
+        FILE *p = popen(cmd, "r");
+        char out[4096];
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[n] = '\0';
+        if (p)
+            pclose(p);
+        seen = strstr(out, "1 live (1 of them opening)") != NULL;
+        if (!seen)
+            sleep_ms(50);
+    }
+    EXPECT_INT(seen, 1, "psctl stats naming worker 1 opening on node 0");
+    pthread_join(th0, NULL);
+    EXPECT_INT(op.rc, PS_ETIMEDOUT, "worker 1's open, node 1 never hearing "
+               "its HELLO: %s", op.why);
+    EXPECT_SUBSTR(op.why, "have not taken it in", "the open's error");
     fp_set(r.p[1], FP_UP, &(fp_faults){ 0 });
     assert_true(cluster_log_wait(&r.c, 0, "before its open completed",
                                  5000));
