@@ -145,6 +145,16 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
         return PSW_EINVAL;
     }
     psd_worker *w = &y->workers[worker];
+    /* The lost client back while a new process's takeover is pending:
+     * busy, not refused for good (below), since the takeover is undone
+     * if that open fails, and this client then takes its worker back. */
+    if (w->pending && y->prior[worker].lost_id == client_id &&
+        w->client_id != client_id) {
+        snprintf(err, errlen, "worker %d is being taken over by a new "
+                 "process (connected from %s) whose open has not "
+                 "completed", (int)worker, w->peer);
+        return PSW_EBUSY;
+    }
     /* A client that lost its connection and was replaced by a new process
      * (within worker_grace or after it) is still running somewhere (a
      * partition healed): were it let back, two processes would train as

@@ -879,6 +879,17 @@ static void test_a_pending_new_process_holds_the_node_where_it_was(
                "and runs out then");
     join(&y, 1, 2, &owner_b);               /* not refused as replaced */
 
+    /* The lost one back while the new process is pending: busy (it may
+     * yet be undone), not refused for good; undone, it gets back in. */
+    char err[160];
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 40100, 30), 0, "lost again");
+    join_pending(&y, 1, 4, &owner_c);
+    EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_a, "127.0.0.1:9", err,
+                             sizeof err), PSW_EBUSY, "the lost one, back");
+    EXPECT_SUBSTR(err, "whose open has not completed", "why");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 40200, 30), 1, "undone");
+    join(&y, 1, 2, &owner_a);
+
     /* Confirmed, the new process's join counts. */
     psd_sync z;
     two_workers(&z);
