@@ -319,8 +319,10 @@ sanitize:
 	$(MAKE) BUILD=build-san OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
+# RUN_INI: another cluster (its own ports and data_dir) for the demo.
+RUN_INI ?= conf/cluster-2.ini
 run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
-	@sh examples/run_fashion.sh $(BUILD) conf/cluster-2.ini
+	@sh examples/run_fashion.sh $(BUILD) $(RUN_INI)
 
 # The demo across hosts: three network namespaces (needs root), psd nodes
 # on two of them with a token, 4 workers on the third; not part of CI.

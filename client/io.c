@@ -1839,16 +1839,21 @@ static void open_done(psc_io *io, int status, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(c->open_err, sizeof c->open_err, fmt, ap);
         va_end(ap);
-        /* What a bsp or ssp job then waits for: the worker again. */
+        /* What a bsp or ssp job then waits for: the worker again. Not
+         * for a refusal (a busy id is held by another process), nor
+         * before the layout said which tables there are. */
         size_t n = strlen(c->open_err);
-        if (c->opt.worker >= 0 && n < sizeof c->open_err &&
-            (status == PS_ETIMEDOUT || status == PS_ECONN ||
-             status == PS_EBUSY))
+        int sync_tables = 0;
+        for (int t = 0; io->nodes && t < c->cluster.ntables; t++)
+            sync_tables |= c->cluster.tables[t].consistency != PSW_CONS_ASYNC;
+        if (c->opt.worker >= 0 && sync_tables && n < sizeof c->open_err &&
+            (status == PS_ETIMEDOUT || status == PS_ECONN))
             snprintf(c->open_err + n, sizeof c->open_err - n,
-                     "; worker %d's open did not complete, and nodes of "
-                     "release 0.3.4 or later have not taken it in: they "
-                     "wait for it as for one that never came (start it "
-                     "again)", c->opt.worker);
+                     "; worker %d's open did not complete: the nodes of "
+                     "release 0.3.4 or later that got its HELLO have put "
+                     "it back as it was before it (not taken in), so a job "
+                     "that waits for it goes on once it is started again",
+                     c->opt.worker);
         c->open_status = status;
         c->open_state = status == PS_OK ? PSC_OPEN : PSC_OPEN_FAILED;
         pthread_cond_broadcast(&c->open_cv);

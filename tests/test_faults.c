@@ -1010,7 +1010,8 @@ static void a_worker_whose_open_failed_part_way_joins_no_node(void **state)
     pthread_join(th0, NULL);
     EXPECT_INT(op.rc, PS_ETIMEDOUT, "worker 1's open, node 1 never hearing "
                "its HELLO: %s", op.why);
-    EXPECT_SUBSTR(op.why, "have not taken it in", "the open's error");
+    EXPECT_SUBSTR(op.why, "put it back as it was before it (not taken in)",
+                  "the open's error");
     fp_set(r.p[1], FP_UP, &(fp_faults){ 0 });
     assert_true(cluster_log_wait(&r.c, 0, "before its open completed",
                                  5000));
