@@ -686,44 +686,20 @@ static void resend_held(nconn *nc, uint64_t now)
     }
 }
 
-/* A frame with a PING (and an ACK when due): the server learns we live. */
-static void nc_ping(nconn *nc)
+/* A frame with one session message (and an ACK first when due, with a
+ * PING); what names it when the write fails. Out of memory, nothing is
+ * sent: the next tick sends a PING again, and the node takes in a worker
+ * whose OPENED this was at its first request. */
+static void nc_session(nconn *nc, int op, const char *what)
 {
     wreq *w = malloc(sizeof *w);
     if (!w)
-        return;                   /* the next tick tries again */
-    psw_out_init(&w->out);
-    psw_msg ping = { .op = PSW_OP_PING };
-    psw_out_frame_begin(&w->out);
-    pack_ack(nc, &w->out);
-    psw_pack_request(&w->out, &ping);
-    psw_out_frame_end(&w->out);
-    psc_add(&nc->st.frames_sent, 1);
-    int rc = nc_write(nc, w);
-    if (rc) {
-        psw_out_destroy(&w->out);
-        free(w);
-        nc_write_failed(nc, rc, "a PING");
-    }
-}
-
-/* A frame with an OPENED (protocol version 4): this worker's open
- * reached every node, or (after a reconnection) did long ago, so the
- * node takes it in for good; until then, a connection lost takes back
- * its HELLO there (PROTOCOL.md, section 10.1). */
-static void nc_opened(nconn *nc)
-{
-    if (nc->version < 4 || nc->io->c->opt.worker < 0)
         return;
-    wreq *w = malloc(sizeof *w);
-    if (!w) {
-        /* Not sent, the node still has it pending; its first request
-         * takes it in too. */
-        return;
-    }
     psw_out_init(&w->out);
-    psw_msg m = { .op = PSW_OP_OPENED };
+    psw_msg m = { .op = op };
     psw_out_frame_begin(&w->out);
+    if (op == PSW_OP_PING)
+        pack_ack(nc, &w->out);
     psw_pack_request(&w->out, &m);
     psw_out_frame_end(&w->out);
     psc_add(&nc->st.frames_sent, 1);
@@ -731,8 +707,24 @@ static void nc_opened(nconn *nc)
     if (rc) {
         psw_out_destroy(&w->out);
         free(w);
-        nc_write_failed(nc, rc, "an OPENED");
+        nc_write_failed(nc, rc, what);
     }
+}
+
+/* A PING (and an ACK when due): the server learns we live. */
+static void nc_ping(nconn *nc)
+{
+    nc_session(nc, PSW_OP_PING, "a PING");
+}
+
+/* An OPENED (protocol version 4): this worker's open reached every node,
+ * or (after a reconnection) did long ago, so the node takes it in for
+ * good; until then, a connection lost takes back its HELLO there
+ * (PROTOCOL.md, section 10.1). */
+static void nc_opened(nconn *nc)
+{
+    if (nc->version >= 4 && nc->io->c->opt.worker >= 0)
+        nc_session(nc, PSW_OP_OPENED, "an OPENED");
 }
 
 static void nc_send_hello(nconn *nc)

@@ -531,8 +531,9 @@ static uint64_t slowest(const psd_sync *y, int barrier)
         /* A pending worker holds the node where it did before its HELLO
          * too: not moved on by a join that may yet be undone. */
         const psd_worker *p = &y->prior[i];
-        if (w->pending && waited_for(p) && (barrier ? p->barrier : p->clock) < v)
-            v = barrier ? p->barrier : p->clock;
+        uint64_t pv = barrier ? p->barrier : p->clock;
+        if (w->pending && waited_for(p) && pv < v)
+            v = pv;
         if (v > hi)
             hi = v;
         if (waited_for(w) && v < lo)
