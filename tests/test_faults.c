@@ -1083,6 +1083,54 @@ static void an_idle_workers_lost_connection_is_made_again(void **state)
     rig_stop(&r);
 }
 
+static void *close_in_thread(void *arg)
+{
+    ps_close(arg);
+    return NULL;
+}
+
+/* A worker closing: node 0 answered its LEAVE while node 1 did not yet
+ * (swallowed), and node 0's connection was then reset. An open worker's
+ * lost connection is made again at once (the test above), but not once
+ * it is leaving: a HELLO and OPENED there joined the worker anew after
+ * its LEAVE, and ps_close's end then left it lost ("gone") where it had
+ * left (the second review's case). */
+static void a_leaving_worker_is_not_joined_again(void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 2, "workers = 2\nworker_grace = 30\n",
+              SERVER "[table.b]\nkind = dense\nrows = 16\ndim = 1\n"
+              "consistency = bsp\n");
+    ps_options o = fault_options();
+    o.worker = 0;
+    o.quiet = 1;
+    ps_client *w0;
+    assert_int_equal(ps_open(&w0, r.c.spec, &o), PS_OK);
+    float rows[16];
+    EXPECT_INT(ps_wait(w0, ps_pull_range(w0, ps_table(w0, "b", NULL), 0, 16,
+                                         rows, NULL, NULL)), PS_OK, "pull");
+    fp_set(r.p[1], FP_BOTH, &(fp_faults){ .blackhole = 1 });
+    pthread_t th;
+    pthread_create(&th, NULL, close_in_thread, w0);
+    char st[32] = "";
+    for (int k = 0; k < 100 && strcmp(st, "left"); k++) {
+        sleep_ms(50);
+        node_worker_state(r.c.port[0], 0, st, sizeof st);
+    }
+    EXPECT_STR(st, "left", "worker 0 on node 0, its LEAVE answered");
+    /* Its next PING to node 0 resets that connection. */
+    fp_set(r.p[0], FP_UP, &(fp_faults){ .cut_after = 1 });
+    sleep_ms(1000);
+    fp_set(r.p[1], FP_BOTH, &(fp_faults){ 0 });
+    pthread_join(th, NULL);
+    node_worker_state(r.c.port[0], 0, st, sizeof st);
+    EXPECT_STR(st, "left", "worker 0 on node 0 after ps_close");
+    node_worker_state(r.c.port[1], 0, st, sizeof st);
+    EXPECT_STR(st, "left", "worker 0 on node 1 after ps_close");
+    rig_stop(&r);
+}
+
 /* A push that one node applied and another never answered fails with a
  * detail that names the silent node and ends saying the push was applied
  * in part: the trainer's one clue that a retry would apply it twice on
@@ -2641,6 +2689,7 @@ int main(void)
         cmocka_unit_test(a_fallback_stays_with_the_node_that_refused),
         cmocka_unit_test(an_opened_worker_that_died_silent_is_let_go),
         cmocka_unit_test(an_idle_workers_lost_connection_is_made_again),
+        cmocka_unit_test(a_leaving_worker_is_not_joined_again),
         cmocka_unit_test(
             node_at_max_connections_refuses_clearly_and_lets_in_later),
         cmocka_unit_test(busy_open_whose_time_runs_out_in_backoff_returns),
