@@ -408,10 +408,11 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
         const psd_worker *w = &y->workers[i];
         if (w->state == PSD_W_LIVE) {
             snprintf(err, errlen, "worker %d is connected (from %s, at "
-                     "clock %llu): end-job ends a job whose workers have "
+                     "clock %llu%s): end-job ends a job whose workers have "
                      "all stopped; let it finish (ps_close) or stop its "
                      "process first", i, w->peer,
-                     (unsigned long long)w->clock);
+                     (unsigned long long)w->clock,
+                     w->pending ? ", its open not yet completed" : "");
             return PSW_EBUSY;
         }
     }

@@ -822,6 +822,14 @@ static void test_a_pending_join_lost_before_its_open_completed_is_undone(
     join(&y, 0, 1, &owner_a);
     join_pending(&y, 1, 2, &owner_b);
     EXPECT_INT(y.workers[1].state, PSD_W_LIVE, "pending: live");
+    char err[256];
+    psd_sync_ended e;
+    psd_sync_leave(&y, 0, &owner_a);
+    EXPECT_INT(psd_sync_end(&y, 0, 0, &e, err, sizeof err), PSW_EBUSY,
+               "end-job while worker 1's open is pending");
+    EXPECT_SUBSTR(err, "worker 1 is connected (from 127.0.0.1:10, at clock 0, "
+                  "its open not yet completed)", "why");
+    join(&y, 0, 1, &owner_a);
     EXPECT_INT(psd_sync_dirty(&y, 0), 0, "worker 0 is journaled");
     EXPECT_INT(psd_sync_dirty(&y, 1), -1, "a pending worker is not");
     EXPECT_INT(psd_sync_confirm(&y, 1, &owner_a), 0, "not owner a's");
