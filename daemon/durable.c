@@ -830,9 +830,9 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     psd_sync_count(&n->sync, k);
     if (k[PSD_W_GONE] || k[PSD_W_LEFT])
         psd_info("workers as loaded: clock %llu; %d lost (each waited for "
-                 "worker_grace from now), %d left, %d not joined",
+                 "worker_grace, %d s, from now), %d left, %d not joined",
                  (unsigned long long)n->sync.clock, k[PSD_W_GONE],
-                 k[PSD_W_LEFT], k[PSD_W_ABSENT]);
+                 n->cfg.worker_grace, k[PSD_W_LEFT], k[PSD_W_ABSENT]);
     d->st.recovery_seconds = since_s(t0);
     d->retabled = retabled;
     return 0;

@@ -1830,8 +1830,8 @@ static void workers_that_left_before_a_crash_are_not_waited_for_after_it(
     assert_int_equal(cluster_restart(&cl, 0), 0);
     /* Said at the start, before any client is back. */
     EXPECT_INT(cluster_log_wait(&cl, 0, "workers as loaded: clock 0; 1 lost "
-                                "(each waited for worker_grace from now), "
-                                "1 left, 1 not joined", 2000), 1,
+                                "(each waited for worker_grace, 2 s, from "
+                                "now), 1 left, 1 not joined", 2000), 1,
                "the workers the journal brought back, in the log");
     bad |= reap(spawn(clock_once, NULL)) << 1;
     assert_int_equal(cluster_stop(&cl), 0);
