@@ -191,6 +191,12 @@ PS_API void ps_options_init(ps_options *o);
  * the cluster's peer_timeout_ms when its host vanished), while a second
  * live process claiming the id fails with PS_EBUSY ("worker 0 is already
  * connected from ...") once that time is up.
+ * A worker is taken in by the nodes (of release 0.3.4 or later) only once
+ * every node answered its open: one whose ps_open fails part way (a node
+ * too busy to answer within connect_timeout_ms) is put back on every
+ * node as it was before, so a bsp or ssp job waits for it as before: call
+ * ps_open again. An open worker keeps a connection to every node, made
+ * again at once when lost, until ps_close.
  * A worker on a cluster with bsp tables that starts beyond a node's clock
  * (a new process for a worker lost in the middle of an iteration starts
  * after that iteration) returns once every node has reached its clock:
