@@ -1428,6 +1428,10 @@ def connect(servers_or_ini: Union[str, os.PathLike], worker: int = -1,
     process's that the nodes have not yet seen close) is retried for
     ``connect_timeout_ms``, then raises ConnectionError (PS_EBUSY,
     "worker 0 is already connected from ...").
+    A worker whose connecting fails part way (a node that did not answer
+    within ``connect_timeout_ms``) is taken in by no node of release 0.3.4
+    or later: each puts it back as it was, and a bsp or ssp job waits for
+    it as before; connect again.
     A new process for a bsp worker lost in the middle of an iteration
     starts after that iteration: this returns once the other workers have
     finished it (up to ``sync_timeout_ms``; see ps_open in psclient.h).
