@@ -68,7 +68,9 @@ struct psd_conn {
     /* The handshake with a token (auth.h): HELLO, then CHALLENGE sent,
      * then the client's AUTH, whose proof may wait for the throttle
      * (parked: nothing is read meanwhile). */
-    int version;                 /* of the HELLO; 0 before it */
+    uint32_t version;            /* of the HELLO; 0 before it (a u32: one
+                                    of 2^31 or more is refused with the
+                                    15 fields of the versions above 2) */
     int challenged;              /* CHALLENGE sent, AUTH expected */
     int parked;
     uint64_t park_until_ms;
@@ -751,7 +753,7 @@ static void handle_hello(psd_conn *c, const msgpack_object *msg)
             reject(c, why);
         return;
     }
-    c->version = (int)h.version;
+    c->version = h.version;
     if (h.version < PSW_VERSION_MIN || h.version > PSW_VERSION) {
         snprintf(why, sizeof why, "protocol version %u is not supported "
                  "(this server speaks %d..%d)", h.version, PSW_VERSION_MIN,
@@ -1029,7 +1031,7 @@ static int handle_frame(psd_conn *c, const char *body, size_t len)
         }
         if (!bad && m[i].op == PSW_OP_OPENED && c->version < 4) {
             snprintf(err, sizeof err, "an OPENED on a connection of "
-                     "protocol version %d (it is version 4's)", c->version);
+                     "protocol version %u (it is version 4's)", c->version);
             bad = 1;
         }
         /* The handshake's ops are no request: named as what they are,

@@ -1534,27 +1534,41 @@ static void connection_without_hello_is_closed_after_hello_timeout(void **state)
 static void hello_with_another_protocol_version_is_refused_clearly(void **state)
 {
     (void)state;
-    int fd = raw_connect(shared.port[0]);
-    psw_out o;
-    psw_out_init(&o);
-    psw_out_frame_begin(&o);
-    psw_hello h = { 99, 1, 1, -1, NULL, 0 };
-    psw_pack_hello(&o, &h);
-    psw_out_frame_end(&o);
-    raw_send_out(fd, &o);
-    psw_out_destroy(&o);
-    msgpack_zone z;
-    char *f, err[128];
-    psw_cluster l;
-    assert_int_equal(psw_hello_ok_decode(raw_read_one(fd, &z, &f), &l, err,
-                                         sizeof err), 0);
-    assert_int_equal(l.status, PSW_EPROTO);
-    assert_non_null(strstr(l.text, "protocol version 99"));
-    psw_cluster_free(&l);
-    msgpack_zone_destroy(&z);
-    free(f);
-    assert_true(raw_closed(fd));
-    close(fd);
+    /* The refusal has 15 fields (a nil proof) for every version above 2,
+     * 2^31 and more too (compared as an int, those got 14), and 14 for
+     * 0 and 1. */
+    static const struct { uint32_t v; int proof; } cases[] = {
+        { 99, PSW_PROOF_NIL }, { 5, PSW_PROOF_NIL },
+        { 0x80000000u, PSW_PROOF_NIL }, { 0xffffffffu, PSW_PROOF_NIL },
+        { 1, PSW_PROOF_ABSENT }, { 0, PSW_PROOF_ABSENT },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int fd = raw_connect(shared.port[0]);
+        psw_out o;
+        psw_out_init(&o);
+        psw_out_frame_begin(&o);
+        psw_hello h = { cases[k].v, 1, 1, -1, NULL, 0 };
+        psw_pack_hello(&o, &h);
+        psw_out_frame_end(&o);
+        raw_send_out(fd, &o);
+        psw_out_destroy(&o);
+        msgpack_zone z;
+        char *f, err[128], want[64];
+        psw_cluster l;
+        assert_int_equal(psw_hello_ok_decode(raw_read_one(fd, &z, &f), &l,
+                                             err, sizeof err), 0);
+        EXPECT_INT(l.status, PSW_EPROTO, "version %u", cases[k].v);
+        snprintf(want, sizeof want, "protocol version %u is not supported "
+                 "(this server speaks 2..%d)", cases[k].v, PSW_VERSION);
+        EXPECT_SUBSTR(l.text, want, "version %u", cases[k].v);
+        EXPECT_INT(l.proof_state, cases[k].proof, "version %u: fields",
+                   cases[k].v);
+        psw_cluster_free(&l);
+        msgpack_zone_destroy(&z);
+        free(f);
+        assert_true(raw_closed(fd));
+        close(fd);
+    }
     others_still_served();
 }
 
