@@ -134,6 +134,43 @@ static int say(psd_sync *y, int id, int lost)
     return 0;
 }
 
+/* What a join's lines say: nothing (a first join), "is back" (the same
+ * client after a lost connection), "rejoined" (after it left), or a new
+ * process taking over from a lost one. */
+enum { SAID_NONE, SAID_BACK, SAID_REJOINED, SAID_TAKEOVER };
+
+/* The lines of worker's join: kind (SAID_*), whether it starts one past
+ * the node's clock (past: the node's clock then was node), and the clock
+ * it had before (was). A pending join says them once confirmed: an open
+ * that fails is not taken in, and its lines read as a takeover that
+ * never happened (with advice to end the job), repeated at every retry. */
+static void say_join(psd_sync *y, int32_t worker, int kind, int past,
+                     uint64_t was, uint64_t node)
+{
+    const psd_worker *w = &y->workers[worker];
+    /* Right when a process replaces one that died mid-step (so info, not
+     * a warning); a new job's trainer, after a run that stopped half-way,
+     * is one clock ahead of its peers, and the job waits for ever: the
+     * line says what to do then. */
+    if (past)
+        psd_log_rep(PSD_LOG_INFO, "worker %d (from %s) starts at clock "
+                    "%llu, one past the node's clock %llu: an earlier "
+                    "process of it pushed in clock %llu and those pushes "
+                    "stand. If this is a new job, run psctl end-job first",
+                    (int)worker, w->peer, (unsigned long long)w->clock,
+                    (unsigned long long)node, (unsigned long long)node);
+    if (kind == SAID_TAKEOVER) {
+        if (say(y, worker, 0))
+            psd_info("worker %d: a new process from %s takes over from the "
+                     "one that lost its connection, at clock %llu (that "
+                     "one's was %llu)", (int)worker, w->peer,
+                     (unsigned long long)w->clock, (unsigned long long)was);
+    } else if (kind != SAID_NONE && say(y, worker, 0))
+        psd_info("worker %d %s at clock %llu (from %s)", (int)worker,
+                 kind == SAID_BACK ? "is back" : "rejoined",
+                 (unsigned long long)w->clock, w->peer);
+}
+
 static int join(psd_sync *y, int32_t worker, uint64_t client_id,
                 const void *owner, const char *peer, int pending, char *err,
                 size_t errlen)
@@ -209,6 +246,8 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
         w->pending = 1;
     } else if (!pending)
         w->pending = 0;
+    int past = 0;
+    uint64_t node = y->clock;
     if (anew) {
         if (w->clock < y->clock)
             w->clock = y->clock;
@@ -226,40 +265,33 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
          * clock as its count) and give the next clock's sum nothing. */
         if (w->clock < w->summed && w->client_id != client_id) {
             w->clock = w->summed;
-            /* Right when a process replaces one that died mid-step (so
-             * info, not a warning); a new job's trainer, after a run that
-             * stopped half-way, is one clock ahead of its peers, and the
-             * job waits for ever: the line says what to do then. */
-            psd_log_rep(PSD_LOG_INFO, "worker %d (from %s) starts at clock "
-                        "%llu, one past the node's clock %llu: an earlier "
-                        "process of it pushed in clock %llu and those pushes "
-                        "stand. If this is a new job, run psctl end-job "
-                        "first", (int)worker, peer,
-                        (unsigned long long)w->clock,
-                        (unsigned long long)y->clock,
-                        (unsigned long long)y->clock);
+            past = 1;
         }
     }
     if (w->lost_id && w->lost_id != client_id)
         refuse_lost(w, 0);
     w->lost_id = 0;              /* replaced, or back itself */
-    if (w->state == PSD_W_GONE && anew) {
-        if (say(y, worker, 0))
-            psd_info("worker %d: a new process from %s takes over from the "
-                     "one that lost its connection, at clock %llu (that "
-                     "one's was %llu)", (int)worker, peer,
-                     (unsigned long long)w->clock, (unsigned long long)was);
-    } else if ((w->state == PSD_W_GONE || w->state == PSD_W_LEFT) &&
-               say(y, worker, 0))
-        psd_info("worker %d %s at clock %llu (from %s)", (int)worker,
-                 w->state == PSD_W_GONE ? "is back" : "rejoined",
-                 (unsigned long long)w->clock, peer);
+    int kind = w->state == PSD_W_GONE && anew ? SAID_TAKEOVER
+               : w->state == PSD_W_GONE       ? SAID_BACK
+               : w->state == PSD_W_LEFT       ? SAID_REJOINED
+                                              : SAID_NONE;
     w->dirty |= w->state != PSD_W_LIVE || w->client_id != client_id;
     w->state = PSD_W_LIVE;
     w->closed = 0;
     w->owner = owner;
     w->client_id = client_id;
     snprintf(w->peer, sizeof w->peer, "%s", peer);
+    if (w->pending) {
+        /* Said once confirmed; a takeover by the same client keeps what
+         * the first HELLO found. */
+        if (kind != SAID_NONE || past || !w->join_said) {
+            w->join_said = kind;
+            w->join_past = past;
+            w->join_was = was;
+            w->join_node = node;
+        }
+    } else
+        say_join(y, worker, kind, past, was, node);
     return 0;
 }
 
@@ -281,7 +313,11 @@ int psd_sync_confirm(psd_sync *y, int32_t worker, const void *owner)
 {
     if (!psd_sync_holds(y, worker, owner) || !y->workers[worker].pending)
         return 0;
-    y->workers[worker].pending = 0;
+    psd_worker *w = &y->workers[worker];
+    w->pending = 0;
+    say_join(y, worker, w->join_said, w->join_past, w->join_was,
+             w->join_node);
+    w->join_said = w->join_past = 0;
     return 1;
 }
 
@@ -551,6 +587,22 @@ int psd_sync_advance(psd_sync *y, uint64_t now_ms)
     if (target > y->clock) {
         psd_debug("clock %llu -> %llu", (unsigned long long)y->clock,
                   (unsigned long long)target);
+        /* Nobody waited for, and not because the job ran its course: the
+         * node moves to the largest clock a worker reached before it was
+         * let go (cut off from this node for longer than worker_grace),
+         * alone, while nodes that still have its workers wait; said, as
+         * the clocks it ends hold only the pushes that came. */
+        int let_go = 0;
+        for (int i = 0; i < y->nworkers; i++)
+            let_go |= y->workers[i].state == PSD_W_LEFT &&
+                      !y->workers[i].closed;
+        if (let_go && psd_sync_waited(y) == 0)
+            psd_warn("clock %llu -> %llu with no worker waited for (each "
+                     "left, or was let go after worker_grace): the sums of "
+                     "those clocks hold only the pushes that came, and "
+                     "nodes that still have the workers may wait for them",
+                     (unsigned long long)y->clock,
+                     (unsigned long long)target);
         y->clock = target;
         y->wait[0] = (psd_wait){ now_ms, now_ms };
         moved = 1;
@@ -691,6 +743,7 @@ static void report(psd_sync *y, int barrier, int holding, uint64_t now_ms,
             snprintf(st, sizeof st, "%s",
                      w->state == PSD_W_ABSENT ? "not joined"
                      : w->state == PSD_W_GONE ? "connection lost"
+                     : w->pending             ? "its open not completed"
                                               : "not in it yet");
         listed++;
         crossed += across;

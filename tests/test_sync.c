@@ -317,6 +317,18 @@ static void test_lost_worker_with_no_grace_stops_being_waited_for_at_once(
     two_workers(&y);
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 0), 1, "lost, grace 0");
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for");
+    /* Worker 0 reached clock 1 and was let go too: the node moves to it
+     * with nobody waited for, alone (nodes that still have the workers
+     * wait), and says so. */
+    reach(&y, 0, 0, 1);
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 6, 0), 1, "lost, grace 0");
+    psd_log_flush_all();
+    capture_begin();
+    EXPECT_INT(psd_sync_advance(&y, 7), 1, "the clock moves");
+    char *log = capture_end();
+    EXPECT_SUBSTR(log, "clock 0 -> 1 with no worker waited for (each left, "
+                  "or was let go after worker_grace)", "the warning");
+    free(log);
     psd_sync_destroy(&y);
 }
 
@@ -736,6 +748,35 @@ static void test_worker_that_pushed_and_left_rejoins_after_its_sums(
     reach(&y, 0, 0, 1);
     EXPECT_INT(psd_sync_advance(&y, 2), 1, "worker 0's clock moves it");
     EXPECT_U64(y.clock, 1, "node clock");
+    psd_sync_destroy(&y);
+
+    /* A pending join's lines wait for its confirmation: an open that
+     * fails is not taken in, and read as a takeover that never happened,
+     * its advice to end the job wrong, repeated at every retry. */
+    two_workers(&y);
+    psd_sync_summed(&y, 1);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost");
+    psd_log_flush_all();
+    capture_begin();
+    psd_log_set_level(PSD_LOG_INFO);
+    join_pending(&y, 1, 4, &owner_c);
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 11, 30), 1, "undone");
+    join_pending(&y, 1, 5, &owner_c);
+    EXPECT_INT(psd_sync_confirm(&y, 1, &owner_c), 1, "confirmed");
+    log = capture_end();
+    EXPECT_SUBSTR(log, "worker 1 (from 127.0.0.1:10) lost its connection "
+                  "before its open completed", "the undone join");
+    const char *take = "worker 1: a new process from 127.0.0.1:10 takes "
+                       "over";
+    const char *first = strstr(log, take);
+    if (!first || strstr(first + 1, take))
+        fail_msg("one takeover line, the confirmed one's: %s", log);
+    if (first < strstr(log, "before its open completed"))
+        fail_msg("the takeover line came before the undone join's: %s",
+                 log);
+    EXPECT_SUBSTR(log, "starts at clock 1, one past the node's clock 0",
+                  "the confirmed join's");
+    free(log);
     psd_sync_destroy(&y);
 }
 
