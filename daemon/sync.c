@@ -590,13 +590,14 @@ int psd_sync_advance(psd_sync *y, uint64_t now_ms)
         /* Nobody waited for, and not because the job ran its course: the
          * node moves to the largest clock a worker reached before it was
          * let go (cut off from this node for longer than worker_grace),
-         * alone, while nodes that still have its workers wait; said, as
-         * the clocks it ends hold only the pushes that came. */
+         * alone, while nodes that still have its workers wait; said, on
+         * a node with bsp or ssp tables, as the clocks it ends hold only
+         * the pushes that came. */
         int let_go = 0;
         for (int i = 0; i < y->nworkers; i++)
             let_go |= y->workers[i].state == PSD_W_LEFT &&
                       !y->workers[i].closed;
-        if (let_go && psd_sync_waited(y) == 0)
+        if (let_go && y->synchronous && psd_sync_waited(y) == 0)
             psd_warn("clock %llu -> %llu with no worker waited for (each "
                      "left, or was let go after worker_grace): the sums of "
                      "those clocks hold only the pushes that came, and "

@@ -322,6 +322,7 @@ static void test_lost_worker_with_no_grace_stops_being_waited_for_at_once(
      * wait), and says so. */
     reach(&y, 0, 0, 1);
     EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 6, 0), 1, "lost, grace 0");
+    y.synchronous = 1;                      /* a bsp or ssp table */
     psd_log_flush_all();
     capture_begin();
     EXPECT_INT(psd_sync_advance(&y, 7), 1, "the clock moves");
