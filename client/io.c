@@ -968,6 +968,9 @@ static void on_nc_closed(uv_handle_t *h)
         }
         if (next_addr) {
             nc->sa_i++;
+            /* A seed's name may stand for several nodes. */
+            if (nc == io->seed)
+                nc->version = hello_version(c);
             nc_dial(nc);
             return;
         }

@@ -195,7 +195,9 @@ PS_API void ps_options_init(ps_options *o);
  * every node answered its open: one whose ps_open fails part way (a node
  * too busy to answer within connect_timeout_ms) is put back on every
  * node as it was before, so a bsp or ssp job waits for it as before: call
- * ps_open again. An open worker keeps a connection to every node, made
+ * ps_open again. (Not a ps_open that fails in the wait below, after every
+ * node answered: that worker was taken in, and is left lost on every
+ * node.) An open worker keeps a connection to every node, made
  * again at once when lost, until ps_close.
  * A worker on a cluster with bsp tables that starts beyond a node's clock
  * (a new process for a worker lost in the middle of an iteration starts

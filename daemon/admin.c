@@ -663,14 +663,11 @@ static void metrics_text(psd_admin *a, tbuf *b)
     metric(b, "psd_clock", "gauge", "Clocks finished by every worker "
            "waited for (bsp/ssp).", i, (double)n->sync.clock);
     metric_head(b, "psd_workers", "gauge", "Workers by state.");
-    int count[4];
-    psd_sync_count(&n->sync, count);
+    int count[PSD_W_LEFT + 1];
+    int opening = psd_sync_count(&n->sync, count);
     for (int st = PSD_W_ABSENT; st <= PSD_W_LEFT; st++)
         put(b, "psd_workers{node=\"%d\",state=\"%s\"} %d\n", i,
             worker_states[st], count[st]);
-    int opening = 0;
-    for (int w = 0; w < n->sync.nworkers; w++)
-        opening += n->sync.workers[w].pending;
     metric(b, "psd_workers_opening", "gauge", "Workers live by a HELLO "
            "whose open has not completed (protocol 4: taken in at their "
            "OPENED).", i, (double)opening);

@@ -826,8 +826,8 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     /* Who the node waits for now, from the snapshot and the journal's
      * WORKER records (which the count above leaves out): until a client
      * reconnects, the log said nothing of them. */
-    int k[4];
-    psd_sync_count(&n->sync, k);
+    int k[PSD_W_LEFT + 1];
+    (void)psd_sync_count(&n->sync, k);
     if (k[PSD_W_GONE] || k[PSD_W_LEFT])
         psd_info("workers as loaded: clock %llu; %d lost (each waited for "
                  "worker_grace, %d s, from now), %d left, %d not joined",

@@ -241,11 +241,18 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
     /* What a pending join goes back to (psd_sync_join_pending): the
      * worker as it was, unless it was LIVE (this client's connection
      * taken over: pending still if it was, confirmed if not). */
-    if (pending && w->state != PSD_W_LIVE) {
+    int fresh = pending && w->state != PSD_W_LIVE;
+    if (fresh) {
         y->prior[worker] = *w;
         w->pending = 1;
-    } else if (!pending)
+    } else if (!pending && w->pending) {
+        /* A version 3 HELLO of the same client confirms it: the first
+         * HELLO's lines are said now. */
         w->pending = 0;
+        say_join(y, worker, w->join_kind, w->join_past, w->join_was,
+                 w->join_node);
+        w->join_kind = w->join_past = 0;
+    }
     int past = 0;
     uint64_t node = y->clock;
     if (anew) {
@@ -281,16 +288,14 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
     w->owner = owner;
     w->client_id = client_id;
     snprintf(w->peer, sizeof w->peer, "%s", peer);
-    if (w->pending) {
-        /* Said once confirmed; a takeover by the same client keeps what
-         * the first HELLO found. */
-        if (kind != SAID_NONE || past || !w->join_said) {
-            w->join_said = kind;
-            w->join_past = past;
-            w->join_was = was;
-            w->join_node = node;
-        }
-    } else
+    if (fresh) {
+        /* Said once confirmed; the same client's HELLO on another
+         * connection while pending keeps what the first one found. */
+        w->join_kind = kind;
+        w->join_past = past;
+        w->join_was = was;
+        w->join_node = node;
+    } else if (!w->pending)
         say_join(y, worker, kind, past, was, node);
     return 0;
 }
@@ -315,13 +320,15 @@ int psd_sync_confirm(psd_sync *y, int32_t worker, const void *owner)
         return 0;
     psd_worker *w = &y->workers[worker];
     w->pending = 0;
-    say_join(y, worker, w->join_said, w->join_past, w->join_was,
+    say_join(y, worker, w->join_kind, w->join_past, w->join_was,
              w->join_node);
-    w->join_said = w->join_past = 0;
+    w->join_kind = w->join_past = 0;
     return 1;
 }
 
-/* job_over, said. */
+/* job_over, with the line that tells the operator the next job waits
+ * for every worker (after a LEAVE, and after an undone pending join that
+ * was the last one the job waited on). */
 static void end_if_over(psd_sync *y, uint64_t clock)
 {
     if (job_over(y) && y->nworkers > 1)
@@ -559,24 +566,48 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
 
 /* The smallest clock (or barrier count) among workers still waited for;
  * when nobody is, the largest seen, so nothing waits on an empty set. */
-static uint64_t slowest(const psd_sync *y, int barrier)
+static uint64_t slowest_of(const psd_sync *y, int barrier, int as_before,
+                           int *pending)
 {
     uint64_t lo = UINT64_MAX, hi = 0;
     for (int i = 0; i < y->nworkers; i++) {
         const psd_worker *w = &y->workers[i];
+        *pending |= w->pending;
+        if (as_before && w->pending)
+            w = &y->prior[i];
         uint64_t v = barrier ? w->barrier : w->clock;
-        /* A pending worker holds the node where it did before its HELLO
-         * too: not moved on by a join that may yet be undone. */
-        const psd_worker *p = &y->prior[i];
-        uint64_t pv = barrier ? p->barrier : p->clock;
-        if (w->pending && waited_for(p) && pv < v)
-            v = pv;
         if (v > hi)
             hi = v;
         if (waited_for(w) && v < lo)
             lo = v;
     }
     return lo == UINT64_MAX ? hi : lo;
+}
+
+/* The lower of the counts with pending workers as they are (connected:
+ * they may hold the node) and as they were before their HELLO: a join
+ * that may yet be undone never moves the node further than the node
+ * would have gone without it (a new process starts past its
+ * predecessor's sums: alone, it would end that clock). */
+static uint64_t slowest(const psd_sync *y, int barrier)
+{
+    int pending = 0;
+    uint64_t now = slowest_of(y, barrier, 0, &pending);
+    if (!pending)
+        return now;
+    uint64_t before = slowest_of(y, barrier, 1, &pending);
+    return before < now ? before : now;
+}
+
+/* The count worker i holds the node at: its own, or for a pending worker
+ * the lower of its own and the one it had before its HELLO, when it was
+ * waited for then (for the "waiting for" line). */
+static uint64_t held_at(const psd_sync *y, int i, int barrier)
+{
+    const psd_worker *w = &y->workers[i], *p = &y->prior[i];
+    uint64_t v = barrier ? w->barrier : w->clock;
+    uint64_t pv = barrier ? p->barrier : p->clock;
+    return w->pending && waited_for(p) && pv < v ? pv : v;
 }
 
 int psd_sync_advance(psd_sync *y, uint64_t now_ms)
@@ -624,11 +655,15 @@ int psd_sync_waited(const psd_sync *y)
     return n;
 }
 
-void psd_sync_count(const psd_sync *y, int count[4])
+int psd_sync_count(const psd_sync *y, int count[PSD_W_LEFT + 1])
 {
-    memset(count, 0, 4 * sizeof *count);
-    for (int i = 0; i < y->nworkers; i++)
+    int opening = 0;
+    memset(count, 0, (PSD_W_LEFT + 1) * sizeof *count);
+    for (int i = 0; i < y->nworkers; i++) {
         count[y->workers[i].state]++;
+        opening += y->workers[i].pending;
+    }
+    return opening;
 }
 
 void psd_sync_summed(psd_sync *y, int32_t worker)
@@ -731,7 +766,7 @@ static void report(psd_sync *y, int barrier, int holding, uint64_t now_ms,
     int listed = 0, crossed = 0;
     for (int i = 0; i < y->nworkers && at < sizeof who - 64; i++) {
         const psd_worker *w = &y->workers[i];
-        if (!waited_for(w) || (barrier ? w->barrier : w->clock) > reached)
+        if (!waited_for(w) || held_at(y, i, barrier) > reached)
             continue;
         char st[48];
         int across = w->state == PSD_W_LIVE &&

@@ -55,7 +55,7 @@ typedef struct psd_worker {
                                 have completed (a version 4 worker before
                                 its OPENED): lost before it, the worker is
                                 as it was before that HELLO (prior) */
-    int join_said;           /* pending: its join's lines, said once it is
+    int join_kind;           /* pending: its join's lines, said once it is
                                 confirmed (sync.c, say_join: a kind, and
                                 join_past), with the counts they name */
     int join_past;
@@ -204,8 +204,9 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
 /* Workers waited for now. */
 int psd_sync_waited(const psd_sync *y);
 
-/* count[s]: the workers in state s (psd_wstate). */
-void psd_sync_count(const psd_sync *y, int count[4]);
+/* count[s]: the workers in state s (psd_wstate). Returns how many of
+ * them are pending (live, their open not completed). */
+int psd_sync_count(const psd_sync *y, int count[PSD_W_LEFT + 1]);
 
 /* worker (-1: none) pushed to a bsp table: its push is in the sums of the
  * clock in progress. */

@@ -984,6 +984,58 @@ static void test_an_undone_join_lets_the_job_end(void **state)
     psd_sync_destroy(&y);
 }
 
+/* The final review's cases. A pending new process that starts past its
+ * predecessor's sums never moves the node on, not even when the one it
+ * replaces was let go (nobody else waited for): the node applied a
+ * clock's sums for a join that was then undone. The "waiting for" line
+ * names such a worker (its own clock past the node's, it was left out).
+ * A second HELLO of the same client while pending keeps the first one's
+ * deferred lines. */
+static void test_a_pending_join_past_the_sums_moves_nothing(void **state)
+{
+    (void)state;
+    psd_sync y;
+    make(&y, 1);
+    join(&y, 0, 1, &owner_a);
+    for (uint64_t k = 1; k <= 5; k++)
+        reach(&y, 0, 0, k);
+    psd_sync_advance(&y, 1);
+    psd_sync_summed(&y, 0);                 /* a push of iteration 6 */
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 10, 0), 1, "let go at once");
+    EXPECT_U64(y.clock, 5, "node clock");
+    psd_log_flush_all();
+    capture_begin();
+    psd_log_set_level(PSD_LOG_INFO);
+    join_pending(&y, 0, 2, &owner_b);
+    join_pending(&y, 0, 2, &owner_c);       /* its second connection */
+    EXPECT_U64(clock_of(&y, 0), 6, "the new process's clock");
+    EXPECT_INT(psd_sync_advance(&y, 11), 0, "the node stays");
+    EXPECT_U64(y.clock, 5, "node clock while pending");
+    EXPECT_INT(psd_sync_confirm(&y, 0, &owner_c), 1, "confirmed");
+    char *log = capture_end();
+    EXPECT_SUBSTR(log, "starts at clock 6, one past the node's clock 5",
+                  "the first HELLO's line, said at the confirmation");
+    free(log);
+    psd_sync_destroy(&y);
+
+    two_workers(&y);
+    for (uint64_t k = 1; k <= 5; k++) {
+        reach(&y, 0, 0, k);
+        reach(&y, 1, 0, k);
+    }
+    psd_sync_advance(&y, 1);
+    psd_sync_summed(&y, 0);
+    EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 10, 30), 0, "lost");
+    reach(&y, 1, 0, 6);                     /* held: worker 0 is at 5 */
+    join_pending(&y, 0, 3, &owner_c);
+    EXPECT_INT(psd_sync_advance(&y, 11), 0, "held where the lost one was");
+    log = tick_log(&y, 10 + 12000, PSD_HOLD_CLOCK);
+    EXPECT_SUBSTR(log, "clock 6: waiting 12 s for workers 0 (its open not "
+                  "completed)", "the wait names it");
+    free(log);
+    psd_sync_destroy(&y);
+}
+
 /* The same client's second connection (its first not yet seen closed)
  * keeps the join pending; a snapshot taken meanwhile has the worker as
  * it was before the HELLO, so a node restarted from it has not taken it
@@ -1302,6 +1354,7 @@ int main(void)
         cmocka_unit_test(test_a_pending_new_process_holds_the_node_where_it_was),
         cmocka_unit_test(test_a_pending_join_is_saved_as_it_was),
         cmocka_unit_test(test_an_undone_join_lets_the_job_end),
+        cmocka_unit_test(test_a_pending_join_past_the_sums_moves_nothing),
         cmocka_unit_test(
             test_clients_replaced_after_their_grace_are_refused_too),
         cmocka_unit_test(test_same_client_back_keeps_the_clock_it_pushed_in),
