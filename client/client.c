@@ -669,8 +669,7 @@ static int control(ps_client *c, int op, int node, uint64_t value)
     return rc;
 }
 
-/* Whether the cluster has a table whose consistency is not async. */
-static int has_sync_tables(const ps_client *c)
+int psc_has_sync_tables(const ps_client *c)
 {
     return has_tables(c, PSW_CONS_BSP) || has_tables(c, PSW_CONS_SSP);
 }
@@ -743,7 +742,7 @@ int ps_clock_timeout(ps_client *c, int timeout_ms)
         return PS_EINVAL;
     if (!is_worker(c, "ps_clock") || from_callback(c, "ps_clock"))
         return PS_EINVAL;
-    if (!has_sync_tables(c)) {
+    if (!psc_has_sync_tables(c)) {
         psc_set_error(c, "ps_clock: the cluster has no bsp or ssp table; "
                       "async tables have no clocks");
         return PS_EINVAL;

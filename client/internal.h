@@ -66,6 +66,10 @@ struct ps_client {
     ps_ts barrier_pending;       /* the same for ps_barrier_timeout */
 };
 
+/* Whether the layout c->cluster has a bsp or ssp table (0 before it is
+ * known). Read by the I/O thread while it opens, by any thread after. */
+int psc_has_sync_tables(const ps_client *c);
+
 /* Records the detail of a failure for ps_last_error on this thread. */
 void psc_set_error(const ps_client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -723,7 +723,7 @@ static void nc_ping(nconn *nc)
  * (PROTOCOL.md, section 10.1). */
 static void nc_opened(nconn *nc)
 {
-    if (nc->version >= 4 && nc->io->c->opt.worker >= 0)
+    if (nc->version >= 4)        /* a worker's: hello_version */
         nc_session(nc, PSW_OP_OPENED, "an OPENED");
 }
 
@@ -949,6 +949,10 @@ static void on_nc_closed(uv_handle_t *h)
      * may be a node of this release. */
     int again = nc->fell_back;
     nc->fell_back = 0;
+    /* Any other attempt of the seed may reach another node (the next
+     * seed, or another address of its name): version 4 again. */
+    if (!again && nc == io->seed)
+        nc->version = hello_version(c);
     /* An address that did not connect: the name's next one, at once (a
      * lookup started now would replace the list being walked). */
     int next_addr = !nc->reached && nc->sa_i + 1 < nc->nsa &&
@@ -968,22 +972,16 @@ static void on_nc_closed(uv_handle_t *h)
         }
         if (next_addr) {
             nc->sa_i++;
-            /* A seed's name may stand for several nodes. */
-            if (nc == io->seed)
-                nc->version = hello_version(c);
             nc_dial(nc);
             return;
         }
         if (nc == io->seed && io->seed_i + 1 < io->nseeds) {
             io->seed_i++;         /* try the next address we were given */
-            nc->version = hello_version(c);  /* another node */
             nc_connect(nc);
             return;
         }
-        if (nc == io->seed && io->nseeds > 1) {
+        if (nc == io->seed)
             io->seed_i = 0;       /* all tried: again from the first */
-            nc->version = hello_version(c);
-        }
         nc->sa_i = 0;
         schedule_retry(nc);
         return;
@@ -1838,10 +1836,8 @@ static void open_done(psc_io *io, int status, const char *fmt, ...)
          * for a refusal (a busy id is held by another process), nor
          * before the layout said which tables there are. */
         size_t n = strlen(c->open_err);
-        int sync_tables = 0;
-        for (int t = 0; io->nodes && t < c->cluster.ntables; t++)
-            sync_tables |= c->cluster.tables[t].consistency != PSW_CONS_ASYNC;
-        if (c->opt.worker >= 0 && sync_tables && n < sizeof c->open_err &&
+        if (c->opt.worker >= 0 && psc_has_sync_tables(c) &&
+            n < sizeof c->open_err &&
             (status == PS_ETIMEDOUT || status == PS_ECONN))
             snprintf(c->open_err + n, sizeof c->open_err - n,
                      "; worker %d's open did not complete: the nodes of "

@@ -811,15 +811,15 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         session(n, ss, m, now_ms);
         return;
     }
-    /* A request comes only from a client whose open completed: a client
-     * that sends no OPENED is taken in at its first request. */
-    if (ss->joining && m->op != PSW_OP_ADMIN)
-        confirm_join(n, ss, now_ms);
     /* An operator's command is not counted with the clients' requests. */
     if (m->op == PSW_OP_ADMIN) {
         admin(n, ss, m);
         return;
     }
+    /* A request comes only from a client whose open completed: a client
+     * that sends no OPENED is taken in at its first request. */
+    if (ss->joining)
+        confirm_join(n, ss, now_ms);
     if (held_already(ss, m))
         return;
     n->stats.requests++;

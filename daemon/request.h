@@ -29,7 +29,9 @@ typedef struct psd_session {
                                     at its first push or ACK */
     int32_t worker;              /* the worker id it joined as, or -1 */
     int joining;                 /* its join is pending (a version 4 HELLO)
-                                    until its OPENED or first request */
+                                    until its OPENED or first request: the
+                                    worker's pending flag, copied here so
+                                    that each request tests one field */
     const char *peer;            /* "host:port", for logs and errors */
     psw_out *out;                /* where replies are packed */
     uint64_t need_lsn;           /* the journal record its replies packed

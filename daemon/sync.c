@@ -134,40 +134,44 @@ static int say(psd_sync *y, int id, int lost)
     return 0;
 }
 
-/* What a join's lines say: nothing (a first join), "is back" (the same
- * client after a lost connection), "rejoined" (after it left), or a new
- * process taking over from a lost one. */
-enum { SAID_NONE, SAID_BACK, SAID_REJOINED, SAID_TAKEOVER };
-
-/* The lines of worker's join: kind (SAID_*), whether it starts one past
- * the node's clock (past: the node's clock then was node), and the clock
- * it had before (was). A pending join says them once confirmed: an open
- * that fails is not taken in, and its lines read as a takeover that
- * never happened (with advice to end the job), repeated at every retry. */
-static void say_join(psd_sync *y, int32_t worker, int kind, int past,
-                     uint64_t was, uint64_t node)
+/* The lines of worker's join, from b, the worker before it, and node,
+ * the node's clock then: "is back" (the same client after a lost
+ * connection), "rejoined" (after it left), a new process taking over from
+ * a lost one, and "starts at clock N, one past the node's" (a new process
+ * after its predecessor's sums, as join() moves it). A pending join says
+ * them once confirmed: an open that fails is not taken in, and its lines
+ * read as a takeover that never happened (with advice to end the job),
+ * repeated at every retry. */
+static void say_join(psd_sync *y, int32_t worker, const psd_worker *b,
+                     uint64_t node)
 {
     const psd_worker *w = &y->workers[worker];
+    int other = b->client_id != w->client_id;
+    int anew = b->state == PSD_W_ABSENT || b->state == PSD_W_LEFT ||
+               (b->state == PSD_W_GONE && other);
+    uint64_t start = b->clock > node ? b->clock : node;
     /* Right when a process replaces one that died mid-step (so info, not
      * a warning); a new job's trainer, after a run that stopped half-way,
      * is one clock ahead of its peers, and the job waits for ever: the
      * line says what to do then. */
-    if (past)
+    if (anew && other && start < b->summed)
         psd_log_rep(PSD_LOG_INFO, "worker %d (from %s) starts at clock "
                     "%llu, one past the node's clock %llu: an earlier "
                     "process of it pushed in clock %llu and those pushes "
                     "stand. If this is a new job, run psctl end-job first",
                     (int)worker, w->peer, (unsigned long long)w->clock,
                     (unsigned long long)node, (unsigned long long)node);
-    if (kind == SAID_TAKEOVER) {
+    if (b->state == PSD_W_GONE && other) {
         if (say(y, worker, 0))
             psd_info("worker %d: a new process from %s takes over from the "
                      "one that lost its connection, at clock %llu (that "
                      "one's was %llu)", (int)worker, w->peer,
-                     (unsigned long long)w->clock, (unsigned long long)was);
-    } else if (kind != SAID_NONE && say(y, worker, 0))
+                     (unsigned long long)w->clock,
+                     (unsigned long long)b->clock);
+    } else if ((b->state == PSD_W_GONE || b->state == PSD_W_LEFT) &&
+               say(y, worker, 0))
         psd_info("worker %d %s at clock %llu (from %s)", (int)worker,
-                 kind == SAID_BACK ? "is back" : "rejoined",
+                 b->state == PSD_W_GONE ? "is back" : "rejoined",
                  (unsigned long long)w->clock, w->peer);
 }
 
@@ -237,24 +241,21 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
      * clock. */
     int anew = w->state == PSD_W_ABSENT || w->state == PSD_W_LEFT ||
                (w->state == PSD_W_GONE && w->client_id != client_id);
-    uint64_t was = w->clock;
-    /* What a pending join goes back to (psd_sync_join_pending): the
-     * worker as it was, unless it was LIVE (this client's connection
-     * taken over: pending still if it was, confirmed if not). */
-    int fresh = pending && w->state != PSD_W_LIVE;
-    if (fresh) {
-        y->prior[worker] = *w;
+    /* The worker as it was: what its lines are said from, and what a
+     * pending join goes back to (psd_sync_join_pending), unless it was
+     * LIVE (this client's connection taken over: pending still if it
+     * was, keeping what the first HELLO found; confirmed if not). */
+    psd_worker before = *w;
+    if (pending && w->state != PSD_W_LIVE) {
+        y->prior[worker] = before;
         w->pending = 1;
+        w->join_node = y->clock;
     } else if (!pending && w->pending) {
         /* A version 3 HELLO of the same client confirms it: the first
          * HELLO's lines are said now. */
         w->pending = 0;
-        say_join(y, worker, w->join_kind, w->join_past, w->join_was,
-                 w->join_node);
-        w->join_kind = w->join_past = 0;
+        say_join(y, worker, &y->prior[worker], w->join_node);
     }
-    int past = 0;
-    uint64_t node = y->clock;
     if (anew) {
         if (w->clock < y->clock)
             w->clock = y->clock;
@@ -270,33 +271,20 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
          * iteration it is in, and its next ps_clock ends that iteration;
          * moved on a clock, it would skip one (its client takes this
          * clock as its count) and give the next clock's sum nothing. */
-        if (w->clock < w->summed && w->client_id != client_id) {
+        if (w->clock < w->summed && w->client_id != client_id)
             w->clock = w->summed;
-            past = 1;
-        }
     }
     if (w->lost_id && w->lost_id != client_id)
         refuse_lost(w, 0);
     w->lost_id = 0;              /* replaced, or back itself */
-    int kind = w->state == PSD_W_GONE && anew ? SAID_TAKEOVER
-               : w->state == PSD_W_GONE       ? SAID_BACK
-               : w->state == PSD_W_LEFT       ? SAID_REJOINED
-                                              : SAID_NONE;
     w->dirty |= w->state != PSD_W_LIVE || w->client_id != client_id;
     w->state = PSD_W_LIVE;
     w->closed = 0;
     w->owner = owner;
     w->client_id = client_id;
     snprintf(w->peer, sizeof w->peer, "%s", peer);
-    if (fresh) {
-        /* Said once confirmed; the same client's HELLO on another
-         * connection while pending keeps what the first one found. */
-        w->join_kind = kind;
-        w->join_past = past;
-        w->join_was = was;
-        w->join_node = node;
-    } else if (!w->pending)
-        say_join(y, worker, kind, past, was, node);
+    if (!w->pending)
+        say_join(y, worker, &before, y->clock);
     return 0;
 }
 
@@ -318,11 +306,8 @@ int psd_sync_confirm(psd_sync *y, int32_t worker, const void *owner)
 {
     if (!psd_sync_holds(y, worker, owner) || !y->workers[worker].pending)
         return 0;
-    psd_worker *w = &y->workers[worker];
-    w->pending = 0;
-    say_join(y, worker, w->join_kind, w->join_past, w->join_was,
-             w->join_node);
-    w->join_kind = w->join_past = 0;
+    y->workers[worker].pending = 0;
+    say_join(y, worker, &y->prior[worker], y->workers[worker].join_node);
     return 1;
 }
 

@@ -55,11 +55,10 @@ typedef struct psd_worker {
                                 have completed (a version 4 worker before
                                 its OPENED): lost before it, the worker is
                                 as it was before that HELLO (prior) */
-    int join_kind;           /* pending: its join's lines, said once it is
-                                confirmed (sync.c, say_join: a kind, and
-                                join_past), with the counts they name */
-    int join_past;
-    uint64_t join_was, join_node;
+    uint64_t join_node;      /* pending: the node's clock at its HELLO, for
+                                the join's lines said once it is confirmed
+                                (sync.c, say_join; the rest they say comes
+                                from prior) */
 } psd_worker;
 
 /* A wait the node reports ("waiting for"), of the clock or the barrier. */

@@ -74,6 +74,28 @@ static void reach(psd_sync *y, int32_t w, int barrier, uint64_t v)
                barrier ? "barrier" : "clock", (unsigned long long)v);
 }
 
+/* Both workers of two_workers() finish clocks 1..n together. */
+static void clocks_together(psd_sync *y, uint64_t n)
+{
+    for (uint64_t k = 1; k <= n; k++) {
+        reach(y, 0, 0, k);
+        reach(y, 1, 0, k);
+        psd_sync_advance(y, k);
+    }
+}
+
+/* Two workers at clock 2; worker 0 finished iteration 3, worker 1 pushed
+ * in it and lost its connection at 10 ms (grace 30 s): a new process for
+ * worker 1 starts after those sums. */
+static void worker_1_lost_mid_step(psd_sync *y)
+{
+    two_workers(y);
+    clocks_together(y, 2);
+    reach(y, 0, 0, 3);
+    psd_sync_summed(y, 1);                  /* a push of iteration 3 */
+    EXPECT_INT(psd_sync_lost(y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
+}
+
 /* Warnings (and worse) logged between capture_begin and capture_end go
  * to a temporary file; capture_end returns them (malloc'd, "" for none)
  * and puts stderr and the level (error: the tests are quiet) back. */
@@ -580,15 +602,7 @@ static void test_new_process_for_a_lost_worker_starts_after_its_sums(
 {
     (void)state;
     psd_sync y;
-    two_workers(&y);
-    for (uint64_t k = 1; k <= 2; k++) {
-        reach(&y, 0, 0, k);
-        reach(&y, 1, 0, k);
-        psd_sync_advance(&y, k);
-    }
-    reach(&y, 0, 0, 3);
-    psd_sync_summed(&y, 1);                 /* a push of iteration 3 */
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
+    worker_1_lost_mid_step(&y);
     join(&y, 1, 3, &owner_c);
     EXPECT_U64(clock_of(&y, 1), 3, "the new process's clock");
     EXPECT_INT(psd_sync_advance(&y, 11), 1, "the node's clock moves");
@@ -629,11 +643,7 @@ static void test_same_client_back_after_its_grace_keeps_its_clock(
     (void)state;
     psd_sync y;
     two_workers(&y);
-    for (uint64_t k = 1; k <= 2; k++) {
-        reach(&y, 0, 0, k);
-        reach(&y, 1, 0, k);
-        psd_sync_advance(&y, k);
-    }
+    clocks_together(&y, 2);
     psd_sync_summed(&y, 1);                 /* a push of iteration 2 */
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 1000, 2), 0, "lost, grace 2 s");
     EXPECT_INT(psd_sync_tick(&y, 3000, 2, 0, 10000), 1, "grace over");
@@ -907,15 +917,7 @@ static void test_a_pending_new_process_holds_the_node_where_it_was(
 {
     (void)state;
     psd_sync y;
-    two_workers(&y);
-    for (uint64_t k = 1; k <= 2; k++) {
-        reach(&y, 0, 0, k);
-        reach(&y, 1, 0, k);
-        psd_sync_advance(&y, k);
-    }
-    reach(&y, 0, 0, 3);
-    psd_sync_summed(&y, 1);                 /* a push of iteration 3 */
-    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "lost, grace 30 s");
+    worker_1_lost_mid_step(&y);
     join_pending(&y, 1, 3, &owner_c);
     EXPECT_U64(clock_of(&y, 1), 3, "the new process's clock");
     EXPECT_INT(psd_sync_advance(&y, 11), 0, "held where the lost one was");
@@ -1019,11 +1021,7 @@ static void test_a_pending_join_past_the_sums_moves_nothing(void **state)
     psd_sync_destroy(&y);
 
     two_workers(&y);
-    for (uint64_t k = 1; k <= 5; k++) {
-        reach(&y, 0, 0, k);
-        reach(&y, 1, 0, k);
-    }
-    psd_sync_advance(&y, 1);
+    clocks_together(&y, 5);
     psd_sync_summed(&y, 0);
     EXPECT_INT(psd_sync_lost(&y, 0, &owner_a, 10, 30), 0, "lost");
     reach(&y, 1, 0, 6);                     /* held: worker 0 is at 5 */
