@@ -188,6 +188,7 @@ static void client_free(ps_client *c)
 {
     psw_wipe(c->token, sizeof c->token);
     psc_customer_destroy(&c->cu);
+    psc_bufpool_destroy(&c->pool);
     psw_cluster_free(&c->cluster);
     pthread_mutex_destroy(&c->open_mu);
     pthread_cond_destroy(&c->open_cv);
@@ -269,6 +270,9 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     pthread_mutex_init(&c->open_mu, NULL);
     pthread_cond_init(&c->open_cv, NULL);
     psc_customer_init(&c->cu, c->opt.max_inflight_bytes, &c->stats);
+    psc_bufpool_init(&c->pool, c->opt.max_inflight_bytes < PSC_POOL_MAX_BYTES
+                                   ? c->opt.max_inflight_bytes
+                                   : PSC_POOL_MAX_BYTES);
     /* The token: the option, else the environment, else the ini. */
     const char *tok = c->opt.auth_token && *c->opt.auth_token
                           ? c->opt.auth_token : getenv("PSD_AUTH_TOKEN");
@@ -519,6 +523,7 @@ static int shape_of(ps_client *c, int table, psc_shape *sh)
     sh->table_id = (uint32_t)table;
     sh->max_payload =
         psw_payload_max(__atomic_load_n(&c->max_frame, __ATOMIC_RELAXED));
+    sh->pool = &c->pool;
     return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include <uv.h>
 
+#include "bufpool.h"
 #include "customer.h"
 #include "../proto/frame.h"
 #include "../proto/status.h"
@@ -79,7 +80,10 @@ void psc_req_free(psc_req *r)
     if (!r)
         return;
     free(r->error);
-    free(r);
+    if (r->pool)
+        psc_bufpool_give(r->pool, r, r->cap);
+    else
+        free(r);
 }
 
 static void set_ts(psc_req *r, ps_ts ts)

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "bufpool.h"
 #include "customer.h"
 #include "psclient.h"
 #include "stats.h"
@@ -32,6 +33,8 @@ struct ps_client {
                                     (client.c, forked) */
 
     psc_customer cu;             /* requests, under its own lock */
+    psc_bufpool pool;            /* large request copies kept for reuse
+                                    (bufpool.h; freed after cu) */
     psc_stats stats;             /* per request (the Customer counts) */
     psc_stats stats_base;        /* their values at the last reset */
 

@@ -2083,6 +2083,7 @@ static void on_tick(uv_timer_t *t)
         tick_node(io, io->seed, now);
     for (int i = 0; i < io->nnodes; i++)
         tick_node(io, io->nodes[i], now);
+    psc_bufpool_trim(&c->pool, now);
     if (c->open_state == PSC_OPENING && now >= io->open_ns) {
         nconn *nc = io->seed;
         for (int i = 0; !nc && i < io->nnodes; i++)

@@ -74,10 +74,13 @@ struct psc_req {
     struct psc_customer *cu;     /* that took it, to send the held parts */
     int nparts;
     psc_part *parts;             /* nparts, in the same allocation */
+    struct psc_bufpool *pool;    /* where the allocation goes back to
+                                    (NULL: free), and its capacity */
+    size_t cap;
 };
 
-/* Frees a request with its parts (and any copies slicing made). NULL is
- * a no-op. */
+/* Frees a request with its parts (and any copies slicing made), or
+ * gives the allocation back to its pool. NULL is a no-op. */
 void psc_req_free(psc_req *r);
 
 #endif

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bufpool.h"
 #include "slice.h"
 #include "../proto/layout.h"
 #include "../proto/msg.h"
@@ -64,13 +65,22 @@ static int is_pull(int op)
 }
 
 /* One allocation for the request, its parts and `extra` bytes after
- * them (8-byte aligned). */
-static psc_req *req_alloc(int nparts, size_t extra, void **tail)
+ * them (8-byte aligned), from pool when it is large (pool may be NULL).
+ * The request and parts are zeroed; the extra bytes are not. */
+static psc_req *req_alloc(psc_bufpool *pool, int nparts, size_t extra,
+                          void **tail)
 {
     size_t head = sizeof(psc_req) + (size_t)nparts * sizeof(psc_part);
     head = (head + 7) & ~(size_t)7;
-    psc_req *r = calloc(1, head + extra);
-    if (!r)
+    psc_req *r;
+    size_t cap = 0;
+    if (pool && head + extra >= PSC_POOL_MIN) {
+        if (!(r = psc_bufpool_take(pool, head + extra, &cap)))
+            return NULL;
+        memset(r, 0, head);
+        r->pool = pool;
+        r->cap = cap;
+    } else if (!(r = calloc(1, head + extra)))
         return NULL;
     r->nparts = nparts;
     r->pending = nparts;
@@ -210,27 +220,16 @@ static size_t home_run_end(const uint16_t *home, size_t i, size_t n)
     return j;
 }
 
-int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
-                const float *vals, float *out, psc_req **reqp, char *err,
-                size_t errlen)
+/* psc_req_keys with its scratch: count (nnodes, zeroed) and, with
+ * several nodes, home (n entries). */
+static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
+                      size_t n, const float *vals, float *out,
+                      psc_req **reqp, size_t *count, uint16_t *home,
+                      char *err, size_t errlen)
 {
     const psw_table_desc *t = sh->table;
     size_t dim = t->dim, rowb = dim * sizeof(float);
     size_t rpp = rows_per_part(sh, rowb + 8);
-    if (n > UINT32_MAX) {
-        snprintf(err, errlen, "%zu keys in one request; at most %u", n,
-                 UINT32_MAX);
-        return PS_ETOOBIG;
-    }
-    size_t *count = calloc((size_t)sh->nnodes, sizeof *count);
-    /* With several nodes, each key's node (a hash and two divisions) is
-     * worked out once and kept for the grouping pass. */
-    uint16_t *home = sh->nnodes > 1 && n ? malloc(n * sizeof *home) : NULL;
-    if (!count || (sh->nnodes > 1 && n && !home)) {
-        free(count);
-        free(home);
-        return PS_ENOMEM;
-    }
     int used = 0, one = -1;
     nodemap map;
     /* Read only with home set, but gcc -O1 (ThreadSanitizer's builds)
@@ -245,8 +244,6 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
             snprintf(err, errlen, "table '%s' has no row %llu (rows = %llu)",
                      t->name, (unsigned long long)keys[i],
                      (unsigned long long)t->rows);
-            free(count);
-            free(home);
             return PS_EKEY;
         }
         /* One node holds everything: no key needs hashing. */
@@ -263,11 +260,8 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
         nparts += (count[nd] + rpp - 1) / rpp;
         uint64_t m = count[nd] < rpp ? count[nd] : rpp;
         int rc = m ? check_size(sh, m, 8 * m, err, errlen) : 0;
-        if (rc) {
-            free(count);
-            free(home);
+        if (rc)
             return rc;
-        }
     }
     /* Long runs of consecutive keys on one node (rows of a dense table
      * in order, whose shards alternate between nodes) go as parts of
@@ -293,23 +287,21 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
                  "%zu messages of %zu rows; at most 65535: split the "
                  "request%s", n, t->name, nparts, rpp,
                  cut_by_frame(sh, rowb + 8));
-        free(count);
-        free(home);
         return PS_ETOOBIG;
     }
 
     psc_req *r;
     if (used == 1) {
         /* The common case: every key on one node, nothing to copy. */
-        r = req_alloc((int)nparts, 0, NULL);
+        r = req_alloc(NULL, (int)nparts, 0, NULL);
         if (!r)
-            goto oom;
+            return PS_ENOMEM;
         fill_parts(r, sh, op, one, 0, keys, n, (const char *)vals, out, NULL,
                    rpp);
     } else if (run_parts) {
-        r = req_alloc((int)nparts, 0, NULL);
+        r = req_alloc(NULL, (int)nparts, 0, NULL);
         if (!r)
-            goto oom;
+            return PS_ENOMEM;
         int k = 0;
         for (size_t i = 0, j; i < n; i = j) {
             j = home_run_end(home, i, n);
@@ -323,16 +315,16 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
         size_t extra = n * 8 + (is_pull(op) ? n * 4 : 0) +
                        (is_push(op) ? n * rowb : 0);
         void *tail;
-        r = req_alloc((int)nparts, extra, &tail);
+        r = req_alloc(sh->pool, (int)nparts, extra, &tail);
         if (!r)
-            goto oom;
+            return PS_ENOMEM;
         uint64_t *gk = tail;
         uint32_t *pos = is_pull(op) ? (uint32_t *)(gk + n) : NULL;
         char *gv = is_push(op) ? (char *)(gk + n) + (pos ? n * 4 : 0) : NULL;
         size_t *start = calloc((size_t)sh->nnodes + 1, sizeof *start);
         if (!start) {
-            free(r);
-            goto oom;
+            psc_req_free(r);
+            return PS_ENOMEM;
         }
         for (int nd = 0; nd < sh->nnodes; nd++)
             start[nd + 1] = start[nd] + count[nd];
@@ -355,8 +347,6 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
         }
         free(start);
     }
-    free(count);
-    free(home);
     r->op = op;
     r->dim = t->dim;
     r->payload_out = n * 8 + (is_push(op) ? n * rowb : 0);
@@ -375,10 +365,34 @@ int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
             r->parts[i].slow = 1;    /* an ssp pull may be held */
     *reqp = r;
     return 0;
-oom:
+}
+
+int psc_req_keys(const psc_shape *sh, int op, const uint64_t *keys, size_t n,
+                const float *vals, float *out, psc_req **reqp, char *err,
+                size_t errlen)
+{
+    if (n > UINT32_MAX) {
+        snprintf(err, errlen, "%zu keys in one request; at most %u", n,
+                 UINT32_MAX);
+        return PS_ETOOBIG;
+    }
+    size_t *count = calloc((size_t)sh->nnodes, sizeof *count);
+    /* With several nodes, each key's node (a hash and two divisions) is
+     * worked out once and kept for the grouping pass: from the pool for
+     * large requests, like their copies (a fresh 128 KiB for 65,536 keys
+     * was mapped and unmapped by malloc each time). */
+    size_t home_cap = 0;
+    uint16_t *home = sh->nnodes > 1 && n
+                         ? psc_bufpool_take(sh->pool, n * sizeof *home,
+                                            &home_cap)
+                         : NULL;
+    int rc = PS_ENOMEM;
+    if (count && (sh->nnodes == 1 || !n || home))
+        rc = slice_keys(sh, op, keys, n, vals, out, reqp, count, home, err,
+                        errlen);
     free(count);
-    free(home);
-    return PS_ENOMEM;
+    psc_bufpool_give(sh->pool, home, home_cap);
+    return rc;
 }
 
 /* The row after the run of rows that starts at `row`, lives on one node
@@ -427,7 +441,7 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
                  cut_by_frame(sh, (size_t)t->dim * sizeof(float)));
         return PS_ETOOBIG;
     }
-    psc_req *r = req_alloc(nparts, 0, NULL);
+    psc_req *r = req_alloc(NULL, nparts, 0, NULL);
     if (!r)
         return PS_ENOMEM;
     size_t dim = t->dim;
@@ -473,7 +487,7 @@ int psc_req_control(int nnodes, int node, int op, uint64_t value,
                    psc_req **reqp)
 {
     int n = node < 0 ? nnodes : 1;
-    psc_req *r = req_alloc(n, 0, NULL);
+    psc_req *r = req_alloc(NULL, n, 0, NULL);
     if (!r)
         return PS_ENOMEM;
     for (int k = 0; k < n; k++) {

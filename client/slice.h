@@ -17,6 +17,8 @@ typedef struct psc_shape {
     const psw_table_desc *table;
     uint32_t table_id;
     uint64_t max_payload;        /* largest payload one message may carry */
+    struct psc_bufpool *pool;    /* where large copies and scratch come
+                                    from (bufpool.h); NULL: malloc */
 } psc_shape;
 
 /* Builds the request for a keyed op (PSW_OP_PUSH, PULL or PUSHPULL):

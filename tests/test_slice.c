@@ -14,6 +14,7 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "../client/bufpool.h"
 #include "../client/customer.h"
 #include "../client/slice.h"
 #include "../proto/layout.h"
@@ -210,6 +211,127 @@ static void test_keyed_push_over_2_nodes_puts_each_key_once_on_its_node(
     EXPECT_INT(r->nparts, 2, "parts of 200 spread keys on 2 nodes");
     check_keyed_parts(&sh, PSW_OP_PUSH, keys, N, vals, NULL, r);
     psc_req_free(r);
+}
+
+/* ---- the pool of large request buffers (client/bufpool.c) ----------- */
+
+static void test_bufpool_keeps_large_buffers_within_its_limits(void **state)
+{
+    (void)state;
+    psc_bufpool bp;
+    psc_bufpool_init(&bp, 1u << 20);
+    size_t cap = 0;
+    /* Small buffers are malloc's: never kept. */
+    void *small = psc_bufpool_take(&bp, PSC_POOL_MIN - 1, &cap);
+    EXPECT_INT(small != NULL, 1, "a small take");
+    psc_bufpool_give(&bp, small, cap);
+    EXPECT_U64(psc_bufpool_held(&bp), 0, "bytes held after a small give");
+    /* A large one is kept and given out again for the same size. */
+    void *a = psc_bufpool_take(&bp, 300000, &cap);
+    EXPECT_U64(cap, 300000, "capacity of a fresh buffer");
+    psc_bufpool_give(&bp, a, cap);
+    EXPECT_U64(psc_bufpool_held(&bp), 300000, "bytes held after a give");
+    size_t cap2 = 0;
+    void *b = psc_bufpool_take(&bp, 299000, &cap2);
+    EXPECT_PTR(b, a, "a take of about the same size gets the kept buffer");
+    EXPECT_U64(cap2, 300000, "its capacity");
+    EXPECT_U64(psc_bufpool_held(&bp), 0, "bytes held while it is out");
+    /* One more than twice the size is not given out: it would waste. */
+    psc_bufpool_give(&bp, b, cap2);
+    void *c = psc_bufpool_take(&bp, 149999, &cap);
+    EXPECT_INT(c != a, 1, "a take of under half the kept buffer's size "
+               "gets a new one");
+    EXPECT_U64(psc_bufpool_held(&bp), 300000, "the kept one stays");
+    psc_bufpool_give(&bp, c, cap);
+    EXPECT_U64(psc_bufpool_held(&bp), 449999, "both kept");
+    /* Over max_bytes: freed, not kept. */
+    void *d = psc_bufpool_take(&bp, 600000, &cap);
+    psc_bufpool_give(&bp, d, cap);
+    EXPECT_U64(psc_bufpool_held(&bp), 449999,
+               "bytes held after a give past max_bytes");
+    psc_bufpool_destroy(&bp);
+
+    /* Full by count: the oldest goes. */
+    psc_bufpool_init(&bp, (size_t)1 << 30);
+    void *first = NULL;
+    for (int i = 0; i <= PSC_POOL_BUFS; i++) {
+        void *p = psc_bufpool_take(&bp, PSC_POOL_MIN + (size_t)i, &cap);
+        if (!i)
+            first = p;
+        psc_bufpool_give(&bp, p, cap);
+        /* Each give of a new size keeps it: take a fresh size next. */
+    }
+    EXPECT_INT(bp.n, PSC_POOL_BUFS, "buffers kept at most");
+    int found = 0;
+    for (int i = 0; i < bp.n; i++)
+        found |= bp.b[i].p == first;
+    EXPECT_INT(found, 0, "the oldest buffer is no longer kept");
+    /* Kept through a tick soon after a take, all freed once idle. */
+    uint64_t t = bp.last_take_ns;
+    psc_bufpool_trim(&bp, t + PSC_POOL_IDLE_NS - 1);
+    EXPECT_INT(bp.n, PSC_POOL_BUFS, "kept before the idle time");
+    psc_bufpool_trim(&bp, t + PSC_POOL_IDLE_NS);
+    EXPECT_INT(bp.n, 0, "buffers kept after the idle time");
+    EXPECT_U64(psc_bufpool_held(&bp), 0, "bytes held after the idle time");
+    psc_bufpool_destroy(&bp);
+}
+
+/* A request over 2 nodes large enough for the pool is sliced right from a
+ * reused buffer too (its header zeroed, its copies rewritten), and its
+ * buffer goes back to the pool when it is freed. */
+static void test_keyed_requests_reuse_pooled_buffers(void **state)
+{
+    (void)state;
+    enum { N = 40000, DIM = 1 };   /* the scratch alone is 80 KB */
+    psw_table_desc t = desc_make(0, DIM, 0);
+    psc_shape sh = shape_make(&t, 2, 16);
+    psc_bufpool bp;
+    psc_bufpool_init(&bp, (size_t)64 << 20);
+    sh.pool = &bp;
+    uint64_t *keys = xcalloc(N, sizeof *keys);
+    float *vals = xcalloc(N, sizeof *vals), *out = xcalloc(N, sizeof *out);
+    fill_keys_vals(keys, vals, N, DIM);
+    char err[256] = "";
+    psc_req *r = NULL;
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
+                           sizeof err), 0, "first request (%s)", err);
+    check_keyed_parts(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, r);
+    EXPECT_PTR(r->pool, &bp, "a large request's pool");
+    /* The slicer's scratch went back already. */
+    size_t scratch = psc_bufpool_held(&bp);
+    EXPECT_U64(scratch, N * sizeof(uint16_t), "bytes held while the "
+               "request is out: the per-key scratch");
+    void *first = r;
+    /* Dirty the request as a completion would, then free it. */
+    r->status = PS_ETIMEDOUT;
+    r->pending = 0;
+    psc_req_free(r);
+    EXPECT_INT(psc_bufpool_held(&bp) > scratch, 1, "the request's buffer is "
+               "kept when it is freed");
+    /* Other keys and values: nothing of the first request may show. */
+    for (size_t i = 0; i < N; i++) {
+        keys[i] = spread_key(i + N);
+        vals[i] = -(float)i;
+    }
+    r = NULL;
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
+                           sizeof err), 0, "second request (%s)", err);
+    EXPECT_PTR(r, first, "the second request reuses the first's buffer");
+    check_keyed_parts(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, r);
+    psc_req_free(r);
+    /* One node: nothing is copied, nothing pooled. */
+    psc_shape one = shape_make(&t, 1, 16);
+    one.pool = &bp;
+    size_t held = psc_bufpool_held(&bp);
+    EXPECT_INT(psc_req_keys(&one, PSW_OP_PUSH, keys, N, vals, NULL, &r, err,
+                           sizeof err), 0, "one node's request (%s)", err);
+    EXPECT_PTR(r->pool, NULL, "a request that borrows the caller's arrays");
+    EXPECT_U64(psc_bufpool_held(&bp), held, "bytes held");
+    psc_req_free(r);
+    free(keys);
+    free(vals);
+    free(out);
+    psc_bufpool_destroy(&bp);
 }
 
 static void test_keyed_pushpull_over_2_nodes_maps_pos_back_and_carries_vals(
@@ -1482,6 +1604,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(
             test_keyed_push_over_2_nodes_puts_each_key_once_on_its_node),
+        cmocka_unit_test(test_bufpool_keeps_large_buffers_within_its_limits),
+        cmocka_unit_test(test_keyed_requests_reuse_pooled_buffers),
         cmocka_unit_test(
             test_keyed_pushpull_over_2_nodes_maps_pos_back_and_carries_vals),
         cmocka_unit_test(
