@@ -14,19 +14,24 @@ void psc_bufpool_init(psc_bufpool *bp, size_t max_bytes)
     bp->last_take_ns = uv_hrtime();
 }
 
-/* Frees every kept buffer; under mu. */
-static void drop_all(psc_bufpool *bp)
+void psc_bufpool_destroy(psc_bufpool *bp)
 {
     for (int i = 0; i < bp->n; i++)
         free(bp->b[i].p);
     bp->n = 0;
     bp->held = 0;
+    pthread_mutex_destroy(&bp->mu);
 }
 
-void psc_bufpool_destroy(psc_bufpool *bp)
+/* Takes kept buffer i out of the array; under mu. */
+static psc_poolbuf take_out(psc_bufpool *bp, int i)
 {
-    drop_all(bp);
-    pthread_mutex_destroy(&bp->mu);
+    psc_poolbuf x = bp->b[i];
+    bp->held -= x.cap;
+    bp->n--;
+    for (int j = i; j < bp->n; j++)
+        bp->b[j] = bp->b[j + 1];
+    return x;
 }
 
 void *psc_bufpool_take(psc_bufpool *bp, size_t n, size_t *cap)
@@ -36,18 +41,13 @@ void *psc_bufpool_take(psc_bufpool *bp, size_t n, size_t *cap)
         pthread_mutex_lock(&bp->mu);
         bp->last_take_ns = uv_hrtime();
         /* The newest first: its pages are the likeliest to be cached. */
-        for (int i = bp->n - 1; i >= 0; i--) {
-            psc_poolbuf x = bp->b[i];
-            if (x.cap >= n && x.cap / 2 <= n) {
+        for (int i = bp->n - 1; i >= 0; i--)
+            if (bp->b[i].cap >= n && bp->b[i].cap - n <= n) {
+                psc_poolbuf x = take_out(bp, i);
                 p = x.p;
                 *cap = x.cap;
-                bp->held -= x.cap;
-                bp->n--;
-                for (int j = i; j < bp->n; j++)
-                    bp->b[j] = bp->b[j + 1];
                 break;
             }
-        }
         pthread_mutex_unlock(&bp->mu);
         if (p)
             return p;
@@ -61,36 +61,36 @@ void psc_bufpool_give(psc_bufpool *bp, void *p, size_t cap)
 {
     if (!p)
         return;
-    if (bp && cap >= PSC_POOL_MIN) {
-        pthread_mutex_lock(&bp->mu);
-        /* Full by count: the oldest goes, the newest is the one likeliest
-         * to be taken again soon. */
-        if (bp->n == PSC_POOL_BUFS && cap <= bp->max_bytes) {
-            bp->held -= bp->b[0].cap;
-            free(bp->b[0].p);
-            bp->n--;
-            for (int j = 0; j < bp->n; j++)
-                bp->b[j] = bp->b[j + 1];
-        }
-        int keep = bp->n < PSC_POOL_BUFS && bp->held + cap <= bp->max_bytes;
-        if (keep) {
-            bp->b[bp->n++] = (psc_poolbuf){ p, cap };
-            bp->held += cap;
-        }
-        pthread_mutex_unlock(&bp->mu);
-        if (keep)
-            return;
+    if (!bp || cap < PSC_POOL_MIN || cap > bp->max_bytes) {
+        free(p);
+        return;
     }
-    free(p);
+    /* Room is made by the oldest: they are the sizes least likely to be
+     * asked for again. Freed after mu is let go. */
+    void *gone[PSC_POOL_BUFS];
+    int ngone = 0;
+    pthread_mutex_lock(&bp->mu);
+    while (bp->n && (bp->n == PSC_POOL_BUFS || bp->held + cap > bp->max_bytes))
+        gone[ngone++] = take_out(bp, 0).p;
+    bp->b[bp->n++] = (psc_poolbuf){ p, cap };
+    bp->held += cap;
+    pthread_mutex_unlock(&bp->mu);
+    for (int i = 0; i < ngone; i++)
+        free(gone[i]);
 }
 
 void psc_bufpool_trim(psc_bufpool *bp, uint64_t now_ns)
 {
+    void *gone[PSC_POOL_BUFS];
+    int ngone = 0;
     pthread_mutex_lock(&bp->mu);
-    if (bp->n && now_ns > bp->last_take_ns &&
+    if (now_ns > bp->last_take_ns &&
         now_ns - bp->last_take_ns >= PSC_POOL_IDLE_NS)
-        drop_all(bp);
+        while (bp->n)
+            gone[ngone++] = take_out(bp, bp->n - 1).p;
     pthread_mutex_unlock(&bp->mu);
+    for (int i = 0; i < ngone; i++)
+        free(gone[i]);
 }
 
 size_t psc_bufpool_held(psc_bufpool *bp)

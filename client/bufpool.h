@@ -13,12 +13,15 @@
  * keeps its own.
  *
  * Rules: only buffers of PSC_POOL_MIN bytes or more come from the pool;
- * it keeps at most PSC_POOL_BUFS of them and max_bytes in all (what does
- * not fit is freed); a request takes the most recently kept buffer that
- * fits and is at most twice its size; after PSC_POOL_IDLE_NS without a
- * take, psc_bufpool_trim frees everything (an idle client holds nothing).
- * Every function is thread-safe: callers take, the I/O thread gives back
- * completed requests. */
+ * it keeps at most PSC_POOL_BUFS of them and max_bytes in all, the most
+ * recently given back (older ones are freed to make room, so a client
+ * whose requests grew keeps the new sizes, not the old); a request takes
+ * the most recently kept buffer that fits and is at most twice its size;
+ * after PSC_POOL_IDLE_NS without a take, psc_bufpool_trim frees
+ * everything (an idle client holds nothing). Take, give, trim and held
+ * are thread-safe (callers take, the I/O thread gives back completed
+ * requests and trims); init and destroy are not. Buffers are freed
+ * outside the lock. */
 #ifndef PSC_BUFPOOL_H
 #define PSC_BUFPOOL_H
 
@@ -49,7 +52,8 @@ typedef struct psc_bufpool {
  * malloc and every give a free). */
 void psc_bufpool_init(psc_bufpool *bp, size_t max_bytes);
 
-/* Frees what it keeps. No buffer may be taken from it any more. */
+/* Frees what it keeps. Nothing may be taken from it or given back to it
+ * afterwards (a give would lock a destroyed mutex). */
 void psc_bufpool_destroy(psc_bufpool *bp);
 
 /* A buffer of at least n bytes, uninitialised (bp may be NULL: malloc),
@@ -65,7 +69,7 @@ void psc_bufpool_give(psc_bufpool *bp, void *p, size_t cap);
  * before now_ns (the I/O thread's tick). */
 void psc_bufpool_trim(psc_bufpool *bp, uint64_t now_ns);
 
-/* Bytes kept now (tests and ps_stats' readers). */
+/* Bytes kept now (for tests). */
 size_t psc_bufpool_held(psc_bufpool *bp);
 
 #endif

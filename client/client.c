@@ -270,9 +270,11 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
     pthread_mutex_init(&c->open_mu, NULL);
     pthread_cond_init(&c->open_cv, NULL);
     psc_customer_init(&c->cu, c->opt.max_inflight_bytes, &c->stats);
-    psc_bufpool_init(&c->pool, c->opt.max_inflight_bytes < PSC_POOL_MAX_BYTES
-                                   ? c->opt.max_inflight_bytes
-                                   : PSC_POOL_MAX_BYTES);
+    /* A limit on the bytes in flight limits what is kept too (0 is one
+     * request at a time, not a memory limit). */
+    size_t inflight = c->opt.max_inflight_bytes;
+    psc_bufpool_init(&c->pool, inflight && inflight < PSC_POOL_MAX_BYTES
+                                   ? inflight : PSC_POOL_MAX_BYTES);
     /* The token: the option, else the environment, else the ini. */
     const char *tok = c->opt.auth_token && *c->opt.auth_token
                           ? c->opt.auth_token : getenv("PSD_AUTH_TOKEN");
@@ -498,6 +500,9 @@ static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg)
 {
     char err[128];
     if (forked(c, "a request")) {
+        /* Not back to the pool: its lock may have been held at the fork
+         * by a thread the child does not have (keyed checks first). */
+        r->pool = NULL;
         psc_req_free(r);
         return PS_ECLOSED;
     }
@@ -566,6 +571,9 @@ static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
         psc_set_error(c, "%s", n == 0 ? "no keys given" : "a buffer is NULL");
         return PS_EINVAL;
     }
+    /* Before slicing, which takes the pool's lock (see submit). */
+    if (forked(c, "a request"))
+        return PS_ECLOSED;
     rc = psc_req_keys(&sh, op, keys, n, vals, out, &r, err, sizeof err);
     if (rc) {
         psc_set_error(c, "%s", rc == PS_ENOMEM ? "out of memory" : err);

@@ -132,10 +132,12 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
     size_t max_inflight_bytes;       /* calls block beyond this (backpressure); default 256 MiB.
                                         A lone request always goes, whatever its size:
                                         0 means one request at a time. The client also
-                                        keeps, for reuse, up to this or 64 MiB (the
-                                        lower) of the copies that keyed requests over
-                                        several nodes make (64 KiB or more each), and
-                                        frees them after 10 s without such a request */
+                                        keeps, for reuse, up to this (when not 0) or
+                                        64 MiB, the lower, of the buffers that keyed
+                                        requests over several nodes need (their grouped
+                                        copies and per-key scratch, 64 KiB or more
+                                        each), and frees them after 10 s without such
+                                        a request */
     const char *auth_token;          /* the cluster's token (16..255 bytes; one final
                                         line break is dropped, as psd drops it from
                                         auth_token_file); NULL or "":

@@ -236,41 +236,57 @@ static void test_bufpool_keeps_large_buffers_within_its_limits(void **state)
     EXPECT_PTR(b, a, "a take of about the same size gets the kept buffer");
     EXPECT_U64(cap2, 300000, "its capacity");
     EXPECT_U64(psc_bufpool_held(&bp), 0, "bytes held while it is out");
-    /* One more than twice the size is not given out: it would waste. */
     psc_bufpool_give(&bp, b, cap2);
+    /* Exactly half its size still gets it; one byte less would waste more
+     * than half. */
     void *c = psc_bufpool_take(&bp, 149999, &cap);
     EXPECT_INT(c != a, 1, "a take of under half the kept buffer's size "
                "gets a new one");
     EXPECT_U64(psc_bufpool_held(&bp), 300000, "the kept one stays");
+    void *h = psc_bufpool_take(&bp, 150000, &cap2);
+    EXPECT_PTR(h, a, "a take of exactly half gets the kept buffer");
+    psc_bufpool_give(&bp, h, cap2);
     psc_bufpool_give(&bp, c, cap);
     EXPECT_U64(psc_bufpool_held(&bp), 449999, "both kept");
-    /* Over max_bytes: freed, not kept. */
-    void *d = psc_bufpool_take(&bp, 600000, &cap);
+    /* Past max_bytes the oldest go to make room: a client whose requests
+     * grew keeps the new size. */
+    void *d = psc_bufpool_take(&bp, 700000, &cap);
     psc_bufpool_give(&bp, d, cap);
-    EXPECT_U64(psc_bufpool_held(&bp), 449999,
-               "bytes held after a give past max_bytes");
+    EXPECT_U64(psc_bufpool_held(&bp), 849999, "bytes held after a give "
+               "past max_bytes: the newest two");
+    EXPECT_INT(bp.n, 2, "buffers kept");
+    EXPECT_PTR(bp.b[1].p, d, "the newest is kept");
+    EXPECT_INT(bp.b[0].p != a, 1, "the oldest is not");
+    /* Larger than max_bytes itself: freed. */
+    void *e = psc_bufpool_take(&bp, (1u << 20) + 1, &cap);
+    psc_bufpool_give(&bp, e, cap);
+    EXPECT_U64(psc_bufpool_held(&bp), 849999, "bytes held after a give of "
+               "more than max_bytes");
     psc_bufpool_destroy(&bp);
 
     /* Full by count: the oldest goes. */
     psc_bufpool_init(&bp, (size_t)1 << 30);
-    void *first = NULL;
-    for (int i = 0; i <= PSC_POOL_BUFS; i++) {
-        void *p = psc_bufpool_take(&bp, PSC_POOL_MIN + (size_t)i, &cap);
-        if (!i)
-            first = p;
-        psc_bufpool_give(&bp, p, cap);
-        /* Each give of a new size keeps it: take a fresh size next. */
-    }
+    void *out[PSC_POOL_BUFS + 1];
+    size_t caps[PSC_POOL_BUFS + 1];
+    for (int i = 0; i <= PSC_POOL_BUFS; i++)      /* all out at once */
+        out[i] = psc_bufpool_take(&bp, PSC_POOL_MIN, &caps[i]);
+    for (int i = 0; i <= PSC_POOL_BUFS; i++)
+        psc_bufpool_give(&bp, out[i], caps[i]);
+    void *first = out[0];
     EXPECT_INT(bp.n, PSC_POOL_BUFS, "buffers kept at most");
     int found = 0;
     for (int i = 0; i < bp.n; i++)
         found |= bp.b[i].p == first;
     EXPECT_INT(found, 0, "the oldest buffer is no longer kept");
-    /* Kept through a tick soon after a take, all freed once idle. */
+    /* Kept through a tick soon after a take, all freed once idle; a take
+     * starts the idle time again. */
     uint64_t t = bp.last_take_ns;
     psc_bufpool_trim(&bp, t + PSC_POOL_IDLE_NS - 1);
     EXPECT_INT(bp.n, PSC_POOL_BUFS, "kept before the idle time");
-    psc_bufpool_trim(&bp, t + PSC_POOL_IDLE_NS);
+    void *g = psc_bufpool_take(&bp, PSC_POOL_MIN, &cap);
+    psc_bufpool_give(&bp, g, cap);
+    EXPECT_INT(bp.last_take_ns >= t, 1, "a take starts the idle time");
+    psc_bufpool_trim(&bp, bp.last_take_ns + PSC_POOL_IDLE_NS);
     EXPECT_INT(bp.n, 0, "buffers kept after the idle time");
     EXPECT_U64(psc_bufpool_held(&bp), 0, "bytes held after the idle time");
     psc_bufpool_destroy(&bp);
@@ -302,13 +318,12 @@ static void test_keyed_requests_reuse_pooled_buffers(void **state)
     EXPECT_U64(scratch, N * sizeof(uint16_t), "bytes held while the "
                "request is out: the per-key scratch");
     void *first = r;
-    /* Dirty the request as a completion would, then free it. */
-    r->status = PS_ETIMEDOUT;
-    r->pending = 0;
     psc_req_free(r);
     EXPECT_INT(psc_bufpool_held(&bp) > scratch, 1, "the request's buffer is "
                "kept when it is freed");
-    /* Other keys and values: nothing of the first request may show. */
+    EXPECT_PTR(bp.b[bp.n - 1].p, first, "the newest kept buffer");
+    /* Poisoned whole: a reused buffer must not rely on what it held. */
+    memset(bp.b[bp.n - 1].p, 0xA5, bp.b[bp.n - 1].cap);
     for (size_t i = 0; i < N; i++) {
         keys[i] = spread_key(i + N);
         vals[i] = -(float)i;
@@ -318,6 +333,15 @@ static void test_keyed_requests_reuse_pooled_buffers(void **state)
                            sizeof err), 0, "second request (%s)", err);
     EXPECT_PTR(r, first, "the second request reuses the first's buffer");
     check_keyed_parts(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, r);
+    psc_req_free(r);
+    /* A pull (no values: its copies are laid out differently, in less
+     * than the buffer holds) from the same buffer, poisoned again. */
+    memset(bp.b[bp.n - 1].p, 0xA5, bp.b[bp.n - 1].cap);
+    r = NULL;
+    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
+                           sizeof err), 0, "a pull (%s)", err);
+    EXPECT_PTR(r, first, "the pull reuses the buffer");
+    check_keyed_parts(&sh, PSW_OP_PULL, keys, N, NULL, out, r);
     psc_req_free(r);
     /* One node: nothing is copied, nothing pooled. */
     psc_shape one = shape_make(&t, 1, 16);
