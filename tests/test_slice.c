@@ -292,6 +292,23 @@ static void test_bufpool_keeps_large_buffers_within_its_limits(void **state)
     psc_bufpool_destroy(&bp);
 }
 
+/* Poisons the newest kept buffer (which must be `buf`), slices a request
+ * that must take it, checks the request and frees it (back to the pool). */
+static void reslice_poisoned(const psc_shape *sh, psc_bufpool *bp, int op,
+                             const uint64_t *keys, size_t n,
+                             const float *vals, float *out, const void *buf)
+{
+    EXPECT_PTR(bp->b[bp->n - 1].p, buf, "the newest kept buffer");
+    memset(bp->b[bp->n - 1].p, 0xA5, bp->b[bp->n - 1].cap);
+    psc_req *r = NULL;
+    char err[256] = "";
+    EXPECT_INT(psc_req_keys(sh, op, keys, n, vals, out, &r, err, sizeof err),
+               0, "op %d from a reused buffer (%s)", op, err);
+    EXPECT_PTR(r, buf, "op %d reuses the buffer", op);
+    check_keyed_parts(sh, op, keys, n, vals, out, r);
+    psc_req_free(r);
+}
+
 /* A request over 2 nodes large enough for the pool is sliced right from a
  * reused buffer too (its header zeroed, its copies rewritten), and its
  * buffer goes back to the pool when it is freed. */
@@ -321,28 +338,15 @@ static void test_keyed_requests_reuse_pooled_buffers(void **state)
     psc_req_free(r);
     EXPECT_INT(psc_bufpool_held(&bp) > scratch, 1, "the request's buffer is "
                "kept when it is freed");
-    EXPECT_PTR(bp.b[bp.n - 1].p, first, "the newest kept buffer");
     /* Poisoned whole: a reused buffer must not rely on what it held. */
-    memset(bp.b[bp.n - 1].p, 0xA5, bp.b[bp.n - 1].cap);
     for (size_t i = 0; i < N; i++) {
         keys[i] = spread_key(i + N);
         vals[i] = -(float)i;
     }
-    r = NULL;
-    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, &r, err,
-                           sizeof err), 0, "second request (%s)", err);
-    EXPECT_PTR(r, first, "the second request reuses the first's buffer");
-    check_keyed_parts(&sh, PSW_OP_PUSHPULL, keys, N, vals, out, r);
-    psc_req_free(r);
+    reslice_poisoned(&sh, &bp, PSW_OP_PUSHPULL, keys, N, vals, out, first);
     /* A pull (no values: its copies are laid out differently, in less
-     * than the buffer holds) from the same buffer, poisoned again. */
-    memset(bp.b[bp.n - 1].p, 0xA5, bp.b[bp.n - 1].cap);
-    r = NULL;
-    EXPECT_INT(psc_req_keys(&sh, PSW_OP_PULL, keys, N, NULL, out, &r, err,
-                           sizeof err), 0, "a pull (%s)", err);
-    EXPECT_PTR(r, first, "the pull reuses the buffer");
-    check_keyed_parts(&sh, PSW_OP_PULL, keys, N, NULL, out, r);
-    psc_req_free(r);
+     * than the buffer holds) from the same buffer. */
+    reslice_poisoned(&sh, &bp, PSW_OP_PULL, keys, N, NULL, out, first);
     /* One node: nothing is copied, nothing pooled. */
     psc_shape one = shape_make(&t, 1, 16);
     one.pool = &bp;
