@@ -5,6 +5,17 @@
 
 #include <uv.h>
 
+/* Under AddressSanitizer a kept buffer is poisoned: a request used after
+ * it was freed would otherwise read or write a pooled buffer unseen. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POOL_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define POOL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define POOL_POISON(p, n) ((void)(p), (void)(n))
+#define POOL_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 void psc_bufpool_init(psc_bufpool *bp, size_t max_bytes)
 {
     pthread_mutex_init(&bp->mu, NULL);
@@ -14,24 +25,23 @@ void psc_bufpool_init(psc_bufpool *bp, size_t max_bytes)
     bp->last_take_ns = uv_hrtime();
 }
 
-void psc_bufpool_destroy(psc_bufpool *bp)
-{
-    for (int i = 0; i < bp->n; i++)
-        free(bp->b[i].p);
-    bp->n = 0;
-    bp->held = 0;
-    pthread_mutex_destroy(&bp->mu);
-}
-
 /* Takes kept buffer i out of the array; under mu. */
 static psc_poolbuf take_out(psc_bufpool *bp, int i)
 {
     psc_poolbuf x = bp->b[i];
+    POOL_UNPOISON(x.p, x.cap);
     bp->held -= x.cap;
     bp->n--;
     for (int j = i; j < bp->n; j++)
         bp->b[j] = bp->b[j + 1];
     return x;
+}
+
+void psc_bufpool_destroy(psc_bufpool *bp)
+{
+    while (bp->n)
+        free(take_out(bp, bp->n - 1).p);
+    pthread_mutex_destroy(&bp->mu);
 }
 
 void *psc_bufpool_take(psc_bufpool *bp, size_t n, size_t *cap)
@@ -74,6 +84,7 @@ void psc_bufpool_give(psc_bufpool *bp, void *p, size_t cap)
         gone[ngone++] = take_out(bp, 0).p;
     bp->b[bp->n++] = (psc_poolbuf){ p, cap };
     bp->held += cap;
+    POOL_POISON(p, cap);
     pthread_mutex_unlock(&bp->mu);
     for (int i = 0; i < ngone; i++)
         free(gone[i]);

@@ -137,7 +137,8 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         requests over several nodes need (their grouped
                                         copies and per-key scratch, 64 KiB or more
                                         each), and frees them after 10 s without such
-                                        a request */
+                                        a request; a request may take a kept buffer of
+                                        up to twice what it needs */
     const char *auth_token;          /* the cluster's token (16..255 bytes; one final
                                         line break is dropped, as psd drops it from
                                         auth_token_file); NULL or "":
