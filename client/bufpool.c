@@ -7,7 +7,12 @@
 
 /* Under AddressSanitizer a kept buffer is poisoned: a request used after
  * it was freed would otherwise read or write a pooled buffer unseen. */
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__has_feature)      /* clang */
+#if __has_feature(address_sanitizer)
+#define PSC_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(PSC_ASAN)   /* gcc, clang */
 #include <sanitizer/asan_interface.h>
 #define POOL_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
 #define POOL_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)

@@ -61,8 +61,9 @@ void psc_bufpool_destroy(psc_bufpool *bp);
  * it until it gives it back with psc_bufpool_give (with that capacity). */
 void *psc_bufpool_take(psc_bufpool *bp, size_t n, size_t *cap);
 
-/* Gives back a buffer from psc_bufpool_take: kept when it is large
- * enough and there is room, else freed. p may be NULL. */
+/* Gives back a buffer from psc_bufpool_take: kept (the oldest kept
+ * buffers freed to make room) unless it is under PSC_POOL_MIN or over
+ * max_bytes, then freed. p may be NULL. */
 void psc_bufpool_give(psc_bufpool *bp, void *p, size_t cap);
 
 /* Frees everything kept when nothing was taken for PSC_POOL_IDLE_NS

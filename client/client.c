@@ -500,8 +500,9 @@ static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg)
 {
     char err[128];
     if (forked(c, "a request")) {
-        /* Not back to the pool: its lock may have been held at the fork
-         * by a thread the child does not have (keyed checks first). */
+        /* keyed checks before slicing, so nothing pooled comes here; if
+         * it did, it must not go back to the pool, whose lock a thread
+         * the child does not have may have held at the fork. */
         r->pool = NULL;
         psc_req_free(r);
         return PS_ECLOSED;

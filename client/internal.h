@@ -34,7 +34,9 @@ struct ps_client {
 
     psc_customer cu;             /* requests, under its own lock */
     psc_bufpool pool;            /* large request copies kept for reuse
-                                    (bufpool.h; freed after cu) */
+                                    (bufpool.h); destroyed once the I/O
+                                    thread stopped and cu is gone, when
+                                    no request can be given back */
     psc_stats stats;             /* per request (the Customer counts) */
     psc_stats stats_base;        /* their values at the last reset */
 

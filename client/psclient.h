@@ -134,9 +134,9 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         0 means one request at a time. The client also
                                         keeps, for reuse, up to this (when not 0) or
                                         64 MiB, the lower, of the buffers that keyed
-                                        requests over several nodes need (their grouped
-                                        copies and per-key scratch, 64 KiB or more
-                                        each), and frees them after 10 s without such
+                                        requests on a cluster of several nodes need
+                                        (their grouped copies and per-key scratch,
+                                        64 KiB or more each), and frees them after 10 s without such
                                         a request; a request may take a kept buffer of
                                         up to twice what it needs */
     const char *auth_token;          /* the cluster's token (16..255 bytes; one final

@@ -66,7 +66,7 @@ static int is_pull(int op)
 
 /* One allocation for the request, its parts and `extra` bytes after
  * them (8-byte aligned), from pool when it is large (pool may be NULL).
- * The request and parts are zeroed; the extra bytes are not. */
+ * The request and parts are zeroed; the extra bytes may not be. */
 static psc_req *req_alloc(psc_bufpool *pool, int nparts, size_t extra,
                           void **tail)
 {
@@ -451,7 +451,7 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
         uint64_t stop = run_end(sh, row, end, rpp);
         int rc = check_size(sh, stop - row, 0, err, errlen);
         if (rc) {
-            free(r);
+            psc_req_free(r);
             return rc;
         }
         psc_part *p = &r->parts[k];

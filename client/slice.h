@@ -1,6 +1,7 @@
 /* Slicing: cuts one push or pull into parts, one wire message each,
  * grouped by the node that holds their keys (proto/layout.h decides), each
- * small enough for the server's max_frame. Pure: no sockets, no locks. */
+ * small enough for the server's max_frame. No sockets; the only lock is
+ * the pool's (sh->pool), for large copies and scratch. */
 #ifndef PSC_SLICE_H
 #define PSC_SLICE_H
 

@@ -292,17 +292,19 @@ static void test_bufpool_keeps_large_buffers_within_its_limits(void **state)
     psc_bufpool_destroy(&bp);
 }
 
-/* Poisons the newest kept buffer (which must be `buf`), slices a request
- * that must take it, checks the request and frees it (back to the pool). */
-static void reslice_poisoned(const psc_shape *sh, psc_bufpool *bp, int op,
+/* Fills the newest kept buffer (which must be `buf`) with junk, slices a
+ * request that must take it, checks the request and frees it (back to
+ * the pool). */
+static void reslice_dirtied(const psc_shape *sh, psc_bufpool *bp, int op,
                              const uint64_t *keys, size_t n,
                              const float *vals, float *out, const void *buf)
 {
+    EXPECT_INT(bp->n > 0, 1, "buffers kept");
     EXPECT_PTR(bp->b[bp->n - 1].p, buf, "the newest kept buffer");
     /* Taken and given back to be written (ASan poisons kept buffers). */
     size_t cap;
     void *p = psc_bufpool_take(bp, bp->b[bp->n - 1].cap, &cap);
-    EXPECT_PTR(p, buf, "the buffer taken to be poisoned");
+    EXPECT_PTR(p, buf, "the buffer taken to be filled");
     memset(p, 0xA5, cap);
     psc_bufpool_give(bp, p, cap);
     psc_req *r = NULL;
@@ -343,15 +345,15 @@ static void test_keyed_requests_reuse_pooled_buffers(void **state)
     psc_req_free(r);
     EXPECT_INT(psc_bufpool_held(&bp) > scratch, 1, "the request's buffer is "
                "kept when it is freed");
-    /* Poisoned whole: a reused buffer must not rely on what it held. */
+    /* Junk in the whole buffer: a reuse must not rely on what it held. */
     for (size_t i = 0; i < N; i++) {
         keys[i] = spread_key(i + N);
         vals[i] = -(float)i;
     }
-    reslice_poisoned(&sh, &bp, PSW_OP_PUSHPULL, keys, N, vals, out, first);
+    reslice_dirtied(&sh, &bp, PSW_OP_PUSHPULL, keys, N, vals, out, first);
     /* A pull (no values: its copies are laid out differently, in less
      * than the buffer holds) from the same buffer. */
-    reslice_poisoned(&sh, &bp, PSW_OP_PULL, keys, N, NULL, out, first);
+    reslice_dirtied(&sh, &bp, PSW_OP_PULL, keys, N, NULL, out, first);
     /* One node: nothing is copied, nothing pooled. */
     psc_shape one = shape_make(&t, 1, 16);
     one.pool = &bp;
