@@ -1044,6 +1044,13 @@ static void a_lost_worker_back_after_end_job_is_refused(void **state)
         fail_msg("psctl end-job with no job in progress said: %s", out);
     free(out);
     kill(pid, SIGCONT);
+    /* Its client finds the connection gone and makes it again by itself
+     * (an open worker's), and is refused: only then does it clock. Told
+     * to clock at once, the clock could race the client's own discovery
+     * that the node was silent and fail with that instead (seen once
+     * under ASan: "nothing heard ... presumed dead"). */
+    EXPECT_INT(cluster_log_wait(&cl, 0, "its job was ended since", 10000), 1,
+               "the node refuses worker 1's old client");
     assert_int_equal(write(gp[1], "g", 1), 1);
     close(gp[1]);
     EXPECT_INT(reap(pid), 0, "worker 1 (see above)");
