@@ -69,7 +69,7 @@ TEST_BINS  := $(UNIT_TESTS) $(E2E_TESTS) $(BUILD)/mh_client
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all test run run-modes run-faults run-torch soak bench bench-durability bench-zerocopy sanitize \
+.PHONY: all test run run-modes run-faults run-torch soak bench bench-durability bench-zerocopy sanitize tsan \
         install uninstall clean deps help
 all: $(PSD) $(PSCTL) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
@@ -319,6 +319,25 @@ sanitize:
 	$(MAKE) BUILD=build-san OPT="-O1 -g -fno-omit-frame-pointer" \
 	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined" test
 
+# ThreadSanitizer build of everything, in its own tree, running the whole
+# suite: libpsclient's I/O thread and its callers' threads share the
+# Customer, the connections' queues and the buffer pool. Not part of
+# .ci/run (it would double its time). Built with clang (from the packages
+# the fuzz targets install): GCC 12's TSan cannot start threads in a child
+# forked from a process with threads ("dup thread"), which the tests' forked
+# workers do; clang 14's can, with die_after_fork=0. The programs carry
+# the runtime and libpsclient.so leaves it to them (-z undefs); python3
+# does not start with clang's runtime preloaded, so the Python tests skip.
+# -Wcast-align=strict and -fvect-cost-model are GCC's. tests/tsan.supp
+# says what it suppresses and why.
+TSAN_CC ?= clang
+tsan:
+	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp die_after_fork=0 $(TSAN_OPTIONS)" \
+	CC=$(TSAN_CC) $(MAKE) CC=$(TSAN_CC) BUILD=build-tsan \
+	    OPT="-O1 -g -fno-omit-frame-pointer" MATH=-fno-math-errno \
+	    WARN="$(subst -Wcast-align=strict,-Wcast-align,$(WARN))" \
+	    SAN=-fsanitize=thread LDFLAGS=-Wl,-z,undefs test
+
 # RUN_INI: another cluster (its own ports and data_dir) for the demo.
 RUN_INI ?= conf/cluster-2.ini
 run: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
@@ -486,6 +505,8 @@ FUZZERS      := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 FUZZ_CI_TARGETS := fuzz_frame fuzz_msg fuzz_config fuzz_request \
                    fuzz_snapshot:10 fuzz_journal:10
 FUZZ_DEPS_STAMP := $(FUZZ_BUILD)/.deps-ok
+# make tsan's clang and its runtime come from the same packages.
+tsan: $(FUZZ_DEPS_STAMP)
 
 # libFuzzer comes with clang; Debian keeps its runtime in libclang-rt-14-dev.
 # Checked by linking an empty fuzzer, once per fuzz tree.
@@ -578,13 +599,14 @@ uninstall:
 	rm -rf $(DESTDIR)$(PYDIR)/psclient
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-tsan build-fuzz
 
 help:
 	@echo 'make run          a 2-node cluster from conf/ trains on Fashion-MNIST (2 workers)'
 	@echo 'make test         builds everything and runs the whole suite'
 	@echo 'make all          psd, psctl, libpsclient (.so, .a, .pc), the example trainers'
 	@echo 'make sanitize     the suite under ASan + UBSan (build-san/)'
+	@echo 'make tsan         the suite under ThreadSanitizer (build-tsan/)'
 	@echo 'make bench        benchmarks against baselines and ps-lite (PSLITE_HARNESS=DIR)'
 	@echo 'make bench-durability, make bench-zerocopy   parts of make bench alone'
 	@echo 'make run-modes    async, bsp and ssp training compared (about 2 minutes)'
@@ -595,4 +617,4 @@ help:
 	@echo 'make soak         rounds of random faults under ASan (SOAK_ROUNDS, SOAK_SEED)'
 	@echo 'make fuzz         the libFuzzer targets (clang; fuzz-build, fuzz-seeds)'
 	@echo 'make install, make uninstall   PREFIX (/usr/local), LIBDIR, DESTDIR, UNITDIR, PYDIR'
-	@echo 'make clean        removes build/, build-san/, build-fuzz/'
+	@echo 'make clean        removes build/, build-san/, build-tsan/, build-fuzz/'

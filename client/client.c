@@ -98,6 +98,7 @@ static _Thread_local int tls_open_quiet;     /* ps_options.quiet */
 
 /* Says why ps_open fails, for ps_last_error(NULL) and, unless the caller
  * asked for quiet (a binding that raises the reason itself), on stderr. */
+__attribute__((format(printf, 1, 2)))
 static void open_failed(const char *fmt, ...)
 {
     va_list ap;
@@ -146,7 +147,9 @@ static pthread_once_t first_open_once = PTHREAD_ONCE_INIT;
 
 static void on_fork_child(void)
 {
-    fork_count++;                /* the child has this one thread */
+    /* The child has this one thread; atomic like forked()'s read, which
+     * a thread of the parent may have been making at the fork. */
+    __atomic_add_fetch(&fork_count, 1, __ATOMIC_RELAXED);
 }
 
 /* Whether fd 2 was closed at the first ps_open: the library's sockets

@@ -162,6 +162,7 @@ static void rep_close(rep *r, uint64_t now_ms)
     r->more = 0;
 }
 
+__attribute__((format(printf, 3, 0)))
 static void rep_vlog(uint64_t now_ms, psd_log_level level, const char *fmt,
                      va_list ap)
 {

@@ -13,6 +13,7 @@
 #define FNV_OFFSET 2166136261u
 #define FNV_PRIME 16777619u
 
+__attribute__((format(printf, 3, 4)))
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;

@@ -413,6 +413,42 @@ char *cluster_log(const test_cluster *c, int i)
     return buf;
 }
 
+static int holds(const char *b, size_t n, const char *s)
+{
+    size_t k = strlen(s);
+    for (size_t i = 0; i + k <= n; i++)
+        if (b[i] == s[0] && memcmp(b + i, s, k) == 0)
+            return 1;
+    return 0;
+}
+
+const char *cluster_psd_sanitizer(void)
+{
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    FILE *f = fopen(psd, "rb");
+    if (!f)
+        return NULL;
+    /* The runtimes' entry points are in the binary's symbol names. */
+    static const char *const names[][2] = {
+        { "__asan_init", "AddressSanitizer" },
+        { "__tsan_init", "ThreadSanitizer" },
+    };
+    const char *found = NULL;
+    char buf[1 << 16];
+    size_t keep = 0, n;
+    while (!found && (n = fread(buf + keep, 1, sizeof buf - keep, f)) > 0) {
+        n += keep;
+        for (size_t i = 0; !found && i < 2; i++)
+            if (holds(buf, n, names[i][0]))
+                found = names[i][1];
+        /* A name may straddle two reads: keep the tail. */
+        keep = n < 16 ? n : 16;
+        memmove(buf, buf + n - keep, keep);
+    }
+    fclose(f);
+    return found;
+}
+
 pid_t spawn(int (*fn)(void *), void *arg)
 {
     fflush(stdout);

@@ -97,6 +97,12 @@ char *cluster_log(const test_cluster *c, int i);
  * it wrote nothing) and its exit status in *status (-1: not run). */
 char *cluster_psctl(const test_cluster *c, int *status, const char *args);
 
+/* The sanitizer psd ($PSD_BIN, else build/psd) was built with:
+ * "AddressSanitizer", "ThreadSanitizer", or NULL for none (or when the
+ * file cannot be read). Tests that run psd where a sanitizer cannot (an
+ * LD_PRELOAD shim replacing calloc, an address-space limit) skip on it. */
+const char *cluster_psd_sanitizer(void);
+
 /* Forks a child that runs fn(arg) and exits with its return value; the
  * child dies with the test process. Returns its pid. */
 pid_t spawn(int (*fn)(void *), void *arg);

@@ -105,7 +105,7 @@ static const msgpack_object *raw_read_one(int fd, msgpack_zone *z,
 {
     size_t len;
     msgpack_object obj;
-    const msgpack_object *msgs;
+    const msgpack_object *msgs = NULL;
     char err[128];
     *frame = raw_read_frame(fd, &len);
     if (!*frame)

@@ -299,7 +299,7 @@ static int read_handshake(int fd, psw_transcript *t, int *status)
     msgpack_zone z;
     msgpack_zone_init(&z, 4096);
     msgpack_object obj;
-    const msgpack_object *msgs;
+    const msgpack_object *msgs = NULL;
     char err[128];
     int op = -1;
     psw_challenge ch;
@@ -429,43 +429,16 @@ static void request_behind_a_throttled_auth_keeps_the_frame_clock_off(
 
 /* ---- 4. out of memory ---------------------------------------------- */
 
-/* Whether the file at path holds the bytes of s. */
-static int file_contains(const char *path, const char *s)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    size_t n = strlen(s), cap = 0, len = 0;
-    char *b = NULL;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            b = realloc(b, cap);
-            assert_non_null(b);
-        }
-        size_t k = fread(b + len, 1, cap - len, f);
-        if (k == 0)
-            break;
-        len += k;
-    }
-    fclose(f);
-    int found = 0;
-    for (size_t i = 0; !found && i + n <= len; i++)
-        found = b[i] == s[0] && memcmp(b + i, s, n) == 0;
-    free(b);
-    return found;
-}
-
 /* Starts one node with tests/accept_oom.c preloaded: the allocation of
  * every connection from 127.0.0.7 fails, the first taking delay_ms.
- * Skips the test when psd is built with AddressSanitizer, whose allocator
- * an LD_PRELOAD shim cannot replace. */
+ * Skips the test when psd is built with a sanitizer, whose allocator an
+ * LD_PRELOAD shim cannot replace. */
 static void start_with_accept_oom(test_cluster *c, int delay_ms)
 {
-    const char *psd = getenv("PSD_BIN");
-    if (file_contains(psd ? psd : "build/psd", "__asan_init")) {
-        print_message("# psd is built with AddressSanitizer: its calloc "
-                      "cannot be replaced by an LD_PRELOAD shim\n");
+    const char *san = cluster_psd_sanitizer();
+    if (san) {
+        print_message("# psd is built with %s: its calloc cannot be "
+                      "replaced by an LD_PRELOAD shim\n", san);
         skip();
     }
     char shim[PATH_MAX];

@@ -3225,16 +3225,16 @@ static void a_stalled_loop_does_not_presume_its_peers_dead(void **state)
  * PS_ENOMEM ("applied in part") while the node's log stayed silent, so
  * the operator of a node near its memory limit heard nothing. psd runs
  * under an address-space limit (a shell that sets `ulimit -v` and execs
- * it); AddressSanitizer cannot run under one, so a sanitized psd skips. */
+ * it); the sanitizers cannot run under one, so a sanitized psd skips. */
 static void a_push_refused_for_memory_is_logged(void **state)
 {
     (void)state;
     const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
-    char cmd[700], wrap[300], real[PATH_MAX];
-    snprintf(cmd, sizeof cmd, "grep -q __asan_init '%s'", psd);
-    if (system(cmd) == 0) {
-        print_message("# psd is built with AddressSanitizer, which cannot "
-                      "run under an address-space limit\n");
+    char wrap[300], real[PATH_MAX];
+    const char *san = cluster_psd_sanitizer();
+    if (san) {
+        print_message("# psd is built with %s, which cannot run under an "
+                      "address-space limit\n", san);
         skip();
     }
     if (!realpath(psd, real))

@@ -295,6 +295,7 @@ static void test_a_sighup_while_loading_is_a_reload_once_serving(
 /* ---- psctl and /metrics ------------------------------------------------- */
 
 /* Runs a command; its stdout (malloc'd) and exit status. */
+__attribute__((format(printf, 2, 3)))
 static char *run(int *status, const char *fmt, ...)
 {
     char cmd[1024];
@@ -1796,12 +1797,10 @@ static void test_metrics_go_on_after_no_memory_for_a_connection(
     void **state)
 {
     (void)state;
-    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "grep -q __asan_init '%s'", psd);
-    if (system(cmd) == 0) {
-        print_message("# psd is built with AddressSanitizer: its calloc "
-                      "cannot be replaced by an LD_PRELOAD shim\n");
+    const char *san = cluster_psd_sanitizer();
+    if (san) {
+        print_message("# psd is built with %s: its calloc cannot be "
+                      "replaced by an LD_PRELOAD shim\n", san);
         skip();
     }
     char shim[600];

@@ -180,7 +180,7 @@ static void test_a_scripted_sequence_is_counted_exactly(void **state)
     int sp = ps_table(c, "sp", NULL), dn = ps_table(c, "dn", NULL);
     ps_stats_reset(c);
     uint64_t keys[5] = { 1, 2, 3, 4, 5 };
-    float vals[5 * 4] = { 0 }, out[100 * 4];
+    float vals[5 * 4] = { 0 }, out[100 * 4] = { 0 };  /* pushed back: finite */
     size_t sent = 0, received = 0;
     ps_ts ts = 0;
     /* Requests one at a time, so each is a frame of its own, behind an ACK
