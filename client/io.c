@@ -544,7 +544,8 @@ static size_t frame_parts(const nconn *nc)
 static void count_sent(nconn *nc, const psc_part *p)
 {
     uint64_t payload = 8 * p->msg.nkeys + p->msg.vals_len;
-    int k = psc_stat_kind(p->msg.op);
+    /* The request's kind: a pushpull may go as pushes and pulls. */
+    int k = psc_stat_kind(p->req->op);
     if (k >= 0) {
         psc_add(&nc->st.op[k].parts, 1);
         psc_add(&nc->st.op[k].payload_sent, payload);
@@ -1680,7 +1681,7 @@ static void handle_reply(nconn *nc, const psw_msg *m)
         got = (p->msg.op == PSW_OP_PULL_RANGE ? (size_t)p->msg.count
                                               : p->msg.nkeys) *
               p->req->dim * sizeof(float);
-    int k = psc_stat_kind(p->msg.op);
+    int k = psc_stat_kind(p->req->op);
     if (k >= 0) {
         psc_opstat *o = &nc->st.op[k];
         psc_add(&o->requests, 1);

@@ -283,7 +283,10 @@ PS_API ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
 PS_API ps_ts ps_pull(ps_client *c, int table, const uint64_t *keys, size_t n,
                      float *out, ps_done_fn cb, void *arg);
 /* Pushes grads, then pulls the rows as they are after that push, in one
- * round trip. */
+ * round trip: every occurrence of a key reads its row after the whole
+ * push. (A request whose rows take more than one message on some node
+ * goes as its pushes, then pulls of the same keys queued right behind
+ * them, which sends the keys twice.) */
 PS_API ps_ts ps_pushpull(ps_client *c, int table, const uint64_t *keys, size_t n,
                          const float *grads, float *out, ps_done_fn cb, void *arg);
 /* Dense tables: rows first..first+count-1, no key lists on the wire.

@@ -211,6 +211,24 @@ static int fill_parts(psc_req *r, const psc_shape *sh, int op, int nd, int k,
     return k;
 }
 
+/* Makes the nparts PUSHPULL parts at the head of r's 2 * nparts into
+ * PUSHes, and the tail into PULLs of the same keys, in the same order
+ * (see slice_keys). */
+static void split_pushpull(psc_req *r, size_t nparts)
+{
+    for (size_t i = 0; i < nparts; i++) {
+        psc_part *p = &r->parts[i], *q = &r->parts[nparts + i];
+        *q = *p;
+        q->msg.op = PSW_OP_PULL;
+        q->msg.part = (uint32_t)(nparts + i);
+        q->msg.vals = NULL;
+        q->msg.vals_len = 0;
+        p->msg.op = PSW_OP_PUSH;
+        p->out = NULL;
+        p->pos = NULL;
+    }
+}
+
 /* The end of the run of keys from i on that live on the same node. */
 static size_t home_run_end(const uint16_t *home, size_t i, size_t n)
 {
@@ -282,10 +300,19 @@ static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
         else
             nparts = run_parts;
     }
-    if (nparts > 65535) {
+    /* A pushpull whose rows on some node take several messages goes as
+     * that many pushes, then pulls of the same keys: a PUSHPULL message
+     * reads its rows right after its own push, so a key that comes again
+     * in a later message to the node would read a row that later push had
+     * not reached, where the request is the rows as they are after the
+     * whole push. A node applies a connection's messages in order, so the
+     * pulls, queued behind every push, see them all. */
+    int split = op == PSW_OP_PUSHPULL && nparts > (size_t)used;
+    size_t nmsgs = split ? 2 * nparts : nparts;
+    if (nmsgs > 65535) {
         snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
                  "%zu messages of %zu rows; at most 65535: split the "
-                 "request%s", n, t->name, nparts, rpp,
+                 "request%s", n, t->name, nmsgs, rpp,
                  cut_by_frame(sh, rowb + 8));
         return PS_ETOOBIG;
     }
@@ -293,13 +320,13 @@ static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
     psc_req *r;
     if (used == 1) {
         /* The common case: every key on one node, nothing to copy. */
-        r = req_alloc(NULL, (int)nparts, 0, NULL);
+        r = req_alloc(NULL, (int)nmsgs, 0, NULL);
         if (!r)
             return PS_ENOMEM;
         fill_parts(r, sh, op, one, 0, keys, n, (const char *)vals, out, NULL,
                    rpp);
     } else if (run_parts) {
-        r = req_alloc(NULL, (int)nparts, 0, NULL);
+        r = req_alloc(NULL, (int)nmsgs, 0, NULL);
         if (!r)
             return PS_ENOMEM;
         int k = 0;
@@ -315,7 +342,7 @@ static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
         size_t extra = n * 8 + (is_pull(op) ? n * 4 : 0) +
                        (is_push(op) ? n * rowb : 0);
         void *tail;
-        r = req_alloc(sh->pool, (int)nparts, extra, &tail);
+        r = req_alloc(sh->pool, (int)nmsgs, extra, &tail);
         if (!r)
             return PS_ENOMEM;
         uint64_t *gk = tail;
@@ -347,22 +374,25 @@ static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
         }
         free(start);
     }
+    if (split)
+        split_pushpull(r, nparts);
     r->op = op;
     r->dim = t->dim;
-    r->payload_out = n * 8 + (is_push(op) ? n * rowb : 0);
+    r->payload_out = n * (split ? 16 : 8) + (is_push(op) ? n * rowb : 0);
     r->payload_in = is_pull(op) ? n * rowb : 0;
     r->bytes = r->payload_out + r->payload_in;
     /* A frame's size budget covers its replies too: the server refuses
      * frames whose replies would exceed max_frame. */
-    for (int i = 0; i < r->nparts; i++)
-        r->parts[i].wire_bytes = PSW_MSG_OVERHEAD + r->parts[i].msg.nkeys * 8 +
-                                 r->parts[i].msg.vals_len +
-                                 (is_pull(op) ? r->parts[i].msg.nkeys * rowb
-                                              : 0);
+    for (int i = 0; i < r->nparts; i++) {
+        psc_part *p = &r->parts[i];
+        p->wire_bytes = PSW_MSG_OVERHEAD + p->msg.nkeys * 8 +
+                        p->msg.vals_len +
+                        (is_pull(p->msg.op) ? p->msg.nkeys * rowb : 0);
+        /* An ssp pull may be held. */
+        p->slow = sh->table->consistency == PSW_CONS_SSP &&
+                  is_pull(p->msg.op);
+    }
     r->whole = goes_in_two_waves(op, r->nparts, vals, n * rowb);
-    if (sh->table->consistency == PSW_CONS_SSP && is_pull(op))
-        for (int i = 0; i < r->nparts; i++)
-            r->parts[i].slow = 1;    /* an ssp pull may be held */
     *reqp = r;
     return 0;
 }

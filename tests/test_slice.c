@@ -522,24 +522,49 @@ static void test_long_runs_on_one_node_borrow_the_callers_buffers(
                                 sizeof err), 0, "op %d (%s)", op, err);
         size_t next = 0;
         int nodes_seen[2] = { 0, 0 };
-        for (int k = 0; k < r->nparts; k++) {
+        /* A pushpull of several parts a node goes as pushes, then pulls
+         * of the same keys (slice_keys): the pulls are the second half. */
+        int split = op == PSW_OP_PUSHPULL;
+        int m = split ? r->nparts / 2 : r->nparts;
+        for (int k = 0; k < m; k++) {
             const psc_part *p = &r->parts[k];
             const uint64_t *pk = (const uint64_t *)(const void *)p->msg.keys;
             EXPECT_PTR(pk, keys + next, "op %d part %d: keys borrowed in "
                        "order", op, k);
             EXPECT_INT(p->msg.part, k, "op %d: part index", op);
+            EXPECT_INT(p->msg.op, split ? PSW_OP_PUSH : op, "op %d part %d: "
+                       "its op", op, k);
             for (size_t i = 0; i < p->msg.nkeys; i++)
                 EXPECT_INT(node_of(&sh, keys[next + i]), p->node,
                            "op %d part %d: key %zu's node", op, k, i);
             EXPECT_PTR(p->msg.vals, has_push(op)
                                         ? (const char *)(vals + next * DIM)
                                         : NULL, "op %d part %d: vals", op, k);
-            EXPECT_PTR(p->out, has_pull(op) ? out + next * DIM : NULL,
+            EXPECT_PTR(p->out, has_pull(op) && !split ? out + next * DIM
+                                                      : NULL,
                        "op %d part %d: out", op, k);
             EXPECT_PTR(p->pos, NULL, "op %d part %d: pos", op, k);
+            if (split) {
+                const psc_part *q = &r->parts[m + k];
+                EXPECT_INT(q->msg.op, PSW_OP_PULL, "pushpull part %d: op",
+                           m + k);
+                EXPECT_INT(q->msg.part, m + k, "pushpull: part index");
+                EXPECT_INT(q->node, p->node, "pushpull part %d: node",
+                           m + k);
+                EXPECT_PTR(q->msg.keys, p->msg.keys, "pushpull part %d: "
+                           "the keys of push part %d", m + k, k);
+                EXPECT_U64(q->msg.nkeys, p->msg.nkeys, "pushpull part %d: "
+                           "keys", m + k);
+                EXPECT_PTR(q->msg.vals, NULL, "pushpull part %d: vals",
+                           m + k);
+                EXPECT_PTR(q->out, out + next * DIM, "pushpull part %d: out",
+                           m + k);
+                EXPECT_PTR(q->pos, NULL, "pushpull part %d: pos", m + k);
+            }
             nodes_seen[p->node] = 1;
             next += p->msg.nkeys;
         }
+        EXPECT_INT(r->nparts, split ? 2 * m : m, "op %d: parts", op);
         EXPECT_U64(next, N, "op %d: keys covered", op);
         EXPECT_INT(nodes_seen[0] && nodes_seen[1], 1, "op %d: both nodes",
                    op);
