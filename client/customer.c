@@ -318,7 +318,14 @@ static void note_partial(psc_req *r)
 {
     if (r->status == PS_OK || !psw_op_has(r->op, PSW_OPF_PUSHES))
         return;
-    if (r->nok)
+    int pushing = 0;
+    for (int i = 0; i < r->nparts; i++)
+        pushing += psw_op_has(r->parts[i].msg.op, PSW_OPF_PUSHES);
+    if (pushing && r->nok == pushing)
+        /* A pushpull sent as pushes then pulls: one of its pulls failed. */
+        append_error(r, " (every part of its push was applied: only the "
+                        "pull of its rows failed)");
+    else if (r->nok)
         append_error(r, " (other parts of this push were applied: it was "
                         "applied in part)");
     else if (r->unanswered && r->error &&
@@ -536,7 +543,9 @@ void psc_customer_close(psc_customer *cu)
 static int settle(psc_part *p, int status, const char *why, size_t whylen)
 {
     psc_req *r = p->req;
-    if (status == PS_OK)
+    /* The pull parts of a pushpull sent as pushes then pulls apply
+     * nothing: what they answer says nothing of the push. */
+    if (status == PS_OK && psw_op_has(p->msg.op, PSW_OPF_PUSHES))
         r->nok++;
     if (status != PS_OK && r->status == PS_OK) {
         r->status = status;

@@ -53,7 +53,7 @@ struct psc_req {
     uint32_t dim;
     uint64_t submit_ns;          /* when the Customer accepted it */
     int pending;                 /* parts not answered yet */
-    int nok;                     /* parts answered with PS_OK */
+    int nok;                     /* parts that push answered PS_OK */
     int unanswered;              /* parts of a push that failed sent but
                                     not answered: they may have been
                                     applied (io.c, part_fail) */

@@ -311,8 +311,11 @@ static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
     size_t nmsgs = split ? 2 * nparts : nparts;
     if (nmsgs > 65535) {
         snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
-                 "%zu messages of %zu rows; at most 65535: split the "
+                 "%zu messages of %zu rows%s; at most 65535: split the "
                  "request%s", n, t->name, nmsgs, rpp,
+                 split ? " (a pushpull of several messages a node goes as "
+                         "its pushes, then pulls of the same keys)"
+                       : "",
                  cut_by_frame(sh, rowb + 8));
         return PS_ETOOBIG;
     }

@@ -1804,6 +1804,76 @@ static void ssp_pulls_go_on_after_a_crash_when_all_clocked(void **state)
                  why);
 }
 
+/* A pushpull whose rows take several messages goes as pushes, then pulls
+ * (client/slice.c), and its error text says what of the push was applied:
+ * on an ssp table a pull held past sync_timeout_ms failed with "(other
+ * parts of this push were applied: it was applied in part)" where the
+ * whole push had been (the pull parts' OKs were counted as the push's),
+ * and a reader's pushpull to a bsp table, refused whole, said the same of
+ * nothing applied. */
+static void a_split_pushpull_says_what_of_its_push_was_applied(void **state)
+{
+    (void)state;
+    enum { N = 300, DIM = 1024 };    /* row 6 N times: 5 messages of rows */
+    float *g = malloc((size_t)N * DIM * sizeof *g);
+    float *out = malloc((size_t)N * DIM * sizeof *out);
+    uint64_t keys[N];
+    assert_non_null(g);
+    assert_non_null(out);
+    for (size_t i = 0; i < (size_t)N * DIM; i++)
+        g[i] = 1.0f;
+    for (int i = 0; i < N; i++)
+        keys[i] = 6;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.big]\nkind = dense\nrows = 64\ndim = 1024\n"
+                                      "consistency = ssp\nstaleness = 0\n"),
+                     0);
+    ps_client *w0 = open_worker_ms(cl.spec, 0, 1000);
+    ps_client *w1 = open_worker_ms(cl.spec, 1, 1000);
+    assert_non_null(w0);
+    assert_non_null(w1);
+    int t = ps_table(w0, "big", NULL);
+    /* Worker 0 one clock ahead of worker 1 with staleness 0: its pulls
+     * are held until worker 1 clocks, which it does not. */
+    assert_int_equal(ps_clock(w0), 0);
+    int st = ps_wait(w0, ps_pushpull(w0, t, keys, N, g, out, NULL, NULL));
+    char why[1024];
+    snprintf(why, sizeof why, "%s", ps_last_error(w0));
+    uint64_t six = 6;
+    float v = -1.0f;
+    if (ps_wait(w1, ps_pull(w1, t, &six, 1, out, NULL, NULL)) == PS_OK)
+        v = out[DIM - 1];
+    ps_close(w0);
+    ps_close(w1);
+    assert_int_equal(cluster_stop(&cl), 0);
+    if (st == PS_OK)
+        fail_msg("the held pull did not time out");
+    if (!strstr(why, "every part of its push was applied") ||
+        strstr(why, "applied in part"))
+        fail_msg("a pushpull whose push was applied whole and whose pull "
+                 "timed out says: %s", why);
+    if (v != (float)N)
+        fail_msg("row 6 after the push: %g, want %d", (double)v, N);
+
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.big]\nkind = dense\nrows = 64\ndim = 1024\n"
+                                      "consistency = bsp\n"), 0);
+    ps_client *rd = open_worker(cl.spec, -1);
+    assert_non_null(rd);
+    st = ps_wait(rd, ps_pushpull(rd, ps_table(rd, "big", NULL), keys, N, g,
+                                 out, NULL, NULL));
+    snprintf(why, sizeof why, "%s", ps_last_error(rd));
+    ps_close(rd);
+    assert_int_equal(cluster_stop(&cl), 0);
+    free(g);
+    free(out);
+    if (st != PS_EINVAL)
+        fail_msg("a reader's pushpull to a bsp table: %s, want PS_EINVAL "
+                 "(%s)", ps_strerror(st), why);
+    if (strstr(why, "applied"))
+        fail_msg("a pushpull refused whole says: %s", why);
+}
+
 /* Joins as worker (int)arg; worker 1 then leaves with ps_close, worker 2
  * goes without a word after 300 ms. */
 static int join_then_go(void *arg)
@@ -2555,6 +2625,7 @@ int main(void)
         cmocka_unit_test(a_stand_in_releases_a_worker_that_never_came),
         cmocka_unit_test(ssp_bound_holds_after_a_crash),
         cmocka_unit_test(ssp_pulls_go_on_after_a_crash_when_all_clocked),
+        cmocka_unit_test(a_split_pushpull_says_what_of_its_push_was_applied),
         cmocka_unit_test(
             workers_that_left_before_a_crash_are_not_waited_for_after_it),
         cmocka_unit_test(bsp_node_killed_between_pushes_of_an_iteration),
