@@ -322,7 +322,8 @@ sanitize:
 # ThreadSanitizer build of everything, in its own tree, running the whole
 # suite: libpsclient's I/O thread and its callers' threads share the
 # Customer, the connections' queues and the buffer pool. Not part of
-# .ci/run (it would double its time). Built with clang (from the packages
+# .ci/run: about 5 minutes more on a 2-core VM, where .ci/run takes about
+# 12 of its 20. Built with clang (from the packages
 # the fuzz targets install): GCC 12's TSan cannot start threads in a child
 # forked from a process with threads ("dup thread"), which the tests' forked
 # workers do; clang 14's can, with die_after_fork=0. The programs carry
