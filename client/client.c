@@ -502,11 +502,10 @@ int ps_table(ps_client *c, const char *name, ps_table_info *info)
 static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg)
 {
     char err[128];
+    /* Before the Customer's lock, which a thread the child does not have
+     * may have held at the fork. Keyed requests were checked before
+     * slicing already (keyed), so no pooled request comes here. */
     if (forked(c, "a request")) {
-        /* keyed checks before slicing, so nothing pooled comes here; if
-         * it did, it must not go back to the pool, whose lock a thread
-         * the child does not have may have held at the fork. */
-        r->pool = NULL;
         psc_req_free(r);
         return PS_ECLOSED;
     }
@@ -575,7 +574,8 @@ static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
         psc_set_error(c, "%s", n == 0 ? "no keys given" : "a buffer is NULL");
         return PS_EINVAL;
     }
-    /* Before slicing, which takes the pool's lock (see submit). */
+    /* Before slicing, which takes the pool's lock: a thread the child
+     * does not have may have held it at the fork. */
     if (forked(c, "a request"))
         return PS_ECLOSED;
     rc = psc_req_keys(&sh, op, keys, n, vals, out, &r, err, sizeof err);
