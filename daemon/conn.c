@@ -1196,6 +1196,13 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
     if (n == 0 || c->closing)
         return;
     if (n < 0) {
+        /* A frame cut short (a client that died mid-write, or one that
+         * closed on purpose) can never be whole: it is dropped, and said. */
+        size_t part = psw_reader_cut(&c->rd);
+        if (n == UV_EOF && part)
+            psd_warn_rep("connection from %s closed in the middle of a frame "
+                         "(%zu bytes of it came): that frame is dropped, "
+                         "nothing of it applied", c->peer, part);
         if (n == UV_ENOBUFS)
             reject(c, "out of memory for the receive buffer");
         else if (n == UV_EOF && c->hello_done) {

@@ -26,6 +26,9 @@ typedef struct entry {
 struct psd_dclient {
     uint64_t id, incarnation;
     uint64_t low;                /* requests below it are complete */
+    uint64_t top;                /* one above the highest push ts this
+                                    node has seen of it: a client's ACK
+                                    moves low no higher (psd_dedup_ack) */
     entry *tab;
     size_t cap, n;               /* n counts dead entries too */
     /* The ts of each entry, oldest record first; a record that comes
@@ -251,14 +254,23 @@ static int resize_ring(psd_dclient *c, size_t cap)
     return 0;
 }
 
-void psd_dedup_pushed(psd_dclient *c)
+/* A push of ts reached the node: a later ACK may say it is complete. */
+static void saw(psd_dclient *c, uint64_t ts)
+{
+    if (ts != UINT64_MAX && ts + 1 > c->top)
+        c->top = ts + 1;
+}
+
+void psd_dedup_pushed(psd_dclient *c, uint64_t ts)
 {
     c->pushed = 1;
+    saw(c, ts);
 }
 
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
 {
     c->pushed = 1;
+    saw(c, ts);
     if (ts < c->low || ts == 0)
         return 0;
     if (c->live == c->rcap &&
@@ -275,7 +287,9 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
     return 0;
 }
 
-uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every)
+/* Moves c's mark up to upto: what psd_dedup_ack and psd_dedup_mark
+ * share. */
+static uint64_t mark(psd_dclient *c, uint64_t upto, uint64_t every)
 {
     if (upto <= c->low)
         return 0;
@@ -304,6 +318,25 @@ uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every)
         return 0;
     c->journaled = upto;
     return upto;
+}
+
+uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every)
+{
+    /* A mark above every push this node has seen of the client says
+     * nothing more about them, and taken as it came it would make every
+     * later push look like a stale copy, answered OK and never applied
+     * (a client's bug, or another connection naming the same client).
+     * A client's later requests legitimately carry marks above what
+     * this node saw (its pulls, its pushes to other nodes): clamped,
+     * they drop the same entries. */
+    return mark(c, upto < c->top ? upto : c->top, every);
+}
+
+uint64_t psd_dedup_mark(psd_dclient *c, uint64_t upto)
+{
+    if (upto > c->top)
+        c->top = upto;
+    return mark(c, upto, UINT64_MAX);
 }
 
 int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
@@ -457,7 +490,7 @@ int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        psd_dedup_ack(c, low, UINT64_MAX);
+        psd_dedup_mark(c, low);
         /* A client the snapshot holds was kept when it was written (a
          * reader then connected too): kept again, so that a node written
          * and loaded holds what it held (a push of ts 0 replayed from the

@@ -36,21 +36,30 @@ void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms);
 int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
                    int *status);
 
-/* Client c sent a valid push (applied, or refused at a limit): it is
- * remembered past its last connection, with its mark, for client_ttl. */
-void psd_dedup_pushed(psd_dclient *c);
+/* Client c sent a valid push of ts (applied, or refused at a limit): it
+ * is remembered past its last connection, with its mark, for client_ttl,
+ * and its ACKs may now mark that push complete. */
+void psd_dedup_pushed(psd_dclient *c, uint64_t ts);
 
 /* Records that push (ts, part) was applied, with its status (a push that
  * failed part-way still changed rows, so it counts). 0, or -1 when memory
  * runs out (the push is then not protected against a retry). */
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status);
 
-/* ACK: every request of the client below ts `upto` is complete. Returns
- * the mark to journal, or 0: a mark is journaled once it has moved at
- * least `every` requests past the last one journaled (a replay then
- * brings back at most that many requests' pushes beyond what the client
- * had in flight, where without it every push since the snapshot). */
+/* ACK: every request of the client below ts `upto` is complete. The
+ * mark moves no higher than just above the highest push of the client
+ * this node has seen (psd_dedup_pushed, psd_dedup_record): a later push
+ * is never taken for a stale copy, whatever value an ACK carried.
+ * Returns the mark to journal, or 0: a mark is journaled once it has
+ * moved at least `every` requests past the last one journaled (a replay
+ * then brings back at most that many requests' pushes beyond what the
+ * client had in flight, where without it every push since the
+ * snapshot). */
 uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every);
+
+/* A mark this node took before (from its snapshot or journal), set as it
+ * is. Returns 0. */
+uint64_t psd_dedup_mark(psd_dclient *c, uint64_t upto);
 
 /* Whether the node may take a new push (ts) of client c, against two
  * limits on what it remembers: per_client pushes of one client not yet

@@ -915,7 +915,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
      * first time, without applying it again; a pushpull still pulls. */
     psd_dclient *dc = pushes ? dedup_of(n, ss, now_ms) : NULL;
     if (dc)                      /* remembered past its close from now */
-        psd_dedup_pushed(dc);
+        psd_dedup_pushed(dc, m->ts);
     int seen_status;
     if (dc && psd_dedup_seen(dc, m->ts, m->part, &seen_status)) {
         n->stats.duplicates++;
@@ -1268,7 +1268,7 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        (void)psd_dedup_ack(dc, r->mark, UINT64_MAX);
+        (void)psd_dedup_mark(dc, r->mark);
         psd_dedup_detach(n->dedup, dc, rc_->now_ms);
         return 0;
     }

@@ -449,6 +449,21 @@ void psw_reader_undivert(psw_reader *r)
         r->hole_discard = 1;
 }
 
+size_t psw_reader_cut(const psw_reader *r)
+{
+    if (r->hole_left)            /* the frame at off comes into a hole */
+        return r->len - r->off + r->holes - r->hole_left;
+    size_t at = r->off, holes = r->holes;    /* the frame at off's */
+    while (r->len - at >= PSW_FRAME_HDR) {
+        size_t flen = be32(r->buf + at), have = r->len - at + holes;
+        if (have < PSW_FRAME_HDR + flen)
+            break;
+        at += PSW_FRAME_HDR + flen - holes;
+        holes = 0;
+    }
+    return r->len - at + holes;
+}
+
 int psw_reader_next(psw_reader *r, const char **body, size_t *len)
 {
     size_t have = r->len - r->off;

@@ -152,6 +152,11 @@ static inline size_t psw_reader_pending(const psw_reader *r)
     return r->len - r->off;
 }
 
+/* Bytes received of a frame not yet complete, past every complete frame
+ * still buffered (0 when the stream ends on a frame boundary): what a
+ * stream that ends now cuts short. */
+size_t psw_reader_cut(const psw_reader *r);
+
 /* The most container elements one frame may hold in all: 65536 messages
  * of at most 7 fields each (a request or reply frame; HELLO_OK needs far
  * fewer). msgpack-c allocates 24 bytes per element up front, so this

@@ -288,8 +288,10 @@ int psw_frame_messages(const msgpack_object *frame, uint32_t max,
 static int msg_op(const msgpack_object *o, uint32_t min_len, char *err,
                   size_t errlen, uint32_t *op)
 {
-    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size < 1)
+    if (o->type != MSGPACK_OBJECT_ARRAY)
         FAIL("message is not an array");
+    if (o->via.array.size < 1)
+        FAIL("message is an empty array (no op)");
     if (get_u32(&o->via.array.ptr[0], op))
         FAIL("message op is not an unsigned integer");
     if (o->via.array.size < min_len)

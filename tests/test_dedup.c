@@ -63,6 +63,34 @@ static void test_ack_forgets_below_the_mark_and_refuses_stale_copies(
     psd_dedup_free(d);
 }
 
+/* An ACK moves the mark no higher than just above the client's highest
+ * push seen here: a later push is new, whatever value an ACK carried (a
+ * client's bug, or another connection naming the client). A mark the
+ * node took before (its snapshot, its journal) is set as it is. */
+static void test_an_ack_past_every_push_seen_stops_above_the_highest(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 1, 1, 0);
+    int st;
+    psd_dedup_ack(c, UINT64_MAX, UINT64_MAX);
+    EXPECT_INT(psd_dedup_seen(c, 1, 0, &st), 0, "1.0 after an ACK with "
+               "no push seen");
+    for (uint64_t ts = 1; ts <= 3; ts++)
+        psd_dedup_record(c, ts, 0, PSW_OK);
+    psd_dedup_pushed(c, 5);              /* seen, refused at a limit */
+    psd_dedup_ack(c, UINT64_MAX, UINT64_MAX);
+    EXPECT_INT(psd_dedup_seen(c, 5, 0, &st), 1, "5.0, marked complete");
+    EXPECT_INT(psd_dedup_seen(c, 6, 0, &st), 0, "6.0, new");
+    EXPECT_INT(psd_dedup_seen(c, 1000, 0, &st), 0, "1000.0, new");
+    psd_dclient *e = psd_dedup_attach(d, 2, 1, 0);
+    psd_dedup_mark(e, 100);
+    EXPECT_INT(psd_dedup_seen(e, 99, 0, &st), 1, "99.0 below a loaded mark");
+    EXPECT_INT(psd_dedup_seen(e, 100, 0, &st), 0, "100.0");
+    psd_dedup_free(d);
+}
+
 /* A client with 64 pushes in flight over a million: what is remembered
  * stays within four times what is in flight. */
 static void test_memory_stays_flat_with_a_sliding_window(void **state)
@@ -370,6 +398,8 @@ int main(void)
             test_a_recorded_push_is_seen_with_its_status_and_others_not),
         cmocka_unit_test(
             test_ack_forgets_below_the_mark_and_refuses_stale_copies),
+        cmocka_unit_test(
+            test_an_ack_past_every_push_seen_stops_above_the_highest),
         cmocka_unit_test(test_memory_stays_flat_with_a_sliding_window),
         cmocka_unit_test(
             test_clients_without_connections_expire_after_the_ttl),

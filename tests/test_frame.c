@@ -340,6 +340,44 @@ static void reader_unread_gives_the_same_frame_again(void **state)
     free(f);
 }
 
+/* What a stream that ends now cuts short: the bytes of a frame begun,
+ * past every complete frame, whether those were taken yet or not. */
+static void reader_says_what_an_end_now_would_cut_short(void **state)
+{
+    (void)state;
+    uint64_t keys[4] = { 1, 2, 3, 4 };
+    static float big[3000];
+    float small[4] = { 0 };
+    size_t len;
+    char *f = scan_frame(&len, keys, big, small);
+    psw_reader r;
+    psw_reader_init(&r, 1 << 20);
+    EXPECT_INT(psw_reader_cut(&r), 0, "nothing received");
+    size_t sent[] = { 3, len - 3, len, 10, len - 10 - 1, 1 };
+    size_t want[] = { 3, 0, 0, 10, len - 1, 0 };
+    for (int i = 0; i < 6; i++) {
+        size_t done = 0;
+        for (int k = 0; k < i; k++)
+            done += sent[k];
+        char *p;
+        size_t n;
+        while (psw_reader_space(&r, &p, &n) == 0 && n < sent[i])
+            ;
+        memcpy(p, f + done % len, sent[i]);
+        psw_reader_commit(&r, sent[i]);
+        EXPECT_INT(psw_reader_cut(&r), want[i], "after piece %d", i);
+    }
+    const char *b;
+    size_t l;
+    assert_int_equal(psw_reader_next(&r, &b, &l), 1);
+    EXPECT_INT(psw_reader_cut(&r), 0, "after one of three frames is taken");
+    assert_int_equal(psw_reader_next(&r, &b, &l), 1);
+    assert_int_equal(psw_reader_next(&r, &b, &l), 1);
+    EXPECT_INT(psw_reader_cut(&r), 0, "after all three");
+    psw_reader_destroy(&r);
+    free(f);
+}
+
 /* A frame that announces 8 MiB and sends 100 KiB makes the buffer grow
  * with what came, not to what was announced. */
 static void reader_buffer_grows_with_the_bytes_that_arrive(void **state)
@@ -1070,6 +1108,7 @@ int main(void)
         cmocka_unit_test(nonfinite_finds_nan_and_inf_anywhere),
         cmocka_unit_test(reader_scan_finds_nonfinite_values_whatever_the_cut),
         cmocka_unit_test(reader_unread_gives_the_same_frame_again),
+        cmocka_unit_test(reader_says_what_an_end_now_would_cut_short),
         cmocka_unit_test(reader_buffer_grows_with_the_bytes_that_arrive),
         cmocka_unit_test(reader_refuses_oversized_length_before_buffering),
         cmocka_unit_test(reader_refuses_empty_frame),

@@ -1080,6 +1080,28 @@ static void garbage_and_wrong_shapes_close_at_once_and_are_counted(
                1, "the log names the second HELLO");
     EXPECT_INT(cluster_log_wait(&c, 0, "a reply sent to the server", 1000), 1,
                "the log names the REPLY");
+    EXPECT_INT(cluster_log_wait(&c, 0, "message 0: message is an empty "
+                                "array (no op)", 1000), 1,
+               "the log names the empty message");
+    /* A frame cut short by the client's close: nothing to apply, but
+     * said, since the rest of it will never come. */
+    {
+        int cut = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello(cut), 0, "HELLO");
+        uint64_t k = 3;
+        float v = 1;
+        psw_msg m = { .op = PSW_OP_PUSH, .ts = 1, .table = 0,
+                      .keys = (const char *)&k, .nkeys = 1,
+                      .vals = (const char *)&v, .vals_len = 4 };
+        size_t flen;
+        char *fr = raw_frame_bytes(&m, 1, &flen);
+        raw_send(cut, fr, 30);
+        free(fr);
+        close(cut);
+        EXPECT_INT(cluster_log_wait(&c, 0, "closed in the middle of a frame "
+                                    "(30 bytes of it came)", 2000), 1,
+                   "the log says a frame was cut short");
+    }
     /* A table that does not exist: a typed error, and the connection
      * goes on. */
     int fd = raw_connect(c.port[0]);
@@ -2680,6 +2702,36 @@ static void clients_gone_that_never_pushed_are_forgotten(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* An ACK says which of the client's requests are complete; one above
+ * every push the node has seen (a client's bug, or another connection
+ * naming the same client) must not make the client's later pushes look
+ * like stale copies, answered OK and never applied. */
+static void an_ack_past_every_push_loses_no_later_push(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, SPARSE))
+        fail_msg("cluster did not start");
+    int a = raw_client(&c, 7000);
+    raw_pushes_ok(a, 1, 2);
+    EXPECT_INT(raw_push_acked(a, 3, UINT64_MAX, NULL, 0), 0,
+               "push 3 behind an ACK of 2^64-1");
+    raw_pushes_ok(a, 4, 4);
+    int b = raw_client(&c, 7000);       /* the same client, another link */
+    EXPECT_INT(raw_push_acked(b, 5, UINT64_MAX - 1, NULL, 0), 0,
+               "push 5 on another connection, behind an ACK of 2^64-2");
+    raw_pushes_ok(a, 6, 6);
+    /* What the ACKs did say still holds: 1 to 6 are complete, and a late
+     * copy of one is not applied again. */
+    EXPECT_INT(raw_push_acked(b, 2, 0, NULL, 0), 0, "a late copy of 2");
+    close(a);
+    close(b);
+    ps_client *h = open_or_fail(c.spec);
+    honest_add(h, "counts", 3, 6 + 1);  /* pushes 1..6, and this one */
+    ps_close(h);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A push of values `v` (one each) to rows `keys` of table 0 as part
  * `part` of request ts; its reply's status. */
 static int raw_push_part(int fd, uint64_t ts, uint32_t part,
@@ -3329,6 +3381,7 @@ int main(void)
         cmocka_unit_test_teardown(remembered_pushes_are_bounded_per_client_and_per_node, teardown),
         cmocka_unit_test_teardown(a_new_incarnation_counting_from_ts_1_has_its_pushes_applied, teardown),
         cmocka_unit_test_teardown(clients_gone_that_never_pushed_are_forgotten, teardown),
+        cmocka_unit_test_teardown(an_ack_past_every_push_loses_no_later_push, teardown),
         cmocka_unit_test_teardown(parts_of_refused_pushes_are_refused_after_another_refusal, teardown),
         cmocka_unit_test_teardown(end_job_answers_what_waited_for_the_clock, teardown),
         cmocka_unit_test_teardown(many_held_barriers_keep_the_loop_serving_and_answer_once, teardown),
