@@ -352,8 +352,10 @@ run-cluster: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
 
 # The training modes demonstration: async, bsp and ssp with 4 workers, bsp
 # against a single process, and stragglers (about 2 minutes).
+# MODES_INI: another cluster (its own ports and data_dir), as RUN_INI.
+MODES_INI ?= conf/fashion-mlp.ini
 run-modes: all $(FASHION_DIR)/train-images-idx3-ubyte.gz
-	@sh examples/run_modes.sh $(BUILD)
+	@sh examples/run_modes.sh $(BUILD) $(MODES_INI)
 
 # Rounds of random faults under ASan + UBSan, each checked with the counter
 # oracle (tests/soak.c). SOAK_ROUNDS=N, SOAK_SEED=S. Not part of make test.
@@ -428,10 +430,12 @@ $(BUILD)/test_arff: $(BUILD)/tests/test_arff.o $(BUILD)/examples/arff.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
 
 # Sparse logistic regression with 4 workers on a 2-node cluster
-# (conf/reuters.ini); SPARSE_EPOCHS=N sets the epochs.
+# (conf/reuters.ini, or SPARSE_INI: its own ports and data_dir);
+# SPARSE_EPOCHS=N sets the epochs.
+SPARSE_INI ?= conf/reuters.ini
 .PHONY: run-sparse
 run-sparse: all $(REUTERS_ARFF)
-	@sh examples/run_sparse.sh $(BUILD) conf/reuters.ini $(REUTERS_DIR) \
+	@sh examples/run_sparse.sh $(BUILD) $(SPARSE_INI) $(REUTERS_DIR) \
 	    $(SPARSE_EPOCHS)
 
 # ---- fuzzing (tests/fuzz/README.md) ----------------------------------------

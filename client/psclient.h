@@ -246,7 +246,7 @@ PS_API void ps_close_now(ps_client *c);
 PS_API const char *ps_strerror(int code);
 
 /* Detail of the last failure seen by the calling thread on this client
- * (for example "table 'emb' has no row 1000 (rows = 1000)"), or "" if none.
+ * (for example "table 'fashion' has no row 785 (rows = 785)"), or "" if none.
  * With c NULL: why the calling thread's last ps_open failed ("" when it
  * succeeded), valid until its next ps_open.
  * Failures on other clients leave it alone: a thread keeps the detail of

@@ -1039,12 +1039,17 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
     if (c->shards < (uint32_t)c->nnodes) {
         const entry *sh = find_entry(cluster, "shards");
         int idle = c->nnodes - (int)c->shards;
+        char which[48];
+        if (idle == 1)
+            snprintf(which, sizeof which, "node %d holds", c->nnodes - 1);
+        else
+            snprintf(which, sizeof which, "nodes %u..%d hold", c->shards,
+                     c->nnodes - 1);
         if (note(p, c, sh ? sh->line : cluster->line, "[cluster] shards: %u "
-                 "shard%s for %d nodes: node%s %u..%d hold%s no row of any "
-                 "table, though clients need every node to open the cluster "
-                 "(shards >= nodes spreads the rows over all)", c->shards,
-                 c->shards == 1 ? "" : "s", c->nnodes, idle == 1 ? "" : "s",
-                 c->shards, c->nnodes - 1, idle == 1 ? "s" : "") < 0)
+                 "shard%s for %d nodes: %s no row of any table, though "
+                 "clients need every node to open the cluster (shards >= "
+                 "nodes spreads the rows over all)", c->shards,
+                 c->shards == 1 ? "" : "s", c->nnodes, which) < 0)
             return -1;
     }
     /* Dense shard ranges compute rows * shards (proto/layout.h). */

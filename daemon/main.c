@@ -403,6 +403,14 @@ int main(int argc, char **argv)
             /* Not a failure: --check before a SIGHUP runs beside the
              * node; but a start would be refused while it runs. */
             long holder = psd_durable_holder(dir, i);
+            /* With no psd for that node here, its port must be free:
+             * --check said OK to a second psd of another data_dir on the
+             * same port, whose start then failed. */
+            if (holder < 0 && node_given && psd_server_check_bind(
+                    &cfg, path, i, &pf.bind, why, sizeof why)) {
+                fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR), why);
+                bad++;
+            }
             if (holder >= 0) {
                 char pid[32] = "";
                 if (holder > 0)
@@ -461,9 +469,10 @@ int main(int argc, char **argv)
         for (int i = 0; i < pf.nproblems; i++)
             say_errors("", pf.problems[i]);
         if (!bad)
-            printf("%s: OK (%d node%s, %u shards, %d table%s%s)\n", path,
+            printf("%s: OK (%d node%s, %u shard%s, %d table%s%s)\n", path,
                    cfg.nnodes, cfg.nnodes == 1 ? "" : "s", cfg.shards,
-                   cfg.ntables, cfg.ntables == 1 ? "" : "s",
+                   cfg.shards == 1 ? "" : "s", cfg.ntables,
+                   cfg.ntables == 1 ? "" : "s",
                    pf.token_len ? ", clients must authenticate" : "");
         psd_preflight_destroy(&pf);
         psd_config_destroy(&cfg);

@@ -277,7 +277,8 @@ static void check_node(psd_preflight *pf, const psd_config *c,
      * address this host does not have (the wrong -n, the wrong host)
      * stopped psd with "address not available" and no line, while
      * --check said OK. A port in use is not judged here: --check runs
-     * beside the live node before a SIGHUP. */
+     * beside the live node before a SIGHUP, and only main.c knows whether
+     * that node runs (psd_server_check_bind). */
     if (own && one) {
         int fd = psd_bind_tcp((const struct sockaddr *)&sa);
         if (fd >= 0)

@@ -119,6 +119,22 @@ static int bind_port(const struct sockaddr *sa, const char *path, int line,
     return fd;
 }
 
+int psd_server_check_bind(const psd_config *cfg, const char *path, int node,
+                          const struct sockaddr_storage *sa, char *err,
+                          size_t errlen)
+{
+    int listen = cfg->nlisten > 0;
+    int fd = bind_port((const struct sockaddr *)sa, path,
+                       listen ? cfg->listen_line : cfg->nodes_line,
+                       listen ? "listen" : "nodes", node,
+                       listen ? &cfg->listen[node] : &cfg->nodes[node], err,
+                       errlen);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
 /* Binds the node's port and metrics_listen's (see bind_port). */
 static int bind_ports(psd_server *s, const psd_config *cfg, int node,
                       char *err, size_t errlen)

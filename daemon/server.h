@@ -50,6 +50,15 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
                     const char *cfg_path, int node,
                     const psd_start_opts *opts, char *err, size_t errlen);
 
+/* psd --check -n NODE: whether node `node` of cfg (read from path) could
+ * bind its port at sa (psd_preflight's bind), as psd_server_init will.
+ * Only when no psd runs that node: a port its own live node holds is
+ * expected (--check before a SIGHUP). 0, or -1 with "PATH:LINE: [cluster]
+ * KEY: node N cannot listen on ADDR: reason (hint)" in err. */
+int psd_server_check_bind(const psd_config *cfg, const char *path, int node,
+                          const struct sockaddr_storage *sa, char *err,
+                          size_t errlen);
+
 /* Listens on the ports psd_server_init bound, opens the node's files for
  * writing (psd_durable_open) and starts accepting. 0 or -1 with err. */
 int psd_server_listen(psd_server *s, char *err, size_t errlen);

@@ -1362,6 +1362,35 @@ static void test_fsync_always_without_a_journal_earns_a_note(void **state)
     psd_config_destroy(&c);
 }
 
+/* Fewer shards than nodes: the note names the nodes left without rows,
+ * one or a range. */
+static void test_fewer_shards_than_nodes_names_the_idle_nodes(void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    static const char *const want[] = {
+        "[cluster] shards: 1 shard for 2 nodes: node 1 holds no row of any "
+        "table",
+        "[cluster] shards: 2 shards for 4 nodes: nodes 2..3 hold no row of "
+        "any table",
+    };
+    static const char *const text[] = {
+        "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\nshards = 1\n"
+        "[table.emb]\ndim = 4\n",
+        "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071, 127.0.0.1:7072, "
+        "127.0.0.1:7073\nshards = 2\n[table.emb]\ndim = 4\n",
+    };
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(load_text(text[i], &c, path, err), 0);
+        EXPECT_INT(c.nnotes, 1, "notes");
+        char w[PATH_LEN + 160];
+        snprintf(w, sizeof w, "%s:3: %s", path, want[i]);
+        EXPECT_SUBSTR(c.notes[0], w, "the note");
+        psd_config_destroy(&c);
+    }
+}
+
 static void test_staleness_off_ssp_earns_a_note_with_its_line(void **state)
 {
     (void)state;
@@ -2037,6 +2066,7 @@ int main(void)
         cmocka_unit_test(test_an_endless_line_is_refused_without_reading_on),
         cmocka_unit_test(
             test_staleness_off_ssp_earns_a_note_with_its_line),
+        cmocka_unit_test(test_fewer_shards_than_nodes_names_the_idle_nodes),
         cmocka_unit_test(test_fsync_always_without_a_journal_earns_a_note),
         cmocka_unit_test(
             test_aggregate_mean_off_bsp_earns_a_note_with_its_line),

@@ -373,6 +373,18 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
             fail_msg("psd loaded its files before it found its port "
                      "taken: %s", o);
         free(o);
+        if (metrics)
+            continue;
+        /* --check -n 0 says it too (it said OK); beside node 0's own
+         * psd the port is taken as it should be (test_durable). */
+        o = run(&st, "timeout 10 %s --check -c %s -n 0 2>&1",
+                getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd", ini);
+        EXPECT_INT(st, 1, "psd --check's exit status with the port taken: %s",
+                   o ? o : "");
+        if (!o || !strstr(o, want))
+            fail_msg("psd --check said \"%s\", want \"%s\"", o ? o : "",
+                     want);
+        free(o);
     }
     close(fd);
     /* An address this host does not have (the wrong host, the wrong -n):
