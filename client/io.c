@@ -2094,6 +2094,13 @@ static void on_tick(uv_timer_t *t)
          * one yet. */
         const char *why = !nc ? "" : nc->state == NC_CLOSING ? nc->drop_why
                                                               : nc->last_why;
+        /* "cannot connect to NAME: connection refused" names NAME once
+         * more: the reason alone. */
+        char lead[sizeof nc->name + 32];
+        snprintf(lead, sizeof lead, "cannot connect to %s: ",
+                 nc ? nc->name : "");
+        if (nc && !strncmp(why, lead, strlen(lead)))
+            why += strlen(lead);
         open_done(io, nc && nc->last_status ? nc->last_status : PS_ETIMEDOUT,
                   "no connection to %s within connect_timeout_ms (%d ms)%s%s",
                   nc ? nc->name : "the cluster", c->opt.connect_timeout_ms,

@@ -1186,6 +1186,14 @@ static void failed_open_says_why_in_last_error(void **state)
     snprintf(port_s, sizeof port_s, "%d", port);
     EXPECT_INT(strstr(ps_last_error(NULL), port_s) != NULL, 1,
                "the address nobody answers on: '%s'", ps_last_error(NULL));
+    /* Named once, with the reason ("cannot connect to ADDR" inside the
+     * text named it twice). */
+    char refused[160];
+    snprintf(refused, sizeof refused, "no connection to %s within "
+             "connect_timeout_ms (300 ms): connection refused", spec);
+    EXPECT_SUBSTR(ps_last_error(NULL), refused, "ps_open's text");
+    EXPECT_INT(strstr(strstr(ps_last_error(NULL), port_s) + 1, port_s) ==
+               NULL, 1, "the address once: '%s'", ps_last_error(NULL));
     /* A port that takes the connection and never answers (the kernel
      * completes it for a listener that does not accept): said as such,
      * not as if nothing were there. */

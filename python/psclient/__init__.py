@@ -808,8 +808,11 @@ class Client:
                 # An ini names a cluster, not a host: say which it is.
                 what = (f"the cluster of {self.servers}"
                         if os.path.isfile(self.servers) else self.servers)
-                raise _error(rc, f"cannot connect to {what}: "
-                                 f"{got.get('why', 'it did not finish')}")
+                why = got.get('why', 'it did not finish')
+                # The library's reason names the node it could not reach:
+                # the address list again would say it twice.
+                raise _error(rc, why if self.servers in why else
+                             f"cannot connect to {what}: {why}")
             self._h = got["h"]
         except BaseException:
             # Interrupted (Ctrl-C) before the handle was kept: nothing else
@@ -844,7 +847,8 @@ class Client:
         request_timeout_ms for the nodes), and the KeyboardInterrupt is
         raised again once closed (ps_close_now). A request held by a
         stopped node or a slow bsp/ssp peer would keep a waiting close
-        for up to sync_timeout_ms. Calls of other threads that wait for a
+        for up to sync_timeout_ms, and so would a clock() or barrier()
+        that Ctrl-C cut short: it is still under way. Calls of other threads that wait for a
         request, a clock() or a barrier() end too, with ClosedError, within
         0.1 s. Leaving a
         ``with`` block by Ctrl-C closes so, as does ``__del__`` after
