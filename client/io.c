@@ -2094,13 +2094,15 @@ static void on_tick(uv_timer_t *t)
          * one yet. */
         const char *why = !nc ? "" : nc->state == NC_CLOSING ? nc->drop_why
                                                               : nc->last_why;
-        /* "cannot connect to NAME: connection refused" names NAME once
-         * more: the reason alone. */
+        /* "cannot connect to NAME: connection refused" (or "NAME (ip,
+         * address i of n): ...") names NAME once more: the rest alone. */
         char lead[sizeof nc->name + 32];
-        snprintf(lead, sizeof lead, "cannot connect to %s: ",
+        snprintf(lead, sizeof lead, "cannot connect to %s",
                  nc ? nc->name : "");
-        if (nc && !strncmp(why, lead, strlen(lead)))
+        if (nc && !strncmp(why, lead, strlen(lead))) {
             why += strlen(lead);
+            why += !strncmp(why, ": ", 2) ? 2 : *why == ' ';
+        }
         open_done(io, nc && nc->last_status ? nc->last_status : PS_ETIMEDOUT,
                   "no connection to %s within connect_timeout_ms (%d ms)%s%s",
                   nc ? nc->name : "the cluster", c->opt.connect_timeout_ms,

@@ -1199,7 +1199,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         /* A frame cut short (a client that died mid-write, or one that
          * closed on purpose) can never be whole: it is dropped, and said. */
         size_t part = psw_reader_cut(&c->rd);
-        if (n == UV_EOF && part)
+        if ((n == UV_EOF || n == UV_ECONNRESET) && part)
             psd_warn_rep("connection from %s closed in the middle of a frame "
                          "(%zu bytes of it came): that frame is dropped, "
                          "nothing of it applied", c->peer, part);

@@ -325,18 +325,17 @@ uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every)
     /* A mark above every push this node has seen of the client says
      * nothing more about them, and taken as it came it would make every
      * later push look like a stale copy, answered OK and never applied
-     * (a client's bug, or another connection naming the same client).
-     * A client's later requests legitimately carry marks above what
-     * this node saw (its pulls, its pushes to other nodes): clamped,
-     * they drop the same entries. */
+     * (a client's bug). A client's later requests legitimately carry
+     * marks above what this node saw (its pulls, its pushes to other
+     * nodes): clamped, they drop the same entries. */
     return mark(c, upto < c->top ? upto : c->top, every);
 }
 
-uint64_t psd_dedup_mark(psd_dclient *c, uint64_t upto)
+void psd_dedup_mark(psd_dclient *c, uint64_t upto)
 {
     if (upto > c->top)
         c->top = upto;
-    return mark(c, upto, UINT64_MAX);
+    (void)mark(c, upto, UINT64_MAX);
 }
 
 int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,

@@ -58,8 +58,8 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status);
 uint64_t psd_dedup_ack(psd_dclient *c, uint64_t upto, uint64_t every);
 
 /* A mark this node took before (from its snapshot or journal), set as it
- * is. Returns 0. */
-uint64_t psd_dedup_mark(psd_dclient *c, uint64_t upto);
+ * is. */
+void psd_dedup_mark(psd_dclient *c, uint64_t upto);
 
 /* Whether the node may take a new push (ts) of client c, against two
  * limits on what it remembers: per_client pushes of one client not yet

@@ -642,14 +642,18 @@ long psd_durable_holder(const char *dir, int index)
     lock_path(lock, sizeof lock, dir, index);
     int fd = open(lock, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return errno == ENOENT ? -1 : -2;
     /* Only looked at: taking the lock, even for a moment, could make a
      * psd starting then give up ("another psd is running"). psd holds an
      * OFD lock beside its flock (psd_durable_lock), which F_OFD_GETLK
      * reports without taking it, on any file system and from any PID
      * namespace (/proc/locks may show neither). */
     struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET };
-    int held = fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    if (fcntl(fd, F_OFD_GETLK, &fl)) {
+        close(fd);
+        return -2;
+    }
+    int held = fl.l_type != F_UNLCK;
     /* The holder wrote its pid into the file (psd_durable_lock): a pid
      * found by inode in /proc/locks could be another file system's. */
     char buf[32] = "";

@@ -102,8 +102,10 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
 int psd_durable_make_dir(const char *dir, char *err, size_t errlen);
 
 /* Whether a psd holds node `index`'s lock in data folder dir (it runs):
- * its pid, as it wrote it into the lock file (0 when it did not), or
- * -1 when none does or it cannot be told. Never takes the lock. */
+ * its pid, as it wrote it into the lock file (0 when it did not), -1
+ * when none does, or -2 when it cannot be told (the lock file cannot be
+ * opened, another user's; the file system has no OFD locks). Never takes
+ * the lock. */
 long psd_durable_holder(const char *dir, int index);
 
 /* After psd_durable_lock: recovers the node from the folder. With

@@ -396,6 +396,19 @@ int main(int argc, char **argv)
          * and holds none. */
         char dir[4096];
         psd_config_data_dir(&cfg, dir, sizeof dir);
+        /* With no psd for node -n here, its port must be free: --check
+         * said OK to a second psd of another data_dir on the same port,
+         * whose start then failed. A port its own psd holds is expected
+         * (--check before a SIGHUP runs beside it); where that cannot be
+         * told (another user's folder, no OFD locks), not judged. */
+        char inuse[1024];
+        if (node_given && pf.bind_set &&
+            psd_durable_holder(dir, node) == -1 &&
+            psd_server_check_bind(&cfg, path, node, &pf.bind, inuse,
+                                  sizeof inuse)) {
+            fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR), inuse);
+            bad++;
+        }
         for (int i = 0; !skip && !pf.data_dir_bad && i < cfg.nnodes; i++) {
             if (node_given && i != node)
                 continue;
@@ -403,14 +416,6 @@ int main(int argc, char **argv)
             /* Not a failure: --check before a SIGHUP runs beside the
              * node; but a start would be refused while it runs. */
             long holder = psd_durable_holder(dir, i);
-            /* With no psd for that node here, its port must be free:
-             * --check said OK to a second psd of another data_dir on the
-             * same port, whose start then failed. */
-            if (holder < 0 && node_given && psd_server_check_bind(
-                    &cfg, path, i, &pf.bind, why, sizeof why)) {
-                fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR), why);
-                bad++;
-            }
             if (holder >= 0) {
                 char pid[32] = "";
                 if (holder > 0)

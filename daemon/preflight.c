@@ -271,8 +271,10 @@ static void check_node(psd_preflight *pf, const psd_config *c,
             "address in nodes, and the wildcard in [cluster] listen", i,
             ntext);
     }
-    if (own)
+    if (own) {
         pf->bind = sa;
+        pf->bind_set = 1;
+    }
     /* The node psd starts, or that --check -n names, binds here: an
      * address this host does not have (the wrong -n, the wrong host)
      * stopped psd with "address not available" and no line, while

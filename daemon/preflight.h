@@ -18,6 +18,8 @@ typedef struct psd_preflight {
                                     auth_token, or auth_token_file's */
     size_t token_len;
     struct sockaddr_storage bind; /* node's bind address, resolved */
+    int bind_set;                /* bind holds it (psd_preflight_run with a
+                                    node, whose address resolved) */
     char (*problems)[512];       /* "PATH:LINE: reason", owned */
     int nproblems;
     char (*notes)[512];          /* worth saying, not fatal; owned */

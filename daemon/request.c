@@ -1268,7 +1268,7 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        (void)psd_dedup_mark(dc, r->mark);
+        psd_dedup_mark(dc, r->mark);
         psd_dedup_detach(n->dedup, dc, rc_->now_ms);
         return 0;
     }

@@ -123,16 +123,19 @@ int psd_server_check_bind(const psd_config *cfg, const char *path, int node,
                           const struct sockaddr_storage *sa, char *err,
                           size_t errlen)
 {
+    int fd = psd_bind_tcp((const struct sockaddr *)sa);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    if (fd != -EADDRINUSE)
+        return 0;
     int listen = cfg->nlisten > 0;
-    int fd = bind_port((const struct sockaddr *)sa, path,
-                       listen ? cfg->listen_line : cfg->nodes_line,
-                       listen ? "listen" : "nodes", node,
-                       listen ? &cfg->listen[node] : &cfg->nodes[node], err,
-                       errlen);
-    if (fd < 0)
-        return -1;
-    close(fd);
-    return 0;
+    bind_error(err, errlen, path, listen ? cfg->listen_line : cfg->nodes_line,
+               listen ? "listen" : "nodes", node,
+               listen ? &cfg->listen[node] : &cfg->nodes[node],
+               uv_strerror(UV_EADDRINUSE), psd_bind_hint(EADDRINUSE));
+    return -1;
 }
 
 /* Binds the node's port and metrics_listen's (see bind_port). */

@@ -50,11 +50,13 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
                     const char *cfg_path, int node,
                     const psd_start_opts *opts, char *err, size_t errlen);
 
-/* psd --check -n NODE: whether node `node` of cfg (read from path) could
- * bind its port at sa (psd_preflight's bind), as psd_server_init will.
- * Only when no psd runs that node: a port its own live node holds is
- * expected (--check before a SIGHUP). 0, or -1 with "PATH:LINE: [cluster]
- * KEY: node N cannot listen on ADDR: reason (hint)" in err. */
+/* psd --check -n NODE: whether another program listens on node `node`'s
+ * port at sa (psd_preflight's bind), which would stop psd_server_init.
+ * For when no psd runs that node: a port its own live node holds is
+ * expected (--check before a SIGHUP). Other bind failures are left to
+ * preflight (an address not of this host) and to the start. 0, or -1 with
+ * "PATH:LINE: [cluster] KEY: node N cannot listen on ADDR: address already
+ * in use (hint)" in err. */
 int psd_server_check_bind(const psd_config *cfg, const char *path, int node,
                           const struct sockaddr_storage *sa, char *err,
                           size_t errlen);

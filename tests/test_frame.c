@@ -340,6 +340,22 @@ static void reader_unread_gives_the_same_frame_again(void **state)
     free(f);
 }
 
+/* Gives the reader the next n bytes of f, *fed of them given so far,
+ * through its space (the buffer, or a hole's memory). */
+static void feed(psw_reader *r, const char *f, size_t *fed, size_t n)
+{
+    while (n > 0) {
+        char *p;
+        size_t room;
+        assert_int_equal(psw_reader_space(r, &p, &room), 0);
+        size_t k = n < room ? n : room;
+        memcpy(p, f + *fed, k);
+        psw_reader_commit(r, k);
+        *fed += k;
+        n -= k;
+    }
+}
+
 /* What a stream that ends now cuts short: the bytes of a frame begun,
  * past every complete frame, whether those were taken yet or not. */
 static void reader_says_what_an_end_now_would_cut_short(void **state)
@@ -374,6 +390,33 @@ static void reader_says_what_an_end_now_would_cut_short(void **state)
     assert_int_equal(psw_reader_next(&r, &b, &l), 1);
     assert_int_equal(psw_reader_next(&r, &b, &l), 1);
     EXPECT_INT(psw_reader_cut(&r), 0, "after all three");
+    psw_reader_destroy(&r);
+    /* A payload received straight into the caller's memory (a hole)
+     * counts as received as its bytes come. */
+    psw_reader_init(&r, 1 << 20);
+    static const unsigned char bin[] = { 0xc5, 0x2e, 0xe0 };   /* 12000 */
+    const char *h = NULL;
+    for (size_t i = 0; !h && i + sizeof bin <= len; i++)
+        if (!memcmp(f + i, bin, sizeof bin))
+            h = f + i;
+    assert_non_null(h);
+    size_t at = (size_t)(h - f) + sizeof bin - 4;   /* body offset */
+    static char dst[12000];
+    size_t fed = 0;
+    feed(&r, f, &fed, 4 + at + 100);
+    EXPECT_INT(psw_reader_cut(&r), 4 + at + 100, "before the hole");
+    assert_int_equal(psw_reader_divert(&r, at, sizeof bin, dst, 12000), 0);
+    EXPECT_INT(psw_reader_cut(&r), 4 + at + 100, "as the hole opens");
+    feed(&r, f, &fed, 5000);
+    EXPECT_INT(psw_reader_cut(&r), 4 + at + 5100, "in the hole");
+    feed(&r, f, &fed, 12000 - 5100);
+    EXPECT_INT(psw_reader_cut(&r), 4 + at + 12000, "the hole filled");
+    feed(&r, f, &fed, len - fed);
+    EXPECT_INT(psw_reader_cut(&r), 0, "the frame whole");
+    const char *body;
+    size_t blen;
+    assert_int_equal(psw_reader_next(&r, &body, &blen), 1);
+    assert_memory_equal(dst, h + sizeof bin, 12000);
     psw_reader_destroy(&r);
     free(f);
 }

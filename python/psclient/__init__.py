@@ -848,9 +848,9 @@ class Client:
         raised again once closed (ps_close_now). A request held by a
         stopped node or a slow bsp/ssp peer would keep a waiting close
         for up to sync_timeout_ms, and so would a clock() or barrier()
-        that Ctrl-C cut short: it is still under way. Calls of other threads that wait for a
-        request, a clock() or a barrier() end too, with ClosedError, within
-        0.1 s. Leaving a
+        that Ctrl-C cut short: it is still under way. Calls of other
+        threads that wait for a request, a clock() or a barrier() end
+        too, with ClosedError, within 0.1 s. Leaving a
         ``with`` block by Ctrl-C closes so, as does ``__del__`` after
         Ctrl-C cut one of the client's waits short. Otherwise ``__del__``
         (a client dropped, or still open when the interpreter exits)
