@@ -864,6 +864,13 @@ static void bind_name(char *out, size_t cap, const entry *e, int k,
  * but at the metrics entry's when the other is a nodes address: nodes
  * names the cluster, the bind is what to change. Returns 0, or -1 with
  * the error set. */
+/* The line of key in section s, 0 when either is absent. */
+static int line_of(const section *s, const char *key)
+{
+    const entry *e = s ? find_entry(s, key) : NULL;
+    return e ? e->line : 0;
+}
+
 static int bind_clashes(parser *p, const section *cluster,
                         const section *server, const psd_config *c)
 {
@@ -1009,8 +1016,14 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         return -1;
     if (server && check_auth(p, server, c) < 0)
         return -1;
-    const entry *dd = server ? find_entry(server, "data_dir") : NULL;
-    c->data_dir_line = dd ? dd->line : 0;
+    c->data_dir_line = line_of(server, "data_dir");
+    c->shards_line = line_of(cluster, "shards");
+    c->workers_line = line_of(cluster, "workers");
+    c->durability_line = line_of(server, "durability");
+    c->fsync_line = line_of(server, "fsync");
+    c->max_frame_line = line_of(server, "max_frame");
+    c->heartbeat_ms_line = line_of(server, "heartbeat_ms");
+    c->peer_timeout_ms_line = line_of(server, "peer_timeout_ms");
     /* A live peer sends something every heartbeat: a timeout shorter than
      * two of them would close healthy connections. */
     if (c->peer_timeout_ms < 2 * c->heartbeat_ms) {

@@ -148,6 +148,9 @@ typedef struct psd_config {
     int nodes_line, listen_line, auth_token_line, auth_token_file_line;
     int metrics_line;
     int data_dir_line;
+    /* ... and of those a reload may not change, for its refusal */
+    int shards_line, workers_line, durability_line, fsync_line;
+    int max_frame_line, heartbeat_ms_line, peer_timeout_ms_line;
 } psd_config;
 
 /* Parses the ini file at `path` into `c` (which the call initialises).

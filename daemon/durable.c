@@ -767,8 +767,11 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
         psd_journal_prune(d->dir, n->index, si.journal_seq);
     uint64_t next = si.journal_seq ? si.journal_seq : 1, records = 0;
     uint64_t t1 = uv_hrtime();
-    psd_notify("STATUS=node %d: replaying its journal from segment %llu",
-               n->index, (unsigned long long)next);
+    /* Said only where there is one (durability = snapshot keeps none,
+     * unless an earlier run with a journal left segments). */
+    if (!d->skip && psd_journal_first(d->dir, n->index))
+        psd_notify("STATUS=node %d: replaying its journal from segment %llu",
+                   n->index, (unsigned long long)next);
     /* The segments after a snapshot were written under its tables. */
     psd_replay_ctx ctx = { n, uv_now(loop), tm.map, tm.nmap, 0 };
     char cut[4400];

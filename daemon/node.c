@@ -280,15 +280,16 @@ static int same_data_dir(const psd_config *a, const psd_config *b)
 
 /* What a reload may not change: anything clients or stored rows depend
  * on. 1 with "PATH[:LINE]: what" in why (the line where the file keeps
- * it: a table's section, the nodes line), else 0. index: this node's. */
+ * it, when it does: a table's section, the key's line), else 0. index:
+ * this node's. */
 static int layout_change(const psd_config *a, const psd_config *b,
                          int index, const char *path, char *why, size_t len)
 {
     if (!psd_config_same_nodes(a, b))
         return refuse(why, len, path, b->nodes_line, "nodes changed");
     if (a->shards != b->shards)
-        return refuse(why, len, path, 0, "shards changed (%u to %u)",
-                      a->shards, b->shards);
+        return refuse(why, len, path, b->shards_line,
+                      "shards changed (%u to %u)", a->shards, b->shards);
     if (a->ntables != b->ntables) {
         /* At the first table the file added, when it added one. */
         int line = 0;
@@ -308,8 +309,8 @@ static int layout_change(const psd_config *a, const psd_config *b,
     /* The workers' state is sized at start (and saved in snapshots): a
      * node that kept waiting for the old count must not say it reloaded. */
     if (a->workers != b->workers)
-        return refuse(why, len, path, 0, "workers changed (%d to %d)",
-                      a->workers, b->workers);
+        return refuse(why, len, path, b->workers_line,
+                      "workers changed (%d to %d)", a->workers, b->workers);
     /* Each part of the epoch was compared above; this stays true to it
      * should one be added there and not here. */
     if (layout_epoch(a) != layout_epoch(b))
@@ -319,15 +320,19 @@ static int layout_change(const psd_config *a, const psd_config *b,
                       "(this node's address)");
     if (strcmp(a->auth_token, b->auth_token) ||
         strcmp(a->auth_token_file, b->auth_token_file))
-        return refuse(why, len, path, 0, "auth_token or auth_token_file "
-                      "changed");
+        return refuse(why, len, path, b->auth_token_line
+                                          ? b->auth_token_line
+                                          : b->auth_token_file_line,
+                      "auth_token or auth_token_file changed");
     /* The data folder, the journal and its fsync are set up at start.
      * The folder as a path: "/d/", "/d" and "//d" are one. */
-    if (!same_data_dir(a, b) ||
-        a->durability != b->durability ||
-        a->fsync != b->fsync)
-        return refuse(why, len, path, 0, "data_dir, durability or fsync "
+    if (!same_data_dir(a, b))
+        return refuse(why, len, path, b->data_dir_line, "data_dir changed");
+    if (a->durability != b->durability)
+        return refuse(why, len, path, b->durability_line, "durability "
                       "changed");
+    if (a->fsync != b->fsync)
+        return refuse(why, len, path, b->fsync_line, "fsync changed");
     if (!same_entry(a->metrics, a->nmetrics, b->metrics, b->nmetrics,
                     index))
         return refuse(why, len, path, b->metrics_line, "metrics_listen "
@@ -335,11 +340,14 @@ static int layout_change(const psd_config *a, const psd_config *b,
     /* Connected clients size their frames by the value they were told, and
      * pace their heartbeats by the interval. */
     if (a->max_frame != b->max_frame)
-        return refuse(why, len, path, 0, "max_frame changed");
-    if (a->heartbeat_ms != b->heartbeat_ms ||
-        a->peer_timeout_ms != b->peer_timeout_ms)
-        return refuse(why, len, path, 0, "heartbeat_ms or peer_timeout_ms "
+        return refuse(why, len, path, b->max_frame_line, "max_frame "
                       "changed");
+    if (a->heartbeat_ms != b->heartbeat_ms)
+        return refuse(why, len, path, b->heartbeat_ms_line, "heartbeat_ms "
+                      "changed");
+    if (a->peer_timeout_ms != b->peer_timeout_ms)
+        return refuse(why, len, path, b->peer_timeout_ms_line,
+                      "peer_timeout_ms changed");
     return 0;
 }
 

@@ -918,7 +918,7 @@ static void print_node(const node *nd, int i, const samples *ss)
                jerr[0] ? "; FAILING: " : "", jerr);
     } else
         printf("  no journal (durability = snapshot)\n");
-    char rerr[256];
+    char rerr[700];
     get_label(ss, "psd_config_reload_error_info", i, "error", rerr,
               sizeof rerr);
     if (rerr[0])

@@ -383,10 +383,10 @@ void psd_server_reload(psd_server *s)
         int first = (int)strcspn(err, "\n");
         if (lines > 1)
             snprintf(s->reload_error, sizeof s->reload_error,
-                     "%.*s (and %s%d more)", first > 170 ? 170 : first, err,
+                     "%.*s (and %s%d more)", first > 560 ? 560 : first, err,
                      cut ? "at least " : "", lines - 1);
         else
-            snprintf(s->reload_error, sizeof s->reload_error, "%.190s", err);
+            snprintf(s->reload_error, sizeof s->reload_error, "%.600s", err);
         s->node.stats.reloads_refused++;
         return;
     }
@@ -426,7 +426,7 @@ void psd_server_reload(psd_server *s)
             snprintf(hint, sizeof hint, "restart psd to apply that");
         psd_error("reload refused, keeping the running configuration: %s "
                   "(%s)", why, hint);
-        snprintf(s->reload_error, sizeof s->reload_error, "%.150s (%s)", why,
+        snprintf(s->reload_error, sizeof s->reload_error, "%s (%s)", why,
                  layout == PSD_RESTART_REFUSES
                      ? "a new layout: a restart refuses it too"
                  : layout == PSD_RESTART_DROPS
@@ -493,7 +493,7 @@ int psd_server_final(psd_server *s)
 
 const char *psd_server_status(psd_server *s)
 {
-    static char line[512];
+    static char line[1024];
     const psd_node *n = &s->node;
     int k = snprintf(line, sizeof line, "node %d of %d serving %s: %d "
                      "table%s, snapshot generation %llu", n->index,

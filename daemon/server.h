@@ -30,7 +30,7 @@ typedef struct psd_server {
     int listen_fd, metrics_fd;   /* bound by psd_server_init, -1 once
                                     their listeners own them */
     int stopping;
-    char reload_error[200];      /* why the last reload failed; "" */
+    char reload_error[640];      /* why the last reload failed; "" */
     uv_timer_t conn_timer;       /* HELLO timeout, heartbeats, dead peers */
     uv_timer_t mode_timer;       /* training modes: grace, wait logs */
     uint64_t journal_retry_ms;   /* a failed journal is tried this often */

@@ -1276,8 +1276,11 @@ static void sighup_changing_workers_or_aggregate_is_refused(void **state)
     assert_true(cluster_log_wait(&cl, 0, "reload refused", 10000));
     char *log = cluster_log(&cl, 0);
     /* A restart does apply it (the snapshot keeps no worker count). */
-    assert_non_null(strstr(log, "workers changed (2 to 1) (restart psd to "
-                                "apply that)"));
+    char want[600];
+    snprintf(want, sizeof want, "%s:4: workers changed (2 to 1) (restart "
+             "psd to apply that)", cl.ini);
+    if (!strstr(log, want))
+        fail_msg("want \"%s\" in the log: %s", want, log);
     free(log);
     reload_with("s/^workers = 1$/workers = 2/;"
                 "s/^consistency = bsp$/consistency = bsp\\naggregate = mean/");
@@ -1357,10 +1360,12 @@ static int line_of(const char *file, const char *text)
     FILE *f = fopen(file, "r");
     char line[256];
     int n = 0, at = 0;
+    /* text ending in a space: the first line that starts with it. */
+    size_t len = strlen(text), pre = len && text[len - 1] == ' ' ? len : 0;
     while (f && !at && fgets(line, sizeof line, f)) {
         n++;
         line[strcspn(line, "\n")] = '\0';
-        if (!strcmp(line, text))
+        if (pre ? !strncmp(line, text, pre) : !strcmp(line, text))
             at = n;
     }
     if (f)
@@ -1386,6 +1391,18 @@ static void sighup_refusals_say_where_the_change_is(void **state)
     reload_with("s#^data_dir = /\\(.*\\)$#data_dir = //\\1/#");
     if (!cluster_log_wait(&cl, 0, "reloaded", 10000))
         fail_msg("data_dir with slashes added: want \"reloaded\"");
+    /* A server setting a restart takes: named at its line. */
+    int dd = line_of(cl.ini, "data_dir = ");
+    assert_true(dd > 0);
+    reload_with("s/^\\(data_dir = .*\\)$/\\1\\ndurability = log/");
+    snprintf(want, sizeof want, "%s:%d: durability changed (restart psd "
+             "to apply that)", cl.ini, dd + 1);
+    if (!cluster_log_wait(&cl, 0, "durability changed", 10000) ||
+        !cluster_log_wait(&cl, 0, want, 1000))
+        fail_msg("durability: want \"%s\" in the log", want);
+    reload_with("/^durability = log$/d");
+    if (!cluster_log_wait(&cl, 0, "reloaded", 10000))
+        fail_msg("durability back: want \"reloaded\"");
     reload_with("s/^dim = 3$/dim = 4/");
     snprintf(want, sizeof want, "%s:%d: [table.t]: its kind, dim or rows "
              "changed", cl.ini, at);
@@ -1399,7 +1416,7 @@ static void sighup_refusals_say_where_the_change_is(void **state)
     if (!cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a new dim of table t: want \"%s\" in the log", want);
     reload_with("s/^dim = 4$/dim = 3/;s/^shards = 4$/shards = 8/");
-    snprintf(want, sizeof want, "%s: shards changed (4 to 8)", cl.ini);
+    snprintf(want, sizeof want, "%s:3: shards changed (4 to 8)", cl.ini);
     if (!cluster_log_wait(&cl, 0, "shards changed (", 10000) ||
         !cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a new shards: want \"%s\" in the log", want);
@@ -1419,6 +1436,15 @@ static void sighup_refusals_say_where_the_change_is(void **state)
                           "yet: after a restart the rows the snapshot holds "
                           "keep their values", 10000))
         fail_msg("a new init of table t: want what a restart keeps");
+    /* psctl stats gives the whole reason (it was cut at 150 bytes, two
+     * clauses run together into a wrong sentence). */
+    int st;
+    char *o = cluster_psctl(&cl, &st, "stats");
+    if (!o || !strstr(o, "the rows the snapshot holds keep their values; "
+                      "to start the table over, give it a new name) "
+                      "(restart psd to apply that)"))
+        fail_msg("psctl stats: want the whole reason: %s", o ? o : "");
+    free(o);
     /* A table added: a restart takes it (the snapshot's tables are found
      * by name), so here the hint is to restart. */
     reload_with("/^init = constant 5$/d;"
