@@ -224,12 +224,17 @@ PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
 /* Waits for every outstanding request to complete, leaves the training
  * (a worker is no longer waited for by bsp/ssp tables), then closes the
  * connections, stops the I/O thread and frees the client. NULL is a no-op.
- * No other call on `c` may be running or made afterwards. */
+ * No other call on `c` may be running or made afterwards. Requests that
+ * callbacks issue meanwhile are taken and waited for too (a pull that
+ * follows a push): a callback that issues its request again whenever it
+ * fails keeps ps_close waiting as long as the node stays down (each
+ * attempt fails within its bounded time); ps_close_now refuses them. */
 PS_API void ps_close(ps_client *c);
 
 /* Like ps_close, without waiting for outstanding requests: each fails at
- * once with PS_ECLOSED (its callback runs; a push sent but not answered
- * may have been applied, and its text says so; one never sent was not).
+ * once with PS_ECLOSED (its callback runs, with that status only: the
+ * client is gone when ps_close_now returns; a push sent but not answered
+ * may have been applied, one never sent was not).
  * A request a callback issues meanwhile is refused: the call returns
  * PS_ECLOSED and no callback runs for it (a callback that retries what
  * failed would otherwise keep the close from ending). A worker then leaves the
@@ -312,7 +317,9 @@ PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t cou
  * status of a completed request that failed is remembered for the last
  * 1024 failures. A completed request whose failure may have been
  * forgotten since (more than 1024 failures came after it) reads
- * PS_EINVAL with a note in ps_last_error, never a false PS_OK. A
+ * PS_EINVAL with a note in ps_last_error, never a false PS_OK; so does
+ * one that succeeded, if it is waited for (again) only after that many
+ * failures: its status is then not known either. A
  * negative PS_E* code in place of ts (what a request call that failed
  * returned) is returned as it is, ps_last_error unchanged, so that
  * ps_wait(c, ps_push(...)) reports why the push was not made. Any other
