@@ -1117,6 +1117,20 @@ static int id(const cluster *c, int i)
     return c->nodes[i].index >= 0 ? c->nodes[i].index : i;
 }
 
+/* Says node i's error on stderr, as "node N (ADDR)" when its index is
+ * known (it answered, or the nodes are an ini's), else by its address
+ * alone: a -s entry that never answered is no node of a known index (it
+ * read "node 0" for the second entry of a list when it was down, "node
+ * 1" when up). */
+static void say_err(const cluster *c, int i, const char *err)
+{
+    if (c->nodes[i].index >= 0 || c->from_ini)
+        fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
+                c->nodes[i].addr, err);
+    else
+        fprintf(stderr, "psctl: %s: %s\n", c->nodes[i].addr, err);
+}
+
 /* A PING, so that the node does not take a quiet psctl for a dead peer
  * (peer_timeout_ms). 0 or -1 with nd->err. */
 static int ping_node(node *nd)
@@ -1154,8 +1168,7 @@ static int same_node_twice(cluster *c, int quiet)
         nd->index = -1;          /* labelled by its place from here on */
         node_close(nd);
         if (!quiet)
-            fprintf(stderr, "psctl: node %d (%s): %s\n", i, nd->addr,
-                    nd->err);
+            say_err(c, i, nd->err);
         bad = 1;
     }
     return bad;
@@ -1176,8 +1189,7 @@ static int open_all(cluster *c, int quiet, int wait_ms)
             continue;
         if (node_open(&c->nodes[i])) {
             if (!quiet)
-                fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
-                        c->nodes[i].addr, c->nodes[i].err);
+                say_err(c, i, c->nodes[i].err);
             bad = 1;
         } else
             asked[i] = 1;
@@ -1211,8 +1223,7 @@ static int open_all(cluster *c, int quiet, int wait_ms)
             asked[i] = 0;
             if (rc < 0) {
                 if (!quiet)
-                    fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
-                            c->nodes[i].addr, c->nodes[i].err);
+                    say_err(c, i, c->nodes[i].err);
                 bad = 1;
             }
         }
@@ -1224,8 +1235,7 @@ static int open_all(cluster *c, int quiet, int wait_ms)
                      wait_ms / 1000.0);
             node_close(&c->nodes[i]);
             if (!quiet)
-                fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
-                        c->nodes[i].addr, c->nodes[i].err);
+                say_err(c, i, c->nodes[i].err);
             bad = 1;
         }
     bad |= same_node_twice(c, quiet);
@@ -1243,8 +1253,7 @@ static int want(const cluster *c, int i)
 /* A node that failed a command is closed, so the next round redials it. */
 static void failed(cluster *c, int i)
 {
-    fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i), c->nodes[i].addr,
-            c->nodes[i].err);
+    say_err(c, i, c->nodes[i].err);
     node_close(&c->nodes[i]);
 }
 
@@ -1931,8 +1940,7 @@ static int do_end_job(cluster *c, int json)
                      "end-job ends a job whose workers have all stopped "
                      "(psctl stats lists them)", live,
                      live == 1 ? " is" : "s are");
-            fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
-                    c->nodes[i].addr, e[i].err);
+            say_err(c, i, e[i].err);
             busy = 1;
         }
     }

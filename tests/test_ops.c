@@ -2352,6 +2352,18 @@ static void test_psctl_names_each_node_by_its_own_index(void **state)
     if (!json_holds(c.dir, o, "[e[\"node\"] for e in d] == [1, 0]"))
         fail_msg("psctl -s <node 1>,<node 0> --json ping");
     free(o);
+    /* Down, a -s entry is named by its address: it read "node 0" (its
+     * place in the list), where up it answers as node 1. */
+    kill(c.pid[1], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 1, 10000), 0, "node 1 stops");
+    o = run(&st, "%s -s %s ping 2>&1", psctl(), both);
+    EXPECT_INT(st, 1, "psctl ping with node 1 down");
+    char said[96];
+    snprintf(said, sizeof said, "psctl: %s: cannot connect", one);
+    if (!o || !strstr(o, said) || strstr(o, "psctl: node 0 (") ||
+        !strstr(o, "pong from node 0"))
+        fail_msg("psctl -s <node 1 down>,<node 0> ping: %s", o ? o : "");
+    free(o);
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
