@@ -44,9 +44,15 @@ Blocking and asynchronous calls
     ``out`` holds the rows once ``wait()`` returned. The client reads the
     status of dropped requests as they complete, oldest first (each call
     that issues a request reads those done, never waiting; one still in
-    flight holds back those after it), when more than 1024 of them are
-    unread, at ``Client.wait_all()`` and at ``Client.close()``; their
-    arrays go then. Wait for your requests or call ``wait_all()``.
+    flight holds back those after it), when 1024 of them are unread, at
+    ``Client.wait_all()`` and at ``Client.close()``; their arrays go then.
+    So an ``*_async`` call made with 1024 requests unread first waits for
+    the oldest (one a bsp/ssp peer or a stopped node holds keeps it up to
+    sync_timeout_ms or its bounded time; Ctrl-C ends that wait with
+    nothing issued), and one made while ``max_inflight_bytes`` are in
+    flight waits inside the library until enough are answered (Ctrl-C
+    then takes effect as it returns). Wait for your requests or call
+    ``wait_all()``.
     Clients, tables and requests cannot be copied or pickled: connect in
     each process.
     The library remembers the last 1024 failures: a request whose status
@@ -805,13 +811,15 @@ class Client:
                 raise got["exc"]
             rc = got.get("rc", PS_ECLOSED)
             if rc != PS_OK:
-                # An ini names a cluster, not a host: say which it is.
-                what = (f"the cluster of {self.servers}"
-                        if os.path.isfile(self.servers) else self.servers)
+                # An ini names a cluster, not a host: say which it is
+                # (as text: bytes are taken too, as os.fspath takes them).
+                name = os.fsdecode(self.servers)
+                what = (f"the cluster of {name}"
+                        if os.path.isfile(self.servers) else name)
                 why = got.get('why', 'it did not finish')
                 # The library's reason names the node it could not reach:
                 # the address list again would say it twice.
-                raise _error(rc, why if self.servers in why else
+                raise _error(rc, why if name in why else
                              f"cannot connect to {what}: {why}")
             self._h = got["h"]
         except BaseException:
@@ -1136,14 +1144,30 @@ class Client:
                 out: Optional[np.ndarray]) -> Request:
         """Issues a request and returns its handle, registered as unread
         so that its arrays stay alive until its status is read."""
+        # Memory stays bounded however many handles are dropped unread:
+        # past _MAX_UNREAD, the oldest status is read, waiting for it
+        # (usually complete already). Before this request is issued, so
+        # that a Ctrl-C in that wait leaves nothing issued (after, it lost
+        # the handle of the request it had just issued).
+        while True:
+            h = self._acquire()
+            try:
+                # The oldest requests that completed let go of their
+                # arrays now: kept until their status was read, 1024
+                # dropped pulls of 64 MiB held 64 GiB.
+                self._sweep(h)
+                with self._cv:
+                    oldest = (next(iter(self._pending.values()))
+                              if len(self._pending) >= _MAX_UNREAD
+                              else None)
+            finally:
+                self._release()
+            if oldest is None:
+                break
+            self._settle(oldest)
         h = self._acquire()
         settled = False          # refused, or registered in _pending
         try:
-            # The oldest requests that completed let go of their arrays
-            # now: kept until their status was read, 1024 dropped pulls
-            # of 64 MiB held 64 GiB. Before this one is issued: it would
-            # be looked at in vain (still in flight), one C call a submit.
-            self._sweep(h)
             ts = fn(h, *args)
             if ts < 0:
                 settled = True
@@ -1152,18 +1176,12 @@ class Client:
             with self._cv:
                 self._pending[ts] = req
                 settled = True
-                oldest = (next(iter(self._pending.values()))
-                          if len(self._pending) > _MAX_UNREAD else None)
         except BaseException:
             if not settled:
                 self._hold(bufs)
             raise
         finally:
             self._release()
-        if oldest is not None:
-            # Memory stays bounded however many handles are dropped
-            # unread: read the oldest status (usually complete already).
-            self._settle(oldest)
         return req
 
     def _sweep(self, h: int) -> None:

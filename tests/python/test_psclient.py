@@ -168,6 +168,10 @@ def test_a_failed_connect_says_why(tmp_path):
                              "refused") as e:
         psclient.connect(f"127.0.0.1:{port}", connect_timeout_ms=200)
     assert str(e.value).count(f"127.0.0.1:{port}") == 1, str(e.value)
+    # As bytes (os.fspath takes them): the same error, not a TypeError.
+    with pytest.raises(psclient.ConnectionError,
+                       match=f"127.0.0.1:{port}"):
+        psclient.connect(f"127.0.0.1:{port}".encode(), connect_timeout_ms=200)
     # An ini is named as the cluster it describes, not as a host.
     ini = tmp_path / "down.ini"
     ini.write_text(f"[cluster]\nnodes = 127.0.0.1:{port}\n")
@@ -1376,6 +1380,40 @@ def test_an_exception_from_a_signal_as_a_call_returns_keeps_its_arrays(
             c.wait_all()
         gc.collect()
         assert alive() is None                   # released once complete
+
+
+def test_ctrl_c_in_an_async_call_held_by_1024_unread_issues_nothing(
+        make_cluster):
+    """With 1024 requests unread, an *_async call first waits for the
+    oldest (memory stays bounded however many handles are dropped). That
+    wait came after the call had issued its own request: a Ctrl-C there
+    raised with the request in flight and its handle lost. The wait now
+    comes first, so the interrupted call issues nothing."""
+    cl = make_cluster()
+    with psclient.connect(cl.spec, request_timeout_ms=20000, max_retries=0,
+                          connect_timeout_ms=1000) as c:
+        d = c.table("dense")
+        d.pull_range(0, 100)                     # both nodes answer
+        cl.signal(1, signal.SIGSTOP)
+        old = signal.signal(signal.SIGALRM, _raise_interrupt)
+        try:
+            held = d.pull_range_async(0, 100)    # held by node 1
+            for _ in range(1023):                # row 0: node 0 answers
+                d.pull_range_async(0, 1)
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            t0 = time.monotonic()
+            with pytest.raises(_Interrupt):
+                d.pull_range_async(0, 1)         # waits for held
+            assert time.monotonic() - t0 < 5
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            cl.signal(1, signal.SIGCONT)
+        # Nothing was issued by the interrupted call: the next request is
+        # numbered right after the last one that returned a handle.
+        nxt = d.pull_range_async(0, 1)
+        assert nxt.ts == held.ts + 1024, (held.ts, nxt.ts)
+        c.wait_all()
 
 
 @pytest.mark.parametrize("how", ["pull", "wait", "wait_all"])
