@@ -188,9 +188,20 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
     psd_worker *w = &y->workers[worker];
     /* The lost client back while a new process's takeover is pending:
      * busy, not refused for good (below), since the takeover is undone
-     * if that open fails, and this client then takes its worker back. */
-    if (w->pending && y->prior[worker].lost_id == client_id &&
-        w->client_id != client_id) {
+     * if that open fails, and this client then takes its worker back.
+     * Lost: it lost its connection here (lost_id), or the node restarted
+     * under it (loaded GONE with its client_id, and no lost_id). */
+    const psd_worker *p = &y->prior[worker];
+    if (w->pending && w->client_id != client_id &&
+        (p->lost_id == client_id ||
+         (p->state == PSD_W_GONE && p->client_id == client_id))) {
+        /* It lives: its grace counts from this try, so that the takeover
+         * undone finds it still waited for. It counted from the loss, and
+         * a second process's opens, failing one after another while this
+         * client was refused, outlasted it: the worker was let go the
+         * moment the last one failed, and the clock ended without it. */
+        if (p->state == PSD_W_GONE)
+            y->prior[worker].gone_ms = y->now_ms;
         snprintf(err, errlen, "worker %d is being taken over by a new "
                  "process (connected from %s) whose open has not "
                  "completed", (int)worker, w->peer);

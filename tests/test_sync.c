@@ -942,6 +942,21 @@ static void test_a_pending_new_process_holds_the_node_where_it_was(
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 40200, 30), 1, "undone");
     join(&y, 1, 2, &owner_a);
 
+    /* Its grace counts from its last try while refused, not from its
+     * loss: takeovers that kept failing for longer than the grace let it
+     * go the moment the last one was undone (the churn trial). */
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_a, 50000, 30), 0, "lost again");
+    join_pending(&y, 1, 5, &owner_c);
+    EXPECT_INT(psd_sync_tick(&y, 75000, 30, 0, 1000000), 0, "a tick");
+    EXPECT_INT(psd_sync_join(&y, 1, 2, &owner_a, "127.0.0.1:9", err,
+                             sizeof err), PSW_EBUSY, "it tries, refused");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 85000, 30), 1, "undone");
+    EXPECT_INT(psd_sync_tick(&y, 85000, 30, 0, 1000000), 0,
+               "35 s after its loss, 10 s after its last try: waited for");
+    EXPECT_INT(y.workers[1].state, PSD_W_GONE, "still waited for");
+    join(&y, 1, 2, &owner_a);
+    EXPECT_INT(y.workers[1].state, PSD_W_LIVE, "back");
+
     /* Confirmed, the new process's join counts. */
     psd_sync z;
     two_workers(&z);
@@ -1032,6 +1047,45 @@ static void test_a_pending_join_past_the_sums_moves_nothing(void **state)
                   "completed)", "the wait names it");
     free(log);
     psd_sync_destroy(&y);
+}
+
+/* A node restarted under its workers has them lost (GONE, loaded with
+ * their clients). A second process claiming one pending there while the
+ * real one reconnects: the real one is told the takeover is pending, and
+ * its grace counts from its try. It was refused as if another client held
+ * the worker, its grace counted from the restart, and opens of the second
+ * process failing one after another outlasted it: the worker was let go
+ * as the last failed, and that clock ended without it (the churn trial). */
+static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
+    void **state)
+{
+    (void)state;
+    char err[256];
+    psd_sync y;
+    two_workers(&y);
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
+    assert_int_equal(psd_sync_save(&y, &o), 0);
+    psd_sync z;
+    make(&z, 2);
+    psd_source in = { mem_get, &m };
+    if (psd_sync_load(&z, &in, 3, 1000, err, sizeof err))
+        fail_msg("load: %s", err);
+    EXPECT_INT(z.workers[1].state, PSD_W_GONE, "worker 1: lost");
+    join(&z, 0, 1, &owner_a);               /* worker 0 is back */
+    join_pending(&z, 1, 9, &owner_c);       /* a second process */
+    EXPECT_INT(psd_sync_tick(&z, 25000, 30, 0, 1000000), 0, "a tick");
+    EXPECT_INT(psd_sync_join(&z, 1, 2, &owner_b, "127.0.0.1:9", err,
+                             sizeof err), PSW_EBUSY, "the real one");
+    EXPECT_SUBSTR(err, "whose open has not completed", "why");
+    EXPECT_INT(psd_sync_lost(&z, 1, &owner_c, 40000, 30), 1, "undone");
+    EXPECT_INT(psd_sync_tick(&z, 40000, 30, 0, 1000000), 0,
+               "39 s after the restart, 15 s after its try: waited for");
+    join(&z, 1, 2, &owner_b);
+    EXPECT_INT(z.workers[1].state, PSD_W_LIVE, "back");
+    free(m.p);
+    psd_sync_destroy(&y);
+    psd_sync_destroy(&z);
 }
 
 /* The same client's second connection (its first not yet seen closed)
@@ -1351,6 +1405,8 @@ int main(void)
             test_a_pending_join_lost_before_its_open_completed_is_undone),
         cmocka_unit_test(test_a_pending_new_process_holds_the_node_where_it_was),
         cmocka_unit_test(test_a_pending_join_is_saved_as_it_was),
+        cmocka_unit_test(
+            test_a_worker_loaded_lost_is_waited_for_while_it_tries),
         cmocka_unit_test(test_an_undone_join_lets_the_job_end),
         cmocka_unit_test(test_a_pending_join_past_the_sums_moves_nothing),
         cmocka_unit_test(
