@@ -729,7 +729,19 @@ static int apply_section(parser *p, const section *s, char *base,
         if (!st) {
             char hint[96] = "";
             const setting *near = suggest(s->scope, e->key);
-            if (near)
+            /* A key of another section (worker_grace under [server]):
+             * where it goes, rather than a near miss of this one. */
+            static const char *const scope_name[] = { "the [cluster]",
+                                                      "the [server]",
+                                                      "a [table.NAME]" };
+            const setting *other = NULL;
+            for (int k = SC_CLUSTER; k <= SC_TABLE && !other; k++)
+                if (k != (int)s->scope)
+                    other = find_setting((scope)k, e->key);
+            if (other)
+                snprintf(hint, sizeof hint, " (it belongs in %s section)",
+                         scope_name[other->scope]);
+            else if (near)
                 snprintf(hint, sizeof hint, " (did you mean %s?)", near->key);
             fail(p, e->line, "[%s] %s: unknown key%s", s->name, e->key, hint);
             bad = 1;

@@ -278,6 +278,13 @@ static const error_case error_cases[] = {
     { "unknown_key_in_a_table_names_the_table",
       EMB "learning_rate = 0.1\n", 0, 5,
       "[table.emb] learning_rate: unknown key", 1 },
+    { "a_key_of_another_section_says_where_it_belongs",
+      CLUSTER "[server]\nworker_grace = 5\n", 0, 4,
+      "[server] worker_grace: unknown key (it belongs in the [cluster] "
+      "section)", 1 },
+    { "a_table_key_in_server_says_where_it_belongs",
+      CLUSTER "[server]\nlr = 0.1\n", 0, 4,
+      "[server] lr: unknown key (it belongs in a [table.NAME] section)", 1 },
     { "unknown_key_is_case_sensitive",
       EMB "LR = 0.1\n", 0, 5, "[table.emb] LR: unknown key", 1 },
     { "duplicate_key_is_refused_at_its_second_line",
