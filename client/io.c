@@ -2099,8 +2099,9 @@ static void on_tick(uv_timer_t *t)
         char lead[sizeof nc->name + 32];
         snprintf(lead, sizeof lead, "cannot connect to %s",
                  nc ? nc->name : "");
-        if (nc && !strncmp(why, lead, strlen(lead))) {
-            why += strlen(lead);
+        size_t k = strlen(lead);
+        if (nc && !strncmp(why, lead, k) && (why[k] == ':' || why[k] == ' ')) {
+            why += k;
             why += !strncmp(why, ": ", 2) ? 2 : *why == ' ';
         }
         open_done(io, nc && nc->last_status ? nc->last_status : PS_ETIMEDOUT,

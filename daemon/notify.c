@@ -22,7 +22,7 @@ void psd_notify(const char *fmt, ...)
     memcpy(sa.sun_path, path, n);
     if (path[0] == '@')
         sa.sun_path[0] = '\0';
-    char msg[512];
+    char msg[1100];              /* STATUS= and psd_server_status's line */
     va_list ap;
     va_start(ap, fmt);
     int len = vsnprintf(msg, sizeof msg, fmt, ap);

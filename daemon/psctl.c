@@ -1131,6 +1131,16 @@ static void say_err(const cluster *c, int i, const char *err)
         fprintf(stderr, "psctl: %s: %s\n", c->nodes[i].addr, err);
 }
 
+/* `"node": N` of node i for JSON: null for a -s entry whose index is not
+ * known (it never answered), as say_err names it by its address. */
+static void json_node(const cluster *c, int i)
+{
+    if (c->nodes[i].index >= 0 || c->from_ini)
+        printf("\"node\": %d", id(c, i));
+    else
+        printf("\"node\": null");
+}
+
 /* A PING, so that the node does not take a quiet psctl for a dead peer
  * (peer_timeout_ms). 0 or -1 with nd->err. */
 static int ping_node(node *nd)
@@ -1332,8 +1342,9 @@ static int do_ping(cluster *c, int json)
         double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 +
                     (double)(b.tv_nsec - a.tv_nsec) / 1e6;
         if (json) {
-            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
-                   id(c, i));
+            printf("%s{", first ? "" : ",\n");
+            json_node(c, i);
+            printf(", \"address\": ");
             json_str(c->nodes[i].addr);
             printf(", \"ms\": %.3f}", ms);
         } else
@@ -1718,8 +1729,9 @@ static int do_save(cluster *c, int timeout_s, int json)
         for (int i = 0; i < c->n; i++) {
             if (sv[i].state == S_NONE)
                 continue;
-            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
-                   id(c, i));
+            printf("%s{", first ? "" : ",\n");
+            json_node(c, i);
+            printf(", \"address\": ");
             json_str(c->nodes[i].addr);
             printf(", \"generation\": %.0f, \"ok\": %s, \"current\": %s",
                    sv[i].gen, sv[i].state == S_WRITTEN ? "true" : "false",
@@ -1952,7 +1964,9 @@ static int do_end_job(cluster *c, int json)
             for (int i = 0; i < c->n; i++) {
                 if (!e[i].asked)
                     continue;
-                printf("%s{\"node\": %d, \"address\": ", sep, id(c, i));
+                printf("%s{", sep);
+                json_node(c, i);
+                printf(", \"address\": ");
                 json_str(c->nodes[i].addr);
                 printf(", \"error\": ");
                 json_str(e[i].err[0] ? e[i].err : "not ended: a worker is "
@@ -2003,8 +2017,9 @@ static int do_end_job(cluster *c, int json)
         if (!e[i].asked)
             continue;
         if (json) {
-            printf("%s{\"node\": %d, \"address\": ", first ? "" : ",\n",
-                   id(c, i));
+            printf("%s{", first ? "" : ",\n");
+            json_node(c, i);
+            printf(", \"address\": ");
             json_str(c->nodes[i].addr);
             if (e[i].ok)
                 printf(", \"ended\": %s, \"clock\": %llu, \"barrier\": "
@@ -2403,8 +2418,9 @@ int main(int argc, char **argv)
         if (json) {
             printf("[");
             for (int i = 0; i < c.n; i++) {
-                printf("%s{\"node\": %d, \"address\": ", i ? ",\n" : "",
-                       id(&c, i));
+                printf("%s{", i ? ",\n" : "");
+                json_node(&c, i);
+                printf(", \"address\": ");
                 json_str(c.nodes[i].addr);
                 printf(", \"error\": \"not ended: the nodes answered with "
                        "different layouts\"}");

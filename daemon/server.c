@@ -266,6 +266,9 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
                               &s->admin, err, errlen))
             return -1;
     }
+    /* The loop's clock stood still while the node loaded its files. */
+    uv_update_time(s->loop);
+    psd_sync_serving(&s->node.sync, uv_now(s->loop));
     int rc = uv_tcp_init(s->loop, &s->listener);
     if (rc == 0) {
         s->listener.data = s;

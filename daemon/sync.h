@@ -257,6 +257,13 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
  * after the snapshot. */
 int psd_sync_dirty(psd_sync *y, int from);
 
+/* The node starts serving (it listens): the workers loaded or replayed
+ * as lost are waited for worker_grace from now_ms, as the log says. Their
+ * grace counted from before the load, which a long load and replay could
+ * outlast, letting every one go at the first tick before its client could
+ * reconnect. */
+void psd_sync_serving(psd_sync *y, uint64_t now_ms);
+
 /* Replays a worker's journaled join (joined 1: waited for, lost at now_ms
  * so that its grace starts, with the clock and barrier it had) or leave
  * (joined 0; closed 1: by its LEAVE, which may end the job as it did live;

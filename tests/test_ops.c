@@ -2368,6 +2368,12 @@ static void test_psctl_names_each_node_by_its_own_index(void **state)
         !strstr(o, "pong from node 0"))
         fail_msg("psctl -s <node 1 down>,<node 0> ping: %s", o ? o : "");
     free(o);
+    o = run(&st, "%s -s %s --json end-job 2>/dev/null", psctl(), both);
+    EXPECT_INT(st, 1, "psctl --json end-job with node 1 down");
+    if (!json_holds(c.dir, o, "[e[\"node\"] for e in d] == [None, 0]"))
+        fail_msg("psctl -s <node 1 down>,<node 0> --json end-job: %s",
+                 o ? o : "");
+    free(o);
     EXPECT_INT(cluster_stop(&c), 0, "the nodes stop cleanly");
 }
 
