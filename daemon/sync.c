@@ -189,9 +189,12 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
     /* The lost client back while a new process's takeover is pending:
      * busy, not refused for good (below), since the takeover is undone
      * if that open fails, and this client then takes its worker back.
-     * Lost also when the node restarted under it (psd_sync_load). */
+     * Lost: it lost its connection here (lost_id), or the node restarted
+     * under it (loaded GONE with its client_id; psd_sync_load). */
     const psd_worker *p = &y->prior[worker];
-    if (w->pending && p->lost_id == client_id && w->client_id != client_id) {
+    if (w->pending && w->client_id != client_id &&
+        (p->lost_id == client_id ||
+         (p->state == PSD_W_GONE && p->client_id == client_id))) {
         /* It lives: its grace counts from this try, so that the takeover
          * undone finds it still waited for. It counted from the loss, and
          * a second process's opens, failing one after another while this
@@ -715,7 +718,6 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
     w->owner = NULL;
     w->gone_ms = now_ms;
     w->client_id = client_id;
-    w->lost_id = w->closed ? 0 : client_id;      /* as psd_sync_load */
     if (clock > w->clock)
         w->clock = clock;
     if (barrier > w->barrier)
@@ -895,12 +897,11 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
             w.state = PSD_W_GONE;
             w.gone_ms = now_ms;
         }
-        /* Its client lost its connection here (the node stopped under
-         * it), or was let go after its grace: as on a node that stayed
-         * up, a new process taking the worker over refuses it for good
-         * (replaced), as does psctl end-job. */
-        if (w.state == PSD_W_GONE || (w.state == PSD_W_LEFT && !w.closed))
-            w.lost_id = w.client_id;
+        /* Not lost_id: which clients this node had replaced is not
+         * saved, so the one a process now takes the worker over from may
+         * be the replacement itself, and refused for good it would lock
+         * the job out (a trial's stale process, back after the restart,
+         * did so). join() knows a loaded lost client by its client_id. */
         y->workers[i] = w;
     }
     y->legacy_leaves = format < 3;

@@ -1094,32 +1094,22 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
     EXPECT_INT(psd_sync_tick(&z, 89999, 30, 0, 1000000), 0, "29.999 s");
     EXPECT_INT(psd_sync_tick(&z, 90000, 30, 0, 1000000), 1, "30 s: let go");
 
-    /* A new process that takes a loaded worker over refuses its old
-     * client for good, as on a node that stayed up (the old one came back
-     * once the new one lost its connection: two processes as one worker),
-     * and end-job after a restart lets the loaded ones go for good too. */
+    /* A process that takes a loaded worker over does not refuse the
+     * loaded client for good: the node does not know whom it replaced
+     * before it stopped, so the loaded client may be the replacement and
+     * the process a stale one that it replaced (a trial: refused for
+     * good, the replacement was locked out and the job stalled). Back
+     * once the other is gone, it gets in. */
     psd_sync r;
     make(&r, 2);
     psd_source again = { mem_get, &m };
     m.at = 0;
     if (psd_sync_load(&r, &again, 3, 1000, err, sizeof err))
         fail_msg("load: %s", err);
-    join(&r, 1, 9, &owner_c);               /* the new process, confirmed */
+    join(&r, 1, 9, &owner_c);               /* another client takes over */
     EXPECT_INT(psd_sync_lost(&r, 1, &owner_c, 2000, 30), 0, "it is lost");
     EXPECT_INT(psd_sync_join(&r, 1, 2, &owner_b, "127.0.0.1:9", err,
-                             sizeof err), PSW_EINVAL, "the old client");
-    EXPECT_SUBSTR(err, "taken over by a new process", "why");
-    psd_sync q;
-    make(&q, 2);
-    psd_source third = { mem_get, &m };
-    m.at = 0;
-    if (psd_sync_load(&q, &third, 3, 1000, err, sizeof err))
-        fail_msg("load: %s", err);
-    psd_sync_ended e;
-    EXPECT_INT(psd_sync_end(&q, 0, 0, &e, err, sizeof err), 0, "end-job");
-    EXPECT_INT(psd_sync_join(&q, 1, 2, &owner_b, "127.0.0.1:9", err,
-                             sizeof err), PSW_EINVAL, "its old client");
-    EXPECT_SUBSTR(err, "its job was ended since", "why");
+                             sizeof err), 0, "the loaded client: %s", err);
 
     /* Serving starts their grace afresh: a load longer than the grace let
      * every loaded worker go at the first tick. */
@@ -1131,7 +1121,6 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
     psd_sync_destroy(&y);
     psd_sync_destroy(&z);
     psd_sync_destroy(&r);
-    psd_sync_destroy(&q);
 }
 
 /* The same client's second connection (its first not yet seen closed)
