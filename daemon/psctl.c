@@ -1117,25 +1117,30 @@ static int id(const cluster *c, int i)
     return c->nodes[i].index >= 0 ? c->nodes[i].index : i;
 }
 
-/* Says node i's error on stderr, as "node N (ADDR)" when its index is
- * known (it answered, or the nodes are an ini's), else by its address
- * alone: a -s entry that never answered is no node of a known index (it
+/* Whether node i's index is known: it answered, or the nodes are an
+ * ini's. A -s entry that never answered is no node of a known index (it
  * read "node 0" for the second entry of a list when it was down, "node
- * 1" when up). */
+ * 1" when up): it goes by its address. */
+static int index_known(const cluster *c, int i)
+{
+    return c->nodes[i].index >= 0 || c->from_ini;
+}
+
+/* Says node i's error on stderr, as "node N (ADDR)", or "ADDR" where its
+ * index is not known. */
 static void say_err(const cluster *c, int i, const char *err)
 {
-    if (c->nodes[i].index >= 0 || c->from_ini)
+    if (index_known(c, i))
         fprintf(stderr, "psctl: node %d (%s): %s\n", id(c, i),
                 c->nodes[i].addr, err);
     else
         fprintf(stderr, "psctl: %s: %s\n", c->nodes[i].addr, err);
 }
 
-/* `"node": N` of node i for JSON: null for a -s entry whose index is not
- * known (it never answered), as say_err names it by its address. */
+/* `"node": N` of node i for JSON, null where its index is not known. */
 static void json_node(const cluster *c, int i)
 {
-    if (c->nodes[i].index >= 0 || c->from_ini)
+    if (index_known(c, i))
         printf("\"node\": %d", id(c, i));
     else
         printf("\"node\": null");

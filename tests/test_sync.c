@@ -50,6 +50,21 @@ static void join_pending(psd_sync *y, int32_t w, uint64_t client,
     EXPECT_INT(rc, 0, "psd_sync_join_pending of worker %d", (int)w);
 }
 
+/* y saved and loaded into z (made here, nworkers as y), as a node
+ * restarted from that snapshot at now_ms. */
+static void restarted(const psd_sync *y, psd_sync *z, uint64_t now_ms)
+{
+    char err[256];
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
+    assert_int_equal(psd_sync_save(y, &o), 0);
+    make(z, y->nworkers);
+    psd_source in = { mem_get, &m };
+    if (psd_sync_load(z, &in, 3, now_ms, err, sizeof err))
+        fail_msg("load: %s", err);
+    free(m.p);
+}
+
 /* Workers 0 and 1 of two, joined as clients 1 and 2 (owners a and b). */
 static void two_workers(psd_sync *y)
 {
@@ -1061,16 +1076,9 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
 {
     (void)state;
     char err[256];
-    psd_sync y;
+    psd_sync y, z, r;
     two_workers(&y);
-    membuf m = { 0 };
-    psd_sink o = { mem_put, &m };
-    assert_int_equal(psd_sync_save(&y, &o), 0);
-    psd_sync z;
-    make(&z, 2);
-    psd_source in = { mem_get, &m };
-    if (psd_sync_load(&z, &in, 3, 1000, err, sizeof err))
-        fail_msg("load: %s", err);
+    restarted(&y, &z, 1000);
     EXPECT_INT(z.workers[1].state, PSD_W_GONE, "worker 1: lost");
     join(&z, 0, 1, &owner_a);               /* worker 0 is back */
     join_pending(&z, 1, 9, &owner_c);       /* a second process */
@@ -1100,12 +1108,7 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
      * the process a stale one that it replaced (a trial: refused for
      * good, the replacement was locked out and the job stalled). Back
      * once the other is gone, it gets in. */
-    psd_sync r;
-    make(&r, 2);
-    psd_source again = { mem_get, &m };
-    m.at = 0;
-    if (psd_sync_load(&r, &again, 3, 1000, err, sizeof err))
-        fail_msg("load: %s", err);
+    restarted(&y, &r, 1000);
     join(&r, 1, 9, &owner_c);               /* another client takes over */
     EXPECT_INT(psd_sync_lost(&r, 1, &owner_c, 2000, 30), 0, "it is lost");
     EXPECT_INT(psd_sync_join(&r, 1, 2, &owner_b, "127.0.0.1:9", err,
@@ -1117,7 +1120,6 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
     EXPECT_INT(psd_sync_tick(&r, 100100, 30, 0, 1000000), 0,
                "a load of 99 s, then the first tick");
     EXPECT_INT(r.workers[0].state, PSD_W_GONE, "worker 0: still waited for");
-    free(m.p);
     psd_sync_destroy(&y);
     psd_sync_destroy(&z);
     psd_sync_destroy(&r);
@@ -1130,7 +1132,6 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
 static void test_a_pending_join_is_saved_as_it_was(void **state)
 {
     (void)state;
-    char err[256];
     psd_sync y;
     make(&y, 2);
     join(&y, 0, 1, &owner_a);
@@ -1139,14 +1140,8 @@ static void test_a_pending_join_is_saved_as_it_was(void **state)
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 5, 30), 0,
                "the taken-over connection's loss changes nothing");
     EXPECT_INT(y.workers[1].pending, 1, "still pending");
-    membuf m = { 0 };
-    psd_sink o = { mem_put, &m };
-    assert_int_equal(psd_sync_save(&y, &o), 0);
     psd_sync z;
-    make(&z, 2);
-    psd_source in = { mem_get, &m };
-    if (psd_sync_load(&z, &in, 3, 100, err, sizeof err))
-        fail_msg("load: %s", err);
+    restarted(&y, &z, 100);
     EXPECT_INT(z.workers[0].state, PSD_W_GONE, "worker 0 joined: lost");
     EXPECT_INT(z.workers[1].state, PSD_W_ABSENT, "worker 1 never joined");
     EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 6, 30), 1, "undone");
@@ -1157,7 +1152,6 @@ static void test_a_pending_join_is_saved_as_it_was(void **state)
     EXPECT_INT(y.workers[1].pending, 0, "confirmed by a version 3 HELLO");
     psd_sync_destroy(&y);
     psd_sync_destroy(&z);
-    free(m.p);
 }
 
 
