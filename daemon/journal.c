@@ -33,7 +33,8 @@
 #define CLOCK_BODY 16
 #define START_BODY 16
 #define PARAMS_BODY 36
-#define WORKER_BODY 32
+#define WORKER_BODY 72
+#define WORKER_BODY_OLD 32       /* without the clients refused for good */
 #define ACK_BODY 32
 /* What a shape mismatch means, since the shape itself is only a hash. */
 #define SHAPE_HINT                                                           \
@@ -246,7 +247,9 @@ uint64_t psd_journal_ack(psd_journal *j, uint64_t client_id,
 
 uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
                             int closed, uint64_t client_id, uint64_t clock,
-                            uint64_t barrier)
+                            uint64_t barrier,
+                            const uint64_t replaced[PSD_J_REPLACED],
+                            unsigned ended_mask)
 {
     char *b = begin_fixed(j, PSD_J_WORKER, WORKER_BODY);
     if (!b)
@@ -262,6 +265,8 @@ uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
     memcpy(b + 8, &client_id, 8);
     memcpy(b + 16, &clock, 8);
     memcpy(b + 24, &barrier, 8);
+    memcpy(b + 32, replaced, 8 * PSD_J_REPLACED);
+    b[32 + 8 * PSD_J_REPLACED] = (char)ended_mask;
     return end_fixed(j, b, WORKER_BODY);
 }
 
@@ -549,9 +554,22 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         return 0;
     }
     if (r->type == PSD_J_WORKER) {
-        if (len != WORKER_BODY || (unsigned char)b[1] > 1 ||
-            (unsigned char)b[3] > 1)
+        if ((len != WORKER_BODY && len != WORKER_BODY_OLD) ||
+            (unsigned char)b[1] > 1 || (unsigned char)b[3] > 1)
             return -1;
+        r->has_replaced = len == WORKER_BODY;
+        r->ended_mask = 0;
+        memset(r->replaced, 0, sizeof r->replaced);
+        if (r->has_replaced) {
+            memcpy(r->replaced, b + 32, sizeof r->replaced);
+            r->ended_mask = (unsigned char)b[32 + sizeof r->replaced];
+            /* A client let go by end-job is one of those refused. */
+            if (r->ended_mask >> PSD_J_REPLACED)
+                return -1;
+            for (int k = 0; k < PSD_J_REPLACED; k++)
+                if ((r->ended_mask & (1u << k)) && !r->replaced[k])
+                    return -1;
+        }
         r->joined = b[1];
         /* Byte 2 set is a close whoever wrote it (psd wrote it so from
          * the day byte 2 was written, before byte 3 was). */

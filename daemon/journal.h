@@ -21,6 +21,9 @@ typedef struct psd_journal psd_journal;
 enum { PSD_J_PUSH = 1, PSD_J_CLOCK = 2, PSD_J_START = 3, PSD_J_PARAMS = 4,
        PSD_J_WORKER = 5, PSD_J_ACK = 6 };
 
+/* A WORKER record's clients refused for good (sync.h, PSD_REPLACED). */
+#define PSD_J_REPLACED 4
+
 /* One record, as replay hands it over (views into a buffer valid during
  * the callback). */
 typedef struct psd_jrecord {
@@ -40,6 +43,13 @@ typedef struct psd_jrecord {
                                     -1: not known (a record of a psd that
                                     did not write it: a leave of either
                                     kind reads 0 there) */
+    int has_replaced;            /* worker: the record carries the next
+                                    two (a psd before them wrote 32-byte
+                                    bodies) */
+    uint64_t replaced[PSD_J_REPLACED];  /* worker: clients refused for good
+                                    as it, oldest first (0: none) */
+    unsigned ended_mask;         /* worker: bit k: replaced[k] was let go
+                                    by psctl end-job */
     uint32_t waited;             /* clock: the divisor of aggregate = mean
                                     then (psd_sync_divisor) */
     psd_updater_params params;   /* params: table msg.table's updater
@@ -72,11 +82,14 @@ uint64_t psd_journal_ack(psd_journal *j, uint64_t client_id,
                          uint64_t incarnation, uint64_t mark);
 
 /* Worker `worker` joined (joined 1) or stopped being waited for (0;
- * closed: by its own LEAVE), with its clock and barrier count then. LSN,
- * or 0 when memory runs out. */
+ * closed: by its own LEAVE), with its clock and barrier count and the
+ * clients refused for good as it then (replaced, ended_mask: bit k for
+ * replaced[k] let go by end-job). LSN, or 0 when memory runs out. */
 uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
                             int closed, uint64_t client_id, uint64_t clock,
-                            uint64_t barrier);
+                            uint64_t barrier,
+                            const uint64_t replaced[PSD_J_REPLACED],
+                            unsigned ended_mask);
 
 /* From now on, table's updater uses the hyper-parameters p (lr, beta1,
  * beta2, epsilon, l1, l2, beta): a record says so when they differ from

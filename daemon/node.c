@@ -392,6 +392,11 @@ int psd_node_apply_params(psd_node *n)
     return rc;
 }
 
+/* A WORKER record carries a worker's refused clients as they are. */
+_Static_assert(PSD_J_REPLACED == PSD_REPLACED &&
+               PSD_REPLACED <= 8, "a WORKER record's replaced clients, and "
+               "its ended mask in one byte");
+
 int psd_node_journal_workers(psd_node *n)
 {
     if (!n->journal)
@@ -406,7 +411,8 @@ int psd_node_journal_workers(psd_node *n)
         int joined = w->state == PSD_W_LIVE || w->state == PSD_W_GONE;
         int closed = w->closed || w->state == PSD_W_ABSENT;
         if (!psd_journal_worker(n->journal, i, joined, closed, w->client_id,
-                                w->clock, w->barrier)) {
+                                w->clock, w->barrier, w->replaced,
+                                w->ended_mask)) {
             w->dirty = 1;        /* asked again (psd_node_commit) */
             snprintf(n->journal_error, sizeof n->journal_error,
                      "out of memory buffering a record");

@@ -16,8 +16,9 @@
 #include "node.h"
 
 /* The format psd writes. 2 added each worker's `summed` to the SYNC
- * section, 3 each worker's `closed`; formats 1 and 2 are still read. */
-#define PSD_SNAPSHOT_VERSION 3
+ * section, 3 each worker's `closed`, 4 the clients refused for good as
+ * each worker; formats 1 to 3 are still read. */
+#define PSD_SNAPSHOT_VERSION 4
 
 typedef struct psd_snap_info {
     uint64_t generation;         /* counts this node's snapshots, from 1 */

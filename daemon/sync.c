@@ -93,6 +93,31 @@ static void refuse_lost(psd_worker *w, int ended)
                     (ended ? 1u << (PSD_REPLACED - 1) : 0);
 }
 
+/* A worker restored from disk (snapshot or journal) lost its client, by
+ * the restart or before it, when it was connected (LIVE, GONE) or its
+ * grace ran out (LEFT, not closed): as live, where lost_id is kept past
+ * the grace, a new process's join then refuses that client for good. A
+ * worker that closed, or never joined, has no lost client. */
+static uint64_t lost_client(const psd_worker *w)
+{
+    int lost = w->state == PSD_W_LIVE || w->state == PSD_W_GONE ||
+               (w->state == PSD_W_LEFT && !w->closed);
+    return lost ? w->client_id : 0;
+}
+
+/* 1 when an ended mask read from a snapshot marks more than the
+ * replaced clients there are (bits past PSD_REPLACED, or on an empty
+ * entry); the journal's reader checks its records alike. */
+static int refused_unsound(const uint64_t *replaced, unsigned ended_mask)
+{
+    if (ended_mask >> PSD_REPLACED)
+        return 1;
+    for (int k = 0; k < PSD_REPLACED; k++)
+        if ((ended_mask & (1u << k)) && !replaced[k])
+            return 1;
+    return 0;
+}
+
 /* A worker's join, loss and leave lines: the first SAY_BURST of each
  * SAY_WINDOW_MS are logged, the rest counted and summed up in one line
  * after the window (by the tick, or the worker's next line). A worker
@@ -708,6 +733,7 @@ int psd_sync_dirty(psd_sync *y, int from)
 
 int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,
+                    const uint64_t *replaced, unsigned ended_mask,
                     uint64_t now_ms)
 {
     if (worker < 0 || worker >= y->nworkers)
@@ -718,6 +744,15 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
     w->owner = NULL;
     w->gone_ms = now_ms;
     w->client_id = client_id;
+    /* A record that does not carry them (an older psd's) leaves the
+     * worker's replaced clients unknown: no lost client is refused for
+     * good by a takeover (psd_sync_load, format 3). */
+    if (replaced) {
+        memcpy(w->replaced, replaced, sizeof w->replaced);
+        w->ended_mask = ended_mask;
+        w->lost_id = lost_client(w);
+    } else
+        w->lost_id = 0;
     if (clock > w->clock)
         w->clock = clock;
     if (barrier > w->barrier)
@@ -834,7 +869,8 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
 
 /* On the stream: u64 clock, u64 barrier, u32 workers, then per worker
  * u32 state, u64 clock, u64 barrier, u64 client_id, u64 summed (not in
- * snapshots of format 1), u8 closed (not in formats 1 and 2). */
+ * snapshots of format 1), u8 closed (not in formats 1 and 2), then
+ * PSD_REPLACED u64 replaced and u8 ended_mask (not in formats 1 to 3). */
 int psd_sync_save(const psd_sync *y, psd_sink *out)
 {
     uint32_t n = (uint32_t)y->nworkers;
@@ -852,7 +888,10 @@ int psd_sync_save(const psd_sync *y, psd_sink *out)
             psd_put(out, &w->summed, 8))
             return -1;
         uint8_t closed = (uint8_t)(w->state == PSD_W_LEFT && w->closed);
-        if (psd_put(out, &closed, 1))
+        uint8_t ended = (uint8_t)w->ended_mask;
+        if (psd_put(out, &closed, 1) ||
+            psd_put(out, w->replaced, sizeof w->replaced) ||
+            psd_put(out, &ended, 1))
             return -1;
     }
     return 0;
@@ -869,15 +908,23 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
     }
     for (uint32_t i = 0; i < n; i++) {
         uint32_t st;
-        uint8_t closed = 0;
+        uint8_t closed = 0, ended = 0;
         psd_worker w = { 0 };
         if (psd_get(in, &st, 4) || psd_get(in, &w.clock, 8) ||
             psd_get(in, &w.barrier, 8) || psd_get(in, &w.client_id, 8) ||
             (format >= 2 && psd_get(in, &w.summed, 8)) ||
-            (format >= 3 && psd_get(in, &closed, 1))) {
+            (format >= 3 && psd_get(in, &closed, 1)) ||
+            (format >= 4 && (psd_get(in, w.replaced, sizeof w.replaced) ||
+                             psd_get(in, &ended, 1)))) {
             snprintf(err, errlen, "truncated in worker %u", i);
             return -1;
         }
+        if (refused_unsound(w.replaced, ended)) {
+            snprintf(err, errlen, "worker %u has ended mask 0x%x over its "
+                     "replaced clients", i, (unsigned)ended);
+            return -1;
+        }
+        w.ended_mask = ended;
         if (st > PSD_W_LEFT) {
             snprintf(err, errlen, "worker %u has state %u", i, st);
             return -1;
@@ -897,11 +944,13 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
             w.state = PSD_W_GONE;
             w.gone_ms = now_ms;
         }
-        /* Not lost_id: which clients this node had replaced is not
-         * saved, so the one a process now takes the worker over from may
-         * be the replacement itself, and refused for good it would lock
-         * the job out (a trial's stale process, back after the restart,
-         * did so). join() knows a loaded lost client by its client_id. */
+        /* Format 4 on: lost as it was, or by the restart. Before it, the
+         * clients the node had replaced were not saved: a process now
+         * taking the worker over may be the replacement itself, which,
+         * refused for good, would lock the job out (a trial's stale
+         * process, back after a restart, did so). */
+        if (format >= 4)
+            w.lost_id = lost_client(&w);
         y->workers[i] = w;
     }
     y->legacy_leaves = format < 3;

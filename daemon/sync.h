@@ -35,8 +35,9 @@ typedef struct psd_worker {
     uint64_t replaced[PSD_REPLACED];  /* clients that new processes took
                                 this worker over from after they were lost
                                 (lost_id), newest last (0: none): refused
-                                for good if they come back. In memory
-                                only, as the node's sessions are */
+                                for good if they come back. Saved in
+                                snapshots and WORKER records, so that a
+                                restart does not let one back */
     unsigned ended_mask;     /* bit k: replaced[k] was let go by psctl
                                 end-job, not replaced (for its error) */
     char peer[64];           /* where it is connected from, for errors */
@@ -230,17 +231,22 @@ int psd_sync_pull_ready(const psd_sync *y, int32_t worker, int staleness,
 
 /* Writes the node's clock and barrier and every worker's state, clock,
  * barrier, client id, `summed` (who has pushes in the bsp sums, which
- * the snapshot holds: the divisor of aggregate = mean needs it) and
- * `closed` (a job whose last workers close after a restart still ends).
+ * the snapshot holds: the divisor of aggregate = mean needs it),
+ * `closed` (a job whose last workers close after a restart still ends)
+ * and the clients refused for good (`replaced`, `ended_mask`).
  * 0 or -1. */
 int psd_sync_save(const psd_sync *y, psd_sink *out);
 
 /* Reads what psd_sync_save wrote into y (fresh): workers that were live
  * come back as lost at now_ms (their grace starts: they reconnect or stop
- * being waited for). A cluster whose `workers` changed keeps the first
- * workers that fit. format is the snapshot's: 1 was written before
- * `summed` was saved (then no worker counts as having pushed into the
- * sums), 2 before `closed`. The psd that wrote formats 1 and 2 did not
+ * being waited for), and a new process that takes one over refuses its
+ * client for good, as after a loss. A cluster whose `workers` changed
+ * keeps the first workers that fit. format is the snapshot's: 1 was
+ * written before `summed` was saved (then no worker counts as having
+ * pushed into the sums), 2 before `closed`, 3 before the clients refused
+ * for good (then none is, and a takeover refuses nobody: the client it
+ * takes over from may be the replacement of a stale process that is
+ * back). The psd that wrote formats 1 and 2 did not
  * tell a close from a grace that ran out: it took a job for over when
  * every worker had left at one clock and barrier count. So does this
  * load, for such a snapshot and for the leaves of that psd replayed after
@@ -269,9 +275,13 @@ void psd_sync_serving(psd_sync *y, uint64_t now_ms);
  * (joined 0; closed 1: by its LEAVE, which may end the job as it did live;
  * -1: not known, a record of an older psd, taken for a close after a
  * snapshot of format 1 or 2 (legacy_leaves) and else for a lost worker).
+ * replaced (PSD_REPLACED entries) and ended_mask: the clients refused
+ * for good then, as the record has them; NULL for a record of a psd that
+ * did not write them (none is refused, as after a format 3 snapshot).
  * -1 when worker is out of range. */
 int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,
+                    const uint64_t *replaced, unsigned ended_mask,
                     uint64_t now_ms);
 
 /* Periodic work: workers whose grace ran out stop being waited for

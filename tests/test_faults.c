@@ -961,6 +961,67 @@ static void *open_in_thread(void *arg)
     return NULL;
 }
 
+/* A raw connection to node 0 whose worker `worker`, as client `id`, is
+ * taken in for good (its HELLO, then OPENED; a PING's answer shows the
+ * OPENED was read). The HELLO's status, 0 when it was taken in. */
+static int raw_worker_opened(const test_cluster *c, uint64_t id,
+                             int32_t worker, int *fd)
+{
+    *fd = raw_connect(c->port[0]);
+    int st = raw_hello_worker(*fd, id, 1, worker);
+    if (st == 0) {
+        psw_msg m[2] = { { .op = PSW_OP_OPENED },
+                         { .op = PSW_OP_PING, .ts = 1 } };
+        raw_send_msgs(*fd, m, 2);
+        size_t len;
+        free(raw_read_frame(*fd, &len));
+    }
+    return st;
+}
+
+/* A process the node replaced (its worker taken over by a new process
+ * while its connection was lost) stays refused after the node restarts:
+ * from its journal (kill -9) and from its snapshot (SIGTERM). The node
+ * forgot whom it had replaced, and a stale process back after a restart
+ * took the worker over from its replacement, which was then refused for
+ * good and the job stalled (a churn trial). */
+static void a_replaced_process_stays_refused_after_a_restart(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start_ex(&c, 1, 4, "workers = 2\nworker_grace = 60\n",
+                         "[server]\ndurability = log\n"
+                         "snapshot_interval = 0\n"
+                         "[table.b]\ndim = 1\nconsistency = bsp\n"))
+        fail_msg("cluster did not start");
+    int a, b;
+    EXPECT_INT(raw_worker_opened(&c, 800, 1, &a), 0, "the first process");
+    close(a);
+    assert_true(cluster_log_wait(&c, 0, "worker 1 lost its connection",
+                                 10000));
+    EXPECT_INT(raw_worker_opened(&c, 801, 1, &b), 0, "its replacement");
+    assert_true(cluster_log_wait(&c, 0, "takes over from the one that lost",
+                                 10000));
+    close(b);
+    for (int round = 0; round < 2; round++) {
+        /* kill -9: from the journal; SIGTERM: from the snapshot. */
+        cluster_kill(&c, 0, round == 0 ? SIGKILL : SIGTERM);
+        assert_int_equal(cluster_restart(&c, 0), 0);
+        EXPECT_INT(raw_worker_opened(&c, 800, 1, &a), PSW_EINVAL,
+                   "the replaced process, back after restart %d",
+                   round + 1);
+        close(a);
+        EXPECT_INT(raw_worker_opened(&c, 801, 1, &b), 0,
+                   "the replacement, after restart %d", round + 1);
+        close(b);
+    }
+    char *log = cluster_log(&c, 0);
+    EXPECT_SUBSTR(log, "worker 1 was taken over by a new process", "the "
+                  "refusal's reason");
+    free(log);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A bsp worker whose ps_open failed part way (node 1 never got its
  * HELLO: here the proxy swallows it; in the scale trial, 64 workers
  * opening at once on 16 busy nodes) was taken in by node 0, which
@@ -2685,6 +2746,7 @@ int main(void)
             silent_partition_is_noticed_within_the_heartbeat_bound),
         cmocka_unit_test(a_worker_let_go_by_one_node_keeps_its_clock),
         cmocka_unit_test(a_worker_whose_open_failed_part_way_joins_no_node),
+        cmocka_unit_test(a_replaced_process_stays_refused_after_a_restart),
         cmocka_unit_test(a_worker_falls_back_to_version_3_with_an_older_node),
         cmocka_unit_test(a_fallback_stays_with_the_node_that_refused),
         cmocka_unit_test(an_opened_worker_that_died_silent_is_let_go),

@@ -25,6 +25,7 @@
 #include "../daemon/journal.h"
 #include "../daemon/node.h"
 #include "../daemon/snapshot.h"
+#include "../proto/frame.h"
 #include "../proto/status.h"
 
 #include "expect.h"
@@ -403,15 +404,15 @@ static void trained_snapshot(psd_node *a, char *path, size_t len)
 }
 
 /* Rewrites the snapshot at path as an older format wrote it: each worker
- * of the SYNC section (37 bytes in format 3) without its last byte
- * (`closed`) for format 2, and its last 9 (`summed` too) for format 1;
- * the section's length and CRC and the header's version and CRC made to
- * match. */
+ * of the SYNC section (70 bytes in format 4) without its last 33 (the
+ * clients refused for good) for format 3, its last 34 (`closed` too) for
+ * format 2, and its last 42 (`summed` too) for format 1; the section's
+ * length and CRC and the header's version and CRC made to match. */
 static void as_format(const char *path, uint32_t v)
 {
     size_t len, out = 0;
     char *f = read_file(path, &len), *g = malloc(len);
-    uint32_t crc, keep = v == 1 ? 28 : 36;
+    uint32_t crc, keep = v == 1 ? 28 : v == 2 ? 36 : 37;
     memcpy(g, f, 64);
     set_header_field(g, 8, &v, 4);
     out = 64;
@@ -425,10 +426,10 @@ static void as_format(const char *path, uint32_t v)
             memcpy(g + out, f + at, 8 + 20);
             out += 8 + 20;
             for (uint32_t i = 0; i < w; i++) {
-                memcpy(g + out, f + at + 28 + (size_t)i * 37, keep);
+                memcpy(g + out, f + at + 28 + (size_t)i * 70, keep);
                 out += keep;
             }
-            pl = 20 + (size_t)w * 37;
+            pl = 20 + (size_t)w * 70;
         } else {
             /* Other sections are copied whole. Their end is where the
              * stored length equals the payload's bytes so far and the
@@ -491,16 +492,16 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
     EXPECT_U64(b.sync.workers[1].summed, a.sync.workers[1].summed,
                "summed, which format 2 has");
     psd_node_destroy(&b);
-    /* Format 4 is not one this psd knows. */
+    /* Format 5 is not one this psd knows. */
     size_t len;
     char *f = read_file(path, &len);
-    uint32_t v = 4;
+    uint32_t v = 5;
     set_header_field(f, 8, &v, 4);
     write_file(path, f, len);
     make_node(&b, 1, 4, 2);
     EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
-               "format 4");
-    EXPECT_INT(strstr(err, "format version 4, this psd reads 1..3") != NULL, 1,
+               "format 5");
+    EXPECT_INT(strstr(err, "format version 5, this psd reads 1..4") != NULL, 1,
                "%s", err);
     EXPECT_INT(strstr(err, "a newer psd wrote it") != NULL, 1,
                "what to do after a downgrade: %s", err);
@@ -510,7 +511,7 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
 }
 
 /* Node 1 of the test layout with both workers at clock 4: worker 0
- * left, not by a close, worker 1 as `st1`; saved as format v (3: as
+ * left, not by a close, worker 1 as `st1`; saved as format v (4: as
  * written today), then loaded into b. */
 static void load_left_workers(psd_node *b, uint32_t v, psd_wstate st1)
 {
@@ -528,7 +529,7 @@ static void load_left_workers(psd_node *b, uint32_t v, psd_wstate st1)
     if (psd_snapshot_write(&a, dir, 1, 1, NULL, err, sizeof err))
         fail_msg("write: %s", err);
     psd_snapshot_path(path, sizeof path, dir, 1);
-    if (v < 3)
+    if (v < 4)
         as_format(path, v);
     make_node(b, 1, 4, 2);
     if (psd_snapshot_load(b, dir, 2000, NULL, NULL, err, sizeof err))
@@ -561,7 +562,8 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
      * journal, in a record of the older psd (closed not known: -1). */
     load_left_workers(&b, 2, PSD_W_LIVE);
     EXPECT_INT(b.sync.workers[0].state, PSD_W_LEFT, "before the replay");
-    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, -1, 12, 4, 1, 2000), 0);
+    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, -1, 12, 4, 1, NULL,
+                                     0, 2000), 0);
     for (int i = 0; i < 2; i++)
         EXPECT_INT(b.sync.workers[i].state, PSD_W_ABSENT,
                    "after the older psd's leave, worker %d", i);
@@ -570,20 +572,24 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
      * first snapshot) says the leave was a lost worker's: the job goes
      * on, as it did live. */
     load_left_workers(&b, 2, PSD_W_LIVE);
-    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, 2000), 0);
+    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, NULL,
+                                     0, 2000), 0);
     EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
                "a lost worker in this psd's record");
     EXPECT_INT(b.sync.workers[1].closed, 0, "not closed");
     psd_node_destroy(&b);
-    /* Today's format: lost workers leave a job that goes on. */
-    load_left_workers(&b, 3, PSD_W_LEFT);
-    for (int i = 0; i < 2; i++)
-        EXPECT_INT(b.sync.workers[i].state, PSD_W_LEFT,
-                   "format 3, lost worker %d", i);
-    assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, 2000), 0);
-    EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
-               "format 3, a lost worker replayed");
-    psd_node_destroy(&b);
+    /* Formats 3 and 4: lost workers leave a job that goes on. */
+    for (uint32_t v = 3; v <= 4; v++) {
+        load_left_workers(&b, v, PSD_W_LEFT);
+        for (int i = 0; i < 2; i++)
+            EXPECT_INT(b.sync.workers[i].state, PSD_W_LEFT,
+                       "format %u, lost worker %d", v, i);
+        assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, NULL, 0,
+                                         2000), 0);
+        EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
+                   "format %u, a lost worker replayed", v);
+        psd_node_destroy(&b);
+    }
 }
 
 /* A header whose CRC checks but whose journal_seq is near 2^64 (no node
@@ -974,6 +980,86 @@ static int replay(uint64_t from, seen *s, uint64_t *next, char *err)
     char cut[300];
     return psd_journal_replay(dir, 2, 0xabc, from, 1 << 20, count_record, s,
                               next, &records, cut, sizeof cut, err, ERRLEN);
+}
+
+/* What replay hands over of WORKER records. */
+typedef struct workers_seen {
+    int n;
+    psd_jrecord r[4];
+} workers_seen;
+
+static int keep_worker(void *ctx, const psd_jrecord *r, char *err,
+                       size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    workers_seen *s = ctx;
+    if (r->type == PSD_J_WORKER && s->n < 4)
+        s->r[s->n++] = *r;
+    return 0;
+}
+
+/* Seals body (len bytes) as a record at p: length, CRCs (section 6). */
+static size_t put_record(char *p, const char *body, uint32_t len)
+{
+    uint32_t crc = psw_crc32c(0, body, len);
+    memcpy(p, &len, 4);
+    memcpy(p + 4, &crc, 4);
+    crc = psw_crc32c(0, p, 8);
+    memcpy(p + 8, &crc, 4);
+    memcpy(p + 12, body, len);
+    return 12 + (size_t)len;
+}
+
+/* A WORKER record carries the clients refused for good as that worker
+ * (a restart forgot them, and let a replaced process back); one of a
+ * psd before them (32-byte body) still reads, as not saying; an ended
+ * mask marking an empty entry is a malformed record. */
+static void test_worker_records_carry_the_refused_clients(void **state)
+{
+    (void)state;
+    char err[ERRLEN], path[300];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    const uint64_t refused[PSD_J_REPLACED] = { 0, 0, 70, 71 };
+    assert_int_not_equal(psd_journal_worker(j, 1, 1, 0, 72, 3, 1, refused,
+                                            8), 0);
+    assert_int_equal(psd_journal_write(j, err, sizeof err), 0);
+    psd_journal_close(j);
+    /* The record again as a psd before them wrote it: its first 32. */
+    psd_journal_path(path, sizeof path, dir, 2, 1);
+    size_t len;
+    char *f = read_file(path, &len);
+    EXPECT_INT((int)len, 28 + 12 + 72, "START, then a WORKER of 72 bytes");
+    f = realloc(f, len + 44 + 84);
+    assert_non_null(f);
+    len += put_record(f + len, f + 28 + 12, 32);
+    write_file(path, f, len);
+    workers_seen s = { 0 };
+    uint64_t next, records;
+    assert_int_equal(psd_journal_replay(dir, 2, 0xabc, 1, 1 << 20,
+                                        keep_worker, &s, &next, &records,
+                                        NULL, 0, err, sizeof err), 0);
+    EXPECT_INT(s.n, 2, "two WORKER records");
+    EXPECT_INT(s.r[0].has_replaced, 1, "this psd's record says");
+    EXPECT_U64(s.r[0].replaced[2], 70, "a replaced client");
+    EXPECT_U64(s.r[0].replaced[3], 71, "the newest");
+    EXPECT_INT((int)s.r[0].ended_mask, 8, "71 let go by end-job");
+    EXPECT_U64(s.r[0].client_id, 72, "its client");
+    EXPECT_INT(s.r[1].has_replaced, 0, "an older psd's does not");
+    EXPECT_U64(s.r[1].clock, 3, "the rest as written");
+    /* Bit 1 of the mask: an end-job's on an empty entry. */
+    char body[72];
+    memcpy(body, f + 28 + 12, 72);
+    body[64] = 2;
+    len = 28 + put_record(f + 28, body, 72);
+    write_file(path, f, len);
+    EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 1, 1 << 20, keep_worker, &s,
+                                  &next, &records, NULL, 0, err, sizeof err),
+               -1, "a mask on an empty entry");
+    EXPECT_SUBSTR(err, "malformed record", "why");
+    free(f);
+    psd_journal_prune(dir, 2, 100);
 }
 
 static void test_the_journal_replays_segments_in_order(void **state)
@@ -1453,6 +1539,8 @@ int main(void)
             teardown),
         cmocka_unit_test_setup_teardown(
             test_the_journal_replays_segments_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_worker_records_carry_the_refused_clients, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_torn_last_record_is_cut_and_damage_elsewhere_refused,
             setup, teardown),

@@ -51,18 +51,30 @@ static void join_pending(psd_sync *y, int32_t w, uint64_t client,
 }
 
 /* y saved and loaded into z (made here, nworkers as y), as a node
- * restarted from that snapshot at now_ms. */
-static void restarted(const psd_sync *y, psd_sync *z, uint64_t now_ms)
+ * restarted at now_ms from that snapshot in format 4 (as saved) or 3
+ * (each worker's 33 bytes of refused clients cut off). */
+static void restarted_as(const psd_sync *y, psd_sync *z, uint64_t now_ms,
+                         int format)
 {
     char err[256];
     membuf m = { 0 };
     psd_sink o = { mem_put, &m };
     assert_int_equal(psd_sync_save(y, &o), 0);
+    assert_int_equal((int)m.len, 20 + 70 * y->nworkers);
+    if (format == 3)
+        for (int w = 1; w < y->nworkers; w++)
+            memmove(m.p + 20 + 37 * w, m.p + 20 + 70 * w, 37);
+    m.len = format == 3 ? 20 + 37 * (size_t)y->nworkers : m.len;
     make(z, y->nworkers);
     psd_source in = { mem_get, &m };
-    if (psd_sync_load(z, &in, 3, now_ms, err, sizeof err))
+    if (psd_sync_load(z, &in, format, now_ms, err, sizeof err))
         fail_msg("load: %s", err);
     free(m.p);
+}
+
+static void restarted(const psd_sync *y, psd_sync *z, uint64_t now_ms)
+{
+    restarted_as(y, z, now_ms, 4);
 }
 
 /* Workers 0 and 1 of two, joined as clients 1 and 2 (owners a and b). */
@@ -419,11 +431,11 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
      * LEAVE twice. */
     psd_sync z;
     make(&z, 2);
-    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, 1);
-    psd_sync_replay(&z, 1, 1, 0, 2, 0, 0, 1);
+    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, NULL, 0, 1);
+    psd_sync_replay(&z, 1, 1, 0, 2, 0, 0, NULL, 0, 1);
     z.clock = 3;
-    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, 1);
-    psd_sync_replay(&z, 1, 0, 1, 2, 3, 0, 1);
+    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, NULL, 0, 1);
+    psd_sync_replay(&z, 1, 0, 1, 2, 3, 0, NULL, 0, 1);
     EXPECT_INT(z.workers[0].state == PSD_W_ABSENT &&
                z.workers[1].state == PSD_W_ABSENT, 1,
                "both absent after the replay");
@@ -481,13 +493,13 @@ static void test_a_job_end_survives_a_snapshot_between_the_closes(
     membuf m = { 0 };
     psd_sink o = { mem_put, &m };
     assert_int_equal(psd_sync_save(&y, &o), 0);
-    EXPECT_INT((int)m.len, 20 + 3 * 37, "20 bytes, then 37 per worker");
+    EXPECT_INT((int)m.len, 20 + 3 * 70, "20 bytes, then 70 per worker");
     psd_sync_destroy(&y);
 
     psd_sync z;
     make(&z, 3);
     psd_source in = { mem_get, &m };
-    if (psd_sync_load(&z, &in, 3, 100, err, sizeof err))
+    if (psd_sync_load(&z, &in, 4, 100, err, sizeof err))
         fail_msg("load: %s", err);
     EXPECT_INT(z.workers[0].state == PSD_W_LEFT && z.workers[0].closed, 1,
                "worker 0 left by its close");
@@ -504,11 +516,11 @@ static void test_a_job_end_survives_a_snapshot_between_the_closes(
     EXPECT_INT(psd_sync_advance(&z, 200), 0, "the next job waits for all");
     psd_sync_destroy(&z);
 
-    /* Format 2: the same bytes without each worker's last one. */
+    /* Format 2: the same bytes with each worker's first 36 only. */
     membuf f2 = { 0 };
     mem_put(&f2, m.p, 20);
     for (int w = 0; w < 3; w++)
-        mem_put(&f2, m.p + 20 + w * 37, 36);
+        mem_put(&f2, m.p + 20 + w * 70, 36);
     make(&z, 3);
     psd_source in2 = { mem_get, &f2 };
     if (psd_sync_load(&z, &in2, 2, 100, err, sizeof err))
@@ -521,9 +533,9 @@ static void test_a_job_end_survives_a_snapshot_between_the_closes(
 
     /* closed = 1 on a worker that is not LEFT (worker 1, lost). */
     m.at = 0;
-    m.p[20 + 37 + 36] = 1;
+    m.p[20 + 70 + 36] = 1;
     make(&z, 3);
-    EXPECT_INT(psd_sync_load(&z, &in, 3, 100, err, sizeof err), -1,
+    EXPECT_INT(psd_sync_load(&z, &in, 4, 100, err, sizeof err), -1,
                "closed on a worker still connected");
     EXPECT_INT(strstr(err, "worker 1 has closed = 1 in state 1") != NULL, 1,
                "%s", err);
@@ -1102,13 +1114,13 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
     EXPECT_INT(psd_sync_tick(&z, 89999, 30, 0, 1000000), 0, "29.999 s");
     EXPECT_INT(psd_sync_tick(&z, 90000, 30, 0, 1000000), 1, "30 s: let go");
 
-    /* A process that takes a loaded worker over does not refuse the
-     * loaded client for good: the node does not know whom it replaced
-     * before it stopped, so the loaded client may be the replacement and
-     * the process a stale one that it replaced (a trial: refused for
-     * good, the replacement was locked out and the job stalled). Back
-     * once the other is gone, it gets in. */
-    restarted(&y, &r, 1000);
+    /* From a snapshot of format 3, which does not hold whom the node
+     * had replaced, a process that takes a loaded worker over does not
+     * refuse the loaded client for good: the loaded client may be the
+     * replacement and the process a stale one that it replaced (a trial:
+     * refused for good, the replacement was locked out and the job
+     * stalled). Back once the other is gone, it gets in. */
+    restarted_as(&y, &r, 1000, 3);
     join(&r, 1, 9, &owner_c);               /* another client takes over */
     EXPECT_INT(psd_sync_lost(&r, 1, &owner_c, 2000, 30), 0, "it is lost");
     EXPECT_INT(psd_sync_join(&r, 1, 2, &owner_b, "127.0.0.1:9", err,
@@ -1123,6 +1135,74 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
     psd_sync_destroy(&y);
     psd_sync_destroy(&z);
     psd_sync_destroy(&r);
+}
+
+/* Whom a node had replaced is saved (format 4) and journaled (WORKER
+ * records), so that a restart does not let a replaced process back: a
+ * stale process, back after a restart, took the worker over from its
+ * replacement, which was then refused for good, and the job stalled (the
+ * churn trial). Loaded workers count as lost, as after a loss: a new
+ * process that takes one over refuses the loaded client for good. A
+ * client let go by end-job stays refused with end-job's reason. */
+static void test_whom_a_node_replaced_survives_its_restart(void **state)
+{
+    (void)state;
+    char err[256];
+    psd_sync y, z, r;
+    two_workers(&y);                        /* clients 1 and 2 */
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_b, 10, 30), 0, "2 is lost");
+    join(&y, 1, 9, &owner_c);               /* 9 takes over: 2 refused */
+    restarted(&y, &z, 1000);
+    EXPECT_INT(psd_sync_join(&z, 1, 2, &owner_b, "127.0.0.1:9", err,
+                             sizeof err), PSW_EINVAL,
+               "the replaced process, after the restart");
+    EXPECT_SUBSTR(err, "was taken over by a new process", "why");
+    join(&z, 1, 9, &owner_c);               /* its replacement is back */
+    /* Worker 0 was connected at the save: its client 1 is lost. */
+    join(&z, 0, 5, &owner_a);               /* 5 takes over */
+    EXPECT_INT(psd_sync_lost(&z, 0, &owner_a, 2000, 30), 0, "5 is lost");
+    EXPECT_INT(psd_sync_join(&z, 0, 1, &owner_b, "127.0.0.1:9", err,
+                             sizeof err), PSW_EINVAL,
+               "the client loaded as lost, taken over");
+    psd_sync_destroy(&z);
+
+    /* The same from WORKER records: the one of 9's join holds 2. */
+    make(&r, 2);
+    psd_sync_replay(&r, 0, 1, 0, 1, 0, 0, y.workers[0].replaced,
+                    y.workers[0].ended_mask, 10);
+    psd_sync_replay(&r, 1, 1, 0, 9, 0, 0, y.workers[1].replaced,
+                    y.workers[1].ended_mask, 10);
+    EXPECT_INT(psd_sync_join(&r, 1, 2, &owner_b, "127.0.0.1:9", err,
+                             sizeof err), PSW_EINVAL,
+               "the replaced process, after a replay");
+    join(&r, 0, 5, &owner_a);               /* 5 takes over from 1 */
+    EXPECT_INT(psd_sync_lost(&r, 0, &owner_a, 2000, 30), 0, "5 is lost");
+    EXPECT_INT(psd_sync_join(&r, 0, 1, &owner_b, "127.0.0.1:9", err,
+                             sizeof err), PSW_EINVAL,
+               "the client replayed as joined, taken over");
+    psd_sync_destroy(&r);
+    /* A record of an older psd does not say: nobody is refused. */
+    make(&r, 2);
+    psd_sync_replay(&r, 0, 1, 0, 1, 0, 0, NULL, 0, 10);
+    join(&r, 0, 5, &owner_a);
+    EXPECT_INT(psd_sync_lost(&r, 0, &owner_a, 2000, 30), 0, "5 is lost");
+    join(&r, 0, 1, &owner_b);
+    psd_sync_destroy(&r);
+
+    /* end-job lets lost client 9 go; restarted, it reads why. */
+    EXPECT_INT(psd_sync_leave(&y, 0, &owner_a), 1, "0 closes");
+    EXPECT_INT(psd_sync_lost(&y, 1, &owner_c, 20, 30), 0, "9 is lost");
+    psd_sync_ended e;
+    assert_int_equal(psd_sync_end(&y, 0, 0, &e, err, sizeof err), 0);
+    restarted(&y, &z, 1000);
+    EXPECT_INT(psd_sync_join(&z, 1, 9, &owner_c, "127.0.0.1:9", err,
+                             sizeof err), PSW_EINVAL, "9, let go");
+    EXPECT_SUBSTR(err, "its job was ended since (psctl end-job)", "why");
+    EXPECT_INT(psd_sync_join(&z, 1, 2, &owner_b, "127.0.0.1:9", err,
+                             sizeof err), PSW_EINVAL, "2, still replaced");
+    EXPECT_SUBSTR(err, "was taken over by a new process", "why");
+    psd_sync_destroy(&z);
+    psd_sync_destroy(&y);
 }
 
 /* The same client's second connection (its first not yet seen closed)
@@ -1240,10 +1320,10 @@ static void test_end_job_ends_a_job_whose_workers_stopped_apart(void **state)
      * CLOCK record moves the node's clock, in request.c). */
     psd_sync z;
     make(&z, 2);
-    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, 10);
-    psd_sync_replay(&z, 1, 1, 0, 2, 5, 1, 10);
-    psd_sync_replay(&z, 0, 0, 1, 1, 6, 1, 10);
-    psd_sync_replay(&z, 1, 0, 1, 2, 6, 1, 10);
+    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, NULL, 0, 10);
+    psd_sync_replay(&z, 1, 1, 0, 2, 5, 1, NULL, 0, 10);
+    psd_sync_replay(&z, 0, 0, 1, 1, 6, 1, NULL, 0, 10);
+    psd_sync_replay(&z, 1, 0, 1, 2, 6, 1, NULL, 0, 10);
     for (int w = 0; w < 2; w++)
         EXPECT_INT(z.workers[w].state, PSD_W_ABSENT, "replayed worker %d", w);
     EXPECT_U64(z.barrier, 1, "the replayed node's barrier");
@@ -1324,9 +1404,9 @@ static void test_end_job_divides_by_who_pushed_and_journals_everyone(
     EXPECT_INT(psd_sync_dirty(&y, 1), 1, "worker 1, never joined, too");
     psd_sync z;
     make(&z, 2);
-    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, 10);
-    psd_sync_replay(&z, 0, 0, 1, 1, 0, 0, 10);
-    psd_sync_replay(&z, 1, 0, 1, 0, 0, 0, 10);
+    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, NULL, 0, 10);
+    psd_sync_replay(&z, 0, 0, 1, 1, 0, 0, NULL, 0, 10);
+    psd_sync_replay(&z, 1, 0, 1, 0, 0, 0, NULL, 0, 10);
     EXPECT_INT(psd_sync_waited(&z), 2, "both waited for after the replay");
     psd_sync_destroy(&z);
     psd_sync_destroy(&y);
@@ -1436,6 +1516,7 @@ int main(void)
         cmocka_unit_test(test_a_pending_join_is_saved_as_it_was),
         cmocka_unit_test(
             test_a_worker_loaded_lost_is_waited_for_while_it_tries),
+        cmocka_unit_test(test_whom_a_node_replaced_survives_its_restart),
         cmocka_unit_test(test_an_undone_join_lets_the_job_end),
         cmocka_unit_test(test_a_pending_join_past_the_sums_moves_nothing),
         cmocka_unit_test(
