@@ -429,6 +429,35 @@ static int close_from_callback(ps_client *c, const char *what)
     return 1;
 }
 
+static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
+
+/* Before a worker's LEAVE, when it pushed to a bsp table in the clock in
+ * progress: a push of no rows to every node, so that each counts it in
+ * that clock's `aggregate = mean` divisor (a node counts a worker that
+ * left when its pushes of the clock reached that node). Without it, a
+ * worker that pushed to some nodes' rows and closed before ps_clock
+ * was counted there only, and rows of one table were divided by 3 on
+ * one node and by 2 on the other (an updater trial). A node that does
+ * not answer counts it as it can. */
+static void mark_pushed(ps_client *c)
+{
+    if (!__atomic_load_n(&c->bsp_pushed, __ATOMIC_RELAXED))
+        return;
+    int table = -1;
+    for (int i = 0; i < c->cluster.ntables && table < 0; i++)
+        if (c->cluster.tables[i].consistency == PSW_CONS_BSP)
+            table = i;
+    psc_req *r;
+    if (table < 0 ||
+        psc_req_control(c->cluster.nnodes, -1, PSW_OP_PUSH, 0, &r))
+        return;
+    for (int k = 0; k < r->nparts; k++)
+        r->parts[k].msg.table = (uint32_t)table;
+    ps_ts ts = submit(c, r, NULL, NULL);
+    if (ts > 0)
+        (void)ps_wait(c, ts);
+}
+
 void ps_close(ps_client *c)
 {
     if (!c || forked(c, "ps_close") || close_from_callback(c, "ps_close"))
@@ -440,12 +469,12 @@ void ps_close(ps_client *c)
      * a reader's connection from then on: lost, it is not made again
      * (a new HELLO would join the worker anew there). */
     __atomic_store_n(&c->leaving, 1, __ATOMIC_RELAXED);
-    if (c->opt.worker >= 0)
+    if (c->opt.worker >= 0) {
+        mark_pushed(c);
         control(c, PSW_OP_LEAVE, -1, 0);
+    }
     client_stop(c);
 }
-
-static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
 
 void ps_close_now(ps_client *c)
 {
@@ -555,6 +584,16 @@ static int clock_under_way(ps_client *c, int op, const psc_shape *sh)
     return 1;
 }
 
+/* ts, from submitting a request of op to sh's table: a worker's push to a
+ * bsp table counts in the clock in progress (mark_pushed). */
+static ps_ts issued(ps_client *c, int op, const psc_shape *sh, ps_ts ts)
+{
+    if (ts > 0 && c->opt.worker >= 0 && psw_op_has(op, PSW_OPF_PUSHES) &&
+        sh->table->consistency == PSW_CONS_BSP)
+        __atomic_store_n(&c->bsp_pushed, 1, __ATOMIC_RELAXED);
+    return ts;
+}
+
 static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
                    size_t n, const float *vals, float *out, ps_done_fn cb,
                    void *arg)
@@ -583,7 +622,7 @@ static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
         psc_set_error(c, "%s", rc == PS_ENOMEM ? "out of memory" : err);
         return rc;
     }
-    return submit(c, r, cb, arg);
+    return issued(c, op, &sh, submit(c, r, cb, arg));
 }
 
 static ps_ts ranged(ps_client *c, int op, int table, uint64_t first,
@@ -609,7 +648,7 @@ static ps_ts ranged(ps_client *c, int op, int table, uint64_t first,
         psc_set_error(c, "%s", rc == PS_ENOMEM ? "out of memory" : err);
         return rc;
     }
-    return submit(c, r, cb, arg);
+    return issued(c, op, &sh, submit(c, r, cb, arg));
 }
 
 ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
@@ -745,6 +784,9 @@ static int sync_call(ps_client *c, int op, int node, uint64_t *count,
     __atomic_store_n(pending, 0, __ATOMIC_RELAXED);
     if (rc == PS_OK)
         __atomic_store_n(failed, 0, __ATOMIC_RELAXED);
+    /* Its pushes are that clock's, ended: the next go to the next. */
+    if (rc == PS_OK && op == PSW_OP_CLOCK)
+        __atomic_store_n(&c->bsp_pushed, 0, __ATOMIC_RELAXED);
     return rc;
 }
 

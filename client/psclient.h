@@ -222,7 +222,10 @@ PS_API void ps_options_init(ps_options *o);
 PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
 
 /* Waits for every outstanding request to complete, leaves the training
- * (a worker is no longer waited for by bsp/ssp tables), then closes the
+ * (a worker is no longer waited for by bsp/ssp tables; one that pushed to
+ * a bsp table since its last ps_clock first tells every node so, with a
+ * push of no rows, so that every node counts it in that clock's
+ * aggregate = mean), then closes the
  * connections, stops the I/O thread and frees the client. NULL is a no-op.
  * No other call on `c` may be running or made afterwards. Requests that
  * callbacks issue meanwhile are taken and waited for too (a pull that
@@ -240,7 +243,9 @@ PS_API void ps_close(ps_client *c);
  * failed would otherwise keep the close from ending). A worker then leaves the
  * training as with ps_close, waiting at most request_timeout_ms for the
  * nodes' answers (a node that has not answered by then counts the
- * worker lost, as after a crash: worker_grace). For a program that stops
+ * worker lost, as after a crash: worker_grace), and without telling the
+ * nodes its pushes did not reach that it pushed (as after a crash, only
+ * those count it in the clock's aggregate = mean). For a program that stops
  * (Ctrl-C, a fatal error) while a request is held by a stopped node or a
  * slow bsp/ssp peer: ps_close would wait sync_timeout_ms for it.
  * NULL is a no-op. No other call on `c` may be running or made

@@ -1581,6 +1581,48 @@ static void mean_counts_a_worker_that_pushed_then_left(void **state)
     }
 }
 
+/* Worker 0 pushes 2 to keys 0..15 of `mean` (both nodes hold some) after
+ * worker 1 pushed 4 to key 5 and closed, clocks and pulls: key 5 holds
+ * 3, every other key 1, on either node. */
+static int push_keys_clock_and_check_mean(void *arg)
+{
+    (void)arg;
+    ps_client *c = open_worker(cl.spec, 0);
+    CHILD_CHECK(c, "open as worker 0");
+    int t = ps_table(c, "mean", NULL);
+    uint64_t keys[16];
+    float g[16], v[16];
+    for (int i = 0; i < 16; i++)
+        keys[i] = (uint64_t)i, g[i] = 2;
+    CHILD_CHECK(ps_wait(c, ps_push(c, t, keys, 16, g, NULL, NULL)) == 0,
+                "push: %s", ps_last_error(c));
+    CHILD_CHECK(ps_clock(c) == 0, "ps_clock: %s", ps_last_error(c));
+    CHILD_CHECK(ps_wait(c, ps_pull(c, t, keys, 16, v, NULL, NULL)) == 0,
+                "pull: %s", ps_last_error(c));
+    for (int i = 0; i < 16; i++)
+        CHILD_CHECK(v[i] == (i == 5 ? 3 : 1), "key %d holds %g, want %d: "
+                    "the clock's sums divided by another count on its "
+                    "node", i, (double)v[i], i == 5 ? 3 : 1);
+    ps_close(c);
+    return 0;
+}
+
+/* Two nodes: worker 1's push reached one of them only, and it closed
+ * before its clock. Both count it in that clock's mean (its ps_close
+ * tells every node that it pushed), so one clock's rows are divided by
+ * one count wherever they live: the node its push did not reach divided
+ * by 1 (an updater trial saw 3 and 2 as the divisors of one clock). */
+static void mean_divides_by_one_count_on_every_node(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n",
+                                      BSP_TABLES), 0);
+    int bad = reap(spawn(push_and_go, (void *)1));
+    bad |= reap(spawn(push_keys_clock_and_check_mean, NULL)) << 1;
+    assert_int_equal(cluster_stop(&cl), 0);
+    assert_int_equal(bad, 0);
+}
+
 /* Worker 1 pushes and leaves, node 0 goes down with `sig` and comes
  * back, then worker 0 pushes, clocks and wants the mean of both. */
 static void mean_across_a_stop(const char *server, int sig)
@@ -2645,6 +2687,7 @@ int main(void)
         cmocka_unit_test(a_held_pull_sent_again_is_held_and_counted_once),
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
+        cmocka_unit_test(mean_divides_by_one_count_on_every_node),
         cmocka_unit_test(
             mean_counts_a_worker_that_pushed_then_left_across_a_crash),
         cmocka_unit_test(
