@@ -958,8 +958,23 @@ int psd_journal_check(const char *dir, int node, uint64_t shape,
 {
     span s;
     int lerr = 0;
-    if (replay_span(dir, node, from, &s, &lerr, err, errlen) < 0)
+    int rc = replay_span(dir, node, from, &s, &lerr, err, errlen);
+    if (rc < 0)
         return lerr == EACCES || lerr == EPERM ? 2 : lerr == ENOENT ? 0 : -1;
+    /* A segment missing between the snapshot's and the newest stops the
+     * replay (psd_journal_replay), so it stops the check too: --check
+     * said OK, and the start then failed. */
+    for (uint64_t seq = from; rc > 0 && seq <= s.hi; seq++) {
+        char path[4200];
+        struct stat st;
+        psd_journal_path(path, sizeof path, dir, node, seq);
+        if (stat(path, &st) && errno == ENOENT) {
+            snprintf(err, errlen, "%s: missing (segments %llu..%llu are "
+                     "there): %s", path, (unsigned long long)from,
+                     (unsigned long long)s.hi, strerror(errno));
+            return -1;
+        }
+    }
     check_ctx k = { shape, err, errlen, from, 0, 0 };
     each_segment(dir, node, check_one, &k);
     return k.bad ? -1 : k.unreadable ? 2 : 0;

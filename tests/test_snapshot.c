@@ -1114,6 +1114,36 @@ static void test_the_journal_replays_segments_in_order(void **state)
     EXPECT_U64(psd_journal_first(dir, 2), 0, "all gone");
 }
 
+/* A segment missing between the snapshot's and the newest stops the
+ * replay, and `psd --check` says so too (it said OK, and the start then
+ * failed: an operators' trial). */
+static void test_a_segment_missing_in_the_middle_fails_the_check(void **state)
+{
+    (void)state;
+    char err[ERRLEN], path[300];
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    assert_non_null(j);
+    for (int i = 0; i < 2; i++) {
+        put_pushes(j, i * 3, 3);
+        assert_int_equal(psd_journal_rotate(j, err, sizeof err), 0);
+    }
+    put_pushes(j, 6, 3);
+    psd_journal_close(j);
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 1, err, sizeof err), 0,
+               "all three there: %s", err);
+    psd_journal_path(path, sizeof path, dir, 2, 2);
+    assert_int_equal(unlink(path), 0);
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 1, err, sizeof err), -1,
+               "segment 2 of 1..3 missing");
+    EXPECT_SUBSTR(err, "psd-node2.journal.0000000002: missing (segments "
+                  "1..3 are there)", "--check");
+    seen s;
+    uint64_t next;
+    assert_int_equal(replay(1, &s, &next, err), -1);
+    EXPECT_SUBSTR(err, "psd-node2.journal.0000000002: missing", "replay");
+    psd_journal_prune(dir, 2, 100);
+}
+
 /* Segment 1 of node 2's journal with four pushes; its path into path. */
 static void four_pushes(char *path, size_t len)
 {
@@ -1541,6 +1571,9 @@ int main(void)
             test_the_journal_replays_segments_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_worker_records_carry_the_refused_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_segment_missing_in_the_middle_fails_the_check, setup,
+            teardown),
         cmocka_unit_test_setup_teardown(
             test_a_torn_last_record_is_cut_and_damage_elsewhere_refused,
             setup, teardown),
