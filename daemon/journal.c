@@ -33,7 +33,7 @@
 #define CLOCK_BODY 16
 #define START_BODY 16
 #define PARAMS_BODY 36
-#define WORKER_BODY 72
+#define WORKER_BODY 80
 #define WORKER_BODY_OLD 32       /* without the clients refused for good */
 #define ACK_BODY 32
 /* What a shape mismatch means, since the shape itself is only a hash. */
@@ -249,7 +249,7 @@ uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
                             int closed, uint64_t client_id, uint64_t clock,
                             uint64_t barrier,
                             const uint64_t replaced[PSD_J_REPLACED],
-                            unsigned ended_mask)
+                            unsigned ended_mask, uint64_t lost_id)
 {
     char *b = begin_fixed(j, PSD_J_WORKER, WORKER_BODY);
     if (!b)
@@ -267,6 +267,7 @@ uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
     memcpy(b + 24, &barrier, 8);
     memcpy(b + 32, replaced, 8 * PSD_J_REPLACED);
     b[32 + 8 * PSD_J_REPLACED] = (char)ended_mask;
+    memcpy(b + 72, &lost_id, 8);
     return end_fixed(j, b, WORKER_BODY);
 }
 
@@ -559,10 +560,16 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
             return -1;
         r->has_replaced = len == WORKER_BODY;
         r->ended_mask = 0;
+        r->lost_id = 0;
         memset(r->replaced, 0, sizeof r->replaced);
+        memcpy(&r->client_id, b + 8, 8);
         if (r->has_replaced) {
             memcpy(r->replaced, b + 32, sizeof r->replaced);
             r->ended_mask = (unsigned char)b[32 + sizeof r->replaced];
+            memcpy(&r->lost_id, b + 72, 8);
+            /* Lost: the worker's own client, or none. */
+            if (r->lost_id && r->lost_id != r->client_id)
+                return -1;
             /* A client let go by end-job is one of those refused. */
             if (r->ended_mask >> PSD_J_REPLACED)
                 return -1;
@@ -575,7 +582,6 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
          * the day byte 2 was written, before byte 3 was). */
         r->closed = b[3] || b[2] ? !b[1] && b[2] != 0 : -1;
         memcpy(&r->worker, b + 4, 4);
-        memcpy(&r->client_id, b + 8, 8);
         memcpy(&r->clock, b + 16, 8);
         memcpy(&r->barrier, b + 24, 8);
         return 0;

@@ -93,16 +93,20 @@ static void refuse_lost(psd_worker *w, int ended)
                     (ended ? 1u << (PSD_REPLACED - 1) : 0);
 }
 
-/* A worker restored from disk (snapshot or journal) lost its client, by
- * the restart or before it, when it was connected (LIVE, GONE) or its
- * grace ran out (LEFT, not closed): as live, where lost_id is kept past
- * the grace, a new process's join then refuses that client for good. A
- * worker that closed, or never joined, has no lost client. */
-static uint64_t lost_client(const psd_worker *w)
+/* The lost client of a worker restored from disk (snapshot or journal):
+ * its own client when it was connected (`live`: the restart lost it), so
+ * that a new process's join refuses that client for good, as after a
+ * lost connection; else the one saved (`saved`: lost before, kept past
+ * the grace; 0 when none, or when the node did not know whom it had
+ * replaced: loaded from format 3, where taking the worker over must
+ * refuse nobody, and it must stay so across the next save). A lost
+ * client other than the worker's own is damage. */
+static int restored_lost(psd_worker *w, int live, uint64_t saved)
 {
-    int lost = w->state == PSD_W_LIVE || w->state == PSD_W_GONE ||
-               (w->state == PSD_W_LEFT && !w->closed);
-    return lost ? w->client_id : 0;
+    if (saved && saved != w->client_id)
+        return -1;
+    w->lost_id = live ? w->client_id : saved;
+    return 0;
 }
 
 /* 1 when an ended mask read from a snapshot marks more than the
@@ -734,7 +738,7 @@ int psd_sync_dirty(psd_sync *y, int from)
 int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,
                     const uint64_t *replaced, unsigned ended_mask,
-                    uint64_t now_ms)
+                    uint64_t lost_id, uint64_t now_ms)
 {
     if (worker < 0 || worker >= y->nworkers)
         return -1;
@@ -746,13 +750,15 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
     w->client_id = client_id;
     /* A record that does not carry them (an older psd's) leaves the
      * worker's replaced clients unknown: no lost client is refused for
-     * good by a takeover (psd_sync_load, format 3). */
+     * good by a takeover (psd_sync_load, format 3). A join's record is
+     * of a worker then connected (or lost since, by its client). */
+    w->lost_id = 0;
     if (replaced) {
         memcpy(w->replaced, replaced, sizeof w->replaced);
         w->ended_mask = ended_mask;
-        w->lost_id = lost_client(w);
-    } else
-        w->lost_id = 0;
+        if (restored_lost(w, joined, lost_id))
+            w->lost_id = 0;
+    }
     if (clock > w->clock)
         w->clock = clock;
     if (barrier > w->barrier)
@@ -870,7 +876,8 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
 /* On the stream: u64 clock, u64 barrier, u32 workers, then per worker
  * u32 state, u64 clock, u64 barrier, u64 client_id, u64 summed (not in
  * snapshots of format 1), u8 closed (not in formats 1 and 2), then
- * PSD_REPLACED u64 replaced and u8 ended_mask (not in formats 1 to 3). */
+ * PSD_REPLACED u64 replaced, u8 ended_mask and u64 lost_id (not in
+ * formats 1 to 3). */
 int psd_sync_save(const psd_sync *y, psd_sink *out)
 {
     uint32_t n = (uint32_t)y->nworkers;
@@ -891,7 +898,7 @@ int psd_sync_save(const psd_sync *y, psd_sink *out)
         uint8_t ended = (uint8_t)w->ended_mask;
         if (psd_put(out, &closed, 1) ||
             psd_put(out, w->replaced, sizeof w->replaced) ||
-            psd_put(out, &ended, 1))
+            psd_put(out, &ended, 1) || psd_put(out, &w->lost_id, 8))
             return -1;
     }
     return 0;
@@ -909,13 +916,15 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
     for (uint32_t i = 0; i < n; i++) {
         uint32_t st;
         uint8_t closed = 0, ended = 0;
+        uint64_t lost = 0;
         psd_worker w = { 0 };
         if (psd_get(in, &st, 4) || psd_get(in, &w.clock, 8) ||
             psd_get(in, &w.barrier, 8) || psd_get(in, &w.client_id, 8) ||
             (format >= 2 && psd_get(in, &w.summed, 8)) ||
             (format >= 3 && psd_get(in, &closed, 1)) ||
             (format >= 4 && (psd_get(in, w.replaced, sizeof w.replaced) ||
-                             psd_get(in, &ended, 1)))) {
+                             psd_get(in, &ended, 1) ||
+                             psd_get(in, &lost, 8)))) {
             snprintf(err, errlen, "truncated in worker %u", i);
             return -1;
         }
@@ -940,17 +949,21 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
         if (i >= (uint32_t)y->nworkers)
             continue;
         w.state = (psd_wstate)st;
-        if (w.state == PSD_W_LIVE || w.state == PSD_W_GONE) {
-            w.state = PSD_W_GONE;
-            w.gone_ms = now_ms;
-        }
         /* Format 4 on: lost as it was, or by the restart. Before it, the
          * clients the node had replaced were not saved: a process now
          * taking the worker over may be the replacement itself, which,
          * refused for good, would lock the job out (a trial's stale
          * process, back after a restart, did so). */
-        if (format >= 4)
-            w.lost_id = lost_client(&w);
+        if (restored_lost(&w, format >= 4 && w.state == PSD_W_LIVE, lost)) {
+            snprintf(err, errlen, "worker %u has lost client %llu, not its "
+                     "own %llu", i, (unsigned long long)lost,
+                     (unsigned long long)w.client_id);
+            return -1;
+        }
+        if (w.state == PSD_W_LIVE || w.state == PSD_W_GONE) {
+            w.state = PSD_W_GONE;
+            w.gone_ms = now_ms;
+        }
         y->workers[i] = w;
     }
     y->legacy_leaves = format < 3;

@@ -275,14 +275,16 @@ void psd_sync_serving(psd_sync *y, uint64_t now_ms);
  * (joined 0; closed 1: by its LEAVE, which may end the job as it did live;
  * -1: not known, a record of an older psd, taken for a close after a
  * snapshot of format 1 or 2 (legacy_leaves) and else for a lost worker).
- * replaced (PSD_REPLACED entries) and ended_mask: the clients refused
- * for good then, as the record has them; NULL for a record of a psd that
- * did not write them (none is refused, as after a format 3 snapshot).
+ * replaced (PSD_REPLACED entries), ended_mask and lost_id (of a leave:
+ * the client lost, kept past its grace; 0: none, or not known): the
+ * clients refused for good then, and the one a takeover would refuse,
+ * as the record has them; replaced NULL for a record of a psd that did
+ * not write them (none is refused, as after a format 3 snapshot).
  * -1 when worker is out of range. */
 int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,
                     const uint64_t *replaced, unsigned ended_mask,
-                    uint64_t now_ms);
+                    uint64_t lost_id, uint64_t now_ms);
 
 /* Periodic work: workers whose grace ran out stop being waited for
  * (returns 1 then: call psd_sync_advance); and while `holding` (PSD_HOLD_*

@@ -404,9 +404,9 @@ static void trained_snapshot(psd_node *a, char *path, size_t len)
 }
 
 /* Rewrites the snapshot at path as an older format wrote it: each worker
- * of the SYNC section (70 bytes in format 4) without its last 33 (the
- * clients refused for good) for format 3, its last 34 (`closed` too) for
- * format 2, and its last 42 (`summed` too) for format 1; the section's
+ * of the SYNC section (78 bytes in format 4) without its last 41 (the
+ * clients refused for good and the lost one) for format 3, its last 42
+ * (`closed` too) for format 2, and its last 50 (`summed` too) for format 1; the section's
  * length and CRC and the header's version and CRC made to match. */
 static void as_format(const char *path, uint32_t v)
 {
@@ -426,10 +426,10 @@ static void as_format(const char *path, uint32_t v)
             memcpy(g + out, f + at, 8 + 20);
             out += 8 + 20;
             for (uint32_t i = 0; i < w; i++) {
-                memcpy(g + out, f + at + 28 + (size_t)i * 70, keep);
+                memcpy(g + out, f + at + 28 + (size_t)i * 78, keep);
                 out += keep;
             }
-            pl = 20 + (size_t)w * 70;
+            pl = 20 + (size_t)w * 78;
         } else {
             /* Other sections are copied whole. Their end is where the
              * stored length equals the payload's bytes so far and the
@@ -563,7 +563,7 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
     load_left_workers(&b, 2, PSD_W_LIVE);
     EXPECT_INT(b.sync.workers[0].state, PSD_W_LEFT, "before the replay");
     assert_int_equal(psd_sync_replay(&b.sync, 1, 0, -1, 12, 4, 1, NULL,
-                                     0, 2000), 0);
+                                     0, 0, 2000), 0);
     for (int i = 0; i < 2; i++)
         EXPECT_INT(b.sync.workers[i].state, PSD_W_ABSENT,
                    "after the older psd's leave, worker %d", i);
@@ -573,7 +573,7 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
      * on, as it did live. */
     load_left_workers(&b, 2, PSD_W_LIVE);
     assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, NULL,
-                                     0, 2000), 0);
+                                     0, 0, 2000), 0);
     EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
                "a lost worker in this psd's record");
     EXPECT_INT(b.sync.workers[1].closed, 0, "not closed");
@@ -585,7 +585,7 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
             EXPECT_INT(b.sync.workers[i].state, PSD_W_LEFT,
                        "format %u, lost worker %d", v, i);
         assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, NULL, 0,
-                                         2000), 0);
+                                         0, 2000), 0);
         EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
                    "format %u, a lost worker replayed", v);
         psd_node_destroy(&b);
@@ -1022,16 +1022,16 @@ static void test_worker_records_carry_the_refused_clients(void **state)
     psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
     assert_non_null(j);
     const uint64_t refused[PSD_J_REPLACED] = { 0, 0, 70, 71 };
-    assert_int_not_equal(psd_journal_worker(j, 1, 1, 0, 72, 3, 1, refused,
-                                            8), 0);
+    assert_int_not_equal(psd_journal_worker(j, 1, 0, 0, 72, 3, 1, refused,
+                                            8, 72), 0);
     assert_int_equal(psd_journal_write(j, err, sizeof err), 0);
     psd_journal_close(j);
     /* The record again as a psd before them wrote it: its first 32. */
     psd_journal_path(path, sizeof path, dir, 2, 1);
     size_t len;
     char *f = read_file(path, &len);
-    EXPECT_INT((int)len, 28 + 12 + 72, "START, then a WORKER of 72 bytes");
-    f = realloc(f, len + 44 + 84);
+    EXPECT_INT((int)len, 28 + 12 + 80, "START, then a WORKER of 80 bytes");
+    f = realloc(f, len + 44 + 92);
     assert_non_null(f);
     len += put_record(f + len, f + 28 + 12, 32);
     write_file(path, f, len);
@@ -1046,18 +1046,29 @@ static void test_worker_records_carry_the_refused_clients(void **state)
     EXPECT_U64(s.r[0].replaced[3], 71, "the newest");
     EXPECT_INT((int)s.r[0].ended_mask, 8, "71 let go by end-job");
     EXPECT_U64(s.r[0].client_id, 72, "its client");
+    EXPECT_U64(s.r[0].lost_id, 72, "lost, its grace ran out");
+    EXPECT_U64(s.r[0].lost_id, 72, "lost, its grace ran out");
     EXPECT_INT(s.r[1].has_replaced, 0, "an older psd's does not");
     EXPECT_U64(s.r[1].clock, 3, "the rest as written");
-    /* Bit 1 of the mask: an end-job's on an empty entry. */
-    char body[72];
-    memcpy(body, f + 28 + 12, 72);
-    body[64] = 2;
-    len = 28 + put_record(f + 28, body, 72);
-    write_file(path, f, len);
-    EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 1, 1 << 20, keep_worker, &s,
-                                  &next, &records, NULL, 0, err, sizeof err),
-               -1, "a mask on an empty entry");
-    EXPECT_SUBSTR(err, "malformed record", "why");
+    /* Bit 1 of the mask: an end-job's on an empty entry; a lost client
+     * not the worker's own. */
+    for (int bad = 0; bad < 2; bad++) {
+        char body[80];
+        uint64_t other = 73;
+        memcpy(body, f + 28 + 12, 80);
+        if (bad == 0)
+            body[64] = 2;
+        else
+            memcpy(body + 72, &other, 8);
+        len = 28 + put_record(f + 28, body, 80);
+        write_file(path, f, len);
+        EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 1, 1 << 20, keep_worker,
+                                      &s, &next, &records, NULL, 0, err,
+                                      sizeof err),
+                   -1, "%s", bad ? "another lost client" : "a mask on an "
+                   "empty entry");
+        EXPECT_SUBSTR(err, "malformed record", "why");
+    }
     free(f);
     psd_journal_prune(dir, 2, 100);
 }

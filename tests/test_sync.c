@@ -52,7 +52,7 @@ static void join_pending(psd_sync *y, int32_t w, uint64_t client,
 
 /* y saved and loaded into z (made here, nworkers as y), as a node
  * restarted at now_ms from that snapshot in format 4 (as saved) or 3
- * (each worker's 33 bytes of refused clients cut off). */
+ * (each worker's 41 bytes of refused and lost clients cut off). */
 static void restarted_as(const psd_sync *y, psd_sync *z, uint64_t now_ms,
                          int format)
 {
@@ -60,10 +60,10 @@ static void restarted_as(const psd_sync *y, psd_sync *z, uint64_t now_ms,
     membuf m = { 0 };
     psd_sink o = { mem_put, &m };
     assert_int_equal(psd_sync_save(y, &o), 0);
-    assert_int_equal((int)m.len, 20 + 70 * y->nworkers);
+    assert_int_equal((int)m.len, 20 + 78 * y->nworkers);
     if (format == 3)
         for (int w = 1; w < y->nworkers; w++)
-            memmove(m.p + 20 + 37 * w, m.p + 20 + 70 * w, 37);
+            memmove(m.p + 20 + 37 * w, m.p + 20 + 78 * w, 37);
     m.len = format == 3 ? 20 + 37 * (size_t)y->nworkers : m.len;
     make(z, y->nworkers);
     psd_source in = { mem_get, &m };
@@ -431,11 +431,11 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
      * LEAVE twice. */
     psd_sync z;
     make(&z, 2);
-    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, NULL, 0, 1);
-    psd_sync_replay(&z, 1, 1, 0, 2, 0, 0, NULL, 0, 1);
+    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 1);
+    psd_sync_replay(&z, 1, 1, 0, 2, 0, 0, NULL, 0, 0, 1);
     z.clock = 3;
-    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, NULL, 0, 1);
-    psd_sync_replay(&z, 1, 0, 1, 2, 3, 0, NULL, 0, 1);
+    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, NULL, 0, 0, 1);
+    psd_sync_replay(&z, 1, 0, 1, 2, 3, 0, NULL, 0, 0, 1);
     EXPECT_INT(z.workers[0].state == PSD_W_ABSENT &&
                z.workers[1].state == PSD_W_ABSENT, 1,
                "both absent after the replay");
@@ -493,7 +493,7 @@ static void test_a_job_end_survives_a_snapshot_between_the_closes(
     membuf m = { 0 };
     psd_sink o = { mem_put, &m };
     assert_int_equal(psd_sync_save(&y, &o), 0);
-    EXPECT_INT((int)m.len, 20 + 3 * 70, "20 bytes, then 70 per worker");
+    EXPECT_INT((int)m.len, 20 + 3 * 78, "20 bytes, then 78 per worker");
     psd_sync_destroy(&y);
 
     psd_sync z;
@@ -520,7 +520,7 @@ static void test_a_job_end_survives_a_snapshot_between_the_closes(
     membuf f2 = { 0 };
     mem_put(&f2, m.p, 20);
     for (int w = 0; w < 3; w++)
-        mem_put(&f2, m.p + 20 + w * 70, 36);
+        mem_put(&f2, m.p + 20 + w * 78, 36);
     make(&z, 3);
     psd_source in2 = { mem_get, &f2 };
     if (psd_sync_load(&z, &in2, 2, 100, err, sizeof err))
@@ -533,7 +533,7 @@ static void test_a_job_end_survives_a_snapshot_between_the_closes(
 
     /* closed = 1 on a worker that is not LEFT (worker 1, lost). */
     m.at = 0;
-    m.p[20 + 70 + 36] = 1;
+    m.p[20 + 78 + 36] = 1;
     make(&z, 3);
     EXPECT_INT(psd_sync_load(&z, &in, 4, 100, err, sizeof err), -1,
                "closed on a worker still connected");
@@ -1169,9 +1169,9 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
     /* The same from WORKER records: the one of 9's join holds 2. */
     make(&r, 2);
     psd_sync_replay(&r, 0, 1, 0, 1, 0, 0, y.workers[0].replaced,
-                    y.workers[0].ended_mask, 10);
+                    y.workers[0].ended_mask, 0, 10);
     psd_sync_replay(&r, 1, 1, 0, 9, 0, 0, y.workers[1].replaced,
-                    y.workers[1].ended_mask, 10);
+                    y.workers[1].ended_mask, 0, 10);
     EXPECT_INT(psd_sync_join(&r, 1, 2, &owner_b, "127.0.0.1:9", err,
                              sizeof err), PSW_EINVAL,
                "the replaced process, after a replay");
@@ -1183,11 +1183,37 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
     psd_sync_destroy(&r);
     /* A record of an older psd does not say: nobody is refused. */
     make(&r, 2);
-    psd_sync_replay(&r, 0, 1, 0, 1, 0, 0, NULL, 0, 10);
+    psd_sync_replay(&r, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 10);
     join(&r, 0, 5, &owner_a);
     EXPECT_INT(psd_sync_lost(&r, 0, &owner_a, 2000, 30), 0, "5 is lost");
     join(&r, 0, 1, &owner_b);
     psd_sync_destroy(&r);
+
+    /* Loaded from format 3 (whom the node replaced unknown), then saved
+     * by this psd, or its leave journaled, and restarted again before 9
+     * came back: still nobody is refused. Derived at each load, the
+     * second load took 9 for lost, stale 2 took the worker over and 9
+     * was locked out (a review). */
+    psd_sync u, v;
+    restarted_as(&y, &u, 1000, 3);
+    EXPECT_INT(psd_sync_tick(&u, 31000, 30, 0, 1000000), 1, "9 let go");
+    for (int from = 0; from < 2; from++) {
+        if (from == 0)
+            restarted(&u, &v, 32000);
+        else {
+            make(&v, 2);
+            const psd_worker *w = &u.workers[1];
+            psd_sync_replay(&v, 1, 0, 0, w->client_id, w->clock, w->barrier,
+                            w->replaced, w->ended_mask, w->lost_id, 32000);
+        }
+        join(&v, 1, 2, &owner_b);           /* the stale process */
+        EXPECT_INT(psd_sync_lost(&v, 1, &owner_b, 33000, 30), 0, "2 lost");
+        EXPECT_INT(psd_sync_join(&v, 1, 9, &owner_c, "127.0.0.1:9", err,
+                                 sizeof err), 0, "9, after the %s: %s",
+                   from ? "replay" : "second load", err);
+        psd_sync_destroy(&v);
+    }
+    psd_sync_destroy(&u);
 
     /* end-job lets lost client 9 go; restarted, it reads why. */
     EXPECT_INT(psd_sync_leave(&y, 0, &owner_a), 1, "0 closes");
@@ -1320,10 +1346,10 @@ static void test_end_job_ends_a_job_whose_workers_stopped_apart(void **state)
      * CLOCK record moves the node's clock, in request.c). */
     psd_sync z;
     make(&z, 2);
-    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, NULL, 0, 10);
-    psd_sync_replay(&z, 1, 1, 0, 2, 5, 1, NULL, 0, 10);
-    psd_sync_replay(&z, 0, 0, 1, 1, 6, 1, NULL, 0, 10);
-    psd_sync_replay(&z, 1, 0, 1, 2, 6, 1, NULL, 0, 10);
+    psd_sync_replay(&z, 0, 0, 1, 1, 3, 0, NULL, 0, 0, 10);
+    psd_sync_replay(&z, 1, 1, 0, 2, 5, 1, NULL, 0, 0, 10);
+    psd_sync_replay(&z, 0, 0, 1, 1, 6, 1, NULL, 0, 0, 10);
+    psd_sync_replay(&z, 1, 0, 1, 2, 6, 1, NULL, 0, 0, 10);
     for (int w = 0; w < 2; w++)
         EXPECT_INT(z.workers[w].state, PSD_W_ABSENT, "replayed worker %d", w);
     EXPECT_U64(z.barrier, 1, "the replayed node's barrier");
@@ -1404,9 +1430,9 @@ static void test_end_job_divides_by_who_pushed_and_journals_everyone(
     EXPECT_INT(psd_sync_dirty(&y, 1), 1, "worker 1, never joined, too");
     psd_sync z;
     make(&z, 2);
-    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, NULL, 0, 10);
-    psd_sync_replay(&z, 0, 0, 1, 1, 0, 0, NULL, 0, 10);
-    psd_sync_replay(&z, 1, 0, 1, 0, 0, 0, NULL, 0, 10);
+    psd_sync_replay(&z, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 10);
+    psd_sync_replay(&z, 0, 0, 1, 1, 0, 0, NULL, 0, 0, 10);
+    psd_sync_replay(&z, 1, 0, 1, 0, 0, 0, NULL, 0, 0, 10);
     EXPECT_INT(psd_sync_waited(&z), 2, "both waited for after the replay");
     psd_sync_destroy(&z);
     psd_sync_destroy(&y);
