@@ -81,6 +81,10 @@ typedef struct nconn {
     int fell_back;                /* refused 4 by that node just now: the
                                      same address again, at once, in 3 */
     int fatal;                    /* refused for good: PS_E*, else 0 */
+    int mismatch;                 /* after ps_open, the node described
+                                     another layout at its last HELLO_OK:
+                                     what waits for it fails, and it is
+                                     asked again after the backoff */
     int last_status;              /* why the last connection or attempt
                                      ended: what a failed open returns */
     char last_why[640];
@@ -942,6 +946,15 @@ static void on_nc_closed(uv_handle_t *h)
             open_done(io, nc->fatal, "%s", nc->drop_why);
         return;
     }
+    if (nc->mismatch) {
+        /* Another layout: what waits for this node fails now, with the
+         * reason; what comes later waits for the next attempt, which may
+         * find the node restarted with the right ini. It was refused for
+         * good, and a trainer whose nodes were put right kept failing
+         * every push to that node until it was restarted (a trial). */
+        requeue_in_flight(nc, UINT64_MAX, nc->drop_status);
+        fail_queue(nc, nc->drop_status, nc->drop_why);
+    }
     if (!nc->down_ns && nc->ever_ready)
         nc->down_ns = now;
     requeue_in_flight(nc, now, PS_ETIMEDOUT);
@@ -1537,9 +1550,13 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
     if (io->nodes) {
         /* Every node must describe the same cluster, and be the node we
          * meant to reach. */
+        /* Refused for good while ps_open runs (a list or an ini that is
+         * wrong); after it, the node may be put right (a rolling restart
+         * half done, undone): asked again (on_nc_closed). */
+        int *bad = c->open_state == PSC_OPENING ? &nc->fatal : &nc->mismatch;
         if (l.epoch == c->cluster.epoch && l.node_index != nc->node) {
             /* The same layout: another node of it answers here. */
-            nc->fatal = PS_EPROTO;
+            *bad = PS_EPROTO;
             nc_drop(nc, PS_EPROTO, "%s is answered by node %d of this "
                     "cluster, where the nodes list puts node %d: two "
                     "entries of the list reach the same psd (one address "
@@ -1549,7 +1566,7 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
             return;
         }
         if (l.epoch != c->cluster.epoch || l.node_index != nc->node) {
-            nc->fatal = PS_EPROTO;
+            *bad = PS_EPROTO;
             nc_drop(nc, PS_EPROTO, "%s describes a different cluster layout "
                     "(node %d, epoch %016llx; expected node %d, epoch "
                     "%016llx): are all nodes running the same ini file "
@@ -1561,6 +1578,7 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
             return;
         }
         psw_cluster_free(&l);
+        nc->mismatch = 0;
     } else if (adopt_layout(io, nc, &l)) {
         psw_cluster_free(&l);
         nc_drop(nc, PS_ENOMEM, "out of memory");

@@ -1715,6 +1715,61 @@ static void layout_node_that_does_not_resolve_fails_open_cleanly(
                  : st == 2 ? "succeeded" : "crashed", st);
 }
 
+/* Pushes 1 to keys 0..15 of `counts` (both nodes hold some): its status,
+ * with what ps_last_error said in why. */
+static int push_both_nodes(ps_client *cl, char *why, size_t len)
+{
+    uint64_t keys[16];
+    float ones[16];
+    for (int i = 0; i < 16; i++)
+        keys[i] = (uint64_t)i, ones[i] = 1;
+    int rc = ps_wait(cl, ps_push(cl, ps_table(cl, "counts", NULL), keys, 16,
+                                 ones, NULL, NULL));
+    snprintf(why, len, "%s", rc ? ps_last_error(cl) : "");
+    return rc;
+}
+
+/* A node restarted under another layout (a rolling restart half done)
+ * fails what is sent to it with PS_EPROTO; restarted again with the
+ * cluster's ini, the same client uses it again. It was refused for good:
+ * every push to it failed until the trainer was restarted (an
+ * operators' trial). */
+static void a_node_put_right_after_another_layout_is_used_again(void **state)
+{
+    (void)state;
+    test_cluster c;
+    assert_int_equal(cluster_start(&c, 2, 4, TABLES), 0);
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 300;
+    o.max_retries = 1;
+    ps_client *cl = NULL;
+    assert_int_equal(ps_open(&cl, c.spec, &o), 0);
+    char why[700];
+    EXPECT_INT(push_both_nodes(cl, why, sizeof why), 0, "%s", why);
+    FILE *f = fopen(c.ini, "a");
+    assert_non_null(f);
+    long was = ftell(f);
+    fputs("[table.added]\ndim = 1\n", f);
+    fclose(f);
+    assert_int_equal(cluster_restart(&c, 1), 0);
+    int rc = 0;
+    for (int i = 0; i < 100 && rc != PS_EPROTO; i++) {
+        rc = push_both_nodes(cl, why, sizeof why);
+        usleep(50000);
+    }
+    EXPECT_INT(rc, PS_EPROTO, "node 1 under another layout: %s", why);
+    EXPECT_SUBSTR(why, "describes a different cluster layout", "why");
+    assert_int_equal(truncate(c.ini, was), 0);
+    assert_int_equal(cluster_restart(&c, 1), 0);
+    for (int i = 0; i < 200 && (rc = push_both_nodes(cl, why, sizeof why));
+         i++)
+        usleep(50000);
+    EXPECT_INT(rc, 0, "node 1 put right, the same client: %s", why);
+    ps_close(cl);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1773,6 +1828,8 @@ int main(void)
         cmocka_unit_test(connection_without_hello_is_closed_after_hello_timeout),
         cmocka_unit_test(free_ports_taken_in_a_row_are_all_different),
         cmocka_unit_test(layout_node_that_does_not_resolve_fails_open_cleanly),
+        cmocka_unit_test(
+            a_node_put_right_after_another_layout_is_used_again),
     };
     return cmocka_run_group_tests_name("e2e", tests, group_setup,
                                        group_teardown);
