@@ -3,8 +3,9 @@
  * node, one request at a time: a HELLO as a client that is not a worker,
  * then ADMIN commands (PROTOCOL.md). Human output is built from the
  * node's "metrics" and "rates" answers (the Prometheus line format, easy
- * to read back); with --json every command prints one JSON document
- * (stats and tables: each node's "stats" document as is). */
+ * to read back); with --json every command but top (one document per
+ * refresh) prints one JSON document (stats and tables: each node's
+ * "stats" document as is). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -65,10 +66,11 @@ static void usage(FILE *f)
         "starts\n"
         "           where this one ended; refused while a worker is "
         "connected\n"
-        "--json: stdout is one JSON document, for every command: ping, "
-        "stats, tables,\n  save and end-job print an array with one object "
-        "per node (tables: the\n  stats documents), layout one object; nodes "
-        "that do not answer are said on\n  stderr (end-job lists them too, "
+        "--json: stdout is one JSON document for every command but top "
+        "(one array per\n  refresh, as above): ping, stats, tables, save and "
+        "end-job print an array\n  with one object per node (tables: the "
+        "stats documents), layout one object;\n  nodes "
+        "that do not answer are said on stderr (end-job lists them too,\n  "
         "with \"error\": not ended).\n"
         "Exit status: 0 when every node answered (and saved, or ended the "
         "job), 1 when\none did not (or a worker is connected, for end-job) "
