@@ -431,17 +431,21 @@ static int close_from_callback(ps_client *c, const char *what)
 
 static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
 
-/* Before a worker's LEAVE, when it pushed to a bsp table in the clock in
- * progress: a push of no rows to every node, so that each counts it in
- * that clock's `aggregate = mean` divisor (a node counts a worker that
- * left when its pushes of the clock reached that node). Without it, a
- * worker that pushed to some nodes' rows and closed before ps_clock
- * was counted there only, and rows of one table were divided by 3 on
- * one node and by 2 on the other (an updater trial). A node that does
- * not answer counts it as it can. */
+/* Before a worker's LEAVE, when it pushed to a bsp table in a clock it
+ * never called ps_clock for: a push of no rows to every node, so that each
+ * counts it in that clock's `aggregate = mean` divisor (a node counts a
+ * worker that left when its pushes of the clock reached that node).
+ * Without it, a worker that pushed to some nodes' rows and closed was
+ * counted there only, and rows of one table were divided by 3 on one node
+ * and by 2 on the other (an updater trial). Not after a ps_clock for that
+ * clock that is under way or failed: the nodes that took it count the
+ * worker as one that reached it, and the mark would fall in their next
+ * clock (a review); a node that did not take it counts the worker as
+ * after a crash. Every request is complete (ps_close drained them). */
 static void mark_pushed(ps_client *c)
 {
-    if (!__atomic_load_n(&c->bsp_pushed, __ATOMIC_RELAXED))
+    uint64_t step = __atomic_load_n(&c->cu.pushed_step, __ATOMIC_RELAXED);
+    if (step <= __atomic_load_n(&c->clock, __ATOMIC_RELAXED))
         return;
     int table = -1;
     for (int i = 0; i < c->cluster.ntables && table < 0; i++)
@@ -451,8 +455,10 @@ static void mark_pushed(ps_client *c)
     if (table < 0 ||
         psc_req_control(c->cluster.nnodes, -1, PSW_OP_PUSH, 0, &r))
         return;
-    for (int k = 0; k < r->nparts; k++)
+    for (int k = 0; k < r->nparts; k++) {
         r->parts[k].msg.table = (uint32_t)table;
+        r->parts[k].slow = 0;        /* a push: the request's bound */
+    }
     ps_ts ts = submit(c, r, NULL, NULL);
     if (ts > 0)
         (void)ps_wait(c, ts);
@@ -584,14 +590,13 @@ static int clock_under_way(ps_client *c, int op, const psc_shape *sh)
     return 1;
 }
 
-/* ts, from submitting a request of op to sh's table: a worker's push to a
- * bsp table counts in the clock in progress (mark_pushed). */
-static ps_ts issued(ps_client *c, int op, const psc_shape *sh, ps_ts ts)
+/* r (of op, to sh's table): a worker's push to a bsp table counts in the
+ * clock after its ps_clock calls so far (mark_pushed). */
+static void set_step(ps_client *c, int op, const psc_shape *sh, psc_req *r)
 {
-    if (ts > 0 && c->opt.worker >= 0 && psw_op_has(op, PSW_OPF_PUSHES) &&
+    if (c->opt.worker >= 0 && psw_op_has(op, PSW_OPF_PUSHES) &&
         sh->table->consistency == PSW_CONS_BSP)
-        __atomic_store_n(&c->bsp_pushed, 1, __ATOMIC_RELAXED);
-    return ts;
+        r->step = __atomic_load_n(&c->clock, __ATOMIC_RELAXED) + 1;
 }
 
 static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
@@ -622,7 +627,8 @@ static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
         psc_set_error(c, "%s", rc == PS_ENOMEM ? "out of memory" : err);
         return rc;
     }
-    return issued(c, op, &sh, submit(c, r, cb, arg));
+    set_step(c, op, &sh, r);
+    return submit(c, r, cb, arg);
 }
 
 static ps_ts ranged(ps_client *c, int op, int table, uint64_t first,
@@ -648,7 +654,8 @@ static ps_ts ranged(ps_client *c, int op, int table, uint64_t first,
         psc_set_error(c, "%s", rc == PS_ENOMEM ? "out of memory" : err);
         return rc;
     }
-    return issued(c, op, &sh, submit(c, r, cb, arg));
+    set_step(c, op, &sh, r);
+    return submit(c, r, cb, arg);
 }
 
 ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
@@ -784,9 +791,6 @@ static int sync_call(ps_client *c, int op, int node, uint64_t *count,
     __atomic_store_n(pending, 0, __ATOMIC_RELAXED);
     if (rc == PS_OK)
         __atomic_store_n(failed, 0, __ATOMIC_RELAXED);
-    /* Its pushes are that clock's, ended: the next go to the next. */
-    if (rc == PS_OK && op == PSW_OP_CLOCK)
-        __atomic_store_n(&c->bsp_pushed, 0, __ATOMIC_RELAXED);
     return rc;
 }
 

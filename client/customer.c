@@ -342,6 +342,10 @@ void psc_customer_complete(psc_customer *cu, psc_req *r)
 void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
 {
     note_partial(r);
+    /* A nodes' sum holds its push: the worker pushed in that clock. */
+    if (r->step && (r->nok || r->unanswered) &&
+        r->step > __atomic_load_n(&cu->pushed_step, __ATOMIC_RELAXED))
+        __atomic_store_n(&cu->pushed_step, r->step, __ATOMIC_RELAXED);
     /* Callback first, so that when ps_wait returns the callback has run. */
     if (r->cb)
         r->cb(r->ts, r->status, r->arg);

@@ -83,6 +83,10 @@ typedef struct psc_customer {
                                     queued (for held parts, which the I/O
                                     thread itself releases); NULL: none */
     void *wake_arg;
+    uint64_t pushed_step;        /* the largest step of the requests with
+                                    one that completed with a part applied
+                                    or perhaps applied (atomic: written by
+                                    the I/O thread; client.c, mark_pushed) */
 } psc_customer;
 
 /* stats (owned by the caller, outliving cu) receives the per-request

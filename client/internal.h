@@ -69,11 +69,6 @@ struct ps_client {
                                     by the next call instead of a new
                                     one; 0 (atomics) */
     ps_ts barrier_pending;       /* the same for ps_barrier_timeout */
-    int bsp_pushed;              /* this worker issued a push to a bsp
-                                    table since its last ps_clock that
-                                    succeeded (atomic): ps_close marks
-                                    it on every node (client.c,
-                                    mark_pushed) */
 };
 
 /* Whether the layout c->cluster has a bsp or ssp table (0 before it is

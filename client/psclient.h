@@ -222,10 +222,10 @@ PS_API void ps_options_init(ps_options *o);
 PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
 
 /* Waits for every outstanding request to complete, leaves the training
- * (a worker is no longer waited for by bsp/ssp tables; one that pushed to
- * a bsp table since its last ps_clock first tells every node so, with a
- * push of no rows, so that every node counts it in that clock's
- * aggregate = mean), then closes the
+ * (a worker is no longer waited for by bsp/ssp tables; one whose pushes
+ * to a bsp table were applied in a clock it has not called ps_clock for
+ * first tells every node so, with a push of no rows, so that every node
+ * counts it in that clock's aggregate = mean), then closes the
  * connections, stops the I/O thread and frees the client. NULL is a no-op.
  * No other call on `c` may be running or made afterwards. Requests that
  * callbacks issue meanwhile are taken and waited for too (a pull that

@@ -72,6 +72,9 @@ struct psc_req {
                                     were applied; else NULL */
     int first_pending;           /* parts of the first wave not answered */
     struct psc_customer *cu;     /* that took it, to send the held parts */
+    uint64_t step;               /* a worker's push to a bsp table: the
+                                    clock it counts in (its ps_clock calls
+                                    then + 1); 0 for any other request */
     int nparts;
     psc_part *parts;             /* nparts, in the same allocation */
     struct psc_bufpool *pool;    /* where the allocation goes back to

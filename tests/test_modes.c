@@ -1623,6 +1623,116 @@ static void mean_divides_by_one_count_on_every_node(void **state)
     assert_int_equal(bad, 0);
 }
 
+/* What worker 1 does before its ps_close in the tests below, and the
+ * pipe it says "g" on once done. */
+typedef struct close_case {
+    int how;                     /* CLOSE_* */
+    int said;                    /* write end: "g" */
+} close_case;
+
+enum { CLOSE_CLOCK_PENDING, CLOSE_PUSH_REFUSED };
+
+/* Worker 1: pushes 4 to key 5 of `mean` and starts a ps_clock that gives
+ * up waiting after 200 ms (PENDING), or pushes a NaN (refused); says so,
+ * then ps_close. */
+static int worker_closing_after(void *arg)
+{
+    close_case *k = arg;
+    ps_client *c = open_worker(cl.spec, 1);
+    CHILD_CHECK(c, "open as worker 1");
+    if (k->how == CLOSE_CLOCK_PENDING) {
+        CHILD_CHECK(push_key(c, "mean", 5, 4) == 0, "push");
+        int rc = ps_clock_timeout(c, 200);
+        CHILD_CHECK(rc == PS_PENDING, "ps_clock_timeout: %d", rc);
+    } else
+        CHILD_CHECK(push_key(c, "mean", 5, NAN) == PS_ENONFINITE,
+                    "a NaN refused");
+    CHILD_CHECK(write(k->said, "g", 1) == 1, "write");
+    ps_close(c);
+    return 0;
+}
+
+/* Worker 0, once worker 1 said so: pushes 2 to key 5, clocks; then 2 to
+ * key 7, clocks, and wants 2 there (worker 1 left and pushed nothing in
+ * that clock) and `want5` at key 5. */
+static int worker_after_the_close(void *arg)
+{
+    int *fd = arg;
+    char b;
+    ps_client *c = open_worker(cl.spec, 0);
+    CHILD_CHECK(c, "open as worker 0");
+    CHILD_CHECK(read(fd[0], &b, 1) == 1, "read");
+    float want5 = (float)fd[1];
+    CHILD_CHECK(push_key(c, "mean", 5, 2) == 0, "push");
+    CHILD_CHECK(ps_clock(c) == 0, "ps_clock: %s", ps_last_error(c));
+    float v = pull_key(c, "mean", 5);
+    CHILD_CHECK(v == want5, "key 5 holds %g, want %g", (double)v,
+                (double)want5);
+    CHILD_CHECK(push_key(c, "mean", 7, 2) == 0, "push");
+    CHILD_CHECK(ps_clock(c) == 0, "ps_clock: %s", ps_last_error(c));
+    v = pull_key(c, "mean", 7);
+    CHILD_CHECK(v == 2, "key 7 holds %g, want 2: the next clock's sum was "
+                "divided by a worker that had left", (double)v);
+    ps_close(c);
+    return 0;
+}
+
+/* ps_close tells the nodes only of pushes of a clock that no ps_clock of
+ * the worker names (a review): after one that gave up waiting (its clock
+ * then ends with both workers, 3 at key 5), the mark fell in the next
+ * clock, where worker 1 pushed nothing, and halved worker 0's 2; after a
+ * push refused whole (a NaN), worker 1 was counted in a clock it pushed
+ * nothing to (key 5: 2, not 1). */
+static void close_marks_only_a_clock_its_pushes_are_in(void **state)
+{
+    (void)state;
+    for (int how = 0; how < 2; how++) {
+        assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n",
+                                          BSP_TABLES), 0);
+        int p[2];
+        assert_int_equal(pipe(p), 0);
+        close_case k = { how, p[1] };
+        int arg[2] = { p[0], how == CLOSE_CLOCK_PENDING ? 3 : 2 };
+        pid_t a = spawn(worker_closing_after, &k);
+        int bad = reap(spawn(worker_after_the_close, arg)) << 1;
+        bad |= reap(a);
+        close(p[0]);
+        close(p[1]);
+        assert_int_equal(cluster_stop(&cl), 0);
+        assert_int_equal(bad, 0);
+    }
+}
+
+/* A node that stops answering during ps_close holds the mark for the
+ * request's bounded time (0.6 s here), not until the connection is
+ * presumed dead (peer_timeout_ms, 30 s here) or sync_timeout_ms (a
+ * review: 6 s against 1 with the defaults). The bound is against that
+ * wait, not a timing. */
+static void close_with_a_frozen_node_waits_a_requests_time(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 1\n",
+                                      "[server]\npeer_timeout_ms = 30000\n"
+                                      BSP_TABLES), 0);
+    ps_options o;
+    ps_options_init(&o);
+    o.worker = 0;
+    o.request_timeout_ms = 300;
+    o.max_retries = 1;
+    o.sync_timeout_ms = 60000;
+    ps_client *c = NULL;
+    assert_int_equal(ps_open(&c, cl.spec, &o), 0);
+    assert_int_equal(push_key(c, "mean", 5, 4), 0);
+    kill(cl.pid[1], SIGSTOP);
+    time_t t0 = time(NULL);
+    ps_close(c);
+    time_t spent = time(NULL) - t0;
+    kill(cl.pid[1], SIGCONT);
+    EXPECT_INT(spent < 15, 1, "ps_close took %lld s with node 1 stopped",
+               (long long)spent);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* Worker 1 pushes and leaves, node 0 goes down with `sig` and comes
  * back, then worker 0 pushes, clocks and wants the mean of both. */
 static void mean_across_a_stop(const char *server, int sig)
@@ -2688,6 +2798,8 @@ int main(void)
         cmocka_unit_test(clock_retried_after_a_timeout_names_the_same_clock),
         cmocka_unit_test(mean_counts_a_worker_that_pushed_then_left),
         cmocka_unit_test(mean_divides_by_one_count_on_every_node),
+        cmocka_unit_test(close_marks_only_a_clock_its_pushes_are_in),
+        cmocka_unit_test(close_with_a_frozen_node_waits_a_requests_time),
         cmocka_unit_test(
             mean_counts_a_worker_that_pushed_then_left_across_a_crash),
         cmocka_unit_test(

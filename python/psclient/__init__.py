@@ -852,8 +852,11 @@ class Client:
         wait for requests short, outstanding requests are not waited for:
         each fails with ClosedError (a push sent but not answered may have
         been applied), a worker still leaves (waiting at most
-        request_timeout_ms for the nodes), and the KeyboardInterrupt is
-        raised again once closed (ps_close_now). A request held by a
+        request_timeout_ms for the nodes; without telling the nodes its
+        pushes of an unclocked step did not reach that it pushed, so with
+        ``aggregate = mean`` only those count it in that step, as after a
+        crash), and the KeyboardInterrupt is raised again once closed
+        (ps_close_now). A request held by a
         stopped node or a slow bsp/ssp peer would keep a waiting close
         for up to sync_timeout_ms, and so would a clock() or barrier()
         that Ctrl-C cut short: it is still under way. Calls of other
