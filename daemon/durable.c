@@ -766,6 +766,8 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     if (rc == 0)
         psd_journal_prune(d->dir, n->index, si.journal_seq);
     uint64_t next = si.journal_seq ? si.journal_seq : 1, records = 0;
+    uint64_t from = next, head = d->skip ? 0 : psd_journal_head(d->dir,
+                                                                n->index);
     uint64_t t1 = uv_hrtime();
     /* Said only where there is one (durability = snapshot keeps none,
      * unless an earlier run with a journal left segments). */
@@ -800,9 +802,11 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
      * those of a folder that never held a journal, name segment 1: never
      * said). A start whose tables changed writes its snapshot just before
      * the journal makes that segment: a crash in between says it too. */
+    int said = 0;
     if (rc_snap == 0 && !d->skip && n->cfg.durability == PSD_DUR_LOG &&
         si.journal_seq >= 2 &&
         !psd_journal_has(d->dir, n->index, si.journal_seq)) {
+        said = 1;
         char path[4200];
         psd_journal_path(path, sizeof path, d->dir, n->index,
                          si.journal_seq);
@@ -814,6 +818,20 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
                  "start on a snapshot psd --reshard wrote, or after a "
                  "switch from durability = snapshot, this is expected",
                  path, (unsigned long long)si.generation);
+    }
+    /* The newest segment this node made is gone, and every one the
+     * replay read came before it: the listing alone cannot tell (the
+     * next segment made takes its number), so the head says which was
+     * made last (psd_journal_head). */
+    if (!said && head >= from && head >= next) {
+        char path[4200];
+        psd_journal_path(path, sizeof path, d->dir, n->index, head);
+        psd_warn("journal: %s is missing, the newest segment this node "
+                 "made (psd-node%d.journal.head says so): the pushes it "
+                 "acknowledged %s are lost (a file removed, a data folder "
+                 "restored without its last segment)", path, n->index,
+                 next > from ? "after the segments replayed"
+                             : "since the snapshot");
     }
     if (ctx.skipped)
         psd_info("journal: %llu pushes to dropped tables skipped",

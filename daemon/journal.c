@@ -69,6 +69,50 @@ void psd_journal_path(char *buf, size_t len, const char *dir, int node,
 static uint64_t start_record(psd_journal *j);
 static uint64_t params_record(psd_journal *j, uint32_t table);
 
+/* "DIR/psd-nodeN.journal.head": the newest segment this node made, in
+ * decimal. Segments are found by listing the folder, which cannot tell
+ * that the newest one is gone: the next start makes a segment of that
+ * number again, and what it held was lost unsaid (an operators' trial
+ * moved it aside). Written in place and not fsync'd: a write lost in a
+ * crash names an older segment, which only leaves a loss unsaid. */
+static void head_path(char *buf, size_t len, const char *dir, int node)
+{
+    snprintf(buf, len, "%s/psd-node%d.journal.head", dir, node);
+}
+
+static void write_head(const char *dir, int node, uint64_t seq)
+{
+    char path[4200], text[24];
+    head_path(path, sizeof path, dir, node);
+    int len = snprintf(text, sizeof text, "%020llu\n",
+                       (unsigned long long)seq);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;                  /* the journal goes on; a loss unsaid */
+    (void)!pwrite(fd, text, (size_t)len, 0);
+    close(fd);
+}
+
+uint64_t psd_journal_head(const char *dir, int node)
+{
+    char path[4200], text[32];
+    head_path(path, sizeof path, dir, node);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n != 21 || text[20] != '\n')
+        return 0;
+    uint64_t seq = 0;
+    for (int i = 0; i < 20; i++) {
+        if (text[i] < '0' || text[i] > '9' || seq > (UINT64_MAX - 9) / 10)
+            return 0;
+        seq = seq * 10 + (uint64_t)(text[i] - '0');
+    }
+    return seq;
+}
+
 static int open_segment(psd_journal *j, uint64_t seq, char *err,
                         size_t errlen)
 {
@@ -90,6 +134,9 @@ static int open_segment(psd_journal *j, uint64_t seq, char *err,
             fsync(dfd);
             close(dfd);
         }
+        /* Then the head names it: never a segment whose name could be
+         * lost (psd_journal_head). */
+        write_head(j->dir, j->node, seq);
         /* A new segment says which node and layout its records belong
          * to. */
         int ok = start_record(j) != 0;

@@ -132,6 +132,12 @@ void psd_journal_hold(psd_journal *j, const char *why);
  * so a snapshot that is to cover them must rotate once more. */
 int psd_journal_rotate(psd_journal *j, char *err, size_t errlen);
 
+/* The newest segment node made in dir, as its head file says (written
+ * as each segment is made); 0 when there is none or it cannot be read. A
+ * segment below it and at or above a snapshot's journal_seq that is not
+ * in the folder was removed: what it held is lost. */
+uint64_t psd_journal_head(const char *dir, int node);
+
 /* Removes node's segments numbered below `below` (a snapshot covers them). */
 void psd_journal_prune(const char *dir, int node, uint64_t below);
 

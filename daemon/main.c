@@ -430,11 +430,18 @@ int main(int argc, char **argv)
             int rc = psd_snapshot_check(dir, i, &cfg, &tm, &si, why,
                                         sizeof why);
             /* The journal after a snapshot was written under its tables. */
+            uint64_t from = rc == 0 && si.journal_seq ? si.journal_seq : 1;
             if (rc >= 0 && rc != 2)
                 rc = psd_journal_check(
                     dir, i, rc == 0 ? si.shape : psd_config_shape(&cfg),
-                    rc == 0 && si.journal_seq ? si.journal_seq : 1, why,
-                    sizeof why);
+                    from, why, sizeof why);
+            /* Not a failure: the start goes on, and says what was lost. */
+            uint64_t head = psd_journal_head(dir, i);
+            if (rc == 0 && head >= from && !psd_journal_has(dir, i, head))
+                printf("%s: node %d's newest journal segment (%llu, as "
+                       "psd-node%d.journal.head says) is missing from %s: a "
+                       "start warns that the pushes it acknowledged are "
+                       "lost\n", path, i, (unsigned long long)head, i, dir);
             if (rc == 0 && tm.map && !tm.added && !tm.dropped)
                 printf("%s: node %d's snapshot holds the file's tables in "
                        "another order: kept by name; psd writes a snapshot "
