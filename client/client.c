@@ -445,7 +445,7 @@ static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
 static void mark_pushed(ps_client *c)
 {
     uint64_t step = __atomic_load_n(&c->cu.pushed_step, __ATOMIC_RELAXED);
-    if (step <= __atomic_load_n(&c->clock, __ATOMIC_RELAXED))
+    if (step <= c->cu.clock_sent)
         return;
     int table = -1;
     for (int i = 0; i < c->cluster.ntables && table < 0; i++)
@@ -590,13 +590,13 @@ static int clock_under_way(ps_client *c, int op, const psc_shape *sh)
     return 1;
 }
 
-/* r (of op, to sh's table): a worker's push to a bsp table counts in the
- * clock after its ps_clock calls so far (mark_pushed). */
+/* r (of op, to sh's table): a worker's push to a bsp table counts in a
+ * clock, which psc_customer_submit stamps (mark_pushed). */
 static void set_step(ps_client *c, int op, const psc_shape *sh, psc_req *r)
 {
     if (c->opt.worker >= 0 && psw_op_has(op, PSW_OPF_PUSHES) &&
         sh->table->consistency == PSW_CONS_BSP)
-        r->step = __atomic_load_n(&c->clock, __ATOMIC_RELAXED) + 1;
+        r->step = 1;
 }
 
 static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,

@@ -264,6 +264,14 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
     }
     cu->last_ts = ts;
     cu->inflight_bytes += r->bytes;
+    /* In the order the parts are queued, which each connection keeps: a
+     * push queued before a CLOCK is in that clock on every node, one
+     * after it in the next, whichever thread made them. */
+    if (r->op == PSW_OP_CLOCK && r->nparts &&
+        r->parts[0].msg.value > cu->clock_sent)
+        cu->clock_sent = r->parts[0].msg.value;
+    if (r->step)
+        r->step = cu->clock_sent + 1;
     if (cu->holding) {
         /* Behind a push whose held parts have not gone yet. */
         if (cu->dq_tail)

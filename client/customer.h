@@ -83,9 +83,10 @@ typedef struct psc_customer {
                                     queued (for held parts, which the I/O
                                     thread itself releases); NULL: none */
     void *wake_arg;
-    uint64_t pushed_step;        /* the largest step of the requests with
-                                    one that completed with a part applied
-                                    or perhaps applied (atomic: written by
+    uint64_t clock_sent;         /* the largest CLOCK value queued (mu) */
+    uint64_t pushed_step;        /* the largest step of the requests that
+                                    completed with a part applied or
+                                    perhaps applied (atomic: written by
                                     the I/O thread; client.c, mark_pushed) */
 } psc_customer;
 

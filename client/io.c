@@ -954,6 +954,10 @@ static void on_nc_closed(uv_handle_t *h)
          * every push to that node until it was restarted (a trial). */
         requeue_in_flight(nc, UINT64_MAX, nc->drop_status);
         fail_queue(nc, nc->drop_status, nc->drop_why);
+        /* Said once: an attempt that fails otherwise (the node stopped
+         * to be put right) waits as for any node that is down, and one
+         * that meets the other layout again sets it again. */
+        nc->mismatch = 0;
     }
     if (!nc->down_ns && nc->ever_ready)
         nc->down_ns = now;
@@ -1552,8 +1556,13 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
          * meant to reach. */
         /* Refused for good while ps_open runs (a list or an ini that is
          * wrong); after it, the node may be put right (a rolling restart
-         * half done, undone): asked again (on_nc_closed). */
-        int *bad = c->open_state == PSC_OPENING ? &nc->fatal : &nc->mismatch;
+         * half done, undone): asked again (on_nc_closed). Not a worker's
+         * node of an older release (version 3): a HELLO of version 3
+         * takes the worker in at once, and every retry would join it
+         * there anew, holding that node's clocks (a review). */
+        int *bad = c->open_state == PSC_OPENING ||
+                           (c->opt.worker >= 0 && nc->version < 4)
+                       ? &nc->fatal : &nc->mismatch;
         if (l.epoch == c->cluster.epoch && l.node_index != nc->node) {
             /* The same layout: another node of it answers here. */
             *bad = PS_EPROTO;

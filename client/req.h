@@ -73,8 +73,10 @@ struct psc_req {
     int first_pending;           /* parts of the first wave not answered */
     struct psc_customer *cu;     /* that took it, to send the held parts */
     uint64_t step;               /* a worker's push to a bsp table: the
-                                    clock it counts in (its ps_clock calls
-                                    then + 1); 0 for any other request */
+                                    clock it counts in, 1 + the largest
+                                    CLOCK queued before it (the caller
+                                    sets 1, psc_customer_submit the
+                                    value); 0 for any other request */
     int nparts;
     psc_part *parts;             /* nparts, in the same allocation */
     struct psc_bufpool *pool;    /* where the allocation goes back to

@@ -1432,6 +1432,50 @@ static void test_customer_stamps_timestamps_in_order_and_queues_every_part(
     psc_customer_destroy(&cu);
 }
 
+/* A worker's push to a bsp table is stamped, as the Customer queues it,
+ * with the clock it counts in: one past the largest CLOCK queued before
+ * it, in the order each connection keeps (a push made by another thread
+ * while ps_clock ran was stamped from the caller's count, which may not
+ * be the order the nodes saw: a review). A request completes with its
+ * step counted as pushed only when a part was applied. */
+static void test_customer_stamps_a_bsp_push_with_its_clock(void **state)
+{
+    (void)state;
+    psc_customer cu;
+    char err[128];
+    uint64_t keys[8];
+    float vals[8];
+    static psc_stats stats;
+    psc_customer_init(&cu, 1 << 20, &stats);
+    psc_req *a = push_request(2, keys, vals, 8, 1), *k = NULL;
+    psc_req *b = push_request(2, keys, vals, 8, 1);
+    a->step = b->step = 1;                   /* as client.c marks them */
+    assert_int_equal(psc_req_control(2, -1, PSW_OP_CLOCK, 7, &k), 0);
+    EXPECT_INT(psc_customer_submit(&cu, a, NULL, NULL, 1, err, sizeof err),
+               1, "push a");
+    EXPECT_INT(psc_customer_submit(&cu, k, NULL, NULL, 1, err, sizeof err),
+               2, "CLOCK 7");
+    EXPECT_INT(psc_customer_submit(&cu, b, NULL, NULL, 1, err, sizeof err),
+               3, "push b");
+    EXPECT_U64(a->step, 1, "a, before any CLOCK");
+    EXPECT_U64(b->step, 8, "b, after CLOCK 7");
+    int closing;
+    ps_ts abandon;
+    psc_customer_take(&cu, &closing, &abandon);
+    for (int i = 0; i < 2; i++) {
+        psw_msg m = reply_msg(&b->parts[i], PSW_OK, NULL, 0);
+        if (psc_part_fail(&a->parts[i], PS_ECONN, "never sent"))
+            psc_customer_complete(&cu, a);
+        if (psc_part_fail(&k->parts[i], PS_ECONN, "never sent"))
+            psc_customer_complete(&cu, k);
+        EXPECT_U64(cu.pushed_step, 0, "a, never applied");
+        if (psc_part_reply(&b->parts[i], &m))
+            psc_customer_complete(&cu, b);
+    }
+    EXPECT_U64(cu.pushed_step, 8, "b applied");
+    psc_customer_destroy(&cu);
+}
+
 /* A failure's detail longer than the Customer keeps loses its middle,
  * not its end: the end says whether a push was applied in part. */
 static void test_customer_keeps_the_start_and_end_of_a_long_failure(
@@ -1716,6 +1760,7 @@ int main(void)
             test_part_fail_completes_request_and_keeps_first_error),
         cmocka_unit_test(
             test_customer_stamps_timestamps_in_order_and_queues_every_part),
+        cmocka_unit_test(test_customer_stamps_a_bsp_push_with_its_clock),
         cmocka_unit_test(
             test_customer_remembers_failures_for_wait_and_wait_all),
         cmocka_unit_test(
