@@ -296,7 +296,8 @@ uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
                             int closed, uint64_t client_id, uint64_t clock,
                             uint64_t barrier,
                             const uint64_t replaced[PSD_J_REPLACED],
-                            unsigned ended_mask, uint64_t lost_id)
+                            unsigned ended_mask, uint64_t lost_id,
+                            int unknown)
 {
     char *b = begin_fixed(j, PSD_J_WORKER, WORKER_BODY);
     if (!b)
@@ -314,6 +315,7 @@ uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
     memcpy(b + 24, &barrier, 8);
     memcpy(b + 32, replaced, 8 * PSD_J_REPLACED);
     b[32 + 8 * PSD_J_REPLACED] = (char)ended_mask;
+    b[33 + 8 * PSD_J_REPLACED] = (char)(unknown != 0);
     memcpy(b + 72, &lost_id, 8);
     return end_fixed(j, b, WORKER_BODY);
 }
@@ -608,12 +610,16 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         r->has_replaced = len == WORKER_BODY;
         r->ended_mask = 0;
         r->lost_id = 0;
+        r->unknown = 1;          /* a psd before 0.4.0: not said */
         memset(r->replaced, 0, sizeof r->replaced);
         memcpy(&r->client_id, b + 8, 8);
         if (r->has_replaced) {
             memcpy(r->replaced, b + 32, sizeof r->replaced);
             r->ended_mask = (unsigned char)b[32 + sizeof r->replaced];
+            r->unknown = (unsigned char)b[33 + sizeof r->replaced];
             memcpy(&r->lost_id, b + 72, 8);
+            if (r->unknown > 1)
+                return -1;
             /* Lost: the worker's own client, or none. */
             if (r->lost_id && r->lost_id != r->client_id)
                 return -1;

@@ -53,6 +53,8 @@ typedef struct psd_jrecord {
     uint64_t lost_id;            /* worker: its client, lost and kept past
                                     its grace, which a takeover refuses
                                     for good; 0: none, or not known */
+    int unknown;                 /* worker: whom the node had replaced was
+                                    not known (sync.h, psd_worker) */
     uint32_t waited;             /* clock: the divisor of aggregate = mean
                                     then (psd_sync_divisor) */
     psd_updater_params params;   /* params: table msg.table's updater
@@ -87,13 +89,15 @@ uint64_t psd_journal_ack(psd_journal *j, uint64_t client_id,
 /* Worker `worker` joined (joined 1) or stopped being waited for (0;
  * closed: by its own LEAVE), with its clock and barrier count, the
  * clients refused for good as it then (replaced, ended_mask: bit k for
- * replaced[k] let go by end-job) and its lost client (lost_id: 0 or
- * client_id). LSN, or 0 when memory runs out. */
+ * replaced[k] let go by end-job), its lost client (lost_id: 0 or
+ * client_id) and whether whom the node had replaced is unknown. LSN, or
+ * 0 when memory runs out. */
 uint64_t psd_journal_worker(psd_journal *j, int32_t worker, int joined,
                             int closed, uint64_t client_id, uint64_t clock,
                             uint64_t barrier,
                             const uint64_t replaced[PSD_J_REPLACED],
-                            unsigned ended_mask, uint64_t lost_id);
+                            unsigned ended_mask, uint64_t lost_id,
+                            int unknown);
 
 /* From now on, table's updater uses the hyper-parameters p (lr, beta1,
  * beta2, epsilon, l1, l2, beta): a record says so when they differ from

@@ -412,7 +412,7 @@ int psd_node_journal_workers(psd_node *n)
         int closed = w->closed || w->state == PSD_W_ABSENT;
         if (!psd_journal_worker(n->journal, i, joined, closed, w->client_id,
                                 w->clock, w->barrier, w->replaced,
-                                w->ended_mask, w->lost_id)) {
+                                w->ended_mask, w->lost_id, w->unknown)) {
             w->dirty = 1;        /* asked again (psd_node_commit) */
             snprintf(n->journal_error, sizeof n->journal_error,
                      "out of memory buffering a record");

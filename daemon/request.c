@@ -1278,7 +1278,8 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
         (void)psd_sync_replay(&n->sync, r->worker, r->joined, r->closed,
                               r->client_id, r->clock, r->barrier,
                               r->has_replaced ? r->replaced : NULL,
-                              r->ended_mask, r->lost_id, rc_->now_ms);
+                              r->ended_mask, r->lost_id, r->unknown,
+                              rc_->now_ms);
         return 0;
     }
     if (r->type == PSD_J_CLOCK) {

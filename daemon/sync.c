@@ -77,6 +77,7 @@ static int job_over(psd_sync *y)
     for (int i = 0; i < y->nworkers; i++) {
         y->workers[i].state = PSD_W_ABSENT;
         y->workers[i].closed = 0;
+        y->workers[i].unknown = 0;   /* a new job: no stale process */
     }
     return 1;
 }
@@ -105,7 +106,12 @@ static int restored_lost(psd_worker *w, int live, uint64_t saved)
 {
     if (saved && saved != w->client_id)
         return -1;
-    w->lost_id = live ? w->client_id : saved;
+    /* Not while whom the node had replaced is unknown: the loaded client
+     * may be the replacement of a stale process back now, which would
+     * take the worker over and lock the replacement out. Its own
+     * reconnections do not end that (a trial: upgraded mid-job, the
+     * replacement back, then a second restart), the job's end does. */
+    w->lost_id = live && !w->unknown ? w->client_id : saved;
     return 0;
 }
 
@@ -250,9 +256,10 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
                          (int)worker);
             else
                 snprintf(err, errlen, "worker %d was taken over by a new "
-                         "process (connected from %s) while this client's "
-                         "connection was lost: this client no longer acts "
-                         "as worker %d", (int)worker, w->peer, (int)worker);
+                         "process%s%s%s while this client's connection was "
+                         "lost: this client no longer acts as worker %d",
+                         (int)worker, w->peer[0] ? " (connected from " : "",
+                         w->peer, w->peer[0] ? ")" : "", (int)worker);
             return PSW_EINVAL;
         }
     /* Busy, not invalid: the connection held may be a dead process's
@@ -535,6 +542,7 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
         w->dirty = 1;
         w->state = PSD_W_ABSENT;
         w->closed = 0;
+        w->unknown = 0;              /* lost ones refused: a new job */
         w->owner = NULL;
         w->clock = c;
         w->barrier = b;
@@ -738,7 +746,7 @@ int psd_sync_dirty(psd_sync *y, int from)
 int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,
                     const uint64_t *replaced, unsigned ended_mask,
-                    uint64_t lost_id, uint64_t now_ms)
+                    uint64_t lost_id, int unknown, uint64_t now_ms)
 {
     if (worker < 0 || worker >= y->nworkers)
         return -1;
@@ -753,6 +761,7 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
      * good by a takeover (psd_sync_load, format 3). A join's record is
      * of a worker then connected (or lost since, by its client). */
     w->lost_id = 0;
+    w->unknown = !replaced || unknown;
     if (replaced) {
         memcpy(w->replaced, replaced, sizeof w->replaced);
         w->ended_mask = ended_mask;
@@ -876,8 +885,8 @@ int psd_sync_tick(psd_sync *y, uint64_t now_ms, int grace_s, int holding,
 /* On the stream: u64 clock, u64 barrier, u32 workers, then per worker
  * u32 state, u64 clock, u64 barrier, u64 client_id, u64 summed (not in
  * snapshots of format 1), u8 closed (not in formats 1 and 2), then
- * PSD_REPLACED u64 replaced, u8 ended_mask and u64 lost_id (not in
- * formats 1 to 3). */
+ * PSD_REPLACED u64 replaced, u8 ended_mask, u64 lost_id and u8 unknown
+ * (not in formats 1 to 3). */
 int psd_sync_save(const psd_sync *y, psd_sink *out)
 {
     uint32_t n = (uint32_t)y->nworkers;
@@ -895,10 +904,11 @@ int psd_sync_save(const psd_sync *y, psd_sink *out)
             psd_put(out, &w->summed, 8))
             return -1;
         uint8_t closed = (uint8_t)(w->state == PSD_W_LEFT && w->closed);
-        uint8_t ended = (uint8_t)w->ended_mask;
+        uint8_t ended = (uint8_t)w->ended_mask, unknown = (uint8_t)w->unknown;
         if (psd_put(out, &closed, 1) ||
             psd_put(out, w->replaced, sizeof w->replaced) ||
-            psd_put(out, &ended, 1) || psd_put(out, &w->lost_id, 8))
+            psd_put(out, &ended, 1) || psd_put(out, &w->lost_id, 8) ||
+            psd_put(out, &unknown, 1))
             return -1;
     }
     return 0;
@@ -915,7 +925,7 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
     }
     for (uint32_t i = 0; i < n; i++) {
         uint32_t st;
-        uint8_t closed = 0, ended = 0;
+        uint8_t closed = 0, ended = 0, unknown = 0;
         uint64_t lost = 0;
         psd_worker w = { 0 };
         if (psd_get(in, &st, 4) || psd_get(in, &w.clock, 8) ||
@@ -924,16 +934,21 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
             (format >= 3 && psd_get(in, &closed, 1)) ||
             (format >= 4 && (psd_get(in, w.replaced, sizeof w.replaced) ||
                              psd_get(in, &ended, 1) ||
-                             psd_get(in, &lost, 8)))) {
+                             psd_get(in, &lost, 8) ||
+                             psd_get(in, &unknown, 1)))) {
             snprintf(err, errlen, "truncated in worker %u", i);
             return -1;
         }
-        if (refused_unsound(w.replaced, ended)) {
+        if (refused_unsound(w.replaced, ended) || unknown > 1) {
             snprintf(err, errlen, "worker %u has ended mask 0x%x over its "
-                     "replaced clients", i, (unsigned)ended);
+                     "replaced clients, or unknown = %u", i,
+                     (unsigned)ended, (unsigned)unknown);
             return -1;
         }
         w.ended_mask = ended;
+        /* Format 3 and older held nobody refused: unknown, for a worker
+         * of a job in progress. */
+        w.unknown = format < 4 ? st != PSD_W_ABSENT : unknown;
         if (st > PSD_W_LEFT) {
             snprintf(err, errlen, "worker %u has state %u", i, st);
             return -1;

@@ -40,6 +40,14 @@ typedef struct psd_worker {
                                 restart does not let one back */
     unsigned ended_mask;     /* bit k: replaced[k] was let go by psctl
                                 end-job, not replaced (for its error) */
+    int unknown;             /* restored from files that did not hold
+                                whom the node had replaced (snapshot
+                                format 3, a psd before 0.4.0): a restart
+                                does not make its client the lost one,
+                                which a stale process it had replaced
+                                would then take the worker over from,
+                                until the job ends (sync.c,
+                                restored_lost; saved) */
     char peer[64];           /* where it is connected from, for errors */
     uint64_t gone_ms;        /* when its connection was lost (GONE) */
     uint64_t summed;         /* 1 + the node's clock when its pushes last
@@ -275,8 +283,9 @@ void psd_sync_serving(psd_sync *y, uint64_t now_ms);
  * (joined 0; closed 1: by its LEAVE, which may end the job as it did live;
  * -1: not known, a record of an older psd, taken for a close after a
  * snapshot of format 1 or 2 (legacy_leaves) and else for a lost worker).
- * replaced (PSD_REPLACED entries), ended_mask and lost_id (of a leave:
- * the client lost, kept past its grace; 0: none, or not known): the
+ * replaced (PSD_REPLACED entries), ended_mask, lost_id (of a leave:
+ * the client lost, kept past its grace; 0: none, or not known) and
+ * unknown (whom the node had replaced was not known: psd_worker): the
  * clients refused for good then, and the one a takeover would refuse,
  * as the record has them; replaced NULL for a record of a psd that did
  * not write them (none is refused, as after a format 3 snapshot).
@@ -284,7 +293,7 @@ void psd_sync_serving(psd_sync *y, uint64_t now_ms);
 int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
                     uint64_t client_id, uint64_t clock, uint64_t barrier,
                     const uint64_t *replaced, unsigned ended_mask,
-                    uint64_t lost_id, uint64_t now_ms);
+                    uint64_t lost_id, int unknown, uint64_t now_ms);
 
 /* Periodic work: workers whose grace ran out stop being waited for
  * (returns 1 then: call psd_sync_advance); and while `holding` (PSD_HOLD_*

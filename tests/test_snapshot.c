@@ -404,9 +404,10 @@ static void trained_snapshot(psd_node *a, char *path, size_t len)
 }
 
 /* Rewrites the snapshot at path as an older format wrote it: each worker
- * of the SYNC section (78 bytes in format 4) without its last 41 (the
- * clients refused for good and the lost one) for format 3, its last 42
- * (`closed` too) for format 2, and its last 50 (`summed` too) for format 1; the section's
+ * of the SYNC section (79 bytes in format 4) without its last 42 (the
+ * clients refused for good, the lost one, unknown) for format 3, its
+ * last 43 (`closed` too) for format 2, and its last 51 (`summed` too)
+ * for format 1; the section's
  * length and CRC and the header's version and CRC made to match. */
 static void as_format(const char *path, uint32_t v)
 {
@@ -426,10 +427,10 @@ static void as_format(const char *path, uint32_t v)
             memcpy(g + out, f + at, 8 + 20);
             out += 8 + 20;
             for (uint32_t i = 0; i < w; i++) {
-                memcpy(g + out, f + at + 28 + (size_t)i * 78, keep);
+                memcpy(g + out, f + at + 28 + (size_t)i * 79, keep);
                 out += keep;
             }
-            pl = 20 + (size_t)w * 78;
+            pl = 20 + (size_t)w * 79;
         } else {
             /* Other sections are copied whole. Their end is where the
              * stored length equals the payload's bytes so far and the
@@ -563,7 +564,7 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
     load_left_workers(&b, 2, PSD_W_LIVE);
     EXPECT_INT(b.sync.workers[0].state, PSD_W_LEFT, "before the replay");
     assert_int_equal(psd_sync_replay(&b.sync, 1, 0, -1, 12, 4, 1, NULL,
-                                     0, 0, 2000), 0);
+                                     0, 0, 0, 2000), 0);
     for (int i = 0; i < 2; i++)
         EXPECT_INT(b.sync.workers[i].state, PSD_W_ABSENT,
                    "after the older psd's leave, worker %d", i);
@@ -573,7 +574,7 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
      * on, as it did live. */
     load_left_workers(&b, 2, PSD_W_LIVE);
     assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, NULL,
-                                     0, 0, 2000), 0);
+                                     0, 0, 0, 2000), 0);
     EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
                "a lost worker in this psd's record");
     EXPECT_INT(b.sync.workers[1].closed, 0, "not closed");
@@ -585,7 +586,7 @@ static void test_an_older_snapshot_whose_workers_all_left_ends_the_job(
             EXPECT_INT(b.sync.workers[i].state, PSD_W_LEFT,
                        "format %u, lost worker %d", v, i);
         assert_int_equal(psd_sync_replay(&b.sync, 1, 0, 0, 12, 4, 1, NULL, 0,
-                                         0, 2000), 0);
+                                         0, 0, 2000), 0);
         EXPECT_INT(b.sync.workers[1].state, PSD_W_LEFT,
                    "format %u, a lost worker replayed", v);
         psd_node_destroy(&b);
@@ -1023,7 +1024,7 @@ static void test_worker_records_carry_the_refused_clients(void **state)
     assert_non_null(j);
     const uint64_t refused[PSD_J_REPLACED] = { 0, 0, 70, 71 };
     assert_int_not_equal(psd_journal_worker(j, 1, 0, 0, 72, 3, 1, refused,
-                                            8, 72), 0);
+                                            8, 72, 0), 0);
     assert_int_equal(psd_journal_write(j, err, sizeof err), 0);
     psd_journal_close(j);
     /* The record again as a psd before them wrote it: its first 32. */
@@ -1047,8 +1048,11 @@ static void test_worker_records_carry_the_refused_clients(void **state)
     EXPECT_INT((int)s.r[0].ended_mask, 8, "71 let go by end-job");
     EXPECT_U64(s.r[0].client_id, 72, "its client");
     EXPECT_U64(s.r[0].lost_id, 72, "lost, its grace ran out");
+    EXPECT_INT(s.r[0].unknown, 0, "whom it replaced is known");
     EXPECT_U64(s.r[0].lost_id, 72, "lost, its grace ran out");
+    EXPECT_INT(s.r[0].unknown, 0, "whom it replaced is known");
     EXPECT_INT(s.r[1].has_replaced, 0, "an older psd's does not");
+    EXPECT_INT(s.r[1].unknown, 1, "so whom it replaced is unknown");
     EXPECT_U64(s.r[1].clock, 3, "the rest as written");
     /* Bit 1 of the mask: an end-job's on an empty entry; a lost client
      * not the worker's own. */

@@ -797,8 +797,8 @@ static void jhistory(psd_journal *j, int node, uint64_t client)
      * end-job before: the fuzzer varies their clients and mask. */
     const uint64_t none[PSD_J_REPLACED] = { 0 };
     const uint64_t refused[PSD_J_REPLACED] = { 0, 0, client + 7, client + 8 };
-    psd_journal_worker(j, 0, 1, 0, client, 0, 0, none, 0, 0);
-    psd_journal_worker(j, 1, 1, 0, client + 1, 0, 0, refused, 4, 0);
+    psd_journal_worker(j, 0, 1, 0, client, 0, 0, none, 0, 0, 0);
+    psd_journal_worker(j, 1, 1, 0, client + 1, 0, 0, refused, 4, 0, 0);
     uint64_t ts = 1;
     for (int t = 0; t < cfg->ntables; t++)
         jpush_table(j, node, client, ts++, t);
@@ -819,7 +819,7 @@ static void jhistory(psd_journal *j, int node, uint64_t client)
     p.lr *= 0.5f;
     psd_journal_params(j, FUZZ_T_SPARSE_ADAGRAD, &p);
     psd_journal_worker(j, 1, 0, 0, client + 1, 1, 0, refused, 4,
-                       client + 1);
+                       client + 1, 1);
     jwrite(j);
 }
 
