@@ -2856,6 +2856,15 @@ static int push_then_remove_data_dir(test_cluster *c, char *data,
     return a;
 }
 
+/* Node 0's log lacks `said`: a start with the journal whole warned. */
+static void expect_not_said(const test_cluster *c, const char *said)
+{
+    char *log = cluster_log(c, 0);
+    EXPECT_INT(log && strstr(log, said) != NULL, 0,
+               "a start with the journal whole warned: %s", log ? log : "");
+    free(log);
+}
+
 /* A journal taken from the folder while the node was down (a file
  * removed by hand, a data folder restored without its journal): the
  * pushes acknowledged after the snapshot are gone, and the start says so,
@@ -2878,10 +2887,7 @@ static void test_a_journal_removed_while_down_is_said_at_start(void **state)
         fail_msg("restart");
     oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
     EXPECT_INT(failed, 0, "pushes after the snapshot");
-    char *log = cluster_log(&c, 0);
-    EXPECT_INT(log && strstr(log, said) != NULL, 0,
-               "a start with the journal whole warned: %s", log ? log : "");
-    free(log);
+    expect_not_said(&c, said);
     cluster_kill(&c, 0, SIGKILL);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -f '%s'/psd-node0.journal.*", c.dir);
@@ -2919,10 +2925,7 @@ static void test_the_newest_segment_removed_while_down_is_said(void **state)
         fail_msg("restart");
     oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
     EXPECT_INT(failed, 0, "pushes into segment 2");
-    char *log = cluster_log(&c, 0);
-    EXPECT_INT(log && strstr(log, said) != NULL, 0,
-               "a start with the journal whole warned: %s", log ? log : "");
-    free(log);
+    expect_not_said(&c, said);
     cluster_kill(&c, 0, SIGKILL);
     expect_psd_check_not(&c, 0, "", "newest journal segment");
     char path[1200];
