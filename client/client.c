@@ -464,6 +464,24 @@ static void mark_pushed(ps_client *c)
         (void)ps_wait(c, ts);
 }
 
+/* A reader that pushed says goodbye too: a LEAVE, which changes nothing
+ * for a reader, carries in its frame the ACK of every request before it,
+ * so that the nodes forget its pushes now. Without it the last one stayed
+ * unacknowledged for client_ttl, and was then forgotten with a warning
+ * that read as a crash's (a soak trial: one a second under churn). Waited
+ * for one attempt's time at most: a node that cannot answer forgets the
+ * pushes after client_ttl, as before. */
+static void reader_leaves(ps_client *c)
+{
+    psc_req *r;
+    if (!__atomic_load_n(&c->pushed, __ATOMIC_RELAXED) ||
+        psc_req_control(c->cluster.nnodes, -1, PSW_OP_LEAVE, 0, &r))
+        return;
+    ps_ts ts = submit(c, r, NULL, NULL);
+    if (ts > 0)
+        ps_wait_timeout(c, ts, c->opt.request_timeout_ms);
+}
+
 void ps_close(ps_client *c)
 {
     if (!c || forked(c, "ps_close") || close_from_callback(c, "ps_close"))
@@ -478,7 +496,8 @@ void ps_close(ps_client *c)
     if (c->opt.worker >= 0) {
         mark_pushed(c);
         control(c, PSW_OP_LEAVE, -1, 0);
-    }
+    } else
+        reader_leaves(c);
     client_stop(c);
 }
 
@@ -492,11 +511,11 @@ void ps_close_now(ps_client *c)
     psc_customer_abandon(&c->cu, 1);
     psc_customer_drain(&c->cu);
     __atomic_store_n(&c->leaving, 1, __ATOMIC_RELAXED);  /* as ps_close */
+    /* Everything before it is over: LEAVE, issued next, goes through.
+     * Waited for one attempt's time at most: a node that cannot answer
+     * counts this worker lost, as after a crash. */
+    psc_customer_abandon(&c->cu, 0);
     if (c->opt.worker >= 0) {
-        /* Everything before it is over: LEAVE, issued next, goes through.
-         * Waited for one attempt's time at most: a node that cannot
-         * answer counts this worker lost, as after a crash. */
-        psc_customer_abandon(&c->cu, 0);
         psc_req *r;
         if (psc_req_control(c->cluster.nnodes, -1, PSW_OP_LEAVE, 0, &r) ==
             0) {
@@ -504,7 +523,8 @@ void ps_close_now(ps_client *c)
             if (ts > 0)
                 ps_wait_timeout(c, ts, c->opt.request_timeout_ms);
         }
-    }
+    } else
+        reader_leaves(c);
     client_stop(c);
 }
 
@@ -590,12 +610,15 @@ static int clock_under_way(ps_client *c, int op, const psc_shape *sh)
     return 1;
 }
 
-/* r (of op, to sh's table): a worker's push to a bsp table counts in a
- * clock, which psc_customer_submit stamps (mark_pushed). */
-static void set_step(ps_client *c, int op, const psc_shape *sh, psc_req *r)
+/* r (of op, to sh's table): a push is one the nodes remember until this
+ * client ACKs it (ps_close), and a worker's push to a bsp table counts in
+ * a clock, which psc_customer_submit stamps (mark_pushed). */
+static void note_push(ps_client *c, int op, const psc_shape *sh, psc_req *r)
 {
-    if (c->opt.worker >= 0 && psw_op_has(op, PSW_OPF_PUSHES) &&
-        sh->table->consistency == PSW_CONS_BSP)
+    if (!psw_op_has(op, PSW_OPF_PUSHES))
+        return;
+    __atomic_store_n(&c->pushed, 1, __ATOMIC_RELAXED);
+    if (c->opt.worker >= 0 && sh->table->consistency == PSW_CONS_BSP)
         r->step = 1;
 }
 
@@ -627,7 +650,7 @@ static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
         psc_set_error(c, "%s", rc == PS_ENOMEM ? "out of memory" : err);
         return rc;
     }
-    set_step(c, op, &sh, r);
+    note_push(c, op, &sh, r);
     return submit(c, r, cb, arg);
 }
 
@@ -654,7 +677,7 @@ static ps_ts ranged(ps_client *c, int op, int table, uint64_t first,
         psc_set_error(c, "%s", rc == PS_ENOMEM ? "out of memory" : err);
         return rc;
     }
-    set_step(c, op, &sh, r);
+    note_push(c, op, &sh, r);
     return submit(c, r, cb, arg);
 }
 

@@ -61,6 +61,9 @@ struct ps_client {
                                     LEAVE (atomic): a connection is no
                                     longer made again for a worker with
                                     nothing to send (io.c, keeps_up) */
+    int pushed;                  /* a push was issued (atomic): a reader's
+                                    close then ACKs it (client.c,
+                                    reader_leaves) */
     uint64_t clock_failed;       /* the number the last ps_clock failed
                                     with, named again by the next; 0 */
     uint64_t barrier_failed;     /* the same for ps_barrier (atomics) */

@@ -1779,6 +1779,30 @@ static void a_node_put_right_after_another_layout_is_used_again(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A reader that pushed ACKs its pushes as it closes (in its LEAVE's
+ * frame): the node forgets them at once. The last push of each client
+ * stayed unacknowledged for client_ttl, and was then forgotten with a
+ * warning that read as a crash's (a soak trial). */
+static void a_reader_that_pushed_acks_its_pushes_as_it_closes(void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport = cluster_free_port();
+    char extra[1000], why[700];
+    snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d\n"
+             TABLES, mport);
+    assert_int_equal(cluster_start(&c, 1, 4, extra), 0);
+    for (int i = 0; i < 3; i++) {
+        ps_client *cl = NULL;
+        assert_int_equal(ps_open(&cl, c.spec, NULL), 0);
+        EXPECT_INT(push_both_nodes(cl, why, sizeof why), 0, "%s", why);
+        ps_close(cl);
+    }
+    EXPECT_INT((int)raw_node_metric(mport, "psd_remembered_pushes"), 0,
+               "pushes remembered after three clients closed");
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1839,6 +1863,7 @@ int main(void)
         cmocka_unit_test(layout_node_that_does_not_resolve_fails_open_cleanly),
         cmocka_unit_test(
             a_node_put_right_after_another_layout_is_used_again),
+        cmocka_unit_test(a_reader_that_pushed_acks_its_pushes_as_it_closes),
     };
     return cmocka_run_group_tests_name("e2e", tests, group_setup,
                                        group_teardown);
