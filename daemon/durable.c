@@ -542,6 +542,10 @@ static int move_aside(const char *dir, int node, char *err, size_t errlen)
     psd_snapshot_staged_path(from, sizeof from, dir, node);
     if (set_aside(from, t, err, errlen))
         return -1;
+    /* The head too: it names a segment of the history set aside. */
+    snprintf(from, sizeof from, "%s/psd-node%d.journal.head", dir, node);
+    if (set_aside(from, t, err, errlen))
+        return -1;
     uint64_t s, prev = 0;
     while ((s = psd_journal_first(dir, node)) != 0) {
         psd_journal_path(from, sizeof from, dir, node, s);
@@ -766,9 +770,7 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     if (rc == 0)
         psd_journal_prune(d->dir, n->index, si.journal_seq);
     uint64_t next = si.journal_seq ? si.journal_seq : 1, records = 0;
-    uint64_t from = next, head = d->skip ? 0 : psd_journal_head(d->dir,
-                                                                n->index);
-    uint64_t t1 = uv_hrtime();
+    uint64_t from = next, t1 = uv_hrtime();
     /* Said only where there is one (durability = snapshot keeps none,
      * unless an earlier run with a journal left segments). */
     if (!d->skip && psd_journal_first(d->dir, n->index))
@@ -822,8 +824,13 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     /* The newest segment this node made is gone, and every one the
      * replay read came before it: the listing alone cannot tell (the
      * next segment made takes its number), so the head says which was
-     * made last (psd_journal_head). */
-    if (!said && head >= from && head >= next) {
+     * made last (psd_journal_lost_head). */
+    uint64_t head = said || d->skip
+                        ? 0
+                        : psd_journal_lost_head(d->dir, n->index, from,
+                                                rc_snap == 0 ? si.created_ms
+                                                             : 0);
+    if (head) {
         char path[4200];
         psd_journal_path(path, sizeof path, d->dir, n->index, head);
         psd_warn("journal: %s is missing, the newest segment this node "

@@ -317,9 +317,12 @@ static int export_node(const char *ini, int i, const char *const *drop,
                             (size_t)n.cfg.max_frame + 4096,
                             psd_request_replay, &ctx, &next, &o->records,
                             NULL, 0, err, errlen);
-    if (rc == 0)
+    if (rc == 0) {
         psd_request_replayed(&n, 0);
-    else if (changed(o->snap, &was)) {
+        psd_journal_say_lost("--export", dir, i,
+                             o->has_snapshot ? o->si.journal_seq : 1,
+                             o->has_snapshot ? o->si.created_ms : 0);
+    } else if (changed(o->snap, &was)) {
         free(tm.map);
         psd_node_destroy(&n);
         return 2;

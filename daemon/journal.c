@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "journal.h"
@@ -69,23 +70,29 @@ void psd_journal_path(char *buf, size_t len, const char *dir, int node,
 static uint64_t start_record(psd_journal *j);
 static uint64_t params_record(psd_journal *j, uint32_t table);
 
-/* "DIR/psd-nodeN.journal.head": the newest segment this node made, in
- * decimal. Segments are found by listing the folder, which cannot tell
- * that the newest one is gone: the next start makes a segment of that
- * number again, and what it held was lost unsaid (an operators' trial
- * moved it aside). Written in place and not fsync'd: a write lost in a
- * crash names an older segment, which only leaves a loss unsaid. */
+/* "DIR/psd-nodeN.journal.head": the newest segment this node made and
+ * when (wall clock, ms), in decimal. Segments are found by listing the
+ * folder, which cannot tell that the newest one is gone: the next start
+ * makes a segment of that number again, and what it held was lost unsaid
+ * (an operators' trial moved it aside). Written in place and not
+ * fsync'd: a write lost in a crash names an older segment, which only
+ * leaves a loss unsaid. */
 static void head_path(char *buf, size_t len, const char *dir, int node)
 {
     snprintf(buf, len, "%s/psd-node%d.journal.head", dir, node);
 }
 
+#define HEAD_BYTES 42            /* "%020llu %020llu\n" */
+
 static void write_head(const char *dir, int node, uint64_t seq)
 {
-    char path[4200], text[24];
+    char path[4200], text[HEAD_BYTES + 1];
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t ms = (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
     head_path(path, sizeof path, dir, node);
-    int len = snprintf(text, sizeof text, "%020llu\n",
-                       (unsigned long long)seq);
+    int len = snprintf(text, sizeof text, "%020llu %020llu\n",
+                       (unsigned long long)seq, (unsigned long long)ms);
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
         return;                  /* the journal goes on; a loss unsaid */
@@ -93,24 +100,48 @@ static void write_head(const char *dir, int node, uint64_t seq)
     close(fd);
 }
 
-uint64_t psd_journal_head(const char *dir, int node)
+/* The 20 digits at p, or UINT64_MAX when they are not. */
+static uint64_t digits20(const char *p)
 {
-    char path[4200], text[32];
+    uint64_t v = 0;
+    for (int i = 0; i < 20; i++) {
+        if (p[i] < '0' || p[i] > '9' || v > (UINT64_MAX - 9) / 10)
+            return UINT64_MAX;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    return v;
+}
+
+uint64_t psd_journal_lost_head(const char *dir, int node, uint64_t from,
+                               uint64_t snap_ms)
+{
+    char path[4200], text[HEAD_BYTES + 8];
     head_path(path, sizeof path, dir, node);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
+    ssize_t n = read(fd, text, sizeof text);
     close(fd);
-    if (n != 21 || text[20] != '\n')
+    if (n != HEAD_BYTES || text[20] != ' ' || text[41] != '\n')
         return 0;
-    uint64_t seq = 0;
-    for (int i = 0; i < 20; i++) {
-        if (text[i] < '0' || text[i] > '9' || seq > (UINT64_MAX - 9) / 10)
-            return 0;
-        seq = seq * 10 + (uint64_t)(text[i] - '0');
-    }
+    uint64_t seq = digits20(text), ms = digits20(text + 21);
+    if (seq == UINT64_MAX || ms == UINT64_MAX || seq < from ||
+        ms <= snap_ms || psd_journal_has(dir, node, seq))
+        return 0;
     return seq;
+}
+
+void psd_journal_say_lost(const char *tool, const char *dir, int node,
+                          uint64_t from, uint64_t snap_ms)
+{
+    uint64_t head = psd_journal_lost_head(dir, node, from, snap_ms);
+    if (!head)
+        return;
+    char path[4200];
+    psd_journal_path(path, sizeof path, dir, node, head);
+    fprintf(stderr, "psd %s: node %d: %s is missing, the newest segment it "
+            "made (psd-node%d.journal.head says so): the pushes it "
+            "acknowledged in it are not here\n", tool, node, path, node);
 }
 
 static int open_segment(psd_journal *j, uint64_t seq, char *err,

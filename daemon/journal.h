@@ -137,10 +137,19 @@ void psd_journal_hold(psd_journal *j, const char *why);
 int psd_journal_rotate(psd_journal *j, char *err, size_t errlen);
 
 /* The newest segment node made in dir, as its head file says (written
- * as each segment is made); 0 when there is none or it cannot be read. A
- * segment below it and at or above a snapshot's journal_seq that is not
- * in the folder was removed: what it held is lost. */
-uint64_t psd_journal_head(const char *dir, int node);
+ * as each segment is made), when it is missing: made at or above `from`
+ * (the snapshot's journal_seq, 1 without one) and after the snapshot was
+ * (snap_ms: its creation, wall clock; 0 without one), what it held is
+ * lost. 0 when it is there, or the head file is absent, unreadable, or
+ * of another history: a head older than the snapshot (one --import or
+ * --reshard wrote into a folder an older node had used) says nothing. */
+uint64_t psd_journal_lost_head(const char *dir, int node, uint64_t from,
+                               uint64_t snap_ms);
+
+/* psd TOOL (--export, --reshard) says on stderr that node's newest
+ * segment is missing (psd_journal_lost_head), when it is. */
+void psd_journal_say_lost(const char *tool, const char *dir, int node,
+                          uint64_t from, uint64_t snap_ms);
 
 /* Removes node's segments numbered below `below` (a snapshot covers them). */
 void psd_journal_prune(const char *dir, int node, uint64_t below);

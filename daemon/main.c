@@ -431,13 +431,15 @@ int main(int argc, char **argv)
                                         sizeof why);
             /* The journal after a snapshot was written under its tables. */
             uint64_t from = rc == 0 && si.journal_seq ? si.journal_seq : 1;
+            uint64_t snap_ms = rc == 0 ? si.created_ms : 0;
             if (rc >= 0 && rc != 2)
                 rc = psd_journal_check(
                     dir, i, rc == 0 ? si.shape : psd_config_shape(&cfg),
                     from, why, sizeof why);
             /* Not a failure: the start goes on, and says what was lost. */
-            uint64_t head = psd_journal_head(dir, i);
-            if (rc == 0 && head >= from && !psd_journal_has(dir, i, head))
+            uint64_t head =
+                rc == 0 ? psd_journal_lost_head(dir, i, from, snap_ms) : 0;
+            if (head)
                 printf("%s: node %d's newest journal segment (%llu, as "
                        "psd-node%d.journal.head says) is missing from %s: a "
                        "start warns that the pushes it acknowledged are "

@@ -191,6 +191,8 @@ static int load_old(const char *ini, int i, psd_node *n, uint64_t *gen,
                            err, errlen))
         return -1;
     psd_request_replayed(n, 0);
+    psd_journal_say_lost("--reshard", dir, i, rc == 0 ? si.journal_seq : 1,
+                         rc == 0 ? si.created_ms : 0);
     fprintf(stderr, "psd --reshard: old node %d: ", i);
     if (rc == 0)
         fprintf(stderr, "snapshot %llu and ", (unsigned long long)*gen);

@@ -97,21 +97,15 @@ static void refuse_lost(psd_worker *w, int ended)
 /* The lost client of a worker restored from disk (snapshot or journal):
  * its own client when it was connected (`live`: the restart lost it), so
  * that a new process's join refuses that client for good, as after a
- * lost connection; else the one saved (`saved`: lost before, kept past
- * the grace; 0 when none, or when the node did not know whom it had
- * replaced: loaded from format 3, where taking the worker over must
- * refuse nobody, and it must stay so across the next save). A lost
- * client other than the worker's own is damage. */
+ * lost connection (unless whom the node had replaced is unknown: join),
+ * and end-job lets it go; else the one saved (`saved`: lost before, kept
+ * past the grace; 0 when none). A lost client other than the worker's
+ * own is damage. */
 static int restored_lost(psd_worker *w, int live, uint64_t saved)
 {
     if (saved && saved != w->client_id)
         return -1;
-    /* Not while whom the node had replaced is unknown: the loaded client
-     * may be the replacement of a stale process back now, which would
-     * take the worker over and lock the replacement out. Its own
-     * reconnections do not end that (a trial: upgraded mid-job, the
-     * replacement back, then a second restart), the job's end does. */
-    w->lost_id = live && !w->unknown ? w->client_id : saved;
+    w->lost_id = live ? w->client_id : saved;
     return 0;
 }
 
@@ -321,7 +315,13 @@ static int join(psd_sync *y, int32_t worker, uint64_t client_id,
         if (w->clock < w->summed && w->client_id != client_id)
             w->clock = w->summed;
     }
-    if (w->lost_id && w->lost_id != client_id)
+    /* Not while whom the node had replaced is unknown (an upgrade from a
+     * psd that did not save it, until the job ends): the lost client may
+     * be the replacement of a stale process that is taking over now, and
+     * refused for good it would lock the job out (a trial: upgraded
+     * mid-job, the replacement back, then a restart or a lost
+     * connection). end-job still lets it go. */
+    if (w->lost_id && w->lost_id != client_id && !w->unknown)
         refuse_lost(w, 0);
     w->lost_id = 0;              /* replaced, or back itself */
     w->dirty |= w->state != PSD_W_LIVE || w->client_id != client_id;
@@ -969,7 +969,12 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
          * taking the worker over may be the replacement itself, which,
          * refused for good, would lock the job out (a trial's stale
          * process, back after a restart, did so). */
-        if (restored_lost(&w, format >= 4 && w.state == PSD_W_LIVE, lost)) {
+        /* Format 3 and older saved no lost client: every worker of the
+         * job that was not closed had lost its client, or lost it now. */
+        int live = w.state == PSD_W_LIVE ||
+                   (format < 4 && (w.state == PSD_W_GONE ||
+                                   (w.state == PSD_W_LEFT && !w.closed)));
+        if (restored_lost(&w, live, lost)) {
             snprintf(err, errlen, "worker %u has lost client %llu, not its "
                      "own %llu", i, (unsigned long long)lost,
                      (unsigned long long)w.client_id);

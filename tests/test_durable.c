@@ -2933,6 +2933,18 @@ static void test_the_newest_segment_removed_while_down_is_said(void **state)
     assert_int_equal(unlink(path), 0);
     expect_psd_check(&c, 0, NULL, 0, "node 0's newest journal segment (2, "
                      "as psd-node0.journal.head says) is missing");
+    const char *psd = getenv("PSD_BIN");
+    char cmd[1500];
+    snprintf(cmd, sizeof cmd, "'%s' --export '%s/exp' -c '%s' -n 0 2>&1",
+             psd ? psd : "build/psd", c.dir, c.ini);
+    int st;
+    char *out = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "psd --export: %s", out ? out : "");
+    EXPECT_INT(out && strstr(out, "psd --export: node 0: ") &&
+                   strstr(out, "journal.0000000002 is missing, the newest "
+                                "segment it made"), 1,
+               "psd --export says so too: %s", out ? out : "");
+    free(out);
     if (cluster_restart(&c, 0))
         fail_msg("restart without segment 2");
     EXPECT_INT(cluster_log_wait(&c, 0, "psd-node0.journal.0000000002 is "
