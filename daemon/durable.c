@@ -835,10 +835,11 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
         psd_journal_path(path, sizeof path, d->dir, n->index, head);
         psd_warn("journal: %s is missing, the newest segment this node "
                  "made (psd-node%d.journal.head says so): the pushes it "
-                 "acknowledged %s are lost (a file removed, a data folder "
+                 "acknowledged%s are lost (a file removed, a data folder "
                  "restored without its last segment)", path, n->index,
-                 next > from ? "after the segments replayed"
-                             : "since the snapshot");
+                 next > from      ? " after the segments replayed"
+                 : rc_snap == 0   ? " since the snapshot"
+                                  : "");
     }
     if (ctx.skipped)
         psd_info("journal: %llu pushes to dropped tables skipped",

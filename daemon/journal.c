@@ -166,7 +166,7 @@ static int open_segment(psd_journal *j, uint64_t seq, char *err,
             close(dfd);
         }
         /* Then the head names it: never a segment whose name could be
-         * lost (psd_journal_head). */
+         * lost (psd_journal_lost_head). */
         write_head(j->dir, j->node, seq);
         /* A new segment says which node and layout its records belong
          * to. */

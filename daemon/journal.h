@@ -44,7 +44,7 @@ typedef struct psd_jrecord {
                                     did not write it: a leave of either
                                     kind reads 0 there) */
     int has_replaced;            /* worker: the record carries the next
-                                    two (a psd before them wrote 32-byte
+                                    four (a psd before them wrote 32-byte
                                     bodies) */
     uint64_t replaced[PSD_J_REPLACED];  /* worker: clients refused for good
                                     as it, oldest first (0: none) */

@@ -758,16 +758,17 @@ int psd_sync_replay(psd_sync *y, int32_t worker, int joined, int closed,
     w->client_id = client_id;
     /* A record that does not carry them (an older psd's) leaves the
      * worker's replaced clients unknown: no lost client is refused for
-     * good by a takeover (psd_sync_load, format 3). A join's record is
-     * of a worker then connected (or lost since, by its client). */
-    w->lost_id = 0;
+     * good by a takeover (psd_sync_load, format 3), and its lost client
+     * is derived as from such a snapshot. A join's record is of a worker
+     * then connected (or lost since, by its client). */
     w->unknown = !replaced || unknown;
     if (replaced) {
         memcpy(w->replaced, replaced, sizeof w->replaced);
         w->ended_mask = ended_mask;
-        if (restored_lost(w, joined, lost_id))
-            w->lost_id = 0;
     }
+    if (restored_lost(w, joined || (!replaced && !w->closed),
+                      replaced ? lost_id : 0))
+        w->lost_id = 0;
     if (clock > w->clock)
         w->clock = clock;
     if (barrier > w->barrier)
@@ -964,13 +965,10 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
         if (i >= (uint32_t)y->nworkers)
             continue;
         w.state = (psd_wstate)st;
-        /* Format 4 on: lost as it was, or by the restart. Before it, the
-         * clients the node had replaced were not saved: a process now
-         * taking the worker over may be the replacement itself, which,
-         * refused for good, would lock the job out (a trial's stale
-         * process, back after a restart, did so). */
-        /* Format 3 and older saved no lost client: every worker of the
-         * job that was not closed had lost its client, or lost it now. */
+        /* Lost as saved, or by the restart. Format 3 and older saved no
+         * lost client: every worker of the job that was not closed had
+         * lost its client, or lost it now (unknown keeps a takeover from
+         * refusing it: join; end-job lets it go). */
         int live = w.state == PSD_W_LIVE ||
                    (format < 4 && (w.state == PSD_W_GONE ||
                                    (w.state == PSD_W_LEFT && !w.closed)));

@@ -42,12 +42,11 @@ typedef struct psd_worker {
                                 end-job, not replaced (for its error) */
     int unknown;             /* restored from files that did not hold
                                 whom the node had replaced (snapshot
-                                format 3, a psd before 0.4.0): a restart
-                                does not make its client the lost one,
-                                which a stale process it had replaced
-                                would then take the worker over from,
-                                until the job ends (sync.c,
-                                restored_lost; saved) */
+                                format 3, a psd before 0.4.0): a takeover
+                                refuses no lost client, which may be the
+                                replacement of a stale process that is
+                                taking over, until the job ends (sync.c,
+                                join; saved) */
     char peer[64];           /* where it is connected from, for errors */
     uint64_t gone_ms;        /* when its connection was lost (GONE) */
     uint64_t summed;         /* 1 + the node's clock when its pushes last
@@ -252,9 +251,9 @@ int psd_sync_save(const psd_sync *y, psd_sink *out);
  * keeps the first workers that fit. format is the snapshot's: 1 was
  * written before `summed` was saved (then no worker counts as having
  * pushed into the sums), 2 before `closed`, 3 before the clients refused
- * for good (then none is, and a takeover refuses nobody: the client it
- * takes over from may be the replacement of a stale process that is
- * back). The psd that wrote formats 1 and 2 did not
+ * for good (then none is, and a takeover refuses nobody until the job
+ * ends: the client it takes over from may be the replacement of a stale
+ * process that is back). The psd that wrote formats 1 and 2 did not
  * tell a close from a grace that ran out: it took a job for over when
  * every worker had left at one clock and barrier count. So does this
  * load, for such a snapshot and for the leaves of that psd replayed after

@@ -1182,9 +1182,12 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
                              sizeof err), PSW_EINVAL,
                "the client replayed as joined, taken over");
     psd_sync_destroy(&r);
-    /* A record of an older psd does not say: nobody is refused. */
+    /* A record of an older psd does not say: nobody is refused, though
+     * its client counts as lost (end-job lets it go). */
     make(&r, 2);
     psd_sync_replay(&r, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 0, 10);
+    EXPECT_INT(r.workers[0].unknown, 1, "an older record: unknown");
+    EXPECT_U64(r.workers[0].lost_id, 1, "its client, lost by the restart");
     join(&r, 0, 5, &owner_a);
     EXPECT_INT(psd_sync_lost(&r, 0, &owner_a, 2000, 30), 0, "5 is lost");
     join(&r, 0, 1, &owner_b);
