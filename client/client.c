@@ -469,8 +469,10 @@ static void mark_pushed(ps_client *c)
  * so that the nodes forget its pushes now. Without it the last one stayed
  * unacknowledged for client_ttl, and was then forgotten with a warning
  * that read as a crash's (a soak trial: one a second under churn). Waited
- * for one attempt's time at most: a node that cannot answer forgets the
- * pushes after client_ttl, as before. */
+ * for 1 s at most (request_timeout_ms if shorter): a courtesy, which a
+ * close with a node down must not turn into a wait of a whole attempt; a
+ * node that cannot answer forgets the pushes after client_ttl, as
+ * before. */
 static void reader_leaves(ps_client *c)
 {
     psc_req *r;
@@ -479,7 +481,8 @@ static void reader_leaves(ps_client *c)
         return;
     ps_ts ts = submit(c, r, NULL, NULL);
     if (ts > 0)
-        ps_wait_timeout(c, ts, c->opt.request_timeout_ms);
+        ps_wait_timeout(c, ts, c->opt.request_timeout_ms < 1000
+                                   ? c->opt.request_timeout_ms : 1000);
 }
 
 void ps_close(ps_client *c)

@@ -1804,6 +1804,26 @@ static void a_reader_that_pushed_acks_its_pushes_as_it_closes(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* That goodbye is a courtesy: with a node gone, the close waits for it
+ * 1 s at most, not an attempt's 10 s (the default request_timeout_ms).
+ * The bound is against that wait, not a timing. */
+static void a_reader_that_pushed_closes_soon_with_a_node_gone(void **state)
+{
+    (void)state;
+    test_cluster c;
+    char why[700];
+    assert_int_equal(cluster_start(&c, 2, 4, TABLES), 0);
+    ps_client *cl = NULL;
+    assert_int_equal(ps_open(&cl, c.spec, NULL), 0);
+    EXPECT_INT(push_both_nodes(cl, why, sizeof why), 0, "%s", why);
+    cluster_kill(&c, 1, SIGKILL);
+    time_t t0 = time(NULL);
+    ps_close(cl);
+    time_t spent = time(NULL) - t0;
+    EXPECT_INT(spent < 6, 1, "ps_close took %lld s", (long long)spent);
+    cluster_stop(&c);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -1865,6 +1885,7 @@ int main(void)
         cmocka_unit_test(
             a_node_put_right_after_another_layout_is_used_again),
         cmocka_unit_test(a_reader_that_pushed_acks_its_pushes_as_it_closes),
+        cmocka_unit_test(a_reader_that_pushed_closes_soon_with_a_node_gone),
     };
     return cmocka_run_group_tests_name("e2e", tests, group_setup,
                                        group_teardown);
