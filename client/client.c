@@ -441,7 +441,8 @@ static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
  * clock that is under way or failed: the nodes that took it count the
  * worker as one that reached it, and the mark would fall in their next
  * clock (a review); a node that did not take it counts the worker as
- * after a crash. Every request is complete (ps_close drained them). */
+ * after a crash. Every request before it is complete (ps_close drained
+ * them). */
 static void mark_pushed(ps_client *c)
 {
     uint64_t step = __atomic_load_n(&c->cu.pushed_step, __ATOMIC_RELAXED);
@@ -459,9 +460,9 @@ static void mark_pushed(ps_client *c)
         r->parts[k].msg.table = (uint32_t)table;
         r->parts[k].slow = 0;        /* a push: the request's bound */
     }
-    ps_ts ts = submit(c, r, NULL, NULL);
-    if (ts > 0)
-        (void)ps_wait(c, ts);
+    /* Not waited for: the LEAVE after it on each connection is, so a
+     * node down costs one request's bound at close, not two. */
+    (void)submit(c, r, NULL, NULL);
 }
 
 /* A reader that pushed says goodbye too: a LEAVE, which changes nothing
