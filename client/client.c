@@ -443,11 +443,11 @@ static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg);
  * clock (a review); a node that did not take it counts the worker as
  * after a crash. Every request before it is complete (ps_close drained
  * them). */
-static void mark_pushed(ps_client *c)
+static ps_ts mark_pushed(ps_client *c)
 {
     uint64_t step = __atomic_load_n(&c->cu.pushed_step, __ATOMIC_RELAXED);
     if (step <= c->cu.clock_sent)
-        return;
+        return 0;
     int table = -1;
     for (int i = 0; i < c->cluster.ntables && table < 0; i++)
         if (c->cluster.tables[i].consistency == PSW_CONS_BSP)
@@ -455,14 +455,14 @@ static void mark_pushed(ps_client *c)
     psc_req *r;
     if (table < 0 ||
         psc_req_control(c->cluster.nnodes, -1, PSW_OP_PUSH, 0, &r))
-        return;
+        return 0;
     for (int k = 0; k < r->nparts; k++) {
         r->parts[k].msg.table = (uint32_t)table;
         r->parts[k].slow = 0;        /* a push: the request's bound */
     }
-    /* Not waited for: the LEAVE after it on each connection is, so a
+    /* Waited for with the LEAVE after it on each connection, so that a
      * node down costs one request's bound at close, not two. */
-    (void)submit(c, r, NULL, NULL);
+    return submit(c, r, NULL, NULL);
 }
 
 /* A reader that pushed says goodbye too: a LEAVE, which changes nothing
@@ -476,14 +476,28 @@ static void mark_pushed(ps_client *c)
  * before. */
 static void reader_leaves(ps_client *c)
 {
-    psc_req *r;
-    if (!__atomic_load_n(&c->pushed, __ATOMIC_RELAXED) ||
-        psc_req_control(c->cluster.nnodes, -1, PSW_OP_LEAVE, 0, &r))
+    int n = c->cluster.nnodes, ms = c->opt.request_timeout_ms < 1000
+                                        ? c->opt.request_timeout_ms : 1000;
+    ps_ts *ts = calloc((size_t)n, sizeof *ts);
+    if (!ts)
         return;
-    ps_ts ts = submit(c, r, NULL, NULL);
-    if (ts > 0)
-        ps_wait_timeout(c, ts, c->opt.request_timeout_ms < 1000
-                                   ? c->opt.request_timeout_ms : 1000);
+    /* Only to the nodes its pushes went to: the others have nothing of
+     * it to forget, and one down would hold the close (a review). */
+    for (int k = 0; k < n; k++) {
+        psc_req *r;
+        if ((__atomic_load_n(&c->pushed_to[k >> 3], __ATOMIC_RELAXED) >>
+             (k & 7) & 1) &&
+            psc_req_control(n, k, PSW_OP_LEAVE, 0, &r) == 0)
+            ts[k] = submit(c, r, NULL, NULL);
+    }
+    uint64_t end = uv_hrtime() + (uint64_t)ms * 1000000;
+    for (int k = 0; k < n; k++) {
+        uint64_t now = uv_hrtime();
+        if (ts[k] > 0)
+            ps_wait_timeout(c, ts[k], now < end ? (int)((end - now) / 1000000)
+                                                : 0);
+    }
+    free(ts);
 }
 
 void ps_close(ps_client *c)
@@ -498,8 +512,10 @@ void ps_close(ps_client *c)
      * (a new HELLO would join the worker anew there). */
     __atomic_store_n(&c->leaving, 1, __ATOMIC_RELAXED);
     if (c->opt.worker >= 0) {
-        mark_pushed(c);
+        ps_ts mark = mark_pushed(c);
         control(c, PSW_OP_LEAVE, -1, 0);
+        if (mark > 0)            /* done, unless the LEAVE was not sent */
+            (void)ps_wait(c, mark);
     } else
         reader_leaves(c);
     client_stop(c);
@@ -515,11 +531,13 @@ void ps_close_now(ps_client *c)
     psc_customer_abandon(&c->cu, 1);
     psc_customer_drain(&c->cu);
     __atomic_store_n(&c->leaving, 1, __ATOMIC_RELAXED);  /* as ps_close */
-    /* Everything before it is over: LEAVE, issued next, goes through.
-     * Waited for one attempt's time at most: a node that cannot answer
-     * counts this worker lost, as after a crash. */
-    psc_customer_abandon(&c->cu, 0);
     if (c->opt.worker >= 0) {
+        /* Everything before it is over: LEAVE, issued next, goes
+         * through. Waited for one attempt's time at most: a node that
+         * cannot answer counts this worker lost, as after a crash. Not a
+         * reader's goodbye: a close that stops now (Ctrl-C) leaves its
+         * pushes to client_ttl, as one it abandoned may be answered. */
+        psc_customer_abandon(&c->cu, 0);
         psc_req *r;
         if (psc_req_control(c->cluster.nnodes, -1, PSW_OP_LEAVE, 0, &r) ==
             0) {
@@ -527,8 +545,7 @@ void ps_close_now(ps_client *c)
             if (ts > 0)
                 ps_wait_timeout(c, ts, c->opt.request_timeout_ms);
         }
-    } else
-        reader_leaves(c);
+    }
     client_stop(c);
 }
 
@@ -621,7 +638,12 @@ static void note_push(ps_client *c, int op, const psc_shape *sh, psc_req *r)
 {
     if (!psw_op_has(op, PSW_OPF_PUSHES))
         return;
-    __atomic_store_n(&c->pushed, 1, __ATOMIC_RELAXED);
+    for (int k = 0; k < r->nparts; k++) {
+        int n = r->parts[k].node;
+        unsigned char bit = (unsigned char)(1u << (n & 7));
+        if (!(__atomic_load_n(&c->pushed_to[n >> 3], __ATOMIC_RELAXED) & bit))
+            __atomic_fetch_or(&c->pushed_to[n >> 3], bit, __ATOMIC_RELAXED);
+    }
     if (c->opt.worker >= 0 && sh->table->consistency == PSW_CONS_BSP)
         r->step = 1;
 }

@@ -61,9 +61,9 @@ struct ps_client {
                                     LEAVE (atomic): a connection is no
                                     longer made again for a worker with
                                     nothing to send (io.c, keeps_up) */
-    int pushed;                  /* a push was issued (atomic): a reader's
-                                    close then ACKs it (client.c,
-                                    reader_leaves) */
+    unsigned char pushed_to[PSW_MAX_NODES / 8];  /* bit n: a push went to
+                                    node n (atomics): a reader's close ACKs
+                                    it there (client.c, reader_leaves) */
     uint64_t clock_failed;       /* the number the last ps_clock failed
                                     with, named again by the next; 0 */
     uint64_t barrier_failed;     /* the same for ps_barrier (atomics) */

@@ -2003,7 +2003,12 @@ static void on_wake(uv_async_t *a)
      * cost every request a millisecond), and one under 1 ms waits for the
      * loop's next turn: the requests other threads submit meanwhile go
      * with it. */
-    if (c->opt.batch_delay_us > 0 && queued && queued < BATCH_BYTES) {
+    /* Not while closing: the goodbyes of ps_close (the LEAVEs, and a
+     * reader's ACK with them) have no company to wait for, and a close
+     * bounds its wait for them (a review: with a delay of 1 s a reader's
+     * goodbye never went). */
+    if (c->opt.batch_delay_us > 0 && queued && queued < BATCH_BYTES &&
+        !__atomic_load_n(&c->leaving, __ATOMIC_RELAXED)) {
         if (!io->batch_armed) {
             io->batch_armed = 1;
             uv_timer_start(&io->batch, on_batch,

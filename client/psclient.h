@@ -226,8 +226,8 @@ PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
  * to a bsp table were applied in a clock it has not called ps_clock for
  * first tells every node so, with a push of no rows, so that every node
  * counts it in that clock's aggregate = mean; a reader that pushed says
- * goodbye too, so that the nodes forget its pushes at once, waiting 1 s
- * at most), then closes the
+ * goodbye too, to the nodes it pushed to, so that they forget its pushes
+ * at once, waiting 1 s at most), then closes the
  * connections, stops the I/O thread and frees the client. NULL is a no-op.
  * No other call on `c` may be running or made afterwards. Requests that
  * callbacks issue meanwhile are taken and waited for too (a pull that
