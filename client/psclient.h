@@ -227,7 +227,8 @@ PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
  * first tells every node so, with a push of no rows, so that every node
  * counts it in that clock's aggregate = mean; a reader that pushed says
  * goodbye too, to the nodes it pushed to, so that they forget its pushes
- * at once, waiting 1 s at most), then closes the
+ * at once, waiting 1 s at most, request_timeout_ms if shorter), then
+ * closes the
  * connections, stops the I/O thread and frees the client. NULL is a no-op.
  * No other call on `c` may be running or made afterwards. Requests that
  * callbacks issue meanwhile are taken and waited for too (a pull that
@@ -247,7 +248,8 @@ PS_API void ps_close(ps_client *c);
  * nodes' answers (a node that has not answered by then counts the
  * worker lost, as after a crash: worker_grace), and without telling the
  * nodes its pushes did not reach that it pushed (as after a crash, only
- * those count it in the clock's aggregate = mean). For a program that stops
+ * those count it in the clock's aggregate = mean); a reader says no
+ * goodbye (its pushes are forgotten after client_ttl). For a program that stops
  * (Ctrl-C, a fatal error) while a request is held by a stopped node or a
  * slow bsp/ssp peer: ps_close would wait sync_timeout_ms for it.
  * NULL is a no-op. No other call on `c` may be running or made

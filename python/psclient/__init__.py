@@ -846,7 +846,11 @@ class Client:
         """Waits for calls running in other threads and for every
         outstanding request (reading their statuses, so ``Request.wait()``
         still answers afterwards), leaves the training if this client is a
-        worker, and disconnects. Closing twice is a no-op.
+        worker (first telling every node that it pushed to a bsp table in
+        a step it has not clocked, so that ``aggregate = mean`` counts it
+        everywhere), says goodbye to the nodes a reader pushed to (so
+        they forget its pushes at once; 1 s at most), and disconnects.
+        Closing twice is a no-op.
 
         With ``wait=False``, or when Ctrl-C (KeyboardInterrupt) cuts the
         wait for requests short, outstanding requests are not waited for:
