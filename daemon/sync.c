@@ -985,7 +985,22 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
         y->workers[i] = w;
     }
     y->legacy_leaves = format < 3;
-    if (y->legacy_leaves && job_over(y) && y->nworkers > 1)
+    int over = y->legacy_leaves && job_over(y);
+    /* Said at once: the window the upgrade opened is in no other line,
+     * and an operator may still end the job now (docs/durability.md,
+     * section 2). A job over has none (job_over cleared it). */
+    int unknown = 0;
+    for (int i = 0; i < y->nworkers; i++)
+        unknown += y->workers[i].unknown;
+    if (unknown)
+        psd_warn("whom this node had replaced is not known (the job in "
+                 "progress ran under a psd before 0.4.0): until that job "
+                 "ends (%d of its workers loaded), a process taking a worker "
+                 "over refuses none that it replaces, and a replaced process "
+                 "back from a partition is let in; stop such processes, or "
+                 "end the job (psctl end-job) once its workers have stopped",
+                 unknown);
+    if (over && y->nworkers > 1)
         psd_info("the snapshot (format %d, an older psd's) has every worker "
                  "left at clock %llu: that job is over, and the next one "
                  "starts when all %d workers have joined", format,
