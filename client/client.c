@@ -456,10 +456,8 @@ static ps_ts mark_pushed(ps_client *c)
     if (table < 0 ||
         psc_req_control(c->cluster.nnodes, -1, PSW_OP_PUSH, 0, &r))
         return 0;
-    for (int k = 0; k < r->nparts; k++) {
+    for (int k = 0; k < r->nparts; k++)
         r->parts[k].msg.table = (uint32_t)table;
-        r->parts[k].slow = 0;        /* a push: the request's bound */
-    }
     /* Waited for with the LEAVE after it on each connection, so that a
      * node down costs one request's bound at close, not two. */
     return submit(c, r, NULL, NULL);

@@ -530,7 +530,9 @@ int psc_req_control(int nnodes, int node, int op, uint64_t value,
         p->msg.part = (uint32_t)k;
         p->msg.value = value;
         p->wire_bytes = PSW_MSG_OVERHEAD;
-        p->slow = op != PSW_OP_LEAVE;
+        /* What a node holds until other workers catch up; a LEAVE or
+         * a push of no rows (client.c, mark_pushed) is answered at once. */
+        p->slow = op == PSW_OP_CLOCK || op == PSW_OP_BARRIER;
     }
     r->op = op;
     *reqp = r;

@@ -39,8 +39,9 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
                  const float *vals, float *out, psc_req **req, char *err,
                  size_t errlen);
 
-/* A control request (PSW_OP_CLOCK, BARRIER or LEAVE) carrying `value`:
- * one part for node `node`, or for every node when node is -1. */
+/* A request of no keys (PSW_OP_CLOCK, BARRIER, LEAVE, or a PUSH of no
+ * rows, whose table the caller sets) carrying `value`: one part for node
+ * `node`, or for every node when node is -1. */
 int psc_req_control(int nnodes, int node, int op, uint64_t value,
                    psc_req **req);
 

@@ -2856,9 +2856,25 @@ static int push_then_remove_data_dir(test_cluster *c, char *data,
     return a;
 }
 
-/* Node 0's log lacks `said`: a start with the journal whole warned. */
-static void expect_not_said(const test_cluster *c, const char *said)
+/* One node with a journal: pushes, a stop by sig (SIGTERM: the final
+ * snapshot; SIGKILL: none), a start with the journal whole, which must
+ * not say `said`, and more pushes. *a: the pushes before the stop. */
+static void run_stop_run(test_cluster *c, int sig, const char *said, int *a)
 {
+    start(c, 1, SERVER "durability = log\nfsync = always\n"
+          "snapshot_interval = 0\n");
+    ps_options o = client_options();
+    int b, failed;
+    oracle_run_many(c->spec, &o, 1, 20, 4, a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the stop");
+    if (sig == SIGTERM)
+        EXPECT_INT(term(c, 0), 0, "stop (the final snapshot)");
+    else
+        cluster_kill(c, 0, sig);
+    if (cluster_restart(c, 0))
+        fail_msg("restart");
+    oracle_run_many(c->spec, &o, 1, 10, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "pushes after the restart");
     char *log = cluster_log(c, 0);
     EXPECT_INT(log && strstr(log, said) != NULL, 0,
                "a start with the journal whole warned: %s", log ? log : "");
@@ -2876,18 +2892,8 @@ static void test_a_journal_removed_while_down_is_said_at_start(void **state)
     (void)state;
     static const char said[] = "is missing, the segment snapshot";
     test_cluster c;
-    start(&c, 1, SERVER "durability = log\nfsync = always\n"
-          "snapshot_interval = 0\n");
-    ps_options o = client_options();
-    int a, b, failed;
-    oracle_run_many(c.spec, &o, 1, 20, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes before the stop");
-    EXPECT_INT(term(&c, 0), 0, "stop (the final snapshot)");
-    if (cluster_restart(&c, 0))
-        fail_msg("restart");
-    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
-    EXPECT_INT(failed, 0, "pushes after the snapshot");
-    expect_not_said(&c, said);
+    int a;
+    run_stop_run(&c, SIGTERM, said, &a);
     cluster_kill(&c, 0, SIGKILL);
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -f '%s'/psd-node0.journal.*", c.dir);
@@ -2914,18 +2920,8 @@ static void test_the_newest_segment_removed_while_down_is_said(void **state)
     static const char said[] = "is missing, the newest segment this node "
                                "made";
     test_cluster c;
-    start(&c, 1, SERVER "durability = log\nfsync = always\n"
-          "snapshot_interval = 0\n");
-    ps_options o = client_options();
-    int a, b, failed;
-    oracle_run_many(c.spec, &o, 1, 20, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes into segment 1");
-    cluster_kill(&c, 0, SIGKILL);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart");
-    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
-    EXPECT_INT(failed, 0, "pushes into segment 2");
-    expect_not_said(&c, said);
+    int a;
+    run_stop_run(&c, SIGKILL, said, &a);     /* segments 1, then 2 */
     cluster_kill(&c, 0, SIGKILL);
     expect_psd_check_not(&c, 0, "", "newest journal segment");
     char path[1200];

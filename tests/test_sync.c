@@ -1137,6 +1137,20 @@ static void test_a_worker_loaded_lost_is_waited_for_while_it_tries(
     psd_sync_destroy(&r);
 }
 
+/* Client `taker` takes worker w of y over and loses its connection at
+ * now_ms; then client `back` (another process, or the one taken over
+ * from) asks for the worker: its join's status, the reason in err. */
+static int back_after_a_takeover(psd_sync *y, int32_t w, uint64_t taker,
+                                 uint64_t back, uint64_t now_ms, char *err,
+                                 size_t errlen)
+{
+    static const char taking, coming;
+    join(y, w, taker, &taking);
+    EXPECT_INT(psd_sync_lost(y, w, &taking, now_ms, 30), 0,
+               "client %llu lost", (unsigned long long)taker);
+    return psd_sync_join(y, w, back, &coming, "127.0.0.1:9", err, errlen);
+}
+
 /* Whom a node had replaced is saved (format 4) and journaled (WORKER
  * records), so that a restart does not let a replaced process back: a
  * stale process, back after a restart, took the worker over from its
@@ -1160,11 +1174,8 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
                   "with no address while the replacement is not back");
     join(&z, 1, 9, &owner_c);               /* its replacement is back */
     /* Worker 0 was connected at the save: its client 1 is lost. */
-    join(&z, 0, 5, &owner_a);               /* 5 takes over */
-    EXPECT_INT(psd_sync_lost(&z, 0, &owner_a, 2000, 30), 0, "5 is lost");
-    EXPECT_INT(psd_sync_join(&z, 0, 1, &owner_b, "127.0.0.1:9", err,
-                             sizeof err), PSW_EINVAL,
-               "the client loaded as lost, taken over");
+    EXPECT_INT(back_after_a_takeover(&z, 0, 5, 1, 2000, err, sizeof err),
+               PSW_EINVAL, "the client loaded as lost, taken over by 5");
     psd_sync_destroy(&z);
 
     /* The same from WORKER records: the one of 9's join holds 2. */
@@ -1176,11 +1187,8 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
     EXPECT_INT(psd_sync_join(&r, 1, 2, &owner_b, "127.0.0.1:9", err,
                              sizeof err), PSW_EINVAL,
                "the replaced process, after a replay");
-    join(&r, 0, 5, &owner_a);               /* 5 takes over from 1 */
-    EXPECT_INT(psd_sync_lost(&r, 0, &owner_a, 2000, 30), 0, "5 is lost");
-    EXPECT_INT(psd_sync_join(&r, 0, 1, &owner_b, "127.0.0.1:9", err,
-                             sizeof err), PSW_EINVAL,
-               "the client replayed as joined, taken over");
+    EXPECT_INT(back_after_a_takeover(&r, 0, 5, 1, 2000, err, sizeof err),
+               PSW_EINVAL, "the client replayed as joined, taken over");
     psd_sync_destroy(&r);
     /* A record of an older psd does not say: nobody is refused, though
      * its client counts as lost (end-job lets it go). */
@@ -1188,9 +1196,8 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
     psd_sync_replay(&r, 0, 1, 0, 1, 0, 0, NULL, 0, 0, 0, 10);
     EXPECT_INT(r.workers[0].unknown, 1, "an older record: unknown");
     EXPECT_U64(r.workers[0].lost_id, 1, "its client, lost by the restart");
-    join(&r, 0, 5, &owner_a);
-    EXPECT_INT(psd_sync_lost(&r, 0, &owner_a, 2000, 30), 0, "5 is lost");
-    join(&r, 0, 1, &owner_b);
+    EXPECT_INT(back_after_a_takeover(&r, 0, 5, 1, 2000, err, sizeof err), 0,
+               "an older record's client: %s", err);
     psd_sync_destroy(&r);
 
     /* Loaded from format 3 (whom the node replaced unknown), then saved
@@ -1211,10 +1218,9 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
                             w->replaced, w->ended_mask, w->lost_id,
                             w->unknown, 32000);
         }
-        join(&v, 1, 2, &owner_b);           /* the stale process */
-        EXPECT_INT(psd_sync_lost(&v, 1, &owner_b, 33000, 30), 0, "2 lost");
-        EXPECT_INT(psd_sync_join(&v, 1, 9, &owner_c, "127.0.0.1:9", err,
-                                 sizeof err), 0, "9, after the %s: %s",
+        /* 2: the stale process */
+        EXPECT_INT(back_after_a_takeover(&v, 1, 2, 9, 33000, err,
+                                         sizeof err), 0, "9, after the %s: %s",
                    from ? "replay" : "second load", err);
         psd_sync_destroy(&v);
     }
@@ -1226,10 +1232,8 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
     restarted_as(&y, &u, 1000, 3);
     join(&u, 1, 9, &owner_c);               /* 9 is back */
     restarted(&u, &v, 2000);
-    join(&v, 1, 2, &owner_b);               /* the stale process */
-    EXPECT_INT(psd_sync_lost(&v, 1, &owner_b, 3000, 30), 0, "2 lost");
-    EXPECT_INT(psd_sync_join(&v, 1, 9, &owner_c, "127.0.0.1:9", err,
-                             sizeof err), 0, "9, back between: %s", err);
+    EXPECT_INT(back_after_a_takeover(&v, 1, 2, 9, 3000, err, sizeof err), 0,
+               "9, back between: %s", err);
     psd_sync_destroy(&v);
     psd_sync_destroy(&u);
     /* Nor through a lost connection after the upgrade (a review). The
@@ -1244,11 +1248,8 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
     free(log);
     join(&u, 1, 9, &owner_c);
     EXPECT_INT(psd_sync_lost(&u, 1, &owner_c, 2000, 30), 0, "9 lost");
-    join(&u, 1, 2, &owner_b);
-    EXPECT_INT(psd_sync_lost(&u, 1, &owner_b, 3000, 30), 0, "2 lost");
-    EXPECT_INT(psd_sync_join(&u, 1, 9, &owner_c, "127.0.0.1:9", err,
-                             sizeof err), 0, "9 after a lost connection: %s",
-               err);
+    EXPECT_INT(back_after_a_takeover(&u, 1, 2, 9, 3000, err, sizeof err), 0,
+               "9 after a lost connection: %s", err);
     psd_sync_destroy(&u);
     /* end-job still lets the loaded clients go (a review: while unknown
      * kept them from being the lost ones, it let go of none). */
