@@ -319,6 +319,10 @@ def _describe(a: object) -> str:
 def _check_array(name: str, a: object, dtype: type) -> np.ndarray:
     """Checks that a is a C-contiguous, aligned numpy array of dtype."""
     want = np.dtype(dtype)
+    if isinstance(a, np.ma.MaskedArray):
+        # Its data would be sent, or written, whatever its mask says.
+        raise TypeError(f"{name}: a masked array's mask would be ignored "
+                        f"(pass a.filled(value), or a.data for all of it)")
     if not isinstance(a, np.ndarray) or a.dtype != want:
         raise TypeError(f"{name}: expected a numpy array of dtype {want}, "
                         f"got {_describe(a)} (psclient never converts or "
@@ -723,6 +727,7 @@ class Client:
         # Arrays of requests an exception cut off from their timestamp
         # (see _hold): kept until ps_wait_all has returned.
         self._held: List[Tuple[np.ndarray, ...]] = []
+        self._held_gone = 0        # entries let go of from _held's front
         # Whether Ctrl-C (KeyboardInterrupt) cut short a wait of this
         # client: its __del__ then closes without waiting (close(False)).
         self._interrupted = False
@@ -865,7 +870,9 @@ class Client:
         for up to sync_timeout_ms, and so would a clock() or barrier()
         that Ctrl-C cut short: it is still under way. Calls of other
         threads that wait for a request, a clock() or a barrier() end
-        too, with ClosedError, within 0.1 s. Leaving a
+        too, with ClosedError, within 0.1 s; one blocked inside the
+        library while ``max_inflight_bytes`` are in flight is waited for
+        (until enough are answered or failed). Leaving a
         ``with`` block by Ctrl-C closes so, as does ``__del__`` after
         Ctrl-C cut one of the client's waits short. Otherwise ``__del__``
         (a client dropped, or still open when the interpreter exits)
@@ -876,6 +883,11 @@ class Client:
         the close lets go of the client (Ctrl-C while it waits for other
         threads' calls) leaves it open; one after, the close goes on and
         it is raised once closed.
+
+        While a close() waits for requests, other threads' new calls fail
+        at once with ClosedError, and a close() from another thread
+        returns once this one has; with ``wait=False`` it first ends this
+        one's waits, as if this one had not waited.
 
         Called from a signal handler (or another object's ``__del__``) that
         runs while its thread is in a call on this client, close() returns
@@ -890,87 +902,119 @@ class Client:
             return
         me = threading.get_ident()
         with self._cv:
-            if self._h is None or self._closer == me:
-                return
-            self._closing = True
-            if self._busy_in.get(me):
-                # A signal handler, in the middle of this thread's own call
-                # on the client: waiting for that call would wait for ever.
-                # It closes the client as it returns (see _release).
-                self._close_later = me
-                return
-            self._closer = me
-            # An exception to raise once closed: Ctrl-C that cut the wait
-            # short, or one that came after the handle was let go.
-            late: Optional[BaseException] = None
-            keep = None
-            try:
+            while True:
+                if self._h is None or self._closer == me:
+                    return
+                if self._busy_in.get(me):
+                    # A signal handler, in the middle of this thread's own
+                    # call on the client: waiting for that call (or for a
+                    # close that waits for it) would wait for ever. The
+                    # client is closed as that call returns (see _release).
+                    self._closing = True
+                    self._close_later = me
+                    return
+                if self._closer is None:
+                    break
+                # Another thread is closing: this close returns once that
+                # one has; without waiting, it first ends that one's waits
+                # for requests (ClosedError in _sliced), as it would its own.
                 if not wait:
-                    # Waits in other threads end within a slice instead
-                    # of holding this close for their requests.
                     self._abandon = True
+                self._cv.wait()
+            self._closing = True
+            self._closer = me
+            if not wait:
+                # Waits in other threads end within a slice instead
+                # of holding this close for their requests.
+                self._abandon = True
+            try:
                 while self._busy:
                     self._cv.wait()
-                if self._h is None:          # another thread closed it
-                    return
-                # Nothing else runs on the handle from here on: new calls
-                # see _closing and fail, status reads wait for _h to go.
-                h = self._h
+            except BaseException:
+                # Ctrl-C while waiting for other threads' calls: nothing
+                # was closed, so the client stays open (or status reads
+                # would wait for a close that never comes).
+                self._closing = False
+                self._abandon = False
+                self._closer = None
+                self._cv.notify_all()
+                raise
+            # Nothing else runs on the handle from here on: new calls see
+            # _closing and fail, status reads wait for _h to go.
+            h = self._h
+            if h is None:                # closed meanwhile (a fork's child)
+                self._closer = None
+                self._cv.notify_all()
+                return
+        # The waits for requests run without the lock, so that other
+        # threads' calls fail at once (ClosedError) instead of queueing
+        # behind them, and a close(wait=False) from another thread can end
+        # them (each wait slice looks at _abandon). Ctrl-C there closes
+        # without waiting; another exception a signal handler raises
+        # leaves the client open, as nothing was closed.
+        late: Optional[BaseException] = None   # raised once closed
+        cut = not wait           # the requests are not all waited for
+        reopen = False
+        try:
+            try:
                 if wait:
-                    try:
-                        self._wait_all(h)
-                        for req in list(self._pending.values()):
-                            self._read_status(h, req)
-                    except KeyboardInterrupt as e:
-                        late = e
-                if not wait or late is not None:
-                    # The arrays stay referenced until ps_close_now has
-                    # returned: the library may send them until then.
-                    keep = (list(self._held),
-                            [r._bufs for r in self._pending.values()])
-                pending = list(self._pending.values())
-                # The handle is forgotten before ps_close frees it: a
-                # signal handler that raises runs as ps_close returns, and
-                # a handle still set then would reach the library again at
-                # the next close() or __del__. From here on the close goes
-                # through whatever is raised.
-                self._h = None
-                if keep is not None:
-                    self._give_up(h, pending)
-                self._pending.clear()
-                self._held.clear()
-            except BaseException as e:
-                if self._h is not None:
-                    # A signal handler raised (Ctrl-C) before anything was
-                    # closed: the client stays open, or status reads would
-                    # wait for a close that never comes.
+                    self._wait_all(h)
+                    for req in list(self._pending.values()):
+                        self._read_status(h, req)
+            except ClosedError:  # another thread's close(wait=False)
+                cut = True
+            except KeyboardInterrupt as e:
+                late, cut = e, True
+            except BaseException:
+                reopen = True
+                raise
+        finally:
+            with self._cv:
+                if reopen:
                     self._closing = False
                     self._abandon = False
+                    self._closer = None
                     self._cv.notify_all()
-                    raise
-                late = e
-            finally:
-                self._closer = None
-            try:
-                if keep is None:
-                    _LIB.ps_close(h)
                 else:
-                    _LIB.ps_close_now(h)
-                    # Done with them now, statuses read or not (a second
-                    # Ctrl-C may have cut _give_up short).
-                    for req in pending:
-                        if req._status is None:
-                            req._status = PS_ECLOSED
-                            req._message = _ABANDONED
-                        req._bufs = None
-                    del keep
+                    # The arrays stay referenced until the library's
+                    # close has returned: it may send them, or write
+                    # pulled rows into them, until then.
+                    pending = list(self._pending.values())
+                    keep = (list(self._held), [r._bufs for r in pending])
+                    # The handle is forgotten before ps_close frees it:
+                    # a signal handler that raises runs as ps_close
+                    # returns, and a handle still set then would reach
+                    # the library again at the next close() or __del__.
+                    self._h = None
+                    self._pending.clear()
+                    self._held_gone += len(self._held)
+                    self._held.clear()
+                    self._closer = None
+                    try:
+                        if cut:
+                            self._give_up(h, pending)
+                    except BaseException as e:   # a second Ctrl-C
+                        late, cut = e, True
+                    try:
+                        if not cut:
+                            _LIB.ps_close(h)
+                        else:
+                            _LIB.ps_close_now(h)
+                            # Done with them now, statuses read or not (a
+                            # second Ctrl-C may have cut _give_up short).
+                            for req in pending:
+                                if req._status is None:
+                                    req._status = PS_ECLOSED
+                                    req._message = _ABANDONED
+                                req._bufs = None
+                        del keep
+                    finally:
+                        self._cv.notify_all()
+        if late is not None:
+            try:                     # as wait_all: no frame cycle
+                raise late
             finally:
-                self._cv.notify_all()
-            if late is not None:
-                try:                     # as wait_all: no frame cycle
-                    raise late
-                finally:
-                    del late
+                del late
 
     @staticmethod
     def _give_up(h: int, pending: List[Request]) -> None:
@@ -1270,13 +1314,19 @@ class Client:
         try:
             with self._cv:
                 issued = list(self._pending.values())
-                held = len(self._held)   # those of requests issued so far
+                # Those of requests issued so far, counted from the
+                # client's first: another thread's wait_all may let go
+                # of some of them meanwhile, and of no others.
+                held = self._held_gone + len(self._held)
             st = self._wait_all(h)
             err = self._fail(h, st) if st != PS_OK else None
             for req in issued:           # complete: ps_wait returns at once
                 self._read_status(h, req)
             with self._cv:
-                del self._held[:held]
+                n = held - self._held_gone
+                if n > 0:
+                    del self._held[:n]
+                    self._held_gone += n
         finally:
             self._release()
         if err is not None:

@@ -140,7 +140,7 @@ def read_export(path: Union[str, os.PathLike],
     if len(have) != nodes and not partial:
         raise ValueError(f"{path}: the export holds nodes {have} of {nodes}: "
                          f"its tables lack the others' rows; partial=True "
-                         f"reads it anyway")
+                         f"(export.py --partial) reads it anyway")
     tables: Dict[str, dict] = {}
     for m in manifests:
         for t in m["tables"]:
@@ -186,16 +186,17 @@ def read_export(path: Union[str, os.PathLike],
             bad = int(np.flatnonzero(seen != 1)[0])
             raise ValueError(f"{path}: dense table {t['name']!r} has row "
                              f"{bad} {int(seen[bad])} times in this export, "
-                             f"want once; partial=True reads it anyway")
+                             f"want once; partial=True (export.py --partial) "
+                             f"reads it anyway")
         dense = np.full((rows, dim), np.nan, np.float32)
         dense[k.astype(np.int64)] = v
         out[t["name"]] = dense
     return out
 
 
-def _to_npz(path: str, npz: str) -> None:
+def _to_npz(path: str, npz: str, partial: bool = False) -> None:
     arrays = {}
-    for name, table in read_export(path).items():
+    for name, table in read_export(path, partial=partial).items():
         if isinstance(table, tuple):
             arrays[name + ".keys"], arrays[name + ".values"] = table
         else:
@@ -204,10 +205,14 @@ def _to_npz(path: str, npz: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python3 export.py DIR OUT.npz  (DIR: what psd "
-                 "--export wrote)")
+    args = sys.argv[1:]
+    partial = "--partial" in args
+    args = [a for a in args if a != "--partial"]
+    if len(args) != 2 or any(a.startswith("--") for a in args):
+        sys.exit("usage: python3 export.py [--partial] DIR OUT.npz  (DIR: "
+                 "what psd --export wrote; --partial: read an export that "
+                 "lacks some nodes, their dense rows NaN)")
     try:
-        _to_npz(sys.argv[1], sys.argv[2])
+        _to_npz(args[0], args[1], partial)
     except (OSError, ValueError, KeyError) as e:
         sys.exit(f"export.py: {e}")

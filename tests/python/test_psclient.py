@@ -721,6 +721,12 @@ BAD_CALLS = [
      ValueError, "out: expected shape (2, 4)"),
     ("float64 out", lambda t, d, k, g: t.pull(k, out=np.zeros((2, 4))),
      TypeError, "out: expected a numpy array of dtype float32"),
+    ("masked grads", lambda t, d, k, g: t.push(
+        k, np.ma.masked_array(g, mask=g > 0)),
+     TypeError, "grads: a masked array's mask would be ignored"),
+    ("masked out", lambda t, d, k, g: t.pull(
+        k, out=np.ma.masked_array(np.zeros((2, 4), F32))),
+     TypeError, "out: a masked array's mask would be ignored"),
     ("broadcast out", lambda t, d, k, g: t.pull(
         k, out=np.broadcast_to(F32(0), (2, 4))), TypeError, "C-contiguous"),
     ("read-only out", lambda t, d, k, g: t.pull(
@@ -1755,6 +1761,16 @@ def test_an_export_of_the_final_snapshots_reads_back_every_row(cluster,
     assert r.returncode == 0, r.stderr
     with pytest.raises(ValueError, match=r"nodes \[1\] of 2"):
         psclient.read_export(one)
+    # So does export.py's command line, unless told --partial.
+    cmd = [sys.executable, str(SRC / "python" / "psclient" / "export.py")]
+    r = subprocess.run(cmd + [str(one), str(npz)], capture_output=True,
+                       text=True, timeout=60, env=env, cwd=str(tmp_path))
+    assert r.returncode == 1 and "--partial" in r.stderr, r.stderr
+    r = subprocess.run(cmd + ["--partial", str(one), str(npz)],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert np.isnan(np.load(npz)["dense"][:, 0]).sum() > 0
     part = psclient.read_export(one, partial=True)
     d = part["dense"]
     held = ~np.isnan(d[:, 0])
@@ -1992,6 +2008,78 @@ def test_close_without_waiting_ends_other_threads_waits(make_cluster):
     assert not th.is_alive()
     # Before, the pull ended with TimeoutError after sync_timeout_ms.
     assert isinstance(got["result"], psclient.ClosedError), got
+
+
+def test_a_waiting_close_neither_holds_other_threads_nor_a_watchdog(
+        make_cluster):
+    """close() held the client's lock while it waited for requests: every
+    other thread's call queued behind it (for request_timeout_ms here, up
+    to sync_timeout_ms for a held pull) before failing with ClosedError,
+    and a close(wait=False) from a watchdog thread could not end the
+    wait. Now the calls fail at once and the watchdog's close ends it."""
+    cl = make_cluster()
+    c = psclient.connect(cl.spec, request_timeout_ms=20000, max_retries=0,
+                         connect_timeout_ms=1000)
+    d = c.table("dense")
+    d.pull_range(0, 100)                     # both nodes answer
+    cl.signal(1, signal.SIGSTOP)
+    try:
+        held = d.pull_range_async(0, 100)    # node 1 holds it
+        closing = threading.Thread(target=c.close)
+        closing.start()
+        deadline = time.monotonic() + 10
+        while not c.closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)                      # in its wait for `held`
+        assert closing.is_alive()
+        t0 = time.monotonic()
+        with pytest.raises(psclient.ClosedError):
+            d.pull_range(0, 2)
+        # Before: 20 s, when the close's wait for `held` ended.
+        assert time.monotonic() - t0 < 2
+        t0 = time.monotonic()
+        c.close(wait=False)                  # the watchdog
+        assert time.monotonic() - t0 < 5
+        closing.join(5)
+        assert not closing.is_alive()
+        with pytest.raises(psclient.ClosedError, match="without waiting"):
+            held.wait()
+    finally:
+        cl.signal(1, signal.SIGCONT)
+
+
+def test_two_wait_alls_let_go_only_of_the_arrays_they_waited_for(
+        cluster):
+    """wait_all() counted the held arrays (those of calls Ctrl-C cut off
+    from their timestamp) when it began and let go of that many from the
+    front when done: with a second wait_all() in another thread meanwhile,
+    the first let go of arrays of a call made after it began, whose
+    request the library may still send from or write into."""
+    c = psclient.connect(cluster.spec)
+    try:
+        first, later = np.zeros(3, F32), np.zeros(3, F32)
+        c._hold((first,))
+        began, go = threading.Event(), threading.Event()
+        real = c._wait_all
+
+        def slow_wait_all(h):
+            if threading.current_thread() is not threading.main_thread():
+                began.set()
+                go.wait(10)
+            return real(h)
+
+        c._wait_all = slow_wait_all
+        a = threading.Thread(target=c.wait_all)
+        a.start()
+        assert began.wait(10)          # a counted `first` and waits
+        c.wait_all()                   # lets go of `first`
+        c._hold((later,))              # a call cut short after that
+        go.set()
+        a.join(10)
+        assert not a.is_alive()
+        assert [b[0] is later for b in c._held] == [True]
+    finally:
+        c.close()
 
 
 def test_a_second_ctrl_c_during_a_close_without_waiting_still_closes(
