@@ -196,8 +196,12 @@ static void trim_all(psd_conns *set)
 /* Keeps all connections' buffers within max_client_memory: when they
  * are over it, connections first give back what they only keep for
  * reuse; then the connection using the most is closed (with a log line),
- * and the next, until the total fits. The caller's own connection may be
- * the one closed: check c->closing after. */
+ * and the next, until the total fits. Connections whose handshake is not
+ * done (no HELLO accepted, or a proof not yet checked) go first: each
+ * costs at least a read buffer for a few bytes sent, so without this
+ * order a flood of them from peers without the token closed the
+ * authenticated clients. The caller's own connection may be the one
+ * closed: check c->closing after. */
 static void enforce(psd_conns *set)
 {
     uint64_t max = set->node->cfg.max_client_memory;
@@ -206,18 +210,34 @@ static void enforce(psd_conns *set)
     trim_all(set);
     while (set->mem > max) {
         psd_conn *big = NULL;
-        for (psd_conn *c = set->head; c; c = c->next)
-            if (!c->closing && (!big || c->mem > big->mem))
+        int strangers = 0;
+        for (psd_conn *c = set->head; c; c = c->next) {
+            if (c->closing)
+                continue;
+            strangers += !c->hello_done;
+            if (!big || (c->hello_done == big->hello_done
+                             ? c->mem > big->mem : !c->hello_done))
                 big = c;
+        }
         if (!big)
             break;
         set->node->stats.conns_over_memory++;
-        psd_warn_rep("closing connection from %s: "
-                    "it uses %llu bytes of buffers, the most of all %d "
-                    "connections, which use %llu together; max_client_memory "
-                    "is %llu", big->peer, (unsigned long long)big->mem,
-                    set->n, (unsigned long long)set->mem,
-                    (unsigned long long)max);
+        if (!big->hello_done)
+            psd_warn_rep("closing connection from %s, before its "
+                        "handshake was done: it uses %llu bytes of buffers, "
+                        "the most of %d such connections; all %d use %llu "
+                        "together, and max_client_memory is %llu",
+                        big->peer, (unsigned long long)big->mem, strangers,
+                        set->n, (unsigned long long)set->mem,
+                        (unsigned long long)max);
+        else
+            psd_warn_rep("closing connection from %s: "
+                        "it uses %llu bytes of buffers, the most of all %d "
+                        "connections, which use %llu together; "
+                        "max_client_memory is %llu", big->peer,
+                        (unsigned long long)big->mem, set->n,
+                        (unsigned long long)set->mem,
+                        (unsigned long long)max);
         conn_close(big);
     }
 }

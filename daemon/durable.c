@@ -934,6 +934,16 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
         int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
         child_done(d, ok, ok || text[0] ? text : "the writer died");
     }
+    if (psd_durable_current(d)) {
+        /* Nothing changed since the newest good snapshot (an idle node,
+         * or one stopped as its periodic writer finished): writing the
+         * same image again would only make the stop take as long as a
+         * whole model's write. */
+        psd_info("final snapshot not needed: snapshot %llu is current "
+                 "(nothing changed since)",
+                 (unsigned long long)d->st.generation);
+        return 0;
+    }
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
     if (n->journal) {

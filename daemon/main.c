@@ -326,6 +326,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!path) {
+        fprintf(stderr, "psd: -c FILE is required (the cluster's ini file)"
+                "\n");
         usage(stderr);
         return 2;
     }

@@ -574,8 +574,9 @@ int psd_sync_reach(psd_sync *y, int32_t worker, int barrier, uint64_t value,
     if (most > MAX_CLOCK)
         most = MAX_CLOCK;
     if (value == 0 || value > most) {
-        snprintf(err, errlen, "%s %llu is out of range: at most %llu (%s)",
+        snprintf(err, errlen, "%s %llu is out of range: %s%llu (%s)",
                  barrier ? "barrier" : "clock", (unsigned long long)value,
+                 value == 0 ? "counts start at 1; at most " : "at most ",
                  (unsigned long long)most,
                  *mine ? "1000000 past this worker's count on this node"
                  : base ? "1000000 past the largest count of this node's "

@@ -1,7 +1,10 @@
 /* The handshake's shared computations and token files; see auth.h. */
+#define _XOPEN_SOURCE 700        /* realpath */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,6 +96,24 @@ size_t psw_token_trim(const char *token, size_t len)
     return n ? n : len;
 }
 
+/* Whether path is a file of the credentials folder systemd gave this
+ * service (LoadCredential=, $CREDENTIALS_DIRECTORY). systemd gives the
+ * service's user access to those files with an ACL where the file system
+ * holds ACLs (tmpfs), which shows in the mode as group bits (0440): the
+ * folder itself is the service's alone, so group bits there say nothing
+ * about who else may read the token. */
+static int in_credentials(const char *path)
+{
+    const char *env = getenv("CREDENTIALS_DIRECTORY");
+    if (!env || !env[0])
+        return 0;
+    char dir[PATH_MAX], file[PATH_MAX];
+    if (!realpath(env, dir) || !realpath(path, file))
+        return 0;
+    size_t n = strlen(dir);
+    return strncmp(file, dir, n) == 0 && file[n] == '/';
+}
+
 int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
                         char *why, size_t whylen)
 {
@@ -116,7 +137,7 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
         close(fd);
         return -1;
     }
-    if (st.st_mode & 077) {
+    if (st.st_mode & (in_credentials(path) ? 007 : 077)) {
         snprintf(why, whylen, "%s: group or others may access it (mode "
                  "%04o); a token file must be private: chmod 600 %s", path,
                  (unsigned)(st.st_mode & 07777), path);

@@ -1588,6 +1588,37 @@ static void test_token_file_others_can_read_is_refused(void **state)
     expect_problem(n, first, "(mode 0640)");
 }
 
+/* A file of systemd's credentials folder for this service may show group
+ * bits: systemd grants the service's user access with an ACL where the
+ * file system holds ACLs, and the ACL's mask shows as the group's. Such a
+ * token was refused (0440). Others' bits still refuse it, and group bits
+ * anywhere else. */
+static void test_token_file_of_systemd_credentials_may_show_group_bits(
+    void **state)
+{
+    (void)state;
+    char path[PATH_LEN], text[512], first[512], token[256];
+    token_file(path, 0440, "0123456789abcdefXYZ\n");
+    snprintf(text, sizeof text, "[cluster]\nnodes = 10.1.2.3:7070\n"
+             "[server]\nauth_token_file = %s\n", path);
+    setenv("CREDENTIALS_DIRECTORY", "/tmp/", 1);
+    int n = preflight_text(text, -1, first, sizeof first, token);
+    if (n)
+        fail_msg("got \"%s\", want no problem", first);
+    assert_string_equal(token, "0123456789abcdefXYZ");
+    chmod(path, 0444);
+    n = preflight_text(text, -1, first, sizeof first, NULL);
+    expect_problem(n, first, "(mode 0444)");
+    chmod(path, 0440);
+    setenv("CREDENTIALS_DIRECTORY", "/tmp/psd-no-such-folder", 1);
+    n = preflight_text(text, -1, first, sizeof first, NULL);
+    expect_problem(n, first, "(mode 0440)");
+    unsetenv("CREDENTIALS_DIRECTORY");
+    n = preflight_text(text, -1, first, sizeof first, NULL);
+    unlink(path);
+    expect_problem(n, first, "(mode 0440)");
+}
+
 static void test_token_file_missing_or_short_is_refused(void **state)
 {
     (void)state;
@@ -2088,6 +2119,8 @@ int main(void)
         cmocka_unit_test(test_host_names_are_kept_as_written),
         cmocka_unit_test(test_private_token_file_is_read_without_its_newline),
         cmocka_unit_test(test_token_file_others_can_read_is_refused),
+        cmocka_unit_test(
+            test_token_file_of_systemd_credentials_may_show_group_bits),
         cmocka_unit_test(test_token_file_missing_or_short_is_refused),
         cmocka_unit_test(test_data_dir_through_a_file_is_refused),
         cmocka_unit_test(test_relative_data_dir_earns_a_note),

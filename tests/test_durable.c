@@ -578,6 +578,8 @@ static void test_reshard_moves_the_model_onto_another_node_count(
         { "--reshard /tmp/x -c A", "psd: --reshard needs --to NEW, the ini "
           "of the new layout" },
         { "-c A --to B", "psd: --to goes with --reshard DIR" },
+        { "", "psd: -c FILE is required (the cluster's ini file)" },
+        { "--check -n 0", "psd: -c FILE is required" },
         { "--reshard /tmp/x -c A --to B -n 1", "psd: --reshard moves every "
           "node of a stopped cluster: it goes with none of --check, "
           "--skip-snapshot, --export, -n, --drop-table" },
@@ -1553,6 +1555,51 @@ static void test_snapshots_killed_at_random_moments_load_old_or_new_whole(
            ROUNDS, newer, ROUNDS - newer);
     free(ones);
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
+/* A stop with nothing changed since this run's last snapshot writes no
+ * final one (it wrote the whole model again, doubling the stop of a node
+ * whose periodic writer had just finished); one with a change still
+ * does. Either way the restart has every push. */
+static void test_a_stop_with_nothing_changed_writes_no_final_snapshot(
+    void **state)
+{
+    (void)state;
+    for (int changed = 0; changed <= 1; changed++) {
+        test_cluster c;
+        char extra[512];
+        snprintf(extra, sizeof extra, SERVER "snapshot_interval = 1\n"
+                 TABLES);
+        if (cluster_start_ex(&c, 1, 4, "", extra))
+            fail_msg("cluster did not start");
+        ps_options o = client_options();
+        int a, b = 0, failed;
+        oracle_run_many(c.spec, &o, 1, 20, 4, &a, &failed);
+        EXPECT_INT(failed, 0, "pushes");
+        EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 1 written", 5000), 1,
+                   "the periodic snapshot");
+        if (changed) {
+            oracle_run_many(c.spec, &o, 1, 5, 4, &b, &failed);
+            EXPECT_INT(failed, 0, "pushes after the snapshot");
+        }
+        EXPECT_INT(term(&c, 0), 0, "exit status of the stop");
+        char *log = cluster_log(&c, 0);
+        int skipped = log && strstr(log, "final snapshot not needed: "
+                                         "snapshot 1 is current");
+        int written = log && strstr(log, "final snapshot 2 written");
+        if (skipped == changed || written != changed)
+            fail_msg("%s a change since snapshot 1, want the final snapshot "
+                     "%s: %s", changed ? "with" : "without",
+                     changed ? "written" : "not needed", log ? log : "");
+        free(log);
+        if (cluster_restart(&c, 0))
+            fail_msg("restart");
+        EXPECT_INT(cluster_log_wait(&c, 0, changed ? "loaded snapshot 2"
+                                                   : "loaded snapshot 1",
+                                    1000), 1, "the snapshot loaded");
+        expect_count(c.spec, a + b, "after the stop");
+        EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    }
 }
 
 /* SIGTERM while the periodic snapshot (the timer's forked writer, with
@@ -3115,6 +3162,8 @@ int main(void)
             test_snapshots_killed_at_random_moments_load_old_or_new_whole),
         cmocka_unit_test(
             test_a_stop_during_a_periodic_snapshot_waits_then_writes_its_own),
+        cmocka_unit_test(
+            test_a_stop_with_nothing_changed_writes_no_final_snapshot),
         cmocka_unit_test(
             test_an_idle_node_skips_periodic_snapshots_until_a_change),
         cmocka_unit_test(test_a_full_disk_refuses_pushes_and_loses_nothing),

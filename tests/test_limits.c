@@ -412,6 +412,43 @@ static void connection_whose_buffer_would_pass_the_budget_is_closed(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Connections that have not done their handshake are closed first when
+ * the buffers pass max_client_memory: each costs a 64 KiB read buffer
+ * for a few bytes sent, so before, a few MB from peers that never sent a
+ * HELLO got the largest connection closed, an honest client's. */
+static void connections_without_a_handshake_go_first_over_the_budget(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_client_memory = 1M\n"
+                                "max_connections_per_addr = 64\n" SPARSE))
+        fail_msg("cluster did not start");
+    ps_client *honest = open_or_fail(c.spec);
+    honest_add(honest, "counts", 7, 1);
+    /* Part of a frame of 4000 bytes each, before any HELLO: 24 of them
+     * count 1.5 MiB of read buffers. */
+    enum { STRANGERS = 24 };
+    int fds[STRANGERS];
+    unsigned char part[3004] = { 0, 0, 0x0f, 0xa0, 0x91 };
+    for (int i = 0; i < STRANGERS; i++) {
+        fds[i] = raw_connect(c.port[0]);
+        raw_send(fds[i], part, sizeof part);
+        honest_add(honest, "counts", 7, (float)i + 2);
+    }
+    for (int i = 0; i < STRANGERS; i++)
+        close(fds[i]);
+    honest_add(honest, "counts", 7, STRANGERS + 2);
+    assert_true(log_lines_with(&c, "before its handshake was done") >= 1);
+    EXPECT_INT(log_lines_with(&c, "the most of all"), 0,
+               "connections closed after their handshake");
+    ps_stats_t st;
+    assert_int_equal(ps_stats(honest, &st), 0);
+    EXPECT_U64(st.reconnects, 0, "the honest client's reconnections");
+    ps_close(honest);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A client that asks for more than max_output in two frames and reads
  * late loses nothing: the second frame waits, unread, until the first
  * reply is read, then runs. */
@@ -3339,6 +3376,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(rss_stays_within_max_client_memory_under_hostile_clients, teardown),
         cmocka_unit_test_teardown(connection_whose_buffer_would_pass_the_budget_is_closed, teardown),
+        cmocka_unit_test_teardown(connections_without_a_handshake_go_first_over_the_budget, teardown),
         cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
         cmocka_unit_test_teardown(copies_of_rows_a_push_changes_count_in_max_client_memory, teardown),
         cmocka_unit_test_teardown(pull_reply_queued_during_a_push_carries_the_rows_before_it, teardown),

@@ -231,6 +231,8 @@ static void test_clock_numbers_out_of_range_are_refused(void **state)
     join(&y, 0, 1, &owner_a);
     EXPECT_INT(psd_sync_reach(&y, 0, 0, 0, err, sizeof err), PSW_EINVAL,
                "clock 0");
+    EXPECT_SUBSTR(err, "clock 0 is out of range: counts start at 1; at most ",
+                  "the reason for 0");
     /* At 0 (a fresh node) any value up to 2^62 is taken (the next test),
      * none past it: no count may wrap. */
     EXPECT_INT(psd_sync_reach(&y, 0, 0, UINT64_MAX, err, sizeof err),
