@@ -193,14 +193,23 @@ static void trim_all(psd_conns *set)
             trim(c);
 }
 
+/* How soon enforce() closes c: connections that sent no HELLO first,
+ * then those whose handshake is under way (a proof not yet checked),
+ * then the others. */
+static int stranger_rank(const psd_conn *c)
+{
+    return c->hello_done ? 2 : c->version ? 1 : 0;
+}
+
 /* Keeps all connections' buffers within max_client_memory: when they
  * are over it, connections first give back what they only keep for
- * reuse; then the connection using the most is closed (with a log line),
- * and the next, until the total fits. Connections whose handshake is not
- * done (no HELLO accepted, or a proof not yet checked) go first: each
- * costs at least a read buffer for a few bytes sent, so without this
- * order a flood of them from peers without the token closed the
- * authenticated clients. The caller's own connection may be the one
+ * reuse; then connections are closed (each with a log line) until the
+ * total fits. Those whose handshake is not done go first, oldest first
+ * (an honest client's handshake takes one round trip, so the oldest is
+ * the likeliest to be stalling): each holds at least a 64 KiB read
+ * buffer for a few bytes sent, and largest first, a flood of them from
+ * peers without the token got the authenticated clients closed. Then the
+ * connection using the most. The caller's own connection may be the one
  * closed: check c->closing after. */
 static void enforce(psd_conns *set)
 {
@@ -209,36 +218,41 @@ static void enforce(psd_conns *set)
         return;
     trim_all(set);
     while (set->mem > max) {
-        psd_conn *big = NULL;
+        psd_conn *pick = NULL;
         int strangers = 0;
         for (psd_conn *c = set->head; c; c = c->next) {
             if (c->closing)
                 continue;
-            strangers += !c->hello_done;
-            if (!big || (c->hello_done == big->hello_done
-                             ? c->mem > big->mem : !c->hello_done))
-                big = c;
+            int r = stranger_rank(c);
+            strangers += r < 2;
+            if (!pick || r < stranger_rank(pick) ||
+                (r == stranger_rank(pick) &&
+                 (r < 2 ? c->accepted_ms <= pick->accepted_ms
+                        : c->mem > pick->mem)))
+                pick = c;
         }
-        if (!big)
+        if (!pick)
             break;
         set->node->stats.conns_over_memory++;
-        if (!big->hello_done)
-            psd_warn_rep("closing connection from %s, before its "
-                        "handshake was done: it uses %llu bytes of buffers, "
-                        "the most of %d such connections; all %d use %llu "
+        if (!pick->hello_done)
+            psd_warn_rep("closing connection from %s, %s: it uses %llu "
+                        "bytes of buffers, the oldest of %d connections "
+                        "without a handshake done; all %d use %llu "
                         "together, and max_client_memory is %llu",
-                        big->peer, (unsigned long long)big->mem, strangers,
-                        set->n, (unsigned long long)set->mem,
+                        pick->peer, pick->version ? "its handshake under way"
+                                                  : "before its HELLO",
+                        (unsigned long long)pick->mem, strangers, set->n,
+                        (unsigned long long)set->mem,
                         (unsigned long long)max);
         else
             psd_warn_rep("closing connection from %s: "
                         "it uses %llu bytes of buffers, the most of all %d "
                         "connections, which use %llu together; "
-                        "max_client_memory is %llu", big->peer,
-                        (unsigned long long)big->mem, set->n,
+                        "max_client_memory is %llu", pick->peer,
+                        (unsigned long long)pick->mem, set->n,
                         (unsigned long long)set->mem,
                         (unsigned long long)max);
-        conn_close(big);
+        conn_close(pick);
     }
 }
 

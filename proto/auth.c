@@ -96,13 +96,16 @@ size_t psw_token_trim(const char *token, size_t len)
     return n ? n : len;
 }
 
-/* Whether path is a file of the credentials folder systemd gave this
- * service (LoadCredential=, $CREDENTIALS_DIRECTORY). systemd gives the
- * service's user access to those files with an ACL where the file system
- * holds ACLs (tmpfs), which shows in the mode as group bits (0440): the
- * folder itself is the service's alone, so group bits there say nothing
- * about who else may read the token. */
-static int in_credentials(const char *path)
+/* Whether the file opened (st) is one of the credentials folder systemd
+ * gave this service (LoadCredential=, $CREDENTIALS_DIRECTORY). systemd
+ * gives the service's user access to those files with an ACL where the
+ * file system holds ACLs (tmpfs), and the ACL's mask shows in the mode as
+ * the group's bits (0440). Such group bits say nothing about who else may
+ * read the token when the folder is the service's alone, so that is
+ * checked too: the file directly in it (systemd's folder is flat), the
+ * folder owned by root or by this user and writable by neither group nor
+ * others, and the name resolved to the very file opened. */
+static int in_credentials(const char *path, const struct stat *st)
 {
     const char *env = getenv("CREDENTIALS_DIRECTORY");
     if (!env || !env[0])
@@ -111,7 +114,15 @@ static int in_credentials(const char *path)
     if (!realpath(env, dir) || !realpath(path, file))
         return 0;
     size_t n = strlen(dir);
-    return strncmp(file, dir, n) == 0 && file[n] == '/';
+    if (n < 2 || strncmp(file, dir, n) || file[n] != '/' ||
+        strchr(file + n + 1, '/'))
+        return 0;
+    struct stat ds, fs;
+    if (stat(dir, &ds) || !S_ISDIR(ds.st_mode) ||
+        (ds.st_uid != 0 && ds.st_uid != geteuid()) || (ds.st_mode & 022))
+        return 0;
+    return stat(file, &fs) == 0 && fs.st_dev == st->st_dev &&
+           fs.st_ino == st->st_ino;
 }
 
 int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
@@ -137,7 +148,9 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
         close(fd);
         return -1;
     }
-    if (st.st_mode & (in_credentials(path) ? 007 : 077)) {
+    /* In systemd's credentials folder, group read is an ACL's mask
+     * (in_credentials); group write never is. */
+    if (st.st_mode & (in_credentials(path, &st) ? 027 : 077)) {
         snprintf(why, whylen, "%s: group or others may access it (mode "
                  "%04o); a token file must be private: chmod 600 %s", path,
                  (unsigned)(st.st_mode & 07777), path);

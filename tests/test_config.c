@@ -1589,34 +1589,68 @@ static void test_token_file_others_can_read_is_refused(void **state)
 }
 
 /* A file of systemd's credentials folder for this service may show group
- * bits: systemd grants the service's user access with an ACL where the
- * file system holds ACLs, and the ACL's mask shows as the group's. Such a
- * token was refused (0440). Others' bits still refuse it, and group bits
- * anywhere else. */
-static void test_token_file_of_systemd_credentials_may_show_group_bits(
+ * read: systemd grants the service's user access with an ACL where the
+ * file system holds ACLs, and the ACL's mask shows as the group's bits.
+ * Such a token was refused (0440). Group write, others' bits, a file in a
+ * folder below it, a folder others may write (such as /tmp), and group
+ * bits anywhere else still refuse it. */
+static void test_token_file_of_systemd_credentials_may_show_group_read(
     void **state)
 {
     (void)state;
-    char path[PATH_LEN], text[512], first[512], token[256];
-    token_file(path, 0440, "0123456789abcdefXYZ\n");
+    char dir[] = "/tmp/psd-test-creds-XXXXXX", path[PATH_LEN], sub[PATH_LEN],
+         text[512], first[512], token[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/token", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("0123456789abcdefXYZ\n", f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, 0440), 0);
     snprintf(text, sizeof text, "[cluster]\nnodes = 10.1.2.3:7070\n"
              "[server]\nauth_token_file = %s\n", path);
-    setenv("CREDENTIALS_DIRECTORY", "/tmp/", 1);
+    setenv("CREDENTIALS_DIRECTORY", dir, 1);
     int n = preflight_text(text, -1, first, sizeof first, token);
+    static const struct {
+        int mode, dir_mode;
+        const char *says;
+    } refused[] = {
+        { 0460, 0700, "(mode 0460)" },       /* group write */
+        { 0444, 0700, "(mode 0444)" },       /* others */
+        { 0440, 0777, "(mode 0440)" },       /* a folder anyone may write */
+    };
+    int bad[3];
+    char said[3][512];
+    for (int k = 0; k < 3; k++) {
+        chmod(path, (mode_t)refused[k].mode);
+        chmod(dir, (mode_t)refused[k].dir_mode);
+        bad[k] = preflight_text(text, -1, said[k], sizeof said[k], NULL);
+    }
+    chmod(path, 0440);
+    chmod(dir, 0700);
+    /* The folder systemd names is flat: not a file below it. */
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    char deeper[PATH_LEN + 8], text2[600], said2[512];
+    snprintf(deeper, sizeof deeper, "%s/token", sub);
+    assert_int_equal(rename(path, deeper), 0);
+    snprintf(text2, sizeof text2, "[cluster]\nnodes = 10.1.2.3:7070\n"
+             "[server]\nauth_token_file = %s\n", deeper);
+    int below = preflight_text(text2, -1, said2, sizeof said2, NULL);
+    assert_int_equal(rename(deeper, path), 0);
+    rmdir(sub);
+    unsetenv("CREDENTIALS_DIRECTORY");
+    char said3[512];
+    int elsewhere = preflight_text(text, -1, said3, sizeof said3, NULL);
+    unlink(path);
+    rmdir(dir);
     if (n)
         fail_msg("got \"%s\", want no problem", first);
     assert_string_equal(token, "0123456789abcdefXYZ");
-    chmod(path, 0444);
-    n = preflight_text(text, -1, first, sizeof first, NULL);
-    expect_problem(n, first, "(mode 0444)");
-    chmod(path, 0440);
-    setenv("CREDENTIALS_DIRECTORY", "/tmp/psd-no-such-folder", 1);
-    n = preflight_text(text, -1, first, sizeof first, NULL);
-    expect_problem(n, first, "(mode 0440)");
-    unsetenv("CREDENTIALS_DIRECTORY");
-    n = preflight_text(text, -1, first, sizeof first, NULL);
-    unlink(path);
-    expect_problem(n, first, "(mode 0440)");
+    for (int k = 0; k < 3; k++)
+        expect_problem(bad[k], said[k], refused[k].says);
+    expect_problem(below, said2, "(mode 0440)");
+    expect_problem(elsewhere, said3, "(mode 0440)");
 }
 
 static void test_token_file_missing_or_short_is_refused(void **state)
@@ -2120,7 +2154,7 @@ int main(void)
         cmocka_unit_test(test_private_token_file_is_read_without_its_newline),
         cmocka_unit_test(test_token_file_others_can_read_is_refused),
         cmocka_unit_test(
-            test_token_file_of_systemd_credentials_may_show_group_bits),
+            test_token_file_of_systemd_credentials_may_show_group_read),
         cmocka_unit_test(test_token_file_missing_or_short_is_refused),
         cmocka_unit_test(test_data_dir_through_a_file_is_refused),
         cmocka_unit_test(test_relative_data_dir_earns_a_note),

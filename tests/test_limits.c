@@ -413,40 +413,67 @@ static void connection_whose_buffer_would_pass_the_budget_is_closed(
 }
 
 /* Connections that have not done their handshake are closed first when
- * the buffers pass max_client_memory: each costs a 64 KiB read buffer
+ * the buffers pass max_client_memory, those that sent no HELLO before
+ * those whose handshake is under way: each costs a 64 KiB read buffer
  * for a few bytes sent, so before, a few MB from peers that never sent a
- * HELLO got the largest connection closed, an honest client's. */
+ * HELLO got the largest connection closed, an honest client's, and with
+ * a token, every honest client opening meanwhile (its handshake's round
+ * trip made it the largest of them). */
 static void connections_without_a_handshake_go_first_over_the_budget(
     void **state)
 {
     (void)state;
-    test_cluster c;
-    if (cluster_start(&c, 1, 4, "[server]\nmax_client_memory = 1M\n"
-                                "max_connections_per_addr = 64\n" SPARSE))
-        fail_msg("cluster did not start");
-    ps_client *honest = open_or_fail(c.spec);
-    honest_add(honest, "counts", 7, 1);
-    /* Part of a frame of 4000 bytes each, before any HELLO: 24 of them
-     * count 1.5 MiB of read buffers. */
-    enum { STRANGERS = 24 };
-    int fds[STRANGERS];
-    unsigned char part[3004] = { 0, 0, 0x0f, 0xa0, 0x91 };
-    for (int i = 0; i < STRANGERS; i++) {
-        fds[i] = raw_connect(c.port[0]);
-        raw_send(fds[i], part, sizeof part);
-        honest_add(honest, "counts", 7, (float)i + 2);
+    for (int auth = 0; auth <= 1; auth++) {
+        test_cluster c;
+        if (auth)
+            setenv("PSD_AUTH_TOKEN", "correct-horse-battery-staple-42", 1);
+        int up = cluster_start(&c, 1, 4, auth
+            ? "[server]\nmax_client_memory = 1M\n"
+              "max_connections_per_addr = 64\n"
+              "auth_token = correct-horse-battery-staple-42\n" SPARSE
+            : "[server]\nmax_client_memory = 1M\n"
+              "max_connections_per_addr = 64\n" SPARSE);
+        if (up) {
+            unsetenv("PSD_AUTH_TOKEN");
+            fail_msg("cluster did not start");
+        }
+        ps_client *honest = open_or_fail(c.spec);
+        honest_add(honest, "counts", 7, 1);
+        /* Part of a frame of 4000 bytes each, before any HELLO, each
+         * counted at a 64 KiB read buffer: as many as fill the budget. */
+        enum { STRANGERS = 40 };
+        int fds[STRANGERS], n = 0;
+        unsigned char part[3004] = { 0, 0, 0x0f, 0xa0, 0x91 };
+        while (n < STRANGERS &&
+               log_lines_with(&c, "without a handshake done") == 0) {
+            fds[n] = raw_connect(c.port[0]);
+            raw_send(fds[n], part, sizeof part);
+            n++;
+            honest_add(honest, "counts", 7, (float)n + 1);
+        }
+        EXPECT_INT(log_lines_with(&c, "without a handshake done") >= 1, 1,
+                   "the budget filled by %d strangers (auth %d)", n, auth);
+        /* New honest clients open meanwhile: each takes a read buffer
+         * past the budget before its HELLO is read. Before, each attempt
+         * closed itself (the newest of equals), until ps_open gave up. */
+        for (int k = 0; k < 4; k++) {
+            ps_client *late = open_or_fail(c.spec);
+            honest_add(late, "counts", 8, (float)k + 1);
+            ps_close(late);
+        }
+        for (int i = 0; i < n; i++)
+            close(fds[i]);
+        honest_add(honest, "counts", 7, (float)n + 2);
+        unsetenv("PSD_AUTH_TOKEN");
+        EXPECT_INT(log_lines_with(&c, "the most of all"), 0,
+                   "connections closed after their handshake (auth %d)",
+                   auth);
+        ps_stats_t st;
+        assert_int_equal(ps_stats(honest, &st), 0);
+        EXPECT_U64(st.reconnects, 0, "the honest client's reconnections");
+        ps_close(honest);
+        assert_int_equal(cluster_stop(&c), 0);
     }
-    for (int i = 0; i < STRANGERS; i++)
-        close(fds[i]);
-    honest_add(honest, "counts", 7, STRANGERS + 2);
-    assert_true(log_lines_with(&c, "before its handshake was done") >= 1);
-    EXPECT_INT(log_lines_with(&c, "the most of all"), 0,
-               "connections closed after their handshake");
-    ps_stats_t st;
-    assert_int_equal(ps_stats(honest, &st), 0);
-    EXPECT_U64(st.reconnects, 0, "the honest client's reconnections");
-    ps_close(honest);
-    assert_int_equal(cluster_stop(&c), 0);
 }
 
 /* A client that asks for more than max_output in two frames and reads

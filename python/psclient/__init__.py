@@ -723,6 +723,7 @@ class Client:
         # its own call to return (both: see close()).
         self._closer: Optional[int] = None
         self._close_later: Optional[int] = None
+        self._close_later_nowait = False     # that close without waiting
         self._pending: Dict[int, Request] = {}   # ts -> status still unread
         # Arrays of requests an exception cut off from their timestamp
         # (see _hold): kept until ps_wait_all has returned.
@@ -901,115 +902,175 @@ class Client:
             self._h = None
             return
         me = threading.get_ident()
-        with self._cv:
-            while True:
-                if self._h is None or self._closer == me:
-                    return
-                if self._busy_in.get(me):
-                    # A signal handler, in the middle of this thread's own
-                    # call on the client: waiting for that call (or for a
-                    # close that waits for it) would wait for ever. The
-                    # client is closed as that call returns (see _release).
-                    self._closing = True
-                    self._close_later = me
-                    return
-                if self._closer is None:
-                    break
-                # Another thread is closing: this close returns once that
-                # one has; without waiting, it first ends that one's waits
-                # for requests (ClosedError in _sliced), as it would its own.
-                if not wait:
-                    self._abandon = True
-                self._cv.wait()
-            self._closing = True
-            self._closer = me
-            if not wait:
-                # Waits in other threads end within a slice instead
-                # of holding this close for their requests.
-                self._abandon = True
-            try:
-                while self._busy:
-                    self._cv.wait()
-            except BaseException:
-                # Ctrl-C while waiting for other threads' calls: nothing
-                # was closed, so the client stays open (or status reads
-                # would wait for a close that never comes).
-                self._closing = False
-                self._abandon = False
-                self._closer = None
-                self._cv.notify_all()
-                raise
-            # Nothing else runs on the handle from here on: new calls see
-            # _closing and fail, status reads wait for _h to go.
-            h = self._h
-            if h is None:                # closed meanwhile (a fork's child)
-                self._closer = None
-                self._cv.notify_all()
-                return
-        # The waits for requests run without the lock, so that other
-        # threads' calls fail at once (ClosedError) instead of queueing
-        # behind them, and a close(wait=False) from another thread can end
-        # them (each wait slice looks at _abandon). Ctrl-C there closes
-        # without waiting; another exception a signal handler raises
-        # leaves the client open, as nothing was closed.
         late: Optional[BaseException] = None   # raised once closed
         cut = not wait           # the requests are not all waited for
-        reopen = False
+        owner = False            # this call is the one closing
+        h: Optional[int] = None
+        # Whatever is raised (Ctrl-C at any point), the finally below
+        # leaves the client either open, when the handle was not let go
+        # (nothing was closed), or closed, the library's client closed
+        # exactly once: never claimed by a close that has returned.
         try:
             try:
-                if wait:
-                    self._wait_all(h)
-                    for req in list(self._pending.values()):
-                        self._read_status(h, req)
-            except ClosedError:  # another thread's close(wait=False)
-                cut = True
-            except KeyboardInterrupt as e:
-                late, cut = e, True
-            except BaseException:
-                reopen = True
-                raise
-        finally:
-            with self._cv:
-                if reopen:
-                    self._closing = False
-                    self._abandon = False
-                    self._closer = None
-                    self._cv.notify_all()
-                else:
-                    # The arrays stay referenced until the library's
-                    # close has returned: it may send them, or write
-                    # pulled rows into them, until then.
-                    pending = list(self._pending.values())
-                    keep = (list(self._held), [r._bufs for r in pending])
-                    # The handle is forgotten before ps_close frees it:
-                    # a signal handler that raises runs as ps_close
-                    # returns, and a handle still set then would reach
-                    # the library again at the next close() or __del__.
-                    self._h = None
-                    self._pending.clear()
-                    self._held_gone += len(self._held)
-                    self._held.clear()
-                    self._closer = None
+                with self._cv:
+                    while True:
+                        if self._h is None or self._closer == me:
+                            return
+                        if self._busy_in.get(me):
+                            # A signal handler, in the middle of this
+                            # thread's own call on the client: waiting for
+                            # that call (or for a close that waits for it)
+                            # would wait for ever. The client is closed as
+                            # that call returns (see _release); without
+                            # waiting, that call's own wait ends now.
+                            self._closing = True
+                            self._close_later = me
+                            if not wait:
+                                self._close_later_nowait = True
+                                self._abandon = True
+                            return
+                        if self._closer is None:
+                            break
+                        # Another thread is closing: this close returns
+                        # once that one has; without waiting, it first
+                        # ends that one's waits for requests (ClosedError
+                        # in _sliced), as it would its own.
+                        if not wait:
+                            self._abandon = True
+                        self._cv.wait()
+                    owner = True
+                    self._closing = True
+                    self._closer = me
+                    if not wait:
+                        # Waits in other threads end within a slice
+                        # instead of holding this close for their requests.
+                        self._abandon = True
+                    while self._busy:
+                        self._cv.wait()
+                    # Nothing else runs on the handle from here on: new
+                    # calls see _closing and fail, status reads wait for
+                    # the close to end.
+                    h = self._h
+                # The waits for requests run without the lock, so that
+                # other threads' calls fail at once (ClosedError) instead
+                # of queueing behind them, and a close(wait=False) from
+                # another thread can end them (each wait slice looks at
+                # _abandon). Ctrl-C there closes without waiting; another
+                # exception a signal handler raises leaves the client open.
+                if h is not None and wait:
                     try:
-                        if cut:
-                            self._give_up(h, pending)
-                    except BaseException as e:   # a second Ctrl-C
+                        self._wait_all(h)
+                        for req in list(self._pending.values()):
+                            self._read_status(h, req)
+                    except ClosedError:  # another close(wait=False)
+                        cut = True
+                    except KeyboardInterrupt as e:
                         late, cut = e, True
-                    try:
-                        if not cut:
-                            _LIB.ps_close(h)
-                        else:
-                            _LIB.ps_close_now(h)
-                            # Done with them now, statuses read or not (a
-                            # second Ctrl-C may have cut _give_up short).
-                            for req in pending:
-                                if req._status is None:
-                                    req._status = PS_ECLOSED
-                                    req._message = _ABANDONED
-                                req._bufs = None
-                        del keep
-                    finally:
+                with self._cv:
+                    # Before the library's close: a signal handler that
+                    # raises runs as it returns, and a handle still set
+                    # then would reach the library again at the next
+                    # close() or __del__.
+                    self._h = None
+            except BaseException as e:
+                if not (owner and self._h is None):
+                    raise
+                # Just after the handle was let go: the close goes on,
+                # without waiting, and the exception comes after.
+                late, cut = e, True
+        finally:
+            if owner and self._h is not None:
+                if self._closer == me:
+                    # Raised before anything was closed: the client stays
+                    # open (or status reads would wait for a close that
+                    # never comes).
+                    with self._cv:
+                        self._closing = False
+                        self._abandon = False
+                        self._closer = None
                         self._cv.notify_all()
+            elif owner:
+                # A signal handler may raise as _end_close begins, before
+                # its first line: then it is called again.
+                began: List[bool] = []
+                while True:
+                    try:
+                        self._end_close(h, cut, late, began)
+                        break
+                    except BaseException as e:
+                        if began:
+                            raise
+                        late, cut = e, True
+                late = None
+        if late is not None:
+            try:                     # as wait_all: no frame cycle
+                raise late
+            finally:
+                del late
+
+    def _end_close(self, h: Optional[int], cut: bool,
+                   late: Optional[BaseException], began: List[bool]) -> None:
+        """The rest of close() once it let go of the handle h (None: there
+        was none to close): statuses, the library's close, then other
+        closes and status reads may go on. Raises late, or what cut it
+        short, after the library's close. Says it began in began."""
+        began.append(True)
+        # The arrays stay referenced (keep) until the library's close has
+        # returned: it may send them, or write pulled rows into them, until
+        # then. Status reads in other threads wait until _closer is None,
+        # after the statuses are set.
+        keep = None
+        try:
+            with self._cv:
+                pending = list(self._pending.values())
+                keep = (list(self._held), [r._bufs for r in pending])
+                self._pending.clear()
+                self._held_gone += len(self._held)
+                self._held.clear()
+                try:
+                    if cut and h is not None:
+                        self._give_up(h, pending)
+                except BaseException as e:   # a second Ctrl-C
+                    late, cut = e, True
+                for req in pending:
+                    if req._status is None:  # _give_up cut short
+                        req._status = PS_ECLOSED
+                        req._message = _ABANDONED
+                    req._bufs = None
+        finally:
+            # Outside the lock: a worker's goodbye waits for the nodes (up
+            # to request_timeout_ms with one stopped), and other threads'
+            # calls meanwhile fail at once instead of queueing behind it.
+            # A close from another thread returns once this one has.
+            # Called exactly once, even when Ctrl-C comes just before
+            # the call (tried again) or as it returns (done: raised after).
+            # Between `called = True` and the call no handler can run:
+            # the library's functions are C, with nothing in Python
+            # before them ("no handler here" below).
+            called = h is None
+            while True:
+                try:
+                    if not called:
+                        called = True
+                        if not cut:
+                            _LIB.ps_close(h)          # no handler here
+                        else:
+                            _LIB.ps_close_now(h)      # no handler here
+                    break
+                except BaseException as e:
+                    late = e
+                    if called:
+                        break
+            del keep
+            told = False         # the others waiting were told (again)
+            while not told:
+                try:
+                    with self._cv:
+                        self._closer = None
+                        self._cv.notify_all()
+                        told = True
+                except BaseException as e:
+                    late = e
         if late is not None:
             try:                     # as wait_all: no frame cycle
                 raise late
@@ -1088,7 +1149,10 @@ class Client:
         me = threading.get_ident()
         with self._cv:
             if status_read:
-                while (self._closing and self._h is not None and
+                # Until the close is over: its statuses are set after it
+                # let go of the handle, before it lets go of _closer.
+                while (self._closing and (self._h is not None or
+                                          self._closer is not None) and
                        me not in (self._closer, self._close_later)):
                     self._cv.wait()
                 if self._h is None:
@@ -1120,10 +1184,12 @@ class Client:
             if self._busy == 0 and self._closing:
                 self._cv.notify_all()
             later = self._close_later == me and me not in self._busy_in
+            nowait = self._close_later_nowait
             if later:
                 self._close_later = None
+                self._close_later_nowait = False
         if later:
-            self.close()                 # asked for by a signal handler
+            self.close(wait=not nowait)  # asked for by a signal handler
 
     def _sliced(self, wait_slice) -> int:
         """Calls wait_slice() (a wait of _WAIT_SLICE_MS) until it returns

@@ -5,10 +5,12 @@ while a call blocks. Run by tests/test_python.sh."""
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import ctypes
 import gc
+import inspect
 import json
 import multiprocessing
 import os
@@ -16,6 +18,7 @@ import pydoc
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import weakref
@@ -2010,16 +2013,20 @@ def test_close_without_waiting_ends_other_threads_waits(make_cluster):
     assert isinstance(got["result"], psclient.ClosedError), got
 
 
+@pytest.mark.parametrize("worker", [-1, 0])
 def test_a_waiting_close_neither_holds_other_threads_nor_a_watchdog(
-        make_cluster):
+        make_cluster, worker):
     """close() held the client's lock while it waited for requests: every
     other thread's call queued behind it (for request_timeout_ms here, up
     to sync_timeout_ms for a held pull) before failing with ClosedError,
     and a close(wait=False) from a watchdog thread could not end the
-    wait. Now the calls fail at once and the watchdog's close ends it."""
-    cl = make_cluster()
-    c = psclient.connect(cl.spec, request_timeout_ms=20000, max_retries=0,
-                         connect_timeout_ms=1000)
+    wait. Now the calls fail at once and the watchdog's close ends it.
+    A worker's goodbye (LEAVE) then still waits for node 1, up to
+    request_timeout_ms, but without the lock: calls fail at once then
+    too."""
+    cl = make_cluster(cluster_lines="workers = 1\n" if worker >= 0 else "")
+    c = psclient.connect(cl.spec, request_timeout_ms=4000, max_retries=0,
+                         connect_timeout_ms=1000, worker=worker)
     d = c.table("dense")
     d.pull_range(0, 100)                     # both nodes answer
     cl.signal(1, signal.SIGSTOP)
@@ -2035,16 +2042,144 @@ def test_a_waiting_close_neither_holds_other_threads_nor_a_watchdog(
         t0 = time.monotonic()
         with pytest.raises(psclient.ClosedError):
             d.pull_range(0, 2)
-        # Before: 20 s, when the close's wait for `held` ended.
-        assert time.monotonic() - t0 < 2
+        # Before: 4 s, when the close's wait for `held` ended.
+        assert time.monotonic() - t0 < 1
+        got = {}
+
+        def watchdog():
+            t0 = time.monotonic()
+            c.close(wait=False)
+            got["closed"] = time.monotonic() - t0
+
+        w = threading.Thread(target=watchdog)
+        w.start()
+        time.sleep(0.3)
         t0 = time.monotonic()
-        c.close(wait=False)                  # the watchdog
-        assert time.monotonic() - t0 < 5
-        closing.join(5)
-        assert not closing.is_alive()
+        with pytest.raises(psclient.ClosedError):
+            d.pull_range(0, 2)               # during a worker's goodbye
+        assert time.monotonic() - t0 < 1
+        w.join(10)
+        closing.join(10)
+        assert not w.is_alive() and not closing.is_alive()
+        # A reader's close is over at once; a worker's waits for its
+        # goodbye to node 1 (request_timeout_ms), not for `held` first.
+        assert got["closed"] < (2 if worker < 0 else 6), got
         with pytest.raises(psclient.ClosedError, match="without waiting"):
             held.wait()
     finally:
+        cl.signal(1, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
+        cluster, monkeypatch, wait):
+    """A KeyboardInterrupt raised at any line close() runs (as a signal
+    handler's would be, between two lines) leaves the client either open,
+    its close to be tried again, or closed, the library's client closed
+    exactly once: never half closed. Before, one just after close() took
+    the close over, or just before it let go of the handle, left it
+    claimed by that close for good (a retried close() returned at once,
+    the library's client never closed; another thread's close() and
+    Request.wait() waited for ever)."""
+    # Where a signal handler can run in close(): as a call returns, or as
+    # a Python function it calls (a lock's __enter__, say) begins; so the
+    # lines with a call (one raised before a line of plain assignments
+    # would be one raised after the previous call, which is tried too).
+    # _end_close, where close() ends once it let go of the handle, too.
+    # Not the lines marked "no handler here": calls of the library's C
+    # functions right after a plain assignment, where CPython runs no
+    # handler (the wrappers this test puts around them would).
+    codes = {f.__code__: f for f in (psclient.Client.close,
+                                     psclient.Client._end_close)}
+    with_calls = set()
+    for f in codes.values():
+        src = textwrap.dedent(inspect.getsource(f))
+        text = src.splitlines()
+        first = f.__code__.co_firstlineno - 1
+        for node in ast.walk(ast.parse(src)):
+            if (isinstance(node, (ast.Call, ast.With)) and
+                    "no handler here" not in text[node.lineno - 1]):
+                with_calls.add((f.__code__, first + node.lineno))
+    calls = []
+    for name in ("ps_close", "ps_close_now"):
+        real = getattr(psclient._LIB, name)
+        monkeypatch.setattr(psclient._LIB, name,
+                            lambda h, real=real: (calls.append(h), real(h)))
+
+    def lines_run(target=None):
+        """Closes a new client, raising KeyboardInterrupt at `target`;
+        returns the lines of close() it ran, and the client."""
+        seen = []
+
+        def local(frame, event, arg):
+            if event == "line":
+                at = (frame.f_code, frame.f_lineno)
+                seen.append(at)
+                if at == target and seen.count(target) == 1:
+                    raise KeyboardInterrupt
+            return local
+
+        def tracer(frame, event, arg):
+            return local if frame.f_code in codes else None
+
+        c = psclient.connect(cluster.spec)
+        c.table("dense").push_range(0, np.ones((1, 3), F32))
+        sys.settrace(tracer)
+        try:
+            c.close(wait=wait)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        return seen, c
+
+    seen, c = lines_run()
+    assert c.closed and len(calls) == 1
+    targets = sorted(set(seen) & with_calls, key=lambda t: t[1])
+    assert len(targets) > 10
+    for line in targets:
+        calls.clear()
+        _, c = lines_run(line)
+        where = (f"interrupted at line {line[1]} of "
+                 f"{codes[line[0]].__name__}()")
+        assert c._closer is None, where
+        if c._h is not None:                 # left open: nothing closed
+            assert not c.closed and not calls, where
+            c.table("dense").pull_range(0, 1)
+            c.close()
+        assert c._h is None and calls and len(set(calls)) == len(calls), where
+        n = len(calls)
+        t = threading.Thread(target=c.close)
+        t.start()
+        t.join(5)
+        assert not t.is_alive() and len(calls) == n, where
+
+
+def test_close_without_waiting_from_a_handler_ends_its_threads_call(
+        make_cluster):
+    """close(wait=False) from a signal handler that ran while its thread
+    was in a pull was put off until that call returned, then closed
+    waiting: the pull went on waiting for a stopped node (20 s here).
+    Now that pull ends at once with ClosedError, and the client closes
+    without waiting."""
+    cl = make_cluster()
+    c = psclient.connect(cl.spec, request_timeout_ms=20000, max_retries=0,
+                         connect_timeout_ms=1000)
+    d = c.table("dense")
+    d.pull_range(0, 100)                     # both nodes answer
+    cl.signal(1, signal.SIGSTOP)
+    old = signal.signal(signal.SIGALRM,
+                        lambda signum, frame: c.close(wait=False))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        t0 = time.monotonic()
+        with pytest.raises(psclient.ClosedError, match="without waiting"):
+            d.pull_range(0, 100)             # held by node 1
+        assert time.monotonic() - t0 < 3
+        assert c.closed and c._h is None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
         cl.signal(1, signal.SIGCONT)
 
 
