@@ -765,6 +765,36 @@ static void nc_send_hello(nconn *nc)
     }
 }
 
+/* ps_open gives up: its time ran out with node nc (NULL: none in
+ * particular) not connected, for the reason why. Said one way whether
+ * the tick saw the deadline pass or an attempt failed after it. */
+static void open_gave_up(psc_io *io, const nconn *nc, int status,
+                         const char *why)
+{
+    /* "cannot connect to NAME: connection refused" (or "NAME (ip,
+     * address i of n): ...") names NAME once more: the rest alone. */
+    char lead[sizeof nc->name + 32];
+    snprintf(lead, sizeof lead, "cannot connect to %s", nc ? nc->name : "");
+    size_t k = strlen(lead);
+    if (nc && !strncmp(why, lead, k) && (why[k] == ':' || why[k] == ' ')) {
+        why += k;
+        why += !strncmp(why, ": ", 2) ? 2 : *why == ' ';
+    }
+    /* Still on the seeds: none of the nodes listed answered, and naming
+     * only the last one tried read as if the others were up. */
+    if (nc && nc == io->seed && io->nseeds > 1)
+        open_done(io, status,
+                  "no connection to any of the %d nodes listed within "
+                  "connect_timeout_ms (%d ms); the last tried, %s%s%s",
+                  io->nseeds, io->c->opt.connect_timeout_ms, nc->name,
+                  why[0] ? ": " : "", why);
+    else
+        open_done(io, status,
+                  "no connection to %s within connect_timeout_ms (%d ms)%s%s",
+                  nc ? nc->name : "the cluster",
+                  io->c->opt.connect_timeout_ms, why[0] ? ": " : "", why);
+}
+
 /* ---- closing and reconnecting ---------------------------------------- */
 
 /* Jittered exponential backoff: the next attempt waits between half and
@@ -980,8 +1010,7 @@ static void on_nc_closed(uv_handle_t *h)
         re_resolve(nc);
     if (c->open_state == PSC_OPENING) {
         if (now >= io->open_ns) {
-            open_done(io, nc->drop_status, "%s (gave up after %d ms)",
-                      nc->drop_why, c->opt.connect_timeout_ms);
+            open_gave_up(io, nc, nc->drop_status, nc->drop_why);
             return;
         }
         if (again) {
@@ -2126,20 +2155,8 @@ static void on_tick(uv_timer_t *t)
          * one yet. */
         const char *why = !nc ? "" : nc->state == NC_CLOSING ? nc->drop_why
                                                               : nc->last_why;
-        /* "cannot connect to NAME: connection refused" (or "NAME (ip,
-         * address i of n): ...") names NAME once more: the rest alone. */
-        char lead[sizeof nc->name + 32];
-        snprintf(lead, sizeof lead, "cannot connect to %s",
-                 nc ? nc->name : "");
-        size_t k = strlen(lead);
-        if (nc && !strncmp(why, lead, k) && (why[k] == ':' || why[k] == ' ')) {
-            why += k;
-            why += !strncmp(why, ": ", 2) ? 2 : *why == ' ';
-        }
-        open_done(io, nc && nc->last_status ? nc->last_status : PS_ETIMEDOUT,
-                  "no connection to %s within connect_timeout_ms (%d ms)%s%s",
-                  nc ? nc->name : "the cluster", c->opt.connect_timeout_ms,
-                  why[0] ? ": " : "", why);
+        open_gave_up(io, nc, nc && nc->last_status ? nc->last_status
+                                                   : PS_ETIMEDOUT, why);
     }
 }
 

@@ -193,24 +193,17 @@ static void trim_all(psd_conns *set)
             trim(c);
 }
 
-/* How soon enforce() closes c: connections that sent no HELLO first,
- * then those whose handshake is under way (a proof not yet checked),
- * then the others. */
-static int stranger_rank(const psd_conn *c)
-{
-    return c->hello_done ? 2 : c->version ? 1 : 0;
-}
-
 /* Keeps all connections' buffers within max_client_memory: when they
  * are over it, connections first give back what they only keep for
  * reuse; then connections are closed (each with a log line) until the
- * total fits. Those whose handshake is not done go first, oldest first
- * (an honest client's handshake takes one round trip, so the oldest is
- * the likeliest to be stalling): each holds at least a 64 KiB read
- * buffer for a few bytes sent, and largest first, a flood of them from
- * peers without the token got the authenticated clients closed. Then the
- * connection using the most. The caller's own connection may be the one
- * closed: check c->closing after. */
+ * total fits. Those whose handshake is not done go first, oldest first:
+ * each holds at least a 64 KiB read buffer for a few bytes sent, and
+ * largest first, a flood of them from peers without the token got the
+ * authenticated clients closed. An honest client's handshake takes one
+ * round trip, so the oldest is the likeliest to be stalling, and a new
+ * client, the newest, goes last (a HELLO needs no token, so having sent
+ * one earns nothing). Then the connection using the most. The caller's
+ * own connection may be the one closed: check c->closing after. */
 static void enforce(psd_conns *set)
 {
     uint64_t max = set->node->cfg.max_client_memory;
@@ -223,12 +216,12 @@ static void enforce(psd_conns *set)
         for (psd_conn *c = set->head; c; c = c->next) {
             if (c->closing)
                 continue;
-            int r = stranger_rank(c);
-            strangers += r < 2;
-            if (!pick || r < stranger_rank(pick) ||
-                (r == stranger_rank(pick) &&
-                 (r < 2 ? c->accepted_ms <= pick->accepted_ms
-                        : c->mem > pick->mem)))
+            strangers += !c->hello_done;
+            if (!pick || (c->hello_done == pick->hello_done
+                              ? (c->hello_done
+                                     ? c->mem > pick->mem
+                                     : c->accepted_ms <= pick->accepted_ms)
+                              : !c->hello_done))
                 pick = c;
         }
         if (!pick)

@@ -315,8 +315,8 @@ static int run_training(const options *o, trainer *tr, const idx_set *test)
         print_stats(tr->c, label);
         if (evaluate(tr->c, tr->table, tr->w, test, &acc) < 0)
             return -1;
-        printf("epoch %d: train loss %.4f, test accuracy %.4f (%.1f s)\n",
-               e, loss, acc, now() - t0);
+        printf("worker 0 epoch %d: train loss %.4f, test accuracy %.4f "
+               "(%.1f s)\n", e, loss, acc, now() - t0);
     }
     if (o->worker == 0)
         printf("final test accuracy: %.4f\n", acc);

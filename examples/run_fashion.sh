@@ -113,6 +113,12 @@ fi
 
 say "stopping the psd nodes"
 stop_nodes || failed=1
+# Where the trained model is: each node's last snapshot (SIGTERM wrote it).
+data=$(ini_data_dir "$INI")
+if [ -n "$data" ] && [ "$failed" -eq 0 ]; then
+    say "the model is in $data (psd-node*.snap): start the nodes again to" \
+        "serve it, or psd --export DIR -c $INI writes it as .npy files"
+fi
 
 [ "$failed" -eq 0 ] || fail "see the messages above"
 say "PASS"

@@ -103,8 +103,9 @@ size_t psw_token_trim(const char *token, size_t len)
  * the group's bits (0440). Such group bits say nothing about who else may
  * read the token when the folder is the service's alone, so that is
  * checked too: the file directly in it (systemd's folder is flat), the
- * folder owned by root or by this user and writable by neither group nor
- * others, and the name resolved to the very file opened. */
+ * folder owned by root or by this user, closed to others and writable
+ * only by its owner (group read and search may be an ACL's mask too), and
+ * the name resolved to the very file opened. */
 static int in_credentials(const char *path, const struct stat *st)
 {
     const char *env = getenv("CREDENTIALS_DIRECTORY");
@@ -119,7 +120,7 @@ static int in_credentials(const char *path, const struct stat *st)
         return 0;
     struct stat ds, fs;
     if (stat(dir, &ds) || !S_ISDIR(ds.st_mode) ||
-        (ds.st_uid != 0 && ds.st_uid != geteuid()) || (ds.st_mode & 022))
+        (ds.st_uid != 0 && ds.st_uid != geteuid()) || (ds.st_mode & 027))
         return 0;
     return stat(file, &fs) == 0 && fs.st_dev == st->st_dev &&
            fs.st_ino == st->st_ino;
@@ -149,8 +150,8 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
         return -1;
     }
     /* In systemd's credentials folder, group read is an ACL's mask
-     * (in_credentials); group write never is. */
-    if (st.st_mode & (in_credentials(path, &st) ? 027 : 077)) {
+     * (in_credentials); nothing else of the group's is. */
+    if (st.st_mode & (in_credentials(path, &st) ? 037 : 077)) {
         snprintf(why, whylen, "%s: group or others may access it (mode "
                  "%04o); a token file must be private: chmod 600 %s", path,
                  (unsigned)(st.st_mode & 07777), path);

@@ -1599,7 +1599,7 @@ static void test_token_file_of_systemd_credentials_may_show_group_read(
 {
     (void)state;
     char dir[] = "/tmp/psd-test-creds-XXXXXX", path[PATH_LEN], sub[PATH_LEN],
-         text[512], first[512], token[256];
+         text[512], first[512], token[256], said2[512];
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/token", dir);
     FILE *f = fopen(path, "w");
@@ -1616,22 +1616,27 @@ static void test_token_file_of_systemd_credentials_may_show_group_read(
         const char *says;
     } refused[] = {
         { 0460, 0700, "(mode 0460)" },       /* group write */
+        { 0450, 0700, "(mode 0450)" },       /* group execute */
         { 0444, 0700, "(mode 0444)" },       /* others */
         { 0440, 0777, "(mode 0440)" },       /* a folder anyone may write */
+        { 0440, 0755, "(mode 0440)" },       /* a folder others may read */
     };
-    int bad[3];
-    char said[3][512];
-    for (int k = 0; k < 3; k++) {
+    enum { NREFUSED = sizeof refused / sizeof refused[0] };
+    int bad[NREFUSED];
+    char said[NREFUSED][512];
+    for (int k = 0; k < NREFUSED; k++) {
         chmod(path, (mode_t)refused[k].mode);
         chmod(dir, (mode_t)refused[k].dir_mode);
         bad[k] = preflight_text(text, -1, said[k], sizeof said[k], NULL);
     }
     chmod(path, 0440);
+    chmod(dir, 0550);                        /* an ACL's mask on the folder */
+    int masked = preflight_text(text, -1, said2, sizeof said2, NULL);
     chmod(dir, 0700);
     /* The folder systemd names is flat: not a file below it. */
     snprintf(sub, sizeof sub, "%s/sub", dir);
     assert_int_equal(mkdir(sub, 0700), 0);
-    char deeper[PATH_LEN + 8], text2[600], said2[512];
+    char deeper[PATH_LEN + 8], text2[600];
     snprintf(deeper, sizeof deeper, "%s/token", sub);
     assert_int_equal(rename(path, deeper), 0);
     snprintf(text2, sizeof text2, "[cluster]\nnodes = 10.1.2.3:7070\n"
@@ -1647,7 +1652,8 @@ static void test_token_file_of_systemd_credentials_may_show_group_read(
     if (n)
         fail_msg("got \"%s\", want no problem", first);
     assert_string_equal(token, "0123456789abcdefXYZ");
-    for (int k = 0; k < 3; k++)
+    EXPECT_INT(masked, 0, "a folder of mode 0550");
+    for (int k = 0; k < NREFUSED; k++)
         expect_problem(bad[k], said[k], refused[k].says);
     expect_problem(below, said2, "(mode 0440)");
     expect_problem(elsewhere, said3, "(mode 0440)");

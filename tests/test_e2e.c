@@ -1194,6 +1194,14 @@ static void failed_open_says_why_in_last_error(void **state)
     EXPECT_SUBSTR(ps_last_error(NULL), refused, "ps_open's text");
     EXPECT_INT(strstr(strstr(ps_last_error(NULL), port_s) + 1, port_s) ==
                NULL, 1, "the address once: '%s'", ps_last_error(NULL));
+    /* Two nodes listed, neither up: said of both, not of the last one
+     * tried alone (which read as if the other were up). */
+    char two[96];
+    snprintf(two, sizeof two, "%s,127.0.0.1:%d", spec, cluster_free_port());
+    EXPECT_INT(ps_open(&c, two, &o), PS_ECONN, "no psd on %s", two);
+    EXPECT_SUBSTR(ps_last_error(NULL), "no connection to any of the 2 nodes "
+                  "listed within connect_timeout_ms (300 ms); the last "
+                  "tried, 127.0.0.1:", "ps_open's text for two nodes");
     /* A port that takes the connection and never answers (the kernel
      * completes it for a listener that does not accept): said as such,
      * not as if nothing were there. */

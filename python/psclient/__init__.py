@@ -715,7 +715,12 @@ class Client:
         """Same arguments as ``psclient.connect``."""
         self.servers = os.fspath(servers_or_ini)
         self._h: Optional[int] = None
-        self._cv = threading.Condition()
+        # The lock is taken with `with self._lock:`, not through the
+        # Condition: a Condition's __enter__ and __exit__ are Python
+        # functions, where a signal handler may raise (Ctrl-C) with the
+        # lock taken and never let go; the RLock's are C.
+        self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)
         self._busy = 0             # calls into the library now running
         self._busy_in: Dict[int, int] = {}   # thread id -> its running calls
         self._closing = False
@@ -912,7 +917,7 @@ class Client:
         # exactly once: never claimed by a close that has returned.
         try:
             try:
-                with self._cv:
+                with self._lock:
                     while True:
                         if self._h is None or self._closer == me:
                             return
@@ -966,7 +971,7 @@ class Client:
                         cut = True
                     except KeyboardInterrupt as e:
                         late, cut = e, True
-                with self._cv:
+                with self._lock:
                     # Before the library's close: a signal handler that
                     # raises runs as it returns, and a handle still set
                     # then would reach the library again at the next
@@ -984,7 +989,7 @@ class Client:
                     # Raised before anything was closed: the client stays
                     # open (or status reads would wait for a close that
                     # never comes).
-                    with self._cv:
+                    with self._lock:
                         self._closing = False
                         self._abandon = False
                         self._closer = None
@@ -1021,7 +1026,7 @@ class Client:
         # after the statuses are set.
         keep = None
         try:
-            with self._cv:
+            with self._lock:
                 pending = list(self._pending.values())
                 keep = (list(self._held), [r._bufs for r in pending])
                 self._pending.clear()
@@ -1065,7 +1070,7 @@ class Client:
             told = False         # the others waiting were told (again)
             while not told:
                 try:
-                    with self._cv:
+                    with self._lock:
                         self._closer = None
                         self._cv.notify_all()
                         told = True
@@ -1120,7 +1125,16 @@ class Client:
     def __del__(self) -> None:
         try:
             self.close(wait=not self._interrupted)
-        except Exception:
+        except BaseException:
+            pass
+        # A close cut short before it let go of the handle (Ctrl-C) left
+        # the client open: this object and the arrays of its requests go
+        # now, so the library's client is closed without waiting, or it
+        # would write into freed arrays.
+        try:
+            if getattr(self, "_h", None) is not None:
+                self.close(wait=False)
+        except BaseException:
             pass
 
     __reduce_ex__ = _not_copied
@@ -1147,7 +1161,7 @@ class Client:
         if self._forked():
             raise ClosedError(PS_ECLOSED, _FORKED)
         me = threading.get_ident()
-        with self._cv:
+        with self._lock:
             if status_read:
                 # Until the close is over: its statuses are set after it
                 # let go of the handle, before it lets go of _closer.
@@ -1175,7 +1189,7 @@ class Client:
 
     def _release(self) -> None:
         me = threading.get_ident()
-        with self._cv:
+        with self._lock:
             self._busy -= 1
             if self._busy_in[me] == 1:
                 del self._busy_in[me]
@@ -1227,7 +1241,7 @@ class Client:
         raises (Ctrl-C) runs as soon as the library call it interrupted
         returns: the request is in flight by then, but its timestamp was
         never stored, so only ps_wait_all can tell when it completed."""
-        with self._cv:
+        with self._lock:
             self._held.append(bufs)
 
     def _call(self, fn, args: Sequence[object], bufs: Tuple[np.ndarray, ...],
@@ -1273,7 +1287,7 @@ class Client:
                 # arrays now: kept until their status was read, 1024
                 # dropped pulls of 64 MiB held 64 GiB.
                 self._sweep(h)
-                with self._cv:
+                with self._lock:
                     oldest = (next(iter(self._pending.values()))
                               if len(self._pending) >= _MAX_UNREAD
                               else None)
@@ -1290,7 +1304,7 @@ class Client:
                 settled = True
                 raise self._fail(h, ts)
             req = Request(self, ts, bufs, out)
-            with self._cv:
+            with self._lock:
                 self._pending[ts] = req
                 settled = True
         except BaseException:
@@ -1306,7 +1320,7 @@ class Client:
         completed, oldest first, up to the first still in flight; never
         waits. Called with h in use."""
         while True:
-            with self._cv:
+            with self._lock:
                 req = next(iter(self._pending.values()), None)
             if req is None:
                 return
@@ -1315,7 +1329,7 @@ class Client:
                 return
             msg = (_LIB.ps_last_error(h).decode("utf-8", "replace")
                    if st else "")
-            with self._cv:
+            with self._lock:
                 if req._status is None:
                     req._status, req._message = st, msg
                 req._bufs = None
@@ -1326,7 +1340,7 @@ class Client:
         its arrays. Called with h in use (counted busy, or by close)."""
         st = self._wait(h, req.ts)
         msg = _LIB.ps_last_error(h).decode("utf-8", "replace") if st else ""
-        with self._cv:
+        with self._lock:
             if req._status is None:
                 req._status, req._message = st, msg
             req._bufs = None
@@ -1366,7 +1380,7 @@ class Client:
         # Two threads asking for a new table at once both get the one
         # kept first (each made a Table of its own before).
         made = Table(self, name, info)
-        with self._cv:
+        with self._lock:
             t = self._tables.get(name)
             if t is None:
                 self._tables[name] = t = made
@@ -1378,7 +1392,7 @@ class Client:
         wait_all (ps_wait_all), after reading the status of each."""
         h = self._acquire()
         try:
-            with self._cv:
+            with self._lock:
                 issued = list(self._pending.values())
                 # Those of requests issued so far, counted from the
                 # client's first: another thread's wait_all may let go
@@ -1388,7 +1402,7 @@ class Client:
             err = self._fail(h, st) if st != PS_OK else None
             for req in issued:           # complete: ps_wait returns at once
                 self._read_status(h, req)
-            with self._cv:
+            with self._lock:
                 n = held - self._held_gone
                 if n > 0:
                     del self._held[:n]

@@ -2073,10 +2073,13 @@ def test_a_waiting_close_neither_holds_other_threads_nor_a_watchdog(
 @pytest.mark.parametrize("wait", [True, False])
 def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
         cluster, monkeypatch, wait):
-    """A KeyboardInterrupt raised at any line close() runs (as a signal
-    handler's would be, between two lines) leaves the client either open,
-    its close to be tried again, or closed, the library's client closed
-    exactly once: never half closed. Before, one just after close() took
+    """A KeyboardInterrupt raised at each line with a call that close()
+    runs, a push in flight (as a signal handler's would be, as such a
+    call begins or after the one before it returned) leaves the client
+    either open, its close to be tried again, or closed, the library's
+    client closed exactly once, after it was done with the push's array:
+    never half closed. (Not tried: a second interrupt, or one inside the
+    functions close() calls.) Before, one just after close() took
     the close over, or just before it let go of the handle, left it
     claimed by that close for good (a retried close() returned at once,
     the library's client never closed; another thread's close() and
@@ -2101,10 +2104,22 @@ def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
                     "no handler here" not in text[node.lineno - 1]):
                 with_calls.add((f.__code__, first + node.lineno))
     calls = []
+    # The array of a push in flight (node 1 is slow to answer): alive,
+    # whoever holds it, until the library's close has returned.
+    out_alive = [lambda: None, 0]        # its weakref, its timestamp
+    wait_timeout = psclient._LIB.ps_wait_timeout
+
+    def closing(h, real):
+        calls.append(h)
+        if wait_timeout(h, out_alive[1], 0) == psclient.PS_PENDING:
+            assert out_alive[0]() is not None, \
+                "the array of a request in flight freed before the close"
+        return real(h)
+
     for name in ("ps_close", "ps_close_now"):
         real = getattr(psclient._LIB, name)
         monkeypatch.setattr(psclient._LIB, name,
-                            lambda h, real=real: (calls.append(h), real(h)))
+                            lambda h, real=real: closing(h, real))
 
     def lines_run(target=None):
         """Closes a new client, raising KeyboardInterrupt at `target`;
@@ -2122,8 +2137,19 @@ def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
         def tracer(frame, event, arg):
             return local if frame.f_code in codes else None
 
-        c = psclient.connect(cluster.spec)
-        c.table("dense").push_range(0, np.ones((1, 3), F32))
+        c = psclient.connect(cluster.spec, request_timeout_ms=20000)
+        d = c.table("dense")
+        d.push_range(0, np.ones((1, 3), F32))
+        # In flight while close() runs: node 1 stopped for 50 ms (a close
+        # that waits waits for it), the caller's references dropped (the
+        # request's handle, which would hold an out array, too).
+        grads = np.zeros((100, 3), F32)
+        out_alive[0] = weakref.ref(grads)
+        cluster.signal(1, signal.SIGSTOP)
+        out_alive[1] = d.push_range_async(0, grads).ts
+        del grads
+        threading.Timer(0.05, cluster.signal,
+                        (1, signal.SIGCONT)).start()
         sys.settrace(tracer)
         try:
             c.close(wait=wait)
@@ -2131,6 +2157,8 @@ def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
             pass
         finally:
             sys.settrace(None)
+            time.sleep(0.06)
+            cluster.signal(1, signal.SIGCONT)
         return seen, c
 
     seen, c = lines_run()
