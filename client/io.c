@@ -780,11 +780,11 @@ static void open_gave_up(psc_io *io, const nconn *nc, int status,
         why += k;
         why += !strncmp(why, ": ", 2) ? 2 : *why == ' ';
     }
-    /* Still on the seeds: none of the nodes listed answered, and naming
-     * only the last one tried read as if the others were up. */
+    /* Still on the seeds: none of the addresses listed answered, and
+     * naming only the last one tried read as if the others were up. */
     if (nc && nc == io->seed && io->nseeds > 1)
         open_done(io, status,
-                  "no connection to any of the %d nodes listed within "
+                  "no connection to any of the %d addresses listed within "
                   "connect_timeout_ms (%d ms); the last tried, %s%s%s",
                   io->nseeds, io->c->opt.connect_timeout_ms, nc->name,
                   why[0] ? ": " : "", why);
@@ -2155,8 +2155,11 @@ static void on_tick(uv_timer_t *t)
          * one yet. */
         const char *why = !nc ? "" : nc->state == NC_CLOSING ? nc->drop_why
                                                               : nc->last_why;
-        open_gave_up(io, nc, nc && nc->last_status ? nc->last_status
-                                                   : PS_ETIMEDOUT, why);
+        /* The status of the same attempt as the reason (the last one may
+         * be another seed's). */
+        int st = !nc ? 0 : nc->state == NC_CLOSING ? nc->drop_status
+                                                   : nc->last_status;
+        open_gave_up(io, nc, st ? st : PS_ETIMEDOUT, why);
     }
 }
 

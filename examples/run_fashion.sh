@@ -115,9 +115,10 @@ say "stopping the psd nodes"
 stop_nodes || failed=1
 # Where the trained model is: each node's last snapshot (SIGTERM wrote it).
 data=$(ini_data_dir "$INI")
-if [ -n "$data" ] && [ "$failed" -eq 0 ]; then
-    say "the model is in $data (psd-node*.snap): start the nodes again to" \
-        "serve it, or psd --export DIR -c $INI writes it as .npy files"
+if [ "$failed" -eq 0 ]; then
+    say "the model is in ${data:-/var/lib/psd} (psd-node*): start the nodes" \
+        "again to serve it, or $BUILD/psd --export DIR -c '$INI' writes it" \
+        "as .npy files"
 fi
 
 [ "$failed" -eq 0 ] || fail "see the messages above"
