@@ -1018,14 +1018,16 @@ class Client:
         """The rest of close() once it let go of the handle h (None: there
         was none to close): statuses, the library's close, then other
         closes and status reads may go on. Raises late, or what cut it
-        short, after the library's close. Says it began in began."""
-        began.append(True)
+        short, after the library's close. Says it began in began, inside
+        the try whose finally closes the library's client: an interrupt as
+        the append returns is raised there, not before it."""
         # The arrays stay referenced (keep) until the library's close has
         # returned: it may send them, or write pulled rows into them, until
         # then. Status reads in other threads wait until _closer is None,
         # after the statuses are set.
         keep = None
         try:
+            began.append(True)
             with self._lock:
                 pending = list(self._pending.values())
                 keep = (list(self._held), [r._bufs for r in pending])
@@ -1043,39 +1045,42 @@ class Client:
                         req._message = _ABANDONED
                     req._bufs = None
         finally:
-            # Outside the lock: a worker's goodbye waits for the nodes (up
-            # to request_timeout_ms with one stopped), and other threads'
-            # calls meanwhile fail at once instead of queueing behind it.
-            # A close from another thread returns once this one has.
-            # Called exactly once, even when Ctrl-C comes just before
-            # the call (tried again) or as it returns (done: raised after).
-            # Between `called = True` and the call no handler can run:
-            # the library's functions are C, with nothing in Python
-            # before them ("no handler here" below).
-            called = h is None
-            while True:
-                try:
-                    if not called:
-                        called = True
-                        if not cut:
-                            _LIB.ps_close(h)          # no handler here
-                        else:
-                            _LIB.ps_close_now(h)      # no handler here
-                    break
-                except BaseException as e:
-                    late = e
-                    if called:
+            # Nothing to do if it did not begin (an interrupt as it
+            # was called): close() calls it again.
+            if began:
+                # Outside the lock: a worker's goodbye waits for the nodes (up
+                # to request_timeout_ms with one stopped), and other threads'
+                # calls meanwhile fail at once instead of queueing behind it.
+                # A close from another thread returns once this one has.
+                # Called exactly once, even when Ctrl-C comes just before
+                # the call (tried again) or as it returns (done: raised after).
+                # Between `called = True` and the call no handler can run:
+                # the library's functions are C, with nothing in Python
+                # before them ("no handler here" below).
+                called = h is None
+                while True:
+                    try:
+                        if not called:
+                            called = True
+                            if not cut:
+                                _LIB.ps_close(h)          # no handler here
+                            else:
+                                _LIB.ps_close_now(h)      # no handler here
                         break
-            del keep
-            told = False         # the others waiting were told (again)
-            while not told:
-                try:
-                    with self._lock:
-                        self._closer = None
-                        self._cv.notify_all()
-                        told = True
-                except BaseException as e:
-                    late = e
+                    except BaseException as e:
+                        late = e
+                        if called:
+                            break
+                del keep
+                told = False         # the others waiting were told (again)
+                while not told:
+                    try:
+                        with self._lock:
+                            self._closer = None
+                            self._cv.notify_all()
+                            told = True
+                    except BaseException as e:
+                        late = e
         if late is not None:
             try:                     # as wait_all: no frame cycle
                 raise late

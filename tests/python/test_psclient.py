@@ -2078,8 +2078,9 @@ def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
     call begins or after the one before it returned) leaves the client
     either open, its close to be tried again, or closed, the library's
     client closed exactly once, after it was done with the push's array:
-    never half closed. (Not tried: a second interrupt, or one inside the
-    functions close() calls.) Before, one just after close() took
+    never half closed. So does one raised as each call close() makes
+    returns. (Not tried: a second interrupt, or one inside the functions
+    close() calls.) Before, one just after close() took
     the close over, or just before it let go of the handle, left it
     claimed by that close for good (a retried close() returned at once,
     the library's client never closed; another thread's close() and
@@ -2121,10 +2122,14 @@ def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
         monkeypatch.setattr(psclient._LIB, name,
                             lambda h, real=real: closing(h, real))
 
-    def lines_run(target=None):
-        """Closes a new client, raising KeyboardInterrupt at `target`;
-        returns the lines of close() it ran, and the client."""
+    def lines_run(target=None, returns=None):
+        """Closes a new client, raising KeyboardInterrupt at line `target`,
+        or as the returns-th call made from close() or _end_close()
+        returns (a C function's, or a Python one's as it returns to
+        them); returns the lines of close() it ran and the number of such
+        returns, and the client."""
         seen = []
+        returned = [0]
 
         def local(frame, event, arg):
             if event == "line":
@@ -2136,6 +2141,15 @@ def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
 
         def tracer(frame, event, arg):
             return local if frame.f_code in codes else None
+
+        def profiler(frame, event, arg):
+            if ((event == "c_return" and frame.f_code in codes) or
+                    (event == "return" and frame.f_back is not None and
+                     frame.f_back.f_code in codes and
+                     frame.f_code.co_name != "__del__")):
+                returned[0] += 1
+                if returned[0] == returns:
+                    raise KeyboardInterrupt
 
         c = psclient.connect(cluster.spec, request_timeout_ms=20000)
         d = c.table("dense")
@@ -2150,26 +2164,31 @@ def test_ctrl_c_at_any_line_of_a_close_leaves_the_client_whole(
         del grads
         threading.Timer(0.05, cluster.signal,
                         (1, signal.SIGCONT)).start()
+        gc.collect()             # no other client's __del__ meanwhile
         sys.settrace(tracer)
+        sys.setprofile(profiler)
         try:
             c.close(wait=wait)
         except KeyboardInterrupt:
             pass
         finally:
+            sys.setprofile(None)
             sys.settrace(None)
             time.sleep(0.06)
             cluster.signal(1, signal.SIGCONT)
-        return seen, c
+        return seen, returned[0], c
 
-    seen, c = lines_run()
+    seen, nreturns, c = lines_run()
     assert c.closed and len(calls) == 1
     targets = sorted(set(seen) & with_calls, key=lambda t: t[1])
-    assert len(targets) > 10
-    for line in targets:
+    assert len(targets) > 10 and nreturns > 10
+    for line, returns in ([(t, None) for t in targets] +
+                          [(None, k) for k in range(1, nreturns + 1)]):
         calls.clear()
-        _, c = lines_run(line)
+        _, _, c = lines_run(line, returns)
         where = (f"interrupted at line {line[1]} of "
-                 f"{codes[line[0]].__name__}()")
+                 f"{codes[line[0]].__name__}()" if line else
+                 f"interrupted as call {returns} of {nreturns} returned")
         assert c._closer is None, where
         if c._h is not None:                 # left open: nothing closed
             assert not c.closed and not calls, where
