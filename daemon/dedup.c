@@ -16,6 +16,10 @@
 #include "../proto/status.h"
 
 #define MIN_CAP 16
+/* Clients forgotten with pushes they had not acknowledged, kept as a
+ * tombstone each (its struct, about 140 bytes, without table or ring):
+ * at most this many, the oldest let go first. */
+#define MAX_TOMBS 16384
 
 typedef struct entry {
     uint64_t ts;                 /* 0: a free slot (timestamps start at 1) */
@@ -42,6 +46,13 @@ struct psd_dclient {
     uint64_t journaled;          /* the mark last handed to the journal */
     int nconns;                  /* connections attached */
     uint64_t idle_since;         /* when nconns fell to 0 */
+    /* Its memory of pushes from low up to here was dropped (client_ttl,
+     * or to make room at max_remembered_pushes) while it had not
+     * acknowledged them: whether such a push was applied is not known,
+     * so a copy of one is refused, not applied again (psd_dedup_seen). */
+    uint64_t forgot;
+    int tomb;                    /* kept only for that, in d's tombs */
+    struct psd_dclient *tprev, *tnext;   /* d's tombs, oldest first */
     struct psd_dedup *owner;
     struct psd_dclient *next;    /* hash chain */
 };
@@ -49,8 +60,10 @@ struct psd_dclient {
 struct psd_dedup {
     psd_dclient **bucket;
     size_t nbuckets;             /* power of two */
-    size_t nclients;
+    size_t nclients;             /* tombstones among them */
     size_t live;                 /* every client's `live` */
+    psd_dclient *thead, *ttail;  /* tombstones, oldest first */
+    size_t ntombs;
 };
 
 /* Clients choose ids, incarnations, timestamps and parts: hashed under
@@ -122,6 +135,25 @@ static void grow_buckets(psd_dedup *d)
     d->nbuckets = nb;
 }
 
+/* Takes tombstone c off d's list: forgotten for good, or back (its
+ * client reconnected: it ages again as any client). */
+static void unbury(psd_dedup *d, psd_dclient *c)
+{
+    if (!c->tomb)
+        return;
+    if (c->tprev)
+        c->tprev->tnext = c->tnext;
+    else
+        d->thead = c->tnext;
+    if (c->tnext)
+        c->tnext->tprev = c->tprev;
+    else
+        d->ttail = c->tprev;
+    c->tprev = c->tnext = NULL;
+    c->tomb = 0;
+    d->ntombs--;
+}
+
 psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
                               uint64_t incarnation, uint64_t now_ms)
 {
@@ -141,6 +173,7 @@ psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
         if (++d->nclients > d->nbuckets)
             grow_buckets(d);
     }
+    unbury(d, c);
     c->nconns++;
     c->idle_since = now_ms;
     return c;
@@ -149,6 +182,7 @@ psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
 /* Takes c out of d's chains and counts and frees it. */
 static void forget(psd_dedup *d, psd_dclient *c)
 {
+    unbury(d, c);
     psd_dclient **pp = &d->bucket[client_hash(c->id, c->incarnation) &
                                   (d->nbuckets - 1)];
     while (*pp != c)
@@ -157,6 +191,40 @@ static void forget(psd_dedup *d, psd_dclient *c)
     d->live -= c->live;
     d->nclients--;
     client_free(c);
+}
+
+/* Drops what c remembers of its pushes, which it had not all
+ * acknowledged, keeping it as a tombstone that refuses their copies (the
+ * caller then calls trim_tombs: c stays in its hash chain until then). */
+static void bury(psd_dedup *d, psd_dclient *c)
+{
+    d->live -= c->live;
+    c->live = 0;
+    free(c->tab);
+    free(c->ring);
+    c->tab = NULL;
+    c->ring = NULL;
+    c->cap = c->n = 0;
+    c->rcap = c->rhead = 0;
+    if (c->top > c->forgot)
+        c->forgot = c->top;
+    if (c->tomb)
+        return;
+    c->tomb = 1;
+    c->tprev = d->ttail;
+    if (d->ttail)
+        d->ttail->tnext = c;
+    else
+        d->thead = c;
+    d->ttail = c;
+    d->ntombs++;
+}
+
+/* Past MAX_TOMBS, the oldest tombstones are forgotten for good. */
+static void trim_tombs(psd_dedup *d)
+{
+    while (d->ntombs > MAX_TOMBS)
+        forget(d, d->thead);
 }
 
 void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms)
@@ -196,6 +264,8 @@ int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
         *status = PSW_OK;        /* complete at the client: a stale copy */
         return 1;
     }
+    if (ts < c->forgot)
+        return 2;                /* its record was dropped: not known */
     if (!c->cap)
         return 0;
     for (size_t j = slot_of(ts, part, c->cap); c->tab[j].ts;
@@ -205,6 +275,11 @@ int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
             return 1;
         }
     return 0;
+}
+
+uint64_t psd_dedup_forgot(const psd_dclient *c)
+{
+    return c->forgot;
 }
 
 static void put(entry *tab, size_t cap, entry e)
@@ -379,7 +454,8 @@ int psd_dedup_forget_idlest(psd_dedup *d, uint64_t *client_id,
     *incarnation = best->incarnation;
     *pushes = best->live;
     *idle_since = best->idle_since;
-    forget(d, best);
+    bury(d, best);
+    trim_tombs(d);
     return 1;
 }
 
@@ -391,17 +467,26 @@ size_t psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms,
     for (size_t i = 0; i < d->nbuckets; i++)
         for (psd_dclient **pp = &d->bucket[i]; *pp;) {
             psd_dclient *c = *pp;
-            if (c->nconns == 0 && now_ms - c->idle_since >= ttl_ms) {
-                *pp = c->next;
-                d->live -= c->live;
+            if (c->nconns == 0 && !c->tomb &&
+                now_ms - c->idle_since >= ttl_ms) {
                 *unacked_clients += c->live > 0;
                 *unacked += c->live;
                 gone++;
-                client_free(c);
-                d->nclients--;
+                if (c->live || c->forgot > c->low) {
+                    /* Kept as a tombstone: a copy of one of those pushes
+                     * (or of those an earlier tombstone of it forgot, not
+                     * acknowledged since) is refused. */
+                    bury(d, c);
+                    pp = &c->next;
+                } else {
+                    *pp = c->next;
+                    client_free(c);
+                    d->nclients--;
+                }
             } else
                 pp = &c->next;
         }
+    trim_tombs(d);
     return gone;
 }
 
@@ -413,7 +498,7 @@ void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,
         for (const psd_dclient *c = d->bucket[i]; c; c = c->next)
             b += sizeof *c + c->cap * sizeof(entry) +
                  c->rcap * sizeof *c->ring;
-    *clients = d->nclients;
+    *clients = d->nclients - d->ntombs;
     *entries = d->live;
     *bytes = b;
 }
@@ -425,11 +510,15 @@ void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,
 
 int psd_dedup_save(const psd_dedup *d, psd_sink *out)
 {
-    uint64_t n = d->nclients;
+    /* Tombstones are not saved: a restarted node no longer knows what
+     * it forgot (docs/durability.md). */
+    uint64_t n = d->nclients - d->ntombs;
     if (psd_put(out, &n, sizeof n))
         return -1;
     for (size_t i = 0; i < d->nbuckets; i++)
         for (const psd_dclient *c = d->bucket[i]; c; c = c->next) {
+            if (c->tomb)
+                continue;
             uint64_t live = 0;
             for (size_t j = 0; j < c->cap; j++)
                 live += c->tab[j].ts >= c->low && c->tab[j].ts != 0;

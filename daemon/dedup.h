@@ -32,9 +32,14 @@ psd_dclient *psd_dedup_attach(psd_dedup *d, uint64_t client_id,
 void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms);
 
 /* Whether push (ts, part) was applied already: 1 with its status in
- * *status (PSW_OK for a push below the client's mark), 0 when it is new. */
+ * *status (PSW_OK for a push below the client's mark), 0 when it is new,
+ * 2 when that is not known: the node dropped what it remembered of the
+ * client's pushes below psd_dedup_forgot(c) before the client had
+ * acknowledged them (client_ttl, or room at max_remembered_pushes). Such
+ * a client is kept as a tombstone (the last 16384) that says so. */
 int psd_dedup_seen(const psd_dclient *c, uint64_t ts, uint32_t part,
                    int *status);
+uint64_t psd_dedup_forgot(const psd_dclient *c);
 
 /* Client c sent a valid push of ts (applied, or refused at a limit): it
  * is remembered past its last connection, with its mark, for client_ttl,
@@ -72,16 +77,17 @@ int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
                    size_t per_client, size_t total, char *why, size_t whylen);
 
 /* Forgets the client that has had no connection for longest among those
- * that hold pushes, as client_ttl would later: 1 with what it was, or 0
- * when every such client is connected. */
+ * that hold pushes, as client_ttl would later (a tombstone is kept, see
+ * psd_dedup_seen): 1 with what it was, or 0 when every such client is
+ * connected. */
 int psd_dedup_forget_idlest(psd_dedup *d, uint64_t *client_id,
                             uint64_t *incarnation, size_t *pushes,
                             uint64_t *idle_since);
 
 /* Forgets clients that have had no connection for ttl_ms. Returns how
  * many; *unacked_clients and *unacked get how many of them held pushes
- * they never acknowledged, and how many such pushes (a copy of one sent
- * after this is applied again). */
+ * they never acknowledged, and how many such pushes (those clients are
+ * kept as tombstones: a copy of one is refused, see psd_dedup_seen). */
 size_t psd_dedup_expire(psd_dedup *d, uint64_t now_ms, uint64_t ttl_ms,
                         size_t *unacked_clients, size_t *unacked);
 
@@ -95,8 +101,9 @@ int psd_dedup_save(const psd_dedup *d, psd_sink *out);
 int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,
                    size_t errlen);
 
-/* For stats and tests: clients known, pushes remembered (those above
- * their client's mark, or a few more, see dedup.c), bytes used. */
+/* For stats and tests: clients known (not the tombstones), pushes
+ * remembered (those above their client's mark, or a few more, see
+ * dedup.c), bytes used (the tombstones' too). */
 void psd_dedup_size(const psd_dedup *d, size_t *clients, size_t *entries,
                     size_t *bytes);
 

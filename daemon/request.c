@@ -542,8 +542,9 @@ static int room_for(psd_node *n, psd_dclient *dc, uint64_t ts,
         n->stats.clients_forgotten++;
         psd_warn("forgot the %zu pushes of client %016llx.%llu, gone for "
                  "%llu s, before its client_ttl: this node remembers "
-                 "max_remembered_pushes (%llu) pushes; a copy of them sent "
-                 "now would be applied again", count, (unsigned long long)id,
+                 "max_remembered_pushes (%llu) pushes; a copy of one sent "
+                 "now is refused as perhaps applied", count,
+                 (unsigned long long)id,
                  (unsigned long long)inc,
                  (unsigned long long)((now_ms - since) / 1000),
                  (unsigned long long)n->cfg.max_remembered_pushes);
@@ -916,8 +917,26 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     psd_dclient *dc = pushes ? dedup_of(n, ss, now_ms) : NULL;
     if (dc)                      /* remembered past its close from now */
         psd_dedup_pushed(dc, m->ts);
-    int seen_status;
-    if (dc && psd_dedup_seen(dc, m->ts, m->part, &seen_status)) {
+    int seen_status, seen = dc ? psd_dedup_seen(dc, m->ts, m->part,
+                                                &seen_status) : 0;
+    if (seen == 2) {
+        /* A copy of a push whose record this node dropped, with its
+         * client gone, before the client acknowledged it: applied or
+         * not, nobody knows now. Applied again it would count twice;
+         * refused, the client says it may have been applied. */
+        n->stats.duplicates++;
+        snprintf(err, sizeof err, "this node forgot whether it applied "
+                 "push %llu: it dropped its record of this client's pushes "
+                 "below %llu, which the client had not acknowledged, while "
+                 "the client was gone (client_ttl %u s, or room at "
+                 "max_remembered_pushes): it may have been applied; it was "
+                 "not applied again", (unsigned long long)m->ts,
+                 (unsigned long long)psd_dedup_forgot(dc),
+                 (unsigned)n->cfg.client_ttl);
+        reply_error(n, ss, m, PSW_ESERVER, err);
+        return;
+    }
+    if (seen == 1) {
         n->stats.duplicates++;
         /* Its first copy may still wait for its record to be durable (on
          * a connection since lost): this answer waits as long, for every
@@ -1239,11 +1258,14 @@ void psd_request_tick(psd_node *n, uint64_t now_ms)
     /* A client gone for client_ttl with pushes it never heard answered
      * may still send them (a partition longer than its own bound cannot
      * last that long with the defaults, but client_ttl may be set
-     * shorter): the operator hears that a copy would be applied again. */
+     * shorter): the operator hears of it. A copy is refused while the
+     * client's tombstone lasts (dedup.h). */
     if (uclients)
         psd_warn_rep("forgot %zu clients gone for client_ttl (%u s) with "
                      "%zu pushes they had not acknowledged: a copy of one "
-                     "sent now would be applied again", uclients,
+                     "sent now is refused as perhaps applied (this node "
+                     "keeps that much of the last 16384 such clients, "
+                     "until it restarts)", uclients,
                      (unsigned)n->cfg.client_ttl, unacked);
 }
 
@@ -1359,7 +1381,7 @@ int psd_request_replay(void *ctx, const psd_jrecord *r, char *err,
      * block of the file written twice): applied again, the replay gave
      * that push twice. Skipped, as the live node skips a retransmission. */
     int seen_status;
-    if (psd_dedup_seen(dc, m->ts, m->part, &seen_status)) {
+    if (psd_dedup_seen(dc, m->ts, m->part, &seen_status) == 1) {
         psd_dedup_detach(n->dedup, dc, rc_->now_ms);
         psd_warn("journal: a record of push %llu (part %u) of client "
                  "%016llx, applied already, is there again: skipped",

@@ -138,7 +138,8 @@ static void test_clients_without_connections_expire_after_the_ttl(
     psd_dedup_size(d, &clients, &entries, &bytes);
     EXPECT_INT(clients, 2, "clients before the ttl");
     /* a's push was never acknowledged: the caller hears of it (the node
-     * logs that a copy would be applied again). */
+     * logs that a copy is refused as perhaps applied), and a is kept as
+     * a tombstone, not counted among the clients. */
     EXPECT_INT((int)psd_dedup_expire(d, 3000, 1000, &uc, &un), 1,
                "forgotten at the ttl");
     EXPECT_INT((int)uc, 1, "of them with pushes not acknowledged");
@@ -351,11 +352,14 @@ static void test_the_node_forgets_clients_gone_longest_at_its_limit(
     psd_dedup_size(d, &clients, &entries, &bytes);
     EXPECT_INT(clients, 1, "clients left");
     EXPECT_INT(entries, 11, "c's pushes");
-    /* b, coming back, is a client the node does not know: its old pushes
-     * would be applied again, which is what the warning says. */
+    /* b, coming back, finds its tombstone: whether its old pushes were
+     * applied is not known (2), so a copy is refused, not applied again
+     * (before, the node had forgotten b whole and applied it again); a
+     * new push is new. */
     psd_dclient *b2 = psd_dedup_attach(d, 2, 1, 900);
     int st;
-    EXPECT_INT(psd_dedup_seen(b2, 5, 0, &st), 0, "b's old push");
+    EXPECT_INT(psd_dedup_seen(b2, 5, 0, &st), 2, "b's old push");
+    EXPECT_INT(psd_dedup_seen(b2, 11, 0, &st), 0, "b's next push");
     psd_dedup_free(d);
 }
 
@@ -391,6 +395,76 @@ static void test_the_count_follows_acks_after_a_snapshot_is_loaded(
     psd_dedup_free(d2);
 }
 
+/* A client forgotten with pushes it had not acknowledged is kept as a
+ * tombstone: a copy of one of them is "not known" (2), not new; back, it
+ * stays one while it has not acknowledged past them, and is forgotten
+ * for good once it has; tombstones are bounded (the oldest go first) and
+ * not saved. */
+static void test_a_client_forgotten_with_unacked_pushes_leaves_a_tombstone(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *a = psd_dedup_attach(d, 1, 1, 0);
+    psd_dedup_record(a, 1, 0, PSW_OK);
+    psd_dedup_record(a, 2, 0, PSW_OK);
+    psd_dedup_detach(d, a, 0);
+    size_t uc, un, clients, entries, bytes;
+    EXPECT_INT((int)psd_dedup_expire(d, 1000, 1000, &uc, &un), 1, "expired");
+    psd_dedup_size(d, &clients, &entries, &bytes);
+    EXPECT_INT(clients, 0, "clients (the tombstone is not one)");
+    EXPECT_INT(entries, 0, "pushes remembered");
+    /* Not expired again while a tombstone. */
+    EXPECT_INT((int)psd_dedup_expire(d, 5000, 1000, &uc, &un), 0,
+               "a tombstone does not expire");
+    a = psd_dedup_attach(d, 1, 1, 5000);
+    int st;
+    EXPECT_INT(psd_dedup_seen(a, 2, 0, &st), 2, "a copy of push 2");
+    EXPECT_INT(psd_dedup_seen(a, 3, 0, &st), 0, "push 3, new");
+    psd_dedup_record(a, 3, 0, PSW_OK);
+    psd_dedup_ack(a, 4, UINT64_MAX);     /* past 1..3 (its copies stale) */
+    EXPECT_INT(psd_dedup_seen(a, 2, 0, &st), 1, "push 2, below the mark");
+    EXPECT_INT(st, PSW_OK, "a stale copy");
+    psd_dedup_detach(d, a, 5000);
+    /* Everything acknowledged: forgotten for good at the ttl, no
+     * tombstone (a client not known after it). */
+    EXPECT_INT((int)psd_dedup_expire(d, 8000, 1000, &uc, &un), 1,
+               "expired for good");
+    EXPECT_INT((int)uc, 0, "with nothing unacknowledged");
+    a = psd_dedup_attach(d, 1, 1, 9000);
+    EXPECT_INT(psd_dedup_seen(a, 2, 0, &st), 0, "a client not known");
+    psd_dedup_detach(d, a, 9000);
+    /* Tombstones are not saved. */
+    psd_dclient *b = psd_dedup_attach(d, 2, 1, 9000);
+    psd_dedup_record(b, 7, 0, PSW_OK);
+    psd_dedup_detach(d, b, 9000);
+    psd_dedup_expire(d, 20000, 1000, &uc, &un);
+    membuf m = { 0 };
+    psd_sink o = { mem_put, &m };
+    EXPECT_INT(psd_dedup_save(d, &o), 0, "save");
+    psd_dedup *d2 = psd_dedup_new();
+    psd_source in = { mem_get, &m };
+    char err[128];
+    EXPECT_INT(psd_dedup_load(d2, &in, 0, err, sizeof err), 0, "load");
+    psd_dedup_size(d2, &clients, &entries, &bytes);
+    EXPECT_INT(clients, 0, "clients loaded");
+    free(m.p);
+    psd_dedup_free(d2);
+    /* At most 16384 tombstones (the oldest forgotten first). */
+    for (uint64_t id = 100; id < 100 + 16384 + 10; id++) {
+        psd_dclient *x = psd_dedup_attach(d, id, 1, 30000);
+        psd_dedup_record(x, 1, 0, PSW_OK);
+        psd_dedup_detach(d, x, 30000);
+    }
+    psd_dedup_expire(d, 40000, 1000, &uc, &un);
+    int kept = 0;
+    for (uint64_t id = 100; id < 100 + 16384 + 10; id++)
+        kept += psd_dedup_seen(psd_dedup_attach(d, id, 1, 40000), 1, 0,
+                               &st) == 2;
+    EXPECT_INT(kept, 16384, "tombstones kept of 16394");
+    psd_dedup_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -414,6 +488,8 @@ int main(void)
             test_the_node_forgets_clients_gone_longest_at_its_limit),
         cmocka_unit_test(
             test_the_count_follows_acks_after_a_snapshot_is_loaded),
+        cmocka_unit_test(
+            test_a_client_forgotten_with_unacked_pushes_leaves_a_tombstone),
     };
     return cmocka_run_group_tests_name("dedup", tests, NULL, NULL);
 }

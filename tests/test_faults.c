@@ -1277,9 +1277,10 @@ static void push_not_sent_to_one_node_says_the_other_may_have_it(
 }
 
 /* A client gone for client_ttl with a push it never heard answered is
- * forgotten; a copy of that push sent later is applied again. That was
- * silent, though durability.md says the log says so: now a warning, and
- * psd_clients_expired_total counts every client forgotten at the ttl. */
+ * forgotten (a copy of that push is then refused: the next test). That
+ * was silent, though durability.md says the log says so: now a warning,
+ * and psd_clients_expired_total counts every client forgotten at the
+ * ttl. */
 static void a_client_forgotten_with_unacked_pushes_is_logged(void **state)
 {
     (void)state;
@@ -1307,6 +1308,50 @@ static void a_client_forgotten_with_unacked_pushes_is_logged(void **state)
     EXPECT_SUBSTR(js, "\"forgotten_early\": 0, \"expired\": 1}",
                   "counted");
     free(js);
+    rig_stop(&r);
+}
+
+/* A push applied whose answer was lost, its client then gone (no
+ * connection) for client_ttl, and its copy sent when the client is back:
+ * the node had forgotten the client and applied the copy again, and the
+ * client got PS_OK for a push applied twice (network-fault trial). Now
+ * the node keeps a tombstone of a client forgotten with pushes it had
+ * not acknowledged, and refuses such a copy: the push fails saying it
+ * may have been applied, and the row holds it once. */
+static void a_copy_of_a_push_forgotten_at_client_ttl_is_not_applied_again(
+    void **state)
+{
+    (void)state;
+    rig r;
+    rig_start(&r, 1, "", SERVER "client_ttl = 1\n[table.d]\nkind = dense\n"
+              "rows = 4\ndim = 1\nupdater = sum\n");
+    ps_options o = fault_options();
+    o.request_timeout_ms = 500;
+    o.max_retries = 30;
+    ps_client *c;
+    assert_int_equal(ps_open(&c, r.c.spec, &o), PS_OK);
+    int t = ps_table(c, "d", NULL);
+    float g[4] = { 1, 1, 1, 1 };
+    fp_set(r.p[0], FP_DOWN, &(fp_faults){ .blackhole = 1 });
+    ps_ts ts = ps_push_range(c, t, 0, 4, g, NULL, NULL);
+    assert_true(ts > 0);
+    sleep_ms(200);                       /* applied; its answer swallowed */
+    fp_refuse(r.p[0], 1);                /* the client gone: no connection */
+    fp_reset_all(r.p[0]);
+    EXPECT_INT(cluster_log_wait(&r.c, 0, "forgot 1 clients gone for "
+                                "client_ttl (1 s) with 1 pushes", 10000), 1,
+               "the node forgot the client");
+    fp_set(r.p[0], FP_DOWN, &(fp_faults){ 0 });
+    fp_refuse(r.p[0], 0);                /* back: the copy is sent */
+    EXPECT_INT(ps_wait(c, ts), PS_ESERVER, "the copy of the push");
+    EXPECT_SUBSTR(ps_last_error(c), "it may have been applied; it was not "
+                  "applied again", "why");
+    float out[4] = { 0 };
+    EXPECT_INT(ps_wait(c, ps_pull_range(c, t, 0, 4, out, NULL, NULL)),
+               PS_OK, "pull");
+    for (int i = 0; i < 4; i++)
+        EXPECT_FLOAT(out[i], 1, "row %d: the push once", i);
+    ps_close(c);
     rig_stop(&r);
 }
 
@@ -2760,6 +2805,8 @@ int main(void)
         cmocka_unit_test(push_applied_in_part_says_so_in_full),
         cmocka_unit_test(push_not_sent_to_one_node_says_the_other_may_have_it),
         cmocka_unit_test(a_client_forgotten_with_unacked_pushes_is_logged),
+        cmocka_unit_test(
+            a_copy_of_a_push_forgotten_at_client_ttl_is_not_applied_again),
         cmocka_unit_test(expired_ssp_pull_never_sends_its_keys_afterwards),
         cmocka_unit_test(late_last_attempt_still_fails_within_the_bound),
         cmocka_unit_test(worker_back_after_its_grace_keeps_its_ssp_bound),
