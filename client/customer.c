@@ -333,6 +333,12 @@ static void note_partial(psc_req *r)
         /* A pushpull sent as pushes then pulls: one of its pulls failed. */
         append_error(r, " (every part of its push was applied: only the "
                         "pull of its rows failed)");
+    else if (r->nok && r->error && strstr(r->error, "may have been applied"))
+        /* The part that failed may have landed too (no answer, or a node
+         * that forgot whether it applied it): "in part" alone could make
+         * a caller push the rest again where the whole had landed. */
+        append_error(r, " (other parts of this push were applied: it was "
+                        "applied in part, or whole if the part above was)");
     else if (r->nok)
         append_error(r, " (other parts of this push were applied: it was "
                         "applied in part)");

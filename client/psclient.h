@@ -66,7 +66,9 @@ enum {
                            or a request is beyond what one request can be
                            (more than 2^32 - 1 keys, or 65,535 parts) */
     PS_ECLOSED = -10,   /* the client is closing */
-    PS_ESERVER = -11,   /* the server failed to carry out the request */
+    PS_ESERVER = -11,   /* the server failed to carry out the request (a
+                           push: its text says whether it may have been
+                           applied, e.g. a copy of one a node forgot) */
     PS_ENOTOWNER = -12, /* the server does not own that shard (layout mismatch) */
     PS_EBUSY = -13,     /* the server is at a limit (max_connections, or a
                            push past max_unacked_pushes or

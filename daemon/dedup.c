@@ -17,8 +17,9 @@
 
 #define MIN_CAP 16
 /* Clients forgotten with pushes they had not acknowledged, kept as a
- * tombstone each (its struct, about 140 bytes, without table or ring):
- * at most this many, the oldest let go first. */
+ * tombstone each (its struct, 176 bytes, about 190 with the allocator's,
+ * without table or ring: about 3 MB for all): at most this many, the
+ * oldest let go first. */
 #define MAX_TOMBS 16384
 
 typedef struct entry {
@@ -51,6 +52,9 @@ struct psd_dclient {
      * acknowledged them: whether such a push was applied is not known,
      * so a copy of one is refused, not applied again (psd_dedup_seen). */
     uint64_t forgot;
+    uint64_t rtop;               /* one above its highest push recorded
+                                    (applied): what `forgot` becomes; a
+                                    push refused at a check is not one */
     int tomb;                    /* kept only for that, in d's tombs */
     struct psd_dclient *tprev, *tnext;   /* d's tombs, oldest first */
     struct psd_dedup *owner;
@@ -206,8 +210,8 @@ static void bury(psd_dedup *d, psd_dclient *c)
     c->ring = NULL;
     c->cap = c->n = 0;
     c->rcap = c->rhead = 0;
-    if (c->top > c->forgot)
-        c->forgot = c->top;
+    if (c->rtop > c->forgot)
+        c->forgot = c->rtop;
     if (c->tomb)
         return;
     c->tomb = 1;
@@ -355,6 +359,8 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
         return -1;
     put(c->tab, c->cap, (entry){ ts, part, status });
     c->n++;
+    if (ts != UINT64_MAX && ts + 1 > c->rtop)
+        c->rtop = ts + 1;
     c->ring[(c->rhead + c->live) & (c->rcap - 1)] = ts;
     c->live++;
     c->owner->live++;

@@ -1263,9 +1263,9 @@ void psd_request_tick(psd_node *n, uint64_t now_ms)
     if (uclients)
         psd_warn_rep("forgot %zu clients gone for client_ttl (%u s) with "
                      "%zu pushes they had not acknowledged: a copy of one "
-                     "sent now is refused as perhaps applied (this node "
-                     "keeps that much of the last 16384 such clients, "
-                     "until it restarts)", uclients,
+                     "sent now is refused as perhaps applied (while the "
+                     "node keeps the client's tombstone: the last 16384 "
+                     "such clients, until it restarts)", uclients,
                      (unsigned)n->cfg.client_ttl, unacked);
 }
 

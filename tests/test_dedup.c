@@ -434,6 +434,19 @@ static void test_a_client_forgotten_with_unacked_pushes_leaves_a_tombstone(
     a = psd_dedup_attach(d, 1, 1, 9000);
     EXPECT_INT(psd_dedup_seen(a, 2, 0, &st), 0, "a client not known");
     psd_dedup_detach(d, a, 9000);
+    /* A push refused at a check (seen, psd_dedup_pushed, but not
+     * recorded) is checked again when sent again, tombstone or not: only
+     * pushes applied are below what a tombstone forgot. */
+    psd_dclient *f = psd_dedup_attach(d, 4, 1, 9000);
+    psd_dedup_record(f, 5, 0, PSW_OK);
+    psd_dedup_pushed(f, 9);
+    psd_dedup_detach(d, f, 9000);
+    psd_dedup_expire(d, 10000, 1000, &uc, &un);
+    f = psd_dedup_attach(d, 4, 1, 10000);
+    EXPECT_INT(psd_dedup_seen(f, 5, 0, &st), 2, "push 5, applied, forgotten");
+    EXPECT_INT(psd_dedup_seen(f, 9, 0, &st), 0, "push 9, refused before");
+    psd_dedup_ack(f, 10, UINT64_MAX);
+    psd_dedup_detach(d, f, 10000);
     /* Tombstones are not saved. */
     psd_dclient *b = psd_dedup_attach(d, 2, 1, 9000);
     psd_dedup_record(b, 7, 0, PSW_OK);
