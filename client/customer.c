@@ -333,12 +333,14 @@ static void note_partial(psc_req *r)
         /* A pushpull sent as pushes then pulls: one of its pulls failed. */
         append_error(r, " (every part of its push was applied: only the "
                         "pull of its rows failed)");
-    else if (r->nok && r->error && strstr(r->error, "may have been applied"))
-        /* The part that failed may have landed too (no answer, or a node
-         * that forgot whether it applied it): "in part" alone could make
-         * a caller push the rest again where the whole had landed. */
-        append_error(r, " (other parts of this push were applied: it was "
-                        "applied in part, or whole if the part above was)");
+    else if (r->nok && r->nfail && r->nfail_maybe == r->nfail)
+        /* Every part that failed may have landed too (no answer, or a
+         * node that forgot whether it applied it): "in part" alone could
+         * make a caller push the rest again where the whole had landed.
+         * One that certainly did not land makes it "in part". */
+        append_error(r, " (other parts of this push were applied, and "
+                        "those that failed may have been: it was applied "
+                        "in part, or whole)");
     else if (r->nok)
         append_error(r, " (other parts of this push were applied: it was "
                         "applied in part)");
@@ -558,13 +560,34 @@ void psc_customer_close(psc_customer *cu)
 
 /* ---- settling parts -------------------------------------------------- */
 
+/* Whether a part's text (whylen bytes, not NUL-terminated) says the
+ * part may have been applied. */
+static int says_maybe(const char *why, size_t whylen)
+{
+    static const char phrase[] = "may have been applied";
+    size_t k = sizeof phrase - 1;
+    for (size_t i = 0; i + k <= whylen; i++)
+        if (!memcmp(why + i, phrase, k))
+            return 1;
+    return 0;
+}
+
 static int settle(psc_part *p, int status, const char *why, size_t whylen)
 {
     psc_req *r = p->req;
     /* The pull parts of a pushpull sent as pushes then pulls apply
      * nothing: what they answer says nothing of the push. */
-    if (status == PS_OK && psw_op_has(p->msg.op, PSW_OPF_PUSHES))
-        r->nok++;
+    if (psw_op_has(p->msg.op, PSW_OPF_PUSHES)) {
+        if (status == PS_OK)
+            r->nok++;
+        else {
+            r->nfail++;
+            /* The texts of a part that may have landed say so (io.c's
+             * "sent but not answered", a node's "forgot whether it
+             * applied"): note_partial counts them. */
+            r->nfail_maybe += says_maybe(why, whylen);
+        }
+    }
     if (status != PS_OK && r->status == PS_OK) {
         r->status = status;
         free(r->error);

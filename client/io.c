@@ -2155,11 +2155,13 @@ static void on_tick(uv_timer_t *t)
          * one yet. */
         const char *why = !nc ? "" : nc->state == NC_CLOSING ? nc->drop_why
                                                               : nc->last_why;
-        /* The status of the same attempt as the reason (the last one may
-         * be another seed's). */
-        int st = !nc ? 0 : nc->state == NC_CLOSING ? nc->drop_status
-                                                   : nc->last_status;
-        open_gave_up(io, nc, st ? st : PS_ETIMEDOUT, why);
+        /* The status of the last attempt that ended, not of one being
+         * dropped in this tick: a process stopped past the deadline drops
+         * its attempt at the handshake's timeout when it resumes, and a
+         * node's refusal (PS_EBUSY) said more. It may be another seed's
+         * than the reason's. */
+        open_gave_up(io, nc, nc && nc->last_status ? nc->last_status
+                                                   : PS_ETIMEDOUT, why);
     }
 }
 

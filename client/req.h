@@ -57,6 +57,10 @@ struct psc_req {
     int unanswered;              /* parts of a push that failed sent but
                                     not answered: they may have been
                                     applied (io.c, part_fail) */
+    int nfail_maybe;             /* push parts that failed saying they
+                                    may have been applied (unanswered,
+                                    or a node that forgot) */
+    int nfail;                   /* push parts that failed */
     int status;                  /* first error, or PS_OK */
     char *error;                 /* detail of that error, owned, or NULL */
     ps_done_fn cb;

@@ -193,17 +193,26 @@ static void trim_all(psd_conns *set)
             trim(c);
 }
 
+/* What a connection that only reads holds: the reader's 64 KiB buffer
+ * (proto/frame.c) and a small write buffer. One using more than twice
+ * that holds real data: replies, or a large frame arriving. */
+#define CONN_FLOOR (2 * 64 * 1024)
+
 /* Keeps all connections' buffers within max_client_memory: when they
  * are over it, connections first give back what they only keep for
  * reuse; then connections are closed (each with a log line) until the
- * total fits. Those whose handshake is not done go first, oldest first:
- * each holds at least a 64 KiB read buffer for a few bytes sent, and
- * largest first, a flood of them from peers without the token got the
- * authenticated clients closed. An honest client's handshake takes one
- * round trip, so the oldest is the likeliest to be stalling, and a new
- * client, the newest, goes last (a HELLO needs no token, so having sent
- * one earns nothing). Then the connection using the most. The caller's
- * own connection may be the one closed: check c->closing after. */
+ * total fits: the one using the most, unless none uses more than
+ * CONN_FLOOR and some have not done their handshake. Those go first
+ * then, oldest first: a flood of peers without the token, each holding a
+ * read buffer for a few bytes sent, no longer gets the largest closed, an
+ * authenticated client holding a little more. An honest client's
+ * handshake takes one round trip, so the oldest is the likeliest to be
+ * stalling, and a new client, the newest, goes last (a HELLO needs no
+ * token, so having sent one earns nothing). A connection holding much
+ * more than the floor is closed first whatever it is, so that clients
+ * that hog the budget (past HELLO, which without a token anyone is)
+ * cannot shut new clients out. The caller's own connection may be the
+ * one closed: check c->closing after. */
 static void enforce(psd_conns *set)
 {
     uint64_t max = set->node->cfg.max_client_memory;
@@ -211,31 +220,33 @@ static void enforce(psd_conns *set)
         return;
     trim_all(set);
     while (set->mem > max) {
-        psd_conn *pick = NULL;
+        psd_conn *big = NULL, *old = NULL;
         int strangers = 0;
         for (psd_conn *c = set->head; c; c = c->next) {
             if (c->closing)
                 continue;
-            strangers += !c->hello_done;
-            if (!pick || (c->hello_done == pick->hello_done
-                              ? (c->hello_done
-                                     ? c->mem > pick->mem
-                                     : c->accepted_ms <= pick->accepted_ms)
-                              : !c->hello_done))
-                pick = c;
+            if (!big || c->mem > big->mem)
+                big = c;
+            if (!c->hello_done) {
+                strangers++;
+                if (!old || c->accepted_ms <= old->accepted_ms)
+                    old = c;
+            }
         }
-        if (!pick)
+        if (!big)
             break;
+        psd_conn *pick = old && big->mem <= CONN_FLOOR ? old : big;
         set->node->stats.conns_over_memory++;
-        if (!pick->hello_done)
+        if (pick == old)
             psd_warn_rep("closing connection from %s, %s: it uses %llu "
                         "bytes of buffers, the oldest of %d connections "
                         "without a handshake done; all %d use %llu "
-                        "together, and max_client_memory is %llu",
-                        pick->peer, pick->version ? "its handshake under way"
-                                                  : "before its HELLO",
+                        "together, none more than %d, and max_client_memory "
+                        "is %llu", pick->peer,
+                        pick->version ? "its handshake under way"
+                                      : "before its HELLO",
                         (unsigned long long)pick->mem, strangers, set->n,
-                        (unsigned long long)set->mem,
+                        (unsigned long long)set->mem, CONN_FLOOR,
                         (unsigned long long)max);
         else
             psd_warn_rep("closing connection from %s: "

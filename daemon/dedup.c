@@ -17,7 +17,7 @@
 
 #define MIN_CAP 16
 /* Clients forgotten with pushes they had not acknowledged, kept as a
- * tombstone each (its struct, 176 bytes, about 190 with the allocator's,
+ * tombstone each (its struct, 184 bytes, about 190 with the allocator's,
  * without table or ring: about 3 MB for all): at most this many, the
  * oldest let go first. */
 #define MAX_TOMBS 16384
@@ -197,6 +197,17 @@ static void forget(psd_dedup *d, psd_dclient *c)
     client_free(c);
 }
 
+/* Lets go of c's table and ring (what it remembers push by push). */
+static void drop_table(psd_dclient *c)
+{
+    free(c->tab);
+    free(c->ring);
+    c->tab = NULL;
+    c->ring = NULL;
+    c->cap = c->n = 0;
+    c->rcap = c->rhead = 0;
+}
+
 /* Drops what c remembers of its pushes, which it had not all
  * acknowledged, keeping it as a tombstone that refuses their copies (the
  * caller then calls trim_tombs: c stays in its hash chain until then). */
@@ -204,12 +215,7 @@ static void bury(psd_dedup *d, psd_dclient *c)
 {
     d->live -= c->live;
     c->live = 0;
-    free(c->tab);
-    free(c->ring);
-    c->tab = NULL;
-    c->ring = NULL;
-    c->cap = c->n = 0;
-    c->rcap = c->rhead = 0;
+    drop_table(c);
     if (c->rtop > c->forgot)
         c->forgot = c->rtop;
     if (c->tomb)
@@ -250,14 +256,8 @@ void psd_dedup_detach(psd_dedup *d, psd_dclient *c, uint64_t now_ms)
      * late copy, so the table and ring (384 bytes at their least) go,
      * and a client known costs its struct (a trial counted 533 bytes
      * each for 20,000 clients that pushed once and left). */
-    if (!c->live) {
-        free(c->tab);
-        free(c->ring);
-        c->tab = NULL;
-        c->ring = NULL;
-        c->cap = c->n = 0;
-        c->rcap = c->rhead = 0;
-    }
+    if (!c->live)
+        drop_table(c);
     c->idle_since = now_ms;
 }
 
@@ -352,6 +352,10 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
     saw(c, ts);
     if (ts < c->low || ts == 0)
         return 0;
+    /* Before anything that may run out of memory: the push was applied,
+     * recorded or not, and a tombstone must cover it. */
+    if (ts != UINT64_MAX && ts + 1 > c->rtop)
+        c->rtop = ts + 1;
     if (c->live == c->rcap &&
         resize_ring(c, c->rcap ? 2 * c->rcap : MIN_CAP))
         return -1;
@@ -359,8 +363,6 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
         return -1;
     put(c->tab, c->cap, (entry){ ts, part, status });
     c->n++;
-    if (ts != UINT64_MAX && ts + 1 > c->rtop)
-        c->rtop = ts + 1;
     c->ring[(c->rhead + c->live) & (c->rcap - 1)] = ts;
     c->live++;
     c->owner->live++;

@@ -960,7 +960,8 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
      * the gradient again). */
     if (pushes && n->journal_error[0]) {
         snprintf(err, sizeof err, "this node cannot write its journal (%.150s)"
-                 ": pushes are refused until it can", n->journal_error);
+                 ": pushes are refused until it can (this push was not "
+                 "applied)", n->journal_error);
         reply_error(n, ss, m, PSW_ESERVER, err);
         return;
     }

@@ -1216,21 +1216,6 @@ static void failed_open_says_why_in_last_error(void **state)
     EXPECT_INT(ps_open(&c, spec, &o), PS_ETIMEDOUT, "a silent port");
     EXPECT_SUBSTR(ps_last_error(NULL), "but no answer to the handshake "
                   "within", "why ps_open failed");
-    /* A refused address and a silent one, in either order: the status of
-     * the attempt whose reason is given (it came from the other seed's
-     * attempt: PS_ECONN for a silent port, by the order of the list). */
-    for (int order = 0; order < 2; order++) {
-        char both[96];
-        int refused_port = cluster_free_port();
-        snprintf(both, sizeof both, order ? "%s,127.0.0.1:%d"
-                                          : "127.0.0.1:%2$d,%1$s",
-                 spec, refused_port);
-        int rc = ps_open(&c, both, &o);
-        const char *why = ps_last_error(NULL);
-        int silent = strstr(why, "no answer to the handshake") != NULL;
-        EXPECT_INT(rc, silent ? PS_ETIMEDOUT : PS_ECONN,
-                   "%s: the status of '%s'", both, why);
-    }
     close(lfd);
     /* An ini path with a typo is named as a file that is not there, not
      * as a bad server address; a word that is neither keeps the
