@@ -221,10 +221,11 @@ static void enforce(psd_conns *set)
     trim_all(set);
     while (set->mem > max) {
         psd_conn *big = NULL, *old = NULL;
-        int strangers = 0;
+        int strangers = 0, nopen = 0;
         for (psd_conn *c = set->head; c; c = c->next) {
             if (c->closing)
                 continue;
+            nopen++;
             if (!big || c->mem > big->mem)
                 big = c;
             if (!c->hello_done) {
@@ -245,7 +246,7 @@ static void enforce(psd_conns *set)
                         "is %llu", pick->peer,
                         pick->version ? "its handshake under way"
                                       : "before its HELLO",
-                        (unsigned long long)pick->mem, strangers, set->n,
+                        (unsigned long long)pick->mem, strangers, nopen,
                         (unsigned long long)set->mem, CONN_FLOOR,
                         (unsigned long long)max);
         else
@@ -253,7 +254,7 @@ static void enforce(psd_conns *set)
                         "it uses %llu bytes of buffers, the most of all %d "
                         "connections, which use %llu together; "
                         "max_client_memory is %llu", pick->peer,
-                        (unsigned long long)pick->mem, set->n,
+                        (unsigned long long)pick->mem, nopen,
                         (unsigned long long)set->mem,
                         (unsigned long long)max);
         conn_close(pick);

@@ -48,7 +48,8 @@ void psd_dedup_pushed(psd_dclient *c, uint64_t ts);
 
 /* Records that push (ts, part) was applied, with its status (a push that
  * failed part-way still changed rows, so it counts). 0, or -1 when memory
- * runs out (the push is then not protected against a retry). */
+ * runs out (the push is then not protected against a retry until its
+ * client is forgotten: its tombstone then covers it). */
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status);
 
 /* ACK: every request of the client below ts `upto` is complete. The

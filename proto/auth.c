@@ -152,9 +152,17 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
     /* In systemd's credentials folder, group read is an ACL's mask
      * (in_credentials); nothing else of the group's is. */
     if (st.st_mode & (in_credentials(path, &st) ? 037 : 077)) {
+        /* A systemd credential cannot be chmod'ed: say what would be
+         * taken instead. */
+        const char *cd = getenv("CREDENTIALS_DIRECTORY");
+        int cred = cd && cd[0] && !strncmp(path, cd, strlen(cd));
         snprintf(why, whylen, "%s: group or others may access it (mode "
-                 "%04o); a token file must be private: chmod 600 %s", path,
-                 (unsigned)(st.st_mode & 07777), path);
+                 "%04o); a token file must be private: chmod 600 %s%s", path,
+                 (unsigned)(st.st_mode & 07777), path,
+                 cred ? " (in $CREDENTIALS_DIRECTORY, group read alone is "
+                        "taken, when that folder belongs to root or to this "
+                        "user, is closed to others and only its owner may "
+                        "write it)" : "");
         close(fd);
         return -1;
     }

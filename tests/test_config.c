@@ -1655,6 +1655,10 @@ static void test_token_file_of_systemd_credentials_may_show_group_read(
     EXPECT_INT(masked, 0, "a folder of mode 0550");
     for (int k = 0; k < NREFUSED; k++)
         expect_problem(bad[k], said[k], refused[k].says);
+    /* A credential cannot be chmod'ed: what would be taken is said. */
+    expect_problem(bad[NREFUSED - 1], said[NREFUSED - 1],
+                   "(in $CREDENTIALS_DIRECTORY, group read alone is taken, "
+                   "when that folder belongs to root or to this user");
     expect_problem(below, said2, "(mode 0440)");
     expect_problem(elsewhere, said3, "(mode 0440)");
 }

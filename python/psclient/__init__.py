@@ -317,7 +317,8 @@ def _describe(a: object) -> str:
 
 
 def _check_array(name: str, a: object, dtype: type) -> np.ndarray:
-    """Checks that a is a C-contiguous, aligned numpy array of dtype."""
+    """Checks that a is a C-contiguous, aligned numpy array of dtype, not
+    a masked array (its mask would be ignored)."""
     want = np.dtype(dtype)
     if isinstance(a, np.ma.MaskedArray):
         # Its data would be sent, or written, whatever its mask says.
@@ -891,15 +892,19 @@ class Client:
         it is raised once closed.
 
         While a close() waits for requests, other threads' new calls fail
-        at once with ClosedError, and a close() from another thread
-        returns once this one has; with ``wait=False`` it first ends this
-        one's waits, as if this one had not waited.
+        at once with ClosedError (a ``Request.wait()`` waits for the close,
+        then answers), and a close() from another thread returns once this
+        one has (or, if this one was cut short leaving the client open,
+        closes it itself); with ``wait=False`` it first ends this one's
+        waits, as if this one had not waited.
 
         Called from a signal handler (or another object's ``__del__``) that
         runs while its thread is in a call on this client, close() returns
         at once and the client is closed as that call returns (``closed``
-        is True from then); called again while its thread is in close(), it
-        returns at once and the close goes on."""
+        is True from then); with ``wait=False`` it also ends that call's
+        (and other threads') waits with ClosedError, and that close does
+        not wait. Called again while its thread is in close(), it returns
+        at once and the close goes on."""
         if self._forked():
             # The library's client is the parent's to close: calling it
             # here would wait for, then stop, a thread that is not in this

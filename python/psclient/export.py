@@ -3,7 +3,8 @@ snapshots and journals. The README's "Exporting a model" describes the
 files.
 
 This file needs numpy only (no libpsclient, no cluster), so it may be
-copied to a machine without psd: ``python3 export.py DIR model.npz``
+copied to a machine without psd: ``python3 export.py [--partial] DIR
+model.npz``
 gathers an export into one .npz file that ``numpy.load`` reads anywhere
 (a dense table under its name; a sparse one as NAME.keys and NAME.values).
 Importing it as ``psclient.read_export`` goes through the package, which
@@ -211,7 +212,8 @@ if __name__ == "__main__":
     if len(args) != 2 or any(a.startswith("--") for a in args):
         sys.exit("usage: python3 export.py [--partial] DIR OUT.npz  (DIR: "
                  "what psd --export wrote; --partial: read an export that "
-                 "lacks some nodes, their dense rows NaN)")
+                 "lacks some nodes' rows, or has a dense row twice: a row "
+                 "missing is NaN)")
     try:
         _to_npz(args[0], args[1], partial)
     except (OSError, ValueError, KeyError) as e:
