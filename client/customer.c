@@ -333,7 +333,7 @@ static void note_partial(psc_req *r)
         /* A pushpull sent as pushes then pulls: one of its pulls failed. */
         append_error(r, " (every part of its push was applied: only the "
                         "pull of its rows failed)");
-    else if (r->nok && r->nfail && r->nfail_maybe == r->nfail)
+    else if (r->nok && r->nfail && r->maybe == r->nfail)
         /* Every part that failed may have landed too (no answer, or a
          * node that forgot whether it applied it): "in part" alone could
          * make a caller push the rest again where the whole had landed.
@@ -344,10 +344,10 @@ static void note_partial(psc_req *r)
     else if (r->nok)
         append_error(r, " (other parts of this push were applied: it was "
                         "applied in part)");
-    else if (r->unanswered && r->error &&
-             !strstr(r->error, "(sent but not answered"))
-        append_error(r, " (another part of this push was sent but not "
-                        "answered: it may have been applied in part)");
+    else if (r->maybe && r->error &&
+             !strstr(r->error, "may have been applied"))
+        append_error(r, " (another part of this push may have been "
+                        "applied: it may have been applied in part)");
 }
 
 void psc_customer_complete(psc_customer *cu, psc_req *r)
@@ -359,7 +359,7 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
 {
     note_partial(r);
     /* A nodes' sum holds its push: the worker pushed in that clock. */
-    if (r->step && (r->nok || r->unanswered) &&
+    if (r->step && (r->nok || r->maybe) &&
         r->step > __atomic_load_n(&cu->pushed_step, __ATOMIC_RELAXED))
         __atomic_store_n(&cu->pushed_step, r->step, __ATOMIC_RELAXED);
     /* Callback first, so that when ps_wait returns the callback has run. */
@@ -560,18 +560,6 @@ void psc_customer_close(psc_customer *cu)
 
 /* ---- settling parts -------------------------------------------------- */
 
-/* Whether a part's text (whylen bytes, not NUL-terminated) says the
- * part may have been applied. */
-static int says_maybe(const char *why, size_t whylen)
-{
-    static const char phrase[] = "may have been applied";
-    size_t k = sizeof phrase - 1;
-    for (size_t i = 0; i + k <= whylen; i++)
-        if (!memcmp(why + i, phrase, k))
-            return 1;
-    return 0;
-}
-
 static int settle(psc_part *p, int status, const char *why, size_t whylen)
 {
     psc_req *r = p->req;
@@ -580,13 +568,8 @@ static int settle(psc_part *p, int status, const char *why, size_t whylen)
     if (psw_op_has(p->msg.op, PSW_OPF_PUSHES)) {
         if (status == PS_OK)
             r->nok++;
-        else {
+        else
             r->nfail++;
-            /* The texts of a part that may have landed say so (io.c's
-             * "sent but not answered", a node's "forgot whether it
-             * applied"): note_partial counts them. */
-            r->nfail_maybe += says_maybe(why, whylen);
-        }
     }
     if (status != PS_OK && r->status == PS_OK) {
         r->status = status;
@@ -631,8 +614,18 @@ int psc_part_reply(psc_part *p, const psw_msg *m)
                          "a reason", p->node, psw_strerror(m->status));
         return settle(p, m->status, why, (size_t)l);
     }
-    if (m->status != PSW_OK)
+    if (m->status != PSW_OK) {
+        /* A node that forgot whether it applied a push (a tombstone of
+         * its client, PROTOCOL.md check 10a) answers PS_ESERVER and says
+         * so: that part may have been applied. */
+        static const char forgot[] = PSW_FORGOT_TEXT;
+        if (m->status == PSW_ESERVER &&
+            psw_op_has(p->msg.op, PSW_OPF_PUSHES) &&
+            m->text_len >= sizeof forgot - 1 &&
+            !memcmp(m->text, forgot, sizeof forgot - 1))
+            p->req->maybe++;
         return settle(p, m->status, m->text, m->text_len);
+    }
     if (!p->out || p->direct)      /* direct: the rows are in out */
         return settle(p, PS_OK, NULL, 0);
     size_t rowb = (size_t)p->req->dim * sizeof(float);

@@ -247,7 +247,7 @@ static void part_fail(ps_client *c, psc_part *p, int status, const char *why)
         note = p->sends == 0 ? " (never sent: this part was not applied)"
                              : " (sent but not answered: it may have been "
                                "applied)";
-        p->req->unanswered += p->sends > 0;
+        p->req->maybe += p->sends > 0;
     }
     snprintf(text, sizeof text, "%s%s", why, note);
     if (psc_part_fail(p, status, text))

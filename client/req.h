@@ -54,13 +54,12 @@ struct psc_req {
     uint64_t submit_ns;          /* when the Customer accepted it */
     int pending;                 /* parts not answered yet */
     int nok;                     /* parts that push answered PS_OK */
-    int unanswered;              /* parts of a push that failed sent but
-                                    not answered: they may have been
-                                    applied (io.c, part_fail) */
-    int nfail_maybe;             /* push parts that failed saying they
-                                    may have been applied (unanswered,
-                                    or a node that forgot) */
-    int nfail;                   /* push parts that failed */
+    int maybe;                   /* parts of a push that failed but may
+                                    have been applied: sent and not
+                                    answered (io.c, part_fail), or
+                                    answered by a node that forgot
+                                    whether it applied them */
+    int nfail;                   /* parts of a push that failed */
     int status;                  /* first error, or PS_OK */
     char *error;                 /* detail of that error, owned, or NULL */
     ps_done_fn cb;

@@ -193,10 +193,10 @@ static void trim_all(psd_conns *set)
             trim(c);
 }
 
-/* What a connection that only reads holds: the reader's 64 KiB buffer
- * (proto/frame.c) and a small write buffer. One using more than twice
- * that holds real data: replies, or a large frame arriving. */
-#define CONN_FLOOR (2 * 64 * 1024)
+/* What a connection that only reads holds: the reader's buffer
+ * (PSW_READ_CHUNK) and a small write buffer. One using more than twice
+ * the reader's holds real data: replies, or a large frame arriving. */
+#define CONN_FLOOR (2 * PSW_READ_CHUNK)
 
 /* Keeps all connections' buffers within max_client_memory: when they
  * are over it, connections first give back what they only keep for

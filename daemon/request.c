@@ -925,8 +925,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
          * not, nobody knows now. Applied again it would count twice;
          * refused, the client says it may have been applied. */
         n->stats.duplicates++;
-        snprintf(err, sizeof err, "this node forgot whether it applied "
-                 "push %llu: it dropped its record of this client's pushes "
+        snprintf(err, sizeof err, PSW_FORGOT_TEXT " push %llu: it dropped its record of this client's pushes "
                  "below %llu, which the client had not acknowledged, while "
                  "the client was gone (client_ttl %u s, or room at "
                  "max_remembered_pushes): it may have been applied; it was "

@@ -105,7 +105,8 @@ size_t psw_token_trim(const char *token, size_t len)
  * checked too: the file directly in it (systemd's folder is flat), the
  * folder owned by root or by this user, closed to others and writable
  * only by its owner (group read and search may be an ACL's mask too), and
- * the name resolved to the very file opened. */
+ * the name resolved to the very file opened. 1: such a file; -1: a file
+ * directly in that folder, but one of those checks fails; 0: neither. */
 static int in_credentials(const char *path, const struct stat *st)
 {
     const char *env = getenv("CREDENTIALS_DIRECTORY");
@@ -121,9 +122,11 @@ static int in_credentials(const char *path, const struct stat *st)
     struct stat ds, fs;
     if (stat(dir, &ds) || !S_ISDIR(ds.st_mode) ||
         (ds.st_uid != 0 && ds.st_uid != geteuid()) || (ds.st_mode & 027))
-        return 0;
+        return -1;
     return stat(file, &fs) == 0 && fs.st_dev == st->st_dev &&
-           fs.st_ino == st->st_ino;
+                   fs.st_ino == st->st_ino
+               ? 1
+               : -1;
 }
 
 int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
@@ -151,11 +154,10 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
     }
     /* In systemd's credentials folder, group read is an ACL's mask
      * (in_credentials); nothing else of the group's is. */
-    if (st.st_mode & (in_credentials(path, &st) ? 037 : 077)) {
+    int cred = in_credentials(path, &st);
+    if (st.st_mode & (cred == 1 ? 037 : 077)) {
         /* A systemd credential cannot be chmod'ed: say what would be
          * taken instead. */
-        const char *cd = getenv("CREDENTIALS_DIRECTORY");
-        int cred = cd && cd[0] && !strncmp(path, cd, strlen(cd));
         snprintf(why, whylen, "%s: group or others may access it (mode "
                  "%04o); a token file must be private: chmod 600 %s%s", path,
                  (unsigned)(st.st_mode & 07777), path,

@@ -33,7 +33,6 @@ static uint32_t crc_update(uint32_t crc, const char *p, size_t n)
     return crc;
 }
 
-#define READ_CHUNK (64 * 1024)
 #define SCAN_PIECE (16 * 1024)
 
 /* ---- non-finite floats ---------------------------------------------- */
@@ -153,13 +152,13 @@ static uint32_t be32(const char *p)
  * announced. Consumed bytes do not count: space() drops them first. */
 static size_t reader_need(const psw_reader *r)
 {
-    size_t len = r->len - r->off, want = READ_CHUNK;
+    size_t len = r->len - r->off, want = PSW_READ_CHUNK;
     if (len >= PSW_FRAME_HDR) {
         size_t frame = PSW_FRAME_HDR + (size_t)be32(r->buf + r->off) -
                        r->holes;
         if (frame > len) {
             size_t rest = frame - len;
-            size_t step = len > READ_CHUNK ? len : READ_CHUNK;
+            size_t step = len > PSW_READ_CHUNK ? len : PSW_READ_CHUNK;
             if (rest > want)
                 want = rest < step ? rest : step;
         }
@@ -191,10 +190,10 @@ int psw_reader_space(psw_reader *r, char **p, size_t *n)
             *n = r->hole_left;
             return 0;
         }
-        if (!r->sink && !(r->sink = malloc(READ_CHUNK)))
+        if (!r->sink && !(r->sink = malloc(PSW_READ_CHUNK)))
             return -1;
         *p = r->sink;
-        *n = r->hole_left < READ_CHUNK ? r->hole_left : READ_CHUNK;
+        *n = r->hole_left < PSW_READ_CHUNK ? r->hole_left : PSW_READ_CHUNK;
         return 0;
     }
     r->in_hole = 0;

@@ -15,6 +15,9 @@
 
 #define PSW_FRAME_HDR 4
 #define PSW_FRAME_CRC 4
+/* The least a reader's receive buffer grows by (and what it holds from
+ * the first read on): a peer costs this much however little it sends. */
+#define PSW_READ_CHUNK (64 * 1024)
 
 /* CRC32C (Castagnoli) of n bytes, continuing from crc (0 to start). */
 uint32_t psw_crc32c(uint32_t crc, const void *p, size_t n);

@@ -27,6 +27,11 @@ enum {
                             or a shard as many as one can hold */
 };
 
+/* How the text of a PSW_ESERVER answer to a push begins when the node
+ * forgot whether it applied that push (PROTOCOL.md check 10a): clients
+ * count such a part as perhaps applied. */
+#define PSW_FORGOT_TEXT "this node forgot whether it applied"
+
 /* Returns a static English description of a status code. */
 const char *psw_strerror(int code);
 

@@ -1518,6 +1518,54 @@ static void test_customer_keeps_the_start_and_end_of_a_long_failure(
     psc_customer_destroy(&cu);
 }
 
+/* A push over two nodes, one part applied, the other refused by a node
+ * that forgot whether it applied it (PSW_FORGOT_TEXT): the whole may have
+ * landed, so the ending says "or whole"; refused at a limit (PS_EBUSY,
+ * not applied), it says "in part" alone. */
+static void test_a_part_a_node_forgot_counts_as_perhaps_applied(
+    void **state)
+{
+    (void)state;
+    static const struct {
+        int status;
+        const char *text, *end;
+    } cases[] = {
+        { PSW_ESERVER, PSW_FORGOT_TEXT " push 1: ...",
+          "it was applied in part, or whole)" },
+        { PSW_EBUSY, "this node remembers 9 pushes of this client ...",
+          "(other parts of this push were applied: it was applied in "
+          "part)" },
+    };
+    for (int k = 0; k < 2; k++) {
+        psc_customer cu;
+        char err[1024] = "";
+        uint64_t keys[64];
+        float vals[64];
+        static psc_stats stats;
+        psc_customer_init(&cu, 1 << 20, &stats);
+        psc_req *r = push_request(2, keys, vals, 64, 1);
+        ps_ts t = psc_customer_submit(&cu, r, NULL, NULL, 1, err,
+                                      sizeof err);
+        int closing;
+        ps_ts abandon;
+        psc_customer_take(&cu, &closing, &abandon);
+        psw_msg ok = { .status = PSW_OK };
+        psw_msg no = { .status = cases[k].status, .text = cases[k].text,
+                       .text_len = strlen(cases[k].text) };
+        EXPECT_INT(psc_part_reply(&r->parts[0], &ok), 0, "part 0 applied");
+        EXPECT_INT(psc_part_reply(&r->parts[1], &no), 1, "part 1 refused");
+        psc_customer_complete(&cu, r);
+        EXPECT_INT(psc_customer_wait(&cu, t, -1, err, sizeof err),
+                   cases[k].status, "case %d", k);
+        size_t len = strlen(err), el = strlen(cases[k].end);
+        if (len < el || strcmp(err + len - el, cases[k].end))
+            fail_msg("case %d: \"%s\", want it to end \"%s\"", k, err,
+                     cases[k].end);
+        psc_customer_close(&cu);
+        psc_customer_destroy(&cu);
+    }
+}
+
 static void test_customer_remembers_failures_for_wait_and_wait_all(
     void **state)
 {
@@ -1765,6 +1813,8 @@ int main(void)
             test_customer_remembers_failures_for_wait_and_wait_all),
         cmocka_unit_test(
             test_customer_keeps_the_start_and_end_of_a_long_failure),
+        cmocka_unit_test(
+            test_a_part_a_node_forgot_counts_as_perhaps_applied),
         cmocka_unit_test(
             test_wait_all_returns_when_requests_issued_before_it_complete),
         cmocka_unit_test(

@@ -2013,6 +2013,18 @@ def test_close_without_waiting_ends_other_threads_waits(make_cluster):
     assert isinstance(got["result"], psclient.ClosedError), got
 
 
+def _node_1_stopped(cl, **options):
+    """A client of cl (no retries, 1 s to connect, and options) and its
+    table "dense", both nodes having answered it; then node 1 stopped
+    (SIGSTOP: the caller sends SIGCONT, or the cluster's close does)."""
+    c = psclient.connect(cl.spec, max_retries=0, connect_timeout_ms=1000,
+                         **options)
+    d = c.table("dense")
+    d.pull_range(0, 100)                     # both nodes answer
+    cl.signal(1, signal.SIGSTOP)
+    return c, d
+
+
 @pytest.mark.parametrize("worker", [-1, 0])
 def test_a_waiting_close_neither_holds_other_threads_nor_a_watchdog(
         make_cluster, worker):
@@ -2025,11 +2037,7 @@ def test_a_waiting_close_neither_holds_other_threads_nor_a_watchdog(
     request_timeout_ms, but without the lock: calls fail at once then
     too."""
     cl = make_cluster(cluster_lines="workers = 1\n" if worker >= 0 else "")
-    c = psclient.connect(cl.spec, request_timeout_ms=4000, max_retries=0,
-                         connect_timeout_ms=1000, worker=worker)
-    d = c.table("dense")
-    d.pull_range(0, 100)                     # both nodes answer
-    cl.signal(1, signal.SIGSTOP)
+    c, d = _node_1_stopped(cl, request_timeout_ms=4000, worker=worker)
     try:
         held = d.pull_range_async(0, 100)    # node 1 holds it
         closing = threading.Thread(target=c.close)
@@ -2042,8 +2050,9 @@ def test_a_waiting_close_neither_holds_other_threads_nor_a_watchdog(
         t0 = time.monotonic()
         with pytest.raises(psclient.ClosedError):
             d.pull_range(0, 2)
-        # Before: 4 s, when the close's wait for `held` ended.
-        assert time.monotonic() - t0 < 1
+        # Before: 4 s, when the close's wait for `held` ended (a bound
+        # that far from both, so that a loaded machine does not fail it).
+        assert time.monotonic() - t0 < 2.5
         got = {}
 
         def watchdog():
@@ -2057,13 +2066,13 @@ def test_a_waiting_close_neither_holds_other_threads_nor_a_watchdog(
         t0 = time.monotonic()
         with pytest.raises(psclient.ClosedError):
             d.pull_range(0, 2)               # during a worker's goodbye
-        assert time.monotonic() - t0 < 1
+        assert time.monotonic() - t0 < 2.5
         w.join(10)
         closing.join(10)
         assert not w.is_alive() and not closing.is_alive()
         # A reader's close is over at once; a worker's waits for its
         # goodbye to node 1 (request_timeout_ms), not for `held` first.
-        assert got["closed"] < (2 if worker < 0 else 6), got
+        assert got["closed"] < (2.5 if worker < 0 else 6), got
         with pytest.raises(psclient.ClosedError, match="without waiting"):
             held.wait()
     finally:
@@ -2210,11 +2219,7 @@ def test_close_without_waiting_from_a_handler_ends_its_threads_call(
     Now that pull ends at once with ClosedError, and the client closes
     without waiting."""
     cl = make_cluster()
-    c = psclient.connect(cl.spec, request_timeout_ms=20000, max_retries=0,
-                         connect_timeout_ms=1000)
-    d = c.table("dense")
-    d.pull_range(0, 100)                     # both nodes answer
-    cl.signal(1, signal.SIGSTOP)
+    c, d = _node_1_stopped(cl, request_timeout_ms=20000)
     old = signal.signal(signal.SIGALRM,
                         lambda signum, frame: c.close(wait=False))
     try:
@@ -2222,7 +2227,7 @@ def test_close_without_waiting_from_a_handler_ends_its_threads_call(
         t0 = time.monotonic()
         with pytest.raises(psclient.ClosedError, match="without waiting"):
             d.pull_range(0, 100)             # held by node 1
-        assert time.monotonic() - t0 < 3
+        assert time.monotonic() - t0 < 10      # before: 20 s
         assert c.closed and c._h is None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -2272,11 +2277,7 @@ def test_a_second_ctrl_c_during_a_close_without_waiting_still_closes(
     failed. Past the point where it lets go of the handle, the close goes
     on, and the exception comes after."""
     cl = make_cluster()
-    c = psclient.connect(cl.spec, request_timeout_ms=20000, max_retries=0,
-                         connect_timeout_ms=1000)
-    d = c.table("dense")
-    d.pull_range(0, 100)                     # both nodes answer
-    cl.signal(1, signal.SIGSTOP)
+    c, d = _node_1_stopped(cl, request_timeout_ms=20000)
     try:
         grads = np.ones((100, 3), F32)
         alive = weakref.ref(grads)
