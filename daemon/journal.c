@@ -858,10 +858,19 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
         char path[4200];
         psd_journal_path(path, sizeof path, dir, node, seq);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
+        if (fd < 0 && errno == ENOENT) {
             snprintf(err, errlen, "%s: missing (segments %llu..%llu are "
                      "there): %s", path, (unsigned long long)from,
                      (unsigned long long)s.hi, strerror(errno));
+            rc = -1;
+            break;
+        }
+        if (fd < 0) {
+            /* There, but not for this user (or out of files): "missing"
+             * sent an operator looking for a file that is in place. */
+            snprintf(err, errlen, "%s: cannot open it: %s (psd replays "
+                     "segments %llu..%llu)", path, strerror(errno),
+                     (unsigned long long)from, (unsigned long long)s.hi);
             rc = -1;
             break;
         }

@@ -350,8 +350,9 @@ static void check_node(psd_preflight *pf, const psd_config *c,
 /* The data folder: psd creates what is missing of it at start, so only a
  * part of its path that exists and is not a folder makes that fail for
  * certain. A folder this user may not write (the data folder, or the last
- * one of its path that exists) is no proof, since psd may run as another
- * user, so it is a note: psd run as this user would not start. The folder
+ * one of its path that exists) is no proof for --check, since psd may run
+ * as another user, so it is a note there; for psd starting it is a
+ * problem. The folder
  * is data_dir, or, when data_dir is left at its default and systemd set
  * $STATE_DIRECTORY, the first folder named there (psd_config_data_dir). */
 static void writable_note(psd_preflight *pf, const psd_config *c,
@@ -411,18 +412,22 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
     /* Run by systemd as a unit's command (ExecStartPre, ExecStart:
      * $SYSTEMD_EXEC_PID is this process), psd runs as the service's user:
      * then it is certain. ($INVOCATION_ID alone is inherited by anything
-     * a service starts, as any user.) */
+     * a service starts, as any user.) So it is when this is psd starting. */
     const char *ep = getenv("SYSTEMD_EXEC_PID");
-    int certain = ep && strtol(ep, NULL, 10) == (long)getpid();
+    int unit = ep && strtol(ep, NULL, 10) == (long)getpid();
+    int certain = unit || pf->self;
     add(certain ? &pf->problems : &pf->notes,
         certain ? &pf->nproblems : &pf->nnotes, path, c->data_dir_line,
         "[server] data_dir: this user (uid %u) may not write %s, so psd "
         "run as this user cannot %s %s: %s%s", (unsigned)getuid(), folder,
         strcmp(folder, dir) ? "create" : "use", dir, strerror(errno),
-        certain ? " (run by systemd as the service's user: give the unit "
-                  "ReadWritePaths= for it, or leave data_dir to "
-                  "StateDirectory=)"
-                : " (run --check as the user psd runs as)");
+        unit ? " (run by systemd as the service's user: give the unit "
+               "ReadWritePaths= for it, or leave data_dir to "
+               "StateDirectory=)"
+        : pf->self ? " (psd would take pushes it could never save: give it "
+                     "a folder this user may write, or run psd as the "
+                     "folder's owner)"
+                   : " (run --check as the user psd runs as)");
 }
 
 static void check_data_dir(psd_preflight *pf, const psd_config *c,
@@ -720,10 +725,11 @@ static void check_files(psd_preflight *pf, const psd_config *c,
             room == 1 ? "" : "s", reserve, c->nmetrics ? ", /metrics" : "");
 }
 
-int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
-                      const char *path, int node)
+static int run(psd_preflight *pf, const psd_config *cfg, const char *path,
+               int node, int self)
 {
     memset(pf, 0, sizeof *pf);
+    pf->self = self;
     check_token(pf, cfg, path);
     check_data_dir(pf, cfg, path);
     for (int i = 0; i < cfg->nnodes; i++)
@@ -736,6 +742,18 @@ int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
     check_remembered(pf, cfg, path);
     check_files(pf, cfg, path);
     return pf->nproblems;
+}
+
+int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
+                      const char *path, int node)
+{
+    return run(pf, cfg, path, node, 0);
+}
+
+int psd_preflight_start(psd_preflight *pf, const psd_config *cfg,
+                        const char *path, int node)
+{
+    return run(pf, cfg, path, node, 1);
 }
 
 void psd_preflight_destroy(psd_preflight *pf)

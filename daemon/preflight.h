@@ -26,6 +26,8 @@ typedef struct psd_preflight {
     int nnotes;
     int data_dir_bad;            /* a part of data_dir's path is a file:
                                     no snapshot can be there to check */
+    int self;                    /* checked for this very process, about to
+                                    start (psd_preflight_start) */
 } psd_preflight;
 
 /* Checks cfg (loaded from path) for node `node`, or for every node when
@@ -34,6 +36,14 @@ typedef struct psd_preflight {
  * Resolving host names may block. Free with psd_preflight_destroy. */
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node);
+
+/* The same for the psd process about to serve node `node` (0..nnodes-1):
+ * what this user may not do is then certain, not a guess about a user
+ * psd may run as. A data folder it may not write is a problem: psd would
+ * take pushes it could never save (with durability = snapshot it started
+ * and lost them all at its stop). */
+int psd_preflight_start(psd_preflight *pf, const psd_config *cfg,
+                        const char *path, int node);
 
 /* Files psd keeps for its own beside its connections: the listener,
  * the journal and its next segment, a snapshot, a reload's ini, libuv's,

@@ -182,7 +182,7 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
         return -1;
     }
     psd_preflight pf;
-    int bad = psd_preflight_run(&pf, cfg, cfg_path, node);
+    int bad = psd_preflight_start(&pf, cfg, cfg_path, node);
     for (int i = 0; i < pf.nnotes; i++)
         psd_warn("%s", pf.notes[i]);
     if (bad) {

@@ -2477,6 +2477,28 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     expect_psd_check_as(&c, "env INVOCATION_ID=0123 SYSTEMD_EXEC_PID=1 "
                         "setpriv --reuid=65534 --regid=65534 --clear-groups",
                         0, NULL, 0, "(run --check as the user psd runs as)");
+    /* psd itself, started as that user, is that user: it refuses to
+     * start. (With durability = snapshot it served, acknowledged every
+     * push, and lost them all when its final snapshot failed.) */
+    {
+        const char *psd = getenv("PSD_BIN");
+        char start[900];
+        snprintf(start, sizeof start, "env -u SYSTEMD_EXEC_PID timeout 20 "
+                 "setpriv --reuid=65534 --regid=65534 --clear-groups '%s' "
+                 "-c '%s' -n 0 2>&1", psd ? psd : "build/psd", c.ini);
+        int st;
+        char *out = run_out(&st, start);
+        assert_non_null(out);
+        EXPECT_INT(st, 1,
+                   "%s: its exit status; it printed:\n%s", start, out);
+        if (!strstr(out, "(uid 65534) may not write") ||
+            !strstr(out, "(psd would take pushes it could never save: give "
+                         "it a folder this user may write, or run psd as "
+                         "the folder's owner)"))
+            fail_msg("%s: want the data folder refused; it printed:\n%s",
+                     start, out);
+        free(out);
+    }
     assert_int_equal(chmod(c.dir, 0700), 0);
     /* Back to 4 shards, but the table's dim changed. */
     snprintf(cmd, sizeof cmd, "sed -i -e 's/^shards = 8$/shards = 4/' "

@@ -1156,6 +1156,15 @@ static void test_a_segment_missing_in_the_middle_fails_the_check(void **state)
     uint64_t next;
     assert_int_equal(replay(1, &s, &next, err), -1);
     EXPECT_SUBSTR(err, "psd-node2.journal.0000000002: missing", "replay");
+    /* There but not to be opened (a trial's file of another owner; here a
+     * link to itself, which root cannot open either): said as it is, not
+     * "missing". */
+    assert_int_equal(symlink(path, path), 0);
+    assert_int_equal(replay(1, &s, &next, err), -1);
+    EXPECT_SUBSTR(err, "psd-node2.journal.0000000002: cannot open it: ",
+                  "replay of a segment there");
+    EXPECT_INT(strstr(err, "missing") == NULL, 1, "not missing: %s", err);
+    assert_int_equal(unlink(path), 0);
     psd_journal_prune(dir, 2, 100);
 }
 
