@@ -112,9 +112,10 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
 psc_part *psc_customer_take(psc_customer *cu, int *closing, ps_ts *abandon);
 
 /* Settles one part with its reply: copies pulled rows into place, or
- * records the error. Returns 1 when this was the request's last part:
- * call psc_customer_complete. */
-int psc_part_reply(psc_part *p, const psw_msg *reply);
+ * records the error, named by node (its address, or NULL) when the
+ * request went to several nodes. Returns 1 when this was the request's
+ * last part: call psc_customer_complete. */
+int psc_part_reply(psc_part *p, const psw_msg *reply, const char *node);
 
 /* Settles a part that will get no reply (timeout, lost connection).
  * Returns 1 when this was the request's last part. */

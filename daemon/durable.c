@@ -179,6 +179,47 @@ static void on_everysec(uv_timer_t *t)
         start_fsync(d);
 }
 
+/* ---- removing covered segments ----------------------------------------- */
+
+static void prune_work(uv_work_t *w)
+{
+    psd_durable *d = w->data;
+    psd_journal_prune(d->dir, d->node->index, d->prune_below);
+}
+
+static void prune_start(psd_durable *d, uint64_t below);
+
+static void prune_done(uv_work_t *w, int status)
+{
+    psd_durable *d = w->data;
+    (void)status;
+    d->prune_running = 0;
+    if (d->prune_next > d->prune_below)
+        prune_start(d, d->prune_next);
+    d->prune_next = 0;
+}
+
+/* Removes the segments below `below`, which a snapshot written covers,
+ * off the loop: one removal at a time, the latest asked for after it.
+ * Only closed segments are below a snapshot's journal_seq, so the loop
+ * never writes a file being removed. A stop waits for it (uv_run ends
+ * when no work is left). */
+static void prune_start(psd_durable *d, uint64_t below)
+{
+    if (d->prune_running) {
+        if (below > d->prune_next)
+            d->prune_next = below;
+        return;
+    }
+    d->prune_running = 1;
+    d->prune_below = below;
+    d->prune_work.data = d;
+    if (uv_queue_work(d->loop, &d->prune_work, prune_work, prune_done)) {
+        d->prune_running = 0;
+        psd_journal_prune(d->dir, d->node->index, below);
+    }
+}
+
 /* ---- snapshots --------------------------------------------------------- */
 
 static void child_done(psd_durable *d, int ok, const char *text)
@@ -205,7 +246,7 @@ static void child_done(psd_durable *d, int ok, const char *text)
             psd_warn("snapshot %llu: %s; the journal it covers is kept",
                      (unsigned long long)d->child_gen, text);
         else
-            psd_journal_prune(d->dir, d->node->index, d->child_seq);
+            prune_start(d, d->child_seq);
         psd_info("snapshot %llu written: %.1f MiB in %.2f s (the loop paused "
                  "%.2f ms to fork)", (unsigned long long)d->child_gen,
                  (double)d->st.last_bytes / (1 << 20), secs,
@@ -782,7 +823,8 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     cut[0] = '\0';
     rc = d->skip ? 0
                  : psd_journal_replay(d->dir, n->index,
-                                      tm.map ? si.shape : n->shape, next,
+                                      tm.map ? si.shape : n->shape,
+                                      tm.map ? 0 : n->inits, next,
                                       (size_t)n->cfg.max_frame + 4096,
                                       psd_request_replay, &ctx, &next,
                                       &records, cut, sizeof cut, err,
@@ -887,7 +929,7 @@ int psd_durable_open(psd_durable *d, char *err, size_t errlen)
         return -1;
     d->skip = 0;
     if (d->log) {
-        n->journal = psd_journal_open(d->dir, n->index, n->shape,
+        n->journal = psd_journal_open(d->dir, n->index, n->shape, n->inits,
                                       next, err, errlen);
         if (!n->journal)
             return -1;

@@ -47,6 +47,12 @@ typedef struct psd_durable {
     uint64_t fsync_lsn;          /* what the running fsync covers */
     uint64_t fsync_start_ns;
     uv_timer_t everysec;
+    /* segments a snapshot covers, removed on the thread pool: unlinking
+     * a large file took a quarter second per 180 MB on the loop */
+    uv_work_t prune_work;
+    int prune_running;
+    uint64_t prune_below;        /* what the running removal goes below */
+    uint64_t prune_next;         /* asked meanwhile: the next one's, or 0 */
     /* snapshots */
     uv_timer_t interval;
     uv_timer_t soon;             /* a snapshot for the journal's size */

@@ -313,6 +313,7 @@ static int export_node(const char *ini, int i, const char *const *drop,
     uint64_t next;
     psd_replay_ctx ctx = { &n, 0, tm.map, tm.nmap, 0 };
     rc = psd_journal_replay(dir, i, tm.map ? o->si.shape : n.shape,
+                            tm.map ? 0 : n.inits,
                             o->has_snapshot ? o->si.journal_seq : 1,
                             (size_t)n.cfg.max_frame + 4096,
                             psd_request_replay, &ctx, &next, &o->records,

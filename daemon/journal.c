@@ -6,8 +6,9 @@
  *          u64 incarnation, u64 ts, u32 table, u64 first, u64 count,
  *          u64 keys, u32 value bytes, the keys (8 each), the values
  *   clock: u8 2, u8 0, u16 0, u32 workers waited for, u64 clock
- *   start: u8 3, u8 0, u16 0, u32 node, u64 layout shape (the first
- *          record of every segment)
+ *   start: u8 3, u24 inits, u32 node, u64 layout shape (the first
+ *          record of every segment; inits: psd_config_inits, 0 from a
+ *          psd before it was written)
  *   params: u8 4, u8 0, u16 0, u32 table, f32 lr, beta1, beta2, epsilon,
  *          l1, l2, beta (after a reload changed them, and after the start
  *          record of every segment, one per table)
@@ -37,6 +38,15 @@
 #define WORKER_BODY 80
 #define WORKER_BODY_OLD 32       /* without the clients refused for good */
 #define ACK_BODY 32
+/* What an inits mismatch means: the rows a push record makes (a dense
+ * table's at start, a sparse key's first push) start from the ini's init
+ * and seed, and the records were made on top of other ones. */
+#define INITS_HINT                                                          \
+    ": a table's init or seed changed in the ini since, and the rows this " \
+    "journal makes would start from the new values. Put back the init and " \
+    "seed of then, start psd and stop it (its final snapshot then holds "   \
+    "every row, and a restart with another init keeps them), then change "  \
+    "them"
 /* What a shape mismatch means, since the shape itself is only a hash. */
 #define SHAPE_HINT                                                           \
     " (the shape covers the node count, shards and each table's name, "     \
@@ -49,6 +59,7 @@ struct psd_journal {
     char dir[4096];
     int node;
     uint64_t shape;
+    uint32_t inits;
     uint64_t seq;
     int fd;
     char *buf;                   /* records not yet written */
@@ -183,7 +194,8 @@ static int open_segment(psd_journal *j, uint64_t seq, char *err,
 }
 
 psd_journal *psd_journal_open(const char *dir, int node, uint64_t shape,
-                              uint64_t seq, char *err, size_t errlen)
+                              uint32_t inits, uint64_t seq, char *err,
+                              size_t errlen)
 {
     psd_journal *j = calloc(1, sizeof *j);
     if (!j) {
@@ -193,6 +205,7 @@ psd_journal *psd_journal_open(const char *dir, int node, uint64_t shape,
     snprintf(j->dir, sizeof j->dir, "%s", dir);
     j->node = node;
     j->shape = shape;
+    j->inits = inits & 0xffffff;
     if (open_segment(j, seq, err, errlen)) {
         free(j);
         return NULL;
@@ -296,6 +309,9 @@ static uint64_t start_record(psd_journal *j)
     if (!b)
         return 0;
     uint32_t node = (uint32_t)j->node;
+    b[1] = (char)(j->inits & 0xff);
+    b[2] = (char)(j->inits >> 8 & 0xff);
+    b[3] = (char)(j->inits >> 16 & 0xff);
     memcpy(b + 4, &node, 4);
     memcpy(b + 8, &j->shape, 8);
     return end_fixed(j, b, START_BODY);
@@ -624,6 +640,9 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         memcpy(&node, b + 4, 4);
         r->waited = node;
         memcpy(&r->clock, b + 8, 8);        /* the shape */
+        r->mark = (uint64_t)(unsigned char)b[1] |
+                  (uint64_t)(unsigned char)b[2] << 8 |
+                  (uint64_t)(unsigned char)b[3] << 16;   /* the inits */
         return 0;
     }
     if (r->type == PSD_J_ACK) {
@@ -837,7 +856,7 @@ static int replay_span(const char *dir, int node, uint64_t from, span *s,
 }
 
 int psd_journal_replay(const char *dir, int node, uint64_t shape,
-                       uint64_t from, size_t max_body,
+                       uint32_t inits, uint64_t from, size_t max_body,
                        int (*apply)(void *ctx, const psd_jrecord *r,
                                     char *err, size_t errlen),
                        void *ctx, uint64_t *next, uint64_t *records,
@@ -875,6 +894,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             break;
         }
         uint64_t off = 0;
+        uint32_t made_on = 0;    /* the segment's inits mark, 0: unknown */
         for (;;) {
             unsigned char h[HDR];
             int e = 0;
@@ -975,8 +995,21 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                     rc = -1;
                     break;
                 }
+                made_on = (uint32_t)r.mark;
                 off += HDR + len;
                 continue;
+            }
+            /* Only a push makes rows: a segment of other inits without
+             * one (a clean stop's last) replays as well under any. */
+            if (r.type == PSD_J_PUSH && inits && made_on &&
+                made_on != inits) {
+                snprintf(err, errlen, "%s: offset %llu: this push was "
+                         "journaled on rows made with other inits (mark "
+                         "%06x, this ini's %06x)%s", path,
+                         (unsigned long long)off, (unsigned)made_on,
+                         (unsigned)inits, INITS_HINT);
+                rc = -1;
+                break;
             }
             if (apply(ctx, &r, inner, sizeof inner)) {
                 snprintf(err, errlen, "%s: offset %llu: %s", path,
@@ -1002,6 +1035,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
 /* What psd_journal_check needs while it walks the segments. */
 typedef struct check_ctx {
     uint64_t shape;
+    uint32_t inits;
     char *err;
     size_t errlen;
     uint64_t from;               /* segments before it are not replayed */
@@ -1009,8 +1043,32 @@ typedef struct check_ctx {
     int unreadable;              /* a segment this user may not read */
 } check_ctx;
 
+/* The offset of the first whole push record of fd from offset off on, by
+ * the records' lengths and first bytes (their CRCs are the replay's to
+ * check), or -1 when there is none: one cut short by a crash is cut off
+ * by the replay, not applied. */
+static long long first_push(int fd, uint64_t off)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -1;
+    for (;;) {
+        unsigned char h[HDR + 1];
+        if (pread(fd, h, sizeof h, (off_t)off) != (ssize_t)sizeof h)
+            return -1;
+        uint32_t len;
+        memcpy(&len, h, 4);
+        if (len == 0 || off + HDR + (uint64_t)len > (uint64_t)st.st_size)
+            return -1;
+        if (h[HDR] == PSD_J_PUSH)
+            return (long long)off;
+        off += HDR + (uint64_t)len;
+    }
+}
+
 /* Reads the start record of segment seq: a whole one that names another
- * node or shape makes k bad. Anything else is left to the replay. */
+ * node or shape makes k bad, and so does one of other inits followed by a
+ * push (INITS_HINT). Anything else is left to the replay. */
 static void check_one(const char *dir, int node, uint64_t seq, void *arg)
 {
     check_ctx *k = arg;
@@ -1047,13 +1105,23 @@ static void check_one(const char *dir, int node, uint64_t seq, void *arg)
                      "%016llx%s", path, r.waited, (unsigned long long)r.clock,
                      node, (unsigned long long)k->shape, SHAPE_HINT);
             k->bad = 1;
+        } else if (r.type == PSD_J_START && k->inits && r.mark &&
+                   r.mark != k->inits) {
+            long long at = first_push(fd, HDR + len);
+            if (at >= 0) {
+                snprintf(k->err, k->errlen, "%s: offset %lld: this push was "
+                         "journaled on rows made with other inits (mark "
+                         "%06x, this ini's %06x)%s", path, at,
+                         (unsigned)r.mark, (unsigned)k->inits, INITS_HINT);
+                k->bad = 1;
+            }
         }
     }
     close(fd);
 }
 
 int psd_journal_check(const char *dir, int node, uint64_t shape,
-                      uint64_t from, char *err, size_t errlen)
+                      uint32_t inits, uint64_t from, char *err, size_t errlen)
 {
     span s;
     int lerr = 0;
@@ -1074,7 +1142,7 @@ int psd_journal_check(const char *dir, int node, uint64_t shape,
             return -1;
         }
     }
-    check_ctx k = { shape, err, errlen, from, 0, 0 };
+    check_ctx k = { shape, inits, err, errlen, from, 0, 0 };
     each_segment(dir, node, check_one, &k);
     return k.bad ? -1 : k.unreadable ? 2 : 0;
 }

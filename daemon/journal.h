@@ -30,7 +30,8 @@ typedef struct psd_jrecord {
     int type;                    /* PSD_J_PUSH, PSD_J_CLOCK, PSD_J_PARAMS,
                                     PSD_J_WORKER, PSD_J_ACK */
     uint64_t client_id, incarnation;   /* worker: its client_id */
-    uint64_t mark;               /* ack: the client's ACK value */
+    uint64_t mark;               /* ack: the client's ACK value; start:
+                                    the inits mark (0: not written) */
     int status;                  /* push: what it was answered */
     psw_msg msg;                 /* push: op, ts, part, table, keys, vals,
                                     first, count */
@@ -66,10 +67,12 @@ void psd_journal_path(char *buf, size_t len, const char *dir, int node,
                       uint64_t seq);
 
 /* Creates segment seq of node's journal in dir (a new segment starts
- * with a record naming the node and its layout shape, psd_node.shape) and opens it for
+ * with a record naming the node, its layout shape, psd_node.shape, and
+ * the inits its rows start from, psd_node.inits) and opens it for
  * appending. NULL with the reason in err. */
 psd_journal *psd_journal_open(const char *dir, int node, uint64_t shape,
-                              uint64_t seq, char *err, size_t errlen);
+                              uint32_t inits, uint64_t seq, char *err,
+                              size_t errlen);
 /* Writes what is buffered, closes. NULL is a no-op. */
 void psd_journal_close(psd_journal *j);
 
@@ -163,7 +166,9 @@ int psd_journal_has(const char *dir, int node, uint64_t seq);
 /* Replays node's segments from `from` on, in order, calling apply for each
  * push, clock and params record (a segment written by another node or under
  * another layout shape is refused, and so are segments that start after
- * `from` with nothing before them). A torn record at the very end of the
+ * `from` with nothing before them, and a push in a segment whose rows
+ * started from other inits than `inits`: 0 checks none, and a segment of
+ * a psd before the mark was written is not checked). A torn record at the very end of the
  * last segment (a write cut by a crash: cut short, or zeros from a page
  * boundary to the end of the file) is cut off the file and ends the
  * replay, with a line saying so in cut (else cut is ""); a bad record
@@ -173,7 +178,7 @@ int psd_journal_has(const char *dir, int node, uint64_t seq);
  * next) and *records set, or -1 with "FILE: offset N: reason" in err (or
  * apply's own reason). max_body bounds a record. */
 int psd_journal_replay(const char *dir, int node, uint64_t shape,
-                       uint64_t from, size_t max_body,
+                       uint32_t inits, uint64_t from, size_t max_body,
                        int (*apply)(void *ctx, const psd_jrecord *r,
                                     char *err, size_t errlen),
                        void *ctx, uint64_t *next, uint64_t *records,
@@ -182,11 +187,12 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
 /* For psd --check: whether a replay from segment `from` (the snapshot's
  * journal_seq, or 1 without one) would start: no segment missing between
  * the snapshot and the journal, and the start record of each segment
- * names node and layout shape (the records after it are checked when psd
+ * names node and layout shape, and no push follows one of other inits
+ * (as psd_journal_replay; the records after it are checked when psd
  * replays them). 0, or -1 with "FILE: ..." in err, or 2 with the reason
  * in err when this user may not list dir or read a segment (psd may run
  * as another user). */
 int psd_journal_check(const char *dir, int node, uint64_t shape,
-                      uint64_t from, char *err, size_t errlen);
+                      uint32_t inits, uint64_t from, char *err, size_t errlen);
 
 #endif

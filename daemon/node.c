@@ -72,6 +72,25 @@ uint64_t psd_config_shape(const psd_config *c)
     return h;
 }
 
+uint32_t psd_config_inits(const psd_config *c)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (int i = 0; i < c->ntables; i++) {
+        const psd_table_conf *t = &c->tables[i];
+        uint32_t a, b;
+        memcpy(&a, &t->init.a, 4);
+        memcpy(&b, &t->init.b, 4);
+        for (const char *p = t->name; *p; p++)
+            MIX(h, (unsigned char)*p);
+        MIX(h, t->init.kind);
+        MIX(h, a);
+        MIX(h, b);
+        MIX(h, t->init.seed);
+    }
+    uint32_t m = (uint32_t)(h ^ h >> 24 ^ h >> 48) & 0xffffff;
+    return m ? m : 1;
+}
+
 /* The layout epoch identifies this shape of the cluster, where its
  * nodes are and how many workers a synchronous job has: clients compare
  * it across nodes so they never mix two layouts. A node started with
@@ -113,6 +132,7 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
     n->cluster.ntables = n->cfg.ntables;
     n->cluster.epoch = layout_epoch(&n->cfg);
     n->shape = psd_config_shape(&n->cfg);
+    n->inits = psd_config_inits(&n->cfg);
     n->cluster.nodes = calloc((size_t)n->cfg.nnodes,
                               sizeof *n->cluster.nodes);
     n->cluster.tables = calloc((size_t)n->cfg.ntables + 1,

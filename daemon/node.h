@@ -67,6 +67,8 @@ typedef struct psd_node {
     psw_cluster cluster;         /* what HELLO_OK tells clients; owned */
     uint64_t shape;              /* hash of node count, shards and tables:
                                     what a snapshot or journal must match */
+    uint32_t inits;              /* psd_config_inits: what a journal's
+                                    records were made on top of */
     psd_sync sync;               /* workers, clocks, barriers */
     uint64_t tidy_requests;      /* stats.requests at the last tick */
     unsigned tidy_idle;          /* ticks since one saw a request */
@@ -118,6 +120,12 @@ typedef struct psd_node {
  * updater kind and consistency mode, hashed (not addresses: a node may
  * move and keep its data). Snapshots and journal segments carry it. */
 uint64_t psd_config_shape(const psd_config *c);
+
+/* Each table's name, init and seed, hashed to 24 bits, never 0: the
+ * values a row starts from, which a journal's records were made on top
+ * of (journal.h, psd_journal_open). Not part of the shape: a restart
+ * with another init keeps the rows a snapshot holds. */
+uint32_t psd_config_inits(const psd_config *c);
 
 /* Whether a and b name the same nodes: their count, and each one's host
  * (as written) and port, in order. */

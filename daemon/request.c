@@ -88,13 +88,13 @@ static uint64_t rows_bytes(const psd_node *n, const psw_msg *m)
 
 /* The most bytes m's reply adds to a frame. A pull larger than a frame is
  * answered with an error, so it counts as an error reply; an ADMIN answer
- * is not refused for its cap but cut to what one frame carries (admin()),
- * so it counts as that much. */
+ * may be as long as PSW_ADMIN_REPLY_MAX whatever max_frame (admin()), so
+ * it counts as that much. */
 static uint64_t reply_bound(const psd_node *n, const psw_msg *m)
 {
     uint64_t rb = rows_bytes(n, m), one = psw_payload_max(n->cfg.max_frame);
-    if (rb > one)
-        rb = m->op == PSW_OP_ADMIN ? one : 0;
+    if (rb > one && m->op != PSW_OP_ADMIN)
+        rb = 0;
     return psw_reply_max(rb);
 }
 
@@ -691,8 +691,12 @@ static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
 }
 
 /* An operator's command: the server's hook answers it with text, sent as
- * the reply's payload (cut to what a frame can carry); end-job, which
- * changes the training state, is the node's own. */
+ * the reply's payload, up to PSW_ADMIN_REPLY_MAX whatever max_frame: a
+ * node with a small max_frame (16K) and one table refused psctl stats,
+ * and psctl save, which reads them first, never asked for its snapshot.
+ * reply_room gives a longer answer a frame of its own, which psctl reads
+ * (up to 64 MiB). end-job, which changes the training state, is the
+ * node's own. */
 static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
 {
     char *text = NULL;
@@ -707,16 +711,14 @@ static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
         return;
     }
     int rc = n->admin(n->admin_arg, m->text, m->text_len, &text, &len);
-    uint64_t room = rows_bytes(n, m), one = psw_payload_max(n->cfg.max_frame);
-    if (room > one)
-        room = one;
+    uint64_t room = PSW_ADMIN_REPLY_MAX;
     if (rc == PSW_OK && len > room) {
         free(text);
         text = NULL;
         rc = PSW_ETOOBIG;
         char why[160];
-        snprintf(why, sizeof why, "the answer (%zu bytes) does not fit a "
-                 "reply (%llu bytes at this max_frame)", len,
+        snprintf(why, sizeof why, "the answer (%zu bytes) is longer than an "
+                 "ADMIN reply may be (%llu bytes)", len,
                  (unsigned long long)room);
         admin_error(ss, m, rc, why);
         return;

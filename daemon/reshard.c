@@ -107,7 +107,7 @@ static int fresh_dir(const char *dir, char *err, size_t errlen)
         if (strstr(e->d_name, ".staged"))
             snprintf(err, errlen, "%s holds %s, left by a psd --reshard or "
                      "--import that was cut off before it finished: remove "
-                     "%s/psd-node*.staged and run it again", dir, e->d_name,
+                     "%s/psd-node*.staged* and run it again", dir, e->d_name,
                      dir);
         else
             snprintf(err, errlen, "%s holds %s: give psd --reshard an empty "
@@ -185,7 +185,8 @@ static int load_old(const char *ini, int i, psd_node *n, uint64_t *gen,
     *gen = rc == 0 ? si.generation : 0;
     psd_replay_ctx ctx = { n, 0, NULL, 0, 0 };
     uint64_t records;
-    if (psd_journal_replay(dir, i, n->shape, rc == 0 ? si.journal_seq : 1,
+    if (psd_journal_replay(dir, i, n->shape, n->inits,
+                           rc == 0 ? si.journal_seq : 1,
                            (size_t)n->cfg.max_frame + 4096,
                            psd_request_replay, &ctx, next, &records, NULL, 0,
                            err, errlen))

@@ -518,6 +518,24 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     EXPECT_SUBSTR(o, ".staged, left by a psd --reshard or --import that was "
                   "cut off before it finished", "refused");
     free(o);
+    /* Killed while a snapshot was written, it leaves NAME.staged.tmp.PID
+     * too: the files the refusal says to remove are all it left (it said
+     * "psd-node*.staged", which matched no such file). */
+    snprintf(cmd, sizeof cmd, "%s/cut/psd-node1.snap.staged.tmp.4242", b.dir);
+    FILE *tf = fopen(cmd, "w");
+    assert_non_null(tf);
+    fclose(tf);
+    snprintf(cmd, sizeof cmd, "rm '%s/cut/'psd-node0.snap.staged", b.dir);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+    o = run_out(&st, cut);
+    EXPECT_INT(st, 1, "reshard into a cut-off one's temporary file: %s", o);
+    snprintf(cmd, sizeof cmd, "remove %s/cut/psd-node*.staged* and run it "
+             "again", b.dir);
+    EXPECT_SUBSTR(o, cmd, "the files to remove");
+    free(o);
+    snprintf(cmd, sizeof cmd, "rm %s/cut/psd-node*.staged* && ! ls "
+             "%s/cut/ | grep -q staged", b.dir, b.dir);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
     char other[600];
     snprintf(other, sizeof other, "%s/other.ini", b.dir);
     snprintf(cmd, sizeof cmd, "sed 's/^shards = 4/shards = 8/' '%s' > '%s'",
@@ -2204,6 +2222,9 @@ static void test_a_journal_past_snapshot_journal_mb_starts_a_snapshot(
                "psd says why it takes a snapshot");
     EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 1 written", 20000), 1,
                "the snapshot is written");
+    /* Removed on the thread pool, right after. */
+    for (int i = 0; i < 500 && access(seg, F_OK) == 0; i++)
+        sleep_ms(10);
     EXPECT_INT(access(seg, F_OK) == 0, 0, "segment 1, covered, is deleted");
     ps_close(cl);
     cluster_kill(&c, 0, SIGKILL);
@@ -2800,6 +2821,51 @@ static void test_a_journal_of_another_layout_fails_psd_check(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* A table's init and seed are not part of the layout (a restart with
+ * another init keeps the rows a snapshot holds), but a journal's pushes
+ * were made on rows that started from the init of then: replayed onto a
+ * new one, every row the journal made read 100 more, without a word (a
+ * durability trial). psd and psd --check refuse such a journal and say
+ * what to do; done (the old init back, a start and a stop), the new init
+ * starts and the rows stay. */
+static void test_a_journal_is_not_replayed_onto_another_init(void **state)
+{
+    (void)state;
+    test_cluster c;
+    char seg[400], cmd[700];
+    int a = journal_then_kill9(&c, SERVER "durability = log\n", seg,
+                               sizeof seg);
+    snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 1$/dim = 1\\ninit = constant "
+             "100/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_refusal(&c, seg, "this push was journaled on rows made with other "
+                   "inits");
+    expect_refusal(&c, seg, "Put back the init and seed of then, start psd "
+                   "and stop it");
+    expect_psd_check(&c, 0, NULL, 1, "journaled on rows made with other "
+                     "inits");
+    /* The seed alone too. */
+    snprintf(cmd, sizeof cmd, "sed -i 's/^init = constant 100$/seed = 7/' "
+             "'%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_refusal(&c, seg, "other inits");
+    snprintf(cmd, sizeof cmd, "sed -i '/^seed = 7$/d' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_psd_check(&c, 0, NULL, 0, "OK");
+    if (cluster_restart(&c, 0))
+        fail_msg("the init of then starts");
+    expect_count(c.spec, a, "replayed onto the init of then");
+    EXPECT_INT(term(&c, 0), 0, "stops, writing its final snapshot");
+    snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 1$/dim = 1\\ninit = constant "
+             "100/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    expect_psd_check(&c, 0, NULL, 0, "OK");
+    if (cluster_restart(&c, 0))
+        fail_msg("a new init after a clean stop starts");
+    expect_count(c.spec, a, "the snapshot's rows under the new init");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* A power loss can leave the journal's new length on disk without the
  * data written into it: the segment then ends in zeros. psd cuts them off
  * as it does a record cut short, says so, and serves every push that was
@@ -3244,6 +3310,7 @@ int main(void)
         cmocka_unit_test(
             test_a_connection_closed_by_its_client_is_not_called_dead),
         cmocka_unit_test(test_a_journal_of_another_layout_fails_psd_check),
+        cmocka_unit_test(test_a_journal_is_not_replayed_onto_another_init),
         cmocka_unit_test(
             test_a_journal_past_snapshot_journal_mb_starts_a_snapshot),
         cmocka_unit_test(test_a_journal_removed_while_down_is_said_at_start),

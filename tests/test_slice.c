@@ -1121,7 +1121,7 @@ static void answer_and_check_scatter(psc_req *r, const uint64_t *keys,
         m.status = PSW_OK;
         m.vals = v;
         m.vals_len = rows * dim * sizeof(float);
-        EXPECT_INT(psc_part_reply(p, &m), k == 0, "reply to part %d of %d: "
+        EXPECT_INT(psc_part_reply(p, &m, NULL), k == 0, "reply to part %d of %d: "
                    "completed", k, r->nparts);
         EXPECT_INT(r->pending, k, "pending after the reply to part %d", k);
         free(mem);
@@ -1233,9 +1233,9 @@ static void test_push_ok_replies_complete_request_without_error(
     float vals[100 * 2];
     psc_req *r = push_request(2, keys, vals, 100, 2);
     psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
-    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "first of 2 replies");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 0, "first of 2 replies");
     m = reply_msg(&r->parts[1], PSW_OK, NULL, 0);
-    EXPECT_INT(psc_part_reply(&r->parts[1], &m), 1, "second of 2 replies");
+    EXPECT_INT(psc_part_reply(&r->parts[1], &m, NULL), 1, "second of 2 replies");
     EXPECT_INT(r->status, PS_OK, "status");
     EXPECT_PTR(r->error, NULL, "error");
     psc_req_free(r);
@@ -1252,7 +1252,7 @@ static void test_an_unknown_status_is_a_protocol_error_with_its_code(
     psc_req *r = push_request(1, keys, vals, 10, 1);
     const char *wire = "a reason from the future";
     psw_msg m = reply_msg(&r->parts[0], PS_EFULL - 1, wire, strlen(wire));
-    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 1, "the only reply");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 1, "the only reply");
     EXPECT_INT(r->status, PS_EPROTO, "status");
     EXPECT_SUBSTR(r->error, "answered status -16, which this client does not "
                   "know: a reason from the future", "its text");
@@ -1269,18 +1269,34 @@ static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
     /* The text is a view of text_len bytes, not NUL-terminated. */
     const char *wire = "shard 3 is owned by node 1#garbage";
     psw_msg m = reply_msg(&r->parts[1], PSW_ENOTOWNER, wire, 26);
-    EXPECT_INT(psc_part_reply(&r->parts[1], &m), 0, "error reply, 1 of 3");
+    EXPECT_INT(psc_part_reply(&r->parts[1], &m, NULL), 0, "error reply, 1 of 3");
     EXPECT_INT(r->status, PS_ENOTOWNER, "status after the error reply");
     EXPECT_STR(r->error, "shard 3 is owned by node 1", "error text");
 
+    /* Named by node when the request went to several (a trial's max_rows
+     * refusal said "on this node" of a push to three). */
+    {
+        uint64_t k2[200];
+        float v2[200 * 2];
+        psc_req *q = push_request(3, k2, v2, 200, 2);
+        psw_msg e = reply_msg(&q->parts[1], PSW_EFULL, "holds 9 rows on "
+                              "this node", 25);
+        psc_part_reply(&q->parts[1], &e, "127.0.0.2:13002");
+        char want[120];
+        snprintf(want, sizeof want, "node %d (127.0.0.2:13002): holds 9 "
+                 "rows on this node", q->parts[1].node);
+        EXPECT_STR(q->error, want, "a refusal of one of several nodes");
+        psc_req_free(q);
+    }
+
     m = reply_msg(&r->parts[2], PSW_EKEY, "another", 7);
-    EXPECT_INT(psc_part_reply(&r->parts[2], &m), 0, "error reply, 2 of 3");
+    EXPECT_INT(psc_part_reply(&r->parts[2], &m, NULL), 0, "error reply, 2 of 3");
     EXPECT_INT(r->status, PS_ENOTOWNER, "status after a second error");
     EXPECT_STR(r->error, "shard 3 is owned by node 1",
                "error text after a second error");
 
     m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
-    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 1, "OK reply, 3 of 3");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 1, "OK reply, 3 of 3");
     EXPECT_INT(r->status, PS_ENOTOWNER, "status after a later OK");
     EXPECT_STR(r->error, "shard 3 is owned by node 1",
                "error text after a later OK");
@@ -1289,23 +1305,23 @@ static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
     /* A node's text reaches terminals: its control bytes do not. */
     r = push_request(2, keys, vals, 200, 2);
     m = reply_msg(&r->parts[0], PSW_EKEY, "bad\x1b[2Jkey\n\x7f\xc3\xa9", 14);
-    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "error reply with ESC");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 0, "error reply with ESC");
     EXPECT_STR(r->error, "bad?[2Jkey??\xc3\xa9", "error text cleaned");
     psc_req_free(r);
     /* C1's CSI written as UTF-8 acts in some terminals too. */
     r = push_request(2, keys, vals, 200, 2);
     m = reply_msg(&r->parts[0], PSW_EKEY, "a\xc2\x9b" "2Jb\xc2\xa0", 8);
-    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "error reply with CSI");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 0, "error reply with CSI");
     EXPECT_STR(r->error, "a??2Jb\xc2\xa0", "C1 cleaned, NBSP kept");
     psc_req_free(r);
 
     /* An error reply without text still sets the status. */
     r = push_request(2, keys, vals, 200, 2);
     m = reply_msg(&r->parts[0], PSW_ESERVER, NULL, 0);
-    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "textless error reply");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 0, "textless error reply");
     EXPECT_INT(r->status, PS_ESERVER, "status");
     m = reply_msg(&r->parts[1], PSW_OK, NULL, 0);
-    EXPECT_INT(psc_part_reply(&r->parts[1], &m), 1, "OK reply, 2 of 2");
+    EXPECT_INT(psc_part_reply(&r->parts[1], &m, NULL), 1, "OK reply, 2 of 2");
     EXPECT_INT(r->status, PS_ESERVER, "status after a later OK");
     psc_req_free(r);
 }
@@ -1332,7 +1348,7 @@ static void test_reply_with_wrong_payload_size_is_eproto(void **state)
         psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
         m.vals = (const char *)rows;
         m.vals_len = sizes[s];
-        EXPECT_INT(psc_part_reply(&r->parts[0], &m), 1, "reply of %zu bytes "
+        EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 1, "reply of %zu bytes "
                    "for %d rows: completed", sizes[s], N);
         EXPECT_INT(r->status, PS_EPROTO, "status after %zu bytes", sizes[s]);
         EXPECT_SUBSTR(r->error, "expected", "error text");
@@ -1351,7 +1367,7 @@ static void test_reply_with_wrong_payload_size_is_eproto(void **state)
     psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
     m.vals = (const char *)rows;
     m.vals_len = (N + 1) * DIM * sizeof(float);
-    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 1, "oversized range reply");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 1, "oversized range reply");
     EXPECT_INT(r->status, PS_EPROTO, "status");
     psc_req_free(r);
 }
@@ -1377,7 +1393,7 @@ static void test_part_fail_completes_request_and_keeps_first_error(
     /* An OK reply, then a failure: the failure completes it. */
     r = push_request(2, keys, vals, 100, 2);
     psw_msg m = reply_msg(&r->parts[0], PSW_OK, NULL, 0);
-    EXPECT_INT(psc_part_reply(&r->parts[0], &m), 0, "OK reply, 1 of 2");
+    EXPECT_INT(psc_part_reply(&r->parts[0], &m, NULL), 0, "OK reply, 1 of 2");
     EXPECT_INT(psc_part_fail(&r->parts[1], PS_ECONN, "connection lost"), 1,
                "failure, 2 of 2");
     EXPECT_INT(r->status, PS_ECONN, "status");
@@ -1469,7 +1485,7 @@ static void test_customer_stamps_a_bsp_push_with_its_clock(void **state)
         if (psc_part_fail(&k->parts[i], PS_ECONN, "never sent"))
             psc_customer_complete(&cu, k);
         EXPECT_U64(cu.pushed_step, 0, "a, never applied");
-        if (psc_part_reply(&b->parts[i], &m))
+        if (psc_part_reply(&b->parts[i], &m, NULL))
             psc_customer_complete(&cu, b);
     }
     EXPECT_U64(cu.pushed_step, 8, "b applied");
@@ -1552,8 +1568,8 @@ static void test_a_part_a_node_forgot_counts_as_perhaps_applied(
         psw_msg ok = { .status = PSW_OK };
         psw_msg no = { .status = cases[k].status, .text = cases[k].text,
                        .text_len = strlen(cases[k].text) };
-        EXPECT_INT(psc_part_reply(&r->parts[0], &ok), 0, "part 0 applied");
-        EXPECT_INT(psc_part_reply(&r->parts[1], &no), 1, "part 1 refused");
+        EXPECT_INT(psc_part_reply(&r->parts[0], &ok, NULL), 0, "part 0 applied");
+        EXPECT_INT(psc_part_reply(&r->parts[1], &no, NULL), 1, "part 1 refused");
         psc_customer_complete(&cu, r);
         EXPECT_INT(psc_customer_wait(&cu, t, -1, err, sizeof err),
                    cases[k].status, "case %d", k);
@@ -1587,7 +1603,7 @@ static void test_customer_remembers_failures_for_wait_and_wait_all(
     ps_ts abandon;
     psc_customer_take(&cu, &closing, &abandon);
     psw_msg reply = { .op = PSW_OP_REPLY, .status = PS_OK };
-    EXPECT_INT(psc_part_reply(&ok->parts[0], &reply), 1, "ok completes");
+    EXPECT_INT(psc_part_reply(&ok->parts[0], &reply, NULL), 1, "ok completes");
     psc_customer_complete(&cu, ok);
     EXPECT_INT(psc_part_fail(&bad->parts[0], PS_ETIMEDOUT, "no reply"), 1,
                "failure completes");
@@ -1655,7 +1671,7 @@ static void complete_all_parts(psc_customer *cu, psc_req *r)
     psw_msg reply = { .op = PSW_OP_REPLY, .status = PS_OK };
     int n = r->nparts;           /* the last part's completion frees r */
     for (int i = 0; i < n; i++)
-        if (psc_part_reply(&r->parts[i], &reply))
+        if (psc_part_reply(&r->parts[i], &reply, NULL))
             psc_customer_complete(cu, r);
 }
 

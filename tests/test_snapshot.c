@@ -979,7 +979,7 @@ static int replay(uint64_t from, seen *s, uint64_t *next, char *err)
     uint64_t records;
     memset(s, 0, sizeof *s);
     char cut[300];
-    return psd_journal_replay(dir, 2, 0xabc, from, 1 << 20, count_record, s,
+    return psd_journal_replay(dir, 2, 0xabc, 0, from, 1 << 20, count_record, s,
                               next, &records, cut, sizeof cut, err, ERRLEN);
 }
 
@@ -1020,7 +1020,7 @@ static void test_worker_records_carry_the_refused_clients(void **state)
 {
     (void)state;
     char err[ERRLEN], path[300];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0, 1, err, sizeof err);
     assert_non_null(j);
     const uint64_t refused[PSD_J_REPLACED] = { 0, 0, 70, 71 };
     assert_int_not_equal(psd_journal_worker(j, 1, 0, 0, 72, 3, 1, refused,
@@ -1038,7 +1038,7 @@ static void test_worker_records_carry_the_refused_clients(void **state)
     write_file(path, f, len);
     workers_seen s = { 0 };
     uint64_t next, records;
-    assert_int_equal(psd_journal_replay(dir, 2, 0xabc, 1, 1 << 20,
+    assert_int_equal(psd_journal_replay(dir, 2, 0xabc, 0, 1, 1 << 20,
                                         keep_worker, &s, &next, &records,
                                         NULL, 0, err, sizeof err), 0);
     EXPECT_INT(s.n, 2, "two WORKER records");
@@ -1066,7 +1066,7 @@ static void test_worker_records_carry_the_refused_clients(void **state)
             memcpy(body + 72, &other, 8);
         len = 28 + put_record(f + 28, body, 80);
         write_file(path, f, len);
-        EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 1, 1 << 20, keep_worker,
+        EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 0, 1, 1 << 20, keep_worker,
                                       &s, &next, &records, NULL, 0, err,
                                       sizeof err),
                    -1, "%s", bad ? "another lost client" : "a mask on an "
@@ -1081,7 +1081,7 @@ static void test_the_journal_replays_segments_in_order(void **state)
 {
     (void)state;
     char err[ERRLEN];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0, 1, err, sizeof err);
     assert_non_null(j);
     put_pushes(j, 0, 10);
     assert_int_equal(psd_journal_rotate(j, err, sizeof err), 0);
@@ -1103,7 +1103,7 @@ static void test_the_journal_replays_segments_in_order(void **state)
     EXPECT_INT(s.pushes, 5, "pushes of segment 2");
     /* Another layout shape is refused. */
     uint64_t records;
-    assert_int_equal(psd_journal_replay(dir, 2, 0xdef, 1, 1 << 20,
+    assert_int_equal(psd_journal_replay(dir, 2, 0xdef, 0, 1, 1 << 20,
                                         count_record, &s, &next, &records,
                                         NULL, 0, err, sizeof err), -1);
     EXPECT_INT(strstr(err, "layout shape") != NULL, 1, "%s", err);
@@ -1116,13 +1116,13 @@ static void test_the_journal_replays_segments_in_order(void **state)
                            "missing") != NULL, 1, "%s", err);
     /* psd --check finds the same hole, and reads the segments a replay
      * from the snapshot's segment would. */
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 1, err, sizeof err), -1,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, err, sizeof err), -1,
                "--check without the snapshot");
     EXPECT_INT(strstr(err, "snapshot that covers segments 1..1 is "
                            "missing") != NULL, 1, "%s", err);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 2, err, sizeof err), 0,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 2, err, sizeof err), 0,
                "--check with it: %s", err);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xdef, 2, err, sizeof err), -1,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xdef, 0, 2, err, sizeof err), -1,
                "--check under another layout");
     EXPECT_INT(strstr(err, "layout shape") != NULL, 1, "%s", err);
     psd_journal_prune(dir, 2, 100);
@@ -1136,7 +1136,7 @@ static void test_a_segment_missing_in_the_middle_fails_the_check(void **state)
 {
     (void)state;
     char err[ERRLEN], path[300];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0, 1, err, sizeof err);
     assert_non_null(j);
     for (int i = 0; i < 2; i++) {
         put_pushes(j, i * 3, 3);
@@ -1144,11 +1144,11 @@ static void test_a_segment_missing_in_the_middle_fails_the_check(void **state)
     }
     put_pushes(j, 6, 3);
     psd_journal_close(j);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 1, err, sizeof err), 0,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, err, sizeof err), 0,
                "all three there: %s", err);
     psd_journal_path(path, sizeof path, dir, 2, 2);
     assert_int_equal(unlink(path), 0);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 1, err, sizeof err), -1,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, err, sizeof err), -1,
                "segment 2 of 1..3 missing");
     EXPECT_SUBSTR(err, "psd-node2.journal.0000000002: missing (segments "
                   "1..3 are there)", "--check");
@@ -1168,11 +1168,69 @@ static void test_a_segment_missing_in_the_middle_fails_the_check(void **state)
     psd_journal_prune(dir, 2, 100);
 }
 
+/* The inits a segment's rows started from are in its START record: a
+ * push in a segment of other inits is refused at that push (replayed, it
+ * would land on rows of other values), by the replay and the check; a
+ * segment of other inits without a push replays (a clean stop's last),
+ * and 0 (an earlier psd's segment, or a caller that does not ask) checks
+ * nothing. */
+static void test_a_push_made_on_other_inits_is_refused(void **state)
+{
+    (void)state;
+    char err[ERRLEN], path[300], cut[300];
+    uint64_t next, records;
+    seen s;
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0x123456, 1, err,
+                                      sizeof err);
+    assert_non_null(j);
+    assert_int_equal(psd_journal_rotate(j, err, sizeof err), 0);
+    put_pushes(j, 0, 3);
+    psd_journal_close(j);
+    psd_journal_path(path, sizeof path, dir, 2, 2);
+    memset(&s, 0, sizeof s);
+    EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 0x123456, 1, 1 << 20,
+                                  count_record, &s, &next, &records, cut,
+                                  sizeof cut, err, ERRLEN), 0,
+               "the same inits: %s", err);
+    EXPECT_INT(s.pushes, 3, "pushes replayed");
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x123456, 1, err,
+                                 sizeof err), 0, "checked: %s", err);
+    memset(&s, 0, sizeof s);
+    EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 0x654321, 1, 1 << 20,
+                                  count_record, &s, &next, &records, cut,
+                                  sizeof cut, err, ERRLEN), -1,
+               "other inits");
+    EXPECT_INT(s.pushes, 0, "pushes replayed onto other inits");
+    EXPECT_SUBSTR(err, "psd-node2.journal.0000000002: offset ", "replay");
+    EXPECT_SUBSTR(err, ": this push was journaled on rows made with other "
+                  "inits (mark 123456, this ini's 654321): a table's init "
+                  "or seed changed", "replay");
+    char cerr[ERRLEN];
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x654321, 1, cerr,
+                                 sizeof cerr), -1, "checked, other inits");
+    EXPECT_INT(strcmp(cerr, err), 0, "the check says \"%s\", the replay "
+               "\"%s\"", cerr, err);
+    /* Not asked (0): replayed. */
+    EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 0, 1, 1 << 20,
+                                  count_record, &s, &next, &records, cut,
+                                  sizeof cut, err, ERRLEN), 0,
+               "inits not asked: %s", err);
+    /* Segment 1 alone holds no push: any inits replay it. */
+    assert_int_equal(unlink(path), 0);
+    EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 0x654321, 1, 1 << 20,
+                                  count_record, &s, &next, &records, cut,
+                                  sizeof cut, err, ERRLEN), 0,
+               "a segment of other inits without a push: %s", err);
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x654321, 1, err,
+                                 sizeof err), 0, "checked: %s", err);
+    psd_journal_prune(dir, 2, 100);
+}
+
 /* Segment 1 of node 2's journal with four pushes; its path into path. */
 static void four_pushes(char *path, size_t len)
 {
     char err[ERRLEN];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0, 1, err, sizeof err);
     assert_non_null(j);
     put_pushes(j, 0, 4);
     psd_journal_close(j);
@@ -1218,7 +1276,7 @@ static void test_a_torn_last_record_is_cut_and_damage_elsewhere_refused(
     }
     /* A torn record that is not the last segment's is damage too. */
     write_file(path, good, len - 3);
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 2, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0, 2, err, sizeof err);
     put_pushes(j, 4, 1);
     psd_journal_close(j);
     seen s;
@@ -1312,7 +1370,7 @@ static int replay_as(const char *path, const char *bytes, size_t len,
     seen s;
     memset(&s, 0, sizeof s);
     uint64_t next, records;
-    int rc = psd_journal_replay(dir, 2, 0xabc, 1, 1 << 20, count_record, &s,
+    int rc = psd_journal_replay(dir, 2, 0xabc, 0, 1, 1 << 20, count_record, &s,
                                 &next, &records, cut, cutlen, err, ERRLEN);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
@@ -1329,7 +1387,7 @@ static void test_a_tail_of_zeros_is_cut_and_other_zeros_refused(void **state)
 {
     (void)state;
     char err[ERRLEN], cut[600], path[128];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0, 1, err, sizeof err);
     assert_non_null(j);
     /* Three records of 8,084 bytes each after the 28-byte start record:
      * the last spans 16,196..24,280, across the page boundary 20,480. */
@@ -1404,7 +1462,7 @@ static void test_a_tail_of_zeros_is_cut_and_other_zeros_refused(void **state)
     /* The same zeros, with a newer segment after this one. */
     memcpy(img, good, len);
     write_file(path, img, len + TAIL);
-    j = psd_journal_open(dir, 2, 0xabc, 2, err, sizeof err);
+    j = psd_journal_open(dir, 2, 0xabc, 0, 2, err, sizeof err);
     assert_non_null(j);
     put_rows(j, 3, 1, 4);
     psd_journal_close(j);
@@ -1422,7 +1480,7 @@ static void test_a_failed_journal_write_leaves_whole_records(void **state)
 {
     (void)state;
     char err[ERRLEN], path[128];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0, 1, err, sizeof err);
     assert_non_null(j);
     put_pushes(j, 0, 2);
     struct rlimit save, small;
@@ -1551,7 +1609,7 @@ static void test_a_folder_that_cannot_be_listed_is_refused(void **state)
 {
     (void)state;
     char err[ERRLEN];
-    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 1, err, sizeof err);
+    psd_journal *j = psd_journal_open(dir, 2, 0xabc, 0, 1, err, sizeof err);
     assert_non_null(j);
     put_pushes(j, 0, 3);
     psd_journal_close(j);
@@ -1598,6 +1656,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_a_segment_missing_in_the_middle_fails_the_check, setup,
             teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_push_made_on_other_inits_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_torn_last_record_is_cut_and_damage_elsewhere_refused,
             setup, teardown),

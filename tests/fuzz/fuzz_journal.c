@@ -214,7 +214,7 @@ static void replay(result *res, psd_node *node_out)
     counting c = { { &n, T0_MS, NULL, 0, 0 }, 0 };
     memset(res, 0, sizeof *res);
     memset(res->err, 0x55, sizeof res->err);
-    res->rc = psd_journal_replay(dir, in.node, n.shape, in.from,
+    res->rc = psd_journal_replay(dir, in.node, n.shape, n.inits, in.from,
                                  (size_t)n.cfg.max_frame + 4096, count_apply,
                                  &c, &res->next, &res->records, res->cut,
                                  sizeof res->cut, res->err, sizeof res->err);
@@ -401,8 +401,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const psd_config *cfg = fuzz_disk_config();
     uint64_t shape = psd_config_shape(cfg), hi = newest();
     char kerr[1024] = "";
-    int rc_k = psd_journal_check(dir, in.node, shape, in.from, kerr,
-                                 sizeof kerr);
+    int rc_k = psd_journal_check(dir, in.node, shape, psd_config_inits(cfg),
+                                 in.from, kerr, sizeof kerr);
     FUZZ_CHECK(rc_k == 0 || rc_k == -1, "psd_journal_check returned %d (%s)",
                rc_k, kerr);
     if (rc_k)

@@ -707,7 +707,9 @@ static uint64_t node_key(int node, int nth)
 static psd_journal *jopen(int node, uint64_t seg_shape, uint64_t seq)
 {
     char err[256];
-    psd_journal *j = psd_journal_open(jdir, node, seg_shape, seq, err,
+    /* Inits 0, as a psd before the mark wrote: the fuzzer's changes to
+     * those bytes make marks of its own. */
+    psd_journal *j = psd_journal_open(jdir, node, seg_shape, 0, seq, err,
                                       sizeof err);
     if (!j) {
         fprintf(stderr, "make_seeds: %s\n", err);
@@ -985,7 +987,7 @@ static void snapshot_seed(const char *name, int node, int history,
         psd_replay_ctx ctx = { &n, T0_MS, NULL, 0, 0 };
         uint64_t next, records;
         char cut[512];
-        if (psd_journal_replay(jdir, node, shape, 1,
+        if (psd_journal_replay(jdir, node, shape, n.inits, 1,
                                (size_t)n.cfg.max_frame + 4096,
                                psd_request_replay, &ctx, &next, &records,
                                cut, sizeof cut, err, sizeof err)) {
