@@ -269,7 +269,7 @@ $(BUILD)/test_ops: $(BUILD)/tests/test_ops.o $(BUILD)/tests/cluster.o \
                    $(BUILD)/tests/faultproxy.o $(BUILD)/tests/raw.o \
                    $(PROTO_OBJ) $(SOLIB) $(PSD) $(PSCTL) $(BUILD)/accept_oom.so
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(CLIENT_LINK) $(LIBS_UV) \
-	    $(LIBS_MP) $(LIBS_CM) -lpthread
+	    $(LIBS_MP) $(LIBS_CM) -lpthread -lm
 $(BUILD)/test_faults: $(BUILD)/tests/test_faults.o $(BUILD)/tests/faultproxy.o \
                       $(BUILD)/tests/oracle.o $(BUILD)/tests/cluster.o \
                       $(BUILD)/tests/raw.o $(PROTO_OBJ) $(SOLIB) $(PSD)

@@ -359,9 +359,17 @@ static void put_buckets(tbuf *b, const char *name, int node, int k,
         size_t end = (size_t)(e - 2) * PSW_HIST_SUB;
         for (; next < end; next++)
             below += h[next];
-        put(b, "%s_bucket{node=\"%d\",kind=\"%s\",le=\"%.9g\"} %llu\n",
-            name, node, lat_names[k], (double)(UINT64_C(1) << e) / 1e9,
-            (unsigned long long)below);
+        /* 2^e ns in seconds, every digit: "%.9g" cut 2^30 ns to
+         * 1.07374182, below the bucket's true bound. */
+        uint64_t ns = UINT64_C(1) << e;
+        char frac[16];
+        int fl = snprintf(frac, sizeof frac, "%09llu",
+                          (unsigned long long)(ns % 1000000000u));
+        while (fl > 1 && frac[fl - 1] == '0')
+            frac[--fl] = '\0';
+        put(b, "%s_bucket{node=\"%d\",kind=\"%s\",le=\"%llu.%s\"} %llu\n",
+            name, node, lat_names[k], (unsigned long long)(ns / 1000000000u),
+            frac, (unsigned long long)below);
     }
     uint64_t all = hist_count(h);
     put(b, "%s_bucket{node=\"%d\",kind=\"%s\",le=\"+Inf\"} %llu\n", name,
