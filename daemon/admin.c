@@ -859,7 +859,7 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
          * disk, for each of a script's or a hostile client's repeated
          * saves); either way the caller learns which generation to wait
          * for in stats. */
-        int running = a->dur->child != 0;
+        int running = a->dur->child != 0 || a->dur->presync;
         uint64_t failures = a->dur->st.snapshot_failures;
         if (!running && psd_durable_current(a->dur)) {
             put(&b, "{\"generation\": %llu, \"already_running\": false, "
@@ -868,7 +868,7 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
         } else {
             if (!running)
                 psd_durable_snapshot(a->dur);
-            if (!a->dur->child &&
+            if (!a->dur->child && !a->dur->presync &&
                 a->dur->st.snapshot_failures > failures) {
                 put(&b, "snapshot not started: %s", a->dur->st.last_error);
                 rc = PSW_ESERVER;

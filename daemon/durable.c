@@ -206,6 +206,12 @@ static void prune_done(uv_work_t *w, int status)
  * when no work is left). */
 static void prune_start(psd_durable *d, uint64_t below)
 {
+    /* Stopping (psd_durable_final after the loop ended): here, or the
+     * work would outlive the loop. */
+    if (d->stopping && !d->prune_running) {
+        psd_journal_prune(d->dir, d->node->index, below);
+        return;
+    }
     if (d->prune_running) {
         if (below > d->prune_next)
             d->prune_next = below;
@@ -320,12 +326,70 @@ static int rotate(psd_durable *d, psd_journal *j, char *err, size_t errlen)
     return rc;
 }
 
+static int past_size(const psd_durable *d);
+static void on_size(uv_timer_t *t);
+#define RETRY_MS 10000
+
+static void presync_work(uv_work_t *w)
+{
+    psd_durable *d = w->data;
+    if (d->test_fsync_delay_ms)
+        usleep((useconds_t)d->test_fsync_delay_ms * 1000);
+    (void)fsync(d->presync_fd); /* a failure: the rotation's says so */
+}
+
+static void presync_done(uv_work_t *w, int status)
+{
+    psd_durable *d = w->data;
+    (void)status;
+    close(d->presync_fd);
+    d->presync = 0;
+    if (d->stopping)
+        return;                  /* the final snapshot follows */
+    d->presynced = 1;
+    psd_durable_snapshot(d);
+    d->presynced = 0;
+    /* One for the journal's size that could not start is tried again,
+     * as on_size does. */
+    if (!d->child && past_size(d))
+        uv_timer_start(&d->soon, on_size, RETRY_MS, 0);
+}
+
+/* Starts the fsync of the journal's segment on the thread pool, whose end
+ * then starts the snapshot: the rotation fsyncs the segment on the loop
+ * (section 3 of docs/durability.md), which with fsync = no held all it
+ * had written since the last snapshot, and with everysec up to a second
+ * of it; after this one only what came meanwhile. fsync = always has
+ * nothing unsynced. Returns whether it started. */
+static int presync_start(psd_durable *d, psd_journal *j)
+{
+    if (d->presynced || d->stopping || d->fsync_mode == PSD_FSYNC_ALWAYS)
+        return 0;
+    /* What is written so far (each flush of replies writes the records
+     * before them): what is still buffered, the rotation writes. */
+    d->presync_fd = dup(psd_journal_fd(j));
+    if (d->presync_fd < 0)
+        return 0;
+    d->presync = 1;
+    d->child_gen = d->st.generation + 1;   /* what psctl save waits for */
+    d->presync_work.data = d;
+    if (uv_queue_work(d->loop, &d->presync_work, presync_work,
+                      presync_done)) {
+        close(d->presync_fd);
+        d->presync = 0;
+        return 0;
+    }
+    return 1;
+}
+
 void psd_durable_snapshot(psd_durable *d)
 {
-    if (d->child)
+    if (d->child || d->presync)
         return;                  /* one at a time; its end reports */
     char err[256];
     uint64_t seq = d->next_seq;
+    if (d->node->journal && presync_start(d, d->node->journal))
+        return;
     psd_journal *j = d->node->journal;
     /* The image covers the journal so far: later records go to a new
      * segment, which the snapshot says to replay from. */
@@ -459,7 +523,6 @@ static int past_size(const psd_durable *d)
  * (the rotation failed: no descriptor, no room, an I/O error): it is
  * tried again in RETRY_MS, not at every write, while the segment is still
  * past the limit. */
-#define RETRY_MS 10000
 
 static void on_size(uv_timer_t *t)
 {
@@ -473,7 +536,7 @@ static void on_size(uv_timer_t *t)
              (double)psd_journal_bytes(j) / (1 << 20),
              d->node->cfg.snapshot_journal_mb);
     psd_durable_snapshot(d);
-    if (!d->child && psd_journal_seq(j) == seq)
+    if (!d->child && !d->presync && psd_journal_seq(j) == seq)
         uv_timer_start(&d->soon, on_size, RETRY_MS, 0);
 }
 
@@ -1010,6 +1073,7 @@ void psd_durable_stop(psd_durable *d)
 {
     if (!d->started)
         return;
+    d->stopping = 1;
     uv_close((uv_handle_t *)&d->everysec, NULL);
     uv_close((uv_handle_t *)&d->interval, NULL);
     uv_close((uv_handle_t *)&d->soon, NULL);

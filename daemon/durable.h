@@ -53,6 +53,14 @@ typedef struct psd_durable {
     int prune_running;
     uint64_t prune_below;        /* what the running removal goes below */
     uint64_t prune_next;         /* asked meanwhile: the next one's, or 0 */
+    /* the journal's fsync before a snapshot's rotation, on the pool: the
+     * rotation's own fsync, on the loop, then has little left to do */
+    uv_work_t presync_work;
+    int presync;                 /* one runs: the snapshot waits for it */
+    int presync_fd;              /* a dup of the segment's, the work's */
+    int presynced;               /* the snapshot its end starts */
+    int stopping;                /* psd_durable_stop was called: no work is
+                                    queued from then on (the loop ends) */
     /* snapshots */
     uv_timer_t interval;
     uv_timer_t soon;             /* a snapshot for the journal's size */

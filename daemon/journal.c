@@ -1043,27 +1043,51 @@ typedef struct check_ctx {
     int unreadable;              /* a segment this user may not read */
 } check_ctx;
 
-/* The offset of the first whole push record of fd from offset off on, by
- * the records' lengths and first bytes (their CRCs are the replay's to
- * check), or -1 when there is none: one cut short by a crash is cut off
- * by the replay, not applied. */
-static long long first_push(int fd, uint64_t off)
+/* What the replay would meet first of fd's records from offset off on,
+ * as psd_journal_replay reads them, with `mark` the segment's inits mark
+ * so far: the offset of a whole push (its CRCs check) made on other
+ * inits than `inits`, with *made_on its mark, or -1 when a record that
+ * does not check comes first (the replay cuts or refuses it, for its own
+ * reason) or none is there. A START sets the mark, as in the replay. */
+static long long push_on_other_inits(int fd, uint64_t off, uint32_t mark,
+                                     uint32_t inits, uint32_t *made_on)
 {
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return -1;
+    char *body = NULL;
+    size_t cap = 0;
+    long long at = -1;
     for (;;) {
-        unsigned char h[HDR + 1];
-        if (pread(fd, h, sizeof h, (off_t)off) != (ssize_t)sizeof h)
-            return -1;
-        uint32_t len;
+        unsigned char h[HDR];
+        uint32_t len, crc, hcrc;
+        if (pread(fd, h, HDR, (off_t)off) != HDR)
+            break;
         memcpy(&len, h, 4);
-        if (len == 0 || off + HDR + (uint64_t)len > (uint64_t)st.st_size)
-            return -1;
-        if (h[HDR] == PSD_J_PUSH)
-            return (long long)off;
+        memcpy(&crc, h + 4, 4);
+        memcpy(&hcrc, h + 8, 4);
+        if (psw_crc32c(0, h, 8) != hcrc || len == 0 ||
+            len > (1u << 30) + 4096)
+            break;
+        if (len > cap) {
+            char *nb = realloc(body, len);
+            if (!nb)
+                break;
+            body = nb;
+            cap = len;
+        }
+        psd_jrecord r;
+        if (pread(fd, body, len, (off_t)(off + HDR)) != (ssize_t)len ||
+            psw_crc32c(0, body, len) != crc || decode(body, len, &r))
+            break;
+        if (r.type == PSD_J_START)
+            mark = (uint32_t)r.mark;
+        else if (r.type == PSD_J_PUSH && mark && mark != inits) {
+            at = (long long)off;
+            *made_on = mark;
+            break;
+        }
         off += HDR + (uint64_t)len;
     }
+    free(body);
+    return at;
 }
 
 /* Reads the start record of segment seq: a whole one that names another
@@ -1091,31 +1115,34 @@ static void check_one(const char *dir, int node, uint64_t seq, void *arg)
     int e = 0;
     uint32_t len = 0, crc = 0, hcrc = 0;
     psd_jrecord r;
+    int start = 0;               /* a whole START record at offset 0 */
     if (read_full(fd, h, HDR, &e) == HDR) {
         memcpy(&len, h, 4);
         memcpy(&crc, h + 4, 4);
         memcpy(&hcrc, h + 8, 4);
-        if (psw_crc32c(0, h, 8) == hcrc && len == sizeof body &&
-            read_full(fd, body, len, &e) == len &&
-            psw_crc32c(0, body, len) == crc && decode(body, len, &r) == 0 &&
-            r.type == PSD_J_START &&
-            (r.waited != (uint32_t)node || r.clock != k->shape)) {
-            snprintf(k->err, k->errlen, "%s: offset 0: written by node %u "
-                     "under layout shape %016llx; this is node %d, shape "
-                     "%016llx%s", path, r.waited, (unsigned long long)r.clock,
-                     node, (unsigned long long)k->shape, SHAPE_HINT);
-            k->bad = 1;
-        } else if (r.type == PSD_J_START && k->inits && r.mark &&
-                   r.mark != k->inits) {
-            long long at = first_push(fd, HDR + len);
-            if (at >= 0) {
-                snprintf(k->err, k->errlen, "%s: offset %lld: this push was "
-                         "journaled on rows made with other inits (mark "
-                         "%06x, this ini's %06x)%s", path, at,
-                         (unsigned)r.mark, (unsigned)k->inits, INITS_HINT);
-                k->bad = 1;
-            }
-        }
+        start = psw_crc32c(0, h, 8) == hcrc && len == sizeof body &&
+                read_full(fd, body, len, &e) == len &&
+                psw_crc32c(0, body, len) == crc &&
+                decode(body, len, &r) == 0 && r.type == PSD_J_START;
+    }
+    uint32_t made_on = 0;
+    long long at;
+    if (start && (r.waited != (uint32_t)node || r.clock != k->shape)) {
+        snprintf(k->err, k->errlen, "%s: offset 0: written by node %u "
+                 "under layout shape %016llx; this is node %d, shape "
+                 "%016llx%s", path, r.waited, (unsigned long long)r.clock,
+                 node, (unsigned long long)k->shape, SHAPE_HINT);
+        k->bad = 1;
+    } else if (start && k->inits && r.mark && r.mark != k->inits &&
+               (at = push_on_other_inits(fd, HDR + len, (uint32_t)r.mark,
+                                         k->inits, &made_on)) >= 0) {
+        /* Only a segment begun on other inits is read on: psd writes
+         * one START per segment. */
+        snprintf(k->err, k->errlen, "%s: offset %lld: this push was "
+                 "journaled on rows made with other inits (mark %06x, this "
+                 "ini's %06x)%s", path, at, (unsigned)made_on,
+                 (unsigned)k->inits, INITS_HINT);
+        k->bad = 1;
     }
     close(fd);
 }

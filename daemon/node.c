@@ -77,15 +77,25 @@ uint32_t psd_config_inits(const psd_config *c)
     uint64_t h = 1469598103934665603ULL;
     for (int i = 0; i < c->ntables; i++) {
         const psd_table_conf *t = &c->tables[i];
+        /* Only what makes a row's values: zeros is constant 0 (and -0 is
+         * 0), a seed draws only for uniform and normal. A change that
+         * makes the same rows must not stop a node after a crash. */
+        psd_init_kind kind = t->init.kind;
+        float fa = kind == PSD_INIT_ZEROS ? 0.0f : t->init.a + 0.0f;
+        float fb = kind == PSD_INIT_UNIFORM || kind == PSD_INIT_NORMAL
+                       ? t->init.b + 0.0f : 0.0f;
+        int draws = kind == PSD_INIT_UNIFORM || kind == PSD_INIT_NORMAL;
+        if (kind == PSD_INIT_ZEROS)
+            kind = PSD_INIT_CONSTANT;
         uint32_t a, b;
-        memcpy(&a, &t->init.a, 4);
-        memcpy(&b, &t->init.b, 4);
+        memcpy(&a, &fa, 4);
+        memcpy(&b, &fb, 4);
         for (const char *p = t->name; *p; p++)
             MIX(h, (unsigned char)*p);
-        MIX(h, t->init.kind);
+        MIX(h, kind);
         MIX(h, a);
         MIX(h, b);
-        MIX(h, t->init.seed);
+        MIX(h, draws ? t->init.seed : 0);
     }
     uint32_t m = (uint32_t)(h ^ h >> 24 ^ h >> 48) & 0xffffff;
     return m ? m : 1;

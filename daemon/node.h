@@ -123,8 +123,10 @@ uint64_t psd_config_shape(const psd_config *c);
 
 /* Each table's name, init and seed, hashed to 24 bits, never 0: the
  * values a row starts from, which a journal's records were made on top
- * of (journal.h, psd_journal_open). Not part of the shape: a restart
- * with another init keeps the rows a snapshot holds. */
+ * of (journal.h, psd_journal_open). Only what changes those values
+ * counts (zeros is constant 0; a seed only for uniform and normal). Not
+ * part of the shape: a restart with another init keeps the rows a
+ * snapshot holds. */
 uint32_t psd_config_inits(const psd_config *c);
 
 /* Whether a and b name the same nodes: their count, and each one's host

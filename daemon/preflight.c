@@ -399,7 +399,11 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
                 "there, and refuses pushes while it cannot write them",
                 folder, free_mib);
     }
-    if (access(folder, W_OK | X_OK) == 0)
+    /* psd starting asks as it will write: its effective ids and
+     * capabilities (access() asks for the real uid, without them, and
+     * refused a service user given CAP_DAC_OVERRIDE). */
+    if ((pf->self ? faccessat(AT_FDCWD, folder, W_OK | X_OK, AT_EACCESS)
+                  : access(folder, W_OK | X_OK)) == 0)
         return;
     /* A read-only file system refuses every user: that one is certain. */
     if (errno == EROFS) {

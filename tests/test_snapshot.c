@@ -1226,6 +1226,51 @@ static void test_a_push_made_on_other_inits_is_refused(void **state)
     psd_journal_prune(dir, 2, 100);
 }
 
+/* The inits mark of a one-table config whose table line is `init`. */
+static uint32_t inits_of(const char *init)
+{
+    char path[128], err[ERRLEN];
+    snprintf(path, sizeof path, "%s/inits.ini", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:7070\n[table.e]\ndim = 2\n%s\n",
+            init);
+    assert_int_equal(fclose(f), 0);
+    psd_config c;
+    if (psd_config_load(&c, path, err, sizeof err))
+        fail_msg("config: %s", err);
+    uint32_t m = psd_config_inits(&c);
+    psd_config_destroy(&c);
+    unlink(path);
+    return m;
+}
+
+/* The mark covers what makes a row's values, and nothing else: a change
+ * that makes the same rows must not stop a node after a crash (a
+ * review: the seed of zeros, zeros written as constant 0). */
+static void test_the_inits_mark_covers_what_makes_rows(void **state)
+{
+    (void)state;
+    uint32_t zeros = inits_of("init = zeros");
+    EXPECT_INT(zeros != 0, 1, "never 0");
+    EXPECT_INT(inits_of("") == zeros, 1, "the default is zeros");
+    EXPECT_INT(inits_of("init = constant 0") == zeros, 1, "constant 0");
+    EXPECT_INT(inits_of("init = constant -0") == zeros, 1, "constant -0");
+    EXPECT_INT(inits_of("init = zeros\nseed = 7") == zeros, 1,
+               "a seed draws nothing for zeros");
+    EXPECT_INT(inits_of("init = constant 1\nseed = 7") ==
+                   inits_of("init = constant 1"), 1, "nor for constant");
+    EXPECT_INT(inits_of("init = constant 1") != zeros, 1, "constant 1");
+    EXPECT_INT(inits_of("init = normal 0 1") != inits_of("init = normal 0 2"),
+               1, "a normal's std");
+    EXPECT_INT(inits_of("init = normal 0 1\nseed = 7") !=
+                   inits_of("init = normal 0 1"), 1, "a normal's seed");
+    EXPECT_INT(inits_of("init = uniform -1 1\nseed = 7") !=
+                   inits_of("init = uniform -1 1"), 1, "a uniform's seed");
+    EXPECT_INT(inits_of("init = uniform 0 1") != inits_of("init = normal 0 1"),
+               1, "the kind");
+}
+
 /* Segment 1 of node 2's journal with four pushes; its path into path. */
 static void four_pushes(char *path, size_t len)
 {
@@ -1658,6 +1703,8 @@ int main(void)
             teardown),
         cmocka_unit_test_setup_teardown(
             test_a_push_made_on_other_inits_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_the_inits_mark_covers_what_makes_rows, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_torn_last_record_is_cut_and_damage_elsewhere_refused,
             setup, teardown),
