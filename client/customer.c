@@ -591,16 +591,6 @@ int psc_part_fail(psc_part *p, int status, const char *why)
     return settle(p, status, why, strlen(why));
 }
 
-/* Whether r's parts go to more than one node: a node's refusal then says
- * which node ("this node" alone named none). */
-static int several_nodes(const psc_req *r)
-{
-    for (int i = 1; i < r->nparts; i++)
-        if (r->parts[i].node != r->parts[0].node)
-            return 1;
-    return 0;
-}
-
 int psc_part_reply(psc_part *p, const psw_msg *m, const char *node)
 {
     if (m->status < PS_EFULL) {
@@ -634,8 +624,10 @@ int psc_part_reply(psc_part *p, const psw_msg *m, const char *node)
             m->text_len >= sizeof forgot - 1 &&
             !memcmp(m->text, forgot, sizeof forgot - 1))
             p->req->maybe++;
-        if (node && several_nodes(p->req)) {
-            char why[PSW_TEXT_MAX + 200];
+        /* Of several nodes, a refusal says which ("this node" named
+         * none). */
+        if (node) {
+            char why[PSW_TEXT_MAX + 320];
             int l = snprintf(why, sizeof why, "node %d (%s): %.*s", p->node,
                              node, (int)(m->text_len < PSW_TEXT_MAX
                                              ? m->text_len

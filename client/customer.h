@@ -112,8 +112,8 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
 psc_part *psc_customer_take(psc_customer *cu, int *closing, ps_ts *abandon);
 
 /* Settles one part with its reply: copies pulled rows into place, or
- * records the error, named by node (its address, or NULL) when the
- * request went to several nodes. Returns 1 when this was the request's
+ * records the error, named by node (its address, or NULL: a cluster of
+ * one node). Returns 1 when this was the request's
  * last part: call psc_customer_complete. */
 int psc_part_reply(psc_part *p, const psw_msg *reply, const char *node);
 

@@ -1748,7 +1748,7 @@ static void handle_reply(nconn *nc, const psw_msg *m)
         psc_hist_add(o->hist, nc->recv_ns - p->sent_ns);
     }
     psc_add(&nc->st.payload_received, got);
-    if (psc_part_reply(p, m, nc->name))
+    if (psc_part_reply(p, m, nc->io->nnodes > 1 ? nc->name : NULL))
         psc_customer_complete_at(&c->cu, p->req, nc->recv_ns);
 }
 

@@ -1100,7 +1100,8 @@ static int handle_frame(psd_conn *c, const char *body, size_t len)
     /* The replies must fit the output budget before the frame runs: a
      * frame whose replies would take the output past max_output waits,
      * unread, until the client has read what it is owed (with nothing
-     * owed, any frame runs: its replies are bounded by max_frame). */
+     * owed, any frame runs: its replies are bounded by max_frame, an
+     * operator's long answer by PSW_ADMIN_REPLY_MAX). */
     uint64_t bound = psd_request_frame_bound(c->node, m, n);
     uint64_t owed = c->out.total + c->queued;
     if (owed > 0 && owed + bound > c->node->cfg.max_output) {

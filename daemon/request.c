@@ -88,13 +88,15 @@ static uint64_t rows_bytes(const psd_node *n, const psw_msg *m)
 
 /* The most bytes m's reply adds to a frame. A pull larger than a frame is
  * answered with an error, so it counts as an error reply; an ADMIN answer
- * may be as long as PSW_ADMIN_REPLY_MAX whatever max_frame (admin()), so
- * it counts as that much. */
+ * counts as what one frame carries at most: a longer one (admin()) goes
+ * in a frame of its own, counted once it is packed. Counted at 4 MiB
+ * whatever max_frame, it was a reserve past a small max_client_memory,
+ * which closed psctl (or a worker) before its command ran. */
 static uint64_t reply_bound(const psd_node *n, const psw_msg *m)
 {
     uint64_t rb = rows_bytes(n, m), one = psw_payload_max(n->cfg.max_frame);
-    if (rb > one && m->op != PSW_OP_ADMIN)
-        rb = 0;
+    if (rb > one)
+        rb = m->op == PSW_OP_ADMIN ? one : 0;
     return psw_reply_max(rb);
 }
 
@@ -694,9 +696,9 @@ static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
  * the reply's payload, up to PSW_ADMIN_REPLY_MAX whatever max_frame: a
  * node with a small max_frame (16K) and one table refused psctl stats,
  * and psctl save, which reads them first, never asked for its snapshot.
- * reply_room gives a longer answer a frame of its own, which psctl reads
- * (up to 64 MiB). end-job, which changes the training state, is the
- * node's own. */
+ * An answer longer than the open frame has room for goes in a frame of
+ * its own, which psctl reads (up to 64 MiB). end-job, which changes the
+ * training state, is the node's own. */
 static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
 {
     char *text = NULL;
@@ -728,7 +730,13 @@ static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
         free(text);
         return;
     }
-    char *p = psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, len, 0);
+    psw_out *o = ss->out;
+    if (o->frame_msgs > 0 &&
+        psw_out_frame_body(o) + psw_reply_max(len) > n->cfg.max_frame) {
+        psw_out_frame_end(o);
+        psw_out_frame_begin(o);
+    }
+    char *p = psw_pack_reply(o, m->ts, m->part, PSW_OK, NULL, len, 0);
     if (p)
         memcpy(p, text, len);
     free(text);

@@ -90,7 +90,8 @@ static inline int psw_op_has(int op, int flag)
                                    cut to PSW_TEXT_MAX - 1 bytes; also the
                                    longest ADMIN command */
 #define PSW_ADMIN_REPLY_MAX (4u << 20)  /* the text an ADMIN reply may carry
-                                   (less when max_frame is smaller) */
+                                   (in a frame of its own when longer
+                                   than max_frame allows) */
 
 /* The size rule both sides budget frames with. A frame body is at most
  * max_frame bytes: an array header of PSW_BODY_OVERHEAD bytes, then the

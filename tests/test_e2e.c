@@ -339,6 +339,32 @@ static void last_error_of_one_client_survives_a_failure_on_another(
     ps_close(c);
 }
 
+/* Of a cluster of several nodes, a node's refusal says which node it is,
+ * also for a request that went to one of them (a max_rows refusal said
+ * "on this node" and named none: a multi-node trial). */
+static void a_refusal_of_one_of_several_nodes_names_it(void **state)
+{
+    (void)state;
+    ps_client *c = open_or_fail(shared.spec);
+    int t = table_id(c, "counts");
+    uint64_t key = 77;
+    float nan = NAN;
+    EXPECT_INT(ps_wait(c, ps_push(c, t, &key, 1, &nan, NULL, NULL)),
+               PS_ENONFINITE, "a NaN pushed to one node");
+    const char *e = ps_last_error(c);
+    int named = 0;
+    for (int i = 0; i < 2; i++) {
+        char want[80];
+        snprintf(want, sizeof want, "node %d (127.0.0.1:%d): ", i,
+                 shared.port[i]);
+        named += strncmp(e, want, strlen(want)) == 0;
+    }
+    if (named != 1)
+        fail_msg("want the node named first: %s", e);
+    EXPECT_SUBSTR(e, "nothing of this push was applied", "the node's text");
+    ps_close(c);
+}
+
 typedef struct thread_job {
     const char *spec;
     int value;                    /* what this thread adds */
@@ -1862,6 +1888,7 @@ int main(void)
         cmocka_unit_test(pushpull_returns_the_rows_after_the_push),
         cmocka_unit_test(untouched_sparse_key_has_same_initial_row_for_two_clients),
         cmocka_unit_test(last_error_of_one_client_survives_a_failure_on_another),
+        cmocka_unit_test(a_refusal_of_one_of_several_nodes_names_it),
         cmocka_unit_test(four_processes_of_two_threads_push_exact_sums),
         cmocka_unit_test(eight_processes_pushing_one_200_times_read_1600),
         cmocka_unit_test(forty_threads_on_one_client_each_wait_their_own),

@@ -2690,12 +2690,15 @@ static void test_a_failed_reload_shows_in_metrics_and_stats(void **state)
  * of an unknown command. And at max_frame 1K the answers to "stats" and
  * "metrics", longer than a frame, go in frames of their own: at 16K with
  * one table psctl stats failed, and psctl save, which reads them first,
- * never asked for its snapshot (a multi-node trial). */
+ * never asked for its snapshot (a multi-node trial). Also under the
+ * smallest max_client_memory: an ADMIN reserved its 4 MiB cap before it
+ * ran, which closed psctl's connection (a review). */
 static void test_psctl_errors_are_not_client_request_errors(void **state)
 {
     (void)state;
     test_cluster c;
-    int mport = start_with_metrics(&c, "max_frame = 1K\n");
+    int mport = start_with_metrics(&c, "max_frame = 1K\n"
+                                       "max_client_memory = 1M\n");
     int st;
     char *o = run(&st, "%s -s %s stats 2>&1", psctl(), c.spec);
     EXPECT_INT(st, 0, "psctl stats at max_frame 1K: %s", o ? o : "");
