@@ -238,12 +238,15 @@ static double snapshot_age(const psd_durable_stats *d)
     return wall > d->last_ok_ms ? (double)(wall - d->last_ok_ms) / 1e3 : 0;
 }
 
-/* How long the running snapshot writer has run; 0 when none runs. */
+/* How long the running snapshot has run (its journal fsync first, then
+ * its writer); 0 when none runs. */
 static double running_s(const psd_durable *dur)
 {
-    if (!dur->child)
+    if (!dur->child && !dur->presync)
         return 0;
-    double s = (double)(uv_hrtime() - dur->child_start_ns) / 1e9;
+    double s = (double)(uv_hrtime() - (dur->child ? dur->child_start_ns
+                                                  : dur->presync_start_ns)) /
+               1e9;
     return s > 0.001 ? s : 0.001;    /* running: never reads as 0 */
 }
 
@@ -505,7 +508,7 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         n->cfg.snapshot_journal_mb,
         (unsigned long long)d->generation,
         snapshot_age(d),
-        a->dur->child ? "true" : "false", running_s(a->dur),
+        a->dur->child || a->dur->presync ? "true" : "false", running_s(a->dur),
         (unsigned long long)d->snapshots,
         (unsigned long long)d->snapshot_failures,
         (unsigned long long)d->last_bytes, d->last_seconds, d->last_pause_ms);

@@ -335,7 +335,7 @@ static void presync_work(uv_work_t *w)
     psd_durable *d = w->data;
     if (d->test_fsync_delay_ms)
         usleep((useconds_t)d->test_fsync_delay_ms * 1000);
-    (void)fsync(d->presync_fd); /* a failure: the rotation's says so */
+    d->presync_rc = fsync(d->presync_fd) ? errno : 0;
 }
 
 static void presync_done(uv_work_t *w, int status)
@@ -344,6 +344,22 @@ static void presync_done(uv_work_t *w, int status)
     (void)status;
     close(d->presync_fd);
     d->presync = 0;
+    if (d->presync_rc && !d->stopping) {
+        /* Said here: the kernel reports a writeback error once per open
+         * file, and the rotation's fsync, through the same one, would
+         * then succeed. As the rotation's failure was handled. */
+        char why[160];
+        snprintf(why, sizeof why, "fsync of journal segment %llu: %s",
+                 (unsigned long long)psd_journal_seq(d->node->journal),
+                 strerror(d->presync_rc));
+        fsync_failed(d, why);
+        d->st.snapshot_failures++;
+        snprintf(d->st.last_error, sizeof d->st.last_error, "%s", why);
+        psd_error("snapshot not started: %s", why);
+        if (past_size(d))
+            uv_timer_start(&d->soon, on_size, RETRY_MS, 0);
+        return;
+    }
     if (d->stopping)
         return;                  /* the final snapshot follows */
     d->presynced = 1;
@@ -371,6 +387,8 @@ static int presync_start(psd_durable *d, psd_journal *j)
     if (d->presync_fd < 0)
         return 0;
     d->presync = 1;
+    d->presync_rc = 0;
+    d->presync_start_ns = uv_hrtime();
     d->child_gen = d->st.generation + 1;   /* what psctl save waits for */
     d->presync_work.data = d;
     if (uv_queue_work(d->loop, &d->presync_work, presync_work,
@@ -493,7 +511,8 @@ int psd_durable_current(const psd_durable *d)
     psd_snapshot_path(path, sizeof path, d->dir, d->node->index);
     /* (The file is looked for: one an operator moved away is written
      * again.) */
-    return !d->child && d->saved_changes == d->node->changes &&
+    return !d->child && !d->presync &&
+           d->saved_changes == d->node->changes &&
            !d->st.last_error[0] && !d->unbased && stat(path, &st) == 0;
 }
 

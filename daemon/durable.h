@@ -58,6 +58,8 @@ typedef struct psd_durable {
     uv_work_t presync_work;
     int presync;                 /* one runs: the snapshot waits for it */
     int presync_fd;              /* a dup of the segment's, the work's */
+    int presync_rc;              /* its fsync's errno, 0: none */
+    uint64_t presync_start_ns;
     int presynced;               /* the snapshot its end starts */
     int stopping;                /* psd_durable_stop was called: no work is
                                     queued from then on (the loop ends) */

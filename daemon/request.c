@@ -86,17 +86,21 @@ static uint64_t rows_bytes(const psd_node *n, const psw_msg *m)
     return rows > UINT64_MAX / rowb ? UINT64_MAX : rows * rowb;
 }
 
+/* What an ADMIN's answer counts before it is made: a longer one (admin())
+ * goes in a frame of its own, counted once it is packed. Counted at its
+ * 4 MiB cap, it was a reserve past a small max_client_memory, which
+ * closed psctl (or a worker) before its command ran. */
+#define ADMIN_RESERVE (64u << 10)
+
 /* The most bytes m's reply adds to a frame. A pull larger than a frame is
- * answered with an error, so it counts as an error reply; an ADMIN answer
- * counts as what one frame carries at most: a longer one (admin()) goes
- * in a frame of its own, counted once it is packed. Counted at 4 MiB
- * whatever max_frame, it was a reserve past a small max_client_memory,
- * which closed psctl (or a worker) before its command ran. */
+ * answered with an error, so it counts as an error reply. */
 static uint64_t reply_bound(const psd_node *n, const psw_msg *m)
 {
     uint64_t rb = rows_bytes(n, m), one = psw_payload_max(n->cfg.max_frame);
-    if (rb > one)
-        rb = m->op == PSW_OP_ADMIN ? one : 0;
+    if (m->op == PSW_OP_ADMIN)
+        rb = one < ADMIN_RESERVE ? one : ADMIN_RESERVE;
+    else if (rb > one)
+        rb = 0;
     return psw_reply_max(rb);
 }
 

@@ -2697,10 +2697,17 @@ static void test_psctl_errors_are_not_client_request_errors(void **state)
 {
     (void)state;
     test_cluster c;
-    int mport = start_with_metrics(&c, "max_frame = 1K\n"
-                                       "max_client_memory = 1M\n");
+    /* The smallest max_client_memory with the default max_frame first:
+     * the reserve was min(4 MiB, a frame) there (a second review). */
+    start_with_metrics(&c, "max_client_memory = 1M\n");
     int st;
     char *o = run(&st, "%s -s %s stats 2>&1", psctl(), c.spec);
+    EXPECT_INT(st, 0, "psctl stats at max_client_memory 1M: %s", o ? o : "");
+    free(o);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+    int mport = start_with_metrics(&c, "max_frame = 1K\n"
+                                       "max_client_memory = 1M\n");
+    o = run(&st, "%s -s %s stats 2>&1", psctl(), c.spec);
     EXPECT_INT(st, 0, "psctl stats at max_frame 1K: %s", o ? o : "");
     free(o);
     o = run(&st, "%s -s %s save 2>&1", psctl(), c.spec);
