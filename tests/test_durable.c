@@ -2848,6 +2848,16 @@ static void test_a_connection_closed_by_its_client_is_not_called_dead(
 /* One node with `server` lines, 10 oracle requests of 4 pushes all
  * acknowledged, then kill -9: returns the oracle's count; its first
  * journal segment's path goes in seg. */
+/* Edits c's ini in place with the sed expression expr (no single quote
+ * in it). */
+static void sed_ini(const test_cluster *c, const char *expr)
+{
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "sed -i '%s' '%s'", expr, c->ini);
+    if (system(cmd))
+        fail_msg("%s failed", cmd);
+}
+
 static int journal_then_kill9(test_cluster *c, const char *server, char *seg,
                               size_t seglen)
 {
@@ -2876,19 +2886,14 @@ static void test_a_journal_of_another_layout_fails_psd_check(void **state)
     EXPECT_INT(access(snap, F_OK), -1, "a snapshot before the first one "
                "was due");
     /* Same file, 8 shards instead of 4. */
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "sed -i 's/^shards = 4$/shards = 8/' '%s'",
-             c.ini);
-    assert_int_equal(system(cmd), 0);
+    sed_ini(&c, "s/^shards = 4$/shards = 8/");
     expect_refusal(&c, seg, "layout shape");
     /* The shape is a hash: the refusal says what it covers. */
     expect_refusal(&c, seg, "updater and consistency: one of them changed");
     expect_psd_check(&c, 0, NULL, 1, seg);
     expect_psd_check(&c, -1, NULL, 1, seg);
     expect_psd_check(&c, 0, "--skip-snapshot", 0, "OK");
-    snprintf(cmd, sizeof cmd, "sed -i 's/^shards = 8$/shards = 4/' '%s'",
-             c.ini);
-    assert_int_equal(system(cmd), 0);
+    sed_ini(&c, "s/^shards = 8$/shards = 4/");
     expect_psd_check(&c, 0, NULL, 0, "OK");
     if (cluster_restart(&c, 0))
         fail_msg("the right layout starts");
@@ -2907,12 +2912,10 @@ static void test_a_journal_is_not_replayed_onto_another_init(void **state)
 {
     (void)state;
     test_cluster c;
-    char seg[400], cmd[700];
+    char seg[400];
     int a = journal_then_kill9(&c, SERVER "durability = log\n", seg,
                                sizeof seg);
-    snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 1$/dim = 1\\ninit = constant "
-             "100/' '%s'", c.ini);
-    assert_int_equal(system(cmd), 0);
+    sed_ini(&c, "s/^dim = 1$/dim = 1\\ninit = constant 100/");
     expect_refusal(&c, seg, "this push was journaled on rows made with other "
                    "inits");
     expect_refusal(&c, seg, "Put back the init and seed of then, start psd "
@@ -2920,20 +2923,15 @@ static void test_a_journal_is_not_replayed_onto_another_init(void **state)
     expect_psd_check(&c, 0, NULL, 1, "journaled on rows made with other "
                      "inits");
     /* A seed draws nothing for zeros: the same rows, taken. */
-    snprintf(cmd, sizeof cmd, "sed -i 's/^init = constant 100$/seed = 7/' "
-             "'%s'", c.ini);
-    assert_int_equal(system(cmd), 0);
+    sed_ini(&c, "s/^init = constant 100$/seed = 7/");
     expect_psd_check(&c, 0, NULL, 0, "OK");
-    snprintf(cmd, sizeof cmd, "sed -i '/^seed = 7$/d' '%s'", c.ini);
-    assert_int_equal(system(cmd), 0);
+    sed_ini(&c, "/^seed = 7$/d");
     expect_psd_check(&c, 0, NULL, 0, "OK");
     if (cluster_restart(&c, 0))
         fail_msg("the init of then starts");
     expect_count(c.spec, a, "replayed onto the init of then");
     EXPECT_INT(term(&c, 0), 0, "stops, writing its final snapshot");
-    snprintf(cmd, sizeof cmd, "sed -i 's/^dim = 1$/dim = 1\\ninit = constant "
-             "100/' '%s'", c.ini);
-    assert_int_equal(system(cmd), 0);
+    sed_ini(&c, "s/^dim = 1$/dim = 1\\ninit = constant 100/");
     expect_psd_check(&c, 0, NULL, 0, "OK");
     if (cluster_restart(&c, 0))
         fail_msg("a new init after a clean stop starts");
