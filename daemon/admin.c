@@ -292,15 +292,9 @@ static void put_params(tbuf *b, const psd_updater_params *p, int json)
 /* A table's init as the ini writes it: `uniform -0.1 0.1`. */
 static void put_init(tbuf *b, const psd_init_params *ip)
 {
-    static const char *const names[] = { "zeros", "constant", "uniform",
-                                         "normal" };
-    int args = ip->kind == PSD_INIT_ZEROS ? 0
-               : ip->kind == PSD_INIT_CONSTANT ? 1 : 2;
-    put(b, "%s", names[ip->kind]);
-    if (args >= 1)
-        put(b, " %.7g", (double)ip->a);
-    if (args == 2)
-        put(b, " %.7g", (double)ip->b);
+    char text[96];
+    psd_init_format(text, sizeof text, ip);
+    put(b, "%s", text);
 }
 
 /* `"service_us": {"push": {"count": N, "p50": ...}, ...}` of the

@@ -1174,3 +1174,18 @@ void psd_config_destroy(psd_config *c)
     free(c->notes);
     memset(c, 0, sizeof *c);
 }
+
+int psd_init_format(char *buf, size_t len, const psd_init_params *ip)
+{
+    static const char *const names[] = { "zeros", "constant", "uniform",
+                                         "normal" };
+    switch (ip->kind) {
+    case PSD_INIT_ZEROS:
+        return snprintf(buf, len, "%s", names[ip->kind]);
+    case PSD_INIT_CONSTANT:
+        return snprintf(buf, len, "%s %.7g", names[ip->kind], (double)ip->a);
+    default:
+        return snprintf(buf, len, "%s %.7g %.7g", names[ip->kind],
+                        (double)ip->a, (double)ip->b);
+    }
+}

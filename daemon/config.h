@@ -48,6 +48,10 @@ typedef struct psd_init_params {
     uint64_t seed;       /* default 0 */
 } psd_init_params;
 
+/* ip as the ini writes it (`uniform -0.1 0.1`, without the seed) into
+ * buf (len bytes, NUL-terminated, cut if short); the length it needed. */
+int psd_init_format(char *buf, size_t len, const psd_init_params *ip);
+
 /* Table names travel in HELLO_OK, so the wire limit is the limit. */
 #define PSD_NAME_MAX PSW_NAME_MAX
 

@@ -42,11 +42,11 @@
  * table's at start, a sparse key's first push) start from the ini's init
  * and seed, and the records were made on top of other ones. */
 #define INITS_HINT                                                          \
-    ": a table's init or seed changed in the ini since, and the rows this " \
-    "journal makes would start from the new values. Put back the init and " \
-    "seed of then, start psd and stop it (its final snapshot then holds "   \
-    "every row, and a restart with another init keeps them), then change "  \
-    "them"
+    ": a table's init or seed changed in the ini since (rows made now "     \
+    "would start from the new values). Put back those of then (the log of " \
+    "the run that wrote it names them at its start, with that mark), "      \
+    "start psd and stop it (its final snapshot holds every row), then "     \
+    "change them"
 /* What a shape mismatch means, since the shape itself is only a hash. */
 #define SHAPE_HINT                                                           \
     " (the shape covers the node count, shards and each table's name, "     \

@@ -78,9 +78,13 @@ uint32_t psd_config_inits(const psd_config *c)
     for (int i = 0; i < c->ntables; i++) {
         const psd_table_conf *t = &c->tables[i];
         /* Only what makes a row's values: zeros is constant 0 (and -0 is
-         * 0), a seed draws only for uniform and normal. A change that
-         * makes the same rows must not stop a node after a crash. */
+         * 0), a seed draws only for uniform and normal (of STD > 0). A
+         * change that makes the same rows must not stop a node after a
+         * crash. */
         psd_init_kind kind = t->init.kind;
+        /* normal M 0 draws M every time: constant M. */
+        if (kind == PSD_INIT_NORMAL && t->init.b == 0.0f)
+            kind = PSD_INIT_CONSTANT;
         float fa = kind == PSD_INIT_ZEROS ? 0.0f : t->init.a + 0.0f;
         float fb = kind == PSD_INIT_UNIFORM || kind == PSD_INIT_NORMAL
                        ? t->init.b + 0.0f : 0.0f;

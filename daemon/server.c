@@ -328,6 +328,17 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
              n->ntables, n->ntables == 1 ? "" : "s", n->cfg.shards,
              n->cfg.shards == 1 ? "" : "s", (unsigned long long)rows,
              (double)bytes / (1 << 20), PSW_VERSION);
+    /* The inits its journal's rows start from, with their mark: after a
+     * crash and an init change, the refusal names the mark of then, and
+     * this line of the run that wrote it says what to put back. */
+    for (int i = 0; i < n->ntables; i++) {
+        const psd_table_conf *tc = &n->cfg.tables[i];
+        char init[96];
+        psd_init_format(init, sizeof init, &tc->init);
+        psd_info("table '%s': init %s, seed %llu (inits mark %06x)",
+                 tc->name, init, (unsigned long long)tc->init.seed,
+                 (unsigned)n->inits);
+    }
     psd_node_warn_full(n);
     return 0;
 }

@@ -2918,8 +2918,15 @@ static void test_a_journal_is_not_replayed_onto_another_init(void **state)
     sed_ini(&c, "s/^dim = 1$/dim = 1\\ninit = constant 100/");
     expect_refusal(&c, seg, "this push was journaled on rows made with other "
                    "inits");
-    expect_refusal(&c, seg, "Put back the init and seed of then, start psd "
-                   "and stop it");
+    expect_refusal(&c, seg, "Put back those of then (the log of the run "
+                   "that wrote it names them at its start, with that mark), "
+                   "start psd and stop it");
+    /* That log's start names them. */
+    char *log = cluster_log(&c, 0);
+    if (!log || !strstr(log, "table 'count': init zeros, seed 0 (inits "
+                              "mark "))
+        fail_msg("the start names the inits: %s", log ? log : "");
+    free(log);
     expect_psd_check(&c, 0, NULL, 1, "journaled on rows made with other "
                      "inits");
     /* A seed draws nothing for zeros: the same rows, taken. */

@@ -1269,6 +1269,10 @@ static void test_the_inits_mark_covers_what_makes_rows(void **state)
                    inits_of("init = uniform -1 1"), 1, "a uniform's seed");
     EXPECT_INT(inits_of("init = uniform 0 1") != inits_of("init = normal 0 1"),
                1, "the kind");
+    EXPECT_INT(inits_of("init = normal 0 0\nseed = 5") == zeros, 1,
+               "normal 0 0 draws 0 every time");
+    EXPECT_INT(inits_of("init = normal 2 0") == inits_of("init = constant 2"),
+               1, "normal 2 0 is constant 2");
 }
 
 /* Segment 1 of node 2's journal with four pushes; its path into path. */
