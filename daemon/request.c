@@ -492,6 +492,7 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
     }
     int barrier = m->op == PSW_OP_BARRIER;
     uint64_t was = n->sync.workers[id].clock;
+    uint64_t was_b = n->sync.workers[id].barrier;
     if (psd_sync_reach(&n->sync, id, barrier, m->value, err, sizeof err)) {
         answer(n, ss, m, PSW_EINVAL, err);
         return;
@@ -500,8 +501,14 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
      * from a crash that took it for one at an older clock would let it
      * read state older than the staleness allows. A WORKER record keeps
      * the clock (bsp clocks have CLOCK records), and the reply waits for
-     * it as a push's does. */
-    if (n->journal && n->sync.workers[id].clock > was && has_ssp(n)) {
+     * it as a push's does. So for a barrier, whose counts node 0 alone
+     * keeps: back from a crash at the counts of its last snapshot, it
+     * gave a new process for a lost worker a count barriers behind, whose
+     * next ps_barrier, one the others had passed, returned at once while
+     * they waited in theirs for good (a bsp trial). */
+    if (n->journal &&
+        ((n->sync.workers[id].clock > was && has_ssp(n)) ||
+         n->sync.workers[id].barrier > was_b)) {
         n->sync.workers[id].dirty = 1;
         (void)psd_node_journal_workers(n);
         if (psd_journal_last(n->journal) > ss->need_lsn)

@@ -2621,6 +2621,65 @@ static void barrier_returns_when_a_worker_died(void **state)
     barrier_with_a_third_worker_gone(1);
 }
 
+/* Worker 1 of 2: three barriers with worker 0, then says so on fd and
+ * hangs (to be killed: a crashed trainer). */
+static int crashing_barrier_worker(void *arg)
+{
+    int fd = *(int *)arg;
+    ps_client *c = open_worker(cl.spec, 1);
+    CHILD_CHECK(c, "open as worker 1");
+    for (int i = 0; i < 3; i++) {
+        int rc = ps_barrier(c);
+        CHILD_CHECK(rc == 0, "barrier %d: %s", i + 1, ps_strerror(rc));
+    }
+    CHILD_CHECK(write(fd, "b", 1) == 1, "write");
+    for (;;)
+        pause();
+}
+
+/* Barrier counts, which node 0 alone keeps, survive its kill -9 with
+ * durability = log: a new process for a crashed worker starts at the
+ * barrier count its predecessor reached. It got 0 (the count of the
+ * node's last snapshot, here none), so its next ps_barrier, one the
+ * others had passed, returned at once while worker 0 waited in the real
+ * one for good (a bsp trial). */
+static void barrier_counts_survive_a_node_crash(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 2, 4, "workers = 2\n",
+                                      "[table.sum]\ndim = 1\n"
+                                      "consistency = bsp\n" DURABLE_LOG), 0);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t child = spawn(crashing_barrier_worker, &p[1]);
+    ps_client *w0 = open_worker_ms(cl.spec, 0, 15000);
+    assert_non_null(w0);
+    for (int i = 0; i < 3; i++)
+        EXPECT_INT(ps_barrier(w0), 0, "worker 0's barrier %d", i + 1);
+    char b;
+    EXPECT_INT((int)read(p[0], &b, 1), 1, "worker 1's three barriers");
+    cluster_kill(&cl, 0, SIGKILL);
+    kill(child, SIGKILL);
+    reap(child);
+    close(p[0]);
+    close(p[1]);
+    assert_int_equal(cluster_restart(&cl, 0), 0);
+    ps_client *w1 = open_worker_ms(cl.spec, 1, 15000);
+    assert_non_null(w1);
+    uint64_t clock = 0, barrier = 0;
+    EXPECT_INT(ps_position(w1, &clock, &barrier), 0, "ps_position");
+    EXPECT_U64(barrier, 3, "the new worker 1's barrier count");
+    /* And the fourth barrier is one for both. */
+    sync_thread a;
+    sync_start(&a, w0, 1);
+    int r1 = ps_barrier(w1), r0 = sync_join(&a);
+    EXPECT_INT(r1, 0, "the new worker 1's barrier 4");
+    EXPECT_INT(r0, 0, "worker 0's barrier 4");
+    ps_close(w0);
+    ps_close(w1);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* ---- tables of every mode in one cluster ------------------------------ */
 
 #define MIX_WORKERS 3
@@ -2824,6 +2883,7 @@ int main(void)
         cmocka_unit_test(ssp_staleness_3_stops_at_a_stopped_worker_that_dies),
         cmocka_unit_test(barrier_returns_when_a_worker_left),
         cmocka_unit_test(barrier_returns_when_a_worker_died),
+        cmocka_unit_test(barrier_counts_survive_a_node_crash),
         cmocka_unit_test(async_bsp_and_ssp_tables_in_one_cluster),
         cmocka_unit_test(a_node_with_another_workers_count_is_refused),
         cmocka_unit_test(a_clock_timed_out_points_to_each_workers_position),
