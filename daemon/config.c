@@ -1175,6 +1175,20 @@ void psd_config_destroy(psd_config *c)
     memset(c, 0, sizeof *c);
 }
 
+/* The fewest digits of v that read back as v: 7 for most inits, up to 9
+ * (a value such as 1/sqrt(512) written with 7 read back as another float,
+ * so an init put back from the log made another inits mark). */
+static int float_digits(float v)
+{
+    for (int d = 7; d < 9; d++) {
+        char t[32];
+        snprintf(t, sizeof t, "%.*g", d, (double)v);
+        if (strtof(t, NULL) == v)
+            return d;
+    }
+    return 9;
+}
+
 int psd_init_format(char *buf, size_t len, const psd_init_params *ip)
 {
     static const char *const names[] = { "zeros", "constant", "uniform",
@@ -1183,9 +1197,11 @@ int psd_init_format(char *buf, size_t len, const psd_init_params *ip)
     case PSD_INIT_ZEROS:
         return snprintf(buf, len, "%s", names[ip->kind]);
     case PSD_INIT_CONSTANT:
-        return snprintf(buf, len, "%s %.7g", names[ip->kind], (double)ip->a);
+        return snprintf(buf, len, "%s %.*g", names[ip->kind],
+                        float_digits(ip->a), (double)ip->a);
     default:
-        return snprintf(buf, len, "%s %.7g %.7g", names[ip->kind],
-                        (double)ip->a, (double)ip->b);
+        return snprintf(buf, len, "%s %.*g %.*g", names[ip->kind],
+                        float_digits(ip->a), (double)ip->a,
+                        float_digits(ip->b), (double)ip->b);
     }
 }

@@ -48,8 +48,9 @@ typedef struct psd_init_params {
     uint64_t seed;       /* default 0 */
 } psd_init_params;
 
-/* ip as the ini writes it (`uniform -0.1 0.1`, without the seed) into
- * buf (len bytes, NUL-terminated, cut if short); the length it needed. */
+/* ip as the ini writes it (`uniform -0.1 0.1`, without the seed; each
+ * number with the fewest digits that read back as it) into buf (len
+ * bytes, NUL-terminated, cut if short); the length it needed. */
 int psd_init_format(char *buf, size_t len, const psd_init_params *ip);
 
 /* Table names travel in HELLO_OK, so the wire limit is the limit. */

@@ -292,6 +292,12 @@ static void answer(psd_node *n, psd_session *ss, const psw_msg *m, int status,
      * go out before that move is as durable as the node promises. */
     if (ss->need_lsn < n->clock_lsn)
         ss->need_lsn = n->clock_lsn;
+    /* A barrier's answer, as late as the records of the barriers reached:
+     * one the last worker's arrival releases went out before that
+     * worker's record was as durable as its own answer (fsync = always),
+     * and so did a barrier sent again on a new connection. */
+    if (m->op == PSW_OP_BARRIER && ss->need_lsn < n->barrier_lsn)
+        ss->need_lsn = n->barrier_lsn;
     int own = reply_room(n, ss, status == PSW_OK ? reply_bound(n, m)
                                                  : psw_reply_max(0));
     if (status != PSW_OK)
@@ -513,6 +519,8 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
         (void)psd_node_journal_workers(n);
         if (psd_journal_last(n->journal) > ss->need_lsn)
             ss->need_lsn = psd_journal_last(n->journal);
+        if (n->sync.workers[id].barrier > was_b)
+            n->barrier_lsn = psd_journal_last(n->journal);
     }
     advance(n, now_ms);
     uint64_t reached = barrier ? n->sync.barrier : n->sync.clock;

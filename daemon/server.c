@@ -322,22 +322,24 @@ int psd_server_listen(psd_server *s, char *err, size_t errlen)
     psd_node_size(n, &rows, &bytes);
     psd_info("node %d of %d listening on %s (clients are told %s%s): %d "
              "table%s, %u shard%s, %llu rows here (%.1f MiB); psd "
-             PSD_RELEASE ", wire protocol %d", n->index,
+             PSD_RELEASE ", wire protocol %d; inits mark %06x", n->index,
              n->cfg.nnodes, text, n->cluster.nodes[n->index],
              psd_auth_on(s->auth) ? "; clients must authenticate" : "",
              n->ntables, n->ntables == 1 ? "" : "s", n->cfg.shards,
              n->cfg.shards == 1 ? "" : "s", (unsigned long long)rows,
-             (double)bytes / (1 << 20), PSW_VERSION);
-    /* The inits its journal's rows start from, with their mark: after a
+             (double)bytes / (1 << 20), PSW_VERSION, (unsigned)n->inits);
+    /* The inits its journal's rows start from (the mark above): after a
      * crash and an init change, the refusal names the mark of then, and
-     * this line of the run that wrote it says what to put back. */
+     * these lines of the run that wrote it say what to put back. A table
+     * not named starts from zeros. */
     for (int i = 0; i < n->ntables; i++) {
         const psd_table_conf *tc = &n->cfg.tables[i];
+        if (tc->init.kind == PSD_INIT_ZEROS)
+            continue;
         char init[96];
         psd_init_format(init, sizeof init, &tc->init);
-        psd_info("table '%s': init %s, seed %llu (inits mark %06x)",
-                 tc->name, init, (unsigned long long)tc->init.seed,
-                 (unsigned)n->inits);
+        psd_info("table '%s': init %s, seed %llu", tc->name, init,
+                 (unsigned long long)tc->init.seed);
     }
     psd_node_warn_full(n);
     return 0;

@@ -2103,18 +2103,20 @@ typedef struct sync_thread {
     int barrier;
     int rc;
     pthread_t th;
+    struct timespec done;        /* CLOCK_MONOTONIC, when the call returned */
 } sync_thread;
 
 static void *sync_thread_run(void *arg)
 {
     sync_thread *t = arg;
     t->rc = t->barrier ? ps_barrier(t->c) : ps_clock(t->c);
+    clock_gettime(CLOCK_MONOTONIC, &t->done);
     return NULL;
 }
 
 static void sync_start(sync_thread *t, ps_client *c, int barrier)
 {
-    *t = (sync_thread){ c, barrier, 99, 0 };
+    *t = (sync_thread){ c, barrier, 99, 0, { 0, 0 } };
     assert_int_equal(pthread_create(&t->th, NULL, sync_thread_run, t), 0);
 }
 
@@ -2680,6 +2682,47 @@ static void barrier_counts_survive_a_node_crash(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+/* With fsync = always, a barrier's answer waits for the journal record of
+ * every barrier reached: the last worker's arrival released the others'
+ * held barriers before its own record was fsync'd (a review: worker 0's
+ * barrier returned as worker 1 arrived, worker 1's 2 s later, the fsync
+ * taking 2 s here). */
+static void a_barrier_released_waits_for_the_record_that_released_it(
+    void **state)
+{
+    (void)state;
+    setenv("PSD_TEST_FSYNC_DELAY_MS", "2000", 1);
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.sum]\ndim = 1\n"
+                                      "consistency = bsp\n"
+                                      "[server]\ndurability = log\n"
+                                      "fsync = always\n"
+                                      "snapshot_interval = 0\n"), 0);
+    unsetenv("PSD_TEST_FSYNC_DELAY_MS");
+    ps_client *w0 = open_worker_ms(cl.spec, 0, 30000);
+    ps_client *w1 = open_worker_ms(cl.spec, 1, 30000);
+    assert_non_null(w0);
+    assert_non_null(w1);
+    sync_thread a;
+    sync_start(&a, w0, 1);
+    sleep_ms(2500);              /* worker 0's own record is fsync'd */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    EXPECT_INT(ps_barrier(w1), 0, "worker 1's barrier");
+    EXPECT_INT(sync_join(&a), 0, "worker 0's barrier");
+    double after = (double)(a.done.tv_sec - t0.tv_sec) * 1e3 +
+                   (double)(a.done.tv_nsec - t0.tv_nsec) / 1e6;
+    /* Here worker 1's record is fsync'd after an fsync already under way
+     * as it arrives: about 3.5 s after it; without the wait, worker 0's
+     * answer went out with that first fsync, about 1.5 s after. */
+    EXPECT_INT(after > 2500, 1, "worker 0's barrier returned %.0f ms after "
+               "worker 1 arrived, before worker 1's record was fsync'd "
+               "(2 s, after one under way)", after);
+    ps_close(w0);
+    ps_close(w1);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* ---- tables of every mode in one cluster ------------------------------ */
 
 #define MIX_WORKERS 3
@@ -2884,6 +2927,7 @@ int main(void)
         cmocka_unit_test(barrier_returns_when_a_worker_left),
         cmocka_unit_test(barrier_returns_when_a_worker_died),
         cmocka_unit_test(barrier_counts_survive_a_node_crash),
+        cmocka_unit_test(a_barrier_released_waits_for_the_record_that_released_it),
         cmocka_unit_test(async_bsp_and_ssp_tables_in_one_cluster),
         cmocka_unit_test(a_node_with_another_workers_count_is_refused),
         cmocka_unit_test(a_clock_timed_out_points_to_each_workers_position),

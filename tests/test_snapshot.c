@@ -1273,6 +1273,18 @@ static void test_the_inits_mark_covers_what_makes_rows(void **state)
                "normal 0 0 draws 0 every time");
     EXPECT_INT(inits_of("init = normal 2 0") == inits_of("init = constant 2"),
                1, "normal 2 0 is constant 2");
+    /* What psd logs (and the stats show) puts back the same mark: 7
+     * digits wrote 1/sqrt(512) as another float (a review). */
+    psd_init_params ip = { PSD_INIT_NORMAL, 0.0f, 0.0441941738f, 3 };
+    char text[96], line[128];
+    psd_init_format(text, sizeof text, &ip);
+    snprintf(line, sizeof line, "init = %s\nseed = 3", text);
+    EXPECT_INT(inits_of(line) ==
+                   inits_of("init = normal 0 0.0441941738\nseed = 3"), 1,
+               "\"%s\" puts back the mark", text);
+    ip = (psd_init_params){ PSD_INIT_UNIFORM, -0.1f, 0.1f, 0 };
+    psd_init_format(text, sizeof text, &ip);
+    EXPECT_STR(text, "uniform -0.1 0.1", "no more digits than needed");
 }
 
 /* Segment 1 of node 2's journal with four pushes; its path into path. */
