@@ -44,9 +44,9 @@
 #define INITS_HINT                                                          \
     ": a table's init or seed changed in the ini since (rows made now "     \
     "would start from the new values). Put back those of then (the log of " \
-    "the run that wrote it names them at its start, with that mark), "      \
-    "start psd and stop it (its final snapshot holds every row), then "     \
-    "change them"
+    "the run that wrote it names them at its start, with that mark; a "     \
+    "table not named there starts from zeros), start psd and stop it (its " \
+    "final snapshot holds every row), then change them"
 /* What a shape mismatch means, since the shape itself is only a hash. */
 #define SHAPE_HINT                                                           \
     " (the shape covers the node count, shards and each table's name, "     \

@@ -460,6 +460,12 @@ static void advance(psd_node *n, uint64_t now_ms)
     uint64_t before = n->sync.clock, barrier = n->sync.barrier;
     if (psd_sync_advance(&n->sync, now_ms))
         clock_moved(n, before, psd_sync_divisor(&n->sync, before));
+    /* Whatever moved the barrier (a worker arriving, leaving, lost or
+     * past its grace) was journaled before this call: the answers it
+     * releases wait for that record (answer()). */
+    if (n->sync.barrier != barrier && n->journal &&
+        psd_journal_last(n->journal) > n->barrier_lsn)
+        n->barrier_lsn = psd_journal_last(n->journal);
     /* Only a count that moved releases anything (a request is held only
      * while the count it waits for is below its need): a walk over every
      * held reply for each CLOCK or BARRIER of a frame was quadratic. */
@@ -483,6 +489,9 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
         if (id >= 0 && psd_sync_leave(&n->sync, id, ss)) {
             ss->worker = -1;
             (void)psd_node_journal_workers(n);
+            /* Its answer, as late as its record. */
+            if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
+                ss->need_lsn = psd_journal_last(n->journal);
             advance(n, now_ms);
         }
         answer(n, ss, m, PSW_OK, NULL);

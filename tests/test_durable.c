@@ -2919,8 +2919,9 @@ static void test_a_journal_is_not_replayed_onto_another_init(void **state)
     expect_refusal(&c, seg, "this push was journaled on rows made with other "
                    "inits");
     expect_refusal(&c, seg, "Put back those of then (the log of the run "
-                   "that wrote it names them at its start, with that mark), "
-                   "start psd and stop it");
+                   "that wrote it names them at its start, with that mark; a "
+                   "table not named there starts from zeros), start psd and "
+                   "stop it");
     /* That log's start names the mark (and the tables not from zeros). */
     char *log = cluster_log(&c, 0);
     if (!log || !strstr(log, "wire protocol 4; inits mark "))
