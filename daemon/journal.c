@@ -1052,30 +1052,38 @@ typedef struct check_ctx {
 static long long push_on_other_inits(int fd, uint64_t off, uint32_t mark,
                                      uint32_t inits, uint32_t *made_on)
 {
-    char *body = NULL;
-    size_t cap = 0;
+    /* A record's body is read in pieces for its CRC, and only its head
+     * kept, which is all decode reads (a push's fields before its keys):
+     * a damaged length, up to 4 GiB, must not cost its size in memory
+     * (the fuzzer's memory limit found it). */
+    enum { PIECE = 64 * 1024 };
+    char *piece = malloc(PIECE);
     long long at = -1;
-    for (;;) {
+    while (piece) {
         unsigned char h[HDR];
-        uint32_t len, crc, hcrc;
+        char head[PUSH_FIXED + WORKER_BODY];
+        uint32_t len, crc, hcrc, c = 0;
         if (pread(fd, h, HDR, (off_t)off) != HDR)
             break;
         memcpy(&len, h, 4);
         memcpy(&crc, h + 4, 4);
         memcpy(&hcrc, h + 8, 4);
-        if (psw_crc32c(0, h, 8) != hcrc || len == 0 ||
-            len > (1u << 30) + 4096)
+        if (psw_crc32c(0, h, 8) != hcrc || len == 0)
             break;
-        if (len > cap) {
-            char *nb = realloc(body, len);
-            if (!nb)
+        uint64_t done = 0;
+        while (done < len) {
+            size_t k = len - done < PIECE ? (size_t)(len - done) : PIECE;
+            if (pread(fd, piece, k, (off_t)(off + HDR + done)) !=
+                (ssize_t)k)
                 break;
-            body = nb;
-            cap = len;
+            c = psw_crc32c(c, piece, k);
+            if (done < sizeof head)
+                memcpy(head + done, piece,
+                       k < sizeof head - done ? k : sizeof head - done);
+            done += k;
         }
         psd_jrecord r;
-        if (pread(fd, body, len, (off_t)(off + HDR)) != (ssize_t)len ||
-            psw_crc32c(0, body, len) != crc || decode(body, len, &r))
+        if (done < len || c != crc || decode(head, len, &r))
             break;
         if (r.type == PSD_J_START)
             mark = (uint32_t)r.mark;
@@ -1086,7 +1094,7 @@ static long long push_on_other_inits(int fd, uint64_t off, uint32_t mark,
         }
         off += HDR + (uint64_t)len;
     }
-    free(body);
+    free(piece);
     return at;
 }
 
