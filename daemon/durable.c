@@ -328,6 +328,7 @@ static int rotate(psd_durable *d, psd_journal *j, char *err, size_t errlen)
 
 static int past_size(const psd_durable *d);
 static void on_size(uv_timer_t *t);
+static void start_writer(psd_durable *d);
 #define RETRY_MS 10000
 
 static void presync_work(uv_work_t *w)
@@ -362,9 +363,7 @@ static void presync_done(uv_work_t *w, int status)
     }
     if (d->stopping)
         return;                  /* the final snapshot follows */
-    d->presynced = 1;
-    psd_durable_snapshot(d);
-    d->presynced = 0;
+    start_writer(d);
     /* One for the journal's size that could not start is tried again,
      * as on_size does. */
     if (!d->child && past_size(d))
@@ -379,7 +378,7 @@ static void presync_done(uv_work_t *w, int status)
  * nothing unsynced. Returns whether it started. */
 static int presync_start(psd_durable *d, psd_journal *j)
 {
-    if (d->presynced || d->stopping || d->fsync_mode == PSD_FSYNC_ALWAYS)
+    if (d->stopping || d->fsync_mode == PSD_FSYNC_ALWAYS)
         return 0;
     /* What is written so far (each flush of replies writes the records
      * before them): what is still buffered, the rotation writes. */
@@ -404,10 +403,15 @@ void psd_durable_snapshot(psd_durable *d)
 {
     if (d->child || d->presync)
         return;                  /* one at a time; its end reports */
+    if (!d->node->journal || !presync_start(d, d->node->journal))
+        start_writer(d);
+}
+
+/* The snapshot itself: the journal's rotation, then the forked writer. */
+static void start_writer(psd_durable *d)
+{
     char err[256];
     uint64_t seq = d->next_seq;
-    if (d->node->journal && presync_start(d, d->node->journal))
-        return;
     psd_journal *j = d->node->journal;
     /* The image covers the journal so far: later records go to a new
      * segment, which the snapshot says to replay from. */

@@ -60,7 +60,6 @@ typedef struct psd_durable {
     int presync_fd;              /* a dup of the segment's, the work's */
     int presync_rc;              /* its fsync's errno, 0: none */
     uint64_t presync_start_ns;
-    int presynced;               /* the snapshot its end starts */
     int stopping;                /* psd_durable_stop was called: no work is
                                     queued from then on (the loop ends) */
     /* snapshots */

@@ -47,6 +47,17 @@
     "the run that wrote it names them at its start, with that mark; a "     \
     "table not named there starts from zeros), start psd and stop it (its " \
     "final snapshot holds every row), then change them"
+/* The refusal of a push made on other inits, for the replay and the
+ * check alike. */
+static void other_inits(char *err, size_t errlen, const char *path,
+                        uint64_t off, uint32_t made_on, uint32_t inits)
+{
+    snprintf(err, errlen, "%s: offset %llu: this push was journaled on rows "
+             "made with other inits (mark %06x, this ini's %06x)%s", path,
+             (unsigned long long)off, (unsigned)made_on, (unsigned)inits,
+             INITS_HINT);
+}
+
 /* What a shape mismatch means, since the shape itself is only a hash. */
 #define SHAPE_HINT                                                           \
     " (the shape covers the node count, shards and each table's name, "     \
@@ -1003,11 +1014,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
              * one (a clean stop's last) replays as well under any. */
             if (r.type == PSD_J_PUSH && inits && made_on &&
                 made_on != inits) {
-                snprintf(err, errlen, "%s: offset %llu: this push was "
-                         "journaled on rows made with other inits (mark "
-                         "%06x, this ini's %06x)%s", path,
-                         (unsigned long long)off, (unsigned)made_on,
-                         (unsigned)inits, INITS_HINT);
+                other_inits(err, errlen, path, off, made_on, inits);
                 rc = -1;
                 break;
             }
@@ -1146,10 +1153,8 @@ static void check_one(const char *dir, int node, uint64_t seq, void *arg)
                                          k->inits, &made_on)) >= 0) {
         /* Only a segment begun on other inits is read on: psd writes
          * one START per segment. */
-        snprintf(k->err, k->errlen, "%s: offset %lld: this push was "
-                 "journaled on rows made with other inits (mark %06x, this "
-                 "ini's %06x)%s", path, at, (unsigned)made_on,
-                 (unsigned)k->inits, INITS_HINT);
+        other_inits(k->err, k->errlen, path, (uint64_t)at, made_on,
+                    k->inits);
         k->bad = 1;
     }
     close(fd);

@@ -101,7 +101,7 @@ typedef struct psd_node {
     psd_journal *journal;
     uint64_t durable_lsn;
     uint64_t clock_lsn;          /* the last record of a clock move */
-    uint64_t barrier_lsn;        /* the last record of a barrier reached */
+    uint64_t barrier_lsn;        /* the last record of a barrier move */
     void (*written)(void *arg);  /* called after records were written */
     void *written_arg;
     char journal_error[256];     /* the last write failure, "" when fine */

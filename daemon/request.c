@@ -281,6 +281,14 @@ static void reply_rows(psd_node *n, psd_session *ss, const psw_msg *m)
     }
 }
 
+/* The journal's last record so far: ss's next answer waits until it is
+ * as durable as the node promises (conn.c holds the answers for it). */
+static void after_last_record(const psd_node *n, psd_session *ss)
+{
+    if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
+        ss->need_lsn = psd_journal_last(n->journal);
+}
+
 /* Answers a request that was held, now that what it waited for happened
  * (status PSW_OK: a pull is carried out now) or failed. Inside
  * psd_request_frame for this session the reply joins the open frame;
@@ -490,8 +498,7 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
             ss->worker = -1;
             (void)psd_node_journal_workers(n);
             /* Its answer, as late as its record. */
-            if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
-                ss->need_lsn = psd_journal_last(n->journal);
+            after_last_record(n, ss);
             advance(n, now_ms);
         }
         answer(n, ss, m, PSW_OK, NULL);
@@ -526,10 +533,7 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
          n->sync.workers[id].barrier > was_b)) {
         n->sync.workers[id].dirty = 1;
         (void)psd_node_journal_workers(n);
-        if (psd_journal_last(n->journal) > ss->need_lsn)
-            ss->need_lsn = psd_journal_last(n->journal);
-        if (n->sync.workers[id].barrier > was_b)
-            n->barrier_lsn = psd_journal_last(n->journal);
+        after_last_record(n, ss);
     }
     advance(n, now_ms);
     uint64_t reached = barrier ? n->sync.barrier : n->sync.clock;
@@ -680,8 +684,7 @@ static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
         clock_moved(n, e.from, e.divisor);
     n->changes++;
     (void)psd_node_journal_workers(n);
-    if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
-        ss->need_lsn = psd_journal_last(n->journal);
+    after_last_record(n, ss);
     /* What waited for the counts it moved goes now, as after any move (a
      * CLOCK or an ssp pull a session sent before its LEAVE: it is no
      * worker now, so end-job was not refused for it), once the move is
@@ -978,8 +981,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         /* Its first copy may still wait for its record to be durable (on
          * a connection since lost): this answer waits as long, for every
          * record so far, the first copy's among them. */
-        if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
-            ss->need_lsn = psd_journal_last(n->journal);
+        after_last_record(n, ss);
         if (seen_status != PSW_OK) {
             snprintf(err, sizeof err, "%s (this retransmission was not "
                      "applied again)", seen_status == PSW_ESERVER

@@ -2760,7 +2760,7 @@ static double mono_ms(void)
  * the loop at each snapshot. Now that fsync runs on the thread pool
  * first, and the rotation's has only what came meanwhile: here the
  * pre-snapshot fsync takes 3 s (the test knob), and pulls are served
- * throughout (none waits 1.5 s), the snapshot is written after it, and a
+ * throughout (none waits 2.5 s), the snapshot is written after it, and a
  * restart finds every push. */
 static void test_a_snapshot_syncs_the_journal_off_the_loop(void **state)
 {
@@ -2812,7 +2812,9 @@ static void test_a_snapshot_syncs_the_journal_off_the_loop(void **state)
     EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "psctl save");
     EXPECT_INT(took >= 2900, 1, "psctl save took %.0f ms: the fsync before "
                "the rotation ran (3 s)", took);
-    EXPECT_INT(worst < 1500, 1, "the longest of %d pulls during the save "
+    /* The fsync on the loop stalled every pull 3 s; a loaded machine's
+     * pull takes far less than 2.5. */
+    EXPECT_INT(worst < 2500, 1, "the longest of %d pulls during the save "
                "took %.0f ms", pulls, worst);
     EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 1 written", 5000), 1,
                "the snapshot is written");
