@@ -770,6 +770,91 @@ static size_t read_full(int fd, void *p, size_t n, int *e)
     return at;
 }
 
+/* One segment's records in order: what the replay reads and what psd
+ * --check walks, so that the check meets the records the replay meets
+ * and stops where it stops. */
+typedef struct jreader {
+    int fd;
+    uint64_t off;                /* the record jread read last */
+    uint64_t next;               /* the one after it */
+    size_t max_body;             /* a longer record is not read */
+    char *body;                  /* its body, owned by the reader */
+    size_t bcap;
+} jreader;
+
+/* Why a record did not read (jread returned -1). */
+typedef struct jbad {
+    const char *why;
+    int torn;                    /* cut short by the end of the file */
+    int header_ok;               /* its header checks: len is its own */
+    int whole;                   /* its CRCs check but it does not decode */
+    int oom;                     /* no memory for its body */
+    int e;                       /* the errno of a failed read */
+    uint32_t len;                /* with header_ok */
+} jbad;
+
+/* Reads fd's records from its start on (rd->body is kept). */
+static void jread_start(jreader *rd, int fd)
+{
+    rd->fd = fd;
+    rd->off = rd->next = 0;
+}
+
+/* Reads the record after the last one: 1 with *r decoded (its keys and
+ * values point into rd->body until the next call), 0 at the end of the
+ * segment, -1 with *b saying why it did not read. rd->off is its
+ * offset either way. */
+static int jread(jreader *rd, psd_jrecord *r, jbad *b)
+{
+    unsigned char h[HDR];
+    *b = (jbad){ 0 };
+    rd->off = rd->next;
+    size_t got = read_full(rd->fd, h, HDR, &b->e);
+    if (got == 0 && !b->e)
+        return 0;
+    uint32_t len = 0, crc = 0, hcrc = 0;
+    if (got == HDR) {
+        memcpy(&len, h, 4);
+        memcpy(&crc, h + 4, 4);
+        memcpy(&hcrc, h + 8, 4);
+    }
+    /* torn: what a crash in the middle of write() leaves, only ever at
+     * the very end of the last segment */
+    if (b->e)
+        b->why = "read error";
+    else if (got < HDR)
+        b->why = "truncated record header", b->torn = 1;
+    else if (psw_crc32c(0, h, 8) != hcrc)
+        b->why = "record header CRC mismatch";
+    else if (len > rd->max_body)
+        b->why = "record longer than a frame allows";
+    else {
+        b->header_ok = 1;
+        b->len = len;
+        if (len > rd->bcap) {
+            char *nb = realloc(rd->body, len);
+            if (!nb) {
+                b->why = "out of memory";
+                b->oom = 1;
+                return -1;
+            }
+            rd->body = nb;
+            rd->bcap = len;
+        }
+        if (read_full(rd->fd, rd->body, len, &b->e) < len)
+            b->why = b->e ? "read error" : "truncated record",
+            b->torn = !b->e;
+        else if (psw_crc32c(0, rd->body, len) != crc)
+            b->why = "record CRC mismatch";
+        else if (decode(rd->body, len, r))
+            b->why = "malformed record", b->whole = 1;
+    }
+    if (b->why)
+        return -1;
+    rd->next = rd->off + HDR + len;
+    return 1;
+}
+
 /* Where a crash can leave zeros: a filesystem may put a file's new size on
  * disk before the data written into it (ext4 mounted with data=writeback,
  * a disk whose write cache lies), and block by block, so an append cut by
@@ -881,8 +966,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
     int lerr = 0, rc = replay_span(dir, node, from, &s, &lerr, err, errlen);
     if (rc <= 0)
         return rc;
-    char *body = NULL;
-    size_t bcap = 0;
+    jreader rd = { .max_body = max_body };
     rc = 0;
     for (uint64_t seq = from; seq <= s.hi && rc == 0; seq++) {
         char path[4200];
@@ -904,59 +988,28 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             rc = -1;
             break;
         }
-        uint64_t off = 0;
         uint32_t made_on = 0;    /* the segment's inits mark, 0: unknown */
+        jread_start(&rd, fd);
         for (;;) {
-            unsigned char h[HDR];
-            int e = 0;
-            size_t got = read_full(fd, h, HDR, &e);
-            if (got == 0 && !e)
-                break;           /* the end of this segment */
-            uint32_t len = 0, crc = 0, hcrc = 0;
-            if (got == HDR) {
-                memcpy(&len, h, 4);
-                memcpy(&crc, h + 4, 4);
-                memcpy(&hcrc, h + 8, 4);
-            }
-            /* torn: what a crash in the middle of write() leaves, only
-             * ever at the very end of the last segment */
-            const char *why = NULL;
-            int torn = 0, header_ok = 0;
-            if (e)
-                why = "read error";
-            else if (got < HDR)
-                why = "truncated record header", torn = 1;
-            else if (psw_crc32c(0, h, 8) != hcrc)
-                why = "record header CRC mismatch";
-            else if (len > max_body)
-                why = "record longer than a frame allows";
-            else {
-                header_ok = 1;
-                if (len > bcap) {
-                    char *nb = realloc(body, len);
-                    if (!nb) {
-                        snprintf(err, errlen, "out of memory");
-                        rc = -1;
-                        break;
-                    }
-                    body = nb;
-                    bcap = len;
-                }
-                if (read_full(fd, body, len, &e) < len)
-                    why = e ? "read error" : "truncated record", torn = !e;
-                else if (psw_crc32c(0, body, len) != crc)
-                    why = "record CRC mismatch";
-            }
             psd_jrecord r;
-            int whole = 0;       /* its CRCs check: it was written whole */
-            if (!why && decode(body, len, &r))
-                why = "malformed record", whole = 1;
+            jbad bad;
+            int got = jread(&rd, &r, &bad);
+            if (got == 0)
+                break;           /* the end of this segment */
+            uint64_t off = rd.off;
+            if (bad.oom) {
+                snprintf(err, errlen, "out of memory");
+                rc = -1;
+                break;
+            }
+            const char *why = bad.why;
+            int torn = bad.torn, e = bad.e;
             if (why) {
                 /* A crash can cut only the last record of the last
                  * segment, or leave it zeros from a page on: cut it off.
                  * Anything else is damage. */
-                uint64_t end = off + HDR + (header_ok ? len : 0);
-                if (!torn && !whole && !e && seq == s.hi &&
+                uint64_t end = off + HDR + (bad.header_ok ? bad.len : 0);
+                if (!torn && !bad.whole && !e && seq == s.hi &&
                     unwritten_tail(fd, off, end, &e))
                     torn = 2;
                 if (torn && seq == s.hi && !cut)
@@ -1007,7 +1060,6 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                     break;
                 }
                 made_on = (uint32_t)r.mark;
-                off += HDR + len;
                 continue;
             }
             /* Only a push makes rows: a segment of other inits without
@@ -1024,7 +1076,6 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                 rc = -1;
                 break;
             }
-            off += HDR + len;
             /* Counted: what changed rows or clocks, as the log says. */
             *records += r.type == PSD_J_PUSH || r.type == PSD_J_CLOCK;
         }
@@ -1035,7 +1086,7 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
             fsync_path(path);
         *next = seq + 1;
     }
-    free(body);
+    free(rd.body);
     return rc;
 }
 
@@ -1046,68 +1097,17 @@ typedef struct check_ctx {
     char *err;
     size_t errlen;
     uint64_t from;               /* segments before it are not replayed */
+    jreader rd;
     int bad;
     int unreadable;              /* a segment this user may not read */
 } check_ctx;
 
-/* What the replay would meet first of fd's records from offset off on,
- * as psd_journal_replay reads them, with `mark` the segment's inits mark
- * so far: the offset of a whole push (its CRCs check) made on other
- * inits than `inits`, with *made_on its mark, or -1 when a record that
- * does not check comes first (the replay cuts or refuses it, for its own
- * reason) or none is there. A START sets the mark, as in the replay. */
-static long long push_on_other_inits(int fd, uint64_t off, uint32_t mark,
-                                     uint32_t inits, uint32_t *made_on)
-{
-    /* A record's body is read in pieces for its CRC, and only its head
-     * kept, which is all decode reads (a push's fields before its keys):
-     * a damaged length, up to 4 GiB, must not cost its size in memory
-     * (the fuzzer's memory limit found it). */
-    enum { PIECE = 64 * 1024 };
-    char *piece = malloc(PIECE);
-    long long at = -1;
-    while (piece) {
-        unsigned char h[HDR];
-        char head[PUSH_FIXED + WORKER_BODY];
-        uint32_t len, crc, hcrc, c = 0;
-        if (pread(fd, h, HDR, (off_t)off) != HDR)
-            break;
-        memcpy(&len, h, 4);
-        memcpy(&crc, h + 4, 4);
-        memcpy(&hcrc, h + 8, 4);
-        if (psw_crc32c(0, h, 8) != hcrc || len == 0)
-            break;
-        uint64_t done = 0;
-        while (done < len) {
-            size_t k = len - done < PIECE ? (size_t)(len - done) : PIECE;
-            if (pread(fd, piece, k, (off_t)(off + HDR + done)) !=
-                (ssize_t)k)
-                break;
-            c = psw_crc32c(c, piece, k);
-            if (done < sizeof head)
-                memcpy(head + done, piece,
-                       k < sizeof head - done ? k : sizeof head - done);
-            done += k;
-        }
-        psd_jrecord r;
-        if (done < len || c != crc || decode(head, len, &r))
-            break;
-        if (r.type == PSD_J_START)
-            mark = (uint32_t)r.mark;
-        else if (r.type == PSD_J_PUSH && mark && mark != inits) {
-            at = (long long)off;
-            *made_on = mark;
-            break;
-        }
-        off += HDR + (uint64_t)len;
-    }
-    free(piece);
-    return at;
-}
-
 /* Reads the start record of segment seq: a whole one that names another
  * node or shape makes k bad, and so does one of other inits followed by a
- * push (INITS_HINT). Anything else is left to the replay. */
+ * push (INITS_HINT), met as the replay would meet it: up to the first
+ * record that does not read (the replay cuts it or refuses it, for its
+ * own reason). A later START sets the mark, as in the replay. Anything
+ * else is left to the replay. */
 static void check_one(const char *dir, int node, uint64_t seq, void *arg)
 {
     check_ctx *k = arg;
@@ -1125,43 +1125,39 @@ static void check_one(const char *dir, int node, uint64_t seq, void *arg)
             k->bad = 1;
         return;
     }
-    unsigned char h[HDR];
-    char body[16];
-    int e = 0;
-    uint32_t len = 0, crc = 0, hcrc = 0;
     psd_jrecord r;
-    int start = 0;               /* a whole START record at offset 0 */
-    if (read_full(fd, h, HDR, &e) == HDR) {
-        memcpy(&len, h, 4);
-        memcpy(&crc, h + 4, 4);
-        memcpy(&hcrc, h + 8, 4);
-        start = psw_crc32c(0, h, 8) == hcrc && len == sizeof body &&
-                read_full(fd, body, len, &e) == len &&
-                psw_crc32c(0, body, len) == crc &&
-                decode(body, len, &r) == 0 && r.type == PSD_J_START;
-    }
-    uint32_t made_on = 0;
-    long long at;
-    if (start && (r.waited != (uint32_t)node || r.clock != k->shape)) {
-        snprintf(k->err, k->errlen, "%s: offset 0: written by node %u "
-                 "under layout shape %016llx; this is node %d, shape "
-                 "%016llx%s", path, r.waited, (unsigned long long)r.clock,
-                 node, (unsigned long long)k->shape, SHAPE_HINT);
-        k->bad = 1;
-    } else if (start && k->inits && r.mark && r.mark != k->inits &&
-               (at = push_on_other_inits(fd, HDR + len, (uint32_t)r.mark,
-                                         k->inits, &made_on)) >= 0) {
-        /* Only a segment begun on other inits is read on: psd writes
-         * one START per segment. */
-        other_inits(k->err, k->errlen, path, (uint64_t)at, made_on,
-                    k->inits);
-        k->bad = 1;
+    jbad bad;
+    jread_start(&k->rd, fd);
+    if (jread(&k->rd, &r, &bad) == 1 && r.type == PSD_J_START) {
+        uint32_t mark = (uint32_t)r.mark;
+        if (r.waited != (uint32_t)node || r.clock != k->shape) {
+            snprintf(k->err, k->errlen, "%s: offset 0: written by node %u "
+                     "under layout shape %016llx; this is node %d, shape "
+                     "%016llx%s", path, r.waited,
+                     (unsigned long long)r.clock, node,
+                     (unsigned long long)k->shape, SHAPE_HINT);
+            k->bad = 1;
+        }
+        /* Only a segment begun on other inits is read on (psd writes
+         * one START per segment): a --check before every start must not
+         * read the whole journal. */
+        int walk = k->inits && mark && mark != k->inits;
+        while (walk && !k->bad && jread(&k->rd, &r, &bad) == 1) {
+            if (r.type == PSD_J_START)
+                mark = (uint32_t)r.mark;
+            else if (r.type == PSD_J_PUSH && mark && mark != k->inits) {
+                other_inits(k->err, k->errlen, path, k->rd.off, mark,
+                            k->inits);
+                k->bad = 1;
+            }
+        }
     }
     close(fd);
 }
 
 int psd_journal_check(const char *dir, int node, uint64_t shape,
-                      uint32_t inits, uint64_t from, char *err, size_t errlen)
+                      uint32_t inits, uint64_t from, size_t max_body,
+                      char *err, size_t errlen)
 {
     span s;
     int lerr = 0;
@@ -1182,7 +1178,9 @@ int psd_journal_check(const char *dir, int node, uint64_t shape,
             return -1;
         }
     }
-    check_ctx k = { shape, inits, err, errlen, from, 0, 0 };
+    check_ctx k = { shape, inits, err, errlen, from,
+                    { .max_body = max_body }, 0, 0 };
     each_segment(dir, node, check_one, &k);
+    free(k.rd.body);
     return k.bad ? -1 : k.unreadable ? 2 : 0;
 }

@@ -188,11 +188,13 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
  * journal_seq, or 1 without one) would start: no segment missing between
  * the snapshot and the journal, and the start record of each segment
  * names node and layout shape, and no push follows one of other inits
- * (as psd_journal_replay; the records after it are checked when psd
- * replays them). 0, or -1 with "FILE: ..." in err, or 2 with the reason
+ * (as psd_journal_replay, whose reader it shares, with the same
+ * max_body; the records after it are checked when psd replays them). A
+ * record is read whole, as the replay reads it. 0, or -1 with "FILE: ..." in err, or 2 with the reason
  * in err when this user may not list dir or read a segment (psd may run
  * as another user). */
 int psd_journal_check(const char *dir, int node, uint64_t shape,
-                      uint32_t inits, uint64_t from, char *err, size_t errlen);
+                      uint32_t inits, uint64_t from, size_t max_body,
+                      char *err, size_t errlen);
 
 #endif

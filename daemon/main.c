@@ -437,8 +437,8 @@ int main(int argc, char **argv)
             if (rc >= 0 && rc != 2)
                 rc = psd_journal_check(
                     dir, i, rc == 0 ? si.shape : psd_config_shape(&cfg),
-                    tm.map ? 0 : psd_config_inits(&cfg), from, why,
-                    sizeof why);
+                    tm.map ? 0 : psd_config_inits(&cfg), from,
+                    (size_t)cfg.max_frame + 4096, why, sizeof why);
             /* Not a failure: the start goes on, and says what was lost. */
             uint64_t head =
                 rc == 0 ? psd_journal_lost_head(dir, i, from, snap_ms) : 0;

@@ -1116,13 +1116,16 @@ static void test_the_journal_replays_segments_in_order(void **state)
                            "missing") != NULL, 1, "%s", err);
     /* psd --check finds the same hole, and reads the segments a replay
      * from the snapshot's segment would. */
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, err, sizeof err), -1,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, 1 << 20, err,
+                                 sizeof err), -1,
                "--check without the snapshot");
     EXPECT_INT(strstr(err, "snapshot that covers segments 1..1 is "
                            "missing") != NULL, 1, "%s", err);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 2, err, sizeof err), 0,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 2, 1 << 20, err,
+                                 sizeof err), 0,
                "--check with it: %s", err);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xdef, 0, 2, err, sizeof err), -1,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xdef, 0, 2, 1 << 20, err,
+                                 sizeof err), -1,
                "--check under another layout");
     EXPECT_INT(strstr(err, "layout shape") != NULL, 1, "%s", err);
     psd_journal_prune(dir, 2, 100);
@@ -1144,11 +1147,13 @@ static void test_a_segment_missing_in_the_middle_fails_the_check(void **state)
     }
     put_pushes(j, 6, 3);
     psd_journal_close(j);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, err, sizeof err), 0,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, 1 << 20, err,
+                                 sizeof err), 0,
                "all three there: %s", err);
     psd_journal_path(path, sizeof path, dir, 2, 2);
     assert_int_equal(unlink(path), 0);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, err, sizeof err), -1,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0, 1, 1 << 20, err,
+                                 sizeof err), -1,
                "segment 2 of 1..3 missing");
     EXPECT_SUBSTR(err, "psd-node2.journal.0000000002: missing (segments "
                   "1..3 are there)", "--check");
@@ -1193,7 +1198,7 @@ static void test_a_push_made_on_other_inits_is_refused(void **state)
                                   sizeof cut, err, ERRLEN), 0,
                "the same inits: %s", err);
     EXPECT_INT(s.pushes, 3, "pushes replayed");
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x123456, 1, err,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x123456, 1, 1 << 20, err,
                                  sizeof err), 0, "checked: %s", err);
     memset(&s, 0, sizeof s);
     EXPECT_INT(psd_journal_replay(dir, 2, 0xabc, 0x654321, 1, 1 << 20,
@@ -1206,7 +1211,7 @@ static void test_a_push_made_on_other_inits_is_refused(void **state)
                   "inits (mark 123456, this ini's 654321): a table's init "
                   "or seed changed", "replay");
     char cerr[ERRLEN];
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x654321, 1, cerr,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x654321, 1, 1 << 20, cerr,
                                  sizeof cerr), -1, "checked, other inits");
     EXPECT_INT(strcmp(cerr, err), 0, "the check says \"%s\", the replay "
                "\"%s\"", cerr, err);
@@ -1221,7 +1226,7 @@ static void test_a_push_made_on_other_inits_is_refused(void **state)
                                   count_record, &s, &next, &records, cut,
                                   sizeof cut, err, ERRLEN), 0,
                "a segment of other inits without a push: %s", err);
-    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x654321, 1, err,
+    EXPECT_INT(psd_journal_check(dir, 2, 0xabc, 0x654321, 1, 1 << 20, err,
                                  sizeof err), 0, "checked: %s", err);
     psd_journal_prune(dir, 2, 100);
 }

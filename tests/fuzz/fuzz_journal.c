@@ -402,7 +402,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint64_t shape = psd_config_shape(cfg), hi = newest();
     char kerr[1024] = "";
     int rc_k = psd_journal_check(dir, in.node, shape, psd_config_inits(cfg),
-                                 in.from, kerr, sizeof kerr);
+                                 in.from, (size_t)cfg->max_frame + 4096,
+                                 kerr, sizeof kerr);
     FUZZ_CHECK(rc_k == 0 || rc_k == -1, "psd_journal_check returned %d (%s)",
                rc_k, kerr);
     if (rc_k)
