@@ -4,6 +4,7 @@
 #include "inifile.h"
 #include "near.h"
 #include "../proto/auth.h"
+#include "../proto/frame.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -1034,6 +1035,7 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
     c->durability_line = line_of(server, "durability");
     c->fsync_line = line_of(server, "fsync");
     c->max_frame_line = line_of(server, "max_frame");
+    c->max_client_memory_line = line_of(server, "max_client_memory");
     c->heartbeat_ms_line = line_of(server, "heartbeat_ms");
     c->peer_timeout_ms_line = line_of(server, "peer_timeout_ms");
     /* A live peer sends something every heartbeat: a timeout shorter than
@@ -1058,6 +1060,25 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
              "durability = log (it is snapshot: pushes acknowledged since "
              "the last snapshot are lost in a crash)") < 0)
         return -1;
+    /* Said at start and by --check: requests then travel in more
+     * frames, and a pull of more rows than one frame holds is refused. */
+    if (psd_config_frame(c) < c->max_frame) {
+        /* max_frame over 342M cuts them under the default budget too. */
+        const entry *cm = server ? find_entry(server, "max_client_memory")
+                                 : NULL;
+        if (!cm)
+            cm = server ? find_entry(server, "max_frame") : NULL;
+        if (note(p, c, cm ? cm->line : 0, "[server] max_client_memory: "
+                 "%llu bytes "
+                 "cut frames to %llu bytes, below max_frame (%llu): one "
+                 "frame and its reply must fit it, so clients send requests "
+                 "in more frames, and a pull of more rows than one frame "
+                 "holds is refused",
+                 (unsigned long long)c->max_client_memory,
+                 (unsigned long long)psd_config_frame(c),
+                 (unsigned long long)c->max_frame) < 0)
+            return -1;
+    }
     /* Shard s lives on node s mod N: with fewer shards than nodes, the
      * nodes past them hold nothing, yet every client connects to every
      * node, so each of them can keep the cluster from opening. */
@@ -1083,22 +1104,23 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         if (s->scope != SC_TABLE)
             continue;
         const psd_table_conf *t = &c->tables[k++];
-        /* One row must fit a message (with its key, unless the table is
-         * dense: a range of rows carries none): a wider row can never be
-         * pushed or pulled (the client refuses every request), so the
-         * table is a mistake psd would only show at the first use. */
+        /* One row and its key must fit a message (a range of a dense
+         * table's rows carries no key, but a keyed request on it does): a
+         * wider row can never be pushed or pulled (the client refuses
+         * every request), so the table is a mistake psd would only show
+         * at the first use. What max_client_memory makes of max_frame
+         * (psd_config_frame, 298K at least) holds any row (dim <= 65536). */
         uint64_t rowb = (uint64_t)t->dim * sizeof(float);
-        uint64_t key = t->dense ? 0 : 8;
-        if (rowb + key > psw_payload_max(c->max_frame)) {
+        if (rowb + 8 > psw_payload_max(c->max_frame)) {
             const entry *d = find_entry(s, "dim");
             fail(p, d ? d->line : s->line, "[%s] dim: a row of %u floats "
-                 "(%llu bytes) does not fit a message under [server] "
-                 "max_frame = %llu (a request carries up to %llu bytes of "
-                 "keys and rows); raise max_frame to at least %llu, or "
-                 "lower dim", s->name, t->dim, (unsigned long long)rowb,
+                 "(%llu bytes) and its key do not fit a message under "
+                 "[server] max_frame = %llu (a request carries up to %llu "
+                 "bytes of keys and rows); raise max_frame to at least %llu, "
+                 "or lower dim", s->name, t->dim, (unsigned long long)rowb,
                  (unsigned long long)c->max_frame,
                  (unsigned long long)psw_payload_max(c->max_frame),
-                 (unsigned long long)(rowb + key + PSW_BODY_OVERHEAD +
+                 (unsigned long long)(rowb + 8 + PSW_BODY_OVERHEAD +
                                       PSW_MSG_OVERHEAD));
             return -1;
         }
@@ -1204,4 +1226,12 @@ int psd_init_format(char *buf, size_t len, const psd_init_params *ip)
                         float_digits(ip->a), (double)ip->a,
                         float_digits(ip->b), (double)ip->b);
     }
+}
+
+uint64_t psd_config_frame(const psd_config *c)
+{
+    /* max_client_memory is 1M at least: fit is 298K at least. */
+    uint64_t fit = (c->max_client_memory - 2 * PSW_READ_CHUNK) / 3 &
+                   ~(uint64_t)1023;
+    return c->max_frame < fit ? c->max_frame : fit;
 }

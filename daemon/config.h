@@ -156,7 +156,17 @@ typedef struct psd_config {
     /* ... and of those a reload may not change, for its refusal */
     int shards_line, workers_line, durability_line, fsync_line;
     int max_frame_line, heartbeat_ms_line, peer_timeout_ms_line;
+    int max_client_memory_line;  /* where it changes the frame size */
 } psd_config;
+
+/* The largest frame the node asks clients to keep to (HELLO_OK's
+ * max_frame) and writes its replies in: max_frame, or less where
+ * max_client_memory could not hold one such frame while it runs: its
+ * receive buffer and a read past it, and a reply of up to its size,
+ * counted at up to twice its bytes. Above that, every try of a large
+ * request closed its connection at max_client_memory and the client
+ * retried in vain. Frames up to max_frame are still accepted. */
+uint64_t psd_config_frame(const psd_config *c);
 
 /* Parses the ini file at `path` into `c` (which the call initialises).
  * Returns 0, or -1 with "PATH:LINE: reason" (or "PATH: reason" when no

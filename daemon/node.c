@@ -15,7 +15,7 @@ static void build_cluster(psd_node *n)
     l->status = PSW_OK;
     l->version = PSW_VERSION;
     l->node_index = n->index;
-    l->max_frame = n->cfg.max_frame;
+    l->max_frame = psd_config_frame(&n->cfg);
     l->shards = n->cfg.shards;
     l->heartbeat_ms = (uint32_t)n->cfg.heartbeat_ms;
     l->peer_timeout_ms = (uint32_t)n->cfg.peer_timeout_ms;
@@ -376,6 +376,15 @@ static int layout_change(const psd_config *a, const psd_config *b,
     if (a->max_frame != b->max_frame)
         return refuse(why, len, path, b->max_frame_line, "max_frame "
                       "changed");
+    /* ... and so by the frame max_client_memory makes (node.h). */
+    if (psd_config_frame(a) != psd_config_frame(b))
+        return refuse(why, len, path, b->max_client_memory_line,
+                      "max_client_memory %llu changes this node's frames "
+                      "from at most %llu bytes to %llu (one frame and its "
+                      "reply must fit it)",
+                      (unsigned long long)b->max_client_memory,
+                      (unsigned long long)psd_config_frame(a),
+                      (unsigned long long)psd_config_frame(b));
     if (a->heartbeat_ms != b->heartbeat_ms)
         return refuse(why, len, path, b->heartbeat_ms_line, "heartbeat_ms "
                       "changed");

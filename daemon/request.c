@@ -86,6 +86,28 @@ static uint64_t rows_bytes(const psd_node *n, const psw_msg *m)
     return rows > UINT64_MAX / rowb ? UINT64_MAX : rows * rowb;
 }
 
+/* The frames replies go in and requests are cut to: max_frame, or less
+ * for max_client_memory (psd_config_frame); HELLO_OK tells clients. */
+static uint64_t frame_max(const psd_node *n)
+{
+    return n->cluster.max_frame;
+}
+
+/* Names that limit in a refusal: "max_frame (N bytes)", or what
+ * max_client_memory makes of it. */
+static const char *frame_limit(const psd_node *n, char *buf, size_t len)
+{
+    if (frame_max(n) < n->cfg.max_frame)
+        snprintf(buf, len, "the frames max_client_memory (%llu bytes) "
+                 "allows (%llu bytes)",
+                 (unsigned long long)n->cfg.max_client_memory,
+                 (unsigned long long)frame_max(n));
+    else
+        snprintf(buf, len, "max_frame (%llu bytes)",
+                 (unsigned long long)frame_max(n));
+    return buf;
+}
+
 /* What an ADMIN's answer counts before it is made: a longer one (admin())
  * goes in a frame of its own, counted once it is packed. Counted at its
  * 4 MiB cap, it was a reserve past a small max_client_memory, which
@@ -96,7 +118,7 @@ static uint64_t rows_bytes(const psd_node *n, const psw_msg *m)
  * answered with an error, so it counts as an error reply. */
 static uint64_t reply_bound(const psd_node *n, const psw_msg *m)
 {
-    uint64_t rb = rows_bytes(n, m), one = psw_payload_max(n->cfg.max_frame);
+    uint64_t rb = rows_bytes(n, m), one = psw_payload_max(frame_max(n));
     if (m->op == PSW_OP_ADMIN)
         rb = one < ADMIN_RESERVE ? one : ADMIN_RESERVE;
     else if (rb > one)
@@ -128,7 +150,7 @@ static int reply_room(const psd_node *n, psd_session *ss, uint64_t bound)
         psw_out_frame_begin(o);
         return 1;
     }
-    if (o->frame_msgs > 0 && psw_out_frame_body(o) + bound > n->cfg.max_frame) {
+    if (o->frame_msgs > 0 && psw_out_frame_body(o) + bound > frame_max(n)) {
         psw_out_frame_end(o);
         psw_out_frame_begin(o);
     }
@@ -763,7 +785,7 @@ static void admin(psd_node *n, psd_session *ss, const psw_msg *m)
     }
     psw_out *o = ss->out;
     if (o->frame_msgs > 0 &&
-        psw_out_frame_body(o) + psw_reply_max(len) > n->cfg.max_frame) {
+        psw_out_frame_body(o) + psw_reply_max(len) > frame_max(n)) {
         psw_out_frame_end(o);
         psw_out_frame_begin(o);
     }
@@ -906,10 +928,11 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         return;
     }
     /* A reply frame must fit the limit the client reads with. */
-    if (pulls && rows_bytes(n, m) > psw_payload_max(n->cfg.max_frame)) {
+    if (pulls && rows_bytes(n, m) > psw_payload_max(frame_max(n))) {
+        char lim[160];
         snprintf(err, sizeof err, "pulling %llu rows of table '%s' exceeds "
-                 "max_frame (%llu bytes)", (unsigned long long)nrows, tc->name,
-                 (unsigned long long)n->cfg.max_frame);
+                 "%s", (unsigned long long)nrows, tc->name,
+                 frame_limit(n, lim, sizeof lim));
         reply_error(n, ss, m, PSW_ETOOBIG, err);
         return;
     }
@@ -1133,16 +1156,17 @@ int psd_request_frame(psd_node *n, psd_session *ss, const psw_msg *m,
      * single small frame of range pulls could make psd build gigabytes of
      * replies before backpressure gets a say. Clients budget their frames
      * the same way. */
-    uint64_t total = 0, one_max = psw_payload_max(n->cfg.max_frame);
+    uint64_t total = 0, one_max = psw_payload_max(frame_max(n));
     for (int i = 0; i < count; i++) {
         uint64_t rb = rows_bytes(n, &m[i]);
         if (rb <= one_max)       /* larger: answered with PSW_ETOOBIG */
             total += rb;
     }
-    if (total > n->cfg.max_frame) {
+    if (total > frame_max(n)) {
+        char lim[160];
         snprintf(why, whylen, "the replies to one frame would carry %llu "
-                 "bytes of rows; max_frame is %llu", (unsigned long long)total,
-                 (unsigned long long)n->cfg.max_frame);
+                 "bytes of rows, past %s", (unsigned long long)total,
+                 frame_limit(n, lim, sizeof lim));
         return PSW_ETOOBIG;
     }
     /* The pushes refused in this frame, found before anything of it

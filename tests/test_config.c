@@ -443,18 +443,19 @@ static const error_case error_cases[] = {
      * refused by the client, first seen at its first use. */
     { "a_row_wider_than_max_frame_is_refused",
       CLUSTER "[server]\nmax_frame = 1K\n[table.t]\ndim = 300\n", 0, 6,
-      "[table.t] dim: a row of 300 floats (1200 bytes) does not fit a "
-      "message under [server] max_frame = 1024 (a request carries up to 955 "
-      "bytes of keys and rows); raise max_frame to at least 1277, or lower "
-      "dim", 1 },
-    /* A dense table's range of one row carries no key: 955 bytes of row
-     * fit, 956 do not. */
+      "[table.t] dim: a row of 300 floats (1200 bytes) and its key do not "
+      "fit a message under [server] max_frame = 1024 (a request carries up "
+      "to 955 bytes of keys and rows); raise max_frame to at least 1277, or "
+      "lower dim", 1 },
+    /* A dense table's row travels with its key too (a keyed push or pull;
+     * a range carries none): 947 bytes of row fit, 948 do not. dim 238
+     * was accepted, and every keyed request on it refused. */
     { "a_dense_row_wider_than_max_frame_is_refused",
       CLUSTER "[server]\nmax_frame = 1K\n[table.t]\nkind = dense\n"
-      "rows = 4\ndim = 239\n", 0, 8,
-      "[table.t] dim: a row of 239 floats (956 bytes) does not fit a "
-      "message under [server] max_frame = 1024 (a request carries up to 955 "
-      "bytes of keys and rows); raise max_frame to at least 1025", 0 },
+      "rows = 4\ndim = 237\n", 0, 8,
+      "[table.t] dim: a row of 237 floats (948 bytes) and its key do not "
+      "fit a message under [server] max_frame = 1024 (a request carries up "
+      "to 955 bytes of keys and rows); raise max_frame to at least 1025", 0 },
     { "max_frame_of_2G_is_refused",
       CLUSTER "[server]\nmax_frame = 2G\n", 0, 4, "got \"2G\"", 0 },
     { "size_with_lowercase_suffix_is_refused",
@@ -864,9 +865,9 @@ static void test_sizes_take_1024_based_suffixes(void **state)
     load_ok(CLUSTER "[server]\nmax_frame = 2M\n", &c);
     assert_int_equal(c.max_frame, 2ULL << 20);
     psd_config_destroy(&c);
-    /* The widest dense row 1K carries: 952 bytes (a range, no key). */
+    /* The widest dense row 1K carries: 944 bytes, and its key. */
     load_ok(CLUSTER "[server]\nmax_frame = 1K\n[table.t]\nkind = dense\n"
-            "rows = 4\ndim = 238\n", &c);
+            "rows = 4\ndim = 236\n", &c);
     psd_config_destroy(&c);
     /* The ranges of max_output and max_client_memory end at 1T, and the
      * error says so: 1T itself is taken. */

@@ -412,6 +412,68 @@ static void connection_whose_buffer_would_pass_the_budget_is_closed(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Under a small max_client_memory, HELLO_OK's max_frame is what one frame
+ * and its reply fit (psd_config_frame), and the client cuts a large
+ * request to it. At 1M, a 60,000-key push of dim 4 (1.4 MB, which the
+ * client sends in parts of 1 MiB of narrow rows) closed its connection at
+ * every try, and the client gave up ("timed out ... connection reset").
+ * A reload that would change that size is refused. */
+static void requests_past_a_small_budget_are_cut_to_fit_it(void **state)
+{
+    (void)state;
+    enum { N = 60000, D = 4 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_client_memory = 1M\n"
+                      "[table.e]\nkind = sparse\ndim = 4\n"))
+        fail_msg("cluster did not start");
+    /* (1M - 128K) / 3, to a multiple of 1024 */
+    EXPECT_INT(cluster_log_wait(&c, 0, "cut frames to 305152 bytes", 100), 1,
+               "the start says it cuts frames");
+    ps_client *cl = open_or_fail(c.spec);
+    int t = ps_table(cl, "e", NULL);
+    assert_true(t >= 0);
+    uint64_t *keys = malloc(N * sizeof *keys);
+    float *vals = malloc((size_t)N * D * sizeof *vals);
+    float *out = malloc((size_t)N * D * sizeof *out);
+    assert_non_null(keys);
+    assert_non_null(vals);
+    assert_non_null(out);
+    for (size_t i = 0; i < N; i++) {
+        keys[i] = i * 7919 + 1;
+        for (int j = 0; j < D; j++)
+            vals[i * D + j] = (float)(i % 1000) + (float)j;
+    }
+    wait_ok(cl, ps_push(cl, t, keys, N, vals, NULL, NULL));
+    wait_ok(cl, ps_pull(cl, t, keys, N, out, NULL, NULL));
+    EXPECT_INT(memcmp(out, vals, (size_t)N * D * sizeof *out), 0,
+               "the rows pulled are those pushed");
+    wait_ok(cl, ps_pushpull(cl, t, keys, N, vals, out, NULL, NULL));
+    size_t bad = 0;
+    for (size_t i = 0; i < (size_t)N * D; i++)
+        bad += out[i] != 2 * vals[i];
+    EXPECT_INT((long long)bad, 0, "rows after a pushpull not twice the push");
+    EXPECT_INT(log_lines_with(&c, "max_client_memory is"), 0,
+               "connections closed at max_client_memory");
+    /* 2M would make frames of 655360 bytes: refused, 1M kept. */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^max_client_memory = 1M/"
+             "max_client_memory = 2M/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    kill(c.pid[0], SIGHUP);
+    EXPECT_INT(cluster_log_wait(&c, 0, "max_client_memory 2097152 changes "
+                                "this node's frames from at most 305152 "
+                                "bytes to 655360", 3000), 1,
+               "the reload is refused");
+    wait_ok(cl, ps_push(cl, t, keys, N, vals, NULL, NULL));
+    EXPECT_INT(log_lines_with(&c, "max_client_memory is"), 0,
+               "connections closed at max_client_memory after the reload");
+    free(keys);
+    free(vals);
+    free(out);
+    ps_close(cl);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* Connections that have not done their handshake are closed first when
  * the buffers pass max_client_memory, those that sent no HELLO before
  * those whose handshake is under way: each costs a 64 KiB read buffer
@@ -3406,6 +3468,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(rss_stays_within_max_client_memory_under_hostile_clients, teardown),
         cmocka_unit_test_teardown(connection_whose_buffer_would_pass_the_budget_is_closed, teardown),
+        cmocka_unit_test_teardown(requests_past_a_small_budget_are_cut_to_fit_it, teardown),
         cmocka_unit_test_teardown(connections_without_a_handshake_go_first_over_the_budget, teardown),
         cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
         cmocka_unit_test_teardown(copies_of_rows_a_push_changes_count_in_max_client_memory, teardown),
