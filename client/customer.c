@@ -405,8 +405,11 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
             int l = snprintf(t, sizeof cu->first_error_text,
                              "request %lld: ", (long long)r->ts);
             cu->first_error = r->status;
-            if (!strncmp(why, t, (size_t)l))
-                l = 0;           /* the text names it: written over */
+            /* The text names it ("request 2: ..." or "request 2 (no
+             * attempts left): ..."): written over. */
+            size_t k = (size_t)l - 2;
+            if (!strncmp(why, t, k) && (why[k] == ':' || why[k] == ' '))
+                l = 0;
             fit_text(t + l, sizeof cu->first_error_text - (size_t)l, why);
         }
     }

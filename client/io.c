@@ -1244,6 +1244,14 @@ static void on_connect(uv_connect_t *req, int status)
     }
     nc->reached = 1;
     nc->hello_ns = nc->attempt_end_ns;
+    /* While ps_open waits, a handshake gets a request's attempt at most
+     * (as a reconnect's does): one whose frame was lost, or that a
+     * stalled psd holds, is tried again on a new connection within the
+     * open's time, not waited for until the open gives up. */
+    uint64_t per = (uint64_t)nc->io->c->opt.request_timeout_ms * MS,
+             now = now_ns();
+    if (nc->io->c->open_state == PSC_OPENING && nc->hello_ns > now + per)
+        nc->hello_ns = now + per;
     uv_tcp_nodelay(&nc->tcp, 1);
     nc->state = NC_HELLO;
     nc->recv_ns = now_ns();
@@ -2063,7 +2071,8 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
         nc_drop(nc, PS_ETIMEDOUT, nc->state == NC_HELLO
                     ? "connected to %s, but no answer to the handshake "
                       "within %llu ms of %s (a stopped psd, one too busy "
-                      "to answer in time (raise connect_timeout_ms when "
+                      "to answer in time (raise connect_timeout_ms, and "
+                      "request_timeout_ms, which bounds each try, when "
                       "many clients start at once), or not a psd on that "
                       "port)"
                     : "no answer from %s within %llu ms of %s", where,
@@ -2158,10 +2167,17 @@ static void on_tick(uv_timer_t *t)
         /* The status of the last attempt that ended, not of one being
          * dropped in this tick: a process stopped past the deadline drops
          * its attempt at the handshake's timeout when it resumes, and a
-         * node's refusal (PS_EBUSY) said more. It may be another seed's
-         * than the reason's. */
-        open_gave_up(io, nc, nc && nc->last_status ? nc->last_status
-                                                   : PS_ETIMEDOUT, why);
+         * node's refusal (PS_EBUSY) said more. Its reason goes with it:
+         * PS_EPROTO beside "no answer to the handshake" alone misled. */
+        int st = nc && nc->last_status ? nc->last_status : PS_ETIMEDOUT;
+        char both[sizeof nc->drop_why + sizeof nc->last_why + 40];
+        if (nc && nc->state == NC_CLOSING && nc->last_status &&
+            nc->last_status != nc->drop_status && nc->last_why[0]) {
+            snprintf(both, sizeof both, "%s (the attempt before: %s)", why,
+                     nc->last_why);
+            why = both;
+        }
+        open_gave_up(io, nc, st, why);
     }
 }
 

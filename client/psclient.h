@@ -103,8 +103,9 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         keep room to grow without breaking the ABI */
     int worker;                      /* 0..workers-1 for bsp/ssp tables, -1: not a worker;
                                         below -1: ps_open fails with PS_EINVAL */
-    int connect_timeout_ms;          /* ps_open keeps trying (with backoff) this long;
-                                        default 5000 */
+    int connect_timeout_ms;          /* ps_open keeps trying (with backoff) this long,
+                                        each handshake for request_timeout_ms at
+                                        most; default 5000 */
     int request_timeout_ms;          /* per attempt: a part unanswered this long makes
                                         the client reconnect and send it again;
                                         default 10000 */
@@ -154,7 +155,11 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         cannot be reached fails them as
                                         any request, after
                                         request_timeout_ms x
-                                        (max_retries + 1). Meanwhile
+                                        (max_retries + 1), counted from
+                                        when its connection was found
+                                        dead (a stopped psd keeps it
+                                        open: peer_timeout_ms later,
+                                        as HELLO_OK says). Meanwhile
                                         each is sent again every
                                         request_timeout_ms on the same
                                         connection (a lost frame would
@@ -300,7 +305,9 @@ PS_API ps_ts ps_pull(ps_client *c, int table, const uint64_t *keys, size_t n,
                      float *out, ps_done_fn cb, void *arg);
 /* Pushes grads, then pulls the rows as they are after that push, in one
  * round trip: every occurrence of a key reads its row after the whole
- * push. (A request whose rows take more than one message on some node
+ * push. A pushpull sent again after its answer was lost, whose push the
+ * node had applied, is not applied twice but reads the rows as they are
+ * then, after any pushes made since. (A request whose rows take more than one message on some node
  * goes as its pushes, then pulls of the same keys queued right behind
  * them, which sends the keys twice.) */
 PS_API ps_ts ps_pushpull(ps_client *c, int table, const uint64_t *keys, size_t n,

@@ -16,6 +16,7 @@
 
 #include "metrics.h"
 #include "preflight.h"
+#include "table.h"
 #include "updater.h"
 #include "../proto/layout.h"
 #include "../proto/auth.h"
@@ -642,6 +643,55 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
             "it makes them", big->name, who, need / gib, avail / gib);
 }
 
+/* Every table keeps a record of each shard of the cluster, its node's or
+ * not (PSD_TABLE_SHARD_BYTES), before any row: 65,535 shards of 4,096
+ * tables are 47 GB on every node, which --check passed and psd died of
+ * as it started (100 tables took 1.1 GB). Said from 64 MiB a node on. */
+static void check_shards(psd_preflight *pf, const psd_config *c,
+                         const char *path, int node)
+{
+    const double gib = 1024.0 * 1024 * 1024;
+    double one = (double)c->ntables * c->shards * PSD_TABLE_SHARD_BYTES;
+    if (one < 64.0 * 1024 * 1024)
+        return;
+    /* The nodes this host runs, as check_memory counts them. */
+    int nodes = 0, loop_own = node >= 0 && here(c, node);
+    for (int n = 0; n < c->nnodes; n++)
+        nodes += n == node || ((node < 0 || loop_own) && here(c, n));
+    if (nodes == 0)
+        return;
+    char what[200];
+    snprintf(what, sizeof what, "[cluster] shards: %u shards of %d tables "
+             "take %.2f GiB on every node before any row (%d bytes a shard "
+             "a table, its node's or not)", c->shards, c->ntables,
+             one / gib, PSD_TABLE_SHARD_BYTES);
+    const char *fix = "give the cluster fewer shards (a few per node is "
+                      "enough to spread the rows) or fewer tables";
+    struct rlimit as;
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY &&
+        one > (double)as.rlim_cur) {
+        add(&pf->problems, &pf->nproblems, path, c->shards_line, "%s, more "
+            "than the %.2f GiB of address space a process may have here "
+            "(ulimit -v; LimitAS= in a unit): %s", what,
+            (double)as.rlim_cur / gib, fix);
+        return;
+    }
+    double limit, avail, need = one * nodes;
+    host_memory(&limit, &avail);
+    char who[64] = "";
+    if (nodes > 1)
+        snprintf(who, sizeof who, " (%.1f GiB for the %d nodes on this "
+                 "host)", need / gib, nodes);
+    if (limit > 0 && need > limit)
+        add(&pf->problems, &pf->nproblems, path, c->shards_line, "%s%s, "
+            "more than the %.1f GiB psd may use on this host: it would be "
+            "killed as it starts; %s", what, who, limit / gib, fix);
+    else if (avail > 0 && need > avail)
+        add(&pf->notes, &pf->nnotes, path, c->shards_line, "%s%s, and this "
+            "host has %.1f GiB available now: psd may be killed as it "
+            "starts; %s", what, who, avail / gib, fix);
+}
+
 /* Bytes a remembered push may take at the most (a slot of its client's
  * table at low load, and its place in the client's ring; conf/psd.ini,
  * max_client_memory's E). */
@@ -743,6 +793,7 @@ static int run(psd_preflight *pf, const psd_config *cfg, const char *path,
      * loopback address. */
     if (node < cfg->nnodes)
         check_memory(pf, cfg, path, node);
+    check_shards(pf, cfg, path, node);
     check_remembered(pf, cfg, path);
     check_files(pf, cfg, path);
     return pf->nproblems;

@@ -684,6 +684,9 @@ static void apply(psd_table *t, rowref r, const char *v)
 
 /* ---- public --------------------------------------------------------- */
 
+_Static_assert(sizeof(shard) <= PSD_TABLE_SHARD_BYTES,
+               "table.h's PSD_TABLE_SHARD_BYTES, which psd --check counts");
+
 psd_table *psd_table_new(const psd_table_conf *conf, uint32_t shards,
                          int nnodes, int node, char *err, size_t errlen)
 {

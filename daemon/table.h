@@ -120,6 +120,12 @@ int psd_table_move_shard(psd_table *dst, psd_table *src, uint32_t s,
 int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
                       int *created);
 
+/* Bytes a table keeps for each shard of the cluster, its node's or not,
+ * before any row: what `shards` costs every table on every node (the
+ * start's check, daemon/preflight.c, which reads no more of this file).
+ * table.c holds its shard record to it. */
+#define PSD_TABLE_SHARD_BYTES 176
+
 /* Rows held on this node, and bytes of memory they use (weights, state,
  * index) — for stats and the memory benchmark. */
 uint64_t psd_table_rows(const psd_table *t);

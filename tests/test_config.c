@@ -1752,6 +1752,47 @@ static int has_problem(const psd_preflight *pf, const char *text)
     return 0;
 }
 
+/* Every table keeps a record of each shard of the cluster before any row:
+ * 65,535 shards of 4,096 tables are 44 GiB a node, which --check passed
+ * and psd died of as it started (a trial: 100 such tables took 1.1 GB).
+ * Eight nodes on loopback need eight times that here: a problem on any
+ * host of today. 16 shards of the same tables are nothing to say. */
+static void test_shards_of_many_tables_beyond_this_hosts_memory_are_a_problem(
+    void **state)
+{
+    (void)state;
+    size_t cap = 4096 * 48 + 512, at = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    for (int shards = 65535; shards >= 16; shards = shards == 65535 ? 16 : 0) {
+        at = (size_t)snprintf(text, cap, "[cluster]\nnodes = 127.0.0.1:7070");
+        for (int i = 1; i < 8; i++)
+            at += (size_t)snprintf(text + at, cap - at, ", 127.0.0.1:%d",
+                                   7070 + i);
+        at += (size_t)snprintf(text + at, cap - at, "\nshards = %d\n"
+                               "[server]\ndata_dir = /tmp/psd-test-mem\n",
+                               shards);
+        for (int i = 0; i < 4096; i++)
+            at += (size_t)snprintf(text + at, cap - at,
+                                   "[table.t%d]\nkind = sparse\ndim = 4\n", i);
+        assert_true(at < cap);
+        psd_config c;
+        load_ok(text, &c);
+        psd_preflight pf;
+        psd_preflight_run(&pf, &c, "F", -1);
+        int said = has_problem(&pf, "F:3: [cluster] shards: 65535 shards of "
+                               "4096 tables take 44.00 GiB on every node "
+                               "before any row (176 bytes a shard a table, "
+                               "its node's or not) (352.0 GiB for the 8 "
+                               "nodes on this host), more than the ");
+        EXPECT_INT(said, shards == 65535, "the problem, with %d shards",
+                   shards);
+        psd_preflight_destroy(&pf);
+        psd_config_destroy(&c);
+    }
+    free(text);
+}
+
 /* A dense table whose rows (all made at start, with their init) do not
  * fit this host's memory is a problem for the node that holds them: the
  * kernel killed psd while it filled them, without a word. 1.5 PiB
@@ -2173,6 +2214,8 @@ int main(void)
         cmocka_unit_test(test_a_port_in_the_ephemeral_range_earns_a_note),
         cmocka_unit_test(
             test_dense_rows_beyond_this_hosts_memory_are_a_problem),
+        cmocka_unit_test(
+            test_shards_of_many_tables_beyond_this_hosts_memory_are_a_problem),
         cmocka_unit_test(
             test_dense_rows_beyond_the_address_space_limit_are_a_problem),
         cmocka_unit_test(
