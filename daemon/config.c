@@ -358,8 +358,11 @@ static void describe(const setting *st, char *buf, size_t len)
                  st->max >= (uint64_t)1 << 40 ? "K, M, G or T" : "K, M or G");
         break;
     case T_FLOAT:
-        snprintf(buf, len, "%s", st->frange == F_POS ? "a number > 0 (1.2e-38 or more)"
-                 : st->frange == F_NONNEG ? "a number >= 0"
+        /* A float's range: 1e39 was refused as "expected a number > 0"
+         * alone. */
+        snprintf(buf, len, "%s", st->frange == F_POS
+                                     ? "a number > 0 (1.2e-38..3.4e38)"
+                 : st->frange == F_NONNEG ? "a number >= 0 (at most 3.4e38)"
                  : "a number in [0, 1)");
         break;
     case T_WORD: {

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "log.h"
 #include "node.h"
@@ -309,7 +310,14 @@ static int same_data_dir(const psd_config *a, const psd_config *b)
     psd_config_data_dir(b, y, sizeof y);
     tidy_path(x, tx);
     tidy_path(y, ty);
-    return strcmp(tx, ty) == 0;
+    if (strcmp(tx, ty) == 0)
+        return 1;
+    /* Another name of the same folder ("/d/../d", a symlink) is the
+     * same folder: refused as "changed", it read as a move. */
+    struct stat sx, sy;
+    return stat(tx, &sx) == 0 && stat(ty, &sy) == 0 &&
+           S_ISDIR(sx.st_mode) && sx.st_dev == sy.st_dev &&
+           sx.st_ino == sy.st_ino;
 }
 
 /* What a reload may not change: anything clients or stored rows depend

@@ -101,7 +101,7 @@ typedef struct node {
     int index;                   /* the node's own, once it said (HELLO_OK);
                                     -1 before */
     uint64_t ts;
-    char err[300];
+    char err[1024];
     int refused;                 /* the last command's error is the node's
                                     answer, not a lost connection */
     int shadowed;                /* answered, but another cluster's node of
@@ -121,6 +121,9 @@ static int all_n;
  * auth_token_file), or none. */
 static char token[PSW_AUTH_TOKEN_MAX + 1];
 static size_t token_len;
+/* The ini's auth_token_file, when the token came from it: psd reads it at
+ * start only, so a refusal may mean the file changed since. */
+static char token_file[4096];
 
 static uint64_t now_ms(void)
 {
@@ -417,7 +420,17 @@ static int take_hello_ok(node *nd, const msgpack_object *msg, void *arg)
         return -1;
     }
     if (nd->layout.status != PSW_OK) {
-        snprintf(nd->err, sizeof nd->err, "refused: %.280s", nd->layout.text);
+        /* A token file changed under a running psd (a reload refuses
+         * it): psctl, reading the file, was shut out of the node whose
+         * refused reload it would show. */
+        int changed = nd->layout.status == PSW_EAUTH && token_file[0];
+        snprintf(nd->err, sizeof nd->err, "refused: %.280s%s%.300s%s",
+                 nd->layout.text,
+                 changed ? " (psctl read the token from " : "",
+                 changed ? token_file : "",
+                 changed ? ", which psd reads at start only: if it changed "
+                           "since, give psctl the node's token in "
+                           "$PSD_AUTH_TOKEN, or restart psd)" : "");
         return -1;
     }
     nd->index = nd->layout.node_index;
@@ -2158,9 +2171,11 @@ static int load_servers(cluster *c, const char *ini, const psw_addr *list,
             token_len = strlen(cfg.auth_token);
             memcpy(token, cfg.auth_token, token_len);
         } else if (!token_len && cfg.auth_token_file[0] &&
-                   psw_token_read_file(cfg.auth_token_file, token,
-                                       sizeof token, &token_len, why,
-                                       sizeof why)) {
+                   (snprintf(token_file, sizeof token_file, "%s",
+                             cfg.auth_token_file),
+                    psw_token_read_file(cfg.auth_token_file, token,
+                                        sizeof token, &token_len, why,
+                                        sizeof why))) {
             /* Where the file is named, as psd and libpsclient say it. */
             fprintf(stderr, "psctl: %s:%d: [server] auth_token_file: %s\n",
                     ini, cfg.auth_token_file_line, why);

@@ -719,6 +719,35 @@ static void token_file_changed_under_sighup_is_refused_loudly(void **state)
     ps_client *c2;
     assert_int_equal(ps_open(&c2, spec, &o), PS_OK);
     ps_close(c2);
+    /* psctl reads the new token from the file and is refused: it says
+     * why, and how to get in (it said "wrong token" alone, and the
+     * operator could not see the refused reload with it). */
+    {
+        const char *pb = getenv("PSCTL_BIN");
+        char pcmd[700], pout[2048] = "";
+        snprintf(pcmd, sizeof pcmd, "%s -c %s stats 2>&1",
+                 pb ? pb : "build/psctl", one.ini);
+        FILE *pp = popen(pcmd, "r");
+        size_t pgot = pp ? fread(pout, 1, sizeof pout - 1, pp) : 0;
+        pout[pgot] = '\0';
+        if (pp)
+            pclose(pp);
+        char pwant[600];
+        snprintf(pwant, sizeof pwant, "(psctl read the token from %s, "
+                 "which psd reads at start only: if it changed since, give "
+                 "psctl the node's token in $PSD_AUTH_TOKEN", path);
+        if (!strstr(pout, pwant))
+            fail_msg("psctl after the token file changed: %s", pout);
+        snprintf(pcmd, sizeof pcmd, "PSD_AUTH_TOKEN='%s' %s -c %s stats "
+                 "2>&1", TOKEN, pb ? pb : "build/psctl", one.ini);
+        pp = popen(pcmd, "r");
+        pgot = pp ? fread(pout, 1, sizeof pout - 1, pp) : 0;
+        pout[pgot] = '\0';
+        int pst = pp ? pclose(pp) : -1;
+        if (!WIFEXITED(pst) || WEXITSTATUS(pst) != 0 ||
+            !strstr(pout, "reload FAILED"))
+            fail_msg("psctl stats with the node's token: %s", pout);
+    }
     /* Unreadable now: the reload fails and says why. */
     assert_int_equal(chmod(path, 0644), 0);
     kill(one.pid[0], SIGHUP);

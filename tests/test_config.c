@@ -351,7 +351,7 @@ static const error_case error_cases[] = {
       CLUSTER "[table.emb]\ndim = 16;x\n", 0, 4, "got \"16;x\"", 0 },
     { "continued_scalar_is_refused_naming_both_lines",
       EMB "lr = 0.1\n  0.2\n", 0, 5,
-      "[table.emb] lr: expected a number > 0 (1.2e-38 or more), got "
+      "[table.emb] lr: expected a number > 0 (1.2e-38..3.4e38), got "
       "\"0.1 0.2\" (continued on line 6)", 1 },
     { "indented_key_continues_the_value_above_and_is_refused",
       EMB "  lr = 0.1\n", 0, 4,
@@ -608,9 +608,14 @@ static const error_case error_cases[] = {
     { "unknown_aggregate_is_refused",
       EMB "aggregate = avg\n", 0, 5, "expected sum | mean", 0 },
     /* tables: hyper-parameters */
+    /* Past a float: the range is said, its top too. */
+    { "an_lr_past_a_float_is_refused_with_the_range",
+      EMB "lr = 1e39\n", 0, 5,
+      "[table.emb] lr: expected a number > 0 (1.2e-38..3.4e38), got "
+      "\"1e39\"", 1 },
     { "zero_lr_is_refused",
       EMB "lr = 0\n", 0, 5,
-      "[table.emb] lr: expected a number > 0 (1.2e-38 or more), got \"0\"",
+      "[table.emb] lr: expected a number > 0 (1.2e-38..3.4e38), got \"0\"",
       1 },
     /* ftrl divides by lr: 1 / 1e-39 is an infinity as a float, and every
      * row the table pushed to became NaN. */

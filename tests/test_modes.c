@@ -1221,6 +1221,24 @@ static void worker_joining_after_a_journal_replay_starts_at_the_nodes_clock(
 }
 
 /* Rewrites cl's ini with sed expression `expr` and sends node 0 SIGHUP. */
+/* Whether node 0's log says "reloaded" n times within ms. */
+static int wait_reloads(int n, int ms)
+{
+    for (int waited = 0;; waited += 50) {
+        char *log = cluster_log(&cl, 0);
+        int k = 0;
+        for (const char *p = log; p && (p = strstr(p, ": reloaded "));
+             p++)
+            k++;
+        free(log);
+        if (k >= n)
+            return 1;
+        if (waited >= ms)
+            return 0;
+        usleep(50 * 1000);
+    }
+}
+
 static void reload_with(const char *expr)
 {
     char cmd[600];
@@ -1391,6 +1409,12 @@ static void sighup_refusals_say_where_the_change_is(void **state)
     reload_with("s#^data_dir = /\\(.*\\)$#data_dir = //\\1/#");
     if (!cluster_log_wait(&cl, 0, "reloaded", 10000))
         fail_msg("data_dir with slashes added: want \"reloaded\"");
+    /* Nor is another name of it, through "..": it was refused as
+     * "data_dir changed". */
+    reload_with("s#^data_dir = \\(.*\\)/\\([^/]*\\)/$#data_dir = "
+                "\\1/\\2/../\\2#");
+    if (!wait_reloads(2, 10000))
+        fail_msg("data_dir through \"..\": want a second \"reloaded\"");
     /* A server setting a restart takes: named at its line. */
     int dd = line_of(cl.ini, "data_dir = ");
     assert_true(dd > 0);
