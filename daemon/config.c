@@ -416,6 +416,11 @@ static void bad_value(parser *p, const section *s, const entry *e,
         fail(p, e->line, "[%s] %s: %s%s, got %zu bytes%s", s->name, st->key,
              why ? "" : "expected ", expect, strlen(e->value),
              cont_note(e, note));
+    else if (strlen(e->value) > 160)
+        /* A list of 4,097 addresses was echoed whole (8 KB). */
+        fail(p, e->line, "[%s] %s: %s%s, got \"%.80s...\" (%zu bytes)%s",
+             s->name, st->key, why ? "" : "expected ", expect, e->value,
+             strlen(e->value), cont_note(e, note));
     else
         fail(p, e->line, "[%s] %s: %s%s, got \"%s\"%s", s->name, st->key,
              why ? "" : "expected ", expect, e->value, cont_note(e, note));

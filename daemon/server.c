@@ -177,7 +177,8 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
     snprintf(s->cfg_path, sizeof s->cfg_path, "%s", cfg_path);
     if (node < 0 || node >= cfg->nnodes) {
         snprintf(err, errlen, "%s: node %d does not exist (the file lists %d "
-                 "nodes)", cfg_path, node, cfg->nnodes);
+                 "node%s)", cfg_path, node, cfg->nnodes,
+                 cfg->nnodes == 1 ? "" : "s");
         psd_config_destroy(cfg);
         return -1;
     }

@@ -353,6 +353,12 @@ static const error_case error_cases[] = {
       EMB "lr = 0.1\n  0.2\n", 0, 5,
       "[table.emb] lr: expected a number > 0 (1.2e-38..3.4e38), got "
       "\"0.1 0.2\" (continued on line 6)", 1 },
+    /* A long value is quoted in part, with its length (a list of 4,097
+     * addresses was echoed whole, 8 KB). */
+    { "a_long_bad_value_is_quoted_in_part",
+      CLUSTER "[server]\nlog_level = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n  bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n", 0, 4,
+      "[server] log_level: expected debug | info | warn | error, got \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\" "
+      "(301 bytes) (continued on line 5)", 1 },
     { "indented_key_continues_the_value_above_and_is_refused",
       EMB "  lr = 0.1\n", 0, 4,
       "[table.emb] dim: expected an integer 1..65536, got \"4 lr = 0.1\" "
