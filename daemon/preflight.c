@@ -155,6 +155,18 @@ static void check_token(psd_preflight *pf, const psd_config *c,
     }
     if (!c->auth_token_file[0])
         return;
+    /* As a relative data_dir: from the folder psd starts in. */
+    if (c->auth_token_file[0] != '/') {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof cwd))
+            snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
+        add(&pf->notes, &pf->nnotes, path, c->auth_token_file_line,
+            "[server] auth_token_file: %s is relative: psd and clients "
+            "take it from the folder they start in (here %s), not from the "
+            "ini's; started from another folder (systemd starts psd in /), "
+            "psd would not find it. Give an absolute path",
+            c->auth_token_file, cwd);
+    }
     char why[400];
     if (psw_token_read_file(c->auth_token_file, pf->token, sizeof pf->token,
                             &pf->token_len, why, sizeof why) < 0)

@@ -1731,7 +1731,7 @@ static void test_relative_data_dir_earns_a_note(void **state)
             "data_dir = psd-test-rel\n", &c);
     psd_preflight pf;
     EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems");
-    char cwd[4096], want[4200];
+    char cwd[4096], want[4400];
     assert_non_null(getcwd(cwd, sizeof cwd));
     snprintf(want, sizeof want, "F:4: [server] data_dir: psd-test-rel is "
              "relative: psd takes it from the folder it starts in (here %s)",
@@ -1748,6 +1748,30 @@ static void test_relative_data_dir_earns_a_note(void **state)
     EXPECT_INT(pf.nnotes, 0, "notes for an absolute data_dir");
     psd_preflight_destroy(&pf);
     psd_config_destroy(&c);
+    /* So is a relative auth_token_file, which --check passed silently. */
+    char tok[64];
+    snprintf(tok, sizeof tok, "psd-test-token-%d", (int)getpid());
+    FILE *f = fopen(tok, "w");
+    assert_non_null(f);
+    fputs("0123456789abcdef0123\n", f);
+    fclose(f);
+    assert_int_equal(chmod(tok, 0600), 0);
+    char text[300];
+    snprintf(text, sizeof text, "[cluster]\nnodes = 127.0.0.1:7070\n"
+             "[server]\ndata_dir = /tmp/psd-test-abs\n"
+             "auth_token_file = %s\n", tok);
+    load_ok(text, &c);
+    EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems");
+    snprintf(want, sizeof want, "F:5: [server] auth_token_file: %s is "
+             "relative: psd and clients take it from the folder they start "
+             "in (here %s)", tok, cwd);
+    EXPECT_INT(pf.nnotes, 1, "notes");
+    if (pf.nnotes < 1 || strncmp(pf.notes[0], want, strlen(want)) != 0)
+        fail_msg("want the note \"%s...\", got \"%s\"", want,
+                 pf.nnotes ? pf.notes[0] : "");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
+    unlink(tok);
 }
 
 /* A node port in the kernel's ephemeral range may be held by some
