@@ -345,7 +345,9 @@ PS_API ps_ts ps_pull_range(ps_client *c, int table, uint64_t first, uint64_t cou
 PS_API int ps_wait(ps_client *c, ps_ts ts);
 /* Blocks until every request issued so far has completed. Returns the
  * first error among the requests that completed since the previous
- * ps_wait_all (then forgets it), or PS_OK. */
+ * ps_wait_all (then forgets it), or PS_OK. That error counts even when a
+ * ps_wait (or a callback) already returned it: threads that share a
+ * client and each call ps_wait_all may see another's handled failure. */
 PS_API int ps_wait_all(ps_client *c);
 /* ps_wait and ps_wait_all that give up after timeout_ms milliseconds (0:
  * only look; < 0: no limit, as ps_wait and ps_wait_all) and then return

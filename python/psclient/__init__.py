@@ -1399,7 +1399,9 @@ class Client:
     def wait_all(self) -> None:
         """Blocks until every request issued so far completed. Raises the
         first error among the requests that completed since the previous
-        wait_all (ps_wait_all), after reading the status of each."""
+        wait_all (ps_wait_all), after reading the status of each; also one
+        already raised by that request's own wait, so threads sharing a
+        client that each call wait_all may see another's handled error."""
         h = self._acquire()
         try:
             with self._lock:
