@@ -717,6 +717,19 @@ static void check_remembered(psd_preflight *pf, const psd_config *c,
 {
     double limit, avail, gib = 1024.0 * 1024 * 1024;
     double most = (double)c->max_remembered_pushes * REMEMBERED_PUSH_BYTES;
+    /* A connected client's pushes stay remembered until its next frame
+     * acknowledges them: below one a connection, a client idle after a
+     * push holds what another's next push needs (a trial: at 1, two of
+     * three clients were refused every round). */
+    if (c->max_remembered_pushes < (uint64_t)c->max_connections)
+        add(&pf->notes, &pf->nnotes, path, 0, "[server] "
+            "max_remembered_pushes = %llu is below max_connections (%d): "
+            "each client's pushes stay remembered until its next frame "
+            "acknowledges them, so clients idle after a push can hold them "
+            "all, and the others' pushes are refused (PS_EBUSY) meanwhile. "
+            "Give it some pushes in flight per connection",
+            (unsigned long long)c->max_remembered_pushes,
+            c->max_connections);
     host_memory(&limit, &avail);
     if (limit <= 0 || most <= limit)
         return;
