@@ -341,6 +341,11 @@ int psd_reshard(const char *old_ini, const char *new_ini,
         psd_config_destroy(&a);
         return 1;
     }
+    /* What psd --check would note of the new file (shards fewer than
+     * its nodes leave some with nothing, which the layout written here
+     * then has), said before the work, as psd would at their start. */
+    for (int i = 0; i < b.nnotes; i++)
+        fprintf(stderr, "psd --reshard: note: %s\n", b.notes[i]);
     int nold = a.nnodes, nnew = b.nnodes, status = 1, loaded = 0;
     int in_progress = 0;
     uint64_t gen = 0, seq = 1, clock = 0, barrier = 0;

@@ -433,6 +433,39 @@ static void rs_pull(const char *spec, float *out)
     ps_close(cl);
 }
 
+/* psd --reshard says what psd --check would note of the new ini: 4 shards
+ * for 5 nodes leave node 4 with no row (it wrote that layout without a
+ * word, a trial). */
+static void test_reshard_says_the_new_inis_notes(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/psd-test-rsnote-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char a[300], b[300], cmd[1200];
+    snprintf(a, sizeof a, "%s/a.ini", dir);
+    snprintf(b, sizeof b, "%s/b.ini", dir);
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(k ? b : a, "w");
+        assert_non_null(f);
+        fprintf(f, "[cluster]\nnodes = 127.0.0.1:7071%s\nshards = 4\n"
+                "[server]\ndata_dir = %s\n[table.a]\nkind = sparse\n"
+                "dim = 1\n", k ? ", 127.0.0.1:7072, 127.0.0.1:7073, "
+                "127.0.0.1:7074, 127.0.0.1:7075" : "", dir);
+        fclose(f);
+    }
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    snprintf(cmd, sizeof cmd, "%s --reshard '%s/out' -c '%s' --to '%s'", psd,
+             dir, a, b);
+    int st;
+    char *o = run_out(&st, cmd);
+    EXPECT_SUBSTR(o, "psd --reshard: note: ", "the note");
+    EXPECT_SUBSTR(o, "b.ini:3: [cluster] shards: 4 shards for 5 nodes: node "
+                  "4 holds no row", "what it says");
+    free(o);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+}
+
 /* psd --reshard moves a stopped 2-node cluster's model onto 3 nodes, node
  * 0's from its final snapshot and node 1's from its journal alone (kill
  * -9): every row comes back bit for bit, the workers' clock with it, and
@@ -3379,6 +3412,7 @@ int main(void)
             unmount_small_disk),
         cmocka_unit_test(test_export_writes_each_nodes_rows_as_npy_files),
         cmocka_unit_test(test_reshard_moves_the_model_onto_another_node_count),
+        cmocka_unit_test(test_reshard_says_the_new_inis_notes),
         cmocka_unit_test(test_import_starts_a_cluster_from_npy_files),
         cmocka_unit_test(test_export_beside_a_live_snapshot_node_says_how_old),
         cmocka_unit_test(test_export_counts_the_bsp_sums_it_leaves_out),
