@@ -1685,6 +1685,14 @@ static int do_save(cluster *c, int timeout_s, int json)
                 continue;
             samples ss = { 0 };
             if (fetch(&c->nodes[i], &ss)) {
+                /* Gone while it wrote: a psd stopping (SIGTERM) closes
+                 * its connections and writes a final snapshot instead,
+                 * which "connection lost" alone did not say. */
+                size_t k = strlen(c->nodes[i].err);
+                snprintf(c->nodes[i].err + k, sizeof c->nodes[i].err - k,
+                         " (while its snapshot %.0f was written: a psd "
+                         "stopping writes a final one instead, which its "
+                         "log says)", sv[i].gen);
                 failed(c, i);
                 sv[i].state = S_NONE;
                 bad = 1;
