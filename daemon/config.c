@@ -1078,10 +1078,10 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
             cm = server ? find_entry(server, "max_frame") : NULL;
         if (note(p, c, cm ? cm->line : 0, "[server] max_client_memory: "
                  "%llu bytes "
-                 "cut frames to %llu bytes, below max_frame (%llu): one "
-                 "frame and its reply must fit it, so clients send requests "
-                 "in more frames, and a pull of more rows than one frame "
-                 "holds is refused",
+                 "cut frames, and the replies a connection may be owed "
+                 "(max_output), to %llu bytes (max_frame is %llu): one "
+                 "frame and its reply must fit it; clients send requests "
+                 "in more frames",
                  (unsigned long long)c->max_client_memory,
                  (unsigned long long)psd_config_frame(c),
                  (unsigned long long)c->max_frame) < 0)
@@ -1236,10 +1236,22 @@ int psd_init_format(char *buf, size_t len, const psd_init_params *ip)
     }
 }
 
+/* What one frame, or one connection's owed replies, may take of
+ * max_client_memory (1M at least: 298K at least). */
+static uint64_t budget_fit(const psd_config *c)
+{
+    return (c->max_client_memory - 2 * PSW_READ_CHUNK) / 3 &
+           ~(uint64_t)1023;
+}
+
 uint64_t psd_config_frame(const psd_config *c)
 {
-    /* max_client_memory is 1M at least: fit is 298K at least. */
-    uint64_t fit = (c->max_client_memory - 2 * PSW_READ_CHUNK) / 3 &
-                   ~(uint64_t)1023;
+    uint64_t fit = budget_fit(c);
     return c->max_frame < fit ? c->max_frame : fit;
+}
+
+uint64_t psd_config_output(const psd_config *c)
+{
+    uint64_t fit = budget_fit(c);
+    return c->max_output < fit ? c->max_output : fit;
 }

@@ -168,6 +168,13 @@ typedef struct psd_config {
  * retried in vain. Frames up to max_frame are still accepted. */
 uint64_t psd_config_frame(const psd_config *c);
 
+/* The replies owed to one connection past which psd stops reading it:
+ * max_output, or less on the same grounds, (max_client_memory - 128K)
+ * / 3, so that one connection pipelining large pulls is paused before
+ * its replies take it past max_client_memory (it was closed, and retried
+ * its requests, under a budget of 1M and the default max_output, 16M). */
+uint64_t psd_config_output(const psd_config *c);
+
 /* Parses the ini file at `path` into `c` (which the call initialises).
  * Returns 0, or -1 with "PATH:LINE: reason" (or "PATH: reason" when no
  * line applies) written to err. On failure `c` holds nothing to free. */

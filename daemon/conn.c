@@ -546,7 +546,7 @@ static void on_write(uv_write_t *req, int status)
         return;
     account(c);
     /* Resume well below the limit so a steady stream does not flap. */
-    if (c->paused && !c->shutting && c->queued <= c->node->cfg.max_output / 4) {
+    if (c->paused && !c->shutting && c->queued <= psd_config_output(&c->node->cfg) / 4) {
         c->paused = 0;
         process(c);
         if (!c->paused && !c->closing && !c->yielded) {
@@ -668,7 +668,7 @@ static void flush(psd_conn *c)
     c->queued_mem += w->mem;
     c->sent_ms = uv_now(c->set->loop);
     account(c);
-    if (c->queued > c->node->cfg.max_output)
+    if (c->queued > psd_config_output(&c->node->cfg))
         pause_reading(c);
 }
 
@@ -1104,7 +1104,7 @@ static int handle_frame(psd_conn *c, const char *body, size_t len)
      * operator's long answer by PSW_ADMIN_REPLY_MAX). */
     uint64_t bound = psd_request_frame_bound(c->node, m, n);
     uint64_t owed = c->out.total + c->queued;
-    if (owed > 0 && owed + bound > c->node->cfg.max_output) {
+    if (owed > 0 && owed + bound > psd_config_output(&c->node->cfg)) {
         if (m != &one)
             free(m);
         psw_reader_unread(&c->rd);

@@ -424,10 +424,13 @@ static void requests_past_a_small_budget_are_cut_to_fit_it(void **state)
     enum { N = 60000, D = 4 };
     test_cluster c;
     if (cluster_start(&c, 1, 4, "[server]\nmax_client_memory = 1M\n"
-                      "[table.e]\nkind = sparse\ndim = 4\n"))
+                      "[table.e]\nkind = sparse\ndim = 4\n"
+                      "[table.d]\nkind = dense\nrows = 262144\ndim = 4\n"))
         fail_msg("cluster did not start");
     /* (1M - 128K) / 3, to a multiple of 1024 */
-    EXPECT_INT(cluster_log_wait(&c, 0, "cut frames to 305152 bytes", 100), 1,
+    EXPECT_INT(cluster_log_wait(&c, 0, "cut frames, and the replies a "
+                                "connection may be owed (max_output), to "
+                                "305152 bytes", 100), 1,
                "the start says it cuts frames");
     ps_client *cl = open_or_fail(c.spec);
     int t = ps_table(cl, "e", NULL);
@@ -454,6 +457,33 @@ static void requests_past_a_small_budget_are_cut_to_fit_it(void **state)
     EXPECT_INT((long long)bad, 0, "rows after a pushpull not twice the push");
     EXPECT_INT(log_lines_with(&c, "max_client_memory is"), 0,
                "connections closed at max_client_memory");
+    /* Pulls of 4 MB pipelined: what the connection is owed stops its
+     * reading at (1M - 128K) / 3 (psd_config_output), not at max_output
+     * (16M), past the budget: the connection was closed, the pulls sent
+     * again. */
+    enum { R = 262144, K = 8 };
+    int td = ps_table(cl, "d", NULL);
+    assert_true(td >= 0);
+    float *dv = malloc((size_t)R * D * sizeof *dv);
+    float *dout = malloc((size_t)K * R * D * sizeof *dout);
+    assert_non_null(dv);
+    assert_non_null(dout);
+    for (size_t i = 0; i < (size_t)R * D; i++)
+        dv[i] = (float)(i % 977);
+    wait_ok(cl, ps_push_range(cl, td, 0, R, dv, NULL, NULL));
+    ps_ts pts[K];
+    for (int k = 0; k < K; k++)
+        pts[k] = ps_pull_range(cl, td, 0, R, dout + (size_t)k * R * D, NULL,
+                               NULL);
+    for (int k = 0; k < K; k++) {
+        wait_ok(cl, pts[k]);
+        EXPECT_INT(memcmp(dout + (size_t)k * R * D, dv,
+                          (size_t)R * D * sizeof *dv), 0, "pull %d", k);
+    }
+    free(dv);
+    free(dout);
+    EXPECT_INT(log_lines_with(&c, "max_client_memory is"), 0,
+               "connections closed at max_client_memory by pipelined pulls");
     /* 2M would make frames of 655360 bytes: refused, 1M kept. */
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "sed -i 's/^max_client_memory = 1M/"
