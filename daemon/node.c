@@ -300,9 +300,9 @@ static void tidy_path(const char *p, char *out)
 
 /* Whether two configurations keep their files in one folder, as psd
  * finds it (psd_config_data_dir: $STATE_DIRECTORY in place of the default
- * data_dir), by its text: "/d/", "/d" and "//d" are one (no symbolic link
- * is followed: the folder may not exist, and a relative one depends on
- * where psd started). */
+ * data_dir): by its text ("/d/", "/d" and "//d" are one), else, when
+ * both names reach a folder that exists, by that folder ("/d/../d", a
+ * symbolic link to it). A relative one is taken from where psd runs. */
 static int same_data_dir(const psd_config *a, const psd_config *b)
 {
     char x[4096], y[4096], tx[4096], ty[4096];

@@ -664,7 +664,9 @@ static void check_shards(psd_preflight *pf, const psd_config *c,
 {
     const double gib = 1024.0 * 1024 * 1024;
     double one = (double)c->ntables * c->shards * PSD_TABLE_SHARD_BYTES;
-    if (one < 64.0 * 1024 * 1024)
+    /* -n past the nodes is said by the caller: here() would read past
+     * them. */
+    if (one < 64.0 * 1024 * 1024 || node >= c->nnodes)
         return;
     /* The nodes this host runs, as check_memory counts them. */
     int nodes = 0, loop_own = node >= 0 && here(c, node);

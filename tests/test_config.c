@@ -1815,11 +1815,15 @@ static void test_shards_of_many_tables_beyond_this_hosts_memory_are_a_problem(
         load_ok(text, &c);
         psd_preflight pf;
         psd_preflight_run(&pf, &c, "F", -1);
-        int said = has_problem(&pf, "F:3: [cluster] shards: 65535 shards of "
-                               "4096 tables take 44.00 GiB on every node "
-                               "before any row (176 bytes a shard a table, "
-                               "its node's or not) (352.0 GiB for the 8 "
-                               "nodes on this host), more than the ");
+        int said = has_problem(&pf, shards == 65535
+                               ? "F:3: [cluster] shards: 65535 shards of "
+                                 "4096 tables take 44.00 GiB on every node "
+                                 "before any row (176 bytes a shard a table, "
+                                 "its node's or not) (352.0 GiB for the 8 "
+                                 "nodes on this host), more than the "
+                               : "before any row");
+        for (int i = 0; shards != 65535 && i < pf.nnotes; i++)
+            said |= strstr(pf.notes[i], "before any row") != NULL;
         EXPECT_INT(said, shards == 65535, "the problem, with %d shards",
                    shards);
         psd_preflight_destroy(&pf);
@@ -2127,9 +2131,12 @@ static void test_remembered_pushes_beyond_this_host_are_noted(void **state)
         EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems");
         int said = 0;
         for (int i = 0; i < pf.nnotes; i++)
-            said |= strstr(pf.notes[i], "max_remembered_pushes = 63 is below "
-                           "max_connections (64): each client's pushes stay "
-                           "remembered until its next frame") != NULL;
+            said |= strstr(pf.notes[i], k ? "is below max_connections"
+                                          : "max_remembered_pushes = 63 is "
+                                            "below max_connections (64): "
+                                            "each client's pushes stay "
+                                            "remembered until its next "
+                                            "frame") != NULL;
         EXPECT_INT(said, k == 0, "the note of max_remembered_pushes %d",
                    63 + k);
         psd_preflight_destroy(&pf);

@@ -1220,7 +1220,6 @@ static void worker_joining_after_a_journal_replay_starts_at_the_nodes_clock(
     assert_int_equal(bad, 0);
 }
 
-/* Rewrites cl's ini with sed expression `expr` and sends node 0 SIGHUP. */
 /* Whether node 0's log says "reloaded" n times within ms. */
 static int wait_reloads(int n, int ms)
 {
@@ -1239,6 +1238,7 @@ static int wait_reloads(int n, int ms)
     }
 }
 
+/* Rewrites cl's ini with sed expression `expr` and sends node 0 SIGHUP. */
 static void reload_with(const char *expr)
 {
     char cmd[600];
