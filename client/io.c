@@ -306,11 +306,16 @@ static void expire_queue(nconn *nc, uint64_t now)
             p->next = NULL;
             char why[1024];
             if (unreachable)
+                /* Both figures: the bound counts from the call when the
+                 * node was down before it ("unreachable for 2578 ms
+                 * (request_timeout_ms x ...)" read as a 2578 ms bound). */
                 snprintf(why, sizeof why, "request %llu: node %d (%s) "
                          "unreachable for %llu ms (request_timeout_ms x "
-                         "(max_retries + 1)): %s",
+                         "(max_retries + 1) = %llu ms, from the call or the "
+                         "loss, whichever came later): %.400s",
                          (unsigned long long)p->msg.ts, nc->node, nc->name,
                          (unsigned long long)((now - nc->down_ns) / MS),
+                         (unsigned long long)(bound / MS),
                          nc->last_why[0] ? nc->last_why : "not connected");
             else if (nc->state == NC_READY)
                 /* Connected, yet never sent (nc_send): it was held. */
