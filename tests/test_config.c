@@ -2023,6 +2023,38 @@ static void test_fewer_shards_than_nodes_earns_a_note(void **state)
     psd_config_destroy(&c);
 }
 
+/* A worker_grace shorter than a node's restart and its workers'
+ * reconnection lets the first worker back end a bsp clock alone (with
+ * aggregate = mean, its push counted W times on that node, for good: a
+ * trial with grace 0 and 8 workers). Noted with bsp tables and several
+ * workers only. */
+static void test_a_short_worker_grace_with_bsp_earns_a_note(void **state)
+{
+    (void)state;
+    static const char *const files[4] = {
+        "[cluster]\nnodes = 127.0.0.1:7070\nworkers = 8\n"
+        "worker_grace = 0\n[table.t]\ndim = 1\nconsistency = bsp\n"
+        "aggregate = mean\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\nworkers = 8\n"
+        "worker_grace = 5\n[table.t]\ndim = 1\nconsistency = bsp\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\nworkers = 8\n"
+        "worker_grace = 0\n[table.t]\ndim = 1\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\nworkers = 1\n"
+        "worker_grace = 0\n[table.t]\ndim = 1\nconsistency = bsp\n" };
+    for (int k = 0; k < 4; k++) {
+        psd_config c;
+        load_ok(files[k], &c);
+        int said = 0;
+        for (int i = 0; i < c.nnotes; i++)
+            said |= strstr(c.notes[i], k ? "worker_grace = "
+                                         : ":4: [cluster] worker_grace = 0 "
+                                           "with bsp tables and 8 workers: "
+                                           "a node restarted") != NULL;
+        EXPECT_INT(said, k == 0, "the note, file %d", k);
+        psd_config_destroy(&c);
+    }
+}
+
 static void test_network_address_without_token_is_refused_with_a_fix(
     void **state)
 {
@@ -2279,6 +2311,7 @@ int main(void)
         cmocka_unit_test(test_data_dir_through_a_file_is_refused),
         cmocka_unit_test(test_relative_data_dir_earns_a_note),
         cmocka_unit_test(test_fewer_shards_than_nodes_earns_a_note),
+        cmocka_unit_test(test_a_short_worker_grace_with_bsp_earns_a_note),
         cmocka_unit_test(test_a_port_in_the_ephemeral_range_earns_a_note),
         cmocka_unit_test(
             test_dense_rows_beyond_this_hosts_memory_are_a_problem),
