@@ -713,6 +713,10 @@ static int note(parser *p, psd_config *c, int line, const char *fmt, ...)
     c->notes = notes;
     char *at = notes[c->nnotes++];
     int n = snprintf(at, PSD_NOTE_MAX, "%s:%d: ", p->path, line);
+    /* A long path: snprintf says what it would have written, and the
+     * note's text went past the slot (ASan, a path of 300 bytes). */
+    if (n < 0 || n >= PSD_NOTE_MAX - 1)
+        return 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(at + n, PSD_NOTE_MAX - (size_t)n, fmt, ap);
@@ -1069,22 +1073,31 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
              "the last snapshot are lost in a crash)") < 0)
         return -1;
     /* Said at start and by --check: requests then travel in more
-     * frames, and a pull of more rows than one frame holds is refused. */
-    if (psd_config_frame(c) < c->max_frame) {
-        /* max_frame over 342M cuts them under the default budget too. */
+     * frames, and a connection is paused sooner for its replies. */
+    uint64_t cut_frame = psd_config_frame(c), cut_out = psd_config_output(c);
+    if (cut_frame < c->max_frame || cut_out < c->max_output) {
+        /* max_frame or max_output over 342M cut them under the default
+         * budget too. */
         const entry *cm = server ? find_entry(server, "max_client_memory")
                                  : NULL;
-        if (!cm)
-            cm = server ? find_entry(server, "max_frame") : NULL;
+        if (!cm && server)
+            cm = find_entry(server, cut_frame < c->max_frame ? "max_frame"
+                                                             : "max_output");
+        char frame[96] = "", out[128] = "";
+        if (cut_frame < c->max_frame)
+            snprintf(frame, sizeof frame, "frames to %llu bytes (max_frame "
+                     "is %llu)", (unsigned long long)cut_frame,
+                     (unsigned long long)c->max_frame);
+        if (cut_out < c->max_output)
+            snprintf(out, sizeof out, "%sthe replies a connection may be "
+                     "owed to %llu bytes (max_output is %llu)",
+                     frame[0] ? ", and " : "", (unsigned long long)cut_out,
+                     (unsigned long long)c->max_output);
         if (note(p, c, cm ? cm->line : 0, "[server] max_client_memory: "
-                 "%llu bytes "
-                 "cut frames, and the replies a connection may be owed "
-                 "(max_output), to %llu bytes (max_frame is %llu): one "
-                 "frame and its reply must fit it; clients send requests "
-                 "in more frames",
-                 (unsigned long long)c->max_client_memory,
-                 (unsigned long long)psd_config_frame(c),
-                 (unsigned long long)c->max_frame) < 0)
+                 "%llu bytes cut %s%s: one frame and its reply must fit it%s",
+                 (unsigned long long)c->max_client_memory, frame, out,
+                 frame[0] ? "; clients send requests in more frames" : "")
+            < 0)
             return -1;
     }
     /* A node's restart lets its loaded workers' grace run from its

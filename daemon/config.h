@@ -78,7 +78,7 @@ typedef struct psd_table_conf {
     int aggregate_line;          /* for one names it */
 } psd_table_conf;
 
-#define PSD_NOTE_MAX 256
+#define PSD_NOTE_MAX 1024
 
 /* A node address as the nodes line gives it: a host name, or a numeric
  * IPv4 or IPv6 address (proto/addr.h, the grammar libpsclient reads

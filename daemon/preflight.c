@@ -34,6 +34,9 @@ static void add(line_t **list, int *n, const char *path, int line,
     char *at = l[*n];
     int k = line > 0 ? snprintf(at, sizeof *l, "%s:%d: ", path, line)
                      : snprintf(at, sizeof *l, "%s: ", path);
+    /* A path longer than the line: the text would go past it. */
+    if (k < 0 || (size_t)k >= sizeof *l - 1)
+        k = (int)strlen(at);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(at + k, sizeof *l - (size_t)k, fmt, ap);

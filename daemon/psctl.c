@@ -1689,10 +1689,12 @@ static int do_save(cluster *c, int timeout_s, int json)
                  * its connections and writes a final snapshot instead,
                  * which "connection lost" alone did not say. */
                 size_t k = strlen(c->nodes[i].err);
-                snprintf(c->nodes[i].err + k, sizeof c->nodes[i].err - k,
-                         " (while its snapshot %.0f was written: a psd "
-                         "stopping writes a final one instead, which its "
-                         "log says)", sv[i].gen);
+                if (!sv[i].current && strstr(c->nodes[i].err, "closed"))
+                    snprintf(c->nodes[i].err + k,
+                             sizeof c->nodes[i].err - k,
+                             " (while its snapshot %.0f was written: a psd "
+                             "that is stopping writes a final one instead, "
+                             "which its log would say)", sv[i].gen);
                 failed(c, i);
                 sv[i].state = S_NONE;
                 bad = 1;

@@ -428,9 +428,10 @@ static void requests_past_a_small_budget_are_cut_to_fit_it(void **state)
                       "[table.d]\nkind = dense\nrows = 262144\ndim = 4\n"))
         fail_msg("cluster did not start");
     /* (1M - 128K) / 3, to a multiple of 1024 */
-    EXPECT_INT(cluster_log_wait(&c, 0, "cut frames, and the replies a "
-                                "connection may be owed (max_output), to "
-                                "305152 bytes", 100), 1,
+    EXPECT_INT(cluster_log_wait(&c, 0, "cut frames to 305152 bytes "
+                                "(max_frame is 67108864), and the replies a "
+                                "connection may be owed to 305152 bytes "
+                                "(max_output is 16777216)", 100), 1,
                "the start says it cuts frames");
     ps_client *cl = open_or_fail(c.spec);
     int t = ps_table(cl, "e", NULL);
