@@ -2178,8 +2178,10 @@ static void on_tick(uv_timer_t *t)
         char both[sizeof nc->drop_why + sizeof nc->last_why + 40];
         if (nc && nc->state == NC_CLOSING && nc->last_status &&
             nc->last_status != nc->drop_status && nc->last_why[0]) {
-            snprintf(both, sizeof both, "%s (the attempt before: %s)", why,
-                     nc->last_why);
+            /* The status's own reason first (what a caller matches),
+             * then the attempt the open's end cut short. */
+            snprintf(both, sizeof both, "%s (the last attempt: %s)",
+                     nc->last_why, why);
             why = both;
         }
         open_gave_up(io, nc, st, why);
