@@ -344,12 +344,18 @@ static void expire_queue(nconn *nc, uint64_t now)
  * (PROTOCOL.md §7). Each way on its own: wire_bytes adds both, which
  * bounds the parts that share a frame, but a PUSHPULL alone in its frame
  * carries its rows both ways and fits when each way does. */
+/* The bytes of rows p's reply carries (0 for a push). */
+static uint64_t part_rows(const psc_part *p)
+{
+    return p->out ? (p->msg.op == PSW_OP_PULL_RANGE ? p->msg.count
+                                                     : p->msg.nkeys) *
+                        p->req->dim * sizeof(float)
+                  : 0;
+}
+
 static int too_big(const nconn *nc, const psc_part *p)
 {
-    uint64_t rows = p->out ? (p->msg.op == PSW_OP_PULL_RANGE
-                                  ? p->msg.count : p->msg.nkeys) *
-                                 p->req->dim * sizeof(float)
-                           : 0;
+    uint64_t rows = part_rows(p);
     return PSW_BODY_OVERHEAD + p->wire_bytes - rows > nc->max_frame ||
            rows > psw_payload_max(nc->max_frame);
 }
@@ -540,10 +546,21 @@ static size_t frame_parts(const nconn *nc)
     size_t n = 0, bytes = PSW_BODY_OVERHEAD + PSW_MSG_OVERHEAD;
     uint64_t cap = nc->max_frame < BATCH_FRAME_MAX ? nc->max_frame
                                                    : BATCH_FRAME_MAX;
+    /* What psd counts the frame's replies at before it runs it (its
+     * rows, or an error's text, and a reply frame's cost, each: the size
+     * rule of PROTOCOL.md §9) stays within max_frame too: 4,000 one-key
+     * requests of 76 bytes each are 2 MB to psd, and under a small
+     * max_client_memory such a frame closed its connection at every
+     * try. */
+    uint64_t replies = 0;
     for (psc_part *p = nc->q_head; p; p = p->next) {
-        if (n && (bytes + p->wire_bytes > cap || n + 1 == PSW_MAX_MSGS))
+        uint64_t r = psw_reply_max(part_rows(p)) + PSW_FRAME_HDR +
+                     PSW_BODY_OVERHEAD + PSW_FRAME_CRC;
+        if (n && (bytes + p->wire_bytes > cap ||
+                  replies + r > nc->max_frame || n + 1 == PSW_MAX_MSGS))
             break;
         bytes += p->wire_bytes;
+        replies += r;
         n++;
     }
     return n;

@@ -179,7 +179,11 @@ static void trim(psd_conn *c)
         out_mem(&c->out) > TRIM_BYTES) {
         psw_out_destroy(&c->out);
         psw_out_init(&c->out);
-    }
+    } else
+        /* A buffer that held a large reply, holding a small one now (a
+         * push's answer behind a 256 KiB pull's): its size, reused,
+         * closed a lone client under a budget of 1M (a trial). */
+        psw_out_shrink(&c->out);
     if (!c->busy)
         psw_reader_trim(&c->rd);
     account(c);
@@ -197,6 +201,8 @@ static void trim_all(psd_conns *set)
  * (PSW_READ_CHUNK) and a small write buffer. One using more than twice
  * the reader's holds real data: replies, or a large frame arriving. */
 #define CONN_FLOOR (2 * PSW_READ_CHUNK)
+/* A frame that has been arriving this long marks a slow sender. */
+#define SLOW_FRAME_MS 1000
 
 /* Keeps all connections' buffers within max_client_memory: when they
  * are over it, connections first give back what they only keep for
@@ -219,8 +225,9 @@ static void enforce(psd_conns *set)
     if (set->mem <= max)
         return;
     trim_all(set);
+    uint64_t now = uv_now(set->loop);
     while (set->mem > max) {
-        psd_conn *big = NULL, *old = NULL;
+        psd_conn *big = NULL, *old = NULL, *slow = NULL;
         int strangers = 0, nopen = 0;
         for (psd_conn *c = set->head; c; c = c->next) {
             if (c->closing)
@@ -233,12 +240,32 @@ static void enforce(psd_conns *set)
                 if (!old || c->accepted_ms <= old->accepted_ms)
                     old = c;
             }
+            /* A frame arriving for a second or more holds its bytes for
+             * a peer that sends slowly (or trickles on purpose): such
+             * connections go before one that sent its frame at once. Ten
+             * that trickled 64M frames in closed an honest client, the
+             * largest by its replies' reserve, at every try (a trial). */
+            if (c->hello_done && !c->paused && c->frame_ms &&
+                now - c->frame_ms >= SLOW_FRAME_MS && c->mem > CONN_FLOOR &&
+                (!slow || c->frame_ms < slow->frame_ms))
+                slow = c;
         }
         if (!big)
             break;
-        psd_conn *pick = old && big->mem <= CONN_FLOOR ? old : big;
+        psd_conn *pick = old && big->mem <= CONN_FLOOR ? old
+                         : slow                        ? slow
+                                                       : big;
         set->node->stats.conns_over_memory++;
-        if (pick == old)
+        if (pick == slow)
+            psd_warn_rep("closing connection from %s: it uses %llu bytes "
+                        "of buffers for a frame arriving for %llu ms, the "
+                        "longest of all %d connections, which use %llu "
+                        "together; max_client_memory is %llu", pick->peer,
+                        (unsigned long long)pick->mem,
+                        (unsigned long long)(now - pick->frame_ms), nopen,
+                        (unsigned long long)set->mem,
+                        (unsigned long long)max);
+        else if (pick == old)
             psd_warn_rep("closing connection from %s, %s: it uses %llu "
                         "bytes of buffers, the oldest of %d connections "
                         "without a handshake done; all %d use %llu "

@@ -651,6 +651,18 @@ void psw_out_reset(psw_out *o)
     o->oom = 0;
 }
 
+void psw_out_shrink(psw_out *o)
+{
+    size_t keep = 2 * o->sb.size > 8192 ? 2 * o->sb.size : 8192;
+    if (o->frame_start != SIZE_MAX || o->sb.alloc <= keep)
+        return;
+    char *nd = realloc(o->sb.data, keep);
+    if (!nd)
+        return;                  /* it keeps what it had */
+    o->sb.data = nd;
+    o->sb.alloc = keep;
+}
+
 static void out_raw(psw_out *o, const void *p, size_t n)
 {
     if (msgpack_sbuffer_write(&o->sb, p, n) != 0)

@@ -222,6 +222,10 @@ typedef struct psw_out {
 void psw_out_init(psw_out *o);
 void psw_out_destroy(psw_out *o);
 void psw_out_reset(psw_out *o);
+/* Gives back what o's buffer holds past twice its bytes (8 KiB at
+ * least), when no frame is open: a buffer that once held a large reply
+ * and now a small one. Offsets into it stay valid, pointers do not. */
+void psw_out_shrink(psw_out *o);
 
 /* Opens a frame whose body is an array of the messages packed next (the
  * psw_pack_* functions count them). */

@@ -425,7 +425,9 @@ static void requests_past_a_small_budget_are_cut_to_fit_it(void **state)
     test_cluster c;
     if (cluster_start(&c, 1, 4, "[server]\nmax_client_memory = 1M\n"
                       "[table.e]\nkind = sparse\ndim = 4\n"
-                      "[table.d]\nkind = dense\nrows = 262144\ndim = 4\n"))
+                      "[table.d]\nkind = dense\nrows = 262144\ndim = 4\n"
+                      "[table.s1]\nkind = sparse\ndim = 1\n"
+                      "[table.w]\nkind = sparse\ndim = 65536\n"))
         fail_msg("cluster did not start");
     /* (1M - 128K) / 3, to a multiple of 1024 */
     EXPECT_INT(cluster_log_wait(&c, 0, "cut frames to 305152 bytes "
@@ -485,6 +487,42 @@ static void requests_past_a_small_budget_are_cut_to_fit_it(void **state)
     free(dout);
     EXPECT_INT(log_lines_with(&c, "max_client_memory is"), 0,
                "connections closed at max_client_memory by pipelined pulls");
+    /* 4,000 one-key requests in flight: 76 bytes each on the wire, but
+     * psd counts each reply at 589 before the frame runs, so the client
+     * keeps that sum within the frame too (a frame of 3,448 of them was
+     * 2 MB to psd: closed at every try, every request failed). */
+    enum { M = 4000 };
+    int ts1 = ps_table(cl, "s1", NULL);
+    assert_true(ts1 >= 0);
+    for (size_t i = 0; i < M; i++)
+        if (ps_push(cl, ts1, &keys[i], 1, &vals[i], NULL, NULL) < 0)
+            fail_msg("push %zu: %s", i, ps_last_error(cl));
+    EXPECT_INT(ps_wait_all(cl), PS_OK, "4,000 one-key pushes");
+    for (size_t i = 0; i < M; i++)
+        if (ps_pull(cl, ts1, &keys[i], 1, &out[i], NULL, NULL) < 0)
+            fail_msg("pull %zu: %s", i, ps_last_error(cl));
+    EXPECT_INT(ps_wait_all(cl), PS_OK, "4,000 one-key pulls");
+    EXPECT_INT(memcmp(out, vals, M * sizeof *out), 0, "what they pulled");
+    /* Rows of 256 KiB: a push's answer behind a pull's kept the reply
+     * buffer's 512 KiB, and the next request's reserve on top of it
+     * passed the budget (a trial: 3 tries of one pushpull closed). */
+    int tw = ps_table(cl, "w", NULL);
+    assert_true(tw >= 0);
+    float *wg = malloc((size_t)2 * 65536 * sizeof *wg);
+    float *wo = malloc((size_t)2 * 65536 * sizeof *wo);
+    assert_non_null(wg);
+    assert_non_null(wo);
+    for (size_t i = 0; i < 2 * 65536; i++)
+        wg[i] = 1;
+    for (int r = 0; r < 10; r++)
+        wait_ok(cl, ps_pushpull(cl, tw, keys, 2, wg, wo, NULL, NULL));
+    EXPECT_INT(wo[0] == 10.0f && wo[2 * 65536 - 1] == 10.0f, 1,
+               "rows after 10 pushpulls: %g", (double)wo[0]);
+    free(wg);
+    free(wo);
+    EXPECT_INT(log_lines_with(&c, "max_client_memory is"), 0,
+               "connections closed at max_client_memory by small requests "
+               "or wide rows");
     /* 2M would make frames of 655360 bytes: refused, 1M kept. */
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "sed -i 's/^max_client_memory = 1M/"
@@ -501,6 +539,55 @@ static void requests_past_a_small_budget_are_cut_to_fit_it(void **state)
     free(keys);
     free(vals);
     free(out);
+    ps_close(cl);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* Over max_client_memory, connections whose frame has been arriving for a
+ * second or more (a slow sender, or a peer trickling on purpose) are
+ * closed before one that sent its frame at once: ten that trickled 64M
+ * frames closed an honest client, the largest by its replies' reserve,
+ * at every try (a trial). */
+static void slow_frames_go_before_an_honest_client_over_the_budget(
+    void **state)
+{
+    (void)state;
+    enum { SLOW = 3, ROWS = 60000, DIM = 4 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[server]\nmax_client_memory = 1M\n"
+                      "[table.d]\nkind = dense\nrows = 60000\ndim = 4\n"))
+        fail_msg("cluster did not start");
+    ps_client *cl = open_or_fail(c.spec);
+    int t = ps_table(cl, "d", NULL);
+    assert_true(t >= 0);
+    int fd[SLOW];
+    size_t n = 150 * 1024;
+    unsigned char *b = calloc(1, n);
+    assert_non_null(b);
+    uint32_t flen = 64u << 20;
+    for (int i = 0; i < 4; i++)
+        b[i] = (unsigned char)(flen >> (24 - 8 * i));
+    for (int i = 0; i < SLOW; i++) {
+        fd[i] = raw_connect(c.port[0]);
+        EXPECT_INT(raw_hello_id(fd[i], 900 + (uint64_t)i), 0, "HELLO %d", i);
+        raw_send(fd[i], b, n);
+    }
+    free(b);
+    sleep_ms(1300);              /* their frames have been arriving 1 s */
+    float *out = malloc((size_t)ROWS * DIM * sizeof *out);
+    assert_non_null(out);
+    for (int r = 0; r < 3; r++)
+        wait_ok(cl, ps_pull_range(cl, t, 0, ROWS, out, NULL, NULL));
+    free(out);
+    EXPECT_INT(log_lines_with(&c, "for a frame arriving for") >= 1, 1,
+               "a slow sender closed");
+    EXPECT_INT(log_lines_with(&c, "the most of all"), 0,
+               "the honest client closed as the largest");
+    ps_stats_t st;
+    EXPECT_INT(ps_stats(cl, &st), PS_OK, "stats");
+    EXPECT_INT((long long)st.reconnects, 0, "the honest client's reconnects");
+    for (int i = 0; i < SLOW; i++)
+        close(fd[i]);
     ps_close(cl);
     assert_int_equal(cluster_stop(&c), 0);
 }
@@ -3499,6 +3586,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(rss_stays_within_max_client_memory_under_hostile_clients, teardown),
         cmocka_unit_test_teardown(connection_whose_buffer_would_pass_the_budget_is_closed, teardown),
+        cmocka_unit_test_teardown(slow_frames_go_before_an_honest_client_over_the_budget, teardown),
         cmocka_unit_test_teardown(requests_past_a_small_budget_are_cut_to_fit_it, teardown),
         cmocka_unit_test_teardown(connections_without_a_handshake_go_first_over_the_budget, teardown),
         cmocka_unit_test_teardown(frame_whose_replies_do_not_fit_waits_and_loses_nothing, teardown),
