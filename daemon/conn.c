@@ -201,14 +201,14 @@ static void trim_all(psd_conns *set)
  * (PSW_READ_CHUNK) and a small write buffer. One using more than twice
  * the reader's holds real data: replies, or a large frame arriving. */
 #define CONN_FLOOR (2 * PSW_READ_CHUNK)
-/* A frame that has been arriving this long marks a slow sender. */
-#define SLOW_FRAME_MS 1000
 
 /* Keeps all connections' buffers within max_client_memory: when they
  * are over it, connections first give back what they only keep for
  * reuse; then connections are closed (each with a log line) until the
  * total fits: the one using the most, unless none uses more than
- * CONN_FLOOR and some have not done their handshake. Those go first
+ * CONN_FLOOR and some have not done their handshake, or it is the one
+ * running a frame (its replies' reserve counted) and another uses more
+ * than CONN_FLOOR: that one goes first. Those without a handshake go first
  * then, oldest first: a flood of peers without the token, each holding a
  * read buffer for a few bytes sent, no longer gets the largest closed, an
  * authenticated client holding a little more. An honest client's
@@ -225,9 +225,8 @@ static void enforce(psd_conns *set)
     if (set->mem <= max)
         return;
     trim_all(set);
-    uint64_t now = uv_now(set->loop);
     while (set->mem > max) {
-        psd_conn *big = NULL, *old = NULL, *slow = NULL;
+        psd_conn *big = NULL, *old = NULL, *idle = NULL;
         int strangers = 0, nopen = 0;
         for (psd_conn *c = set->head; c; c = c->next) {
             if (c->closing)
@@ -240,29 +239,27 @@ static void enforce(psd_conns *set)
                 if (!old || c->accepted_ms <= old->accepted_ms)
                     old = c;
             }
-            /* A frame arriving for a second or more holds its bytes for
-             * a peer that sends slowly (or trickles on purpose): such
-             * connections go before one that sent its frame at once. Ten
-             * that trickled 64M frames in closed an honest client, the
-             * largest by its replies' reserve, at every try (a trial). */
-            if (c->hello_done && !c->paused && c->frame_ms &&
-                now - c->frame_ms >= SLOW_FRAME_MS && c->mem > CONN_FLOOR &&
-                (!slow || c->frame_ms < slow->frame_ms))
-                slow = c;
+            /* The connection whose whole frame is about to run (its
+             * replies' reserve counted) goes last: the others hold what
+             * their peers have yet to send or to read. Ten that trickled
+             * 64M frames in closed an honest client, the largest by that
+             * reserve, at every try (a trial). */
+            if (!c->busy && c->mem > CONN_FLOOR &&
+                (!idle || c->mem > idle->mem))
+                idle = c;
         }
         if (!big)
             break;
         psd_conn *pick = old && big->mem <= CONN_FLOOR ? old
-                         : slow                        ? slow
+                         : big->busy && idle           ? idle
                                                        : big;
         set->node->stats.conns_over_memory++;
-        if (pick == slow)
+        if (pick == idle && pick != big)
             psd_warn_rep("closing connection from %s: it uses %llu bytes "
-                        "of buffers for a frame arriving for %llu ms, the "
-                        "longest of all %d connections, which use %llu "
-                        "together; max_client_memory is %llu", pick->peer,
-                        (unsigned long long)pick->mem,
-                        (unsigned long long)(now - pick->frame_ms), nopen,
+                        "of buffers, the largest after a connection running "
+                        "a frame, which goes last (%d connections use %llu "
+                        "together); max_client_memory is %llu", pick->peer,
+                        (unsigned long long)pick->mem, nopen,
                         (unsigned long long)set->mem,
                         (unsigned long long)max);
         else if (pick == old)
