@@ -206,9 +206,7 @@ static void trim_all(psd_conns *set)
  * are over it, connections first give back what they only keep for
  * reuse; then connections are closed (each with a log line) until the
  * total fits: the one using the most, unless none uses more than
- * CONN_FLOOR and some have not done their handshake, or it is the one
- * running a frame (its replies' reserve counted) and another uses more
- * than CONN_FLOOR: that one goes first. Those without a handshake go first
+ * CONN_FLOOR and some have not done their handshake. Those go first
  * then, oldest first: a flood of peers without the token, each holding a
  * read buffer for a few bytes sent, no longer gets the largest closed, an
  * authenticated client holding a little more. An honest client's
@@ -226,7 +224,7 @@ static void enforce(psd_conns *set)
         return;
     trim_all(set);
     while (set->mem > max) {
-        psd_conn *big = NULL, *old = NULL, *idle = NULL;
+        psd_conn *big = NULL, *old = NULL;
         int strangers = 0, nopen = 0;
         for (psd_conn *c = set->head; c; c = c->next) {
             if (c->closing)
@@ -239,30 +237,12 @@ static void enforce(psd_conns *set)
                 if (!old || c->accepted_ms <= old->accepted_ms)
                     old = c;
             }
-            /* The connection whose whole frame is about to run (its
-             * replies' reserve counted) goes last: the others hold what
-             * their peers have yet to send or to read. Ten that trickled
-             * 64M frames in closed an honest client, the largest by that
-             * reserve, at every try (a trial). */
-            if (!c->busy && c->mem > CONN_FLOOR &&
-                (!idle || c->mem > idle->mem))
-                idle = c;
         }
         if (!big)
             break;
-        psd_conn *pick = old && big->mem <= CONN_FLOOR ? old
-                         : big->busy && idle           ? idle
-                                                       : big;
+        psd_conn *pick = old && big->mem <= CONN_FLOOR ? old : big;
         set->node->stats.conns_over_memory++;
-        if (pick == idle && pick != big)
-            psd_warn_rep("closing connection from %s: it uses %llu bytes "
-                        "of buffers, the largest after a connection running "
-                        "a frame, which goes last (%d connections use %llu "
-                        "together); max_client_memory is %llu", pick->peer,
-                        (unsigned long long)pick->mem, nopen,
-                        (unsigned long long)set->mem,
-                        (unsigned long long)max);
-        else if (pick == old)
+        if (pick == old)
             psd_warn_rep("closing connection from %s, %s: it uses %llu "
                         "bytes of buffers, the oldest of %d connections "
                         "without a handshake done; all %d use %llu "
