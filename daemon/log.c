@@ -83,7 +83,9 @@ void psd_log(psd_log_level level, const char *fmt, ...)
 
 /* ---- collapsing --------------------------------------------------------- */
 
-#define REP_TEXT 160
+/* A message's bytes kept for its count: at 160, "... max_client_memory
+ * is 1048576" was quoted as "... is 1048", read as 1048 bytes. */
+#define REP_TEXT 320
 
 /* One kind of message and its window. */
 typedef struct rep {

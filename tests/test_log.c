@@ -136,6 +136,28 @@ static void identical_messages_are_quoted_once(void **state)
     free(log);
 }
 
+/* A long message is quoted whole in the count, up to 319 bytes: at 160,
+ * "... max_client_memory is 1048576" was cut to "... is 1048", which
+ * read as 1048 bytes (a trial). */
+static void a_long_message_is_quoted_whole_in_the_count(void **state)
+{
+    (void)state;
+    int lines;
+    const char *pad = "closing connection from 127.0.0.1:4242: it uses "
+                      "1656317 bytes of buffers, the most of all 2 "
+                      "connections, which use 1722109 together; and some "
+                      "more words to pass 160 bytes;";
+    for (int i = 0; i < 3; i++)
+        psd_log_rep_at(200000 + (uint64_t)i, PSD_LOG_WARN,
+                       "%s max_client_memory is %d", pad, 1048576);
+    psd_log_flush_at(200000 + PSD_LOGREP_WINDOW_MS);
+    char *log = logged(&lines);
+    if (!strstr(log, "more like") ||
+        !strstr(strstr(log, "more like"), "max_client_memory is 1048576\""))
+        fail_msg("got:\n%s", log);
+    free(log);
+}
+
 static void single_message_logs_one_line_and_no_count(void **state)
 {
     (void)state;
@@ -247,6 +269,8 @@ int main(void)
             single_message_logs_one_line_and_no_count, capture, release),
         cmocka_unit_test_setup_teardown(
             identical_messages_are_quoted_once, capture, release),
+        cmocka_unit_test_setup_teardown(
+            a_long_message_is_quoted_whole_in_the_count, capture, release),
         cmocka_unit_test_setup_teardown(
             messages_that_differ_in_words_are_counted_apart, capture,
             release),
