@@ -140,6 +140,14 @@ static int is_wildcard(const struct sockaddr_storage *sa)
 }
 
 /* The token in force, from auth_token or auth_token_file. */
+/* The folder psd runs in, which a relative path in the ini is taken
+ * from, for a note that names it. */
+static void working_dir(char *buf, size_t len)
+{
+    if (!getcwd(buf, len))
+        snprintf(buf, len, "(unknown: %s)", strerror(errno));
+}
+
 static void check_token(psd_preflight *pf, const psd_config *c,
                         const char *path)
 {
@@ -161,8 +169,7 @@ static void check_token(psd_preflight *pf, const psd_config *c,
     /* As a relative data_dir: from the folder psd starts in. */
     if (c->auth_token_file[0] != '/') {
         char cwd[4096];
-        if (!getcwd(cwd, sizeof cwd))
-            snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
+        working_dir(cwd, sizeof cwd);
         add(&pf->notes, &pf->nnotes, path, c->auth_token_file_line,
             "[server] auth_token_file: %s is relative: psd and clients "
             "take it from the folder they start in (here %s), not from the "
@@ -460,8 +467,7 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
      * another folder would serve an empty model. */
     if (dir[0] != '/') {
         char cwd[4096];
-        if (!getcwd(cwd, sizeof cwd))
-            snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
+        working_dir(cwd, sizeof cwd);
         add(&pf->notes, &pf->nnotes, path, c->data_dir_line,
             "[server] data_dir: %s is relative: psd takes it from the folder "
             "it starts in (here %s), not from the ini's; started from "

@@ -1719,6 +1719,15 @@ static void test_data_dir_through_a_file_is_refused(void **state)
                  first);
 }
 
+/* pf holds one note, which begins with want. */
+static void expect_one_note(const psd_preflight *pf, const char *want)
+{
+    EXPECT_INT(pf->nnotes, 1, "notes");
+    if (pf->nnotes < 1 || strncmp(pf->notes[0], want, strlen(want)) != 0)
+        fail_msg("want the note \"%s...\", got \"%s\"", want,
+                 pf->nnotes ? pf->notes[0] : "");
+}
+
 /* A relative data_dir is taken from the folder psd starts in, which the
  * ini does not say: the same file started elsewhere (systemd starts psd
  * in /) served an empty model without a word. A note, with the folder it
@@ -1736,10 +1745,7 @@ static void test_relative_data_dir_earns_a_note(void **state)
     snprintf(want, sizeof want, "F:4: [server] data_dir: psd-test-rel is "
              "relative: psd takes it from the folder it starts in (here %s)",
              cwd);
-    EXPECT_INT(pf.nnotes, 1, "notes");
-    if (pf.nnotes < 1 || strncmp(pf.notes[0], want, strlen(want)) != 0)
-        fail_msg("want the note \"%s...\", got \"%s\"", want,
-                 pf.nnotes ? pf.notes[0] : "");
+    expect_one_note(&pf, want);
     psd_preflight_destroy(&pf);
     psd_config_destroy(&c);
     load_ok("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
@@ -1765,10 +1771,7 @@ static void test_relative_data_dir_earns_a_note(void **state)
     snprintf(want, sizeof want, "F:5: [server] auth_token_file: %s is "
              "relative: psd and clients take it from the folder they start "
              "in (here %s)", tok, cwd);
-    EXPECT_INT(pf.nnotes, 1, "notes");
-    if (pf.nnotes < 1 || strncmp(pf.notes[0], want, strlen(want)) != 0)
-        fail_msg("want the note \"%s...\", got \"%s\"", want,
-                 pf.nnotes ? pf.notes[0] : "");
+    expect_one_note(&pf, want);
     psd_preflight_destroy(&pf);
     psd_config_destroy(&c);
     unlink(tok);
