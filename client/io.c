@@ -2090,21 +2090,37 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
          * been sent long after the first connection was made. */
         /* Connected, the HELLO sent, no answer: the useful clue is that
          * something takes connections there. */
+        /* A try the open's end cut short says so: its figure alone
+         * (108 ms, after three tries of 500) read as the whole wait. */
+        uint64_t had = nc->hello_ns > nc->connect_ns
+                           ? nc->hello_ns - nc->connect_ns : 0;
+        const char *cut = c->open_state == PSC_OPENING &&
+                                  nc->hello_ns >= io->open_ns &&
+                                  had + MS <
+                                      (uint64_t)c->opt.connect_timeout_ms * MS
+                              ? ", the last try, which the open's end cut "
+                                "short"
+                              : "";
         nc_drop(nc, PS_ETIMEDOUT, nc->state == NC_HELLO
                     ? "connected to %s, but no answer to the handshake "
-                      "within %llu ms of %s (a stopped psd, one too busy "
+                      "within %llu ms of %s%s (a stopped psd, one too busy "
                       "to answer in time (raise connect_timeout_ms, and "
                       "request_timeout_ms, which bounds each try, when "
                       "many clients start at once), or not a psd on that "
                       "port)"
-                    : "no answer from %s within %llu ms of %s", where,
+                    /* No connection was made: "of connecting" read as if
+                     * one had been (a multi-host trial). */
+                    : "no answer from %s within %llu ms of %s%s (no "
+                      "connection made: the host down or unreachable, or "
+                      "a firewall dropping it)", where,
                 /* The time it had, which the open's end may have cut
                  * below nothing (dialled after it: hello_ns before
                  * connect_ns read as 18446744073701 ms). */
-                (unsigned long long)(nc->hello_ns > nc->connect_ns
-                                         ? (nc->hello_ns - nc->connect_ns) / MS
-                                         : 0),
-                nc->ever_ready ? "reconnecting" : "connecting");
+                (unsigned long long)(had / MS),
+                nc->ever_ready               ? "reconnecting"
+                : nc->state == NC_HELLO      ? "connecting"
+                                             : "dialling",
+                cut);
         return;
     }
     if (nc->state != NC_READY) {
