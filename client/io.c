@@ -339,11 +339,6 @@ static void expire_queue(nconn *nc, uint64_t now)
     nc->q_tail = last;
 }
 
-/* Whether the node would refuse p for its size: its message must fit a
- * frame of max_frame, and the rows of its reply one message's payload
- * (PROTOCOL.md §7). Each way on its own: wire_bytes adds both, which
- * bounds the parts that share a frame, but a PUSHPULL alone in its frame
- * carries its rows both ways and fits when each way does. */
 /* The bytes of rows p's reply carries (0 for a push). */
 static uint64_t part_rows(const psc_part *p)
 {
@@ -353,6 +348,11 @@ static uint64_t part_rows(const psc_part *p)
                   : 0;
 }
 
+/* Whether the node would refuse p for its size: its message must fit a
+ * frame of max_frame, and the rows of its reply one message's payload
+ * (PROTOCOL.md §7). Each way on its own: wire_bytes adds both, which
+ * bounds the parts that share a frame, but a PUSHPULL alone in its frame
+ * carries its rows both ways and fits when each way does. */
 static int too_big(const nconn *nc, const psc_part *p)
 {
     uint64_t rows = part_rows(p);
@@ -554,8 +554,7 @@ static size_t frame_parts(const nconn *nc)
      * try. */
     uint64_t replies = 0;
     for (psc_part *p = nc->q_head; p; p = p->next) {
-        uint64_t r = psw_reply_max(part_rows(p)) + PSW_FRAME_HDR +
-                     PSW_BODY_OVERHEAD + PSW_FRAME_CRC;
+        uint64_t r = psw_reply_max(part_rows(p)) + PSW_REPLY_FRAME_COST;
         if (n && (bytes + p->wire_bytes > cap ||
                   replies + r > nc->max_frame || n + 1 == PSW_MAX_MSGS))
             break;

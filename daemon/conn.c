@@ -550,7 +550,8 @@ static void on_write(uv_write_t *req, int status)
         return;
     account(c);
     /* Resume well below the limit so a steady stream does not flap. */
-    if (c->paused && !c->shutting && c->queued <= psd_config_output(&c->node->cfg) / 4) {
+    if (c->paused && !c->shutting &&
+        c->queued <= psd_config_output(&c->node->cfg) / 4) {
         c->paused = 0;
         process(c);
         if (!c->paused && !c->closing && !c->yielded) {

@@ -331,6 +331,15 @@ static void on_size(uv_timer_t *t);
 static void start_writer(psd_durable *d);
 #define RETRY_MS 10000
 
+/* A snapshot that could not start: counted and said, for psctl and
+ * /metrics; the previous one is kept. */
+static void not_started(psd_durable *d, const char *why)
+{
+    d->st.snapshot_failures++;
+    snprintf(d->st.last_error, sizeof d->st.last_error, "%s", why);
+    psd_error("snapshot not started: %s", why);
+}
+
 static void presync_work(uv_work_t *w)
 {
     psd_durable *d = w->data;
@@ -354,9 +363,7 @@ static void presync_done(uv_work_t *w, int status)
                  (unsigned long long)psd_journal_seq(d->node->journal),
                  strerror(d->presync_rc));
         fsync_failed(d, why);
-        d->st.snapshot_failures++;
-        snprintf(d->st.last_error, sizeof d->st.last_error, "%s", why);
-        psd_error("snapshot not started: %s", why);
+        not_started(d, why);
         if (past_size(d))
             uv_timer_start(&d->soon, on_size, RETRY_MS, 0);
         return;
@@ -420,9 +427,7 @@ static void start_writer(psd_durable *d)
         if (rc == -2)
             fsync_failed(d, err);
         if (rc) {
-            d->st.snapshot_failures++;
-            snprintf(d->st.last_error, sizeof d->st.last_error, "%s", err);
-            psd_error("snapshot not started: %s", err);
+            not_started(d, err);
             return;
         }
         seq = psd_journal_seq(j);
@@ -438,10 +443,8 @@ static void start_writer(psd_durable *d)
     }
     int fds[2];
     if (pipe(fds)) {
-        d->st.snapshot_failures++;
-        snprintf(d->st.last_error, sizeof d->st.last_error, "pipe: %s",
-                 strerror(errno));
-        psd_error("snapshot not started: pipe: %s", strerror(errno));
+        snprintf(err, sizeof err, "pipe: %s", strerror(errno));
+        not_started(d, err);
         return;
     }
     d->child_gen = d->st.generation + 1;
@@ -450,6 +453,7 @@ static void start_writer(psd_durable *d)
     d->child_start_ns = uv_hrtime();
     pid_t parent = getpid();
     pid_t pid = fork();
+    int fork_errno = errno;
     if (pid == 0) {
         /* The child: a frozen image of the node. It touches no libuv
          * state and leaves with _exit. */
@@ -486,11 +490,9 @@ static void start_writer(psd_durable *d)
     d->st.last_pause_ms = (double)(uv_hrtime() - d->child_start_ns) / 1e6;
     close(fds[1]);
     if (pid < 0) {
+        snprintf(err, sizeof err, "fork: %s", strerror(fork_errno));
         close(fds[0]);
-        d->st.snapshot_failures++;
-        snprintf(d->st.last_error, sizeof d->st.last_error, "fork: %s",
-                 strerror(errno));
-        psd_error("snapshot not started: fork: %s", strerror(errno));
+        not_started(d, err);
         return;
     }
     d->child = pid;

@@ -384,7 +384,7 @@ static int layout_change(const psd_config *a, const psd_config *b,
     if (a->max_frame != b->max_frame)
         return refuse(why, len, path, b->max_frame_line, "max_frame "
                       "changed");
-    /* ... and so by the frame max_client_memory makes (node.h). */
+    /* ... and so by the frame max_client_memory makes (config.h). */
     if (psd_config_frame(a) != psd_config_frame(b))
         return refuse(why, len, path, b->max_client_memory_line,
                       "max_client_memory %llu changes this node's frames "

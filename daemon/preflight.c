@@ -139,7 +139,6 @@ static int is_wildcard(const struct sockaddr_storage *sa)
                &((const struct sockaddr_in6 *)sa)->sin6_addr);
 }
 
-/* The token in force, from auth_token or auth_token_file. */
 /* The folder psd runs in, which a relative path in the ini is taken
  * from, for a note that names it. */
 static void working_dir(char *buf, size_t len)
@@ -148,6 +147,7 @@ static void working_dir(char *buf, size_t len)
         snprintf(buf, len, "(unknown: %s)", strerror(errno));
 }
 
+/* The token in force, from auth_token or auth_token_file. */
 static void check_token(psd_preflight *pf, const psd_config *c,
                         const char *path)
 {
@@ -557,6 +557,22 @@ static int here(const psd_config *c, int i)
  * must fit this host, or the kernel kills psd while it fills them (a
  * malloc above free memory succeeds, its pages come later), with no word
  * why. */
+/* The nodes whose memory this host gives, each name looked up once:
+ * node, and with it (or without a node, -1) every node on a loopback
+ * address, since they all run here. Marks them in mine (nnodes bytes)
+ * when it is given; returns their count. */
+static int nodes_here(const psd_config *c, int node, char *mine)
+{
+    int nodes = 0, loop_own = node >= 0 && here(c, node);
+    for (int n = 0; n < c->nnodes; n++) {
+        int m = n == node || ((node < 0 || loop_own) && here(c, n));
+        if (mine)
+            mine[n] = (char)m;
+        nodes += m;
+    }
+    return nodes;
+}
+
 static void check_memory(psd_preflight *pf, const psd_config *c,
                          const char *path, int node)
 {
@@ -565,23 +581,16 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
     /* Each node is its own process, under its own address-space limit
      * (ulimit -v, LimitAS=): what the largest one needs is held to it. */
     double *per = calloc((size_t)c->nnodes, sizeof *per);
-    /* The nodes counted, each name looked up once: node, and with it
-     * (or without a node) every node on a loopback address, since they
-     * share this host's memory. */
     char *mine = calloc((size_t)c->nnodes, 1);
     if (!mine || !per) {
         free(mine);
         free(per);
         return;
     }
-    int i = node, nodes = 0, loop_own = node >= 0 && here(c, node);
-    for (int n = 0; n < c->nnodes; n++) {
-        mine[n] = n == node || ((node < 0 || loop_own) && here(c, n));
-        if (mine[n]) {
-            nodes++;
+    int i = node, nodes = nodes_here(c, node, mine);
+    for (int n = 0; n < c->nnodes; n++)
+        if (mine[n])
             i = n;
-        }
-    }
     if (nodes == 0) {
         free(mine);
         free(per);
@@ -673,14 +682,9 @@ static void check_shards(psd_preflight *pf, const psd_config *c,
 {
     const double gib = 1024.0 * 1024 * 1024;
     double one = (double)c->ntables * c->shards * PSD_TABLE_SHARD_BYTES;
-    /* -n past the nodes is said by the caller: here() would read past
-     * them. */
-    if (one < 64.0 * 1024 * 1024 || node >= c->nnodes)
+    if (one < 64.0 * 1024 * 1024)
         return;
-    /* The nodes this host runs, as check_memory counts them. */
-    int nodes = 0, loop_own = node >= 0 && here(c, node);
-    for (int n = 0; n < c->nnodes; n++)
-        nodes += n == node || ((node < 0 || loop_own) && here(c, n));
+    int nodes = nodes_here(c, node, NULL);
     if (nodes == 0)
         return;
     char what[200];
@@ -827,9 +831,10 @@ static int run(psd_preflight *pf, const psd_config *cfg, const char *path,
     /* This host's memory says something of the nodes it runs: the one
      * started, or the one --check -n names; without -n, those on a
      * loopback address. */
-    if (node < cfg->nnodes)
+    if (node < cfg->nnodes) {
         check_memory(pf, cfg, path, node);
-    check_shards(pf, cfg, path, node);
+        check_shards(pf, cfg, path, node);
+    }
     check_remembered(pf, cfg, path);
     check_files(pf, cfg, path);
     return pf->nproblems;

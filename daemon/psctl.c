@@ -2180,17 +2180,17 @@ static int load_servers(cluster *c, const char *ini, const psw_addr *list,
         if (!token_len && cfg.auth_token[0]) {
             token_len = strlen(cfg.auth_token);
             memcpy(token, cfg.auth_token, token_len);
-        } else if (!token_len && cfg.auth_token_file[0] &&
-                   (snprintf(token_file, sizeof token_file, "%s",
-                             cfg.auth_token_file),
-                    psw_token_read_file(cfg.auth_token_file, token,
-                                        sizeof token, &token_len, why,
-                                        sizeof why))) {
-            /* Where the file is named, as psd and libpsclient say it. */
-            fprintf(stderr, "psctl: %s:%d: [server] auth_token_file: %s\n",
-                    ini, cfg.auth_token_file_line, why);
-            psd_config_destroy(&cfg);
-            return 2;
+        } else if (!token_len && cfg.auth_token_file[0]) {
+            snprintf(token_file, sizeof token_file, "%s",
+                     cfg.auth_token_file);
+            if (psw_token_read_file(cfg.auth_token_file, token, sizeof token,
+                                    &token_len, why, sizeof why)) {
+                /* Where the file is named, as psd and libpsclient say. */
+                fprintf(stderr, "psctl: %s:%d: [server] auth_token_file: "
+                        "%s\n", ini, cfg.auth_token_file_line, why);
+                psd_config_destroy(&cfg);
+                return 2;
+            }
         }
         c->n = cfg.nnodes;
         c->nodes = calloc((size_t)c->n, sizeof *c->nodes);

@@ -126,17 +126,13 @@ static uint64_t reply_bound(const psd_node *n, const psw_msg *m)
     return psw_reply_max(rb);
 }
 
-/* A frame's length, array header and CRC: what a reply in a frame of its
- * own adds besides itself. */
-#define FRAME_COST (PSW_FRAME_HDR + PSW_BODY_OVERHEAD + PSW_FRAME_CRC)
-
 uint64_t psd_request_frame_bound(const psd_node *n, const psw_msg *m,
                                  int count)
 {
     uint64_t b = 0;
     for (int i = 0; i < count; i++)
         if (!psw_op_has(m[i].op, PSW_OPF_SESSION))
-            b += reply_bound(n, &m[i]) + FRAME_COST;
+            b += reply_bound(n, &m[i]) + PSW_REPLY_FRAME_COST;
     return b;
 }
 
@@ -303,12 +299,14 @@ static void reply_rows(psd_node *n, psd_session *ss, const psw_msg *m)
     }
 }
 
-/* The journal's last record so far: ss's next answer waits until it is
- * as durable as the node promises (conn.c holds the answers for it). */
-static void after_last_record(const psd_node *n, psd_session *ss)
+/* Raises *lsn to the journal's last record so far: what waits for *lsn
+ * (an answer, through ss->need_lsn, which conn.c holds until the record
+ * is as durable as the node promises; a clock's or barrier's move) waits
+ * for that record too. */
+static void up_to_last_record(const psd_node *n, uint64_t *lsn)
 {
-    if (n->journal && psd_journal_last(n->journal) > ss->need_lsn)
-        ss->need_lsn = psd_journal_last(n->journal);
+    if (n->journal && psd_journal_last(n->journal) > *lsn)
+        *lsn = psd_journal_last(n->journal);
 }
 
 /* Answers a request that was held, now that what it waited for happened
@@ -367,7 +365,8 @@ static int hold(psd_node *n, psd_session *ss, const psw_msg *m, int kind,
     h->ss = ss;
     h->kind = kind;
     h->need = need;
-    h->bytes = sizeof *h + m->nkeys * 8 + reply_bound(n, m) + FRAME_COST;
+    h->bytes = sizeof *h + m->nkeys * 8 + reply_bound(n, m) +
+               PSW_REPLY_FRAME_COST;
     h->msg = *m;
     h->msg.vals = NULL;
     h->msg.vals_len = 0;
@@ -493,9 +492,8 @@ static void advance(psd_node *n, uint64_t now_ms)
     /* Whatever moved the barrier (a worker arriving, leaving, lost or
      * past its grace) was journaled before this call: the answers it
      * releases wait for that record (answer()). */
-    if (n->sync.barrier != barrier && n->journal &&
-        psd_journal_last(n->journal) > n->barrier_lsn)
-        n->barrier_lsn = psd_journal_last(n->journal);
+    if (n->sync.barrier != barrier)
+        up_to_last_record(n, &n->barrier_lsn);
     /* Only a count that moved releases anything (a request is held only
      * while the count it waits for is below its need): a walk over every
      * held reply for each CLOCK or BARRIER of a frame was quadratic. */
@@ -520,7 +518,7 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
             ss->worker = -1;
             (void)psd_node_journal_workers(n);
             /* Its answer, as late as its record. */
-            after_last_record(n, ss);
+            up_to_last_record(n, &ss->need_lsn);
             advance(n, now_ms);
         }
         answer(n, ss, m, PSW_OK, NULL);
@@ -555,7 +553,7 @@ static void control(psd_node *n, psd_session *ss, const psw_msg *m,
          n->sync.workers[id].barrier > was_b)) {
         n->sync.workers[id].dirty = 1;
         (void)psd_node_journal_workers(n);
-        after_last_record(n, ss);
+        up_to_last_record(n, &ss->need_lsn);
     }
     advance(n, now_ms);
     uint64_t reached = barrier ? n->sync.barrier : n->sync.clock;
@@ -706,14 +704,13 @@ static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
         clock_moved(n, e.from, e.divisor);
     n->changes++;
     (void)psd_node_journal_workers(n);
-    after_last_record(n, ss);
+    up_to_last_record(n, &ss->need_lsn);
     /* What waited for the counts it moved goes now, as after any move (a
      * CLOCK or an ssp pull a session sent before its LEAVE: it is no
      * worker now, so end-job was not refused for it), once the move is
      * as durable as a clock's: its WORKER records, just journaled, hold
      * the barrier. */
-    if (n->journal && psd_journal_last(n->journal) > n->clock_lsn)
-        n->clock_lsn = psd_journal_last(n->journal);
+    up_to_last_record(n, &n->clock_lsn);
     release(n, PSW_OP_CLOCK, n->sync.clock);
     release(n, PSW_OP_BARRIER, n->sync.barrier);
     if (e.in_progress)
@@ -1004,7 +1001,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         /* Its first copy may still wait for its record to be durable (on
          * a connection since lost): this answer waits as long, for every
          * record so far, the first copy's among them. */
-        after_last_record(n, ss);
+        up_to_last_record(n, &ss->need_lsn);
         if (seen_status != PSW_OK) {
             snprintf(err, sizeof err, "%s (this retransmission was not "
                      "applied again)", seen_status == PSW_ESERVER

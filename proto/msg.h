@@ -116,6 +116,12 @@ static inline uint64_t psw_reply_max(uint64_t rows_bytes)
            (rows_bytes > PSW_TEXT_MAX ? rows_bytes : PSW_TEXT_MAX);
 }
 
+/* A frame's length, array header and CRC: what a reply in a frame of its
+ * own adds besides itself. psd counts each request's reply at
+ * psw_reply_max + this before a frame runs (PROTOCOL.md §9), and the
+ * reference client keeps a frame's sum within max_frame. */
+#define PSW_REPLY_FRAME_COST (PSW_FRAME_HDR + PSW_BODY_OVERHEAD + PSW_FRAME_CRC)
+
 /* One request or reply. Which fields are set depends on op. keys and
  * vals are views into the frame: unaligned, little-endian. */
 typedef struct psw_msg {

