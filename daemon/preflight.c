@@ -139,12 +139,21 @@ static int is_wildcard(const struct sockaddr_storage *sa)
                &((const struct sockaddr_in6 *)sa)->sin6_addr);
 }
 
-/* The folder psd runs in, which a relative path in the ini is taken
- * from, for a note that names it. */
-static void working_dir(char *buf, size_t len)
+/* Notes a relative path of the ini (key = value): it is taken from the
+ * folder psd runs in, named here, which the ini does not say (systemd
+ * starts services in /). `takes` says who takes it from where, `then`
+ * what goes wrong. */
+static void note_relative(psd_preflight *pf, const char *path, int line,
+                          const char *key, const char *value,
+                          const char *takes, const char *then)
 {
-    if (!getcwd(buf, len))
-        snprintf(buf, len, "(unknown: %s)", strerror(errno));
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd))
+        snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
+    add(&pf->notes, &pf->nnotes, path, line, "[server] %s: %s is relative: "
+        "%s (here %s), not from the ini's; started from another folder "
+        "(systemd starts psd in /), %s. Give an absolute path", key, value,
+        takes, cwd, then);
 }
 
 /* The token in force, from auth_token or auth_token_file. */
@@ -167,16 +176,10 @@ static void check_token(psd_preflight *pf, const psd_config *c,
     if (!c->auth_token_file[0])
         return;
     /* As a relative data_dir: from the folder psd starts in. */
-    if (c->auth_token_file[0] != '/') {
-        char cwd[4096];
-        working_dir(cwd, sizeof cwd);
-        add(&pf->notes, &pf->nnotes, path, c->auth_token_file_line,
-            "[server] auth_token_file: %s is relative: psd and clients "
-            "take it from the folder they start in (here %s), not from the "
-            "ini's; started from another folder (systemd starts psd in /), "
-            "psd would not find it. Give an absolute path",
-            c->auth_token_file, cwd);
-    }
+    if (c->auth_token_file[0] != '/')
+        note_relative(pf, path, c->auth_token_file_line, "auth_token_file",
+                      c->auth_token_file, "psd and clients take it from "
+                      "the folder they start in", "psd would not find it");
     char why[400];
     if (psw_token_read_file(c->auth_token_file, pf->token, sizeof pf->token,
                             &pf->token_len, why, sizeof why) < 0)
@@ -465,16 +468,11 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
     /* Relative: from the folder psd starts in, which the ini does not
      * say (systemd starts services in /): the same file started from
      * another folder would serve an empty model. */
-    if (dir[0] != '/') {
-        char cwd[4096];
-        working_dir(cwd, sizeof cwd);
-        add(&pf->notes, &pf->nnotes, path, c->data_dir_line,
-            "[server] data_dir: %s is relative: psd takes it from the folder "
-            "it starts in (here %s), not from the ini's; started from "
-            "another folder (systemd starts psd in /), it would not find "
-            "its snapshot and would start empty. Give an absolute path",
-            dir, cwd);
-    }
+    if (dir[0] != '/')
+        note_relative(pf, path, c->data_dir_line, "data_dir", dir,
+                      "psd takes it from the folder it starts in",
+                      "it would not find its snapshot and would start "
+                      "empty");
     char part[sizeof dir];
     for (size_t n = 1; n <= strlen(dir); n++) {
         if (dir[n] != '/' && dir[n] != '\0')
