@@ -289,8 +289,8 @@ static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
     size_t run_parts = 0;
     if (used > 1 && n * (rowb + 8) >= PART_BYTES) {
         size_t most = nparts + nparts / 4 + (size_t)sh->nnodes;
-        if (most > 65535)
-            most = 65535;            /* more than a request may have */
+        if (most > PSW_MAX_PARTS)
+            most = PSW_MAX_PARTS;    /* more than a request may have */
         for (size_t i = 0, j; i < n && run_parts <= most; i = j) {
             j = home_run_end(home, i, n);
             run_parts += (j - i + rpp - 1) / rpp;
@@ -309,7 +309,7 @@ static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
      * pulls, queued behind every push, see them all. */
     int split = op == PSW_OP_PUSHPULL && nparts > (size_t)used;
     size_t nmsgs = split ? 2 * nparts : nparts;
-    if (nmsgs > 65535) {
+    if (nmsgs > PSW_MAX_PARTS) {
         snprintf(err, errlen, "a request of %zu keys of table '%s' needs "
                  "%zu messages of %zu rows%s; at most 65535: split the "
                  "request%s", n, t->name, nmsgs, rpp,
@@ -462,10 +462,10 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
      * with more than one node every shard is its own run. */
     uint64_t rpp = rows_per_part(sh, (size_t)t->dim * sizeof(float));
     int nparts = 0;
-    for (uint64_t row = first; row < first + count && nparts <= 65535;
+    for (uint64_t row = first; row < first + count && nparts <= PSW_MAX_PARTS;
          nparts++)
         row = run_end(sh, row, first + count, rpp);
-    if (nparts > 65535) {
+    if (nparts > PSW_MAX_PARTS) {
         snprintf(err, errlen, "rows %llu..%llu of table '%s' need more than "
                  "65535 messages of %llu rows: split the range%s",
                  (unsigned long long)first,

@@ -13,6 +13,7 @@
 #include "dedup.h"
 #include "secret.h"
 #include "../proto/layout.h"
+#include "../proto/msg.h"
 #include "../proto/status.h"
 
 #define MIN_CAP 16
@@ -42,6 +43,7 @@ struct psd_dclient {
     uint64_t *ring;
     size_t rhead, live, rcap;    /* rcap: a power of two, or 0 */
     uint64_t last_ts;            /* of the latest record */
+    uint32_t last_parts;         /* records of last_ts in a row */
     int pushed;                  /* it sent this node a push, or a
                                     snapshot holds it */
     uint64_t journaled;          /* the mark last handed to the journal */
@@ -366,6 +368,7 @@ int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)
     c->ring[(c->rhead + c->live) & (c->rcap - 1)] = ts;
     c->live++;
     c->owner->live++;
+    c->last_parts = ts == c->last_ts && c->live > 1 ? c->last_parts + 1 : 1;
     c->last_ts = ts;
     return 0;
 }
@@ -425,8 +428,13 @@ int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
                    size_t per_client, size_t total, char *why, size_t whylen)
 {
     /* The parts of one request come together: once one is taken, so are
-     * the others, and the limits do not cut a request in two. */
-    if (ts == c->last_ts && c->live)
+     * the others, and the limits do not cut a request in two. A request
+     * has PSW_MAX_PARTS parts at most, and so many are waived over the
+     * node's limit in all: a client that sent a million parts of one ts
+     * grew this memory without bound and kept every other client's
+     * pushes refused (a trial). */
+    if (ts == c->last_ts && c->live && c->last_parts < PSW_MAX_PARTS &&
+        d->live < total + PSW_MAX_PARTS)
         return 0;
     if (c->live >= per_client) {
         snprintf(why, whylen, "this node remembers %zu pushes of this client "
@@ -563,6 +571,9 @@ static void order_ring(psd_dclient *c)
         return;                  /* wrapped: not a client just loaded */
     qsort(c->ring + c->rhead, c->live, sizeof *c->ring, ts_order);
     c->last_ts = c->ring[c->rhead + c->live - 1];
+    c->last_parts = 0;
+    for (size_t i = c->live; i-- > 0 && c->ring[c->rhead + i] == c->last_ts;)
+        c->last_parts++;
 }
 
 int psd_dedup_load(psd_dedup *d, psd_source *in, uint64_t now_ms, char *err,

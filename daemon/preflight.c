@@ -20,6 +20,7 @@
 #include "updater.h"
 #include "../proto/layout.h"
 #include "../proto/auth.h"
+#include "../proto/msg.h"
 
 typedef char line_t[512];
 
@@ -729,7 +730,9 @@ static void check_remembered(psd_preflight *pf, const psd_config *c,
                              const char *path)
 {
     double limit, avail, gib = 1024.0 * 1024 * 1024;
-    double most = (double)c->max_remembered_pushes * REMEMBERED_PUSH_BYTES;
+    /* One request's parts are taken past the limit (psd_dedup_room). */
+    double most = ((double)c->max_remembered_pushes + PSW_MAX_PARTS) *
+                  REMEMBERED_PUSH_BYTES;
     /* A connected client's pushes stay remembered until its next frame
      * acknowledges them: below one a connection, a client idle after a
      * push holds what another's next push needs (a trial: at 1, two of
@@ -748,11 +751,12 @@ static void check_remembered(psd_preflight *pf, const psd_config *c,
         return;
     add(&pf->notes, &pf->nnotes, path, 0, "[server] max_remembered_pushes "
         "= %llu: remembering that many pushes could take up to %.1f GiB "
-        "(%d bytes each), more than the %.1f GiB psd may use on this "
-        "host: a node would be killed before it reached the limit. Lower "
-        "it (the default, 2097152, is up to 576 MiB)",
+        "(%d bytes each, and one request's %d parts past it), more than "
+        "the %.1f GiB psd may use on this host: a node would be killed "
+        "before it reached the limit. Lower it (the default, 2097152, is "
+        "up to 594 MiB)",
         (unsigned long long)c->max_remembered_pushes, most / gib,
-        REMEMBERED_PUSH_BYTES, limit / gib);
+        REMEMBERED_PUSH_BYTES, PSW_MAX_PARTS, limit / gib);
 }
 
 int psd_fd_reserve(const psd_config *c)

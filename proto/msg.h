@@ -81,6 +81,9 @@ static inline int psw_op_has(int op, int flag)
 
 /* Limits that keep a hostile or buggy peer from making us allocate. */
 #define PSW_MAX_MSGS 65536       /* messages in one frame */
+#define PSW_MAX_PARTS 65535      /* parts (messages) of one request: a
+                                    node waives its push limits for no
+                                    more of one request (PROTOCOL.md §6.4) */
 #define PSW_MAX_NODES 4096
 #define PSW_MAX_TABLES 4096
 #define PSW_NAME_MAX 64

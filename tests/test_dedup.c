@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "../daemon/dedup.h"
+#include "../proto/msg.h"
 #include "../proto/status.h"
 
 #include "expect.h"
@@ -478,6 +479,67 @@ static void test_a_client_forgotten_with_unacked_pushes_leaves_a_tombstone(
     psd_dedup_free(d);
 }
 
+/* The parts of a request are waived past the limits, but a request has
+ * PSW_MAX_PARTS parts at most, and so many go past the node's limit in
+ * all: a client that sent a million parts of one ts went past both
+ * limits with every one (a trial: 1,050,000 remembered against 5,000,
+ * 300 MB, every other client's pushes refused while it stayed). The
+ * waiver is counted again from a snapshot. */
+static void test_one_requests_parts_are_waived_up_to_the_most_it_may_have(
+    void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 1, 1, 0);
+    psd_dclient *o = psd_dedup_attach(d, 2, 1, 0);
+    char why[256];
+    EXPECT_INT(psd_dedup_room(d, c, 5, 10, 100, why, sizeof why), 0,
+               "ts 5's first part");
+    psd_dedup_record(c, 5, 0, PSW_OK);
+    uint32_t part = 1;
+    while (part < 3 * PSW_MAX_PARTS &&
+           psd_dedup_room(d, c, 5, 10, 100, why, sizeof why) == 0)
+        psd_dedup_record(c, 5, part++, PSW_OK);
+    EXPECT_INT(part, PSW_MAX_PARTS, "parts of ts 5 taken");
+    if (!strstr(why, "max_unacked_pushes = 10"))
+        fail_msg("why: %s", why);
+    /* Over the node's limit, by one request's parts at most. */
+    psd_dclient *e = psd_dedup_attach(d, 3, 1, 0);
+    psd_dedup_record(e, 9, 0, PSW_OK);
+    part = 1;
+    while (part < 3 * PSW_MAX_PARTS &&
+           psd_dedup_room(d, e, 9, 1000000, 100, why, sizeof why) == 0)
+        psd_dedup_record(e, 9, part++, PSW_OK);
+    EXPECT_INT(remembered(d), 100 + PSW_MAX_PARTS, "remembered in all");
+    if (!strstr(why, "max_remembered_pushes = 100"))
+        fail_msg("why: %s", why);
+    EXPECT_INT(psd_dedup_room(d, o, 1, 10, 100, why, sizeof why), 1,
+               "another client's push over the limit");
+    psd_dedup_ack(c, 6, UINT64_MAX);
+    psd_dedup_ack(e, 10, UINT64_MAX);
+    EXPECT_INT(psd_dedup_room(d, o, 1, 10, 100, why, sizeof why), 0,
+               "after the ACKs");
+    /* Loaded from a snapshot, a request's parts count as they did. */
+    for (part = 0; part < PSW_MAX_PARTS - 1; part++)
+        psd_dedup_record(c, 7, part, PSW_OK);
+    membuf m = { 0 };
+    psd_sink out = { mem_put, &m };
+    EXPECT_INT(psd_dedup_save(d, &out), 0, "save");
+    psd_dedup *d2 = psd_dedup_new();
+    psd_source in = { mem_get, &m };
+    char err[128];
+    EXPECT_INT(psd_dedup_load(d2, &in, 0, err, sizeof err), 0, "load");
+    psd_dclient *c2 = psd_dedup_attach(d2, 1, 1, 0);
+    EXPECT_INT(psd_dedup_room(d2, c2, 7, 10, 1000000, why, sizeof why), 0,
+               "ts 7's last part after the load");
+    psd_dedup_record(c2, 7, part, PSW_OK);
+    EXPECT_INT(psd_dedup_room(d2, c2, 7, 10, 1000000, why, sizeof why), -1,
+               "a part past the most a request has, after the load");
+    free(m.p);
+    psd_dedup_free(d2);
+    psd_dedup_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -503,6 +565,8 @@ int main(void)
             test_the_count_follows_acks_after_a_snapshot_is_loaded),
         cmocka_unit_test(
             test_a_client_forgotten_with_unacked_pushes_leaves_a_tombstone),
+        cmocka_unit_test(
+            test_one_requests_parts_are_waived_up_to_the_most_it_may_have),
     };
     return cmocka_run_group_tests_name("dedup", tests, NULL, NULL);
 }
