@@ -422,8 +422,9 @@ static void bad_value(parser *p, const section *s, const entry *e,
              s->name, st->key, why ? "" : "expected ", expect, e->value,
              strlen(e->value), cont_note(e, note));
     else
-        fail(p, e->line, "[%s] %s: %s%s, got \"%s\"%s", s->name, st->key,
-             why ? "" : "expected ", expect, e->value, cont_note(e, note));
+        fail(p, e->line, "[%s] %s: %s%s, got \"%s\"%s%s", s->name, st->key,
+             why ? "" : "expected ", expect, e->value, cont_note(e, note),
+             psd_config_quote_note(e->value));
 }
 
 /* How far from the mean a normal draw can go, in standard deviations:
@@ -1281,6 +1282,16 @@ uint64_t psd_config_frame(const psd_config *c)
 {
     uint64_t fit = budget_fit(c);
     return c->max_frame < fit ? c->max_frame : fit;
+}
+
+const char *psd_config_quote_note(const char *value)
+{
+    size_t n = strlen(value);
+    if (n >= 2 && (value[0] == '"' || value[0] == '\'') &&
+        value[n - 1] == value[0])
+        return " (quotes are kept as part of the value: write it without "
+               "them)";
+    return "";
 }
 
 uint64_t psd_config_output(const psd_config *c)

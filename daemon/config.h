@@ -175,6 +175,11 @@ uint64_t psd_config_frame(const psd_config *c);
  * its requests, under a budget of 1M and the default max_output, 16M). */
 uint64_t psd_config_output(const psd_config *c);
 
+/* " (quotes are kept ...)" when value is in quotes, which the ini keeps
+ * as part of it (a quoted data_dir was "relative" with no word of
+ * them), else "": for the message that refuses or notes it. */
+const char *psd_config_quote_note(const char *value);
+
 /* Parses the ini file at `path` into `c` (which the call initialises).
  * Returns 0, or -1 with "PATH:LINE: reason" (or "PATH: reason" when no
  * line applies) written to err. On failure `c` holds nothing to free. */

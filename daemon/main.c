@@ -411,6 +411,21 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR), inuse);
             bad++;
         }
+        /* Plain --check judges the nodes on loopback addresses as ones of
+         * this host (their memory, their ports' range): a port another
+         * program held passed as OK, and the start failed (a newcomer's
+         * trial on a shared machine). */
+        for (int i = 0; !node_given && i < cfg.nnodes; i++) {
+            struct sockaddr_storage sa;
+            if (psd_preflight_loopback_bind(&cfg, i, &sa) &&
+                psd_durable_holder(dir, i) == -1 &&
+                psd_server_check_bind(&cfg, path, i, &sa, inuse,
+                                      sizeof inuse)) {
+                fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR),
+                        inuse);
+                bad++;
+            }
+        }
         for (int i = 0; !skip && !pf.data_dir_bad && i < cfg.nnodes; i++) {
             if (node_given && i != node)
                 continue;

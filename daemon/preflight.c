@@ -82,6 +82,13 @@ static int resolve(const psd_node_addr *a, struct sockaddr_storage *out)
     return g;
 }
 
+int psd_preflight_loopback_bind(const psd_config *c, int i,
+                                struct sockaddr_storage *sa)
+{
+    return resolve(c->nlisten > 0 ? &c->listen[i] : &c->nodes[i], sa) == 0 &&
+           is_loopback(sa);
+}
+
 void psd_sa_text(const struct sockaddr_storage *sa, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN] = "?";
@@ -151,10 +158,10 @@ static void note_relative(psd_preflight *pf, const char *path, int line,
     char cwd[4096];
     if (!getcwd(cwd, sizeof cwd))
         snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
-    add(&pf->notes, &pf->nnotes, path, line, "[server] %s: %s is relative: "
+    add(&pf->notes, &pf->nnotes, path, line, "[server] %s: %s is relative%s: "
         "%s (here %s), not from the ini's; started from another folder "
         "(systemd starts psd in /), %s. Give an absolute path", key, value,
-        takes, cwd, then);
+        psd_config_quote_note(value), takes, cwd, then);
 }
 
 /* The token in force, from auth_token or auth_token_file. */

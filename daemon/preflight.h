@@ -68,6 +68,11 @@ int psd_fd_room(int want, int reserve, int raise);
  * IPV6_V6ONLY off, so that [::]:P takes IPv4 clients too whatever
  * net.ipv6.bindv6only says. The socket (close-on-exec), or -errno. */
 int psd_bind_tcp(const struct sockaddr *sa);
+/* Node i's bind address (listen's, else nodes') into *sa: 1 when it is
+ * a loopback address (a node plain --check judges as one of this host),
+ * else 0. */
+int psd_preflight_loopback_bind(const psd_config *c, int i,
+                                struct sockaddr_storage *sa);
 /* sa's numeric address, without its port, into out. */
 void psd_sa_text(const struct sockaddr_storage *sa, char *out, size_t cap);
 

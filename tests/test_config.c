@@ -347,6 +347,12 @@ static const error_case error_cases[] = {
       CLUSTER "[table.emb]\ndim = 16 # not a comment\n", 0, 4,
       "[table.emb] dim: expected an integer 1..65536, "
       "got \"16 # not a comment\"", 1 },
+    /* The ini keeps quotes as part of a value: a refusal says so (a
+     * trial's quoted path read as absolute in every message). */
+    { "a_quoted_bad_value_says_quotes_are_kept",
+      CLUSTER "[table.emb]\ndim = \"16\"\n", 0, 4,
+      "[table.emb] dim: expected an integer 1..65536, got \"\"16\"\" "
+      "(quotes are kept as part of the value: write it without them)", 1 },
     { "semicolon_without_space_before_it_is_part_of_the_value",
       CLUSTER "[table.emb]\ndim = 16;x\n", 0, 4, "got \"16;x\"", 0 },
     { "continued_scalar_is_refused_naming_both_lines",
@@ -1752,6 +1758,17 @@ static void test_relative_data_dir_earns_a_note(void **state)
             "data_dir = /tmp/psd-test-abs\n", &c);
     psd_preflight_run(&pf, &c, "F", 0);
     EXPECT_INT(pf.nnotes, 0, "notes for an absolute data_dir");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
+    /* A quoted absolute path is relative: the quotes are part of it. */
+    load_ok("[cluster]\nnodes = 127.0.0.1:7070\n[server]\n"
+            "data_dir = \"/tmp/psd-test-abs\"\n", &c);
+    EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems");
+    snprintf(want, sizeof want, "F:4: [server] data_dir: \"/tmp/psd-test-abs\" "
+             "is relative (quotes are kept as part of the value: write it "
+             "without them): psd takes it from the folder it starts in "
+             "(here %s)", cwd);
+    expect_one_note(&pf, want);
     psd_preflight_destroy(&pf);
     psd_config_destroy(&c);
     /* So is a relative auth_token_file, which --check passed silently. */
