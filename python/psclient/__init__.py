@@ -488,8 +488,14 @@ class Request:
 
     @property
     def done(self) -> bool:
-        """Whether the status was read already (by wait(), wait_all(),
-        close()). False says nothing: the request may have completed."""
+        """Whether the request completed: a poll that never waits (C's
+        ps_wait_timeout(c, ts, 0), MPI_Test), which reads its status when
+        it has, so that wait() then returns or raises at once. Once the
+        client is closing or closed, whether its status was read."""
+        if self._status is None:
+            client = self._client()
+            if client is not None:
+                client._poll(self)
         return self._status is not None
 
     __reduce_ex__ = _not_copied
@@ -1325,6 +1331,32 @@ class Client:
             self._release()
         return req
 
+    def _poll(self, req: Request) -> None:
+        """Reads req's status if it completed, without waiting (not while
+        the client closes: close() reads it)."""
+        if self.closed:
+            return
+        try:
+            h = self._acquire()
+        except ClosedError:
+            return
+        try:
+            st = _LIB.ps_wait_timeout(h, req.ts, 0)
+            if st != PS_PENDING:
+                self._record(h, req, st)
+        finally:
+            self._release()
+
+    def _record(self, h: int, req: Request, st: int) -> None:
+        """Keeps req's status st (with this thread's ps_last_error for an
+        error) unless one was kept already, and lets go of its arrays."""
+        msg = _LIB.ps_last_error(h).decode("utf-8", "replace") if st else ""
+        with self._lock:
+            if req._status is None:
+                req._status, req._message = st, msg
+            req._bufs = None
+            self._pending.pop(req.ts, None)
+
     def _sweep(self, h: int) -> None:
         """Reads the status of the oldest unread requests that have
         completed, oldest first, up to the first still in flight; never
@@ -1337,24 +1369,12 @@ class Client:
             st = _LIB.ps_wait_timeout(h, req.ts, 0)
             if st == PS_PENDING:
                 return
-            msg = (_LIB.ps_last_error(h).decode("utf-8", "replace")
-                   if st else "")
-            with self._lock:
-                if req._status is None:
-                    req._status, req._message = st, msg
-                req._bufs = None
-                self._pending.pop(req.ts, None)
+            self._record(h, req, st)
 
     def _read_status(self, h: int, req: Request) -> None:
         """ps_wait for req on handle h; records the status and lets go of
         its arrays. Called with h in use (counted busy, or by close)."""
-        st = self._wait(h, req.ts)
-        msg = _LIB.ps_last_error(h).decode("utf-8", "replace") if st else ""
-        with self._lock:
-            if req._status is None:
-                req._status, req._message = st, msg
-            req._bufs = None
-            self._pending.pop(req.ts, None)
+        self._record(h, req, self._wait(h, req.ts))
 
     def _settle(self, req: Request) -> None:
         h = self._acquire(status_read=True)

@@ -1124,6 +1124,28 @@ def test_gil_is_released_while_a_pull_is_held(make_cluster):
 
 # ---- failures ---------------------------------------------------------------
 
+def test_done_polls_a_request_without_waiting(make_cluster):
+    # done read only whether a status had been read: a trainer polling
+    # it to overlap work saw False for good (a newcomer's trial).
+    cl = make_cluster()
+    with psclient.connect(cl.spec) as c:
+        d = c.table("dense")
+        cl.signal(1, signal.SIGSTOP)
+        try:
+            req = d.push_range_async(0, np.ones((100, 3), F32))
+            time.sleep(0.2)
+            assert not req.done                  # node 1 has not answered
+        finally:
+            cl.signal(1, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while not req.done:
+            assert time.monotonic() < deadline, "never done"
+            time.sleep(0.01)
+        assert req.wait() is None
+        np.testing.assert_array_equal(d.pull_range(0, 100),
+                                      np.ones((100, 3)))
+
+
 def test_a_frozen_server_surfaces_as_timeout_error(make_cluster):
     cl = make_cluster()
     with psclient.connect(cl.spec, request_timeout_ms=300, max_retries=0,
