@@ -72,8 +72,12 @@ void psd_dedup_mark(psd_dclient *c, uint64_t upto);
  * below its mark, total of all clients. 0: yes. -1: no, c is at
  * per_client. 1: no, the node is at total; forgetting a client that has
  * no connection (psd_dedup_forget_idlest) makes room. why says which.
- * A push with the ts of c's latest record is always taken, so that the
- * limits refuse whole requests, not the rest of one. */
+ * A push with the ts of c's latest record is taken past the limits, so
+ * that they refuse whole requests, not the rest of one: for up to
+ * PSW_MAX_PARTS records of that ts in a row, and while d holds fewer
+ * than total + PSW_MAX_PARTS (a room all clients share, so that one
+ * client's endless parts of one ts do not grow the memory without
+ * bound; past it the rest of a request is refused). */
 int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
                    size_t per_client, size_t total, char *why, size_t whylen);
 

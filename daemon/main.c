@@ -411,20 +411,22 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR), inuse);
             bad++;
         }
-        /* Plain --check judges the nodes on loopback addresses as ones of
-         * this host (their memory, their ports' range): a port another
-         * program held passed as OK, and the start failed (a newcomer's
-         * trial on a shared machine). */
+        /* Plain --check looks at the nodes on loopback addresses as ones
+         * of this host (their memory, their ports' range): a port another
+         * program held passed without a word, and the start failed (a
+         * newcomer's trial on a shared machine). A note, not a problem:
+         * that node's own psd, run from a data_dir this check does not
+         * see (a relative one from another folder, systemd's per-node
+         * StateDirectory), holds the port as it should (a review). */
         for (int i = 0; !node_given && i < cfg.nnodes; i++) {
             struct sockaddr_storage sa;
             if (psd_preflight_loopback_bind(&cfg, i, &sa) &&
                 psd_durable_holder(dir, i) == -1 &&
                 psd_server_check_bind(&cfg, path, i, &sa, inuse,
-                                      sizeof inuse)) {
-                fprintf(stderr, "%s%s\n", psd_log_prefix(PSD_LOG_ERROR),
-                        inuse);
-                bad++;
-            }
+                                      sizeof inuse))
+                printf("%s: unless it is node %d's own psd, run from "
+                       "another data_dir than %s, that node cannot start "
+                       "now\n", inuse, i, dir);
         }
         for (int i = 0; !skip && !pf.data_dir_bad && i < cfg.nnodes; i++) {
             if (node_given && i != node)
