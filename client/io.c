@@ -1633,14 +1633,23 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
             return;
         }
         if (l.epoch != c->cluster.epoch || l.node_index != nc->node) {
+            /* Which setting differs, where HELLO_OK shows it: the
+             * epochs alone sent a trial's operator to diff the files. */
+            char diff[300];
+            psw_cluster_diff(&c->cluster, &l, diff, sizeof diff);
             *bad = PS_EPROTO;
             nc_drop(nc, PS_EPROTO, "%s describes a different cluster layout "
                     "(node %d, epoch %016llx; expected node %d, epoch "
-                    "%016llx): are all nodes running the same ini file "
-                    "(and, in a rolling upgrade, releases that agree on "
-                    "what the layout holds: README, \"Upgrading psd\")?",
-                    nc->name, l.node_index, (unsigned long long)l.epoch,
-                    nc->node, (unsigned long long)c->cluster.epoch);
+                    "%016llx): %s%s; are all nodes running the same ini "
+                    "file (and, in a rolling upgrade, releases that agree "
+                    "on what the layout holds: README, \"Upgrading "
+                    "psd\")?", nc->name, l.node_index,
+                    (unsigned long long)l.epoch, nc->node,
+                    (unsigned long long)c->cluster.epoch,
+                    diff[0] ? "it has " : "its nodes, shards and tables "
+                    "agree with the others': the files differ in [cluster] "
+                    "workers or a bsp table's aggregate or an ssp table's "
+                    "staleness", diff);
             psw_cluster_free(&l);
             return;
         }

@@ -443,6 +443,58 @@ void psw_cluster_free(psw_cluster *l)
     l->nnodes = l->ntables = 0;
 }
 
+void psw_cluster_diff(const psw_cluster *a, const psw_cluster *b, char *out,
+                      size_t len)
+{
+    static const char *const cons[] = { "async", "bsp", "ssp" };
+#define CONS(x) ((x) >= 0 && (x) <= 2 ? cons[(x)] : "?")
+    out[0] = '\0';
+    if (a->nnodes != b->nnodes) {
+        snprintf(out, len, "%d node%s against %d", b->nnodes,
+                 b->nnodes == 1 ? "" : "s", a->nnodes);
+        return;
+    }
+    if (a->shards != b->shards) {
+        snprintf(out, len, "%u shards against %u", b->shards, a->shards);
+        return;
+    }
+    for (int i = 0; i < a->nnodes; i++)
+        if (strcmp(a->nodes[i], b->nodes[i])) {
+            snprintf(out, len, "node %d at %s against %s", i, b->nodes[i],
+                     a->nodes[i]);
+            return;
+        }
+    if (a->ntables != b->ntables) {
+        snprintf(out, len, "%d table%s against %d", b->ntables,
+                 b->ntables == 1 ? "" : "s", a->ntables);
+        return;
+    }
+    for (int t = 0; t < a->ntables; t++) {
+        const psw_table_desc *x = &a->tables[t], *y = &b->tables[t];
+        if (strcmp(x->name, y->name))
+            snprintf(out, len, "table %d '%s' against '%s'", t, y->name,
+                     x->name);
+        else if (x->dense != y->dense)
+            snprintf(out, len, "table '%s' %s against %s", y->name,
+                     y->dense ? "dense" : "sparse",
+                     x->dense ? "dense" : "sparse");
+        else if (x->dim != y->dim)
+            snprintf(out, len, "table '%s' of dim %u against %u", y->name,
+                     y->dim, x->dim);
+        else if (x->dense && x->rows != y->rows)
+            snprintf(out, len, "table '%s' of %llu rows against %llu",
+                     y->name, (unsigned long long)y->rows,
+                     (unsigned long long)x->rows);
+        else if (x->consistency != y->consistency)
+            snprintf(out, len, "table '%s' %s against %s", y->name,
+                     CONS(y->consistency), CONS(x->consistency));
+        else
+            continue;
+        return;
+    }
+#undef CONS
+}
+
 void psw_text_clean(char *s, size_t n, int keep_newlines)
 {
     for (size_t i = 0; i < n; i++) {

@@ -209,6 +209,15 @@ typedef struct psw_cluster {
 
 void psw_cluster_free(psw_cluster *l);
 
+/* The first difference between layout a and a node's layout b that
+ * HELLO_OK shows (node count, shards, node addresses, each table's name,
+ * kind, dim, rows and consistency), as "B's against A's" into out; ""
+ * when they agree in all that (their epochs may still differ: it also
+ * holds [cluster] workers and a bsp or ssp table's aggregate or
+ * staleness). */
+void psw_cluster_diff(const psw_cluster *a, const psw_cluster *b, char *out,
+                      size_t len);
+
 /* ---- encoding (each packs one message into the open frame) ----------- */
 void psw_pack_hello(psw_out *o, const psw_hello *h);
 /* HELLO_OK with 14 fields (version 2) or 15 (proof_state says which). */

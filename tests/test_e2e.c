@@ -1797,6 +1797,9 @@ static void a_node_put_right_after_another_layout_is_used_again(void **state)
     }
     EXPECT_INT(rc, PS_EPROTO, "node 1 under another layout: %s", why);
     EXPECT_SUBSTR(why, "describes a different cluster layout", "why");
+    /* And what differs, where the node's HELLO_OK shows it (the epochs
+     * alone sent a trial's operator to diff the files). */
+    EXPECT_SUBSTR(why, "it has 6 tables against 5", "why");
     assert_int_equal(truncate(c.ini, was), 0);
     cluster_kill(&c, 1, SIGKILL);
     uint64_t keys[16];

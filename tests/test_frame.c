@@ -1143,6 +1143,56 @@ static void addresses_parse_in_every_form(void **state)
     assert_string_equal(e.item, "?]0;x??[2Jb:1");
 }
 
+/* psw_cluster_diff names the first difference HELLO_OK shows, as "the
+ * node's against the cluster's", and nothing where those agree. */
+static void layouts_differ_by_what_hello_ok_shows(void **state)
+{
+    (void)state;
+    char na[2][PSW_ADDR_MAX] = { "127.0.0.1:7070", "127.0.0.1:7071" };
+    char nb[2][PSW_ADDR_MAX] = { "127.0.0.1:7070", "127.0.0.1:7071" };
+    psw_table_desc ta[2] = { { 0, "emb", 0, 8, 0, PSW_CONS_ASYNC },
+                             { 1, "w", 1, 4, 100, PSW_CONS_BSP } };
+    psw_table_desc tb[2];
+    memcpy(tb, ta, sizeof tb);
+    psw_cluster a = { .nnodes = 2, .nodes = na, .shards = 16,
+                      .ntables = 2, .tables = ta };
+    psw_cluster b = a;
+    b.nodes = nb;
+    b.tables = tb;
+    char out[200];
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "");
+    tb[1].rows = 200;
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "table 'w' of 200 rows against 100");
+    tb[1].consistency = PSW_CONS_SSP;
+    tb[1].rows = 100;
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "table 'w' ssp against bsp");
+    tb[0].dim = 16;
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "table 'emb' of dim 16 against 8");
+    tb[0].dense = 1;
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "table 'emb' dense against sparse");
+    snprintf(tb[0].name, sizeof tb[0].name, "emb2");
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "table 0 'emb2' against 'emb'");
+    b.ntables = 1;
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "1 table against 2");
+    snprintf(nb[1], sizeof nb[1], "127.0.0.1:7072");
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "node 1 at 127.0.0.1:7072 against "
+                             "127.0.0.1:7071");
+    b.shards = 8;
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "8 shards against 16");
+    b.nnodes = 1;
+    psw_cluster_diff(&a, &b, out, sizeof out);
+    assert_string_equal(out, "1 node against 2");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1171,6 +1221,7 @@ int main(void)
         cmocka_unit_test(handshake_messages_round_trip),
         cmocka_unit_test(proofs_match_the_documented_example),
         cmocka_unit_test(addresses_parse_in_every_form),
+        cmocka_unit_test(layouts_differ_by_what_hello_ok_shows),
     };
     return cmocka_run_group_tests_name("frame", tests, NULL, NULL);
 }

@@ -2836,6 +2836,9 @@ static void a_node_with_another_workers_count_is_refused(void **state)
     EXPECT_INT(ps_open(&w0, cl.spec, &o), PS_EPROTO, "ps_open of a mix");
     EXPECT_SUBSTR(ps_last_error(NULL), "describes a different cluster "
                   "layout", "why");
+    /* HELLO_OK does not carry workers: the error says where to look. */
+    EXPECT_SUBSTR(ps_last_error(NULL), "the files differ in [cluster] "
+                  "workers", "why");
     int st;
     char *out = cluster_psctl(&cl, &st, "ping");
     EXPECT_INT(st, 1, "psctl ping: %s", out ? out : "");
