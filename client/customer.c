@@ -80,6 +80,10 @@ void psc_req_free(psc_req *r)
     if (!r)
         return;
     free(r->error);
+    for (psc_part_more *m = r->more, *n; m; m = n) {
+        n = m->next;
+        free(m);
+    }
     if (r->pool)
         psc_bufpool_give(r->pool, r, r->cap);
     else

@@ -360,11 +360,134 @@ static int too_big(const nconn *nc, const psc_part *p)
            rows > psw_payload_max(nc->max_frame);
 }
 
-/* Fails the queued parts too large for the node's max_frame. Parts are
- * cut for the smallest max_frame the nodes had said when their request
- * was made; a node that came back since with a smaller one would refuse
- * such a part's frame and close the connection, at every retransmission
- * until its time ran out. */
+/* Rows of p (a push, pull or range op) that one message to nc may
+ * carry: its request within max_frame, the rows of its reply within one
+ * message's payload (too_big). */
+static uint64_t rows_fitting(const nconn *nc, const psc_part *p)
+{
+    uint64_t rowb = (uint64_t)p->req->dim * sizeof(float);
+    uint64_t fixed = PSW_BODY_OVERHEAD + PSW_MSG_OVERHEAD;
+    int keyed = p->msg.op == PSW_OP_PUSH || p->msg.op == PSW_OP_PULL;
+    int push = psw_op_has(p->msg.op, PSW_OPF_PUSHES);
+    uint64_t per = (keyed ? 8 : 0) + (push ? rowb : 0);
+    if (nc->max_frame <= fixed || !rowb)
+        return 0;
+    uint64_t n = per ? (nc->max_frame - fixed) / per : UINT64_MAX;
+    if (p->out && psw_payload_max(nc->max_frame) / rowb < n)
+        n = psw_payload_max(nc->max_frame) / rowb;
+    return n;
+}
+
+/* Rows [at, at + n) of part p as a part of their own, q. */
+static void part_rows_of(const psc_part *p, psc_part *q, uint64_t at,
+                         uint64_t n)
+{
+    size_t dim = p->req->dim, rowb = dim * sizeof(float);
+    *q = *p;
+    q->next = q->prev = NULL;
+    q->direct = 0;
+    if (p->msg.op == PSW_OP_PUSH || p->msg.op == PSW_OP_PULL) {
+        q->msg.keys = p->msg.keys + at * 8;
+        q->msg.nkeys = n;
+    } else {
+        q->msg.first = p->msg.first + at;
+        q->msg.count = n;
+    }
+    if (p->msg.vals) {
+        q->msg.vals = p->msg.vals + at * rowb;
+        q->msg.vals_len = n * rowb;
+    }
+    if (p->out) {
+        q->pos = p->pos ? p->pos + at : NULL;
+        q->out = p->pos ? p->out : p->out + at * dim;
+    }
+    q->wire_bytes = PSW_MSG_OVERHEAD +
+                    (q->msg.op == PSW_OP_PUSH_RANGE ||
+                             q->msg.op == PSW_OP_PULL_RANGE
+                         ? 0
+                         : n * 8) +
+                    q->msg.vals_len + (p->out ? n * rowb : 0);
+}
+
+/* Cuts queued part p, too large for nc's max_frame, into parts that fit,
+ * in its place in the queue (linked after it; p becomes the first): the
+ * request's new parts take numbers after its others. Only a part whose
+ * rows may go in several messages without changing what it does: a pull
+ * (a pull again reads rows as they are), or a push never sent. A push
+ * sent may have been applied, and the node knows its copy by its number
+ * only; a pushpull's rows are read after its own push, which another
+ * message of the same keys would not see; a push holding a NaN is sent
+ * so that it is refused whole. Returns the last of the parts,
+ * or NULL (p unchanged) where it cannot be cut or memory ran out. */
+static psc_part *recut(nconn *nc, psc_part *p, const char **why_not)
+{
+    int op = p->msg.op;
+    psc_req *r = p->req;
+    if (op == PSW_OP_PUSHPULL) {
+        *why_not = "a pushpull part, which reads its rows after its own push";
+        return NULL;
+    }
+    int push = op != PSW_OP_PULL && op != PSW_OP_PULL_RANGE;
+    if (push && p->sends) {
+        *why_not = "a push sent before, which the node knows by its number";
+        return NULL;
+    }
+    /* Its pieces without one would be applied where the push must be
+     * refused whole (customer.c, stage). */
+    if (push && r->whole) {
+        *why_not = "a push holding a NaN or an infinity, which goes whole";
+        return NULL;
+    }
+    uint64_t rows = op == PSW_OP_PUSH || op == PSW_OP_PULL ? p->msg.nkeys
+                                                            : p->msg.count;
+    uint64_t per = rows_fitting(nc, p);
+    *why_not = "one row does not fit";
+    if (!per || rows <= 1)
+        return NULL;
+    uint64_t k = (rows + per - 1) / per;
+    *why_not = "more parts than a request may have";
+    if (k < 2 || k - 1 > (uint64_t)PSW_MAX_PARTS - r->next_part)
+        return NULL;
+    psc_part q;
+    part_rows_of(p, &q, 0, per);
+    *why_not = "one row does not fit";
+    if (too_big(nc, &q))
+        return NULL;             /* not expected: rows_fitting is exact */
+    psc_part_more *m = malloc(sizeof *m + (size_t)(k - 1) * sizeof(psc_part));
+    *why_not = "out of memory";
+    if (!m)
+        return NULL;
+    m->next = r->more;
+    r->more = m;
+    nc->q_bytes -= p->wire_bytes;
+    psc_part *after = p->next, *last = p;
+    for (uint64_t i = 1; i < k; i++) {
+        psc_part *x = &m->parts[i - 1];
+        uint64_t at = i * per;
+        part_rows_of(p, x, at, rows - at < per ? rows - at : per);
+        x->msg.part = r->next_part++;
+        nc->q_bytes += x->wire_bytes;
+        last->next = x;
+        last = x;
+    }
+    last->next = after;
+    part_rows_of(p, &q, 0, per);
+    q.next = p->next;
+    *p = q;
+    nc->q_bytes += p->wire_bytes;
+    /* The request waits for every part; a push sent in two waves for
+     * every part of its first. */
+    r->pending += (int)(k - 1);
+    if (p->first)
+        r->first_pending += (int)(k - 1);
+    return last;
+}
+
+/* Cuts again, or fails, the queued parts too large for the node's
+ * max_frame. Parts are cut for the smallest max_frame the nodes had said
+ * when their request was made; a node that came back since with a
+ * smaller one would refuse such a part's frame and close the connection,
+ * at every retransmission until its time ran out. */
 static void fail_oversized(nconn *nc)
 {
     /* Nothing to do while the node takes frames as large as any requests
@@ -373,9 +496,14 @@ static void fail_oversized(nconn *nc)
         return;
     psc_part *out = NULL, **out_tail = &out;
     psc_part **pp = &nc->q_head, *last = NULL;
+    const char *why_not = "";
     while (*pp) {
-        psc_part *p = *pp;
-        if (too_big(nc, p)) {
+        psc_part *p = *pp, *cut;
+        if (too_big(nc, p) && (cut = recut(nc, p, &why_not))) {
+            last = cut;
+            pp = &cut->next;
+        } else if (too_big(nc, p)) {
+            p->cannot = why_not;
             *pp = p->next;
             nc->q_bytes -= p->wire_bytes;
             p->next = NULL;
@@ -393,10 +521,11 @@ static void fail_oversized(nconn *nc)
         p->next = NULL;
         char why[600];
         snprintf(why, sizeof why, "node %d (%s) came back with max_frame "
-                 "%llu, too small for this %llu-byte piece; make the "
-                 "request again",
+                 "%llu, too small for this %llu-byte piece, which could "
+                 "not be cut again (%s); make the request again",
                  nc->node, nc->name, (unsigned long long)nc->max_frame,
-                 (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes));
+                 (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes),
+                 p->cannot);
         part_fail(nc->io->c, p, PS_ETOOBIG, why);
     }
 }

@@ -42,6 +42,8 @@ typedef struct psc_part {
     int abandoned;               /* ps_close_now gave up on it while in
                                     flight: it fails with PS_ECLOSED when
                                     its connection has closed (io.c) */
+    const char *cannot;          /* why it could not be cut again for a
+                                    smaller max_frame (io.c), or NULL */
     int first;                   /* a part of a push sent in two waves
                                     (psc_req.held) that goes first: it
                                     holds a NaN or an infinity */
@@ -82,10 +84,21 @@ struct psc_req {
                                     value); 0 for any other request */
     int nparts;
     psc_part *parts;             /* nparts, in the same allocation */
+    uint32_t next_part;          /* the number the next part cut again
+                                    takes (io.c, recut): nparts and up */
+    struct psc_part_more *more;  /* such parts, an allocation each, or
+                                    NULL */
     struct psc_bufpool *pool;    /* where the allocation goes back to
                                     (NULL: free), and its capacity */
     size_t cap;
 };
+
+/* Parts of a request cut again after it was queued (io.c, recut), which
+ * do not fit its allocation. */
+typedef struct psc_part_more {
+    struct psc_part_more *next;
+    psc_part parts[];
+} psc_part_more;
 
 /* Frees a request with its parts (and any copies slicing made), or
  * gives the allocation back to its pool. NULL is a no-op. */

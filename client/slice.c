@@ -84,6 +84,7 @@ static psc_req *req_alloc(psc_bufpool *pool, int nparts, size_t extra,
         return NULL;
     r->nparts = nparts;
     r->pending = nparts;
+    r->next_part = (uint32_t)nparts;
     r->parts = (psc_part *)(r + 1);
     for (int i = 0; i < nparts; i++)
         r->parts[i].req = r;
