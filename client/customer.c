@@ -330,7 +330,7 @@ static void note_partial(psc_req *r)
 {
     if (r->status == PS_OK || !psw_op_has(r->op, PSW_OPF_PUSHES))
         return;
-    int pushing = 0;
+    int pushing = r->more_pushes;        /* parts cut again (io.c) */
     for (int i = 0; i < r->nparts; i++)
         pushing += psw_op_has(r->parts[i].msg.op, PSW_OPF_PUSHES);
     if (pushing && r->nok == pushing)
@@ -626,24 +626,32 @@ int psc_part_reply(psc_part *p, const psw_msg *m, const char *node)
          * its client, PROTOCOL.md check 10a) answers PS_ESERVER and says
          * so: that part may have been applied. */
         static const char forgot[] = PSW_FORGOT_TEXT;
-        if (m->status == PSW_ESERVER &&
-            psw_op_has(p->msg.op, PSW_OPF_PUSHES) &&
+        int push = psw_op_has(p->msg.op, PSW_OPF_PUSHES);
+        const char *copy = "";
+        if (push && m->status == PSW_ESERVER &&
             m->text_len >= sizeof forgot - 1 &&
             !memcmp(m->text, forgot, sizeof forgot - 1))
             p->req->maybe++;
+        else if (push && p->sends > 1) {
+            /* This answers the copy last sent; an earlier one, sent on a
+             * connection since lost, may have been applied by the node
+             * after this refusal (a trial: a refusal at the limits read
+             * as "not applied", and the rows were there). */
+            p->req->maybe++;
+            copy = " (an earlier copy of this part, sent on a connection "
+                   "since lost, may have been applied)";
+        }
         /* Of several nodes, a refusal says which ("this node" named
          * none). */
-        if (node) {
-            char why[PSW_TEXT_MAX + 320];
-            int l = snprintf(why, sizeof why, "node %d (%s): %.*s", p->node,
-                             node, (int)(m->text_len < PSW_TEXT_MAX
-                                             ? m->text_len
-                                             : PSW_TEXT_MAX),
-                             m->text);
-            return settle(p, m->status, why,
-                          l < (int)sizeof why ? (size_t)l : sizeof why - 1);
-        }
-        return settle(p, m->status, m->text, m->text_len);
+        char why[PSW_TEXT_MAX + 420], who[300] = "";
+        if (node)
+            snprintf(who, sizeof who, "node %d (%s): ", p->node, node);
+        int l = snprintf(why, sizeof why, "%s%.*s%s", who,
+                         (int)(m->text_len < PSW_TEXT_MAX ? m->text_len
+                                                          : PSW_TEXT_MAX),
+                         m->text, copy);
+        return settle(p, m->status, why,
+                      l < (int)sizeof why ? (size_t)l : sizeof why - 1);
     }
     if (!p->out || p->direct)      /* direct: the rows are in out */
         return settle(p, PS_OK, NULL, 0);

@@ -88,6 +88,7 @@ struct psc_req {
                                     takes (io.c, recut): nparts and up */
     struct psc_part_more *more;  /* such parts, an allocation each, or
                                     NULL */
+    int more_pushes;             /* how many of them push */
     struct psc_bufpool *pool;    /* where the allocation goes back to
                                     (NULL: free), and its capacity */
     size_t cap;

@@ -1875,13 +1875,14 @@ static void node_restarted_with_a_smaller_max_frame_gets_what_fits(
  * max_frame: the large piece cannot be sent, and the small one, sent
  * alone, would be applied although the push must be refused. Neither is
  * sent: nothing of the push changes the table. */
-static void nan_push_case(int nan_row)
+static void nan_push_case(int rows, int nan_row)
 {
-    enum { ROWS = 300, DIM = 256 };
+    enum { MAXROWS = 300, DIM = 256 };
+    const int ROWS = rows;
     test_cluster c;
     int t;
     ps_client *cl = open_dense_node(&c, &t);
-    uint64_t keys[ROWS];
+    uint64_t keys[MAXROWS];
     float *g = malloc(sizeof(float) * ROWS * DIM);
     float *got = malloc(sizeof(float) * ROWS * DIM);
     assert_non_null(g && got);
@@ -1893,7 +1894,7 @@ static void nan_push_case(int nan_row)
 
     cluster_kill(&c, 0, SIGKILL);
     /* Cut for 64 MiB frames while the node is down: pieces of 253 and 47
-     * rows, which share one frame. */
+     * rows, which share one frame (300 rows), or one piece (200). */
     ps_ts early = ps_push(cl, t, keys, ROWS, g, NULL, NULL);
     restart_with_max_frame(&c, "128K");
     int st = ps_wait(cl, early);
@@ -1918,7 +1919,7 @@ static void nan_push_whose_piece_no_longer_fits_applies_nothing(
     void **state)
 {
     (void)state;
-    nan_push_case(0);
+    nan_push_case(300, 0);
 }
 
 /* The same with the NaN at the first piece's end: cut again to fit, its
@@ -1928,7 +1929,51 @@ static void nan_push_with_the_nan_late_in_its_piece_applies_nothing(
     void **state)
 {
     (void)state;
-    nan_push_case(252);
+    nan_push_case(300, 252);
+}
+
+/* A push cut again whose later pieces are refused (max_rows) was
+ * applied in part, and says so: the parts of a request were counted
+ * without the pieces cut again, and it read "every part of its push was
+ * applied: only the pull of its rows failed" (a review). */
+static void a_push_cut_again_and_refused_in_part_says_so(void **state)
+{
+    (void)state;
+    enum { KEYS = 200, DIM = 256 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 1, SERVER "[table.s]\nkind = sparse\n"
+                      "dim = 256\nmax_rows = 70\nupdater = sum\n"))
+        fail_msg("cluster did not start");
+    ps_options o = fault_options();
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, "s", NULL);
+    uint64_t keys[KEYS];
+    float *g = malloc(sizeof(float) * KEYS * DIM);
+    assert_non_null(g);
+    for (int i = 0; i < KEYS; i++)
+        keys[i] = (uint64_t)i + 1;
+    for (int i = 0; i < KEYS * DIM; i++)
+        g[i] = 1.0f;
+    cluster_kill(&c, 0, SIGKILL);
+    ps_ts ts = ps_push(cl, t, keys, KEYS, g, NULL, NULL);
+    restart_with_max_frame(&c, "64K");
+    EXPECT_INT(ps_wait(cl, ts), PS_EFULL, "the push past max_rows");
+    EXPECT_SUBSTR(ps_last_error(cl), "it was applied in part", "why");
+    if (strstr(ps_last_error(cl), "every part of its push was applied"))
+        fail_msg("said applied whole: %s", ps_last_error(cl));
+    free(g);
+    ps_close(cl);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
+/* A push of one piece (not read for a NaN when it was made: it goes
+ * whole anyway) with the NaN in its last row: cut again, the rows before
+ * it were applied (a review: rows 0..188 of 200). */
+static void nan_push_of_one_piece_cut_again_applies_nothing(void **state)
+{
+    (void)state;
+    nan_push_case(200, 199);
 }
 
 /* Connections reset (RST) at random bytes, so mostly in the middle of a
@@ -2860,6 +2905,8 @@ int main(void)
         cmocka_unit_test(nan_push_whose_piece_no_longer_fits_applies_nothing),
         cmocka_unit_test(
             nan_push_with_the_nan_late_in_its_piece_applies_nothing),
+        cmocka_unit_test(nan_push_of_one_piece_cut_again_applies_nothing),
+        cmocka_unit_test(a_push_cut_again_and_refused_in_part_says_so),
         cmocka_unit_test(connections_cut_mid_frame_lose_and_double_nothing),
         cmocka_unit_test(
             latency_resends_only_past_the_timeout_and_counts_once),

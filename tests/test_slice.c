@@ -1288,6 +1288,23 @@ static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
         EXPECT_STR(q->error, want, "a refusal of one of several nodes");
         psc_req_free(q);
     }
+    /* A push part sent more than once: the refusal answers the copy last
+     * sent, and an earlier one, on a connection since lost, may have been
+     * applied (a trial: a refusal at the limits read as not applied, and
+     * the rows were there). */
+    {
+        uint64_t k2[200];
+        float v2[200 * 2];
+        psc_req *q = push_request(3, k2, v2, 200, 2);
+        q->parts[1].sends = 2;
+        psw_msg e = reply_msg(&q->parts[1], PSW_EBUSY, "at the limits", 13);
+        psc_part_reply(&q->parts[1], &e, NULL);
+        EXPECT_STR(q->error, "at the limits (an earlier copy of this part, "
+                   "sent on a connection since lost, may have been applied)",
+                   "a refusal of a part sent twice");
+        EXPECT_INT(q->maybe, 1, "parts that may have been applied");
+        psc_req_free(q);
+    }
 
     m = reply_msg(&r->parts[2], PSW_EKEY, "another", 7);
     EXPECT_INT(psc_part_reply(&r->parts[2], &m, NULL), 0, "error reply, 2 of 3");
