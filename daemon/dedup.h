@@ -77,9 +77,15 @@ void psd_dedup_mark(psd_dclient *c, uint64_t upto);
  * PSW_MAX_PARTS records of that ts in a row, and while d holds fewer
  * than total + PSW_MAX_PARTS (a room all clients share, so that one
  * client's endless parts of one ts do not grow the memory without
- * bound; past it the rest of a request is refused). */
+ * bound; past it the rest of a request is refused). A push of a ts
+ * refused before (psd_dedup_refused) is refused (-1) whatever the room. */
 int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
                    size_t per_client, size_t total, char *why, size_t whylen);
+
+/* Notes that a push of ts was refused at the limits (psd_dedup_room
+ * said no): every other part of it, and any copy, is refused too, so
+ * that a request is refused whole on this node. */
+void psd_dedup_refused(psd_dclient *c, uint64_t ts);
 
 /* Forgets the client that has had no connection for longest among those
  * that hold pushes, as client_ttl would later (a tombstone is kept, see

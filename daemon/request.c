@@ -1025,6 +1025,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         return;
     }
     if (dc && pushes && room_for(n, dc, m->ts, now_ms, err, sizeof err)) {
+        psd_dedup_refused(dc, m->ts);
         n->stats.unacked_refusals++;
         reply_error(n, ss, m, PSW_EBUSY, err);
         return;

@@ -540,6 +540,31 @@ static void test_one_requests_parts_are_waived_up_to_the_most_it_may_have(
     psd_dedup_free(d);
 }
 
+/* A request one part of which was refused at the limits is refused
+ * whole: its later parts, and a copy of the refused one, once an ACK
+ * made room (they were taken: a trial's requests applied in part on one
+ * node); the client's next request is taken. */
+static void a_request_refused_in_part_is_refused_whole(void **state)
+{
+    (void)state;
+    psd_dedup *d = psd_dedup_new();
+    psd_dclient *c = psd_dedup_attach(d, 1, 1, 0);
+    char why[256];
+    for (uint64_t ts = 1; ts <= 10; ts++)
+        psd_dedup_record(c, ts, 0, PSW_OK);
+    EXPECT_INT(psd_dedup_room(d, c, 11, 10, 1000, why, sizeof why), -1,
+               "part 0 of push 11, at max_unacked_pushes");
+    psd_dedup_refused(c, 11);
+    psd_dedup_ack(c, 6, UINT64_MAX);     /* room for five more */
+    EXPECT_INT(psd_dedup_room(d, c, 11, 10, 1000, why, sizeof why), -1,
+               "part 1 of push 11, or a copy of part 0, with room");
+    if (!strstr(why, "refused a part of this push"))
+        fail_msg("why: %s", why);
+    EXPECT_INT(psd_dedup_room(d, c, 12, 10, 1000, why, sizeof why), 0,
+               "push 12");
+    psd_dedup_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -567,6 +592,7 @@ int main(void)
             test_a_client_forgotten_with_unacked_pushes_leaves_a_tombstone),
         cmocka_unit_test(
             test_one_requests_parts_are_waived_up_to_the_most_it_may_have),
+        cmocka_unit_test(a_request_refused_in_part_is_refused_whole),
     };
     return cmocka_run_group_tests_name("dedup", tests, NULL, NULL);
 }
