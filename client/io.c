@@ -524,7 +524,7 @@ static void fail_oversized(nconn *nc)
         char why[600];
         snprintf(why, sizeof why, "node %d (%s) came back with max_frame "
                  "%llu, too small for this %llu-byte piece, which could "
-                 "not be cut again (%s); make the request again",
+                 "not be cut again (%s)",
                  nc->node, nc->name, (unsigned long long)nc->max_frame,
                  (unsigned long long)(PSW_BODY_OVERHEAD + p->wire_bytes),
                  p->cannot);

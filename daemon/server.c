@@ -371,6 +371,55 @@ static int token_file_moved(const psd_server *s, const psd_config *nc,
     return !same;
 }
 
+/* A note without its "FILE:LINE: " or "FILE: " (a reload's edits move
+ * the lines). */
+static const char *note_text(const char *note, const char *path)
+{
+    size_t n = strlen(path);
+    if (strncmp(note, path, n) || note[n] != ':')
+        return note;
+    const char *q = note + n + 1;
+    while (*q >= '0' && *q <= '9')
+        q++;
+    if (*q == ':')
+        q++;
+    while (*q == ' ')
+        q++;
+    return q;
+}
+
+/* Whether text is among n notes of `size` bytes each from `notes`,
+ * their places aside. */
+static int noted(const char *text, const void *notes, size_t size, int n,
+                 const char *path)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(text, note_text((const char *)notes + (size_t)i * size,
+                                    path)))
+            return 1;
+    return 0;
+}
+
+/* Warns of what a reload made worth a note that the running settings
+ * did not (psd --check's notes, and those a start logs): the file's
+ * (was, now) and this host's for them (pwas, pnow). A worker_grace of 0
+ * or a max_remembered_pushes of 1 set by SIGHUP said nothing until the
+ * next start (a trial saw a bsp clock end with a worker alone, and
+ * every push refused). */
+static void warn_new_notes(const psd_config *was, const psd_config *now,
+                           const psd_preflight *pwas,
+                           const psd_preflight *pnow, const char *path)
+{
+    for (int i = 0; i < now->nnotes; i++)
+        if (!noted(note_text(now->notes[i], path), was->notes,
+                   sizeof *was->notes, was->nnotes, path))
+            psd_warn("after the reload: %s", now->notes[i]);
+    for (int i = 0; i < pnow->nnotes; i++)
+        if (!noted(note_text(pnow->notes[i], path), pwas->notes,
+                   sizeof *pwas->notes, pwas->nnotes, path))
+            psd_warn("after the reload: %s", pnow->notes[i]);
+}
+
 void psd_server_reload(psd_server *s)
 {
     psd_config nc;
@@ -408,6 +457,10 @@ void psd_server_reload(psd_server *s)
         return;
     }
     int interval = s->node.cfg.snapshot_interval;
+    /* What this host notes of the running settings, to tell a reload's
+     * new notes from those said before. */
+    psd_preflight pwas;
+    (void)psd_preflight_run(&pwas, &s->node.cfg, s->cfg_path, s->node.index);
     char why[512];
     int refused = moved ? snprintf(why, sizeof why, "%s: the token in "
                                    "auth_token_file changed", s->cfg_path)
@@ -424,6 +477,21 @@ void psd_server_reload(psd_server *s)
                      ? psd_config_restart(&s->node.cfg, &nc, gone,
                                           sizeof gone)
                      : PSD_RESTART_TAKES;
+    if (!refused) {
+        psd_preflight pnow;
+        (void)psd_preflight_run(&pnow, &s->node.cfg, s->cfg_path,
+                                s->node.index);
+        warn_new_notes(&s->node.cfg, &nc, &pwas, &pnow, s->cfg_path);
+        psd_preflight_destroy(&pnow);
+        /* The running settings' notes are the new file's from now on. */
+        char (*notes)[PSD_NOTE_MAX] = s->node.cfg.notes;
+        int nnotes = s->node.cfg.nnotes;
+        s->node.cfg.notes = nc.notes;
+        s->node.cfg.nnotes = nc.nnotes;
+        nc.notes = notes;
+        nc.nnotes = nnotes;
+    }
+    psd_preflight_destroy(&pwas);
     psd_config_destroy(&nc);
     if (refused) {
         char hint[600];
@@ -431,10 +499,12 @@ void psd_server_reload(psd_server *s)
             snprintf(hint, sizeof hint, "a new layout: the node's snapshot "
                      "and journal do not fit it, so a restart refuses it "
                      "too; keep the layout (a table with another kind, "
-                     "dim, rows, updater or consistency takes a new name), "
-                     "or start the node fresh (--skip-snapshot; see "
-                     "docs/durability.md, \"Adding, removing and "
-                     "reordering tables\")");
+                     "dim, rows, updater or consistency takes a new name); "
+                     "other nodes or shards take the model with psd "
+                     "--reshard, every node stopped (README, \"Running psd "
+                     "in production\"); or start the node fresh, without "
+                     "its model (--skip-snapshot; see docs/durability.md, "
+                     "\"Adding, removing and reordering tables\")");
         else if (layout == PSD_RESTART_DROPS)
             snprintf(hint, sizeof hint, "restart psd with --drop-table for "
                      "each table removed (%s) to apply that; the other "

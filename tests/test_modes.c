@@ -1395,6 +1395,43 @@ static int line_of(const char *file, const char *text)
  * apply live: it said "nodes, shards or tables changed" for a new dim of
  * one table among many, or a new shards, leaving the operator to diff the
  * file. */
+/* A reload that makes a setting worth psd --check's note says so, once:
+ * a worker_grace of 0 with bsp tables and workers, a
+ * max_remembered_pushes below max_connections (a trial: set by SIGHUP
+ * they said nothing, and a bsp clock ended with a worker alone, every
+ * push was refused). A reload that changes nothing new says nothing. */
+static void a_reload_says_the_notes_its_settings_earn(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      "[table.b]\ndim = 1\n"
+                                      "consistency = bsp\n"), 0);
+    reload_with("s/^\\[server\\]$/[server]\\nmax_remembered_pushes = 1/;"
+                "s/^workers = 2$/workers = 2\\nworker_grace = 0/");
+    if (!cluster_log_wait(&cl, 0, "after the reload: ", 10000) ||
+        !wait_reloads(1, 10000))
+        fail_msg("no note after the reload");
+    reload_with("s/^max_remembered_pushes = 1$/max_remembered_pushes = 1/");
+    if (!wait_reloads(2, 10000))
+        fail_msg("the second reload");
+    char *log = cluster_log(&cl, 0);
+    int grace = 0, remembered = 0;
+    for (char *p = log; p && (p = strstr(p, "after the reload: ")); p++) {
+        char *end = strchr(p, '\n');
+        if (end)
+            *end = '\0';        /* this line only */
+        grace += strstr(p, "worker_grace = 0 with bsp tables") != NULL;
+        remembered += strstr(p, "max_remembered_pushes = 1 is below "
+                             "max_connections") != NULL;
+        if (end)
+            *end = '\n';
+    }
+    free(log);
+    EXPECT_INT(grace, 1, "notes of worker_grace = 0");
+    EXPECT_INT(remembered, 1, "notes of max_remembered_pushes = 1");
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 static void sighup_refusals_say_where_the_change_is(void **state)
 {
     (void)state;
@@ -1444,6 +1481,11 @@ static void sighup_refusals_say_where_the_change_is(void **state)
     if (!cluster_log_wait(&cl, 0, "shards changed (", 10000) ||
         !cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a new shards: want \"%s\" in the log", want);
+    /* The way to other shards or nodes that keeps the model (it offered
+     * only --skip-snapshot, which starts without it: a trial). */
+    if (!cluster_log_wait(&cl, 0, "other nodes or shards take the model "
+                          "with psd --reshard, every node stopped", 1000))
+        fail_msg("a new shards: want psd --reshard named");
     reload_with("s/^shards = 8$/shards = 4/;"
                 "s/^dim = 3$/dim = 3\\nupdater = adam/");
     snprintf(want, sizeof want, "%s:%d: [table.t]: its updater changed",
@@ -2916,6 +2958,7 @@ int main(void)
         cmocka_unit_test(sighup_changing_workers_or_aggregate_is_refused),
         cmocka_unit_test(sighup_changing_staleness_names_its_line),
         cmocka_unit_test(sighup_refusals_say_where_the_change_is),
+        cmocka_unit_test(a_reload_says_the_notes_its_settings_earn),
         cmocka_unit_test(sighup_takes_another_nodes_new_metrics_port),
         cmocka_unit_test(a_second_job_waits_for_all_its_workers),
         cmocka_unit_test(end_job_ends_a_job_whose_workers_stopped_apart),
