@@ -829,18 +829,18 @@ static void check_files(psd_preflight *pf, const psd_config *c,
 }
 
 static int run(psd_preflight *pf, const psd_config *cfg, const char *path,
-               int node, int self)
+               int node, int self, int nodes)
 {
     memset(pf, 0, sizeof *pf);
     pf->self = self;
     check_token(pf, cfg, path);
     check_data_dir(pf, cfg, path);
-    for (int i = 0; i < cfg->nnodes; i++)
+    for (int i = 0; nodes && i < cfg->nnodes; i++)
         check_node(pf, cfg, path, i, node < 0 || node == i, node >= 0);
     /* This host's memory says something of the nodes it runs: the one
      * started, or the one --check -n names; without -n, those on a
      * loopback address. */
-    if (node < cfg->nnodes) {
+    if (nodes && node < cfg->nnodes) {
         check_memory(pf, cfg, path, node);
         check_shards(pf, cfg, path, node);
     }
@@ -852,13 +852,19 @@ static int run(psd_preflight *pf, const psd_config *cfg, const char *path,
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node)
 {
-    return run(pf, cfg, path, node, 0);
+    return run(pf, cfg, path, node, 0, 1);
+}
+
+int psd_preflight_settings(psd_preflight *pf, const psd_config *cfg,
+                           const char *path, int node)
+{
+    return run(pf, cfg, path, node, 1, 0);
 }
 
 int psd_preflight_start(psd_preflight *pf, const psd_config *cfg,
                         const char *path, int node)
 {
-    return run(pf, cfg, path, node, 1);
+    return run(pf, cfg, path, node, 1, 1);
 }
 
 void psd_preflight_destroy(psd_preflight *pf)

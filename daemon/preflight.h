@@ -37,6 +37,13 @@ typedef struct psd_preflight {
 int psd_preflight_run(psd_preflight *pf, const psd_config *cfg,
                       const char *path, int node);
 
+/* The notes of a running node's settings (a reload's): the same but for
+ * what a reload cannot change and that resolves names, which would
+ * block the event loop: the nodes' addresses, and this host's memory and
+ * shards for the tables. */
+int psd_preflight_settings(psd_preflight *pf, const psd_config *cfg,
+                           const char *path, int node);
+
 /* The same for the psd process about to serve node `node` (0..nnodes-1):
  * what this user may not do is then certain, not a guess about a user
  * psd may run as. A data folder it may not write is a problem: psd would

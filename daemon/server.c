@@ -460,7 +460,8 @@ void psd_server_reload(psd_server *s)
     /* What this host notes of the running settings, to tell a reload's
      * new notes from those said before. */
     psd_preflight pwas;
-    (void)psd_preflight_run(&pwas, &s->node.cfg, s->cfg_path, s->node.index);
+    (void)psd_preflight_settings(&pwas, &s->node.cfg, s->cfg_path,
+                                 s->node.index);
     char why[512];
     int refused = moved ? snprintf(why, sizeof why, "%s: the token in "
                                    "auth_token_file changed", s->cfg_path)
@@ -479,8 +480,8 @@ void psd_server_reload(psd_server *s)
                      : PSD_RESTART_TAKES;
     if (!refused) {
         psd_preflight pnow;
-        (void)psd_preflight_run(&pnow, &s->node.cfg, s->cfg_path,
-                                s->node.index);
+        (void)psd_preflight_settings(&pnow, &s->node.cfg, s->cfg_path,
+                                     s->node.index);
         warn_new_notes(&s->node.cfg, &nc, &pwas, &pnow, s->cfg_path);
         psd_preflight_destroy(&pnow);
         /* The running settings' notes are the new file's from now on. */
