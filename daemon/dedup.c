@@ -43,8 +43,9 @@ struct psd_dclient {
     uint64_t *ring;
     size_t rhead, live, rcap;    /* rcap: a power of two, or 0 */
     uint64_t last_ts;            /* of the latest record */
-    uint64_t refused_ts;         /* of the latest push refused at the
-                                    limits (psd_dedup_refused), or 0 */
+    uint64_t refused_ts;         /* of a push refused at the limits
+                                    (psd_dedup_refused) while its parts
+                                    come in a row, or 0 */
     /* The 4-byte fields in pairs: a client with nothing live costs its
      * struct, under the 200 bytes conf/psd.ini counts. */
     uint32_t last_parts;         /* records of last_ts in a row */
@@ -350,6 +351,11 @@ void psd_dedup_pushed(psd_dclient *c, uint64_t ts)
 {
     c->pushed = 1;
     saw(c, ts);
+    /* A refused request's parts come in a row (the reference client
+     * sends them so); a push of another ts ends it, and a client may
+     * then send the refused request again under its ts. */
+    if (ts != c->refused_ts)
+        c->refused_ts = 0;
 }
 
 int psd_dedup_record(psd_dclient *c, uint64_t ts, uint32_t part, int status)

@@ -83,8 +83,9 @@ int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
                    size_t per_client, size_t total, char *why, size_t whylen);
 
 /* Notes that a push of ts was refused at the limits (psd_dedup_room
- * said no): every other part of it, and any copy, is refused too, so
- * that a request is refused whole on this node. */
+ * said no): the parts of it that follow, and copies, are refused too, so
+ * that a request is refused whole on this node, until a push of another
+ * ts (psd_dedup_pushed, called for every push) ends that. */
 void psd_dedup_refused(psd_dclient *c, uint64_t ts);
 
 /* Forgets the client that has had no connection for longest among those

@@ -562,6 +562,13 @@ static void a_request_refused_in_part_is_refused_whole(void **state)
         fail_msg("why: %s", why);
     EXPECT_INT(psd_dedup_room(d, c, 12, 10, 1000, why, sizeof why), 0,
                "push 12");
+    /* A push of another ts ends the request: 11 may be sent again. */
+    psd_dedup_pushed(c, 11);
+    EXPECT_INT(psd_dedup_room(d, c, 11, 10, 1000, why, sizeof why), -1,
+               "push 11, its parts still in a row");
+    psd_dedup_pushed(c, 12);
+    EXPECT_INT(psd_dedup_room(d, c, 11, 10, 1000, why, sizeof why), 0,
+               "push 11 sent again after push 12");
     psd_dedup_free(d);
 }
 
