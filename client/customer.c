@@ -632,14 +632,15 @@ int psc_part_reply(psc_part *p, const psw_msg *m, const char *node)
             m->text_len >= sizeof forgot - 1 &&
             !memcmp(m->text, forgot, sizeof forgot - 1))
             p->req->maybe++;
-        else if (push && p->sends > 1) {
-            /* This answers the copy last sent; an earlier one, sent on a
-             * connection since lost, may have been applied by the node
-             * after this refusal (a trial: a refusal at the limits read
-             * as "not applied", and the rows were there). */
+        else if (push && p->sends > 1 && m->status != PSW_ENONFINITE) {
+            /* This answers the copy last sent; an earlier one may have
+             * been applied by the node after this refusal (a trial: a
+             * refusal at the limits read as "not applied", and the rows
+             * were there). A NaN's refusal is the part's own: every copy
+             * gets it. */
             p->req->maybe++;
-            copy = " (an earlier copy of this part, sent on a connection "
-                   "since lost, may have been applied)";
+            copy = " (an earlier copy of this part was sent too, and may "
+                   "have been applied)";
         }
         /* Of several nodes, a refusal says which ("this node" named
          * none). */

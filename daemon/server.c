@@ -474,6 +474,12 @@ void psd_server_reload(psd_server *s)
      * --drop-table) or moved, and refuses the rest: "restart to apply"
      * would send the operator into a node that does not start. */
     char gone[300] = "";
+    /* Only another node list is what psd --reshard moves a model onto
+     * (not other shards or tables: it refuses those). */
+    int nodes_moved = nc.nnodes != s->node.cfg.nnodes;
+    for (int i = 0; !nodes_moved && i < nc.nnodes; i++)
+        nodes_moved = strcmp(nc.nodes[i].host, s->node.cfg.nodes[i].host) ||
+                      nc.nodes[i].port != s->node.cfg.nodes[i].port;
     int layout = refused && psd_config_shape(&nc) != s->node.shape
                      ? psd_config_restart(&s->node.cfg, &nc, gone,
                                           sizeof gone)
@@ -495,17 +501,19 @@ void psd_server_reload(psd_server *s)
     psd_preflight_destroy(&pwas);
     psd_config_destroy(&nc);
     if (refused) {
-        char hint[600];
+        char hint[700];
         if (layout == PSD_RESTART_REFUSES)
             snprintf(hint, sizeof hint, "a new layout: the node's snapshot "
                      "and journal do not fit it, so a restart refuses it "
                      "too; keep the layout (a table with another kind, "
-                     "dim, rows, updater or consistency takes a new name); "
-                     "other nodes or shards take the model with psd "
-                     "--reshard, every node stopped (README, \"Running psd "
-                     "in production\"); or start the node fresh, without "
-                     "its model (--skip-snapshot; see docs/durability.md, "
-                     "\"Adding, removing and reordering tables\")");
+                     "dim, rows, updater or consistency takes a new name)%s; "
+                     "or start the node fresh, without its model "
+                     "(--skip-snapshot; see docs/durability.md, \"Adding, "
+                     "removing and reordering tables\")",
+                     nodes_moved ? "; other nodes take the model with psd "
+                                   "--reshard, every node stopped (README, "
+                                   "\"Running psd in production\")"
+                                 : "");
         else if (layout == PSD_RESTART_DROPS)
             snprintf(hint, sizeof hint, "restart psd with --drop-table for "
                      "each table removed (%s) to apply that; the other "

@@ -1299,8 +1299,8 @@ static void test_error_reply_sets_status_and_text_and_later_ok_keeps_it(
         q->parts[1].sends = 2;
         psw_msg e = reply_msg(&q->parts[1], PSW_EBUSY, "at the limits", 13);
         psc_part_reply(&q->parts[1], &e, NULL);
-        EXPECT_STR(q->error, "at the limits (an earlier copy of this part, "
-                   "sent on a connection since lost, may have been applied)",
+        EXPECT_STR(q->error, "at the limits (an earlier copy of this part "
+                   "was sent too, and may have been applied)",
                    "a refusal of a part sent twice");
         EXPECT_INT(q->maybe, 1, "parts that may have been applied");
         psc_req_free(q);
