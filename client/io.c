@@ -443,22 +443,24 @@ static psc_part *recut(nconn *nc, psc_part *p, const char **why_not)
     uint64_t rows = op == PSW_OP_PUSH || op == PSW_OP_PULL ? p->msg.nkeys
                                                             : p->msg.count;
     uint64_t per = rows_fitting(nc, p);
-    *why_not = "one row does not fit";
-    if (!per || rows <= 1)
-        return NULL;
-    uint64_t k = (rows + per - 1) / per;
-    *why_not = "more parts than a request may have";
-    if (k < 2 || k - 1 > (uint64_t)PSW_MAX_PARTS - r->next_part)
-        return NULL;
     psc_part q;
-    part_rows_of(p, &q, 0, per);
-    *why_not = "one row does not fit";
-    if (too_big(nc, &q))
-        return NULL;             /* not expected: rows_fitting is exact */
-    psc_part_more *m = malloc(sizeof *m + (size_t)(k - 1) * sizeof(psc_part));
-    *why_not = "out of memory";
-    if (!m)
+    if (per)
+        part_rows_of(p, &q, 0, per);
+    /* too_big(q) is not expected: rows_fitting is exact. */
+    if (!per || rows <= 1 || too_big(nc, &q)) {
+        *why_not = "one row does not fit";
         return NULL;
+    }
+    uint64_t k = (rows + per - 1) / per;
+    if (k - 1 > (uint64_t)PSW_MAX_PARTS - r->next_part) {
+        *why_not = "more parts than a request may have";
+        return NULL;
+    }
+    psc_part_more *m = malloc(sizeof *m + (size_t)(k - 1) * sizeof(psc_part));
+    if (!m) {
+        *why_not = "out of memory";
+        return NULL;
+    }
     m->next = r->more;
     r->more = m;
     nc->q_bytes -= p->wire_bytes;
@@ -473,8 +475,7 @@ static psc_part *recut(nconn *nc, psc_part *p, const char **why_not)
         last = x;
     }
     last->next = after;
-    part_rows_of(p, &q, 0, per);
-    q.next = p->next;
+    q.next = p->next;            /* the first new part */
     *p = q;
     nc->q_bytes += p->wire_bytes;
     /* The request waits for every part (none of a first wave: a push

@@ -400,24 +400,49 @@ static int noted(const char *text, const void *notes, size_t size, int n,
     return 0;
 }
 
-/* Warns of what a reload made worth a note that the running settings
- * did not (psd --check's notes, and those a start logs): the file's
- * (was, now) and this host's for them (pwas, pnow). A worker_grace of 0
- * or a max_remembered_pushes of 1 set by SIGHUP said nothing until the
- * next start (a trial saw a bsp clock end with a worker alone, and
- * every push refused). */
-static void warn_new_notes(const psd_config *was, const psd_config *now,
-                           const psd_preflight *pwas,
-                           const psd_preflight *pnow, const char *path)
+/* After a reload was applied: warns of what its settings are worth a
+ * note for that the settings before it were not (psd --check's notes,
+ * and those a start logs): the file's (the running config's, nc's) and
+ * this host's for them (pwas before, computed now after). A worker_grace
+ * of 0 or a max_remembered_pushes of 1 set by SIGHUP said nothing until
+ * the next start (a trial saw a bsp clock end with a worker alone, and
+ * every push refused). The running config keeps nc's notes from now on;
+ * nc gets the old ones, to free. */
+static void take_notes(psd_server *s, psd_config *nc,
+                       const psd_preflight *pwas)
 {
-    for (int i = 0; i < now->nnotes; i++)
-        if (!noted(note_text(now->notes[i], path), was->notes,
-                   sizeof *was->notes, was->nnotes, path))
-            psd_warn("after the reload: %s", now->notes[i]);
-    for (int i = 0; i < pnow->nnotes; i++)
-        if (!noted(note_text(pnow->notes[i], path), pwas->notes,
+    psd_config *run = &s->node.cfg;
+    const char *path = s->cfg_path;
+    psd_preflight pnow;
+    (void)psd_preflight_settings(&pnow, run, path, s->node.index);
+    for (int i = 0; i < nc->nnotes; i++)
+        if (!noted(note_text(nc->notes[i], path), run->notes,
+                   sizeof *run->notes, run->nnotes, path))
+            psd_warn("after the reload: %s", nc->notes[i]);
+    for (int i = 0; i < pnow.nnotes; i++)
+        if (!noted(note_text(pnow.notes[i], path), pwas->notes,
                    sizeof *pwas->notes, pwas->nnotes, path))
-            psd_warn("after the reload: %s", pnow->notes[i]);
+            psd_warn("after the reload: %s", pnow.notes[i]);
+    psd_preflight_destroy(&pnow);
+    char (*notes)[PSD_NOTE_MAX] = run->notes;
+    int nnotes = run->nnotes;
+    run->notes = nc->notes;
+    run->nnotes = nc->nnotes;
+    nc->notes = notes;
+    nc->nnotes = nnotes;
+}
+
+/* Whether b lists other nodes than a: what psd --reshard moves a model
+ * onto (not other shards or tables: it refuses those). */
+static int nodes_changed(const psd_config *a, const psd_config *b)
+{
+    if (a->nnodes != b->nnodes)
+        return 1;
+    for (int i = 0; i < a->nnodes; i++)
+        if (strcmp(a->nodes[i].host, b->nodes[i].host) ||
+            a->nodes[i].port != b->nodes[i].port)
+            return 1;
+    return 0;
 }
 
 void psd_server_reload(psd_server *s)
@@ -474,30 +499,13 @@ void psd_server_reload(psd_server *s)
      * --drop-table) or moved, and refuses the rest: "restart to apply"
      * would send the operator into a node that does not start. */
     char gone[300] = "";
-    /* Only another node list is what psd --reshard moves a model onto
-     * (not other shards or tables: it refuses those). */
-    int nodes_moved = nc.nnodes != s->node.cfg.nnodes;
-    for (int i = 0; !nodes_moved && i < nc.nnodes; i++)
-        nodes_moved = strcmp(nc.nodes[i].host, s->node.cfg.nodes[i].host) ||
-                      nc.nodes[i].port != s->node.cfg.nodes[i].port;
+    int nodes_moved = nodes_changed(&s->node.cfg, &nc);
     int layout = refused && psd_config_shape(&nc) != s->node.shape
                      ? psd_config_restart(&s->node.cfg, &nc, gone,
                                           sizeof gone)
                      : PSD_RESTART_TAKES;
-    if (!refused) {
-        psd_preflight pnow;
-        (void)psd_preflight_settings(&pnow, &s->node.cfg, s->cfg_path,
-                                     s->node.index);
-        warn_new_notes(&s->node.cfg, &nc, &pwas, &pnow, s->cfg_path);
-        psd_preflight_destroy(&pnow);
-        /* The running settings' notes are the new file's from now on. */
-        char (*notes)[PSD_NOTE_MAX] = s->node.cfg.notes;
-        int nnotes = s->node.cfg.nnotes;
-        s->node.cfg.notes = nc.notes;
-        s->node.cfg.nnotes = nc.nnotes;
-        nc.notes = notes;
-        nc.nnotes = nnotes;
-    }
+    if (!refused)
+        take_notes(s, &nc, &pwas);
     psd_preflight_destroy(&pwas);
     psd_config_destroy(&nc);
     if (refused) {
