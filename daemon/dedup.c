@@ -440,8 +440,8 @@ int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
     /* A request a part of which was refused is refused whole: its later
      * parts were taken once an ACK (another client's) had made room, and
      * the request was applied in part on one node (a trial: 53 of 400
-     * requests of 3,000 keys at max_frame = 1K), as was a copy of a
-     * refused part sent again (its first answer said "not applied"). */
+     * requests of 3,000 keys at max_frame = 1K). Until a push of another
+     * ts (psd_dedup_pushed): the parts of a request come in a row. */
     if (ts && ts == c->refused_ts) {
         snprintf(why, whylen, "this node refused a part of this push at its "
                  "limits on remembered pushes (max_unacked_pushes = %zu, "
