@@ -791,6 +791,7 @@ typedef struct jbad {
     int oom;                     /* no memory for its body */
     int e;                       /* the errno of a failed read */
     uint32_t len;                /* with header_ok */
+    uint32_t too_long;           /* a whole header's length past max_body */
 } jbad;
 
 /* Reads fd's records from its start on (rd->body is kept). */
@@ -827,7 +828,7 @@ static int jread(jreader *rd, psd_jrecord *r, jbad *b)
     else if (psw_crc32c(0, h, 8) != hcrc)
         b->why = "record header CRC mismatch";
     else if (len > rd->max_body)
-        b->why = "record longer than a frame allows";
+        b->why = "record longer than a frame allows", b->too_long = len;
     else {
         b->header_ok = 1;
         b->len = len;
@@ -1042,8 +1043,21 @@ int psd_journal_replay(const char *dir, int node, uint64_t shape,
                     rc = -1;
                     break;
                 }
-                snprintf(err, errlen, "%s: offset %llu: %s%s%s", path,
-                         (unsigned long long)off, why, e ? ": " : "",
+                /* Most likely a node whose max_frame was lowered after
+                 * a crash (its journal holds pushes of the larger one): a
+                 * trial's start failed with this line alone. */
+                char big[300] = "";
+                if (bad.too_long)
+                    snprintf(big, sizeof big, " (%u bytes: written under a "
+                             "larger [server] max_frame; start the node with "
+                             "max_frame = %llu or more, and lower it after a "
+                             "clean stop, whose final snapshot leaves no "
+                             "journal to replay)", bad.too_long,
+                             (unsigned long long)(bad.too_long > 4096
+                                                      ? bad.too_long - 4096
+                                                      : 1));
+                snprintf(err, errlen, "%s: offset %llu: %s%s%s%s", path,
+                         (unsigned long long)off, why, big, e ? ": " : "",
                          e ? strerror(e) : "");
                 rc = -1;
                 break;

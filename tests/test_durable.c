@@ -3365,6 +3365,72 @@ static void test_a_missing_data_dir_is_created_0700(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* A node killed with pushes journaled and started with a smaller
+ * max_frame cannot replay them: the start says the max_frame that reads
+ * them, and that a clean stop lets it be lowered (a trial's start failed
+ * with "record longer than a frame allows" alone). Started so, stopped,
+ * then started with the smaller one, it keeps every push. */
+static void test_a_journal_past_a_lowered_max_frame_says_what_reads_it(
+    void **state)
+{
+    (void)state;
+    enum { ROWS = 20000, DIM = 4 };
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, SERVER "durability = log\n"
+                      "snapshot_interval = 0\n[table.d]\nkind = dense\n"
+                      "rows = 20000\ndim = 4\nupdater = sum\n"))
+        fail_msg("cluster did not start");
+    ps_client *cl = NULL;
+    assert_int_equal(ps_open(&cl, c.spec, NULL), 0);
+    float *g = malloc(sizeof(float) * ROWS * DIM);
+    assert_non_null(g);
+    for (int i = 0; i < ROWS * DIM; i++)
+        g[i] = 1.0f;
+    EXPECT_INT(ps_wait(cl, ps_push_range(cl, 0, 0, ROWS, g, NULL, NULL)),
+               PS_OK, "a 320 KB push");
+    ps_close(cl);
+    kill(c.pid[0], SIGKILL);
+    cluster_wait_exit(&c, 0, 5000);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "sed -i 's/^durability = log$/&\\nmax_frame "
+             "= 16K/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    cluster_launch(&c, 0, NULL);
+    EXPECT_INT(cluster_wait_exit(&c, 0, 10000), 1, "psd with a journal of "
+               "larger frames");
+    EXPECT_INT(cluster_log_wait(&c, 0, "record longer than a frame allows (",
+                                100), 1, "the refusal");
+    EXPECT_INT(cluster_log_wait(&c, 0, "written under a larger [server] "
+                                "max_frame; start the node with max_frame = ",
+                                100), 1, "what reads it");
+    /* As it says: the larger frame, a clean stop, then the smaller. */
+    snprintf(cmd, sizeof cmd, "sed -i 's/^max_frame = 16K$/max_frame = "
+             "1M/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start with max_frame = 1M");
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 0, 10000), 0, "a clean stop");
+    snprintf(cmd, sizeof cmd, "sed -i 's/^max_frame = 1M$/max_frame = "
+             "16K/' '%s'", c.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start with max_frame = 16K after a clean stop");
+    assert_int_equal(ps_open(&cl, c.spec, NULL), 0);
+    float *out = malloc(sizeof(float) * ROWS * DIM);
+    assert_non_null(out);
+    EXPECT_INT(ps_wait(cl, ps_pull_range(cl, 0, 0, ROWS, out, NULL, NULL)),
+               PS_OK, "the pull");
+    int wrong = 0;
+    for (int i = 0; i < ROWS * DIM; i++)
+        wrong += out[i] != 1.0f;
+    EXPECT_INT(wrong, 0, "values the push before the crash does not hold");
+    ps_close(cl);
+    free(g);
+    free(out);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 int main(void)
 {
     const char *s = getenv("PSD_TEST_SEED");
@@ -3436,6 +3502,8 @@ int main(void)
         cmocka_unit_test(test_a_removed_data_dir_refuses_pushes),
         cmocka_unit_test(test_a_removed_data_dir_made_again_is_saved_to),
         cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
+        cmocka_unit_test(
+            test_a_journal_past_a_lowered_max_frame_says_what_reads_it),
     };
     int failed = cmocka_run_group_tests_name("durability", tests, NULL, NULL);
     int total = (int)(sizeof tests / sizeof tests[0]);
