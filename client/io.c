@@ -2176,7 +2176,13 @@ static void on_wake(uv_async_t *a)
         p->expire_ns = b > UINT64_MAX - p->req->submit_ns
                            ? UINT64_MAX : p->req->submit_ns + b;
         if (nc->fatal) {
-            part_fail(c, p, nc->fatal, nc->last_why);
+            /* Refused for good and still closing: its reason is not the
+             * last one yet (the request failed with the connection
+             * before's, "nothing heard ... presumed dead": test_modes'
+             * a_lost_worker_back_after_end_job_is_refused, now and
+             * then). */
+            part_fail(c, p, nc->fatal,
+                      nc->state == NC_CLOSING ? nc->drop_why : nc->last_why);
             p = n;
             continue;
         }
