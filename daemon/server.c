@@ -432,19 +432,6 @@ static void take_notes(psd_server *s, psd_config *nc,
     nc->nnotes = nnotes;
 }
 
-/* Whether b lists other nodes than a: what psd --reshard moves a model
- * onto (not other shards or tables: it refuses those). */
-static int nodes_changed(const psd_config *a, const psd_config *b)
-{
-    if (a->nnodes != b->nnodes)
-        return 1;
-    for (int i = 0; i < a->nnodes; i++)
-        if (strcmp(a->nodes[i].host, b->nodes[i].host) ||
-            a->nodes[i].port != b->nodes[i].port)
-            return 1;
-    return 0;
-}
-
 void psd_server_reload(psd_server *s)
 {
     psd_config nc;
@@ -499,7 +486,9 @@ void psd_server_reload(psd_server *s)
      * --drop-table) or moved, and refuses the rest: "restart to apply"
      * would send the operator into a node that does not start. */
     char gone[300] = "";
-    int nodes_moved = nodes_changed(&s->node.cfg, &nc);
+    /* Other nodes are what psd --reshard moves a model onto (not other
+     * shards or tables: it refuses those). */
+    int nodes_moved = !psd_config_same_nodes(&s->node.cfg, &nc);
     int layout = refused && psd_config_shape(&nc) != s->node.shape
                      ? psd_config_restart(&s->node.cfg, &nc, gone,
                                           sizeof gone)
