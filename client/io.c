@@ -1395,6 +1395,18 @@ static void on_connect(uv_connect_t *req, int status)
                 uv_strerror(status));
         return;
     }
+    /* Nothing listens there (psw_addr_self_connected): said as the
+     * refusal it stands for, and closed at once, freeing the node's port. */
+    uv_os_fd_t fd;
+    if (!uv_fileno((const uv_handle_t *)&nc->tcp, &fd) &&
+        psw_addr_self_connected(fd)) {
+        char where[400];
+        addr_label(nc, where, sizeof where);
+        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s (the connection "
+                "reached itself: its local port was the node's)", where,
+                uv_strerror(UV_ECONNREFUSED));
+        return;
+    }
     nc->reached = 1;
     nc->hello_ns = nc->attempt_end_ns;
     /* While ps_open waits, a handshake gets a request's attempt at most

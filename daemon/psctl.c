@@ -176,6 +176,7 @@ static int dial(node *nd)
     }
     int fd = -1;
     for (ai = res; ai; ai = ai->ai_next) {
+        int self = 0;
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
                     SOCK_NONBLOCK, 0);
         if (fd < 0)
@@ -193,13 +194,16 @@ static int dial(node *nd)
             int e = 0;
             socklen_t l = sizeof e;
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
-            if (e == 0)
+            /* Nothing listens there: psw_addr_self_connected. */
+            self = e == 0 && psw_addr_self_connected(fd);
+            if (e == 0 && !self)
                 break;
-            errno = e;
+            errno = self ? ECONNREFUSED : e;
         } else if (errno == EINPROGRESS)
             errno = ETIMEDOUT;
-        snprintf(nd->err, sizeof nd->err, "cannot connect: %s",
-                 strerror(errno));
+        snprintf(nd->err, sizeof nd->err, "cannot connect: %s%s",
+                 strerror(errno), self ? " (the connection reached itself: "
+                 "its local port was the node's)" : "");
         close(fd);
         fd = -1;
     }

@@ -2,6 +2,7 @@
  * addr.h. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,31 @@ int psw_addr_link_local(const struct sockaddr *sa)
         return 0;
     memcpy(&a6, sa, sizeof a6);      /* sa may be a sockaddr's alignment */
     return IN6_IS_ADDR_LINKLOCAL(&a6.sin6_addr);
+}
+
+int psw_addr_self_connected(int fd)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t nme = sizeof me, npeer = sizeof peer;
+    if (getsockname(fd, (struct sockaddr *)&me, &nme) ||
+        getpeername(fd, (struct sockaddr *)&peer, &npeer) || nme != npeer ||
+        me.ss_family != peer.ss_family)
+        return 0;
+    if (me.ss_family == AF_INET) {
+        struct sockaddr_in a, b;
+        memcpy(&a, &me, sizeof a);
+        memcpy(&b, &peer, sizeof b);
+        return a.sin_port == b.sin_port &&
+               a.sin_addr.s_addr == b.sin_addr.s_addr;
+    }
+    if (me.ss_family == AF_INET6) {
+        struct sockaddr_in6 a, b;
+        memcpy(&a, &me, sizeof a);
+        memcpy(&b, &peer, sizeof b);
+        return a.sin6_port == b.sin6_port &&
+               !memcmp(&a.sin6_addr, &b.sin6_addr, sizeof a.sin6_addr);
+    }
+    return 0;
 }
 
 int psw_addr_same(const psw_addr *a, const psw_addr *b)

@@ -66,6 +66,14 @@ struct sockaddr;
  * ("invalid argument"). */
 int psw_addr_link_local(const struct sockaddr *sa);
 
+/* 1 when the connected socket fd runs from a port to itself: its local
+ * and peer addresses are one. Linux takes a connect's local port from the
+ * ephemeral range, and may take the very port connected to when nothing
+ * listens there: the SYN meets itself (a TCP simultaneous open) and the
+ * connect succeeds. The caller would read its own HELLO back, and hold
+ * the port the node needs to start; what it stands for is a refusal. */
+int psw_addr_self_connected(int fd);
+
 /* The host a reaches: its own, but the IPv4 address an IPv4-mapped IPv6
  * one ([::ffff:a.b.c.d]) maps, which is the same socket. *v4 (may be
  * NULL) says whether it is IPv4. Points into a. */

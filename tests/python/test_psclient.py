@@ -158,14 +158,13 @@ def test_a_failed_connect_says_why(tmp_path):
     """The reason ps_open gives (ps_last_error(NULL), also on stderr, which
     a notebook does not show) is in the exception: the option out of
     range, the address nobody answers on."""
-    import socket
     with pytest.raises(psclient.InvalidError,
                        match=r"request_timeout_ms = 0; it must be 1\.\."):
         psclient.connect("127.0.0.1:9", request_timeout_ms=0)
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    # A port of the runner's range, out of the kernel's ephemeral ones:
+    # one of those may be taken meanwhile by another program's listener.
+    from psdcluster import free_port
+    port = free_port()
     with pytest.raises(psclient.ConnectionError,
                        match=f"no connection to 127.0.0.1:{port} within "
                              r"connect_timeout_ms \(200 ms\): connection "
