@@ -1422,6 +1422,36 @@ static int same_place(const char *a, const char *b)
     return same;
 }
 
+/* The node psctl asked that is node i of layout l and answered, or NULL;
+ * *asked (may be NULL) says whether psctl asked it at all (every node
+ * with -c; -n asks one). */
+static const node *node_of(const cluster *c, const psw_cluster *l, int i,
+                           int *asked)
+{
+    const node *found = NULL;
+    if (asked)
+        *asked = 0;
+    for (int k = 0; k < c->n; k++) {
+        /* One that never answered has no number of its own: with -c its
+         * place is its number; with -s, it is the node whose address it
+         * is, written alike or resolving alike (its place in the list
+         * named another node). */
+        const node *nd = &c->nodes[k];
+        if (c->only >= 0 && k != c->only)
+            continue;            /* -n: the others were not asked */
+        int is = nd->index >= 0 || c->from_ini
+                     ? id(c, k) == i
+                     : same_place(nd->addr, l->nodes[i]);
+        if (is) {
+            if (asked)
+                *asked = 1;
+            if (nd->fd >= 0 && !found)
+                found = nd;
+        }
+    }
+    return found;
+}
+
 static int do_layout(cluster *c, int json)
 {
     const psw_cluster *l = any_layout(c);
@@ -1443,6 +1473,18 @@ static int do_layout(cluster *c, int json)
                l->peer_timeout_ms);
         for (int i = 0; i < l->nnodes; i++)
             printf("%s\"%s\"", i ? ", " : "", l->nodes[i]);
+        /* Each node's own (a node may run with another max_frame or
+         * max_client_memory, which bounds it): null where not asked or
+         * not answering. */
+        printf("], \"node_max_frame\": [");
+        for (int i = 0; i < l->nnodes; i++) {
+            const node *nd = node_of(c, l, i, NULL);
+            if (nd)
+                printf("%s%llu", i ? ", " : "",
+                       (unsigned long long)nd->layout.max_frame);
+            else
+                printf("%snull", i ? ", " : "");
+        }
         printf("], \"tables\": [");
         for (int t = 0; t < l->ntables; t++) {
             const psw_table_desc *d = &l->tables[t];
@@ -1454,31 +1496,37 @@ static int do_layout(cluster *c, int json)
         printf("]}\n");
         return 0;
     }
-    printf("%d nodes, %u shards (shard s on node s mod %d), max_frame %llu, "
+    /* One max_frame for all where the nodes that answered agree; else
+     * each node's on its line (a node restarted with a smaller max_frame
+     * or max_client_memory tells clients its own). */
+    unsigned long long mf = 0;
+    int mixed = 0;
+    for (int i = 0; i < l->nnodes; i++) {
+        const node *nd = node_of(c, l, i, NULL);
+        if (!nd)
+            continue;
+        mixed |= mf && mf != nd->layout.max_frame;
+        mf = nd->layout.max_frame;
+    }
+    if (!mf)
+        mf = l->max_frame;
+    char frame[64] = "max_frame by node";
+    if (!mixed)
+        snprintf(frame, sizeof frame, "max_frame %llu", mf);
+    printf("%d nodes, %u shards (shard s on node s mod %d), %s, "
            "heartbeat %u ms, peer timeout %u ms, layout epoch %016llx\n",
-           l->nnodes, l->shards, l->nnodes, (unsigned long long)l->max_frame,
-           l->heartbeat_ms, l->peer_timeout_ms, (unsigned long long)l->epoch);
+           l->nnodes, l->shards, l->nnodes, frame, l->heartbeat_ms,
+           l->peer_timeout_ms, (unsigned long long)l->epoch);
     for (int i = 0; i < l->nnodes; i++) {
         /* Said only of the nodes psctl asked (all of them with -c). */
-        int asked = 0, answers = 0;
-        for (int k = 0; k < c->n; k++) {
-            /* One that never answered has no number of its own: with -c
-             * its place is its number; with -s, it is the node whose
-             * address it is, written alike or resolving alike (its place
-             * in the list named another node). */
-            const node *nd = &c->nodes[k];
-            if (c->only >= 0 && k != c->only)
-                continue;        /* -n: the others were not asked */
-            int is = nd->index >= 0 || c->from_ini
-                         ? id(c, k) == i
-                         : same_place(nd->addr, l->nodes[i]);
-            if (is) {
-                asked = 1;
-                answers |= nd->fd >= 0;
-            }
-        }
-        printf("  node %d  %s%s\n", i, l->nodes[i],
-               asked && !answers ? "  (not answering)" : "");
+        int asked = 0;
+        const node *nd = node_of(c, l, i, &asked);
+        char own[48] = "";
+        if (mixed && nd)
+            snprintf(own, sizeof own, "  max_frame %llu",
+                     (unsigned long long)nd->layout.max_frame);
+        printf("  node %d  %s%s%s\n", i, l->nodes[i], own,
+               asked && !nd ? "  (not answering)" : "");
     }
     for (int t = 0; t < l->ntables; t++) {
         const psw_table_desc *d = &l->tables[t];

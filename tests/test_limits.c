@@ -1642,6 +1642,19 @@ static void queued_parts_are_cut_again_for_a_node_back_with_a_smaller_frame(
     for (size_t i = 0; i < (size_t)KEYS * DIM; i++)
         wrong += kout[i] != 2.0f + (float)counts[keys[i / DIM]];
     EXPECT_INT(wrong, 0, "values the keyed pull got wrong");
+    /* psctl layout says each node's max_frame once they differ (it said
+     * the first node's for all). */
+    int pst;
+    char *lo = cluster_psctl(&c, &pst, "layout");
+    EXPECT_INT(pst, 0, "psctl layout: %s", lo ? lo : "");
+    EXPECT_SUBSTR(lo ? lo : "", "max_frame by node,", "psctl layout");
+    EXPECT_SUBSTR(lo ? lo : "", "  max_frame 67108864\n", "node 0's line");
+    EXPECT_SUBSTR(lo ? lo : "", "  max_frame 65536\n", "node 1's line");
+    free(lo);
+    lo = cluster_psctl(&c, &pst, "--json layout");
+    EXPECT_SUBSTR(lo ? lo : "", "\"node_max_frame\": [67108864, 65536]",
+                  "psctl --json layout");
+    free(lo);
     /* A push sent to node 1 and not answered (stopped, then killed) may
      * have been applied: back with a smaller max_frame still, it fails,
      * saying why; a pull sent with it is cut again. */
