@@ -2,6 +2,7 @@
  * import.h. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,53 +294,167 @@ out:
     return rc;
 }
 
-/* The first file of a table of cfg that manifest `path` (in dir) lists
- * and dir does not hold, in missing (empty when all are there): a
- * manifest whose node's files were not all copied would import that
- * node's rows of those tables as their init, without a word. Names are
- * "keys" and "values" strings, of table names (letters, digits, _ and -)
- * and ".nodeK[.keys].npy", as psd --export writes them (a manifest over
- * 64 MiB, far past psd's, is read that far). */
-static void missing_listed(const psd_config *cfg, const char *dir,
-                           const char *path, char *missing, size_t len)
+/* Manifest path's text, NUL-terminated, into *out (malloc'd; at most
+ * max bytes are read, far past what psd writes), or NULL with err. Only
+ * a regular file, opened without waiting: a FIFO put there hung the
+ * import in open(). */
+static char *read_manifest(const char *path, size_t max, char *err,
+                           size_t errlen)
 {
-    missing[0] = '\0';
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    size_t cap = 1 << 16, n = 0, k;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
-    while (buf && (k = fread(buf + n, 1, cap - 1 - n, f)) > 0) {
-        n += k;
-        if (n == cap - 1 && cap < ((size_t)64 << 20)) {
-            char *b = realloc(buf, cap * 2);
-            if (!b)
+    ssize_t k = 0;
+    while (buf && (k = read(fd, buf + n, cap - 1 - n)) > 0) {
+        n += (size_t)k;
+        if (n == cap - 1) {
+            if (cap >= max)
                 break;
+            char *b = realloc(buf, cap * 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
             buf = b;
             cap *= 2;
         }
     }
-    fclose(f);
+    int e = errno;
+    close(fd);
+    if (!buf || k < 0) {
+        snprintf(err, errlen, "%s: %s", path, buf ? strerror(e)
+                                                  : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* The string value of "field": "..." in text [p, end), into out (at most
+ * len - 1 bytes, and 0 then), or 0 when absent or not a plain string. */
+static size_t field_str(const char *p, const char *end, const char *field,
+                        char *out, size_t len)
+{
+    char pat[32];
+    snprintf(pat, sizeof pat, "\"%s\": \"", field);
+    size_t pl = strlen(pat);
+    for (const char *q = p; q + pl <= end; q++)
+        if (!memcmp(q, pat, pl)) {
+            q += pl;
+            const char *e = memchr(q, '"', (size_t)(end - q));
+            size_t l = e ? (size_t)(e - q) : 0;
+            if (!e || l == 0 || l >= len || memchr(q, '\\', l))
+                return 0;
+            memcpy(out, q, l);
+            out[l] = '\0';
+            return l;
+        }
+    return 0;
+}
+
+/* The first problem with what manifest `path` (in dir) lists for the
+ * tables of cfg, in problem (empty when none): a file it names that dir
+ * does not hold, or that is not the file that node exported (its rows
+ * not the "count" listed), or a name that is not a file of dir. Each
+ * would start that node's rows from their init without a word (a copy
+ * that left a file out, a file replaced), or read a file from anywhere.
+ * Every listed file is an object's "values" (and "keys") with its
+ * "count", in a flat object: a table of export.nodeK.json, a node's
+ * "files" entry of an older export.json. Tables cfg does not have are not
+ * imported (find_sources says so), so their files may well be gone. */
+static void check_listed(const psd_config *cfg, const char *dir,
+                         const char *path, const char *name, char *problem,
+                         size_t len)
+{
+    problem[0] = '\0';
+    char *buf = read_manifest(path, (size_t)64 << 20, problem, len);
     if (!buf)
         return;
-    buf[n] = '\0';
-    static const char *const keys[] = { "\"keys\": \"", "\"values\": \"" };
-    for (int j = 0; j < 2 && !missing[0]; j++)
-        for (const char *p = buf; !missing[0] && (p = strstr(p, keys[j]));) {
-            p += strlen(keys[j]);
-            size_t l = strcspn(p, "\"/\\");
-            /* Only tables of cfg: the others are not imported (said
-             * by find_sources), so their files may well be gone. */
-            const char *dot = memchr(p, '.', l);
-            if (p[l] == '"' && l > 0 && l < 200 && dot &&
-                table_index(cfg, p, (size_t)(dot - p)) >= 0) {
-                char file[4500];
-                snprintf(file, sizeof file, "%s/%.*s", dir, (int)l, p);
-                if (access(file, F_OK))
-                    snprintf(missing, len, "%.*s", (int)l, p);
-            }
-            p += l;
+    const char *aside = strcmp(name, "export.json")
+                            ? "the export.node*.json files" : name;
+    static const char key[] = "\"values\": \"";
+    for (const char *p = buf; !problem[0] && (p = strstr(p, key));) {
+        /* The object around it: no braces inside psd's. */
+        const char *lb = p, *rb = strchr(p, '}');
+        while (lb > buf && *lb != '{')
+            lb--;
+        p += sizeof key - 1;
+        if (!rb)
+            rb = p + strlen(p);
+        char vals[256] = "", keys[256] = "";
+        size_t vl = field_str(lb, rb, "values", vals, sizeof vals);
+        size_t kl = field_str(lb, rb, "keys", keys, sizeof keys);
+        /* Never a path, nor escaped: psd --export names its own files,
+         * whatever the table (a file from anywhere is no part of an
+         * export). */
+        const char *files[2] = { vals, keys };
+        if (!vl)
+            snprintf(problem, len, "%s/%s lists a file whose name is "
+                     "empty, escaped or too long: not a manifest psd "
+                     "--export wrote", dir, name);
+        for (int f = 0; f < 2 && !problem[0]; f++)
+            if (strchr(files[f], '/') || files[f][0] == '.')
+                snprintf(problem, len, "%s/%s lists \"%s\", which is not a "
+                         "file name of %s (psd --export names its own "
+                         "files)", dir, name, files[f], dir);
+        size_t dot = strcspn(vals, ".");
+        if (problem[0] || table_index(cfg, vals, dot) < 0)
+            continue;
+        const char *c = strstr(lb, "\"count\": ");
+        char *cend = NULL;
+        unsigned long long count = 0;
+        if (c && c < rb) {
+            errno = 0;
+            count = strtoull(c + 9, &cend, 10);
+            if (errno || cend == c + 9 || c[9] == '-')
+                cend = NULL;
         }
+        if (!kl || !cend) {
+            snprintf(problem, len, "%s/%s lists %s without its keys file or "
+                     "row count: not a manifest psd --export wrote", dir,
+                     name, vals);
+            break;
+        }
+        for (int f = 0; f < 2 && !problem[0]; f++) {
+            const char *fn = files[f];
+            char file[4500];
+            snprintf(file, sizeof file, "%s/%s", dir, fn);
+            if (access(file, F_OK)) {
+                snprintf(problem, len, "%s/%s lists %s, which %s does not "
+                         "hold: its rows would start from init. Copy that "
+                         "node's export whole, or, to import only the rows "
+                         "present, move %s aside", dir, name, fn, dir, aside);
+                break;
+            }
+            /* Its shape and the rest: import_source, which reads it. */
+            psd_npy a;
+            char why[600];
+            if (psd_npy_open(&a, file, why, sizeof why))
+                continue;
+            uint64_t n = a.n;
+            psd_npy_close(&a);
+            if (n != count) {
+                snprintf(problem, len, "%s holds %llu rows, and %s/%s lists "
+                         "it with %llu: not the file that node exported. "
+                         "Copy that node's export whole, or, to import only "
+                         "the rows present, move %s aside", file,
+                         (unsigned long long)n, dir, name, count, aside);
+                break;
+            }
+        }
+    }
     free(buf);
 }
 
@@ -356,23 +471,21 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
     if (!d)
         return 0;                /* find_sources says why */
     int nodes = -1, have = 0, other = 0;
-    char gone[256] = "", lister[300] = "";
+    char gone[6000] = "";
     unsigned char *seen = calloc(65536, 1);
     for (struct dirent *e; seen && (e = readdir(d));) {
         int k, end = 0;
         if (sscanf(e->d_name, "export.node%d.json%n", &k, &end) != 1 ||
             e->d_name[end] || k < 0 || k > 65535)
             continue;
-        char path[4400], buf[4096];
+        char path[4400], why[600];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f)
-            fclose(f);
-        buf[n] = '\0';
+        /* "nodes" is in its first line. */
+        char *buf = read_manifest(path, 4096, why, sizeof why);
         static const char key[] = "\"nodes\": ";
-        const char *p = strstr(buf, key);
+        const char *p = buf ? strstr(buf, key) : NULL;
         int m = p ? atoi(p + sizeof key - 1) : 0;
+        free(buf);
         if (m < 1 || m > 65536 || k >= m || (nodes >= 0 && m != nodes)) {
             other = 1;
             continue;
@@ -380,13 +493,19 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
         nodes = m;
         have += !seen[k];
         seen[k] = 1;
-        if (!gone[0]) {
-            missing_listed(cfg, dir, path, gone, sizeof gone);
-            if (gone[0])
-                snprintf(lister, sizeof lister, "%s", e->d_name);
-        }
+        if (!gone[0])
+            check_listed(cfg, dir, path, e->d_name, gone, sizeof gone);
     }
     closedir(d);
+    /* An export of an older psd (one export.json listing every
+     * node's files) is checked alike: a node's files left out of a copy
+     * started its rows from init. */
+    if (seen && !gone[0] && nodes < 0) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/export.json", dir);
+        if (access(path, F_OK) == 0)
+            check_listed(cfg, dir, path, "export.json", gone, sizeof gone);
+    }
     int rc = 0;
     if (!seen) {
         snprintf(err, errlen, "out of memory");
@@ -408,10 +527,7 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
                  "export.node*.json files aside", dir, have, nodes, missing);
         rc = -1;
     } else if (gone[0]) {
-        snprintf(err, errlen, "%s/%s lists %s, which %s does not hold: its "
-                 "rows would start from init. Copy that node's export whole, "
-                 "or, to import only the rows present, move the "
-                 "export.node*.json files aside", dir, lister, gone, dir);
+        snprintf(err, errlen, "%s", gone);
         rc = -1;
     }
     free(seen);

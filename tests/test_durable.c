@@ -834,6 +834,71 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
                   "refused");
     free(o);
     EXPECT_INT(rename(e1away, e1), 0, "put %s back", e1);
+    /* One replaced by a file of other rows (here none): node 1's rows of
+     * emb started from init, status 0. */
+    EXPECT_INT(rename(e1, e1away), 0, "move %s aside", e1);
+    char ek1[600], ek1away[600];
+    snprintf(ek1, sizeof ek1, "%s/emb.node1.keys.npy", exp);
+    snprintf(ek1away, sizeof ek1away, "%s/emb.node1.keys.npy.away", a.dir);
+    EXPECT_INT(rename(ek1, ek1away), 0, "move %s aside", ek1);
+    write_npy(e1, "<f4", 0, 8, NULL, 0);
+    write_npy(ek1, "<u8", 0, 0, NULL, 0);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import of an export with a file replaced: %s", o);
+    EXPECT_SUBSTR(o, "/emb.node1.npy holds 0 rows, and ", "refused");
+    EXPECT_SUBSTR(o, "/export.node1.json lists it with ", "refused");
+    free(o);
+    EXPECT_INT(rename(e1away, e1), 0, "put %s back", e1);
+    EXPECT_INT(rename(ek1away, ek1), 0, "put %s back", ek1);
+    /* A manifest naming a file by a path: refused whatever the table
+     * (such an entry was passed over, so its table's file could be
+     * gone). */
+    char cp[2000];
+    snprintf(cp, sizeof cp, "cp '%s' '%s.orig' && sed -i "
+             "'s|\"values\": \"emb.node1.npy\"|\"values\": "
+             "\"../emb.node1.npy\"|' '%s'", m1, m1, m1);
+    EXPECT_INT(system(cp), 0, "%s", cp);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import of a manifest naming a path: %s", o);
+    EXPECT_SUBSTR(o, "/export.node1.json lists \"../emb.node1.npy\", which "
+                  "is not a file name of ", "refused");
+    free(o);
+    /* A FIFO in a manifest's place: refused, not waited on for good. */
+    EXPECT_INT(unlink(m1), 0, "rm %s", m1);
+    EXPECT_INT(mkfifo(m1, 0600), 0, "mkfifo %s", m1);
+    char tcmd[1700];
+    snprintf(tcmd, sizeof tcmd, "timeout 20 %s", cmd);
+    o = run_out(&st, tcmd);
+    EXPECT_INT(st, 1, "an import with a FIFO for a manifest: %s", o);
+    EXPECT_SUBSTR(o, "or unreadable", "refused");
+    free(o);
+    snprintf(cp, sizeof cp, "rm '%s' && mv '%s.orig' '%s'", m1, m1, m1);
+    EXPECT_INT(system(cp), 0, "%s", cp);
+    /* An export of an older psd (one export.json) missing a node's file
+     * was imported, that node's rows from init. */
+    char m0[600], m0away[600], old[600];
+    snprintf(m0, sizeof m0, "%s/export.node0.json", exp);
+    snprintf(m0away, sizeof m0away, "%s/node0.json.away", a.dir);
+    snprintf(old, sizeof old, "%s/export.json", exp);
+    EXPECT_INT(rename(m0, m0away), 0, "move %s aside", m0);
+    EXPECT_INT(rename(m1, m1away), 0, "move %s aside", m1);
+    EXPECT_INT(rename(e1, e1away), 0, "move %s aside", e1);
+    FILE *of = fopen(old, "w");
+    assert_non_null(of);
+    fputs("{\"format\": 1, \"nodes\": 2, \"shards\": 4, \"snapshots\": "
+          "[], \"tables\": [{\"name\": \"emb\", \"kind\": \"sparse\", "
+          "\"files\": [{\"node\": 1, \"keys\": \"emb.node1.keys.npy\", "
+          "\"values\": \"emb.node1.npy\", \"count\": 1}]}]}\n", of);
+    fclose(of);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import of an older export missing a file: %s", o);
+    EXPECT_SUBSTR(o, "/export.json lists emb.node1.npy, which ", "refused");
+    EXPECT_SUBSTR(o, "move export.json aside", "refused");
+    free(o);
+    EXPECT_INT(unlink(old), 0, "rm %s", old);
+    EXPECT_INT(rename(e1away, e1), 0, "put %s back", e1);
+    EXPECT_INT(rename(m0away, m0), 0, "put %s back", m0);
+    EXPECT_INT(rename(m1away, m1), 0, "put %s back", m1);
     /* Files of a table the ini does not have are not imported, so they
      * may be gone: a manifest listing one is no refusal (it was). */
     snprintf(cmd, sizeof cmd, "sed -i 's/^{\"format\": 1, /{\"format\": 1, "

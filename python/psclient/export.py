@@ -13,6 +13,7 @@ loads libpsclient."""
 import json
 import os
 import re
+import stat
 import sys
 from typing import Dict, Tuple, Union
 
@@ -23,10 +24,40 @@ Exported = Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]
 _MANIFEST = re.compile(r"export\.node(\d+)\.json")
 
 
+# What reading a damaged or hand-made file may raise besides ValueError:
+# a shape past 2^63 (OverflowError), a claim of more rows than memory
+# holds (MemoryError), a file cut short (EOFError).
+_DAMAGED = (OSError, ValueError, KeyError, TypeError, OverflowError,
+            MemoryError, EOFError)
+
+
+def _open(where: str):
+    """A binary file object of ``where``, a regular file (a FIFO put in
+    an export's place hung the read for good), or ValueError;
+    FileNotFoundError as open() raises it."""
+    fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{where}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _plain(name: str) -> bool:
+    """Whether ``name`` is a file name of the export's own folder, as psd
+    --export writes them: a manifest that names a path would read a file
+    from anywhere into the model."""
+    return (name not in ("", ".", "..") and not name.startswith(".") and
+            "/" not in name and "\\" not in name and os.sep not in name)
+
+
 def _manifest(where: str) -> dict:
     """The JSON object of manifest ``where`` (format 1), or ValueError."""
     try:
-        with open(where, encoding="utf-8") as f:
+        with _open(where) as f:
             m = json.load(f)
     except FileNotFoundError:
         raise
@@ -58,7 +89,8 @@ def _checked(where: str, m: dict) -> dict:
               t.get("kind") in ("dense", "sparse") and
               _int(t.get("dim"), 1) and _int(t.get("rows"), 0) and
               _int(t.get("count"), 0) and isinstance(t.get("keys"), str) and
-              isinstance(t.get("values"), str))
+              isinstance(t.get("values"), str) and _plain(t["keys"]) and
+              _plain(t["values"]))
         if not ok:
             raise ValueError(f"{where}: not a manifest psd --export wrote "
                              f"(a table entry: {t!r:.200})")
@@ -89,7 +121,8 @@ def _older_manifests(path: Union[str, os.PathLike]) -> list:
                                for t in m["tables"] for f in t["files"]
                                if int(f["node"]) == i]})
                 for i in nodes]
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+        # OverflowError: a node of Infinity.
         raise ValueError(f"{where}: not a manifest psd --export wrote (its "
                          f"snapshots, nodes, shards or tables)") from None
 
@@ -104,8 +137,11 @@ def read_export(path: Union[str, os.PathLike],
     particular order (``dict(zip(keys.tolist(), values))`` to look keys
     up). An export of only some of the cluster's nodes (``psd --export
     -n`` of some of them) raises ValueError, as does a dense
-    table with a row missing or given twice, unless ``partial``: then the
-    tables hold what the export has, a dense table's missing rows NaN."""
+    table with a row missing or given twice, or a sparse table with a key
+    given twice, unless ``partial``: then the tables hold what the export
+    has, a dense table's missing rows NaN. So does anything else that is
+    not what psd --export wrote: a manifest naming a file outside
+    ``path``, a file that is not a regular file, a damaged array."""
     # One manifest per node (export.nodeN.json): nodes exported one by one
     # (psd --export -n, on several hosts) gather in one folder.
     manifests = []
@@ -156,10 +192,12 @@ def read_export(path: Union[str, os.PathLike],
         keys, values = [], []
         for part in t["files"]:
             try:
-                k = np.load(os.path.join(path, part["keys"]))
-                v = np.load(os.path.join(path, part["values"]))
+                with _open(os.path.join(path, part["keys"])) as f:
+                    k = np.load(f)
+                with _open(os.path.join(path, part["values"])) as f:
+                    v = np.load(f)
                 count = part["count"]
-            except (OSError, ValueError, KeyError) as e:
+            except _DAMAGED as e:
                 raise ValueError(f"{path}: table {t['name']!r}: "
                                  f"{part.get('values', '?')}: {e!r}") from None
             if (not isinstance(k, np.ndarray) or
@@ -175,13 +213,35 @@ def read_export(path: Union[str, os.PathLike],
         v = (np.concatenate(values) if values
              else np.zeros((0, dim), np.float32))
         if t["kind"] == "sparse":
+            # A key given twice (two nodes' files, or one) is two rows for
+            # one key: psd --import refuses it, and so does this.
+            srt = np.sort(k)
+            twice = np.flatnonzero(srt[1:] == srt[:-1])
+            if len(twice) and not partial:
+                raise ValueError(f"{path}: sparse table {t['name']!r} has key "
+                                 f"{int(srt[twice[0]])} more than once in "
+                                 f"this export, want once; partial=True "
+                                 f"(export.py --partial) reads it anyway")
             out[t["name"]] = (k, v)
             continue
         rows = int(t["rows"])
         if len(k) and int(k.max()) >= rows:
             raise ValueError(f"{path}: dense table {t['name']!r} has row "
                              f"{int(k.max())} of {rows}")
-        seen = np.zeros(rows, np.int64)
+        # Whole, it holds each row once: said before a manifest's rows
+        # claim memory (10^8 of them took 1.7 GB to find one row missing).
+        if not partial and len(k) != rows:
+            raise ValueError(f"{path}: dense table {t['name']!r} has "
+                             f"{len(k)} rows in this export and {rows} in "
+                             f"its manifests, want all; partial=True "
+                             f"(export.py --partial) reads it anyway")
+        try:
+            seen = np.zeros(rows, np.int64)
+            dense = np.full((rows, dim), np.nan, np.float32)
+        except MemoryError:
+            raise ValueError(f"{path}: dense table {t['name']!r} of {rows} "
+                             f"rows of {dim} is more than this machine's "
+                             f"memory holds") from None
         np.add.at(seen, k.astype(np.int64), 1)
         if not partial and (seen != 1).any():
             bad = int(np.flatnonzero(seen != 1)[0])
@@ -189,7 +249,6 @@ def read_export(path: Union[str, os.PathLike],
                              f"{bad} {int(seen[bad])} times in this export, "
                              f"want once; partial=True (export.py --partial) "
                              f"reads it anyway")
-        dense = np.full((rows, dim), np.nan, np.float32)
         dense[k.astype(np.int64)] = v
         out[t["name"]] = dense
     return out
@@ -216,5 +275,5 @@ if __name__ == "__main__":
                  "missing is NaN)")
     try:
         _to_npz(args[0], args[1], partial)
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"export.py: {e}")
+    except _DAMAGED as e:
+        sys.exit(f"export.py: {str(e) or type(e).__name__}")

@@ -1872,6 +1872,108 @@ def test_a_damaged_manifest_is_a_value_error(tmp_path, manifest):
             "does not match its export.nodeN.json" in r.stderr)
 
 
+def _small_export(where: Path, **change) -> Path:
+    """An export folder of one node as psd --export writes it: a dense
+    table w (2 rows of 1) and a sparse table e (keys 5 and 9); change
+    replaces entries of e's manifest entry."""
+    where.mkdir()
+    np.save(where / "w.node0.keys.npy", np.array([0, 1], U64))
+    np.save(where / "w.node0.npy", np.array([[1], [2]], F32))
+    np.save(where / "e.node0.keys.npy", np.array([5, 9], U64))
+    np.save(where / "e.node0.npy", np.array([[3], [4]], F32))
+    e = {"name": "e", "kind": "sparse", "dim": 1, "rows": 0, "count": 2,
+         "keys": "e.node0.keys.npy", "values": "e.node0.npy"}
+    e.update(change)
+    (where / "export.node0.json").write_text(json.dumps(
+        {"format": 1, "node": 0, "nodes": 1, "shards": 4, "tables": [
+            {"name": "w", "kind": "dense", "dim": 1, "rows": 2, "count": 2,
+             "keys": "w.node0.keys.npy", "values": "w.node0.npy"}, e]}))
+    return where
+
+
+def _export_py(folder: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PSCLIENT_LIB", "PYTHONPATH")}
+    return subprocess.run([sys.executable,
+                           str(SRC / "python" / "psclient" / "export.py"),
+                           str(folder), str(tmp_path / "o.npz")],
+                          capture_output=True, text=True, timeout=60,
+                          env=env, cwd=str(tmp_path))
+
+
+def test_an_export_folder_from_elsewhere_is_read_with_care(tmp_path):
+    """An export folder someone hands over: a FIFO in a file's place hung
+    read_export for good; a manifest naming a path read any .npy of the
+    machine into the model; a sparse key given twice came back twice; a
+    manifest's rows claimed memory before anything was checked (10^8 of
+    them: 1.7 GB); a shape past 2^63 and a node of Infinity raised
+    OverflowError (a traceback from export.py). Each is a ValueError now,
+    and export.py's line says it."""
+    m = psclient.read_export(_small_export(tmp_path / "good"))
+    np.testing.assert_array_equal(m["w"], [[1], [2]])
+    assert m["e"][0].tolist() == [5, 9]
+
+    fifo = _small_export(tmp_path / "fifo")
+    (fifo / "e.node0.npy").unlink()
+    os.mkfifo(fifo / "e.node0.npy")
+    with pytest.raises(ValueError, match="e.node0.npy: not a regular file"):
+        psclient.read_export(fifo)
+    r = _export_py(fifo, tmp_path)             # its own timeout: 60 s
+    assert r.returncode == 1 and "not a regular file" in r.stderr, r.stderr
+    (fifo / "e.node0.npy").unlink()
+    np.save(fifo / "e.node0.npy", np.array([[3], [4]], F32))
+    (fifo / "export.node0.json").rename(fifo / "m.json")
+    os.mkfifo(fifo / "export.node0.json")
+    with pytest.raises(ValueError, match="not a regular file"):
+        psclient.read_export(fifo)
+
+    np.save(tmp_path / "outside.npy", np.array([[7], [8]], F32))
+    for name in ("../outside.npy", str(tmp_path / "outside.npy")):
+        with pytest.raises(ValueError, match="not a manifest psd --export "
+                           "wrote"):
+            psclient.read_export(_small_export(tmp_path / f"p{len(name)}",
+                                               values=name))
+
+    twice = _small_export(tmp_path / "twice")
+    np.save(twice / "e.node0.keys.npy", np.array([5, 5], U64))
+    with pytest.raises(ValueError, match="sparse table 'e' has key 5 more "
+                       "than once"):
+        psclient.read_export(twice)
+    assert psclient.read_export(twice, partial=True)["e"][0].tolist() == [5, 5]
+
+    big = _small_export(tmp_path / "big")
+    text = (big / "export.node0.json").read_text()
+    (big / "export.node0.json").write_text(
+        text.replace('"rows": 2', '"rows": 1000000000000'))
+    with pytest.raises(ValueError, match="has 2 rows in this export and "
+                       "1000000000000 in its manifests"):
+        psclient.read_export(big)
+    with pytest.raises(ValueError, match="more than this machine's memory"):
+        psclient.read_export(big, partial=True)
+
+    over = _small_export(tmp_path / "over")
+    head = ("{'descr': '<f4', 'fortran_order': False, "
+            "'shape': (18446744073709551664, 1), }")
+    head += " " * (63 - (10 + len(head)) % 64) + "\n"
+    (over / "e.node0.npy").write_bytes(
+        b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") +
+        head.encode() + bytes(8))
+    with pytest.raises(ValueError, match="e.node0.npy"):
+        psclient.read_export(over)
+    r = _export_py(over, tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+
+    older = _small_export(tmp_path / "older")
+    (older / "export.node0.json").unlink()
+    (older / "export.json").write_text(
+        '{"format": 1, "nodes": 1, "shards": 4, "snapshots": [{"node": '
+        'Infinity}], "tables": []}')
+    with pytest.raises(ValueError, match="not a manifest psd --export wrote"):
+        psclient.read_export(older)
+    r = _export_py(older, tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+
+
 def test_a_worker_let_go_hears_of_the_clocks_it_missed(make_cluster,
                                                        monkeypatch):
     """A worker whose connection was lost for longer than worker_grace
