@@ -6,11 +6,14 @@
  * fixed request on one loop: Debian's HTTP server libraries bring their
  * own threads or poll loops. Requests are read up to 8 KiB within 5 s,
  * at most 16 connections at once (a 17th closes the oldest one whose
- * request has not arrived); the figures are read-only. */
+ * request has not arrived, else the oldest being answered); the figures
+ * are read-only, and a body that was slow to build is served again for a
+ * moment (metrics.c, CACHE_MIN_NS). */
 #ifndef PSD_METRICS_H
 #define PSD_METRICS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "config.h"
@@ -36,6 +39,8 @@ typedef struct psd_metrics {
     int (*body)(void *arg, const char *cmd, size_t len, char **text,
                 size_t *textlen);
     void *arg;
+    struct mbody *cache;         /* a body costly to build, served again */
+    uint64_t cache_until;        /* until then (uv_hrtime) */
 } psd_metrics;
 
 /* Listens on fd, a socket bound to addr (psd_server_init binds it before

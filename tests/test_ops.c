@@ -1942,6 +1942,123 @@ static void test_idle_metrics_connections_do_not_keep_scrapes_out(
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* Sends req to 127.0.0.1:port and reads the whole answer (malloc'd, its
+ * length in *len), or NULL. */
+static char *http_raw(int port, const char *req, size_t *len)
+{
+    int fd = dial_port(port);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = { 10, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t n = strlen(req), cap = 1 << 16;
+    char *out = write(fd, req, n) == (ssize_t)n ? malloc(cap) : NULL;
+    ssize_t k;
+    *len = 0;
+    while (out && (k = read(fd, out + *len, cap - 1 - *len)) > 0) {
+        *len += (size_t)k;
+        if (*len == cap - 1) {
+            char *g = realloc(out, cap * 2);
+            if (!g) {
+                free(out);
+                out = NULL;
+            }
+            out = g;
+            cap *= 2;
+        }
+    }
+    close(fd);
+    if (out)
+        out[*len] = '\0';
+    return out;
+}
+
+/* The body of answer a (len bytes) is as long as its Content-Length. */
+static int whole_answer(const char *a, size_t len)
+{
+    const char *cl = a ? strstr(a, "Content-Length: ") : NULL;
+    const char *end = a ? strstr(a, "\r\n\r\n") : NULL;
+    return cl && end && strtoull(cl + 16, NULL, 10) ==
+                            len - (size_t)(end + 4 - a);
+}
+
+/* A node whose /metrics answer (1.4 MB here) is larger than the socket
+ * buffers: clients that ask and never read held their places (16) for
+ * their whole 5 s, and every scrape was refused (0 of 15 in a trial).
+ * The answer, slow to build with many tables, is shared by the scrapes
+ * of the moment (metrics.c's cache), each of them whole; the request may
+ * follow an empty line, or name its target in absolute form. */
+static void test_unread_metrics_answers_do_not_keep_scrapes_out(void **state)
+{
+    (void)state;
+    enum { TABLES = 1500, STUCK = 24, TOGETHER = 8 };
+    test_cluster c;
+    int mport = cluster_free_port();
+    size_t cap = 128 + (size_t)TABLES * 80, at = 0;
+    char *ini = malloc(cap);
+    assert_non_null(ini);
+    at += (size_t)snprintf(ini, cap, "[server]\nmetrics_listen = "
+                           "127.0.0.1:%d\n", mport);
+    for (int t = 0; t < TABLES; t++)
+        at += (size_t)snprintf(ini + at, cap - at, "[table.t%04d_"
+                               "with_a_name_of_some_length_xxxxxxxxxx]\n"
+                               "dim = 1\n", t);
+    if (cluster_start(&c, 1, 4, ini))
+        fail_msg("cluster did not start");
+    free(ini);
+    int fd[STUCK];
+    for (int k = 0; k < STUCK; k++) {
+        fd[k] = socket(AF_INET, SOCK_STREAM, 0);
+        int small = 1024;
+        setsockopt(fd[k], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)mport) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fd[k], (struct sockaddr *)&sa, sizeof sa),
+                         0);
+        static const char get[] = "GET /metrics HTTP/1.1\r\n\r\n";
+        assert_int_equal(write(fd[k], get, sizeof get - 1), sizeof get - 1);
+    }
+    sleep_ms(300);
+    char req[200];
+    for (int r = 0; r < 3; r++) {
+        /* One empty line first; then the absolute form. */
+        snprintf(req, sizeof req, r == 0 ? "\r\nGET /metrics HTTP/1.1\r\n"
+                 "\r\n" : "GET http://127.0.0.1:%d/metrics?x=%d HTTP/1.1\r\n"
+                 "Host: x\r\n\r\n", mport, r);
+        size_t len;
+        char *m = http_raw(mport, req, &len);
+        if (!m || strncmp(m, "HTTP/1.1 200 OK\r\n", 17) ||
+            !strstr(m, "psd_up{node=\"0\"} 1\n") || !whole_answer(m, len))
+            fail_msg("scrape %d with %d unread answers: %.200s", r, STUCK,
+                     m ? m : "(no answer)");
+        free(m);
+    }
+    for (int k = 0; k < STUCK; k++)
+        close(fd[k]);
+    /* Scrapes together, each answer whole. */
+    pid_t kids[TOGETHER];
+    for (int k = 0; k < TOGETHER; k++) {
+        kids[k] = fork();
+        assert_true(kids[k] >= 0);
+        if (kids[k] == 0) {
+            size_t len;
+            char *m = http_raw(mport, "GET /metrics HTTP/1.1\r\n\r\n", &len);
+            _exit(m && whole_answer(m, len) &&
+                  strstr(m, "psd_table_rows{node=\"0\",table=\"t1499_") ? 0
+                                                                         : 1);
+        }
+    }
+    int bad = 0;
+    for (int k = 0; k < TOGETHER; k++) {
+        int st = 0;
+        waitpid(kids[k], &st, 0);
+        bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+    }
+    EXPECT_INT(bad, 0, "scrapes of %d at once that were not whole", TOGETHER);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* Right after a snapshot its age is 0 or a little more, in /metrics and
  * in the stats document: it is never -1 ("no snapshot"), which it was
  * for the rest of the second the snapshot was written in (the age took
@@ -3397,6 +3514,7 @@ int main(void)
         cmocka_unit_test(test_metrics_go_on_after_no_memory_for_a_connection),
         cmocka_unit_test(test_idle_metrics_connections_do_not_delay_a_stop),
         cmocka_unit_test(test_idle_metrics_connections_do_not_keep_scrapes_out),
+        cmocka_unit_test(test_unread_metrics_answers_do_not_keep_scrapes_out),
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
