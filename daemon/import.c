@@ -342,26 +342,46 @@ static char *read_manifest(const char *path, size_t max, char *err,
     return buf;
 }
 
-/* The string value of "field": "..." in text [p, end), into out (at most
+static const char *json_ws(const char *q, const char *end)
+{
+    while (q < end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
+        q++;
+    return q;
+}
+
+/* Where the value of member "field" begins in text [p, end): past the
+ * name, the colon and any white space JSON allows around it (an export
+ * rewritten by a JSON tool may be compact); NULL when absent. */
+static const char *json_member(const char *p, const char *end,
+                               const char *field)
+{
+    char pat[32];
+    int pl = snprintf(pat, sizeof pat, "\"%s\"", field);
+    for (const char *q = p; q + pl <= end; q++)
+        if (!memcmp(q, pat, (size_t)pl)) {
+            const char *v = json_ws(q + pl, end);
+            if (v < end && *v == ':')
+                return json_ws(v + 1, end);
+        }
+    return NULL;
+}
+
+/* The string value of member "field" in text [p, end), into out (at most
  * len - 1 bytes, and 0 then), or 0 when absent or not a plain string. */
 static size_t field_str(const char *p, const char *end, const char *field,
                         char *out, size_t len)
 {
-    char pat[32];
-    snprintf(pat, sizeof pat, "\"%s\": \"", field);
-    size_t pl = strlen(pat);
-    for (const char *q = p; q + pl <= end; q++)
-        if (!memcmp(q, pat, pl)) {
-            q += pl;
-            const char *e = memchr(q, '"', (size_t)(end - q));
-            size_t l = e ? (size_t)(e - q) : 0;
-            if (!e || l == 0 || l >= len || memchr(q, '\\', l))
-                return 0;
-            memcpy(out, q, l);
-            out[l] = '\0';
-            return l;
-        }
-    return 0;
+    const char *q = json_member(p, end, field);
+    if (!q || q >= end || *q != '"')
+        return 0;
+    q++;
+    const char *e = memchr(q, '"', (size_t)(end - q));
+    size_t l = e ? (size_t)(e - q) : 0;
+    if (!e || l == 0 || l >= len || memchr(q, '\\', l))
+        return 0;
+    memcpy(out, q, l);
+    out[l] = '\0';
+    return l;
 }
 
 /* The first problem with what manifest `path` (in dir) lists for the
@@ -384,15 +404,18 @@ static void check_listed(const psd_config *cfg, const char *dir,
         return;
     const char *aside = strcmp(name, "export.json")
                             ? "the export.node*.json files" : name;
-    static const char key[] = "\"values\": \"";
-    for (const char *p = buf; !problem[0] && (p = strstr(p, key));) {
+    const char *all = buf + strlen(buf);
+    for (const char *p = buf; !problem[0] && (p = strstr(p, "\"values\""));) {
         /* The object around it: no braces inside psd's. */
         const char *lb = p, *rb = strchr(p, '}');
         while (lb > buf && *lb != '{')
             lb--;
-        p += sizeof key - 1;
+        p += 8;
         if (!rb)
-            rb = p + strlen(p);
+            rb = all;
+        const char *colon = json_ws(p, rb);
+        if (colon >= rb || *colon != ':')
+            continue;            /* a string "values", not a member */
         char vals[256] = "", keys[256] = "";
         size_t vl = field_str(lb, rb, "values", vals, sizeof vals);
         size_t kl = field_str(lb, rb, "keys", keys, sizeof keys);
@@ -412,13 +435,13 @@ static void check_listed(const psd_config *cfg, const char *dir,
         size_t dot = strcspn(vals, ".");
         if (problem[0] || table_index(cfg, vals, dot) < 0)
             continue;
-        const char *c = strstr(lb, "\"count\": ");
+        const char *c = json_member(lb, rb, "count");
         char *cend = NULL;
         unsigned long long count = 0;
-        if (c && c < rb) {
+        if (c && c < rb && *c >= '0' && *c <= '9') {
             errno = 0;
-            count = strtoull(c + 9, &cend, 10);
-            if (errno || cend == c + 9 || c[9] == '-')
+            count = strtoull(c, &cend, 10);
+            if (errno)
                 cend = NULL;
         }
         if (!kl || !cend) {
@@ -482,9 +505,9 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         /* "nodes" is in its first line. */
         char *buf = read_manifest(path, 4096, why, sizeof why);
-        static const char key[] = "\"nodes\": ";
-        const char *p = buf ? strstr(buf, key) : NULL;
-        int m = p ? atoi(p + sizeof key - 1) : 0;
+        const char *p = buf ? json_member(buf, buf + strlen(buf), "nodes")
+                            : NULL;
+        int m = p ? atoi(p) : 0;
         free(buf);
         if (m < 1 || m > 65536 || k >= m || (nodes >= 0 && m != nodes)) {
             other = 1;

@@ -139,7 +139,9 @@ static mbody *figures(psd_metrics *m)
     }
     b->refs = 1;
     uint64_t cost = uv_hrtime() - now;
-    if (cost >= CACHE_MIN_NS) {
+    /* Not once stopped: a request that ends in the grace of a stop is
+     * answered, and nothing would free a cache made then. */
+    if (cost >= CACHE_MIN_NS && m->listening) {
         uint64_t keep = cost * CACHE_TIMES;
         m->cache = b;            /* the cache's reference */
         m->cache_until = uv_hrtime() + (keep < CACHE_MAX_NS ? keep
@@ -156,11 +158,11 @@ static void answer(mconn *c, size_t at)
     size_t rlen = c->len - at;
     char *nl = memchr(req, '\n', rlen);
     size_t line = nl ? (size_t)(nl - req) : rlen;
-    char method[8] = "", target[128] = "";
+    char method[8] = "", target[1024] = "";
     /* "GET /metrics HTTP/1.1": method and path, query ignored. */
-    char first[200];
+    char first[1100];
     snprintf(first, sizeof first, "%.*s", (int)line, req);
-    if (sscanf(first, "%7s %127s", method, target) != 2) {
+    if (sscanf(first, "%7s %1023s", method, target) != 2) {
         respond(c, "400 Bad Request", text, "bad request\n", 12, NULL);
         return;
     }

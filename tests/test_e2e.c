@@ -1376,24 +1376,37 @@ static void in_own_netns(int (*what)(char *msg, size_t len))
         fail_msg("%s", msg);
 }
 
+/* Opens until one reaches itself (the namespace's first connect, or, if
+ * the kernel gave that one 40001, the next): each is PS_ECONN and says
+ * "connection refused", that one "(the connection reached itself", or
+ * PS_ETIMEDOUT when (under ASan, on a slow machine) its 5 ms ran out
+ * before an attempt ended; never the client's own HELLO. */
 static int open_reaching_itself(char *msg, size_t len)
 {
     ps_options o;
     ps_options_init(&o);
     o.connect_timeout_ms = 5;
-    ps_client *c = NULL;
-    int rc = ps_open(&c, "127.0.0.1:40000", &o);
-    /* Refused, or (on a slow machine, under ASan) the time up before
-     * the attempt ended, PS_ETIMEDOUT; never the client's own HELLO. */
-    const char *why = ps_last_error(NULL);
-    if ((rc != PS_ECONN && rc != PS_ETIMEDOUT) || strstr(why, "HELLO") ||
-        (rc == PS_ECONN && !strstr(why, "): connection refused"))) {
-        snprintf(msg, len, "ps_open: %s: %s", ps_strerror(rc), why);
-        if (rc == 0)
-            ps_close(c);
-        return -1;
+    int refused = 0;
+    for (int i = 0; i < 4; i++) {
+        ps_client *c = NULL;
+        int rc = ps_open(&c, "127.0.0.1:40000", &o);
+        const char *why = ps_last_error(NULL);
+        if ((rc != PS_ECONN && rc != PS_ETIMEDOUT) || strstr(why, "HELLO") ||
+            (rc == PS_ECONN && !strstr(why, "): connection refused"))) {
+            snprintf(msg, len, "ps_open %d: %s: %s", i + 1, ps_strerror(rc),
+                     why);
+            if (rc == 0)
+                ps_close(c);
+            return -1;
+        }
+        if (rc == PS_ECONN && strstr(why, "(the connection reached itself"))
+            return 0;
+        refused += rc == PS_ECONN;
     }
-    return 0;
+    if (!refused)
+        return 0;                /* every open's time ran out: untold */
+    snprintf(msg, len, "no ps_open of 4 reached itself");
+    return -1;
 }
 
 static int psctl_reaching_itself(char *msg, size_t len)
@@ -1402,13 +1415,17 @@ static int psctl_reaching_itself(char *msg, size_t len)
     char cmd[600], out[500] = "";
     snprintf(cmd, sizeof cmd, "%s -s 127.0.0.1:40000 ping 2>&1",
              b ? b : "build/psctl");
-    FILE *p = popen(cmd, "r");
-    size_t k = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[k] = 0;
-    if (p)
-        pclose(p);
-    if (strstr(out, "cannot connect: Connection refused"))
-        return 0;
+    for (int i = 0; i < 3; i++) {
+        FILE *p = popen(cmd, "r");
+        size_t k = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[k] = 0;
+        if (p)
+            pclose(p);
+        if (!strstr(out, "cannot connect: Connection refused"))
+            break;
+        if (strstr(out, "(the connection reached itself"))
+            return 0;
+    }
     snprintf(msg, len, "psctl ping: '%s'", out);
     return -1;
 }

@@ -140,8 +140,9 @@ def read_export(path: Union[str, os.PathLike],
     table with a row missing or given twice, or a sparse table with a key
     given twice, unless ``partial``: then the tables hold what the export
     has, a dense table's missing rows NaN. So does anything else that is
-    not what psd --export wrote: a manifest naming a file outside
-    ``path``, a file that is not a regular file, a damaged array."""
+    not what psd --export wrote: a manifest naming a path rather than a
+    file of ``path``, a file that is not a regular file, a damaged
+    array."""
     # One manifest per node (export.nodeN.json): nodes exported one by one
     # (psd --export -n, on several hosts) gather in one folder.
     manifests = []
