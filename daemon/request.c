@@ -1039,6 +1039,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         return;
     }
     if (pushes) {
+        size_t applied = (size_t)nrows;  /* keys applied (a sparse push) */
         if (tc->consistency == PSD_CONS_BSP) {
             /* Summed now, applied once when the clock ends. */
             rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
@@ -1051,15 +1052,43 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
             rows_change(n, m->table, m);
             if (ranged)
                 psd_table_push_range(t, m->first, m->count, m->vals);
-            else
-                rc = psd_table_push(t, m->keys, m->nkeys, m->vals);
+            else {
+                int careful = psd_table_careful(t);
+                rc = psd_table_push_some(t, m->keys, m->nkeys, m->vals,
+                                         &applied);
+                if (rc && !careful)
+                    psd_warn("table '%s': out of memory creating rows (%zu "
+                             "of a push's %llu keys applied); its pushes "
+                             "now make their rows before they update any, "
+                             "and one that cannot is refused whole: give "
+                             "psd more memory, or set max_rows", tc->name,
+                             applied, (unsigned long long)m->nkeys);
+            }
+        }
+        /* Refused whole (a careful table, psd_table_push_some): nothing
+         * to journal or remember, as for any refusal; journaled, each
+         * refused push of a node out of memory filled the disk. */
+        if (rc && applied == 0) {
+            snprintf(err, sizeof err, "out of memory creating rows: none "
+                     "of the %llu keys of this push's part on this node was "
+                     "applied", (unsigned long long)nrows);
+            reply_error(n, ss, m, PSW_ENOMEM, err);
+            return;
+        }
+        /* Applied in part (the table's first time out of memory): the
+         * record holds the keys applied, which a replay applies again,
+         * not the whole push. */
+        psw_msg part = *m;
+        if (rc && !ranged && applied < m->nkeys) {
+            part.nkeys = applied;
+            part.vals_len = applied * (size_t)tc->dim * sizeof(float);
         }
         /* Journaled before it is remembered: a push whose record could
          * not be buffered is remembered with that error, so that a
          * retransmission is not acknowledged as durable. */
         uint64_t lsn = n->journal
                            ? psd_journal_push(n->journal, ss->client_id,
-                                              ss->incarnation, m,
+                                              ss->incarnation, &part,
                                               rc ? PSW_ENOMEM : 0)
                            : 0;
         int unjournaled = n->journal && !lsn;
@@ -1082,7 +1111,15 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         n->tstats[m->table].pushes++;
         n->tstats[m->table].keys_pushed += nrows;
         if (rc) {
-            reply_error(n, ss, m, PSW_ENOMEM, "out of memory creating rows");
+            if (applied < nrows)
+                snprintf(err, sizeof err, "out of memory creating rows: the "
+                         "first %zu of the %llu keys of this push's part on "
+                         "this node were applied, the others not (pushed "
+                         "again, those would be applied twice)", applied,
+                         (unsigned long long)nrows);
+            else
+                snprintf(err, sizeof err, "out of memory creating rows");
+            reply_error(n, ss, m, PSW_ENOMEM, err);
             return;
         }
     }

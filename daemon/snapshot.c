@@ -231,8 +231,11 @@ static int write_to(const psd_node *n, const char *dir, const char *path,
             w.err = errno, rc = -1;
     }
     if (rc) {
+        /* Short of an errno, the body's writing failed for memory (a
+         * table's rows buffered, a sort): said so, not as a disk's EIO,
+         * which sent an operator to a healthy disk. */
         snprintf(err, errlen, "%s %s: %s", what, tmp,
-                 strerror(w.err ? w.err : EIO));
+                 w.err ? strerror(w.err) : "out of memory");
         unlink(tmp);
         return -1;
     }

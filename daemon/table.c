@@ -131,6 +131,8 @@ struct psd_table {
     uint64_t shard_rows_max; /* sparse: rows one shard can index */
     float *scratch;          /* one row: an initial row being made */
     struct psd_table *acc;   /* bsp: this clock's summed pushes, or NULL */
+    int careful;             /* ran out of memory in a push: pushes make
+                                their rows before updating any */
 };
 
 /* Large arrays (hash slots, dense shards) ask for transparent huge pages,
@@ -997,9 +999,38 @@ static void grow_help(psd_table *t, size_t n)
             (void)grow_step(&t->shards[i], n / t->nshards + 1);
 }
 
+int psd_table_careful(const psd_table *t)
+{
+    return t->careful;
+}
+
+/* A careful table's first pass (psd_table_push_some): the rows of all n
+ * keys exist after it, or it returns PSW_ENOMEM having updated none. */
+static int make_rows(psd_table *t, const char *keys, size_t n)
+{
+    walk w;
+    walk_start(t, &w, keys, n);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = walk_hash(t, &w, i);
+        rowref unused;
+        if (sparse_get(t, &t->shards[shard_of_hash(t, h)],
+                       psw_key_at(keys, i), h, &unused))
+            return PSW_ENOMEM;
+    }
+    return 0;
+}
+
 int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
 {
+    size_t applied;
+    return psd_table_push_some(t, keys, n, vals, &applied);
+}
+
+int psd_table_push_some(psd_table *t, const char *keys, size_t n,
+                        const char *vals, size_t *applied)
+{
     size_t rb = row_bytes(t);
+    *applied = n;
     if (t->conf.dense) {
         for (size_t i = 0; i < n; i++) {
             uint64_t k = psw_key_at(keys, i);
@@ -1011,6 +1042,12 @@ int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
     /* Keys repeated within the request are applied in order, each time,
      * exactly as one push per key would. */
     grow_help(t, n);
+    /* A second walk for a table that ran out of memory once: the first
+     * pass, a lookup per key, is paid only there. */
+    if (t->careful && make_rows(t, keys, n)) {
+        *applied = 0;
+        return PSW_ENOMEM;
+    }
     walk w;
     walk_start(t, &w, keys, n);
     if (!t->inl) {
@@ -1020,8 +1057,11 @@ int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
             uint64_t k = psw_key_at(keys, i);
             shard *s = &t->shards[shard_of_hash(t, h)];
             if (!c.rec || rec_key(c.rec) != k) {
-                if ((c.row = crow_get(t, s, k, h)) == EMPTY)
+                if ((c.row = crow_get(t, s, k, h)) == EMPTY) {
+                    t->careful = 1;
+                    *applied = i;
                     return PSW_ENOMEM;
+                }
                 c.rec = rec_at(t, s, c.row);
             }
             apply(t, rec_ref(t, s, c.row, c.rec), vals + i * rb);
@@ -1033,8 +1073,11 @@ int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals)
         uint64_t h = walk_hash(t, &w, i);
         shard *s = &t->shards[shard_of_hash(t, h)];
         hslot *x = slot_get(t, s, psw_key_at(keys, i), h);
-        if (!x)
+        if (!x) {
+            t->careful = 1;
+            *applied = i;
             return PSW_ENOMEM;
+        }
         if (sum1) {
             /* psd_update_row's sum for one float, without the call. */
             float g;
@@ -1555,7 +1598,7 @@ static int each_chunk(const psd_table *t, const shard *s,
         return 0;
     char *buf = malloc((s->nrows < crows ? (size_t)s->nrows : crows) * rb);
     if (!buf)
-        return -1;
+        return -2;               /* out of memory, not the file's end */
     int rc = 0;
     for (int part = 0; part < 3 && !rc; part++)
         for (size_t c = 0; c < s->nchunks && !rc; c++) {
@@ -1711,13 +1754,16 @@ int psd_table_save(const psd_table *t, psd_sink *out)
                            return -1; } while (0)
 
 /* Reads what put_sparse_rows wrote into a shard whose keys are loaded
- * (so its rows exist, numbered in the order written). Returns 0 or -1. */
+ * (so its rows exist, numbered in the order written). Returns 0, -1 when
+ * the file ends, or -2 out of memory. */
 static int get_sparse_rows(psd_table *t, shard *s, psd_source *in)
 {
     if (t->inl) {
         /* As many floats as keys already read: the file holds them. */
         float *w = malloc((size_t)(s->nrows ? s->nrows : 1) * sizeof *w);
-        if (!w || get(in, w, (size_t)s->nrows * sizeof *w)) {
+        if (!w)
+            return -2;
+        if (get(in, w, (size_t)s->nrows * sizeof *w)) {
             free(w);
             return -1;
         }
@@ -1815,7 +1861,12 @@ static int load_shards(psd_table *t, psd_source *in, char *err,
                              (unsigned long long)batch[j], i);
             }
         }
-        if (get_sparse_rows(t, s, in))
+        /* Out of memory is not a damaged file: that word sent an
+         * operator to --skip-snapshot, which starts without the model. */
+        int got = get_sparse_rows(t, s, in);
+        if (got == -2)
+            LOADFAIL("out of memory reading the rows of shard %u", i);
+        if (got)
             LOADFAIL("truncated in the rows of shard %u", i);
     }
     return 0;

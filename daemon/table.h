@@ -59,12 +59,20 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
 
 /* Apply a push / copy out rows, after the checks above passed. vals and
  * out hold n * dim floats, unaligned. A push creates the sparse rows it
- * touches first; that is the only failure (PSW_ENOMEM), after which rows
- * of the keys before the failing one have been updated. A pull creates
- * nothing: a sparse key without a row reads its initial row (the
- * initialiser is a function of the key), so pulls never grow a table;
- * it returns 0. */
+ * touches first; that is the only failure (PSW_ENOMEM). The first time a
+ * table runs out of memory, the rows of the keys before the failing one
+ * have been updated (*applied says how many keys; the others not); from
+ * then on (psd_table_careful) its pushes make every row they need before
+ * they update any, and one that cannot is refused whole (*applied 0),
+ * its new rows left at their initial values, as a pull would read them.
+ * A pull creates nothing: a sparse key without a row reads its initial
+ * row (the initialiser is a function of the key), so pulls never grow a
+ * table; it returns 0. */
+int psd_table_push_some(psd_table *t, const char *keys, size_t n,
+                        const char *vals, size_t *applied);
 int psd_table_push(psd_table *t, const char *keys, size_t n, const char *vals);
+/* Whether the table ran out of memory in a push (psd_table_push_some). */
+int psd_table_careful(const psd_table *t);
 int psd_table_pull(psd_table *t, const char *keys, size_t n, char *out);
 void psd_table_push_range(psd_table *t, uint64_t first, uint64_t count,
                           const char *vals);
