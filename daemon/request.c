@@ -284,8 +284,24 @@ static void reply_rows(psd_node *n, psd_session *ss, const psw_msg *m)
         return;
     }
     psw_mark mark = psw_out_mark(ss->out);
+    int was_oom = ss->out->oom;
     char *p = psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, nbytes,
                              clock);
+    if (!p && !was_oom) {
+        /* No room for this answer's rows (a node near its memory limit):
+         * this pull is refused, not the connection closed, which left
+         * the client to time out after its attempts. The buffer is as it
+         * was at the mark; a short error fits it, or the connection goes
+         * after all (oom set again). */
+        psw_out_rewind(ss->out, mark);
+        ss->out->oom = 0;
+        char err[160];
+        snprintf(err, sizeof err, "out of memory for the %zu bytes of this "
+                 "pull's answer: not answered (a smaller pull may be)",
+                 nbytes);
+        reply_error(n, ss, m, PSW_ENOMEM, err);
+        return;
+    }
     if (!p)
         return;                  /* oom is flagged on ss->out */
     int rc = 0;

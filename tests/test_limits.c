@@ -3728,6 +3728,24 @@ static void a_push_refused_for_memory_is_logged(void **state)
     for (int i = 0; i < N; i++)
         keys[i] = (uint64_t)i;
     wait_ok(a, ps_push(a, s, keys, N, g, NULL, NULL));
+    /* A pull whose answer does not fit is refused, PS_ENOMEM; the node
+     * closed the connection, and the client timed out after its tries. */
+    enum { BIG = 131072 };               /* 8 MiB of rows */
+    uint64_t *bk = malloc(BIG * sizeof *bk);
+    float *bo = malloc(sizeof(float) * BIG * DIM);
+    assert_non_null(bk && bo);
+    for (int i = 0; i < BIG; i++)
+        bk[i] = (uint64_t)i;
+    int prc = ps_wait(a, ps_pull(a, s, bk, BIG, bo, NULL, NULL));
+    if (prc != PS_OK && (prc != PS_ENOMEM ||
+                         !strstr(ps_last_error(a), "of this pull's answer")))
+        fail_msg("a pull of 8 MiB at the limit: %s: %s", ps_strerror(prc),
+                 ps_last_error(a));
+    if (prc == PS_OK)
+        print_message("# the 8 MiB answer fitted\n");
+    free(bk);
+    free(bo);
+    wait_ok(a, ps_push(a, s, keys, N, g, NULL, NULL));   /* still served */
     ps_close(a);
     /* Killed and started again (without the limit), the journal gives
      * back what was applied: the keys of the push applied in part once,
@@ -3755,7 +3773,7 @@ static void a_push_refused_for_memory_is_logged(void **state)
     EXPECT_INT(wrong, 0, "rows of the push refused whole, after the replay");
     keys[0] = 0;
     wait_ok(a, ps_pull(a, s, keys, 1, out, NULL, NULL));
-    EXPECT_INT(out[0] == 2.0f, 1, "key 0 after its two pushes: %g",
+    EXPECT_INT(out[0] == 3.0f, 1, "key 0 after its three pushes: %g",
                (double)out[0]);
     free(keys);
     free(g);
