@@ -544,7 +544,12 @@ static void metric(tbuf *b, const char *name, const char *type,
     put(b, "%s{node=\"%d\"} %.15g\n", name, node, v);
 }
 
-static void metrics_text(psd_admin *a, tbuf *b)
+/* The node's figures (node_lines) and those of its tables t0..t1-1: all
+ * of them for /metrics and "metrics"; psctl asks "metrics node" and
+ * "metrics tables A B" where the whole would pass an ADMIN answer's
+ * PSW_ADMIN_REPLY_MAX (4096 tables of long names: 4.3 MB). */
+static void metrics_text(psd_admin *a, tbuf *b, int node_lines, int t0,
+                         int t1)
 {
     psd_node *n = a->node;
     const psd_stats *s = &n->stats;
@@ -554,90 +559,92 @@ static void metrics_text(psd_admin *a, tbuf *b)
     size_t dclients, dpushes, dbytes;
     psd_node_size(n, &rows, &bytes);
     psd_dedup_size(n->dedup, &dclients, &dpushes, &dbytes);
-    metric(b, "psd_up", "gauge", "1 while the node serves.", i, 1);
-    metric(b, "psd_uptime_seconds", "gauge", "Seconds since the node "
-           "started.", i, (double)(uv_now(a->loop) - a->start_ms) / 1e3);
-    metric(b, "psd_resident_memory_bytes", "gauge", "Resident set size.", i,
-           (double)rss_bytes());
-    metric(b, "psd_connections", "gauge", "Open client connections.", i,
-           a->conns->n);
-    metric(b, "psd_connections_accepted_total", "counter", "Connections "
-           "accepted.", i, (double)s->conns_accepted);
-    metric(b, "psd_connections_refused_total", "counter", "Connections "
-           "refused at max_connections, max_connections_per_addr or the room "
-           "the open files limit leaves.", i,
-           (double)s->conns_refused);
-    metric(b, "psd_connections_evicted_total", "counter", "Idle "
-           "connections closed to make room for a new one.", i,
-           (double)s->conns_evicted);
-    metric(b, "psd_connections_over_memory_total", "counter", "Connections "
-           "closed at max_client_memory.", i, (double)s->conns_over_memory);
-    metric(b, "psd_protocol_errors_total", "counter", "Connections closed "
-           "for a malformed frame, a frame past frame_timeout or no HELLO "
-           "within hello_timeout.", i, (double)s->proto_errors);
-    metric(b, "psd_frame_timeouts_total", "counter", "Connections closed "
-           "for a frame still arriving after frame_timeout (also in "
-           "psd_protocol_errors_total).", i, (double)s->frames_timed_out);
-    metric(b, "psd_auth_failures_total", "counter", "Connections refused "
-           "for failing authentication.", i, (double)s->auth_failures);
-    metric(b, "psd_peers_lost_total", "counter", "Connections closed "
-           "because the peer fell silent.", i, (double)s->peers_lost);
-    metric(b, "psd_frames_total", "counter", "Request frames read.", i,
-           (double)s->frames);
-    metric(b, "psd_requests_total", "counter", "Requests executed.", i,
-           (double)s->requests);
-    metric(b, "psd_request_errors_total", "counter", "Requests answered "
-           "with an error.", i, (double)s->request_errors);
-    /* Which errors: a node refusing keys of another layout (ENOTOWNER)
-     * or pushes at max_rows (EFULL) reads apart from bad requests. The
-     * statuses seen so far, by their psclient.h names. */
-    _Static_assert(PSW_EFULL == -(PSD_STATUSES - 1),
-                   "a status /metrics cannot count");
-    metric_head(b, "psd_request_errors_by_status_total", "counter",
-                "Requests answered with an error, by status (the PS_ codes "
-                "of psclient.h); statuses not seen yet are left out.");
-    for (int k = 1; k < PSD_STATUSES; k++)
-        if (s->errors_by[k])
-            put(b, "psd_request_errors_by_status_total{node=\"%d\","
-                "status=\"%s\"} %llu\n", i, psw_status_name(-k),
-                (unsigned long long)s->errors_by[k]);
-    metric(b, "psd_duplicate_pushes_total", "counter", "Retransmitted "
-           "pushes recognised and not applied again.", i,
-           (double)s->duplicates);
-    metric(b, "psd_remembered_pushes", "gauge", "Applied pushes remembered "
-           "so that a retransmission is not applied again.", i,
-           (double)dpushes);
-    metric(b, "psd_remembered_clients", "gauge", "Clients remembered for "
-           "exactly-once: connected, or gone after pushing here (for "
-           "client_ttl).", i, (double)dclients);
-    metric(b, "psd_unacked_refusals_total", "counter", "Pushes refused at "
-           "max_unacked_pushes or max_remembered_pushes.", i,
-           (double)s->unacked_refusals);
-    metric(b, "psd_clients_forgotten_early_total", "counter", "Clients "
-           "without a connection forgotten before client_ttl to make room "
-           "at max_remembered_pushes.", i, (double)s->clients_forgotten);
-    metric(b, "psd_clients_expired_total", "counter", "Clients without a "
-           "connection forgotten after client_ttl.", i,
-           (double)s->clients_expired);
-    metric_head(b, "psd_request_service_seconds", "summary", "Time spent "
-                "executing one request, by kind.");
-    for (int k = 0; k < PSD_LAT_KINDS; k++) {
-        const uint64_t *h = n->latency[k];
-        put_quantiles(b, "psd_request_service_seconds", i, k, h);
-        /* A summary has its _sum too: rate(_sum) / rate(_count) is the
-         * mean, which quantiles cannot give. */
-        put(b, "psd_request_service_seconds_sum{node=\"%d\",kind=\"%s\"} "
-            "%.9f\n", i, lat_names[k], (double)n->latency_sum[k] / 1e9);
-        put(b, "psd_request_service_seconds_count{node=\"%d\",kind=\"%s\"} "
-            "%llu\n", i, lat_names[k], (unsigned long long)hist_count(h));
+    if (node_lines) {
+        metric(b, "psd_up", "gauge", "1 while the node serves.", i, 1);
+        metric(b, "psd_uptime_seconds", "gauge", "Seconds since the node "
+               "started.", i, (double)(uv_now(a->loop) - a->start_ms) / 1e3);
+        metric(b, "psd_resident_memory_bytes", "gauge", "Resident set size.", i,
+               (double)rss_bytes());
+        metric(b, "psd_connections", "gauge", "Open client connections.", i,
+               a->conns->n);
+        metric(b, "psd_connections_accepted_total", "counter", "Connections "
+               "accepted.", i, (double)s->conns_accepted);
+        metric(b, "psd_connections_refused_total", "counter", "Connections "
+               "refused at max_connections, max_connections_per_addr or the room "
+               "the open files limit leaves.", i,
+               (double)s->conns_refused);
+        metric(b, "psd_connections_evicted_total", "counter", "Idle "
+               "connections closed to make room for a new one.", i,
+               (double)s->conns_evicted);
+        metric(b, "psd_connections_over_memory_total", "counter", "Connections "
+               "closed at max_client_memory.", i, (double)s->conns_over_memory);
+        metric(b, "psd_protocol_errors_total", "counter", "Connections closed "
+               "for a malformed frame, a frame past frame_timeout or no HELLO "
+               "within hello_timeout.", i, (double)s->proto_errors);
+        metric(b, "psd_frame_timeouts_total", "counter", "Connections closed "
+               "for a frame still arriving after frame_timeout (also in "
+               "psd_protocol_errors_total).", i, (double)s->frames_timed_out);
+        metric(b, "psd_auth_failures_total", "counter", "Connections refused "
+               "for failing authentication.", i, (double)s->auth_failures);
+        metric(b, "psd_peers_lost_total", "counter", "Connections closed "
+               "because the peer fell silent.", i, (double)s->peers_lost);
+        metric(b, "psd_frames_total", "counter", "Request frames read.", i,
+               (double)s->frames);
+        metric(b, "psd_requests_total", "counter", "Requests executed.", i,
+               (double)s->requests);
+        metric(b, "psd_request_errors_total", "counter", "Requests answered "
+               "with an error.", i, (double)s->request_errors);
+        /* Which errors: a node refusing keys of another layout (ENOTOWNER)
+         * or pushes at max_rows (EFULL) reads apart from bad requests. The
+         * statuses seen so far, by their psclient.h names. */
+        _Static_assert(PSW_EFULL == -(PSD_STATUSES - 1),
+                       "a status /metrics cannot count");
+        metric_head(b, "psd_request_errors_by_status_total", "counter",
+                    "Requests answered with an error, by status (the PS_ codes "
+                    "of psclient.h); statuses not seen yet are left out.");
+        for (int k = 1; k < PSD_STATUSES; k++)
+            if (s->errors_by[k])
+                put(b, "psd_request_errors_by_status_total{node=\"%d\","
+                    "status=\"%s\"} %llu\n", i, psw_status_name(-k),
+                    (unsigned long long)s->errors_by[k]);
+        metric(b, "psd_duplicate_pushes_total", "counter", "Retransmitted "
+               "pushes recognised and not applied again.", i,
+               (double)s->duplicates);
+        metric(b, "psd_remembered_pushes", "gauge", "Applied pushes remembered "
+               "so that a retransmission is not applied again.", i,
+               (double)dpushes);
+        metric(b, "psd_remembered_clients", "gauge", "Clients remembered for "
+               "exactly-once: connected, or gone after pushing here (for "
+               "client_ttl).", i, (double)dclients);
+        metric(b, "psd_unacked_refusals_total", "counter", "Pushes refused at "
+               "max_unacked_pushes or max_remembered_pushes.", i,
+               (double)s->unacked_refusals);
+        metric(b, "psd_clients_forgotten_early_total", "counter", "Clients "
+               "without a connection forgotten before client_ttl to make room "
+               "at max_remembered_pushes.", i, (double)s->clients_forgotten);
+        metric(b, "psd_clients_expired_total", "counter", "Clients without a "
+               "connection forgotten after client_ttl.", i,
+               (double)s->clients_expired);
+        metric_head(b, "psd_request_service_seconds", "summary", "Time spent "
+                    "executing one request, by kind.");
+        for (int k = 0; k < PSD_LAT_KINDS; k++) {
+            const uint64_t *h = n->latency[k];
+            put_quantiles(b, "psd_request_service_seconds", i, k, h);
+            /* A summary has its _sum too: rate(_sum) / rate(_count) is the
+             * mean, which quantiles cannot give. */
+            put(b, "psd_request_service_seconds_sum{node=\"%d\",kind=\"%s\"} "
+                "%.9f\n", i, lat_names[k], (double)n->latency_sum[k] / 1e9);
+            put(b, "psd_request_service_seconds_count{node=\"%d\",kind=\"%s\"} "
+                "%llu\n", i, lat_names[k], (unsigned long long)hist_count(h));
+        }
+        metric_head(b, "psd_request_service_hist_seconds", "histogram", "The "
+                    "times of psd_request_service_seconds as a histogram, which "
+                    "Prometheus can add up across nodes and over a window "
+                    "(histogram_quantile); le = 2^k ns, each bucket exact.");
+        for (int k = 0; k < PSD_LAT_KINDS; k++)
+            put_buckets(b, "psd_request_service_hist_seconds", i, k,
+                        n->latency[k], n->latency_sum[k]);
     }
-    metric_head(b, "psd_request_service_hist_seconds", "histogram", "The "
-                "times of psd_request_service_seconds as a histogram, which "
-                "Prometheus can add up across nodes and over a window "
-                "(histogram_quantile); le = 2^k ns, each bucket exact.");
-    for (int k = 0; k < PSD_LAT_KINDS; k++)
-        put_buckets(b, "psd_request_service_hist_seconds", i, k,
-                    n->latency[k], n->latency_sum[k]);
     static const struct {
         const char *name, *type, *help;
     } tm[] = {
@@ -651,9 +658,9 @@ static void metrics_text(psd_admin *a, tbuf *b)
         { "psd_table_errors_total", "counter", "Requests answered with an "
           "error." },
     };
-    for (size_t m = 0; m < sizeof tm / sizeof tm[0]; m++) {
+    for (size_t m = 0; t0 < t1 && m < sizeof tm / sizeof tm[0]; m++) {
         metric_head(b, tm[m].name, tm[m].type, tm[m].help);
-        for (int t = 0; t < n->ntables; t++) {
+        for (int t = t0; t < t1; t++) {
             const psd_table_stats *ts = &n->tstats[t];
             uint64_t v[] = { psd_table_rows(n->tables[t]),
                              psd_table_bytes(n->tables[t]), ts->pushes,
@@ -665,6 +672,8 @@ static void metrics_text(psd_admin *a, tbuf *b)
                 (unsigned long long)v[m]);
         }
     }
+    if (!node_lines)
+        return;
     metric(b, "psd_clock", "gauge", "Clocks finished by every worker "
            "waited for (bsp/ssp).", i, (double)n->sync.clock);
     metric_head(b, "psd_workers", "gauge", "Workers by state.");
@@ -737,33 +746,37 @@ static void put_label(tbuf *b, const char *s)
 }
 
 /* Facts as labels of gauges set to 1 (the Prometheus "info" idiom). */
-static void info_text(psd_admin *a, tbuf *b)
+static void info_text(psd_admin *a, tbuf *b, int node_lines, int t0,
+                      int t1)
 {
     psd_node *n = a->node;
-    metric_head(b, "psd_node_info", "gauge", "The node's address, data "
-                "folder, durability settings and release.");
-    put(b, "psd_node_info{node=\"%d\",nodes=\"%d\",address=\"", n->index,
-        n->cfg.nnodes);
-    put_label(b, n->cluster.nodes[n->index]);
-    put(b, "\",data_dir=\"");
-    put_label(b, a->dur->dir);
-    put(b, "\",durability=\"%s\",fsync=\"%s\",version=\"" PSD_RELEASE "\"} 1\n",
-        n->journal ? "log" : "snapshot", psd_fsync_name(a->dur->fsync_mode));
-    metric_head(b, "psd_snapshot_last_error_info", "gauge", "Why the last "
-                "snapshot failed (empty after a success).");
-    put(b, "psd_snapshot_last_error_info{node=\"%d\",error=\"", n->index);
-    put_label(b, a->dur->st.last_error);
-    put(b, "\"} 1\n");
-    metric_head(b, "psd_journal_error_info", "gauge", "Why the journal "
-                "cannot be written (empty when it can).");
-    put(b, "psd_journal_error_info{node=\"%d\",error=\"", n->index);
-    put_label(b, n->journal_error);
-    put(b, "\"} 1\n");
-    metric_head(b, "psd_table_info", "gauge", "A table's updater, the "
-                "hyper-parameters in force on this node (after reloads), "
-                "its nonfinite policy and max_rows (0: no limit), and the "
-                "init and seed of its new rows.");
-    for (int t = 0; t < n->ntables; t++) {
+    if (node_lines) {
+        metric_head(b, "psd_node_info", "gauge", "The node's address, data "
+                    "folder, durability settings and release.");
+        put(b, "psd_node_info{node=\"%d\",nodes=\"%d\",address=\"", n->index,
+            n->cfg.nnodes);
+        put_label(b, n->cluster.nodes[n->index]);
+        put(b, "\",data_dir=\"");
+        put_label(b, a->dur->dir);
+        put(b, "\",durability=\"%s\",fsync=\"%s\",version=\"" PSD_RELEASE "\"} 1\n",
+            n->journal ? "log" : "snapshot", psd_fsync_name(a->dur->fsync_mode));
+        metric_head(b, "psd_snapshot_last_error_info", "gauge", "Why the last "
+                    "snapshot failed (empty after a success).");
+        put(b, "psd_snapshot_last_error_info{node=\"%d\",error=\"", n->index);
+        put_label(b, a->dur->st.last_error);
+        put(b, "\"} 1\n");
+        metric_head(b, "psd_journal_error_info", "gauge", "Why the journal "
+                    "cannot be written (empty when it can).");
+        put(b, "psd_journal_error_info{node=\"%d\",error=\"", n->index);
+        put_label(b, n->journal_error);
+        put(b, "\"} 1\n");
+    }
+    if (t0 < t1)
+        metric_head(b, "psd_table_info", "gauge", "A table's updater, the "
+                    "hyper-parameters in force on this node (after "
+                    "reloads), its nonfinite policy and max_rows (0: no "
+                    "limit), and the init and seed of its new rows.");
+    for (int t = t0; t < t1; t++) {
         const psd_table_conf *tc = psd_table_conf_get(n->tables[t]);
         put(b, "psd_table_info{node=\"%d\",table=\"%s\",updater=\"%s\","
             "params=\"", n->index, tc->name, psd_updater_name(tc->upd.kind));
@@ -774,6 +787,8 @@ static void info_text(psd_admin *a, tbuf *b)
         put_init(b, &tc->init);
         put(b, "\",seed=\"%llu\"} 1\n", (unsigned long long)tc->init.seed);
     }
+    if (!node_lines)
+        return;
     metric_head(b, "psd_config_reload_error_info", "gauge", "Why the file "
                 "of the last SIGHUP was refused (empty after one that "
                 "took).");
@@ -839,6 +854,7 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
     else if (is(cmd, len, "stats") || is(cmd, len, "metrics") ||
              is(cmd, len, "rates")) {
         rates r = { 0 };
+        int nt = a->node->ntables;
         if (rates_begin(a, &r))
             b.oom = 1;
         else if (cmd[0] == 's')
@@ -846,10 +862,33 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
         else if (cmd[0] == 'r')
             rates_text(a, &r, &b);
         else {
-            metrics_text(a, &b);
-            info_text(a, &b);
+            metrics_text(a, &b, 1, 0, nt);
+            info_text(a, &b, 1, 0, nt);
         }
         free(r.now);
+    } else if (len > 8 && !memcmp(cmd, "metrics ", 8)) {
+        /* The same lines in parts: "metrics node", the node's own;
+         * "metrics tables A B", those of tables A..B-1 (B past the last
+         * is the last). */
+        char what[64];
+        snprintf(what, sizeof what, "%.*s", (int)(len - 8), cmd + 8);
+        unsigned long t0, t1;
+        int end = 0, nt = a->node->ntables;
+        if (!strcmp(what, "node")) {
+            metrics_text(a, &b, 1, 0, 0);
+            info_text(a, &b, 1, 0, 0);
+        } else if (len - 8 < sizeof what &&
+                   sscanf(what, "tables %lu %lu%n", &t0, &t1, &end) == 2 &&
+                   !what[end] && t0 <= t1 && t0 <= (unsigned long)nt) {
+            if (t1 > (unsigned long)nt)
+                t1 = (unsigned long)nt;
+            metrics_text(a, &b, 0, (int)t0, (int)t1);
+            info_text(a, &b, 0, (int)t0, (int)t1);
+        } else {
+            put(&b, "metrics takes \"node\" or \"tables A B\" (tables "
+                "A..B-1 of the %d)", nt);
+            rc = PSW_EINVAL;
+        }
     } else if (is(cmd, len, "save")) {
         /* Starts one unless one is running, or the newest one holds the
          * node as it is (the same image again, a whole model's worth of

@@ -104,6 +104,7 @@ typedef struct node {
     char err[1024];
     int refused;                 /* the last command's error is the node's
                                     answer, not a lost connection */
+    int status;                  /* that answer's status */
     int shadowed;                /* answered, but another cluster's node of
                                     its number was asked first: not shown */
     int ready;                   /* its handshake is done */
@@ -497,6 +498,7 @@ static int take_reply(node *nd, const msgpack_object *msg, void *arg)
      * not act there (a node writes none; admin.c escapes them). */
     if (m.status != PSW_OK) {
         nd->refused = 1;
+        nd->status = m.status;
         int n = snprintf(nd->err, sizeof nd->err, "%s: %.*s",
                          psw_strerror(m.status), (int)m.text_len,
                          m.text ? m.text : "");
@@ -726,10 +728,38 @@ static void get_label(const samples *ss, const char *name, int idx,
     }
 }
 
+/* Tables a "metrics tables A B" answer covers: about 1 KB each at the
+ * longest names, far below an ADMIN answer's 4 MiB. */
+#define TABLES_A_PART 1024
+
 /* Metrics and rates of node nd into ss. 0 or -1. */
 static int fetch(node *nd, samples *ss)
 {
     char *m = command(nd, "metrics");
+    if (!m && nd->refused && nd->status == PSW_ETOOBIG) {
+        /* Too long for one answer (thousands of tables of long names):
+         * the node's own lines, then its tables a part at a time. A node
+         * before 0.4.4 knows no parts: its refusal stands. */
+        char err[sizeof nd->err];
+        snprintf(err, sizeof err, "%s", nd->err);
+        m = command(nd, "metrics node");
+        for (int t = 0; m && t < nd->layout.ntables; t += TABLES_A_PART) {
+            char cmd[64];
+            snprintf(cmd, sizeof cmd, "metrics tables %d %d", t,
+                     t + TABLES_A_PART);
+            char *part = command(nd, cmd);
+            char *both = part ? malloc(strlen(m) + strlen(part) + 1) : NULL;
+            if (both)
+                strcat(strcpy(both, m), part);
+            else if (part)
+                snprintf(nd->err, sizeof nd->err, "out of memory");
+            free(part);
+            free(m);
+            m = both;
+        }
+        if (!m && nd->refused)
+            snprintf(nd->err, sizeof nd->err, "%s", err);
+    }
     if (!m)
         return -1;
     char *r = command(nd, "rates");
