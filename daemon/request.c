@@ -287,7 +287,7 @@ static void reply_rows(psd_node *n, psd_session *ss, const psw_msg *m)
     int was_oom = ss->out->oom;
     char *p = psw_pack_reply(ss->out, m->ts, m->part, PSW_OK, NULL, nbytes,
                              clock);
-    if (!p && !was_oom) {
+    if (!p && ss->out->oom && !was_oom) {
         /* No room for this answer's rows (a node near its memory limit):
          * this pull is refused, not the connection closed, which left
          * the client to time out after its attempts. The buffer is as it
@@ -295,10 +295,16 @@ static void reply_rows(psd_node *n, psd_session *ss, const psw_msg *m)
          * after all (oom set again). */
         psw_out_rewind(ss->out, mark);
         ss->out->oom = 0;
-        char err[160];
-        snprintf(err, sizeof err, "out of memory for the %zu bytes of this "
-                 "pull's answer: not answered (a smaller pull may be)",
-                 nbytes);
+        char err[200];
+        if (m->op == PSW_OP_PUSHPULL)
+            snprintf(err, sizeof err, "out of memory for the %zu bytes of "
+                     "this pushpull's answer: its push was applied, its "
+                     "rows not read (pull them, a smaller pull may be)",
+                     nbytes);
+        else
+            snprintf(err, sizeof err, "out of memory for the %zu bytes of "
+                     "this pull's answer: not answered (a smaller pull may "
+                     "be)", nbytes);
         reply_error(n, ss, m, PSW_ENOMEM, err);
         return;
     }
@@ -1058,10 +1064,16 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
         size_t applied = (size_t)nrows;  /* keys applied (a sparse push) */
         if (tc->consistency == PSD_CONS_BSP) {
             /* Summed now, applied once when the clock ends. */
+            /* A range's side table has its rows: it fails (out of
+             * memory for that table) before it sums any. */
             rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
                                                      m->vals)
-                        : psd_table_accumulate(t, m->keys, m->nkeys, m->vals);
-            if (psd_sync_holds(&n->sync, ss->worker, ss))
+                        : psd_table_accumulate_some(t, m->keys, m->nkeys,
+                                                    m->vals, &applied);
+            if (rc && ranged)
+                applied = 0;
+            /* Counted in the clock's mean only with something summed. */
+            if (psd_sync_holds(&n->sync, ss->worker, ss) && (!rc || applied))
                 psd_sync_summed(&n->sync, ss->worker);
         }
         else {

@@ -1298,11 +1298,19 @@ static psd_table *acc_get(psd_table *t)
 int psd_table_accumulate(psd_table *t, const char *keys, size_t n,
                          const char *vals)
 {
+    size_t applied;
+    return psd_table_accumulate_some(t, keys, n, vals, &applied);
+}
+
+int psd_table_accumulate_some(psd_table *t, const char *keys, size_t n,
+                              const char *vals, size_t *applied)
+{
+    *applied = 0;
     psd_table *a = acc_get(t);
     if (!a)
         return PSW_ENOMEM;
-    if (t->conf.dense)
-        return psd_table_push(a, keys, n, vals);
+    if (t->conf.dense)           /* its side table has every row */
+        return psd_table_push_some(a, keys, n, vals, applied);
     /* Count the keys that will become rows when the sum is applied, so
      * that max_rows holds for pushes of the current clock too. */
     size_t rb = row_bytes(t);
@@ -1314,6 +1322,7 @@ int psd_table_accumulate(psd_table *t, const char *keys, size_t n,
             return PSW_ENOMEM;
         t->acc_new += fresh;
         t->shards[shard_of_hash(t, h)].acc_new += fresh;
+        *applied = i + 1;
     }
     return 0;
 }

@@ -92,6 +92,10 @@ const float *psd_table_dense_run(const psd_table *t, uint64_t first,
  * `scale` (1, or 1/workers for aggregate = mean), and the side table is
  * emptied. Memory is proportional to the keys touched in one clock. The
  * same checks as psd_table_push come first. Returns 0 or PSW_ENOMEM. */
+/* The same, saying in *applied how many keys (the first ones) were
+ * summed when it returns PSW_ENOMEM part way. */
+int psd_table_accumulate_some(psd_table *t, const char *keys, size_t n,
+                              const char *vals, size_t *applied);
 int psd_table_accumulate(psd_table *t, const char *keys, size_t n,
                          const char *vals);
 int psd_table_accumulate_range(psd_table *t, uint64_t first, uint64_t count,
