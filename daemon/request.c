@@ -1063,9 +1063,9 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     if (pushes) {
         size_t applied = (size_t)nrows;  /* keys applied (a sparse push) */
         if (tc->consistency == PSD_CONS_BSP) {
-            /* Summed now, applied once when the clock ends. */
-            /* A range's side table has its rows: it fails (out of
-             * memory for that table) before it sums any. */
+            /* Summed now, applied once when the clock ends. A range's
+             * side table has its rows: it fails (out of memory for that
+             * table) before it sums any. */
             rc = ranged ? psd_table_accumulate_range(t, m->first, m->count,
                                                      m->vals)
                         : psd_table_accumulate_some(t, m->keys, m->nkeys,
