@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -17,12 +18,15 @@
 _Static_assert(PSD_METRICS_FDS == MAX_OPEN + 2 * BACKLOG + 1,
                "metrics.h's count of descriptors");
 #define STOP_GRACE_MS 1000       /* for a request begun when psd stops */
-/* A body that took the loop CACHE_MIN_NS or more to build is served
- * again to the scrapes of the next CACHE_TIMES times that long (at most
- * CACHE_MAX_NS): a node of 4096 tables took 80 ms per scrape, and four
- * scrapers kept a small pull's p99 at 0.5 s. A small node's body is
- * built for every scrape, as fresh as its counters. */
-#define CACHE_MIN_NS 2000000ull
+/* A body that took the loop CACHE_MIN_NS or more of its CPU time to
+ * build is served again to the scrapes of the next CACHE_TIMES times
+ * that long (at most CACHE_MAX_NS): a node of 4096 tables took 80 ms per
+ * scrape, and four scrapers kept a small pull's p99 at 0.5 s. A small
+ * node's body is built for every scrape, as fresh as its counters: CPU
+ * time, not the clock's, so that a loop preempted on a busy machine
+ * does not make a 0.1 ms body look costly (a test that scraped right
+ * after a push read the figures from before it). */
+#define CACHE_MIN_NS 5000000ull
 #define CACHE_TIMES 10
 #define CACHE_MAX_NS 1000000000ull
 
@@ -118,6 +122,16 @@ static void respond(mconn *c, const char *status, const char *type,
         mclose(c);
 }
 
+/* The CPU time of the calling thread, in ns (0 where unknown: then
+ * nothing is cached). */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec t;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t))
+        return 0;
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 /* The figures, a reference the caller drops: the cache while it is
  * young (CACHE_MIN_NS), else built now. NULL for want of memory. */
 static mbody *figures(psd_metrics *m)
@@ -127,6 +141,7 @@ static mbody *figures(psd_metrics *m)
         m->cache->refs++;
         return m->cache;
     }
+    uint64_t cpu0 = thread_cpu_ns();
     body_drop(m->cache);
     m->cache = NULL;
     mbody *b = calloc(1, sizeof *b);
@@ -138,7 +153,8 @@ static mbody *figures(psd_metrics *m)
         return NULL;
     }
     b->refs = 1;
-    uint64_t cost = uv_hrtime() - now;
+    uint64_t cpu1 = thread_cpu_ns();
+    uint64_t cost = cpu1 > cpu0 ? cpu1 - cpu0 : 0;
     /* Not once stopped: a request that ends in the grace of a stop is
      * answered, and nothing would free a cache made then. */
     if (cost >= CACHE_MIN_NS && m->listening) {
