@@ -193,8 +193,14 @@ static int classify(reader *p, const char *buf, size_t n)
         const char *w = t;
         while (w < end && !isspace((unsigned char)*w))
             w++;
-        fail(p->ini, p->line, "expected \"key = value\" or \"[section]\", "
-             "got \"%.*s%s\"", (int)(w - t), t, w < end ? " ..." : "");
+        if (!psd_ini_key_like(t, (size_t)(w - t)))
+            fail(p->ini, p->line, "expected \"key = value\" or "
+                 "\"[section]\", got a line of %zu bytes (not shown: it may "
+                 "be a secret)", (size_t)(end - t));
+        else
+            fail(p->ini, p->line, "expected \"key = value\" or "
+                 "\"[section]\", got \"%.*s%s\"", (int)(w - t), t,
+                 w < end ? " ..." : "");
         return -1;
     }
     p->key_seen = 1;
@@ -404,4 +410,20 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
     else if (!ini->failed && rc < 0)
         fail(ini, 0, "out of memory");
     return ini->failed ? -1 : 0;
+}
+
+int psd_ini_key_like(const char *w, size_t n)
+{
+    int under = 0;
+    if (n < 16)                  /* shorter than any token may be */
+        return 1;
+    if (n > 32)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)w[i];
+        if (!(islower(ch) || isdigit(ch) || ch == '_'))
+            return 0;
+        under |= ch == '_';
+    }
+    return under;
 }

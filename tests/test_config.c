@@ -309,6 +309,22 @@ static const error_case error_cases[] = {
       CLUSTER "[server]\nauth_token 0123456789abcdefSECRET\n", 0, 4,
       "expected \"key = value\" or \"[section]\", got \"auth_token ...\"",
       1 },
+    /* A line that is the token itself (`base64 >> psd.ini`): its key or
+     * its first word was echoed, into the log and, after a SIGHUP, into
+     * /metrics (a trial). Only a key's length, unless it is short (no
+     * token is) or a near miss of a key. */
+    { "a_token_line_read_as_a_key_is_not_echoed",
+      CLUSTER "[server]\nQmFyZVRva2VuTGluZVNlY3JldFZhbHVlMTIzNA==\n", 0, 4,
+      "[server] an unknown key of 38 bytes (not shown: a line that is not "
+      "one of psd's settings may be the token)", 1 },
+    { "a_token_line_without_equals_is_not_echoed",
+      CLUSTER "[server]\n0123456789abcdef0123456789abcdef\n", 0, 4,
+      "expected \"key = value\" or \"[section]\", got a line of 32 bytes "
+      "(not shown: it may be a secret)", 1 },
+    { "a_long_key_mistyped_is_still_named",
+      CLUSTER "[server]\nmax_connections_per_adr = 5\n", 0, 4,
+      "[server] max_connections_per_adr: unknown key (did you mean "
+      "max_connections_per_addr?)", 1 },
     /* A token that a continuation line made too long: its length is
      * said, never the token (the error goes to the log and terminal). */
     { "overlong_auth_token_is_refused_without_echoing_it",
