@@ -13,7 +13,6 @@
 #define DELAY_MAX_MS 2000
 #define FORGET_MS 60000          /* failures this old are forgiven */
 #define LOG_WINDOW_MS 10000
-#define KNOWN 4096               /* clients remembered by their address */
 
 typedef struct source {
     char ip[48];                 /* "" for a free slot */
@@ -22,19 +21,10 @@ typedef struct source {
     uint64_t next_ms;            /* no attempt is checked before then */
 } source;
 
-/* A client that authenticated from an address: its HELLO from there
- * waits for no turn (psd_auth_known). */
-typedef struct known {
-    char ip[48];                 /* "" for a free slot */
-    uint64_t client_id;
-} known;
-
 struct psd_auth {
     char token[PSW_AUTH_TOKEN_MAX + 1];
     size_t len;
     source src[SOURCES];
-    known seen[KNOWN];           /* a ring, the oldest replaced */
-    unsigned seen_next;
     uint64_t failures;
     /* The failure log: a window opens with a logged line; later failures
      * in it are counted and summed up when it ends. */
@@ -154,25 +144,11 @@ void psd_auth_failed(psd_auth *a, const char *ip, const char *peer,
     a->window_ms = now_ms ? now_ms : 1;
 }
 
-void psd_auth_succeeded(psd_auth *a, const char *ip, uint64_t client_id)
+void psd_auth_succeeded(psd_auth *a, const char *ip)
 {
     source *s = find(a, ip);
     if (s)
         memset(s, 0, sizeof *s);
-    if (psd_auth_known(a, ip, client_id))
-        return;
-    known *k = &a->seen[a->seen_next++ % KNOWN];
-    snprintf(k->ip, sizeof k->ip, "%s", ip);
-    k->client_id = client_id;
-}
-
-int psd_auth_known(const psd_auth *a, const char *ip, uint64_t client_id)
-{
-    for (unsigned i = 0; i < KNOWN; i++)
-        if (a->seen[i].client_id == client_id && a->seen[i].ip[0] &&
-            strcmp(a->seen[i].ip, ip) == 0)
-            return 1;
-    return 0;
 }
 
 void psd_auth_tick(psd_auth *a, uint64_t now_ms)

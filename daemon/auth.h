@@ -50,18 +50,8 @@ uint64_t psd_auth_admit(psd_auth *a, const char *ip, uint64_t now_ms);
 void psd_auth_failed(psd_auth *a, const char *ip, const char *peer,
                      const char *why, int guess, uint64_t now_ms);
 
-/* An attempt from ip by client_id succeeded: ip's failures are
- * forgotten, and the client is remembered there (the last 4096 pairs). */
-void psd_auth_succeeded(psd_auth *a, const char *ip, uint64_t client_id);
-
-/* Whether client_id authenticated from ip before: its proof is checked
- * at once, however many wrong ones the address sent. Without it, a peer
- * with no token at a trainer's address (a shared NAT or host), sending
- * wrong proofs twice a second, took every turn and kept the trainer's
- * reconnections out (closed at hello_timeout). A guesser would have to
- * guess a 64-bit id too; wrong proofs under a known id count as
- * failures as ever. */
-int psd_auth_known(const psd_auth *a, const char *ip, uint64_t client_id);
+/* An attempt from ip succeeded: its failures are forgotten. */
+void psd_auth_succeeded(psd_auth *a, const char *ip);
 
 /* Periodic: writes the summary of a window that has ended. */
 void psd_auth_tick(psd_auth *a, uint64_t now_ms);

@@ -846,7 +846,7 @@ static void check_proof(psd_conn *c)
                        1);
         return;
     }
-    psd_auth_succeeded(c->set->auth, c->ip, c->tr.client_id);
+    psd_auth_succeeded(c->set->auth, c->ip);
     finish_hello(c, &c->hello, 1);
 }
 
@@ -869,14 +869,10 @@ static void handle_auth(psd_conn *c, const msgpack_object *msg)
     memcpy(c->proof, a.proof, c->proof_len);
     if (a.proof_len != PSW_PROOF_LEN)
         c->proof_len = 0;        /* never right */
-    /* A client that authenticated from here before waits for no turn
-     * (psd_auth_known); others, after recent failures from this address,
-     * are checked one per delay. Nothing more is read meanwhile. */
-    uint64_t wait = psd_auth_known(c->set->auth, c->ip, c->tr.client_id)
-                        ? 0
-                        : psd_auth_admit(c->set->auth, c->ip,
-                                         uv_now(c->set->loop));
+    uint64_t wait = psd_auth_admit(c->set->auth, c->ip, uv_now(c->set->loop));
     if (wait) {
+        /* Recent failures from this address: its attempts are checked one
+         * per delay. Nothing more is read meanwhile. */
         c->parked = 1;
         c->park_until_ms = wait;
         uv_read_stop((uv_stream_t *)&c->tcp);

@@ -21,7 +21,6 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -631,65 +630,6 @@ static void junk_before_the_hello_does_not_throttle_the_address(
     psd_auth_free(a);
 }
 
-/* A raw handshake as client_id with the right token (TOKEN): the
- * HELLO_OK's status, and in *ms how long it took. */
-static int right_handshake(int port, uint64_t client_id, double *ms)
-{
-    double t0 = now_ms();
-    int fd = raw_connect(port);
-    psw_transcript t = fresh_transcript(client_id);
-    send_hello(fd, PSW_VERSION, &t);
-    read_challenge(fd, &t);
-    uint8_t proof[PSW_PROOF_LEN];
-    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t, proof);
-    send_auth(fd, proof);
-    int st = read_hello_ok(fd, NULL, 0, NULL);
-    *ms = now_ms() - t0;
-    close(fd);
-    return st;
-}
-
-/* A peer without the token at a client's address, sending a wrong proof
- * twice a second, took every turn of the address's throttle, and the
- * client's reconnections were closed at hello_timeout (a security
- * trial). A client that authenticated from the address before waits for
- * no turn. */
-static void a_known_client_is_not_kept_out_by_a_guesser_at_its_address(
-    void **state)
-{
-    (void)state;
-    test_cluster one;
-    assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
-                                   "auth_token = " TOKEN "\n"), 0);
-    double ms;
-    EXPECT_INT(right_handshake(one.port[0], 777, &ms), 0, "the first time");
-    pid_t kid = fork();
-    assert_true(kid >= 0);
-    if (kid == 0) {
-        /* 2 wrong proofs a second for 6 s, each left waiting. */
-        int fds[12];
-        for (int i = 0; i < 12; i++) {
-            fds[i] = raw_connect(one.port[0]);
-            psw_transcript t = fresh_transcript(5000 + (uint64_t)i);
-            send_hello(fds[i], PSW_VERSION, &t);
-            read_challenge(fds[i], &t);
-            uint8_t proof[PSW_PROOF_LEN];
-            psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
-            send_auth(fds[i], proof);
-            usleep(500000);
-        }
-        _exit(0);
-    }
-    usleep(2500000);                     /* the guesser's queue is long */
-    int st = right_handshake(one.port[0], 777, &ms);
-    EXPECT_INT(st, 0, "the known client again, during the guessing");
-    if (ms > 1000)
-        fail_msg("the known client waited %.0f ms for its turn", ms);
-    int kst = 0;
-    waitpid(kid, &kst, 0);
-    assert_int_equal(cluster_stop(&one), 0);
-}
-
 /* Attempts from one address that arrive together, on connections of
  * their own, wait their turns too: one is checked per delay, not all of
  * them once the first delay ends (which would let a client try as many
@@ -1026,8 +966,6 @@ int main(void)
         cmocka_unit_test(reconnection_authenticates_again),
         cmocka_unit_test(failures_are_throttled_and_logged_once_per_window),
         cmocka_unit_test(parallel_failures_are_throttled_one_per_delay),
-        cmocka_unit_test(
-            a_known_client_is_not_kept_out_by_a_guesser_at_its_address),
         cmocka_unit_test(
             junk_before_the_hello_does_not_throttle_the_address),
         cmocka_unit_test(token_file_changed_under_sighup_is_refused_loudly),
