@@ -760,13 +760,14 @@ static int apply_section(parser *p, const section *s, char *base,
             /* A long one echoed only as a near miss of a key (a typo),
              * or one of another section. */
             size_t kl = strlen(e->key);
-            if (kl < 16 || (psd_ini_key_like(e->key, kl) && (near || other)))
+            if (psd_ini_key_like(e->key, kl) &&
+                (kl < 16 || near || other))
                 fail(p, e->line, "[%s] %s: unknown key%s", s->name, e->key,
                      hint);
             else
                 fail(p, e->line, "[%s] an unknown key of %zu bytes (not "
                      "shown: a line that is not one of psd's settings may "
-                     "be the token)", s->name, kl);
+                     "be the token)%s", s->name, kl, hint);
             bad = 1;
         } else if (first != e) {
             fail(p, e->line, "[%s] %s: duplicate key (first at line %d)",

@@ -314,7 +314,13 @@ static int on_value(void *user, const char *section_name, const char *name,
         return 1;
     }
     if (p->ini->nsecs == 0) {
-        fail(p->ini, p->line, "key \"%s\" outside any section", name);
+        /* The file overwritten with the token (`base64 > psd.ini`) gets
+         * here: not echoed then (psd_ini_key_like). */
+        if (psd_ini_key_like(name, strlen(name)))
+            fail(p->ini, p->line, "key \"%s\" outside any section", name);
+        else
+            fail(p->ini, p->line, "a key of %zu bytes outside any section "
+                 "(not shown: it may be a secret)", strlen(name));
         return 1;
     }
     psd_ini_section *s = &p->ini->secs[p->ini->nsecs - 1];
@@ -415,7 +421,8 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
 int psd_ini_key_like(const char *w, size_t n)
 {
     int under = 0;
-    if (n < 16)                  /* shorter than any token may be */
+    if (n < 8)                   /* a token of 16 bytes or more cut at a
+                                    '=' or ':' shows little of it */
         return 1;
     if (n > 32)
         return 0;
@@ -425,5 +432,5 @@ int psd_ini_key_like(const char *w, size_t n)
             return 0;
         under |= ch == '_';
     }
-    return under;
+    return n < 16 || under;
 }

@@ -65,12 +65,12 @@ void psd_ini_free(psd_ini *ini);
 /* The first entry of section s with this key, or NULL. */
 const psd_ini_entry *psd_ini_find(const psd_ini_section *s, const char *key);
 
-/* Whether the n bytes at w may be echoed in an error as a key: shorter
- * than any token (16 bytes), or like psd's longer keys (lower-case
- * letters, digits and '_', with an '_', at most 32 bytes). A line that
- * is not a setting may be the token itself (`base64 >> psd.ini`), and
- * errors go to the log and, after a SIGHUP, to /metrics, which needs no
- * token. */
+/* Whether the n bytes at w may be echoed in an error as a key: under 8
+ * bytes, or like psd's keys (lower-case letters, digits and '_', at most
+ * 32 bytes, with an '_' when 16 or more: a hex token has none). A line
+ * that is not a setting may be the token itself (`base64 >> psd.ini`,
+ * its key cut at a '=' or ':'), and errors go to the log and, after a
+ * SIGHUP, to /metrics, which needs no token. */
 int psd_ini_key_like(const char *w, size_t n);
 
 /* Records an error found by the caller while interpreting ini, in the

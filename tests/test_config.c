@@ -321,6 +321,19 @@ static const error_case error_cases[] = {
       CLUSTER "[server]\n0123456789abcdef0123456789abcdef\n", 0, 4,
       "expected \"key = value\" or \"[section]\", got a line of 32 bytes "
       "(not shown: it may be a secret)", 1 },
+    { "a_short_token_cut_at_its_padding_is_not_echoed",
+      CLUSTER "[server]\nAbCdEfGhIjKlMnO=\n", 0, 4,
+      "[server] an unknown key of 15 bytes (not shown: a line that is not "
+      "one of psd's settings may be the token)", 1 },
+    { "a_token_before_any_section_is_not_echoed",
+      "Zq8sK2mP9xYwLr4vT7nBZq8sK2mP9xYwLr4vT7nBAb8=\n" CLUSTER, 0, 1,
+      "a key of 43 bytes outside any section (not shown: it may be a "
+      "secret)", 1 },
+    { "a_hidden_key_near_a_setting_still_gets_its_hint",
+      CLUSTER "[server]\nsnapshot-interval = 5\n", 0, 4,
+      "[server] an unknown key of 17 bytes (not shown: a line that is not "
+      "one of psd's settings may be the token) (did you mean "
+      "snapshot_interval?)", 1 },
     { "a_long_key_mistyped_is_still_named",
       CLUSTER "[server]\nmax_connections_per_adr = 5\n", 0, 4,
       "[server] max_connections_per_adr: unknown key (did you mean "
