@@ -21,6 +21,7 @@
 #include "internal.h"
 #include "io.h"
 #include "../proto/map.h"
+#include "slice.h"
 #include "stats.h"
 #include "../proto/frame.h"
 #include "../proto/auth.h"
@@ -401,12 +402,7 @@ static void part_rows_of(const psc_part *p, psc_part *q, uint64_t at,
         q->pos = p->pos ? p->pos + at : NULL;
         q->out = p->pos ? p->out : p->out + at * dim;
     }
-    q->wire_bytes = PSW_MSG_OVERHEAD +
-                    (q->msg.op == PSW_OP_PUSH_RANGE ||
-                             q->msg.op == PSW_OP_PULL_RANGE
-                         ? 0
-                         : n * 8) +
-                    q->msg.vals_len + (p->out ? n * rowb : 0);
+    q->wire_bytes = psc_part_wire(&q->msg, rowb);
 }
 
 /* Cuts queued part p, too large for nc's max_frame, into parts that fit,
@@ -501,11 +497,12 @@ static void fail_oversized(nconn *nc)
     psc_part **pp = &nc->q_head, *last = NULL;
     const char *why_not = "";
     while (*pp) {
-        psc_part *p = *pp, *cut;
-        if (too_big(nc, p) && (cut = recut(nc, p, &why_not))) {
+        psc_part *p = *pp, *cut = NULL;
+        int big = too_big(nc, p);
+        if (big && (cut = recut(nc, p, &why_not)) != NULL) {
             last = cut;
             pp = &cut->next;
-        } else if (too_big(nc, p)) {
+        } else if (big) {
             p->cannot = why_not;
             *pp = p->next;
             nc->q_bytes -= p->wire_bytes;

@@ -64,6 +64,13 @@ static int is_pull(int op)
     return psw_op_has(op, PSW_OPF_PULLS);
 }
 
+size_t psc_part_wire(const psw_msg *m, size_t rowb)
+{
+    uint64_t rows = psw_op_has(m->op, PSW_OPF_RANGED) ? m->count : m->nkeys;
+    return PSW_MSG_OVERHEAD + m->nkeys * 8 + m->vals_len +
+           (is_pull(m->op) ? rows * rowb : 0);
+}
+
 /* One allocation for the request, its parts and `extra` bytes after
  * them (8-byte aligned), from pool when it is large (pool may be NULL).
  * The request and parts are zeroed; the extra bytes may not be. */
@@ -389,9 +396,7 @@ static int slice_keys(const psc_shape *sh, int op, const uint64_t *keys,
      * frames whose replies would exceed max_frame. */
     for (int i = 0; i < r->nparts; i++) {
         psc_part *p = &r->parts[i];
-        p->wire_bytes = PSW_MSG_OVERHEAD + p->msg.nkeys * 8 +
-                        p->msg.vals_len +
-                        (is_pull(p->msg.op) ? p->msg.nkeys * rowb : 0);
+        p->wire_bytes = psc_part_wire(&p->msg, rowb);
         /* An ssp pull may be held. */
         p->slow = sh->table->consistency == PSW_CONS_SSP &&
                   is_pull(p->msg.op);
@@ -498,10 +503,7 @@ int psc_req_range(const psc_shape *sh, int op, uint64_t first, uint64_t count,
             p->msg.vals_len = (size_t)(stop - row) * dim * sizeof(float);
         }
         p->out = is_pull(op) ? out + off : NULL;
-        p->wire_bytes = PSW_MSG_OVERHEAD + p->msg.vals_len +
-                        (is_pull(op) ? (size_t)(stop - row) * dim *
-                                           sizeof(float)
-                                     : 0);
+        p->wire_bytes = psc_part_wire(&p->msg, dim * sizeof(float));
         row = stop;
     }
     r->op = op;

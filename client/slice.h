@@ -22,6 +22,11 @@ typedef struct psc_shape {
                                     from (bufpool.h); NULL: malloc */
 } psc_shape;
 
+/* What part message m adds to a frame's budget (psc_part.wire_bytes):
+ * the message, and the rows of its reply (rowb bytes each) when it
+ * pulls. */
+size_t psc_part_wire(const psw_msg *m, size_t rowb);
+
 /* Builds the request for a keyed op (PSW_OP_PUSH, PULL or PUSHPULL):
  * one part per node touched. When every key lives on one node the part
  * borrows keys, vals and out as they are; otherwise keys (and values) are

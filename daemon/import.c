@@ -22,6 +22,8 @@
 
 /* Rows read at a time. */
 #define BATCH 65536
+/* The most of a manifest read: far past what psd --export writes. */
+#define MANIFEST_MAX ((size_t)64 << 20)
 
 /* One array of a table's rows: values, and keys unless a dense table's
  * whole rows in order. */
@@ -384,8 +386,9 @@ static size_t field_str(const char *p, const char *end, const char *field,
     return l;
 }
 
-/* The first problem with what manifest `path` (in dir) lists for the
- * tables of cfg, in problem (empty when none): a file it names that dir
+/* The first problem with what manifest text buf (the file `name` in
+ * dir) lists for the tables of cfg, in problem (empty when none): a file
+ * it names that dir
  * does not hold, or that is not the file that node exported (its rows
  * not the "count" listed), or a name that is not a file of dir. Each
  * would start that node's rows from their init without a word (a copy
@@ -395,13 +398,10 @@ static size_t field_str(const char *p, const char *end, const char *field,
  * "files" entry of an older export.json. Tables cfg does not have are not
  * imported (find_sources says so), so their files may well be gone. */
 static void check_listed(const psd_config *cfg, const char *dir,
-                         const char *path, const char *name, char *problem,
+                         const char *buf, const char *name, char *problem,
                          size_t len)
 {
     problem[0] = '\0';
-    char *buf = read_manifest(path, (size_t)64 << 20, problem, len);
-    if (!buf)
-        return;
     const char *aside = strcmp(name, "export.json")
                             ? "the export.node*.json files" : name;
     const char *all = buf + strlen(buf);
@@ -478,10 +478,8 @@ static void check_listed(const psd_config *cfg, const char *dir,
             }
         }
     }
-    free(buf);
 }
 
-/* Node i's data folder must hold none of its files, and no psd. */
 /* An export's manifests (export.nodeK.json) in dir name the node count
  * it was made of: one whose other nodes' files are missing would start
  * their rows from init without a word (psd --export -n K writes one
@@ -503,13 +501,12 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
             continue;
         char path[4400], why[600];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        /* "nodes" is in its first line. */
-        char *buf = read_manifest(path, 4096, why, sizeof why);
+        char *buf = read_manifest(path, MANIFEST_MAX, why, sizeof why);
         const char *p = buf ? json_member(buf, buf + strlen(buf), "nodes")
                             : NULL;
         int m = p ? atoi(p) : 0;
-        free(buf);
         if (m < 1 || m > 65536 || k >= m || (nodes >= 0 && m != nodes)) {
+            free(buf);
             other = 1;
             continue;
         }
@@ -517,7 +514,8 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
         have += !seen[k];
         seen[k] = 1;
         if (!gone[0])
-            check_listed(cfg, dir, path, e->d_name, gone, sizeof gone);
+            check_listed(cfg, dir, buf, e->d_name, gone, sizeof gone);
+        free(buf);
     }
     closedir(d);
     /* An export of an older psd (one export.json listing every
@@ -526,8 +524,13 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
     if (seen && !gone[0] && nodes < 0) {
         char path[4400];
         snprintf(path, sizeof path, "%s/export.json", dir);
-        if (access(path, F_OK) == 0)
-            check_listed(cfg, dir, path, "export.json", gone, sizeof gone);
+        if (access(path, F_OK) == 0) {
+            char *buf = read_manifest(path, MANIFEST_MAX, gone, sizeof gone);
+            if (buf)
+                check_listed(cfg, dir, buf, "export.json", gone,
+                             sizeof gone);
+            free(buf);
+        }
     }
     int rc = 0;
     if (!seen) {
@@ -557,6 +560,7 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
     return rc;
 }
 
+/* Node i's data folder must hold none of its files, and no psd. */
 static int fresh_node(const psd_config *cfg, int i, char *dir, size_t len,
                       char *err, size_t errlen)
 {

@@ -1491,6 +1491,18 @@ static int do_layout(cluster *c, int json)
         return 1;
     }
     static const char *const cons[] = { "async", "bsp", "ssp" };
+    /* The node psctl asked that is each layout node and answered, found
+     * once (with -s, finding it may resolve names). */
+    const node **who = calloc((size_t)l->nnodes + 1, sizeof *who);
+    int *asked = calloc((size_t)l->nnodes + 1, sizeof *asked);
+    if (!who || !asked) {
+        free(who);
+        free(asked);
+        fprintf(stderr, "psctl: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < l->nnodes; i++)
+        who[i] = node_of(c, l, i, &asked[i]);
     if (json) {
         /* The epoch as the text output writes it, a string of 16 hex
          * digits: as a JSON number, a 64-bit value is rounded by jq and
@@ -1508,10 +1520,9 @@ static int do_layout(cluster *c, int json)
          * not answering. */
         printf("], \"node_max_frame\": [");
         for (int i = 0; i < l->nnodes; i++) {
-            const node *nd = node_of(c, l, i, NULL);
-            if (nd)
+            if (who[i])
                 printf("%s%llu", i ? ", " : "",
-                       (unsigned long long)nd->layout.max_frame);
+                       (unsigned long long)who[i]->layout.max_frame);
             else
                 printf("%snull", i ? ", " : "");
         }
@@ -1524,6 +1535,8 @@ static int do_layout(cluster *c, int json)
                    d->dim, (unsigned long long)d->rows, cons[d->consistency]);
         }
         printf("]}\n");
+        free(who);
+        free(asked);
         return 0;
     }
     /* One max_frame for all where the nodes that answered agree; else
@@ -1532,11 +1545,10 @@ static int do_layout(cluster *c, int json)
     unsigned long long mf = 0;
     int mixed = 0;
     for (int i = 0; i < l->nnodes; i++) {
-        const node *nd = node_of(c, l, i, NULL);
-        if (!nd)
+        if (!who[i])
             continue;
-        mixed |= mf && mf != nd->layout.max_frame;
-        mf = nd->layout.max_frame;
+        mixed |= mf && mf != who[i]->layout.max_frame;
+        mf = who[i]->layout.max_frame;
     }
     if (!mf)
         mf = l->max_frame;
@@ -1549,15 +1561,15 @@ static int do_layout(cluster *c, int json)
            l->peer_timeout_ms, (unsigned long long)l->epoch);
     for (int i = 0; i < l->nnodes; i++) {
         /* Said only of the nodes psctl asked (all of them with -c). */
-        int asked = 0;
-        const node *nd = node_of(c, l, i, &asked);
         char own[48] = "";
-        if (mixed && nd)
+        if (mixed && who[i])
             snprintf(own, sizeof own, "  max_frame %llu",
-                     (unsigned long long)nd->layout.max_frame);
+                     (unsigned long long)who[i]->layout.max_frame);
         printf("  node %d  %s%s%s\n", i, l->nodes[i], own,
-               asked && !nd ? "  (not answering)" : "");
+               asked[i] && !who[i] ? "  (not answering)" : "");
     }
+    free(who);
+    free(asked);
     for (int t = 0; t < l->ntables; t++) {
         const psw_table_desc *d = &l->tables[t];
         printf("  table %-20s %-6s dim %u", d->name,
