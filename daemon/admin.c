@@ -851,21 +851,20 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
     int rc = PSW_OK;
     if (is(cmd, len, "ping"))
         put(&b, "pong from node %d\n", a->node->index);
-    else if (is(cmd, len, "stats") || is(cmd, len, "metrics") ||
-             is(cmd, len, "rates")) {
+    else if (is(cmd, len, "stats") || is(cmd, len, "rates")) {
         rates r = { 0 };
-        int nt = a->node->ntables;
         if (rates_begin(a, &r))
             b.oom = 1;
         else if (cmd[0] == 's')
             stats_json(a, &r, &b);
-        else if (cmd[0] == 'r')
+        else
             rates_text(a, &r, &b);
-        else {
-            metrics_text(a, &b, 1, 0, nt);
-            info_text(a, &b, 1, 0, nt);
-        }
         free(r.now);
+    } else if (is(cmd, len, "metrics")) {
+        /* Counters as they are: no window of rates (a copy of every
+         * table's counters, per scrape, that it took and never read). */
+        metrics_text(a, &b, 1, 0, a->node->ntables);
+        info_text(a, &b, 1, 0, a->node->ntables);
     } else if (len > 8 && !memcmp(cmd, "metrics ", 8)) {
         /* The same lines in parts: "metrics node", the node's own;
          * "metrics tables A B", those of tables A..B-1 (B past the last
