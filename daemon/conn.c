@@ -74,6 +74,8 @@ struct psd_conn {
     int challenged;              /* CHALLENGE sent, AUTH expected */
     int parked;
     uint64_t park_until_ms;
+    int authed;                  /* its proof was right (auth.h remembers
+                                    the client while it is connected) */
     psw_hello hello;             /* its nonce view is not kept */
     psw_transcript tr;
     uint8_t proof[PSW_PROOF_LEN];
@@ -283,6 +285,9 @@ static void on_close(uv_handle_t *h)
     psd_conns *set = c->set;
     if (c->hello_done)
         psd_request_closed(c->node, &c->ss, uv_now(set->loop));
+    if (c->authed)
+        psd_auth_closed(set->auth, c->ip, c->hello.client_id,
+                        uv_now(set->loop));
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -730,7 +735,8 @@ static void refuse_hello(psd_conn *c, int status, const char *why)
 static void refuse_auth_as(psd_conn *c, const char *why, int guess)
 {
     char text[300];
-    psd_auth_failed(c->set->auth, c->ip, c->peer, why, guess,
+    psd_auth_failed(c->set->auth, c->ip, c->hello.client_id, c->peer, why,
+                    guess,
                     uv_now(c->set->loop));
     snprintf(text, sizeof text, "authentication failed: %s", why);
     c->node->stats.auth_failures++;
@@ -846,7 +852,8 @@ static void check_proof(psd_conn *c)
                        1);
         return;
     }
-    psd_auth_succeeded(c->set->auth, c->ip);
+    psd_auth_succeeded(c->set->auth, c->ip, c->hello.client_id);
+    c->authed = 1;
     finish_hello(c, &c->hello, 1);
 }
 
@@ -869,7 +876,8 @@ static void handle_auth(psd_conn *c, const msgpack_object *msg)
     memcpy(c->proof, a.proof, c->proof_len);
     if (a.proof_len != PSW_PROOF_LEN)
         c->proof_len = 0;        /* never right */
-    uint64_t wait = psd_auth_admit(c->set->auth, c->ip, uv_now(c->set->loop));
+    uint64_t wait = psd_auth_admit(c->set->auth, c->ip, c->hello.client_id,
+                                   uv_now(c->set->loop));
     if (wait) {
         /* Recent failures from this address: its attempts are checked one
          * per delay. Nothing more is read meanwhile. */
@@ -887,7 +895,8 @@ static void handle_auth(psd_conn *c, const msgpack_object *msg)
  * Admitted, it is checked and the connection reads on. */
 static void unpark(psd_conn *c)
 {
-    uint64_t wait = psd_auth_admit(c->set->auth, c->ip, uv_now(c->set->loop));
+    uint64_t wait = psd_auth_admit(c->set->auth, c->ip, c->hello.client_id,
+                                   uv_now(c->set->loop));
     if (wait) {
         c->park_until_ms = wait;
         return;
@@ -1560,17 +1569,17 @@ static void conns_check(psd_conns *set)
     uint64_t dead = (uint64_t)cfg->peer_timeout_ms;
     uint64_t beat = (uint64_t)cfg->heartbeat_ms;
     uint64_t whole = (uint64_t)cfg->frame_timeout * 1000;
+    psd_conn *last = NULL;
     for (psd_conn *c = set->head, *n; c; c = n) {
         n = c->next;
+        last = c;
         if (c->closing)
             continue;
         char why[160];
         if (!c->hello_done) {
             if (c->parked && now >= c->park_until_ms &&
-                now - c->accepted_ms < hello) {
-                unpark(c);
-                continue;
-            }
+                now - c->accepted_ms < hello)
+                continue;        /* its turn: below */
             if (now - c->accepted_ms >= hello) {
                 snprintf(why, sizeof why, "no HELLO within %d s",
                          cfg->hello_timeout);
@@ -1621,6 +1630,17 @@ static void conns_check(psd_conns *set)
             ((c->has_spare && out_mem(&c->spare) > TRIM_BYTES) ||
              (psw_reader_pending(&c->rd) == 0 && c->rd.cap > TRIM_BYTES)))
             trim(c);
+    }
+    /* Proofs whose turn may have come ask the throttle oldest first (the
+     * list runs from the newest): among those of one lane the longest
+     * waiting is checked, the others wait for the next delay. Newest
+     * first, a peer sending a wrong proof at each delay took every turn
+     * of its address and the others there were closed at hello_timeout. */
+    for (psd_conn *c = last, *p; c; c = p) {
+        p = c->prev;
+        if (!c->closing && !c->hello_done && c->parked &&
+            now >= c->park_until_ms && now - c->accepted_ms < hello)
+            unpark(c);
     }
     psd_log_flush();
 }

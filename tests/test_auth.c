@@ -20,6 +20,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
+#include <poll.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -618,16 +620,216 @@ static void junk_before_the_hello_does_not_throttle_the_address(
     assert_non_null(a);
     uint64_t now = 1000;
     for (int i = 0; i < 20; i++)
-        psd_auth_failed(a, "10.0.0.1", "10.0.0.1:5000", "bad CRC", 0, now);
-    EXPECT_U64(psd_auth_admit(a, "10.0.0.1", now), 0,
+        psd_auth_failed(a, "10.0.0.1", 7, "10.0.0.1:5000", "bad CRC", 0,
+                        now);
+    EXPECT_U64(psd_auth_admit(a, "10.0.0.1", 8, now), 0,
                "a real client's turn after 20 junk frames");
     EXPECT_U64(psd_auth_failures(a), 20, "failures still counted");
     /* A wrong proof, checked in its turn, does hold the address back. */
-    psd_auth_failed(a, "10.0.0.1", "10.0.0.1:5000", "wrong token", 1, now);
-    EXPECT_INT(psd_auth_admit(a, "10.0.0.1", now) > now, 1,
+    psd_auth_failed(a, "10.0.0.1", 7, "10.0.0.1:5000", "wrong token", 1,
+                    now);
+    EXPECT_INT(psd_auth_admit(a, "10.0.0.1", 8, now) > now, 1,
                "the next turn after a wrong proof");
-    EXPECT_U64(psd_auth_admit(a, "10.0.0.2", now), 0, "another address");
+    EXPECT_U64(psd_auth_admit(a, "10.0.0.2", 8, now), 0, "another address");
     psd_auth_free(a);
+}
+
+/* A peer without the token at a client's address (a shared host or
+ * NAT), guessing at every turn, held the address's turns, and the
+ * client's reconnections were closed at hello_timeout (a security
+ * trial). A client that authenticated there has a lane of its own; its
+ * id is no credential, so a wrong proof under it slows that lane too.
+ * The throttle itself, so no clock is measured. */
+static void a_known_client_takes_turns_of_its_own(void **state)
+{
+    (void)state;
+    psd_auth *a = psd_auth_new(TOKEN, strlen(TOKEN));
+    assert_non_null(a);
+    const char *ip = "10.0.0.1";
+    uint64_t now = 1000;
+    psd_auth_succeeded(a, ip, 777);
+    psd_auth_closed(a, ip, 777, now);
+    for (int i = 0; i < 6; i++, now += 2000) {
+        EXPECT_U64(psd_auth_admit(a, ip, 5000 + (uint64_t)i, now), 0,
+                   "the guesser's turn");
+        psd_auth_failed(a, ip, 5000 + (uint64_t)i, "10.0.0.1:6000",
+                        "wrong token", 1, now);
+    }
+    now -= 1000;                 /* inside the address's 2 s delay */
+    EXPECT_INT(psd_auth_admit(a, ip, 9999, now) > now, 1,
+               "a new client at the guesser's address waits");
+    EXPECT_U64(psd_auth_admit(a, ip, 777, now), 0,
+               "the known client reconnecting");
+    EXPECT_INT(psd_auth_admit(a, "10.0.0.2", 777, now) == 0, 1,
+               "its id from another address, which has no failures");
+    psd_auth_succeeded(a, ip, 777);
+    EXPECT_INT(psd_auth_admit(a, ip, 9999, now) > now, 1,
+               "the known client's success leaves the address's lane");
+    /* The id guessed under: that lane slows down, and the address's
+     * counts it too. */
+    psd_auth_failed(a, ip, 777, "10.0.0.1:6001", "wrong token", 1, now);
+    uint64_t next = psd_auth_admit(a, ip, 777, now);
+    EXPECT_INT(next > now && next <= now + 100, 1,
+               "the known client's lane after a wrong proof under its id");
+    EXPECT_U64(psd_auth_admit(a, ip, 777, now + 100), 0, "its next turn");
+    EXPECT_INT(psd_auth_admit(a, ip, 777, now + 100) > now + 100, 1,
+               "one per delay in that lane");
+    psd_auth_succeeded(a, ip, 777);
+    EXPECT_U64(psd_auth_admit(a, ip, 777, now + 100), 0,
+               "a success clears its own lane");
+    psd_auth_free(a);
+}
+
+/* Clients are remembered while connected; when room is needed, one
+ * whose connections are all closed goes, the one gone longest first, so
+ * psctl (a new client at every run) makes way before trainers. */
+static void connected_clients_stay_remembered(void **state)
+{
+    (void)state;
+    psd_auth *a = psd_auth_new(TOKEN, strlen(TOKEN));
+    assert_non_null(a);
+    const char *ip = "10.0.0.1";
+    uint64_t now = 1000;
+    psd_auth_succeeded(a, ip, 1);        /* a trainer, connected */
+    for (uint64_t id = 100; id < 100 + 600; id++, now++) {
+        psd_auth_succeeded(a, ip, id);   /* psctl runs */
+        psd_auth_closed(a, ip, id, now);
+    }
+    psd_auth_failed(a, ip, 9, "10.0.0.1:6000", "wrong token", 1, now);
+    EXPECT_U64(psd_auth_admit(a, ip, 1, now), 0,
+               "the connected trainer after 600 runs of psctl");
+    EXPECT_U64(psd_auth_admit(a, ip, 699, now), 0, "the last psctl run");
+    EXPECT_INT(psd_auth_admit(a, ip, 100, now) > now, 1,
+               "the first psctl run, forgotten (256 per address)");
+    /* 256 connected at an address: a newcomer is not remembered, and
+     * none of them is pushed out. */
+    psd_auth *b = psd_auth_new(TOKEN, strlen(TOKEN));
+    assert_non_null(b);
+    for (uint64_t id = 1; id <= 256; id++)
+        psd_auth_succeeded(b, ip, id);
+    psd_auth_succeeded(b, ip, 1000);
+    psd_auth_failed(b, ip, 5000, "10.0.0.1:6000", "wrong token", 1, now);
+    EXPECT_INT(psd_auth_admit(b, ip, 1000, now) > now, 1,
+               "the 257th connected client, not remembered");
+    for (uint64_t id = 1; id <= 256; id++)
+        if (psd_auth_admit(b, ip, id, now) != 0)
+            fail_msg("connected client %llu was forgotten",
+                     (unsigned long long)id);
+    psd_auth_free(b);
+    psd_auth_free(a);
+}
+
+/* A raw handshake as client_id with the right token (TOKEN): the
+ * HELLO_OK's status, and in *ms how long it took. */
+static int right_handshake(int port, uint64_t client_id, double *ms)
+{
+    double t0 = now_ms();
+    int fd = raw_connect(port);
+    psw_transcript t = fresh_transcript(client_id);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t, proof);
+    send_auth(fd, proof);
+    int st = read_hello_ok(fd, NULL, 0, NULL);
+    *ms = now_ms() - t0;
+    close(fd);
+    return st;
+}
+
+/* End to end: a guesser at the client's address sends a wrong proof
+ * twice a second on new connections, each left waiting; the client that
+ * authenticated before reconnects at once, and psctl-like newcomers do
+ * not change that. */
+static void a_known_client_is_not_kept_out_by_a_guesser_at_its_address(
+    void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
+                                   "auth_token = " TOKEN "\n"), 0);
+    double ms;
+    EXPECT_INT(right_handshake(one.port[0], 777, &ms), 0, "the first time");
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        int fds[12];
+        for (int i = 0; i < 12; i++) {
+            fds[i] = raw_connect(one.port[0]);
+            psw_transcript t = fresh_transcript(5000 + (uint64_t)i);
+            send_hello(fds[i], PSW_VERSION, &t);
+            read_challenge(fds[i], &t);
+            uint8_t proof[PSW_PROOF_LEN];
+            psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
+            send_auth(fds[i], proof);
+            usleep(500000);
+        }
+        _exit(0);
+    }
+    usleep(3000000);                     /* the guesser's queue is long */
+    int st = right_handshake(one.port[0], 777, &ms);
+    EXPECT_INT(st, 0, "the known client again, during the guessing");
+    if (ms > 1000)
+        fail_msg("the known client waited %.0f ms for its turn", ms);
+    int kst = 0;
+    waitpid(kid, &kst, 0);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
+/* Proofs waiting for the same lane are checked oldest first: newest
+ * first, a peer sending a wrong proof at each delay took every turn. */
+static void waiting_proofs_are_checked_oldest_first(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
+                                   "auth_token = " TOKEN "\n"), 0);
+    uint8_t proof[PSW_PROOF_LEN];
+    int fd[N + 1];
+    /* A first failure starts the throttle for 127.0.0.1. */
+    fd[N] = raw_connect(one.port[0]);
+    psw_transcript t = fresh_transcript(60);
+    send_hello(fd[N], PSW_VERSION, &t);
+    read_challenge(fd[N], &t);
+    psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
+    send_auth(fd[N], proof);
+    expect_eauth(fd[N], "wrong token");
+    close(fd[N]);
+    for (int i = 0; i < N; i++) {
+        fd[i] = raw_connect(one.port[0]);
+        t = fresh_transcript(61 + (uint64_t)i);
+        send_hello(fd[i], PSW_VERSION, &t);
+        read_challenge(fd[i], &t);
+        psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
+        send_auth(fd[i], proof);
+        usleep(20000);
+    }
+    /* Which is answered first, then second: each turn is 100 ms or more
+     * after the one before. */
+    int order[N], got = 0, done[N] = { 0 };
+    double t0 = now_ms();
+    while (got < N && now_ms() - t0 < 8000) {
+        struct pollfd p[N];
+        for (int i = 0; i < N; i++)
+            p[i] = (struct pollfd){ .fd = done[i] ? -1 : fd[i],
+                                    .events = POLLIN };
+        if (poll(p, N, 100) <= 0)
+            continue;
+        for (int i = 0; i < N; i++)
+            if (!done[i] && (p[i].revents & (POLLIN | POLLHUP))) {
+                done[i] = 1;
+                order[got++] = i;
+            }
+    }
+    EXPECT_INT(got, N, "proofs answered");
+    for (int i = 0; i < N; i++) {
+        EXPECT_INT(order[i], i, "the place in the answers of the proof sent "
+                   "at this place");
+        expect_eauth(fd[i], "wrong token");
+        close(fd[i]);
+    }
+    assert_int_equal(cluster_stop(&one), 0);
 }
 
 /* Attempts from one address that arrive together, on connections of
@@ -968,6 +1170,11 @@ int main(void)
         cmocka_unit_test(parallel_failures_are_throttled_one_per_delay),
         cmocka_unit_test(
             junk_before_the_hello_does_not_throttle_the_address),
+        cmocka_unit_test(a_known_client_takes_turns_of_its_own),
+        cmocka_unit_test(connected_clients_stay_remembered),
+        cmocka_unit_test(
+            a_known_client_is_not_kept_out_by_a_guesser_at_its_address),
+        cmocka_unit_test(waiting_proofs_are_checked_oldest_first),
         cmocka_unit_test(token_file_changed_under_sighup_is_refused_loudly),
     };
     return cmocka_run_group_tests_name("auth", tests, group_setup,
