@@ -1779,18 +1779,24 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
             char diff[300];
             psw_cluster_diff(&c->cluster, &l, diff, sizeof diff);
             *bad = PS_EPROTO;
+            /* Which of the two is wrong is not known here: the layout
+             * is the first node's to answer, not the ini's (a client
+             * does not read the tables), so both are named (a trial
+             * read node 1 blamed where node 0 ran another file). */
+            int ref = c->cluster.node_index;
             nc_drop(nc, PS_EPROTO, "%s describes a different cluster layout "
-                    "(node %d, epoch %016llx; expected node %d, epoch "
-                    "%016llx): %s%s; are all nodes running the same ini "
-                    "file (and, in a rolling upgrade, releases that agree "
-                    "on what the layout holds: README, \"Upgrading "
-                    "psd\")?", nc->name, l.node_index,
+                    "from node %d's at %s, the first node to answer (node "
+                    "%d, epoch %016llx; expected node %d, epoch %016llx): "
+                    "%s%s; one of the two runs another ini file: are all "
+                    "nodes running the same one (and, in a rolling "
+                    "upgrade, releases that agree on what the layout "
+                    "holds: README, \"Upgrading psd\")?", nc->name, ref,
+                    c->cluster.nodes[ref], l.node_index,
                     (unsigned long long)l.epoch, nc->node,
                     (unsigned long long)c->cluster.epoch,
-                    diff[0] ? "it has " : "its nodes, shards and tables "
-                    "agree with the others': the files differ in [cluster] "
-                    "workers or a bsp table's aggregate or an ssp table's "
-                    "staleness", diff);
+                    diff[0] ? "it has " : "their nodes, shards and tables "
+                    "agree: the files differ in [cluster] workers or a bsp "
+                    "table's aggregate or an ssp table's staleness", diff);
             psw_cluster_free(&l);
             return;
         }

@@ -1038,14 +1038,18 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
     }
     if (c->nlisten && c->nlisten != c->nnodes) {
         const entry *e = find_entry(cluster, "listen");
-        fail(p, e->line, "[cluster] listen: %d addresses for %d nodes (one "
-             "per node, in the order of nodes)", c->nlisten, c->nnodes);
+        fail(p, e->line, "[cluster] listen: %d address%s for %d node%s "
+             "(one per node, in the order of nodes)", c->nlisten,
+             c->nlisten == 1 ? "" : "es", c->nnodes,
+             c->nnodes == 1 ? "" : "s");
         return -1;
     }
     if (c->nmetrics && c->nmetrics != c->nnodes) {
         const entry *e = find_entry(server, "metrics_listen");
-        fail(p, e->line, "[server] metrics_listen: %d addresses for %d nodes "
-             "(one per node, in the order of nodes)", c->nmetrics, c->nnodes);
+        fail(p, e->line, "[server] metrics_listen: %d address%s for %d "
+             "node%s (one per node, in the order of nodes)", c->nmetrics,
+             c->nmetrics == 1 ? "" : "es", c->nnodes,
+             c->nnodes == 1 ? "" : "s");
         return -1;
     }
     if (bind_clashes(p, cluster, server, c) < 0)

@@ -459,17 +459,19 @@ int psd_dedup_room(const psd_dedup *d, const psd_dclient *c, uint64_t ts,
         d->live < total + PSW_MAX_PARTS)
         return 0;
     if (c->live >= per_client) {
-        snprintf(why, whylen, "this node remembers %zu pushes of this client "
-                 "that the client has not acknowledged as complete "
-                 "(max_unacked_pushes = %zu): one of its requests has been "
-                 "outstanding a long time, or it sends no ACK", c->live,
-                 per_client);
+        snprintf(why, whylen, "this node remembers %zu push%s of this "
+                 "client that the client has not acknowledged as complete "
+                 "(max_unacked_pushes = %zu): it has more pushes in flight "
+                 "than that, or one of its requests has been outstanding a "
+                 "long time, or it sends no ACK", c->live,
+                 c->live == 1 ? "" : "es", per_client);
         return -1;
     }
     if (d->live >= total) {
-        snprintf(why, whylen, "this node remembers %zu pushes of its clients "
-                 "(max_remembered_pushes = %zu), and every client holding "
-                 "them is connected", d->live, total);
+        snprintf(why, whylen, "this node remembers %zu push%s of its "
+                 "clients (max_remembered_pushes = %zu), and every client "
+                 "holding them is connected", d->live,
+                 d->live == 1 ? "" : "es", total);
         return 1;
     }
     return 0;

@@ -40,7 +40,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: psctl [-c INI | -s HOST:PORT[,HOST:PORT...]] [-n NODE] "
-        "[--json] COMMAND\n"
+        "[--json]\n"
+        "             [--timeout SECS] [-i SECS] [--count N] COMMAND\n"
+        "       psctl --version | --help\n"
         "commands:\n"
         "  ping     round trip to every node\n"
         "  layout   nodes, shards and tables, as the cluster describes itself\n"
@@ -50,9 +52,9 @@ static void usage(FILE *f)
         "           defaults (nodes that differ are named)\n"
         "  stats    per node: memory, connections, rates, service times,\n"
         "           workers, snapshot and journal\n"
-        "  save     every node writes a snapshot now; waits for the result\n"
-        "           (at most --timeout SECS, default 600, counted from\n"
-        "           when the nodes answered: at most 10 s)\n"
+        "  save     every node writes a snapshot now; waits for the result:\n"
+        "           each node has 10 s to take the command, then all have\n"
+        "           --timeout SECS (default 600) to finish writing\n"
         "  top      stats and tables, refreshed every second (-i SECS, "
         "--count N;\n"
         "           0, the default: until Ctrl-C); with --json, each "
@@ -1555,9 +1557,10 @@ static int do_layout(cluster *c, int json)
     char frame[64] = "max_frame by node";
     if (!mixed)
         snprintf(frame, sizeof frame, "max_frame %llu", mf);
-    printf("%d nodes, %u shards (shard s on node s mod %d), %s, "
+    printf("%d node%s, %u shards (shard s on node s mod %d), %s, "
            "heartbeat %u ms, peer timeout %u ms, layout epoch %016llx\n",
-           l->nnodes, l->shards, l->nnodes, frame, l->heartbeat_ms,
+           l->nnodes, l->nnodes == 1 ? "" : "s", l->shards, l->nnodes, frame,
+           l->heartbeat_ms,
            l->peer_timeout_ms, (unsigned long long)l->epoch);
     for (int i = 0; i < l->nnodes; i++) {
         /* Said only of the nodes psctl asked (all of them with -c). */

@@ -724,7 +724,8 @@ static void end_job(psd_node *n, psd_session *ss, const psw_msg *m)
     }
     if (e.moved)
         clock_moved(n, e.from, e.divisor);
-    n->changes++;
+    if (e.changed)
+        n->changes++;
     (void)psd_node_journal_workers(n);
     up_to_last_record(n, &ss->need_lsn);
     /* What waited for the counts it moved goes now, as after any move (a

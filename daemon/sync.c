@@ -527,7 +527,18 @@ int psd_sync_end(psd_sync *y, uint64_t clock, uint64_t barrier,
     e->moved = c > y->clock;
     e->clock = c;
     e->barrier = b;
+    /* A second end-job, or one on a node with no job: every worker is
+     * already absent at these counts (and journaled so, or marked to be).
+     * Counted as a change, it made the next save write the whole model
+     * again. */
+    e->changed = e->in_progress || e->moved || b != y->barrier;
     for (int i = 0; i < y->nworkers; i++) {
+        const psd_worker *w = &y->workers[i];
+        if (w->lost_id || w->state != PSD_W_ABSENT || w->closed ||
+            w->unknown || w->owner || w->clock != c || w->barrier != b)
+            e->changed = 1;
+    }
+    for (int i = 0; i < y->nworkers && e->changed; i++) {
         psd_worker *w = &y->workers[i];
         /* A lost worker's process may still run (a partition): back, it
          * would join the next job as a worker of this one. */

@@ -191,6 +191,9 @@ typedef struct psd_sync_ended {
     int let_go;              /* processes of lost workers (in their grace,
                                 or let go when it ran out) refused from now
                                 on, as replaced ones are */
+    int changed;             /* 0: nothing moved (every worker was absent
+                                at these counts and journaled so): nothing
+                                to journal or snapshot */
 } psd_sync_ended;
 
 /* psctl end-job: ends the job in progress as if every worker had called
@@ -201,7 +204,8 @@ typedef struct psd_sync_ended {
  * clock in progress that holds pushes in the bsp sums counts as
  * finished (the caller applies them, as a clock's end would have). A
  * lost worker's process, should it come back, is refused: its job is
- * over. Every worker is marked for the journal (psd_sync_dirty). Refused
+ * over. Every worker is marked for the journal (psd_sync_dirty), unless
+ * nothing changed (e->changed 0: a second end-job). Refused
  * with PSW_EBUSY while a worker is connected (err says which), with
  * PSW_EINVAL for counts given above 2^61 or more than a million past
  * this node's largest (when it has one). */

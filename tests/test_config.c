@@ -179,7 +179,7 @@ static const error_case error_cases[] = {
     { "listen_needs_one_address_per_node",
       "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
       "listen = 127.0.0.1:8070\n", 0, 3,
-      "[cluster] listen: 1 addresses for 2 nodes (one per node, in the "
+      "[cluster] listen: 1 address for 2 nodes (one per node, in the "
       "order of nodes)", 1 },
     { "listen_refuses_a_duplicate_address",
       "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
