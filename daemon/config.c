@@ -402,6 +402,23 @@ static const char *cont_note(const entry *e, char buf[48])
         snprintf(buf, 48, " (continued on line %d)", e->cont_line);
     return buf;
 }
+/* Whether the words of e's continuation lines may be quoted: each is
+ * short or looks like a key (psd_ini_key_like), as `lr = 0.1` indented
+ * by mistake does, and a token does not. */
+static int cont_words_shown(const entry *e)
+{
+    const char *w = e->value + e->first_len;
+    while (*w) {
+        while (*w == ' ' || *w == '\t' || *w == '=')
+            w++;
+        size_t n = strcspn(w, " \t=");
+        if (n && !psd_ini_key_like(w, n))
+            return 0;
+        w += n;
+    }
+    return 1;
+}
+
 /* Reports that e's value is not what st accepts; `why` overrides the
  * generic "expected ..." text when it is not NULL. */
 static void bad_value(parser *p, const section *s, const entry *e,
@@ -416,6 +433,16 @@ static void bad_value(parser *p, const section *s, const entry *e,
         fail(p, e->line, "[%s] %s: %s%s, got %zu bytes%s", s->name, st->key,
              why ? "" : "expected ", expect, strlen(e->value),
              cont_note(e, note));
+    else if (e->cont_line && e->first_len <= 160 && !cont_words_shown(e))
+        /* What the indented lines added is not shown when a word of it
+         * may be a token pasted under the key (the error goes to the
+         * log, and after a reload to /metrics, which needs no token). */
+        fail(p, e->line, "[%s] %s: %s%s, got \"%.*s\" and %zu more bytes "
+             "from the indented line %d on (a line indented under a key "
+             "continues its value; not shown: it may be a secret)",
+             s->name, st->key, why ? "" : "expected ", expect,
+             (int)e->first_len, e->value,
+             strlen(e->value) - e->first_len - 1, e->cont_line);
     else if (strlen(e->value) > 160)
         /* A list of 4,097 addresses was echoed whole (8 KB). */
         fail(p, e->line, "[%s] %s: %s%s, got \"%.80s...\" (%zu bytes)%s",
@@ -693,7 +720,7 @@ static int apply_defaults(parser *p, scope sc, const char *name, char *base,
     for (size_t i = 0; i < NSETTINGS; i++) {
         if (settings[i].scope != sc || !settings[i].def)
             continue;
-        entry e = { NULL, (char *)settings[i].def, 0, 0 };
+        entry e = { NULL, (char *)settings[i].def, 0, 0, 0 };
         if (apply(p, &s, &e, &settings[i], base, c) < 0)
             return -1;              /* a bad default: a bug in the table */
     }

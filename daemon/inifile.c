@@ -289,8 +289,10 @@ static int append_piece(reader *p, const char *piece)
     psw_wipe(e->value, old);
     free(e->value);
     e->value = v;
-    if (!e->cont_line)
+    if (!e->cont_line) {
         e->cont_line = p->line;
+        e->first_len = old;
+    }
     return 0;
 }
 

@@ -22,6 +22,8 @@ typedef struct psd_ini_entry {
     char *value;
     int line;            /* line of the key */
     int cont_line;       /* first continuation line, or 0 */
+    size_t first_len;    /* with one: the bytes of value from the key's
+                            own line */
 } psd_ini_entry;
 
 typedef struct psd_ini_section {

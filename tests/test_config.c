@@ -391,9 +391,22 @@ static const error_case error_cases[] = {
     /* A long value is quoted in part, with its length (a list of 4,097
      * addresses was echoed whole, 8 KB). */
     { "a_long_bad_value_is_quoted_in_part",
-      CLUSTER "[server]\nlog_level = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n  bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n", 0, 4,
+      CLUSTER "[server]\nlog_level = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n  bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbb\n", 0, 4,
       "[server] log_level: expected debug | info | warn | error, got \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\" "
       "(301 bytes) (continued on line 5)", 1 },
+    { "a_long_bad_value_on_one_line_is_quoted_in_part",
+      CLUSTER "[server]\nlog_level = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 0, 4,
+      "[server] log_level: expected debug | info | warn | error, got \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\" "
+      "(171 bytes)", 1 },
+    /* A token pasted indented under a key (its base64 read as a key,
+     * or a hex one as a word) joins that key's value: the bad value is
+     * quoted without it (the error goes to the log and /metrics). */
+    { "a_token_continuing_a_bad_value_is_not_echoed",
+      CLUSTER "[server]\nhello_timeout = 10 s\n  QmFyYmF6cXV4Zm9vYmFyYmF6cXV4MTIzNDU2Nzg=\n",
+      0, 4, "[server] hello_timeout: expected an integer 1..3600, got "
+      "\"10 s\" and 40 more bytes from the indented line 5 on (a line "
+      "indented under a key continues its value; not shown: it may be a "
+      "secret)", 1 },
     { "indented_key_continues_the_value_above_and_is_refused",
       EMB "  lr = 0.1\n", 0, 4,
       "[table.emb] dim: expected an integer 1..65536, got \"4 lr = 0.1\" "
