@@ -321,15 +321,28 @@ static void on_connection(uv_stream_t *l, int status)
     /* Full: the oldest connection still without a whole request makes
      * room, not the newcomer. A scrape sends its request at once, so
      * connections that send nothing (or never end their request) cannot
-     * keep Prometheus out. When every one is being answered, the oldest
-     * answer goes: one not read (a client that asks and never reads a
-     * body larger than the socket buffers) held its place for TIMEOUT_MS,
-     * and 16 such kept every scrape out. */
+     * keep Prometheus out. When every one is being answered, the answer
+     * with the most bytes still queued goes (the oldest of those): one
+     * not read (a client that asks and never reads a body larger than
+     * the socket buffers) held its place for TIMEOUT_MS, and 16 such
+     * kept every scrape out; the oldest alone may be a scrape being
+     * read, while later ones are not (a review). */
     if (live >= MAX_OPEN) {
         mconn *old = m->head;
         while (old && (old->answered || old == c))
             old = old->next;
-        mclose(old ? old : m->head);   /* the head is not c: live >= 16 */
+        if (!old) {
+            size_t most = 0;
+            for (mconn *o = m->head; o; o = o->next) {
+                size_t q = uv_stream_get_write_queue_size(
+                    (const uv_stream_t *)&o->tcp);
+                if (o != c && (!old || q > most)) {
+                    old = o;
+                    most = q;
+                }
+            }
+        }
+        mclose(old);                   /* there is one: live >= 16 */
     }
     uv_timer_start(&c->timer, on_timeout, TIMEOUT_MS, 0);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read))

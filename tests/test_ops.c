@@ -2049,6 +2049,57 @@ static void test_unread_metrics_answers_do_not_keep_scrapes_out(void **state)
     }
     for (int k = 0; k < STUCK; k++)
         close(fd[k]);
+    /* A scrape being read (slowly: 32 KiB each 10 ms), then 16 that ask
+     * and never read, then one more: the one that makes room is one not
+     * read, not the oldest, whose answer was cut (a review). */
+    pid_t slow = fork();
+    assert_true(slow >= 0);
+    if (slow == 0) {
+        int sfd = dial_port(mport);
+        static const char get[] = "GET /metrics HTTP/1.1\r\n\r\n";
+        if (sfd < 0 || write(sfd, get, sizeof get - 1) != sizeof get - 1)
+            _exit(2);
+        size_t room = 8u << 20, len = 0;
+        char *a = malloc(room);
+        ssize_t k;
+        while (a && len < room - 1 &&
+               (k = read(sfd, a + len, (room - 1 - len) < 32768
+                                           ? room - 1 - len : 32768)) > 0) {
+            len += (size_t)k;
+            usleep(10000);
+        }
+        if (a)
+            a[len] = '\0';
+        _exit(a && whole_answer(a, len) ? 0 : 1);
+    }
+    sleep_ms(100);
+    for (int k = 0; k < 16; k++) {
+        fd[k] = socket(AF_INET, SOCK_STREAM, 0);
+        int small = 1024;
+        setsockopt(fd[k], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)mport) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fd[k], (struct sockaddr *)&sa, sizeof sa),
+                         0);
+        static const char get[] = "GET /metrics HTTP/1.1\r\n\r\n";
+        assert_int_equal(write(fd[k], get, sizeof get - 1), sizeof get - 1);
+    }
+    sleep_ms(200);
+    {
+        size_t len;
+        char *m = http_raw(mport, "GET /metrics HTTP/1.1\r\n\r\n", &len);
+        if (!m || !whole_answer(m, len))
+            fail_msg("a scrape beside a slow one and 16 unread: %.200s",
+                     m ? m : "(no answer)");
+        free(m);
+    }
+    int sst = 0;
+    waitpid(slow, &sst, 0);
+    EXPECT_INT(WIFEXITED(sst) ? WEXITSTATUS(sst) : -1, 0,
+               "the slow scrape's answer, whole (1: cut)");
+    for (int k = 0; k < 16; k++)
+        close(fd[k]);
     /* Scrapes together, each answer whole. */
     pid_t kids[TOGETHER];
     for (int k = 0; k < TOGETHER; k++) {
