@@ -1784,14 +1784,21 @@ static void handle_hello_ok(nconn *nc, const msgpack_object *msg)
              * does not read the tables), so both are named (a trial
              * read node 1 blamed where node 0 ran another file). */
             int ref = c->cluster.node_index;
+            char from[PSW_ADDR_MAX + 80];
+            if (nc->node == ref)
+                snprintf(from, sizeof from, "from the one it described "
+                         "when this client opened (it was restarted with "
+                         "another file since, or the others were)");
+            else
+                snprintf(from, sizeof from, "from node %d's at %s, the "
+                         "first node to answer", ref, c->cluster.nodes[ref]);
             nc_drop(nc, PS_EPROTO, "%s describes a different cluster layout "
-                    "from node %d's at %s, the first node to answer (node "
-                    "%d, epoch %016llx; expected node %d, epoch %016llx): "
-                    "%s%s; one of the two runs another ini file: are all "
-                    "nodes running the same one (and, in a rolling "
+                    "%s (node %d, epoch %016llx; expected node %d, epoch "
+                    "%016llx): %s%s; one of the two runs another ini file: "
+                    "are all nodes running the same one (and, in a rolling "
                     "upgrade, releases that agree on what the layout "
-                    "holds: README, \"Upgrading psd\")?", nc->name, ref,
-                    c->cluster.nodes[ref], l.node_index,
+                    "holds: README, \"Upgrading psd\")?", nc->name, from,
+                    l.node_index,
                     (unsigned long long)l.epoch, nc->node,
                     (unsigned long long)c->cluster.epoch,
                     diff[0] ? "it has " : "their nodes, shards and tables "

@@ -222,7 +222,7 @@ void psd_auth_failed(psd_auth *a, const char *ip, uint64_t client_id,
     a->window_ms = now_ms ? now_ms : 1;
 }
 
-void psd_auth_succeeded(psd_auth *a, const char *ip, uint64_t client_id)
+int psd_auth_succeeded(psd_auth *a, const char *ip, uint64_t client_id)
 {
     known *k = find_known(a, ip, client_id);
     if (k) {
@@ -234,10 +234,11 @@ void psd_auth_succeeded(psd_auth *a, const char *ip, uint64_t client_id)
             memset(s, 0, sizeof *s);
         k = take_known(a, ip);
         if (!k)
-            return;
+            return 0;
         k->id = client_id;
     }
     k->live++;
+    return 1;
 }
 
 void psd_auth_closed(psd_auth *a, const char *ip, uint64_t client_id,

@@ -66,10 +66,13 @@ void psd_auth_failed(psd_auth *a, const char *ip, uint64_t client_id,
  * connection (4096 pairs at most, 256 per address; when full, the client
  * whose connections are all closed and gone longest makes room, and none
  * does while every one is connected: the newcomer is then not
- * remembered). */
-void psd_auth_succeeded(psd_auth *a, const char *ip, uint64_t client_id);
+ * remembered). Returns 1 when the connection was counted, 0 when not:
+ * then psd_auth_closed must not be called for it (it would count down
+ * another connection of that client, remembered later). */
+int psd_auth_succeeded(psd_auth *a, const char *ip, uint64_t client_id);
 
-/* An authenticated connection of client_id from ip closed. */
+/* An authenticated connection of client_id from ip, counted by
+ * psd_auth_succeeded, closed. */
 void psd_auth_closed(psd_auth *a, const char *ip, uint64_t client_id,
                      uint64_t now_ms);
 

@@ -402,21 +402,46 @@ static const char *cont_note(const entry *e, char buf[48])
         snprintf(buf, 48, " (continued on line %d)", e->cont_line);
     return buf;
 }
-/* Whether the words of e's continuation lines may be quoted: each is
- * short or looks like a key (psd_ini_key_like), as `lr = 0.1` indented
- * by mistake does, and a token does not. */
+/* Whether the words of e's continuation lines may be quoted: numbers
+ * of fewer than 16 bytes only (an init's), never a word that may be a
+ * token pasted under the key. */
 static int cont_words_shown(const entry *e)
 {
     const char *w = e->value + e->first_len;
     while (*w) {
-        while (*w == ' ' || *w == '\t' || *w == '=')
+        while (*w == ' ' || *w == '\t')
             w++;
-        size_t n = strcspn(w, " \t=");
-        if (n && !psd_ini_key_like(w, n))
+        size_t n = strcspn(w, " \t");
+        if (n >= 16 || strspn(w, "0123456789.+-eE") < n)
             return 0;
         w += n;
     }
     return 1;
+}
+
+/* e's value as errors quote it: when it goes on, on indented lines, its
+ * first line's part and "...", unless what follows is only numbers. */
+static const char *value_shown(const entry *e, char *buf, size_t cap)
+{
+    if (!e->cont_line || cont_words_shown(e))
+        return e->value;
+    snprintf(buf, cap, "%.*s ...", (int)e->first_len, e->value);
+    return buf;
+}
+
+/* Whether an item of e's value (an address of a list) may be quoted:
+ * one on the key's own line, or one that looks like an address (a ':' or
+ * a '.'); a token pasted indented under a list has neither. */
+static int item_shown(const entry *e, const char *item)
+{
+    if (!e->cont_line)
+        return 1;
+    size_t n = strlen(item);
+    const char *v = e->value;
+    for (size_t i = 0; n && i + n <= e->first_len; i++)
+        if (memcmp(v + i, item, n) == 0)
+            return 1;
+    return strpbrk(item, ":.") && !strpbrk(item, " \t");
 }
 
 /* Reports that e's value is not what st accepts; `why` overrides the
@@ -544,12 +569,17 @@ static int numeric_only(parser *p, const section *s, const entry *e,
     for (int i = 0; i < n; i++) {
         if (a[i].kind != PSW_HOST_NAME)
             continue;
-        char text[PSW_ADDR_TEXT_MAX], note[48];
+        char text[PSW_ADDR_TEXT_MAX], note[48], vb[200];
         psw_addr_format(&a[i], text, sizeof text);
         cont_note(e, note);
         fail(p, e->line, "[%s] %s: expected a numeric IPv4 or [IPv6] "
-             "address (names are not resolved here), got \"%s\" (entry %d "
-             "of \"%s\")%s", s->name, st->key, text, i + 1, e->value, note);
+             "address (names are not resolved here), got %s%s%s (entry %d "
+             "of \"%s\")%s", s->name, st->key,
+             item_shown(e, text) ? "\"" : "",
+             item_shown(e, text) ? text : "text of an indented line (not "
+                                          "shown: it may be a secret)",
+             item_shown(e, text) ? "\"" : "", i + 1,
+             value_shown(e, vb, sizeof vb), note);
         return -1;
     }
     return 0;
@@ -579,21 +609,28 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
         return -1;
     }
     if (rc < 0) {
-        char note[48];
+        char note[48], vb[200], item[sizeof pe.item + 2];
         cont_note(e, note);
+        if (item_shown(e, pe.item))
+            snprintf(item, sizeof item, "\"%s\"", pe.item);
+        else
+            snprintf(item, sizeof item, "text of an indented line (not "
+                     "shown: it may be a secret)");
         if (pe.entry == 0)
             bad_value(p, s, e, st, pe.why);
         else if (pe.first)
-            fail(p, e->line, "[%s] %s: duplicate %s \"%s\" (entries %d and "
+            fail(p, e->line, "[%s] %s: duplicate %s %s (entries %d and "
                  "%d)%s", s->name, st->key,
-                 strcmp(st->key, "nodes") ? "address" : "node", pe.item,
+                 strcmp(st->key, "nodes") ? "address" : "node", item,
                  pe.first, pe.entry, note);
         else if (!pe.item[0])
             fail(p, e->line, "[%s] %s: entry %d is empty, in \"%s\"%s",
-                 s->name, st->key, pe.entry, e->value, note);
+                 s->name, st->key, pe.entry, value_shown(e, vb, sizeof vb),
+                 note);
         else
-            fail(p, e->line, "[%s] %s: %s, got \"%s\" (entry %d of \"%s\")%s",
-                 s->name, st->key, pe.why, pe.item, pe.entry, e->value, note);
+            fail(p, e->line, "[%s] %s: %s, got %s (entry %d of \"%s\")%s",
+                 s->name, st->key, pe.why, item, pe.entry,
+                 value_shown(e, vb, sizeof vb), note);
         return -1;
     }
     if (strcmp(st->key, "metrics_listen") == 0 &&
@@ -627,6 +664,20 @@ static int apply(parser *p, const section *s, const entry *e,
 {
     void *field = base + st->off;
     uint64_t u;
+    if (e->cont_line && st->type != T_NODES && st->type != T_INIT &&
+        !(st->flags & SECRET)) {
+        /* A value of one word (or one path) has no use for another line:
+         * what an indented line added is a mistake, a key indented by
+         * accident or a token pasted under the key, and is not quoted
+         * (the error goes to the log, and after a reload to /metrics,
+         * which needs no token). */
+        fail(p, e->line, "[%s] %s: the value goes on, on the indented "
+             "line %d: a line indented under a key continues its value, "
+             "and %s takes one line (unindent line %d, or write the value "
+             "on one line)", s->name, st->key, e->cont_line, st->key,
+             e->cont_line);
+        return -1;
+    }
     switch (st->type) {
     case T_INT:
     case T_U32:

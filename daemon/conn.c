@@ -74,8 +74,8 @@ struct psd_conn {
     int challenged;              /* CHALLENGE sent, AUTH expected */
     int parked;
     uint64_t park_until_ms;
-    int authed;                  /* its proof was right (auth.h remembers
-                                    the client while it is connected) */
+    int authed;                  /* its proof was right and auth.h counts
+                                    it among the client's connections */
     psw_hello hello;             /* its nonce view is not kept */
     psw_transcript tr;
     uint8_t proof[PSW_PROOF_LEN];
@@ -852,8 +852,7 @@ static void check_proof(psd_conn *c)
                        1);
         return;
     }
-    psd_auth_succeeded(c->set->auth, c->ip, c->hello.client_id);
-    c->authed = 1;
+    c->authed = psd_auth_succeeded(c->set->auth, c->ip, c->hello.client_id);
     finish_hello(c, &c->hello, 1);
 }
 

@@ -1557,9 +1557,10 @@ static int do_layout(cluster *c, int json)
     char frame[64] = "max_frame by node";
     if (!mixed)
         snprintf(frame, sizeof frame, "max_frame %llu", mf);
-    printf("%d node%s, %u shards (shard s on node s mod %d), %s, "
+    printf("%d node%s, %u shard%s (shard s on node s mod %d), %s, "
            "heartbeat %u ms, peer timeout %u ms, layout epoch %016llx\n",
-           l->nnodes, l->nnodes == 1 ? "" : "s", l->shards, l->nnodes, frame,
+           l->nnodes, l->nnodes == 1 ? "" : "s", l->shards,
+           l->shards == 1 ? "" : "s", l->nnodes, frame,
            l->heartbeat_ms,
            l->peer_timeout_ms, (unsigned long long)l->epoch);
     for (int i = 0; i < l->nnodes; i++) {

@@ -707,7 +707,8 @@ static void connected_clients_stay_remembered(void **state)
     assert_non_null(b);
     for (uint64_t id = 1; id <= 256; id++)
         psd_auth_succeeded(b, ip, id);
-    psd_auth_succeeded(b, ip, 1000);
+    EXPECT_INT(psd_auth_succeeded(b, ip, 1000), 0,
+               "a 257th connected client counted");
     psd_auth_failed(b, ip, 5000, "10.0.0.1:6000", "wrong token", 1, now);
     EXPECT_INT(psd_auth_admit(b, ip, 1000, now) > now, 1,
                "the 257th connected client, not remembered");
@@ -715,6 +716,16 @@ static void connected_clients_stay_remembered(void **state)
         if (psd_auth_admit(b, ip, id, now) != 0)
             fail_msg("connected client %llu was forgotten",
                      (unsigned long long)id);
+    /* Client 1 goes, 1000 connects again and takes its place: counted
+     * once, it stays while that connection is open (its first one, never
+     * counted, is not counted down: a review). */
+    psd_auth_closed(b, ip, 1, now);
+    EXPECT_INT(psd_auth_succeeded(b, ip, 1000), 1,
+               "1000 again, with room");
+    EXPECT_INT(psd_auth_succeeded(b, ip, 7777), 0,
+               "a newcomer while all 256 are connected");
+    EXPECT_U64(psd_auth_admit(b, ip, 1000, now + 1), 0,
+               "1000, remembered while connected");
     psd_auth_free(b);
     psd_auth_free(a);
 }
