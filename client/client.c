@@ -655,6 +655,7 @@ static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
     char err[256];
     if (!c)
         return PS_EINVAL;
+    uint64_t t0 = uv_hrtime();
     int rc = shape_of(c, table, &sh);
     if (rc)
         return rc;
@@ -675,6 +676,7 @@ static ps_ts keyed(ps_client *c, int op, int table, const uint64_t *keys,
         return rc;
     }
     note_push(c, op, &sh, r);
+    r->call_ns = t0;
     return submit(c, r, cb, arg);
 }
 
@@ -687,6 +689,7 @@ static ps_ts ranged(ps_client *c, int op, int table, uint64_t first,
     char err[256];
     if (!c)
         return PS_EINVAL;
+    uint64_t t0 = uv_hrtime();
     int rc = shape_of(c, table, &sh);
     if (rc)
         return rc;
@@ -702,6 +705,7 @@ static ps_ts ranged(ps_client *c, int op, int table, uint64_t first,
         return rc;
     }
     note_push(c, op, &sh, r);
+    r->call_ns = t0;
     return submit(c, r, cb, arg);
 }
 

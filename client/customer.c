@@ -260,6 +260,8 @@ ps_ts psc_customer_submit(psc_customer *cu, psc_req *r, ps_done_fn cb,
     ps_ts ts = cu->last_ts + 1;
     set_ts(r, ts);
     r->submit_ns = uv_hrtime();
+    if (!r->call_ns)
+        r->call_ns = r->submit_ns;
     if (psw_map_put(&cu->reqs, (uint64_t)ts, r)) {
         pthread_mutex_unlock(&cu->mu);
         psc_req_free(r);
@@ -318,7 +320,7 @@ static void count(psc_customer *cu, const psc_req *r, uint64_t now_ns)
         psc_add(&o->errors, 1);
     psc_add(&o->payload_sent, r->payload_out);
     psc_add(&o->payload_received, r->status == PS_OK ? r->payload_in : 0);
-    psc_hist_add(o->hist, now_ns > r->submit_ns ? now_ns - r->submit_ns : 0);
+    psc_hist_add(o->hist, now_ns > r->call_ns ? now_ns - r->call_ns : 0);
 }
 
 /* A push that failed on one node after another applied its part was

@@ -112,7 +112,10 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
     int max_retries;                 /* default 2: a request is sent at most 1 + max_retries
                                         times and fails with PS_ETIMEDOUT
                                         once request_timeout_ms x (max_retries + 1)
-                                        have passed since the call, or
+                                        have passed since the call
+                                        handed it on (after slicing it
+                                        and any wait for room under
+                                        max_inflight_bytes), or
                                         sooner when its last attempt ends
                                         with its connection: a part
                                         unanswered in time closes its
@@ -436,7 +439,9 @@ typedef struct ps_op_stats {
     uint64_t payload_sent;       /* bytes of keys and rows sent */
     uint64_t payload_received;   /* bytes of rows received */
     double p50_us, p90_us, p99_us, max_us;  /* latency from the call to
-                                    completion (per node: from sending a
+                                    completion, its slicing and any wait
+                                    for room under max_inflight_bytes
+                                    included (per node: from sending a
                                     part to its reply), as the middle of a
                                     histogram bucket (about 9% wide) */
 } ps_op_stats;

@@ -53,7 +53,12 @@ struct psc_req {
     ps_ts ts;
     int op;
     uint32_t dim;
-    uint64_t submit_ns;          /* when the Customer accepted it */
+    uint64_t submit_ns;          /* when the Customer accepted it: its
+                                    attempts' deadlines count from here */
+    uint64_t call_ns;            /* when the call that made it began (0:
+                                    submit_ns): ps_stats' latency counts
+                                    from here, slicing and a wait for
+                                    room (max_inflight_bytes) included */
     int pending;                 /* parts not answered yet */
     int nok;                     /* parts that push answered PS_OK */
     int maybe;                   /* parts of a push that failed but may
