@@ -314,8 +314,9 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         (c->token_len >= sizeof c->token ||
          psw_token_check(c->token, c->token_len, err, sizeof err))) {
         if (c->token_len >= sizeof c->token)
-            snprintf(err, sizeof err, "a token must be %d..%d bytes",
-                     PSW_AUTH_TOKEN_MIN, PSW_AUTH_TOKEN_MAX);
+            snprintf(err, sizeof err, "a token must be %d..%d bytes, got "
+                     "%zu", PSW_AUTH_TOKEN_MIN, PSW_AUTH_TOKEN_MAX,
+                     c->token_len);
         open_failed("%s: %s", from, err);
         free(sv.seeds);
         client_free(c);

@@ -932,7 +932,14 @@ static void open_gave_up(psc_io *io, const nconn *nc, int status,
     }
     /* Still on the seeds: none of the addresses listed answered, and
      * naming only the last one tried read as if the others were up. */
-    if (nc && nc == io->seed && io->nseeds > 1)
+    if (nc && status == PS_EBUSY)
+        /* Reached and refused for the while (a worker id in use): "no
+         * connection" read as if nothing had answered (a trial). */
+        open_done(io, status,
+                  "%s kept refusing the open until connect_timeout_ms (%d "
+                  "ms) ran out%s%s", nc->name,
+                  io->c->opt.connect_timeout_ms, why[0] ? ": " : "", why);
+    else if (nc && nc == io->seed && io->nseeds > 1)
         open_done(io, status,
                   "no connection to any of the %d addresses listed within "
                   "connect_timeout_ms (%d ms); the last tried, %s%s%s",
@@ -2284,7 +2291,7 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
                 /* The time it had, which the open's end may have cut
                  * below nothing (dialled after it: hello_ns before
                  * connect_ns read as 18446744073701 ms). */
-                (unsigned long long)(had / MS),
+                (unsigned long long)((had + MS - 1) / MS),
                 nc->ever_ready               ? "reconnecting"
                 : nc->state == NC_HELLO      ? "connecting"
                                              : "dialling",

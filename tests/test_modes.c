@@ -662,6 +662,10 @@ static void misuse_gets_clear_errors(void **state)
     assert_null(dup);
     assert_non_null(strstr(ps_last_error(NULL),
                            "worker 0 is already connected from"));
+    /* Said as a refusal, not as no connection (a trial). */
+    assert_non_null(strstr(ps_last_error(NULL),
+                           "kept refusing the open until "
+                           "connect_timeout_ms (300 ms) ran out"));
     /* A worker id the cluster does not have (workers = 4). */
     o.worker = 4;
     assert_int_equal(ps_open(&dup, cl.spec, &o), PS_EINVAL);
