@@ -584,6 +584,9 @@ static ps_ts submit(ps_client *c, psc_req *r, ps_done_fn cb, void *arg)
         psc_req_free(r);
         return PS_ECLOSED;
     }
+    if (!r->call_ns)             /* a clock or barrier: from here, before
+                                    any wait for room (a review) */
+        r->call_ns = uv_hrtime();
     ps_ts ts = psc_customer_submit(&c->cu, r, cb, arg, !psc_io_on_thread(c),
                                    err, sizeof err);
     if (ts < 0) {

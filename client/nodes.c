@@ -15,8 +15,43 @@
 #include "../proto/auth.h"
 #include "../proto/msg.h"
 
-static int parse_list(const char *list, psc_servers *out, char *err,
-                      size_t errlen)
+/* Whether each word of item (split at blanks) reads as an address. */
+static int words_are_addresses(const char *item)
+{
+    int words = 0;
+    for (const char *w = item; *w;) {
+        w += strspn(w, " \t");
+        size_t n = strcspn(w, " \t");
+        if (!n)
+            break;
+        psw_addr a;
+        char why[160];
+        if (psw_addr_parse(w, n, &a, why, sizeof why))
+            return 0;
+        words++;
+        w += n;
+    }
+    return words > 0;
+}
+
+/* Whether an entry of list may be quoted in an error: list is the ini's
+ * nodes, its first `first` bytes from the key's own line (SIZE_MAX: all
+ * of it, or a list ps_open was given). Text of an indented line that is
+ * no address may be a token pasted under the key: not quoted, as psd
+ * --check does not (daemon/config.c, item_shown). */
+static int item_shown(const char *list, size_t first, const char *item)
+{
+    size_t n = strlen(item);
+    if (first == SIZE_MAX)
+        return 1;
+    for (size_t i = 0; n && i + n <= first; i++)
+        if (memcmp(list + i, item, n) == 0)
+            return 1;
+    return words_are_addresses(item);
+}
+
+static int parse_list(const char *list, size_t first, psc_servers *out,
+                      char *err, size_t errlen)
 {
     psw_addr *a;
     psw_addr_error e;
@@ -29,6 +64,10 @@ static int parse_list(const char *list, psc_servers *out, char *err,
         if (e.first)
             snprintf(err, errlen, "server %s is listed twice (entries %d and "
                      "%d)", e.item, e.first, e.entry);
+        else if (e.entry && !item_shown(list, first, e.item))
+            snprintf(err, errlen, "bad server address (entry %d, text of an "
+                     "indented line, not shown: it may be a secret): %s",
+                     e.entry, e.why);
         else if (e.entry)
             snprintf(err, errlen, "bad server address \"%s\" (entry %d): %s",
                      e.item, e.entry, e.why);
@@ -55,6 +94,8 @@ static int parse_list(const char *list, psc_servers *out, char *err,
  * --check); the client needs where the nodes are and the token. */
 typedef struct ini_read {
     char *nodes;                 /* [cluster] nodes, pieces joined */
+    size_t nodes_first;          /* bytes of it from the key's own line,
+                                    SIZE_MAX when it has no other */
     char *token, *token_file;    /* [server] auth_token, auth_token_file */
     int oom;
 } ini_read;
@@ -102,8 +143,12 @@ static int on_ini(void *user, const char *section, const char *name,
 {
     ini_read *in = user;
     (void)lineno;
-    if (!strcmp(section, "cluster") && !strcmp(name, "nodes"))
+    if (!strcmp(section, "cluster") && !strcmp(name, "nodes")) {
+        size_t had = in->nodes ? strlen(in->nodes) : 0;
+        if (in->nodes && in->nodes_first == SIZE_MAX)
+            in->nodes_first = had;
         append(in, &in->nodes, value);
+    }
     else if (!strcmp(section, "server") && !strcmp(name, "auth_token"))
         append(in, &in->token, value);
     else if (!strcmp(section, "server") && !strcmp(name, "auth_token_file"))
@@ -118,7 +163,8 @@ static int ini_token(const char *path, const ini_read *in, psc_servers *out,
     if (in->token && *in->token) {
         size_t n = strlen(in->token);
         if (n >= sizeof out->token) {
-            snprintf(err, errlen, "%s: auth_token is too long", path);
+            snprintf(err, errlen, "%s: auth_token is too long (%zu bytes; "
+                     "at most %d)", path, n, PSW_AUTH_TOKEN_MAX);
             return PS_EINVAL;
         }
         memcpy(out->token, in->token, n + 1);
@@ -200,7 +246,7 @@ int psc_servers_parse(const char *servers, int want_token, int lenient,
     }
     int found = stat(servers, &st) == 0, missing = found ? 0 : errno;
     if (!found || !S_ISREG(st.st_mode)) {
-        int rc = parse_list(servers, out, err, errlen);
+        int rc = parse_list(servers, SIZE_MAX, out, err, errlen);
         /* A path that is no address: most likely an ini path with a
          * typo, which "bad server address" would not say. */
         size_t len = strlen(servers);
@@ -213,7 +259,7 @@ int psc_servers_parse(const char *servers, int want_token, int lenient,
         return rc;
     }
     out->from_ini = 1;
-    ini_read in = { 0 };
+    ini_read in = { .nodes_first = SIZE_MAX };
     ini_lines lines = { .f = fopen(servers, "r"), .lenient = lenient };
     int rc = lines.f ? ini_parse_stream(next_line, &lines, on_ini, &in) : -1;
     if (lines.f)
@@ -243,7 +289,7 @@ int psc_servers_parse(const char *servers, int want_token, int lenient,
         rc = PS_EINVAL;
     } else {
         char why[600];
-        rc = parse_list(in.nodes, out, why, sizeof why);
+        rc = parse_list(in.nodes, in.nodes_first, out, why, sizeof why);
         if (rc == PS_EINVAL)     /* which file said it */
             snprintf(err, errlen, "%s: [cluster] nodes: %s", servers, why);
         if (rc == 0 && want_token)

@@ -425,23 +425,51 @@ static const char *value_shown(const entry *e, char *buf, size_t cap)
 {
     if (!e->cont_line || cont_words_shown(e))
         return e->value;
-    snprintf(buf, cap, "%.*s ...", (int)e->first_len, e->value);
+    snprintf(buf, cap, e->first_len ? "%.*s ..." : "...", (int)e->first_len,
+             e->value);
     return buf;
 }
 
-/* Whether an item of e's value (an address of a list) may be quoted:
- * one on the key's own line, or one that looks like an address (a ':' or
- * a '.'); a token pasted indented under a list has neither. */
-static int item_shown(const entry *e, const char *item)
+/* Whether item lies whole in the part of e's value on the key's own
+ * line. */
+static int on_first_line(const entry *e, const char *item)
 {
     if (!e->cont_line)
         return 1;
     size_t n = strlen(item);
-    const char *v = e->value;
     for (size_t i = 0; n && i + n <= e->first_len; i++)
-        if (memcmp(v + i, item, n) == 0)
+        if (memcmp(e->value + i, item, n) == 0)
             return 1;
-    return strpbrk(item, ":.") && !strpbrk(item, " \t");
+    return 0;
+}
+
+/* Whether each word of item (split at blanks) reads as an address. */
+static int words_are_addresses(const char *item)
+{
+    int words = 0;
+    for (const char *w = item; *w;) {
+        w += strspn(w, " \t");
+        size_t n = strcspn(w, " \t");
+        if (!n)
+            break;
+        psw_addr a;
+        char why[160];
+        if (psw_addr_parse(w, n, &a, why, sizeof why))
+            return 0;
+        words++;
+        w += n;
+    }
+    return words > 0;
+}
+
+/* Whether an item of e's value (an address of a list) may be quoted: one
+ * on the key's own line, or one whose words all read as addresses (a
+ * comma missing at a line's end). Any other text of an indented line may
+ * be a token pasted under the list (a review: ':' or '.' in it proved
+ * nothing). */
+static int item_shown(const entry *e, const char *item)
+{
+    return on_first_line(e, item) || words_are_addresses(item);
 }
 
 /* Reports that e's value is not what st accepts; `why` overrides the
@@ -572,14 +600,15 @@ static int numeric_only(parser *p, const section *s, const entry *e,
         char text[PSW_ADDR_TEXT_MAX], note[48], vb[200];
         psw_addr_format(&a[i], text, sizeof text);
         cont_note(e, note);
+        /* A host name read off an indented line may be a token: it
+         * parses as a name, so only the key's own line is quoted. */
+        int shown = on_first_line(e, text);
         fail(p, e->line, "[%s] %s: expected a numeric IPv4 or [IPv6] "
              "address (names are not resolved here), got %s%s%s (entry %d "
-             "of \"%s\")%s", s->name, st->key,
-             item_shown(e, text) ? "\"" : "",
-             item_shown(e, text) ? text : "text of an indented line (not "
-                                          "shown: it may be a secret)",
-             item_shown(e, text) ? "\"" : "", i + 1,
-             value_shown(e, vb, sizeof vb), note);
+             "of \"%s\")%s", s->name, st->key, shown ? "\"" : "",
+             shown ? text : "a name from an indented line (not shown: it "
+                            "may be a secret)",
+             shown ? "\"" : "", i + 1, value_shown(e, vb, sizeof vb), note);
         return -1;
     }
     return 0;
@@ -628,9 +657,11 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
                  s->name, st->key, pe.entry, value_shown(e, vb, sizeof vb),
                  note);
         else
-            fail(p, e->line, "[%s] %s: %s, got %s (entry %d of \"%s\")%s",
+            fail(p, e->line, "[%s] %s: %s, got %s (entry %d of \"%s\")%s%s",
                  s->name, st->key, pe.why, item, pe.entry,
-                 value_shown(e, vb, sizeof vb), note);
+                 value_shown(e, vb, sizeof vb), note,
+                 strpbrk(pe.item, " \t") && words_are_addresses(pe.item)
+                     ? "; a ',' missing between them?" : "");
         return -1;
     }
     if (strcmp(st->key, "metrics_listen") == 0 &&

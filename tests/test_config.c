@@ -417,6 +417,24 @@ static const error_case error_cases[] = {
       0, 2, "got text of an indented line (not shown: it may be a secret) "
       "(entry 3 of \"127.0.0.1:7070, 127.0.0.1:7071, ...\") (continued on "
       "line 3)", 0 },
+    /* With a '.' or a ':' in it, it is no address still (a review). */
+    { "a_token_with_a_dot_continuing_a_list_is_not_echoed",
+      "[cluster]\nnodes = 127.0.0.1:7070,\n  S3cret.Passw0rdXYZ\n", 0, 2,
+      "got text of an indented line (not shown: it may be a secret)", 0 },
+    { "a_token_with_a_colon_continuing_a_list_is_not_echoed",
+      "[cluster]\nnodes = 127.0.0.1:7070,\n  my:S3cretPassw0rd\n", 0, 2,
+      "got text of an indented line (not shown: it may be a secret)", 0 },
+    { "a_token_as_a_name_under_metrics_listen_is_not_echoed",
+      "[cluster]\nnodes = 127.0.0.1:7070\n[server]\nmetrics_listen =\n"
+      "  S3cretTokenabcdefgh:16009\n", 0, 4,
+      "got a name from an indented line (not shown: it may be a secret) "
+      "(entry 1 of \"...\")", 0 },
+    /* Two addresses without a comma between lines: both quoted, and the
+     * comma named. */
+    { "a_comma_missing_at_a_line_end_is_named",
+      "[cluster]\nnodes = 127.0.0.1:7070\n  127.0.0.1:7071\n", 0, 2,
+      "got \"127.0.0.1:7070 127.0.0.1:7071\" (entry 1 of \"127.0.0.1:7070 "
+      "...\") (continued on line 3); a ',' missing between them?", 0 },
     { "a_token_joining_a_list_item_is_not_echoed",
       "[cluster]\nnodes = 127.0.0.1:7070\n  Zq9xLm2Vb7Kp4Rt8Yw3N\n",
       0, 2, "got text of an indented line (not shown: it may be a secret) "

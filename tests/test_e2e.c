@@ -1292,6 +1292,18 @@ static void failed_open_says_why_in_last_error(void **state)
     EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "an empty nodes line");
     snprintf(want, sizeof want, "%s: [cluster] nodes: bad server list", ini);
     EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
+    /* A token pasted indented under the nodes line joins the list: the
+     * client's reader does not quote it (psd --check did not either). */
+    lf = fopen(ini, "w");
+    assert_non_null(lf);
+    fprintf(lf, "[cluster]\nnodes = %s,\n  Zq8S3cretTokenNoDots\n",
+            shared.spec);
+    fclose(lf);
+    EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "a token under nodes");
+    EXPECT_INT(strstr(ps_last_error(NULL), "Zq8S3cret") == NULL, 1,
+               "the token not quoted: %s", ps_last_error(NULL));
+    EXPECT_SUBSTR(ps_last_error(NULL), "text of an indented line, not shown",
+                  "why ps_open failed");
     unlink(ini);
     EXPECT_INT(ps_open(&c, "localhost", &o), PS_EINVAL, "no port");
     EXPECT_SUBSTR(ps_last_error(NULL), "bad server address \"localhost\"",
