@@ -1,4 +1,5 @@
 /* The /metrics HTTP listener; see metrics.h. */
+#define _DEFAULT_SOURCE            /* TIOCOUTQ */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +7,7 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/ioctl.h>
 
 #include "log.h"
 #include "metrics.h"
@@ -18,6 +20,7 @@
 _Static_assert(PSD_METRICS_FDS == MAX_OPEN + 2 * BACKLOG + 1,
                "metrics.h's count of descriptors");
 #define STOP_GRACE_MS 1000       /* for a request begun when psd stops */
+#define SAMPLE_MS 100            /* how often answers' progress is read */
 /* A body that took the loop CACHE_MIN_NS or more of its CPU time to
  * build is served again to the scrapes of the next CACHE_TIMES times
  * that long (at most CACHE_MAX_NS): a node of 4096 tables took 80 ms per
@@ -41,6 +44,11 @@ typedef struct mconn {
     psd_metrics *m;
     struct mconn *prev, *next;   /* m->head's list, while not closing */
     int answered;                /* a response is being written */
+    uint64_t left;               /* bytes of it its peer had not taken at
+                                    the last look (libuv's queue and the
+                                    kernel's) */
+    uint64_t moved_ms;           /* when that last shrank (or the answer
+                                    began) */
     int head;                    /* a HEAD request: the headers only */
     uv_tcp_t tcp;
     uv_timer_t timer;
@@ -91,6 +99,42 @@ static void on_written(uv_write_t *w, int status)
     mclose(w->data);
 }
 
+/* The bytes of c's answer its peer has not taken yet: still queued in
+ * libuv, or in the kernel unsent or unacknowledged. */
+static uint64_t peer_left(mconn *c)
+{
+    uint64_t left = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    uv_os_fd_t fd;
+    int outq = 0;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+        ioctl(fd, TIOCOUTQ, &outq) == 0 && outq > 0)
+        left += (uint64_t)outq;
+    return left;
+}
+
+/* Every SAMPLE_MS while answers are written: each one whose peer took
+ * more since notes when, so that the one to close for room is the one
+ * that has gone longest without taking anything. */
+static void on_sample(uv_timer_t *t)
+{
+    psd_metrics *m = t->data;
+    uint64_t now = uv_now(m->loop);
+    int writing = 0;
+    for (mconn *c = m->head; c; c = c->next) {
+        if (!c->answered)
+            continue;
+        writing++;
+        uint64_t left = peer_left(c);
+        if (left < c->left) {
+            if (c->left != UINT64_MAX)
+                c->moved_ms = now;
+            c->left = left;
+        }
+    }
+    if (!writing)
+        uv_timer_stop(t);
+}
+
 /* Answers with status and body (len bytes): a short text, copied, or
  * the shared figures b, which the connection holds until it closes. */
 static void respond(mconn *c, const char *status, const char *type,
@@ -98,6 +142,10 @@ static void respond(mconn *c, const char *status, const char *type,
 {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->answered = 1;
+    c->moved_ms = uv_now(c->m->loop);
+    c->left = UINT64_MAX;
+    if (c->m->sample_init && !uv_is_active((uv_handle_t *)&c->m->sample))
+        uv_timer_start(&c->m->sample, on_sample, SAMPLE_MS, SAMPLE_MS);
     int hn = snprintf(c->resp, sizeof c->resp, "HTTP/1.1 %s\r\nContent-Type: "
                       "%s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
                       status, type, len);
@@ -322,25 +370,24 @@ static void on_connection(uv_stream_t *l, int status)
      * room, not the newcomer. A scrape sends its request at once, so
      * connections that send nothing (or never end their request) cannot
      * keep Prometheus out. When every one is being answered, the answer
-     * with the most bytes still queued goes (the oldest of those): one
-     * not read (a client that asks and never reads a body larger than
-     * the socket buffers) held its place for TIMEOUT_MS, and 16 such
-     * kept every scrape out; the oldest alone may be a scrape being
-     * read, while later ones are not (a review). */
+     * whose reader has stalled longest goes: one not read (a client that
+     * asks and never reads a body larger than the socket buffers) held
+     * its place for TIMEOUT_MS, and 16 such kept every scrape out. Not
+     * the oldest, which may be a scrape being read while later ones are
+     * not, nor the one with most bytes queued, which tells the two apart
+     * only when their socket buffers differ (reviews). */
     if (live >= MAX_OPEN) {
         mconn *old = m->head;
         while (old && (old->answered || old == c))
             old = old->next;
         if (!old) {
-            size_t most = 0;
-            for (mconn *o = m->head; o; o = o->next) {
-                size_t q = uv_stream_get_write_queue_size(
-                    (const uv_stream_t *)&o->tcp);
-                if (o != c && (!old || q > most)) {
+            /* The one whose peer has gone longest without taking a byte
+             * of its answer (sampled every SAMPLE_MS, and now), the
+             * oldest of equals. */
+            on_sample(&m->sample);
+            for (mconn *o = m->head; o; o = o->next)
+                if (o != c && (!old || o->moved_ms < old->moved_ms))
                     old = o;
-                    most = q;
-                }
-            }
         }
         mclose(old);                   /* there is one: live >= 16 */
     }
@@ -378,6 +425,9 @@ int psd_metrics_start(psd_metrics *m, uv_loop_t *loop, int fd,
                  where, uv_strerror(rc));
         return -1;
     }
+    uv_timer_init(loop, &m->sample);
+    m->sample.data = m;
+    m->sample_init = 1;
     psd_info("metrics on http://%s/metrics", where);
     return 0;
 }
@@ -386,6 +436,10 @@ void psd_metrics_stop(psd_metrics *m)
 {
     body_drop(m->cache);         /* the connections keep theirs */
     m->cache = NULL;
+    if (m->sample_init) {
+        uv_close((uv_handle_t *)&m->sample, NULL);
+        m->sample_init = 0;
+    }
     if (m->listening) {
         uv_close((uv_handle_t *)&m->listener, NULL);
         m->listening = 0;

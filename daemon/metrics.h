@@ -41,6 +41,10 @@ typedef struct psd_metrics {
     void *arg;
     struct mbody *cache;         /* a body costly to build, served again */
     uint64_t cache_until;        /* until then (uv_hrtime) */
+    /* While answers are being written: how far each has got, looked at
+     * every 100 ms (metrics.c, on_sample). */
+    uv_timer_t sample;
+    int sample_init;
 } psd_metrics;
 
 /* Listens on fd, a socket bound to addr (psd_server_init binds it before

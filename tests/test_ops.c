@@ -2050,11 +2050,16 @@ static void test_unread_metrics_answers_do_not_keep_scrapes_out(void **state)
     for (int k = 0; k < STUCK; k++)
         close(fd[k]);
     /* A scrape being read (slowly: 32 KiB each 10 ms), then 16 that ask
-     * and never read, then one more: the one that makes room is one not
-     * read, not the oldest, whose answer was cut (a review). */
+     * and never read (with the default buffers, which take all but about
+     * 100 KB of the answer: as much queued as the slow one has), then
+     * one more: the one that makes room is one not read, not the oldest,
+     * whose answer was cut (reviews). */
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
     pid_t slow = fork();
     assert_true(slow >= 0);
     if (slow == 0) {
+        close(ready[0]);
         int sfd = dial_port(mport);
         static const char get[] = "GET /metrics HTTP/1.1\r\n\r\n";
         if (sfd < 0 || write(sfd, get, sizeof get - 1) != sizeof get - 1)
@@ -2065,6 +2070,8 @@ static void test_unread_metrics_answers_do_not_keep_scrapes_out(void **state)
         while (a && len < room - 1 &&
                (k = read(sfd, a + len, (room - 1 - len) < 32768
                                            ? room - 1 - len : 32768)) > 0) {
+            if (len == 0 && write(ready[1], "r", 1) != 1)
+                _exit(3);
             len += (size_t)k;
             usleep(10000);
         }
@@ -2072,11 +2079,16 @@ static void test_unread_metrics_answers_do_not_keep_scrapes_out(void **state)
             a[len] = '\0';
         _exit(a && whole_answer(a, len) ? 0 : 1);
     }
-    sleep_ms(100);
+    close(ready[1]);
+    /* Its answer has begun (a fixed sleep raced a loaded machine: the
+     * scrape below could come first and be the oldest unanswered). */
+    struct pollfd rp = { .fd = ready[0], .events = POLLIN };
+    char rb;
+    EXPECT_INT(poll(&rp, 1, 10000) == 1 && read(ready[0], &rb, 1) == 1, 1,
+               "the slow scrape's first bytes");
+    close(ready[0]);
     for (int k = 0; k < 16; k++) {
         fd[k] = socket(AF_INET, SOCK_STREAM, 0);
-        int small = 1024;
-        setsockopt(fd[k], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
         struct sockaddr_in sa = { .sin_family = AF_INET,
                                   .sin_port = htons((uint16_t)mport) };
         sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
