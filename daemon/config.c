@@ -702,11 +702,10 @@ static int apply(parser *p, const section *s, const entry *e,
          * accident or a token pasted under the key, and is not quoted
          * (the error goes to the log, and after a reload to /metrics,
          * which needs no token). */
-        fail(p, e->line, "[%s] %s: the value goes on, on the indented "
-             "line %d: a line indented under a key continues its value, "
-             "and %s takes one line (unindent line %d, or write the value "
-             "on one line)", s->name, st->key, e->cont_line, st->key,
-             e->cont_line);
+        fail(p, e->line, "[%s] %s: line %d is indented, which makes it "
+             "part of this value, and %s takes one line: unindent line %d, "
+             "or write the value on one line", s->name, st->key,
+             e->cont_line, st->key, e->cont_line);
         return -1;
     }
     switch (st->type) {

@@ -386,16 +386,16 @@ static const error_case error_cases[] = {
       CLUSTER "[table.emb]\ndim = 16;x\n", 0, 4, "got \"16;x\"", 0 },
     { "continued_scalar_is_refused_naming_both_lines",
       EMB "lr = 0.1\n  0.2\n", 0, 5,
-      "[table.emb] lr: the value goes on, on the indented line 6: a line "
-      "indented under a key continues its value, and lr takes one line "
-      "(unindent line 6, or write the value on one line)", 1 },
+      "[table.emb] lr: line 6 is indented, which makes it part of this "
+      "value, and lr takes one line: unindent line 6, or write the "
+      "value on one line", 1 },
     /* A long value is quoted in part, with its length (a list of 4,097
      * addresses was echoed whole, 8 KB). */
     { "a_long_bad_value_is_quoted_in_part",
       CLUSTER "[server]\nlog_level = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n  bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbbb bbbbbb\n", 0, 4,
-      "[server] log_level: the value goes on, on the indented line 5: "
-      "a line indented under a key continues its value, and log_level "
-      "takes one line (unindent line 5, or write the value on one line)", 1 },
+      "[server] log_level: line 5 is indented, which makes it part of this "
+      "value, and log_level takes one line: unindent line 5, or write the "
+      "value on one line", 1 },
     { "a_long_bad_value_on_one_line_is_quoted_in_part",
       CLUSTER "[server]\nlog_level = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 0, 4,
       "[server] log_level: expected debug | info | warn | error, got \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...\" "
@@ -405,10 +405,9 @@ static const error_case error_cases[] = {
      * quoted without it (the error goes to the log and /metrics). */
     { "a_token_continuing_a_bad_value_is_not_echoed",
       CLUSTER "[server]\nhello_timeout = 10 s\n  QmFyYmF6cXV4Zm9vYmFyYmF6cXV4MTIzNDU2Nzg=\n",
-      0, 4, "[server] hello_timeout: the value goes on, on the indented "
-      "line 5: a line indented under a key continues its value, and "
-      "hello_timeout takes one line (unindent line 5, or write the value on "
-      "one line)", 1 },
+      0, 4, "[server] hello_timeout: line 5 is indented, which makes it part of this "
+      "value, and hello_timeout takes one line: unindent line 5, or write the "
+      "value on one line", 1 },
     /* In a list, which may go on over lines, an item of an indented
      * line that is no address is not quoted, nor is the rest of the
      * value (a review). */
@@ -441,9 +440,9 @@ static const error_case error_cases[] = {
       "(entry 1 of \"127.0.0.1:7070 ...\") (continued on line 3)", 0 },
     { "indented_key_continues_the_value_above_and_is_refused",
       EMB "  lr = 0.1\n", 0, 4,
-      "[table.emb] dim: the value goes on, on the indented line 5: a line "
-      "indented under a key continues its value, and dim takes one line "
-      "(unindent line 5, or write the value on one line)", 1 },
+      "[table.emb] dim: line 5 is indented, which makes it part of this "
+      "value, and dim takes one line: unindent line 5, or write the "
+      "value on one line", 1 },
     /* [cluster] */
     { "missing_nodes_is_reported_at_the_cluster_header",
       "[server]\nlog_level = info\n[cluster]\nshards = 4\n", 0, 3,
@@ -623,7 +622,7 @@ static const error_case error_cases[] = {
      * path does not take. */
     { "data_dir_over_255_bytes_is_refused",
       CLUSTER "[server]\ndata_dir = /" A130 "\n  " A130 "\n", 0, 4,
-      "[server] data_dir: the value goes on, on the indented line 5", 0 },
+      "[server] data_dir: line 5 is indented", 0 },
     /* tables: names, required keys, cross-checks */
     { "empty_table_name_is_refused",
       CLUSTER "[table.]\ndim = 4\n", 0, 3, "invalid table name \"\"", 0 },
