@@ -402,9 +402,9 @@ static const char *cont_note(const entry *e, char buf[48])
         snprintf(buf, 48, " (continued on line %d)", e->cont_line);
     return buf;
 }
-/* Whether the words of e's continuation lines may be quoted: numbers
- * of fewer than 16 bytes only (an init's), never a word that may be a
- * token pasted under the key. */
+/* Whether the words of e's continuation lines (an address list's) may be
+ * quoted whole: numbers of fewer than 16 bytes only, never a word that
+ * may be a token pasted under the key. */
 static int cont_words_shown(const entry *e)
 {
     const char *w = e->value + e->first_len;
@@ -695,9 +695,9 @@ static int apply(parser *p, const section *s, const entry *e,
 {
     void *field = base + st->off;
     uint64_t u;
-    if (e->cont_line && st->type != T_NODES && st->type != T_INIT &&
-        !(st->flags & SECRET)) {
-        /* A value of one word (or one path) has no use for another line:
+    if (e->cont_line && st->type != T_NODES && !(st->flags & SECRET)) {
+        /* A value of one word, one path or one init (a few words) has
+         * no use for another line:
          * what an indented line added is a mistake, a key indented by
          * accident or a token pasted under the key, and is not quoted
          * (the error goes to the log, and after a reload to /metrics,

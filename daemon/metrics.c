@@ -142,7 +142,10 @@ static void respond(mconn *c, const char *status, const char *type,
 {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->answered = 1;
-    c->moved_ms = uv_now(c->m->loop);
+    /* Its start is no sign of a reader: a scrape being read lost, as the
+     * oldest, to never-readers answered in the same turn (a review). */
+    uint64_t now = uv_now(c->m->loop);
+    c->moved_ms = now > 2 * SAMPLE_MS ? now - 2 * SAMPLE_MS : 0;
     c->left = UINT64_MAX;
     if (c->m->sample_init && !uv_is_active((uv_handle_t *)&c->m->sample))
         uv_timer_start(&c->m->sample, on_sample, SAMPLE_MS, SAMPLE_MS);

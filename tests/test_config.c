@@ -428,6 +428,12 @@ static const error_case error_cases[] = {
       "  S3cretTokenabcdefgh:16009\n", 0, 4,
       "got a name from an indented line (not shown: it may be a secret) "
       "(entry 1 of \"...\")", 0 },
+    /* An init goes on one line too: a word under it was quoted as "not a
+     * finite number" (a review). */
+    { "a_token_continuing_an_init_is_not_echoed",
+      EMB "init = normal 0\n  QmFyYmF6cXV4S3cret\n", 0, 5,
+      "[table.emb] init: line 6 is indented, which makes it part of this "
+      "value, and init takes one line", 0 },
     /* Two addresses without a comma between lines: both quoted, and the
      * comma named. */
     { "a_comma_missing_at_a_line_end_is_named",
