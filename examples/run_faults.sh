@@ -39,10 +39,14 @@ free_ports() {
     python3 -c 'import os, socket, sys
 n = int(sys.argv[1])
 ss = [socket.socket() for _ in range(n)]
+spec = os.environ.get("PSD_TEST_PORTS", "")
 try:
-    lo, hi = (int(x) for x in os.environ["PSD_TEST_PORTS"].split("-"))
-except (KeyError, ValueError):
-    lo = hi = 0
+    lo, hi = (int(x) for x in spec.split("-")) if spec else (0, 0)
+except ValueError:
+    lo = hi = -1
+if spec and not 1 <= lo <= hi <= 65535:
+    sys.exit("PSD_TEST_PORTS=%s: expected LO-HI, 1 <= LO <= HI <= 65535"
+             % spec)
 if lo:
     got, p = 0, lo + os.getpid() % (hi - lo + 1)
     for _ in range(hi - lo + 1):
@@ -127,8 +131,11 @@ accuracy() {
 
 # ---- the clean run ------------------------------------------------------------
 
+# Not read from a here-document, which drops free_ports's failure (a
+# trial's ini got empty ports, and the error was psd's about them).
+ports=$(free_ports 2) || fail "cannot pick 2 ports (above)"
 read -r p0 p1 <<EOF
-$(free_ports 2)
+$ports
 EOF
 write_ini "$OUT/clean.ini" "127.0.0.1:$p0, 127.0.0.1:$p1"
 NODES="127.0.0.1 $p0
@@ -148,8 +155,9 @@ say "clean run: test accuracy $clean"
 # ---- the faulty run -----------------------------------------------------------
 
 # Clients are told the proxies' ports; the nodes listen behind them.
+ports=$(free_ports 4) || fail "cannot pick 4 ports (above)"
 read -r q0 q1 l0 l1 <<EOF
-$(free_ports 4)
+$ports
 EOF
 write_ini "$OUT/faulty.ini" "127.0.0.1:$q0, 127.0.0.1:$q1" \
     "127.0.0.1:$l0, 127.0.0.1:$l1"

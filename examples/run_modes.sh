@@ -64,7 +64,15 @@ run() {
     # that were never written.
     ports_free fail
     NODE_LOGS="$OUT/$name-"
-    start_nodes "$ini" || { stop_nodes; return 1; }
+    # Nodes that do not start (a bad data_dir, say) would not start for
+    # the runs after either: their reason, then stop (a trial read ten
+    # runs' "exited at startup", no reason, and a summary of logs never
+    # written).
+    if ! start_nodes "$ini"; then
+        show_node_logs
+        stop_nodes
+        fail "psd did not start for run $name (its log above); the other runs would fail alike"
+    fi
 
     w=0
     while [ "$w" -lt "$procs" ]; do

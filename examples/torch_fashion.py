@@ -551,4 +551,12 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # run_mode's finally has stopped the workers and the nodes; a
+        # traceback from the queue it was reading said nothing more (a
+        # trial).
+        print("torch_fashion: interrupted; workers and nodes stopped",
+              file=sys.stderr)
+        sys.exit(130)
