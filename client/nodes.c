@@ -15,25 +15,6 @@
 #include "../proto/auth.h"
 #include "../proto/msg.h"
 
-/* Whether each word of item (split at blanks) reads as an address. */
-static int words_are_addresses(const char *item)
-{
-    int words = 0;
-    for (const char *w = item; *w;) {
-        w += strspn(w, " \t");
-        size_t n = strcspn(w, " \t");
-        if (!n)
-            break;
-        psw_addr a;
-        char why[160];
-        if (psw_addr_parse(w, n, &a, why, sizeof why))
-            return 0;
-        words++;
-        w += n;
-    }
-    return words > 0;
-}
-
 /* Whether an entry of list may be quoted in an error: list is the ini's
  * nodes, its first `first` bytes from the key's own line (SIZE_MAX: all
  * of it, or a list ps_open was given). Text of an indented line that is
@@ -47,7 +28,7 @@ static int item_shown(const char *list, size_t first, const char *item)
     for (size_t i = 0; n && i + n <= first; i++)
         if (memcmp(list + i, item, n) == 0)
             return 1;
-    return words_are_addresses(item);
+    return psw_addr_words(item);
 }
 
 static int parse_list(const char *list, size_t first, psc_servers *out,

@@ -443,25 +443,6 @@ static int on_first_line(const entry *e, const char *item)
     return 0;
 }
 
-/* Whether each word of item (split at blanks) reads as an address. */
-static int words_are_addresses(const char *item)
-{
-    int words = 0;
-    for (const char *w = item; *w;) {
-        w += strspn(w, " \t");
-        size_t n = strcspn(w, " \t");
-        if (!n)
-            break;
-        psw_addr a;
-        char why[160];
-        if (psw_addr_parse(w, n, &a, why, sizeof why))
-            return 0;
-        words++;
-        w += n;
-    }
-    return words > 0;
-}
-
 /* Whether an item of e's value (an address of a list) may be quoted: one
  * on the key's own line, or one whose words all read as addresses (a
  * comma missing at a line's end). Any other text of an indented line may
@@ -469,7 +450,7 @@ static int words_are_addresses(const char *item)
  * nothing). */
 static int item_shown(const entry *e, const char *item)
 {
-    return on_first_line(e, item) || words_are_addresses(item);
+    return on_first_line(e, item) || psw_addr_words(item);
 }
 
 /* Reports that e's value is not what st accepts; `why` overrides the
@@ -660,7 +641,7 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
             fail(p, e->line, "[%s] %s: %s, got %s (entry %d of \"%s\")%s%s",
                  s->name, st->key, pe.why, item, pe.entry,
                  value_shown(e, vb, sizeof vb), note,
-                 strpbrk(pe.item, " \t") && words_are_addresses(pe.item)
+                 strpbrk(pe.item, " \t") && psw_addr_words(pe.item)
                      ? "; a ',' missing between them?" : "");
         return -1;
     }

@@ -269,3 +269,21 @@ int psw_addr_format(const psw_addr *a, char *out, size_t cap)
         return snprintf(out, cap, "[%s]:%d", a->host, a->port);
     return snprintf(out, cap, "%s:%d", a->host, a->port);
 }
+
+int psw_addr_words(const char *text)
+{
+    int words = 0;
+    for (const char *w = text; *w;) {
+        w += strspn(w, " \t");
+        size_t n = strcspn(w, " \t");
+        if (!n)
+            break;
+        psw_addr a;
+        char why[160];
+        if (psw_addr_parse(w, n, &a, why, sizeof why))
+            return 0;
+        words++;
+        w += n;
+    }
+    return words > 0;
+}

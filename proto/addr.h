@@ -28,6 +28,12 @@ typedef struct psw_addr {
 int psw_addr_parse(const char *s, size_t len, psw_addr *a, char *why,
                    size_t whylen);
 
+/* Whether text holds one or more words (split at blanks) and each reads
+ * as an address (psw_addr_parse): how an ini error tells a list's
+ * entries, which it may quote, from other text of an indented line,
+ * which may be a token pasted under the list. */
+int psw_addr_words(const char *text);
+
 /* What was wrong with a list: entry (1-based; 0: the list as a whole),
  * that entry's text, and why. For a duplicate, first is the entry it
  * repeats (else 0). */
