@@ -36,7 +36,9 @@ void psd_auth_prove(const psd_auth *a, const psw_transcript *t,
  * own there; every other attempt from the address shares the address's
  * lane. A lane with recent failures gets one attempt checked per delay,
  * the delay doubling with each failure from 100 ms up to 2 s; 60 s
- * without a failure, or a success in the lane, clears it. So guessing
+ * without a failure clears it, and so does a success in a known
+ * client's lane, while a success of a client new at the address halves
+ * the address's delay (one failure fewer). So guessing
  * from one address goes no faster than that however many connections it
  * opens, and a peer guessing there, which takes the address's turns, does
  * not keep its known clients out when they reconnect. The id is no
@@ -62,7 +64,8 @@ void psd_auth_failed(psd_auth *a, const char *ip, uint64_t client_id,
 
 /* An attempt from ip succeeded. A known client's lane is cleared (not
  * the address's: those failures may be another peer's); otherwise the
- * address's failures are forgotten and the client is remembered with one
+ * address's count of failures steps back one and the client is
+ * remembered with one
  * connection (4096 pairs at most, 256 per address; when full, the client
  * whose connections are all closed and gone longest makes room, and none
  * does while every one is connected: the newcomer is then not

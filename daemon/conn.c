@@ -1574,12 +1574,24 @@ static void conns_check(psd_conns *set)
         last = c;
         if (c->closing)
             continue;
-        char why[160];
+        char why[300];
         if (!c->hello_done) {
             if (c->parked && now >= c->park_until_ms &&
                 now - c->accepted_ms < hello)
                 continue;        /* its turn: below */
-            if (now - c->accepted_ms >= hello) {
+            if (now - c->accepted_ms >= hello && c->parked) {
+                /* Its proof never had a turn: said as busy, which a
+                 * client retries until its connect_timeout_ms, with the
+                 * reason (closed unanswered, a trial's ps_open and psctl
+                 * said "no answer to the handshake" and advised a longer
+                 * timeout, which did not help). */
+                snprintf(why, sizeof why, "its proof waited hello_timeout "
+                         "(%d s) for a turn of the authentication throttle: "
+                         "wrong proofs from %s are checked one per delay, "
+                         "up to 2 s (a peer there guessing the token?)",
+                         cfg->hello_timeout, c->ip);
+                refuse_hello(c, PSW_EBUSY, why);
+            } else if (now - c->accepted_ms >= hello) {
                 snprintf(why, sizeof why, "no HELLO within %d s",
                          cfg->hello_timeout);
                 reject(c, why);

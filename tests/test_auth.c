@@ -787,6 +787,77 @@ static void a_known_client_is_not_kept_out_by_a_guesser_at_its_address(
     assert_int_equal(cluster_stop(&one), 0);
 }
 
+/* A client new at an address steps its delay back one rather than
+ * clearing it: cleared, each success (psctl every second) gave a guesser
+ * there a fresh 100 ms ramp (a trial measured 0.6-0.7 guesses a second
+ * against the documented 0.5). */
+static void a_new_clients_success_steps_the_delay_back_one(void **state)
+{
+    (void)state;
+    psd_auth *a = psd_auth_new(TOKEN, strlen(TOKEN));
+    assert_non_null(a);
+    const char *ip = "10.0.0.1";
+    uint64_t now = 1000;
+    for (int i = 0; i < 6; i++, now += 2000) {
+        EXPECT_U64(psd_auth_admit(a, ip, 5000 + (uint64_t)i, now), 0,
+                   "the guesser's turn");
+        psd_auth_failed(a, ip, 5000 + (uint64_t)i, "10.0.0.1:6000",
+                        "wrong token", 1, now);
+    }
+    /* 6 failures: 2 s between turns. A new client's turn and success: */
+    EXPECT_U64(psd_auth_admit(a, ip, 9000, now), 0, "the newcomer's turn");
+    psd_auth_succeeded(a, ip, 9000);
+    now += 2000;
+    EXPECT_U64(psd_auth_admit(a, ip, 5006, now), 0, "the guesser again");
+    EXPECT_U64(psd_auth_admit(a, ip, 5007, now), now + 1600,
+               "its next turn, one failure fewer: 1.6 s (cleared: 0)");
+    psd_auth_free(a);
+}
+
+/* A proof that waits hello_timeout for its turn is refused as busy, with
+ * the reason, which a client retries: closed unanswered, ps_open and
+ * psctl said "no answer to the handshake" and advised a longer
+ * connect_timeout_ms (a trial). */
+static void a_proof_that_never_had_a_turn_is_refused_as_busy(void **state)
+{
+    (void)state;
+    test_cluster one;
+    assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
+                                   "auth_token = " TOKEN "\n"
+                                   "hello_timeout = 1\n"), 0);
+    uint8_t proof[PSW_PROOF_LEN];
+    /* One wrong proof starts the throttle; 4 more wait together (turns
+     * 100, 200, 400 and 800 ms apart), and a right one behind them has
+     * no turn within the 1 s. */
+    int wrong[5];
+    for (int i = 0; i < 5; i++) {
+        wrong[i] = raw_connect(one.port[0]);
+        psw_transcript t = fresh_transcript(80 + (uint64_t)i);
+        send_hello(wrong[i], PSW_VERSION, &t);
+        read_challenge(wrong[i], &t);
+        psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
+        send_auth(wrong[i], proof);
+        if (i == 0)
+            expect_eauth(wrong[i], "wrong token");
+    }
+    int fd = raw_connect(one.port[0]);
+    psw_transcript t = fresh_transcript(90);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t, proof);
+    send_auth(fd, proof);
+    char text[512];
+    int st = read_hello_ok(fd, text, sizeof text, NULL);
+    EXPECT_INT(st, PSW_EBUSY, "a right proof that waited past hello_timeout: "
+               "%s", text);
+    EXPECT_SUBSTR(text, "for a turn of the authentication throttle",
+                  "its reason");
+    close(fd);
+    for (int i = 0; i < 5; i++)
+        close(wrong[i]);
+    assert_int_equal(cluster_stop(&one), 0);
+}
+
 /* Proofs waiting for the same lane are checked oldest first: newest
  * first, a peer sending a wrong proof at each delay took every turn. */
 static void waiting_proofs_are_checked_oldest_first(void **state)
@@ -1186,6 +1257,8 @@ int main(void)
         cmocka_unit_test(
             a_known_client_is_not_kept_out_by_a_guesser_at_its_address),
         cmocka_unit_test(waiting_proofs_are_checked_oldest_first),
+        cmocka_unit_test(a_new_clients_success_steps_the_delay_back_one),
+        cmocka_unit_test(a_proof_that_never_had_a_turn_is_refused_as_busy),
         cmocka_unit_test(token_file_changed_under_sighup_is_refused_loudly),
     };
     return cmocka_run_group_tests_name("auth", tests, group_setup,
