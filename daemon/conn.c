@@ -1590,6 +1590,8 @@ static void conns_check(psd_conns *set)
                          "wrong proofs from %s are checked one per delay, "
                          "up to 2 s (a peer there guessing the token?)",
                          cfg->hello_timeout, c->ip);
+                c->parked = 0;   /* refused once: the next tick closes it
+                                    if the answer is still not out */
                 refuse_hello(c, PSW_EBUSY, why);
             } else if (now - c->accepted_ms >= hello) {
                 snprintf(why, sizeof why, "no HELLO within %d s",
