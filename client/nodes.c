@@ -15,22 +15,6 @@
 #include "../proto/auth.h"
 #include "../proto/msg.h"
 
-/* Whether an entry of list may be quoted in an error: list is the ini's
- * nodes, its first `first` bytes from the key's own line (SIZE_MAX: all
- * of it, or a list ps_open was given). Text of an indented line that is
- * no address may be a token pasted under the key: not quoted, as psd
- * --check does not (daemon/config.c, item_shown). */
-static int item_shown(const char *list, size_t first, const char *item)
-{
-    size_t n = strlen(item);
-    if (first == SIZE_MAX)
-        return 1;
-    for (size_t i = 0; n && i + n <= first; i++)
-        if (memcmp(list + i, item, n) == 0)
-            return 1;
-    return psw_addr_words(item);
-}
-
 static int parse_list(const char *list, size_t first, psc_servers *out,
                       char *err, size_t errlen)
 {
@@ -45,7 +29,7 @@ static int parse_list(const char *list, size_t first, psc_servers *out,
         if (e.first)
             snprintf(err, errlen, "server %s is listed twice (entries %d and "
                      "%d)", e.item, e.first, e.entry);
-        else if (e.entry && !item_shown(list, first, e.item))
+        else if (e.entry && !psw_addr_quotable(list, first, e.item))
             snprintf(err, errlen, "bad server address (entry %d, text of an "
                      "indented line, not shown: it may be a secret): %s",
                      e.entry, e.why);
@@ -76,7 +60,8 @@ static int parse_list(const char *list, size_t first, psc_servers *out,
 typedef struct ini_read {
     char *nodes;                 /* [cluster] nodes, pieces joined */
     size_t nodes_first;          /* bytes of it from the key's own line,
-                                    SIZE_MAX when it has no other */
+                                    SIZE_MAX when it has no other: what
+                                    errors may quote (psw_addr_quotable) */
     char *token, *token_file;    /* [server] auth_token, auth_token_file */
     int oom;
 } ini_read;

@@ -430,29 +430,6 @@ static const char *value_shown(const entry *e, char *buf, size_t cap)
     return buf;
 }
 
-/* Whether item lies whole in the part of e's value on the key's own
- * line. */
-static int on_first_line(const entry *e, const char *item)
-{
-    if (!e->cont_line)
-        return 1;
-    size_t n = strlen(item);
-    for (size_t i = 0; n && i + n <= e->first_len; i++)
-        if (memcmp(e->value + i, item, n) == 0)
-            return 1;
-    return 0;
-}
-
-/* Whether an item of e's value (an address of a list) may be quoted: one
- * on the key's own line, or one whose words all read as addresses (a
- * comma missing at a line's end). Any other text of an indented line may
- * be a token pasted under the list (a review: ':' or '.' in it proved
- * nothing). */
-static int item_shown(const entry *e, const char *item)
-{
-    return on_first_line(e, item) || psw_addr_words(item);
-}
-
 /* Reports that e's value is not what st accepts; `why` overrides the
  * generic "expected ..." text when it is not NULL. */
 static void bad_value(parser *p, const section *s, const entry *e,
@@ -583,7 +560,9 @@ static int numeric_only(parser *p, const section *s, const entry *e,
         cont_note(e, note);
         /* A host name read off an indented line may be a token: it
          * parses as a name, so only the key's own line is quoted. */
-        int shown = on_first_line(e, text);
+        int shown = psw_addr_on_line(e->value,
+                                     e->cont_line ? e->first_len : SIZE_MAX,
+                                     text);
         fail(p, e->line, "[%s] %s: expected a numeric IPv4 or [IPv6] "
              "address (names are not resolved here), got %s%s%s (entry %d "
              "of \"%s\")%s", s->name, st->key, shown ? "\"" : "",
@@ -621,7 +600,9 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
     if (rc < 0) {
         char note[48], vb[200], item[sizeof pe.item + 2];
         cont_note(e, note);
-        if (item_shown(e, pe.item))
+        if (psw_addr_quotable(e->value,
+                              e->cont_line ? e->first_len : SIZE_MAX,
+                              pe.item))
             snprintf(item, sizeof item, "\"%s\"", pe.item);
         else
             snprintf(item, sizeof item, "text of an indented line (not "

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -286,4 +287,20 @@ int psw_addr_words(const char *text)
         w += n;
     }
     return words > 0;
+}
+
+int psw_addr_on_line(const char *value, size_t first, const char *item)
+{
+    size_t n = strlen(item);
+    if (first == SIZE_MAX)
+        return 1;
+    for (size_t i = 0; n && i + n <= first; i++)
+        if (memcmp(value + i, item, n) == 0)
+            return 1;
+    return 0;
+}
+
+int psw_addr_quotable(const char *value, size_t first, const char *item)
+{
+    return psw_addr_on_line(value, first, item) || psw_addr_words(item);
 }

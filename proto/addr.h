@@ -29,10 +29,18 @@ int psw_addr_parse(const char *s, size_t len, psw_addr *a, char *why,
                    size_t whylen);
 
 /* Whether text holds one or more words (split at blanks) and each reads
- * as an address (psw_addr_parse): how an ini error tells a list's
- * entries, which it may quote, from other text of an indented line,
- * which may be a token pasted under the list. */
+ * as an address (psw_addr_parse). */
 int psw_addr_words(const char *text);
+
+/* For an ini error about an address list: value is the list as read,
+ * its first `first` bytes from the key's own line (SIZE_MAX: all of it).
+ * psw_addr_on_line: whether item lies whole in that first part.
+ * psw_addr_quotable: that, or each word of item reads as an address (a
+ * comma missing at a line's end). Other text of an indented line may be
+ * a token pasted under the list, and is not quoted: psd's checks and the
+ * client's reader of the same file both ask these. */
+int psw_addr_on_line(const char *value, size_t first, const char *item);
+int psw_addr_quotable(const char *value, size_t first, const char *item);
 
 /* What was wrong with a list: entry (1-based; 0: the list as a whole),
  * that entry's text, and why. For a duplicate, first is the entry it

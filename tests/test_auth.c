@@ -204,6 +204,20 @@ static psw_transcript fresh_transcript(uint64_t client_id)
     return t;
 }
 
+/* Connects to port as client_id and sends HELLO, then an AUTH whose
+ * proof is made with token (TOKEN or WRONG). Returns the socket. */
+static int send_proof(int port, uint64_t client_id, const char *token)
+{
+    int fd = raw_connect(port);
+    psw_transcript t = fresh_transcript(client_id);
+    send_hello(fd, PSW_VERSION, &t);
+    read_challenge(fd, &t);
+    uint8_t proof[PSW_PROOF_LEN];
+    psw_auth_proof(token, strlen(token), PSW_ROLE_CLIENT, &t, proof);
+    send_auth(fd, proof);
+    return fd;
+}
+
 /* Expects an EAUTH refusal whose text holds `phrase`, then the close. */
 static void expect_eauth(int fd, const char *phrase)
 {
@@ -572,13 +586,7 @@ static void failures_are_throttled_and_logged_once_per_window(void **state)
                                    "auth_token = " TOKEN "\n"), 0);
     double t0 = now_ms();
     for (int i = 0; i < 4; i++) {
-        int fd = raw_connect(one.port[0]);
-        psw_transcript t = fresh_transcript(20 + (uint64_t)i);
-        send_hello(fd, PSW_VERSION, &t);
-        read_challenge(fd, &t);
-        uint8_t proof[PSW_PROOF_LEN];
-        psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
-        send_auth(fd, proof);
+        int fd = send_proof(one.port[0], 20 + (uint64_t)i, WRONG);
         expect_eauth(fd, "wrong token");
         close(fd);
     }
@@ -735,13 +743,7 @@ static void connected_clients_stay_remembered(void **state)
 static int right_handshake(int port, uint64_t client_id, double *ms)
 {
     double t0 = now_ms();
-    int fd = raw_connect(port);
-    psw_transcript t = fresh_transcript(client_id);
-    send_hello(fd, PSW_VERSION, &t);
-    read_challenge(fd, &t);
-    uint8_t proof[PSW_PROOF_LEN];
-    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t, proof);
-    send_auth(fd, proof);
+    int fd = send_proof(port, client_id, TOKEN);
     int st = read_hello_ok(fd, NULL, 0, NULL);
     *ms = now_ms() - t0;
     close(fd);
@@ -764,15 +766,9 @@ static void a_known_client_is_not_kept_out_by_a_guesser_at_its_address(
     pid_t kid = fork();
     assert_true(kid >= 0);
     if (kid == 0) {
-        int fds[12];
+        /* Each left open, waiting, until the child exits. */
         for (int i = 0; i < 12; i++) {
-            fds[i] = raw_connect(one.port[0]);
-            psw_transcript t = fresh_transcript(5000 + (uint64_t)i);
-            send_hello(fds[i], PSW_VERSION, &t);
-            read_challenge(fds[i], &t);
-            uint8_t proof[PSW_PROOF_LEN];
-            psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
-            send_auth(fds[i], proof);
+            (void)send_proof(one.port[0], 5000 + (uint64_t)i, WRONG);
             usleep(500000);
         }
         _exit(0);
@@ -825,27 +821,16 @@ static void a_proof_that_never_had_a_turn_is_refused_as_busy(void **state)
     assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
                                    "auth_token = " TOKEN "\n"
                                    "hello_timeout = 1\n"), 0);
-    uint8_t proof[PSW_PROOF_LEN];
     /* One wrong proof starts the throttle; 4 more wait together (turns
      * 100, 200, 400 and 800 ms apart), and a right one behind them has
      * no turn within the 1 s. */
     int wrong[5];
     for (int i = 0; i < 5; i++) {
-        wrong[i] = raw_connect(one.port[0]);
-        psw_transcript t = fresh_transcript(80 + (uint64_t)i);
-        send_hello(wrong[i], PSW_VERSION, &t);
-        read_challenge(wrong[i], &t);
-        psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
-        send_auth(wrong[i], proof);
+        wrong[i] = send_proof(one.port[0], 80 + (uint64_t)i, WRONG);
         if (i == 0)
             expect_eauth(wrong[i], "wrong token");
     }
-    int fd = raw_connect(one.port[0]);
-    psw_transcript t = fresh_transcript(90);
-    send_hello(fd, PSW_VERSION, &t);
-    read_challenge(fd, &t);
-    psw_auth_proof(TOKEN, strlen(TOKEN), PSW_ROLE_CLIENT, &t, proof);
-    send_auth(fd, proof);
+    int fd = send_proof(one.port[0], 90, TOKEN);
     char text[512];
     int st = read_hello_ok(fd, text, sizeof text, NULL);
     EXPECT_INT(st, PSW_EBUSY, "a right proof that waited past hello_timeout: "
@@ -867,24 +852,13 @@ static void waiting_proofs_are_checked_oldest_first(void **state)
     test_cluster one;
     assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
                                    "auth_token = " TOKEN "\n"), 0);
-    uint8_t proof[PSW_PROOF_LEN];
     int fd[N + 1];
     /* A first failure starts the throttle for 127.0.0.1. */
-    fd[N] = raw_connect(one.port[0]);
-    psw_transcript t = fresh_transcript(60);
-    send_hello(fd[N], PSW_VERSION, &t);
-    read_challenge(fd[N], &t);
-    psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
-    send_auth(fd[N], proof);
+    fd[N] = send_proof(one.port[0], 60, WRONG);
     expect_eauth(fd[N], "wrong token");
     close(fd[N]);
     for (int i = 0; i < N; i++) {
-        fd[i] = raw_connect(one.port[0]);
-        t = fresh_transcript(61 + (uint64_t)i);
-        send_hello(fd[i], PSW_VERSION, &t);
-        read_challenge(fd[i], &t);
-        psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
-        send_auth(fd[i], proof);
+        fd[i] = send_proof(one.port[0], 61 + (uint64_t)i, WRONG);
         usleep(20000);
     }
     /* Which is answered first, then second: each turn is 100 ms or more
@@ -926,24 +900,13 @@ static void parallel_failures_are_throttled_one_per_delay(void **state)
     assert_int_equal(cluster_start(&one, 1, 4, TABLES "[server]\n"
                                    "auth_token = " TOKEN "\n"), 0);
     int fd[N + 1];
-    uint8_t proof[PSW_PROOF_LEN];
     /* A first failure starts the throttle for 127.0.0.1. */
-    fd[N] = raw_connect(one.port[0]);
-    psw_transcript t = fresh_transcript(40);
-    send_hello(fd[N], PSW_VERSION, &t);
-    read_challenge(fd[N], &t);
-    psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
-    send_auth(fd[N], proof);
+    fd[N] = send_proof(one.port[0], 40, WRONG);
     expect_eauth(fd[N], "wrong token");
     close(fd[N]);
     double t0 = now_ms();
     for (int i = 0; i < N; i++) {
-        fd[i] = raw_connect(one.port[0]);
-        t = fresh_transcript(41 + (uint64_t)i);
-        send_hello(fd[i], PSW_VERSION, &t);
-        read_challenge(fd[i], &t);
-        psw_auth_proof(WRONG, strlen(WRONG), PSW_ROLE_CLIENT, &t, proof);
-        send_auth(fd[i], proof);
+        fd[i] = send_proof(one.port[0], 41 + (uint64_t)i, WRONG);
     }
     for (int i = 0; i < N; i++) {
         expect_eauth(fd[i], "wrong token");

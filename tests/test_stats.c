@@ -391,11 +391,17 @@ static void test_latency_counts_the_wait_for_room(void **state)
     for (int i = 0; i < 256; i++)
         keys[i] = (uint64_t)i + 1000;
     ps_stats_reset(c);
+    /* The thread that resumes the node starts with the stop, before any
+     * assertion that could end the test and leave the shared node
+     * stopped. */
+    pthread_t th;
     kill(one.pid[0], SIGSTOP);
+    if (pthread_create(&th, NULL, resume_later, NULL)) {
+        kill(one.pid[0], SIGCONT);
+        fail_msg("pthread_create");
+    }
     ps_ts a = ps_push(c, sp, keys, 256, vals, NULL, NULL);
     assert_true(a > 0);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, resume_later, NULL), 0);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     ps_ts b = ps_pull(c, sp, keys, 256, out, NULL, NULL);
