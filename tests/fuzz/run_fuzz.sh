@@ -73,6 +73,15 @@ for t in "$@"; do
     printf '%-13s %10s %8s %6s %7s %7s %4sMB  %s\n' "$t" \
         "$(stat number_of_executed_units)" "$(stat average_exec_per_sec)" \
         "$(field cov)" "$(field ft)" "$corp" "$(stat peak_rss_mb)" "$result"
+    # A finding's reason and where it happened, so that a run whose
+    # tree is gone (a CI machine's) still says what broke.
+    if [ "$found" -ne 0 ] && [ "$result" != clean ]; then
+        grep -m1 -E 'ERROR: |runtime error|fuzz check failed|deadly signal' \
+            "$work/log" | sed 's/^/    /'
+        grep -E '^ *#[0-9]+ 0x' "$work/log" | head -12 | sed 's/^/    /'
+        [ -n "$repro" ] && printf '    input (base64): %s\n' \
+            "$(head -c 3072 "$repro" | base64 -w0)"
+    fi
 done
 if [ "$found" -ne 0 ]; then
     echo "fuzz: findings above. Replay one with FUZZ_BUILD/TARGET FILE," \
