@@ -10,10 +10,13 @@
  * frame limit, one that does not decode, or a message that does not decode
  * or is a REPLY closes its connection. A connection's first body may start
  * with a HELLO, which goes to psd_request_hello (then a HELLO_OK is packed
- * and checked) and the rest of its messages follow as a pipelined frame;
- * without one the connection is a reader with client_id 0, as a HELLO of
- * (0, 0, -1) would make it. A HELLO in a later body closes the connection,
- * as in conn.c. The clock moves 100 ms per body, with a psd_request_tick
+ * and checked) and the rest of its messages follow as a pipelined frame
+ * (conn.c wants the HELLO in a frame of its own: the same session, in
+ * fewer bodies); without one the connection is a reader with client_id 0,
+ * as a HELLO of (0, 0, -1) would make it. As in conn.c on a node without
+ * a token, protocol versions PSW_VERSION_MIN to PSW_VERSION are taken,
+ * an OPENED on a connection of a version before 4 closes it, and so does
+ * a HELLO in a later body. The clock moves 100 ms per body, with a psd_request_tick
  * after each. At the end the clock jumps 10 s (the node logs whom it waits
  * for), connection 1 closes, the clock passes worker_grace, and connection
  * 0 closes. The node is built afresh for every input, so an input alone
@@ -28,7 +31,13 @@
  * (sessions are freed at close, so a late one is a use-after-free).
  * ADMIN goes to a stand-in for the server's hook (fake_admin), whose
  * answers of every length up to twice max_frame reach both the reply
- * that fits and the one refused for its size. */
+ * that fits a frame and the one that goes in a frame of its own, longer
+ * than max_frame: psctl, the only client that sends ADMINs, reads frames
+ * of up to 64 MiB, and psd counts such an answer once it is packed, past
+ * the bound psd_request_frame_bound gave. So a frame longer than
+ * max_frame must hold one message, an ADMIN's successful reply, and the
+ * bound of a frame grows by the answers fake_admin made that one frame
+ * could not carry. */
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,6 +61,7 @@
 #define T0_MS 1000000
 #define STEP_MS 100
 #define WAIT_LOG_MS 10000            /* daemon/request.c */
+#define PSCTL_MAX_FRAME (64u << 20)  /* daemon/psctl.c reads ADMIN answers */
 
 /* One connection of the current input. */
 #define ADMIN_TS 64
@@ -59,6 +69,7 @@
 typedef struct conn {
     psd_session *ss;     /* malloc'd, freed when the connection closes */
     int hello_done;
+    uint32_t version;    /* of its HELLO; PSW_VERSION without one */
     int closed;
     /* The ts of the ADMINs it sent: their replies carry text, of any
      * length, not rows. More than ADMIN_TS of them: every reply may be
@@ -83,6 +94,9 @@ static psw_out outs[NCONN];          /* reset between inputs */
 static psw_out hello_out;
 static msgpack_zone zone, zone_chk;
 static uint64_t requests, replies;   /* of the current input */
+/* What fake_admin's answers that one frame cannot carry add past the
+ * bound, counted from the start of each psd_request_frame. */
+static uint64_t admin_beyond;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -116,11 +130,14 @@ static int fake_admin(void *arg, const char *cmd, size_t len, char **text,
     memset(*text, 'a', n);
     (*text)[n] = '\0';          /* as the server's: an error's is a string */
     *textlen = n;
+    if (n > psw_payload_max(node.cluster.max_frame))
+        admin_beyond += psw_reply_max(n) + PSW_REPLY_FRAME_COST;
     return len && cmd[0] == 'x' ? PSW_EINVAL : PSW_OK;
 }
 
 /* Reads back every frame in c's output as a client would, then empties
- * the output: length, CRC, at most max_frame, only REPLY messages. */
+ * the output: length, CRC, at most max_frame (or psctl's limit for an
+ * ADMIN's answer alone in its frame), only REPLY messages. */
 static void check_output(conn *c)
 {
     psw_out *o = &outs[c - conns];
@@ -134,7 +151,8 @@ static void check_output(conn *c)
     char *buf = fuzz_flatten(o, &len);
     FUZZ_CHECK(buf != NULL, "out of memory flattening %zu bytes", o->total);
     psw_reader rd;
-    psw_reader_init(&rd, (size_t)node.cfg.max_frame);
+    psw_reader_init(&rd, c->nadmin || c->admin_many
+                             ? PSCTL_MAX_FRAME : (size_t)node.cfg.max_frame);
     char *dst;
     size_t room, at = 0;
     while (at < len) {
@@ -156,6 +174,9 @@ static void check_output(conn *c)
             int n = psw_frame_messages(&obj, PSW_MAX_MSGS, &msgs, err,
                                        sizeof err);
             FUZZ_CHECK(n > 0, "a reply frame that is not a frame: %s", err);
+            int alone = blen > node.cfg.max_frame;
+            FUZZ_CHECK(!alone || n == 1, "a reply frame of %zu bytes, past "
+                       "max_frame, holds %d messages", blen, n);
             for (int i = 0; i < n; i++) {
                 psw_msg m;
                 FUZZ_CHECK(psw_msg_decode(&msgs[i], &m, err, sizeof err) == 0
@@ -166,6 +187,12 @@ static void check_output(conn *c)
                            m.status, m.vals_len);
                 FUZZ_CHECK(m.vals_len % 4 == 0 || is_admin_reply(c, m.ts),
                            "a reply with %zu bytes of rows", m.vals_len);
+                FUZZ_CHECK(!alone || (is_admin_reply(c, m.ts) &&
+                                      m.status == PSW_OK &&
+                                      m.vals_len <= PSW_ADMIN_REPLY_MAX),
+                           "a reply frame of %zu bytes, past max_frame, "
+                           "that is no ADMIN's answer (status %d, %zu "
+                           "bytes)", blen, m.status, m.vals_len);
                 replies++;
             }
         }
@@ -233,12 +260,20 @@ static void check_hello_ok(const psw_cluster *sent)
     psw_out_reset(&hello_out);
 }
 
+/* How conn.c answers a HELLO of this version: a version 2 client gets
+ * the 14 fields it knows. */
+static void in_version(psw_cluster *l, uint32_t version)
+{
+    l->proof_state = version >= 3 ? PSW_PROOF_NIL : PSW_PROOF_ABSENT;
+}
+
 /* conn.c's refuse_hello: the HELLO_OK it sends, then the close. */
-static void refuse(int status, const char *why)
+static void refuse(int status, const char *why, uint32_t version)
 {
     psw_cluster refused = node.cluster;
     refused.status = status;
     snprintf(refused.text, sizeof refused.text, "%s", why);
+    in_version(&refused, version);
     check_hello_ok(&refused);
 }
 
@@ -247,10 +282,11 @@ static void refuse(int status, const char *why)
 static int hello(conn *c, const psw_hello *h, uint64_t now)
 {
     char why[200] = "";
-    if (h->version != PSW_VERSION) {
+    if (h->version < PSW_VERSION_MIN || h->version > PSW_VERSION) {
         snprintf(why, sizeof why, "protocol version %u is not supported "
-                 "(this server speaks %d)", h->version, PSW_VERSION);
-        refuse(PSW_EPROTO, why);
+                 "(this server speaks %d..%d)", h->version, PSW_VERSION_MIN,
+                 PSW_VERSION);
+        refuse(PSW_EPROTO, why, h->version);
         return 0;
     }
     psw_cluster reply;
@@ -261,13 +297,15 @@ static int hello(conn *c, const psw_hello *h, uint64_t now)
          * held by another client's connection), always with a reason. */
         FUZZ_CHECK((rc == PSW_EINVAL || rc == PSW_EBUSY) && why[0],
                    "psd_request_hello returned %d (%s)", rc, why);
-        refuse(rc, why);
+        refuse(rc, why, h->version);
         return 0;
     }
     FUZZ_CHECK(reply.nodes == node.cluster.nodes &&
                reply.tables == node.cluster.tables, "HELLO_OK does not share "
                "the node's arrays");
+    in_version(&reply, h->version);
     check_hello_ok(&reply);
+    c->version = h->version;
     return 1;
 }
 
@@ -324,7 +362,8 @@ static void handle_body(conn *c, const char *body, size_t len, uint64_t now)
     uint64_t asked = 0;
     for (int i = 0; i < count; i++) {
         if (psw_msg_decode(&msgs[first + i], &m[i], err, sizeof err) ||
-            m[i].op == PSW_OP_REPLY) {
+            m[i].op == PSW_OP_REPLY ||
+            (m[i].op == PSW_OP_OPENED && c->version < 4)) {
             free(m);
             close_conn(c, now);
             return;
@@ -344,12 +383,14 @@ static void handle_body(conn *c, const char *body, size_t len, uint64_t now)
     uint64_t bound = psd_request_frame_bound(&node, m, count);
     uint64_t held = c->ss->held_bytes;
     size_t before = c->ss->out->total;
+    admin_beyond = 0;
     int rc = psd_request_frame(&node, c->ss, m, count, now, why, sizeof why);
     free(m);
-    FUZZ_CHECK(c->ss->out->total - before <= bound + held,
+    FUZZ_CHECK(c->ss->out->total - before <= bound + held + admin_beyond,
                "a frame added %zu bytes of replies, over its bound %llu "
-               "(and %llu held)", c->ss->out->total - before,
-               (unsigned long long)bound, (unsigned long long)held);
+               "(and %llu held, %llu of long ADMIN answers)",
+               c->ss->out->total - before, (unsigned long long)bound,
+               (unsigned long long)held, (unsigned long long)admin_beyond);
     if (rc) {
         FUZZ_CHECK(rc == PSW_ETOOBIG && why[0], "psd_request_frame returned "
                    "%d (%s)", rc, why);
@@ -370,7 +411,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     requests = replies = 0;
     for (int i = 0; i < NCONN; i++) {
         psw_out_reset(&outs[i]);
-        conns[i] = (conn){ .ss = calloc(1, sizeof(psd_session)) };
+        conns[i] = (conn){ .ss = calloc(1, sizeof(psd_session)),
+                           .version = PSW_VERSION };
         FUZZ_CHECK(conns[i].ss != NULL, "out of memory for a session");
         conns[i].ss->worker = -1;
         conns[i].ss->peer = peers[i];

@@ -662,6 +662,43 @@ static void request_seeds(void)
     write_seed(t, "push_ts_zero", b.p, b.n);
     free(b.p);
 
+    /* An operator's commands (fake_admin answers them by their bytes):
+     * one whose answer goes in a frame of its own, past max_frame
+     * ("stats": 7,870 bytes), one that fits beside the others ("layout":
+     * 620), one refused ("xyz"), and end-job, the node's own, which
+     * ends nothing here. */
+    static const char *const cmds[] = { "stats", "layout", "xyz", "end-job" };
+    b = (bytes){ 0 };
+    begin();
+    pack_hello(PSW_VERSION, 90, 1, -1, NULL);
+    pack_keys(PSW_OP_PULL, 1, FUZZ_T_DENSE_SUM, d2, 2, NULL, 0);
+    for (int i = 0; i < 4; i++) {
+        psw_msg adm = req(PSW_OP_ADMIN, 2 + (uint64_t)i, 0, 0);
+        adm.text = cmds[i];
+        adm.text_len = strlen(cmds[i]);
+        psw_pack_request(&out, &adm);
+    }
+    pack_keys(PSW_OP_PULL, 6, FUZZ_T_DENSE_SUM, d2, 2, NULL, 0);
+    take_body(&b);
+    write_seed(t, "admin", b.p, b.n);
+    free(b.p);
+
+    /* Workers of protocol version 3 (no OPENED: joined at the HELLO);
+     * an OPENED from one closes its connection. */
+    b = (bytes){ 0 };
+    for (int w = 0; w < 2; w++) {
+        begin();
+        pack_hello(3, 100 + (uint64_t)w, 1, w, NULL);
+        pack_keys(PSW_OP_PUSH, 1, FUZZ_T_DENSE_SUM, d2, 2, v, 8);
+        pack_control(PSW_OP_CLOCK, 2, 0, 1);
+        take_body(&b);
+    }
+    begin();
+    pack_control(PSW_OP_OPENED, 0, 0, 0);
+    take_body(&b);
+    write_seed(t, "workers_of_version_3", b.p, b.n);
+    free(b.p);
+
     /* A REPLY sent to the server closes the connection. */
     b = (bytes){ 0 };
     begin();
