@@ -16,19 +16,20 @@
  * as a HELLO of (0, 0, -1) would make it. As in conn.c on a node without
  * a token, protocol versions PSW_VERSION_MIN to PSW_VERSION are taken,
  * an OPENED on a connection of a version before 4 closes it, and so does
- * a HELLO in a later body. The clock moves 100 ms per body, with a psd_request_tick
- * after each. At the end the clock jumps 10 s (the node logs whom it waits
- * for), connection 1 closes, the clock passes worker_grace, and connection
- * 0 closes. The node is built afresh for every input, so an input alone
- * reproduces what it did.
+ * a HELLO in a later body. The clock moves 100 ms per body, with a
+ * psd_request_tick after each. At the end the clock jumps 10 s (the node
+ * logs whom it waits for), connection 1 closes, the clock passes
+ * worker_grace, and connection 0 closes. The node is built afresh for
+ * every input, so an input alone reproduces what it did.
  *
  * Checked: what the sanitizers check; every reply frame reads back as a
  * peer reads it (length, CRC, at most max_frame, only REPLYs, error
  * replies without rows); no request is answered twice; a frame adds no
  * more replies than psd_request_frame_bound said (plus the bounds of
- * the held requests it releases); a closed session counts no held bytes; the answered
- * callback comes with a frame to send; no held reply outlives its session
- * (sessions are freed at close, so a late one is a use-after-free).
+ * the held requests it releases); a closed session counts no held bytes;
+ * the answered callback comes with a frame to send; no held reply
+ * outlives its session (sessions are freed at close, so a late one is a
+ * use-after-free).
  * ADMIN goes to a stand-in for the server's hook (fake_admin), whose
  * answers of every length up to twice max_frame reach both the reply
  * that fits a frame and the one that goes in a frame of its own, longer
