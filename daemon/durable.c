@@ -744,21 +744,22 @@ static int write_here(psd_durable *d, uint64_t seq, const char *what,
 static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
 {
     char why[1024];
-    psd_notify("STATUS=node %d: writing a snapshot of the new tables",
-               d->node->index);
-    if (write_here(d, next, "snapshot", " of the new tables", why,
-                   sizeof why)) {
-        snprintf(err, errlen, "a snapshot of the new tables: %s (the files "
-                 "of the old ones are kept; psd reads them again at the "
-                 "next start)", why);
+    /* New tables, or a psd 0.1 file's shape (psd_durable_start). */
+    const char *of = d->retabled == 2 ? " of this release"
+                                      : " of the new tables";
+    psd_notify("STATUS=node %d: writing a snapshot%s", d->node->index, of);
+    if (write_here(d, next, "snapshot", of, why, sizeof why)) {
+        snprintf(err, errlen, "a snapshot%s: %s (the files %s are kept; psd "
+                 "reads them again at the next start)", of, why,
+                 d->retabled == 2 ? "psd 0.1 wrote" : "of the old ones");
         return -1;
     }
     if (why[0]) {
         /* In place, but a power loss could take the rename back: psd does
          * not go on to write segments after it. */
-        snprintf(err, errlen, "a snapshot of the new tables was written, "
-                 "but %s (the next start reads it, and the segments it "
-                 "covers are kept)", why);
+        snprintf(err, errlen, "a snapshot%s was written, but %s (the next "
+                 "start reads it, and the segments it covers are kept)", of,
+                 why);
         return -1;
     }
     return 0;
@@ -886,6 +887,22 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
                  "initial values", d->dir);
     if (tm.map)
         log_new_tables(n, &tm);
+    /* Under another shape, with the config's tables in its order: a file
+     * of psd 0.1, whose shape covered no updater nor consistency mode
+     * (node.h). Its journal goes on under that shape (or, without a
+     * snapshot, begins under it), and a snapshot of this release is
+     * written before this one's journal goes on. */
+    int of_0_1 = rc == 0 && !tm.map && si.shape != n->shape;
+    uint64_t jshape = rc == 0 ? si.shape
+                              : psd_journal_shape(d->dir, n->index, n->shape,
+                                                  psd_config_shape_0_1(&n->cfg),
+                                                  &of_0_1);
+    if (of_0_1 && !d->skip)
+        psd_warn("the %s in %s was %s by psd 0.1, which kept no table's "
+                 "updater nor consistency mode: each one's is taken from the "
+                 "ini; a snapshot of this release is written before the "
+                 "journal goes on", rc == 0 ? "snapshot" : "journal", d->dir,
+                 rc == 0 ? "written" : "begun");
     /* A name that matched nothing is most likely a typo'd one: the table
      * meant, if the snapshot holds it, refuses the start by itself. */
     for (int i = 0; i < opts->ndrop; i++)
@@ -905,19 +922,19 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     if (!d->skip && psd_journal_first(d->dir, n->index))
         psd_notify("STATUS=node %d: replaying its journal from segment %llu",
                    n->index, (unsigned long long)next);
-    /* The segments after a snapshot were written under its tables. */
+    /* The segments after a snapshot were written under its tables (its
+     * shape: this config's, but for a psd 0.1 file's). */
     psd_replay_ctx ctx = { n, uv_now(loop), tm.map, tm.nmap, 0 };
     char cut[4400];
     cut[0] = '\0';
     rc = d->skip ? 0
-                 : psd_journal_replay(d->dir, n->index,
-                                      tm.map ? si.shape : n->shape,
+                 : psd_journal_replay(d->dir, n->index, jshape,
                                       tm.map ? 0 : n->inits, next,
                                       (size_t)n->cfg.max_frame + 4096,
                                       psd_request_replay, &ctx, &next,
                                       &records, cut, sizeof cut, err,
                                       errlen);
-    int retabled = tm.map != NULL;
+    int retabled = tm.map ? 1 : of_0_1 && !d->skip ? 2 : 0;
     free(tm.map);
     if (rc)
         return -1;

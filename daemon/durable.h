@@ -84,8 +84,9 @@ typedef struct psd_durable {
     void *arg;
     psd_durable_stats st;
     int started;                 /* psd_durable_open succeeded */
-    int retabled;                /* loaded under other tables: the open
-                                    writes a snapshot of the new ones */
+    int retabled;                /* loaded under other tables (1) or from
+                                    a psd 0.1 file (2): the open writes a
+                                    snapshot of this release's first */
     int skip;                    /* --skip-snapshot: the open moves the
                                     files aside */
     int lock_fd;                 /* flock'd psd-nodeN.lock, for life */

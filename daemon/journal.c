@@ -952,6 +952,31 @@ static int replay_span(const char *dir, int node, uint64_t from, span *s,
     return 1;
 }
 
+uint64_t psd_journal_shape(const char *dir, int node, uint64_t shape,
+                           uint64_t shape_0_1, int *of_0_1)
+{
+    *of_0_1 = 0;
+    uint64_t seq = psd_journal_first(dir, node);
+    if (!seq)
+        return shape;
+    char path[4200];
+    psd_journal_path(path, sizeof path, dir, node, seq);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return shape;
+    jreader rd = { .max_body = 4096 };
+    psd_jrecord r;
+    jbad bad;
+    jread_start(&rd, fd);
+    if (jread(&rd, &r, &bad) == 1 && r.type == PSD_J_START &&
+        r.waited == (uint32_t)node && r.clock != shape &&
+        r.clock == shape_0_1)
+        *of_0_1 = 1;
+    free(rd.body);
+    close(fd);
+    return *of_0_1 ? shape_0_1 : shape;
+}
+
 int psd_journal_replay(const char *dir, int node, uint64_t shape,
                        uint32_t inits, uint64_t from, size_t max_body,
                        int (*apply)(void *ctx, const psd_jrecord *r,

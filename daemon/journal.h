@@ -160,6 +160,14 @@ void psd_journal_prune(const char *dir, int node, uint64_t below);
 /* The lowest segment number present, or 0 when there is none. */
 uint64_t psd_journal_first(const char *dir, int node);
 
+/* The shape to replay node's journal under when no snapshot comes first
+ * (after one, the snapshot's): `shape`, or `shape_0_1` (node.h) when the
+ * first segment begins under that one, a psd 0.1 journal. Sets *of_0_1
+ * to say which. A segment that does not read leaves `shape`, and the
+ * replay refuses what it must. */
+uint64_t psd_journal_shape(const char *dir, int node, uint64_t shape,
+                           uint64_t shape_0_1, int *of_0_1);
+
 /* Whether segment seq of node is in dir. */
 int psd_journal_has(const char *dir, int node, uint64_t seq);
 

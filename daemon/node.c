@@ -62,6 +62,27 @@ uint64_t psd_shape_table(uint64_t h, const char *name, int dense,
     return h;
 }
 
+uint64_t psd_shape_table_0_1(uint64_t h, const char *name, int dense,
+                             uint32_t dim, uint64_t rows)
+{
+    for (const char *p = name; *p; p++)
+        MIX(h, (unsigned char)*p);
+    MIX(h, dense);
+    MIX(h, dim);
+    MIX(h, rows);
+    return h;
+}
+
+uint64_t psd_config_shape_0_1(const psd_config *c)
+{
+    uint64_t h = psd_shape_begin(c->nnodes, c->shards);
+    for (int i = 0; i < c->ntables; i++) {
+        const psd_table_conf *t = &c->tables[i];
+        h = psd_shape_table_0_1(h, t->name, t->dense, t->dim, t->rows);
+    }
+    return h;
+}
+
 uint64_t psd_config_shape(const psd_config *c)
 {
     uint64_t h = psd_shape_begin(c->nnodes, c->shards);

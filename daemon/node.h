@@ -142,6 +142,14 @@ uint64_t psd_shape_table(uint64_t h, const char *name, int dense,
                          uint32_t dim, uint64_t rows, int updater,
                          int consistency);
 
+/* The shape as psd 0.1 hashed it, whose snapshots (format 1) and journal
+ * segments carry it: no updater nor consistency mode (the next commit,
+ * 5b1274d, added both). Loaded with each table's mode from the config;
+ * see docs/durability.md section 5. */
+uint64_t psd_shape_table_0_1(uint64_t h, const char *name, int dense,
+                             uint32_t dim, uint64_t rows);
+uint64_t psd_config_shape_0_1(const psd_config *c);
+
 /* What a restart would make of config b where a node runs a (a layout a
  * reload refused): the snapshot's tables are found by name
  * (snapshot.h), so a restart takes tables added or moved

@@ -547,6 +547,19 @@ static int shape_fits(uint64_t want, uint64_t h, const snap_table *st,
     return h == want;
 }
 
+/* The shape as psd 0.1 hashed it (node.h), of the snapshot's own
+ * tables; files of the next commit on are of format 1 too, under the
+ * shape of today. */
+static uint64_t shape_of_0_1(const header *hd, const snap_table *st,
+                             uint32_t nt)
+{
+    uint64_t h = psd_shape_begin((int)hd->nnodes, hd->shards);
+    for (uint32_t i = 0; i < nt; i++)
+        h = psd_shape_table_0_1(h, st[i].name, st[i].dense, st[i].dim,
+                                st[i].rows);
+    return h;
+}
+
 /* Appends 'name' to list (", " between), cut when it is full. */
 static void add_name(char *list, size_t cap, const char *name)
 {
@@ -736,19 +749,22 @@ static int read_sections(reader *r, const header *hd, const target *g,
     for (uint32_t i = 0; i < nt; i++)
         same &= map[i] == (int32_t)i;
     /* The header's counts and every table section fit: of what the shape
-     * covers, only a table's consistency mode is left (or a file written
-     * before the shape covered it, docs/durability.md section 5). */
+     * covers, only a table's consistency mode is left. psd 0.1 hashed
+     * neither it nor the updater (the sections hold the updater, checked
+     * above): its files take each table's mode from the config
+     * (docs/durability.md section 5). */
     uint64_t shape = psd_config_shape(cfg);
-    if (same && hd->shape != shape)
+    int of_0_1 = hd->version == 1 && hd->shape == shape_of_0_1(hd, st, nt);
+    if (same && hd->shape != shape && !of_0_1)
         BAD("taken under another layout (shape %016llx, the config's is "
             "%016llx): every table's name, kind, dim, rows and updater "
             "match, so a table's consistency mode changed since (restore "
             "it, or start with --skip-snapshot to set this node's files "
             "aside)", (unsigned long long)hd->shape,
             (unsigned long long)shape);
-    if (!same && !shape_fits(hd->shape, psd_shape_begin(cfg->nnodes,
-                                                        cfg->shards),
-                             st, map, 0, nt, cfg))
+    if (!same && !of_0_1 &&
+        !shape_fits(hd->shape, psd_shape_begin(cfg->nnodes, cfg->shards), st,
+                    map, 0, nt, cfg))
         BAD("taken under other tables (shape %016llx): each table the "
             "config keeps matches by name, kind, dim, rows and updater, so "
             "one's consistency mode changed since (restore it, or start "

@@ -511,6 +511,63 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
     psd_node_destroy(&b);
 }
 
+/* psd 0.1 wrote format 1 under a shape of no updater nor consistency
+ * mode (node.h): such a snapshot loads, each table's mode from the
+ * config, and reports that shape for the journal after it. Format 1
+ * under today's shape loads as before; a later format under the 0.1
+ * shape, or format 1 under a shape of neither, is another layout. The
+ * upgrade trial's 0.1 folder was refused, its message blaming a
+ * consistency mode nobody changed. */
+static void test_a_snapshot_of_psd_0_1_loads(void **state)
+{
+    (void)state;
+    psd_node a, b;
+    char err[ERRLEN], path[128];
+    trained_snapshot(&a, path, sizeof path);
+    as_format(path, 1);
+    uint64_t old = psd_config_shape_0_1(&a.cfg);
+    assert_true(old != psd_config_shape(&a.cfg));
+    size_t len;
+    char *f = read_file(path, &len);
+    set_header_field(f, 24, &old, 8);
+    write_file(path, f, len);
+    make_node(&b, 1, 4, 2);
+    psd_snap_info si;
+    if (psd_snapshot_load(&b, dir, 2000, &si, NULL, err, sizeof err))
+        fail_msg("a snapshot of psd 0.1: %s", err);
+    membuf ia = image(&a), ib = image(&b);
+    expect_same(&ia, &ib, "tables of a snapshot of psd 0.1");
+    EXPECT_U64(si.shape, old, "the shape its journal goes on under");
+    EXPECT_U64(b.sync.clock, 3, "node clock");
+    psd_node_destroy(&b);
+    /* Format 1 under a shape of neither kind. */
+    uint64_t other = old ^ 1;
+    set_header_field(f, 24, &other, 8);
+    write_file(path, f, len);
+    make_node(&b, 1, 4, 2);
+    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
+               "format 1 under another shape");
+    EXPECT_INT(strstr(err, "taken under another layout") != NULL, 1, "%s",
+               err);
+    psd_node_destroy(&b);
+    /* Format 2 never carried the shape of psd 0.1. */
+    free(f);
+    psd_node_destroy(&a);
+    trained_snapshot(&a, path, sizeof path);
+    as_format(path, 2);
+    f = read_file(path, &len);
+    set_header_field(f, 24, &old, 8);
+    write_file(path, f, len);
+    make_node(&b, 1, 4, 2);
+    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
+               "format 2 under the shape of psd 0.1");
+    EXPECT_INT(strstr(err, "taken under another layout") != NULL, 1, "%s",
+               err);
+    free(f), free(ia.p), free(ib.p);
+    psd_node_destroy(&a);
+    psd_node_destroy(&b);
+}
+
 /* Node 1 of the test layout with both workers at clock 4: worker 0
  * left, not by a close, worker 1 as `st1`; saved as format v (4: as
  * written today), then loaded into b. */
@@ -1132,6 +1189,44 @@ static void test_the_journal_replays_segments_in_order(void **state)
     EXPECT_U64(psd_journal_first(dir, 2), 0, "all gone");
 }
 
+/* A journal begun by psd 0.1 (no snapshot before it) carries that
+ * release's shape: psd_journal_shape says so, and the replay takes it
+ * under that shape; a journal of today's shape, or of neither, is left
+ * to the replay under today's, which refuses the latter. */
+static void test_a_journal_begun_by_psd_0_1_replays(void **state)
+{
+    (void)state;
+    char err[ERRLEN];
+    uint64_t today = 0xabc, then = 0x123, records, next;
+    int of_0_1 = -1;
+    EXPECT_U64(psd_journal_shape(dir, 2, today, then, &of_0_1), today,
+               "no journal");
+    EXPECT_INT(of_0_1, 0, "no journal");
+    psd_journal *j = psd_journal_open(dir, 2, then, 0, 1, err, sizeof err);
+    assert_non_null(j);
+    put_pushes(j, 0, 4);
+    psd_journal_close(j);
+    uint64_t shape = psd_journal_shape(dir, 2, today, then, &of_0_1);
+    EXPECT_U64(shape, then, "a journal begun by psd 0.1");
+    EXPECT_INT(of_0_1, 1, "a journal begun by psd 0.1");
+    seen s = { 0 };
+    EXPECT_INT(psd_journal_replay(dir, 2, shape, 0, 1, 1 << 20, count_record,
+                                  &s, &next, &records, NULL, 0, err,
+                                  sizeof err), 0, "%s", err);
+    EXPECT_INT(s.pushes, 4, "pushes");
+    EXPECT_INT(psd_journal_check(dir, 2, shape, 0, 1, 1 << 20, err,
+                                 sizeof err), 0, "--check: %s", err);
+    psd_journal_prune(dir, 2, 100);
+    /* Under a shape of neither: today's, which the replay refuses. */
+    j = psd_journal_open(dir, 2, 0x456, 0, 1, err, sizeof err);
+    assert_non_null(j);
+    psd_journal_close(j);
+    EXPECT_U64(psd_journal_shape(dir, 2, today, then, &of_0_1), today,
+               "a journal of another layout");
+    EXPECT_INT(of_0_1, 0, "a journal of another layout");
+    psd_journal_prune(dir, 2, 100);
+}
+
 /* A segment missing between the snapshot's and the newest stops the
  * replay, and `psd --check` says so too (it said OK, and the start then
  * failed: an operators' trial). */
@@ -1718,6 +1813,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_the_journal_replays_segments_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(
+            test_a_journal_begun_by_psd_0_1_replays, setup, teardown),
+        cmocka_unit_test_setup_teardown(
             test_worker_records_carry_the_refused_clients, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_segment_missing_in_the_middle_fails_the_check, setup,
@@ -1741,6 +1838,8 @@ int main(void)
             test_a_read_error_is_not_taken_for_a_torn_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_snapshots_of_formats_1_and_2_still_load, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_snapshot_of_psd_0_1_loads, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_an_older_snapshot_whose_workers_all_left_ends_the_job,
             setup, teardown),
