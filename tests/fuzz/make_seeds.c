@@ -741,18 +741,25 @@ static uint64_t node_key(int node, int nth)
             return k;
 }
 
-static psd_journal *jopen(int node, uint64_t seg_shape, uint64_t seq)
+/* Opens segment seq under inits mark `inits`: 0, as a psd before the
+ * mark wrote (the fuzzer's changes to those bytes make marks of its
+ * own), or the fixed config's, as psd writes today. */
+static psd_journal *jopen_marked(int node, uint64_t seg_shape, uint64_t seq,
+                                 uint32_t inits)
 {
     char err[256];
-    /* Inits 0, as a psd before the mark wrote: the fuzzer's changes to
-     * those bytes make marks of its own. */
-    psd_journal *j = psd_journal_open(jdir, node, seg_shape, 0, seq, err,
+    psd_journal *j = psd_journal_open(jdir, node, seg_shape, inits, seq, err,
                                       sizeof err);
     if (!j) {
         fprintf(stderr, "make_seeds: %s\n", err);
         exit(1);
     }
     return j;
+}
+
+static psd_journal *jopen(int node, uint64_t seg_shape, uint64_t seq)
+{
+    return jopen_marked(node, seg_shape, seq, 0);
 }
 
 static void jwrite(psd_journal *j)
@@ -902,6 +909,22 @@ static void journal_seeds(void)
     psd_journal_close(j);
     seg[0] = jread(0, 1);
     journal_seed("history", 0, JP(JP_SHORT, 0), seg, 1);
+    free(seg[0].p);
+    /* The same begun under the fixed config's inits mark, as psd writes a
+     * segment today: its pushes are checked against the mark (no seed
+     * had one, and the fuzzer made none). */
+    fuzz_disk_clear(jdir);
+    j = jopen_marked(0, shape, 1, psd_config_inits(fuzz_disk_config()));
+    jhistory(j, 0, 100);
+    psd_journal_close(j);
+    seg[0] = jread(0, 1);
+    journal_seed("history_of_this_inis_mark", 0, JP(JP_SHORT, 0), seg, 1);
+    free(seg[0].p);
+    fuzz_disk_clear(jdir);
+    j = jopen(0, shape, 1);
+    jhistory(j, 0, 100);
+    psd_journal_close(j);
+    seg[0] = jread(0, 1);
     /* The same with its last record cut short, as a crash leaves it. */
     bytes cut = { seg[0].p, seg[0].n - 5 };
     journal_seed("history_torn", JF_FIX_CRCS, JP(JP_ZEROS, 1), &cut, 1);
