@@ -537,6 +537,16 @@ typedef struct wreq {
     psw_out out;
 } wreq;
 
+/* Bytes packed ahead of the kernel: nc_send stops packing once libuv
+ * holds this many unwritten, and goes on when a write completes and less
+ * than half is left. Packing everything queued at once (300,000 small
+ * pushes a trainer had in flight, some 400 MB of copies) kept the I/O
+ * thread from reading for seconds on a busy machine: the node's replies
+ * waited unread, both ends took the other for dead (peer_timeout_ms),
+ * and the attempts' deadlines ran while the parts sat in libuv's queue,
+ * not on the wire. */
+#define SEND_AHEAD (8u << 20)
+
 static void on_write(uv_write_t *req, int status)
 {
     wreq *w = (wreq *)req;
@@ -546,6 +556,10 @@ static void on_write(uv_write_t *req, int status)
     if (status < 0 && status != UV_ECANCELED)
         nc_drop(nc, PS_ECONN, "write to %s failed: %s", nc->name,
                 uv_strerror(status));
+    else if (status == 0 && nc->q_head &&
+             uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp) <
+                 SEND_AHEAD / 2)
+        nc_send(nc);
 }
 
 /* Writes a finished psw_out (ownership passes to the write, unless it
@@ -717,7 +731,8 @@ static void nc_send(nconn *nc)
 {
     psc_io *io = nc->io;
     ps_client *c = io->c;
-    if (nc->state != NC_READY || !nc->q_head)
+    if (nc->state != NC_READY || !nc->q_head ||
+        uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp) >= SEND_AHEAD)
         return;
     /* A part whose time ran out while queued (the tick fails those only
      * for nodes not connected: this one may have just come back, or a
@@ -768,6 +783,11 @@ static void nc_send(nconn *nc)
         if (nc->q_head && w->out.total >= WRITE_BYTES) {
             if ((rc = nc_write(nc, w)) != 0)
                 break;
+            w = NULL;
+            /* The rest when a write completes (on_write). */
+            if (uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp) >=
+                SEND_AHEAD)
+                break;
             w = malloc(sizeof *w);
             if (!w) {
                 rc = UV_ENOMEM;
@@ -779,7 +799,7 @@ static void nc_send(nconn *nc)
     if (!nc->q_head)
         nc->q_tail = NULL;
     psc_add(&nc->st.frames_sent, frames);
-    if (rc == 0)
+    if (rc == 0 && w)
         rc = nc_write(nc, w);
     if (rc) {
         if (w)

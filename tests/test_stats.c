@@ -425,6 +425,57 @@ static void test_latency_counts_the_wait_for_room(void **state)
     ps_close(c);
 }
 
+/* A backlog for a node that reads nothing (stopped) is packed at most
+ * about 8 MiB (client/io.c, SEND_AHEAD) past what the kernel holds, not
+ * whole: packing 300,000 queued pushes (400 MB of copies) at once kept a
+ * trainer's I/O thread from reading for seconds on a busy machine, and
+ * both ends took the other for dead. bytes_sent counts what was handed
+ * to the socket. The rest goes as writes complete, every push once. */
+static void test_a_backlog_is_packed_a_bounded_way_ahead(void **state)
+{
+    (void)state;
+    enum { KEYS = 4096, PUSHES = 1000 };
+    ps_client *c;
+    ps_options o;
+    ps_options_init(&o);
+    o.max_inflight_bytes = (uint64_t)1 << 30;
+    assert_int_equal(ps_open(&c, one.spec, &o), PS_OK);
+    int sp = ps_table(c, "sp", NULL);
+    static uint64_t keys[KEYS];
+    static float vals[KEYS * 4], out[KEYS * 4];
+    for (int i = 0; i < KEYS; i++)
+        keys[i] = (uint64_t)i + 50000;
+    for (int i = 0; i < KEYS * 4; i++)
+        vals[i] = 1.0f;
+    ps_ts first = ps_pull(c, sp, keys, KEYS, out, NULL, NULL);
+    assert_int_equal(ps_wait(c, first), PS_OK);
+    float before = out[0];
+    ps_stats_t st0, st1;
+    ps_stats(c, &st0);
+    /* Nothing asserted until the node runs again. */
+    kill(one.pid[0], SIGSTOP);
+    int refused = 0;
+    for (int i = 0; i < PUSHES; i++)
+        refused += ps_push(c, sp, keys, KEYS, vals, NULL, NULL) < 0;
+    struct timespec t = { 0, 400000000 };
+    nanosleep(&t, NULL);
+    ps_stats(c, &st1);
+    kill(one.pid[0], SIGCONT);
+    EXPECT_INT(refused, 0, "pushes refused at the call");
+    uint64_t handed = st1.bytes_sent - st0.bytes_sent;
+    if (handed > (40u << 20))
+        fail_msg("%llu bytes of a %d MB backlog handed to the socket of a "
+                 "stopped node, want at most 40 MB", (unsigned long long)handed,
+                 PUSHES * KEYS * 24 >> 20);
+    assert_int_equal(ps_wait_all(c), PS_OK);
+    ps_ts last = ps_pull(c, sp, keys, KEYS, out, NULL, NULL);
+    assert_int_equal(ps_wait(c, last), PS_OK);
+    if (out[0] != before + PUSHES || out[KEYS * 4 - 1] != out[0])
+        fail_msg("rows read %g and %g, want %g", (double)out[0],
+                 (double)out[KEYS * 4 - 1], (double)(before + PUSHES));
+    ps_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest pure[] = {
@@ -438,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_a_scripted_sequence_is_counted_exactly),
         cmocka_unit_test(test_stats_read_during_resets_never_wrap),
         cmocka_unit_test(test_latency_counts_the_wait_for_room),
+        cmocka_unit_test(test_a_backlog_is_packed_a_bounded_way_ahead),
     };
     int failed = cmocka_run_group_tests_name("stats", pure, NULL, NULL);
     failed += cmocka_run_group_tests_name("stats against psd", live, setup,
