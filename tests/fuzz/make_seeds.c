@@ -1185,6 +1185,21 @@ static void config_seeds(void)
           "beta2 = 0.5\nepsilon = 1e-30\ninit = uniform -0.1 0.1\n"
           "[table.b-c]\nkind = sparse\ndim = 7\nupdater = sgd\n"
           "init = constant 3\nconsistency = bsp\n" },
+        /* The settings everything.ini lacks (added since), not at their
+         * defaults; auth_token_file in a seed of its own (everything.ini
+         * sets auth_token, and both are refused together). */
+        { "everything_newer.ini",
+          "; the settings everything.ini lacks, not at their defaults\n"
+          "[cluster]\nnodes = 127.0.0.1:7070, 127.0.0.1:7071\n"
+          "[server]\nsnapshot_journal_mb = 1\n"
+          "metrics_listen = 127.0.0.1:9100, 127.0.0.1:9101\n"
+          "max_connections_per_addr = 2\nmax_client_memory = 2M\n"
+          "frame_timeout = 1\nidle_timeout = 86400\n"
+          "max_unacked_pushes = 10\nmax_remembered_pushes = 100\n"
+          "[table.x]\nkind = dense\nrows = 4\ndim = 1\nnonfinite = allow\n"
+          "[table.y]\ndim = 2\nmax_rows = 1000\n" },
+        { "token_file.ini", "[cluster]\nnodes = 127.0.0.1:7070\n"
+          "[server]\nauth_token_file = /etc/psd/token\n" },
         { "err_unknown_key.ini", "[cluster]\nnodes = 127.0.0.1:1\nfoo = 1\n" },
         { "err_duplicate_section.ini",
           "[cluster]\nnodes = 127.0.0.1:1\n[table.t]\ndim = 1\n"

@@ -35,7 +35,8 @@ for t in "$@"; do
     case $t in
     fuzz_frame)   maxlen=16384 ;;    # several frames, past the 4 KiB limit
     fuzz_msg)     maxlen=8192 ;;     # keys past PSW_REF_MIN are referenced
-    fuzz_config)  maxlen=4096; dict=$here/fuzz_config.dict ;;
+    # conf/*.ini without their comments fit (4,239 bytes the largest).
+    fuzz_config)  maxlen=8192; dict=$here/fuzz_config.dict ;;
     fuzz_request) maxlen=8192 ;;     # two frames of the fixed max_frame
     fuzz_snapshot) maxlen=16384 ;;   # the seeds are 9-10 KB
     fuzz_journal) maxlen=16384 ;;    # two records of the largest size
@@ -49,8 +50,13 @@ for t in "$@"; do
             -exec cp {} "$work/corpus/" \;
     done
     if [ "$t" = fuzz_config ]; then
+        # Whole, and without their comments: libFuzzer reads an input
+        # only up to maxlen, and conf/psd.ini's 29 KB of notes kept all
+        # but its first settings out of reach (a review).
         for f in "$top"/conf/*.ini; do
             cp "$f" "$work/corpus/conf-${f##*/}"
+            grep -v -E '^[[:space:]]*([#;]|$)' "$f" \
+                >"$work/corpus/conf-settings-${f##*/}"
         done
     fi
     # shellcheck disable=SC2086  # word splitting of the flag lists is meant
