@@ -324,7 +324,8 @@ static void expire_queue(nconn *nc, uint64_t now)
                          "%d (%s) within its bounded time (request_timeout_ms "
                          "x (max_retries + 1)): it waited until the node was "
                          "connected again, or behind a push of non-finite "
-                         "values, whose parts holding them go first, alone",
+                         "values, whose parts holding them go first, alone, "
+                         "or behind 8 MiB of requests the node had not read",
                          (unsigned long long)p->msg.ts, nc->node, nc->name);
             else
                 snprintf(why, sizeof why, "request %llu: node %d (%s) did "
@@ -2322,6 +2323,12 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
         expire_queue(nc, now);
         return;
     }
+    /* Parts waiting behind SEND_AHEAD bytes the node has not read: the
+     * next write's completion may be long in coming (a node that stopped
+     * reading, its connection kept by PINGs or peer_timeout_ms 0). */
+    if (nc->q_head && uv_stream_get_write_queue_size(
+                          (uv_stream_t *)&nc->tcp) >= SEND_AHEAD / 2)
+        expire_queue(nc, now);
     /* Parts that may wait for other workers: only their own bound. */
     while (nc->fly[1].head && now >= nc->fly[1].head->expire_ns) {
         psc_part *p = nc->fly[1].head;

@@ -892,7 +892,7 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
      * (node.h). Its journal goes on under that shape (or, without a
      * snapshot, begins under it), and a snapshot of this release is
      * written before this one's journal goes on. */
-    int of_0_1 = rc == 0 && !tm.map && si.shape != n->shape;
+    int of_0_1 = rc == 0 && si.of_0_1;
     uint64_t jshape = rc == 0 ? si.shape
                               : psd_journal_shape(d->dir, n->index, n->shape,
                                                   psd_config_shape_0_1(&n->cfg),

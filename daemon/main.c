@@ -454,8 +454,7 @@ int main(int argc, char **argv)
             /* A psd 0.1 file: a snapshot under another shape with the
              * file's tables in its order, or a journal begun under that
              * release's shape (node.h). */
-            int snap_0_1 = rc == 0 && !tm.map &&
-                           si.shape != psd_config_shape(&cfg), of_0_1 = 0;
+            int snap_0_1 = rc == 0 && si.of_0_1, of_0_1 = 0;
             if (rc >= 0 && rc != 2)
                 rc = psd_journal_check(
                     dir, i,

@@ -249,7 +249,7 @@ static int write_to(const psd_node *n, const char *dir, const char *path,
         snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
     if (info)
         *info = (psd_snap_info){ generation, journal_seq, created, w.off,
-                                 n->shape, (uint32_t)n->ntables };
+                                 n->shape, (uint32_t)n->ntables, 0 };
     return 0;
 }
 
@@ -490,6 +490,7 @@ typedef struct target {
     int index;
     uint64_t now_ms;
     psd_snap_tables *tm;         /* NULL: the config's tables, in order */
+    int of_0_1;                  /* out: a file of psd 0.1 (shape_of_0_1) */
 } target;
 
 /* A table section's own header. */
@@ -572,7 +573,7 @@ static void add_name(char *list, size_t cap, const char *name)
 
 /* Reads every section after the header into g. 0, or -1 with the reason
  * in why and the offset of the failing part in *at. */
-static int read_sections(reader *r, const header *hd, const target *g,
+static int read_sections(reader *r, const header *hd, target *g,
                          uint64_t *at, char *why, size_t whylen)
 {
     const psd_config *cfg = g->cfg;
@@ -755,6 +756,7 @@ static int read_sections(reader *r, const header *hd, const target *g,
      * (docs/durability.md section 5). */
     uint64_t shape = psd_config_shape(cfg);
     int of_0_1 = hd->version == 1 && hd->shape == shape_of_0_1(hd, st, nt);
+    g->of_0_1 = of_0_1;
     if (same && hd->shape != shape && !of_0_1)
         BAD("taken under another layout (shape %016llx, the config's is "
             "%016llx): every table's name, kind, dim, rows and updater "
@@ -844,12 +846,13 @@ int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
         /* The same shape: the tables are the config's, and the rest is
          * read when psd starts. Another: read every section, as psd
          * would, to tell whether its tables fit the config's. */
-        target g = { NULL, cfg, node, 0, tables };
+        target g = { NULL, cfg, node, 0, tables, 0 };
         if (hd.shape == psd_config_shape(cfg) ||
             read_sections(&r, &hd, &g, &at, why, sizeof why) == 0) {
             *info = hd.si;
             info->shape = hd.shape;
             info->ntables = hd.ntables;
+            info->of_0_1 = g.of_0_1;
             rc = 0;
         }
     }
@@ -878,7 +881,7 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
     }
     r.buf = malloc(BUF_BYTES);
     header hd;
-    target g = { n, &n->cfg, n->index, now_ms, tables };
+    target g = { n, &n->cfg, n->index, now_ms, tables, 0 };
     if (!r.buf) {
         snprintf(why, sizeof why, "out of memory");
         goto bad;
@@ -899,6 +902,7 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
     si.bytes = r.off;
     si.shape = hd.shape;
     si.ntables = hd.ntables;
+    si.of_0_1 = g.of_0_1;
     close(r.fd);
     free(r.buf);
     if (info)

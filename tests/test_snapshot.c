@@ -538,6 +538,7 @@ static void test_a_snapshot_of_psd_0_1_loads(void **state)
     membuf ia = image(&a), ib = image(&b);
     expect_same(&ia, &ib, "tables of a snapshot of psd 0.1");
     EXPECT_U64(si.shape, old, "the shape its journal goes on under");
+    EXPECT_INT(si.of_0_1, 1, "said to be psd 0.1's");
     EXPECT_U64(b.sync.clock, 3, "node clock");
     psd_node_destroy(&b);
     /* Format 1 under a shape of neither kind. */

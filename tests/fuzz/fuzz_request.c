@@ -65,7 +65,7 @@
 #define PSCTL_MAX_FRAME (64u << 20)  /* daemon/psctl.c reads ADMIN answers */
 
 /* One connection of the current input. */
-#define ADMIN_TS 64
+#define ADMIN_TS 2048                /* more than an 8 KB input holds */
 
 typedef struct conn {
     psd_session *ss;     /* malloc'd, freed when the connection closes */
@@ -190,6 +190,8 @@ static void check_output(conn *c)
                            "a reply with %zu bytes of rows", m.vals_len);
                 FUZZ_CHECK(!alone || (is_admin_reply(c, m.ts) &&
                                       m.status == PSW_OK &&
+                                      m.vals_len > psw_payload_max(
+                                                       node.cluster.max_frame) &&
                                       m.vals_len <= PSW_ADMIN_REPLY_MAX),
                            "a reply frame of %zu bytes, past max_frame, "
                            "that is no ADMIN's answer (status %d, %zu "
