@@ -85,8 +85,10 @@ for t in "$@"; do
         grep -m1 -E 'ERROR: |runtime error|fuzz check failed|deadly signal' \
             "$work/log" | sed 's/^/    /'
         grep -E '^ *#[0-9]+ 0x' "$work/log" | head -12 | sed 's/^/    /'
-        [ -n "$repro" ] && printf '    input (base64): %s\n' \
-            "$(head -c 3072 "$repro" | base64 -w0)"
+        [ -n "$repro" ] &&
+            printf '    input (%s bytes; base64 of the first 3072): %s\n' \
+                "$(wc -c <"$repro" | tr -d ' ')" \
+                "$(head -c 3072 "$repro" | base64 -w0)"
     fi
 done
 if [ "$found" -ne 0 ]; then
