@@ -318,6 +318,15 @@ static void expire_queue(nconn *nc, uint64_t now)
                          (unsigned long long)((now - nc->down_ns) / MS),
                          (unsigned long long)(bound / MS),
                          nc->last_why[0] ? nc->last_why : "not connected");
+            else if (nc->state == NC_READY && p->slow)
+                /* A part that may wait for other workers, bounded by
+                 * sync_timeout_ms alone, still queued behind the send
+                 * window (a node that stopped reading). */
+                snprintf(why, sizeof why, "request %llu: not sent to node "
+                         "%d (%s) within sync_timeout_ms (%d ms), its bound: "
+                         "it waited behind 8 MiB of requests the node had "
+                         "not read", (unsigned long long)p->msg.ts, nc->node,
+                         nc->name, c->opt.sync_timeout_ms);
             else if (nc->state == NC_READY)
                 /* Connected, yet never sent (nc_send): it was held. */
                 snprintf(why, sizeof why, "request %llu: not sent to node "
