@@ -741,6 +741,18 @@ static int write_here(psd_durable *d, uint64_t seq, const char *what,
  * files left are all of the new tables. 0, or -1 with the reason in err
  * (a start that cannot write it must not serve: its journal would follow
  * segments of the old tables). */
+uint64_t psd_durable_replay_shape(const char *dir, int node,
+                                  const psd_config *cfg,
+                                  const psd_snap_info *si, int *of_0_1)
+{
+    if (si) {
+        *of_0_1 = si->of_0_1;
+        return si->shape;
+    }
+    return psd_journal_shape(dir, node, psd_config_shape(cfg),
+                             psd_config_shape_0_1(cfg), of_0_1);
+}
+
 static int rebase(psd_durable *d, uint64_t next, char *err, size_t errlen)
 {
     char why[1024];
@@ -887,16 +899,12 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
                  "initial values", d->dir);
     if (tm.map)
         log_new_tables(n, &tm);
-    /* Under another shape, with the config's tables in its order: a file
-     * of psd 0.1, whose shape covered no updater nor consistency mode
-     * (node.h). Its journal goes on under that shape (or, without a
-     * snapshot, begins under it), and a snapshot of this release is
-     * written before this one's journal goes on. */
-    int of_0_1 = rc == 0 && si.of_0_1;
-    uint64_t jshape = rc == 0 ? si.shape
-                              : psd_journal_shape(d->dir, n->index, n->shape,
-                                                  psd_config_shape_0_1(&n->cfg),
-                                                  &of_0_1);
+    /* The files of psd 0.1, whose shape covered no updater nor
+     * consistency mode (node.h): a snapshot of this release is written
+     * before this one's journal goes on. */
+    int of_0_1;
+    uint64_t jshape = psd_durable_replay_shape(d->dir, n->index, &n->cfg,
+                                               rc == 0 ? &si : NULL, &of_0_1);
     if (of_0_1 && !d->skip)
         psd_warn("the %s in %s was %s by psd 0.1, which kept no table's "
                  "updater nor consistency mode: each one's is taken from the "
@@ -922,8 +930,7 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     if (!d->skip && psd_journal_first(d->dir, n->index))
         psd_notify("STATUS=node %d: replaying its journal from segment %llu",
                    n->index, (unsigned long long)next);
-    /* The segments after a snapshot were written under its tables (its
-     * shape: this config's, but for a psd 0.1 file's). */
+    /* The segments after a snapshot were written under its tables. */
     psd_replay_ctx ctx = { n, uv_now(loop), tm.map, tm.nmap, 0 };
     char cut[4400];
     cut[0] = '\0';

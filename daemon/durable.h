@@ -124,6 +124,15 @@ int psd_durable_make_dir(const char *dir, char *err, size_t errlen);
  * the lock. */
 long psd_durable_holder(const char *dir, int index);
 
+/* The shape node's journal segments in dir replay under: with a snapshot
+ * read (si), its own (this config's, but for a psd 0.1 file's: node.h);
+ * without one (si NULL), the config's, or its psd 0.1 shape when the
+ * first segment begins under that. *of_0_1 says whether the files are
+ * psd 0.1's. */
+uint64_t psd_durable_replay_shape(const char *dir, int node,
+                                  const psd_config *cfg,
+                                  const psd_snap_info *si, int *of_0_1);
+
 /* After psd_durable_lock: recovers the node from the folder. With
  * skip_snapshot, nothing is read: the node starts from its initial values,
  * and psd_durable_open moves the snapshot and journal files aside (renamed

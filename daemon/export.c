@@ -309,18 +309,14 @@ static int export_node(const char *ini, int i, const char *const *drop,
         psd_node_destroy(&n);
         return changed(o->snap, &was) ? 2 : -1;
     }
-    /* The segments after a snapshot were written under its tables (its
-     * shape: this config's, but for a psd 0.1 file's, node.h); without
-     * one, under the config's or, begun by psd 0.1, its shape of then. */
+    /* The segments after a snapshot were written under its tables. */
     uint64_t next;
     int of_0_1;
     psd_replay_ctx ctx = { &n, 0, tm.map, tm.nmap, 0 };
     rc = psd_journal_replay(dir, i,
-                            o->has_snapshot
-                                ? o->si.shape
-                                : psd_journal_shape(dir, i, n.shape,
-                                                    psd_config_shape_0_1(&cfg),
-                                                    &of_0_1),
+                            psd_durable_replay_shape(
+                                dir, i, &cfg,
+                                o->has_snapshot ? &o->si : NULL, &of_0_1),
                             tm.map ? 0 : n.inits,
                             o->has_snapshot ? o->si.journal_seq : 1,
                             (size_t)n.cfg.max_frame + 4096,

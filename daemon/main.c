@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "durable.h"
 #include "export.h"
 #include "import.h"
 #include "reshard.h"
@@ -451,18 +452,12 @@ int main(int argc, char **argv)
             /* The journal after a snapshot was written under its tables. */
             uint64_t from = rc == 0 && si.journal_seq ? si.journal_seq : 1;
             uint64_t snap_ms = rc == 0 ? si.created_ms : 0;
-            /* A psd 0.1 file: a snapshot under another shape with the
-             * file's tables in its order, or a journal begun under that
-             * release's shape (node.h). */
-            int snap_0_1 = rc == 0 && si.of_0_1, of_0_1 = 0;
+            int had_snap = rc == 0, of_0_1 = 0;
             if (rc >= 0 && rc != 2)
                 rc = psd_journal_check(
                     dir, i,
-                    rc == 0 ? si.shape
-                            : psd_journal_shape(dir, i,
-                                                psd_config_shape(&cfg),
-                                                psd_config_shape_0_1(&cfg),
-                                                &of_0_1),
+                    psd_durable_replay_shape(dir, i, &cfg,
+                                             had_snap ? &si : NULL, &of_0_1),
                     tm.map ? 0 : psd_config_inits(&cfg), from,
                     (size_t)cfg.max_frame + 4096, why, sizeof why);
             /* Not a failure: the start goes on, and says what was lost. */
@@ -473,12 +468,12 @@ int main(int argc, char **argv)
                        "psd-node%d.journal.head says) is missing from %s: a "
                        "start warns that the pushes it acknowledged are "
                        "lost\n", path, i, (unsigned long long)head, i, dir);
-            if (rc >= 0 && rc != 2 && (snap_0_1 || of_0_1))
+            if (rc >= 0 && rc != 2 && of_0_1)
                 printf("%s: node %d's %s was written by psd 0.1, which kept "
                        "no table's updater nor consistency mode: psd takes "
                        "each one's from the file and writes a snapshot of "
                        "this release when it starts\n", path, i,
-                       snap_0_1 ? "snapshot" : "journal");
+                       had_snap ? "snapshot" : "journal");
             if (rc == 0 && tm.map && !tm.added && !tm.dropped)
                 printf("%s: node %d's snapshot holds the file's tables in "
                        "another order: kept by name; psd writes a snapshot "

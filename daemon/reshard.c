@@ -185,14 +185,9 @@ static int load_old(const char *ini, int i, psd_node *n, uint64_t *gen,
     *gen = rc == 0 ? si.generation : 0;
     psd_replay_ctx ctx = { n, 0, NULL, 0, 0 };
     uint64_t records;
-    /* The segments after a snapshot were written under its shape: this
-     * config's, but for a psd 0.1 file's (node.h); without one, under the
-     * config's or, begun by psd 0.1, its shape of then. */
     int of_0_1;
-    uint64_t shape = rc == 0 ? si.shape
-                             : psd_journal_shape(dir, i, n->shape,
-                                                 psd_config_shape_0_1(&cfg),
-                                                 &of_0_1);
+    uint64_t shape = psd_durable_replay_shape(dir, i, &cfg,
+                                              rc == 0 ? &si : NULL, &of_0_1);
     if (psd_journal_replay(dir, i, shape, n->inits,
                            rc == 0 ? si.journal_seq : 1,
                            (size_t)n->cfg.max_frame + 4096,
