@@ -315,7 +315,7 @@ static int export_node(const char *ini, int i, const char *const *drop,
     psd_replay_ctx ctx = { &n, 0, tm.map, tm.nmap, 0 };
     rc = psd_journal_replay(dir, i,
                             psd_durable_replay_shape(
-                                dir, i, &cfg,
+                                dir, i, &n.cfg,
                                 o->has_snapshot ? &o->si : NULL, &of_0_1),
                             tm.map ? 0 : n.inits,
                             o->has_snapshot ? o->si.journal_seq : 1,

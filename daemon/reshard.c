@@ -186,7 +186,7 @@ static int load_old(const char *ini, int i, psd_node *n, uint64_t *gen,
     psd_replay_ctx ctx = { n, 0, NULL, 0, 0 };
     uint64_t records;
     int of_0_1;
-    uint64_t shape = psd_durable_replay_shape(dir, i, &cfg,
+    uint64_t shape = psd_durable_replay_shape(dir, i, &n->cfg,
                                               rc == 0 ? &si : NULL, &of_0_1);
     if (psd_journal_replay(dir, i, shape, n->inits,
                            rc == 0 ? si.journal_seq : 1,
