@@ -557,6 +557,12 @@ typedef struct wreq {
  * not on the wire. */
 #define SEND_AHEAD (8u << 20)
 
+/* The bytes libuv holds for nc, not yet taken by the kernel. */
+static size_t unwritten(nconn *nc)
+{
+    return uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp);
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     wreq *w = (wreq *)req;
@@ -566,9 +572,7 @@ static void on_write(uv_write_t *req, int status)
     if (status < 0 && status != UV_ECANCELED)
         nc_drop(nc, PS_ECONN, "write to %s failed: %s", nc->name,
                 uv_strerror(status));
-    else if (status == 0 && nc->q_head &&
-             uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp) <
-                 SEND_AHEAD / 2)
+    else if (status == 0 && nc->q_head && unwritten(nc) < SEND_AHEAD / 2)
         nc_send(nc);
 }
 
@@ -741,14 +745,12 @@ static void nc_send(nconn *nc)
 {
     psc_io *io = nc->io;
     ps_client *c = io->c;
-    if (nc->state != NC_READY || !nc->q_head ||
-        uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp) >= SEND_AHEAD)
+    if (nc->state != NC_READY || !nc->q_head || unwritten(nc) >= SEND_AHEAD)
         return;
-    /* A part whose time ran out while queued (the tick fails those only
-     * for nodes not connected: this one may have just come back, or a
-     * push's second wave was held) fails here: sent, it would be past its
-     * deadline at once, and the tick would drop this healthy connection
-     * for it. */
+    /* A part whose time ran out while queued since the last tick (this
+     * node may have just come back, or a push's second wave was held)
+     * fails here: sent, it would be past its deadline at once, and the
+     * tick would drop this healthy connection for it. */
     expire_queue(nc, now_ns());
     fail_oversized(nc);
     if (!nc->q_head)
@@ -795,8 +797,7 @@ static void nc_send(nconn *nc)
                 break;
             w = NULL;
             /* The rest when a write completes (on_write). */
-            if (uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp) >=
-                SEND_AHEAD)
+            if (unwritten(nc) >= SEND_AHEAD)
                 break;
             w = malloc(sizeof *w);
             if (!w) {
@@ -2328,20 +2329,19 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
                 cut);
         return;
     }
-    if (nc->state != NC_READY) {
+    /* Queued parts whose time is up, connected or not: the node down, a
+     * push's second wave held, or parts behind SEND_AHEAD bytes the node
+     * has not read (the next write's completion may be long in coming: a
+     * node that stopped reading, its connection kept by PINGs or
+     * peer_timeout_ms 0). */
+    if (nc->q_head)
         expire_queue(nc, now);
+    if (nc->state != NC_READY)
         return;
-    }
-    /* Parts waiting behind SEND_AHEAD bytes the node has not read: the
-     * next write's completion may be long in coming (a node that stopped
-     * reading, its connection kept by PINGs or peer_timeout_ms 0). */
-    if (nc->q_head && uv_stream_get_write_queue_size(
-                          (uv_stream_t *)&nc->tcp) >= SEND_AHEAD / 2)
-        expire_queue(nc, now);
     /* Parts that may wait for other workers: only their own bound. */
     while (nc->fly[1].head && now >= nc->fly[1].head->expire_ns) {
         psc_part *p = nc->fly[1].head;
-        if (uv_stream_get_write_queue_size((uv_stream_t *)&nc->tcp) > 0) {
+        if (unwritten(nc) > 0) {
             /* A write libuv has not finished may still read its keys (or
              * a pushpull's values): failing it now would hand the caller
              * back buffers the library still sends. Closing cancels those

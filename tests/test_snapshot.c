@@ -511,6 +511,23 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
     psd_node_destroy(&b);
 }
 
+/* Writes the snapshot f (len bytes) to path under layout shape `shape`;
+ * a node 1 of the test layout must refuse it as another layout. */
+static void refused_under_shape(const char *path, char *f, size_t len,
+                                uint64_t shape, const char *what)
+{
+    psd_node b;
+    char err[ERRLEN];
+    set_header_field(f, 24, &shape, 8);
+    write_file(path, f, len);
+    make_node(&b, 1, 4, 2);
+    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
+               "%s", what);
+    EXPECT_INT(strstr(err, "taken under another layout") != NULL, 1,
+               "%s: %s", what, err);
+    psd_node_destroy(&b);
+}
+
 /* psd 0.1 wrote format 1 under a shape of no updater nor consistency
  * mode (node.h): such a snapshot loads, each table's mode from the
  * config, and reports that shape for the journal after it. Format 1
@@ -541,32 +558,18 @@ static void test_a_snapshot_of_psd_0_1_loads(void **state)
     EXPECT_INT(si.of_0_1, 1, "said to be psd 0.1's");
     EXPECT_U64(b.sync.clock, 3, "node clock");
     psd_node_destroy(&b);
-    /* Format 1 under a shape of neither kind. */
-    uint64_t other = old ^ 1;
-    set_header_field(f, 24, &other, 8);
-    write_file(path, f, len);
-    make_node(&b, 1, 4, 2);
-    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
-               "format 1 under another shape");
-    EXPECT_INT(strstr(err, "taken under another layout") != NULL, 1, "%s",
-               err);
-    psd_node_destroy(&b);
+    refused_under_shape(path, f, len, old ^ 1,
+                        "format 1 under a shape of neither kind");
     /* Format 2 never carried the shape of psd 0.1. */
     free(f);
     psd_node_destroy(&a);
     trained_snapshot(&a, path, sizeof path);
     as_format(path, 2);
     f = read_file(path, &len);
-    set_header_field(f, 24, &old, 8);
-    write_file(path, f, len);
-    make_node(&b, 1, 4, 2);
-    EXPECT_INT(psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, ERRLEN), -1,
-               "format 2 under the shape of psd 0.1");
-    EXPECT_INT(strstr(err, "taken under another layout") != NULL, 1, "%s",
-               err);
+    refused_under_shape(path, f, len, old,
+                        "format 2 under the shape of psd 0.1");
     free(f), free(ia.p), free(ib.p);
     psd_node_destroy(&a);
-    psd_node_destroy(&b);
 }
 
 /* Node 1 of the test layout with both workers at clock 4: worker 0

@@ -909,22 +909,6 @@ static void journal_seeds(void)
     psd_journal_close(j);
     seg[0] = jread(0, 1);
     journal_seed("history", 0, JP(JP_SHORT, 0), seg, 1);
-    free(seg[0].p);
-    /* The same begun under the fixed config's inits mark, as psd writes a
-     * segment today: its pushes are checked against the mark (no seed
-     * had one, and the fuzzer made none). */
-    fuzz_disk_clear(jdir);
-    j = jopen_marked(0, shape, 1, psd_config_inits(fuzz_disk_config()));
-    jhistory(j, 0, 100);
-    psd_journal_close(j);
-    seg[0] = jread(0, 1);
-    journal_seed("history_of_this_inis_mark", 0, JP(JP_SHORT, 0), seg, 1);
-    free(seg[0].p);
-    fuzz_disk_clear(jdir);
-    j = jopen(0, shape, 1);
-    jhistory(j, 0, 100);
-    psd_journal_close(j);
-    seg[0] = jread(0, 1);
     /* The same with its last record cut short, as a crash leaves it. */
     bytes cut = { seg[0].p, seg[0].n - 5 };
     journal_seed("history_torn", JF_FIX_CRCS, JP(JP_ZEROS, 1), &cut, 1);
@@ -944,6 +928,16 @@ static void journal_seeds(void)
     journal_seed("from_snapshot", JF_FIRST(1) | JF_FROM(2), 0, two, 2);
     /* Starting at 3 where the snapshot says 1: refused. */
     journal_seed("missing_snapshot", JF_FIRST(3) | JF_FROM(1), 0, seg, 1);
+    free(seg[0].p);
+    /* The history begun under the fixed config's inits mark, as psd
+     * writes a segment today: its pushes are checked against the mark
+     * (no seed had one, and the fuzzer made none). */
+    fuzz_disk_clear(jdir);
+    j = jopen_marked(0, shape, 1, psd_config_inits(fuzz_disk_config()));
+    jhistory(j, 0, 100);
+    psd_journal_close(j);
+    seg[0] = jread(0, 1);
+    journal_seed("history_of_this_inis_mark", 0, JP(JP_SHORT, 0), seg, 1);
     free(seg[0].p);
 
     /* A rotation: the new segment repeats the hyper-parameters; a gap
