@@ -885,6 +885,13 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
         psd_info("loaded snapshot %llu of %s (%.1f MiB) in %.2f s",
                  (unsigned long long)si.generation, d->dir,
                  (double)si.bytes / (1 << 20), since_s(t0));
+        /* After an upgrade: going back is refused from the next snapshot
+         * on, which is the time to know it. */
+        if (si.version < PSD_SNAPSHOT_VERSION)
+            psd_info("that snapshot is of format %u, an older psd's: this "
+                     "node's next one is of format %d, which a psd before "
+                     "0.4.0 refuses (keep a copy of %s if you may go back)",
+                     si.version, PSD_SNAPSHOT_VERSION, d->dir);
     } else if (d->skip)
         psd_info("--skip-snapshot: starting from the initial values; the "
                  "files in %s are set aside once this node listens", d->dir);

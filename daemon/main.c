@@ -468,6 +468,13 @@ int main(int argc, char **argv)
                        "psd-node%d.journal.head says) is missing from %s: a "
                        "start warns that the pushes it acknowledged are "
                        "lost\n", path, i, (unsigned long long)head, i, dir);
+            if (rc >= 0 && rc != 2 && had_snap && !of_0_1 &&
+                si.version < PSD_SNAPSHOT_VERSION)
+                printf("%s: node %d's snapshot is of format %u, an older "
+                       "psd's: psd reads it, and the node's next snapshot is "
+                       "of format %d, which a psd before 0.4.0 refuses (keep "
+                       "a copy of %s if you may go back)\n", path, i,
+                       si.version, PSD_SNAPSHOT_VERSION, dir);
             if (rc >= 0 && rc != 2 && of_0_1)
                 printf("%s: node %d's %s was written by psd 0.1, which kept "
                        "no table's updater nor consistency mode: psd takes "

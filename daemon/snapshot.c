@@ -249,7 +249,8 @@ static int write_to(const psd_node *n, const char *dir, const char *path,
         snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
     if (info)
         *info = (psd_snap_info){ generation, journal_seq, created, w.off,
-                                 n->shape, (uint32_t)n->ntables, 0 };
+                                 n->shape, (uint32_t)n->ntables,
+                                 PSD_SNAPSHOT_VERSION, 0 };
     return 0;
 }
 
@@ -852,6 +853,7 @@ int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
             *info = hd.si;
             info->shape = hd.shape;
             info->ntables = hd.ntables;
+            info->version = hd.version;
             info->of_0_1 = g.of_0_1;
             rc = 0;
         }
@@ -902,6 +904,7 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
     si.bytes = r.off;
     si.shape = hd.shape;
     si.ntables = hd.ntables;
+    si.version = hd.version;
     si.of_0_1 = g.of_0_1;
     close(r.fd);
     free(r.buf);

@@ -27,6 +27,7 @@ typedef struct psd_snap_info {
     uint64_t bytes;              /* file size */
     uint64_t shape;              /* the layout shape it was taken under */
     uint32_t ntables;            /* the tables it holds */
+    uint32_t version;            /* its format, 1..PSD_SNAPSHOT_VERSION */
     int of_0_1;                  /* written by psd 0.1, under its shape of
                                     no updater nor consistency (node.h) */
 } psd_snap_info;

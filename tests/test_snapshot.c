@@ -473,8 +473,16 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
     trained_snapshot(&a, path, sizeof path);
     as_format(path, 1);
     make_node(&b, 1, 4, 2);
-    if (psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, sizeof err))
+    psd_snap_info si, ci;
+    psd_snap_tables ct = { 0 };
+    if (psd_snapshot_check(dir, 1, &b.cfg, &ct, &ci, err, sizeof err))
+        fail_msg("psd --check of a snapshot of format 1: %s", err);
+    free(ct.map);
+    if (psd_snapshot_load(&b, dir, 2000, &si, NULL, err, sizeof err))
         fail_msg("a snapshot of format 1: %s", err);
+    /* What psd's start and --check say of an older format. */
+    EXPECT_INT(si.version, 1, "the format the load reports");
+    EXPECT_INT(ci.version, 1, "the format --check reports");
     membuf ia = image(&a), ib = image(&b);
     expect_same(&ia, &ib, "tables of a format 1 snapshot");
     EXPECT_U64(b.sync.clock, 3, "node clock");
@@ -486,8 +494,9 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
     trained_snapshot(&a, path, sizeof path);
     as_format(path, 2);
     make_node(&b, 1, 4, 2);
-    if (psd_snapshot_load(&b, dir, 2000, NULL, NULL, err, sizeof err))
+    if (psd_snapshot_load(&b, dir, 2000, &si, NULL, err, sizeof err))
         fail_msg("a snapshot of format 2: %s", err);
+    EXPECT_INT(si.version, 2, "the format the load reports");
     ib = image(&b);
     expect_same(&ia, &ib, "tables of a format 2 snapshot");
     EXPECT_U64(b.sync.workers[1].summed, a.sync.workers[1].summed,
