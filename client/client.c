@@ -808,12 +808,9 @@ static int is_worker(ps_client *c, const char *what)
  * put this worker one clock (or barrier) ahead of the others for good.
  * One that gave up waiting after timeout_ms (PS_PENDING) is still under
  * way: the next call waits for its request rather than send another. */
-static int sync_call(ps_client *c, int op, int node, uint64_t *count,
+static int sync_step(ps_client *c, int op, int node, uint64_t *count,
                      uint64_t *failed, ps_ts *pending, int timeout_ms)
 {
-    /* Before the count moves: submit would refuse it after. */
-    if (forked(c, op == PSW_OP_CLOCK ? "ps_clock" : "ps_barrier"))
-        return PS_ECLOSED;
     uint64_t t0 = uv_hrtime();
     ps_ts ts = __atomic_load_n(pending, __ATOMIC_RELAXED);
     uint64_t next = __atomic_load_n(failed, __ATOMIC_RELAXED);
@@ -846,6 +843,31 @@ static int sync_call(ps_client *c, int op, int node, uint64_t *count,
     __atomic_store_n(pending, 0, __ATOMIC_RELAXED);
     if (rc == PS_OK)
         __atomic_store_n(failed, 0, __ATOMIC_RELAXED);
+    return rc;
+}
+
+/* One thread at a time: a second thread's ps_clock joined the clock
+ * under way (or sent another), so two calls counted one clock or two at
+ * random, silently (a Python trial: 601 calls from two threads moved the
+ * worker 552 clocks). A worker's clocks are its own steps: refused. */
+static int sync_call(ps_client *c, int op, int node, uint64_t *count,
+                     uint64_t *failed, ps_ts *pending, int timeout_ms)
+{
+    const char *name = op == PSW_OP_CLOCK ? "ps_clock" : "ps_barrier";
+    /* Before the count moves: submit would refuse it after. */
+    if (forked(c, name))
+        return PS_ECLOSED;
+    int *in = op == PSW_OP_CLOCK ? &c->clock_in : &c->barrier_in, no = 0;
+    if (!__atomic_compare_exchange_n(in, &no, 1, 0, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED)) {
+        psc_set_error(c, "%s: another thread of this worker is in %s now: "
+                      "a worker's %s are its own steps, made by one thread "
+                      "at a time", name, name,
+                      op == PSW_OP_CLOCK ? "clocks" : "barriers");
+        return PS_EINVAL;
+    }
+    int rc = sync_step(c, op, node, count, failed, pending, timeout_ms);
+    __atomic_store_n(in, 0, __ATOMIC_RELEASE);
     return rc;
 }
 

@@ -72,6 +72,9 @@ struct ps_client {
                                     by the next call instead of a new
                                     one; 0 (atomics) */
     ps_ts barrier_pending;       /* the same for ps_barrier_timeout */
+    int clock_in, barrier_in;    /* a thread is in ps_clock(_timeout),
+                                    ps_barrier(_timeout): a second is
+                                    refused (client.c, sync_call; atomics) */
 };
 
 /* Whether the layout c->cluster has a bsp or ssp table (0 before it is

@@ -383,8 +383,9 @@ PS_API int ps_wait_all_timeout(ps_client *c, int timeout_ms);
  * made again: it names the same clock (or barrier) as the failed one,
  * which nodes that already took it answer once they reach it, so the
  * worker stays in step with the others. A worker is one trainer: call
- * them from one thread of it at a time (with two at once, which clock
- * each counts, and which one a failure is retried as, is not defined). */
+ * them from one thread of it at a time; a call while another thread is
+ * in the same function (ps_clock or ps_clock_timeout; ps_barrier or
+ * ps_barrier_timeout) returns PS_EINVAL at once, counting nothing. */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
 /* ps_clock and ps_barrier that give up waiting after timeout_ms

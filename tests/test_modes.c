@@ -604,6 +604,51 @@ static void clock_and_barrier_wait_in_slices(void **state)
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
+static void *clock_of(void *arg)
+{
+    return (void *)(intptr_t)ps_clock((ps_client *)arg);
+}
+
+/* A second thread's ps_clock while one waits in it is refused at once,
+ * counting nothing: it joined the clock under way (or sent another), so
+ * two calls counted one clock or two at random (a trial: 601 calls from
+ * two threads moved a worker 552 clocks). */
+static void a_second_threads_clock_is_refused_while_one_waits(void **state)
+{
+    (void)state;
+    assert_int_equal(cluster_start_ex(&cl, 1, 4, "workers = 2\n",
+                                      BSP_TABLES), 0);
+    ps_client *w0 = open_worker(cl.spec, 0), *w1 = open_worker(cl.spec, 1);
+    assert_non_null(w0);
+    assert_non_null(w1);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, clock_of, w0), 0);
+    /* The thread's clock is sent (and waits for worker 1's). */
+    for (int i = 0; i < 500 && ps_sync_outstanding(w0, 0) != 1; i++)
+        usleep(10000);
+    EXPECT_INT(ps_sync_outstanding(w0, 0), 1, "the thread's clock sent");
+    EXPECT_INT(ps_clock_timeout(w0, 0), PS_EINVAL, "a second thread's clock");
+    EXPECT_SUBSTR(ps_last_error(w0), "another thread of this worker is in "
+                  "ps_clock now", "what it says");
+    EXPECT_INT(ps_clock(w0), PS_EINVAL, "and without a timeout");
+    assert_int_equal(ps_clock(w1), PS_OK);
+    void *rc;
+    pthread_join(th, &rc);
+    EXPECT_INT((int)(intptr_t)rc, PS_OK, "the thread's clock");
+    uint64_t k = 0;
+    assert_int_equal(ps_position(w0, &k, NULL), 0);
+    EXPECT_U64(k, 1, "worker 0's clocks: the refused calls counted none");
+    /* Once that thread is out, the next call is the next clock. */
+    EXPECT_INT(ps_clock_timeout(w0, 0), PS_PENDING, "the next clock");
+    assert_int_equal(ps_clock(w1), PS_OK);
+    EXPECT_INT(ps_clock(w0), PS_OK, "the next clock, done");
+    assert_int_equal(ps_position(w0, &k, NULL), 0);
+    EXPECT_U64(k, 2, "worker 0's clocks");
+    ps_close(w1);
+    ps_close(w0);
+    assert_int_equal(cluster_stop(&cl), 0);
+}
+
 /* After a ps_clock that failed (here sync_timeout_ms ran out), the nodes
  * may have taken that clock and the next call names it again: a bsp push
  * made in between was summed into it (row 5 became -13 where -3 was due,
@@ -2959,6 +3004,7 @@ int main(void)
         cmocka_unit_test(barrier_wait_log_names_who_has_not_entered),
         cmocka_unit_test(worker_that_leaves_and_rejoins_resumes_at_the_clusters_clock),
         cmocka_unit_test(clock_and_barrier_wait_in_slices),
+        cmocka_unit_test(a_second_threads_clock_is_refused_while_one_waits),
         cmocka_unit_test(a_bsp_push_after_a_failed_clock_waits_for_its_retry),
         cmocka_unit_test(misuse_gets_clear_errors),
         cmocka_unit_test(a_replacement_tries_once_more_before_its_open_gives_up),

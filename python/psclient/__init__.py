@@ -113,6 +113,7 @@ import builtins
 import ctypes
 import operator
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -744,6 +745,11 @@ class Client:
         # Whether Ctrl-C (KeyboardInterrupt) cut short a wait of this
         # client: its __del__ then closes without waiting (close(False)).
         self._interrupted = False
+        # Whether a thread is in clock() [0] or barrier() [1]: its wait
+        # runs in slices, each a library call of its own, so the library's
+        # refusal of a second thread (PS_EINVAL) would let one in between
+        # slices, to join the clock under way and count none of its own.
+        self._in_sync = [False, False]
         # Set by a close that does not wait: waits in other threads end
         # (ClosedError) instead of holding that close for their requests.
         self._abandon = False
@@ -1139,8 +1145,20 @@ class Client:
         self.close(wait=exc_type is not KeyboardInterrupt)
 
     def __del__(self) -> None:
+        # The requests whose statuses were never read: no one may read
+        # them after this (a script's end, the usual case), so failures
+        # among them are said below. A trial's 50 pushes to a stopped node
+        # failed at exit with not a word, after a 5 s wait.
+        try:
+            unread = list(self._pending.values())
+        except BaseException:
+            unread = []
         try:
             self.close(wait=not self._interrupted)
+        except BaseException:
+            pass
+        try:
+            self._say_failed(unread)
         except BaseException:
             pass
         # A close cut short before it let go of the handle (Ctrl-C) left
@@ -1152,6 +1170,23 @@ class Client:
                 self.close(wait=False)
         except BaseException:
             pass
+
+    def _say_failed(self, unread: List["Request"]) -> None:
+        """Warns (RuntimeWarning; on stderr if warnings are gone, at the
+        interpreter's end) when requests of unread failed."""
+        failed = [r for r in unread
+                  if r._status is not None and r._status != PS_OK]
+        if not failed:
+            return
+        first = failed[0]._message or f"status {failed[0]._status}"
+        msg = (f"{self!r} was closed when dropped or at exit, with "
+               f"{len(unread)} request(s) whose status no one had read: "
+               f"{len(failed)} failed (wait() or wait_all() before the end "
+               f"to see each); the first: {first}")
+        try:
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        except BaseException:
+            sys.stderr.write(f"psclient: {msg}\n")
 
     __reduce_ex__ = _not_copied
 
@@ -1510,7 +1545,9 @@ class Client:
         instead: "clock N completed as the interrupt came"); until it has
         (or after a clock() that failed, until one succeeds), a push to a
         bsp table raises InvalidError (it would count in that clock). Call
-        it from one thread of a worker at a time."""
+        it from one thread of a worker at a time: while one thread is in
+        clock(), another's raises InvalidError at once, counting nothing
+        (barrier() likewise)."""
         self._sync(_LIB.ps_clock_timeout, 0)
         self._say_skipped()
 
@@ -1523,7 +1560,17 @@ class Client:
         ahead of the others). ps_sync_outstanding tells the two apart, and
         the KeyboardInterrupt says which."""
         h = self._acquire()
+        mine = False             # this call set _in_sync[barrier]
         try:
+            what = "barrier" if barrier else "clock"
+            with self._lock:
+                if self._in_sync[barrier]:
+                    raise InvalidError(
+                        PS_EINVAL, f"{what}(): another thread of this "
+                        f"worker is in {what}() now: a worker's {what}s are "
+                        f"its own steps, made by one thread at a time")
+                mine = True
+                self._in_sync[barrier] = True
             was = self._interrupted
             try:
                 st = self._sliced(lambda: fn(h, _WAIT_SLICE_MS))
@@ -1531,7 +1578,6 @@ class Client:
                 if _LIB.ps_sync_outstanding(h, barrier) != 0:
                     raise
                 self._interrupted = was      # no wait was cut short
-                what = "barrier" if barrier else "clock"
                 k, b = self.position()
                 raise KeyboardInterrupt(
                     f"{what} {b if barrier else k} completed as the "
@@ -1540,6 +1586,8 @@ class Client:
             if st != PS_OK:
                 raise self._fail(h, st)
         finally:
+            if mine:
+                self._in_sync[barrier] = False
             self._release()
 
     def _skipped(self) -> int:

@@ -21,6 +21,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -916,6 +917,34 @@ def test_bsp_clock_applies_each_iteration_once_and_barrier_joins(make_cluster):
         np.testing.assert_array_equal(t.pull(k), np.full((3, 2), 9))
 
 
+def test_a_second_threads_clock_is_refused_while_one_waits(make_cluster):
+    """A worker's clocks are its own steps: a clock() from a second thread
+    joined the one under way (or sent another), silently, so 601 calls
+    from two threads moved a trial's worker 552 clocks. Refused now, and
+    not only between the first thread's wait slices."""
+    cl = make_cluster(BSP, cluster_lines="workers = 2\n")
+    with psclient.connect(cl.spec, worker=0, sync_timeout_ms=60000) as w0, \
+            psclient.connect(cl.spec, worker=1,
+                             sync_timeout_ms=60000) as w1:
+        with ThreadPoolExecutor(1) as ex:
+            first = ex.submit(w0.clock)
+            # Worker 1 has not clocked: the thread's clock waits, in
+            # slices of its own library calls.
+            time.sleep(0.5)
+            assert not first.done()
+            for _ in range(3):
+                with pytest.raises(psclient.InvalidError,
+                                   match="another thread of this worker "
+                                         "is in clock"):
+                    w0.clock()
+                time.sleep(0.12)        # past a slice of the first's wait
+            w1.clock()
+            first.result(timeout=60)
+        assert w0.position() == (1, 0)
+        _in_step(w0, w1, "clock")
+        assert w0.position() == (2, 0)
+
+
 def _in_step(w0, w1, call: str) -> None:
     """w1's clock() (or barrier()) in a thread and w0's here: each returns
     once both came."""
@@ -1143,6 +1172,42 @@ def test_done_polls_a_request_without_waiting(make_cluster):
         assert req.wait() is None
         np.testing.assert_array_equal(d.pull_range(0, 100),
                                       np.ones((100, 3)))
+
+
+def test_failures_no_one_read_are_said_when_a_client_is_dropped(
+        make_cluster):
+    """A client dropped (or still open at the interpreter's end) waits for
+    its requests; those that failed, which no one can read any more, are
+    said in a RuntimeWarning. A trial's 50 pushes to a stopped node failed
+    at exit with not a word."""
+    cl = make_cluster()
+    c = psclient.connect(cl.spec, request_timeout_ms=300, max_retries=0)
+    d = c.table("dense")
+    d.push_range(0, np.ones((100, 3), F32))
+    cl.signal(1, signal.SIGSTOP)
+    try:
+        for _ in range(3):
+            d.push_range_async(0, np.ones((100, 3), F32))   # dropped
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            with pytest.warns(RuntimeWarning,
+                              match=r"3 request\(s\) whose status no one "
+                                    r"had read: 3 failed") as got:
+                del c, d
+        finally:
+            if was:
+                gc.enable()
+        assert "request_timeout_ms" in str(got[0].message) or \
+            "bounded time" in str(got[0].message), str(got[0].message)
+    finally:
+        cl.signal(1, signal.SIGCONT)
+    # None said when every request succeeded.
+    c = psclient.connect(cl.spec)
+    c.table("dense").push_range_async(0, np.ones((1, 3), F32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del c
 
 
 def test_a_frozen_server_surfaces_as_timeout_error(make_cluster):
