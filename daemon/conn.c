@@ -307,6 +307,7 @@ static void on_close(uv_handle_t *h)
         }
     }
     set->n--;
+    set->closed++;
     psw_reader_destroy(&c->rd);
     msgpack_zone_destroy(&c->zone);
     release_rows(c->node, &c->out);

@@ -29,6 +29,7 @@ typedef struct psd_conns {
                                     by the owner before the first accept */
     psd_conn *head;              /* doubly linked list */
     int n;
+    uint64_t closed;             /* connections closed since psd began */
     int fd_room;                 /* connections the open files limit
                                     leaves room for (psd_fd_room), set by
                                     the owner: max_connections is at most

@@ -2,6 +2,9 @@
  * auth, as redis's protected mode does), runs the timers, reloads and
  * stops. See server.h. */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +62,33 @@ static void on_conn_tick(uv_timer_t *t)
     psd_conns_tick(&s->conns);
 }
 
+/* glibc keeps what closed connections held below the mmap threshold
+ * (their structures, buffers of up to 256 KiB: main.c) in its heap for
+ * the next ones: after a churn of 16,500 connections a node held 48 MB
+ * resident with none open and 20 MB in use, which reads as a leak on a
+ * dashboard. Given back once connections have closed and TRIM_FREE bytes
+ * lie free (a look costs 20 us), at most every TRIM_MS: the trim stalls
+ * the loop while it hands the free pages back (5-12 ms for 16-25 MB
+ * here), so small amounts are left for the next connections. */
+#define TRIM_MS 10000
+#define TRIM_FREE ((size_t)16 << 20)
+
+static void trim_freed(psd_server *s, uint64_t now)
+{
+#ifdef __GLIBC__
+    if (s->conns.closed == s->trim_looked || now - s->trim_ms < TRIM_MS)
+        return;
+    s->trim_looked = s->conns.closed;
+    if (mallinfo2().fordblks < TRIM_FREE)
+        return;
+    s->trim_ms = now;
+    (void)malloc_trim(0);
+#else
+    (void)s;
+    (void)now;
+#endif
+}
+
 static void on_mode_tick(uv_timer_t *t)
 {
     psd_server *s = t->data;
@@ -73,6 +103,7 @@ static void on_mode_tick(uv_timer_t *t)
         if (psd_node_commit(&s->node) == 0)
             psd_conns_durable(&s->conns);
     }
+    trim_freed(s, now);
 }
 
 static void on_durable_moved(void *arg)
