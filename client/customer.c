@@ -356,6 +356,14 @@ static void note_partial(psc_req *r)
                         "applied: it may have been applied in part)");
 }
 
+uint64_t psc_customer_cb_held(const psc_customer *cu, uint64_t since_ns)
+{
+    uint64_t at = __atomic_load_n(&cu->cb_held_at, __ATOMIC_RELAXED);
+    return at && at >= since_ns
+               ? __atomic_load_n(&cu->cb_held_ns, __ATOMIC_RELAXED)
+               : 0;
+}
+
 void psc_customer_complete(psc_customer *cu, psc_req *r)
 {
     psc_customer_complete_at(cu, r, uv_hrtime());
@@ -369,8 +377,15 @@ void psc_customer_complete_at(psc_customer *cu, psc_req *r, uint64_t now_ns)
         r->step > __atomic_load_n(&cu->pushed_step, __ATOMIC_RELAXED))
         __atomic_store_n(&cu->pushed_step, r->step, __ATOMIC_RELAXED);
     /* Callback first, so that when ps_wait returns the callback has run. */
-    if (r->cb)
+    if (r->cb) {
+        uint64_t t0 = uv_hrtime();
         r->cb(r->ts, r->status, r->arg);
+        uint64_t t1 = uv_hrtime();
+        if (t1 - t0 >= PSC_CB_HELD_NS) {
+            __atomic_store_n(&cu->cb_held_ns, t1 - t0, __ATOMIC_RELAXED);
+            __atomic_store_n(&cu->cb_held_at, t1, __ATOMIC_RELAXED);
+        }
+    }
     count(cu, r, now_ns);
     pthread_mutex_lock(&cu->mu);
     psw_map_del(&cu->reqs, (uint64_t)r->ts);

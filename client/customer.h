@@ -88,7 +88,21 @@ typedef struct psc_customer {
                                     completed with a part applied or
                                     perhaps applied (atomic: written by
                                     the I/O thread; client.c, mark_pushed) */
+    uint64_t cb_held_ns;         /* how long the last completion callback
+                                    that ran PSC_CB_HELD_NS or more ran */
+    uint64_t cb_held_at;         /* when it ended (uv_hrtime); 0: none
+                                    (both atomic: psc_customer_cb_held) */
 } psc_customer;
+
+/* A completion callback that ran this long held every request of the
+ * client meanwhile (they run on the I/O thread): the requests that then
+ * fail for time say so (psc_customer_cb_held). */
+#define PSC_CB_HELD_NS (100 * 1000 * 1000ull)
+
+/* How long the last completion callback that ran PSC_CB_HELD_NS or more
+ * held the I/O thread, if it ended at or after since_ns (a request's
+ * call); else 0. */
+uint64_t psc_customer_cb_held(const psc_customer *cu, uint64_t since_ns);
 
 /* stats (owned by the caller, outliving cu) receives the per-request
  * counts and latencies. */

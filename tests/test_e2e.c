@@ -598,6 +598,54 @@ static void a_callback_cannot_wait_for_its_own_thread(void **state)
     ps_close(c);
 }
 
+static atomic_int sleeper_in;
+
+static void sleeps_cb(ps_ts ts, int status, void *arg)
+{
+    (void)ts;
+    (void)status;
+    (void)arg;
+    atomic_store(&sleeper_in, 1);
+    usleep(1500 * 1000);
+}
+
+/* A callback that blocks holds every request of its client (callbacks
+ * run on the I/O thread): one issued meanwhile fails for time, and says
+ * that a callback held the thread. It said only "not sent within its
+ * bounded time" and listed a node's causes (an API trial's callback slept
+ * 3 s: 50 of 50 requests failed so, the client's counters all 0). */
+static void a_request_held_by_a_blocking_callback_says_so(void **state)
+{
+    (void)state;
+    ps_options o;
+    ps_options_init(&o);
+    o.request_timeout_ms = 200;
+    o.max_retries = 0;
+    ps_client *c;
+    assert_int_equal(ps_open(&c, shared.spec, &o), PS_OK);
+    int t = table_id(c, "counts");
+    uint64_t key = 525252;
+    float one = 1;
+    atomic_store(&sleeper_in, 0);
+    ps_ts a = ps_push(c, t, &key, 1, &one, sleeps_cb, NULL);
+    assert_true(a > 0);
+    for (int k = 0; k < 3000 && !atomic_load(&sleeper_in); k++)
+        usleep(1000);
+    EXPECT_INT(atomic_load(&sleeper_in), 1, "the callback runs");
+    EXPECT_INT(ps_wait(c, ps_push(c, t, &key, 1, &one, NULL, NULL)),
+               PS_ETIMEDOUT, "a push issued while the callback sleeps");
+    EXPECT_SUBSTR(ps_last_error(c), "a completion callback held this "
+                  "client's I/O thread for 1", "why");
+    EXPECT_INT(ps_wait(c, a), PS_OK, "the push whose callback slept");
+    /* The client goes on; the push whose callback slept applied once. */
+    float out = 0;
+    EXPECT_INT(ps_wait(c, ps_pull(c, t, &key, 1, &out, NULL, NULL)), PS_OK,
+               "the client goes on");
+    EXPECT_INT(out == 1.0f, 1, "the first push alone applied: %g",
+               (double)out);
+    ps_close(c);
+}
+
 /* A callback that issues its push again whenever it ends, as one that
  * retries on failure does: ps_close_now failed the push, the callback
  * issued it again, which failed at once, and so on: the close never
@@ -2049,6 +2097,7 @@ int main(void)
         cmocka_unit_test(failed_open_says_why_in_last_error),
         cmocka_unit_test(an_address_the_client_reaches_as_itself_is_refused),
         cmocka_unit_test(a_callback_cannot_wait_for_its_own_thread),
+        cmocka_unit_test(a_request_held_by_a_blocking_callback_says_so),
         cmocka_unit_test(close_now_ends_when_callbacks_push_again),
         cmocka_unit_test(a_client_used_after_fork_is_refused_not_hung),
         cmocka_unit_test(an_open_without_fds_says_so),
