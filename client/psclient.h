@@ -40,7 +40,9 @@ typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E*
 
 /* Completion callback: runs exactly once for every accepted request, on the
  * I/O thread, with the request's status (PS_OK or a PS_E* code). It must
- * not block. It may issue requests; the calls that wait for the I/O thread
+ * not block: while it runs no request is sent or read, and those that fail
+ * for time meanwhile say that a callback held the thread, and how long.
+ * It may issue requests; the calls that wait for the I/O thread
  * (ps_wait and ps_wait_all with a timeout other than 0, ps_clock,
  * ps_barrier, ps_close, ps_close_now) return PS_EINVAL there, or for the
  * two closes do nothing but say so on stderr, rather than wait for the
