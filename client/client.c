@@ -896,7 +896,7 @@ int ps_sync_outstanding(ps_client *c, int barrier)
     if (!c)
         return PS_EINVAL;
     /* failed holds the number from the moment a call sends it until a
-     * call for it succeeds (sync_call). */
+     * call for it succeeds (sync_step). */
     return __atomic_load_n(barrier ? &c->barrier_failed : &c->clock_failed,
                            __ATOMIC_RELAXED) != 0;
 }

@@ -387,7 +387,10 @@ PS_API int ps_wait_all_timeout(ps_client *c, int timeout_ms);
  * worker stays in step with the others. A worker is one trainer: call
  * them from one thread of it at a time; a call while another thread is
  * in the same function (ps_clock or ps_clock_timeout; ps_barrier or
- * ps_barrier_timeout) returns PS_EINVAL at once, counting nothing. */
+ * ps_barrier_timeout) returns PS_EINVAL at once, counting nothing. That
+ * covers one call: between a trainer's own slices of ps_clock_timeout
+ * (below) another thread's call would join the clock under way, so keep
+ * other threads out then (the Python binding does). */
 PS_API int ps_clock(ps_client *c);
 PS_API int ps_barrier(ps_client *c);
 /* ps_clock and ps_barrier that give up waiting after timeout_ms

@@ -885,12 +885,14 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
         psd_info("loaded snapshot %llu of %s (%.1f MiB) in %.2f s",
                  (unsigned long long)si.generation, d->dir,
                  (double)si.bytes / (1 << 20), since_s(t0));
-        /* After an upgrade: going back is refused from the next snapshot
-         * on, which is the time to know it. */
+        /* After an upgrade: an older psd refuses this node's next
+         * snapshot (and may refuse its journal's newer records sooner:
+         * docs/durability.md), which is the time to know it. */
         if (si.version < PSD_SNAPSHOT_VERSION)
             psd_info("that snapshot is of format %u, an older psd's: this "
                      "node's next one is of format %d, which a psd before "
-                     "0.4.0 refuses (keep a copy of %s if you may go back)",
+                     PSD_SNAPSHOT_SINCE " refuses (keep a copy of %s if "
+                     "you may go back)",
                      si.version, PSD_SNAPSHOT_VERSION, d->dir);
     } else if (d->skip)
         psd_info("--skip-snapshot: starting from the initial values; the "

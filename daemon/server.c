@@ -66,20 +66,55 @@ static void on_conn_tick(uv_timer_t *t)
  * (their structures, buffers of up to 256 KiB: main.c) in its heap for
  * the next ones: after a churn of 16,500 connections a node held 48 MB
  * resident with none open and 20 MB in use, which reads as a leak on a
- * dashboard. Given back once connections have closed and TRIM_FREE bytes
- * lie free (a look costs 20 us), at most every TRIM_MS: the trim stalls
- * the loop while it hands the free pages back (5-12 ms for 16-25 MB
- * here), so small amounts are left for the next connections. */
+ * dashboard. Given back once the closes pause (a tick without one), or
+ * every TRIM_MS while they go on, when TRIM_FREE bytes or more of what
+ * is resident is not in use: the trim stalls the loop while it hands the
+ * free pages back (5-12 ms for 16-25 MB here, 50 ms for 20 MB in 10 KiB
+ * holes), so small amounts are left for the next connections. Resident,
+ * not glibc's free count, which a trim does not lower: gated on that, a
+ * trim of nothing ran every 10 s (review). */
 #define TRIM_MS 10000
-#define TRIM_FREE ((size_t)16 << 20)
+#define TRIM_FREE ((uint64_t)16 << 20)
+
+/* mallinfo2 came with glibc 2.33. */
+#ifdef __GLIBC__
+#if __GLIBC_PREREQ(2, 33)
+#define PSD_TRIM 1
+#endif
+#endif
+
+#ifdef PSD_TRIM
+/* Bytes resident in psd's memory that malloc holds free, about: the
+ * resident set less what malloc has handed out (heap and mmapped); the
+ * rest of the resident set (code, stacks) is a few MB. 0 when unknown. */
+static uint64_t resident_free(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size, res;
+    int got = f && fscanf(f, "%llu %llu", &size, &res) == 2;
+    if (f)
+        fclose(f);
+    if (!got)
+        return 0;
+    struct mallinfo2 mi = mallinfo2();
+    uint64_t rss = (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t used = (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+    return rss > used ? rss - used : 0;
+}
+#endif
 
 static void trim_freed(psd_server *s, uint64_t now)
 {
-#ifdef __GLIBC__
-    if (s->conns.closed == s->trim_looked || now - s->trim_ms < TRIM_MS)
+#ifdef PSD_TRIM
+    if (s->conns.closed != s->trim_looked) {
+        s->trim_looked = s->conns.closed;
+        s->trim_due = 1;
+        if (now - s->trim_ms < TRIM_MS)
+            return;              /* closes go on: wait for their pause */
+    } else if (!s->trim_due)
         return;
-    s->trim_looked = s->conns.closed;
-    if (mallinfo2().fordblks < TRIM_FREE)
+    s->trim_due = 0;
+    if (resident_free() < TRIM_FREE)
         return;
     s->trim_ms = now;
     (void)malloc_trim(0);

@@ -35,8 +35,9 @@ typedef struct psd_server {
     uv_timer_t mode_timer;       /* training modes: grace, wait logs */
     uint64_t journal_retry_ms;   /* a failed journal is tried this often */
     uint64_t journal_tried_ms;   /* when it last was */
-    uint64_t trim_looked;        /* conns.closed at the last look at what
-                                    the heap holds free (trim_freed) */
+    uint64_t trim_looked;        /* conns.closed at the last tick */
+    int trim_due;                /* connections closed since the last
+                                    look at what lies free (trim_freed) */
     uint64_t trim_ms;            /* the last malloc_trim (loop time) */
 } psd_server;
 

@@ -19,6 +19,9 @@
  * section, 3 each worker's `closed`, 4 the clients refused for good as
  * each worker; formats 1 to 3 are still read. */
 #define PSD_SNAPSHOT_VERSION 4
+/* The first release that wrote it: older ones refuse it (psd --check and
+ * the start say so of a snapshot of an older format). */
+#define PSD_SNAPSHOT_SINCE "0.4.0"
 
 typedef struct psd_snap_info {
     uint64_t generation;         /* counts this node's snapshots, from 1 */

@@ -898,7 +898,10 @@ class Client:
         waits as close() does, so that pushes issued are not lost: with a
         node that does not answer, up to request_timeout_ms x
         (max_retries + 1) per request it holds (30 s by default); Ctrl-C
-        cuts it short. An exception before
+        cuts it short. Requests whose status was not read that failed
+        then are said in a RuntimeWarning (their statuses are no one's to
+        read at the interpreter's end; close() says nothing, as
+        ``Request.wait()`` still answers after it). An exception before
         the close lets go of the client (Ctrl-C while it waits for other
         threads' calls) leaves it open; one after, the close goes on and
         it is raised once closed.
@@ -1145,10 +1148,12 @@ class Client:
         self.close(wait=exc_type is not KeyboardInterrupt)
 
     def __del__(self) -> None:
-        # The requests whose statuses were never read: no one may read
-        # them after this (a script's end, the usual case), so failures
-        # among them are said below. A trial's 50 pushes to a stopped node
-        # failed at exit with not a word, after a 5 s wait.
+        # The requests whose statuses the trainer never read: at a
+        # script's end, the usual case, no one will (a Request kept alive
+        # still answers), so failures among them are said below. A trial's
+        # 50 pushes to a stopped node failed at exit with not a word, after
+        # a 5 s wait. After Ctrl-C they fail unread by the user's choice:
+        # nothing is said.
         try:
             unread = list(self._pending.values())
         except BaseException:
@@ -1158,7 +1163,8 @@ class Client:
         except BaseException:
             pass
         try:
-            self._say_failed(unread)
+            if not self._interrupted:
+                self._say_failed(unread)
         except BaseException:
             pass
         # A close cut short before it let go of the handle (Ctrl-C) left
@@ -1171,11 +1177,13 @@ class Client:
         except BaseException:
             pass
 
-    def _say_failed(self, unread: List["Request"]) -> None:
-        """Warns (RuntimeWarning; on stderr if warnings are gone, at the
-        interpreter's end) when requests of unread failed."""
+    def _say_failed(self, unread: List["Request"], _ok: int = PS_OK,
+                    _warn=warnings.warn, _sys=sys) -> None:
+        """Warns (RuntimeWarning; on stderr if that fails) when requests of
+        unread failed. The module's globals are bound at definition: at
+        the interpreter's end they may be None by the time this runs."""
         failed = [r for r in unread
-                  if r._status is not None and r._status != PS_OK]
+                  if r._status is not None and r._status != _ok]
         if not failed:
             return
         first = failed[0]._message or f"status {failed[0]._status}"
@@ -1184,9 +1192,9 @@ class Client:
                f"{len(failed)} failed (wait() or wait_all() before the end "
                f"to see each); the first: {first}")
         try:
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            _warn(msg, RuntimeWarning, stacklevel=3)
         except BaseException:
-            sys.stderr.write(f"psclient: {msg}\n")
+            _sys.stderr.write(f"psclient: {msg}\n")
 
     __reduce_ex__ = _not_copied
 
@@ -1620,8 +1628,9 @@ class Client:
     def barrier(self) -> None:
         """Returns once every live worker has called barrier() as often
         (ps_barrier). Workers only. Like clock(), it blocks at most
-        sync_timeout_ms, and after Ctrl-C the next barrier() waits for the
-        one cut short."""
+        sync_timeout_ms, after Ctrl-C the next barrier() waits for the
+        one cut short, and while one thread is in barrier(), another's
+        raises InvalidError at once."""
         self._sync(_LIB.ps_barrier_timeout, 1)
         self._say_skipped()
 
