@@ -303,7 +303,11 @@ PS_API int ps_table(ps_client *c, const char *name, ps_table_info *info);
  * one too, so a push right after a ps_clock is numbered 2 past the one
  * before it (so does the CLOCK a worker's ps_open sends when it rejoins a
  * bsp job past clock 0: its first request is then 2). A call blocks while more than max_inflight_bytes are in
- * flight. */
+ * flight. The call itself slices a keyed request by the shard layout,
+ * copying its keys (and a push's rows) into one piece per node: time in
+ * the caller's thread that grows with n (a trial's push of 140 million
+ * keys of dim 4 spent 20 s in the call, its pull of 100 million 6 s);
+ * what overlaps compute is the communication after it. */
 PS_API ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
                      const float *vals, ps_done_fn cb, void *arg);
 PS_API ps_ts ps_pull(ps_client *c, int table, const uint64_t *keys, size_t n,
