@@ -347,8 +347,13 @@ os.killpg(p.pid, sig)
 try:
     rc = p.wait(timeout=20)
 except subprocess.TimeoutExpired:
+    # What each process of the group was doing, for a failure seen once
+    # under a loaded CI run and never alone.
+    ps = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etime,args",
+                         "-g", str(p.pid)], capture_output=True, text=True)
     os.killpg(p.pid, signal.SIGKILL)
-    sys.exit(f"still running 20 s after {sig.name}")
+    sys.exit(f"still running 20 s after {sig.name}; its process group "
+             f"then:\n{ps.stdout}")
 if rc != 128 + sig:
     sys.exit(f"got status {rc} after {sig.name}, want {128 + sig}")
 EOF
