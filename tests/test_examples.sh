@@ -350,7 +350,7 @@ except subprocess.TimeoutExpired:
     # What each process of the group was doing, for a failure seen once
     # under a loaded CI run and never alone.
     ps = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etime,args",
-                         "-g", str(p.pid)], capture_output=True, text=True)
+                         "--sid", str(p.pid)], capture_output=True, text=True)
     os.killpg(p.pid, signal.SIGKILL)
     sys.exit(f"still running 20 s after {sig.name}; its process group "
              f"then:\n{ps.stdout}")
