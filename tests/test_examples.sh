@@ -330,9 +330,14 @@ import os, signal, subprocess, sys, time
 d, cmd = sys.argv[1], ["sh"] + sys.argv[2:]
 sig = getattr(signal, os.environ.get("STOP_SIG", "SIGINT"))
 env = dict(os.environ, TMPDIR=os.path.join(d, "tmp"))
+# The signal's default action, whatever this harness inherited: under
+# nohup, SIGHUP is ignored, and a shell cannot trap a signal ignored at
+# its start, so the script ran on (seen in a .ci/run started with nohup).
+def defaults():
+    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
 p = subprocess.Popen(cmd, env=env, start_new_session=True,
-                     preexec_fn=lambda: signal.signal(signal.SIGINT,
-                                                      signal.SIG_DFL))
+                     preexec_fn=defaults)
 end = time.time() + 20
 while time.time() < end and p.poll() is None:
     out = subprocess.run(["pgrep", "-f", d + "/fashion_softmax"],
