@@ -2057,11 +2057,22 @@ static void a_held_pull_sent_again_is_held_and_counted_once(void **state)
     size_t n = fread(js, 1, sizeof js - 1, p);
     js[n] = '\0';
     pclose(p);
-    EXPECT_SUBSTR(js, "\"pulls\": 1,", "the node counts the pull once");
-    /* And times it once: each dropped copy was a sample of a microsecond
-     * (service counts above the request count). */
-    EXPECT_SUBSTR(js, "\"pull\": {\"count\": 1,", "one service time for "
-                  "the pull");
+    /* Held, its copies are one pull: counted and timed once (each
+     * dropped copy was a sample of a microsecond, service counts above
+     * the request count). A copy the client sent just before the answer
+     * reached it arrives after the release, and is a pull of its own,
+     * answered and counted (seen once under ASan: 2): so at most 2, where
+     * counting every copy held would be 1 + the resends, 4 or more. */
+    const char *at = strstr(js, "\"pulls\": ");
+    const char *sv = strstr(js, "\"pull\": {\"count\": ");
+    long pulls = at ? strtol(at + strlen("\"pulls\": "), NULL, 10) : -1;
+    long timed = sv ? strtol(sv + strlen("\"pull\": {\"count\": "), NULL, 10)
+                    : -1;
+    if (pulls < 1 || pulls > 2 || timed != pulls)
+        fail_msg("the node counted %ld pulls and timed %ld (want 1, or 2 "
+                 "with a copy sent as the answer came), after %llu copies "
+                 "sent again: %.300s", pulls, timed,
+                 (unsigned long long)st.resends, js);
     ps_close(w0);
     ps_close(w1);
     assert_int_equal(cluster_stop(&cl), 0);
