@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +39,25 @@ static FILE *open_private(const char *path, const char *mode)
 /* Keys pulled, and rows written, this many at a time: the rows of a
  * table never need a second copy of the whole table in memory. */
 #define BATCH 65536
+
+/* SIGINT, SIGTERM or SIGHUP during the export (Ctrl-C, a stop): set by
+ * the handler, looked at between batches, so that the export fails as on
+ * any error and takes back what it wrote. It left a table and a half
+ * that psd --import took for a model (an operators' trial). */
+static volatile sig_atomic_t stop_sig;
+
+static void on_stop(int sig)
+{
+    stop_sig = sig;
+}
+
+static int stopped(char *err, size_t errlen)
+{
+    if (!stop_sig)
+        return 0;
+    snprintf(err, errlen, "stopped by %s", strsignal(stop_sig));
+    return 1;
+}
 
 /* Closes f; -1 with err naming path when anything written to it failed. */
 static int finish(FILE *f, const char *path, int failed, char *err,
@@ -98,6 +118,10 @@ static int export_table(psd_table *t, const char *dir, int node,
     bad = psd_npy_header(f, "f4", n, tc->dim);
     for (uint64_t i = 0; i < n && !bad; i += BATCH) {
         size_t m = (size_t)(n - i < BATCH ? n - i : BATCH);
+        if (stop_sig) {
+            bad = 1;
+            break;
+        }
         /* Every key is a row of this node: a pull creates nothing. */
         if (psd_table_pull(t, (const char *)(keys + i), m, rows)) {
             errno = ENOMEM;
@@ -107,7 +131,10 @@ static int export_table(psd_table *t, const char *dir, int node,
     }
     free(rows);
     free(keys);
-    return finish(f, path, bad, err, errlen);
+    int rc = finish(f, path, bad, err, errlen);
+    if (rc && stop_sig)
+        (void)stopped(err, errlen);
+    return rc;
 }
 
 /* s as a JSON string (the paths may hold any byte). */
@@ -191,7 +218,9 @@ static int write_manifest(const char *dir, const char *ini,
 
 /* Whether name is one of the files an export writes for node i (any
  * node when i < 0): export.nodeI.json, TABLE.nodeI.npy and
- * TABLE.nodeI.keys.npy. */
+ * TABLE.nodeI.keys.npy, and export.nodeI.partial, which stands while the
+ * node's files are written (psd --import and read_export refuse a folder
+ * that holds one: an export killed part way). */
 static int node_file(const char *name, int i)
 {
     const char *at = NULL;
@@ -204,7 +233,7 @@ static int node_file(const char *name, int i)
     long k = strtol(at + 5, &end, 10);
     if (errno || (i >= 0 && k != i))
         return 0;
-    if (!strcmp(end, ".json"))
+    if (!strcmp(end, ".json") || !strcmp(end, ".partial"))
         return (size_t)(at - name) == 6 && !strncmp(name, "export", 6);
     return !strcmp(end, ".npy") || !strcmp(end, ".keys.npy");
 }
@@ -214,7 +243,8 @@ static int node_file(const char *name, int i)
  * nodes' files, and the folder read as clusters of two node counts).
  * Tables dropped since must not linger beside the new files either. The
  * manifests go first: one that fails partway leaves no manifest naming
- * files that are gone. */
+ * files that are gone; the markers of an export under way go last: one
+ * that fails partway leaves the folder refused. */
 static int clear_node(const char *dir, int i, char *err, size_t errlen)
 {
     char path[4200];
@@ -224,12 +254,16 @@ static int clear_node(const char *dir, int i, char *err, size_t errlen)
         return -1;
     }
     int rc = 0;
-    for (int manifests = 1; manifests >= 0 && rc == 0; manifests--) {
+    /* Pass 0: manifests; 1: tables; 2: markers. */
+    for (int pass = 0; pass < 3 && rc == 0; pass++) {
         rewinddir(d);
         for (struct dirent *e; rc == 0 && (e = readdir(d));) {
             size_t n = strlen(e->d_name);
-            int json = n > 5 && !strcmp(e->d_name + n - 5, ".json");
-            if (json != manifests || !node_file(e->d_name, i))
+            int kind = n > 5 && !strcmp(e->d_name + n - 5, ".json") ? 0
+                       : n > 8 && !strcmp(e->d_name + n - 8, ".partial")
+                           ? 2
+                           : 1;
+            if (kind != pass || !node_file(e->d_name, i))
                 continue;
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             if (unlink(path) && errno != ENOENT) {
@@ -344,16 +378,34 @@ static int export_node(const char *ini, int i, const char *const *drop,
         rc = make_out(out_dir, err, errlen) ||
              clear_node(out_dir, i, err, errlen);
     o->cleared = rc == 0;
+    char mark[4200];
+    snprintf(mark, sizeof mark, "%s/export.node%d.partial", out_dir, i);
+    if (rc == 0) {
+        FILE *f = open_private(mark, "w");
+        if (!f)
+            snprintf(err, errlen, "%s: %s", mark, strerror(errno));
+        rc = !f || finish(f, mark, fprintf(f, "psd --export of node %d, "
+                                           "pid %ld, not finished\n", i,
+                                           (long)getpid()) < 0,
+                          err, errlen);
+    }
     for (int j = 0; j < ntables && rc == 0; j++) {
         uint64_t count = 0;
         if (o->rows[j] < 0)
             continue;
-        rc = export_table(n.tables[j], out_dir, i, &count, err, errlen);
+        rc = stopped(err, errlen) ||
+             export_table(n.tables[j], out_dir, i, &count, err, errlen);
         o->rows[j] = (int64_t)count;
         o->pending[j] = psd_table_pending(n.tables[j]);
     }
     if (rc == 0)
-        rc = write_manifest(out_dir, ini, &n.cfg, i, o, err, errlen);
+        rc = stopped(err, errlen) ||
+             write_manifest(out_dir, ini, &n.cfg, i, o, err, errlen);
+    /* Whole: the marker goes (a failure's clear_node takes it last). */
+    if (rc == 0 && unlink(mark)) {
+        snprintf(err, errlen, "%s: %s", mark, strerror(errno));
+        rc = -1;
+    }
     psd_node_destroy(&n);
     return rc ? -1 : 0;
 }
@@ -372,6 +424,19 @@ int psd_export(const char *ini, int only, const char *const *drop,
                 "node%s)\n", ini, only, cfg.nnodes, cfg.nnodes == 1 ? "" : "s");
         psd_config_destroy(&cfg);
         return 1;
+    }
+    /* Caught, so that the export takes back what it wrote (below); one
+     * ignored when psd started (nohup) stays ignored. */
+    static const int stops[] = { SIGINT, SIGTERM, SIGHUP };
+    struct sigaction was[3];
+    for (int k = 0; k < 3; k++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(stops[k], NULL, &was[k]) == 0 &&
+            was[k].sa_handler != SIG_IGN)
+            (void)sigaction(stops[k], &sa, NULL);
     }
     node_out *no = calloc(1, sizeof *no);
     int64_t *rows = calloc((size_t)cfg.ntables + 1, sizeof *rows);
@@ -491,5 +556,14 @@ int psd_export(const char *ini, int only, const char *const *drop,
     free(pending);
     free(no);
     psd_config_destroy(&cfg);
+    for (int k = 0; k < 3; k++)
+        (void)sigaction(stops[k], &was[k], NULL);
+    if (stop_sig) {
+        /* Its status says so, as an export the signal had killed. */
+        fprintf(stderr, "psd --export: stopped by %s: what it wrote is "
+                "removed\n", strsignal(stop_sig));
+        signal(stop_sig, SIG_DFL);
+        raise(stop_sig);
+    }
     return status;
 }

@@ -491,11 +491,17 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
     DIR *d = opendir(dir);
     if (!d)
         return 0;                /* find_sources says why */
-    int nodes = -1, have = 0, other = 0;
+    int nodes = -1, have = 0, other = 0, partial = -1;
     char gone[6000] = "";
     unsigned char *seen = calloc(65536, 1);
     for (struct dirent *e; seen && (e = readdir(d));) {
         int k, end = 0;
+        /* psd --export's mark of a node whose files it is writing: one
+         * killed there left a table and a half, taken for a model. */
+        if (sscanf(e->d_name, "export.node%d.partial%n", &k, &end) == 1 &&
+            !e->d_name[end] && k >= 0)
+            partial = k;
+        end = 0;
         if (sscanf(e->d_name, "export.node%d.json%n", &k, &end) != 1 ||
             e->d_name[end] || k < 0 || k > 65535)
             continue;
@@ -535,6 +541,12 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
     int rc = 0;
     if (!seen) {
         snprintf(err, errlen, "out of memory");
+        rc = -1;
+    } else if (partial >= 0) {
+        snprintf(err, errlen, "%s holds export.node%d.partial: psd --export "
+                 "of node %d did not finish (killed while it wrote), so its "
+                 "files there are not whole. Run psd --export into this "
+                 "folder again: it replaces them", dir, partial, partial);
         rc = -1;
     } else if (other) {
         snprintf(err, errlen, "%s holds export manifests (export.nodeK.json) "

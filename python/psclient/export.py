@@ -22,6 +22,8 @@ import numpy as np
 Exported = Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]
 
 _MANIFEST = re.compile(r"export\.node(\d+)\.json")
+# psd --export's mark of a node whose files it is still writing.
+_PARTIAL = re.compile(r"export\.node(\d+)\.partial")
 
 
 # What reading a damaged or hand-made file may raise besides ValueError:
@@ -147,6 +149,12 @@ def read_export(path: Union[str, os.PathLike],
     # (psd --export -n, on several hosts) gather in one folder.
     manifests = []
     for name in sorted(os.listdir(path)):
+        part = _PARTIAL.fullmatch(name)
+        if part:
+            raise ValueError(f"{path}: holds {name}: psd --export of node "
+                             f"{part.group(1)} did not finish (killed while "
+                             f"it wrote), so its files there are not whole; "
+                             f"run psd --export into this folder again")
         # export.nodeN.json exactly, as psd names them (not a copy a file
         # manager made, "export.node0 (copy).json").
         if not _MANIFEST.fullmatch(name):

@@ -1989,6 +1989,13 @@ def test_an_export_folder_from_elsewhere_is_read_with_care(tmp_path):
     np.testing.assert_array_equal(m["w"], [[1], [2]])
     assert m["e"][0].tolist() == [5, 9]
 
+    # The mark of a node psd --export was still writing (killed there).
+    killed = _small_export(tmp_path / "killed")
+    (killed / "export.node0.partial").write_text("")
+    with pytest.raises(ValueError, match="holds export.node0.partial: psd "
+                       "--export of node 0 did not finish"):
+        psclient.read_export(killed)
+
     fifo = _small_export(tmp_path / "fifo")
     (fifo / "e.node0.npy").unlink()
     os.mkfifo(fifo / "e.node0.npy")
