@@ -676,7 +676,10 @@ static void metrics_text(psd_admin *a, tbuf *b, int node_lines, int t0,
         return;
     metric(b, "psd_clock", "gauge", "Clocks finished by every worker "
            "waited for (bsp/ssp).", i, (double)n->sync.clock);
-    metric_head(b, "psd_workers", "gauge", "Workers by state.");
+    metric_head(b, "psd_workers", "gauge", "Workers by state: live; gone: "
+                "its connection lost, still waited for (worker_grace); left: "
+                "closed, or its grace ran out, not waited for; absent: not "
+                "joined in this job.");
     int count[PSD_W_LEFT + 1];
     int opening = psd_sync_count(&n->sync, count);
     for (int st = PSD_W_ABSENT; st <= PSD_W_LEFT; st++)

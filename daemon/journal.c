@@ -459,8 +459,15 @@ int psd_journal_write(psd_journal *j, char *err, size_t errlen)
             int e = k < 0 ? errno : ENOSPC;
             if (at && ftruncate(j->fd, (off_t)j->bytes))
                 e = errno;
-            snprintf(err, errlen, "write to journal segment %llu: %s",
-                     (unsigned long long)j->seq, strerror(e));
+            /* Where, and what to do: "segment 1: No space left on
+             * device" named neither (an observability trial). */
+            char path[4200];
+            psd_journal_path(path, sizeof path, j->dir, j->node, j->seq);
+            snprintf(err, errlen, "write to %s: %s%s", path, strerror(e),
+                     e == ENOSPC || e == EDQUOT
+                         ? " (free space on that file system, or raise the "
+                           "quota: writes are tried again every 100 ms)"
+                         : "");
             return -1;
         }
         at += (size_t)k;

@@ -613,7 +613,7 @@ int psd_node_commit(psd_node *n)
         }
         return 0;
     }
-    char err[256];
+    char err[1024];
     if (psd_journal_write(j, err, sizeof err)) {
         n->stats.journal_errors++;
         if (!n->journal_error[0])

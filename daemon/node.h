@@ -104,7 +104,7 @@ typedef struct psd_node {
     uint64_t barrier_lsn;        /* the last record of a barrier move */
     void (*written)(void *arg);  /* called after records were written */
     void *written_arg;
-    char journal_error[256];     /* the last write failure, "" when fine */
+    char journal_error[1024];    /* the last write failure, "" when fine */
     /* Replies reference dense rows in place (PROTOCOL.md §9): per table,
      * the pieces of replies not yet written that do (request.c counts
      * them up, the writer down), and the writer's hook that turns the

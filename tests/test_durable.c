@@ -2220,6 +2220,10 @@ static void test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room(
                   "what the refused push is told");
     EXPECT_SUBSTR(ps_last_error(reader), "No space left",
                   "what the refused push is told");
+    EXPECT_SUBSTR(ps_last_error(reader), "psd-node0.journal.",
+                  "which file (it said only \"segment 1\")");
+    EXPECT_SUBSTR(ps_last_error(reader), "free space on that file system",
+                  "what to do");
     EXPECT_INT(ps_wait(reader, ps_pull(reader, t, &key, 1, &v, NULL, NULL)),
                PS_OK, "a pull on a full disk");
     unlink(filler);
