@@ -604,23 +604,34 @@ void psd_durable_reload(psd_durable *d)
 
 /* Removes the unfinished files of writers that died with an earlier psd
  * (psd-nodeN.snap.tmp.PID): under the lock, no writer of node's is
- * alive. */
+ * alive. And those of a psd --import or --reshard stopped while it wrote
+ * (psd-nodeN.snap.staged.tmp.PID, 14-20 MB each in an operators' trial,
+ * kept for good), whose process is gone: those do not take the lock. */
 static void remove_stale_tmp(const char *dir, int node)
 {
     DIR *d = opendir(dir);
     if (!d)
         return;
-    char prefix[64];
+    char prefix[64], staged[64];
     int plen = snprintf(prefix, sizeof prefix, "psd-node%d.snap.tmp", node);
+    int slen = snprintf(staged, sizeof staged, "psd-node%d.snap.staged.tmp.",
+                        node);
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+        const char *who = "a snapshot writer that died";
+        if (strncmp(e->d_name, staged, (size_t)slen) == 0) {
+            char *end;
+            long pid = strtol(e->d_name + slen, &end, 10);
+            if (*end || pid <= 0 || kill((pid_t)pid, 0) == 0 ||
+                errno != ESRCH)
+                continue;        /* not ours, or its writer lives */
+            who = "a psd --import or --reshard that was stopped";
+        } else if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
             continue;
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (unlink(path) == 0)
-            psd_info("removed %s, left by a snapshot writer that died",
-                     path);
+            psd_info("removed %s, left by %s", path, who);
     }
     closedir(d);
 }

@@ -812,11 +812,20 @@ static int staged_left(const char *dir, int node, char *err, size_t errlen)
     psd_snapshot_staged_path(staged, sizeof staged, dir, node);
     if (stat(staged, &st))
         return 0;
+    /* What the files say: every staged snapshot is written and synced
+     * before the first takes its name, so one left where other nodes
+     * hold theirs finishes the run by a rename; removing it alone (the
+     * old advice) let --check pass a half model (an operators' trial). */
     snprintf(err, errlen, "%s: no snapshot of node %d beside it: a psd "
              "--reshard or --import was cut off before its snapshots took "
-             "their names; run it again into a fresh folder (remove the "
-             "psd-node*.staged files), or remove this file to start the "
-             "node from init", staged, node);
+             "their names. If every node has its psd-nodeN.snap from that "
+             "run or such a .staged file, it was cut off between its "
+             "renames, and every .staged file is whole: renaming each to "
+             "psd-nodeN.snap finishes it. Else run it again into a fresh "
+             "folder (removing every node's psd-node*.staged files, and "
+             "the snapshots that run renamed). Removing this file alone "
+             "starts this node from init beside nodes that hold the model",
+             staged, node);
     return 1;
 }
 

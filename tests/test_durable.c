@@ -1654,6 +1654,44 @@ static void test_a_killed_snapshot_writer_leaves_no_file(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* A psd --import or --reshard stopped while it wrote a node's snapshot
+ * left psd-node0.snap.staged.tmp.PID in the node's folder for good (an
+ * operators' trial: 14-20 MB each; a rerun and the start said nothing).
+ * The start removes it once that process is gone, and says so; one of a
+ * process still alive is left to it. */
+static void test_a_stopped_imports_unfinished_file_goes_at_start(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "snapshot_interval = 0\n");
+    pid_t gone = fork();
+    if (gone == 0)
+        _exit(0);
+    assert_true(gone > 0);
+    assert_int_equal(waitpid(gone, NULL, 0), gone);
+    char dead[600], live[600];
+    snprintf(dead, sizeof dead, "%s/psd-node0.snap.staged.tmp.%ld", c.dir,
+             (long)gone);
+    snprintf(live, sizeof live, "%s/psd-node0.snap.staged.tmp.%ld", c.dir,
+             (long)getpid());
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(k ? live : dead, "w");
+        assert_non_null(f);
+        fputs("half a snapshot", f);
+        fclose(f);
+    }
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    EXPECT_INT(access(dead, F_OK) != 0, 1, "the stopped import's file");
+    EXPECT_INT(cluster_log_wait(&c, 0, "left by a psd --import or --reshard "
+                                "that was stopped", 3000), 1, "said");
+    EXPECT_INT(access(live, F_OK), 0, "the file of a process still alive");
+    unlink(live);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* 30 rounds: +1 to every row of an 8 MB table, a snapshot (the final one
  * at SIGTERM, written by psd itself, or one asked for with psctl save,
  * written by a forked writer that dies with psd), and kill -9 at a random
@@ -3559,6 +3597,7 @@ int main(void)
         cmocka_unit_test(
             test_a_snapshot_killed_after_its_rename_is_the_new_one),
         cmocka_unit_test(test_a_killed_snapshot_writer_leaves_no_file),
+        cmocka_unit_test(test_a_stopped_imports_unfinished_file_goes_at_start),
         cmocka_unit_test(test_a_journal_record_there_twice_is_applied_once),
         cmocka_unit_test(
             test_snapshots_killed_at_random_moments_load_old_or_new_whole),

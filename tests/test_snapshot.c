@@ -971,6 +971,10 @@ static void test_staged_snapshots_take_their_names_all_at_once(void **state)
                "a start beside a staged snapshot only");
     EXPECT_SUBSTR(err, "psd-node1.snap.staged: no snapshot of node 1 beside "
                   "it: a psd --reshard or --import was cut off", "why");
+    /* And how to finish it: the old advice, removing it, left a half
+     * model that --check passed. */
+    EXPECT_SUBSTR(err, "every .staged file is whole: renaming each to "
+                  "psd-nodeN.snap finishes it", "what to do");
     psd_snap_tables tm = { 0 };
     EXPECT_INT(psd_snapshot_check(dir, 1, &b.cfg, &tm, &si, err, ERRLEN), -1,
                "--check beside a staged snapshot only");
