@@ -558,7 +558,11 @@ int psd_export(const char *ini, int only, const char *const *drop,
     psd_config_destroy(&cfg);
     for (int k = 0; k < 3; k++)
         (void)sigaction(stops[k], &was[k], NULL);
-    if (stop_sig) {
+    if (stop_sig && !status)
+        /* Too late to stop anything: the export is whole, and kept. */
+        fprintf(stderr, "psd --export: %s came once the export was "
+                "written: it is whole, and kept\n", strsignal(stop_sig));
+    else if (stop_sig) {
         /* Its status says so, as an export the signal had killed. */
         fprintf(stderr, "psd --export: stopped by %s: what it wrote is "
                 "removed\n", strsignal(stop_sig));
