@@ -1041,7 +1041,7 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
      * that record as the first copy's does (refused, a caller would push
      * the gradient again). */
     if (pushes && n->journal_error[0]) {
-        snprintf(err, sizeof err, "this node cannot write its journal (%.150s)"
+        snprintf(err, sizeof err, "this node cannot write its journal (%.380s)"
                  ": pushes are refused until it can (this push was not "
                  "applied)", n->journal_error);
         reply_error(n, ss, m, PSW_ESERVER, err);

@@ -564,12 +564,15 @@ void psd_server_reload(psd_server *s)
     psd_preflight_destroy(&pwas);
     psd_config_destroy(&nc);
     if (refused) {
-        char hint[700];
+        char hint[1024];
         if (layout == PSD_RESTART_REFUSES)
             snprintf(hint, sizeof hint, "a new layout: the node's snapshot "
                      "and journal do not fit it, so a restart refuses it "
                      "too; keep the layout (a table with another kind, "
                      "dim, rows, updater or consistency takes a new name)%s; "
+                     "or move the weights over: psd --export, then psd "
+                     "--import into empty folders under the new ini (the "
+                     "optimizer state starts over; every node stopped); "
                      "or start the node fresh, without its model "
                      "(--skip-snapshot; see docs/durability.md, \"Adding, "
                      "removing and reordering tables\")",

@@ -1227,7 +1227,8 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
         return PSW_ENOMEM;
     }
     /* The shard's limit is structural (32-bit row numbers): no reload
-     * lifts it, more shards do (psd --reshard). */
+     * lifts it, more shards do (psd --export, then --import under an ini
+     * with more: --reshard moves whole shards, it cannot split them). */
     if (full >= 0) {
         const shard *s = &t->shards[full];
         char sums[80] = "";
@@ -1236,7 +1237,8 @@ int psd_table_check_growth(const psd_table *t, const char *keys, size_t n,
                      "clock's sum)", (unsigned long long)s->acc_new);
         snprintf(err, errlen, "table '%s': shard %lld holds %llu rows%s of "
                  "the %llu one shard can hold: this push would add %llu more "
-                 "(more shards spread the rows: psd --reshard)",
+                 "(more shards spread the rows: psd --export, then psd "
+                 "--import under an ini with more shards)",
                  t->conf.name, (long long)full,
                  (unsigned long long)(s->nrows + s->acc_new), sums,
                  (unsigned long long)t->shard_rows_max,

@@ -1205,7 +1205,8 @@ static void test_a_full_shard_refuses_new_rows_by_name(void **state)
         if (!strstr(err, "table 'emb_sparse': shard ") ||
             !strstr(err, " holds 50 rows of the 50 one shard can hold: "
                          "this push would add 1 more (more shards spread "
-                         "the rows: psd --reshard)"))
+                         "the rows: psd --export, then psd --import under an "
+                         "ini with more shards)"))
             fail_msg("dim %u: got \"%s\"", dims[v], err);
         /* The batch names the full shard however many keys it has. */
         uint64_t batch[3] = { k, k, 0 };
