@@ -245,7 +245,8 @@ static int node_file(const char *name, int i)
  * manifests go first: one that fails partway leaves no manifest naming
  * files that are gone; the markers of an export under way go last: one
  * that fails partway leaves the folder refused. */
-static int clear_node(const char *dir, int i, char *err, size_t errlen)
+static int clear_node(const char *dir, int i, int keep_marks, char *err,
+                      size_t errlen)
 {
     char path[4200];
     DIR *d = opendir(dir);
@@ -254,8 +255,9 @@ static int clear_node(const char *dir, int i, char *err, size_t errlen)
         return -1;
     }
     int rc = 0;
-    /* Pass 0: manifests; 1: tables; 2: markers. */
-    for (int pass = 0; pass < 3 && rc == 0; pass++) {
+    /* Pass 0: manifests; 1: tables; 2: markers (this run's own are kept
+     * while it writes). */
+    for (int pass = 0; pass < (keep_marks ? 2 : 3) && rc == 0; pass++) {
         rewinddir(d);
         for (struct dirent *e; rc == 0 && (e = readdir(d));) {
             size_t n = strlen(e->d_name);
@@ -274,6 +276,36 @@ static int clear_node(const char *dir, int i, char *err, size_t errlen)
     }
     closedir(d);
     return rc;
+}
+
+/* Node i's mark in dir: it stands from before anything of an earlier
+ * export is removed until the node's files and manifest are whole, so a
+ * kill at any moment between leaves the folder refused (a kill while an
+ * earlier export was cleared left its tables without a manifest: review).
+ * 0, or -1 with err. */
+static int mark(const char *dir, int i, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/export.node%d.partial", dir, i);
+    FILE *f = open_private(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    return finish(f, path, fprintf(f, "psd --export of node %d, pid %ld, "
+                                   "not finished\n", i, (long)getpid()) < 0,
+                  err, errlen);
+}
+
+static int unmark(const char *dir, int i, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/export.node%d.partial", dir, i);
+    if (unlink(path) && errno != ENOENT) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 /* Makes dir (0700, as data_dir), or takes it as it is. */
@@ -374,21 +406,13 @@ static int export_node(const char *ini, int i, const char *const *drop,
         if (tm.map[k] >= 0 && tm.map[k] < ntables)
             o->rows[tm.map[k]] = 0;
     free(tm.map);
+    /* Stopped while the node was read: its earlier files stay (a -n
+     * export's are whole; review). */
+    if (rc == 0 && stopped(err, errlen))
+        rc = -1;
     if (rc == 0)
-        rc = make_out(out_dir, err, errlen) ||
-             clear_node(out_dir, i, err, errlen);
+        rc = clear_node(out_dir, i, 1, err, errlen);
     o->cleared = rc == 0;
-    char mark[4200];
-    snprintf(mark, sizeof mark, "%s/export.node%d.partial", out_dir, i);
-    if (rc == 0) {
-        FILE *f = open_private(mark, "w");
-        if (!f)
-            snprintf(err, errlen, "%s: %s", mark, strerror(errno));
-        rc = !f || finish(f, mark, fprintf(f, "psd --export of node %d, "
-                                           "pid %ld, not finished\n", i,
-                                           (long)getpid()) < 0,
-                          err, errlen);
-    }
     for (int j = 0; j < ntables && rc == 0; j++) {
         uint64_t count = 0;
         if (o->rows[j] < 0)
@@ -401,11 +425,9 @@ static int export_node(const char *ini, int i, const char *const *drop,
     if (rc == 0)
         rc = stopped(err, errlen) ||
              write_manifest(out_dir, ini, &n.cfg, i, o, err, errlen);
-    /* Whole: the marker goes (a failure's clear_node takes it last). */
-    if (rc == 0 && unlink(mark)) {
-        snprintf(err, errlen, "%s: %s", mark, strerror(errno));
-        rc = -1;
-    }
+    /* Whole: its mark goes (a failure's clear_node takes it last). */
+    if (rc == 0)
+        rc = unmark(out_dir, i, err, errlen);
     psd_node_destroy(&n);
     return rc ? -1 : 0;
 }
@@ -433,6 +455,9 @@ int psd_export(const char *ini, int only, const char *const *drop,
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_stop;
+        /* A second one ends it at once (the marks keep its folder from
+         * being taken for an export). */
+        sa.sa_flags = SA_RESETHAND;
         sigemptyset(&sa.sa_mask);
         if (sigaction(stops[k], NULL, &was[k]) == 0 &&
             was[k].sa_handler != SIG_IGN)
@@ -448,9 +473,24 @@ int psd_export(const char *ini, int only, const char *const *drop,
      * any: one that fails partway must not leave a folder of old and new
      * nodes that reads as one model. */
     struct stat st;
-    int existed = stat(out_dir, &st) == 0;
+    int existed = stat(out_dir, &st) == 0, marked = 0;
+    if (!status && make_out(out_dir, err, sizeof err)) {
+        fprintf(stderr, "psd --export: %s\n", err);
+        status = 1;
+    }
+    /* The marks of the nodes this run exports, before anything is
+     * removed. */
+    for (int i = 0; i < cfg.nnodes && !status; i++) {
+        if (only >= 0 && i != only)
+            continue;
+        if (mark(out_dir, i, err, sizeof err)) {
+            fprintf(stderr, "psd --export: %s\n", err);
+            status = 1;
+        }
+        marked = 1;
+    }
     if (!status && only < 0 && existed &&
-        clear_node(out_dir, -1, err, sizeof err)) {
+        clear_node(out_dir, -1, 1, err, sizeof err)) {
         fprintf(stderr, "psd --export: %s\n", err);
         status = 1;
     }
@@ -458,7 +498,7 @@ int psd_export(const char *ini, int only, const char *const *drop,
         if (only >= 0 && i != only)
             continue;
         int rc = 2;
-        for (int tries = 0; rc == 2 && tries < 5; tries++) {
+        for (int tries = 0; rc == 2 && tries < 5 && !stop_sig; tries++) {
             memset(no, 0, sizeof *no);
             memset(pending, 0, ((size_t)cfg.ntables + 1) * sizeof *pending);
             no->rows = rows;
@@ -542,13 +582,19 @@ int psd_export(const char *ini, int only, const char *const *drop,
              S_ISDIR(st.st_mode)) {
         /* A failed export takes back what it wrote (a disk that filled
          * left gigabytes of tables no manifest named): the nodes it
-         * exported, and the files of the one that failed. One node's
-         * export (-n) that failed before it removed that node's earlier
-         * files leaves them, whole. The folder goes too when this export
-         * made it and nothing else is in it. */
-        if (clear_node(out_dir, only, err, sizeof err))
+         * exported, and the files of the one that failed, the marks
+         * last. The folder goes too when this export made it and nothing
+         * else is in it. */
+        if (clear_node(out_dir, only, 0, err, sizeof err))
             fprintf(stderr, "psd --export: removing what it wrote: %s\n",
                     err);
+        else if (!existed)
+            (void)rmdir(out_dir);
+    } else if (marked) {
+        /* One node's export (-n) that failed before it removed that
+         * node's earlier files leaves them, whole: its mark goes. */
+        if (unmark(out_dir, only, err, sizeof err))
+            fprintf(stderr, "psd --export: %s\n", err);
         else if (!existed)
             (void)rmdir(out_dir);
     }

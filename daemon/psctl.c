@@ -957,7 +957,7 @@ static void print_node(const node *nd, int i, const samples *ss)
         printf("  snapshot %.0f being written, for %.1f s\n", gen + 1,
                running);
     if (!strcmp(dur, "log")) {
-        char jerr[256];
+        char jerr[1024];
         get_label(ss, "psd_journal_error_info", i, "error", jerr,
                   sizeof jerr);
         printf("  journal (fsync = %s): segment %s, %.0f fsyncs, longest "

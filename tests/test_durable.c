@@ -1219,6 +1219,73 @@ static void test_export_counts_the_bsp_sums_it_leaves_out(void **state)
  * from the journal alone, then from a snapshot and the pushes after it,
  * beside live nodes whose journal it leaves as it is; node by node (-n)
  * into one folder; what it cannot do is refused with a reason. */
+/* psd --export DIR [-n 0] -c ini started, stopped with SIGTERM as soon
+ * as its mark stands; its wait status. */
+static int export_stopped(const test_cluster *c, const char *out, int one)
+{
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char mark[600];
+    snprintf(mark, sizeof mark, "%s/export.node0.partial", out);
+    pid_t p = fork();
+    if (p == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 2);
+        if (one)
+            execl(psd, psd, "--export", out, "-n", "0", "-c", c->ini,
+                  (char *)NULL);
+        else
+            execl(psd, psd, "--export", out, "-c", c->ini, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 5000 && access(mark, F_OK); i++)
+        usleep(1000);
+    kill(p, SIGTERM);
+    int st = 0;
+    waitpid(p, &st, 0);
+    return st;
+}
+
+/* An export stopped by a signal (Ctrl-C, SIGTERM) left the files it had
+ * written, which psd --import took for a model (an operators' trial);
+ * one of a single node (-n) stopped while the node was read removed
+ * that node's earlier export, whole till then (review). It dies of the
+ * signal, leaving nothing of its own and the earlier files whole. */
+static void test_an_export_stopped_by_a_signal_leaves_nothing(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "snapshot_interval = 0\n"
+          "[table.big]\nkind = dense\nrows = 1048576\ndim = 8\n");
+    kill(c.pid[0], SIGTERM);
+    EXPECT_INT(cluster_wait_exit(&c, 0, 20000), 0, "a clean stop");
+    char out[400];
+    snprintf(out, sizeof out, "%s/stopped", c.dir);
+    int st = export_stopped(&c, out, 0);
+    EXPECT_INT(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, 1,
+               "died of SIGTERM (status %#x)", st);
+    EXPECT_INT(access(out, F_OK) != 0, 1, "%s: the folder it made goes",
+               out);
+    /* A whole export, then one of node 0 stopped at once. */
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char cmd[1200], manifest[600], mark[600];
+    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s' 2>/dev/null", psd,
+             out, c.ini);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+    snprintf(manifest, sizeof manifest, "%s/export.node0.json", out);
+    snprintf(mark, sizeof mark, "%s/export.node0.partial", out);
+    st = export_stopped(&c, out, 1);
+    EXPECT_INT(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, 1,
+               "-n 0 died of SIGTERM (status %#x)", st);
+    if (access(manifest, F_OK) == 0)
+        EXPECT_INT(access(mark, F_OK) != 0, 1, "no mark beside the earlier "
+                   "export, kept whole");
+    else
+        EXPECT_INT(access(mark, F_OK) != 0 && access(out, F_OK) == 0, 1,
+                   "stopped once it cleared: its files and mark gone");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+}
+
 static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
 {
     (void)state;
@@ -3619,6 +3686,7 @@ int main(void)
             test_a_snapshot_that_writes_held_records_lets_their_replies_go,
             unmount_small_disk),
         cmocka_unit_test(test_export_writes_each_nodes_rows_as_npy_files),
+        cmocka_unit_test(test_an_export_stopped_by_a_signal_leaves_nothing),
         cmocka_unit_test(test_reshard_moves_the_model_onto_another_node_count),
         cmocka_unit_test(test_reshard_says_the_new_inis_notes),
         cmocka_unit_test(test_import_starts_a_cluster_from_npy_files),
