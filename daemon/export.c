@@ -23,16 +23,19 @@
 
 /* Opens path for writing as the model's own files are (0600, not
  * followed through a symbolic link): an export is the whole model, and
- * umask 022 made it readable by every local user. */
-static FILE *open_private(const char *path, const char *mode)
+ * umask 022 made it readable by every local user. NULL with "PATH:
+ * reason" in err when it cannot. */
+static FILE *open_private(const char *path, const char *mode, char *err,
+                          size_t errlen)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
                             O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return NULL;
-    FILE *f = fdopen(fd, mode);
-    if (!f)
-        close(fd);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, mode);
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
     return f;
 }
 
@@ -92,9 +95,8 @@ static int export_table(psd_table *t, const char *dir, int node,
     *count = n;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.node%d.keys.npy", dir, tc->name, node);
-    FILE *f = open_private(path, "wb");
+    FILE *f = open_private(path, "wb", err, errlen);
     if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
         free(keys);
         return -1;
     }
@@ -107,10 +109,10 @@ static int export_table(psd_table *t, const char *dir, int node,
     snprintf(path, sizeof path, "%s/%s.node%d.npy", dir, tc->name, node);
     size_t rowb = (size_t)tc->dim * sizeof(float);
     char *rows = malloc((n < BATCH ? (n ? n : 1) : BATCH) * rowb);
-    f = rows ? open_private(path, "wb") : NULL;
+    if (!rows)
+        snprintf(err, errlen, "%s: out of memory", path);
+    f = rows ? open_private(path, "wb", err, errlen) : NULL;
     if (!f) {
-        snprintf(err, errlen, "%s: %s", path,
-                 rows ? strerror(errno) : "out of memory");
         free(rows);
         free(keys);
         return -1;
@@ -177,11 +179,9 @@ static int write_manifest(const char *dir, const char *ini,
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/export.node%d.json", dir, i);
-    FILE *f = open_private(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    FILE *f = open_private(path, "w", err, errlen);
+    if (!f)
         return -1;
-    }
     fprintf(f, "{\"format\": 1, \"ini\": ");
     json_str(f, ini);
     fprintf(f, ", \"nodes\": %d, \"shards\": %u, \"node\": %d,\n"
@@ -287,11 +287,9 @@ static int mark(const char *dir, int i, char *err, size_t errlen)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/export.node%d.partial", dir, i);
-    FILE *f = open_private(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    FILE *f = open_private(path, "w", err, errlen);
+    if (!f)
         return -1;
-    }
     return finish(f, path, fprintf(f, "psd --export of node %d, pid %ld, "
                                    "not finished\n", i, (long)getpid()) < 0,
                   err, errlen);

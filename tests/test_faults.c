@@ -1495,6 +1495,17 @@ static void busy_open_whose_time_runs_out_in_backoff_returns(void **state)
                                                        : "crashed", bad);
 }
 
+/* Keys 0..n-1 and room for their rows (dim 1), malloc'd. */
+static void keys_upto(size_t n, uint64_t **keys, float **out)
+{
+    *keys = malloc(n * sizeof **keys);
+    *out = malloc(n * sizeof **out);
+    assert_non_null(*keys);
+    assert_non_null(*out);
+    for (size_t i = 0; i < n; i++)
+        (*keys)[i] = i;
+}
+
 /* An ssp pull is bounded by sync_timeout_ms alone. When that runs out
  * while its keys are still queued for writing (the server does not read:
  * a paused proxy), it fails and the caller may reuse its keys at once
@@ -1518,12 +1529,9 @@ static void expired_ssp_pull_never_sends_its_keys_afterwards(void **state)
     int t = ps_table(cl, "s", NULL);
     /* 32 MiB of keys: far more than the socket buffers hold. */
     size_t n = (size_t)4 << 20;
-    uint64_t *keys = malloc(n * sizeof *keys);
-    float *out = malloc(n * sizeof *out);
-    assert_non_null(keys);
-    assert_non_null(out);
-    for (size_t i = 0; i < n; i++)
-        keys[i] = i;
+    uint64_t *keys;
+    float *out;
+    keys_upto(n, &keys, &out);
     fp_faults paused = { .pause = 1 };
     fp_set(r.p[0], FP_UP, &paused);
     int rc = ps_wait(cl, ps_pull(cl, t, keys, n, out, NULL, NULL));
@@ -1569,12 +1577,9 @@ static void a_push_behind_a_held_pulls_keys_fails_within_its_bound(
     int t = ps_table(cl, "s", NULL);
     /* 32 MiB of keys: far more than the window and the socket buffers. */
     size_t n = (size_t)4 << 20;
-    uint64_t *keys = malloc(n * sizeof *keys);
-    float *out = malloc(n * sizeof *out);
-    assert_non_null(keys);
-    assert_non_null(out);
-    for (size_t i = 0; i < n; i++)
-        keys[i] = i;
+    uint64_t *keys;
+    float *out;
+    keys_upto(n, &keys, &out);
     fp_faults paused = { .pause = 1 };
     fp_set(r.p[0], FP_UP, &paused);
     ps_ts pull = ps_pull(cl, t, keys, n, out, NULL, NULL);
