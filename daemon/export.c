@@ -408,9 +408,11 @@ static int export_node(const char *ini, int i, const char *const *drop,
      * export's are whole; review). */
     if (rc == 0 && stopped(err, errlen))
         rc = -1;
+    /* Tried, whatever came of it: a clear that failed part way left
+     * what the failure's cleanup must take (review). */
+    o->cleared = rc == 0;
     if (rc == 0)
         rc = clear_node(out_dir, i, 1, err, errlen);
-    o->cleared = rc == 0;
     for (int j = 0; j < ntables && rc == 0; j++) {
         uint64_t count = 0;
         if (o->rows[j] < 0)
@@ -433,7 +435,7 @@ static int export_node(const char *ini, int i, const char *const *drop,
 int psd_export(const char *ini, int only, const char *const *drop,
                int ndrop, const char *out_dir)
 {
-    char err[8192];
+    char err[8192] = "";
     psd_config cfg;
     if (psd_config_load(&cfg, ini, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
@@ -471,7 +473,18 @@ int psd_export(const char *ini, int only, const char *const *drop,
      * any: one that fails partway must not leave a folder of old and new
      * nodes that reads as one model. */
     struct stat st;
-    int existed = stat(out_dir, &st) == 0, marked = 0;
+    int existed = stat(out_dir, &st) == 0;
+    int cleared = 0;             /* this run began to remove files */
+    int earlier = 0;             /* a manifest of a node it exports was
+                                    there: an earlier export */
+    /* The marks this run made, and those an earlier run killed part way
+     * left (its files are not whole: the mark stays unless replaced). */
+    unsigned char *made = calloc((size_t)cfg.nnodes, 1);
+    unsigned char *had = calloc((size_t)cfg.nnodes, 1);
+    if (!status && (!made || !had)) {
+        fprintf(stderr, "psd --export: out of memory\n");
+        status = 1;
+    }
     if (!status && make_out(out_dir, err, sizeof err)) {
         fprintf(stderr, "psd --export: %s\n", err);
         status = 1;
@@ -481,16 +494,27 @@ int psd_export(const char *ini, int only, const char *const *drop,
     for (int i = 0; i < cfg.nnodes && !status; i++) {
         if (only >= 0 && i != only)
             continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/export.node%d.partial", out_dir, i);
+        had[i] = access(p, F_OK) == 0;
+        snprintf(p, sizeof p, "%s/export.node%d.json", out_dir, i);
+        earlier |= access(p, F_OK) == 0;
         if (mark(out_dir, i, err, sizeof err)) {
             fprintf(stderr, "psd --export: %s\n", err);
             status = 1;
         }
-        marked = 1;
+        made[i] = 1;
     }
-    if (!status && only < 0 && existed &&
-        clear_node(out_dir, -1, 1, err, sizeof err)) {
+    if (!status && stopped(err, sizeof err)) {
         fprintf(stderr, "psd --export: %s\n", err);
         status = 1;
+    }
+    if (!status && only < 0 && existed) {
+        cleared = 1;
+        if (clear_node(out_dir, -1, 1, err, sizeof err)) {
+            fprintf(stderr, "psd --export: %s\n", err);
+            status = 1;
+        }
     }
     for (int i = 0; i < cfg.nnodes && !status; i++) {
         if (only >= 0 && i != only)
@@ -503,10 +527,13 @@ int psd_export(const char *ini, int only, const char *const *drop,
             no->pending = pending;
             rc = export_node(ini, i, drop, ndrop, out_dir, no, cfg.ntables,
                              err, sizeof err);
+            cleared |= no->cleared;
             if (rc == 2)
                 fprintf(stderr, "psd --export: node %d wrote a new snapshot "
                         "while it was read: reading it again\n", i);
         }
+        if (rc == 2 && stop_sig)
+            (void)stopped(err, sizeof err);   /* not tried again */
         if (rc == 2)
             rc = -1;             /* err says what failed the last time */
         if (rc) {
@@ -576,26 +603,35 @@ int psd_export(const char *ini, int only, const char *const *drop,
         fprintf(stderr, "psd --export: %d of %d node%s written to %s "
                 "(export.nodeN.json lists each node's files)\n", exported,
                 cfg.nnodes, cfg.nnodes == 1 ? "" : "s", out_dir);
-    else if (no && (only < 0 || no->cleared) && stat(out_dir, &st) == 0 &&
-             S_ISDIR(st.st_mode)) {
+    else if (cleared && stat(out_dir, &st) == 0 && S_ISDIR(st.st_mode)) {
         /* A failed export takes back what it wrote (a disk that filled
          * left gigabytes of tables no manifest named): the nodes it
          * exported, and the files of the one that failed, the marks
-         * last. The folder goes too when this export made it and nothing
-         * else is in it. */
+         * last (a clear that fails leaves them). The folder goes too when
+         * this export made it and nothing else is in it. */
         if (clear_node(out_dir, only, 0, err, sizeof err))
             fprintf(stderr, "psd --export: removing what it wrote: %s\n",
                     err);
         else if (!existed)
             (void)rmdir(out_dir);
-    } else if (marked) {
-        /* One node's export (-n) that failed before it removed that
-         * node's earlier files leaves them, whole: its mark goes. */
-        if (unmark(out_dir, only, err, sizeof err))
-            fprintf(stderr, "psd --export: %s\n", err);
-        else if (!existed)
+        else if (earlier)
+            fprintf(stderr, "psd --export: %s's earlier export of %s is "
+                    "removed too\n", out_dir,
+                    only < 0 ? "every node" : "that node");
+    } else if (made) {
+        /* Failed before it removed anything: an earlier export stays,
+         * whole; the marks this run made go. */
+        int bad = 0;
+        for (int i = 0; i < cfg.nnodes && !bad; i++)
+            if (made[i] && !had[i] && unmark(out_dir, i, err, sizeof err)) {
+                fprintf(stderr, "psd --export: %s\n", err);
+                bad = 1;
+            }
+        if (!bad && !existed)
             (void)rmdir(out_dir);
     }
+    free(made);
+    free(had);
     free(rows);
     free(pending);
     free(no);
