@@ -858,6 +858,17 @@ static int apply_section(parser *p, const section *s, char *base,
     return bad ? -1 : 0;
 }
 
+/* A dense table without rows: -1, said. */
+static int rows_missing(parser *p, const section *s,
+                        const psd_table_conf *t)
+{
+    if (!t->dense || find_entry(s, "rows"))
+        return 0;
+    fail(p, s->line, "[%s] rows: required key missing (kind = dense)",
+         s->name);
+    return -1;
+}
+
 /* Checks of a table that involve more than one of its keys. */
 static int check_table(parser *p, const section *s, psd_table_conf *t,
                        psd_config *c)
@@ -865,11 +876,8 @@ static int check_table(parser *p, const section *s, psd_table_conf *t,
     const entry *cons = find_entry(s, "consistency");
     t->consistency_line = cons ? cons->line : 0;
     const entry *rows = find_entry(s, "rows");
-    if (t->dense && !rows) {
-        fail(p, s->line, "[%s] rows: required key missing (kind = dense)",
-             s->name);
+    if (rows_missing(p, s, t))
         return -1;
-    }
     if (!t->dense && rows) {
         fail(p, rows->line, "[%s] rows: only a dense table has rows "
              "(kind = sparse), got \"%s\"", s->name, rows->value);
@@ -1094,9 +1102,16 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         }
         /* Each section's errors are all said; a table's own checks need
          * its values, the file's cross checks below every value. */
-        if (apply_section(p, s, base, c) < 0)
+        if (apply_section(p, s, base, c) < 0) {
             bad = 1;
-        else if (t && check_table(p, s, t, c) < 0)
+            /* Missing, not bad: said with the rest, not after a second
+             * run (a bad updater hid it from a newcomer). The kind is
+             * known unless its own line was the bad one. */
+            const entry *kind = find_entry(s, "kind");
+            if (t && (!kind || !strcmp(kind->value, "dense") ||
+                      !strcmp(kind->value, "sparse")))
+                (void)rows_missing(p, s, t);
+        } else if (t && check_table(p, s, t, c) < 0)
             bad = 1;
     }
     if (bad)

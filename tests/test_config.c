@@ -1251,6 +1251,16 @@ static void test_every_bad_value_is_reported_at_its_line(void **state)
                   "max_connections?)", "the typo's hint");
     assert_null(c.tables);
 
+    /* A dense table's missing rows is said beside a bad value of its
+     * section (a newcomer's bad updater hid it until the next run). */
+    char both[512];
+    snprintf(both, sizeof both, "%s[table.d]\nkind = dense\ndim = 2\n"
+             "updater = sgdd\n", CLUSTER);
+    assert_int_equal(load_text(both, &c, path, err), -1);
+    EXPECT_SUBSTR(err, "updater", "the bad value");
+    EXPECT_SUBSTR(err, "[table.d] rows: required key missing (kind = dense)",
+                  "the missing key, in the same run");
+
     /* 25 bad values: 20 said, then one line for the rest. */
     char many[2048];
     size_t n = (size_t)snprintf(many, sizeof many, "%s[table.t]\n", CLUSTER);
