@@ -250,7 +250,7 @@ static double running_s(const psd_durable *dur)
     return s > 0.001 ? s : 0.001;    /* running: never reads as 0 */
 }
 
-static uint64_t rss_bytes(void)
+uint64_t psd_rss_bytes(void)
 {
     unsigned long long size, resident;
     FILE *f = fopen("/proc/self/statm", "r");
@@ -392,7 +392,7 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         "%.1f, \"shards\": %u,\n",
         (long)getpid(), (double)(now - a->start_ms) / 1000.0, n->cfg.shards);
     put(b, " \"memory\": {\"rss_bytes\": %llu, \"table_bytes\": %llu, "
-        "\"rows\": %llu},\n", (unsigned long long)rss_bytes(),
+        "\"rows\": %llu},\n", (unsigned long long)psd_rss_bytes(),
         (unsigned long long)bytes, (unsigned long long)rows);
     put(b, " \"connections\": {\"open\": %d, \"accepted\": %llu, "
         "\"refused\": %llu, \"protocol_errors\": %llu, \"peers_lost\": "
@@ -564,7 +564,7 @@ static void metrics_text(psd_admin *a, tbuf *b, int node_lines, int t0,
         metric(b, "psd_uptime_seconds", "gauge", "Seconds since the node "
                "started.", i, (double)(uv_now(a->loop) - a->start_ms) / 1e3);
         metric(b, "psd_resident_memory_bytes", "gauge", "Resident set size.", i,
-               (double)rss_bytes());
+               (double)psd_rss_bytes());
         metric(b, "psd_connections", "gauge", "Open client connections.", i,
                a->conns->n);
         metric(b, "psd_connections_accepted_total", "counter", "Connections "

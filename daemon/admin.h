@@ -42,6 +42,10 @@ int psd_admin_init(psd_admin *a, uv_loop_t *loop, psd_node *n,
 /* Closes the timer (the loop then ends) and frees the ring. */
 void psd_admin_stop(psd_admin *a);
 
+/* psd's resident set, in bytes (/proc/self/statm); 0 when unknown.
+ * Shown by the stats, and weighed by the server's trim of freed memory. */
+uint64_t psd_rss_bytes(void);
+
 /* Answers one command: "ping", "stats" (JSON), "metrics" (Prometheus
  * text), "rates" (per-second rates over the window, one `name{labels}
  * value` per line like metrics), "save" (JSON: the generation started or

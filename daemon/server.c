@@ -89,15 +89,10 @@ static void on_conn_tick(uv_timer_t *t)
  * rest of the resident set (code, stacks) is a few MB. 0 when unknown. */
 static uint64_t resident_free(void)
 {
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long long size, res;
-    int got = f && fscanf(f, "%llu %llu", &size, &res) == 2;
-    if (f)
-        fclose(f);
-    if (!got)
+    uint64_t rss = psd_rss_bytes();
+    if (!rss)
         return 0;
     struct mallinfo2 mi = mallinfo2();
-    uint64_t rss = (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
     uint64_t used = (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
     return rss > used ? rss - used : 0;
 }
