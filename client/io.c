@@ -2107,8 +2107,16 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         if (rc == 0)
             break;
         if (rc < 0) {
-            nc_drop(nc, PS_EPROTO, "bad frame from %s: %s", nc->name,
-                    nc->rd.why);
+            char line[96];
+            /* A web server or sshd at a node's address answers the
+             * HELLO with a line of text: say it, not a frame's size. */
+            if (psw_reader_text(&nc->rd, line, sizeof line))
+                nc_drop(nc, PS_EPROTO, "%s is not a psd node: it answered "
+                        "\"%s\" (check the servers given to ps_open)",
+                        nc->name, line);
+            else
+                nc_drop(nc, PS_EPROTO, "bad frame from %s: %s", nc->name,
+                        nc->rd.why);
             return;
         }
         nc->walk = 0;

@@ -1180,11 +1180,21 @@ static void process(psd_conn *c)
          * frame says before the client authenticated is still judged by
          * the handshake (refuse_auth). */
         if (rc < 0) {
-            char why[160];
-            snprintf(why, sizeof why, "%s%s", c->rd.why,
-                     c->hello_done  ? ""
-                     : c->challenged ? " (before AUTH)"
-                                     : " (before HELLO)");
+            char why[320], line[96];
+            /* A browser, curl or a scraper pointed at the client port
+             * was reported as a frame of a gigabyte: say what came. */
+            if (!c->hello_done && psw_reader_text(&c->rd, line, sizeof line))
+                snprintf(why, sizeof why, "it sent text, not psd's frames: "
+                         "\"%s\" (/metrics is served over HTTP %s, not on "
+                         "the port psd's clients use)", line,
+                         c->node->cfg.nmetrics
+                             ? "at [server] metrics_listen's address"
+                             : "only when [server] metrics_listen is set");
+            else
+                snprintf(why, sizeof why, "%s%s", c->rd.why,
+                         c->hello_done  ? ""
+                         : c->challenged ? " (before AUTH)"
+                                         : " (before HELLO)");
             reject(c, why);
             return;
         }

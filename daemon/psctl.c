@@ -249,23 +249,6 @@ static int send_out(node *nd, psw_out *o)
     return 0;
 }
 
-/* The first line of what the node sent, when it begins as text (an HTTP
- * or SSH server's answer): 1 and the line in out, else 0. No psd frame
- * begins so: its big-endian length is at most MAX_FRAME (64M), so its
- * first byte is below 0x20, the first printable character. */
-static int text_answer(const psw_reader *rd, char *out, size_t cap)
-{
-    const unsigned char *p = (const unsigned char *)rd->buf + rd->off;
-    size_t n = rd->len - rd->off, k = 0;
-    while (k < n && k + 1 < cap && p[k] >= 0x20 && p[k] < 0x7f)
-        k++;
-    if (k < 4)
-        return 0;
-    memcpy(out, p, k);
-    out[k] = '\0';
-    return 1;
-}
-
 static int ping_node(node *nd);
 
 /* A PING to each node whose handshake is done and that was sent nothing
@@ -306,7 +289,7 @@ static int receive_until(node *nd, take_fn take, void *arg,
         size_t len;
         int rc = psw_reader_next(&nd->rd, &body, &len);
         char line[80];
-        if (rc < 0 && text_answer(&nd->rd, line, sizeof line)) {
+        if (rc < 0 && psw_reader_text(&nd->rd, line, sizeof line)) {
             snprintf(nd->err, sizeof nd->err, "not a psd node: it answered "
                      "\"%s\"", line);
             return -1;

@@ -509,6 +509,19 @@ int psw_reader_next(psw_reader *r, const char **body, size_t *len)
     return 1;
 }
 
+int psw_reader_text(const psw_reader *r, char *out, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)r->buf + r->off;
+    size_t n = r->len - r->off, k = 0;
+    while (k < n && k + 1 < cap && p[k] >= 0x20 && p[k] < 0x7f)
+        k++;
+    if (k < 4)
+        return 0;
+    memcpy(out, p, k);
+    out[k] = '\0';
+    return 1;
+}
+
 void psw_reader_unread(psw_reader *r)
 {
     r->off -= PSW_FRAME_HDR + r->last_len;

@@ -108,6 +108,17 @@ void psw_reader_commit(psw_reader *r, size_t n);
  * the stream must be closed, with the reason in r->why. */
 int psw_reader_next(psw_reader *r, const char **body, size_t *len);
 
+/* After psw_reader_next failed: 1 when the bytes where a frame should
+ * begin are a line of text (an HTTP request or answer, an SSH or SMTP
+ * banner: another protocol's peer), with that line, cut at its end or at
+ * cap - 1 characters, in out; else 0. Four printable characters or
+ * more: a frame's big-endian length below 512 MiB begins with a byte
+ * below 0x20, the first printable one, so a frame is taken for text only
+ * past that size (max_frame allows 1 GiB) and when its first bytes all
+ * happen to be printable: callers say what they saw, not that it is
+ * another protocol. */
+int psw_reader_text(const psw_reader *r, char *out, size_t cap);
+
 /* Puts the frame psw_reader_next returned last back, unconsumed, as if
  * it had not been taken (its CRC and scan are kept): the next call
  * returns it again. Only right after that call, before psw_reader_space. */

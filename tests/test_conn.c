@@ -433,6 +433,36 @@ static void request_behind_a_throttled_auth_keeps_the_frame_clock_off(
  * every connection from 127.0.0.7 fails, the first taking delay_ms.
  * Skips the test when psd is built with a sanitizer, whose allocator an
  * LD_PRELOAD shim cannot replace. */
+/* An HTTP request on the client port (curl, a browser, a scraper
+ * given the wrong port) was logged as "frame body of 1195725852 bytes
+ * is larger than max_frame": the log says what came now, and where
+ * /metrics is. psd goes on serving. */
+static void http_on_the_client_port_is_said_as_such(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.d]\nkind = dense\nrows = 4\n"
+                                 "dim = 1\n"))
+        fail_msg("cluster did not start");
+    int fd = raw_connect(c.port[0]);
+    static const char get[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(write(fd, get, sizeof get - 1), (ssize_t)(sizeof get - 1));
+    replies r;
+    read_to_end(fd, &r, 5000);
+    close(fd);
+    EXPECT_INT(r.eof, 1, "psd closes the connection");
+    if (!cluster_log_wait(&c, 0, "it sent text, not psd's frames: \"GET "
+                          "/metrics HTTP/1.1\" (/metrics is served over HTTP "
+                          "only when [server] metrics_listen is set, not on "
+                          "the port psd's clients use)",
+                          5000))
+        fail_msg("the log should name what came: %s", cluster_log(&c, 0));
+    fd = raw_connect(c.port[0]);
+    EXPECT_INT(hello(fd), 0, "HELLO on a new connection");
+    close(fd);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 static void start_with_accept_oom(test_cluster *c, int delay_ms)
 {
     const char *san = cluster_psd_sanitizer();
@@ -534,6 +564,7 @@ int main(void)
         cmocka_unit_test(connection_sending_a_request_is_not_closed_to_make_room),
         cmocka_unit_test(quiet_connection_after_backpressure_keeps_its_frame_clock_off),
         cmocka_unit_test(request_behind_a_throttled_auth_keeps_the_frame_clock_off),
+        cmocka_unit_test(http_on_the_client_port_is_said_as_such),
         cmocka_unit_test(connection_without_memory_is_closed_and_psd_keeps_accepting),
         cmocka_unit_test(two_connections_without_memory_in_one_turn_are_closed),
     };

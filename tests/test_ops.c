@@ -2456,6 +2456,34 @@ static void test_psctl_says_when_a_server_is_not_psd(void **state)
         fail_msg("%s", bad);
 }
 
+/* A client given a web server's address (a metrics port, say) said
+ * "bad frame from ...: frame body of 1213486152 bytes is larger than
+ * max_frame": it says what answered now, as psctl does. */
+static void test_a_client_says_when_a_server_is_not_psd(void **state)
+{
+    (void)state;
+    int port;
+    pid_t pid = http_impostor(&port);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", port);
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 1000;
+    o.quiet = 1;
+    ps_client *cl = NULL;
+    int rc = ps_open(&cl, spec, &o);
+    char why[512];
+    snprintf(why, sizeof why, "%s", ps_last_error(NULL));
+    if (rc == PS_OK)
+        ps_close(cl);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (rc == PS_OK || !strstr(why, "not a psd node") ||
+        !strstr(why, "HTTP/1.1 400 Bad Request") || strstr(why, "max_frame"))
+        fail_msg("ps_open of an HTTP server (%d) should fail saying what "
+                 "answered: %s", rc, why);
+}
+
 /* Nodes that accept a connection and never answer (a psd stopped with
  * SIGSTOP, a loop that hangs: the kernel still completes the handshake)
  * cost psctl its reply time once, not once each: it waited 10 s for one
@@ -3641,6 +3669,7 @@ int main(void)
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
         cmocka_unit_test(test_psd_takes_options_in_every_usual_form),
         cmocka_unit_test(test_psctl_says_when_a_server_is_not_psd),
+        cmocka_unit_test(test_a_client_says_when_a_server_is_not_psd),
         cmocka_unit_test(test_psctl_waits_for_hung_nodes_together),
         cmocka_unit_test(test_psctl_keeps_the_other_nodes_while_one_hangs),
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
