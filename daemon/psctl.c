@@ -842,12 +842,16 @@ static void print_node(const node *nd, int i, const samples *ss)
     double up = nodev(ss, "psd_uptime_seconds", i);
     char ver[32];
     get_label(ss, "psd_node_info", i, "version", ver, sizeof ver);
+    /* The count psd gives includes the connection this psctl asked on:
+     * an operator reading "connections 1" on an idle node took it for a
+     * client. */
+    double conns = nodev(ss, "psd_connections", i);
     printf("node %d  %s  psd %s  up %dh%02dm%02ds  rss %s  tables %s  "
-           "connections %.0f\n", i, nd->addr, ver[0] ? ver : "?",
-           (int)(up / 3600),
+           "connections %.0f besides psctl's\n", i, nd->addr,
+           ver[0] ? ver : "?", (int)(up / 3600),
            (int)(up / 60) % 60, (int)up % 60,
            mib(nodev(ss, "psd_resident_memory_bytes", i)),
-           mib(sum(ss, "psd_table_bytes", i)), nodev(ss, "psd_connections", i));
+           mib(sum(ss, "psd_table_bytes", i)), conns >= 1 ? conns - 1 : 0);
     printf("  requests %s/s (pushes %s/s, pulls %s/s), keys pushed %s/s, "
            "pulled %s/s, errors %s/s\n",
            human(nodev(ss, "psd_requests_per_second", i)),
