@@ -1438,7 +1438,10 @@ int psd_table_apply_accumulated(psd_table *t, float scale)
  * the formula in double, rounded, is an ulp off for most weights, and the
  * first push moved every imported weight by one. So the float z nearest
  * is walked, ulp by ulp, to one that gives w exactly, or the closest one
- * near. 0 where no z gives w (w 0, or beta = l2 = 0: the divisor is 0). */
+ * near. Not always exact: with n = 0 one ulp of z moves w by ulp(z) over
+ * beta / lr + l2, coarser than a small w's own ulp when |z| is near a large
+ * l1 (README gives figures). 0 where no z gives w (w 0, or beta = l2 = 0:
+ * the divisor is 0). */
 static float ftrl_z_for(const psd_updater_params *u, float w)
 {
     const float inv_alpha = 1.0f / u->lr;
@@ -1474,9 +1477,9 @@ int psd_table_set_row(psd_table *t, uint64_t key, const float *w,
     memcpy(r.w, w, row_bytes(t));
     /* ftrl computes each weight from z and n at every push: with z = 0 the
      * first push all but wiped an imported weight (w' = (|g| w - g lr) /
-     * (beta + |g|)). z is set so that n = 0 gives w back, as if the row
-     * had been trained to it; with beta = l2 = 0 no z does (the divisor
-     * is 0), and z stays 0. */
+     * (beta + |g|)). z is set so that n = 0 gives w back (or the nearest
+     * weight it can), as if the row had been trained to it; with
+     * beta = l2 = 0 no z does (the divisor is 0), and z stays 0. */
     const psd_updater_params *u = &t->conf.upd;
     if (u->kind == PSD_UPD_FTRL)
         for (uint32_t k = 0; k < t->conf.dim; k++)

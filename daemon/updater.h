@@ -37,6 +37,9 @@ int psd_updater_params_list(const psd_updater_params *p, const char **names,
  *   adagrad: h += g^2; w -= lr g / (sqrt(h) + epsilon)
  *   adam: t += 1; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *         w -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + epsilon)
+ *         (as m k1 and v k2, k = 1 / -expm1(t log b) rounded to float:
+ *         proto/PROTOCOL.md gives each updater's exact order of float
+ *         operations, which a reference must follow to agree bit for bit)
  *   ftrl (McMahan et al. 2013, alpha = lr):
  *         sigma = (sqrt(n + g^2) - sqrt(n)) / alpha; z += g - sigma w;
  *         n += g^2; w = |z| <= l1 ? 0

@@ -78,22 +78,30 @@ PARAMS = {"lr": "0.05", "beta1": "0.85", "beta2": "0.995",
           "epsilon": "1e-6", "l1": "0.01", "l2": "0.3", "beta": "0.7"}
 
 
+# Table name, updater, parameters: adam with betas of 0 too, which the
+# ini accepts (0 <= beta < 1) and where the reference once raised at
+# math.log(0).
+UPDATERS = [(u, u, PARAMS) for u in ("sum", "assign", "sgd", "adagrad",
+                                      "adam", "ftrl")]
+UPDATERS.append(("adam0", "adam", dict(PARAMS, beta1="0", beta2="0")))
+
+
 def updater_tables() -> str:
     text = ""
-    for upd in ("sum", "assign", "sgd", "adagrad", "adam", "ftrl"):
-        text += (f"[table.{upd}]\nkind = dense\nrows = 64\ndim = 5\n"
+    for name, upd, params in UPDATERS:
+        text += (f"[table.{name}]\nkind = dense\nrows = 64\ndim = 5\n"
                  f"updater = {upd}\ninit = uniform -1 1\nseed = 3\n")
-        text += "".join(f"{k} = {v}\n" for k, v in PARAMS.items())
+        text += "".join(f"{k} = {v}\n" for k, v in params.items())
     return text
 
 
 def test_updaters_follow_section_14_bit_for_bit(make_cluster):
     cluster = make_cluster(tables=updater_tables(), nodes=1)
     rng = np.random.default_rng(11)
-    p = {k: float(v) for k, v in PARAMS.items()}
     with psclient.connect(cluster.spec) as c:
-        for upd in ("sum", "assign", "sgd", "adagrad", "adam", "ftrl"):
-            t = c.table(upd)
+        for name, upd, params in UPDATERS:
+            p = {k: float(v) for k, v in params.items()}
+            t = c.table(name)
             w = np.stack([REF["init_row"](("uniform", -1.0, 1.0), r, 5, 3)
                           for r in range(64)])
             st = [{"h": np.zeros(5, F32), "m": np.zeros(5, F32),
@@ -110,5 +118,5 @@ def test_updaters_follow_section_14_bit_for_bit(make_cluster):
             got = t.pull_range(0, 64)
             bad = np.nonzero(bits(got) != bits(w))
             assert bad[0].size == 0, (
-                f"{upd}: row {bad[0][0]} col {bad[1][0]} after 25 pushes: "
+                f"{name}: row {bad[0][0]} col {bad[1][0]} after 25 pushes: "
                 f"psd {got[bad][0]!r}, section 14 {w[bad][0]!r}")
