@@ -58,6 +58,128 @@ int psd_durable_make_dir(const char *dir, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- the data folder --------------------------------------------------- */
+
+static void lock_path(char *buf, size_t len, const char *dir, int index);
+
+enum { FOLDER_OURS, FOLDER_GONE, FOLDER_REPLACED, FOLDER_UNKNOWN };
+
+#define WATCH_MS 1000
+
+/* Where the data folder stands against the lock this node holds: the
+ * same lock file (ours), no lock file at its path (the folder, or the
+ * file, was removed while psd ran), or another one (the folder was
+ * replaced: a backup put back, a volume mounted anew, and maybe a second
+ * psd started in it, which the lock let in). The lock is held on a
+ * descriptor, and everything else is written by path: without this, a
+ * node whose folder was replaced wrote its snapshot, and its journal's
+ * next segments, into the new folder, over the second psd's (the ops
+ * trial lost 3,661 pushes so). */
+static int folder_state(const psd_durable *d, char *lock, size_t len)
+{
+    struct stat have, now;
+    lock_path(lock, len, d->dir, d->node->index);
+    if (fstat(d->lock_fd, &have))
+        return FOLDER_UNKNOWN;
+    if (stat(lock, &now) == 0)
+        return now.st_dev == have.st_dev && now.st_ino == have.st_ino
+                   ? FOLDER_OURS
+                   : FOLDER_REPLACED;
+    return errno == ENOENT ? FOLDER_GONE : FOLDER_UNKNOWN;
+}
+
+/* Takes the lock on fd, psd-nodeN.lock at path lock: the flock that
+ * keeps a second psd out, and an OFD lock beside it with psd's pid in the
+ * file, which tools can see without taking it (psd_durable_holder). */
+static int take_lock(int fd, const char *lock, int index, char *err,
+                     size_t errlen)
+{
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        snprintf(err, errlen, "%s: another psd is running as node %d with "
+                 "this data folder (%s)", lock, index,
+                 errno == EWOULDBLOCK ? "it holds the lock" : strerror(errno));
+        return -1;
+    }
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+    char pid[32];
+    int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (fcntl(fd, F_OFD_SETLK, &fl) || ftruncate(fd, 0) ||
+        pwrite(fd, pid, (size_t)pl, 0) != pl)
+        psd_warn("%s: %s: tools cannot tell that this psd runs", lock,
+                 strerror(errno));
+    return 0;
+}
+
+/* Before anything is written into the folder by path (a snapshot, the
+ * journal's next segment, the pruning of old ones): 0 when it is still
+ * the folder this node locked, or was removed and made again (by the
+ * operator), with a new lock file this node now holds; -1, with why in
+ * err, when it is missing, or something else is at its path, which
+ * nothing of this node's may overwrite. */
+static int folder_ours(psd_durable *d, char *err, size_t errlen)
+{
+    char lock[4200];
+    int st = folder_state(d, lock, sizeof lock);
+    if (st == FOLDER_OURS)
+        return 0;
+    if (st == FOLDER_REPLACED) {
+        long pid = psd_durable_holder(d->dir, d->node->index);
+        char who[64] = "";
+        if (pid > 0)
+            snprintf(who, sizeof who, " (psd pid %ld runs in it)", pid);
+        snprintf(err, errlen, "%s was replaced while psd ran%s: its "
+                 "psd-node%d.lock is not the one this node took, and "
+                 "nothing of this node is written over it (move it aside and "
+                 "make the folder again: psctl save then writes this node's "
+                 "snapshot there)",
+                 d->dir, who, d->node->index);
+        return -1;
+    }
+    if (st == FOLDER_UNKNOWN) {
+        snprintf(err, errlen, "%s: %s", lock, strerror(errno));
+        return -1;
+    }
+    /* Not made here: a volume that is not mounted looks the same, and
+     * the node's files would go to the disk beneath (the operator makes
+     * it again, then psctl save). */
+    struct stat dir;
+    if (stat(d->dir, &dir)) {
+        snprintf(err, errlen, "%s was removed while psd ran: nothing of "
+                 "this node is written until it is made again (mkdir it, "
+                 "then psctl save)", d->dir);
+        return -1;
+    }
+    /* O_EXCL: a psd that made it meanwhile keeps it. */
+    int fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", lock, strerror(errno));
+        return -1;
+    }
+    if (take_lock(fd, lock, d->node->index, err, errlen)) {
+        close(fd);
+        return -1;
+    }
+    close(d->lock_fd);
+    d->lock_fd = fd;
+    psd_warn("%s was removed while psd ran: its folder is there again, and "
+             "this node's lock with it; the next snapshot holds the whole "
+             "node", lock);
+    return 0;
+}
+
+/* A folder that is not ours: with the journal, pushes are refused until
+ * a snapshot can be written (their records go to the replaced folder's
+ * segment, a file no one can read once psd stops). */
+static void folder_refused(psd_durable *d)
+{
+    if (!d->node->journal)
+        return;
+    d->unbased = 1;
+    psd_journal_hold(d->node->journal, "the data folder was replaced while "
+                     "psd ran: pushes are refused until this node's "
+                     "snapshot can be written (psd's log says why)");
+}
+
 /* ---- fsync ------------------------------------------------------------- */
 
 static void start_fsync(psd_durable *d);
@@ -248,11 +370,12 @@ static void child_done(psd_durable *d, int ok, const char *text)
         if (d->unbased && d->node->journal)
             psd_journal_hold(d->node->journal, NULL);
         d->unbased = 0;
+        char lock[4200];
         if (text[0])
             psd_warn("snapshot %llu: %s; the journal it covers is kept",
                      (unsigned long long)d->child_gen, text);
-        else
-            prune_start(d, d->child_seq);
+        else if (folder_state(d, lock, sizeof lock) == FOLDER_OURS)
+            prune_start(d, d->child_seq);   /* not another folder's */
         psd_info("snapshot %llu written: %.1f MiB in %.2f s (the loop paused "
                  "%.2f ms to fork)", (unsigned long long)d->child_gen,
                  (double)d->st.last_bytes / (1 << 20), secs,
@@ -417,9 +540,14 @@ void psd_durable_snapshot(psd_durable *d)
 /* The snapshot itself: the journal's rotation, then the forked writer. */
 static void start_writer(psd_durable *d)
 {
-    char err[256];
+    char err[512];
     uint64_t seq = d->next_seq;
     psd_journal *j = d->node->journal;
+    if (folder_ours(d, err, sizeof err)) {
+        folder_refused(d);
+        not_started(d, err);
+        return;
+    }
     /* The image covers the journal so far: later records go to a new
      * segment, which the snapshot says to replay from. */
     if (j) {
@@ -512,12 +640,14 @@ static void start_writer(psd_durable *d)
  * one (unbased), the tick takes one as before. */
 int psd_durable_current(const psd_durable *d)
 {
-    char path[4200];
+    char path[4200], lock[4200];
     struct stat st;
     psd_snapshot_path(path, sizeof path, d->dir, d->node->index);
     /* (The file is looked for: one an operator moved away is written
-     * again.) */
+     * again; and in this node's folder: a snapshot at the path of a
+     * folder put in its place is not this node's.) */
     return !d->child && !d->presync &&
+           folder_state(d, lock, sizeof lock) == FOLDER_OURS &&
            d->saved_changes == d->node->changes &&
            !d->st.last_error[0] && !d->unbased && stat(path, &st) == 0;
 }
@@ -583,6 +713,26 @@ static void check_size(psd_durable *d)
         return;
     d->size_seq = psd_journal_seq(d->node->journal);
     uv_timer_start(&d->soon, on_size, 0, 0);
+}
+
+/* Every WATCH_MS: a data folder removed or replaced while psd runs is
+ * seen within that, not at the next snapshot (minutes later, or at the
+ * stop): a snapshot is tried at once, which says why it cannot be
+ * written (replaced: pushes then wait with the journal), or, once the
+ * operator made the folder again, is written there. Once per change of
+ * what is found: the periodic snapshots and psctl save retry meanwhile. */
+static void on_watch(uv_timer_t *t)
+{
+    psd_durable *d = t->data;
+    char lock[4200];
+    if (d->child || d->presync || d->stopping)
+        return;
+    int st = folder_state(d, lock, sizeof lock);
+    if (st == d->folder_seen)
+        return;
+    d->folder_seen = st;
+    if (st == FOLDER_GONE || st == FOLDER_REPLACED)
+        psd_durable_snapshot(d);
 }
 
 static void arm_interval(psd_durable *d)
@@ -849,24 +999,11 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
         snprintf(err, errlen, "%s: %s", lock, strerror(errno));
         return -1;
     }
-    if (flock(d->lock_fd, LOCK_EX | LOCK_NB)) {
-        snprintf(err, errlen, "%s: another psd is running as node %d with "
-                 "this data folder (%s)", lock, n->index,
-                 errno == EWOULDBLOCK ? "it holds the lock" : strerror(errno));
+    if (take_lock(d->lock_fd, lock, n->index, err, errlen)) {
         close(d->lock_fd);
         d->lock_fd = -1;
         return -1;
     }
-    /* For psd_durable_holder (psd --export, --import, --reshard): an
-     * OFD lock can be seen by others without taking it, a flock cannot.
-     * The flock stays what keeps a second psd out. */
-    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
-    char pid[32];
-    int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (fcntl(d->lock_fd, F_OFD_SETLK, &fl) || ftruncate(d->lock_fd, 0) ||
-        pwrite(d->lock_fd, pid, (size_t)pl, 0) != pl)
-        psd_warn("%s: %s: tools cannot tell that this psd runs", lock,
-                 strerror(errno));
     remove_stale_tmp(d->dir, n->index);
     return 0;
 }
@@ -1086,6 +1223,9 @@ int psd_durable_open(psd_durable *d, char *err, size_t errlen)
     arm_interval(d);
     uv_timer_init(loop, &d->soon);
     d->soon.data = d;
+    uv_timer_init(loop, &d->watch);
+    d->watch.data = d;
+    uv_timer_start(&d->watch, on_watch, WATCH_MS, WATCH_MS);
     uv_signal_init(loop, &d->sigchld);
     d->sigchld.data = d;
     uv_signal_start(&d->sigchld, on_sigchld, SIGCHLD);
@@ -1120,6 +1260,8 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     }
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
+    if (folder_ours(d, err, errlen))
+        return -1;
     if (n->journal) {
         int rc = rotate(d, n->journal, err, errlen);
         if (rc == -2)
@@ -1146,5 +1288,6 @@ void psd_durable_stop(psd_durable *d)
     uv_close((uv_handle_t *)&d->everysec, NULL);
     uv_close((uv_handle_t *)&d->interval, NULL);
     uv_close((uv_handle_t *)&d->soon, NULL);
+    uv_close((uv_handle_t *)&d->watch, NULL);
     uv_close((uv_handle_t *)&d->sigchld, NULL);
 }

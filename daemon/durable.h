@@ -25,7 +25,7 @@ typedef struct psd_durable_stats {
     uint64_t last_bytes;
     double last_seconds;         /* how long its writing took */
     double last_pause_ms;        /* how long the loop stopped for fork() */
-    char last_error[256];        /* of the last failure, "" after success */
+    char last_error[512];        /* of the last failure, "" after success */
     uint64_t fsyncs;
     double fsync_ms_last, fsync_ms_max;
     uint64_t journal_records;    /* replayed at start */
@@ -64,6 +64,8 @@ typedef struct psd_durable {
                                     queued from then on (the loop ends) */
     /* snapshots */
     uv_timer_t interval;
+    uv_timer_t watch;            /* is the data folder still ours? */
+    int folder_seen;             /* what the watch found last: FOLDER_* */
     uv_timer_t soon;             /* a snapshot for the journal's size */
     uint64_t size_seq;           /* the segment that last started one */
     uv_signal_t sigchld;

@@ -3541,6 +3541,104 @@ static void test_a_removed_data_dir_made_again_is_saved_to(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* The data folder replaced under a running node (moved away, and a
+ * restored backup, or a second psd the lock no longer kept out, in its
+ * place): the node wrote its snapshot and journal segments by path into
+ * the new folder, over the other's files (an operators' trial lost a
+ * second psd's 3,661 pushes so). Now, within a second, it says so and
+ * writes nothing there: pushes are refused (their journal is the moved
+ * folder's), psctl save and the stop fail saying why, and the folder's
+ * files stay as they were. Moved aside in turn and made again, the
+ * folder takes the node's snapshot, and every acknowledged push
+ * survives kill -9. */
+static void test_a_replaced_data_dir_is_not_written_over(void **state)
+{
+    (void)state;
+    test_cluster c;
+    char data[300], cmd[1800], path[600];
+    start(&c, 1, SERVER "durability = log\nfsync = always\n"
+          "snapshot_interval = 0\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    snprintf(data, sizeof data, "%s/data", c.dir);
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             data, c.ini);
+    assert_int_equal(system(cmd), 0);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the folder is replaced");
+    /* Moved, not removed: the journal's segment is still a file, which
+     * takes its writes. */
+    snprintf(cmd, sizeof cmd, "mv '%s' '%s.old' && mkdir '%s' && echo backup "
+             "> '%s/marker' && echo 4242 > '%s/psd-node0.lock'", data, data,
+             data, data, data);
+    assert_int_equal(system(cmd), 0);
+    EXPECT_INT(cluster_log_wait(&c, 0, "was replaced while psd ran: its "
+                                "psd-node0.lock is not the one this node "
+                                "took", 3000), 1,
+               "the node sees the folder replaced within a second");
+    o.max_retries = 2;
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1.0f;
+    /* The first is applied and its record waits (its reply with it):
+     * the snapshot to come covers it; the next is refused. */
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
+               "a push after the folder was replaced: %s", ps_strerror(rc));
+    ps_client *next;
+    assert_int_equal(ps_open(&next, c.spec, &o), PS_OK);
+    rc = ps_wait(next, ps_push(next, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc, PS_ESERVER, "the next push: %s", ps_strerror(rc));
+    EXPECT_SUBSTR(ps_last_error(next), "the data folder was replaced",
+                  "what the refused push is told");
+    ps_close(next);
+    ps_close(cl);
+    int st;
+    char *out = cluster_psctl(&c, &st, "save");
+    EXPECT_INT(st, 1, "psctl save into the replaced folder: %s",
+               out ? out : "");
+    EXPECT_SUBSTR(out ? out : "", "was replaced while psd ran",
+                  "psctl save says why");
+    free(out);
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | tr '\\n' ' '", data);
+    out = run_out(&st, cmd);
+    EXPECT_STR(out ? out : "", "marker psd-node0.lock ",
+               "the replaced folder holds what it held");
+    free(out);
+    snprintf(path, sizeof path, "%s/psd-node0.lock", data);
+    FILE *f = fopen(path, "r");
+    char held[16] = "";
+    if (f) {
+        if (!fgets(held, sizeof held, f))
+            held[0] = '\0';
+        fclose(f);
+    }
+    EXPECT_STR(held, "4242\n", "its lock file untouched");
+    /* Moved aside and made again: saved there, and pushes go on. */
+    snprintf(cmd, sizeof cmd, "mv '%s' '%s.backup' && mkdir '%s'", data,
+             data, data);
+    assert_int_equal(system(cmd), 0);
+    out = cluster_psctl(&c, &st, "save");
+    EXPECT_INT(st, 0, "psctl save into the folder made again: %s",
+               out ? out : "");
+    free(out);
+    int b;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "pushes after the save");
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart after kill -9");
+    char why[200];
+    if (oracle_check(c.spec, a + b, a + b + 1, why, sizeof why))
+        fail_msg("%s", why);
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* A missing data folder is created at start, its parents 0755 and the
  * folder itself 0700 (less the umask), also when data_dir ends with a
  * slash; the node's files are 0600. */
@@ -3711,6 +3809,7 @@ int main(void)
         cmocka_unit_test(test_a_tail_zero_from_a_small_block_is_cut),
         cmocka_unit_test(test_a_removed_data_dir_refuses_pushes),
         cmocka_unit_test(test_a_removed_data_dir_made_again_is_saved_to),
+        cmocka_unit_test(test_a_replaced_data_dir_is_not_written_over),
         cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
         cmocka_unit_test(
             test_a_journal_past_a_lowered_max_frame_says_what_reads_it),
