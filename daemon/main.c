@@ -101,15 +101,19 @@ static void usage(FILE *f)
             "its init; one removed from FILE is refused unless\n"
             "--drop-table NAME lets its rows go.\n"
             "\n"
-            "Logs go to stderr. SIGTERM/SIGINT: finish in-flight work, write a "
-            "final\nsnapshot and exit 0 (1 when that snapshot failed). "
-            "Bad arguments exit 2\n(a NODE that FILE does not list is an "
-            "error of FILE's: 1). SIGHUP: re-read FILE and\napply "
-            "hyper-parameters and limits.\n"
+            "Logs go to stderr, which psd never reopens: append (2>>FILE) or "
+            "pipe it to a\nlogger. SIGTERM/SIGINT: finish in-flight work, "
+            "write a final snapshot and\nexit 0 (1 when that snapshot "
+            "failed; a second SIGINT gives up on it). Bad\narguments exit 2 "
+            "(a NODE that FILE does not list is an error of FILE's: 1).\n"
+            "SIGHUP: re-read FILE and apply hyper-parameters and limits "
+            "(replace FILE\nwhole, with mv: a half-written one's missing "
+            "keys take their defaults).\nSIGUSR1, SIGUSR2: logged, nothing "
+            "else.\n"
             "--version: psd's release and the wire protocols it speaks.\n");
 }
 
-static uv_signal_t sig_term, sig_int, sig_hup;
+static uv_signal_t sig_term, sig_int, sig_hup, sig_usr1, sig_usr2;
 static uv_timer_t watchdog;
 
 /* WATCHDOG=1 from the loop itself: a loop that stops turning stops the
@@ -140,6 +144,8 @@ static void on_stop_signal(uv_signal_t *h, int signum)
     uv_close((uv_handle_t *)&sig_term, NULL);
     uv_close((uv_handle_t *)&sig_int, NULL);
     uv_close((uv_handle_t *)&sig_hup, NULL);
+    uv_close((uv_handle_t *)&sig_usr1, NULL);
+    uv_close((uv_handle_t *)&sig_usr2, NULL);
     /* Closing the handles gave the signals back their default action,
      * which for SIGHUP and SIGTERM is to end the process: one arriving
      * while connections drain or the final snapshot is written would kill
@@ -149,6 +155,20 @@ static void on_stop_signal(uv_signal_t *h, int signum)
      * final snapshot. */
     signal(SIGHUP, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
+}
+
+/* SIGUSR1 and SIGUSR2 end a process by default: a logrotate script's
+ * "kill -USR1" (the way many daemons reopen their logs) killed psd with
+ * no final snapshot and no word, every push since the last one lost. psd
+ * has nothing to do on them; it says so. */
+static void on_usr(uv_signal_t *h, int signum)
+{
+    (void)h;
+    psd_info("received %s: psd does nothing on it (SIGHUP reloads the ini "
+             "file, SIGTERM saves and stops; the log goes to stderr, which "
+             "psd never reopens)", signum == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
 }
 
 static void on_hup(uv_signal_t *h, int signum)
@@ -344,8 +364,12 @@ int main(int argc, char **argv)
     sigset_t hup;
     sigemptyset(&hup);
     sigaddset(&hup, SIGHUP);
-    if (!check && !export_dir && !reshard_dir && !import_dir)
+    if (!check && !export_dir && !reshard_dir && !import_dir) {
         sigprocmask(SIG_BLOCK, &hup, NULL);
+        /* Ignored while psd loads (on_usr says so once it serves). */
+        signal(SIGUSR1, SIG_IGN);
+        signal(SIGUSR2, SIG_IGN);
+    }
     /* A tool whose output goes to a pipe closed early (psd --reshard ...
      * | head) gets a write error, not SIGPIPE in the middle of writing
      * its files; the daemon, a write error for a peer that vanished. */
@@ -594,6 +618,10 @@ int main(int argc, char **argv)
     uv_signal_start(&sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&sig_hup, on_hup, SIGHUP);
+    uv_signal_init(&loop, &sig_usr1);
+    uv_signal_init(&loop, &sig_usr2);
+    uv_signal_start(&sig_usr1, on_usr, SIGUSR1);
+    uv_signal_start(&sig_usr2, on_usr, SIGUSR2);
     sigprocmask(SIG_UNBLOCK, &hup, NULL);
     sigprocmask(SIG_UNBLOCK, &stop, NULL);
     uv_timer_init(&loop, &watchdog);
