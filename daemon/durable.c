@@ -1261,7 +1261,7 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
     if (folder_ours(d, err, errlen))
-        return -1;
+        return -2;
     if (n->journal) {
         int rc = rotate(d, n->journal, err, errlen);
         if (rc == -2)

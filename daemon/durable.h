@@ -171,7 +171,9 @@ int psd_durable_current(const psd_durable *d);
 
 /* At stop, once every connection is closed: waits for a running child,
  * then writes the final snapshot in this process and removes the journal
- * it covers. 0, or -1 with the reason in err (the old files are kept). */
+ * it covers. 0, or -1 with the reason in err (the old files are kept),
+ * or -2 when the data folder was removed or replaced while psd ran
+ * (nothing is written, and the old files are not there). */
 int psd_durable_final(psd_durable *d, char *err, size_t errlen);
 
 /* Closes the timers and signal handles (the loop ends after). */

@@ -640,7 +640,13 @@ void psd_server_stop(psd_server *s)
 int psd_server_final(psd_server *s)
 {
     char err[512];
-    if (psd_durable_final(&s->dur, err, sizeof err)) {
+    int rc = psd_durable_final(&s->dur, err, sizeof err);
+    if (rc == -2) {
+        psd_error("final snapshot not written, and what this node held is "
+                  "lost: %s", err);
+        return -1;
+    }
+    if (rc) {
         psd_error("final snapshot failed, the previous files are kept: %s",
                   err);
         return -1;

@@ -3479,6 +3479,10 @@ static void test_a_removed_data_dir_refuses_pushes(void **state)
     ps_close(cl);
     ps_close(reader);
     EXPECT_INT(term(&c, 0), 1, "a stop whose final snapshot has no folder");
+    /* Not "the previous files are kept": they went with the folder. */
+    EXPECT_INT(cluster_log_wait(&c, 0, "final snapshot not written, and what "
+                                "this node held is lost: ", 1000), 1,
+               "the stop says what is lost");
     cluster_stop(&c);
 }
 
