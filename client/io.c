@@ -2332,8 +2332,9 @@ static void tick_node(psc_io *io, nconn *nc, uint64_t now)
                       "within %llu ms of %s%s (a stopped psd, one too busy "
                       "to answer in time (raise connect_timeout_ms, and "
                       "request_timeout_ms, which bounds each try, when "
-                      "many clients start at once), or not a psd on that "
-                      "port)"
+                      "many clients start at once), a network losing "
+                      "packets (each loss costs a resend's wait), or not a "
+                      "psd on that port)"
                     /* No connection was made: "of connecting" read as if
                      * one had been (a multi-host trial). */
                     : "no answer from %s within %llu ms of %s%s (no "

@@ -32,8 +32,8 @@
 #include "../proto/msg.h"
 #include "../proto/status.h"
 
-#define CONNECT_MS 3000
-#define REPLY_MS 10000
+/* A node's time to connect and to answer; --wait sets both. */
+static int connect_ms = 3000, reply_ms = 10000;
 #define MAX_FRAME (64u << 20)
 
 static void usage(FILE *f)
@@ -41,7 +41,8 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: psctl [-c INI | -s HOST:PORT[,HOST:PORT...]] [-n NODE] "
         "[--json]\n"
-        "             [--timeout SECS] [-i SECS] [--count N] COMMAND\n"
+        "             [--wait SECS] [--timeout SECS] [-i SECS] [--count N] "
+        "COMMAND\n"
         "       psctl --version | --help\n"
         "commands:\n"
         "  ping     round trip to every node\n"
@@ -83,6 +84,9 @@ static void usage(FILE *f)
         "shows why a reload failed.\n"
         "-n NODE: only node NODE of the ini (with -s: the NODE-th address, "
         "from 0).\n"
+        "--wait SECS: each node's time to connect and to answer (default 3 s "
+        "to connect,\n  10 s to answer; more for a node behind a slow or "
+        "lossy network).\n"
         "Long forms: --config INI, --servers LIST, --node NODE, --interval "
         "SECS.\n"
         "--version: psctl's release and wire protocol; --help: this text.\n"
@@ -116,7 +120,7 @@ typedef struct node {
 /* Every node psctl asks (main sets them): while one is waited for, they
  * all hear a PING every heartbeat_ms, as from a client, or they close
  * the connection as a dead peer's (peer_timeout_ms) while a node that
- * stopped answering keeps psctl waiting up to REPLY_MS. */
+ * stopped answering keeps psctl waiting up to reply_ms. */
 static node *all_nodes;
 static int all_n;
 
@@ -193,7 +197,7 @@ static int dial(node *nd)
             continue;
         }
         if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
-            (errno == EINPROGRESS && wait_fd(fd, POLLOUT, CONNECT_MS) > 0)) {
+            (errno == EINPROGRESS && wait_fd(fd, POLLOUT, connect_ms) > 0)) {
             int e = 0;
             socklen_t l = sizeof e;
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
@@ -204,9 +208,13 @@ static int dial(node *nd)
             errno = self ? ECONNREFUSED : e;
         } else if (errno == EINPROGRESS)
             errno = ETIMEDOUT;
+        /* A node behind a lossy link connects late (a lost SYN is sent
+         * again after 1 s, then 3 s): said, with the way to wait longer. */
         snprintf(nd->err, sizeof nd->err, "cannot connect: %s%s",
                  strerror(errno), self ? " (the connection reached itself: "
-                 "its local port was the node's)" : "");
+                 "its local port was the node's)"
+                 : errno == ETIMEDOUT ? " (--wait SECS gives a slow or "
+                                        "lossy network more time)" : "");
         close(fd);
         fd = -1;
     }
@@ -234,7 +242,7 @@ static int send_out(node *nd, psw_out *o)
         while (left) {
             ssize_t k = send(nd->fd, p, left, MSG_NOSIGNAL);
             if (k < 0 && errno == EAGAIN && wait_fd(nd->fd, POLLOUT,
-                                                    REPLY_MS) > 0)
+                                                    reply_ms) > 0)
                 continue;
             if (k <= 0) {
                 snprintf(nd->err, sizeof nd->err, "send: %s",
@@ -336,8 +344,8 @@ static int receive_until(node *nd, take_fn take, void *arg,
             ready = w > 0;
         }
         if (deadline && !ready) {
-            snprintf(nd->err, sizeof nd->err, "no answer within %d s",
-                     REPLY_MS / 1000);
+            snprintf(nd->err, sizeof nd->err, "no answer within %d s "
+                     "(--wait SECS waits longer)", reply_ms / 1000);
             return -1;
         }
         char *p;
@@ -361,7 +369,7 @@ static int receive_until(node *nd, take_fn take, void *arg,
 
 static int receive(node *nd, take_fn take, void *arg)
 {
-    return receive_until(nd, take, arg, now_ms() + REPLY_MS);
+    return receive_until(nd, take, arg, now_ms() + reply_ms);
 }
 
 static int send_out(node *nd, psw_out *o);
@@ -1193,7 +1201,7 @@ static int ping_node(node *nd)
 }
 
 /* Every node is sent its HELLO before psctl waits for any answer, and
- * all answers share one REPLY_MS: nodes that accept and hang (stopped,
+ * all answers share one reply_ms: nodes that accept and hang (stopped,
  * or a loop stuck) cost that time once, not once each. */
 /* A psd reached at two of the addresses asked (one address written two
  * ways, such as localhost and 127.0.0.1, in an ini whose node at the
@@ -1227,7 +1235,7 @@ static int same_node_twice(cluster *c, int quiet)
     return bad;
 }
 
-/* wait_ms: how long the handshakes may take (REPLY_MS; top redialling
+/* wait_ms: how long the handshakes may take (reply_ms; top redialling
  * the nodes that did not answer waits a refresh's interval). */
 static int open_all(cluster *c, int quiet, int wait_ms)
 {
@@ -1284,7 +1292,8 @@ static int open_all(cluster *c, int quiet, int wait_ms)
     for (int i = 0; i < c->n; i++)
         if (asked[i] == 1) {     /* no answer in time (or no memory) */
             snprintf(c->nodes[i].err, sizeof c->nodes[i].err,
-                     p && at ? "no answer within %g s" : "out of memory",
+                     p && at ? "no answer within %g s (--wait SECS waits "
+                               "longer)" : "out of memory",
                      wait_ms / 1000.0);
             node_close(&c->nodes[i]);
             if (!quiet)
@@ -1951,9 +1960,9 @@ static int do_top(cluster *c, double interval, int count, int json)
                 break;
             /* Nodes that came back; one that still does not answer (a
              * loop stopped) holds each refresh up to the interval, at
-             * least 1 s, not REPLY_MS. */
+             * least 1 s, not reply_ms. */
             double w = interval < 1 ? 1000 : interval * 1000;
-            open_all(c, 1, w < REPLY_MS ? (int)w : REPLY_MS);
+            open_all(c, 1, w < reply_ms ? (int)w : reply_ms);
         }
         if (json) {
             bad = do_stats(c, 1, 0) || not_answering(c);
@@ -2363,7 +2372,7 @@ int main(int argc, char **argv)
      * each value in every usual form (-n 1, -n1, --count=2) and options
      * before or after the command; its own messages are off, psctl says
      * what is wrong in its words. */
-    enum { O_COUNT = 256, O_TIMEOUT, O_JSON, O_VERSION };
+    enum { O_COUNT = 256, O_TIMEOUT, O_WAIT, O_JSON, O_VERSION };
     static const struct option longs[] = {
         { "config", required_argument, NULL, 'c' },
         { "servers", required_argument, NULL, 's' },
@@ -2371,6 +2380,7 @@ int main(int argc, char **argv)
         { "interval", required_argument, NULL, 'i' },
         { "count", required_argument, NULL, O_COUNT },
         { "timeout", required_argument, NULL, O_TIMEOUT },
+        { "wait", required_argument, NULL, O_WAIT },
         { "json", no_argument, NULL, O_JSON },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, O_VERSION },
@@ -2412,6 +2422,11 @@ int main(int argc, char **argv)
                 return 2;
             timeout_s = (int)v;
             for_save = 1;
+            break;
+        case O_WAIT:
+            if (number_arg("--wait", optarg, 1, 3600, 1, &v))
+                return 2;
+            connect_ms = reply_ms = (int)v * 1000;
             break;
         case O_JSON:
             json = 1;
@@ -2524,7 +2539,7 @@ int main(int argc, char **argv)
     }
     all_nodes = c.nodes;
     all_n = c.n;
-    int rc, bad = open_all(&c, 0, REPLY_MS), differ = layouts_differ(&c);
+    int rc, bad = open_all(&c, 0, reply_ms), differ = layouts_differ(&c);
     bad |= differ;
     if (differ && !strcmp(cmd, "end-job")) {
         /* Nodes of two layouts may be two clusters (a -s list mixing

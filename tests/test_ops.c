@@ -2537,6 +2537,40 @@ static void test_psctl_waits_for_hung_nodes_together(void **state)
                  "10 s (one reply time)", s);
 }
 
+/* psctl's time for a node to connect and to answer was fixed (3 s and
+ * 10 s): a node behind a lossy link, which trainers used without a
+ * failure, was reported unreachable, and an operator could not give it
+ * longer. --wait SECS sets both, and the messages name it. */
+static void test_psctl_wait_sets_the_nodes_time(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 4), 0);   /* never accepted */
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int st;
+    char *o = run(&st, "%s --wait 2 -s 127.0.0.1:%d ping 2>&1", psctl(),
+                  ntohs(sa.sin_port));
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    close(fd);
+    double secs = (double)(b.tv_sec - a.tv_sec) +
+                  (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    EXPECT_INT(st, 1, "psctl --wait 2 ping of a hung node: %s", o ? o : "");
+    if (!o || !strstr(o, "no answer within 2 s (--wait SECS waits longer)"))
+        fail_msg("psctl --wait 2 should wait 2 s and say so: %s", o ? o : "");
+    free(o);
+    if (secs < 1.9 || secs > 6)
+        fail_msg("psctl --wait 2 took %.1f s", secs);
+    o = run(&st, "%s --wait 0 ping 2>&1", psctl());
+    EXPECT_INT(st, 2, "--wait 0: %s", o ? o : "");
+    free(o);
+}
+
 /* A node that stops answering (a loop frozen, a host gone quiet) keeps
  * psctl waiting up to its reply time, 10 s; the other nodes hear a PING
  * meanwhile, as from a client. They did not, and closed psctl's
@@ -3673,6 +3707,7 @@ int main(void)
         cmocka_unit_test(test_psctl_says_when_a_server_is_not_psd),
         cmocka_unit_test(test_a_client_says_when_a_server_is_not_psd),
         cmocka_unit_test(test_psctl_waits_for_hung_nodes_together),
+        cmocka_unit_test(test_psctl_wait_sets_the_nodes_time),
         cmocka_unit_test(test_psctl_keeps_the_other_nodes_while_one_hangs),
         cmocka_unit_test(test_psctl_names_each_node_by_its_own_index),
         cmocka_unit_test(test_the_unit_checks_the_node_it_starts),
