@@ -326,6 +326,22 @@ static char *run(int *status, const char *fmt, ...)
     return out;
 }
 
+/* A socket listening on a free loopback port (its number in *port),
+ * which nothing accepts from unless the caller does: connects complete
+ * in the kernel's backlog, and no byte is ever answered. */
+static int loopback_listener(int *port, int backlog)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, backlog), 0);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
 /* A port some other process listens on: psd exits with status 1 and
  * names the address and the reason, rather than running without it. It
  * says so before it loads anything: with a large snapshot, loading took
@@ -335,14 +351,7 @@ static char *run(int *status, const char *fmt, ...)
 static void test_a_port_in_use_stops_psd_with_the_address(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(fd, 4), 0);
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    int port = ntohs(sa.sin_port);
+    int port, fd = loopback_listener(&port, 4);
     char dir[] = "/tmp/psd-port-XXXXXX", ini[64];
     assert_non_null(mkdtemp(dir));
     snprintf(ini, sizeof ini, "%s/c.ini", dir);
@@ -2396,14 +2405,7 @@ static void test_psd_takes_options_in_every_usual_form(void **state)
  * Runs in a child until killed; returns its pid and sets *port. */
 static pid_t http_impostor(int *port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(fd, 16), 0);
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    *port = ntohs(sa.sin_port);
+    int fd = loopback_listener(port, 16);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid > 0) {
@@ -2497,16 +2499,11 @@ static void test_psctl_waits_for_hung_nodes_together(void **state)
     int fds[3];
     char list[160] = "";
     for (int i = 0; i < 3; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = { .sin_family = AF_INET };
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof sa;
-        assert_int_equal(bind(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
-        assert_int_equal(listen(fds[i], 4), 0);   /* never accepted */
-        getsockname(fds[i], (struct sockaddr *)&sa, &len);
+        int port;
+        fds[i] = loopback_listener(&port, 4);    /* never accepted */
         size_t at = strlen(list);
         snprintf(list + at, sizeof list - at, "%s127.0.0.1:%d", i ? "," : "",
-                 ntohs(sa.sin_port));
+                 port);
     }
     /* A live node after them still answers: it is not left silent
      * meanwhile for longer than its peer_timeout_ms (4 s), after which it
@@ -2544,18 +2541,12 @@ static void test_psctl_waits_for_hung_nodes_together(void **state)
 static void test_psctl_wait_sets_the_nodes_time(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(fd, 4), 0);   /* never accepted */
-    getsockname(fd, (struct sockaddr *)&sa, &len);
+    int port, fd = loopback_listener(&port, 4);   /* never accepted */
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     int st;
     char *o = run(&st, "%s --wait 2 -s 127.0.0.1:%d ping 2>&1", psctl(),
-                  ntohs(sa.sin_port));
+                  port);
     clock_gettime(CLOCK_MONOTONIC, &b);
     close(fd);
     double secs = (double)(b.tv_sec - a.tv_sec) +
