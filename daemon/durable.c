@@ -543,8 +543,12 @@ static void start_writer(psd_durable *d)
     char err[512];
     uint64_t seq = d->next_seq;
     psd_journal *j = d->node->journal;
+    char lock[4200];
     if (folder_ours(d, err, sizeof err)) {
-        folder_refused(d);
+        /* (Removed, the journal refuses pushes by itself: its segment
+         * has no link left.) */
+        if (folder_state(d, lock, sizeof lock) == FOLDER_REPLACED)
+            folder_refused(d);
         not_started(d, err);
         return;
     }
