@@ -112,11 +112,15 @@ static int take_lock(int fd, const char *lock, int index, char *err,
 
 /* Before anything is written into the folder by path (a snapshot, the
  * journal's next segment, the pruning of old ones): 0 when it is still
- * the folder this node locked, or was removed and made again (by the
- * operator), with a new lock file this node now holds; -1, with why in
- * err, when it is missing, or something else is at its path, which
- * nothing of this node's may overwrite. */
-static int folder_ours(psd_durable *d, char *err, size_t errlen)
+ * the folder this node locked, or its lock file is gone and the folder at
+ * the path is on the same file system (made again by the operator, or
+ * only the lock file removed), with a new lock file this node now holds;
+ * -1, with why in err, when it is missing, on another file system, or
+ * something else is at its path, which nothing of this node's may
+ * overwrite. `after` ends a refusal's advice: what the operator does
+ * then. */
+static int folder_ours(psd_durable *d, const char *after, char *err,
+                       size_t errlen)
 {
     char lock[4200];
     int st = folder_state(d, lock, sizeof lock);
@@ -129,10 +133,8 @@ static int folder_ours(psd_durable *d, char *err, size_t errlen)
             snprintf(who, sizeof who, " (psd pid %ld runs in it)", pid);
         snprintf(err, errlen, "%s was replaced while psd ran%s: its "
                  "psd-node%d.lock is not the one this node took, and "
-                 "nothing of this node is written over it (move it aside and "
-                 "make the folder again: psctl save then writes this node's "
-                 "snapshot there)",
-                 d->dir, who, d->node->index);
+                 "nothing of this node is written over it (%s)", d->dir, who,
+                 d->node->index, after);
         return -1;
     }
     if (st == FOLDER_UNKNOWN) {
@@ -141,12 +143,23 @@ static int folder_ours(psd_durable *d, char *err, size_t errlen)
     }
     /* Not made here: a volume that is not mounted looks the same, and
      * the node's files would go to the disk beneath (the operator makes
-     * it again, then psctl save). */
-    struct stat dir;
+     * it again, then psctl save). Nor taken when it is on another file
+     * system than the lock this node holds: where data_dir is the mount
+     * point, the empty folder under it is there once the volume is
+     * gone. */
+    struct stat dir, have;
     if (stat(d->dir, &dir)) {
         snprintf(err, errlen, "%s was removed while psd ran: nothing of "
                  "this node is written until it is made again (mkdir it, "
-                 "then psctl save)", d->dir);
+                 "%s)", d->dir, after);
+        return -1;
+    }
+    if (fstat(d->lock_fd, &have) == 0 && dir.st_dev != have.st_dev) {
+        snprintf(err, errlen, "%s is on another file system than the folder "
+                 "this node locked at start (a volume no longer mounted "
+                 "there?): nothing of this node is written there (mount it "
+                 "again, or make the folder on the node's file system, %s)",
+                 d->dir, after);
         return -1;
     }
     /* O_EXCL: a psd that made it meanwhile keeps it. */
@@ -156,14 +169,18 @@ static int folder_ours(psd_durable *d, char *err, size_t errlen)
         return -1;
     }
     if (take_lock(fd, lock, d->node->index, err, errlen)) {
+        /* The file this node made and could not lock would read, at the
+         * next try, as another's: it goes. */
+        unlink(lock);
         close(fd);
         return -1;
     }
     close(d->lock_fd);
     d->lock_fd = fd;
-    psd_warn("%s was removed while psd ran: its folder is there again, and "
-             "this node's lock with it; the next snapshot holds the whole "
-             "node", lock);
+    d->folder_seen = FOLDER_OURS;
+    psd_warn("%s was not there (the lock file, or its folder, was removed "
+             "or moved while psd ran): this node locks it anew, and its "
+             "next snapshot holds the whole node", lock);
     return 0;
 }
 
@@ -328,6 +345,9 @@ static void prune_done(uv_work_t *w, int status)
  * when no work is left). */
 static void prune_start(psd_durable *d, uint64_t below)
 {
+    char lock[4200];
+    if (folder_state(d, lock, sizeof lock) != FOLDER_OURS)
+        return;                  /* not another folder's segments */
     /* Stopping (psd_durable_final after the loop ended): here, or the
      * work would outlive the loop. */
     if (d->stopping && !d->prune_running) {
@@ -370,12 +390,11 @@ static void child_done(psd_durable *d, int ok, const char *text)
         if (d->unbased && d->node->journal)
             psd_journal_hold(d->node->journal, NULL);
         d->unbased = 0;
-        char lock[4200];
         if (text[0])
             psd_warn("snapshot %llu: %s; the journal it covers is kept",
                      (unsigned long long)d->child_gen, text);
-        else if (folder_state(d, lock, sizeof lock) == FOLDER_OURS)
-            prune_start(d, d->child_seq);   /* not another folder's */
+        else
+            prune_start(d, d->child_seq);
         psd_info("snapshot %llu written: %.1f MiB in %.2f s (the loop paused "
                  "%.2f ms to fork)", (unsigned long long)d->child_gen,
                  (double)d->st.last_bytes / (1 << 20), secs,
@@ -388,6 +407,9 @@ static void child_done(psd_durable *d, int ok, const char *text)
     }
     d->child = 0;
     d->node->writer_forked = 0;
+    if (d->child_dir >= 0)
+        close(d->child_dir);
+    d->child_dir = -1;
 }
 
 static void on_sigchld(uv_signal_t *h, int sig)
@@ -413,10 +435,10 @@ static void on_sigchld(uv_signal_t *h, int sig)
         /* A writer killed (the OOM killer, say) leaves its unfinished
          * file, named for its pid: removed here, or each failure left up
          * to a model's size on disk until the next start. */
-        char snap[4200], tmp[4300];
-        psd_snapshot_path(snap, sizeof snap, d->dir, d->node->index);
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", snap, (long)r);
-        unlink(tmp);
+        char tmp[128];
+        snprintf(tmp, sizeof tmp, "psd-node%d.snap.tmp.%ld", d->node->index,
+                 (long)r);
+        unlinkat(d->child_dir, tmp, 0);   /* in the folder it wrote in */
     }
     child_done(d, ok, text);
 }
@@ -537,6 +559,20 @@ void psd_durable_snapshot(psd_durable *d)
         start_writer(d);
 }
 
+/* In the forked writer: closes every descriptor from 3 up but a and b. */
+static void close_all_but(int a, int b)
+{
+    int lo = a < b ? a : b, hi = a < b ? b : a;
+    if ((lo > 3 && close_range(3, (unsigned)lo - 1, 0)) ||
+        (hi > lo + 1 && close_range((unsigned)lo + 1, (unsigned)hi - 1, 0)) ||
+        close_range((unsigned)hi + 1, ~0u, 0)) {
+        long max = sysconf(_SC_OPEN_MAX);   /* an old kernel */
+        for (int fd = 3; fd < (max > 0 ? max : 65536); fd++)
+            if (fd != a && fd != b)
+                close(fd);
+    }
+}
+
 /* The snapshot itself: the journal's rotation, then the forked writer. */
 static void start_writer(psd_durable *d)
 {
@@ -544,7 +580,8 @@ static void start_writer(psd_durable *d)
     uint64_t seq = d->next_seq;
     psd_journal *j = d->node->journal;
     char lock[4200];
-    if (folder_ours(d, err, sizeof err)) {
+    if (folder_ours(d, "and make the folder again: psctl save then writes "
+                    "this node's snapshot there", err, sizeof err)) {
         /* (Removed, the journal refuses pushes by itself: its segment
          * has no link left.) */
         if (folder_state(d, lock, sizeof lock) == FOLDER_REPLACED)
@@ -573,9 +610,30 @@ static void start_writer(psd_durable *d)
                 d->durable_moved(d->arg);
         }
     }
+    /* The writer works in this folder by its descriptor: one put at the
+     * path while it writes (a copy, a backup) must not get its file (the
+     * rename by path put a half-copied image there, and save said it was
+     * written). Checked to be the folder of this node's lock: the path
+     * could have changed since folder_ours. */
+    int dirfd = open(d->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat at_dir, held;
+    char name[64];
+    snprintf(name, sizeof name, "psd-node%d.lock", d->node->index);
+    if (dirfd < 0 || fstatat(dirfd, name, &at_dir, 0) ||
+        fstat(d->lock_fd, &held) || at_dir.st_dev != held.st_dev ||
+        at_dir.st_ino != held.st_ino) {
+        snprintf(err, sizeof err, "%.300s changed as the snapshot began (%s): "
+                 "tried again at the next one", d->dir,
+                 dirfd < 0 ? strerror(errno) : "not this node's folder");
+        if (dirfd >= 0)
+            close(dirfd);
+        not_started(d, err);
+        return;
+    }
     int fds[2];
     if (pipe(fds)) {
         snprintf(err, sizeof err, "pipe: %s", strerror(errno));
+        close(dirfd);
         not_started(d, err);
         return;
     }
@@ -592,14 +650,7 @@ static void start_writer(psd_durable *d)
         /* Every inherited descriptor but the pipe goes: a writer that
          * outlives a killed psd must not hold its listening port (a
          * restart could not bind it) or its clients' sockets. */
-        int keep = fds[1];
-        if ((keep > 3 && close_range(3, (unsigned)keep - 1, 0)) ||
-            close_range((unsigned)keep + 1, ~0u, 0)) {
-            long max = sysconf(_SC_OPEN_MAX);   /* an old kernel */
-            for (int fd = 3; fd < (max > 0 ? max : 65536); fd++)
-                if (fd != keep)
-                    close(fd);
-        }
+        close_all_but(fds[1], dirfd);
         /* And it dies with psd: a writer that finished after a restart
          * would put an older image in place of the new psd's. Its
          * unfinished file is removed at the next start. */
@@ -607,8 +658,8 @@ static void start_writer(psd_durable *d)
         if (getppid() != parent)     /* psd died before prctl */
             _exit(1);
         signal(SIGPIPE, SIG_IGN);
-        int rc = psd_snapshot_write(d->node, d->dir, d->child_gen, seq, NULL,
-                                    err, sizeof err);
+        int rc = psd_snapshot_write_at(d->node, dirfd, d->dir, d->child_gen,
+                                       seq, NULL, err, sizeof err);
         if (rc) {
             ssize_t w = write(fds[1], err, strlen(err));
             (void)w;
@@ -624,9 +675,11 @@ static void start_writer(psd_durable *d)
     if (pid < 0) {
         snprintf(err, sizeof err, "fork: %s", strerror(fork_errno));
         close(fds[0]);
+        close(dirfd);
         not_started(d, err);
         return;
     }
+    d->child_dir = dirfd;        /* where a failed writer's file is */
     d->child = pid;
     /* Said at once (the ticks also set it): a stall right after the
      * fork is the pages pushes copy for the writer (psd_conns_tick). */
@@ -719,23 +772,32 @@ static void check_size(psd_durable *d)
     uv_timer_start(&d->soon, on_size, 0, 0);
 }
 
-/* Every WATCH_MS: a data folder removed or replaced while psd runs is
- * seen within that, not at the next snapshot (minutes later, or at the
- * stop): a snapshot is tried at once, which says why it cannot be
- * written (replaced: pushes then wait with the journal), or, once the
- * operator made the folder again, is written there. Once per change of
- * what is found: the periodic snapshots and psctl save retry meanwhile. */
+/* Every WATCH_MS: a data folder removed, replaced or unreadable while
+ * psd runs is seen within that, not at the next snapshot (minutes later,
+ * or at the stop): a snapshot is tried at once, which says why it cannot
+ * be written (replaced: pushes then wait with the journal), or, where
+ * only the lock file went, locks the folder anew and is written there.
+ * The folder put back is said, and its snapshot lets held pushes go.
+ * Once per change of what is found: the periodic snapshots and psctl
+ * save retry meanwhile. */
 static void on_watch(uv_timer_t *t)
 {
     psd_durable *d = t->data;
     char lock[4200];
     if (d->child || d->presync || d->stopping)
         return;
-    int st = folder_state(d, lock, sizeof lock);
-    if (st == d->folder_seen)
+    int st = folder_state(d, lock, sizeof lock), was = d->folder_seen;
+    if (st == was)
         return;
     d->folder_seen = st;
-    if (st == FOLDER_GONE || st == FOLDER_REPLACED)
+    if (st != FOLDER_OURS) {
+        psd_durable_snapshot(d);     /* says why it cannot be written */
+        return;
+    }
+    /* The folder put back: pushes held for it go again once a snapshot
+     * is written (as after psctl save). */
+    psd_info("%s is this node's data folder again", d->dir);
+    if (d->unbased)
         psd_durable_snapshot(d);
 }
 
@@ -990,6 +1052,7 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
     d->durable_moved = durable_moved;
     d->arg = arg;
     d->child_pipe = -1;
+    d->child_dir = -1;
     psd_config_data_dir(&n->cfg, d->dir, sizeof d->dir);
     /* For tests: a disk whose fsync stalls (on the pool's thread). */
     const char *knob = getenv("PSD_TEST_FSYNC_DELAY_MS");
@@ -1264,7 +1327,8 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     }
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
-    if (folder_ours(d, err, errlen))
+    if (folder_ours(d, "this node's last snapshot and journal are where "
+                    "the folder was moved, if it was", err, errlen))
         return -2;
     if (n->journal) {
         int rc = rotate(d, n->journal, err, errlen);

@@ -71,6 +71,8 @@ typedef struct psd_durable {
     uv_signal_t sigchld;
     pid_t child;                 /* the writer running, or 0 */
     int child_pipe;              /* its error text */
+    int child_dir;               /* the folder it writes in, opened before
+                                    the fork, or -1 */
     uint64_t child_gen, child_seq;
     uint64_t child_changes;      /* the node's changes when it forked */
     uint64_t saved_changes;      /* ... when the newest good snapshot

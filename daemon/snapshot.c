@@ -179,19 +179,26 @@ void psd_snapshot_staged_path(char *buf, size_t len, const char *dir,
     snprintf(buf, len, "%s/psd-node%d.snap.staged", dir, node);
 }
 
-/* Writes n's snapshot under path (through a .tmp file, fsynced, renamed
- * into place, then the folder fsynced). */
-static int write_to(const psd_node *n, const char *dir, const char *path,
-                    uint64_t generation, uint64_t journal_seq,
-                    psd_snap_info *info, char *err, size_t errlen)
+/* Writes n's snapshot under path, dir/NAME (through a .tmp file, fsynced,
+ * renamed into place, then the folder fsynced). With dirfd (not
+ * AT_FDCWD), the files are made and renamed in that open folder, by
+ * NAME, whatever is at dir's path by then; path names them in
+ * messages. */
+static int write_to(const psd_node *n, int dirfd, const char *dir,
+                    const char *path, uint64_t generation,
+                    uint64_t journal_seq, psd_snap_info *info, char *err,
+                    size_t errlen)
 {
     char tmp[4300];
     /* Named for the writer: a writer that outlived its psd can never
      * rename a newer psd's unfinished file, or the reverse. */
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    unlink(tmp);                 /* a leftover of a writer that died */
-    writer w = { .fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                            0600) };
+    size_t skip = dirfd == AT_FDCWD ? 0 : strlen(dir) + 1;
+    const char *at_tmp = tmp + skip, *at_path = path + skip;
+    unlinkat(dirfd, at_tmp, 0);  /* a leftover of a writer that died */
+    writer w = { .fd = openat(dirfd, at_tmp,
+                              O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                              0600) };
     if (w.fd < 0) {
         snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return -1;
@@ -227,7 +234,7 @@ static int write_to(const psd_node *n, const char *dir, const char *path,
     if (rc == 0) {
         pause_at("fsynced");
         what = "rename";
-        if (rename(tmp, path))
+        if (renameat(dirfd, at_tmp, dirfd, at_path))
             w.err = errno, rc = -1;
     }
     if (rc) {
@@ -236,7 +243,7 @@ static int write_to(const psd_node *n, const char *dir, const char *path,
          * which sent an operator to a healthy disk. */
         snprintf(err, errlen, "%s %s: %s", what, tmp,
                  w.err ? strerror(w.err) : "out of memory");
-        unlink(tmp);
+        unlinkat(dirfd, at_tmp, 0);
         return -1;
     }
     pause_at("renamed");
@@ -245,7 +252,8 @@ static int write_to(const psd_node *n, const char *dir, const char *path,
      * the journal it covers (err says why). */
     if (errlen)
         err[0] = '\0';
-    if (psd_fsync_dir(dir) && psd_fsync_dir(dir))
+    if (dirfd == AT_FDCWD ? psd_fsync_dir(dir) && psd_fsync_dir(dir)
+                          : fsync(dirfd) && fsync(dirfd))
         snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
     if (info)
         *info = (psd_snap_info){ generation, journal_seq, created, w.off,
@@ -258,9 +266,17 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
                        uint64_t generation, uint64_t journal_seq,
                        psd_snap_info *info, char *err, size_t errlen)
 {
+    return psd_snapshot_write_at(n, AT_FDCWD, dir, generation, journal_seq,
+                                 info, err, errlen);
+}
+
+int psd_snapshot_write_at(const psd_node *n, int dirfd, const char *dir,
+                          uint64_t generation, uint64_t journal_seq,
+                          psd_snap_info *info, char *err, size_t errlen)
+{
     char path[4200];
     psd_snapshot_path(path, sizeof path, dir, n->index);
-    return write_to(n, dir, path, generation, journal_seq, info, err,
+    return write_to(n, dirfd, dir, path, generation, journal_seq, info, err,
                     errlen);
 }
 
@@ -270,7 +286,7 @@ int psd_snapshot_stage(const psd_node *n, const char *dir,
 {
     char path[4200];
     psd_snapshot_staged_path(path, sizeof path, dir, n->index);
-    if (write_to(n, dir, path, generation, journal_seq, info, err,
+    if (write_to(n, AT_FDCWD, dir, path, generation, journal_seq, info, err,
                  errlen) < 0)
         return -1;
     if (errlen && err[0]) {      /* the folder's fsync failed */

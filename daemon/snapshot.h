@@ -76,6 +76,13 @@ int psd_snapshot_write(const psd_node *n, const char *dir,
                        uint64_t generation, uint64_t journal_seq,
                        psd_snap_info *info, char *err, size_t errlen);
 
+/* The same in the folder open as dirfd (whose path is dir, for
+ * messages): the files are made, renamed and synced there even when
+ * another folder is put at dir's path meanwhile (psd's forked writer). */
+int psd_snapshot_write_at(const psd_node *n, int dirfd, const char *dir,
+                          uint64_t generation, uint64_t journal_seq,
+                          psd_snap_info *info, char *err, size_t errlen);
+
 /* For tools that write several nodes all or none (psd --reshard, psd
  * --import): psd_snapshot_stage writes node n's snapshot as
  * dir/psd-nodeN.snap.staged (fsynced, folder too; -1 with err, and no

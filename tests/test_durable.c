@@ -3643,6 +3643,113 @@ static void test_a_replaced_data_dir_is_not_written_over(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
 }
 
+/* A folder put at the path while the snapshot writer writes (the
+ * review: a copy of the folder taken mid-write, moved into place) got the
+ * writer's file by its rename, over the copy's, and psctl save said it
+ * was written there. The writer works in the folder it began in, by its
+ * descriptor: the snapshot lands in the moved folder, the one at the path
+ * keeps what it holds, and the node then says the folder was replaced.
+ * Put back, the folder is said to be the node's again, a snapshot is
+ * taken by itself, and pushes go on; every acknowledged push survives
+ * kill -9. */
+static void test_a_folder_replaced_while_a_snapshot_is_written(void **state)
+{
+    (void)state;
+    test_cluster c;
+    char data[300], cmd[1800];
+    start(&c, 1, SERVER "durability = log\nfsync = always\n"
+          "snapshot_interval = 0\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    snprintf(data, sizeof data, "%s/data", c.dir);
+    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
+             data, c.ini);
+    assert_int_equal(system(cmd), 0);
+    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:1500", 1);
+    int rc = cluster_restart(&c, 0);
+    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
+    if (rc)
+        fail_msg("restart");
+    ps_options o = client_options();
+    int a, b, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes before the save");
+    pid_t saver = spawn(psctl_save, c.spec);
+    EXPECT_INT(cluster_log_wait(&c, 0, "test pause: snapshot writer", 5000),
+               1, "the snapshot writer is at work");
+    snprintf(cmd, sizeof cmd, "mv '%s' '%s.old' && mkdir '%s' && echo backup "
+             "> '%s/marker' && echo 4242 > '%s/psd-node0.lock'", data, data,
+             data, data, data);
+    assert_int_equal(system(cmd), 0);
+    EXPECT_INT(reap(saver), 0, "psctl save: written, in the folder it began "
+               "in");
+    int st;
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | tr '\\n' ' '", data);
+    char *out = run_out(&st, cmd);
+    EXPECT_STR(out ? out : "", "marker psd-node0.lock ",
+               "the folder put in its place holds what it held");
+    free(out);
+    char path[400];
+    snprintf(path, sizeof path, "%s.old/psd-node0.snap", data);
+    EXPECT_INT(access(path, F_OK), 0, "the snapshot is in the moved folder");
+    EXPECT_INT(cluster_log_wait(&c, 0, "was replaced while psd ran", 3000), 1,
+               "the node sees the folder replaced");
+    /* Put back. */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mv '%s.old' '%s'", data, data,
+             data);
+    assert_int_equal(system(cmd), 0);
+    EXPECT_INT(cluster_log_wait(&c, 0, "is this node's data folder again",
+                                3000), 1, "the folder is said to be back");
+    EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 2 written", 6000), 1,
+               "a snapshot, which lets pushes go again");
+    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "pushes after the folder came back");
+    cluster_kill(&c, 0, SIGKILL);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart after kill -9");
+    expect_count(c.spec, a + b, "every acknowledged push");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
+/* data_dir is a volume's mount point, and the volume goes (unmounted,
+ * or lost): the empty folder beneath is there at the path, without the
+ * node's lock file, and was taken for one the operator made again, so
+ * the node's files went to the disk beneath. The node now sees the folder
+ * is on another file system than the one it locked, and writes nothing
+ * there. */
+static void test_an_unmounted_data_volume_is_not_written_beneath(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = snapshot\nsnapshot_interval = 0\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    data_dir_on_small_disk(&c, "4m");
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start on the tmpfs");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes");
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s", small_disk);
+    assert_int_equal(umount2(small_disk, MNT_DETACH), 0);
+    small_disk[0] = '\0';
+    EXPECT_INT(cluster_log_wait(&c, 0, "is on another file system than the "
+                                "folder this node locked at start", 3000), 1,
+               "the node says the folder is not its file system's");
+    int st;
+    char *out = cluster_psctl(&c, &st, "save");
+    EXPECT_INT(st, 1, "psctl save: %s", out ? out : "");
+    free(out);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+    out = run_out(&st, cmd);
+    EXPECT_STR(out ? out : "", "0\n", "nothing written beneath the volume");
+    free(out);
+    EXPECT_INT(term(&c, 0), 1, "a stop with no folder to write in");
+    cluster_stop(&c);
+}
+
 /* SIGUSR1 and SIGUSR2 ended psd (their default action): a logrotate
  * script's "kill -USR1", the way many daemons reopen their logs, lost
  * every push since the last snapshot, with no word (the ops trial: 11,169
@@ -3845,6 +3952,10 @@ int main(void)
         cmocka_unit_test(test_a_removed_data_dir_made_again_is_saved_to),
         cmocka_unit_test(test_a_replaced_data_dir_is_not_written_over),
         cmocka_unit_test(test_usr_signals_are_logged_and_change_nothing),
+        cmocka_unit_test(test_a_folder_replaced_while_a_snapshot_is_written),
+        cmocka_unit_test_teardown(
+            test_an_unmounted_data_volume_is_not_written_beneath,
+            unmount_small_disk),
         cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
         cmocka_unit_test(
             test_a_journal_past_a_lowered_max_frame_says_what_reads_it),
