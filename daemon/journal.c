@@ -37,6 +37,8 @@
 #define PARAMS_BODY 36
 #define WORKER_BODY 80
 #define WORKER_BODY_OLD 32       /* without the clients refused for good */
+#define WORKER_BODY_040 72       /* psd 0.4.0's: without lost and unknown,
+                                    read as an older psd's (sync.h) */
 #define ACK_BODY 32
 /* What an inits mismatch means: the rows a push record makes (a dense
  * table's at start, a sparse key's first push) start from the ini's init
@@ -672,13 +674,14 @@ static int decode(const char *b, size_t len, psd_jrecord *r)
         return 0;
     }
     if (r->type == PSD_J_WORKER) {
-        if ((len != WORKER_BODY && len != WORKER_BODY_OLD) ||
+        if ((len != WORKER_BODY && len != WORKER_BODY_OLD &&
+             len != WORKER_BODY_040) ||
             (unsigned char)b[1] > 1 || (unsigned char)b[3] > 1)
             return -1;
         r->has_replaced = len == WORKER_BODY;
         r->ended_mask = 0;
         r->lost_id = 0;
-        r->unknown = 1;          /* a psd before 0.4.0: not said */
+        r->unknown = 1;          /* before 0.4.0, or 0.4.0's 72 bytes: not said */
         memset(r->replaced, 0, sizeof r->replaced);
         memcpy(&r->client_id, b + 8, 8);
         if (r->has_replaced) {

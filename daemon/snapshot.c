@@ -394,6 +394,39 @@ static int r_read(void *ctx, void *p, size_t n)
     return 0;
 }
 
+/* A place in the file to read from again (r_rewind): the snapshot is a
+ * regular file, so the next read after the rewind seeks there. */
+typedef struct r_place {
+    uint64_t off;
+    uint32_t crc;
+} r_place;
+
+static r_place r_mark(const reader *r)
+{
+    return (r_place){ r->off, r->crc };
+}
+
+static int r_rewind(reader *r, r_place p)
+{
+    if (lseek(r->fd, (off_t)p.off, SEEK_SET) < 0)
+        return -1;
+    r->pos = r->len = 0;
+    r->off = p.off;
+    r->crc = p.crc;
+    r->eof = r->err = 0;
+    return 0;
+}
+
+/* Whether the section that began at `start` ends here: its length field
+ * comes next and says so (read, then put back). */
+static int section_ends_here(reader *r, uint64_t start)
+{
+    r_place here = r_mark(r);
+    uint64_t len;
+    int ends = r_read(r, &len, 8) == 0 && len == r->off - 8 - start;
+    return r_rewind(r, here) == 0 && ends;
+}
+
 /* The fixed header's fields. */
 typedef struct header {
     uint32_t version, node, nnodes, shards, ntables;
@@ -736,8 +769,25 @@ static int read_sections(reader *r, const header *hd, target *g,
             }
             tables_seen++;
         } else if (kind == SEC_SYNC && !sync_seen++) {
+            r_place at_sync = r_mark(r);
             lrc = psd_sync_load(sync, &in, (int)hd->version, g->now_ms, inner,
                                 sizeof inner);
+            /* psd 0.4.0 wrote format 4 with 70 bytes a worker; the layout
+             * grew (79) before 0.4.1 under the same number, and its
+             * folders were refused as damaged. Its section is read again
+             * so when this psd's layout does not end where the section
+             * does. */
+            char v040[256];
+            if (hd->version == 4 && (lrc || !section_ends_here(r, start))) {
+                if (r_rewind(r, at_sync) == 0 &&
+                    psd_sync_load_v040(sync, &in, g->now_ms, v040,
+                                       sizeof v040) == 0 &&
+                    section_ends_here(r, start))
+                    lrc = 0;
+                else if (r_rewind(r, at_sync) == 0)   /* said as ours */
+                    lrc = psd_sync_load(sync, &in, 4, g->now_ms, inner,
+                                        sizeof inner);
+            }
         } else if (kind == SEC_DEDUP && !dedup_seen++) {
             lrc = psd_dedup_load(dedup, &in, g->now_ms, inner, sizeof inner);
         } else if (kind != SEC_END) {

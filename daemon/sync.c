@@ -927,8 +927,12 @@ int psd_sync_save(const psd_sync *y, psd_sink *out)
     return 0;
 }
 
-int psd_sync_load(psd_sync *y, psd_source *in, int format,
-                  uint64_t now_ms, char *err, size_t errlen)
+/* v040: format 4 as psd 0.4.0 wrote it, before it saved lost and
+ * unknown (70 bytes a worker, not 79): read as format 3, its replaced
+ * clients set aside (that psd derived the lost client at each load, so
+ * its saved clients cannot be trusted to go with what it lost). */
+static int sync_load(psd_sync *y, psd_source *in, int format, int v040,
+                     uint64_t now_ms, char *err, size_t errlen)
 {
     uint32_t n;
     if (psd_get(in, &y->clock, 8) || psd_get(in, &y->barrier, 8) ||
@@ -947,8 +951,8 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
             (format >= 3 && psd_get(in, &closed, 1)) ||
             (format >= 4 && (psd_get(in, w.replaced, sizeof w.replaced) ||
                              psd_get(in, &ended, 1) ||
-                             psd_get(in, &lost, 8) ||
-                             psd_get(in, &unknown, 1)))) {
+                             (!v040 && (psd_get(in, &lost, 8) ||
+                                        psd_get(in, &unknown, 1)))))) {
             snprintf(err, errlen, "truncated in worker %u", i);
             return -1;
         }
@@ -958,10 +962,14 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
                      (unsigned)ended, (unsigned)unknown);
             return -1;
         }
+        if (v040) {
+            memset(w.replaced, 0, sizeof w.replaced);
+            ended = 0;
+        }
         w.ended_mask = ended;
         /* Format 3 and older held nobody refused: unknown, for a worker
          * of a job in progress. */
-        w.unknown = format < 4 ? st != PSD_W_ABSENT : unknown;
+        w.unknown = format < 4 || v040 ? st != PSD_W_ABSENT : unknown;
         if (st > PSD_W_LEFT) {
             snprintf(err, errlen, "worker %u has state %u", i, st);
             return -1;
@@ -982,8 +990,9 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
          * lost its client, or lost it now (unknown keeps a takeover from
          * refusing it: join; end-job lets it go). */
         int live = w.state == PSD_W_LIVE ||
-                   (format < 4 && (w.state == PSD_W_GONE ||
-                                   (w.state == PSD_W_LEFT && !w.closed)));
+                   ((format < 4 || v040) &&
+                    (w.state == PSD_W_GONE ||
+                     (w.state == PSD_W_LEFT && !w.closed)));
         if (restored_lost(&w, live, lost)) {
             snprintf(err, errlen, "worker %u has lost client %llu, not its "
                      "own %llu", i, (unsigned long long)lost,
@@ -1006,7 +1015,7 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
         unknown += y->workers[i].unknown;
     if (unknown)
         psd_warn("whom this node had replaced is not known (the job in "
-                 "progress ran under a psd before 0.4.0): until that job "
+                 "progress ran under a psd before 0.4.1): until that job "
                  "ends (%d of its workers loaded), a process taking a worker "
                  "over refuses none that it replaces, and a replaced process "
                  "back from a partition is let in; stop such processes, or "
@@ -1019,4 +1028,16 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
                  (unsigned long long)y->workers[0].clock, y->nworkers);
     y->wait[0] = y->wait[1] = (psd_wait){ now_ms, now_ms };
     return 0;
+}
+
+int psd_sync_load(psd_sync *y, psd_source *in, int format,
+                  uint64_t now_ms, char *err, size_t errlen)
+{
+    return sync_load(y, in, format, 0, now_ms, err, errlen);
+}
+
+int psd_sync_load_v040(psd_sync *y, psd_source *in, uint64_t now_ms,
+                       char *err, size_t errlen)
+{
+    return sync_load(y, in, 4, 1, now_ms, err, errlen);
 }

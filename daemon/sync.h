@@ -268,6 +268,15 @@ int psd_sync_save(const psd_sync *y, psd_sink *out);
 int psd_sync_load(psd_sync *y, psd_source *in, int format,
                   uint64_t now_ms, char *err, size_t errlen);
 
+/* The same for a snapshot of format 4 as psd 0.4.0 wrote it (a release
+ * before the layout grew, under the same format number: 70 bytes a
+ * worker, without lost and unknown), read as format 3: the jobs in
+ * progress keep their workers, and whom they had replaced is taken as
+ * unknown until the job ends. snapshot.c tries it when the worker
+ * section does not read as this psd's format 4. */
+int psd_sync_load_v040(psd_sync *y, psd_source *in, uint64_t now_ms,
+                       char *err, size_t errlen);
+
 /* The next worker from `from` on that joined or stopped being waited for
  * since the last call returned it (its flag is then cleared), or -1: what
  * the journal must record so that a replay knows who joined and who left

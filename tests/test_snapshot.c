@@ -413,9 +413,12 @@ static void as_format(const char *path, uint32_t v)
 {
     size_t len, out = 0;
     char *f = read_file(path, &len), *g = malloc(len);
-    uint32_t crc, keep = v == 1 ? 28 : v == 2 ? 36 : 37;
+    /* 40: format 4 as psd 0.4.0 wrote it, without each worker's lost
+     * client and unknown (70 bytes, not 79). */
+    uint32_t crc, keep = v == 1 ? 28 : v == 2 ? 36 : v == 40 ? 70 : 37;
+    uint32_t hv = v == 40 ? 4 : v;
     memcpy(g, f, 64);
-    set_header_field(g, 8, &v, 4);
+    set_header_field(g, 8, &hv, 4);
     out = 64;
     for (size_t at = 64; at < len;) {
         uint32_t kind;
@@ -516,6 +519,42 @@ static void test_snapshots_of_formats_1_and_2_still_load(void **state)
     EXPECT_INT(strstr(err, "a newer psd wrote it") != NULL, 1,
                "what to do after a downgrade: %s", err);
     free(f), free(ia.p), free(ib.p);
+    psd_node_destroy(&a);
+    psd_node_destroy(&b);
+}
+
+/* psd 0.4.0 wrote format 4 with 70 bytes a worker; the layout grew to 79
+ * before 0.4.1 under the same number, and a 0.4.0 folder was refused as
+ * damaged ("workers section: worker 0 has ended mask 0x0 over its
+ * replaced clients, or unknown = 59": the upgrade trial), --check having
+ * passed it. It loads now, its workers as format 3's (whom they had
+ * replaced not known), and --check reads it too. */
+static void test_a_snapshot_of_psd_0_4_0_loads(void **state)
+{
+    (void)state;
+    psd_node a, b;
+    char err[ERRLEN], path[128];
+    trained_snapshot(&a, path, sizeof path);
+    as_format(path, 40);
+    make_node(&b, 1, 4, 2);
+    psd_snap_info si, ci;
+    psd_snap_tables ct = { 0 };
+    if (psd_snapshot_check(dir, 1, &b.cfg, &ct, &ci, err, sizeof err))
+        fail_msg("psd --check of a snapshot of psd 0.4.0: %s", err);
+    free(ct.map);
+    if (psd_snapshot_load(&b, dir, 2000, &si, NULL, err, sizeof err))
+        fail_msg("a snapshot of psd 0.4.0: %s", err);
+    EXPECT_INT(si.version, 4, "the format the load reports");
+    membuf ia = image(&a), ib = image(&b);
+    expect_same(&ia, &ib, "tables of a snapshot of psd 0.4.0");
+    EXPECT_U64(b.sync.clock, a.sync.clock, "node clock");
+    for (int i = 0; i < b.sync.nworkers; i++) {
+        EXPECT_U64(b.sync.workers[i].clock, a.sync.workers[i].clock,
+                   "worker %d's clock", i);
+        EXPECT_U64(b.sync.workers[i].summed, a.sync.workers[i].summed,
+                   "worker %d's summed", i);
+    }
+    free(ia.p), free(ib.p);
     psd_node_destroy(&a);
     psd_node_destroy(&b);
 }
@@ -1857,6 +1896,8 @@ int main(void)
             test_snapshots_of_formats_1_and_2_still_load, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_snapshot_of_psd_0_1_loads, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_snapshot_of_psd_0_4_0_loads, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_an_older_snapshot_whose_workers_all_left_ends_the_job,
             setup, teardown),

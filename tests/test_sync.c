@@ -1245,7 +1245,7 @@ static void test_whom_a_node_replaced_survives_its_restart(void **state)
     restarted_as(&y, &u, 1000, 3);
     char *log = capture_end();
     EXPECT_SUBSTR(log, "whom this node had replaced is not known (the job "
-                  "in progress ran under a psd before 0.4.0): until that job "
+                  "in progress ran under a psd before 0.4.1): until that job "
                   "ends (2 of its workers loaded)", "the load's warning");
     free(log);
     join(&u, 1, 9, &owner_c);
