@@ -1106,8 +1106,10 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
         if (si.version < PSD_SNAPSHOT_VERSION)
             psd_info("that snapshot is of format %u, an older psd's: this "
                      "node's next one is of format %d, which a psd before "
-                     PSD_SNAPSHOT_SINCE " refuses (keep a copy of %s if "
-                     "you may go back)",
+                     PSD_SNAPSHOT_SINCE " refuses, as it does the journal's "
+                     "records of workers this psd writes from now on, even "
+                     "before that snapshot (keep a copy of %s if you may go "
+                     "back)",
                      si.version, PSD_SNAPSHOT_VERSION, d->dir);
     } else if (d->skip)
         psd_info("--skip-snapshot: starting from the initial values; the "

@@ -497,7 +497,9 @@ int main(int argc, char **argv)
                 printf("%s: node %d's snapshot is of format %u, an older "
                        "psd's: psd reads it, and the node's next snapshot is "
                        "of format %d, which a psd before " PSD_SNAPSHOT_SINCE
-                       " refuses (keep a copy of %s if you may go back)\n",
+                       " refuses, as it does the journal's records of workers "
+                       "this psd writes (keep a copy of %s if you may go "
+                       "back)\n",
                        path, i,
                        si.version, PSD_SNAPSHOT_VERSION, dir);
             if (rc >= 0 && rc != 2 && of_0_1)
