@@ -110,17 +110,29 @@ static int take_lock(int fd, const char *lock, int index, char *err,
     return 0;
 }
 
+/* What the operator does after folder_ours refused: at a snapshot, make
+ * a folder the node can lock, then psctl save; at the stop, nothing more
+ * is written, and the node's files are where its folder went. */
+static const char *folder_advice(int final, int st)
+{
+    if (final)
+        return "this node's last snapshot and journal are in the folder it "
+               "locked, wherever that is now";
+    return st == FOLDER_REPLACED
+               ? "move it aside and make the folder again: psctl save then "
+                 "writes this node's snapshot there"
+               : "mount the volume again, or make the folder, then psctl save";
+}
+
 /* Before anything is written into the folder by path (a snapshot, the
  * journal's next segment, the pruning of old ones): 0 when it is still
  * the folder this node locked, or its lock file is gone and the folder at
- * the path is on the same file system (made again by the operator, or
- * only the lock file removed), with a new lock file this node now holds;
- * -1, with why in err, when it is missing, on another file system, or
- * something else is at its path, which nothing of this node's may
- * overwrite. `after` ends a refusal's advice: what the operator does
- * then. */
-static int folder_ours(psd_durable *d, const char *after, char *err,
-                       size_t errlen)
+ * the path is on the file system the node's folder was on at start (made
+ * again by the operator, or only the lock file removed), with a new lock
+ * file this node now holds; -1, with why in err, when it is missing, on
+ * another file system, or something else is at its path, which nothing
+ * of this node's may overwrite. final: the stop's (its advice). */
+static int folder_ours(psd_durable *d, int final, char *err, size_t errlen)
 {
     char lock[4200];
     int st = folder_state(d, lock, sizeof lock);
@@ -134,7 +146,7 @@ static int folder_ours(psd_durable *d, const char *after, char *err,
         snprintf(err, errlen, "%s was replaced while psd ran%s: its "
                  "psd-node%d.lock is not the one this node took, and "
                  "nothing of this node is written over it (%s)", d->dir, who,
-                 d->node->index, after);
+                 d->node->index, folder_advice(final, st));
         return -1;
     }
     if (st == FOLDER_UNKNOWN) {
@@ -144,22 +156,23 @@ static int folder_ours(psd_durable *d, const char *after, char *err,
     /* Not made here: a volume that is not mounted looks the same, and
      * the node's files would go to the disk beneath (the operator makes
      * it again, then psctl save). Nor taken when it is on another file
-     * system than the lock this node holds: where data_dir is the mount
+     * system than the folder was at start: where data_dir is the mount
      * point, the empty folder under it is there once the volume is
-     * gone. */
-    struct stat dir, have;
+     * gone. (A folder against a folder: on overlayfs a file and its
+     * folder may give different devices.) */
+    struct stat dir;
     if (stat(d->dir, &dir)) {
         snprintf(err, errlen, "%s was removed while psd ran: nothing of "
-                 "this node is written until it is made again (mkdir it, "
-                 "%s)", d->dir, after);
+                 "this node is written until it is made again (%s)", d->dir,
+                 final ? folder_advice(final, st) : "mkdir it, then psctl "
+                                                    "save");
         return -1;
     }
-    if (fstat(d->lock_fd, &have) == 0 && dir.st_dev != have.st_dev) {
+    if ((uint64_t)dir.st_dev != d->dir_dev) {
         snprintf(err, errlen, "%s is on another file system than the folder "
                  "this node locked at start (a volume no longer mounted "
-                 "there?): nothing of this node is written there (mount it "
-                 "again, or make the folder on the node's file system, %s)",
-                 d->dir, after);
+                 "there?): nothing of this node is written there (%s)",
+                 d->dir, folder_advice(final, st));
         return -1;
     }
     /* O_EXCL: a psd that made it meanwhile keeps it. */
@@ -170,8 +183,10 @@ static int folder_ours(psd_durable *d, const char *after, char *err,
     }
     if (take_lock(fd, lock, d->node->index, err, errlen)) {
         /* The file this node made and could not lock would read, at the
-         * next try, as another's: it goes. */
-        unlink(lock);
+         * next try, as another's: it goes, unless another psd opened it
+         * and holds it now (a second node started meanwhile). */
+        if (errno != EWOULDBLOCK)
+            unlink(lock);
         close(fd);
         return -1;
     }
@@ -182,6 +197,30 @@ static int folder_ours(psd_durable *d, const char *after, char *err,
              "or moved while psd ran): this node locks it anew, and its "
              "next snapshot holds the whole node", lock);
     return 0;
+}
+
+/* The data folder opened, and checked to be the one whose lock this node
+ * holds (the path may have changed since folder_ours): its descriptor,
+ * which snapshots are written in, or -1 with why in err. */
+static int open_folder(psd_durable *d, char *err, size_t errlen)
+{
+    int dirfd = open(d->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        snprintf(err, errlen, "cannot open %.300s: %s", d->dir,
+                 strerror(errno));
+        return -1;
+    }
+    struct stat at_dir, held;
+    char name[64];
+    snprintf(name, sizeof name, "psd-node%d.lock", d->node->index);
+    if (fstatat(dirfd, name, &at_dir, 0) || fstat(d->lock_fd, &held) ||
+        at_dir.st_dev != held.st_dev || at_dir.st_ino != held.st_ino) {
+        snprintf(err, errlen, "%.300s changed as the snapshot began (it is "
+                 "not the folder of this node's lock now)", d->dir);
+        close(dirfd);
+        return -1;
+    }
+    return dirfd;
 }
 
 /* A folder that is not ours: with the journal, pushes are refused until
@@ -375,13 +414,16 @@ static void child_done(psd_durable *d, int ok, const char *text)
     double secs = since_s(d->child_start_ns);
     if (ok) {
         struct stat st;
-        char path[4200];
-        psd_snapshot_path(path, sizeof path, d->dir, d->node->index);
+        char name[64];
+        /* In the folder it was written in (the one at the path may be
+         * another now). */
+        snprintf(name, sizeof name, "psd-node%d.snap", d->node->index);
         d->st.snapshots++;
         d->st.generation = d->child_gen;
         d->st.last_ok_ms = wall_ms();
         d->st.last_seconds = secs;
-        d->st.last_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+        d->st.last_bytes = fstatat(d->child_dir, name, &st, 0) == 0
+                               ? (uint64_t)st.st_size : 0;
         d->st.last_error[0] = '\0';
         /* One whose folder fsync failed may not survive a power loss:
          * the next tick writes it again. */
@@ -580,8 +622,14 @@ static void start_writer(psd_durable *d)
     uint64_t seq = d->next_seq;
     psd_journal *j = d->node->journal;
     char lock[4200];
-    if (folder_ours(d, "and make the folder again: psctl save then writes "
-                    "this node's snapshot there", err, sizeof err)) {
+    /* The writer works in this folder by its descriptor (dirfd): one put
+     * at the path while it writes (a copy, a backup) must not get its
+     * file (the rename by path put a half-copied image there, and save
+     * said it was written). Opened before the rotation, whose new
+     * segment is made by path. */
+    int dirfd = -1;
+    if (folder_ours(d, 0, err, sizeof err) ||
+        (dirfd = open_folder(d, err, sizeof err)) < 0) {
         /* (Removed, the journal refuses pushes by itself: its segment
          * has no link left.) */
         if (folder_state(d, lock, sizeof lock) == FOLDER_REPLACED)
@@ -596,6 +644,7 @@ static void start_writer(psd_durable *d)
         if (rc == -2)
             fsync_failed(d, err);
         if (rc) {
+            close(dirfd);
             not_started(d, err);
             return;
         }
@@ -609,26 +658,6 @@ static void start_writer(psd_durable *d)
             if (d->durable_moved)
                 d->durable_moved(d->arg);
         }
-    }
-    /* The writer works in this folder by its descriptor: one put at the
-     * path while it writes (a copy, a backup) must not get its file (the
-     * rename by path put a half-copied image there, and save said it was
-     * written). Checked to be the folder of this node's lock: the path
-     * could have changed since folder_ours. */
-    int dirfd = open(d->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    struct stat at_dir, held;
-    char name[64];
-    snprintf(name, sizeof name, "psd-node%d.lock", d->node->index);
-    if (dirfd < 0 || fstatat(dirfd, name, &at_dir, 0) ||
-        fstat(d->lock_fd, &held) || at_dir.st_dev != held.st_dev ||
-        at_dir.st_ino != held.st_ino) {
-        snprintf(err, sizeof err, "%.300s changed as the snapshot began (%s): "
-                 "tried again at the next one", d->dir,
-                 dirfd < 0 ? strerror(errno) : "not this node's folder");
-        if (dirfd >= 0)
-            close(dirfd);
-        not_started(d, err);
-        return;
     }
     int fds[2];
     if (pipe(fds)) {
@@ -945,8 +974,18 @@ static int write_here(psd_durable *d, uint64_t seq, const char *what,
 {
     uint64_t t0 = uv_hrtime();
     psd_snap_info si;
-    if (psd_snapshot_write(d->node, d->dir, d->st.generation + 1, seq, &si,
-                           err, errlen))
+    char lock[4200];
+    /* In the folder checked, by its descriptor, as the forked writer: a
+     * stop writes a whole model, and a folder moved to the path meanwhile
+     * (a copy) must not get it. */
+    int dirfd = open_folder(d, err, errlen);
+    if (dirfd < 0)
+        return -1;
+    int rc = psd_snapshot_write_at(d->node, dirfd, d->dir,
+                                   d->st.generation + 1, seq, &si, err,
+                                   errlen);
+    close(dirfd);
+    if (rc)
         return -1;
     d->st.generation = si.generation;
     d->st.snapshots++;
@@ -955,7 +994,8 @@ static int write_here(psd_durable *d, uint64_t seq, const char *what,
     d->st.last_bytes = si.bytes;
     if (!err[0]) {
         d->saved_changes = d->node->changes;
-        psd_journal_prune(d->dir, d->node->index, seq);
+        if (folder_state(d, lock, sizeof lock) == FOLDER_OURS)
+            psd_journal_prune(d->dir, d->node->index, seq);
     }
     psd_info("%s %llu%s written: %.1f MiB in %.2f s", what,
              (unsigned long long)si.generation, of,
@@ -1071,6 +1111,8 @@ int psd_durable_lock(psd_durable *d, uv_loop_t *loop, psd_node *n,
         d->lock_fd = -1;
         return -1;
     }
+    struct stat dir;
+    d->dir_dev = stat(d->dir, &dir) == 0 ? (uint64_t)dir.st_dev : 0;
     remove_stale_tmp(d->dir, n->index);
     return 0;
 }
@@ -1160,6 +1202,7 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     psd_replay_ctx ctx = { n, uv_now(loop), tm.map, tm.nmap, 0 };
     char cut[4400];
     cut[0] = '\0';
+    int unknown_before = psd_sync_unknown(&n->sync);
     rc = d->skip ? 0
                  : psd_journal_replay(d->dir, n->index, jshape,
                                       tm.map ? 0 : n->inits, next,
@@ -1173,6 +1216,10 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
         return -1;
     if (cut[0])
         psd_warn("journal: %s", cut);
+    /* Records of an older psd (a journal with no snapshot, or none of
+     * its job's) made workers unknown that the load did not say. */
+    if (!unknown_before)
+        psd_sync_say_unknown(&n->sync);
     /* A snapshot written under durability = log names the segment its
      * rotation made (and fsync'd into the folder) before the image was
      * taken, always 2 or more, so that segment is there unless someone
@@ -1329,8 +1376,7 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     }
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
-    if (folder_ours(d, "this node's last snapshot and journal are where "
-                    "the folder was moved, if it was", err, errlen))
+    if (folder_ours(d, 1, err, errlen))
         return -2;
     if (n->journal) {
         int rc = rotate(d, n->journal, err, errlen);

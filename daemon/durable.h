@@ -94,6 +94,7 @@ typedef struct psd_durable {
     int skip;                    /* --skip-snapshot: the open moves the
                                     files aside */
     int lock_fd;                 /* flock'd psd-nodeN.lock, for life */
+    uint64_t dir_dev;            /* the data folder's file system at start */
     int test_fsync_delay_ms;     /* $PSD_TEST_FSYNC_DELAY_MS: each journal
                                     fsync sleeps this long first (tests) */
 } psd_durable;

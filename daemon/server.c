@@ -642,8 +642,7 @@ int psd_server_final(psd_server *s)
     char err[512];
     int rc = psd_durable_final(&s->dur, err, sizeof err);
     if (rc == -2) {
-        psd_error("final snapshot not written, and what this node held is "
-                  "lost: %s", err);
+        psd_error("final snapshot not written: %s", err);
         return -1;
     }
     if (rc) {

@@ -1010,9 +1010,27 @@ static int sync_load(psd_sync *y, psd_source *in, int format, int v040,
     /* Said at once: the window the upgrade opened is in no other line,
      * and an operator may still end the job now (docs/durability.md,
      * section 2). A job over has none (job_over cleared it). */
+    psd_sync_say_unknown(y);
+    if (over && y->nworkers > 1)
+        psd_info("the snapshot (format %d, an older psd's) has every worker "
+                 "left at clock %llu: that job is over, and the next one "
+                 "starts when all %d workers have joined", format,
+                 (unsigned long long)y->workers[0].clock, y->nworkers);
+    y->wait[0] = y->wait[1] = (psd_wait){ now_ms, now_ms };
+    return 0;
+}
+
+int psd_sync_unknown(const psd_sync *y)
+{
     int unknown = 0;
     for (int i = 0; i < y->nworkers; i++)
         unknown += y->workers[i].unknown;
+    return unknown;
+}
+
+void psd_sync_say_unknown(const psd_sync *y)
+{
+    int unknown = psd_sync_unknown(y);
     if (unknown)
         psd_warn("whom this node had replaced is not known (the job in "
                  "progress ran under a psd before 0.4.1): until that job "
@@ -1021,13 +1039,6 @@ static int sync_load(psd_sync *y, psd_source *in, int format, int v040,
                  "back from a partition is let in; stop such processes, or "
                  "end the job (psctl end-job) once its workers have stopped",
                  unknown);
-    if (over && y->nworkers > 1)
-        psd_info("the snapshot (format %d, an older psd's) has every worker "
-                 "left at clock %llu: that job is over, and the next one "
-                 "starts when all %d workers have joined", format,
-                 (unsigned long long)y->workers[0].clock, y->nworkers);
-    y->wait[0] = y->wait[1] = (psd_wait){ now_ms, now_ms };
-    return 0;
 }
 
 int psd_sync_load(psd_sync *y, psd_source *in, int format,

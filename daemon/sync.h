@@ -277,6 +277,13 @@ int psd_sync_load(psd_sync *y, psd_source *in, int format,
 int psd_sync_load_v040(psd_sync *y, psd_source *in, uint64_t now_ms,
                        char *err, size_t errlen);
 
+/* How many workers' replaced clients are unknown (a job in progress run
+ * under a psd before 0.4.1), and the warning that says so (the load
+ * gives it; a start whose journal replay made some unknown, with none in
+ * its snapshot, gives it after the replay). */
+int psd_sync_unknown(const psd_sync *y);
+void psd_sync_say_unknown(const psd_sync *y);
+
 /* The next worker from `from` on that joined or stopped being waited for
  * since the last call returned it (its flag is then cleared), or -1: what
  * the journal must record so that a replay knows who joined and who left
