@@ -577,7 +577,8 @@ static void metrics_text(psd_admin *a, tbuf *b, int node_lines, int t0,
                "connections closed to make room for a new one.", i,
                (double)s->conns_evicted);
         metric(b, "psd_connections_over_memory_total", "counter", "Connections "
-               "closed at max_client_memory.", i, (double)s->conns_over_memory);
+               "closed at max_client_memory, or when memory for their "
+               "buffers ran out.", i, (double)s->conns_over_memory);
         metric(b, "psd_protocol_errors_total", "counter", "Connections closed "
                "for a malformed frame, a frame past frame_timeout or no HELLO "
                "within hello_timeout.", i, (double)s->proto_errors);

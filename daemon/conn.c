@@ -1267,9 +1267,15 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
             psd_warn_rep("connection from %s closed in the middle of a frame "
                          "(%zu bytes of it came): that frame is dropped, "
                          "nothing of it applied", c->peer, part);
-        if (n == UV_ENOBUFS)
-            reject(c, "out of memory for the receive buffer");
-        else if (n == UV_EOF && c->hello_done) {
+        if (n == UV_ENOBUFS) {
+            /* Memory, not the peer's fault: counted with the connections
+             * closed for memory, not as a protocol error (212 of them
+             * read as malformed frames in the memory trial). */
+            c->node->stats.conns_over_memory++;
+            psd_warn_rep("closing connection from %s: out of memory for "
+                         "the receive buffer", c->peer);
+            conn_close(c);
+        } else if (n == UV_EOF && c->hello_done) {
             /* The client has nothing more to send; it may have shut down
              * only its side and still read (shutdown(SHUT_WR) after its
              * last request): what it is owed goes out, then we close. */

@@ -525,25 +525,45 @@ static void host_memory(double *limit, double *avail)
     }
     if (f)
         fclose(f);
-    /* cgroup v2: this process's group, then its memory.max ("max": no
-     * limit). */
-    char cg[512] = "", p[700];
+    /* This process's group: cgroup v2's memory.max ("max": no limit),
+     * or v1's memory controller's memory.limit_in_bytes (a hybrid host
+     * lists v1's controllers first, v2's "0::" line last: the first line
+     * alone read no limit there). */
+    char v2[512] = "", v1[512] = "", p[700];
     f = fopen("/proc/self/cgroup", "re");
-    if (f && fgets(line, sizeof line, f) && !strncmp(line, "0::", 3))
-        snprintf(cg, sizeof cg, "%.*s", (int)strcspn(line + 3, "\n"),
-                 line + 3);
+    while (f && fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, "\n");
+        line[n] = '\0';
+        const char *mem = strstr(line, ":memory:");
+        if (!strncmp(line, "0::", 3))
+            snprintf(v2, sizeof v2, "%s", line + 3);
+        else if (mem)
+            snprintf(v1, sizeof v1, "%s", mem + 8);
+    }
     if (f)
         fclose(f);
-    snprintf(p, sizeof p, "/sys/fs/cgroup%s/memory.max",
-             strcmp(cg, "/") ? cg : "");
-    f = cg[0] ? fopen(p, "re") : NULL;
-    if (f && fscanf(f, "%llu", &kb) == 1 && (*limit <= 0 || (double)kb < *limit))
-        *limit = (double)kb;
-    if (f)
-        fclose(f);
+    for (int v = 0; v < 2; v++) {
+        const char *cg = v ? v1 : v2;
+        if (!cg[0])
+            continue;
+        snprintf(p, sizeof p, v ? "/sys/fs/cgroup/memory%s/"
+                                  "memory.limit_in_bytes"
+                                : "/sys/fs/cgroup%s/memory.max",
+                 strcmp(cg, "/") ? cg : "");
+        f = fopen(p, "re");
+        if (f && fscanf(f, "%llu", &kb) == 1 &&
+            (*limit <= 0 || (double)kb < *limit))
+            *limit = (double)kb;
+        if (f)
+            fclose(f);
+    }
     if (*avail > *limit)
         *avail = *limit;
 }
+
+/* What psd's own address space takes before any row (measured: 39 MB of
+ * VmSize for a node with no rows; some room on top). */
+#define OWN_AS (64.0 * 1024 * 1024)
 
 /* Whether node i runs on this host as far as the file can tell: the
  * address clients reach it at, or the one it listens on, is a loopback
@@ -634,15 +654,20 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
     for (int n = 0; node < 0 && n < c->nnodes; n++)
         if (mine[n] && (worst < 0 || per[n] > per[worst]))
             worst = n;
+    /* Beside psd's own address space before any row (its code, libraries,
+     * thread stacks, the loop: about 40 MB; OWN_AS): a table that fit
+     * the limit alone passed --check, and the start then failed. */
     if (big && worst >= 0 && getrlimit(RLIMIT_AS, &as) == 0 &&
-        as.rlim_cur != RLIM_INFINITY && per[worst] > (double)as.rlim_cur)
+        as.rlim_cur != RLIM_INFINITY &&
+        per[worst] + OWN_AS > (double)as.rlim_cur)
         add(&pf->problems, &pf->nproblems, path, big->line, "[table.%s]: "
             "node %d's rows of dense tables need %.2f GiB with their "
             "optimizer state, more than the %.2f GiB of address space a "
-            "process may have here (ulimit -v; LimitAS= in a unit): it "
-            "would fail to make them. Raise the limit, or give the tables "
-            "fewer rows or the cluster more nodes", big->name, worst,
-            per[worst] / gib, (double)as.rlim_cur / gib);
+            "process may have here (ulimit -v; LimitAS= in a unit), less "
+            "psd's own %.0f MiB: it would fail to make them. Raise the "
+            "limit, or give the tables fewer rows or the cluster more "
+            "nodes", big->name, worst, per[worst] / gib,
+            (double)as.rlim_cur / gib, OWN_AS / (1024.0 * 1024));
     free(mine);
     free(per);
     host_memory(&limit, &avail);

@@ -1788,7 +1788,9 @@ static int do_save(cluster *c, int timeout_s, int json)
                              sizeof c->nodes[i].err - k,
                              " (while its snapshot %.0f was written: a psd "
                              "that is stopping writes a final one instead, "
-                             "which its log would say)", sv[i].gen);
+                             "which its log would say; one killed, by the "
+                             "kernel's OOM killer under a memory limit say, "
+                             "says nothing: dmesg does)", sv[i].gen);
                 failed(c, i);
                 sv[i].state = S_NONE;
                 bad = 1;

@@ -1128,6 +1128,15 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
                      "retransmission of it would be applied again",
                      (unsigned long long)m->ts, m->part, ss->peer);
         if (unjournaled) {
+            /* Counted and said as any failed journal write (it was in
+             * neither: psd_journal_failing read 0 while acknowledged
+             * pushes had no record). */
+            n->stats.journal_errors++;
+            if (!n->journal_error[0])
+                psd_log_rep(PSD_LOG_ERROR, "journal: out of memory "
+                            "buffering a push's record: it is applied but "
+                            "may be lost in a crash, and pushes are refused "
+                            "until a record can be buffered again");
             snprintf(n->journal_error, sizeof n->journal_error,
                      "out of memory buffering a record");
             reply_error(n, ss, m, PSW_ESERVER, UNJOURNALED);

@@ -793,6 +793,16 @@ static int read_sections(reader *r, const header *hd, target *g,
         } else if (kind != SEC_END) {
             BAD("unexpected section %u", kind);
         }
+        if (lrc && !r->eof && strstr(inner, "out of memory"))
+            /* Not damage: loading takes more than the rows (a shard's
+             * slots grow as its keys come), and a node that ran near its
+             * limit may not start again under it. Said so, or the
+             * operator reached for --skip-snapshot, which starts from the
+             * initial values. */
+            BAD("%s section: %s while loading it (the file is not damaged: "
+                "give psd more memory, such as a higher ulimit -v or "
+                "LimitAS=, MemoryMax= in a unit; loading needs more than "
+                "the rows took while the node ran)", sec_name(kind), inner);
         if (lrc)
             BAD("%s section: %s", sec_name(kind),
                 r->eof ? "truncated" : inner);

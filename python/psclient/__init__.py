@@ -230,7 +230,10 @@ class InvalidError(Error, ValueError):
 
 
 class NoMemoryError(Error, MemoryError):
-    """PS_ENOMEM: the library ran out of memory."""
+    """PS_ENOMEM: memory ran out, in this process's library or on a
+    node (creating rows, answering a pull: the message says which and
+    how much was applied). A MemoryError too: check ``str(e)`` to tell
+    the server's from this process's own."""
 
 
 class ConnectionError(Error, builtins.ConnectionError):
