@@ -95,9 +95,11 @@ static int take_lock(int fd, const char *lock, int index, char *err,
                      size_t errlen)
 {
     if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int e = errno;           /* the caller tells EWOULDBLOCK apart */
         snprintf(err, errlen, "%s: another psd is running as node %d with "
                  "this data folder (%s)", lock, index,
-                 errno == EWOULDBLOCK ? "it holds the lock" : strerror(errno));
+                 e == EWOULDBLOCK ? "it holds the lock" : strerror(e));
+        errno = e;
         return -1;
     }
     struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };

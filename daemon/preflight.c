@@ -534,11 +534,19 @@ static void host_memory(double *limit, double *avail)
     while (f && fgets(line, sizeof line, f)) {
         size_t n = strcspn(line, "\n");
         line[n] = '\0';
-        const char *mem = strstr(line, ":memory:");
-        if (!strncmp(line, "0::", 3))
+        /* "ID:CONTROLLERS:PATH": v1's memory may share its hierarchy
+         * with others ("4:cpu,memory:/x"). */
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!strncmp(line, "0::", 3)) {
             snprintf(v2, sizeof v2, "%s", line + 3);
-        else if (mem)
-            snprintf(v1, sizeof v1, "%s", mem + 8);
+        } else if (c2) {
+            *c2 = '\0';
+            char *save = NULL;
+            for (char *tok = strtok_r(c1 + 1, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save))
+                if (!strcmp(tok, "memory"))
+                    snprintf(v1, sizeof v1, "%s", c2 + 1);
+        }
     }
     if (f)
         fclose(f);
