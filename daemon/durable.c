@@ -117,6 +117,10 @@ static int take_lock(int fd, const char *lock, int index, char *err,
  * is written, and the node's files are where its folder went. */
 static const char *folder_advice(int final, int st)
 {
+    if (final && st == FOLDER_GONE)
+        return "if it was moved, this node's last snapshot and journal are "
+               "there; if removed, what the node took since its last "
+               "snapshot elsewhere is lost";
     if (final)
         return "this node's last snapshot and journal are in the folder it "
                "locked, wherever that is now";
@@ -165,7 +169,8 @@ static int folder_ours(psd_durable *d, int final, char *err, size_t errlen)
     struct stat dir;
     if (stat(d->dir, &dir)) {
         snprintf(err, errlen, "%s was removed while psd ran: nothing of "
-                 "this node is written until it is made again (%s)", d->dir,
+                 "this node is written %s (%s)", d->dir,
+                 final ? "there" : "until it is made again",
                  final ? folder_advice(final, st) : "mkdir it, then psctl "
                                                     "save");
         return -1;

@@ -515,7 +515,7 @@ static void host_memory(double *limit, double *avail)
 {
     *limit = *avail = 0;
     FILE *f = fopen("/proc/meminfo", "re");
-    char line[256];
+    char line[4200];
     unsigned long long kb;
     while (f && fgets(line, sizeof line, f)) {
         if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
@@ -529,7 +529,7 @@ static void host_memory(double *limit, double *avail)
      * or v1's memory controller's memory.limit_in_bytes (a hybrid host
      * lists v1's controllers first, v2's "0::" line last: the first line
      * alone read no limit there). */
-    char v2[512] = "", v1[512] = "", p[700];
+    char v2[4200] = "", v1[4200] = "", p[4300];
     f = fopen("/proc/self/cgroup", "re");
     while (f && fgets(line, sizeof line, f)) {
         size_t n = strcspn(line, "\n");
@@ -559,6 +559,11 @@ static void host_memory(double *limit, double *avail)
                                 : "/sys/fs/cgroup%s/memory.max",
                  strcmp(cg, "/") ? cg : "");
         f = fopen(p, "re");
+        if (!f && !v) {          /* a hybrid host mounts v2 here */
+            snprintf(p, sizeof p, "/sys/fs/cgroup/unified%s/memory.max",
+                     strcmp(cg, "/") ? cg : "");
+            f = fopen(p, "re");
+        }
         if (f && fscanf(f, "%llu", &kb) == 1 &&
             (*limit <= 0 || (double)kb < *limit))
             *limit = (double)kb;

@@ -623,7 +623,8 @@ void psd_server_stop(psd_server *s)
              "for protocol errors (%llu of them a frame past frame_timeout), "
              "%llu refused at max_connections(_per_addr) or the open files "
              "limit, %llu idle ones "
-             "closed to make room, %llu closed at max_client_memory, %llu "
+             "closed to make room, %llu closed at max_client_memory or out of "
+             "memory, %llu "
              "failed authentications",
              (unsigned long long)st->conns_accepted,
              (unsigned long long)st->requests,

@@ -800,9 +800,10 @@ static int read_sections(reader *r, const header *hd, target *g,
              * operator reached for --skip-snapshot, which starts from the
              * initial values. */
             BAD("%s section: %s while loading it (the file is not damaged: "
-                "give psd more memory, such as a higher ulimit -v or "
-                "LimitAS=, MemoryMax= in a unit; loading needs more than "
-                "the rows took while the node ran)", sec_name(kind), inner);
+                "give psd more memory, a higher ulimit -v or LimitAS= in a "
+                "unit; loading needs more than the rows took while the node "
+                "ran, which psd --check does not weigh)", sec_name(kind),
+                inner);
         if (lrc)
             BAD("%s section: %s", sec_name(kind),
                 r->eof ? "truncated" : inner);
