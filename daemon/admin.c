@@ -906,7 +906,7 @@ int psd_admin_command(void *arg, const char *cmd, size_t len, char **text,
                 (unsigned long long)a->dur->st.generation);
         } else {
             if (!running)
-                psd_durable_snapshot(a->dur);
+                psd_durable_save(a->dur);
             if (!a->dur->child && !a->dur->presync &&
                 a->dur->st.snapshot_failures > failures) {
                 put(&b, "snapshot not started: %s", a->dur->st.last_error);

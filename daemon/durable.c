@@ -127,7 +127,8 @@ static const char *folder_advice(int final, int st)
     return st == FOLDER_REPLACED
                ? "move it aside and make the folder again: psctl save then "
                  "writes this node's snapshot there"
-               : "mount the volume again, or make the folder, then psctl save";
+               : "mount the volume again; or, to write this node's snapshot "
+                 "on the file system at that path now, psctl save";
 }
 
 /* Before anything is written into the folder by path (a snapshot, the
@@ -138,7 +139,8 @@ static const char *folder_advice(int final, int st)
  * file this node now holds; -1, with why in err, when it is missing, on
  * another file system, or something else is at its path, which nothing
  * of this node's may overwrite. final: the stop's (its advice). */
-static int folder_ours(psd_durable *d, int final, char *err, size_t errlen)
+static int folder_ours(psd_durable *d, int final, int asked, char *err,
+                       size_t errlen)
 {
     char lock[4200];
     int st = folder_state(d, lock, sizeof lock);
@@ -149,6 +151,9 @@ static int folder_ours(psd_durable *d, int final, char *err, size_t errlen)
         char who[64] = "";
         if (pid > 0)
             snprintf(who, sizeof who, " (psd pid %ld runs in it)", pid);
+        else if (pid == -1)      /* a backup put back, or a psd that failed
+                                    to start there and left its lock */
+            snprintf(who, sizeof who, " (no psd runs in it)");
         snprintf(err, errlen, "%s was replaced while psd ran%s: its "
                  "psd-node%d.lock is not the one this node took, and "
                  "nothing of this node is written over it (%s)", d->dir, who,
@@ -175,7 +180,7 @@ static int folder_ours(psd_durable *d, int final, char *err, size_t errlen)
                                                     "save");
         return -1;
     }
-    if ((uint64_t)dir.st_dev != d->dir_dev) {
+    if ((uint64_t)dir.st_dev != d->dir_dev && !asked) {
         snprintf(err, errlen, "%s is on another file system than the folder "
                  "this node locked at start (a volume no longer mounted "
                  "there?): nothing of this node is written there (%s)",
@@ -200,6 +205,7 @@ static int folder_ours(psd_durable *d, int final, char *err, size_t errlen)
     close(d->lock_fd);
     d->lock_fd = fd;
     d->folder_seen = FOLDER_OURS;
+    d->dir_dev = (uint64_t)dir.st_dev;   /* psctl save took another one */
     psd_warn("%s was not there (the lock file, or its folder, was removed "
              "or moved while psd ran): this node locks it anew, and its "
              "next snapshot holds the whole node", lock);
@@ -230,17 +236,37 @@ static int open_folder(psd_durable *d, char *err, size_t errlen)
     return dirfd;
 }
 
+/* Whether the folder at the path is one this node must not keep
+ * journaling beside: another one put in its place (replaced), or one on
+ * another file system (its volume unmounted: the journal's segment is
+ * on the volume that went, which no restart reads). Its name for the
+ * refusal, or NULL. A folder moved away, with none at the path, keeps
+ * its segment readable where it went: pushes go on. */
+static const char *folder_foreign(const psd_durable *d)
+{
+    char lock[4200];
+    struct stat dir;
+    int st = folder_state(d, lock, sizeof lock);
+    if (st == FOLDER_REPLACED)
+        return "the data folder was replaced while psd ran";
+    if (st == FOLDER_GONE && stat(d->dir, &dir) == 0 &&
+        (uint64_t)dir.st_dev != d->dir_dev)
+        return "the data folder's volume is no longer mounted";
+    return NULL;
+}
+
 /* A folder that is not ours: with the journal, pushes are refused until
- * a snapshot can be written (their records go to the replaced folder's
- * segment, a file no one can read once psd stops). */
-static void folder_refused(psd_durable *d)
+ * a snapshot can be written (their records would go to a segment no
+ * restart reads). */
+static void folder_refused(psd_durable *d, const char *why)
 {
     if (!d->node->journal)
         return;
+    char text[200];
+    snprintf(text, sizeof text, "%s: pushes are refused until this node's "
+             "snapshot can be written (psd's log says why)", why);
     d->unbased = 1;
-    psd_journal_hold(d->node->journal, "the data folder was replaced while "
-                     "psd ran: pushes are refused until this node's "
-                     "snapshot can be written (psd's log says why)");
+    psd_journal_hold(d->node->journal, text);
 }
 
 /* ---- fsync ------------------------------------------------------------- */
@@ -448,6 +474,12 @@ static void child_done(psd_durable *d, int ok, const char *text)
                  "%.2f ms to fork)", (unsigned long long)d->child_gen,
                  (double)d->st.last_bytes / (1 << 20), secs,
                  d->st.last_pause_ms);
+        char lock[4200];
+        if (folder_state(d, lock, sizeof lock) != FOLDER_OURS)
+            psd_warn("snapshot %llu went to the folder this node locked, "
+                     "which is no longer at %s (it was moved or replaced "
+                     "while the snapshot was written)",
+                     (unsigned long long)d->child_gen, d->dir);
     } else {
         d->st.snapshot_failures++;
         snprintf(d->st.last_error, sizeof d->st.last_error, "%s", text);
@@ -600,6 +632,12 @@ static int presync_start(psd_durable *d, psd_journal *j)
     return 1;
 }
 
+void psd_durable_save(psd_durable *d)
+{
+    d->asked = 1;
+    psd_durable_snapshot(d);
+}
+
 void psd_durable_snapshot(psd_durable *d)
 {
     if (d->child || d->presync)
@@ -628,19 +666,20 @@ static void start_writer(psd_durable *d)
     char err[512];
     uint64_t seq = d->next_seq;
     psd_journal *j = d->node->journal;
-    char lock[4200];
     /* The writer works in this folder by its descriptor (dirfd): one put
      * at the path while it writes (a copy, a backup) must not get its
      * file (the rename by path put a half-copied image there, and save
      * said it was written). Opened before the rotation, whose new
      * segment is made by path. */
-    int dirfd = -1;
-    if (folder_ours(d, 0, err, sizeof err) ||
+    int dirfd = -1, asked = d->asked;
+    d->asked = 0;
+    if (folder_ours(d, 0, asked, err, sizeof err) ||
         (dirfd = open_folder(d, err, sizeof err)) < 0) {
         /* (Removed, the journal refuses pushes by itself: its segment
          * has no link left.) */
-        if (folder_state(d, lock, sizeof lock) == FOLDER_REPLACED)
-            folder_refused(d);
+        const char *foreign = folder_foreign(d);
+        if (foreign)
+            folder_refused(d, foreign);
         not_started(d, err);
         return;
     }
@@ -833,8 +872,8 @@ static void on_watch(uv_timer_t *t)
     /* The folder put back: pushes held for it go again once a snapshot
      * is written (as after psctl save). */
     psd_info("%s is this node's data folder again", d->dir);
-    if (d->unbased)
-        psd_durable_snapshot(d);
+    if (d->unbased || d->st.last_error[0])
+        psd_durable_snapshot(d);     /* and its error goes */
 }
 
 static void arm_interval(psd_durable *d)
@@ -1383,7 +1422,7 @@ int psd_durable_final(psd_durable *d, char *err, size_t errlen)
     }
     psd_node *n = d->node;
     uint64_t seq = d->next_seq;
-    if (folder_ours(d, 1, err, errlen))
+    if (folder_ours(d, 1, 0, err, errlen))
         return -2;
     if (n->journal) {
         int rc = rotate(d, n->journal, err, errlen);

@@ -95,6 +95,7 @@ typedef struct psd_durable {
                                     files aside */
     int lock_fd;                 /* flock'd psd-nodeN.lock, for life */
     uint64_t dir_dev;            /* the data folder's file system at start */
+    int asked;                   /* the next writer is psctl save's */
     int test_fsync_delay_ms;     /* $PSD_TEST_FSYNC_DELAY_MS: each journal
                                     fsync sleeps this long first (tests) */
 } psd_durable;
@@ -164,6 +165,12 @@ int psd_durable_open(psd_durable *d, char *err, size_t errlen);
  * ends (generation, or snapshot_failures and last_error); d->child_gen
  * is the generation being written while d->child is set. */
 void psd_durable_snapshot(psd_durable *d);
+
+/* The same, asked for by the operator (psctl save): its writer also
+ * takes a data folder made on another file system than the node's was
+ * at start, which an automatic one leaves alone (an unmounted volume's
+ * empty mount point looks the same). */
+void psd_durable_save(psd_durable *d);
 
 /* Whether the newest good snapshot is the node as it stands: none is
  * being written, nothing changed since it was (node->changes), it is
