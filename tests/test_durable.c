@@ -3314,15 +3314,17 @@ static void test_a_tail_zero_from_a_small_block_is_cut(void **state)
     cluster_stop(&c);
 }
 
-/* One node with durability = log, fsync = everysec, its data folder
- * DIR/data (written to data): 10 oracle requests of 4 pushes, all
- * acknowledged (their count returned), then the folder is removed with
- * everything in it, as rm -rf by mistake or a cleanup script would. */
-static int push_then_remove_data_dir(test_cluster *c, char *data,
-                                     size_t datalen, const char *pause)
+/* One node with durability = log and the given fsync, snapshots only when
+ * asked, its data folder DIR/data (written to data), started (with
+ * PSD_TEST_SNAPSHOT_PAUSE = pause, unless NULL); then 10 oracle requests
+ * of 4 pushes, all acknowledged: their count. */
+static int pushes_into_data_dir(test_cluster *c, char *data, size_t datalen,
+                                const char *fsync, const char *pause)
 {
-    start(c, 1, SERVER "durability = log\nfsync = everysec\n"
-          "snapshot_interval = 0\n");
+    char server[200];
+    snprintf(server, sizeof server, SERVER "durability = log\nfsync = %s\n"
+             "snapshot_interval = 0\n", fsync);
+    start(c, 1, server);
     EXPECT_INT(term(c, 0), 0, "stop");
     char cmd[1200];
     snprintf(data, datalen, "%s/data", c->dir);
@@ -3338,7 +3340,36 @@ static int push_then_remove_data_dir(test_cluster *c, char *data,
     ps_options o = client_options();
     int a, failed;
     oracle_run_many(c->spec, &o, 1, 10, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes before the folder goes");
+    EXPECT_INT(failed, 0, "pushes into the data folder");
+    return a;
+}
+
+/* After a folder's trouble is over: more pushes, all acknowledged; kill -9
+ * and a restart; every acknowledged push there (a, those before, and one
+ * more that may have been applied while the folder was away). Stops the
+ * node. */
+static void pushes_survive_kill_9(test_cluster *c, const ps_options *o,
+                                  int a)
+{
+    int b, failed;
+    oracle_run_many(c->spec, o, 1, 10, 4, &b, &failed);
+    EXPECT_INT(failed, 0, "pushes after the save");
+    cluster_kill(c, 0, SIGKILL);
+    if (cluster_restart(c, 0))
+        fail_msg("restart after kill -9");
+    char why[200];
+    if (oracle_check(c->spec, a + b, a + b + 1, why, sizeof why))
+        fail_msg("%s", why);
+    EXPECT_INT(cluster_stop(c), 0, "stops cleanly");
+}
+
+/* The same with fsync = everysec, then the folder is removed with
+ * everything in it, as rm -rf by mistake or a cleanup script would. */
+static int push_then_remove_data_dir(test_cluster *c, char *data,
+                                     size_t datalen, const char *pause)
+{
+    int a = pushes_into_data_dir(c, data, datalen, "everysec", pause);
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
     assert_int_equal(system(cmd), 0);
     return a;
@@ -3559,19 +3590,8 @@ static void test_a_replaced_data_dir_is_not_written_over(void **state)
     (void)state;
     test_cluster c;
     char data[300], cmd[1800], path[600];
-    start(&c, 1, SERVER "durability = log\nfsync = always\n"
-          "snapshot_interval = 0\n");
-    EXPECT_INT(term(&c, 0), 0, "stop");
-    snprintf(data, sizeof data, "%s/data", c.dir);
-    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
-             data, c.ini);
-    assert_int_equal(system(cmd), 0);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart");
+    int a = pushes_into_data_dir(&c, data, sizeof data, "always", NULL);
     ps_options o = client_options();
-    int a, failed;
-    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes before the folder is replaced");
     /* Moved, not removed: the journal's segment is still a file, which
      * takes its writes. */
     snprintf(cmd, sizeof cmd, "mv '%s' '%s.old' && mkdir '%s' && echo backup "
@@ -3630,16 +3650,7 @@ static void test_a_replaced_data_dir_is_not_written_over(void **state)
     EXPECT_INT(st, 0, "psctl save into the folder made again: %s",
                out ? out : "");
     free(out);
-    int b;
-    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
-    EXPECT_INT(failed, 0, "pushes after the save");
-    cluster_kill(&c, 0, SIGKILL);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart after kill -9");
-    char why[200];
-    if (oracle_check(c.spec, a + b, a + b + 1, why, sizeof why))
-        fail_msg("%s", why);
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    pushes_survive_kill_9(&c, &o, a);
 }
 
 /* A folder put at the path while the snapshot writer writes (the
@@ -3656,22 +3667,10 @@ static void test_a_folder_replaced_while_a_snapshot_is_written(void **state)
     (void)state;
     test_cluster c;
     char data[300], cmd[1800];
-    start(&c, 1, SERVER "durability = log\nfsync = always\n"
-          "snapshot_interval = 0\n");
-    EXPECT_INT(term(&c, 0), 0, "stop");
-    snprintf(data, sizeof data, "%s/data", c.dir);
-    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
-             data, c.ini);
-    assert_int_equal(system(cmd), 0);
-    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:1500", 1);
-    int rc = cluster_restart(&c, 0);
-    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
-    if (rc)
-        fail_msg("restart");
+    int a = pushes_into_data_dir(&c, data, sizeof data, "always",
+                                 "written:1500");
     ps_options o = client_options();
-    int a, b, failed;
-    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes before the save");
+    int b, failed;
     pid_t saver = spawn(psctl_save, c.spec);
     EXPECT_INT(cluster_log_wait(&c, 0, "test pause: snapshot writer", 5000),
                1, "the snapshot writer is at work");
@@ -3718,22 +3717,8 @@ static void test_a_folder_replaced_during_the_final_snapshot(void **state)
     (void)state;
     test_cluster c;
     char data[300], cmd[1800];
-    start(&c, 1, SERVER "durability = log\nfsync = always\n"
-          "snapshot_interval = 0\n");
-    EXPECT_INT(term(&c, 0), 0, "stop");
-    snprintf(data, sizeof data, "%s/data", c.dir);
-    snprintf(cmd, sizeof cmd, "sed -i 's|^data_dir = .*|data_dir = %s|' '%s'",
-             data, c.ini);
-    assert_int_equal(system(cmd), 0);
-    setenv("PSD_TEST_SNAPSHOT_PAUSE", "written:1500", 1);
-    int rc = cluster_restart(&c, 0);
-    unsetenv("PSD_TEST_SNAPSHOT_PAUSE");
-    if (rc)
-        fail_msg("restart");
-    ps_options o = client_options();
-    int a, failed;
-    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
-    EXPECT_INT(failed, 0, "pushes before the stop");
+    int a = pushes_into_data_dir(&c, data, sizeof data, "always",
+                                 "written:1500");
     kill(c.pid[0], SIGTERM);
     EXPECT_INT(cluster_log_wait(&c, 0, "test pause: snapshot writer", 5000),
                1, "the final snapshot is being written");
@@ -3781,7 +3766,7 @@ static void test_an_unmounted_data_volume_is_not_written_beneath(
         fail_msg("psd did not start on the tmpfs");
     ps_options o = client_options();
     o.max_retries = 2;
-    int a, b, failed;
+    int a, failed;
     oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
     EXPECT_INT(failed, 0, "pushes");
     char dir[400];
@@ -3815,15 +3800,7 @@ static void test_an_unmounted_data_volume_is_not_written_beneath(
     out = cluster_psctl(&c, &st, "save");
     EXPECT_INT(st, 0, "psctl save, the operator's word: %s", out ? out : "");
     free(out);
-    oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
-    EXPECT_INT(failed, 0, "pushes after the save");
-    cluster_kill(&c, 0, SIGKILL);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart after kill -9");
-    char why[200];
-    if (oracle_check(c.spec, a + b, a + b + 1, why, sizeof why))
-        fail_msg("%s", why);
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    pushes_survive_kill_9(&c, &o, a);
 }
 
 /* SIGUSR1 and SIGUSR2 ended psd (their default action): a logrotate
