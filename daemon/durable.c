@@ -75,10 +75,11 @@ enum { FOLDER_OURS, FOLDER_GONE, FOLDER_REPLACED, FOLDER_UNKNOWN };
  * node whose folder was replaced wrote its snapshot, and its journal's
  * next segments, into the new folder, over the second psd's (the ops
  * trial lost 3,661 pushes so). */
-static int folder_state(const psd_durable *d, char *lock, size_t len)
+static int folder_state(const psd_durable *d)
 {
     struct stat have, now;
-    lock_path(lock, len, d->dir, d->node->index);
+    char lock[4200];
+    lock_path(lock, sizeof lock, d->dir, d->node->index);
     if (fstat(d->lock_fd, &have))
         return FOLDER_UNKNOWN;
     if (stat(lock, &now) == 0)
@@ -143,9 +144,10 @@ static int folder_ours(psd_durable *d, int final, int asked, char *err,
                        size_t errlen)
 {
     char lock[4200];
-    int st = folder_state(d, lock, sizeof lock);
+    int st = folder_state(d), e = errno;
     if (st == FOLDER_OURS)
         return 0;
+    lock_path(lock, sizeof lock, d->dir, d->node->index);
     if (st == FOLDER_REPLACED) {
         long pid = psd_durable_holder(d->dir, d->node->index);
         char who[64] = "";
@@ -161,7 +163,7 @@ static int folder_ours(psd_durable *d, int final, int asked, char *err,
         return -1;
     }
     if (st == FOLDER_UNKNOWN) {
-        snprintf(err, errlen, "%s: %s", lock, strerror(errno));
+        snprintf(err, errlen, "%s: %s", lock, strerror(e));
         return -1;
     }
     /* Not made here: a volume that is not mounted looks the same, and
@@ -244,9 +246,8 @@ static int open_folder(psd_durable *d, char *err, size_t errlen)
  * its segment readable where it went: pushes go on. */
 static const char *folder_foreign(const psd_durable *d)
 {
-    char lock[4200];
     struct stat dir;
-    int st = folder_state(d, lock, sizeof lock);
+    int st = folder_state(d);
     if (st == FOLDER_REPLACED)
         return "the data folder was replaced while psd ran";
     if (st == FOLDER_GONE && stat(d->dir, &dir) == 0 &&
@@ -417,8 +418,7 @@ static void prune_done(uv_work_t *w, int status)
  * when no work is left). */
 static void prune_start(psd_durable *d, uint64_t below)
 {
-    char lock[4200];
-    if (folder_state(d, lock, sizeof lock) != FOLDER_OURS)
+    if (folder_state(d) != FOLDER_OURS)
         return;                  /* not another folder's segments */
     /* Stopping (psd_durable_final after the loop ended): here, or the
      * work would outlive the loop. */
@@ -474,8 +474,7 @@ static void child_done(psd_durable *d, int ok, const char *text)
                  "%.2f ms to fork)", (unsigned long long)d->child_gen,
                  (double)d->st.last_bytes / (1 << 20), secs,
                  d->st.last_pause_ms);
-        char lock[4200];
-        if (folder_state(d, lock, sizeof lock) != FOLDER_OURS)
+        if (folder_state(d) != FOLDER_OURS)
             psd_warn("snapshot %llu went to the folder this node locked, "
                      "which is no longer at %s (it was moved or replaced "
                      "while the snapshot was written)",
@@ -772,14 +771,14 @@ static void start_writer(psd_durable *d)
  * one (unbased), the tick takes one as before. */
 int psd_durable_current(const psd_durable *d)
 {
-    char path[4200], lock[4200];
+    char path[4200];
     struct stat st;
     psd_snapshot_path(path, sizeof path, d->dir, d->node->index);
     /* (The file is looked for: one an operator moved away is written
      * again; and in this node's folder: a snapshot at the path of a
      * folder put in its place is not this node's.) */
     return !d->child && !d->presync &&
-           folder_state(d, lock, sizeof lock) == FOLDER_OURS &&
+           folder_state(d) == FOLDER_OURS &&
            d->saved_changes == d->node->changes &&
            !d->st.last_error[0] && !d->unbased && stat(path, &st) == 0;
 }
@@ -858,10 +857,9 @@ static void check_size(psd_durable *d)
 static void on_watch(uv_timer_t *t)
 {
     psd_durable *d = t->data;
-    char lock[4200];
     if (d->child || d->presync || d->stopping)
         return;
-    int st = folder_state(d, lock, sizeof lock), was = d->folder_seen;
+    int st = folder_state(d), was = d->folder_seen;
     if (st == was)
         return;
     d->folder_seen = st;
@@ -1020,7 +1018,6 @@ static int write_here(psd_durable *d, uint64_t seq, const char *what,
 {
     uint64_t t0 = uv_hrtime();
     psd_snap_info si;
-    char lock[4200];
     /* In the folder checked, by its descriptor, as the forked writer: a
      * stop writes a whole model, and a folder moved to the path meanwhile
      * (a copy) must not get it. */
@@ -1040,7 +1037,7 @@ static int write_here(psd_durable *d, uint64_t seq, const char *what,
     d->st.last_bytes = si.bytes;
     if (!err[0]) {
         d->saved_changes = d->node->changes;
-        if (folder_state(d, lock, sizeof lock) == FOLDER_OURS)
+        if (folder_state(d) == FOLDER_OURS)
             psd_journal_prune(d->dir, d->node->index, seq);
     }
     psd_info("%s %llu%s written: %.1f MiB in %.2f s", what,

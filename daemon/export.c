@@ -283,10 +283,15 @@ static int clear_node(const char *dir, int i, int keep_marks, char *err,
  * kill at any moment between leaves the folder refused (a kill while an
  * earlier export was cleared left its tables without a manifest: review).
  * 0, or -1 with err. */
+static void mark_path(char *buf, size_t len, const char *dir, int i)
+{
+    snprintf(buf, len, "%s/export.node%d.partial", dir, i);
+}
+
 static int mark(const char *dir, int i, char *err, size_t errlen)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/export.node%d.partial", dir, i);
+    mark_path(path, sizeof path, dir, i);
     FILE *f = open_private(path, "w", err, errlen);
     if (!f)
         return -1;
@@ -298,7 +303,7 @@ static int mark(const char *dir, int i, char *err, size_t errlen)
 static int unmark(const char *dir, int i, char *err, size_t errlen)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/export.node%d.partial", dir, i);
+    mark_path(path, sizeof path, dir, i);
     if (unlink(path) && errno != ENOENT) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
@@ -495,7 +500,7 @@ int psd_export(const char *ini, int only, const char *const *drop,
         if (only >= 0 && i != only)
             continue;
         char p[4200];
-        snprintf(p, sizeof p, "%s/export.node%d.partial", out_dir, i);
+        mark_path(p, sizeof p, out_dir, i);
         had[i] = access(p, F_OK) == 0;
         snprintf(p, sizeof p, "%s/export.node%d.json", out_dir, i);
         earlier |= access(p, F_OK) == 0;

@@ -3363,6 +3363,28 @@ static void pushes_survive_kill_9(test_cluster *c, const ps_options *o,
     EXPECT_INT(cluster_stop(c), 0, "stops cleanly");
 }
 
+/* With the journal held for the data folder: a push (applied, its
+ * answer waiting, or refused) and the next one, from another client,
+ * refused saying `why`. */
+static void pushes_are_refused(const char *spec, const ps_options *o,
+                               const char *why)
+{
+    ps_client *cl, *next;
+    assert_int_equal(ps_open(&cl, spec, o), PS_OK);
+    int t = ps_table(cl, ORACLE_TABLE, NULL);
+    uint64_t key = oracle_key(0);
+    float one = 1.0f;
+    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
+               "a push after the folder went: %s", ps_strerror(rc));
+    assert_int_equal(ps_open(&next, spec, o), PS_OK);
+    rc = ps_wait(next, ps_push(next, t, &key, 1, &one, NULL, NULL));
+    EXPECT_INT(rc, PS_ESERVER, "the next push: %s", ps_strerror(rc));
+    EXPECT_SUBSTR(ps_last_error(next), why, "what the refused push is told");
+    ps_close(next);
+    ps_close(cl);
+}
+
 /* The same with fsync = everysec, then the folder is removed with
  * everything in it, as rm -rf by mistake or a cleanup script would. */
 static int push_then_remove_data_dir(test_cluster *c, char *data,
@@ -3603,24 +3625,9 @@ static void test_a_replaced_data_dir_is_not_written_over(void **state)
                                 "one this node took", 3000), 1,
                "the node sees the folder replaced within a second");
     o.max_retries = 2;
-    ps_client *cl;
-    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
-    int t = ps_table(cl, ORACLE_TABLE, NULL);
-    uint64_t key = oracle_key(0);
-    float one = 1.0f;
     /* The first is applied and its record waits (its reply with it):
      * the snapshot to come covers it; the next is refused. */
-    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
-    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
-               "a push after the folder was replaced: %s", ps_strerror(rc));
-    ps_client *next;
-    assert_int_equal(ps_open(&next, c.spec, &o), PS_OK);
-    rc = ps_wait(next, ps_push(next, t, &key, 1, &one, NULL, NULL));
-    EXPECT_INT(rc, PS_ESERVER, "the next push: %s", ps_strerror(rc));
-    EXPECT_SUBSTR(ps_last_error(next), "the data folder was replaced",
-                  "what the refused push is told");
-    ps_close(next);
-    ps_close(cl);
+    pushes_are_refused(c.spec, &o, "the data folder was replaced");
     int st;
     char *out = cluster_psctl(&c, &st, "save");
     EXPECT_INT(st, 1, "psctl save into the replaced folder: %s",
@@ -3776,21 +3783,7 @@ static void test_an_unmounted_data_volume_is_not_written_beneath(
     EXPECT_INT(cluster_log_wait(&c, 0, "is on another file system than the "
                                 "folder this node locked at start", 3000), 1,
                "the node says the folder is not its file system's");
-    ps_client *cl, *next;
-    assert_int_equal(ps_open(&cl, c.spec, &o), PS_OK);
-    int t = ps_table(cl, ORACLE_TABLE, NULL);
-    uint64_t key = oracle_key(0);
-    float one = 1.0f;
-    int rc = ps_wait(cl, ps_push(cl, t, &key, 1, &one, NULL, NULL));
-    EXPECT_INT(rc == PS_ETIMEDOUT || rc == PS_ESERVER, 1,
-               "a push after the volume went: %s", ps_strerror(rc));
-    assert_int_equal(ps_open(&next, c.spec, &o), PS_OK);
-    rc = ps_wait(next, ps_push(next, t, &key, 1, &one, NULL, NULL));
-    EXPECT_INT(rc, PS_ESERVER, "the next push: %s", ps_strerror(rc));
-    EXPECT_SUBSTR(ps_last_error(next), "volume is no longer mounted",
-                  "what the refused push is told");
-    ps_close(next);
-    ps_close(cl);
+    pushes_are_refused(c.spec, &o, "volume is no longer mounted");
     char cmd[600];
     int st;
     snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);

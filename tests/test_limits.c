@@ -310,8 +310,9 @@ static int log_lines_with(const test_cluster *c, const char *text)
  * 300 connections, each holding half of a 200 KiB frame (heap memory:
  * under the 256 KiB that get pages of their own), closed; psd's RSS comes
  * back to within the 16 MiB it may leave free, and some slack, once the
- * closes pause (without the trim it stayed 50 MB above where it was). glibc kept it all (a churn trial: 48 MB
- * resident with no connection open, 20 MB in use). */
+ * closes pause (without the trim it stayed 50 MB above where it was:
+ * glibc kept it all; a churn trial saw 48 MB resident with no connection
+ * open, 20 MB in use). */
 static void memory_of_closed_connections_is_given_back(void **state)
 {
     (void)state;
