@@ -1058,6 +1058,10 @@ static void dispatch(psd_node *n, psd_session *ss, const psw_msg *m,
     if (pushes && !ranged &&
         (rc = psd_table_check_growth(t, m->keys, m->nkeys, err,
                                      sizeof err))) {
+        /* The trainer hears it; the operator, who raises max_rows, reads
+         * the log (collapsed: every push of a full table is refused). */
+        if (rc == PSW_EFULL)
+            psd_warn_rep("a push refused (PS_EFULL): %s", err);
         reply_error(n, ss, m, rc, err);
         return;
     }

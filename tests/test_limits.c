@@ -2466,8 +2466,8 @@ static void pulls_of_never_pushed_keys_do_not_grow_the_node(void **state)
 }
 
 /* A sparse table at max_rows refuses a push that would add rows, with
- * PS_EFULL and nothing of it applied; pushes to its rows and pulls of any
- * key go on. */
+ * PS_EFULL and nothing of it applied, and logs it; pushes to its rows and
+ * pulls of any key go on. */
 static void table_at_max_rows_refuses_pushes_that_add_rows(void **state)
 {
     (void)state;
@@ -2489,6 +2489,10 @@ static void table_at_max_rows_refuses_pushes_that_add_rows(void **state)
     EXPECT_INT(ps_wait(a, ts), PS_EFULL, "push of 101 keys, one new");
     if (!strstr(ps_last_error(a), "max_rows = 100"))
         fail_msg("ps_last_error: %s", ps_last_error(a));
+    /* The operator, who raises max_rows, reads it in the log. */
+    EXPECT_INT(cluster_log_wait(&c, 0, "a push refused (PS_EFULL): table "
+                                "'counts' holds 100 rows", 5000), 1,
+               "the refusal is logged");
     wait_ok(b, ps_push(b, t, keys, 100, ones, NULL, NULL));
     wait_ok(b, ps_pull(b, t, keys, 101, out, NULL, NULL));
     for (int i = 0; i < 100; i++)
