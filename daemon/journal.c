@@ -183,12 +183,23 @@ static int open_segment(psd_journal *j, uint64_t seq, char *err,
     j->fd = fd;
     j->seq = seq;
     if (j->bytes == 0) {
-        /* The new file's name must survive a crash of the host too. */
+        /* The new file's name must survive a crash of the host too, or
+         * the records acknowledged in it go with it: a folder that cannot
+         * be opened (no descriptor left) or synced fails the segment, as
+         * its own file would (the empty file is taken again next time).
+         * EINVAL: a file system that syncs no folders. */
         int dfd = open(j->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
+        if (dfd < 0 || (fsync(dfd) && errno != EINVAL)) {
+            int e = errno;
+            snprintf(err, errlen, "cannot make %s's name durable: %s of %s: "
+                     "%s", path, dfd < 0 ? "open" : "fsync", j->dir,
+                     strerror(e));
+            if (dfd >= 0)
+                close(dfd);
+            close(fd);
+            return -1;
         }
+        close(dfd);
         /* Then the head names it: never a segment whose name could be
          * lost (psd_journal_lost_head). */
         write_head(j->dir, j->node, seq);
