@@ -106,7 +106,7 @@ static void put_json_str(tbuf *b, const char *s)
  * histograms (lat_at); rates, and quantiles over the window, are
  * computed from them. */
 enum { C_REQUESTS, C_FRAMES, C_ERRORS, C_PUSHES, C_PULLS, C_KEYS_PUSHED,
-       C_KEYS_PULLED, C_DUPLICATES, C_NODE };
+       C_KEYS_PULLED, C_DUPLICATES, C_BYTES_IN, C_BYTES_OUT, C_NODE };
 enum { T_PUSHES, T_PULLS, T_KEYS_PUSHED, T_KEYS_PULLED, T_PER };
 
 static size_t lat_at(const psd_admin *a)
@@ -125,6 +125,8 @@ static void collect(const psd_admin *a, uint64_t *v)
     v[C_KEYS_PUSHED] = s->keys_pushed;
     v[C_KEYS_PULLED] = s->keys_pulled;
     v[C_DUPLICATES] = s->duplicates;
+    v[C_BYTES_IN] = s->bytes_in;
+    v[C_BYTES_OUT] = s->bytes_out;
     for (int i = 0; i < a->node->ntables; i++) {
         const psd_table_stats *t = &a->node->tstats[i];
         uint64_t *w = v + C_NODE + (size_t)i * T_PER;
@@ -397,7 +399,8 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
     put(b, " \"connections\": {\"open\": %d, \"accepted\": %llu, "
         "\"refused\": %llu, \"protocol_errors\": %llu, \"peers_lost\": "
         "%llu, \"evicted\": %llu, \"over_memory\": %llu, "
-        "\"frame_timeouts\": %llu, \"auth_failures\": %llu},\n",
+        "\"frame_timeouts\": %llu, \"auth_failures\": %llu, "
+        "\"bytes_in\": %llu, \"bytes_out\": %llu},\n",
         a->conns->n, (unsigned long long)s->conns_accepted,
         (unsigned long long)s->conns_refused,
         (unsigned long long)s->proto_errors,
@@ -405,7 +408,8 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         (unsigned long long)s->conns_evicted,
         (unsigned long long)s->conns_over_memory,
         (unsigned long long)s->frames_timed_out,
-        (unsigned long long)s->auth_failures);
+        (unsigned long long)s->auth_failures,
+        (unsigned long long)s->bytes_in, (unsigned long long)s->bytes_out);
     put(b, " \"requests\": {\"total\": %llu, \"frames\": %llu, \"errors\": "
         "%llu, \"duplicates\": %llu, \"pushes\": %llu, \"pulls\": %llu, "
         "\"keys_pushed\": %llu, \"keys_pulled\": %llu},\n",
@@ -424,9 +428,11 @@ static void stats_json(psd_admin *a, const rates *r, tbuf *b)
         (unsigned long long)s->clients_expired);
     put(b, " \"per_second\": {\"window_s\": %.1f, \"requests\": %.1f, "
         "\"pushes\": %.1f, \"pulls\": %.1f, \"keys_pushed\": %.1f, "
-        "\"keys_pulled\": %.1f, \"errors\": %.1f},\n", r->secs,
+        "\"keys_pulled\": %.1f, \"errors\": %.1f, \"bytes_in\": %.1f, "
+        "\"bytes_out\": %.1f},\n", r->secs,
         rate(r, C_REQUESTS), rate(r, C_PUSHES), rate(r, C_PULLS),
-        rate(r, C_KEYS_PUSHED), rate(r, C_KEYS_PULLED), rate(r, C_ERRORS));
+        rate(r, C_KEYS_PUSHED), rate(r, C_KEYS_PULLED), rate(r, C_ERRORS),
+        rate(r, C_BYTES_IN), rate(r, C_BYTES_OUT));
     put_service_json(b, " \"service_us\": {",
                      (const uint64_t (*)[PSW_HIST_N])n->latency);
     /* The same over the rates' window (zeros for a kind without a
@@ -591,6 +597,11 @@ static void metrics_text(psd_admin *a, tbuf *b, int node_lines, int t0,
                "because the peer fell silent.", i, (double)s->peers_lost);
         metric(b, "psd_frames_total", "counter", "Request frames read.", i,
                (double)s->frames);
+        metric(b, "psd_received_bytes_total", "counter", "Bytes read from "
+               "client connections.", i, (double)s->bytes_in);
+        metric(b, "psd_sent_bytes_total", "counter", "Bytes written to "
+               "client connections (the kernel took them).", i,
+               (double)s->bytes_out);
         metric(b, "psd_requests_total", "counter", "Requests executed.", i,
                (double)s->requests);
         metric(b, "psd_request_errors_total", "counter", "Requests answered "
@@ -818,6 +829,8 @@ static void rates_text(psd_admin *a, const rates *r, tbuf *b)
         { "psd_keys_pushed_per_second", C_KEYS_PUSHED },
         { "psd_keys_pulled_per_second", C_KEYS_PULLED },
         { "psd_duplicate_pushes_per_second", C_DUPLICATES },
+        { "psd_received_bytes_per_second", C_BYTES_IN },
+        { "psd_sent_bytes_per_second", C_BYTES_OUT },
     };
     put(b, "psd_rate_window_seconds{node=\"%d\"} %.3f\n", i, r->secs);
     for (size_t k = 0; k < sizeof nr / sizeof nr[0]; k++)

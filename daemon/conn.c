@@ -116,6 +116,7 @@ typedef struct wreq {
     struct wreq *prev, *next;    /* c->writes */
     psw_out out;                 /* the bytes being written, owned */
     size_t mem;                  /* its buffers, counted in queued_mem */
+    size_t sent;                 /* of out, written before the request */
 } wreq;
 
 static void on_close(uv_handle_t *h);
@@ -533,6 +534,8 @@ static void on_write(uv_write_t *req, int status)
     release_rows(c->node, &w->out);
     c->queued -= w->out.total;
     c->queued_mem -= w->mem;
+    if (status >= 0)
+        c->node->stats.bytes_out += w->out.total - w->sent;
     /* A write completing only means the kernel took it: not a sign of
      * life, except while reading is paused for backpressure, when the
      * queue drains only as fast as the peer reads. */
@@ -630,6 +633,7 @@ static void flush(psd_conn *c)
             return;
         }
         done = n > 0 ? (size_t)n : 0;
+        c->node->stats.bytes_out += done;
         if (done == c->out.total) {
             if (iov != small)
                 free(iov);
@@ -651,6 +655,7 @@ static void flush(psd_conn *c)
     w->c = c;
     w->out = c->out;             /* ownership moves to the write request */
     w->mem = out_mem(&w->out);
+    w->sent = done;
     if (c->has_spare) {
         c->out = c->spare;
         c->has_spare = 0;
@@ -1291,6 +1296,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
         return;
     }
     psw_reader_commit(&c->rd, (size_t)n);
+    c->node->stats.bytes_in += (uint64_t)n;
     uint64_t now = uv_now(c->set->loop), before = c->frames;
     c->alive_ms = now;
     turn_sync(c);
@@ -1524,12 +1530,15 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
 typedef struct ping_write {
     uv_write_t req;
     psw_out out;
+    psd_node *node;              /* counts the bytes */
 } ping_write;
 
 static void on_ping_written(uv_write_t *req, int status)
 {
     ping_write *p = (ping_write *)req;
-    (void)status;                /* a failed write shows on the reads */
+    /* A failed write shows on the reads. */
+    if (status >= 0)
+        p->node->stats.bytes_out += p->out.total;
     psw_out_destroy(&p->out);
     free(p);
 }
@@ -1555,6 +1564,7 @@ static void send_ping(psd_conn *c)
     if (!p)
         return;                  /* the next beat tries again */
     psw_out_init(&p->out);
+    p->node = c->node;
     psw_out_frame_begin(&p->out);
     psw_pack_request(&p->out, &ping);
     psw_out_frame_end(&p->out);

@@ -27,6 +27,8 @@ typedef struct psd_stats {
     uint64_t proto_errors;       /* connections closed for a bad frame */
     uint64_t peers_lost;         /* connections closed: peer silent */
     uint64_t frames;
+    uint64_t bytes_in;           /* read from client connections */
+    uint64_t bytes_out;          /* written to them: the kernel took it */
     uint64_t requests;
     uint64_t request_errors;     /* requests answered with an error */
     uint64_t errors_by[PSD_STATUSES]; /* of them, by status: [-status]

@@ -791,10 +791,10 @@ static void json_str(const char *s)
  * fit in one printf). */
 static const char *human(double v)
 {
-    static char bufs[8][32];
+    static char bufs[16][32];   /* one printf's worth of figures */
     static int k;
     static const char *const unit[] = { "", "k", "M", "G", "T" };
-    char *b = bufs[k++ % 8];
+    char *b = bufs[k++ % 16];
     int u = 0;
     while (v >= 1000 && u < 4) {
         v /= 1000;
@@ -868,6 +868,13 @@ static void print_node(const node *nd, int i, const samples *ss)
            human(nodev(ss, "psd_keys_pushed_per_second", i)),
            human(nodev(ss, "psd_keys_pulled_per_second", i)),
            human(nodev(ss, "psd_request_errors_per_second", i)));
+    /* Not from a node of a release before 0.4.5, which counts no bytes. */
+    char nl[32];
+    snprintf(nl, sizeof nl, "node=\"%d\"", i);
+    if (find(ss, "psd_received_bytes_per_second", nl))
+        printf("  bytes in %sB/s, out %sB/s (client connections)\n",
+               human(nodev(ss, "psd_received_bytes_per_second", i)),
+               human(nodev(ss, "psd_sent_bytes_per_second", i)));
     /* A kind with no request in the window has NaN quantiles: "-". */
     static const char *const kinds[] = { "push", "pull", "pushpull" };
     /* Over the rates' window (the last 10 s); over the node's life from a

@@ -888,7 +888,8 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     /* The trainer's connection, not psctl's own (it said 2). */
     if (!o || !strstr(o, "journal (fsync = everysec)") ||
         !strstr(o, "no snapshot yet") || !strstr(o, release) ||
-        !strstr(o, "connections 1 besides psctl's\n"))
+        !strstr(o, "connections 1 besides psctl's\n") ||
+        !strstr(o, "\n  bytes in ") || !strstr(o, "B/s (client connections)"))
         fail_msg("psctl stats: %s", o ? o : "");
     char *log = cluster_log(&c, 0);
     snprintf(release, sizeof release, "; psd %d.%d.%d, wire protocol %d",
@@ -906,7 +907,7 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
 
     /* /metrics: the keys pushed and pulled, summed over both nodes, are
      * exactly what the client sent. */
-    double pushed = 0, pulled = 0, rows = 0;
+    double pushed = 0, pulled = 0, rows = 0, bytes_in = 0, bytes_out = 0;
     for (int i = 0; i < 2; i++) {
         char *m = http_get(mport[i], "/metrics");
         if (!m || strncmp(m, "HTTP/1.1 200 OK\r\n", 17) ||
@@ -921,6 +922,10 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
         pulled += value_of(m, p);
         snprintf(p, sizeof p, "psd_table_rows{node=\"%d\",table=\"emb\"} ", i);
         rows += value_of(m, p);
+        snprintf(p, sizeof p, "psd_received_bytes_total{node=\"%d\"} ", i);
+        bytes_in += value_of(m, p);
+        snprintf(p, sizeof p, "psd_sent_bytes_total{node=\"%d\"} ", i);
+        bytes_out += value_of(m, p);
         snprintf(p, sizeof p, "psd_up{node=\"%d\"} ", i);
         EXPECT_INT((int)value_of(m, p), 1, "psd_up on node %d", i);
         /* The summary of service times has its _sum beside its _count:
@@ -960,6 +965,14 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     EXPECT_INT((int)pushed, 3 * KEYS, "keys pushed, from /metrics");
     EXPECT_INT((int)pulled, 2 * KEYS, "keys pulled, from /metrics");
     EXPECT_INT((int)rows, KEYS, "rows, from /metrics");
+    /* Bytes: at least the keys and floats the client sent (3 pushes of
+     * keys and 4 floats, 2 pulls of keys) and got (2 pulls of 4 floats);
+     * what comes in beyond them is frame headers, HELLOs, PINGs and
+     * psctl's small requests. psctl's answers make the bytes sent large. */
+    if (!(bytes_in >= KEYS * (3 * 24 + 2 * 8) && bytes_in < 400000))
+        fail_msg("psd_received_bytes_total, both nodes: %.0f", bytes_in);
+    if (!(bytes_out >= KEYS * 2 * 16))
+        fail_msg("psd_sent_bytes_total, both nodes: %.0f", bytes_out);
     char *m = http_get(mport[0], "/nothing");
     if (!m || strncmp(m, "HTTP/1.1 404", 12))
         fail_msg("GET /nothing: %.100s", m ? m : "");
