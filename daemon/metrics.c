@@ -21,6 +21,7 @@ _Static_assert(PSD_METRICS_FDS == MAX_OPEN + 2 * BACKLOG + 1,
                "metrics.h's count of descriptors");
 #define STOP_GRACE_MS 1000       /* for a request begun when psd stops */
 #define SAMPLE_MS 100            /* how often answers' progress is read */
+#define LINGER_MS 2000           /* reading what follows an answer */
 /* A body that took the loop CACHE_MIN_NS or more of its CPU time to
  * build is served again to the scrapes of the next CACHE_TIMES times
  * that long (at most CACHE_MAX_NS): a node of 4096 tables took 80 ms per
@@ -50,9 +51,12 @@ typedef struct mconn {
     uint64_t moved_ms;           /* when that last shrank (or the answer
                                     began) */
     int head;                    /* a HEAD request: the headers only */
+    int error;                   /* the answer is an error (not 200) */
+    int lingering;               /* answered; what comes is dropped */
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_write_t wr;
+    uv_shutdown_t sd;
     char req[REQ_MAX];
     size_t len;
     char resp[256];              /* the headers, or a short error's all */
@@ -93,10 +97,41 @@ static void mclose(mconn *c)
     uv_close((uv_handle_t *)&c->timer, on_closed);
 }
 
+static void on_timeout(uv_timer_t *t);
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+static void on_shut(uv_shutdown_t *r, int status)
+{
+    mconn *c = r->data;
+    if (status < 0 || c->closing) {
+        mclose(c);
+        return;
+    }
+    c->lingering = 1;
+    c->len = 0;
+    uv_timer_start(&c->timer, on_timeout, LINGER_MS, 0);
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read))
+        mclose(c);
+}
+
+/* Closing with bytes of the peer's unread makes the kernel send a reset,
+ * which can discard the answer before the peer has read it: a request
+ * past REQ_MAX got "connection reset" where it was answered 431 (a
+ * security trial). So after an error, or with bytes still unread (a body
+ * psd ignores), the answer is followed by a FIN, and what the peer sends
+ * is read and dropped until it closes, for at most LINGER_MS. */
 static void on_written(uv_write_t *w, int status)
 {
-    (void)status;
-    mclose(w->data);
+    mconn *c = w->data;
+    uv_os_fd_t fd;
+    int unread = 0;
+    if (!c->error && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+        (void)ioctl(fd, FIONREAD, &unread);
+    c->sd.data = c;
+    if (status < 0 || c->closing || (!c->error && unread <= 0) ||
+        uv_shutdown(&c->sd, (uv_stream_t *)&c->tcp, on_shut))
+        mclose(c);
 }
 
 /* The bytes of c's answer its peer has not taken yet: still queued in
@@ -142,6 +177,7 @@ static void respond(mconn *c, const char *status, const char *type,
 {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->answered = 1;
+    c->error = strncmp(status, "200 ", 4) != 0;
     /* Its start is no sign of a reader: a scrape being read lost, as the
      * oldest, to never-readers answered in the same turn (a review). */
     uint64_t now = uv_now(c->m->loop);
@@ -280,6 +316,8 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         mclose(c);
         return;
     }
+    if (c->lingering)
+        return;                  /* dropped: c->len stays 0 */
     c->len += (size_t)n;
     /* Empty lines before the request line are passed over (RFC 9112,
      * 2.2: a client may send one after a body). The request ends with an

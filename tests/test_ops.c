@@ -1997,6 +1997,62 @@ static char *http_raw(int port, const char *req, size_t *len)
     return out;
 }
 
+/* An error answered before the whole request was read reaches the
+ * client: a request past 8 KiB is answered 431, and a POST with a body
+ * psd does not read 405, when the rest of the request comes after the
+ * answer. psd closed at once, with bytes unread, and the kernel reset
+ * the connection: the client's next write failed with "connection
+ * reset" (a security trial). */
+static void test_metrics_errors_reach_a_client_that_sent_more(void **state)
+{
+    (void)state;
+    test_cluster c;
+    int mport = start_with_metrics(&c, "");
+    char pad[10000];
+    memset(pad, 'a', sizeof pad);
+    for (int r = 0; r < 2; r++) {
+        int fd = dial_port(mport);
+        assert_true(fd >= 0);
+        struct timeval tv = { 10, 0 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char head[100];
+        int n = snprintf(head, sizeof head, r == 0
+                         ? "GET /metrics HTTP/1.1\r\nX: "
+                         : "POST /metrics HTTP/1.1\r\nContent-Length: "
+                           "%zu\r\n\r\n", 2 * sizeof pad);
+        EXPECT_INT(send(fd, head, (size_t)n, MSG_NOSIGNAL), n, "head");
+        EXPECT_INT((int)send(fd, pad, sizeof pad, MSG_NOSIGNAL),
+                   (int)sizeof pad, "the first part");
+        sleep_ms(300);           /* answered meanwhile */
+        /* The rest is taken (it failed with ECONNRESET, and a client
+         * that writes its whole request before it reads, as HTTP clients
+         * do, gave up without the answer). */
+        errno = 0;
+        EXPECT_INT((int)send(fd, pad, sizeof pad, MSG_NOSIGNAL),
+                   (int)sizeof pad, "the rest, sent after the answer (%s)",
+                   strerror(errno));
+        (void)!send(fd, "\r\n\r\n", r == 0 ? 4 : 0, MSG_NOSIGNAL);
+        char out[512] = "";
+        size_t len = 0;
+        ssize_t k;
+        while (len < sizeof out - 1 &&
+               (k = read(fd, out + len, sizeof out - 1 - len)) > 0)
+            len += (size_t)k;
+        out[len] = '\0';
+        close(fd);
+        const char *want = r == 0 ? "HTTP/1.1 431 " : "HTTP/1.1 405 ";
+        if (strncmp(out, want, strlen(want)))
+            fail_msg("want %s: \"%.100s\" (%s)", want, out,
+                     len ? "" : strerror(errno));
+    }
+    /* And the next scrape is served. */
+    char *m = http_get(mport, "/metrics");
+    if (!m || strncmp(m, "HTTP/1.1 200 OK\r\n", 17))
+        fail_msg("a scrape after them: %.200s", m ? m : "");
+    free(m);
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* The body of answer a (len bytes) is as long as its Content-Length. */
 static int whole_answer(const char *a, size_t len)
 {
@@ -3699,6 +3755,7 @@ int main(void)
         cmocka_unit_test(test_idle_metrics_connections_do_not_delay_a_stop),
         cmocka_unit_test(test_idle_metrics_connections_do_not_keep_scrapes_out),
         cmocka_unit_test(test_unread_metrics_answers_do_not_keep_scrapes_out),
+        cmocka_unit_test(test_metrics_errors_reach_a_client_that_sent_more),
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
