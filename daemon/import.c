@@ -386,6 +386,24 @@ static size_t field_str(const char *p, const char *end, const char *field,
     return l;
 }
 
+/* Whether manifest text buf ends as psd --export ends one, "]}" with
+ * any white space around and between (a JSON tool may rewrite it): a
+ * manifest cut short by a copy that stopped lists only the tables before
+ * the cut, and the import took the rest of that node's rows from their
+ * init without a word (a reshard trial). */
+static int manifest_whole(const char *buf)
+{
+    const char *e = buf + strlen(buf);
+    while (e > buf && strchr(" \t\r\n", e[-1]))
+        e--;
+    if (e == buf || e[-1] != '}')
+        return 0;
+    e--;
+    while (e > buf && strchr(" \t\r\n", e[-1]))
+        e--;
+    return e > buf && e[-1] == ']';
+}
+
 /* The first problem with what manifest text buf (the file `name` in
  * dir) lists for the tables of cfg, in problem (empty when none): a file
  * it names that dir
@@ -519,6 +537,11 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
         nodes = m;
         have += !seen[k];
         seen[k] = 1;
+        if (!gone[0] && !manifest_whole(buf))
+            snprintf(gone, sizeof gone, "%s is cut short (it does not end "
+                     "as psd --export ends a manifest, with \"]}\"): the "
+                     "files of the tables it no longer lists would be left "
+                     "out. Copy node %d's export whole again", path, k);
         if (!gone[0])
             check_listed(cfg, dir, buf, e->d_name, gone, sizeof gone);
         free(buf);
