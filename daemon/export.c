@@ -62,12 +62,18 @@ static int stopped(char *err, size_t errlen)
     return 1;
 }
 
-/* Closes f; -1 with err naming path when anything written to it failed. */
+/* Closes f, its bytes on the disk (an export said to be whole must
+ * outlast a power cut: it wrote with no fsync at all, a reshard trial);
+ * -1 with err naming path when anything written to it failed. */
 static int finish(FILE *f, const char *path, int failed, char *err,
                   size_t errlen)
 {
     failed |= ferror(f);
     int e = errno;
+    if (!failed && (fflush(f) || fsync(fileno(f)))) {
+        e = errno;
+        failed = 1;
+    }
     if (fclose(f) && !failed) {
         e = errno;
         failed = 1;
@@ -93,7 +99,7 @@ static int export_table(psd_table *t, const char *dir, int node,
         return -1;
     }
     *count = n;
-    char path[4200];
+    char path[4400];
     snprintf(path, sizeof path, "%s/%s.node%d.keys.npy", dir, tc->name, node);
     FILE *f = open_private(path, "wb", err, errlen);
     if (!f) {
@@ -164,7 +170,6 @@ typedef struct node_out {
     char snap[4200];
     uint64_t records;            /* journal records replayed */
     int64_t *rows;               /* per table of the ini */
-    int cleared;                 /* its earlier files removed: writing */
     uint64_t drop_used;          /* the --drop-table names its snapshot had
                                     (psd_snap_tables) */
     uint64_t *pending;           /* per table of the ini: rows of a bsp
@@ -177,7 +182,7 @@ static int write_manifest(const char *dir, const char *ini,
                           const psd_config *cfg, int i, const node_out *no,
                           char *err, size_t errlen)
 {
-    char path[4200];
+    char path[4400];
     snprintf(path, sizeof path, "%s/export.node%d.json", dir, i);
     FILE *f = open_private(path, "w", err, errlen);
     if (!f)
@@ -239,14 +244,10 @@ static int node_file(const char *name, int i)
 }
 
 /* Removes node i's files of an earlier export from dir, or every node's
- * for i < 0 (a whole export: an earlier one of more nodes left its last
- * nodes' files, and the folder read as clusters of two node counts).
- * Tables dropped since must not linger beside the new files either. The
+ * for i < 0, but not the marks (swap_in's, which stand meanwhile). The
  * manifests go first: one that fails partway leaves no manifest naming
- * files that are gone; the markers of an export under way go last: one
- * that fails partway leaves the folder refused. */
-static int clear_node(const char *dir, int i, int keep_marks, char *err,
-                      size_t errlen)
+ * files that are gone. */
+static int clear_node(const char *dir, int i, char *err, size_t errlen)
 {
     char path[4200];
     DIR *d = opendir(dir);
@@ -255,9 +256,8 @@ static int clear_node(const char *dir, int i, int keep_marks, char *err,
         return -1;
     }
     int rc = 0;
-    /* Pass 0: manifests; 1: tables; 2: markers (this run's own are kept
-     * while it writes). */
-    for (int pass = 0; pass < (keep_marks ? 2 : 3) && rc == 0; pass++) {
+    /* Pass 0: manifests; 1: tables; marks (2) stay. */
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
         rewinddir(d);
         for (struct dirent *e; rc == 0 && (e = readdir(d));) {
             size_t n = strlen(e->d_name);
@@ -279,10 +279,10 @@ static int clear_node(const char *dir, int i, int keep_marks, char *err,
 }
 
 /* Node i's mark in dir: it stands from before anything of an earlier
- * export is removed until the node's files and manifest are whole, so a
- * kill at any moment between leaves the folder refused (a kill while an
- * earlier export was cleared left its tables without a manifest: review).
- * 0, or -1 with err. */
+ * export is removed until the node's new files and manifest are in
+ * place (swap_in), so a kill at any moment between leaves the folder
+ * refused (a kill while an earlier export was cleared left its tables
+ * without a manifest: review). 0, or -1 with err. */
 static void mark_path(char *buf, size_t len, const char *dir, int i)
 {
     snprintf(buf, len, "%s/export.node%d.partial", dir, i);
@@ -324,6 +324,185 @@ static int make_out(const char *dir, char *err, size_t errlen)
     return -1;
 }
 
+/* ---- staging ------------------------------------------------------------
+ * Each node's files are written into its own staging folder in the
+ * export's, DIR/.export.nodeI.staging (hidden: no reader takes it for
+ * tables), and put in place of the node's earlier files only once every
+ * node asked for is whole (swap_in). An export that failed part way (a
+ * full disk, a signal) removed the earlier export of the nodes it was
+ * writing, the only copy of a nightly model (a reshard trial); now it
+ * leaves it as it was. One staging folder per node: the exports of
+ * several hosts (-n K) may share one folder. */
+
+static void stage_path(char *buf, size_t len, const char *dir, int i)
+{
+    snprintf(buf, len, "%s/.export.node%d.staging", dir, i);
+}
+
+/* Removes staging folder stage and what is in it (psd's files only: it
+ * is psd's own folder); ENOENT is no error. 0, or -1 with err. */
+static int drop_stage(const char *stage, char *err, size_t errlen)
+{
+    DIR *d = opendir(stage);
+    if (!d) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "%s: %s", stage, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    char path[4400];
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", stage, e->d_name);
+        if (unlink(path) && errno != ENOENT) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            rc = -1;
+        }
+    }
+    closedir(d);
+    if (rc == 0 && rmdir(stage) && errno != ENOENT) {
+        snprintf(err, errlen, "%s: %s", stage, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
+/* Node i's staging folder in dir, made empty (one a killed export left
+ * goes first), into stage. 0, or -1 with err. */
+static int make_stage(const char *dir, int i, char *stage, size_t len,
+                      char *err, size_t errlen)
+{
+    stage_path(stage, len, dir, i);
+    if (drop_stage(stage, err, errlen))
+        return -1;
+    if (mkdir(stage, 0700)) {
+        snprintf(err, errlen, "%s: %s", stage, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Moves node i's staged files from stage into dir, its manifest last (a
+ * kill between leaves no manifest naming files not there), and removes
+ * stage. 0, or -1 with err. */
+static int move_in(const char *stage, const char *dir, int i, char *err,
+                   size_t errlen)
+{
+    char manifest[64];
+    snprintf(manifest, sizeof manifest, "export.node%d.json", i);
+    DIR *d = opendir(stage);
+    if (!d) {
+        snprintf(err, errlen, "%s: %s", stage, strerror(errno));
+        return -1;
+    }
+    /* The names first: renames while the folder is read may hide some. */
+    size_t n = 0, cap = 0;
+    char **names = NULL;
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            !node_file(e->d_name, i))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **g = realloc(names, cap * sizeof *names);
+            if (!g) {
+                rc = -1;
+                break;
+            }
+            names = g;
+        }
+        if (!(names[n] = strdup(e->d_name)))
+            rc = -1;
+        else
+            n++;
+    }
+    closedir(d);
+    if (rc)
+        snprintf(err, errlen, "out of memory");
+    char from[4400], to[4400];
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            if ((strcmp(names[k], manifest) == 0) != pass)
+                continue;
+            snprintf(from, sizeof from, "%s/%s", stage, names[k]);
+            snprintf(to, sizeof to, "%s/%s", dir, names[k]);
+            if (rename(from, to)) {
+                snprintf(err, errlen, "moving %s to %s: %s", from, to,
+                         strerror(errno));
+                rc = -1;
+            }
+        }
+    for (size_t k = 0; k < n; k++)
+        free(names[k]);
+    free(names);
+    if (rc == 0)
+        rc = drop_stage(stage, err, errlen);
+    return rc;
+}
+
+/* Puts the staged files of the nodes in staged[] (of nnodes; only >= 0:
+ * that one) in place of their earlier files in dir: each node's mark
+ * first, so that a kill while the earlier files go and the new ones come
+ * leaves the folder refused; then every earlier file of those nodes (of
+ * every node for a whole export: an earlier export of more nodes left
+ * its last nodes' files, and the folder read as clusters of two node
+ * counts; tables dropped since must not linger either); then the new
+ * files, the folder fsync'd, and the marks go. 0, or -1 with err (the
+ * marks then stay: *begun says whether earlier files may be gone). */
+static int swap_in(const char *dir, int only, int nnodes,
+                   const unsigned char *staged, int *begun, char *err,
+                   size_t errlen)
+{
+    char stage[4200];
+    *begun = 0;
+    for (int i = 0; i < nnodes; i++)
+        if (staged[i] && mark(dir, i, err, errlen))
+            return -1;
+    if (psd_fsync_dir(dir)) {
+        snprintf(err, errlen, "%s: fsync: %s", dir, strerror(errno));
+        return -1;
+    }
+    *begun = 1;
+    if (clear_node(dir, only, err, errlen))
+        return -1;
+    for (int i = 0; i < nnodes; i++) {
+        if (!staged[i])
+            continue;
+        stage_path(stage, sizeof stage, dir, i);
+        if (move_in(stage, dir, i, err, errlen))
+            return -1;
+    }
+    if (psd_fsync_dir(dir)) {
+        snprintf(err, errlen, "%s: fsync: %s", dir, strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < nnodes; i++)
+        if (staged[i] && unmark(dir, i, err, errlen))
+            return -1;
+    /* A whole export: the marks an earlier export of more nodes, killed
+     * part way, left (clear_node kept every mark) go too. */
+    if (only < 0) {
+        DIR *d = opendir(dir);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            int k, end = 0;
+            if (sscanf(e->d_name, "export.node%d.partial%n", &k, &end) == 1 &&
+                !e->d_name[end] && (k < 0 || k >= nnodes) &&
+                unlinkat(dirfd(d), e->d_name, 0) && errno != ENOENT) {
+                snprintf(err, errlen, "%s/%s: %s", dir, e->d_name,
+                         strerror(errno));
+                closedir(d);
+                return -1;
+            }
+        }
+        if (d)
+            closedir(d);
+    }
+    return 0;
+}
+
 /* Whether the file at path is another one than *was (a live node wrote a
  * new snapshot meanwhile); *was is updated. */
 static int changed(const char *path, struct stat *was)
@@ -340,7 +519,8 @@ static int changed(const char *path, struct stat *was)
 
 /* Loads node i as a restart would, reading only: its snapshot, then the
  * journal after it (the records a live node has written so far), and
- * writes its tables and manifest. 1 when it has neither; 2 when its
+ * writes its tables and manifest into out_dir, its staging folder (see
+ * swap_in). 1 when it has neither; 2 when its
  * reading failed while a live node wrote a new snapshot (which removes
  * the journal segments the old one needs): to be tried again. */
 static int export_node(const char *ini, int i, const char *const *drop,
@@ -413,11 +593,6 @@ static int export_node(const char *ini, int i, const char *const *drop,
      * export's are whole; review). */
     if (rc == 0 && stopped(err, errlen))
         rc = -1;
-    /* Tried, whatever came of it: a clear that failed part way left
-     * what the failure's cleanup must take (review). */
-    o->cleared = rc == 0;
-    if (rc == 0)
-        rc = clear_node(out_dir, i, 1, err, errlen);
     for (int j = 0; j < ntables && rc == 0; j++) {
         uint64_t count = 0;
         if (o->rows[j] < 0)
@@ -430,9 +605,6 @@ static int export_node(const char *ini, int i, const char *const *drop,
     if (rc == 0)
         rc = stopped(err, errlen) ||
              write_manifest(out_dir, ini, &n.cfg, i, o, err, errlen);
-    /* Whole: its mark goes (a failure's clear_node takes it last). */
-    if (rc == 0)
-        rc = unmark(out_dir, i, err, errlen);
     psd_node_destroy(&n);
     return rc ? -1 : 0;
 }
@@ -440,7 +612,7 @@ static int export_node(const char *ini, int i, const char *const *drop,
 int psd_export(const char *ini, int only, const char *const *drop,
                int ndrop, const char *out_dir)
 {
-    char err[8192] = "";
+    char err[16384] = "";
     psd_config cfg;
     if (psd_config_load(&cfg, ini, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
@@ -460,8 +632,8 @@ int psd_export(const char *ini, int only, const char *const *drop,
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_stop;
-        /* A second one ends it at once (the marks keep its folder from
-         * being taken for an export). */
+        /* A second one ends it at once (the staging folders are hidden,
+         * and taken away by the next export). */
         sa.sa_flags = SA_RESETHAND;
         sigemptyset(&sa.sa_mask);
         if (sigaction(stops[k], NULL, &was[k]) == 0 &&
@@ -471,68 +643,36 @@ int psd_export(const char *ini, int only, const char *const *drop,
     node_out *no = calloc(1, sizeof *no);
     int64_t *rows = calloc((size_t)cfg.ntables + 1, sizeof *rows);
     uint64_t *pending = calloc((size_t)cfg.ntables + 1, sizeof *pending);
-    int status = !no || !rows || !pending, exported = 0;
+    /* The nodes whose staging folder this run made. */
+    unsigned char *staged = calloc((size_t)cfg.nnodes, 1);
+    int status = !no || !rows || !pending || !staged, exported = 0;
     if (status)
         fprintf(stderr, "psd --export: out of memory\n");
-    /* A whole export replaces every node's earlier files before it writes
-     * any: one that fails partway must not leave a folder of old and new
-     * nodes that reads as one model. */
     struct stat st;
     int existed = stat(out_dir, &st) == 0;
-    int cleared = 0;             /* this run began to remove files */
-    int earlier = 0;             /* a manifest of a node it exports was
-                                    there: an earlier export */
-    /* The marks this run made, and those an earlier run killed part way
-     * left (its files are not whole: the mark stays unless replaced). */
-    unsigned char *made = calloc((size_t)cfg.nnodes, 1);
-    unsigned char *had = calloc((size_t)cfg.nnodes, 1);
-    if (!status && (!made || !had)) {
-        fprintf(stderr, "psd --export: out of memory\n");
-        status = 1;
-    }
     if (!status && make_out(out_dir, err, sizeof err)) {
         fprintf(stderr, "psd --export: %s\n", err);
         status = 1;
     }
-    /* The marks of the nodes this run exports, before anything is
-     * removed. */
+    char stage[4200];
     for (int i = 0; i < cfg.nnodes && !status; i++) {
         if (only >= 0 && i != only)
             continue;
-        char p[4200];
-        mark_path(p, sizeof p, out_dir, i);
-        had[i] = access(p, F_OK) == 0;
-        snprintf(p, sizeof p, "%s/export.node%d.json", out_dir, i);
-        earlier |= access(p, F_OK) == 0;
-        if (mark(out_dir, i, err, sizeof err)) {
+        if (stopped(err, sizeof err) ||
+            make_stage(out_dir, i, stage, sizeof stage, err, sizeof err)) {
             fprintf(stderr, "psd --export: %s\n", err);
             status = 1;
+            break;
         }
-        made[i] = 1;
-    }
-    if (!status && stopped(err, sizeof err)) {
-        fprintf(stderr, "psd --export: %s\n", err);
-        status = 1;
-    }
-    if (!status && only < 0 && existed) {
-        cleared = 1;
-        if (clear_node(out_dir, -1, 1, err, sizeof err)) {
-            fprintf(stderr, "psd --export: %s\n", err);
-            status = 1;
-        }
-    }
-    for (int i = 0; i < cfg.nnodes && !status; i++) {
-        if (only >= 0 && i != only)
-            continue;
+        staged[i] = 1;
         int rc = 2;
         for (int tries = 0; rc == 2 && tries < 5 && !stop_sig; tries++) {
             memset(no, 0, sizeof *no);
             memset(pending, 0, ((size_t)cfg.ntables + 1) * sizeof *pending);
             no->rows = rows;
             no->pending = pending;
-            rc = export_node(ini, i, drop, ndrop, out_dir, no, cfg.ntables,
+            rc = export_node(ini, i, drop, ndrop, stage, no, cfg.ntables,
                              err, sizeof err);
-            cleared |= no->cleared;
             if (rc == 2)
                 fprintf(stderr, "psd --export: node %d wrote a new snapshot "
                         "while it was read: reading it again\n", i);
@@ -604,39 +744,49 @@ int psd_export(const char *ini, int only, const char *const *drop,
                         ? (double)(now - no->si.created_ms) / 1000 : 0.0);
         }
     }
-    if (!status)
+    /* A signal before the swap takes the export back, as any failure;
+     * once the swap has begun it is finished (it is short). */
+    if (!status && stopped(err, sizeof err)) {
+        fprintf(stderr, "psd --export: %s\n", err);
+        status = 1;
+    }
+    int begun = 0;
+    if (!status && swap_in(out_dir, only, cfg.nnodes, staged, &begun, err,
+                           sizeof err)) {
+        fprintf(stderr, "psd --export: %s\n", err);
+        if (begun)
+            fprintf(stderr, "psd --export: %s: the earlier files of %s are "
+                    "partly replaced: export.nodeN.partial stands until an "
+                    "export into it finishes\n", out_dir,
+                    only < 0 ? "every node" : "that node");
+        status = 1;
+    }
+    if (!status) {
         fprintf(stderr, "psd --export: %d of %d node%s written to %s "
                 "(export.nodeN.json lists each node's files)\n", exported,
                 cfg.nnodes, cfg.nnodes == 1 ? "" : "s", out_dir);
-    else if (cleared && stat(out_dir, &st) == 0 && S_ISDIR(st.st_mode)) {
-        /* A failed export takes back what it wrote (a disk that filled
-         * left gigabytes of tables no manifest named): the nodes it
-         * exported, and the files of the one that failed, the marks
-         * last (a clear that fails leaves them). The folder goes too when
-         * this export made it and nothing else is in it. */
-        if (clear_node(out_dir, only, 0, err, sizeof err))
-            fprintf(stderr, "psd --export: removing what it wrote: %s\n",
-                    err);
-        else if (!existed)
-            (void)rmdir(out_dir);
-        else if (earlier)
-            fprintf(stderr, "psd --export: %s's earlier export of %s is "
-                    "removed too\n", out_dir,
-                    only < 0 ? "every node" : "that node");
-    } else if (made) {
-        /* Failed before it removed anything: an earlier export stays,
-         * whole; the marks this run made go. */
+    } else if (staged) {
+        /* What this run wrote goes; the earlier export stays as it was
+         * (unless the swap had begun), and the folder goes when this
+         * run made it and nothing else is in it. */
         int bad = 0;
-        for (int i = 0; i < cfg.nnodes && !bad; i++)
-            if (made[i] && !had[i] && unmark(out_dir, i, err, sizeof err)) {
-                fprintf(stderr, "psd --export: %s\n", err);
+        for (int i = 0; i < cfg.nnodes; i++) {
+            if (!staged[i])
+                continue;
+            stage_path(stage, sizeof stage, out_dir, i);
+            if (drop_stage(stage, err, sizeof err) && !bad) {
+                fprintf(stderr, "psd --export: removing what it wrote: %s\n",
+                        err);
                 bad = 1;
             }
-        if (!bad && !existed)
+        }
+        if (!existed)
             (void)rmdir(out_dir);
+        else if (!begun && !bad)
+            fprintf(stderr, "psd --export: %s is as it was before this "
+                    "export\n", out_dir);
     }
-    free(made);
-    free(had);
+    free(staged);
     free(rows);
     free(pending);
     free(no);

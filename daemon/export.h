@@ -12,10 +12,12 @@
  * too). Writes into out_dir (made when missing) per table and node
  * TABLE.nodeN.keys.npy (u64 keys, or a dense table's row numbers) and
  * TABLE.nodeN.npy (f32, one row of dim values per key), and
- * export.nodeN.json describing them, after removing what an earlier export
- * of that node left there. A node with neither snapshot nor journal is
- * refused. Says what it wrote on stderr. Returns the exit status: 0, or 1
- * with the reason on stderr. */
+ * export.nodeN.json describing them, in place of what an earlier export
+ * of that node (of every node, when only < 0) left there: the new files
+ * are staged, and the earlier ones stay as they were when it fails. A
+ * node with neither snapshot nor journal is refused. Says what it wrote
+ * on stderr. Returns the exit status: 0, or 1 with the reason on
+ * stderr. */
 int psd_export(const char *ini, int only, const char *const *drop,
                int ndrop, const char *out_dir);
 

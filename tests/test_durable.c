@@ -1230,12 +1230,13 @@ static void test_export_counts_the_bsp_sums_it_leaves_out(void **state)
  * beside live nodes whose journal it leaves as it is; node by node (-n)
  * into one folder; what it cannot do is refused with a reason. */
 /* psd --export DIR [-n 0] -c ini started, stopped with SIGTERM as soon
- * as its mark stands; its wait status. */
+ * as it writes node 0's files (its staging folder stands); its wait
+ * status. */
 static int export_stopped(const test_cluster *c, const char *out, int one)
 {
     const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
     char mark[600];
-    snprintf(mark, sizeof mark, "%s/export.node0.partial", out);
+    snprintf(mark, sizeof mark, "%s/.export.node0.staging", out);
     pid_t p = fork();
     if (p == 0) {
         int null = open("/dev/null", O_WRONLY);
@@ -1257,9 +1258,10 @@ static int export_stopped(const test_cluster *c, const char *out, int one)
 
 /* An export stopped by a signal (Ctrl-C, SIGTERM) left the files it had
  * written, which psd --import took for a model (an operators' trial);
- * one of a single node (-n) stopped while the node was read removed
- * that node's earlier export, whole till then (review). It dies of the
- * signal, leaving nothing of its own and the earlier files whole. */
+ * one of a single node (-n) stopped while the node was read, or while
+ * it wrote (a reshard trial), removed that node's earlier export, whole
+ * till then (review). It dies of the signal, leaving nothing of its own
+ * and the earlier files whole. */
 static void test_an_export_stopped_by_a_signal_leaves_nothing(void **state)
 {
     (void)state;
@@ -1283,15 +1285,21 @@ static void test_an_export_stopped_by_a_signal_leaves_nothing(void **state)
     EXPECT_INT(system(cmd), 0, "%s", cmd);
     snprintf(manifest, sizeof manifest, "%s/export.node0.json", out);
     snprintf(mark, sizeof mark, "%s/export.node0.partial", out);
+    char table[600], staging[600];
+    snprintf(table, sizeof table, "%s/big.node0.npy", out);
+    snprintf(staging, sizeof staging, "%s/.export.node0.staging", out);
+    struct stat before, after;
+    EXPECT_INT(stat(table, &before), 0, "%s", table);
     st = export_stopped(&c, out, 1);
     EXPECT_INT(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, 1,
                "-n 0 died of SIGTERM (status %#x)", st);
-    if (access(manifest, F_OK) == 0)
-        EXPECT_INT(access(mark, F_OK) != 0, 1, "no mark beside the earlier "
-                   "export, kept whole");
-    else
-        EXPECT_INT(access(mark, F_OK) != 0 && access(out, F_OK) == 0, 1,
-                   "stopped once it cleared: its files and mark gone");
+    EXPECT_INT(access(manifest, F_OK), 0, "the earlier manifest is kept");
+    EXPECT_INT(access(mark, F_OK) != 0, 1, "no mark beside it");
+    EXPECT_INT(access(staging, F_OK) != 0, 1, "no staging folder left");
+    EXPECT_INT(stat(table, &after), 0, "%s", table);
+    EXPECT_INT(before.st_ino == after.st_ino &&
+               before.st_size == after.st_size, 1,
+               "%s is the earlier export's", table);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
     EXPECT_INT(system(cmd), 0, "%s", cmd);
 }
@@ -1407,6 +1415,28 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
     free(o);
     expect_exported_w(out, 3);
     EXPECT_INT(rename(keep, snap), 0, "putting %s back", snap);
+    /* One that fails while it writes (files may grow to 300 bytes here,
+     * as on a disk that fills): the earlier export stays whole, of one
+     * node and of every node. It removed the earlier files of the nodes
+     * it wrote (a reshard trial: a nightly export onto a full disk left
+     * no model). */
+    for (int n = 1; n >= -1; n -= 2) {
+        char nopt[16] = "";
+        if (n >= 0)
+            snprintf(nopt, sizeof nopt, "-n %d", n);
+        snprintf(cmd, sizeof cmd, "trap '' XFSZ; exec prlimit --fsize=300 "
+                 "%s --export '%s' -c '%s' %s", psd, out, c.ini, nopt);
+        o = run_out(&st, cmd);
+        EXPECT_INT(st, 1, "%s: %s", cmd, o);
+        EXPECT_SUBSTR(o, "File too large", "%s", cmd);
+        EXPECT_SUBSTR(o, "is as it was before this export", "%s", cmd);
+        free(o);
+        expect_exported_w(out, 3);
+        char staging[600];
+        snprintf(staging, sizeof staging, "%s/.export.node%d.staging", out,
+                 n >= 0 ? n : 0);
+        EXPECT_INT(access(staging, F_OK) != 0, 1, "%s is gone", staging);
+    }
     static const struct {
         const char *args, *says;
         int status;
