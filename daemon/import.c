@@ -604,6 +604,14 @@ static int fresh_node(const psd_config *cfg, int i, char *dir, size_t len,
     psd_snapshot_path(snap, sizeof snap, dir, i);
     struct stat st;
     long pid = psd_durable_holder(dir, i);
+    if (pid == -2) {
+        snprintf(err, errlen, "node %d: cannot tell whether a psd runs on "
+                 "%s: psd-node%d.lock there cannot be read (%s). Stop the "
+                 "node first, and let this user read the lock file (or "
+                 "remove it, when no psd runs there)", i, dir, i,
+                 strerror(errno));
+        return -1;
+    }
     if (pid >= 0 || stat(snap, &st) == 0 || psd_journal_first(dir, i)) {
         snprintf(err, errlen, "node %d: %s holds %s: psd --import starts a "
                  "model and never replaces one (move node %d's psd-node%d.* "

@@ -159,6 +159,16 @@ static int load_old(const char *ini, int i, psd_node *n, uint64_t *gen,
     psd_config_data_dir(&cfg, dir, sizeof dir);
     /* A running node goes on changing its rows after they are read. */
     long pid = psd_durable_holder(dir, i);
+    if (pid == -2) {
+        /* Not known not to run: read as running (it went ahead). */
+        snprintf(err, errlen, "node %d: cannot tell whether a psd runs on "
+                 "its data folder %s: psd-node%d.lock there cannot be read "
+                 "(%s). Stop every node first, and let this user read the "
+                 "lock file (or remove it, when no psd runs there)", i, dir,
+                 i, strerror(errno));
+        psd_config_destroy(&cfg);
+        return -1;
+    }
     if (pid >= 0) {
         char who[32] = "";
         if (pid > 0)

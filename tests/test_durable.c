@@ -505,6 +505,20 @@ static void test_reshard_moves_the_model_onto_another_node_count(
     free(o);
     EXPECT_INT(term(&a, 0), 0, "stop a's node 0 (final snapshot)");
     cluster_kill(&a, 1, SIGKILL);
+    /* A lock file that cannot be read (here a link to itself) does not
+     * tell that no psd runs: the reshard went ahead (a reshard trial). */
+    char lock[600], lock_away[620];
+    snprintf(lock, sizeof lock, "%s/psd-node0.lock", a.dir);
+    snprintf(lock_away, sizeof lock_away, "%s.away", lock);
+    EXPECT_INT(rename(lock, lock_away) == 0 && symlink(lock, lock) == 0, 1,
+               "%s made a link to itself", lock);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "reshard beside an unreadable lock: %s", o);
+    EXPECT_SUBSTR(o, "node 0: cannot tell whether a psd runs on its data "
+                  "folder", "refused");
+    free(o);
+    EXPECT_INT(unlink(lock) == 0 && rename(lock_away, lock) == 0, 1,
+               "%s put back", lock);
     /* A segment an earlier job left in the new layout's folder, past
      * every one of the old layout's: the new snapshots must name a
      * segment after it, or node 2 replays it (here: refuses to start). */
