@@ -249,11 +249,12 @@ static int write_to(const psd_node *n, int dirfd, const char *dir,
     pause_at("renamed");
     /* The new file is in place either way; without the folder's fsync
      * a power loss may bring the previous one back, so the caller keeps
-     * the journal it covers (err says why). */
+     * the journal it covers (err says why). Asked once: after a failed
+     * fsync the kernel may mark the pages clean, and a second one passed
+     * what the first had failed (a reshard trial, one EIO injected). */
     if (errlen)
         err[0] = '\0';
-    if (dirfd == AT_FDCWD ? psd_fsync_dir(dir) && psd_fsync_dir(dir)
-                          : fsync(dirfd) && fsync(dirfd))
+    if (dirfd == AT_FDCWD ? psd_fsync_dir(dir) : fsync(dirfd))
         snprintf(err, errlen, "fsync of folder %s: %s", dir, strerror(errno));
     if (info)
         *info = (psd_snap_info){ generation, journal_seq, created, w.off,
@@ -343,7 +344,7 @@ int psd_snapshot_commit_all(const char *dir, const unsigned char *want,
             psd_snapshot_staged_path(path, sizeof path, dir, k);
             unlink(path);
         }
-    } else if (psd_fsync_dir(dir) && psd_fsync_dir(dir)) {
+    } else if (psd_fsync_dir(dir)) {  /* once: psd_snapshot_write_at */
         snprintf(err, errlen, "every snapshot is in place in %s, but the "
                  "folder's fsync failed (%s): a power loss may take them "
                  "back", dir, strerror(errno));
