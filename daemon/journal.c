@@ -136,20 +136,27 @@ static uint64_t digits20(const char *p)
     return v;
 }
 
-uint64_t psd_journal_lost_head(const char *dir, int node, uint64_t from,
-                               uint64_t snap_ms)
+int psd_journal_head(const char *dir, int node, uint64_t *seq, uint64_t *ms)
 {
     char path[4200], text[HEAD_BYTES + 8];
     head_path(path, sizeof path, dir, node);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return -1;
     ssize_t n = read(fd, text, sizeof text);
     close(fd);
     if (n != HEAD_BYTES || text[20] != ' ' || text[41] != '\n')
-        return 0;
-    uint64_t seq = digits20(text), ms = digits20(text + 21);
-    if (seq == UINT64_MAX || ms == UINT64_MAX || seq < from ||
+        return -1;
+    *seq = digits20(text);
+    *ms = digits20(text + 21);
+    return *seq == UINT64_MAX || *ms == UINT64_MAX ? -1 : 0;
+}
+
+uint64_t psd_journal_lost_head(const char *dir, int node, uint64_t from,
+                               uint64_t snap_ms)
+{
+    uint64_t seq, ms;
+    if (psd_journal_head(dir, node, &seq, &ms) || seq < from ||
         ms <= snap_ms || psd_journal_has(dir, node, seq))
         return 0;
     return seq;
