@@ -33,6 +33,14 @@ _DAMAGED = (OSError, ValueError, KeyError, TypeError, OverflowError,
             MemoryError, EOFError)
 
 
+def _why(e: BaseException) -> str:
+    """What reading an array raised, said plainly: numpy calls any file
+    that does not begin as an .npy one pickled data it will not load."""
+    if isinstance(e, ValueError) and "pickled" in str(e):
+        return "not an .npy file (it does not begin with \\x93NUMPY)"
+    return repr(e)
+
+
 def _open(where: str):
     """A binary file object of ``where``, a regular file (a FIFO put in
     an export's place hung the read for good), or ValueError;
@@ -200,15 +208,19 @@ def read_export(path: Union[str, os.PathLike],
         dim = int(t["dim"])
         keys, values = [], []
         for part in t["files"]:
+            # The file being read, named when it fails (a damaged keys
+            # file was named as its values file).
+            name = part.get("keys", "?")
             try:
                 with _open(os.path.join(path, part["keys"])) as f:
                     k = np.load(f)
+                name = part.get("values", "?")
                 with _open(os.path.join(path, part["values"])) as f:
                     v = np.load(f)
                 count = part["count"]
             except _DAMAGED as e:
                 raise ValueError(f"{path}: table {t['name']!r}: "
-                                 f"{part.get('values', '?')}: {e!r}") from None
+                                 f"{name}: {_why(e)}") from None
             if (not isinstance(k, np.ndarray) or
                     not isinstance(v, np.ndarray) or   # an .npz: NpzFile
                     k.dtype != np.uint64 or v.dtype != np.float32 or

@@ -2044,6 +2044,20 @@ def test_an_export_folder_from_elsewhere_is_read_with_care(tmp_path):
     r = _export_py(over, tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
 
+    # A keys file cut short is named as such (its values file was), and
+    # a file that is no .npy at all is said so (numpy's "Cannot load
+    # file containing pickled data").
+    cut = _small_export(tmp_path / "cut")
+    data = (cut / "e.node0.keys.npy").read_bytes()
+    (cut / "e.node0.keys.npy").write_bytes(data[:-4])
+    with pytest.raises(ValueError, match=r"table 'e': e\.node0\.keys\.npy: "):
+        psclient.read_export(cut)
+    (cut / "e.node0.keys.npy").write_bytes(data)
+    (cut / "e.node0.npy").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"table 'e': e\.node0\.npy: not an "
+                       r"\.npy file"):
+        psclient.read_export(cut)
+
     older = _small_export(tmp_path / "older")
     (older / "export.node0.json").unlink()
     (older / "export.json").write_text(
