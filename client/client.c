@@ -163,6 +163,22 @@ static void at_first_open(void)
     stderr_closed = fcntl(STDERR_FILENO, F_GETFD) < 0 && errno == EBADF;
 }
 
+/* Opens /dev/null on whichever of fds 0, 1 and 2 are closed (a trainer
+ * started with `2>&-` or `0<&-`): libuv puts its loop's descriptors on
+ * the lowest free ones and asserts, when the loop closes, that none is
+ * below 3, so ps_close and a failed ps_open aborted the trainer (a client
+ * API trial); a socket there would also take what the program writes to
+ * stdout or stderr. At each open: the program may close them after the
+ * first. Not close-on-exec, as standard descriptors are. */
+static void hold_std_fds(void)
+{
+    int fd;
+    while ((fd = open("/dev/null", O_RDWR)) >= 0 && fd <= STDERR_FILENO)
+        ;
+    if (fd > STDERR_FILENO)
+        close(fd);
+}
+
 static int forked(ps_client *c, const char *what)
 {
     if (__atomic_load_n(&fork_count, __ATOMIC_RELAXED) == c->forks)
@@ -251,6 +267,7 @@ int ps_open(ps_client **out, const char *servers, const ps_options *o)
         return PS_ENOMEM;
     }
     pthread_once(&first_open_once, at_first_open);
+    hold_std_fds();
     c->forks = __atomic_load_n(&fork_count, __ATOMIC_RELAXED);
     if (o)
         c->opt = *o;

@@ -188,7 +188,11 @@ typedef struct ps_options {          /* ps_options_init() sets worker = -1 and d
                                         worker rejoined past clocks it missed
                                         (ps_stats' clocks_skipped counts them),
                                         for a caller that reports these itself;
-                                        default 0 */
+                                        default 0 (and quiet when the process
+                                        started with fd 2 closed: ps_open
+                                        then opens /dev/null on whichever of
+                                        fds 0, 1 and 2 are closed, where the
+                                        I/O thread's descriptors would go) */
     char reserved[52];               /* room to grow; ps_options_init zeroes it */
 } ps_options;
 

@@ -1299,6 +1299,47 @@ static void test_psd_with_its_standard_fds_closed_saves_and_stops(
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A trainer started with its standard fds closed: libuv put its loop's
+ * descriptors on them and asserted, when the loop closed, that none was
+ * below 3, so ps_close and a failed ps_open aborted it (a client API
+ * trial). The client opens /dev/null on them. */
+static void test_a_client_with_its_standard_fds_closed_closes(void **state)
+{
+    (void)state;
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"))
+        fail_msg("cluster did not start");
+    int nobody = cluster_free_port();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(0);
+        close(1);
+        close(2);
+        ps_options o;
+        ps_options_init(&o);
+        o.connect_timeout_ms = 300;
+        ps_client *cl;
+        if (ps_open(&cl, c.spec, &o))
+            _exit(2);
+        uint64_t key = 0;
+        float one = 1;
+        if (ps_wait(cl, ps_push(cl, 0, &key, 1, &one, NULL, NULL)))
+            _exit(3);
+        ps_close(cl);
+        char bad[64];
+        snprintf(bad, sizeof bad, "127.0.0.1:%d", nobody);
+        if (ps_open(&cl, bad, &o) == PS_OK)
+            _exit(4);
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0,
+               "the trainer's status (134: aborted)");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
+}
+
 /* What the psctl trial found (each fails on the code before):
  * - an address given twice in -s was asked twice (its rows counted
  *   twice, a save sent twice): refused as an argument;
@@ -3756,6 +3797,7 @@ int main(void)
         cmocka_unit_test(test_idle_metrics_connections_do_not_keep_scrapes_out),
         cmocka_unit_test(test_unread_metrics_answers_do_not_keep_scrapes_out),
         cmocka_unit_test(test_metrics_errors_reach_a_client_that_sent_more),
+        cmocka_unit_test(test_a_client_with_its_standard_fds_closed_closes),
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
