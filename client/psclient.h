@@ -307,11 +307,17 @@ PS_API int ps_table(ps_client *c, const char *name, ps_table_info *info);
  * one too, so a push right after a ps_clock is numbered 2 past the one
  * before it (so does the CLOCK a worker's ps_open sends when it rejoins a
  * bsp job past clock 0: its first request is then 2). A call blocks while more than max_inflight_bytes are in
- * flight. The call itself slices a keyed request by the shard layout,
- * copying its keys (and a push's rows) into one piece per node: time in
- * the caller's thread that grows with n (a trial's push of 140 million
- * keys of dim 4 spent 20 s in the call, its pull of 100 million 6 s);
- * what overlaps compute is the communication after it. */
+ * flight. The call itself slices a keyed request by the shard layout
+ * into one piece per node, routing each key then: time in the caller's
+ * thread that grows with n (a trial's push of 140 million keys of dim 4
+ * spent 20 s in the call, its pull of 100 million 6 s); what overlaps
+ * compute is the communication after it. The keys and a push's rows are
+ * read again when the pieces are sent, often straight from the caller's
+ * buffers (a request whose keys all go to one node copies nothing), and
+ * resent from them after a loss: a key or row changed before the request
+ * completes goes out changed, to the node its old key was routed to (a
+ * key moved to another node's shard is refused there, PS_ENOTOWNER; one
+ * on the same node updates the wrong row). */
 PS_API ps_ts ps_push(ps_client *c, int table, const uint64_t *keys, size_t n,
                      const float *vals, ps_done_fn cb, void *arg);
 PS_API ps_ts ps_pull(ps_client *c, int table, const uint64_t *keys, size_t n,
