@@ -252,17 +252,19 @@ static void part_fail(ps_client *c, psc_part *p, int status, const char *why)
     }
     /* A callback that blocks is the trainer's own doing, and nothing in
      * "not sent within its bounded time" says so (a trial's callback slept
-     * 3 s: every request issued meanwhile failed so). */
+     * 3 s: every request issued meanwhile failed so). It comes first, as
+     * the likeliest cause: after it the node's causes read as the reason
+     * (an API trial). */
     char held[200] = "";
     uint64_t cb = status == PS_ETIMEDOUT
                       ? psc_customer_cb_held(&c->cu, p->req->submit_ns)
                       : 0;
     if (cb)
-        snprintf(held, sizeof held, " (a completion callback held this "
-                 "client's I/O thread for %llu ms meanwhile: callbacks run "
-                 "on it, and while one runs no request is sent or read)",
-                 (unsigned long long)(cb / MS));
-    snprintf(text, sizeof text, "%s%s%s", why, note, held);
+        snprintf(held, sizeof held, "a completion callback held this "
+                 "client's I/O thread for %llu ms meanwhile (callbacks run "
+                 "on it, and while one runs no request is sent or read); "
+                 "else: ", (unsigned long long)(cb / MS));
+    snprintf(text, sizeof text, "%s%s%s", held, why, note);
     if (psc_part_fail(p, status, text))
         psc_customer_complete(&c->cu, p->req);
 }

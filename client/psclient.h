@@ -250,7 +250,12 @@ PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
  * callbacks issue meanwhile are taken and waited for too (a pull that
  * follows a push): a callback that issues its request again whenever it
  * fails keeps ps_close waiting as long as the node stays down (each
- * attempt fails within its bounded time); ps_close_now refuses them. */
+ * attempt fails within its bounded time); ps_close_now refuses them.
+ * A worker's goodbye is a request as others are: with a node down,
+ * ps_close takes the outstanding requests' bounded time and then the
+ * goodbye's (request_timeout_ms * (max_retries + 1) each: 6 s in all with
+ * request_timeout_ms = 1000 and max_retries = 2); ps_close_now waits
+ * request_timeout_ms for the goodbye. */
 PS_API void ps_close(ps_client *c);
 
 /* Like ps_close, without waiting for outstanding requests: each fails at

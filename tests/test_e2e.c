@@ -636,6 +636,10 @@ static void a_request_held_by_a_blocking_callback_says_so(void **state)
                PS_ETIMEDOUT, "a push issued while the callback sleeps");
     EXPECT_SUBSTR(ps_last_error(c), "a completion callback held this "
                   "client's I/O thread for 1", "why");
+    /* First: the node's causes that follow read as the reason (they led,
+     * the callback last: an API trial). */
+    EXPECT_INT(strncmp(ps_last_error(c), "a completion callback held", 26),
+               0, "the callback said first: %s", ps_last_error(c));
     EXPECT_INT(ps_wait(c, a), PS_OK, "the push whose callback slept");
     /* The client goes on; the push whose callback slept applied once. */
     float out = 0;
