@@ -20,6 +20,7 @@
 #include "request.h"
 #include "snapshot.h"
 #include "table.h"
+#include "../proto/frame.h"
 
 /* Opens path for writing as the model's own files are (0600, not
  * followed through a symbolic link): an export is the whole model, and
@@ -84,9 +85,13 @@ static int finish(FILE *f, const char *path, int failed, char *err,
 }
 
 /* Writes node `node`'s rows of table t into dir: TABLE.nodeN.keys.npy and
- * TABLE.nodeN.npy. *count: the rows written. 0, or -1 with err. */
+ * TABLE.nodeN.npy. *count: the rows written; crc[0], crc[1]: the CRC32C
+ * of the keys' and the rows' bytes (after each file's header), which the
+ * manifest lists, so that psd --import knows a file damaged or replaced
+ * since. 0, or -1 with err. */
 static int export_table(psd_table *t, const char *dir, int node,
-                        uint64_t *count, char *err, size_t errlen)
+                        uint64_t *count, uint32_t crc[2], char *err,
+                        size_t errlen)
 {
     const psd_table_conf *tc = psd_table_conf_get(t);
     uint64_t n = psd_table_rows(t);
@@ -108,6 +113,8 @@ static int export_table(psd_table *t, const char *dir, int node,
     }
     int bad = psd_npy_header(f, "u8", n, 0) ||
               (klen && fwrite(keys, 1, klen, f) != klen);
+    crc[0] = psw_crc32c(0, keys, klen);
+    crc[1] = 0;
     if (finish(f, path, bad, err, errlen)) {
         free(keys);
         return -1;
@@ -134,8 +141,10 @@ static int export_table(psd_table *t, const char *dir, int node,
         if (psd_table_pull(t, (const char *)(keys + i), m, rows)) {
             errno = ENOMEM;
             bad = 1;
-        } else
+        } else {
             bad = fwrite(rows, 1, m * rowb, f) != m * rowb;
+            crc[1] = psw_crc32c(crc[1], rows, m * rowb);
+        }
     }
     free(rows);
     free(keys);
@@ -174,6 +183,8 @@ typedef struct node_out {
                                     (psd_snap_tables) */
     uint64_t *pending;           /* per table of the ini: rows of a bsp
                                     clock's sums not applied yet */
+    uint32_t *crcs;              /* per table of the ini: its keys' and
+                                    rows' CRC32C (export_table) */
 } node_out;
 
 /* DIR/export.nodeN.json: node i's files, so that the exports of nodes
@@ -210,11 +221,13 @@ static int write_manifest(const char *dir, const char *ini,
         json_str(f, tc->name);
         fprintf(f, ", \"kind\": \"%s\", \"dim\": %u, \"rows\": %llu, "
                 "\"updater\": \"%s\", \"keys\": \"%s.node%d.keys.npy\", "
-                "\"values\": \"%s.node%d.npy\", \"count\": %lld}",
+                "\"values\": \"%s.node%d.npy\", \"count\": %lld, "
+                "\"keys_crc32c\": %lu, \"values_crc32c\": %lu}",
                 tc->dense ? "dense" : "sparse", tc->dim,
                 (unsigned long long)(tc->dense ? tc->rows : 0),
                 psd_updater_name(tc->upd.kind), tc->name, i, tc->name, i,
-                (long long)no->rows[j]);
+                (long long)no->rows[j], (unsigned long)no->crcs[2 * j],
+                (unsigned long)no->crcs[2 * j + 1]);
         sep = ",";
     }
     fprintf(f, "]}\n");
@@ -598,7 +611,8 @@ static int export_node(const char *ini, int i, const char *const *drop,
         if (o->rows[j] < 0)
             continue;
         rc = stopped(err, errlen) ||
-             export_table(n.tables[j], out_dir, i, &count, err, errlen);
+             export_table(n.tables[j], out_dir, i, &count, o->crcs + 2 * j,
+                          err, errlen);
         o->rows[j] = (int64_t)count;
         o->pending[j] = psd_table_pending(n.tables[j]);
     }
@@ -643,9 +657,10 @@ int psd_export(const char *ini, int only, const char *const *drop,
     node_out *no = calloc(1, sizeof *no);
     int64_t *rows = calloc((size_t)cfg.ntables + 1, sizeof *rows);
     uint64_t *pending = calloc((size_t)cfg.ntables + 1, sizeof *pending);
+    uint32_t *crcs = calloc(2 * ((size_t)cfg.ntables + 1), sizeof *crcs);
     /* The nodes whose staging folder this run made. */
     unsigned char *staged = calloc((size_t)cfg.nnodes, 1);
-    int status = !no || !rows || !pending || !staged, exported = 0;
+    int status = !no || !rows || !pending || !crcs || !staged, exported = 0;
     if (status)
         fprintf(stderr, "psd --export: out of memory\n");
     struct stat st;
@@ -671,6 +686,7 @@ int psd_export(const char *ini, int only, const char *const *drop,
             memset(pending, 0, ((size_t)cfg.ntables + 1) * sizeof *pending);
             no->rows = rows;
             no->pending = pending;
+            no->crcs = crcs;
             rc = export_node(ini, i, drop, ndrop, stage, no, cfg.ntables,
                              err, sizeof err);
             if (rc == 2)
@@ -789,6 +805,7 @@ int psd_export(const char *ini, int only, const char *const *drop,
     free(staged);
     free(rows);
     free(pending);
+    free(crcs);
     free(no);
     psd_config_destroy(&cfg);
     for (int k = 0; k < 3; k++)

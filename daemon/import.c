@@ -18,6 +18,7 @@
 #include "npy.h"
 #include "snapshot.h"
 #include "table.h"
+#include "../proto/frame.h"
 #include "../proto/layout.h"
 
 /* Rows read at a time. */
@@ -31,7 +32,57 @@ typedef struct source {
     int table;
     char vals[4200];
     char keys[4200];             /* "" for a dense table's rows in order */
+    int has_crc[2];              /* its manifest lists CRC32Cs for them */
+    uint32_t crc[2];             /* of the keys' and the rows' bytes */
+    char manifest[64];           /* which one (named when they differ) */
 } source;
+
+/* The files manifests list with their CRC32C (psd 0.4.5 on): a file
+ * damaged or replaced by another export's of as many rows was imported
+ * without a word (a reshard trial). */
+typedef struct listed {
+    char name[256];
+    char manifest[64];
+    uint32_t crc;
+} listed;
+
+typedef struct listing {
+    listed *v;
+    size_t n, cap;
+} listing;
+
+static int list_add(listing *ls, const char *name, const char *manifest,
+                    uint32_t crc)
+{
+    if (ls->n == ls->cap) {
+        size_t cap = ls->cap ? ls->cap * 2 : 16;
+        listed *g = realloc(ls->v, cap * sizeof *g);
+        if (!g)
+            return -1;
+        ls->v = g;
+        ls->cap = cap;
+    }
+    listed *l = &ls->v[ls->n++];
+    snprintf(l->name, sizeof l->name, "%s", name);
+    snprintf(l->manifest, sizeof l->manifest, "%s", manifest);
+    l->crc = crc;
+    return 0;
+}
+
+/* The CRC32C listing has for the file at path (its base name), into *x's
+ * slot f. */
+static void list_find(const listing *ls, const char *path, source *x, int f)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    for (size_t k = 0; k < ls->n; k++)
+        if (!strcmp(ls->v[k].name, base)) {
+            x->has_crc[f] = 1;
+            x->crc[f] = ls->v[k].crc;
+            snprintf(x->manifest, sizeof x->manifest, "%s",
+                     ls->v[k].manifest);
+        }
+}
 
 static int by_name(const void *a, const void *b)
 {
@@ -100,6 +151,7 @@ static int find_sources(const psd_config *cfg, const char *ini,
             s = g;
         }
         source *x = &s[k++];
+        memset(x->has_crc, 0, sizeof x->has_crc);
         x->table = j;
         snprintf(x->vals, sizeof x->vals, "%s/%s", dir, name);
         snprintf(x->keys, sizeof x->keys, "%s/%.*s.keys.npy", dir,
@@ -261,6 +313,7 @@ static int import_source(sink *k, const source *x, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         goto out;
     }
+    uint32_t crc[2] = { 0, 0 };          /* keys', rows' */
     for (uint64_t at = 0; at < v.n;) {
         long m = psd_npy_read(&v, w, batch);
         long mk = x->keys[0] ? psd_npy_read(&ks, keys, (size_t)(m > 0 ? m
@@ -271,6 +324,9 @@ static int import_source(sink *k, const source *x, char *err, size_t errlen)
                      m == 0 ? "it ended early" : strerror(errno));
             goto out;
         }
+        crc[1] = psw_crc32c(crc[1], w, (size_t)m * tc->dim * sizeof *w);
+        if (x->keys[0])
+            crc[0] = psw_crc32c(crc[0], keys, (size_t)m * sizeof *keys);
         for (long r = 0; r < m; r++) {
             uint64_t key = x->keys[0] ? keys[r] : at + (uint64_t)r;
             if (ks.kind == 'i' && (int64_t)key < 0) {
@@ -287,6 +343,16 @@ static int import_source(sink *k, const source *x, char *err, size_t errlen)
         }
         at += (uint64_t)m;
     }
+    for (int f = 0; f < 2; f++)
+        if (x->has_crc[f] && crc[f] != x->crc[f]) {
+            snprintf(err, errlen, "%s: its %s are not those %s lists (their "
+                     "CRC32C is %08x, listed %08x): the file was damaged, or "
+                     "replaced by another export's, since it was exported. "
+                     "Copy that node's export whole again",
+                     f ? x->vals : x->keys, f ? "rows" : "keys", x->manifest,
+                     (unsigned)crc[f], (unsigned)x->crc[f]);
+            goto out;
+        }
     rc = 0;
 out:
     free(w);
@@ -417,7 +483,7 @@ static int manifest_whole(const char *buf)
  * imported (find_sources says so), so their files may well be gone. */
 static void check_listed(const psd_config *cfg, const char *dir,
                          const char *buf, const char *name, char *problem,
-                         size_t len)
+                         size_t len, listing *ls)
 {
     problem[0] = '\0';
     const char *aside = strcmp(name, "export.json")
@@ -479,6 +545,21 @@ static void check_listed(const psd_config *cfg, const char *dir,
                          "present, move %s aside", dir, name, fn, dir, aside);
                 break;
             }
+            /* Its CRC32C, which import_source checks as it reads. */
+            const char *cv = json_member(lb, rb, f ? "keys_crc32c"
+                                                   : "values_crc32c");
+            char *ce = NULL;
+            unsigned long crc = 0;
+            if (cv && cv < rb && *cv >= '0' && *cv <= '9') {
+                errno = 0;
+                crc = strtoul(cv, &ce, 10);
+                if (errno || crc > 0xffffffffUL)
+                    ce = NULL;
+            }
+            if (ce && list_add(ls, fn, name, (uint32_t)crc)) {
+                snprintf(problem, len, "out of memory");
+                break;
+            }
             /* Its shape and the rest: import_source, which reads it. */
             psd_npy a;
             char why[600];
@@ -503,8 +584,8 @@ static void check_listed(const psd_config *cfg, const char *dir,
  * their rows from init without a word (psd --export -n K writes one
  * node; the others come from their hosts). -1 with err then, else 0
  * (also when dir holds no manifest: arrays of one's own). */
-static int whole_export(const psd_config *cfg, const char *dir, char *err,
-                        size_t errlen)
+static int whole_export(const psd_config *cfg, const char *dir,
+                        listing *ls, char *err, size_t errlen)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -543,7 +624,7 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
                      "files of the tables it no longer lists would be left "
                      "out. Copy node %d's export whole again", path, k);
         if (!gone[0])
-            check_listed(cfg, dir, buf, e->d_name, gone, sizeof gone);
+            check_listed(cfg, dir, buf, e->d_name, gone, sizeof gone, ls);
         free(buf);
     }
     closedir(d);
@@ -557,7 +638,7 @@ static int whole_export(const psd_config *cfg, const char *dir, char *err,
             char *buf = read_manifest(path, MANIFEST_MAX, gone, sizeof gone);
             if (buf)
                 check_listed(cfg, dir, buf, "export.json", gone,
-                             sizeof gone);
+                             sizeof gone, ls);
             free(buf);
         }
     }
@@ -634,6 +715,7 @@ int psd_import(const char *ini, int only, const char *src_dir)
     }
     int nn = cfg.nnodes, nsrc = 0, status = 1;
     source *src = NULL;
+    listing listed_crcs = { 0 };
     psd_node *nodes = calloc((size_t)nn, sizeof *nodes);
     uint64_t *rows = calloc((size_t)nn * (size_t)(cfg.ntables + 1),
                             sizeof *rows);
@@ -647,9 +729,13 @@ int psd_import(const char *ini, int only, const char *src_dir)
                  "lists %d node%s)", ini, only, nn, nn == 1 ? "" : "s");
         goto out;
     }
-    if (whole_export(&cfg, src_dir, err, sizeof err) ||
+    if (whole_export(&cfg, src_dir, &listed_crcs, err, sizeof err) ||
         find_sources(&cfg, ini, src_dir, &src, &nsrc, err, sizeof err))
         goto out;
+    for (int s = 0; s < nsrc; s++) {
+        list_find(&listed_crcs, src[s].keys, &src[s], 0);
+        list_find(&listed_crcs, src[s].vals, &src[s], 1);
+    }
     if (nsrc == 0) {
         snprintf(err, sizeof err, "%s holds no .npy file of a table of %s",
                  src_dir, ini);
@@ -753,6 +839,7 @@ out:
     free(rows);
     free(seen);
     free(src);
+    free(listed_crcs.v);
     psd_config_destroy(&cfg);
     return status;
 }

@@ -893,6 +893,20 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     free(o);
     EXPECT_INT(rename(e1away, e1), 0, "put %s back", e1);
     EXPECT_INT(rename(ek1away, ek1), 0, "put %s back", ek1);
+    /* One whose rows changed since the export, as many as listed (a byte
+     * flipped; another export's file of the same rows): imported without
+     * a word (a reshard trial). The manifest's CRC32C tells. */
+    char flip[3200];
+    snprintf(flip, sizeof flip, "cp '%s' '%s' && printf '\\125' | dd "
+             "of='%s' bs=1 seek=$(($(stat -c %%s '%s') - 1)) conv=notrunc "
+             "status=none", e1, e1away, e1, e1);
+    EXPECT_INT(system(flip), 0, "%s", flip);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import of an export with a byte changed: %s", o);
+    EXPECT_SUBSTR(o, "/emb.node1.npy: its rows are not those "
+                  "export.node1.json lists (their CRC32C is ", "refused");
+    free(o);
+    EXPECT_INT(rename(e1away, e1), 0, "put %s back", e1);
     /* A manifest naming a file by a path: refused whatever the table
      * (such an entry was passed over, so its table's file could be
      * gone). */
