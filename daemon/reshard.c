@@ -288,8 +288,11 @@ static int write_new(const char *new_ini, int j, psd_node *old, int nold,
         char path[4200];
         psd_snapshot_path(path, sizeof path, out_dir, j);
         int mib = si.bytes >= 1 << 20;
+        /* Staged: in place only once every node's is (it said "written
+         * to", and a later node's failure left the folder empty: a
+         * reshard trial). */
         fprintf(stderr, "psd --reshard: new node %d: %llu rows of %d "
-                "table%s, snapshot %llu written to %s (%.1f %s)\n", j,
+                "table%s, snapshot %llu staged for %s (%.1f %s)\n", j,
                 (unsigned long long)rows, n.ntables,
                 n.ntables == 1 ? "" : "s", (unsigned long long)gen, path,
                 (double)si.bytes / (mib ? 1 << 20 : 1 << 10),

@@ -535,7 +535,7 @@ static void test_reshard_moves_the_model_onto_another_node_count(
         fail_msg("node 1 had no snapshot, only its journal: %s", o);
     EXPECT_SUBSTR(o, " journal records from ", "node 1's journal");
     EXPECT_SUBSTR(o, "new node 2: ", "three new nodes");
-    EXPECT_SUBSTR(o, "snapshot 2 written to", "the generation");
+    EXPECT_SUBSTR(o, "snapshot 2 staged for", "the generation");
     free(o);
     o = run_out(&st, cmd);
     EXPECT_INT(st, 1, "reshard into a folder with snapshots: %s", o);
