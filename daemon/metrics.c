@@ -110,7 +110,9 @@ static void on_shut(uv_shutdown_t *r, int status)
     }
     c->lingering = 1;
     c->len = 0;
-    uv_timer_start(&c->timer, on_timeout, LINGER_MS, 0);
+    /* Not past a stop's grace (psd_metrics_stop closed the listener). */
+    uv_timer_start(&c->timer, on_timeout,
+                   c->m->listening ? LINGER_MS : STOP_GRACE_MS, 0);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read))
         mclose(c);
 }
@@ -491,8 +493,13 @@ void psd_metrics_stop(psd_metrics *m)
      * STOP_GRACE_MS at most rather than the rest of TIMEOUT_MS. */
     for (mconn *c = m->head, *n; c; c = n) {
         n = c->next;
-        if (c->answered)
+        if (c->answered) {
+            /* Reading what follows an answer: the grace at most. */
+            if (c->lingering &&
+                uv_timer_get_due_in(&c->timer) > STOP_GRACE_MS)
+                uv_timer_start(&c->timer, on_timeout, STOP_GRACE_MS, 0);
             continue;
+        }
         if (c->len == 0)
             mclose(c);
         else if (uv_timer_get_due_in(&c->timer) > STOP_GRACE_MS)
