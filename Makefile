@@ -621,5 +621,7 @@ help:
 	@echo 'make run-cluster  nodes and workers in network namespaces, with a token (root)'
 	@echo 'make soak         rounds of random faults under ASan (SOAK_ROUNDS, SOAK_SEED)'
 	@echo 'make fuzz         the libFuzzer targets (clang; fuzz-build, fuzz-seeds)'
+	@echo 'make fuzz-ci      the quick fuzz targets for 15 s each'
+	@echo 'make deps         installs the Debian packages the build and tests need'
 	@echo 'make install, make uninstall   PREFIX (/usr/local), LIBDIR, DESTDIR, UNITDIR, PYDIR'
 	@echo 'make clean        removes build/, build-san/, build-tsan/, build-fuzz/'

@@ -110,7 +110,9 @@ static void usage(FILE *f)
             "(replace FILE\nwhole, with mv: a half-written one's missing "
             "keys take their defaults).\nSIGUSR1, SIGUSR2: logged, nothing "
             "else.\n"
-            "--version: psd's release and the wire protocols it speaks.\n");
+            "--version: psd's release and the wire protocols it speaks.\n"
+            "-c and -n are also --config FILE and --node NODE (or "
+            "--config=FILE);\n-h, --help: this text.\n");
 }
 
 static uv_signal_t sig_term, sig_int, sig_hup, sig_usr1, sig_usr2;

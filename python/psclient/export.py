@@ -289,11 +289,15 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     partial = "--partial" in args
     args = [a for a in args if a != "--partial"]
+    usage = ("usage: python3 export.py [--partial] DIR OUT.npz  (DIR: what "
+             "psd --export wrote; --partial: read an export that lacks some "
+             "nodes' rows, or has a dense row or a sparse key twice: a row "
+             "missing is NaN)")
+    if args in (["--help"], ["-h"]):
+        print(usage)
+        sys.exit(0)
     if len(args) != 2 or any(a.startswith("--") for a in args):
-        sys.exit("usage: python3 export.py [--partial] DIR OUT.npz  (DIR: "
-                 "what psd --export wrote; --partial: read an export that "
-                 "lacks some nodes' rows, or has a dense row twice: a row "
-                 "missing is NaN)")
+        sys.exit(usage)
     try:
         _to_npz(args[0], args[1], partial)
     except _DAMAGED as e:
