@@ -39,10 +39,14 @@ static void build_cluster(psd_node *n)
 }
 
 #define MIX(h, v) ((h) = ((h) ^ (uint64_t)(v)) * 1099511628211ULL)
+/* FNV-1a's offset basis with its last decimal digit left out: what psd
+ * has always started from, so every snapshot, journal and epoch keeps its
+ * shape (docs/durability.md gives it). Not to be "fixed". */
+#define SHAPE_BASIS 1469598103934665603ULL
 
 uint64_t psd_shape_begin(int nnodes, uint32_t shards)
 {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = SHAPE_BASIS;
     MIX(h, nnodes);
     MIX(h, shards);
     return h;
@@ -96,7 +100,7 @@ uint64_t psd_config_shape(const psd_config *c)
 
 uint32_t psd_config_inits(const psd_config *c)
 {
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = SHAPE_BASIS;
     for (int i = 0; i < c->ntables; i++) {
         const psd_table_conf *t = &c->tables[i];
         /* Only what makes a row's values: zeros is constant 0 (and -0 is
