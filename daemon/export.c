@@ -471,13 +471,34 @@ static int swap_in(const char *dir, int only, int nnodes,
 {
     char stage[4200];
     *begun = 0;
-    for (int i = 0; i < nnodes; i++)
-        if (staged[i] && mark(dir, i, err, errlen))
-            return -1;
-    if (psd_fsync_dir(dir)) {
+    /* The marks this call makes: taken back if it fails before anything
+     * earlier goes (a full disk refused the second node's mark, and the
+     * first one's left the earlier export refused). One an earlier
+     * export left stands: its files are not whole. */
+    unsigned char *made = calloc((size_t)nnodes, 1);
+    int rc = made ? 0 : -1;
+    if (!made)
+        snprintf(err, errlen, "out of memory");
+    for (int i = 0; i < nnodes && rc == 0; i++) {
+        if (!staged[i])
+            continue;
+        mark_path(stage, sizeof stage, dir, i);
+        made[i] = access(stage, F_OK) != 0;
+        rc = mark(dir, i, err, errlen);
+    }
+    if (rc == 0 && psd_fsync_dir(dir)) {
         snprintf(err, errlen, "%s: fsync: %s", dir, strerror(errno));
+        rc = -1;
+    }
+    if (rc) {
+        char ignored[64];
+        for (int i = 0; made && i < nnodes; i++)
+            if (made[i])
+                (void)unmark(dir, i, ignored, sizeof ignored);
+        free(made);
         return -1;
     }
+    free(made);
     *begun = 1;
     if (clear_node(dir, only, err, errlen))
         return -1;
