@@ -20,7 +20,6 @@
 #include "request.h"
 #include "snapshot.h"
 #include "table.h"
-#include "../proto/frame.h"
 
 /* Opens path for writing as the model's own files are (0600, not
  * followed through a symbolic link): an export is the whole model, and
@@ -85,10 +84,10 @@ static int finish(FILE *f, const char *path, int failed, char *err,
 }
 
 /* Writes node `node`'s rows of table t into dir: TABLE.nodeN.keys.npy and
- * TABLE.nodeN.npy. *count: the rows written; crc[0], crc[1]: the CRC32C
- * of the keys' and the rows' bytes (after each file's header), which the
- * manifest lists, so that psd --import knows a file damaged or replaced
- * since. 0, or -1 with err. */
+ * TABLE.nodeN.npy. *count: the rows written; crc[0], crc[1]: the CRC-32
+ * (zlib's) of the keys' and the rows' bytes (after each file's header),
+ * which the manifest lists, so that psd --import and read_export know a
+ * file damaged or replaced since. 0, or -1 with err. */
 static int export_table(psd_table *t, const char *dir, int node,
                         uint64_t *count, uint32_t crc[2], char *err,
                         size_t errlen)
@@ -113,7 +112,7 @@ static int export_table(psd_table *t, const char *dir, int node,
     }
     int bad = psd_npy_header(f, "u8", n, 0) ||
               (klen && fwrite(keys, 1, klen, f) != klen);
-    crc[0] = psw_crc32c(0, keys, klen);
+    crc[0] = psd_npy_crc32(0, keys, klen);
     crc[1] = 0;
     if (finish(f, path, bad, err, errlen)) {
         free(keys);
@@ -143,7 +142,7 @@ static int export_table(psd_table *t, const char *dir, int node,
             bad = 1;
         } else {
             bad = fwrite(rows, 1, m * rowb, f) != m * rowb;
-            crc[1] = psw_crc32c(crc[1], rows, m * rowb);
+            crc[1] = psd_npy_crc32(crc[1], rows, m * rowb);
         }
     }
     free(rows);
@@ -184,7 +183,7 @@ typedef struct node_out {
     uint64_t *pending;           /* per table of the ini: rows of a bsp
                                     clock's sums not applied yet */
     uint32_t *crcs;              /* per table of the ini: its keys' and
-                                    rows' CRC32C (export_table) */
+                                    rows' CRC-32 (export_table) */
 } node_out;
 
 /* DIR/export.nodeN.json: node i's files, so that the exports of nodes
@@ -222,7 +221,7 @@ static int write_manifest(const char *dir, const char *ini,
         fprintf(f, ", \"kind\": \"%s\", \"dim\": %u, \"rows\": %llu, "
                 "\"updater\": \"%s\", \"keys\": \"%s.node%d.keys.npy\", "
                 "\"values\": \"%s.node%d.npy\", \"count\": %lld, "
-                "\"keys_crc32c\": %lu, \"values_crc32c\": %lu}",
+                "\"keys_crc32\": %lu, \"values_crc32\": %lu}",
                 tc->dense ? "dense" : "sparse", tc->dim,
                 (unsigned long long)(tc->dense ? tc->rows : 0),
                 psd_updater_name(tc->upd.kind), tc->name, i, tc->name, i,
@@ -234,26 +233,113 @@ static int write_manifest(const char *dir, const char *ini,
     return finish(f, path, 0, err, errlen);
 }
 
-/* Whether name is one of the files an export writes for node i (any
- * node when i < 0): export.nodeI.json, TABLE.nodeI.npy and
- * TABLE.nodeI.keys.npy, and export.nodeI.partial, which stands while the
- * node's files are written (psd --import and read_export refuse a folder
- * that holds one: an export killed part way). */
-static int node_file(const char *name, int i)
+/* The node whose file name is, as an export names them (any node's):
+ * export.nodeI.json, TABLE.nodeI.npy and TABLE.nodeI.keys.npy, and
+ * export.nodeI.partial, which stands while the node's files are replaced
+ * (psd --import and read_export refuse a folder that holds one); -1 for
+ * any other name. */
+static int node_of(const char *name)
 {
     const char *at = NULL;
     for (const char *p = strstr(name, ".node"); p; p = strstr(p + 1, ".node"))
         at = p;
     if (!at || at == name || !isdigit((unsigned char)at[5]))
-        return 0;
+        return -1;
     char *end;
     errno = 0;
     long k = strtol(at + 5, &end, 10);
-    if (errno || (i >= 0 && k != i))
-        return 0;
+    if (errno || k > 65535)
+        return -1;
     if (!strcmp(end, ".json") || !strcmp(end, ".partial"))
-        return (size_t)(at - name) == 6 && !strncmp(name, "export", 6);
-    return !strcmp(end, ".npy") || !strcmp(end, ".keys.npy");
+        return (size_t)(at - name) == 6 && !strncmp(name, "export", 6)
+                   ? (int)k : -1;
+    return !strcmp(end, ".npy") || !strcmp(end, ".keys.npy") ? (int)k : -1;
+}
+
+/* Whether name is one of the files an export writes for node i (any node
+ * when i < 0). */
+static int node_file(const char *name, int i)
+{
+    int k = node_of(name);
+    return k >= 0 && (i < 0 || k == i);
+}
+
+static int is_mark(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 8 && !strcmp(name + n - 8, ".partial");
+}
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        free(names[k]);
+    free(names);
+}
+
+/* The names in folder dir but . and .., into *names (malloc'd, *n of
+ * them; free_names). nofollow: a symbolic link there is refused, not
+ * followed (a link put in a staging folder's place had the export empty
+ * the folder it named: a review). A listing that fails part way (an
+ * error of readdir's, not its end) fails: taken for the end, a node's
+ * staged files were left unmoved, then removed with their folder, and
+ * the export said it had written them (a review). 0, or -1 with err and
+ * errno set. */
+static int list_dir(const char *dir, int nofollow, char ***names, size_t *n,
+                    char *err, size_t errlen)
+{
+    *names = NULL;
+    *n = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+                           (nofollow ? O_NOFOLLOW : 0));
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        snprintf(err, errlen, "%s: %s", dir,
+                 e == ELOOP || e == ENOTDIR
+                     ? "not a folder (a symbolic link, or a file): remove it"
+                     : strerror(e));
+        errno = e;
+        return -1;
+    }
+    size_t cap = 0;
+    int e = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            e = errno;
+            break;
+        }
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **g = realloc(*names, cap * sizeof *g);
+            if (!g) {
+                e = ENOMEM;
+                break;
+            }
+            *names = g;
+        }
+        if (!((*names)[*n] = strdup(de->d_name))) {
+            e = ENOMEM;
+            break;
+        }
+        (*n)++;
+    }
+    closedir(d);
+    if (e) {
+        free_names(*names, *n);
+        *names = NULL;
+        *n = 0;
+        snprintf(err, errlen, "listing %s: %s", dir, strerror(e));
+        errno = e;
+        return -1;
+    }
+    return 0;
 }
 
 /* Removes node i's files of an earlier export from dir, or every node's
@@ -262,32 +348,26 @@ static int node_file(const char *name, int i)
  * files that are gone. */
 static int clear_node(const char *dir, int i, char *err, size_t errlen)
 {
-    char path[4200];
-    DIR *d = opendir(dir);
-    if (!d) {
-        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+    char **names, path[4400];
+    size_t n;
+    if (list_dir(dir, 0, &names, &n, err, errlen))
         return -1;
-    }
     int rc = 0;
-    /* Pass 0: manifests; 1: tables; marks (2) stay. */
-    for (int pass = 0; pass < 2 && rc == 0; pass++) {
-        rewinddir(d);
-        for (struct dirent *e; rc == 0 && (e = readdir(d));) {
-            size_t n = strlen(e->d_name);
-            int kind = n > 5 && !strcmp(e->d_name + n - 5, ".json") ? 0
-                       : n > 8 && !strcmp(e->d_name + n - 8, ".partial")
-                           ? 2
-                           : 1;
-            if (kind != pass || !node_file(e->d_name, i))
+    /* Pass 0: manifests; 1: tables; marks stay. */
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            const char *name = names[k];
+            size_t len = strlen(name);
+            int manifest = len > 5 && !strcmp(name + len - 5, ".json");
+            if (is_mark(name) || manifest != !pass || !node_file(name, i))
                 continue;
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
             if (unlink(path) && errno != ENOENT) {
                 snprintf(err, errlen, "%s: %s", path, strerror(errno));
                 rc = -1;
             }
         }
-    }
-    closedir(d);
+    free_names(names, n);
     return rc;
 }
 
@@ -352,31 +432,40 @@ static void stage_path(char *buf, size_t len, const char *dir, int i)
     snprintf(buf, len, "%s/.export.node%d.staging", dir, i);
 }
 
-/* Removes staging folder stage and what is in it (psd's files only: it
- * is psd's own folder); ENOENT is no error. 0, or -1 with err. */
+/* Node k of a staging folder's name, or -1. */
+static int stage_of(const char *name)
+{
+    int k, end = 0;
+    return sscanf(name, ".export.node%d.staging%n", &k, &end) == 1 &&
+                   !name[end] && k >= 0
+               ? k : -1;
+}
+
+/* Removes staging folder stage and psd's files in it (never following a
+ * link: see list_dir); one that is not there is no error. 0, or -1 with
+ * err. */
 static int drop_stage(const char *stage, char *err, size_t errlen)
 {
-    DIR *d = opendir(stage);
-    if (!d) {
-        if (errno == ENOENT)
-            return 0;
-        snprintf(err, errlen, "%s: %s", stage, strerror(errno));
-        return -1;
-    }
+    char **names, path[4400];
+    size_t n;
+    if (list_dir(stage, 1, &names, &n, err, errlen))
+        return errno == ENOENT ? 0 : -1;
     int rc = 0;
-    char path[4400];
-    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", stage, e->d_name);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        if (!node_file(names[k], -1))
+            continue;            /* not psd's: rmdir says so */
+        snprintf(path, sizeof path, "%s/%s", stage, names[k]);
         if (unlink(path) && errno != ENOENT) {
             snprintf(err, errlen, "%s: %s", path, strerror(errno));
             rc = -1;
         }
     }
-    closedir(d);
+    free_names(names, n);
     if (rc == 0 && rmdir(stage) && errno != ENOENT) {
-        snprintf(err, errlen, "%s: %s", stage, strerror(errno));
+        snprintf(err, errlen, "%s: %s%s", stage, strerror(errno),
+                 errno == ENOTEMPTY ? " (it holds files psd did not write "
+                                      "there: move them, then remove it)"
+                                    : "");
         rc = -1;
     }
     return rc;
@@ -405,40 +494,23 @@ static int move_in(const char *stage, const char *dir, int i, char *err,
 {
     char manifest[64];
     snprintf(manifest, sizeof manifest, "export.node%d.json", i);
-    DIR *d = opendir(stage);
-    if (!d) {
-        snprintf(err, errlen, "%s: %s", stage, strerror(errno));
+    char **names;
+    size_t n;
+    if (list_dir(stage, 1, &names, &n, err, errlen))
         return -1;
+    int rc = 0, has_manifest = 0;
+    for (size_t k = 0; k < n; k++)
+        has_manifest |= !strcmp(names[k], manifest);
+    if (!has_manifest) {
+        snprintf(err, errlen, "%s holds no %s: node %d's staged files are "
+                 "not whole", stage, manifest, i);
+        rc = -1;
     }
-    /* The names first: renames while the folder is read may hide some. */
-    size_t n = 0, cap = 0;
-    char **names = NULL;
-    int rc = 0;
-    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
-            !node_file(e->d_name, i))
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **g = realloc(names, cap * sizeof *names);
-            if (!g) {
-                rc = -1;
-                break;
-            }
-            names = g;
-        }
-        if (!(names[n] = strdup(e->d_name)))
-            rc = -1;
-        else
-            n++;
-    }
-    closedir(d);
-    if (rc)
-        snprintf(err, errlen, "out of memory");
     char from[4400], to[4400];
     for (int pass = 0; pass < 2 && rc == 0; pass++)
         for (size_t k = 0; k < n && rc == 0; k++) {
-            if ((strcmp(names[k], manifest) == 0) != pass)
+            if (!node_file(names[k], i) ||
+                (strcmp(names[k], manifest) == 0) != pass)
                 continue;
             snprintf(from, sizeof from, "%s/%s", stage, names[k]);
             snprintf(to, sizeof to, "%s/%s", dir, names[k]);
@@ -448,39 +520,60 @@ static int move_in(const char *stage, const char *dir, int i, char *err,
                 rc = -1;
             }
         }
-    for (size_t k = 0; k < n; k++)
-        free(names[k]);
-    free(names);
+    free_names(names, n);
     if (rc == 0)
         rc = drop_stage(stage, err, errlen);
     return rc;
 }
 
+/* How far swap_in got. */
+enum { SWAP_NONE, SWAP_BEGUN, SWAP_PLACED };
+
 /* Puts the staged files of the nodes in staged[] (of nnodes; only >= 0:
- * that one) in place of their earlier files in dir: each node's mark
- * first, so that a kill while the earlier files go and the new ones come
- * leaves the folder refused; then every earlier file of those nodes (of
- * every node for a whole export: an earlier export of more nodes left
- * its last nodes' files, and the folder read as clusters of two node
- * counts; tables dropped since must not linger either); then the new
- * files, the folder fsync'd, and the marks go. 0, or -1 with err (the
- * marks then stay: *begun says whether earlier files may be gone). */
+ * that one) in place of their earlier files in dir: the marks first, so
+ * that a kill while the earlier files go and the new ones come leaves the
+ * folder refused; then every earlier file of those nodes; then the new
+ * files, the folder fsync'd, and the marks go. A whole export (only < 0)
+ * replaces every node's files: also those of nodes beyond nnodes (an
+ * earlier export of more nodes left its last nodes' files, and the
+ * folder read as clusters of two node counts; tables dropped since must
+ * not linger either), which are marked too (a whole export killed while
+ * it removed them, followed by -n exports of each node, lifted every
+ * mark, and psd --import took in the rows of the files left: a review),
+ * and removes the marks and staging folders left beyond nnodes. 0, or -1
+ * with err; *how says how far it got (from SWAP_BEGUN the marks stay). */
 static int swap_in(const char *dir, int only, int nnodes,
-                   const unsigned char *staged, int *begun, char *err,
+                   const unsigned char *staged, int *how, char *err,
                    size_t errlen)
 {
     char stage[4200];
-    *begun = 0;
-    /* The marks this call makes: taken back if it fails before anything
-     * earlier goes (a full disk refused the second node's mark, and the
-     * first one's left the earlier export refused). One an earlier
-     * export left stands: its files are not whole. */
-    unsigned char *made = calloc((size_t)nnodes, 1);
-    int rc = made ? 0 : -1;
-    if (!made)
+    *how = SWAP_NONE;
+    /* The nodes to mark: those staged, and for a whole export those
+     * beyond nnodes with files here. made: the marks this call makes,
+     * taken back if it fails before anything earlier goes (a full disk
+     * refused the second node's mark, and the first one's left the
+     * earlier export refused); one an earlier export left stands. */
+    char **names;
+    size_t n;
+    if (list_dir(dir, 0, &names, &n, err, errlen))
+        return -1;
+    int top = nnodes;
+    for (size_t k = 0; only < 0 && k < n; k++)
+        if (node_of(names[k]) >= top && !is_mark(names[k]))
+            top = node_of(names[k]) + 1;
+    unsigned char *want = calloc((size_t)top, 1),
+                  *made = calloc((size_t)top, 1);
+    int rc = want && made ? 0 : -1;
+    if (rc)
         snprintf(err, errlen, "out of memory");
-    for (int i = 0; i < nnodes && rc == 0; i++) {
-        if (!staged[i])
+    for (int i = 0; want && i < nnodes; i++)
+        want[i] = staged[i];
+    for (size_t k = 0; want && k < n; k++)
+        if (node_of(names[k]) >= nnodes && !is_mark(names[k]) && only < 0)
+            want[node_of(names[k])] = 1;
+    free_names(names, n);
+    for (int i = 0; i < top && rc == 0; i++) {
+        if (!want[i])
             continue;
         mark_path(stage, sizeof stage, dir, i);
         made[i] = access(stage, F_OK) != 0;
@@ -492,49 +585,52 @@ static int swap_in(const char *dir, int only, int nnodes,
     }
     if (rc) {
         char ignored[64];
-        for (int i = 0; made && i < nnodes; i++)
+        for (int i = 0; made && i < top; i++)
             if (made[i])
                 (void)unmark(dir, i, ignored, sizeof ignored);
+        free(want);
         free(made);
         return -1;
     }
     free(made);
-    *begun = 1;
-    if (clear_node(dir, only, err, errlen))
-        return -1;
-    for (int i = 0; i < nnodes; i++) {
+    *how = SWAP_BEGUN;
+    rc = clear_node(dir, only, err, errlen);
+    for (int i = 0; i < nnodes && rc == 0; i++) {
         if (!staged[i])
             continue;
         stage_path(stage, sizeof stage, dir, i);
-        if (move_in(stage, dir, i, err, errlen))
-            return -1;
+        rc = move_in(stage, dir, i, err, errlen);
     }
-    if (psd_fsync_dir(dir)) {
+    if (rc == 0)
+        *how = SWAP_PLACED;
+    if (rc == 0 && psd_fsync_dir(dir)) {
         snprintf(err, errlen, "%s: fsync: %s", dir, strerror(errno));
-        return -1;
+        rc = -1;
     }
-    for (int i = 0; i < nnodes; i++)
-        if (staged[i] && unmark(dir, i, err, errlen))
-            return -1;
-    /* A whole export: the marks an earlier export of more nodes, killed
-     * part way, left (clear_node kept every mark) go too. */
-    if (only < 0) {
-        DIR *d = opendir(dir);
-        for (struct dirent *e; d && (e = readdir(d));) {
-            int k, end = 0;
-            if (sscanf(e->d_name, "export.node%d.partial%n", &k, &end) == 1 &&
-                !e->d_name[end] && (k < 0 || k >= nnodes) &&
-                unlinkat(dirfd(d), e->d_name, 0) && errno != ENOENT) {
-                snprintf(err, errlen, "%s/%s: %s", dir, e->d_name,
-                         strerror(errno));
-                closedir(d);
-                return -1;
+    for (int i = 0; i < top && rc == 0; i++)
+        if (want[i])
+            rc = unmark(dir, i, err, errlen);
+    free(want);
+    /* A whole export: the marks and staging folders an earlier export of
+     * more nodes, killed part way, left beyond nnodes go too. */
+    if (rc == 0 && only < 0 && list_dir(dir, 0, &names, &n, err, errlen) == 0) {
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            int node = is_mark(names[k]) ? node_of(names[k])
+                                         : stage_of(names[k]);
+            if (node < nnodes)
+                continue;
+            snprintf(stage, sizeof stage, "%s/%s", dir, names[k]);
+            if (is_mark(names[k]) ? unlink(stage) && errno != ENOENT
+                                  : drop_stage(stage, err, errlen) != 0) {
+                if (is_mark(names[k]))
+                    snprintf(err, errlen, "%s: %s", stage, strerror(errno));
+                rc = -1;
             }
         }
-        if (d)
-            closedir(d);
-    }
-    return 0;
+        free_names(names, n);
+    } else if (rc == 0 && only < 0)
+        rc = -1;
+    return rc;
 }
 
 /* Whether the file at path is another one than *was (a live node wrote a
@@ -787,15 +883,20 @@ int psd_export(const char *ini, int only, const char *const *drop,
         fprintf(stderr, "psd --export: %s\n", err);
         status = 1;
     }
-    int begun = 0;
-    if (!status && swap_in(out_dir, only, cfg.nnodes, staged, &begun, err,
+    int how = SWAP_NONE;
+    if (!status && swap_in(out_dir, only, cfg.nnodes, staged, &how, err,
                            sizeof err)) {
         fprintf(stderr, "psd --export: %s\n", err);
-        if (begun)
-            fprintf(stderr, "psd --export: %s: the earlier files of %s are "
-                    "partly replaced: export.nodeN.partial stands until an "
-                    "export into it finishes\n", out_dir,
-                    only < 0 ? "every node" : "that node");
+        if (how != SWAP_NONE)
+            fprintf(stderr, "psd --export: %s: %s: export.nodeN.partial "
+                    "stands until an export into it finishes\n", out_dir,
+                    how == SWAP_PLACED
+                        ? "the new files are in place, but not yet sure to "
+                          "be on the disk"
+                        : only < 0 ? "the earlier files of every node are "
+                                     "partly replaced"
+                                   : "the earlier files of that node are "
+                                     "partly replaced");
         status = 1;
     }
     if (!status) {
@@ -819,7 +920,7 @@ int psd_export(const char *ini, int only, const char *const *drop,
         }
         if (!existed)
             (void)rmdir(out_dir);
-        else if (!begun && !bad)
+        else if (how == SWAP_NONE && !bad)
             fprintf(stderr, "psd --export: %s is as it was before this "
                     "export\n", out_dir);
     }
@@ -832,13 +933,14 @@ int psd_export(const char *ini, int only, const char *const *drop,
     for (int k = 0; k < 3; k++)
         (void)sigaction(stops[k], &was[k], NULL);
     if (stop_sig && !status)
-        /* Too late to stop anything: the export is whole, and kept. */
-        fprintf(stderr, "psd --export: %s came once the export was "
-                "written: it is whole, and kept\n", strsignal(stop_sig));
+        /* Too late to stop anything: the swap finishes what it begins. */
+        fprintf(stderr, "psd --export: %s came too late to stop the "
+                "export: it is whole, and kept\n", strsignal(stop_sig));
     else if (stop_sig) {
         /* Its status says so, as an export the signal had killed. */
-        fprintf(stderr, "psd --export: stopped by %s: what it wrote is "
-                "removed\n", strsignal(stop_sig));
+        fprintf(stderr, "psd --export: stopped by %s%s\n",
+                strsignal(stop_sig),
+                how == SWAP_NONE ? ": what it wrote is removed" : "");
         signal(stop_sig, SIG_DFL);
         raise(stop_sig);
     }

@@ -18,7 +18,6 @@
 #include "npy.h"
 #include "snapshot.h"
 #include "table.h"
-#include "../proto/frame.h"
 #include "../proto/layout.h"
 
 /* Rows read at a time. */
@@ -32,27 +31,30 @@ typedef struct source {
     int table;
     char vals[4200];
     char keys[4200];             /* "" for a dense table's rows in order */
-    int has_crc[2];              /* its manifest lists CRC32Cs for them */
+    int has_crc[2];              /* its manifest lists CRC-32s for them */
     uint32_t crc[2];             /* of the keys' and the rows' bytes */
     char manifest[64];           /* which one (named when they differ) */
 } source;
 
-/* The files manifests list with their CRC32C (psd 0.4.5 on): a file
+/* The files manifests list with their CRC-32 (psd 0.4.5 on): a file
  * damaged or replaced by another export's of as many rows was imported
  * without a word (a reshard trial). */
 typedef struct listed {
     char name[256];
     char manifest[64];
+    int has_crc;
     uint32_t crc;
 } listed;
 
+/* Every file the manifests list, with its CRC-32 where given. */
 typedef struct listing {
     listed *v;
     size_t n, cap;
+    int manifests;               /* the folder holds manifests */
 } listing;
 
 static int list_add(listing *ls, const char *name, const char *manifest,
-                    uint32_t crc)
+                    int has_crc, uint32_t crc)
 {
     if (ls->n == ls->cap) {
         size_t cap = ls->cap ? ls->cap * 2 : 16;
@@ -65,23 +67,26 @@ static int list_add(listing *ls, const char *name, const char *manifest,
     listed *l = &ls->v[ls->n++];
     snprintf(l->name, sizeof l->name, "%s", name);
     snprintf(l->manifest, sizeof l->manifest, "%s", manifest);
+    l->has_crc = has_crc;
     l->crc = crc;
     return 0;
 }
 
-/* The CRC32C listing has for the file at path (its base name), into *x's
- * slot f. */
-static void list_find(const listing *ls, const char *path, source *x, int f)
+/* Whether listing lists the file at path (its base name); its CRC-32,
+ * where given, into *x's slot f. */
+static int list_find(const listing *ls, const char *path, source *x, int f)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     for (size_t k = 0; k < ls->n; k++)
         if (!strcmp(ls->v[k].name, base)) {
-            x->has_crc[f] = 1;
+            x->has_crc[f] = ls->v[k].has_crc;
             x->crc[f] = ls->v[k].crc;
             snprintf(x->manifest, sizeof x->manifest, "%s",
                      ls->v[k].manifest);
+            return 1;
         }
+    return 0;
 }
 
 static int by_name(const void *a, const void *b)
@@ -324,9 +329,9 @@ static int import_source(sink *k, const source *x, char *err, size_t errlen)
                      m == 0 ? "it ended early" : strerror(errno));
             goto out;
         }
-        crc[1] = psw_crc32c(crc[1], w, (size_t)m * tc->dim * sizeof *w);
+        crc[1] = psd_npy_crc32(crc[1], w, (size_t)m * tc->dim * sizeof *w);
         if (x->keys[0])
-            crc[0] = psw_crc32c(crc[0], keys, (size_t)m * sizeof *keys);
+            crc[0] = psd_npy_crc32(crc[0], keys, (size_t)m * sizeof *keys);
         for (long r = 0; r < m; r++) {
             uint64_t key = x->keys[0] ? keys[r] : at + (uint64_t)r;
             if (ks.kind == 'i' && (int64_t)key < 0) {
@@ -346,7 +351,7 @@ static int import_source(sink *k, const source *x, char *err, size_t errlen)
     for (int f = 0; f < 2; f++)
         if (x->has_crc[f] && crc[f] != x->crc[f]) {
             snprintf(err, errlen, "%s: its %s are not those %s lists (their "
-                     "CRC32C is %08x, listed %08x): the file was damaged, or "
+                     "CRC-32 is %08x, listed %08x): the file was damaged, or "
                      "replaced by another export's, since it was exported. "
                      "Copy that node's export whole again",
                      f ? x->vals : x->keys, f ? "rows" : "keys", x->manifest,
@@ -545,9 +550,10 @@ static void check_listed(const psd_config *cfg, const char *dir,
                          "present, move %s aside", dir, name, fn, dir, aside);
                 break;
             }
-            /* Its CRC32C, which import_source checks as it reads. */
-            const char *cv = json_member(lb, rb, f ? "keys_crc32c"
-                                                   : "values_crc32c");
+            /* Its CRC-32, which import_source checks as it reads; one
+             * that is not a number turned the check off (a review). */
+            const char *field = f ? "keys_crc32" : "values_crc32";
+            const char *cv = json_member(lb, rb, field);
             char *ce = NULL;
             unsigned long crc = 0;
             if (cv && cv < rb && *cv >= '0' && *cv <= '9') {
@@ -556,7 +562,13 @@ static void check_listed(const psd_config *cfg, const char *dir,
                 if (errno || crc > 0xffffffffUL)
                     ce = NULL;
             }
-            if (ce && list_add(ls, fn, name, (uint32_t)crc)) {
+            if (cv && !ce) {
+                snprintf(problem, len, "%s/%s lists %s with a %s that is "
+                         "not a CRC-32: not a manifest psd --export wrote",
+                         dir, name, fn, field);
+                break;
+            }
+            if (list_add(ls, fn, name, ce != NULL, (uint32_t)crc)) {
                 snprintf(problem, len, "out of memory");
                 break;
             }
@@ -618,6 +630,7 @@ static int whole_export(const psd_config *cfg, const char *dir,
         nodes = m;
         have += !seen[k];
         seen[k] = 1;
+        ls->manifests = 1;
         if (!gone[0] && !manifest_whole(buf))
             snprintf(gone, sizeof gone, "%s is cut short (it does not end "
                      "as psd --export ends a manifest, with \"]}\"): the "
@@ -636,6 +649,7 @@ static int whole_export(const psd_config *cfg, const char *dir,
         snprintf(path, sizeof path, "%s/export.json", dir);
         if (access(path, F_OK) == 0) {
             char *buf = read_manifest(path, MANIFEST_MAX, gone, sizeof gone);
+            ls->manifests = 1;
             if (buf)
                 check_listed(cfg, dir, buf, "export.json", gone,
                              sizeof gone, ls);
@@ -648,9 +662,10 @@ static int whole_export(const psd_config *cfg, const char *dir,
         rc = -1;
     } else if (partial >= 0) {
         snprintf(err, errlen, "%s holds export.node%d.partial: psd --export "
-                 "of node %d did not finish (killed while it wrote), so its "
-                 "files there are not whole. Run psd --export into this "
-                 "folder again: it replaces them", dir, partial, partial);
+                 "of node %d did not finish replacing that node's files "
+                 "(killed, or failed, while it put them in place), so they "
+                 "are not whole. Run psd --export into this folder again: "
+                 "it replaces them", dir, partial, partial);
         rc = -1;
     } else if (other) {
         snprintf(err, errlen, "%s holds export manifests (export.nodeK.json) "
@@ -732,9 +747,22 @@ int psd_import(const char *ini, int only, const char *src_dir)
     if (whole_export(&cfg, src_dir, &listed_crcs, err, sizeof err) ||
         find_sources(&cfg, ini, src_dir, &src, &nsrc, err, sizeof err))
         goto out;
+    /* Beside manifests, a file none lists is another export's, or one
+     * an earlier export left (a whole export killed while it removed the
+     * files of nodes beyond its count, then -n exports of each node:
+     * their rows were added to the model, a review). */
     for (int s = 0; s < nsrc; s++) {
-        list_find(&listed_crcs, src[s].keys, &src[s], 0);
-        list_find(&listed_crcs, src[s].vals, &src[s], 1);
+        int named = list_find(&listed_crcs, src[s].vals, &src[s], 1);
+        if (src[s].keys[0])
+            named &= list_find(&listed_crcs, src[s].keys, &src[s], 0);
+        if (listed_crcs.manifests && !named) {
+            snprintf(err, sizeof err, "%s: no manifest there "
+                     "(export.node*.json) lists it, or its keys file: a "
+                     "file of another export, or left from an earlier one. "
+                     "Move it aside (psd --import takes every .npy file of "
+                     "a folder without manifests)", src[s].vals);
+            goto out;
+        }
     }
     if (nsrc == 0) {
         snprintf(err, sizeof err, "%s holds no .npy file of a table of %s",

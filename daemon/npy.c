@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <isa-l/crc.h>
+
 #include "npy.h"
 
 /* A header longer than this is no array of psd's: refused before it is
@@ -251,4 +253,10 @@ void psd_npy_close(psd_npy *a)
     if (a->f)
         fclose(a->f);
     a->f = NULL;
+}
+
+uint32_t psd_npy_crc32(uint32_t crc, const void *p, size_t n)
+{
+    /* ISA-L's reflected CRC-32 is zlib's, and chains as zlib's does. */
+    return crc32_gzip_refl(crc, (const unsigned char *)p, (uint64_t)n);
 }

@@ -37,4 +37,9 @@ long psd_npy_read(psd_npy *a, void *buf, size_t rows);
 
 void psd_npy_close(psd_npy *a);
 
+/* CRC-32 as zlib computes it (zlib.crc32 in Python: read_export checks
+ * what psd --export lists with it), continued from crc (0 to begin) over
+ * p's n bytes: an export's manifest lists it for each file's array. */
+uint32_t psd_npy_crc32(uint32_t crc, const void *p, size_t n);
+
 #endif

@@ -895,7 +895,7 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     EXPECT_INT(rename(ek1away, ek1), 0, "put %s back", ek1);
     /* One whose rows changed since the export, as many as listed (a byte
      * flipped; another export's file of the same rows): imported without
-     * a word (a reshard trial). The manifest's CRC32C tells. */
+     * a word (a reshard trial). The manifest's CRC-32 tells. */
     char flip[3200];
     snprintf(flip, sizeof flip, "cp '%s' '%s' && printf '\\125' | dd "
              "of='%s' bs=1 seek=$(($(stat -c %%s '%s') - 1)) conv=notrunc "
@@ -904,9 +904,35 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     o = run_out(&st, cmd);
     EXPECT_INT(st, 1, "an import of an export with a byte changed: %s", o);
     EXPECT_SUBSTR(o, "/emb.node1.npy: its rows are not those "
-                  "export.node1.json lists (their CRC32C is ", "refused");
+                  "export.node1.json lists (their CRC-32 is ", "refused");
     free(o);
     EXPECT_INT(rename(e1away, e1), 0, "put %s back", e1);
+    /* A file beside the manifests that none lists (another export's, or
+     * one an earlier export of more nodes left): its rows were added to
+     * the model (a review). */
+    char stray[600], stray_keys[600];
+    snprintf(stray, sizeof stray, "%s/emb.node2.npy", exp);
+    snprintf(stray_keys, sizeof stray_keys, "%s/emb.node2.keys.npy", exp);
+    write_npy(stray, "<f4", 0, 8, NULL, 0);
+    write_npy(stray_keys, "<u8", 0, 0, NULL, 0);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import beside a file no manifest lists: %s", o);
+    EXPECT_SUBSTR(o, "/emb.node2.npy: no manifest there (export.node*.json) "
+                  "lists it", "refused");
+    free(o);
+    EXPECT_INT(unlink(stray) == 0 && unlink(stray_keys) == 0, 1, "rm %s",
+               stray);
+    /* A CRC-32 that is not a number turned the check off (a review). */
+    snprintf(flip, sizeof flip, "cp '%s' '%s.orig' && sed -i 's/"
+             "\"values_crc32\": [0-9]*/\"values_crc32\": \"x\"/' '%s'",
+             m1, m1, m1);
+    EXPECT_INT(system(flip), 0, "%s", flip);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import of a manifest with a CRC-32 garbled: %s", o);
+    EXPECT_SUBSTR(o, "with a values_crc32 that is not a CRC-32", "refused");
+    free(o);
+    snprintf(flip, sizeof flip, "mv '%s.orig' '%s'", m1, m1);
+    EXPECT_INT(system(flip), 0, "%s", flip);
     /* A manifest naming a file by a path: refused whatever the table
      * (such an entry was passed over, so its table's file could be
      * gone). */
@@ -1473,6 +1499,27 @@ static void test_export_writes_each_nodes_rows_as_npy_files(void **state)
                  n >= 0 ? n : 0);
         EXPECT_INT(access(staging, F_OK) != 0, 1, "%s is gone", staging);
     }
+    /* A symbolic link in a staging folder's place: the export emptied
+     * the folder it named (a review), which could be a data_dir. */
+    char victim[600], precious[700], link_at[600];
+    snprintf(victim, sizeof victim, "%s/victim", c.dir);
+    snprintf(precious, sizeof precious, "%s/w.node0.npy", victim);
+    snprintf(link_at, sizeof link_at, "%s/.export.node1.staging", out);
+    EXPECT_INT(mkdir(victim, 0700), 0, "mkdir %s", victim);
+    FILE *vf = fopen(precious, "w");
+    assert_non_null(vf);
+    fclose(vf);
+    EXPECT_INT(symlink(victim, link_at), 0, "ln -s %s", link_at);
+    snprintf(cmd, sizeof cmd, "%s --export '%s' -c '%s' -n 1", psd, out,
+             c.ini);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "%s: %s", cmd, o);
+    EXPECT_SUBSTR(o, "not a folder (a symbolic link, or a file): remove it",
+                  "%s", cmd);
+    free(o);
+    EXPECT_INT(access(precious, F_OK), 0, "%s is kept", precious);
+    expect_exported_w(out, 3);
+    EXPECT_INT(unlink(link_at), 0, "rm %s", link_at);
     static const struct {
         const char *args, *says;
         int status;

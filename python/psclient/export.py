@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import sys
+import zlib
 from typing import Dict, Tuple, Union
 
 import numpy as np
@@ -100,7 +101,9 @@ def _checked(where: str, m: dict) -> dict:
               _int(t.get("dim"), 1) and _int(t.get("rows"), 0) and
               _int(t.get("count"), 0) and isinstance(t.get("keys"), str) and
               isinstance(t.get("values"), str) and _plain(t["keys"]) and
-              _plain(t["values"]))
+              _plain(t["values"]) and
+              all(_int(t[c], 0) and t[c] <= 0xffffffff
+                  for c in ("keys_crc32", "values_crc32") if c in t))
         if not ok:
             raise ValueError(f"{where}: not a manifest psd --export wrote "
                              f"(a table entry: {t!r:.200})")
@@ -152,7 +155,7 @@ def read_export(path: Union[str, os.PathLike],
     has, a dense table's missing rows NaN. So does anything else that is
     not what psd --export wrote: a manifest naming a path rather than a
     file of ``path``, a file that is not a regular file, a damaged
-    array."""
+    array (one whose CRC-32 is not the one its manifest lists)."""
     # One manifest per node (export.nodeN.json): nodes exported one by one
     # (psd --export -n, on several hosts) gather in one folder.
     manifests = []
@@ -160,9 +163,10 @@ def read_export(path: Union[str, os.PathLike],
         part = _PARTIAL.fullmatch(name)
         if part:
             raise ValueError(f"{path}: holds {name}: psd --export of node "
-                             f"{part.group(1)} did not finish (killed while "
-                             f"it wrote), so its files there are not whole; "
-                             f"run psd --export into this folder again")
+                             f"{part.group(1)} did not finish replacing that "
+                             f"node's files (killed, or failed, while it put "
+                             f"them in place), so they are not whole; run "
+                             f"psd --export into this folder again")
         # export.nodeN.json exactly, as psd names them (not a copy a file
         # manager made, "export.node0 (copy).json").
         if not _MANIFEST.fullmatch(name):
@@ -228,6 +232,19 @@ def read_export(path: Union[str, os.PathLike],
                     v.shape != (count, dim)):
                 raise ValueError(f"{path}: {part['values']} does not match "
                                  f"its export.nodeN.json (table {t['name']!r})")
+            # The CRC-32 psd --export lists (0.4.5 on), zlib's: a file
+            # damaged, or another export's of as many rows, was read
+            # without a word (a Python trial).
+            for field, a, fname in (("keys_crc32", k, part["keys"]),
+                                    ("values_crc32", v, part["values"])):
+                if field not in part:
+                    continue
+                crc = zlib.crc32(memoryview(a).cast("B")) if a.size else 0
+                if crc != part[field]:
+                    raise ValueError(f"{path}: {fname}: its data are not "
+                                     f"what its export.nodeN.json lists "
+                                     f"(CRC-32): damaged, or replaced by "
+                                     f"another export's file")
             keys.append(k)
             values.append(v)
         k = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
