@@ -1787,15 +1787,18 @@ static int do_save(cluster *c, int timeout_s, int json)
             samples ss = { 0 };
             if (fetch(&c->nodes[i], &ss)) {
                 /* Gone while it wrote: a psd stopping (SIGTERM) closes
-                 * its connections and writes a final snapshot instead,
-                 * which "connection lost" alone did not say. */
+                 * its connections, lets the writer finish, then writes a
+                 * final snapshot if anything changed since, which
+                 * "connection lost" alone did not say (and "writes a
+                 * final one instead" was wrong: a big-model trial). */
                 size_t k = strlen(c->nodes[i].err);
                 if (!sv[i].current && strstr(c->nodes[i].err, "closed"))
                     snprintf(c->nodes[i].err + k,
                              sizeof c->nodes[i].err - k,
                              " (while its snapshot %.0f was written: a psd "
-                             "that is stopping writes a final one instead, "
-                             "which its log would say; one killed, by the "
+                             "that is stopping finishes that snapshot, then "
+                             "writes a final one if anything changed since, "
+                             "which its log says; one killed, by the "
                              "kernel's OOM killer under a memory limit say, "
                              "says nothing: dmesg does)", sv[i].gen);
                 failed(c, i);
