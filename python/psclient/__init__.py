@@ -59,7 +59,11 @@ Blocking and asynchronous calls
     was not read before more than 1024 requests numbered after it failed
     (a request still in flight ahead of it holds the reading back) raises
     InvalidError (its status is no longer known), never a false success.
-    Requests are numbered from 1 (``Request.ts``), one per call.
+    Requests are numbered one per call from 1 (``Request.ts``); a
+    worker's clocks and barriers take numbers too, and so does the clock
+    a worker's connect sends when it rejoins a bsp job past clock 0 (its
+    first request is then 2). A call with no keys or no rows raises
+    InvalidError: skip it for an empty minibatch.
 
 Threads and processes
     A Client may be shared by threads. ``close()`` waits for calls running
@@ -192,6 +196,9 @@ _ABANDONED = ("the client is closing without waiting for requests "
 
 def strerror(code: int) -> str:
     """The library's text for a status code (ps_strerror)."""
+    # Past a C int, ctypes would cut it (2**40 read as 0, "success").
+    if not -2**31 <= code < 2**31:
+        code = -2**31
     return _LIB.ps_strerror(code).decode("utf-8", "replace")
 
 
@@ -238,12 +245,16 @@ class NoMemoryError(Error, MemoryError):
 
 class ConnectionError(Error, builtins.ConnectionError):
     """PS_ECONN: could not connect, or the connection was lost; also
-    PS_EBUSY: the server is at a limit, try again later."""
+    PS_EBUSY: the server is at a limit, try again later. (A request whose
+    node cannot be reached, refused, lost or silent, raises TimeoutError
+    once its bounded time is up: catch both.)"""
 
 
 class TimeoutError(Error, builtins.TimeoutError):
     """PS_ETIMEDOUT: no answer within request_timeout_ms x (max_retries + 1),
-    or a clock, barrier or held pull waited longer than sync_timeout_ms."""
+    whatever the node did (refused connections, a lost connection,
+    silence: the text says which), or a clock, barrier or held pull waited
+    longer than sync_timeout_ms."""
 
 
 class ProtocolError(Error):

@@ -242,6 +242,9 @@ def test_errors_carry_code_and_message_and_match_builtins():
     import pickle
     back = pickle.loads(pickle.dumps(e))
     assert type(back) is psclient.TimeoutError and back.code == e.code
+    # A number past a C int is no status (2**40 was cut to 0: "success").
+    assert psclient.strerror(0) == "success"
+    assert psclient.strerror(2**40) == psclient.strerror(-2**31) != "success"
 
 
 def test_help_documents_every_public_name():
