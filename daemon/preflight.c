@@ -16,7 +16,6 @@
 
 #include "metrics.h"
 #include "preflight.h"
-#include "snapshot.h"
 #include "table.h"
 #include "updater.h"
 #include "../proto/layout.h"
@@ -427,39 +426,12 @@ static void writable_note(psd_preflight *pf, const psd_config *c,
          * write the journal"); nearly full, it refuses pushes soon. */
         double free_mib = (double)fs.f_bavail * (double)fs.f_bsize /
                           (1024.0 * 1024);
-        /* The next snapshot needs room for a whole new file beside the
-         * old one (renamed over it only once written), and the journal
-         * its segment up to snapshot_journal_mb: 662 MiB free beside a
-         * 2.4 GiB snapshot said nothing, and the next snapshot filled the
-         * disk, refusing pushes while it grew (a big-model trial). */
-        double snap_mib = 0;
-        for (int i = 0; i < c->nnodes && !strcmp(folder, dir); i++) {
-            char snap[4200];
-            struct stat st;
-            psd_snapshot_path(snap, sizeof snap, dir, i);
-            if (stat(snap, &st) == 0 &&
-                (double)st.st_size / (1024.0 * 1024) > snap_mib)
-                snap_mib = (double)st.st_size / (1024.0 * 1024);
-        }
-        double need = snap_mib + (c->durability == PSD_DUR_LOG
-                                      ? (double)c->snapshot_journal_mb : 0);
         if (free_mib < PF_LOW_DISK_MIB)
             add(&pf->notes, &pf->nnotes, path,
                 c->data_dir_line, "[server] data_dir: the file system of %s "
                 "has %.1f MiB free: psd keeps its journal and snapshots "
                 "there, and refuses pushes while it cannot write them",
                 folder, free_mib);
-        else if (snap_mib > 0 && free_mib < need)
-            add(&pf->notes, &pf->nnotes, path,
-                c->data_dir_line, "[server] data_dir: the file system of %s "
-                "has %.1f MiB free, and the next snapshot needs about %.1f "
-                "MiB there (a new file as large as the last, %.1f MiB%s): "
-                "it will fail%s", folder, free_mib, need, snap_mib,
-                c->durability == PSD_DUR_LOG
-                    ? ", and the journal up to snapshot_journal_mb" : "",
-                c->durability == PSD_DUR_LOG
-                    ? ", and while it grows the journal may not be written "
-                      "(pushes refused)" : "");
     }
     /* psd starting asks as it will write: its effective ids and
      * capabilities (access() asks for the real uid, without them, and

@@ -942,6 +942,9 @@ int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
             info->ntables = hd.ntables;
             info->version = hd.version;
             info->of_0_1 = g.of_0_1;
+            struct stat st;
+            if (fstat(r.fd, &st) == 0)
+                info->bytes = (uint64_t)st.st_size;
             rc = 0;
         }
     }

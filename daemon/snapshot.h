@@ -124,7 +124,7 @@ int psd_snapshot_load(psd_node *n, const char *dir, uint64_t now_ms,
  * without building any table (psd_table_skip: their keys are not
  * checked), filling *tables the same way (NULL: refused). 0 when
  * it fits (*info: its journal_seq, the first journal segment it does not
- * cover, its shape and table count), 1 when there is none, -1 with
+ * cover, its shape, table count and size), 1 when there is none, -1 with
  * "FILE: offset N: reason" in err, 2 with the reason in err when this
  * user may not read it (psd may run as another user). */
 int psd_snapshot_check(const char *dir, int node, const psd_config *cfg,
