@@ -34,6 +34,7 @@ LIBS_UV  = $(shell pkg-config --libs libuv)
 # libsodium (the handshake's HMAC-SHA-256, nonces, constant-time compare).
 LIBS_MP  = $(shell pkg-config --libs $(MSGPACK_PC) libisal libsodium)
 LIBS_INI = $(shell pkg-config --libs inih)
+LIBS_ISAL = $(shell pkg-config --libs libisal)
 LIBS_CM  = $(shell pkg-config --libs cmocka)
 
 PROTO_SRC  := proto/status.c proto/frame.c proto/msg.c proto/hist.c proto/addr.c proto/auth.c \
@@ -210,7 +211,7 @@ $(BUILD)/test_dedup: $(BUILD)/tests/test_dedup.o $(D)/dedup.o $(D)/secret.o
 $(BUILD)/test_log: $(BUILD)/tests/test_log.o $(D)/log.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
 $(BUILD)/test_npy: $(BUILD)/tests/test_npy.o $(D)/npy.o
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CM)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ISAL) $(LIBS_CM)
 $(BUILD)/test_snapshot: $(BUILD)/tests/test_snapshot.o $(D)/snapshot.o $(D)/journal.o \
                         $(D)/node.o $(D)/table.o $(D)/updater.o $(D)/sync.o \
                         $(D)/dedup.o $(D)/secret.o $(D)/config.o $(D)/inifile.o $(D)/log.o \
