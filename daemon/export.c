@@ -526,8 +526,36 @@ static int move_in(const char *stage, const char *dir, int i, char *err,
     return rc;
 }
 
+/* For a whole export of nnodes: the marks and staging folders an earlier
+ * export of more nodes, killed part way, left beyond nnodes go. 0, or -1
+ * with err. */
+static int sweep_beyond(const char *dir, int nnodes, char *err,
+                        size_t errlen)
+{
+    char **names, path[4400];
+    size_t n;
+    if (list_dir(dir, 0, &names, &n, err, errlen))
+        return -1;
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        int mark_file = is_mark(names[k]);
+        int node = mark_file ? node_of(names[k]) : stage_of(names[k]);
+        if (node < nnodes)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        if (!mark_file)
+            rc = drop_stage(path, err, errlen);
+        else if (unlink(path) && errno != ENOENT) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            rc = -1;
+        }
+    }
+    free_names(names, n);
+    return rc;
+}
+
 /* How far swap_in got. */
-enum { SWAP_NONE, SWAP_BEGUN, SWAP_PLACED };
+enum { SWAP_NONE, SWAP_BEGUN, SWAP_PLACED, SWAP_DONE };
 
 /* Puts the staged files of the nodes in staged[] (of nnodes; only >= 0:
  * that one) in place of their earlier files in dir: the marks first, so
@@ -576,7 +604,8 @@ static int swap_in(const char *dir, int only, int nnodes,
         if (!want[i])
             continue;
         mark_path(stage, sizeof stage, dir, i);
-        made[i] = access(stage, F_OK) != 0;
+        struct stat st;
+        made[i] = lstat(stage, &st) != 0;   /* a link stays: not ours */
         rc = mark(dir, i, err, errlen);
     }
     if (rc == 0 && psd_fsync_dir(dir)) {
@@ -611,26 +640,17 @@ static int swap_in(const char *dir, int only, int nnodes,
         if (want[i])
             rc = unmark(dir, i, err, errlen);
     free(want);
-    /* A whole export: the marks and staging folders an earlier export of
-     * more nodes, killed part way, left beyond nnodes go too. */
-    if (rc == 0 && only < 0 && list_dir(dir, 0, &names, &n, err, errlen) == 0) {
-        for (size_t k = 0; k < n && rc == 0; k++) {
-            int node = is_mark(names[k]) ? node_of(names[k])
-                                         : stage_of(names[k]);
-            if (node < nnodes)
-                continue;
-            snprintf(stage, sizeof stage, "%s/%s", dir, names[k]);
-            if (is_mark(names[k]) ? unlink(stage) && errno != ENOENT
-                                  : drop_stage(stage, err, errlen) != 0) {
-                if (is_mark(names[k]))
-                    snprintf(err, errlen, "%s: %s", stage, strerror(errno));
-                rc = -1;
-            }
-        }
-        free_names(names, n);
-    } else if (rc == 0 && only < 0)
-        rc = -1;
-    return rc;
+    if (rc)
+        return -1;
+    *how = SWAP_DONE;
+    /* The export is whole and readable by then: what cannot go is said,
+     * not failed (a leftover it could not remove made every export there
+     * fail: a review). */
+    if (only < 0 && sweep_beyond(dir, nnodes, err, errlen))
+        fprintf(stderr, "psd --export: the export is whole, but what an "
+                "earlier one left beyond node %d stays: %s\n", nnodes - 1,
+                err);
+    return 0;
 }
 
 /* Whether the file at path is another one than *was (a live node wrote a
@@ -887,26 +907,31 @@ int psd_export(const char *ini, int only, const char *const *drop,
     if (!status && swap_in(out_dir, only, cfg.nnodes, staged, &how, err,
                            sizeof err)) {
         fprintf(stderr, "psd --export: %s\n", err);
-        if (how != SWAP_NONE)
-            fprintf(stderr, "psd --export: %s: %s: export.nodeN.partial "
-                    "stands until an export into it finishes\n", out_dir,
-                    how == SWAP_PLACED
-                        ? "the new files are in place, but not yet sure to "
-                          "be on the disk"
-                        : only < 0 ? "the earlier files of every node are "
-                                     "partly replaced"
-                                   : "the earlier files of that node are "
-                                     "partly replaced");
+        if (how == SWAP_PLACED)
+            fprintf(stderr, "psd --export: %s: the new files are in place, "
+                    "but not yet sure to be on the disk: export.nodeN.partial "
+                    "stands until an export into it finishes\n", out_dir);
+        else if (how == SWAP_BEGUN)
+            /* The new files not yet moved stay staged: the only whole
+             * copy of what was exported (they went with the failure, and
+             * the folder held marks alone: a review). */
+            fprintf(stderr, "psd --export: %s: the earlier files of %s are "
+                    "partly removed, and the new ones not all in place (the "
+                    "rest are in its .export.nodeN.staging folders): "
+                    "export.nodeN.partial stands until an export into it "
+                    "finishes\n", out_dir,
+                    only < 0 ? "every node" : "that node");
         status = 1;
     }
     if (!status) {
         fprintf(stderr, "psd --export: %d of %d node%s written to %s "
                 "(export.nodeN.json lists each node's files)\n", exported,
                 cfg.nnodes, cfg.nnodes == 1 ? "" : "s", out_dir);
-    } else if (staged) {
-        /* What this run wrote goes; the earlier export stays as it was
-         * (unless the swap had begun), and the folder goes when this
-         * run made it and nothing else is in it. */
+    } else if (staged && how == SWAP_NONE) {
+        /* What this run wrote goes, and the earlier export stays as it
+         * was; the folder goes when this run made it and nothing else is
+         * in it. Once the swap has begun, what is staged stays (the next
+         * export removes it). */
         int bad = 0;
         for (int i = 0; i < cfg.nnodes; i++) {
             if (!staged[i])
@@ -920,7 +945,7 @@ int psd_export(const char *ini, int only, const char *const *drop,
         }
         if (!existed)
             (void)rmdir(out_dir);
-        else if (how == SWAP_NONE && !bad)
+        else if (!bad)
             fprintf(stderr, "psd --export: %s is as it was before this "
                     "export\n", out_dir);
     }

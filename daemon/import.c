@@ -16,6 +16,7 @@
 #include "journal.h"
 #include "node.h"
 #include "npy.h"
+#include "readdir.h"
 #include "snapshot.h"
 #include "table.h"
 #include "../proto/layout.h"
@@ -121,8 +122,8 @@ static int find_sources(const psd_config *cfg, const char *ini,
         return -1;
     }
     source *s = NULL;
-    int cap = 0, k = 0, rc = 0;
-    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+    int cap = 0, k = 0, rc = 0, failed = 0;
+    for (struct dirent *e; rc == 0 && (e = psd_readdir(d, &failed));) {
         const char *name = e->d_name;
         if (name[0] == '.' || !ends_with(name, ".npy"))
             continue;
@@ -177,6 +178,10 @@ static int find_sources(const psd_config *cfg, const char *ini,
         }
     }
     closedir(d);
+    if (rc == 0 && failed) {
+        snprintf(err, errlen, "listing %s: %s", dir, strerror(failed));
+        rc = -1;
+    }
     if (rc) {
         free(s);
         return -1;
@@ -605,7 +610,8 @@ static int whole_export(const psd_config *cfg, const char *dir,
     int nodes = -1, have = 0, other = 0, partial = -1;
     char gone[6000] = "";
     unsigned char *seen = calloc(65536, 1);
-    for (struct dirent *e; seen && (e = readdir(d));) {
+    int failed = 0;
+    for (struct dirent *e; seen && (e = psd_readdir(d, &failed));) {
         int k, end = 0;
         /* psd --export's mark of a node whose files it is writing: one
          * killed there left a table and a half, taken for a model. */
@@ -613,8 +619,13 @@ static int whole_export(const psd_config *cfg, const char *dir,
             !e->d_name[end] && k >= 0)
             partial = k;
         end = 0;
+        /* As psd names them: "export.node01.json" or a node past 65535
+         * is no manifest, as for read_export (they disagreed: a review). */
+        char canon[64];
         if (sscanf(e->d_name, "export.node%d.json%n", &k, &end) != 1 ||
-            e->d_name[end] || k < 0 || k > 65535)
+            e->d_name[end] || k < 0 || k > 65535 ||
+            (snprintf(canon, sizeof canon, "export.node%d.json", k),
+             strcmp(canon, e->d_name)))
             continue;
         char path[4400], why[600];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -641,6 +652,11 @@ static int whole_export(const psd_config *cfg, const char *dir,
         free(buf);
     }
     closedir(d);
+    if (failed) {
+        snprintf(err, errlen, "listing %s: %s", dir, strerror(failed));
+        free(seen);
+        return -1;
+    }
     /* An export of an older psd (one export.json listing every
      * node's files) is checked alike: a node's files left out of a copy
      * started its rows from init. */

@@ -12,6 +12,7 @@
 #include "durable.h"
 #include "journal.h"
 #include "node.h"
+#include "readdir.h"
 #include "request.h"
 #include "reshard.h"
 #include "snapshot.h"
@@ -100,8 +101,8 @@ static int fresh_dir(const char *dir, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", dir, strerror(errno));
         return -1;
     }
-    int found = 0;
-    for (struct dirent *e; !found && (e = readdir(d));) {
+    int found = 0, failed = 0;
+    for (struct dirent *e; !found && (e = psd_readdir(d, &failed));) {
         if (strncmp(e->d_name, "psd-node", 8))
             continue;
         if (strstr(e->d_name, ".staged"))
@@ -116,19 +117,26 @@ static int fresh_dir(const char *dir, char *err, size_t errlen)
         found = 1;
     }
     closedir(d);
-    return found ? -1 : 0;
+    if (failed)
+        snprintf(err, errlen, "listing %s: %s", dir, strerror(failed));
+    return found || failed ? -1 : 0;
 }
 
 /* 1 + the largest journal segment number of any node in dir (1 when
- * there is none): a new snapshot naming it, put in that folder, replays
- * no segment left there, by any layout. */
-static uint64_t past_segments(const char *dir)
+ * there is none, or no folder), into *past: a new snapshot naming it,
+ * put in that folder, replays no segment left there, by any layout. 0,
+ * or -1 with err when the folder could not be listed whole (a segment
+ * missed would be replayed). */
+static int past_segments(const char *dir, uint64_t *past, char *err,
+                         size_t errlen)
 {
     uint64_t top = 0;
+    *past = 1;
     DIR *d = opendir(dir);
     if (!d)
-        return 1;
-    for (struct dirent *e; (e = readdir(d));) {
+        return 0;
+    int failed = 0;
+    for (struct dirent *e; (e = psd_readdir(d, &failed));) {
         /* psd-nodeN.journal.SEQ, digits only (sscanf would take a sign,
          * and -1 would wrap the count). */
         const char *j = strstr(e->d_name, ".journal.");
@@ -142,7 +150,12 @@ static uint64_t past_segments(const char *dir)
             top = seq;
     }
     closedir(d);
-    return top + 1;
+    if (failed) {
+        snprintf(err, errlen, "listing %s: %s", dir, strerror(failed));
+        return -1;
+    }
+    *past = top + 1;
+    return 0;
 }
 
 /* Loads node i of old_ini into n as a restart would, reading only: its
@@ -396,12 +409,17 @@ int psd_reshard(const char *old_ini, const char *new_ini,
      * folders: a new snapshot put in either replays none of the segments
      * left there (the old layout's, or an earlier job's of any node). */
     char dir[4096];
+    uint64_t past;
     psd_config_data_dir(&a, dir, sizeof dir);
-    if (past_segments(dir) > seq)
-        seq = past_segments(dir);
+    if (past_segments(dir, &past, err, sizeof err))
+        goto out;
+    if (past > seq)
+        seq = past;
     psd_config_data_dir(&b, dir, sizeof dir);
-    if (past_segments(dir) > seq)
-        seq = past_segments(dir);
+    if (past_segments(dir, &past, err, sizeof err))
+        goto out;
+    if (past > seq)
+        seq = past;
     if (psd_durable_make_dir(out_dir, err, sizeof err))
         goto out;
     /* All or none, even if cut off (a kill, a closed pipe): every node

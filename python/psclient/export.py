@@ -22,7 +22,9 @@ import numpy as np
 
 Exported = Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]
 
-_MANIFEST = re.compile(r"export\.node(\d+)\.json")
+# As psd names them: no leading zero, and node numbers up to 65535 (psd
+# --import passes over any other name, as this does).
+_MANIFEST = re.compile(r"export\.node(0|[1-9]\d{0,4})\.json")
 # psd --export's mark of a node whose files it is still writing.
 _PARTIAL = re.compile(r"export\.node(\d+)\.partial")
 
@@ -169,7 +171,8 @@ def read_export(path: Union[str, os.PathLike],
                              f"psd --export into this folder again")
         # export.nodeN.json exactly, as psd names them (not a copy a file
         # manager made, "export.node0 (copy).json").
-        if not _MANIFEST.fullmatch(name):
+        if (not _MANIFEST.fullmatch(name) or
+                int(_MANIFEST.fullmatch(name).group(1)) > 65535):
             continue
         where = os.path.join(path, name)
         try:
