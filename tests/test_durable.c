@@ -780,6 +780,20 @@ static void stopped_cluster(test_cluster *c, int nodes, int shards,
     EXPECT_INT(system(cmd), 0, "%s", cmd);
 }
 
+/* Runs shell command alter (NULL: none), which changes an export, then
+ * the import cmd, which must fail (status 1) saying want. */
+static void import_refused(const char *alter, const char *cmd,
+                           const char *want, const char *what)
+{
+    if (alter)
+        EXPECT_INT(system(alter), 0, "%s", alter);
+    int st;
+    char *o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "an import of %s: %s", what, o);
+    EXPECT_SUBSTR(o, want, "an import of %s", what);
+    free(o);
+}
+
 /* psd --import starts a cluster from .npy files: an export of a 2-node
  * cluster (4 shards, w trained with adam) into 3 nodes with 8 shards and
  * sgd, every weight bit for bit; arrays a user wrote (a dense table's
@@ -900,12 +914,9 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     snprintf(flip, sizeof flip, "cp '%s' '%s' && printf '\\125' | dd "
              "of='%s' bs=1 seek=$(($(stat -c %%s '%s') - 1)) conv=notrunc "
              "status=none", e1, e1away, e1, e1);
-    EXPECT_INT(system(flip), 0, "%s", flip);
-    o = run_out(&st, cmd);
-    EXPECT_INT(st, 1, "an import of an export with a byte changed: %s", o);
-    EXPECT_SUBSTR(o, "/emb.node1.npy: its rows are not those "
-                  "export.node1.json lists (their CRC-32 is ", "refused");
-    free(o);
+    import_refused(flip, cmd, "/emb.node1.npy: its rows are not those "
+                   "export.node1.json lists (their CRC-32 is ",
+                   "an export with a byte changed");
     EXPECT_INT(rename(e1away, e1), 0, "put %s back", e1);
     /* A file beside the manifests that none lists (another export's, or
      * one an earlier export of more nodes left): its rows were added to
@@ -915,22 +926,17 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     snprintf(stray_keys, sizeof stray_keys, "%s/emb.node2.keys.npy", exp);
     write_npy(stray, "<f4", 0, 8, NULL, 0);
     write_npy(stray_keys, "<u8", 0, 0, NULL, 0);
-    o = run_out(&st, cmd);
-    EXPECT_INT(st, 1, "an import beside a file no manifest lists: %s", o);
-    EXPECT_SUBSTR(o, "/emb.node2.npy: no manifest there (export.node*.json) "
-                  "lists it", "refused");
-    free(o);
+    import_refused(NULL, cmd, "/emb.node2.npy: no manifest there "
+                   "(export.node*.json) lists it",
+                   "an export beside a file no manifest lists");
     EXPECT_INT(unlink(stray) == 0 && unlink(stray_keys) == 0, 1, "rm %s",
                stray);
     /* A CRC-32 that is not a number turned the check off (a review). */
     snprintf(flip, sizeof flip, "cp '%s' '%s.orig' && sed -i 's/"
              "\"values_crc32\": [0-9]*/\"values_crc32\": \"x\"/' '%s'",
              m1, m1, m1);
-    EXPECT_INT(system(flip), 0, "%s", flip);
-    o = run_out(&st, cmd);
-    EXPECT_INT(st, 1, "an import of a manifest with a CRC-32 garbled: %s", o);
-    EXPECT_SUBSTR(o, "with a values_crc32 that is not a CRC-32", "refused");
-    free(o);
+    import_refused(flip, cmd, "with a values_crc32 that is not a CRC-32",
+                   "a manifest with a CRC-32 garbled");
     snprintf(flip, sizeof flip, "mv '%s.orig' '%s'", m1, m1);
     EXPECT_INT(system(flip), 0, "%s", flip);
     /* A manifest naming a file by a path: refused whatever the table
@@ -940,22 +946,15 @@ static void test_import_starts_a_cluster_from_npy_files(void **state)
     snprintf(cp, sizeof cp, "cp '%s' '%s.orig' && sed -i "
              "'s|\"values\": \"emb.node1.npy\"|\"values\": "
              "\"../emb.node1.npy\"|' '%s'", m1, m1, m1);
-    EXPECT_INT(system(cp), 0, "%s", cp);
-    o = run_out(&st, cmd);
-    EXPECT_INT(st, 1, "an import of a manifest naming a path: %s", o);
-    EXPECT_SUBSTR(o, "/export.node1.json lists \"../emb.node1.npy\", which "
-                  "is not a file name of ", "refused");
-    free(o);
+    import_refused(cp, cmd, "/export.node1.json lists \"../emb.node1.npy\", "
+                   "which is not a file name of ", "a manifest naming a path");
     /* A manifest cut short (a copy that stopped in it): the files of the
      * tables it no longer listed were left out, their rows from init,
      * with status 0 (a reshard trial). Here it loses its "]}". */
     snprintf(cp, sizeof cp, "head -c -3 '%s.orig' > '%s'", m1, m1);
-    EXPECT_INT(system(cp), 0, "%s", cp);
-    o = run_out(&st, cmd);
-    EXPECT_INT(st, 1, "an import of a manifest cut short: %s", o);
-    EXPECT_SUBSTR(o, "/export.node1.json is cut short (it does not end as "
-                  "psd --export ends a manifest", "refused");
-    free(o);
+    import_refused(cp, cmd, "/export.node1.json is cut short (it does not "
+                   "end as psd --export ends a manifest",
+                   "a manifest cut short");
     /* A FIFO in a manifest's place: refused, not waited on for good. */
     EXPECT_INT(unlink(m1), 0, "rm %s", m1);
     EXPECT_INT(mkfifo(m1, 0600), 0, "mkfifo %s", m1);
