@@ -569,7 +569,8 @@ enum { SWAP_NONE, SWAP_BEGUN, SWAP_PLACED, SWAP_DONE };
  * it removed them, followed by -n exports of each node, lifted every
  * mark, and psd --import took in the rows of the files left: a review),
  * and removes the marks and staging folders left beyond nnodes. 0, or -1
- * with err; *how says how far it got (from SWAP_BEGUN the marks stay). */
+ * with err; *how says how far it got (from SWAP_BEGUN until SWAP_DONE the
+ * marks stand). */
 static int swap_in(const char *dir, int only, int nnodes,
                    const unsigned char *staged, int *how, char *err,
                    size_t errlen)
