@@ -10,6 +10,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -679,6 +680,23 @@ static void start_writer(psd_durable *d)
         const char *foreign = folder_foreign(d);
         if (foreign)
             folder_refused(d, foreign);
+        not_started(d, err);
+        return;
+    }
+    /* Room for a file as large as the last snapshot (the image grows
+     * with the rows; the old file goes only once the new one is whole).
+     * One that could not fit filled the disk as it grew, and the journal
+     * on the same file system could not be written meanwhile: pushes
+     * were refused until the writer failed (a big-model trial). */
+    struct statvfs vfs;
+    if (d->st.last_bytes && fstatvfs(dirfd, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < d->st.last_bytes) {
+        snprintf(err, sizeof err, "%.300s has %.1f MiB free, and a "
+                 "snapshot needs about %.1f MiB there (the last one's size): "
+                 "free space on that file system", d->dir,
+                 (double)vfs.f_bavail * vfs.f_frsize / (1 << 20),
+                 (double)d->st.last_bytes / (1 << 20));
+        close(dirfd);
         not_started(d, err);
         return;
     }
