@@ -1242,6 +1242,33 @@ static int same_node_twice(cluster *c, int quiet)
     return bad;
 }
 
+/* With an ini's nodes (-c), the psd reached at node i's address must be
+ * node i, as libpsclient requires: with nodes and listen crossed, psctl
+ * ping said "pong" from both nodes, exit 0, while every trainer's
+ * ps_open failed (an addressing trial). One of another node count runs
+ * another ini, which the layout check says. 1 when one was closed. */
+static int crossed_nodes(cluster *c, int quiet)
+{
+    int bad = 0;
+    for (int i = 0; c->from_ini && i < c->n; i++) {
+        node *nd = &c->nodes[i];
+        if (nd->fd < 0 || nd->index < 0 || nd->index == i ||
+            nd->layout.nnodes != c->n)
+            continue;
+        snprintf(nd->err, sizeof nd->err, "the psd at this address is node "
+                 "%d, where the ini's nodes list puts node %d (nodes and "
+                 "listen crossed, one address written two ways, or a name "
+                 "resolving to another node's address?): clients refuse "
+                 "it", nd->index, i);
+        nd->index = -1;          /* labelled by its place from here on */
+        node_close(nd);
+        if (!quiet)
+            say_err(c, i, nd->err);
+        bad = 1;
+    }
+    return bad;
+}
+
 /* wait_ms: how long the handshakes may take (reply_ms; top redialling
  * the nodes that did not answer waits a refresh's interval). */
 static int open_all(cluster *c, int quiet, int wait_ms)
@@ -1308,6 +1335,7 @@ static int open_all(cluster *c, int quiet, int wait_ms)
             bad = 1;
         }
     bad |= same_node_twice(c, quiet);
+    bad |= crossed_nodes(c, quiet);
     free(p);
     free(at);
     free(asked);

@@ -1367,6 +1367,41 @@ static void test_a_client_with_its_standard_fds_closed_closes(void **state)
     EXPECT_INT(cluster_stop(&c), 0, "the node stops cleanly");
 }
 
+/* nodes and listen crossed: the psd at node 0's address is node 1 and
+ * the other way round. Clients refuse it; psctl ping said "pong" from
+ * both, exit 0 (an addressing trial). */
+static void test_psctl_says_when_nodes_answer_at_each_others_address(
+    void **state)
+{
+    (void)state;
+    test_cluster c;
+    assert_int_equal(cluster_prepare(&c, 2), 0);
+    for (int i = 0; i < 2; i++)
+        c.port[i] = cluster_free_port();
+    snprintf(c.spec, sizeof c.spec, "127.0.0.1:%d,127.0.0.1:%d", c.port[0],
+             c.port[1]);
+    FILE *f = fopen(c.ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d, 127.0.0.1:%d\n"
+            "listen = 127.0.0.1:%d, 127.0.0.1:%d\n[server]\n"
+            "data_dir = %s\n[table.t]\ndim = 1\n", c.port[0], c.port[1],
+            c.port[1], c.port[0], c.dir);
+    fclose(f);
+    for (int i = 0; i < 2; i++)
+        cluster_launch(&c, i, NULL);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(cluster_wait_up(&c, i, 10000), 0);
+    int st;
+    char *o = run(&st, "%s -c %s ping 2>&1", psctl(), c.ini);
+    EXPECT_INT(st, 1, "psctl ping: %s", o ? o : "");
+    if (!o || !strstr(o, "the psd at this address is node 1, where the "
+                      "ini's nodes list puts node 0 (nodes and listen "
+                      "crossed"))
+        fail_msg("psctl ping: %s", o ? o : "");
+    free(o);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* What the psctl trial found (each fails on the code before):
  * - an address given twice in -s was asked twice (its rows counted
  *   twice, a save sent twice): refused as an argument;
@@ -3825,6 +3860,7 @@ int main(void)
         cmocka_unit_test(test_unread_metrics_answers_do_not_keep_scrapes_out),
         cmocka_unit_test(test_metrics_errors_reach_a_client_that_sent_more),
         cmocka_unit_test(test_a_client_with_its_standard_fds_closed_closes),
+        cmocka_unit_test(test_psctl_says_when_nodes_answer_at_each_others_address),
         cmocka_unit_test(test_a_fresh_snapshot_has_an_age),
         cmocka_unit_test(test_psctl_says_a_refused_handshake_once),
         cmocka_unit_test(test_psctl_refuses_bad_arguments_before_connecting),
