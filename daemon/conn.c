@@ -1312,7 +1312,10 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 
 /* ---- accepting -------------------------------------------------------- */
 
-/* "host:port" of the peer into out, the host alone into ip. */
+/* "host:port" of the peer into out, the host alone into ip. An IPv4
+ * peer of a dual-stack listener ([::]) is written as IPv4: it read
+ * "::ffff:127.0.0.1" in every line, where a grep for 127.0.0.1 found
+ * nothing (an addressing trial). */
 static void peer_name(uv_tcp_t *t, char *out, size_t cap, char *ip,
                       size_t iplen)
 {
@@ -1321,7 +1324,15 @@ static void peer_name(uv_tcp_t *t, char *out, size_t cap, char *ip,
     int port = 0;
     snprintf(ip, iplen, "?");
     if (uv_tcp_getpeername(t, (struct sockaddr *)&sa, &len) == 0) {
-        if (sa.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&sa;
+        if (sa.ss_family == AF_INET6 &&
+            IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+            struct sockaddr_in v4 = { .sin_family = AF_INET,
+                                      .sin_port = a6->sin6_port };
+            memcpy(&v4.sin_addr, a6->sin6_addr.s6_addr + 12, 4);
+            uv_ip4_name(&v4, ip, iplen);
+            port = ntohs(v4.sin_port);
+        } else if (sa.ss_family == AF_INET6) {
             struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
             uv_ip6_name(a, ip, iplen);
             port = ntohs(a->sin6_port);
@@ -1487,8 +1498,10 @@ void psd_conn_accept(psd_conns *set, uv_stream_t *listener)
     char why[128];
     why[0] = '\0';
     if (from_host > node->cfg.max_connections_per_addr) {
+        int v6 = strchr(c->ip, ':') != NULL;
         snprintf(why, sizeof why, "max_connections_per_addr (%d) reached for "
-                 "%s", node->cfg.max_connections_per_addr, c->ip);
+                 "%s%s%s", node->cfg.max_connections_per_addr, v6 ? "[" : "",
+                 c->ip, v6 ? "]" : "");
         if (evict_idle(set, c, c->ip, why)) {
             why[0] = '\0';
             open--;
@@ -1612,11 +1625,13 @@ static void conns_check(psd_conns *set)
                  * reason (closed unanswered, a trial's ps_open and psctl
                  * said "no answer to the handshake" and advised a longer
                  * timeout, which did not help). */
+                int v6 = strchr(c->ip, ':') != NULL;
                 snprintf(why, sizeof why, "its proof waited hello_timeout "
                          "(%d s) for a turn of the authentication throttle: "
-                         "wrong proofs from %s are checked one per delay, "
-                         "up to 2 s (a peer there guessing the token?)",
-                         cfg->hello_timeout, c->ip);
+                         "wrong proofs from %s%s%s are checked one per "
+                         "delay, up to 2 s (a peer there guessing the "
+                         "token?)", cfg->hello_timeout, v6 ? "[" : "", c->ip,
+                         v6 ? "]" : "");
                 c->parked = 0;   /* refused once: the next tick closes it
                                     if the answer is still not out */
                 refuse_hello(c, PSW_EBUSY, why);
