@@ -1301,21 +1301,18 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
      * else would say so (a replay of no segment at all is an empty one).
      * Snapshots written by psd --reshard, and under durability = snapshot
      * in a folder that had held a journal, name a segment that was never
-     * made, past every segment the folder holds: where the head file says
-     * the newest segment made comes before it, nothing is said (the first
-     * start after every reshard warned, a reshard trial); in a folder
-     * without one (a reshard's snapshot moved to a new host) it is said
-     * once, harmlessly (psd --import's, and those of a folder that never
-     * held a journal, name segment 1: never said). A start whose tables
-     * changed writes its snapshot just before the journal makes that
-     * segment: a crash in between says it too. */
+     * made: after those this is said once, harmlessly (psd --import's, and
+     * those of a folder that never held a journal, name segment 1: never
+     * said). The head file cannot tell such a snapshot from a real loss:
+     * it is written as each segment is made, but best effort, and a data
+     * folder restored with an older one names an older segment (passed
+     * over on its word, a loss went unsaid: a review). A start whose
+     * tables changed writes its snapshot just before the journal makes
+     * that segment: a crash in between says it too. */
     int said = 0;
-    uint64_t hseq, hms;
     if (rc_snap == 0 && !d->skip && n->cfg.durability == PSD_DUR_LOG &&
         si.journal_seq >= 2 &&
-        !psd_journal_has(d->dir, n->index, si.journal_seq) &&
-        !(psd_journal_head(d->dir, n->index, &hseq, &hms) == 0 &&
-          hseq < si.journal_seq)) {
+        !psd_journal_has(d->dir, n->index, si.journal_seq)) {
         said = 1;
         char path[4200];
         psd_journal_path(path, sizeof path, d->dir, n->index,

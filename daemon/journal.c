@@ -136,7 +136,9 @@ static uint64_t digits20(const char *p)
     return v;
 }
 
-int psd_journal_head(const char *dir, int node, uint64_t *seq, uint64_t *ms)
+/* What node's head file in dir says: the newest segment made (*seq) and
+ * when (*ms, wall clock). 0, or -1 when it is absent or unreadable. */
+static int read_head(const char *dir, int node, uint64_t *seq, uint64_t *ms)
 {
     char path[4200], text[HEAD_BYTES + 8];
     head_path(path, sizeof path, dir, node);
@@ -156,7 +158,7 @@ uint64_t psd_journal_lost_head(const char *dir, int node, uint64_t from,
                                uint64_t snap_ms)
 {
     uint64_t seq, ms;
-    if (psd_journal_head(dir, node, &seq, &ms) || seq < from ||
+    if (read_head(dir, node, &seq, &ms) || seq < from ||
         ms <= snap_ms || psd_journal_has(dir, node, seq))
         return 0;
     return seq;

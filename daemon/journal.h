@@ -149,10 +149,6 @@ int psd_journal_rotate(psd_journal *j, char *err, size_t errlen);
 uint64_t psd_journal_lost_head(const char *dir, int node, uint64_t from,
                                uint64_t snap_ms);
 
-/* What node's head file in dir says: the newest segment made (*seq) and
- * when (*ms, wall clock). 0, or -1 when it is absent or unreadable. */
-int psd_journal_head(const char *dir, int node, uint64_t *seq, uint64_t *ms);
-
 /* psd TOOL (--export, --reshard) says on stderr that node's newest
  * segment is missing (psd_journal_lost_head), when it is. */
 void psd_journal_say_lost(const char *tool, const char *dir, int node,

@@ -21,7 +21,8 @@ _Static_assert(PSD_METRICS_FDS == MAX_OPEN + 2 * BACKLOG + 1,
                "metrics.h's count of descriptors");
 #define STOP_GRACE_MS 1000       /* for a request begun when psd stops */
 #define SAMPLE_MS 100            /* how often answers' progress is read */
-#define LINGER_MS 2000           /* reading what follows an answer */
+#define LINGER_MS 2000           /* reading what follows an answer, */
+#define LINGER_BYTES (256 << 10) /* and at most this much of it */
 /* A body that took the loop CACHE_MIN_NS or more of its CPU time to
  * build is served again to the scrapes of the next CACHE_TIMES times
  * that long (at most CACHE_MAX_NS): a node of 4096 tables took 80 ms per
@@ -53,6 +54,7 @@ typedef struct mconn {
     int head;                    /* a HEAD request: the headers only */
     int error;                   /* the answer is an error (not 200) */
     int lingering;               /* answered; what comes is dropped */
+    size_t dropped;              /* the bytes dropped so far */
     uv_tcp_t tcp;
     uv_timer_t timer;
     uv_write_t wr;
@@ -318,8 +320,15 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         mclose(c);
         return;
     }
-    if (c->lingering)
-        return;                  /* dropped: c->len stays 0 */
+    if (c->lingering) {
+        /* Dropped: c->len stays 0. Bounded in bytes too: a client that
+         * kept sending had psd read 200 MB in its 2 s, and one that came
+         * back did it again (a review). */
+        c->dropped += (size_t)n;
+        if (c->dropped > LINGER_BYTES)
+            mclose(c);
+        return;
+    }
     c->len += (size_t)n;
     /* Empty lines before the request line are passed over (RFC 9112,
      * 2.2: a client may send one after a body). The request ends with an
@@ -420,7 +429,15 @@ static void on_connection(uv_stream_t *l, int status)
      * not, nor the one with most bytes queued, which tells the two apart
      * only when their socket buffers differ (reviews). */
     if (live >= MAX_OPEN) {
+        /* One read after its answer goes first: it is owed nothing
+         * (clients that sent more than an error's request and came back
+         * filled the slots with those, and each newcomer closed the
+         * scrape still unread: a review). */
         mconn *old = m->head;
+        while (old && (!old->lingering || old == c))
+            old = old->next;
+        if (!old)
+            old = m->head;
         while (old && (old->answered || old == c))
             old = old->next;
         if (!old) {
