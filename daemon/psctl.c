@@ -1207,6 +1207,16 @@ static int ping_node(node *nd)
     return send_request(nd, &m);
 }
 
+/* Entry i answered as a node it is not (nodes[i].err says why): closed,
+ * and labelled by its place from here on. */
+static void not_this_node(cluster *c, int i, int quiet)
+{
+    c->nodes[i].index = -1;
+    node_close(&c->nodes[i]);
+    if (!quiet)
+        say_err(c, i, c->nodes[i].err);
+}
+
 /* Every node is sent its HELLO before psctl waits for any answer, and
  * all answers share one reply_ms: nodes that accept and hang (stopped,
  * or a loop stuck) cost that time once, not once each. */
@@ -1215,8 +1225,8 @@ static int ping_node(node *nd)
  * second is not running, or in a -s list): two entries answering as one
  * node of one layout. Asked twice, it was listed, saved and counted
  * twice, and the node missing never said so. The second is closed as not
- * answering: 1 when one was. An entry answering as another index than
- * its place is not one: an ini may name some of the nodes. */
+ * answering: 1 when one was. (An ini's entry answering as another index
+ * than its place: crossed_nodes.) */
 static int same_node_twice(cluster *c, int quiet)
 {
     int bad = 0;
@@ -1233,10 +1243,7 @@ static int same_node_twice(cluster *c, int quiet)
         snprintf(nd->err, sizeof nd->err, "the psd at this address is node "
                  "%d, already asked at %.200s (one address written two "
                  "ways?)", nd->index, c->nodes[j].addr);
-        nd->index = -1;          /* labelled by its place from here on */
-        node_close(nd);
-        if (!quiet)
-            say_err(c, i, nd->err);
+        not_this_node(c, i, quiet);
         bad = 1;
     }
     return bad;
@@ -1260,10 +1267,7 @@ static int crossed_nodes(cluster *c, int quiet)
                  "listen crossed, one address written two ways, or a name "
                  "resolving to another node's address?): clients refuse "
                  "it", nd->index, i);
-        nd->index = -1;          /* labelled by its place from here on */
-        node_close(nd);
-        if (!quiet)
-            say_err(c, i, nd->err);
+        not_this_node(c, i, quiet);
         bad = 1;
     }
     return bad;
