@@ -267,6 +267,18 @@ static void expect_count(const char *spec, int want, const char *when)
         fail_msg("%s: %s", when, why);
 }
 
+/* Starts node 0 again (failing with starting when it does not), checks
+ * that every oracle key holds want (when), and stops the cluster: the
+ * ending of the tests that count what survived a stop or a kill. */
+static void restart_and_count(test_cluster *c, const char *starting,
+                              int want, const char *when)
+{
+    if (cluster_restart(c, 0))
+        fail_msg("%s", starting);
+    expect_count(c->spec, want, when);
+    EXPECT_INT(cluster_stop(c), 0, "stops cleanly");
+}
+
 /* Runs a shell command; its output (stdout and stderr, malloc'd) and
  * exit status. */
 static char *run_out(int *status, const char *cmd)
@@ -1729,10 +1741,8 @@ static void final_snapshot_killed_at(const char *stage, int new_wins)
     EXPECT_INT(cluster_log_wait(&c, 0, said, 5000), 1,
                "the writer reached %s", stage);
     cluster_kill(&c, 0, SIGKILL);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart after the kill");
-    expect_count(c.spec, new_wins ? a + b : a, stage);
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    restart_and_count(&c, "restart after the kill", new_wins ? a + b : a,
+                      stage);
 }
 
 static void test_a_snapshot_killed_before_its_rename_leaves_the_old_one(
@@ -2900,10 +2910,8 @@ static void test_a_snapshot_of_another_layout_stops_psd(void **state)
     expect_refusal(&c, snap, "consistency mode changed");
     snprintf(cmd, sizeof cmd, "sed -i '/^consistency = ssp$/d' '%s'", c.ini);
     assert_int_equal(system(cmd), 0);
-    if (cluster_restart(&c, 0))
-        fail_msg("the right layout starts");
-    expect_count(c.spec, a, "with the right layout");
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    restart_and_count(&c, "the right layout starts",
+                      a, "with the right layout");
 }
 
 /* Pushes v to each column of key 1 of table `name` (dim 4; v = 0: no
@@ -3178,10 +3186,7 @@ static void test_a_snapshot_syncs_the_journal_off_the_loop(void **state)
     EXPECT_INT(cluster_log_wait(&c, 0, "snapshot 1 written", 5000), 1,
                "the snapshot is written");
     cluster_kill(&c, 0, SIGKILL);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart");
-    expect_count(c.spec, a, "after the restart");
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    restart_and_count(&c, "restart", a, "after the restart");
 }
 
 /* A client that gives up on a reply held for the fsync reconnects; the
@@ -3256,10 +3261,8 @@ static void test_a_journal_of_another_layout_fails_psd_check(void **state)
     expect_psd_check(&c, 0, "--skip-snapshot", 0, "OK");
     sed_ini(&c, "s/^shards = 8$/shards = 4/");
     expect_psd_check(&c, 0, NULL, 0, "OK");
-    if (cluster_restart(&c, 0))
-        fail_msg("the right layout starts");
-    expect_count(c.spec, a, "with the right layout");
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    restart_and_count(&c, "the right layout starts",
+                      a, "with the right layout");
 }
 
 /* A table's init and seed are not part of the layout (a restart with
@@ -3301,10 +3304,8 @@ static void test_a_journal_is_not_replayed_onto_another_init(void **state)
     EXPECT_INT(term(&c, 0), 0, "stops, writing its final snapshot");
     sed_ini(&c, "s/^dim = 1$/dim = 1\\ninit = constant 100/");
     expect_psd_check(&c, 0, NULL, 0, "OK");
-    if (cluster_restart(&c, 0))
-        fail_msg("a new init after a clean stop starts");
-    expect_count(c.spec, a, "the snapshot's rows under the new init");
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    restart_and_count(&c, "a new init after a clean stop starts",
+                      a, "the snapshot's rows under the new init");
 }
 
 /* A power loss can leave the journal's new length on disk without the
@@ -3827,10 +3828,8 @@ static void test_a_folder_replaced_while_a_snapshot_is_written(void **state)
     oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
     EXPECT_INT(failed, 0, "pushes after the folder came back");
     cluster_kill(&c, 0, SIGKILL);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart after kill -9");
-    expect_count(c.spec, a + b, "every acknowledged push");
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    restart_and_count(&c, "restart after kill -9",
+                      a + b, "every acknowledged push");
 }
 
 /* The same at the stop: the final snapshot, written in psd itself, went
@@ -3863,10 +3862,8 @@ static void test_a_folder_replaced_during_the_final_snapshot(void **state)
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mv '%s.old' '%s'", data, data,
              data);
     assert_int_equal(system(cmd), 0);
-    if (cluster_restart(&c, 0))
-        fail_msg("restart from the moved folder");
-    expect_count(c.spec, a, "every acknowledged push");
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    restart_and_count(&c, "restart from the moved folder",
+                      a, "every acknowledged push");
 }
 
 /* data_dir is a volume's mount point, and the volume goes (unmounted,
@@ -3938,10 +3935,7 @@ static void test_usr_signals_are_logged_and_change_nothing(void **state)
     oracle_run_many(c.spec, &o, 1, 10, 4, &b, &failed);
     EXPECT_INT(failed, 0, "pushes after the signals");
     EXPECT_INT(term(&c, 0), 0, "the stop writes the final snapshot");
-    if (cluster_restart(&c, 0))
-        fail_msg("restart");
-    expect_count(c.spec, a + b, "every push, after the restart");
-    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+    restart_and_count(&c, "restart", a + b, "every push, after the restart");
 }
 
 /* A missing data folder is created at start, its parents 0755 and the
