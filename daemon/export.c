@@ -17,6 +17,7 @@
 #include "journal.h"
 #include "node.h"
 #include "npy.h"
+#include "readdir.h"
 #include "request.h"
 #include "snapshot.h"
 #include "table.h"
@@ -306,13 +307,7 @@ static int list_dir(const char *dir, int nofollow, char ***names, size_t *n,
     }
     size_t cap = 0;
     int e = 0;
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(d);
-        if (!de) {
-            e = errno;
-            break;
-        }
+    for (struct dirent *de; (de = psd_readdir(d, &e));) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
         if (*n == cap) {

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "journal.h"
+#include "readdir.h"
 #include "../proto/frame.h"
 
 #define HDR 12                   /* record header: length and two CRCs */
@@ -604,11 +605,8 @@ static int each_segment(const char *dir, int node,
         return errno ? errno : EIO;
     char prefix[64];
     int plen = snprintf(prefix, sizeof prefix, "psd-node%d.journal.", node);
-    struct dirent *e;
-    for (;;) {
-        errno = 0;                /* readdir's end and its failure differ */
-        if (!(e = readdir(d)))
-            break;
+    int rc = 0;                  /* readdir's end and its failure differ */
+    for (struct dirent *e; (e = psd_readdir(d, &rc));) {
         if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
             continue;
         const char *num = e->d_name + plen;
@@ -617,7 +615,6 @@ static int each_segment(const char *dir, int node,
         if (end != num && *end == '\0')
             fn(dir, node, seq, arg);
     }
-    int rc = errno;
     closedir(d);
     return rc;
 }

@@ -1,5 +1,6 @@
-/* readdir with its failure told from its end, for the tools that read a
- * folder whole (psd --import, --reshard). */
+/* readdir with its failure told from its end, for whatever reads a folder
+ * whole: psd --import, --export and --reshard, and the journal's listing
+ * of its segments. */
 #ifndef PSD_READDIR_H
 #define PSD_READDIR_H
 
