@@ -968,12 +968,19 @@ static void open_gave_up(psc_io *io, const nconn *nc, int status,
 {
     /* "cannot connect to NAME: connection refused" (or "NAME (ip,
      * address i of n): ...") names NAME once more: the rest alone. */
-    char lead[sizeof nc->name + 32];
+    char lead[sizeof nc->name + 32], it[300];
     snprintf(lead, sizeof lead, "cannot connect to %s", nc ? nc->name : "");
     size_t k = strlen(lead);
     if (nc && !strncmp(why, lead, k) && (why[k] == ':' || why[k] == ' ')) {
         why += k;
         why += !strncmp(why, ": ", 2) ? 2 : *why == ' ';
+    }
+    /* "cannot resolve NAME: ..." the same way: "cannot resolve it". */
+    snprintf(lead, sizeof lead, "cannot resolve %s:", nc ? nc->name : "");
+    k = strlen(lead);
+    if (nc && !strncmp(why, lead, k)) {
+        snprintf(it, sizeof it, "cannot resolve it:%s", why + k);
+        why = it;
     }
     /* Still on the seeds: none of the addresses listed answered, and
      * naming only the last one tried read as if the others were up. */
@@ -1478,17 +1485,24 @@ static void nc_connect(nconn *nc)
     psc_io *io = nc->io;
     if (nc->state != NC_IDLE || nc->fatal)
         return;
-    if (nc == io->seed) {
-        const psc_addr *a = &io->seeds[io->seed_i];
+    /* A seed, or a node of the layout whose name did not resolve yet:
+     * looked up now. Both happen only while ps_open waits, which is all
+     * this lookup blocks. */
+    if (nc == io->seed || !nc->nsa) {
+        const char *host = nc->host, *port = nc->port;
+        if (nc == io->seed) {
+            const psc_addr *a = &io->seeds[io->seed_i];
+            host = a->host;
+            port = a->port;
+            /* An IPv6 host in brackets, as the address is written: the
+             * port's colon is otherwise one of its own. */
+            snprintf(nc->name, sizeof nc->name,
+                     strchr(a->host, ':') ? "[%s]:%s" : "%s:%s", a->host,
+                     a->port);
+        }
         struct addrinfo hints = { 0 }, *res = NULL;
         hints.ai_socktype = SOCK_STREAM;
-        /* An IPv6 host in brackets, as the address is written: the
-         * port's colon is otherwise one of its own. */
-        snprintf(nc->name, sizeof nc->name, strchr(a->host, ':') ? "[%s]:%s"
-                                                                 : "%s:%s",
-                 a->host, a->port);
-        /* Seeds may be host names; resolving blocks only ps_open. */
-        int g = getaddrinfo(a->host, a->port, &hints, &res), local = 0;
+        int g = getaddrinfo(host, port, &hints, &res), local = 0;
         nc->nsa = 0;
         if (!g && res)
             local = take_addrs(nc, res);
@@ -1693,7 +1707,13 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
             continue;
         snprintf(nc->name, sizeof nc->name, "%s", c->cluster.nodes[i]);
         char why[300];
-        if (resolve_node(nc, c->cluster.nodes[i], why, sizeof why)) {
+        /* A name that does not resolve yet is tried again, as a node that
+         * is down is, until connect_timeout_ms: the DNS record of a node
+         * started with its trainers (a pod behind a headless service) may
+         * come a moment after the layout naming it. A numeric address
+         * that cannot be used never will. */
+        if (resolve_node(nc, c->cluster.nodes[i], why, sizeof why) &&
+            !nc->host[0]) {
             open_done(io, PS_ECONN, "node %d's address %s from the layout: "
                       "%s", i, c->cluster.nodes[i], why);
             return 0;

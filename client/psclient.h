@@ -207,6 +207,8 @@ PS_API void ps_options_init(ps_options *o);
  * may be NULL for defaults; it is copied. With a token (see auth_token)
  * every node must prove it knows it, and the client proves it too; a
  * wrong or missing token fails with PS_EAUTH at once, naming the node.
+ * A node whose name does not resolve yet is looked up again, as a node
+ * that does not answer is tried again, within connect_timeout_ms.
  * A worker id held by another client's connection is a busy refusal, and
  * ps_open keeps trying within connect_timeout_ms: a replacement for a
  * crashed worker gets in as soon as every node has seen the old

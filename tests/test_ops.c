@@ -572,6 +572,79 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
     assert_int_equal(system(cmd), 0);
 }
 
+/* ps_open of spec within a mount namespace of its own where /etc/hosts
+ * is `hosts` (a forked child): exit 0 when it opened; 1 with its error
+ * on stderr when not; 3 when the namespace could not be made. */
+static void open_late_under_hosts(const char *hosts, const char *spec)
+{
+    if (unshare(CLONE_NEWNS) ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+        mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL))
+        _exit(3);
+    ps_options o;
+    ps_options_init(&o);
+    o.connect_timeout_ms = 10000;
+    o.quiet = 1;
+    ps_client *c = NULL;
+    if (ps_open(&c, spec, &o) != PS_OK) {
+        fprintf(stderr, "ps_open: %s\n", ps_last_error(NULL));
+        _exit(1);
+    }
+    ps_close(c);
+    _exit(0);
+}
+
+/* A node of the layout named by a host name that resolves only a moment
+ * after ps_open learns the layout (the DNS record of a node started with
+ * its trainers, as a pod behind a headless service is) is tried again
+ * until connect_timeout_ms, as a node that is down is: ps_open failed at
+ * once with "cannot resolve it". The name is made in a mount namespace
+ * of its own (as root); skipped where that cannot be done. */
+static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
+{
+    (void)state;
+    need_mount_namespaces();
+    test_cluster c;
+    assert_int_equal(cluster_prepare(&c, 2), 0);
+    for (int i = 0; i < 2; i++)
+        c.port[i] = cluster_free_port();
+    char hosts[300];
+    snprintf(hosts, sizeof hosts, "%s/hosts", c.dir);
+    FILE *f = fopen(hosts, "w");
+    assert_non_null(f);
+    fprintf(f, "127.0.0.1 localhost\n");
+    fclose(f);
+    f = fopen(c.ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d, latenode.psd-test:%d\n"
+            "listen = 127.0.0.1:%d, 127.0.0.1:%d\n[server]\n"
+            "data_dir = %s\n[table.t]\ndim = 1\n", c.port[0], c.port[1],
+            c.port[0], c.port[1], c.dir);
+    fclose(f);
+    for (int i = 0; i < 2; i++)
+        cluster_launch(&c, i, NULL);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(cluster_wait_up(&c, i, 10000), 0);
+    char spec[64];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", c.port[0]);
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0)
+        open_late_under_hosts(hosts, spec);
+    /* The name appears a second later; the file is rewritten in place,
+     * so the child's bind mount of it sees the new text. */
+    usleep(1000 * 1000);
+    f = fopen(hosts, "w");
+    assert_non_null(f);
+    fprintf(f, "127.0.0.1 localhost\n127.0.0.1 latenode.psd-test\n");
+    fclose(f);
+    int st;
+    assert_int_equal(waitpid(p, &st, 0), p);
+    assert_int_equal(cluster_stop(&c), 0);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0,
+               "ps_open with node 1's name resolving a second late");
+}
+
 /* A data_dir on a read-only file system refuses every user, so psd
  * --check reports it as a problem (it was a note for "this user", then
  * "OK", then a start that failed). Made in a mount namespace of its own
@@ -3838,6 +3911,7 @@ int main(void)
         cmocka_unit_test(test_watchdog_pings_stop_while_psd_is_stopped),
         cmocka_unit_test(test_a_port_in_use_stops_psd_with_the_address),
         cmocka_unit_test(test_names_of_link_local_addresses_are_refused_by_name),
+        cmocka_unit_test(test_a_layout_name_that_resolves_late_is_waited_for),
         cmocka_unit_test(test_a_read_only_or_nearly_full_data_dir_is_reported_by_psd_check),
         cmocka_unit_test(test_a_data_dir_psd_cannot_make_is_named_by_its_line),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
