@@ -660,6 +660,20 @@ static void close_all_but(int a, int b)
     }
 }
 
+/* What a snapshot of n takes at least: its rows' weights and a sparse
+ * row's key, without updater state or headers. The room check's measure
+ * for a first snapshot, which has no earlier size to go by. */
+static uint64_t least_snapshot_bytes(const psd_node *n)
+{
+    uint64_t b = 0;
+    for (int i = 0; i < n->ntables; i++) {
+        const psd_table_conf *tc = psd_table_conf_get(n->tables[i]);
+        b += psd_table_rows(n->tables[i]) *
+             ((uint64_t)tc->dim * sizeof(float) + (tc->dense ? 0 : 8));
+    }
+    return b;
+}
+
 /* The snapshot itself: the journal's rotation, then the forked writer. */
 static void start_writer(psd_durable *d)
 {
@@ -684,18 +698,24 @@ static void start_writer(psd_durable *d)
         return;
     }
     /* Room for a file as large as the last snapshot (the image grows
-     * with the rows; the old file goes only once the new one is whole).
-     * One that could not fit filled the disk as it grew, and the journal
-     * on the same file system could not be written meanwhile: pushes
-     * were refused until the writer failed (a big-model trial). */
+     * with the rows; the old file goes only once the new one is whole),
+     * or for the first one's rows at least. One that could not fit
+     * filled the disk as it grew, and the journal on the same file
+     * system could not be written meanwhile: pushes were refused until
+     * the writer failed (a big-model trial). */
     struct statvfs vfs;
-    if (d->st.last_bytes && fstatvfs(dirfd, &vfs) == 0 &&
-        (uint64_t)vfs.f_bavail * vfs.f_frsize < d->st.last_bytes) {
+    uint64_t need = d->st.last_bytes ? d->st.last_bytes
+                                     : least_snapshot_bytes(d->node);
+    if (need && fstatvfs(dirfd, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
         snprintf(err, sizeof err, "%.300s has %.1f MiB free, and a "
-                 "snapshot needs about %.1f MiB there (the last one's size): "
-                 "free space on that file system", d->dir,
+                 "snapshot needs %s %.1f MiB there (%s): free space on "
+                 "that file system", d->dir,
                  (double)vfs.f_bavail * vfs.f_frsize / (1 << 20),
-                 (double)d->st.last_bytes / (1 << 20));
+                 d->st.last_bytes ? "about" : "at least",
+                 (double)need / (1 << 20),
+                 d->st.last_bytes ? "the last one's size"
+                                  : "the weights of the rows it holds");
         close(dirfd);
         not_started(d, err);
         return;

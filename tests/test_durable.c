@@ -2324,7 +2324,9 @@ static void data_dir_on_small_disk(test_cluster *c, const char *size)
 }
 
 /* durability = snapshot with its folder on a tmpfs of 6 MiB: a snapshot
- * of 4 MiB fits once, the next one (written beside it) has no room. It
+ * of 4 MiB fits once (not beside a 3 MiB file: its rows' weights are the
+ * measure before a first one), the next one (written beside it) has no
+ * room. It
  * is not started (a writer that filled the disk kept the journal from
  * being written meanwhile: a big-model trial), psctl save and psctl
  * stats say why, psd goes on taking pushes (the policy of durability =
@@ -2354,8 +2356,24 @@ static void test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one(
                                             : "build/psctl";
     int st;
     push_all(c.spec, ROWS, ones);
+    /* A first snapshot has no size to go by: its rows' weights (4 MiB)
+     * do not fit beside a 3 MiB file. */
+    char filler[1100];
+    snprintf(filler, sizeof filler, "%s/filler", small_disk);
+    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of='%s' bs=1M count=3 "
+             "2>/dev/null", filler);
+    assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "%s -s %s save", psctl, c.spec);
     char *o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "a first psctl save without room: %s", o ? o : "");
+    if (!o || !strstr(o, "snapshot not started: ") ||
+        !strstr(o, "MiB free, and a snapshot needs at least 4.0 MiB there "
+                   "(the weights of the rows it holds)"))
+        fail_msg("psctl save does not say the first snapshot has no room: "
+                 "%s", o ? o : "");
+    free(o);
+    assert_int_equal(unlink(filler), 0);
+    o = run_out(&st, cmd);
     EXPECT_INT(st, 0, "the first psctl save: %s", o ? o : "");
     free(o);
     push_all(c.spec, ROWS, ones);
@@ -2370,7 +2388,7 @@ static void test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one(
     free(o);
     snprintf(cmd, sizeof cmd, "%s -s %s stats", psctl, c.spec);
     o = run_out(&st, cmd);
-    if (!o || !strstr(o, "1 failed; last error: ") || !strstr(o, room))
+    if (!o || !strstr(o, "2 failed; last error: ") || !strstr(o, room))
         fail_msg("psctl stats does not show the failure: %s", o ? o : "");
     free(o);
     EXPECT_INT(cluster_log_wait(&c, 0, "snapshot not started: ", 1000), 1,
