@@ -243,6 +243,42 @@ static void ephemeral_note(psd_preflight *pf, const char *path, int line,
         lo, hi, lo);
 }
 
+/* A port below 1024 that this user may not bind: a note for --check,
+ * which may run as another user than psd (psd's start says it itself).
+ * psd.service grants no capability, so under it psd cannot either. */
+static void privileged_note(psd_preflight *pf, const char *path, int line,
+                            const char *section, const char *key, int i,
+                            const char *text)
+{
+    add(&pf->notes, &pf->nnotes, path, line, "[%s] %s: node %d cannot "
+        "listen on %s as this user (uid %ld): a port below 1024 takes root "
+        "or CAP_NET_BIND_SERVICE, which psd.service does not grant", section,
+        key, i, text, (long)geteuid());
+}
+
+/* Node i's metrics_listen, bound as psd would at start: an address this
+ * host does not have stopped psd at start while --check said OK. (A port
+ * in use is main.c's to judge, as for the node's own port.) */
+static void try_metrics_bind(psd_preflight *pf, const psd_config *c,
+                             const char *path, int i)
+{
+    struct sockaddr_storage ms;
+    char mtext[PSW_ADDR_TEXT_MAX];
+    if (resolve(&c->metrics[i], &ms))
+        return;
+    psw_addr_format(&c->metrics[i], mtext, sizeof mtext);
+    int fd = psd_bind_tcp((const struct sockaddr *)&ms);
+    if (fd >= 0)
+        close(fd);
+    else if (fd == -EADDRNOTAVAIL)
+        add(&pf->problems, &pf->nproblems, path, c->metrics_line,
+            "[server] metrics_listen: node %d cannot listen on %s: it is "
+            "not an address of this host", i, mtext);
+    else if (fd == -EACCES && !pf->self)
+        privileged_note(pf, path, c->metrics_line, "server",
+                        "metrics_listen", i, mtext);
+}
+
 /* Node i's bind address: resolved, and loopback unless there is a token.
  * own: psd is node i (it must bind there); otherwise a name that does
  * not resolve here is only worth a note. one: a single node is checked
@@ -327,7 +363,10 @@ static void check_node(psd_preflight *pf, const psd_config *c,
                 "starts another one)", key, i, text,
                 a->kind == PSW_HOST_NAME ? " = " : "",
                 a->kind == PSW_HOST_NAME ? ip : "", i);
-        }
+        } else if (fd == -EACCES && !pf->self)
+            privileged_note(pf, path, line, "cluster", key, i, text);
+        if (c->nmetrics)
+            try_metrics_bind(pf, c, path, i);
     }
     /* This host's range says something of the nodes this host runs: the
      * one started, the one --check -n names, and without -n those on a

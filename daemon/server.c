@@ -185,17 +185,34 @@ int psd_server_check_bind(const psd_config *cfg, const char *path, int node,
                           size_t errlen)
 {
     int fd = psd_bind_tcp((const struct sockaddr *)sa);
-    if (fd >= 0) {
+    if (fd >= 0)
         close(fd);
-        return 0;
+    if (fd == -EADDRINUSE) {
+        int listen = cfg->nlisten > 0;
+        bind_error(err, errlen, path,
+                   listen ? cfg->listen_line : cfg->nodes_line,
+                   listen ? "listen" : "nodes", node,
+                   listen ? &cfg->listen[node] : &cfg->nodes[node],
+                   uv_strerror(UV_EADDRINUSE), psd_bind_hint(EADDRINUSE));
+        return -1;
     }
+    /* metrics_listen too: one held by another program passed --check,
+     * and the start failed. A numeric address (config.c refuses names). */
+    if (!cfg->nmetrics)
+        return 0;
+    const psd_node_addr *m = &cfg->metrics[node];
+    struct sockaddr_storage ms;
+    if (strchr(m->host, ':')
+            ? uv_ip6_addr(m->host, m->port, (struct sockaddr_in6 *)&ms)
+            : uv_ip4_addr(m->host, m->port, (struct sockaddr_in *)&ms))
+        return 0;
+    fd = psd_bind_tcp((const struct sockaddr *)&ms);
+    if (fd >= 0)
+        close(fd);
     if (fd != -EADDRINUSE)
         return 0;
-    int listen = cfg->nlisten > 0;
-    bind_error(err, errlen, path, listen ? cfg->listen_line : cfg->nodes_line,
-               listen ? "listen" : "nodes", node,
-               listen ? &cfg->listen[node] : &cfg->nodes[node],
-               uv_strerror(UV_EADDRINUSE), psd_bind_hint(EADDRINUSE));
+    bind_error(err, errlen, path, cfg->metrics_line, "metrics_listen", node,
+               m, uv_strerror(UV_EADDRINUSE), psd_bind_hint(EADDRINUSE));
     return -1;
 }
 

@@ -55,12 +55,13 @@ int psd_server_init(psd_server *s, uv_loop_t *loop, psd_config *cfg,
                     const psd_start_opts *opts, char *err, size_t errlen);
 
 /* psd --check -n NODE: whether another program listens on node `node`'s
- * port at sa (psd_preflight's bind), which would stop psd_server_init.
+ * port at sa (psd_preflight's bind), or on its metrics_listen, which
+ * would stop psd_server_init.
  * For when no psd runs that node: a port its own live node holds is
  * expected (--check before a SIGHUP). Other bind failures are left to
  * preflight (an address not of this host) and to the start. 0, or -1 with
  * "PATH:LINE: [cluster] KEY: node N cannot listen on ADDR: address already
- * in use (hint)" in err. */
+ * in use (hint)" in err ([server] metrics_listen for that one). */
 int psd_server_check_bind(const psd_config *cfg, const char *path, int node,
                           const struct sockaddr_storage *sa, char *err,
                           size_t errlen);
