@@ -1447,8 +1447,10 @@ static void on_connect(uv_connect_t *req, int status)
     if (status < 0) {
         char where[400];
         addr_label(nc, where, sizeof where);
-        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s", where,
-                uv_strerror(status));
+        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s%s", where,
+                uv_strerror(status),
+                psw_addr_ipv6_off((struct sockaddr *)&nc->sa[nc->sa_i],
+                                  -status));
         return;
     }
     /* Nothing listens there (psw_addr_self_connected): said as the
@@ -1562,8 +1564,9 @@ static void nc_dial(nconn *nc)
     if (rc) {
         char where[400];
         addr_label(nc, where, sizeof where);
-        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s", where,
-                uv_strerror(rc));
+        nc_drop(nc, PS_ECONN, "cannot connect to %s: %s%s", where,
+                uv_strerror(rc),
+                psw_addr_ipv6_off((struct sockaddr *)&nc->sa[nc->sa_i], -rc));
     }
 }
 

@@ -270,10 +270,14 @@ static void try_metrics_bind(psd_preflight *pf, const psd_config *c,
     int fd = psd_bind_tcp((const struct sockaddr *)&ms);
     if (fd >= 0)
         close(fd);
-    else if (fd == -EADDRNOTAVAIL)
-        add(&pf->problems, &pf->nproblems, path, c->metrics_line,
-            "[server] metrics_listen: node %d cannot listen on %s: it is "
-            "not an address of this host", i, mtext);
+    else if (fd == -EADDRNOTAVAIL || fd == -EAFNOSUPPORT) {
+        const char *off = psw_addr_ipv6_off((const struct sockaddr *)&ms,
+                                            -fd);
+        if (*off || fd == -EADDRNOTAVAIL)
+            add(&pf->problems, &pf->nproblems, path, c->metrics_line,
+                "[server] metrics_listen: node %d cannot listen on %s%s", i,
+                mtext, *off ? off : ": it is not an address of this host");
+    }
     else if (fd == -EACCES && !pf->self)
         privileged_note(pf, path, c->metrics_line, "server",
                         "metrics_listen", i, mtext);
@@ -355,7 +359,14 @@ static void check_node(psd_preflight *pf, const psd_config *c,
         int fd = psd_bind_tcp((const struct sockaddr *)&sa);
         if (fd >= 0)
             close(fd);
-        else if (fd == -EADDRNOTAVAIL) {
+        else if (*psw_addr_ipv6_off((const struct sockaddr *)&sa, -fd)) {
+            psd_sa_text(&sa, ip, sizeof ip);
+            add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: "
+                "node %d cannot listen on %s%s%s%s", key, i, text,
+                a->kind == PSW_HOST_NAME ? " = " : "",
+                a->kind == PSW_HOST_NAME ? ip : "",
+                psw_addr_ipv6_off((const struct sockaddr *)&sa, -fd));
+        } else if (fd == -EADDRNOTAVAIL) {
             psd_sa_text(&sa, ip, sizeof ip);
             add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: "
                 "node %d cannot listen on %s%s%s: it is not an address of "

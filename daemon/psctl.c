@@ -214,7 +214,8 @@ static int dial(node *nd)
                  strerror(errno), self ? " (the connection reached itself: "
                  "its local port was the node's)"
                  : errno == ETIMEDOUT ? " (--wait SECS gives a slow or "
-                                        "lossy network more time)" : "");
+                                        "lossy network more time)"
+                 : psw_addr_ipv6_off(ai->ai_addr, errno));
         close(fd);
         fd = -1;
     }

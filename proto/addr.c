@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -150,6 +151,39 @@ int psw_addr_link_local(const struct sockaddr *sa)
         return 0;
     memcpy(&a6, sa, sizeof a6);      /* sa may be a sockaddr's alignment */
     return IN6_IS_ADDR_LINKLOCAL(&a6.sin6_addr);
+}
+
+/* The first character of a /proc/sys file, or 0 when it cannot be read. */
+static char sysctl_char(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    int c = fgetc(f);
+    fclose(f);
+    return c == EOF ? 0 : (char)c;
+}
+
+const char *psw_addr_ipv6_off(const struct sockaddr *sa, int err)
+{
+    if (sa->sa_family != AF_INET6)
+        return "";
+    if (err == EAFNOSUPPORT)
+        return " (IPv6 is off on this host: the kernel was started with "
+               "ipv6.disable=1; use an IPv4 address)";
+    if (err != EADDRNOTAVAIL)
+        return "";
+    if (sysctl_char("/proc/sys/net/ipv6/conf/all/disable_ipv6") == '1')
+        return " (IPv6 is off on this host: net.ipv6.conf.all.disable_ipv6 "
+               "= 1; use an IPv4 address, or turn it on)";
+    struct sockaddr_in6 a6;
+    memcpy(&a6, sa, sizeof a6);
+    if (IN6_IS_ADDR_LOOPBACK(&a6.sin6_addr) &&
+        sysctl_char("/proc/sys/net/ipv6/conf/lo/disable_ipv6") == '1')
+        return " (IPv6 is off on the loopback interface: "
+               "net.ipv6.conf.lo.disable_ipv6 = 1; use 127.0.0.1, or turn "
+               "it on)";
+    return "";
 }
 
 int psw_addr_self_connected(int fd)

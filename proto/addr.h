@@ -80,6 +80,13 @@ struct sockaddr;
  * ("invalid argument"). */
 int psw_addr_link_local(const struct sockaddr *sa);
 
+/* Why an IPv6 address sa cannot be bound or connected to on this host
+ * when IPv6 is off here, for a bind or connect that failed with errno
+ * err (EADDRNOTAVAIL, EAFNOSUPPORT): " (IPv6 is off on this host: ...)",
+ * naming the setting; "" otherwise. With IPv6 off, [::1] failed with
+ * "not an address of this host: is this the host of node 0?". */
+const char *psw_addr_ipv6_off(const struct sockaddr *sa, int err);
+
 /* 1 when the connected socket fd runs from a port to itself: its local
  * and peer addresses are one. Linux takes a connect's local port from the
  * ephemeral range, and may take the very port connected to when nothing

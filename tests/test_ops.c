@@ -692,6 +692,91 @@ static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
                "ps_open with node 1's name resolving a second late");
 }
 
+/* IPv6 turned off (net.ipv6.conf.all.disable_ipv6 = 1, in a network
+ * namespace of its own, as root; skipped where that cannot be made): a
+ * node on [::1] was refused as "not an address of this host: is this the
+ * host of node 0?", and psctl and libpsclient said only "address not
+ * available". Each now says that IPv6 is off, and which setting. */
+static void test_ipv6_turned_off_is_said_so(void **state)
+{
+    (void)state;
+    int st;
+    char *o = run(&st, "unshare -n sh -c 'sysctl -qw "
+                  "net.ipv6.conf.all.disable_ipv6=1' 2>&1");
+    free(o);
+    if (st != 0)
+        skip();
+    char dir[] = "/tmp/psd-v6off-XXXXXX", ini[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(ini, sizeof ini, "%s/c.ini", dir);
+    FILE *f = fopen(ini, "w");
+    assert_non_null(f);
+    fprintf(f, "[cluster]\nnodes = [::1]:7070\n[server]\ndata_dir = %s\n"
+            "[table.t]\ndim = 1\n", dir);
+    fclose(f);
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    const char *off = "(IPv6 is off on this host: "
+                      "net.ipv6.conf.all.disable_ipv6 = 1; use an IPv4 "
+                      "address, or turn it on)";
+    char want[300];
+    snprintf(want, sizeof want, "%s:2: [cluster] nodes: node 0 cannot listen "
+             "on [::1]:7070 %s", ini, off);
+    for (int check = 0; check < 2; check++) {
+        o = run(&st, "unshare -n sh -c 'ip link set lo up; sysctl -qw "
+                "net.ipv6.conf.all.disable_ipv6=1; timeout 10 %s -c %s -n 0 "
+                "%s' 2>&1", psd, ini, check ? "--check" : "");
+        EXPECT_INT(st, 1, "psd%s: %s", check ? " --check" : "", o ? o : "");
+        if (!o || !strstr(o, want))
+            fail_msg("psd%s said \"%s\", want \"%s\"",
+                     check ? " --check" : "", o ? o : "", want);
+        free(o);
+    }
+    o = run(&st, "unshare -n sh -c 'ip link set lo up; sysctl -qw "
+            "net.ipv6.conf.all.disable_ipv6=1; timeout 10 %s -s [::1]:7070 "
+            "ping' 2>&1", getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
+                                              : "build/psctl");
+    EXPECT_INT(st, 1, "psctl ping: %s", o ? o : "");
+    if (!o || !strstr(o, off))
+        fail_msg("psctl said \"%s\", want \"%s\"", o ? o : "", off);
+    free(o);
+    /* libpsclient, in a child of its own network namespace. */
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t p = fork();
+    if (p == 0) {
+        close(fds[0]);
+        /* /proc/sys/net is the namespace's of whoever opens it. */
+        if (unshare(CLONE_NEWNET))
+            _exit(3);
+        int sc = open("/proc/sys/net/ipv6/conf/all/disable_ipv6", O_WRONLY);
+        if (sc < 0 || write(sc, "1", 1) != 1)
+            _exit(3);
+        close(sc);
+        ps_options po;
+        ps_options_init(&po);
+        po.connect_timeout_ms = 300;
+        po.quiet = 1;
+        ps_client *c = NULL;
+        int rc = ps_open(&c, "[::1]:7070", &po);
+        const char *why = ps_last_error(NULL);
+        if (write(fds[1], why, strlen(why)) < 0)
+            _exit(4);
+        _exit(rc == 0 ? 5 : 0);
+    }
+    close(fds[1]);
+    char why[600] = "";
+    ssize_t got = read(fds[0], why, sizeof why - 1);
+    why[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    waitpid(p, &st, 0);
+    EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0, "ps_open's child");
+    if (!strstr(why, off))
+        fail_msg("ps_open said \"%s\", want \"%s\"", why, off);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A data_dir on a read-only file system refuses every user, so psd
  * --check reports it as a problem (it was a note for "this user", then
  * "OK", then a start that failed). Made in a mount namespace of its own
@@ -3959,6 +4044,7 @@ int main(void)
         cmocka_unit_test(test_a_port_in_use_stops_psd_with_the_address),
         cmocka_unit_test(test_names_of_link_local_addresses_are_refused_by_name),
         cmocka_unit_test(test_a_layout_name_that_resolves_late_is_waited_for),
+        cmocka_unit_test(test_ipv6_turned_off_is_said_so),
         cmocka_unit_test(test_a_read_only_or_nearly_full_data_dir_is_reported_by_psd_check),
         cmocka_unit_test(test_a_data_dir_psd_cannot_make_is_named_by_its_line),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
