@@ -50,7 +50,10 @@ typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E*
  * own request reads as PS_PENDING until it returns. ps_last_error on the
  * I/O thread is that thread's own: a failure's text reaches the thread
  * that waits for the request. When it runs, the request's buffers are no
- * longer used by the library. */
+ * longer used by the library. It must return: one that ends the thread
+ * (pthread_exit) or jumps out of it (longjmp, a C++ exception) leaves the
+ * client without its I/O thread, and what waits for it then waits for
+ * ever. */
 typedef void (*ps_done_fn)(ps_ts ts, int status, void *arg);
 
 /* Status codes. All errors are negative. The values also travel on the wire. */
