@@ -197,6 +197,18 @@ wait_up() {
     done
 }
 
+# log_dir DIR INI DEFAULT_INI: the folder a run keeps its logs in (made, and
+# printed as an absolute path, which reads right after make -C too): DIR for
+# its default ini, $BUILD/runs/NAME for another one, NAME.ini. Two runs at
+# once, each on its own copy of the ini (README), shared the logs, and one's
+# verdict read the other's figure.
+log_dir() {
+    d=$1
+    [ "$(realpath "$2" 2>/dev/null)" = "$(realpath "$3" 2>/dev/null)" ] ||
+        d="$BUILD/runs/$(basename "$2" .ini)"
+    mkdir -p "$d" && realpath "$d"
+}
+
 # ini_data_dir INI: prints the [server] data_dir of INI (empty if unset).
 ini_data_dir() {
     awk '

@@ -42,6 +42,15 @@ int report_failure(ps_client *c, const char *what, int rc)
     return -1;
 }
 
+int report_open_failure(const char *servers, int rc)
+{
+    /* Not ps_last_error's text: libpsclient printed it (not quiet), and
+     * it read twice. */
+    complain("cannot connect to %s: %s (libpsclient said why, above)",
+             servers, ps_strerror(rc));
+    return -1;
+}
+
 int transient_failure(int rc)
 {
     return rc == PS_ETIMEDOUT || rc == PS_ECONN || rc == PS_EBUSY;

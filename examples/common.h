@@ -31,6 +31,10 @@ void complain(const char *fmt, ...) PRINTF_LIKE(1, 2);
  * thread). Returns -1 so callers can `return report_failure(...)`. */
 int report_failure(ps_client *c, const char *what, int rc);
 
+/* Reports a failed ps_open of servers by its code alone: libpsclient
+ * (not quiet) printed the detail already. Returns -1. */
+int report_open_failure(const char *servers, int rc);
+
 /* A failed request whose cause may pass: a node unreachable or silent for
  * longer than the request's bounded time (a restart, a partition). The
  * trainers treat it as a pause, not the end: they say so and go on. */

@@ -232,11 +232,8 @@ static int open_tables(const options *o, trainer *tr)
     po.sync_timeout_ms = 60000;
 
     int rc = ps_open(&tr->c, o->servers, &po);
-    if (rc < 0) {
-        char what[300];
-        snprintf(what, sizeof what, "cannot connect to %s", o->servers);
-        return report_failure(NULL, what, rc);
-    }
+    if (rc < 0)
+        return report_open_failure(o->servers, rc);
     char n1[32], n2[32];
     snprintf(n1, sizeof n1, "W1_%s", mode_names[o->mode]);
     snprintf(n2, sizeof n2, "W2_%s", mode_names[o->mode]);

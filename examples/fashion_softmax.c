@@ -163,11 +163,8 @@ static int open_table(const options *o, ps_client **c, int *table)
     }
 
     int rc = ps_open(c, o->servers, &po);
-    if (rc < 0) {
-        char what[300];
-        snprintf(what, sizeof what, "cannot connect to %s", o->servers);
-        return report_failure(NULL, what, rc);
-    }
+    if (rc < 0)
+        return report_open_failure(o->servers, rc);
     uint32_t dim;
     *table = find_table(*c, o->table, SOFTMAX_ROWS, SOFTMAX_CLASSES,
                         SOFTMAX_CLASSES, &dim);

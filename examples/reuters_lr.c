@@ -287,11 +287,8 @@ static int open_table(const options *o, int worker, ps_client **c,
     po.worker = worker;
 
     int rc = ps_open(c, o->servers, &po);
-    if (rc < 0) {
-        char what[300];
-        snprintf(what, sizeof what, "cannot connect to %s", o->servers);
-        return report_failure(NULL, what, rc);
-    }
+    if (rc < 0)
+        return report_open_failure(o->servers, rc);
     ps_table_info info;
     rc = ps_table(*c, o->table, &info);
     if (rc < 0) {

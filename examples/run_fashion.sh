@@ -14,15 +14,18 @@ PROG=run_fashion
 # shellcheck source=examples/cluster.sh
 . "$(dirname "$0")/cluster.sh"
 VERBOSE=1                   # report each node's start and exit
-NODE_LOGS="$BUILD/psd-"     # $BUILD/psd-nodeN.log
+# $BUILD for conf/cluster-2.ini, $BUILD/runs/NAME for another ini.
+LOGS=$(log_dir "$BUILD" "$INI" "$(dirname "$0")/../conf/cluster-2.ini") ||
+    fail "cannot create a folder for the logs in $BUILD/runs"
+NODE_LOGS="$LOGS/psd-"      # $LOGS/psd-nodeN.log
 
 # start_worker I: runs worker I in the background, its output both on the
-# terminal and in $BUILD/workerI.log. The worker writes into a fifo that tee
+# terminal and in $LOGS/workerI.log. The worker writes into a fifo that tee
 # reads, so that $! is the worker itself and `wait` returns its status.
 start_worker() {
     fifo="$TMP/worker$1"
     mkfifo "$fifo" || return 1
-    tee "$BUILD/worker$1.log" <"$fifo" &
+    tee "$LOGS/worker$1.log" <"$fifo" &
     HELPER_PIDS="$HELPER_PIDS $!"
     "$BUILD/fashion_softmax" --servers "$INI" --worker "$1" \
         --workers "$WORKERS" >"$fifo" 2>&1 &
@@ -32,7 +35,7 @@ start_worker() {
 # worker_exited I STATUS: wait_each's report for the workers.
 worker_exited() {
     [ "$2" -eq 0 ] ||
-        say "worker $1 failed with status $2 (see $BUILD/worker$1.log)"
+        say "worker $1 failed with status $2 (see $LOGS/worker$1.log)"
 }
 
 # ---- setup -------------------------------------------------------------------
@@ -53,7 +56,7 @@ NNODES=$(printf '%s\n' "$NODES" | wc -l | tr -d ' ')
 say "Fashion-MNIST softmax regression over psd"
 say "$NNODES psd nodes from $INI, $WORKERS asynchronous workers;" \
     "pass if test accuracy >= $MIN_ACC"
-say "logs: $BUILD/psd-node*.log, $BUILD/worker*.log"
+say "logs: $LOGS/psd-node*.log, $LOGS/worker*.log"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/run_fashion.XXXXXX") ||
     fail "cannot create a temporary folder"
@@ -86,7 +89,7 @@ HELPER_PIDS=""
 
 # ---- verdict -----------------------------------------------------------------
 
-acc=$(sed -n 's/^final test accuracy: //p' "$BUILD/worker0.log" | tail -n 1)
+acc=$(sed -n 's/^final test accuracy: //p' "$LOGS/worker0.log" | tail -n 1)
 eval_out=$("$BUILD/fashion_softmax" --servers "$INI" --eval 2>&1)
 eval_rc=$?
 eval_acc=$(printf '%s\n' "$eval_out" | sed -n 's/^test accuracy: //p')
@@ -117,7 +120,8 @@ stop_nodes || failed=1
 data=$(ini_data_dir "$INI")
 if [ "$failed" -eq 0 ]; then
     say "the model is in ${data:-/var/lib/psd} (psd-node*): start the nodes" \
-        "again to serve it, or $BUILD/psd --export DIR -c '$INI' writes it" \
+        "again to serve it, or $(realpath "$BUILD/psd") --export DIR -c" \
+        "'$(realpath "$INI")' writes it" \
         "as .npy files"
 fi
 

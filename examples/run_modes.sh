@@ -132,6 +132,10 @@ wall() {            # seconds from the first step to the final evaluation
     fail "$BUILD/fashion_mlp not found; run make first"
 [ -r "$INI" ] || fail "cannot read $INI"
 mkdir -p "$OUT" || fail "cannot create $OUT"
+# $BUILD/mlp-runs for conf/fashion-mlp.ini, $BUILD/runs/NAME for another
+# ini: a run beside this one keeps (and clears) its own files.
+OUT=$(log_dir "$OUT" "$INI" "$(dirname "$0")/../conf/fashion-mlp.ini") ||
+    fail "cannot create a folder for the logs in $BUILD/runs"
 rm -f "$OUT"/*.ini "$OUT"/*.log     # figures of an earlier run would mislead
 
 NODES=$(ini_nodes "$INI")

@@ -18,8 +18,11 @@ PROG=run_sparse
 # shellcheck source=examples/cluster.sh
 . "$(dirname "$0")/cluster.sh"
 VERBOSE=1                       # report each node's start and exit
-NODE_LOGS="$BUILD/reuters-"     # $BUILD/reuters-nodeN.log
-LOG="$BUILD/reuters_lr.log"
+# $BUILD for conf/reuters.ini, $BUILD/runs/NAME for another ini.
+LOGS=$(log_dir "$BUILD" "$INI" "$(dirname "$0")/../conf/reuters.ini") ||
+    fail "cannot create a folder for the logs in $BUILD/runs"
+NODE_LOGS="$LOGS/reuters-"      # $LOGS/reuters-nodeN.log
+LOG="$LOGS/reuters_lr.log"
 
 # ---- setup -------------------------------------------------------------------
 

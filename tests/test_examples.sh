@@ -293,9 +293,17 @@ fashion_from_elsewhere() {
         "$f" "$f/c.ini") || return 1
     expect_output "run_fashion: PASS" || return 1
     expect_output "psd node 1 exited 0" || return 1
+    # Another ini than conf/cluster-2.ini: its logs in a folder of its own
+    # (two runs at once shared build/worker0.log, and one's verdict read
+    # the other's figure), said with its absolute path.
+    expect_output "logs: $f/runs/c/psd-node*.log, $f/runs/c/worker*.log" ||
+        return 1
+    [ -s "$f/runs/c/worker0.log" ] && [ -s "$f/runs/c/psd-node1.log" ] ||
+        { echo "no logs in $f/runs/c"; ls -R "$f"; return 1; }
+    [ ! -e "$f/worker0.log" ] || { echo "$f/worker0.log written"; return 1; }
     leftovers "$f"
 }
-check "run_fashion.sh works from another folder and leaves no psd or temporary folder" \
+check "run_fashion.sh works from another folder, keeps the logs of another ini apart and leaves no psd or temporary folder" \
     fashion_from_elsewhere
 
 faults_failing() {
