@@ -234,7 +234,10 @@ PS_API void ps_options_init(ps_options *o);
  * iteration (and so for any other lost worker to come back or its
  * worker_grace to run out). That wait is a CLOCK, counted as one in
  * ps_stats; if it fails, the worker is left lost on the nodes, as after a
- * crash, and ps_open may be called again.
+ * crash, and ps_open may be called again. With only ssp tables a new
+ * process starts at the lost one's clock (ps_position says which): ssp
+ * pushes are applied as they come, so what the lost one pushed in its
+ * unfinished step stands, and redoing the step pushes again.
  * Returns 0 and sets *c, or a negative PS_E* code with *c = NULL
  * (ps_strerror() explains the code; the details, such as which option is
  * out of range or which node refused, go to stderr and to

@@ -864,10 +864,11 @@ static void report(psd_sync *y, int barrier, int holding, uint64_t now_ms,
     psd_warn("%s %llu: waiting %llu s for workers %s%s",
              barrier ? "barrier" : "clock", (unsigned long long)reached + 1,
              (unsigned long long)(now_ms - wt->since_ms) / 1000, who,
-             stuck ? ": workers in ps_barrier and workers in ps_clock wait "
-                     "for each other (their calls do not match: one worker "
-                     "ran more steps than another); nothing moves until the "
-                     "clients' sync_timeout_ms" : "");
+             stuck ? ": workers in ps_barrier and workers held at a clock "
+                     "(in ps_clock, or in a pull of a bsp or ssp table that "
+                     "waits for it) wait for each other (their calls do not "
+                     "match: one worker ran more steps than another); "
+                     "nothing moves until the clients' sync_timeout_ms" : "");
     wt->logged_ms = now_ms;
 }
 

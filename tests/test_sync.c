@@ -872,11 +872,13 @@ static void test_a_barrier_and_a_clock_waiting_for_each_other_are_named(
     free(tick_log(&y, 100, both));
     char *log = tick_log(&y, 10100, both);
     EXPECT_SUBSTR(log, "clock 1: waiting 10 s for workers 1 (in barrier 1): "
-                  "workers in ps_barrier and workers in ps_clock wait for "
-                  "each other", "the clock's side");
+                  "workers in ps_barrier and workers held at a clock (in "
+                  "ps_clock, or in a pull of a bsp or ssp table that waits "
+                  "for it) wait for each other", "the clock's side");
     EXPECT_SUBSTR(log, "barrier 1: waiting 10 s for workers 0 (at clock 1): "
-                  "workers in ps_barrier and workers in ps_clock wait for "
-                  "each other", "the barrier's side");
+                  "workers in ps_barrier and workers held at a clock (in "
+                  "ps_clock, or in a pull of a bsp or ssp table that waits "
+                  "for it) wait for each other", "the barrier's side");
     free(log);
     psd_sync_destroy(&y);
     two_workers(&y);
