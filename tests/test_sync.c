@@ -420,7 +420,12 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     psd_sync_leave(&y, 1, &owner_b);
     EXPECT_INT(psd_sync_waited(&y), 2, "waited for once the job is over");
     EXPECT_INT(y.workers[0].state, PSD_W_ABSENT, "worker 0 after the job");
+    capture_begin();
     join(&y, 0, 3, &owner_c);
+    char *log = capture_end();
+    EXPECT_INT((int)strlen(log), 0, "a new job's first worker: said %s",
+               log);
+    free(log);
     reach(&y, 0, 0, 4);
     EXPECT_INT(psd_sync_advance(&y, 2), 0, "worker 0 alone moves the clock");
     join(&y, 1, 4, &owner_a);
@@ -454,7 +459,15 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     psd_sync_advance(&y, 1);
     psd_sync_leave(&y, 0, &owner_a);
     EXPECT_INT(psd_sync_waited(&y), 0, "waited for after uneven leaves");
+    /* Said: a new job started without end-job trains alone (a trial). */
+    capture_begin();
     join(&y, 1, 3, &owner_c);
+    log = capture_end();
+    EXPECT_SUBSTR(log, "worker 1 (from 127.0.0.1:9) joins at clock 5, where the "
+                  "job's other workers have left (1 of 1): nobody waits "
+                  "for them, so it trains alone until they join. If this "
+                  "is a new job, run psctl end-job first", "the warning");
+    free(log);
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 1 back");
     psd_sync_destroy(&y);
 
