@@ -196,20 +196,15 @@ static void say_join(psd_sync *y, int32_t worker, const psd_worker *b,
      * modes trial: 40 clocks of one worker, and not a word anywhere). */
     if (anew && node > 0 && y->nworkers > 1 &&
         (b->state == PSD_W_ABSENT || b->state == PSD_W_LEFT)) {
-        int others = 0, left = 0;
-        for (int i = 0; i < y->nworkers; i++) {
-            if (i == worker)
-                continue;
-            others += waited_for(&y->workers[i]);
-            left += y->workers[i].state == PSD_W_LEFT;
-        }
-        if (!others && left && say(y, worker, 0))
+        int others = 0;          /* not waited for: LEFT, every one */
+        for (int i = 0; i < y->nworkers; i++)
+            others += i != worker && waited_for(&y->workers[i]);
+        if (!others && say(y, worker, 0))
             psd_warn("worker %d (from %s) joins at clock %llu, where the "
-                     "job's other workers have left (%d of %d): nobody "
-                     "waits for them, so it trains alone until they join. "
-                     "If this is a new job, run psctl end-job first",
-                     (int)worker, w->peer, (unsigned long long)node, left,
-                     y->nworkers - 1);
+                     "job's %d other workers have all left: nobody waits "
+                     "for them, so it trains alone until they join. If this "
+                     "is a new job, run psctl end-job first", (int)worker,
+                     w->peer, (unsigned long long)node, y->nworkers - 1);
     }
     if (b->state == PSD_W_GONE && other) {
         if (say(y, worker, 0))

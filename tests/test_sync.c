@@ -464,9 +464,9 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     join(&y, 1, 3, &owner_c);
     log = capture_end();
     EXPECT_SUBSTR(log, "worker 1 (from 127.0.0.1:9) joins at clock 5, where the "
-                  "job's other workers have left (1 of 1): nobody waits "
-                  "for them, so it trains alone until they join. If this "
-                  "is a new job, run psctl end-job first", "the warning");
+                  "job's 1 other workers have all left: nobody waits for "
+                  "them, so it trains alone until they join. If this is a "
+                  "new job, run psctl end-job first", "the warning");
     free(log);
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 1 back");
     psd_sync_destroy(&y);
