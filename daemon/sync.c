@@ -199,12 +199,16 @@ static void say_join(psd_sync *y, int32_t worker, const psd_worker *b,
         int others = 0;          /* not waited for: LEFT, every one */
         for (int i = 0; i < y->nworkers; i++)
             others += i != worker && waited_for(&y->workers[i]);
+        char them[48] = "job's other worker has";
+        if (y->nworkers > 2)
+            snprintf(them, sizeof them, "job's %d other workers have all",
+                     y->nworkers - 1);
         if (!others && say(y, worker, 0))
-            psd_warn("worker %d (from %s) joins at clock %llu, where the "
-                     "job's %d other workers have all left: nobody waits "
-                     "for them, so it trains alone until they join. If this "
-                     "is a new job, run psctl end-job first", (int)worker,
-                     w->peer, (unsigned long long)node, y->nworkers - 1);
+            psd_warn("worker %d (from %s) joins at clock %llu, where the %s "
+                     "left: nobody waits for them, so it trains alone until "
+                     "they join. If this is a new job, run psctl end-job "
+                     "first", (int)worker, w->peer, (unsigned long long)node,
+                     them);
     }
     if (b->state == PSD_W_GONE && other) {
         if (say(y, worker, 0))

@@ -464,7 +464,7 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     join(&y, 1, 3, &owner_c);
     log = capture_end();
     EXPECT_SUBSTR(log, "worker 1 (from 127.0.0.1:9) joins at clock 5, where the "
-                  "job's 1 other workers have all left: nobody waits for "
+                  "job's other worker has left: nobody waits for "
                   "them, so it trains alone until they join. If this is a "
                   "new job, run psctl end-job first", "the warning");
     free(log);
