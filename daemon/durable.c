@@ -1393,6 +1393,13 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
                  n->cfg.worker_grace, k[PSD_W_LEFT], k[PSD_W_ABSENT]);
     d->st.recovery_seconds = since_s(t0);
     d->retabled = retabled;
+    /* A snapshot loaded whole, with no record replayed onto it and its
+     * tables as the ini has them, is the node as it now is: a stop or a
+     * periodic tick with nothing changed since wrote it again, a whole
+     * model's write at every restart (an operators' trial: 763 MiB at
+     * each stop of an idle node). */
+    if (rc_snap == 0 && !records && !retabled)
+        d->saved_changes = n->changes;
     return 0;
 }
 
@@ -1419,12 +1426,17 @@ int psd_durable_open(psd_durable *d, char *err, size_t errlen)
         n->written = on_written;
         n->written_arg = d;
         /* The start record of the new segment goes to disk now, with the
-         * hyper-parameters the pushes to come are applied with. */
+         * hyper-parameters the pushes to come are applied with: the ini's,
+         * which the start applied already, so a snapshot current then
+         * still is. */
+        int current = d->saved_changes == n->changes;
         if (psd_node_apply_params(n) || psd_node_commit(n)) {
             snprintf(err, errlen, "cannot write the journal in %s: %s",
                      d->dir, n->journal_error);
             return -1;
         }
+        if (current)
+            d->saved_changes = n->changes;
         d->fsync_lsn = psd_journal_written(n->journal);
         n->durable_lsn = d->fsync_lsn;
     }
