@@ -875,6 +875,12 @@ static int check_table(parser *p, const section *s, psd_table_conf *t,
 {
     const entry *cons = find_entry(s, "consistency");
     t->consistency_line = cons ? cons->line : 0;
+    const entry *k = find_entry(s, "kind"), *d = find_entry(s, "dim"),
+                *r = find_entry(s, "rows"), *u = find_entry(s, "updater");
+    t->kind_line = k ? k->line : 0;
+    t->dim_line = d ? d->line : 0;
+    t->rows_line = r ? r->line : 0;
+    t->updater_line = u ? u->line : 0;
     const entry *rows = find_entry(s, "rows");
     if (rows_missing(p, s, t))
         return -1;

@@ -76,6 +76,7 @@ typedef struct psd_table_conf {
     int consistency_line;        /* lines of those keys, 0 where the */
     int staleness_line;          /* section has none: a reload refused */
     int aggregate_line;          /* for one names it */
+    int kind_line, dim_line, rows_line, updater_line;   /* likewise */
 } psd_table_conf;
 
 #define PSD_NOTE_MAX 1024

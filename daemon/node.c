@@ -261,12 +261,28 @@ static int table_change(const psd_table_conf *x, const psd_table_conf *y,
         return refuse(why, len, path, y->line, "[table.%s] is where "
                       "[table.%s] was: tables were renamed or reordered",
                       y->name, x->name);
-    if (x->dense != y->dense || x->dim != y->dim || x->rows != y->rows)
-        return refuse(why, len, path, y->line, "[table.%s]: its kind, dim "
-                      "or rows changed", y->name);
+    /* Each said with its values at its key's line: "its kind, dim or
+     * rows changed" at the section left the operator to find which (an
+     * operators' trial). */
+    if (x->dense != y->dense)
+        return refuse(why, len, path, line_of(y->kind_line, y),
+                      "[table.%s] kind changed (%s to %s)", y->name,
+                      x->dense ? "dense" : "sparse",
+                      y->dense ? "dense" : "sparse");
+    if (x->dim != y->dim)
+        return refuse(why, len, path, line_of(y->dim_line, y),
+                      "[table.%s] dim changed (%u to %u)", y->name,
+                      (unsigned)x->dim, (unsigned)y->dim);
+    if (x->rows != y->rows)
+        return refuse(why, len, path, line_of(y->rows_line, y),
+                      "[table.%s] rows changed (%llu to %llu)", y->name,
+                      (unsigned long long)x->rows,
+                      (unsigned long long)y->rows);
     if (x->upd.kind != y->upd.kind)
-        return refuse(why, len, path, y->line, "[table.%s]: its updater "
-                      "changed (its state would not fit)", y->name);
+        return refuse(why, len, path, line_of(y->updater_line, y),
+                      "[table.%s] updater changed (%s to %s: its state "
+                      "would not fit)", y->name, psd_updater_name(x->upd.kind),
+                      psd_updater_name(y->upd.kind));
     if (x->init.kind != y->init.kind || x->init.a != y->init.a ||
         x->init.b != y->init.b || x->init.seed != y->init.seed)
         return refuse(why, len, path, y->line, "[table.%s]: its init or "

@@ -1513,16 +1513,21 @@ static void sighup_refusals_say_where_the_change_is(void **state)
     reload_with("/^durability = log$/d");
     if (!cluster_log_wait(&cl, 0, "reloaded", 10000))
         fail_msg("durability back: want \"reloaded\"");
+    int dim_at = line_of(cl.ini, "dim = 3");
+    assert_true(dim_at > 0);
     reload_with("s/^dim = 3$/dim = 4/");
-    snprintf(want, sizeof want, "%s:%d: [table.t]: its kind, dim or rows "
-             "changed", cl.ini, at);
-    if (!cluster_log_wait(&cl, 0, "[table.t]: its kind", 10000) ||
+    /* Which key, its values, at its line (it said "its kind, dim or rows
+     * changed" at the section's: an operators' trial). */
+    snprintf(want, sizeof want, "%s:%d: [table.t] dim changed (3 to 4)",
+             cl.ini, dim_at);
+    if (!cluster_log_wait(&cl, 0, "[table.t] dim changed", 10000) ||
         !cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a new dim of table t: want \"%s\" in the log", want);
     /* Not "restart psd to apply that": the node's snapshot and journal
      * do not fit a new layout, so a restart would refuse it too. */
-    snprintf(want, sizeof want, "changed (a new layout: the node's snapshot "
-             "and journal do not fit it, so a restart refuses it too;");
+    snprintf(want, sizeof want, "changed (3 to 4) (a new layout: the "
+             "node's snapshot and journal do not fit it, so a restart refuses "
+             "it too;");
     if (!cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a new dim of table t: want \"%s\" in the log", want);
     reload_with("s/^dim = 4$/dim = 3/;s/^shards = 4$/shards = 8/");
@@ -1544,9 +1549,9 @@ static void sighup_refusals_say_where_the_change_is(void **state)
         fail_msg("a node added: want psd --reshard named");
     reload_with("s/, 127.0.0.1:1$//;"
                 "s/^dim = 3$/dim = 3\\nupdater = adam/");
-    snprintf(want, sizeof want, "%s:%d: [table.t]: its updater changed",
-             cl.ini, at);
-    if (!cluster_log_wait(&cl, 0, "[table.t]: its updater", 10000) ||
+    snprintf(want, sizeof want, "%s:%d: [table.t] updater changed (sum to "
+             "adam: its state would not fit)", cl.ini, dim_at + 1);
+    if (!cluster_log_wait(&cl, 0, "[table.t] updater changed", 10000) ||
         !cluster_log_wait(&cl, 0, want, 1000))
         fail_msg("a new updater of table t: want \"%s\" in the log", want);
     /* A new init: a restart takes it, but only for rows not made yet;
