@@ -8,6 +8,7 @@
 #include "log.h"
 #include "node.h"
 #include "updater.h"
+#include "../proto/layout.h"
 #include "../proto/status.h"
 
 static void build_cluster(psd_node *n)
@@ -191,6 +192,27 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
         n->sync.synchronous |= n->cfg.tables[i].consistency != PSD_CONS_ASYNC;
     build_cluster(n);
     for (int i = 0; i < n->cfg.ntables; i++) {
+        /* A large dense table's rows take seconds to make (each from its
+         * init, and before a snapshot is loaded over them), and nothing
+         * was logged meanwhile: a starting node read as a hung one, and
+         * psctl saw only "connection refused" (an operators' trial: 4 s
+         * of silence for 100 M rows). */
+        const psd_table_conf *tc = &n->cfg.tables[i];
+        if (tc->dense) {
+            uint64_t held = 0;
+            for (uint32_t k = 0; k < n->cfg.shards; k++)
+                if (psw_node_of_shard(k, n->cfg.nnodes) == index)
+                    held += psw_dense_shard_start(tc->rows, n->cfg.shards,
+                                                  k + 1) -
+                            psw_dense_shard_start(tc->rows, n->cfg.shards, k);
+            int state = psd_updater_state_per_float(tc->upd.kind);
+            double mib = (double)held * tc->dim * sizeof(float) *
+                         (1 + state) / (1 << 20);
+            if (mib >= 256)
+                psd_info("table '%s': making its %llu rows here (%.0f MiB%s)",
+                         tc->name, (unsigned long long)held, mib,
+                         state ? " with their optimizer state" : "");
+        }
         n->tables[i] = psd_table_new(&n->cfg.tables[i], n->cfg.shards,
                                      n->cfg.nnodes, index, err, errlen);
         if (!n->tables[i])

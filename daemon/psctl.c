@@ -215,6 +215,12 @@ static int dial(node *nd)
                  "its local port was the node's)"
                  : errno == ETIMEDOUT ? " (--wait SECS gives a slow or "
                                         "lossy network more time)"
+                 /* A node that starts listens only once its tables are
+                  * made and its snapshot loaded (minutes for a large
+                  * model), and read as one that is down (a trial). */
+                 : errno == ECONNREFUSED ? " (nothing listens there: the "
+                                           "node is down, or still starting; "
+                                           "its log says which)"
                  : psw_addr_ipv6_off(ai->ai_addr, errno));
         close(fd);
         fd = -1;
