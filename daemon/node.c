@@ -420,7 +420,14 @@ static int layout_change(const psd_config *a, const psd_config *b,
      * should one be added there and not here. */
     if (layout_epoch(a) != layout_epoch(b))
         return refuse(why, len, path, 0, "nodes, shards or tables changed");
-    if (!same_entry(a->listen, a->nlisten, b->listen, b->nlisten, index))
+    /* Where this node binds: its listen entry, else its nodes entry
+     * (the same in a and b, above). A listen line added that names the
+     * address bound already changes nothing (it was refused). */
+    const psd_node_addr *bind_a = a->nlisten > index ? &a->listen[index]
+                                                     : &a->nodes[index];
+    const psd_node_addr *bind_b = b->nlisten > index ? &b->listen[index]
+                                                     : &b->nodes[index];
+    if (index < a->nnodes && memcmp(bind_a, bind_b, sizeof *bind_a))
         return refuse(why, len, path, b->listen_line, "listen changed "
                       "(this node's address)");
     if (strcmp(a->auth_token, b->auth_token) ||

@@ -1418,6 +1418,18 @@ static void sighup_takes_another_nodes_new_metrics_port(void **state)
     assert_non_null(log);
     assert_null(strstr(log, "reload refused"));
     free(log);
+    /* A listen line added that names the addresses the nodes bind
+     * already changes nothing: taken, the new lr with it (it was refused
+     * as "listen changed"). */
+    snprintf(expr, sizeof expr, "s/^\\(nodes = .*\\)$/\\1\\nlisten = "
+             "127.0.0.1:%d, 127.0.0.1:%d/;s/^lr = 0.25$/lr = 0.125/",
+             cl.port[0], cl.port[1]);
+    reload_with(expr);
+    if (!cluster_log_wait(&cl, 0, "table 't': lr 0.25 -> 0.125", 10000)) {
+        log = cluster_log(&cl, 0);
+        fail_msg("a listen line of the addresses bound: %s",
+                 log ? log : "");
+    }
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
