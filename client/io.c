@@ -975,11 +975,12 @@ static void open_gave_up(psc_io *io, const nconn *nc, int status,
         why += k;
         why += !strncmp(why, ": ", 2) ? 2 : *why == ' ';
     }
-    /* "cannot resolve NAME: ..." the same way: "cannot resolve it". */
-    snprintf(lead, sizeof lead, "cannot resolve %s:", nc ? nc->name : "");
+    /* "cannot resolve NAME: ..." (or "NAME (node 1's ...): ...") the
+     * same way: "cannot resolve it". */
+    snprintf(lead, sizeof lead, "cannot resolve %s", nc ? nc->name : "");
     k = strlen(lead);
-    if (nc && !strncmp(why, lead, k)) {
-        snprintf(it, sizeof it, "cannot resolve it:%s", why + k);
+    if (nc && !strncmp(why, lead, k) && (why[k] == ':' || why[k] == ' ')) {
+        snprintf(it, sizeof it, "cannot resolve it%s", why + k);
         why = it;
     }
     /* Still on the seeds: none of the addresses listed answered, and
@@ -1126,14 +1127,44 @@ static int take_addrs(nconn *nc, const struct addrinfo *res)
     return local;
 }
 
+/* A node of the layout whose name did not resolve (yet): why, kept as
+ * its last attempt's reason for the open's end to say. */
+static void unresolved(nconn *nc, const char *what)
+{
+    nc->last_status = PS_ECONN;
+    snprintf(nc->last_why, sizeof nc->last_why, "cannot resolve %s (node "
+             "%d's address from the layout): %s", nc->name, nc->node, what);
+}
+
 static void on_resolved(uv_getaddrinfo_t *req, int status,
                         struct addrinfo *res)
 {
     nconn *nc = req->data;
     nc->gai_busy = 0;
+    int had = nc->nsa, local = 0;
     if (status == 0 && res)
-        take_addrs(nc, res);
+        local = take_addrs(nc, res);
     uv_freeaddrinfo(res);
+    if (had)
+        return;
+    /* A layout node's name, while ps_open waits: tried as soon as it
+     * resolves; looked up again later when it does not (yet). */
+    psc_io *io = nc->io;
+    if (io->c->open_state != PSC_OPENING)
+        return;
+    if (nc->nsa) {
+        if (nc->state == NC_IDLE)
+            nc_connect(nc);
+        return;
+    }
+    if (local) {
+        open_done(io, PS_ECONN, "node %d's address %s from the layout: it "
+                  "resolves only to link-local addresses: "
+                  PSW_LINK_LOCAL_WHY, nc->node, nc->name);
+        return;
+    }
+    /* Its retries (nc_connect) look it up again. */
+    unresolved(nc, status ? uv_strerror(status) : "no usable address");
 }
 
 /* Looks the node's name up again for its next connection; the address it
@@ -1215,7 +1246,9 @@ static void on_nc_closed(uv_handle_t *h)
     int next_addr = !nc->reached && nc->sa_i + 1 < nc->nsa &&
                     (nc->q_head || c->open_state == PSC_OPENING ||
                      keeps_up(nc));
-    if (!next_addr)
+    /* Not once the open's time is up: the failed open's teardown would
+     * wait for that lookup (a slow resolver's seconds). */
+    if (!next_addr && !(c->open_state == PSC_OPENING && now >= io->open_ns))
         re_resolve(nc);
     if (c->open_state == PSC_OPENING) {
         if (now >= io->open_ns) {
@@ -1487,24 +1520,27 @@ static void nc_connect(nconn *nc)
     psc_io *io = nc->io;
     if (nc->state != NC_IDLE || nc->fatal)
         return;
-    /* A seed, or a node of the layout whose name did not resolve yet:
-     * looked up now. Both happen only while ps_open waits, which is all
-     * this lookup blocks. */
-    if (nc == io->seed || !nc->nsa) {
-        const char *host = nc->host, *port = nc->port;
-        if (nc == io->seed) {
-            const psc_addr *a = &io->seeds[io->seed_i];
-            host = a->host;
-            port = a->port;
-            /* An IPv6 host in brackets, as the address is written: the
-             * port's colon is otherwise one of its own. */
-            snprintf(nc->name, sizeof nc->name,
-                     strchr(a->host, ':') ? "[%s]:%s" : "%s:%s", a->host,
-                     a->port);
-        }
+    /* A node of the layout whose name did not resolve yet: looked up in
+     * the background, and tried again. Not here, blocking: the seed's
+     * connection needs this thread meanwhile (a slow resolver held it
+     * past the node's peer_timeout_ms, and the open past its end). */
+    if (nc != io->seed && !nc->nsa) {
+        re_resolve(nc);
+        schedule_retry(nc);
+        return;
+    }
+    if (nc == io->seed) {
+        const psc_addr *a = &io->seeds[io->seed_i];
+        /* An IPv6 host in brackets, as the address is written: the
+         * port's colon is otherwise one of its own. */
+        snprintf(nc->name, sizeof nc->name,
+                 strchr(a->host, ':') ? "[%s]:%s" : "%s:%s", a->host,
+                 a->port);
         struct addrinfo hints = { 0 }, *res = NULL;
         hints.ai_socktype = SOCK_STREAM;
-        int g = getaddrinfo(host, port, &hints, &res), local = 0;
+        /* Seeds may be host names; resolving blocks only ps_open, before
+         * any connection needs this thread. */
+        int g = getaddrinfo(a->host, a->port, &hints, &res), local = 0;
         nc->nsa = 0;
         if (!g && res)
             local = take_addrs(nc, res);
@@ -1625,10 +1661,10 @@ static void arm_retry(psc_io *io)
     uv_timer_start(&io->retry, on_retry, ms, 0);
 }
 
-/* Resolves node nc's address from the layout ("host:port", a name or a
- * numeric address) into nc->sa, and keeps a name for re_resolve. It
- * blocks, but runs only while ps_open waits; later lookups run in the
- * background. 0, or -1 with why. */
+/* Takes node nc's address from the layout ("host:port", a name or a
+ * numeric address): a numeric one into nc->sa (0), a name into nc->host
+ * and nc->port for re_resolve to look up in the background (-2); -1 with
+ * why for one that cannot be used. */
 static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
 {
     psw_addr a;
@@ -1638,14 +1674,16 @@ static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
     if (a.kind == PSW_HOST_NAME) {
         memcpy(nc->host, a.host, sizeof a.host);
         snprintf(nc->port, sizeof nc->port, "%d", a.port);
+        return -2;
     }
     struct addrinfo hints = { 0 }, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
-    if (a.kind != PSW_HOST_NAME)
-        hints.ai_flags = AI_NUMERICHOST;
+    hints.ai_flags = AI_NUMERICHOST;
     snprintf(port, sizeof port, "%d", a.port);
     int g = getaddrinfo(a.host, port, &hints, &res);
     if (g || !res) {
+        if (res)
+            freeaddrinfo(res);
         snprintf(why, whylen, "cannot resolve it: %s",
                  g ? gai_strerror(g) : "no address");
         return -1;
@@ -1710,16 +1748,24 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
             continue;
         snprintf(nc->name, sizeof nc->name, "%s", c->cluster.nodes[i]);
         char why[300];
-        /* A name that does not resolve yet is tried again, as a node that
-         * is down is, until connect_timeout_ms: the DNS record of a node
-         * started with its trainers (a pod behind a headless service) may
-         * come a moment after the layout naming it. A numeric address
-         * that cannot be used never will. */
-        if (resolve_node(nc, c->cluster.nodes[i], why, sizeof why) &&
-            !nc->host[0]) {
+        int r = resolve_node(nc, c->cluster.nodes[i], why, sizeof why);
+        if (r == -1) {
             open_done(io, PS_ECONN, "node %d's address %s from the layout: "
                       "%s", i, c->cluster.nodes[i], why);
             return 0;
+        }
+        /* A name: looked up in the background (on_resolved connects), not
+         * here: the seed's connection needs this thread meanwhile, and a
+         * slow resolver held it past the node's peer_timeout_ms. One that
+         * does not resolve yet is looked up again and tried, as a node
+         * that is down is, until connect_timeout_ms: the DNS record of a
+         * node started with its trainers (a pod behind a headless
+         * service) may come a moment after the layout naming it. */
+        if (r == -2) {
+            unresolved(nc, "no answer from the resolver yet");
+            re_resolve(nc);
+            schedule_retry(nc);
+            continue;
         }
         nc_connect(nc);
     }

@@ -211,7 +211,10 @@ PS_API void ps_options_init(ps_options *o);
  * every node must prove it knows it, and the client proves it too; a
  * wrong or missing token fails with PS_EAUTH at once, naming the node.
  * A node whose name does not resolve yet is looked up again, as a node
- * that does not answer is tried again, within connect_timeout_ms.
+ * that does not answer is tried again, within connect_timeout_ms; names
+ * are looked up by the system's resolver, and one that does not answer
+ * can hold ps_open past connect_timeout_ms by its own timeout (resolv.conf's
+ * timeout x attempts).
  * A worker id held by another client's connection is a busy refusal, and
  * ps_open keeps trying within connect_timeout_ms: a replacement for a
  * crashed worker gets in as soon as every node has seen the old

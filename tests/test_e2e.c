@@ -1903,7 +1903,8 @@ static int open_unresolvable_layout(void *arg)
     if (rc != PS_ECONN || !strstr(why, "no connection to no-such-node."
                                        "invalid:7071 within "
                                        "connect_timeout_ms (600 ms): "
-                                       "cannot resolve it: ")) {
+                                       "cannot resolve it (node 1's "
+                                       "address from the layout): ")) {
         fprintf(stderr, "ps_open: %d, %s\n", rc, why);
         return 1;
     }
