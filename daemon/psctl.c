@@ -186,8 +186,13 @@ static int dial(node *nd)
         int self = 0;
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC |
                     SOCK_NONBLOCK, 0);
-        if (fd < 0)
+        if (fd < 0) {
+            /* Said (IPv6 off in the kernel, out of descriptors): the
+             * reason was left empty. */
+            snprintf(nd->err, sizeof nd->err, "cannot connect: %s%s",
+                     strerror(errno), psw_addr_ipv6_off(ai->ai_addr, errno));
             continue;
+        }
         /* Unusable without a zone: said as such, not EINVAL. */
         if (psw_addr_link_local(ai->ai_addr)) {
             snprintf(nd->err, sizeof nd->err, "%.*s resolves to a link-local "

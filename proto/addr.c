@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,16 +165,45 @@ static char sysctl_char(const char *path)
     return c == EOF ? 0 : (char)c;
 }
 
+/* 1 when every interface has IPv6 turned off (disable_ipv6 = 1 under
+ * /proc/sys/net/ipv6/conf, "all" and "default" aside), 0 when one has
+ * it or none can be read. */
+static int ipv6_off_everywhere(void)
+{
+    DIR *d = opendir("/proc/sys/net/ipv6/conf");
+    if (!d)
+        return 0;
+    int seen = 0, on = 0;
+    for (struct dirent *e; !on && (e = readdir(d));) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "all") ||
+            !strcmp(e->d_name, "default"))
+            continue;
+        char path[300];
+        snprintf(path, sizeof path,
+                 "/proc/sys/net/ipv6/conf/%.200s/disable_ipv6", e->d_name);
+        char c = sysctl_char(path);
+        seen += c != 0;
+        on += c == '0';
+    }
+    closedir(d);
+    return seen && !on;
+}
+
 const char *psw_addr_ipv6_off(const struct sockaddr *sa, int err)
 {
     if (sa->sa_family != AF_INET6)
         return "";
     if (err == EAFNOSUPPORT)
-        return " (IPv6 is off on this host: the kernel was started with "
-               "ipv6.disable=1; use an IPv4 address)";
+        return " (this kernel has no IPv6: started with ipv6.disable=1, or "
+               "built or confined without it; use an IPv4 address)";
     if (err != EADDRNOTAVAIL)
         return "";
-    if (sysctl_char("/proc/sys/net/ipv6/conf/all/disable_ipv6") == '1')
+    /* Off on every interface (all = 1 sets each one), or on the loopback
+     * interface for ::1; an address that is simply not this host's says
+     * nothing more (all = 1 then lo = 0 has ::1 back). */
+    int everywhere = ipv6_off_everywhere();
+    if (everywhere &&
+        sysctl_char("/proc/sys/net/ipv6/conf/all/disable_ipv6") == '1')
         return " (IPv6 is off on this host: net.ipv6.conf.all.disable_ipv6 "
                "= 1; use an IPv4 address, or turn it on)";
     struct sockaddr_in6 a6;
@@ -183,6 +213,10 @@ const char *psw_addr_ipv6_off(const struct sockaddr *sa, int err)
         return " (IPv6 is off on the loopback interface: "
                "net.ipv6.conf.lo.disable_ipv6 = 1; use 127.0.0.1, or turn "
                "it on)";
+    if (everywhere)
+        return " (IPv6 is off on every interface of this host: "
+               "net.ipv6.conf.IFACE.disable_ipv6 = 1; use an IPv4 address, "
+               "or turn it on)";
     return "";
 }
 
