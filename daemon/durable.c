@@ -662,7 +662,8 @@ static void close_all_but(int a, int b)
 
 /* What a snapshot of n takes at least: its rows' weights and a sparse
  * row's key, without updater state or headers. The room check's measure
- * for a first snapshot, which has no earlier size to go by. */
+ * for a first snapshot, which has no earlier size to go by, and for a
+ * model that outgrew the last one. */
 static uint64_t least_snapshot_bytes(const psd_node *n)
 {
     uint64_t b = 0;
@@ -704,18 +705,20 @@ static void start_writer(psd_durable *d)
      * system could not be written meanwhile: pushes were refused until
      * the writer failed (a big-model trial). */
     struct statvfs vfs;
-    uint64_t need = d->st.last_bytes ? d->st.last_bytes
-                                     : least_snapshot_bytes(d->node);
+    uint64_t least = least_snapshot_bytes(d->node);
+    /* The larger: a model that grew since the last snapshot (rows made
+     * on first touch) needs more than that one took (a review). */
+    int by_last = d->st.last_bytes >= least;
+    uint64_t need = by_last ? d->st.last_bytes : least;
     if (need && fstatvfs(dirfd, &vfs) == 0 &&
         (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
         snprintf(err, sizeof err, "%.300s has %.1f MiB free, and a "
                  "snapshot needs %s %.1f MiB there (%s): free space on "
                  "that file system", d->dir,
                  (double)vfs.f_bavail * vfs.f_frsize / (1 << 20),
-                 d->st.last_bytes ? "about" : "at least",
-                 (double)need / (1 << 20),
-                 d->st.last_bytes ? "the last one's size"
-                                  : "the weights of the rows it holds");
+                 by_last ? "about" : "at least", (double)need / (1 << 20),
+                 by_last ? "the last one's size"
+                         : "the weights of the rows it holds");
         close(dirfd);
         not_started(d, err);
         return;
