@@ -622,7 +622,7 @@ help:
 	@echo 'make run-cluster  nodes and workers in network namespaces, with a token (root)'
 	@echo 'make soak         rounds of random faults under ASan (SOAK_ROUNDS, SOAK_SEED)'
 	@echo '  run, run-modes, run-sparse: RUN_INI, MODES_INI, SPARSE_INI (another cluster:'
-	@echo '  its own ports and data_dir; logs in build/runs/NAME), SPARSE_EPOCHS, REUTERS_DIR;'
+	@echo '  its own ports and data_dir; logs in build/runs/), SPARSE_EPOCHS, REUTERS_DIR;'
 	@echo '  run-faults, run-torch and the tests: PSD_TEST_PORTS=LO-HI (the ports they pick)'
 	@echo 'make fuzz         the libFuzzer targets (clang; fuzz-build, fuzz-seeds)'
 	@echo 'make fuzz-ci      the quick fuzz targets for 15 s each'

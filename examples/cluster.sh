@@ -199,13 +199,14 @@ wait_up() {
 
 # log_dir DIR INI DEFAULT_INI: the folder a run keeps its logs in (made, and
 # printed as an absolute path, which reads right after make -C too): DIR for
-# its default ini, $BUILD/runs/NAME for another one, NAME.ini. Two runs at
-# once, each on its own copy of the ini (README), shared the logs, and one's
-# verdict read the other's figure.
+# its default ini, $BUILD/runs/$PROG-NAME for another one, NAME.ini. Two runs
+# at once, each on its own copy of the ini (README), shared the logs, and
+# one's verdict read the other's figure; copies of one name in two folders
+# still share theirs.
 log_dir() {
     d=$1
     [ "$(realpath "$2" 2>/dev/null)" = "$(realpath "$3" 2>/dev/null)" ] ||
-        d="$BUILD/runs/$(basename "$2" .ini)"
+        d="$BUILD/runs/$PROG-$(basename "$2" .ini)"
     mkdir -p "$d" && realpath "$d"
 }
 

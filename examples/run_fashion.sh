@@ -14,10 +14,6 @@ PROG=run_fashion
 # shellcheck source=examples/cluster.sh
 . "$(dirname "$0")/cluster.sh"
 VERBOSE=1                   # report each node's start and exit
-# $BUILD for conf/cluster-2.ini, $BUILD/runs/NAME for another ini.
-LOGS=$(log_dir "$BUILD" "$INI" "$(dirname "$0")/../conf/cluster-2.ini") ||
-    fail "cannot create a folder for the logs in $BUILD/runs"
-NODE_LOGS="$LOGS/psd-"      # $LOGS/psd-nodeN.log
 
 # start_worker I: runs worker I in the background, its output both on the
 # terminal and in $LOGS/workerI.log. The worker writes into a fifo that tee
@@ -44,6 +40,10 @@ worker_exited() {
 [ -x "$BUILD/fashion_softmax" ] ||
     fail "$BUILD/fashion_softmax not found; run make first"
 [ -r "$INI" ] || fail "cannot read $INI"
+# $BUILD for conf/cluster-2.ini, $BUILD/runs/run_fashion-NAME for another.
+LOGS=$(log_dir "$BUILD" "$INI" "$(dirname "$0")/../conf/cluster-2.ini") ||
+    fail "cannot create a folder for the logs in $BUILD/runs"
+NODE_LOGS="$LOGS/psd-"      # $LOGS/psd-nodeN.log
 
 NODES=$(ini_nodes "$INI")
 if [ -z "$NODES" ]; then

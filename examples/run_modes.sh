@@ -132,8 +132,8 @@ wall() {            # seconds from the first step to the final evaluation
     fail "$BUILD/fashion_mlp not found; run make first"
 [ -r "$INI" ] || fail "cannot read $INI"
 mkdir -p "$OUT" || fail "cannot create $OUT"
-# $BUILD/mlp-runs for conf/fashion-mlp.ini, $BUILD/runs/NAME for another
-# ini: a run beside this one keeps (and clears) its own files.
+# $BUILD/mlp-runs for conf/fashion-mlp.ini, $BUILD/runs/run_modes-NAME for
+# another ini: a run beside this one keeps (and clears) its own files.
 OUT=$(log_dir "$OUT" "$INI" "$(dirname "$0")/../conf/fashion-mlp.ini") ||
     fail "cannot create a folder for the logs in $BUILD/runs"
 rm -f "$OUT"/*.ini "$OUT"/*.log     # figures of an earlier run would mislead

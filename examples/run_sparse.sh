@@ -18,17 +18,17 @@ PROG=run_sparse
 # shellcheck source=examples/cluster.sh
 . "$(dirname "$0")/cluster.sh"
 VERBOSE=1                       # report each node's start and exit
-# $BUILD for conf/reuters.ini, $BUILD/runs/NAME for another ini.
-LOGS=$(log_dir "$BUILD" "$INI" "$(dirname "$0")/../conf/reuters.ini") ||
-    fail "cannot create a folder for the logs in $BUILD/runs"
-NODE_LOGS="$LOGS/reuters-"      # $LOGS/reuters-nodeN.log
-LOG="$LOGS/reuters_lr.log"
 
 # ---- setup -------------------------------------------------------------------
 
 [ -x "$BUILD/psd" ] || fail "$BUILD/psd not found; run make first"
 [ -x "$BUILD/reuters_lr" ] || fail "$BUILD/reuters_lr not found; run make first"
 [ -r "$INI" ] || fail "cannot read $INI"
+# $BUILD for conf/reuters.ini, $BUILD/runs/run_sparse-NAME for another.
+LOGS=$(log_dir "$BUILD" "$INI" "$(dirname "$0")/../conf/reuters.ini") ||
+    fail "cannot create a folder for the logs in $BUILD/runs"
+NODE_LOGS="$LOGS/reuters-"      # $LOGS/reuters-nodeN.log
+LOG="$LOGS/reuters_lr.log"
 for f in ReutersGrain-train.arff ReutersGrain-test.arff; do
     [ -r "$DATA/$f" ] ||
         fail "cannot read $DATA/$f (make run-sparse fetches it)"

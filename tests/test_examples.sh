@@ -296,10 +296,10 @@ fashion_from_elsewhere() {
     # Another ini than conf/cluster-2.ini: its logs in a folder of its own
     # (two runs at once shared build/worker0.log, and one's verdict read
     # the other's figure), said with its absolute path.
-    expect_output "logs: $f/runs/c/psd-node*.log, $f/runs/c/worker*.log" ||
-        return 1
-    [ -s "$f/runs/c/worker0.log" ] && [ -s "$f/runs/c/psd-node1.log" ] ||
-        { echo "no logs in $f/runs/c"; ls -R "$f"; return 1; }
+    r=$f/runs/run_fashion-c
+    expect_output "logs: $r/psd-node*.log, $r/worker*.log" || return 1
+    [ -s "$r/worker0.log" ] && [ -s "$r/psd-node1.log" ] ||
+        { echo "no logs in $r"; ls -R "$f"; return 1; }
     [ ! -e "$f/worker0.log" ] || { echo "$f/worker0.log written"; return 1; }
     leftovers "$f"
 }
