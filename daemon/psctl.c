@@ -2500,7 +2500,8 @@ int main(int argc, char **argv)
             char hint[96];
             fprintf(stderr, "psctl: unexpected argument \"%s\"%s\n", a,
                     psd_opt_hint(a, longs, hint, sizeof hint));
-            usage(stderr);
+            fprintf(stderr, "psctl: psctl --help lists the options and "
+                    "commands\n");
             return 2;
         }
         }
@@ -2525,7 +2526,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "psctl: unknown command \"%s\"%s%s%s\n", cmd,
                 near ? " (did you mean " : "", near ? near : "",
                 near ? "?)" : "");
-        usage(stderr);
+        /* The commands, not the whole help: the error was lost above 40
+         * lines of it (an operators' trial). */
+        fprintf(stderr, "psctl: the commands are");
+        for (size_t i = 0; i < ncommands; i++)
+            fprintf(stderr, "%s %s", i ? "," : "", commands[i]);
+        fprintf(stderr, " (psctl --help says more)\n");
         return 2;
     }
     /* An option of another command was taken without a word: `ping
