@@ -41,6 +41,7 @@ import multiprocessing as mp
 import os
 import queue
 import re
+import signal
 import sys
 import time
 import traceback
@@ -76,7 +77,18 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--max-diff", type=float, default=1.0,
                     help="points of final test accuracy bsp may differ "
                          "from the single process (default 1)")
-    return ap.parse_args()
+    args = ap.parse_args()
+    # Said here, in a line: each ended in a traceback further on (a zero
+    # batch divided by zero, zero epochs left no figure to print).
+    for name in ("workers", "epochs", "batch"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            ap.error(f"--{name} must be at least 1, got {v}")
+    if not args.max_diff >= 0:
+        ap.error(f"--max-diff must be a number >= 0, got {args.max_diff}")
+    if not [m for m in args.modes.split(",") if m]:
+        ap.error(f"--modes names no mode: {args.modes!r}")
+    return args
 
 
 try:
@@ -326,8 +338,11 @@ def worker(args: argparse.Namespace, spec: str, mode: str, rank: int,
                 x, y = batch(images, labels, idx)
                 loss = F.cross_entropy(model(x), y)
                 loss.backward()
-                if e == 1 and k == 0:
-                    params.check_shared()
+                # Every step (a pointer compare per tensor): a
+                # zero_grad(set_to_none=True), torch 2's default, gives
+                # .grad a new tensor at the next backward, and the pushes
+                # then sent the old buffer's stale gradients without a word.
+                params.check_shared()
                 losses.append(loss.item())
                 pushes = params.push()
                 last = e == args.epochs and k + 1 == len(steps)
@@ -417,6 +432,12 @@ def run_mode(args, sections, mode: str) -> Optional[List[Tuple]]:
 def worker_entry(*a) -> None:
     try:
         worker(*a)
+    except SystemExit as e:
+        # A message meant for the user (a table of the wrong shape): the
+        # line, not a traceback from each worker (a trial).
+        print(f"torch_fashion: {a[2]} worker {a[3]}: {e}", file=sys.stderr,
+              flush=True)
+        os._exit(1)
     except BaseException:
         traceback.print_exc()
         sys.stdout.flush()
@@ -505,7 +526,20 @@ def main() -> int:
     os.environ.setdefault("PSCLIENT_LIB",
                           os.path.join(build, "libpsclient.so.0"))
     os.environ.setdefault("PSD_BIN", os.path.join(build, "psd"))
-    sections = read_ini(args.ini)
+    # What would fail in every worker of every mode, said once before any
+    # psd starts: a missing data set gave nine tracebacks from three
+    # clusters (a trial).
+    for path, what in ((os.path.join(build, "psd"), "psd"),
+                       (os.environ["PSCLIENT_LIB"], "libpsclient")):
+        if not os.access(path, os.R_OK):
+            raise SystemExit(f"torch_fashion: no {what} at {path}: run make "
+                             f"first, or give --build")
+    try:
+        sections = read_ini(args.ini)
+        for split in ("train", "t10k"):
+            load_split(args.data, split)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"torch_fashion: {e}")
     if args.workers is None:
         args.workers = int(ini_value(dict(sections)["cluster"], "workers"))
     modes = [m for m in args.modes.split(",") if m]
@@ -526,6 +560,13 @@ def main() -> int:
             failed = True
         else:
             runs[m] = rec
+    if failed:
+        # The single process compares with modes that ran: after a failed
+        # one it only repeated the failure (a table of the wrong shape
+        # crashed it too).
+        print("torch_fashion: a mode failed (above): the single process "
+              "is not run", file=sys.stderr)
+        return 1
     runs["single"] = run_single(args, sections)
 
     print("\nsummary: test accuracy; wall: seconds from the first step to "
@@ -551,6 +592,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM (a timeout, systemd) unwinds as Ctrl-C does, through
+    # run_mode's finally: it left the cluster's folder behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         sys.exit(main())
     except KeyboardInterrupt:
