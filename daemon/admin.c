@@ -598,9 +598,9 @@ static void metrics_text(psd_admin *a, tbuf *b, int node_lines, int t0,
         metric(b, "psd_frames_total", "counter", "Request frames read.", i,
                (double)s->frames);
         metric(b, "psd_received_bytes_total", "counter", "Bytes read from "
-               "client connections.", i, (double)s->bytes_in);
+               "client connections (psctl's too).", i, (double)s->bytes_in);
         metric(b, "psd_sent_bytes_total", "counter", "Bytes written to "
-               "client connections (the kernel took them).", i,
+               "client connections (the kernel took them; psctl's too).", i,
                (double)s->bytes_out);
         metric(b, "psd_requests_total", "counter", "Requests executed.", i,
                (double)s->requests);
@@ -661,8 +661,10 @@ static void metrics_text(psd_admin *a, tbuf *b, int node_lines, int t0,
         const char *name, *type, *help;
     } tm[] = {
         { "psd_table_rows", "gauge", "Rows held on this node." },
-        { "psd_table_bytes", "gauge", "Memory of the rows held (weights, "
-          "optimizer state, index)." },
+        { "psd_table_bytes", "gauge", "Memory taken for the rows held "
+          "(weights, optimizer state, index): a sparse shard's rows come "
+          "in chunks of about 256 KiB, taken whole, so a few "
+          "rows show a chunk's size." },
         { "psd_table_pushes_total", "counter", "Requests that pushed rows." },
         { "psd_table_pulls_total", "counter", "Requests that pulled rows." },
         { "psd_table_keys_pushed_total", "counter", "Rows pushed." },

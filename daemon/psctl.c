@@ -884,7 +884,11 @@ static void print_node(const node *nd, int i, const samples *ss)
     char nl[32];
     snprintf(nl, sizeof nl, "node=\"%d\"", i);
     if (find(ss, "psd_received_bytes_per_second", nl))
-        printf("  bytes in %sB/s, out %sB/s (client connections)\n",
+        /* psctl's own fetches too (a top on a cluster of many tables
+         * reads its own answers there): said, since psd cannot tell its
+         * connections from a trainer's (an observability trial). */
+        printf("  bytes in %sB/s, out %sB/s (client connections, psctl's "
+               "included)\n",
                human(nodev(ss, "psd_received_bytes_per_second", i)),
                human(nodev(ss, "psd_sent_bytes_per_second", i)));
     /* A kind with no request in the window has NaN quantiles: "-". */

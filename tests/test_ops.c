@@ -1121,7 +1121,7 @@ static void test_psctl_and_metrics_report_what_clients_did(void **state)
     if (!o || !strstr(o, "journal (fsync = everysec)") ||
         !strstr(o, "no snapshot yet") || !strstr(o, release) ||
         !strstr(o, "connections 1 besides psctl's\n") ||
-        !strstr(o, "\n  bytes in ") || !strstr(o, "B/s (client connections)"))
+        !strstr(o, "\n  bytes in ") || !strstr(o, "B/s (client connections, psctl's included)"))
         fail_msg("psctl stats: %s", o ? o : "");
     char *log = cluster_log(&c, 0);
     snprintf(release, sizeof release, "; psd %d.%d.%d, wire protocol %d",
