@@ -1400,8 +1400,11 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
      * tables as the ini has them, is the node as it now is: a stop or a
      * periodic tick with nothing changed since wrote it again, a whole
      * model's write at every restart (an operators' trial: 763 MiB at
-     * each stop of an idle node). */
-    if (rc_snap == 0 && !records && !retabled)
+     * each stop of an idle node). Not past a few segments after it: each
+     * start under durability = log makes one (its start records only),
+     * and idle restarts piled them up with nothing to prune them, psctl
+     * save finding the snapshot current (a review). */
+    if (rc_snap == 0 && !records && !retabled && next - from < 4)
         d->saved_changes = n->changes;
     return 0;
 }

@@ -427,9 +427,17 @@ static int layout_change(const psd_config *a, const psd_config *b,
                                                      : &a->nodes[index];
     const psd_node_addr *bind_b = b->nlisten > index ? &b->listen[index]
                                                      : &b->nodes[index];
-    if (index < a->nnodes && memcmp(bind_a, bind_b, sizeof *bind_a))
+    if (index < a->nnodes && memcmp(bind_a, bind_b, sizeof *bind_a)) {
+        /* Both written out: a name and the address it resolves to are
+         * two entries here, and "changed" alone read as a contradiction
+         * of the start line's "bound at" (a review). */
+        char was[PSW_ADDR_TEXT_MAX], now[PSW_ADDR_TEXT_MAX];
+        psw_addr_format(bind_a, was, sizeof was);
+        psw_addr_format(bind_b, now, sizeof now);
         return refuse(why, len, path, b->listen_line, "listen changed "
-                      "(this node's address)");
+                      "(this node's address, as written: %s before, %s "
+                      "now)", was, now);
+    }
     if (strcmp(a->auth_token, b->auth_token) ||
         strcmp(a->auth_token_file, b->auth_token_file))
         return refuse(why, len, path, b->auth_token_line

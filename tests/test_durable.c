@@ -2022,6 +2022,46 @@ static void test_a_stop_with_nothing_changed_writes_no_final_snapshot(
     }
 }
 
+/* Under durability = log each start makes a journal segment (its start
+ * records), and a restarted idle node's snapshot counts as current: idle
+ * restarts piled those segments up, with nothing to prune them (a
+ * review). A stop past a few writes its final snapshot, which prunes
+ * them; every push is still there. */
+static void test_idle_restarts_keep_few_journal_segments(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nsnapshot_interval = 0\n");
+    ps_options o = client_options();
+    int a, failed;
+    oracle_run_many(c.spec, &o, 1, 10, 4, &a, &failed);
+    EXPECT_INT(failed, 0, "pushes");
+    EXPECT_INT(term(&c, 0), 0, "the first stop");
+    int most = 0, skipped = 0;
+    for (int i = 0; i < 8; i++) {
+        if (cluster_restart(&c, 0))
+            fail_msg("restart %d", i);
+        EXPECT_INT(term(&c, 0), 0, "stop %d", i);
+        int n = files_like(c.dir, "psd-node0.journal.0");
+        most = n > most ? n : most;
+        char *log = cluster_log(&c, 0);
+        const char *last = log ? log : "";
+        for (const char *p = last; (p = strstr(p, "psd[0] info: final"));)
+            last = p++;
+        skipped += strncmp(last, "psd[0] info: final snapshot not needed",
+                           38) == 0;
+        free(log);
+    }
+    if (most > 4 || skipped < 4)
+        fail_msg("8 idle restarts: %d stops found the snapshot current, "
+                 "and up to %d journal segments were left (want 4 or "
+                 "more, and 4 at most)", skipped, most);
+    if (cluster_restart(&c, 0))
+        fail_msg("restart");
+    expect_count(c.spec, a, "after the idle restarts");
+    EXPECT_INT(cluster_stop(&c), 0, "stops cleanly");
+}
+
 /* SIGTERM while the periodic snapshot (the timer's forked writer, with
  * the journal on) is still being written: psd waits for that writer,
  * then writes its final snapshot, the generation after it, and exits 0;
@@ -4098,6 +4138,7 @@ int main(void)
             test_a_stop_during_a_periodic_snapshot_waits_then_writes_its_own),
         cmocka_unit_test(
             test_a_stop_with_nothing_changed_writes_no_final_snapshot),
+        cmocka_unit_test(test_idle_restarts_keep_few_journal_segments),
         cmocka_unit_test(
             test_an_idle_node_skips_periodic_snapshots_until_a_change),
         cmocka_unit_test(test_a_full_disk_refuses_pushes_and_loses_nothing),
