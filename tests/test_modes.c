@@ -1430,6 +1430,19 @@ static void sighup_takes_another_nodes_new_metrics_port(void **state)
         fail_msg("a listen line of the addresses bound: %s",
                  log ? log : "");
     }
+    /* Another address: refused, both entries said as written. */
+    int other = cluster_free_port();
+    snprintf(expr, sizeof expr, "s/^listen = 127.0.0.1:%d,/listen = "
+             "127.0.0.1:%d,/", cl.port[0], other);
+    reload_with(expr);
+    char want[200];
+    snprintf(want, sizeof want, "listen changed (this node's address, as "
+             "written: 127.0.0.1:%d before, 127.0.0.1:%d now)", cl.port[0],
+             other);
+    if (!cluster_log_wait(&cl, 0, want, 10000)) {
+        log = cluster_log(&cl, 0);
+        fail_msg("want \"%s\": %s", want, log ? log : "");
+    }
     assert_int_equal(cluster_stop(&cl), 0);
 }
 
