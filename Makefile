@@ -24,7 +24,7 @@ MATH  := -fno-math-errno -fvect-cost-model=dynamic
 CSTD  := -std=c11 -D_POSIX_C_SOURCE=200809L
 WARN  := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
          -Wpointer-arith -Wwrite-strings -Wformat=2 -Wundef -Wcast-align=strict
-CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(MATH) $(SAN) -Iclient $(CFLAGS) \
+CFLAGS_ALL = $(CSTD) $(WARN) $(OPT) $(MATH) $(SAN) -Iclient $(CPPFLAGS) $(CFLAGS) \
              $(shell pkg-config --cflags libuv $(MSGPACK_PC) inih libisal libsodium \
                  2>/dev/null)
 LDFLAGS_ALL = $(SAN) $(LDFLAGS)
@@ -75,9 +75,14 @@ DEPS_STAMP := $(BUILD)/.deps-ok
 all: $(PSD) $(PSCTL) $(SOLIB) $(ALIB) $(PCFILE) $(EXAMPLES) $(BUILD)/faultproxy
 
 # ---- dependencies ---------------------------------------------------------
-# pkg-config name -> Debian package. Checked once per build tree.
+# pkg-config name -> Debian package. Checked once per build tree. cmocka
+# only for the tests' objects ($(TEST_DEPS_STAMP)): a packager building
+# psd and libpsclient needs no test library (an install trial). A missing
+# package is installed with $(APT_INSTALL); APT_INSTALL=false makes it an
+# error instead (a package build, which must not run apt-get).
 DEB_PKGS := libuv:libuv1-dev msgpack:libmsgpack-dev inih:libinih-dev \
-            libisal:libisal-dev libsodium:libsodium-dev cmocka:libcmocka-dev
+            libisal:libisal-dev libsodium:libsodium-dev
+TEST_DEB_PKGS := cmocka:libcmocka-dev
 
 deps: $(DEPS_STAMP)
 # Checked again when the Makefile changes (a new dependency, such as
@@ -96,6 +101,20 @@ $(DEPS_STAMP): Makefile
 	fi
 	@touch $@
 
+TEST_DEPS_STAMP := $(BUILD)/.testdeps-ok
+deps: $(TEST_DEPS_STAMP)
+$(TEST_DEPS_STAMP): Makefile | $(DEPS_STAMP)
+	@missing=""; \
+	for p in $(TEST_DEB_PKGS); do \
+	  pc=$${p%%:*}; deb=$${p#*:}; \
+	  pkg-config --exists $$pc || missing="$$missing $$deb"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing missing Debian packages for the tests:$$missing"; \
+	  $(APT_INSTALL) $$missing || { echo "make: could not install:$$missing" >&2; exit 1; }; \
+	fi
+	@touch $@
+
 # The Python binding's tests run with Debian's /usr/bin/python3 and its
 # numpy and pytest: Python module -> Debian package, checked once per build
 # tree and only for `make test`; after the step above, so that two apt-get
@@ -105,7 +124,7 @@ PY_DEB_PKGS := numpy:python3-numpy pytest:python3-pytest
 PYDEPS_STAMP := $(BUILD)/.pydeps-ok
 
 deps: $(PYDEPS_STAMP)
-$(PYDEPS_STAMP): | $(DEPS_STAMP)
+$(PYDEPS_STAMP): | $(DEPS_STAMP) $(TEST_DEPS_STAMP)
 	@mkdir -p $(BUILD)
 	@missing=""; \
 	for p in $(PY_DEB_PKGS); do \
@@ -131,6 +150,11 @@ $(FASHION_DIR)/train-images-idx3-ubyte.gz:
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+# The tests' objects that include cmocka's header (not faultproxy's,
+# which `all` builds) wait for it too.
+CMOCKA_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/test_*.c) tests/raw.c)
+$(CMOCKA_OBJ): | $(TEST_DEPS_STAMP)
 
 # libpsclient objects: position independent, only ps_* visible.
 $(BUILD)/pic/%.o: %.c | $(DEPS_STAMP)
@@ -584,24 +608,31 @@ install: $(PSD) $(PSCTL) $(SOLIB) $(ALIB)
 	install -m 644 $(SOLIB) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(VERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION)
 	ln -sf libpsclient.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libpsclient.so
-	# an earlier release's library, once the links name the new one
-	find $(DESTDIR)$(LIBDIR) -maxdepth 1 -name 'libpsclient.so.$(SOVERSION).*' \
+	# an earlier release's library (libpsclient.so.0.N.M, digits only: not a
+	# backup or a dpkg file beside it), once the links name the new one
+	find $(DESTDIR)$(LIBDIR) -maxdepth 1 -regex \
+	    '.*/libpsclient\.so\.$(SOVERSION)\.[0-9]+\.[0-9]+' \
 	    ! -name 'libpsclient.so.$(VERSION)' -delete
 	install -m 644 $(ALIB) $(DESTDIR)$(LIBDIR)/libpsclient.a
 	sed $(PC_SED) client/psclient.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+	# written through the shell: 644 whatever the umask (0600 under umask
+	# 077 left pkg-config and `import psclient` to root: an install trial)
+	chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
 	install -d $(DESTDIR)$(PYDIR)/psclient
 	install -m 644 $(PY_SRC) $(DESTDIR)$(PYDIR)/psclient/
 	printf '# Written by make install: libpsclient.so.0 is in this folder,\n# relative to the package.\nLIBDIR = "%s"\n' \
 	    "$$(realpath -ms --relative-to='$(PYDIR)/psclient' '$(LIBDIR)')" \
 	    > $(DESTDIR)$(PYDIR)/psclient/_config.py
+	chmod 644 $(DESTDIR)$(PYDIR)/psclient/_config.py
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/psd $(DESTDIR)$(PREFIX)/bin/psctl \
 	      $(DESTDIR)$(UNITDIR)/psd.service $(DESTDIR)$(PREFIX)/include/psclient.h \
-	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION).* \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so.$(SOVERSION) \
 	      $(DESTDIR)$(LIBDIR)/libpsclient.so $(DESTDIR)$(LIBDIR)/libpsclient.a \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/psclient.pc
+	find $(DESTDIR)$(LIBDIR) -maxdepth 1 -regex \
+	    '.*/libpsclient\.so\.$(SOVERSION)\.[0-9]+\.[0-9]+' -delete
 	rm -rf $(DESTDIR)$(PYDIR)/psclient
 
 clean:

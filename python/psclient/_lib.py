@@ -118,7 +118,9 @@ def _candidates() -> List[str]:
         here = os.path.dirname(os.path.abspath(__file__))
         found.append(os.path.normpath(os.path.join(here, _config.LIBDIR,
                                                    SONAME)))
-    except ImportError:
+    except (ImportError, OSError):
+        # Not installed by make install, or unreadable (an install under a
+        # strict umask): the loader's search path still may find it.
         pass
     found.append(SONAME)
     return found
