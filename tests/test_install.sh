@@ -147,6 +147,20 @@ check "the installed unit names X/bin/psd and passes systemd-analyze verify with
                test -z \"\$out\" || { echo \"\$out\"; exit 1; }
            fi"
 
+# Under root's strict umask (sudo keeps it) every file is readable by all:
+# psclient.pc and _config.py, written through the shell, were 0600, and
+# pkg-config and `import psclient` failed for everyone else. A backup
+# beside the library (not a release's file) is left alone.
+strict="$stage/strict"
+mkdir -p "$strict$prefix/lib"
+touch "$strict$prefix/lib/libpsclient.so.0.4.5.bak"
+check "make install under umask 077 writes every file readable, and keeps a library's backup" \
+    sh -c "(umask 077; make -s -C '$top' BUILD='$BUILD' DESTDIR='$strict' PREFIX=$prefix install >/dev/null) &&
+           closed=\$(find '$strict' -type f ! -perm -444) && test -z \"\$closed\" &&
+           test -f '$strict$prefix/lib/libpsclient.so.0.4.5.bak' ||
+           { echo \"not readable by all: \$closed\"; ls -l '$strict$prefix/lib'; exit 1; }"
+rm -rf "$strict"
+
 # make uninstall takes back what make install put, and an earlier
 # release's library (libpsclient.so.0.X.Y) that an upgrade left.
 touch "$stage/root$prefix/lib/libpsclient.so.0.0.1"
