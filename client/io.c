@@ -968,7 +968,8 @@ static void open_gave_up(psc_io *io, const nconn *nc, int status,
 {
     /* "cannot connect to NAME: connection refused" (or "NAME (ip,
      * address i of n): ...") names NAME once more: the rest alone. */
-    char lead[sizeof nc->name + 32], it[300];
+    char lead[sizeof nc->name + 32];
+    char it[sizeof nc->drop_why + sizeof nc->last_why + 64];
     snprintf(lead, sizeof lead, "cannot connect to %s", nc ? nc->name : "");
     size_t k = strlen(lead);
     if (nc && !strncmp(why, lead, k) && (why[k] == ':' || why[k] == ' ')) {
@@ -1136,6 +1137,26 @@ static void unresolved(nconn *nc, const char *what)
              "%d's address from the layout): %s", nc->name, nc->node, what);
 }
 
+/* The resolver's words for a failed lookup, as getaddrinfo gives them
+ * (gai_strerror), so that a seed's and a layout node's read alike. */
+static const char *lookup_error(int status)
+{
+    switch (status) {
+    case UV_EAI_NONAME:
+        return gai_strerror(EAI_NONAME);
+    case UV_EAI_AGAIN:
+        return gai_strerror(EAI_AGAIN);
+    case UV_EAI_FAIL:
+        return gai_strerror(EAI_FAIL);
+    case UV_EAI_MEMORY:
+        return gai_strerror(EAI_MEMORY);
+    case UV_EAI_FAMILY:
+        return gai_strerror(EAI_FAMILY);
+    default:
+        return uv_strerror(status);
+    }
+}
+
 static void on_resolved(uv_getaddrinfo_t *req, int status,
                         struct addrinfo *res)
 {
@@ -1153,6 +1174,11 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
     if (io->c->open_state != PSC_OPENING)
         return;
     if (nc->nsa) {
+        /* Resolved: the "cannot resolve" kept for the open's end no longer
+         * holds (it was said of a node that had connected, with its
+         * status, a trial). */
+        nc->last_status = 0;
+        nc->last_why[0] = '\0';
         if (nc->state == NC_IDLE)
             nc_connect(nc);
         return;
@@ -1164,7 +1190,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
         return;
     }
     /* Its retries (nc_connect) look it up again. */
-    unresolved(nc, status ? uv_strerror(status) : "no usable address");
+    unresolved(nc, status ? lookup_error(status) : "no usable address");
 }
 
 /* Looks the node's name up again for its next connection; the address it
@@ -1525,7 +1551,10 @@ static void nc_connect(nconn *nc)
      * connection needs this thread meanwhile (a slow resolver held it
      * past the node's peer_timeout_ms, and the open past its end). */
     if (nc != io->seed && !nc->nsa) {
-        re_resolve(nc);
+        /* Not once the open's time is up (as on_nc_closed): its
+         * teardown would wait for that lookup. */
+        if (!(io->c->open_state == PSC_OPENING && now_ns() >= io->open_ns))
+            re_resolve(nc);
         schedule_retry(nc);
         return;
     }

@@ -266,7 +266,11 @@ PS_API int ps_open(ps_client **c, const char *servers, const ps_options *o);
  * ps_close takes the outstanding requests' bounded time and then the
  * goodbye's (request_timeout_ms * (max_retries + 1) each: 6 s in all with
  * request_timeout_ms = 1000 and max_retries = 2); ps_close_now waits
- * request_timeout_ms for the goodbye. */
+ * request_timeout_ms for the goodbye. Either waits too for a lookup of a
+ * node's name that is under way (one is made whenever a connection to a
+ * node named by a host name ends): a resolver that does not answer holds
+ * them up to its own timeout (resolv.conf's timeout x attempts), which no
+ * call can cut short. */
 PS_API void ps_close(ps_client *c);
 
 /* Like ps_close, without waiting for outstanding requests: each fails at
