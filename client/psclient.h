@@ -33,7 +33,7 @@ extern "C" {
  * and psctl print them for --version. */
 #define PS_VERSION_MAJOR 0
 #define PS_VERSION_MINOR 4
-#define PS_VERSION_PATCH 5
+#define PS_VERSION_PATCH 6
 
 typedef struct ps_client ps_client;  /* opaque */
 typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E* code */
