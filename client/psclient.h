@@ -466,7 +466,9 @@ PS_API int ps_sync_outstanding(ps_client *c, int barrier);
  * not a worker (both set to 0). */
 PS_API int ps_position(ps_client *c, uint64_t *clock, uint64_t *barrier);
 
-/* What the client measures of itself. Kinds of request: */
+/* What the client measures of itself. Kinds of request (PS_STAT_CLOCK
+ * counts too the clock ps_open waits for when a worker starts past a
+ * node's clock, see ps_open): */
 enum {
     PS_STAT_PUSH, PS_STAT_PULL, PS_STAT_PUSHPULL, PS_STAT_PUSH_RANGE,
     PS_STAT_PULL_RANGE, PS_STAT_CLOCK, PS_STAT_BARRIER, PS_STAT_KINDS
