@@ -663,8 +663,9 @@ static void metrics_text(psd_admin *a, tbuf *b, int node_lines, int t0,
         { "psd_table_rows", "gauge", "Rows held on this node." },
         { "psd_table_bytes", "gauge", "Memory taken for the rows held "
           "(weights, optimizer state, index): a sparse shard's rows come "
-          "in chunks of about 256 KiB, taken whole, so a few "
-          "rows show a chunk's size." },
+          "in chunks of 4096 rows or about 256 KiB, whichever is less, "
+          "taken whole, so a few rows show a chunk's size (a dim-1 table "
+          "of sum, assign or sgd keeps its rows in its index)." },
         { "psd_table_pushes_total", "counter", "Requests that pushed rows." },
         { "psd_table_pulls_total", "counter", "Requests that pulled rows." },
         { "psd_table_keys_pushed_total", "counter", "Rows pushed." },

@@ -91,7 +91,8 @@ static void usage(FILE *f)
         "SECS.\n"
         "--version: psctl's release and wire protocol; --help: this text.\n"
         "Without -c or -s: -c /etc/psd/psd.ini when it exists, else "
-        "-s 127.0.0.1:7070.\nRates are over the last 10 s. The token: "
+        "-s 127.0.0.1:7070.\nRates are over the last 10 s (or since a node's "
+        "start, when less). The token: "
         "$PSD_AUTH_TOKEN, else the ini's auth_token\nor auth_token_file.\n");
 }
 
@@ -2035,8 +2036,8 @@ static int do_top(cluster *c, double interval, int count, int json)
         time_t now = time(NULL);
         char when[32];
         strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
-        printf("psctl top  %s  every %.1f s  (rates over the last 10 s; "
-               "Ctrl-C quits)\n\n", when, interval);
+        printf("psctl top  %s  every %.1f s  (rates over the last 10 s, or "
+               "since a node's start; Ctrl-C quits)\n\n", when, interval);
         bad = do_stats(c, 0, 1) || not_answering(c);
         for (int i = 0; i < c->n; i++)
             if ((c->only < 0 || i == c->only) && c->nodes[i].fd < 0)

@@ -153,11 +153,12 @@ check "the installed unit names X/bin/psd and passes systemd-analyze verify with
 # beside the library (not a release's file) is left alone.
 strict="$stage/strict"
 mkdir -p "$strict$prefix/lib"
-touch "$strict$prefix/lib/libpsclient.so.0.4.5.bak"
-check "make install under umask 077 writes every file readable, and keeps a library's backup" \
+touch "$strict$prefix/lib/libpsclient.so.0.4.5.bak" "$strict$prefix/lib/libpsclient.so.0.0.1"
+check "make install under umask 077 writes every file readable, removes an earlier release's library and keeps a backup" \
     sh -c "(umask 077; make -s -C '$top' BUILD='$BUILD' DESTDIR='$strict' PREFIX=$prefix install >/dev/null) &&
-           closed=\$(find '$strict' -type f ! -perm -444) && test -z \"\$closed\" &&
-           test -f '$strict$prefix/lib/libpsclient.so.0.4.5.bak' ||
+           closed=\$(find '$strict' ! -perm -444) && test -z \"\$closed\" &&
+           test -f '$strict$prefix/lib/libpsclient.so.0.4.5.bak' &&
+           test ! -e '$strict$prefix/lib/libpsclient.so.0.0.1' ||
            { echo \"not readable by all: \$closed\"; ls -l '$strict$prefix/lib'; exit 1; }"
 rm -rf "$strict"
 

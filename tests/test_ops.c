@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,9 +440,17 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
             free(o);
         }
     }
-    /* A port below 1024, checked by a user who may not bind it: a note
-     * (--check may run as another user than psd). As root, checked as
-     * nobody; skipped where such ports are open to every user. */
+    /* A port below 1024, checked by a user who may not bind it: a note,
+     * and --check still passes (it may run as another user than psd). As
+     * root, checked as nobody in a network namespace whose ports below
+     * 1024 are privileged (a container's may be open to all: the check
+     * was silently not made there); otherwise as this user, where those
+     * ports are privileged. */
+    int st;
+    char *o = run(&st, "unshare -n sh -c 'sysctl -qw "
+                  "net.ipv4.ip_unprivileged_port_start=1024' 2>&1");
+    free(o);
+    int netns = st == 0 && geteuid() == 0;
     FILE *pf = fopen("/proc/sys/net/ipv4/ip_unprivileged_port_start", "r");
     int first_open = 1024;
     if (pf) {
@@ -449,7 +458,7 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
             first_open = 1024;
         fclose(pf);
     }
-    if (first_open > 81) {
+    if (netns || (geteuid() != 0 && first_open > 81)) {
         FILE *f = fopen(ini, "w");
         assert_non_null(f);
         fprintf(f, "[cluster]\nnodes = 127.0.0.1:80\n[server]\n"
@@ -458,12 +467,15 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
         fclose(f);
         assert_int_equal(chmod(dir, 0755), 0);
         assert_int_equal(chmod(ini, 0644), 0);
-        int st;
-        char *o = run(&st, "timeout 10 %s %s --check -c %s -n 0 2>&1",
-                      geteuid() ? "" : "setpriv --reuid=65534 --regid=65534 "
-                                       "--clear-groups",
-                      getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd",
-                      ini);
+        const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+        o = netns ? run(&st, "unshare -n sh -c 'ip link set lo up && sysctl "
+                        "-qw net.ipv4.ip_unprivileged_port_start=1024 && "
+                        "timeout 10 setpriv --reuid=65534 --regid=65534 "
+                        "--clear-groups %s --check -c %s -n 0' 2>&1", psd, ini)
+                  : run(&st, "timeout 10 %s --check -c %s -n 0 2>&1", psd,
+                        ini);
+        EXPECT_INT(st, 0, "psd --check of ports below 1024, as a user who "
+                   "may not bind them: %s", o ? o : "");
         for (int metrics = 0; metrics < 2; metrics++) {
             char want[300];
             snprintf(want, sizeof want, "%s:%d: [%s] %s: node 0 cannot "
@@ -471,13 +483,16 @@ static void test_a_port_in_use_stops_psd_with_the_address(void **state)
                      "below 1024 takes root or CAP_NET_BIND_SERVICE", ini,
                      metrics ? 5 : 2, metrics ? "server" : "cluster",
                      metrics ? "metrics_listen" : "nodes", 80 + metrics,
-                     geteuid() ? (int)geteuid() : 65534);
+                     netns ? 65534 : (int)geteuid());
             if (!o || !strstr(o, want))
                 fail_msg("psd --check said \"%s\", want \"%s\"",
                          o ? o : "", want);
         }
         free(o);
-    }
+    } else
+        print_message("# ports below 1024 are open to every user here, and "
+                      "no network namespace can be made: that part not "
+                      "checked\n");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
@@ -620,33 +635,46 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
 }
 
 /* ps_open of spec within a mount namespace of its own where /etc/hosts
- * is `hosts` (a forked child): exit 0 when it opened; 1 with its error
- * on stderr when not; 3 when the namespace could not be made. */
-static void open_late_under_hosts(const char *hosts, const char *spec)
+ * is `hosts` and names are looked up there only (nsswitch.conf `nss`: no
+ * resolver, whose silence would stall a test), a forked child: exit 0
+ * when it opened, having waited (the name comes a second late); 4 when it
+ * opened at once (no lookup failed first: the test proved nothing); 1
+ * with its error on stderr when it did not open; 3 when the namespace
+ * could not be made. */
+static void open_late_under_hosts(const char *hosts, const char *nss,
+                                  const char *spec)
 {
     if (unshare(CLONE_NEWNS) ||
         mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
-        mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL))
+        mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) ||
+        mount(nss, "/etc/nsswitch.conf", NULL, MS_BIND, NULL))
         _exit(3);
     ps_options o;
     ps_options_init(&o);
     o.connect_timeout_ms = 10000;
     o.quiet = 1;
     ps_client *c = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (ps_open(&c, spec, &o) != PS_OK) {
         fprintf(stderr, "ps_open: %s\n", ps_last_error(NULL));
         _exit(1);
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     ps_close(c);
-    _exit(0);
+    double s = (double)(t1.tv_sec - t0.tv_sec) +
+               (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    _exit(s < 0.8 ? 4 : 0);
 }
 
 /* A node of the layout named by a host name that resolves only a moment
  * after ps_open learns the layout (the DNS record of a node started with
  * its trainers, as a pod behind a headless service is) is tried again
  * until connect_timeout_ms, as a node that is down is: ps_open failed at
- * once with "cannot resolve it". The name is made in a mount namespace
- * of its own (as root); skipped where that cannot be done. */
+ * once with "cannot resolve it". The names are made in mount namespaces
+ * of their own (as root; skipped where that cannot be done), the nodes'
+ * with the name from the start, the client's without it for a second;
+ * both look names up in their hosts file only. */
 static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
 {
     (void)state;
@@ -655,12 +683,36 @@ static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
     assert_int_equal(cluster_prepare(&c, 2), 0);
     for (int i = 0; i < 2; i++)
         c.port[i] = cluster_free_port();
-    char hosts[300];
+    char hosts[300], psd_hosts[300], nss[300], wrap[300];
     snprintf(hosts, sizeof hosts, "%s/hosts", c.dir);
+    snprintf(psd_hosts, sizeof psd_hosts, "%s/psd-hosts", c.dir);
+    snprintf(nss, sizeof nss, "%s/nsswitch.conf", c.dir);
+    snprintf(wrap, sizeof wrap, "%s/psd-in-ns", c.dir);
     FILE *f = fopen(hosts, "w");
     assert_non_null(f);
     fprintf(f, "127.0.0.1 localhost\n");
     fclose(f);
+    f = fopen(psd_hosts, "w");
+    assert_non_null(f);
+    fprintf(f, "127.0.0.1 localhost\n127.0.0.1 latenode.psd-test\n");
+    fclose(f);
+    f = fopen(nss, "w");
+    assert_non_null(f);
+    fprintf(f, "hosts: files\n");
+    fclose(f);
+    /* psd in a mount namespace of its own (exec all the way: the node's
+     * pid is psd's, for cluster_stop). */
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char real[PATH_MAX];
+    assert_non_null(realpath(psd, real));
+    f = fopen(wrap, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\nexec unshare -m sh -c 'h=$1 n=$2; shift 2; "
+            "mount --make-rprivate / && mount --bind \"$h\" /etc/hosts && "
+            "mount --bind \"$n\" /etc/nsswitch.conf && exec \"$@\"' sh "
+            "'%s' '%s' '%s' \"$@\"\n", psd_hosts, nss, real);
+    fclose(f);
+    assert_int_equal(chmod(wrap, 0700), 0);
     f = fopen(c.ini, "w");
     assert_non_null(f);
     fprintf(f, "[cluster]\nnodes = 127.0.0.1:%d, latenode.psd-test:%d\n"
@@ -668,8 +720,15 @@ static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
             "data_dir = %s\n[table.t]\ndim = 1\n", c.port[0], c.port[1],
             c.port[0], c.port[1], c.dir);
     fclose(f);
+    char *was = getenv("PSD_BIN") ? strdup(getenv("PSD_BIN")) : NULL;
+    setenv("PSD_BIN", wrap, 1);
     for (int i = 0; i < 2; i++)
         cluster_launch(&c, i, NULL);
+    if (was)
+        setenv("PSD_BIN", was, 1);
+    else
+        unsetenv("PSD_BIN");
+    free(was);
     for (int i = 0; i < 2; i++)
         assert_int_equal(cluster_wait_up(&c, i, 10000), 0);
     char spec[64];
@@ -677,7 +736,7 @@ static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
     pid_t p = fork();
     assert_true(p >= 0);
     if (p == 0)
-        open_late_under_hosts(hosts, spec);
+        open_late_under_hosts(hosts, nss, spec);
     /* The name appears a second later; the file is rewritten in place,
      * so the child's bind mount of it sees the new text. */
     usleep(1000 * 1000);
@@ -689,7 +748,8 @@ static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
     assert_int_equal(waitpid(p, &st, 0), p);
     assert_int_equal(cluster_stop(&c), 0);
     EXPECT_INT(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 0,
-               "ps_open with node 1's name resolving a second late");
+               "ps_open with node 1's name resolving a second late (4: it "
+               "opened at once)");
 }
 
 /* IPv6 turned off (net.ipv6.conf.all.disable_ipv6 = 1, in a network

@@ -471,6 +471,28 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     EXPECT_INT(psd_sync_waited(&y), 1, "waited for: worker 1 back");
     psd_sync_destroy(&y);
 
+    /* The same with three workers: the others counted. */
+    make(&y, 3);
+    join(&y, 0, 1, &owner_a);
+    join(&y, 1, 2, &owner_b);
+    join(&y, 2, 3, &owner_c);
+    for (int w = 0; w < 3; w++)
+        reach(&y, w, 0, 3);
+    psd_sync_advance(&y, 1);
+    psd_sync_leave(&y, 2, &owner_c);
+    reach(&y, 0, 0, 4);
+    reach(&y, 1, 0, 4);
+    psd_sync_advance(&y, 2);
+    psd_sync_leave(&y, 0, &owner_a);
+    psd_sync_leave(&y, 1, &owner_b);
+    capture_begin();
+    join(&y, 0, 9, &owner_a);
+    log = capture_end();
+    EXPECT_SUBSTR(log, "joins at clock 4, where the job's 2 other workers "
+                  "have all left", "the warning, three workers");
+    free(log);
+    psd_sync_destroy(&y);
+
     /* Worker 0 closed; worker 1 was lost at the same clock and its grace
      * ran out: a crash is no end of the job, and its replacement goes on
      * alone instead of waiting for worker 0, which finished. */
