@@ -512,11 +512,23 @@ static void need_mount_namespaces(void)
 
 /* In a child of its own mount namespace where /etc/hosts is `hosts`:
  * ps_open of spec, whose error text goes to the pipe. */
+/* Makes the calling process a mount namespace of its own where
+ * /etc/hosts is `hosts`, and /etc/nsswitch.conf `nss` (NULL: the
+ * system's). 0, or -1. */
+static int own_hosts(const char *hosts, const char *nss)
+{
+    return unshare(CLONE_NEWNS) ||
+                   mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+                   mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) ||
+                   (nss && mount(nss, "/etc/nsswitch.conf", NULL, MS_BIND,
+                                 NULL))
+               ? -1
+               : 0;
+}
+
 static void open_under_hosts(const char *hosts, const char *spec, int out)
 {
-    if (unshare(CLONE_NEWNS) ||
-        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
-        mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL))
+    if (own_hosts(hosts, NULL))
         _exit(3);
     ps_options o;
     ps_options_init(&o);
@@ -644,10 +656,7 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
 static void open_late_under_hosts(const char *hosts, const char *nss,
                                   const char *spec)
 {
-    if (unshare(CLONE_NEWNS) ||
-        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
-        mount(hosts, "/etc/hosts", NULL, MS_BIND, NULL) ||
-        mount(nss, "/etc/nsswitch.conf", NULL, MS_BIND, NULL))
+    if (own_hosts(hosts, nss))
         _exit(3);
     ps_options o;
     ps_options_init(&o);

@@ -101,6 +101,18 @@ static void reach(psd_sync *y, int32_t w, int barrier, uint64_t v)
                barrier ? "barrier" : "clock", (unsigned long long)v);
 }
 
+/* Three workers, each at clock 3, and the node's clock there too. */
+static void three_workers_at_3(psd_sync *y)
+{
+    make(y, 3);
+    join(y, 0, 1, &owner_a);
+    join(y, 1, 2, &owner_b);
+    join(y, 2, 3, &owner_c);
+    for (int w = 0; w < 3; w++)
+        reach(y, w, 0, 3);
+    psd_sync_advance(y, 1);
+}
+
 /* Both workers of two_workers() finish clocks 1..n together. */
 static void clocks_together(psd_sync *y, uint64_t n)
 {
@@ -472,13 +484,7 @@ static void test_a_job_whose_workers_all_closed_at_one_clock_is_over(
     psd_sync_destroy(&y);
 
     /* The same with three workers: the others counted. */
-    make(&y, 3);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
-    join(&y, 2, 3, &owner_c);
-    for (int w = 0; w < 3; w++)
-        reach(&y, w, 0, 3);
-    psd_sync_advance(&y, 1);
+    three_workers_at_3(&y);
     psd_sync_leave(&y, 2, &owner_c);
     reach(&y, 0, 0, 4);
     reach(&y, 1, 0, 4);
@@ -519,13 +525,7 @@ static void test_a_job_end_survives_a_snapshot_between_the_closes(
     (void)state;
     char err[256];
     psd_sync y;
-    make(&y, 3);
-    join(&y, 0, 1, &owner_a);
-    join(&y, 1, 2, &owner_b);
-    join(&y, 2, 3, &owner_c);
-    for (int w = 0; w < 3; w++)
-        reach(&y, w, 0, 3);
-    psd_sync_advance(&y, 1);
+    three_workers_at_3(&y);
     psd_sync_leave(&y, 0, &owner_a);
     membuf m = { 0 };
     psd_sink o = { mem_put, &m };
