@@ -1694,7 +1694,7 @@ static void arm_retry(psc_io *io)
  * numeric address): a numeric one into nc->sa (0), a name into nc->host
  * and nc->port for re_resolve to look up in the background (-2); -1 with
  * why for one that cannot be used. */
-static int resolve_node(nconn *nc, const char *s, char *why, size_t whylen)
+static int take_node_address(nconn *nc, const char *s, char *why, size_t whylen)
 {
     psw_addr a;
     char port[8];
@@ -1777,7 +1777,7 @@ static int adopt_layout(psc_io *io, nconn *seed, psw_cluster *l)
             continue;
         snprintf(nc->name, sizeof nc->name, "%s", c->cluster.nodes[i]);
         char why[300];
-        int r = resolve_node(nc, c->cluster.nodes[i], why, sizeof why);
+        int r = take_node_address(nc, c->cluster.nodes[i], why, sizeof why);
         if (r == -1) {
             open_done(io, PS_ECONN, "node %d's address %s from the layout: "
                       "%s", i, c->cluster.nodes[i], why);

@@ -277,8 +277,7 @@ static void try_metrics_bind(psd_preflight *pf, const psd_config *c,
             add(&pf->problems, &pf->nproblems, path, c->metrics_line,
                 "[server] metrics_listen: node %d cannot listen on %s%s", i,
                 mtext, *off ? off : ": it is not an address of this host");
-    }
-    else if (fd == -EACCES && !pf->self)
+    } else if (fd == -EACCES && !pf->self)
         privileged_note(pf, path, c->metrics_line, "server",
                         "metrics_listen", i, mtext);
 }
