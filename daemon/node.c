@@ -423,11 +423,12 @@ static int layout_change(const psd_config *a, const psd_config *b,
     /* Where this node binds: its listen entry, else its nodes entry
      * (the same in a and b, above). A listen line added that names the
      * address bound already changes nothing (it was refused). */
-    const psd_node_addr *bind_a = a->nlisten > index ? &a->listen[index]
-                                                     : &a->nodes[index];
-    const psd_node_addr *bind_b = b->nlisten > index ? &b->listen[index]
-                                                     : &b->nodes[index];
-    if (index < a->nnodes && memcmp(bind_a, bind_b, sizeof *bind_a)) {
+    const psd_node_addr *bind_a = NULL, *bind_b = NULL;
+    if (index < a->nnodes) {
+        bind_a = a->nlisten > index ? &a->listen[index] : &a->nodes[index];
+        bind_b = b->nlisten > index ? &b->listen[index] : &b->nodes[index];
+    }
+    if (bind_a && memcmp(bind_a, bind_b, sizeof *bind_a)) {
         /* Both written out: a name and the address it resolves to are
          * two entries here, and "changed" alone read as a contradiction
          * of the start line's "bound at" (a review). */
