@@ -650,6 +650,64 @@ static int parse_nodes(parser *p, const section *s, const entry *e,
     return 0;
 }
 
+/* An invisible character that a paste leaves at the start or end of a
+ * value (UTF-8): its length at v (start) or before end (end), else 0. */
+static size_t invisible_at(const char *v, const char *end, int at_end)
+{
+    static const char *const marks[] = {
+        "\xc2\xa0",         /* no-break space, U+00A0 */
+        "\xe2\x80\x8b",     /* zero-width space, U+200B */
+        "\xe2\x80\xaf",     /* narrow no-break space, U+202F */
+        "\xe3\x80\x80",     /* ideographic space, U+3000 */
+        "\xef\xbb\xbf",     /* zero-width no-break space, U+FEFF */
+    };
+    size_t n = (size_t)(end - v);
+    for (size_t i = 0; i < sizeof marks / sizeof *marks; i++) {
+        size_t k = strlen(marks[i]);
+        if (n >= k && !memcmp(at_end ? end - k : v, marks[i], k))
+            return k;
+    }
+    return 0;
+}
+
+/* A path (data_dir, auth_token_file) that holds what a person meant as
+ * something else: " #" read as a comment, which this file's grammar keeps
+ * (a comment is " ;", or "#" at a line's start), or an invisible
+ * character pasted at an end. Either named another folder, and psd
+ * started with no model: --check said OK (a trial). 0, or -1 said. */
+static int path_mistake(parser *p, const section *s, const entry *e,
+                        const setting *st)
+{
+    const char *v = e->value, *end = v + strlen(v);
+    const char *hash = strstr(v, " #");
+    if (!hash)
+        hash = strstr(v, "\t#");
+    if (hash) {
+        fail(p, e->line, "[%s] %s: \"%s\" holds \"%c#\", which this file "
+             "keeps as part of the path (a comment starts with \" ;\", or "
+             "with \"#\" at a line's start): put the comment on its own "
+             "line", s->name, st->key, v, hash[0]);
+        return -1;
+    }
+    if (invisible_at(v, end, 0) || invisible_at(v, end, 1)) {
+        fail(p, e->line, "[%s] %s: the path %s with an invisible character "
+             "(a no-break or zero-width space, pasted from a web page?), "
+             "which would be part of it: retype that end of the line",
+             s->name, st->key, invisible_at(v, end, 0) ? "starts" : "ends");
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether the n bytes at w name a setting of any section. */
+static int a_setting(const char *w, size_t n)
+{
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (strlen(settings[i].key) == n && !memcmp(settings[i].key, w, n))
+            return 1;
+    return 0;
+}
+
 /* Parses e's value as setting st into the struct at base (a psd_config
  * or a psd_table_conf, by st->scope). Returns 0, or -1 with the error set. */
 static int apply(parser *p, const section *s, const entry *e,
@@ -657,6 +715,31 @@ static int apply(parser *p, const section *s, const entry *e,
 {
     void *field = base + st->off;
     uint64_t u;
+    if (e->cont_line && (st->flags & SECRET) && e->len > e->first_len) {
+        /* A token may go on over indented lines, but not one whose next
+         * line reads as a key or a section: that is a line indented by
+         * mistake, taken into the token (a trial: `    max_frame = 1M`
+         * under auth_token made a token of 47 bytes, and max_frame kept
+         * its default). Its text is not quoted, the key's name is. */
+        const char *w = e->value + e->first_len + 1;
+        size_t k = strspn(w, "abcdefghijklmnopqrstuvwxyz_0123456789");
+        const char *after = w + k;
+        while (*after == ' ' || *after == '\t')
+            after++;
+        int key = k && (*after == '=' || *after == ':') && a_setting(w, k);
+        if (key || *w == '[') {
+            fail(p, e->line, "[%s] %s: line %d is indented, which makes it "
+                 "part of the token, and it reads as %s%.*s%s: unindent "
+                 "line %d", s->name, st->key, e->cont_line,
+                 key ? "the key \"" : "a section header", key ? (int)k : 0,
+                 w, key ? "\"" : "", e->cont_line);
+            return -1;
+        }
+    }
+    if (st->type == T_STR && !(st->flags & SECRET) &&
+        (!strcmp(st->key, "data_dir") || !strcmp(st->key, "auth_token_file")) &&
+        path_mistake(p, s, e, st))
+        return -1;
     if (e->cont_line && st->type != T_NODES && !(st->flags & SECRET)) {
         /* A value of one word, one path or one init (a few words) has
          * no use for another line:
@@ -763,7 +846,7 @@ static int apply_defaults(parser *p, scope sc, const char *name, char *base,
     for (size_t i = 0; i < NSETTINGS; i++) {
         if (settings[i].scope != sc || !settings[i].def)
             continue;
-        entry e = { NULL, (char *)settings[i].def, 0, 0, 0 };
+        entry e = { NULL, (char *)settings[i].def, 0, 0, 0, 0, 0 };
         if (apply(p, &s, &e, &settings[i], base, c) < 0)
             return -1;              /* a bad default: a bug in the table */
     }

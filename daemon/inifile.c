@@ -274,21 +274,27 @@ static int append_piece(reader *p, const char *piece)
                                             NULL);
     while (end > piece && isspace((unsigned char)end[-1]))
         end--;
-    size_t old = strlen(e->value), add = (size_t)(end - piece);
-    /* Not realloc: a value may be a token, and the old block would be
-     * freed unwiped. */
-    char *v = malloc(old + add + 2);
-    if (!v) {
-        fail(p->ini, 0, "out of memory");
-        return -1;
+    size_t old = e->len, add = (size_t)(end - piece);
+    if (old + add + 2 > e->cap) {
+        size_t cap = 2 * e->cap > old + add + 2 ? 2 * e->cap : old + add + 2;
+        /* Not realloc: a value may be a token, and the old block would be
+         * freed unwiped. */
+        char *v = malloc(cap);
+        if (!v) {
+            fail(p->ini, 0, "out of memory");
+            return -1;
+        }
+        memcpy(v, e->value, old);
+        psw_wipe(e->value, old);
+        free(e->value);
+        e->value = v;
+        e->cap = cap;
     }
-    memcpy(v, e->value, old);
+    char *v = e->value;
     v[old] = ' ';
     memcpy(v + old + 1, piece, add);
     v[old + 1 + add] = '\0';
-    psw_wipe(e->value, old);
-    free(e->value);
-    e->value = v;
+    e->len = old + 1 + add;
     if (!e->cont_line) {
         e->cont_line = p->line;
         e->first_len = old;
@@ -341,6 +347,8 @@ static int on_value(void *user, const char *section_name, const char *name,
     e->value = strdup(value);
     e->line = p->line;
     e->cont_line = 0;
+    e->len = e->value ? strlen(e->value) : 0;
+    e->cap = e->len + 1;
     if (!e->key || !e->value) {
         free(e->key);
         free(e->value);

@@ -382,6 +382,32 @@ static const error_case error_cases[] = {
       CLUSTER "[table.emb]\ndim = \"16\"\n", 0, 4,
       "[table.emb] dim: expected an integer 1..65536, got \"\"16\"\" "
       "(quotes are kept as part of the value: write it without them)", 1 },
+    /* A path that holds what was meant as a comment, or an invisible
+     * character pasted at its end, named another folder: psd started
+     * with no model, and --check said OK (a trial). */
+    { "a_hash_comment_after_a_path_is_refused",
+      CLUSTER "[server]\ndata_dir = /srv/psd   # moved, see ticket 12\n", 0,
+      4, "[server] data_dir: \"/srv/psd   # moved, see ticket 12\" holds "
+      "\" #\", which this file keeps as part of the path (a comment starts "
+      "with \" ;\", or with \"#\" at a line's start): put the comment on its "
+      "own line", 1 },
+    { "a_no_break_space_ending_a_path_is_refused",
+      CLUSTER "[server]\nauth_token_file = /etc/psd/token\xc2\xa0\n", 0, 4,
+      "[server] auth_token_file: the path ends with an invisible character "
+      "(a no-break or zero-width space, pasted from a web page?), which "
+      "would be part of it: retype that end of the line", 1 },
+    /* A key indented under auth_token joined the token, and kept its
+     * default (a trial): refused, the token not quoted. */
+    { "a_key_indented_under_the_token_is_refused",
+      CLUSTER "[server]\nauth_token = abcdefghijklmnopqrstuvwxyz123456\n"
+      "    max_frame = 1M\n", 0, 4, "[server] auth_token: line 5 is "
+      "indented, which makes it part of the token, and it reads as the key "
+      "\"max_frame\": unindent line 5", 1 },
+    { "a_section_indented_under_the_token_is_refused",
+      CLUSTER "[server]\nauth_token = abcdefghijklmnopqrstuvwxyz123456\n"
+      "    [table.b]\n", 0, 4, "[server] auth_token: line 5 is indented, "
+      "which makes it part of the token, and it reads as a section header: "
+      "unindent line 5", 1 },
     { "semicolon_without_space_before_it_is_part_of_the_value",
       CLUSTER "[table.emb]\ndim = 16;x\n", 0, 4, "got \"16;x\"", 0 },
     { "continued_scalar_is_refused_naming_both_lines",
