@@ -137,6 +137,22 @@ static unsigned long long monotonic_usec(void)
            (unsigned long long)ts.tv_nsec / 1000;
 }
 
+/* One line on stderr (the log) before an abort ends psd: libuv aborts on
+ * an error it cannot handle (epoll_ctl out of memory, say), and psd
+ * vanished with nothing in its log (a fault trial). Then the default
+ * action, which ends the process as the abort meant to. */
+static void on_abort(int signum)
+{
+    static const char line[] = "psd: aborted: an internal check failed "
+                               "(in libuv or psd), as if killed with "
+                               "kill -9: restart it; a core dump, where "
+                               "one is kept, says where\n";
+    ssize_t n = write(STDERR_FILENO, line, sizeof line - 1);
+    (void)n;
+    signal(signum, SIG_DFL);
+    raise(signum);
+}
+
 static void on_stop_signal(uv_signal_t *h, int signum)
 {
     psd_server *s = h->data;
@@ -606,6 +622,7 @@ int main(int argc, char **argv)
     /* A full disk or a file size limit must cost an error, not the
      * process (SIGPIPE is ignored above). */
     signal(SIGXFSZ, SIG_IGN);
+    signal(SIGABRT, on_abort);
     psd_log_init(node, cfg.log_level);
     for (int i = 0; i < cfg.nnotes; i++)
         psd_warn("%s", cfg.notes[i]);

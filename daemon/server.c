@@ -317,7 +317,15 @@ static void on_connection(uv_stream_t *l, int status)
 {
     psd_server *s = l->data;
     if (status < 0) {
-        psd_warn("accept failed: %s", uv_strerror(status));
+        /* Out of descriptors, libuv closes the connections waiting to be
+         * accepted (their clients see a reset): said, since "accept
+         * failed" alone read as one lost attempt (a fault trial). */
+        psd_log_rep(PSD_LOG_WARN, "accept failed: %s%s",
+                    uv_strerror(status),
+                    status == UV_EMFILE || status == UV_ENFILE
+                        ? " (the connections waiting meanwhile are closed: "
+                          "raise the open files limit, LimitNOFILE=)"
+                        : "");
         return;
     }
     psd_conn_accept(&s->conns, l);

@@ -761,6 +761,25 @@ static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
                "opened at once)");
 }
 
+/* An abort (libuv's, on an error it cannot handle: epoll_ctl out of
+ * memory under a fault trial) ended psd with nothing in its log. It now
+ * says so in one line, and still dies of the signal. */
+static void test_an_abort_is_said_in_the_log(void **state)
+{
+    (void)state;
+    test_cluster c;
+    assert_int_equal(cluster_start(&c, 1, 4, "[table.t]\ndim = 1\n"), 0);
+    assert_int_equal(kill(c.pid[0], SIGABRT), 0);
+    int st = cluster_wait_exit(&c, 0, 5000);
+    char *log = cluster_log(&c, 0);
+    EXPECT_INT(st, 128 + SIGABRT, "psd's exit after SIGABRT: %s",
+               log ? log : "");
+    if (!log || !strstr(log, "psd: aborted: an internal check failed"))
+        fail_msg("no line said the abort: %s", log ? log : "");
+    free(log);
+    cluster_stop(&c);
+}
+
 /* IPv6 turned off (net.ipv6.conf.all.disable_ipv6 = 1, in a network
  * namespace of its own, as root; skipped where that cannot be made): a
  * node on [::1] was refused as "not an address of this host: is this the
@@ -4118,6 +4137,7 @@ int main(void)
         cmocka_unit_test(test_names_of_link_local_addresses_are_refused_by_name),
         cmocka_unit_test(test_a_layout_name_that_resolves_late_is_waited_for),
         cmocka_unit_test(test_ipv6_turned_off_is_said_so),
+        cmocka_unit_test(test_an_abort_is_said_in_the_log),
         cmocka_unit_test(test_a_read_only_or_nearly_full_data_dir_is_reported_by_psd_check),
         cmocka_unit_test(test_a_data_dir_psd_cannot_make_is_named_by_its_line),
         cmocka_unit_test(test_psctl_and_metrics_report_what_clients_did),
