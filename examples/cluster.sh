@@ -110,13 +110,23 @@ trap 'exit 129' HUP
 # line, e.g. `nodes = 127.0.0.1:7070, 127.0.0.1:7071 ; comment`. Wildcard
 # addresses become loopback, which is where the scripts connect.
 ini_nodes() {
+    # As psd reads them: "nodes =" or "nodes:", the list going on over
+    # indented lines (comment lines among them), a BOM at the start (a
+    # trial: such files fell back to 7070 and 7071).
     awk '
+        NR == 1 { sub(/^\357\273\277/, "") }
+        /^[ \t]*[;#]/ { next }
         /^[ \t]*\[/ {
             sect = $0; sub(/[;#].*/, "", sect); gsub(/[][ \t\r]/, "", sect)
+            innodes = 0
             next
         }
-        sect == "cluster" && /^[ \t]*nodes[ \t]*=/ {
-            sub(/^[^=]*=/, ""); sub(/[;#].*/, "")
+        /^[^ \t]/ { innodes = 0 }
+        sect == "cluster" && /^[ \t]*nodes[ \t]*[=:]/ {
+            sub(/^[^=:]*[=:]/, ""); innodes = 1
+        }
+        innodes {
+            sub(/[ \t];.*/, "")
             n = split($0, a, ",")
             for (i = 1; i <= n; i++) {
                 e = a[i]; gsub(/[ \t\r]/, "", e)
@@ -218,7 +228,7 @@ ini_data_dir() {
             next
         }
         sect == "server" && /^[ \t]*data_dir[ \t]*=/ {
-            sub(/^[^=]*=[ \t]*/, ""); sub(/[ \t]*;.*/, ""); sub(/[ \t\r]*$/, "")
+            sub(/^[^=]*=[ \t]*/, ""); sub(/[ \t]+;.*/, ""); sub(/[ \t\r]*$/, "")
             print
         }' "$1"
 }

@@ -286,6 +286,25 @@ lr = 0.1
 EOF
 }
 
+# The demo scripts find the nodes and the data folder in the ini as psd
+# does: a nodes list over indented lines, with comment lines and " ;"
+# comments, "nodes:", a BOM, and a ";" inside a path (they fell back to
+# 7070 and 7071, and emptied another folder than psd's).
+ini_reading() {
+    f=$tmp/ini
+    mkdir -p "$f"
+    printf '\357\273\277[cluster]\nnodes = 127.0.0.1:7001,\n  127.0.0.1:7002 ; two\n  ; a comment\n  , [::1]:7003\nshards = 4\n[server]\ndata_dir = /x/d;old ; c\n' >"$f/m.ini"
+    printf '[cluster]\nnodes: 127.0.0.1:7070\n' >"$f/c.ini"
+    got=$(PROG=t; . "$top/examples/cluster.sh"; trap - EXIT
+          ini_nodes "$f/m.ini" | tr '\n' ' '; ini_data_dir "$f/m.ini"
+          ini_nodes "$f/c.ini")
+    want="127.0.0.1 7001 127.0.0.1 7002 ::1 7003 /x/d;old
+127.0.0.1 7070"
+    [ "$got" = "$want" ] || { echo "got '$got', want '$want'"; return 1; }
+}
+check "the demo scripts read an ini's nodes and data_dir as psd does" \
+    ini_reading
+
 fashion_from_elsewhere() {
     f=$tmp/elsewhere
     fake_build "$f" ok && demo_ini "$f/c.ini" "$f" || return 1
