@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "customer.h"
@@ -2617,6 +2618,45 @@ static void run(psc_io *io)
     }
 }
 
+
+/* 0 when a few descriptors can be opened now, else a UV_E* code. libuv's
+ * first loop in a process makes a pipe of its own and aborts when it
+ * cannot: a trainer near its open files limit died in ps_open (a fault
+ * trial). This narrows the window; it cannot close it. */
+static int fds_free(void)
+{
+    int p[2], q[2], rc = 0;
+    if (pipe(p))
+        return uv_translate_sys_error(errno);
+    if (pipe(q))
+        rc = uv_translate_sys_error(errno);
+    else {
+        close(q[0]);
+        close(q[1]);
+    }
+    close(p[0]);
+    close(p[1]);
+    return rc;
+}
+
+/* After a uv_loop_init that failed: libuv 1.44 leaves its epoll
+ * descriptor open (one leaked per failed ps_open, a fault trial). Closed
+ * only when it is still an epoll descriptor, never another one. */
+static void drop_backend(uv_loop_t *loop)
+{
+    int fd = uv_backend_fd(loop);
+    char path[64], what[64];
+    if (fd < 0)
+        return;
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, what, sizeof what - 1);
+    if (n > 0) {
+        what[n] = '\0';
+        if (!strcmp(what, "anon_inode:[eventpoll]"))
+            close(fd);
+    }
+}
+
 /* ---- start, stop, stats ----------------------------------------------- */
 
 int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds, char *why,
@@ -2634,8 +2674,10 @@ int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds, char *why,
     io->rng = c->client_id;
     io->open_ns = now_ns() + (uint64_t)c->opt.connect_timeout_ms * MS;
     io->seed = nc_new(io, -1);
-    int rc = io->seed ? uv_loop_init(&io->loop) : UV_ENOMEM;
-    if (rc == 0 && (rc = uv_async_init(&io->loop, &io->wake, on_wake)))
+    int rc = io->seed ? fds_free() : UV_ENOMEM;
+    if (rc == 0 && (rc = uv_loop_init(&io->loop)))
+        drop_backend(&io->loop);
+    else if (rc == 0 && (rc = uv_async_init(&io->loop, &io->wake, on_wake)))
         uv_loop_close(&io->loop);
     if (rc) {
         /* Mostly fds: libuv's loop takes a few of its own. */
