@@ -2698,8 +2698,9 @@ int psc_io_start(ps_client *c, psc_addr *seeds, int nseeds, char *why,
     int trc = pthread_create(&io->thread, NULL, io_main, io);
     if (trc) {
         snprintf(why, whylen, "its thread: %s%s", strerror(trc),
-                 trc == EAGAIN ? " (a limit on threads or processes: "
-                                 "ulimit -u)" : "");
+                 trc == EAGAIN ? " (a limit on threads or processes, "
+                                 "ulimit -u, or on memory for its stack, "
+                                 "ulimit -v or ulimit -s)" : "");
         uv_close((uv_handle_t *)&io->wake, NULL);
         uv_close((uv_handle_t *)&io->tick, NULL);
         uv_close((uv_handle_t *)&io->batch, NULL);

@@ -599,25 +599,38 @@ static void host_memory(double *limit, double *avail)
     }
     if (f)
         fclose(f);
+    /* The group's limit and every ancestor's, the smallest: a slice's
+     * MemoryMax= (or a pod's limit) holds its members, whose own file
+     * says "max", and a table beyond it passed --check, then the start
+     * was killed (a memory trial). */
     for (int v = 0; v < 2; v++) {
-        const char *cg = v ? v1 : v2;
+        char *cg = v ? v1 : v2;
         if (!cg[0])
             continue;
-        snprintf(p, sizeof p, v ? "/sys/fs/cgroup/memory%s/"
-                                  "memory.limit_in_bytes"
-                                : "/sys/fs/cgroup%s/memory.max",
-                 strcmp(cg, "/") ? cg : "");
-        f = fopen(p, "re");
-        if (!f && !v) {          /* a hybrid host mounts v2 here */
-            snprintf(p, sizeof p, "/sys/fs/cgroup/unified%s/memory.max",
-                     strcmp(cg, "/") ? cg : "");
+        for (;;) {
+            const char *at = strcmp(cg, "/") ? cg : "";
+            snprintf(p, sizeof p, v ? "/sys/fs/cgroup/memory%s/"
+                                      "memory.limit_in_bytes"
+                                    : "/sys/fs/cgroup%s/memory.max", at);
             f = fopen(p, "re");
+            if (!f && !v) {      /* a hybrid host mounts v2 here */
+                snprintf(p, sizeof p, "/sys/fs/cgroup/unified%s/memory.max",
+                         at);
+                f = fopen(p, "re");
+            }
+            if (f && fscanf(f, "%llu", &kb) == 1 &&
+                (*limit <= 0 || (double)kb < *limit))
+                *limit = (double)kb;
+            if (f)
+                fclose(f);
+            char *slash = strrchr(cg, '/');
+            if (!slash || !at[0])
+                break;
+            if (slash == cg)
+                cg[1] = '\0';   /* the root, last */
+            else
+                *slash = '\0';
         }
-        if (f && fscanf(f, "%llu", &kb) == 1 &&
-            (*limit <= 0 || (double)kb < *limit))
-            *limit = (double)kb;
-        if (f)
-            fclose(f);
     }
     if (*avail > *limit)
         *avail = *limit;
