@@ -289,7 +289,10 @@ PS_API void ps_close(ps_client *c);
  * (Ctrl-C, a fatal error) while a request is held by a stopped node or a
  * slow bsp/ssp peer: ps_close would wait sync_timeout_ms for it.
  * NULL is a no-op. No other call on `c` may be running or made
- * afterwards. */
+ * afterwards: not from a signal handler's thread while another waits in
+ * ps_wait (the client is freed under it). For Ctrl-C, let the waiting
+ * thread wait in slices (ps_wait_timeout(c, ts, 100) in a loop), check a
+ * flag the handler sets, and call ps_close_now itself. */
 PS_API void ps_close_now(ps_client *c);
 
 /* Static text for a status code. */
@@ -434,9 +437,10 @@ PS_API int ps_barrier(ps_client *c);
  * instead of sending another, returning once it is done. A trainer waits
  * in slices so that it can be interrupted (the Python binding's Ctrl-C)
  * or do other work meanwhile; sync_timeout_ms still bounds the whole.
- * While a clock is under way so, or after a ps_clock that failed, a push
- * to a bsp table (it would count in that clock) is refused with PS_EINVAL
- * until a call for that clock returns PS_OK; pulls and other tables'
+ * While a clock is under way so, while another thread waits in ps_clock,
+ * or after a ps_clock that failed, a push to a bsp table (it would count
+ * in that clock) is refused with PS_EINVAL until a call for that clock
+ * returns PS_OK; pulls and other tables'
  * pushes are not. From a completion callback they return PS_EINVAL, as
  * ps_clock does, with a timeout of 0 too: a call may send the CLOCK, and
  * the clock's state belongs to the trainer's thread. */
