@@ -350,7 +350,21 @@ static void note_partial(psc_req *r)
     else if (r->nok)
         append_error(r, " (other parts of this push were applied: it was "
                         "applied in part)");
-    else if (r->maybe && r->error &&
+    else if (r->nfail > 1) {
+        /* Every part failed: the error names one node, and read alone it
+         * could pass for the only part that did (a partition trial). */
+        char more[160];
+        if (!r->maybe)
+            snprintf(more, sizeof more, " (all %d of its parts failed: none "
+                     "was applied)", r->nfail);
+        else if (r->maybe == r->nfail)
+            snprintf(more, sizeof more, " (all %d of its parts failed, and "
+                     "each may have been applied)", r->nfail);
+        else
+            snprintf(more, sizeof more, " (all %d of its parts failed; %d "
+                     "of them may have been applied)", r->nfail, r->maybe);
+        append_error(r, more);
+    } else if (r->maybe && r->error &&
              !strstr(r->error, "may have been applied"))
         append_error(r, " (another part of this push may have been "
                         "applied: it may have been applied in part)");

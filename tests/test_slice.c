@@ -1551,6 +1551,60 @@ static void test_customer_keeps_the_start_and_end_of_a_long_failure(
     psc_customer_destroy(&cu);
 }
 
+/* A push over two nodes whose parts both failed: the error names one
+ * node, and read alone it passed for the only part that failed (a
+ * partition trial). The ending counts them, and says which may have
+ * landed. */
+static void test_a_push_whose_parts_all_failed_says_so(void **state)
+{
+    (void)state;
+    static const struct {
+        int status0, status1;
+        const char *end;
+    } cases[] = {
+        { PSW_EBUSY, PSW_EBUSY, " (all 2 of its parts failed: none was "
+          "applied)" },
+        { PSW_ESERVER, PSW_ESERVER, " (all 2 of its parts failed, and each "
+          "may have been applied)" },
+        { PSW_EBUSY, PSW_ESERVER, " (all 2 of its parts failed; 1 of them "
+          "may have been applied)" },
+    };
+    for (int k = 0; k < 3; k++) {
+        psc_customer cu;
+        char err[1024] = "";
+        uint64_t keys[64];
+        float vals[64];
+        static psc_stats stats;
+        psc_customer_init(&cu, 1 << 20, &stats);
+        psc_req *r = push_request(2, keys, vals, 64, 1);
+        ps_ts t = psc_customer_submit(&cu, r, NULL, NULL, 1, err,
+                                      sizeof err);
+        int closing;
+        ps_ts abandon;
+        psc_customer_take(&cu, &closing, &abandon);
+        for (int i = 0; i < 2; i++) {
+            int st = i ? cases[k].status1 : cases[k].status0;
+            const char *text = st == PSW_ESERVER ? PSW_FORGOT_TEXT " push 1"
+                                                 : "this node remembers 9 "
+                                                   "pushes of this client";
+            psw_msg no = { .status = st, .text = text,
+                           .text_len = strlen(text) };
+            /* 1 once the last part is answered. */
+            EXPECT_INT(psc_part_reply(&r->parts[i], &no, NULL), i,
+                       "part %d refused", i);
+        }
+        psc_customer_complete(&cu, r);
+        EXPECT_INT(psc_customer_wait(&cu, t, -1, err, sizeof err),
+                   cases[k].status0, "case %d", k);
+        size_t len = strlen(err), el = strlen(cases[k].end);
+        if (len < el || strcmp(err + len - el, cases[k].end))
+            fail_msg("case %d: \"%s\", want it to end \"%s\"", k, err,
+                     cases[k].end);
+        psc_customer_close(&cu);
+        psc_customer_destroy(&cu);
+    }
+}
+
 /* A push over two nodes, one part applied, the other refused by a node
  * that forgot whether it applied it (PSW_FORGOT_TEXT): the whole may have
  * landed, so the ending says "or whole"; refused at a limit (PS_EBUSY,
@@ -1848,6 +1902,7 @@ int main(void)
             test_customer_keeps_the_start_and_end_of_a_long_failure),
         cmocka_unit_test(
             test_a_part_a_node_forgot_counts_as_perhaps_applied),
+        cmocka_unit_test(test_a_push_whose_parts_all_failed_says_so),
         cmocka_unit_test(
             test_wait_all_returns_when_requests_issued_before_it_complete),
         cmocka_unit_test(
