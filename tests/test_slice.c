@@ -1551,6 +1551,39 @@ static void test_customer_keeps_the_start_and_end_of_a_long_failure(
     psc_customer_destroy(&cu);
 }
 
+/* A push over two nodes whose parts are answered m0 and m1: its status,
+ * with what its wait said in err. */
+static int two_part_push(const psw_msg *m0, const psw_msg *m1, char *err,
+                         size_t errlen)
+{
+    psc_customer cu;
+    uint64_t keys[64];
+    float vals[64];
+    static psc_stats stats;
+    psc_customer_init(&cu, 1 << 20, &stats);
+    psc_req *r = push_request(2, keys, vals, 64, 1);
+    ps_ts t = psc_customer_submit(&cu, r, NULL, NULL, 1, err, errlen);
+    int closing;
+    ps_ts abandon;
+    psc_customer_take(&cu, &closing, &abandon);
+    /* 1 once the last part is answered. */
+    EXPECT_INT(psc_part_reply(&r->parts[0], m0, NULL), 0, "part 0 answered");
+    EXPECT_INT(psc_part_reply(&r->parts[1], m1, NULL), 1, "part 1 answered");
+    psc_customer_complete(&cu, r);
+    int rc = psc_customer_wait(&cu, t, -1, err, errlen);
+    psc_customer_close(&cu);
+    psc_customer_destroy(&cu);
+    return rc;
+}
+
+/* Fails unless err ends with end. */
+static void expect_ending(int k, const char *err, const char *end)
+{
+    size_t len = strlen(err), el = strlen(end);
+    if (len < el || strcmp(err + len - el, end))
+        fail_msg("case %d: \"%s\", want it to end \"%s\"", k, err, end);
+}
+
 /* A push over two nodes whose parts both failed: the error names one
  * node, and read alone it passed for the only part that failed (a
  * partition trial). The ending counts them, and says which may have
@@ -1570,38 +1603,19 @@ static void test_a_push_whose_parts_all_failed_says_so(void **state)
           "may have been applied)" },
     };
     for (int k = 0; k < 3; k++) {
-        psc_customer cu;
-        char err[1024] = "";
-        uint64_t keys[64];
-        float vals[64];
-        static psc_stats stats;
-        psc_customer_init(&cu, 1 << 20, &stats);
-        psc_req *r = push_request(2, keys, vals, 64, 1);
-        ps_ts t = psc_customer_submit(&cu, r, NULL, NULL, 1, err,
-                                      sizeof err);
-        int closing;
-        ps_ts abandon;
-        psc_customer_take(&cu, &closing, &abandon);
+        psw_msg m[2];
         for (int i = 0; i < 2; i++) {
             int st = i ? cases[k].status1 : cases[k].status0;
             const char *text = st == PSW_ESERVER ? PSW_FORGOT_TEXT " push 1"
                                                  : "this node remembers 9 "
                                                    "pushes of this client";
-            psw_msg no = { .status = st, .text = text,
-                           .text_len = strlen(text) };
-            /* 1 once the last part is answered. */
-            EXPECT_INT(psc_part_reply(&r->parts[i], &no, NULL), i,
-                       "part %d refused", i);
+            m[i] = (psw_msg){ .status = st, .text = text,
+                              .text_len = strlen(text) };
         }
-        psc_customer_complete(&cu, r);
-        EXPECT_INT(psc_customer_wait(&cu, t, -1, err, sizeof err),
+        char err[1024] = "";
+        EXPECT_INT(two_part_push(&m[0], &m[1], err, sizeof err),
                    cases[k].status0, "case %d", k);
-        size_t len = strlen(err), el = strlen(cases[k].end);
-        if (len < el || strcmp(err + len - el, cases[k].end))
-            fail_msg("case %d: \"%s\", want it to end \"%s\"", k, err,
-                     cases[k].end);
-        psc_customer_close(&cu);
-        psc_customer_destroy(&cu);
+        expect_ending(k, err, cases[k].end);
     }
 }
 
@@ -1624,32 +1638,13 @@ static void test_a_part_a_node_forgot_counts_as_perhaps_applied(
           "part)" },
     };
     for (int k = 0; k < 2; k++) {
-        psc_customer cu;
-        char err[1024] = "";
-        uint64_t keys[64];
-        float vals[64];
-        static psc_stats stats;
-        psc_customer_init(&cu, 1 << 20, &stats);
-        psc_req *r = push_request(2, keys, vals, 64, 1);
-        ps_ts t = psc_customer_submit(&cu, r, NULL, NULL, 1, err,
-                                      sizeof err);
-        int closing;
-        ps_ts abandon;
-        psc_customer_take(&cu, &closing, &abandon);
         psw_msg ok = { .status = PSW_OK };
         psw_msg no = { .status = cases[k].status, .text = cases[k].text,
                        .text_len = strlen(cases[k].text) };
-        EXPECT_INT(psc_part_reply(&r->parts[0], &ok, NULL), 0, "part 0 applied");
-        EXPECT_INT(psc_part_reply(&r->parts[1], &no, NULL), 1, "part 1 refused");
-        psc_customer_complete(&cu, r);
-        EXPECT_INT(psc_customer_wait(&cu, t, -1, err, sizeof err),
+        char err[1024] = "";
+        EXPECT_INT(two_part_push(&ok, &no, err, sizeof err),
                    cases[k].status, "case %d", k);
-        size_t len = strlen(err), el = strlen(cases[k].end);
-        if (len < el || strcmp(err + len - el, cases[k].end))
-            fail_msg("case %d: \"%s\", want it to end \"%s\"", k, err,
-                     cases[k].end);
-        psc_customer_close(&cu);
-        psc_customer_destroy(&cu);
+        expect_ending(k, err, cases[k].end);
     }
 }
 
