@@ -243,43 +243,39 @@ static void ephemeral_note(psd_preflight *pf, const char *path, int line,
         lo, hi, lo);
 }
 
-/* A port below 1024 that this user may not bind: a note for --check,
- * which may run as another user than psd (psd's start says it itself).
- * psd.service grants no capability, so under it psd cannot either. */
-static void privileged_note(psd_preflight *pf, const char *path, int line,
-                            const char *section, const char *key, int i,
-                            const char *text)
+/* Binds sa as psd would at start, and says what would stop it there: an
+ * address this host does not have (the wrong -n, the wrong host: psd
+ * stopped with "address not available" and no line, while --check said
+ * OK), IPv6 turned off, and for --check a port below 1024 this user may
+ * not bind (a note: --check may run as another user than psd, and
+ * psd.service grants no capability). A port in use is not judged here:
+ * --check runs beside the live node before a SIGHUP, and only main.c
+ * knows whether that node runs (psd_server_check_bind). shown: the
+ * address as the messages write it; hint: what follows "not an address
+ * of this host". */
+static void try_bind(psd_preflight *pf, const char *path, int line,
+                     const char *section, const char *key, int i,
+                     const char *shown, const struct sockaddr_storage *sa,
+                     const char *hint)
 {
-    add(&pf->notes, &pf->nnotes, path, line, "[%s] %s: node %d cannot "
-        "listen on %s as this user (uid %ld): a port below 1024 takes root "
-        "or CAP_NET_BIND_SERVICE, which psd.service does not grant", section,
-        key, i, text, (long)geteuid());
-}
-
-/* Node i's metrics_listen, bound as psd would at start: an address this
- * host does not have stopped psd at start while --check said OK. (A port
- * in use is main.c's to judge, as for the node's own port.) */
-static void try_metrics_bind(psd_preflight *pf, const psd_config *c,
-                             const char *path, int i)
-{
-    struct sockaddr_storage ms;
-    char mtext[PSW_ADDR_TEXT_MAX];
-    if (resolve(&c->metrics[i], &ms))
-        return;
-    psw_addr_format(&c->metrics[i], mtext, sizeof mtext);
-    int fd = psd_bind_tcp((const struct sockaddr *)&ms);
+    int fd = psd_bind_tcp((const struct sockaddr *)sa);
+    const char *off = fd < 0 ? psw_addr_ipv6_off((const struct sockaddr *)sa,
+                                                 -fd)
+                             : "";
     if (fd >= 0)
         close(fd);
-    else if (fd == -EADDRNOTAVAIL || fd == -EAFNOSUPPORT) {
-        const char *off = psw_addr_ipv6_off((const struct sockaddr *)&ms,
-                                            -fd);
-        if (*off || fd == -EADDRNOTAVAIL)
-            add(&pf->problems, &pf->nproblems, path, c->metrics_line,
-                "[server] metrics_listen: node %d cannot listen on %s%s", i,
-                mtext, *off ? off : ": it is not an address of this host");
-    } else if (fd == -EACCES && !pf->self)
-        privileged_note(pf, path, c->metrics_line, "server",
-                        "metrics_listen", i, mtext);
+    else if (*off)
+        add(&pf->problems, &pf->nproblems, path, line, "[%s] %s: node %d "
+            "cannot listen on %s%s", section, key, i, shown, off);
+    else if (fd == -EADDRNOTAVAIL)
+        add(&pf->problems, &pf->nproblems, path, line, "[%s] %s: node %d "
+            "cannot listen on %s: it is not an address of this host%s",
+            section, key, i, shown, hint);
+    else if (fd == -EACCES && !pf->self)
+        add(&pf->notes, &pf->nnotes, path, line, "[%s] %s: node %d cannot "
+            "listen on %s as this user (uid %ld): a port below 1024 takes "
+            "root or CAP_NET_BIND_SERVICE, which psd.service does not "
+            "grant", section, key, i, shown, (long)geteuid());
 }
 
 /* Node i's bind address: resolved, and loopback unless there is a token.
@@ -348,35 +344,24 @@ static void check_node(psd_preflight *pf, const psd_config *c,
         pf->bind = sa;
         pf->bind_set = 1;
     }
-    /* The node psd starts, or that --check -n names, binds here: an
-     * address this host does not have (the wrong -n, the wrong host)
-     * stopped psd with "address not available" and no line, while
-     * --check said OK. A port in use is not judged here: --check runs
-     * beside the live node before a SIGHUP, and only main.c knows whether
-     * that node runs (psd_server_check_bind). */
+    /* The node psd starts, or that --check -n names, binds here, and so
+     * does its metrics_listen. */
     if (own && one) {
-        int fd = psd_bind_tcp((const struct sockaddr *)&sa);
-        if (fd >= 0)
-            close(fd);
-        else if (*psw_addr_ipv6_off((const struct sockaddr *)&sa, -fd)) {
-            psd_sa_text(&sa, ip, sizeof ip);
-            add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: "
-                "node %d cannot listen on %s%s%s%s", key, i, text,
-                a->kind == PSW_HOST_NAME ? " = " : "",
-                a->kind == PSW_HOST_NAME ? ip : "",
-                psw_addr_ipv6_off((const struct sockaddr *)&sa, -fd));
-        } else if (fd == -EADDRNOTAVAIL) {
-            psd_sa_text(&sa, ip, sizeof ip);
-            add(&pf->problems, &pf->nproblems, path, line, "[cluster] %s: "
-                "node %d cannot listen on %s%s%s: it is not an address of "
-                "this host: is this the host of node %d? (psd -n NODE "
-                "starts another one)", key, i, text,
-                a->kind == PSW_HOST_NAME ? " = " : "",
-                a->kind == PSW_HOST_NAME ? ip : "", i);
-        } else if (fd == -EACCES && !pf->self)
-            privileged_note(pf, path, line, "cluster", key, i, text);
-        if (c->nmetrics)
-            try_metrics_bind(pf, c, path, i);
+        char shown[PSW_ADDR_TEXT_MAX + INET6_ADDRSTRLEN + 4], hint[96];
+        psd_sa_text(&sa, ip, sizeof ip);
+        snprintf(shown, sizeof shown, "%s%s%s", text,
+                 a->kind == PSW_HOST_NAME ? " = " : "",
+                 a->kind == PSW_HOST_NAME ? ip : "");
+        snprintf(hint, sizeof hint, ": is this the host of node %d? (psd -n "
+                 "NODE starts another one)", i);
+        try_bind(pf, path, line, "cluster", key, i, shown, &sa, hint);
+        struct sockaddr_storage ms;
+        char mtext[PSW_ADDR_TEXT_MAX];
+        if (c->nmetrics && resolve(&c->metrics[i], &ms) == 0) {
+            psw_addr_format(&c->metrics[i], mtext, sizeof mtext);
+            try_bind(pf, path, c->metrics_line, "server", "metrics_listen",
+                     i, mtext, &ms, "");
+        }
     }
     /* This host's range says something of the nodes this host runs: the
      * one started, the one --check -n names, and without -n those on a

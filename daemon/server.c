@@ -180,40 +180,47 @@ static int bind_port(const struct sockaddr *sa, const char *path, int line,
     return fd;
 }
 
-int psd_server_check_bind(const psd_config *cfg, const char *path, int node,
-                          const struct sockaddr_storage *sa, char *err,
-                          size_t errlen)
+/* metrics_listen's address m as a socket address: it is numeric
+ * (config.c refuses names). 0, or a UV_E* code. */
+static int metrics_sa(const psd_node_addr *m, struct sockaddr_storage *sa)
+{
+    return strchr(m->host, ':')
+               ? uv_ip6_addr(m->host, m->port, (struct sockaddr_in6 *)sa)
+               : uv_ip4_addr(m->host, m->port, (struct sockaddr_in *)sa);
+}
+
+/* Whether another program listens at sa, the address a of KEY at line:
+ * -1 with bind_error's text in err when so, else 0. */
+static int in_use(const struct sockaddr_storage *sa, const char *path,
+                  int line, const char *key, int node,
+                  const psd_node_addr *a, char *err, size_t errlen)
 {
     int fd = psd_bind_tcp((const struct sockaddr *)sa);
     if (fd >= 0)
         close(fd);
-    if (fd == -EADDRINUSE) {
-        int listen = cfg->nlisten > 0;
-        bind_error(err, errlen, path,
-                   listen ? cfg->listen_line : cfg->nodes_line,
-                   listen ? "listen" : "nodes", node,
-                   listen ? &cfg->listen[node] : &cfg->nodes[node],
-                   uv_strerror(UV_EADDRINUSE), psd_bind_hint(EADDRINUSE));
-        return -1;
-    }
-    /* metrics_listen too: one held by another program passed --check,
-     * and the start failed. A numeric address (config.c refuses names). */
-    if (!cfg->nmetrics)
-        return 0;
-    const psd_node_addr *m = &cfg->metrics[node];
-    struct sockaddr_storage ms;
-    if (strchr(m->host, ':')
-            ? uv_ip6_addr(m->host, m->port, (struct sockaddr_in6 *)&ms)
-            : uv_ip4_addr(m->host, m->port, (struct sockaddr_in *)&ms))
-        return 0;
-    fd = psd_bind_tcp((const struct sockaddr *)&ms);
-    if (fd >= 0)
-        close(fd);
     if (fd != -EADDRINUSE)
         return 0;
-    bind_error(err, errlen, path, cfg->metrics_line, "metrics_listen", node,
-               m, uv_strerror(UV_EADDRINUSE), psd_bind_hint(EADDRINUSE));
+    bind_error(err, errlen, path, line, key, node, a,
+               uv_strerror(UV_EADDRINUSE), psd_bind_hint(EADDRINUSE));
     return -1;
+}
+
+int psd_server_check_bind(const psd_config *cfg, const char *path, int node,
+                          const struct sockaddr_storage *sa, char *err,
+                          size_t errlen)
+{
+    int listen = cfg->nlisten > 0;
+    if (in_use(sa, path, listen ? cfg->listen_line : cfg->nodes_line,
+               listen ? "listen" : "nodes", node,
+               listen ? &cfg->listen[node] : &cfg->nodes[node], err, errlen))
+        return -1;
+    /* metrics_listen too: one held by another program passed --check,
+     * and the start failed. */
+    struct sockaddr_storage ms;
+    if (!cfg->nmetrics || metrics_sa(&cfg->metrics[node], &ms))
+        return 0;
+    return in_use(&ms, path, cfg->metrics_line, "metrics_listen", node,
+                  &cfg->metrics[node], err, errlen);
 }
 
 /* Binds the node's port and metrics_listen's (see bind_port). */
@@ -228,12 +235,9 @@ static int bind_ports(psd_server *s, const psd_config *cfg, int node,
                              errlen);
     if (s->listen_fd < 0 || !cfg->nmetrics)
         return s->listen_fd < 0 ? -1 : 0;
-    /* metrics_listen is a numeric address (config.c refuses names). */
     const psd_node_addr *m = &cfg->metrics[node];
     struct sockaddr_storage sa;
-    int rc = strchr(m->host, ':')
-                 ? uv_ip6_addr(m->host, m->port, (struct sockaddr_in6 *)&sa)
-                 : uv_ip4_addr(m->host, m->port, (struct sockaddr_in *)&sa);
+    int rc = metrics_sa(m, &sa);
     if (rc) {
         bind_error(err, errlen, s->cfg_path, cfg->metrics_line,
                    "metrics_listen", node, m, uv_strerror(rc), "");
