@@ -199,19 +199,16 @@ int psd_node_init(psd_node *n, psd_config *cfg, int index, uint64_t now_ms,
          * of silence for 100 M rows). */
         const psd_table_conf *tc = &n->cfg.tables[i];
         if (tc->dense) {
-            uint64_t held = 0;
-            for (uint32_t k = 0; k < n->cfg.shards; k++)
-                if (psw_node_of_shard(k, n->cfg.nnodes) == index)
-                    held += psw_dense_shard_start(tc->rows, n->cfg.shards,
-                                                  k + 1) -
-                            psw_dense_shard_start(tc->rows, n->cfg.shards, k);
-            int state = psd_updater_state_per_float(tc->upd.kind);
-            double mib = (double)held * tc->dim * sizeof(float) *
-                         (1 + state) / (1 << 20);
+            uint64_t held = psw_dense_rows_on_node(tc->rows, n->cfg.shards,
+                                                   n->cfg.nnodes, index);
+            double mib = (double)held *
+                         (double)psd_updater_row_bytes(tc->upd.kind, tc->dim) /
+                         (1 << 20);
             if (mib >= 256)
                 psd_info("table '%s': making its %llu rows here (%.0f MiB%s)",
                          tc->name, (unsigned long long)held, mib,
-                         state ? " with their optimizer state" : "");
+                         psd_updater_state_per_float(tc->upd.kind)
+                             ? " with their optimizer state" : "");
         }
         n->tables[i] = psd_table_new(&n->cfg.tables[i], n->cfg.shards,
                                      n->cfg.nnodes, index, err, errlen);

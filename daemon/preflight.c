@@ -686,9 +686,8 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
         const psd_table_conf *tc = &c->tables[t];
         if (!tc->dense)
             continue;
-        double rows = 0, per_row = tc->dim * 4.0 *
-                   (1 + psd_updater_state_per_float(tc->upd.kind)) +
-                   (psd_updater_has_step(tc->upd.kind) ? 4 : 0);
+        double rows = 0,
+               per_row = (double)psd_updater_row_bytes(tc->upd.kind, tc->dim);
         for (uint32_t s = 0; s < c->shards; s++) {
             int at = psw_node_of_shard(s, c->nnodes);
             if (!mine[at])

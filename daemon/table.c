@@ -734,14 +734,10 @@ oom:
     if (t && t->shards && conf->dense) {
         /* What the rows needed, for the operator to size the node by (a
          * bare "out of memory" left them to work it out). */
-        double rows = 0;
-        for (uint32_t i = 0; i < shards; i++)
-            if (psw_node_of_shard(i, nnodes) == node)
-                rows += (double)(psw_dense_shard_start(conf->rows, shards,
-                                                       i + 1) -
-                                 psw_dense_shard_start(conf->rows, shards, i));
-        double b = rows * conf->dim * 4 * (1 + t->nstate) +
-                   (t->has_step ? rows * 4 : 0);
+        double rows = (double)psw_dense_rows_on_node(conf->rows, shards,
+                                                     nnodes, node);
+        double b = rows *
+                   (double)psd_updater_row_bytes(conf->upd.kind, conf->dim);
         snprintf(err, errlen, "table '%s': out of memory making its %.0f "
                  "rows here (%.2f GiB with their optimizer state)",
                  conf->name, rows, b / (1024.0 * 1024 * 1024));
@@ -1561,8 +1557,8 @@ uint64_t psd_table_rows(const psd_table *t)
 size_t psd_table_bytes(const psd_table *t)
 {
     size_t b = sizeof *t + t->nshards * sizeof(shard);
-    size_t per_row = row_bytes(t) * (1 + t->nstate) +
-                     (t->has_step ? sizeof(uint32_t) : 0);
+    size_t per_row = (size_t)psd_updater_row_bytes(t->conf.upd.kind,
+                                                   t->conf.dim);
     for (uint32_t i = 0; i < t->nshards; i++) {
         const shard *s = &t->shards[i];
         if (t->conf.dense)
@@ -1987,10 +1983,7 @@ static int skip_shards(const psd_table_conf *c, uint64_t per, uint32_t shards,
 int psd_table_skip(const psd_table_conf *conf, uint32_t shards, int nnodes,
                    int node, psd_source *in, char *err, size_t errlen)
 {
-    uint64_t floats = (uint64_t)conf->dim *
-                      (1 + psd_updater_state_per_float(conf->upd.kind));
-    uint64_t per = floats * sizeof(float) +
-                   (psd_updater_has_step(conf->upd.kind) ? 4 : 0) +
+    uint64_t per = psd_updater_row_bytes(conf->upd.kind, conf->dim) +
                    (conf->dense ? 0 : sizeof(uint64_t));
     if (skip_shards(conf, per, shards, nnodes, node, in, err, errlen))
         return -1;

@@ -28,6 +28,13 @@ int psd_updater_has_step(psd_updater_kind kind)
     return kind == PSD_UPD_ADAM;
 }
 
+uint64_t psd_updater_row_bytes(psd_updater_kind kind, uint32_t dim)
+{
+    return (uint64_t)dim * sizeof(float) *
+               (1 + psd_updater_state_per_float(kind)) +
+           (psd_updater_has_step(kind) ? sizeof(float) : 0);
+}
+
 int psd_updater_params_list(const psd_updater_params *p, const char **names,
                             double *values)
 {

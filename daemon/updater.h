@@ -19,6 +19,10 @@ unsigned psd_updater_state_per_float(psd_updater_kind kind);
 /* Whether the updater keeps a per-row step counter (adam's t). */
 int psd_updater_has_step(psd_updater_kind kind);
 
+/* The bytes a row of dim floats takes with kind's state and step: what
+ * memory checks and messages count per row. */
+uint64_t psd_updater_row_bytes(psd_updater_kind kind, uint32_t dim);
+
 /* The hyper-parameters p's kind reads, named as in the ini (lr, beta1,
  * beta2, epsilon, l1, l2, beta), into names and values (room for
  * PSD_UPDATER_PARAMS_MAX each); returns how many (0 for sum and assign).

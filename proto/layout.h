@@ -46,4 +46,16 @@ static inline int psw_node_of_shard(uint32_t s, int nnodes)
     return (int)(s % (uint32_t)nnodes);
 }
 
+/* The rows of a dense table of `rows` that node `node` of nnodes holds. */
+static inline uint64_t psw_dense_rows_on_node(uint64_t rows, uint32_t shards,
+                                              int nnodes, int node)
+{
+    uint64_t held = 0;
+    for (uint32_t s = 0; s < shards; s++)
+        if (psw_node_of_shard(s, nnodes) == node)
+            held += psw_dense_shard_start(rows, shards, s + 1) -
+                    psw_dense_shard_start(rows, shards, s);
+    return held;
+}
+
 #endif
