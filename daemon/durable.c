@@ -1447,17 +1447,13 @@ int psd_durable_open(psd_durable *d, char *err, size_t errlen)
         n->written = on_written;
         n->written_arg = d;
         /* The start record of the new segment goes to disk now, with the
-         * hyper-parameters the pushes to come are applied with: the ini's,
-         * which the start applied already, so a snapshot current then
-         * still is. */
-        int current = d->saved_changes == n->changes;
+         * hyper-parameters the pushes to come are applied with (the ini's,
+         * which the start applied already: no change). */
         if (psd_node_apply_params(n) || psd_node_commit(n)) {
             snprintf(err, errlen, "cannot write the journal in %s: %s",
                      d->dir, n->journal_error);
             return -1;
         }
-        if (current)
-            d->saved_changes = n->changes;
         d->fsync_lsn = psd_journal_written(n->journal);
         n->durable_lsn = d->fsync_lsn;
     }

@@ -505,8 +505,15 @@ int psd_config_restart(const psd_config *a, const psd_config *b,
 int psd_node_apply_params(psd_node *n)
 {
     int rc = 0;
-    n->changes++;                /* a reload: counted, to be safe */
     for (int i = 0; i < n->ntables; i++) {
+        /* Counted as a change only where a table's values change (the
+         * struct has no padding): writing the same ones again at a
+         * start, a reload or a journal retry made a snapshot loaded
+         * whole look stale, and an idle node's stop wrote it again. */
+        const psd_updater_params *was =
+            &psd_table_conf_get(n->tables[i])->upd;
+        if (memcmp(was, &n->cfg.tables[i].upd, sizeof *was))
+            n->changes++;
         psd_table_set_params(n->tables[i], &n->cfg.tables[i].upd);
         if (n->journal &&
             !psd_journal_params(n->journal, (uint32_t)i,

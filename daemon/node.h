@@ -183,8 +183,9 @@ int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
                     char *why, size_t len);
 
 /* Gives every table the updater hyper-parameters of n->cfg (a replay may
- * have left older ones) and, with a journal, records them there (only
- * what changed). 0, or -1 when the journal ran out of memory for the
+ * have left older ones), counting a change in n->changes only where
+ * they differ, and, with a journal, records them there (only what
+ * changed). 0, or -1 when the journal ran out of memory for the
  * record: journal_error is then set, and pushes are refused, since a
  * replay would apply them with the wrong hyper-parameters. */
 int psd_node_apply_params(psd_node *n);
