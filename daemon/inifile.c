@@ -274,27 +274,12 @@ static int append_piece(reader *p, const char *piece)
                                             NULL);
     while (end > piece && isspace((unsigned char)end[-1]))
         end--;
-    size_t old = e->len, add = (size_t)(end - piece);
-    if (old + add + 2 > e->cap) {
-        size_t cap = 2 * e->cap > old + add + 2 ? 2 * e->cap : old + add + 2;
-        /* Not realloc: a value may be a token, and the old block would be
-         * freed unwiped. */
-        char *v = malloc(cap);
-        if (!v) {
-            fail(p->ini, 0, "out of memory");
-            return -1;
-        }
-        memcpy(v, e->value, old);
-        psw_wipe(e->value, old);
-        free(e->value);
-        e->value = v;
-        e->cap = cap;
+    size_t old = e->len;
+    if (psw_append_wiped(&e->value, &e->len, &e->cap, ' ', piece,
+                         (size_t)(end - piece))) {
+        fail(p->ini, 0, "out of memory");
+        return -1;
     }
-    char *v = e->value;
-    v[old] = ' ';
-    memcpy(v + old + 1, piece, add);
-    v[old + 1 + add] = '\0';
-    e->len = old + 1 + add;
     if (!e->cont_line) {
         e->cont_line = p->line;
         e->first_len = old;

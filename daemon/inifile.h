@@ -24,10 +24,8 @@ typedef struct psd_ini_entry {
     int cont_line;       /* first continuation line, or 0 */
     size_t first_len;    /* with one: the bytes of value from the key's
                             own line */
-    size_t len, cap;     /* value's length, and the bytes it has: grown
-                            by doubling, so that a value over many lines
-                            costs linear time (a trial: 80,000 lines took
-                            15 s, and a reload blocked the loop) */
+    size_t len, cap;     /* value's length, and the bytes it has
+                            (psw_append_wiped joins its lines) */
 } psd_ini_entry;
 
 typedef struct psd_ini_section {

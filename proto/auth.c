@@ -211,3 +211,28 @@ void psw_wipe(void *p, size_t n)
 {
     sodium_memzero(p, n);
 }
+
+int psw_append_wiped(char **s, size_t *len, size_t *cap, char sep,
+                     const char *add, size_t n)
+{
+    size_t want = *len + (sep != 0) + n + 1;
+    if (want > *cap) {
+        size_t c = 2 * *cap > want ? 2 * *cap : want;
+        char *p = malloc(c);
+        if (!p)
+            return -1;
+        if (*s) {
+            memcpy(p, *s, *len);
+            psw_wipe(*s, *len);
+            free(*s);
+        }
+        *s = p;
+        *cap = c;
+    }
+    if (sep)
+        (*s)[(*len)++] = sep;
+    memcpy(*s + *len, add, n);
+    *len += n;
+    (*s)[*len] = '\0';
+    return 0;
+}

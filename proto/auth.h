@@ -66,4 +66,13 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
 /* Zeroes n bytes in a way the compiler may not remove. */
 void psw_wipe(void *p, size_t n);
 
+/* Appends sep (unless 0) and the n bytes at add to the string *s of
+ * *len bytes in *cap, NUL-terminated: an ini value joined from its
+ * lines, which may be a token. The buffer grows by doubling (a value over
+ * 80,000 lines took 15 s copied whole at each), and never by realloc,
+ * which would free the old block unwiped. 0, or -1 out of memory (*s as
+ * it was). */
+int psw_append_wiped(char **s, size_t *len, size_t *cap, char sep,
+                     const char *add, size_t n);
+
 #endif
