@@ -654,7 +654,7 @@ static void test_names_of_link_local_addresses_are_refused_by_name(
  * with its error on stderr when it did not open; 3 when the namespace
  * could not be made. */
 static void open_late_under_hosts(const char *hosts, const char *nss,
-                                  const char *spec)
+                                  const char *spec, int started)
 {
     if (own_hosts(hosts, nss))
         _exit(3);
@@ -665,6 +665,11 @@ static void open_late_under_hosts(const char *hosts, const char *nss,
     ps_client *c = NULL;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* The name is added a second after this (the parent waits for it):
+     * a child scheduled late opened at once, and said so. */
+    if (write(started, "s", 1) != 1)
+        _exit(3);
+    close(started);
     if (ps_open(&c, spec, &o) != PS_OK) {
         fprintf(stderr, "ps_open: %s\n", ps_last_error(NULL));
         _exit(1);
@@ -742,13 +747,23 @@ static void test_a_layout_name_that_resolves_late_is_waited_for(void **state)
         assert_int_equal(cluster_wait_up(&c, i, 10000), 0);
     char spec[64];
     snprintf(spec, sizeof spec, "127.0.0.1:%d", c.port[0]);
+    int go[2];
+    assert_int_equal(pipe(go), 0);
     pid_t p = fork();
     assert_true(p >= 0);
-    if (p == 0)
-        open_late_under_hosts(hosts, nss, spec);
-    /* The name appears a second later; the file is rewritten in place,
-     * so the child's bind mount of it sees the new text. */
-    usleep(1000 * 1000);
+    if (p == 0) {
+        close(go[0]);
+        open_late_under_hosts(hosts, nss, spec, go[1]);
+    }
+    close(go[1]);
+    char b;
+    ssize_t got = read(go[0], &b, 1);
+    close(go[0]);
+    /* The name appears a second after the child's open begins; the file
+     * is rewritten in place, so the child's bind mount of it sees the new
+     * text. */
+    if (got == 1)
+        usleep(1000 * 1000);
     f = fopen(hosts, "w");
     assert_non_null(f);
     fprintf(f, "127.0.0.1 localhost\n127.0.0.1 latenode.psd-test\n");
