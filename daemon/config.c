@@ -805,8 +805,19 @@ static int apply(parser *p, const section *s, const entry *e,
     return -1;
 }
 
+/* Other frameworks' names for psd's keys (and near misses of them):
+ * learning_rate is lr here. */
+static const char *const other_names[][2] = {
+    { "learning_rate", "lr" }, { "optimizer", "updater" },
+    { "dimension", "dim" },    { "type", "kind" },
+    { "eps", "epsilon" },      { "num_shards", "shards" },
+    { "num_workers", "workers" },
+};
+
+static const setting *find_setting(scope sc, const char *key);
+
 /* The setting of scope sc whose key is nearest to a key the file
- * misspelt (near.h), or NULL. */
+ * misspelt (near.h), or whose name elsewhere it is, or NULL. */
 static const setting *suggest(scope sc, const char *key)
 {
     const char *names[NSETTINGS + 1];
@@ -822,6 +833,15 @@ static const setting *suggest(scope sc, const char *key)
     for (size_t i = 0; w && i < n; i++)
         if (names[i] == w)
             return of[i];
+    const size_t nother = sizeof other_names / sizeof other_names[0];
+    const char *others[sizeof other_names / sizeof other_names[0] + 1];
+    for (size_t i = 0; i < nother; i++)
+        others[i] = other_names[i][0];
+    others[nother] = NULL;
+    w = psd_suggest(key, others);
+    for (size_t i = 0; w && i < nother; i++)
+        if (others[i] == w)
+            return find_setting(sc, other_names[i][1]);
     return NULL;
 }
 
@@ -1371,7 +1391,9 @@ int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen)
     memset(c, 0, sizeof *c);
     int rc = psd_ini_read(&ini, path, check_section_name, err, errlen);
     section *secs = NULL;
-    if (rc == 0) {
+    /* Its values are checked too when the read went on past its errors:
+     * the operator fixes the file in one pass. */
+    if (rc == 0 || !ini.stopped) {
         secs = calloc((size_t)ini.nsecs + 1, sizeof *secs);
         if (!secs)
             fail(&ini, 0, "out of memory");
@@ -1384,10 +1406,10 @@ int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen)
                                  scope_of(is->name, strlen(is->name), why,
                                           sizeof why), is };
         }
-        ini.more = 1;            /* every bad value, not only the first */
         build(&ini, secs, ini.nsecs, c);
     }
     free(secs);
+    psd_ini_sort_errors(&ini);
     int failed = ini.failed;
     psd_ini_free(&ini);
     if (failed) {

@@ -29,7 +29,34 @@ typedef struct reader {
     int line;           /* physical lines read so far */
     int key_seen;       /* a key since the last header: inih's prev_name */
     int cont;           /* the current line continues the previous value */
+    int skip_section;   /* under a header that failed: its keys are not
+                           read (they would land in the section before) */
+    int skip_cont;      /* after a line that failed: its indented lines */
 } reader;
+
+/* Copies an error's text to out (size bytes, cut short if it must be),
+ * with the file's bytes that a terminal would not show as they are
+ * written: a vertical tab or form feed (white space to the reader) as '?',
+ * and every byte beyond ASCII as \\xNN, so that a zero-width space or a
+ * look-alike letter in a key or a path is seen. psd's own words are
+ * ASCII. */
+static void quote(char *out, size_t size, const char *text)
+{
+    size_t at = 0;
+    for (const unsigned char *q = (const unsigned char *)text;
+         *q && at + 1 < size; q++) {
+        if (*q >= 0x80) {
+            if (at + 5 > size)
+                break;
+            snprintf(out + at, 5, "\\x%02x", *q);
+            at += 4;
+        } else {
+            out[at++] = *q < 0x20 && *q != '\t' && *q != '\n' ? '?'
+                                                             : (char)*q;
+        }
+    }
+    out[at] = '\0';
+}
 
 __attribute__((format(printf, 3, 0)))
 static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
@@ -47,12 +74,9 @@ static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
     int n = line > 0 ? snprintf(one, size, "%s:%d: ", ini->path, line)
                      : snprintf(one, size, "%s: ", ini->path);
     if (n >= 0 && (size_t)n < size) {
-        vsnprintf(one + n, size - (size_t)n, fmt, ap);
-        /* The file's text quoted back: a vertical tab or form feed, which
-         * the reader takes as white space, must not reach a terminal. */
-        for (char *q = one + n; *q; q++)
-            if ((unsigned char)*q < 0x20 && *q != '\t' && *q != '\n')
-                *q = '?';
+        char text[4096];
+        vsnprintf(text, sizeof text, fmt, ap);
+        quote(one + n, size - (size_t)n, text);
     }
     if (ini->failed == 1)
         return;
@@ -134,6 +158,7 @@ static int on_header(reader *p, const char *t, const char *end)
     }
     if (p->ini->nsecs >= PSD_INI_SECTIONS_MAX) {
         fail(p->ini, p->line, "more than %d sections", PSD_INI_SECTIONS_MAX);
+        p->ini->stopped = 1;
         return -1;
     }
     for (int i = 0; i < p->ini->nsecs; i++) {
@@ -150,6 +175,7 @@ static int on_header(reader *p, const char *t, const char *end)
         psd_ini_section *s = realloc(p->ini->secs, (size_t)cap * sizeof *s);
         if (!s) {
             fail(p->ini, 0, "out of memory");
+            p->ini->stopped = 1;
             return -1;
         }
         p->ini->secs = s;
@@ -163,7 +189,8 @@ static int on_header(reader *p, const char *t, const char *end)
 }
 
 /* Sorts the line in buf[0..n) the way inih will, so that we know about
- * section headers and continuation lines. Returns 0 or -1 (error set). */
+ * section headers and continuation lines. Returns 0, -1 (error set) or 1
+ * (a line of one that failed: not to be read). */
 static int classify(reader *p, const char *buf, size_t n)
 {
     const char *start = buf, *end = buf + n;
@@ -177,14 +204,21 @@ static int classify(reader *p, const char *buf, size_t n)
     p->cont = 0;
     if (t == end || *t == ';' || *t == '#')
         return 0;                       /* blank or comment */
+    if (p->skip_cont && t > buf)
+        return 1;                       /* continues a line that failed */
     if (p->key_seen && t > buf) {
         p->cont = 1;                    /* indented: continues the value */
         return 0;
     }
+    p->skip_cont = 0;
     if (*t == '[') {
         p->key_seen = 0;
-        return on_header(p, t, end);
+        int rc = on_header(p, t, end);
+        p->skip_section = rc != 0;
+        return rc;
     }
+    if (p->skip_section)
+        return 1;
     const char *sep = find_chars_or_comment(t, end, "=:");
     if (sep == end || (*sep != '=' && *sep != ':')) {
         /* Only the first word is echoed: the rest may be a secret whose
@@ -201,6 +235,7 @@ static int classify(reader *p, const char *buf, size_t n)
             fail(p->ini, p->line, "expected \"key = value\" or "
                  "\"[section]\", got \"%.*s%s\"", (int)(w - t), t,
                  w < end ? " ..." : "");
+        p->skip_cont = 1;
         return -1;
     }
     p->key_seen = 1;
@@ -217,7 +252,7 @@ static int classify(reader *p, const char *buf, size_t n)
 static char *read_line(char *buf, int size, void *stream)
 {
     reader *p = stream;
-    if (p->ini->failed || size < 4)
+    if (p->ini->stopped || p->ini->failed > PSD_INI_MAX_ERRORS || size < 4)
         return NULL;
     size_t max = (size_t)size - 3, n = 0;
     int ch = EOF, too_long = 0;
@@ -232,6 +267,7 @@ static char *read_line(char *buf, int size, void *stream)
     }
     if (ch == EOF && ferror(p->f)) {
         fail(p->ini, 0, "read error: %s", strerror(errno));
+        p->ini->stopped = 1;
         return NULL;
     }
     if (n == 0)
@@ -245,6 +281,7 @@ static char *read_line(char *buf, int size, void *stream)
         len--;
     if (too_long || len > max) {
         fail(p->ini, p->line, "line too long (max %zu bytes)", max);
+        p->ini->stopped = 1;
         return NULL;
     }
     for (size_t i = 0; i < len; i++) {
@@ -257,10 +294,20 @@ static char *read_line(char *buf, int size, void *stream)
             else
                 fail(p->ini, p->line, "unexpected control character 0x%02x "
                      "(byte %zu of the line)", c, i + 1);
+            p->ini->stopped = 1;
             return NULL;
         }
     }
-    return classify(p, buf, n) == 0 ? buf : NULL;
+    if (classify(p, buf, n) == 0)
+        return buf;
+    if (p->ini->stopped)
+        return NULL;
+    /* A line that failed is read on past, so that one check lists every
+     * error: inih gets a blank line instead, and classify() skips what
+     * belonged to it (a bad header's keys, a bad line's indented ones). */
+    buf[0] = '\n';
+    buf[1] = '\0';
+    return buf;
 }
 
 /* Joins a continuation line to the last value, separated by one space.
@@ -278,6 +325,7 @@ static int append_piece(reader *p, const char *piece)
     if (psw_append_wiped(&e->value, &e->len, &e->cap, ' ', piece,
                          (size_t)(end - piece))) {
         fail(p->ini, 0, "out of memory");
+        p->ini->stopped = 1;
         return -1;
     }
     if (!e->cont_line) {
@@ -296,17 +344,21 @@ static int on_value(void *user, const char *section_name, const char *name,
     reader *p = user;
     (void)section_name;
     (void)lineno;
-    if (p->ini->failed)
+    if (p->ini->stopped)
         return 1;
     if (p->cont) {
+        /* Always after a recorded entry: a key line that was not
+         * recorded sets skip_cont, so its indented lines come not here. */
         append_piece(p, value);
         return 1;
     }
     if (!*name) {
         fail(p->ini, p->line, "missing key before \"=\"");
+        p->skip_cont = 1;
         return 1;
     }
     if (p->ini->nsecs == 0) {
+        p->skip_cont = 1;
         /* The file overwritten with the token (`base64 > psd.ini`) gets
          * here: not echoed then (psd_ini_key_like). */
         if (psd_ini_key_like(name, strlen(name)))
@@ -322,6 +374,7 @@ static int on_value(void *user, const char *section_name, const char *name,
         psd_ini_entry *es = realloc(s->entries, (size_t)cap * sizeof *es);
         if (!es) {
             fail(p->ini, 0, "out of memory");
+            p->ini->stopped = 1;
             return 1;
         }
         s->entries = es;
@@ -338,6 +391,7 @@ static int on_value(void *user, const char *section_name, const char *name,
         free(e->key);
         free(e->value);
         fail(p->ini, 0, "out of memory");
+        p->ini->stopped = 1;
         return 1;
     }
     s->nentries++;
@@ -374,6 +428,7 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
                  char *err, size_t errlen)
 {
     memset(ini, 0, sizeof *ini);
+    ini->more = 1;
     ini->path = path;
     ini->err = err;
     ini->errlen = errlen;
@@ -411,6 +466,56 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
     else if (!ini->failed && rc < 0)
         fail(ini, 0, "out of memory");
     return ini->failed ? -1 : 0;
+}
+
+/* The line number of one error ("PATH:LINE: ..."), or 0 for one of the
+ * whole file ("PATH: ..."). */
+static long error_line(const psd_ini *ini, const char *e)
+{
+    size_t n = strlen(ini->path);
+    if (strncmp(e, ini->path, n) != 0 || e[n] != ':')
+        return 0;
+    char *end;
+    long line = strtol(e + n + 1, &end, 10);
+    return end > e + n + 1 && *end == ':' ? line : 0;
+}
+
+void psd_ini_sort_errors(psd_ini *ini)
+{
+    if (ini->failed < 2 || !ini->err || !ini->err[0])
+        return;
+    size_t len = strlen(ini->err);
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return;                         /* file order stays */
+    memcpy(copy, ini->err, len + 1);
+    /* At most PSD_INI_MAX_ERRORS lines, and "more errors than these". */
+    char *lines[PSD_INI_MAX_ERRORS + 2];
+    int n = 0, tail = ini->full;
+    for (char *q = copy; q && n < PSD_INI_MAX_ERRORS + 2;) {
+        lines[n++] = q;
+        if ((q = strchr(q, '\n')))
+            *q++ = '\0';
+    }
+    int sorted = tail && n > 1 ? n - 1 : n;
+    for (int i = 1; i < sorted; i++) {     /* stable: ties keep their order */
+        char *x = lines[i];
+        long k = error_line(ini, x);
+        int j = i;
+        for (; j > 0 && error_line(ini, lines[j - 1]) > k; j--)
+            lines[j] = lines[j - 1];
+        lines[j] = x;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(lines[i]);
+        if (i)
+            ini->err[at++] = '\n';
+        memcpy(ini->err + at, lines[i], l);
+        at += l;
+    }
+    ini->err[at] = '\0';
+    free(copy);
 }
 
 int psd_ini_key_like(const char *w, size_t n)

@@ -41,11 +41,14 @@ typedef struct psd_ini_section {
 typedef int (*psd_ini_name_check)(const char *name, size_t n, char *why,
                                   size_t whylen);
 
-/* A file read whole. While it is read, the first error stops it: after a
- * line that does not parse, what follows means nothing. A caller that
- * then interprets the entries may set `more`, so that its errors are all
- * kept, one per line (up to PSD_INI_MAX_ERRORS), and a file with several
- * bad values is fixed in one pass. */
+/* A file read whole. A line that does not parse is an error, and the read
+ * goes on past it (and past the keys of a section whose header failed),
+ * so that a file with several mistakes is fixed in one pass: the errors
+ * are kept one per line, up to PSD_INI_MAX_ERRORS. Only a line too long,
+ * a control character (a binary file), a read error, too many sections
+ * or running out of memory stop the read (`stopped`): what follows is
+ * not read. A caller that then interprets the entries adds its errors
+ * the same way (`more` is set). */
 #define PSD_INI_MAX_ERRORS 20
 typedef struct psd_ini {
     const char *path;    /* borrowed from the caller of psd_ini_read */
@@ -53,6 +56,7 @@ typedef struct psd_ini {
     int nsecs, cap;
     int failed;          /* errors recorded */
     int more;            /* keep the errors after the first */
+    int stopped;         /* the read ended before the end of the file */
     int full;            /* err holds all it can: later ones are counted */
     char *err;           /* the caller's error buffer */
     size_t errlen;
@@ -82,5 +86,10 @@ int psd_ini_key_like(const char *w, size_t n);
  * line 0: no line. */
 void psd_ini_fail(psd_ini *ini, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Puts the errors recorded so far in the order of their lines (those of
+ * the whole file first), as the operator reads the file: the read's and
+ * the caller's are found in two passes. */
+void psd_ini_sort_errors(psd_ini *ini);
 
 #endif

@@ -277,7 +277,7 @@ static const error_case error_cases[] = {
       "[server] max_frames: unknown key (did you mean max_frame?)", 1 },
     { "unknown_key_in_a_table_names_the_table",
       EMB "learning_rate = 0.1\n", 0, 5,
-      "[table.emb] learning_rate: unknown key", 1 },
+      "[table.emb] learning_rate: unknown key (did you mean lr?)", 1 },
     { "a_key_of_another_section_says_where_it_belongs",
       CLUSTER "[server]\nworker_grace = 5\n", 0, 4,
       "[server] worker_grace: unknown key (it belongs in the [cluster] "
@@ -300,8 +300,8 @@ static const error_case error_cases[] = {
       CLUSTER "[server]\n[cluster]\nshards = 4\n", 0, 4,
       "duplicate section [cluster] (first at line 1)", 1 },
     { "key_outside_any_section_is_refused",
-      "nodes = 127.0.0.1:7070\n[cluster]\n", 0, 1,
-      "key \"nodes\" outside any section", 1 },
+      "shards = 4\n" CLUSTER, 0, 1,
+      "key \"shards\" outside any section", 1 },
     { "line_without_equals_is_refused",
       CLUSTER "[server]\nlog_level\n", 0, 4,
       "expected \"key = value\" or \"[section]\", got \"log_level\"", 1 },
@@ -1298,6 +1298,70 @@ static void test_every_bad_value_is_reported_at_its_line(void **state)
         nl++;
     EXPECT_INT(nl, 20, "lines after the first");
     EXPECT_SUBSTR(err, "more errors than these 20", "the last line");
+}
+
+/* A line that does not parse, or a section header psd refuses, no longer
+ * ends the read: the errors after it are said in the same run, all in
+ * the order of their lines (the read's and the values' are found in two
+ * passes). A refused section's keys are not read into the section before
+ * it, nor a bad line's indented ones into the key before it. A byte
+ * beyond ASCII is shown as \xNN (a zero-width space was invisible). */
+static void test_structural_errors_do_not_hide_the_others(void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN];
+    const char *text = "[cluster]\n"                       /* 1 */
+                       "nodes = 127.0.0.1:7070\n"           /* 2 */
+                       "[servr]\n"                          /* 3: bad */
+                       "max_frame = 12Q\n"                  /* 4: skipped */
+                       "[server]\n"                         /* 5 */
+                       "log_level\n"                        /* 6: bad */
+                       "  continued words\n"                /* 7: skipped */
+                       "fsync = q\n"                        /* 8: bad */
+                       "[table.bad name]\n"                 /* 9: bad */
+                       "dim = 0\n"                          /* 10: skipped */
+                       "[table.t]\n"                        /* 11 */
+                       "dim = 4\n"                          /* 12 */
+                       "learning_rate = 0.1\n"              /* 13: bad */
+                       "kind = den\xe2\x80\x8bse\n";        /* 14: bad */
+    assert_int_equal(load_text(text, &c, path, err), -1);
+    const int lines[] = { 3, 6, 8, 9, 13, 14 };
+    const size_t nlines = sizeof lines / sizeof lines[0];
+    const char *at = err;
+    for (size_t k = 0; k < nlines; k++) {
+        char want[PATH_LEN + 16];
+        snprintf(want, sizeof want, "%s%s:%d: ", k ? "\n" : "", path,
+                 lines[k]);
+        if (!at || strncmp(at, want, strlen(want)) != 0)
+            fail_msg("error %zu should begin \"%s\": %s", k, want, err);
+        at = strchr(at + 1, '\n');
+    }
+    if (at)
+        fail_msg("more errors than the six: %s", err);
+    EXPECT_SUBSTR(err, "unknown section [servr]", "the bad header");
+    EXPECT_SUBSTR(err, "got \"log_level\"", "the bad line");
+    EXPECT_SUBSTR(err, "fsync", "the value after the bad line");
+    EXPECT_SUBSTR(err, "invalid table name", "the bad table header");
+    EXPECT_SUBSTR(err, "learning_rate: unknown key (did you mean lr?)",
+                  "another framework's name");
+    EXPECT_SUBSTR(err, "got \"den\\xe2\\x80\\x8bse\"", "the escaped bytes");
+    if (strstr(err, "max_frame") || strstr(err, "continued") ||
+        strstr(err, "dim"))
+        fail_msg("a skipped line was read: %s", err);
+    assert_null(c.tables);
+
+    /* A line too long still ends the read there: nothing after it. */
+    char longl[8192];
+    int n = snprintf(longl, sizeof longl, "%s[server]\nlog_level = ",
+                     CLUSTER);
+    memset(longl + n, 'x', 5000);
+    snprintf(longl + n + 5000, sizeof longl - (size_t)n - 5000,
+             "\nfsync = q\n");
+    assert_int_equal(load_text(longl, &c, path, err), -1);
+    EXPECT_SUBSTR(err, "line too long", "the long line");
+    if (strchr(err, '\n'))
+        fail_msg("more than the long line said: %s", err);
 }
 
 /* A FIFO as the ini or as the token file is refused at once: opening one
@@ -2439,6 +2503,7 @@ int main(void)
         cmocka_unit_test(test_line_limit_is_exact),
         cmocka_unit_test(test_missing_file_is_reported_without_a_line),
         cmocka_unit_test(test_short_error_buffer_is_truncated_safely),
+        cmocka_unit_test(test_structural_errors_do_not_hide_the_others),
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
         cmocka_unit_test(test_page_breaks_and_tabs_are_white_space),
         cmocka_unit_test(test_tables_beyond_the_protocol_limit_are_refused),
