@@ -442,12 +442,14 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
     struct stat st;
     if (fd < 0) {
         fail(ini, 0, "cannot open: %s", strerror(errno));
+        ini->stopped = 1;
         return -1;
     }
     if (fstat(fd, &st) != 0 || S_ISFIFO(st.st_mode) ||
         S_ISSOCK(st.st_mode)) {
         close(fd);
         fail(ini, 0, "cannot read: a FIFO or socket, not a file");
+        ini->stopped = 1;
         return -1;
     }
     int flags = fcntl(fd, F_GETFL);
@@ -457,6 +459,7 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
     if (!r.f) {
         close(fd);
         fail(ini, 0, "cannot open: %s", strerror(errno));
+        ini->stopped = 1;
         return -1;
     }
     int rc = ini_parse_stream(read_line, &r, on_value, &r);
