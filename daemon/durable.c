@@ -17,6 +17,7 @@
 
 #include "durable.h"
 #include "notify.h"
+#include "preflight.h"
 #include "journal.h"
 #include "log.h"
 #include "request.h"
@@ -1233,8 +1234,18 @@ int psd_durable_start(psd_durable *d, const psd_start_opts *opts, char *err,
     char snap_path[4200];
     struct stat snap_st;
     psd_snapshot_path(snap_path, sizeof snap_path, d->dir, n->index);
-    if (!d->skip && stat(snap_path, &snap_st) == 0 &&
-        snap_st.st_size >= (off_t)64 << 20)
+    int have_snap = !d->skip && stat(snap_path, &snap_st) == 0;
+    char why[600];
+    if (have_snap && !psd_snapshot_fits((uint64_t)snap_st.st_size, why,
+                                        sizeof why)) {
+        /* Said before the load, not after the kill: the log's last line
+         * was "loading snapshot" (a memory trial). */
+        snprintf(err, errlen, "node %d's snapshot %s cannot load here: %s "
+                 "(--skip-snapshot would start the node empty, its files "
+                 "set aside)", n->index, snap_path, why);
+        return -1;
+    }
+    if (have_snap && snap_st.st_size >= (off_t)64 << 20)
         psd_info("loading snapshot %s (%.1f MiB)", snap_path,
                  (double)snap_st.st_size / (1 << 20));
     psd_snap_info si = { 0 };

@@ -499,6 +499,14 @@ int main(int argc, char **argv)
             int had_snap = rc == 0, of_0_1 = 0;
             if (had_snap && si.bytes > biggest)
                 biggest = si.bytes;
+            char too_big[600];
+            if (had_snap && !psd_snapshot_fits(si.bytes, too_big,
+                                               sizeof too_big)) {
+                fprintf(stderr, "%snode %d's snapshot in %s cannot load "
+                        "here: %s\n", psd_log_prefix(PSD_LOG_ERROR), i, dir,
+                        too_big);
+                bad++;
+            }
             if (rc >= 0 && rc != 2)
                 rc = psd_journal_check(
                     dir, i,

@@ -544,10 +544,11 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
 
 /* Bytes of this host's memory psd may use: MemTotal, or less where the
  * cgroup it runs in has a limit (systemd's MemoryMax); and MemAvailable
- * now. 0 when not known. */
-static void host_memory(double *limit, double *avail)
+ * now. 0 when not known. *cgroup: whether the limit is a cgroup's. */
+static void host_memory_of(double *limit, double *avail, int *cgroup)
 {
     *limit = *avail = 0;
+    *cgroup = 0;
     FILE *f = fopen("/proc/meminfo", "re");
     char line[4200];
     unsigned long long kb;
@@ -604,8 +605,10 @@ static void host_memory(double *limit, double *avail)
                 f = fopen(p, "re");
             }
             if (f && fscanf(f, "%llu", &kb) == 1 &&
-                (*limit <= 0 || (double)kb < *limit))
+                (*limit <= 0 || (double)kb < *limit)) {
                 *limit = (double)kb;
+                *cgroup = 1;
+            }
             if (f)
                 fclose(f);
             char *slash = strrchr(cg, '/');
@@ -619,6 +622,31 @@ static void host_memory(double *limit, double *avail)
     }
     if (*avail > *limit)
         *avail = *limit;
+}
+
+static void host_memory(double *limit, double *avail)
+{
+    int cgroup;
+    host_memory_of(limit, avail, &cgroup);
+}
+
+int psd_snapshot_fits(uint64_t bytes, char *why, size_t whylen)
+{
+    double limit, avail;
+    int cgroup;
+    host_memory_of(&limit, &avail, &cgroup);
+    if (limit <= 0 || (double)bytes <= limit)
+        return 1;
+    const double mib = 1024.0 * 1024;
+    snprintf(why, whylen, "it holds %.1f MiB of rows, more than the %.1f "
+             "MiB psd may use on this host (%s): loading it, psd would be "
+             "killed by the kernel, with no word why. Raise the limit, or "
+             "run this node on a host with more memory", (double)bytes / mib,
+             limit / mib,
+             cgroup ? "its cgroup's memory limit: MemoryMax= in a unit, a "
+                      "container's or pod's limit"
+                    : "its memory, MemTotal");
+    return 0;
 }
 
 /* What psd's own address space takes before any row (measured: 39 MB of

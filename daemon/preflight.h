@@ -9,6 +9,7 @@
 #define PSD_PREFLIGHT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "config.h"
@@ -86,6 +87,14 @@ void psd_sa_text(const struct sockaddr_storage *sa, char *out, size_t cap);
 /* What a bind's errno (positive) most likely means for a node's address,
  * " (...)" to follow the error, or "". */
 const char *psd_bind_hint(int err);
+
+/* Whether a snapshot file of `bytes` can load in the memory psd may use
+ * here (MemTotal, or its cgroup's limit and its ancestors', the
+ * smallest): every row it holds is in memory once it is loaded, so past
+ * that limit the kernel kills psd while it loads, and a unit restarts it
+ * into the same end. 1 when it fits or the limit is not known; else 0,
+ * with the reason in why ("it holds ...", to follow a subject). */
+int psd_snapshot_fits(uint64_t bytes, char *why, size_t whylen);
 
 /* Wipes the token and frees the lists. */
 void psd_preflight_destroy(psd_preflight *pf);

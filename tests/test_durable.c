@@ -4021,6 +4021,109 @@ static void test_usr_signals_are_logged_and_change_nothing(void **state)
     restart_and_count(&c, "restart", a + b, "every push, after the restart");
 }
 
+/* A memory cgroup of this test's own with a limit of `mib` MiB: its
+ * folder into dir (for cgroup.procs), or 0 where none can be made (not
+ * root; no memory controller, v2's or v1's). */
+static int memory_cgroup(char *dir, size_t len, int mib)
+{
+    char path[700];
+    FILE *f = fopen("/sys/fs/cgroup/cgroup.controllers", "re");
+    char ctl[512] = "";
+    if (f) {
+        if (!fgets(ctl, sizeof ctl, f))
+            ctl[0] = '\0';
+        fclose(f);
+    }
+    const char *limit_file = strstr(ctl, "memory") ? "memory.max"
+                                                  : "memory.limit_in_bytes";
+    snprintf(dir, len, strstr(ctl, "memory") ? "/sys/fs/cgroup/psd-test-%d"
+                                             : "/sys/fs/cgroup/memory/"
+                                               "psd-test-%d",
+             (int)getpid());
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return 0;
+    snprintf(path, sizeof path, "%s/%s", dir, limit_file);
+    f = fopen(path, "we");
+    int ok = f && fprintf(f, "%llu\n", (unsigned long long)mib << 20) > 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (!ok)
+        rmdir(dir);
+    return ok;
+}
+
+/* A snapshot larger than the memory psd may use (its cgroup's limit) is
+ * refused before the load, by the start and by psd --check, with the
+ * reason: the kernel killed psd while it loaded, the log's last line
+ * "loading snapshot", and a unit restarted it into the same end (a
+ * memory trial). Skipped where no memory cgroup can be made. */
+static char test_cgroup[256];
+
+/* Removes the test's cgroup, also after a failure: emptied as its last
+ * task is released, a moment after that task's exit. */
+static int remove_test_cgroup(void **state)
+{
+    (void)state;
+    for (int i = 0; test_cgroup[0] && i < 200 && rmdir(test_cgroup) != 0 &&
+                    errno == EBUSY;
+         i++)
+        usleep(10000);
+    test_cgroup[0] = '\0';
+    return 0;
+}
+
+static void test_a_snapshot_beyond_the_memory_limit_is_refused_before_loading(
+    void **state)
+{
+    (void)state;
+    char *cg = test_cgroup;
+    if (!memory_cgroup(cg, sizeof test_cgroup, 40))
+        skip();
+    test_cluster c;
+    if (cluster_start(&c, 1, 4, "[table.t]\nkind = sparse\ndim = 64\n"))
+        fail_msg("cluster did not start");
+    /* 196,608 keys of 256 bytes, and 8 of its key each: 49.5 MiB. */
+    ps_client *cl;
+    assert_int_equal(ps_open(&cl, c.spec, NULL), 0);
+    enum { BATCH = 8192, DIM = 64 };
+    static uint64_t keys[BATCH];
+    static float vals[BATCH * DIM];
+    for (size_t i = 0; i < BATCH * DIM; i++)
+        vals[i] = 1;
+    for (uint64_t at = 0; at < 24 * BATCH; at += BATCH) {
+        for (size_t i = 0; i < BATCH; i++)
+            keys[i] = at + i;
+        ps_ts ts = ps_push(cl, 0, keys, BATCH, vals, NULL, NULL);
+        EXPECT_INT(ps_wait(cl, ts), PS_OK, "push at %llu: %s",
+                   (unsigned long long)at, ps_last_error(cl));
+    }
+    ps_close(cl);
+    EXPECT_INT(term(&c, 0), 0, "the node stops (final snapshot)");
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    static const char *const how[] = { "--check -n 0", "-n 0" };
+    for (int k = 0; k < 2; k++) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "sh -c 'echo $$ > %s/cgroup.procs && "
+                 "exec %s %s -c %s'", cg, psd, how[k], c.ini);
+        int st;
+        char *o = run_out(&st, cmd);
+        /* Exit 1, not killed (-1: a signal), and the reason. */
+        EXPECT_INT(st, 1, "psd %s in a cgroup of 40 MiB: %s", how[k], o);
+        EXPECT_SUBSTR(o, "snapshot", "the snapshot named");
+        EXPECT_SUBSTR(o, "cannot load here: it holds 49.5 MiB of rows", "its size");
+        EXPECT_SUBSTR(o, "more than the 40.0 MiB psd may use on this host "
+                      "(its cgroup's memory limit", "the limit and whose");
+        free(o);
+    }
+    remove_test_cgroup(NULL);
+    /* Without the limit, the same snapshot loads. */
+    if (cluster_restart(&c, 0))
+        fail_msg("the node did not restart");
+    EXPECT_INT(cluster_log_wait(&c, 0, "loaded snapshot", 5000), 1,
+               "the snapshot loads without the limit");
+    EXPECT_INT(cluster_stop(&c), 0, "the node stops");
+}
+
 /* A missing data folder is created at start, its parents 0755 and the
  * folder itself 0700 (less the umask), also when data_dir ends with a
  * slash; the node's files are 0600. */
@@ -4200,6 +4303,9 @@ int main(void)
             test_an_unmounted_data_volume_is_not_written_beneath,
             unmount_small_disk),
         cmocka_unit_test(test_a_missing_data_dir_is_created_0700),
+        cmocka_unit_test_teardown(
+            test_a_snapshot_beyond_the_memory_limit_is_refused_before_loading,
+            remove_test_cgroup),
         cmocka_unit_test(
             test_a_journal_past_a_lowered_max_frame_says_what_reads_it),
     };
