@@ -687,6 +687,55 @@ static int nodes_here(const psd_config *c, int node, char *mine)
     return nodes;
 }
 
+/* Bytes a sparse row takes beside its weights and optimizer state: its
+ * key, and its share of the slot array (8 to 16 bytes a slot, at most
+ * 3/4 full): about, for a note. */
+#define SPARSE_ROW_EXTRA 24
+
+/* Sparse tables grow as keys come; max_rows bounds each on each node. A
+ * bound the memory psd may use here cannot hold is a mistake worth a
+ * note: the node is killed before its tables reach it, where a push past
+ * max_rows would have been refused (PS_EFULL) with the node still up.
+ * `nodes` of the cluster run here (node i among them); dense is what
+ * their dense tables take. Tables without max_rows say nothing. */
+static void sparse_cap_note(psd_preflight *pf, const psd_config *c,
+                            const char *path, int nodes, int i, double dense,
+                            double limit)
+{
+    double cap = 0, most = 0;
+    const psd_table_conf *big = NULL;
+    for (int t = 0; t < c->ntables; t++) {
+        const psd_table_conf *tc = &c->tables[t];
+        if (tc->dense || tc->max_rows == 0)
+            continue;
+        double b = (double)tc->max_rows *
+                   ((double)psd_updater_row_bytes(tc->upd.kind, tc->dim) +
+                    SPARSE_ROW_EXTRA) *
+                   nodes;
+        cap += b;
+        if (b > most) {
+            most = b;
+            big = tc;
+        }
+    }
+    if (!big || limit <= 0 || dense + cap <= limit)
+        return;
+    const double gib = 1024.0 * 1024 * 1024;
+    char who[64];
+    if (nodes == 1)
+        snprintf(who, sizeof who, "node %d", i);
+    else
+        snprintf(who, sizeof who, "the %d nodes on this host (loopback)",
+                 nodes);
+    add(&pf->notes, &pf->nnotes, path, big->line, "[table.%s]: max_rows lets "
+        "the sparse tables of %s grow to about %.1f GiB with their "
+        "optimizer state and index (this one %.1f GiB), beside %.1f GiB of "
+        "dense rows: more than the %.1f GiB psd may use on this host, so "
+        "it would be killed before they reach max_rows. Lower max_rows, or "
+        "give psd more memory", big->name, who, cap / gib, most / gib,
+        dense / gib, limit / gib);
+}
+
 static void check_memory(psd_preflight *pf, const psd_config *c,
                          const char *path, int node)
 {
@@ -758,6 +807,7 @@ static void check_memory(psd_preflight *pf, const psd_config *c,
     free(mine);
     free(per);
     host_memory(&limit, &avail);
+    sparse_cap_note(pf, c, path, nodes, i, need, limit);
     /* Not known (a unit with ProcSubset=pid hides /proc/meminfo): said
      * when the rows are big enough to matter, since nothing else would
      * stop psd from being killed while it makes them. */

@@ -2041,6 +2041,43 @@ static void test_shards_of_many_tables_beyond_this_hosts_memory_are_a_problem(
     free(text);
 }
 
+/* A sparse table's max_rows that this host's memory cannot hold is a
+ * note: the node is killed before the table reaches it, where a push past
+ * it would have been refused (PS_EFULL) with the node up. 2^50 rows of
+ * dim 8 with adam, 124 bytes each with its key and slot: 124 PiB. A
+ * max_rows that fits, or none (the default), says nothing. */
+static void test_a_sparse_max_rows_beyond_this_hosts_memory_is_noted(
+    void **state)
+{
+    (void)state;
+    static const char *const rows[] = { "1125899906842624", "1000", "0" };
+    for (int k = 0; k < 3; k++) {
+        char text[512];
+        snprintf(text, sizeof text, "[cluster]\nnodes = 127.0.0.1:7070\n"
+                 "[server]\ndata_dir = /tmp/psd-test-mem\n"
+                 "[table.s]\nkind = sparse\ndim = 8\nupdater = adam\n"
+                 "max_rows = %s\n", rows[k]);
+        psd_config c;
+        load_ok(text, &c);
+        psd_preflight pf;
+        EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0), 0, "problems");
+        int said = 0;
+        for (int i = 0; i < pf.nnotes; i++)
+            if (strstr(pf.notes[i], "max_rows lets")) {
+                said = 1;
+                if (!strstr(pf.notes[i], "F:5: [table.s]: max_rows lets the "
+                            "sparse tables of node 0 grow to about "
+                            "130023424.0 GiB with their optimizer state and "
+                            "index (this one 130023424.0 GiB), beside 0.0 GiB "
+                            "of dense rows: more than the "))
+                    fail_msg("the note: %s", pf.notes[i]);
+            }
+        EXPECT_INT(said, k == 0, "the note, with max_rows = %s", rows[k]);
+        psd_preflight_destroy(&pf);
+        psd_config_destroy(&c);
+    }
+}
+
 /* A dense table whose rows (all made at start, with their init) do not
  * fit this host's memory is a problem for the node that holds them: the
  * kernel killed psd while it filled them, without a word. 1.5 PiB
@@ -2541,6 +2578,8 @@ int main(void)
         cmocka_unit_test(test_a_port_in_the_ephemeral_range_earns_a_note),
         cmocka_unit_test(
             test_dense_rows_beyond_this_hosts_memory_are_a_problem),
+        cmocka_unit_test(
+            test_a_sparse_max_rows_beyond_this_hosts_memory_is_noted),
         cmocka_unit_test(
             test_shards_of_many_tables_beyond_this_hosts_memory_are_a_problem),
         cmocka_unit_test(
