@@ -598,11 +598,38 @@ static void log_limit_changes(const psd_table_conf *was,
     X(client_ttl) X(max_unacked_pushes) X(max_remembered_pushes)          \
     X(worker_grace)
 
+/* Logs the entries of other nodes in an address list (listen,
+ * metrics_listen) a reload changes: each node binds only its own, so they
+ * are taken without a refusal, and were taken without a word. */
+static void log_other_entries(const char *key, const psd_node_addr *a,
+                              int na, const psd_node_addr *b, int nb,
+                              int index)
+{
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        if (i == index ||
+            (i < na && i < nb && memcmp(&a[i], &b[i], sizeof *a) == 0))
+            continue;
+        char was[PSW_ADDR_TEXT_MAX] = "none", now[PSW_ADDR_TEXT_MAX] = "none";
+        if (i < na)
+            psw_addr_format(&a[i], was, sizeof was);
+        if (i < nb)
+            psw_addr_format(&b[i], now, sizeof now);
+        psd_info("%s of node %d: %s -> %s (node %d binds it when it "
+                 "reloads or restarts)", key, i, was, now, i);
+    }
+}
+
 /* Logs each server setting a reload changes, as log_param_changes does
  * for tables: "reloaded" alone left an operator unable to tell whether a
  * new limit was in force. */
-static void log_setting_changes(const psd_config *a, const psd_config *b)
+static void log_setting_changes(const psd_config *a, const psd_config *b,
+                                int index)
 {
+    log_other_entries("listen", a->listen, a->nlisten, b->listen, b->nlisten,
+                      index);
+    log_other_entries("metrics_listen", a->metrics, a->nmetrics, b->metrics,
+                      b->nmetrics, index);
     static const char *const levels[] = { "debug", "info", "warn", "error" };
     if (a->log_level != b->log_level)
         psd_info("log_level %s -> %s", levels[a->log_level],
@@ -615,12 +642,29 @@ static void log_setting_changes(const psd_config *a, const psd_config *b)
 #undef LOG_CHANGE
 }
 
+/* *dst (nd entries, owned) becomes a copy of src's ns; kept as it was
+ * when memory runs out (the next reload logs the change again). */
+static void copy_entries(psd_node_addr **dst, int *nd,
+                         const psd_node_addr *src, int ns)
+{
+    psd_node_addr *c = NULL;
+    if (ns > 0) {
+        c = malloc((size_t)ns * sizeof *c);
+        if (!c)
+            return;
+        memcpy(c, src, (size_t)ns * sizeof *c);
+    }
+    free(*dst);
+    *dst = c;
+    *nd = ns;
+}
+
 int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
                     char *why, size_t len)
 {
     if (layout_change(&n->cfg, nc, n->index, path, why, len))
         return -1;
-    log_setting_changes(&n->cfg, nc);
+    log_setting_changes(&n->cfg, nc, n->index);
     for (int i = 0; i < n->ntables; i++) {
         const psd_table_conf *t = &nc->tables[i];
         log_param_changes(&n->cfg.tables[i], &t->upd);
@@ -631,6 +675,13 @@ int psd_node_reload(psd_node *n, const psd_config *nc, const char *path,
         n->cfg.tables[i].allow_nonfinite = t->allow_nonfinite;
     }
     n->cfg.log_level = nc->log_level;
+    /* The other nodes' entries (this node's is the same: layout_change),
+     * so that the next reload compares with the file as it is now. */
+    copy_entries(&n->cfg.listen, &n->cfg.nlisten, nc->listen, nc->nlisten);
+    copy_entries(&n->cfg.metrics, &n->cfg.nmetrics, nc->metrics,
+                 nc->nmetrics);
+    n->cfg.listen_line = nc->listen_line;
+    n->cfg.metrics_line = nc->metrics_line;
 #define COPY(f) n->cfg.f = nc->f;
     RELOADED_SETTINGS(COPY)
 #undef COPY

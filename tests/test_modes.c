@@ -1392,16 +1392,17 @@ static void sighup_changing_staleness_names_its_line(void **state)
 static void sighup_takes_another_nodes_new_metrics_port(void **state)
 {
     (void)state;
-    char extra[300];
+    char extra[300], want_listen[120];
     int m1 = cluster_free_port();
     snprintf(extra, sizeof extra, "[server]\nmetrics_listen = 127.0.0.1:%d, "
              "127.0.0.1:%d\n[table.t]\ndim = 1\nupdater = sgd\nlr = 0.5\n"
              "max_rows = 100\n", cluster_free_port(), m1);
     assert_int_equal(cluster_start_ex(&cl, 2, 4, "", extra), 0);
     char expr[300];
+    int m1_new = cluster_free_port();
     snprintf(expr, sizeof expr, "s/:%d$/:%d/;s/^lr = 0.5$/lr = 0.25/;"
              "s/^max_rows = 100$/max_rows = 50\\nnonfinite = allow/", m1,
-             cluster_free_port());
+             m1_new);
     reload_with(expr);
     assert_true(cluster_log_wait(&cl, 0, "table 't': lr 0.5 -> 0.25",
                                  10000));
@@ -1410,6 +1411,13 @@ static void sighup_takes_another_nodes_new_metrics_port(void **state)
                                  10000));
     assert_true(cluster_log_wait(&cl, 0, "table 't': nonfinite reject -> "
                                  "allow", 10000));
+    /* Node 1's new entry is said by node 0, once (it was taken without a
+     * word, and kept the old entry, so each reload would say it again). */
+    char moved[200];
+    snprintf(moved, sizeof moved, "metrics_listen of node 1: 127.0.0.1:%d "
+             "-> 127.0.0.1:%d (node 1 binds it when it reloads or "
+             "restarts)", m1, m1_new);
+    assert_true(cluster_log_wait(&cl, 0, moved, 10000));
     kill(cl.pid[1], SIGHUP);
     assert_true(cluster_log_wait(&cl, 1, "metrics_listen changed (this "
                                  "node's address) (restart psd to apply "
@@ -1430,6 +1438,15 @@ static void sighup_takes_another_nodes_new_metrics_port(void **state)
         fail_msg("a listen line of the addresses bound: %s",
                  log ? log : "");
     }
+    snprintf(want_listen, sizeof want_listen, "listen of node 1: none -> "
+             "127.0.0.1:%d", cl.port[1]);
+    log = cluster_log(&cl, 0);
+    assert_non_null(log);
+    const char *first = strstr(log, moved);
+    if (!first || strstr(first + 1, moved) || !strstr(log, want_listen))
+        fail_msg("want \"%s\" once and \"%s\": %s", moved, want_listen,
+                 log);
+    free(log);
     /* Another address: refused, both entries said as written. */
     int other = cluster_free_port();
     snprintf(expr, sizeof expr, "s/^listen = 127.0.0.1:%d,/listen = "
