@@ -146,8 +146,12 @@ typedef struct ini_lines {
     int line;                    /* physical lines read */
     int too_long;                /* the first line longer than inih takes
                                     (0: none) */
-    int lenient;                 /* read such a line as an empty one
-                                    rather than stop there */
+    int control;                 /* the first line holding a control
+                                    character psd refuses (0: none) */
+    unsigned char control_ch;    /* that character, */
+    size_t control_at;           /* at this byte of the line (1-based) */
+    int lenient;                 /* read such lines as empty ones rather
+                                    than stop there */
     size_t max;                  /* the longest line inih takes */
 } ini_lines;
 
@@ -188,6 +192,25 @@ static char *next_line(char *out, int size, void *stream)
         if (!r->lenient)
             return NULL;
         snprintf(out, (size_t)size, "\n");
+        return out;
+    }
+    /* A NUL byte (which would cut the line here), a CR inside it or any
+     * other control character but tab, vertical tab and form feed: psd
+     * refuses the file, so the client does not read on with the part of
+     * the line before it. */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)out[i];
+        if ((c < 0x20 && c != '\t' && c != '\v' && c != '\f') || c == 0x7f) {
+            if (!r->control) {
+                r->control = r->line;
+                r->control_ch = c;
+                r->control_at = i + 1;
+            }
+            if (!r->lenient)
+                return NULL;
+            snprintf(out, (size_t)size, "\n");
+            break;
+        }
     }
     return out;
 }
@@ -225,6 +248,8 @@ int psc_servers_parse(const char *servers, int want_token, int lenient,
      * as psd names it. */
     if (rc > 0 && lines.too_long && rc < lines.too_long)
         lines.too_long = 0;
+    if (rc > 0 && lines.control && rc < lines.control)
+        lines.control = 0;
     if (rc == -2 || in.oom) {
         snprintf(err, errlen, "%s: out of memory reading it", servers);
         rc = PS_ENOMEM;
@@ -232,6 +257,15 @@ int psc_servers_parse(const char *servers, int want_token, int lenient,
         snprintf(err, errlen, "%s:%d: line too long (max %zu bytes); psd "
                  "--check -c %s says more", servers, lines.too_long,
                  lines.max, servers);
+        rc = PS_EINVAL;
+    } else if (lines.control && !lenient) {
+        snprintf(err, errlen, "%s:%d: unexpected %s (byte %zu of the "
+                 "line); psd --check -c %s says more", servers,
+                 lines.control,
+                 lines.control_ch == 0      ? "NUL byte"
+                 : lines.control_ch == '\r' ? "carriage return (CR)"
+                                            : "control character",
+                 lines.control_at, servers);
         rc = PS_EINVAL;
     } else if (rc > 0 && !lenient) {
         /* A line psd refuses to start with: read past, the client would

@@ -1315,7 +1315,7 @@ static void failed_open_says_why_in_last_error(void **state)
     assert_int_equal(write(ifd, body, (size_t)blen), blen);
     close(ifd);
     EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "an ini with a bad line");
-    char want[100];
+    char want[160];
     snprintf(want, sizeof want, "%s:3: not an ini line", ini);
     EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
     /* A line too long, named by its own number as psd names it: inih cut
@@ -1337,6 +1337,24 @@ static void failed_open_says_why_in_last_error(void **state)
     EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "a bad line, then a long one");
     snprintf(want, sizeof want, "%s:3: not an ini line", ini);
     EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
+    /* A NUL byte or a CR inside the nodes line, which psd refuses: the
+     * client read the line up to it, and connected to that part. */
+    static const char *const cut[] = { "\0", "\r" };
+    static const char *const cut_said[] = { "unexpected NUL byte (byte ",
+                                            "unexpected carriage return "
+                                            "(CR) (byte " };
+    for (int k = 0; k < 2; k++) {
+        lf = fopen(ini, "w");
+        assert_non_null(lf);
+        fprintf(lf, "[cluster]\nnodes = %s", shared.spec);
+        fwrite(cut[k], 1, 1, lf);
+        fprintf(lf, ", 10.0.0.1:1\n");
+        fclose(lf);
+        EXPECT_INT(ps_open(&c, ini, &o), PS_EINVAL, "a line with %s",
+                   k ? "a CR" : "a NUL");
+        snprintf(want, sizeof want, "%s:2: %s", ini, cut_said[k]);
+        EXPECT_SUBSTR(ps_last_error(NULL), want, "why ps_open failed");
+    }
     /* A bad nodes line says which file it is in (it did not). */
     lf = fopen(ini, "w");
     assert_non_null(lf);
