@@ -906,8 +906,9 @@ class Client:
         too, with ClosedError, within 0.1 s; one blocked inside the
         library while ``max_inflight_bytes`` are in flight is waited for
         (until enough are answered or failed). Leaving a
-        ``with`` block by Ctrl-C closes so, as does ``__del__`` after
-        Ctrl-C cut one of the client's waits short. Otherwise ``__del__``
+        ``with`` block by Ctrl-C closes so, as does ``__del__`` when
+        Ctrl-C cut the client's last wait short (a wait that ends after a
+        Ctrl-C the trainer caught puts that aside). Otherwise ``__del__``
         (a client dropped, or still open when the interpreter exits)
         waits as close() does, so that pushes issued are not lost: with a
         node that does not answer, up to request_timeout_ms x
@@ -1287,6 +1288,11 @@ class Client:
             while True:
                 st = wait_slice()
                 if st != PS_PENDING:
+                    # A wait that ends: the trainer went on after a Ctrl-C
+                    # it caught, so __del__ waits again and says failures
+                    # (a trial's three pushes after such a recovery were
+                    # cut off at the script's end, unsaid).
+                    self._interrupted = False
                     return st
                 if self._abandon:
                     raise ClosedError(PS_ECLOSED, _ABANDONED)

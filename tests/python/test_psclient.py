@@ -1556,6 +1556,50 @@ def _raise_interrupt(signum, frame):
     raise _Interrupt()
 
 
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt()
+
+
+def test_a_wait_that_ends_after_a_caught_ctrl_c_lets_exit_wait_again(
+        make_cluster):
+    """A Ctrl-C cuts a wait short; a dropped client then closes without
+    waiting, since the user wants out. But a trainer that caught it and
+    went on (a wait that then ended) lost the pushes it issued afterwards
+    at the script's end, cut off mid-way with not a word (a trial): the
+    flag stayed for the client's life."""
+    cl = make_cluster()
+    c = psclient.connect(cl.spec, request_timeout_ms=20000, max_retries=0,
+                         connect_timeout_ms=1000)
+    d = c.table("dense")
+    d.pull_range(0, 100)                         # both nodes answer
+    cl.signal(1, signal.SIGSTOP)
+    old = signal.signal(signal.SIGALRM, _raise_keyboard_interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            d.pull_range(0, 100)                 # held by node 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        cl.signal(1, signal.SIGCONT)
+    c.wait_all()                                 # recovered: all answered
+    # Node 1 holds the next pushes for a moment: a close that does not
+    # wait would fail them.
+    cl.signal(1, signal.SIGSTOP)
+    resume = threading.Timer(0.5, cl.signal, (1, signal.SIGCONT))
+    resume.start()
+    try:
+        for i in (1, 2, 3):
+            d.push_range_async(0, np.full((100, 3), i, F32))
+        del c, d
+        gc.collect()
+    finally:
+        resume.join()
+    with psclient.connect(cl.spec) as c:
+        np.testing.assert_array_equal(c.table("dense").pull_range(0, 100),
+                                      np.full((100, 3), 6, F32))
+
+
 @contextlib.contextmanager
 def _frozen_with_alarm(cl):
     """Node 1 stopped (SIGSTOP) and SIGALRM raising _Interrupt (a Ctrl-C
