@@ -683,7 +683,7 @@ static uint64_t least_snapshot_bytes(const psd_node *n)
 /* The snapshot itself: the journal's rotation, then the forked writer. */
 static void start_writer(psd_durable *d)
 {
-    char err[512];
+    char err[1024];
     uint64_t seq = d->next_seq;
     psd_journal *j = d->node->journal;
     /* The writer works in this folder by its descriptor (dirfd): one put
@@ -717,13 +717,26 @@ static void start_writer(psd_durable *d)
     uint64_t need = by_last ? d->st.last_bytes : least;
     if (need && fstatvfs(dirfd, &vfs) == 0 &&
         (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+        /* The node's own journal may be what filled it (a soak trial:
+         * snapshot_journal_mb = 0 and 12 MB/s of pushes), and only a
+         * snapshot cuts it back: said, with the setting that bounds it. */
+        char jnote[300] = "";
+        if (j && psd_journal_bytes(j) >= (uint64_t)1 << 20)
+            snprintf(jnote, sizeof jnote, "; this node's journal holds "
+                     "%.1f MiB of it since its last snapshot, which only a "
+                     "snapshot cuts back (snapshot_journal_mb = %llu%s "
+                     "starts one before the journal grows past it)",
+                     (double)psd_journal_bytes(j) / (1 << 20),
+                     (unsigned long long)d->node->cfg.snapshot_journal_mb,
+                     d->node->cfg.snapshot_journal_mb ? "" : ", no bound: "
+                     "a bound in MiB");
         snprintf(err, sizeof err, "%.300s has %.1f MiB free, and a "
                  "snapshot needs %s %.1f MiB there (%s): free space on "
-                 "that file system", d->dir,
+                 "that file system%s", d->dir,
                  (double)vfs.f_bavail * vfs.f_frsize / (1 << 20),
                  by_last ? "about" : "at least", (double)need / (1 << 20),
                  by_last ? "the last one's size"
-                         : "the weights of the rows it holds");
+                         : "the weights of the rows it holds", jnote);
         close(dirfd);
         not_started(d, err);
         return;

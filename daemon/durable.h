@@ -25,7 +25,7 @@ typedef struct psd_durable_stats {
     uint64_t last_bytes;
     double last_seconds;         /* how long its writing took */
     double last_pause_ms;        /* how long the loop stopped for fork() */
-    char last_error[512];        /* of the last failure, "" after success */
+    char last_error[1024];       /* of the last failure, "" after success */
     uint64_t fsyncs;
     double fsync_ms_last, fsync_ms_max;
     uint64_t journal_records;    /* replayed at start */

@@ -2484,6 +2484,55 @@ static void test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one(
     cluster_stop(&c);
 }
 
+/* durability = log whose journal fills the disk: only a snapshot cuts it
+ * back, and the snapshot has no room, so the node refuses pushes until an
+ * operator frees space. The refusal said the free space only (a soak
+ * trial, with snapshot_journal_mb = 0); it now says what the node's own
+ * journal holds there and the setting that bounds it. */
+static void test_a_snapshot_without_room_says_what_the_journal_holds(
+    void **state)
+{
+    (void)state;
+    enum { ROWS = 1 << 20 };
+    test_cluster c;
+    start(&c, 1, SERVER "durability = log\nsnapshot_interval = 0\n"
+          "snapshot_journal_mb = 0\n"
+          "[table.big]\nkind = dense\nrows = 1048576\ndim = 1\n"
+          "updater = sum\n");
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    data_dir_on_small_disk(&c, "14m");
+    if (cluster_restart(&c, 0))
+        fail_msg("psd did not start on the tmpfs");
+    float *ones = malloc(ROWS * sizeof *ones);
+    for (size_t i = 0; i < ROWS; i++)
+        ones[i] = 1;
+    const char *psctl = getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
+                                            : "build/psctl";
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "%s -s %s save", psctl, c.spec);
+    int st;
+    char *o = run_out(&st, cmd);
+    EXPECT_INT(st, 0, "the first save (4 MiB): %s", o ? o : "");
+    free(o);
+    /* 8 MiB of journal beside it: 2 MiB left, and a snapshot needs 4. */
+    push_all(c.spec, ROWS, ones);
+    push_all(c.spec, ROWS, ones);
+    o = run_out(&st, cmd);
+    EXPECT_INT(st, 1, "a save without room: %s", o ? o : "");
+    EXPECT_SUBSTR(o ? o : "", "free space on that file system; this "
+                  "node's journal holds 8.", "the journal's share");
+    EXPECT_SUBSTR(o ? o : "", "which only a snapshot cuts back "
+                  "(snapshot_journal_mb = 0, no bound: a bound in MiB "
+                  "starts one before the journal grows past it)",
+                  "the setting");
+    free(o);
+    free(ones);
+    kill(c.pid[0], SIGKILL);
+    cluster_wait_exit(&c, 0, 5000);
+    unmount_small_disk(NULL);
+    cluster_stop(&c);
+}
+
 /* durability = log on a tmpfs that fills up (ENOSPC; the test above uses
  * the file size limit, EFBIG): pushes are refused with PS_ESERVER and
  * applied never, pulls are served, and once there is room again the
@@ -4262,6 +4311,9 @@ int main(void)
         cmocka_unit_test(test_a_stop_does_not_wait_for_a_full_disk),
         cmocka_unit_test_teardown(
             test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one,
+            unmount_small_disk),
+        cmocka_unit_test_teardown(
+            test_a_snapshot_without_room_says_what_the_journal_holds,
             unmount_small_disk),
         cmocka_unit_test_teardown(
             test_a_journal_on_a_full_tmpfs_refuses_pushes_until_it_has_room,
