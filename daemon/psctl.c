@@ -1844,12 +1844,13 @@ static int do_save(cluster *c, int timeout_s, int json)
                 if (!sv[i].current && strstr(c->nodes[i].err, "closed"))
                     snprintf(c->nodes[i].err + k,
                              sizeof c->nodes[i].err - k,
-                             " (while its snapshot %.0f was written: a psd "
-                             "that is stopping finishes that snapshot, then "
-                             "writes a final one if anything changed since, "
-                             "which its log says; one killed, by the "
-                             "kernel's OOM killer under a memory limit say, "
-                             "says nothing: dmesg does)", sv[i].gen);
+                             " (before it said that its snapshot %.0f was "
+                             "written, which it may have been: its log "
+                             "says. A psd that is stopping finishes that "
+                             "snapshot, then writes a final one if anything "
+                             "changed since; one killed, by the kernel's "
+                             "OOM killer under a memory limit say, says "
+                             "nothing: dmesg does)", sv[i].gen);
                 failed(c, i);
                 sv[i].state = S_NONE;
                 bad = 1;
