@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,8 +199,15 @@ static int write_manifest(const char *dir, const char *ini,
     FILE *f = open_private(path, "w", err, errlen);
     if (!f)
         return -1;
+    /* As an absolute path: "conf/psd.ini" meant nothing once the
+     * export was copied elsewhere (an upgrade trial). */
+    char cwd[PATH_MAX], abs[PATH_MAX + 4400];
+    if (ini[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(abs, sizeof abs, "%s/%s", cwd, ini);
+    else
+        snprintf(abs, sizeof abs, "%s", ini);
     fprintf(f, "{\"format\": 1, \"ini\": ");
-    json_str(f, ini);
+    json_str(f, abs);
     fprintf(f, ", \"nodes\": %d, \"shards\": %u, \"node\": %d,\n"
             " \"snapshot\": ", cfg->nnodes, cfg->shards, i);
     if (no->has_snapshot) {

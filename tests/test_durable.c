@@ -1321,6 +1321,37 @@ static int export_stopped(const test_cluster *c, const char *out, int one)
     return st;
 }
 
+/* An export's manifest names the ini it was made under by an absolute
+ * path: "cluster.ini", as typed, meant nothing once the export was
+ * copied elsewhere (an upgrade trial). */
+static void test_an_exports_manifest_names_its_ini_absolutely(void **state)
+{
+    (void)state;
+    test_cluster c;
+    start(&c, 1, SERVER);
+    EXPECT_INT(term(&c, 0), 0, "stop");
+    const char *psd = getenv("PSD_BIN") ? getenv("PSD_BIN") : "build/psd";
+    char here[1024], bin[1100], cmd[2600];
+    assert_non_null(getcwd(here, sizeof here));
+    snprintf(bin, sizeof bin, "%s%s%s", psd[0] == '/' ? "" : here,
+             psd[0] == '/' ? "" : "/", psd);
+    const char *base = strrchr(c.ini, '/') + 1;
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' --export exp -c '%s' "
+             "2>/dev/null", c.dir, bin, base);
+    EXPECT_INT(system(cmd), 0, "%s", cmd);
+    char manifest[600], want[700];
+    snprintf(manifest, sizeof manifest, "%s/exp/export.node0.json", c.dir);
+    FILE *f = fopen(manifest, "r");
+    assert_non_null(f);
+    char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    snprintf(want, sizeof want, "\"ini\": \"%s\"", c.ini);
+    EXPECT_SUBSTR(text, want, "the ini's absolute path");
+    cluster_stop(&c);
+}
+
 /* An export stopped by a signal (Ctrl-C, SIGTERM) left the files it had
  * written, which psd --import took for a model (an operators' trial);
  * one of a single node (-n) stopped while the node was read, or while
@@ -4323,6 +4354,7 @@ int main(void)
             unmount_small_disk),
         cmocka_unit_test(test_export_writes_each_nodes_rows_as_npy_files),
         cmocka_unit_test(test_an_export_stopped_by_a_signal_leaves_nothing),
+        cmocka_unit_test(test_an_exports_manifest_names_its_ini_absolutely),
         cmocka_unit_test(test_reshard_moves_the_model_onto_another_node_count),
         cmocka_unit_test(test_reshard_says_the_new_inis_notes),
         cmocka_unit_test(test_import_starts_a_cluster_from_npy_files),
