@@ -45,7 +45,7 @@ DAEMON_SRC := daemon/inifile.c daemon/config.c daemon/log.c daemon/updater.c dae
               daemon/preflight.c daemon/conn.c daemon/server.c daemon/notify.c \
               daemon/admin.c daemon/metrics.c daemon/export.c \
               daemon/reshard.c daemon/npy.c daemon/import.c
-CLIENT_SRC := client/slice.c client/stats.c client/customer.c client/io.c client/client.c \
+CLIENT_SRC := client/slice.c client/scan.c client/stats.c client/customer.c client/io.c client/client.c \
               client/nodes.c client/bufpool.c
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(BUILD)/%.o)
@@ -242,7 +242,7 @@ $(BUILD)/test_snapshot: $(BUILD)/tests/test_snapshot.o $(D)/snapshot.o $(D)/jour
                         $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -Wl,--wrap=read,--wrap=fread -o $@ $^ $(LIBS_MP) $(LIBS_INI) \
 	    $(LIBS_CM) -lm
-$(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD)/client/stats.o \
+$(BUILD)/test_slice: $(BUILD)/tests/test_slice.o $(BUILD)/client/slice.o $(BUILD)/client/scan.o $(BUILD)/client/stats.o \
                      $(BUILD)/client/customer.o $(BUILD)/client/bufpool.o $(PROTO_OBJ)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_UV) $(LIBS_MP) $(LIBS_CM) -lpthread
 $(BUILD)/test_e2e: $(BUILD)/tests/test_e2e.o $(BUILD)/tests/cluster.o $(BUILD)/tests/raw.o $(PROTO_OBJ) $(SOLIB) $(PSD)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bufpool.h"
+#include "scan.h"
 #include "slice.h"
 #include "../proto/layout.h"
 #include "../proto/msg.h"
@@ -140,14 +141,16 @@ static int check_size(const psc_shape *sh, uint64_t rows, uint64_t keybytes,
  * thread, so that every finite push, the common case, goes in one wave,
  * as frames of about PART_BYTES that psd applies while the next ones are
  * on the wire. The
- * read is not free: about 1 ms per 16 MiB here, 10-15% of a 16 MiB push
+ * read is not free: about 1 ms per 16 MiB here, a sixth of a 16 MiB push
  * at 1 in flight (psbench, with and without it), which buys that psd
- * refuses a push holding a NaN whole. Making the parts' CRCs in the same
- * pass, for the I/O thread to combine, measured no faster. */
+ * refuses a push holding a NaN whole; psc_nonfinite (scan.c) reads a
+ * large one's back half on a helper thread meanwhile, the other core
+ * being idle then. Making the parts' CRCs in the same pass, for the I/O
+ * thread to combine, measured no faster. */
 static int goes_in_two_waves(int op, int nparts, const float *vals,
                            size_t bytes)
 {
-    return is_push(op) && nparts > 1 && psw_nonfinite(vals, bytes);
+    return is_push(op) && nparts > 1 && psc_nonfinite(vals, bytes);
 }
 
 /* Rows per part when each row costs rowb bytes of payload: a large

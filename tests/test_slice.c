@@ -12,10 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "../client/bufpool.h"
 #include "../client/customer.h"
+#include "../client/scan.h"
 #include "../client/slice.h"
 #include "../proto/layout.h"
 #include "../proto/status.h"
@@ -1039,6 +1042,75 @@ static void test_wide_parts_fit_a_256_kib_frame_keyed_and_ranged(void **state)
     free(vals);
 }
 
+/* psc_nonfinite reads a large push's back half on a helper thread: a bad
+ * value anywhere is found, at either end, on either side of the cut
+ * (n / 2 rounded down to 64 bytes) and in the halves' last and first
+ * floats; below 1 MiB the caller reads alone. Several threads at once
+ * (one takes the helper, the others read alone) and a fork's child
+ * (without the parent's helper) get the same answers. */
+#define SCAN_FLOATS ((size_t)3 << 20)        /* 12 MiB */
+static float *scan_buf;
+
+static int scan_cases(void)
+{
+    static const float bad[] = { __builtin_nanf(""), __builtin_inff(),
+                                 -__builtin_inff() };
+    const size_t sizes[] = { 4096, (size_t)1 << 18, ((size_t)1 << 18) + 7,
+                             SCAN_FLOATS };
+    int wrong = 0;
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        size_t n = sizes[z], bytes = n * sizeof(float);
+        size_t cut = ((bytes / 2) & ~(size_t)63) / sizeof(float);
+        const size_t at[] = { 0, cut - 1, cut, cut + 1, n / 3, n - 1 };
+        wrong += psc_nonfinite(scan_buf, bytes) != 0;
+        for (size_t k = 0; k < sizeof at / sizeof at[0]; k++)
+            for (size_t b = 0; b < 3; b++) {
+                float was = scan_buf[at[k]];
+                scan_buf[at[k]] = bad[b];
+                wrong += psc_nonfinite(scan_buf, bytes) != 1;
+                scan_buf[at[k]] = was;
+            }
+    }
+    return wrong;
+}
+
+static void *scan_thread(void *arg)
+{
+    int *wrong = arg;
+    const size_t bytes = SCAN_FLOATS * sizeof(float);
+    for (int i = 0; i < 50; i++)
+        *wrong += psc_nonfinite(scan_buf, bytes) != 0;
+    return NULL;
+}
+
+static void test_a_large_push_is_read_for_nan_by_two_threads(void **state)
+{
+    (void)state;
+    scan_buf = malloc(SCAN_FLOATS * sizeof *scan_buf);
+    assert_non_null(scan_buf);
+    for (size_t i = 0; i < SCAN_FLOATS; i++)
+        scan_buf[i] = (float)(i % 1000) - 500.0f;
+    EXPECT_INT(scan_cases(), 0, "wrong answers");
+    pthread_t t[4];
+    int wrong[4] = { 0 };
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, scan_thread, &wrong[i]),
+                         0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        EXPECT_INT(wrong[i], 0, "wrong answers of thread %d", i);
+    }
+    pid_t p = fork();
+    assert_true(p >= 0);
+    if (p == 0)
+        _exit(scan_cases() == 0 ? 0 : 1);
+    int st;
+    assert_int_equal(waitpid(p, &st, 0), p);
+    EXPECT_INT(WIFEXITED(st) && WEXITSTATUS(st) == 0, 1,
+               "the child's answers (status %#x)", st);
+    free(scan_buf);
+}
+
 /* A push travels as parts in frames of their own unless it holds a value
  * psd may refuse (a NaN or an infinity): then its parts must share a frame
  * (req->whole), so that psd refuses it whole. Pulls and one-part pushes
@@ -1877,6 +1949,7 @@ int main(void)
         cmocka_unit_test(test_range_empty_or_past_end_is_refused),
         cmocka_unit_test(test_range_over_max_payload_is_cut_into_parts),
         cmocka_unit_test(test_push_with_nonfinite_value_keeps_its_parts_whole),
+        cmocka_unit_test(test_a_large_push_is_read_for_nan_by_two_threads),
         cmocka_unit_test(
             test_pull_reply_scatters_rows_and_completes_on_last_part),
         cmocka_unit_test(test_pull_reply_over_2_nodes_scatters_through_pos),
