@@ -3,7 +3,10 @@
  *
  * Every call is thread-safe. A background I/O thread owns the sockets, so
  * communication overlaps the caller's compute. Several clients may live in
- * one process. Link with `pkg-config --cflags --libs psclient`.
+ * one process. The first push of 1 MiB or more in several parts also
+ * starts one helper thread for the whole process, kept blocked while
+ * idle, which reads half of such a push for NaN and infinities beside the
+ * calling thread. Link with `pkg-config --cflags --libs psclient`.
  *
  * fork(): a client does not survive it. In the child, requests, waits and
  * closes on a client opened before the fork return PS_ECLOSED (ps_close
