@@ -220,6 +220,24 @@ static int valid_table_name(const char *s, size_t n)
     return 1;
 }
 
+/* Whether a section name psd refuses may be quoted in the error, which
+ * goes to the log and, after a reload, to /metrics (no token needed): a
+ * token line that starts with '[' reads as a header. A token is 16 bytes
+ * or more; a name that long is shown when it reads as a name (a
+ * separator in it, none of base64's '+', '/' and '='). */
+static int name_shown(const char *w, size_t n)
+{
+    if (n < 16)
+        return 1;
+    int sep = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (w[i] == '+' || w[i] == '/' || w[i] == '=')
+            return 0;
+        sep |= w[i] == '_' || w[i] == '-' || w[i] == '.' || w[i] == ' ';
+    }
+    return sep;
+}
+
 /* The scope of a section name (n bytes), or -1 when psd has no such
  * section; why says what is wrong then. */
 static int scope_of(const char *name, size_t n, char *why, size_t whylen)
@@ -232,14 +250,25 @@ static int scope_of(const char *name, size_t n, char *why, size_t whylen)
         memcmp(name, TABLE_PREFIX, TABLE_PREFIX_LEN) == 0) {
         if (valid_table_name(name + TABLE_PREFIX_LEN, n - TABLE_PREFIX_LEN))
             return SC_TABLE;
-        snprintf(why, whylen, "invalid table name \"%.*s\" (allowed: "
-                 "A-Z a-z 0-9 _ -, 1..%d characters)",
-                 (int)(n - TABLE_PREFIX_LEN), name + TABLE_PREFIX_LEN,
-                 PSD_NAME_MAX - 1);
+        if (name_shown(name, n))
+            snprintf(why, whylen, "invalid table name \"%.*s\" (allowed: "
+                     "A-Z a-z 0-9 _ -, 1..%d characters)",
+                     (int)(n - TABLE_PREFIX_LEN), name + TABLE_PREFIX_LEN,
+                     PSD_NAME_MAX - 1);
+        else
+            snprintf(why, whylen, "invalid table name of %zu bytes (not "
+                     "shown: it may be a secret; allowed: A-Z a-z 0-9 _ -, "
+                     "1..%d characters)", n - TABLE_PREFIX_LEN,
+                     PSD_NAME_MAX - 1);
         return -1;
     }
-    snprintf(why, whylen, "unknown section [%.*s] (expected [cluster], "
-             "[server] or [table.NAME])", (int)n, name);
+    if (name_shown(name, n))
+        snprintf(why, whylen, "unknown section [%.*s] (expected [cluster], "
+                 "[server] or [table.NAME])", (int)n, name);
+    else
+        snprintf(why, whylen, "unknown section name of %zu bytes (not "
+                 "shown: it may be a secret; expected [cluster], [server] "
+                 "or [table.NAME])", n);
     return -1;
 }
 
@@ -432,6 +461,8 @@ static const char *value_shown(const entry *e, char *buf, size_t cap)
 
 /* Reports that e's value is not what st accepts; `why` overrides the
  * generic "expected ..." text when it is not NULL. */
+static const char *glued_setting(const char *v);
+
 static void bad_value(parser *p, const section *s, const entry *e,
                       const setting *st, const char *why)
 {
@@ -440,10 +471,17 @@ static void bad_value(parser *p, const section *s, const entry *e,
         snprintf(expect, sizeof expect, "%s", why);
     else
         describe(st, expect, sizeof expect);
+    const char *glued = glued_setting(e->value);
     if (st->flags & SECRET)
         fail(p, e->line, "[%s] %s: %s%s, got %zu bytes%s", s->name, st->key,
              why ? "" : "expected ", expect, strlen(e->value),
              cont_note(e, note));
+    else if (glued)
+        fail(p, e->line, "[%s] %s: %s%s, got %zu bytes holding \"%s =\" "
+             "(a line appended to a file whose last line had no line "
+             "break joins it: put it on a line of its own; not shown: it "
+             "may hold the token)", s->name, st->key, why ? "" : "expected ",
+             expect, strlen(e->value), glued);
     else if (e->cont_line && e->first_len <= 160 && !cont_words_shown(e))
         /* What the indented lines added is not shown when a word of it
          * may be a token pasted under the key (the error goes to the
@@ -679,6 +717,17 @@ static int path_mistake(parser *p, const section *s, const entry *e,
                         const setting *st)
 {
     const char *v = e->value, *end = v + strlen(v);
+    /* A path may hold " = ", but one that holds a setting's "KEY =" is
+     * two lines joined, and the second (the token, say) was lost without
+     * a word: psd ran without authentication (a hostile-ini trial). */
+    const char *glued = glued_setting(v);
+    if (glued) {
+        fail(p, e->line, "[%s] %s: the path holds \"%s =\": a line "
+             "appended to a file whose last line had no line break joins "
+             "it; put it on a line of its own (not shown: it may hold the "
+             "token)", s->name, st->key, glued);
+        return -1;
+    }
     const char *hash = strstr(v, " #");
     if (!hash)
         hash = strstr(v, "\t#");
@@ -706,6 +755,31 @@ static int a_setting(const char *w, size_t n)
         if (strlen(settings[i].key) == n && !memcmp(settings[i].key, w, n))
             return 1;
     return 0;
+}
+
+/* The setting whose "KEY =" (or "KEY:") a value holds, glued to it: a
+ * line appended to a file whose last line had no line break (`echo
+ * "auth_token = ..." >> psd.ini`) joins that line's value, as
+ * "infoauth_token = ...". NULL when none. */
+static const char *glued_setting(const char *v)
+{
+    for (const char *q = v; *q; q++) {
+        if (*q != '=' && *q != ':')
+            continue;
+        const char *end = q;
+        while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        const char *w = end;
+        while (w > v && (islower((unsigned char)w[-1]) ||
+                         isdigit((unsigned char)w[-1]) || w[-1] == '_'))
+            w--;
+        for (size_t i = 0; i < NSETTINGS; i++) {
+            size_t k = strlen(settings[i].key);
+            if ((size_t)(end - w) >= k && !memcmp(end - k, settings[i].key, k))
+                return settings[i].key;
+        }
+    }
+    return NULL;
 }
 
 /* Parses e's value as setting st into the struct at base (a psd_config
@@ -1226,8 +1300,12 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
     if (bad)
         return -1;
     if (!cluster) {
-        fail(p, 0, "[cluster] nodes: required key missing (no [cluster] "
-             "section)");
+        /* Not when the read failed: its bad header ([clustr]) or a line
+         * of it was said, and "no [cluster] section" beside it, first in
+         * line order, was false (a hostile-ini trial). */
+        if (!p->failed)
+            fail(p, 0, "[cluster] nodes: required key missing (no [cluster] "
+                 "section)");
         return -1;
     }
     if (c->nlisten && c->nlisten != c->nnodes) {

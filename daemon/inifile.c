@@ -32,6 +32,7 @@ typedef struct reader {
     int skip_section;   /* under a header that failed: its keys are not
                            read (they would land in the section before) */
     int skip_cont;      /* after a line that failed: its indented lines */
+    int header;         /* the line classify() saw was a section header */
 } reader;
 
 /* Copies an error's text to out (size bytes, cut short if it must be),
@@ -139,9 +140,12 @@ static int on_header(reader *p, const char *t, const char *end)
     while (rest < end && isspace((unsigned char)*rest))
         rest++;
     if (rest < end && *rest != ';') {
+        /* Not quoted: "[server] auth_token = ..." on one line echoed the
+         * token into the log and /metrics (a hostile-ini trial). */
         fail(p->ini, p->line,
-             "unexpected text after the section header: \"%.*s\"",
-             (int)(end - rest), rest);
+             "unexpected text after the section header (%zu bytes, not "
+             "shown: it may be a secret; a setting goes on a line of its "
+             "own)", (size_t)(end - rest));
         return -1;
     }
     const char *name = t + 1;
@@ -202,6 +206,7 @@ static int classify(reader *p, const char *buf, size_t n)
     while (t < end && isspace((unsigned char)*t))
         t++;
     p->cont = 0;
+    p->header = 0;
     if (t == end || *t == ';' || *t == '#')
         return 0;                       /* blank or comment */
     if (p->skip_cont && t > buf)
@@ -213,6 +218,7 @@ static int classify(reader *p, const char *buf, size_t n)
     p->skip_cont = 0;
     if (*t == '[') {
         p->key_seen = 0;
+        p->header = 1;
         int rc = on_header(p, t, end);
         p->skip_section = rc != 0;
         return rc;
@@ -252,7 +258,7 @@ static int classify(reader *p, const char *buf, size_t n)
 static char *read_line(char *buf, int size, void *stream)
 {
     reader *p = stream;
-    if (p->ini->stopped || p->ini->failed > PSD_INI_MAX_ERRORS || size < 4)
+    if (p->ini->stopped || p->ini->failed > PSD_INI_MAX_ERRORS || size < 8)
         return NULL;
     size_t max = (size_t)size - 3, n = 0;
     int ch = EOF, too_long = 0;
@@ -305,6 +311,13 @@ static char *read_line(char *buf, int size, void *stream)
     /* A line that failed is read on past, so that one check lists every
      * error: inih gets a blank line instead, and classify() skips what
      * belonged to it (a bad header's keys, a bad line's indented ones). */
+    if (p->header) {
+        /* A header for inih, as the line was: it forgets the key before,
+         * which an indented line after would otherwise continue there
+         * while this reader takes it for a header or key of its own. */
+        memcpy(buf, "[-]\n", 5);
+        return buf;
+    }
     buf[0] = '\n';
     buf[1] = '\0';
     return buf;

@@ -348,7 +348,8 @@ static const error_case error_cases[] = {
       CLUSTER "[server\n", 0, 3, "expected \"]\"", 0 },
     { "text_after_section_header_is_refused",
       CLUSTER "[server] # comment\n", 0, 3,
-      "unexpected text after the section header: \"# comment\"", 1 },
+      "unexpected text after the section header (9 bytes, not shown: it "
+      "may be a secret; a setting goes on a line of its own)", 1 },
     { "nul_byte_is_refused_with_its_line",
       NUL_TEXT, sizeof NUL_TEXT - 1, 4,
       "unexpected NUL byte", 1 },
@@ -1365,6 +1366,69 @@ static void test_structural_errors_do_not_hide_the_others(void **state)
     EXPECT_SUBSTR(err, "line too long", "the long line");
     if (strchr(err, '\n'))
         fail_msg("more than the long line said: %s", err);
+}
+
+/* Read on past a bad header, the file said more than was wrong, and
+ * some of it secret (a hostile-ini trial): an indented line after a bad
+ * header was taken by inih as a continuation of the key before the header
+ * ("lr: ... got \"[table.b]\""); a misspelt [cluster] added a false "no
+ * [cluster] section", listed first. And, as before today: a setting on a
+ * header's line, a token line that reads as a header, or a token appended
+ * to a file whose last line had no line break (joined to that value, and
+ * in data_dir taken as part of the path: psd ran without authentication)
+ * were quoted whole into the log and /metrics. */
+static void test_a_read_on_past_errors_says_only_what_is_wrong(void **state)
+{
+    (void)state;
+    psd_config c;
+    char path[PATH_LEN], err[ERRLEN], text[512];
+    static const char tok[] = "Oz1Hk3EG6oZUxO0zmSudiN8Byjva4p8jGhZRYfDrtoM=";
+    assert_int_equal(load_text("[cluster]\nnodes = 127.0.0.1:7070\n"
+                               "[table.a]\ndim = 4\nlr = 0.1\n[tabel.b]\n"
+                               "  [table.b]\n  dim = 8\n", &c, path, err),
+                     -1);
+    char want[PATH_LEN + 120];
+    snprintf(want, sizeof want, "%s:6: unknown section [tabel.b] (expected "
+             "[cluster], [server] or [table.NAME])", path);
+    EXPECT_STR(err, want, "the bad header alone (its indented header and "
+               "key are a section of their own)");
+    assert_int_equal(load_text("[clustr]\nnodes = 127.0.0.1:7070\n", &c, path,
+                               err), -1);
+    snprintf(want, sizeof want, "%s:1: unknown section [clustr] (expected "
+             "[cluster], [server] or [table.NAME])", path);
+    EXPECT_STR(err, want, "the misspelt header alone");
+    static const char *const secret[] = {
+        "[cluster]\nnodes = 127.0.0.1:7070\n[server] auth_token = %s\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\n[table.%s]\ndim = 1\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\n[%s]\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\n[server]\nlog_level = "
+        "infoauth_token = %s\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\n[server]\ndata_dir = "
+        "/tmp/psd-test-dauth_token = %s\n",
+        "[cluster]\nnodes = 127.0.0.1:7070\n[table.t]\ndim = 1\ninit = "
+        "zerosauth_token=%s\n",
+    };
+    static const char *const said[] = {
+        "unexpected text after the section header (57 bytes, not shown",
+        "invalid table name of 44 bytes (not shown",
+        "unknown section name of 44 bytes (not shown",
+        "log_level: expected debug | info | warn | error, got 61 bytes "
+        "holding \"auth_token =\" (a line appended to a file whose last "
+        "line had no line break joins it",
+        "data_dir: the path holds \"auth_token =\": a line appended to a "
+        "file whose last line had no line break joins it",
+        "init: expected ",
+    };
+    for (size_t k = 0; k < sizeof secret / sizeof secret[0]; k++) {
+        /* The token where the case has "%s". */
+        const char *at = strstr(secret[k], "%s");
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - secret[k]),
+                 secret[k], tok, at + 2);
+        assert_int_equal(load_text(text, &c, path, err), -1);
+        EXPECT_SUBSTR(err, said[k], "case %zu", k);
+        if (strstr(err, "Oz1Hk3EG"))
+            fail_msg("case %zu: the token quoted: %s", k, err);
+    }
 }
 
 /* A FIFO as the ini or as the token file is refused at once: opening one
@@ -2544,6 +2608,7 @@ int main(void)
         cmocka_unit_test(test_missing_file_is_reported_without_a_line),
         cmocka_unit_test(test_short_error_buffer_is_truncated_safely),
         cmocka_unit_test(test_structural_errors_do_not_hide_the_others),
+        cmocka_unit_test(test_a_read_on_past_errors_says_only_what_is_wrong),
         cmocka_unit_test(test_destroy_is_safe_on_a_zeroed_config),
         cmocka_unit_test(test_page_breaks_and_tabs_are_white_space),
         cmocka_unit_test(test_tables_beyond_the_protocol_limit_are_refused),
