@@ -17,13 +17,15 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t posted, done;
     int started;                 /* the helper runs (in this process) */
+    int cannot;                  /* no thread could be made for it: not
+                                    tried again (until a fork) */
     int taken;                   /* a caller owns the job slot */
     int state;                   /* 0 idle, 1 posted, 2 done */
     const void *p;
     size_t n;
     int result;
 } h = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-        PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL, 0, 0 };
+        PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, 0, 0 };
 
 static void *helper(void *arg)
 {
@@ -62,7 +64,7 @@ static void fork_child(void)
     pthread_mutex_unlock(&h.mu);
     pthread_cond_init(&h.posted, NULL);
     pthread_cond_init(&h.done, NULL);
-    h.started = h.taken = h.state = 0;
+    h.started = h.cannot = h.taken = h.state = 0;
 }
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -76,7 +78,7 @@ static void at_first_split(void)
  * the slot is another caller's or no thread can be made. Under h.mu. */
 static int take_slot(void)
 {
-    if (h.taken)
+    if (h.taken || h.cannot)
         return 0;
     if (!h.started) {
         pthread_attr_t a;
@@ -86,8 +88,10 @@ static int take_slot(void)
         int rc = pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) ||
                  pthread_create(&t, &a, helper, NULL);
         pthread_attr_destroy(&a);
-        if (rc)
+        if (rc) {
+            h.cannot = 1;        /* a process at its thread limit */
             return 0;
+        }
         h.started = 1;
     }
     h.taken = 1;
@@ -99,9 +103,16 @@ int psc_nonfinite(const void *p, size_t n)
     if (n < SPLIT_MIN)
         return psw_nonfinite(p, n);
     (void)pthread_once(&atfork_once, at_first_split);
+    /* Not cancelled in the wait for the helper (a cancellation point):
+     * the lock would stay held, every fork of the process then hanging
+     * in fork_prepare, and the helper would read a buffer its caller
+     * had let go (a review). */
+    int cancel;
+    (void)pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
     pthread_mutex_lock(&h.mu);
     if (!take_slot()) {
         pthread_mutex_unlock(&h.mu);
+        (void)pthread_setcancelstate(cancel, NULL);
         return psw_nonfinite(p, n);
     }
     /* The back half to the helper, cut at a float (and a cache line). */
@@ -119,5 +130,6 @@ int psc_nonfinite(const void *p, size_t n)
     h.state = 0;
     h.taken = 0;
     pthread_mutex_unlock(&h.mu);
+    (void)pthread_setcancelstate(cancel, NULL);
     return r;
 }

@@ -1083,6 +1083,17 @@ static void *scan_thread(void *arg)
     return NULL;
 }
 
+static void *scan_until_cancelled(void *arg)
+{
+    (void)arg;
+    const size_t bytes = SCAN_FLOATS * sizeof(float);
+    for (;;) {
+        (void)psc_nonfinite(scan_buf, bytes);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
 static void test_a_large_push_is_read_for_nan_by_two_threads(void **state)
 {
     (void)state;
@@ -1108,6 +1119,28 @@ static void test_a_large_push_is_read_for_nan_by_two_threads(void **state)
     assert_int_equal(waitpid(p, &st, 0), p);
     EXPECT_INT(WIFEXITED(st) && WEXITSTATUS(st) == 0, 1,
                "the child's answers (status %#x)", st);
+    /* A thread cancelled while it reads (its wait for the helper is a
+     * cancellation point) left the lock held: every later fork hung in
+     * the library's fork handler, as did every large read (a review).
+     * Forks and reads after 30 cancellations, under an alarm. */
+    alarm(60);
+    for (int i = 0; i < 30; i++) {
+        pthread_t c;
+        assert_int_equal(pthread_create(&c, NULL, scan_until_cancelled, NULL),
+                         0);
+        struct timespec d = { 0, (long)(i % 7 + 1) * 300000L };
+        nanosleep(&d, NULL);
+        pthread_cancel(c);
+        pthread_join(c, NULL);
+        p = fork();
+        assert_true(p >= 0);
+        if (p == 0)
+            _exit(0);
+        assert_int_equal(waitpid(p, &st, 0), p);
+        EXPECT_INT(psc_nonfinite(scan_buf, SCAN_FLOATS * sizeof(float)), 0,
+                   "a read after cancellation %d", i);
+    }
+    alarm(0);
     free(scan_buf);
 }
 
