@@ -500,8 +500,8 @@ int main(int argc, char **argv)
             if (had_snap && si.bytes > biggest)
                 biggest = si.bytes;
             char too_big[600];
-            if (had_snap && !psd_snapshot_fits(si.bytes, too_big,
-                                               sizeof too_big)) {
+            if (had_snap && ndrop == 0 &&
+                !psd_snapshot_fits(si.bytes, too_big, sizeof too_big)) {
                 fprintf(stderr, "%snode %d's snapshot in %s cannot load "
                         "here: %s\n", psd_log_prefix(PSD_LOG_ERROR), i, dir,
                         too_big);

@@ -630,11 +630,30 @@ static void host_memory(double *limit, double *avail)
     host_memory_of(limit, avail, &cgroup);
 }
 
+/* SwapTotal from /proc/meminfo, in bytes; 0 when not known. */
+static double swap_total(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[256];
+    unsigned long long kb;
+    double swap = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "SwapTotal: %llu kB", &kb) == 1)
+            swap = (double)kb * 1024;
+    if (f)
+        fclose(f);
+    return swap;
+}
+
 int psd_snapshot_fits(uint64_t bytes, char *why, size_t whylen)
 {
     double limit, avail;
     int cgroup;
     host_memory_of(&limit, &avail, &cgroup);
+    /* Swap takes what memory does not, slowly: a host's limit is its
+     * memory and swap (a cgroup's memory.max is its memory alone). */
+    if (!cgroup && limit > 0)
+        limit += swap_total();
     if (limit <= 0 || (double)bytes <= limit)
         return 1;
     const double mib = 1024.0 * 1024;
@@ -645,7 +664,7 @@ int psd_snapshot_fits(uint64_t bytes, char *why, size_t whylen)
              limit / mib,
              cgroup ? "its cgroup's memory limit: MemoryMax= in a unit, a "
                       "container's or pod's limit"
-                    : "its memory, MemTotal");
+                    : "its memory and swap, MemTotal and SwapTotal");
     return 0;
 }
 
