@@ -600,23 +600,35 @@ static void log_limit_changes(const psd_table_conf *was,
 
 /* Logs the entries of other nodes in an address list (listen,
  * metrics_listen) a reload changes: each node binds only its own, so they
- * are taken without a refusal, and were taken without a word. */
+ * are taken without a refusal, and were taken without a word. Without a
+ * listen line a node binds its nodes entry (`nodes`: a's and b's, the
+ * same here); without metrics_listen, none. That node's own reload
+ * refuses the change to its entry: it binds it when it restarts. */
 static void log_other_entries(const char *key, const psd_node_addr *a,
                               int na, const psd_node_addr *b, int nb,
-                              int index)
+                              const psd_node_addr *nodes, int index)
 {
     int n = na > nb ? na : nb;
     for (int i = 0; i < n; i++) {
-        if (i == index ||
-            (i < na && i < nb && memcmp(&a[i], &b[i], sizeof *a) == 0))
+        /* What node i binds before and after (NULL: nothing). */
+        const psd_node_addr *x = i < na ? &a[i] : nodes ? &nodes[i] : NULL,
+                            *y = i < nb ? &b[i] : nodes ? &nodes[i] : NULL;
+        if (i == index || (x && y && memcmp(x, y, sizeof *x) == 0))
             continue;
-        char was[PSW_ADDR_TEXT_MAX] = "none", now[PSW_ADDR_TEXT_MAX] = "none";
-        if (i < na)
-            psw_addr_format(&a[i], was, sizeof was);
-        if (i < nb)
-            psw_addr_format(&b[i], now, sizeof now);
+        char was[PSW_ADDR_TEXT_MAX + 32] = "none",
+             now[PSW_ADDR_TEXT_MAX + 32] = "none";
+        for (int k = 0; k < 2; k++) {
+            const psd_node_addr *l = k ? b : a;
+            char *out = k ? now : was;
+            if (i < (k ? nb : na))
+                psw_addr_format(&l[i], out, PSW_ADDR_TEXT_MAX);
+            else if (nodes) {
+                psw_addr_format(&nodes[i], out, PSW_ADDR_TEXT_MAX);
+                strcat(out, " (its nodes entry)");
+            }
+        }
         psd_info("%s of node %d: %s -> %s (node %d binds it when it "
-                 "reloads or restarts)", key, i, was, now, i);
+                 "restarts)", key, i, was, now, i);
     }
 }
 
@@ -627,9 +639,9 @@ static void log_setting_changes(const psd_config *a, const psd_config *b,
                                 int index)
 {
     log_other_entries("listen", a->listen, a->nlisten, b->listen, b->nlisten,
-                      index);
+                      a->nodes, index);
     log_other_entries("metrics_listen", a->metrics, a->nmetrics, b->metrics,
-                      b->nmetrics, index);
+                      b->nmetrics, NULL, index);
     static const char *const levels[] = { "debug", "info", "warn", "error" };
     if (a->log_level != b->log_level)
         psd_info("log_level %s -> %s", levels[a->log_level],
