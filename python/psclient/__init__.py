@@ -756,8 +756,9 @@ class Client:
         # (see _hold): kept until ps_wait_all has returned.
         self._held: List[Tuple[np.ndarray, ...]] = []
         self._held_gone = 0        # entries let go of from _held's front
-        # Whether Ctrl-C (KeyboardInterrupt) cut short a wait of this
-        # client: its __del__ then closes without waiting (close(False)).
+        # The thread whose wait Ctrl-C (KeyboardInterrupt) cut short
+        # (threading.get_ident()), or False: __del__ then closes without
+        # waiting (close(False)).
         self._interrupted = False
         # Whether a thread is in clock() [0] or barrier() [1]: its wait
         # runs in slices, each a library call of its own, so the library's
@@ -906,9 +907,9 @@ class Client:
         too, with ClosedError, within 0.1 s; one blocked inside the
         library while ``max_inflight_bytes`` are in flight is waited for
         (until enough are answered or failed). Leaving a
-        ``with`` block by Ctrl-C closes so, as does ``__del__`` when
-        Ctrl-C cut the client's last wait short (a wait that ends after a
-        Ctrl-C the trainer caught puts that aside). Otherwise ``__del__``
+        ``with`` block by Ctrl-C closes so, as does ``__del__`` after
+        Ctrl-C cut a wait short (a wait that then ends in the thread it
+        interrupted, which caught it, puts that aside). Otherwise ``__del__``
         (a client dropped, or still open when the interpreter exits)
         waits as close() does, so that pushes issued are not lost: with a
         node that does not answer, up to request_timeout_ms x
@@ -1288,16 +1289,19 @@ class Client:
             while True:
                 st = wait_slice()
                 if st != PS_PENDING:
-                    # A wait that ends: the trainer went on after a Ctrl-C
-                    # it caught, so __del__ waits again and says failures
-                    # (a trial's three pushes after such a recovery were
-                    # cut off at the script's end, unsaid).
-                    self._interrupted = False
+                    # A wait that ends in the thread that was interrupted:
+                    # it went on after a Ctrl-C it caught, so __del__
+                    # waits again and says failures (a trial's three
+                    # pushes after such a recovery were cut off at the
+                    # script's end, unsaid). Another thread's wait that
+                    # ends says nothing of it (a review).
+                    if self._interrupted == threading.get_ident():
+                        self._interrupted = False
                     return st
                 if self._abandon:
                     raise ClosedError(PS_ECLOSED, _ABANDONED)
         except KeyboardInterrupt:
-            self._interrupted = True
+            self._interrupted = threading.get_ident()
             raise
 
     def _wait(self, h: int, ts: int) -> int:

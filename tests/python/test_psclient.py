@@ -1556,6 +1556,45 @@ def _raise_interrupt(signum, frame):
     raise _Interrupt()
 
 
+def test_another_threads_wait_does_not_put_a_ctrl_c_aside(make_cluster):
+    """A Ctrl-C in one thread's wait, then another thread's wait that ends
+    (here failing): the user still wants out, and the client dropped at
+    the end closes without waiting or warning (a review: it waited for
+    and warned of requests a stopped node held)."""
+    cl = make_cluster()
+    c = psclient.connect(cl.spec, request_timeout_ms=500, max_retries=0,
+                         connect_timeout_ms=1000)
+    d = c.table("dense")
+    d.pull_range(0, 100)                         # both nodes answer
+    cl.signal(1, signal.SIGSTOP)
+    try:
+        def other() -> None:
+            with pytest.raises(psclient.TimeoutError):
+                d.pull_range(0, 100)             # held by node 1
+        t = threading.Thread(target=other)
+        t.start()
+        old = signal.signal(signal.SIGALRM, _raise_keyboard_interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with pytest.raises(KeyboardInterrupt):
+                d.pull_range(0, 100)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        t.join()                                 # its wait ended
+        for _ in range(3):
+            d.push_range_async(0, np.ones((100, 3), F32))
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            del c, d
+            gc.collect()
+        assert not [w for w in seen
+                    if issubclass(w.category, RuntimeWarning)], \
+            [str(w.message) for w in seen]
+    finally:
+        cl.signal(1, signal.SIGCONT)
+
+
 @pytest.mark.skipif(not os.path.exists("/usr/bin/strace"),
                     reason="needs strace (its syscall delays)")
 def test_a_refused_port_is_refused_when_the_io_thread_is_late():
