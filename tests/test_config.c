@@ -1401,22 +1401,22 @@ static void test_a_read_on_past_errors_says_only_what_is_wrong(void **state)
         "[cluster]\nnodes = 127.0.0.1:7070\n[server] auth_token = %s\n",
         "[cluster]\nnodes = 127.0.0.1:7070\n[table.%s]\ndim = 1\n",
         "[cluster]\nnodes = 127.0.0.1:7070\n[%s]\n",
-        "[cluster]\nnodes = 127.0.0.1:7070\n[server]\nlog_level = "
-        "infoauth_token = %s\n",
-        "[cluster]\nnodes = 127.0.0.1:7070\n[server]\ndata_dir = "
-        "/tmp/psd-test-dauth_token = %s\n",
-        "[cluster]\nnodes = 127.0.0.1:7070\n[table.t]\ndim = 1\ninit = "
-        "zerosauth_token=%s\n",
+        ("[cluster]\nnodes = 127.0.0.1:7070\n[server]\nlog_level = "
+         "infoauth_token = %s\n"),
+        ("[cluster]\nnodes = 127.0.0.1:7070\n[server]\ndata_dir = "
+         "/tmp/psd-test-dauth_token = %s\n"),
+        ("[cluster]\nnodes = 127.0.0.1:7070\n[table.t]\ndim = 1\ninit = "
+         "zerosauth_token=%s\n"),
     };
     static const char *const said[] = {
         "unexpected text after the section header (57 bytes, not shown",
         "invalid table name of 44 bytes (not shown",
         "unknown section name of 44 bytes (not shown",
-        "log_level: expected debug | info | warn | error, got 61 bytes "
-        "holding \"auth_token =\" (a line appended to a file whose last "
-        "line had no line break joins it",
-        "data_dir: the path holds \"auth_token =\": a line appended to a "
-        "file whose last line had no line break joins it",
+        ("log_level: expected debug | info | warn | error, got 61 bytes "
+         "holding \"auth_token =\" (a line appended to a file whose last "
+         "line had no line break joins it"),
+        ("data_dir: the path holds \"auth_token =\": a line appended to a "
+         "file whose last line had no line break joins it"),
         "init: expected ",
     };
     for (size_t k = 0; k < sizeof secret / sizeof secret[0]; k++) {
