@@ -995,20 +995,30 @@ static int apply_section(parser *p, const section *s, char *base,
             static const char *const scope_name[] = { "the [cluster]",
                                                       "the [server]",
                                                       "a [table.NAME]" };
-            const setting *other = NULL;
+            const setting *other = NULL, *other_near = NULL;
             for (int k = SC_CLUSTER; k <= SC_TABLE && !other; k++)
                 if (k != (int)s->scope)
                     other = find_setting((scope)k, e->key);
+            /* learning_rate under [server]: lr, of a table's section. */
+            for (int k = SC_CLUSTER; k <= SC_TABLE && !other && !near &&
+                                     !other_near;
+                 k++)
+                if (k != (int)s->scope)
+                    other_near = suggest((scope)k, e->key);
             if (other)
                 snprintf(hint, sizeof hint, " (it belongs in %s section)",
                          scope_name[other->scope]);
+            else if (other_near)
+                snprintf(hint, sizeof hint, " (did you mean %s? it belongs "
+                         "in %s section)", other_near->key,
+                         scope_name[other_near->scope]);
             else if (near)
                 snprintf(hint, sizeof hint, " (did you mean %s?)", near->key);
             /* A long one echoed only as a near miss of a key (a typo),
              * or one of another section. */
             size_t kl = strlen(e->key);
             if (psd_ini_key_like(e->key, kl) &&
-                (kl < 16 || near || other))
+                (kl < 16 || near || other || other_near))
                 fail(p, e->line, "[%s] %s: unknown key%s", s->name, e->key,
                      hint);
             else

@@ -282,6 +282,10 @@ static const error_case error_cases[] = {
       CLUSTER "[server]\nworker_grace = 5\n", 0, 4,
       "[server] worker_grace: unknown key (it belongs in the [cluster] "
       "section)", 1 },
+    { "a_near_miss_of_another_sections_key_says_both",
+      CLUSTER "[server]\nlearning_rate = 0.1\nworker_grce = 5\n", 0, 4,
+      "[server] learning_rate: unknown key (did you mean lr? it belongs in "
+      "a [table.NAME] section)", 0 },
     { "a_table_key_in_server_says_where_it_belongs",
       CLUSTER "[server]\nlr = 0.1\n", 0, 4,
       "[server] lr: unknown key (it belongs in a [table.NAME] section)", 1 },
