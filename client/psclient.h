@@ -36,7 +36,7 @@ extern "C" {
  * and psctl print them for --version. */
 #define PS_VERSION_MAJOR 0
 #define PS_VERSION_MINOR 4
-#define PS_VERSION_PATCH 6
+#define PS_VERSION_PATCH 7
 
 typedef struct ps_client ps_client;  /* opaque */
 typedef int64_t ps_ts;               /* > 0: a request's timestamp; < 0: a PS_E* code */
