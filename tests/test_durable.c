@@ -2431,23 +2431,35 @@ static void data_dir_on_small_disk(test_cluster *c, const char *size)
  * of space (ENOSPC, not the file size limit of the test above), psd
  * exits with status 1, no temporary file is left, and the previous
  * snapshot still loads. */
+/* A node of one dense table of 2^20 rows of dim 1 (4 MiB, sum), `server`
+ * lines in its [server] section, restarted on a tmpfs of `size`
+ * (data_dir_on_small_disk); *ones: 2^20 ones to push (malloc'd). */
+static void big_table_on_small_disk(test_cluster *c, const char *server,
+                                    const char *size, float **ones)
+{
+    char lines[512];
+    snprintf(lines, sizeof lines, SERVER "%s[table.big]\nkind = dense\n"
+             "rows = 1048576\ndim = 1\nupdater = sum\n", server);
+    start(c, 1, lines);
+    EXPECT_INT(term(c, 0), 0, "stop");
+    data_dir_on_small_disk(c, size);
+    if (cluster_restart(c, 0))
+        fail_msg("psd did not start on the tmpfs");
+    *ones = malloc(((size_t)1 << 20) * sizeof **ones);
+    assert_non_null(*ones);
+    for (size_t i = 0; i < (size_t)1 << 20; i++)
+        (*ones)[i] = 1;
+}
+
 static void test_a_snapshot_on_a_full_disk_fails_and_keeps_the_old_one(
     void **state)
 {
     (void)state;
     enum { ROWS = 1 << 20 };
     test_cluster c;
-    start(&c, 1, SERVER "snapshot_interval = 0\n"
-          "[table.big]\nkind = dense\nrows = 1048576\ndim = 1\n"
-          "updater = sum\n");
-    EXPECT_INT(term(&c, 0), 0, "stop");
-    data_dir_on_small_disk(&c, "6m");
+    float *ones;
+    big_table_on_small_disk(&c, "snapshot_interval = 0\n", "6m", &ones);
     char cmd[1200];
-    if (cluster_restart(&c, 0))
-        fail_msg("psd did not start on the tmpfs");
-    float *ones = malloc(ROWS * sizeof *ones);
-    for (size_t i = 0; i < ROWS; i++)
-        ones[i] = 1;
     const char *psctl = getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
                                             : "build/psctl";
     int st;
@@ -2526,17 +2538,9 @@ static void test_a_snapshot_without_room_says_what_the_journal_holds(
     (void)state;
     enum { ROWS = 1 << 20 };
     test_cluster c;
-    start(&c, 1, SERVER "durability = log\nsnapshot_interval = 0\n"
-          "snapshot_journal_mb = 0\n"
-          "[table.big]\nkind = dense\nrows = 1048576\ndim = 1\n"
-          "updater = sum\n");
-    EXPECT_INT(term(&c, 0), 0, "stop");
-    data_dir_on_small_disk(&c, "14m");
-    if (cluster_restart(&c, 0))
-        fail_msg("psd did not start on the tmpfs");
-    float *ones = malloc(ROWS * sizeof *ones);
-    for (size_t i = 0; i < ROWS; i++)
-        ones[i] = 1;
+    float *ones;
+    big_table_on_small_disk(&c, "durability = log\nsnapshot_interval = 0\n"
+                            "snapshot_journal_mb = 0\n", "14m", &ones);
     const char *psctl = getenv("PSCTL_BIN") ? getenv("PSCTL_BIN")
                                             : "build/psctl";
     char cmd[1200];
