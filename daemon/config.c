@@ -982,7 +982,7 @@ static int apply_section(parser *p, const section *s, char *base,
     /* Past the errors anyone reads, the rest is not looked at: a file of
      * 100,000 bad keys took 15 s (each key is looked for among those
      * before it), on psd's loop for a reload. */
-    for (int i = 0; i < s->ini->nentries && p->failed <= PSD_INI_MAX_ERRORS;
+    for (int i = 0; i < s->ini->nentries && p->failed <= PSD_INI_FIND_ERRORS;
          i++) {
         const entry *e = &s->ini->entries[i];
         const setting *st = find_setting(s->scope, e->key);
@@ -1497,7 +1497,6 @@ int psd_config_load(psd_config *c, const char *path, char *err, size_t errlen)
         build(&ini, secs, ini.nsecs, c);
     }
     free(secs);
-    psd_ini_sort_errors(&ini);
     int failed = ini.failed;
     psd_ini_free(&ini);
     if (failed) {

@@ -59,44 +59,82 @@ static void quote(char *out, size_t size, const char *text)
     out[at] = '\0';
 }
 
+/* Writes the errors kept (in the order of their lines) into the caller's
+ * buffer: the first cut short if it must be, the others whole or not at
+ * all, at most PSD_INI_MAX_ERRORS, and when some are not shown a last
+ * line that says so. */
+static void render(psd_ini *ini)
+{
+    size_t at = 0;
+    int shown = 0;
+    ini->err[0] = '\0';
+    for (int i = 0; i < ini->nerrs && shown < PSD_INI_MAX_ERRORS; i++) {
+        const char *t = ini->errs[i].text;
+        size_t l = strlen(t);
+        if (shown == 0) {
+            snprintf(ini->err, ini->errlen, "%s", t);
+            at = strlen(ini->err);
+            if (l > at && ini->errlen > 4)    /* cut: say so */
+                memcpy(ini->err + ini->errlen - 4, "...", 4);
+            shown = 1;
+            continue;
+        }
+        char more[400];
+        int ml = snprintf(more, sizeof more, "\n%s: more errors than these "
+                          "%d (fix them and check again)", ini->path,
+                          shown + 1);
+        if (ml < 0 || at + 1 + l + (size_t)ml + 1 > ini->errlen)
+            break;
+        ini->err[at++] = '\n';
+        memcpy(ini->err + at, t, l + 1);
+        at += l;
+        shown++;
+    }
+    if (ini->failed > shown && shown > 0) {
+        char more[400];
+        int ml = snprintf(more, sizeof more, "\n%s: more errors than these "
+                          "%d (fix them and check again)", ini->path, shown);
+        if (ml > 0 && at + (size_t)ml + 1 <= ini->errlen)
+            memcpy(ini->err + at, more, (size_t)ml + 1);
+    }
+}
+
 __attribute__((format(printf, 3, 0)))
 static void vfail(psd_ini *ini, int line, const char *fmt, va_list ap)
 {
-    if (ini->failed && !ini->more)
-        return;
     ini->failed++;
-    if (!ini->err || ini->errlen == 0 || ini->full)
+    if (!ini->err || ini->errlen == 0)
         return;
-    /* The first in the caller's whole buffer (cut short if it must be),
-     * the others in one line's room. */
-    char line_buf[1024];
-    char *one = ini->failed == 1 ? ini->err : line_buf;
-    size_t size = ini->failed == 1 ? ini->errlen : sizeof line_buf;
-    int n = line > 0 ? snprintf(one, size, "%s:%d: ", ini->path, line)
-                     : snprintf(one, size, "%s: ", ini->path);
-    if (n >= 0 && (size_t)n < size) {
-        char text[4096];
-        vsnprintf(text, sizeof text, fmt, ap);
-        quote(one + n, size - (size_t)n, text);
-    }
-    if (ini->failed == 1)
+    /* Kept up to PSD_INI_FIND_ERRORS, in the order of their lines (the
+     * read finds the bad lines, the caller then the bad values: two
+     * passes), so that the first PSD_INI_MAX_ERRORS are the first in
+     * the file, not the first found. */
+    if (ini->nerrs >= PSD_INI_FIND_ERRORS)
         return;
-    if (strlen(one) + 1 == size)         /* cut: say so */
-        memcpy(one + size - 4, "...", 4);
-    /* The others whole or not at all; when the next does not fit (or
-     * there are too many to read), a last line says so. */
-    size_t at = strlen(ini->err), room = ini->errlen - at;
-    char more[400];
-    snprintf(more, sizeof more, "\n%s: more errors than these %d (fix them "
-             "and check again)", ini->path, ini->failed - 1);
-    if (ini->failed <= PSD_INI_MAX_ERRORS &&
-        strlen(one) + 1 + strlen(more) < room) {
-        snprintf(ini->err + at, room, "\n%s", one);
+    if (!ini->errs &&
+        !(ini->errs = malloc(PSD_INI_FIND_ERRORS * sizeof *ini->errs)))
         return;
-    }
-    ini->full = 1;
-    if (strlen(more) < room)
-        snprintf(ini->err + at, room, "%s", more);
+    char one[4096 + 1024];
+    int n = line > 0 ? snprintf(one, sizeof one, "%s:%d: ", ini->path, line)
+                     : snprintf(one, sizeof one, "%s: ", ini->path);
+    if (n < 0 || (size_t)n >= sizeof one)
+        n = 0;
+    char text[4096];
+    vsnprintf(text, sizeof text, fmt, ap);
+    quote(one + n, sizeof one - (size_t)n, text);
+    char *t = strdup(one);
+    if (!t)
+        return;
+    /* After every error of the same line or before (stable). */
+    int at = ini->nerrs;
+    while (at > 0 && ini->errs[at - 1].line > line)
+        at--;
+    memmove(&ini->errs[at + 1], &ini->errs[at],
+            (size_t)(ini->nerrs - at) * sizeof *ini->errs);
+    ini->errs[at].line = line;
+    ini->errs[at].text = t;
+    ini->nerrs++;
+    render(ini);
 }
 
 void psd_ini_fail(psd_ini *ini, int line, const char *fmt, ...)
@@ -258,7 +296,7 @@ static int classify(reader *p, const char *buf, size_t n)
 static char *read_line(char *buf, int size, void *stream)
 {
     reader *p = stream;
-    if (p->ini->stopped || p->ini->failed > PSD_INI_MAX_ERRORS || size < 8)
+    if (p->ini->stopped || p->ini->failed > PSD_INI_FIND_ERRORS || size < 8)
         return NULL;
     size_t max = (size_t)size - 3, n = 0;
     int ch = EOF, too_long = 0;
@@ -427,6 +465,11 @@ void psd_ini_free(psd_ini *ini)
     free(ini->secs);
     ini->secs = NULL;
     ini->nsecs = ini->cap = 0;
+    for (int i = 0; i < ini->nerrs; i++)
+        free(ini->errs[i].text);
+    free(ini->errs);
+    ini->errs = NULL;
+    ini->nerrs = 0;
 }
 
 const psd_ini_entry *psd_ini_find(const psd_ini_section *s, const char *key)
@@ -482,56 +525,6 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
     else if (!ini->failed && rc < 0)
         fail(ini, 0, "out of memory");
     return ini->failed ? -1 : 0;
-}
-
-/* The line number of one error ("PATH:LINE: ..."), or 0 for one of the
- * whole file ("PATH: ..."). */
-static long error_line(const psd_ini *ini, const char *e)
-{
-    size_t n = strlen(ini->path);
-    if (strncmp(e, ini->path, n) != 0 || e[n] != ':')
-        return 0;
-    char *end;
-    long line = strtol(e + n + 1, &end, 10);
-    return end > e + n + 1 && *end == ':' ? line : 0;
-}
-
-void psd_ini_sort_errors(psd_ini *ini)
-{
-    if (ini->failed < 2 || !ini->err || !ini->err[0])
-        return;
-    size_t len = strlen(ini->err);
-    char *copy = malloc(len + 1);
-    if (!copy)
-        return;                         /* file order stays */
-    memcpy(copy, ini->err, len + 1);
-    /* At most PSD_INI_MAX_ERRORS lines, and "more errors than these". */
-    char *lines[PSD_INI_MAX_ERRORS + 2];
-    int n = 0, tail = ini->full;
-    for (char *q = copy; q && n < PSD_INI_MAX_ERRORS + 2;) {
-        lines[n++] = q;
-        if ((q = strchr(q, '\n')))
-            *q++ = '\0';
-    }
-    int sorted = tail && n > 1 ? n - 1 : n;
-    for (int i = 1; i < sorted; i++) {     /* stable: ties keep their order */
-        char *x = lines[i];
-        long k = error_line(ini, x);
-        int j = i;
-        for (; j > 0 && error_line(ini, lines[j - 1]) > k; j--)
-            lines[j] = lines[j - 1];
-        lines[j] = x;
-    }
-    size_t at = 0;
-    for (int i = 0; i < n; i++) {
-        size_t l = strlen(lines[i]);
-        if (i)
-            ini->err[at++] = '\n';
-        memcpy(ini->err + at, lines[i], l);
-        at += l;
-    }
-    ini->err[at] = '\0';
-    free(copy);
 }
 
 int psd_ini_key_like(const char *w, size_t n)

@@ -1359,6 +1359,27 @@ static void test_structural_errors_do_not_hide_the_others(void **state)
         fail_msg("a skipped line was read: %s", err);
     assert_null(c.tables);
 
+    /* Past 20 errors, the 20 shown are the first by line: 10 bad keys
+     * (found by the value checks) above 15 bad lines (found by the read,
+     * first) showed 5 of the keys and lines 15-29. */
+    char many[2048];
+    int m = snprintf(many, sizeof many, "%s[table.emb]\n", CLUSTER);
+    for (int i = 1; i <= 10; i++)
+        m += snprintf(many + m, sizeof many - (size_t)m, "dim%d = 1\n", i);
+    m += snprintf(many + m, sizeof many - (size_t)m, "dim = 4\n");
+    for (int i = 1; i <= 15; i++)
+        m += snprintf(many + m, sizeof many - (size_t)m, "bad line %d\n", i);
+    assert_int_equal(load_text(many, &c, path, err), -1);
+    const char *q = err;
+    for (int k = 0; k < 20; k++) {
+        char want[PATH_LEN + 16];
+        snprintf(want, sizeof want, "%s:%d: ", path, k < 10 ? 4 + k : 5 + k);
+        if (strncmp(q, want, strlen(want)) != 0)
+            fail_msg("error %d should begin \"%s\": %s", k, want, err);
+        q = strchr(q, '\n') + 1;
+    }
+    EXPECT_SUBSTR(q, "more errors than these 20", "the last line");
+
     /* A line too long still ends the read there: nothing after it. */
     char longl[8192];
     int n = snprintf(longl, sizeof longl, "%s[server]\nlog_level = ",
