@@ -184,7 +184,8 @@ static void check_token(psd_preflight *pf, const psd_config *c,
     if (!c->auth_token_file[0])
         return;
     /* As a relative data_dir: from the folder psd starts in. */
-    if (c->auth_token_file[0] != '/')
+    if (c->auth_token_file[0] != '/' &&
+        !psw_path_may_be_token(c->auth_token_file))
         note_relative(pf, path, c->auth_token_file_line, "auth_token_file",
                       c->auth_token_file, "psd and clients take it from "
                       "the folder they start in", "psd would not find it");

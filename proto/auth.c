@@ -129,6 +129,15 @@ static int in_credentials(const char *path, const struct stat *st)
                : -1;
 }
 
+int psw_path_may_be_token(const char *path)
+{
+    size_t n = strlen(path);
+    if (n < PSW_AUTH_TOKEN_MIN || path[0] == '/' || path[0] == '.')
+        return 0;
+    return strchr(path, '+') || path[n - 1] == '=' ||
+           strcspn(path, "/.-_ ") == n;
+}
+
 int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
                         char *why, size_t whylen)
 {
@@ -144,7 +153,14 @@ int psw_token_read_file(const char *path, char *out, size_t cap, size_t *len,
      * not a regular file, whose reads O_NONBLOCK does not change. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
-        snprintf(why, whylen, "%s: cannot open: %s", path, strerror(errno));
+        if (psw_path_may_be_token(path))
+            snprintf(why, whylen, "a path of %zu bytes that cannot be "
+                     "opened: %s (not shown: it reads as the token itself, "
+                     "where auth_token_file takes the path of a file that "
+                     "holds it)", strlen(path), strerror(errno));
+        else
+            snprintf(why, whylen, "%s: cannot open: %s", path,
+                     strerror(errno));
         return -1;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

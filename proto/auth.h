@@ -54,6 +54,13 @@ int psw_token_check(const char *token, size_t len, char *why, size_t whylen);
  * for none). */
 size_t psw_token_trim(const char *token, size_t len);
 
+/* Whether a path given for auth_token_file may be the token itself (the
+ * token written where its file's path goes): relative, of a token's
+ * length at least, and with base64's '+' or final '=', or none of the
+ * separators a file name has ('/', '.', '-', '_', ' '). Such a path is
+ * not quoted in errors, which go to logs. */
+int psw_path_may_be_token(const char *path);
+
 /* Reads a token from path: the whole file less one final newline (LF or
  * CRLF). Refuses a file that is not a regular file, that its group or
  * others may access (mode & 077, as ssh does with keys; the reason says

@@ -1454,6 +1454,26 @@ static void test_a_read_on_past_errors_says_only_what_is_wrong(void **state)
         if (strstr(err, "Oz1Hk3EG"))
             fail_msg("case %zu: the token quoted: %s", k, err);
     }
+    /* The token written where auth_token_file's path goes: neither its
+     * problem nor a note quotes it. */
+    snprintf(text, sizeof text, "[cluster]\nnodes = 127.0.0.1:7070\n"
+             "[server]\nauth_token_file = %s\n", tok);
+    load_ok(text, &c);
+    psd_preflight pf;
+    EXPECT_INT(psd_preflight_run(&pf, &c, "F", 0) > 0, 1, "a problem");
+    int unquoted = 0;
+    for (int i = 0; i < pf.nproblems; i++) {
+        unquoted |= strstr(pf.problems[i], "auth_token_file: a path of 44 bytes "
+                       "that cannot be opened") != NULL;
+        if (strstr(pf.problems[i], "Oz1Hk3EG"))
+            fail_msg("the token quoted: %s", pf.problems[i]);
+    }
+    for (int i = 0; i < pf.nnotes; i++)
+        if (strstr(pf.notes[i], "Oz1Hk3EG"))
+            fail_msg("the token quoted: %s", pf.notes[i]);
+    EXPECT_INT(unquoted, 1, "the problem, unquoted");
+    psd_preflight_destroy(&pf);
+    psd_config_destroy(&c);
 }
 
 /* A FIFO as the ini or as the token file is refused at once: opening one
