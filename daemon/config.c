@@ -903,6 +903,14 @@ static const setting *suggest(scope sc, const char *key)
             names[n++] = settings[i].key;
         }
     names[n] = NULL;
+    /* Keys are lower case: LR is lr. */
+    char low[64];
+    size_t kl = strlen(key);
+    if (kl < sizeof low) {
+        for (size_t i = 0; i <= kl; i++)
+            low[i] = (char)tolower((unsigned char)key[i]);
+        key = low;
+    }
     const char *w = psd_suggest(key, names);
     for (size_t i = 0; w && i < n; i++)
         if (names[i] == w)

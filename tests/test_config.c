@@ -290,7 +290,8 @@ static const error_case error_cases[] = {
       CLUSTER "[server]\nlr = 0.1\n", 0, 4,
       "[server] lr: unknown key (it belongs in a [table.NAME] section)", 1 },
     { "unknown_key_is_case_sensitive",
-      EMB "LR = 0.1\n", 0, 5, "[table.emb] LR: unknown key", 1 },
+      EMB "LR = 0.1\n", 0, 5, "[table.emb] LR: unknown key (did you mean "
+      "lr?)", 1 },
     { "duplicate_key_is_refused_at_its_second_line",
       EMB "lr = 0.1\ndim = 8\n", 0, 6,
       "[table.emb] dim: duplicate key (first at line 4)", 1 },
