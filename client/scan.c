@@ -1,6 +1,7 @@
 /* The read of a large push for NaN and infinities, shared with a helper
  * thread: see scan.h. */
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 
 #include "scan.h"
@@ -85,8 +86,14 @@ static int take_slot(void)
         pthread_t t;
         if (pthread_attr_init(&a))
             return 0;
+        /* Every signal blocked in it (it inherits the mask): the
+         * trainer's signals go to the trainer's threads. */
+        sigset_t all, was;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &was);
         int rc = pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) ||
                  pthread_create(&t, &a, helper, NULL);
+        pthread_sigmask(SIG_SETMASK, &was, NULL);
         pthread_attr_destroy(&a);
         if (rc) {
             h.cannot = 1;        /* a process at its thread limit */

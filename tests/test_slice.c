@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 #include <sys/wait.h>
+#include <dirent.h>
+#include <signal.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -1111,6 +1113,28 @@ static void test_a_large_push_is_read_for_nan_by_two_threads(void **state)
         pthread_join(t[i], NULL);
         EXPECT_INT(wrong[i], 0, "wrong answers of thread %d", i);
     }
+    /* The helper blocks every signal: a trainer's SIGINT handler runs
+     * on a thread of the trainer's (a thread of its own, not the main
+     * one, with SIGINT blocked). */
+    int blocked = 0;
+    char taskdir[64];
+    snprintf(taskdir, sizeof taskdir, "/proc/%d/task", (int)getpid());
+    DIR *tasks = opendir(taskdir);
+    for (struct dirent *e; tasks && (e = readdir(tasks));) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == (int)getpid())
+            continue;
+        char st_path[400], line[256];
+        snprintf(st_path, sizeof st_path, "%s/%s/status", taskdir, e->d_name);
+        FILE *f = fopen(st_path, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "SigBlk:", 7))
+                blocked |= (strtoull(line + 7, NULL, 16) >> (SIGINT - 1)) & 1;
+        if (f)
+            fclose(f);
+    }
+    if (tasks)
+        closedir(tasks);
+    EXPECT_INT(blocked, 1, "a thread of the library's with SIGINT blocked");
     pid_t p = fork();
     assert_true(p >= 0);
     if (p == 0)
