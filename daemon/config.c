@@ -459,10 +459,42 @@ static const char *value_shown(const entry *e, char *buf, size_t cap)
     return buf;
 }
 
+/* Whether the n bytes at w name a setting of any section. */
+static int a_setting(const char *w, size_t n)
+{
+    for (size_t i = 0; i < NSETTINGS; i++)
+        if (strlen(settings[i].key) == n && !memcmp(settings[i].key, w, n))
+            return 1;
+    return 0;
+}
+
+/* The setting whose "KEY =" (or "KEY:") a value holds, glued to it: a
+ * line appended to a file whose last line had no line break (`echo
+ * "auth_token = ..." >> psd.ini`) joins that line's value, as
+ * "infoauth_token = ...". NULL when none. */
+static const char *glued_setting(const char *v)
+{
+    for (const char *q = v; *q; q++) {
+        if (*q != '=' && *q != ':')
+            continue;
+        const char *end = q;
+        while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        const char *w = end;
+        while (w > v && (islower((unsigned char)w[-1]) ||
+                         isdigit((unsigned char)w[-1]) || w[-1] == '_'))
+            w--;
+        for (size_t i = 0; i < NSETTINGS; i++) {
+            size_t k = strlen(settings[i].key);
+            if ((size_t)(end - w) >= k && !memcmp(end - k, settings[i].key, k))
+                return settings[i].key;
+        }
+    }
+    return NULL;
+}
+
 /* Reports that e's value is not what st accepts; `why` overrides the
  * generic "expected ..." text when it is not NULL. */
-static const char *glued_setting(const char *v);
-
 static void bad_value(parser *p, const section *s, const entry *e,
                       const setting *st, const char *why)
 {
@@ -746,40 +778,6 @@ static int path_mistake(parser *p, const section *s, const entry *e,
         return -1;
     }
     return 0;
-}
-
-/* Whether the n bytes at w name a setting of any section. */
-static int a_setting(const char *w, size_t n)
-{
-    for (size_t i = 0; i < NSETTINGS; i++)
-        if (strlen(settings[i].key) == n && !memcmp(settings[i].key, w, n))
-            return 1;
-    return 0;
-}
-
-/* The setting whose "KEY =" (or "KEY:") a value holds, glued to it: a
- * line appended to a file whose last line had no line break (`echo
- * "auth_token = ..." >> psd.ini`) joins that line's value, as
- * "infoauth_token = ...". NULL when none. */
-static const char *glued_setting(const char *v)
-{
-    for (const char *q = v; *q; q++) {
-        if (*q != '=' && *q != ':')
-            continue;
-        const char *end = q;
-        while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
-            end--;
-        const char *w = end;
-        while (w > v && (islower((unsigned char)w[-1]) ||
-                         isdigit((unsigned char)w[-1]) || w[-1] == '_'))
-            w--;
-        for (size_t i = 0; i < NSETTINGS; i++) {
-            size_t k = strlen(settings[i].key);
-            if ((size_t)(end - w) >= k && !memcmp(end - k, settings[i].key, k))
-                return settings[i].key;
-        }
-    }
-    return NULL;
 }
 
 /* Parses e's value as setting st into the struct at base (a psd_config
@@ -1321,7 +1319,7 @@ static int build(parser *p, const section *secs, int n, psd_config *c)
         /* Not when the read failed: its bad header ([clustr]) or a line
          * of it was said, and "no [cluster] section" beside it, first in
          * line order, was false (a hostile-ini trial). */
-        if (!p->failed)
+        if (!p->read_failed)
             fail(p, 0, "[cluster] nodes: required key missing (no [cluster] "
                  "section)");
         return -1;

@@ -59,10 +59,18 @@ static void quote(char *out, size_t size, const char *text)
     out[at] = '\0';
 }
 
+/* The last line when errors are not shown, after the `shown` that are,
+ * into out (cap bytes); its length, or -1. */
+static int more_line(const psd_ini *ini, int shown, char *out, size_t cap)
+{
+    return snprintf(out, cap, "\n%s: more errors than these %d (fix them "
+                    "and check again)", ini->path, shown);
+}
+
 /* Writes the errors kept (in the order of their lines) into the caller's
  * buffer: the first cut short if it must be, the others whole or not at
- * all, at most PSD_INI_MAX_ERRORS, and when some are not shown a last
- * line that says so. */
+ * all (room is left for the last line), at most PSD_INI_MAX_ERRORS, and
+ * when some are not shown a last line that says so. */
 static void render(psd_ini *ini)
 {
     size_t at = 0;
@@ -80,9 +88,7 @@ static void render(psd_ini *ini)
             continue;
         }
         char more[400];
-        int ml = snprintf(more, sizeof more, "\n%s: more errors than these "
-                          "%d (fix them and check again)", ini->path,
-                          shown + 1);
+        int ml = more_line(ini, shown + 1, more, sizeof more);
         if (ml < 0 || at + 1 + l + (size_t)ml + 1 > ini->errlen)
             break;
         ini->err[at++] = '\n';
@@ -92,8 +98,7 @@ static void render(psd_ini *ini)
     }
     if (ini->failed > shown && shown > 0) {
         char more[400];
-        int ml = snprintf(more, sizeof more, "\n%s: more errors than these "
-                          "%d (fix them and check again)", ini->path, shown);
+        int ml = more_line(ini, shown, more, sizeof more);
         if (ml > 0 && at + (size_t)ml + 1 <= ini->errlen)
             memcpy(ini->err + at, more, (size_t)ml + 1);
     }
@@ -147,6 +152,18 @@ void psd_ini_fail(psd_ini *ini, int line, const char *fmt, ...)
 
 #define fail psd_ini_fail
 
+/* An error after which the read stops: what follows is not read (a line
+ * too long, a binary file, out of memory). */
+__attribute__((format(printf, 3, 4)))
+static void fatal(psd_ini *ini, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(ini, line, fmt, ap);
+    va_end(ap);
+    ini->stopped = 1;
+}
+
 /* The same scan inih uses: the first char of `chars` in [s, end), or the
  * start of an inline comment (a ';' after whitespace), or end. */
 static const char *find_chars_or_comment(const char *s, const char *end,
@@ -199,8 +216,7 @@ static int on_header(reader *p, const char *t, const char *end)
         return -1;
     }
     if (p->ini->nsecs >= PSD_INI_SECTIONS_MAX) {
-        fail(p->ini, p->line, "more than %d sections", PSD_INI_SECTIONS_MAX);
-        p->ini->stopped = 1;
+        fatal(p->ini, p->line, "more than %d sections", PSD_INI_SECTIONS_MAX);
         return -1;
     }
     for (int i = 0; i < p->ini->nsecs; i++) {
@@ -216,8 +232,7 @@ static int on_header(reader *p, const char *t, const char *end)
         int cap = p->ini->cap ? 2 * p->ini->cap : 4;
         psd_ini_section *s = realloc(p->ini->secs, (size_t)cap * sizeof *s);
         if (!s) {
-            fail(p->ini, 0, "out of memory");
-            p->ini->stopped = 1;
+            fatal(p->ini, 0, "out of memory");
             return -1;
         }
         p->ini->secs = s;
@@ -310,8 +325,7 @@ static char *read_line(char *buf, int size, void *stream)
             break;
     }
     if (ch == EOF && ferror(p->f)) {
-        fail(p->ini, 0, "read error: %s", strerror(errno));
-        p->ini->stopped = 1;
+        fatal(p->ini, 0, "read error: %s", strerror(errno));
         return NULL;
     }
     if (n == 0)
@@ -324,8 +338,7 @@ static char *read_line(char *buf, int size, void *stream)
     if (len > 0 && buf[len - 1] == '\r')
         len--;
     if (too_long || len > max) {
-        fail(p->ini, p->line, "line too long (max %zu bytes)", max);
-        p->ini->stopped = 1;
+        fatal(p->ini, p->line, "line too long (max %zu bytes)", max);
         return NULL;
     }
     for (size_t i = 0; i < len; i++) {
@@ -334,11 +347,10 @@ static char *read_line(char *buf, int size, void *stream)
          * white space to classify(). */
         if ((c < 0x20 && c != '\t' && c != '\v' && c != '\f') || c == 0x7f) {
             if (c == 0)
-                fail(p->ini, p->line, "unexpected NUL byte");
+                fatal(p->ini, p->line, "unexpected NUL byte");
             else
-                fail(p->ini, p->line, "unexpected control character 0x%02x "
-                     "(byte %zu of the line)", c, i + 1);
-            p->ini->stopped = 1;
+                fatal(p->ini, p->line, "unexpected control character "
+                      "0x%02x (byte %zu of the line)", c, i + 1);
             return NULL;
         }
     }
@@ -375,8 +387,7 @@ static int append_piece(reader *p, const char *piece)
     size_t old = e->len;
     if (psw_append_wiped(&e->value, &e->len, &e->cap, ' ', piece,
                          (size_t)(end - piece))) {
-        fail(p->ini, 0, "out of memory");
-        p->ini->stopped = 1;
+        fatal(p->ini, 0, "out of memory");
         return -1;
     }
     if (!e->cont_line) {
@@ -424,8 +435,7 @@ static int on_value(void *user, const char *section_name, const char *name,
         int cap = s->cap ? 2 * s->cap : 8;
         psd_ini_entry *es = realloc(s->entries, (size_t)cap * sizeof *es);
         if (!es) {
-            fail(p->ini, 0, "out of memory");
-            p->ini->stopped = 1;
+            fatal(p->ini, 0, "out of memory");
             return 1;
         }
         s->entries = es;
@@ -441,8 +451,7 @@ static int on_value(void *user, const char *section_name, const char *name,
     if (!e->key || !e->value) {
         free(e->key);
         free(e->value);
-        fail(p->ini, 0, "out of memory");
-        p->ini->stopped = 1;
+        fatal(p->ini, 0, "out of memory");
         return 1;
     }
     s->nentries++;
@@ -484,7 +493,6 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
                  char *err, size_t errlen)
 {
     memset(ini, 0, sizeof *ini);
-    ini->more = 1;
     ini->path = path;
     ini->err = err;
     ini->errlen = errlen;
@@ -497,15 +505,13 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     struct stat st;
     if (fd < 0) {
-        fail(ini, 0, "cannot open: %s", strerror(errno));
-        ini->stopped = 1;
+        fatal(ini, 0, "cannot open: %s", strerror(errno));
         return -1;
     }
     if (fstat(fd, &st) != 0 || S_ISFIFO(st.st_mode) ||
         S_ISSOCK(st.st_mode)) {
         close(fd);
-        fail(ini, 0, "cannot read: a FIFO or socket, not a file");
-        ini->stopped = 1;
+        fatal(ini, 0, "cannot read: a FIFO or socket, not a file");
         return -1;
     }
     int flags = fcntl(fd, F_GETFL);
@@ -514,8 +520,7 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
     r.f = fdopen(fd, "r");
     if (!r.f) {
         close(fd);
-        fail(ini, 0, "cannot open: %s", strerror(errno));
-        ini->stopped = 1;
+        fatal(ini, 0, "cannot open: %s", strerror(errno));
         return -1;
     }
     int rc = ini_parse_stream(read_line, &r, on_value, &r);
@@ -524,6 +529,7 @@ int psd_ini_read(psd_ini *ini, const char *path, psd_ini_name_check check,
         fail(ini, rc, "syntax error");       /* the reader catches these */
     else if (!ini->failed && rc < 0)
         fail(ini, 0, "out of memory");
+    ini->read_failed = ini->failed;
     return ini->failed ? -1 : 0;
 }
 

@@ -48,7 +48,7 @@ typedef int (*psd_ini_name_check)(const char *name, size_t n, char *why,
  * a control character (a binary file), a read error, too many sections
  * or running out of memory stop the read (`stopped`): what follows is
  * not read. A caller that then interprets the entries adds its errors
- * the same way (`more` is set). */
+ * the same way (psd_ini_fail). */
 #define PSD_INI_MAX_ERRORS 20
 /* Errors looked for, and kept, before the first PSD_INI_MAX_ERRORS by
  * line are shown: past these the rest of a file is not read (a file of
@@ -59,8 +59,9 @@ typedef struct psd_ini {
     psd_ini_section *secs;
     int nsecs, cap;
     int failed;          /* errors recorded */
-    int more;            /* keep the errors after the first */
     int stopped;         /* the read ended before the end of the file */
+    int read_failed;     /* errors of the read itself (bad lines and
+                            headers), before the caller's */
     struct psd_ini_error {
         int line;        /* 0: of the whole file */
         char *text;      /* "PATH[:LINE]: reason", owned */
@@ -90,8 +91,8 @@ const psd_ini_entry *psd_ini_find(const psd_ini_section *s, const char *key);
 int psd_ini_key_like(const char *w, size_t n);
 
 /* Records an error found by the caller while interpreting ini, in the
- * same form: the first only, or with `more` each on a line of its own.
- * line 0: no line. */
+ * same form: kept in the order of the lines with the read's, each on a
+ * line of its own in the caller's buffer. line 0: no line. */
 void psd_ini_fail(psd_ini *ini, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
