@@ -545,10 +545,12 @@ static void check_data_dir(psd_preflight *pf, const psd_config *c,
 
 /* Bytes of this host's memory psd may use: MemTotal, or less where the
  * cgroup it runs in has a limit (systemd's MemoryMax); and MemAvailable
- * now. 0 when not known. *cgroup: whether the limit is a cgroup's. */
-static void host_memory_of(double *limit, double *avail, int *cgroup)
+ * now. 0 when not known. *cgroup: whether the limit is a cgroup's;
+ * *swap: SwapTotal. */
+static void host_memory_of(double *limit, double *avail, int *cgroup,
+                           double *swap)
 {
-    *limit = *avail = 0;
+    *limit = *avail = *swap = 0;
     *cgroup = 0;
     FILE *f = fopen("/proc/meminfo", "re");
     char line[4200];
@@ -558,6 +560,8 @@ static void host_memory_of(double *limit, double *avail, int *cgroup)
             *limit = (double)kb * 1024;
         else if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
             *avail = (double)kb * 1024;
+        else if (sscanf(line, "SwapTotal: %llu kB", &kb) == 1)
+            *swap = (double)kb * 1024;
     }
     if (f)
         fclose(f);
@@ -628,33 +632,19 @@ static void host_memory_of(double *limit, double *avail, int *cgroup)
 static void host_memory(double *limit, double *avail)
 {
     int cgroup;
-    host_memory_of(limit, avail, &cgroup);
-}
-
-/* SwapTotal from /proc/meminfo, in bytes; 0 when not known. */
-static double swap_total(void)
-{
-    FILE *f = fopen("/proc/meminfo", "re");
-    char line[256];
-    unsigned long long kb;
-    double swap = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "SwapTotal: %llu kB", &kb) == 1)
-            swap = (double)kb * 1024;
-    if (f)
-        fclose(f);
-    return swap;
+    double swap;
+    host_memory_of(limit, avail, &cgroup, &swap);
 }
 
 int psd_snapshot_fits(uint64_t bytes, char *why, size_t whylen)
 {
-    double limit, avail;
+    double limit, avail, swap;
     int cgroup;
-    host_memory_of(&limit, &avail, &cgroup);
+    host_memory_of(&limit, &avail, &cgroup, &swap);
     /* Swap takes what memory does not, slowly: a host's limit is its
      * memory and swap (a cgroup's memory.max is its memory alone). */
     if (!cgroup && limit > 0)
-        limit += swap_total();
+        limit += swap;
     if (limit <= 0 || (double)bytes <= limit)
         return 1;
     const double mib = 1024.0 * 1024;
